@@ -1,0 +1,41 @@
+// Package offload is an OpenMP-target-style offloading runtime for Go: a
+// program hands kernels and data buffers to devices — the host CPU, CPU
+// processes elsewhere, GPUs — with the semantics OpenMP programmers know from
+// target, target data, target enter/exit data and target update.
+//
+// # Kernels
+//
+// A kernel is a Go function registered by name at package init; every process
+// of the program registers the same table (the offload entries table):
+//
+//	var Saxpy = offload.MustKernel("saxpy", func(ctx offload.Ctx, a float32, x, y []float32) {
+//		ctx.For(len(y), func(lo, hi int) {
+//			for i := lo; i < hi; i++ {
+//				y[i] += a * x[i]
+//			}
+//		})
+//	})
+//
+// Scalars (bool, integers, floats, complex numbers, arrays and structs of
+// them) are passed by value; slices of such elements are device buffers. The
+// optional first parameter, of type Ctx, splits a loop over the device's
+// cores and tells which device the kernel runs on.
+//
+// # Devices
+//
+// Devices are numbered from 0 ([NumDevices] of them); the initial device,
+// number NumDevices(), is the calling process itself. [On] picks a device by
+// number, [Default] the one OMP_DEFAULT_DEVICE names. Which devices exist is
+// set by GOFFLOAD_DEVICES; OMP_TARGET_OFFLOAD says what happens when a device
+// is unavailable.
+//
+// # Mapping
+//
+// Each device has a present table of mapped host buffers with reference
+// counts, following OpenMP and libomptarget: the first map of a buffer
+// allocates device memory and copies in (to), the last unmap copies out
+// (from) and frees it. Slices passed to a kernel without a clause are mapped
+// tofrom for the region unless present already. [To], [From], [ToFrom],
+// [Alloc], [Release] and [Delete] are the map clauses, with the [Map.Always],
+// [Map.Present] and [Map.Hold] modifiers; a sub-slice is an array section.
+package offload

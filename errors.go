@@ -1,0 +1,47 @@
+package offload
+
+import (
+	"github.com/goffload/offload/internal/core"
+	"github.com/goffload/offload/internal/plugin"
+)
+
+// Errors returned by the runtime, wrapped with detail; compare with
+// errors.Is.
+var (
+	// ErrNotStarted: a construct before Start or after Stop.
+	ErrNotStarted = core.ErrNotStarted
+	// ErrConfig: an environment variable or option that cannot be used.
+	ErrConfig = core.ErrConfig
+	// ErrNoDevice: a device number that does not exist.
+	ErrNoDevice = core.ErrNoDevice
+	// ErrMandatory: OMP_TARGET_OFFLOAD=MANDATORY and the device cannot run
+	// the construct.
+	ErrMandatory = core.ErrMandatory
+	// ErrNotPresent: a present modifier on a buffer that is not mapped.
+	ErrNotPresent = core.ErrNotPresent
+	// ErrExtension: a section that partly overlaps a mapping or extends it
+	// (libomptarget: "explicit extension not allowed").
+	ErrExtension = core.ErrExtension
+	// ErrBadMap: a map clause that the construct does not allow, or a value
+	// that cannot be mapped.
+	ErrBadMap = core.ErrBadMap
+	// ErrBadArgument: a kernel argument or memory routine argument of the
+	// wrong kind.
+	ErrBadArgument = core.ErrBadArg
+	// ErrKernelSignature: a kernel function that cannot be offloaded, or a
+	// duplicate kernel name.
+	ErrKernelSignature = plugin.ErrSignature
+	// ErrKernelFailed: a kernel that failed on its device (it panicked); the
+	// error holds the panic value and stack.
+	ErrKernelFailed = plugin.ErrKernel
+	// ErrDeviceLost: a device that stopped working.
+	ErrDeviceLost = plugin.ErrDeviceLost
+	// ErrBadPointer: a device pointer outside any live allocation.
+	ErrBadPointer = plugin.ErrBadPointer
+)
+
+// MapError is the error for a map clause or data routine that cannot be
+// done. It names the device, the buffer (host address, size and name) and
+// what was expected; errors.Is matches its cause (ErrNotPresent,
+// ErrExtension, …).
+type MapError = core.MapError

@@ -1,0 +1,138 @@
+// Package core is goffload's device-agnostic runtime: the configuration, the
+// device table, the present (mapping) table of each device, and the lowering
+// of target constructs to plugin queue operations.
+package core
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/goffload/offload/internal/plugin"
+)
+
+// Policy is OMP_TARGET_OFFLOAD.
+type Policy int
+
+const (
+	// PolicyDefault offloads where it can and falls back to the initial
+	// device where a device is unavailable, saying so in the info output.
+	PolicyDefault Policy = iota
+	// PolicyMandatory makes a construct that cannot run on its device an
+	// error.
+	PolicyMandatory
+	// PolicyDisabled runs everything on the initial device.
+	PolicyDisabled
+)
+
+func (p Policy) String() string {
+	switch p {
+	case PolicyMandatory:
+		return "MANDATORY"
+	case PolicyDisabled:
+		return "DISABLED"
+	default:
+		return "DEFAULT"
+	}
+}
+
+// ParsePolicy parses an OMP_TARGET_OFFLOAD value (case-insensitive).
+func ParsePolicy(s string) (Policy, error) {
+	switch strings.ToUpper(strings.TrimSpace(s)) {
+	case "", "DEFAULT":
+		return PolicyDefault, nil
+	case "MANDATORY":
+		return PolicyMandatory, nil
+	case "DISABLED":
+		return PolicyDisabled, nil
+	}
+	return PolicyDefault, fmt.Errorf("%w: OMP_TARGET_OFFLOAD=%q: want MANDATORY, DISABLED or DEFAULT", ErrConfig, s)
+}
+
+// Config is what Start reads from the environment and options.
+type Config struct {
+	Policy Policy
+	// DefaultDevice is OMP_DEFAULT_DEVICE.
+	DefaultDevice int
+	// Devices is GOFFLOAD_DEVICES; DevicesSet says whether it was given
+	// (unset means: every device the plugins discover).
+	Devices    string
+	DevicesSet bool
+	// Info is GOFFLOAD_INFO, and InfoOut where it is written (stderr if nil).
+	Info    InfoFlags
+	InfoOut io.Writer
+}
+
+// ConfigFromEnv reads OMP_TARGET_OFFLOAD, OMP_DEFAULT_DEVICE, GOFFLOAD_DEVICES
+// and GOFFLOAD_INFO.
+func ConfigFromEnv() (Config, error) {
+	var cfg Config
+	var err error
+	if cfg.Policy, err = ParsePolicy(os.Getenv("OMP_TARGET_OFFLOAD")); err != nil {
+		return cfg, err
+	}
+	if s := strings.TrimSpace(os.Getenv("OMP_DEFAULT_DEVICE")); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 0 {
+			return cfg, fmt.Errorf("%w: OMP_DEFAULT_DEVICE=%q: want a non-negative device number", ErrConfig, s)
+		}
+		cfg.DefaultDevice = v
+	}
+	cfg.Devices, cfg.DevicesSet = os.LookupEnv("GOFFLOAD_DEVICES")
+	if cfg.Info, err = ParseInfo(os.Getenv("GOFFLOAD_INFO")); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// Spec is one item of GOFFLOAD_DEVICES: a kind and its argument.
+type Spec struct {
+	Kind string
+	Arg  string
+}
+
+func (s Spec) String() string {
+	if s.Arg == "" {
+		return s.Kind
+	}
+	if strings.Contains(s.Arg, "/") {
+		return s.Kind + "://" + s.Arg
+	}
+	return s.Kind + ":" + s.Arg
+}
+
+// ParseDevices splits a GOFFLOAD_DEVICES value ("host,local:2,tcp://h:p")
+// into specs and checks that each names a registered kind.
+func ParseDevices(s string) ([]Spec, error) {
+	var specs []Spec
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		var sp Spec
+		if i := strings.Index(item, "://"); i >= 0 {
+			sp = Spec{Kind: item[:i], Arg: item[i+3:]}
+		} else if i := strings.IndexByte(item, ':'); i >= 0 {
+			sp = Spec{Kind: item[:i], Arg: item[i+1:]}
+		} else {
+			sp = Spec{Kind: item}
+		}
+		sp.Kind = strings.ToLower(sp.Kind)
+		if _, ok := plugin.LookupKind(sp.Kind); !ok {
+			return nil, fmt.Errorf("%w: GOFFLOAD_DEVICES item %q: unknown device kind %q; known kinds: %s", ErrConfig, item, sp.Kind, knownKinds())
+		}
+		specs = append(specs, sp)
+	}
+	return specs, nil
+}
+
+func knownKinds() string {
+	var parts []string
+	for _, k := range plugin.Kinds() {
+		parts = append(parts, k.Help)
+	}
+	return strings.Join(parts, "; ")
+}

@@ -1,0 +1,353 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+
+	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/internal/workpool"
+)
+
+// Device is one entry of the runtime's device table: a plugin device and its
+// present table, or the initial device (the calling process itself).
+type Device struct {
+	// Num is the device number; the initial device's is the number of
+	// devices, as omp_get_initial_device() returns.
+	Num int
+	// Dev is the plugin device; nil for the initial device and for a device
+	// that could not be opened.
+	Dev plugin.Device
+	// Info describes the device.
+	Info plugin.Info
+	// Unavailable is why the device cannot be used, if it cannot.
+	Unavailable error
+	// Spec is the GOFFLOAD_DEVICES item the device came from.
+	Spec string
+
+	table *Table
+	log   *Logger
+	pool  *workpool.Pool // the initial device's workers
+
+	qmu    sync.Mutex
+	queues []plugin.Queue // idle queues for synchronous constructs
+}
+
+// IsInitial reports whether d is the initial device.
+func (d *Device) IsInitial() bool { return d.Dev == nil && d.Unavailable == nil }
+
+// Table is the device's present table (nil for the initial device).
+func (d *Device) Table() *Table { return d.table }
+
+// Label names the device in messages: "device 0 (host)".
+func (d *Device) Label() string {
+	if d.IsInitial() {
+		return fmt.Sprintf("initial device %d", d.Num)
+	}
+	return fmt.Sprintf("device %d (%s)", d.Num, d.Info.Kind)
+}
+
+func (d *Device) getQueue() (plugin.Queue, error) {
+	d.qmu.Lock()
+	if n := len(d.queues); n > 0 {
+		q := d.queues[n-1]
+		d.queues = d.queues[:n-1]
+		d.qmu.Unlock()
+		return q, nil
+	}
+	d.qmu.Unlock()
+	q, err := d.Dev.NewQueue()
+	if err != nil {
+		return nil, fmt.Errorf("goffload: %s: cannot create a queue: %w", d.Label(), err)
+	}
+	return q, nil
+}
+
+func (d *Device) putQueue(q plugin.Queue) {
+	d.qmu.Lock()
+	d.queues = append(d.queues, q)
+	d.qmu.Unlock()
+}
+
+// work is one construct's operations on one queue: the first error, and what
+// must run after the queue is synchronized (freeing unmapped entries).
+type work struct {
+	d     *Device
+	q     plugin.Queue
+	op    string
+	posts []func()
+	first error
+}
+
+func (d *Device) begin(op string) (*work, error) {
+	q, err := d.getQueue()
+	if err != nil {
+		return nil, err
+	}
+	return &work{d: d, q: q, op: op}, nil
+}
+
+func (w *work) err(e error) {
+	if w.first == nil {
+		w.first = e
+	}
+}
+
+// finish synchronizes the queue, runs the posts and returns the first error.
+func (w *work) finish() error {
+	d := w.d
+	if err := w.q.Synchronize(); err != nil {
+		w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), w.op, err))
+	}
+	for _, p := range w.posts {
+		p()
+	}
+	d.putQueue(w.q)
+	if w.first != nil && d.log.On(InfoDumpTable) {
+		d.dumpTable(fmt.Sprintf("Host-device pointer mappings after a failed %s:", w.op))
+	}
+	return w.first
+}
+
+func (d *Device) dumpTable(title string) {
+	var b strings.Builder
+	d.table.Dump(&b, title)
+	for _, line := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
+		d.log.Printf(InfoDumpTable, d.Num, "%s", line)
+	}
+}
+
+// KernelArg is one argument of a target region.
+type KernelArg struct {
+	// Scalar is the value of a scalar parameter.
+	Scalar any
+	// Slice is the host slice of a slice parameter, and Map its map clause.
+	Slice reflect.Value
+	Map   MapItem
+	// DevPtr says the slice is device memory at Ptr already (OpenMP's
+	// is_device_ptr); Slice then holds that memory if it is host memory.
+	DevPtr bool
+	Ptr    plugin.Ptr
+	Len    int
+}
+
+// Target runs kernel k with args on d: the target construct.
+func (d *Device) Target(k *plugin.Kernel, args []KernelArg, fallback bool) error {
+	if d.log.On(InfoKernelArgs) {
+		d.logArgs(k, args)
+	}
+	if d.IsInitial() {
+		return d.runInitial(k, args, fallback)
+	}
+	w, err := d.begin("target " + k.Name)
+	if err != nil {
+		return err
+	}
+	pargs := make([]plugin.Arg, len(args))
+	var mapped []MapItem
+	for i, a := range args {
+		p := k.Params[i]
+		switch {
+		case p.Kind == plugin.Scalar:
+			pargs[i].Scalar = a.Scalar
+		case a.DevPtr:
+			pargs[i] = plugin.Arg{Ptr: a.Ptr, Len: a.Len}
+		default:
+			tgt, err := d.enter(w.q, w.op, a.Map)
+			if err != nil {
+				w.err(err)
+				break
+			}
+			mapped = append(mapped, a.Map)
+			pargs[i] = plugin.Arg{Ptr: tgt, Len: a.Len}
+		}
+		if w.first != nil {
+			break
+		}
+	}
+	if w.first == nil {
+		d.log.Printf(InfoKernels, d.Num, "Launching kernel %s on %s", k.Name, d.Label())
+		if err := w.q.Launch(k, pargs); err != nil {
+			w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), w.op, err))
+		}
+	}
+	for i := len(mapped) - 1; i >= 0; i-- {
+		m := mapped[i]
+		if w.first != nil {
+			m.Type &^= MapFrom // nothing ran: release without copying back
+		}
+		if err := d.exit(w, m); err != nil {
+			w.err(err)
+		}
+	}
+	return w.finish()
+}
+
+func (d *Device) runInitial(k *plugin.Kernel, args []KernelArg, fallback bool) error {
+	vals := make([]reflect.Value, len(args))
+	for i, a := range args {
+		if k.Params[i].Kind == plugin.Scalar {
+			vals[i] = reflect.ValueOf(a.Scalar)
+		} else {
+			vals[i] = a.Slice
+		}
+	}
+	how := ""
+	if fallback {
+		how = " (host fallback)"
+	}
+	d.log.Printf(InfoKernels, d.Num, "Running kernel %s on %s%s", k.Name, d.Label(), how)
+	if err := k.Call(plugin.NewKernelCtx(d.Num, d.pool), vals); err != nil {
+		return fmt.Errorf("goffload: %s: target %s: %w", d.Label(), k.Name, err)
+	}
+	return nil
+}
+
+func (d *Device) logArgs(k *plugin.Kernel, args []KernelArg) {
+	d.log.Printf(InfoKernelArgs, d.Num, "Entering kernel %s with %d arguments:", k.Name, len(args))
+	for i, a := range args {
+		p := k.Params[i]
+		switch {
+		case p.Kind == plugin.Scalar:
+			d.log.Printf(InfoKernelArgs, d.Num, "firstprivate(arg%d)[%d]", i, p.Type.Size())
+		case a.DevPtr:
+			d.log.Printf(InfoKernelArgs, d.Num, "is_device_ptr(arg%d)[%d]", i, int64(a.Len)*int64(p.Type.Size()))
+		default:
+			d.log.Printf(InfoKernelArgs, d.Num, "%s(%s)[%d]%s", a.Map.Kind(), nameOf(a.Map.Buf.Name), a.Map.Buf.Size, implicitNote(a.Map))
+		}
+	}
+}
+
+// Construct names, as OpenMP spells them.
+const (
+	OpEnterData = "target enter data"
+	OpExitData  = "target exit data"
+	OpData      = "target data"
+	OpUpdate    = "target update"
+)
+
+// CheckMaps checks that each clause is allowed on the construct op.
+func (d *Device) CheckMaps(op string, maps []MapItem) error {
+	for _, m := range maps {
+		kind := m.Kind()
+		var ok bool
+		switch op {
+		case OpEnterData:
+			ok = (kind == "to" || kind == "alloc") && !m.Exit
+		case OpExitData:
+			ok = kind == "from" || kind == "release" || kind == "delete"
+		case OpUpdate:
+			ok = kind == "to" || kind == "from"
+		default: // target, target data
+			ok = (kind == "to" || kind == "from" || kind == "tofrom" || kind == "alloc") && !m.Exit
+		}
+		if !ok {
+			return d.mapErr(op, m, ErrBadMap, "map type %q is not allowed on %s", kind, op)
+		}
+		if m.Type&MapHold != 0 && (op == OpEnterData || op == OpExitData || op == OpUpdate) {
+			return d.mapErr(op, m, ErrBadMap, "the hold modifier belongs to structured constructs (target, target data), not %s", op)
+		}
+		if m.Type&MapAlways != 0 && op == OpUpdate {
+			return d.mapErr(op, m, ErrBadMap, "always has no meaning on %s, which always copies", op)
+		}
+	}
+	return nil
+}
+
+// EnterData maps buffers: target enter data.
+func (d *Device) EnterData(maps []MapItem) error {
+	if err := d.CheckMaps(OpEnterData, maps); err != nil || d.IsInitial() {
+		return err
+	}
+	w, err := d.begin(OpEnterData)
+	if err != nil {
+		return err
+	}
+	for _, m := range maps {
+		if _, err := d.enter(w.q, w.op, m); err != nil {
+			w.err(err)
+		}
+	}
+	return w.finish()
+}
+
+// ExitData unmaps buffers: target exit data.
+func (d *Device) ExitData(maps []MapItem) error {
+	if err := d.CheckMaps(OpExitData, maps); err != nil || d.IsInitial() {
+		return err
+	}
+	w, err := d.begin(OpExitData)
+	if err != nil {
+		return err
+	}
+	for _, m := range maps {
+		if err := d.exit(w, m); err != nil {
+			w.err(err)
+		}
+	}
+	return w.finish()
+}
+
+// Update copies present buffers: target update.
+func (d *Device) Update(maps []MapItem) error {
+	if err := d.CheckMaps(OpUpdate, maps); err != nil || d.IsInitial() {
+		return err
+	}
+	w, err := d.begin(OpUpdate)
+	if err != nil {
+		return err
+	}
+	for _, m := range maps {
+		if err := d.update(w, m); err != nil {
+			w.err(err)
+		}
+	}
+	return w.finish()
+}
+
+// Data maps buffers around body: a structured target data region. The
+// buffers are unmapped when body returns, whatever it returns; body's error
+// comes first.
+func (d *Device) Data(maps []MapItem, body func() error) error {
+	if err := d.CheckMaps(OpData, maps); err != nil {
+		return err
+	}
+	if d.IsInitial() {
+		return body()
+	}
+	w, err := d.begin(OpData)
+	if err != nil {
+		return err
+	}
+	var mapped []MapItem
+	for _, m := range maps {
+		if _, err := d.enter(w.q, w.op, m); err != nil {
+			w.err(err)
+			break
+		}
+		mapped = append(mapped, m)
+	}
+	failed := w.first != nil
+	if err := w.q.Synchronize(); err != nil {
+		w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), w.op, err))
+	}
+	var bodyErr error
+	if w.first == nil {
+		bodyErr = body()
+	}
+	for i := len(mapped) - 1; i >= 0; i-- {
+		m := mapped[i]
+		if failed {
+			m.Type &^= MapFrom
+		}
+		if err := d.exit(w, m); err != nil {
+			w.err(err)
+		}
+	}
+	if err := w.finish(); err != nil {
+		return errors.Join(bodyErr, err)
+	}
+	return bodyErr
+}

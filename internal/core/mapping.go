@@ -1,0 +1,376 @@
+package core
+
+import (
+	"fmt"
+	"strings"
+	"unsafe"
+
+	"github.com/goffload/offload/internal/plugin"
+)
+
+// Buf is a host buffer: the memory of a Go slice.
+type Buf struct {
+	Ptr  unsafe.Pointer // first byte; nil for a nil slice
+	Size int64
+	Name string
+}
+
+// Addr is the buffer's host address.
+func (b Buf) Addr() uintptr { return uintptr(b.Ptr) }
+
+// Bytes returns the buffer's memory.
+func (b Buf) Bytes() []byte {
+	if b.Size == 0 || b.Ptr == nil {
+		return nil
+	}
+	return unsafe.Slice((*byte)(b.Ptr), b.Size)
+}
+
+// MapType holds a map clause's type and modifiers, as bits.
+type MapType uint16
+
+// Map type bits. "alloc" and "release" are the absence of To and From.
+const (
+	MapTo MapType = 1 << iota
+	MapFrom
+	MapAlways
+	MapDelete
+	MapPresent
+	MapHold
+	MapImplicit
+)
+
+// MapItem is one map clause on one buffer.
+type MapItem struct {
+	Buf  Buf
+	Type MapType
+	// Exit says the clause is an exit clause (release rather than alloc).
+	Exit bool
+}
+
+// Kind is the clause's map type name: to, from, tofrom, alloc, release,
+// delete.
+func (m MapItem) Kind() string {
+	switch {
+	case m.Type&MapDelete != 0:
+		return "delete"
+	case m.Type&(MapTo|MapFrom) == MapTo|MapFrom:
+		return "tofrom"
+	case m.Type&MapTo != 0:
+		return "to"
+	case m.Type&MapFrom != 0:
+		return "from"
+	case m.Exit:
+		return "release"
+	default:
+		return "alloc"
+	}
+}
+
+// Clause renders the clause as OpenMP writes it: "map(always, present, to)".
+func (m MapItem) Clause() string {
+	var mods []string
+	if m.Type&MapAlways != 0 {
+		mods = append(mods, "always")
+	}
+	if m.Type&MapPresent != 0 {
+		mods = append(mods, "present")
+	}
+	if m.Type&MapHold != 0 {
+		mods = append(mods, "ompx_hold")
+	}
+	mods = append(mods, m.Kind())
+	s := "map(" + strings.Join(mods, ", ") + ")"
+	if m.Type&MapImplicit != 0 {
+		s += " (implicit)"
+	}
+	return s
+}
+
+func (d *Device) mapErr(op string, m MapItem, err error, detail string, args ...any) error {
+	return &MapError{Device: d.Label(), Op: op, Clause: m.Clause(), Name: m.Buf.Name,
+		Addr: m.Buf.Addr(), Size: m.Buf.Size, Detail: fmt.Sprintf(detail, args...), Err: err}
+}
+
+func (d *Device) conflictErr(op string, m MapItem, c *Entry) error {
+	return d.mapErr(op, m, ErrExtension,
+		"host range [%#x, %#x) is partly mapped: the device allocation maps host [%#x, %#x) (Size=%d, Name=%s); a mapped section must lie inside one mapping",
+		m.Buf.Addr(), m.Buf.Addr()+uintptr(m.Buf.Size), c.HstBegin, c.HstEnd, c.Size(), nameOf(c.Name))
+}
+
+func nameOf(n string) string {
+	if n == "" {
+		return "unknown"
+	}
+	return n
+}
+
+// enter maps one buffer for a construct's start (target, target data, enter
+// data): it finds or creates the entry, moves its reference count and
+// enqueues the copy in on q. It returns the device address of the buffer.
+func (d *Device) enter(q plugin.Queue, op string, m MapItem) (plugin.Ptr, error) {
+	addr, size := m.Buf.Addr(), m.Buf.Size
+	t := d.table
+	t.mu.Lock()
+	var r lookupResult
+	for {
+		r = t.lookup(addr, size)
+		if r.conflict != nil {
+			t.mu.Unlock()
+			return 0, d.conflictErr(op, m, r.conflict)
+		}
+		if r.entry != nil && r.entry.state == stateDeleting {
+			gone := r.entry.gone
+			t.mu.Unlock()
+			<-gone
+			t.mu.Lock()
+			continue
+		}
+		break
+	}
+	if size == 0 {
+		// Zero-length sections are legal and move no count: a pointer into a
+		// mapped buffer translates, anything else is a nil device slice.
+		t.mu.Unlock()
+		if e := r.entry; e != nil {
+			<-e.settled
+			if e.err == nil {
+				return e.tgt + plugin.Ptr(addr-e.HstBegin), nil
+			}
+		}
+		return 0, nil
+	}
+	hold := m.Type&MapHold != 0
+	if e := r.entry; e != nil {
+		if e.dyn < infRef/2 {
+			if hold {
+				e.hold++
+			} else {
+				e.dyn++
+			}
+		}
+		dyn, held := e.dyn, e.hold
+		t.mu.Unlock()
+		<-e.settled
+		if e.err != nil {
+			return 0, d.mapErr(op, m, e.err, "the concurrent mapping of this buffer failed")
+		}
+		tgt := e.tgt + plugin.Ptr(addr-e.HstBegin)
+		d.log.Printf(InfoMappingExists, d.Num, "Mapping exists%s with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=%s%s, HoldRefCount=%s%s, Name=%s",
+			implicitNote(m), addr, uint64(tgt), size, refString(dyn), incNote(!hold, dyn), refString(held), incNote(hold, held), nameOf(m.Buf.Name))
+		if m.Type&(MapTo|MapAlways) == MapTo|MapAlways {
+			if err := d.copyIn(q, op, m, tgt, e); err != nil {
+				return 0, err
+			}
+			return tgt, nil
+		}
+		t.mu.Lock()
+		ev := e.ev
+		t.mu.Unlock()
+		if ev != nil {
+			if fired, _ := ev.Query(); !fired {
+				if err := q.Wait(ev); err != nil {
+					return 0, d.mapErr(op, m, err, "cannot wait for the copy into the existing mapping")
+				}
+			}
+		}
+		return tgt, nil
+	}
+	if m.Type&MapPresent != 0 {
+		t.mu.Unlock()
+		return 0, d.mapErr(op, m, ErrNotPresent, "the present modifier requires the buffer to be mapped, and no mapping contains it")
+	}
+	e := &Entry{HstBegin: addr, HstEnd: addr + uintptr(size), Name: m.Buf.Name, keep: m.Buf.Ptr,
+		owned: true, settled: make(chan struct{}), state: stateCreating}
+	if hold {
+		e.hold = 1
+	} else {
+		e.dyn = 1
+	}
+	t.tree.ReplaceOrInsert(e)
+	t.mu.Unlock()
+
+	fail := func(err error) (plugin.Ptr, error) {
+		t.mu.Lock()
+		t.tree.Delete(e)
+		e.err = err
+		t.mu.Unlock()
+		close(e.settled)
+		return 0, err
+	}
+	tgt, err := d.Dev.Alloc(size)
+	if err != nil {
+		return fail(d.mapErr(op, m, err, "cannot allocate %d bytes of device memory", size))
+	}
+	e.tgt = tgt
+	d.log.Printf(InfoMappingChanged, d.Num, "Creating new map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=%d, HoldRefCount=%d, Name=%s",
+		addr, uint64(tgt), size, e.dyn, e.hold, nameOf(m.Buf.Name))
+	if m.Type&MapTo != 0 {
+		if err := d.copyIn(q, op, m, tgt, e); err != nil {
+			_ = d.Dev.Free(tgt)
+			return fail(err)
+		}
+	}
+	t.mu.Lock()
+	e.state = stateLive
+	t.mu.Unlock()
+	close(e.settled)
+	return tgt, nil
+}
+
+// copyIn enqueues the copy of m's buffer to tgt and records an event on the
+// entry, so that users of the entry on other queues wait for it.
+func (d *Device) copyIn(q plugin.Queue, op string, m MapItem, tgt plugin.Ptr, e *Entry) error {
+	d.log.Printf(InfoCopies, d.Num, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
+		m.Buf.Addr(), uint64(tgt), m.Buf.Size, nameOf(m.Buf.Name))
+	if err := q.Submit(tgt, m.Buf.Bytes()); err != nil {
+		return d.mapErr(op, m, err, "cannot copy to the device")
+	}
+	ev, err := d.Dev.NewEvent()
+	if err == nil {
+		err = q.Record(ev)
+	}
+	if err != nil {
+		return d.mapErr(op, m, err, "cannot record the copy's event")
+	}
+	d.table.mu.Lock()
+	old := e.ev
+	e.ev = ev
+	d.table.mu.Unlock()
+	if old != nil {
+		_ = old.Close()
+	}
+	return nil
+}
+
+func implicitNote(m MapItem) string {
+	if m.Type&MapImplicit != 0 {
+		return " (implicit)"
+	}
+	return ""
+}
+
+func incNote(moved bool, n int64) string {
+	if moved && n < infRef/2 {
+		return " (incremented)"
+	}
+	return ""
+}
+
+// exit unmaps one buffer at a construct's end (target, target data, exit
+// data): it moves the reference count, enqueues the copy out on q when the
+// count reaches zero or always is given, and adds to w the freeing of the
+// entry, which must run after q is synchronized.
+func (d *Device) exit(w *work, m MapItem) error {
+	addr, size := m.Buf.Addr(), m.Buf.Size
+	if size == 0 {
+		return nil
+	}
+	t := d.table
+	t.mu.Lock()
+	var r lookupResult
+	for {
+		r = t.lookup(addr, size)
+		if r.entry != nil && r.entry.state == stateCreating {
+			settled := r.entry.settled
+			t.mu.Unlock()
+			<-settled
+			t.mu.Lock()
+			continue
+		}
+		break
+	}
+	if r.conflict != nil {
+		t.mu.Unlock()
+		return d.conflictErr(w.op, m, r.conflict)
+	}
+	e := r.entry
+	if e == nil || e.state == stateDeleting {
+		t.mu.Unlock()
+		if m.Type&MapPresent != 0 {
+			return d.mapErr(w.op, m, ErrNotPresent, "the present modifier requires the buffer to be mapped, and no mapping contains it")
+		}
+		return nil // exit of an unmapped buffer is a no-op
+	}
+	hold := m.Type&MapHold != 0
+	if e.dyn < infRef/2 {
+		switch {
+		case m.Type&MapDelete != 0:
+			e.dyn = 0
+		case hold && e.hold > 0:
+			e.hold--
+		case !hold && e.dyn > 0:
+			e.dyn--
+		}
+	}
+	last := e.dyn == 0 && e.hold == 0
+	if last {
+		e.state = stateDeleting
+		e.gone = make(chan struct{})
+	}
+	t.mu.Unlock()
+
+	tgt := e.tgt + plugin.Ptr(addr-e.HstBegin)
+	if m.Type&MapFrom != 0 && (last || m.Type&MapAlways != 0) {
+		d.log.Printf(InfoCopies, d.Num, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
+			uint64(tgt), addr, size, nameOf(m.Buf.Name))
+		if err := w.q.Retrieve(m.Buf.Bytes(), tgt); err != nil {
+			w.err(d.mapErr(w.op, m, err, "cannot copy from the device"))
+		}
+	}
+	if last {
+		d.log.Printf(InfoMappingChanged, d.Num, "Removing map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, Name=%s",
+			e.HstBegin, uint64(e.tgt), e.Size(), nameOf(e.Name))
+		w.posts = append(w.posts, func() { d.remove(e) })
+	}
+	return nil
+}
+
+// remove frees a deleting entry's memory and takes it out of the table.
+func (d *Device) remove(e *Entry) {
+	if e.owned {
+		if err := d.Dev.Free(e.tgt); err != nil {
+			d.log.Printf(InfoMappingChanged, d.Num, "Freeing TgtPtrBegin=%#x failed: %v", uint64(e.tgt), err)
+		}
+	}
+	t := d.table
+	t.mu.Lock()
+	t.tree.Delete(e)
+	ev := e.ev
+	e.ev = nil
+	t.mu.Unlock()
+	if ev != nil {
+		_ = ev.Close()
+	}
+	close(e.gone)
+}
+
+// update copies a present buffer to or from the device (target update); a
+// buffer that is not present is skipped unless the present modifier is given.
+func (d *Device) update(w *work, m MapItem) error {
+	if m.Buf.Size == 0 {
+		return nil
+	}
+	e, tgt := d.table.Lookup(m.Buf.Addr(), m.Buf.Size)
+	if e == nil {
+		d.table.mu.Lock()
+		r := d.table.lookup(m.Buf.Addr(), m.Buf.Size)
+		d.table.mu.Unlock()
+		if r.conflict != nil {
+			return d.conflictErr(w.op, m, r.conflict)
+		}
+		if m.Type&MapPresent != 0 {
+			return d.mapErr(w.op, m, ErrNotPresent, "the present modifier requires the buffer to be mapped, and no mapping contains it")
+		}
+		return nil
+	}
+	if m.Type&MapTo != 0 {
+		return d.copyIn(w.q, w.op, m, tgt, e)
+	}
+	d.log.Printf(InfoCopies, d.Num, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
+		uint64(tgt), m.Buf.Addr(), m.Buf.Size, nameOf(m.Buf.Name))
+	if err := w.q.Retrieve(m.Buf.Bytes(), tgt); err != nil {
+		return d.mapErr(w.op, m, err, "cannot copy from the device")
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/goffload/offload/internal/plugin"
+)
+
+// The device memory routines: OpenMP's omp_target_alloc, omp_target_free,
+// omp_target_memcpy, omp_target_is_present, omp_target_associate_ptr and
+// omp_target_disassociate_ptr. The initial device's memory is host memory,
+// which the caller (package offload) handles itself.
+
+// Alloc allocates size bytes of device memory.
+func (d *Device) Alloc(size int64) (plugin.Ptr, error) {
+	if size < 0 {
+		return 0, fmt.Errorf("goffload: %s: alloc of %d bytes: %w: negative size", d.Label(), size, ErrBadArg)
+	}
+	p, err := d.Dev.Alloc(size)
+	if err != nil {
+		return 0, fmt.Errorf("goffload: %s: alloc of %d bytes: %w", d.Label(), size, err)
+	}
+	return p, nil
+}
+
+// Free releases memory from Alloc.
+func (d *Device) Free(p plugin.Ptr) error {
+	if err := d.Dev.Free(p); err != nil {
+		return fmt.Errorf("goffload: %s: free of %#x: %w", d.Label(), uint64(p), err)
+	}
+	return nil
+}
+
+// Loc is one side of a copy: device memory (Dev, not the initial device, at
+// Ptr) or host memory (Host).
+type Loc struct {
+	Dev  *Device
+	Ptr  plugin.Ptr
+	Host []byte
+}
+
+func (l Loc) onDevice() bool { return l.Dev != nil && !l.Dev.IsInitial() }
+
+// Memcpy copies n bytes from src to dst; either may be host memory. A copy
+// between two devices goes straight between them where their kind allows,
+// and through host memory otherwise.
+func Memcpy(dst, src Loc, n int64) error {
+	switch {
+	case !dst.onDevice() && !src.onDevice():
+		copy(dst.Host[:n], src.Host[:n])
+		return nil
+	case dst.onDevice() && !src.onDevice():
+		return dst.Dev.sync("omp_target_memcpy", func(q plugin.Queue) error { return q.Submit(dst.Ptr, src.Host[:n]) })
+	case !dst.onDevice() && src.onDevice():
+		return src.Dev.sync("omp_target_memcpy", func(q plugin.Queue) error { return q.Retrieve(dst.Host[:n], src.Ptr) })
+	}
+	err := src.Dev.sync("omp_target_memcpy", func(q plugin.Queue) error { return q.Exchange(dst.Dev.Dev, dst.Ptr, src.Ptr, n) })
+	if !errors.Is(err, plugin.ErrUnsupported) {
+		return err
+	}
+	stage := make([]byte, n)
+	if err := src.Dev.sync("omp_target_memcpy", func(q plugin.Queue) error { return q.Retrieve(stage, src.Ptr) }); err != nil {
+		return err
+	}
+	return dst.Dev.sync("omp_target_memcpy", func(q plugin.Queue) error { return q.Submit(dst.Ptr, stage) })
+}
+
+// sync runs enqueue on a queue of d and waits for it.
+func (d *Device) sync(op string, enqueue func(q plugin.Queue) error) error {
+	w, err := d.begin(op)
+	if err != nil {
+		return err
+	}
+	if err := enqueue(w.q); err != nil {
+		w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), op, err))
+	}
+	return w.finish()
+}
+
+// IsPresent reports whether buf lies inside a mapping on d.
+func (d *Device) IsPresent(buf Buf) bool {
+	if d.IsInitial() {
+		return true
+	}
+	e, _ := d.table.Lookup(buf.Addr(), buf.Size)
+	return e != nil
+}
+
+// MappedPtr returns the device address buf is mapped to.
+func (d *Device) MappedPtr(buf Buf) (plugin.Ptr, error) {
+	e, p := d.table.Lookup(buf.Addr(), buf.Size)
+	if e == nil {
+		return 0, d.mapErr("omp_get_mapped_ptr", MapItem{Buf: buf}, ErrNotPresent, "no mapping contains the buffer")
+	}
+	return p, nil
+}
+
+// Associate maps buf to device memory at p, which the caller owns: the
+// entry's reference count is infinite, so maps never copy into a new
+// allocation or free it; Disassociate removes it.
+func (d *Device) Associate(buf Buf, p plugin.Ptr) error {
+	const op = "omp_target_associate_ptr"
+	m := MapItem{Buf: buf}
+	if buf.Size <= 0 {
+		return d.mapErr(op, m, ErrBadArg, "cannot associate an empty buffer")
+	}
+	t := d.table
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.lookup(buf.Addr(), buf.Size)
+	if r.conflict != nil {
+		return d.conflictErr(op, m, r.conflict)
+	}
+	if e := r.entry; e != nil {
+		if e.state == stateLive && e.HstBegin == buf.Addr() && e.tgt == p {
+			return nil // the same association again
+		}
+		return d.mapErr(op, m, ErrBadMap, "the buffer is mapped already (HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d)", e.HstBegin, uint64(e.tgt), e.Size())
+	}
+	e := &Entry{HstBegin: buf.Addr(), HstEnd: buf.Addr() + uintptr(buf.Size), Name: buf.Name, keep: buf.Ptr,
+		tgt: p, settled: make(chan struct{}), state: stateLive, dyn: infRef}
+	close(e.settled)
+	t.tree.ReplaceOrInsert(e)
+	d.log.Printf(InfoMappingChanged, d.Num, "Creating new map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=INF, HoldRefCount=0, Name=%s",
+		e.HstBegin, uint64(p), buf.Size, nameOf(buf.Name))
+	return nil
+}
+
+// Disassociate removes an association made by Associate.
+func (d *Device) Disassociate(buf Buf) error {
+	const op = "omp_target_disassociate_ptr"
+	m := MapItem{Buf: buf}
+	t := d.table
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.tree.Get(&Entry{HstBegin: buf.Addr()})
+	if !ok || e.state != stateLive {
+		return d.mapErr(op, m, ErrNotPresent, "no association starts at this address")
+	}
+	if e.dyn < infRef/2 {
+		return d.mapErr(op, m, ErrBadMap, "the buffer is mapped by map clauses, not associated (DynRefCount=%d)", e.dyn)
+	}
+	if e.hold > 0 {
+		return d.mapErr(op, m, ErrBadMap, "the association is held by a region (HoldRefCount=%d)", e.hold)
+	}
+	t.tree.Delete(e)
+	d.log.Printf(InfoMappingChanged, d.Num, "Removing map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, Name=%s",
+		e.HstBegin, uint64(e.tgt), e.Size(), nameOf(e.Name))
+	return nil
+}

@@ -1,0 +1,176 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+
+	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/internal/workpool"
+)
+
+// Runtime is a started device table.
+type Runtime struct {
+	Cfg     Config
+	Log     *Logger
+	Image   *plugin.Image
+	Devices []*Device // numbered 0..n-1
+	Initial *Device   // number n
+}
+
+// Start opens the devices the configuration names and loads the kernel
+// image on them.
+func Start(cfg Config) (*Runtime, error) {
+	r := &Runtime{Cfg: cfg, Log: NewLogger(cfg.Info, cfg.InfoOut), Image: plugin.CurrentImage()}
+	if cfg.Policy != PolicyDisabled {
+		if err := r.open(); err != nil {
+			r.Stop()
+			return nil, err
+		}
+	}
+	n := len(r.Devices)
+	r.Initial = &Device{Num: n, Info: initialInfo(), log: r.Log, pool: workpool.New(runtime.NumCPU())}
+	for _, d := range r.Devices {
+		if d.Unavailable != nil {
+			continue
+		}
+		if err := d.Dev.Load(r.Image, d.Num); err != nil {
+			if err := r.unavailable(d, fmt.Errorf("cannot load the kernel image: %w", err)); err != nil {
+				r.Stop()
+				return nil, err
+			}
+		}
+	}
+	r.Log.Printf(InfoOffload, -1, "OMP_TARGET_OFFLOAD=%s, %d devices, default device %d, initial device %d, image %s with %d kernels",
+		cfg.Policy, n, cfg.DefaultDevice, n, r.Image.Digest, len(r.Image.Kernels))
+	for _, d := range r.Devices {
+		if d.Unavailable != nil {
+			r.Log.Printf(InfoOffload, d.Num, "unavailable (%s): %v", d.Spec, d.Unavailable)
+		} else {
+			r.Log.Printf(InfoOffload, d.Num, "%s: %s, %d cores, host %s, pid %d", d.Spec, d.Info.Name, d.Info.Cores, d.Info.Host, d.Info.PID)
+		}
+	}
+	return r, nil
+}
+
+func initialInfo() plugin.Info {
+	host, _ := os.Hostname()
+	return plugin.Info{Kind: "initial", Name: "initial device (this process)", Cores: runtime.NumCPU(),
+		Arch: runtime.GOARCH, Host: host, PID: os.Getpid()}
+}
+
+// open fills r.Devices from GOFFLOAD_DEVICES or by discovery.
+func (r *Runtime) open() error {
+	if r.Cfg.DevicesSet {
+		specs, err := ParseDevices(r.Cfg.Devices)
+		if err != nil {
+			return err
+		}
+		for _, sp := range specs {
+			k, _ := plugin.LookupKind(sp.Kind)
+			devs, err := k.Open(sp.Arg)
+			if err := r.add(sp.String(), devs, err); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, k := range plugin.Kinds() {
+		if k.Discover == nil {
+			continue
+		}
+		devs, err := k.Discover()
+		if err := r.add(k.Name, devs, err); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Runtime) add(spec string, devs []plugin.Device, err error) error {
+	for _, pd := range devs {
+		r.Devices = append(r.Devices, &Device{Num: len(r.Devices), Dev: pd, Info: pd.Info(), Spec: spec, table: NewTable(), log: r.Log})
+	}
+	if err != nil {
+		d := &Device{Num: len(r.Devices), Spec: spec, Info: plugin.Info{Kind: strings.SplitN(spec, ":", 2)[0]}, log: r.Log}
+		r.Devices = append(r.Devices, d)
+		return r.unavailable(d, fmt.Errorf("cannot open %q: %w", spec, err))
+	}
+	return nil
+}
+
+// unavailable marks d unusable: an error under MANDATORY, a fallback to the
+// initial device otherwise.
+func (r *Runtime) unavailable(d *Device, why error) error {
+	d.Unavailable = why
+	if r.Cfg.Policy == PolicyMandatory {
+		return fmt.Errorf("goffload: %s: %w: %w", d.Label(), ErrMandatory, why)
+	}
+	return nil
+}
+
+// Resolve returns the device a construct with device number num runs on,
+// following OMP_TARGET_OFFLOAD; fallback reports a fall back to the initial
+// device.
+func (r *Runtime) Resolve(num int) (d *Device, fallback bool, err error) {
+	n := len(r.Devices)
+	switch {
+	case r.Cfg.Policy == PolicyDisabled || num == n:
+		return r.Initial, false, nil
+	case num < 0 || num > n:
+		why := fmt.Errorf("%w: device number %d: %s", ErrNoDevice, num, r.validNumbers())
+		if r.Cfg.Policy == PolicyMandatory {
+			return nil, false, fmt.Errorf("goffload: %w (OMP_TARGET_OFFLOAD=MANDATORY)", why)
+		}
+		r.Log.Printf(InfoOffload, num, "%v; running on the initial device", why)
+		return r.Initial, true, nil
+	}
+	d = r.Devices[num]
+	if d.Unavailable != nil {
+		if r.Cfg.Policy == PolicyMandatory {
+			return nil, false, fmt.Errorf("goffload: %s: %w: %w", d.Label(), ErrMandatory, d.Unavailable)
+		}
+		r.Log.Printf(InfoOffload, num, "unavailable (%v); running on the initial device", d.Unavailable)
+		return r.Initial, true, nil
+	}
+	return d, false, nil
+}
+
+func (r *Runtime) validNumbers() string {
+	n := len(r.Devices)
+	if n == 0 {
+		return "there are no devices; 0 is the initial device"
+	}
+	return fmt.Sprintf("devices are 0 to %d, and %d is the initial device", n-1, n)
+}
+
+// Stop synchronizes and closes every device. With the table info flag it
+// dumps each present table first.
+func (r *Runtime) Stop() error {
+	var errs []error
+	for _, d := range r.Devices {
+		if d.Dev == nil {
+			continue
+		}
+		if r.Log.On(InfoDumpTable) {
+			d.dumpTable("Host-device pointer mappings at Stop:")
+		}
+		d.qmu.Lock()
+		for _, q := range d.queues {
+			if err := q.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		d.queues = nil
+		d.qmu.Unlock()
+		if err := d.Dev.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("goffload: %s: close: %w", d.Label(), err))
+		}
+	}
+	if r.Initial != nil {
+		r.Initial.pool.Close()
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,284 @@
+package plugin
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/goffload/offload/internal/workpool"
+)
+
+// ParamKind says how a kernel parameter is passed.
+type ParamKind int
+
+const (
+	// Scalar parameters are passed by value (OpenMP's firstprivate).
+	Scalar ParamKind = iota
+	// Slice parameters are device buffers.
+	Slice
+)
+
+// Param describes one kernel parameter (the context parameter excluded).
+type Param struct {
+	Kind ParamKind
+	// Type is the scalar's type, or the slice's element type.
+	Type reflect.Type
+}
+
+// Kernel is an entry of the offload entries table: a Go function that every
+// process of the program registers under the same name at the same index.
+type Kernel struct {
+	Index  int
+	Name   string
+	Fn     reflect.Value
+	HasCtx bool    // the first parameter is the kernel context
+	Params []Param // parameters after the context
+	// Sig is the function's signature as text, part of the image digest.
+	Sig string
+}
+
+// ErrSignature is wrapped by every error about a kernel's signature or name.
+var ErrSignature = errors.New("invalid kernel")
+
+var ctxType = reflect.TypeFor[*KernelCtx]()
+
+var registry struct {
+	sync.Mutex
+	kernels []*Kernel
+	byName  map[string]*Kernel
+}
+
+// RegisterKernel adds fn to the entries table under name. The first
+// parameter may be an interface that *KernelCtx implements (the kernel
+// context); every other parameter must be a plain-data scalar (bool, integer,
+// float, complex, or an array or struct made only of those) or a slice of
+// one. fn must return nothing.
+func RegisterKernel(name string, fn any) (*Kernel, error) {
+	if name == "" {
+		return nil, fmt.Errorf("%w: kernel name is empty", ErrSignature)
+	}
+	v := reflect.ValueOf(fn)
+	if !v.IsValid() || v.Kind() != reflect.Func || v.IsNil() {
+		return nil, fmt.Errorf("%w: kernel %q: body is %T, want a non-nil func", ErrSignature, name, fn)
+	}
+	t := v.Type()
+	if t.IsVariadic() {
+		return nil, fmt.Errorf("%w: kernel %q: variadic functions are not kernels", ErrSignature, name)
+	}
+	if t.NumOut() != 0 {
+		return nil, fmt.Errorf("%w: kernel %q: returns %d results; kernels return nothing (write results to a slice)", ErrSignature, name, t.NumOut())
+	}
+	k := &Kernel{Name: name, Fn: v, Sig: t.String()}
+	for i := 0; i < t.NumIn(); i++ {
+		pt := t.In(i)
+		if i == 0 && pt.Kind() == reflect.Interface && pt.NumMethod() > 0 && ctxType.Implements(pt) {
+			k.HasCtx = true
+			continue
+		}
+		if pt.Kind() == reflect.Slice {
+			if err := plainData(pt.Elem()); err != nil {
+				return nil, fmt.Errorf("%w: kernel %q: parameter %d (%s): slice elements must be plain data: %v", ErrSignature, name, i, pt, err)
+			}
+			k.Params = append(k.Params, Param{Kind: Slice, Type: pt.Elem()})
+			continue
+		}
+		if err := plainData(pt); err != nil {
+			return nil, fmt.Errorf("%w: kernel %q: parameter %d (%s): %v", ErrSignature, name, i, pt, err)
+		}
+		k.Params = append(k.Params, Param{Kind: Scalar, Type: pt})
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	if registry.byName == nil {
+		registry.byName = map[string]*Kernel{}
+	}
+	if _, dup := registry.byName[name]; dup {
+		return nil, fmt.Errorf("%w: kernel %q is registered twice", ErrSignature, name)
+	}
+	k.Index = len(registry.kernels)
+	registry.kernels = append(registry.kernels, k)
+	registry.byName[name] = k
+	return k, nil
+}
+
+// PlainData reports why t is not plain data (nil if it is): the types that
+// can be copied to a device as bytes.
+func PlainData(t reflect.Type) error { return plainData(t) }
+
+func plainData(t reflect.Type) error {
+	switch t.Kind() {
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
+		return nil
+	case reflect.Array:
+		if err := plainData(t.Elem()); err != nil {
+			return fmt.Errorf("array of %s: %v", t.Elem(), err)
+		}
+		return nil
+	case reflect.Struct:
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			if err := plainData(f.Type); err != nil {
+				return fmt.Errorf("field %s: %v", f.Name, err)
+			}
+		}
+		return nil
+	case reflect.Slice:
+		return fmt.Errorf("%s is a slice of slices; only one level of slice is a buffer", t)
+	default:
+		return fmt.Errorf("%s is a %s, which cannot be copied to a device (want bool, numbers, or arrays/structs of them)", t, t.Kind())
+	}
+}
+
+// Image is the kernel table as loaded on devices, with its digest.
+type Image struct {
+	Kernels []*Kernel
+	// Digest identifies the table (names and signatures in order); a host
+	// and a device process agree on kernels only if their digests match.
+	Digest string
+}
+
+// CurrentImage returns the entries table as registered so far.
+func CurrentImage() *Image {
+	registry.Lock()
+	ks := append([]*Kernel(nil), registry.kernels...)
+	registry.Unlock()
+	h := sha256.New()
+	for _, k := range ks {
+		fmt.Fprintf(h, "%d\x00%s\x00%s\x00", k.Index, k.Name, k.Sig)
+	}
+	return &Image{Kernels: ks, Digest: hex.EncodeToString(h.Sum(nil))[:16]}
+}
+
+// LookupKernel returns the registered kernel with the given name.
+func LookupKernel(name string) (*Kernel, bool) {
+	registry.Lock()
+	defer registry.Unlock()
+	k, ok := registry.byName[name]
+	return k, ok
+}
+
+// KernelNames lists the registered kernel names, sorted.
+func KernelNames() []string {
+	registry.Lock()
+	defer registry.Unlock()
+	names := make([]string, 0, len(registry.kernels))
+	for _, k := range registry.kernels {
+		names = append(names, k.Name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// KernelCtx is the context a kernel body receives as its first parameter
+// (through an interface such as offload.Ctx).
+type KernelCtx struct {
+	device int
+	pool   *workpool.Pool
+}
+
+// NewKernelCtx returns the context for a kernel running on device number
+// device with pool's workers.
+func NewKernelCtx(device int, pool *workpool.Pool) *KernelCtx {
+	return &KernelCtx{device: device, pool: pool}
+}
+
+// Device is the number of the device the kernel runs on.
+func (c *KernelCtx) Device() int { return c.device }
+
+// Cores is the number of cores the device splits loops over.
+func (c *KernelCtx) Cores() int { return c.pool.Workers() }
+
+// For runs body over [0, n) split into contiguous chunks across the device's
+// cores, and returns when every chunk is done.
+func (c *KernelCtx) For(n int, body func(lo, hi int)) { c.pool.For(n, body) }
+
+// Call runs k with ctx and args, which must match k's parameters: a slice
+// argument is a reflect slice value of the element type (made with
+// reflect.SliceAt over device memory), a scalar is a value of the parameter's
+// type. A panic in the body or in its loop chunks is returned as an error
+// wrapping ErrKernel, with the panic value and stack.
+func (k *Kernel) Call(ctx *KernelCtx, args []reflect.Value) (err error) {
+	in := args
+	if k.HasCtx {
+		in = make([]reflect.Value, 0, len(args)+1)
+		in = append(in, reflect.ValueOf(ctx))
+		in = append(in, args...)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			if pe, ok := r.(*workpool.PanicError); ok {
+				err = fmt.Errorf("%w: kernel %q panicked: %v\n\n%s", ErrKernel, k.Name, pe.Value, pe.Stack)
+				return
+			}
+			err = fmt.Errorf("%w: kernel %q panicked: %v\n\n%s", ErrKernel, k.Name, r, debug.Stack())
+		}
+	}()
+	k.Fn.Call(in)
+	return nil
+}
+
+// ArgValues turns plugin arguments into call values: slices are made over
+// device memory by mem, which returns the bytes of a device range (or an
+// error if the range is not inside an allocation).
+func (k *Kernel) ArgValues(args []Arg, mem func(p Ptr, size int64) ([]byte, error)) ([]reflect.Value, error) {
+	if len(args) != len(k.Params) {
+		return nil, fmt.Errorf("%w: kernel %q takes %d arguments, got %d", ErrBadKernel, k.Name, len(k.Params), len(args))
+	}
+	vals := make([]reflect.Value, len(args))
+	for i, p := range k.Params {
+		a := args[i]
+		switch p.Kind {
+		case Scalar:
+			v := reflect.ValueOf(a.Scalar)
+			if !v.IsValid() || v.Type() != p.Type {
+				return nil, fmt.Errorf("%w: kernel %q argument %d: got %T, want %s", ErrBadKernel, k.Name, i, a.Scalar, p.Type)
+			}
+			vals[i] = v
+		case Slice:
+			st := reflect.SliceOf(p.Type)
+			if a.Len < 0 {
+				return nil, fmt.Errorf("%w: kernel %q argument %d: negative length %d", ErrBadKernel, k.Name, i, a.Len)
+			}
+			if a.Len == 0 || p.Type.Size() == 0 {
+				vals[i] = reflect.MakeSlice(st, a.Len, a.Len)
+				continue
+			}
+			size := int64(a.Len) * int64(p.Type.Size())
+			b, err := mem(a.Ptr, size)
+			if err != nil {
+				return nil, fmt.Errorf("kernel %q argument %d ([]%s, %d elements at %#x): %w", k.Name, i, p.Type, a.Len, uint64(a.Ptr), err)
+			}
+			if uintptr(unsafe.Pointer(&b[0]))%uintptr(p.Type.Align()) != 0 {
+				return nil, fmt.Errorf("%w: kernel %q argument %d: device address %#x is not aligned for %s", ErrBadKernel, k.Name, i, uint64(a.Ptr), p.Type)
+			}
+			vals[i] = reflect.SliceAt(p.Type, unsafe.Pointer(&b[0]), a.Len)
+		}
+	}
+	return vals, nil
+}
+
+// Describe returns the kernel's parameter list for messages, e.g.
+// "(ctx, float32, []float32, []float32)".
+func (k *Kernel) Describe() string {
+	var parts []string
+	if k.HasCtx {
+		parts = append(parts, "ctx")
+	}
+	for _, p := range k.Params {
+		if p.Kind == Slice {
+			parts = append(parts, "[]"+p.Type.String())
+		} else {
+			parts = append(parts, p.Type.String())
+		}
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}

@@ -1,0 +1,202 @@
+// Package plugin is the contract between the goffload runtime core and the
+// device kinds (host, remote, cuda, …), in the way database/sql/driver is
+// the contract between database/sql and its drivers.
+//
+// A device kind registers itself with [RegisterKind] from an init function.
+// The core opens devices through it, loads the kernel image, and then drives
+// each device through [Device], [Queue] and [Event]. Optional capabilities are
+// separate interfaces found by type assertion.
+//
+// Every kind must pass the conformance suite in package plugintest.
+package plugin
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Ptr is an address in a device's memory. Plugins must accept any address
+// inside a live allocation (base plus offset), not only the base.
+type Ptr uint64
+
+// Info describes a device.
+type Info struct {
+	Kind   string // device kind: "host", "remote", "cuda"
+	Name   string // human-readable name
+	Cores  int    // cores a kernel's parallel loop is split over
+	Memory int64  // device memory in bytes (0 if unknown)
+	Arch   string // architecture, e.g. "amd64"
+	Host   string // host name of the machine the device is on
+	PID    int    // process that serves the device (0 if not a process)
+}
+
+// Device is one device of a kind. All methods are safe for concurrent use.
+type Device interface {
+	// Info describes the device.
+	Info() Info
+	// Load makes the kernel image runnable on the device, which is device
+	// number num of the program (what a kernel's context reports). It is
+	// called once, before any launch.
+	Load(img *Image, num int) error
+	// Alloc allocates size bytes of device memory. A zero size is allowed and
+	// returns a distinct address that holds no bytes.
+	Alloc(size int64) (Ptr, error)
+	// Free releases an allocation by its base address.
+	Free(p Ptr) error
+	// NewQueue creates a queue of in-order operations.
+	NewQueue() (Queue, error)
+	// NewEvent creates an event, unrecorded.
+	NewEvent() (Event, error)
+	// Close releases the device and everything allocated on it.
+	Close() error
+}
+
+// Queue is an ordered stream of operations on one device. Enqueueing methods
+// return once the operation is accepted; their errors report only bad
+// arguments detected at once. An operation that fails later puts the queue in
+// an error state: the operations after it are skipped, events recorded after it
+// carry the error, and Synchronize returns it and clears the state.
+//
+// Buffers passed to Submit and Retrieve must stay untouched until the queue
+// has been synchronized (or an event recorded after them has fired).
+//
+// A Queue is used by one goroutine at a time.
+type Queue interface {
+	// Submit copies len(src) bytes from host memory to the device at dst.
+	Submit(dst Ptr, src []byte) error
+	// Retrieve copies len(dst) bytes from the device at src to host memory.
+	Retrieve(dst []byte, src Ptr) error
+	// Exchange copies size bytes from src on this queue's device to dstPtr on
+	// dst, which may be this device. It returns an error wrapping
+	// ErrUnsupported when the kind cannot copy to dst directly; the core then
+	// stages the copy through host memory.
+	Exchange(dst Device, dstPtr, src Ptr, size int64) error
+	// Launch runs kernel k of the loaded image with args, one per parameter.
+	Launch(k *Kernel, args []Arg) error
+	// Record makes ev fire when every operation enqueued before it is done.
+	Record(ev Event) error
+	// Wait holds back the operations after it until ev has fired. ev must
+	// belong to this queue's device unless the device implements
+	// ForeignEventWaiter and accepts it; otherwise Wait returns an error
+	// wrapping ErrUnsupported.
+	Wait(ev Event) error
+	// Synchronize blocks until every enqueued operation is done and returns
+	// the first error since the last Synchronize.
+	Synchronize() error
+	// Query reports whether every enqueued operation is done, without
+	// blocking; once it reports true it also returns (and clears) the error
+	// state, like Synchronize.
+	Query() (done bool, err error)
+	// Close releases the queue. It synchronizes first.
+	Close() error
+}
+
+// Event marks a point in a queue.
+type Event interface {
+	// Synchronize blocks until the event has fired and returns the error it
+	// carries, if the operations before it failed. An event that was never
+	// recorded returns ErrNotRecorded.
+	Synchronize() error
+	// Query reports whether the event has fired, and its error if so.
+	Query() (fired bool, err error)
+	// Close releases the event. Waits already enqueued on it still work.
+	Close() error
+}
+
+// ForeignEventWaiter is implemented by devices whose queues can wait on
+// events of other devices themselves, without the host in between.
+type ForeignEventWaiter interface {
+	CanWait(ev Event) bool
+}
+
+// Arg is one kernel argument: a scalar, or a slice of device memory.
+type Arg struct {
+	// Scalar holds the value of a scalar parameter, of the parameter's type.
+	Scalar any
+	// Ptr and Len describe a slice parameter: Len elements at Ptr.
+	Ptr Ptr
+	Len int
+}
+
+// Errors that plugins return, wrapped with detail; compare with errors.Is.
+var (
+	// ErrUnsupported: the device cannot do this directly.
+	ErrUnsupported = errors.New("not supported by this device")
+	// ErrBadPointer: an address that is not inside a live allocation, or a
+	// range that runs past the end of one.
+	ErrBadPointer = errors.New("invalid device pointer")
+	// ErrBadHandle: a queue or event that is closed or not of this device.
+	ErrBadHandle = errors.New("invalid handle")
+	// ErrNotRecorded: an event that was never recorded.
+	ErrNotRecorded = errors.New("event not recorded")
+	// ErrOutOfMemory: the device has not enough free memory.
+	ErrOutOfMemory = errors.New("out of device memory")
+	// ErrKernel: a kernel failed on the device (for example it panicked).
+	ErrKernel = errors.New("kernel failed")
+	// ErrBadKernel: a kernel or argument list that the image does not match.
+	ErrBadKernel = errors.New("invalid kernel launch")
+	// ErrSkipped: an operation skipped because an earlier one in its queue
+	// failed.
+	ErrSkipped = errors.New("skipped after an earlier failure in the queue")
+	// ErrDeviceLost: the device stopped working (its process died, the link
+	// broke).
+	ErrDeviceLost = errors.New("device lost")
+)
+
+// Kind is a registered device kind.
+type Kind struct {
+	// Name is the spec scheme of GOFFLOAD_DEVICES that selects this kind
+	// ("host" in "host:2").
+	Name string
+	// Open opens the devices a spec names; arg is what follows the scheme
+	// ("2" in "host:2", "h:p" in "tcp://h:p"), empty if nothing follows.
+	Open func(arg string) ([]Device, error)
+	// Discover, if set, opens the devices this kind finds by itself; it is
+	// used when GOFFLOAD_DEVICES is unset. No devices is not an error.
+	Discover func() ([]Device, error)
+	// Order sorts kinds for discovery: lower first (GPUs before the host).
+	Order int
+	// Help is a one-line description of the spec syntax.
+	Help string
+}
+
+var kinds = map[string]*Kind{}
+
+// RegisterKind makes a device kind available. It panics if the name is taken
+// or empty, like database/sql.Register: that is a programming error.
+func RegisterKind(k Kind) {
+	if k.Name == "" || k.Open == nil {
+		panic("plugin: RegisterKind needs a name and an Open function")
+	}
+	if _, dup := kinds[k.Name]; dup {
+		panic(fmt.Sprintf("plugin: device kind %q registered twice", k.Name))
+	}
+	kinds[k.Name] = &k
+}
+
+// Kinds returns the registered kinds, sorted by Order then name.
+func Kinds() []*Kind {
+	out := make([]*Kind, 0, len(kinds))
+	for _, k := range kinds {
+		out = append(out, k)
+	}
+	for i := 1; i < len(out); i++ { // few kinds: insertion sort
+		for j := i; j > 0 && less(out[j], out[j-1]); j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+func less(a, b *Kind) bool {
+	if a.Order != b.Order {
+		return a.Order < b.Order
+	}
+	return a.Name < b.Name
+}
+
+// LookupKind returns the kind registered under name.
+func LookupKind(name string) (*Kind, bool) {
+	k, ok := kinds[name]
+	return k, ok
+}

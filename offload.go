@@ -1,0 +1,201 @@
+package offload
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goffload/offload/internal/core"
+	_ "github.com/goffload/offload/plugins/host" // the host device kind
+)
+
+var (
+	startMu sync.Mutex
+	current atomic.Pointer[core.Runtime]
+)
+
+// An Option changes the configuration Start reads from the environment.
+type Option struct {
+	apply func(*core.Config) error
+}
+
+// WithDevices sets the device list, overriding GOFFLOAD_DEVICES: for
+// example "host" or "host:2". An empty string means no devices.
+func WithDevices(spec string) Option {
+	return Option{func(c *core.Config) error { c.Devices, c.DevicesSet = spec, true; return nil }}
+}
+
+// WithOffload sets the offload policy, overriding OMP_TARGET_OFFLOAD:
+// "MANDATORY", "DISABLED" or "DEFAULT".
+func WithOffload(policy string) Option {
+	return Option{func(c *core.Config) (err error) { c.Policy, err = core.ParsePolicy(policy); return err }}
+}
+
+// WithDefaultDevice sets the default device number, overriding
+// OMP_DEFAULT_DEVICE.
+func WithDefaultDevice(n int) Option {
+	return Option{func(c *core.Config) error {
+		if n < 0 {
+			return fmt.Errorf("%w: default device %d: want a non-negative device number", ErrConfig, n)
+		}
+		c.DefaultDevice = n
+		return nil
+	}}
+}
+
+// WithInfo sets what the info output shows, overriding GOFFLOAD_INFO: names
+// such as "copies,mapping" or "all", or a number of LIBOMPTARGET_INFO bits.
+func WithInfo(flags string) Option {
+	return Option{func(c *core.Config) (err error) { c.Info, err = core.ParseInfo(flags); return err }}
+}
+
+// WithInfoOutput sends the info output to w instead of standard error.
+func WithInfoOutput(w io.Writer) Option {
+	return Option{func(c *core.Config) error { c.InfoOut = w; return nil }}
+}
+
+// Start reads the configuration from the environment (then opts), opens the
+// devices and loads the kernels on them. It is the first call in main.
+// Calling it again before Stop is an error.
+func Start(opts ...Option) error {
+	startMu.Lock()
+	defer startMu.Unlock()
+	if current.Load() != nil {
+		return fmt.Errorf("goffload: Start called twice: %w", ErrConfig)
+	}
+	cfg, err := core.ConfigFromEnv()
+	if err != nil {
+		return fmt.Errorf("goffload: %w", err)
+	}
+	for _, o := range opts {
+		if o.apply == nil {
+			continue
+		}
+		if err := o.apply(&cfg); err != nil {
+			return fmt.Errorf("goffload: %w", err)
+		}
+	}
+	rt, err := core.Start(cfg)
+	if err != nil {
+		if !strings.HasPrefix(err.Error(), "goffload:") {
+			err = fmt.Errorf("goffload: %w", err)
+		}
+		return err
+	}
+	current.Store(rt)
+	return nil
+}
+
+// Stop waits for the devices' queues, releases every device and ends the
+// runtime; constructs after it return ErrNotStarted. Start may be called
+// again after Stop.
+func Stop() error {
+	startMu.Lock()
+	defer startMu.Unlock()
+	rt := current.Swap(nil)
+	if rt == nil {
+		return nil
+	}
+	return rt.Stop()
+}
+
+func runtimeOrErr() (*core.Runtime, error) {
+	rt := current.Load()
+	if rt == nil {
+		return nil, fmt.Errorf("goffload: %w: call offload.Start first", ErrNotStarted)
+	}
+	return rt, nil
+}
+
+// NumDevices is the number of devices, not counting the initial device
+// (omp_get_num_devices). It is 0 before Start and under
+// OMP_TARGET_OFFLOAD=DISABLED.
+func NumDevices() int {
+	rt := current.Load()
+	if rt == nil {
+		return 0
+	}
+	return len(rt.Devices)
+}
+
+// Device is a device by number. A number that does not name a device is
+// resolved when it is used, following OMP_TARGET_OFFLOAD: an error under
+// MANDATORY, the initial device under DEFAULT and DISABLED.
+type Device struct {
+	num int
+}
+
+// On returns device number n (the device clause of OpenMP constructs).
+func On(n int) Device { return Device{num: n} }
+
+// Default returns the default device: OMP_DEFAULT_DEVICE, 0 if unset.
+func Default() Device {
+	rt := current.Load()
+	if rt == nil {
+		return Device{}
+	}
+	return Device{num: rt.Cfg.DefaultDevice}
+}
+
+// Initial returns the initial device: the calling process itself, where a
+// kernel runs directly on the program's memory (omp_get_initial_device).
+func Initial() Device { return Device{num: NumDevices()} }
+
+// Num is the device number.
+func (d Device) Num() int { return d.num }
+
+// IsInitial reports whether d is the initial device.
+func (d Device) IsInitial() bool { return d.num == NumDevices() }
+
+// String is "device N".
+func (d Device) String() string { return fmt.Sprintf("device %d", d.num) }
+
+// resolve finds the runtime device d stands for.
+func (d Device) resolve() (*core.Device, bool, error) {
+	rt, err := runtimeOrErr()
+	if err != nil {
+		return nil, false, err
+	}
+	return rt.Resolve(d.num)
+}
+
+// DeviceInfo describes a device.
+type DeviceInfo struct {
+	Num     int    // device number
+	Kind    string // "host", "initial", …
+	Name    string
+	Cores   int
+	Memory  int64  // bytes, 0 if unknown
+	Arch    string // GOARCH of the device, or the GPU architecture
+	Host    string // host name of the machine it is on
+	PID     int    // process serving it, 0 if none
+	Spec    string // the GOFFLOAD_DEVICES item it came from
+	Initial bool   // it is the initial device
+}
+
+// Info describes the device. For a number that is not a device it returns
+// an error wrapping ErrNoDevice, whatever the offload policy; for a device
+// that could not be opened, one wrapping ErrMandatory with the cause.
+func (d Device) Info() (DeviceInfo, error) {
+	rt, err := runtimeOrErr()
+	if err != nil {
+		return DeviceInfo{}, err
+	}
+	var cd *core.Device
+	switch {
+	case d.num == len(rt.Devices):
+		cd = rt.Initial
+	case d.num < 0 || d.num > len(rt.Devices):
+		return DeviceInfo{}, fmt.Errorf("goffload: %w: device number %d (there are %d devices)", ErrNoDevice, d.num, len(rt.Devices))
+	default:
+		cd = rt.Devices[d.num]
+		if cd.Unavailable != nil {
+			return DeviceInfo{}, fmt.Errorf("goffload: %s: %w: %w", cd.Label(), ErrMandatory, cd.Unavailable)
+		}
+	}
+	i := cd.Info
+	return DeviceInfo{Num: cd.Num, Kind: i.Kind, Name: i.Name, Cores: i.Cores, Memory: i.Memory, Arch: i.Arch,
+		Host: i.Host, PID: i.PID, Spec: cd.Spec, Initial: cd.IsInitial()}, nil
+}

@@ -1,0 +1,224 @@
+// Package host is the host device kind: CPU devices inside the calling
+// process. Device memory is Go memory of its own, separate from the program's
+// buffers, so copy semantics are real (a missing "from" is visible). Kernels
+// run on the device's worker pool, one worker per core.
+//
+// Spec in GOFFLOAD_DEVICES: "host" (one device) or "host:N". When
+// GOFFLOAD_DEVICES is unset, one host device is discovered.
+package host
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/internal/workpool"
+)
+
+// DefaultPoolThreshold is the largest freed block a host device keeps for
+// reuse unless GOFFLOAD_HOST_POOL_THRESHOLD says otherwise.
+const DefaultPoolThreshold = 256 << 20
+
+func init() {
+	plugin.RegisterKind(plugin.Kind{
+		Name:     "host",
+		Open:     openSpec,
+		Discover: func() ([]plugin.Device, error) { return openSpec("") },
+		Order:    100,
+		Help:     "host[:N]  N CPU devices in this process (default 1)",
+	})
+}
+
+func openSpec(arg string) ([]plugin.Device, error) {
+	n := 1
+	if arg != "" {
+		v, err := strconv.Atoi(arg)
+		if err != nil || v < 1 || v > 1024 {
+			return nil, fmt.Errorf("host:%s: want host:N with N a device count from 1 to 1024", arg)
+		}
+		n = v
+	}
+	cfg, err := ConfigFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	devs := make([]plugin.Device, n)
+	for i := range devs {
+		devs[i] = New(cfg)
+	}
+	return devs, nil
+}
+
+// Config sets up a host device.
+type Config struct {
+	// Cores is the number of workers a kernel's loop is split over.
+	Cores int
+	// PoolThreshold is the largest freed block kept for reuse; 0 disables
+	// the pool.
+	PoolThreshold int64
+}
+
+// ConfigFromEnv reads GOFFLOAD_HOST_CORES (default: the number of CPUs) and
+// GOFFLOAD_HOST_POOL_THRESHOLD (bytes, default DefaultPoolThreshold).
+func ConfigFromEnv() (Config, error) {
+	cfg := Config{Cores: runtime.NumCPU(), PoolThreshold: DefaultPoolThreshold}
+	if s := os.Getenv("GOFFLOAD_HOST_CORES"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 {
+			return cfg, fmt.Errorf("GOFFLOAD_HOST_CORES=%q: want a positive number of cores", s)
+		}
+		cfg.Cores = v
+	}
+	if s := os.Getenv("GOFFLOAD_HOST_POOL_THRESHOLD"); s != "" {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || v < 0 {
+			return cfg, fmt.Errorf("GOFFLOAD_HOST_POOL_THRESHOLD=%q: want a size in bytes (0 disables the pool)", s)
+		}
+		cfg.PoolThreshold = v
+	}
+	return cfg, nil
+}
+
+type device struct {
+	name  string
+	num   int
+	cores int
+	mem   *memory
+	pool  *workpool.Pool
+
+	mu     sync.RWMutex
+	img    *plugin.Image
+	closed bool
+}
+
+// New returns a host device.
+func New(cfg Config) plugin.Device {
+	if cfg.Cores < 1 {
+		cfg.Cores = runtime.NumCPU()
+	}
+	return &device{
+		name:  "host device",
+		num:   -1,
+		cores: cfg.Cores,
+		mem:   newMemory(cfg.PoolThreshold),
+		pool:  workpool.New(cfg.Cores),
+	}
+}
+
+func (d *device) Info() plugin.Info {
+	host, _ := os.Hostname()
+	var mem int64
+	var si syscall.Sysinfo_t
+	if syscall.Sysinfo(&si) == nil {
+		mem = int64(si.Totalram) * int64(si.Unit)
+	}
+	return plugin.Info{
+		Kind:   "host",
+		Name:   fmt.Sprintf("Go host device (%d cores)", d.cores),
+		Cores:  d.cores,
+		Memory: mem,
+		Arch:   runtime.GOARCH,
+		Host:   host,
+		PID:    os.Getpid(),
+	}
+}
+
+func (d *device) Load(img *plugin.Image, num int) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return fmt.Errorf("%s: %w: device is closed", d.name, plugin.ErrBadHandle)
+	}
+	d.img, d.num = img, num
+	d.name = fmt.Sprintf("host device %d", num)
+	return nil
+}
+
+// loaded checks that k belongs to the image this device loaded.
+func (d *device) loaded(k *plugin.Kernel) error {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.img == nil {
+		return fmt.Errorf("%s: %w: no image loaded", d.name, plugin.ErrBadKernel)
+	}
+	if k == nil || k.Index >= len(d.img.Kernels) || d.img.Kernels[k.Index] != k {
+		return fmt.Errorf("%s: %w: kernel is not in the loaded image (register kernels at package init, before Start)", d.name, plugin.ErrBadKernel)
+	}
+	return nil
+}
+
+func (d *device) alive() error {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.closed {
+		return fmt.Errorf("%s: %w: device is closed", d.name, plugin.ErrBadHandle)
+	}
+	return nil
+}
+
+func (d *device) Alloc(size int64) (plugin.Ptr, error) {
+	if err := d.alive(); err != nil {
+		return 0, err
+	}
+	p, err := d.mem.alloc(size)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", d.name, err)
+	}
+	return p, nil
+}
+
+func (d *device) Free(p plugin.Ptr) error {
+	if err := d.alive(); err != nil {
+		return err
+	}
+	if err := d.mem.free(p); err != nil {
+		return fmt.Errorf("%s: %w", d.name, err)
+	}
+	return nil
+}
+
+func (d *device) NewQueue() (plugin.Queue, error) {
+	if err := d.alive(); err != nil {
+		return nil, err
+	}
+	return newQueue(d), nil
+}
+
+func (d *device) NewEvent() (plugin.Event, error) {
+	if err := d.alive(); err != nil {
+		return nil, err
+	}
+	return &event{d: d, done: make(chan struct{})}, nil
+}
+
+// CanWait reports whether this device's queues can wait on ev: any host
+// device's event can, since they all live in this process.
+func (d *device) CanWait(ev plugin.Event) bool {
+	_, ok := ev.(*event)
+	return ok
+}
+
+func (d *device) ownEvent(e plugin.Event) (*event, error) {
+	ev, ok := e.(*event)
+	if !ok || ev.d != d {
+		return nil, fmt.Errorf("%s: %w: event %T is not of this device", d.name, plugin.ErrBadHandle, e)
+	}
+	return ev, nil
+}
+
+func (d *device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.mu.Unlock()
+	d.pool.Close()
+	d.mem.reset()
+	return nil
+}

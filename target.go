@@ -1,0 +1,241 @@
+package offload
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+
+	"github.com/goffload/offload/internal/core"
+	"github.com/goffload/offload/internal/plugin"
+)
+
+// Run runs kernel k on the device with args, one per parameter after the
+// optional Ctx: the target construct. A scalar parameter takes a value of
+// its type (an untyped constant's value converts when it fits). A slice
+// parameter takes a slice — mapped tofrom for the region unless it is
+// present already — or a map clause (To(x), From(y), ToFrom(z), Alloc(w)
+// with modifiers), or a DevicePtr of this device (is_device_ptr). Run
+// returns when the kernel is done and the results are copied back.
+func (d Device) Run(k *Kernel, args ...any) error {
+	cd, fallback, err := d.resolve()
+	if err != nil {
+		return err
+	}
+	if k == nil || k.k == nil {
+		return fmt.Errorf("goffload: %s: target: %w: nil kernel", cd.Label(), ErrBadArgument)
+	}
+	kargs, err := kernelArgs(cd, k.k, args)
+	if err != nil {
+		return err
+	}
+	return cd.Target(k.k, kargs, fallback)
+}
+
+// Run runs kernel k on the default device; see Device.Run.
+func Run(k *Kernel, args ...any) error { return Default().Run(k, args...) }
+
+// Data maps the clauses' buffers on the device, runs body, and unmaps them
+// when body returns: a structured target data region. Constructs inside body
+// find the buffers present. The region ends whatever body returns; body's
+// error is returned first.
+func (d Device) Data(body func() error, maps ...Map) error {
+	cd, _, err := d.resolve()
+	if err != nil {
+		return err
+	}
+	its, err := items(maps)
+	if err != nil {
+		return err
+	}
+	return cd.Data(its, body)
+}
+
+// Data runs a target data region on the default device; see Device.Data.
+func Data(body func() error, maps ...Map) error { return Default().Data(body, maps...) }
+
+// EnterData maps buffers (To or Alloc clauses): target enter data.
+func (d Device) EnterData(maps ...Map) error {
+	cd, _, err := d.resolve()
+	if err != nil {
+		return err
+	}
+	its, err := items(maps)
+	if err != nil {
+		return err
+	}
+	return cd.EnterData(its)
+}
+
+// EnterData maps buffers on the default device; see Device.EnterData.
+func EnterData(maps ...Map) error { return Default().EnterData(maps...) }
+
+// ExitData unmaps buffers (From, Release or Delete clauses): target exit
+// data. Unmapping a buffer that is not mapped does nothing unless the clause
+// has the Present modifier.
+func (d Device) ExitData(maps ...Map) error {
+	cd, _, err := d.resolve()
+	if err != nil {
+		return err
+	}
+	its, err := items(maps)
+	if err != nil {
+		return err
+	}
+	return cd.ExitData(its)
+}
+
+// ExitData unmaps buffers on the default device; see Device.ExitData.
+func ExitData(maps ...Map) error { return Default().ExitData(maps...) }
+
+// Update copies mapped buffers: To(x) copies x to the device, From(x) copies
+// it back (target update to/from). A buffer that is not mapped is skipped
+// unless the clause has the Present modifier.
+func (d Device) Update(maps ...Map) error {
+	cd, _, err := d.resolve()
+	if err != nil {
+		return err
+	}
+	its, err := items(maps)
+	if err != nil {
+		return err
+	}
+	for i := range its {
+		its[i].Exit = false
+	}
+	return cd.Update(its)
+}
+
+// Update copies mapped buffers on the default device; see Device.Update.
+func Update(maps ...Map) error { return Default().Update(maps...) }
+
+// kernelArgs checks args against k's parameters and converts them.
+func kernelArgs(cd *core.Device, k *plugin.Kernel, args []any) ([]core.KernelArg, error) {
+	if len(args) != len(k.Params) {
+		return nil, fmt.Errorf("goffload: %s: target %s%s: %w: got %d arguments, want %d",
+			cd.Label(), k.Name, k.Describe(), ErrBadArgument, len(args), len(k.Params))
+	}
+	out := make([]core.KernelArg, len(args))
+	for i, a := range args {
+		p := k.Params[i]
+		bad := func(format string, v ...any) error {
+			return fmt.Errorf("goffload: %s: target %s%s: argument %d: %w: %s",
+				cd.Label(), k.Name, k.Describe(), i, ErrBadArgument, fmt.Sprintf(format, v...))
+		}
+		if p.Kind == plugin.Scalar {
+			v, err := scalarArg(a, p.Type)
+			if err != nil {
+				return nil, bad("%v", err)
+			}
+			out[i].Scalar = v
+			continue
+		}
+		st := reflect.SliceOf(p.Type)
+		defName := fmt.Sprintf("%s.arg%d", k.Name, i)
+		switch a := a.(type) {
+		case Map:
+			if a.err != nil {
+				return nil, bad("%v", a.err)
+			}
+			if !a.slice.IsValid() {
+				return nil, bad("an empty map clause")
+			}
+			if a.slice.Type().Elem() != p.Type {
+				return nil, bad("map clause of a %s, want []%s", a.slice.Type(), p.Type)
+			}
+			m := a.item
+			if m.Buf.Name == "" {
+				m.Buf.Name = defName
+			}
+			out[i] = core.KernelArg{Slice: a.slice, Map: m, Len: a.slice.Len()}
+		case DevicePtr:
+			if err := a.check(); err != nil {
+				return nil, bad("%v", err)
+			}
+			if a.dev != cd.Num && !(cd.IsInitial() && a.onInitial()) {
+				return nil, bad("device pointer of device %d passed to a kernel on %s", a.dev, cd.Label())
+			}
+			n := int(a.size / int64(max(p.Type.Size(), 1)))
+			ka := core.KernelArg{DevPtr: true, Ptr: a.ptr, Len: n}
+			if cd.IsInitial() {
+				ka.Slice = reflect.MakeSlice(st, 0, 0)
+				if n > 0 {
+					ka.Slice = reflect.SliceAt(p.Type, a.keep, n)
+				}
+			}
+			out[i] = ka
+		default:
+			v := reflect.ValueOf(a)
+			if !v.IsValid() || v.Kind() != reflect.Slice || v.Type().Elem() != p.Type {
+				return nil, bad("got %T, want []%s, a map clause of one, or a DevicePtr", a, p.Type)
+			}
+			buf := bufOf(v)
+			buf.Name = defName
+			out[i] = core.KernelArg{Slice: v, Len: v.Len(),
+				Map: core.MapItem{Buf: buf, Type: core.MapTo | core.MapFrom | core.MapImplicit}}
+		}
+	}
+	return out, nil
+}
+
+// scalarArg converts a to type t: the same type, or a number that t holds
+// exactly (so offload.Run(k, 2.0) works for a float32 parameter, and 300
+// for a uint8 one is refused).
+func scalarArg(a any, t reflect.Type) (any, error) {
+	v := reflect.ValueOf(a)
+	if !v.IsValid() {
+		return nil, fmt.Errorf("got nil, want %s", t)
+	}
+	if v.Type() == t {
+		return a, nil
+	}
+	if _, isMap := a.(Map); isMap {
+		return nil, fmt.Errorf("a map clause for a scalar parameter of type %s (scalars are passed by value)", t)
+	}
+	if v.Type().AssignableTo(t) {
+		return v.Convert(t).Interface(), nil
+	}
+	if !isNumber(v.Kind()) || !isNumber(t.Kind()) || !v.Type().ConvertibleTo(t) {
+		return nil, fmt.Errorf("got %s, want %s", v.Type(), t)
+	}
+	c := v.Convert(t)
+	if !sameNumber(v, c) {
+		return nil, fmt.Errorf("%v does not fit in %s", a, t)
+	}
+	return c.Interface(), nil
+}
+
+func isNumber(k reflect.Kind) bool {
+	return k >= reflect.Int && k <= reflect.Complex128
+}
+
+// sameNumber reports whether c, converted from v, holds v's value (within
+// float rounding for float targets).
+func sameNumber(v, c reflect.Value) bool {
+	switch {
+	case c.CanInt():
+		if v.CanFloat() && (v.Float() != math.Trunc(v.Float()) || math.Abs(v.Float()) > 1<<63) {
+			return false
+		}
+		back := c.Convert(v.Type())
+		if v.CanInt() || v.CanUint() {
+			return back.Equal(v) && (v.CanUint() || (v.Int() < 0) == (c.Int() < 0))
+		}
+		return back.Equal(v)
+	case c.CanUint():
+		if v.CanInt() && v.Int() < 0 {
+			return false
+		}
+		if v.CanFloat() && (v.Float() < 0 || v.Float() != math.Trunc(v.Float()) || v.Float() >= 1<<64) {
+			return false
+		}
+		return c.Convert(v.Type()).Equal(v)
+	case c.CanFloat():
+		if v.CanFloat() {
+			return math.IsInf(c.Float(), 0) == math.IsInf(v.Float(), 0)
+		}
+		return true
+	case c.CanComplex():
+		return true
+	}
+	return false
+}
