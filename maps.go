@@ -45,7 +45,7 @@ func To(s any) Map { return newMap(s, core.MapTo, false, "to") }
 
 // From maps s and copies it back to the host when the last reference is
 // released (map(from: s)). On target exit data it copies back and releases.
-func From(s any) Map { return newMap(s, core.MapFrom, true, "from") }
+func From(s any) Map { return newMap(s, core.MapFrom, false, "from") }
 
 // ToFrom maps s, copying it in on creation and back on release
 // (map(tofrom: s)).
@@ -62,7 +62,7 @@ func Release(s any) Map { return newMap(s, 0, true, "release") }
 // Delete removes s's mapping whatever its reference count, without copying
 // back (map(delete: s)), for target exit data. A mapping held by a region
 // (Hold) stays until that region ends.
-func Delete(s any) Map { return newMap(s, core.MapDelete, true, "delete") }
+func Delete(s any) Map { return newMap(s, core.MapDelete, false, "delete") }
 
 // Always makes the clause copy whatever the reference count: to copies in on
 // every map, from copies back on every unmap.

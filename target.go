@@ -146,6 +146,9 @@ func kernelArgs(cd *core.Device, k *plugin.Kernel, args []any) ([]core.KernelArg
 			if m.Buf.Name == "" {
 				m.Buf.Name = defName
 			}
+			if err := cd.CheckMaps("target", []core.MapItem{m}); err != nil {
+				return nil, err
+			}
 			out[i] = core.KernelArg{Slice: a.slice, Map: m, Len: a.slice.Len()}
 		case DevicePtr:
 			if err := a.check(); err != nil {

@@ -155,7 +155,7 @@ func (d *Device) Target(k *plugin.Kernel, args []KernelArg, fallback bool) error
 		case a.DevPtr:
 			pargs[i] = plugin.Arg{Ptr: a.Ptr, Len: a.Len}
 		default:
-			tgt, err := d.enter(w.q, w.op, a.Map)
+			tgt, err := d.enter(w, a.Map)
 			if err != nil {
 				w.err(err)
 				break
@@ -266,7 +266,7 @@ func (d *Device) EnterData(maps []MapItem) error {
 		return err
 	}
 	for _, m := range maps {
-		if _, err := d.enter(w.q, w.op, m); err != nil {
+		if _, err := d.enter(w, m); err != nil {
 			w.err(err)
 		}
 	}
@@ -323,30 +323,30 @@ func (d *Device) Data(maps []MapItem, body func() error) error {
 	}
 	var mapped []MapItem
 	for _, m := range maps {
-		if _, err := d.enter(w.q, w.op, m); err != nil {
+		if _, err := d.enter(w, m); err != nil {
 			w.err(err)
 			break
 		}
 		mapped = append(mapped, m)
 	}
-	failed := w.first != nil
-	if err := w.q.Synchronize(); err != nil {
-		w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), w.op, err))
-	}
+	entered := w.finish()
 	var bodyErr error
-	if w.first == nil {
+	if entered == nil {
 		bodyErr = body()
+	}
+	if w, err = d.begin(OpData); err != nil {
+		return errors.Join(bodyErr, entered, err)
 	}
 	for i := len(mapped) - 1; i >= 0; i-- {
 		m := mapped[i]
-		if failed {
-			m.Type &^= MapFrom
+		if entered != nil {
+			m.Type &^= MapFrom // the region never ran: release without copying back
 		}
 		if err := d.exit(w, m); err != nil {
 			w.err(err)
 		}
 	}
-	if err := w.finish(); err != nil {
+	if err := errors.Join(entered, w.finish()); err != nil {
 		return errors.Join(bodyErr, err)
 	}
 	return bodyErr

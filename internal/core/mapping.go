@@ -108,7 +108,8 @@ func nameOf(n string) string {
 // enter maps one buffer for a construct's start (target, target data, enter
 // data): it finds or creates the entry, moves its reference count and
 // enqueues the copy in on q. It returns the device address of the buffer.
-func (d *Device) enter(q plugin.Queue, op string, m MapItem) (plugin.Ptr, error) {
+func (d *Device) enter(w *work, m MapItem) (plugin.Ptr, error) {
+	q, op := w.q, w.op
 	addr, size := m.Buf.Addr(), m.Buf.Size
 	t := d.table
 	t.mu.Lock()
@@ -150,6 +151,7 @@ func (d *Device) enter(q plugin.Queue, op string, m MapItem) (plugin.Ptr, error)
 			}
 		}
 		dyn, held := e.dyn, e.hold
+		d.use(w, e)
 		t.mu.Unlock()
 		<-e.settled
 		if e.err != nil {
@@ -187,8 +189,17 @@ func (d *Device) enter(q plugin.Queue, op string, m MapItem) (plugin.Ptr, error)
 	} else {
 		e.dyn = 1
 	}
+	dyn0, hold0 := e.dyn, e.hold
 	t.tree.ReplaceOrInsert(e)
 	t.mu.Unlock()
+	ok := false
+	defer func() {
+		if ok {
+			t.mu.Lock()
+			d.use(w, e)
+			t.mu.Unlock()
+		}
+	}()
 
 	fail := func(err error) (plugin.Ptr, error) {
 		t.mu.Lock()
@@ -204,7 +215,7 @@ func (d *Device) enter(q plugin.Queue, op string, m MapItem) (plugin.Ptr, error)
 	}
 	e.tgt = tgt
 	d.log.Printf(InfoMappingChanged, d.Num, "Creating new map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=%d, HoldRefCount=%d, Name=%s",
-		addr, uint64(tgt), size, e.dyn, e.hold, nameOf(m.Buf.Name))
+		addr, uint64(tgt), size, dyn0, hold0, nameOf(m.Buf.Name))
 	if m.Type&MapTo != 0 {
 		if err := d.copyIn(q, op, m, tgt, e); err != nil {
 			_ = d.Dev.Free(tgt)
@@ -215,7 +226,29 @@ func (d *Device) enter(q plugin.Queue, op string, m MapItem) (plugin.Ptr, error)
 	e.state = stateLive
 	t.mu.Unlock()
 	close(e.settled)
+	ok = true
 	return tgt, nil
+}
+
+// use records, with the table locked, that w's queue uses e until w
+// finishes: the entry's memory is not freed before then, even if another
+// construct drops the last reference meanwhile (references move when work is
+// enqueued; memory is freed when the work using it is done).
+func (d *Device) use(w *work, e *Entry) {
+	e.busy++
+	w.posts = append(w.posts, func() { d.done(e) })
+}
+
+// done ends one use of e; the last use of a deleting entry removes it.
+func (d *Device) done(e *Entry) {
+	t := d.table
+	t.mu.Lock()
+	e.busy--
+	remove := e.busy == 0 && e.state == stateDeleting
+	t.mu.Unlock()
+	if remove {
+		d.remove(e)
+	}
 }
 
 // copyIn enqueues the copy of m's buffer to tgt and records an event on the
@@ -258,9 +291,9 @@ func incNote(moved bool, n int64) string {
 }
 
 // exit unmaps one buffer at a construct's end (target, target data, exit
-// data): it moves the reference count, enqueues the copy out on q when the
-// count reaches zero or always is given, and adds to w the freeing of the
-// entry, which must run after q is synchronized.
+// data): it moves the reference count and enqueues the copy out on w's queue
+// when the count reaches zero or always is given. The entry is freed when
+// the last work using it is done.
 func (d *Device) exit(w *work, m MapItem) error {
 	addr, size := m.Buf.Addr(), m.Buf.Size
 	if size == 0 {
@@ -308,6 +341,7 @@ func (d *Device) exit(w *work, m MapItem) error {
 		e.state = stateDeleting
 		e.gone = make(chan struct{})
 	}
+	d.use(w, e)
 	t.mu.Unlock()
 
 	tgt := e.tgt + plugin.Ptr(addr-e.HstBegin)
@@ -321,12 +355,12 @@ func (d *Device) exit(w *work, m MapItem) error {
 	if last {
 		d.log.Printf(InfoMappingChanged, d.Num, "Removing map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, Name=%s",
 			e.HstBegin, uint64(e.tgt), e.Size(), nameOf(e.Name))
-		w.posts = append(w.posts, func() { d.remove(e) })
 	}
 	return nil
 }
 
-// remove frees a deleting entry's memory and takes it out of the table.
+// remove frees a deleting entry's memory and takes it out of the table, once
+// no work uses it.
 func (d *Device) remove(e *Entry) {
 	if e.owned {
 		if err := d.Dev.Free(e.tgt); err != nil {
@@ -348,27 +382,33 @@ func (d *Device) remove(e *Entry) {
 // update copies a present buffer to or from the device (target update); a
 // buffer that is not present is skipped unless the present modifier is given.
 func (d *Device) update(w *work, m MapItem) error {
-	if m.Buf.Size == 0 {
+	addr, size := m.Buf.Addr(), m.Buf.Size
+	if size == 0 {
 		return nil
 	}
-	e, tgt := d.table.Lookup(m.Buf.Addr(), m.Buf.Size)
-	if e == nil {
-		d.table.mu.Lock()
-		r := d.table.lookup(m.Buf.Addr(), m.Buf.Size)
-		d.table.mu.Unlock()
-		if r.conflict != nil {
-			return d.conflictErr(w.op, m, r.conflict)
-		}
+	t := d.table
+	t.mu.Lock()
+	r := t.lookup(addr, size)
+	if r.conflict != nil {
+		t.mu.Unlock()
+		return d.conflictErr(w.op, m, r.conflict)
+	}
+	e := r.entry
+	if e == nil || e.state != stateLive {
+		t.mu.Unlock()
 		if m.Type&MapPresent != 0 {
 			return d.mapErr(w.op, m, ErrNotPresent, "the present modifier requires the buffer to be mapped, and no mapping contains it")
 		}
 		return nil
 	}
+	d.use(w, e)
+	t.mu.Unlock()
+	tgt := e.tgt + plugin.Ptr(addr-e.HstBegin)
 	if m.Type&MapTo != 0 {
 		return d.copyIn(w.q, w.op, m, tgt, e)
 	}
 	d.log.Printf(InfoCopies, d.Num, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
-		uint64(tgt), m.Buf.Addr(), m.Buf.Size, nameOf(m.Buf.Name))
+		uint64(tgt), addr, size, nameOf(m.Buf.Name))
 	if err := w.q.Retrieve(m.Buf.Bytes(), tgt); err != nil {
 		return d.mapErr(w.op, m, err, "cannot copy from the device")
 	}

@@ -39,6 +39,7 @@ type Entry struct {
 
 	// Guarded by the table's lock.
 	dyn, hold int64
+	busy      int // constructs whose queued work uses the entry
 	state     entryState
 	gone      chan struct{} // closed when a deleting entry has left the table
 	ev        plugin.Event  // fires when the last copy into this entry is done

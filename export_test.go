@@ -1,0 +1,12 @@
+package offload
+
+import "github.com/goffload/offload/internal/core"
+
+// Entries returns device dev's present table, for tests.
+func Entries(dev int) []core.EntryInfo {
+	rt := current.Load()
+	if rt == nil || dev < 0 || dev >= len(rt.Devices) {
+		return nil
+	}
+	return rt.Devices[dev].Table().Snapshot()
+}
