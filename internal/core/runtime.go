@@ -93,6 +93,9 @@ func (r *Runtime) add(spec string, devs []plugin.Device, err error) error {
 	for _, pd := range devs {
 		r.Devices = append(r.Devices, &Device{Num: len(r.Devices), Dev: pd, Info: pd.Info(), Spec: spec, table: NewTable(), log: r.Log})
 	}
+	if errors.Is(err, plugin.ErrBadSpec) {
+		return fmt.Errorf("%w: GOFFLOAD_DEVICES item %q: %w", ErrConfig, spec, err)
+	}
 	if err != nil {
 		d := &Device{Num: len(r.Devices), Spec: spec, Info: plugin.Info{Kind: strings.SplitN(spec, ":", 2)[0]}, log: r.Log}
 		r.Devices = append(r.Devices, d)

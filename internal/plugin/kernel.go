@@ -134,7 +134,7 @@ func plainData(t reflect.Type) error {
 	case reflect.Slice:
 		return fmt.Errorf("%s is a slice of slices; only one level of slice is a buffer", t)
 	default:
-		return fmt.Errorf("%s is a %s, which cannot be copied to a device (want bool, numbers, or arrays/structs of them)", t, t.Kind())
+		return fmt.Errorf("%s (kind %s) cannot be copied to a device (want bool, numbers, or arrays/structs of them)", t, t.Kind())
 	}
 }
 

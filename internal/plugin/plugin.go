@@ -141,6 +141,10 @@ var (
 	// ErrDeviceLost: the device stopped working (its process died, the link
 	// broke).
 	ErrDeviceLost = errors.New("device lost")
+	// ErrBadSpec: a GOFFLOAD_DEVICES item whose argument is malformed. Start
+	// refuses it under every offload policy, unlike a device that is
+	// well named but cannot be reached.
+	ErrBadSpec = errors.New("malformed device spec")
 )
 
 // Kind is a registered device kind.

@@ -38,13 +38,13 @@ func openSpec(arg string) ([]plugin.Device, error) {
 	if arg != "" {
 		v, err := strconv.Atoi(arg)
 		if err != nil || v < 1 || v > 1024 {
-			return nil, fmt.Errorf("host:%s: want host:N with N a device count from 1 to 1024", arg)
+			return nil, fmt.Errorf("%w: host:%s: want host:N with N a device count from 1 to 1024", plugin.ErrBadSpec, arg)
 		}
 		n = v
 	}
 	cfg, err := ConfigFromEnv()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", plugin.ErrBadSpec, err)
 	}
 	devs := make([]plugin.Device, n)
 	for i := range devs {
