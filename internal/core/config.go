@@ -27,6 +27,7 @@ const (
 	PolicyDisabled
 )
 
+// String is the policy as OMP_TARGET_OFFLOAD spells it.
 func (p Policy) String() string {
 	switch p {
 	case PolicyMandatory:
@@ -93,6 +94,7 @@ type Spec struct {
 	Arg  string
 }
 
+// String is the spec as GOFFLOAD_DEVICES spells it.
 func (s Spec) String() string {
 	if s.Arg == "" {
 		return s.Kind

@@ -32,6 +32,7 @@ type MapError struct {
 	Err    error   // the sentinel or cause
 }
 
+// Error describes the failure with the device, buffer and expectation.
 func (e *MapError) Error() string {
 	return fmt.Sprintf("goffload: %s: %s %s of %s (HstPtr=%#x, Size=%d): %s: %v",
 		e.Device, e.Op, e.Clause, quoteName(e.Name), e.Addr, e.Size, e.Detail, e.Err)

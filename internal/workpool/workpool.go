@@ -61,6 +61,7 @@ type PanicError struct {
 	Stack []byte
 }
 
+// Error shows the panic value and stack.
 func (e *PanicError) Error() string {
 	return fmt.Sprintf("panic: %v\n\n%s", e.Value, e.Stack)
 }
