@@ -9,6 +9,7 @@ import (
 
 	"github.com/goffload/offload/internal/core"
 	_ "github.com/goffload/offload/plugins/host" // the host device kind
+	"github.com/goffload/offload/plugins/remote"
 )
 
 var (
@@ -59,7 +60,12 @@ func WithInfoOutput(w io.Writer) Option {
 // Start reads the configuration from the environment (then opts), opens the
 // devices and loads the kernels on them. It is the first call in main.
 // Calling it again before Stop is an error.
+//
+// In a device process (one that a host started, or one started with
+// GOFFLOAD_ROLE=device) Start does not return: it serves the host, then ends
+// the process.
 func Start(opts ...Option) error {
+	ServeDevice()
 	startMu.Lock()
 	defer startMu.Unlock()
 	if current.Load() != nil {
@@ -100,6 +106,18 @@ func Stop() error {
 	}
 	return rt.Stop()
 }
+
+// ServeDevice serves as a device and ends the process if this process is a
+// device process (GOFFLOAD_ROLE=device); otherwise it returns at once. Start
+// calls it first. A test binary whose tests start device processes
+// (GOFFLOAD_DEVICES=local:N) calls it at the top of TestMain, so that its
+// device processes serve instead of running the tests:
+//
+//	func TestMain(m *testing.M) {
+//		offload.ServeDevice()
+//		os.Exit(m.Run())
+//	}
+func ServeDevice() { remote.ServeIfDevice() }
 
 func runtimeOrErr() (*core.Runtime, error) {
 	rt := current.Load()

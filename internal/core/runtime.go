@@ -41,7 +41,9 @@ func Start(cfg Config) (*Runtime, error) {
 				r.Stop()
 				return nil, err
 			}
+			continue
 		}
+		d.Info = d.Dev.Info()
 	}
 	r.Log.Printf(InfoOffload, -1, "OMP_TARGET_OFFLOAD=%s, %d devices, default device %d, initial device %d, image %s with %d kernels",
 		cfg.Policy, n, cfg.DefaultDevice, n, r.Image.Digest, len(r.Image.Kernels))
@@ -91,7 +93,7 @@ func (r *Runtime) open() error {
 
 func (r *Runtime) add(spec string, devs []plugin.Device, err error) error {
 	for _, pd := range devs {
-		r.Devices = append(r.Devices, &Device{Num: len(r.Devices), Dev: pd, Info: pd.Info(), Spec: spec, table: NewTable(), log: r.Log})
+		r.Devices = append(r.Devices, &Device{Num: len(r.Devices), Dev: pd, Info: plugin.Info{Kind: strings.SplitN(spec, ":", 2)[0]}, Spec: spec, table: NewTable(), log: r.Log})
 	}
 	if errors.Is(err, plugin.ErrBadSpec) {
 		return fmt.Errorf("%w: GOFFLOAD_DEVICES item %q: %w", ErrConfig, spec, err)

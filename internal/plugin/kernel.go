@@ -151,11 +151,17 @@ func CurrentImage() *Image {
 	registry.Lock()
 	ks := append([]*Kernel(nil), registry.kernels...)
 	registry.Unlock()
+	return &Image{Kernels: ks, Digest: Digest(ks)}
+}
+
+// Digest identifies a kernel table: a hash of the names and signatures in
+// order.
+func Digest(ks []*Kernel) string {
 	h := sha256.New()
 	for _, k := range ks {
 		fmt.Fprintf(h, "%d\x00%s\x00%s\x00", k.Index, k.Name, k.Sig)
 	}
-	return &Image{Kernels: ks, Digest: hex.EncodeToString(h.Sum(nil))[:16]}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // LookupKernel returns the registered kernel with the given name.

@@ -1,0 +1,151 @@
+// Package hostmem is device memory made of Go memory, as CPU devices have
+// it: allocations by address, interior pointers resolved to bytes, and a
+// pool of freed blocks kept for reuse (libomptarget's memory manager does the
+// same): blocks up to a size threshold are cached, at most four times the
+// threshold in all, so a repeated large map does not fault fresh pages.
+package hostmem
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/google/btree"
+
+	"github.com/goffload/offload/internal/plugin"
+)
+
+// allocation is one block of device memory.
+type allocation struct {
+	base plugin.Ptr
+	size int64  // bytes the user asked for
+	buf  []byte // backing memory, len(buf) >= max(size, 1)
+}
+
+// Memory is one device's memory. It is safe for concurrent use.
+type Memory struct {
+	mu        sync.RWMutex
+	live      *btree.BTreeG[*allocation]
+	pool      map[int64][][]byte // size class -> free blocks
+	pooled    int64              // bytes in pool
+	threshold int64
+	limit     int64
+	inUse     int64
+}
+
+// New returns an empty memory whose pool keeps freed blocks up to threshold
+// bytes (0: no pool).
+func New(threshold int64) *Memory {
+	return &Memory{
+		live:      btree.NewG(16, func(a, b *allocation) bool { return a.base < b.base }),
+		pool:      map[int64][][]byte{},
+		threshold: threshold,
+		limit:     4 * threshold,
+	}
+}
+
+// sizeClass rounds n up to the block size the pool keeps it under: powers of
+// two up to 64 KiB, then multiples of 64 KiB.
+func sizeClass(n int64) int64 {
+	if n < 64 {
+		return 64
+	}
+	if n <= 64<<10 {
+		c := int64(64)
+		for c < n {
+			c <<= 1
+		}
+		return c
+	}
+	return (n + 64<<10 - 1) &^ (64<<10 - 1)
+}
+
+// Alloc allocates size bytes (size 0 gets a distinct address).
+func (m *Memory) Alloc(size int64) (plugin.Ptr, error) {
+	if size < 0 {
+		return 0, fmt.Errorf("%w: negative size %d", plugin.ErrBadPointer, size)
+	}
+	class := sizeClass(size)
+	m.mu.Lock()
+	var buf []byte
+	if free := m.pool[class]; len(free) > 0 {
+		buf = free[len(free)-1]
+		free[len(free)-1] = nil
+		m.pool[class] = free[:len(free)-1]
+		m.pooled -= class
+	}
+	m.mu.Unlock()
+	if buf == nil {
+		var err error
+		if buf, err = makeBlock(class); err != nil {
+			return 0, err
+		}
+	}
+	a := &allocation{base: plugin.Ptr(uintptr(unsafe.Pointer(&buf[0]))), size: size, buf: buf}
+	m.mu.Lock()
+	m.live.ReplaceOrInsert(a)
+	m.inUse += size
+	m.mu.Unlock()
+	return a.base, nil
+}
+
+// makeBlock allocates a block, turning the runtime's out-of-memory panic for
+// absurd sizes into an error.
+func makeBlock(n int64) (buf []byte, err error) {
+	defer func() {
+		if recover() != nil {
+			err = fmt.Errorf("%w: cannot allocate %d bytes", plugin.ErrOutOfMemory, n)
+		}
+	}()
+	if n > 1<<46 {
+		return nil, fmt.Errorf("%w: cannot allocate %d bytes", plugin.ErrOutOfMemory, n)
+	}
+	return make([]byte, n), nil
+}
+
+// Free releases the allocation that starts at p.
+func (m *Memory) Free(p plugin.Ptr) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a, ok := m.live.Get(&allocation{base: p})
+	if !ok {
+		return fmt.Errorf("%w: free of %#x, which is not the start of a live allocation", plugin.ErrBadPointer, uint64(p))
+	}
+	m.live.Delete(a)
+	m.inUse -= a.size
+	class := int64(len(a.buf))
+	if class <= m.threshold && m.pooled+class <= m.limit {
+		m.pool[class] = append(m.pool[class], a.buf)
+		m.pooled += class
+	}
+	return nil
+}
+
+// Bytes returns the memory [p, p+size), which must lie inside one live
+// allocation; otherwise the error wraps plugin.ErrBadPointer.
+func (m *Memory) Bytes(p plugin.Ptr, size int64) ([]byte, error) {
+	if size < 0 {
+		return nil, fmt.Errorf("%w: negative size %d at %#x", plugin.ErrBadPointer, size, uint64(p))
+	}
+	m.mu.RLock()
+	var a *allocation
+	m.live.DescendLessOrEqual(&allocation{base: p}, func(x *allocation) bool { a = x; return false })
+	m.mu.RUnlock()
+	if a == nil || p >= a.base+plugin.Ptr(max(a.size, 1)) {
+		return nil, fmt.Errorf("%w: %#x is not inside a live allocation", plugin.ErrBadPointer, uint64(p))
+	}
+	off := int64(p - a.base)
+	if off+size > a.size {
+		return nil, fmt.Errorf("%w: range %#x+%d runs past the end of the allocation at %#x (%d bytes)", plugin.ErrBadPointer, uint64(p), size, uint64(a.base), a.size)
+	}
+	return a.buf[off : off+size : off+size], nil
+}
+
+// Reset drops every allocation and the pool.
+func (m *Memory) Reset() {
+	m.mu.Lock()
+	m.live.Clear(false)
+	m.pool = map[int64][][]byte{}
+	m.pooled, m.inUse = 0, 0
+	m.mu.Unlock()
+}

@@ -1,0 +1,251 @@
+// Package opqueue is an in-order queue of operations that runs on a goroutine
+// of its own while it has work, with one-shot events that mark points in
+// queues. The host device's queues and a remote device server's queues are
+// built on it.
+//
+// An operation that fails puts the queue in an error state: the operations
+// after it are skipped, until a mark (Synchronize, or Mark with clear) takes
+// the error and clears it. Events recorded meanwhile fire with the error.
+package opqueue
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// ErrClosed is returned for work given to a closed queue or event.
+var ErrClosed = errors.New("closed")
+
+// ErrNotRecorded is returned by an event that was never recorded.
+var ErrNotRecorded = errors.New("event not recorded")
+
+type op struct {
+	run    func() error      // a normal operation, skipped after a failure
+	mark   func(error) error // runs whatever happened before; gets the error state
+	clear  bool              // the mark clears the error state
+	wait   *Event
+	record *Event
+}
+
+// Queue runs operations in order.
+type Queue struct {
+	mu      sync.Mutex
+	idle    *sync.Cond
+	ops     []op
+	running bool
+	closed  bool
+	err     error // first failure since the last clearing mark
+}
+
+// New returns an empty queue.
+func New() *Queue {
+	q := &Queue{}
+	q.idle = sync.NewCond(&q.mu)
+	return q
+}
+
+func (q *Queue) enqueue(o op) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return fmt.Errorf("queue: %w", ErrClosed)
+	}
+	q.ops = append(q.ops, o)
+	if !q.running {
+		q.running = true
+		go q.loop()
+	}
+	return nil
+}
+
+func (q *Queue) loop() {
+	for {
+		q.mu.Lock()
+		if len(q.ops) == 0 {
+			q.running = false
+			q.ops = q.ops[:0]
+			q.idle.Broadcast()
+			q.mu.Unlock()
+			return
+		}
+		o := q.ops[0]
+		q.ops[0] = op{}
+		q.ops = q.ops[1:]
+		failed := q.err
+		if o.clear {
+			q.err = nil
+		}
+		q.mu.Unlock()
+
+		var err error
+		switch {
+		case o.record != nil:
+			o.record.Fire(failed)
+		case o.wait != nil:
+			<-o.wait.done
+			if o.wait.err != nil && failed == nil {
+				err = fmt.Errorf("waited-for event failed: %w", o.wait.err)
+			}
+		case o.mark != nil:
+			err = o.mark(failed)
+		case failed == nil:
+			err = o.run()
+		}
+		if err != nil {
+			q.mu.Lock()
+			if q.err == nil {
+				q.err = err
+			}
+			q.mu.Unlock()
+		}
+	}
+}
+
+// Do enqueues fn. It runs after everything enqueued before it, unless one of
+// those failed since the last clearing mark; its error puts the queue in the
+// error state.
+func (q *Queue) Do(fn func() error) error { return q.enqueue(op{run: fn}) }
+
+// Mark enqueues fn to run in order even after a failure: it receives the
+// first error since the last clearing mark (nil if none), and clears it if
+// clear is set. An error fn returns puts the queue in the error state.
+func (q *Queue) Mark(clear bool, fn func(failed error) error) error {
+	return q.enqueue(op{mark: fn, clear: clear})
+}
+
+// Record makes ev fire, with the queue's error if any, when everything
+// enqueued before it is done.
+func (q *Queue) Record(ev *Event) error {
+	if err := ev.arm(); err != nil {
+		return err
+	}
+	return q.enqueue(op{record: ev})
+}
+
+// Wait holds back everything enqueued after it until ev has fired; if ev
+// carries an error the queue enters the error state with it.
+func (q *Queue) Wait(ev *Event) error {
+	if !ev.Recorded() {
+		return ErrNotRecorded
+	}
+	return q.enqueue(op{wait: ev})
+}
+
+// Synchronize waits for everything enqueued so far and returns (and clears)
+// the first error since the last clearing mark.
+func (q *Queue) Synchronize() error {
+	done := make(chan error, 1)
+	if err := q.Mark(true, func(failed error) error { done <- failed; return nil }); err != nil {
+		return err
+	}
+	return <-done
+}
+
+// Query reports whether the queue is idle, and if so returns (and clears)
+// its error state.
+func (q *Queue) Query() (bool, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.running {
+		return false, nil
+	}
+	err := q.err
+	q.err = nil
+	return true, err
+}
+
+// Close synchronizes, then refuses further work.
+func (q *Queue) Close() error {
+	err := q.Synchronize()
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	return err
+}
+
+// Event fires once, with an error or none.
+type Event struct {
+	mu     sync.Mutex
+	armed  bool
+	closed bool
+	done   chan struct{}
+	err    error // written before done is closed
+}
+
+// NewEvent returns an event that is not recorded yet.
+func NewEvent() *Event { return &Event{done: make(chan struct{})} }
+
+func (e *Event) arm() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return fmt.Errorf("event: %w", ErrClosed)
+	}
+	if e.armed {
+		return errors.New("event is already recorded (events fire once; create another)")
+	}
+	e.armed = true
+	return nil
+}
+
+// Arm marks the event recorded by something other than a queue (a remote
+// device that will fire it); it fails if it was recorded already.
+func (e *Event) Arm() error { return e.arm() }
+
+// Recorded reports whether the event was recorded.
+func (e *Event) Recorded() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.armed
+}
+
+// Fire fires the event with err. Only the first call counts.
+func (e *Event) Fire(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	select {
+	case <-e.done:
+		return
+	default:
+	}
+	e.armed = true
+	e.err = err
+	close(e.done)
+}
+
+// Done is closed when the event fires.
+func (e *Event) Done() <-chan struct{} { return e.done }
+
+// Synchronize waits for the event and returns its error.
+func (e *Event) Synchronize() error {
+	if !e.Recorded() {
+		return ErrNotRecorded
+	}
+	<-e.done
+	return e.err
+}
+
+// Query reports whether the event fired, and its error.
+func (e *Event) Query() (bool, error) {
+	if !e.Recorded() {
+		return false, ErrNotRecorded
+	}
+	select {
+	case <-e.done:
+		return true, e.err
+	default:
+		return false, nil
+	}
+}
+
+// Close releases the event; waits already enqueued still see it fire.
+func (e *Event) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return fmt.Errorf("event closed twice: %w", ErrClosed)
+	}
+	e.closed = true
+	return nil
+}

@@ -1,0 +1,71 @@
+package remote
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugins/remote/proto"
+)
+
+// hello is what each side says about itself at the start of a session.
+type hello struct {
+	version int
+	digest  string // of the whole kernel table
+	count   int    // kernels in the table
+}
+
+func helloText(img *plugin.Image) string {
+	return fmt.Sprintf("%s %d %s %d", proto.Magic, proto.Version, img.Digest, len(img.Kernels))
+}
+
+func parseHello(s string) (hello, error) {
+	f := strings.Fields(s)
+	if len(f) != 4 || f[0] != proto.Magic {
+		return hello{}, fmt.Errorf("%w: not a goffload hello: %.40q", proto.ErrFrame, s)
+	}
+	v, err1 := strconv.Atoi(f[1])
+	n, err2 := strconv.Atoi(f[3])
+	if err1 != nil || err2 != nil || n < 0 || len(f[2]) != 16 {
+		return hello{}, fmt.Errorf("%w: malformed hello %.60q", proto.ErrFrame, s)
+	}
+	return hello{version: v, digest: f[2], count: n}, nil
+}
+
+// checkImage compares the peer's hello with our image. Both sides must run
+// the same code: the protocol version must match, and the shorter kernel
+// table must be a prefix of the longer one (a host may register kernels its
+// device processes have not, and cannot launch those remotely). The side
+// with the longer table does the check.
+func checkImage(peer hello, img *plugin.Image, self string) error {
+	other := "host"
+	if self == "host" {
+		other = "device"
+	}
+	if peer.version != proto.Version {
+		return fmt.Errorf("%w: protocol version %d on the %s, %d on the %s", ErrMismatch, peer.version, other, proto.Version, self)
+	}
+	if peer.count > len(img.Kernels) {
+		return nil // the peer checks
+	}
+	if plugin.Digest(img.Kernels[:peer.count]) != peer.digest {
+		return fmt.Errorf("%w: host and device were built from different code: %s image %s (%d kernels), %s image %s (%d kernels)",
+			ErrMismatch, self, img.Digest, len(img.Kernels), other, peer.digest, peer.count)
+	}
+	return nil
+}
+
+// ErrMismatch is wrapped when a host and a device process run different code
+// (kernel tables or protocol versions differ); they are refused at hello.
+var ErrMismatch = errors.New("host and device do not match")
+
+func totalMemory() int64 {
+	var si syscall.Sysinfo_t
+	if syscall.Sysinfo(&si) != nil {
+		return 0
+	}
+	return int64(si.Totalram) * int64(si.Unit)
+}

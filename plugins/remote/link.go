@@ -1,0 +1,167 @@
+package remote
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+
+	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugins/remote/proto"
+)
+
+// link is one framed connection. Frames are written by the goroutine that
+// sends them, under a lock; a bulk transfer takes the lock once per fragment,
+// so a small frame waits for at most one fragment, never for a whole
+// transfer. Reading is left to the owner's read loop.
+type link struct {
+	conn net.Conn
+	r    *proto.Reader
+
+	wmu  sync.Mutex
+	wbuf []byte
+
+	once   sync.Once
+	closed chan struct{}
+	err    error // why the link failed; set before closed is closed
+}
+
+func newLink(conn net.Conn) *link {
+	return &link{conn: conn, r: proto.NewReader(bufio.NewReaderSize(conn, 256<<10)), closed: make(chan struct{})}
+}
+
+// send writes one frame with its payload.
+func (l *link) send(m *proto.Msg, payload []byte) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if err := l.failed(); err != nil {
+		return err
+	}
+	l.wbuf = proto.AppendFrame(l.wbuf[:0], m, payload)
+	if _, err := l.conn.Write(l.wbuf); err != nil {
+		return l.fail(fmt.Errorf("write: %w", err))
+	}
+	return nil
+}
+
+// sendData streams data as TData fragments of transfer id, each written
+// straight from data (header and fragment in one writev).
+func (l *link) sendData(id uint64, data []byte) error {
+	for off := 0; off < len(data); off += proto.Fragment {
+		if err := l.sendFragment(id, off, data[off:min(off+proto.Fragment, len(data))]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *link) sendFragment(id uint64, off int, frag []byte) error {
+	m := proto.Msg{Type: proto.TData, ID: id, Ptr: uint64(off)}
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if err := l.failed(); err != nil {
+		return err
+	}
+	hdr := proto.AppendHeader(appendLen(l.wbuf[:0], proto.FrameLen(&m, len(frag))), &m, len(frag))
+	l.wbuf = hdr
+	bufs := net.Buffers{hdr, frag}
+	if _, err := bufs.WriteTo(l.conn); err != nil {
+		return l.fail(fmt.Errorf("write: %w", err))
+	}
+	return nil
+}
+
+func appendLen(b []byte, n int) []byte {
+	return append(b, byte(n), byte(n>>8), byte(n>>16), byte(n>>24))
+}
+
+// fail marks the link broken with cause (the first cause wins), closes the
+// connection and returns the link's error.
+func (l *link) fail(cause error) error {
+	l.once.Do(func() {
+		l.err = cause
+		close(l.closed)
+		l.conn.Close()
+	})
+	return l.failed()
+}
+
+// failed returns the link's error once it has failed, else nil.
+func (l *link) failed() error {
+	select {
+	case <-l.closed:
+		return l.err
+	default:
+		return nil
+	}
+}
+
+// isClosedErr reports whether err is the normal end of a connection.
+func isClosedErr(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
+}
+
+// Error codes carry plugin errors across the wire so errors.Is works on the
+// other side.
+var codes = []error{
+	nil,
+	plugin.ErrKernel,
+	plugin.ErrBadPointer,
+	plugin.ErrBadKernel,
+	plugin.ErrOutOfMemory,
+	plugin.ErrBadHandle,
+	plugin.ErrUnsupported,
+	plugin.ErrNotRecorded,
+	plugin.ErrDeviceLost,
+	proto.ErrFrame,
+	ErrMismatch,
+	ErrAuth,
+}
+
+const codeOther = 255
+
+func errCode(err error) uint8 {
+	if err == nil {
+		return 0
+	}
+	for i, c := range codes {
+		if c != nil && errors.Is(err, c) {
+			return uint8(i)
+		}
+	}
+	return codeOther
+}
+
+// wireError is an error that came from the other side of a link.
+type wireError struct {
+	text  string
+	cause error
+}
+
+func (e *wireError) Error() string { return e.text }
+func (e *wireError) Unwrap() error { return e.cause }
+
+func decodeErr(code uint8, text string) error {
+	if code == 0 {
+		return nil
+	}
+	var cause error
+	if int(code) < len(codes) {
+		cause = codes[code]
+	}
+	return &wireError{text: text, cause: cause}
+}
+
+// withErr fills m's code and text from err.
+func withErr(m *proto.Msg, err error) *proto.Msg {
+	if err != nil {
+		m.Code = errCode(err)
+		m.Text = err.Error()
+		if len(m.Text) > proto.MaxText {
+			m.Text = m.Text[:proto.MaxText]
+		}
+	}
+	return m
+}

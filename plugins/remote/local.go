@@ -1,0 +1,174 @@
+package remote
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/goffload/offload/internal/plugin"
+)
+
+// Environment of a device process, set by the host that starts it.
+const (
+	envRole  = "GOFFLOAD_ROLE"         // "device"
+	envFD    = "GOFFLOAD_FD"           // inherited socket to the host
+	envCores = "GOFFLOAD_DEVICE_CORES" // cores the device splits loops over
+)
+
+func init() {
+	plugin.RegisterKind(plugin.Kind{
+		Name:  "local",
+		Open:  openLocal,
+		Order: 50,
+		Help:  "local[:N]  N device processes of this program on this machine (default 1)",
+	})
+}
+
+func openLocal(arg string) ([]plugin.Device, error) {
+	n := 1
+	if arg != "" {
+		v, err := strconv.Atoi(arg)
+		if err != nil || v < 1 || v > 256 {
+			return nil, fmt.Errorf("%w: local:%s: want local:N with N a process count from 1 to 256", plugin.ErrBadSpec, arg)
+		}
+		n = v
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("cannot find this program's executable to start devices: %w", err)
+	}
+	cores := os.Getenv(envCores)
+	if cores == "" {
+		cores = strconv.Itoa(max(1, runtime.NumCPU()/n))
+	} else if v, err := strconv.Atoi(cores); err != nil || v < 1 {
+		return nil, fmt.Errorf("%w: %s=%q: want a positive number of cores", plugin.ErrBadSpec, envCores, cores)
+	}
+	var devs []plugin.Device
+	for i := 0; i < n; i++ {
+		d, err := spawn(exe, cores)
+		if err != nil {
+			for _, d := range devs {
+				d.Close()
+			}
+			return nil, err
+		}
+		devs = append(devs, d)
+	}
+	return devs, nil
+}
+
+// spawn starts a device process of exe connected by an inherited socket.
+func spawn(exe, cores string) (*device, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socketpair: %w", err)
+	}
+	parent := os.NewFile(uintptr(fds[0]), "goffload-host")
+	child := os.NewFile(uintptr(fds[1]), "goffload-device")
+	defer child.Close()
+	conn, err := net.FileConn(parent)
+	parent.Close()
+	if err != nil {
+		return nil, err
+	}
+	num := &atomic.Int64{}
+	num.Store(-1)
+	cmd := exec.Command(exe, os.Args[1:]...)
+	cmd.Env = append(os.Environ(), envRole+"=device", envFD+"=3", envCores+"="+cores)
+	cmd.ExtraFiles = []*os.File{child}
+	// The device dies with the host, also when the host is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Stdout = &prefixWriter{w: os.Stdout, num: num}
+	cmd.Stderr = &prefixWriter{w: os.Stderr, num: num}
+	// Pdeathsig follows the thread that forks: keep it for the fork.
+	runtime.LockOSThread()
+	err = cmd.Start()
+	runtime.UnlockOSThread()
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("starting a device process: %w", err)
+	}
+	pid := cmd.Process.Pid
+	exited := make(chan struct{})
+	var waitErr error
+	go func() {
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
+	d := newDevice(newLink(conn), fmt.Sprintf("remote device (pid %d)", pid))
+	d.setNum = func(n int) { num.Store(int64(n)) }
+	d.onLost = func(cause error) error {
+		select {
+		case <-exited:
+		case <-time.After(time.Second):
+			return fmt.Errorf("device process %d: %v", pid, cause)
+		}
+		if waitErr == nil {
+			return fmt.Errorf("device process %d exited (%v)", pid, cause)
+		}
+		return fmt.Errorf("device process %d: %v (%v)", pid, waitErr, cause)
+	}
+	d.closeFn = func() error {
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("device process %d did not exit; killed it", pid)
+		}
+		var ee *exec.ExitError
+		if waitErr != nil && !errors.As(waitErr, &ee) {
+			return waitErr
+		}
+		if ee != nil {
+			return fmt.Errorf("device process %d: %v", pid, ee)
+		}
+		return nil
+	}
+	return d, nil
+}
+
+// prefixWriter writes whole lines, each prefixed with the device number.
+type prefixWriter struct {
+	w   io.Writer
+	num *atomic.Int64
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.buf = append(p.buf, b...)
+	for {
+		i := bytes.IndexByte(p.buf, '\n')
+		if i < 0 {
+			break
+		}
+		p.emit(p.buf[:i+1])
+		p.buf = p.buf[i+1:]
+	}
+	if len(p.buf) > 64<<10 { // a very long line: pass it on in pieces
+		p.emit(append(p.buf, '\n'))
+		p.buf = nil
+	}
+	return len(b), nil
+}
+
+func (p *prefixWriter) emit(line []byte) {
+	prefix := "[device ?] "
+	if n := p.num.Load(); n >= 0 {
+		prefix = "[device " + strconv.FormatInt(n, 10) + "] "
+	}
+	p.w.Write(append([]byte(prefix), line...))
+}

@@ -1,0 +1,266 @@
+// Package proto is the wire protocol between a goffload host and its remote
+// device processes: framed, binary, little-endian, versioned. It holds plain
+// encoding and decoding with no I/O policy, so it can be tested and fuzzed
+// on bytes.
+//
+// A frame is
+//
+//	uint32 n      length of what follows (header and payload), n <= MaxFrame
+//	uint8  type
+//	uint32 queue  queue id (0: none)
+//	uint64 id     request, transfer, event or sequence id
+//	uint64 ptr    device address
+//	uint64 ptr2   second device address (exchange destination)
+//	uint64 size   byte count
+//	uint32 kernel kernel index (launch), peer device (exchange)
+//	uint8  code   error code (0: none)
+//	uint32 nt     length of text, then nt bytes of text
+//	…             payload: the rest of the frame (launch arguments, inline
+//	              submit data, a transfer fragment)
+//
+// Every length read from the wire is checked against the frame's own length
+// and the limits below before anything is allocated.
+package proto
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Version is the protocol version; a peer with another version is refused at
+// hello.
+const Version = 1
+
+// Magic opens every hello.
+const Magic = "GOFFLOAD"
+
+// Limits on what the wire may carry.
+const (
+	HeaderSize = 1 + 4 + 8 + 8 + 8 + 8 + 4 + 1 + 4 // after the length word
+	MaxText    = 64 << 10
+	// Fragment is the payload size of a transfer fragment; MaxFrame leaves
+	// room for a header and text around it.
+	Fragment = 256 << 10
+	MaxFrame = Fragment + HeaderSize + MaxText
+	// MaxInline is the largest submit sent inside its request; larger ones
+	// are pulled by the device in fragments when their turn comes.
+	MaxInline = 64 << 10
+)
+
+// Type is a frame's type.
+type Type uint8
+
+// Frame types. "→d" frames go from host to device, "→h" from device to host,
+// "↔" both ways (and between device peers).
+const (
+	THello     Type = iota + 1 // ↔ text: magic, version, image digest
+	TAuth                      // ↔ challenge / response of the shared-secret handshake
+	TReply                     // →h id: request answered; ptr: value; text: info or error
+	TAlloc                     // →d id, size
+	TFree                      // →d id, ptr
+	TInfo                      // →d id
+	TCloseQueue                // →d queue
+	TSubmit                    // →d queue, id (transfer), ptr (dst), size; payload inline if size <= MaxInline
+	TPull                      // →h queue, id: the device is ready for the submit's data
+	TData                      // ↔ id (transfer), ptr (offset in transfer); payload: fragment
+	TRetrieve                  // →d queue, id (transfer), ptr (src), size
+	TXferDone                  // →h id (transfer), code/text: error if it failed
+	TExchange                  // →d queue, id (transfer), ptr (src), ptr2 (dst), size, kernel (peer)
+	TLaunch                    // →d queue, kernel, payload: arguments
+	TRecord                    // →d queue, id (event)
+	TWait                      // →d queue, id (event)
+	TSync                      // →d queue, id (sequence)
+	TSyncDone                  // →h queue, id (sequence), code/text: the queue's first error
+	TEvent                     // →h id (event) fired, code/text: its error
+	TPeer                      // →d kernel (peer device), text: how to reach it
+	TExit                      // →d: end the session
+	tMax
+)
+
+var typeNames = [...]string{"", "hello", "auth", "reply", "alloc", "free", "info", "closequeue", "submit", "pull",
+	"data", "retrieve", "xferdone", "exchange", "launch", "record", "wait", "sync", "syncdone", "event", "peer", "exit"}
+
+func (t Type) String() string {
+	if t > 0 && t < tMax {
+		return typeNames[t]
+	}
+	return fmt.Sprintf("type(%d)", uint8(t))
+}
+
+// Msg is a decoded frame header; Payload is set by Decode and AppendFrame
+// users for small payloads, while stream readers read large payloads
+// themselves (PayloadLen bytes follow the header on the stream).
+type Msg struct {
+	Type       Type
+	Queue      uint32
+	ID         uint64
+	Ptr        uint64
+	Ptr2       uint64
+	Size       uint64
+	Kernel     uint32
+	Code       uint8
+	Text       string
+	Payload    []byte
+	PayloadLen int
+}
+
+// ErrFrame is wrapped by every decoding error.
+var ErrFrame = errors.New("malformed frame")
+
+// AppendFrame appends m's frame, with payload as its payload, to b.
+func AppendFrame(b []byte, m *Msg, payload []byte) []byte {
+	n := HeaderSize + len(m.Text) + len(payload)
+	b = binary.LittleEndian.AppendUint32(b, uint32(n))
+	b = AppendHeader(b, m, len(payload))
+	return append(b, payload...)
+}
+
+// AppendHeader appends the frame's header (after the length word) without
+// the payload, for writers that send the payload from its own memory.
+func AppendHeader(b []byte, m *Msg, payloadLen int) []byte {
+	b = append(b, byte(m.Type))
+	b = binary.LittleEndian.AppendUint32(b, m.Queue)
+	b = binary.LittleEndian.AppendUint64(b, m.ID)
+	b = binary.LittleEndian.AppendUint64(b, m.Ptr)
+	b = binary.LittleEndian.AppendUint64(b, m.Ptr2)
+	b = binary.LittleEndian.AppendUint64(b, m.Size)
+	b = binary.LittleEndian.AppendUint32(b, m.Kernel)
+	b = append(b, m.Code)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.Text)))
+	return append(b, m.Text...)
+}
+
+// FrameLen is the value of the length word of a frame for m and a payload
+// of payloadLen bytes.
+func FrameLen(m *Msg, payloadLen int) int { return HeaderSize + len(m.Text) + payloadLen }
+
+// ParseHeader decodes a frame's header from body, the n bytes after the
+// length word (at least the header and text; the payload may follow or be
+// left on the stream). n is the length word. It sets PayloadLen and, if body
+// holds it, Payload (aliasing body).
+func ParseHeader(body []byte, n int) (*Msg, error) {
+	if n < HeaderSize || n > MaxFrame {
+		return nil, fmt.Errorf("%w: length %d outside [%d, %d]", ErrFrame, n, HeaderSize, MaxFrame)
+	}
+	if len(body) < HeaderSize {
+		return nil, fmt.Errorf("%w: %d header bytes, want %d", ErrFrame, len(body), HeaderSize)
+	}
+	m := &Msg{Type: Type(body[0])}
+	if m.Type == 0 || m.Type >= tMax {
+		return nil, fmt.Errorf("%w: unknown type %d", ErrFrame, body[0])
+	}
+	le := binary.LittleEndian
+	m.Queue = le.Uint32(body[1:])
+	m.ID = le.Uint64(body[5:])
+	m.Ptr = le.Uint64(body[13:])
+	m.Ptr2 = le.Uint64(body[21:])
+	m.Size = le.Uint64(body[29:])
+	m.Kernel = le.Uint32(body[37:])
+	m.Code = body[41]
+	nt := int(le.Uint32(body[42:]))
+	if nt > MaxText || HeaderSize+nt > n {
+		return nil, fmt.Errorf("%w: text of %d bytes in a frame of %d", ErrFrame, nt, n)
+	}
+	if len(body) < HeaderSize+nt {
+		return nil, fmt.Errorf("%w: text cut short", ErrFrame)
+	}
+	m.Text = string(body[HeaderSize : HeaderSize+nt])
+	m.PayloadLen = n - HeaderSize - nt
+	if rest := body[HeaderSize+nt:]; len(rest) >= m.PayloadLen {
+		m.Payload = rest[:m.PayloadLen]
+	}
+	return m, nil
+}
+
+// Decode decodes one whole frame from the start of b and returns it with the
+// number of bytes used.
+func Decode(b []byte) (*Msg, int, error) {
+	if len(b) < 4 {
+		return nil, 0, fmt.Errorf("%w: %d bytes, no length word", ErrFrame, len(b))
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	if n > len(b)-4 {
+		if n < HeaderSize || n > MaxFrame {
+			return nil, 0, fmt.Errorf("%w: length %d outside [%d, %d]", ErrFrame, n, HeaderSize, MaxFrame)
+		}
+		return nil, 0, fmt.Errorf("%w: frame of %d bytes, %d present", ErrFrame, n, len(b)-4)
+	}
+	m, err := ParseHeader(b[4:4+n], n)
+	if err != nil {
+		return nil, 0, err
+	}
+	return m, 4 + n, nil
+}
+
+// Reader reads frames from a stream. Payloads up to small are read into an
+// internal buffer (valid until the next ReadMsg); larger payloads are left on
+// the stream for the caller to read with ReadPayload, straight into its own
+// memory.
+type Reader struct {
+	r   io.Reader
+	hdr []byte
+	buf []byte
+}
+
+// NewReader returns a frame reader on r.
+func NewReader(r io.Reader) *Reader {
+	return &Reader{r: r, hdr: make([]byte, 4+HeaderSize+MaxText)}
+}
+
+// ReadMsg reads the next frame's header. If the payload is at most
+// MaxInline it is read too and set in m.Payload; otherwise m.Payload is nil
+// and the caller must call ReadPayload (or Discard) before the next ReadMsg.
+func (r *Reader) ReadMsg() (*Msg, error) {
+	if _, err := io.ReadFull(r.r, r.hdr[:4+HeaderSize]); err != nil {
+		return nil, err
+	}
+	n := int(binary.LittleEndian.Uint32(r.hdr))
+	if n < HeaderSize || n > MaxFrame {
+		return nil, fmt.Errorf("%w: length %d outside [%d, %d]", ErrFrame, n, HeaderSize, MaxFrame)
+	}
+	nt := int(binary.LittleEndian.Uint32(r.hdr[4+42:]))
+	if nt > MaxText || HeaderSize+nt > n {
+		return nil, fmt.Errorf("%w: text of %d bytes in a frame of %d", ErrFrame, nt, n)
+	}
+	if _, err := io.ReadFull(r.r, r.hdr[4+HeaderSize:4+HeaderSize+nt]); err != nil {
+		return nil, unexpected(err)
+	}
+	m, err := ParseHeader(r.hdr[4:4+HeaderSize+nt], n)
+	if err != nil {
+		return nil, err
+	}
+	if m.PayloadLen <= MaxInline {
+		if cap(r.buf) < m.PayloadLen {
+			r.buf = make([]byte, MaxInline)
+		}
+		m.Payload = r.buf[:m.PayloadLen]
+		if _, err := io.ReadFull(r.r, m.Payload); err != nil {
+			return nil, unexpected(err)
+		}
+	}
+	return m, nil
+}
+
+// ReadPayload reads m's payload into dst, which must be PayloadLen bytes.
+func (r *Reader) ReadPayload(m *Msg, dst []byte) error {
+	if len(dst) != m.PayloadLen {
+		return fmt.Errorf("%w: payload of %d bytes into %d", ErrFrame, m.PayloadLen, len(dst))
+	}
+	_, err := io.ReadFull(r.r, dst)
+	return unexpected(err)
+}
+
+// Discard skips m's payload.
+func (r *Reader) Discard(m *Msg) error {
+	_, err := io.CopyN(io.Discard, r.r, int64(m.PayloadLen))
+	return unexpected(err)
+}
+
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}

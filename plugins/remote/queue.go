@@ -1,0 +1,206 @@
+package remote
+
+import (
+	"fmt"
+
+	"github.com/goffload/offload/internal/opqueue"
+	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugins/remote/proto"
+)
+
+// queue is a remote queue: operations are sent at once and run in order on
+// the device; Synchronize sends a mark and waits for it to come back.
+type queue struct {
+	d      *device
+	id     uint32
+	closed bool
+	// query is the mark a Query sent, if any, and dirty says operations were
+	// sent after it.
+	query chan error
+	dirty bool
+}
+
+func (q *queue) send(m *proto.Msg, payload []byte) error {
+	if q.closed {
+		return fmt.Errorf("%s: %w: queue is closed", q.d.name, plugin.ErrBadHandle)
+	}
+	if err := q.d.alive(); err != nil {
+		return err
+	}
+	m.Queue = q.id
+	q.dirty = true
+	if err := q.d.l.send(m, payload); err != nil {
+		q.d.lose(err)
+		return q.d.alive()
+	}
+	return nil
+}
+
+func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	m := &proto.Msg{Type: proto.TSubmit, ID: q.d.id(), Ptr: uint64(dst), Size: uint64(len(src))}
+	if len(src) <= proto.MaxInline {
+		return q.send(m, src)
+	}
+	q.d.mu.Lock()
+	q.d.pushes[m.ID] = src
+	q.d.mu.Unlock()
+	return q.send(m, nil)
+}
+
+func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	m := &proto.Msg{Type: proto.TRetrieve, ID: q.d.id(), Ptr: uint64(src), Size: uint64(len(dst))}
+	q.d.mu.Lock()
+	q.d.pulls[m.ID] = &recv{dst: dst}
+	q.d.mu.Unlock()
+	return q.send(m, nil)
+}
+
+func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) error {
+	other, ok := dst.(*device)
+	if !ok || other != q.d {
+		return fmt.Errorf("%s: exchange to %s: %w", q.d.name, dst.Info().Name, plugin.ErrUnsupported)
+	}
+	return q.send(&proto.Msg{Type: proto.TExchange, ID: q.d.id(), Ptr: uint64(src), Ptr2: uint64(dstPtr), Size: uint64(size), Kernel: uint32(q.d.num)}, nil)
+}
+
+func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
+	if k.Index >= q.d.count {
+		return fmt.Errorf("%s: %w: kernel %q was registered after the device process started (it has %d kernels); register kernels at package init",
+			q.d.name, plugin.ErrBadKernel, k.Name, q.d.count)
+	}
+	b, err := proto.AppendArgs(nil, k, args)
+	if err != nil {
+		return fmt.Errorf("%s: %w", q.d.name, err)
+	}
+	if len(b) > proto.MaxInline {
+		return fmt.Errorf("%s: %w: kernel %q arguments take %d bytes, more than %d", q.d.name, plugin.ErrBadKernel, k.Name, len(b), proto.MaxInline)
+	}
+	return q.send(&proto.Msg{Type: proto.TLaunch, Kernel: uint32(k.Index)}, b)
+}
+
+func (q *queue) Record(e plugin.Event) error {
+	ev, ok := e.(*event)
+	if !ok || ev.d != q.d {
+		return fmt.Errorf("%s: %w: event %T is not of this device", q.d.name, plugin.ErrBadHandle, e)
+	}
+	if err := ev.ev.Arm(); err != nil {
+		return fmt.Errorf("%s: %w: %v", q.d.name, plugin.ErrBadHandle, err)
+	}
+	return q.send(&proto.Msg{Type: proto.TRecord, ID: ev.id}, nil)
+}
+
+func (q *queue) Wait(e plugin.Event) error {
+	ev, ok := e.(*event)
+	if !ok || ev.d != q.d {
+		return fmt.Errorf("%s: wait on an event of another device: %w", q.d.name, plugin.ErrUnsupported)
+	}
+	if !ev.ev.Recorded() {
+		return fmt.Errorf("%s: wait: %w", q.d.name, plugin.ErrNotRecorded)
+	}
+	return q.send(&proto.Msg{Type: proto.TWait, ID: ev.id}, nil)
+}
+
+// mark sends a sync mark and returns the channel its answer comes on.
+func (q *queue) mark() (chan error, error) {
+	ch := make(chan error, 1)
+	m := &proto.Msg{Type: proto.TSync, ID: q.d.id()}
+	q.d.mu.Lock()
+	q.d.syncs[m.ID] = ch
+	q.d.mu.Unlock()
+	if err := q.send(m, nil); err != nil {
+		q.d.mu.Lock()
+		delete(q.d.syncs, m.ID)
+		q.d.mu.Unlock()
+		return nil, err
+	}
+	q.dirty = false
+	return ch, nil
+}
+
+func (q *queue) Synchronize() error {
+	if q.query != nil { // a Query's mark is out: its answer comes first
+		err := <-q.query
+		q.query = nil
+		if err != nil {
+			return err
+		}
+	}
+	ch, err := q.mark()
+	if err != nil {
+		return err
+	}
+	return <-ch
+}
+
+func (q *queue) Query() (bool, error) {
+	if q.query == nil {
+		ch, err := q.mark()
+		if err != nil {
+			return true, err
+		}
+		q.query = ch
+	}
+	select {
+	case err := <-q.query:
+		q.query = nil
+		if q.dirty {
+			return false, err
+		}
+		return true, err
+	default:
+		return false, nil
+	}
+}
+
+func (q *queue) Close() error {
+	if q.closed {
+		return nil
+	}
+	err := q.Synchronize()
+	q.send(&proto.Msg{Type: proto.TCloseQueue}, nil)
+	q.closed = true
+	return err
+}
+
+// event is a remote event: the device fires it and says so.
+type event struct {
+	d      *device
+	id     uint64
+	ev     *opqueue.Event
+	closed bool // guarded by d.mu
+}
+
+func (e *event) Synchronize() error {
+	err := e.ev.Synchronize()
+	if err == opqueue.ErrNotRecorded {
+		return plugin.ErrNotRecorded
+	}
+	return err
+}
+
+func (e *event) Query() (bool, error) {
+	fired, err := e.ev.Query()
+	if err == opqueue.ErrNotRecorded {
+		return false, plugin.ErrNotRecorded
+	}
+	return fired, err
+}
+
+func (e *event) Close() error {
+	if err := e.ev.Close(); err != nil {
+		return fmt.Errorf("%s: %w: %v", e.d.name, plugin.ErrBadHandle, err)
+	}
+	e.d.mu.Lock()
+	e.closed = true
+	if fired, _ := e.ev.Query(); fired || !e.ev.Recorded() {
+		delete(e.d.events, e.id)
+	}
+	e.d.mu.Unlock()
+	return nil
+}

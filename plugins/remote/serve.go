@@ -1,0 +1,101 @@
+package remote
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/goffload/offload/internal/plugin"
+)
+
+// IsDevice reports whether this process was started as a device.
+func IsDevice() bool { return os.Getenv(envRole) != "" }
+
+// ServeIfDevice serves as a device and exits the process if the environment
+// says this process is one (GOFFLOAD_ROLE=device); otherwise it returns at
+// once. A device started by a host on this machine serves that host over
+// the inherited socket (GOFFLOAD_FD) and exits when the host says so or goes
+// away; one with GOFFLOAD_LISTEN serves every host that proves
+// GOFFLOAD_SECRET, until it is killed.
+func ServeIfDevice() {
+	role := os.Getenv(envRole)
+	if role == "" {
+		return
+	}
+	if role != "device" {
+		fmt.Fprintf(os.Stderr, "goffload: %s=%q: the only role is \"device\"\n", envRole, role)
+		os.Exit(2)
+	}
+	if err := serve(); err != nil {
+		fmt.Fprintf(os.Stderr, "goffload device (pid %d): %v\n", os.Getpid(), err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func deviceCores() int {
+	if v, err := strconv.Atoi(os.Getenv(envCores)); err == nil && v > 0 {
+		return v
+	}
+	return runtime.NumCPU()
+}
+
+func serve() error {
+	img := plugin.CurrentImage()
+	cores := deviceCores()
+	if fd := os.Getenv(envFD); fd != "" {
+		n, err := strconv.Atoi(fd)
+		if err != nil || n < 3 {
+			return fmt.Errorf("%s=%q: want an inherited descriptor", envFD, fd)
+		}
+		f := os.NewFile(uintptr(n), "goffload-host")
+		conn, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("inherited socket: %w", err)
+		}
+		return newSession(newLink(conn), img, cores).serve()
+	}
+	addr := os.Getenv(envListen)
+	if addr == "" {
+		return fmt.Errorf("%s=device needs %s (started by a host) or %s=HOST:PORT", envRole, envFD, envListen)
+	}
+	secret := os.Getenv(envSecret)
+	if secret == "" {
+		return fmt.Errorf("%s=%s needs %s: TCP devices serve only hosts that prove the shared secret", envListen, addr, envSecret)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "goffload device (pid %d) serving on %s\n", os.Getpid(), ln.Addr())
+	return ServeTCP(ln, secret, img, cores)
+}
+
+// ServeTCP serves hosts that connect to ln and prove secret, each in its own
+// session, until ln is closed. A host that fails the proof is refused and
+// the device goes on serving others.
+func ServeTCP(ln net.Listener, secret string, img *plugin.Image, cores int) error {
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			l := newLink(conn)
+			conn.SetDeadline(time.Now().Add(10 * time.Second))
+			if err := authDevice(l, secret); err != nil {
+				fmt.Fprintf(os.Stderr, "goffload device: refused host %s: %v\n", conn.RemoteAddr(), err)
+				l.fail(err)
+				return
+			}
+			conn.SetDeadline(time.Time{})
+			if err := newSession(l, img, cores).serve(); err != nil && err != errSessionOver {
+				fmt.Fprintf(os.Stderr, "goffload device: session with %s: %v\n", conn.RemoteAddr(), err)
+			}
+		}()
+	}
+}

@@ -1,0 +1,327 @@
+package remote
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+
+	"github.com/goffload/offload/internal/hostmem"
+	"github.com/goffload/offload/internal/opqueue"
+	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/internal/workpool"
+	"github.com/goffload/offload/plugins/remote/proto"
+)
+
+// session serves one host on one link: the device side of the protocol.
+// Frames are read by one goroutine; queue operations run on the queues'
+// goroutines, in order per queue and concurrently across queues.
+type session struct {
+	l     *link
+	img   *plugin.Image
+	mem   *hostmem.Memory
+	pool  *workpool.Pool
+	cores int
+	num   int // device number, from the host's hello
+
+	mu     sync.Mutex
+	queues map[uint32]*opqueue.Queue
+	events map[uint64]*opqueue.Event
+	pulls  map[uint64]*pull
+}
+
+// pull is a large submit waiting for its data.
+type pull struct {
+	dst  []byte
+	got  int
+	done chan struct{}
+}
+
+func newSession(l *link, img *plugin.Image, cores int) *session {
+	return &session{
+		l: l, img: img, cores: cores, num: -1,
+		mem:    hostmem.New(256 << 20),
+		pool:   workpool.New(cores),
+		queues: map[uint32]*opqueue.Queue{},
+		events: map[uint64]*opqueue.Event{},
+		pulls:  map[uint64]*pull{},
+	}
+}
+
+// serve runs the session until the host says exit or the link ends. It
+// returns nil for a normal end.
+func (s *session) serve() error {
+	defer s.close()
+	if err := s.hello(); err != nil {
+		return err
+	}
+	for {
+		m, err := s.l.r.ReadMsg()
+		if err != nil {
+			if isClosedErr(err) {
+				return nil // the host went away: the device's work is over
+			}
+			return s.l.fail(err)
+		}
+		if m.Type == proto.TExit {
+			return nil
+		}
+		if err := s.handle(m); err != nil {
+			return s.l.fail(err)
+		}
+	}
+}
+
+func (s *session) close() {
+	s.mu.Lock()
+	qs := s.queues
+	s.queues = map[uint32]*opqueue.Queue{}
+	for _, p := range s.pulls {
+		close(p.done)
+	}
+	s.pulls = map[uint64]*pull{}
+	s.mu.Unlock()
+	s.l.fail(errSessionOver)
+	for _, q := range qs {
+		q.Close()
+	}
+	s.pool.Close()
+	s.mem.Reset()
+}
+
+var errSessionOver = fmt.Errorf("session over")
+
+// hello checks the host's protocol version and image, and answers with the
+// device's.
+func (s *session) hello() error {
+	m, err := s.l.r.ReadMsg()
+	if err != nil {
+		return fmt.Errorf("reading hello: %w", err)
+	}
+	mine := helloText(s.img)
+	if m.Type != proto.THello {
+		return s.refuse(fmt.Errorf("want hello, got %s", m.Type))
+	}
+	h, err := parseHello(m.Text)
+	if err != nil {
+		return s.refuse(err)
+	}
+	if err := checkImage(h, s.img, "device"); err != nil {
+		return s.refuse(err)
+	}
+	s.num = int(m.Kernel)
+	return s.l.send(&proto.Msg{Type: proto.THello, Text: mine}, nil)
+}
+
+func (s *session) refuse(err error) error {
+	s.l.send(withErr(&proto.Msg{Type: proto.THello, Text: helloText(s.img)}, err), nil)
+	return err
+}
+
+func (s *session) queue(id uint32) *opqueue.Queue {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queues[id]
+	if q == nil {
+		q = opqueue.New()
+		s.queues[id] = q
+	}
+	return q
+}
+
+func (s *session) event(id uint64) *opqueue.Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ev := s.events[id]
+	if ev == nil {
+		ev = opqueue.NewEvent()
+		s.events[id] = ev
+	}
+	return ev
+}
+
+func (s *session) reply(id uint64, value uint64, text string, err error) error {
+	m := &proto.Msg{Type: proto.TReply, ID: id, Ptr: value, Text: text}
+	return s.l.send(withErr(m, err), nil)
+}
+
+// handle serves one frame. Its error ends the session (a broken stream);
+// errors of operations go back to the host.
+func (s *session) handle(m *proto.Msg) error {
+	switch m.Type {
+	case proto.TAlloc:
+		p, err := s.mem.Alloc(int64(m.Size))
+		return s.reply(m.ID, uint64(p), "", err)
+	case proto.TFree:
+		return s.reply(m.ID, 0, "", s.mem.Free(plugin.Ptr(m.Ptr)))
+	case proto.TInfo:
+		b, _ := json.Marshal(s.info())
+		return s.reply(m.ID, 0, string(b), nil)
+	case proto.TCloseQueue:
+		s.mu.Lock()
+		q := s.queues[m.Queue]
+		delete(s.queues, m.Queue)
+		s.mu.Unlock()
+		if q != nil {
+			go q.Close()
+		}
+		return nil
+	case proto.TSubmit:
+		return s.submit(m)
+	case proto.TData:
+		return s.data(m)
+	case proto.TRetrieve:
+		q, id, src, size := s.queue(m.Queue), m.ID, plugin.Ptr(m.Ptr), int64(m.Size)
+		return q.Do(func() error {
+			b, err := s.mem.Bytes(src, size)
+			if err != nil {
+				return err
+			}
+			return s.l.sendData(id, b)
+		})
+	case proto.TExchange:
+		q, src, dst, size := s.queue(m.Queue), plugin.Ptr(m.Ptr), plugin.Ptr(m.Ptr2), int64(m.Size)
+		if int(m.Kernel) != s.num {
+			return q.Do(func() error {
+				return fmt.Errorf("%w: exchange to device %d: no link to that device", plugin.ErrUnsupported, m.Kernel)
+			})
+		}
+		return q.Do(func() error {
+			from, err := s.mem.Bytes(src, size)
+			if err != nil {
+				return err
+			}
+			to, err := s.mem.Bytes(dst, size)
+			if err != nil {
+				return err
+			}
+			copy(to, from)
+			return nil
+		})
+	case proto.TLaunch:
+		return s.launch(m)
+	case proto.TRecord:
+		ev, id := s.event(m.ID), m.ID
+		if err := ev.Arm(); err != nil {
+			return s.queue(m.Queue).Do(func() error { return fmt.Errorf("%w: record: %v", plugin.ErrBadHandle, err) })
+		}
+		return s.queue(m.Queue).Mark(false, func(failed error) error {
+			ev.Fire(failed)
+			return s.l.send(withErr(&proto.Msg{Type: proto.TEvent, ID: id}, failed), nil)
+		})
+	case proto.TWait:
+		q := s.queue(m.Queue)
+		ev := s.event(m.ID)
+		if !ev.Recorded() {
+			return q.Do(func() error { return fmt.Errorf("wait: %w", plugin.ErrNotRecorded) })
+		}
+		return q.Wait(ev)
+	case proto.TSync:
+		qid, seq := m.Queue, m.ID
+		return s.queue(qid).Mark(true, func(failed error) error {
+			s.l.send(withErr(&proto.Msg{Type: proto.TSyncDone, Queue: qid, ID: seq}, failed), nil)
+			return nil
+		})
+	}
+	return fmt.Errorf("%w: unexpected %s frame from the host", proto.ErrFrame, m.Type)
+}
+
+func (s *session) submit(m *proto.Msg) error {
+	q, id, dst, size := s.queue(m.Queue), m.ID, plugin.Ptr(m.Ptr), int64(m.Size)
+	if size <= proto.MaxInline {
+		if int64(m.PayloadLen) != size {
+			return fmt.Errorf("%w: inline submit of %d bytes carries %d", proto.ErrFrame, size, m.PayloadLen)
+		}
+		data := append([]byte(nil), m.Payload...)
+		return q.Do(func() error {
+			b, err := s.mem.Bytes(dst, size)
+			if err != nil {
+				return err
+			}
+			copy(b, data)
+			return nil
+		})
+	}
+	if m.PayloadLen != 0 {
+		return fmt.Errorf("%w: pulled submit carries a payload", proto.ErrFrame)
+	}
+	return q.Do(func() error {
+		b, err := s.mem.Bytes(dst, size)
+		if err != nil {
+			return err
+		}
+		p := &pull{dst: b, done: make(chan struct{})}
+		s.mu.Lock()
+		s.pulls[id] = p
+		s.mu.Unlock()
+		if err := s.l.send(&proto.Msg{Type: proto.TPull, Queue: m.Queue, ID: id}, nil); err != nil {
+			return err
+		}
+		<-p.done
+		if p.got != len(p.dst) {
+			return fmt.Errorf("%w: submit ended after %d of %d bytes", plugin.ErrDeviceLost, p.got, len(p.dst))
+		}
+		return nil
+	})
+}
+
+// data reads a fragment of a pulled submit straight into device memory.
+func (s *session) data(m *proto.Msg) error {
+	s.mu.Lock()
+	p := s.pulls[m.ID]
+	s.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("%w: data for unknown transfer %d", proto.ErrFrame, m.ID)
+	}
+	off := m.Ptr
+	if off != uint64(p.got) || off+uint64(m.PayloadLen) > uint64(len(p.dst)) {
+		return fmt.Errorf("%w: fragment [%d, +%d) of a %d-byte transfer at %d", proto.ErrFrame, off, m.PayloadLen, len(p.dst), p.got)
+	}
+	dst := p.dst[off : off+uint64(m.PayloadLen)]
+	if m.Payload != nil {
+		copy(dst, m.Payload)
+	} else if err := s.l.r.ReadPayload(m, dst); err != nil {
+		return err
+	}
+	p.got += m.PayloadLen
+	if p.got == len(p.dst) {
+		s.mu.Lock()
+		delete(s.pulls, m.ID)
+		s.mu.Unlock()
+		close(p.done)
+	}
+	return nil
+}
+
+func (s *session) launch(m *proto.Msg) error {
+	q := s.queue(m.Queue)
+	if int(m.Kernel) >= len(s.img.Kernels) {
+		n := m.Kernel
+		return q.Do(func() error {
+			return fmt.Errorf("%w: kernel index %d, the device has %d kernels", plugin.ErrBadKernel, n, len(s.img.Kernels))
+		})
+	}
+	k := s.img.Kernels[m.Kernel]
+	args, err := proto.DecodeArgs(m.Payload, k)
+	if err != nil {
+		return q.Do(func() error { return err })
+	}
+	ctx := plugin.NewKernelCtx(s.num, s.pool)
+	return q.Do(func() error {
+		vals, err := k.ArgValues(args, s.mem.Bytes)
+		if err != nil {
+			return err
+		}
+		if err := k.Call(ctx, vals); err != nil {
+			return fmt.Errorf("remote device %d (pid %d): %w", s.num, os.Getpid(), err)
+		}
+		return nil
+	})
+}
+
+func (s *session) info() plugin.Info {
+	host, _ := os.Hostname()
+	return plugin.Info{Kind: "remote", Name: fmt.Sprintf("Go CPU device process (%d cores)", s.cores), Cores: s.cores,
+		Memory: totalMemory(), Arch: runtime.GOARCH, Host: host, PID: os.Getpid()}
+}
