@@ -27,15 +27,15 @@ type device struct {
 	// setNum, if set, tells the transport the device's number.
 	setNum func(int)
 
-	mu      sync.Mutex
-	next    uint64
-	nq      uint32
-	replies map[uint64]chan *proto.Msg
-	syncs   map[uint64]chan error
-	events  map[uint64]*event
-	pushes  map[uint64][]byte // pulled submits: data the device will pull
-	pulls   map[uint64]*recv  // retrieves: where arriving data goes
-	lost    error
+	mu         sync.Mutex
+	next       uint64
+	nq         uint32
+	replies    map[uint64]chan *proto.Msg
+	syncs      map[uint64]chan error
+	events     map[uint64]*event
+	pushes     map[uint64][]byte // pulled submits: data the device will pull
+	pulls      map[uint64]*recv  // retrieves: where arriving data goes
+	lost       error
 	closed     bool
 	reading    bool
 	readerDone chan struct{}

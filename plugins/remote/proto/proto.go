@@ -55,27 +55,27 @@ type Type uint8
 // Frame types. "→d" frames go from host to device, "→h" from device to host,
 // "↔" both ways (and between device peers).
 const (
-	THello     Type = iota + 1 // ↔ text: magic, version, image digest
-	TAuth                      // ↔ challenge / response of the shared-secret handshake
-	TReply                     // →h id: request answered; ptr: value; text: info or error
-	TAlloc                     // →d id, size
-	TFree                      // →d id, ptr
-	TInfo                      // →d id
-	TCloseQueue                // →d queue
-	TSubmit                    // →d queue, id (transfer), ptr (dst), size; payload inline if size <= MaxInline
-	TPull                      // →h queue, id: the device is ready for the submit's data
-	TData                      // ↔ id (transfer), ptr (offset in transfer); payload: fragment
-	TRetrieve                  // →d queue, id (transfer), ptr (src), size
-	TXferDone                  // →h id (transfer), code/text: error if it failed
-	TExchange                  // →d queue, id (transfer), ptr (src), ptr2 (dst), size, kernel (peer)
-	TLaunch                    // →d queue, kernel, payload: arguments
-	TRecord                    // →d queue, id (event)
-	TWait                      // →d queue, id (event)
-	TSync                      // →d queue, id (sequence)
-	TSyncDone                  // →h queue, id (sequence), code/text: the queue's first error
-	TEvent                     // →h id (event) fired, code/text: its error
-	TPeer                      // →d kernel (peer device), text: how to reach it
-	TExit                      // →d: end the session
+	THello      Type = iota + 1 // ↔ text: magic, version, image digest
+	TAuth                       // ↔ challenge / response of the shared-secret handshake
+	TReply                      // →h id: request answered; ptr: value; text: info or error
+	TAlloc                      // →d id, size
+	TFree                       // →d id, ptr
+	TInfo                       // →d id
+	TCloseQueue                 // →d queue
+	TSubmit                     // →d queue, id (transfer), ptr (dst), size; payload inline if size <= MaxInline
+	TPull                       // →h queue, id: the device is ready for the submit's data
+	TData                       // ↔ id (transfer), ptr (offset in transfer); payload: fragment
+	TRetrieve                   // →d queue, id (transfer), ptr (src), size
+	TXferDone                   // →h id (transfer), code/text: error if it failed
+	TExchange                   // →d queue, id (transfer), ptr (src), ptr2 (dst), size, kernel (peer)
+	TLaunch                     // →d queue, kernel, payload: arguments
+	TRecord                     // →d queue, id (event)
+	TWait                       // →d queue, id (event)
+	TSync                       // →d queue, id (sequence)
+	TSyncDone                   // →h queue, id (sequence), code/text: the queue's first error
+	TEvent                      // →h id (event) fired, code/text: its error
+	TPeer                       // →d kernel (peer device), text: how to reach it
+	TExit                       // →d: end the session
 	tMax
 )
 
