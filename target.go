@@ -130,7 +130,7 @@ func kernelArgs(cd *core.Device, k *plugin.Kernel, args []any) ([]core.KernelArg
 			continue
 		}
 		st := reflect.SliceOf(p.Type)
-		defName := fmt.Sprintf("%s.arg%d", k.Name, i)
+		defName := func() string { return fmt.Sprintf("%s.arg%d", k.Name, i) }
 		switch a := a.(type) {
 		case Map:
 			if a.err != nil {
@@ -144,7 +144,7 @@ func kernelArgs(cd *core.Device, k *plugin.Kernel, args []any) ([]core.KernelArg
 			}
 			m := a.item
 			if m.Buf.Name == "" {
-				m.Buf.Name = defName
+				m.Buf.Name = defName()
 			}
 			if err := cd.CheckMaps("target", []core.MapItem{m}); err != nil {
 				return nil, err
@@ -172,7 +172,7 @@ func kernelArgs(cd *core.Device, k *plugin.Kernel, args []any) ([]core.KernelArg
 				return nil, bad("got %T, want []%s, a map clause of one, or a DevicePtr", a, p.Type)
 			}
 			buf := bufOf(v)
-			buf.Name = defName
+			buf.Name = defName()
 			out[i] = core.KernelArg{Slice: v, Len: v.Len(),
 				Map: core.MapItem{Buf: buf, Type: core.MapTo | core.MapFrom | core.MapImplicit}}
 		}

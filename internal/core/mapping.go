@@ -158,8 +158,10 @@ func (d *Device) enter(w *work, m MapItem) (plugin.Ptr, error) {
 			return 0, d.mapErr(op, m, e.err, "the concurrent mapping of this buffer failed")
 		}
 		tgt := e.tgt + plugin.Ptr(addr-e.HstBegin)
-		d.log.Printf(InfoMappingExists, d.Num, "Mapping exists%s with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=%s%s, HoldRefCount=%s%s, Name=%s",
-			implicitNote(m), addr, uint64(tgt), size, refString(dyn), incNote(!hold, dyn), refString(held), incNote(hold, held), nameOf(m.Buf.Name))
+		if d.log.On(InfoMappingExists) {
+			d.log.Printf(InfoMappingExists, d.Num, "Mapping exists%s with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=%s%s, HoldRefCount=%s%s, Name=%s",
+				implicitNote(m), addr, uint64(tgt), size, refString(dyn), incNote(!hold, dyn), refString(held), incNote(hold, held), nameOf(m.Buf.Name))
+		}
 		if m.Type&(MapTo|MapAlways) == MapTo|MapAlways {
 			if err := d.copyIn(q, op, m, tgt, e); err != nil {
 				return 0, err
@@ -190,7 +192,7 @@ func (d *Device) enter(w *work, m MapItem) (plugin.Ptr, error) {
 		e.dyn = 1
 	}
 	dyn0, hold0 := e.dyn, e.hold
-	t.tree.ReplaceOrInsert(e)
+	t.insert(e)
 	t.mu.Unlock()
 	ok := false
 	defer func() {
@@ -203,7 +205,7 @@ func (d *Device) enter(w *work, m MapItem) (plugin.Ptr, error) {
 
 	fail := func(err error) (plugin.Ptr, error) {
 		t.mu.Lock()
-		t.tree.Delete(e)
+		t.delete(e)
 		e.err = err
 		t.mu.Unlock()
 		close(e.settled)
@@ -369,7 +371,7 @@ func (d *Device) remove(e *Entry) {
 	}
 	t := d.table
 	t.mu.Lock()
-	t.tree.Delete(e)
+	t.delete(e)
 	ev := e.ev
 	e.ev = nil
 	t.mu.Unlock()

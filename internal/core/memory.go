@@ -121,7 +121,7 @@ func (d *Device) Associate(buf Buf, p plugin.Ptr) error {
 	e := &Entry{HstBegin: buf.Addr(), HstEnd: buf.Addr() + uintptr(buf.Size), Name: buf.Name, keep: buf.Ptr,
 		tgt: p, settled: make(chan struct{}), state: stateLive, dyn: infRef}
 	close(e.settled)
-	t.tree.ReplaceOrInsert(e)
+	t.insert(e)
 	d.log.Printf(InfoMappingChanged, d.Num, "Creating new map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=INF, HoldRefCount=0, Name=%s",
 		e.HstBegin, uint64(p), buf.Size, nameOf(buf.Name))
 	return nil
@@ -134,7 +134,7 @@ func (d *Device) Disassociate(buf Buf) error {
 	t := d.table
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e, ok := t.tree.Get(&Entry{HstBegin: buf.Addr()})
+	e, ok := t.get(buf.Addr())
 	if !ok || e.state != stateLive {
 		return d.mapErr(op, m, ErrNotPresent, "no association starts at this address")
 	}
@@ -144,7 +144,7 @@ func (d *Device) Disassociate(buf Buf) error {
 	if e.hold > 0 {
 		return d.mapErr(op, m, ErrBadMap, "the association is held by a region (HoldRefCount=%d)", e.hold)
 	}
-	t.tree.Delete(e)
+	t.delete(e)
 	d.log.Printf(InfoMappingChanged, d.Num, "Removing map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, Name=%s",
 		e.HstBegin, uint64(e.tgt), e.Size(), nameOf(e.Name))
 	return nil

@@ -62,12 +62,28 @@ func refString(n int64) string {
 // concurrent use.
 type Table struct {
 	mu   sync.Mutex
-	tree *btree.BTreeG[*Entry]
+	tree *btree.BTreeG[tkey]
+}
+
+// tkey is a tree item: the begin address by value, so that comparisons do
+// not chase entry pointers and searches allocate nothing.
+type tkey struct {
+	begin uintptr
+	e     *Entry
 }
 
 // NewTable returns an empty table.
 func NewTable() *Table {
-	return &Table{tree: btree.NewG(32, func(a, b *Entry) bool { return a.HstBegin < b.HstBegin })}
+	return &Table{tree: btree.NewG(32, func(a, b tkey) bool { return a.begin < b.begin })}
+}
+
+func (t *Table) insert(e *Entry) { t.tree.ReplaceOrInsert(tkey{e.HstBegin, e}) }
+func (t *Table) delete(e *Entry) { t.tree.Delete(tkey{e.HstBegin, e}) }
+
+// get returns the entry that begins at addr.
+func (t *Table) get(addr uintptr) (*Entry, bool) {
+	k, ok := t.tree.Get(tkey{begin: addr})
+	return k.e, ok
 }
 
 // lookupResult is what a host range finds in the table.
@@ -81,7 +97,7 @@ type lookupResult struct {
 // a conflict; a zero-length range finds the entry it points into, if any.
 func (t *Table) lookup(addr uintptr, size int64) lookupResult {
 	var floor *Entry
-	t.tree.DescendLessOrEqual(&Entry{HstBegin: addr}, func(e *Entry) bool { floor = e; return false })
+	t.tree.DescendLessOrEqual(tkey{begin: addr}, func(k tkey) bool { floor = k.e; return false })
 	end := addr + uintptr(size)
 	if floor != nil && addr < floor.HstEnd {
 		if end <= floor.HstEnd {
@@ -93,7 +109,7 @@ func (t *Table) lookup(addr uintptr, size int64) lookupResult {
 		return lookupResult{}
 	}
 	var next *Entry
-	t.tree.AscendGreaterOrEqual(&Entry{HstBegin: addr + 1}, func(e *Entry) bool { next = e; return false })
+	t.tree.AscendGreaterOrEqual(tkey{begin: addr + 1}, func(k tkey) bool { next = k.e; return false })
 	if next != nil && next.HstBegin < end {
 		return lookupResult{conflict: next}
 	}
@@ -139,7 +155,8 @@ func (t *Table) Snapshot() []EntryInfo {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []EntryInfo
-	t.tree.Ascend(func(e *Entry) bool {
+	t.tree.Ascend(func(k tkey) bool {
+		e := k.e
 		if e.state == stateCreating {
 			return true
 		}

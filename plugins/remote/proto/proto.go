@@ -82,6 +82,7 @@ const (
 var typeNames = [...]string{"", "hello", "auth", "reply", "alloc", "free", "info", "closequeue", "submit", "pull",
 	"data", "retrieve", "xferdone", "exchange", "launch", "record", "wait", "sync", "syncdone", "event", "peer", "exit"}
 
+// String is the type's name.
 func (t Type) String() string {
 	if t > 0 && t < tMax {
 		return typeNames[t]

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/goffload/offload"
+)
+
+// Suite host: the runtime's own costs on a host device (device 0), whose
+// "device memory" is separate Go memory in this process, so the figures are
+// the runtime's overhead plus real memory copies and nothing else.
+
+func init() { register("host", Suite{Devices: "host", Run: runHost}) }
+
+var (
+	// benchEmpty is the empty kernel of host.empty_region.
+	benchEmpty = offload.MustKernel("bench.empty", func() {})
+	// benchTouch increments the first byte of its buffer: the kernel of the
+	// mapping regions, cheap, and enough to check afterwards that the data
+	// really went to the device and back the expected number of times.
+	benchTouch = offload.MustKernel("bench.touch", func(x []byte) { x[0]++ })
+)
+
+const (
+	size64MiB     = 64 << 20
+	lookupEntries = 100_000
+	sectionBytes  = 16
+)
+
+func runHost(env *Env) error {
+	dev := offload.On(0)
+	info, err := dev.Info()
+	if err != nil {
+		return err
+	}
+	if info.Kind != "host" {
+		return fmt.Errorf("device 0 is a %q device, want a host device", info.Kind)
+	}
+	env.Comment("device 0: %s (%s), %d cores", info.Kind, info.Name, info.Cores)
+
+	for _, m := range []func(*Env, offload.Device) error{hostEmptyRegion, hostMapToFrom, hostPresentRegion, hostLookup} {
+		if err := m(env, dev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hostEmptyRegion: a synchronous target region with an empty kernel and no
+// arguments.
+func hostEmptyRegion(env *Env, dev offload.Device) error {
+	t, err := env.Measure(func(n int) error {
+		for range n {
+			if err := dev.Run(benchEmpty); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	env.Report(Result{Metric: "host.empty_region", Goffload: t, Baseline: math.NaN()})
+	return nil
+}
+
+// hostMapToFrom: a target region mapping 64 MiB tofrom: allocate (from the
+// host device's pool after the first time), copy in, run, copy out, free.
+// The baseline is the same two copies with Go's copy into and out of a
+// preallocated buffer.
+func hostMapToFrom(env *Env, dev offload.Device) error {
+	buf := fill(make([]byte, size64MiB))
+	other := make([]byte, size64MiB)
+	copy(other, buf) // fault the baseline's pages in before timing
+	start := buf[0]
+	runs := 0
+	region := func(n int) error {
+		for range n {
+			if err := dev.Run(benchTouch, offload.ToFrom(buf).Named("buf")); err != nil {
+				return err
+			}
+		}
+		runs += n
+		return nil
+	}
+	baseline := func(n int) error {
+		for range n {
+			copy(other, buf)
+			copy(buf, other)
+		}
+		return nil
+	}
+	t, b, err := env.Compare(region, baseline)
+	if err != nil {
+		return err
+	}
+	if want := start + byte(runs); buf[0] != want {
+		return fmt.Errorf("host.map_tofrom_64MiB: after %d regions buf[0] = %d, want %d: the data did not make the round trip", runs, buf[0], want)
+	}
+	const moved = 2 * size64MiB
+	env.Report(Result{Metric: "host.map_tofrom_64MiB", Goffload: t, Baseline: b,
+		Note: fmt.Sprintf("2×64 MiB copied: %s vs %s", gbps(moved, t), gbps(moved, b))})
+	return nil
+}
+
+// hostPresentRegion: the region of hostMapToFrom while the buffer is
+// mapped already (target enter data before), so the region only looks the
+// buffer up and moves its reference count.
+func hostPresentRegion(env *Env, dev offload.Device) error {
+	buf := fill(make([]byte, size64MiB))
+	buf[0] = 7
+	if err := dev.EnterData(offload.To(buf).Named("buf")); err != nil {
+		return err
+	}
+	runs := 0
+	t, err := env.Measure(func(n int) error {
+		for range n {
+			if err := dev.Run(benchTouch, offload.ToFrom(buf).Named("buf")); err != nil {
+				return err
+			}
+		}
+		runs += n
+		return nil
+	})
+	if buf[0] != 7 && err == nil {
+		err = fmt.Errorf("host.present_region_64MiB: buf[0] changed on the host to %d while the buffer was present: the regions copied back", buf[0])
+	}
+	if xerr := dev.ExitData(offload.From(buf).Named("buf")); err == nil {
+		err = xerr
+	}
+	if err != nil {
+		return err
+	}
+	if want := 7 + byte(runs); buf[0] != want {
+		return fmt.Errorf("host.present_region_64MiB: after %d regions and exit data buf[0] = %d, want %d", runs, buf[0], want)
+	}
+	if dev.IsPresent(buf) {
+		return fmt.Errorf("host.present_region_64MiB: buffer still present after target exit data")
+	}
+	env.Report(Result{Metric: "host.present_region_64MiB", Goffload: t, Baseline: math.NaN()})
+	return nil
+}
+
+// hostLookup: omp_target_is_present of a random section while the present
+// table holds 10^5 entries, each a separately mapped 16-byte section of one
+// host array.
+func hostLookup(env *Env, dev offload.Device) error {
+	host := make([]byte, lookupEntries*sectionBytes)
+	secs := make([]any, lookupEntries) // as interfaces, so the loop does not convert
+	maps := make([]offload.Map, 0, 1000)
+	flush := func(exit bool) error {
+		if len(maps) == 0 {
+			return nil
+		}
+		var err error
+		if exit {
+			err = dev.ExitData(maps...)
+		} else {
+			err = dev.EnterData(maps...)
+		}
+		maps = maps[:0]
+		return err
+	}
+	for i := range lookupEntries {
+		s := host[i*sectionBytes : (i+1)*sectionBytes : (i+1)*sectionBytes]
+		secs[i] = s
+		maps = append(maps, offload.Alloc(s))
+		if len(maps) == cap(maps) {
+			if err := flush(false); err != nil {
+				return err
+			}
+		}
+	}
+	if err := flush(false); err != nil {
+		return err
+	}
+	teardown := func() error {
+		for _, s := range secs {
+			maps = append(maps, offload.Delete(s))
+			if len(maps) == cap(maps) {
+				if err := flush(true); err != nil {
+					return err
+				}
+			}
+		}
+		return flush(true)
+	}
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	idx := make([]int32, 1<<16)
+	for i := range idx {
+		idx[i] = int32(rng.IntN(lookupEntries))
+	}
+	next := 0
+	t, err := env.Measure(func(n int) error {
+		for range n {
+			if !dev.IsPresent(secs[idx[next&(len(idx)-1)]]) {
+				return fmt.Errorf("host.lookup_1e5: section %d is not present", idx[next&(len(idx)-1)])
+			}
+			next++
+		}
+		return nil
+	})
+	if terr := teardown(); err == nil {
+		err = terr
+	}
+	if err != nil {
+		return err
+	}
+	for _, i := range []int{0, lookupEntries / 2, lookupEntries - 1} {
+		if dev.IsPresent(secs[i]) {
+			return fmt.Errorf("host.lookup_1e5: section %d still present after target exit data", i)
+		}
+	}
+	env.Report(Result{Metric: "host.lookup_1e5", Goffload: t, Baseline: math.NaN(),
+		Note: fmt.Sprintf("omp_target_is_present, %d entries", lookupEntries)})
+	return nil
+}
+
+// fill writes a byte pattern over b (faulting its pages in) and returns it.
+// It doubles a copied prefix rather than storing byte by byte, which is slow
+// under the race detector.
+func fill(b []byte) []byte {
+	for i := 0; i < min(len(b), 251); i++ {
+		b[i] = byte(i)
+	}
+	for n := 251; n < len(b); n *= 2 {
+		copy(b[n:], b[:n])
+	}
+	return b
+}

@@ -1,0 +1,362 @@
+// Command bench measures goffload's runtime and, where one applies, the same
+// work done without it (the baseline), in one run:
+//
+//	go run ./bench -suite host                 # aligned table with units
+//	go run ./bench -suite host -format tsv     # metric, goffload, baseline, ratio
+//	go run ./bench -suite host -time 3s        # longer measurements, steadier figures
+//
+// Each figure is the median, over -rounds rounds, of the time per operation;
+// the number of operations per round grows (as testing.Benchmark does) until
+// a round lasts about -time divided by -rounds. The ratio is the goffload
+// time divided by the baseline time: lower is better, 1 means no overhead.
+//
+// A suite is a file of this package that registers itself in suites from an
+// init function (host.go is suite "host"); bench starts the runtime with the
+// suite's devices, runs it, and stops the runtime before the next suite.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goffload/offload"
+)
+
+// Suite is a named set of metrics.
+type Suite struct {
+	// Devices is the device list the runtime is started with for the
+	// suite, as offload.WithDevices takes it.
+	Devices string
+	// Run measures the suite's metrics on the started runtime and reports
+	// each with env.Report.
+	Run func(env *Env) error
+}
+
+// suites holds the registered suites by name.
+var suites = map[string]Suite{}
+
+// register adds a suite; call it from an init function.
+func register(name string, s Suite) {
+	if _, dup := suites[name]; dup {
+		panic("bench: suite " + name + " registered twice")
+	}
+	suites[name] = s
+}
+
+// Result is one metric: the time per operation through goffload and, when
+// one applies, of the same work done without it.
+type Result struct {
+	Metric   string
+	Goffload float64 // nanoseconds per operation
+	Baseline float64 // nanoseconds per operation; NaN when no baseline applies
+	Note     string  // shown in the table only
+}
+
+// HasBaseline reports whether the result has a baseline.
+func (r Result) HasBaseline() bool { return !math.IsNaN(r.Baseline) }
+
+// Ratio is goffload time ÷ baseline time, NaN without a baseline.
+func (r Result) Ratio() float64 {
+	if !r.HasBaseline() || r.Baseline == 0 {
+		return math.NaN()
+	}
+	return r.Goffload / r.Baseline
+}
+
+// Env is what a suite measures with.
+type Env struct {
+	// Budget is the target measuring time of one figure, all rounds
+	// together.
+	Budget time.Duration
+	// Rounds is the number of timed rounds whose median is reported.
+	Rounds int
+
+	out printer
+}
+
+// Report prints a result.
+func (e *Env) Report(r Result) { e.out.row(r) }
+
+// Comment prints a line of information about the run (a '#' line in tsv).
+func (e *Env) Comment(format string, args ...any) { e.out.comment(fmt.Sprintf(format, args...)) }
+
+// Measure times f, which does n operations, and returns the median time per
+// operation in nanoseconds over e.Rounds rounds. The operation count of a
+// round is calibrated first so that a round lasts about Budget/Rounds (the
+// last calibration run is the first round); at least one operation runs per
+// round.
+func (e *Env) Measure(f func(n int) error) (float64, error) {
+	t, err := e.measure(f)
+	if err != nil {
+		return 0, err
+	}
+	return t[0], nil
+}
+
+// Compare measures f and its baseline g as Measure does, alternating their
+// rounds, so that drift in the machine's speed (frequency, memory bandwidth
+// shared with neighbours) weighs on both alike. It returns the median times
+// per operation of f and of g.
+func (e *Env) Compare(f, g func(n int) error) (ft, gt float64, err error) {
+	t, err := e.measure(f, g)
+	if err != nil {
+		return 0, 0, err
+	}
+	return t[0], t[1], nil
+}
+
+// measure calibrates each of fs, then runs their rounds interleaved and
+// returns the median time per operation of each. The last calibration run
+// of each, which lasted about a round, counts as its first round.
+func (e *Env) measure(fs ...func(n int) error) ([]float64, error) {
+	rounds := max(e.Rounds, 1)
+	target := e.Budget / time.Duration(rounds)
+	ns := make([]int, len(fs))
+	per := make([][]float64, len(fs))
+	for i, f := range fs {
+		n, d, err := calibrate(f, target)
+		if err != nil {
+			return nil, err
+		}
+		ns[i] = n
+		per[i] = append(per[i], float64(d.Nanoseconds())/float64(n))
+	}
+	for range rounds - 1 {
+		for i, f := range fs {
+			d, err := timed(f, ns[i])
+			if err != nil {
+				return nil, err
+			}
+			per[i] = append(per[i], float64(d.Nanoseconds())/float64(ns[i]))
+		}
+	}
+	out := make([]float64, len(fs))
+	for i, p := range per {
+		out[i] = median(p)
+	}
+	return out, nil
+}
+
+// calibrate grows the operation count until f(n) lasts target, as
+// testing.Benchmark does, and returns n and how long that last run took.
+func calibrate(f func(n int) error, target time.Duration) (int, time.Duration, error) {
+	n := 1
+	for {
+		d, err := timed(f, n)
+		if err != nil {
+			return 0, 0, err
+		}
+		if d >= target || n >= 1e9 {
+			return n, d, nil
+		}
+		next := int(float64(n) * 1.2 * float64(target) / float64(max(d, 1)))
+		n = min(max(next, n+1), 100*n, 1e9)
+	}
+}
+
+// timed runs f(n) after a garbage collection and returns how long it took.
+func timed(f func(n int) error, n int) (time.Duration, error) {
+	runtime.GC()
+	t0 := time.Now()
+	err := f(n)
+	return time.Since(t0), err
+}
+
+func median(v []float64) float64 {
+	v = slices.Clone(v)
+	sort.Float64s(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// printer writes results in one format.
+type printer interface {
+	start(cfg string)
+	comment(line string)
+	row(r Result)
+}
+
+// tsvPrinter writes metric<TAB>goffload<TAB>baseline<TAB>ratio lines, times
+// in nanoseconds per operation.
+type tsvPrinter struct{ w io.Writer }
+
+func (p tsvPrinter) start(cfg string) {
+	fmt.Fprintf(p.w, "# goffload bench: %s\n", cfg)
+	fmt.Fprintf(p.w, "# times in nanoseconds per operation (median of rounds); ratio = goffload / baseline, lower is better; - where no baseline applies\n")
+	fmt.Fprintf(p.w, "# metric\tgoffload_ns\tbaseline_ns\tratio\n")
+}
+
+func (p tsvPrinter) comment(line string) { fmt.Fprintf(p.w, "# %s\n", line) }
+
+func (p tsvPrinter) row(r Result) {
+	base, ratio := "-", "-"
+	if r.HasBaseline() {
+		base = strconv.FormatFloat(r.Baseline, 'f', 1, 64)
+		if q := r.Ratio(); !math.IsNaN(q) {
+			ratio = strconv.FormatFloat(q, 'f', 3, 64)
+		}
+	}
+	fmt.Fprintf(p.w, "%s\t%s\t%s\t%s\n", r.Metric, strconv.FormatFloat(r.Goffload, 'f', 1, 64), base, ratio)
+}
+
+// tablePrinter writes an aligned table with units. Its columns have fixed
+// widths so that rows can be printed as they are measured.
+type tablePrinter struct {
+	w      io.Writer
+	header bool
+}
+
+const tableRow = "%-28s %12s %12s %8s  %s\n"
+
+func (p *tablePrinter) start(cfg string) {
+	fmt.Fprintf(p.w, "goffload bench: %s\n", cfg)
+	fmt.Fprintf(p.w, "times per operation, median of rounds; ratio = goffload / baseline (lower is better)\n")
+}
+
+func (p *tablePrinter) comment(line string) {
+	if p.header {
+		fmt.Fprintln(p.w)
+		p.header = false
+	}
+	fmt.Fprintln(p.w, line)
+}
+
+func (p *tablePrinter) row(r Result) {
+	if !p.header {
+		fmt.Fprintln(p.w)
+		fmt.Fprintln(p.w, strings.TrimRight(fmt.Sprintf(tableRow, "metric", "goffload", "baseline", "ratio", "notes"), " \n"))
+		p.header = true
+	}
+	base, ratio := "-", "-"
+	if r.HasBaseline() {
+		base = human(r.Baseline)
+		if q := r.Ratio(); !math.IsNaN(q) {
+			ratio = strconv.FormatFloat(q, 'f', 3, 64)
+		}
+	}
+	line := fmt.Sprintf(tableRow, r.Metric, human(r.Goffload), base, ratio, r.Note)
+	fmt.Fprintln(p.w, strings.TrimRight(line, " \n"))
+}
+
+// human formats nanoseconds with a unit and three significant digits.
+func human(ns float64) string {
+	unit, div := "ns", 1.0
+	switch {
+	case ns >= 1e9:
+		unit, div = "s", 1e9
+	case ns >= 1e6:
+		unit, div = "ms", 1e6
+	case ns >= 1e3:
+		unit, div = "µs", 1e3
+	}
+	v := ns / div
+	prec := 2
+	switch {
+	case v >= 100:
+		prec = 0
+	case v >= 10:
+		prec = 1
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64) + " " + unit
+}
+
+// gbps is bytes per nanosecond-per-op as GB/s (10^9 bytes per second).
+func gbps(bytes int64, ns float64) string {
+	if ns <= 0 {
+		return "?"
+	}
+	return strconv.FormatFloat(float64(bytes)/ns, 'f', 1, 64) + " GB/s"
+}
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses args, runs the chosen suites and writes the results to out.
+func run(args []string, out, errOut io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	names := make([]string, 0, len(suites))
+	for n := range suites {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	suiteList := fs.String("suite", "host", "comma-separated suites to run: "+strings.Join(names, ", "))
+	format := fs.String("format", "table", "output format: table or tsv")
+	budget := fs.Duration("time", time.Second, "target measuring time of each figure, all rounds together")
+	rounds := fs.Int("rounds", 5, "timed rounds per figure; the median is reported")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *budget <= 0 {
+		return fmt.Errorf("-time %v: want a positive duration", *budget)
+	}
+	if *rounds < 1 {
+		return fmt.Errorf("-rounds %d: want at least 1", *rounds)
+	}
+	var p printer
+	switch *format {
+	case "table":
+		p = &tablePrinter{w: out}
+	case "tsv":
+		p = tsvPrinter{w: out}
+	default:
+		return fmt.Errorf("-format %q: want table or tsv", *format)
+	}
+	var chosen []string
+	for _, n := range strings.Split(*suiteList, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		if _, ok := suites[n]; !ok {
+			return fmt.Errorf("unknown suite %q; known suites: %s", n, strings.Join(names, ", "))
+		}
+		if !slices.Contains(chosen, n) {
+			chosen = append(chosen, n)
+		}
+	}
+	if len(chosen) == 0 {
+		return fmt.Errorf("-suite %q names no suite; known suites: %s", *suiteList, strings.Join(names, ", "))
+	}
+
+	p.start(fmt.Sprintf("suites %s, %s %s/%s, GOMAXPROCS=%d, -time %v, -rounds %d",
+		strings.Join(chosen, ","), runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), *budget, *rounds))
+	env := &Env{Budget: *budget, Rounds: *rounds, out: p}
+	for _, n := range chosen {
+		if err := runSuite(env, n, suites[n]); err != nil {
+			return fmt.Errorf("suite %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// runSuite starts the runtime with the suite's devices, runs the suite and
+// stops the runtime. MANDATORY offload makes an unavailable device an error
+// instead of a silent measurement of the initial device.
+func runSuite(env *Env, name string, s Suite) (err error) {
+	if err := offload.Start(offload.WithDevices(s.Devices), offload.WithOffload("MANDATORY")); err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, offload.Stop()) }()
+	env.Comment("suite %s: devices %q, %d device(s)", name, s.Devices, offload.NumDevices())
+	return s.Run(env)
+}

@@ -1,0 +1,116 @@
+package offload_test
+
+import (
+	"testing"
+
+	"github.com/goffload/offload"
+)
+
+// Benchmarks of the runtime on a host device, the same work as suite host
+// of go run ./bench (which also prints the baselines and ratios):
+//
+//	go test -run XXX -bench . .
+//
+// Each starts the runtime itself and stops it at the end, so they can run
+// beside tests that do the same.
+
+var (
+	benchEmpty = offload.MustKernel("benchtest.empty", func() {})
+	benchTouch = offload.MustKernel("benchtest.touch", func(x []byte) { x[0]++ })
+)
+
+const bench64MiB = 64 << 20
+
+// startBench starts the runtime with one host device for a benchmark.
+func startBench(b *testing.B) offload.Device {
+	b.Helper()
+	if err := offload.Start(offload.WithDevices("host"), offload.WithOffload("MANDATORY")); err != nil {
+		b.Fatalf("Start: %v", err)
+	}
+	b.Cleanup(func() {
+		if err := offload.Stop(); err != nil {
+			b.Errorf("Stop: %v", err)
+		}
+	})
+	return offload.On(0)
+}
+
+// filled64MiB returns a 64 MiB buffer with its pages faulted in.
+func filled64MiB() []byte {
+	buf := make([]byte, bench64MiB)
+	for i := 0; i < len(buf); i += 4096 {
+		buf[i] = byte(i >> 12)
+	}
+	return buf
+}
+
+// BenchmarkEmptyRegion is a synchronous target region with an empty kernel
+// and no arguments on device 0.
+func BenchmarkEmptyRegion(b *testing.B) {
+	dev := startBench(b)
+	for b.Loop() {
+		if err := dev.Run(benchEmpty); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMapToFrom64MiB is a target region mapping 64 MiB tofrom:
+// allocate, copy in, run, copy out, free. SetBytes counts both copies.
+func BenchmarkMapToFrom64MiB(b *testing.B) {
+	dev := startBench(b)
+	buf := filled64MiB()
+	start := buf[0]
+	runs := 0
+	b.SetBytes(2 * bench64MiB)
+	for b.Loop() {
+		if err := dev.Run(benchTouch, offload.ToFrom(buf).Named("buf")); err != nil {
+			b.Fatal(err)
+		}
+		runs++
+	}
+	if want := start + byte(runs); buf[0] != want {
+		b.Fatalf("after %d regions buf[0] = %d, want %d", runs, buf[0], want)
+	}
+}
+
+// BenchmarkPresentRegion64MiB is the region of BenchmarkMapToFrom64MiB
+// while the buffer is mapped already, so it only looks the buffer up and
+// moves its reference count: no bytes move.
+func BenchmarkPresentRegion64MiB(b *testing.B) {
+	dev := startBench(b)
+	buf := filled64MiB()
+	if err := dev.EnterData(offload.To(buf).Named("buf")); err != nil {
+		b.Fatal(err)
+	}
+	start := buf[0]
+	runs := 0
+	for b.Loop() {
+		if err := dev.Run(benchTouch, offload.ToFrom(buf).Named("buf")); err != nil {
+			b.Fatal(err)
+		}
+		runs++
+	}
+	if buf[0] != start {
+		b.Fatalf("buf[0] changed on the host while the buffer was present: %d, want %d", buf[0], start)
+	}
+	if err := dev.ExitData(offload.From(buf).Named("buf")); err != nil {
+		b.Fatal(err)
+	}
+	if want := start + byte(runs); buf[0] != want {
+		b.Fatalf("after %d regions and exit data buf[0] = %d, want %d", runs, buf[0], want)
+	}
+}
+
+// BenchmarkCopyBaseline64MiB is the baseline of BenchmarkMapToFrom64MiB:
+// the same two 64 MiB copies with Go's copy into and out of a preallocated
+// buffer. It needs no runtime.
+func BenchmarkCopyBaseline64MiB(b *testing.B) {
+	buf := filled64MiB()
+	other := filled64MiB()
+	b.SetBytes(2 * bench64MiB)
+	for b.Loop() {
+		copy(other, buf)
+		copy(buf, other)
+	}
+}
