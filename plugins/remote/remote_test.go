@@ -1,0 +1,311 @@
+package remote_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugins/remote"
+)
+
+// The device processes the tests start are this test binary: they serve
+// before running any test.
+func TestMain(m *testing.M) {
+	remote.ServeIfDevice()
+	os.Exit(m.Run())
+}
+
+func mustKernel(name string, fn any) *plugin.Kernel {
+	k, err := plugin.RegisterKernel(name, fn)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
+var (
+	sleepK = mustKernel("remotetest.sleep", func(ms int64) { time.Sleep(time.Duration(ms) * time.Millisecond) })
+	addK   = mustKernel("remotetest.add", func(v float64, x []float64) {
+		for i := range x {
+			x[i] += v
+		}
+	})
+	// variantK's name differs in a device process started with
+	// GOFFLOAD_TEST_VARIANT set, which makes its kernel table differ.
+	variantK = mustKernel(variantName(), func() {})
+)
+
+func variantName() string {
+	if os.Getenv("GOFFLOAD_TEST_VARIANT") != "" {
+		return "remotetest.variant.v2"
+	}
+	return "remotetest.variant"
+}
+
+// openLocal starts n device processes and loads them as devices 0..n-1.
+func openLocal(t testing.TB, n int) []plugin.Device {
+	t.Helper()
+	k, ok := plugin.LookupKind("local")
+	if !ok {
+		t.Fatal("kind local is not registered")
+	}
+	devs, err := k.Open(fmt.Sprint(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, d := range devs {
+			d.Close()
+		}
+	})
+	img := plugin.CurrentImage()
+	for i, d := range devs {
+		if err := d.Load(img, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return devs
+}
+
+func TestRoundTrip(t *testing.T) {
+	d := openLocal(t, 1)[0]
+	info := d.Info()
+	if info.Kind != "remote" || info.PID == 0 || info.PID == os.Getpid() || info.Host == "" || info.Cores < 1 || info.Arch != runtime.GOARCH {
+		t.Errorf("info = %+v", info)
+	}
+	const n = 3<<20 + 7 // several fragments, pulled
+	x := make([]float64, n)
+	for i := range x {
+		x[i] = float64(i)
+	}
+	p, err := d.Alloc(int64(n * 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, _ := d.NewQueue()
+	raw := f64bytes(x)
+	if err := q.Submit(p, raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Launch(addK, []plugin.Arg{{Scalar: 0.5}, {Ptr: p, Len: n}}); err != nil {
+		t.Fatal(err)
+	}
+	y := make([]float64, n)
+	if err := q.Retrieve(f64bytes(y), p); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range y {
+		if y[i] != x[i]+0.5 {
+			t.Fatalf("y[%d] = %v, want %v", i, y[i], x[i]+0.5)
+		}
+	}
+	if err := d.Free(p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDeviceKilledMidKernel kills a device process while it runs a kernel:
+// the pending and later operations fail within a second with an error that
+// names the device and the cause, and the other device keeps working.
+func TestDeviceKilledMidKernel(t *testing.T) {
+	devs := openLocal(t, 2)
+	victim, other := devs[0], devs[1]
+	q, _ := victim.NewQueue()
+	if err := q.Launch(sleepK, []plugin.Arg{{Scalar: int64(60_000)}}); err != nil {
+		t.Fatal(err)
+	}
+	ev, _ := victim.NewEvent()
+	q.Record(ev)
+	time.Sleep(50 * time.Millisecond)
+	pid := victim.Info().PID
+	start := time.Now()
+	syscall.Kill(pid, syscall.SIGKILL)
+	err := q.Synchronize()
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("the failure took %v to surface, want under 1s", took)
+	}
+	checkLost(t, err, pid)
+	if err := ev.Synchronize(); !errors.Is(err, plugin.ErrDeviceLost) {
+		t.Errorf("event of a dead device: %v", err)
+	}
+	if _, err := victim.Alloc(8); !errors.Is(err, plugin.ErrDeviceLost) {
+		t.Errorf("alloc after death: %v", err)
+	}
+	if err := q.Launch(sleepK, []plugin.Arg{{Scalar: int64(1)}}); !errors.Is(err, plugin.ErrDeviceLost) {
+		t.Errorf("launch after death: %v", err)
+	}
+	checkAlive(t, other)
+}
+
+// TestDeviceKilledMidTransfer kills a device process while 256 MiB stream to
+// it, and another while 256 MiB stream back.
+func TestDeviceKilledMidTransfer(t *testing.T) {
+	const size = 256 << 20
+	buf := make([]byte, size)
+	for _, dir := range []string{"submit", "retrieve"} {
+		t.Run(dir, func(t *testing.T) {
+			devs := openLocal(t, 2)
+			victim := devs[0]
+			p, err := victim.Alloc(size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, _ := victim.NewQueue()
+			if dir == "submit" {
+				err = q.Submit(p, buf)
+			} else {
+				err = q.Retrieve(buf, p)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(2 * time.Millisecond)
+			pid := victim.Info().PID
+			start := time.Now()
+			syscall.Kill(pid, syscall.SIGKILL)
+			err = q.Synchronize()
+			if took := time.Since(start); took > time.Second {
+				t.Errorf("the failure took %v to surface, want under 1s", took)
+			}
+			checkLost(t, err, pid)
+			checkAlive(t, devs[1])
+		})
+	}
+}
+
+func checkLost(t *testing.T, err error, pid int) {
+	t.Helper()
+	if !errors.Is(err, plugin.ErrDeviceLost) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", pid)) || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("got %v, want ErrDeviceLost naming pid %d and the signal", err, pid)
+	}
+}
+
+func checkAlive(t *testing.T, d plugin.Device) {
+	t.Helper()
+	p, err := d.Alloc(64)
+	if err != nil {
+		t.Fatalf("other device: %v", err)
+	}
+	q, _ := d.NewQueue()
+	x := []float64{1, 2}
+	q.Submit(p, f64bytes(x))
+	q.Launch(addK, []plugin.Arg{{Scalar: 1.0}, {Ptr: p, Len: 2}})
+	q.Retrieve(f64bytes(x), p)
+	if err := q.Synchronize(); err != nil || x[0] != 2 || x[1] != 3 {
+		t.Errorf("other device after the failure: %v, %v", err, x)
+	}
+}
+
+// TestImageMismatch starts a device process whose kernel table differs: it
+// is refused at hello with both digests.
+func TestImageMismatch(t *testing.T) {
+	t.Setenv("GOFFLOAD_TEST_VARIANT", "1")
+	k, _ := plugin.LookupKind("local")
+	devs, err := k.Open("1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devs[0].Close()
+	img := plugin.CurrentImage()
+	err = devs[0].Load(img, 0)
+	if !errors.Is(err, remote.ErrMismatch) || !strings.Contains(err.Error(), img.Digest) || !strings.Contains(err.Error(), "different code") {
+		t.Fatalf("got %v, want ErrMismatch naming both digests", err)
+	}
+}
+
+// startTCPDevice starts a device process listening on a loopback port and
+// returns its address.
+func startTCPDevice(t *testing.T, secret string) (addr string, stderr *bufio.Scanner) {
+	t.Helper()
+	exe, _ := os.Executable()
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "GOFFLOAD_ROLE=device", "GOFFLOAD_LISTEN=127.0.0.1:0", "GOFFLOAD_SECRET="+secret)
+	pipe, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(pipe)
+	for sc.Scan() {
+		if _, a, ok := strings.Cut(sc.Text(), " serving on "); ok {
+			return a, sc
+		}
+	}
+	t.Fatal("the device process did not say where it serves")
+	return "", nil
+}
+
+// TestTCPSecret: a wrong or missing secret is refused on both sides, and the
+// device goes on serving hosts that know it.
+func TestTCPSecret(t *testing.T) {
+	addr, stderr := startTCPDevice(t, "s3cret")
+	k, _ := plugin.LookupKind("tcp")
+
+	t.Setenv("GOFFLOAD_SECRET", "")
+	if _, err := k.Open(addr); !errors.Is(err, plugin.ErrBadSpec) || !strings.Contains(err.Error(), "GOFFLOAD_SECRET") {
+		t.Errorf("no secret: %v", err)
+	}
+	t.Setenv("GOFFLOAD_SECRET", "wrong")
+	if _, err := k.Open(addr); !errors.Is(err, remote.ErrAuth) {
+		t.Errorf("wrong secret: %v, want ErrAuth", err)
+	}
+	if !stderr.Scan() || !strings.Contains(stderr.Text(), "refused host") || !strings.Contains(stderr.Text(), "shared secret") {
+		t.Errorf("device side: %q", stderr.Text())
+	}
+	t.Setenv("GOFFLOAD_SECRET", "s3cret")
+	devs, err := k.Open(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devs[0].Close()
+	if err := devs[0].Load(plugin.CurrentImage(), 0); err != nil {
+		t.Fatal(err)
+	}
+	checkAlive(t, devs[0])
+}
+
+// TestNoLeaks opens and closes devices, kills one, and checks that no
+// goroutine is left behind.
+func TestNoLeaks(t *testing.T) {
+	before := runtime.NumGoroutine()
+	func() {
+		k, _ := plugin.LookupKind("local")
+		devs, err := k.Open("2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		img := plugin.CurrentImage()
+		for i, d := range devs {
+			if err := d.Load(img, i); err != nil {
+				t.Fatal(err)
+			}
+			checkAlive(t, d)
+		}
+		q, _ := devs[0].NewQueue()
+		q.Launch(sleepK, []plugin.Arg{{Scalar: int64(10_000)}})
+		syscall.Kill(devs[0].Info().PID, syscall.SIGKILL)
+		q.Synchronize()
+		for _, d := range devs {
+			d.Close()
+		}
+	}()
+	deadline := time.Now().Add(3 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	}
+}
