@@ -1,11 +1,19 @@
 package offload_test
 
 import (
+	"os"
 	"testing"
 	"unsafe"
 
 	"github.com/goffload/offload"
 )
+
+// The device processes that tests start (GOFFLOAD_DEVICES=local:N) are this
+// test binary: they serve before running any test.
+func TestMain(m *testing.M) {
+	offload.ServeDevice()
+	os.Exit(m.Run())
+}
 
 // Kernels shared by the tests.
 var (

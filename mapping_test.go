@@ -47,10 +47,7 @@ func TestMapSemantics(t *testing.T) {
 		return func(d offload.Device, x []int32) error { return d.Run(Fill, v, arg(x)) }
 	}
 	bare := func(x []int32) any { return x }
-	scenarios := []struct {
-		name  string
-		steps []step
-	}{
+	scenarios := []scenario{
 		{"refcounts and always", []step{
 			{what: "enter to", do: func(d offload.Device, x []int32) error { return d.EnterData(offload.To(x)) }, want: mapped(1, 1, 1, 0)},
 			hostSet(2, mapped(2, 1, 1, 0)),
@@ -187,7 +184,21 @@ func TestMapSemantics(t *testing.T) {
 			{what: "map of a string", do: func(d offload.Device, x []int32) error { return d.EnterData(offload.To("abc")) }, err: offload.ErrBadMap, want: unmapped(1)},
 		}},
 	}
-	start(t, offload.WithDevices("host"), offload.WithOffload("MANDATORY"))
+	for _, devices := range []string{"host", "local:1"} {
+		t.Run(devices, func(t *testing.T) {
+			start(t, offload.WithDevices(devices), offload.WithOffload("MANDATORY"))
+			runScenarios(t, scenarios)
+		})
+	}
+}
+
+type scenario = struct {
+	name  string
+	steps []step
+}
+
+func runScenarios(t *testing.T, scenarios []scenario) {
+	const n = 64
 	d := offload.On(0)
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {

@@ -1,8 +1,12 @@
-// Command saxpy is goffload's main job: it maps two vectors to the default
-// device, runs y = a*x + y there, checks the result against a computation on
-// the host, and prints what ran where.
+// Command saxpy is goffload's main job: it splits y = a*x + y over the
+// devices, runs each part on its device, checks the result against a
+// computation on the host, and prints which device ran which part.
+//
+// By default it starts two device processes of its own on this machine
+// (GOFFLOAD_DEVICES=local:2), so the work really leaves the program:
 //
 //	go run ./examples/saxpy
+//	GOFFLOAD_DEVICES=host,local:2 go run ./examples/saxpy
 //	GOFFLOAD_INFO=copies go run ./examples/saxpy   # shows the copies both ways
 package main
 
@@ -11,6 +15,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"sync"
 
 	"github.com/goffload/offload"
 )
@@ -25,7 +30,7 @@ var Saxpy = offload.MustKernel("saxpy", func(ctx offload.Ctx, a float32, x, y []
 })
 
 func main() {
-	n := flag.Int("n", 1<<20, "vector length")
+	n := flag.Int("n", 1<<22, "vector length")
 	flag.Parse()
 	if err := run(*n); err != nil {
 		fmt.Fprintln(os.Stderr, "saxpy:", err)
@@ -34,7 +39,11 @@ func main() {
 }
 
 func run(n int) error {
-	if err := offload.Start(); err != nil {
+	var opts []offload.Option
+	if _, set := os.LookupEnv("GOFFLOAD_DEVICES"); !set {
+		opts = append(opts, offload.WithDevices("local:2"))
+	}
+	if err := offload.Start(opts...); err != nil { // in a device process, this serves and never returns
 		return err
 	}
 	defer offload.Stop()
@@ -49,16 +58,33 @@ func run(n int) error {
 		want[i] = y[i] + a*x[i]
 	}
 
-	dev := offload.Default()
-	info, err := dev.Info()
-	if err != nil {
-		return err
+	// One contiguous part per device (the initial device if there are none),
+	// all running at once; each part is an array section of x and y.
+	parts := max(offload.NumDevices(), 1)
+	errs := make([]error, parts)
+	var wg sync.WaitGroup
+	for p := 0; p < parts; p++ {
+		dev := offload.On(p)
+		if offload.NumDevices() == 0 {
+			dev = offload.Initial()
+		}
+		lo, hi := p*n/parts, (p+1)*n/parts
+		info, err := dev.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("device %d (%s, %s, pid %d on %s): elements [%d, %d)\n", dev.Num(), info.Kind, info.Name, info.PID, info.Host, lo, hi)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[p] = dev.Run(Saxpy, float32(a), offload.To(x[lo:hi]).Named("x"), offload.ToFrom(y[lo:hi]).Named("y"))
+		}()
 	}
-	fmt.Printf("goffload: %d device(s); default device %d is %s (%s, %d cores, host %s, pid %d)\n",
-		offload.NumDevices(), dev.Num(), info.Kind, info.Name, info.Cores, info.Host, info.PID)
-
-	if err := dev.Run(Saxpy, float32(a), offload.To(x).Named("x"), offload.ToFrom(y).Named("y")); err != nil {
-		return err
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
 	}
 
 	bad := 0
@@ -73,6 +99,6 @@ func run(n int) error {
 	if bad > 0 {
 		return fmt.Errorf("%d of %d elements differ from the host computation", bad, n)
 	}
-	fmt.Printf("saxpy: y = %g*x + y on device %d over %d elements: verified against the host, all %d match\n", a, dev.Num(), n, n)
+	fmt.Printf("saxpy: y = %g*x + y over %d elements on %d device(s): verified against the host, all %d match\n", a, n, parts, n)
 	return nil
 }
