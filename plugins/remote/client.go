@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 
 	"github.com/goffload/offload/internal/opqueue"
@@ -26,6 +27,9 @@ type device struct {
 	closeFn func() error
 	// setNum, if set, tells the transport the device's number.
 	setNum func(int)
+	// side is the channel the host introduces device processes to each
+	// other on (nil for devices that are not processes of this machine).
+	side *net.UnixConn
 
 	mu         sync.Mutex
 	next       uint64
@@ -335,6 +339,10 @@ func (d *device) Close() error {
 	d.closed = true
 	d.mu.Unlock()
 	d.l.send(&proto.Msg{Type: proto.TExit}, nil)
+	forget(d)
+	if d.side != nil {
+		d.side.Close()
+	}
 	var err error
 	if d.closeFn != nil {
 		err = d.closeFn()

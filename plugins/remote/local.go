@@ -22,6 +22,7 @@ import (
 const (
 	envRole  = "GOFFLOAD_ROLE"         // "device"
 	envFD    = "GOFFLOAD_FD"           // inherited socket to the host
+	envSide  = "GOFFLOAD_SIDE_FD"      // inherited socket the host introduces peers on
 	envCores = "GOFFLOAD_DEVICE_CORES" // cores the device splits loops over
 )
 
@@ -81,11 +82,17 @@ func spawn(exe, cores string) (*device, error) {
 	if err != nil {
 		return nil, err
 	}
+	side, sideChild, err := unixPair()
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	defer sideChild.Close()
 	num := &atomic.Int64{}
 	num.Store(-1)
 	cmd := exec.Command(exe, os.Args[1:]...)
-	cmd.Env = append(os.Environ(), envRole+"=device", envFD+"=3", envCores+"="+cores)
-	cmd.ExtraFiles = []*os.File{child}
+	cmd.Env = append(os.Environ(), envRole+"=device", envFD+"=3", envSide+"=4", envCores+"="+cores)
+	cmd.ExtraFiles = []*os.File{child, sideChild}
 	// The device dies with the host, also when the host is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stdout = &prefixWriter{w: os.Stdout, num: num}
@@ -96,6 +103,7 @@ func spawn(exe, cores string) (*device, error) {
 	runtime.UnlockOSThread()
 	if err != nil {
 		conn.Close()
+		side.Close()
 		return nil, fmt.Errorf("starting a device process: %w", err)
 	}
 	pid := cmd.Process.Pid
@@ -107,6 +115,7 @@ func spawn(exe, cores string) (*device, error) {
 	}()
 	d := newDevice(newLink(conn), fmt.Sprintf("remote device (pid %d)", pid))
 	d.setNum = func(n int) { num.Store(int64(n)) }
+	d.side = side
 	d.onLost = func(cause error) error {
 		select {
 		case <-exited:
@@ -136,6 +145,23 @@ func spawn(exe, cores string) (*device, error) {
 		return nil
 	}
 	return d, nil
+}
+
+// unixPair returns a connected pair of Unix sockets: ours as a UnixConn, the
+// other as a file to hand to a child.
+func unixPair() (*net.UnixConn, *os.File, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	f := os.NewFile(uintptr(fds[0]), "goffload-side")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		syscall.Close(fds[1])
+		return nil, nil, err
+	}
+	return c.(*net.UnixConn), os.NewFile(uintptr(fds[1]), "goffload-side-device"), nil
 }
 
 // prefixWriter writes whole lines, each prefixed with the device number.

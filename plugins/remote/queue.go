@@ -63,10 +63,15 @@ func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
 
 func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) error {
 	other, ok := dst.(*device)
-	if !ok || other != q.d {
-		return fmt.Errorf("%s: exchange to %s: %w", q.d.name, dst.Info().Name, plugin.ErrUnsupported)
+	if !ok {
+		return fmt.Errorf("%s: exchange to a %s device: %w", q.d.name, dst.Info().Kind, plugin.ErrUnsupported)
 	}
-	return q.send(&proto.Msg{Type: proto.TExchange, ID: q.d.id(), Ptr: uint64(src), Ptr2: uint64(dstPtr), Size: uint64(size), Kernel: uint32(q.d.num)}, nil)
+	if other != q.d {
+		if err := introduce(q.d, other); err != nil {
+			return fmt.Errorf("%s: %w", q.d.name, err)
+		}
+	}
+	return q.send(&proto.Msg{Type: proto.TExchange, ID: q.d.id(), Ptr: uint64(src), Ptr2: uint64(dstPtr), Size: uint64(size), Kernel: uint32(other.num)}, nil)
 }
 
 func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {

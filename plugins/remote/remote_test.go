@@ -309,3 +309,47 @@ func TestNoLeaks(t *testing.T) {
 		t.Errorf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// TestExchangeBetweenDevices copies device to device straight between two
+// device processes, both ways, with several fragments and at offsets.
+func TestExchangeBetweenDevices(t *testing.T) {
+	devs := openLocal(t, 2)
+	const n = 1<<17 + 3 // 1 MiB and a bit: several fragments
+	x := make([]float64, n)
+	for i := range x {
+		x[i] = float64(i) * 1.5
+	}
+	p0, _ := devs[0].Alloc(n * 8)
+	p1, _ := devs[1].Alloc(n * 8)
+	q0, _ := devs[0].NewQueue()
+	q1, _ := devs[1].NewQueue()
+	q0.Submit(p0, f64bytes(x))
+	if err := q0.Exchange(devs[1], p1+8, p0+8, (n-1)*8); err != nil {
+		t.Fatal(err)
+	}
+	if err := q0.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	q1.Launch(addK, []plugin.Arg{{Scalar: 1.0}, {Ptr: p1 + 8, Len: n - 1}})
+	if err := q1.Exchange(devs[0], p0+8, p1+8, (n-1)*8); err != nil {
+		t.Fatal(err)
+	}
+	if err := q1.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	y := make([]float64, n)
+	q0.Retrieve(f64bytes(y), p0)
+	if err := q0.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < n; i++ {
+		if y[i] != x[i]+1 {
+			t.Fatalf("y[%d] = %v, want %v", i, y[i], x[i]+1)
+		}
+	}
+	// An exchange into memory the other device does not have fails.
+	q0.Exchange(devs[1], 0x10, p0, 8)
+	if err := q0.Synchronize(); !errors.Is(err, plugin.ErrBadPointer) {
+		t.Errorf("exchange to a bad pointer: %v, want ErrBadPointer", err)
+	}
+}

@@ -57,7 +57,19 @@ func serve() error {
 		if err != nil {
 			return fmt.Errorf("inherited socket: %w", err)
 		}
-		return newSession(newLink(conn), img, cores).serve()
+		s := newSession(newLink(conn), img, cores)
+		if side := os.Getenv(envSide); side != "" {
+			if n, err := strconv.Atoi(side); err == nil && n >= 3 {
+				f := os.NewFile(uintptr(n), "goffload-side")
+				if c, err := net.FileConn(f); err == nil {
+					if uc, ok := c.(*net.UnixConn); ok {
+						go s.peers.receive(uc)
+					}
+				}
+				f.Close()
+			}
+		}
+		return s.serve()
 	}
 	addr := os.Getenv(envListen)
 	if addr == "" {

@@ -25,6 +25,8 @@ type session struct {
 	cores int
 	num   int // device number, from the host's hello
 
+	peers *peers
+
 	mu     sync.Mutex
 	queues map[uint32]*opqueue.Queue
 	events map[uint64]*opqueue.Event
@@ -36,10 +38,11 @@ type pull struct {
 	dst  []byte
 	got  int
 	done chan struct{}
+	err  error // the data is refused (peer exchanges)
 }
 
 func newSession(l *link, img *plugin.Image, cores int) *session {
-	return &session{
+	s := &session{
 		l: l, img: img, cores: cores, num: -1,
 		mem:    hostmem.New(256 << 20),
 		pool:   workpool.New(cores),
@@ -47,6 +50,8 @@ func newSession(l *link, img *plugin.Image, cores int) *session {
 		events: map[uint64]*opqueue.Event{},
 		pulls:  map[uint64]*pull{},
 	}
+	s.peers = newPeers(s)
+	return s
 }
 
 // serve runs the session until the host says exit or the link ends. It
@@ -83,6 +88,7 @@ func (s *session) close() {
 	s.pulls = map[uint64]*pull{}
 	s.mu.Unlock()
 	s.l.fail(errSessionOver)
+	s.peers.close()
 	for _, q := range qs {
 		q.Close()
 	}
@@ -182,9 +188,16 @@ func (s *session) handle(m *proto.Msg) error {
 		})
 	case proto.TExchange:
 		q, src, dst, size := s.queue(m.Queue), plugin.Ptr(m.Ptr), plugin.Ptr(m.Ptr2), int64(m.Size)
-		if int(m.Kernel) != s.num {
+		if peer := int(m.Kernel); peer != s.num {
 			return q.Do(func() error {
-				return fmt.Errorf("%w: exchange to device %d: no link to that device", plugin.ErrUnsupported, m.Kernel)
+				from, err := s.mem.Bytes(src, size)
+				if err != nil {
+					return err
+				}
+				if err := s.peers.exchange(peer, dst, from); err != nil {
+					return fmt.Errorf("exchange to device %d: %w", peer, err)
+				}
+				return nil
 			})
 		}
 		return q.Do(func() error {

@@ -1,0 +1,279 @@
+package remote
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugins/remote/proto"
+)
+
+// Device-to-device transfers go straight between the two device processes.
+// The host only introduces them: it makes a socket pair and hands one end to
+// each device over a side channel (a Unix socket that carries descriptors).
+// Each device then writes exchanges into the other's memory over the pair,
+// and the writer's queue operation completes when the receiver says the data
+// is in place.
+
+// peers is a device process's links to other devices, by device number.
+type peers struct {
+	s    *session
+	mu   sync.Mutex
+	cond *sync.Cond
+	by   map[int]*peer
+	done bool
+}
+
+type peer struct {
+	num int
+	l   *link
+
+	mu      sync.Mutex
+	next    uint64
+	waiting map[uint64]chan error // our exchanges, until the peer confirms
+	in      map[uint64]*pull      // exchanges into our memory
+	lost    error
+}
+
+func newPeers(s *session) *peers {
+	p := &peers{s: s, by: map[int]*peer{}}
+	p.cond = sync.NewCond(&p.mu)
+	return p
+}
+
+// receive reads introductions from the host's side channel until it closes.
+func (ps *peers) receive(ch *net.UnixConn) {
+	defer ch.Close()
+	buf, oob := make([]byte, 64), make([]byte, syscall.CmsgSpace(4))
+	for {
+		n, oobn, _, _, err := ch.ReadMsgUnix(buf, oob)
+		if err != nil {
+			return
+		}
+		fd, num, err := parseIntro(buf[:n], oob[:oobn])
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "goffload device %d: bad introduction: %v\n", ps.s.num, err)
+			continue
+		}
+		f := os.NewFile(uintptr(fd), "goffload-peer")
+		conn, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			continue
+		}
+		ps.add(num, newLink(conn))
+	}
+}
+
+func parseIntro(b, oob []byte) (int, int, error) {
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil || len(msgs) != 1 {
+		return -1, 0, fmt.Errorf("no descriptor")
+	}
+	fds, err := syscall.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		return -1, 0, fmt.Errorf("no descriptor")
+	}
+	s, ok := strings.CutPrefix(string(b), "peer ")
+	num, err := strconv.Atoi(s)
+	if !ok || err != nil || num < 0 {
+		syscall.Close(fds[0])
+		return -1, 0, fmt.Errorf("%q", b)
+	}
+	return fds[0], num, nil
+}
+
+func (ps *peers) add(num int, l *link) {
+	p := &peer{num: num, l: l, waiting: map[uint64]chan error{}, in: map[uint64]*pull{}}
+	ps.mu.Lock()
+	if old := ps.by[num]; old != nil {
+		old.l.fail(fmt.Errorf("replaced"))
+	}
+	ps.by[num] = p
+	ps.cond.Broadcast()
+	ps.mu.Unlock()
+	go ps.read(p)
+}
+
+// get returns the link to device num, waiting a while for the host's
+// introduction, which may still be on its way.
+func (ps *peers) get(num int) (*peer, error) {
+	deadline := time.Now().Add(5 * time.Second)
+	timer := time.AfterFunc(5*time.Second, func() { ps.mu.Lock(); ps.cond.Broadcast(); ps.mu.Unlock() })
+	defer timer.Stop()
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for ps.by[num] == nil && !ps.done && time.Now().Before(deadline) {
+		ps.cond.Wait()
+	}
+	if p := ps.by[num]; p != nil {
+		return p, nil
+	}
+	return nil, fmt.Errorf("%w: no link to device %d", plugin.ErrUnsupported, num)
+}
+
+func (ps *peers) close() {
+	ps.mu.Lock()
+	ps.done = true
+	by := ps.by
+	ps.by = map[int]*peer{}
+	ps.cond.Broadcast()
+	ps.mu.Unlock()
+	for _, p := range by {
+		p.l.fail(errSessionOver)
+	}
+}
+
+// exchange copies src to dst in device num's memory and waits until the
+// data is in place there.
+func (ps *peers) exchange(num int, dst plugin.Ptr, src []byte) error {
+	p, err := ps.get(num)
+	if err != nil {
+		return err
+	}
+	ch := make(chan error, 1)
+	p.mu.Lock()
+	if p.lost != nil {
+		p.mu.Unlock()
+		return p.lost
+	}
+	p.next++
+	id := p.next
+	p.waiting[id] = ch
+	p.mu.Unlock()
+	if err := p.l.send(&proto.Msg{Type: proto.TExchange, ID: id, Ptr2: uint64(dst), Size: uint64(len(src))}, nil); err != nil {
+		return fmt.Errorf("%w: link to device %d: %v", plugin.ErrDeviceLost, num, err)
+	}
+	if err := p.l.sendData(id, src); err != nil {
+		return fmt.Errorf("%w: link to device %d: %v", plugin.ErrDeviceLost, num, err)
+	}
+	return <-ch
+}
+
+// read serves a peer link: exchanges into our memory, and confirmations of
+// ours.
+func (ps *peers) read(p *peer) {
+	err := ps.serve(p)
+	lost := fmt.Errorf("%w: link to device %d: %v", plugin.ErrDeviceLost, p.num, err)
+	p.l.fail(lost)
+	p.mu.Lock()
+	p.lost = lost
+	waiting := p.waiting
+	p.waiting = map[uint64]chan error{}
+	p.mu.Unlock()
+	for _, ch := range waiting {
+		ch <- lost
+	}
+	ps.mu.Lock()
+	if ps.by[p.num] == p {
+		delete(ps.by, p.num)
+	}
+	ps.mu.Unlock()
+}
+
+func (ps *peers) serve(p *peer) error {
+	for {
+		m, err := p.l.r.ReadMsg()
+		if err != nil {
+			return err
+		}
+		switch m.Type {
+		case proto.TExchange:
+			b, err := ps.s.mem.Bytes(plugin.Ptr(m.Ptr2), int64(m.Size))
+			in := &pull{dst: b, done: make(chan struct{})}
+			if err != nil { // take the data, then refuse it
+				in = &pull{dst: make([]byte, m.Size), done: make(chan struct{})}
+				in.err = err
+			}
+			if m.Size == 0 {
+				p.l.send(withErr(&proto.Msg{Type: proto.TXferDone, ID: m.ID}, in.err), nil)
+				continue
+			}
+			p.in[m.ID] = in
+		case proto.TData:
+			in := p.in[m.ID]
+			if in == nil || m.Ptr != uint64(in.got) || m.Ptr+uint64(m.PayloadLen) > uint64(len(in.dst)) {
+				return fmt.Errorf("%w: fragment of an unknown or overrun exchange %d", proto.ErrFrame, m.ID)
+			}
+			dst := in.dst[m.Ptr : m.Ptr+uint64(m.PayloadLen)]
+			if m.Payload != nil {
+				copy(dst, m.Payload)
+			} else if err := p.l.r.ReadPayload(m, dst); err != nil {
+				return err
+			}
+			in.got += m.PayloadLen
+			if in.got == len(in.dst) {
+				delete(p.in, m.ID)
+				p.l.send(withErr(&proto.Msg{Type: proto.TXferDone, ID: m.ID}, in.err), nil)
+			}
+		case proto.TXferDone:
+			p.mu.Lock()
+			ch := p.waiting[m.ID]
+			delete(p.waiting, m.ID)
+			p.mu.Unlock()
+			if ch == nil {
+				return fmt.Errorf("%w: confirmation of unknown exchange %d", proto.ErrFrame, m.ID)
+			}
+			ch <- decodeErr(m.Code, m.Text)
+		default:
+			return fmt.Errorf("%w: unexpected %s frame from device %d", proto.ErrFrame, m.Type, p.num)
+		}
+	}
+}
+
+// introductions is the host's record of which device processes it has
+// introduced to each other.
+var introductions struct {
+	sync.Mutex
+	done map[[2]*device]bool
+}
+
+// introduce hands a and b the two ends of a new socket pair, once.
+func introduce(a, b *device) error {
+	if a.side == nil || b.side == nil {
+		return fmt.Errorf("%w: devices %d and %d are not both processes of this machine", plugin.ErrUnsupported, a.num, b.num)
+	}
+	key := [2]*device{a, b}
+	if a.num > b.num {
+		key = [2]*device{b, a}
+	}
+	introductions.Lock()
+	defer introductions.Unlock()
+	if introductions.done == nil {
+		introductions.done = map[[2]*device]bool{}
+	}
+	if introductions.done[key] {
+		return nil
+	}
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fds[0])
+	defer syscall.Close(fds[1])
+	if _, _, err := a.side.WriteMsgUnix([]byte(fmt.Sprintf("peer %d", b.num)), syscall.UnixRights(fds[0]), nil); err != nil {
+		return fmt.Errorf("introducing device %d to %d: %w", a.num, b.num, err)
+	}
+	if _, _, err := b.side.WriteMsgUnix([]byte(fmt.Sprintf("peer %d", a.num)), syscall.UnixRights(fds[1]), nil); err != nil {
+		return fmt.Errorf("introducing device %d to %d: %w", b.num, a.num, err)
+	}
+	introductions.done[key] = true
+	return nil
+}
+
+// forget drops d's introductions when it closes.
+func forget(d *device) {
+	introductions.Lock()
+	defer introductions.Unlock()
+	for k := range introductions.done {
+		if k[0] == d || k[1] == d {
+			delete(introductions.done, k)
+		}
+	}
+}
