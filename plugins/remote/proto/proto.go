@@ -214,12 +214,15 @@ func NewReader(r io.Reader) *Reader {
 // MaxInline it is read too and set in m.Payload; otherwise m.Payload is nil
 // and the caller must call ReadPayload (or Discard) before the next ReadMsg.
 func (r *Reader) ReadMsg() (*Msg, error) {
-	if _, err := io.ReadFull(r.r, r.hdr[:4+HeaderSize]); err != nil {
+	if _, err := io.ReadFull(r.r, r.hdr[:4]); err != nil {
 		return nil, err
 	}
 	n := int(binary.LittleEndian.Uint32(r.hdr))
 	if n < HeaderSize || n > MaxFrame {
 		return nil, fmt.Errorf("%w: length %d outside [%d, %d]", ErrFrame, n, HeaderSize, MaxFrame)
+	}
+	if _, err := io.ReadFull(r.r, r.hdr[4:4+HeaderSize]); err != nil {
+		return nil, unexpected(err)
 	}
 	nt := int(binary.LittleEndian.Uint32(r.hdr[4+42:]))
 	if nt > MaxText || HeaderSize+nt > n {

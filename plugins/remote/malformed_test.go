@@ -1,0 +1,146 @@
+package remote
+
+import (
+	"errors"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugins/remote/proto"
+)
+
+// socketPair returns two connected Unix stream sockets.
+func socketPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := fileConn(t, fds[0]), fileConn(t, fds[1])
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// startSession serves a device session on one end of a socket pair and
+// greets it from the other; it returns the host's link and the session's
+// result.
+func startSession(t *testing.T) (*link, chan error) {
+	host, dev := socketPair(t)
+	img := plugin.CurrentImage()
+	done := make(chan error, 1)
+	go func() { done <- newSession(newLink(dev), img, 1).serve() }()
+	l := newLink(host)
+	if err := l.send(&proto.Msg{Type: proto.THello, Text: helloText(img)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	m, err := l.r.ReadMsg()
+	if err != nil || m.Type != proto.THello || m.Code != 0 {
+		t.Fatalf("hello: %+v %v", m, err)
+	}
+	return l, done
+}
+
+// TestSessionRefusesMalformedFrames sends a device session frames that break
+// the protocol: each ends the session with ErrFrame, and none panics.
+func TestSessionRefusesMalformedFrames(t *testing.T) {
+	for name, frame := range map[string][]byte{
+		"unknown type":          append(proto.AppendFrame(nil, &proto.Msg{Type: proto.TAlloc}, nil)[:4], append([]byte{99}, make([]byte, proto.HeaderSize-1)...)...),
+		"oversized length":      {0xff, 0xff, 0xff, 0x0f, byte(proto.TAlloc)},
+		"data for no transfer":  proto.AppendFrame(nil, &proto.Msg{Type: proto.TData, ID: 42}, []byte{1, 2, 3}),
+		"reply sent to device":  proto.AppendFrame(nil, &proto.Msg{Type: proto.TReply, ID: 1}, nil),
+		"inline size mismatch":  proto.AppendFrame(nil, &proto.Msg{Type: proto.TSubmit, Queue: 1, ID: 1, Size: 10}, []byte{1, 2}),
+		"text longer than body": func() []byte { b := proto.AppendFrame(nil, &proto.Msg{Type: proto.TInfo, Text: "abc"}, nil); b[4+42] = 200; return b }(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			l, done := startSession(t)
+			if _, err := l.conn.Write(frame); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-done:
+				if !errors.Is(err, proto.ErrFrame) {
+					t.Errorf("session ended with %v, want ErrFrame", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the session did not end")
+			}
+		})
+	}
+}
+
+// TestSessionBadLaunchArguments: arguments that do not decode fail the
+// launch, in order, and the session goes on.
+func TestSessionBadLaunchArguments(t *testing.T) {
+	k, err := plugin.RegisterKernel("remote.malformed.k", func(a int32, x []float32) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, done := startSession(t)
+	l.send(&proto.Msg{Type: proto.TLaunch, Queue: 1, Kernel: uint32(k.Index)}, []byte{1, 2, 3})
+	l.send(&proto.Msg{Type: proto.TLaunch, Queue: 1, Kernel: 1 << 30}, nil)
+	l.send(&proto.Msg{Type: proto.TSync, Queue: 1, ID: 7}, nil)
+	m, err := l.r.ReadMsg()
+	if err != nil || m.Type != proto.TSyncDone || m.ID != 7 {
+		t.Fatalf("got %+v, %v", m, err)
+	}
+	if err := decodeErr(m.Code, m.Text); !errors.Is(err, proto.ErrFrame) || !strings.Contains(err.Error(), "remote.malformed.k") {
+		t.Errorf("sync error = %v, want the arguments' ErrFrame", err)
+	}
+	l.send(&proto.Msg{Type: proto.TAlloc, ID: 8, Size: 16}, nil)
+	if m, err := l.r.ReadMsg(); err != nil || m.Type != proto.TReply || m.ID != 8 || m.Code != 0 {
+		t.Errorf("the session stopped serving: %+v %v", m, err)
+	}
+	l.send(&proto.Msg{Type: proto.TExit}, nil)
+	if err := <-done; err != nil {
+		t.Errorf("exit: %v", err)
+	}
+}
+
+// TestHostRefusesMalformedFrames plays a device that answers with garbage:
+// the host marks the device lost with the protocol error, and every pending
+// operation fails instead of hanging.
+func TestHostRefusesMalformedFrames(t *testing.T) {
+	host, dev := socketPair(t)
+	img := plugin.CurrentImage()
+	go func() {
+		l := newLink(dev)
+		if _, err := l.r.ReadMsg(); err != nil {
+			return
+		}
+		l.send(&proto.Msg{Type: proto.THello, Text: helloText(img)}, nil)
+		if _, err := l.r.ReadMsg(); err != nil { // the info request
+			return
+		}
+		l.send(&proto.Msg{Type: proto.TReply, ID: 1, Text: `{"Cores": 1, "PID": 1}`}, nil)
+		l.r.ReadMsg() // the sync
+		dev.Write([]byte{0xff, 0xff, 0xff, 0xff, 1, 2, 3})
+	}()
+	d := newDevice(newLink(host), "fake device")
+	if err := d.Load(img, 0); err != nil {
+		t.Fatal(err)
+	}
+	q, _ := d.NewQueue()
+	err := q.Synchronize()
+	if !errors.Is(err, plugin.ErrDeviceLost) || !strings.Contains(err.Error(), "malformed frame") {
+		t.Errorf("got %v, want ErrDeviceLost with the frame error", err)
+	}
+	if _, err := d.Alloc(8); !errors.Is(err, plugin.ErrDeviceLost) {
+		t.Errorf("later alloc: %v", err)
+	}
+	d.Close()
+}
+
+func fileConn(t *testing.T, fd int) net.Conn {
+	t.Helper()
+	f := os.NewFile(uintptr(fd), "test")
+	defer f.Close()
+	c, err := net.FileConn(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
