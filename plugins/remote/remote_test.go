@@ -20,7 +20,30 @@ import (
 // before running any test.
 func TestMain(m *testing.M) {
 	remote.ServeIfDevice()
+	if os.Getenv("GOFFLOAD_TEST_ROLE") == "host" {
+		hostThenSleep()
+	}
 	os.Exit(m.Run())
+}
+
+// hostThenSleep plays a host that starts two devices, says their pids, and
+// waits to be killed.
+func hostThenSleep() {
+	k, _ := plugin.LookupKind("local")
+	devs, err := k.Open("2")
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	for i, d := range devs {
+		if err := d.Load(plugin.CurrentImage(), i); err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		fmt.Println("pid", d.Info().PID)
+	}
+	time.Sleep(time.Hour)
+	os.Exit(0)
 }
 
 func mustKernel(name string, fn any) *plugin.Kernel {
@@ -33,6 +56,10 @@ func mustKernel(name string, fn any) *plugin.Kernel {
 
 var (
 	sleepK = mustKernel("remotetest.sleep", func(ms int64) { time.Sleep(time.Duration(ms) * time.Millisecond) })
+	printK = mustKernel("remotetest.print", func(n int32) {
+		fmt.Printf("hello from kernel %d\n", n)
+		fmt.Fprintf(os.Stderr, "warning from kernel %d\n", n)
+	})
 	addK   = mustKernel("remotetest.add", func(v float64, x []float64) {
 		for i := range x {
 			x[i] += v
@@ -351,5 +378,75 @@ func TestExchangeBetweenDevices(t *testing.T) {
 	q0.Exchange(devs[1], 0x10, p0, 8)
 	if err := q0.Synchronize(); !errors.Is(err, plugin.ErrBadPointer) {
 		t.Errorf("exchange to a bad pointer: %v, want ErrBadPointer", err)
+	}
+}
+
+// TestDevicesDieWithHost kills a host with SIGKILL: its device processes
+// must not outlive it.
+func TestDevicesDieWithHost(t *testing.T) {
+	exe, _ := os.Executable()
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "GOFFLOAD_TEST_ROLE=host")
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	var pids []int
+	for len(pids) < 2 && sc.Scan() {
+		var pid int
+		if _, err := fmt.Sscanf(sc.Text(), "pid %d", &pid); err == nil {
+			pids = append(pids, pid)
+		} else if !strings.HasPrefix(sc.Text(), "[device") {
+			t.Fatalf("host said %q", sc.Text())
+		}
+	}
+	if len(pids) != 2 {
+		t.Fatal("the host did not start its devices")
+	}
+	for _, pid := range pids {
+		if syscall.Kill(pid, 0) != nil {
+			t.Fatalf("device %d is not running", pid)
+		}
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	deadline := time.Now().Add(2 * time.Second)
+	for _, pid := range pids {
+		for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+			var ws syscall.WaitStatus
+			syscall.Wait4(pid, &ws, syscall.WNOHANG, nil) // reap it if it is ours (it is not: init does)
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := syscall.Kill(pid, 0); err == nil {
+			if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); !strings.Contains(string(st), ") Z ") {
+				t.Errorf("device process %d outlived its host", pid)
+			}
+		}
+	}
+}
+
+// TestDeviceOutputPrefixed: what a kernel prints reaches the host's stdout
+// and stderr, each line prefixed with the device number.
+func TestDeviceOutputPrefixed(t *testing.T) {
+	rOut, wOut, _ := os.Pipe()
+	rErr, wErr, _ := os.Pipe()
+	stdout, stderr := os.Stdout, os.Stderr
+	os.Stdout, os.Stderr = wOut, wErr
+	devs := openLocal(t, 2)
+	os.Stdout, os.Stderr = stdout, stderr
+	q, _ := devs[1].NewQueue()
+	q.Launch(printK, []plugin.Arg{{Scalar: int32(7)}})
+	if err := q.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		r    *os.File
+		want string
+	}{{rOut, "[device 1] hello from kernel 7"}, {rErr, "[device 1] warning from kernel 7"}} {
+		line, err := bufio.NewReader(c.r).ReadString('\n')
+		if err != nil || strings.TrimSpace(line) != c.want {
+			t.Errorf("got %q (%v), want %q", line, err, c.want)
+		}
 	}
 }
