@@ -60,7 +60,7 @@ var (
 		fmt.Printf("hello from kernel %d\n", n)
 		fmt.Fprintf(os.Stderr, "warning from kernel %d\n", n)
 	})
-	addK   = mustKernel("remotetest.add", func(v float64, x []float64) {
+	addK = mustKernel("remotetest.add", func(v float64, x []float64) {
 		for i := range x {
 			x[i] += v
 		}
