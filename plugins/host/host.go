@@ -145,7 +145,7 @@ func (d *device) loaded(k *plugin.Kernel) error {
 	if d.img == nil {
 		return fmt.Errorf("%s: %w: no image loaded", d.name, plugin.ErrBadKernel)
 	}
-	if k == nil || k.Index >= len(d.img.Kernels) || d.img.Kernels[k.Index] != k {
+	if k == nil || k.Index < 0 || k.Index >= len(d.img.Kernels) || d.img.Kernels[k.Index] != k {
 		return fmt.Errorf("%s: %w: kernel is not in the loaded image (register kernels at package init, before Start)", d.name, plugin.ErrBadKernel)
 	}
 	return nil

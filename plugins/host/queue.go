@@ -144,7 +144,11 @@ func (q *queue) Record(e plugin.Event) error {
 	if err := ev.arm(); err != nil {
 		return err
 	}
-	return q.enqueue(op{record: ev})
+	if err := q.enqueue(op{record: ev}); err != nil {
+		ev.disarm() // never enqueued: it would never fire
+		return err
+	}
+	return nil
 }
 
 func (q *queue) Wait(e plugin.Event) error {
@@ -209,6 +213,13 @@ func (e *event) arm() error {
 	}
 	e.armed = true
 	return nil
+}
+
+// disarm undoes arm when the record operation could not be enqueued.
+func (e *event) disarm() {
+	e.mu.Lock()
+	e.armed = false
+	e.mu.Unlock()
 }
 
 func (e *event) recorded() bool {
