@@ -8,6 +8,7 @@ package hostmem
 import (
 	"fmt"
 	"sync"
+	"syscall"
 	"unsafe"
 
 	"github.com/google/btree"
@@ -89,6 +90,19 @@ func (m *Memory) Alloc(size int64) (plugin.Ptr, error) {
 	return a.base, nil
 }
 
+// machineMemory is the machine's memory in bytes (0 if unknown). No block can
+// be larger: Go's runtime would not panic but end the process.
+var machineMemory = MachineMemory()
+
+// MachineMemory is the machine's memory in bytes, 0 if unknown.
+func MachineMemory() int64 {
+	var si syscall.Sysinfo_t
+	if syscall.Sysinfo(&si) != nil {
+		return 0
+	}
+	return int64(si.Totalram) * int64(si.Unit)
+}
+
 // makeBlock allocates a block, turning the runtime's out-of-memory panic for
 // absurd sizes into an error.
 func makeBlock(n int64) (buf []byte, err error) {
@@ -97,7 +111,7 @@ func makeBlock(n int64) (buf []byte, err error) {
 			err = fmt.Errorf("%w: cannot allocate %d bytes", plugin.ErrOutOfMemory, n)
 		}
 	}()
-	if n > 1<<46 {
+	if n > 1<<46 || (machineMemory > 0 && n > machineMemory) {
 		return nil, fmt.Errorf("%w: cannot allocate %d bytes", plugin.ErrOutOfMemory, n)
 	}
 	return make([]byte, n), nil
@@ -135,7 +149,7 @@ func (m *Memory) Bytes(p plugin.Ptr, size int64) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %#x is not inside a live allocation", plugin.ErrBadPointer, uint64(p))
 	}
 	off := int64(p - a.base)
-	if off+size > a.size {
+	if size > a.size-off { // not off+size, which can overflow
 		return nil, fmt.Errorf("%w: range %#x+%d runs past the end of the allocation at %#x (%d bytes)", plugin.ErrBadPointer, uint64(p), size, uint64(a.base), a.size)
 	}
 	return a.buf[off : off+size : off+size], nil
@@ -148,4 +162,12 @@ func (m *Memory) Reset() {
 	m.pool = map[int64][][]byte{}
 	m.pooled, m.inUse = 0, 0
 	m.mu.Unlock()
+}
+
+// Stats reports the bytes kept in the pool, the pool's limit, and the bytes
+// in live allocations.
+func (m *Memory) Stats() (pooled, limit, inUse int64) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.pooled, m.limit, m.inUse
 }

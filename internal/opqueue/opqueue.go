@@ -9,16 +9,19 @@
 package opqueue
 
 import (
-	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/goffload/offload/internal/plugin"
 )
 
-// ErrClosed is returned for work given to a closed queue or event.
-var ErrClosed = errors.New("closed")
-
-// ErrNotRecorded is returned by an event that was never recorded.
-var ErrNotRecorded = errors.New("event not recorded")
+// Errors, as the plugin contract names them.
+var (
+	// ErrClosed is wrapped for work given to a closed queue or event.
+	ErrClosed = plugin.ErrBadHandle
+	// ErrNotRecorded is returned by an event that was never recorded.
+	ErrNotRecorded = plugin.ErrNotRecorded
+)
 
 type op struct {
 	run    func() error      // a normal operation, skipped after a failure
@@ -49,7 +52,7 @@ func (q *Queue) enqueue(o op) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
-		return fmt.Errorf("queue: %w", ErrClosed)
+		return fmt.Errorf("%w: queue is closed", ErrClosed)
 	}
 	q.ops = append(q.ops, o)
 	if !q.running {
@@ -120,14 +123,18 @@ func (q *Queue) Record(ev *Event) error {
 	if err := ev.arm(); err != nil {
 		return err
 	}
-	return q.enqueue(op{record: ev})
+	if err := q.enqueue(op{record: ev}); err != nil {
+		ev.disarm() // never enqueued: it would never fire
+		return err
+	}
+	return nil
 }
 
 // Wait holds back everything enqueued after it until ev has fired; if ev
 // carries an error the queue enters the error state with it.
 func (q *Queue) Wait(ev *Event) error {
 	if !ev.Recorded() {
-		return ErrNotRecorded
+		return fmt.Errorf("wait: %w", ErrNotRecorded)
 	}
 	return q.enqueue(op{wait: ev})
 }
@@ -135,11 +142,14 @@ func (q *Queue) Wait(ev *Event) error {
 // Synchronize waits for everything enqueued so far and returns (and clears)
 // the first error since the last clearing mark.
 func (q *Queue) Synchronize() error {
-	done := make(chan error, 1)
-	if err := q.Mark(true, func(failed error) error { done <- failed; return nil }); err != nil {
-		return err
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for q.running {
+		q.idle.Wait()
 	}
-	return <-done
+	err := q.err
+	q.err = nil
+	return err
 }
 
 // Query reports whether the queue is idle, and if so returns (and clears)
@@ -180,13 +190,19 @@ func (e *Event) arm() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return fmt.Errorf("event: %w", ErrClosed)
+		return fmt.Errorf("%w: event is closed", ErrClosed)
 	}
 	if e.armed {
-		return errors.New("event is already recorded (events fire once; create another)")
+		return fmt.Errorf("%w: event is already recorded (events fire once; create another)", ErrClosed)
 	}
 	e.armed = true
 	return nil
+}
+
+func (e *Event) disarm() {
+	e.mu.Lock()
+	e.armed = false
+	e.mu.Unlock()
 }
 
 // Arm marks the event recorded by something other than a queue (a remote
@@ -244,7 +260,7 @@ func (e *Event) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return fmt.Errorf("event closed twice: %w", ErrClosed)
+		return fmt.Errorf("%w: event closed twice", ErrClosed)
 	}
 	e.closed = true
 	return nil

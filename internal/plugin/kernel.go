@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"runtime/debug"
 	"sort"
@@ -257,6 +258,9 @@ func (k *Kernel) ArgValues(args []Arg, mem func(p Ptr, size int64) ([]byte, erro
 			if a.Len == 0 || p.Type.Size() == 0 {
 				vals[i] = reflect.MakeSlice(st, a.Len, a.Len)
 				continue
+			}
+			if int64(a.Len) > math.MaxInt64/int64(p.Type.Size()) {
+				return nil, fmt.Errorf("%w: kernel %q argument %d: %d elements of %s do not fit in memory", ErrBadPointer, k.Name, i, a.Len, p.Type)
 			}
 			size := int64(a.Len) * int64(p.Type.Size())
 			b, err := mem(a.Ptr, size)

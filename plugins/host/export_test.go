@@ -5,8 +5,5 @@ import "github.com/goffload/offload/internal/plugin"
 // PoolStats reports the bytes a host device keeps in its pool of freed
 // blocks, the pool's limit, and the bytes in live allocations, for tests.
 func PoolStats(d plugin.Device) (pooled, limit, inUse int64) {
-	m := d.(*device).mem
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.pooled, m.limit, m.inUse
+	return d.(*device).mem.Stats()
 }

@@ -13,8 +13,9 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
-	"syscall"
 
+	"github.com/goffload/offload/internal/hostmem"
+	"github.com/goffload/offload/internal/opqueue"
 	"github.com/goffload/offload/internal/plugin"
 	"github.com/goffload/offload/internal/workpool"
 )
@@ -87,7 +88,7 @@ type device struct {
 	name  string
 	num   int
 	cores int
-	mem   *memory
+	mem   *hostmem.Memory
 	pool  *workpool.Pool
 
 	mu     sync.RWMutex
@@ -104,23 +105,18 @@ func New(cfg Config) plugin.Device {
 		name:  "host device",
 		num:   -1,
 		cores: cfg.Cores,
-		mem:   newMemory(cfg.PoolThreshold),
+		mem:   hostmem.New(cfg.PoolThreshold),
 		pool:  workpool.New(cfg.Cores),
 	}
 }
 
 func (d *device) Info() plugin.Info {
 	host, _ := os.Hostname()
-	var mem int64
-	var si syscall.Sysinfo_t
-	if syscall.Sysinfo(&si) == nil {
-		mem = int64(si.Totalram) * int64(si.Unit)
-	}
 	return plugin.Info{
 		Kind:   "host",
 		Name:   fmt.Sprintf("Go host device (%d cores)", d.cores),
 		Cores:  d.cores,
-		Memory: mem,
+		Memory: hostmem.MachineMemory(),
 		Arch:   runtime.GOARCH,
 		Host:   host,
 		PID:    os.Getpid(),
@@ -164,7 +160,7 @@ func (d *device) Alloc(size int64) (plugin.Ptr, error) {
 	if err := d.alive(); err != nil {
 		return 0, err
 	}
-	p, err := d.mem.alloc(size)
+	p, err := d.mem.Alloc(size)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", d.name, err)
 	}
@@ -175,7 +171,7 @@ func (d *device) Free(p plugin.Ptr) error {
 	if err := d.alive(); err != nil {
 		return err
 	}
-	if err := d.mem.free(p); err != nil {
+	if err := d.mem.Free(p); err != nil {
 		return fmt.Errorf("%s: %w", d.name, err)
 	}
 	return nil
@@ -185,14 +181,14 @@ func (d *device) NewQueue() (plugin.Queue, error) {
 	if err := d.alive(); err != nil {
 		return nil, err
 	}
-	return newQueue(d), nil
+	return &queue{d: d, q: opqueue.New()}, nil
 }
 
 func (d *device) NewEvent() (plugin.Event, error) {
 	if err := d.alive(); err != nil {
 		return nil, err
 	}
-	return &event{d: d, done: make(chan struct{})}, nil
+	return &event{d: d, ev: opqueue.NewEvent()}, nil
 }
 
 // CanWait reports whether this device's queues can wait on ev: any host
@@ -219,6 +215,6 @@ func (d *device) Close() error {
 	d.closed = true
 	d.mu.Unlock()
 	d.pool.Close()
-	d.mem.reset()
+	d.mem.Reset()
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/goffload/offload/internal/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
@@ -61,11 +60,3 @@ func checkImage(peer hello, img *plugin.Image, self string) error {
 // ErrMismatch is wrapped when a host and a device process run different code
 // (kernel tables or protocol versions differ); they are refused at hello.
 var ErrMismatch = errors.New("host and device do not match")
-
-func totalMemory() int64 {
-	var si syscall.Sysinfo_t
-	if syscall.Sysinfo(&si) != nil {
-		return 0
-	}
-	return int64(si.Totalram) * int64(si.Unit)
-}

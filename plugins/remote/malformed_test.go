@@ -13,6 +13,11 @@ import (
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
+var (
+	nopK, _  = plugin.RegisterKernel("remote.malformed.nop", func() {})
+	argsK, _ = plugin.RegisterKernel("remote.malformed.k", func(a int32, x []float32) {})
+)
+
 // socketPair returns two connected Unix stream sockets.
 func socketPair(t *testing.T) (net.Conn, net.Conn) {
 	t.Helper()
@@ -79,10 +84,7 @@ func TestSessionRefusesMalformedFrames(t *testing.T) {
 // TestSessionBadLaunchArguments: arguments that do not decode fail the
 // launch, in order, and the session goes on.
 func TestSessionBadLaunchArguments(t *testing.T) {
-	k, err := plugin.RegisterKernel("remote.malformed.k", func(a int32, x []float32) {})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := argsK
 	l, done := startSession(t)
 	l.send(&proto.Msg{Type: proto.TLaunch, Queue: 1, Kernel: uint32(k.Index)}, []byte{1, 2, 3})
 	l.send(&proto.Msg{Type: proto.TLaunch, Queue: 1, Kernel: 1 << 30}, nil)
@@ -120,7 +122,7 @@ func TestHostRefusesMalformedFrames(t *testing.T) {
 			return
 		}
 		l.send(&proto.Msg{Type: proto.TReply, ID: 1, Text: `{"Cores": 1, "PID": 1}`}, nil)
-		l.r.ReadMsg() // the sync
+		l.r.ReadMsg() // the launch
 		dev.Write([]byte{0xff, 0xff, 0xff, 0xff, 1, 2, 3})
 	}()
 	d := newDevice(newLink(host), "fake device")
@@ -128,6 +130,9 @@ func TestHostRefusesMalformedFrames(t *testing.T) {
 		t.Fatal(err)
 	}
 	q, _ := d.NewQueue()
+	if err := q.Launch(nopK, nil); err != nil {
+		t.Fatal(err)
+	}
 	err := q.Synchronize()
 	if !errors.Is(err, plugin.ErrDeviceLost) || !strings.Contains(err.Error(), "malformed frame") {
 		t.Errorf("got %v, want ErrDeviceLost with the frame error", err)

@@ -14,10 +14,12 @@ type queue struct {
 	d      *device
 	id     uint32
 	closed bool
-	// query is the mark a Query sent, if any, and dirty says operations were
-	// sent after it.
-	query chan error
+	// dirty says operations were sent since the last mark; query is the
+	// mark a Query sent, if it has not been answered; held is an error a
+	// mark answered that is not reported yet.
 	dirty bool
+	query chan error
+	held  error
 }
 
 func (q *queue) send(m *proto.Msg, payload []byte) error {
@@ -75,6 +77,9 @@ func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) 
 }
 
 func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
+	if k == nil || k.Index < 0 {
+		return fmt.Errorf("%s: %w: not a kernel of the image", q.d.name, plugin.ErrBadKernel)
+	}
 	if k.Index >= q.d.count {
 		return fmt.Errorf("%s: %w: kernel %q was registered after the device process started (it has %d kernels); register kernels at package init",
 			q.d.name, plugin.ErrBadKernel, k.Name, q.d.count)
@@ -94,8 +99,11 @@ func (q *queue) Record(e plugin.Event) error {
 	if !ok || ev.d != q.d {
 		return fmt.Errorf("%s: %w: event %T is not of this device", q.d.name, plugin.ErrBadHandle, e)
 	}
+	if q.closed {
+		return fmt.Errorf("%s: %w: queue is closed", q.d.name, plugin.ErrBadHandle)
+	}
 	if err := ev.ev.Arm(); err != nil {
-		return fmt.Errorf("%s: %w: %v", q.d.name, plugin.ErrBadHandle, err)
+		return fmt.Errorf("%s: %w", q.d.name, err)
 	}
 	return q.send(&proto.Msg{Type: proto.TRecord, ID: ev.id}, nil)
 }
@@ -128,39 +136,50 @@ func (q *queue) mark() (chan error, error) {
 	return ch, nil
 }
 
+func (q *queue) hold(err error) {
+	if q.held == nil {
+		q.held = err
+	}
+}
+
 func (q *queue) Synchronize() error {
 	if q.query != nil { // a Query's mark is out: its answer comes first
-		err := <-q.query
+		q.hold(<-q.query)
 		q.query = nil
+	}
+	if q.dirty {
+		ch, err := q.mark()
 		if err != nil {
 			return err
 		}
+		q.hold(<-ch)
 	}
-	ch, err := q.mark()
-	if err != nil {
-		return err
-	}
-	return <-ch
+	err := q.held
+	q.held = nil
+	return err
 }
 
 func (q *queue) Query() (bool, error) {
-	if q.query == nil {
+	if q.query != nil {
+		select {
+		case err := <-q.query:
+			q.query = nil
+			q.hold(err)
+		default:
+			return false, nil
+		}
+	}
+	if q.dirty {
 		ch, err := q.mark()
 		if err != nil {
 			return true, err
 		}
 		q.query = ch
-	}
-	select {
-	case err := <-q.query:
-		q.query = nil
-		if q.dirty {
-			return false, err
-		}
-		return true, err
-	default:
 		return false, nil
 	}
+	err := q.held
+	q.held = nil
+	return true, err
 }
 
 func (q *queue) Close() error {
@@ -199,7 +218,7 @@ func (e *event) Query() (bool, error) {
 
 func (e *event) Close() error {
 	if err := e.ev.Close(); err != nil {
-		return fmt.Errorf("%s: %w: %v", e.d.name, plugin.ErrBadHandle, err)
+		return fmt.Errorf("%s: %w", e.d.name, err)
 	}
 	e.d.mu.Lock()
 	e.closed = true

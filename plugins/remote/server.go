@@ -336,5 +336,5 @@ func (s *session) launch(m *proto.Msg) error {
 func (s *session) info() plugin.Info {
 	host, _ := os.Hostname()
 	return plugin.Info{Kind: "remote", Name: fmt.Sprintf("Go CPU device process (%d cores)", s.cores), Cores: s.cores,
-		Memory: totalMemory(), Arch: runtime.GOARCH, Host: host, PID: os.Getpid()}
+		Memory: hostmem.MachineMemory(), Arch: runtime.GOARCH, Host: host, PID: os.Getpid()}
 }

@@ -21,6 +21,9 @@ func AppendArgs(b []byte, k *plugin.Kernel, args []plugin.Arg) ([]byte, error) {
 	for i, p := range k.Params {
 		a := args[i]
 		if p.Kind == plugin.Slice {
+			if a.Len < 0 {
+				return nil, fmt.Errorf("%w: kernel %q argument %d: negative length %d", plugin.ErrBadKernel, k.Name, i, a.Len)
+			}
 			b = binary.LittleEndian.AppendUint64(b, uint64(a.Ptr))
 			b = binary.LittleEndian.AppendUint64(b, uint64(a.Len))
 			continue
