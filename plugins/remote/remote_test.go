@@ -450,3 +450,39 @@ func TestDeviceOutputPrefixed(t *testing.T) {
 		}
 	}
 }
+
+// TestSmallMessagesPassBulk: while 256 MiB stream each way, a small request
+// is answered long before the transfer ends — it waits for one fragment, not
+// for the whole transfer.
+func TestSmallMessagesPassBulk(t *testing.T) {
+	const size = 256 << 20
+	d := openLocal(t, 1)[0]
+	p, err := d.Alloc(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, size)
+	for _, dir := range []string{"to the device", "from the device"} {
+		q, _ := d.NewQueue()
+		if dir == "to the device" {
+			q.Submit(p, buf)
+		} else {
+			q.Retrieve(buf, p)
+		}
+		start := time.Now()
+		small, err := d.Alloc(8) // a round trip on the same connection
+		if err != nil {
+			t.Fatal(err)
+		}
+		allocTook := time.Since(start)
+		if err := q.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		total := time.Since(start)
+		d.Free(small)
+		t.Logf("%s: a small request took %v while the transfer took %v", dir, allocTook, total)
+		if allocTook*4 > total {
+			t.Errorf("%s: a small request took %v of the transfer's %v: it waited behind the bulk data", dir, allocTook, total)
+		}
+	}
+}
