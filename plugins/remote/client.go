@@ -318,6 +318,14 @@ func (d *device) NewQueue() (plugin.Queue, error) {
 	return &queue{d: d, id: id}, nil
 }
 
+// CanWait reports whether d's queues can wait on ev themselves: events of d,
+// and of other device processes on this machine, which tell d directly when
+// they fire.
+func (d *device) CanWait(ev plugin.Event) bool {
+	e, ok := ev.(*event)
+	return ok && (e.d == d || (e.d.side != nil && d.side != nil))
+}
+
 func (d *device) NewEvent() (plugin.Event, error) {
 	if err := d.alive(); err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goffload/offload/internal/opqueue"
 	"github.com/goffload/offload/internal/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
@@ -28,6 +29,18 @@ type peers struct {
 	cond *sync.Cond
 	by   map[int]*peer
 	done bool
+	// events stand in for other devices' events that our queues wait on, by
+	// device and wait id (one per wait the host asked for): the other device
+	// fires them over the peer link. Each is touched twice, by the wait and
+	// by the firing, in either order, and forgotten at the second touch.
+	events map[[2]uint64]*standIn
+	// dead holds why the link to a device broke: its events never fire.
+	dead map[int]error
+}
+
+type standIn struct {
+	ev      *opqueue.Event
+	touched int
 }
 
 type peer struct {
@@ -42,7 +55,7 @@ type peer struct {
 }
 
 func newPeers(s *session) *peers {
-	p := &peers{s: s, by: map[int]*peer{}}
+	p := &peers{s: s, by: map[int]*peer{}, events: map[[2]uint64]*standIn{}, dead: map[int]error{}}
 	p.cond = sync.NewCond(&p.mu)
 	return p
 }
@@ -92,6 +105,7 @@ func parseIntro(b, oob []byte) (int, int, error) {
 func (ps *peers) add(num int, l *link) {
 	p := &peer{num: num, l: l, waiting: map[uint64]chan error{}, in: map[uint64]*pull{}}
 	ps.mu.Lock()
+	delete(ps.dead, num)
 	if old := ps.by[num]; old != nil {
 		old.l.fail(fmt.Errorf("replaced"))
 	}
@@ -116,6 +130,43 @@ func (ps *peers) get(num int) (*peer, error) {
 		return p, nil
 	}
 	return nil, fmt.Errorf("%w: no link to device %d", plugin.ErrUnsupported, num)
+}
+
+// event returns the stand-in for wait id on device num's event, recorded:
+// it fires when that device says so.
+func (ps *peers) event(num int, wait uint64) *opqueue.Event {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	k := [2]uint64{uint64(num), wait}
+	si := ps.events[k]
+	if si == nil {
+		si = &standIn{ev: opqueue.NewEvent()}
+		si.ev.Arm()
+		ps.events[k] = si
+		if err := ps.dead[num]; err != nil {
+			si.ev.Fire(err)
+		}
+	}
+	if si.touched++; si.touched == 2 {
+		delete(ps.events, k)
+	}
+	return si.ev
+}
+
+// fired fires the stand-in for wait id on device num's event.
+func (ps *peers) fired(num int, wait uint64, err error) {
+	ps.event(num, wait).Fire(err)
+}
+
+// tell lets device num know that our event id fired.
+func (ps *peers) tell(num int, id uint64, err error) {
+	p, err2 := ps.get(num)
+	if err2 == nil {
+		err2 = p.l.send(withErr(&proto.Msg{Type: proto.TEvent, ID: id}, err), nil)
+	}
+	if err2 != nil {
+		fmt.Fprintf(os.Stderr, "goffload device %d: cannot tell device %d that event %d fired: %v\n", ps.s.num, num, id, err2)
+	}
 }
 
 func (ps *peers) close() {
@@ -174,7 +225,17 @@ func (ps *peers) read(p *peer) {
 	if ps.by[p.num] == p {
 		delete(ps.by, p.num)
 	}
+	ps.dead[p.num] = lost
+	var orphans []*opqueue.Event
+	for k, si := range ps.events {
+		if k[0] == uint64(p.num) {
+			orphans = append(orphans, si.ev)
+		}
+	}
 	ps.mu.Unlock()
+	for _, ev := range orphans { // their device cannot tell us any more
+		ev.Fire(lost)
+	}
 }
 
 func (ps *peers) serve(p *peer) error {
@@ -212,6 +273,8 @@ func (ps *peers) serve(p *peer) error {
 				delete(p.in, m.ID)
 				p.l.send(withErr(&proto.Msg{Type: proto.TXferDone, ID: m.ID}, in.err), nil)
 			}
+		case proto.TEvent:
+			ps.fired(p.num, m.ID, decodeErr(m.Code, m.Text))
 		case proto.TXferDone:
 			p.mu.Lock()
 			ch := p.waiting[m.ID]

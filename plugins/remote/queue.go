@@ -110,13 +110,26 @@ func (q *queue) Record(e plugin.Event) error {
 
 func (q *queue) Wait(e plugin.Event) error {
 	ev, ok := e.(*event)
-	if !ok || ev.d != q.d {
-		return fmt.Errorf("%s: wait on an event of another device: %w", q.d.name, plugin.ErrUnsupported)
+	if !ok || !q.d.CanWait(e) {
+		return fmt.Errorf("%s: wait on a %T: %w", q.d.name, e, plugin.ErrUnsupported)
 	}
 	if !ev.ev.Recorded() {
 		return fmt.Errorf("%s: wait: %w", q.d.name, plugin.ErrNotRecorded)
 	}
-	return q.send(&proto.Msg{Type: proto.TWait, ID: ev.id}, nil)
+	if ev.d == q.d {
+		return q.send(&proto.Msg{Type: proto.TWait, ID: ev.id}, nil)
+	}
+	// Another device process's event: it tells ours over their peer link
+	// when it fires, and the host is not in between.
+	if err := introduce(q.d, ev.d); err != nil {
+		return fmt.Errorf("%s: %w", q.d.name, err)
+	}
+	wait := q.d.id()
+	if err := ev.d.l.send(&proto.Msg{Type: proto.TNotify, ID: ev.id, Ptr: wait, Kernel: uint32(q.d.num)}, nil); err != nil {
+		ev.d.lose(err)
+		return fmt.Errorf("%s: wait on %s: %w", q.d.name, ev.d.name, ev.d.alive())
+	}
+	return q.send(&proto.Msg{Type: proto.TWait, Ptr2: 1, Kernel: uint32(ev.d.num), Ptr: wait}, nil)
 }
 
 // mark sends a sync mark and returns the channel its answer comes on.

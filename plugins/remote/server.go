@@ -225,11 +225,22 @@ func (s *session) handle(m *proto.Msg) error {
 		})
 	case proto.TWait:
 		q := s.queue(m.Queue)
+		if m.Ptr2 == 1 { // another device's event: that device tells us when it fires
+			return q.Wait(s.peers.event(int(m.Kernel), m.Ptr))
+		}
 		ev := s.event(m.ID)
 		if !ev.Recorded() {
 			return q.Do(func() error { return fmt.Errorf("wait: %w", plugin.ErrNotRecorded) })
 		}
 		return q.Wait(ev)
+	case proto.TNotify:
+		ev, wait, peer := s.event(m.ID), m.Ptr, int(m.Kernel)
+		go func() {
+			<-ev.Done()
+			_, err := ev.Query()
+			s.peers.tell(peer, wait, err)
+		}()
+		return nil
 	case proto.TSync:
 		qid, seq := m.Queue, m.ID
 		return s.queue(qid).Mark(true, func(failed error) error {

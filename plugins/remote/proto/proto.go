@@ -70,17 +70,17 @@ const (
 	TExchange                   // →d queue, id (transfer), ptr (src), ptr2 (dst), size, kernel (peer)
 	TLaunch                     // →d queue, kernel, payload: arguments
 	TRecord                     // →d queue, id (event)
-	TWait                       // →d queue, id (event)
+	TWait                       // →d queue, id (event); ptr2 = 1: the event is device kernel's (a peer's)
 	TSync                       // →d queue, id (sequence)
 	TSyncDone                   // →h queue, id (sequence), code/text: the queue's first error
-	TEvent                      // →h id (event) fired, code/text: its error
-	TPeer                       // →d kernel (peer device), text: how to reach it
+	TEvent                      // →h, and peer to peer: id (event) fired, code/text: its error
+	TNotify                     // →d id (event), kernel (peer device): tell the peer when the event fires
 	TExit                       // →d: end the session
 	tMax
 )
 
 var typeNames = [...]string{"", "hello", "auth", "reply", "alloc", "free", "info", "closequeue", "submit", "pull",
-	"data", "retrieve", "xferdone", "exchange", "launch", "record", "wait", "sync", "syncdone", "event", "peer", "exit"}
+	"data", "retrieve", "xferdone", "exchange", "launch", "record", "wait", "sync", "syncdone", "event", "notify", "exit"}
 
 // String is the type's name.
 func (t Type) String() string {
