@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/goffload/offload/internal/plugin"
 	"github.com/goffload/offload/internal/workpool"
@@ -31,8 +32,11 @@ type Device struct {
 	log   *Logger
 	pool  *workpool.Pool // the initial device's workers
 
+	tool Tool // nil: no tool
+
 	qmu    sync.Mutex
-	queues []plugin.Queue // idle queues for synchronous constructs
+	queues []*cqueue // idle queues
+	nq     int       // queues created
 }
 
 // IsInitial reports whether d is the initial device.
@@ -49,7 +53,13 @@ func (d *Device) Label() string {
 	return fmt.Sprintf("device %d (%s)", d.Num, d.Info.Kind)
 }
 
-func (d *Device) getQueue() (plugin.Queue, error) {
+// cqueue is a plugin queue with the number its trace track shows.
+type cqueue struct {
+	plugin.Queue
+	id int
+}
+
+func (d *Device) getQueue() (*cqueue, error) {
 	d.qmu.Lock()
 	if n := len(d.queues); n > 0 {
 		q := d.queues[n-1]
@@ -57,15 +67,17 @@ func (d *Device) getQueue() (plugin.Queue, error) {
 		d.qmu.Unlock()
 		return q, nil
 	}
+	d.nq++
+	id := d.nq
 	d.qmu.Unlock()
 	q, err := d.Dev.NewQueue()
 	if err != nil {
 		return nil, fmt.Errorf("goffload: %s: cannot create a queue: %w", d.Label(), err)
 	}
-	return q, nil
+	return &cqueue{Queue: q, id: id}, nil
 }
 
-func (d *Device) putQueue(q plugin.Queue) {
+func (d *Device) putQueue(q *cqueue) {
 	d.qmu.Lock()
 	d.queues = append(d.queues, q)
 	d.qmu.Unlock()
@@ -75,8 +87,10 @@ func (d *Device) putQueue(q plugin.Queue) {
 // must run after the queue is synchronized (freeing unmapped entries).
 type work struct {
 	d     *Device
+	cq    *cqueue
 	q     plugin.Queue
 	op    string
+	task  uint64
 	posts []func()
 	first error
 }
@@ -86,7 +100,16 @@ func (d *Device) begin(op string) (*work, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &work{d: d, q: q, op: op}, nil
+	w := &work{d: d, cq: q, q: q.Queue, op: op}
+	if d.tool != nil {
+		d.tool.TargetBegin(TargetEvent{Where: w.where(), Name: op})
+	}
+	return w, nil
+}
+
+// where is the tool events' position of w now.
+func (w *work) where() Where {
+	return Where{Time: time.Now(), Device: w.d.Num, Queue: w.cq.id, Task: w.task}
 }
 
 func (w *work) err(e error) {
@@ -97,14 +120,27 @@ func (w *work) err(e error) {
 
 // finish synchronizes the queue, runs the posts and returns the first error.
 func (w *work) finish() error {
-	d := w.d
 	if err := w.q.Synchronize(); err != nil {
-		w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), w.op, err))
+		w.err(fmt.Errorf("goffload: %s: %s: %w", w.d.Label(), w.op, err))
 	}
+	return w.done(true)
+}
+
+// done runs the posts of a queue whose work is over, gives the queue back
+// (if it can be used again) and returns the first error.
+func (w *work) done(reuse bool) error {
+	d := w.d
 	for _, p := range w.posts {
 		p()
 	}
-	d.putQueue(w.q)
+	if reuse {
+		d.putQueue(w.cq)
+	} else {
+		w.q.Close()
+	}
+	if d.tool != nil {
+		d.tool.TargetEnd(TargetEvent{Where: w.where(), Name: w.op, Nowait: w.task != 0, Err: w.first})
+	}
 	if w.first != nil && d.log.On(InfoDumpTable) {
 		d.dumpTable(fmt.Sprintf("Host-device pointer mappings after a failed %s:", w.op))
 	}
@@ -133,18 +169,27 @@ type KernelArg struct {
 	Len    int
 }
 
-// Target runs kernel k with args on d: the target construct.
-func (d *Device) Target(k *plugin.Kernel, args []KernelArg, fallback bool) error {
-	if d.log.On(InfoKernelArgs) {
-		d.logArgs(k, args)
+// TargetOp is the target construct: kernel k with args.
+func TargetOp(k *plugin.Kernel, args []KernelArg) Op {
+	return Op{
+		Name: "target " + k.Name,
+		Initial: func(d *Device, fallback bool) error {
+			if d.log.On(InfoKernelArgs) {
+				d.logArgs(k, args)
+			}
+			return d.runInitial(k, args, fallback)
+		},
+		Enqueue: func(d *Device, w *work) {
+			if d.log.On(InfoKernelArgs) {
+				d.logArgs(k, args)
+			}
+			d.target(w, k, args)
+		},
 	}
-	if d.IsInitial() {
-		return d.runInitial(k, args, fallback)
-	}
-	w, err := d.begin("target " + k.Name)
-	if err != nil {
-		return err
-	}
+}
+
+// target enqueues a target region on w: maps, launch, unmaps.
+func (d *Device) target(w *work, k *plugin.Kernel, args []KernelArg) {
 	pargs := make([]plugin.Arg, len(args))
 	var mapped []MapItem
 	for i, a := range args {
@@ -169,6 +214,15 @@ func (d *Device) Target(k *plugin.Kernel, args []KernelArg, fallback bool) error
 	}
 	if w.first == nil {
 		d.log.Printf(InfoKernels, d.Num, "Launching kernel %s on %s", k.Name, d.Label())
+		if t := d.tool; t != nil {
+			var bytes int64
+			for i, p := range k.Params {
+				if p.Kind == plugin.Slice {
+					bytes += int64(pargs[i].Len) * int64(p.Type.Size())
+				}
+			}
+			t.KernelLaunch(KernelEvent{Where: w.where(), Name: k.Name, Args: len(args), ArgBytes: bytes})
+		}
 		if err := w.q.Launch(k, pargs); err != nil {
 			w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), w.op, err))
 		}
@@ -182,7 +236,6 @@ func (d *Device) Target(k *plugin.Kernel, args []KernelArg, fallback bool) error
 			w.err(err)
 		}
 	}
-	return w.finish()
 }
 
 func (d *Device) runInitial(k *plugin.Kernel, args []KernelArg, fallback bool) error {
@@ -256,54 +309,91 @@ func (d *Device) CheckMaps(op string, maps []MapItem) error {
 	return nil
 }
 
-// EnterData maps buffers: target enter data.
-func (d *Device) EnterData(maps []MapItem) error {
-	if err := d.CheckMaps(OpEnterData, maps); err != nil || d.IsInitial() {
-		return err
-	}
-	w, err := d.begin(OpEnterData)
-	if err != nil {
-		return err
-	}
-	for _, m := range maps {
-		if _, err := d.enter(w, m); err != nil {
-			w.err(err)
+// EnterDataOp maps buffers: target enter data.
+func EnterDataOp(maps []MapItem) Op {
+	return Op{Name: OpEnterData, Maps: maps, Enqueue: func(d *Device, w *work) {
+		for _, m := range maps {
+			if _, err := d.enter(w, m); err != nil {
+				w.err(err)
+			}
 		}
-	}
-	return w.finish()
+	}}
 }
+
+// ExitDataOp unmaps buffers: target exit data.
+func ExitDataOp(maps []MapItem) Op {
+	return Op{Name: OpExitData, Maps: maps, Enqueue: func(d *Device, w *work) {
+		for _, m := range maps {
+			if err := d.exit(w, m); err != nil {
+				w.err(err)
+			}
+		}
+	}}
+}
+
+// UpdateOp copies present buffers: target update.
+func UpdateOp(maps []MapItem) Op {
+	return Op{Name: OpUpdate, Maps: maps, Enqueue: func(d *Device, w *work) {
+		for _, m := range maps {
+			if err := d.update(w, m); err != nil {
+				w.err(err)
+			}
+		}
+	}}
+}
+
+// EnterData maps buffers: target enter data.
+func (d *Device) EnterData(maps []MapItem) error { return d.Run(EnterDataOp(maps), false) }
 
 // ExitData unmaps buffers: target exit data.
-func (d *Device) ExitData(maps []MapItem) error {
-	if err := d.CheckMaps(OpExitData, maps); err != nil || d.IsInitial() {
-		return err
-	}
-	w, err := d.begin(OpExitData)
-	if err != nil {
-		return err
-	}
-	for _, m := range maps {
-		if err := d.exit(w, m); err != nil {
-			w.err(err)
-		}
-	}
-	return w.finish()
-}
+func (d *Device) ExitData(maps []MapItem) error { return d.Run(ExitDataOp(maps), false) }
 
 // Update copies present buffers: target update.
-func (d *Device) Update(maps []MapItem) error {
-	if err := d.CheckMaps(OpUpdate, maps); err != nil || d.IsInitial() {
+func (d *Device) Update(maps []MapItem) error { return d.Run(UpdateOp(maps), false) }
+
+// Target runs kernel k with args on d: the target construct.
+func (d *Device) Target(k *plugin.Kernel, args []KernelArg, fallback bool) error {
+	return d.Run(TargetOp(k, args), fallback)
+}
+
+// Op is a construct lowered for one device: what it enqueues on a queue of
+// the device, or what it does on the initial device.
+type Op struct {
+	// Name is the construct as OpenMP spells it, for messages.
+	Name string
+	// Maps are the clauses to check against the construct, if any.
+	Maps []MapItem
+	// Enqueue enqueues the construct's work on w.
+	Enqueue func(d *Device, w *work)
+	// Initial runs the construct on the initial device; nil means there
+	// is nothing to do there (data constructs: host memory is the data).
+	Initial func(d *Device, fallback bool) error
+}
+
+// check validates op's clauses on d.
+func (op Op) check(d *Device) error {
+	if op.Maps == nil {
+		return nil
+	}
+	return d.CheckMaps(op.Name, op.Maps)
+}
+
+// Run runs op on d and waits for it.
+func (d *Device) Run(op Op, fallback bool) error {
+	if err := op.check(d); err != nil {
 		return err
 	}
-	w, err := d.begin(OpUpdate)
+	if d.IsInitial() {
+		if op.Initial == nil {
+			return nil
+		}
+		return op.Initial(d, fallback)
+	}
+	w, err := d.begin(op.Name)
 	if err != nil {
 		return err
 	}
-	for _, m := range maps {
-		if err := d.update(w, m); err != nil {
-			w.err(err)
-		}
-	}
+	op.Enqueue(d, w)
 	return w.finish()
 }
 

@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/goffload/offload/internal/plugin"
@@ -163,7 +164,7 @@ func (d *Device) enter(w *work, m MapItem) (plugin.Ptr, error) {
 				implicitNote(m), addr, uint64(tgt), size, refString(dyn), incNote(!hold, dyn), refString(held), incNote(hold, held), nameOf(m.Buf.Name))
 		}
 		if m.Type&(MapTo|MapAlways) == MapTo|MapAlways {
-			if err := d.copyIn(q, op, m, tgt, e); err != nil {
+			if err := d.copyIn(w, m, tgt, e); err != nil {
 				return 0, err
 			}
 			return tgt, nil
@@ -216,10 +217,11 @@ func (d *Device) enter(w *work, m MapItem) (plugin.Ptr, error) {
 		return fail(d.mapErr(op, m, err, "cannot allocate %d bytes of device memory", size))
 	}
 	e.tgt = tgt
+	w.data(MapCreate, m.Buf, tgt)
 	d.log.Printf(InfoMappingChanged, d.Num, "Creating new map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=%d, HoldRefCount=%d, Name=%s",
 		addr, uint64(tgt), size, dyn0, hold0, nameOf(m.Buf.Name))
 	if m.Type&MapTo != 0 {
-		if err := d.copyIn(q, op, m, tgt, e); err != nil {
+		if err := d.copyIn(w, m, tgt, e); err != nil {
 			_ = d.Dev.Free(tgt)
 			return fail(err)
 		}
@@ -255,7 +257,9 @@ func (d *Device) done(e *Entry) {
 
 // copyIn enqueues the copy of m's buffer to tgt and records an event on the
 // entry, so that users of the entry on other queues wait for it.
-func (d *Device) copyIn(q plugin.Queue, op string, m MapItem, tgt plugin.Ptr, e *Entry) error {
+func (d *Device) copyIn(w *work, m MapItem, tgt plugin.Ptr, e *Entry) error {
+	q, op := w.q, w.op
+	w.data(CopyToDevice, m.Buf, tgt)
 	d.log.Printf(InfoCopies, d.Num, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
 		m.Buf.Addr(), uint64(tgt), m.Buf.Size, nameOf(m.Buf.Name))
 	if err := q.Submit(tgt, m.Buf.Bytes()); err != nil {
@@ -350,6 +354,7 @@ func (d *Device) exit(w *work, m MapItem) error {
 	if m.Type&MapFrom != 0 && (last || m.Type&MapAlways != 0) {
 		d.log.Printf(InfoCopies, d.Num, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
 			uint64(tgt), addr, size, nameOf(m.Buf.Name))
+		w.data(CopyFromDevice, m.Buf, tgt)
 		if err := w.q.Retrieve(m.Buf.Bytes(), tgt); err != nil {
 			w.err(d.mapErr(w.op, m, err, "cannot copy from the device"))
 		}
@@ -364,6 +369,9 @@ func (d *Device) exit(w *work, m MapItem) error {
 // remove frees a deleting entry's memory and takes it out of the table, once
 // no work uses it.
 func (d *Device) remove(e *Entry) {
+	if t := d.tool; t != nil {
+		t.DataOp(DataEvent{Where: Where{Time: time.Now(), Device: d.Num}, Kind: MapRemove, Name: e.Name, Host: e.HstBegin, Target: uint64(e.tgt), Bytes: e.Size()})
+	}
 	if e.owned {
 		if err := d.Dev.Free(e.tgt); err != nil {
 			d.log.Printf(InfoMappingChanged, d.Num, "Freeing TgtPtrBegin=%#x failed: %v", uint64(e.tgt), err)
@@ -407,12 +415,20 @@ func (d *Device) update(w *work, m MapItem) error {
 	t.mu.Unlock()
 	tgt := e.tgt + plugin.Ptr(addr-e.HstBegin)
 	if m.Type&MapTo != 0 {
-		return d.copyIn(w.q, w.op, m, tgt, e)
+		return d.copyIn(w, m, tgt, e)
 	}
 	d.log.Printf(InfoCopies, d.Num, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
 		uint64(tgt), addr, size, nameOf(m.Buf.Name))
+	w.data(CopyFromDevice, m.Buf, tgt)
 	if err := w.q.Retrieve(m.Buf.Bytes(), tgt); err != nil {
 		return d.mapErr(w.op, m, err, "cannot copy from the device")
 	}
 	return nil
+}
+
+// data tells the tool about a data operation of w.
+func (w *work) data(kind DataKind, b Buf, tgt plugin.Ptr) {
+	if t := w.d.tool; t != nil {
+		t.DataOp(DataEvent{Where: w.where(), Kind: kind, Name: b.Name, Host: b.Addr(), Target: uint64(tgt), Bytes: b.Size})
+	}
 }

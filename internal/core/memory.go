@@ -46,36 +46,54 @@ func (l Loc) onDevice() bool { return l.Dev != nil && !l.Dev.IsInitial() }
 // between two devices goes straight between them where their kind allows,
 // and through host memory otherwise.
 func Memcpy(dst, src Loc, n int64) error {
-	switch {
-	case !dst.onDevice() && !src.onDevice():
+	d, op := MemcpyOp(dst, src, n)
+	if d == nil {
 		copy(dst.Host[:n], src.Host[:n])
 		return nil
-	case dst.onDevice() && !src.onDevice():
-		return dst.Dev.sync("omp_target_memcpy", func(q plugin.Queue) error { return q.Submit(dst.Ptr, src.Host[:n]) })
-	case !dst.onDevice() && src.onDevice():
-		return src.Dev.sync("omp_target_memcpy", func(q plugin.Queue) error { return q.Retrieve(dst.Host[:n], src.Ptr) })
 	}
-	err := src.Dev.sync("omp_target_memcpy", func(q plugin.Queue) error { return q.Exchange(dst.Dev.Dev, dst.Ptr, src.Ptr, n) })
-	if !errors.Is(err, plugin.ErrUnsupported) {
-		return err
-	}
-	stage := make([]byte, n)
-	if err := src.Dev.sync("omp_target_memcpy", func(q plugin.Queue) error { return q.Retrieve(stage, src.Ptr) }); err != nil {
-		return err
-	}
-	return dst.Dev.sync("omp_target_memcpy", func(q plugin.Queue) error { return q.Submit(dst.Ptr, stage) })
+	return d.Run(op, false)
 }
 
-// sync runs enqueue on a queue of d and waits for it.
-func (d *Device) sync(op string, enqueue func(q plugin.Queue) error) error {
-	w, err := d.begin(op)
-	if err != nil {
-		return err
+// MemcpyOp lowers a copy to the device whose queue does it (the source
+// device, unless the source is host memory); a nil device means both sides
+// are host memory.
+func MemcpyOp(dst, src Loc, n int64) (*Device, Op) {
+	const name = "omp_target_memcpy"
+	switch {
+	case !dst.onDevice() && !src.onDevice():
+		return nil, Op{}
+	case dst.onDevice() && !src.onDevice():
+		return dst.Dev, Op{Name: name, Enqueue: func(d *Device, w *work) {
+			w.data(CopyToDevice, Buf{Size: n, Name: name}, dst.Ptr)
+			if err := w.q.Submit(dst.Ptr, src.Host[:n]); err != nil {
+				w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), name, err))
+			}
+		}}
+	case !dst.onDevice() && src.onDevice():
+		return src.Dev, Op{Name: name, Enqueue: func(d *Device, w *work) {
+			w.data(CopyFromDevice, Buf{Size: n, Name: name}, src.Ptr)
+			if err := w.q.Retrieve(dst.Host[:n], src.Ptr); err != nil {
+				w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), name, err))
+			}
+		}}
 	}
-	if err := enqueue(w.q); err != nil {
-		w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), op, err))
-	}
-	return w.finish()
+	return src.Dev, Op{Name: name, Enqueue: func(d *Device, w *work) {
+		w.data(CopyDeviceToDevice, Buf{Size: n, Name: name}, src.Ptr)
+		err := w.q.Exchange(dst.Dev.Dev, dst.Ptr, src.Ptr, n)
+		if errors.Is(err, plugin.ErrUnsupported) {
+			// No direct path: stage through host memory, in order on this
+			// queue (the copy in waits for the copy out).
+			stage := make([]byte, n)
+			if err = w.q.Retrieve(stage, src.Ptr); err == nil {
+				if err = w.q.Synchronize(); err == nil {
+					err = Memcpy(dst, Loc{Host: stage}, n)
+				}
+			}
+		}
+		if err != nil {
+			w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), name, err))
+		}
+	}}
 }
 
 // IsPresent reports whether buf lies inside a mapping on d.

@@ -164,7 +164,7 @@ func (r *Runtime) Stop() error {
 		}
 		d.qmu.Lock()
 		for _, q := range d.queues {
-			if err := q.Close(); err != nil {
+			if err := q.Queue.Close(); err != nil {
 				errs = append(errs, err)
 			}
 		}
