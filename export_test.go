@@ -10,3 +10,7 @@ func Entries(dev int) []core.EntryInfo {
 	}
 	return rt.Devices[dev].Table().Snapshot()
 }
+
+// Enqueued reports whether t's work is on its device's queue already (its
+// event recorded), rather than waiting on the host to be enqueued.
+func Enqueued(t *Task) bool { return t.t != nil && t.t.Enqueued() }

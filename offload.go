@@ -52,6 +52,20 @@ func WithInfo(flags string) Option {
 	return Option{func(c *core.Config) (err error) { c.Info, err = core.ParseInfo(flags); return err }}
 }
 
+// WithTool makes t receive the runtime's events (the role OMPT plays):
+// constructs beginning and ending, copies and mapping changes, kernel
+// launches and waits.
+func WithTool(t Tool) Option {
+	return Option{func(c *core.Config) error { c.Tool = t; return nil }}
+}
+
+// WithProfile writes a trace of the run to path at Stop, overriding
+// GOFFLOAD_PROFILE (Chrome's Trace Event Format: open it in Perfetto or
+// chrome://tracing).
+func WithProfile(path string) Option {
+	return Option{func(c *core.Config) error { c.Profile = path; return nil }}
+}
+
 // WithInfoOutput sends the info output to w instead of standard error.
 func WithInfoOutput(w io.Writer) Option {
 	return Option{func(c *core.Config) error { c.InfoOut = w; return nil }}

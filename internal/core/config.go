@@ -64,6 +64,10 @@ type Config struct {
 	// Info is GOFFLOAD_INFO, and InfoOut where it is written (stderr if nil).
 	Info    InfoFlags
 	InfoOut io.Writer
+	// Profile is GOFFLOAD_PROFILE: where to write a trace ("" for none).
+	Profile string
+	// Tool receives the runtime's events (nil for none).
+	Tool Tool
 }
 
 // ConfigFromEnv reads OMP_TARGET_OFFLOAD, OMP_DEFAULT_DEVICE, GOFFLOAD_DEVICES
@@ -85,6 +89,7 @@ func ConfigFromEnv() (Config, error) {
 	if cfg.Info, err = ParseInfo(os.Getenv("GOFFLOAD_INFO")); err != nil {
 		return cfg, err
 	}
+	cfg.Profile = os.Getenv("GOFFLOAD_PROFILE")
 	return cfg, nil
 }
 

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -18,12 +19,24 @@ type Runtime struct {
 	Image   *plugin.Image
 	Devices []*Device // numbered 0..n-1
 	Initial *Device   // number n
+
+	tasks tasks
+	trace *Trace
 }
 
 // Start opens the devices the configuration names and loads the kernel
 // image on them.
 func Start(cfg Config) (*Runtime, error) {
 	r := &Runtime{Cfg: cfg, Log: NewLogger(cfg.Info, cfg.InfoOut), Image: plugin.CurrentImage()}
+	if cfg.Profile != "" {
+		r.trace = NewTrace()
+		if cfg.Tool != nil {
+			r.Cfg.Tool = tools{cfg.Tool, r.trace}
+		} else {
+			r.Cfg.Tool = r.trace
+		}
+	}
+	cfg = r.Cfg
 	if cfg.Policy != PolicyDisabled {
 		if err := r.open(); err != nil {
 			r.Stop()
@@ -31,7 +44,7 @@ func Start(cfg Config) (*Runtime, error) {
 		}
 	}
 	n := len(r.Devices)
-	r.Initial = &Device{Num: n, Info: initialInfo(), log: r.Log, pool: workpool.New(runtime.NumCPU())}
+	r.Initial = &Device{Num: n, Info: initialInfo(), log: r.Log, pool: workpool.New(runtime.NumCPU()), tool: cfg.Tool}
 	for _, d := range r.Devices {
 		if d.Unavailable != nil {
 			continue
@@ -93,7 +106,7 @@ func (r *Runtime) open() error {
 
 func (r *Runtime) add(spec string, devs []plugin.Device, err error) error {
 	for _, pd := range devs {
-		r.Devices = append(r.Devices, &Device{Num: len(r.Devices), Dev: pd, Info: plugin.Info{Kind: strings.SplitN(spec, ":", 2)[0]}, Spec: spec, table: NewTable(), log: r.Log})
+		r.Devices = append(r.Devices, &Device{Num: len(r.Devices), Dev: pd, tool: r.Cfg.Tool, Info: plugin.Info{Kind: strings.SplitN(spec, ":", 2)[0]}, Spec: spec, table: NewTable(), log: r.Log})
 	}
 	if errors.Is(err, plugin.ErrBadSpec) {
 		return fmt.Errorf("%w: GOFFLOAD_DEVICES item %q: %w", ErrConfig, spec, err)
@@ -155,6 +168,9 @@ func (r *Runtime) validNumbers() string {
 // dumps each present table first.
 func (r *Runtime) Stop() error {
 	var errs []error
+	if err := r.Taskwait(context.Background()); err != nil {
+		r.Log.Printf(InfoOffload, -1, "a task ended with an error at Stop: %v", err)
+	}
 	for _, d := range r.Devices {
 		if d.Dev == nil {
 			continue
@@ -176,6 +192,17 @@ func (r *Runtime) Stop() error {
 	}
 	if r.Initial != nil {
 		r.Initial.pool.Close()
+	}
+	if r.trace != nil {
+		for _, d := range r.Devices {
+			r.trace.Name(d.Num, fmt.Sprintf("%s: %s (pid %d)", d.Label(), d.Info.Name, d.Info.PID))
+		}
+		if r.Initial != nil {
+			r.trace.Name(r.Initial.Num, r.Initial.Label()+" (host tasks)")
+		}
+		if err := r.trace.WriteFile(r.Cfg.Profile); err != nil {
+			errs = append(errs, fmt.Errorf("goffload: GOFFLOAD_PROFILE: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }

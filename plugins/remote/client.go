@@ -191,6 +191,9 @@ func (d *device) data(m *proto.Msg) error {
 		d.mu.Lock()
 		delete(d.pulls, m.ID)
 		d.mu.Unlock()
+		// Tell the device the data is in host memory: it holds back telling
+		// other devices about events after this copy until then.
+		return d.l.send(&proto.Msg{Type: proto.TXferDone, ID: m.ID}, nil)
 	}
 	return nil
 }

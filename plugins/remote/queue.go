@@ -20,6 +20,9 @@ type queue struct {
 	dirty bool
 	query chan error
 	held  error
+	// waited says a wait was sent since the last Synchronize: submits then
+	// are pulled, so they read host memory after the wait, not now.
+	waited bool
 }
 
 func (q *queue) send(m *proto.Msg, payload []byte) error {
@@ -43,9 +46,10 @@ func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
 		return nil
 	}
 	m := &proto.Msg{Type: proto.TSubmit, ID: q.d.id(), Ptr: uint64(dst), Size: uint64(len(src))}
-	if len(src) <= proto.MaxInline {
+	if len(src) <= proto.MaxInline && !q.waited {
 		return q.send(m, src)
 	}
+	m.Ptr2 = 1 // pulled
 	q.d.mu.Lock()
 	q.d.pushes[m.ID] = src
 	q.d.mu.Unlock()
@@ -116,6 +120,7 @@ func (q *queue) Wait(e plugin.Event) error {
 	if !ev.ev.Recorded() {
 		return fmt.Errorf("%s: wait: %w", q.d.name, plugin.ErrNotRecorded)
 	}
+	q.waited = true
 	if ev.d == q.d {
 		return q.send(&proto.Msg{Type: proto.TWait, ID: ev.id}, nil)
 	}
@@ -169,6 +174,7 @@ func (q *queue) Synchronize() error {
 	}
 	err := q.held
 	q.held = nil
+	q.waited = false
 	return err
 }
 
@@ -192,6 +198,7 @@ func (q *queue) Query() (bool, error) {
 	}
 	err := q.held
 	q.held = nil
+	q.waited = false
 	return true, err
 }
 

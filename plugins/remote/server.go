@@ -27,6 +27,15 @@ type session struct {
 
 	peers *peers
 
+	// Retrieves sent and acknowledged by the host, in order; needs holds, per
+	// recorded event, how many had been sent when it fired.
+	xmu   sync.Mutex
+	xcond *sync.Cond
+	sent  uint64
+	acked uint64
+	needs map[uint64]uint64
+	over  bool
+
 	mu     sync.Mutex
 	queues map[uint32]*opqueue.Queue
 	events map[uint64]*opqueue.Event
@@ -51,6 +60,8 @@ func newSession(l *link, img *plugin.Image, cores int) *session {
 		pulls:  map[uint64]*pull{},
 	}
 	s.peers = newPeers(s)
+	s.xcond = sync.NewCond(&s.xmu)
+	s.needs = map[uint64]uint64{}
 	return s
 }
 
@@ -88,6 +99,10 @@ func (s *session) close() {
 	s.pulls = map[uint64]*pull{}
 	s.mu.Unlock()
 	s.l.fail(errSessionOver)
+	s.xmu.Lock()
+	s.over = true
+	s.xcond.Broadcast()
+	s.xmu.Unlock()
 	s.peers.close()
 	for _, q := range qs {
 		q.Close()
@@ -184,8 +199,20 @@ func (s *session) handle(m *proto.Msg) error {
 			if err != nil {
 				return err
 			}
-			return s.l.sendData(id, b)
+			if err := s.l.sendData(id, b); err != nil {
+				return err
+			}
+			s.xmu.Lock()
+			s.sent++
+			s.xmu.Unlock()
+			return nil
 		})
+	case proto.TXferDone: // the host has a retrieve's data
+		s.xmu.Lock()
+		s.acked++
+		s.xcond.Broadcast()
+		s.xmu.Unlock()
+		return nil
 	case proto.TExchange:
 		q, src, dst, size := s.queue(m.Queue), plugin.Ptr(m.Ptr), plugin.Ptr(m.Ptr2), int64(m.Size)
 		if peer := int(m.Kernel); peer != s.num {
@@ -220,6 +247,9 @@ func (s *session) handle(m *proto.Msg) error {
 			return s.queue(m.Queue).Do(func() error { return fmt.Errorf("%w: record: %v", plugin.ErrBadHandle, err) })
 		}
 		return s.queue(m.Queue).Mark(false, func(failed error) error {
+			s.xmu.Lock()
+			s.needs[id] = s.sent // peers hear of the event once the host has this data
+			s.xmu.Unlock()
 			ev.Fire(failed)
 			return s.l.send(withErr(&proto.Msg{Type: proto.TEvent, ID: id}, failed), nil)
 		})
@@ -234,10 +264,18 @@ func (s *session) handle(m *proto.Msg) error {
 		}
 		return q.Wait(ev)
 	case proto.TNotify:
-		ev, wait, peer := s.event(m.ID), m.Ptr, int(m.Kernel)
+		ev, id, wait, peer := s.event(m.ID), m.ID, m.Ptr, int(m.Kernel)
 		go func() {
 			<-ev.Done()
 			_, err := ev.Query()
+			// The host must have every retrieve sent before the event, so
+			// that a peer that reads host memory after it sees the data.
+			s.xmu.Lock()
+			need := s.needs[id]
+			for s.acked < need && !s.over {
+				s.xcond.Wait()
+			}
+			s.xmu.Unlock()
 			s.peers.tell(peer, wait, err)
 		}()
 		return nil
@@ -253,8 +291,8 @@ func (s *session) handle(m *proto.Msg) error {
 
 func (s *session) submit(m *proto.Msg) error {
 	q, id, dst, size := s.queue(m.Queue), m.ID, plugin.Ptr(m.Ptr), int64(m.Size)
-	if size <= proto.MaxInline {
-		if int64(m.PayloadLen) != size {
+	if m.Ptr2 == 0 { // inline
+		if int64(m.PayloadLen) != size || size > proto.MaxInline {
 			return fmt.Errorf("%w: inline submit of %d bytes carries %d", proto.ErrFrame, size, m.PayloadLen)
 		}
 		data := append([]byte(nil), m.Payload...)

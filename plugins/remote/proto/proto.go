@@ -62,11 +62,11 @@ const (
 	TFree                       // →d id, ptr
 	TInfo                       // →d id
 	TCloseQueue                 // →d queue
-	TSubmit                     // →d queue, id (transfer), ptr (dst), size; payload inline if size <= MaxInline
+	TSubmit                     // →d queue, id (transfer), ptr (dst), size; ptr2 = 1: pulled by the device, else the payload is the data (<= MaxInline)
 	TPull                       // →h queue, id: the device is ready for the submit's data
 	TData                       // ↔ id (transfer), ptr (offset in transfer); payload: fragment
 	TRetrieve                   // →d queue, id (transfer), ptr (src), size
-	TXferDone                   // →h id (transfer), code/text: error if it failed
+	TXferDone                   // ↔ id (transfer): the data is in place (→d: a retrieve reached host memory; peer: an exchange), code/text: error
 	TExchange                   // →d queue, id (transfer), ptr (src), ptr2 (dst), size, kernel (peer)
 	TLaunch                     // →d queue, kernel, payload: arguments
 	TRecord                     // →d queue, id (event)

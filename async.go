@@ -1,0 +1,269 @@
+package offload
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync"
+
+	"github.com/goffload/offload/internal/core"
+)
+
+// A Dep is a depend clause: a buffer (or any object) a task reads (DependIn)
+// or writes (DependOut, DependInOut). Tasks are ordered by OpenMP's rules: a
+// task that reads waits for the last task that wrote the same object; one
+// that writes waits for that task and for every task that read it since.
+// Tasks that only read the same object run concurrently. The object is
+// named by its address: a slice by its first element, a pointer by what it
+// points to.
+type Dep struct {
+	dep core.Dep
+	err error
+}
+
+func newDep(kind core.DepKind, x any) Dep {
+	v := reflect.ValueOf(x)
+	switch {
+	case v.IsValid() && v.Kind() == reflect.Slice && v.Len() > 0:
+		p := v.UnsafePointer()
+		return Dep{dep: core.Dep{Kind: kind, Addr: uintptr(p), Keep: p}}
+	case v.IsValid() && v.Kind() == reflect.Pointer && !v.IsNil():
+		p := v.UnsafePointer()
+		return Dep{dep: core.Dep{Kind: kind, Addr: uintptr(p), Keep: p}}
+	}
+	return Dep{err: fmt.Errorf("goffload: depend on a %T: %w: want a non-empty slice or a non-nil pointer", x, ErrBadArgument)}
+}
+
+// DependIn says the task reads x (depend(in: x)).
+func DependIn(x any) Dep { return newDep(core.DepIn, x) }
+
+// DependOut says the task writes x (depend(out: x)).
+func DependOut(x any) Dep { return newDep(core.DepOut, x) }
+
+// DependInOut says the task reads and writes x (depend(inout: x)).
+func DependInOut(x any) Dep { return newDep(core.DepInOut, x) }
+
+// A Task is a construct or piece of host work running asynchronously.
+type Task struct {
+	t   *core.Task
+	err error // a task that could not be created
+}
+
+// Wait waits for the task and returns its error: the construct's own, or,
+// for a task that did not run because a task it depends on failed, an error
+// that wraps that task's (and ErrDependency).
+func (t *Task) Wait() error { return t.WaitContext(context.Background()) }
+
+// WaitContext is Wait that gives up when ctx is done, returning ctx's
+// error; the task itself goes on.
+func (t *Task) WaitContext(ctx context.Context) error {
+	if t.t == nil {
+		return t.err
+	}
+	return t.t.Wait(ctx)
+}
+
+// Done is closed when the task has completed.
+func (t *Task) Done() <-chan struct{} {
+	if t.t == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return t.t.Done()
+}
+
+// ID numbers tasks in the order they were created (0 for one that could not
+// be created).
+func (t *Task) ID() uint64 {
+	if t.t == nil {
+		return 0
+	}
+	return t.t.ID
+}
+
+// ErrDependency is wrapped by the error of a task that did not run because
+// a task it depends on failed.
+var ErrDependency = core.ErrDependency
+
+// Async makes constructs tasks: target nowait, with depend clauses.
+// Create it with Device.Nowait or Nowait.
+type Async struct {
+	dev   Device
+	deps  []Dep
+	group *Group
+}
+
+// Nowait returns the device's constructs as tasks that wait for the tasks
+// deps name and return at once: OpenMP's nowait with depend clauses.
+func (d Device) Nowait(deps ...Dep) Async { return Async{dev: d, deps: deps} }
+
+// Nowait is Default().Nowait(deps...).
+func Nowait(deps ...Dep) Async { return Default().Nowait(deps...) }
+
+// In adds the tasks a creates to g.
+func (a Async) In(g *Group) Async { a.group = g; return a }
+
+func (a Async) spawn(make func(cd *core.Device) (core.Op, error)) *Task {
+	t := a.start(func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
+		cd, fallback, err := a.dev.resolve()
+		if err != nil {
+			return nil, err
+		}
+		op, err := make(cd)
+		if err != nil {
+			return nil, err
+		}
+		return rt.Spawn(cd, op, deps, fallback), nil
+	})
+	return t
+}
+
+func (a Async) start(spawn func(rt *core.Runtime, deps []core.Dep) (*core.Task, error)) *Task {
+	t := &Task{}
+	rt, err := runtimeOrErr()
+	if err == nil {
+		deps := make([]core.Dep, len(a.deps))
+		for i, d := range a.deps {
+			if d.err != nil {
+				err = d.err
+				break
+			}
+			deps[i] = d.dep
+		}
+		if err == nil {
+			t.t, err = spawn(rt, deps)
+		}
+	}
+	t.err = err
+	if a.group != nil {
+		a.group.Add(t)
+	}
+	return t
+}
+
+// Run runs kernel k as a task (target nowait); see Device.Run.
+func (a Async) Run(k *Kernel, args ...any) *Task {
+	return a.spawn(func(cd *core.Device) (core.Op, error) {
+		if k == nil || k.k == nil {
+			return core.Op{}, fmt.Errorf("goffload: %s: target: %w: nil kernel", cd.Label(), ErrBadArgument)
+		}
+		kargs, err := kernelArgs(cd, k.k, args)
+		if err != nil {
+			return core.Op{}, err
+		}
+		return core.TargetOp(k.k, kargs), nil
+	})
+}
+
+func (a Async) data(op func([]core.MapItem) core.Op, maps []Map) *Task {
+	return a.spawn(func(*core.Device) (core.Op, error) {
+		its, err := items(maps)
+		if err != nil {
+			return core.Op{}, err
+		}
+		return op(its), nil
+	})
+}
+
+// EnterData maps buffers as a task (target enter data nowait).
+func (a Async) EnterData(maps ...Map) *Task { return a.data(core.EnterDataOp, maps) }
+
+// ExitData unmaps buffers as a task (target exit data nowait); the copies
+// back are done when the task completes.
+func (a Async) ExitData(maps ...Map) *Task { return a.data(core.ExitDataOp, maps) }
+
+// Update copies mapped buffers as a task (target update nowait).
+func (a Async) Update(maps ...Map) *Task {
+	return a.data(func(its []core.MapItem) core.Op {
+		for i := range its {
+			its[i].Exit = false
+		}
+		return core.UpdateOp(its)
+	}, maps)
+}
+
+// Memcpy copies n bytes from src to dst as a task; it runs on the queue of
+// the source's device (the destination's if the source is host memory), and
+// the device of a is not used.
+func (a Async) Memcpy(dst, src DevicePtr, n int64) *Task {
+	return a.start(func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
+		if n < 0 {
+			return nil, fmt.Errorf("goffload: omp_target_memcpy: %w: negative size %d", ErrBadArgument, n)
+		}
+		dl, err := loc(dst, n)
+		if err != nil {
+			return nil, err
+		}
+		sl, err := loc(src, n)
+		if err != nil {
+			return nil, err
+		}
+		cd, op := core.MemcpyOp(dl, sl, n)
+		if cd == nil {
+			return rt.SpawnHost("omp_target_memcpy", func() error { return core.Memcpy(dl, sl, n) }, deps), nil
+		}
+		return rt.Spawn(cd, op, deps, false), nil
+	})
+}
+
+// Go runs fn on the host as a task in the same dependence graph as the
+// constructs (the device of a is not used): a task that depends on a
+// device task waits for it on the host, and device tasks that depend on fn's
+// task wait for fn.
+func (a Async) Go(name string, fn func() error) *Task {
+	return a.start(func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
+		return rt.SpawnHost(name, fn, deps), nil
+	})
+}
+
+// Taskwait waits for every task created so far and returns the first error
+// (in creation order) among the tasks that failed since the last Taskwait,
+// or ctx's error if ctx is done first.
+func Taskwait(ctx context.Context) error {
+	rt, err := runtimeOrErr()
+	if err != nil {
+		return err
+	}
+	return rt.Taskwait(ctx)
+}
+
+// A Group is a set of tasks waited for together (OpenMP's taskgroup).
+// The zero value is an empty group.
+type Group struct {
+	mu    sync.Mutex
+	tasks []*Task
+}
+
+// Add adds tasks to g.
+func (g *Group) Add(ts ...*Task) {
+	g.mu.Lock()
+	g.tasks = append(g.tasks, ts...)
+	g.mu.Unlock()
+}
+
+// Wait waits for every task of g and returns the first error among them in
+// creation order, with all of them finished; or ctx's error if ctx is done
+// first. The group is empty afterwards.
+func (g *Group) Wait(ctx context.Context) error {
+	g.mu.Lock()
+	ts := g.tasks
+	g.tasks = nil
+	g.mu.Unlock()
+	var created []*core.Task
+	var first error
+	for _, t := range ts {
+		if t.t == nil {
+			if first == nil {
+				first = t.err
+			}
+			continue
+		}
+		created = append(created, t.t)
+	}
+	err := core.WaitAll(ctx, created)
+	if first != nil && (err == nil || ctx.Err() == nil) {
+		return first
+	}
+	return err
+}
