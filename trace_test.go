@@ -85,8 +85,12 @@ func TestProfileTrace(t *testing.T) {
 	has("copy from device of y", func(n, ph string, pid int, a map[string]any) bool {
 		return ph == "i" && a["kind"] == "copy from device" && a["buffer"] == "y" && pid == 1 && a["bytes"] == 1024.0
 	})
-	has("mapping created", func(n, ph string, pid int, a map[string]any) bool { return a["kind"] == "map create" && a["buffer"] == "x" })
-	has("mapping removed", func(n, ph string, pid int, a map[string]any) bool { return a["kind"] == "map remove" && a["buffer"] == "x" })
+	has("mapping created", func(n, ph string, pid int, a map[string]any) bool {
+		return a["kind"] == "map create" && a["buffer"] == "x"
+	})
+	has("mapping removed", func(n, ph string, pid int, a map[string]any) bool {
+		return a["kind"] == "map remove" && a["buffer"] == "x"
+	})
 	has("wait on device 0 for the enter data task", func(n, ph string, pid int, a map[string]any) bool {
 		return ph == "i" && strings.HasPrefix(n, "wait for task") && a["for"] == "target enter data" && a["on_device"] == true
 	})
