@@ -126,7 +126,7 @@ func run(n, steps int) error {
 	final := steps % 2
 	for p, b := range blocks {
 		u := b.buf[final]
-		b.dev.Nowait(offload.DependIn(u[1:len(u)-1])).In(&g).Update(offload.From(u[1 : len(u)-1]).Named(fmt.Sprintf("u%d", p)))
+		b.dev.Nowait(offload.DependIn(u[1 : len(u)-1])).In(&g).Update(offload.From(u[1 : len(u)-1]).Named(fmt.Sprintf("u%d", p)))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
