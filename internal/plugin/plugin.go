@@ -60,6 +60,13 @@ type Device interface {
 // Buffers passed to Submit and Retrieve must stay untouched until the queue
 // has been synchronized (or an event recorded after them has fired).
 //
+// Host memory is read and written in queue order, as seen from every device:
+// a Submit enqueued after a Wait reads the host memory once the wait is over
+// (not when it was enqueued), and an event recorded after a Retrieve fires,
+// for the host and for other devices waiting on it, only once the data is in
+// host memory. Dependent tasks on different devices that pass data through
+// host memory rely on this.
+//
 // A Queue is used by one goroutine at a time.
 type Queue interface {
 	// Submit copies len(src) bytes from host memory to the device at dst.
