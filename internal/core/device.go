@@ -53,10 +53,17 @@ func (d *Device) Label() string {
 	return fmt.Sprintf("device %d (%s)", d.Num, d.Info.Kind)
 }
 
-// cqueue is a plugin queue with the number its trace track shows.
+// cqueue is a plugin queue with the number its trace track shows. A task
+// whose predecessor on the same device was the last thing enqueued on a
+// queue follows it on that queue, with no wait at all (the queue is in
+// order); the queue goes back to the pool when its last user is done.
 type cqueue struct {
 	plugin.Queue
 	id int
+	// Guarded by the device's qmu.
+	users  int   // constructs using the queue
+	last   *Task // the task enqueued on it last, if others may follow it
+	failed bool  // an operation failed: close it instead of reusing it
 }
 
 func (d *Device) getQueue() (*cqueue, error) {
@@ -64,6 +71,7 @@ func (d *Device) getQueue() (*cqueue, error) {
 	if n := len(d.queues); n > 0 {
 		q := d.queues[n-1]
 		d.queues = d.queues[:n-1]
+		q.users = 1
 		d.qmu.Unlock()
 		return q, nil
 	}
@@ -74,13 +82,40 @@ func (d *Device) getQueue() (*cqueue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("goffload: %s: cannot create a queue: %w", d.Label(), err)
 	}
-	return &cqueue{Queue: q, id: id}, nil
+	return &cqueue{Queue: q, id: id, users: 1}, nil
 }
 
-func (d *Device) putQueue(q *cqueue) {
+// follow returns p's queue, with one more user, if nothing was enqueued on
+// it after p and p is not done with it.
+func (d *Device) follow(p *Task) *cqueue {
 	d.qmu.Lock()
-	d.queues = append(d.queues, q)
+	defer d.qmu.Unlock()
+	q := p.cq
+	if q == nil || q.last != p || q.users == 0 || q.failed {
+		return nil
+	}
+	q.users++
+	return q
+}
+
+// release drops one user of q; the last one gives it back to the pool, or
+// closes it if an operation on it failed.
+func (d *Device) release(q *cqueue, failed bool) {
+	d.qmu.Lock()
+	q.users--
+	q.failed = q.failed || failed
+	last := q.users == 0
+	closeIt := last && q.failed
+	if last {
+		q.last = nil
+		if !q.failed {
+			d.queues = append(d.queues, q)
+		}
+	}
 	d.qmu.Unlock()
+	if closeIt {
+		q.Queue.Close()
+	}
 }
 
 // work is one construct's operations on one queue: the first error, and what
@@ -100,11 +135,16 @@ func (d *Device) begin(op string) (*work, error) {
 	if err != nil {
 		return nil, err
 	}
+	return d.beginOn(op, q), nil
+}
+
+// beginOn starts a construct's work on q.
+func (d *Device) beginOn(op string, q *cqueue) *work {
 	w := &work{d: d, cq: q, q: q.Queue, op: op}
 	if d.tool != nil {
 		d.tool.TargetBegin(TargetEvent{Where: w.where(), Name: op})
 	}
-	return w, nil
+	return w
 }
 
 // where is the tool events' position of w now.
@@ -133,11 +173,7 @@ func (w *work) done(reuse bool) error {
 	for _, p := range w.posts {
 		p()
 	}
-	if reuse {
-		d.putQueue(w.cq)
-	} else {
-		w.q.Close()
-	}
+	d.release(w.cq, !reuse)
 	if d.tool != nil {
 		d.tool.TargetEnd(TargetEvent{Where: w.where(), Name: w.op, Nowait: w.task != 0, Err: w.first})
 	}

@@ -44,6 +44,7 @@ type Task struct {
 
 	mu sync.Mutex
 	ev plugin.Event // fires when the device work is done; nil until enqueued, or if never
+	cq *cqueue      // the queue it was enqueued on; guarded by its device's qmu
 
 	done chan struct{}
 	err  error // set before done is closed
@@ -271,12 +272,31 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		r.complete(t, err)
 		return
 	}
-	w, err := d.begin(op.Name)
-	if err != nil {
-		r.complete(t, err)
-		return
+	// Follow a predecessor on its own queue if nothing came after it there:
+	// the queue's order is the wait.
+	var cq *cqueue
+	var followed *Task
+	for i, p := range preds {
+		if p.dev == d && !finished(p) {
+			if cq = d.follow(p); cq != nil {
+				followed = p
+				preds = append(preds[:i:i], preds[i+1:]...)
+				break
+			}
+		}
 	}
+	if cq == nil {
+		var err error
+		if cq, err = d.getQueue(); err != nil {
+			r.complete(t, err)
+			return
+		}
+	}
+	w := d.beginOn(op.Name, cq)
 	w.task = t.ID
+	if followed != nil && d.tool != nil { // it waits by queue order
+		d.tool.Wait(WaitEvent{Where: w.where(), For: followed.ID, ForName: followed.Name, OnDevice: true})
+	}
 	for _, p := range preds {
 		if finished(p) {
 			if p.err != nil {
@@ -294,23 +314,34 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 	if w.first == nil {
 		op.Enqueue(d, w)
 	}
-	var ev plugin.Event
-	if w.first == nil {
-		if ev, err = d.Dev.NewEvent(); err == nil {
-			if err = w.q.Record(ev); err != nil {
-				ev.Close()
-				ev = nil
-			}
-		}
-		if err != nil {
-			w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), op.Name, err))
+	// The event marks the end of the task's work on the queue. Dependents
+	// wait on it only if the work was all enqueued; a task that failed to
+	// enqueue is waited for on the host, where its error is seen.
+	ev, err := d.Dev.NewEvent()
+	if err == nil {
+		if err = w.q.Record(ev); err != nil {
+			ev.Close()
 		}
 	}
+	if err != nil {
+		w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), op.Name, err))
+		ev = nil
+	}
+	d.qmu.Lock()
+	t.cq = cq
+	if w.first == nil {
+		cq.last = t
+	} else {
+		cq.last = nil
+	}
+	d.qmu.Unlock()
 	t.mu.Lock()
-	t.ev = ev
+	if w.first == nil {
+		t.ev = ev
+	}
 	t.mu.Unlock()
 	go func() {
-		if ev == nil { // nothing to wait for but the queue
+		if ev == nil { // the device is failing: nothing to wait for but the queue
 			r.complete(t, w.finish())
 			return
 		}

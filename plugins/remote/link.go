@@ -46,6 +46,19 @@ func (l *link) send(m *proto.Msg, payload []byte) error {
 	return nil
 }
 
+// write writes encoded frames.
+func (l *link) write(frames []byte) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if err := l.failed(); err != nil {
+		return err
+	}
+	if _, err := l.conn.Write(frames); err != nil {
+		return l.fail(fmt.Errorf("write: %w", err))
+	}
+	return nil
+}
+
 // sendData streams data as TData fragments of transfer id, each written
 // straight from data (header and fragment in one writev).
 func (l *link) sendData(id uint64, data []byte) error {

@@ -23,6 +23,8 @@ type queue struct {
 	// waited says a wait was sent since the last Synchronize: submits then
 	// are pulled, so they read host memory after the wait, not now.
 	waited bool
+	// buf holds frames not written yet.
+	buf []byte
 }
 
 func (q *queue) send(m *proto.Msg, payload []byte) error {
@@ -34,7 +36,23 @@ func (q *queue) send(m *proto.Msg, payload []byte) error {
 	}
 	m.Queue = q.id
 	q.dirty = true
-	if err := q.d.l.send(m, payload); err != nil {
+	q.buf = proto.AppendFrame(q.buf, m, payload)
+	if len(q.buf) >= 64<<10 {
+		return q.flush()
+	}
+	return nil
+}
+
+// flush writes the frames the queue holds back. A queue sends its frames in
+// one write when it records an event or sends a mark — the end of a task's
+// or a construct's operations — instead of one write each.
+func (q *queue) flush() error {
+	if len(q.buf) == 0 {
+		return nil
+	}
+	err := q.d.l.write(q.buf)
+	q.buf = q.buf[:0]
+	if err != nil {
 		q.d.lose(err)
 		return q.d.alive()
 	}
@@ -109,7 +127,10 @@ func (q *queue) Record(e plugin.Event) error {
 	if err := ev.ev.Arm(); err != nil {
 		return fmt.Errorf("%s: %w", q.d.name, err)
 	}
-	return q.send(&proto.Msg{Type: proto.TRecord, ID: ev.id}, nil)
+	if err := q.send(&proto.Msg{Type: proto.TRecord, ID: ev.id}, nil); err != nil {
+		return err
+	}
+	return q.flush()
 }
 
 func (q *queue) Wait(e plugin.Event) error {
@@ -144,7 +165,11 @@ func (q *queue) mark() (chan error, error) {
 	q.d.mu.Lock()
 	q.d.syncs[m.ID] = ch
 	q.d.mu.Unlock()
-	if err := q.send(m, nil); err != nil {
+	err := q.send(m, nil)
+	if err == nil {
+		err = q.flush()
+	}
+	if err != nil {
 		q.d.mu.Lock()
 		delete(q.d.syncs, m.ID)
 		q.d.mu.Unlock()
@@ -208,6 +233,7 @@ func (q *queue) Close() error {
 	}
 	err := q.Synchronize()
 	q.send(&proto.Msg{Type: proto.TCloseQueue}, nil)
+	q.flush()
 	q.closed = true
 	return err
 }
