@@ -37,17 +37,12 @@ type device struct {
 	replies    map[uint64]chan *proto.Msg
 	syncs      map[uint64]chan error
 	events     map[uint64]*event
-	pushes     map[uint64][]byte // pulled submits: data the device will pull
-	pulls      map[uint64]*recv  // retrieves: where arriving data goes
+	pushes     map[uint64][]byte    // pulled submits: data the device will pull
+	pulls      map[uint64]*incoming // retrieves: where arriving data goes
 	lost       error
 	closed     bool
 	reading    bool
 	readerDone chan struct{}
-}
-
-type recv struct {
-	dst []byte
-	got int
 }
 
 func newDevice(l *link, name string) *device {
@@ -57,7 +52,7 @@ func newDevice(l *link, name string) *device {
 		syncs:      map[uint64]chan error{},
 		events:     map[uint64]*event{},
 		pushes:     map[uint64][]byte{},
-		pulls:      map[uint64]*recv{},
+		pulls:      map[uint64]*incoming{},
 		readerDone: make(chan struct{}),
 	}
 }
@@ -118,10 +113,7 @@ func (d *device) read() {
 func (d *device) dispatch(m *proto.Msg) error {
 	switch m.Type {
 	case proto.TReply:
-		d.mu.Lock()
-		ch := d.replies[m.ID]
-		delete(d.replies, m.ID)
-		d.mu.Unlock()
+		ch, _ := take(&d.mu, d.replies, m.ID)
 		if ch == nil {
 			return fmt.Errorf("%w: reply to unknown request %d", proto.ErrFrame, m.ID)
 		}
@@ -129,10 +121,7 @@ func (d *device) dispatch(m *proto.Msg) error {
 		c.Payload = nil
 		ch <- &c
 	case proto.TSyncDone:
-		d.mu.Lock()
-		ch := d.syncs[m.ID]
-		delete(d.syncs, m.ID)
-		d.mu.Unlock()
+		ch, _ := take(&d.mu, d.syncs, m.ID)
 		if ch == nil {
 			return fmt.Errorf("%w: sync reply %d unknown", proto.ErrFrame, m.ID)
 		}
@@ -149,10 +138,7 @@ func (d *device) dispatch(m *proto.Msg) error {
 		}
 		ev.ev.Fire(decodeErr(m.Code, m.Text))
 	case proto.TPull:
-		d.mu.Lock()
-		data, ok := d.pushes[m.ID]
-		delete(d.pushes, m.ID)
-		d.mu.Unlock()
+		data, ok := take(&d.mu, d.pushes, m.ID)
 		if !ok {
 			return fmt.Errorf("%w: pull of unknown transfer %d", proto.ErrFrame, m.ID)
 		}
@@ -177,25 +163,14 @@ func (d *device) data(m *proto.Msg) error {
 	if r == nil {
 		return fmt.Errorf("%w: data for unknown transfer %d", proto.ErrFrame, m.ID)
 	}
-	if m.Ptr != uint64(r.got) || m.Ptr+uint64(m.PayloadLen) > uint64(len(r.dst)) {
-		return fmt.Errorf("%w: fragment [%d, +%d) of a %d-byte transfer at %d", proto.ErrFrame, m.Ptr, m.PayloadLen, len(r.dst), r.got)
-	}
-	dst := r.dst[m.Ptr : m.Ptr+uint64(m.PayloadLen)]
-	if m.Payload != nil {
-		copy(dst, m.Payload)
-	} else if err := d.l.r.ReadPayload(m, dst); err != nil {
+	complete, err := r.take(d.l.r, m)
+	if !complete || err != nil {
 		return err
 	}
-	r.got += m.PayloadLen
-	if r.got == len(r.dst) {
-		d.mu.Lock()
-		delete(d.pulls, m.ID)
-		d.mu.Unlock()
-		// Tell the device the data is in host memory: it holds back telling
-		// other devices about events after this copy until then.
-		return d.l.send(&proto.Msg{Type: proto.TXferDone, ID: m.ID}, nil)
-	}
-	return nil
+	take(&d.mu, d.pulls, m.ID)
+	// Tell the device the data is in host memory: it holds back telling
+	// other devices about events after this copy until then.
+	return d.l.send(&proto.Msg{Type: proto.TXferDone, ID: m.ID}, nil)
 }
 
 // lose fails the device: every pending and later operation returns an
@@ -214,7 +189,7 @@ func (d *device) lose(cause error) {
 	err := fmt.Errorf("%s: %w: %v", d.name, plugin.ErrDeviceLost, cause)
 	d.lost = err
 	replies, syncs, events := d.replies, d.syncs, d.events
-	d.replies, d.syncs, d.pushes, d.pulls = map[uint64]chan *proto.Msg{}, map[uint64]chan error{}, map[uint64][]byte{}, map[uint64]*recv{}
+	d.replies, d.syncs, d.pushes, d.pulls = map[uint64]chan *proto.Msg{}, map[uint64]chan error{}, map[uint64][]byte{}, map[uint64]*incoming{}
 	d.mu.Unlock()
 	d.l.fail(err)
 	for _, ch := range replies {

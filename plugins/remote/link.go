@@ -86,6 +86,40 @@ func (l *link) sendFragment(id uint64, off int, frag []byte) error {
 	return nil
 }
 
+// incoming is a transfer arriving in fragments straight into dst: a pulled
+// submit (device side), a retrieve (host side), an exchange (peer side).
+type incoming struct {
+	dst  []byte
+	got  int
+	done chan struct{} // closed when complete, if the receiver waits on it
+	err  error         // the data is refused (peer exchanges)
+}
+
+// take reads fragment m into place. Fragments must come in order and stay
+// inside the transfer; it reports whether the transfer is complete.
+func (in *incoming) take(r *proto.Reader, m *proto.Msg) (complete bool, err error) {
+	if m.Ptr != uint64(in.got) || m.Ptr+uint64(m.PayloadLen) > uint64(len(in.dst)) {
+		return false, fmt.Errorf("%w: fragment [%d, +%d) of a %d-byte transfer at %d", proto.ErrFrame, m.Ptr, m.PayloadLen, len(in.dst), in.got)
+	}
+	dst := in.dst[m.Ptr : m.Ptr+uint64(m.PayloadLen)]
+	if m.Payload != nil {
+		copy(dst, m.Payload)
+	} else if err := r.ReadPayload(m, dst); err != nil {
+		return false, err
+	}
+	in.got += m.PayloadLen
+	return in.got == len(in.dst), nil
+}
+
+// take removes and returns m[id], under mu.
+func take[V any](mu *sync.Mutex, m map[uint64]V, id uint64) (V, bool) {
+	mu.Lock()
+	defer mu.Unlock()
+	v, ok := m[id]
+	delete(m, id)
+	return v, ok
+}
+
 func appendLen(b []byte, n int) []byte {
 	return append(b, byte(n), byte(n>>8), byte(n>>16), byte(n>>24))
 }

@@ -50,7 +50,7 @@ type peer struct {
 	mu      sync.Mutex
 	next    uint64
 	waiting map[uint64]chan error // our exchanges, until the peer confirms
-	in      map[uint64]*pull      // exchanges into our memory
+	in      map[uint64]*incoming  // exchanges into our memory
 	lost    error
 }
 
@@ -103,7 +103,7 @@ func parseIntro(b, oob []byte) (int, int, error) {
 }
 
 func (ps *peers) add(num int, l *link) {
-	p := &peer{num: num, l: l, waiting: map[uint64]chan error{}, in: map[uint64]*pull{}}
+	p := &peer{num: num, l: l, waiting: map[uint64]chan error{}, in: map[uint64]*incoming{}}
 	ps.mu.Lock()
 	delete(ps.dead, num)
 	if old := ps.by[num]; old != nil {
@@ -247,9 +247,9 @@ func (ps *peers) serve(p *peer) error {
 		switch m.Type {
 		case proto.TExchange:
 			b, err := ps.s.mem.Bytes(plugin.Ptr(m.Ptr2), int64(m.Size))
-			in := &pull{dst: b, done: make(chan struct{})}
+			in := &incoming{dst: b, done: make(chan struct{})}
 			if err != nil { // take the data, then refuse it
-				in = &pull{dst: make([]byte, m.Size), done: make(chan struct{})}
+				in = &incoming{dst: make([]byte, m.Size), done: make(chan struct{})}
 				in.err = err
 			}
 			if m.Size == 0 {
@@ -259,27 +259,21 @@ func (ps *peers) serve(p *peer) error {
 			p.in[m.ID] = in
 		case proto.TData:
 			in := p.in[m.ID]
-			if in == nil || m.Ptr != uint64(in.got) || m.Ptr+uint64(m.PayloadLen) > uint64(len(in.dst)) {
-				return fmt.Errorf("%w: fragment of an unknown or overrun exchange %d", proto.ErrFrame, m.ID)
+			if in == nil {
+				return fmt.Errorf("%w: fragment of unknown exchange %d", proto.ErrFrame, m.ID)
 			}
-			dst := in.dst[m.Ptr : m.Ptr+uint64(m.PayloadLen)]
-			if m.Payload != nil {
-				copy(dst, m.Payload)
-			} else if err := p.l.r.ReadPayload(m, dst); err != nil {
+			complete, err := in.take(p.l.r, m)
+			if err != nil {
 				return err
 			}
-			in.got += m.PayloadLen
-			if in.got == len(in.dst) {
+			if complete {
 				delete(p.in, m.ID)
 				p.l.send(withErr(&proto.Msg{Type: proto.TXferDone, ID: m.ID}, in.err), nil)
 			}
 		case proto.TEvent:
 			ps.fired(p.num, m.ID, decodeErr(m.Code, m.Text))
 		case proto.TXferDone:
-			p.mu.Lock()
-			ch := p.waiting[m.ID]
-			delete(p.waiting, m.ID)
-			p.mu.Unlock()
+			ch, _ := take(&p.mu, p.waiting, m.ID)
 			if ch == nil {
 				return fmt.Errorf("%w: confirmation of unknown exchange %d", proto.ErrFrame, m.ID)
 			}

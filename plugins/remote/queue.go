@@ -80,7 +80,7 @@ func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
 	}
 	m := &proto.Msg{Type: proto.TRetrieve, ID: q.d.id(), Ptr: uint64(src), Size: uint64(len(dst))}
 	q.d.mu.Lock()
-	q.d.pulls[m.ID] = &recv{dst: dst}
+	q.d.pulls[m.ID] = &incoming{dst: dst}
 	q.d.mu.Unlock()
 	return q.send(m, nil)
 }

@@ -39,15 +39,7 @@ type session struct {
 	mu     sync.Mutex
 	queues map[uint32]*opqueue.Queue
 	events map[uint64]*opqueue.Event
-	pulls  map[uint64]*pull
-}
-
-// pull is a large submit waiting for its data.
-type pull struct {
-	dst  []byte
-	got  int
-	done chan struct{}
-	err  error // the data is refused (peer exchanges)
+	pulls  map[uint64]*incoming
 }
 
 func newSession(l *link, img *plugin.Image, cores int) *session {
@@ -57,7 +49,7 @@ func newSession(l *link, img *plugin.Image, cores int) *session {
 		pool:   workpool.New(cores),
 		queues: map[uint32]*opqueue.Queue{},
 		events: map[uint64]*opqueue.Event{},
-		pulls:  map[uint64]*pull{},
+		pulls:  map[uint64]*incoming{},
 	}
 	s.peers = newPeers(s)
 	s.xcond = sync.NewCond(&s.xmu)
@@ -96,7 +88,7 @@ func (s *session) close() {
 	for _, p := range s.pulls {
 		close(p.done)
 	}
-	s.pulls = map[uint64]*pull{}
+	s.pulls = map[uint64]*incoming{}
 	s.mu.Unlock()
 	s.l.fail(errSessionOver)
 	s.xmu.Lock()
@@ -313,7 +305,7 @@ func (s *session) submit(m *proto.Msg) error {
 		if err != nil {
 			return err
 		}
-		p := &pull{dst: b, done: make(chan struct{})}
+		p := &incoming{dst: b, done: make(chan struct{})}
 		s.mu.Lock()
 		s.pulls[id] = p
 		s.mu.Unlock()
@@ -336,24 +328,12 @@ func (s *session) data(m *proto.Msg) error {
 	if p == nil {
 		return fmt.Errorf("%w: data for unknown transfer %d", proto.ErrFrame, m.ID)
 	}
-	off := m.Ptr
-	if off != uint64(p.got) || off+uint64(m.PayloadLen) > uint64(len(p.dst)) {
-		return fmt.Errorf("%w: fragment [%d, +%d) of a %d-byte transfer at %d", proto.ErrFrame, off, m.PayloadLen, len(p.dst), p.got)
-	}
-	dst := p.dst[off : off+uint64(m.PayloadLen)]
-	if m.Payload != nil {
-		copy(dst, m.Payload)
-	} else if err := s.l.r.ReadPayload(m, dst); err != nil {
-		return err
-	}
-	p.got += m.PayloadLen
-	if p.got == len(p.dst) {
-		s.mu.Lock()
-		delete(s.pulls, m.ID)
-		s.mu.Unlock()
+	complete, err := p.take(s.l.r, m)
+	if complete {
+		take(&s.mu, s.pulls, m.ID)
 		close(p.done)
 	}
-	return nil
+	return err
 }
 
 func (s *session) launch(m *proto.Msg) error {
