@@ -4,6 +4,7 @@
 //	go run ./bench -suite host                 # aligned table with units
 //	go run ./bench -suite host -format tsv     # metric, goffload, baseline, ratio
 //	go run ./bench -suite host -time 3s        # longer measurements, steadier figures
+//	go run ./bench -suite host,remote          # several suites, one after the other
 //
 // Each figure is the median, over -rounds rounds, of the time per operation;
 // the number of operations per round grows (as testing.Benchmark does) until
@@ -11,8 +12,11 @@
 // time divided by the baseline time: lower is better, 1 means no overhead.
 //
 // A suite is a file of this package that registers itself in suites from an
-// init function (host.go is suite "host"); bench starts the runtime with the
-// suite's devices, runs it, and stops the runtime before the next suite.
+// init function (host.go is suite "host", remote.go suite "remote"); bench
+// starts the runtime with the suite's devices, runs it, and stops the
+// runtime before the next suite. Suite remote starts this executable again,
+// as a local device process and as the raw baselines' peer (peer.go): main
+// lets those serve before it does anything else.
 package main
 
 import (
@@ -281,6 +285,10 @@ func gbps(bytes int64, ns float64) string {
 }
 
 func main() {
+	// A process this one started as a raw peer (peer.go) or as a local
+	// remote device serves and exits before parsing flags or printing.
+	servePeerRole()
+	offload.ServeDevice()
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)

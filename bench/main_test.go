@@ -2,26 +2,68 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/goffload/offload"
 )
+
+// The remote suite starts this test binary again, as a local device process
+// and as the raw baselines' peer: those serve instead of running the tests.
+func TestMain(m *testing.M) {
+	servePeerRole()
+	offload.ServeDevice()
+	// Device processes built with -race would sleep a second before
+	// exiting at every Stop; they inherit this.
+	if !strings.Contains(os.Getenv("GORACE"), "atexit_sleep_ms") {
+		os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	}
+	os.Exit(m.Run())
+}
 
 // TestHostSuiteTSV runs suite host with a tiny time budget and checks that
 // every metric comes out as one well-formed tsv line.
 func TestHostSuiteTSV(t *testing.T) {
-	var out, errOut bytes.Buffer
-	if err := run([]string{"-suite", "host", "-format", "tsv", "-time", "10ms", "-rounds", "1"}, &out, &errOut); err != nil {
-		t.Fatalf("run: %v\nstderr:\n%s\nstdout:\n%s", err, errOut.String(), out.String())
-	}
-	t.Logf("output:\n%s", out.String())
-
-	want := map[string]bool{ // metric -> has a baseline
+	checkSuiteTSV(t, "host", map[string]bool{ // metric -> has a baseline
 		"host.empty_region":         false,
 		"host.map_tofrom_64MiB":     true,
 		"host.present_region_64MiB": false,
 		"host.lookup_1e5":           false,
+	})
+}
+
+// TestRemoteSuiteTSV runs suite remote, whose device process and raw peers
+// are this test binary started again, with a tiny time budget.
+func TestRemoteSuiteTSV(t *testing.T) {
+	want := map[string]bool{
+		"remote.launch_rtt":            true,
+		"remote.submit_64MiB":          true,
+		"raw.pingpong_spin20us":        true,
+		"raw.pingpong_spin100us":       true,
+		"raw.pingpong_spin20us_yield":  true,
+		"raw.pingpong_spin100us_yield": true,
+		"raw.pingpong_busy":            true,
 	}
+	if len(spins) != len(want)-2 {
+		t.Errorf("%d spins, want %d", len(spins), len(want)-2)
+	}
+	checkSuiteTSV(t, "remote", want)
+}
+
+// checkSuiteTSV runs a suite with a tiny time budget and checks that every
+// metric of want (metric -> has a baseline) comes out as one well-formed tsv
+// line, and nothing else does.
+func checkSuiteTSV(t *testing.T, suite string, want map[string]bool) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	if err := run([]string{"-suite", suite, "-format", "tsv", "-time", "10ms", "-rounds", "1"}, &out, &errOut); err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s\nstdout:\n%s", err, errOut.String(), out.String())
+	}
+	t.Logf("output:\n%s", out.String())
+
 	seen := map[string]bool{}
 	for _, line := range strings.Split(strings.TrimRight(out.String(), "\n"), "\n") {
 		if strings.HasPrefix(line, "#") {
@@ -76,6 +118,56 @@ func TestHostSuiteTSV(t *testing.T) {
 	}
 }
 
+// TestPeers starts this test binary as the raw baselines' peers, in both
+// roles, reading plainly and spinning, and checks what they answer and that
+// they exit cleanly at the end of the stream.
+func TestPeers(t *testing.T) {
+	for _, sp := range []spin{{}, {budget: 50 * time.Microsecond}, {budget: 50 * time.Microsecond, osYield: true}} {
+		p, err := startPeer("echo", sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.pingPong(1000); err != nil {
+			t.Errorf("echo peer, spin %v: %v", sp, err)
+		}
+		if err := p.close(); err != nil {
+			t.Errorf("echo peer, spin %v: %v", sp, err)
+		}
+		if sp.budget > 0 && p.r.reads < 1000 {
+			t.Errorf("spinning reader: %d reads for 1000 echoes", p.r.reads)
+		}
+
+		const size = 3<<20 + 5
+		p, err = startPeer("sink", sp, envPeerSize+"="+strconv.Itoa(size))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := fill(make([]byte, size))
+		if err := p.send(msg, 3); err != nil {
+			t.Errorf("sink peer, spin %v: %v", sp, err)
+		}
+		msg[size-1]++
+		if err := p.send(msg, 1); err != nil {
+			t.Errorf("sink peer, spin %v, changed message: %v", sp, err)
+		}
+		if err := p.close(); err != nil {
+			t.Errorf("sink peer, spin %v: %v", sp, err)
+		}
+	}
+
+	// A peer that is given a message cut short fails, and says so.
+	p, err := startPeer("sink", spin{}, envPeerSize+"=100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.conn.Write(make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.close(); err == nil {
+		t.Error("sink peer given 10 of 100 bytes exited cleanly, want a failure")
+	}
+}
+
 // TestTableUnits checks the table's time formatting.
 func TestTableUnits(t *testing.T) {
 	for _, c := range []struct {
@@ -107,6 +199,22 @@ func TestBadFlags(t *testing.T) {
 		var out, errOut bytes.Buffer
 		if err := run(args, &out, &errOut); err == nil {
 			t.Errorf("run(%q) succeeded, want an error", args)
+		}
+	}
+}
+
+// TestSpinEnv: what a peer is told in its environment reads back the same,
+// and nonsense is refused.
+func TestSpinEnv(t *testing.T) {
+	for _, sp := range append([]spin{{}}, spins...) {
+		got, err := parseSpin(sp.String())
+		if err != nil || got != sp {
+			t.Errorf("parseSpin(%q) = %v, %v; want %v", sp.String(), got, err, sp)
+		}
+	}
+	for _, v := range []string{"fast", "-1us", "20us+", "+yield", "20us+yield+yield"} {
+		if _, err := parseSpin(v); err == nil {
+			t.Errorf("parseSpin(%q) succeeded, want an error", v)
 		}
 	}
 }

@@ -1,0 +1,357 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The raw baselines of suite remote talk to a peer process over the kind of
+// connection a local remote device has: an AF_UNIX SOCK_STREAM socketpair
+// whose other end the child inherits as descriptor 3, both ends wrapped by
+// net.FileConn. The peer is this same executable (bench, or the bench test
+// binary) started with GOFFLOAD_BENCH_ROLE set; main and TestMain call
+// servePeerRole first of all, before anything else runs or prints.
+
+// Environment of a peer process.
+const (
+	envPeerRole = "GOFFLOAD_BENCH_ROLE" // "echo" or "sink"
+	envPeerSpin = "GOFFLOAD_BENCH_SPIN" // how the peer's reads wait: unset or 0, plain blocking reads; else a spin (parseSpin)
+	envPeerSize = "GOFFLOAD_BENCH_SIZE" // sink: bytes per message
+	peerFD      = 3
+	pingSize    = 8
+)
+
+// servePeerRole serves as a peer and ends the process if the environment
+// says this process is one; otherwise it returns at once.
+//
+//   - echo: reads 8-byte messages and writes each back, until end of stream.
+//   - sink: reads messages of GOFFLOAD_BENCH_SIZE bytes into one buffer
+//     allocated (and faulted in) beforehand, and answers each with one byte,
+//     the message's last, until end of stream.
+func servePeerRole() {
+	role := os.Getenv(envPeerRole)
+	if role == "" {
+		return
+	}
+	if err := servePeer(role); err != nil {
+		fmt.Fprintf(os.Stderr, "bench %s peer (pid %d): %v\n", role, os.Getpid(), err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func servePeer(role string) error {
+	sp, err := parseSpin(os.Getenv(envPeerSpin))
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(peerFD, "bench-peer")
+	if f == nil {
+		return fmt.Errorf("no inherited descriptor %d", peerFD)
+	}
+	conn, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("inherited socket: %w", err)
+	}
+	defer conn.Close()
+	r, err := newSockReader(conn, sp)
+	if err != nil {
+		return err
+	}
+	switch role {
+	case "echo":
+		var buf [pingSize]byte
+		for {
+			if err := r.readFull(buf[:]); err != nil {
+				return endOfStream(err)
+			}
+			if _, err := conn.Write(buf[:]); err != nil {
+				return err
+			}
+		}
+	case "sink":
+		size, err := strconv.Atoi(os.Getenv(envPeerSize))
+		if err != nil || size < 1 {
+			return fmt.Errorf("%s=%q: want a positive byte count", envPeerSize, os.Getenv(envPeerSize))
+		}
+		buf := fill(make([]byte, size))
+		for {
+			if err := r.readFull(buf); err != nil {
+				return endOfStream(err)
+			}
+			if _, err := conn.Write(buf[size-1:]); err != nil {
+				return err
+			}
+		}
+	}
+	return fmt.Errorf("%s=%q: want echo or sink", envPeerRole, role)
+}
+
+// endOfStream is nil for the end of the stream before a message (the host
+// is done) and err otherwise.
+func endOfStream(err error) error {
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+// spin says how a sockReader waits for data: with a zero budget it reads
+// plainly (conn.Read: the goroutine parks in the netpoller until the socket
+// is readable); otherwise it polls the non-blocking socket with read(2) for
+// up to budget, then parks the same way. Between polls it yields the P
+// (runtime.Gosched), so that a goroutine the reader handed a message to
+// runs at once instead of waiting for the spin to end, and with osYield the
+// CPU too (sched_yield(2)), so that a thread of another process waiting for
+// this CPU — the other end of the socket, when the two share one — runs.
+type spin struct {
+	budget  time.Duration
+	osYield bool
+}
+
+func (s spin) String() string {
+	if s.osYield {
+		return s.budget.String() + "+yield"
+	}
+	return s.budget.String()
+}
+
+// parseSpin parses what spin.String writes.
+func parseSpin(v string) (spin, error) {
+	if v == "" {
+		return spin{}, nil
+	}
+	d, yield := strings.CutSuffix(v, "+yield")
+	budget, err := time.ParseDuration(d)
+	if err != nil || budget < 0 {
+		return spin{}, fmt.Errorf("%s=%q: want a duration of at least 0, optionally followed by +yield", envPeerSpin, v)
+	}
+	return spin{budget: budget, osYield: yield}, nil
+}
+
+// sockReader reads a socket as its spin says.
+type sockReader struct {
+	conn net.Conn
+	rc   syscall.RawConn
+	spin spin
+	// Statistics of the spinning reads: calls, and calls that spun out
+	// their budget and parked.
+	reads, parked int64
+}
+
+func newSockReader(conn net.Conn, sp spin) (*sockReader, error) {
+	r := &sockReader{conn: conn, spin: sp}
+	if sp.budget > 0 {
+		sc, ok := conn.(syscall.Conn)
+		if !ok {
+			return nil, fmt.Errorf("%T has no raw descriptor to poll", conn)
+		}
+		rc, err := sc.SyscallConn()
+		if err != nil {
+			return nil, err
+		}
+		r.rc = rc
+	}
+	return r, nil
+}
+
+// readFull fills p; io.EOF means the stream ended before the first byte,
+// io.ErrUnexpectedEOF within p.
+func (r *sockReader) readFull(p []byte) error {
+	if r.spin.budget <= 0 {
+		_, err := io.ReadFull(r.conn, p)
+		return err
+	}
+	for got := 0; got < len(p); {
+		n, err := r.spinRead(p[got:])
+		got += n
+		if err != nil {
+			if err == io.EOF && got > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// spinRead reads into p, polling for up to the spin budget before it parks.
+func (r *sockReader) spinRead(p []byte) (int, error) {
+	var (
+		n      int
+		rerr   error
+		start  time.Time
+		parked bool
+	)
+	r.reads++
+	err := r.rc.Read(func(fd uintptr) bool {
+		for {
+			n, rerr = syscall.Read(int(fd), p)
+			switch rerr {
+			case syscall.EINTR:
+				continue
+			case syscall.EAGAIN:
+			default:
+				return true
+			}
+			if parked { // woken by the netpoller, but the data is gone or not there yet
+				return false
+			}
+			if start.IsZero() {
+				start = time.Now()
+			} else if time.Since(start) >= r.spin.budget {
+				parked = true
+				r.parked++
+				return false // park until the socket is readable
+			}
+			runtime.Gosched()
+			if r.spin.osYield {
+				syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case rerr != nil:
+		return 0, os.NewSyscallError("read", rerr)
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// peer is the host's end of a connection to a peer process.
+type peer struct {
+	conn net.Conn
+	r    *sockReader
+	cmd  *exec.Cmd
+	done chan struct{}
+	werr error // the peer's exit status, once done is closed
+}
+
+// startPeer starts this executable as a peer in role, both sides reading
+// as sp says, with extra environment.
+func startPeer(role string, sp spin, env ...string) (*peer, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("cannot find this program's executable to start a peer: %w", err)
+	}
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socketpair: %w", err)
+	}
+	ours := os.NewFile(uintptr(fds[0]), "bench-host")
+	theirs := os.NewFile(uintptr(fds[1]), "bench-peer")
+	defer theirs.Close()
+	conn, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		return nil, err
+	}
+	r, err := newSockReader(conn, sp)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	cmd := exec.Command(exe) // no arguments: a test binary must not take its test flags as a peer
+	cmd.Env = append(os.Environ(), envPeerRole+"="+role, envPeerSpin+"="+sp.String(),
+		// A peer built with -race (the test binary under go test -race)
+		// would otherwise sleep a second before exiting; the caller's own
+		// GORACE options come after, so they win.
+		"GORACE="+strings.TrimSpace("atexit_sleep_ms=0 "+os.Getenv("GORACE")))
+	cmd.Env = append(cmd.Env, env...)
+	cmd.ExtraFiles = []*os.File{theirs} // descriptor 3
+	cmd.Stdout = os.Stderr
+	cmd.Stderr = os.Stderr
+	// The peer dies with us, also when we are killed; Pdeathsig follows the
+	// thread that forks, so keep it for the fork.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	runtime.LockOSThread()
+	err = cmd.Start()
+	runtime.UnlockOSThread()
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("starting a %s peer: %w", role, err)
+	}
+	p := &peer{conn: conn, r: r, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.werr = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// pingPong does n round trips of an 8-byte message, checking each echo.
+func (p *peer) pingPong(n int) error {
+	var out, in [pingSize]byte
+	for i := range n {
+		for j := range out {
+			out[j] = byte(i >> (8 * j))
+		}
+		if _, err := p.conn.Write(out[:]); err != nil {
+			return p.failed(err)
+		}
+		if err := p.r.readFull(in[:]); err != nil {
+			return p.failed(err)
+		}
+		if in != out {
+			return fmt.Errorf("echo peer answered %x to %x", in, out)
+		}
+	}
+	return nil
+}
+
+// send writes msg to a sink peer n times, waiting each time for its
+// one-byte answer, which must be msg's last byte.
+func (p *peer) send(msg []byte, n int) error {
+	var ack [1]byte
+	for range n {
+		if _, err := p.conn.Write(msg); err != nil {
+			return p.failed(err)
+		}
+		if err := p.r.readFull(ack[:]); err != nil {
+			return p.failed(err)
+		}
+		if ack[0] != msg[len(msg)-1] {
+			return fmt.Errorf("sink peer answered %d, want the message's last byte %d", ack[0], msg[len(msg)-1])
+		}
+	}
+	return nil
+}
+
+// failed explains an I/O error with the peer's exit status if it has ended.
+func (p *peer) failed(err error) error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("peer process %d: %v (%v)", p.cmd.Process.Pid, err, p.werr)
+	case <-time.After(100 * time.Millisecond):
+		return fmt.Errorf("peer process %d: %v", p.cmd.Process.Pid, err)
+	}
+}
+
+// close ends the stream, which ends the peer, and waits for it.
+func (p *peer) close() error {
+	p.conn.Close()
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("peer process %d did not exit; killed it", p.cmd.Process.Pid)
+	}
+	if p.werr != nil {
+		return fmt.Errorf("peer process %d: %v", p.cmd.Process.Pid, p.werr)
+	}
+	return nil
+}
