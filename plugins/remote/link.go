@@ -28,8 +28,11 @@ type link struct {
 	err    error // why the link failed; set before closed is closed
 }
 
+// newLink frames conn. Its reader spins briefly before parking (spin.go);
+// the buffer is small, so that the payload of a large fragment is read
+// straight into place rather than through it.
 func newLink(conn net.Conn) *link {
-	return &link{conn: conn, r: proto.NewReader(bufio.NewReaderSize(conn, 256<<10)), closed: make(chan struct{})}
+	return &link{conn: conn, r: proto.NewReader(bufio.NewReaderSize(spinning(conn), 16<<10)), closed: make(chan struct{})}
 }
 
 // send writes one frame with its payload.

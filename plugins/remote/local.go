@@ -70,7 +70,7 @@ func openLocal(arg string) ([]plugin.Device, error) {
 
 // spawn starts a device process of exe connected by an inherited socket.
 func spawn(exe, cores string) (*device, error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fds, err := socketpair()
 	if err != nil {
 		return nil, fmt.Errorf("socketpair: %w", err)
 	}
@@ -147,10 +147,25 @@ func spawn(exe, cores string) (*device, error) {
 	return d, nil
 }
 
+// socketpair returns a connected pair of Unix stream sockets with buffers
+// of 4 MiB (the default ~200 KiB makes a large transfer sleep and wake
+// hundreds of times).
+func socketpair() ([2]int, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fds, err
+	}
+	for _, fd := range fds {
+		syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_SNDBUF, 4<<20)
+		syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<20)
+	}
+	return fds, nil
+}
+
 // unixPair returns a connected pair of Unix sockets: ours as a UnixConn, the
 // other as a file to hand to a child.
 func unixPair() (*net.UnixConn, *os.File, error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fds, err := socketpair()
 	if err != nil {
 		return nil, nil, fmt.Errorf("socketpair: %w", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,7 +20,7 @@ var (
 // socketPair returns two connected Unix stream sockets.
 func socketPair(t *testing.T) (net.Conn, net.Conn) {
 	t.Helper()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fds, err := socketpair()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -308,7 +308,7 @@ func introduce(a, b *device) error {
 	if introductions.done[key] {
 		return nil
 	}
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fds, err := socketpair()
 	if err != nil {
 		return err
 	}
