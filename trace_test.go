@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/goffload/offload"
 )
@@ -23,7 +24,11 @@ func TestProfileTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := make([]float32, 1024)
-	w := offload.On(0).Nowait(offload.DependOut(x)).EnterData(offload.To(x).Named("x"))
+	// Host work first, so that the device tasks below are all created while
+	// it runs, and the one on device 1 must wait for device 0's on the host.
+	offload.Nowait(offload.DependOut(x)).Go("prepare", func() error { time.Sleep(30 * time.Millisecond); return nil })
+	w := offload.On(0).Nowait(offload.DependInOut(x)).EnterData(offload.To(x).Named("x"))
+	offload.On(0).Nowait(offload.DependInOut(x)).Run(SleepF, int64(50), x)
 	k := offload.On(0).Nowait(offload.DependInOut(x)).Run(Scale, float32(2), x)
 	y := make([]int32, 256)
 	r := offload.On(1).Nowait(offload.DependIn(x)).Run(Fill, int32(3), offload.ToFrom(y).Named("y"))
@@ -91,8 +96,8 @@ func TestProfileTrace(t *testing.T) {
 	has("mapping removed", func(n, ph string, pid int, a map[string]any) bool {
 		return a["kind"] == "map remove" && a["buffer"] == "x"
 	})
-	has("wait on device 0 for the enter data task", func(n, ph string, pid int, a map[string]any) bool {
-		return ph == "i" && strings.HasPrefix(n, "wait for task") && a["for"] == "target enter data" && a["on_device"] == true
+	has("wait on device 0 for the sleeping task", func(n, ph string, pid int, a map[string]any) bool {
+		return ph == "i" && strings.HasPrefix(n, "wait for task") && a["for"] == "target test.sleepf" && a["on_device"] == true
 	})
 	has("host wait on device 1 for a host device task", func(n, ph string, pid int, a map[string]any) bool {
 		return ph == "X" && pid == 1 && a["for"] == "target test.scale" && a["on_device"] == false
@@ -113,6 +118,9 @@ func TestProfileTrace(t *testing.T) {
 		}
 	}
 }
+
+// SleepF sleeps, holding x.
+var SleepF = offload.MustKernel("test.sleepf", func(ms int64, x []float32) { time.Sleep(time.Duration(ms) * time.Millisecond) })
 
 // countingTool counts the events a Tool receives.
 type countingTool struct {

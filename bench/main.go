@@ -12,11 +12,12 @@
 // time divided by the baseline time: lower is better, 1 means no overhead.
 //
 // A suite is a file of this package that registers itself in suites from an
-// init function (host.go is suite "host", remote.go suite "remote"); bench
-// starts the runtime with the suite's devices, runs it, and stops the
-// runtime before the next suite. Suite remote starts this executable again,
-// as a local device process and as the raw baselines' peer (peer.go): main
-// lets those serve before it does anything else.
+// init function (host.go is suite "host", remote.go suite "remote", async.go
+// suite "async"); bench starts the runtime with the suite's devices, runs it,
+// and stops the runtime before the next suite. Suites remote and async start
+// this executable again, as local device processes and as the raw
+// baselines' peer (peer.go): main lets those serve before it does anything
+// else.
 package main
 
 import (

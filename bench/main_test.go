@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"math"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -51,6 +53,66 @@ func TestRemoteSuiteTSV(t *testing.T) {
 		t.Errorf("%d spins, want %d", len(spins), len(want)-2)
 	}
 	checkSuiteTSV(t, "remote", want)
+}
+
+// TestAsyncSuiteTSV runs suite async, whose device processes and raw peer
+// are this test binary started again, with a tiny time budget. The suite
+// checks the compute kernel's results against the host's itself.
+func TestAsyncSuiteTSV(t *testing.T) {
+	checkSuiteTSV(t, "async", map[string]bool{
+		"async.chain_per_op":          true,
+		"async.cross_device_per_op":   true,
+		"async.two_devices":           true,
+		"async.two_devices_vs_2cores": true,
+	})
+}
+
+// TestAsyncComputeRestores: the compute figures restart the runtime with
+// other devices; afterwards the suite's own devices must be back, as
+// runSuite started them.
+func TestAsyncComputeRestores(t *testing.T) {
+	if err := offload.Start(offload.WithDevices(asyncDevices), offload.WithOffload("MANDATORY")); err != nil {
+		t.Fatal(err)
+	}
+	defer offload.Stop()
+	var out bytes.Buffer
+	env := &Env{Budget: time.Millisecond, Rounds: 1, out: tsvPrinter{w: &out}}
+	if err := asyncCompute(env); err != nil {
+		t.Fatalf("asyncCompute: %v\noutput:\n%s", err, out.String())
+	}
+	if n := offload.NumDevices(); n != 2 {
+		t.Fatalf("%d devices after asyncCompute, want the 2 of %q", n, asyncDevices)
+	}
+	for d := range 2 {
+		info, err := offload.On(d).Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := max(1, runtime.NumCPU()/2); info.Kind != "remote" || (os.Getenv("GOFFLOAD_DEVICE_CORES") == "" && info.Cores != want) {
+			t.Errorf("device %d after asyncCompute: %s device with %d cores, want a remote device with %d", d, info.Kind, info.Cores, want)
+		}
+		if err := offload.On(d).Run(benchEmpty); err != nil {
+			t.Errorf("device %d after asyncCompute: %v", d, err)
+		}
+	}
+}
+
+// TestComputeElem: the compute kernel's element function keeps its point
+// on the unit circle's scale (no overflow or underflow whatever the
+// iteration count) and does depend on the iterations.
+func TestComputeElem(t *testing.T) {
+	for _, x := range []float64{-0.5, 0, 0.25, 0.499} {
+		r0 := math.Hypot(x, 1)
+		for _, n := range []int{0, 1, computeIters, 1 << 20} {
+			v := computeElem(x, n)
+			if math.IsNaN(v) || math.Abs(v) > 2*r0 {
+				t.Errorf("computeElem(%v, %d) = %v, want at most %v in magnitude", x, n, v, 2*r0)
+			}
+		}
+		if computeElem(x, computeIters) == computeElem(x, computeIters+1) {
+			t.Errorf("computeElem(%v, n) does not depend on n", x)
+		}
+	}
 }
 
 // checkSuiteTSV runs a suite with a tiny time budget and checks that every

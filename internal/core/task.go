@@ -47,7 +47,8 @@ type Task struct {
 	cq *cqueue      // the queue it was enqueued on; guarded by its device's qmu
 
 	done chan struct{}
-	err  error // set before done is closed
+	err  error         // set before done is closed
+	enq  chan struct{} // closed once the device work is enqueued (ev set), if ever
 }
 
 // Done is closed when the task has completed.
@@ -179,21 +180,39 @@ func (r *Runtime) complete(t *Task, err error) {
 // device (the host never sits between them); others are waited for on the
 // host, first by polling with bounded yielding, then blocking.
 func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
-	t := &Task{Name: op.Name, dev: d, done: make(chan struct{})}
+	t := &Task{Name: op.Name, dev: d, done: make(chan struct{}), enq: make(chan struct{})}
 	preds := r.register(t, deps)
-	var onHost, onDevice []*Task
+	var onHost, onDevice, later []*Task
 	for _, p := range preds {
-		if ev := p.event(); ev != nil && !d.IsInitial() && d.canWait(p, ev) {
+		switch ev := p.event(); {
+		case d.IsInitial() || p.dev == nil || p.dev.IsInitial():
+			onHost = append(onHost, p)
+		case ev != nil && d.canWait(p, ev):
 			onDevice = append(onDevice, p)
-		} else {
+		case ev == nil && !finished(p):
+			later = append(later, p) // not enqueued yet: see when it is
+		default:
 			onHost = append(onHost, p)
 		}
 	}
-	if len(onHost) == 0 {
+	if len(onHost) == 0 && len(later) == 0 {
 		r.enqueue(t, d, op, onDevice, fallback)
 		return t
 	}
 	go func() {
+		// A device predecessor that was not enqueued yet (it waits on the
+		// host itself) may be waited for on the device once it is.
+		for _, p := range later {
+			select {
+			case <-p.enq:
+			case <-p.done:
+			}
+			if ev := p.event(); ev != nil && d.canWait(p, ev) {
+				onDevice = append(onDevice, p)
+			} else {
+				onHost = append(onHost, p)
+			}
+		}
 		if err := r.waitHost(t, d, onHost); err != nil {
 			r.complete(t, err)
 			return
@@ -205,7 +224,7 @@ func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 
 // SpawnHost runs fn on the host as a task in the same dependence graph.
 func (r *Runtime) SpawnHost(name string, fn func() error, deps []Dep) *Task {
-	t := &Task{Name: name, dev: r.Initial, done: make(chan struct{})}
+	t := &Task{Name: name, dev: r.Initial, done: make(chan struct{}), enq: make(chan struct{})}
 	preds := r.register(t, deps)
 	go func() {
 		if err := r.waitHost(t, r.Initial, preds); err != nil {
@@ -304,10 +323,18 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 			}
 			continue
 		}
+		ev := p.event()
+		if ev == nil { // it completed meanwhile
+			<-p.done
+			if p.err != nil {
+				w.err(depErr(t, p, p.err))
+			}
+			continue
+		}
 		if d.tool != nil {
 			d.tool.Wait(WaitEvent{Where: w.where(), For: p.ID, ForName: p.Name, OnDevice: true})
 		}
-		if err := w.q.Wait(p.event()); err != nil {
+		if err := w.q.Wait(ev); err != nil {
 			w.err(fmt.Errorf("goffload: %s: %s: waiting for task %d: %w", d.Label(), op.Name, p.ID, err))
 		}
 	}
@@ -340,6 +367,7 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		t.ev = ev
 	}
 	t.mu.Unlock()
+	close(t.enq)
 	go func() {
 		if ev == nil { // the device is failing: nothing to wait for but the queue
 			r.complete(t, w.finish())
@@ -349,7 +377,14 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		if err != nil {
 			w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), op.Name, err))
 		}
-		r.complete(t, w.done(err == nil))
+		err = w.done(err == nil)
+		// Dependents created from now on see the task finished; those that
+		// took the event already may still wait on it, closed.
+		t.mu.Lock()
+		t.ev = nil
+		t.mu.Unlock()
+		ev.Close()
+		r.complete(t, err)
 	}()
 }
 

@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,6 +28,9 @@ type device struct {
 	closeFn func() error
 	// setNum, if set, tells the transport the device's number.
 	setNum func(int)
+	// forgets are events closed after they fired, for the device to forget,
+	// sent in batches.
+	forgets []uint64
 	// side is the channel the host introduces device processes to each
 	// other on (nil for devices that are not processes of this machine).
 	side *net.UnixConn
@@ -129,14 +133,28 @@ func (d *device) dispatch(m *proto.Msg) error {
 	case proto.TEvent:
 		d.mu.Lock()
 		ev := d.events[m.ID]
-		if ev != nil && ev.closed {
-			delete(d.events, m.ID)
+		var implies []*event
+		forget := false
+		if ev != nil {
+			ev.heard = true
+			implies, ev.implies = ev.implies, nil
+			if ev.closed {
+				delete(d.events, m.ID)
+				forget = true
+			}
 		}
 		d.mu.Unlock()
 		if ev == nil {
 			return fmt.Errorf("%w: unknown event %d fired", proto.ErrFrame, m.ID)
 		}
-		ev.ev.Fire(decodeErr(m.Code, m.Text))
+		err := decodeErr(m.Code, m.Text)
+		if err == nil {
+			pastWaits(implies)
+		}
+		ev.ev.Fire(err)
+		if forget {
+			d.forget(m.ID)
+		}
 	case proto.TPull:
 		data, ok := take(&d.mu, d.pushes, m.ID)
 		if !ok {
@@ -294,6 +312,26 @@ func (d *device) NewQueue() (plugin.Queue, error) {
 	id := d.nq
 	d.mu.Unlock()
 	return &queue{d: d, id: id}, nil
+}
+
+// forget tells the device, in batches, that an event is closed and fired:
+// no queue will wait on it again.
+func (d *device) forget(id uint64) {
+	d.mu.Lock()
+	d.forgets = append(d.forgets, id)
+	var batch []byte
+	if len(d.forgets) >= 512 {
+		for _, id := range d.forgets {
+			batch = binary.LittleEndian.AppendUint64(batch, id)
+		}
+		d.forgets = d.forgets[:0]
+	}
+	d.mu.Unlock()
+	if batch != nil {
+		if err := d.l.send(&proto.Msg{Type: proto.TForget}, batch); err != nil {
+			d.lose(err)
+		}
+	}
 }
 
 // CanWait reports whether d's queues can wait on ev themselves: events of d,

@@ -25,6 +25,19 @@ type queue struct {
 	waited bool
 	// buf holds frames not written yet.
 	buf []byte
+	// waitedOn are other devices' events this queue waited on since its last
+	// mark or record: once it is past them, they fired, whether or not their
+	// own device's word has reached the host yet.
+	waitedOn []*event
+}
+
+// pastWaits fires, on the host's side, the events q waited on: q got past
+// them on its device, so they fired (their own device's message may still be
+// on its way).
+func pastWaits(evs []*event) {
+	for _, ev := range evs {
+		ev.ev.Fire(nil) // the first firing counts; the device's own comes later
+	}
 }
 
 func (q *queue) send(m *proto.Msg, payload []byte) error {
@@ -127,6 +140,9 @@ func (q *queue) Record(e plugin.Event) error {
 	if err := ev.ev.Arm(); err != nil {
 		return fmt.Errorf("%s: %w", q.d.name, err)
 	}
+	q.d.mu.Lock()
+	ev.implies, q.waitedOn = q.waitedOn, nil
+	q.d.mu.Unlock()
 	if err := q.send(&proto.Msg{Type: proto.TRecord, ID: ev.id}, nil); err != nil {
 		return err
 	}
@@ -141,12 +157,19 @@ func (q *queue) Wait(e plugin.Event) error {
 	if !ev.ev.Recorded() {
 		return fmt.Errorf("%s: wait: %w", q.d.name, plugin.ErrNotRecorded)
 	}
+	if q.closed {
+		return fmt.Errorf("%s: %w: queue is closed", q.d.name, plugin.ErrBadHandle)
+	}
+	if fired, err := ev.ev.Query(); fired && err == nil {
+		return nil // nothing to wait for (and the device may have forgotten it)
+	}
 	q.waited = true
 	if ev.d == q.d {
 		return q.send(&proto.Msg{Type: proto.TWait, ID: ev.id}, nil)
 	}
 	// Another device process's event: it tells ours over their peer link
 	// when it fires, and the host is not in between.
+	q.waitedOn = append(q.waitedOn, ev)
 	if err := introduce(q.d, ev.d); err != nil {
 		return fmt.Errorf("%s: %w", q.d.name, err)
 	}
@@ -191,11 +214,17 @@ func (q *queue) Synchronize() error {
 		q.query = nil
 	}
 	if q.dirty {
+		waited := q.waitedOn
+		q.waitedOn = nil
 		ch, err := q.mark()
 		if err != nil {
 			return err
 		}
-		q.hold(<-ch)
+		err = <-ch
+		if err == nil {
+			pastWaits(waited)
+		}
+		q.hold(err)
 	}
 	err := q.held
 	q.held = nil
@@ -240,10 +269,15 @@ func (q *queue) Close() error {
 
 // event is a remote event: the device fires it and says so.
 type event struct {
-	d      *device
-	id     uint64
-	ev     *opqueue.Event
-	closed bool // guarded by d.mu
+	d  *device
+	id uint64
+	ev *opqueue.Event
+	// Guarded by d.mu: closed by the host; heard from the device that it
+	// fired; implies are other devices' events the recording queue waited
+	// on before this one (if this one fires without error, they fired).
+	closed  bool
+	heard   bool
+	implies []*event
 }
 
 func (e *event) Synchronize() error {
@@ -268,9 +302,13 @@ func (e *event) Close() error {
 	}
 	e.d.mu.Lock()
 	e.closed = true
-	if fired, _ := e.ev.Query(); fired || !e.ev.Recorded() {
+	heard := e.heard
+	if heard || !e.ev.Recorded() { // no word from the device is to come
 		delete(e.d.events, e.id)
 	}
 	e.d.mu.Unlock()
+	if heard {
+		e.d.forget(e.id)
+	}
 	return nil
 }

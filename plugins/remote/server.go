@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -35,6 +36,8 @@ type session struct {
 	acked uint64
 	needs map[uint64]uint64
 	over  bool
+	// notifies are the peers waiting on events not fired yet.
+	notifies map[uint64][]notify
 
 	mu     sync.Mutex
 	queues map[uint32]*opqueue.Queue
@@ -54,6 +57,7 @@ func newSession(l *link, img *plugin.Image, cores int) *session {
 	s.peers = newPeers(s)
 	s.xcond = sync.NewCond(&s.xmu)
 	s.needs = map[uint64]uint64{}
+	s.notifies = map[uint64][]notify{}
 	return s
 }
 
@@ -240,9 +244,17 @@ func (s *session) handle(m *proto.Msg) error {
 		}
 		return s.queue(m.Queue).Mark(false, func(failed error) error {
 			s.xmu.Lock()
-			s.needs[id] = s.sent // peers hear of the event once the host has this data
+			need := s.sent // peers hear of the event once the host has this data
+			s.needs[id] = need
 			s.xmu.Unlock()
 			ev.Fire(failed)
+			s.xmu.Lock()
+			waiting := s.notifies[id]
+			delete(s.notifies, id)
+			s.xmu.Unlock()
+			for _, n := range waiting {
+				s.tell(n, failed, need)
+			}
 			return s.l.send(withErr(&proto.Msg{Type: proto.TEvent, ID: id}, failed), nil)
 		})
 	case proto.TWait:
@@ -256,20 +268,32 @@ func (s *session) handle(m *proto.Msg) error {
 		}
 		return q.Wait(ev)
 	case proto.TNotify:
-		ev, id, wait, peer := s.event(m.ID), m.ID, m.Ptr, int(m.Kernel)
-		go func() {
-			<-ev.Done()
-			_, err := ev.Query()
-			// The host must have every retrieve sent before the event, so
-			// that a peer that reads host memory after it sees the data.
-			s.xmu.Lock()
-			need := s.needs[id]
-			for s.acked < need && !s.over {
-				s.xcond.Wait()
-			}
+		ev, id, n := s.event(m.ID), m.ID, notify{peer: int(m.Kernel), wait: m.Ptr}
+		s.xmu.Lock()
+		fired, err := ev.Query()
+		if !fired { // the record tells the peer when it fires
+			s.notifies[id] = append(s.notifies[id], n)
 			s.xmu.Unlock()
-			s.peers.tell(peer, wait, err)
-		}()
+			return nil
+		}
+		need := s.needs[id]
+		s.xmu.Unlock()
+		s.tell(n, err, need)
+		return nil
+	case proto.TForget:
+		if len(m.Payload)%8 != 0 || m.PayloadLen != len(m.Payload) {
+			return fmt.Errorf("%w: forget list of %d bytes", proto.ErrFrame, m.PayloadLen)
+		}
+		s.mu.Lock()
+		s.xmu.Lock()
+		for b := m.Payload; len(b) >= 8; b = b[8:] {
+			id := binary.LittleEndian.Uint64(b)
+			delete(s.events, id)
+			delete(s.needs, id)
+			delete(s.notifies, id)
+		}
+		s.xmu.Unlock()
+		s.mu.Unlock()
 		return nil
 	case proto.TSync:
 		qid, seq := m.Queue, m.ID
@@ -279,6 +303,33 @@ func (s *session) handle(m *proto.Msg) error {
 		})
 	}
 	return fmt.Errorf("%w: unexpected %s frame from the host", proto.ErrFrame, m.Type)
+}
+
+// notify is a peer waiting to hear that an event of ours fired.
+type notify struct {
+	peer int
+	wait uint64
+}
+
+// tell tells n's peer that the event fired (with err), once the host has
+// the data of the first need retrieves: a peer that reads host memory after
+// the event must see them.
+func (s *session) tell(n notify, err error, need uint64) {
+	s.xmu.Lock()
+	ready := s.acked >= need
+	s.xmu.Unlock()
+	if ready {
+		s.peers.tell(n.peer, n.wait, err)
+		return
+	}
+	go func() {
+		s.xmu.Lock()
+		for s.acked < need && !s.over {
+			s.xcond.Wait()
+		}
+		s.xmu.Unlock()
+		s.peers.tell(n.peer, n.wait, err)
+	}()
 }
 
 func (s *session) submit(m *proto.Msg) error {

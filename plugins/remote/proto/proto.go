@@ -76,11 +76,12 @@ const (
 	TEvent                      // →h, and peer to peer: id (event) fired, code/text: its error
 	TNotify                     // →d id (event), kernel (peer device): tell the peer when the event fires
 	TExit                       // →d: end the session
+	TForget                     // →d payload: ids (8 bytes each) of events the host closed after they fired
 	tMax
 )
 
 var typeNames = [...]string{"", "hello", "auth", "reply", "alloc", "free", "info", "closequeue", "submit", "pull",
-	"data", "retrieve", "xferdone", "exchange", "launch", "record", "wait", "sync", "syncdone", "event", "notify", "exit"}
+	"data", "retrieve", "xferdone", "exchange", "launch", "record", "wait", "sync", "syncdone", "event", "notify", "exit", "forget"}
 
 // String is the type's name.
 func (t Type) String() string {
