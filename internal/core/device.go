@@ -95,6 +95,7 @@ func (d *Device) follow(p *Task) *cqueue {
 		return nil
 	}
 	q.users++
+	q.last = nil // ours until our work is enqueued: nobody else follows p here
 	return q
 }
 
