@@ -250,7 +250,9 @@ func (d *Device) target(w *work, k *plugin.Kernel, args []KernelArg) {
 		}
 	}
 	if w.first == nil {
-		d.log.Printf(InfoKernels, d.Num, "Launching kernel %s on %s", k.Name, d.Label())
+		if d.log.On(InfoKernels) {
+			d.log.Printf(InfoKernels, d.Num, "Launching kernel %s on %s", k.Name, d.Label())
+		}
 		if t := d.tool; t != nil {
 			var bytes int64
 			for i, p := range k.Params {

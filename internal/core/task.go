@@ -49,6 +49,8 @@ type Task struct {
 	done chan struct{}
 	err  error         // set before done is closed
 	enq  chan struct{} // closed once the device work is enqueued (ev set), if ever
+
+	addrs []uintptr // the addresses it depends on; guarded by the runtime's tasks.mu
 }
 
 // Done is closed when the task has completed.
@@ -129,6 +131,7 @@ func (r *Runtime) register(t *Task, deps []Dep) []*Task {
 		}
 	}
 	for _, d := range deps {
+		t.addrs = append(t.addrs, d.Addr)
 		st := ts.deps[d.Addr]
 		if st == nil {
 			st = &depState{}
@@ -165,8 +168,8 @@ func (r *Runtime) complete(t *Task, err error) {
 		ts.failed = append(ts.failed, t)
 	}
 	if err == nil { // forget addresses whose history is over
-		for addr, st := range ts.deps {
-			if st.out == t && len(st.ins) == 0 {
+		for _, addr := range t.addrs {
+			if st := ts.deps[addr]; st != nil && st.out == t && len(st.ins) == 0 {
 				delete(ts.deps, addr)
 				delete(ts.keep, addr)
 			}

@@ -118,6 +118,12 @@ func (ps *peers) add(num int, l *link) {
 // get returns the link to device num, waiting a while for the host's
 // introduction, which may still be on its way.
 func (ps *peers) get(num int) (*peer, error) {
+	ps.mu.Lock()
+	p := ps.by[num]
+	ps.mu.Unlock()
+	if p != nil {
+		return p, nil
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	timer := time.AfterFunc(5*time.Second, func() { ps.mu.Lock(); ps.cond.Broadcast(); ps.mu.Unlock() })
 	defer timer.Stop()
