@@ -1,0 +1,73 @@
+package opqueue
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/goffload/offload/internal/plugin"
+)
+
+func TestOrderErrorsAndMarks(t *testing.T) {
+	q := New()
+	var got []int
+	boom := errors.New("boom")
+	for i := 0; i < 5; i++ {
+		i := i
+		q.Do(func() error { got = append(got, i); return nil })
+	}
+	q.Do(func() error { return boom })
+	q.Do(func() error { got = append(got, 99); return nil }) // skipped
+	ev := NewEvent()
+	if err := q.Record(ev); err != nil {
+		t.Fatal(err)
+	}
+	var marked error
+	q.Mark(true, func(failed error) error { marked = failed; return nil })
+	q.Do(func() error { got = append(got, 6); return nil }) // runs: the mark cleared the error
+	if err := q.Synchronize(); err != nil {
+		t.Fatalf("Synchronize after a clearing mark: %v", err)
+	}
+	if len(got) != 6 || got[5] != 6 {
+		t.Errorf("ran %v, want 0..4 then 6", got)
+	}
+	if !errors.Is(marked, boom) {
+		t.Errorf("the mark saw %v", marked)
+	}
+	if err := ev.Synchronize(); !errors.Is(err, boom) {
+		t.Errorf("the event recorded after the failure carries %v", err)
+	}
+	if err := q.Record(ev); !errors.Is(err, plugin.ErrBadHandle) {
+		t.Errorf("recording twice: %v", err)
+	}
+}
+
+func TestWaitHoldsBack(t *testing.T) {
+	a, b := New(), New()
+	ev := NewEvent()
+	var order []string
+	done := make(chan struct{})
+	a.Do(func() error { time.Sleep(30 * time.Millisecond); order = append(order, "a"); return nil })
+	a.Record(ev)
+	if err := b.Wait(ev); err != nil {
+		t.Fatal(err)
+	}
+	b.Do(func() error { order = append(order, "b"); close(done); return nil })
+	<-done
+	if len(order) != 2 || order[0] != "a" {
+		t.Errorf("order %v, want a before b", order)
+	}
+	if fired, _ := ev.Query(); !fired {
+		t.Error("event not fired")
+	}
+	if err := b.Wait(NewEvent()); !errors.Is(err, plugin.ErrNotRecorded) {
+		t.Errorf("wait on an unrecorded event: %v", err)
+	}
+	b.Close()
+	if err := b.Do(func() error { return nil }); !errors.Is(err, plugin.ErrBadHandle) {
+		t.Errorf("work on a closed queue: %v", err)
+	}
+	if err := b.Record(NewEvent()); err == nil {
+		t.Error("record on a closed queue accepted")
+	}
+}
