@@ -12,8 +12,6 @@ import (
 // test binary: they serve before running any test.
 func TestMain(m *testing.M) {
 	offload.ServeDevice()
-	// Device processes built with -race would sleep a second at exit.
-	os.Setenv("GORACE", "atexit_sleep_ms=0")
 	os.Exit(m.Run())
 }
 

@@ -12,8 +12,6 @@ import (
 // The device processes a test starts are this test binary.
 func TestMain(m *testing.M) {
 	offload.ServeDevice()
-	// Device processes built with -race would sleep a second at exit.
-	os.Setenv("GORACE", "atexit_sleep_ms=0")
 	os.Exit(m.Run())
 }
 

@@ -10,8 +10,6 @@ import (
 // The device processes this test starts are this test binary.
 func TestMain(m *testing.M) {
 	offload.ServeDevice()
-	// Device processes built with -race would sleep a second at exit.
-	os.Setenv("GORACE", "atexit_sleep_ms=0")
 	os.Exit(m.Run())
 }
 

@@ -92,6 +92,10 @@ func spawn(exe, cores string) (*device, error) {
 	num.Store(-1)
 	cmd := exec.Command(exe, os.Args[1:]...)
 	cmd.Env = append(os.Environ(), envRole+"=device", envFD+"=3", envSide+"=4", envCores+"="+cores)
+	if _, set := os.LookupEnv("GORACE"); !set {
+		// A device process built with -race would sleep a second at exit.
+		cmd.Env = append(cmd.Env, "GORACE=atexit_sleep_ms=0")
+	}
 	cmd.ExtraFiles = []*os.File{child, sideChild}
 	// The device dies with the host, also when the host is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -20,8 +20,6 @@ import (
 // before running any test.
 func TestMain(m *testing.M) {
 	remote.ServeIfDevice()
-	// Device processes built with -race would sleep a second at exit.
-	os.Setenv("GORACE", "atexit_sleep_ms=0")
 	if os.Getenv("GOFFLOAD_TEST_ROLE") == "host" {
 		hostThenSleep()
 	}
