@@ -284,3 +284,26 @@ func TestManyTasks(t *testing.T) {
 	offload.On(0).ExitData(offload.Release(shared))
 	offload.On(1).ExitData(offload.Release(shared))
 }
+
+// TestInitialDeviceNowait: a task on the initial device does not hold up
+// the goroutine that creates it: its kernel blocks until that goroutine,
+// after creating it, opens the gate.
+func TestInitialDeviceNowait(t *testing.T) {
+	start(t, offload.WithDevices("host"))
+	id := time.Now().UnixNano()
+	gate := filepath.Join(os.TempDir(), fmt.Sprintf("goffload-gate-%d", id))
+	defer os.Remove(gate)
+	x := filled(1, 0)
+	task := offload.Initial().Nowait(offload.DependOut(x)).Run(Gate, id)
+	select {
+	case <-task.Done():
+		t.Fatal("the task finished before its gate opened")
+	default:
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := task.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -286,12 +286,14 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		r.complete(t, err)
 		return
 	}
-	if d.IsInitial() {
-		var err error
-		if op.Initial != nil {
-			err = op.Initial(d, fallback)
-		}
-		r.complete(t, err)
+	if d.IsInitial() { // the host does it, without holding up the caller
+		go func() {
+			var err error
+			if op.Initial != nil {
+				err = op.Initial(d, fallback)
+			}
+			r.complete(t, err)
+		}()
 		return
 	}
 	// Follow a predecessor on its own queue if nothing came after it there:
