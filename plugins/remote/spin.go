@@ -17,7 +17,7 @@ import (
 // core while it lasts, and when both processes share one core it delays the
 // very process it waits for; so a spin that finds nothing makes the next
 // reads park at once, twice as many each time in a row, and a spin that
-// finds data ends that backoff.
+// finds data (or data that comes soon after parking) ends that backoff.
 
 // spinBudget is how long a read polls before parking:
 // GOFFLOAD_REMOTE_SPIN (a duration, "0" turns spinning off), 100µs by
@@ -35,6 +35,10 @@ var spinBudget = func() time.Duration {
 }()
 
 const maxBackoff = 64
+
+// idleAfter is how long a read must have waited in all for the link to count
+// as idle, which makes the next reads park at once.
+const idleAfter = time.Millisecond
 
 // spinning returns a reader of conn that spins before parking, or conn
 // itself when it cannot (or spinning is off).
@@ -98,10 +102,14 @@ func (c *spinConn) Read(p []byte) (int, error) {
 		}
 	})
 	if budget > 0 {
-		if parked {
+		switch {
+		case parked && time.Since(start) > idleAfter:
+			// The link was idle: park at once for the next few reads.
 			c.backoff = min(max(2*c.backoff, 1), maxBackoff)
 			c.skip = c.backoff
-		} else if spun {
+		case parked || spun:
+			// Data came while spinning, or soon after parking: the link is
+			// busy, keep spinning.
 			c.backoff = 0
 		}
 	}
