@@ -175,17 +175,10 @@ func (d *device) dispatch(m *proto.Msg) error {
 
 // data reads a retrieve's fragment straight into the caller's memory.
 func (d *device) data(m *proto.Msg) error {
-	d.mu.Lock()
-	r := d.pulls[m.ID]
-	d.mu.Unlock()
-	if r == nil {
-		return fmt.Errorf("%w: data for unknown transfer %d", proto.ErrFrame, m.ID)
-	}
-	complete, err := r.take(d.l.r, m)
-	if !complete || err != nil {
+	in, err := receive(&d.mu, d.pulls, d.l.r, m)
+	if in == nil {
 		return err
 	}
-	take(&d.mu, d.pulls, m.ID)
 	// Tell the device the data is in host memory: it holds back telling
 	// other devices about events after this copy until then.
 	return d.l.send(&proto.Msg{Type: proto.TXferDone, ID: m.ID}, nil)

@@ -171,6 +171,24 @@ func (in *incoming) take(r *proto.Reader, m *proto.Msg) (complete bool, err erro
 	return in.got == len(in.dst), nil
 }
 
+// receive reads fragment m of its transfer, one of pending (guarded by mu),
+// straight into place. It returns the transfer once it is complete, and
+// removes it from pending; nil before.
+func receive(mu *sync.Mutex, pending map[uint64]*incoming, r *proto.Reader, m *proto.Msg) (*incoming, error) {
+	mu.Lock()
+	in := pending[m.ID]
+	mu.Unlock()
+	if in == nil {
+		return nil, fmt.Errorf("%w: data for unknown transfer %d", proto.ErrFrame, m.ID)
+	}
+	complete, err := in.take(r, m)
+	if !complete || err != nil {
+		return nil, err
+	}
+	take(mu, pending, m.ID)
+	return in, nil
+}
+
 // take removes and returns m[id], under mu.
 func take[V any](mu *sync.Mutex, m map[uint64]V, id uint64) (V, bool) {
 	mu.Lock()

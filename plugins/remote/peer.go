@@ -262,18 +262,15 @@ func (ps *peers) serve(p *peer) error {
 				p.l.send(withErr(&proto.Msg{Type: proto.TXferDone, ID: m.ID}, in.err), nil)
 				continue
 			}
+			p.mu.Lock()
 			p.in[m.ID] = in
+			p.mu.Unlock()
 		case proto.TData:
-			in := p.in[m.ID]
-			if in == nil {
-				return fmt.Errorf("%w: fragment of unknown exchange %d", proto.ErrFrame, m.ID)
-			}
-			complete, err := in.take(p.l.r, m)
+			in, err := receive(&p.mu, p.in, p.l.r, m)
 			if err != nil {
 				return err
 			}
-			if complete {
-				delete(p.in, m.ID)
+			if in != nil {
 				p.l.send(withErr(&proto.Msg{Type: proto.TXferDone, ID: m.ID}, in.err), nil)
 			}
 		case proto.TEvent:

@@ -373,16 +373,9 @@ func (s *session) submit(m *proto.Msg) error {
 
 // data reads a fragment of a pulled submit straight into device memory.
 func (s *session) data(m *proto.Msg) error {
-	s.mu.Lock()
-	p := s.pulls[m.ID]
-	s.mu.Unlock()
-	if p == nil {
-		return fmt.Errorf("%w: data for unknown transfer %d", proto.ErrFrame, m.ID)
-	}
-	complete, err := p.take(s.l.r, m)
-	if complete {
-		take(&s.mu, s.pulls, m.ID)
-		close(p.done)
+	in, err := receive(&s.mu, s.pulls, s.l.r, m)
+	if in != nil {
+		close(in.done)
 	}
 	return err
 }
