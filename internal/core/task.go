@@ -123,8 +123,10 @@ func (r *Runtime) register(t *Task, deps []Dep) []*Task {
 	t.ID = ts.next
 	ts.live[t] = struct{}{}
 	var preds []*Task
-	add := func(p *Task) { // predecessors are few: a linear check beats a map per task
-		if p != nil && p != t && !slices.Contains(preds, p) && (!finished(p) || p.err != nil) {
+	seen := map[*Task]bool{}
+	add := func(p *Task) {
+		if p != nil && p != t && !seen[p] && (!finished(p) || p.err != nil) {
+			seen[p] = true
 			preds = append(preds, p)
 		}
 	}
