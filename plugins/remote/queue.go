@@ -182,8 +182,7 @@ func (q *queue) Wait(e plugin.Event) error {
 		return fmt.Errorf("%s: %w", q.d.name, err)
 	}
 	wait := q.d.id()
-	notify := proto.AppendFrame(nil, &proto.Msg{Type: proto.TNotify, ID: ev.id, Ptr: wait, Kernel: uint32(q.d.num)}, nil)
-	if err := ev.d.l.sendLater(notify); err != nil { // after the event's record, on its device's link
+	if err := ev.d.l.send(&proto.Msg{Type: proto.TNotify, ID: ev.id, Ptr: wait, Kernel: uint32(q.d.num)}, nil); err != nil {
 		ev.d.lose(err)
 		return fmt.Errorf("%s: wait on %s: %w", q.d.name, ev.d.name, ev.d.alive())
 	}
