@@ -22,12 +22,6 @@ type link struct {
 
 	wmu  sync.Mutex
 	wbuf []byte
-	// pend holds frames written later, by a flusher goroutine, so that a
-	// burst of them (a task's end, an event firing) goes out in one write.
-	// Every other write sends pend first: frames keep their order.
-	pend    []byte
-	kick    chan struct{}
-	flusher bool
 
 	once   sync.Once
 	closed chan struct{}
@@ -49,7 +43,10 @@ func (l *link) send(m *proto.Msg, payload []byte) error {
 		return err
 	}
 	l.wbuf = proto.AppendFrame(l.wbuf[:0], m, payload)
-	return l.writeLocked(l.wbuf)
+	if _, err := l.conn.Write(l.wbuf); err != nil {
+		return l.fail(fmt.Errorf("write: %w", err))
+	}
+	return nil
 }
 
 // write writes encoded frames.
@@ -59,59 +56,10 @@ func (l *link) write(frames []byte) error {
 	if err := l.failed(); err != nil {
 		return err
 	}
-	return l.writeLocked(frames)
-}
-
-// writeLocked writes the pending frames, then frames, with wmu held.
-func (l *link) writeLocked(frames []byte) error {
-	if len(l.pend) > 0 {
-		l.pend = append(l.pend, frames...)
-		frames = l.pend
-		l.pend = l.pend[:0]
-	}
 	if _, err := l.conn.Write(frames); err != nil {
 		return l.fail(fmt.Errorf("write: %w", err))
 	}
 	return nil
-}
-
-// sendLater queues encoded frames to be written soon, after everything
-// written or queued before them; a flusher goroutine writes what gathered.
-// For frames nobody waits on at once: a task's operations, event firings.
-func (l *link) sendLater(frames []byte) error {
-	l.wmu.Lock()
-	if err := l.failed(); err != nil {
-		l.wmu.Unlock()
-		return err
-	}
-	l.pend = append(l.pend, frames...)
-	if !l.flusher {
-		l.flusher = true
-		l.kick = make(chan struct{}, 1)
-		go l.flush()
-	}
-	l.wmu.Unlock()
-	select {
-	case l.kick <- struct{}{}:
-	default:
-	}
-	return nil
-}
-
-// flush writes pending frames whenever some gather, until the link fails.
-func (l *link) flush() {
-	for {
-		select {
-		case <-l.kick:
-		case <-l.closed:
-			return
-		}
-		l.wmu.Lock()
-		if len(l.pend) > 0 && l.failed() == nil {
-			l.writeLocked(nil)
-		}
-		l.wmu.Unlock()
-	}
 }
 
 // sendData streams data as TData fragments of transfer id, each written
@@ -131,11 +79,6 @@ func (l *link) sendFragment(id uint64, off int, frag []byte) error {
 	defer l.wmu.Unlock()
 	if err := l.failed(); err != nil {
 		return err
-	}
-	if len(l.pend) > 0 {
-		if err := l.writeLocked(nil); err != nil {
-			return err
-		}
 	}
 	hdr := proto.AppendHeader(appendLen(l.wbuf[:0], proto.FrameLen(&m, len(frag))), &m, len(frag))
 	l.wbuf = hdr

@@ -146,15 +146,7 @@ func (q *queue) Record(e plugin.Event) error {
 	if err := q.send(&proto.Msg{Type: proto.TRecord, ID: ev.id}, nil); err != nil {
 		return err
 	}
-	// The end of a task's operations: written soon, with whatever else
-	// gathers meanwhile (the next tasks), in order with every other frame.
-	err := q.d.l.sendLater(q.buf)
-	q.buf = q.buf[:0]
-	if err != nil {
-		q.d.lose(err)
-		return q.d.alive()
-	}
-	return nil
+	return q.flush()
 }
 
 func (q *queue) Wait(e plugin.Event) error {

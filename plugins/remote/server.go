@@ -255,7 +255,7 @@ func (s *session) handle(m *proto.Msg) error {
 			for _, n := range waiting {
 				s.tell(n, failed, need)
 			}
-			return s.l.sendLater(proto.AppendFrame(nil, withErr(&proto.Msg{Type: proto.TEvent, ID: id}, failed), nil))
+			return s.l.send(withErr(&proto.Msg{Type: proto.TEvent, ID: id}, failed), nil)
 		})
 	case proto.TWait:
 		q := s.queue(m.Queue)
