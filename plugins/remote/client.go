@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/goffload/offload/internal/opqueue"
 	"github.com/goffload/offload/internal/plugin"
@@ -14,12 +15,22 @@ import (
 )
 
 // device is the host side of a remote device: it turns plugin calls into
-// frames and frames back into results. One goroutine reads the link.
+// frames and frames back into results. One goroutine reads the link; the
+// link's writer writes what the others queue.
+//
+// Everything that waits for the device — a call's reply, a sync mark, an
+// event, a transfer — is registered in d's maps under d.mu, the lock that
+// loss takes too: a registration checks d.lost first, and loss takes the
+// maps whole and fails everything in them, so after a loss nothing new
+// registers and nothing registered is forgotten. Frames whose order matters
+// (a wait and the forgetting of its event, a notify and the same) are
+// queued on the link under d.mu as well, after the check of the state they
+// depend on.
 type device struct {
-	l    *link
-	name string // "remote device 1 (pid 1234)"
-	num  int    // device number, from Load
-	info plugin.Info
+	l     *link
+	label atomic.Pointer[string] // "remote device 1 (pid 1234)"
+	num   int                    // device number, from Load
+	info  plugin.Info
 	// count is how many kernels the device process has (a prefix of ours).
 	count int
 	// onLost, if set, explains a broken link (the process's exit status).
@@ -28,45 +39,47 @@ type device struct {
 	closeFn func() error
 	// setNum, if set, tells the transport the device's number.
 	setNum func(int)
-	// forgets are events closed after they fired, for the device to forget,
-	// sent in batches.
-	forgets []uint64
 	// side is the channel the host introduces device processes to each
 	// other on (nil for devices that are not processes of this machine).
 	side *net.UnixConn
 
-	mu         sync.Mutex
-	next       uint64
-	nq         uint32
-	replies    map[uint64]chan *proto.Msg
-	syncs      map[uint64]chan error
-	events     map[uint64]*event
-	pushes     map[uint64][]byte    // pulled submits: data the device will pull
-	pulls      map[uint64]*incoming // retrieves: where arriving data goes
-	lost       error
-	closed     bool
+	mu     sync.Mutex
+	next   uint64
+	nq     uint32
+	calls  map[uint64]*call      // requests and sync marks waiting for their answer
+	events map[uint64]*event     // events the device will fire, or that queues may still wait on
+	pushes map[uint64][]byte     // pulled submits: data the device will pull
+	pulls  map[uint64]*incoming  // retrieves: where arriving data goes
+	forget []uint64              // closed, fired events for the device to forget, sent in batches
+	lost   error
+	closed bool
+
 	reading    bool
 	readerDone chan struct{}
 }
 
+// call is a request or sync mark waiting for its answer; xfers are the
+// transfers that are over (done or skipped) once it is answered.
+type call struct {
+	ch    chan *proto.Msg
+	xfers []uint64
+}
+
 func newDevice(l *link, name string) *device {
-	return &device{
-		l: l, name: name,
-		replies:    map[uint64]chan *proto.Msg{},
-		syncs:      map[uint64]chan error{},
+	d := &device{
+		l:          l,
+		calls:      map[uint64]*call{},
 		events:     map[uint64]*event{},
 		pushes:     map[uint64][]byte{},
 		pulls:      map[uint64]*incoming{},
 		readerDone: make(chan struct{}),
 	}
+	d.setName(name)
+	return d
 }
 
-func (d *device) id() uint64 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.next++
-	return d.next
-}
+func (d *device) name() string      { return *d.label.Load() }
+func (d *device) setName(s string) { d.label.Store(&s) }
 
 // hello greets the device process and checks that it runs our code.
 func (d *device) hello(img *plugin.Image, num int) error {
@@ -95,6 +108,7 @@ func (d *device) hello(img *plugin.Image, num int) error {
 	d.mu.Lock()
 	d.reading = true
 	d.mu.Unlock()
+	d.l.live(timing())
 	go d.read()
 	return nil
 }
@@ -108,6 +122,9 @@ func (d *device) read() {
 			err = d.dispatch(m)
 		}
 		if err != nil {
+			if lerr := d.l.failed(); lerr != nil && !isClosedErr(lerr) {
+				err = lerr // the link failed first (silence, a write error): that is why
+			}
 			d.lose(err)
 			return
 		}
@@ -116,132 +133,166 @@ func (d *device) read() {
 
 func (d *device) dispatch(m *proto.Msg) error {
 	switch m.Type {
-	case proto.TReply:
-		ch, _ := take(&d.mu, d.replies, m.ID)
-		if ch == nil {
-			return fmt.Errorf("%w: reply to unknown request %d", proto.ErrFrame, m.ID)
+	case proto.TReply, proto.TSyncDone:
+		d.mu.Lock()
+		c := d.calls[m.ID]
+		delete(d.calls, m.ID)
+		if c != nil {
+			d.dropXfers(c.xfers)
 		}
-		c := *m
-		c.Payload = nil
-		ch <- &c
-	case proto.TSyncDone:
-		ch, _ := take(&d.mu, d.syncs, m.ID)
-		if ch == nil {
-			return fmt.Errorf("%w: sync reply %d unknown", proto.ErrFrame, m.ID)
+		d.mu.Unlock()
+		if c == nil {
+			return fmt.Errorf("%w: %s for unknown request %d", proto.ErrFrame, m.Type, m.ID)
 		}
-		ch <- decodeErr(m.Code, m.Text)
+		r := *m
+		r.Payload = nil
+		c.ch <- &r
 	case proto.TEvent:
+		err := decodeErr(m.Code, m.Text)
 		d.mu.Lock()
 		ev := d.events[m.ID]
 		var implies []*event
-		forget := false
-		if ev != nil {
-			ev.heard = true
+		if ev != nil && !ev.heard {
+			ev.heard, ev.err = true, err
 			implies, ev.implies = ev.implies, nil
+			d.dropXfers(ev.xfers)
+			ev.xfers = nil
 			if ev.closed {
-				delete(d.events, m.ID)
-				forget = true
+				d.forgetLocked(ev)
 			}
 		}
 		d.mu.Unlock()
 		if ev == nil {
 			return fmt.Errorf("%w: unknown event %d fired", proto.ErrFrame, m.ID)
 		}
-		err := decodeErr(m.Code, m.Text)
 		if err == nil {
 			pastWaits(implies)
 		}
 		ev.ev.Fire(err)
-		if forget {
-			d.forget(m.ID)
-		}
 	case proto.TPull:
 		data, ok := take(&d.mu, d.pushes, m.ID)
 		if !ok {
 			return fmt.Errorf("%w: pull of unknown transfer %d", proto.ErrFrame, m.ID)
 		}
-		go func() {
-			if err := d.l.sendData(m.ID, data); err != nil {
-				d.lose(err)
-			}
-		}()
+		d.l.stream(m.ID, data, false, func(uint64, error) {}) // a failure is the link's, seen by the reader
 	case proto.TData:
-		return d.data(m)
+		in, err := receive(&d.mu, d.pulls, d.l, m)
+		if in == nil {
+			return err
+		}
+		// Tell the device the data is in host memory: it holds back telling
+		// other devices about events after this copy until then. These
+		// acknowledgements go out in the order the data came.
+		return d.l.send(&proto.Msg{Type: proto.TXferDone, ID: m.ID}, nil)
 	default:
 		return fmt.Errorf("%w: unexpected %s frame from the device", proto.ErrFrame, m.Type)
 	}
 	return nil
 }
 
-// data reads a retrieve's fragment straight into the caller's memory.
-func (d *device) data(m *proto.Msg) error {
-	in, err := receive(&d.mu, d.pulls, d.l.r, m)
-	if in == nil {
-		return err
+// dropXfers forgets transfers that are over: done, or skipped by the device
+// after an earlier failure (their buffers are the caller's again). Under d.mu.
+func (d *device) dropXfers(ids []uint64) {
+	for _, id := range ids {
+		delete(d.pushes, id)
+		delete(d.pulls, id)
 	}
-	// Tell the device the data is in host memory: it holds back telling
-	// other devices about events after this copy until then.
-	return d.l.send(&proto.Msg{Type: proto.TXferDone, ID: m.ID}, nil)
 }
 
 // lose fails the device: every pending and later operation returns an
 // error naming the device and the cause.
 func (d *device) lose(cause error) {
 	d.mu.Lock()
+	lost, closed := d.lost != nil, d.closed
+	d.mu.Unlock()
+	if lost {
+		return
+	}
+	if closed {
+		cause = errors.New("device closed")
+	} else if d.onLost != nil {
+		cause = d.onLost(cause) // may wait a moment for the process's exit status
+	}
+	err := fmt.Errorf("%s: %w: %w", d.name(), plugin.ErrDeviceLost, cause)
+	d.mu.Lock()
 	if d.lost != nil {
 		d.mu.Unlock()
 		return
 	}
-	if d.closed && isClosedErr(cause) {
-		cause = errors.New("device closed")
-	} else if d.onLost != nil {
-		cause = d.onLost(cause)
-	}
-	err := fmt.Errorf("%s: %w: %v", d.name, plugin.ErrDeviceLost, cause)
 	d.lost = err
-	replies, syncs, events := d.replies, d.syncs, d.events
-	d.replies, d.syncs, d.pushes, d.pulls = map[uint64]chan *proto.Msg{}, map[uint64]chan error{}, map[uint64][]byte{}, map[uint64]*incoming{}
+	calls, events := d.calls, d.events
+	d.calls, d.events, d.pushes, d.pulls, d.forget = nil, nil, nil, nil, nil
 	d.mu.Unlock()
 	d.l.fail(err)
-	for _, ch := range replies {
-		ch <- withErr(&proto.Msg{Type: proto.TReply}, err)
-	}
-	for _, ch := range syncs {
-		ch <- err
+	// The maps are ours now: nothing registers after a loss.
+	for _, c := range calls {
+		c.ch <- withErr(&proto.Msg{Type: proto.TReply}, err)
 	}
 	for _, ev := range events {
 		ev.ev.Fire(err)
 	}
 }
 
-func (d *device) alive() error {
+// Lost reports why the device stopped working, or nil while it works.
+func (d *device) Lost() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.lost
+}
+
+// aliveLocked returns why d cannot take work, under d.mu.
+func (d *device) aliveLocked() error {
 	if d.lost != nil {
 		return d.lost
 	}
 	if d.closed {
-		return fmt.Errorf("%s: %w: device is closed", d.name, plugin.ErrBadHandle)
+		return fmt.Errorf("%s: %w: device is closed", d.name(), plugin.ErrBadHandle)
 	}
 	return nil
 }
 
-// call sends a request and waits for its reply.
-func (d *device) call(m *proto.Msg) (*proto.Msg, error) {
-	if err := d.alive(); err != nil {
+func (d *device) alive() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.aliveLocked()
+}
+
+// request registers a call for m's answer and queues m (flushing if flush
+// is set), under the lock loss takes; xfers are transfers the answer ends.
+func (d *device) request(m *proto.Msg, xfers []uint64, flush bool) (chan *proto.Msg, error) {
+	c := &call{ch: make(chan *proto.Msg, 1), xfers: xfers}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.aliveLocked(); err != nil {
 		return nil, err
 	}
-	ch := make(chan *proto.Msg, 1)
-	m.ID = d.id()
-	d.mu.Lock()
-	d.replies[m.ID] = ch
-	d.mu.Unlock()
-	if err := d.l.send(m, nil); err != nil {
-		d.lose(err)
+	d.next++
+	m.ID = d.next
+	var err error
+	if flush {
+		err = d.l.send(m, nil)
+	} else {
+		err = d.l.put(m, nil)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", d.name(), plugin.ErrDeviceLost, err)
+	}
+	d.calls[m.ID] = c
+	return c.ch, nil
+}
+
+// call sends a request and waits for its reply, or for the device's loss.
+func (d *device) call(m *proto.Msg) (*proto.Msg, error) {
+	ch, err := d.request(m, nil, true)
+	if err != nil {
+		return nil, err
 	}
 	r := <-ch
 	if err := decodeErr(r.Code, r.Text); err != nil {
-		return nil, fmt.Errorf("%s: %w", d.name, err)
+		if errors.Is(err, plugin.ErrDeviceLost) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%s: %w", d.name(), err)
 	}
 	return r, nil
 }
@@ -254,7 +305,7 @@ func (d *device) fetchInfo() error {
 		return err
 	}
 	if err := json.Unmarshal([]byte(r.Text), &d.info); err != nil {
-		return fmt.Errorf("%s: %w: info: %v", d.name, proto.ErrFrame, err)
+		return fmt.Errorf("%s: %w: info: %v", d.name(), proto.ErrFrame, err)
 	}
 	d.info.Kind = "remote"
 	return nil
@@ -268,21 +319,20 @@ func (d *device) Load(img *plugin.Image, num int) error {
 		d.setNum(num)
 	}
 	if err := d.hello(img, num); err != nil {
-		err = fmt.Errorf("%s: %w", d.name, err)
+		err = fmt.Errorf("%s: %w", d.name(), err)
 		d.lose(err)
 		return err
 	}
-	d.name = fmt.Sprintf("remote device %d (pid %d)", num, d.info.PID)
 	if err := d.fetchInfo(); err != nil {
 		return err
 	}
-	d.name = fmt.Sprintf("remote device %d (pid %d)", num, d.info.PID)
+	d.setName(fmt.Sprintf("remote device %d (pid %d)", num, d.info.PID))
 	return nil
 }
 
 func (d *device) Alloc(size int64) (plugin.Ptr, error) {
 	if size < 0 {
-		return 0, fmt.Errorf("%s: %w: negative size %d", d.name, plugin.ErrBadPointer, size)
+		return 0, fmt.Errorf("%s: %w: negative size %d", d.name(), plugin.ErrBadPointer, size)
 	}
 	r, err := d.call(&proto.Msg{Type: proto.TAlloc, Size: uint64(size)})
 	if err != nil {
@@ -297,34 +347,30 @@ func (d *device) Free(p plugin.Ptr) error {
 }
 
 func (d *device) NewQueue() (plugin.Queue, error) {
-	if err := d.alive(); err != nil {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.aliveLocked(); err != nil {
 		return nil, err
 	}
-	d.mu.Lock()
 	d.nq++
-	id := d.nq
-	d.mu.Unlock()
-	return &queue{d: d, id: id}, nil
+	return &queue{d: d, id: d.nq}, nil
 }
 
-// forget tells the device, in batches, that an event is closed and fired:
-// no queue will wait on it again.
-func (d *device) forget(id uint64) {
-	d.mu.Lock()
-	d.forgets = append(d.forgets, id)
-	var batch []byte
-	if len(d.forgets) >= 512 {
-		for _, id := range d.forgets {
-			batch = binary.LittleEndian.AppendUint64(batch, id)
-		}
-		d.forgets = d.forgets[:0]
+// forgetLocked tells the device, in batches, that ev is closed and fired:
+// no queue will wait on it again. Under d.mu, so that the batch goes out
+// after every wait and notify queued for the event.
+func (d *device) forgetLocked(ev *event) {
+	delete(d.events, ev.id)
+	d.forget = append(d.forget, ev.id)
+	if len(d.forget) < 512 {
+		return
 	}
-	d.mu.Unlock()
-	if batch != nil {
-		if err := d.l.send(&proto.Msg{Type: proto.TForget}, batch); err != nil {
-			d.lose(err)
-		}
+	batch := make([]byte, 0, 8*len(d.forget))
+	for _, id := range d.forget {
+		batch = binary.LittleEndian.AppendUint64(batch, id)
 	}
+	d.forget = d.forget[:0]
+	d.l.send(&proto.Msg{Type: proto.TForget}, batch) // a failure is the link's, seen by the reader
 }
 
 // CanWait reports whether d's queues can wait on ev themselves: events of d,
@@ -336,13 +382,14 @@ func (d *device) CanWait(ev plugin.Event) bool {
 }
 
 func (d *device) NewEvent() (plugin.Event, error) {
-	if err := d.alive(); err != nil {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.aliveLocked(); err != nil {
 		return nil, err
 	}
-	ev := &event{d: d, id: d.id(), ev: opqueue.NewEvent()}
-	d.mu.Lock()
+	d.next++
+	ev := &event{d: d, id: d.next, ev: opqueue.NewEvent()}
 	d.events[ev.id] = ev
-	d.mu.Unlock()
 	return ev, nil
 }
 
@@ -354,9 +401,11 @@ func (d *device) Close() error {
 		return nil
 	}
 	d.closed = true
+	reading := d.reading
 	d.mu.Unlock()
 	d.l.send(&proto.Msg{Type: proto.TExit}, nil)
-	forget(d)
+	d.l.close(closeTimeout)
+	forgetIntroductions(d)
 	if d.side != nil {
 		d.side.Close()
 	}
@@ -364,9 +413,9 @@ func (d *device) Close() error {
 	if d.closeFn != nil {
 		err = d.closeFn()
 	}
-	d.l.fail(errors.New("device closed"))
-	if d.reading {
+	if reading {
 		<-d.readerDone
 	}
+	d.lose(errLinkClosed)
 	return err
 }

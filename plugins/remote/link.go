@@ -1,130 +1,356 @@
 package remote
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/goffload/offload/internal/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
-// link is one framed connection. Frames are written by the goroutine that
-// sends them, under a lock; a bulk transfer takes the lock once per fragment,
-// so a small frame waits for at most one fragment, never for a whole
-// transfer. Reading is left to the owner's read loop.
+// A link is one connection between two processes of the program (host and
+// device, or two device peers), framed by a Transport. It has exactly one
+// writer: a goroutine of its own that writes what the other goroutines
+// queue, in the order they queued it — so the order of frames is decided in
+// one place, the queue, and no goroutine that reads the link ever writes
+// to it (a reader that wrote could block behind a full socket while the
+// other side's reader did the same: a deadlock). Control frames go out
+// between the fragments of bulk transfers, so a small frame waits for one
+// fragment at most, and several transfers interleave.
+//
+// Once the handshake is done, live starts the heartbeat: a ping on a link
+// that has written nothing for a while, and the link fails when nothing at
+// all came from the other side for the device timeout.
 type link struct {
-	conn net.Conn
-	r    *proto.Reader
+	t Transport
+	r linkReader // reads frames, skipping pings: the reader's only way in
 
-	wmu  sync.Mutex
-	wbuf []byte
-
-	once   sync.Once
+	mu     sync.Mutex
+	wake   *sync.Cond
+	ctrl   []byte      // control frames to write, in order
+	bulk   []*outgoing // transfers being written, a fragment each in turn
+	seq    uint64      // counted transfers written in full
+	ending bool        // close: fail once everything queued is written
+	err    error       // why the link failed; set before closed is closed
 	closed chan struct{}
-	err    error // why the link failed; set before closed is closed
+
+	reads  atomic.Uint64 // frames read
+	writes atomic.Uint64 // writes done
 }
 
-// newLink frames conn. Its reader spins briefly before parking (spin.go);
-// the buffer is small, so that the payload of a large fragment is read
-// straight into place rather than through it.
-func newLink(conn net.Conn) *link {
-	return &link{conn: conn, r: proto.NewReader(bufio.NewReaderSize(spinning(conn), 16<<10)), closed: make(chan struct{})}
+// outgoing is a bulk transfer on its way out.
+type outgoing struct {
+	id    uint64
+	data  []byte
+	off   int
+	count bool                      // numbered among counted transfers when written in full
+	done  func(seq uint64, e error) // called by the writer when it is written (or failed)
 }
 
-// send writes one frame with its payload.
+// startLink starts a link on t.
+func startLink(t Transport) *link {
+	l := &link{t: t, closed: make(chan struct{})}
+	l.r = linkReader{l}
+	l.wake = sync.NewCond(&l.mu)
+	go l.write()
+	return l
+}
+
+// newLink starts a link on a socket.
+func newLink(conn net.Conn) *link { return startLink(newStreamTransport(conn)) }
+
+// put queues m's frame, without waking the writer: a queue's operations go
+// out together when it records an event or sends a mark.
+func (l *link) put(m *proto.Msg, payload []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return l.err
+	}
+	l.ctrl = proto.AppendFrame(l.ctrl, m, payload)
+	if len(l.ctrl) >= 64<<10 {
+		l.wake.Signal()
+	}
+	return nil
+}
+
+// send queues m's frame and wakes the writer.
 func (l *link) send(m *proto.Msg, payload []byte) error {
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	if err := l.failed(); err != nil {
-		return err
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return l.err
 	}
-	l.wbuf = proto.AppendFrame(l.wbuf[:0], m, payload)
-	if _, err := l.conn.Write(l.wbuf); err != nil {
-		return l.fail(fmt.Errorf("write: %w", err))
-	}
+	l.ctrl = proto.AppendFrame(l.ctrl, m, payload)
+	l.wake.Signal()
 	return nil
 }
 
-// write writes encoded frames.
-func (l *link) write(frames []byte) error {
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	if err := l.failed(); err != nil {
-		return err
-	}
-	if _, err := l.conn.Write(frames); err != nil {
-		return l.fail(fmt.Errorf("write: %w", err))
-	}
-	return nil
+// flush wakes the writer for what put queued.
+func (l *link) flush() {
+	l.mu.Lock()
+	l.wake.Signal()
+	l.mu.Unlock()
 }
 
-// sendData streams data as TData fragments of transfer id, each written
-// straight from data (header and fragment in one writev).
-func (l *link) sendData(id uint64, data []byte) error {
-	for off := 0; off < len(data); off += proto.Fragment {
-		if err := l.sendFragment(id, off, data[off:min(off+proto.Fragment, len(data))]); err != nil {
-			return err
+// stream queues data as fragments of transfer id, written straight from
+// data, which must stay untouched until done is called. done runs on the
+// writer's goroutine and must not block; seq numbers the counted transfers
+// in the order they were written in full (0 if not counted, or failed).
+func (l *link) stream(id uint64, data []byte, count bool, done func(seq uint64, err error)) {
+	if len(data) == 0 {
+		done(0, l.failed())
+		return
+	}
+	l.mu.Lock()
+	if err := l.err; err != nil {
+		l.mu.Unlock()
+		done(0, err)
+		return
+	}
+	l.bulk = append(l.bulk, &outgoing{id: id, data: data, count: count, done: done})
+	l.wake.Signal()
+	l.mu.Unlock()
+}
+
+// sendData streams data as transfer id and waits until it is written; seq
+// numbers it among counted transfers if count is set.
+func (l *link) sendData(id uint64, data []byte, count bool) (uint64, error) {
+	type result struct {
+		seq uint64
+		err error
+	}
+	ch := make(chan result, 1)
+	l.stream(id, data, count, func(seq uint64, err error) { ch <- result{seq, err} })
+	r := <-ch
+	return r.seq, r.err
+}
+
+// write is the writer: it writes the queued control frames and one fragment
+// of the next transfer in turn, until the link fails.
+func (l *link) write() {
+	var frames []byte
+	for {
+		l.mu.Lock()
+		for len(l.ctrl) == 0 && len(l.bulk) == 0 && l.err == nil && !l.ending {
+			l.wake.Wait()
+		}
+		if l.err != nil {
+			l.mu.Unlock()
+			return
+		}
+		if len(l.ctrl) == 0 && len(l.bulk) == 0 { // ending, all written
+			l.mu.Unlock()
+			l.fail(errLinkClosed)
+			return
+		}
+		if cap(frames) > 1<<20 {
+			frames = nil
+		}
+		frames, l.ctrl = l.ctrl, frames[:0]
+		var o *outgoing
+		var off int
+		var frag []byte
+		var seq uint64
+		last := false
+		if len(l.bulk) > 0 {
+			o = l.bulk[0]
+			copy(l.bulk, l.bulk[1:])
+			l.bulk[len(l.bulk)-1] = nil
+			l.bulk = l.bulk[:len(l.bulk)-1]
+			off = o.off
+			frag = o.data[off:min(off+proto.Fragment, len(o.data))]
+			o.off += len(frag)
+			if last = o.off == len(o.data); !last {
+				l.bulk = append(l.bulk, o) // the others' turn: transfers interleave
+			} else if o.count {
+				l.seq++
+				seq = l.seq
+			}
+		}
+		l.mu.Unlock()
+		var err error
+		if len(frames) > 0 {
+			err = l.t.WriteFrames(frames)
+		}
+		if err == nil && o != nil {
+			err = l.t.WriteData(o.id, off, frag)
+		}
+		l.writes.Add(1)
+		if err != nil {
+			err = l.fail(fmt.Errorf("write: %w", err))
+		}
+		if last {
+			if err != nil {
+				seq = 0
+			}
+			o.done(seq, err)
+		}
+		if err != nil {
+			return
 		}
 	}
-	return nil
 }
 
-func (l *link) sendFragment(id uint64, off int, frag []byte) error {
-	m := proto.Msg{Type: proto.TData, ID: id, Ptr: uint64(off)}
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	if err := l.failed(); err != nil {
+// errLinkClosed is the error of a link closed on purpose.
+var errLinkClosed = errors.New("link closed")
+
+// close fails the link once everything queued is written, or after
+// timeout.
+func (l *link) close(timeout time.Duration) {
+	l.mu.Lock()
+	l.ending = true
+	l.wake.Signal()
+	l.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-l.closed:
+	case <-t.C:
+		l.fail(errLinkClosed)
+	}
+}
+
+// fail marks the link broken with cause (the first cause wins), closes the
+// transport, fails the transfers not written yet and returns the link's
+// error.
+func (l *link) fail(cause error) error {
+	l.mu.Lock()
+	if l.err != nil {
+		err := l.err
+		l.mu.Unlock()
 		return err
 	}
-	hdr := proto.AppendHeader(appendLen(l.wbuf[:0], proto.FrameLen(&m, len(frag))), &m, len(frag))
-	l.wbuf = hdr
-	bufs := net.Buffers{hdr, frag}
-	if _, err := bufs.WriteTo(l.conn); err != nil {
-		return l.fail(fmt.Errorf("write: %w", err))
+	l.err = cause
+	bulk := l.bulk
+	l.bulk, l.ctrl = nil, nil
+	close(l.closed)
+	l.wake.Broadcast()
+	l.mu.Unlock()
+	l.t.Close()
+	for _, o := range bulk {
+		o.done(0, cause)
 	}
-	return nil
+	return cause
 }
+
+// failed returns the link's error once it has failed, else nil.
+func (l *link) failed() error {
+	select {
+	case <-l.closed:
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.err
+	default:
+		return nil
+	}
+}
+
+// ErrSilent is wrapped by the error of a link on which nothing came for
+// longer than the device timeout (GOFFLOAD_DEVICE_TIMEOUT).
+var ErrSilent = errors.New("stopped answering")
+
+// live starts the heartbeat: a ping every interval on a link that wrote
+// nothing since the last, and failure when nothing was read for timeout (0:
+// never).
+func (l *link) live(interval, timeout time.Duration) {
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		reads, writes := l.reads.Load(), l.writes.Load()
+		heard := time.Now()
+		for {
+			select {
+			case <-l.closed:
+				return
+			case now := <-t.C:
+				if r := l.reads.Load(); r != reads {
+					reads, heard = r, now
+				} else if silent := now.Sub(heard); timeout > 0 && silent >= timeout {
+					l.fail(fmt.Errorf("%w: nothing heard for %v (%s=%v)", ErrSilent, silent.Round(time.Millisecond), envTimeout, timeout))
+					return
+				}
+				if w := l.writes.Load(); w == writes {
+					l.send(&proto.Msg{Type: proto.TPing}, nil)
+				}
+				writes = l.writes.Load()
+			}
+		}
+	}()
+}
+
+// linkReader reads a link's frames for its one reader goroutine; pings are
+// counted as signs of life and skipped.
+type linkReader struct{ l *link }
+
+// ReadMsg reads the next frame that is not a ping.
+func (r linkReader) ReadMsg() (*proto.Msg, error) {
+	for {
+		m, err := r.l.t.ReadMsg()
+		if err != nil {
+			return nil, err
+		}
+		r.l.reads.Add(1)
+		if m.Type != proto.TPing {
+			return m, nil
+		}
+	}
+}
+
+// ReadPayload reads m's payload into dst.
+func (r linkReader) ReadPayload(m *proto.Msg, dst []byte) error { return r.l.t.ReadPayload(m, dst) }
 
 // incoming is a transfer arriving in fragments straight into dst: a pulled
 // submit (device side), a retrieve (host side), an exchange (peer side).
 type incoming struct {
 	dst  []byte
+	size int // bytes expected: len(dst), or the size of a refused transfer
 	got  int
 	done chan struct{} // closed when complete, if the receiver waits on it
-	err  error         // the data is refused (peer exchanges)
+	err  error         // the data is refused and skipped (peer exchanges)
 }
 
-// take reads fragment m into place. Fragments must come in order and stay
-// inside the transfer; it reports whether the transfer is complete.
-func (in *incoming) take(r *proto.Reader, m *proto.Msg) (complete bool, err error) {
-	if m.Ptr != uint64(in.got) || m.Ptr+uint64(m.PayloadLen) > uint64(len(in.dst)) {
-		return false, fmt.Errorf("%w: fragment [%d, +%d) of a %d-byte transfer at %d", proto.ErrFrame, m.Ptr, m.PayloadLen, len(in.dst), in.got)
+// take reads fragment m into place (or skips it, for a refused transfer).
+// Fragments must come in order and stay inside the transfer; it reports
+// whether the transfer is complete.
+func (in *incoming) take(l *link, m *proto.Msg) (complete bool, err error) {
+	if m.Ptr != uint64(in.got) || m.Ptr+uint64(m.PayloadLen) > uint64(in.size) {
+		return false, fmt.Errorf("%w: fragment [%d, +%d) of a %d-byte transfer at %d", proto.ErrFrame, m.Ptr, m.PayloadLen, in.size, in.got)
 	}
-	dst := in.dst[m.Ptr : m.Ptr+uint64(m.PayloadLen)]
-	if m.Payload != nil {
-		copy(dst, m.Payload)
-	} else if err := r.ReadPayload(m, dst); err != nil {
-		return false, err
+	switch {
+	case in.err != nil:
+		if m.Payload == nil {
+			if err := l.t.Discard(m); err != nil {
+				return false, err
+			}
+		}
+	case m.Payload != nil:
+		copy(in.dst[m.Ptr:], m.Payload)
+	default:
+		if err := l.t.ReadPayload(m, in.dst[m.Ptr:m.Ptr+uint64(m.PayloadLen)]); err != nil {
+			return false, err
+		}
 	}
 	in.got += m.PayloadLen
-	return in.got == len(in.dst), nil
+	return in.got == in.size, nil
 }
 
 // receive reads fragment m of its transfer, one of pending (guarded by mu),
 // straight into place. It returns the transfer once it is complete, and
 // removes it from pending; nil before.
-func receive(mu *sync.Mutex, pending map[uint64]*incoming, r *proto.Reader, m *proto.Msg) (*incoming, error) {
+func receive(mu *sync.Mutex, pending map[uint64]*incoming, l *link, m *proto.Msg) (*incoming, error) {
 	mu.Lock()
 	in := pending[m.ID]
 	mu.Unlock()
 	if in == nil {
 		return nil, fmt.Errorf("%w: data for unknown transfer %d", proto.ErrFrame, m.ID)
 	}
-	complete, err := in.take(r, m)
+	complete, err := in.take(l, m)
 	if !complete || err != nil {
 		return nil, err
 	}
@@ -141,34 +367,9 @@ func take[V any](mu *sync.Mutex, m map[uint64]V, id uint64) (V, bool) {
 	return v, ok
 }
 
-func appendLen(b []byte, n int) []byte {
-	return append(b, byte(n), byte(n>>8), byte(n>>16), byte(n>>24))
-}
-
-// fail marks the link broken with cause (the first cause wins), closes the
-// connection and returns the link's error.
-func (l *link) fail(cause error) error {
-	l.once.Do(func() {
-		l.err = cause
-		close(l.closed)
-		l.conn.Close()
-	})
-	return l.failed()
-}
-
-// failed returns the link's error once it has failed, else nil.
-func (l *link) failed() error {
-	select {
-	case <-l.closed:
-		return l.err
-	default:
-		return nil
-	}
-}
-
 // isClosedErr reports whether err is the normal end of a connection.
 func isClosedErr(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, errLinkClosed)
 }
 
 // Error codes carry plugin errors across the wire so errors.Is works on the

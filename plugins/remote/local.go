@@ -36,6 +36,9 @@ func init() {
 }
 
 func openLocal(arg string) ([]plugin.Device, error) {
+	if timeoutErr != nil {
+		return nil, fmt.Errorf("%w: %w", plugin.ErrBadSpec, timeoutErr)
+	}
 	n := 1
 	if arg != "" {
 		v, err := strconv.Atoi(arg)

@@ -65,7 +65,7 @@ func TestSessionRefusesMalformedFrames(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			l, done := startSession(t)
-			if _, err := l.conn.Write(frame); err != nil {
+			if _, err := l.t.(*streamTransport).conn.Write(frame); err != nil {
 				t.Fatal(err)
 			}
 			select {

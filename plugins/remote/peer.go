@@ -112,6 +112,7 @@ func (ps *peers) add(num int, l *link) {
 	ps.by[num] = p
 	ps.cond.Broadcast()
 	ps.mu.Unlock()
+	l.live(timing())
 	go ps.read(p)
 }
 
@@ -164,13 +165,29 @@ func (ps *peers) fired(num int, wait uint64, err error) {
 	ps.event(num, wait).Fire(err)
 }
 
-// tell lets device num know that our event id fired.
+// tell lets device num know that our event id fired. It never blocks: if
+// the host's introduction to num is still on its way, a goroutine waits
+// for it.
 func (ps *peers) tell(num int, id uint64, err error) {
-	p, err2 := ps.get(num)
-	if err2 == nil {
-		err2 = p.l.send(withErr(&proto.Msg{Type: proto.TEvent, ID: id}, err), nil)
+	ps.mu.Lock()
+	p := ps.by[num]
+	ps.mu.Unlock()
+	if p != nil {
+		ps.send(p, num, id, err)
+		return
 	}
-	if err2 != nil {
+	go func() {
+		p, err2 := ps.get(num)
+		if err2 != nil {
+			fmt.Fprintf(os.Stderr, "goffload device %d: cannot tell device %d that event %d fired: %v\n", ps.s.num, num, id, err2)
+			return
+		}
+		ps.send(p, num, id, err)
+	}()
+}
+
+func (ps *peers) send(p *peer, num int, id uint64, err error) {
+	if err2 := p.l.send(withErr(&proto.Msg{Type: proto.TEvent, ID: id}, err), nil); err2 != nil {
 		fmt.Fprintf(os.Stderr, "goffload device %d: cannot tell device %d that event %d fired: %v\n", ps.s.num, num, id, err2)
 	}
 }
@@ -207,7 +224,7 @@ func (ps *peers) exchange(num int, dst plugin.Ptr, src []byte) error {
 	if err := p.l.send(&proto.Msg{Type: proto.TExchange, ID: id, Ptr2: uint64(dst), Size: uint64(len(src))}, nil); err != nil {
 		return fmt.Errorf("%w: link to device %d: %v", plugin.ErrDeviceLost, num, err)
 	}
-	if err := p.l.sendData(id, src); err != nil {
+	if _, err := p.l.sendData(id, src, false); err != nil {
 		return fmt.Errorf("%w: link to device %d: %v", plugin.ErrDeviceLost, num, err)
 	}
 	return <-ch
@@ -252,11 +269,13 @@ func (ps *peers) serve(p *peer) error {
 		}
 		switch m.Type {
 		case proto.TExchange:
+			if m.Size > 1<<62 {
+				return fmt.Errorf("%w: exchange of %d bytes", proto.ErrFrame, m.Size)
+			}
 			b, err := ps.s.mem.Bytes(plugin.Ptr(m.Ptr2), int64(m.Size))
-			in := &incoming{dst: b, done: make(chan struct{})}
-			if err != nil { // take the data, then refuse it
-				in = &incoming{dst: make([]byte, m.Size), done: make(chan struct{})}
-				in.err = err
+			in := &incoming{dst: b, size: int(m.Size), done: make(chan struct{})}
+			if err != nil { // skip the data as it comes, then refuse it
+				in = &incoming{size: int(m.Size), err: err, done: make(chan struct{})}
 			}
 			if m.Size == 0 {
 				p.l.send(withErr(&proto.Msg{Type: proto.TXferDone, ID: m.ID}, in.err), nil)
@@ -266,7 +285,7 @@ func (ps *peers) serve(p *peer) error {
 			p.in[m.ID] = in
 			p.mu.Unlock()
 		case proto.TData:
-			in, err := receive(&p.mu, p.in, p.l.r, m)
+			in, err := receive(&p.mu, p.in, p.l, m)
 			if err != nil {
 				return err
 			}
@@ -327,8 +346,8 @@ func introduce(a, b *device) error {
 	return nil
 }
 
-// forget drops d's introductions when it closes.
-func forget(d *device) {
+// forgetIntroductions drops d's introductions when it closes.
+func forgetIntroductions(d *device) {
 	introductions.Lock()
 	defer introductions.Unlock()
 	for k := range introductions.done {

@@ -8,8 +8,10 @@ import (
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
-// queue is a remote queue: operations are sent at once and run in order on
-// the device; Synchronize sends a mark and waits for it to come back.
+// queue is a remote queue: operations are queued on the link at once, in
+// order, and go out together when the queue records an event or sends a
+// mark; they run in order on the device. Synchronize sends a mark and
+// waits for it to come back.
 type queue struct {
 	d      *device
 	id     uint32
@@ -18,13 +20,14 @@ type queue struct {
 	// mark a Query sent, if it has not been answered; held is an error a
 	// mark answered that is not reported yet.
 	dirty bool
-	query chan error
+	query chan *proto.Msg
 	held  error
 	// waited says a wait was sent since the last Synchronize: submits then
 	// are pulled, so they read host memory after the wait, not now.
 	waited bool
-	// buf holds frames not written yet.
-	buf []byte
+	// xfers are the transfers queued since the last record or mark: they
+	// are over (done, or skipped after a failure) once it comes back.
+	xfers []uint64
 	// waitedOn are other devices' events this queue waited on since its last
 	// mark or record: once it is past them, they fired, whether or not their
 	// own device's word has reached the host yet.
@@ -40,164 +43,197 @@ func pastWaits(evs []*event) {
 	}
 }
 
-func (q *queue) send(m *proto.Msg, payload []byte) error {
+// enqueue queues m for the device under d.mu (with reg, if set, registering
+// what m's answer needs), without waking the link's writer.
+func (q *queue) enqueue(m *proto.Msg, payload []byte, reg func(d *device)) error {
 	if q.closed {
-		return fmt.Errorf("%s: %w: queue is closed", q.d.name, plugin.ErrBadHandle)
+		return fmt.Errorf("%s: %w: queue is closed", q.d.name(), plugin.ErrBadHandle)
 	}
-	if err := q.d.alive(); err != nil {
+	d := q.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.aliveLocked(); err != nil {
 		return err
 	}
 	m.Queue = q.id
-	q.dirty = true
-	q.buf = proto.AppendFrame(q.buf, m, payload)
-	if len(q.buf) >= 64<<10 {
-		return q.flush()
+	if err := d.l.put(m, payload); err != nil {
+		return fmt.Errorf("%s: %w: %w", d.name(), plugin.ErrDeviceLost, err)
 	}
+	if reg != nil {
+		reg(d)
+	}
+	q.dirty = true
 	return nil
 }
 
-// flush writes the frames the queue holds back. A queue sends its frames in
-// one write when it records an event or sends a mark — the end of a task's
-// or a construct's operations — instead of one write each.
-func (q *queue) flush() error {
-	if len(q.buf) == 0 {
-		return nil
-	}
-	err := q.d.l.write(q.buf)
-	q.buf = q.buf[:0]
-	if err != nil {
-		q.d.lose(err)
-		return q.d.alive()
-	}
-	return nil
+// xfer numbers a transfer of q, under d.mu.
+func (q *queue) xfer(d *device) uint64 {
+	d.next++
+	q.xfers = append(q.xfers, d.next)
+	return d.next
 }
 
 func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
-	m := &proto.Msg{Type: proto.TSubmit, ID: q.d.id(), Ptr: uint64(dst), Size: uint64(len(src))}
+	m := &proto.Msg{Type: proto.TSubmit, Ptr: uint64(dst), Size: uint64(len(src))}
 	if len(src) <= proto.MaxInline && !q.waited {
-		return q.send(m, src)
+		return q.enqueue(m, src, func(d *device) {})
 	}
-	m.Ptr2 = 1 // pulled
-	q.d.mu.Lock()
-	q.d.pushes[m.ID] = src
-	q.d.mu.Unlock()
-	return q.send(m, nil)
+	m.Ptr2 = 1 // pulled when the device's queue reaches it
+	return q.enqueueXfer(m, func(d *device, id uint64) { d.pushes[id] = src })
+}
+
+// enqueueXfer queues transfer m, numbered and registered by reg under d.mu
+// before it is queued.
+func (q *queue) enqueueXfer(m *proto.Msg, reg func(d *device, id uint64)) error {
+	if q.closed {
+		return fmt.Errorf("%s: %w: queue is closed", q.d.name(), plugin.ErrBadHandle)
+	}
+	d := q.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.aliveLocked(); err != nil {
+		return err
+	}
+	m.Queue, m.ID = q.id, q.xfer(d)
+	reg(d, m.ID)
+	if err := d.l.put(m, nil); err != nil {
+		return fmt.Errorf("%s: %w: %w", d.name(), plugin.ErrDeviceLost, err)
+	}
+	q.dirty = true
+	return nil
 }
 
 func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	m := &proto.Msg{Type: proto.TRetrieve, ID: q.d.id(), Ptr: uint64(src), Size: uint64(len(dst))}
-	q.d.mu.Lock()
-	q.d.pulls[m.ID] = &incoming{dst: dst}
-	q.d.mu.Unlock()
-	return q.send(m, nil)
+	m := &proto.Msg{Type: proto.TRetrieve, Ptr: uint64(src), Size: uint64(len(dst))}
+	return q.enqueueXfer(m, func(d *device, id uint64) { d.pulls[id] = &incoming{dst: dst, size: len(dst)} })
 }
 
 func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) error {
 	other, ok := dst.(*device)
 	if !ok {
-		return fmt.Errorf("%s: exchange to a %s device: %w", q.d.name, dst.Info().Kind, plugin.ErrUnsupported)
+		return fmt.Errorf("%s: exchange to a %s device: %w", q.d.name(), dst.Info().Kind, plugin.ErrUnsupported)
+	}
+	if size < 0 {
+		return fmt.Errorf("%s: %w: exchange of %d bytes", q.d.name(), plugin.ErrBadPointer, size)
 	}
 	if other != q.d {
 		if err := introduce(q.d, other); err != nil {
-			return fmt.Errorf("%s: %w", q.d.name, err)
+			return fmt.Errorf("%s: %w", q.d.name(), err)
 		}
 	}
-	return q.send(&proto.Msg{Type: proto.TExchange, ID: q.d.id(), Ptr: uint64(src), Ptr2: uint64(dstPtr), Size: uint64(size), Kernel: uint32(other.num)}, nil)
+	return q.enqueue(&proto.Msg{Type: proto.TExchange, Ptr: uint64(src), Ptr2: uint64(dstPtr), Size: uint64(size), Kernel: uint32(other.num)}, nil, nil)
 }
 
 func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
 	if k == nil || k.Index < 0 {
-		return fmt.Errorf("%s: %w: not a kernel of the image", q.d.name, plugin.ErrBadKernel)
+		return fmt.Errorf("%s: %w: not a kernel of the image", q.d.name(), plugin.ErrBadKernel)
 	}
 	if k.Index >= q.d.count {
 		return fmt.Errorf("%s: %w: kernel %q was registered after the device process started (it has %d kernels); register kernels at package init",
-			q.d.name, plugin.ErrBadKernel, k.Name, q.d.count)
+			q.d.name(), plugin.ErrBadKernel, k.Name, q.d.count)
 	}
 	b, err := proto.AppendArgs(nil, k, args)
 	if err != nil {
-		return fmt.Errorf("%s: %w", q.d.name, err)
+		return fmt.Errorf("%s: %w", q.d.name(), err)
 	}
 	if len(b) > proto.MaxInline {
-		return fmt.Errorf("%s: %w: kernel %q arguments take %d bytes, more than %d", q.d.name, plugin.ErrBadKernel, k.Name, len(b), proto.MaxInline)
+		return fmt.Errorf("%s: %w: kernel %q arguments take %d bytes, more than %d", q.d.name(), plugin.ErrBadKernel, k.Name, len(b), proto.MaxInline)
 	}
-	return q.send(&proto.Msg{Type: proto.TLaunch, Kernel: uint32(k.Index)}, b)
+	return q.enqueue(&proto.Msg{Type: proto.TLaunch, Kernel: uint32(k.Index)}, b, nil)
 }
 
 func (q *queue) Record(e plugin.Event) error {
 	ev, ok := e.(*event)
 	if !ok || ev.d != q.d {
-		return fmt.Errorf("%s: %w: event %T is not of this device", q.d.name, plugin.ErrBadHandle, e)
+		return fmt.Errorf("%s: %w: event %T is not of this device", q.d.name(), plugin.ErrBadHandle, e)
 	}
 	if q.closed {
-		return fmt.Errorf("%s: %w: queue is closed", q.d.name, plugin.ErrBadHandle)
+		return fmt.Errorf("%s: %w: queue is closed", q.d.name(), plugin.ErrBadHandle)
 	}
 	if err := ev.ev.Arm(); err != nil {
-		return fmt.Errorf("%s: %w", q.d.name, err)
+		return fmt.Errorf("%s: %w", q.d.name(), err)
 	}
-	q.d.mu.Lock()
-	ev.implies, q.waitedOn = q.waitedOn, nil
-	q.d.mu.Unlock()
-	if err := q.send(&proto.Msg{Type: proto.TRecord, ID: ev.id}, nil); err != nil {
+	err := q.enqueue(&proto.Msg{Type: proto.TRecord, ID: ev.id}, nil, func(d *device) {
+		ev.implies, q.waitedOn = q.waitedOn, nil
+		ev.xfers, q.xfers = q.xfers, nil
+	})
+	if err != nil {
+		ev.ev.Fire(err) // recorded, and will never fire otherwise
 		return err
 	}
-	return q.flush()
+	q.d.l.flush()
+	return nil
 }
 
 func (q *queue) Wait(e plugin.Event) error {
 	ev, ok := e.(*event)
 	if !ok || !q.d.CanWait(e) {
-		return fmt.Errorf("%s: wait on a %T: %w", q.d.name, e, plugin.ErrUnsupported)
+		return fmt.Errorf("%s: wait on a %T: %w", q.d.name(), e, plugin.ErrUnsupported)
 	}
 	if !ev.ev.Recorded() {
-		return fmt.Errorf("%s: wait: %w", q.d.name, plugin.ErrNotRecorded)
+		return fmt.Errorf("%s: wait: %w", q.d.name(), plugin.ErrNotRecorded)
 	}
 	if q.closed {
-		return fmt.Errorf("%s: %w: queue is closed", q.d.name, plugin.ErrBadHandle)
+		return fmt.Errorf("%s: %w: queue is closed", q.d.name(), plugin.ErrBadHandle)
 	}
-	if fired, err := ev.ev.Query(); fired && err == nil {
-		return nil // nothing to wait for (and the device may have forgotten it)
-	}
-	q.waited = true
 	if ev.d == q.d {
-		return q.send(&proto.Msg{Type: proto.TWait, ID: ev.id}, nil)
+		d := q.d
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if err := d.aliveLocked(); err != nil {
+			return err
+		}
+		if skip, err := ev.settled(); skip || err != nil {
+			return err
+		}
+		q.waited, q.dirty = true, true
+		// Queued under d.mu after the check: the batch that makes the device
+		// forget the event goes out after this wait.
+		return d.l.put(&proto.Msg{Type: proto.TWait, Queue: q.id, ID: ev.id}, nil)
 	}
 	// Another device process's event: it tells ours over their peer link
 	// when it fires, and the host is not in between.
-	q.waitedOn = append(q.waitedOn, ev)
 	if err := introduce(q.d, ev.d); err != nil {
-		return fmt.Errorf("%s: %w", q.d.name, err)
+		return fmt.Errorf("%s: %w", q.d.name(), err)
 	}
-	wait := q.d.id()
-	if err := ev.d.l.send(&proto.Msg{Type: proto.TNotify, ID: ev.id, Ptr: wait, Kernel: uint32(q.d.num)}, nil); err != nil {
-		ev.d.lose(err)
-		return fmt.Errorf("%s: wait on %s: %w", q.d.name, ev.d.name, ev.d.alive())
+	o := ev.d
+	o.mu.Lock()
+	if err := o.aliveLocked(); err != nil {
+		o.mu.Unlock()
+		return fmt.Errorf("%s: wait on %s: %w", q.d.name(), o.name(), err)
 	}
-	return q.send(&proto.Msg{Type: proto.TWait, Ptr2: 1, Kernel: uint32(ev.d.num), Ptr: wait}, nil)
+	if skip, err := ev.settled(); skip || err != nil {
+		o.mu.Unlock()
+		return err
+	}
+	o.next++
+	wait := o.next
+	err := o.l.send(&proto.Msg{Type: proto.TNotify, ID: ev.id, Ptr: wait, Kernel: uint32(q.d.num)}, nil)
+	o.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("%s: wait on %s: %w: %w", q.d.name(), o.name(), plugin.ErrDeviceLost, err)
+	}
+	q.waitedOn = append(q.waitedOn, ev)
+	q.waited = true
+	return q.enqueue(&proto.Msg{Type: proto.TWait, Ptr2: 1, Kernel: uint32(o.num), Ptr: wait}, nil, nil)
 }
 
 // mark sends a sync mark and returns the channel its answer comes on.
-func (q *queue) mark() (chan error, error) {
-	ch := make(chan error, 1)
-	m := &proto.Msg{Type: proto.TSync, ID: q.d.id()}
-	q.d.mu.Lock()
-	q.d.syncs[m.ID] = ch
-	q.d.mu.Unlock()
-	err := q.send(m, nil)
-	if err == nil {
-		err = q.flush()
+func (q *queue) mark() (chan *proto.Msg, error) {
+	if q.closed {
+		return nil, fmt.Errorf("%s: %w: queue is closed", q.d.name(), plugin.ErrBadHandle)
 	}
+	ch, err := q.d.request(&proto.Msg{Type: proto.TSync, Queue: q.id}, q.xfers, true)
 	if err != nil {
-		q.d.mu.Lock()
-		delete(q.d.syncs, m.ID)
-		q.d.mu.Unlock()
 		return nil, err
 	}
+	q.xfers = nil
 	q.dirty = false
 	return ch, nil
 }
@@ -208,9 +244,11 @@ func (q *queue) hold(err error) {
 	}
 }
 
+func answer(m *proto.Msg) error { return decodeErr(m.Code, m.Text) }
+
 func (q *queue) Synchronize() error {
 	if q.query != nil { // a Query's mark is out: its answer comes first
-		q.hold(<-q.query)
+		q.hold(answer(<-q.query))
 		q.query = nil
 	}
 	if q.dirty {
@@ -220,7 +258,7 @@ func (q *queue) Synchronize() error {
 		if err != nil {
 			return err
 		}
-		err = <-ch
+		err = answer(<-ch)
 		if err == nil {
 			pastWaits(waited)
 		}
@@ -235,9 +273,9 @@ func (q *queue) Synchronize() error {
 func (q *queue) Query() (bool, error) {
 	if q.query != nil {
 		select {
-		case err := <-q.query:
+		case m := <-q.query:
 			q.query = nil
-			q.hold(err)
+			q.hold(answer(m))
 		default:
 			return false, nil
 		}
@@ -261,8 +299,11 @@ func (q *queue) Close() error {
 		return nil
 	}
 	err := q.Synchronize()
-	q.send(&proto.Msg{Type: proto.TCloseQueue}, nil)
-	q.flush()
+	q.d.mu.Lock()
+	if q.d.aliveLocked() == nil {
+		q.d.l.send(&proto.Msg{Type: proto.TCloseQueue, Queue: q.id}, nil)
+	}
+	q.d.mu.Unlock()
 	q.closed = true
 	return err
 }
@@ -273,11 +314,31 @@ type event struct {
 	id uint64
 	ev *opqueue.Event
 	// Guarded by d.mu: closed by the host; heard from the device that it
-	// fired; implies are other devices' events the recording queue waited
-	// on before this one (if this one fires without error, they fired).
+	// fired, with err; implies are other devices' events the recording
+	// queue waited on before this one (if this one fires without error,
+	// they fired); xfers are the transfers the recording queue queued
+	// before it (over when it fires).
 	closed  bool
 	heard   bool
+	err     error
 	implies []*event
+	xfers   []uint64
+}
+
+// settled reports, under e.d.mu, whether a wait on e would be over at
+// once: skip if e fired without error; an error if it fired with one.
+func (e *event) settled() (skip bool, err error) {
+	if e.heard {
+		if e.err != nil {
+			return false, fmt.Errorf("%s: waited-for event failed: %w", e.d.name(), e.err)
+		}
+		return true, nil
+	}
+	fired, err := e.ev.Query()
+	if fired && err == nil { // a queue got past it on its device
+		return true, nil
+	}
+	return false, nil
 }
 
 func (e *event) Synchronize() error {
@@ -298,17 +359,20 @@ func (e *event) Query() (bool, error) {
 
 func (e *event) Close() error {
 	if err := e.ev.Close(); err != nil {
-		return fmt.Errorf("%s: %w", e.d.name, err)
+		return fmt.Errorf("%s: %w", e.d.name(), err)
 	}
-	e.d.mu.Lock()
+	d := e.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e.closed || d.events == nil { // closed twice, or the device is lost
+		return nil
+	}
 	e.closed = true
-	heard := e.heard
-	if heard || !e.ev.Recorded() { // no word from the device is to come
-		delete(e.d.events, e.id)
-	}
-	e.d.mu.Unlock()
-	if heard {
-		e.d.forget(e.id)
+	switch {
+	case e.heard: // no queue will wait on it again
+		d.forgetLocked(e)
+	case !e.ev.Recorded(): // no word from the device is to come
+		delete(d.events, e.id)
 	}
 	return nil
 }

@@ -68,6 +68,7 @@ func (s *session) serve() error {
 	if err := s.hello(); err != nil {
 		return err
 	}
+	s.l.live(timing())
 	for {
 		m, err := s.l.r.ReadMsg()
 		if err != nil {
@@ -86,6 +87,7 @@ func (s *session) serve() error {
 }
 
 func (s *session) close() {
+	s.l.close(closeTimeout) // what is queued (a refusal, the last replies) goes out first
 	s.mu.Lock()
 	qs := s.queues
 	s.queues = map[uint32]*opqueue.Queue{}
@@ -147,14 +149,23 @@ func (s *session) queue(id uint32) *opqueue.Queue {
 	return q
 }
 
+// event returns the event id the host recorded, or nil if there is none
+// (an id the host never recorded, or one it told us to forget).
 func (s *session) event(id uint64) *opqueue.Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ev := s.events[id]
-	if ev == nil {
-		ev = opqueue.NewEvent()
-		s.events[id] = ev
+	return s.events[id]
+}
+
+// newEvent makes event id for a record; nil if the id is taken.
+func (s *session) newEvent(id uint64) *opqueue.Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.events[id] != nil {
+		return nil
 	}
+	ev := opqueue.NewEvent()
+	s.events[id] = ev
 	return ev
 }
 
@@ -195,11 +206,14 @@ func (s *session) handle(m *proto.Msg) error {
 			if err != nil {
 				return err
 			}
-			if err := s.l.sendData(id, b); err != nil {
+			// The writer numbers retrieves in the order they go out, the
+			// order the host acknowledges them in.
+			seq, err := s.l.sendData(id, b, true)
+			if err != nil {
 				return err
 			}
 			s.xmu.Lock()
-			s.sent++
+			s.sent = max(s.sent, seq)
 			s.xmu.Unlock()
 			return nil
 		})
@@ -238,10 +252,11 @@ func (s *session) handle(m *proto.Msg) error {
 	case proto.TLaunch:
 		return s.launch(m)
 	case proto.TRecord:
-		ev, id := s.event(m.ID), m.ID
-		if err := ev.Arm(); err != nil {
-			return s.queue(m.Queue).Do(func() error { return fmt.Errorf("%w: record: %v", plugin.ErrBadHandle, err) })
+		ev, id := s.newEvent(m.ID), m.ID
+		if ev == nil {
+			return s.queue(m.Queue).Do(func() error { return fmt.Errorf("%w: record: event %d is recorded already", plugin.ErrBadHandle, id) })
 		}
+		ev.Arm()
 		return s.queue(m.Queue).Mark(false, func(failed error) error {
 			s.xmu.Lock()
 			need := s.sent // peers hear of the event once the host has this data
@@ -262,13 +277,17 @@ func (s *session) handle(m *proto.Msg) error {
 		if m.Ptr2 == 1 { // another device's event: that device tells us when it fires
 			return q.Wait(s.peers.event(int(m.Kernel), m.Ptr))
 		}
-		ev := s.event(m.ID)
-		if !ev.Recorded() {
-			return q.Do(func() error { return fmt.Errorf("wait: %w", plugin.ErrNotRecorded) })
+		ev, id := s.event(m.ID), m.ID
+		if ev == nil {
+			return q.Do(func() error { return fmt.Errorf("wait on event %d: %w", id, plugin.ErrNotRecorded) })
 		}
 		return q.Wait(ev)
 	case proto.TNotify:
 		ev, id, n := s.event(m.ID), m.ID, notify{peer: int(m.Kernel), wait: m.Ptr}
+		if ev == nil {
+			s.tell(n, fmt.Errorf("wait on event %d of device %d: %w", id, s.num, plugin.ErrNotRecorded), 0)
+			return nil
+		}
 		s.xmu.Lock()
 		fired, err := ev.Query()
 		if !fired { // the record tells the peer when it fires
@@ -351,12 +370,15 @@ func (s *session) submit(m *proto.Msg) error {
 	if m.PayloadLen != 0 {
 		return fmt.Errorf("%w: pulled submit carries a payload", proto.ErrFrame)
 	}
+	if size < 0 || m.Size > 1<<62 {
+		return fmt.Errorf("%w: submit of %d bytes", proto.ErrFrame, m.Size)
+	}
 	return q.Do(func() error {
 		b, err := s.mem.Bytes(dst, size)
 		if err != nil {
 			return err
 		}
-		p := &incoming{dst: b, done: make(chan struct{})}
+		p := &incoming{dst: b, size: len(b), done: make(chan struct{})}
 		s.mu.Lock()
 		s.pulls[id] = p
 		s.mu.Unlock()
@@ -373,7 +395,7 @@ func (s *session) submit(m *proto.Msg) error {
 
 // data reads a fragment of a pulled submit straight into device memory.
 func (s *session) data(m *proto.Msg) error {
-	in, err := receive(&s.mu, s.pulls, s.l.r, m)
+	in, err := receive(&s.mu, s.pulls, s.l, m)
 	if in != nil {
 		close(in.done)
 	}

@@ -31,7 +31,7 @@ import (
 
 // Version is the protocol version; a peer with another version is refused at
 // hello.
-const Version = 1
+const Version = 2
 
 // Magic opens every hello.
 const Magic = "GOFFLOAD"
@@ -77,11 +77,12 @@ const (
 	TNotify                     // →d id (event), kernel (peer device): tell the peer when the event fires
 	TExit                       // →d: end the session
 	TForget                     // →d payload: ids (8 bytes each) of events the host closed after they fired
+	TPing                       // ↔ nothing: the link is alive (sent on idle links; every frame counts as a sign of life)
 	tMax
 )
 
 var typeNames = [...]string{"", "hello", "auth", "reply", "alloc", "free", "info", "closequeue", "submit", "pull",
-	"data", "retrieve", "xferdone", "exchange", "launch", "record", "wait", "sync", "syncdone", "event", "notify", "exit", "forget"}
+	"data", "retrieve", "xferdone", "exchange", "launch", "record", "wait", "sync", "syncdone", "event", "notify", "exit", "forget", "ping"}
 
 // String is the type's name.
 func (t Type) String() string {

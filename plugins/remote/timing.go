@@ -1,0 +1,51 @@
+package remote
+
+import (
+	"fmt"
+	"os"
+	"time"
+)
+
+// envTimeout names how long a link may stay silent before the process at
+// the other end counts as lost.
+const envTimeout = "GOFFLOAD_DEVICE_TIMEOUT"
+
+// defaultTimeout is the device timeout when GOFFLOAD_DEVICE_TIMEOUT is
+// unset: long enough for a loaded machine's pauses, short enough that a job
+// learns of a hung device in well under a minute.
+const defaultTimeout = 30 * time.Second
+
+// closeTimeout bounds how long closing a link waits for its queued frames
+// to be written.
+const closeTimeout = 2 * time.Second
+
+// parseTimeout reads GOFFLOAD_DEVICE_TIMEOUT: a Go duration of at least
+// 10ms, or 0 for no timeout (a hung device then hangs its callers).
+func parseTimeout(s string) (time.Duration, error) {
+	if s == "" {
+		return defaultTimeout, nil
+	}
+	d, err := time.ParseDuration(s)
+	if s == "0" {
+		d, err = 0, nil
+	}
+	if err != nil || d < 0 || (d > 0 && d < 10*time.Millisecond) {
+		return 0, fmt.Errorf("%s=%q: want a duration of at least 10ms (like 30s), or 0 for none", envTimeout, s)
+	}
+	return d, nil
+}
+
+// deviceTimeout is GOFFLOAD_DEVICE_TIMEOUT, or the error that explains a
+// bad value (the plugin's Open returns it, so Start fails).
+var deviceTimeout, timeoutErr = parseTimeout(os.Getenv(envTimeout))
+
+// timing returns a live link's heartbeat interval and timeout: a ping at
+// least four times per timeout, and at least every second.
+func timing() (interval, timeout time.Duration) {
+	timeout = deviceTimeout
+	interval = time.Second
+	if timeout > 0 && timeout/4 < interval {
+		interval = max(timeout/4, 2*time.Millisecond)
+	}
+	return interval, timeout
+}

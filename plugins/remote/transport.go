@@ -1,0 +1,72 @@
+package remote
+
+import (
+	"bufio"
+	"net"
+
+	"github.com/goffload/offload/plugins/remote/proto"
+)
+
+// Transport carries one link's frames between two processes: ordered
+// control frames, and bulk data in fragments that are written from, and
+// read into, the transfer's own memory. The engine above it (link, device,
+// session, peers) is the same whatever carries the frames: the socket
+// transport here, MPI in its own.
+//
+// A link uses its transport from exactly two goroutines: its writer calls
+// the Write methods, its reader the Read methods. Frames arrive in the order
+// they were written, data fragments included.
+type Transport interface {
+	// WriteFrames writes encoded control frames (proto.AppendFrame), in
+	// order; frames may be several, concatenated.
+	WriteFrames(frames []byte) error
+	// WriteData writes one fragment of bulk transfer id: the bytes at
+	// offset off of the transfer, written straight from data.
+	WriteData(id uint64, off int, data []byte) error
+	// ReadMsg reads the next frame. A payload of at most proto.MaxInline
+	// bytes comes in m.Payload (valid until the next ReadMsg); a larger one
+	// must be read with ReadPayload, or skipped with Discard, before the
+	// next ReadMsg.
+	ReadMsg() (*proto.Msg, error)
+	// ReadPayload reads m's payload into dst, which is m.PayloadLen bytes.
+	ReadPayload(m *proto.Msg, dst []byte) error
+	// Discard skips m's payload.
+	Discard(m *proto.Msg) error
+	// Close ends the transport: blocked reads and writes return errors.
+	Close() error
+}
+
+// streamTransport is a Transport over a byte stream (a Unix or TCP socket):
+// frames are length-prefixed, and a data fragment is its header and payload
+// in one writev.
+type streamTransport struct {
+	conn net.Conn
+	*proto.Reader
+	hdr []byte
+}
+
+// newStreamTransport frames conn. Its reader spins briefly before parking
+// (spin.go); the buffer is small, so that the payload of a large fragment is
+// read straight into place rather than through it.
+func newStreamTransport(conn net.Conn) *streamTransport {
+	return &streamTransport{conn: conn, Reader: proto.NewReader(bufio.NewReaderSize(spinning(conn), 16<<10))}
+}
+
+func (t *streamTransport) WriteFrames(frames []byte) error {
+	_, err := t.conn.Write(frames)
+	return err
+}
+
+func (t *streamTransport) WriteData(id uint64, off int, data []byte) error {
+	m := proto.Msg{Type: proto.TData, ID: id, Ptr: uint64(off)}
+	t.hdr = proto.AppendHeader(appendLen(t.hdr[:0], proto.FrameLen(&m, len(data))), &m, len(data))
+	bufs := net.Buffers{t.hdr, data}
+	_, err := bufs.WriteTo(t.conn)
+	return err
+}
+
+func (t *streamTransport) Close() error { return t.conn.Close() }
+
+func appendLen(b []byte, n int) []byte {
+	return append(b, byte(n), byte(n>>8), byte(n>>16), byte(n>>24))
+}
