@@ -46,11 +46,11 @@ type device struct {
 	mu     sync.Mutex
 	next   uint64
 	nq     uint32
-	calls  map[uint64]*call      // requests and sync marks waiting for their answer
-	events map[uint64]*event     // events the device will fire, or that queues may still wait on
-	pushes map[uint64][]byte     // pulled submits: data the device will pull
-	pulls  map[uint64]*incoming  // retrieves: where arriving data goes
-	forget []uint64              // closed, fired events for the device to forget, sent in batches
+	calls  map[uint64]*call     // requests and sync marks waiting for their answer
+	events map[uint64]*event    // events the device will fire, or that queues may still wait on
+	pushes map[uint64][]byte    // pulled submits: data the device will pull
+	pulls  map[uint64]*incoming // retrieves: where arriving data goes
+	forget []uint64             // closed, fired events for the device to forget, sent in batches
 	lost   error
 	closed bool
 
@@ -78,7 +78,7 @@ func newDevice(l *link, name string) *device {
 	return d
 }
 
-func (d *device) name() string      { return *d.label.Load() }
+func (d *device) name() string     { return *d.label.Load() }
 func (d *device) setName(s string) { d.label.Store(&s) }
 
 // hello greets the device process and checks that it runs our code.
