@@ -6,7 +6,6 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"time"
 
 	"github.com/goffload/offload/internal/plugin"
 )
@@ -89,25 +88,13 @@ func serve() error {
 
 // ServeTCP serves hosts that connect to ln and prove secret, each in its own
 // session, until ln is closed. A host that fails the proof is refused and
-// the device goes on serving others.
+// the device goes on serving others. Until a host has proved the secret,
+// its connection is bounded: at most 64 connections are in the handshake at
+// once (a newer one closes the oldest), a handshake must end within 5
+// seconds, and a handshake frame is at most a few hundred bytes. Errors
+// accepting a connection (out of descriptors) pause the device, 5 ms
+// doubling up to 1 s, rather than end it. Refusals go to stderr, at most 10
+// lines a second.
 func ServeTCP(ln net.Listener, secret string, img *plugin.Image, cores int) error {
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			return err
-		}
-		go func() {
-			l := newLink(conn)
-			conn.SetDeadline(time.Now().Add(10 * time.Second))
-			if err := authDevice(l, secret); err != nil {
-				fmt.Fprintf(os.Stderr, "goffload device: refused host %s: %v\n", conn.RemoteAddr(), err)
-				l.fail(err)
-				return
-			}
-			conn.SetDeadline(time.Time{})
-			if err := newSession(l, img, cores).serve(); err != nil && err != errSessionOver {
-				fmt.Fprintf(os.Stderr, "goffload device: session with %s: %v\n", conn.RemoteAddr(), err)
-			}
-		}()
-	}
+	return newTCPServer(ln, secret, img, cores).serve()
 }

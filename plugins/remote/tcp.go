@@ -1,15 +1,20 @@
 package remote
 
 import (
+	"container/list"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/goffload/offload/internal/plugin"
@@ -46,14 +51,13 @@ func openTCP(addr string) ([]plugin.Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := newLink(conn)
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	if err := authHost(l, secret); err != nil {
+	if err := authHost(conn, secret); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("tcp://%s: %w", addr, err)
 	}
 	conn.SetDeadline(time.Time{})
-	d := newDevice(l, "remote device tcp://"+addr)
+	d := newDevice(newLink(conn), "remote device tcp://"+addr)
 	d.closeFn = func() error { return nil }
 	return []plugin.Device{d}, nil
 }
@@ -71,15 +75,56 @@ func nonce() []byte {
 	return b
 }
 
+// The handshake is read straight from the connection, frame by frame with
+// no read-ahead, before the link (and its buffers) exist: a party that has
+// not proved the secret can make the other side read at most maxAuthFrame
+// bytes a frame, and allocate no more. The longest handshake frame is the
+// host's proof (two hex strings) or a refusal with its reason.
+const maxAuthFrame = proto.HeaderSize + 512
+
+// readAuth reads one handshake frame: a TAuth frame without payload, of at
+// most maxAuthFrame bytes.
+func readAuth(r io.Reader) (*proto.Msg, error) {
+	var lw [4]byte
+	if _, err := io.ReadFull(r, lw[:]); err != nil {
+		return nil, err
+	}
+	n := int(binary.LittleEndian.Uint32(lw[:]))
+	if n < proto.HeaderSize || n > maxAuthFrame {
+		return nil, fmt.Errorf("%w: a handshake frame of %d bytes; want [%d, %d] before authentication", proto.ErrFrame, n, proto.HeaderSize, maxAuthFrame)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	m, err := proto.ParseHeader(body, n)
+	if err != nil {
+		return nil, err
+	}
+	if m.Type != proto.TAuth || m.PayloadLen != 0 {
+		return nil, fmt.Errorf("%w: want an auth frame without payload, got %s with %d payload bytes", proto.ErrFrame, m.Type, m.PayloadLen)
+	}
+	return m, nil
+}
+
+// writeAuth writes one handshake frame.
+func writeAuth(w io.Writer, m *proto.Msg) error {
+	if len(m.Text) > maxAuthFrame-proto.HeaderSize {
+		m.Text = m.Text[:maxAuthFrame-proto.HeaderSize]
+	}
+	_, err := w.Write(proto.AppendFrame(nil, m, nil))
+	return err
+}
+
 // authHost proves the secret to a device and checks the device's proof; the
 // secret itself never crosses the wire.
-func authHost(l *link, secret string) error {
-	m, err := l.r.ReadMsg()
+func authHost(conn io.ReadWriter, secret string) error {
+	m, err := readAuth(conn)
 	if err != nil {
 		return fmt.Errorf("reading the device's challenge: %w", err)
-	}
-	if m.Type != proto.TAuth {
-		return fmt.Errorf("%w: want a challenge, got %s", proto.ErrFrame, m.Type)
 	}
 	nd, err := hex.DecodeString(m.Text)
 	if err != nil || len(nd) != 32 {
@@ -87,10 +132,10 @@ func authHost(l *link, secret string) error {
 	}
 	nh := nonce()
 	proof := hex.EncodeToString(mac(secret, "host", nd)) + " " + hex.EncodeToString(nh)
-	if err := l.send(&proto.Msg{Type: proto.TAuth, Text: proof}, nil); err != nil {
+	if err := writeAuth(conn, &proto.Msg{Type: proto.TAuth, Text: proof}); err != nil {
 		return err
 	}
-	m, err = l.r.ReadMsg()
+	m, err = readAuth(conn)
 	if err != nil {
 		return fmt.Errorf("%w: the device closed the connection: %v", ErrAuth, err)
 	}
@@ -98,19 +143,19 @@ func authHost(l *link, secret string) error {
 		return fmt.Errorf("the device refused the host: %w", err)
 	}
 	got, err := hex.DecodeString(m.Text)
-	if m.Type != proto.TAuth || err != nil || !hmac.Equal(got, mac(secret, "device", nh)) {
+	if err != nil || !hmac.Equal(got, mac(secret, "device", nh)) {
 		return fmt.Errorf("%w: the device did not prove the shared secret (GOFFLOAD_SECRET differs)", ErrAuth)
 	}
 	return nil
 }
 
 // authDevice challenges a host; on failure it tells the host why.
-func authDevice(l *link, secret string) error {
+func authDevice(conn io.ReadWriter, secret string) error {
 	nd := nonce()
-	if err := l.send(&proto.Msg{Type: proto.TAuth, Text: hex.EncodeToString(nd)}, nil); err != nil {
+	if err := writeAuth(conn, &proto.Msg{Type: proto.TAuth, Text: hex.EncodeToString(nd)}); err != nil {
 		return err
 	}
-	m, err := l.r.ReadMsg()
+	m, err := readAuth(conn)
 	if err != nil {
 		return fmt.Errorf("reading the host's proof: %w", err)
 	}
@@ -120,10 +165,186 @@ func authDevice(l *link, secret string) error {
 		proof, _ = hex.DecodeString(f[0])
 		nh, _ = hex.DecodeString(f[1])
 	}
-	if m.Type != proto.TAuth || len(nh) != 32 || !hmac.Equal(proof, mac(secret, "host", nd)) {
+	if len(nh) != 32 || !hmac.Equal(proof, mac(secret, "host", nd)) {
 		err := fmt.Errorf("%w: the host did not prove the shared secret (GOFFLOAD_SECRET differs or is unset)", ErrAuth)
-		l.send(withErr(&proto.Msg{Type: proto.TAuth}, err), nil)
+		writeAuth(conn, withErr(&proto.Msg{Type: proto.TAuth}, err))
 		return err
 	}
-	return l.send(&proto.Msg{Type: proto.TAuth, Text: hex.EncodeToString(mac(secret, "device", nh))}, nil)
+	return writeAuth(conn, &proto.Msg{Type: proto.TAuth, Text: hex.EncodeToString(mac(secret, "device", nh))})
+}
+
+// Limits of a TCP device on connections whose host has not proved the
+// secret yet.
+const (
+	// maxHandshakes is how many connections a TCP device holds in the
+	// handshake at once. When another arrives, the oldest is closed: a
+	// flood of connections costs the device at most this many descriptors
+	// and goroutines, and an honest host, whose handshake takes one round
+	// trip, gets through unless maxHandshakes connections arrive within
+	// that round trip.
+	maxHandshakes = 64
+	// handshakeTimeout bounds a whole handshake, however the host sends
+	// (nothing, or a byte at a time).
+	handshakeTimeout = 5 * time.Second
+	// Accept errors other than a closed listener (out of descriptors, a
+	// connection aborted) are retried after a pause that doubles from
+	// acceptBackoffMin up to acceptBackoffMax, as net/http does.
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
+
+// tcpServer serves hosts on a listener.
+type tcpServer struct {
+	ln     net.Listener
+	secret string
+	img    *plugin.Image
+	cores  int
+
+	maxHandshakes int
+	timeout       time.Duration
+	log           *rateLog
+
+	mu      sync.Mutex
+	pending list.List // of *handshake, oldest first
+	evicted int       // handshakes closed to make room, in all
+}
+
+// handshake is a connection whose host has not proved the secret yet.
+type handshake struct {
+	conn    net.Conn
+	evicted bool // closed to make room for a newer one (under mu)
+}
+
+func newTCPServer(ln net.Listener, secret string, img *plugin.Image, cores int) *tcpServer {
+	return &tcpServer{
+		ln: ln, secret: secret, img: img, cores: cores,
+		maxHandshakes: maxHandshakes, timeout: handshakeTimeout,
+		log: &rateLog{w: os.Stderr, every: time.Second, burst: 10},
+	}
+}
+
+// serve accepts connections until the listener is closed or fails for good.
+func (s *tcpServer) serve() error {
+	var delay time.Duration
+	for {
+		conn, err := s.ln.Accept()
+		if err != nil {
+			if !temporary(err) {
+				return err
+			}
+			delay = min(max(2*delay, acceptBackoffMin), acceptBackoffMax)
+			s.log.printf("goffload device: accept on %s: %v; retrying in %v", s.ln.Addr(), err, delay)
+			time.Sleep(delay)
+			continue
+		}
+		delay = 0
+		go s.handle(conn, s.admit(conn))
+	}
+}
+
+// admit enters conn among the handshakes, closing the oldest if there are
+// too many.
+func (s *tcpServer) admit(conn net.Conn) *list.Element {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending.Len() >= s.maxHandshakes {
+		old := s.pending.Remove(s.pending.Front()).(*handshake)
+		old.evicted = true
+		old.conn.Close()
+		s.evicted++
+		s.log.printf("goffload device: %d hosts in the handshake: closed the oldest connection, from %s (%d closed so far)",
+			s.maxHandshakes, old.conn.RemoteAddr(), s.evicted)
+	}
+	return s.pending.PushBack(&handshake{conn: conn})
+}
+
+// leave takes e out of the handshakes; it reports false if e was closed to
+// make room.
+func (s *tcpServer) leave(e *list.Element) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.Value.(*handshake).evicted {
+		return false
+	}
+	s.pending.Remove(e)
+	return true
+}
+
+// handshaking is how many connections are in the handshake.
+func (s *tcpServer) handshaking() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pending.Len()
+}
+
+// handle authenticates the host on conn and serves it.
+func (s *tcpServer) handle(conn net.Conn, e *list.Element) {
+	conn.SetDeadline(time.Now().Add(s.timeout))
+	err := authDevice(conn, s.secret)
+	if !s.leave(e) {
+		conn.Close() // admit said why
+		return
+	}
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = fmt.Errorf("no handshake within %v: %w", s.timeout, err)
+		}
+		s.log.printf("goffload device: refused host %s: %v", conn.RemoteAddr(), err)
+		conn.Close()
+		return
+	}
+	conn.SetDeadline(time.Time{})
+	if err := newSession(newLink(conn), s.img, s.cores).serve(); err != nil && err != errSessionOver {
+		fmt.Fprintf(os.Stderr, "goffload device: session with %s: %v\n", conn.RemoteAddr(), err)
+	}
+}
+
+// temporary reports whether an accept error may go away: anything but a
+// closed listener or a descriptor that is no listening socket.
+func temporary(err error) bool {
+	if errors.Is(err, net.ErrClosed) {
+		return false
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		switch errno {
+		case syscall.EBADF, syscall.EINVAL, syscall.ENOTSOCK, syscall.EOPNOTSUPP, syscall.EFAULT:
+			return false
+		}
+		return true
+	}
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+// rateLog writes lines, at most burst of them every interval; it counts the
+// lines it drops and says so in the next line it writes.
+type rateLog struct {
+	w     io.Writer
+	every time.Duration
+	burst int
+
+	mu      sync.Mutex
+	start   time.Time // of the interval
+	n       int       // lines written in it
+	dropped int
+}
+
+func (r *rateLog) printf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now := time.Now(); now.Sub(r.start) >= r.every {
+		r.start, r.n = now, 0
+	}
+	if r.n >= r.burst {
+		r.dropped++
+		return
+	}
+	r.n++
+	line := fmt.Sprintf(format, args...)
+	if r.dropped > 0 {
+		line += fmt.Sprintf(" (and %d lines like these dropped)", r.dropped)
+		r.dropped = 0
+	}
+	fmt.Fprintln(r.w, line)
 }

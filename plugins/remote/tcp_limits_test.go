@@ -1,0 +1,342 @@
+package remote
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugins/remote/proto"
+)
+
+const limitSecret = "limits-s3cret"
+
+// lockedBuffer collects a TCP server's log lines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) lines() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Split(strings.TrimSpace(b.b.String()), "\n")
+}
+
+// startTCP serves hosts on ln in this process, with a handshake deadline of
+// timeout; it stops at cleanup and checks that only closing ln stopped it.
+func startTCP(t *testing.T, ln net.Listener, timeout time.Duration) (*tcpServer, *lockedBuffer) {
+	t.Helper()
+	srv := newTCPServer(ln, limitSecret, plugin.CurrentImage(), 1)
+	srv.timeout = timeout
+	logs := &lockedBuffer{}
+	srv.log.w = logs
+	done := make(chan error, 1)
+	go func() { done <- srv.serve() }()
+	t.Cleanup(func() {
+		ln.Close()
+		if err := <-done; !errors.Is(err, net.ErrClosed) {
+			t.Errorf("ServeTCP ended with %v, want net.ErrClosed", err)
+		}
+	})
+	return srv, logs
+}
+
+func listenLoopback(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// openHonest opens the TCP device at addr as a host that knows the secret.
+func openHonest(t *testing.T, addr string) plugin.Device {
+	t.Helper()
+	t.Setenv(envSecret, limitSecret)
+	devs, err := openTCP(addr)
+	if err != nil {
+		t.Fatalf("honest host: %v", err)
+	}
+	t.Cleanup(func() { devs[0].Close() })
+	if err := devs[0].Load(plugin.CurrentImage(), 0); err != nil {
+		t.Fatalf("honest host: %v", err)
+	}
+	return devs[0]
+}
+
+// checkServed round-trips data through device memory.
+func checkServed(t *testing.T, d plugin.Device) {
+	t.Helper()
+	p, err := d.Alloc(64)
+	if err != nil {
+		t.Fatalf("alloc: %v", err)
+	}
+	q, err := d.NewQueue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, out := []byte("served past the flood"), make([]byte, 21)
+	q.Submit(p, in)
+	q.Retrieve(out, p)
+	if err := q.Synchronize(); err != nil || !bytes.Equal(in, out) {
+		t.Fatalf("round trip: %v, %q", err, out)
+	}
+	q.Close()
+}
+
+// waitClosed reads conn until the device closes it; a safety deadline
+// turns a connection the device never closes into an error.
+func waitClosed(conn net.Conn) error {
+	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	_, err := io.Copy(io.Discard, conn)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("%s: the device did not close the connection", conn.LocalAddr())
+	}
+	return nil // EOF, or a reset: closed
+}
+
+// TestTCPLimitIdleFlood opens 500 idle connections, far more than the 64 a
+// device holds in the handshake: an honest host that comes after them is
+// admitted (the oldest idle connection is closed for it) and served at
+// once, every idle connection is closed (the last 63 by the handshake
+// deadline), the device says so in a few rate-limited lines, and the honest
+// host's session outlives the deadline.
+func TestTCPLimitIdleFlood(t *testing.T) {
+	const idle = 500
+	ln := listenLoopback(t)
+	srv, logs := startTCP(t, ln, 2*time.Second)
+	addr := ln.Addr().String()
+	conns := make([]net.Conn, idle)
+	for i := range conns {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("idle connection %d: %v", i, err)
+		}
+		defer c.Close()
+		conns[i] = c
+	}
+	d := openHonest(t, addr)
+	checkServed(t, d)
+	srv.mu.Lock()
+	evicted := srv.evicted
+	srv.mu.Unlock()
+	if want := idle + 1 - srv.maxHandshakes; evicted != want {
+		t.Errorf("%d connections closed to make room, want %d: the honest host did not come in while %d idle ones held the handshake",
+			evicted, want, srv.maxHandshakes)
+	}
+
+	errs := make(chan error, idle)
+	for _, c := range conns {
+		go func() { errs <- waitClosed(c) }()
+	}
+	for range conns {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := srv.handshaking(); n != 0 {
+		t.Errorf("%d connections still in the handshake after all were closed", n)
+	}
+	checkServed(t, d) // the deadline is lifted once a host is in
+
+	lines := logs.lines()
+	all := strings.Join(lines, "\n")
+	if len(lines) > 4*srv.log.burst || !strings.Contains(all, "closed the oldest") ||
+		!strings.Contains(all, "no handshake within 2s") || !strings.Contains(all, "dropped") {
+		t.Errorf("%d log lines, want a few saying connections were closed to make room or timed out, and how many lines were dropped:\n%s", len(lines), all)
+	}
+}
+
+// TestTCPLimitSlowHost: a host that trickles its proof a byte at a time is
+// cut off by the handshake deadline, which counts from the connection, not
+// from the last byte.
+func TestTCPLimitSlowHost(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	ln := listenLoopback(t)
+	_, logs := startTCP(t, ln, timeout)
+	start := time.Now()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := readAuth(c); err != nil {
+		t.Fatalf("challenge: %v", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- waitClosed(c) }()
+	frame := proto.AppendFrame(nil, &proto.Msg{Type: proto.TAuth, Text: strings.Repeat("ab", 64) + " " + strings.Repeat("cd", 32)}, nil)
+	tick := time.NewTicker(10 * time.Millisecond) // 190 bytes: 1.9 s
+	defer tick.Stop()
+	for sent := 0; ; sent++ {
+		select {
+		case err := <-closed:
+			if err != nil {
+				t.Fatal(err)
+			}
+			if el := time.Since(start); el < timeout {
+				t.Errorf("closed after %v, before the %v deadline", el, timeout)
+			}
+			if sent >= len(frame) {
+				t.Errorf("the whole proof went through before the device closed the connection")
+			}
+			if all := strings.Join(logs.lines(), "\n"); !strings.Contains(all, "no handshake within 300ms") {
+				t.Errorf("log: %s", all)
+			}
+			return
+		case <-tick.C:
+			if sent < len(frame) {
+				c.Write(frame[sent : sent+1])
+			}
+		}
+	}
+}
+
+// flakyListener fails its first Accepts with errs.
+type flakyListener struct {
+	net.Listener
+	mu   sync.Mutex
+	errs []error
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	if len(l.errs) > 0 {
+		err := l.errs[0]
+		l.errs = l.errs[1:]
+		l.mu.Unlock()
+		return nil, err
+	}
+	l.mu.Unlock()
+	return l.Listener.Accept()
+}
+
+func acceptErr(errno syscall.Errno) error {
+	return &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", errno)}
+}
+
+// TestTCPLimitAcceptErrors: accept failing with "too many open files" (and
+// an aborted connection) pauses the device, 5 ms doubling, and it goes on
+// serving; an error that cannot go away ends it.
+func TestTCPLimitAcceptErrors(t *testing.T) {
+	ln := &flakyListener{Listener: listenLoopback(t), errs: []error{
+		acceptErr(syscall.EMFILE), acceptErr(syscall.EMFILE), acceptErr(syscall.ENFILE), acceptErr(syscall.ECONNABORTED),
+	}}
+	_, logs := startTCP(t, ln, 5*time.Second)
+	checkServed(t, openHonest(t, ln.Addr().String()))
+	lines := logs.lines()
+	want := []string{"too many open files; retrying in 5ms", "too many open files; retrying in 10ms",
+		"too many open files in system; retrying in 20ms", "software caused connection abort; retrying in 40ms"}
+	if len(lines) != len(want) {
+		t.Fatalf("log %q, want %d lines", lines, len(want))
+	}
+	for i, w := range want {
+		if !strings.Contains(lines[i], w) {
+			t.Errorf("log line %d: %q, want %q", i, lines[i], w)
+		}
+	}
+
+	bad := &flakyListener{Listener: listenLoopback(t), errs: []error{acceptErr(syscall.EMFILE), acceptErr(syscall.EINVAL)}}
+	defer bad.Close()
+	srv := newTCPServer(bad, limitSecret, plugin.CurrentImage(), 1)
+	srv.log.w = io.Discard
+	if err := srv.serve(); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("serving a listener that fails for good: %v, want EINVAL", err)
+	}
+}
+
+// TestTCPLimitGarbage sends a device what no host sends before proving the
+// secret: each connection is refused at once (long before the deadline)
+// with a malformed-frame line, the device allocates nothing near the sizes
+// claimed, and an honest host is served after.
+func TestTCPLimitGarbage(t *testing.T) {
+	ln := listenLoopback(t)
+	_, logs := startTCP(t, ln, time.Minute)
+	addr := ln.Addr().String()
+	length := func(n uint32, rest []byte) []byte { return append(binary.LittleEndian.AppendUint32(nil, n), rest...) }
+	cases := map[string][]byte{
+		"http":          []byte("GET / HTTP/1.1\r\nHost: device\r\n\r\n"),
+		"4 GiB frame":   length(0xffffffff, nil),
+		"largest frame": length(proto.MaxFrame, make([]byte, proto.HeaderSize)),
+		"short frame":   length(3, []byte{byte(proto.TAuth), 0, 0}),
+		"text of 2 GiB": func() []byte {
+			b := proto.AppendFrame(nil, &proto.Msg{Type: proto.TAuth, Text: "x"}, nil)
+			b[4+42+3] = 0x80
+			return b
+		}(),
+		"payload":         proto.AppendFrame(nil, &proto.Msg{Type: proto.TAuth, Text: "a b"}, []byte{1, 2, 3}),
+		"hello, not auth": proto.AppendFrame(nil, &proto.Msg{Type: proto.THello, Text: helloText(plugin.CurrentImage())}, nil),
+	}
+	const rounds = 20
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for name, garbage := range cases {
+		for range rounds {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := readAuth(c); err != nil {
+				t.Fatalf("%s: challenge: %v", name, err)
+			}
+			c.Write(garbage)
+			if err := waitClosed(c); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			c.Close()
+		}
+	}
+	runtime.ReadMemStats(&after)
+	n := uint64(rounds * len(cases))
+	if per := (after.TotalAlloc - before.TotalAlloc) / n; per > 16<<10 {
+		t.Errorf("%d bytes allocated per refused connection, want a few KiB", per)
+	} else {
+		t.Logf("%d bytes allocated per refused connection", per)
+	}
+	lines := logs.lines()
+	for _, l := range lines {
+		if !strings.Contains(l, "refused host") || !strings.Contains(l, "malformed frame") {
+			t.Errorf("log line %q, want a refusal for a malformed frame", l)
+		}
+	}
+	checkServed(t, openHonest(t, addr))
+}
+
+// TestTCPLimitHostSide: a host bounds what a device sends before proving
+// the secret, too.
+func TestTCPLimitHostSide(t *testing.T) {
+	ln := listenLoopback(t)
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		c.Write([]byte{0xff, 0xff, 0xff, 0xff})
+		io.Copy(io.Discard, c)
+		c.Close()
+	}()
+	t.Setenv(envSecret, limitSecret)
+	if _, err := openTCP(ln.Addr().String()); !errors.Is(err, proto.ErrFrame) || !strings.Contains(err.Error(), "before authentication") {
+		t.Errorf("got %v, want ErrFrame for a 4 GiB challenge", err)
+	}
+}
