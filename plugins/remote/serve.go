@@ -43,6 +43,9 @@ func deviceCores() int {
 }
 
 func serve() error {
+	if timeoutErr != nil {
+		return timeoutErr
+	}
 	img := plugin.CurrentImage()
 	cores := deviceCores()
 	if fd := os.Getenv(envFD); fd != "" {

@@ -47,6 +47,9 @@ func openTCP(addr string) ([]plugin.Device, error) {
 	if secret == "" {
 		return nil, fmt.Errorf("%w: tcp://%s: %s is not set; TCP devices serve only hosts that prove the shared secret", plugin.ErrBadSpec, addr, envSecret)
 	}
+	if timeoutErr != nil {
+		return nil, fmt.Errorf("%w: %w", plugin.ErrBadSpec, timeoutErr)
+	}
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		return nil, err
