@@ -36,7 +36,7 @@ type device struct {
 	// onLost, if set, explains a broken link (the process's exit status).
 	onLost func(error) error
 	// closeFn releases what the transport holds (the process, the socket).
-	closeFn func() error
+	closeFn func(lost bool) error
 	// setNum, if set, tells the transport the device's number.
 	setNum func(int)
 	// side is the channel the host introduces device processes to each
@@ -401,7 +401,7 @@ func (d *device) Close() error {
 		return nil
 	}
 	d.closed = true
-	reading := d.reading
+	reading, lost := d.reading, d.lost != nil
 	d.mu.Unlock()
 	d.l.send(&proto.Msg{Type: proto.TExit}, nil)
 	d.l.close(closeTimeout)
@@ -411,7 +411,10 @@ func (d *device) Close() error {
 	}
 	var err error
 	if d.closeFn != nil {
-		err = d.closeFn()
+		err = d.closeFn(lost)
+	}
+	if lost {
+		err = nil // the loss was reported by the operations it failed
 	}
 	if reading {
 		<-d.readerDone

@@ -36,8 +36,8 @@ func init() {
 }
 
 func openLocal(arg string) ([]plugin.Device, error) {
-	if timeoutErr != nil {
-		return nil, fmt.Errorf("%w: %w", plugin.ErrBadSpec, timeoutErr)
+	if err := timeoutErr(); err != nil {
+		return nil, fmt.Errorf("%w: %w", plugin.ErrBadSpec, err)
 	}
 	n := 1
 	if arg != "" {
@@ -134,7 +134,12 @@ func spawn(exe, cores string) (*device, error) {
 		}
 		return fmt.Errorf("device process %d: %v (%v)", pid, waitErr, cause)
 	}
-	d.closeFn = func() error {
+	d.closeFn = func(lost bool) error {
+		if lost { // it may be hung: it had its chance
+			cmd.Process.Kill()
+			<-exited
+			return nil
+		}
 		select {
 		case <-exited:
 		case <-time.After(5 * time.Second):

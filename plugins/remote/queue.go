@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/goffload/offload/internal/opqueue"
@@ -302,6 +303,8 @@ func (q *queue) Close() error {
 	q.d.mu.Lock()
 	if q.d.aliveLocked() == nil {
 		q.d.l.send(&proto.Msg{Type: proto.TCloseQueue, Queue: q.id}, nil)
+	} else if errors.Is(err, plugin.ErrDeviceLost) {
+		err = nil // the loss was reported by the operations it failed
 	}
 	q.d.mu.Unlock()
 	q.closed = true

@@ -43,8 +43,8 @@ func deviceCores() int {
 }
 
 func serve() error {
-	if timeoutErr != nil {
-		return timeoutErr
+	if err := timeoutErr(); err != nil {
+		return err
 	}
 	img := plugin.CurrentImage()
 	cores := deviceCores()

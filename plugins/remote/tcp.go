@@ -47,8 +47,8 @@ func openTCP(addr string) ([]plugin.Device, error) {
 	if secret == "" {
 		return nil, fmt.Errorf("%w: tcp://%s: %s is not set; TCP devices serve only hosts that prove the shared secret", plugin.ErrBadSpec, addr, envSecret)
 	}
-	if timeoutErr != nil {
-		return nil, fmt.Errorf("%w: %w", plugin.ErrBadSpec, timeoutErr)
+	if err := timeoutErr(); err != nil {
+		return nil, fmt.Errorf("%w: %w", plugin.ErrBadSpec, err)
 	}
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
@@ -61,7 +61,7 @@ func openTCP(addr string) ([]plugin.Device, error) {
 	}
 	conn.SetDeadline(time.Time{})
 	d := newDevice(newLink(conn), "remote device tcp://"+addr)
-	d.closeFn = func() error { return nil }
+	d.closeFn = func(bool) error { return nil }
 	return []plugin.Device{d}, nil
 }
 

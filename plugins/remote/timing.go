@@ -35,14 +35,21 @@ func parseTimeout(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// deviceTimeout is GOFFLOAD_DEVICE_TIMEOUT, or the error that explains a
-// bad value (the plugin's Open returns it, so Start fails).
-var deviceTimeout, timeoutErr = parseTimeout(os.Getenv(envTimeout))
+// timeoutErr explains a bad GOFFLOAD_DEVICE_TIMEOUT (a plugin's Open
+// returns it, so Start fails), or is nil.
+func timeoutErr() error {
+	_, err := parseTimeout(os.Getenv(envTimeout))
+	return err
+}
 
-// timing returns a live link's heartbeat interval and timeout: a ping at
-// least four times per timeout, and at least every second.
+// timing returns a live link's heartbeat interval and timeout
+// (GOFFLOAD_DEVICE_TIMEOUT, read when the link goes live): a ping at least
+// four times per timeout, and at least every second.
 func timing() (interval, timeout time.Duration) {
-	timeout = deviceTimeout
+	timeout, err := parseTimeout(os.Getenv(envTimeout))
+	if err != nil {
+		timeout = defaultTimeout
+	}
 	interval = time.Second
 	if timeout > 0 && timeout/4 < interval {
 		interval = max(timeout/4, 2*time.Millisecond)
