@@ -72,6 +72,9 @@ func (s *session) serve() error {
 	for {
 		m, err := s.l.r.ReadMsg()
 		if err != nil {
+			if lerr := s.l.failed(); lerr != nil && !isClosedErr(lerr) {
+				return lerr // the link failed first: the host went silent
+			}
 			if isClosedErr(err) {
 				return nil // the host went away: the device's work is over
 			}
