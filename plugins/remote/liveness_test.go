@@ -112,4 +112,3 @@ func TestCountedTransfersNumberedInWireOrder(t *testing.T) {
 		}
 	}
 }
-
