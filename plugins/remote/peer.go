@@ -152,6 +152,8 @@ func (ps *peers) event(num int, wait uint64) *opqueue.Event {
 		ps.events[k] = si
 		if err := ps.dead[num]; err != nil {
 			si.ev.Fire(err)
+		} else if ps.done {
+			si.ev.Fire(errSessionOver)
 		}
 	}
 	if si.touched++; si.touched == 2 {
@@ -197,10 +199,15 @@ func (ps *peers) close() {
 	ps.done = true
 	by := ps.by
 	ps.by = map[int]*peer{}
+	events := ps.events
+	ps.events = map[[2]uint64]*standIn{}
 	ps.cond.Broadcast()
 	ps.mu.Unlock()
 	for _, p := range by {
 		p.l.fail(errSessionOver)
+	}
+	for _, si := range events { // no peer will tell: the queues must not wait forever
+		si.ev.Fire(errSessionOver)
 	}
 }
 
