@@ -9,6 +9,7 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"runtime/metrics"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,6 +42,16 @@ func rss() int64 {
 	return 0
 }
 
+// heap is the bytes of live and not yet swept heap objects.
+func heap() int64 {
+	m := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(m)
+	if m[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return int64(m[0].Value.Uint64())
+}
+
 // monitor samples RSS for its maximum and prints a progress line every
 // Report.
 type monitor struct {
@@ -69,8 +80,8 @@ func startMonitor(s *state, start time.Time, res *result) *monitor {
 			case <-report:
 				r := rss()
 				res.RSSMax = max(res.RSSMax, r)
-				fmt.Fprintf(s.cfg.Out, "t=%s done=%d ok=%d failed=%d rss=%s goroutines=%d\n", time.Since(start).Round(100*time.Millisecond),
-					s.done.Load(), s.ok.Load(), s.failed.Load(), mib(r), runtime.NumGoroutine())
+				fmt.Fprintf(s.cfg.Out, "t=%s done=%d ok=%d failed=%d rss=%s heap=%s goroutines=%d\n", time.Since(start).Round(100*time.Millisecond),
+					s.done.Load(), s.ok.Load(), s.failed.Load(), mib(r), mib(heap()), runtime.NumGoroutine())
 			}
 		}
 	}()
@@ -318,6 +329,19 @@ func (e *errorCounts) write(w io.Writer, n int) {
 		}
 		dev, kind, _ := strings.Cut(k, "\t")
 		fmt.Fprintf(w, "errors: %8d  %-10s %s\n", e.byKey[k], dev, kind)
+	}
+}
+
+// writeDevices prints the failed-task count per device named.
+func (e *errorCounts) writeDevices(w io.Writer) {
+	m := e.devices()
+	devs := make([]string, 0, len(m))
+	for d := range m {
+		devs = append(devs, d)
+	}
+	sort.Strings(devs)
+	for _, d := range devs {
+		fmt.Fprintf(w, "failed on %s: %d\n", d, m[d])
 	}
 }
 

@@ -67,9 +67,7 @@ func main() {
 		os.Exit(1)
 	}
 	res.Errors.write(os.Stdout, 20)
-	for dev, n := range res.Errors.devices() {
-		fmt.Printf("failed on %s: %d\n", dev, n)
-	}
+	res.Errors.writeDevices(os.Stdout)
 	fmt.Println(res.summary())
 	code, why := res.verdict()
 	fmt.Println("goffload-stress:", why)

@@ -58,6 +58,7 @@ type result struct {
 	Errors            *errorCounts
 	RSSStart, RSSMax  int64
 	RSSEnd            int64
+	HeapEnd           int64 // live heap after a GC at the end
 	GoroutinesEnd     int
 	Elapsed           time.Duration
 	Faults            bool
@@ -82,9 +83,9 @@ func (r *result) verdict() (int, string) {
 }
 
 func (r *result) summary() string {
-	return fmt.Sprintf("tasks=%d ok=%d failed=%d lost=%d hang=%d torn=%d missing_out=%d unnamed_errors=%d above=%d kills=%d stops=%d max_err_len=%d rss_start=%s rss_max=%s rss_end=%s goroutines_end=%d elapsed=%s",
+	return fmt.Sprintf("tasks=%d ok=%d failed=%d lost=%d hang=%d torn=%d missing_out=%d unnamed_errors=%d above=%d kills=%d stops=%d max_err_len=%d rss_start=%s rss_max=%s rss_end=%s heap_end=%s goroutines_end=%d elapsed=%s",
 		r.Tasks, r.OK, r.Failed, r.Lost, r.Hang, r.Torn, r.MissingOut, r.Unnamed, r.Above, r.Kills, r.Stops, r.MaxErrLen,
-		mib(r.RSSStart), mib(r.RSSMax), mib(r.RSSEnd), r.GoroutinesEnd, r.Elapsed.Round(time.Millisecond))
+		mib(r.RSSStart), mib(r.RSSMax), mib(r.RSSEnd), mib(r.HeapEnd), r.GoroutinesEnd, r.Elapsed.Round(time.Millisecond))
 }
 
 // Kernels: add v to the buffers whose bit is set in mask, after checking
@@ -238,7 +239,7 @@ func run(cfg config) (*result, error) {
 	res.Torn, res.MissingOut, res.Hang = s.torn.Load(), s.missing.Load(), s.hang.Load()
 	res.Errors, res.Unnamed, res.MaxErrLen = s.errs, s.errs.unnamed.Load(), int(s.errs.maxLen.Load())
 	res.Kills, res.Stops = ch.kills, ch.stops
-	res.RSSEnd = rss()
+	res.RSSEnd, res.HeapEnd = rss(), heap()
 	res.RSSMax = max(res.RSSMax, res.RSSEnd)
 	res.GoroutinesEnd = runtime.NumGoroutine()
 	res.Elapsed = time.Since(start)
