@@ -63,6 +63,7 @@ func startMonitor(s *state, start time.Time, res *result) *monitor {
 	m := &monitor{quit: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
+		limit := s.cfg.MaxRSS
 		sample := time.NewTicker(100 * time.Millisecond)
 		defer sample.Stop()
 		var report <-chan time.Time
@@ -76,7 +77,16 @@ func startMonitor(s *state, start time.Time, res *result) *monitor {
 			case <-m.quit:
 				return
 			case <-sample.C:
-				res.RSSMax = max(res.RSSMax, rss())
+				r := rss()
+				res.RSSMax = max(res.RSSMax, r)
+				if limit > 0 && r > limit && s.cfg.OverMemory != nil {
+					fmt.Fprintf(s.cfg.Out, "t=%s MEMORY: rss=%s heap=%s exceeds the limit of %s at done=%d ok=%d failed=%d goroutines=%d\n",
+						time.Since(start).Round(100*time.Millisecond), mib(r), mib(heap()), mib(limit),
+						s.done.Load(), s.ok.Load(), s.failed.Load(), runtime.NumGoroutine())
+					s.errs.write(s.cfg.Out, 10)
+					s.cfg.OverMemory()
+					limit = 0
+				}
 			case <-report:
 				r := rss()
 				res.RSSMax = max(res.RSSMax, r)

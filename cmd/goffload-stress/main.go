@@ -26,7 +26,8 @@
 //
 // Exit status: 0 clean; 1 data loss, a half-updated buffer seen, an error
 // naming no device, or a failure with no fault injected; 2 a hang (the run
-// did not finish within -timeout: the goroutines are dumped to stderr).
+// did not finish within -timeout: the goroutines are dumped to stderr); 3
+// host RSS past -max-rss (the run is stopped there, to spare the machine).
 package main
 
 import (
@@ -56,7 +57,11 @@ func main() {
 	flag.IntVar(&cfg.KillMax, "kill-max", 0, "most device processes killed (0: all)")
 	flag.DurationVar(&cfg.Stop, "stop", 0, "SIGSTOP a random device process every this long (0: never)")
 	flag.DurationVar(&cfg.StopFor, "stop-for", time.Second, "how long a stopped device process stays stopped (0: for the rest of the run)")
+	flag.DurationVar(&cfg.Taskwait, "taskwait", 0, "also call Taskwait every this long during the run (0: only at the end)")
+	maxRSS := flag.Int64("max-rss", 4096, "MiB of host RSS past which the run stops with exit status 3 (0: no limit)")
 	flag.Parse()
+	cfg.MaxRSS = *maxRSS << 20
+	cfg.OverMemory = func() { os.Exit(3) }
 	cfg.Devices = *devices
 	if _, set := os.LookupEnv("GOFFLOAD_DEVICES"); !set && cfg.Devices == "" {
 		cfg.Devices = "host,local:2"

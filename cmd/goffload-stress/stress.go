@@ -33,6 +33,9 @@ type config struct {
 	KillMax    int           // most device processes killed; 0: all of them
 	Stop       time.Duration // SIGSTOP a random device process every Stop; 0: never
 	StopFor    time.Duration // how long it stays stopped; 0: until the end of the run
+	Taskwait   time.Duration // call Taskwait every Taskwait while the workers run; 0: only at the end
+	MaxRSS     int64         // bytes; past it the monitor calls OverMemory; 0: no limit
+	OverMemory func()        // called (once) when RSS exceeds MaxRSS
 	Out        io.Writer     // progress and summary lines
 	Errs       io.Writer     // goroutine dumps and error examples
 	// Hard is called when the run has not returned Timeout+HardGrace after
@@ -209,6 +212,23 @@ func run(cfg config) (*result, error) {
 	mon := startMonitor(s, start, res)
 	workersDone := make(chan struct{})
 	ch := startChaos(s, start, workersDone)
+	twDone := make(chan struct{})
+	go func() {
+		defer close(twDone)
+		if cfg.Taskwait <= 0 {
+			return
+		}
+		t := time.NewTicker(cfg.Taskwait)
+		defer t.Stop()
+		for {
+			select {
+			case <-workersDone:
+				return
+			case <-t.C:
+				offload.Taskwait(ctx) // drops the runtime's list of failed tasks; the workers account for each
+			}
+		}
+	}()
 	var wg sync.WaitGroup
 	for g := 0; g < cfg.Goroutines; g++ {
 		wg.Add(1)
@@ -220,6 +240,7 @@ func run(cfg config) (*result, error) {
 	wg.Wait()
 	close(workersDone)
 	ch.wait()
+	<-twDone
 	if err := offload.Taskwait(ctx); err != nil && ctx.Err() != nil {
 		s.hang.Add(1) // a task nobody waited for (the workers wait for theirs) did not complete
 	}
