@@ -170,12 +170,17 @@ func run(cfg config) (*result, error) {
 	start := time.Now()
 	finished := make(chan struct{})
 	defer close(finished)
+	var live atomic.Pointer[state] // for the hard watchdog's report
 	if cfg.Hard != nil {
 		go func() {
 			select {
 			case <-finished:
 			case <-time.After(cfg.Timeout + cfg.HardGrace):
-				fmt.Fprintf(cfg.Errs, "goffload-stress: HANG: the run has not returned %s after its deadline (a call that ignores its context); goroutines:\n", cfg.HardGrace)
+				fmt.Fprintf(cfg.Errs, "goffload-stress: HANG: the run has not returned %s after its deadline (a call that ignores its context)", cfg.HardGrace)
+				if s := live.Load(); s != nil {
+					fmt.Fprintf(cfg.Errs, " at done=%d ok=%d failed=%d", s.done.Load(), s.ok.Load(), s.failed.Load())
+				}
+				fmt.Fprintln(cfg.Errs, "; goroutines:")
 				pprof.Lookup("goroutine").WriteTo(cfg.Errs, 1)
 				cfg.Hard()
 			}
@@ -200,6 +205,7 @@ func run(cfg config) (*result, error) {
 	n := offload.NumDevices()
 	s := &state{cfg: cfg, ctx: ctx, errs: newErrorCounts(), dead: make([]atomic.Bool, n+1), killNow: make(chan struct{}),
 		succ: make([]atomic.Int64, cfg.Buffers), fail: make([]atomic.Int64, cfg.Buffers)}
+	live.Store(s)
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0))
 	for b := 0; b < cfg.Buffers; b++ {
 		v := int64(rng.IntN(1 << 20))
@@ -241,8 +247,10 @@ func run(cfg config) (*result, error) {
 	close(workersDone)
 	ch.wait()
 	<-twDone
-	if err := offload.Taskwait(ctx); err != nil && ctx.Err() != nil {
-		s.hang.Add(1) // a task nobody waited for (the workers wait for theirs) did not complete
+	if s.hang.Load() == 0 {
+		if err := offload.Taskwait(ctx); err != nil && ctx.Err() != nil {
+			s.hang.Add(1) // the workers waited for all their tasks: Taskwait itself hung
+		}
 	}
 	if s.hang.Load() > 0 {
 		fmt.Fprintf(cfg.Errs, "goffload-stress: HANG: %d tasks did not complete within %s; goroutines:\n", s.hang.Load(), cfg.Timeout)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"math/rand/v2"
 
 	"github.com/goffload/offload"
@@ -67,16 +68,21 @@ func (s *state) worker(id int, rng *rand.Rand) {
 	}
 	for len(w.window) > 0 && w.waitOldest() {
 	}
-	if n := len(w.window); n > 0 {
-		hung := int64(0)
-		for _, r := range w.window {
-			if !isDone(r.t) {
-				hung++
-			}
+	// Past the deadline: a task that did not complete may still apply its
+	// update, so it bounds its buffers from above like a failed one.
+	for _, r := range w.window {
+		if isDone(r.t) {
+			w.account(r, r.t.Wait())
+		} else {
+			s.hang.Add(1)
+			w.account(r, errHung)
 		}
-		s.hang.Add(hung)
 	}
+	w.window = nil
 }
+
+// errHung stands for the outcome of a task that did not complete in time.
+var errHung = errors.New("did not complete before the run's deadline")
 
 func (w *worker) newPrivate(v int64) {
 	p := &private{owner: w.id, buf: filled(w.s.cfg.Len, v), lo: v, hi: v}
@@ -203,19 +209,33 @@ func (w *worker) waitOldest() bool {
 	s := w.s
 	r := w.window[0]
 	err := r.t.WaitContext(s.ctx)
-	if err != nil && s.ctxErr(err) && !isDone(r.t) {
-		return false
+	if err != nil && s.ctxErr(err) {
+		if !isDone(r.t) {
+			return false
+		}
+		err = r.t.Wait() // it completed as the deadline came
 	}
 	w.window[0] = rec{}
 	w.window = w.window[1:]
 	if len(w.window) == 0 {
 		w.window = nil // let the backing array go
 	}
-	s.done.Add(1)
-	if s.cfg.KillAfter > 0 && s.done.Load() >= s.cfg.KillAfter {
-		s.killOnce.Do(func() { close(s.killNow) })
+	w.account(r, err)
+	return true
+}
+
+// account records the outcome of r: err is nil, the task's error, or
+// errHung.
+func (w *worker) account(r rec, err error) {
+	s := w.s
+	if err != errHung {
+		s.done.Add(1)
+		if s.cfg.KillAfter > 0 && s.done.Load() >= s.cfg.KillAfter {
+			s.killOnce.Do(func() { close(s.killNow) })
+		}
 	}
-	if err == nil {
+	switch {
+	case err == nil:
 		s.ok.Add(1)
 		switch {
 		case r.out == nil:
@@ -227,9 +247,11 @@ func (w *worker) waitOldest() bool {
 		for _, b := range r.writes {
 			s.succ[b].Add(r.v)
 		}
-	} else {
-		s.failed.Add(1)
-		s.errs.add(err, s.cfg.Errs)
+	default:
+		if err != errHung {
+			s.failed.Add(1)
+			s.errs.add(err, s.cfg.Errs)
+		}
 		for _, b := range r.writes {
 			s.fail[b].Add(r.v)
 		}
@@ -247,5 +269,4 @@ func (w *worker) waitOldest() bool {
 			}
 		}
 	}
-	return true
 }
