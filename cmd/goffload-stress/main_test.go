@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/goffload/offload"
+)
+
+// The device processes the tests start are this test binary.
+func TestMain(m *testing.M) {
+	offload.ServeDevice()
+	os.Exit(m.Run())
+}
+
+// small is a run sized for CI under -race on 2 cores.
+func small(devices string) config {
+	return config{Tasks: 2000, Goroutines: 4, Buffers: 16, Len: 8, Window: 16, Seed: 1, Devices: devices,
+		Timeout: 60 * time.Second, Epochs: 0.05, HardGrace: 30 * time.Second,
+		Hard: func() { panic("goffload-stress: the run did not return after its deadline (goroutines above)") }}
+}
+
+func runOK(t *testing.T, cfg config) *result {
+	t.Helper()
+	var out bytes.Buffer
+	cfg.Out = &out
+	res, err := run(cfg)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	var errs bytes.Buffer
+	res.Errors.write(&errs, 10)
+	t.Logf("%s\n%s%s", strings.TrimSpace(out.String()), errs.String(), res.summary())
+	if code, why := res.verdict(); code != 0 {
+		t.Errorf("exit status %d: %s", code, why)
+	}
+	if res.Tasks != cfg.Tasks {
+		t.Errorf("%d tasks completed, want %d", res.Tasks, cfg.Tasks)
+	}
+	return res
+}
+
+// No task fails and every element of every buffer equals the sequential
+// reference, with tasks on two host devices, the initial device and host
+// work.
+func TestStressHost(t *testing.T) {
+	res := runOK(t, small("host:2"))
+	if res.OK != res.Tasks {
+		t.Errorf("%d of %d tasks succeeded", res.OK, res.Tasks)
+	}
+}
+
+// needLocal skips a test on device processes unless GOFFLOAD_STRESS_LOCAL
+// is set: the remote engine fails them today (issue 7: "event not recorded"
+// failures with no fault, items 1-3; a data race between a device's loss and
+// event Close, item 9).
+func needLocal(t *testing.T) {
+	if os.Getenv("GOFFLOAD_STRESS_LOCAL") == "" {
+		t.Skip("set GOFFLOAD_STRESS_LOCAL=1 to run on host,local:2 (fails today: issue 7 items 1-3 and 9)")
+	}
+}
+
+// The same on device processes.
+func TestStressLocal(t *testing.T) {
+	needLocal(t)
+	runOK(t, small("host,local:2"))
+}
+
+// A device process SIGKILLed mid-run: the run finishes (no hang), no buffer
+// is outside [successes, successes+failures], and every failed task's error
+// names a device.
+func TestStressKill(t *testing.T) {
+	needLocal(t)
+	cfg := small("host,local:2")
+	cfg.KillAfter, cfg.KillMax = 300, 1
+	res := runOK(t, cfg)
+	if res.Kills != 1 {
+		t.Errorf("%d device processes killed, want 1", res.Kills)
+	}
+	if res.Failed == 0 {
+		t.Errorf("no task failed after a device process was killed")
+	}
+}
+
+// The checker is not vacuous: an element off its reference is data loss, a
+// buffer between its successes and successes+failures is not.
+func TestCheckFindsLoss(t *testing.T) {
+	var errs bytes.Buffer
+	s := &state{cfg: config{Errs: &errs}, bufs: [][]int64{{5, 5}, {7, 8}, {9, 9}}, init: []int64{0, 0, 0},
+		succ: make([]atomic.Int64, 3), fail: make([]atomic.Int64, 3)}
+	s.succ[0].Store(5)
+	s.succ[1].Store(7)
+	s.fail[1].Store(1) // 7 or 8 are both possible
+	s.succ[2].Store(10)
+	res := &result{}
+	s.check(res)
+	if res.Lost != 2 || res.LostBuffers != 1 || res.Above != 1 {
+		t.Errorf("lost=%d buffers=%d above=%d, want 2, 1, 1", res.Lost, res.LostBuffers, res.Above)
+	}
+	if !strings.Contains(errs.String(), "DATA LOSS: shared buffer 2 element 0 = 9, want 10") {
+		t.Errorf("report %q does not name the buffer, element and values", errs.String())
+	}
+	if code, _ := res.verdict(); code != 1 {
+		t.Errorf("verdict %d, want 1", code)
+	}
+}
+
+// Errors are counted under the device of their root cause; one naming no
+// device is counted apart.
+func TestErrorCounts(t *testing.T) {
+	e := newErrorCounts()
+	cause := errors.New("goffload: device 2 (remote): target stress.k1: device lost")
+	dep := fmt.Errorf("goffload: task 9 (stress.host) did not run: a task it depends on failed: task 8 (target stress.k1): %w: %w", offload.ErrDependency, cause)
+	var w bytes.Buffer
+	e.add(dep, &w)
+	e.add(cause, &w)
+	e.add(errors.New("something with no name"), &w)
+	got := e.devices()
+	if got["device 2"] != 2 || got["NO DEVICE"] != 1 || e.unnamed.Load() != 1 {
+		t.Errorf("counts %v, unnamed %d; want device 2: 2, NO DEVICE: 1", got, e.unnamed.Load())
+	}
+	if !strings.Contains(w.String(), "something with no name") {
+		t.Errorf("the error naming no device is not shown: %q", w.String())
+	}
+}
