@@ -56,19 +56,8 @@ func TestStressHost(t *testing.T) {
 	}
 }
 
-// needLocal skips a test on device processes unless GOFFLOAD_STRESS_LOCAL
-// is set: the remote engine fails them today (issue 7: "event not recorded"
-// failures with no fault, items 1-3; a data race between a device's loss and
-// event Close, item 9).
-func needLocal(t *testing.T) {
-	if os.Getenv("GOFFLOAD_STRESS_LOCAL") == "" {
-		t.Skip("set GOFFLOAD_STRESS_LOCAL=1 to run on host,local:2 (fails today: issue 7 items 1-3 and 9)")
-	}
-}
-
 // The same on device processes.
 func TestStressLocal(t *testing.T) {
-	needLocal(t)
 	runOK(t, small("host,local:2"))
 }
 
@@ -76,7 +65,6 @@ func TestStressLocal(t *testing.T) {
 // is outside [successes, successes+failures], and every failed task's error
 // names a device.
 func TestStressKill(t *testing.T) {
-	needLocal(t)
 	cfg := small("host,local:2")
 	cfg.KillAfter, cfg.KillMax = 300, 1
 	res := runOK(t, cfg)
