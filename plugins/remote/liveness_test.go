@@ -2,6 +2,7 @@ package remote
 
 import (
 	"errors"
+	"github.com/goffload/offload/internal/plugin"
 	"sync"
 	"testing"
 	"time"
@@ -110,5 +111,85 @@ func TestCountedTransfersNumberedInWireOrder(t *testing.T) {
 		if seqs[id] != want {
 			t.Fatalf("transfer %d completed %dth at the receiver, numbered %d by the writer", id, want, seqs[id])
 		}
+	}
+}
+
+// TestSkippedTransfersForgotten: transfers a device skips after an earlier
+// failure in their queue give the caller's buffers back once the queue's
+// mark or record comes back (issue 7, 11: they were kept for good).
+func TestSkippedTransfersForgotten(t *testing.T) {
+	k, _ := plugin.LookupKind("local")
+	devs, err := k.Open("1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd := devs[0]
+	defer pd.Close()
+	if err := pd.Load(plugin.CurrentImage(), 0); err != nil {
+		t.Fatal(err)
+	}
+	d := pd.(*device)
+	p, err := d.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, viaRecord := range []bool{false, true} {
+		q, _ := d.NewQueue()
+		if err := q.Retrieve(make([]byte, 8), 1<<60); err != nil { // fails on the device
+			t.Fatal(err)
+		}
+		q.Submit(p, make([]byte, 1<<20)) // pulled, skipped
+		q.Retrieve(make([]byte, 1<<20), p)
+		if viaRecord {
+			ev, _ := d.NewEvent()
+			q.Record(ev)
+			if err := ev.Synchronize(); !errors.Is(err, plugin.ErrBadPointer) {
+				t.Fatalf("event: %v, want the failed retrieve's ErrBadPointer", err)
+			}
+			ev.Close()
+		} else if err := q.Synchronize(); !errors.Is(err, plugin.ErrBadPointer) {
+			t.Fatalf("Synchronize: %v, want the failed retrieve's ErrBadPointer", err)
+		}
+		d.mu.Lock()
+		pushes, pulls := len(d.pushes), len(d.pulls)
+		d.mu.Unlock()
+		if pushes != 0 || pulls != 0 {
+			t.Errorf("record=%v: %d pushes and %d pulls kept after the queue came back", viaRecord, pushes, pulls)
+		}
+		q.Synchronize()
+		q.Close()
+	}
+}
+
+// TestUnknownEventsNotKept: waits and notifies naming events the device
+// never recorded fail, and leave nothing behind in the session (issue 7,
+// 11: an entry was made for every unknown id).
+func TestUnknownEventsNotKept(t *testing.T) {
+	host, dev := socketPair(t)
+	s := newSession(newLink(dev), plugin.CurrentImage(), 1)
+	done := make(chan error, 1)
+	go func() { done <- s.serve() }()
+	l := newLink(host)
+	l.send(&proto.Msg{Type: proto.THello, Text: helloText(plugin.CurrentImage())}, nil)
+	if m, err := l.r.ReadMsg(); err != nil || m.Type != proto.THello {
+		t.Fatalf("hello: %v %v", m, err)
+	}
+	for id := uint64(1000); id < 2000; id++ {
+		l.put(&proto.Msg{Type: proto.TWait, Queue: 1, ID: id}, nil)
+	}
+	l.send(&proto.Msg{Type: proto.TSync, Queue: 1, ID: 1}, nil)
+	m, err := l.r.ReadMsg()
+	if err != nil || m.Type != proto.TSyncDone || !errors.Is(decodeErr(m.Code, m.Text), plugin.ErrNotRecorded) {
+		t.Fatalf("got %+v %v, want a sync answer with ErrNotRecorded", m, err)
+	}
+	s.mu.Lock()
+	n := len(s.events)
+	s.mu.Unlock()
+	if n != 0 {
+		t.Errorf("the session keeps %d events after waits on unknown ones", n)
+	}
+	l.send(&proto.Msg{Type: proto.TExit}, nil)
+	if err := <-done; err != nil {
+		t.Errorf("exit: %v", err)
 	}
 }
