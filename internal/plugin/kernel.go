@@ -212,25 +212,45 @@ func (c *KernelCtx) For(n int, body func(lo, hi int)) { c.pool.For(n, body) }
 // argument is a reflect slice value of the element type (made with
 // reflect.SliceAt over device memory), a scalar is a value of the parameter's
 // type. A panic in the body or in its loop chunks is returned as an error
-// wrapping ErrKernel, with the panic value and stack.
-func (k *Kernel) Call(ctx *KernelCtx, args []reflect.Value) (err error) {
+// wrapping ErrKernel, with the panic value and stack; so is a call to
+// runtime.Goexit, which cannot end the caller's goroutine: the body runs on a
+// goroutine of its own.
+func (k *Kernel) Call(ctx *KernelCtx, args []reflect.Value) error {
 	in := args
 	if k.HasCtx {
 		in = make([]reflect.Value, 0, len(args)+1)
 		in = append(in, reflect.ValueOf(ctx))
 		in = append(in, args...)
 	}
+	done := make(chan error, 1)
+	go k.run(in, done)
+	return <-done
+}
+
+// run calls the body and sends what became of it on done: nil, or an error
+// for a panic or a runtime.Goexit (which a deferred function sees as a
+// return with nothing to recover).
+func (k *Kernel) run(in []reflect.Value, done chan<- error) {
+	returned := false
 	defer func() {
-		if r := recover(); r != nil {
-			if pe, ok := r.(*workpool.PanicError); ok {
-				err = fmt.Errorf("%w: kernel %q panicked: %v\n\n%s", ErrKernel, k.Name, pe.Value, pe.Stack)
-				return
-			}
-			err = fmt.Errorf("%w: kernel %q panicked: %v\n\n%s", ErrKernel, k.Name, r, debug.Stack())
+		if returned {
+			done <- nil
+			return
+		}
+		r := recover()
+		switch pe, _ := r.(*workpool.PanicError); {
+		case r == nil:
+			done <- fmt.Errorf("%w: kernel %q called runtime.Goexit (a kernel must return; report failures by panicking or through its buffers)", ErrKernel, k.Name)
+		case pe != nil && pe.Goexit:
+			done <- fmt.Errorf("%w: kernel %q called runtime.Goexit in a loop chunk (a kernel must return; report failures by panicking or through its buffers)\n\n%s", ErrKernel, k.Name, pe.Stack)
+		case pe != nil:
+			done <- fmt.Errorf("%w: kernel %q panicked: %v\n\n%s", ErrKernel, k.Name, pe.Value, pe.Stack)
+		default:
+			done <- fmt.Errorf("%w: kernel %q panicked: %v\n\n%s", ErrKernel, k.Name, r, debug.Stack())
 		}
 	}()
 	k.Fn.Call(in)
-	return nil
+	returned = true
 }
 
 // ArgValues turns plugin arguments into call values: slices are made over
