@@ -7,6 +7,7 @@ package hostmem
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -66,6 +67,16 @@ func (m *Memory) Alloc(size int64) (plugin.Ptr, error) {
 	if size < 0 {
 		return 0, fmt.Errorf("%w: negative size %d", plugin.ErrBadPointer, size)
 	}
+	if err := CheckSize(size); err != nil {
+		return 0, err
+	}
+	m.mu.RLock()
+	inUse := m.inUse
+	m.mu.RUnlock()
+	if limit := Limit(); size > limit-inUse {
+		return 0, fmt.Errorf("%w: %d bytes (%s) with %d bytes (%s) in use is more than the machine's memory (%d bytes, %s)",
+			plugin.ErrOutOfMemory, size, human(size), inUse, human(inUse), limit, human(limit))
+	}
 	class := sizeClass(size)
 	m.mu.Lock()
 	var buf []byte
@@ -103,6 +114,49 @@ func MachineMemory() int64 {
 	return int64(si.Totalram) * int64(si.Unit)
 }
 
+// MaxUnknown is the largest block allowed where the machine's memory is
+// unknown: 64 TiB, which is also about what amd64 and arm64 can address.
+const MaxUnknown = 1 << 46
+
+// Limit is the largest block of Go memory the process may ask for: the
+// machine's memory (MaxUnknown if unknown), and at most what an int holds.
+func Limit() int64 {
+	limit := int64(MaxUnknown)
+	if machineMemory > 0 {
+		limit = machineMemory
+	}
+	return int64(min(uint64(limit), uint64(math.MaxInt)))
+}
+
+// CheckSize reports an error wrapping plugin.ErrOutOfMemory if a block of
+// size bytes of Go memory is more than the machine could ever hold (see
+// Limit). Go cannot survive running out of memory, so this must be checked
+// before allocating.
+func CheckSize(size int64) error {
+	if limit := Limit(); size > limit {
+		what := "the machine's memory"
+		if machineMemory <= 0 || limit < machineMemory {
+			what = "the largest allocation allowed"
+		}
+		return fmt.Errorf("%w: %d bytes (%s) is more than %s (%d bytes, %s)", plugin.ErrOutOfMemory, size, human(size), what, limit, human(limit))
+	}
+	return nil
+}
+
+// human shows a byte count in binary units.
+func human(n int64) string {
+	const units = "KMGTPE"
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	f, i := float64(n)/1024, 0
+	for f >= 1024 && i < len(units)-1 {
+		f /= 1024
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB", f, units[i])
+}
+
 // makeBlock allocates a block, turning the runtime's out-of-memory panic for
 // absurd sizes into an error.
 func makeBlock(n int64) (buf []byte, err error) {
@@ -111,8 +165,8 @@ func makeBlock(n int64) (buf []byte, err error) {
 			err = fmt.Errorf("%w: cannot allocate %d bytes", plugin.ErrOutOfMemory, n)
 		}
 	}()
-	if n > 1<<46 || (machineMemory > 0 && n > machineMemory) {
-		return nil, fmt.Errorf("%w: cannot allocate %d bytes", plugin.ErrOutOfMemory, n)
+	if err := CheckSize(n); err != nil {
+		return nil, err
 	}
 	return make([]byte, n), nil
 }
