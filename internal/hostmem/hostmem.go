@@ -8,6 +8,8 @@ package hostmem
 import (
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -36,8 +38,9 @@ type Memory struct {
 }
 
 // New returns an empty memory whose pool keeps freed blocks up to threshold
-// bytes (0: no pool).
+// bytes (0: no pool; at most Limit()).
 func New(threshold int64) *Memory {
+	threshold = min(max(threshold, 0), Limit())
 	return &Memory{
 		live:      btree.NewG(16, func(a, b *allocation) bool { return a.base < b.base }),
 		pool:      map[int64][][]byte{},
@@ -141,6 +144,17 @@ func CheckSize(size int64) error {
 		return fmt.Errorf("%w: %d bytes (%s) is more than %s (%d bytes, %s)", plugin.ErrOutOfMemory, size, human(size), what, limit, human(limit))
 	}
 	return nil
+}
+
+// ParseThreshold parses the value s of the environment variable name as a
+// pool threshold in bytes, from 0 (no pool) to Limit(). The error names the
+// variable, the value and the range.
+func ParseThreshold(name, s string) (int64, error) {
+	v, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || v < 0 || v > Limit() {
+		return 0, fmt.Errorf("%s=%q: want a size in bytes from 0 (no pool) to %d (this machine's memory)", name, s, Limit())
+	}
+	return v, nil
 }
 
 // human shows a byte count in binary units.
