@@ -108,8 +108,8 @@ func (e *PanicError) Error() string {
 // on the calling goroutine. A panic in any chunk, or a runtime.Goexit in a
 // chunk that a worker ran, is re-raised in the caller as a *PanicError once
 // every chunk has finished. A Goexit in a chunk the caller runs ends the
-// caller's goroutine (as it would without the pool), after every chunk has
-// finished.
+// caller's goroutine (as it would without the pool) once the chunks handed
+// to workers have finished; the chunks not handed out yet never start.
 func (p *Pool) For(n int, body func(lo, hi int)) {
 	if n <= 0 {
 		return

@@ -82,11 +82,13 @@ func TestForGoexit(t *testing.T) {
 			})
 		}()
 		r := <-res
+		if r == nil {
+			// The chunk ran on the caller's goroutine, which ended (the
+			// chunks not handed out yet never start).
+			continue
+		}
 		if done.Load() != workers {
 			t.Fatalf("%d chunks ended before For did, want %d", done.Load(), workers)
-		}
-		if r == nil {
-			continue // the chunk ran on the caller's goroutine, which ended
 		}
 		pe, ok := r.(*PanicError)
 		if !ok || !pe.Goexit || !strings.Contains(pe.Error(), "Goexit") {
