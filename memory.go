@@ -1,24 +1,45 @@
 package offload
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"unsafe"
 
 	"github.com/goffload/offload/internal/core"
+	"github.com/goffload/offload/internal/hostmem"
 	"github.com/goffload/offload/internal/plugin"
 )
+
+// ErrOutOfMemory: an allocation the device cannot hold, such as one larger
+// than the machine's memory (which Go could not survive trying).
+var ErrOutOfMemory = plugin.ErrOutOfMemory
 
 // DevicePtr is a range of memory on one device: what Alloc returns
 // (omp_target_alloc), or host memory named by HostPtr. It can be passed to a
 // kernel on its device as a slice argument (is_device_ptr), copied with
 // Memcpy, and associated with a host buffer.
+//
+// A DevicePtr into memory from Alloc on a device other than the initial one
+// remembers its allocation: once that is freed, every use of the pointer (or
+// of pointers derived from it with Offset) is refused with an error wrapping
+// ErrBadPointer and ErrBadArgument, even where a later allocation reuses the
+// memory. Memory of the initial device belongs to the garbage collector and
+// stays valid while a DevicePtr refers to it.
 type DevicePtr struct {
-	dev  int            // device number
-	ptr  plugin.Ptr     // device address
-	size int64          // bytes from ptr
-	keep unsafe.Pointer // host memory, for a pointer on the initial device
-	host bool           // the memory is host memory
+	dev  int        // device number
+	ptr  plugin.Ptr // device address
+	size int64      // bytes from ptr
+	// keep is the host memory of a pointer on the initial device: at ptr
+	// while size > 0; a pointer at the end of its memory (size 0) keeps the
+	// address it was derived from, since a Go pointer one past the end of an
+	// allocation would point into another object or nowhere (which the
+	// garbage collector treats as a fatal error).
+	keep unsafe.Pointer
+	host bool       // the memory is host memory
+	base plugin.Ptr // start of the allocation from Alloc
+	gen  uint64     // generation of that allocation; 0 if not from Alloc
+	bad  string     // why the pointer is invalid (an out-of-range Offset)
 }
 
 // Device is the number of the device the memory is on.
@@ -27,36 +48,81 @@ func (p DevicePtr) Device() int { return p.dev }
 // Size is the number of bytes from the pointer to the end of its range.
 func (p DevicePtr) Size() int64 { return p.size }
 
-// IsNil reports whether p is the zero DevicePtr.
+// IsNil reports whether p points nowhere: the zero DevicePtr, or the result
+// of an Offset outside its range.
 func (p DevicePtr) IsNil() bool { return p.ptr == 0 && p.keep == nil }
 
 // Offset returns the pointer off bytes further, its size shrunk to match.
-// An offset outside [0, Size()] gives a nil DevicePtr.
+// An offset outside [0, Size()] gives a nil DevicePtr that every routine
+// refuses with an error saying which offset was out of range.
 func (p DevicePtr) Offset(off int64) DevicePtr {
-	if off < 0 || off > p.size {
-		return DevicePtr{}
+	if p.bad != "" {
+		return p
+	}
+	if off < 0 || off > p.size || p.IsNil() {
+		return DevicePtr{dev: p.dev, bad: fmt.Sprintf("%s offset by %d bytes, outside [0, %d]", p, off, p.size)}
 	}
 	q := p
 	q.size -= off
-	if p.host {
+	q.ptr += plugin.Ptr(off)
+	if p.host && q.size > 0 {
 		q.keep = unsafe.Add(p.keep, off)
-		q.ptr = plugin.Ptr(uintptr(q.keep))
-	} else {
-		q.ptr += plugin.Ptr(off)
 	}
 	return q
 }
 
 // String shows the device and address.
 func (p DevicePtr) String() string {
+	if p.bad != "" {
+		return "invalid DevicePtr (" + p.bad + ")"
+	}
 	return fmt.Sprintf("device %d:%#x(+%d)", p.dev, uint64(p.ptr), p.size)
 }
 
 func (p DevicePtr) onInitial() bool { return p.host }
 
+// valid reports why p points nowhere, if it does.
+func (p DevicePtr) valid() error {
+	switch {
+	case p.bad != "":
+		return fmt.Errorf("%w: %s", ErrBadArgument, p.bad)
+	case p.IsNil():
+		return fmt.Errorf("%w: nil DevicePtr", ErrBadArgument)
+	}
+	return nil
+}
+
+// live reports an error if p's allocation on cd was freed.
+func (p DevicePtr) live(cd *core.Device) error {
+	if p.gen == 0 {
+		return nil
+	}
+	if err := cd.CheckAlloc(p.base, p.gen); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrBadArgument, p, err)
+	}
+	return nil
+}
+
+// check reports why p cannot be used as a kernel argument: it points
+// nowhere, or into memory that was freed. The caller adds ErrBadArgument.
 func (p DevicePtr) check() error {
-	if p.IsNil() {
-		return fmt.Errorf("nil DevicePtr")
+	switch {
+	case p.bad != "":
+		return errors.New(p.bad)
+	case p.IsNil():
+		return errors.New("nil DevicePtr")
+	case p.gen == 0:
+		return nil
+	}
+	cd, _, err := On(p.dev).resolve()
+	if err != nil {
+		return err
+	}
+	if cd.Num != p.dev {
+		return fmt.Errorf("%s belongs to a device that is not available", p)
+	}
+	if err := cd.CheckAlloc(p.base, p.gen); err != nil {
+		return fmt.Errorf("%s: %w", p, err)
 	}
 	return nil
 }
@@ -74,7 +140,11 @@ func HostPtr(s any) DevicePtr {
 }
 
 // Alloc allocates size bytes of device memory (omp_target_alloc). On the
-// initial device it allocates host memory. Free it with Free.
+// initial device it allocates host memory. Free it with Free. A size larger
+// than the machine's memory is refused with an error wrapping ErrOutOfMemory
+// (on the initial device, and on CPU devices, which allocate Go memory: Go
+// ends the process when memory runs out, so such sizes are refused before
+// trying); a negative size with one wrapping ErrBadArgument.
 func (d Device) Alloc(size int64) (DevicePtr, error) {
 	cd, _, err := d.resolve()
 	if err != nil {
@@ -84,6 +154,9 @@ func (d Device) Alloc(size int64) (DevicePtr, error) {
 		return DevicePtr{}, fmt.Errorf("goffload: %s: alloc of %d bytes: %w: negative size", cd.Label(), size, ErrBadArgument)
 	}
 	if cd.IsInitial() {
+		if err := hostmem.CheckSize(size); err != nil {
+			return DevicePtr{}, fmt.Errorf("goffload: %s: alloc of %d bytes: %w", cd.Label(), size, err)
+		}
 		b := make([]byte, max(size, 1))
 		return DevicePtr{dev: cd.Num, ptr: plugin.Ptr(uintptr(unsafe.Pointer(&b[0]))), size: size, keep: unsafe.Pointer(&b[0]), host: true}, nil
 	}
@@ -91,44 +164,72 @@ func (d Device) Alloc(size int64) (DevicePtr, error) {
 	if err != nil {
 		return DevicePtr{}, err
 	}
-	return DevicePtr{dev: cd.Num, ptr: p, size: size}, nil
+	return DevicePtr{dev: cd.Num, ptr: p, size: size, base: p, gen: cd.TrackAlloc(p, size)}, nil
 }
 
 // Free releases memory from Alloc (omp_target_free). Freeing host memory is
-// left to the garbage collector.
+// left to the garbage collector. Freeing a pointer twice, a pointer that
+// Offset moved, or device memory that did not come from Alloc (MappedPtr's)
+// is an error wrapping ErrBadPointer.
 func Free(p DevicePtr) error {
+	const op = "omp_target_free"
+	if err := p.valid(); err != nil {
+		return fmt.Errorf("goffload: %s: %w", op, err)
+	}
 	if p.host {
 		return nil
 	}
-	cd, err := ptrDevice(p)
+	cd, _, err := On(p.dev).resolve()
 	if err != nil {
 		return err
+	}
+	if cd.Num != p.dev {
+		return fmt.Errorf("goffload: %s: %w: %s belongs to a device that is not available", op, ErrBadArgument, p)
+	}
+	switch {
+	case p.gen == 0:
+		return fmt.Errorf("goffload: %s: %s of %s: %w (%w): not memory from Alloc", cd.Label(), op, p, ErrBadArgument, ErrBadPointer)
+	case p.ptr != p.base:
+		return fmt.Errorf("goffload: %s: %s of %s: %w (%w): %d bytes into the allocation at %#x, not its start",
+			cd.Label(), op, p, ErrBadArgument, ErrBadPointer, p.ptr-p.base, uint64(p.base))
+	}
+	if err := cd.UntrackAlloc(p.base, p.gen); err != nil {
+		return fmt.Errorf("goffload: %s: %s of %s: %w: %w", cd.Label(), op, p, ErrBadArgument, err)
 	}
 	return cd.Free(p.ptr)
 }
 
-func ptrDevice(p DevicePtr) (*core.Device, error) {
-	if err := p.check(); err != nil {
-		return nil, fmt.Errorf("goffload: %w: %v", ErrBadArgument, err)
+// ptrDevice resolves the device of p for op, checking that p points into
+// live memory.
+func ptrDevice(p DevicePtr, op string) (*core.Device, error) {
+	if err := p.valid(); err != nil {
+		return nil, fmt.Errorf("goffload: %s: %w", op, err)
 	}
 	cd, _, err := On(p.dev).resolve()
 	if err != nil {
 		return nil, err
 	}
 	if cd.Num != p.dev {
-		return nil, fmt.Errorf("goffload: %w: %s belongs to a device that is not available", ErrBadArgument, p)
+		return nil, fmt.Errorf("goffload: %s: %w: %s belongs to a device that is not available", op, ErrBadArgument, p)
+	}
+	if err := p.live(cd); err != nil {
+		return nil, fmt.Errorf("goffload: %s: %s: %w", cd.Label(), op, err)
 	}
 	return cd, nil
 }
 
 func loc(p DevicePtr, n int64) (core.Loc, error) {
+	const op = "omp_target_memcpy"
+	if err := p.valid(); err != nil {
+		return core.Loc{}, fmt.Errorf("goffload: %s: %w", op, err)
+	}
 	if n > p.size {
-		return core.Loc{}, fmt.Errorf("goffload: omp_target_memcpy: %w: %d bytes from %s, which holds %d", ErrBadArgument, n, p, p.size)
+		return core.Loc{}, fmt.Errorf("goffload: %s: %w: %d bytes from %s, which holds %d", op, ErrBadArgument, n, p, p.size)
 	}
 	if p.host {
-		return core.Loc{Host: unsafe.Slice((*byte)(p.keep), p.size)}, nil
+		return core.Loc{Host: unsafe.Slice((*byte)(p.keep), n)}, nil
 	}
-	cd, err := ptrDevice(p)
+	cd, err := ptrDevice(p, op)
 	if err != nil {
 		return core.Loc{}, err
 	}
@@ -213,8 +314,14 @@ func (d Device) Associate(s any, p DevicePtr, name string) error {
 		return err
 	}
 	b.Name = name
+	if err := p.valid(); err != nil {
+		return fmt.Errorf("goffload: %s: omp_target_associate_ptr of %q: %w", cd.Label(), name, err)
+	}
 	if cd.IsInitial() || p.host || p.dev != cd.Num {
 		return fmt.Errorf("goffload: %s: omp_target_associate_ptr of %q: %w: %s is not memory of this device", cd.Label(), name, ErrBadArgument, p)
+	}
+	if err := p.live(cd); err != nil {
+		return fmt.Errorf("goffload: %s: omp_target_associate_ptr of %q: %w", cd.Label(), name, err)
 	}
 	if b.Size > p.size {
 		return fmt.Errorf("goffload: %s: omp_target_associate_ptr of %q (%d bytes): %w: %s holds only %d bytes", cd.Label(), name, b.Size, ErrBadArgument, p, p.size)

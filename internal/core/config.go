@@ -9,8 +9,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/goffload/offload/internal/hostmem"
 	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/internal/workpool"
 )
 
 // Policy is OMP_TARGET_OFFLOAD.
@@ -71,10 +74,14 @@ type Config struct {
 }
 
 // ConfigFromEnv reads OMP_TARGET_OFFLOAD, OMP_DEFAULT_DEVICE, GOFFLOAD_DEVICES
-// and GOFFLOAD_INFO.
+// and GOFFLOAD_INFO, and checks the variables the device kinds read (see
+// CheckDeviceEnv).
 func ConfigFromEnv() (Config, error) {
 	var cfg Config
 	var err error
+	if err := CheckDeviceEnv(); err != nil {
+		return cfg, err
+	}
 	if cfg.Policy, err = ParsePolicy(os.Getenv("OMP_TARGET_OFFLOAD")); err != nil {
 		return cfg, err
 	}
@@ -142,4 +149,42 @@ func knownKinds() string {
 		parts = append(parts, k.Help)
 	}
 	return strings.Join(parts, "; ")
+}
+
+// MaxRemoteSpin is the largest GOFFLOAD_REMOTE_SPIN accepted: a link's reader
+// spins a core for up to that long per read.
+const MaxRemoteSpin = time.Second
+
+// CheckDeviceEnv checks the environment variables that the device kinds read
+// when they open devices (and device processes when they start), so that a
+// value out of range is an error at Start wrapping ErrConfig — naming the
+// variable, the value and the accepted range — whichever devices are named:
+//
+//   - GOFFLOAD_HOST_CORES, GOFFLOAD_DEVICE_CORES: 1 to workpool.MaxWorkers()
+//     (4 × the CPUs, at least 64, at most 4096);
+//   - GOFFLOAD_HOST_POOL_THRESHOLD: 0 to the machine's memory, in bytes;
+//   - GOFFLOAD_REMOTE_SPIN: a Go duration from 0 to MaxRemoteSpin ("0" turns
+//     spinning off).
+//
+// The kinds check their variables again themselves (a program can open
+// devices without Start, and a TCP device process is started by hand).
+func CheckDeviceEnv() error {
+	for _, name := range []string{"GOFFLOAD_HOST_CORES", "GOFFLOAD_DEVICE_CORES"} {
+		if s, ok := os.LookupEnv(name); ok && s != "" {
+			if _, err := workpool.ParseWorkers(name, s); err != nil {
+				return fmt.Errorf("%w: %w", ErrConfig, err)
+			}
+		}
+	}
+	if s := os.Getenv("GOFFLOAD_HOST_POOL_THRESHOLD"); s != "" {
+		if _, err := hostmem.ParseThreshold("GOFFLOAD_HOST_POOL_THRESHOLD", s); err != nil {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+	}
+	if s := os.Getenv("GOFFLOAD_REMOTE_SPIN"); s != "" {
+		if d, err := time.ParseDuration(strings.TrimSpace(s)); err != nil || d < 0 || d > MaxRemoteSpin {
+			return fmt.Errorf("%w: GOFFLOAD_REMOTE_SPIN=%q: want a duration from 0 (no spinning) to %v, such as 100us", ErrConfig, s, MaxRemoteSpin)
+		}
+	}
+	return nil
 }

@@ -7,6 +7,9 @@ package hostmem
 
 import (
 	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -35,8 +38,9 @@ type Memory struct {
 }
 
 // New returns an empty memory whose pool keeps freed blocks up to threshold
-// bytes (0: no pool).
+// bytes (0: no pool; at most Limit()).
 func New(threshold int64) *Memory {
+	threshold = min(max(threshold, 0), Limit())
 	return &Memory{
 		live:      btree.NewG(16, func(a, b *allocation) bool { return a.base < b.base }),
 		pool:      map[int64][][]byte{},
@@ -65,6 +69,16 @@ func sizeClass(n int64) int64 {
 func (m *Memory) Alloc(size int64) (plugin.Ptr, error) {
 	if size < 0 {
 		return 0, fmt.Errorf("%w: negative size %d", plugin.ErrBadPointer, size)
+	}
+	if err := CheckSize(size); err != nil {
+		return 0, err
+	}
+	m.mu.RLock()
+	inUse := m.inUse
+	m.mu.RUnlock()
+	if limit := Limit(); size > limit-inUse {
+		return 0, fmt.Errorf("%w: %d bytes (%s) with %d bytes (%s) in use is more than the machine's memory (%d bytes, %s)",
+			plugin.ErrOutOfMemory, size, human(size), inUse, human(inUse), limit, human(limit))
 	}
 	class := sizeClass(size)
 	m.mu.Lock()
@@ -103,6 +117,60 @@ func MachineMemory() int64 {
 	return int64(si.Totalram) * int64(si.Unit)
 }
 
+// MaxUnknown is the largest block allowed where the machine's memory is
+// unknown: 64 TiB, which is also about what amd64 and arm64 can address.
+const MaxUnknown = 1 << 46
+
+// Limit is the largest block of Go memory the process may ask for: the
+// machine's memory (MaxUnknown if unknown), and at most what an int holds.
+func Limit() int64 {
+	limit := int64(MaxUnknown)
+	if machineMemory > 0 {
+		limit = machineMemory
+	}
+	return int64(min(uint64(limit), uint64(math.MaxInt)))
+}
+
+// CheckSize reports an error wrapping plugin.ErrOutOfMemory if a block of
+// size bytes of Go memory is more than the machine could ever hold (see
+// Limit). Go cannot survive running out of memory, so this must be checked
+// before allocating.
+func CheckSize(size int64) error {
+	if limit := Limit(); size > limit {
+		what := "the machine's memory"
+		if machineMemory <= 0 || limit < machineMemory {
+			what = "the largest allocation allowed"
+		}
+		return fmt.Errorf("%w: %d bytes (%s) is more than %s (%d bytes, %s)", plugin.ErrOutOfMemory, size, human(size), what, limit, human(limit))
+	}
+	return nil
+}
+
+// ParseThreshold parses the value s of the environment variable name as a
+// pool threshold in bytes, from 0 (no pool) to Limit(). The error names the
+// variable, the value and the range.
+func ParseThreshold(name, s string) (int64, error) {
+	v, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || v < 0 || v > Limit() {
+		return 0, fmt.Errorf("%s=%q: want a size in bytes from 0 (no pool) to %d (this machine's memory)", name, s, Limit())
+	}
+	return v, nil
+}
+
+// human shows a byte count in binary units.
+func human(n int64) string {
+	const units = "KMGTPE"
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	f, i := float64(n)/1024, 0
+	for f >= 1024 && i < len(units)-1 {
+		f /= 1024
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB", f, units[i])
+}
+
 // makeBlock allocates a block, turning the runtime's out-of-memory panic for
 // absurd sizes into an error.
 func makeBlock(n int64) (buf []byte, err error) {
@@ -111,8 +179,8 @@ func makeBlock(n int64) (buf []byte, err error) {
 			err = fmt.Errorf("%w: cannot allocate %d bytes", plugin.ErrOutOfMemory, n)
 		}
 	}()
-	if n > 1<<46 || (machineMemory > 0 && n > machineMemory) {
-		return nil, fmt.Errorf("%w: cannot allocate %d bytes", plugin.ErrOutOfMemory, n)
+	if err := CheckSize(n); err != nil {
+		return nil, err
 	}
 	return make([]byte, n), nil
 }

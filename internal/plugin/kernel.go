@@ -212,25 +212,109 @@ func (c *KernelCtx) For(n int, body func(lo, hi int)) { c.pool.For(n, body) }
 // argument is a reflect slice value of the element type (made with
 // reflect.SliceAt over device memory), a scalar is a value of the parameter's
 // type. A panic in the body or in its loop chunks is returned as an error
-// wrapping ErrKernel, with the panic value and stack.
-func (k *Kernel) Call(ctx *KernelCtx, args []reflect.Value) (err error) {
+// wrapping ErrKernel, with the panic value and stack; so is a call to
+// runtime.Goexit, which cannot end the caller's goroutine: the body runs on a
+// runner goroutine (see runner).
+func (k *Kernel) Call(ctx *KernelCtx, args []reflect.Value) error {
 	in := args
 	if k.HasCtx {
 		in = make([]reflect.Value, 0, len(args)+1)
 		in = append(in, reflect.ValueOf(ctx))
 		in = append(in, args...)
 	}
+	r := getRunner()
+	r.jobs <- job{k: k, in: in}
+	res := <-r.done
+	if !res.exited {
+		putRunner(r)
+	}
+	return res.err
+}
+
+// A runner is a goroutine that runs kernel bodies, so that a body calling
+// runtime.Goexit (which nothing can stop) ends the runner, not the caller:
+// the host's goroutine on the initial device, or a device queue's. Idle
+// runners wait for work, which costs less than a goroutine per call; one that
+// a Goexit ends is not reused.
+type runner struct {
+	jobs chan job
+	done chan result
+}
+
+type job struct {
+	k  *Kernel
+	in []reflect.Value
+}
+
+type result struct {
+	err    error
+	exited bool // the runner ended (runtime.Goexit)
+}
+
+// maxIdleRunners bounds the runners kept waiting; more end when they finish.
+const maxIdleRunners = 64
+
+var runners struct {
+	sync.Mutex
+	idle []*runner
+}
+
+func getRunner() *runner {
+	runners.Lock()
+	if n := len(runners.idle); n > 0 {
+		r := runners.idle[n-1]
+		runners.idle[n-1] = nil
+		runners.idle = runners.idle[:n-1]
+		runners.Unlock()
+		return r
+	}
+	runners.Unlock()
+	r := &runner{jobs: make(chan job), done: make(chan result, 1)}
+	go r.loop()
+	return r
+}
+
+func putRunner(r *runner) {
+	runners.Lock()
+	if len(runners.idle) < maxIdleRunners {
+		runners.idle = append(runners.idle, r)
+		runners.Unlock()
+		return
+	}
+	runners.Unlock()
+	close(r.jobs)
+}
+
+func (r *runner) loop() {
+	for j := range r.jobs {
+		j.k.run(j.in, r.done)
+	}
+}
+
+// run calls the body and sends what became of it on done: nil, or an error
+// for a panic or a runtime.Goexit (which a deferred function sees as a
+// return with nothing to recover).
+func (k *Kernel) run(in []reflect.Value, done chan<- result) {
+	returned := false
 	defer func() {
-		if r := recover(); r != nil {
-			if pe, ok := r.(*workpool.PanicError); ok {
-				err = fmt.Errorf("%w: kernel %q panicked: %v\n\n%s", ErrKernel, k.Name, pe.Value, pe.Stack)
-				return
-			}
-			err = fmt.Errorf("%w: kernel %q panicked: %v\n\n%s", ErrKernel, k.Name, r, debug.Stack())
+		if returned {
+			done <- result{}
+			return
+		}
+		r := recover()
+		switch pe, _ := r.(*workpool.PanicError); {
+		case r == nil:
+			done <- result{exited: true, err: fmt.Errorf("%w: kernel %q called runtime.Goexit (a kernel must return; report failures by panicking or through its buffers)", ErrKernel, k.Name)}
+		case pe != nil && pe.Goexit:
+			done <- result{err: fmt.Errorf("%w: kernel %q called runtime.Goexit in a loop chunk (a kernel must return; report failures by panicking or through its buffers)\n\n%s", ErrKernel, k.Name, pe.Stack)}
+		case pe != nil:
+			done <- result{err: fmt.Errorf("%w: kernel %q panicked: %v\n\n%s", ErrKernel, k.Name, pe.Value, pe.Stack)}
+		default:
+			done <- result{err: fmt.Errorf("%w: kernel %q panicked: %v\n\n%s", ErrKernel, k.Name, r, debug.Stack())}
 		}
 	}()
 	k.Fn.Call(in)
-	return nil
+	returned = true
 }
 
 // ArgValues turns plugin arguments into call values: slices are made over

@@ -1,6 +1,7 @@
 package workpool
 
 import (
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -50,5 +51,58 @@ func TestForAfterClose(t *testing.T) {
 	p.For(100, func(lo, hi int) { sum.Add(int64(hi - lo)) })
 	if sum.Load() != 100 {
 		t.Errorf("sum %d", sum.Load())
+	}
+}
+
+// TestForGoexit: a chunk that calls runtime.Goexit on a worker is re-raised
+// in the caller as a *PanicError with Goexit set, after every chunk is done;
+// the worker is replaced (the pool keeps its size, and Close still returns).
+// A chunk that runs on the caller (no worker was idle) ends the caller's
+// goroutine, as any Goexit does, after the other chunks: the test tries
+// again until a worker took the chunk.
+func TestForGoexit(t *testing.T) {
+	const workers = 3
+	started := make(chan struct{}, 16)
+	p := newPool(workers, func() { started <- struct{}{} })
+	for range workers - 1 {
+		<-started
+	}
+	onWorker := false
+	for try := 0; try < 1000 && !onWorker; try++ {
+		var done atomic.Int32
+		var ended atomic.Bool
+		res := make(chan any, 1)
+		go func() {
+			defer func() { res <- recover() }()
+			p.For(workers, func(lo, hi int) {
+				defer done.Add(1)
+				if lo > 0 && !ended.Swap(true) {
+					runtime.Goexit()
+				}
+			})
+		}()
+		r := <-res
+		if r == nil {
+			// The chunk ran on the caller's goroutine, which ended (the
+			// chunks not handed out yet never start).
+			continue
+		}
+		if done.Load() != workers {
+			t.Fatalf("%d chunks ended before For did, want %d", done.Load(), workers)
+		}
+		pe, ok := r.(*PanicError)
+		if !ok || !pe.Goexit || !strings.Contains(pe.Error(), "Goexit") {
+			t.Fatalf("recovered %v, want a *PanicError with Goexit set", r)
+		}
+		<-started // the replacement worker
+		onWorker = true
+	}
+	if !onWorker {
+		t.Fatalf("a Goexit in a chunk was never reported by For")
+	}
+	// Close returns: the replacement took over the ended worker's count.
+	p.Close()
+	if len(started) != 0 {
+		t.Errorf("%d more workers started than ended", len(started))
 	}
 }

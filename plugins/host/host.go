@@ -63,21 +63,23 @@ type Config struct {
 	PoolThreshold int64
 }
 
-// ConfigFromEnv reads GOFFLOAD_HOST_CORES (default: the number of CPUs) and
-// GOFFLOAD_HOST_POOL_THRESHOLD (bytes, default DefaultPoolThreshold).
+// ConfigFromEnv reads GOFFLOAD_HOST_CORES (default: the number of CPUs;
+// from 1 to workpool.MaxWorkers()) and GOFFLOAD_HOST_POOL_THRESHOLD (bytes,
+// default DefaultPoolThreshold; from 0 to the machine's memory). A value out
+// of range is an error naming the variable, the value and the range.
 func ConfigFromEnv() (Config, error) {
-	cfg := Config{Cores: runtime.NumCPU(), PoolThreshold: DefaultPoolThreshold}
+	cfg := Config{Cores: min(runtime.NumCPU(), workpool.MaxWorkers()), PoolThreshold: DefaultPoolThreshold}
 	if s := os.Getenv("GOFFLOAD_HOST_CORES"); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil || v < 1 {
-			return cfg, fmt.Errorf("GOFFLOAD_HOST_CORES=%q: want a positive number of cores", s)
+		v, err := workpool.ParseWorkers("GOFFLOAD_HOST_CORES", s)
+		if err != nil {
+			return cfg, err
 		}
 		cfg.Cores = v
 	}
 	if s := os.Getenv("GOFFLOAD_HOST_POOL_THRESHOLD"); s != "" {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || v < 0 {
-			return cfg, fmt.Errorf("GOFFLOAD_HOST_POOL_THRESHOLD=%q: want a size in bytes (0 disables the pool)", s)
+		v, err := hostmem.ParseThreshold("GOFFLOAD_HOST_POOL_THRESHOLD", s)
+		if err != nil {
+			return cfg, err
 		}
 		cfg.PoolThreshold = v
 	}
@@ -96,11 +98,13 @@ type device struct {
 	closed bool
 }
 
-// New returns a host device.
+// New returns a host device. Cores below 1 mean the number of CPUs; more
+// than workpool.MaxWorkers() are cut to that.
 func New(cfg Config) plugin.Device {
 	if cfg.Cores < 1 {
 		cfg.Cores = runtime.NumCPU()
 	}
+	cfg.Cores = min(cfg.Cores, workpool.MaxWorkers())
 	return &device{
 		name:  "host device",
 		num:   -1,

@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/goffload/offload/internal/plugin"
@@ -233,15 +234,20 @@ func TestConfigFromEnv(t *testing.T) {
 		{"CoresNegative", "-2", ""},
 		{"CoresNotNumber", "two", ""},
 		{"CoresFloat", "1.5", ""},
+		{"CoresTooMany", "1000000", ""},
 		{"ThresholdNegative", "", "-1"},
 		{"ThresholdNotNumber", "", "1MiB"},
 		{"ThresholdOverflow", "", "99999999999999999999"},
+		{"ThresholdMoreThanMachine", "", "1152921504606846976"},
 	} {
 		t.Run("Bad"+c.name, func(t *testing.T) {
 			t.Setenv("GOFFLOAD_HOST_CORES", c.cores)
 			t.Setenv("GOFFLOAD_HOST_POOL_THRESHOLD", c.threshold)
-			if cfg, err := host.ConfigFromEnv(); err == nil {
+			cfg, err := host.ConfigFromEnv()
+			if err == nil {
 				t.Errorf("CORES=%q THRESHOLD=%q: got %+v, nil; want an error", c.cores, c.threshold, cfg)
+			} else if msg := err.Error(); !strings.Contains(msg, "GOFFLOAD_HOST_") || !strings.Contains(msg, " from ") {
+				t.Errorf("CORES=%q THRESHOLD=%q: %q does not name the variable and the range", c.cores, c.threshold, msg)
 			}
 			k, _ := plugin.LookupKind("host")
 			if _, err := k.Open("1"); !errors.Is(err, plugin.ErrBadSpec) {

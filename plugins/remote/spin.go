@@ -1,10 +1,12 @@
 package remote
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -20,18 +22,23 @@ import (
 // finds data (or data that comes soon after parking) ends that backoff.
 
 // spinBudget is how long a read polls before parking:
-// GOFFLOAD_REMOTE_SPIN (a duration, "0" turns spinning off), 100µs by
-// default.
+// GOFFLOAD_REMOTE_SPIN (a duration from 0 to 1s, "0" turns spinning off),
+// 100µs by default. Start refuses a value it cannot use (internal/core's
+// CheckDeviceEnv, with the same rule); a process that does not go through
+// Start (a device process started by hand) says so on stderr, once, and
+// spins for the default.
 var spinBudget = func() time.Duration {
-	if s := os.Getenv("GOFFLOAD_REMOTE_SPIN"); s != "" {
-		if d, err := time.ParseDuration(s); err == nil && d >= 0 {
-			return d
-		}
-		if s == "0" {
-			return 0
-		}
+	const def = 100 * time.Microsecond
+	s := os.Getenv("GOFFLOAD_REMOTE_SPIN")
+	if s == "" {
+		return def
 	}
-	return 100 * time.Microsecond
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil || d < 0 || d > time.Second {
+		fmt.Fprintf(os.Stderr, "goffload: GOFFLOAD_REMOTE_SPIN=%q: want a duration from 0 (no spinning) to 1s, such as 100us; using %v\n", s, def)
+		return def
+	}
+	return d
 }()
 
 const maxBackoff = 64
