@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/internal/workpool"
 )
 
 // Environment of a device process, set by the host that starts it.
@@ -54,8 +55,8 @@ func openLocal(arg string) ([]plugin.Device, error) {
 	cores := os.Getenv(envCores)
 	if cores == "" {
 		cores = strconv.Itoa(max(1, runtime.NumCPU()/n))
-	} else if v, err := strconv.Atoi(cores); err != nil || v < 1 {
-		return nil, fmt.Errorf("%w: %s=%q: want a positive number of cores", plugin.ErrBadSpec, envCores, cores)
+	} else if _, err := workpool.ParseWorkers(envCores, cores); err != nil {
+		return nil, fmt.Errorf("%w: %w", plugin.ErrBadSpec, err)
 	}
 	var devs []plugin.Device
 	for i := 0; i < n; i++ {

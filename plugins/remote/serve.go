@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/internal/workpool"
 )
 
 // IsDevice reports whether this process was started as a device.
@@ -35,11 +36,13 @@ func ServeIfDevice() {
 	os.Exit(0)
 }
 
-func deviceCores() int {
-	if v, err := strconv.Atoi(os.Getenv(envCores)); err == nil && v > 0 {
-		return v
+// deviceCores is GOFFLOAD_DEVICE_CORES, or every CPU when it is unset.
+func deviceCores() (int, error) {
+	s := os.Getenv(envCores)
+	if s == "" {
+		return runtime.NumCPU(), nil
 	}
-	return runtime.NumCPU()
+	return workpool.ParseWorkers(envCores, s)
 }
 
 func serve() error {
@@ -47,7 +50,10 @@ func serve() error {
 		return err
 	}
 	img := plugin.CurrentImage()
-	cores := deviceCores()
+	cores, err := deviceCores()
+	if err != nil {
+		return err
+	}
 	if fd := os.Getenv(envFD); fd != "" {
 		n, err := strconv.Atoi(fd)
 		if err != nil || n < 3 {
