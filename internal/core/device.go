@@ -531,17 +531,18 @@ func (d *Device) await(ctx context.Context, op string, fn func() error, cleanup 
 		return fn(), false
 	}
 	done := make(chan struct{})
+	var res error
 	go func() {
 		defer close(done)
-		err = fn()
+		res = fn()
 	}()
 	select {
 	case <-done:
-		return err, false
+		return res, false
 	case <-ctx.Done():
 		select {
 		case <-done:
-			return err, false
+			return res, false
 		default:
 		}
 	}
