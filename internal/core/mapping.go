@@ -88,6 +88,81 @@ func (m MapItem) Clause() string {
 	return s
 }
 
+// Construct names, as OpenMP spells them.
+const (
+	OpEnterData = "target enter data"
+	OpExitData  = "target exit data"
+	OpData      = "target data"
+	OpUpdate    = "target update"
+)
+
+// CheckMaps checks that each clause is allowed on the construct op.
+func (d *Device) CheckMaps(op string, maps []MapItem) error {
+	for _, m := range maps {
+		kind := m.Kind()
+		var ok bool
+		switch op {
+		case OpEnterData:
+			ok = (kind == "to" || kind == "alloc") && !m.Exit
+		case OpExitData:
+			ok = kind == "from" || kind == "release" || kind == "delete"
+		case OpUpdate:
+			ok = kind == "to" || kind == "from"
+		default: // target, target data
+			ok = (kind == "to" || kind == "from" || kind == "tofrom" || kind == "alloc") && !m.Exit
+		}
+		if !ok {
+			return d.mapErr(op, m, ErrBadMap, "map type %q is not allowed on %s", kind, op)
+		}
+		if m.Type&MapHold != 0 && (op == OpEnterData || op == OpExitData || op == OpUpdate) {
+			return d.mapErr(op, m, ErrBadMap, "the hold modifier belongs to structured constructs (target, target data), not %s", op)
+		}
+		if m.Type&MapAlways != 0 && op == OpUpdate {
+			return d.mapErr(op, m, ErrBadMap, "always has no meaning on %s, which always copies", op)
+		}
+	}
+	return nil
+}
+
+// EnterDataOp maps buffers: target enter data.
+func EnterDataOp(maps []MapItem) Op {
+	return Op{Name: OpEnterData, Maps: maps, Enqueue: func(d *Device, w *work) {
+		for _, m := range maps {
+			e, _, err := d.enterEntry(w, m)
+			if err != nil {
+				w.err(err)
+				continue
+			}
+			if e != nil { // all or nothing: a failed enter data maps nothing
+				hold := m.Type&MapHold != 0
+				w.undo = append(w.undo, func() { d.unref(e, hold) })
+			}
+		}
+	}}
+}
+
+// ExitDataOp unmaps buffers: target exit data.
+func ExitDataOp(maps []MapItem) Op {
+	return Op{Name: OpExitData, Maps: maps, Enqueue: func(d *Device, w *work) {
+		for _, m := range maps {
+			if err := d.exit(w, m); err != nil {
+				w.err(err)
+			}
+		}
+	}}
+}
+
+// UpdateOp copies present buffers: target update.
+func UpdateOp(maps []MapItem) Op {
+	return Op{Name: OpUpdate, Maps: maps, Enqueue: func(d *Device, w *work) {
+		for _, m := range maps {
+			if err := d.update(w, m); err != nil {
+				w.err(err)
+			}
+		}
+	}}
+}
+
 func (d *Device) mapErr(op string, m MapItem, err error, detail string, args ...any) error {
 	return &MapError{Device: d.Label(), Op: op, Clause: m.Clause(), Name: m.Buf.Name,
 		Addr: m.Buf.Addr(), Size: m.Buf.Size, Detail: fmt.Sprintf(detail, args...), Err: err}

@@ -161,28 +161,19 @@ func (r *Runtime) register(t *Task, deps []Dep) []*Task {
 	t.rt = r
 	ts.live[t] = struct{}{}
 	var preds []*Task
-	var seen map[*Task]bool // only for many predecessors
+	var seen map[*Task]bool // a write after many reads: no quadratic search
 	add := func(p *Task) {
-		if p == nil || p == t || (finished(p) && !holds(p)) {
+		if p == nil || p == t || (finished(p) && !holds(p)) || seen[p] || (seen == nil && slices.Contains(preds, p)) {
 			return
 		}
-		if seen == nil {
-			if slices.Contains(preds, p) {
-				return
+		if preds = append(preds, p); seen == nil && len(preds) > 16 {
+			seen = make(map[*Task]bool, 2*len(preds))
+			for _, q := range preds {
+				seen[q] = true
 			}
-			if len(preds) >= 16 {
-				seen = map[*Task]bool{}
-				for _, q := range preds {
-					seen[q] = true
-				}
-			}
-		} else if seen[p] {
-			return
-		}
-		if seen != nil {
+		} else if seen != nil {
 			seen[p] = true
 		}
-		preds = append(preds, p)
 	}
 	for _, d := range deps {
 		t.addrs = append(t.addrs, d.Addr)
