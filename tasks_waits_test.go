@@ -191,3 +191,31 @@ func TestLostDevice(t *testing.T) {
 		t.Errorf("Info of a lost device: %v, want ErrDeviceLost", err)
 	}
 }
+
+// TestInfoAfterKill: once an operation on a device process killed from
+// outside has failed, Info returns an error wrapping ErrDeviceLost, with
+// the description still filled in.
+func TestInfoAfterKill(t *testing.T) {
+	if err := offload.Start(offload.WithDevices("local:1")); err != nil {
+		t.Fatal(err)
+	}
+	defer offload.Stop() // its error is the device's death
+	dev := offload.On(0)
+	info, err := dev.Info()
+	if err != nil || info.PID <= 0 {
+		t.Fatalf("Info: %+v, %v", info, err)
+	}
+	if err := syscall.Kill(info.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	x := filled(16, 1)
+	for deadline := time.Now().Add(20 * time.Second); dev.Run(AddTo, int32(1), x) == nil; {
+		if time.Now().After(deadline) {
+			t.Fatal("the killed device still runs kernels")
+		}
+	}
+	got, err := dev.Info()
+	if !errors.Is(err, offload.ErrDeviceLost) || !strings.Contains(err.Error(), fmt.Sprint(info.PID)) || got.PID != info.PID {
+		t.Errorf("Info of a lost device: %+v, %v; want ErrDeviceLost naming pid %d", got, err, info.PID)
+	}
+}
