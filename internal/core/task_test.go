@@ -9,18 +9,18 @@ import (
 	"unsafe"
 )
 
-// hostRuntime is a runtime with no devices: host work only.
-func hostRuntime() *Runtime { return &Runtime{Initial: &Device{Num: 0}} }
+// taskRuntime is a runtime with no devices: host work only.
+func taskRuntime() *Runtime { return &Runtime{Initial: &Device{Num: 0}} }
 
-func dep(kind DepKind, p *int) Dep {
+func taskDep(kind DepKind, p *int) Dep {
 	return Dep{Kind: kind, Addr: uintptr(unsafe.Pointer(p)), Keep: unsafe.Pointer(p)}
 }
 
-// TestHistoryBounded: a long run over many objects, with writers, readers
+// TestTaskHistoryBounded: a long run over many objects, with writers, readers
 // and failures, leaves nothing in the history once the tasks are done and
 // their failures reported.
-func TestHistoryBounded(t *testing.T) {
-	r := hostRuntime()
+func TestTaskHistoryBounded(t *testing.T) {
+	r := taskRuntime()
 	objs := make([]*int, 64)
 	for i := range objs {
 		objs[i] = new(int)
@@ -35,7 +35,7 @@ func TestHistoryBounded(t *testing.T) {
 				return boom
 			}
 			return nil
-		}, []Dep{dep(DepIn, a), dep(DepInOut, b)}))
+		}, []Dep{taskDep(DepIn, a), taskDep(DepInOut, b)}))
 	}
 	for _, task := range ts {
 		<-task.Done()
@@ -56,22 +56,22 @@ func TestHistoryBounded(t *testing.T) {
 	}
 }
 
-// TestFailureOnce: a chain of dependents of one failure gets one error each
+// TestTaskFailureOnce: a chain of dependents of one failure gets one error each
 // that names the failed task and the dependent, not one level per hop; a
 // failure reported by Wait is forgotten, and new tasks run.
-func TestFailureOnce(t *testing.T) {
-	r := hostRuntime()
+func TestTaskFailureOnce(t *testing.T) {
+	r := taskRuntime()
 	x := new(int)
 	boom := errors.New("boom")
 	gate := make(chan struct{})
-	root := r.SpawnHost("root", func() error { <-gate; return boom }, []Dep{dep(DepOut, x)})
+	root := r.SpawnHost("root", func() error { <-gate; return boom }, []Dep{taskDep(DepOut, x)})
 	var chain []*Task
 	for i := 0; i < 500; i++ {
 		kind := DepInOut
 		if i%3 == 0 {
 			kind = DepIn
 		}
-		chain = append(chain, r.SpawnHost(fmt.Sprint("dep", i), func() error { return nil }, []Dep{dep(kind, x)}))
+		chain = append(chain, r.SpawnHost(fmt.Sprint("dep", i), func() error { return nil }, []Dep{taskDep(kind, x)}))
 	}
 	close(gate)
 	want := fmt.Sprintf("task %d (root) failed: boom", root.ID)
@@ -86,7 +86,7 @@ func TestFailureOnce(t *testing.T) {
 		}
 	}
 	// The dependents' Waits reported the failure: new tasks run.
-	if err := r.SpawnHost("after", func() error { return nil }, []Dep{dep(DepInOut, x)}).Wait(context.Background()); err != nil {
+	if err := r.SpawnHost("after", func() error { return nil }, []Dep{taskDep(DepInOut, x)}).Wait(context.Background()); err != nil {
 		t.Fatalf("a task after the failure was reported: %v", err)
 	}
 	if err := r.Taskwait(context.Background()); err != nil {
@@ -97,9 +97,9 @@ func TestFailureOnce(t *testing.T) {
 	}
 }
 
-// TestInTask: Taskwait inside a task is an error, outside it waits.
-func TestInTask(t *testing.T) {
-	r := hostRuntime()
+// TestTaskInTask: Taskwait inside a task is an error, outside it waits.
+func TestTaskInTask(t *testing.T) {
+	r := taskRuntime()
 	if InTask() {
 		t.Fatal("the test's goroutine is not a task")
 	}
