@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 
 	"github.com/goffload/offload/internal/core"
@@ -51,7 +52,9 @@ type Task struct {
 
 // Wait waits for the task and returns its error: the construct's own, or,
 // for a task that did not run because a task it depends on failed, an error
-// that wraps that task's (and ErrDependency).
+// that wraps ErrDependency and the error of the task that failed by itself,
+// naming both tasks (once, however many tasks lie between them). Returning
+// a failure reports it (see Taskwait).
 func (t *Task) Wait() error { return t.WaitContext(context.Background()) }
 
 // WaitContext is Wait that gives up when ctx is done, returning ctx's
@@ -85,6 +88,14 @@ func (t *Task) ID() uint64 {
 // ErrDependency is wrapped by the error of a task that did not run because
 // a task it depends on failed.
 var ErrDependency = core.ErrDependency
+
+// ErrInTask is wrapped by the error of Taskwait or Stop called from inside a
+// task — the function of Async.Go, or a kernel of a task on the initial
+// device — which would wait for the task calling it. It wraps
+// ErrBadArgument. The runtime knows a task's goroutine by the task's frame
+// on its stack, so a goroutine that a task starts is not inside it (and
+// must not call Taskwait or Stop while the task waits for it).
+var ErrInTask = core.ErrInTask
 
 // Async makes constructs tasks: target nowait, with depend clauses.
 // Create it with Device.Nowait or Nowait.
@@ -217,9 +228,21 @@ func (a Async) Go(name string, fn func() error) *Task {
 	})
 }
 
-// Taskwait waits for every task created so far and returns the first error
-// (in creation order) among the tasks that failed since the last Taskwait,
-// or ctx's error if ctx is done first.
+// Taskwait waits for every task created so far (and for synchronous
+// constructs going on in the background after their context was done; see
+// Device.WithContext), and returns the first error in creation order among
+// those tasks and the failures not reported yet, or ctx's error if ctx is
+// done first.
+//
+// Failures and dependencies: a task that fails makes fail every task that
+// depends on it and was created while the failed task was still in the
+// dependence history of an object (its last writer, or a reader since);
+// their errors wrap ErrDependency and the failed task's error. A failure is
+// reported when Taskwait, Group.Wait or the Wait of the failed task or of
+// a task it made fail returns it. A reported failure is forgotten: Taskwait
+// does not return it again, and tasks created afterwards on the same
+// objects run normally (tasks created before still fail). Called from
+// inside a task, Taskwait returns an error wrapping ErrInTask.
 func Taskwait(ctx context.Context) error {
 	rt, err := runtimeOrErr()
 	if err != nil {
@@ -243,13 +266,28 @@ func (g *Group) Add(ts ...*Task) {
 }
 
 // Wait waits for every task of g and returns the first error among them in
-// creation order, with all of them finished; or ctx's error if ctx is done
-// first. The group is empty afterwards.
+// creation order, with all of them finished (it reports their failures, see
+// Taskwait); or ctx's error if ctx is done first. The tasks it waited for
+// leave the group; after a Wait that ctx cut short they stay in it, so the
+// next Wait waits for them.
 func (g *Group) Wait(ctx context.Context) error {
 	g.mu.Lock()
-	ts := g.tasks
-	g.tasks = nil
+	ts := slices.Clone(g.tasks)
 	g.mu.Unlock()
+	defer func() {
+		waited := make(map[*Task]bool, len(ts))
+		for _, t := range ts {
+			select {
+			case <-t.Done():
+				waited[t] = true
+			default:
+				return // cut short: they all stay
+			}
+		}
+		g.mu.Lock()
+		g.tasks = slices.DeleteFunc(g.tasks, func(t *Task) bool { return waited[t] })
+		g.mu.Unlock()
+	}()
 	var created []*core.Task
 	var first error
 	for _, t := range ts {

@@ -149,6 +149,9 @@ func TestErrorPropagates(t *testing.T) {
 			next := offload.On(1).Nowait(offload.DependInOut(x)).Run(AddTo, int32(1), x)
 			last := offload.On(0).Nowait(offload.DependIn(x)).Go("host check", func() error { return nil })
 			fine := offload.On(1).Nowait(offload.DependOut(other)).Run(AddTo, int32(5), other)
+			if err := offload.Taskwait(context.Background()); !errors.Is(err, offload.ErrKernelFailed) {
+				t.Errorf("Taskwait: %v", err)
+			}
 			for i, task := range []*offload.Task{bad, next, last} {
 				if err := task.Wait(); !errors.Is(err, offload.ErrKernelFailed) || !errorsContain(err, "boom in the body") {
 					t.Errorf("task %d: %v, want an error wrapping the kernel's failure", i, err)
@@ -160,8 +163,8 @@ func TestErrorPropagates(t *testing.T) {
 			if !allEqual(x, 3) {
 				t.Errorf("x = %v: a failed chain changed the host buffer", x)
 			}
-			if err := offload.Taskwait(context.Background()); !errors.Is(err, offload.ErrKernelFailed) {
-				t.Errorf("Taskwait: %v", err)
+			if err := offload.Taskwait(context.Background()); err != nil {
+				t.Errorf("Taskwait after the failure was reported: %v", err)
 			}
 		})
 	}

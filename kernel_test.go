@@ -2,7 +2,9 @@ package offload_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/goffload/offload"
@@ -45,11 +47,13 @@ func TestKernelSignatures(t *testing.T) {
 			t.Errorf("%s: error %q should name the kernel and contain %q", c.name, err, c.want)
 		}
 	}
-	k, err := offload.NewKernel("sig.ok", func(ctx offload.Ctx, a plain, b [3]complex64, c []plain, d uint8) {})
+	// The registry is global: a name of its own for each run (go test -count=N).
+	name := fmt.Sprintf("sig.ok.%d", sigRuns.Add(1))
+	k, err := offload.NewKernel(name, func(ctx offload.Ctx, a plain, b [3]complex64, c []plain, d uint8) {})
 	if err != nil {
 		t.Fatalf("valid kernel refused: %v", err)
 	}
-	if got := k.String(); got != "sig.ok(ctx, offload_test.plain, [3]complex64, []offload_test.plain, uint8)" {
+	if got := k.String(); got != name+"(ctx, offload_test.plain, [3]complex64, []offload_test.plain, uint8)" {
 		t.Errorf("String() = %q", got)
 	}
 	func() {
@@ -63,6 +67,8 @@ func TestKernelSignatures(t *testing.T) {
 }
 
 type ctxAlias = offload.Ctx
+
+var sigRuns atomic.Int64
 
 type Particle struct {
 	Pos  [3]float64

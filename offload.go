@@ -1,6 +1,8 @@
 package offload
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -110,8 +112,12 @@ func Start(opts ...Option) error {
 
 // Stop waits for the devices' queues, releases every device and ends the
 // runtime; constructs after it return ErrNotStarted. Start may be called
-// again after Stop.
+// again after Stop. Called from inside a task (host work, see Async.Go),
+// Stop returns an error wrapping ErrInTask and stops nothing.
 func Stop() error {
+	if core.InTask() {
+		return fmt.Errorf("goffload: Stop: %w", ErrInTask)
+	}
 	startMu.Lock()
 	defer startMu.Unlock()
 	rt := current.Swap(nil)
@@ -157,6 +163,7 @@ func NumDevices() int {
 // MANDATORY, the initial device under DEFAULT and DISABLED.
 type Device struct {
 	num int
+	ctx context.Context // see WithContext
 }
 
 // On returns device number n (the device clause of OpenMP constructs).
@@ -209,7 +216,9 @@ type DeviceInfo struct {
 
 // Info describes the device. For a number that is not a device it returns
 // an error wrapping ErrNoDevice, whatever the offload policy; for a device
-// that could not be opened, one wrapping ErrMandatory with the cause.
+// that could not be opened, one wrapping ErrMandatory with the cause; for a
+// device that was lost (its process died, its link broke), the description
+// and an error wrapping ErrDeviceLost with the cause.
 func (d Device) Info() (DeviceInfo, error) {
 	rt, err := runtimeOrErr()
 	if err != nil {
@@ -228,6 +237,15 @@ func (d Device) Info() (DeviceInfo, error) {
 		}
 	}
 	i := cd.Info
-	return DeviceInfo{Num: cd.Num, Kind: i.Kind, Name: i.Name, Cores: i.Cores, Memory: i.Memory, Arch: i.Arch,
-		Host: i.Host, PID: i.PID, Spec: cd.Spec, Initial: cd.IsInitial()}, nil
+	info := DeviceInfo{Num: cd.Num, Kind: i.Kind, Name: i.Name, Cores: i.Cores, Memory: i.Memory, Arch: i.Arch,
+		Host: i.Host, PID: i.PID, Spec: cd.Spec, Initial: cd.IsInitial()}
+	if !cd.IsInitial() {
+		if lost := cd.Lost(); lost != nil {
+			if errors.Is(lost, ErrDeviceLost) {
+				return info, fmt.Errorf("goffload: %s (pid %d): %w", cd.Label(), i.PID, lost)
+			}
+			return info, fmt.Errorf("goffload: %s (pid %d): %w: %w", cd.Label(), i.PID, ErrDeviceLost, lost)
+		}
+	}
+	return info, nil
 }

@@ -1,6 +1,7 @@
 package offload
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"reflect"
@@ -8,6 +9,41 @@ import (
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/plugin"
 )
+
+// WithContext returns d bound to ctx: its synchronous constructs (Run,
+// Data, EnterData, ExitData, Update) stop waiting when ctx is done and
+// return an error wrapping ctx's error (context.Canceled or
+// context.DeadlineExceeded) that names the device and the construct. The
+// construct itself goes on in the background and cleans up as it would
+// have — the kernel runs to its end, copies back are done, mappings are
+// released and memory freed — and Taskwait and Stop wait for it. A construct
+// whose ctx is done before it starts does not start (the end of a Data
+// region always runs). Tasks (Nowait) do not use ctx: use
+// Task.WaitContext. See also MemcpyContext.
+func (d Device) WithContext(ctx context.Context) Device { d.ctx = ctx; return d }
+
+// Context is the context d is bound to (nil if none); see WithContext.
+func (d Device) Context() context.Context { return d.ctx }
+
+// MemcpyContext is Memcpy that stops waiting when ctx is done, as the
+// constructs of a device bound to ctx do (see Device.WithContext).
+func MemcpyContext(ctx context.Context, dst, src DevicePtr, n int64) error {
+	if n < 0 {
+		return fmt.Errorf("goffload: omp_target_memcpy: %w: negative size %d", ErrBadArgument, n)
+	}
+	if n == 0 {
+		return nil
+	}
+	dl, err := loc(dst, n)
+	if err != nil {
+		return err
+	}
+	sl, err := loc(src, n)
+	if err != nil {
+		return err
+	}
+	return core.MemcpyContext(ctx, dl, sl, n)
+}
 
 // Run runs kernel k on the device with args, one per parameter after the
 // optional Ctx: the target construct. A scalar parameter takes a value of
@@ -28,7 +64,7 @@ func (d Device) Run(k *Kernel, args ...any) error {
 	if err != nil {
 		return err
 	}
-	return cd.Target(k.k, kargs, fallback)
+	return cd.Target(d.ctx, k.k, kargs, fallback)
 }
 
 // Run runs kernel k on the default device; see Device.Run.
@@ -47,7 +83,7 @@ func (d Device) Data(body func() error, maps ...Map) error {
 	if err != nil {
 		return err
 	}
-	return cd.Data(its, body)
+	return cd.Data(d.ctx, its, body)
 }
 
 // Data runs a target data region on the default device; see Device.Data.
@@ -63,7 +99,7 @@ func (d Device) EnterData(maps ...Map) error {
 	if err != nil {
 		return err
 	}
-	return cd.EnterData(its)
+	return cd.EnterData(d.ctx, its)
 }
 
 // EnterData maps buffers on the default device; see Device.EnterData.
@@ -81,7 +117,7 @@ func (d Device) ExitData(maps ...Map) error {
 	if err != nil {
 		return err
 	}
-	return cd.ExitData(its)
+	return cd.ExitData(d.ctx, its)
 }
 
 // ExitData unmaps buffers on the default device; see Device.ExitData.
@@ -102,7 +138,7 @@ func (d Device) Update(maps ...Map) error {
 	for i := range its {
 		its[i].Exit = false
 	}
-	return cd.Update(its)
+	return cd.Update(d.ctx, its)
 }
 
 // Update copies mapped buffers on the default device; see Device.Update.

@@ -1,11 +1,13 @@
 package core
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goffload/offload/internal/plugin"
@@ -37,6 +39,33 @@ type Device struct {
 	qmu    sync.Mutex
 	queues []*cqueue // idle queues
 	nq     int       // queues created
+
+	lost atomic.Pointer[error] // the first error that said the device is lost
+
+	bgmu sync.Mutex
+	bg   map[chan struct{}]struct{} // constructs going on after their caller gave up
+}
+
+// Lost returns why the device stopped working, or nil while it works: what
+// the plugin device reports (plugin.LostReporter), or else the first error
+// of an operation on it that wrapped plugin.ErrDeviceLost.
+func (d *Device) Lost() error {
+	if lr, ok := d.Dev.(plugin.LostReporter); ok && d.Dev != nil {
+		if err := lr.Lost(); err != nil {
+			return err
+		}
+	}
+	if p := d.lost.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// noteLost remembers err if it says the device is lost.
+func (d *Device) noteLost(err error) {
+	if err != nil && errors.Is(err, plugin.ErrDeviceLost) {
+		d.lost.CompareAndSwap(nil, &err)
+	}
 }
 
 // IsInitial reports whether d is the initial device.
@@ -80,6 +109,7 @@ func (d *Device) getQueue() (*cqueue, error) {
 	d.qmu.Unlock()
 	q, err := d.Dev.NewQueue()
 	if err != nil {
+		d.noteLost(err)
 		return nil, fmt.Errorf("goffload: %s: cannot create a queue: %w", d.Label(), err)
 	}
 	return &cqueue{Queue: q, id: id, users: 1}, nil
@@ -128,7 +158,10 @@ type work struct {
 	op    string
 	task  uint64
 	posts []func()
+	after []func() error // work after the queue's, before the posts (staged copies)
+	undo  []func()       // if the construct fails, before the posts (enter data)
 	first error
+	dep   *failure // the predecessor's failure, if first is a dependency error
 }
 
 func (d *Device) begin(op string) (*work, error) {
@@ -154,15 +187,35 @@ func (w *work) where() Where {
 }
 
 func (w *work) err(e error) {
+	w.d.noteLost(e)
 	if w.first == nil {
 		w.first = e
 	}
+}
+
+// depErr records that task t does not run because of f.
+func (w *work) depErr(t *Task, f *failure) {
+	if w.first == nil {
+		w.first, w.dep = depErr(t, f), f
+	}
+}
+
+// runAfter runs the work that follows the queue's, once that is done.
+func (w *work) runAfter() {
+	for _, f := range w.after {
+		if err := f(); err != nil {
+			w.err(err)
+		}
+	}
+	w.after = nil
 }
 
 // finish synchronizes the queue, runs the posts and returns the first error.
 func (w *work) finish() error {
 	if err := w.q.Synchronize(); err != nil {
 		w.err(fmt.Errorf("goffload: %s: %s: %w", w.d.Label(), w.op, err))
+	} else {
+		w.runAfter()
 	}
 	return w.done(true)
 }
@@ -171,6 +224,11 @@ func (w *work) finish() error {
 // (if it can be used again) and returns the first error.
 func (w *work) done(reuse bool) error {
 	d := w.d
+	if w.first != nil {
+		for _, u := range w.undo {
+			u()
+		}
+	}
 	for _, p := range w.posts {
 		p()
 	}
@@ -312,87 +370,24 @@ func (d *Device) logArgs(k *plugin.Kernel, args []KernelArg) {
 	}
 }
 
-// Construct names, as OpenMP spells them.
-const (
-	OpEnterData = "target enter data"
-	OpExitData  = "target exit data"
-	OpData      = "target data"
-	OpUpdate    = "target update"
-)
-
-// CheckMaps checks that each clause is allowed on the construct op.
-func (d *Device) CheckMaps(op string, maps []MapItem) error {
-	for _, m := range maps {
-		kind := m.Kind()
-		var ok bool
-		switch op {
-		case OpEnterData:
-			ok = (kind == "to" || kind == "alloc") && !m.Exit
-		case OpExitData:
-			ok = kind == "from" || kind == "release" || kind == "delete"
-		case OpUpdate:
-			ok = kind == "to" || kind == "from"
-		default: // target, target data
-			ok = (kind == "to" || kind == "from" || kind == "tofrom" || kind == "alloc") && !m.Exit
-		}
-		if !ok {
-			return d.mapErr(op, m, ErrBadMap, "map type %q is not allowed on %s", kind, op)
-		}
-		if m.Type&MapHold != 0 && (op == OpEnterData || op == OpExitData || op == OpUpdate) {
-			return d.mapErr(op, m, ErrBadMap, "the hold modifier belongs to structured constructs (target, target data), not %s", op)
-		}
-		if m.Type&MapAlways != 0 && op == OpUpdate {
-			return d.mapErr(op, m, ErrBadMap, "always has no meaning on %s, which always copies", op)
-		}
-	}
-	return nil
-}
-
-// EnterDataOp maps buffers: target enter data.
-func EnterDataOp(maps []MapItem) Op {
-	return Op{Name: OpEnterData, Maps: maps, Enqueue: func(d *Device, w *work) {
-		for _, m := range maps {
-			if _, err := d.enter(w, m); err != nil {
-				w.err(err)
-			}
-		}
-	}}
-}
-
-// ExitDataOp unmaps buffers: target exit data.
-func ExitDataOp(maps []MapItem) Op {
-	return Op{Name: OpExitData, Maps: maps, Enqueue: func(d *Device, w *work) {
-		for _, m := range maps {
-			if err := d.exit(w, m); err != nil {
-				w.err(err)
-			}
-		}
-	}}
-}
-
-// UpdateOp copies present buffers: target update.
-func UpdateOp(maps []MapItem) Op {
-	return Op{Name: OpUpdate, Maps: maps, Enqueue: func(d *Device, w *work) {
-		for _, m := range maps {
-			if err := d.update(w, m); err != nil {
-				w.err(err)
-			}
-		}
-	}}
-}
-
 // EnterData maps buffers: target enter data.
-func (d *Device) EnterData(maps []MapItem) error { return d.Run(EnterDataOp(maps), false) }
+func (d *Device) EnterData(ctx context.Context, maps []MapItem) error {
+	return d.Run(ctx, EnterDataOp(maps), false)
+}
 
 // ExitData unmaps buffers: target exit data.
-func (d *Device) ExitData(maps []MapItem) error { return d.Run(ExitDataOp(maps), false) }
+func (d *Device) ExitData(ctx context.Context, maps []MapItem) error {
+	return d.Run(ctx, ExitDataOp(maps), false)
+}
 
 // Update copies present buffers: target update.
-func (d *Device) Update(maps []MapItem) error { return d.Run(UpdateOp(maps), false) }
+func (d *Device) Update(ctx context.Context, maps []MapItem) error {
+	return d.Run(ctx, UpdateOp(maps), false)
+}
 
 // Target runs kernel k with args on d: the target construct.
-func (d *Device) Target(k *plugin.Kernel, args []KernelArg, fallback bool) error {
-	return d.Run(TargetOp(k, args), fallback)
+func (d *Device) Target(ctx context.Context, k *plugin.Kernel, args []KernelArg, fallback bool) error {
+	return d.Run(ctx, TargetOp(k, args), fallback)
 }
 
 // Op is a construct lowered for one device: what it enqueues on a queue of
@@ -417,8 +412,10 @@ func (op Op) check(d *Device) error {
 	return d.CheckMaps(op.Name, op.Maps)
 }
 
-// Run runs op on d and waits for it.
-func (d *Device) Run(op Op, fallback bool) error {
+// Run runs op on d and waits for it, or for ctx to be done: then it returns
+// an error wrapping ctx's and the construct goes on in the background,
+// unmapping and freeing as it would (Taskwait and Stop wait for it).
+func (d *Device) Run(ctx context.Context, op Op, fallback bool) error {
 	if err := op.check(d); err != nil {
 		return err
 	}
@@ -426,56 +423,141 @@ func (d *Device) Run(op Op, fallback bool) error {
 		if op.Initial == nil {
 			return nil
 		}
-		return op.Initial(d, fallback)
-	}
-	w, err := d.begin(op.Name)
-	if err != nil {
+		err, _ := d.wait(ctx, op.Name, func() error { return op.Initial(d, fallback) }, nil)
 		return err
 	}
-	op.Enqueue(d, w)
-	return w.finish()
+	err, _ := d.wait(ctx, op.Name, func() error {
+		w, err := d.begin(op.Name)
+		if err != nil {
+			return err
+		}
+		op.Enqueue(d, w)
+		return w.finish()
+	}, nil)
+	return err
+}
+
+// wait runs fn, a construct op of d, and waits for it or for ctx. If ctx is
+// done first (gaveUp), fn goes on in the background, then cleanup if set.
+func (d *Device) wait(ctx context.Context, op string, fn func() error, cleanup func()) (err error, gaveUp bool) {
+	if ctx == nil || ctx.Done() == nil {
+		return fn(), false
+	}
+	if err := ctx.Err(); err != nil {
+		return d.ctxErr(op, err), true
+	}
+	return d.await(ctx, op, fn, cleanup)
+}
+
+// await is wait for a construct that must run even if ctx is done already
+// (the end of a data region).
+func (d *Device) await(ctx context.Context, op string, fn func() error, cleanup func()) (err error, gaveUp bool) {
+	if ctx == nil || ctx.Done() == nil {
+		return fn(), false
+	}
+	done := make(chan struct{})
+	var res error
+	go func() {
+		defer close(done)
+		res = fn()
+	}()
+	select {
+	case <-done:
+		return res, false
+	case <-ctx.Done():
+		select {
+		case <-done:
+			return res, false
+		default:
+		}
+	}
+	c := make(chan struct{})
+	d.bgmu.Lock()
+	if d.bg == nil {
+		d.bg = map[chan struct{}]struct{}{}
+	}
+	d.bg[c] = struct{}{}
+	d.bgmu.Unlock()
+	go func() {
+		<-done
+		if cleanup != nil {
+			cleanup()
+		}
+		d.bgmu.Lock()
+		delete(d.bg, c)
+		d.bgmu.Unlock()
+		close(c)
+	}()
+	return d.ctxErr(op, ctx.Err()), true
+}
+
+func (d *Device) ctxErr(op string, err error) error {
+	return fmt.Errorf("goffload: %s: %s: stopped waiting: %w (the device finishes the construct in the background)", d.Label(), op, err)
+}
+
+// background returns the constructs going on after their caller gave up.
+func (d *Device) background() []chan struct{} {
+	d.bgmu.Lock()
+	defer d.bgmu.Unlock()
+	out := make([]chan struct{}, 0, len(d.bg))
+	for c := range d.bg {
+		out = append(out, c)
+	}
+	return out
 }
 
 // Data maps buffers around body: a structured target data region. The
 // buffers are unmapped when body returns, whatever it returns; body's error
-// comes first.
-func (d *Device) Data(maps []MapItem, body func() error) error {
+// comes first. If ctx is done while the buffers are mapped or unmapped,
+// Data returns an error wrapping ctx's (body does not run), and the region
+// ends in the background.
+func (d *Device) Data(ctx context.Context, maps []MapItem, body func() error) error {
 	if err := d.CheckMaps(OpData, maps); err != nil {
 		return err
 	}
 	if d.IsInitial() {
 		return body()
 	}
-	w, err := d.begin(OpData)
-	if err != nil {
-		return err
-	}
 	var mapped []MapItem
-	for _, m := range maps {
-		if _, err := d.enter(w, m); err != nil {
-			w.err(err)
-			break
+	exit := func(ran bool) error {
+		w, err := d.begin(OpData)
+		if err != nil {
+			return err
 		}
-		mapped = append(mapped, m)
+		for i := len(mapped) - 1; i >= 0; i-- {
+			m := mapped[i]
+			if !ran {
+				m.Type &^= MapFrom // the region never ran: release without copying back
+			}
+			if err := d.exit(w, m); err != nil {
+				w.err(err)
+			}
+		}
+		return w.finish()
 	}
-	entered := w.finish()
+	entered, gaveUp := d.wait(ctx, OpData, func() error {
+		w, err := d.begin(OpData)
+		if err != nil {
+			return err
+		}
+		for _, m := range maps {
+			if _, err := d.enter(w, m); err != nil {
+				w.err(err)
+				break
+			}
+			mapped = append(mapped, m)
+		}
+		return w.finish()
+	}, func() { _ = exit(false) })
+	if gaveUp {
+		return entered // the region ends in the background
+	}
 	var bodyErr error
 	if entered == nil {
 		bodyErr = body()
 	}
-	if w, err = d.begin(OpData); err != nil {
-		return errors.Join(bodyErr, entered, err)
-	}
-	for i := len(mapped) - 1; i >= 0; i-- {
-		m := mapped[i]
-		if entered != nil {
-			m.Type &^= MapFrom // the region never ran: release without copying back
-		}
-		if err := d.exit(w, m); err != nil {
-			w.err(err)
-		}
-	}
-	if err := errors.Join(entered, w.finish()); err != nil {
+	exited, _ := d.await(ctx, OpData, func() error { return exit(entered == nil) }, nil)
+	if err := errors.Join(entered, exited); err != nil {
 		return errors.Join(bodyErr, err)
 	}
 	return bodyErr

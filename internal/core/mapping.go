@@ -88,6 +88,81 @@ func (m MapItem) Clause() string {
 	return s
 }
 
+// Construct names, as OpenMP spells them.
+const (
+	OpEnterData = "target enter data"
+	OpExitData  = "target exit data"
+	OpData      = "target data"
+	OpUpdate    = "target update"
+)
+
+// CheckMaps checks that each clause is allowed on the construct op.
+func (d *Device) CheckMaps(op string, maps []MapItem) error {
+	for _, m := range maps {
+		kind := m.Kind()
+		var ok bool
+		switch op {
+		case OpEnterData:
+			ok = (kind == "to" || kind == "alloc") && !m.Exit
+		case OpExitData:
+			ok = kind == "from" || kind == "release" || kind == "delete"
+		case OpUpdate:
+			ok = kind == "to" || kind == "from"
+		default: // target, target data
+			ok = (kind == "to" || kind == "from" || kind == "tofrom" || kind == "alloc") && !m.Exit
+		}
+		if !ok {
+			return d.mapErr(op, m, ErrBadMap, "map type %q is not allowed on %s", kind, op)
+		}
+		if m.Type&MapHold != 0 && (op == OpEnterData || op == OpExitData || op == OpUpdate) {
+			return d.mapErr(op, m, ErrBadMap, "the hold modifier belongs to structured constructs (target, target data), not %s", op)
+		}
+		if m.Type&MapAlways != 0 && op == OpUpdate {
+			return d.mapErr(op, m, ErrBadMap, "always has no meaning on %s, which always copies", op)
+		}
+	}
+	return nil
+}
+
+// EnterDataOp maps buffers: target enter data.
+func EnterDataOp(maps []MapItem) Op {
+	return Op{Name: OpEnterData, Maps: maps, Enqueue: func(d *Device, w *work) {
+		for _, m := range maps {
+			e, _, err := d.enterEntry(w, m)
+			if err != nil {
+				w.err(err)
+				continue
+			}
+			if e != nil { // all or nothing: a failed enter data maps nothing
+				hold := m.Type&MapHold != 0
+				w.undo = append(w.undo, func() { d.unref(e, hold) })
+			}
+		}
+	}}
+}
+
+// ExitDataOp unmaps buffers: target exit data.
+func ExitDataOp(maps []MapItem) Op {
+	return Op{Name: OpExitData, Maps: maps, Enqueue: func(d *Device, w *work) {
+		for _, m := range maps {
+			if err := d.exit(w, m); err != nil {
+				w.err(err)
+			}
+		}
+	}}
+}
+
+// UpdateOp copies present buffers: target update.
+func UpdateOp(maps []MapItem) Op {
+	return Op{Name: OpUpdate, Maps: maps, Enqueue: func(d *Device, w *work) {
+		for _, m := range maps {
+			if err := d.update(w, m); err != nil {
+				w.err(err)
+			}
+		}
+	}}
+}
+
 func (d *Device) mapErr(op string, m MapItem, err error, detail string, args ...any) error {
 	return &MapError{Device: d.Label(), Op: op, Clause: m.Clause(), Name: m.Buf.Name,
 		Addr: m.Buf.Addr(), Size: m.Buf.Size, Detail: fmt.Sprintf(detail, args...), Err: err}
@@ -110,25 +185,24 @@ func nameOf(n string) string {
 // data): it finds or creates the entry, moves its reference count and
 // enqueues the copy in on q. It returns the device address of the buffer.
 func (d *Device) enter(w *work, m MapItem) (plugin.Ptr, error) {
+	_, tgt, err := d.enterEntry(w, m)
+	return tgt, err
+}
+
+// enterEntry is enter that also returns the entry whose count it moved (nil
+// if none). It never waits for other constructs' queued work: an entry being
+// deleted has left the table already, so a new mapping of the same memory
+// is made at once (its copy in is ordered after the old one's copy out by
+// the queues, when the tasks depend on each other).
+func (d *Device) enterEntry(w *work, m MapItem) (*Entry, plugin.Ptr, error) {
 	q, op := w.q, w.op
 	addr, size := m.Buf.Addr(), m.Buf.Size
 	t := d.table
 	t.mu.Lock()
-	var r lookupResult
-	for {
-		r = t.lookup(addr, size)
-		if r.conflict != nil {
-			t.mu.Unlock()
-			return 0, d.conflictErr(op, m, r.conflict)
-		}
-		if r.entry != nil && r.entry.state == stateDeleting {
-			gone := r.entry.gone
-			t.mu.Unlock()
-			<-gone
-			t.mu.Lock()
-			continue
-		}
-		break
+	r := t.lookup(addr, size)
+	if r.conflict != nil {
+		t.mu.Unlock()
+		return nil, 0, d.conflictErr(op, m, r.conflict)
 	}
 	if size == 0 {
 		// Zero-length sections are legal and move no count: a pointer into a
@@ -137,10 +211,10 @@ func (d *Device) enter(w *work, m MapItem) (plugin.Ptr, error) {
 		if e := r.entry; e != nil {
 			<-e.settled
 			if e.err == nil {
-				return e.tgt + plugin.Ptr(addr-e.HstBegin), nil
+				return nil, e.tgt + plugin.Ptr(addr-e.HstBegin), nil
 			}
 		}
-		return 0, nil
+		return nil, 0, nil
 	}
 	hold := m.Type&MapHold != 0
 	if e := r.entry; e != nil {
@@ -156,7 +230,7 @@ func (d *Device) enter(w *work, m MapItem) (plugin.Ptr, error) {
 		t.mu.Unlock()
 		<-e.settled
 		if e.err != nil {
-			return 0, d.mapErr(op, m, e.err, "the concurrent mapping of this buffer failed")
+			return nil, 0, d.mapErr(op, m, e.err, "the concurrent mapping of this buffer failed")
 		}
 		tgt := e.tgt + plugin.Ptr(addr-e.HstBegin)
 		if d.log.On(InfoMappingExists) {
@@ -165,9 +239,10 @@ func (d *Device) enter(w *work, m MapItem) (plugin.Ptr, error) {
 		}
 		if m.Type&(MapTo|MapAlways) == MapTo|MapAlways {
 			if err := d.copyIn(w, m, tgt, e); err != nil {
-				return 0, err
+				d.unref(e, hold)
+				return nil, 0, err
 			}
-			return tgt, nil
+			return e, tgt, nil
 		}
 		t.mu.Lock()
 		ev := e.ev
@@ -175,15 +250,16 @@ func (d *Device) enter(w *work, m MapItem) (plugin.Ptr, error) {
 		if ev != nil {
 			if fired, _ := ev.Query(); !fired {
 				if err := q.Wait(ev); err != nil {
-					return 0, d.mapErr(op, m, err, "cannot wait for the copy into the existing mapping")
+					d.unref(e, hold)
+					return nil, 0, d.mapErr(op, m, err, "cannot wait for the copy into the existing mapping")
 				}
 			}
 		}
-		return tgt, nil
+		return e, tgt, nil
 	}
 	if m.Type&MapPresent != 0 {
 		t.mu.Unlock()
-		return 0, d.mapErr(op, m, ErrNotPresent, "the present modifier requires the buffer to be mapped, and no mapping contains it")
+		return nil, 0, d.mapErr(op, m, ErrNotPresent, "the present modifier requires the buffer to be mapped, and no mapping contains it")
 	}
 	e := &Entry{HstBegin: addr, HstEnd: addr + uintptr(size), Name: m.Buf.Name, keep: m.Buf.Ptr,
 		owned: true, settled: make(chan struct{}), state: stateCreating}
@@ -204,13 +280,14 @@ func (d *Device) enter(w *work, m MapItem) (plugin.Ptr, error) {
 		}
 	}()
 
-	fail := func(err error) (plugin.Ptr, error) {
+	fail := func(err error) (*Entry, plugin.Ptr, error) {
+		d.noteLost(err)
 		t.mu.Lock()
 		t.delete(e)
 		e.err = err
 		t.mu.Unlock()
 		close(e.settled)
-		return 0, err
+		return nil, 0, err
 	}
 	tgt, err := d.Dev.Alloc(size)
 	if err != nil {
@@ -231,7 +308,34 @@ func (d *Device) enter(w *work, m MapItem) (plugin.Ptr, error) {
 	t.mu.Unlock()
 	close(e.settled)
 	ok = true
-	return tgt, nil
+	return e, tgt, nil
+}
+
+// unref takes back one reference that a construct's enter moved, while the
+// construct's work still uses e (so the entry is removed when it is done).
+func (d *Device) unref(e *Entry, hold bool) {
+	t := d.table
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e.state != stateLive || e.dyn >= infRef/2 {
+		return
+	}
+	if hold && e.hold > 0 {
+		e.hold--
+	} else if !hold && e.dyn > 0 {
+		e.dyn--
+	}
+	if e.dyn == 0 && e.hold == 0 {
+		d.retire(e)
+	}
+}
+
+// retire takes e, whose last reference is gone, out of the table with the
+// lock held: later constructs map the memory anew at once, while e's memory
+// is freed when the last work using it is done.
+func (d *Device) retire(e *Entry) {
+	e.state = stateDeleting
+	d.table.delete(e)
 }
 
 // use records, with the table locked, that w's queue uses e until w
@@ -344,8 +448,7 @@ func (d *Device) exit(w *work, m MapItem) error {
 	}
 	last := e.dyn == 0 && e.hold == 0
 	if last {
-		e.state = stateDeleting
-		e.gone = make(chan struct{})
+		d.retire(e)
 	}
 	d.use(w, e)
 	t.mu.Unlock()
@@ -366,8 +469,8 @@ func (d *Device) exit(w *work, m MapItem) error {
 	return nil
 }
 
-// remove frees a deleting entry's memory and takes it out of the table, once
-// no work uses it.
+// remove frees the memory of a deleting entry (out of the table already),
+// once no work uses it.
 func (d *Device) remove(e *Entry) {
 	if t := d.tool; t != nil {
 		t.DataOp(DataEvent{Where: Where{Time: time.Now(), Device: d.Num}, Kind: MapRemove, Name: e.Name, Host: e.HstBegin, Target: uint64(e.tgt), Bytes: e.Size()})
@@ -379,14 +482,12 @@ func (d *Device) remove(e *Entry) {
 	}
 	t := d.table
 	t.mu.Lock()
-	t.delete(e)
 	ev := e.ev
 	e.ev = nil
 	t.mu.Unlock()
 	if ev != nil {
 		_ = ev.Close()
 	}
-	close(e.gone)
 }
 
 // update copies a present buffer to or from the device (target update); a

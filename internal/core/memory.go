@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -19,6 +20,7 @@ func (d *Device) Alloc(size int64) (plugin.Ptr, error) {
 	}
 	p, err := d.Dev.Alloc(size)
 	if err != nil {
+		d.noteLost(err)
 		return 0, fmt.Errorf("goffload: %s: alloc of %d bytes: %w", d.Label(), size, err)
 	}
 	return p, nil
@@ -27,6 +29,7 @@ func (d *Device) Alloc(size int64) (plugin.Ptr, error) {
 // Free releases memory from Alloc.
 func (d *Device) Free(p plugin.Ptr) error {
 	if err := d.Dev.Free(p); err != nil {
+		d.noteLost(err)
 		return fmt.Errorf("goffload: %s: free of %#x: %w", d.Label(), uint64(p), err)
 	}
 	return nil
@@ -45,13 +48,16 @@ func (l Loc) onDevice() bool { return l.Dev != nil && !l.Dev.IsInitial() }
 // Memcpy copies n bytes from src to dst; either may be host memory. A copy
 // between two devices goes straight between them where their kind allows,
 // and through host memory otherwise.
-func Memcpy(dst, src Loc, n int64) error {
+func Memcpy(dst, src Loc, n int64) error { return MemcpyContext(context.Background(), dst, src, n) }
+
+// MemcpyContext is Memcpy that stops waiting when ctx is done (see Run).
+func MemcpyContext(ctx context.Context, dst, src Loc, n int64) error {
 	d, op := MemcpyOp(dst, src, n)
 	if d == nil {
 		copy(dst.Host[:n], src.Host[:n])
 		return nil
 	}
-	return d.Run(op, false)
+	return d.Run(ctx, op, false)
 }
 
 // MemcpyOp lowers a copy to the device whose queue does it (the source
@@ -81,13 +87,18 @@ func MemcpyOp(dst, src Loc, n int64) (*Device, Op) {
 		w.data(CopyDeviceToDevice, Buf{Size: n, Name: name}, src.Ptr)
 		err := w.q.Exchange(dst.Dev.Dev, dst.Ptr, src.Ptr, n)
 		if errors.Is(err, plugin.ErrUnsupported) {
-			// No direct path: stage through host memory, in order on this
-			// queue (the copy in waits for the copy out).
+			// No direct path: stage through host memory. The copy out is on
+			// this queue; the copy in follows once it is done, off the
+			// caller's goroutine (a task with work after its queue's is
+			// waited for on the host by its dependents).
 			stage := make([]byte, n)
 			if err = w.q.Retrieve(stage, src.Ptr); err == nil {
-				if err = w.q.Synchronize(); err == nil {
-					err = Memcpy(dst, Loc{Host: stage}, n)
-				}
+				w.after = append(w.after, func() error {
+					if err := Memcpy(dst, Loc{Host: stage}, n); err != nil {
+						return fmt.Errorf("goffload: %s: %s: the copy in to %s: %w", d.Label(), name, dst.Dev.Label(), err)
+					}
+					return nil
+				})
 			}
 		}
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime"
 	"slices"
 	"sort"
@@ -36,11 +37,17 @@ type Dep struct {
 // a task it depends on failed.
 var ErrDependency = errors.New("a task it depends on failed")
 
+// ErrInTask is wrapped by the error of Taskwait or Stop called from inside
+// a task (host work, or a kernel on the initial device), which would wait
+// for the task calling it. It wraps ErrBadArg.
+var ErrInTask = fmt.Errorf("%w: called from inside a task, which would wait for itself", ErrBadArg)
+
 // Task is an asynchronous construct or piece of host work.
 type Task struct {
 	ID   uint64
 	Name string
 	dev  *Device // nil for host work
+	rt   *Runtime
 
 	mu sync.Mutex
 	ev plugin.Event // fires when the device work is done; nil until enqueued, or if never
@@ -48,9 +55,19 @@ type Task struct {
 
 	done chan struct{}
 	err  error         // set before done is closed
+	fail *failure      // with err: the failure it reports (its own or a predecessor's)
 	enq  chan struct{} // closed once the device work is enqueued (ev set), if ever
 
 	addrs []uintptr // the addresses it depends on; guarded by the runtime's tasks.mu
+}
+
+// failure is one task's failure, shared by the dependents it made fail: a
+// failure is reported once, and the dependence history forgets it then.
+type failure struct {
+	task *Task // the task that failed by itself
+	// Guarded by the runtime's tasks.mu.
+	reported bool
+	addrs    map[uintptr]struct{} // addresses whose history holds a task failed by it
 }
 
 // Done is closed when the task has completed.
@@ -60,18 +77,28 @@ func (t *Task) Done() <-chan struct{} { return t.done }
 func (t *Task) Err() error { return t.err }
 
 // Wait waits for the task, or for ctx to be done, and returns the task's
-// error or ctx's.
+// error or ctx's. Returning the task's failure reports it (see Taskwait).
 func (t *Task) Wait(ctx context.Context) error {
 	select {
 	case <-t.done:
-		return t.err
 	default:
+		select {
+		case <-t.done:
+		case <-ctx.Done():
+			return fmt.Errorf("goffload: waiting for task %d (%s): %w", t.ID, t.Name, ctx.Err())
+		}
 	}
-	select {
-	case <-t.done:
-		return t.err
-	case <-ctx.Done():
-		return fmt.Errorf("goffload: waiting for task %d (%s): %w", t.ID, t.Name, ctx.Err())
+	t.report()
+	return t.err
+}
+
+// report marks the task's failure, if any, reported.
+func (t *Task) report() {
+	if t.fail != nil && t.rt != nil {
+		ts := &t.rt.tasks
+		ts.mu.Lock()
+		ts.reportLocked(t.fail)
+		ts.mu.Unlock()
 	}
 }
 
@@ -82,10 +109,14 @@ func (t *Task) event() plugin.Event {
 }
 
 // depState is the dependence history of one address: the last task that
-// wrote it, and the tasks that read it since.
+// wrote it, and the tasks that read it since. An address is forgotten once
+// no live task names it and its history holds no failure still to report.
 type depState struct {
-	out *Task
-	ins []*Task
+	out     *Task
+	ins     []*Task
+	refs    int // live tasks that name the address
+	pruneAt int // prune finished readers when ins grows this long
+	keep    unsafe.Pointer
 }
 
 // tasks is the runtime's task bookkeeping.
@@ -94,9 +125,9 @@ type tasks struct {
 	next uint64
 	deps map[uintptr]*depState
 	live map[*Task]struct{}
-	keep map[uintptr]unsafe.Pointer
-	// failed are the tasks that failed since the last Taskwait.
-	failed []*Task
+	// failed are the failures not reported yet (a task's own; dependents
+	// share their predecessor's).
+	failed map[*failure]struct{}
 }
 
 func finished(t *Task) bool {
@@ -108,8 +139,14 @@ func finished(t *Task) bool {
 	}
 }
 
+// holds reports whether a finished task must stay in a history: it failed
+// and its failure was not reported yet. Called with tasks.mu held.
+func holds(t *Task) bool { return t.err != nil && !t.fail.reported }
+
 // register numbers t and returns its predecessors under OpenMP's rules: in
 // after out waits; out and inout wait for the last out and every in since.
+// A finished predecessor counts only if it failed and its failure was not
+// reported yet: its dependents fail with ErrDependency.
 func (r *Runtime) register(t *Task, deps []Dep) []*Task {
 	ts := &r.tasks
 	ts.mu.Lock()
@@ -117,71 +154,132 @@ func (r *Runtime) register(t *Task, deps []Dep) []*Task {
 	if ts.deps == nil {
 		ts.deps = map[uintptr]*depState{}
 		ts.live = map[*Task]struct{}{}
-		ts.keep = map[uintptr]unsafe.Pointer{}
+		ts.failed = map[*failure]struct{}{}
 	}
 	ts.next++
 	t.ID = ts.next
+	t.rt = r
 	ts.live[t] = struct{}{}
 	var preds []*Task
-	seen := map[*Task]bool{}
+	var seen map[*Task]bool // a write after many reads: no quadratic search
 	add := func(p *Task) {
-		if p != nil && p != t && !seen[p] && (!finished(p) || p.err != nil) {
+		if p == nil || p == t || (finished(p) && !holds(p)) || seen[p] || (seen == nil && slices.Contains(preds, p)) {
+			return
+		}
+		if preds = append(preds, p); seen == nil && len(preds) > 16 {
+			seen = make(map[*Task]bool, 2*len(preds))
+			for _, q := range preds {
+				seen[q] = true
+			}
+		} else if seen != nil {
 			seen[p] = true
-			preds = append(preds, p)
 		}
 	}
 	for _, d := range deps {
 		t.addrs = append(t.addrs, d.Addr)
 		st := ts.deps[d.Addr]
 		if st == nil {
-			st = &depState{}
+			st = &depState{keep: d.Keep, pruneAt: 8}
 			ts.deps[d.Addr] = st
-			ts.keep[d.Addr] = d.Keep
 		}
+		st.refs++
 		add(st.out)
 		if d.Kind == DepIn {
-			live := st.ins[:0]
-			for _, in := range st.ins {
-				if !finished(in) || in.err != nil {
-					live = append(live, in)
-				}
+			if len(st.ins) >= st.pruneAt { // amortized: prune when it doubled
+				st.ins = slices.DeleteFunc(st.ins, func(in *Task) bool { return finished(in) && !holds(in) })
+				st.pruneAt = max(8, 2*len(st.ins))
 			}
-			st.ins = append(live, t)
+			st.ins = append(st.ins, t)
 			continue
 		}
 		for _, in := range st.ins {
 			add(in)
 		}
-		st.out, st.ins = t, nil
+		st.out, st.ins, st.pruneAt = t, nil, 8
 	}
 	return preds
 }
 
-// complete ends t with err.
-func (r *Runtime) complete(t *Task, err error) {
+// settle forgets what addr's history no longer needs, once no live task
+// names the address; an empty history is removed. Called with mu held.
+func (ts *tasks) settle(addr uintptr, st *depState) {
+	if st.refs > 0 {
+		return
+	}
+	if st.out != nil && !holds(st.out) {
+		st.out = nil
+	}
+	st.ins = slices.DeleteFunc(st.ins, func(in *Task) bool { return !holds(in) })
+	if st.out == nil && len(st.ins) == 0 {
+		delete(ts.deps, addr)
+	}
+}
+
+// reportLocked marks f reported: Taskwait no longer returns it, and the
+// dependence history forgets it, so new tasks on the same objects run.
+func (ts *tasks) reportLocked(f *failure) {
+	if f.reported {
+		return
+	}
+	f.reported = true
+	delete(ts.failed, f)
+	for addr := range f.addrs {
+		if st := ts.deps[addr]; st != nil {
+			ts.settle(addr, st)
+		}
+	}
+	f.addrs = nil
+}
+
+// complete ends t with err; dep is the failure of the predecessor that made
+// it fail, if that is why it failed.
+func (r *Runtime) complete(t *Task, err error, dep *failure) {
 	t.err = err
-	close(t.done)
+	if err != nil {
+		t.fail = dep
+		if dep == nil {
+			t.fail = &failure{task: t}
+		}
+	}
+	defer close(t.done) // after the history: a waiter sees it settled
 	ts := &r.tasks
 	ts.mu.Lock()
 	delete(ts.live, t)
-	if err != nil {
-		ts.failed = append(ts.failed, t)
+	f := t.fail
+	keep := f != nil && !f.reported
+	if keep && dep == nil {
+		ts.failed[f] = struct{}{}
 	}
-	if err == nil { // forget addresses whose history is over
-		for _, addr := range t.addrs {
-			if st := ts.deps[addr]; st != nil && st.out == t && len(st.ins) == 0 {
-				delete(ts.deps, addr)
-				delete(ts.keep, addr)
-			}
+	for _, addr := range t.addrs {
+		st := ts.deps[addr]
+		if st == nil {
+			continue
 		}
+		st.refs--
+		if keep {
+			if f.addrs == nil {
+				f.addrs = map[uintptr]struct{}{}
+			}
+			f.addrs[addr] = struct{}{}
+		}
+		ts.settle(addr, st)
 	}
 	ts.mu.Unlock()
+}
+
+// DepEntries is the number of addresses the dependence history holds, for
+// tests of its bound.
+func (r *Runtime) DepEntries() (addrs, failed int) {
+	r.tasks.mu.Lock()
+	defer r.tasks.mu.Unlock()
+	return len(r.tasks.deps), len(r.tasks.failed)
 }
 
 // Spawn runs op on d as a task that starts when the tasks deps name are done.
 // Predecessors whose events d's queues can wait on are waited for on the
 // device (the host never sits between them); others are waited for on the
-// host, first by polling with bounded yielding, then blocking.
+// host, first by polling with bounded yielding, then blocking. It never
+// blocks on other tasks' work: what would is done on a goroutine.
 func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 	t := &Task{Name: op.Name, dev: d, done: make(chan struct{}), enq: make(chan struct{})}
 	preds := r.register(t, deps)
@@ -216,8 +314,8 @@ func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 				onHost = append(onHost, p)
 			}
 		}
-		if err := r.waitHost(t, d, onHost); err != nil {
-			r.complete(t, err)
+		if f := r.waitHost(t, d, onHost); f != nil {
+			r.complete(t, depErr(t, f), f)
 			return
 		}
 		r.enqueue(t, d, op, onDevice, fallback)
@@ -230,22 +328,54 @@ func (r *Runtime) SpawnHost(name string, fn func() error, deps []Dep) *Task {
 	t := &Task{Name: name, dev: r.Initial, done: make(chan struct{}), enq: make(chan struct{})}
 	preds := r.register(t, deps)
 	go func() {
-		if err := r.waitHost(t, r.Initial, preds); err != nil {
-			r.complete(t, err)
+		if f := r.waitHost(t, r.Initial, preds); f != nil {
+			r.complete(t, depErr(t, f), f)
 			return
 		}
 		ev := TargetEvent{Where: Where{Time: time.Now(), Device: r.Initial.Num, Task: t.ID}, Name: name, Nowait: true}
 		if tool := r.Initial.tool; tool != nil {
 			tool.TargetBegin(ev)
 		}
-		err := fn()
+		err := runAsTask(fn)
 		if tool := r.Initial.tool; tool != nil {
 			ev.Time, ev.Err = time.Now(), err
 			tool.TargetEnd(ev)
 		}
-		r.complete(t, err)
+		r.complete(t, err, nil)
 	}()
 	return t
+}
+
+// runAsTask runs a task's body on the host. Its frame on the stack is how
+// InTask knows that a goroutine runs a task (Go has no goroutine ids).
+//
+//go:noinline
+func runAsTask(fn func() error) error { return fn() }
+
+var runAsTaskName = runtime.FuncForPC(reflect.ValueOf(runAsTask).Pointer()).Name()
+
+// InTask reports whether the calling goroutine runs a task's body: host
+// work (Go), or a kernel of a task on the initial device. Goroutines that a
+// task starts are not inside it.
+func InTask() bool {
+	pcs := make([]uintptr, 32)
+	for {
+		n := runtime.Callers(2, pcs)
+		frames := runtime.CallersFrames(pcs[:n])
+		for {
+			f, more := frames.Next()
+			if f.Function == runAsTaskName {
+				return true
+			}
+			if !more {
+				break
+			}
+		}
+		if n < len(pcs) {
+			return false
+		}
+		pcs = make([]uintptr, 2*len(pcs))
+	}
 }
 
 // canWait reports whether d's queues can wait on p's event themselves.
@@ -257,8 +387,9 @@ func (d *Device) canWait(p *Task, ev plugin.Event) bool {
 	return ok && fw.CanWait(ev)
 }
 
-// waitHost waits on the host for preds, and fails if one failed.
-func (r *Runtime) waitHost(t *Task, d *Device, preds []*Task) error {
+// waitHost waits on the host for preds and returns the failure of the first
+// that failed, if one did.
+func (r *Runtime) waitHost(t *Task, d *Device, preds []*Task) *failure {
 	for _, p := range preds {
 		start := time.Now()
 		for i := 0; i < 64 && !finished(p); i++ {
@@ -269,33 +400,54 @@ func (r *Runtime) waitHost(t *Task, d *Device, preds []*Task) error {
 			d.tool.Wait(WaitEvent{Where: Where{Time: start, Device: d.Num, Task: t.ID}, For: p.ID, ForName: p.Name, Dur: time.Since(start)})
 		}
 		if p.err != nil {
-			return depErr(t, p, p.err)
+			return p.fail
 		}
 	}
 	return nil
 }
 
-func depErr(t, p *Task, cause error) error {
-	return fmt.Errorf("goffload: task %d (%s) did not run: %w: task %d (%s): %w", t.ID, t.Name, ErrDependency, p.ID, p.Name, cause)
+// failedPred returns the failure of the first of preds that failed, once
+// they are done (they are, or are about to be: t's work came after theirs).
+func failedPred(preds []*Task) *failure {
+	for _, p := range preds {
+		<-p.done
+		if p.err != nil {
+			return p.fail
+		}
+	}
+	return nil
+}
+
+// depErr is the error of t, which did not run because of f: it names t and
+// the task that failed by itself, with that task's own error, whatever the
+// number of tasks between them.
+func depErr(t *Task, f *failure) error {
+	where := ""
+	if t.dev != nil {
+		where = t.dev.Label() + ": "
+	}
+	return fmt.Errorf("goffload: %stask %d (%s) did not run: %w: task %d (%s) failed: %w",
+		where, t.ID, t.Name, ErrDependency, f.task.ID, f.task.Name, f.task.err)
 }
 
 // enqueue puts t's work on a queue of d behind waits for preds, records the
 // event dependents wait on, and completes t in the background.
 func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback bool) {
 	if err := op.check(d); err != nil {
-		r.complete(t, err)
+		r.complete(t, err, nil)
 		return
 	}
 	if d.IsInitial() { // the host does it, without holding up the caller
 		go func() {
 			var err error
 			if op.Initial != nil {
-				err = op.Initial(d, fallback)
+				err = runAsTask(func() error { return op.Initial(d, fallback) })
 			}
-			r.complete(t, err)
+			r.complete(t, err, nil)
 		}()
 		return
 	}
+	all := preds // every predecessor the device waits for: their failure is t's
 	// Follow a predecessor on its own queue if nothing came after it there:
 	// the queue's order is the wait.
 	var cq *cqueue
@@ -312,7 +464,7 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 	if cq == nil {
 		var err error
 		if cq, err = d.getQueue(); err != nil {
-			r.complete(t, err)
+			r.complete(t, err, nil)
 			return
 		}
 	}
@@ -322,17 +474,10 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		d.tool.Wait(WaitEvent{Where: w.where(), For: followed.ID, ForName: followed.Name, OnDevice: true})
 	}
 	for _, p := range preds {
-		if finished(p) {
-			if p.err != nil {
-				w.err(depErr(t, p, p.err))
-			}
-			continue
-		}
 		ev := p.event()
-		if ev == nil { // it completed meanwhile
-			<-p.done
-			if p.err != nil {
-				w.err(depErr(t, p, p.err))
+		if ev == nil { // it completed, or is about to
+			if f := failedPred([]*Task{p}); f != nil {
+				w.depErr(t, f)
 			}
 			continue
 		}
@@ -347,8 +492,9 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		op.Enqueue(d, w)
 	}
 	// The event marks the end of the task's work on the queue. Dependents
-	// wait on it only if the work was all enqueued; a task that failed to
-	// enqueue is waited for on the host, where its error is seen.
+	// wait on it only if the work was all enqueued and ends on the queue; a
+	// task that failed to enqueue, or that has work after the queue's
+	// (staged copies), is waited for on the host.
 	ev, err := d.Dev.NewEvent()
 	if err == nil {
 		if err = w.q.Record(ev); err != nil {
@@ -359,28 +505,31 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), op.Name, err))
 		ev = nil
 	}
+	publish := w.first == nil && len(w.after) == 0
 	d.qmu.Lock()
 	t.cq = cq
-	if w.first == nil {
+	if publish {
 		cq.last = t
 	} else {
 		cq.last = nil
 	}
 	d.qmu.Unlock()
-	t.mu.Lock()
-	if w.first == nil {
+	if publish {
+		t.mu.Lock()
 		t.ev = ev
+		t.mu.Unlock()
 	}
-	t.mu.Unlock()
 	close(t.enq)
 	go func() {
 		if ev == nil { // the device is failing: nothing to wait for but the queue
-			r.complete(t, w.finish())
+			r.finishTask(t, w.finish(), w.dep, all)
 			return
 		}
 		err := ev.Synchronize()
 		if err != nil {
 			w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), op.Name, err))
+		} else {
+			w.runAfter()
 		}
 		err = w.done(err == nil)
 		// Dependents created from now on see the task finished; those that
@@ -389,37 +538,64 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		t.ev = nil
 		t.mu.Unlock()
 		ev.Close()
-		r.complete(t, err)
+		r.finishTask(t, err, w.dep, all)
 	}()
 }
 
-// Taskwait waits for every task not completed yet and returns the first
-// error (by task number) among them and the tasks that failed since the last
-// Taskwait, or ctx's error if it is done first.
-func (r *Runtime) Taskwait(ctx context.Context) error {
-	r.tasks.mu.Lock()
-	ts := append(make([]*Task, 0, len(r.tasks.live)+len(r.tasks.failed)), r.tasks.failed...)
-	for t := range r.tasks.live {
-		ts = append(ts, t)
-	}
-	r.tasks.mu.Unlock()
-	if err := WaitAll(ctx, ts); ctx.Err() != nil {
-		return err
-	}
-	r.tasks.mu.Lock()
-	var failed []*Task
-	for _, t := range r.tasks.failed { // keep those that failed meanwhile
-		if !slices.Contains(ts, t) {
-			failed = append(failed, t)
+// finishTask completes t: a predecessor's failure takes the place of t's
+// own result (t's work was skipped or ran on data that is not there).
+func (r *Runtime) finishTask(t *Task, err error, dep *failure, preds []*Task) {
+	if dep == nil {
+		if f := failedPred(preds); f != nil {
+			err, dep = depErr(t, f), f
 		}
 	}
-	r.tasks.failed = failed
-	r.tasks.mu.Unlock()
-	return WaitAll(ctx, ts)
+	r.complete(t, err, dep)
+}
+
+// Taskwait waits for every task not completed yet, and for the synchronous
+// constructs that went on in the background after their context was done.
+// It returns the first error (by task number) among those tasks and the
+// failures not reported yet, or ctx's error if it is done first. A failure
+// is reported when Taskwait, Task.Wait or WaitAll returns it (or an error
+// of a task it made fail); once reported it is forgotten: Taskwait does
+// not return it again, and tasks created afterwards do not depend on the
+// failed task. Called from inside a task, Taskwait returns an error
+// wrapping ErrInTask.
+func (r *Runtime) Taskwait(ctx context.Context) error {
+	if InTask() {
+		return fmt.Errorf("goffload: taskwait: %w", ErrInTask)
+	}
+	ts := &r.tasks
+	ts.mu.Lock()
+	wait := make([]*Task, 0, len(ts.live)+len(ts.failed))
+	for t := range ts.live {
+		wait = append(wait, t)
+	}
+	for f := range ts.failed {
+		wait = append(wait, f.task)
+	}
+	ts.mu.Unlock()
+	var bg []chan struct{}
+	for _, d := range r.Devices {
+		bg = append(bg, d.background()...)
+	}
+	if r.Initial != nil {
+		bg = append(bg, r.Initial.background()...)
+	}
+	for _, c := range bg {
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return fmt.Errorf("goffload: taskwait: %w", ctx.Err())
+		}
+	}
+	return WaitAll(ctx, wait)
 }
 
 // WaitAll waits for every task of ts and returns the first error among
-// them by task number, or ctx's error if it is done first.
+// them by task number, or ctx's error if it is done first. It reports the
+// failures it saw (see Taskwait).
 func WaitAll(ctx context.Context, ts []*Task) error {
 	sort.Slice(ts, func(i, j int) bool { return ts[i].ID < ts[j].ID })
 	for _, t := range ts {
@@ -429,12 +605,16 @@ func WaitAll(ctx context.Context, ts []*Task) error {
 			return fmt.Errorf("goffload: waiting for tasks: %w", ctx.Err())
 		}
 	}
+	var first error
 	for _, t := range ts {
 		if t.err != nil {
-			return t.err
+			if first == nil {
+				first = t.err
+			}
+			t.report()
 		}
 	}
-	return nil
+	return first
 }
 
 // Enqueued reports whether t's device work has been enqueued (its event is

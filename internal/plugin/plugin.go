@@ -116,6 +116,13 @@ type ForeignEventWaiter interface {
 	CanWait(ev Event) bool
 }
 
+// LostReporter is implemented by devices that can be lost (a device process
+// that dies, a link that breaks). Lost returns why the device stopped
+// working, an error wrapping ErrDeviceLost; nil while it works.
+type LostReporter interface {
+	Lost() error
+}
+
 // Arg is one kernel argument: a scalar, or a slice of device memory.
 type Arg struct {
 	// Scalar holds the value of a scalar parameter, of the parameter's type.

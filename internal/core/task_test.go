@@ -1,0 +1,115 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"unsafe"
+)
+
+// taskRuntime is a runtime with no devices: host work only.
+func taskRuntime() *Runtime { return &Runtime{Initial: &Device{Num: 0}} }
+
+func taskDep(kind DepKind, p *int) Dep {
+	return Dep{Kind: kind, Addr: uintptr(unsafe.Pointer(p)), Keep: unsafe.Pointer(p)}
+}
+
+// TestTaskHistoryBounded: a long run over many objects, with writers, readers
+// and failures, leaves nothing in the history once the tasks are done and
+// their failures reported.
+func TestTaskHistoryBounded(t *testing.T) {
+	r := taskRuntime()
+	objs := make([]*int, 64)
+	for i := range objs {
+		objs[i] = new(int)
+	}
+	boom := errors.New("boom")
+	var ts []*Task
+	for i := 0; i < 2000; i++ {
+		a, b := objs[i%len(objs)], objs[(i*7+3)%len(objs)]
+		fail := i%97 == 0
+		ts = append(ts, r.SpawnHost(fmt.Sprint("t", i), func() error {
+			if fail {
+				return boom
+			}
+			return nil
+		}, []Dep{taskDep(DepIn, a), taskDep(DepInOut, b)}))
+	}
+	for _, task := range ts {
+		<-task.Done()
+	}
+	if addrs, failed := r.DepEntries(); failed == 0 || addrs == 0 {
+		t.Fatalf("before the failures are reported: %d addresses, %d failures; want some of each", addrs, failed)
+	}
+	if err := r.Taskwait(context.Background()); !errors.Is(err, boom) || errors.Is(err, ErrDependency) {
+		t.Fatalf("Taskwait: %v, want the first task's own failure", err)
+	}
+	if addrs, failed := r.DepEntries(); addrs != 0 || failed != 0 {
+		t.Fatalf("after Taskwait: %d addresses, %d failures; want none", addrs, failed)
+	}
+	for _, task := range ts {
+		if err := task.Err(); err != nil && !errors.Is(err, boom) {
+			t.Fatalf("task %d: %v does not wrap the cause", task.ID, err)
+		}
+	}
+}
+
+// TestTaskFailureOnce: a chain of dependents of one failure gets one error each
+// that names the failed task and the dependent, not one level per hop; a
+// failure reported by Wait is forgotten, and new tasks run.
+func TestTaskFailureOnce(t *testing.T) {
+	r := taskRuntime()
+	x := new(int)
+	boom := errors.New("boom")
+	gate := make(chan struct{})
+	root := r.SpawnHost("root", func() error { <-gate; return boom }, []Dep{taskDep(DepOut, x)})
+	var chain []*Task
+	for i := 0; i < 500; i++ {
+		kind := DepInOut
+		if i%3 == 0 {
+			kind = DepIn
+		}
+		chain = append(chain, r.SpawnHost(fmt.Sprint("dep", i), func() error { return nil }, []Dep{taskDep(kind, x)}))
+	}
+	close(gate)
+	want := fmt.Sprintf("task %d (root) failed: boom", root.ID)
+	for _, task := range chain {
+		err := task.Wait(context.Background())
+		if !errors.Is(err, ErrDependency) || !errors.Is(err, boom) || !strings.Contains(err.Error(), want) ||
+			!strings.Contains(err.Error(), fmt.Sprintf("task %d (%s)", task.ID, task.Name)) {
+			t.Fatalf("task %d: %v", task.ID, err)
+		}
+		if strings.Count(err.Error(), "did not run") != 1 {
+			t.Fatalf("task %d: nested error %q", task.ID, err)
+		}
+	}
+	// The dependents' Waits reported the failure: new tasks run.
+	if err := r.SpawnHost("after", func() error { return nil }, []Dep{taskDep(DepInOut, x)}).Wait(context.Background()); err != nil {
+		t.Fatalf("a task after the failure was reported: %v", err)
+	}
+	if err := r.Taskwait(context.Background()); err != nil {
+		t.Fatalf("Taskwait after the failure was reported: %v", err)
+	}
+	if addrs, failed := r.DepEntries(); addrs != 0 || failed != 0 {
+		t.Fatalf("%d addresses, %d failures left", addrs, failed)
+	}
+}
+
+// TestTaskInTask: Taskwait inside a task is an error, outside it waits.
+func TestTaskInTask(t *testing.T) {
+	r := taskRuntime()
+	if InTask() {
+		t.Fatal("the test's goroutine is not a task")
+	}
+	var inside error
+	task := r.SpawnHost("waits for itself", func() error { inside = r.Taskwait(context.Background()); return nil }, nil)
+	if err := r.Taskwait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-task.Done()
+	if !errors.Is(inside, ErrInTask) || !errors.Is(inside, ErrBadArg) {
+		t.Fatalf("Taskwait inside a task: %v", inside)
+	}
+}
