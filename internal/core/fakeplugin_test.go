@@ -563,6 +563,13 @@ var (
 			a[i]++
 		}
 	})
+	kRead = mustKernel("coretest.read", func(a []int32) {
+		var sum int32
+		for _, v := range a {
+			sum += v
+		}
+		_ = sum
+	})
 	kCopyInc = mustKernel("coretest.copyinc", func(x, y []int32) {
 		for i := range x {
 			y[i] = x[i] + 1
