@@ -227,3 +227,57 @@ func afterLoss(t *testing.T, r *Runtime, fs []*fakeDevice) {
 	}
 	wantClean(t, d1, fs[1])
 }
+
+// Device calls that fail (a queue, an allocation, a task's event): the
+// construct or task returns an error wrapping the cause and naming the device
+// and the construct, leaves nothing mapped or allocated, and a task does not
+// hang.
+func TestDeviceCallFails(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		op     fakeOp
+		n      int
+		nowait bool
+		mapErr bool // the error is a MapError naming the buffer
+	}{
+		{"NewQueue", fNewQueue, 1, false, false},
+		{"Alloc", fAlloc, 1, false, true},
+		{"copy event", fNewEvent, 1, false, true}, // the event recorded after the copy in
+		{"task event", fNewEvent, 2, true, false}, // the event dependents would wait on
+		{"task Record", fRecord, 2, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, fs := newFakeRuntime(t, 1, nil)
+			d, f := r.Devices[0], fs[0]
+			f.on(tc.op, tc.n, action{err: errInjected, atCall: true})
+			a := filled(16, 1)
+			op := TargetOp(kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)})
+			var err error
+			if tc.nowait {
+				err = waitTask(t, r.Spawn(d, op, []Dep{depOf(DepInOut, a)}, false))
+			} else {
+				err = d.Run(op, false)
+			}
+			if !errors.Is(err, errInjected) {
+				t.Fatalf("%s failing: %v, want an error wrapping the cause", tc.name, err)
+			}
+			wantNames(t, err, "device 0 (fake)")
+			named := strings.Contains(err.Error(), "target coretest.add1")
+			if !named && tc.op != fNewQueue {
+				t.Errorf("error %q does not name the construct", err)
+			}
+			var me *MapError
+			if tc.mapErr && (!errors.As(err, &me) || me.Name != "a" || me.Size != 64) {
+				t.Fatalf("error %v: want a MapError naming buffer a of 64 bytes", err)
+			}
+			wantClean(t, d, f)
+			settle(t, r)
+			if err := d.Run(op, false); err != nil {
+				t.Fatalf("the construct again: %v", err)
+			}
+			if !named {
+				defect(t, "a construct whose queue cannot be created fails with an error that does not name the construct: %v", err)
+			}
+		})
+	}
+}
