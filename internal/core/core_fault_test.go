@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -55,7 +56,7 @@ func TestSubmitFails(t *testing.T) {
 			d, f := r.Devices[0], fs[0]
 			f.on(fSubmit, 1, tc.act)
 			a := filled(16, 1)
-			err := d.Target(kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}, false)
+			err := d.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}, false)
 			if !errors.Is(err, errInjected) {
 				t.Fatalf("Target with a failing Submit: %v, want an error wrapping the cause", err)
 			}
@@ -72,7 +73,7 @@ func TestSubmitFails(t *testing.T) {
 			}
 			wantClean(t, d, f)
 
-			if err := d.Target(kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}, false); err != nil {
+			if err := d.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}, false); err != nil {
 				t.Fatalf("the same construct again: %v", err)
 			}
 			if !allEqual(a, 2) {
@@ -91,7 +92,7 @@ func TestEnterDataSubmitFailsInQueue(t *testing.T) {
 	d, f := r.Devices[0], fs[0]
 	f.fail(fSubmit, 1, errInjected)
 	a := filled(16, 1)
-	err := d.EnterData([]MapItem{mapOf(a, "a", MapTo)})
+	err := d.EnterData(context.Background(), []MapItem{mapOf(a, "a", MapTo)})
 	if !errors.Is(err, errInjected) {
 		t.Fatalf("enter data with a failing Submit: %v, want an error wrapping the cause", err)
 	}
@@ -121,7 +122,7 @@ func TestLaunchFails(t *testing.T) {
 			d, f := r.Devices[0], fs[0]
 			f.on(fLaunch, 1, tc.act)
 			a := filled(16, 1)
-			err := d.Target(kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}, false)
+			err := d.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}, false)
 			if !errors.Is(err, tc.act.err) {
 				t.Fatalf("Target with a failing launch: %v, want an error wrapping the cause", err)
 			}
@@ -147,7 +148,9 @@ func TestDeviceDiesDuringSynchronize(t *testing.T) {
 	s := f0.stallAt(fSynchronize, 1)
 	a := filled(16, 1)
 	errc := make(chan error, 1)
-	go func() { errc <- d0.Target(kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}, false) }()
+	go func() {
+		errc <- d0.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}, false)
+	}()
 	recv(t, "the construct's Synchronize", s.Reached())
 	f0.die()
 	s.Release()
@@ -172,7 +175,9 @@ func TestDeviceDiesWithPendingOperation(t *testing.T) {
 	s := f0.stallAt(fLaunch, 1)
 	a := filled(16, 1)
 	errc := make(chan error, 1)
-	go func() { errc <- d0.Target(kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}, false) }()
+	go func() {
+		errc <- d0.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}, false)
+	}()
 	recv(t, "the launch", s.Reached())
 	f0.die()
 	var err error
@@ -194,10 +199,10 @@ func afterLoss(t *testing.T, r *Runtime, fs []*fakeDevice) {
 	d0, d1 := r.Devices[0], r.Devices[1]
 	b := filled(16, 1)
 	within(t, "constructs on a lost device", func() {
-		if err := d0.Target(kAdd1, []KernelArg{sliceArg(b, "b", MapTo|MapFrom)}, false); !errors.Is(err, plugin.ErrDeviceLost) {
+		if err := d0.Target(context.Background(), kAdd1, []KernelArg{sliceArg(b, "b", MapTo|MapFrom)}, false); !errors.Is(err, plugin.ErrDeviceLost) {
 			t.Errorf("Target after the loss: %v, want ErrDeviceLost", err)
 		}
-		if err := d0.EnterData([]MapItem{mapOf(b, "b", MapTo)}); !errors.Is(err, plugin.ErrDeviceLost) {
+		if err := d0.EnterData(context.Background(), []MapItem{mapOf(b, "b", MapTo)}); !errors.Is(err, plugin.ErrDeviceLost) {
 			t.Errorf("enter data after the loss: %v, want ErrDeviceLost", err)
 		}
 		if d0.IsPresent(bufOf(b, "b")) {
@@ -211,7 +216,7 @@ func afterLoss(t *testing.T, r *Runtime, fs []*fakeDevice) {
 	if !allEqual(b, 1) {
 		t.Fatalf("host buffer changed by constructs on a lost device: %v", b)
 	}
-	if err := d1.Target(kAdd1, []KernelArg{sliceArg(b, "b", MapTo|MapFrom)}, false); err != nil {
+	if err := d1.Target(context.Background(), kAdd1, []KernelArg{sliceArg(b, "b", MapTo|MapFrom)}, false); err != nil {
 		t.Fatalf("Target on the other device: %v", err)
 	}
 	if !allEqual(b, 2) {
@@ -256,7 +261,7 @@ func TestDeviceCallFails(t *testing.T) {
 			if tc.nowait {
 				err = waitTask(t, r.Spawn(d, op, []Dep{depOf(DepInOut, a)}, false))
 			} else {
-				err = d.Run(op, false)
+				err = d.Run(context.Background(), op, false)
 			}
 			if !errors.Is(err, errInjected) {
 				t.Fatalf("%s failing: %v, want an error wrapping the cause", tc.name, err)
@@ -272,7 +277,7 @@ func TestDeviceCallFails(t *testing.T) {
 			}
 			wantClean(t, d, f)
 			settle(t, r)
-			if err := d.Run(op, false); err != nil {
+			if err := d.Run(context.Background(), op, false); err != nil {
 				t.Fatalf("the construct again: %v", err)
 			}
 			if !named {

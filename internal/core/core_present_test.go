@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -38,7 +39,7 @@ func TestPresentNestedMapsCopyOnce(t *testing.T) {
 	d, f := r.Devices[0], fs[0]
 	a := filled(64, 1)
 
-	if err := d.EnterData([]MapItem{mapOf(a, "a", MapTo)}); err != nil {
+	if err := d.EnterData(context.Background(), []MapItem{mapOf(a, "a", MapTo)}); err != nil {
 		t.Fatalf("enter data: %v", err)
 	}
 	alloc := wantCount(t, f, fAlloc, 1)[0]
@@ -52,14 +53,14 @@ func TestPresentNestedMapsCopyOnce(t *testing.T) {
 		t.Fatalf("entry %+v, want Dyn=1 Hold=0 Tgt=%#x Size=256 Name=a", e, uint64(alloc.Ptr))
 	}
 
-	err := d.Data([]MapItem{mapOf(a, "a", MapTo|MapFrom|MapHold)}, func() error {
+	err := d.Data(context.Background(), []MapItem{mapOf(a, "a", MapTo|MapFrom|MapHold)}, func() error {
 		if e := entryOf(t, d, a); e.Dyn != 1 || e.Hold != 1 {
 			return fmt.Errorf("inside the data region: entry %+v, want Dyn=1 Hold=1", e)
 		}
-		if err := d.Target(kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}, false); err != nil {
+		if err := d.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}, false); err != nil {
 			return err
 		}
-		return d.Target(kAdd1, []KernelArg{sliceArg(a[8:16], "a[8:16]", MapTo|MapFrom)}, false)
+		return d.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a[8:16], "a[8:16]", MapTo|MapFrom)}, false)
 	})
 	if err != nil {
 		t.Fatalf("data region: %v", err)
@@ -79,7 +80,7 @@ func TestPresentNestedMapsCopyOnce(t *testing.T) {
 		t.Fatalf("host buffer changed while still mapped: %v", a)
 	}
 
-	if err := d.ExitData([]MapItem{mapOf(a, "a", MapFrom)}); err != nil {
+	if err := d.ExitData(context.Background(), []MapItem{mapOf(a, "a", MapFrom)}); err != nil {
 		t.Fatalf("exit data: %v", err)
 	}
 	if ret := wantCount(t, f, fRetrieve, 1)[0]; ret.Ptr != alloc.Ptr || ret.Size != 256 {
@@ -109,7 +110,7 @@ func TestPresentRefCounts(t *testing.T) {
 	d, f := r.Devices[0], fs[0]
 	a := filled(16, 5)
 	for range 3 {
-		if err := d.EnterData([]MapItem{mapOf(a, "a", MapTo)}); err != nil {
+		if err := d.EnterData(context.Background(), []MapItem{mapOf(a, "a", MapTo)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -117,17 +118,17 @@ func TestPresentRefCounts(t *testing.T) {
 		t.Fatalf("after three enter data: Dyn=%d, want 3", e.Dyn)
 	}
 	wantCount(t, f, fSubmit, 1)
-	if err := d.EnterData([]MapItem{mapOf(a, "a", MapTo|MapAlways)}); err != nil {
+	if err := d.EnterData(context.Background(), []MapItem{mapOf(a, "a", MapTo|MapAlways)}); err != nil {
 		t.Fatal(err)
 	}
 	wantCount(t, f, fSubmit, 2) // always copies into the existing mapping
-	if err := d.ExitData([]MapItem{{Buf: bufOf(a, "a"), Exit: true}, {Buf: bufOf(a, "a"), Exit: true}}); err != nil {
+	if err := d.ExitData(context.Background(), []MapItem{{Buf: bufOf(a, "a"), Exit: true}, {Buf: bufOf(a, "a"), Exit: true}}); err != nil {
 		t.Fatal(err)
 	}
 	if e := entryOf(t, d, a); e.Dyn != 2 {
 		t.Fatalf("after two releases from 4: Dyn=%d, want 2", e.Dyn)
 	}
-	if err := d.ExitData([]MapItem{mapOf(a, "a", MapFrom|MapAlways)}); err != nil {
+	if err := d.ExitData(context.Background(), []MapItem{mapOf(a, "a", MapFrom|MapAlways)}); err != nil {
 		t.Fatal(err)
 	}
 	if e := entryOf(t, d, a); e.Dyn != 1 {
@@ -135,7 +136,7 @@ func TestPresentRefCounts(t *testing.T) {
 	}
 	wantCount(t, f, fRetrieve, 1) // always copies out before the last unmap
 	wantCount(t, f, fFree, 0)
-	if err := d.ExitData([]MapItem{{Buf: bufOf(a, "a"), Type: MapDelete, Exit: true}}); err != nil {
+	if err := d.ExitData(context.Background(), []MapItem{{Buf: bufOf(a, "a"), Type: MapDelete, Exit: true}}); err != nil {
 		t.Fatal(err)
 	}
 	wantCount(t, f, fRetrieve, 1) // delete copies nothing
@@ -162,10 +163,10 @@ func TestPresentPartialOverlap(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r, fs := newFakeRuntime(t, 1, nil)
 			d, f := r.Devices[0], fs[0]
-			if err := d.EnterData([]MapItem{mapOf(tc.mapped, tc.mappedName, MapTo)}); err != nil {
+			if err := d.EnterData(context.Background(), []MapItem{mapOf(tc.mapped, tc.mappedName, MapTo)}); err != nil {
 				t.Fatal(err)
 			}
-			err := d.Target(kAdd1, []KernelArg{sliceArg(tc.section, "sec", MapTo|MapFrom)}, false)
+			err := d.Target(context.Background(), kAdd1, []KernelArg{sliceArg(tc.section, "sec", MapTo|MapFrom)}, false)
 			if !errors.Is(err, ErrExtension) {
 				t.Fatalf("Target over a partly mapped section: %v, want an error wrapping ErrExtension", err)
 			}

@@ -95,7 +95,7 @@ type cqueue struct {
 	failed bool  // an operation failed: close it instead of reusing it
 }
 
-func (d *Device) getQueue() (*cqueue, error) {
+func (d *Device) getQueue(op string) (*cqueue, error) {
 	d.qmu.Lock()
 	if n := len(d.queues); n > 0 {
 		q := d.queues[n-1]
@@ -110,7 +110,7 @@ func (d *Device) getQueue() (*cqueue, error) {
 	q, err := d.Dev.NewQueue()
 	if err != nil {
 		d.noteLost(err)
-		return nil, fmt.Errorf("goffload: %s: cannot create a queue: %w", d.Label(), err)
+		return nil, fmt.Errorf("goffload: %s: %s: cannot create a queue: %w", d.Label(), op, err)
 	}
 	return &cqueue{Queue: q, id: id, users: 1}, nil
 }
@@ -165,7 +165,7 @@ type work struct {
 }
 
 func (d *Device) begin(op string) (*work, error) {
-	q, err := d.getQueue()
+	q, err := d.getQueue(op)
 	if err != nil {
 		return nil, err
 	}

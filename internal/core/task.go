@@ -463,7 +463,7 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 	}
 	if cq == nil {
 		var err error
-		if cq, err = d.getQueue(); err != nil {
+		if cq, err = d.getQueue(op.Name); err != nil {
 			r.complete(t, err, nil)
 			return
 		}

@@ -422,3 +422,5 @@ func (d *device) Close() error {
 	d.lose(errLinkClosed)
 	return err
 }
+
+var _ plugin.LostReporter = (*device)(nil)
