@@ -315,3 +315,38 @@ func TestTaskMapsEmptyAfterCompletion(t *testing.T) {
 		})
 	}
 }
+
+// A task never completes before a task it depends on, also when its own
+// device dies first: otherwise, once its failure is reported, a new task on
+// the same buffer (which depends on nothing) ran alongside the predecessor
+// still writing it, and an increment was lost (found by goffload-stress
+// with SIGKILL).
+func TestFailedTaskCompletesAfterPredecessors(t *testing.T) {
+	for _, deviceWait := range []bool{true, false} {
+		name := map[bool]string{true: "device wait", false: "host wait"}[deviceWait]
+		t.Run(name, func(t *testing.T) {
+			r, fs := newFakeRuntime(t, 2, func(i int, d *fakeDevice) { d.foreignWait = deviceWait })
+			s := fs[0].stallAt(fLaunch, 1)
+			a := filled(16, 1)
+			p := r.Spawn(r.Devices[0], TargetOp(kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}), []Dep{depOf(DepInOut, a)}, false)
+			recv(t, "the predecessor's launch", s.Reached())
+			fs[1].die()
+			tk := r.Spawn(r.Devices[1], TargetOp(kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}), []Dep{depOf(DepInOut, a)}, false)
+			select {
+			case <-tk.Done():
+				t.Fatalf("the task completed (%v) while the task it depends on still runs", tk.Err())
+			case <-time.After(50 * time.Millisecond): // give a wrong completion the chance to show
+			}
+			s.Release()
+			if err := waitTask(t, p); err != nil {
+				t.Fatal(err)
+			}
+			if err := waitTask(t, tk); err == nil {
+				t.Fatal("a task on a dead device succeeded")
+			}
+			if !allEqual(a, 2) {
+				t.Fatalf("a = %v, want all 2", a)
+			}
+		})
+	}
+}

@@ -315,6 +315,7 @@ func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 			}
 		}
 		if f := r.waitHost(t, d, onHost); f != nil {
+			waitDone(preds) // a task never completes before one it depends on
 			r.complete(t, depErr(t, f), f)
 			return
 		}
@@ -329,6 +330,7 @@ func (r *Runtime) SpawnHost(name string, fn func() error, deps []Dep) *Task {
 	preds := r.register(t, deps)
 	go func() {
 		if f := r.waitHost(t, r.Initial, preds); f != nil {
+			waitDone(preds) // a task never completes before one it depends on
 			r.complete(t, depErr(t, f), f)
 			return
 		}
@@ -407,15 +409,40 @@ func (r *Runtime) waitHost(t *Task, d *Device, preds []*Task) *failure {
 }
 
 // failedPred returns the failure of the first of preds that failed, once
-// they are done (they are, or are about to be: t's work came after theirs).
+// they are all done.
 func failedPred(preds []*Task) *failure {
+	waitDone(preds)
 	for _, p := range preds {
-		<-p.done
 		if p.err != nil {
 			return p.fail
 		}
 	}
 	return nil
+}
+
+// waitDone waits until every task of ts is done. A task never completes
+// before a task it depends on, also when it fails early (its device was
+// lost, its enqueue failed): its dependents, and the tasks created once its
+// failure is reported (which depend on nothing), rely on that order.
+func waitDone(ts []*Task) {
+	for _, p := range ts {
+		<-p.done
+	}
+}
+
+// completeAfter ends t with err once preds are done, on a goroutine if it
+// has to wait: the caller may be the one creating t.
+func (r *Runtime) completeAfter(t *Task, err error, preds []*Task) {
+	for _, p := range preds {
+		if !finished(p) {
+			go func() {
+				waitDone(preds)
+				r.complete(t, err, nil)
+			}()
+			return
+		}
+	}
+	r.complete(t, err, nil)
 }
 
 // depErr is the error of t, which did not run because of f: it names t and
@@ -434,7 +461,7 @@ func depErr(t *Task, f *failure) error {
 // event dependents wait on, and completes t in the background.
 func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback bool) {
 	if err := op.check(d); err != nil {
-		r.complete(t, err, nil)
+		r.completeAfter(t, err, preds)
 		return
 	}
 	if d.IsInitial() { // the host does it, without holding up the caller
@@ -464,7 +491,7 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 	if cq == nil {
 		var err error
 		if cq, err = d.getQueue(op.Name); err != nil {
-			r.complete(t, err, nil)
+			r.completeAfter(t, err, all)
 			return
 		}
 	}

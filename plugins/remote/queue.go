@@ -23,8 +23,10 @@ type queue struct {
 	dirty bool
 	query chan *proto.Msg
 	held  error
-	// waited says a wait was sent since the last Synchronize: submits then
-	// are pulled, so they read host memory after the wait, not now.
+	// waited says a wait or a retrieve was sent since the last
+	// Synchronize: submits then are pulled, so they read host memory when
+	// the queue reaches them (after the wait, after the retrieve's data is
+	// in host memory), not now.
 	waited bool
 	// xfers are the transfers queued since the last record or mark: they
 	// are over (done, or skipped after a failure) once it comes back.
@@ -112,6 +114,7 @@ func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
 		return nil
 	}
 	m := &proto.Msg{Type: proto.TRetrieve, Ptr: uint64(src), Size: uint64(len(dst))}
+	q.waited = true // a later submit may read what this writes
 	return q.enqueueXfer(m, func(d *device, id uint64) { d.pulls[id] = &incoming{dst: dst, size: len(dst)} })
 }
 

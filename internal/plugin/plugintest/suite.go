@@ -43,6 +43,7 @@ func Run(t *testing.T, open func(t *testing.T) []plugin.Device) {
 	t.Run("Alloc", e.testAlloc)
 	t.Run("Free", e.testFree)
 	t.Run("SubmitRetrieve", e.testSubmitRetrieve)
+	t.Run("HostMemoryOrder", e.testHostMemoryOrder)
 	t.Run("CopyBadRange", e.testCopyBadRange)
 	t.Run("Exchange", e.testExchange)
 	t.Run("LaunchScalars", e.testLaunchScalars)
