@@ -284,4 +284,3 @@ func (e *env) testHostMemoryOrder(t *testing.T) {
 		d.Free(b)
 	}
 }
-
