@@ -356,6 +356,14 @@ func runAsTask(fn func() error) error { return fn() }
 
 var runAsTaskName = runtime.FuncForPC(reflect.ValueOf(runAsTask).Pointer()).Name()
 
+// A kernel's body, and the chunks of its loops, run on these goroutines
+// (plugin's kernel runners, the worker pool): inside a kernel is inside a
+// task too.
+const (
+	kernelRunnerName = "github.com/goffload/offload/internal/plugin.(*runner).loop"
+	poolWorkerName   = "github.com/goffload/offload/internal/workpool.(*Pool).worker"
+)
+
 // InTask reports whether the calling goroutine runs a task's body: host
 // work (Go), or a kernel of a task on the initial device. Goroutines that a
 // task starts are not inside it.
@@ -366,7 +374,7 @@ func InTask() bool {
 		frames := runtime.CallersFrames(pcs[:n])
 		for {
 			f, more := frames.Next()
-			if f.Function == runAsTaskName {
+			if f.Function == runAsTaskName || f.Function == kernelRunnerName || f.Function == poolWorkerName {
 				return true
 			}
 			if !more {

@@ -2,8 +2,13 @@ package core
 
 import (
 	"context"
+	"reflect"
+	"sync/atomic"
+
 	"errors"
 	"fmt"
+	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/internal/workpool"
 	"strings"
 	"testing"
 	"unsafe"
@@ -111,5 +116,43 @@ func TestTaskInTask(t *testing.T) {
 	<-task.Done()
 	if !errors.Is(inside, ErrInTask) || !errors.Is(inside, ErrBadArg) {
 		t.Fatalf("Taskwait inside a task: %v", inside)
+	}
+}
+
+// InTask knows a kernel's goroutines by their functions' names: a rename in
+// plugin or workpool must show here, not as a Taskwait that deadlocks.
+func TestInTaskInsideKernels(t *testing.T) {
+	if InTask() {
+		t.Fatal("a test's goroutine counts as inside a task")
+	}
+	pool := workpool.New(2)
+	defer pool.Close()
+	var inBody, inChunks atomic.Int32
+	k, err := plugin.RegisterKernel(fmt.Sprintf("core.intask.%p", t), func(ctx interface{ For(int, func(lo, hi int)) }) {
+		if InTask() {
+			inBody.Add(1)
+		}
+		ctx.For(64, func(lo, hi int) {
+			if InTask() {
+				inChunks.Add(1)
+			}
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Call(plugin.NewKernelCtx(0, pool), []reflect.Value{}); err != nil {
+		t.Fatal(err)
+	}
+	if inBody.Load() != 1 {
+		t.Error("a kernel's body does not count as inside a task")
+	}
+	if inChunks.Load() == 0 {
+		t.Error("a kernel's loop chunks do not count as inside a task")
+	}
+	var inPool atomic.Bool
+	pool.For(4, func(lo, hi int) { inPool.Store(inPool.Load() || InTask()) })
+	if !inPool.Load() {
+		t.Error("chunks on the worker pool do not count as inside a task")
 	}
 }
