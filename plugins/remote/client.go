@@ -257,33 +257,31 @@ func (d *device) alive() error {
 	return d.aliveLocked()
 }
 
-// request registers a call for m's answer and queues m (flushing if flush
-// is set), under the lock loss takes; xfers are transfers the answer ends.
-func (d *device) request(m *proto.Msg, xfers []uint64, flush bool) (chan *proto.Msg, error) {
+// request registers a call for m's answer and queues m, under the lock
+// loss takes, then writes it (flushNow: the caller is not a reader);
+// xfers are transfers the answer ends.
+func (d *device) request(m *proto.Msg, xfers []uint64) (chan *proto.Msg, error) {
 	c := &call{ch: make(chan *proto.Msg, 1), xfers: xfers}
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if err := d.aliveLocked(); err != nil {
+		d.mu.Unlock()
 		return nil, err
 	}
 	d.next++
 	m.ID = d.next
-	var err error
-	if flush {
-		err = d.l.send(m, nil)
-	} else {
-		err = d.l.put(m, nil)
-	}
-	if err != nil {
+	if err := d.l.put(m, nil); err != nil {
+		d.mu.Unlock()
 		return nil, fmt.Errorf("%s: %w: %w", d.name(), plugin.ErrDeviceLost, err)
 	}
 	d.calls[m.ID] = c
+	d.mu.Unlock()
+	d.l.flushNow()
 	return c.ch, nil
 }
 
 // call sends a request and waits for its reply, or for the device's loss.
 func (d *device) call(m *proto.Msg) (*proto.Msg, error) {
-	ch, err := d.request(m, nil, true)
+	ch, err := d.request(m, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -148,8 +148,8 @@ func FuzzHostDispatch(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		host, dev := socketPair(t)
 		d := newDevice(newLink(host), "fuzz device")
-		ch, _ := d.request(&proto.Msg{Type: proto.TInfo}, nil, true) // id 1
-		ev, _ := d.NewEvent()                                        // id 2
+		ch, _ := d.request(&proto.Msg{Type: proto.TInfo}, nil) // id 1
+		ev, _ := d.NewEvent()                                  // id 2
 		ev.(*event).ev.Arm()
 		d.mu.Lock()
 		d.pushes[3] = make([]byte, 10)

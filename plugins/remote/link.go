@@ -35,6 +35,7 @@ type link struct {
 	ctrl   []byte      // control frames to write, in order
 	bulk   []*outgoing // transfers being written, a fragment each in turn
 	seq    uint64      // counted transfers written in full
+	busy   bool        // a goroutine is writing: the writer, or a caller of flushNow
 	ending bool        // close: fail once everything queued is written
 	err    error       // why the link failed; set before closed is closed
 	closed chan struct{}
@@ -98,6 +99,46 @@ func (l *link) flush() {
 	l.mu.Unlock()
 }
 
+// flushNow writes what is queued from the calling goroutine if no one is
+// writing and no bulk transfer is under way (waking the writer goroutine
+// costs a hand-off that a small round trip feels), and otherwise wakes the
+// writer. Only goroutines that never read a link may call it, and never
+// with a lock that a reader takes: the write may wait for the other side
+// to read.
+func (l *link) flushNow() {
+	l.mu.Lock()
+	if l.busy || len(l.bulk) > 0 || l.err != nil || len(l.ctrl) == 0 {
+		l.wake.Signal()
+		l.mu.Unlock()
+		return
+	}
+	l.busy = true
+	frames := l.ctrl
+	l.ctrl = nil
+	l.mu.Unlock()
+	err := l.t.WriteFrames(frames)
+	l.writes.Add(1)
+	l.mu.Lock()
+	l.busy = false
+	if len(l.ctrl) == 0 && cap(frames) <= 1<<20 {
+		l.ctrl = frames[:0] // reuse the buffer
+	}
+	l.wake.Signal() // what came meanwhile, and the writer's turn
+	l.mu.Unlock()
+	if err != nil {
+		l.fail(fmt.Errorf("write: %w", err))
+	}
+}
+
+// sendNow queues m's frame and writes it at once as flushNow does.
+func (l *link) sendNow(m *proto.Msg, payload []byte) error {
+	if err := l.put(m, payload); err != nil {
+		return err
+	}
+	l.flushNow()
+	return nil
+}
+
 // stream queues data as fragments of transfer id, written straight from
 // data, which must stay untouched until done is called. done runs on the
 // writer's goroutine and must not block; seq numbers the counted transfers
@@ -137,7 +178,7 @@ func (l *link) write() {
 	var frames []byte
 	for {
 		l.mu.Lock()
-		for len(l.ctrl) == 0 && len(l.bulk) == 0 && l.err == nil && !l.ending {
+		for (l.busy || len(l.ctrl) == 0 && len(l.bulk) == 0 && !l.ending) && l.err == nil {
 			l.wake.Wait()
 		}
 		if l.err != nil {
@@ -153,6 +194,7 @@ func (l *link) write() {
 			frames = nil
 		}
 		frames, l.ctrl = l.ctrl, frames[:0]
+		l.busy = true
 		var o *outgoing
 		var off int
 		var frag []byte
@@ -182,6 +224,9 @@ func (l *link) write() {
 			err = l.t.WriteData(o.id, off, frag)
 		}
 		l.writes.Add(1)
+		l.mu.Lock()
+		l.busy = false
+		l.mu.Unlock()
 		if err != nil {
 			err = l.fail(fmt.Errorf("write: %w", err))
 		}

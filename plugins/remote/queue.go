@@ -171,7 +171,7 @@ func (q *queue) Record(e plugin.Event) error {
 		ev.ev.Fire(err) // recorded, and will never fire otherwise
 		return err
 	}
-	q.d.l.flush()
+	q.d.l.flush() // the writer's: several tasks' frames go out together
 	return nil
 }
 
@@ -233,7 +233,7 @@ func (q *queue) mark() (chan *proto.Msg, error) {
 	if q.closed {
 		return nil, fmt.Errorf("%s: %w: queue is closed", q.d.name(), plugin.ErrBadHandle)
 	}
-	ch, err := q.d.request(&proto.Msg{Type: proto.TSync, Queue: q.id}, q.xfers, true)
+	ch, err := q.d.request(&proto.Msg{Type: proto.TSync, Queue: q.id}, q.xfers)
 	if err != nil {
 		return nil, err
 	}

@@ -273,7 +273,7 @@ func (s *session) handle(m *proto.Msg) error {
 			for _, n := range waiting {
 				s.tell(n, failed, need)
 			}
-			return s.l.send(withErr(&proto.Msg{Type: proto.TEvent, ID: id}, failed), nil)
+			return s.l.send(withErr(&proto.Msg{Type: proto.TEvent, ID: id}, failed), nil) // the writer's: firings go out together
 		})
 	case proto.TWait:
 		q := s.queue(m.Queue)
@@ -320,7 +320,7 @@ func (s *session) handle(m *proto.Msg) error {
 	case proto.TSync:
 		qid, seq := m.Queue, m.ID
 		return s.queue(qid).Mark(true, func(failed error) error {
-			s.l.send(withErr(&proto.Msg{Type: proto.TSyncDone, Queue: qid, ID: seq}, failed), nil)
+			s.l.sendNow(withErr(&proto.Msg{Type: proto.TSyncDone, Queue: qid, ID: seq}, failed), nil) // a queue's goroutine
 			return nil
 		})
 	}
@@ -385,7 +385,7 @@ func (s *session) submit(m *proto.Msg) error {
 		s.mu.Lock()
 		s.pulls[id] = p
 		s.mu.Unlock()
-		if err := s.l.send(&proto.Msg{Type: proto.TPull, Queue: m.Queue, ID: id}, nil); err != nil {
+		if err := s.l.sendNow(&proto.Msg{Type: proto.TPull, Queue: m.Queue, ID: id}, nil); err != nil { // a queue's goroutine
 			return err
 		}
 		<-p.done
