@@ -1,6 +1,7 @@
 package offload
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -240,21 +241,7 @@ func loc(p DevicePtr, n int64) (core.Loc, error) {
 // device included (omp_target_memcpy). A copy between two devices goes
 // straight between them where their kind allows.
 func Memcpy(dst, src DevicePtr, n int64) error {
-	if n < 0 {
-		return fmt.Errorf("goffload: omp_target_memcpy: %w: negative size %d", ErrBadArgument, n)
-	}
-	if n == 0 {
-		return nil
-	}
-	dl, err := loc(dst, n)
-	if err != nil {
-		return err
-	}
-	sl, err := loc(src, n)
-	if err != nil {
-		return err
-	}
-	return core.Memcpy(dl, sl, n)
+	return MemcpyContext(context.Background(), dst, src, n)
 }
 
 // hostBuf converts a slice for the mapping routines.

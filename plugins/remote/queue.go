@@ -46,8 +46,9 @@ func pastWaits(evs []*event) {
 	}
 }
 
-// enqueue queues m for the device under d.mu (with reg, if set, registering
-// what m's answer needs), without waking the link's writer.
+// enqueue queues m for the device under d.mu, after reg (if set), which
+// registers what m's answer needs (and may number m), without waking the
+// link's writer.
 func (q *queue) enqueue(m *proto.Msg, payload []byte, reg func(d *device)) error {
 	if q.closed {
 		return fmt.Errorf("%s: %w: queue is closed", q.d.name(), plugin.ErrBadHandle)
@@ -59,11 +60,11 @@ func (q *queue) enqueue(m *proto.Msg, payload []byte, reg func(d *device)) error
 		return err
 	}
 	m.Queue = q.id
-	if err := d.l.put(m, payload); err != nil {
-		return fmt.Errorf("%s: %w: %w", d.name(), plugin.ErrDeviceLost, err)
-	}
 	if reg != nil {
 		reg(d)
+	}
+	if err := d.l.put(m, payload); err != nil {
+		return fmt.Errorf("%s: %w: %w", d.name(), plugin.ErrDeviceLost, err)
 	}
 	q.dirty = true
 	return nil
@@ -82,7 +83,7 @@ func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
 	}
 	m := &proto.Msg{Type: proto.TSubmit, Ptr: uint64(dst), Size: uint64(len(src))}
 	if len(src) <= proto.MaxInline && !q.waited {
-		return q.enqueue(m, src, func(d *device) {})
+		return q.enqueue(m, src, nil)
 	}
 	m.Ptr2 = 1 // pulled when the device's queue reaches it
 	return q.enqueueXfer(m, func(d *device, id uint64) { d.pushes[id] = src })
@@ -91,22 +92,10 @@ func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
 // enqueueXfer queues transfer m, numbered and registered by reg under d.mu
 // before it is queued.
 func (q *queue) enqueueXfer(m *proto.Msg, reg func(d *device, id uint64)) error {
-	if q.closed {
-		return fmt.Errorf("%s: %w: queue is closed", q.d.name(), plugin.ErrBadHandle)
-	}
-	d := q.d
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.aliveLocked(); err != nil {
-		return err
-	}
-	m.Queue, m.ID = q.id, q.xfer(d)
-	reg(d, m.ID)
-	if err := d.l.put(m, nil); err != nil {
-		return fmt.Errorf("%s: %w: %w", d.name(), plugin.ErrDeviceLost, err)
-	}
-	q.dirty = true
-	return nil
+	return q.enqueue(m, nil, func(d *device) {
+		m.ID = q.xfer(d)
+		reg(d, m.ID)
+	})
 }
 
 func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
