@@ -191,6 +191,34 @@ func TestStoppedDevice(t *testing.T) {
 	}
 }
 
+// TestNowaitOnStoppedDevice: creating nowait tasks that map new buffers on
+// a device that does not answer returns at once: the tasks are still
+// pending when the calls return (a creation that waited for the device
+// would only return once the device was lost, with the tasks failed).
+func TestNowaitOnStoppedDevice(t *testing.T) {
+	if os.Getenv("GOFFLOAD_DEVICE_TIMEOUT") != "" {
+		t.Skip("GOFFLOAD_DEVICE_TIMEOUT is set by the caller")
+	}
+	dev := stopped(t)
+	var tasks []*offload.Task
+	for i := 0; i < 50; i++ {
+		x := make([]int32, 100+i)
+		tasks = append(tasks, dev.Nowait(offload.DependInOut(x)).Run(AddTo, int32(1), offload.ToFrom(x)))
+	}
+	for i, tk := range tasks {
+		select {
+		case <-tk.Done():
+			t.Fatalf("task %d already done (%v): creating it waited for the stopped device", i, tk.Wait())
+		default:
+		}
+	}
+	for _, tk := range tasks {
+		if err := tk.Wait(); !errors.Is(err, offload.ErrDeviceLost) {
+			t.Fatalf("task on a stopped device: %v, want ErrDeviceLost", err)
+		}
+	}
+}
+
 // TestKilledDeviceManyEvents: a device process killed while goroutines
 // create tasks (and so events) on it: every task fails with the device's
 // error and nothing crashes (issue 7, 9: the loss path ranged over the

@@ -24,6 +24,7 @@ type allocation struct {
 	base plugin.Ptr
 	size int64  // bytes the user asked for
 	buf  []byte // backing memory, len(buf) >= max(size, 1)
+	err  error  // an AllocAt that failed: every use of its range reports this
 }
 
 // Memory is one device's memory. It is safe for concurrent use.
@@ -103,6 +104,47 @@ func (m *Memory) Alloc(size int64) (plugin.Ptr, error) {
 	m.mu.Unlock()
 	return a.base, nil
 }
+
+// AllocAt allocates size bytes at the address base that the caller chose
+// (a remote device's host numbers its allocations itself, so that mapping a
+// buffer never waits for the device). The range must not overlap a live
+// allocation. If the memory cannot be had, the range is still taken, and
+// every use of it (Bytes) reports the error, until it is freed: the host
+// learns of the failure from the first operation that touches it.
+func (m *Memory) AllocAt(base plugin.Ptr, size int64) error {
+	if size < 0 || base == 0 || uint64(base)+uint64(max(size, 1)) < uint64(base) {
+		return fmt.Errorf("%w: allocation of %d bytes at %#x", plugin.ErrBadPointer, size, uint64(base))
+	}
+	a := &allocation{base: base, size: size, err: errAllocating}
+	m.mu.Lock()
+	var overlap bool
+	m.live.DescendLessOrEqual(&allocation{base: base + plugin.Ptr(max(size, 1)) - 1}, func(x *allocation) bool {
+		overlap = x.base+plugin.Ptr(max(x.size, 1)) > base
+		return false
+	})
+	if overlap {
+		m.mu.Unlock()
+		return fmt.Errorf("%w: allocation of %d bytes at %#x overlaps a live one", plugin.ErrBadPointer, size, uint64(base))
+	}
+	m.live.ReplaceOrInsert(a) // the range is taken; its memory comes outside the lock
+	m.mu.Unlock()
+	var err error
+	var buf []byte
+	if p, aerr := m.Alloc(size); aerr != nil {
+		err = fmt.Errorf("allocation of %d bytes at %#x failed: %w", size, uint64(base), aerr)
+	} else {
+		m.mu.Lock()
+		b, _ := m.live.Delete(&allocation{base: p}) // the block, under the caller's address
+		m.mu.Unlock()
+		buf = b.buf
+	}
+	m.mu.Lock()
+	a.buf, a.err = buf, err
+	m.mu.Unlock()
+	return err
+}
+
+var errAllocating = fmt.Errorf("%w: allocation still being made", plugin.ErrBadPointer)
 
 // machineMemory is the machine's memory in bytes (0 if unknown). No block can
 // be larger: Go's runtime would not panic but end the process.
@@ -194,6 +236,9 @@ func (m *Memory) Free(p plugin.Ptr) error {
 		return fmt.Errorf("%w: free of %#x, which is not the start of a live allocation", plugin.ErrBadPointer, uint64(p))
 	}
 	m.live.Delete(a)
+	if a.buf == nil {
+		return nil // a failed AllocAt: nothing to give back
+	}
 	m.inUse -= a.size
 	class := int64(len(a.buf))
 	if class <= m.threshold && m.pooled+class <= m.limit {
@@ -211,10 +256,13 @@ func (m *Memory) Bytes(p plugin.Ptr, size int64) ([]byte, error) {
 	}
 	m.mu.RLock()
 	var a *allocation
-	m.live.DescendLessOrEqual(&allocation{base: p}, func(x *allocation) bool { a = x; return false })
+	m.live.DescendLessOrEqual(&allocation{base: p}, func(x *allocation) bool { c := *x; a = &c; return false }) // AllocAt may fill it in later
 	m.mu.RUnlock()
 	if a == nil || p >= a.base+plugin.Ptr(max(a.size, 1)) {
 		return nil, fmt.Errorf("%w: %#x is not inside a live allocation", plugin.ErrBadPointer, uint64(p))
+	}
+	if a.err != nil {
+		return nil, a.err
 	}
 	off := int64(p - a.base)
 	if size > a.size-off { // not off+size, which can overflow

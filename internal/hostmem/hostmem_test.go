@@ -45,3 +45,36 @@ func TestParseThreshold(t *testing.T) {
 		}
 	}
 }
+
+// AllocAt takes the range the caller chose; one whose memory cannot be had
+// is still taken, and every use of it reports why, until it is freed.
+func TestAllocAt(t *testing.T) {
+	m := New(1 << 20)
+	const base = plugin.Ptr(1 << 52)
+	if err := m.AllocAt(base, 100); err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Bytes(base+10, 90)
+	if err != nil || len(b) != 90 {
+		t.Fatalf("Bytes: %d bytes, %v", len(b), err)
+	}
+	if err := m.AllocAt(base+50, 10); !errors.Is(err, plugin.ErrBadPointer) {
+		t.Errorf("overlapping AllocAt: %v, want ErrBadPointer", err)
+	}
+	huge := base + 1<<30
+	if err := m.AllocAt(huge, Limit()+1); !errors.Is(err, plugin.ErrOutOfMemory) {
+		t.Fatalf("AllocAt past the machine's memory: %v, want ErrOutOfMemory", err)
+	}
+	if _, err := m.Bytes(huge+8, 8); !errors.Is(err, plugin.ErrOutOfMemory) || !strings.Contains(err.Error(), "failed") {
+		t.Errorf("Bytes of a failed allocation: %v, want its ErrOutOfMemory", err)
+	}
+	if err := m.Free(huge); err != nil {
+		t.Errorf("Free of a failed allocation: %v", err)
+	}
+	if err := m.Free(base); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, inUse := m.Stats(); inUse != 0 {
+		t.Errorf("%d bytes in use after every allocation was freed", inUse)
+	}
+}

@@ -39,7 +39,12 @@ type Device interface {
 	// called once, before any launch.
 	Load(img *Image, num int) error
 	// Alloc allocates size bytes of device memory. A zero size is allowed and
-	// returns a distinct address that holds no bytes.
+	// returns a distinct address that holds no bytes. The core calls it when
+	// a task maps a buffer, in the goroutine that creates the task: it
+	// should not wait for the device where it can avoid it (the remote kind
+	// numbers allocations itself and tells the device in order with the
+	// operations that use them; a failure there is reported by the first of
+	// those).
 	Alloc(size int64) (Ptr, error)
 	// Free releases an allocation by its base address.
 	Free(p Ptr) error

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/goffload/offload/internal/hostmem"
 	"github.com/goffload/offload/internal/opqueue"
 	"github.com/goffload/offload/internal/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
@@ -51,6 +52,10 @@ type device struct {
 	pushes map[uint64][]byte    // pulled submits: data the device will pull
 	pulls  map[uint64]*incoming // retrieves: where arriving data goes
 	forget []uint64             // closed, fired events for the device to forget, sent in batches
+	vnext  plugin.Ptr           // the address of the next allocation (the host numbers them)
+	sizes  map[plugin.Ptr]int64 // live allocations' sizes
+	inUse  int64                // their sum
+	unseen int                  // allocations the device may not have read yet
 	lost   error
 	closed bool
 
@@ -72,6 +77,8 @@ func newDevice(l *link, name string) *device {
 		events:     map[uint64]*event{},
 		pushes:     map[uint64][]byte{},
 		pulls:      map[uint64]*incoming{},
+		sizes:      map[plugin.Ptr]int64{},
+		vnext:      1 << 52, // any start: these addresses are the device's names for its blocks
 		readerDone: make(chan struct{}),
 	}
 	d.setName(name)
@@ -328,20 +335,67 @@ func (d *device) Load(img *plugin.Image, num int) error {
 	return nil
 }
 
+// Alloc numbers the allocation itself and tells the device in order with
+// everything else, without waiting for an answer: mapping a buffer never
+// waits for the device. Sizes that cannot fit in the device's memory (less
+// what this host holds there) are refused here; a failure on the device
+// (its memory is shared with other hosts and the pool) is reported by the
+// first operation that uses the allocation.
 func (d *device) Alloc(size int64) (plugin.Ptr, error) {
 	if size < 0 {
 		return 0, fmt.Errorf("%s: %w: negative size %d", d.name(), plugin.ErrBadPointer, size)
 	}
-	r, err := d.call(&proto.Msg{Type: proto.TAlloc, Size: uint64(size)})
-	if err != nil {
+	limit := d.info.Memory
+	if limit <= 0 {
+		limit = hostmem.Limit()
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.aliveLocked(); err != nil {
 		return 0, err
 	}
-	return plugin.Ptr(r.Ptr), nil
+	if size > limit-d.inUse {
+		return 0, fmt.Errorf("%s: %w: %d bytes with %d bytes in use is more than the device's memory (%d bytes)", d.name(), plugin.ErrOutOfMemory, size, d.inUse, limit)
+	}
+	p := d.vnext
+	d.vnext += plugin.Ptr((max(size, 1) + 4095) &^ 4095)
+	if err := d.l.put(&proto.Msg{Type: proto.TAlloc, Ptr: uint64(p), Ptr2: 1, Size: uint64(size)}, nil); err != nil {
+		return 0, fmt.Errorf("%s: %w: %w", d.name(), plugin.ErrDeviceLost, err)
+	}
+	d.sizes[p] = size
+	d.inUse += size
+	d.unseen++
+	return p, nil
+}
+
+// seeAllocs makes sure the device has read the allocations queued for it,
+// with one round trip if it may not have: a peer's exchange into them
+// travels another link, which nothing orders with this one.
+func (d *device) seeAllocs() error {
+	d.mu.Lock()
+	n := d.unseen
+	d.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	if _, err := d.call(&proto.Msg{Type: proto.TInfo}); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.unseen -= n
+	d.mu.Unlock()
+	return nil
 }
 
 func (d *device) Free(p plugin.Ptr) error {
-	_, err := d.call(&proto.Msg{Type: proto.TFree, Ptr: uint64(p)})
-	return err
+	if _, err := d.call(&proto.Msg{Type: proto.TFree, Ptr: uint64(p)}); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.inUse -= d.sizes[p]
+	delete(d.sizes, p)
+	d.mu.Unlock()
+	return nil
 }
 
 func (d *device) NewQueue() (plugin.Queue, error) {

@@ -119,6 +119,9 @@ func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) 
 		if err := introduce(q.d, other); err != nil {
 			return fmt.Errorf("%s: %w", q.d.name(), err)
 		}
+		if err := other.seeAllocs(); err != nil {
+			return fmt.Errorf("%s: exchange to %s: %w", q.d.name(), other.name(), err)
+		}
 	}
 	return q.enqueue(&proto.Msg{Type: proto.TExchange, Ptr: uint64(src), Ptr2: uint64(dstPtr), Size: uint64(size), Kernel: uint32(other.num)}, nil, nil)
 }

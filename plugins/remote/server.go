@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"errors"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -182,6 +183,15 @@ func (s *session) reply(id uint64, value uint64, text string, err error) error {
 func (s *session) handle(m *proto.Msg) error {
 	switch m.Type {
 	case proto.TAlloc:
+		if m.Ptr2 == 1 { // at the address the host chose; no answer: a failure shows where the memory is used
+			if m.Size > 1<<62 {
+				return fmt.Errorf("%w: allocation of %d bytes", proto.ErrFrame, m.Size)
+			}
+			if err := s.mem.AllocAt(plugin.Ptr(m.Ptr), int64(m.Size)); err != nil && !errors.Is(err, plugin.ErrOutOfMemory) {
+				return fmt.Errorf("%w: %w", proto.ErrFrame, err)
+			}
+			return nil
+		}
 		p, err := s.mem.Alloc(int64(m.Size))
 		return s.reply(m.ID, uint64(p), "", err)
 	case proto.TFree:
