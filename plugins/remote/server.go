@@ -1,9 +1,9 @@
 package remote
 
 import (
-	"errors"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
