@@ -170,12 +170,12 @@ func (ps *peers) fired(num int, wait uint64, err error) {
 // tell lets device num know that our event id fired. It never blocks: if
 // the host's introduction to num is still on its way, a goroutine waits
 // for it.
-func (ps *peers) tell(num int, id uint64, err error) {
+func (ps *peers) tell(num int, id uint64, err error, now bool) {
 	ps.mu.Lock()
 	p := ps.by[num]
 	ps.mu.Unlock()
 	if p != nil {
-		ps.send(p, num, id, err)
+		ps.send(p, num, id, err, now)
 		return
 	}
 	go func() {
@@ -184,12 +184,21 @@ func (ps *peers) tell(num int, id uint64, err error) {
 			fmt.Fprintf(os.Stderr, "goffload device %d: cannot tell device %d that event %d fired: %v\n", ps.s.num, num, id, err2)
 			return
 		}
-		ps.send(p, num, id, err)
+		ps.send(p, num, id, err, true)
 	}()
 }
 
-func (ps *peers) send(p *peer, num int, id uint64, err error) {
-	if err2 := p.l.send(withErr(&proto.Msg{Type: proto.TEvent, ID: id}, err), nil); err2 != nil {
+// send writes the firing on p's link: itself if now (the caller is not a
+// reader: the waiting device hears a hand-off sooner), else by the writer.
+func (ps *peers) send(p *peer, num int, id uint64, err error, now bool) {
+	m := withErr(&proto.Msg{Type: proto.TEvent, ID: id}, err)
+	var err2 error
+	if now {
+		err2 = p.l.sendNow(m, nil)
+	} else {
+		err2 = p.l.send(m, nil)
+	}
+	if err2 != nil {
 		fmt.Fprintf(os.Stderr, "goffload device %d: cannot tell device %d that event %d fired: %v\n", ps.s.num, num, id, err2)
 	}
 }

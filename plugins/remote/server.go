@@ -281,7 +281,7 @@ func (s *session) handle(m *proto.Msg) error {
 			delete(s.notifies, id)
 			s.xmu.Unlock()
 			for _, n := range waiting {
-				s.tell(n, failed, need)
+				s.tell(n, failed, need, true) // a queue's goroutine
 			}
 			return s.l.send(withErr(&proto.Msg{Type: proto.TEvent, ID: id}, failed), nil) // the writer's: firings go out together
 		})
@@ -298,7 +298,7 @@ func (s *session) handle(m *proto.Msg) error {
 	case proto.TNotify:
 		ev, id, n := s.event(m.ID), m.ID, notify{peer: int(m.Kernel), wait: m.Ptr}
 		if ev == nil {
-			s.tell(n, fmt.Errorf("wait on event %d of device %d: %w", id, s.num, plugin.ErrNotRecorded), 0)
+			s.tell(n, fmt.Errorf("wait on event %d of device %d: %w", id, s.num, plugin.ErrNotRecorded), 0, false)
 			return nil
 		}
 		s.xmu.Lock()
@@ -310,7 +310,7 @@ func (s *session) handle(m *proto.Msg) error {
 		}
 		need := s.needs[id]
 		s.xmu.Unlock()
-		s.tell(n, err, need)
+		s.tell(n, err, need, false) // the reader's goroutine
 		return nil
 	case proto.TForget:
 		if len(m.Payload)%8 != 0 || m.PayloadLen != len(m.Payload) {
@@ -345,13 +345,14 @@ type notify struct {
 
 // tell tells n's peer that the event fired (with err), once the host has
 // the data of the first need retrieves: a peer that reads host memory after
-// the event must see them.
-func (s *session) tell(n notify, err error, need uint64) {
+// the event must see them. now says the caller is not a reader and may
+// write the peer link itself.
+func (s *session) tell(n notify, err error, need uint64, now bool) {
 	s.xmu.Lock()
 	ready := s.acked >= need
 	s.xmu.Unlock()
 	if ready {
-		s.peers.tell(n.peer, n.wait, err)
+		s.peers.tell(n.peer, n.wait, err, now)
 		return
 	}
 	go func() {
@@ -360,7 +361,7 @@ func (s *session) tell(n notify, err error, need uint64) {
 			s.xcond.Wait()
 		}
 		s.xmu.Unlock()
-		s.peers.tell(n.peer, n.wait, err)
+		s.peers.tell(n.peer, n.wait, err, true)
 	}()
 }
 
