@@ -41,8 +41,7 @@ type Entry struct {
 	dyn, hold int64
 	busy      int // constructs whose queued work uses the entry
 	state     entryState
-	gone      chan struct{} // closed when a deleting entry has left the table
-	ev        plugin.Event  // fires when the last copy into this entry is done
+	ev        plugin.Event // fires when the last copy into this entry is done
 }
 
 // Size is the entry's length in bytes.

@@ -119,6 +119,9 @@ func TestTaskInTask(t *testing.T) {
 	}
 }
 
+// inTaskRuns names each run's kernel apart (the registry is global; -count=N).
+var inTaskRuns atomic.Int64
+
 // InTask knows a kernel's goroutines by their functions' names: a rename in
 // plugin or workpool must show here, not as a Taskwait that deadlocks.
 func TestInTaskInsideKernels(t *testing.T) {
@@ -128,7 +131,7 @@ func TestInTaskInsideKernels(t *testing.T) {
 	pool := workpool.New(2)
 	defer pool.Close()
 	var inBody, inChunks atomic.Int32
-	k, err := plugin.RegisterKernel(fmt.Sprintf("core.intask.%p", t), func(ctx interface{ For(int, func(lo, hi int)) }) {
+	k, err := plugin.RegisterKernel(fmt.Sprintf("core.intask.%d", inTaskRuns.Add(1)), func(ctx interface{ For(int, func(lo, hi int)) }) {
 		if InTask() {
 			inBody.Add(1)
 		}

@@ -67,28 +67,23 @@ func newLink(conn net.Conn) *link { return startLink(newStreamTransport(conn)) }
 
 // put queues m's frame, without waking the writer: a queue's operations go
 // out together when it records an event or sends a mark.
-func (l *link) put(m *proto.Msg, payload []byte) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.err != nil {
-		return l.err
-	}
-	l.ctrl = proto.AppendFrame(l.ctrl, m, payload)
-	if len(l.ctrl) >= 64<<10 {
-		l.wake.Signal()
-	}
-	return nil
-}
+func (l *link) put(m *proto.Msg, payload []byte) error { return l.queue(m, payload, false) }
 
 // send queues m's frame and wakes the writer.
-func (l *link) send(m *proto.Msg, payload []byte) error {
+func (l *link) send(m *proto.Msg, payload []byte) error { return l.queue(m, payload, true) }
+
+// queue appends m's frame to what the writer writes next, waking it if
+// wake is set or the frames pile up.
+func (l *link) queue(m *proto.Msg, payload []byte, wake bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err != nil {
 		return l.err
 	}
 	l.ctrl = proto.AppendFrame(l.ctrl, m, payload)
-	l.wake.Signal()
+	if wake || len(l.ctrl) >= 64<<10 {
+		l.wake.Signal()
+	}
 	return nil
 }
 
