@@ -121,10 +121,14 @@ func Stop() error {
 	startMu.Lock()
 	defer startMu.Unlock()
 	rt := current.Swap(nil)
-	if rt == nil {
-		return nil
+	var err error
+	if rt != nil {
+		err = rt.Stop()
 	}
-	return rt.Stop()
+	if ferr := remote.FinishMPI(); err == nil && ferr != nil {
+		err = fmt.Errorf("goffload: %w", ferr)
+	}
+	return err
 }
 
 // ServeDevice serves as a device and ends the process if this process is a

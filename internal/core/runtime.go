@@ -92,7 +92,14 @@ func (r *Runtime) open() error {
 		}
 		return nil
 	}
-	for _, k := range plugin.Kinds() {
+	kinds := plugin.Kinds()
+	for _, k := range kinds {
+		if k.Discover != nil && k.Sole != nil && k.Sole() {
+			kinds = []*plugin.Kind{k}
+			break
+		}
+	}
+	for _, k := range kinds {
 		if k.Discover == nil {
 			continue
 		}

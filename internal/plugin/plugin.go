@@ -177,6 +177,9 @@ type Kind struct {
 	// Discover, if set, opens the devices this kind finds by itself; it is
 	// used when GOFFLOAD_DEVICES is unset. No devices is not an error.
 	Discover func() ([]Device, error)
+	// Sole, if set and true, makes discovery open this kind alone (MPI
+	// under an MPI launcher: the job's ranks are the devices).
+	Sole func() bool
 	// Order sorts kinds for discovery: lower first (GPUs before the host).
 	Order int
 	// Help is a one-line description of the spec syntax.

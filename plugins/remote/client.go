@@ -43,6 +43,8 @@ type device struct {
 	// side is the channel the host introduces device processes to each
 	// other on (nil for devices that are not processes of this machine).
 	side *net.UnixConn
+	// rank is the device's MPI rank, or -1: MPI devices reach each other.
+	rank int
 
 	mu     sync.Mutex
 	next   uint64
@@ -78,6 +80,7 @@ func newDevice(l *link, name string) *device {
 		pushes:     map[uint64][]byte{},
 		pulls:      map[uint64]*incoming{},
 		sizes:      map[plugin.Ptr]int64{},
+		rank:       -1,
 		vnext:      1 << 52, // any start: these addresses are the device's names for its blocks
 		readerDone: make(chan struct{}),
 	}
@@ -331,7 +334,11 @@ func (d *device) Load(img *plugin.Image, num int) error {
 	if err := d.fetchInfo(); err != nil {
 		return err
 	}
-	d.setName(fmt.Sprintf("remote device %d (pid %d)", num, d.info.PID))
+	if d.rank >= 0 {
+		d.setName(fmt.Sprintf("mpi device %d (rank %d, pid %d on %s)", num, d.rank, d.info.PID, d.info.Host))
+	} else {
+		d.setName(fmt.Sprintf("remote device %d (pid %d)", num, d.info.PID))
+	}
 	return nil
 }
 
@@ -430,7 +437,7 @@ func (d *device) forgetLocked(ev *event) {
 // they fire.
 func (d *device) CanWait(ev plugin.Event) bool {
 	e, ok := ev.(*event)
-	return ok && (e.d == d || (e.d.side != nil && d.side != nil))
+	return ok && (e.d == d || (e.d.side != nil && d.side != nil) || (e.d.rank >= 0 && d.rank >= 0))
 }
 
 func (d *device) NewEvent() (plugin.Event, error) {

@@ -16,13 +16,15 @@ func IsDevice() bool { return os.Getenv(envRole) != "" }
 
 // ServeIfDevice serves as a device and exits the process if the environment
 // says this process is one (GOFFLOAD_ROLE=device); otherwise it returns at
-// once. A device started by a host on this machine serves that host over
+// once. Under an MPI launcher (and built with -tags mpi), every rank but
+// the host's serves the host rank and exits. A device started by a host on this machine serves that host over
 // the inherited socket (GOFFLOAD_FD) and exits when the host says so or goes
 // away; one with GOFFLOAD_LISTEN serves every host that proves
 // GOFFLOAD_SECRET, until it is killed.
 func ServeIfDevice() {
 	role := os.Getenv(envRole)
 	if role == "" {
+		serveMPIIfDevice()
 		return
 	}
 	if role != "device" {

@@ -26,6 +26,8 @@ type session struct {
 	pool  *workpool.Pool
 	cores int
 	num   int // device number, from the host's hello
+	// helloed, if set, is told the device number the host gave.
+	helloed func(num int)
 
 	peers *peers
 
@@ -67,6 +69,9 @@ func newSession(l *link, img *plugin.Image, cores int) *session {
 func (s *session) serve() error {
 	defer s.close()
 	if err := s.hello(); err != nil {
+		if err == errExitFirst {
+			return nil // a host that had no use for this device
+		}
 		return err
 	}
 	s.l.live(timing())
@@ -115,6 +120,9 @@ func (s *session) close() {
 
 var errSessionOver = fmt.Errorf("session over")
 
+// errExitFirst: the host said exit before hello.
+var errExitFirst = fmt.Errorf("exit before hello")
+
 // hello checks the host's protocol version and image, and answers with the
 // device's.
 func (s *session) hello() error {
@@ -123,6 +131,9 @@ func (s *session) hello() error {
 		return fmt.Errorf("reading hello: %w", err)
 	}
 	mine := helloText(s.img)
+	if m.Type == proto.TExit {
+		return errExitFirst
+	}
 	if m.Type != proto.THello {
 		return s.refuse(fmt.Errorf("want hello, got %s", m.Type))
 	}
@@ -134,6 +145,9 @@ func (s *session) hello() error {
 		return s.refuse(err)
 	}
 	s.num = int(m.Kernel)
+	if s.helloed != nil {
+		s.helloed(s.num)
+	}
 	return s.l.send(&proto.Msg{Type: proto.THello, Text: mine}, nil)
 }
 

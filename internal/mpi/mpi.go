@@ -1,0 +1,186 @@
+//go:build mpi
+
+package mpi
+
+/*
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int gompi_init(int *rank, int *size) {
+	int provided;
+	int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+	if (rc != MPI_SUCCESS) return rc;
+	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+	rc = MPI_Comm_rank(MPI_COMM_WORLD, rank);
+	if (rc != MPI_SUCCESS) return rc;
+	return MPI_Comm_size(MPI_COMM_WORLD, size);
+}
+
+static int gompi_isend(void *buf, int n, int dest, int tag, MPI_Request *req) {
+	return MPI_Isend(buf, n, MPI_BYTE, dest, tag, MPI_COMM_WORLD, req);
+}
+
+static int gompi_irecv(void *buf, int n, int src, int tag, MPI_Request *req) {
+	return MPI_Irecv(buf, n, MPI_BYTE, src, tag, MPI_COMM_WORLD, req);
+}
+
+// gompi_improbe matches the next message with tag from any rank, if one has
+// come: *flag says so, *src and *n are its sender and size.
+static int gompi_improbe(int tag, int *flag, MPI_Message *msg, int *src, int *n) {
+	MPI_Status st;
+	int rc = MPI_Improbe(MPI_ANY_SOURCE, tag, MPI_COMM_WORLD, flag, msg, &st);
+	if (rc != MPI_SUCCESS || !*flag) return rc;
+	*src = st.MPI_SOURCE;
+	return MPI_Get_count(&st, MPI_BYTE, n);
+}
+
+static int gompi_imrecv(void *buf, int n, MPI_Message *msg, MPI_Request *req) {
+	return MPI_Imrecv(buf, n, MPI_BYTE, msg, req);
+}
+
+static MPI_Status *gompi_sts;
+static int gompi_stcap;
+
+// gompi_testsome completes what it can of reqs; idx[0:*out] are the
+// completed ones and errs[i] the error of idx[i] (MPI_SUCCESS, or the error
+// of a failed request).
+static int gompi_testsome(int n, MPI_Request *reqs, int *out, int *idx, int *errs) {
+	if (n > gompi_stcap) {
+		free(gompi_sts);
+		gompi_stcap = n * 2;
+		gompi_sts = malloc(sizeof(MPI_Status) * gompi_stcap);
+	}
+	int rc = MPI_Testsome(n, reqs, out, idx, gompi_sts);
+	for (int i = 0; i < n; i++) errs[i] = MPI_SUCCESS;
+	if (rc == MPI_ERR_IN_STATUS) {
+		for (int i = 0; i < *out; i++) errs[i] = gompi_sts[i].MPI_ERROR;
+		return MPI_SUCCESS;
+	}
+	if (rc != MPI_SUCCESS) return rc;
+	for (int i = 0; i < *out; i++) {
+		int cancelled = 0;
+		MPI_Test_cancelled(&gompi_sts[i], &cancelled);
+		if (cancelled) errs[i] = -1;
+	}
+	return rc;
+}
+
+static int gompi_cancel(MPI_Request *req) { return MPI_Cancel(req); }
+
+static void gompi_errstr(int rc, char *buf) {
+	int n = 0;
+	if (MPI_Error_string(rc, buf, &n) != MPI_SUCCESS) n = 0;
+	buf[n] = 0;
+}
+
+static int gompi_finalize(void) { return MPI_Finalize(); }
+static int gompi_abort(int code) { return MPI_Abort(MPI_COMM_WORLD, code); }
+
+static void gompi_version(char *buf) {
+	int n = 0;
+	MPI_Get_library_version(buf, &n);
+	buf[n] = 0;
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+)
+
+// Built says whether this build has MPI support (the mpi build tag).
+const Built = true
+
+// mpiErr turns an MPI return code into an error with the library's text.
+func mpiErr(what string, rc C.int) error {
+	if rc == C.MPI_SUCCESS {
+		return nil
+	}
+	if rc == -1 {
+		return fmt.Errorf("%s: cancelled", what)
+	}
+	buf := make([]byte, C.MPI_MAX_ERROR_STRING+1)
+	C.gompi_errstr(rc, (*C.char)(unsafe.Pointer(&buf[0])))
+	return fmt.Errorf("%s: %s (MPI error %d)", what, C.GoString((*C.char)(unsafe.Pointer(&buf[0]))), int(rc))
+}
+
+// request is an MPI request handle; the progress goroutine alone owns them.
+type request = C.MPI_Request
+
+func cInit() (rank, size int, err error) {
+	var r, s C.int
+	if err := mpiErr("MPI_Init_thread", C.gompi_init(&r, &s)); err != nil {
+		return 0, 0, err
+	}
+	return int(r), int(s), nil
+}
+
+func libraryVersion() string {
+	buf := make([]byte, C.MPI_MAX_LIBRARY_VERSION_STRING+1)
+	C.gompi_version((*C.char)(unsafe.Pointer(&buf[0])))
+	return C.GoString((*C.char)(unsafe.Pointer(&buf[0])))
+}
+
+func bufPtr(b []byte) unsafe.Pointer {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Pointer(&b[0])
+}
+
+func cIsend(o *op, req *request) error {
+	return mpiErr(fmt.Sprintf("MPI_Isend of %d bytes to rank %d", len(o.buf), o.rank),
+		C.gompi_isend(bufPtr(o.buf), C.int(len(o.buf)), C.int(o.rank), C.int(o.tag), req))
+}
+
+func cIrecv(o *op, req *request) error {
+	return mpiErr(fmt.Sprintf("MPI_Irecv of %d bytes from rank %d", len(o.buf), o.rank),
+		C.gompi_irecv(bufPtr(o.buf), C.int(len(o.buf)), C.int(o.rank), C.int(o.tag), req))
+}
+
+// cProbe matches a message with tag if one has come, and starts receiving
+// it into a new buffer: o is nil if none has come.
+func cProbe(tag int, req *request) (*op, error) {
+	var flag, src, n C.int
+	var msg C.MPI_Message
+	if err := mpiErr("MPI_Improbe", C.gompi_improbe(C.int(tag), &flag, &msg, &src, &n)); err != nil || flag == 0 {
+		return nil, err
+	}
+	o := &op{kind: opProbed, rank: int(src), tag: tag, buf: make([]byte, int(n))}
+	o.pin.Pin(unsafe.SliceData(o.buf))
+	if err := mpiErr(fmt.Sprintf("MPI_Imrecv of %d bytes from rank %d", n, src),
+		C.gompi_imrecv(bufPtr(o.buf), n, &msg, req)); err != nil {
+		o.pin.Unpin()
+		return nil, err
+	}
+	return o, nil
+}
+
+// cTestsome completes what it can of reqs; idx and errs get the completed
+// indexes and their errors.
+func cTestsome(reqs []request, idx, errs []C.int) (int, error) {
+	var out C.int
+	rc := C.gompi_testsome(C.int(len(reqs)), &reqs[0], &out, &idx[0], &errs[0])
+	if err := mpiErr("MPI_Testsome", rc); err != nil {
+		return 0, err
+	}
+	if out == C.MPI_UNDEFINED {
+		return 0, nil
+	}
+	return int(out), nil
+}
+
+func cCancel(req *request) { C.gompi_cancel(req) }
+
+func cFinalize() error { return mpiErr("MPI_Finalize", C.gompi_finalize()) }
+
+func cAbort(code int) { C.gompi_abort(C.int(code)) }
+
+func cSuccess(e C.int) bool { return e == C.MPI_SUCCESS }
+
+type cint = C.int
+
+var _ = runtime.GOOS

@@ -1,0 +1,101 @@
+package remote
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strconv"
+
+	"github.com/goffload/offload/plugins/remote/proto"
+)
+
+// How the MPI transport lays the protocol on MPI messages (the transport
+// itself is in mpi.go, built with the mpi tag). Each link is a pair of
+// ranks. Control frames travel as messages of tag mpiTagCtrl, each message
+// one or more whole frames, in the socket transport's framing. A data
+// fragment of at most proto.MaxInline bytes is a frame like any other; a
+// larger one is its frame's header alone on the control tag (the length
+// word still counts the payload), followed by the payload as one message of
+// tag mpiTagData, received straight into the transfer's memory. MPI keeps
+// the order of messages with the same sender and tag, so the k-th such
+// header goes with the k-th data message.
+const (
+	mpiTagCtrl = 1
+	mpiTagData = 2
+)
+
+// outOfBand reports whether m's payload comes as a data message of its own.
+func outOfBand(m *proto.Msg) bool {
+	return m.Type == proto.TData && m.PayloadLen > proto.MaxInline
+}
+
+// parseMPIFrame decodes the frame at the start of b, a control message's
+// rest: m, and how many bytes of b it took. An inline payload aliases b.
+func parseMPIFrame(b []byte) (*proto.Msg, int, error) {
+	if len(b) < 4 {
+		return nil, 0, fmt.Errorf("%w: %d bytes left in a message, want a length word", proto.ErrFrame, len(b))
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	if n < proto.HeaderSize || n > proto.MaxFrame {
+		return nil, 0, fmt.Errorf("%w: length %d outside [%d, %d]", proto.ErrFrame, n, proto.HeaderSize, proto.MaxFrame)
+	}
+	body := b[4:]
+	if len(body) > n {
+		body = body[:n]
+	}
+	m, err := proto.ParseHeader(body, n)
+	if err != nil {
+		return nil, 0, err
+	}
+	if outOfBand(m) {
+		m.Payload = nil
+		return m, 4 + n - m.PayloadLen, nil
+	}
+	if m.Payload == nil {
+		return nil, 0, fmt.Errorf("%w: a frame of %d bytes in a message with %d left", proto.ErrFrame, n, len(b)-4)
+	}
+	return m, 4 + n, nil
+}
+
+// mpiRanks maps device numbers to ranks and back: every rank but the host's
+// is a device, numbered in rank order from base (the number of the first).
+type mpiRanks struct {
+	host, size, base int
+}
+
+// index is the place of device rank r among the device ranks.
+func (m mpiRanks) index(r int) int {
+	if r > m.host {
+		return r - 1
+	}
+	return r
+}
+
+// rankOf is the rank of device num.
+func (m mpiRanks) rankOf(num int) (int, error) {
+	i := num - m.base
+	if i < 0 || i >= m.size-1 {
+		return 0, fmt.Errorf("device %d is not an MPI device of this job (devices %d to %d)", num, m.base, m.base+m.size-2)
+	}
+	if i >= m.host {
+		i++
+	}
+	return i, nil
+}
+
+// numOf is the device number of rank r.
+func (m mpiRanks) numOf(r int) int { return m.base + m.index(r) }
+
+// parseHostRank reads GOFFLOAD_HOST_RANK ("" is rank 0) for a job of size
+// ranks.
+func parseHostRank(s string, size int) (int, error) {
+	if s == "" {
+		return 0, nil
+	}
+	r, err := strconv.Atoi(s)
+	if err != nil || r < 0 || r >= size {
+		return 0, fmt.Errorf("%s=%q: want a rank from 0 to %d", envHostRank, s, size-1)
+	}
+	return r, nil
+}
+
+const envHostRank = "GOFFLOAD_HOST_RANK"

@@ -1,0 +1,46 @@
+//go:build !mpi
+
+package remote
+
+import (
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/goffload/offload/internal/mpi"
+	"github.com/goffload/offload/internal/plugin"
+)
+
+// Without the mpi build tag there are no MPI devices: the kind is there to
+// say how to get them.
+func init() {
+	plugin.RegisterKind(plugin.Kind{
+		Name:  "mpi",
+		Open:  openMPI,
+		Order: 40,
+		Help:  "mpi[:N]  the ranks of an MPI job other than the host's (needs a build with -tags mpi)",
+	})
+}
+
+func openMPI(string) ([]plugin.Device, error) {
+	return nil, errNoMPI
+}
+
+var errNoMPI = fmt.Errorf("this program was built without MPI support: build it with CC=mpicc go build -tags mpi")
+
+var warnOnce sync.Once
+
+// serveMPIIfDevice warns, under an MPI launcher, that every rank of this
+// build runs as a host of its own.
+func serveMPIIfDevice() {
+	rank, ok := mpi.LaunchRank()
+	if !ok || rank != "0" {
+		return
+	}
+	warnOnce.Do(func() {
+		fmt.Fprintf(os.Stderr, "goffload: started by an MPI launcher, but %v; every rank runs as a host\n", errNoMPI)
+	})
+}
+
+// FinishMPI ends MPI on the host rank of an MPI job; this build has no MPI.
+func FinishMPI() error { return nil }
