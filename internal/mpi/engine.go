@@ -34,10 +34,10 @@ type Req struct {
 	buf  []byte
 	pin  runtime.Pinner
 	done chan error // gets the outcome, once
-	// Src and Buf are the sender and the data of a message handed to a
-	// listener: Buf is filled once Wait returns nil.
-	Src int
-	Buf []byte
+	// Src, Tag and Buf are the sender, tag and data of a message handed to
+	// a listener: Buf is filled once Wait returns nil.
+	Src, Tag int
+	Buf      []byte
 }
 
 type op = Req
@@ -236,7 +236,7 @@ func (e *Engine) progress(ready chan<- error) {
 					}
 					busy = true
 					o.done = make(chan error, 1)
-					o.Src, o.Buf = o.rank, o.buf
+					o.Src, o.Tag, o.Buf = o.rank, o.tag, o.buf
 					e.reqs, e.live = append(e.reqs, req), append(e.live, o)
 					listen(o)
 				}

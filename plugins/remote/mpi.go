@@ -35,17 +35,18 @@ func init() {
 }
 
 // mpiWorld is this process's part of the MPI job: its engine and its links
-// to other ranks, by rank.
+// to other ranks.
 type mpiWorld struct {
 	e     *mpi.Engine
-	ranks mpiRanks // base is set on a device by the host's hello
-	base  atomic.Int64
+	ranks mpiRanks
 
 	mu     sync.Mutex
-	links  map[int]*mpiTransport
-	accept func(rank int, t *mpiTransport) // a device's: a peer's first frame
-	opened map[int]bool                    // the host's: ranks opened as devices
-	done   bool                            // the host's: MPI ended
+	links  map[[2]int]*mpiTransport // by rank and control tag
+	tags   map[int]int              // control tags listened for, with their links
+	accept map[int]*mpiSession      // a device's sessions, by peer control tag
+	open   map[int]bool             // the host's: ranks open as devices
+	gen    int                      // the host's: sessions begun
+	done   bool                     // the host's: MPI ended
 }
 
 var world struct {
@@ -67,12 +68,53 @@ func mpiWorldInit() (*mpiWorld, error) {
 			world.err = err
 			return
 		}
-		w := &mpiWorld{e: e, ranks: mpiRanks{host: host, size: e.Size()}, links: map[int]*mpiTransport{}, opened: map[int]bool{}}
-		w.base.Store(-1)
-		e.Listen(w.deliver, mpiTagCtrl)
-		world.w = w
+		world.w = &mpiWorld{e: e, ranks: mpiRanks{host: host, size: e.Size()}, links: map[[2]int]*mpiTransport{},
+			tags: map[int]int{}, accept: map[int]*mpiSession{}, open: map[int]bool{}}
 	})
 	return world.w, world.err
+}
+
+// listenLocked tells the engine which control tags to receive.
+func (w *mpiWorld) listenLocked() {
+	tags := make([]int, 0, len(w.tags))
+	for t := range w.tags {
+		tags = append(tags, t)
+	}
+	w.e.Listen(w.deliver, tags...)
+}
+
+// addLocked registers a link to rank on its tags; w.mu is held.
+func (w *mpiWorld) addLocked(rank, ctrl, data int) *mpiTransport {
+	t := &mpiTransport{w: w, rank: rank, ctrl: ctrl, data: data, closed: make(chan struct{}), more: make(chan struct{}, 1)}
+	w.links[[2]int{rank, ctrl}] = t
+	w.listenTagLocked(ctrl, 1)
+	return t
+}
+
+// listenTagLocked counts a use of tag, or ends one (n = -1).
+func (w *mpiWorld) listenTagLocked(tag, n int) {
+	w.tags[tag] += n
+	switch w.tags[tag] {
+	case 0:
+		delete(w.tags, tag)
+		w.listenLocked()
+	case 1:
+		if n > 0 {
+			w.listenLocked()
+		}
+	}
+}
+
+// drop forgets t: messages for it that come later are dropped.
+func (w *mpiWorld) drop(t *mpiTransport) {
+	t.Close()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	key := [2]int{t.rank, t.ctrl}
+	if w.links[key] == t {
+		delete(w.links, key)
+		w.listenTagLocked(t.ctrl, -1)
+	}
 }
 
 // deliver hands a control message to its link (on MPI's progress
@@ -80,34 +122,31 @@ func mpiWorldInit() (*mpiWorld, error) {
 // device rank starts their peer link.
 func (w *mpiWorld) deliver(r *mpi.Req) {
 	w.mu.Lock()
-	t := w.links[r.Src]
-	accept := w.accept
-	created := false
-	if t == nil && accept != nil {
-		t = newMPITransport(w, r.Src)
-		w.links[r.Src] = t
-		created = true
+	t := w.links[[2]int{r.Src, r.Tag}]
+	var ms *mpiSession
+	if t == nil && r.Src != w.ranks.host {
+		if ms = w.accept[r.Tag]; ms != nil {
+			t = w.addLocked(r.Src, ms.peerCtrl, ms.peerData)
+		}
 	}
 	w.mu.Unlock()
 	if t == nil {
-		return // from a rank we have no link with (one that ended): dropped
+		return // for a link that ended: dropped
 	}
 	t.push(r)
-	if created {
-		go accept(r.Src, t)
+	if ms != nil {
+		go ms.accepted(r.Src, t)
 	}
 }
 
-// link returns the link to rank, and whether it is new.
-func (w *mpiWorld) link(rank int) (*mpiTransport, bool) {
+// peerLink returns the link to device rank on tags, and whether it is new.
+func (w *mpiWorld) peerLink(rank, ctrl, data int) (*mpiTransport, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if t := w.links[rank]; t != nil {
+	if t := w.links[[2]int{rank, ctrl}]; t != nil {
 		return t, false
 	}
-	t := newMPITransport(w, rank)
-	w.links[rank] = t
-	return t, true
+	return w.addLocked(rank, ctrl, data), true
 }
 
 func discoverMPI() ([]plugin.Device, error) {
@@ -140,27 +179,33 @@ func openMPI(arg string) ([]plugin.Device, error) {
 		}
 		n = v
 	}
+	if n == 0 {
+		return nil, nil
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.done {
 		return nil, fmt.Errorf("MPI ended with offload.Stop; it cannot start again in the same process")
 	}
+	gen := w.gen
+	w.gen++
+	ctrl, data, _, _ := mpiSessionTags(gen)
+	announce := proto.AppendFrame(nil, &proto.Msg{Type: proto.THello, ID: uint64(gen)}, nil)
 	var devs []plugin.Device
 	for i := 0; i < n; i++ {
 		r := i
 		if r >= w.ranks.host {
 			r++
 		}
-		if w.opened[r] {
-			return nil, fmt.Errorf("rank %d was opened as a device before: each device rank serves one host session", r)
-		}
-		w.opened[r] = true
-		t := newMPITransport(w, r)
-		w.links[r] = t
+		w.e.Send(r, mpiTagOpen, announce) // waited for by the session's first frames
+		t := w.addLocked(r, ctrl, data)
 		d := newDevice(startLink(t), fmt.Sprintf("mpi device (rank %d)", r))
 		d.rank = r
 		d.onLost = func(cause error) error { return fmt.Errorf("MPI rank %d: %w", r, cause) }
-		d.closeFn = func(bool) error { t.Close(); return nil }
+		d.closeFn = func(bool) error {
+			w.drop(t)
+			return nil
+		}
 		devs = append(devs, d)
 	}
 	return devs, nil
@@ -192,7 +237,9 @@ func serveMPIIfDevice() {
 	os.Exit(0)
 }
 
-// serve runs a device rank's session with the host rank.
+// serve runs a device rank: the sessions the host announces, each on its
+// own goroutine, until the host says exit; then it waits for the sessions
+// still running.
 func (w *mpiWorld) serve() error {
 	if err := timeoutErr(); err != nil {
 		return err
@@ -201,51 +248,117 @@ func (w *mpiWorld) serve() error {
 	if err != nil {
 		return err
 	}
-	t, _ := w.link(w.ranks.host)
-	s := newSession(startLink(t), plugin.CurrentImage(), cores)
-	s.helloed = func(num int) { w.base.Store(int64(num - w.ranks.index(w.e.Rank()))) }
-	s.peers.connect = func(num int) error {
-		base := w.base.Load()
-		if base < 0 {
-			return fmt.Errorf("no device number yet")
-		}
-		ranks := w.ranks
-		ranks.base = int(base)
-		r, err := ranks.rankOf(num)
+	w.mu.Lock()
+	opens := w.addLocked(w.ranks.host, mpiTagOpen, mpiTagOpen)
+	w.mu.Unlock()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		m, err := opens.ReadMsg()
 		if err != nil {
-			return err
+			return fmt.Errorf("reading the host's announcements: %w", err)
 		}
-		if r == w.e.Rank() {
-			return fmt.Errorf("device %d is this device", num)
+		if m.Type == proto.TExit {
+			return nil
 		}
-		if pt, created := w.link(r); created {
-			s.peers.add(num, startLink(pt))
+		if m.Type != proto.THello {
+			return fmt.Errorf("%w: %s frame among the host's announcements", proto.ErrFrame, m.Type)
 		}
-		return nil
+		ms := &mpiSession{w: w, gen: int(m.ID)}
+		ms.base.Store(-1)
+		var ctrl, data int
+		ctrl, data, ms.peerCtrl, ms.peerData = mpiSessionTags(ms.gen)
+		w.mu.Lock()
+		t := w.addLocked(w.ranks.host, ctrl, data)
+		w.accept[ms.peerCtrl] = ms
+		w.listenTagLocked(ms.peerCtrl, 1)
+		w.mu.Unlock()
+		ms.s = newSession(startLink(t), plugin.CurrentImage(), cores)
+		ms.s.rank = w.e.Rank()
+		ms.s.helloed = func(num int) { ms.base.Store(int64(num - w.ranks.index(w.e.Rank()))) }
+		ms.s.peers.connect = ms.connect
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ms.serve(t)
+		}()
 	}
-	w.mu.Lock()
-	w.accept = func(r int, pt *mpiTransport) {
-		base := w.base.Load()
-		if base < 0 {
-			pt.Close()
-			return
-		}
-		ranks := w.ranks
-		ranks.base = int(base)
-		s.peers.add(ranks.numOf(r), startLink(pt))
-	}
-	w.mu.Unlock()
-	err = s.serve()
-	w.mu.Lock()
-	w.accept = nil
-	w.mu.Unlock()
-	return err
 }
 
-// FinishMPI ends MPI on the host rank of an MPI job: the device ranks that
-// were never opened as devices are told to exit, and MPI is finalized, as
-// an MPI program must before it exits. offload.Stop calls it; afterwards,
-// MPI devices cannot be opened again. Elsewhere it does nothing.
+// mpiSession is a device rank's session with the host.
+type mpiSession struct {
+	w                  *mpiWorld
+	gen                int
+	s                  *session
+	base               atomic.Int64 // the number of the first device rank, once the host said hello
+	peerCtrl, peerData int
+}
+
+func (ms *mpiSession) serve(t *mpiTransport) {
+	w := ms.w
+	if err := ms.s.serve(); err != nil {
+		fmt.Fprintf(os.Stderr, "goffload device (MPI rank %d): session %d: %v\n", w.e.Rank(), ms.gen, err)
+	}
+	w.mu.Lock()
+	delete(w.accept, ms.peerCtrl)
+	w.listenTagLocked(ms.peerCtrl, -1)
+	var peers []*mpiTransport
+	for k, pt := range w.links {
+		if k[1] == ms.peerCtrl {
+			peers = append(peers, pt)
+		}
+	}
+	w.mu.Unlock()
+	for _, pt := range peers {
+		w.drop(pt)
+	}
+	w.drop(t)
+}
+
+func (ms *mpiSession) ranks() (mpiRanks, error) {
+	base := ms.base.Load()
+	if base < 0 {
+		return mpiRanks{}, fmt.Errorf("no device number yet")
+	}
+	r := ms.w.ranks
+	r.base = int(base)
+	return r, nil
+}
+
+// connect starts the link to device num of the session.
+func (ms *mpiSession) connect(num int) error {
+	ranks, err := ms.ranks()
+	if err != nil {
+		return err
+	}
+	r, err := ranks.rankOf(num)
+	if err != nil {
+		return err
+	}
+	if r == ms.w.e.Rank() {
+		return fmt.Errorf("device %d is this device", num)
+	}
+	if pt, created := ms.w.peerLink(r, ms.peerCtrl, ms.peerData); created {
+		ms.s.peers.add(num, startLink(pt))
+	}
+	return nil
+}
+
+// accepted starts the link that device rank r began with a frame.
+func (ms *mpiSession) accepted(r int, pt *mpiTransport) {
+	ranks, err := ms.ranks()
+	if err != nil {
+		ms.w.drop(pt)
+		return
+	}
+	ms.s.peers.add(ranks.numOf(r), startLink(pt))
+}
+
+// FinishMPI ends MPI on the host rank of an MPI job: every device rank is
+// told to exit once its sessions end (offload.Stop closes them first), and
+// MPI is finalized, as an MPI program must before it exits. offload.Stop
+// calls it; afterwards, MPI devices cannot be opened again. Elsewhere it
+// does nothing.
 func FinishMPI() error {
 	w := world.w
 	if w == nil || w.e.Rank() != w.ranks.host {
@@ -260,8 +373,8 @@ func FinishMPI() error {
 	var exits []*mpi.Req
 	exit := proto.AppendFrame(nil, &proto.Msg{Type: proto.TExit}, nil)
 	for r := 0; r < w.ranks.size; r++ {
-		if r != w.ranks.host && !w.opened[r] {
-			exits = append(exits, w.e.Send(r, mpiTagCtrl, exit))
+		if r != w.ranks.host {
+			exits = append(exits, w.e.Send(r, mpiTagOpen, exit))
 		}
 	}
 	w.mu.Unlock()
@@ -270,7 +383,7 @@ func FinishMPI() error {
 	defer timer.Stop()
 	for _, x := range exits {
 		if err := x.Wait(timeout); err != nil {
-			return fmt.Errorf("telling an unused device rank to exit: %w", err)
+			return fmt.Errorf("telling the device ranks to exit: %w", err)
 		}
 	}
 	return w.e.Finalize()
@@ -279,8 +392,9 @@ func FinishMPI() error {
 // mpiTransport is a Transport between this rank and another: see
 // mpiframes.go for the layout.
 type mpiTransport struct {
-	w      *mpiWorld
-	rank   int
+	w          *mpiWorld
+	rank       int
+	ctrl, data int // tags
 	closed chan struct{}
 	once   sync.Once
 
@@ -291,10 +405,6 @@ type mpiTransport struct {
 	cur     []byte // the reader's: the rest of the message being read
 	scratch []byte // the reader's: discarded payloads
 	hdr     []byte // the writer's
-}
-
-func newMPITransport(w *mpiWorld, rank int) *mpiTransport {
-	return &mpiTransport{w: w, rank: rank, closed: make(chan struct{}), more: make(chan struct{}, 1)}
 }
 
 func (t *mpiTransport) push(r *mpi.Req) {
@@ -365,7 +475,7 @@ func (t *mpiTransport) ReadPayload(m *proto.Msg, dst []byte) error {
 		copy(dst, m.Payload)
 		return nil
 	}
-	return t.wrap(t.w.e.Recv(t.rank, mpiTagData, dst).Wait(t.closed))
+	return t.wrap(t.w.e.Recv(t.rank, t.data, dst).Wait(t.closed))
 }
 
 func (t *mpiTransport) Discard(m *proto.Msg) error {
@@ -379,7 +489,7 @@ func (t *mpiTransport) Discard(m *proto.Msg) error {
 }
 
 func (t *mpiTransport) WriteFrames(frames []byte) error {
-	return t.wrap(t.w.e.Send(t.rank, mpiTagCtrl, frames).Wait(t.closed))
+	return t.wrap(t.w.e.Send(t.rank, t.ctrl, frames).Wait(t.closed))
 }
 
 func (t *mpiTransport) WriteData(id uint64, off int, data []byte) error {
@@ -389,8 +499,8 @@ func (t *mpiTransport) WriteData(id uint64, off int, data []byte) error {
 		return t.WriteFrames(t.hdr)
 	}
 	t.hdr = proto.AppendHeader(appendLen(t.hdr[:0], proto.FrameLen(&m, len(data))), &m, len(data))
-	h := t.w.e.Send(t.rank, mpiTagCtrl, t.hdr)
-	d := t.w.e.Send(t.rank, mpiTagData, data)
+	h := t.w.e.Send(t.rank, t.ctrl, t.hdr)
+	d := t.w.e.Send(t.rank, t.data, data)
 	err := h.Wait(t.closed)
 	if derr := d.Wait(t.closed); err == nil {
 		err = derr

@@ -18,10 +18,22 @@ import (
 // tag mpiTagData, received straight into the transfer's memory. MPI keeps
 // the order of messages with the same sender and tag, so the k-th such
 // header goes with the k-th data message.
-const (
-	mpiTagCtrl = 1
-	mpiTagData = 2
-)
+//
+// A device rank serves host sessions (a device opened, used and closed),
+// several at once if the host opens it again before closing it. The host
+// announces each session on the open tag, with its number in a hello frame,
+// and ends the rank's service with an exit frame there; a session's frames
+// use tags of their own, so that they wait inside MPI until the device rank
+// has read the announcement. Links between two device ranks in the same
+// session use that session's peer tags.
+const mpiTagOpen = 3
+
+// mpiSessionTags are session gen's tags: control and data between host and
+// device, control and data between devices (MPI promises tags up to 32767).
+func mpiSessionTags(gen int) (ctrl, data, peerCtrl, peerData int) {
+	g := 16 + 4*(gen%8000)
+	return g, g + 1, g + 2, g + 3
+}
 
 // outOfBand reports whether m's payload comes as a data message of its own.
 func outOfBand(m *proto.Msg) bool {

@@ -23,7 +23,12 @@ func TestMain(m *testing.M) {
 	if os.Getenv("GOFFLOAD_TEST_ROLE") == "host" {
 		hostThenSleep()
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if err := remote.FinishMPI(); err != nil { // under mpirun: the host rank ends MPI
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	os.Exit(code)
 }
 
 // hostThenSleep plays a host that starts two devices, says their pids, and

@@ -28,6 +28,8 @@ type session struct {
 	num   int // device number, from the host's hello
 	// helloed, if set, is told the device number the host gave.
 	helloed func(num int)
+	// rank is the device's MPI rank, or -1.
+	rank int
 
 	peers *peers
 
@@ -50,7 +52,7 @@ type session struct {
 
 func newSession(l *link, img *plugin.Image, cores int) *session {
 	s := &session{
-		l: l, img: img, cores: cores, num: -1,
+		l: l, img: img, cores: cores, num: -1, rank: -1,
 		mem:    hostmem.New(256 << 20),
 		pool:   workpool.New(cores),
 		queues: map[uint32]*opqueue.Queue{},
@@ -74,6 +76,10 @@ func (s *session) serve() error {
 		}
 		return err
 	}
+	return s.serveFrames()
+}
+
+func (s *session) serveFrames() error {
 	s.l.live(timing())
 	for {
 		m, err := s.l.r.ReadMsg()
@@ -450,14 +456,26 @@ func (s *session) launch(m *proto.Msg) error {
 			return err
 		}
 		if err := k.Call(ctx, vals); err != nil {
-			return fmt.Errorf("remote device %d (pid %d): %w", s.num, os.Getpid(), err)
+			return fmt.Errorf("%s: %w", s.name(), err)
 		}
 		return nil
 	})
 }
 
+// name is the device as errors name it.
+func (s *session) name() string {
+	if s.rank >= 0 {
+		return fmt.Sprintf("mpi device %d (rank %d, pid %d)", s.num, s.rank, os.Getpid())
+	}
+	return fmt.Sprintf("remote device %d (pid %d)", s.num, os.Getpid())
+}
+
 func (s *session) info() plugin.Info {
 	host, _ := os.Hostname()
-	return plugin.Info{Kind: "remote", Name: fmt.Sprintf("Go CPU device process (%d cores)", s.cores), Cores: s.cores,
+	kind, name := "remote", fmt.Sprintf("Go CPU device process (%d cores)", s.cores)
+	if s.rank >= 0 {
+		kind, name = "mpi", fmt.Sprintf("Go CPU device, MPI rank %d (%d cores)", s.rank, s.cores)
+	}
+	return plugin.Info{Kind: kind, Name: name, Cores: s.cores,
 		Memory: hostmem.MachineMemory(), Arch: runtime.GOARCH, Host: host, PID: os.Getpid()}
 }

@@ -1,0 +1,105 @@
+//go:build mpi
+
+package remote_test
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/goffload/offload/internal/mpi"
+	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/internal/plugin/plugintest"
+)
+
+// The tests here run inside an MPI job: TestMPIJobs (mpijob_test.go) starts
+// this test binary under mpirun and mpiexec with -test.run MPIRank. Started
+// otherwise, they have no device ranks to test.
+
+func openMPI(t *testing.T) []plugin.Device {
+	t.Helper()
+	if !mpi.Launched() {
+		t.Skip("not in an MPI job: TestMPIJobs runs this under mpirun")
+	}
+	k, _ := plugin.LookupKind("mpi")
+	devs, err := k.Open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return devs
+}
+
+// TestMPIRankConformance runs the shared plugin suite on the job's device
+// ranks.
+func TestMPIRankConformance(t *testing.T) {
+	plugintest.Run(t, openMPI)
+}
+
+var exitK = mustKernel("remotetest.exit", func(code int32) { os.Exit(int(code)) })
+
+// TestMPIRankKernelPanic: a kernel that panics on a device rank is an error
+// naming the device, the kernel and the panic value, and the rank goes on
+// serving.
+func TestMPIRankKernelPanic(t *testing.T) {
+	devs := openMPI(t)
+	img := plugin.CurrentImage()
+	for i, d := range devs {
+		t.Cleanup(func() { d.Close() })
+		if err := d.Load(img, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := devs[len(devs)-1]
+	q, err := d.NewQueue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Launch(panicK, []plugin.Arg{{Scalar: int32(7)}}); err != nil {
+		t.Fatal(err)
+	}
+	err = q.Synchronize()
+	if !errors.Is(err, plugin.ErrKernel) || !strings.Contains(err.Error(), "rank panic 7") || !strings.Contains(err.Error(), "mpi device") {
+		t.Fatalf("a kernel panic on an MPI device: %v; want ErrKernel naming the device and the panic value", err)
+	}
+	p, err := d.Alloc(8 * 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Launch(addK, []plugin.Arg{{Scalar: 1.5}, {Ptr: p, Len: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]byte, 32)
+	if err := q.Retrieve(out, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Synchronize(); err != nil {
+		t.Fatalf("the device after a kernel panic: %v", err)
+	}
+}
+
+var panicK = mustKernel("remotetest.rankpanic", func(n int32) { panic("rank panic " + string(rune('0'+n))) })
+
+// TestMPIRankExit is the host of a job whose device rank exits in a kernel:
+// TestMPIJobs checks what the launcher does then (ends the job, no hang).
+func TestMPIRankExit(t *testing.T) {
+	if os.Getenv("GOFFLOAD_TEST_RANK_EXIT") == "" {
+		t.Skip("run by TestMPIJobs")
+	}
+	devs := openMPI(t)
+	for i, d := range devs {
+		if err := d.Load(plugin.CurrentImage(), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q, err := devs[0].NewQueue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Launch(exitK, []plugin.Arg{{Scalar: int32(3)}})
+	err = q.Synchronize()
+	t.Logf("a device rank that exits: %v", err)
+	if err == nil {
+		t.Fatal("a device rank exited in a kernel and the queue synchronized without an error")
+	}
+}
