@@ -395,8 +395,8 @@ type mpiTransport struct {
 	w          *mpiWorld
 	rank       int
 	ctrl, data int // tags
-	closed chan struct{}
-	once   sync.Once
+	closed     chan struct{}
+	once       sync.Once
 
 	mu    sync.Mutex
 	inbox []*mpi.Req // control messages, in the order MPI matched them
