@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/goffload/offload/internal/core"
+	"github.com/goffload/offload/internal/mpi"
 	_ "github.com/goffload/offload/plugins/host" // the host device kind
 	"github.com/goffload/offload/plugins/remote"
 )
@@ -112,7 +113,9 @@ func Start(opts ...Option) error {
 
 // Stop waits for the devices' queues, releases every device and ends the
 // runtime; constructs after it return ErrNotStarted. Start may be called
-// again after Stop. Called from inside a task (host work, see Async.Go),
+// again after Stop. On the host rank of an MPI job, Stop also tells the
+// device ranks to exit and finalizes MPI, as an MPI program must before it
+// exits: a later Start has no MPI devices. Called from inside a task (host work, see Async.Go),
 // Stop returns an error wrapping ErrInTask and stops nothing.
 func Stop() error {
 	if core.InTask() {
@@ -142,6 +145,13 @@ func Stop() error {
 //		os.Exit(m.Run())
 //	}
 func ServeDevice() { remote.ServeIfDevice() }
+
+// UnderMPI reports whether this process was started by an MPI launcher
+// (mpirun, mpiexec, srun). In a program built with MPI support (the mpi
+// build tag, CC=mpicc), the devices are then by default the job's ranks
+// other than the host's (GOFFLOAD_HOST_RANK, default 0), one device each,
+// and Start serves on those ranks.
+func UnderMPI() bool { return mpi.Launched() }
 
 func runtimeOrErr() (*core.Runtime, error) {
 	rt := current.Load()

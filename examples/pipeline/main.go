@@ -6,6 +6,7 @@
 // computed on the host.
 //
 //	go run ./examples/pipeline
+//	CC=mpicc go build -tags mpi -o app . && mpirun -np 3 ./app   # two MPI devices
 //	GOFFLOAD_DEVICES=host,local:2 go run ./examples/pipeline
 //	GOFFLOAD_PROFILE=trace.json go run ./examples/pipeline   # then open trace.json in Perfetto
 package main
@@ -61,7 +62,9 @@ func initial(i, n int) float64 {
 
 func run(n, steps int) error {
 	var opts []offload.Option
-	if _, set := os.LookupEnv("GOFFLOAD_DEVICES"); !set {
+	if _, set := os.LookupEnv("GOFFLOAD_DEVICES"); !set && !offload.UnderMPI() {
+		// Under mpirun (built with -tags mpi) the default devices are the
+		// job's other ranks.
 		opts = append(opts, offload.WithDevices("local:2"))
 	}
 	if err := offload.Start(opts...); err != nil {

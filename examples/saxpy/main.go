@@ -6,6 +6,7 @@
 // (GOFFLOAD_DEVICES=local:2), so the work really leaves the program:
 //
 //	go run ./examples/saxpy
+//	CC=mpicc go build -tags mpi -o app . && mpirun -np 3 ./app   # two MPI devices
 //	GOFFLOAD_DEVICES=host,local:2 go run ./examples/saxpy
 //	GOFFLOAD_INFO=copies go run ./examples/saxpy   # shows the copies both ways
 package main
@@ -40,7 +41,9 @@ func main() {
 
 func run(n int) error {
 	var opts []offload.Option
-	if _, set := os.LookupEnv("GOFFLOAD_DEVICES"); !set {
+	if _, set := os.LookupEnv("GOFFLOAD_DEVICES"); !set && !offload.UnderMPI() {
+		// Under mpirun (built with -tags mpi) the default devices are the
+		// job's other ranks.
 		opts = append(opts, offload.WithDevices("local:2"))
 	}
 	if err := offload.Start(opts...); err != nil { // in a device process, this serves and never returns

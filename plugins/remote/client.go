@@ -316,6 +316,9 @@ func (d *device) fetchInfo() error {
 		return fmt.Errorf("%s: %w: info: %v", d.name(), proto.ErrFrame, err)
 	}
 	d.info.Kind = "remote"
+	if d.rank >= 0 {
+		d.info.Kind = "mpi"
+	}
 	return nil
 }
 

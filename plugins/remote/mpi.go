@@ -44,8 +44,8 @@ type mpiWorld struct {
 	links  map[[2]int]*mpiTransport // by rank and control tag
 	tags   map[int]int              // control tags listened for, with their links
 	accept map[int]*mpiSession      // a device's sessions, by peer control tag
-	open   map[int]bool             // the host's: ranks open as devices
 	gen    int                      // the host's: sessions begun
+	lost   map[int]error            // the host's: device ranks lost
 	done   bool                     // the host's: MPI ended
 }
 
@@ -69,7 +69,7 @@ func mpiWorldInit() (*mpiWorld, error) {
 			return
 		}
 		world.w = &mpiWorld{e: e, ranks: mpiRanks{host: host, size: e.Size()}, links: map[[2]int]*mpiTransport{},
-			tags: map[int]int{}, accept: map[int]*mpiSession{}, open: map[int]bool{}}
+			tags: map[int]int{}, accept: map[int]*mpiSession{}, lost: map[int]error{}}
 	})
 	return world.w, world.err
 }
@@ -201,7 +201,12 @@ func openMPI(arg string) ([]plugin.Device, error) {
 		t := w.addLocked(r, ctrl, data)
 		d := newDevice(startLink(t), fmt.Sprintf("mpi device (rank %d)", r))
 		d.rank = r
-		d.onLost = func(cause error) error { return fmt.Errorf("MPI rank %d: %w", r, cause) }
+		d.onLost = func(cause error) error {
+			w.mu.Lock()
+			w.lost[r] = cause
+			w.mu.Unlock()
+			return fmt.Errorf("MPI rank %d: %w", r, cause)
+		}
 		d.closeFn = func(bool) error {
 			w.drop(t)
 			return nil
@@ -227,7 +232,7 @@ func serveMPIIfDevice() {
 		return
 	}
 	err = w.serve()
-	if ferr := w.e.Finalize(); err == nil && ferr != nil {
+	if ferr := w.finalize(); err == nil && ferr != nil {
 		err = ferr
 	}
 	if err != nil {
@@ -377,6 +382,10 @@ func FinishMPI() error {
 			exits = append(exits, w.e.Send(r, mpiTagOpen, exit))
 		}
 	}
+	var lost error
+	for r, err := range w.lost {
+		lost = fmt.Errorf("MPI rank %d was lost (%v): MPI_Finalize would wait for it forever, so MPI is not finalized and the launcher may report this rank's exit as a failure", r, err)
+	}
 	w.mu.Unlock()
 	timeout := make(chan struct{})
 	timer := time.AfterFunc(5*time.Second, func() { close(timeout) })
@@ -386,7 +395,23 @@ func FinishMPI() error {
 			return fmt.Errorf("telling the device ranks to exit: %w", err)
 		}
 	}
-	return w.e.Finalize()
+	if lost != nil {
+		return lost
+	}
+	return w.finalize()
+}
+
+// finalize ends MPI, or gives up after a while: MPI_Finalize waits for
+// every rank, also one that died where the launcher let the job go on.
+func (w *mpiWorld) finalize() error {
+	done := make(chan error, 1)
+	go func() { done <- w.e.Finalize() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("MPI_Finalize did not return within 10s (is a rank lost?)")
+	}
 }
 
 // mpiTransport is a Transport between this rank and another: see

@@ -88,6 +88,7 @@ func TestMPIRankExit(t *testing.T) {
 	}
 	devs := openMPI(t)
 	for i, d := range devs {
+		t.Cleanup(func() { d.Close() })
 		if err := d.Load(plugin.CurrentImage(), i); err != nil {
 			t.Fatal(err)
 		}
