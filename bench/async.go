@@ -96,10 +96,10 @@ func runAsync(env *Env) error {
 		if err := p.pingPong(100); err != nil { // warm up
 			return err
 		}
-		if err := asyncChain(env, p, "async.chain_per_op", func(int) int { return 0 }, "device 0 only"); err != nil {
+		if err := asyncChain(env, p.pingPong, "async.chain_per_op", func(int) int { return 0 }, "device 0 only"); err != nil {
 			return err
 		}
-		return asyncChain(env, p, "async.cross_device_per_op", func(i int) int { return i % 2 }, "devices 0,1 alternating")
+		return asyncChain(env, p.pingPong, "async.cross_device_per_op", func(i int) int { return i % 2 }, "devices 0,1 alternating")
 	})
 	if err != nil {
 		return err
@@ -108,8 +108,8 @@ func runAsync(env *Env) error {
 }
 
 // asyncChain measures chains of chainLen dependent empty kernels, task i on
-// device dev(i), against the ping-pong with p.
-func asyncChain(env *Env, p *peer, metric string, dev func(i int) int, what string) error {
+// device dev(i), against a round trip, base.
+func asyncChain(env *Env, base func(n int) error, metric string, dev func(i int) int, what string) error {
 	x := new(int64) // the object every task of the chain reads and writes
 	ctx := context.Background()
 	var enqueue time.Duration // time spent in Run, all chains
@@ -140,7 +140,7 @@ func asyncChain(env *Env, p *peer, metric string, dev func(i int) int, what stri
 		return err
 	}
 	enqueue, tasks = 0, 0
-	t, b, err := env.Compare(chains, p.pingPong)
+	t, b, err := env.Compare(chains, base)
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ const (
 	opSend opKind = iota
 	opRecv
 	opProbed
+	opExec
 )
 
 // Req is one non-blocking operation: a send, a receive, or a message that a
@@ -34,6 +35,7 @@ type Req struct {
 	buf  []byte
 	pin  runtime.Pinner
 	done chan error // gets the outcome, once
+	fn   func() error // opExec's
 	// Src, Tag and Buf are the sender, tag and data of a message handed to
 	// a listener: Buf is filled once Wait returns nil.
 	Src, Tag int
@@ -278,8 +280,22 @@ func (e *Engine) progress(ready chan<- error) {
 	}
 }
 
+// Raw runs n rounds of a raw exchange with peer on tag, with blocking MPI
+// calls on the progress goroutine (which does nothing else meanwhile): a
+// ping-pong of size bytes, or with stream size bytes one way and one byte
+// back. Both sides call it, one as initiator. It is a baseline for
+// benchmarks, not a way to move data.
+func (e *Engine) Raw(peer, tag, n, size int, stream, initiator bool) error {
+	o := &op{kind: opExec, fn: func() error { return cRaw(peer, tag, n, size, stream, initiator) }}
+	return e.post(o).Wait(nil)
+}
+
 // start posts o.
 func (e *Engine) start(o *op) {
+	if o.kind == opExec {
+		o.done <- o.fn()
+		return
+	}
 	if len(o.buf) > 0 {
 		o.pin.Pin(unsafe.SliceData(o.buf))
 	}

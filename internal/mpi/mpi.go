@@ -77,6 +77,29 @@ static void gompi_errstr(int rc, char *buf) {
 static int gompi_finalize(void) { return MPI_Finalize(); }
 static int gompi_abort(int code) { return MPI_Abort(MPI_COMM_WORLD, code); }
 
+// gompi_raw runs n rounds of a raw exchange with peer, with blocking
+// calls, as a baseline for benchmarks: a ping-pong of size bytes both ways
+// (stream 0), or size bytes to the other side and one byte back (stream 1).
+// The initiator sends first.
+static int gompi_raw(int peer, int tag, int n, int size, int stream, int initiator) {
+	char *buf = malloc(size > 0 ? size : 1);
+	if (!buf) return MPI_ERR_NO_MEM;
+	memset(buf, 1, size > 0 ? size : 1);
+	int back = stream ? 1 : size;
+	int rc = MPI_SUCCESS;
+	for (int i = 0; i < n && rc == MPI_SUCCESS; i++) {
+		if (initiator) {
+			rc = MPI_Send(buf, size, MPI_BYTE, peer, tag, MPI_COMM_WORLD);
+			if (rc == MPI_SUCCESS) rc = MPI_Recv(buf, back, MPI_BYTE, peer, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+		} else {
+			rc = MPI_Recv(buf, size, MPI_BYTE, peer, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+			if (rc == MPI_SUCCESS) rc = MPI_Send(buf, back, MPI_BYTE, peer, tag, MPI_COMM_WORLD);
+		}
+	}
+	free(buf);
+	return rc;
+}
+
 static void gompi_version(char *buf) {
 	int n = 0;
 	MPI_Get_library_version(buf, &n);
@@ -87,7 +110,6 @@ import "C"
 
 import (
 	"fmt"
-	"runtime"
 	"unsafe"
 )
 
@@ -179,8 +201,16 @@ func cFinalize() error { return mpiErr("MPI_Finalize", C.gompi_finalize()) }
 
 func cAbort(code int) { C.gompi_abort(C.int(code)) }
 
+func cRaw(peer, tag, n, size int, stream, initiator bool) error {
+	b := func(v bool) C.int {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	return mpiErr(fmt.Sprintf("raw exchange with rank %d", peer), C.gompi_raw(C.int(peer), C.int(tag), C.int(n), C.int(size), b(stream), b(initiator)))
+}
+
 func cSuccess(e C.int) bool { return e == C.MPI_SUCCESS }
 
 type cint = C.int
-
-var _ = runtime.GOOS

@@ -255,7 +255,10 @@ func (w *mpiWorld) serve() error {
 	}
 	w.mu.Lock()
 	opens := w.addLocked(w.ranks.host, mpiTagOpen, mpiTagOpen)
+	bench := w.addLocked(w.ranks.host, mpiTagBench, mpiTagBench)
 	w.mu.Unlock()
+	defer w.drop(bench)
+	go w.serveRaw(bench)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
@@ -288,6 +291,47 @@ func (w *mpiWorld) serve() error {
 			ms.serve(t)
 		}()
 	}
+}
+
+// serveRaw answers the host's raw baselines (MPIRaw).
+func (w *mpiWorld) serveRaw(t *mpiTransport) {
+	for {
+		m, err := t.ReadMsg()
+		if err != nil {
+			return
+		}
+		if err := w.e.Raw(w.ranks.host, mpiTagRawData, int(m.Ptr), int(m.Size), m.Code == 1, false); err != nil {
+			fmt.Fprintf(os.Stderr, "goffload device (MPI rank %d): raw baseline: %v\n", w.e.Rank(), err)
+		}
+	}
+}
+
+// MPIRaw runs a raw MPI baseline for benchmarks between the host rank and
+// device rank i (counting device ranks only, in rank order): n rounds of a
+// ping-pong of size bytes, or with stream size bytes to the device and one
+// byte back, with blocking MPI_Send and MPI_Recv on both sides and nothing
+// of goffload in between.
+func MPIRaw(i, n, size int, stream bool) error {
+	w := world.w
+	if w == nil || w.e.Rank() != w.ranks.host {
+		return fmt.Errorf("MPIRaw: not the host rank of an MPI job")
+	}
+	if i < 0 || i >= w.ranks.size-1 {
+		return fmt.Errorf("MPIRaw: no device rank %d in a job of %d ranks", i, w.ranks.size)
+	}
+	r := i
+	if r >= w.ranks.host {
+		r++
+	}
+	code := uint8(0)
+	if stream {
+		code = 1
+	}
+	cmd := proto.AppendFrame(nil, &proto.Msg{Type: proto.TPing, Ptr: uint64(n), Size: uint64(size), Code: code}, nil)
+	if err := w.e.Send(r, mpiTagBench, cmd).Wait(nil); err != nil {
+		return err
+	}
+	return w.e.Raw(r, mpiTagRawData, n, size, stream, true)
 }
 
 // mpiSession is a device rank's session with the host.

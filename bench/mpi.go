@@ -1,0 +1,103 @@
+//go:build mpi
+
+package main
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/goffload/offload"
+	"github.com/goffload/offload/plugins/remote"
+)
+
+// Suite mpi: the job's device ranks as MPI devices (run under a launcher,
+// built with -tags mpi: CC=mpicc go build -tags mpi -o bench ./bench &&
+// mpirun -np 3 ./bench -suite mpi), each figure against a raw MPI baseline
+// between the same ranks in the same job: blocking MPI_Send and MPI_Recv
+// on both sides, with nothing of goffload in between (remote.MPIRaw).
+func init() { register("mpi", Suite{Devices: "mpi", Run: runMPI}) }
+
+func runMPI(env *Env) error {
+	if offload.NumDevices() < 2 {
+		return fmt.Errorf("the mpi suite needs two device ranks (mpirun -np 3), has %d", offload.NumDevices())
+	}
+	for d := range 2 {
+		info, err := offload.On(d).Info()
+		if err != nil {
+			return err
+		}
+		if info.Kind != "mpi" {
+			return fmt.Errorf("device %d is a %q device, want an MPI device", d, info.Kind)
+		}
+		env.Comment("device %d: %s (%s), %d cores, pid %d", d, info.Kind, info.Name, info.Cores, info.PID)
+	}
+	raw := func(size int, stream bool) func(n int) error {
+		return func(n int) error { return remote.MPIRaw(0, n, size, stream) }
+	}
+	ping := raw(8, false)
+	if err := ping(100); err != nil { // warm up
+		return err
+	}
+	env.Comment("baselines: raw.8B = an 8-byte MPI_Send/MPI_Recv ping-pong with device 0's rank; raw.64MiB = MPI_Send of 64 MiB to it and a 1-byte answer")
+	dev := offload.On(0)
+	// launch_rtt: a synchronous target region with an empty kernel.
+	region := func(n int) error {
+		for range n {
+			if err := dev.Run(benchEmpty); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := region(100); err != nil {
+		return err
+	}
+	t, b, err := env.Compare(region, ping)
+	if err != nil {
+		return err
+	}
+	env.Report(Result{Metric: "mpi.launch_rtt", Goffload: t, Baseline: b, Note: "empty kernel, synchronous vs raw.8B"})
+
+	// submit_64MiB: omp_target_memcpy of 64 MiB host→device.
+	buf := fill(make([]byte, size64MiB))
+	d, err := dev.Alloc(size64MiB)
+	if err != nil {
+		return err
+	}
+	defer offload.Free(d)
+	submit := func(n int) error {
+		for range n {
+			if err := offload.Memcpy(d, offload.HostPtr(buf), size64MiB); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	send := raw(size64MiB, true)
+	if err := submit(1); err != nil {
+		return err
+	}
+	if err := send(1); err != nil {
+		return err
+	}
+	t, b, err = env.Compare(submit, send)
+	if err != nil {
+		return err
+	}
+	back := make([]byte, 4096)
+	for _, off := range []int64{0, size64MiB - 4096} {
+		if err := offload.Memcpy(offload.HostPtr(back), d.Offset(off), 4096); err != nil {
+			return err
+		}
+		if !bytes.Equal(back, buf[off:off+4096]) {
+			return fmt.Errorf("mpi.submit_64MiB: device memory at offset %d differs from what was copied there", off)
+		}
+	}
+	env.Report(Result{Metric: "mpi.submit_64MiB", Goffload: t, Baseline: b,
+		Note: fmt.Sprintf("host→device: %s vs %s", gbps(size64MiB, t), gbps(size64MiB, b))})
+
+	if err := asyncChain(env, ping, "mpi.chain_per_op", func(int) int { return 0 }, "device 0 only, per task vs raw.8B"); err != nil {
+		return err
+	}
+	return asyncChain(env, ping, "mpi.cross_device_per_op", func(i int) int { return i % 2 }, "devices 0,1 alternating, per task vs raw.8B")
+}
