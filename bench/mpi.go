@@ -18,10 +18,10 @@ import (
 func init() { register("mpi", Suite{Devices: "mpi", Run: runMPI}) }
 
 func runMPI(env *Env) error {
-	if offload.NumDevices() < 2 {
-		return fmt.Errorf("the mpi suite needs two device ranks (mpirun -np 3), has %d", offload.NumDevices())
+	if offload.NumDevices() < 1 {
+		return fmt.Errorf("the mpi suite needs device ranks (mpirun -np 3), has none")
 	}
-	for d := range 2 {
+	for d := range min(2, offload.NumDevices()) {
 		info, err := offload.On(d).Info()
 		if err != nil {
 			return err
@@ -98,6 +98,10 @@ func runMPI(env *Env) error {
 
 	if err := asyncChain(env, ping, "mpi.chain_per_op", func(int) int { return 0 }, "device 0 only, per task vs raw.8B"); err != nil {
 		return err
+	}
+	if offload.NumDevices() < 2 {
+		env.Comment("mpi.cross_device_per_op: needs two device ranks (mpirun -np 3)")
+		return nil
 	}
 	return asyncChain(env, ping, "mpi.cross_device_per_op", func(i int) int { return i % 2 }, "devices 0,1 alternating, per task vs raw.8B")
 }

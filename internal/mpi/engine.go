@@ -5,8 +5,11 @@ package mpi
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 )
@@ -34,7 +37,7 @@ type Req struct {
 	tag  int
 	buf  []byte
 	pin  runtime.Pinner
-	done chan error // gets the outcome, once
+	done chan error   // gets the outcome, once
 	fn   func() error // opExec's
 	// Src, Tag and Buf are the sender, tag and data of a message handed to
 	// a listener: Buf is filled once Wait returns nil.
@@ -44,9 +47,21 @@ type Req struct {
 
 type op = Req
 
+// waitSpin is how long Wait polls before it parks.
+const waitSpin = 20 * time.Microsecond
+
 // Wait waits until r completes, or abort is closed (then the operation is
 // cancelled where MPI can, and ErrAborted returned).
 func (r *Req) Wait(abort <-chan struct{}) error {
+	for start := time.Now(); time.Since(start) < waitSpin; {
+		select {
+		case err := <-r.done:
+			r.done <- err
+			return err
+		default:
+			runtime.Gosched()
+		}
+	}
 	select {
 	case err := <-r.done:
 		r.done <- err // a second Wait sees it too
@@ -66,6 +81,7 @@ func (r *Req) Wait(abort <-chan struct{}) error {
 type Engine struct {
 	rank, size int
 	version    string
+	locked     bool // MPI is called from its init thread only (no MPI_THREAD_SERIALIZED)
 
 	mu      sync.Mutex
 	work    []*op
@@ -74,7 +90,8 @@ type Engine struct {
 	listen  func(r *Req)
 	err     error
 	finish  chan error
-	kick    chan struct{}
+	efd     int         // an eventfd that wakes a nap
+	napping atomic.Bool // the progress goroutine naps
 
 	// The progress goroutine's own.
 	reqs      []request
@@ -91,7 +108,16 @@ var (
 // Init starts MPI (once per process; later calls return the same engine).
 func Init() (*Engine, error) {
 	once.Do(func() {
-		e := &Engine{kick: make(chan struct{}, 1)}
+		// This engine yields and naps itself; OpenMPI's own yielding in
+		// every progress call (its default when a node is oversubscribed)
+		// made each round trip ten times slower on top of it.
+		os.Setenv("OMPI_MCA_mpi_yield_when_idle", "0")
+		efd, _, errno := syscall.Syscall(syscall.SYS_EVENTFD2, 0, syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+		if errno != 0 {
+			engErr = fmt.Errorf("eventfd: %w", errno)
+			return
+		}
+		e := &Engine{efd: int(efd)}
 		ready := make(chan error)
 		go e.progress(ready)
 		if err := <-ready; err != nil {
@@ -158,9 +184,9 @@ func (e *Engine) cancel(o *op) {
 }
 
 func (e *Engine) poke() {
-	select {
-	case e.kick <- struct{}{}:
-	default:
+	if e.napping.Load() {
+		one := [8]byte{1}
+		syscall.Write(e.efd, one[:])
 	}
 }
 
@@ -182,24 +208,36 @@ func (e *Engine) Finalize() error {
 // Abort ends every rank of the job (MPI_Abort).
 func (e *Engine) Abort(code int) { cAbort(code) }
 
+// How the progress goroutine waits. MPI has no way to sleep until either a
+// message comes or another goroutine hands it work, so it polls: without a
+// pause for spinFor after anything happened (yielding the CPU between
+// polls, so that ranks sharing cores still run), then with naps on the
+// thread itself, which work handed to it cuts short, growing to napMax, and
+// after idleAfter without activity, naps of idleNap.
 const (
-	spinFor = 50 * time.Microsecond // keep polling this long after activity
-	napMax  = time.Millisecond      // the longest nap when idle
-	napBusy = 50 * time.Microsecond // the longest nap with operations under way
+	spinFor   = 200 * time.Microsecond
+	napMax    = 50 * time.Microsecond
+	idleAfter = 100 * time.Millisecond
+	idleNap   = 2 * time.Millisecond
 )
 
 // progress is the goroutine that makes every MPI call.
 func (e *Engine) progress(ready chan<- error) {
-	runtime.LockOSThread() // for good: MPI belongs to this thread
-	rank, size, err := cInit()
+	runtime.LockOSThread() // MPI_Init_thread is called on this thread
+	rank, size, serialized, err := cInit()
 	if err != nil {
 		ready <- err
 		return
 	}
+	if serialized {
+		// MPI may be called from any thread, one call at a time: this
+		// goroutine alone calls it, and may move between threads.
+		runtime.UnlockOSThread()
+	}
+	e.locked = !serialized
 	e.rank, e.size, e.version = rank, size, libraryVersion()
 	ready <- nil
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
+	preciseSleeps()
 	last, nap := time.Now(), time.Duration(0)
 	var finishing time.Time
 	for {
@@ -261,21 +299,27 @@ func (e *Engine) progress(ready chan<- error) {
 		now := time.Now()
 		if busy {
 			last, nap = now, 0
+			if !e.locked {
+				// Let the goroutines just readied run on this P now
+				// (they sit in its run queue, where another P may not
+				// look for them for a while).
+				runtime.Gosched()
+			}
 			continue
 		}
-		if now.Sub(last) < spinFor {
-			continue
-		}
-		limit := napMax
-		if len(e.live) > 0 {
-			limit = napBusy
-		}
-		nap = min(max(2*nap, 10*time.Microsecond), limit)
-		timer.Reset(nap)
-		select {
-		case <-e.kick:
-			timer.Stop()
-		case <-timer.C:
+		idle := now.Sub(last)
+		switch {
+		case idle < spinFor:
+			if e.locked {
+				yield()
+			} else {
+				runtime.Gosched()
+			}
+		case idle < idleAfter || len(e.live) > 0:
+			nap = min(max(2*nap, 5*time.Microsecond), napMax)
+			e.nap(nap)
+		default:
+			e.nap(idleNap)
 		}
 	}
 }
@@ -288,6 +332,36 @@ func (e *Engine) progress(ready chan<- error) {
 func (e *Engine) Raw(peer, tag, n, size int, stream, initiator bool) error {
 	o := &op{kind: opExec, fn: func() error { return cRaw(peer, tag, n, size, stream, initiator) }}
 	return e.post(o).Wait(nil)
+}
+
+// yield gives the CPU to another thread or process that wants it.
+func yield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
+
+// preciseSleeps makes this thread's sleeps end on time, not up to 50µs
+// late (PR_SET_TIMERSLACK).
+func preciseSleeps() { syscall.Syscall(syscall.SYS_PRCTL, 29, 1000, 0) }
+
+// nap sleeps on this thread for d at most, or until poke: an eventfd that
+// poke writes to while the progress goroutine naps (Go's own timers would
+// round a short sleep up to a millisecond).
+func (e *Engine) nap(d time.Duration) {
+	e.napping.Store(true)
+	e.mu.Lock()
+	pending := len(e.work) + len(e.cancels)
+	e.mu.Unlock()
+	if pending == 0 {
+		ts := syscall.NsecToTimespec(d.Nanoseconds())
+		fds := [1]pollFd{{fd: int32(e.efd), events: 1}} // POLLIN
+		syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	}
+	e.napping.Store(false)
+	var b [8]byte
+	syscall.Read(e.efd, b[:])
+}
+
+type pollFd struct {
+	fd             int32
+	events, revent int16
 }
 
 // start posts o.

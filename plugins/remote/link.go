@@ -27,8 +27,9 @@ import (
 // that has written nothing for a while, and the link fails when nothing at
 // all came from the other side for the device timeout.
 type link struct {
-	t Transport
-	r linkReader // reads frames, skipping pings: the reader's only way in
+	t    Transport
+	frag int        // the largest data fragment: proto.Fragment, or what t asks
+	r    linkReader // reads frames, skipping pings: the reader's only way in
 
 	mu     sync.Mutex
 	wake   *sync.Cond
@@ -55,7 +56,10 @@ type outgoing struct {
 
 // startLink starts a link on t.
 func startLink(t Transport) *link {
-	l := &link{t: t, closed: make(chan struct{})}
+	l := &link{t: t, closed: make(chan struct{}), frag: proto.Fragment}
+	if f, ok := t.(interface{ FragmentSize() int }); ok {
+		l.frag = f.FragmentSize()
+	}
 	l.r = linkReader{l}
 	l.wake = sync.NewCond(&l.mu)
 	go l.write()
@@ -201,7 +205,7 @@ func (l *link) write() {
 			l.bulk[len(l.bulk)-1] = nil
 			l.bulk = l.bulk[:len(l.bulk)-1]
 			off = o.off
-			frag = o.data[off:min(off+proto.Fragment, len(o.data))]
+			frag = o.data[off:min(off+l.frag, len(o.data))]
 			o.off += len(frag)
 			if last = o.off == len(o.data); !last {
 				l.bulk = append(l.bulk, o) // the others' turn: transfers interleave

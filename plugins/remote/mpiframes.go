@@ -13,11 +13,13 @@ import (
 // ranks. Control frames travel as messages of tag mpiTagCtrl, each message
 // one or more whole frames, in the socket transport's framing. A data
 // fragment of at most proto.MaxInline bytes is a frame like any other; a
-// larger one is its frame's header alone on the control tag (the length
-// word still counts the payload), followed by the payload as one message of
-// tag mpiTagData, received straight into the transfer's memory. MPI keeps
-// the order of messages with the same sender and tag, so the k-th such
-// header goes with the k-th data message.
+// larger one (up to mpiFragment bytes: fewer, larger messages cost MPI less
+// than the socket transport's fragments would) is its frame's header alone
+// on the control tag, with no payload and the payload's length in Size,
+// followed by the payload as one message on the link's data tag, received
+// straight into the transfer's memory. MPI keeps the order of messages with
+// the same sender and tag, so the k-th such header goes with the k-th data
+// message.
 //
 // A device rank serves host sessions (a device opened, used and closed),
 // several at once if the host opens it again before closing it. The host
@@ -42,9 +44,23 @@ func mpiSessionTags(gen int) (ctrl, data, peerCtrl, peerData int) {
 	return g, g + 1, g + 2, g + 3
 }
 
+// mpiFragment is the largest data fragment on an MPI link.
+const mpiFragment = 8 << 20
+
+// appendMPIData appends what carries data fragment off of transfer id on the
+// control tag, and says whether data goes as a message of its own.
+func appendMPIData(b []byte, id uint64, off int, data []byte) ([]byte, bool) {
+	m := proto.Msg{Type: proto.TData, ID: id, Ptr: uint64(off)}
+	if len(data) <= proto.MaxInline {
+		return proto.AppendFrame(b, &m, data), false
+	}
+	m.Size = uint64(len(data))
+	return proto.AppendFrame(b, &m, nil), true
+}
+
 // outOfBand reports whether m's payload comes as a data message of its own.
 func outOfBand(m *proto.Msg) bool {
-	return m.Type == proto.TData && m.PayloadLen > proto.MaxInline
+	return m.Type == proto.TData && m.Payload == nil
 }
 
 // parseMPIFrame decodes the frame at the start of b, a control message's
@@ -65,9 +81,12 @@ func parseMPIFrame(b []byte) (*proto.Msg, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	if outOfBand(m) {
-		m.Payload = nil
-		return m, 4 + n - m.PayloadLen, nil
+	if m.Type == proto.TData && m.Size != 0 {
+		if m.PayloadLen != 0 || m.Size <= proto.MaxInline || m.Size > mpiFragment {
+			return nil, 0, fmt.Errorf("%w: data fragment of %d bytes, %d of them inline", proto.ErrFrame, m.Size, m.PayloadLen)
+		}
+		m.PayloadLen, m.Payload = int(m.Size), nil
+		return m, 4 + n, nil
 	}
 	if m.Payload == nil {
 		return nil, 0, fmt.Errorf("%w: a frame of %d bytes in a message with %d left", proto.ErrFrame, n, len(b)-4)

@@ -10,11 +10,11 @@ import (
 // mpiMessage is what the MPI transport sends for frames and a data
 // fragment: the control message and, for a large fragment, its payload.
 func mpiMessage(frames []byte, id uint64, data []byte) (ctrl, oob []byte) {
-	m := proto.Msg{Type: proto.TData, ID: id, Ptr: 7}
-	if len(data) <= proto.MaxInline {
-		return proto.AppendFrame(frames, &m, data), nil
+	ctrl, sep := appendMPIData(frames, id, 7, data)
+	if sep {
+		oob = data
 	}
-	return proto.AppendHeader(appendLen(frames, proto.FrameLen(&m, len(data))), &m, len(data)), data
+	return ctrl, oob
 }
 
 func TestParseMPIFrames(t *testing.T) {
@@ -46,7 +46,8 @@ func TestParseMPIFrames(t *testing.T) {
 	}
 	// A frame cut short, and a length word alone, are errors.
 	whole := proto.AppendFrame(nil, &proto.Msg{Type: proto.TPing}, []byte("abc"))
-	for _, b := range [][]byte{whole[:len(whole)-1], whole[:3], {0xff, 0xff, 0xff, 0x7f}} {
+	bad, _ := appendMPIData(nil, 1, 0, make([]byte, mpiFragment+1))
+	for _, b := range [][]byte{whole[:len(whole)-1], whole[:3], {0xff, 0xff, 0xff, 0x7f}, bad} {
 		if _, _, err := parseMPIFrame(b); err == nil {
 			t.Errorf("parseMPIFrame(%x) = nil error", b)
 		}

@@ -13,6 +13,9 @@ import (
 // session, peers) is the same whatever carries the frames: the socket
 // transport here, MPI in its own.
 //
+// A transport may ask for data fragments of another size than
+// proto.Fragment with a method FragmentSize() int.
+//
 // A link uses its transport from exactly two goroutines: its writer calls
 // the Write methods, its reader the Read methods. Frames arrive in the order
 // they were written, data fragments included.
