@@ -6,7 +6,9 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/goffload/offload/internal/mpi"
 	"github.com/goffload/offload/internal/plugin"
@@ -102,5 +104,50 @@ func TestMPIRankExit(t *testing.T) {
 	t.Logf("a device rank that exits: %v", err)
 	if err == nil {
 		t.Fatal("a device rank exited in a kernel and the queue synchronized without an error")
+	}
+}
+
+// TestMPIRankStop is the host of a job whose device rank is stopped with
+// SIGSTOP: the device is lost after GOFFLOAD_DEVICE_TIMEOUT, with an error
+// that says so, and the other device goes on. The stopped rank is killed at
+// the end (the launcher then ends the job).
+func TestMPIRankStop(t *testing.T) {
+	if os.Getenv("GOFFLOAD_TEST_RANK_STOP") == "" {
+		t.Skip("run by TestMPIJobs")
+	}
+	devs := openMPI(t)
+	for i, d := range devs {
+		t.Cleanup(func() { d.Close() })
+		if err := d.Load(plugin.CurrentImage(), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopped, other := devs[0], devs[1]
+	pid := stopped.Info().PID
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(pid, syscall.SIGKILL)
+	q, err := stopped.NewQueue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := q.Launch(addK, []plugin.Arg{{Scalar: 1.0}, {Ptr: 0, Len: 0}}); err == nil {
+		err = q.Synchronize()
+		if !errors.Is(err, plugin.ErrDeviceLost) || !strings.Contains(err.Error(), "nothing heard") {
+			t.Fatalf("a launch on a stopped device rank: %v after %v; want ErrDeviceLost, nothing heard", err, time.Since(start))
+		}
+	}
+	t.Logf("stopped device rank: lost after %v", time.Since(start))
+	oq, err := other.NewQueue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := oq.Launch(addK, []plugin.Arg{{Scalar: 1.0}, {Ptr: 0, Len: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := oq.Synchronize(); err != nil {
+		t.Fatalf("the other device rank after one was lost: %v", err)
 	}
 }

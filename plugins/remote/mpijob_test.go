@@ -84,6 +84,29 @@ func TestMPIJobs(t *testing.T) {
 					t.Fatalf("%v\n%s", err, out)
 				}
 			})
+			t.Run("host and mpi", func(t *testing.T) {
+				// An MPI device beside a host device: dependencies and
+				// halos between them go through this process (issue 4's
+				// fallback), those between the MPI devices straight.
+				env := []string{"GOFFLOAD_DEVICES=host,mpi"}
+				out, err := f.run(t, nil, env, filepath.Join(dir, "pipeline"), "-n", "30000", "-steps", "50")
+				if err != nil || !strings.Contains(out, "on 3 device(s)") || !strings.Contains(out, "verified") {
+					t.Fatalf("%v\n%s", err, out)
+				}
+				out, err = f.run(t, nil, env, filepath.Join(dir, "saxpy"), "-n", "30000")
+				if err != nil || !strings.Contains(out, "on 3 device(s): verified") {
+					t.Fatalf("%v\n%s", err, out)
+				}
+			})
+			t.Run("rank stops", func(t *testing.T) {
+				// A device rank stopped (SIGSTOP) is lost after
+				// GOFFLOAD_DEVICE_TIMEOUT; the host goes on with the other.
+				env := []string{"GOFFLOAD_TEST_RANK_STOP=1", "GOFFLOAD_DEVICE_TIMEOUT=1s"}
+				out, _ := f.run(t, nil, env, test, "-test.run", "MPIRankStop", "-test.v")
+				if !strings.Contains(out, "--- PASS: TestMPIRankStop") {
+					t.Fatalf("the host did not lose the stopped device rank and go on:\n%s", out)
+				}
+			})
 			t.Run("rank exits", func(t *testing.T) {
 				// OpenMPI's mpirun ends the whole job when a rank exits
 				// without MPI_Finalize; MPICH's mpiexec does too, unless
