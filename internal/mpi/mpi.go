@@ -4,14 +4,31 @@ package mpi
 
 /*
 #include <mpi.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+
+// gompi_onstack adds SA_ONSTACK to every signal handler installed without
+// it: MPI libraries install some (MPICH's SIGUSR1, which its launcher
+// sends when a rank dies; OpenMPI's backtrace on SIGSEGV), and the Go
+// runtime dies of a handler that runs on a goroutine's stack.
+static void gompi_onstack(void) {
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction sa;
+		if (sigaction(sig, NULL, &sa) != 0) continue;
+		if (sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN) continue;
+		if (sa.sa_flags & SA_ONSTACK) continue;
+		sa.sa_flags |= SA_ONSTACK;
+		sigaction(sig, &sa, NULL);
+	}
+}
 
 static int gompi_init(int *rank, int *size, int *serialized) {
 	int provided;
 	int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
 	if (rc != MPI_SUCCESS) return rc;
 	*serialized = provided >= MPI_THREAD_SERIALIZED;
+	gompi_onstack();
 	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 	rc = MPI_Comm_rank(MPI_COMM_WORLD, rank);
 	if (rc != MPI_SUCCESS) return rc;
