@@ -74,10 +74,15 @@ func (r *Req) Wait(abort <-chan struct{}) error {
 	}
 }
 
-// Engine is this process's MPI: one goroutine, locked to its OS thread,
-// makes every MPI call (MPI_THREAD_FUNNELED); other goroutines hand it
-// operations and wait for them. Blocking MPI calls from several threads at
-// once cost milliseconds per round trip where this costs microseconds.
+// Engine is this process's MPI: one goroutine makes every MPI call; other
+// goroutines hand it operations and wait for them. Blocking MPI calls from
+// several threads at once cost milliseconds per round trip where this
+// costs microseconds. The goroutine starts locked to its OS thread, which
+// calls MPI_Init_thread; it asks for MPI_THREAD_SERIALIZED and, granted
+// that, leaves the thread, so that it can hand its Go processor to the
+// goroutines it wakes (locked, it could not, and they waited up to
+// milliseconds to run); an MPI that grants only MPI_THREAD_FUNNELED keeps
+// it on that thread.
 type Engine struct {
 	rank, size int
 	version    string

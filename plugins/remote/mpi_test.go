@@ -32,6 +32,20 @@ func openMPI(t *testing.T) []plugin.Device {
 	return devs
 }
 
+// openLoadedMPI opens the job's device ranks and loads them as devices 0,
+// 1, …, closed when t ends.
+func openLoadedMPI(t *testing.T) []plugin.Device {
+	t.Helper()
+	devs := openMPI(t)
+	for i, d := range devs {
+		t.Cleanup(func() { d.Close() })
+		if err := d.Load(plugin.CurrentImage(), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return devs
+}
+
 // TestMPIRankConformance runs the shared plugin suite on the job's device
 // ranks.
 func TestMPIRankConformance(t *testing.T) {
@@ -44,14 +58,7 @@ var exitK = mustKernel("remotetest.exit", func(code int32) { os.Exit(int(code)) 
 // naming the device, the kernel and the panic value, and the rank goes on
 // serving.
 func TestMPIRankKernelPanic(t *testing.T) {
-	devs := openMPI(t)
-	img := plugin.CurrentImage()
-	for i, d := range devs {
-		t.Cleanup(func() { d.Close() })
-		if err := d.Load(img, i); err != nil {
-			t.Fatal(err)
-		}
-	}
+	devs := openLoadedMPI(t)
 	d := devs[len(devs)-1]
 	q, err := d.NewQueue()
 	if err != nil {
@@ -88,13 +95,7 @@ func TestMPIRankExit(t *testing.T) {
 	if os.Getenv("GOFFLOAD_TEST_RANK_EXIT") == "" {
 		t.Skip("run by TestMPIJobs")
 	}
-	devs := openMPI(t)
-	for i, d := range devs {
-		t.Cleanup(func() { d.Close() })
-		if err := d.Load(plugin.CurrentImage(), i); err != nil {
-			t.Fatal(err)
-		}
-	}
+	devs := openLoadedMPI(t)
 	q, err := devs[0].NewQueue()
 	if err != nil {
 		t.Fatal(err)
@@ -115,13 +116,7 @@ func TestMPIRankStop(t *testing.T) {
 	if os.Getenv("GOFFLOAD_TEST_RANK_STOP") == "" {
 		t.Skip("run by TestMPIJobs")
 	}
-	devs := openMPI(t)
-	for i, d := range devs {
-		t.Cleanup(func() { d.Close() })
-		if err := d.Load(plugin.CurrentImage(), i); err != nil {
-			t.Fatal(err)
-		}
-	}
+	devs := openLoadedMPI(t)
 	stopped, other := devs[0], devs[1]
 	pid := stopped.Info().PID
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
