@@ -4,7 +4,9 @@ package remote_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -110,8 +112,8 @@ func TestMPIRankExit(t *testing.T) {
 
 // TestMPIRankStop is the host of a job whose device rank is stopped with
 // SIGSTOP: the device is lost after GOFFLOAD_DEVICE_TIMEOUT, with an error
-// that says so, and the other device goes on. The stopped rank is killed at
-// the end (the launcher then ends the job).
+// that says so, and the other device goes on. The stopped rank is let go on
+// at the end (SIGCONT); the launcher then ends the job as it will.
 func TestMPIRankStop(t *testing.T) {
 	if os.Getenv("GOFFLOAD_TEST_RANK_STOP") == "" {
 		t.Skip("run by TestMPIJobs")
@@ -122,7 +124,8 @@ func TestMPIRankStop(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	defer syscall.Kill(pid, syscall.SIGKILL)
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	waitStopped(t, pid)
 	q, err := stopped.NewQueue()
 	if err != nil {
 		t.Fatal(err)
@@ -145,4 +148,24 @@ func TestMPIRankStop(t *testing.T) {
 	if err := oq.Synchronize(); err != nil {
 		t.Fatalf("the other device rank after one was lost: %v", err)
 	}
+	t.Logf("the other device rank went on")
+}
+
+// waitStopped waits until process pid is stopped (kill returns before the
+// signal is taken).
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// pid (comm) state ...: the state follows the last ')'.
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 && i+2 < len(b) && b[i+2] == 'T' {
+			return
+		}
+		runtime.Gosched()
+	}
+	t.Fatalf("process %d did not stop within 10s of SIGSTOP", pid)
 }

@@ -324,13 +324,20 @@ type event struct {
 }
 
 // settled reports, under e.d.mu, whether a wait on e would be over at
-// once: skip if e fired without error; an error if it fired with one.
+// once: skip if e fired without error. If it fired with one, the wait goes
+// to the device, which still has the event and fails the waiting queue
+// (its later operations are skipped until Synchronize reports the error),
+// unless the event is closed: the device may have forgotten it, and the
+// error comes back at once.
 func (e *event) settled() (skip bool, err error) {
 	if e.heard {
-		if e.err != nil {
+		if e.err == nil {
+			return true, nil
+		}
+		if e.closed {
 			return false, fmt.Errorf("%s: waited-for event failed: %w", e.d.name(), e.err)
 		}
-		return true, nil
+		return false, nil
 	}
 	fired, err := e.ev.Query()
 	if fired && err == nil { // a queue got past it on its device
