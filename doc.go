@@ -29,6 +29,12 @@
 // set by GOFFLOAD_DEVICES; OMP_TARGET_OFFLOAD says what happens when a device
 // is unavailable.
 //
+// Device processes are this same program in a device role: started by the
+// runtime on this machine (local:N), listening on TCP elsewhere (tcp://), or
+// the ranks of an MPI job (mpi, in a build with -tags mpi run by mpirun,
+// mpiexec or srun: rank 0 is the host, the other ranks are devices, see
+// [UnderMPI]). [Start] serves in a device process and never returns there.
+//
 // # Mapping
 //
 // Each device has a present table of mapped host buffers with reference

@@ -144,6 +144,9 @@ func Stop() error {
 //		offload.ServeDevice()
 //		os.Exit(m.Run())
 //	}
+//
+// Under an MPI launcher, the host rank must call [Stop] before it exits:
+// Stop ends the device ranks and finalizes MPI.
 func ServeDevice() { remote.ServeIfDevice() }
 
 // UnderMPI reports whether this process was started by an MPI launcher
