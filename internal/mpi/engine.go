@@ -37,6 +37,7 @@ type Req struct {
 	tag  int
 	buf  []byte
 	pin  runtime.Pinner
+	e    *Engine
 	done chan error   // gets the outcome, once
 	fn   func() error // opExec's
 	// Src, Tag and Buf are the sender, tag and data of a message handed to
@@ -67,8 +68,8 @@ func (r *Req) Wait(abort <-chan struct{}) error {
 		r.done <- err // a second Wait sees it too
 		return err
 	case <-abort:
-		if eng != nil {
-			eng.cancel(r)
+		if r.e != nil {
+			r.e.cancel(r)
 		}
 		return ErrAborted
 	}
@@ -167,6 +168,7 @@ func (e *Engine) Recv(rank, tag int, buf []byte) *Req {
 }
 
 func (e *Engine) post(o *op) *Req {
+	o.e = e
 	o.done = make(chan error, 1)
 	e.mu.Lock()
 	if e.err != nil {

@@ -51,7 +51,7 @@ type mpiWorld struct {
 
 var world struct {
 	once sync.Once
-	w    *mpiWorld
+	w    atomic.Pointer[mpiWorld] // set once MPI started
 	err  error
 }
 
@@ -68,10 +68,10 @@ func mpiWorldInit() (*mpiWorld, error) {
 			world.err = err
 			return
 		}
-		world.w = &mpiWorld{e: e, ranks: mpiRanks{host: host, size: e.Size()}, links: map[[2]int]*mpiTransport{},
-			tags: map[int]int{}, accept: map[int]*mpiSession{}, lost: map[int]error{}}
+		world.w.Store(&mpiWorld{e: e, ranks: mpiRanks{host: host, size: e.Size()}, links: map[[2]int]*mpiTransport{},
+			tags: map[int]int{}, accept: map[int]*mpiSession{}, lost: map[int]error{}})
 	})
-	return world.w, world.err
+	return world.w.Load(), world.err
 }
 
 // listenLocked tells the engine which control tags to receive.
@@ -312,7 +312,7 @@ func (w *mpiWorld) serveRaw(t *mpiTransport) {
 // byte back, with blocking MPI_Send and MPI_Recv on both sides and nothing
 // of goffload in between.
 func MPIRaw(i, n, size int, stream bool) error {
-	w := world.w
+	w := world.w.Load()
 	if w == nil || w.e.Rank() != w.ranks.host {
 		return fmt.Errorf("MPIRaw: not the host rank of an MPI job")
 	}
@@ -409,7 +409,7 @@ func (ms *mpiSession) accepted(r int, pt *mpiTransport) {
 // calls it; afterwards, MPI devices cannot be opened again. Elsewhere it
 // does nothing.
 func FinishMPI() error {
-	w := world.w
+	w := world.w.Load()
 	if w == nil || w.e.Rank() != w.ranks.host {
 		return nil
 	}
