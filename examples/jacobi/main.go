@@ -184,7 +184,7 @@ func solve(devs []offload.Device, n, iters int) ([]float64, time.Duration, error
 	for p, b := range blocks {
 		u := b.buf[final]
 		rows := len(u)/n - 2
-		b.dev.Nowait(offload.DependIn(u[n:(rows+1)*n])).In(&g).Update(offload.From(u[n : (rows+1)*n]).Named(fmt.Sprintf("u%d", p)))
+		b.dev.Nowait(offload.DependIn(u[n : (rows+1)*n])).In(&g).Update(offload.From(u[n : (rows+1)*n]).Named(fmt.Sprintf("u%d", p)))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
