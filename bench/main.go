@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/internal/apps/jacobi"
 )
 
 // Suite is a named set of metrics.
@@ -309,6 +310,8 @@ func run(args []string, out, errOut io.Writer) error {
 	format := fs.String("format", "table", "output format: table or tsv")
 	budget := fs.Duration("time", time.Second, "target measuring time of each figure, all rounds together")
 	rounds := fs.Int("rounds", 5, "timed rounds per figure; the median is reported")
+	fs.IntVar(&appsN, "apps-n", appsN, "suite apps: the Jacobi grid's side")
+	fs.IntVar(&appsIters, "apps-iters", appsIters, "suite apps: Jacobi iterations")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -320,6 +323,9 @@ func run(args []string, out, errOut io.Writer) error {
 	}
 	if *rounds < 1 {
 		return fmt.Errorf("-rounds %d: want at least 1", *rounds)
+	}
+	if err := jacobi.CheckSize(appsN, appsIters); err != nil {
+		return fmt.Errorf("-apps-n %d -apps-iters %d: %w", appsN, appsIters, err)
 	}
 	var p printer
 	switch *format {

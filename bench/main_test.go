@@ -58,6 +58,14 @@ func TestRemoteSuiteTSV(t *testing.T) {
 // TestAsyncSuiteTSV runs suite async, whose device processes and raw peer
 // are this test binary started again, with a tiny time budget. The suite
 // checks the compute kernel's results against the host's itself.
+func TestAppsSuiteTSV(t *testing.T) {
+	defer func(n, iters int) { appsN, appsIters = n, iters }(appsN, appsIters)
+	checkSuiteTSV(t, "apps", map[string]bool{
+		"apps.jacobi_2dev_vs_1dev":       true,
+		"apps.jacobi_2dev_vs_goroutines": true,
+	}, "-apps-n", "48", "-apps-iters", "6")
+}
+
 func TestAsyncSuiteTSV(t *testing.T) {
 	checkSuiteTSV(t, "async", map[string]bool{
 		"async.chain_per_op":          true,
@@ -118,10 +126,10 @@ func TestComputeElem(t *testing.T) {
 // checkSuiteTSV runs a suite with a tiny time budget and checks that every
 // metric of want (metric -> has a baseline) comes out as one well-formed tsv
 // line, and nothing else does.
-func checkSuiteTSV(t *testing.T, suite string, want map[string]bool) {
+func checkSuiteTSV(t *testing.T, suite string, want map[string]bool, args ...string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	if err := run([]string{"-suite", suite, "-format", "tsv", "-time", "10ms", "-rounds", "1"}, &out, &errOut); err != nil {
+	if err := run(append([]string{"-suite", suite, "-format", "tsv", "-time", "10ms", "-rounds", "1"}, args...), &out, &errOut); err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s\nstdout:\n%s", err, errOut.String(), out.String())
 	}
 	t.Logf("output:\n%s", out.String())

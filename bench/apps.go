@@ -1,0 +1,65 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/goffload/offload"
+	"github.com/goffload/offload/internal/apps/jacobi"
+)
+
+// Suite apps: real workloads on two local device processes, each timed
+// against the same work on one of them and against plain goroutines on this
+// machine, and checked cell by cell against the plain-Go result every round.
+//
+//   - apps.jacobi_2dev_vs_1dev: Jacobi iteration (internal/apps/jacobi) on
+//     an -apps-n² grid for -apps-iters iterations, row blocks on devices 0
+//     and 1 with halo rows device to device, against device 0 alone.
+//     Goal: ≤ 0.59 (two devices at least 1.7× as fast as one).
+//   - apps.jacobi_2dev_vs_goroutines: the same against plain goroutines
+//     (GOMAXPROCS of them).
+//
+// Times are of the iterations only (from the first enqueued task to the
+// last one's end), not of moving the grid onto the devices and back.
+func init() { register("apps", Suite{Devices: "local:2", Run: runApps}) }
+
+// The apps suite's sizes: -apps-n and -apps-iters.
+var (
+	appsN     = 2048
+	appsIters = 200
+)
+
+func runApps(env *Env) error {
+	if offload.NumDevices() < 2 {
+		return fmt.Errorf("the apps suite needs two devices, has %d", offload.NumDevices())
+	}
+	two := []offload.Device{offload.On(0), offload.On(1)}
+	n, iters := appsN, appsIters
+	env.Comment("apps.jacobi_*: %d² grid, %d iterations; %d rounds, median; each round checked against plain Go", n, iters, max(env.Rounds, 1))
+	var t2, t1, tg []float64
+	for round := range max(env.Rounds, 1) + 1 { // the first round warms up
+		want, goTime := jacobi.Reference(n, iters)
+		times := make([]time.Duration, 2)
+		for i, devs := range [][]offload.Device{two, two[:1]} {
+			grid, t, err := jacobi.Solve(devs, n, iters)
+			if err != nil {
+				return err
+			}
+			if err := jacobi.Check(grid, want, n); err != nil {
+				return fmt.Errorf("on %d device(s): %w", len(devs), err)
+			}
+			times[i] = t
+		}
+		if round > 0 {
+			t2 = append(t2, float64(times[0].Nanoseconds()))
+			t1 = append(t1, float64(times[1].Nanoseconds()))
+			tg = append(tg, float64(goTime.Nanoseconds()))
+		}
+	}
+	m2, m1, mg := median(t2), median(t1), median(tg)
+	env.Report(Result{Metric: "apps.jacobi_2dev_vs_1dev", Goffload: m2, Baseline: m1,
+		Note: fmt.Sprintf("%d² × %d: devices 0,1 vs device 0 alone (goal ≤ 0.59)", n, iters)})
+	env.Report(Result{Metric: "apps.jacobi_2dev_vs_goroutines", Goffload: m2, Baseline: mg,
+		Note: fmt.Sprintf("%d² × %d: devices 0,1 vs plain goroutines", n, iters)})
+	return nil
+}

@@ -1,0 +1,49 @@
+package jacobi
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/goffload/offload"
+)
+
+// TestSolve runs the iteration on two host devices and on one, for grids
+// that split evenly and not, and checks every cell against Reference.
+func TestSolve(t *testing.T) {
+	if err := offload.Start(offload.WithDevices("host:2")); err != nil {
+		t.Fatal(err)
+	}
+	defer offload.Stop()
+	for _, c := range []struct{ n, iters int }{{3, 1}, {10, 7}, {33, 20}, {40, 0}} {
+		want, _ := Reference(c.n, c.iters)
+		for _, devs := range [][]offload.Device{{offload.On(0), offload.On(1)}, {offload.On(1)}} {
+			grid, _, err := Solve(devs, c.n, c.iters)
+			if err != nil {
+				t.Fatalf("n=%d iters=%d on %d devices: %v", c.n, c.iters, len(devs), err)
+			}
+			if err := Check(grid, want, c.n); err != nil {
+				t.Errorf("n=%d iters=%d on %d devices: %v", c.n, c.iters, len(devs), err)
+			}
+		}
+	}
+	if _, _, err := Solve(nil, 10, 1); err == nil {
+		t.Error("Solve on no devices: no error")
+	}
+	if _, _, err := Solve([]offload.Device{offload.On(0)}, 2, 1); err == nil {
+		t.Error("Solve of a 2×2 grid: no error")
+	}
+}
+
+// TestCheck: a grid that differs in one cell is named in the error.
+func TestCheck(t *testing.T) {
+	want, _ := Reference(8, 3)
+	grid := append([]float64(nil), want...)
+	if err := Check(grid, want, 8); err != nil {
+		t.Fatal(err)
+	}
+	grid[8*3+4] += 1e-3
+	err := Check(grid, want, 8)
+	if err == nil || !strings.Contains(err.Error(), "cell (3, 4)") {
+		t.Fatalf("Check of a grid off in cell (3, 4) = %v", err)
+	}
+}
