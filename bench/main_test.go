@@ -42,6 +42,7 @@ func TestHostSuiteTSV(t *testing.T) {
 func TestRemoteSuiteTSV(t *testing.T) {
 	want := map[string]bool{
 		"remote.launch_rtt":            true,
+		"remote.launch_rtt_vs_spin":    true,
 		"remote.submit_64MiB":          true,
 		"raw.pingpong_spin20us":        true,
 		"raw.pingpong_spin100us":       true,
@@ -49,8 +50,8 @@ func TestRemoteSuiteTSV(t *testing.T) {
 		"raw.pingpong_spin100us_yield": true,
 		"raw.pingpong_busy":            true,
 	}
-	if len(spins) != len(want)-2 {
-		t.Errorf("%d spins, want %d", len(spins), len(want)-2)
+	if len(spins) != len(want)-3 {
+		t.Errorf("%d spins, want %d", len(spins), len(want)-3)
 	}
 	checkSuiteTSV(t, "remote", want)
 }

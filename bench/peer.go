@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/goffload/offload/plugins/remote"
 )
 
 // The raw baselines of suite remote talk to a peer process over the kind of
@@ -247,7 +249,7 @@ func startPeer(role string, sp spin, env ...string) (*peer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot find this program's executable to start a peer: %w", err)
 	}
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fds, err := remote.SocketPair() // the transport's own set-up
 	if err != nil {
 		return nil, fmt.Errorf("socketpair: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/plugins/remote"
 )
 
 // Suite remote: one local remote device (device 0), a process of this same
@@ -108,7 +109,21 @@ func remoteLaunch(env *Env, dev offload.Device) error {
 		}
 		env.Report(Result{Metric: "remote.launch_rtt", Goffload: t, Baseline: b,
 			Note: "empty kernel, synchronous vs 8-byte ping-pong, blocking reads"})
-		return nil
+		// The same against a ping-pong whose reads poll as the transport's
+		// do: the limit a spinning link can reach.
+		sp := spin{budget: remote.SpinBudget()}
+		return withPeer("echo", sp, func(p *peer) error {
+			if err := p.pingPong(100); err != nil {
+				return err
+			}
+			t, b, err := env.Compare(region, p.pingPong)
+			if err != nil {
+				return err
+			}
+			env.Report(Result{Metric: "remote.launch_rtt_vs_spin", Goffload: t, Baseline: b,
+				Note: fmt.Sprintf("empty kernel, synchronous vs 8-byte ping-pong, reads polling %v as the transport's (goal ≤ 1.2)", sp.budget)})
+			return nil
+		})
 	})
 }
 

@@ -160,9 +160,14 @@ func spawn(exe, cores string) (*device, error) {
 	return d, nil
 }
 
-// socketpair returns a connected pair of Unix stream sockets with buffers
-// of 4 MiB (the default ~200 KiB makes a large transfer sleep and wake
-// hundreds of times).
+// SocketPair returns a connected pair of Unix stream sockets (close-on-exec
+// descriptors) set up as a local device's link is: buffers of 4 MiB (the
+// default ~200 KiB makes a large transfer sleep and wake hundreds of
+// times). bench's raw baselines use it, so that they measure the same
+// sockets as the transport.
+func SocketPair() ([2]int, error) { return socketpair() }
+
+// socketpair is SocketPair.
 func socketpair() ([2]int, error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {

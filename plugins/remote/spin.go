@@ -41,6 +41,10 @@ var spinBudget = func() time.Duration {
 	return d
 }()
 
+// SpinBudget is how long a link's reader polls before parking
+// (GOFFLOAD_REMOTE_SPIN): bench's spinning raw baseline polls as long.
+func SpinBudget() time.Duration { return spinBudget }
+
 const maxBackoff = 64
 
 // idleAfter is how long a read must have waited in all for the link to count
