@@ -46,6 +46,22 @@ type Suite struct {
 	// Run measures the suite's metrics on the started runtime and reports
 	// each with env.Report.
 	Run func(env *Env) error
+	// Skip, if set, says why the suite cannot run here ("" if it can).
+	Skip func() string
+}
+
+// skipReason says why suite s cannot run here, or "". Under an MPI
+// launcher only the mpi suite runs: the others would run on every rank.
+func skipReason(name string, s Suite) string {
+	if s.Skip != nil {
+		if why := s.Skip(); why != "" {
+			return why
+		}
+	}
+	if name != "mpi" && offload.UnderMPI() {
+		return "under an MPI launcher only the mpi suite runs"
+	}
+	return ""
 }
 
 // suites holds the registered suites by name.
@@ -306,7 +322,7 @@ func run(args []string, out, errOut io.Writer) error {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	suiteList := fs.String("suite", "host", "comma-separated suites to run: "+strings.Join(names, ", "))
+	suiteList := fs.String("suite", "host", "comma-separated suites to run: "+strings.Join(names, ", ")+"; all: every suite that can run here")
 	format := fs.String("format", "table", "output format: table or tsv")
 	budget := fs.Duration("time", time.Second, "target measuring time of each figure, all rounds together")
 	rounds := fs.Int("rounds", 5, "timed rounds per figure; the median is reported")
@@ -336,14 +352,27 @@ func run(args []string, out, errOut io.Writer) error {
 	default:
 		return fmt.Errorf("-format %q: want table or tsv", *format)
 	}
-	var chosen []string
+	var chosen, skipped []string
 	for _, n := range strings.Split(*suiteList, ",") {
 		n = strings.TrimSpace(n)
 		if n == "" {
 			continue
 		}
+		if n == "all" {
+			for _, m := range names {
+				if why := skipReason(m, suites[m]); why != "" {
+					skipped = append(skipped, fmt.Sprintf("suite %s skipped: %s", m, why))
+				} else if !slices.Contains(chosen, m) {
+					chosen = append(chosen, m)
+				}
+			}
+			continue
+		}
 		if _, ok := suites[n]; !ok {
 			return fmt.Errorf("unknown suite %q; known suites: %s", n, strings.Join(names, ", "))
+		}
+		if why := skipReason(n, suites[n]); why != "" {
+			return fmt.Errorf("suite %s cannot run here: %s", n, why)
 		}
 		if !slices.Contains(chosen, n) {
 			chosen = append(chosen, n)
@@ -356,6 +385,9 @@ func run(args []string, out, errOut io.Writer) error {
 	p.start(fmt.Sprintf("suites %s, %s %s/%s, GOMAXPROCS=%d, -time %v, -rounds %d",
 		strings.Join(chosen, ","), runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), *budget, *rounds))
 	env := &Env{Budget: *budget, Rounds: *rounds, out: p}
+	for _, why := range skipped {
+		env.Comment("%s", why)
+	}
 	for _, n := range chosen {
 		if err := runSuite(env, n, suites[n]); err != nil {
 			return fmt.Errorf("suite %s: %w", n, err)

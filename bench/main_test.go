@@ -59,6 +59,26 @@ func TestRemoteSuiteTSV(t *testing.T) {
 // TestAsyncSuiteTSV runs suite async, whose device processes and raw peer
 // are this test binary started again, with a tiny time budget. The suite
 // checks the compute kernel's results against the host's itself.
+// TestSuiteAll: -suite all runs the suites that can run here and says why
+// it skips the rest (mpi, without MPI support in this test binary); naming
+// a suite that cannot run is an error that says why.
+func TestSuiteAll(t *testing.T) {
+	defer func(n, iters int) { appsN, appsIters = n, iters }(appsN, appsIters)
+	var out, errOut bytes.Buffer
+	if err := run([]string{"-suite", "all", "-format", "tsv", "-time", "5ms", "-rounds", "1", "-apps-n", "24", "-apps-iters", "2"}, &out, &errOut); err != nil {
+		t.Fatalf("run: %v\n%s", err, errOut.String())
+	}
+	for _, want := range []string{"# suite mpi skipped: ", "\nhost.empty_region\t", "\nremote.launch_rtt\t", "\nasync.chain_per_op\t", "\napps.jacobi_2dev_vs_1dev\t"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("-suite all output lacks %q:\n%s", want, out.String())
+		}
+	}
+	err := run([]string{"-suite", "mpi"}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "cannot run here") || !strings.Contains(err.Error(), "mpirun") {
+		t.Errorf("-suite mpi outside an MPI job: %v; want an error saying how to run it", err)
+	}
+}
+
 func TestAppsSuiteTSV(t *testing.T) {
 	defer func(n, iters int) { appsN, appsIters = n, iters }(appsN, appsIters)
 	checkSuiteTSV(t, "apps", map[string]bool{

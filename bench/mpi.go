@@ -15,7 +15,14 @@ import (
 // mpirun -np 3 ./bench -suite mpi), each figure against a raw MPI baseline
 // between the same ranks in the same job: blocking MPI_Send and MPI_Recv
 // on both sides, with nothing of goffload in between (remote.MPIRaw).
-func init() { register("mpi", Suite{Devices: "mpi", Run: runMPI}) }
+func init() {
+	register("mpi", Suite{Devices: "mpi", Run: runMPI, Skip: func() string {
+		if !offload.UnderMPI() {
+			return "not started by an MPI launcher: mpirun -np 3 ./bench -suite mpi"
+		}
+		return ""
+	}})
+}
 
 func runMPI(env *Env) error {
 	if offload.NumDevices() < 1 {
