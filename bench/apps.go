@@ -2,9 +2,11 @@ package main
 
 import (
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/internal/apps/cholesky"
 	"github.com/goffload/offload/internal/apps/jacobi"
 )
 
@@ -18,15 +20,20 @@ import (
 //     Goal: ≤ 0.59 (two devices at least 1.7× as fast as one).
 //   - apps.jacobi_2dev_vs_goroutines: the same against plain goroutines
 //     (GOMAXPROCS of them).
+//   - apps.cholesky_vs_goroutines: tiled Cholesky (internal/apps/cholesky)
+//     of -apps-tiles² tiles of -apps-b² on devices 0 and 1 against a
+//     goroutine fork-join version of the same tile operations. Goal: ≤ 1.5.
 //
 // Times are of the iterations only (from the first enqueued task to the
 // last one's end), not of moving the grid onto the devices and back.
 func init() { register("apps", Suite{Devices: "local:2", Run: runApps}) }
 
-// The apps suite's sizes: -apps-n and -apps-iters.
+// The apps suite's sizes: -apps-n, -apps-iters, -apps-tiles, -apps-b.
 var (
 	appsN     = 2048
 	appsIters = 200
+	appsTiles = 8
+	appsB     = 128
 )
 
 func runApps(env *Env) error {
@@ -61,5 +68,33 @@ func runApps(env *Env) error {
 		Note: fmt.Sprintf("%d² × %d: devices 0,1 vs device 0 alone (goal ≤ 0.59)", n, iters)})
 	env.Report(Result{Metric: "apps.jacobi_2dev_vs_goroutines", Goffload: m2, Baseline: mg,
 		Note: fmt.Sprintf("%d² × %d: devices 0,1 vs plain goroutines", n, iters)})
+	return appsCholesky(env, two)
+}
+
+// appsCholesky times the tiled Cholesky factorization on devs against the
+// goroutine fork-join version, checking L every round.
+func appsCholesky(env *Env, devs []offload.Device) error {
+	tiles, b := appsTiles, appsB
+	var tc, tg []float64
+	tasks := 0
+	for round := range max(env.Rounds, 1) + 1 { // the first round warms up
+		want := cholesky.NewMatrix(tiles, b)
+		goTime := cholesky.Reference(want, runtime.GOMAXPROCS(0))
+		m := cholesky.NewMatrix(tiles, b)
+		n, t, err := cholesky.Factor(devs, m)
+		if err != nil {
+			return err
+		}
+		if err := cholesky.Check(m, want); err != nil {
+			return err
+		}
+		tasks = n
+		if round > 0 {
+			tc = append(tc, float64(t.Nanoseconds()))
+			tg = append(tg, float64(goTime.Nanoseconds()))
+		}
+	}
+	env.Report(Result{Metric: "apps.cholesky_vs_goroutines", Goffload: median(tc), Baseline: median(tg),
+		Note: fmt.Sprintf("n=%d in %d×%d tiles, %d tasks on devices 0,1 vs goroutine fork-join (goal ≤ 1.5)", tiles*b, tiles, tiles, tasks)})
 	return nil
 }

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/internal/apps/cholesky"
 	"github.com/goffload/offload/internal/apps/jacobi"
 )
 
@@ -328,6 +329,8 @@ func run(args []string, out, errOut io.Writer) error {
 	rounds := fs.Int("rounds", 5, "timed rounds per figure; the median is reported")
 	fs.IntVar(&appsN, "apps-n", appsN, "suite apps: the Jacobi grid's side")
 	fs.IntVar(&appsIters, "apps-iters", appsIters, "suite apps: Jacobi iterations")
+	fs.IntVar(&appsTiles, "apps-tiles", appsTiles, "suite apps: Cholesky tiles per side")
+	fs.IntVar(&appsB, "apps-b", appsB, "suite apps: Cholesky tile side")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -342,6 +345,9 @@ func run(args []string, out, errOut io.Writer) error {
 	}
 	if err := jacobi.CheckSize(appsN, appsIters); err != nil {
 		return fmt.Errorf("-apps-n %d -apps-iters %d: %w", appsN, appsIters, err)
+	}
+	if err := cholesky.CheckSize(appsTiles, appsB); err != nil {
+		return fmt.Errorf("-apps-tiles %d -apps-b %d: %w", appsTiles, appsB, err)
 	}
 	var p printer
 	switch *format {

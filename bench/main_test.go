@@ -63,9 +63,9 @@ func TestRemoteSuiteTSV(t *testing.T) {
 // it skips the rest (mpi, without MPI support in this test binary); naming
 // a suite that cannot run is an error that says why.
 func TestSuiteAll(t *testing.T) {
-	defer func(n, iters int) { appsN, appsIters = n, iters }(appsN, appsIters)
+	defer func(n, iters, tiles, b int) { appsN, appsIters, appsTiles, appsB = n, iters, tiles, b }(appsN, appsIters, appsTiles, appsB)
 	var out, errOut bytes.Buffer
-	if err := run([]string{"-suite", "all", "-format", "tsv", "-time", "5ms", "-rounds", "1", "-apps-n", "24", "-apps-iters", "2"}, &out, &errOut); err != nil {
+	if err := run([]string{"-suite", "all", "-format", "tsv", "-time", "5ms", "-rounds", "1", "-apps-n", "24", "-apps-iters", "2", "-apps-tiles", "2", "-apps-b", "4"}, &out, &errOut); err != nil {
 		t.Fatalf("run: %v\n%s", err, errOut.String())
 	}
 	for _, want := range []string{"# suite mpi skipped: ", "\nhost.empty_region\t", "\nremote.launch_rtt\t", "\nasync.chain_per_op\t", "\napps.jacobi_2dev_vs_1dev\t"} {
@@ -80,11 +80,12 @@ func TestSuiteAll(t *testing.T) {
 }
 
 func TestAppsSuiteTSV(t *testing.T) {
-	defer func(n, iters int) { appsN, appsIters = n, iters }(appsN, appsIters)
+	defer func(n, iters, tiles, b int) { appsN, appsIters, appsTiles, appsB = n, iters, tiles, b }(appsN, appsIters, appsTiles, appsB)
 	checkSuiteTSV(t, "apps", map[string]bool{
 		"apps.jacobi_2dev_vs_1dev":       true,
 		"apps.jacobi_2dev_vs_goroutines": true,
-	}, "-apps-n", "48", "-apps-iters", "6")
+		"apps.cholesky_vs_goroutines":    true,
+	}, "-apps-n", "48", "-apps-iters", "6", "-apps-tiles", "3", "-apps-b", "8")
 }
 
 func TestAsyncSuiteTSV(t *testing.T) {

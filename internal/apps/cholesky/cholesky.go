@@ -1,0 +1,252 @@
+// Package cholesky is a real workload on goffload's devices: the tiled
+// Cholesky factorization of a symmetric positive definite matrix, a DAG of
+// potrf, trsm, syrk and gemm tasks over tiles, spread over the devices with
+// depend clauses on the tiles. examples/cholesky runs it; bench -suite apps
+// times it. Every process of a program that uses it registers its kernels
+// (the package's init).
+package cholesky
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/goffload/offload"
+)
+
+// The kernels, on b×b tiles stored row by row; only the lower triangle of
+// diagonal tiles is read and written.
+var (
+	// Potrf factors a diagonal tile in place: a = L Lᵀ.
+	Potrf = offload.MustKernel("cholesky.potrf", func(a []float64, b int) { potrf(a, b) })
+	// Trsm solves x Lᵀ = a for x in place of a, l a factored diagonal tile.
+	Trsm = offload.MustKernel("cholesky.trsm", func(ctx offload.Ctx, l, a []float64, b int) {
+		ctx.For(b, func(lo, hi int) { trsm(l, a, b, lo, hi) })
+	})
+	// Syrk updates a diagonal tile: c -= a aᵀ (lower triangle).
+	Syrk = offload.MustKernel("cholesky.syrk", func(ctx offload.Ctx, a, c []float64, b int) {
+		ctx.For(b, func(lo, hi int) { syrk(a, c, b, lo, hi) })
+	})
+	// Gemm updates an off-diagonal tile: c -= a bᵀ.
+	Gemm = offload.MustKernel("cholesky.gemm", func(ctx offload.Ctx, a, bt, c []float64, b int) {
+		ctx.For(b, func(lo, hi int) { gemm(a, bt, c, b, lo, hi) })
+	})
+)
+
+func potrf(a []float64, b int) {
+	for j := 0; j < b; j++ {
+		s := a[j*b+j]
+		for k := 0; k < j; k++ {
+			s -= a[j*b+k] * a[j*b+k]
+		}
+		if !(s > 0) {
+			panic(fmt.Sprintf("cholesky: matrix not positive definite (pivot %g at %d)", s, j))
+		}
+		d := math.Sqrt(s)
+		a[j*b+j] = d
+		for i := j + 1; i < b; i++ {
+			t := a[i*b+j]
+			for k := 0; k < j; k++ {
+				t -= a[i*b+k] * a[j*b+k]
+			}
+			a[i*b+j] = t / d
+		}
+	}
+}
+
+func trsm(l, a []float64, b, lo, hi int) {
+	for r := lo; r < hi; r++ {
+		x := a[r*b : (r+1)*b]
+		for j := 0; j < b; j++ {
+			t, lj := x[j], l[j*b:j*b+j]
+			for k, v := range lj {
+				t -= x[k] * v
+			}
+			x[j] = t / l[j*b+j]
+		}
+	}
+}
+
+func syrk(a, c []float64, b, lo, hi int) {
+	for i := lo; i < hi; i++ {
+		ai := a[i*b : (i+1)*b]
+		for j := 0; j <= i; j++ {
+			aj, t := a[j*b:(j+1)*b], 0.0
+			for k := range ai {
+				t += ai[k] * aj[k]
+			}
+			c[i*b+j] -= t
+		}
+	}
+}
+
+func gemm(a, bt, c []float64, b, lo, hi int) {
+	for i := lo; i < hi; i++ {
+		ai := a[i*b : (i+1)*b]
+		for j := 0; j < b; j++ {
+			bj, t := bt[j*b:(j+1)*b], 0.0
+			for k := range ai {
+				t += ai[k] * bj[k]
+			}
+			c[i*b+j] -= t
+		}
+	}
+}
+
+// Matrix is a symmetric matrix of t×t tiles of b×b: Tile(i, j) for j ≤ i.
+type Matrix struct {
+	T, B  int
+	tiles [][]float64
+}
+
+// NewMatrix returns the test matrix of t×t tiles of b×b: symmetric,
+// diagonally dominant, so positive definite.
+func NewMatrix(t, b int) *Matrix {
+	m := &Matrix{T: t, B: b, tiles: make([][]float64, t*t)}
+	n := t * b
+	for i := range t {
+		for j := 0; j <= i; j++ {
+			tile := make([]float64, b*b)
+			for r := range b {
+				for c := range b {
+					gi, gj := i*b+r, j*b+c
+					v := 1 / (1 + math.Abs(float64(gi-gj)))
+					if gi == gj {
+						v += float64(n)
+					}
+					tile[r*b+c] = v
+				}
+			}
+			m.tiles[i*t+j] = tile
+		}
+	}
+	return m
+}
+
+// Tile is tile (i, j), j ≤ i.
+func (m *Matrix) Tile(i, j int) []float64 { return m.tiles[i*m.T+j] }
+
+// CheckSize says whether t×t tiles of b×b can be factored.
+func CheckSize(t, b int) error {
+	if t < 1 || b < 1 || t*b > 1<<14 {
+		return fmt.Errorf("cholesky: %d×%d tiles of %d×%d: want at least one tile of at least 1×1, a matrix side of at most 16384", t, t, b, b)
+	}
+	return nil
+}
+
+// Factor factors m in place over devs: task (i, j) runs on device
+// (i+j) mod len(devs), each task maps its tiles (to, and tofrom the one it
+// writes) and depends on them. It returns the number of tasks and the time
+// from the first enqueued task to the end of the last.
+func Factor(devs []offload.Device, m *Matrix) (int, time.Duration, error) {
+	if err := CheckSize(m.T, m.B); err != nil {
+		return 0, 0, err
+	}
+	if len(devs) == 0 {
+		return 0, 0, fmt.Errorf("cholesky: no devices")
+	}
+	t, b := m.T, m.B
+	on := func(i, j int) offload.Device { return devs[(i+j)%len(devs)] }
+	name := func(i, j int) string { return fmt.Sprintf("A%d,%d", i, j) }
+	start := time.Now()
+	var g offload.Group
+	tasks := 0
+	for k := range t {
+		akk := m.Tile(k, k)
+		on(k, k).Nowait(offload.DependInOut(akk)).In(&g).Run(Potrf, offload.ToFrom(akk).Named(name(k, k)), b)
+		tasks++
+		for i := k + 1; i < t; i++ {
+			aik := m.Tile(i, k)
+			on(i, k).Nowait(offload.DependIn(akk), offload.DependInOut(aik)).In(&g).
+				Run(Trsm, offload.To(akk).Named(name(k, k)), offload.ToFrom(aik).Named(name(i, k)), b)
+			tasks++
+		}
+		for i := k + 1; i < t; i++ {
+			aik, aii := m.Tile(i, k), m.Tile(i, i)
+			on(i, i).Nowait(offload.DependIn(aik), offload.DependInOut(aii)).In(&g).
+				Run(Syrk, offload.To(aik).Named(name(i, k)), offload.ToFrom(aii).Named(name(i, i)), b)
+			tasks++
+			for j := k + 1; j < i; j++ {
+				ajk, aij := m.Tile(j, k), m.Tile(i, j)
+				on(i, j).Nowait(offload.DependIn(aik), offload.DependIn(ajk), offload.DependInOut(aij)).In(&g).
+					Run(Gemm, offload.To(aik).Named(name(i, k)), offload.To(ajk).Named(name(j, k)), offload.ToFrom(aij).Named(name(i, j)), b)
+				tasks++
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if err := g.Wait(ctx); err != nil {
+		return tasks, 0, err
+	}
+	return tasks, time.Since(start), nil
+}
+
+// Reference factors m in place with plain goroutines: the same tile
+// operations, each step's independent ones at once (fork-join), each tile
+// operation split over workers goroutines. It returns the time it took.
+func Reference(m *Matrix, workers int) time.Duration {
+	t, b := m.T, m.B
+	par := func(f func(lo, hi int)) {
+		var wg sync.WaitGroup
+		for w := range workers {
+			lo, hi := w*b/workers, (w+1)*b/workers
+			wg.Add(1)
+			go func() { defer wg.Done(); f(lo, hi) }()
+		}
+		wg.Wait()
+	}
+	start := time.Now()
+	for k := range t {
+		akk := m.Tile(k, k)
+		potrf(akk, b)
+		var wg sync.WaitGroup
+		for i := k + 1; i < t; i++ {
+			wg.Add(1)
+			go func() { defer wg.Done(); par(func(lo, hi int) { trsm(akk, m.Tile(i, k), b, lo, hi) }) }()
+		}
+		wg.Wait()
+		for i := k + 1; i < t; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				par(func(lo, hi int) { syrk(m.Tile(i, k), m.Tile(i, i), b, lo, hi) })
+				for j := k + 1; j < i; j++ {
+					par(func(lo, hi int) { gemm(m.Tile(i, k), m.Tile(j, k), m.Tile(i, j), b, lo, hi) })
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	return time.Since(start)
+}
+
+// Check compares the lower triangle of factored m with want's.
+func Check(m, want *Matrix) error {
+	bad, first := 0, ""
+	for i := range m.T {
+		for j := 0; j <= i; j++ {
+			got, w := m.Tile(i, j), want.Tile(i, j)
+			for r := range m.B {
+				for c := range m.B {
+					if i == j && c > r {
+						continue // the upper triangle of a diagonal tile is not part of L
+					}
+					x, y := got[r*m.B+c], w[r*m.B+c]
+					if math.Abs(x-y) > 1e-9*math.Max(1, math.Abs(y)) {
+						if bad < 3 {
+							first += fmt.Sprintf("; L[%d][%d] is %g, want %g", i*m.B+r, j*m.B+c, x, y)
+						}
+						bad++
+					}
+				}
+			}
+		}
+	}
+	if bad > 0 {
+		return fmt.Errorf("cholesky: %d elements of L differ from the plain Go factorization%s", bad, first)
+	}
+	return nil
+}

@@ -1,0 +1,66 @@
+package cholesky
+
+import (
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/goffload/offload"
+)
+
+// TestFactor factors on two host devices and on one, and checks L against
+// the plain-Go factorization and L Lᵀ against the matrix itself.
+func TestFactor(t *testing.T) {
+	if err := offload.Start(offload.WithDevices("host:2")); err != nil {
+		t.Fatal(err)
+	}
+	defer offload.Stop()
+	for _, c := range []struct{ t, b int }{{1, 5}, {3, 4}, {5, 7}} {
+		want := NewMatrix(c.t, c.b)
+		Reference(want, 2)
+		for _, devs := range [][]offload.Device{{offload.On(0), offload.On(1)}, {offload.On(1)}} {
+			m := NewMatrix(c.t, c.b)
+			tasks, _, err := Factor(devs, m)
+			if err != nil {
+				t.Fatalf("%d×%d tiles of %d on %d devices: %v", c.t, c.t, c.b, len(devs), err)
+			}
+			if wantTasks := c.t * (c.t + 1) * (c.t + 2) / 6; tasks != wantTasks {
+				t.Errorf("%d tasks, want %d", tasks, wantTasks)
+			}
+			if err := Check(m, want); err != nil {
+				t.Errorf("%d×%d tiles of %d on %d devices: %v", c.t, c.t, c.b, len(devs), err)
+			}
+			checkProduct(t, m, NewMatrix(c.t, c.b))
+		}
+	}
+	// A matrix that is not positive definite fails in potrf, with an error.
+	m := NewMatrix(2, 3)
+	m.Tile(0, 0)[0] = -1
+	if _, _, err := Factor([]offload.Device{offload.On(0)}, m); !errors.Is(err, offload.ErrKernelFailed) {
+		t.Errorf("factoring a matrix that is not positive definite: %v; want ErrKernelFailed", err)
+	}
+}
+
+// checkProduct checks that L Lᵀ = a, L the lower triangle of factored m.
+func checkProduct(t *testing.T, m, a *Matrix) {
+	t.Helper()
+	n := m.T * m.B
+	l := func(r, c int) float64 {
+		if c > r {
+			return 0
+		}
+		return m.Tile(r/m.B, c/m.B)[(r%m.B)*m.B+c%m.B]
+	}
+	for r := range n {
+		for c := 0; c <= r; c++ {
+			s := 0.0
+			for k := 0; k <= c; k++ {
+				s += l(r, k) * l(c, k)
+			}
+			want := a.Tile(r/m.B, c/m.B)[(r%m.B)*m.B+c%m.B]
+			if math.Abs(s-want) > 1e-9*math.Max(1, math.Abs(want)) {
+				t.Fatalf("(L Lᵀ)[%d][%d] = %g, want %g", r, c, s, want)
+			}
+		}
+	}
+}
