@@ -193,10 +193,7 @@ func openMPI(arg string) ([]plugin.Device, error) {
 	announce := proto.AppendFrame(nil, &proto.Msg{Type: proto.THello, ID: uint64(gen)}, nil)
 	var devs []plugin.Device
 	for i := 0; i < n; i++ {
-		r := i
-		if r >= w.ranks.host {
-			r++
-		}
+		r := w.ranks.rankAt(i)
 		w.e.Send(r, mpiTagOpen, announce) // waited for by the session's first frames
 		t := w.addLocked(r, ctrl, data)
 		d := newDevice(startLink(t), fmt.Sprintf("mpi device (rank %d)", r))
@@ -319,10 +316,7 @@ func MPIRaw(i, n, size int, stream bool) error {
 	if i < 0 || i >= w.ranks.size-1 {
 		return fmt.Errorf("MPIRaw: no device rank %d in a job of %d ranks", i, w.ranks.size)
 	}
-	r := i
-	if r >= w.ranks.host {
-		r++
-	}
+	r := w.ranks.rankAt(i)
 	code := uint8(0)
 	if stream {
 		code = 1

@@ -108,16 +108,21 @@ func (m mpiRanks) index(r int) int {
 	return r
 }
 
+// rankAt is the rank of the i-th device rank (index's inverse).
+func (m mpiRanks) rankAt(i int) int {
+	if i >= m.host {
+		return i + 1
+	}
+	return i
+}
+
 // rankOf is the rank of device num.
 func (m mpiRanks) rankOf(num int) (int, error) {
 	i := num - m.base
 	if i < 0 || i >= m.size-1 {
 		return 0, fmt.Errorf("device %d is not an MPI device of this job (devices %d to %d)", num, m.base, m.base+m.size-2)
 	}
-	if i >= m.host {
-		i++
-	}
-	return i, nil
+	return m.rankAt(i), nil
 }
 
 // numOf is the device number of rank r.

@@ -93,6 +93,9 @@ func TestMPIRanks(t *testing.T) {
 			if back, err := m.rankOf(num); err != nil || back != r {
 				t.Fatalf("host %d: device %d is rank %d, %v; want %d", host, num, back, err, r)
 			}
+			if at := m.rankAt(m.index(r)); at != r {
+				t.Fatalf("host %d: rankAt(index(%d)) = %d", host, r, at)
+			}
 		}
 		for _, num := range []int{4, 8} {
 			if _, err := m.rankOf(num); err == nil {
