@@ -86,7 +86,6 @@ func (r *Req) Wait(abort <-chan struct{}) error {
 // it on that thread.
 type Engine struct {
 	rank, size int
-	version    string
 	locked     bool // MPI is called from its init thread only (no MPI_THREAD_SERIALIZED)
 
 	mu      sync.Mutex
@@ -140,9 +139,6 @@ func (e *Engine) Rank() int { return e.rank }
 
 // Size is the number of ranks in MPI_COMM_WORLD.
 func (e *Engine) Size() int { return e.size }
-
-// Version is the MPI library's version string.
-func (e *Engine) Version() string { return e.version }
 
 // Listen hands fn every message with one of tags, from any rank, in the
 // order MPI matches them (per sender, the order they were sent): fn runs on
@@ -212,9 +208,6 @@ func (e *Engine) Finalize() error {
 	return <-ch
 }
 
-// Abort ends every rank of the job (MPI_Abort).
-func (e *Engine) Abort(code int) { cAbort(code) }
-
 // How the progress goroutine waits. MPI has no way to sleep until either a
 // message comes or another goroutine hands it work, so it polls: without a
 // pause for spinFor after anything happened (yielding the CPU between
@@ -242,9 +235,8 @@ func (e *Engine) progress(ready chan<- error) {
 		runtime.UnlockOSThread()
 	}
 	e.locked = !serialized
-	e.rank, e.size, e.version = rank, size, libraryVersion()
+	e.rank, e.size = rank, size
 	ready <- nil
-	preciseSleeps()
 	last, nap := time.Now(), time.Duration(0)
 	var finishing time.Time
 	for {
@@ -345,7 +337,8 @@ func (e *Engine) Raw(peer, tag, n, size int, stream, initiator bool) error {
 func yield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // preciseSleeps makes this thread's sleeps end on time, not up to 50µs
-// late (PR_SET_TIMERSLACK).
+// late (PR_SET_TIMERSLACK). nap sets it each time: unless MPI keeps it on
+// one thread, the progress goroutine moves between threads.
 func preciseSleeps() { syscall.Syscall(syscall.SYS_PRCTL, 29, 1000, 0) }
 
 // nap sleeps on this thread for d at most, or until poke: an eventfd that
@@ -357,6 +350,7 @@ func (e *Engine) nap(d time.Duration) {
 	pending := len(e.work) + len(e.cancels)
 	e.mu.Unlock()
 	if pending == 0 {
+		preciseSleeps()
 		ts := syscall.NsecToTimespec(d.Nanoseconds())
 		fds := [1]pollFd{{fd: int32(e.efd), events: 1}} // POLLIN
 		syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)

@@ -93,7 +93,6 @@ static void gompi_errstr(int rc, char *buf) {
 }
 
 static int gompi_finalize(void) { return MPI_Finalize(); }
-static int gompi_abort(int code) { return MPI_Abort(MPI_COMM_WORLD, code); }
 
 // gompi_raw runs n rounds of a raw exchange with peer, with blocking
 // calls, as a baseline for benchmarks: a ping-pong of size bytes both ways
@@ -125,11 +124,6 @@ static int gompi_raw(int peer, int tag, int n, int size, int stream, int initiat
 	return rc;
 }
 
-static void gompi_version(char *buf) {
-	int n = 0;
-	MPI_Get_library_version(buf, &n);
-	buf[n] = 0;
-}
 */
 import "C"
 
@@ -165,12 +159,6 @@ func cInit() (rank, size int, serialized bool, err error) {
 		return 0, 0, false, err
 	}
 	return int(r), int(s), ser != 0, nil
-}
-
-func libraryVersion() string {
-	buf := make([]byte, C.MPI_MAX_LIBRARY_VERSION_STRING+1)
-	C.gompi_version((*C.char)(unsafe.Pointer(&buf[0])))
-	return C.GoString((*C.char)(unsafe.Pointer(&buf[0])))
 }
 
 func bufPtr(b []byte) unsafe.Pointer {
@@ -225,8 +213,6 @@ func cTestsome(reqs []request, idx, errs []C.int) (int, error) {
 func cCancel(req *request) { C.gompi_cancel(req) }
 
 func cFinalize() error { return mpiErr("MPI_Finalize", C.gompi_finalize()) }
-
-func cAbort(code int) { C.gompi_abort(C.int(code)) }
 
 func cRaw(peer, tag, n, size int, stream, initiator bool) error {
 	b := func(v bool) C.int {
