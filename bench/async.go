@@ -81,15 +81,8 @@ func computeElem(x float64, iters int) float64 {
 }
 
 func runAsync(env *Env) error {
-	for d := range 2 {
-		info, err := offload.On(d).Info()
-		if err != nil {
-			return err
-		}
-		if info.Kind != "remote" {
-			return fmt.Errorf("device %d is a %q device, want a remote device", d, info.Kind)
-		}
-		env.Comment("device %d: %s (%s), %d cores, pid %d", d, info.Kind, info.Name, info.Cores, info.PID)
+	if err := describeDevices(env, 2, "remote", "a remote device"); err != nil {
+		return err
 	}
 	env.Comment("async.*_per_op: a chain of %d empty-kernel tasks, each depend(inout) on the one before, enqueued then Taskwait; time per task. Baseline: one raw 8-byte ping-pong round trip with blocking reads (%s=echo peer, inherited AF_UNIX socketpair)", chainLen, envPeerRole)
 	err := withPeer("echo", spin{}, func(p *peer) error {

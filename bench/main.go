@@ -402,6 +402,22 @@ func run(args []string, out, errOut io.Writer) error {
 	return nil
 }
 
+// describeDevices checks that devices 0..n-1 are of kind (want names it in
+// the error: "a remote device") and says what they are in comments.
+func describeDevices(env *Env, n int, kind, want string) error {
+	for d := range n {
+		info, err := offload.On(d).Info()
+		if err != nil {
+			return err
+		}
+		if info.Kind != kind {
+			return fmt.Errorf("device %d is a %q device, want %s", d, info.Kind, want)
+		}
+		env.Comment("device %d: %s (%s), %d cores, pid %d", d, info.Kind, info.Name, info.Cores, info.PID)
+	}
+	return nil
+}
+
 // runSuite starts the runtime with the suite's devices, runs the suite and
 // stops the runtime. MANDATORY offload makes an unavailable device an error
 // instead of a silent measurement of the initial device.

@@ -28,15 +28,8 @@ func runMPI(env *Env) error {
 	if offload.NumDevices() < 1 {
 		return fmt.Errorf("the mpi suite needs device ranks (mpirun -np 3), has none")
 	}
-	for d := range min(2, offload.NumDevices()) {
-		info, err := offload.On(d).Info()
-		if err != nil {
-			return err
-		}
-		if info.Kind != "mpi" {
-			return fmt.Errorf("device %d is a %q device, want an MPI device", d, info.Kind)
-		}
-		env.Comment("device %d: %s (%s), %d cores, pid %d", d, info.Kind, info.Name, info.Cores, info.PID)
+	if err := describeDevices(env, min(2, offload.NumDevices()), "mpi", "an MPI device"); err != nil {
+		return err
 	}
 	raw := func(size int, stream bool) func(n int) error {
 		return func(n int) error { return remote.MPIRaw(0, n, size, stream) }

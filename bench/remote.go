@@ -52,14 +52,9 @@ func spinMetric(sp spin) string {
 
 func runRemote(env *Env) error {
 	dev := offload.On(0)
-	info, err := dev.Info()
-	if err != nil {
+	if err := describeDevices(env, 1, "remote", "a remote device"); err != nil {
 		return err
 	}
-	if info.Kind != "remote" {
-		return fmt.Errorf("device 0 is a %q device, want a remote device", info.Kind)
-	}
-	env.Comment("device 0: %s (%s), %d cores, pid %d", info.Kind, info.Name, info.Cores, info.PID)
 	env.Comment("raw peers: this executable started again with %s=echo|sink, on an inherited AF_UNIX SOCK_STREAM socketpair", envPeerRole)
 	env.Comment("raw.pingpong_*: not goffload figures: the goffload column is the raw 8-byte ping-pong with both sides polling read(2) for up to N µs before parking, yielding the P between polls (runtime.Gosched) and with _yield the CPU too (sched_yield); the baseline is the blocking ping-pong; ratio = spin / block")
 	for _, m := range []func(*Env, offload.Device) error{remoteLaunch, remoteSubmit, rawSpin} {
@@ -86,45 +81,45 @@ func withPeer(role string, sp spin, f func(p *peer) error, env ...string) (err e
 
 // remoteLaunch: a synchronous target region with an empty kernel on the
 // remote device (launch and synchronize: two frames out, one back) against
-// an 8-byte ping-pong with plain blocking reads on both sides.
+// an 8-byte ping-pong with plain blocking reads on both sides
+// (remote.launch_rtt), and against one whose reads poll as the transport's
+// do, the limit a spinning link can reach (remote.launch_rtt_vs_spin).
 func remoteLaunch(env *Env, dev offload.Device) error {
-	return withPeer("echo", spin{}, func(p *peer) error {
-		region := func(n int) error {
-			for range n {
-				if err := dev.Run(benchEmpty); err != nil {
-					return err
-				}
+	region := func(n int) error {
+		for range n {
+			if err := dev.Run(benchEmpty); err != nil {
+				return err
 			}
-			return nil
 		}
-		if err := region(100); err != nil { // warm up both
-			return err
-		}
-		if err := p.pingPong(100); err != nil {
-			return err
-		}
-		t, b, err := env.Compare(region, p.pingPong)
-		if err != nil {
-			return err
-		}
-		env.Report(Result{Metric: "remote.launch_rtt", Goffload: t, Baseline: b,
-			Note: "empty kernel, synchronous vs 8-byte ping-pong, blocking reads"})
-		// The same against a ping-pong whose reads poll as the transport's
-		// do: the limit a spinning link can reach.
-		sp := spin{budget: remote.SpinBudget()}
-		return withPeer("echo", sp, func(p *peer) error {
-			if err := p.pingPong(100); err != nil {
+		return nil
+	}
+	if err := region(100); err != nil { // warm up
+		return err
+	}
+	sp := spin{budget: remote.SpinBudget()}
+	for _, c := range []struct {
+		metric, note string
+		spin         spin
+	}{
+		{"remote.launch_rtt", "empty kernel, synchronous vs 8-byte ping-pong, blocking reads", spin{}},
+		{"remote.launch_rtt_vs_spin", fmt.Sprintf("empty kernel, synchronous vs 8-byte ping-pong, reads polling %v as the transport's (goal ≤ 1.2)", sp.budget), sp},
+	} {
+		err := withPeer("echo", c.spin, func(p *peer) error {
+			if err := p.pingPong(100); err != nil { // warm up
 				return err
 			}
 			t, b, err := env.Compare(region, p.pingPong)
 			if err != nil {
 				return err
 			}
-			env.Report(Result{Metric: "remote.launch_rtt_vs_spin", Goffload: t, Baseline: b,
-				Note: fmt.Sprintf("empty kernel, synchronous vs 8-byte ping-pong, reads polling %v as the transport's (goal ≤ 1.2)", sp.budget)})
+			env.Report(Result{Metric: c.metric, Goffload: t, Baseline: b, Note: c.note})
 			return nil
 		})
-	})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // remoteSubmit: omp_target_memcpy of 64 MiB from host memory to device
