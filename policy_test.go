@@ -226,7 +226,8 @@ func TestDefaultDeviceFromEnv(t *testing.T) {
 }
 
 // TestInfoOutput checks the lines GOFFLOAD_INFO prints against the ones
-// libomptarget users know.
+// libomptarget users know, each naming its construct's task number (the
+// three constructs are numbered 1, 2, 3).
 func TestInfoOutput(t *testing.T) {
 	var info syncBuffer
 	t.Setenv("GOFFLOAD_INFO", "all")
@@ -243,15 +244,15 @@ func TestInfoOutput(t *testing.T) {
 	}
 	hex := `0x[0-9a-f]+`
 	for _, re := range []string{
-		`goffload device 0 info: Creating new map entry with HstPtrBegin=` + hex + `, TgtPtrBegin=` + hex + `, Size=4096, DynRefCount=1, HoldRefCount=0, Name=x`,
-		`goffload device 0 info: Copying data from host to device, HstPtr=` + hex + `, TgtPtr=` + hex + `, Size=4096, Name=x`,
-		`goffload device 0 info: Entering kernel test.scale with 2 arguments:`,
-		`goffload device 0 info: firstprivate\(arg0\)\[4\]`,
-		`goffload device 0 info: tofrom\(test.scale.arg1\)\[4096\] \(implicit\)`,
-		`goffload device 0 info: Mapping exists \(implicit\) with HstPtrBegin=` + hex + `, TgtPtrBegin=` + hex + `, Size=4096, DynRefCount=2 \(incremented\), HoldRefCount=0, Name=test.scale.arg1`,
-		`goffload device 0 info: Launching kernel test.scale on device 0 \(host\)`,
-		`goffload device 0 info: Copying data from device to host, TgtPtr=` + hex + `, HstPtr=` + hex + `, Size=4096, Name=x`,
-		`goffload device 0 info: Removing map entry with HstPtrBegin=` + hex + `, TgtPtrBegin=` + hex + `, Size=4096, Name=x`,
+		`goffload device 0 info: task 1: Creating new map entry with HstPtrBegin=` + hex + `, TgtPtrBegin=` + hex + `, Size=4096, DynRefCount=1, HoldRefCount=0, Name=x`,
+		`goffload device 0 info: task 1: Copying data from host to device, HstPtr=` + hex + `, TgtPtr=` + hex + `, Size=4096, Name=x`,
+		`goffload device 0 info: task 2: Entering kernel test.scale with 2 arguments:`,
+		`goffload device 0 info: task 2: firstprivate\(arg0\)\[4\]`,
+		`goffload device 0 info: task 2: tofrom\(test.scale.arg1\)\[4096\] \(implicit\)`,
+		`goffload device 0 info: task 2: Mapping exists \(implicit\) with HstPtrBegin=` + hex + `, TgtPtrBegin=` + hex + `, Size=4096, DynRefCount=2 \(incremented\), HoldRefCount=0, Name=test.scale.arg1`,
+		`goffload device 0 info: task 2: Launching kernel test.scale on device 0 \(host\)`,
+		`goffload device 0 info: task 3: Copying data from device to host, TgtPtr=` + hex + `, HstPtr=` + hex + `, Size=4096, Name=x`,
+		`goffload device 0 info: task 3: Removing map entry with HstPtrBegin=` + hex + `, TgtPtrBegin=` + hex + `, Size=4096, Name=x`,
 	} {
 		if !regexp.MustCompile(re).MatchString(info.String()) {
 			t.Errorf("info output lacks %s:\n%s", re, info.String())

@@ -5,18 +5,22 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/internal/apps/jacobi"
 )
 
 // TestProfileTrace runs a known program with GOFFLOAD_PROFILE and checks the
-// Chrome trace it writes: a process per device, a thread per queue, the
-// construct spans, kernels with argument sizes, copies with direction,
-// bytes and buffer name, waits naming what they wait for, mapping changes.
+// Chrome trace it writes: a process per device, a track per queue with the
+// operations as the device ran them (kernels with argument sizes, copies
+// with direction, bytes and buffer name), task spans named with their task
+// ids, arrows for the dependencies (across devices too), host waits,
+// mapping changes; and that the trace tells the truth (checkTrace).
 func TestProfileTrace(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "trace.json")
 	t.Setenv("GOFFLOAD_PROFILE", path)
@@ -27,96 +31,196 @@ func TestProfileTrace(t *testing.T) {
 	// Host work first, so that the device tasks below are all created while
 	// it runs, and the one on device 1 must wait for device 0's on the host.
 	offload.Nowait(offload.DependOut(x)).Go("prepare", func() error { time.Sleep(30 * time.Millisecond); return nil })
-	w := offload.On(0).Nowait(offload.DependInOut(x)).EnterData(offload.To(x).Named("x"))
+	offload.On(0).Nowait(offload.DependInOut(x)).EnterData(offload.To(x).Named("x"))
 	offload.On(0).Nowait(offload.DependInOut(x)).Run(SleepF, int64(50), x)
-	k := offload.On(0).Nowait(offload.DependInOut(x)).Run(Scale, float32(2), x)
+	offload.On(0).Nowait(offload.DependInOut(x)).Run(Scale, float32(2), x)
 	y := make([]int32, 256)
-	r := offload.On(1).Nowait(offload.DependIn(x)).Run(Fill, int32(3), offload.ToFrom(y).Named("y"))
+	offload.On(1).Nowait(offload.DependIn(x)).Run(Fill, int32(3), offload.ToFrom(y).Named("y"))
+	offload.On(1).Nowait(offload.DependIn(x)).Run(SleepF, int64(20), offload.To(x).Named("x1"))
 	offload.On(0).Nowait(offload.DependInOut(x)).ExitData(offload.From(x).Named("x"))
 	if err := offload.Taskwait(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	_, _, _ = w, k, r
 	if err := offload.Stop(); err != nil {
 		t.Fatal(err)
 	}
+	tr := checkTrace(t, path)
+	has := func(what string, ok func(e traceEvent) bool) traceEvent {
+		t.Helper()
+		for _, e := range tr {
+			if ok(e) {
+				return e
+			}
+		}
+		t.Errorf("the trace has no %s", what)
+		return traceEvent{}
+	}
+	has("name for device 0", func(e traceEvent) bool {
+		return e.Ph == "M" && e.Name == "process_name" && e.Pid == 0 && strings.Contains(e.Args["name"].(string), "device 0 (host)")
+	})
+	has("name for device 1", func(e traceEvent) bool {
+		return e.Ph == "M" && e.Name == "process_name" && e.Pid == 1 && strings.Contains(e.Args["name"].(string), "device 1 (remote)")
+	})
+	has("queue track names", func(e traceEvent) bool {
+		return e.Ph == "M" && e.Name == "thread_name" && strings.HasPrefix(e.Args["name"].(string), "queue ")
+	})
+	scale := has("task span of the scale on device 0", func(e traceEvent) bool {
+		return e.Ph == "X" && e.Cat == "task" && e.Pid == 0 && strings.HasSuffix(e.Name, ": target test.scale")
+	})
+	sleep := has("task span of the sleep on device 0", func(e traceEvent) bool {
+		return e.Ph == "X" && e.Cat == "task" && e.Pid == 0 && strings.HasSuffix(e.Name, ": target test.sleepf")
+	})
+	fill := has("task span of the fill on device 1", func(e traceEvent) bool {
+		return e.Ph == "X" && e.Cat == "task" && e.Pid == 1 && strings.HasSuffix(e.Name, ": target test.fill")
+	})
+	has("device-side kernel on device 0, with argument sizes", func(e traceEvent) bool {
+		return e.Ph == "X" && e.Name == "kernel test.scale" && e.Pid == 0 && e.Args["arg_bytes"] == 4096.0 && e.Args["args"] == 2.0 && e.Args["task"] == scale.Args["task"]
+	})
+	k := has("device-side kernel on device 1 (a device process)", func(e traceEvent) bool {
+		return e.Ph == "X" && e.Name == "kernel test.sleepf" && e.Pid == 1
+	})
+	if k.Dur < 20e3 {
+		t.Errorf("the 20 ms kernel on device 1 lasts %.0f µs on the device", k.Dur)
+	}
+	has("copy to device of x on device 0", func(e traceEvent) bool {
+		return e.Ph == "X" && e.Cat == "copy" && e.Pid == 0 && e.Args["kind"] == "copy to device" && e.Args["buffer"] == "x" && e.Args["bytes"] == 4096.0
+	})
+	has("copy from device of y on device 1", func(e traceEvent) bool {
+		return e.Ph == "X" && e.Cat == "copy" && e.Pid == 1 && e.Args["kind"] == "copy from device" && e.Args["buffer"] == "y" && e.Args["bytes"] == 1024.0 &&
+			e.Args["task"] == fill.Args["task"]
+	})
+	has("mapping created", func(e traceEvent) bool { return e.Args["kind"] == "map create" && e.Args["buffer"] == "x" })
+	has("mapping removed", func(e traceEvent) bool { return e.Args["kind"] == "map remove" && e.Args["buffer"] == "x" })
+	has("arrow from the sleep to the scale that follows it on its queue", func(e traceEvent) bool {
+		return e.Ph == "f" && e.Args["for_task"] == sleep.Args["task"] && e.Args["task"] == scale.Args["task"] && e.Pid == 0
+	})
+	has("arrow into device 1 from the scale on device 0", func(e traceEvent) bool {
+		return e.Ph == "f" && e.Args["for_task"] == scale.Args["task"] && e.Pid == 1
+	})
+	has("host wait on device 1 for a host device task", func(e traceEvent) bool {
+		return e.Ph == "X" && e.Cat == "wait" && e.Pid == 1 && e.Args["for"] == "target test.scale" && e.Args["on_device"] == false
+	})
+}
+
+// TestProfileTraceHalos traces the Jacobi iteration on two device
+// processes, whose halo rows go between them under dependencies, and checks
+// that the trace tells the truth (checkTrace) and shows the exchanges.
+func TestProfileTraceHalos(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "trace.json")
+	t.Setenv("GOFFLOAD_PROFILE", path)
+	if err := offload.Start(offload.WithDevices("local:2")); err != nil {
+		t.Fatal(err)
+	}
+	grid, _, err := jacobi.Solve([]offload.Device{offload.On(0), offload.On(1)}, 40, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := offload.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := jacobi.Reference(40, 8)
+	if err := jacobi.Check(grid, want, 40); err != nil {
+		t.Fatal(err)
+	}
+	tr := checkTrace(t, path)
+	kinds := map[string]int{}
+	for _, e := range tr {
+		if e.Ph == "X" {
+			kinds[e.Cat]++
+		}
+		if e.Ph == "f" && e.Args["on_device"] == true {
+			kinds["arrow"]++
+		}
+		if e.Ph == "X" && e.Args["kind"] == "copy device to device" {
+			kinds["exchange"]++
+		}
+	}
+	if kinds["kernel"] < 16 || kinds["exchange"] < 14 || kinds["arrow"] < 14 || kinds["wait"] < 14 {
+		t.Errorf("8 iterations on 2 devices show %v", kinds)
+	}
+}
+
+type traceEvent struct {
+	Name string         `json:"name"`
+	Cat  string         `json:"cat"`
+	Ph   string         `json:"ph"`
+	Ts   float64        `json:"ts"`
+	Dur  float64        `json:"dur"`
+	Pid  int            `json:"pid"`
+	Tid  int            `json:"tid"`
+	ID   uint64         `json:"id"`
+	Args map[string]any `json:"args"`
+}
+
+// checkTrace loads a trace and checks that it tells the truth: every event
+// names its task, no track's spans overlap, every device operation lies
+// inside its task's span, and every arrow has both ends.
+func checkTrace(t *testing.T, path string) []traceEvent {
+	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var tr struct {
-		TraceEvents []struct {
-			Name string         `json:"name"`
-			Ph   string         `json:"ph"`
-			Ts   float64        `json:"ts"`
-			Pid  int            `json:"pid"`
-			Tid  int            `json:"tid"`
-			Args map[string]any `json:"args"`
-		} `json:"traceEvents"`
+		TraceEvents []traceEvent `json:"traceEvents"`
 	}
 	if err := json.Unmarshal(b, &tr); err != nil {
 		t.Fatalf("not JSON: %v", err)
 	}
-	has := func(what string, ok func(name, ph string, pid int, args map[string]any) bool) {
-		t.Helper()
-		for _, e := range tr.TraceEvents {
-			if ok(e.Name, e.Ph, e.Pid, e.Args) {
-				return
+	const eps = 0.002 // µs: rounding of the JSON numbers
+	tracks := map[[2]int][]traceEvent{}
+	tasks := map[float64]traceEvent{}
+	arrows := map[uint64]string{}
+	for _, e := range tr.TraceEvents {
+		if e.Ph == "M" {
+			continue
+		}
+		if task, ok := e.Args["task"].(float64); !ok || task < 1 {
+			t.Errorf("%s event %q names no task: %v", e.Ph, e.Name, e.Args)
+		}
+		switch e.Ph {
+		case "X":
+			tracks[[2]int{e.Pid, e.Tid}] = append(tracks[[2]int{e.Pid, e.Tid}], e)
+			if e.Cat == "task" {
+				tasks[e.Args["task"].(float64)] = e
+			}
+		case "s", "f":
+			arrows[e.ID] += e.Ph
+		case "B", "E":
+			t.Errorf("a B/E span %q: spans are complete events", e.Name)
+		}
+	}
+	if len(tasks) == 0 {
+		t.Fatal("the trace has no task spans")
+	}
+	for k, evs := range tracks {
+		sort.Slice(evs, func(i, j int) bool { return evs[i].Ts < evs[j].Ts })
+		for i := 1; i < len(evs); i++ {
+			if prev := evs[i-1]; evs[i].Ts < prev.Ts+prev.Dur-eps {
+				t.Errorf("track %v overlaps itself: %q [%.3f, %.3f] and %q from %.3f", k, prev.Name, prev.Ts, prev.Ts+prev.Dur, evs[i].Name, evs[i].Ts)
 			}
 		}
-		t.Errorf("the trace has no %s", what)
-	}
-	has("name for device 0", func(n, ph string, pid int, a map[string]any) bool {
-		return ph == "M" && n == "process_name" && pid == 0 && strings.Contains(a["name"].(string), "device 0 (host)")
-	})
-	has("name for device 1", func(n, ph string, pid int, a map[string]any) bool {
-		return ph == "M" && n == "process_name" && pid == 1 && strings.Contains(a["name"].(string), "device 1 (remote)")
-	})
-	has("queue thread names", func(n, ph string, pid int, a map[string]any) bool {
-		return ph == "M" && n == "thread_name" && strings.HasPrefix(a["name"].(string), "queue ")
-	})
-	has("target span begin on device 0", func(n, ph string, pid int, _ map[string]any) bool {
-		return ph == "B" && n == "target test.scale" && pid == 0
-	})
-	has("target span end on device 1", func(n, ph string, pid int, _ map[string]any) bool {
-		return ph == "E" && n == "target test.fill" && pid == 1
-	})
-	has("kernel launch with argument sizes", func(n, ph string, pid int, a map[string]any) bool {
-		return ph == "i" && n == "kernel test.scale" && a["arg_bytes"] == 4096.0 && a["args"] == 2.0
-	})
-	has("copy to device of x", func(n, ph string, pid int, a map[string]any) bool {
-		return ph == "i" && a["kind"] == "copy to device" && a["buffer"] == "x" && a["bytes"] == 4096.0
-	})
-	has("copy from device of y", func(n, ph string, pid int, a map[string]any) bool {
-		return ph == "i" && a["kind"] == "copy from device" && a["buffer"] == "y" && pid == 1 && a["bytes"] == 1024.0
-	})
-	has("mapping created", func(n, ph string, pid int, a map[string]any) bool {
-		return a["kind"] == "map create" && a["buffer"] == "x"
-	})
-	has("mapping removed", func(n, ph string, pid int, a map[string]any) bool {
-		return a["kind"] == "map remove" && a["buffer"] == "x"
-	})
-	has("wait on device 0 for the sleeping task", func(n, ph string, pid int, a map[string]any) bool {
-		return ph == "i" && strings.HasPrefix(n, "wait for task") && a["for"] == "target test.sleepf" && a["on_device"] == true
-	})
-	has("host wait on device 1 for a host device task", func(n, ph string, pid int, a map[string]any) bool {
-		return ph == "X" && pid == 1 && a["for"] == "target test.scale" && a["on_device"] == false
-	})
-	// Spans are balanced on every track.
-	depth := map[[2]int]int{}
-	for _, e := range tr.TraceEvents {
-		switch e.Ph {
-		case "B":
-			depth[[2]int{e.Pid, e.Tid}]++
-		case "E":
-			depth[[2]int{e.Pid, e.Tid}]--
+		for _, e := range evs {
+			if e.Cat != "device" && e.Cat != "kernel" && e.Cat != "copy" && (e.Cat != "wait" || e.Args["on_device"] == false) {
+				continue // not a device operation
+			}
+			task, ok := tasks[e.Args["task"].(float64)]
+			if !ok {
+				t.Errorf("device operation %q of task %v: no such task span", e.Name, e.Args["task"])
+				continue
+			}
+			if e.Ts < task.Ts-eps || e.Ts+e.Dur > task.Ts+task.Dur+eps {
+				t.Errorf("device operation %q [%.3f, %.3f] lies outside its task's span %q [%.3f, %.3f]",
+					e.Name, e.Ts, e.Ts+e.Dur, task.Name, task.Ts, task.Ts+task.Dur)
+			}
 		}
 	}
-	for k, d := range depth {
-		if d != 0 {
-			t.Errorf("track %v: %d spans left open", k, d)
+	for id, ends := range arrows {
+		if ends != "sf" && ends != "fs" {
+			t.Errorf("arrow %d has ends %q", id, ends)
 		}
 	}
+	return tr.TraceEvents
 }
 
 // SleepF sleeps, holding x.

@@ -35,6 +35,11 @@ type Device struct {
 	pool  *workpool.Pool // the initial device's workers
 
 	tool Tool // nil: no tool
+	// ids numbers tasks and synchronous constructs (the runtime's).
+	ids *atomic.Uint64
+	// tagged says the plugin times the queue operations of each task for
+	// the tool (see traceOps).
+	tagged bool
 
 	qmu    sync.Mutex
 	queues []*cqueue // idle queues
@@ -169,12 +174,26 @@ func (d *Device) begin(op string) (*work, error) {
 	if err != nil {
 		return nil, err
 	}
-	return d.beginOn(op, q), nil
+	return d.beginOn(op, q, d.newID()), nil
 }
 
-// beginOn starts a construct's work on q.
-func (d *Device) beginOn(op string, q *cqueue) *work {
-	w := &work{d: d, cq: q, q: q.Queue, op: op}
+// newID numbers a synchronous construct, as tasks are numbered: what tools
+// and info lines show.
+func (d *Device) newID() uint64 {
+	if d.ids == nil {
+		return 0
+	}
+	return d.ids.Add(1)
+}
+
+// beginOn starts the work of construct op, with id task, on q.
+func (d *Device) beginOn(op string, q *cqueue, task uint64) *work {
+	w := &work{d: d, cq: q, q: q.Queue, op: op, task: task}
+	if d.tagged {
+		if tq, ok := q.Queue.(plugin.TaggedQueue); ok {
+			tq.Tag(task)
+		}
+	}
 	if d.tool != nil {
 		d.tool.TargetBegin(TargetEvent{Where: w.where(), Name: op})
 	}
@@ -268,15 +287,15 @@ type KernelArg struct {
 func TargetOp(k *plugin.Kernel, args []KernelArg) Op {
 	return Op{
 		Name: "target " + k.Name,
-		Initial: func(d *Device, fallback bool) error {
+		Initial: func(d *Device, task uint64, fallback bool) error {
 			if d.log.On(InfoKernelArgs) {
-				d.logArgs(k, args)
+				d.logArgs(task, k, args)
 			}
-			return d.runInitial(k, args, fallback)
+			return d.runInitial(task, k, args, fallback)
 		},
 		Enqueue: func(d *Device, w *work) {
 			if d.log.On(InfoKernelArgs) {
-				d.logArgs(k, args)
+				d.logArgs(w.task, k, args)
 			}
 			d.target(w, k, args)
 		},
@@ -309,7 +328,7 @@ func (d *Device) target(w *work, k *plugin.Kernel, args []KernelArg) {
 	}
 	if w.first == nil {
 		if d.log.On(InfoKernels) {
-			d.log.Printf(InfoKernels, d.Num, "Launching kernel %s on %s", k.Name, d.Label())
+			d.log.Taskf(InfoKernels, d.Num, w.task, "Launching kernel %s on %s", k.Name, d.Label())
 		}
 		if t := d.tool; t != nil {
 			var bytes int64
@@ -335,7 +354,7 @@ func (d *Device) target(w *work, k *plugin.Kernel, args []KernelArg) {
 	}
 }
 
-func (d *Device) runInitial(k *plugin.Kernel, args []KernelArg, fallback bool) error {
+func (d *Device) runInitial(task uint64, k *plugin.Kernel, args []KernelArg, fallback bool) error {
 	vals := make([]reflect.Value, len(args))
 	for i, a := range args {
 		if k.Params[i].Kind == plugin.Scalar {
@@ -348,24 +367,24 @@ func (d *Device) runInitial(k *plugin.Kernel, args []KernelArg, fallback bool) e
 	if fallback {
 		how = " (host fallback)"
 	}
-	d.log.Printf(InfoKernels, d.Num, "Running kernel %s on %s%s", k.Name, d.Label(), how)
+	d.log.Taskf(InfoKernels, d.Num, task, "Running kernel %s on %s%s", k.Name, d.Label(), how)
 	if err := k.Call(plugin.NewKernelCtx(d.Num, d.pool), vals); err != nil {
 		return fmt.Errorf("goffload: %s: target %s: %w", d.Label(), k.Name, err)
 	}
 	return nil
 }
 
-func (d *Device) logArgs(k *plugin.Kernel, args []KernelArg) {
-	d.log.Printf(InfoKernelArgs, d.Num, "Entering kernel %s with %d arguments:", k.Name, len(args))
+func (d *Device) logArgs(task uint64, k *plugin.Kernel, args []KernelArg) {
+	d.log.Taskf(InfoKernelArgs, d.Num, task, "Entering kernel %s with %d arguments:", k.Name, len(args))
 	for i, a := range args {
 		p := k.Params[i]
 		switch {
 		case p.Kind == plugin.Scalar:
-			d.log.Printf(InfoKernelArgs, d.Num, "firstprivate(arg%d)[%d]", i, p.Type.Size())
+			d.log.Taskf(InfoKernelArgs, d.Num, task, "firstprivate(arg%d)[%d]", i, p.Type.Size())
 		case a.DevPtr:
-			d.log.Printf(InfoKernelArgs, d.Num, "is_device_ptr(arg%d)[%d]", i, int64(a.Len)*int64(p.Type.Size()))
+			d.log.Taskf(InfoKernelArgs, d.Num, task, "is_device_ptr(arg%d)[%d]", i, int64(a.Len)*int64(p.Type.Size()))
 		default:
-			d.log.Printf(InfoKernelArgs, d.Num, "%s(%s)[%d]%s", a.Map.Kind(), nameOf(a.Map.Buf.Name), a.Map.Buf.Size, implicitNote(a.Map))
+			d.log.Taskf(InfoKernelArgs, d.Num, task, "%s(%s)[%d]%s", a.Map.Kind(), nameOf(a.Map.Buf.Name), a.Map.Buf.Size, implicitNote(a.Map))
 		}
 	}
 }
@@ -401,7 +420,7 @@ type Op struct {
 	Enqueue func(d *Device, w *work)
 	// Initial runs the construct on the initial device; nil means there
 	// is nothing to do there (data constructs: host memory is the data).
-	Initial func(d *Device, fallback bool) error
+	Initial func(d *Device, task uint64, fallback bool) error
 }
 
 // check validates op's clauses on d.
@@ -423,7 +442,8 @@ func (d *Device) Run(ctx context.Context, op Op, fallback bool) error {
 		if op.Initial == nil {
 			return nil
 		}
-		err, _ := d.wait(ctx, op.Name, func() error { return op.Initial(d, fallback) }, nil)
+		task := d.newID()
+		err, _ := d.wait(ctx, op.Name, func() error { return op.Initial(d, task, fallback) }, nil)
 		return err
 	}
 	err, _ := d.wait(ctx, op.Name, func() error {
@@ -561,4 +581,23 @@ func (d *Device) Data(ctx context.Context, maps []MapItem, body func() error) er
 		return errors.Join(bodyErr, err)
 	}
 	return bodyErr
+}
+
+// traceOps makes d's plugin time the queue operations of each construct for
+// the tool, if the tool wants them and the plugin can.
+func (d *Device) traceOps() {
+	dt, ok := d.tool.(DeviceOpTool)
+	if ts, multi := d.tool.(tools); multi {
+		ok = ts.wantOps()
+	}
+	tr, can := d.Dev.(plugin.Tracer)
+	if !ok || !can {
+		return
+	}
+	num := d.Num
+	tr.Trace(func(o plugin.OpTime) {
+		dt.DeviceOp(DeviceOpEvent{Where: Where{Time: o.Start, Device: num, Task: o.Tag},
+			Kind: o.Kind, Kernel: o.Kernel, Bytes: o.Bytes, End: o.End, Failed: o.Err})
+	})
+	d.tagged = true
 }

@@ -95,7 +95,19 @@ func (l *Logger) Printf(f InfoFlags, dev int, format string, args ...any) {
 	if !l.On(f) {
 		return
 	}
-	msg := fmt.Sprintf(format, args...)
+	l.write(dev, fmt.Sprintf(format, args...))
+}
+
+// Taskf is Printf for a line about task (or synchronous construct) number
+// task, which the line names after the device.
+func (l *Logger) Taskf(f InfoFlags, dev int, task uint64, format string, args ...any) {
+	if !l.On(f) {
+		return
+	}
+	l.write(dev, fmt.Sprintf("task %d: ", task)+fmt.Sprintf(format, args...))
+}
+
+func (l *Logger) write(dev int, msg string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if dev >= 0 {

@@ -3,7 +3,6 @@ package core
 import (
 	"fmt"
 	"strings"
-	"time"
 	"unsafe"
 
 	"github.com/goffload/offload/internal/plugin"
@@ -234,7 +233,7 @@ func (d *Device) enterEntry(w *work, m MapItem) (*Entry, plugin.Ptr, error) {
 		}
 		tgt := e.tgt + plugin.Ptr(addr-e.HstBegin)
 		if d.log.On(InfoMappingExists) {
-			d.log.Printf(InfoMappingExists, d.Num, "Mapping exists%s with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=%s%s, HoldRefCount=%s%s, Name=%s",
+			d.log.Taskf(InfoMappingExists, d.Num, w.task, "Mapping exists%s with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=%s%s, HoldRefCount=%s%s, Name=%s",
 				implicitNote(m), addr, uint64(tgt), size, refString(dyn), incNote(!hold, dyn), refString(held), incNote(hold, held), nameOf(m.Buf.Name))
 		}
 		if m.Type&(MapTo|MapAlways) == MapTo|MapAlways {
@@ -295,7 +294,7 @@ func (d *Device) enterEntry(w *work, m MapItem) (*Entry, plugin.Ptr, error) {
 	}
 	e.tgt = tgt
 	w.data(MapCreate, m.Buf, tgt)
-	d.log.Printf(InfoMappingChanged, d.Num, "Creating new map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=%d, HoldRefCount=%d, Name=%s",
+	d.log.Taskf(InfoMappingChanged, d.Num, w.task, "Creating new map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=%d, HoldRefCount=%d, Name=%s",
 		addr, uint64(tgt), size, dyn0, hold0, nameOf(m.Buf.Name))
 	if m.Type&MapTo != 0 {
 		if err := d.copyIn(w, m, tgt, e); err != nil {
@@ -344,18 +343,18 @@ func (d *Device) retire(e *Entry) {
 // enqueued; memory is freed when the work using it is done).
 func (d *Device) use(w *work, e *Entry) {
 	e.busy++
-	w.posts = append(w.posts, func() { d.done(e) })
+	w.posts = append(w.posts, func() { d.done(e, w) })
 }
 
-// done ends one use of e; the last use of a deleting entry removes it.
-func (d *Device) done(e *Entry) {
+// done ends w's use of e; the last use of a deleting entry removes it.
+func (d *Device) done(e *Entry, w *work) {
 	t := d.table
 	t.mu.Lock()
 	e.busy--
 	remove := e.busy == 0 && e.state == stateDeleting
 	t.mu.Unlock()
 	if remove {
-		d.remove(e)
+		d.remove(e, w)
 	}
 }
 
@@ -364,7 +363,7 @@ func (d *Device) done(e *Entry) {
 func (d *Device) copyIn(w *work, m MapItem, tgt plugin.Ptr, e *Entry) error {
 	q, op := w.q, w.op
 	w.data(CopyToDevice, m.Buf, tgt)
-	d.log.Printf(InfoCopies, d.Num, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
+	d.log.Taskf(InfoCopies, d.Num, w.task, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
 		m.Buf.Addr(), uint64(tgt), m.Buf.Size, nameOf(m.Buf.Name))
 	if err := q.Submit(tgt, m.Buf.Bytes()); err != nil {
 		return d.mapErr(op, m, err, "cannot copy to the device")
@@ -455,7 +454,7 @@ func (d *Device) exit(w *work, m MapItem) error {
 
 	tgt := e.tgt + plugin.Ptr(addr-e.HstBegin)
 	if m.Type&MapFrom != 0 && (last || m.Type&MapAlways != 0) {
-		d.log.Printf(InfoCopies, d.Num, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
+		d.log.Taskf(InfoCopies, d.Num, w.task, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
 			uint64(tgt), addr, size, nameOf(m.Buf.Name))
 		w.data(CopyFromDevice, m.Buf, tgt)
 		if err := w.q.Retrieve(m.Buf.Bytes(), tgt); err != nil {
@@ -463,17 +462,17 @@ func (d *Device) exit(w *work, m MapItem) error {
 		}
 	}
 	if last {
-		d.log.Printf(InfoMappingChanged, d.Num, "Removing map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, Name=%s",
+		d.log.Taskf(InfoMappingChanged, d.Num, w.task, "Removing map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, Name=%s",
 			e.HstBegin, uint64(e.tgt), e.Size(), nameOf(e.Name))
 	}
 	return nil
 }
 
 // remove frees the memory of a deleting entry (out of the table already),
-// once no work uses it.
-func (d *Device) remove(e *Entry) {
+// once no work uses it; w was the last.
+func (d *Device) remove(e *Entry, w *work) {
 	if t := d.tool; t != nil {
-		t.DataOp(DataEvent{Where: Where{Time: time.Now(), Device: d.Num}, Kind: MapRemove, Name: e.Name, Host: e.HstBegin, Target: uint64(e.tgt), Bytes: e.Size()})
+		t.DataOp(DataEvent{Where: w.where(), Kind: MapRemove, Name: e.Name, Host: e.HstBegin, Target: uint64(e.tgt), Bytes: e.Size()})
 	}
 	if e.owned {
 		if err := d.Dev.Free(e.tgt); err != nil {
@@ -518,7 +517,7 @@ func (d *Device) update(w *work, m MapItem) error {
 	if m.Type&MapTo != 0 {
 		return d.copyIn(w, m, tgt, e)
 	}
-	d.log.Printf(InfoCopies, d.Num, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
+	d.log.Taskf(InfoCopies, d.Num, w.task, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
 		uint64(tgt), addr, size, nameOf(m.Buf.Name))
 	w.data(CopyFromDevice, m.Buf, tgt)
 	if err := w.q.Retrieve(m.Buf.Bytes(), tgt); err != nil {

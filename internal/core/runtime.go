@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 
 	"github.com/goffload/offload/internal/plugin"
 	"github.com/goffload/offload/internal/workpool"
@@ -22,6 +23,7 @@ type Runtime struct {
 
 	tasks tasks
 	trace *Trace
+	ids   atomic.Uint64 // numbers tasks and synchronous constructs
 }
 
 // Start opens the devices the configuration names and loads the kernel
@@ -44,7 +46,7 @@ func Start(cfg Config) (*Runtime, error) {
 		}
 	}
 	n := len(r.Devices)
-	r.Initial = &Device{Num: n, Info: initialInfo(), log: r.Log, pool: workpool.New(runtime.NumCPU()), tool: cfg.Tool}
+	r.Initial = &Device{Num: n, Info: initialInfo(), log: r.Log, pool: workpool.New(runtime.NumCPU()), tool: cfg.Tool, ids: &r.ids}
 	for _, d := range r.Devices {
 		if d.Unavailable != nil {
 			continue
@@ -57,6 +59,7 @@ func Start(cfg Config) (*Runtime, error) {
 			continue
 		}
 		d.Info = d.Dev.Info()
+		d.traceOps()
 	}
 	r.Log.Printf(InfoOffload, -1, "OMP_TARGET_OFFLOAD=%s, %d devices, default device %d, initial device %d, image %s with %d kernels",
 		cfg.Policy, n, cfg.DefaultDevice, n, r.Image.Digest, len(r.Image.Kernels))
@@ -113,13 +116,13 @@ func (r *Runtime) open() error {
 
 func (r *Runtime) add(spec string, devs []plugin.Device, err error) error {
 	for _, pd := range devs {
-		r.Devices = append(r.Devices, &Device{Num: len(r.Devices), Dev: pd, tool: r.Cfg.Tool, Info: plugin.Info{Kind: strings.SplitN(spec, ":", 2)[0]}, Spec: spec, table: NewTable(), log: r.Log})
+		r.Devices = append(r.Devices, &Device{Num: len(r.Devices), Dev: pd, tool: r.Cfg.Tool, Info: plugin.Info{Kind: strings.SplitN(spec, ":", 2)[0]}, Spec: spec, table: NewTable(), log: r.Log, ids: &r.ids})
 	}
 	if errors.Is(err, plugin.ErrBadSpec) {
 		return fmt.Errorf("%w: GOFFLOAD_DEVICES item %q: %w", ErrConfig, spec, err)
 	}
 	if err != nil {
-		d := &Device{Num: len(r.Devices), Spec: spec, Info: plugin.Info{Kind: strings.SplitN(spec, ":", 2)[0]}, log: r.Log}
+		d := &Device{Num: len(r.Devices), Spec: spec, Info: plugin.Info{Kind: strings.SplitN(spec, ":", 2)[0]}, log: r.Log, ids: &r.ids}
 		r.Devices = append(r.Devices, d)
 		return r.unavailable(d, fmt.Errorf("cannot open %q: %w", spec, err))
 	}

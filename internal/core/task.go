@@ -122,7 +122,6 @@ type depState struct {
 // tasks is the runtime's task bookkeeping.
 type tasks struct {
 	mu   sync.Mutex
-	next uint64
 	deps map[uintptr]*depState
 	live map[*Task]struct{}
 	// failed are the failures not reported yet (a task's own; dependents
@@ -156,8 +155,7 @@ func (r *Runtime) register(t *Task, deps []Dep) []*Task {
 		ts.live = map[*Task]struct{}{}
 		ts.failed = map[*failure]struct{}{}
 	}
-	ts.next++
-	t.ID = ts.next
+	t.ID = r.ids.Add(1)
 	t.rt = r
 	ts.live[t] = struct{}{}
 	var preds []*Task
@@ -476,7 +474,7 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		go func() {
 			var err error
 			if op.Initial != nil {
-				err = runAsTask(func() error { return op.Initial(d, fallback) })
+				err = runAsTask(func() error { return op.Initial(d, t.ID, fallback) })
 			}
 			r.complete(t, err, nil)
 		}()
@@ -503,8 +501,7 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 			return
 		}
 	}
-	w := d.beginOn(op.Name, cq)
-	w.task = t.ID
+	w := d.beginOn(op.Name, cq, t.ID)
 	if followed != nil && d.tool != nil { // it waits by queue order
 		d.tool.Wait(WaitEvent{Where: w.where(), For: followed.ID, ForName: followed.Name, OnDevice: true})
 	}

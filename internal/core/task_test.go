@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"sync/atomic"
+	"time"
 
 	"errors"
 	"fmt"
@@ -154,9 +155,9 @@ func TestInTaskInsideKernels(t *testing.T) {
 		t.Error("a kernel's loop chunks do not count as inside a task")
 	}
 	// A chunk runs on the caller when no worker is idle: try until one ran
-	// on a worker.
+	// on a worker (on a loaded machine that can take many tries).
 	var inPool atomic.Bool
-	for i := 0; i < 1000 && !inPool.Load(); i++ {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !inPool.Load(); {
 		pool.For(2, func(lo, hi int) {
 			if lo > 0 && InTask() {
 				inPool.Store(true)

@@ -1,6 +1,10 @@
 package core
 
-import "time"
+import (
+	"time"
+
+	"github.com/goffload/offload/internal/plugin"
+)
 
 // Tool receives the runtime's events as they happen, the role OMPT plays
 // for OpenMP. Methods are called from many goroutines and must not block.
@@ -20,8 +24,43 @@ type Tool interface {
 	Wait(WaitEvent)
 }
 
+// DeviceOpTool is a Tool that also takes the device-side times of the
+// queue operations of each construct, from devices that can time them
+// (host and remote devices can): it is found by type assertion, and its
+// devices time their operations only when it is set.
+type DeviceOpTool interface {
+	Tool
+	DeviceOp(DeviceOpEvent)
+}
+
+// OpKind says which queue operation a DeviceOpEvent reports.
+type OpKind = plugin.OpKind
+
+// The queue operations a DeviceOpEvent reports.
+const (
+	OpLaunch   = plugin.OpLaunch
+	OpSubmit   = plugin.OpSubmit
+	OpRetrieve = plugin.OpRetrieve
+	OpExchange = plugin.OpExchange
+	OpWait     = plugin.OpWait
+)
+
+// DeviceOpEvent is one queue operation as the device ran it. Time is its
+// start and End its end, on the host's clock (a device process's clock is
+// aligned to the host's); Task is the construct it belongs to, whose
+// TargetBegin names its queue. It comes before the construct's TargetEnd.
+type DeviceOpEvent struct {
+	Where
+	Kind   OpKind
+	Kernel string // the kernel's name (a launch)
+	Bytes  int64  // bytes copied
+	End    time.Time
+	Failed bool
+}
+
 // Where says where an event happened: a device, one of its queues, and the
-// task it belongs to (0 for a synchronous construct).
+// task or construct it belongs to (tasks and synchronous constructs are
+// numbered together).
 type Where struct {
 	Time   time.Time
 	Device int
@@ -79,4 +118,56 @@ type WaitEvent struct {
 	ForName  string
 	OnDevice bool
 	Dur      time.Duration // how long the host waited (host waits)
+}
+
+// tools sends every event to each of a list of tools.
+type tools []Tool
+
+func (ts tools) TargetBegin(e TargetEvent) {
+	for _, t := range ts {
+		t.TargetBegin(e)
+	}
+}
+
+func (ts tools) TargetEnd(e TargetEvent) {
+	for _, t := range ts {
+		t.TargetEnd(e)
+	}
+}
+
+func (ts tools) DataOp(e DataEvent) {
+	for _, t := range ts {
+		t.DataOp(e)
+	}
+}
+
+func (ts tools) KernelLaunch(e KernelEvent) {
+	for _, t := range ts {
+		t.KernelLaunch(e)
+	}
+}
+
+func (ts tools) Wait(e WaitEvent) {
+	for _, t := range ts {
+		t.Wait(e)
+	}
+}
+
+// DeviceOp sends e to the tools that take device operations.
+func (ts tools) DeviceOp(e DeviceOpEvent) {
+	for _, t := range ts {
+		if dt, ok := t.(DeviceOpTool); ok {
+			dt.DeviceOp(e)
+		}
+	}
+}
+
+// wantOps reports whether one of the tools takes device operations.
+func (ts tools) wantOps() bool {
+	for _, t := range ts {
+		if _, ok := t.(DeviceOpTool); ok {
+			return true
+		}
+	}
+	return false
 }

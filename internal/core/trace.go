@@ -4,21 +4,50 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"sort"
 	"sync"
 	"time"
 )
 
 // Trace is a Tool that records events in Chrome's Trace Event Format, which
-// Perfetto and chrome://tracing open: a process per device, a thread per
-// queue; constructs are spans from their enqueueing to their completion,
-// with kernel launches, copies, mapping changes and device-side waits as
-// instants inside them, and host-side waits as spans of their own.
+// Perfetto and chrome://tracing open. Each device is a process with:
+//   - a track per queue ("queue N") with the operations as the device ran
+//     them (kernels, copies with bytes and buffer name, waits), with
+//     device-side start and end times: a queue runs in order, so its track
+//     never overlaps itself;
+//   - task tracks ("tasks N") with each construct's span, from its
+//     enqueueing to its completion as the host saw it, named with its task
+//     id; spans that overlap in time go on different tracks;
+//   - host-wait tracks with the host's waits for other tasks;
+//   - arrows from each task to the tasks that waited for it, across
+//     devices too.
+//
+// Every event carries its task id in args.task.
 type Trace struct {
-	mu     sync.Mutex
-	start  time.Time
-	events []traceEvent
-	names  map[int]string
-	queues map[[2]int]bool
+	mu    sync.Mutex
+	start time.Time
+	names map[int]string
+	tasks map[uint64]*traceTask
+	ops   []DeviceOpEvent
+	waits []WaitEvent
+	marks []traceEvent // mapping changes, as instants
+}
+
+// traceTask is what the trace knows of a construct.
+type traceTask struct {
+	id           uint64
+	name         string
+	dev, queue   int
+	begin, end   time.Time
+	ended        bool
+	nowait       bool
+	err          string
+	copies       map[DataKind][]DataEvent // in enqueue order
+	launches     []KernelEvent
+	first, last  *traceEvent // its first and last device operations, once written
+	slice        *traceEvent // its span, once written
+	nextCopy     map[DataKind]int
+	nextLaunches int
 }
 
 type traceEvent struct {
@@ -30,60 +59,95 @@ type traceEvent struct {
 	Pid   int            `json:"pid"`
 	Tid   int            `json:"tid"`
 	Scope string         `json:"s,omitempty"`
+	ID    uint64         `json:"id,omitempty"`
+	Bind  string         `json:"bp,omitempty"`
 	Args  map[string]any `json:"args,omitempty"`
 }
 
+// Track numbers: queue tracks are the queues' own numbers (from 1); task
+// and host-wait tracks start at these.
+const (
+	taskTrack = 10000
+	waitTrack = 20000
+)
+
 // NewTrace returns an empty trace starting now.
 func NewTrace() *Trace {
-	return &Trace{start: time.Now(), names: map[int]string{}, queues: map[[2]int]bool{}}
+	return &Trace{start: time.Now(), names: map[int]string{}, tasks: map[uint64]*traceTask{}}
 }
 
 func (tr *Trace) us(t time.Time) float64 { return float64(t.Sub(tr.start).Nanoseconds()) / 1e3 }
 
-func (tr *Trace) add(w Where, e traceEvent) {
-	e.Ts, e.Pid, e.Tid = tr.us(w.Time), w.Device, w.Queue
-	tr.mu.Lock()
-	tr.events = append(tr.events, e)
-	tr.queues[[2]int{w.Device, w.Queue}] = true
-	tr.mu.Unlock()
+// task returns the task id's record, under tr.mu.
+func (tr *Trace) task(w Where) *traceTask {
+	t := tr.tasks[w.Task]
+	if t == nil {
+		t = &traceTask{id: w.Task, dev: w.Device, queue: w.Queue}
+		tr.tasks[w.Task] = t
+	}
+	return t
 }
 
-// TargetBegin opens a construct's span on its queue's track.
+// TargetBegin opens a construct's span.
 func (tr *Trace) TargetBegin(e TargetEvent) {
-	tr.add(e.Where, traceEvent{Name: e.Name, Cat: "construct", Ph: "B", Args: map[string]any{"task": e.Task}})
+	tr.mu.Lock()
+	t := tr.task(e.Where)
+	t.name, t.begin, t.dev, t.queue, t.nowait = e.Name, e.Time, e.Device, e.Queue, e.Nowait
+	tr.mu.Unlock()
 }
 
 // TargetEnd closes it.
 func (tr *Trace) TargetEnd(e TargetEvent) {
-	args := map[string]any{}
+	tr.mu.Lock()
+	t := tr.task(e.Where)
+	t.end, t.ended, t.nowait = e.Time, true, e.Nowait
 	if e.Err != nil {
-		args["error"] = e.Err.Error()
+		t.err = e.Err.Error()
 	}
-	tr.add(e.Where, traceEvent{Name: e.Name, Cat: "construct", Ph: "E", Args: args})
+	tr.mu.Unlock()
 }
 
-// DataOp marks a copy or a mapping change.
+// DataOp keeps a copy's buffer name for the device's copy, and marks a
+// mapping change.
 func (tr *Trace) DataOp(e DataEvent) {
-	tr.add(e.Where, traceEvent{Name: fmt.Sprintf("%s %s", e.Kind, e.Name), Cat: "data", Ph: "i", Scope: "t",
-		Args: map[string]any{"kind": e.Kind.String(), "buffer": e.Name, "bytes": e.Bytes,
-			"host": fmt.Sprintf("%#x", e.Host), "target": fmt.Sprintf("%#x", e.Target)}})
-}
-
-// KernelLaunch marks a kernel launch.
-func (tr *Trace) KernelLaunch(e KernelEvent) {
-	tr.add(e.Where, traceEvent{Name: "kernel " + e.Name, Cat: "kernel", Ph: "i", Scope: "t",
-		Args: map[string]any{"kernel": e.Name, "args": e.Args, "arg_bytes": e.ArgBytes}})
-}
-
-// Wait marks a wait on a device queue, or spans one on the host.
-func (tr *Trace) Wait(e WaitEvent) {
-	name := fmt.Sprintf("wait for task %d (%s)", e.For, e.ForName)
-	args := map[string]any{"for_task": e.For, "for": e.ForName, "on_device": e.OnDevice}
-	if e.OnDevice {
-		tr.add(e.Where, traceEvent{Name: name, Cat: "wait", Ph: "i", Scope: "t", Args: args})
-		return
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	args := map[string]any{"task": e.Task, "kind": e.Kind.String(), "buffer": e.Name, "bytes": e.Bytes,
+		"host": fmt.Sprintf("%#x", e.Host), "target": fmt.Sprintf("%#x", e.Target)}
+	switch e.Kind {
+	case MapCreate, MapRemove:
+		tr.marks = append(tr.marks, traceEvent{Name: fmt.Sprintf("%s %s", e.Kind, e.Name), Cat: "data", Ph: "i", Scope: "t",
+			Ts: tr.us(e.Time), Pid: e.Device, Tid: e.Queue, Args: args})
+	default:
+		t := tr.task(e.Where)
+		if t.copies == nil {
+			t.copies = map[DataKind][]DataEvent{}
+		}
+		t.copies[e.Kind] = append(t.copies[e.Kind], e)
 	}
-	tr.add(e.Where, traceEvent{Name: name, Cat: "wait", Ph: "X", Dur: float64(e.Dur.Nanoseconds()) / 1e3, Args: args})
+}
+
+// KernelLaunch keeps a launch's arguments for the device's kernel span.
+func (tr *Trace) KernelLaunch(e KernelEvent) {
+	tr.mu.Lock()
+	t := tr.task(e.Where)
+	t.launches = append(t.launches, e)
+	tr.mu.Unlock()
+}
+
+// Wait keeps a wait: an arrow from the task waited for, and a span of its
+// own for a host wait.
+func (tr *Trace) Wait(e WaitEvent) {
+	tr.mu.Lock()
+	tr.waits = append(tr.waits, e)
+	tr.mu.Unlock()
+}
+
+// DeviceOp keeps an operation as the device ran it.
+func (tr *Trace) DeviceOp(e DeviceOpEvent) {
+	tr.mu.Lock()
+	tr.ops = append(tr.ops, e)
+	tr.mu.Unlock()
 }
 
 // Name names a device's track.
@@ -96,18 +160,7 @@ func (tr *Trace) Name(device int, name string) {
 // WriteFile writes the trace as JSON.
 func (tr *Trace) WriteFile(path string) error {
 	tr.mu.Lock()
-	evs := append([]traceEvent(nil), tr.events...)
-	for dev, name := range tr.names {
-		evs = append(evs, traceEvent{Name: "process_name", Ph: "M", Pid: dev, Args: map[string]any{"name": name}},
-			traceEvent{Name: "process_sort_index", Ph: "M", Pid: dev, Args: map[string]any{"sort_index": dev}})
-	}
-	for q := range tr.queues {
-		name := fmt.Sprintf("queue %d", q[1])
-		if q[1] == 0 {
-			name = "host"
-		}
-		evs = append(evs, traceEvent{Name: "thread_name", Ph: "M", Pid: q[0], Tid: q[1], Args: map[string]any{"name": name}})
-	}
+	evs := tr.events()
 	tr.mu.Unlock()
 	b, err := json.Marshal(map[string]any{"traceEvents": evs, "displayTimeUnit": "ns"})
 	if err != nil {
@@ -116,35 +169,195 @@ func (tr *Trace) WriteFile(path string) error {
 	return os.WriteFile(path, b, 0o644)
 }
 
-// tools sends every event to each of a list of tools.
-type tools []Tool
+// events lays the trace out, under tr.mu.
+func (tr *Trace) events() []traceEvent {
+	out := make([]*traceEvent, 0, len(tr.ops)+2*len(tr.tasks)+len(tr.marks))
+	threads := map[[2]int]string{}
+	for _, t := range tr.tasks {
+		t.first, t.last, t.slice, t.nextCopy, t.nextLaunches = nil, nil, nil, map[DataKind]int{}, 0
+	}
+	// Device operations, on their task's queue track; a track is in order,
+	// so an operation starts once the one before it ended (clock estimates
+	// may disagree by a little between records).
+	ops := append([]DeviceOpEvent(nil), tr.ops...)
+	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Time.Before(ops[j].Time) })
+	trackEnd := map[[2]int]time.Time{}
+	for _, o := range ops {
+		t := tr.tasks[o.Task]
+		if t == nil {
+			t = tr.task(o.Where)
+		}
+		key := [2]int{o.Device, t.queue}
+		start, end := o.Time, o.End
+		if prev, ok := trackEnd[key]; ok && start.Before(prev) {
+			start = prev
+		}
+		if end.Before(start) {
+			end = start
+		}
+		trackEnd[key] = end
+		threads[key] = fmt.Sprintf("queue %d", t.queue)
+		e := &traceEvent{Cat: "device", Ph: "X", Ts: tr.us(start), Dur: float64(end.Sub(start).Nanoseconds()) / 1e3,
+			Pid: o.Device, Tid: t.queue, Args: map[string]any{"task": t.id, "construct": t.name, "op": o.Kind.String()}}
+		if o.Failed {
+			e.Args["failed"] = true
+		}
+		tr.nameOp(e, t, o)
+		out = append(out, e)
+		if t.first == nil {
+			t.first = e
+		}
+		t.last = e
+	}
+	// Constructs' spans, on task tracks where they do not overlap.
+	tasks := make([]*traceTask, 0, len(tr.tasks))
+	for _, t := range tr.tasks {
+		if !t.begin.IsZero() {
+			tasks = append(tasks, t)
+		}
+	}
+	sort.Slice(tasks, func(i, j int) bool {
+		return tasks[i].begin.Before(tasks[j].begin) || (tasks[i].begin.Equal(tasks[j].begin) && tasks[i].id < tasks[j].id)
+	})
+	lanes := newLanes(taskTrack)
+	for _, t := range tasks {
+		end := t.end
+		if !t.ended { // still running when the trace was written
+			end = t.begin
+			if t.last != nil {
+				end = t.begin.Add(time.Duration((t.last.Ts + t.last.Dur - tr.us(t.begin)) * 1e3))
+			}
+		}
+		tid := lanes.place(t.dev, t.begin, end)
+		threads[[2]int{t.dev, tid}] = fmt.Sprintf("tasks %d", tid-taskTrack+1)
+		args := map[string]any{"task": t.id, "queue": t.queue, "nowait": t.nowait}
+		if t.err != "" {
+			args["error"] = t.err
+		}
+		if !t.ended {
+			args["unfinished"] = true
+		}
+		e := &traceEvent{Name: fmt.Sprintf("task %d: %s", t.id, t.name), Cat: "task", Ph: "X", Ts: tr.us(t.begin),
+			Dur: float64(end.Sub(t.begin).Nanoseconds()) / 1e3, Pid: t.dev, Tid: tid, Args: args}
+		t.slice = e
+		out = append(out, e)
+	}
+	// Waits: host waits as spans of their own; an arrow from every task
+	// waited for to its waiter.
+	wlanes := newLanes(waitTrack)
+	var flow uint64
+	for _, w := range tr.waits {
+		from, to := tr.tasks[w.For], tr.tasks[w.Task]
+		var target *traceEvent
+		if !w.OnDevice {
+			end := w.Time.Add(w.Dur)
+			tid := wlanes.place(w.Device, w.Time, end)
+			threads[[2]int{w.Device, tid}] = fmt.Sprintf("host waits %d", tid-waitTrack+1)
+			target = &traceEvent{Name: fmt.Sprintf("task %d waits for task %d (%s)", w.Task, w.For, w.ForName), Cat: "wait", Ph: "X",
+				Ts: tr.us(w.Time), Dur: float64(w.Dur.Nanoseconds()) / 1e3, Pid: w.Device, Tid: tid,
+				Args: map[string]any{"task": w.Task, "for_task": w.For, "for": w.ForName, "on_device": false}}
+			out = append(out, target)
+		} else if to != nil {
+			target = to.first
+			if target == nil {
+				target = to.slice
+			}
+		}
+		var source *traceEvent
+		if from != nil {
+			source = from.last
+			if source == nil {
+				source = from.slice
+			}
+		}
+		if source == nil || target == nil {
+			continue
+		}
+		flow++
+		args := map[string]any{"task": w.Task, "for_task": w.For, "on_device": w.OnDevice}
+		out = append(out,
+			&traceEvent{Name: "depends", Cat: "dependency", Ph: "s", ID: flow, Ts: inside(source, true), Pid: source.Pid, Tid: source.Tid, Args: args},
+			&traceEvent{Name: "depends", Cat: "dependency", Ph: "f", Bind: "e", ID: flow, Ts: inside(target, false), Pid: target.Pid, Tid: target.Tid, Args: args})
+	}
+	for i := range tr.marks {
+		out = append(out, &tr.marks[i])
+	}
+	res := make([]traceEvent, 0, len(out)+2*len(tr.names)+len(threads))
+	for _, e := range out {
+		res = append(res, *e)
+	}
+	for dev, name := range tr.names {
+		res = append(res, traceEvent{Name: "process_name", Ph: "M", Pid: dev, Args: map[string]any{"name": name}},
+			traceEvent{Name: "process_sort_index", Ph: "M", Pid: dev, Args: map[string]any{"sort_index": dev}})
+	}
+	for k, name := range threads {
+		res = append(res, traceEvent{Name: "thread_name", Ph: "M", Pid: k[0], Tid: k[1], Args: map[string]any{"name": name}},
+			traceEvent{Name: "thread_sort_index", Ph: "M", Pid: k[0], Tid: k[1], Args: map[string]any{"sort_index": k[1]}})
+	}
+	return res
+}
 
-func (ts tools) TargetBegin(e TargetEvent) {
-	for _, t := range ts {
-		t.TargetBegin(e)
+// nameOp names a device operation, with what the host said of it: the
+// kernel's arguments, the copied buffer's name (the task's copies of a
+// kind are in the order the device ran them).
+func (tr *Trace) nameOp(e *traceEvent, t *traceTask, o DeviceOpEvent) {
+	kind := map[OpKind]DataKind{OpSubmit: CopyToDevice, OpRetrieve: CopyFromDevice, OpExchange: CopyDeviceToDevice}
+	switch o.Kind {
+	case OpLaunch:
+		e.Name, e.Cat = "kernel "+o.Kernel, "kernel"
+		e.Args["kernel"] = o.Kernel
+		if t.nextLaunches < len(t.launches) {
+			l := t.launches[t.nextLaunches]
+			e.Args["args"], e.Args["arg_bytes"] = l.Args, l.ArgBytes
+		}
+		t.nextLaunches++
+	case OpSubmit, OpRetrieve, OpExchange:
+		dk := kind[o.Kind]
+		e.Cat = "copy"
+		e.Args["kind"], e.Args["bytes"] = dk.String(), o.Bytes
+		name := "unnamed buffer"
+		if i := t.nextCopy[dk]; i < len(t.copies[dk]) {
+			c := t.copies[dk][i]
+			name = c.Name
+			e.Args["host"], e.Args["target"] = fmt.Sprintf("%#x", c.Host), fmt.Sprintf("%#x", c.Target)
+		}
+		t.nextCopy[dk]++
+		e.Args["buffer"] = name
+		e.Name = fmt.Sprintf("%s %s (%d bytes)", dk, name, o.Bytes)
+	case OpWait:
+		e.Name, e.Cat = "wait", "wait"
+	default:
+		e.Name = o.Kind.String()
 	}
 }
 
-func (ts tools) TargetEnd(e TargetEvent) {
-	for _, t := range ts {
-		t.TargetEnd(e)
+// inside is a time inside slice e for an arrow to bind to: near its end
+// (an arrow's source) or its start.
+func inside(e *traceEvent, atEnd bool) float64 {
+	d := min(e.Dur/2, 0.001)
+	if atEnd {
+		return e.Ts + e.Dur - d
 	}
+	return e.Ts + d
 }
 
-func (ts tools) DataOp(e DataEvent) {
-	for _, t := range ts {
-		t.DataOp(e)
-	}
+// lanes puts spans on the first of a device's tracks where they do not
+// overlap the span before them (spans come in start order).
+type lanes struct {
+	base int
+	ends map[int][]time.Time
 }
 
-func (ts tools) KernelLaunch(e KernelEvent) {
-	for _, t := range ts {
-		t.KernelLaunch(e)
-	}
-}
+func newLanes(base int) *lanes { return &lanes{base: base, ends: map[int][]time.Time{}} }
 
-func (ts tools) Wait(e WaitEvent) {
-	for _, t := range ts {
-		t.Wait(e)
+func (l *lanes) place(dev int, start, end time.Time) int {
+	ends := l.ends[dev]
+	for i, e := range ends {
+		if !start.Before(e) {
+			ends[i] = end
+			return l.base + i
+		}
 	}
+	l.ends[dev] = append(ends, end)
+	return l.base + len(ends)
 }

@@ -11,6 +11,7 @@ package opqueue
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/goffload/offload/internal/plugin"
 )
@@ -29,6 +30,9 @@ type op struct {
 	clear  bool              // the mark clears the error state
 	wait   *Event
 	record *Event
+	// timed, if set, is told when a run or wait operation ran, and how
+	// it ended (skipped operations are not told).
+	timed func(start, end time.Time, err error)
 }
 
 // Queue runs operations in order.
@@ -82,6 +86,10 @@ func (q *Queue) loop() {
 		q.mu.Unlock()
 
 		var err error
+		var start time.Time
+		if o.timed != nil {
+			start = time.Now()
+		}
 		switch {
 		case o.record != nil:
 			o.record.Fire(failed)
@@ -90,10 +98,16 @@ func (q *Queue) loop() {
 			if o.wait.err != nil && failed == nil {
 				err = fmt.Errorf("waited-for event failed: %w", o.wait.err)
 			}
+			if o.timed != nil {
+				o.timed(start, time.Now(), err)
+			}
 		case o.mark != nil:
 			err = o.mark(failed)
 		case failed == nil:
 			err = o.run()
+			if o.timed != nil {
+				o.timed(start, time.Now(), err)
+			}
 		}
 		if err != nil {
 			q.mu.Lock()
@@ -109,6 +123,13 @@ func (q *Queue) loop() {
 // those failed since the last clearing mark; its error puts the queue in the
 // error state.
 func (q *Queue) Do(fn func() error) error { return q.enqueue(op{run: fn}) }
+
+// DoTimed is Do that tells timed when fn started and ended, and its error,
+// on the queue's goroutine right after fn returns (not if fn is skipped).
+// A nil timed is Do.
+func (q *Queue) DoTimed(fn func() error, timed func(start, end time.Time, err error)) error {
+	return q.enqueue(op{run: fn, timed: timed})
+}
 
 // Mark enqueues fn to run in order even after a failure: it receives the
 // first error since the last clearing mark (nil if none), and clears it if
@@ -132,11 +153,15 @@ func (q *Queue) Record(ev *Event) error {
 
 // Wait holds back everything enqueued after it until ev has fired; if ev
 // carries an error the queue enters the error state with it.
-func (q *Queue) Wait(ev *Event) error {
+func (q *Queue) Wait(ev *Event) error { return q.WaitTimed(ev, nil) }
+
+// WaitTimed is Wait that tells timed how long the queue waited (see
+// DoTimed).
+func (q *Queue) WaitTimed(ev *Event, timed func(start, end time.Time, err error)) error {
 	if !ev.Recorded() {
 		return fmt.Errorf("wait: %w", ErrNotRecorded)
 	}
-	return q.enqueue(op{wait: ev})
+	return q.enqueue(op{wait: ev, timed: timed})
 }
 
 // Synchronize waits for everything enqueued so far and returns (and clears)

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/goffload/offload/internal/hostmem"
 	"github.com/goffload/offload/internal/opqueue"
@@ -93,9 +94,22 @@ type device struct {
 	mem   *hostmem.Memory
 	pool  *workpool.Pool
 
+	// tracer is where timed operations are reported (see Trace).
+	tracer atomic.Pointer[func(plugin.OpTime)]
+
 	mu     sync.RWMutex
 	img    *plugin.Image
 	closed bool
+}
+
+// Trace sets where the queues' tagged operations report their times: the
+// host device's clock is the host's.
+func (d *device) Trace(f func(plugin.OpTime)) {
+	if f == nil {
+		d.tracer.Store(nil)
+		return
+	}
+	d.tracer.Store(&f)
 }
 
 // New returns a host device. Cores below 1 mean the number of CPUs; more

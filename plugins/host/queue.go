@@ -2,6 +2,7 @@ package host
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/goffload/offload/internal/opqueue"
 	"github.com/goffload/offload/internal/plugin"
@@ -10,15 +11,35 @@ import (
 // queue is an in-order queue whose operations run on a goroutine of their
 // own, with device memory resolved (and checked) when they are enqueued.
 type queue struct {
-	d *device
-	q *opqueue.Queue
+	d   *device
+	q   *opqueue.Queue
+	tag uint64 // see Tag
 }
 
-func (q *queue) do(fn func() error) error {
+// Tag makes the operations enqueued after it report their times to the
+// device's tracer, with tag (0: not timed).
+func (q *queue) Tag(tag uint64) { q.tag = tag }
+
+// timed returns what reports an operation's times, or nil if the queue is
+// not tagged or the device not traced.
+func (q *queue) timed(kind plugin.OpKind, kernel string, bytes int64) func(start, end time.Time, err error) {
+	f := q.d.tracer.Load()
+	if q.tag == 0 || f == nil {
+		return nil
+	}
+	tag := q.tag
+	return func(start, end time.Time, err error) {
+		(*f)(plugin.OpTime{Tag: tag, Kind: kind, Kernel: kernel, Bytes: bytes, Start: start, End: end, Err: err != nil})
+	}
+}
+
+func (q *queue) do(fn func() error) error { return q.doTimed(fn, nil) }
+
+func (q *queue) doTimed(fn func() error, timed func(start, end time.Time, err error)) error {
 	if err := q.d.alive(); err != nil {
 		return err
 	}
-	if err := q.q.Do(fn); err != nil {
+	if err := q.q.DoTimed(fn, timed); err != nil {
 		return fmt.Errorf("%s: %w", q.d.name, err)
 	}
 	return nil
@@ -29,7 +50,7 @@ func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
 	if err != nil {
 		return fmt.Errorf("%s: submit of %d bytes: %w", q.d.name, len(src), err)
 	}
-	return q.do(func() error { copy(b, src); return nil })
+	return q.doTimed(func() error { copy(b, src); return nil }, q.timed(plugin.OpSubmit, "", int64(len(src))))
 }
 
 func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
@@ -37,7 +58,7 @@ func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
 	if err != nil {
 		return fmt.Errorf("%s: retrieve of %d bytes: %w", q.d.name, len(dst), err)
 	}
-	return q.do(func() error { copy(dst, b); return nil })
+	return q.doTimed(func() error { copy(dst, b); return nil }, q.timed(plugin.OpRetrieve, "", int64(len(dst))))
 }
 
 func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) error {
@@ -53,7 +74,7 @@ func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) 
 	if err != nil {
 		return fmt.Errorf("%s: exchange destination: %w", other.name, err)
 	}
-	return q.do(func() error { copy(d, s); return nil })
+	return q.doTimed(func() error { copy(d, s); return nil }, q.timed(plugin.OpExchange, "", size))
 }
 
 func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
@@ -65,12 +86,12 @@ func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
 		return fmt.Errorf("%s: %w", q.d.name, err)
 	}
 	ctx := plugin.NewKernelCtx(q.d.num, q.d.pool)
-	return q.do(func() error {
+	return q.doTimed(func() error {
 		if err := k.Call(ctx, vals); err != nil {
 			return fmt.Errorf("%s: %w", q.d.name, err)
 		}
 		return nil
-	})
+	}, q.timed(plugin.OpLaunch, k.Name, 0))
 }
 
 func (q *queue) Record(e plugin.Event) error {
@@ -95,7 +116,7 @@ func (q *queue) Wait(e plugin.Event) error {
 	if err := q.d.alive(); err != nil {
 		return err
 	}
-	if err := q.q.Wait(ev.ev); err != nil {
+	if err := q.q.WaitTimed(ev.ev, q.timed(plugin.OpWait, "", 0)); err != nil {
 		return fmt.Errorf("%s: %w", q.d.name, err)
 	}
 	return nil

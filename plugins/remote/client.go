@@ -45,6 +45,12 @@ type device struct {
 	side *net.UnixConn
 	// rank is the device's MPI rank, or -1: MPI devices reach each other.
 	rank int
+	// img is the image Load loaded (set before the link's reader starts).
+	img *plugin.Image
+	// tracer is where timed operations go (Trace), clock how their device
+	// times become host times.
+	tracer atomic.Pointer[func(plugin.OpTime)]
+	clock  clock
 
 	mu     sync.Mutex
 	next   uint64
@@ -179,6 +185,8 @@ func (d *device) dispatch(m *proto.Msg) error {
 			pastWaits(implies)
 		}
 		ev.ev.Fire(err)
+	case proto.TTimes:
+		return d.times(m)
 	case proto.TPull:
 		data, ok := take(&d.mu, d.pushes, m.ID)
 		if !ok {
@@ -325,7 +333,7 @@ func (d *device) fetchInfo() error {
 // Load greets the device process, which checks that both run the same code,
 // and asks it to describe itself.
 func (d *device) Load(img *plugin.Image, num int) error {
-	d.num = num
+	d.num, d.img = num, img
 	if d.setNum != nil {
 		d.setNum(num)
 	}

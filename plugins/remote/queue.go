@@ -17,6 +17,7 @@ type queue struct {
 	d      *device
 	id     uint32
 	closed bool
+	tag    uint64 // the tag the device has for the queue (see Tag)
 	// dirty says operations were sent since the last mark; query is the
 	// mark a Query sent, if it has not been answered; held is an error a
 	// mark answered that is not reported yet.

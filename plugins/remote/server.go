@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/goffload/offload/internal/hostmem"
 	"github.com/goffload/offload/internal/opqueue"
@@ -48,6 +49,7 @@ type session struct {
 	queues map[uint32]*opqueue.Queue
 	events map[uint64]*opqueue.Event
 	pulls  map[uint64]*incoming
+	tags   map[uint32]qtag // tagged queues: their operations are timed (see tag.go)
 }
 
 func newSession(l *link, img *plugin.Image, cores int) *session {
@@ -58,6 +60,7 @@ func newSession(l *link, img *plugin.Image, cores int) *session {
 		queues: map[uint32]*opqueue.Queue{},
 		events: map[uint64]*opqueue.Event{},
 		pulls:  map[uint64]*incoming{},
+		tags:   map[uint32]qtag{},
 	}
 	s.peers = newPeers(s)
 	s.xcond = sync.NewCond(&s.xmu)
@@ -223,6 +226,7 @@ func (s *session) handle(m *proto.Msg) error {
 		s.mu.Lock()
 		q := s.queues[m.Queue]
 		delete(s.queues, m.Queue)
+		delete(s.tags, m.Queue)
 		s.mu.Unlock()
 		if q != nil {
 			go q.Close()
@@ -234,7 +238,7 @@ func (s *session) handle(m *proto.Msg) error {
 		return s.data(m)
 	case proto.TRetrieve:
 		q, id, src, size := s.queue(m.Queue), m.ID, plugin.Ptr(m.Ptr), int64(m.Size)
-		return q.Do(func() error {
+		return q.DoTimed(func() error {
 			b, err := s.mem.Bytes(src, size)
 			if err != nil {
 				return err
@@ -249,7 +253,7 @@ func (s *session) handle(m *proto.Msg) error {
 			s.sent = max(s.sent, seq)
 			s.xmu.Unlock()
 			return nil
-		})
+		}, s.timer(m, plugin.OpRetrieve, size))
 	case proto.TXferDone: // the host has a retrieve's data
 		s.xmu.Lock()
 		s.acked++
@@ -258,8 +262,9 @@ func (s *session) handle(m *proto.Msg) error {
 		return nil
 	case proto.TExchange:
 		q, src, dst, size := s.queue(m.Queue), plugin.Ptr(m.Ptr), plugin.Ptr(m.Ptr2), int64(m.Size)
+		timed := s.timer(m, plugin.OpExchange, size)
 		if peer := int(m.Kernel); peer != s.num {
-			return q.Do(func() error {
+			return q.DoTimed(func() error {
 				from, err := s.mem.Bytes(src, size)
 				if err != nil {
 					return err
@@ -268,9 +273,9 @@ func (s *session) handle(m *proto.Msg) error {
 					return fmt.Errorf("exchange to device %d: %w", peer, err)
 				}
 				return nil
-			})
+			}, timed)
 		}
-		return q.Do(func() error {
+		return q.DoTimed(func() error {
 			from, err := s.mem.Bytes(src, size)
 			if err != nil {
 				return err
@@ -281,7 +286,7 @@ func (s *session) handle(m *proto.Msg) error {
 			}
 			copy(to, from)
 			return nil
-		})
+		}, timed)
 	case proto.TLaunch:
 		return s.launch(m)
 	case proto.TRecord:
@@ -307,14 +312,15 @@ func (s *session) handle(m *proto.Msg) error {
 		})
 	case proto.TWait:
 		q := s.queue(m.Queue)
+		timed := s.timer(m, plugin.OpWait, 0)
 		if m.Ptr2 == 1 { // another device's event: that device tells us when it fires
-			return q.Wait(s.peers.event(int(m.Kernel), m.Ptr))
+			return q.WaitTimed(s.peers.event(int(m.Kernel), m.Ptr), timed)
 		}
 		ev, id := s.event(m.ID), m.ID
 		if ev == nil {
 			return q.Do(func() error { return fmt.Errorf("wait on event %d: %w", id, plugin.ErrNotRecorded) })
 		}
-		return q.Wait(ev)
+		return q.WaitTimed(ev, timed)
 	case proto.TNotify:
 		ev, id, n := s.event(m.ID), m.ID, notify{peer: int(m.Kernel), wait: m.Ptr}
 		if ev == nil {
@@ -347,6 +353,11 @@ func (s *session) handle(m *proto.Msg) error {
 		s.xmu.Unlock()
 		s.mu.Unlock()
 		return nil
+	case proto.TTag:
+		s.tag(m)
+		return nil
+	case proto.TClock:
+		return s.reply(m.ID, uint64(deviceClock(time.Now())), "", nil)
 	case proto.TSync:
 		qid, seq := m.Queue, m.ID
 		return s.queue(qid).Mark(true, func(failed error) error {
@@ -392,14 +403,14 @@ func (s *session) submit(m *proto.Msg) error {
 			return fmt.Errorf("%w: inline submit of %d bytes carries %d", proto.ErrFrame, size, m.PayloadLen)
 		}
 		data := append([]byte(nil), m.Payload...)
-		return q.Do(func() error {
+		return q.DoTimed(func() error {
 			b, err := s.mem.Bytes(dst, size)
 			if err != nil {
 				return err
 			}
 			copy(b, data)
 			return nil
-		})
+		}, s.timer(m, plugin.OpSubmit, size))
 	}
 	if m.PayloadLen != 0 {
 		return fmt.Errorf("%w: pulled submit carries a payload", proto.ErrFrame)
@@ -407,7 +418,7 @@ func (s *session) submit(m *proto.Msg) error {
 	if size < 0 || m.Size > 1<<62 {
 		return fmt.Errorf("%w: submit of %d bytes", proto.ErrFrame, m.Size)
 	}
-	return q.Do(func() error {
+	return q.DoTimed(func() error {
 		b, err := s.mem.Bytes(dst, size)
 		if err != nil {
 			return err
@@ -424,7 +435,7 @@ func (s *session) submit(m *proto.Msg) error {
 			return fmt.Errorf("%w: submit ended after %d of %d bytes", plugin.ErrDeviceLost, p.got, len(p.dst))
 		}
 		return nil
-	})
+	}, s.timer(m, plugin.OpSubmit, size))
 }
 
 // data reads a fragment of a pulled submit straight into device memory.
@@ -450,7 +461,7 @@ func (s *session) launch(m *proto.Msg) error {
 		return q.Do(func() error { return err })
 	}
 	ctx := plugin.NewKernelCtx(s.num, s.pool)
-	return q.Do(func() error {
+	return q.DoTimed(func() error {
 		vals, err := k.ArgValues(args, s.mem.Bytes)
 		if err != nil {
 			return err
@@ -459,7 +470,7 @@ func (s *session) launch(m *proto.Msg) error {
 			return fmt.Errorf("%s: %w", s.name(), err)
 		}
 		return nil
-	})
+	}, s.timer(m, plugin.OpLaunch, 0))
 }
 
 // name is the device as errors name it.

@@ -31,7 +31,7 @@ import (
 
 // Version is the protocol version; a peer with another version is refused at
 // hello.
-const Version = 2
+const Version = 3
 
 // Magic opens every hello.
 const Magic = "GOFFLOAD"
@@ -78,11 +78,14 @@ const (
 	TExit                       // →d: end the session
 	TForget                     // →d payload: ids (8 bytes each) of events the host closed after they fired
 	TPing                       // ↔ nothing: the link is alive (sent on idle links; every frame counts as a sign of life)
+	TTag                        // →d queue, id (tag, 0: none), ptr (host clock when sent): time the queue's next operations, tagged
+	TClock                      // →d id: reply with the device's clock in ptr
+	TTimes                      // →h queue, ptr (device clock when sent); payload: timed operations (AppendTimes)
 	tMax
 )
 
 var typeNames = [...]string{"", "hello", "auth", "reply", "alloc", "free", "info", "closequeue", "submit", "pull",
-	"data", "retrieve", "xferdone", "exchange", "launch", "record", "wait", "sync", "syncdone", "event", "notify", "exit", "forget", "ping"}
+	"data", "retrieve", "xferdone", "exchange", "launch", "record", "wait", "sync", "syncdone", "event", "notify", "exit", "forget", "ping", "tag", "clock", "times"}
 
 // String is the type's name.
 func (t Type) String() string {

@@ -1,0 +1,182 @@
+package remote
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugins/remote/proto"
+)
+
+// Timing the operations of tagged queues (plugin.Tracer): the host tags a
+// queue with a TTag frame that carries the host's clock; the device times
+// the queue's operations after it and sends each as a TTimes record with
+// the clock readings the host needs to place it on its own clock.
+
+// clockEpoch is where this process's clock readings (in TTag and TTimes
+// frames, and clock replies) count from: a monotonic clock, private to the
+// process.
+var clockEpoch = time.Now()
+
+// deviceClock is t on this process's clock, in nanoseconds.
+func deviceClock(t time.Time) int64 { return int64(t.Sub(clockEpoch)) }
+
+// qtag is a tagged queue's tag: who to say the operations are for, when the
+// host sent it (its clock) and when it came (ours).
+type qtag struct {
+	tag       uint64
+	sent, got int64
+}
+
+// tag handles a TTag frame, on the reader's goroutine.
+func (s *session) tag(m *proto.Msg) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m.ID == 0 {
+		delete(s.tags, m.Queue)
+		return
+	}
+	s.tags[m.Queue] = qtag{tag: m.ID, sent: int64(m.Ptr), got: deviceClock(time.Now())}
+}
+
+// timer returns what reports the times of the operation m enqueues on a
+// tagged queue, or nil if its queue is not tagged. The reader calls it as it
+// enqueues the operation.
+func (s *session) timer(m *proto.Msg, kind plugin.OpKind, bytes int64) func(start, end time.Time, err error) {
+	s.mu.Lock()
+	t, ok := s.tags[m.Queue]
+	s.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	qid, kernel := m.Queue, uint32(0)
+	if kind == plugin.OpLaunch {
+		kernel = m.Kernel
+	}
+	return func(start, end time.Time, err error) {
+		r := proto.OpRecord{Tag: t.tag, Sent: t.sent, Got: t.got, Start: deviceClock(start), End: deviceClock(end),
+			Bytes: bytes, Kernel: kernel, Kind: uint8(kind), Failed: err != nil}
+				s.l.send(&proto.Msg{Type: proto.TTimes, Queue: qid, Ptr: uint64(deviceClock(time.Now()))}, proto.AppendTimes(nil, r))
+	}
+}
+
+// clock places the device's clock readings on the host's: host = device +
+// off. It starts from probes (TClock round trips, the one with the
+// shortest round trip wins) when tracing starts and every second after,
+// and keeps off inside the bounds every timed operation sets, so that an
+// operation never shows before its tag was sent nor after its record came.
+type clock struct {
+	mu      sync.Mutex
+	off     int64 // the estimate
+	lo, hi  int64 // bounds on off the probes and records prove
+	probed  time.Time
+	probing bool
+}
+
+// probes is how many round trips a clock estimate takes.
+const probes = 8
+
+// probe measures the device's clock against the host's.
+func (d *device) probe() error {
+	best, bestRTT := int64(0), int64(-1)
+	lo, hi := int64(-1<<63), int64(1<<63-1)
+	for range probes {
+		h0 := deviceClock(time.Now())
+		r, err := d.call(&proto.Msg{Type: proto.TClock})
+		if err != nil {
+			return err
+		}
+		h1 := deviceClock(time.Now())
+		dev := int64(r.Ptr)
+		lo, hi = max(lo, h0-dev), min(hi, h1-dev) // the device read its clock between h0 and h1
+		if rtt := h1 - h0; bestRTT < 0 || rtt < bestRTT {
+			best, bestRTT = h0+rtt/2-dev, rtt
+		}
+	}
+	c := &d.clock
+	c.mu.Lock()
+	c.off, c.lo, c.hi, c.probed = best, lo, hi, time.Now()
+	c.mu.Unlock()
+	return nil
+}
+
+// place returns r's start and end on the host's clock, with off first
+// kept within what r proves: r's tag came (got) after the host sent it,
+// and r's record was sent (sent, device clock) before it came (now, host
+// clock).
+func (c *clock) place(r proto.OpRecord, devSent, now int64) (start, end time.Time) {
+	c.mu.Lock()
+	c.lo = max(c.lo, r.Sent-r.Got)
+	c.hi = min(c.hi, now-devSent)
+	if c.lo > c.hi { // the clocks drifted since the last probe: the newest bound wins
+		c.lo = c.hi
+	}
+	c.off = min(max(c.off, c.lo), c.hi)
+	off := c.off
+	c.mu.Unlock()
+	return clockEpoch.Add(time.Duration(r.Start + off)), clockEpoch.Add(time.Duration(r.End + off))
+}
+
+// Trace makes the device report its tagged queues' operations to f, on
+// the host's clock (plugin.Tracer).
+func (d *device) Trace(f func(plugin.OpTime)) {
+	if f == nil {
+		d.tracer.Store(nil)
+		return
+	}
+	if err := d.probe(); err != nil {
+		return // a lost device: its operations fail, with nothing to time
+	}
+	d.tracer.Store(&f)
+}
+
+// times handles a TTimes frame, on the reader's goroutine.
+func (d *device) times(m *proto.Msg) error {
+	now := deviceClock(time.Now())
+	recs, err := proto.ParseTimes(m.Payload, uint8(plugin.OpWait))
+	if err != nil {
+		return err
+	}
+	f := d.tracer.Load()
+	if f == nil {
+		return fmt.Errorf("%w: times of operations that were not tagged", proto.ErrFrame)
+	}
+	for _, r := range recs {
+		op := plugin.OpTime{Tag: r.Tag, Kind: plugin.OpKind(r.Kind), Bytes: r.Bytes, Err: r.Failed}
+		if op.Kind == plugin.OpLaunch {
+			if d.img == nil || int(r.Kernel) >= len(d.img.Kernels) {
+				return fmt.Errorf("%w: times of a launch of kernel %d", proto.ErrFrame, r.Kernel)
+			}
+			op.Kernel = d.img.Kernels[r.Kernel].Name
+		}
+		op.Start, op.End = d.clock.place(r, int64(m.Ptr), now)
+		(*f)(op)
+	}
+	c := &d.clock
+	c.mu.Lock()
+	again := !c.probing && time.Since(c.probed) > time.Second
+	c.probing = c.probing || again
+	c.mu.Unlock()
+	if again {
+		go func() { // a new estimate, for clocks that drift
+			d.probe()
+			c.mu.Lock()
+			c.probing = false
+			c.mu.Unlock()
+		}()
+	}
+	return nil
+}
+
+// Tag tags the queue's next operations: the device times them
+// (plugin.TaggedQueue). It does nothing unless the device is traced.
+func (q *queue) Tag(tag uint64) {
+	if q.tag == tag || (tag != 0 && q.d.tracer.Load() == nil) {
+		return
+	}
+	m := &proto.Msg{Type: proto.TTag, ID: tag, Ptr: uint64(deviceClock(time.Now()))}
+	if q.enqueue(m, nil, nil) == nil {
+		q.tag = tag
+	}
+}
