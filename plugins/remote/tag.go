@@ -57,7 +57,7 @@ func (s *session) timer(m *proto.Msg, kind plugin.OpKind, bytes int64) func(star
 	return func(start, end time.Time, err error) {
 		r := proto.OpRecord{Tag: t.tag, Sent: t.sent, Got: t.got, Start: deviceClock(start), End: deviceClock(end),
 			Bytes: bytes, Kernel: kernel, Kind: uint8(kind), Failed: err != nil}
-				s.l.send(&proto.Msg{Type: proto.TTimes, Queue: qid, Ptr: uint64(deviceClock(time.Now()))}, proto.AppendTimes(nil, r))
+		s.l.send(&proto.Msg{Type: proto.TTimes, Queue: qid, Ptr: uint64(deviceClock(time.Now()))}, proto.AppendTimes(nil, r))
 	}
 }
 
