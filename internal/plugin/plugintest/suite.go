@@ -61,6 +61,7 @@ func Run(t *testing.T, open func(t *testing.T) []plugin.Device) {
 	t.Run("Concurrency", e.testConcurrency)
 	t.Run("ClosedHandles", e.testClosedHandles)
 	t.Run("ClosedDevice", e.testClosedDevice)
+	t.Run("Tracer", e.testTracer)
 }
 
 // env is the state the subtests share: the loaded devices and the image.

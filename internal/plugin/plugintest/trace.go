@@ -1,0 +1,111 @@
+package plugintest
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goffload/offload/internal/plugin"
+)
+
+// testTracer checks the optional timing of queue operations (plugin.Tracer
+// and plugin.TaggedQueue) on fresh devices: tagged operations, and only
+// those, are reported in order with their kind, bytes, kernel and failure,
+// on the host's clock between their enqueueing and their completion, before
+// an event recorded after them fires.
+func (e *env) testTracer(t *testing.T) {
+	if _, ok := e.devs[0].(plugin.Tracer); !ok {
+		t.Skip("the kind does not time queue operations (plugin.Tracer is optional)")
+	}
+	devs := e.openLoaded(t)
+	d := devs[0]
+	var mu sync.Mutex
+	var got []plugin.OpTime
+	d.(plugin.Tracer).Trace(func(o plugin.OpTime) {
+		mu.Lock()
+		got = append(got, o)
+		mu.Unlock()
+	})
+	reports := func() []plugin.OpTime {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]plugin.OpTime(nil), got...)
+	}
+	q := newQueue(t, d)
+	tq, ok := q.(plugin.TaggedQueue)
+	if !ok {
+		t.Fatalf("a Tracer's queue %T is not a plugin.TaggedQueue", q)
+	}
+	p := alloc(t, d, 4096)
+	put(t, q, p, make([]byte, 8)) // not tagged: not timed
+	mustSync(t, q)
+
+	before := time.Now()
+	tq.Tag(7)
+	put(t, q, p, pattern(4096, 1))
+	launch(t, q, kSleep, plugin.Arg{Scalar: int64(5)})
+	out := make([]byte, 4096)
+	if err := q.Retrieve(out, p); err != nil {
+		t.Fatalf("Retrieve: %v", err)
+	}
+	ev := newEvent(t, d)
+	if err := q.Record(ev); err != nil {
+		t.Fatalf("Record: %v", err)
+	}
+	tq.Tag(0)
+	put(t, q, p, make([]byte, 8)) // untagged again
+	if err := esync(t, ev); err != nil {
+		t.Fatalf("Event.Synchronize: %v", err)
+	}
+	fired := time.Now()
+	if n := len(reports()); n != 3 {
+		t.Fatalf("when the event after 3 tagged operations fired, %d were reported: %+v", n, reports())
+	}
+	mustSync(t, q)
+
+	launch(t, q, kSleep, plugin.Arg{Scalar: int64(20)}) // untagged: what q2 waits for
+	ev2 := newEvent(t, d)
+	if err := q.Record(ev2); err != nil {
+		t.Fatalf("Record: %v", err)
+	}
+	q2 := newQueue(t, d)
+	q2.(plugin.TaggedQueue).Tag(9)
+	if err := q2.Wait(ev2); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	launch(t, q2, kPanic, plugin.Arg{Scalar: int64(3)})
+	if err := qsync(t, q2); err == nil {
+		t.Fatal("a panicking kernel: Synchronize returned nil")
+	}
+	all := reports()
+	if len(all) != 5 {
+		t.Fatalf("%d operations reported, want 5 (3 of tag 7, a wait and a failed launch of tag 9): %+v", len(all), all)
+	}
+	want := []struct {
+		tag    uint64
+		kind   plugin.OpKind
+		bytes  int64
+		kernel string
+		failed bool
+	}{{7, plugin.OpSubmit, 4096, "", false}, {7, plugin.OpLaunch, 0, kSleep.Name, false}, {7, plugin.OpRetrieve, 4096, "", false},
+		{9, plugin.OpWait, 0, "", false}, {9, plugin.OpLaunch, 0, kPanic.Name, true}}
+	const slack = time.Millisecond // clock alignment of a device with a clock of its own
+	for i, w := range want {
+		o := all[i]
+		if o.Tag != w.tag || o.Kind != w.kind || o.Bytes != w.bytes || o.Kernel != w.kernel || o.Err != w.failed {
+			t.Errorf("report %d: %+v, want tag %d, %s, %d bytes, kernel %q, failed %v", i, o, w.tag, w.kind, w.bytes, w.kernel, w.failed)
+		}
+		if o.End.Before(o.Start) || o.Start.Before(before.Add(-slack)) {
+			t.Errorf("report %d (%s): from %v to %v, enqueued at %v", i, o.Kind, o.Start, o.End, before)
+		}
+		if i < 3 && o.End.After(fired.Add(slack)) {
+			t.Errorf("report %d (%s) ends %v after the event after it fired", i, o.Kind, o.End.Sub(fired))
+		}
+		if i > 0 && i < 3 && o.Start.Before(all[i-1].End.Add(-slack)) {
+			t.Errorf("report %d (%s) starts %v before the one before it ended", i, o.Kind, all[i-1].End.Sub(o.Start))
+		}
+	}
+	if d := all[1].End.Sub(all[1].Start); d < 5*time.Millisecond {
+		t.Errorf("a 5 ms kernel took %v on the device", d)
+	}
+}
