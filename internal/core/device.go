@@ -167,14 +167,23 @@ type work struct {
 	undo  []func()       // if the construct fails, before the posts (enter data)
 	first error
 	dep   *failure // the predecessor's failure, if first is a dependency error
+	// inline is the queue, if it runs the work inline (begin), until done.
+	inline plugin.InlineQueue
 }
 
+// begin starts a synchronous construct's work: its caller waits for the
+// queue right after enqueueing, so the queue may run it inline.
 func (d *Device) begin(op string) (*work, error) {
 	q, err := d.getQueue(op)
 	if err != nil {
 		return nil, err
 	}
-	return d.beginOn(op, q, d.newID()), nil
+	w := d.beginOn(op, q, d.newID())
+	if iq, ok := q.Queue.(plugin.InlineQueue); ok {
+		iq.SetInline(true)
+		w.inline = iq
+	}
+	return w, nil
 }
 
 // newID numbers a synchronous construct, as tasks are numbered: what tools
@@ -250,6 +259,9 @@ func (w *work) done(reuse bool) error {
 	}
 	for _, p := range w.posts {
 		p()
+	}
+	if w.inline != nil {
+		w.inline.SetInline(false)
 	}
 	d.release(w.cq, !reuse)
 	if d.tool != nil {

@@ -42,6 +42,7 @@ type Queue struct {
 	ops     []op
 	running bool
 	closed  bool
+	inline  bool // see SetInline
 	err     error // first failure since the last clearing mark
 }
 
@@ -54,16 +55,51 @@ func New() *Queue {
 
 func (q *Queue) enqueue(o op) error {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	if q.closed {
+		q.mu.Unlock()
 		return fmt.Errorf("%w: queue is closed", ErrClosed)
+	}
+	if q.inline && !q.running {
+		// Nothing is queued or running: run o here, as the queue's
+		// goroutine would, with the queue marked running meanwhile.
+		q.running = true
+		failed := q.take(o)
+		q.mu.Unlock()
+		q.exec(o, failed)
+		q.mu.Lock()
+		q.running = false
+		q.idle.Broadcast()
+		q.mu.Unlock()
+		return nil
 	}
 	q.ops = append(q.ops, o)
 	if !q.running {
 		q.running = true
 		go q.loop()
 	}
+	q.mu.Unlock()
 	return nil
+}
+
+// SetInline makes operations enqueued while the queue is idle run on the
+// enqueueing goroutine, before the enqueueing call returns (a wait then
+// blocks it): for a caller that waits for the queue right after anyway.
+// Operations enqueued while earlier ones run still go to the queue's
+// goroutine.
+func (q *Queue) SetInline(on bool) {
+	q.mu.Lock()
+	q.inline = on
+	q.mu.Unlock()
+}
+
+// take returns the error state o runs with, clearing it if o clears it;
+// under q.mu.
+func (q *Queue) take(o op) error {
+	failed := q.err
+	if o.clear {
+		q.err = nil
+	}
+	return failed
 }
 
 func (q *Queue) loop() {
@@ -79,43 +115,44 @@ func (q *Queue) loop() {
 		o := q.ops[0]
 		q.ops[0] = op{}
 		q.ops = q.ops[1:]
-		failed := q.err
-		if o.clear {
-			q.err = nil
+		failed := q.take(o)
+		q.mu.Unlock()
+		q.exec(o, failed)
+	}
+}
+
+// exec runs o with the error state failed, and sets the state if o fails.
+func (q *Queue) exec(o op, failed error) {
+	var err error
+	var start time.Time
+	if o.timed != nil {
+		start = time.Now()
+	}
+	switch {
+	case o.record != nil:
+		o.record.Fire(failed)
+	case o.wait != nil:
+		<-o.wait.done
+		if o.wait.err != nil && failed == nil {
+			err = fmt.Errorf("waited-for event failed: %w", o.wait.err)
+		}
+		if o.timed != nil {
+			o.timed(start, time.Now(), err)
+		}
+	case o.mark != nil:
+		err = o.mark(failed)
+	case failed == nil:
+		err = o.run()
+		if o.timed != nil {
+			o.timed(start, time.Now(), err)
+		}
+	}
+	if err != nil {
+		q.mu.Lock()
+		if q.err == nil {
+			q.err = err
 		}
 		q.mu.Unlock()
-
-		var err error
-		var start time.Time
-		if o.timed != nil {
-			start = time.Now()
-		}
-		switch {
-		case o.record != nil:
-			o.record.Fire(failed)
-		case o.wait != nil:
-			<-o.wait.done
-			if o.wait.err != nil && failed == nil {
-				err = fmt.Errorf("waited-for event failed: %w", o.wait.err)
-			}
-			if o.timed != nil {
-				o.timed(start, time.Now(), err)
-			}
-		case o.mark != nil:
-			err = o.mark(failed)
-		case failed == nil:
-			err = o.run()
-			if o.timed != nil {
-				o.timed(start, time.Now(), err)
-			}
-		}
-		if err != nil {
-			q.mu.Lock()
-			if q.err == nil {
-				q.err = err
-			}
-			q.mu.Unlock()
-		}
 	}
 }
 

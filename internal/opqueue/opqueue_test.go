@@ -71,3 +71,46 @@ func TestWaitHoldsBack(t *testing.T) {
 		t.Error("record on a closed queue accepted")
 	}
 }
+
+// TestInline: an inline queue runs what is enqueued while it is idle before
+// Do returns, keeps the error state as its goroutine does, and still runs
+// in order what is enqueued behind work it has not finished.
+func TestInline(t *testing.T) {
+	q := New()
+	defer q.Close()
+	q.SetInline(true)
+	ran := false
+	if err := q.Do(func() error { ran = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !ran {
+		t.Fatal("an inline queue did not run the operation before Do returned")
+	}
+	boom := errors.New("boom")
+	q.Do(func() error { return boom })
+	skipped := true
+	q.Do(func() error { skipped = false; return nil })
+	if !skipped {
+		t.Error("an operation after a failure ran")
+	}
+	if err := q.Synchronize(); !errors.Is(err, boom) {
+		t.Errorf("Synchronize = %v, want boom", err)
+	}
+	// Work enqueued behind a running operation goes to the queue's
+	// goroutine, in order.
+	q.SetInline(false)
+	release := make(chan struct{})
+	q.Do(func() error { <-release; return nil })
+	q.SetInline(true)
+	var order []int
+	for i := range 3 {
+		q.Do(func() error { order = append(order, i); return nil })
+	}
+	close(release)
+	if err := q.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if len(order) != 3 || order[0] != 0 || order[2] != 2 {
+		t.Errorf("order %v, want [0 1 2]", order)
+	}
+}

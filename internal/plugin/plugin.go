@@ -226,3 +226,13 @@ func LookupKind(name string) (*Kind, bool) {
 	k, ok := kinds[name]
 	return k, ok
 }
+
+// InlineQueue is implemented by queues that can run operations on the
+// goroutine that enqueues them. While SetInline(true) holds, an operation
+// enqueued on an idle queue may run before the enqueueing call returns (a
+// Wait may then block it). The core sets it for synchronous constructs,
+// whose caller waits for the queue right after enqueueing, and clears it
+// before the queue is used for anything else.
+type InlineQueue interface {
+	SetInline(on bool)
+}

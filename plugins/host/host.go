@@ -99,6 +99,7 @@ type device struct {
 
 	mu     sync.RWMutex
 	img    *plugin.Image
+	ctx    *plugin.KernelCtx // what kernels get: set by Load
 	closed bool
 }
 
@@ -149,6 +150,7 @@ func (d *device) Load(img *plugin.Image, num int) error {
 	}
 	d.img, d.num = img, num
 	d.name = fmt.Sprintf("host device %d", num)
+	d.ctx = plugin.NewKernelCtx(num, d.pool)
 	return nil
 }
 

@@ -85,7 +85,9 @@ func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", q.d.name, err)
 	}
-	ctx := plugin.NewKernelCtx(q.d.num, q.d.pool)
+	q.d.mu.RLock()
+	ctx := q.d.ctx
+	q.d.mu.RUnlock()
 	return q.doTimed(func() error {
 		if err := k.Call(ctx, vals); err != nil {
 			return fmt.Errorf("%s: %w", q.d.name, err)
@@ -121,6 +123,10 @@ func (q *queue) Wait(e plugin.Event) error {
 	}
 	return nil
 }
+
+// SetInline makes operations enqueued on the idle queue run on the
+// enqueueing goroutine (plugin.InlineQueue).
+func (q *queue) SetInline(on bool) { q.q.SetInline(on) }
 
 func (q *queue) Synchronize() error { return q.q.Synchronize() }
 
