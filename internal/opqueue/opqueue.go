@@ -42,7 +42,7 @@ type Queue struct {
 	ops     []op
 	running bool
 	closed  bool
-	inline  bool // see SetInline
+	inline  bool  // see SetInline
 	err     error // first failure since the last clearing mark
 }
 
