@@ -25,6 +25,12 @@ var Step = offload.MustKernel("jacobi.step", func(ctx offload.Ctx, next, cur []f
 	ctx.For(rows, func(lo, hi int) { stepRows(next, cur, cols, lo+1, hi+1) })
 })
 
+// StepRows computes rows [lo, hi) of next from cur, blocks of cols
+// columns as Step's; with lo ≥ 1 and hi ≤ rows+1.
+var StepRows = offload.MustKernel("jacobi.steprows", func(ctx offload.Ctx, next, cur []float64, cols, lo, hi int) {
+	ctx.For(hi-lo, func(a, b int) { stepRows(next, cur, cols, lo+a, lo+b) })
+})
+
 // stepRows computes rows [lo, hi) of next from cur, both grids of cols
 // columns: the kernel's loop and the plain-Go reference's.
 func stepRows(next, cur []float64, cols, lo, hi int) {
@@ -103,10 +109,7 @@ func Solve(devs []offload.Device, n, iters int) ([]float64, time.Duration, error
 	for it := 0; it < iters; it++ {
 		cur, next := it%2, (it+1)%2
 		for _, b := range blocks {
-			c, x := b.buf[cur], b.buf[next]
-			rows := len(c)/n - 2
-			b.dev.Nowait(offload.DependIn(c[n:(rows+1)*n]), offload.DependIn(&c[0]), offload.DependIn(&c[(rows+1)*n]),
-				offload.DependOut(x[n:(rows+1)*n])).In(&g).Run(Step, x, c, n)
+			step(&g, b, b.buf[cur], b.buf[next], n)
 		}
 		// Halo rows, device to device: a block's first and last rows of the
 		// next iteration go to its neighbours' halo rows.
@@ -125,12 +128,15 @@ func Solve(devs []offload.Device, n, iters int) ([]float64, time.Duration, error
 				}
 			}
 		}
+		for _, b := range blocks {
+			stepInterior(&g, b, b.buf[cur], b.buf[next], n)
+		}
 	}
 	final := iters % 2
 	for p, b := range blocks {
 		u := b.buf[final]
 		rows := len(u)/n - 2
-		b.dev.Nowait(offload.DependIn(u[n : (rows+1)*n])).In(&g).Update(offload.From(u[n : (rows+1)*n]).Named(fmt.Sprintf("u%d", p)))
+		b.dev.Nowait(append(rowDeps(u, n, offload.DependIn), offload.DependIn(u[n:(rows+1)*n]))...).In(&g).Update(offload.From(u[n : (rows+1)*n]).Named(fmt.Sprintf("u%d", p)))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -148,6 +154,49 @@ func Solve(devs []offload.Device, n, iters int) ([]float64, time.Duration, error
 	return grid, elapsed, nil
 }
 
+// A block's rows are named, for the depend clauses, by the address of their
+// first cell: the halo rows, the first and last rows (which the neighbours
+// need), and the rows between. A block of fewer than 3 rows has only its
+// first row and halos (split reports that it cannot be split).
+
+// split reports whether a block of buf has rows between its first and
+// last.
+func split(buf []float64, n int) bool { return len(buf)/n-2 >= 3 }
+
+// rowDeps are depend clauses of kind dep on the rows of buf: first, middle
+// and last when it is split, its first row only when it is not.
+func rowDeps(buf []float64, n int, dep func(any) offload.Dep) []offload.Dep {
+	rows := len(buf)/n - 2
+	if !split(buf, n) {
+		return []offload.Dep{dep(&buf[n])}
+	}
+	return []offload.Dep{dep(&buf[n]), dep(&buf[2*n]), dep(&buf[rows*n])}
+}
+
+// step enqueues the part of an iteration of block b that the neighbours
+// wait for: its first and last rows of next (the whole block if it cannot
+// be split). The rows between go after the halos (stepInterior), so that
+// they are computed while the halos travel.
+func step(g *offload.Group, b *block, cur, next []float64, n int) {
+	rows := len(cur)/n - 2
+	deps := append(rowDeps(cur, n, offload.DependIn), offload.DependIn(&cur[0]), offload.DependIn(&cur[(rows+1)*n]))
+	if !split(cur, n) {
+		b.dev.Nowait(append(deps, offload.DependOut(&next[n]))...).In(g).Run(Step, next, cur, n)
+		return
+	}
+	b.dev.Nowait(append(deps, offload.DependOut(&next[n]))...).In(g).Run(StepRows, next, cur, n, 1, 2)
+	b.dev.Nowait(append(deps, offload.DependOut(&next[rows*n]))...).In(g).Run(StepRows, next, cur, n, rows, rows+1)
+}
+
+// stepInterior enqueues the rows of next between block b's first and last.
+func stepInterior(g *offload.Group, b *block, cur, next []float64, n int) {
+	if !split(cur, n) {
+		return
+	}
+	rows := len(cur)/n - 2
+	b.dev.Nowait(append(rowDeps(cur, n, offload.DependIn), offload.DependOut(&next[2*n]))...).In(g).Run(StepRows, next, cur, n, 2, rows)
+}
+
 // halo copies row i of src (block from) to row j of dst (block to) as a
 // task, device to device.
 func halo(g *offload.Group, from *block, src []float64, i int, to *block, dst []float64, j, n int) error {
@@ -159,8 +208,11 @@ func halo(g *offload.Group, from *block, src []float64, i int, to *block, dst []
 	if err != nil {
 		return err
 	}
-	rows := len(src)/n - 2
-	from.dev.Nowait(offload.DependIn(src[n:(rows+1)*n]), offload.DependOut(&dst[j*n])).In(g).Memcpy(dp, sp, int64(8*n))
+	row := &src[i*n] // the row's own step wrote it
+	if !split(src, n) {
+		row = &src[n]
+	}
+	from.dev.Nowait(offload.DependIn(row), offload.DependOut(&dst[j*n])).In(g).Memcpy(dp, sp, int64(8*n))
 	return nil
 }
 
