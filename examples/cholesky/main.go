@@ -1,6 +1,7 @@
 // Command cholesky factors a symmetric positive definite matrix by tiles
 // (internal/apps/cholesky): a DAG of potrf, trsm, syrk and gemm tasks,
-// each on a device chosen by its tile, ordered by depend clauses on the
+// each on the device its tile lives on for the whole run (final tiles are
+// copied device to device to the others), ordered by depend clauses on the
 // tiles and enqueued all at once. It checks L against the same
 // factorization in plain Go and times it against a goroutine fork-join
 // version on this machine.

@@ -136,11 +136,16 @@ func CheckSize(t, b int) error {
 	return nil
 }
 
-// Factor factors m in place over devs: task (i, j) runs on device
-// (i+j) mod len(devs), each task maps its tiles (to, and tofrom the one it
-// writes) and depends on them. It returns the number of tasks and the time
-// from the first enqueued task to the end of the last.
-func Factor(devs []offload.Device, m *Matrix) (int, time.Duration, error) {
+// Factor factors m in place over devs. Tile (i, j) lives on device
+// i mod len(devs) for the whole run (a target data region), where the task
+// that updates it runs: rows of tiles are dealt out in turn, so that the
+// diagonal tiles spread over the devices and a row's updates read the
+// row's own tiles. Once a tile is final (factored, or solved) it is copied
+// device to device to a replica on each other device, whose tasks read it
+// there. Every task depends on the tiles it reads and writes. Factor
+// returns the number of kernel tasks and the time from the first enqueued
+// task to the end of the last.
+func Factor(devs []offload.Device, m *Matrix) (tasks int, elapsed time.Duration, err error) {
 	if err := CheckSize(m.T, m.B); err != nil {
 		return 0, 0, err
 	}
@@ -148,29 +153,94 @@ func Factor(devs []offload.Device, m *Matrix) (int, time.Duration, error) {
 		return 0, 0, fmt.Errorf("cholesky: no devices")
 	}
 	t, b := m.T, m.B
-	on := func(i, j int) offload.Device { return devs[(i+j)%len(devs)] }
+	owner := func(i, _ int) int { return i % len(devs) }
 	name := func(i, j int) string { return fmt.Sprintf("A%d,%d", i, j) }
-	start := time.Now()
+	// The tiles on their devices, and the replicas of the tiles others read.
+	var entered []func() error
+	defer func() {
+		for _, exit := range entered {
+			if xerr := exit(); err == nil {
+				err = xerr
+			}
+		}
+	}()
+	for i := range t {
+		for j := 0; j <= i; j++ {
+			tile, dev := m.Tile(i, j), devs[owner(i, j)]
+			if err := dev.EnterData(offload.To(tile).Named(name(i, j))); err != nil {
+				return 0, 0, err
+			}
+			entered = append(entered, func() error {
+				if err != nil { // the tiles stay as they were on the host
+					return dev.ExitData(offload.Delete(tile).Named(name(i, j)))
+				}
+				return dev.ExitData(offload.From(tile).Named(name(i, j)))
+			})
+		}
+	}
+	replicas := map[[3]int][]float64{} // (i, j, device) → the host stand-in of its replica
+	// read returns the slice a task on device d reads tile (i, j) through.
+	read := func(i, j, d int) []float64 {
+		if d == owner(i, j) {
+			return m.Tile(i, j)
+		}
+		return replicas[[3]int{i, j, d}]
+	}
 	var g offload.Group
-	tasks := 0
+	// publish copies final tile (i, j) to every other device.
+	publish := func(i, j int) error {
+		src := m.Tile(i, j)
+		from := devs[owner(i, j)]
+		sp, err := from.MappedPtr(src)
+		if err != nil {
+			return err
+		}
+		for d, dev := range devs {
+			if d == owner(i, j) {
+				continue
+			}
+			rep := make([]float64, b*b)
+			if err := dev.EnterData(offload.Alloc(rep).Named(name(i, j) + " replica")); err != nil {
+				return err
+			}
+			entered = append(entered, func() error { return dev.ExitData(offload.Delete(rep)) })
+			replicas[[3]int{i, j, d}] = rep
+			dp, err := dev.MappedPtr(rep)
+			if err != nil {
+				return err
+			}
+			from.Nowait(offload.DependIn(src), offload.DependOut(rep)).In(&g).Memcpy(dp, sp, int64(8*b*b))
+		}
+		return nil
+	}
+	start := time.Now()
 	for k := range t {
 		akk := m.Tile(k, k)
-		on(k, k).Nowait(offload.DependInOut(akk)).In(&g).Run(Potrf, offload.ToFrom(akk).Named(name(k, k)), b)
+		devs[owner(k, k)].Nowait(offload.DependInOut(akk)).In(&g).Run(Potrf, offload.ToFrom(akk).Named(name(k, k)), b)
 		tasks++
-		for i := k + 1; i < t; i++ {
-			aik := m.Tile(i, k)
-			on(i, k).Nowait(offload.DependIn(akk), offload.DependInOut(aik)).In(&g).
-				Run(Trsm, offload.To(akk).Named(name(k, k)), offload.ToFrom(aik).Named(name(i, k)), b)
-			tasks++
+		if err := publish(k, k); err != nil {
+			return tasks, 0, err
 		}
 		for i := k + 1; i < t; i++ {
-			aik, aii := m.Tile(i, k), m.Tile(i, i)
-			on(i, i).Nowait(offload.DependIn(aik), offload.DependInOut(aii)).In(&g).
+			d := owner(i, k)
+			aik, l := m.Tile(i, k), read(k, k, d)
+			devs[d].Nowait(offload.DependIn(l), offload.DependInOut(aik)).In(&g).
+				Run(Trsm, offload.To(l).Named(name(k, k)), offload.ToFrom(aik).Named(name(i, k)), b)
+			tasks++
+			if err := publish(i, k); err != nil {
+				return tasks, 0, err
+			}
+		}
+		for i := k + 1; i < t; i++ {
+			d := owner(i, i)
+			aik, aii := read(i, k, d), m.Tile(i, i)
+			devs[d].Nowait(offload.DependIn(aik), offload.DependInOut(aii)).In(&g).
 				Run(Syrk, offload.To(aik).Named(name(i, k)), offload.ToFrom(aii).Named(name(i, i)), b)
 			tasks++
 			for j := k + 1; j < i; j++ {
-				ajk, aij := m.Tile(j, k), m.Tile(i, j)
-				on(i, j).Nowait(offload.DependIn(aik), offload.DependIn(ajk), offload.DependInOut(aij)).In(&g).
+				d := owner(i, j)
+				aik, ajk, aij := read(i, k, d), read(j, k, d), m.Tile(i, j)
+				devs[d].Nowait(offload.DependIn(aik), offload.DependIn(ajk), offload.DependInOut(aij)).In(&g).
 					Run(Gemm, offload.To(aik).Named(name(i, k)), offload.To(ajk).Named(name(j, k)), offload.ToFrom(aij).Named(name(i, j)), b)
 				tasks++
 			}
