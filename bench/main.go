@@ -83,6 +83,9 @@ type Result struct {
 	Goffload float64 // nanoseconds per operation
 	Baseline float64 // nanoseconds per operation; NaN when no baseline applies
 	Note     string  // shown in the table only
+	// Bytes is what one operation moves (not printed; the plots' x); 0
+	// where the metric is no transfer.
+	Bytes int64
 }
 
 // HasBaseline reports whether the result has a baseline.
@@ -295,10 +298,14 @@ func human(ns float64) string {
 	return strconv.FormatFloat(v, 'f', prec, 64) + " " + unit
 }
 
-// gbps is bytes per nanosecond-per-op as GB/s (10^9 bytes per second).
+// gbps is bytes per nanosecond-per-op as GB/s (10^9 bytes per second),
+// or as MB/s with three significant digits below 1 GB/s.
 func gbps(bytes int64, ns float64) string {
 	if ns <= 0 {
 		return "?"
+	}
+	if v := float64(bytes) / ns; v < 1 {
+		return strconv.FormatFloat(v*1e3, 'g', 3, 64) + " MB/s"
 	}
 	return strconv.FormatFloat(float64(bytes)/ns, 'f', 1, 64) + " GB/s"
 }

@@ -43,15 +43,23 @@ func TestRemoteSuiteTSV(t *testing.T) {
 	want := map[string]bool{
 		"remote.launch_rtt":            true,
 		"remote.launch_rtt_vs_spin":    true,
-		"remote.submit_64MiB":          true,
 		"raw.pingpong_spin20us":        true,
 		"raw.pingpong_spin100us":       true,
 		"raw.pingpong_spin20us_yield":  true,
 		"raw.pingpong_spin100us_yield": true,
 		"raw.pingpong_busy":            true,
 	}
-	if len(spins) != len(want)-3 {
-		t.Errorf("%d spins, want %d", len(spins), len(want)-3)
+	if len(spins) != len(want)-2 {
+		t.Errorf("%d spins, want %d", len(spins), len(want)-2)
+	}
+	for _, size := range sweepSizes {
+		want["remote.submit_"+sizeName(size)] = true
+		want["remote.retrieve_"+sizeName(size)] = true
+	}
+	for _, m := range []string{"remote.submit_8B", "remote.submit_4KiB", "remote.retrieve_1MiB", "remote.submit_64MiB"} {
+		if !want[m] {
+			t.Errorf("the sweep has no %s", m)
+		}
 	}
 	checkSuiteTSV(t, "remote", want)
 }
@@ -257,33 +265,60 @@ func TestPeers(t *testing.T) {
 		}
 
 		const size = 3<<20 + 5
-		p, err = startPeer("sink", sp, envPeerSize+"="+strconv.Itoa(size))
+		p, err = startPeer("xfer", sp, envPeerSize+"="+strconv.Itoa(size))
 		if err != nil {
 			t.Fatal(err)
 		}
 		msg := fill(make([]byte, size))
 		if err := p.send(msg, 3); err != nil {
-			t.Errorf("sink peer, spin %v: %v", sp, err)
+			t.Errorf("xfer peer, spin %v: %v", sp, err)
 		}
 		msg[size-1]++
 		if err := p.send(msg, 1); err != nil {
-			t.Errorf("sink peer, spin %v, changed message: %v", sp, err)
+			t.Errorf("xfer peer, spin %v, changed message: %v", sp, err)
+		}
+		// Batches of other sizes and directions, one after the other.
+		for _, n := range []int{1, 8, 4096, size} {
+			if err := p.send(msg[:n], 2); err != nil {
+				t.Errorf("xfer peer, spin %v, %d-byte sink batch: %v", sp, n, err)
+			}
+			back := make([]byte, n)
+			if err := p.fetch(back, msg[:n], 2); err != nil {
+				t.Errorf("xfer peer, spin %v, %d-byte source batch: %v", sp, n, err)
+			} else if n == size && !bytes.Equal(back, msg) {
+				t.Errorf("xfer peer, spin %v: the %d bytes fetched differ from those sent", sp, n)
+			}
 		}
 		if err := p.close(); err != nil {
-			t.Errorf("sink peer, spin %v: %v", sp, err)
+			t.Errorf("xfer peer, spin %v: %v", sp, err)
 		}
 	}
 
-	// A peer that is given a message cut short fails, and says so.
-	p, err := startPeer("sink", spin{}, envPeerSize+"=100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.conn.Write(make([]byte, 10)); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.close(); err == nil {
-		t.Error("sink peer given 10 of 100 bytes exited cleanly, want a failure")
+	// A peer that is given a message cut short, or a batch bigger than its
+	// buffer, fails, and says so.
+	for _, c := range []struct {
+		what string
+		f    func(p *peer) error
+	}{
+		{"10 of 100 bytes", func(p *peer) error {
+			if err := p.batch(xferSink, 100, 1); err != nil {
+				return err
+			}
+			_, err := p.conn.Write(make([]byte, 10))
+			return err
+		}},
+		{"a batch of 101-byte messages", func(p *peer) error { return p.batch(xferSource, 101, 1) }},
+	} {
+		p, err := startPeer("xfer", spin{}, envPeerSize+"=100")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.f(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.close(); err == nil {
+			t.Errorf("xfer peer given %s exited cleanly, want a failure", c.what)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -25,20 +26,33 @@ import (
 
 // Environment of a peer process.
 const (
-	envPeerRole = "GOFFLOAD_BENCH_ROLE" // "echo" or "sink"
+	envPeerRole = "GOFFLOAD_BENCH_ROLE" // "echo" or "xfer"
 	envPeerSpin = "GOFFLOAD_BENCH_SPIN" // how the peer's reads wait: unset or 0, plain blocking reads; else a spin (parseSpin)
-	envPeerSize = "GOFFLOAD_BENCH_SIZE" // sink: bytes per message
+	envPeerSize = "GOFFLOAD_BENCH_SIZE" // xfer: the largest message, in bytes
 	peerFD      = 3
 	pingSize    = 8
+)
+
+// The batches of an xfer peer: the host writes a header of three
+// little-endian uint64s, the direction (xferSink or xferSource), the
+// message size and the message count, and then the messages flow.
+const (
+	xferSink   = 1 // host→peer: each message answered with its last byte
+	xferSource = 2 // peer→host: each 1-byte request answered with a message
+	xferHeader = 24
 )
 
 // servePeerRole serves as a peer and ends the process if the environment
 // says this process is one; otherwise it returns at once.
 //
 //   - echo: reads 8-byte messages and writes each back, until end of stream.
-//   - sink: reads messages of GOFFLOAD_BENCH_SIZE bytes into one buffer
-//     allocated (and faulted in) beforehand, and answers each with one byte,
-//     the message's last, until end of stream.
+//   - xfer: serves batches of messages of up to GOFFLOAD_BENCH_SIZE bytes,
+//     all of one size and one direction, out of one buffer allocated (and
+//     faulted in, filled as fill does) beforehand, until end of stream. In a
+//     sink batch it reads each message into the buffer and answers with one
+//     byte, the message's last; in a source batch it answers each one-byte
+//     request with the buffer's first size bytes (as the sink batches left
+//     them).
 func servePeerRole() {
 	role := os.Getenv(envPeerRole)
 	if role == "" {
@@ -81,22 +95,53 @@ func servePeer(role string) error {
 				return err
 			}
 		}
-	case "sink":
+	case "xfer":
 		size, err := strconv.Atoi(os.Getenv(envPeerSize))
 		if err != nil || size < 1 {
 			return fmt.Errorf("%s=%q: want a positive byte count", envPeerSize, os.Getenv(envPeerSize))
 		}
-		buf := fill(make([]byte, size))
-		for {
-			if err := r.readFull(buf); err != nil {
-				return endOfStream(err)
+		return serveXfer(conn, r, fill(make([]byte, size)))
+	}
+	return fmt.Errorf("%s=%q: want echo or xfer", envPeerRole, role)
+}
+
+// serveXfer serves an xfer peer's batches out of buf until end of stream.
+func serveXfer(conn net.Conn, r *sockReader, buf []byte) error {
+	var hdr [xferHeader]byte
+	for {
+		if err := r.readFull(hdr[:]); err != nil {
+			return endOfStream(err)
+		}
+		dir := binary.LittleEndian.Uint64(hdr[0:])
+		size := binary.LittleEndian.Uint64(hdr[8:])
+		count := binary.LittleEndian.Uint64(hdr[16:])
+		if size < 1 || size > uint64(len(buf)) {
+			return fmt.Errorf("xfer batch of %d-byte messages: want 1 to %d bytes", size, len(buf))
+		}
+		msg := buf[:size]
+		for range count {
+			var err error
+			switch dir {
+			case xferSink:
+				if err = r.readFull(msg); err == nil {
+					_, err = conn.Write(msg[size-1:])
+				}
+			case xferSource:
+				var req [1]byte
+				if err = r.readFull(req[:]); err == nil {
+					_, err = conn.Write(msg)
+				}
+			default:
+				return fmt.Errorf("xfer batch direction %d: want %d (sink) or %d (source)", dir, xferSink, xferSource)
 			}
-			if _, err := conn.Write(buf[size-1:]); err != nil {
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					err = io.ErrUnexpectedEOF // the stream ended inside a batch
+				}
 				return err
 			}
 		}
 	}
-	return fmt.Errorf("%s=%q: want echo or sink", envPeerRole, role)
 }
 
 // endOfStream is nil for the end of the stream before a message (the host
@@ -314,9 +359,25 @@ func (p *peer) pingPong(n int) error {
 	return nil
 }
 
-// send writes msg to a sink peer n times, waiting each time for its
+// batch tells an xfer peer that n messages of size bytes follow in
+// direction dir.
+func (p *peer) batch(dir uint64, size, n int) error {
+	var hdr [xferHeader]byte
+	binary.LittleEndian.PutUint64(hdr[0:], dir)
+	binary.LittleEndian.PutUint64(hdr[8:], uint64(size))
+	binary.LittleEndian.PutUint64(hdr[16:], uint64(n))
+	if _, err := p.conn.Write(hdr[:]); err != nil {
+		return p.failed(err)
+	}
+	return nil
+}
+
+// send writes msg to an xfer peer n times, waiting each time for its
 // one-byte answer, which must be msg's last byte.
 func (p *peer) send(msg []byte, n int) error {
+	if err := p.batch(xferSink, len(msg), n); err != nil {
+		return err
+	}
 	var ack [1]byte
 	for range n {
 		if _, err := p.conn.Write(msg); err != nil {
@@ -326,7 +387,34 @@ func (p *peer) send(msg []byte, n int) error {
 			return p.failed(err)
 		}
 		if ack[0] != msg[len(msg)-1] {
-			return fmt.Errorf("sink peer answered %d, want the message's last byte %d", ack[0], msg[len(msg)-1])
+			return fmt.Errorf("xfer peer answered %d, want the message's last byte %d", ack[0], msg[len(msg)-1])
+		}
+	}
+	return nil
+}
+
+// fetch asks an xfer peer n times for len(dst) bytes and reads them into
+// dst. The peer's buffer holds what fill writes, overwritten by the
+// messages sent to it: both ends of what comes must be want's.
+func (p *peer) fetch(dst, want []byte, n int) error {
+	if len(want) != len(dst) {
+		return fmt.Errorf("fetch: %d bytes into %d", len(want), len(dst))
+	}
+	if err := p.batch(xferSource, len(dst), n); err != nil {
+		return err
+	}
+	req := [1]byte{1}
+	last := len(dst) - 1
+	for range n {
+		dst[0], dst[last] = ^want[0], ^want[last] // the read must write them again
+		if _, err := p.conn.Write(req[:]); err != nil {
+			return p.failed(err)
+		}
+		if err := p.r.readFull(dst); err != nil {
+			return p.failed(err)
+		}
+		if dst[0] != want[0] || dst[last] != want[last] {
+			return fmt.Errorf("xfer peer sent %d bytes from %d to %d, want %d to %d", len(dst), dst[0], dst[last], want[0], want[last])
 		}
 	}
 	return nil

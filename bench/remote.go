@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/goffload/offload"
@@ -55,9 +56,9 @@ func runRemote(env *Env) error {
 	if err := describeDevices(env, 1, "remote", "a remote device"); err != nil {
 		return err
 	}
-	env.Comment("raw peers: this executable started again with %s=echo|sink, on an inherited AF_UNIX SOCK_STREAM socketpair", envPeerRole)
+	env.Comment("raw peers: this executable started again with %s=echo|xfer, on an inherited AF_UNIX SOCK_STREAM socketpair", envPeerRole)
 	env.Comment("raw.pingpong_*: not goffload figures: the goffload column is the raw 8-byte ping-pong with both sides polling read(2) for up to N µs before parking, yielding the P between polls (runtime.Gosched) and with _yield the CPU too (sched_yield); the baseline is the blocking ping-pong; ratio = spin / block")
-	for _, m := range []func(*Env, offload.Device) error{remoteLaunch, remoteSubmit, rawSpin} {
+	for _, m := range []func(*Env, offload.Device) error{remoteLaunch, remoteSweep, rawSpin} {
 		if err := m(env, dev); err != nil {
 			return err
 		}
@@ -122,55 +123,118 @@ func remoteLaunch(env *Env, dev offload.Device) error {
 	return nil
 }
 
-// remoteSubmit: omp_target_memcpy of 64 MiB from host memory to device
-// memory allocated beforehand, synchronous, against writing the 64 MiB to a
-// sink peer that reads them into a preallocated buffer and answers with
-// one byte.
-func remoteSubmit(env *Env, dev offload.Device) error {
-	buf := fill(make([]byte, size64MiB))
-	d, err := dev.Alloc(size64MiB)
+// sweepSizes are the message sizes of the remote.submit_* and
+// remote.retrieve_* lines: 8 bytes, then powers of 4 from 64 bytes to
+// 64 MiB.
+var sweepSizes = func() []int64 {
+	sizes := []int64{8}
+	for n := int64(64); n <= size64MiB; n *= 4 {
+		sizes = append(sizes, n)
+	}
+	return sizes
+}()
+
+// sweepShare: each point of the sweep measures for -time/sweepShare (its
+// goffload and raw rounds alternating, each for that long), so that the
+// sweep's 2×len(sweepSizes) points together last about six times -time;
+// each of the suite's other figures lasts twice -time.
+const sweepShare = 8
+
+// sizeName writes a byte count as the metrics name it: 8B, 4KiB, 64MiB.
+func sizeName(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// remoteSweep: omp_target_memcpy of each of sweepSizes, synchronous, from
+// host memory to device memory allocated beforehand (remote.submit_SIZE)
+// and back (remote.retrieve_SIZE), against the same bytes sent raw over
+// the transport's socket set-up to an xfer peer whose reads, like ours,
+// wait as the transport's do (remote.SpinBudget): a message written and a
+// one-byte answer, or a one-byte request and a message read. Each point
+// measures for -time/sweepShare.
+func remoteSweep(env *Env, dev offload.Device) error {
+	largest := slices.Max(sweepSizes)
+	src := fill(make([]byte, largest))
+	dst := make([]byte, largest)
+	d, err := dev.Alloc(largest)
 	if err != nil {
 		return err
 	}
 	defer offload.Free(d)
-	src := offload.HostPtr(buf)
-	submit := func(n int) error {
-		for range n {
-			if err := offload.Memcpy(d, src, size64MiB); err != nil {
-				return err
+	defer func(b time.Duration) { env.Budget = b }(env.Budget)
+	env.Budget = max(env.Budget/sweepShare, 1)
+	sp := spin{budget: remote.SpinBudget()}
+	env.Comment("remote.submit_SIZE, remote.retrieve_SIZE: synchronous omp_target_memcpy host→device and device→host vs the same bytes over the same sockets to a raw peer, reads polling %v as the transport's; each point measured for -time/%d", sp.budget, sweepShare)
+	return withPeer("xfer", sp, func(p *peer) error {
+		submit := func(size int64) func(n int) error {
+			return func(n int) error {
+				for range n {
+					if err := offload.Memcpy(d, offload.HostPtr(src[:size]), size); err != nil {
+						return err
+					}
+				}
+				return nil
 			}
 		}
-		return nil
-	}
-	return withPeer("sink", spin{}, func(p *peer) error {
-		// Warm up both: the device's memory and the sink's buffer are
+		retrieve := func(size int64) func(n int) error {
+			return func(n int) error {
+				for range n {
+					// Poison both ends: the copy must write them again.
+					dst[0], dst[size-1] = ^src[0], ^src[size-1]
+					if err := offload.Memcpy(offload.HostPtr(dst[:size]), d, size); err != nil {
+						return err
+					}
+					if dst[0] != src[0] || dst[size-1] != src[size-1] {
+						return fmt.Errorf("remote.retrieve_%s: the copy from the device differs from what was copied there", sizeName(size))
+					}
+				}
+				return nil
+			}
+		}
+		// Warm up: the device's memory, our buffers and the peer's are
 		// faulted in, the socket buffers sized.
-		if err := submit(1); err != nil {
-			return err
-		}
-		raw := func(n int) error { return p.send(buf, n) }
-		if err := raw(1); err != nil {
-			return err
-		}
-		t, b, err := env.Compare(submit, raw)
-		if err != nil {
-			return err
-		}
-		// The data must really be on the device: read back both ends.
-		const probe = 4096
-		back := make([]byte, probe)
-		for _, off := range []int64{0, size64MiB - probe} {
-			if err := offload.Memcpy(offload.HostPtr(back), d.Offset(off), probe); err != nil {
+		for _, f := range []func(int) error{submit(largest), retrieve(largest), func(n int) error { return p.send(src, n) }, func(n int) error { return p.fetch(dst, src, n) }} {
+			if err := f(1); err != nil {
 				return err
 			}
-			if !bytes.Equal(back, buf[off:off+probe]) {
-				return fmt.Errorf("remote.submit_64MiB: device memory at offset %d differs from what was copied there", off)
-			}
 		}
-		env.Report(Result{Metric: "remote.submit_64MiB", Goffload: t, Baseline: b,
-			Note: fmt.Sprintf("host→device: %s vs %s", gbps(size64MiB, t), gbps(size64MiB, b))})
+		for _, size := range sweepSizes {
+			name := "remote.submit_" + sizeName(size)
+			raw := func(n int) error { return p.send(src[:size], n) }
+			t, b, err := env.Compare(submit(size), raw)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			// The data must really be on the device: read back the end.
+			probe := min(4096, size)
+			back := make([]byte, probe)
+			if err := offload.Memcpy(offload.HostPtr(back), d.Offset(size-probe), probe); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			if !bytes.Equal(back, src[size-probe:size]) {
+				return fmt.Errorf("%s: device memory at offset %d differs from what was copied there", name, size-probe)
+			}
+			env.Report(Result{Metric: name, Goffload: t, Baseline: b, Bytes: size,
+				Note: fmt.Sprintf("host→device: %s vs %s", gbps(size, t), gbps(size, b))})
+		}
+		for _, size := range sweepSizes {
+			name := "remote.retrieve_" + sizeName(size)
+			raw := func(n int) error { return p.fetch(dst[:size], src[:size], n) }
+			t, b, err := env.Compare(retrieve(size), raw)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			env.Report(Result{Metric: name, Goffload: t, Baseline: b, Bytes: size,
+				Note: fmt.Sprintf("device→host: %s vs %s", gbps(size, t), gbps(size, b))})
+		}
 		return nil
-	}, fmt.Sprintf("%s=%d", envPeerSize, size64MiB))
+	}, fmt.Sprintf("%s=%d", envPeerSize, largest))
 }
 
 // rawSpin: what spinning before blocking buys the raw ping-pong, for each
