@@ -5,6 +5,7 @@
 //	go run ./bench -suite host -format tsv     # metric, goffload, baseline, ratio
 //	go run ./bench -suite host -time 3s        # longer measurements, steadier figures
 //	go run ./bench -suite host,remote          # several suites, one after the other
+//	go run ./bench -suite all -plot docs/bench # and PNG plots of the figures (plot.go)
 //
 // Each figure is the median, over -rounds rounds, of the time per operation;
 // the number of operations per round grows (as testing.Benchmark does) until
@@ -107,11 +108,15 @@ type Env struct {
 	// Rounds is the number of timed rounds whose median is reported.
 	Rounds int
 
-	out printer
+	out     printer
+	results []Result // what Report printed, in order, for the plots
 }
 
 // Report prints a result.
-func (e *Env) Report(r Result) { e.out.row(r) }
+func (e *Env) Report(r Result) {
+	e.results = append(e.results, r)
+	e.out.row(r)
+}
 
 // Comment prints a line of information about the run (a '#' line in tsv).
 func (e *Env) Comment(format string, args ...any) { e.out.comment(fmt.Sprintf(format, args...)) }
@@ -334,6 +339,7 @@ func run(args []string, out, errOut io.Writer) error {
 	format := fs.String("format", "table", "output format: table or tsv")
 	budget := fs.Duration("time", time.Second, "target measuring time of each figure, all rounds together")
 	rounds := fs.Int("rounds", 5, "timed rounds per figure; the median is reported")
+	plotDir := fs.String("plot", "", "after the suites, write PNG plots of their figures into this directory (created if missing)")
 	fs.IntVar(&appsN, "apps-n", appsN, "suite apps: the Jacobi grid's side")
 	fs.IntVar(&appsIters, "apps-iters", appsIters, "suite apps: Jacobi iterations")
 	fs.IntVar(&appsTiles, "apps-tiles", appsTiles, "suite apps: Cholesky tiles per side")
@@ -366,6 +372,7 @@ func run(args []string, out, errOut io.Writer) error {
 		return fmt.Errorf("-format %q: want table or tsv", *format)
 	}
 	var chosen, skipped []string
+	skippedWhy := map[string]string{} // suite -> why -suite all skipped it
 	for _, n := range strings.Split(*suiteList, ",") {
 		n = strings.TrimSpace(n)
 		if n == "" {
@@ -375,6 +382,7 @@ func run(args []string, out, errOut io.Writer) error {
 			for _, m := range names {
 				if why := skipReason(m, suites[m]); why != "" {
 					skipped = append(skipped, fmt.Sprintf("suite %s skipped: %s", m, why))
+					skippedWhy[m] = why
 				} else if !slices.Contains(chosen, m) {
 					chosen = append(chosen, m)
 				}
@@ -394,6 +402,11 @@ func run(args []string, out, errOut io.Writer) error {
 	if len(chosen) == 0 {
 		return fmt.Errorf("-suite %q names no suite; known suites: %s", *suiteList, strings.Join(names, ", "))
 	}
+	if *plotDir != "" {
+		if err := os.MkdirAll(*plotDir, 0o755); err != nil {
+			return fmt.Errorf("-plot: %w", err)
+		}
+	}
 
 	p.start(fmt.Sprintf("suites %s, %s %s/%s, GOMAXPROCS=%d, -time %v, -rounds %d",
 		strings.Join(chosen, ","), runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), *budget, *rounds))
@@ -404,6 +417,11 @@ func run(args []string, out, errOut io.Writer) error {
 	for _, n := range chosen {
 		if err := runSuite(env, n, suites[n]); err != nil {
 			return fmt.Errorf("suite %s: %w", n, err)
+		}
+	}
+	if *plotDir != "" {
+		if err := writePlots(env, *plotDir, chosen, skippedWhy); err != nil {
+			return fmt.Errorf("-plot %s: %w", *plotDir, err)
 		}
 	}
 	return nil

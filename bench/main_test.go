@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -76,14 +77,23 @@ func TestSuiteAll(t *testing.T) {
 	peer := suites["peer"]
 	defer func() { suites["peer"] = peer }()
 	suites["peer"] = Suite{Devices: peer.Devices, Run: peer.Run, Skip: func() string { return "left to TestPeerSuiteTSV" }}
+	// Suite remote's sweep has its own test: a short one here, small plots.
+	defer func(sizes []int64, dpi int) { sweepSizes, plotDPI = sizes, dpi }(sweepSizes, plotDPI)
+	sweepSizes, plotDPI = []int64{8, 4 << 10, 1 << 20}, 48
 	var out, errOut bytes.Buffer
-	if err := run([]string{"-suite", "all", "-format", "tsv", "-time", "5ms", "-rounds", "1", "-apps-n", "24", "-apps-iters", "2", "-apps-tiles", "2", "-apps-b", "4"}, &out, &errOut); err != nil {
+	dir := filepath.Join(t.TempDir(), "plots") // -plot creates it
+	if err := run([]string{"-suite", "all", "-format", "tsv", "-time", "5ms", "-rounds", "1", "-apps-n", "24", "-apps-iters", "2", "-apps-tiles", "2", "-apps-b", "4", "-plot", dir}, &out, &errOut); err != nil {
 		t.Fatalf("run: %v\n%s", err, errOut.String())
 	}
-	for _, want := range []string{"# suite mpi skipped: ", "\nhost.empty_region\t", "\nremote.launch_rtt\t", "\nasync.chain_per_op\t", "\napps.jacobi_2dev_vs_1dev\t"} {
+	for _, want := range []string{"# suite mpi skipped: ", "\nhost.empty_region\t", "\nremote.launch_rtt\t", "\nremote.submit_4KiB\t", "\nremote.retrieve_1MiB\t", "\nasync.chain_per_op\t", "\napps.jacobi_2dev_vs_1dev\t",
+		"\n# plot remote_latency.png: wrote ", "\n# plot peer_ratios.png: not written, suite peer skipped: left to TestPeerSuiteTSV\n"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("-suite all output lacks %q:\n%s", want, out.String())
 		}
+	}
+	checkPNGs(t, dir, "remote_latency.png", "remote_bandwidth.png", "apps_ratios.png")
+	if _, err := os.Stat(filepath.Join(dir, "peer_ratios.png")); !os.IsNotExist(err) {
+		t.Errorf("peer_ratios.png of the skipped suite peer: %v, want none", err)
 	}
 	err := run([]string{"-suite", "mpi"}, &out, &errOut)
 	if err == nil || !strings.Contains(err.Error(), "cannot run here") || !strings.Contains(err.Error(), "mpirun") {
