@@ -85,7 +85,7 @@ func (l *link) queue(m *proto.Msg, payload []byte, wake bool) error {
 		return l.err
 	}
 	l.ctrl = proto.AppendFrame(l.ctrl, m, payload)
-	if wake || len(l.ctrl) >= 64<<10 {
+	if wake || len(l.ctrl) >= 1<<20 {
 		l.wake.Signal()
 	}
 	return nil

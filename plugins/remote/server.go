@@ -402,8 +402,12 @@ func (s *session) submit(m *proto.Msg) error {
 		if int64(m.PayloadLen) != size || size > proto.MaxInline {
 			return fmt.Errorf("%w: inline submit of %d bytes carries %d", proto.ErrFrame, size, m.PayloadLen)
 		}
-		data := append([]byte(nil), m.Payload...)
+		// The data waits for its turn in a buffer of the pool: a fresh
+		// allocation each time costs page faults once the heap is large.
+		buf := inlineBufs.Get().(*[]byte)
+		data := append((*buf)[:0], m.Payload...)
 		return q.DoTimed(func() error {
+			defer inlineBufs.Put(buf) // not if the copy is skipped: the buffer is garbage then
 			b, err := s.mem.Bytes(dst, size)
 			if err != nil {
 				return err
@@ -437,6 +441,10 @@ func (s *session) submit(m *proto.Msg) error {
 		return nil
 	}, s.timer(m, plugin.OpSubmit, size))
 }
+
+// inlineBufs holds the buffers inline submits wait in, proto.MaxInline
+// bytes each.
+var inlineBufs = sync.Pool{New: func() any { b := make([]byte, proto.MaxInline); return &b }}
 
 // data reads a fragment of a pulled submit straight into device memory.
 func (s *session) data(m *proto.Msg) error {
