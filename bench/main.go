@@ -212,75 +212,6 @@ func median(v []float64) float64 {
 	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
 
-// printer writes results in one format.
-type printer interface {
-	start(cfg string)
-	comment(line string)
-	row(r Result)
-}
-
-// tsvPrinter writes metric<TAB>goffload<TAB>baseline<TAB>ratio lines, times
-// in nanoseconds per operation.
-type tsvPrinter struct{ w io.Writer }
-
-func (p tsvPrinter) start(cfg string) {
-	fmt.Fprintf(p.w, "# goffload bench: %s\n", cfg)
-	fmt.Fprintf(p.w, "# times in nanoseconds per operation (median of rounds); ratio = goffload / baseline, lower is better; - where no baseline applies\n")
-	fmt.Fprintf(p.w, "# metric\tgoffload_ns\tbaseline_ns\tratio\n")
-}
-
-func (p tsvPrinter) comment(line string) { fmt.Fprintf(p.w, "# %s\n", line) }
-
-func (p tsvPrinter) row(r Result) {
-	base, ratio := "-", "-"
-	if r.HasBaseline() {
-		base = strconv.FormatFloat(r.Baseline, 'f', 1, 64)
-		if q := r.Ratio(); !math.IsNaN(q) {
-			ratio = strconv.FormatFloat(q, 'f', 3, 64)
-		}
-	}
-	fmt.Fprintf(p.w, "%s\t%s\t%s\t%s\n", r.Metric, strconv.FormatFloat(r.Goffload, 'f', 1, 64), base, ratio)
-}
-
-// tablePrinter writes an aligned table with units. Its columns have fixed
-// widths so that rows can be printed as they are measured.
-type tablePrinter struct {
-	w      io.Writer
-	header bool
-}
-
-const tableRow = "%-28s %12s %12s %8s  %s\n"
-
-func (p *tablePrinter) start(cfg string) {
-	fmt.Fprintf(p.w, "goffload bench: %s\n", cfg)
-	fmt.Fprintf(p.w, "times per operation, median of rounds; ratio = goffload / baseline (lower is better)\n")
-}
-
-func (p *tablePrinter) comment(line string) {
-	if p.header {
-		fmt.Fprintln(p.w)
-		p.header = false
-	}
-	fmt.Fprintln(p.w, line)
-}
-
-func (p *tablePrinter) row(r Result) {
-	if !p.header {
-		fmt.Fprintln(p.w)
-		fmt.Fprintln(p.w, strings.TrimRight(fmt.Sprintf(tableRow, "metric", "goffload", "baseline", "ratio", "notes"), " \n"))
-		p.header = true
-	}
-	base, ratio := "-", "-"
-	if r.HasBaseline() {
-		base = human(r.Baseline)
-		if q := r.Ratio(); !math.IsNaN(q) {
-			ratio = strconv.FormatFloat(q, 'f', 3, 64)
-		}
-	}
-	line := fmt.Sprintf(tableRow, r.Metric, human(r.Goffload), base, ratio, r.Note)
-	fmt.Fprintln(p.w, strings.TrimRight(line, " \n"))
-}
-
 // human formats nanoseconds with a unit and three significant digits.
 func human(ns float64) string {
 	unit, div := "ns", 1.0
@@ -336,10 +267,11 @@ func run(args []string, out, errOut io.Writer) error {
 	}
 	slices.Sort(names)
 	suiteList := fs.String("suite", "host", "comma-separated suites to run: "+strings.Join(names, ", ")+"; all: every suite that can run here")
-	format := fs.String("format", "table", "output format: table or tsv")
+	format := fs.String("format", "table", "output format: table, tsv or md (markdown tables, as the README shows them)")
 	budget := fs.Duration("time", time.Second, "target measuring time of each figure, all rounds together")
 	rounds := fs.Int("rounds", 5, "timed rounds per figure; the median is reported")
 	plotDir := fs.String("plot", "", "after the suites, write PNG plots of their figures into this directory (created if missing)")
+	tsvFile := fs.String("tsv", "", "also write the results in the tsv format to this file")
 	fs.IntVar(&appsN, "apps-n", appsN, "suite apps: the Jacobi grid's side")
 	fs.IntVar(&appsIters, "apps-iters", appsIters, "suite apps: Jacobi iterations")
 	fs.IntVar(&appsTiles, "apps-tiles", appsTiles, "suite apps: Cholesky tiles per side")
@@ -368,8 +300,10 @@ func run(args []string, out, errOut io.Writer) error {
 		p = &tablePrinter{w: out}
 	case "tsv":
 		p = tsvPrinter{w: out}
+	case "md":
+		p = &mdPrinter{w: out}
 	default:
-		return fmt.Errorf("-format %q: want table or tsv", *format)
+		return fmt.Errorf("-format %q: want table, tsv or md", *format)
 	}
 	var chosen, skipped []string
 	skippedWhy := map[string]string{} // suite -> why -suite all skipped it
@@ -408,6 +342,14 @@ func run(args []string, out, errOut io.Writer) error {
 		}
 	}
 
+	if *tsvFile != "" {
+		f, err := os.Create(*tsvFile)
+		if err != nil {
+			return fmt.Errorf("-tsv: %w", err)
+		}
+		defer f.Close()
+		p = printers{p, tsvPrinter{w: f}}
+	}
 	p.start(fmt.Sprintf("suites %s, %s %s/%s, GOMAXPROCS=%d, -time %v, -rounds %d",
 		strings.Join(chosen, ","), runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), *budget, *rounds))
 	env := &Env{Budget: *budget, Rounds: *rounds, out: p}
