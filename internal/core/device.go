@@ -40,6 +40,8 @@ type Device struct {
 	// tagged says the plugin times the queue operations of each task for
 	// the tool (see traceOps).
 	tagged bool
+	// completer completes tasks whose events fired (plugin.FireNotifier).
+	completer completer
 
 	qmu    sync.Mutex
 	queues []*cqueue // idle queues

@@ -54,9 +54,12 @@ type Task struct {
 	cq *cqueue      // the queue it was enqueued on; guarded by its device's qmu
 
 	done chan struct{}
-	err  error         // set before done is closed
-	fail *failure      // with err: the failure it reports (its own or a predecessor's)
-	enq  chan struct{} // closed once the device work is enqueued (ev set), if ever
+	err  error    // set before done is closed
+	fail *failure // with err: the failure it reports (its own or a predecessor's)
+	// Guarded by mu: enqueued says the device work is enqueued (ev set);
+	// enq, made only for a task that waits for that, is closed then.
+	enqueued bool
+	enq      chan struct{}
 
 	addrs []uintptr // the addresses it depends on; guarded by the runtime's tasks.mu
 }
@@ -101,6 +104,33 @@ func (t *Task) report() {
 		ts.mu.Unlock()
 	}
 }
+
+// enqueuedCh returns a channel closed once t's device work is enqueued
+// (never, for work that is not enqueued on a device).
+func (t *Task) enqueuedCh() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.enqueued {
+		return closedChan
+	}
+	if t.enq == nil {
+		t.enq = make(chan struct{})
+	}
+	return t.enq
+}
+
+// markEnqueued says t's device work is enqueued.
+func (t *Task) markEnqueued() {
+	t.mu.Lock()
+	t.enqueued = true
+	if t.enq != nil {
+		close(t.enq)
+	}
+	t.mu.Unlock()
+}
+
+// closedChan is a closed channel.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 func (t *Task) event() plugin.Event {
 	t.mu.Lock()
@@ -279,7 +309,7 @@ func (r *Runtime) DepEntries() (addrs, failed int) {
 // host, first by polling with bounded yielding, then blocking. It never
 // blocks on other tasks' work: what would is done on a goroutine.
 func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
-	t := &Task{Name: op.Name, dev: d, done: make(chan struct{}), enq: make(chan struct{})}
+	t := &Task{Name: op.Name, dev: d, done: make(chan struct{})}
 	preds := r.register(t, deps)
 	var onHost, onDevice, later []*Task
 	for _, p := range preds {
@@ -303,7 +333,7 @@ func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 		// host itself) may be waited for on the device once it is.
 		for _, p := range later {
 			select {
-			case <-p.enq:
+			case <-p.enqueuedCh():
 			case <-p.done:
 			}
 			if ev := p.event(); ev != nil && d.canWait(p, ev) {
@@ -324,7 +354,7 @@ func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 
 // SpawnHost runs fn on the host as a task in the same dependence graph.
 func (r *Runtime) SpawnHost(name string, fn func() error, deps []Dep) *Task {
-	t := &Task{Name: name, dev: r.Initial, done: make(chan struct{}), enq: make(chan struct{})}
+	t := &Task{Name: name, dev: r.Initial, done: make(chan struct{})}
 	preds := r.register(t, deps)
 	go func() {
 		if f := r.waitHost(t, r.Initial, preds); f != nil {
@@ -551,12 +581,14 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		t.ev = ev
 		t.mu.Unlock()
 	}
-	close(t.enq)
-	go func() {
-		if ev == nil { // the device is failing: nothing to wait for but the queue
-			r.finishTask(t, w.finish(), w.dep, all)
-			return
-		}
+	t.markEnqueued()
+	if ev == nil { // the device is failing: nothing to wait for but the queue
+		go func() { r.finishTask(t, w.finish(), w.dep, all) }()
+		return
+	}
+	// What completes t once ev fired; it blocks only where it must wait for
+	// t's predecessors (failedPred), or has work after the queue's.
+	complete := func(background bool) {
 		err := ev.Synchronize()
 		if err != nil {
 			w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), op.Name, err))
@@ -570,8 +602,66 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		t.ev = nil
 		t.mu.Unlock()
 		ev.Close()
+		if !background && w.dep == nil && !allFinished(all) {
+			go r.finishTask(t, err, w.dep, all) // not on the device's completer: it must not block
+			return
+		}
 		r.finishTask(t, err, w.dep, all)
-	}()
+	}
+	if fn, ok := ev.(plugin.FireNotifier); ok && len(w.after) == 0 {
+		// No goroutine per task: the event's firing hands the completion
+		// to the device's completer.
+		fn.OnFire(func() { d.completer.add(func() { complete(false) }) })
+		return
+	}
+	go complete(true)
+}
+
+// allFinished reports whether every task of ts has finished.
+func allFinished(ts []*Task) bool {
+	for _, p := range ts {
+		if !finished(p) {
+			return false
+		}
+	}
+	return true
+}
+
+// completer runs the completions of a device's tasks, in the order their
+// events fired, on a goroutine of its own while it has work: an event that
+// fires hands its task's completion over without a goroutine waiting on
+// each event. A completion must not block on another's.
+type completer struct {
+	mu      sync.Mutex
+	fns     []func()
+	running bool
+}
+
+func (c *completer) add(f func()) {
+	c.mu.Lock()
+	c.fns = append(c.fns, f)
+	start := !c.running
+	c.running = true
+	c.mu.Unlock()
+	if start {
+		go c.run()
+	}
+}
+
+func (c *completer) run() {
+	for {
+		c.mu.Lock()
+		if len(c.fns) == 0 {
+			c.fns, c.running = nil, false // the backing array goes too
+			c.mu.Unlock()
+			return
+		}
+		f := c.fns[0]
+		c.fns[0] = nil
+		c.fns = c.fns[1:]
+		c.mu.Unlock()
+		f()
+	}
 }
 
 // finishTask completes t: a predecessor's failure takes the place of t's

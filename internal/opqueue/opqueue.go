@@ -242,7 +242,8 @@ type Event struct {
 	armed  bool
 	closed bool
 	done   chan struct{}
-	err    error // written before done is closed
+	err    error    // written before done is closed
+	then   []func() // run when it fires (OnFire)
 }
 
 // NewEvent returns an event that is not recorded yet.
@@ -290,6 +291,28 @@ func (e *Event) Fire(err error) {
 	e.armed = true
 	e.err = err
 	close(e.done)
+	then := e.then
+	e.then = nil
+	e.mu.Unlock()
+	for _, f := range then {
+		f()
+	}
+	e.mu.Lock() // for the deferred unlock
+}
+
+// OnFire makes f run when the event fires, on the goroutine that fires it,
+// or at once on the caller's if it has fired. f must not block.
+func (e *Event) OnFire(f func()) {
+	e.mu.Lock()
+	select {
+	case <-e.done:
+		e.mu.Unlock()
+		f()
+		return
+	default:
+	}
+	e.then = append(e.then, f)
+	e.mu.Unlock()
 }
 
 // Done is closed when the event fires.

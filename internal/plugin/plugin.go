@@ -236,3 +236,12 @@ func LookupKind(name string) (*Kind, bool) {
 type InlineQueue interface {
 	SetInline(on bool)
 }
+
+// FireNotifier is implemented by events that can run a function when they
+// fire, so that the core needs no goroutine waiting on each. OnFire makes f
+// run once the event has fired — on the goroutine that fires it, or at once
+// if it has — so f must not block. The core calls it only on recorded
+// events.
+type FireNotifier interface {
+	OnFire(f func())
+}

@@ -145,3 +145,6 @@ func (e *event) Synchronize() error { return e.ev.Synchronize() }
 func (e *event) Query() (bool, error) { return e.ev.Query() }
 
 func (e *event) Close() error { return e.ev.Close() }
+
+// OnFire runs f when the event fires (plugin.FireNotifier).
+func (e *event) OnFire(f func()) { e.ev.OnFire(f) }

@@ -355,6 +355,10 @@ func (e *event) Synchronize() error {
 	return err
 }
 
+// OnFire runs f when the event fires, or the device is lost
+// (plugin.FireNotifier).
+func (e *event) OnFire(f func()) { e.ev.OnFire(f) }
+
 func (e *event) Query() (bool, error) {
 	fired, err := e.ev.Query()
 	if err == opqueue.ErrNotRecorded {
