@@ -62,6 +62,7 @@ func Run(t *testing.T, open func(t *testing.T) []plugin.Device) {
 	t.Run("ClosedHandles", e.testClosedHandles)
 	t.Run("ClosedDevice", e.testClosedDevice)
 	t.Run("Tracer", e.testTracer)
+	t.Run("FireNotifier", e.testFireNotifier)
 }
 
 // env is the state the subtests share: the loaded devices and the image.

@@ -1,6 +1,7 @@
 package plugintest
 
 import (
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -108,4 +109,47 @@ func (e *env) testTracer(t *testing.T) {
 	if d := all[1].End.Sub(all[1].Start); d < 5*time.Millisecond {
 		t.Errorf("a 5 ms kernel took %v on the device", d)
 	}
+}
+
+// testFireNotifier checks the optional plugin.FireNotifier of events: a
+// function given before the event fires runs once, after it fired (its
+// error is there to read); one given after it fired runs at once.
+func (e *env) testFireNotifier(t *testing.T) {
+	d := e.devs[0]
+	ev := newEvent(t, d)
+	fn, ok := ev.(plugin.FireNotifier)
+	if !ok {
+		t.Skip("the kind's events do not say when they fire (plugin.FireNotifier is optional)")
+	}
+	q := newQueue(t, d)
+	launch(t, q, kSleep, plugin.Arg{Scalar: int64(20)})
+	launch(t, q, kPanic, plugin.Arg{Scalar: int64(7)})
+	if err := q.Record(ev); err != nil {
+		t.Fatalf("Record: %v", err)
+	}
+	fired := make(chan error, 2)
+	fn.OnFire(func() {
+		done, err := ev.Query()
+		if !done {
+			err = errors.New("OnFire's function ran before the event fired")
+		}
+		fired <- err
+	})
+	select {
+	case err := <-fired:
+		if err == nil || !errors.Is(err, plugin.ErrKernel) {
+			t.Errorf("after a failed kernel the event fired with %v, want ErrKernel", err)
+		}
+	case <-time.After(timeout):
+		t.Fatal("OnFire's function did not run")
+	}
+	ran := false
+	fn.OnFire(func() { ran = true })
+	if !ran {
+		t.Error("OnFire on a fired event did not run the function at once")
+	}
+	if len(fired) != 0 {
+		t.Error("OnFire's function ran twice")
+	}
+	_ = qsync(t, q) // take the queue's error
 }
