@@ -136,15 +136,15 @@ func CheckSize(t, b int) error {
 	return nil
 }
 
-// Factor factors m in place over devs. Tile (i, j) lives on device
-// i mod len(devs) for the whole run (a target data region), where the task
-// that updates it runs: rows of tiles are dealt out in turn, so that the
-// diagonal tiles spread over the devices and a row's updates read the
-// row's own tiles. Once a tile is final (factored, or solved) it is copied
-// device to device to a replica on each other device, whose tasks read it
-// there. Every task depends on the tiles it reads and writes. Factor
-// returns the number of kernel tasks and the time from the first enqueued
-// task to the end of the last.
+// Factor factors m in place over devs. Tile (i, j) lives on the device
+// of its row for the whole run (a target data region), where the task that
+// updates it runs: whole rows of tiles go to the devices, balanced by their
+// work (rowOwners), so that the diagonal tiles spread over the devices and
+// a row's updates read the row's own tiles. Once a tile is final
+// (factored, or solved) it is copied device to device to a replica on each
+// other device, whose tasks read it there. Every task depends on the tiles
+// it reads and writes. Factor returns the number of kernel tasks and the
+// time from the first enqueued task to the end of the last.
 func Factor(devs []offload.Device, m *Matrix) (tasks int, elapsed time.Duration, err error) {
 	if err := CheckSize(m.T, m.B); err != nil {
 		return 0, 0, err
@@ -153,7 +153,8 @@ func Factor(devs []offload.Device, m *Matrix) (tasks int, elapsed time.Duration,
 		return 0, 0, fmt.Errorf("cholesky: no devices")
 	}
 	t, b := m.T, m.B
-	owner := func(i, _ int) int { return i % len(devs) }
+	rows := rowOwners(t, len(devs))
+	owner := func(i, _ int) int { return rows[i] }
 	name := func(i, j int) string { return fmt.Sprintf("A%d,%d", i, j) }
 	// The tiles on their devices, and the replicas of the tiles others read.
 	var entered []func() error
@@ -252,6 +253,26 @@ func Factor(devs []offload.Device, m *Matrix) (tasks int, elapsed time.Duration,
 		return tasks, 0, err
 	}
 	return tasks, time.Since(start), nil
+}
+
+// rowOwners deals the t rows of tiles out to n devices so that each gets
+// about the same work: row i holds i trsm, i syrk and i(i-1)/2 gemm tasks
+// (a gemm is twice a trsm's or syrk's flops), so the rows go, heaviest
+// first, to the device with the least work so far.
+func rowOwners(t, n int) []int {
+	owner := make([]int, t)
+	load := make([]int, n)
+	for i := t - 1; i >= 0; i-- {
+		d := 0
+		for k := range load {
+			if load[k] < load[d] {
+				d = k
+			}
+		}
+		owner[i] = d
+		load[d] += 2*i + i*(i-1) + 1
+	}
+	return owner
 }
 
 // Reference factors m in place with plain goroutines: the same tile

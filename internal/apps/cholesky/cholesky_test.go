@@ -64,3 +64,45 @@ func checkProduct(t *testing.T, m, a *Matrix) {
 		}
 	}
 }
+
+// TestRowOwners: rows of tiles are dealt out by their work: the devices'
+// loads differ no more than when rows are dealt in turn (and, for 8 rows on
+// 2 devices, by less than half the heaviest row), and every device gets
+// rows when there are enough.
+func TestRowOwners(t *testing.T) {
+	work := func(i int) int { return 2*i + i*(i-1) + 1 }
+	spread := func(t, n int, owner func(i int) int) (int, []int) {
+		load := make([]int, n)
+		for i := range t {
+			load[owner(i)] += work(i)
+		}
+		lo, hi := load[0], load[0]
+		for _, l := range load {
+			lo, hi = min(lo, l), max(hi, l)
+		}
+		return hi - lo, load
+	}
+	for _, c := range []struct{ t, n int }{{8, 2}, {8, 3}, {3, 2}, {1, 2}, {16, 4}} {
+		owner := rowOwners(c.t, c.n)
+		for i, d := range owner {
+			if d < 0 || d >= c.n {
+				t.Fatalf("%d rows on %d devices: row %d on device %d", c.t, c.n, i, d)
+			}
+		}
+		got, load := spread(c.t, c.n, func(i int) int { return owner[i] })
+		inTurn, _ := spread(c.t, c.n, func(i int) int { return i % c.n })
+		if got > inTurn {
+			t.Errorf("%d rows on %d devices: loads %v differ by %d, dealt in turn by %d", c.t, c.n, load, got, inTurn)
+		}
+		if c.t >= c.n {
+			for d, l := range load {
+				if l == 0 {
+					t.Errorf("%d rows on %d devices: device %d gets no row", c.t, c.n, d)
+				}
+			}
+		}
+	}
+	if got, _ := spread(8, 2, func(i int) int { return rowOwners(8, 2)[i] }); got > work(7)/2 {
+		t.Errorf("8 rows on 2 devices: loads differ by %d", got)
+	}
+}
