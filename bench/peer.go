@@ -155,127 +155,50 @@ func endOfStream(err error) error {
 
 // spin says how a sockReader waits for data: with a zero budget it reads
 // plainly (conn.Read: the goroutine parks in the netpoller until the socket
-// is readable); otherwise it polls the non-blocking socket with read(2) for
-// up to budget, then parks the same way. Between polls it yields the P
-// (runtime.Gosched), so that a goroutine the reader handed a message to
-// runs at once instead of waiting for the spin to end, and with osYield the
-// CPU too (sched_yield(2)), so that a thread of another process waiting for
-// this CPU — the other end of the socket, when the two share one — runs.
+// is readable); otherwise as a remote link's reader does
+// (remote.SpinReader): it polls the non-blocking socket with read(2) for up
+// to budget, yielding the P between polls, then parks the same way.
 type spin struct {
-	budget  time.Duration
-	osYield bool
+	budget time.Duration
 }
 
-func (s spin) String() string {
-	if s.osYield {
-		return s.budget.String() + "+yield"
-	}
-	return s.budget.String()
-}
+func (s spin) String() string { return s.budget.String() }
 
 // parseSpin parses what spin.String writes.
 func parseSpin(v string) (spin, error) {
 	if v == "" {
 		return spin{}, nil
 	}
-	d, yield := strings.CutSuffix(v, "+yield")
-	budget, err := time.ParseDuration(d)
+	budget, err := time.ParseDuration(v)
 	if err != nil || budget < 0 {
-		return spin{}, fmt.Errorf("%s=%q: want a duration of at least 0, optionally followed by +yield", envPeerSpin, v)
+		return spin{}, fmt.Errorf("%s=%q: want a duration of at least 0", envPeerSpin, v)
 	}
-	return spin{budget: budget, osYield: yield}, nil
+	return spin{budget: budget}, nil
 }
 
 // sockReader reads a socket as its spin says.
 type sockReader struct {
-	conn net.Conn
-	rc   syscall.RawConn
-	spin spin
-	// Statistics of the spinning reads: calls, and calls that spun out
-	// their budget and parked.
-	reads, parked int64
+	r io.Reader
 }
 
 func newSockReader(conn net.Conn, sp spin) (*sockReader, error) {
-	r := &sockReader{conn: conn, spin: sp}
-	if sp.budget > 0 {
-		sc, ok := conn.(syscall.Conn)
-		if !ok {
-			return nil, fmt.Errorf("%T has no raw descriptor to poll", conn)
-		}
-		rc, err := sc.SyscallConn()
-		if err != nil {
-			return nil, err
-		}
-		r.rc = rc
-	}
-	return r, nil
+	return &sockReader{r: remote.SpinReader(conn, sp.budget)}, nil
 }
 
 // readFull fills p; io.EOF means the stream ended before the first byte,
 // io.ErrUnexpectedEOF within p.
 func (r *sockReader) readFull(p []byte) error {
-	if r.spin.budget <= 0 {
-		_, err := io.ReadFull(r.conn, p)
-		return err
-	}
-	for got := 0; got < len(p); {
-		n, err := r.spinRead(p[got:])
-		got += n
-		if err != nil {
-			if err == io.EOF && got > 0 {
-				err = io.ErrUnexpectedEOF
-			}
-			return err
-		}
-	}
-	return nil
+	_, err := io.ReadFull(r.r, p)
+	return err
 }
 
-// spinRead reads into p, polling for up to the spin budget before it parks.
-func (r *sockReader) spinRead(p []byte) (int, error) {
-	var (
-		n      int
-		rerr   error
-		start  time.Time
-		parked bool
-	)
-	r.reads++
-	err := r.rc.Read(func(fd uintptr) bool {
-		for {
-			n, rerr = syscall.Read(int(fd), p)
-			switch rerr {
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-			default:
-				return true
-			}
-			if parked { // woken by the netpoller, but the data is gone or not there yet
-				return false
-			}
-			if start.IsZero() {
-				start = time.Now()
-			} else if time.Since(start) >= r.spin.budget {
-				parked = true
-				r.parked++
-				return false // park until the socket is readable
-			}
-			runtime.Gosched()
-			if r.spin.osYield {
-				syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
-			}
-		}
-	})
-	switch {
-	case err != nil:
-		return 0, err
-	case rerr != nil:
-		return 0, os.NewSyscallError("read", rerr)
-	case n == 0:
-		return 0, io.EOF
+// stats returns the reads of a spinning reader, and how many parked (zeros
+// for a plain one).
+func (r *sockReader) stats() (reads, parked int64) {
+	if s, ok := r.r.(interface{ Stats() (int64, int64) }); ok {
+		return s.Stats()
 	}
-	return n, nil
+	return 0, 0
 }
 
 // peer is the host's end of a connection to a peer process.

@@ -87,13 +87,7 @@ func (p *tablePrinter) row(r Result) {
 		fmt.Fprintln(p.w, strings.TrimRight(fmt.Sprintf(tableRow, "metric", "goffload", "baseline", "ratio", "notes"), " \n"))
 		p.header = true
 	}
-	base, ratio := "-", "-"
-	if r.HasBaseline() {
-		base = human(r.Baseline)
-		if q := r.Ratio(); !math.IsNaN(q) {
-			ratio = strconv.FormatFloat(q, 'f', 3, 64)
-		}
-	}
+	base, ratio := humanCells(r)
 	line := fmt.Sprintf(tableRow, r.Metric, human(r.Goffload), base, ratio, r.Note)
 	fmt.Fprintln(p.w, strings.TrimRight(line, " \n"))
 }
@@ -122,14 +116,21 @@ func (p *mdPrinter) row(r Result) {
 		fmt.Fprint(p.w, "\n| metric | goffload | baseline | ratio | notes |\n|---|---:|---:|---:|---|\n")
 		p.table = true
 	}
-	base, ratio := "-", "-"
+	base, ratio := humanCells(r)
+	fmt.Fprintf(p.w, "| `%s` | %s | %s | %s | %s |\n", r.Metric, human(r.Goffload), base, ratio, mdEscape(r.Note))
+}
+
+// humanCells returns r's baseline with its unit and its ratio, or "-"
+// for what r does not have.
+func humanCells(r Result) (base, ratio string) {
+	base, ratio = "-", "-"
 	if r.HasBaseline() {
 		base = human(r.Baseline)
 		if q := r.Ratio(); !math.IsNaN(q) {
 			ratio = strconv.FormatFloat(q, 'f', 3, 64)
 		}
 	}
-	fmt.Fprintf(p.w, "| `%s` | %s | %s | %s | %s |\n", r.Metric, human(r.Goffload), base, ratio, mdEscape(r.Note))
+	return base, ratio
 }
 
 // mdEscape keeps s from breaking a markdown table or list.

@@ -32,8 +32,6 @@ func init() { register("remote", Suite{Devices: "local:1", Run: runRemote}) }
 var spins = []spin{
 	{budget: 20 * time.Microsecond},
 	{budget: 100 * time.Microsecond},
-	{budget: 20 * time.Microsecond, osYield: true},
-	{budget: 100 * time.Microsecond, osYield: true},
 	spinBusy,
 }
 
@@ -44,11 +42,7 @@ func spinMetric(sp spin) string {
 	if sp == spinBusy {
 		return "raw.pingpong_busy"
 	}
-	name := fmt.Sprintf("raw.pingpong_spin%dus", sp.budget.Microseconds())
-	if sp.osYield {
-		name += "_yield"
-	}
-	return name
+	return fmt.Sprintf("raw.pingpong_spin%dus", sp.budget.Microseconds())
 }
 
 func runRemote(env *Env) error {
@@ -57,7 +51,7 @@ func runRemote(env *Env) error {
 		return err
 	}
 	env.Comment("raw peers: this executable started again with %s=echo|xfer, on an inherited AF_UNIX SOCK_STREAM socketpair", envPeerRole)
-	env.Comment("raw.pingpong_*: not goffload figures: the goffload column is the raw 8-byte ping-pong with both sides polling read(2) for up to N µs before parking, yielding the P between polls (runtime.Gosched) and with _yield the CPU too (sched_yield); the baseline is the blocking ping-pong; ratio = spin / block")
+	env.Comment("raw.pingpong_*: not goffload figures: the goffload column is the raw 8-byte ping-pong with both sides polling read(2) for up to N µs before parking as the transport's reader does (remote.SpinReader: yielding the P between polls, runtime.Gosched); the baseline is the blocking ping-pong; ratio = spin / block")
 	for _, m := range []func(*Env, offload.Device) error{remoteLaunch, remoteSweep, rawSpin} {
 		if err := m(env, dev); err != nil {
 			return err
@@ -249,7 +243,7 @@ func rawSpin(env *Env, _ offload.Device) error {
 				if err := p.pingPong(100); err != nil {
 					return err
 				}
-				p.r.reads, p.r.parked = 0, 0
+				reads0, parked0 := p.r.stats()
 				t, b, err := env.Compare(p.pingPong, block.pingPong)
 				if err != nil {
 					return err
@@ -258,11 +252,8 @@ func rawSpin(env *Env, _ offload.Device) error {
 				if sp == spinBusy {
 					note = fmt.Sprintf("busy poll (spin ≤%v)", sp.budget)
 				}
-				if sp.osYield {
-					note += " +sched_yield"
-				}
-				if p.r.reads > 0 {
-					note += fmt.Sprintf("; host parked in %.0f%% of reads", 100*float64(p.r.parked)/float64(p.r.reads))
+				if reads, parked := p.r.stats(); reads > reads0 {
+					note += fmt.Sprintf("; host parked in %.0f%% of reads", 100*float64(parked-parked0)/float64(reads-reads0))
 				}
 				env.Report(Result{Metric: spinMetric(sp), Goffload: t, Baseline: b, Note: note + "; ratio spin/block"})
 				return nil

@@ -53,16 +53,24 @@ const idleAfter = time.Millisecond
 
 // spinning returns a reader of conn that spins before parking, or conn
 // itself when it cannot (or spinning is off).
-func spinning(conn net.Conn) io.Reader {
+func spinning(conn net.Conn) io.Reader { return SpinReader(conn, spinBudget) }
+
+// SpinReader returns a reader of conn that waits for data as a link's
+// reader does, polling for up to budget before it parks (with the same
+// backoff on an idle link), or conn itself for a budget of 0 or a conn
+// without a descriptor to poll. bench's raw baselines read with it, so that
+// they wait exactly as the transport does. The reader's Stats method counts
+// its reads and those that spun out their budget and parked.
+func SpinReader(conn net.Conn, budget time.Duration) io.Reader {
 	sc, ok := conn.(syscall.Conn)
-	if !ok || spinBudget <= 0 {
+	if !ok || budget <= 0 {
 		return conn
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
 		return conn
 	}
-	return &spinConn{rc: rc, spin: spinBudget}
+	return &spinConn{rc: rc, spin: budget}
 }
 
 // spinConn polls read(2), yielding the goroutine between polls (the
@@ -72,12 +80,18 @@ type spinConn struct {
 	rc            syscall.RawConn
 	spin          time.Duration
 	skip, backoff int
+	reads, parked int64 // see Stats
 }
+
+// Stats returns how many reads the reader made, and how many of them spun
+// out their budget and parked.
+func (c *spinConn) Stats() (reads, parked int64) { return c.reads, c.parked }
 
 func (c *spinConn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	c.reads++
 	budget := c.spin
 	if c.skip > 0 {
 		c.skip--
@@ -106,6 +120,7 @@ func (c *spinConn) Read(p []byte) (int, error) {
 				start = time.Now()
 			} else if time.Since(start) >= budget {
 				parked = true
+				c.parked++
 				return false
 			}
 			spun = true
