@@ -68,6 +68,10 @@ func CheckSize(n, iters int) error {
 type block struct {
 	dev    offload.Device
 	lo, hi int
+	// split says the block's first and last rows are computed apart from
+	// the rows between (see step): only when it has neighbours to send them
+	// to and rows between them.
+	split bool
 	buf    [2][]float64
 }
 
@@ -91,6 +95,7 @@ func Solve(devs []offload.Device, n, iters int) ([]float64, time.Duration, error
 	for p := range parts {
 		// The interior rows 1..n-2 are split; rows 0 and n-1 are boundary.
 		b := &block{dev: devs[p], lo: 1 + p*(n-2)/parts, hi: 1 + (p+1)*(n-2)/parts}
+		b.split = parts > 1 && b.hi-b.lo >= 3
 		for k := range b.buf {
 			b.buf[k] = make([]float64, (b.hi-b.lo+2)*n)
 			for r := b.lo - 1; r <= b.hi; r++ {
@@ -136,7 +141,7 @@ func Solve(devs []offload.Device, n, iters int) ([]float64, time.Duration, error
 	for p, b := range blocks {
 		u := b.buf[final]
 		rows := len(u)/n - 2
-		b.dev.Nowait(append(rowDeps(u, n, offload.DependIn), offload.DependIn(u[n:(rows+1)*n]))...).In(&g).Update(offload.From(u[n : (rows+1)*n]).Named(fmt.Sprintf("u%d", p)))
+		b.dev.Nowait(append(rowDeps(b, u, n, offload.DependIn), offload.DependIn(u[n:(rows+1)*n]))...).In(&g).Update(offload.From(u[n : (rows+1)*n]).Named(fmt.Sprintf("u%d", p)))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -156,18 +161,15 @@ func Solve(devs []offload.Device, n, iters int) ([]float64, time.Duration, error
 
 // A block's rows are named, for the depend clauses, by the address of their
 // first cell: the halo rows, the first and last rows (which the neighbours
-// need), and the rows between. A block of fewer than 3 rows has only its
-// first row and halos (split reports that it cannot be split).
+// need), and the rows between. A block that is not split has only its first
+// row and halos.
 
-// split reports whether a block of buf has rows between its first and
-// last.
-func split(buf []float64, n int) bool { return len(buf)/n-2 >= 3 }
-
-// rowDeps are depend clauses of kind dep on the rows of buf: first, middle
-// and last when it is split, its first row only when it is not.
-func rowDeps(buf []float64, n int, dep func(any) offload.Dep) []offload.Dep {
+// rowDeps are depend clauses of kind dep on the rows of buf, a buffer of
+// block b: first, middle and last when b is split, its first row only when
+// it is not.
+func rowDeps(b *block, buf []float64, n int, dep func(any) offload.Dep) []offload.Dep {
 	rows := len(buf)/n - 2
-	if !split(buf, n) {
+	if !b.split {
 		return []offload.Dep{dep(&buf[n])}
 	}
 	return []offload.Dep{dep(&buf[n]), dep(&buf[2*n]), dep(&buf[rows*n])}
@@ -179,8 +181,8 @@ func rowDeps(buf []float64, n int, dep func(any) offload.Dep) []offload.Dep {
 // they are computed while the halos travel.
 func step(g *offload.Group, b *block, cur, next []float64, n int) {
 	rows := len(cur)/n - 2
-	deps := append(rowDeps(cur, n, offload.DependIn), offload.DependIn(&cur[0]), offload.DependIn(&cur[(rows+1)*n]))
-	if !split(cur, n) {
+	deps := append(rowDeps(b, cur, n, offload.DependIn), offload.DependIn(&cur[0]), offload.DependIn(&cur[(rows+1)*n]))
+	if !b.split {
 		b.dev.Nowait(append(deps, offload.DependOut(&next[n]))...).In(g).Run(Step, next, cur, n)
 		return
 	}
@@ -190,11 +192,11 @@ func step(g *offload.Group, b *block, cur, next []float64, n int) {
 
 // stepInterior enqueues the rows of next between block b's first and last.
 func stepInterior(g *offload.Group, b *block, cur, next []float64, n int) {
-	if !split(cur, n) {
+	if !b.split {
 		return
 	}
 	rows := len(cur)/n - 2
-	b.dev.Nowait(append(rowDeps(cur, n, offload.DependIn), offload.DependOut(&next[2*n]))...).In(g).Run(StepRows, next, cur, n, 2, rows)
+	b.dev.Nowait(append(rowDeps(b, cur, n, offload.DependIn), offload.DependOut(&next[2*n]))...).In(g).Run(StepRows, next, cur, n, 2, rows)
 }
 
 // halo copies row i of src (block from) to row j of dst (block to) as a
@@ -209,7 +211,7 @@ func halo(g *offload.Group, from *block, src []float64, i int, to *block, dst []
 		return err
 	}
 	row := &src[i*n] // the row's own step wrote it
-	if !split(src, n) {
+	if !from.split {
 		row = &src[n]
 	}
 	from.dev.Nowait(offload.DependIn(row), offload.DependOut(&dst[j*n])).In(g).Memcpy(dp, sp, int64(8*n))
