@@ -72,7 +72,7 @@ type block struct {
 	// the rows between (see step): only when it has neighbours to send them
 	// to and rows between them.
 	split bool
-	buf    [2][]float64
+	buf   [2][]float64
 }
 
 // Solve runs iters iterations on an n×n grid over devs, one row block
