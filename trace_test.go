@@ -232,10 +232,28 @@ type countingTool struct {
 	begins, ends, data, launches int
 	waits                        int
 	kernels                      []string
+	nowaitEnds                   int
+	ids                          map[uint64]bool // task ids seen at TargetBegin
 }
 
-func (c *countingTool) TargetBegin(offload.TargetEvent) { c.mu.Lock(); c.begins++; c.mu.Unlock() }
-func (c *countingTool) TargetEnd(offload.TargetEvent)   { c.mu.Lock(); c.ends++; c.mu.Unlock() }
+func (c *countingTool) TargetBegin(e offload.TargetEvent) {
+	c.mu.Lock()
+	c.begins++
+	if c.ids == nil {
+		c.ids = map[uint64]bool{}
+	}
+	c.ids[e.Task] = true
+	c.mu.Unlock()
+}
+
+func (c *countingTool) TargetEnd(e offload.TargetEvent) {
+	c.mu.Lock()
+	c.ends++
+	if e.Nowait {
+		c.nowaitEnds++
+	}
+	c.mu.Unlock()
+}
 func (c *countingTool) DataOp(offload.DataEvent)        { c.mu.Lock(); c.data++; c.mu.Unlock() }
 func (c *countingTool) Wait(offload.WaitEvent)          { c.mu.Lock(); c.waits++; c.mu.Unlock() }
 func (c *countingTool) KernelLaunch(e offload.KernelEvent) {
@@ -263,6 +281,12 @@ func TestTool(t *testing.T) {
 	defer tool.mu.Unlock()
 	if tool.begins != 3 || tool.ends != 3 || tool.launches != 3 || tool.data < 4 || tool.kernels[0] != "test.addto" {
 		t.Errorf("tool saw %d begins, %d ends, %d launches %v, %d data ops", tool.begins, tool.ends, tool.launches, tool.kernels, tool.data)
+	}
+	if tool.nowaitEnds != 2 {
+		t.Errorf("tool saw %d nowait constructs end, want 2 (the synchronous one is not)", tool.nowaitEnds)
+	}
+	if len(tool.ids) != 3 || tool.ids[0] {
+		t.Errorf("tool saw task ids %v: want 3 distinct, none 0 (synchronous constructs are numbered too)", tool.ids)
 	}
 }
 

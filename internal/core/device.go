@@ -159,16 +159,17 @@ func (d *Device) release(q *cqueue, failed bool) {
 // work is one construct's operations on one queue: the first error, and what
 // must run after the queue is synchronized (freeing unmapped entries).
 type work struct {
-	d     *Device
-	cq    *cqueue
-	q     plugin.Queue
-	op    string
-	task  uint64
-	posts []func()
-	after []func() error // work after the queue's, before the posts (staged copies)
-	undo  []func()       // if the construct fails, before the posts (enter data)
-	first error
-	dep   *failure // the predecessor's failure, if first is a dependency error
+	d      *Device
+	cq     *cqueue
+	q      plugin.Queue
+	op     string
+	task   uint64
+	nowait bool // a task's work, not a synchronous construct's
+	posts  []func()
+	after  []func() error // work after the queue's, before the posts (staged copies)
+	undo   []func()       // if the construct fails, before the posts (enter data)
+	first  error
+	dep    *failure // the predecessor's failure, if first is a dependency error
 	// inline is the queue, if it runs the work inline (begin), until done.
 	inline plugin.InlineQueue
 }
@@ -180,7 +181,7 @@ func (d *Device) begin(op string) (*work, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := d.beginOn(op, q, d.newID())
+	w := d.beginOn(op, q, d.newID(), false)
 	if iq, ok := q.Queue.(plugin.InlineQueue); ok {
 		iq.SetInline(true)
 		w.inline = iq
@@ -197,16 +198,17 @@ func (d *Device) newID() uint64 {
 	return d.ids.Add(1)
 }
 
-// beginOn starts the work of construct op, with id task, on q.
-func (d *Device) beginOn(op string, q *cqueue, task uint64) *work {
-	w := &work{d: d, cq: q, q: q.Queue, op: op, task: task}
+// beginOn starts the work of construct op, with id task, on q; nowait says
+// it is a task's (not a synchronous construct's).
+func (d *Device) beginOn(op string, q *cqueue, task uint64, nowait bool) *work {
+	w := &work{d: d, cq: q, q: q.Queue, op: op, task: task, nowait: nowait}
 	if d.tagged {
 		if tq, ok := q.Queue.(plugin.TaggedQueue); ok {
 			tq.Tag(task)
 		}
 	}
 	if d.tool != nil {
-		d.tool.TargetBegin(TargetEvent{Where: w.where(), Name: op})
+		d.tool.TargetBegin(TargetEvent{Where: w.where(), Name: op, Nowait: nowait})
 	}
 	return w
 }
@@ -267,7 +269,7 @@ func (w *work) done(reuse bool) error {
 	}
 	d.release(w.cq, !reuse)
 	if d.tool != nil {
-		d.tool.TargetEnd(TargetEvent{Where: w.where(), Name: w.op, Nowait: w.task != 0, Err: w.first})
+		d.tool.TargetEnd(TargetEvent{Where: w.where(), Name: w.op, Nowait: w.nowait, Err: w.first})
 	}
 	if w.first != nil && d.log.On(InfoDumpTable) {
 		d.dumpTable(fmt.Sprintf("Host-device pointer mappings after a failed %s:", w.op))

@@ -531,7 +531,7 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 			return
 		}
 	}
-	w := d.beginOn(op.Name, cq, t.ID)
+	w := d.beginOn(op.Name, cq, t.ID, true)
 	if followed != nil && d.tool != nil { // it waits by queue order
 		d.tool.Wait(WaitEvent{Where: w.where(), For: followed.ID, ForName: followed.Name, OnDevice: true})
 	}
