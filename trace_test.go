@@ -254,8 +254,8 @@ func (c *countingTool) TargetEnd(e offload.TargetEvent) {
 	}
 	c.mu.Unlock()
 }
-func (c *countingTool) DataOp(offload.DataEvent)        { c.mu.Lock(); c.data++; c.mu.Unlock() }
-func (c *countingTool) Wait(offload.WaitEvent)          { c.mu.Lock(); c.waits++; c.mu.Unlock() }
+func (c *countingTool) DataOp(offload.DataEvent) { c.mu.Lock(); c.data++; c.mu.Unlock() }
+func (c *countingTool) Wait(offload.WaitEvent)   { c.mu.Lock(); c.waits++; c.mu.Unlock() }
 func (c *countingTool) KernelLaunch(e offload.KernelEvent) {
 	c.mu.Lock()
 	c.launches++
