@@ -3,6 +3,7 @@ package offload_test
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/goffload/offload"
 )
@@ -131,4 +132,49 @@ func ExampleMemcpy() {
 	_ = offload.Memcpy(offload.HostPtr(y), py, 24)
 	fmt.Println(y)
 	// Output: [15 25 35]
+}
+
+// kernelLog is a Tool that also takes device-side times (a DeviceOpTool):
+// it keeps the kernels the devices ran and the bytes they copied.
+type kernelLog struct {
+	mu      sync.Mutex
+	kernels []string
+	copied  int64
+}
+
+func (l *kernelLog) TargetBegin(offload.TargetEvent)  {}
+func (l *kernelLog) TargetEnd(offload.TargetEvent)    {}
+func (l *kernelLog) DataOp(offload.DataEvent)         {}
+func (l *kernelLog) KernelLaunch(offload.KernelEvent) {}
+func (l *kernelLog) Wait(offload.WaitEvent)           {}
+func (l *kernelLog) DeviceOp(e offload.DeviceOpEvent) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch e.Kind {
+	case offload.OpLaunch:
+		l.kernels = append(l.kernels, fmt.Sprintf("%s on device %d, task %d", e.Kernel, e.Device, e.Task))
+	case offload.OpSubmit, offload.OpRetrieve:
+		l.copied += e.Bytes
+	}
+}
+
+// A Tool that implements DeviceOpTool gets each queue operation as the
+// device ran it: here, the kernel and the bytes copied of a target region
+// (x and y in, y out: 3×32 bytes). Time and End are the device's start and
+// end on the host's clock.
+func ExampleDeviceOpTool() {
+	log := &kernelLog{}
+	if err := offload.Start(offload.WithDevices("host"), offload.WithTool(log)); err != nil {
+		fmt.Println(err)
+		return
+	}
+	x := []float64{1, 2, 3, 4}
+	y := []float64{10, 20, 30, 40}
+	err := offload.On(0).Run(Axpy, 2.0, offload.To(x), offload.ToFrom(y))
+	offload.Stop()
+	fmt.Println(y, err)
+	fmt.Println(log.kernels, log.copied)
+	// Output:
+	// [12 24 36 48] <nil>
+	// [example.axpy on device 0, task 1] 96
 }
