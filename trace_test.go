@@ -2,7 +2,6 @@ package offload_test
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/internal/apps/jacobi"
+	"github.com/goffload/offload/internal/tracefile"
 )
 
 // TestProfileTrace runs a known program with GOFFLOAD_PROFILE and checks the
@@ -140,38 +140,27 @@ func TestProfileTraceHalos(t *testing.T) {
 	}
 }
 
-type traceEvent struct {
-	Name string         `json:"name"`
-	Cat  string         `json:"cat"`
-	Ph   string         `json:"ph"`
-	Ts   float64        `json:"ts"`
-	Dur  float64        `json:"dur"`
-	Pid  int            `json:"pid"`
-	Tid  int            `json:"tid"`
-	ID   uint64         `json:"id"`
-	Args map[string]any `json:"args"`
-}
+type traceEvent = tracefile.Event
 
 // checkTrace loads a trace and checks that it tells the truth: every event
 // names its task, no track's spans overlap, every device operation lies
 // inside its task's span, and every arrow has both ends.
 func checkTrace(t *testing.T, path string) []traceEvent {
 	t.Helper()
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tr struct {
-		TraceEvents []traceEvent `json:"traceEvents"`
-	}
-	if err := json.Unmarshal(b, &tr); err != nil {
-		t.Fatalf("not JSON: %v", err)
+	defer f.Close()
+	events, err := tracefile.Read(f)
+	if err != nil {
+		t.Fatal(err)
 	}
 	const eps = 0.002 // µs: rounding of the JSON numbers
 	tracks := map[[2]int][]traceEvent{}
 	tasks := map[float64]traceEvent{}
 	arrows := map[uint64]string{}
-	for _, e := range tr.TraceEvents {
+	for _, e := range events {
 		if e.Ph == "M" {
 			continue
 		}
@@ -220,7 +209,7 @@ func checkTrace(t *testing.T, path string) []traceEvent {
 			t.Errorf("arrow %d has ends %q", id, ends)
 		}
 	}
-	return tr.TraceEvents
+	return events
 }
 
 // SleepF sleeps, holding x.

@@ -15,7 +15,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +24,8 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/goffload/offload/internal/tracefile"
 )
 
 func main() {
@@ -47,40 +48,23 @@ func main() {
 // first.
 const maxQueues = 8
 
-// event is what the summary reads of a trace event.
-type event struct {
-	Name string         `json:"name"`
-	Cat  string         `json:"cat"`
-	Ph   string         `json:"ph"`
-	Ts   float64        `json:"ts"`
-	Dur  float64        `json:"dur"`
-	Pid  int            `json:"pid"`
-	Tid  int            `json:"tid"`
-	ID   uint64         `json:"id"`
-	Args map[string]any `json:"args"`
-}
-
-func (e event) end() float64 { return e.Ts + e.Dur }
-
 // summarize reads a trace from r and writes its summary to w.
 func summarize(r io.Reader, w io.Writer) error {
-	var tr struct {
-		TraceEvents []event `json:"traceEvents"`
-	}
-	if err := json.NewDecoder(r).Decode(&tr); err != nil {
-		return fmt.Errorf("not a trace (want Chrome's Trace Event Format, as GOFFLOAD_PROFILE writes it): %w", err)
+	evs, err := tracefile.Read(r)
+	if err != nil {
+		return err
 	}
 	procs, threads := map[int]string{}, map[[2]int]string{}
-	queues := map[[2]int][]event{}
+	queues := map[[2]int][]tracefile.Event{}
 	kernels := map[string][]float64{}
 	type copyStat struct {
 		n           int
 		bytes, time float64
 	}
 	copies := map[string]*copyStat{}
-	flows := map[uint64][]event{}
+	flows := map[uint64][]tracefile.Event{}
 	tasks := 0
-	for _, e := range tr.TraceEvents {
+	for _, e := range evs {
 		switch {
 		case e.Ph == "M" && e.Name == "process_name":
 			procs[e.Pid], _ = e.Args["name"].(string)
@@ -129,7 +113,7 @@ func summarize(r io.Reader, w io.Writer) error {
 			} else {
 				q.work += e.Dur
 			}
-			q.first, q.last = min(q.first, e.Ts), max(q.last, e.end())
+			q.first, q.last = min(q.first, e.Ts), max(q.last, e.End())
 		}
 		perDev[k[0]] = append(perDev[k[0]], q)
 	}
@@ -222,7 +206,7 @@ func summarize(r io.Reader, w io.Writer) error {
 	return nil
 }
 
-func countOps(queues map[[2]int][]event) int {
+func countOps(queues map[[2]int][]tracefile.Event) int {
 	n := 0
 	for _, evs := range queues {
 		n += len(evs)
