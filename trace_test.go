@@ -135,7 +135,9 @@ func TestProfileTraceHalos(t *testing.T) {
 			kinds["exchange"]++
 		}
 	}
-	if kinds["kernel"] < 16 || kinds["exchange"] < 14 || kinds["arrow"] < 14 || kinds["wait"] < 14 {
+	// Every kernel and exchange shows; a wait (and its arrow) only where the
+	// task waited for shows, which depends on how fast the devices were.
+	if kinds["kernel"] < 16 || kinds["exchange"] < 14 || kinds["arrow"] < 4 || kinds["wait"] < 4 {
 		t.Errorf("8 iterations on 2 devices show %v", kinds)
 	}
 }
