@@ -61,7 +61,7 @@ func TestSummary(t *testing.T) {
 		`(?m)^\s*trace\.addone\s+20\s`,
 		`(?m)^\s*copy to device\s+20\s+0\.16\s`,
 		`(?m)^\s*copy from device\s+20\s+0\.16\s`,
-		`(?m)^\s*across devices\s+(19|20)\s`, // the gate (the initial device) to the first, and each task to the next
+		`(?m)^\s*across devices\s+20\s`, // the gate (the initial device) to the first, and each task to the next
 		`(?m)^\s*0\s+queue \d+\s+\d+\s`,
 		`device 1: device 1 \(host\)`,
 	} {

@@ -486,25 +486,29 @@ func (d *Device) wait(ctx context.Context, op string, fn func() error, cleanup f
 }
 
 // await is wait for a construct that must run even if ctx is done already
-// (the end of a data region).
+// (the end of a data region); if ctx is done already, it does not wait at
+// all: the construct runs in the background and the error is ctx's.
 func (d *Device) await(ctx context.Context, op string, fn func() error, cleanup func()) (err error, gaveUp bool) {
 	if ctx == nil || ctx.Done() == nil {
 		return fn(), false
 	}
 	done := make(chan struct{})
 	var res error
+	late := ctx.Err() != nil // done already: the construct goes on in the background, whatever its speed
 	go func() {
 		defer close(done)
 		res = fn()
 	}()
-	select {
-	case <-done:
-		return res, false
-	case <-ctx.Done():
+	if !late {
 		select {
 		case <-done:
 			return res, false
-		default:
+		case <-ctx.Done():
+			select {
+			case <-done:
+				return res, false
+			default:
+			}
 		}
 	}
 	c := make(chan struct{})

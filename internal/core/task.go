@@ -537,8 +537,13 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 	}
 	for _, p := range preds {
 		ev := p.event()
-		if ev == nil { // it completed, or is about to
-			if f := failedPred([]*Task{p}); f != nil {
+		if ev == nil { // it completed, or is about to: the host waits
+			start := time.Now()
+			f := failedPred([]*Task{p})
+			if d.tool != nil {
+				d.tool.Wait(WaitEvent{Where: Where{Time: start, Device: d.Num, Queue: cq.id, Task: t.ID}, For: p.ID, ForName: p.Name, Dur: time.Since(start)})
+			}
+			if f != nil {
 				w.depErr(t, f)
 			}
 			continue

@@ -44,7 +44,7 @@ type traceTask struct {
 	err          string
 	copies       map[DataKind][]DataEvent // in enqueue order
 	launches     []KernelEvent
-	first, last  *traceEvent // its first and last device operations, once written
+	first, last  *traceEvent // its first device operation after its waits, and its last, once written
 	slice        *traceEvent // its span, once written
 	nextCopy     map[DataKind]int
 	nextLaunches int
@@ -204,7 +204,7 @@ func (tr *Trace) events() []traceEvent {
 		}
 		tr.nameOp(e, t, o)
 		out = append(out, e)
-		if t.first == nil {
+		if t.first == nil && o.Kind != OpWait { // an arrow ends where the waiting is over
 			t.first = e
 		}
 		t.last = e

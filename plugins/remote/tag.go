@@ -62,14 +62,21 @@ func (s *session) timer(m *proto.Msg, kind plugin.OpKind, bytes int64) func(star
 }
 
 // clock places the device's clock readings on the host's: host = device +
-// off. It starts from probes (TClock round trips, the one with the
-// shortest round trip wins) when tracing starts and every second after,
-// and keeps off inside the bounds every timed operation sets, so that an
-// operation never shows before its tag was sent nor after its record came.
+// off. Probes (TClock round trips) when tracing starts and every second
+// after, and every timed operation, prove bounds on off: the device read
+// its clock after the host sent the probe (and before the answer came), an
+// operation's tag came after the host sent it, and its record was sent
+// before it came. off is the lower bound: it only grows, so that a
+// device's operations keep their order and durations on the host's clock
+// (a queue's track never overlaps itself), and every operation shows after
+// its tag was sent and before its record came, inside its task's span. It
+// is early by at most the one-way latency of the best probe or record.
+// (Across machines whose clocks drift apart, the bound follows the device
+// clock that runs slower.)
 type clock struct {
 	mu      sync.Mutex
-	off     int64 // the estimate
-	lo, hi  int64 // bounds on off the probes and records prove
+	lo, hi  int64 // bounds on off the probes and records prove; lo is off
+	set     bool
 	probed  time.Time
 	probing bool
 }
@@ -79,7 +86,6 @@ const probes = 8
 
 // probe measures the device's clock against the host's.
 func (d *device) probe() error {
-	best, bestRTT := int64(0), int64(-1)
 	lo, hi := int64(-1<<63), int64(1<<63-1)
 	for range probes {
 		h0 := deviceClock(time.Now())
@@ -90,30 +96,32 @@ func (d *device) probe() error {
 		h1 := deviceClock(time.Now())
 		dev := int64(r.Ptr)
 		lo, hi = max(lo, h0-dev), min(hi, h1-dev) // the device read its clock between h0 and h1
-		if rtt := h1 - h0; bestRTT < 0 || rtt < bestRTT {
-			best, bestRTT = h0+rtt/2-dev, rtt
-		}
 	}
 	c := &d.clock
 	c.mu.Lock()
-	c.off, c.lo, c.hi, c.probed = best, lo, hi, time.Now()
+	if !c.set {
+		c.lo, c.set = lo, true
+	}
+	c.lo, c.hi, c.probed = max(c.lo, lo), hi, time.Now()
+	if c.lo > c.hi { // the clocks drifted apart: the newest bound wins
+		c.lo = c.hi
+	}
 	c.mu.Unlock()
 	return nil
 }
 
 // place returns r's start and end on the host's clock, with off first
-// kept within what r proves: r's tag came (got) after the host sent it,
-// and r's record was sent (sent, device clock) before it came (now, host
-// clock).
+// raised to what r proves: r's tag came (got) after the host sent it (and
+// r's record, sent at devSent on the device's clock, came at now on the
+// host's, which bounds off from above).
 func (c *clock) place(r proto.OpRecord, devSent, now int64) (start, end time.Time) {
 	c.mu.Lock()
 	c.lo = max(c.lo, r.Sent-r.Got)
 	c.hi = min(c.hi, now-devSent)
-	if c.lo > c.hi { // the clocks drifted since the last probe: the newest bound wins
+	if c.lo > c.hi { // the clocks drifted apart since the last probe: the newest bound wins
 		c.lo = c.hi
 	}
-	c.off = min(max(c.off, c.lo), c.hi)
-	off := c.off
+	off := c.lo
 	c.mu.Unlock()
 	return clockEpoch.Add(time.Duration(r.Start + off)), clockEpoch.Add(time.Duration(r.End + off))
 }
