@@ -469,14 +469,12 @@ func waitDone(ts []*Task) {
 // completeAfter ends t with err once preds are done, on a goroutine if it
 // has to wait: the caller may be the one creating t.
 func (r *Runtime) completeAfter(t *Task, err error, preds []*Task) {
-	for _, p := range preds {
-		if !finished(p) {
-			go func() {
-				waitDone(preds)
-				r.complete(t, err, nil)
-			}()
-			return
-		}
+	if !allFinished(preds) {
+		go func() {
+			waitDone(preds)
+			r.complete(t, err, nil)
+		}()
+		return
 	}
 	r.complete(t, err, nil)
 }
