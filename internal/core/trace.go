@@ -301,7 +301,6 @@ func (tr *Trace) events() []traceEvent {
 // kernel's arguments, the copied buffer's name (the task's copies of a
 // kind are in the order the device ran them).
 func (tr *Trace) nameOp(e *traceEvent, t *traceTask, o DeviceOpEvent) {
-	kind := map[OpKind]DataKind{OpSubmit: CopyToDevice, OpRetrieve: CopyFromDevice, OpExchange: CopyDeviceToDevice}
 	switch o.Kind {
 	case OpLaunch:
 		e.Name, e.Cat = "kernel "+o.Kernel, "kernel"
@@ -312,7 +311,7 @@ func (tr *Trace) nameOp(e *traceEvent, t *traceTask, o DeviceOpEvent) {
 		}
 		t.nextLaunches++
 	case OpSubmit, OpRetrieve, OpExchange:
-		dk := kind[o.Kind]
+		dk := copyKinds[o.Kind]
 		e.Cat = "copy"
 		e.Args["kind"], e.Args["bytes"] = dk.String(), o.Bytes
 		name := "unnamed buffer"
@@ -330,6 +329,9 @@ func (tr *Trace) nameOp(e *traceEvent, t *traceTask, o DeviceOpEvent) {
 		e.Name = o.Kind.String()
 	}
 }
+
+// copyKinds are the data operations the tools saw for the device's copies.
+var copyKinds = map[OpKind]DataKind{OpSubmit: CopyToDevice, OpRetrieve: CopyFromDevice, OpExchange: CopyDeviceToDevice}
 
 // inside is a time inside slice e for an arrow to bind to: near its end
 // (an arrow's source) or its start.
