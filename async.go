@@ -159,7 +159,7 @@ func (a Async) Run(k *Kernel, args ...any) *Task {
 		if k == nil || k.k == nil {
 			return core.Op{}, fmt.Errorf("goffload: %s: target: %w: nil kernel", cd.Label(), ErrBadArgument)
 		}
-		kargs, err := kernelArgs(cd, k.k, args)
+		kargs, err := kernelArgs(cd, k, args)
 		if err != nil {
 			return core.Op{}, err
 		}

@@ -3,6 +3,7 @@ package offload
 import (
 	"reflect"
 
+	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/plugin"
 )
 
@@ -22,6 +23,17 @@ type Ctx interface {
 // offload entries table.
 type Kernel struct {
 	k *plugin.Kernel
+	// dirs holds, per parameter after the Ctx, the map clause a bare slice
+	// argument gets: the declared direction of an In, Out, InOut or
+	// Scratch parameter, or an implicit tofrom.
+	dirs []paramMap
+}
+
+// paramMap is how a bare slice argument is mapped.
+type paramMap struct {
+	typ      core.MapType
+	clause   string
+	declared bool // an In, Out, InOut or Scratch parameter
 }
 
 // NewKernel registers fn as the kernel called name. Call it at package init
@@ -40,7 +52,19 @@ func NewKernel(name string, fn any) (*Kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Kernel{k: k}, nil
+	t := reflect.TypeOf(fn)
+	first := 0
+	if k.HasCtx {
+		first = 1
+	}
+	dirs := make([]paramMap, len(k.Params))
+	for i := range dirs {
+		dirs[i] = paramMap{typ: core.MapTo | core.MapFrom | core.MapImplicit, clause: "tofrom"}
+		if mt, clause, ok := paramDir(t.In(first + i)); ok {
+			dirs[i] = paramMap{typ: mt, clause: clause, declared: true}
+		}
+	}
+	return &Kernel{k: k, dirs: dirs}, nil
 }
 
 // MustKernel is like NewKernel but panics if fn cannot be a kernel. It is

@@ -60,7 +60,7 @@ func (d Device) Run(k *Kernel, args ...any) error {
 	if k == nil || k.k == nil {
 		return fmt.Errorf("goffload: %s: target: %w: nil kernel", cd.Label(), ErrBadArgument)
 	}
-	kargs, err := kernelArgs(cd, k.k, args)
+	kargs, err := kernelArgs(cd, k, args)
 	if err != nil {
 		return err
 	}
@@ -145,7 +145,8 @@ func (d Device) Update(maps ...Map) error {
 func Update(maps ...Map) error { return Default().Update(maps...) }
 
 // kernelArgs checks args against k's parameters and converts them.
-func kernelArgs(cd *core.Device, k *plugin.Kernel, args []any) ([]core.KernelArg, error) {
+func kernelArgs(cd *core.Device, kk *Kernel, args []any) ([]core.KernelArg, error) {
+	k := kk.k
 	if len(args) != len(k.Params) {
 		return nil, fmt.Errorf("goffload: %s: target %s%s: %w: got %d arguments, want %d",
 			cd.Label(), k.Name, k.Describe(), ErrBadArgument, len(args), len(k.Params))
@@ -209,8 +210,7 @@ func kernelArgs(cd *core.Device, k *plugin.Kernel, args []any) ([]core.KernelArg
 			}
 			buf := bufOf(v)
 			buf.Name = defName()
-			out[i] = core.KernelArg{Slice: v, Len: v.Len(),
-				Map: core.MapItem{Buf: buf, Type: core.MapTo | core.MapFrom | core.MapImplicit}}
+			out[i] = core.KernelArg{Slice: v, Len: v.Len(), Map: core.MapItem{Buf: buf, Type: kk.dirs[i].typ}}
 		}
 	}
 	return out, nil

@@ -1,0 +1,151 @@
+package offload_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/goffload/offload"
+)
+
+// Typed kernels: the map direction of each buffer is in its type.
+var (
+	// typedSaxpy reads x, updates y.
+	typedSaxpy = offload.MustKernel3("typed.saxpy", func(ctx offload.Ctx, a float32, x offload.In[float32], y offload.InOut[float32]) {
+		ctx.For(len(y), func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				y[i] += a * x[i]
+			}
+		})
+	})
+	// typedScale writes out from in and scribbles on in (which must not
+	// come back) and on its scratch.
+	typedScale = offload.MustKernel4("typed.scale", func(ctx offload.Ctx, k int, in offload.In[int32], out offload.Out[int32], tmp offload.Scratch[int32]) {
+		for i := range out {
+			tmp[i] = in[i] * int32(k)
+			out[i] = tmp[i]
+			in[i] = -1
+		}
+	})
+	typedNone = offload.MustKernel0("typed.none", func(offload.Ctx) {})
+)
+
+func TestTypedKernels(t *testing.T) {
+	start(t, offload.WithDevices("host,local"))
+	for _, dev := range []offload.Device{offload.On(0), offload.On(1), offload.Initial()} {
+		t.Run(fmt.Sprint(dev.Num()), func(t *testing.T) {
+			x := []float32{1, 2, 3, 4}
+			y := []float32{10, 20, 30, 40}
+			if err := typedSaxpy.Run(dev, 2, x, y); err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range []float32{12, 24, 36, 48} {
+				if y[i] != want {
+					t.Fatalf("y = %v, want [12 24 36 48]", y)
+				}
+			}
+			in := []int32{1, 2, 3}
+			out := []int32{7, 7, 7}
+			tmp := make([]int32, 3)
+			if err := typedScale.Run(dev, 3, in, out, tmp); err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(out) != "[3 6 9]" {
+				t.Errorf("out = %v, want [3 6 9]", out)
+			}
+			if dev.IsInitial() {
+				return // the initial device runs on the program's memory
+			}
+			if fmt.Sprint(in) != "[1 2 3]" || fmt.Sprint(tmp) != "[0 0 0]" {
+				t.Errorf("in = %v, tmp = %v: an In and a Scratch buffer came back", in, tmp)
+			}
+			// Out is map(from:): the device copy starts uninitialized, so a
+			// kernel that writes nothing still copies back device memory,
+			// not the host's 7s: checked by the override below instead.
+			if err := typedNone.Run(dev); err != nil {
+				t.Fatal(err)
+			}
+			if offload.On(dev.Num()).IsPresent(x) || dev.IsPresent(out) {
+				t.Errorf("buffers still mapped after the region")
+			}
+		})
+	}
+}
+
+// With overrides the declared direction for one launch.
+func TestTypedWith(t *testing.T) {
+	start(t, offload.WithDevices("host"))
+	dev := offload.On(0)
+	in := []int32{1, 2, 3}
+	out := []int32{7, 7, 7}
+	tmp := make([]int32, 3)
+	// in as tofrom: its -1s come back.
+	err := typedScale.With(offload.ToFrom(in).Named("in")).Run(dev, 2, in, out, tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(in) != "[-1 -1 -1]" || fmt.Sprint(out) != "[2 4 6]" {
+		t.Errorf("in = %v, out = %v; want [-1 -1 -1] [2 4 6]", in, out)
+	}
+	// A clause for a buffer that is not an argument.
+	other := []int32{1, 2, 3}
+	err = typedScale.With(offload.To(other).Named("other")).Run(dev, 2, in, out, tmp)
+	if !errors.Is(err, offload.ErrBadMap) || !strings.Contains(err.Error(), `"other"`) || !strings.Contains(err.Error(), "device 0") {
+		t.Errorf("With(other) = %v, want ErrBadMap naming the device and \"other\"", err)
+	}
+	// Present: a buffer not mapped is refused.
+	err = typedScale.With(offload.To(in).Present().Named("in")).Nowait(dev.Nowait(), 2, in, out, tmp).Wait()
+	if !errors.Is(err, offload.ErrNotPresent) {
+		t.Errorf("With(present) = %v, want ErrNotPresent", err)
+	}
+	// Inside a data region the typed launch finds its buffers present.
+	err = dev.Data(func() error {
+		if err := typedScale.Run(dev, 5, in, out, tmp); err != nil {
+			return err
+		}
+		if fmt.Sprint(out) != "[2 4 6]" {
+			return fmt.Errorf("out = %v before the region ended, want the old [2 4 6]", out)
+		}
+		return nil
+	}, offload.To(in), offload.From(out), offload.Alloc(tmp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(out) != "[-5 -5 -5]" {
+		t.Errorf("out = %v after the region, want [-5 -5 -5] (in was -1s)", out)
+	}
+}
+
+// A launch whose arguments have the wrong types does not compile (go build
+// -gcflags=-e lists every error): the
+// program in testdata/typecheck passes an int32 where the kernel takes an
+// int and a []float64 where it takes In[float32].
+func TestTypedLaunchIsCompileChecked(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a program")
+	}
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	cmd := exec.Command(goBin, "build", "-gcflags=-e", "-o", os.DevNull, "./testdata/typecheck")
+	cmd.Env = append(os.Environ(), "GOFLAGS=")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("go build ./testdata/typecheck succeeded; want type errors\n%s", out)
+	}
+	for _, want := range []string{
+		"cannot use n (variable of type int32) as int value in argument to Scale.Run",
+		"cannot use x64 (variable of type []float64) as offload.In[float32] value in argument to Saxpy.Run",
+		"cannot use 0.5 (untyped float constant) as int value in argument to Scale.Nowait",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("go build output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "main.go:17:") {
+		t.Errorf("the correct launch on line 17 is an error:\n%s", out)
+	}
+}
