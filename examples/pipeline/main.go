@@ -25,8 +25,12 @@ import (
 const alpha = 0.25
 
 // Step computes one diffusion step of the cells of next from cur, whose
-// first and last elements are halo cells from the neighbours.
-var Step = offload.MustKernel("pipeline.step", func(ctx offload.Ctx, next, cur []float64) {
+// first and last elements are halo cells from the neighbours. Both are
+// resident on the device (entered once), so their directions only say what
+// the kernel does with them; next is InOut rather than Out because the
+// kernel leaves its halo cells alone, and an Out buffer that was not
+// present would bring the device's uninitialized halos back.
+var Step = offload.MustKernel2("pipeline.step", func(ctx offload.Ctx, next offload.InOut[float64], cur offload.In[float64]) {
 	n := len(cur) - 2
 	ctx.For(n, func(lo, hi int) {
 		for i := lo + 1; i <= hi; i++ {
@@ -106,8 +110,8 @@ func run(n, steps int) error {
 			c, x := b.buf[cur], b.buf[next]
 			m := len(c) - 2
 			// Reads the current cells and both halos; writes the next cells.
-			b.dev.Nowait(offload.DependIn(c[1:m+1]), offload.DependIn(&c[0]), offload.DependIn(&c[m+1]),
-				offload.DependOut(x[1:m+1])).In(&g).Run(Step, x, c)
+			Step.Nowait(b.dev.Nowait(offload.DependIn(c[1:m+1]), offload.DependIn(&c[0]), offload.DependIn(&c[m+1]),
+				offload.DependOut(x[1:m+1])).In(&g), x, c)
 		}
 		// Halo exchange, device to device: each block's edge cells of the
 		// next step go to its neighbours' halo cells.

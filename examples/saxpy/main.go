@@ -21,8 +21,9 @@ import (
 	"github.com/goffload/offload"
 )
 
-// Saxpy is y[i] += a*x[i], split over the device's cores.
-var Saxpy = offload.MustKernel("saxpy", func(ctx offload.Ctx, a float32, x, y []float32) {
+// Saxpy is y[i] += a*x[i], split over the device's cores: x is copied to
+// the device, y to it and back (the parameter types say so).
+var Saxpy = offload.MustKernel3("saxpy", func(ctx offload.Ctx, a float32, x offload.In[float32], y offload.InOut[float32]) {
 	ctx.For(len(y), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			y[i] += a * x[i]
@@ -80,7 +81,10 @@ func run(n int) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[p] = dev.Run(Saxpy, float32(a), offload.To(x[lo:hi]).Named("x"), offload.ToFrom(y[lo:hi]).Named("y"))
+			// The clauses of With name the array sections in the info
+			// output and errors.
+			xs, ys := x[lo:hi], y[lo:hi]
+			errs[p] = Saxpy.With(offload.To(xs).Named("x"), offload.ToFrom(ys).Named("y")).Run(dev, a, xs, ys)
 		}()
 	}
 	wg.Wait()

@@ -17,20 +17,22 @@ import (
 )
 
 // The kernels, on b×b tiles stored row by row; only the lower triangle of
-// diagonal tiles is read and written.
+// diagonal tiles is read and written. The tiles are resident on their
+// devices (Factor enters them), so the parameters' directions say what a
+// kernel does with a tile rather than cause copies.
 var (
 	// Potrf factors a diagonal tile in place: a = L Lᵀ.
-	Potrf = offload.MustKernel("cholesky.potrf", func(a []float64, b int) { potrf(a, b) })
+	Potrf = offload.MustKernel2("cholesky.potrf", func(_ offload.Ctx, a offload.InOut[float64], b int) { potrf(a, b) })
 	// Trsm solves x Lᵀ = a for x in place of a, l a factored diagonal tile.
-	Trsm = offload.MustKernel("cholesky.trsm", func(ctx offload.Ctx, l, a []float64, b int) {
+	Trsm = offload.MustKernel3("cholesky.trsm", func(ctx offload.Ctx, l offload.In[float64], a offload.InOut[float64], b int) {
 		ctx.For(b, func(lo, hi int) { trsm(l, a, b, lo, hi) })
 	})
 	// Syrk updates a diagonal tile: c -= a aᵀ (lower triangle).
-	Syrk = offload.MustKernel("cholesky.syrk", func(ctx offload.Ctx, a, c []float64, b int) {
+	Syrk = offload.MustKernel3("cholesky.syrk", func(ctx offload.Ctx, a offload.In[float64], c offload.InOut[float64], b int) {
 		ctx.For(b, func(lo, hi int) { syrk(a, c, b, lo, hi) })
 	})
 	// Gemm updates an off-diagonal tile: c -= a bᵀ.
-	Gemm = offload.MustKernel("cholesky.gemm", func(ctx offload.Ctx, a, bt, c []float64, b int) {
+	Gemm = offload.MustKernel4("cholesky.gemm", func(ctx offload.Ctx, a, bt offload.In[float64], c offload.InOut[float64], b int) {
 		ctx.For(b, func(lo, hi int) { gemm(a, bt, c, b, lo, hi) })
 	})
 )
@@ -217,7 +219,10 @@ func Factor(devs []offload.Device, m *Matrix) (tasks int, elapsed time.Duration,
 	start := time.Now()
 	for k := range t {
 		akk := m.Tile(k, k)
-		devs[owner(k, k)].Nowait(offload.DependInOut(akk)).In(&g).Run(Potrf, offload.ToFrom(akk).Named(name(k, k)), b)
+		// With names each launch's tiles (info output, errors); the
+		// directions are the parameters'.
+		Potrf.With(offload.ToFrom(akk).Named(name(k, k))).
+			Nowait(devs[owner(k, k)].Nowait(offload.DependInOut(akk)).In(&g), akk, b)
 		tasks++
 		if err := publish(k, k); err != nil {
 			return tasks, 0, err
@@ -225,8 +230,8 @@ func Factor(devs []offload.Device, m *Matrix) (tasks int, elapsed time.Duration,
 		for i := k + 1; i < t; i++ {
 			d := owner(i, k)
 			aik, l := m.Tile(i, k), read(k, k, d)
-			devs[d].Nowait(offload.DependIn(l), offload.DependInOut(aik)).In(&g).
-				Run(Trsm, offload.To(l).Named(name(k, k)), offload.ToFrom(aik).Named(name(i, k)), b)
+			Trsm.With(offload.To(l).Named(name(k, k)), offload.ToFrom(aik).Named(name(i, k))).
+				Nowait(devs[d].Nowait(offload.DependIn(l), offload.DependInOut(aik)).In(&g), l, aik, b)
 			tasks++
 			if err := publish(i, k); err != nil {
 				return tasks, 0, err
@@ -235,14 +240,14 @@ func Factor(devs []offload.Device, m *Matrix) (tasks int, elapsed time.Duration,
 		for i := k + 1; i < t; i++ {
 			d := owner(i, i)
 			aik, aii := read(i, k, d), m.Tile(i, i)
-			devs[d].Nowait(offload.DependIn(aik), offload.DependInOut(aii)).In(&g).
-				Run(Syrk, offload.To(aik).Named(name(i, k)), offload.ToFrom(aii).Named(name(i, i)), b)
+			Syrk.With(offload.To(aik).Named(name(i, k)), offload.ToFrom(aii).Named(name(i, i))).
+				Nowait(devs[d].Nowait(offload.DependIn(aik), offload.DependInOut(aii)).In(&g), aik, aii, b)
 			tasks++
 			for j := k + 1; j < i; j++ {
 				d := owner(i, j)
 				aik, ajk, aij := read(i, k, d), read(j, k, d), m.Tile(i, j)
-				devs[d].Nowait(offload.DependIn(aik), offload.DependIn(ajk), offload.DependInOut(aij)).In(&g).
-					Run(Gemm, offload.To(aik).Named(name(i, k)), offload.To(ajk).Named(name(j, k)), offload.ToFrom(aij).Named(name(i, j)), b)
+				Gemm.With(offload.To(aik).Named(name(i, k)), offload.To(ajk).Named(name(j, k)), offload.ToFrom(aij).Named(name(i, j))).
+					Nowait(devs[d].Nowait(offload.DependIn(aik), offload.DependIn(ajk), offload.DependInOut(aij)).In(&g), aik, ajk, aij, b)
 				tasks++
 			}
 		}

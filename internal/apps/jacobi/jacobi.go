@@ -19,15 +19,17 @@ import (
 
 // Step computes the interior of next from cur: rows 1..len/cols-2 of a
 // block with a halo row above and below; the first and last columns are
-// fixed boundary cells.
-var Step = offload.MustKernel("jacobi.step", func(ctx offload.Ctx, next, cur []float64, cols int) {
+// fixed boundary cells. Both buffers stay on their device for the whole
+// run; next is InOut, not Out, because the kernel leaves its halo rows and
+// boundary columns alone.
+var Step = offload.MustKernel3("jacobi.step", func(ctx offload.Ctx, next offload.InOut[float64], cur offload.In[float64], cols int) {
 	rows := len(cur)/cols - 2
 	ctx.For(rows, func(lo, hi int) { stepRows(next, cur, cols, lo+1, hi+1) })
 })
 
 // StepRows computes rows [lo, hi) of next from cur, blocks of cols
 // columns as Step's; with lo ≥ 1 and hi ≤ rows+1.
-var StepRows = offload.MustKernel("jacobi.steprows", func(ctx offload.Ctx, next, cur []float64, cols, lo, hi int) {
+var StepRows = offload.MustKernel5("jacobi.steprows", func(ctx offload.Ctx, next offload.InOut[float64], cur offload.In[float64], cols, lo, hi int) {
 	ctx.For(hi-lo, func(a, b int) { stepRows(next, cur, cols, lo+a, lo+b) })
 })
 
@@ -183,11 +185,11 @@ func step(g *offload.Group, b *block, cur, next []float64, n int) {
 	rows := len(cur)/n - 2
 	deps := append(rowDeps(b, cur, n, offload.DependIn), offload.DependIn(&cur[0]), offload.DependIn(&cur[(rows+1)*n]))
 	if !b.split {
-		b.dev.Nowait(append(deps, offload.DependOut(&next[n]))...).In(g).Run(Step, next, cur, n)
+		Step.Nowait(b.dev.Nowait(append(deps, offload.DependOut(&next[n]))...).In(g), next, cur, n)
 		return
 	}
-	b.dev.Nowait(append(deps, offload.DependOut(&next[n]))...).In(g).Run(StepRows, next, cur, n, 1, 2)
-	b.dev.Nowait(append(deps, offload.DependOut(&next[rows*n]))...).In(g).Run(StepRows, next, cur, n, rows, rows+1)
+	StepRows.Nowait(b.dev.Nowait(append(deps, offload.DependOut(&next[n]))...).In(g), next, cur, n, 1, 2)
+	StepRows.Nowait(b.dev.Nowait(append(deps, offload.DependOut(&next[rows*n]))...).In(g), next, cur, n, rows, rows+1)
 }
 
 // stepInterior enqueues the rows of next between block b's first and last.
@@ -196,7 +198,7 @@ func stepInterior(g *offload.Group, b *block, cur, next []float64, n int) {
 		return
 	}
 	rows := len(cur)/n - 2
-	b.dev.Nowait(append(rowDeps(b, cur, n, offload.DependIn), offload.DependOut(&next[2*n]))...).In(g).Run(StepRows, next, cur, n, 2, rows)
+	StepRows.Nowait(b.dev.Nowait(append(rowDeps(b, cur, n, offload.DependIn), offload.DependOut(&next[2*n]))...).In(g), next, cur, n, 2, rows)
 }
 
 // halo copies row i of src (block from) to row j of dst (block to) as a
