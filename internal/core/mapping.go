@@ -217,12 +217,13 @@ func (d *Device) enterEntry(w *work, m MapItem) (*Entry, plugin.Ptr, error) {
 	}
 	hold := m.Type&MapHold != 0
 	if e := r.entry; e != nil {
-		if e.dyn < infRef/2 {
-			if hold {
-				e.hold++
-			} else {
-				e.dyn++
-			}
+		// A hold map always counts, on an association too (its dynamic
+		// count is infinite; LLVM: DynRefCount=INF, HoldRefCount=1), so
+		// that Disassociate is refused while a region holds it.
+		if hold {
+			e.hold++
+		} else if e.dyn < infRef/2 {
+			e.dyn++
 		}
 		dyn, held := e.dyn, e.hold
 		d.use(w, e)
@@ -316,12 +317,12 @@ func (d *Device) unref(e *Entry, hold bool) {
 	t := d.table
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if e.state != stateLive || e.dyn >= infRef/2 {
+	if e.state != stateLive {
 		return
 	}
 	if hold && e.hold > 0 {
 		e.hold--
-	} else if !hold && e.dyn > 0 {
+	} else if !hold && e.dyn > 0 && e.dyn < infRef/2 {
 		e.dyn--
 	}
 	if e.dyn == 0 && e.hold == 0 {
@@ -435,15 +436,14 @@ func (d *Device) exit(w *work, m MapItem) error {
 		return nil // exit of an unmapped buffer is a no-op
 	}
 	hold := m.Type&MapHold != 0
-	if e.dyn < infRef/2 {
-		switch {
-		case m.Type&MapDelete != 0:
-			e.dyn = 0
-		case hold && e.hold > 0:
-			e.hold--
-		case !hold && e.dyn > 0:
-			e.dyn--
-		}
+	switch inf := e.dyn >= infRef/2; {
+	case hold && e.hold > 0: // the end of a hold region, on an association too
+		e.hold--
+	case inf: // maps never move an association's dynamic count
+	case m.Type&MapDelete != 0:
+		e.dyn = 0
+	case !hold && e.dyn > 0:
+		e.dyn--
 	}
 	last := e.dyn == 0 && e.hold == 0
 	if last {
