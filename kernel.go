@@ -9,14 +9,31 @@ import (
 
 // Ctx is the optional first parameter of a kernel. It tells where the kernel
 // runs and splits loops over that device's cores.
+//
+// A loop over [0, n) is split as OpenMP's schedule(static) splits it: into
+// Chunks(n) = min(n, Cores()) contiguous chunks (none when n <= 0), in
+// order, chunk i starting where chunk i-1 ends; with k chunks, the first
+// n mod k have n/k + 1 elements and the others n/k. So a chunk's number and
+// range depend only on n and Cores(), never on which goroutine runs it or
+// when: a kernel can keep per-chunk results in a slice of Chunks(n)
+// elements, written without a lock and combined in chunk order afterwards
+// (Reduce does that). The chunks run concurrently, each exactly once, and
+// the loop returns when all are done; a loop in a chunk is split again.
 type Ctx interface {
 	// Device is the number of the device the kernel runs on.
 	Device() int
 	// Cores is the number of cores the device splits loops over.
 	Cores() int
-	// For runs body over [0, n) in contiguous chunks [lo, hi) spread over
-	// the device's cores, and returns when all are done.
+	// For runs body over [0, n) in contiguous chunks [lo, hi), one per
+	// core (see Ctx), and returns when all are done.
 	For(n int, body func(lo, hi int))
+	// Chunks is how many chunks For(n, ...) and ForChunks(n, ...) make:
+	// min(n, Cores()), or 0 when n <= 0.
+	Chunks(n int) int
+	// ForChunks is For with the chunk's number: it runs body once for
+	// each chunk c of [0, n), c.Index from 0 to c.Count-1 = Chunks(n)-1,
+	// over [c.Lo, c.Hi), and returns when all are done.
+	ForChunks(n int, body func(c Chunk))
 }
 
 // A Kernel is a Go function registered for offloading: an entry of the

@@ -103,23 +103,58 @@ func (e *PanicError) Error() string {
 	return fmt.Sprintf("panic: %v\n\n%s", e.Value, e.Stack)
 }
 
-// For runs body over [0, n) split into contiguous chunks, one per worker,
-// and returns when all chunks are done. Chunks that find no idle worker run
-// on the calling goroutine. A panic in any chunk, or a runtime.Goexit in a
-// chunk that a worker ran, is re-raised in the caller as a *PanicError once
-// every chunk has finished. A Goexit in a chunk the caller runs ends the
-// caller's goroutine (as it would without the pool) once the chunks handed
-// to workers have finished; the chunks not handed out yet never start.
-func (p *Pool) For(n int, body func(lo, hi int)) {
+// Chunk is one part of a parallel loop over [0, n): the half-open range
+// [Lo, Hi), which is chunk number Index of the Count chunks the loop makes.
+type Chunk struct {
+	Index, Count int
+	Lo, Hi       int
+}
+
+// Chunks is how many chunks For and ForChunks split a loop over [0, n) into:
+// min(n, Workers()), or 0 when n <= 0.
+func (p *Pool) Chunks(n int) int {
 	if n <= 0 {
+		return 0
+	}
+	return min(n, p.workers)
+}
+
+// Bounds returns chunk c of the k chunks a loop over [0, n) is split into,
+// the way OpenMP's schedule(static) without a chunk size splits it: the
+// chunks are contiguous and in order, and the first n mod k of them have one
+// more element than the others (n/k + 1 against n/k). 0 <= c < k <= n.
+func Bounds(n, k, c int) Chunk {
+	q, r := n/k, n%k
+	lo := c*q + min(c, r)
+	hi := lo + q
+	if c < r {
+		hi++
+	}
+	return Chunk{Index: c, Count: k, Lo: lo, Hi: hi}
+}
+
+// For runs body over [0, n) split into contiguous chunks, one per worker
+// (see ForChunks), and returns when all chunks are done.
+func (p *Pool) For(n int, body func(lo, hi int)) {
+	p.ForChunks(n, func(c Chunk) { body(c.Lo, c.Hi) })
+}
+
+// ForChunks runs body once for each of the Chunks(n) chunks of [0, n) (see
+// Bounds), concurrently, and returns when all are done: which chunk gets
+// which range depends only on n and the number of workers, never on which
+// goroutine runs it. Chunks that find no idle worker run on the calling
+// goroutine. A panic in any chunk, or a runtime.Goexit in a chunk that a
+// worker ran, is re-raised in the caller as a *PanicError once every chunk
+// has finished. A Goexit in a chunk the caller runs ends the caller's
+// goroutine (as it would without the pool) once the chunks handed to
+// workers have finished; the chunks not handed out yet never start.
+func (p *Pool) ForChunks(n int, body func(c Chunk)) {
+	chunks := p.Chunks(n)
+	if chunks == 0 {
 		return
 	}
-	chunks := p.workers
-	if chunks > n {
-		chunks = n
-	}
 	if chunks == 1 {
-		body(0, n)
+		body(Chunk{Index: 0, Count: 1, Lo: 0, Hi: n})
 		return
 	}
 	var (
@@ -127,7 +162,7 @@ func (p *Pool) For(n int, body func(lo, hi int)) {
 		mu       sync.Mutex
 		panicked *PanicError
 	)
-	run := func(lo, hi int) {
+	run := func(c Chunk) {
 		returned := false
 		defer func() {
 			if returned {
@@ -147,7 +182,7 @@ func (p *Pool) For(n int, body func(lo, hi int)) {
 			}
 			mu.Unlock()
 		}()
-		body(lo, hi)
+		body(c)
 		returned = true
 	}
 	// A Goexit in a chunk the caller runs still waits for the chunks handed
@@ -159,8 +194,8 @@ func (p *Pool) For(n int, body func(lo, hi int)) {
 			wg.Wait()
 		}
 	}()
-	for c := 1; c < chunks; c++ {
-		lo, hi := c*n/chunks, (c+1)*n/chunks
+	for i := 1; i < chunks; i++ {
+		c := Bounds(n, chunks, i)
 		wg.Add(1)
 		job := func() {
 			returned := false
@@ -170,17 +205,17 @@ func (p *Pool) For(n int, body func(lo, hi int)) {
 				}
 				wg.Done()
 			}()
-			run(lo, hi)
+			run(c)
 			returned = true
 		}
 		select {
 		case p.jobs <- job:
 		default: // no idle worker: run it here
 			wg.Done()
-			run(lo, hi)
+			run(c)
 		}
 	}
-	run(0, n/chunks)
+	run(Bounds(n, chunks, 0))
 	wg.Wait()
 	returned = true
 	if panicked != nil {

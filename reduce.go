@@ -1,0 +1,174 @@
+package offload
+
+import (
+	"math"
+	"reflect"
+
+	"github.com/goffload/offload/internal/workpool"
+)
+
+// Chunk is one chunk of a loop that Ctx.ForChunks splits: chunk number
+// Index of the Count chunks of [0, n), over [Lo, Hi). See Ctx for how a
+// loop is split.
+type Chunk = workpool.Chunk
+
+// Op is a reduction operator: one of OpenMP's reduction identifiers (Sum,
+// Prod, Min, Max, BitAnd, BitOr, BitXor, LogicalAnd, LogicalOr) or one of
+// the program's own, as `#pragma omp declare reduction` declares it.
+//
+// Combine must be associative, and Identity an identity of it
+// (Combine(Identity, x) == x == Combine(x, Identity)), as OpenMP requires
+// of the initializer: every chunk starts from Identity. Combine need not be
+// commutative: Reduce combines the chunks' results in chunk order.
+//
+// Identity is given to every chunk by value: a T that holds a slice, map or
+// pointer would share what it points to between chunks running at once. Use
+// values (numbers, arrays, structs of them), or keep per-chunk storage
+// yourself with Ctx.Chunks and Ctx.ForChunks.
+type Op[T any] struct {
+	Identity T
+	Combine  func(a, b T) T
+}
+
+// Integer is the integer types (the constraint of the bitwise reductions).
+type Integer interface {
+	~int | ~int8 | ~int16 | ~int32 | ~int64 |
+		~uint | ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~uintptr
+}
+
+// Float is the floating-point types.
+type Float interface{ ~float32 | ~float64 }
+
+// Ordered is the number types that < orders (cmp.Ordered without strings):
+// the constraint of Min and Max.
+type Ordered interface{ Integer | Float }
+
+// Number is the types + and * work on: the constraint of Sum and Prod.
+type Number interface {
+	Ordered | ~complex64 | ~complex128
+}
+
+// Sum is reduction(+): identity 0. (OpenMP's reduction(-) is the same.)
+func Sum[T Number]() Op[T] {
+	return Op[T]{Combine: func(a, b T) T { return a + b }}
+}
+
+// Prod is reduction(*): identity 1.
+func Prod[T Number]() Op[T] {
+	return Op[T]{Identity: 1, Combine: func(a, b T) T { return a * b }}
+}
+
+// Min is reduction(min): identity the largest value of T (+Inf for
+// floating point). As Go's min does, it returns NaN if any value is NaN.
+func Min[T Ordered]() Op[T] {
+	return Op[T]{Identity: extreme[T](true), Combine: func(a, b T) T { return min(a, b) }}
+}
+
+// Max is reduction(max): identity the smallest value of T (-Inf for
+// floating point). As Go's max does, it returns NaN if any value is NaN.
+func Max[T Ordered]() Op[T] {
+	return Op[T]{Identity: extreme[T](false), Combine: func(a, b T) T { return max(a, b) }}
+}
+
+// BitAnd is reduction(&): identity all ones (^0).
+func BitAnd[T Integer]() Op[T] {
+	var zero T
+	return Op[T]{Identity: ^zero, Combine: func(a, b T) T { return a & b }}
+}
+
+// BitOr is reduction(|): identity 0.
+func BitOr[T Integer]() Op[T] {
+	return Op[T]{Combine: func(a, b T) T { return a | b }}
+}
+
+// BitXor is reduction(^): identity 0.
+func BitXor[T Integer]() Op[T] {
+	return Op[T]{Combine: func(a, b T) T { return a ^ b }}
+}
+
+// LogicalAnd is reduction(&&): identity true.
+func LogicalAnd() Op[bool] {
+	return Op[bool]{Identity: true, Combine: func(a, b bool) bool { return a && b }}
+}
+
+// LogicalOr is reduction(||): identity false.
+func LogicalOr() Op[bool] {
+	return Op[bool]{Combine: func(a, b bool) bool { return a || b }}
+}
+
+// extreme is the largest (or smallest) value of T: ±Inf for floating
+// point, the largest or smallest integer of T's size otherwise.
+func extreme[T Ordered](largest bool) T {
+	var v T
+	rv := reflect.ValueOf(&v).Elem()
+	bits := rv.Type().Bits()
+	switch rv.Kind() {
+	case reflect.Float32, reflect.Float64:
+		if largest {
+			rv.SetFloat(math.Inf(1))
+		} else {
+			rv.SetFloat(math.Inf(-1))
+		}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		if largest {
+			rv.SetInt(math.MaxInt64 >> (64 - bits))
+		} else {
+			rv.SetInt(math.MinInt64 >> (64 - bits))
+		}
+	default: // unsigned
+		if largest {
+			rv.SetUint(math.MaxUint64 >> (64 - bits))
+		}
+	}
+	return v
+}
+
+// Reduce is a parallel loop with OpenMP's reduction clause, for a kernel:
+// it splits [0, n) as ctx.For does, calls body(lo, hi, op.Identity) once per
+// chunk, which returns the chunk's partial result (acc combined with the
+// values of [lo, hi)), and returns the chunks' results combined in chunk
+// order with op.Combine — op.Identity when n <= 0. Each chunk writes its
+// result to its own slot, so neither body nor Reduce takes a lock.
+//
+// The result depends only on n, ctx.Cores() and the values: the same on
+// every run. With a floating-point Sum it is the sum in the chunks'
+// grouping, which may differ in the last bits from a sequential loop's, or
+// from a device's with another number of cores.
+//
+// A kernel shares no variables with the host, so it writes the result to
+// an output slice. OpenMP's reduction(+:sum) also combines the result with
+// sum's value before the construct; with the slice mapped ToFrom,
+// out[0] = op.Combine(out[0], r) does the same; with it mapped From,
+// out[0] = r overwrites it:
+//
+//	var Total = offload.MustKernel("total", func(ctx offload.Ctx, x []float64, out []float64) {
+//		op := offload.Sum[float64]()
+//		r := offload.Reduce(ctx, len(x), op, func(lo, hi int, acc float64) float64 {
+//			for _, v := range x[lo:hi] {
+//				acc += v
+//			}
+//			return acc
+//		})
+//		out[0] = op.Combine(out[0], r)
+//	})
+//
+//	err := offload.Run(Total, offload.To(x), offload.ToFrom(sum[:]))
+//
+// Several reductions in one loop are one Op over a struct of them (see
+// the argmax example). op.Combine must not be nil.
+func Reduce[T any](ctx Ctx, n int, op Op[T], body func(lo, hi int, acc T) T) T {
+	if op.Combine == nil {
+		panic("offload.Reduce: the Op's Combine is nil")
+	}
+	k := ctx.Chunks(n)
+	if k <= 0 {
+		return op.Identity
+	}
+	parts := make([]T, k)
+	ctx.ForChunks(n, func(c Chunk) { parts[c.Index] = body(c.Lo, c.Hi, op.Identity) })
+	r := parts[0]
+	for _, p := range parts[1:] {
+		r = op.Combine(r, p)
+	}
+	return r
+}
