@@ -45,7 +45,7 @@ func TestAssociateHeldByRegion(t *testing.T) {
 		if !errors.Is(err, offload.ErrBadMap) {
 			return fmt.Errorf("Disassociate inside a hold region: %v, want an error wrapping ErrBadMap", err)
 		}
-		for _, want := range []string{"device 0 (host)", "omp_target_disassociate_ptr", "HoldRefCount=1"} {
+		for _, want := range []string{"device 0 (host)", "omp_target_disassociate_ptr of \"x\"", "HoldRefCount=1", "region holds the association"} {
 			if !strings.Contains(err.Error(), want) {
 				return fmt.Errorf("Disassociate inside a hold region: %q does not say %q", err, want)
 			}

@@ -19,8 +19,11 @@ var (
 	ErrMandatory = core.ErrMandatory
 	// ErrNotPresent: a present modifier on a buffer that is not mapped.
 	ErrNotPresent = core.ErrNotPresent
-	// ErrExtension: a section that partly overlaps a mapping or extends it
-	// (libomptarget: "explicit extension not allowed").
+	// ErrExtension: a section that partly overlaps a mapping. An explicit
+	// map clause would extend the mapping (libomptarget: "explicit
+	// extension not allowed"); the error of an implicit map (a slice passed
+	// bare), a target update, a target exit data or Associate says which
+	// it was ("update of a range that is only partly mapped", …).
 	ErrExtension = core.ErrExtension
 	// ErrBadMap: a map clause that the construct does not allow, or a value
 	// that cannot be mapped.

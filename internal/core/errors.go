@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Errors of the runtime; every error it returns wraps one of these or a
@@ -23,8 +24,8 @@ var (
 // what was expected.
 type MapError struct {
 	Device string  // "device 0 (host)"
-	Op     string  // the construct: "target", "target enter data", …
-	Clause string  // the clause: "map(present, to)"
+	Op     string  // the construct or routine: "target", "target enter data", "omp_target_associate_ptr", …
+	Clause string  // the clause: "map(present, to)", "to(present: y)" (target update); empty for a memory routine
 	Name   string  // the buffer's name
 	Addr   uintptr // host address of the buffer
 	Size   int64   // its size in bytes
@@ -34,16 +35,47 @@ type MapError struct {
 
 // Error describes the failure with the device, buffer and expectation.
 func (e *MapError) Error() string {
-	return fmt.Sprintf("goffload: %s: %s %s of %s (HstPtr=%#x, Size=%d): %s: %v",
-		e.Device, e.Op, e.Clause, quoteName(e.Name), e.Addr, e.Size, e.Detail, e.Err)
+	what := e.Op + " of " + quoteName(e.Name) // a memory routine
+	switch {
+	case strings.HasPrefix(e.Clause, "map("):
+		what = e.Op + " " + e.Clause + " of " + quoteName(e.Name)
+	case e.Clause != "": // a motion clause names the buffer itself: target update to(y)
+		what = e.Op + " " + e.Clause
+	}
+	return fmt.Sprintf("goffload: %s: %s (HstPtr=%#x, Size=%d): %s: %v",
+		e.Device, what, e.Addr, e.Size, e.Detail, e.Err)
 }
 
 // Unwrap returns the cause.
 func (e *MapError) Unwrap() error { return e.Err }
 
+// unnamed is how errors show a buffer without a name (the info output says
+// Name=unknown, as libomptarget's does).
+const unnamed = "unnamed buffer"
+
 func quoteName(n string) string {
 	if n == "" {
-		return "unnamed buffer"
+		return unnamed
 	}
 	return fmt.Sprintf("%q", n)
 }
+
+// mappingName shows a mapping's name inside an error's detail: "Name=x",
+// or "unnamed buffer".
+func mappingName(n string) string {
+	if n == "" {
+		return unnamed
+	}
+	return "Name=" + n
+}
+
+// reason is a MapError's cause in its own words, where the sentinel's text
+// would say something else (an update "extends" nothing); errors.Is still
+// matches the sentinel.
+type reason struct {
+	text string
+	is   error
+}
+
+func (r *reason) Error() string { return r.text }
+func (r *reason) Unwrap() error { return r.is }

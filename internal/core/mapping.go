@@ -69,6 +69,34 @@ func (m MapItem) Kind() string {
 
 // Clause renders the clause as OpenMP writes it: "map(always, present, to)".
 func (m MapItem) Clause() string {
+	mods := m.modifiers()
+	mods = append(mods, m.Kind())
+	s := "map(" + strings.Join(mods, ", ") + ")"
+	if m.Type&MapImplicit != 0 {
+		s += " (implicit)"
+	}
+	return s
+}
+
+// ClauseOn renders the clause as OpenMP writes it on construct op: target
+// update's to and from are motion clauses that name their buffer,
+// "to(present: y)"; everything else is a map clause (Clause).
+func (m MapItem) ClauseOn(op string) string {
+	kind := m.Kind()
+	if op != OpUpdate || (kind != "to" && kind != "from") {
+		return m.Clause()
+	}
+	name := m.Buf.Name
+	if name == "" {
+		name = unnamed
+	}
+	if mods := m.modifiers(); len(mods) > 0 {
+		return kind + "(" + strings.Join(mods, ", ") + ": " + name + ")"
+	}
+	return kind + "(" + name + ")"
+}
+
+func (m MapItem) modifiers() []string {
 	var mods []string
 	if m.Type&MapAlways != 0 {
 		mods = append(mods, "always")
@@ -79,12 +107,7 @@ func (m MapItem) Clause() string {
 	if m.Type&MapHold != 0 {
 		mods = append(mods, "ompx_hold")
 	}
-	mods = append(mods, m.Kind())
-	s := "map(" + strings.Join(mods, ", ") + ")"
-	if m.Type&MapImplicit != 0 {
-		s += " (implicit)"
-	}
-	return s
+	return mods
 }
 
 // Construct names, as OpenMP spells them.
@@ -109,6 +132,9 @@ func (d *Device) CheckMaps(op string, maps []MapItem) error {
 			ok = kind == "to" || kind == "from"
 		default: // target, target data
 			ok = (kind == "to" || kind == "from" || kind == "tofrom" || kind == "alloc") && !m.Exit
+		}
+		if !ok && op == OpUpdate {
+			return d.mapErr(op, m, ErrBadMap, "target update takes the motion clauses to and from, not map type %q", kind)
 		}
 		if !ok {
 			return d.mapErr(op, m, ErrBadMap, "map type %q is not allowed on %s", kind, op)
@@ -163,21 +189,59 @@ func UpdateOp(maps []MapItem) Op {
 }
 
 func (d *Device) mapErr(op string, m MapItem, err error, detail string, args ...any) error {
-	return &MapError{Device: d.Label(), Op: op, Clause: m.Clause(), Name: m.Buf.Name,
+	clause := m.ClauseOn(op)
+	if !strings.HasPrefix(op, "target") {
+		clause = "" // a memory routine (omp_target_associate_ptr, …): no clause
+	}
+	return &MapError{Device: d.Label(), Op: op, Clause: clause, Name: m.Buf.Name,
 		Addr: m.Buf.Addr(), Size: m.Buf.Size, Detail: fmt.Sprintf(detail, args...), Err: err}
 }
 
+// conflictErr is the error for m's range, which partly overlaps mapping c:
+// a mapped section must lie inside one mapping. What that means depends on
+// the construct, and the cause says it (it wraps ErrExtension whatever it
+// says).
 func (d *Device) conflictErr(op string, m MapItem, c *Entry) error {
-	return d.mapErr(op, m, ErrExtension,
-		"host range [%#x, %#x) is partly mapped: the device allocation maps host [%#x, %#x) (Size=%d, Name=%s); a mapped section must lie inside one mapping",
-		m.Buf.Addr(), m.Buf.Addr()+uintptr(m.Buf.Size), c.HstBegin, c.HstEnd, c.Size(), nameOf(c.Name))
+	const format = "host range [%#x, %#x) is partly mapped: the device allocation maps host [%#x, %#x) (Size=%d, %s); %s"
+	var advice string
+	var cause error = ErrExtension // an explicit map: "explicit extension not allowed", as libomptarget says
+	switch {
+	case op == OpUpdate:
+		advice = "target update copies a section only when one mapping holds all of it"
+		cause = &reason{"update of a range that is only partly mapped", ErrExtension}
+	case op == OpExitData:
+		advice = "target exit data unmaps a section only when one mapping holds all of it"
+		cause = &reason{"exit data of a range that is only partly mapped", ErrExtension}
+	case op == opAssociate:
+		advice = "an associated range must not overlap a mapping"
+		cause = &reason{"association of a range that is partly mapped", ErrExtension}
+	case m.Type&MapImplicit != 0:
+		advice = "a slice passed bare is mapped implicitly and must lie inside one mapping (pass a section of the mapped buffer)"
+		cause = &reason{"implicit map of a range that partly overlaps a mapping", ErrExtension}
+	default:
+		advice = "a mapped section must lie inside one mapping"
+	}
+	return d.mapErr(op, m, cause, format,
+		m.Buf.Addr(), m.Buf.Addr()+uintptr(m.Buf.Size), c.HstBegin, c.HstEnd, c.Size(), mappingName(c.Name), advice)
 }
 
+// nameOf is a buffer's name in the info output: libomptarget's "unknown"
+// for a buffer without one.
 func nameOf(n string) string {
 	if n == "" {
 		return "unknown"
 	}
 	return n
+}
+
+// named returns m with the name of e, the mapping that holds its section,
+// if m's clause has none: info output and errors name a section of a named
+// mapping by the mapping's name.
+func named(m MapItem, e *Entry) MapItem {
+	if m.Buf.Name == "" {
+		m.Buf.Name = e.Name
+	}
+	return m
 }
 
 // enter maps one buffer for a construct's start (target, target data, enter
@@ -217,6 +281,7 @@ func (d *Device) enterEntry(w *work, m MapItem) (*Entry, plugin.Ptr, error) {
 	}
 	hold := m.Type&MapHold != 0
 	if e := r.entry; e != nil {
+		m = named(m, e)
 		// A hold map always counts, on an association too (its dynamic
 		// count is infinite; LLVM: DynRefCount=INF, HoldRefCount=1), so
 		// that Disassociate is refused while a region holds it.
@@ -435,6 +500,7 @@ func (d *Device) exit(w *work, m MapItem) error {
 		}
 		return nil // exit of an unmapped buffer is a no-op
 	}
+	m = named(m, e)
 	hold := m.Type&MapHold != 0
 	switch inf := e.dyn >= infRef/2; {
 	case hold && e.hold > 0: // the end of a hold region, on an association too
@@ -511,6 +577,7 @@ func (d *Device) update(w *work, m MapItem) error {
 		}
 		return nil
 	}
+	m = named(m, e)
 	d.use(w, e)
 	t.mu.Unlock()
 	tgt := e.tgt + plugin.Ptr(addr-e.HstBegin)

@@ -125,11 +125,17 @@ func (d *Device) MappedPtr(buf Buf) (plugin.Ptr, error) {
 	return p, nil
 }
 
+// The memory routines that change the present table, as errors name them.
+const (
+	opAssociate    = "omp_target_associate_ptr"
+	opDisassociate = "omp_target_disassociate_ptr"
+)
+
 // Associate maps buf to device memory at p, which the caller owns: the
 // entry's reference count is infinite, so maps never copy into a new
 // allocation or free it; Disassociate removes it.
 func (d *Device) Associate(buf Buf, p plugin.Ptr) error {
-	const op = "omp_target_associate_ptr"
+	const op = opAssociate
 	m := MapItem{Buf: buf}
 	if buf.Size <= 0 {
 		return d.mapErr(op, m, ErrBadArg, "cannot associate an empty buffer")
@@ -145,7 +151,13 @@ func (d *Device) Associate(buf Buf, p plugin.Ptr) error {
 		if e.state == stateLive && e.HstBegin == buf.Addr() && e.tgt == p {
 			return nil // the same association again
 		}
-		return d.mapErr(op, m, ErrBadMap, "the buffer is mapped already (HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d)", e.HstBegin, uint64(e.tgt), e.Size())
+		how := fmt.Sprintf("map clauses (DynRefCount=%s, HoldRefCount=%d)", refString(e.dyn), e.hold)
+		if e.dyn >= infRef/2 {
+			how = fmt.Sprintf("an earlier omp_target_associate_ptr to TgtPtrBegin=%#x", uint64(e.tgt))
+		}
+		return d.mapErr(op, m, &reason{"the range is mapped already", ErrBadMap},
+			"the range lies inside the mapping of host [%#x, %#x) (Size=%d, %s), made by %s; disassociate or unmap it first",
+			e.HstBegin, e.HstEnd, e.Size(), mappingName(e.Name), how)
 	}
 	e := &Entry{HstBegin: buf.Addr(), HstEnd: buf.Addr() + uintptr(buf.Size), Name: buf.Name, keep: buf.Ptr,
 		tgt: p, settled: make(chan struct{}), state: stateLive, dyn: infRef}
@@ -156,22 +168,32 @@ func (d *Device) Associate(buf Buf, p plugin.Ptr) error {
 	return nil
 }
 
-// Disassociate removes an association made by Associate.
+// Disassociate removes an association made by Associate. As libomptarget
+// does, it refuses a mapping made by map clauses, and an association that a
+// region holds (a Hold map on it, HoldRefCount > 0): the region's
+// constructs use the device memory until it ends.
 func (d *Device) Disassociate(buf Buf) error {
-	const op = "omp_target_disassociate_ptr"
+	const op = opDisassociate
 	m := MapItem{Buf: buf}
 	t := d.table
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e, ok := t.get(buf.Addr())
 	if !ok || e.state != stateLive {
+		if c := t.lookup(buf.Addr(), 0).entry; c != nil && c.state == stateLive {
+			return d.mapErr(op, named(m, c), ErrNotPresent, "no association starts at this address: it lies %d bytes into the mapping of host [%#x, %#x) (Size=%d, %s); disassociate the address the association starts at",
+				buf.Addr()-c.HstBegin, c.HstBegin, c.HstEnd, c.Size(), mappingName(c.Name))
+		}
 		return d.mapErr(op, m, ErrNotPresent, "no association starts at this address")
 	}
+	m = named(m, e)
 	if e.dyn < infRef/2 {
-		return d.mapErr(op, m, ErrBadMap, "the buffer is mapped by map clauses, not associated (DynRefCount=%d)", e.dyn)
+		return d.mapErr(op, m, &reason{"not an association", ErrBadMap},
+			"the buffer is mapped by map clauses (DynRefCount=%d, HoldRefCount=%d), not by omp_target_associate_ptr; unmap it with target exit data", e.dyn, e.hold)
 	}
 	if e.hold > 0 {
-		return d.mapErr(op, m, ErrBadMap, "the association is held by a region (HoldRefCount=%d)", e.hold)
+		return d.mapErr(op, m, &reason{"the association is in use", ErrBadMap},
+			"a target or target data region holds the association (DynRefCount=INF, HoldRefCount=%d); disassociate it after the region ends", e.hold)
 	}
 	t.delete(e)
 	d.log.Printf(InfoMappingChanged, d.Num, "Removing map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, Name=%s",
