@@ -198,3 +198,38 @@ func TestBufferNameTexts(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestUnmappableElementText: a slice whose elements hold a pointer cannot
+// be mapped; the construct's error names the device, the host address and
+// size, and the field (it named neither device nor address: the clause was
+// refused before the device was known).
+func TestUnmappableElementText(t *testing.T) {
+	start(t, offload.WithDevices("host"))
+	d := offload.On(0)
+	type withPtr struct {
+		N int32
+		P *int
+	}
+	v := make([]withPtr, 2)
+	addr := fmt.Sprintf("HstPtr=%#x, Size=32", uintptr(unsafe.Pointer(&v[0])))
+	for _, c := range []struct {
+		what string
+		dev  string
+		err  error
+	}{
+		{"enter data", "device 0 (host): target enter data map(to) of unnamed buffer", d.EnterData(offload.To(v))},
+		{"data region", "device 0 (host): target data map(tofrom) of \"v\"", d.Data(func() error { return nil }, offload.ToFrom(v).Named("v"))},
+		{"exit data", "device 0 (host): target exit data map(release)", d.ExitData(offload.Release(v))},
+		{"update", "device 0 (host): target update from(v)", d.Update(offload.From(v).Named("v"))},
+		{"nowait enter data", "device 0 (host): target enter data map(alloc)", d.Nowait().EnterData(offload.Alloc(v)).Wait()},
+		{"target region", "device 0 (host): target map(to) of \"test.fill.arg1\"", d.Run(Fill, int32(1), offload.To(v))},
+		{"nowait target region", "device 0 (host): target map(to) of \"test.fill.arg1\"", d.Nowait().Run(Fill, int32(1), offload.To(v)).Wait()},
+		{"initial device", "initial device 1: target enter data map(to)", offload.Initial().EnterData(offload.To(v))},
+	} {
+		wantText(t, c.what, c.err, offload.ErrBadMap, []string{c.dev, addr, "field P", "*int"}, nil)
+		var me *offload.MapError
+		if !errors.As(c.err, &me) || me.Addr != uintptr(unsafe.Pointer(&v[0])) || me.Size != 32 {
+			t.Errorf("%s: %v is not a MapError with the buffer's address and size", c.what, c.err)
+		}
+	}
+}

@@ -27,6 +27,10 @@ func newMap(s any, t core.MapType, exit bool, clause string) Map {
 	}
 	if err := checkPlain(v.Type().Elem()); err != nil {
 		m.err = fmt.Errorf("goffload: map(%s) of a %s: %w: %v", clause, v.Type(), ErrBadMap, err)
+		// The construct refuses it with an error that names the device
+		// and the buffer (see items and unmappable).
+		m.item.Buf = bufOf(v)
+		m.item.Unmappable = fmt.Sprintf("the elements of a %s cannot be copied to a device: %v", v.Type(), err)
 		return m
 	}
 	m.slice = v
@@ -80,12 +84,32 @@ func (m Map) Hold() Map { m.item.Type |= core.MapHold; return m }
 // Named gives the buffer a name for info output and error messages.
 func (m Map) Named(name string) Map { m.item.Buf.Name = name; return m }
 
+// unmappable is the error of a clause on a slice that cannot be mapped (its
+// elements are not plain data), for a target construct on cd: it names the
+// device and the buffer (name, the argument's default name, if the clause
+// has none). It is nil for any other clause.
+func (m Map) unmappable(cd *core.Device, name string) error {
+	if m.item.Unmappable == "" {
+		return nil
+	}
+	it := m.item
+	if it.Buf.Name == "" {
+		it.Buf.Name = name
+	}
+	return cd.CheckMaps("target", []core.MapItem{it})
+}
+
 // items checks and converts clauses.
 func items(maps []Map) ([]core.MapItem, error) {
 	out := make([]core.MapItem, len(maps))
 	for i, m := range maps {
-		if m.err != nil {
+		if m.err != nil && m.item.Unmappable == "" {
 			return nil, m.err
+		}
+		if m.item.Unmappable != "" {
+			// The construct refuses it, naming its device (CheckMaps).
+			out[i] = m.item
+			continue
 		}
 		if !m.slice.IsValid() {
 			return nil, fmt.Errorf("goffload: map clause %d is empty: %w: build clauses with To, From, ToFrom, Alloc, Release or Delete", i, ErrBadMap)

@@ -170,6 +170,9 @@ func kernelArgs(cd *core.Device, kk *Kernel, args []any) ([]core.KernelArg, erro
 		defName := func() string { return fmt.Sprintf("%s.arg%d", k.Name, i) }
 		switch a := a.(type) {
 		case Map:
+			if err := a.unmappable(cd, defName()); err != nil {
+				return nil, err
+			}
 			if a.err != nil {
 				return nil, bad("%v", a.err)
 			}

@@ -46,6 +46,10 @@ type MapItem struct {
 	Type MapType
 	// Exit says the clause is an exit clause (release rather than alloc).
 	Exit bool
+	// Unmappable, if set, says why the buffer cannot be mapped (its
+	// elements are not plain data): every construct refuses the clause
+	// with an error that names the device and the buffer.
+	Unmappable string
 }
 
 // Kind is the clause's map type name: to, from, tofrom, alloc, release,
@@ -121,6 +125,9 @@ const (
 // CheckMaps checks that each clause is allowed on the construct op.
 func (d *Device) CheckMaps(op string, maps []MapItem) error {
 	for _, m := range maps {
+		if m.Unmappable != "" {
+			return d.mapErr(op, m, ErrBadMap, "%s", m.Unmappable)
+		}
 		kind := m.Kind()
 		var ok bool
 		switch op {
