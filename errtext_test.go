@@ -233,3 +233,21 @@ func TestUnmappableElementText(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceProcessKind: a device process the program started itself is a
+// "local" device, in Info and in messages (it was "remote", a word that
+// GOFFLOAD_DEVICES does not know).
+func TestDeviceProcessKind(t *testing.T) {
+	start(t, offload.WithDevices("local"))
+	info, err := offload.On(0).Info()
+	if err != nil || info.Kind != "local" || info.Spec != "local" {
+		t.Fatalf("Info = %+v, %v; want kind local", info, err)
+	}
+	y := filled(4, 1)
+	err = offload.On(0).Update(offload.To(y).Present().Named("y"))
+	wantText(t, "update on a device process", err, offload.ErrNotPresent,
+		[]string{"goffload: device 0 (local): target update to(present: y)"}, []string{"remote"})
+	err = offload.On(0).Run(Boom, int32(0), y)
+	wantText(t, "kernel panic on a device process", err, offload.ErrKernelFailed,
+		[]string{"goffload: device 0 (local): target test.boom: local device 0 (pid "}, []string{"remote"})
+}

@@ -59,7 +59,7 @@ func TestProfileTrace(t *testing.T) {
 		return e.Ph == "M" && e.Name == "process_name" && e.Pid == 0 && strings.Contains(e.Args["name"].(string), "device 0 (host)")
 	})
 	has("name for device 1", func(e traceEvent) bool {
-		return e.Ph == "M" && e.Name == "process_name" && e.Pid == 1 && strings.Contains(e.Args["name"].(string), "device 1 (remote)")
+		return e.Ph == "M" && e.Name == "process_name" && e.Pid == 1 && strings.Contains(e.Args["name"].(string), "device 1 (local)")
 	})
 	has("queue track names", func(e traceEvent) bool {
 		return e.Ph == "M" && e.Name == "thread_name" && strings.HasPrefix(e.Args["name"].(string), "queue ")

@@ -81,7 +81,7 @@ func computeElem(x float64, iters int) float64 {
 }
 
 func runAsync(env *Env) error {
-	if err := describeDevices(env, 2, "remote", "a remote device"); err != nil {
+	if err := describeDevices(env, 2, "local", "a local device process"); err != nil {
 		return err
 	}
 	env.Comment("async.*_per_op: a chain of %d empty-kernel tasks, each depend(inout) on the one before, enqueued then Taskwait; time per task. Baseline: one raw 8-byte ping-pong round trip with blocking reads (%s=echo peer, inherited AF_UNIX socketpair)", chainLen, envPeerRole)
@@ -170,8 +170,8 @@ func asyncCompute(env *Env) (err error) {
 		if err != nil {
 			return err
 		}
-		if info.Kind != "remote" {
-			return fmt.Errorf("device %d of %q is a %q device, want a remote device", d, computeDevices, info.Kind)
+		if info.Kind != "local" {
+			return fmt.Errorf("device %d of %q is a %q device, want a local device process", d, computeDevices, info.Kind)
 		}
 		cores[d] = info.Cores
 	}

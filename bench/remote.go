@@ -47,7 +47,7 @@ func spinMetric(sp spin) string {
 
 func runRemote(env *Env) error {
 	dev := offload.On(0)
-	if err := describeDevices(env, 1, "remote", "a remote device"); err != nil {
+	if err := describeDevices(env, 1, "local", "a local device process"); err != nil {
 		return err
 	}
 	env.Comment("raw peers: this executable started again with %s=echo|xfer, on an inherited AF_UNIX SOCK_STREAM socketpair", envPeerRole)

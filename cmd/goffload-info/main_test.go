@@ -53,7 +53,7 @@ func TestListsRemoteDevices(t *testing.T) {
 	pids := map[string]bool{}
 	for i := 0; i < 2; i++ {
 		f := strings.Fields(lines[3+i])
-		if f[1] != "remote" || !strings.Contains(lines[3+i], host) || !strings.Contains(lines[3+i], "local:2") {
+		if f[1] != "local" || !strings.Contains(lines[3+i], host) || !strings.Contains(lines[3+i], "local:2") {
 			t.Errorf("device line %q", lines[3+i])
 		}
 		pid := f[len(f)-2]

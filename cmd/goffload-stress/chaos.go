@@ -118,7 +118,7 @@ func startChaos(s *state, start time.Time, workersDone <-chan struct{}) *chaos {
 	var victims []victim
 	for i := 0; i < offload.NumDevices(); i++ {
 		info, err := offload.On(i).Info()
-		if err == nil && info.Kind == "remote" && info.PID > 0 && info.PID != os.Getpid() {
+		if err == nil && (info.Kind == "local" || info.Kind == "tcp") && info.PID > 0 && info.PID != os.Getpid() {
 			victims = append(victims, victim{i, info.PID})
 		}
 	}

@@ -103,7 +103,7 @@ func TestCheckFindsLoss(t *testing.T) {
 // device is counted apart.
 func TestErrorCounts(t *testing.T) {
 	e := newErrorCounts()
-	cause := errors.New("goffload: device 2 (remote): target stress.k1: device lost")
+	cause := errors.New("goffload: device 2 (local): target stress.k1: device lost")
 	dep := fmt.Errorf("goffload: task 9 (stress.host) did not run: a task it depends on failed: task 8 (target stress.k1): %w: %w", offload.ErrDependency, cause)
 	var w bytes.Buffer
 	e.add(dep, &w)

@@ -295,7 +295,7 @@ func deviceList(n int) string {
 			continue
 		}
 		s += fmt.Sprintf("%d:%s", i, info.Kind)
-		if info.Kind == "remote" {
+		if info.Kind == "local" || info.Kind == "tcp" {
 			s += fmt.Sprintf("(pid %d)", info.PID)
 		}
 	}

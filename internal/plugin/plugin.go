@@ -21,7 +21,7 @@ type Ptr uint64
 
 // Info describes a device.
 type Info struct {
-	Kind   string // device kind: "host", "remote", "cuda"
+	Kind   string // device kind, as GOFFLOAD_DEVICES names it: "host", "local", "tcp", "mpi", "cuda"
 	Name   string // human-readable name
 	Cores  int    // cores a kernel's parallel loop is split over
 	Memory int64  // device memory in bytes (0 if unknown)

@@ -29,9 +29,14 @@ import (
 // depend on.
 type device struct {
 	l     *link
-	label atomic.Pointer[string] // "remote device 1 (pid 1234)"
+	label atomic.Pointer[string] // "local device 1 (pid 1234)"
 	num   int                    // device number, from Load
 	info  plugin.Info
+	// kind is the device kind as GOFFLOAD_DEVICES names it ("local",
+	// "tcp", "mpi"): Info().Kind, and the start of the name.
+	kind string
+	// addr is where a TCP device serves ("tcp://HOST:PORT"); empty for others.
+	addr string
 	// count is how many kernels the device process has (a prefix of ours).
 	count int
 	// onLost, if set, explains a broken link (the process's exit status).
@@ -78,9 +83,10 @@ type call struct {
 	xfers []uint64
 }
 
-func newDevice(l *link, name string) *device {
+func newDevice(l *link, kind, name string) *device {
 	d := &device{
 		l:          l,
+		kind:       kind,
 		calls:      map[uint64]*call{},
 		events:     map[uint64]*event{},
 		pushes:     map[uint64][]byte{},
@@ -323,10 +329,7 @@ func (d *device) fetchInfo() error {
 	if err := json.Unmarshal([]byte(r.Text), &d.info); err != nil {
 		return fmt.Errorf("%s: %w: info: %v", d.name(), proto.ErrFrame, err)
 	}
-	d.info.Kind = "remote"
-	if d.rank >= 0 {
-		d.info.Kind = "mpi"
-	}
+	d.info.Kind = d.kind
 	return nil
 }
 
@@ -345,10 +348,13 @@ func (d *device) Load(img *plugin.Image, num int) error {
 	if err := d.fetchInfo(); err != nil {
 		return err
 	}
-	if d.rank >= 0 {
+	switch {
+	case d.rank >= 0:
 		d.setName(fmt.Sprintf("mpi device %d (rank %d, pid %d on %s)", num, d.rank, d.info.PID, d.info.Host))
-	} else {
-		d.setName(fmt.Sprintf("remote device %d (pid %d)", num, d.info.PID))
+	case d.addr != "":
+		d.setName(fmt.Sprintf("%s device %d (%s, pid %d on %s)", d.kind, num, d.addr, d.info.PID, d.info.Host))
+	default:
+		d.setName(fmt.Sprintf("%s device %d (pid %d)", d.kind, num, d.info.PID))
 	}
 	return nil
 }

@@ -93,7 +93,7 @@ func TestCallsRacingLoss(t *testing.T) {
 						}
 					}
 					if err != nil {
-						if !errors.Is(err, plugin.ErrDeviceLost) || !strings.Contains(err.Error(), "remote device 0") {
+						if !errors.Is(err, plugin.ErrDeviceLost) || !strings.Contains(err.Error(), "local device 0") {
 							t.Errorf("got %v, want ErrDeviceLost naming the device", err)
 						}
 						return

@@ -147,7 +147,7 @@ func FuzzHostDispatch(f *testing.F) {
 	))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		host, dev := socketPair(t)
-		d := newDevice(newLink(host), "fuzz device")
+		d := newDevice(newLink(host), "local", "fuzz device")
 		ch, _ := d.request(&proto.Msg{Type: proto.TInfo}, nil) // id 1
 		ev, _ := d.NewEvent()                                  // id 2
 		ev.(*event).ev.Arm()

@@ -121,7 +121,7 @@ func spawn(exe, cores string) (*device, error) {
 		waitErr = cmd.Wait()
 		close(exited)
 	}()
-	d := newDevice(newLink(conn), fmt.Sprintf("remote device (pid %d)", pid))
+	d := newDevice(newLink(conn), "local", fmt.Sprintf("local device (pid %d)", pid))
 	d.setNum = func(n int) { num.Store(int64(n)) }
 	d.side = side
 	d.onLost = func(cause error) error {

@@ -124,7 +124,7 @@ func TestHostRefusesMalformedFrames(t *testing.T) {
 		l.r.ReadMsg() // the launch
 		dev.Write([]byte{0xff, 0xff, 0xff, 0xff, 1, 2, 3})
 	}()
-	d := newDevice(newLink(host), "fake device")
+	d := newDevice(newLink(host), "local", "fake device")
 	if err := d.Load(img, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -196,7 +196,7 @@ func openMPI(arg string) ([]plugin.Device, error) {
 		r := w.ranks.rankAt(i)
 		w.e.Send(r, mpiTagOpen, announce) // waited for by the session's first frames
 		t := w.addLocked(r, ctrl, data)
-		d := newDevice(startLink(t), fmt.Sprintf("mpi device (rank %d)", r))
+		d := newDevice(startLink(t), "mpi", fmt.Sprintf("mpi device (rank %d)", r))
 		d.rank = r
 		d.onLost = func(cause error) error {
 			w.mu.Lock()
@@ -280,6 +280,7 @@ func (w *mpiWorld) serve() error {
 		w.mu.Unlock()
 		ms.s = newSession(startLink(t), plugin.CurrentImage(), cores)
 		ms.s.rank = w.e.Rank()
+		ms.s.kind = "mpi"
 		ms.s.helloed = func(num int) { ms.base.Store(int64(num - w.ranks.index(w.e.Rank()))) }
 		ms.s.peers.connect = ms.connect
 		wg.Add(1)

@@ -110,7 +110,7 @@ func openLocal(t testing.TB, n int) []plugin.Device {
 func TestRoundTrip(t *testing.T) {
 	d := openLocal(t, 1)[0]
 	info := d.Info()
-	if info.Kind != "remote" || info.PID == 0 || info.PID == os.Getpid() || info.Host == "" || info.Cores < 1 || info.Arch != runtime.GOARCH {
+	if info.Kind != "local" || info.PID == 0 || info.PID == os.Getpid() || info.Host == "" || info.Cores < 1 || info.Arch != runtime.GOARCH {
 		t.Errorf("info = %+v", info)
 	}
 	const n = 3<<20 + 7 // several fragments, pulled
@@ -303,6 +303,9 @@ func TestTCPSecret(t *testing.T) {
 	defer devs[0].Close()
 	if err := devs[0].Load(plugin.CurrentImage(), 0); err != nil {
 		t.Fatal(err)
+	}
+	if kind := devs[0].Info().Kind; kind != "tcp" {
+		t.Errorf("a TCP device's kind is %q, want tcp", kind)
 	}
 	checkAlive(t, devs[0])
 }

@@ -68,6 +68,7 @@ func serve() error {
 			return fmt.Errorf("inherited socket: %w", err)
 		}
 		s := newSession(newLink(conn), img, cores)
+		s.kind = "local"
 		if side := os.Getenv(envSide); side != "" {
 			if n, err := strconv.Atoi(side); err == nil && n >= 3 {
 				f := os.NewFile(uintptr(n), "goffload-side")

@@ -31,6 +31,9 @@ type session struct {
 	helloed func(num int)
 	// rank is the device's MPI rank, or -1.
 	rank int
+	// kind is how the host reached the device, as GOFFLOAD_DEVICES names
+	// it: "local" (a process the host started), "tcp" or "mpi".
+	kind string
 
 	peers *peers
 
@@ -486,12 +489,21 @@ func (s *session) name() string {
 	if s.rank >= 0 {
 		return fmt.Sprintf("mpi device %d (rank %d, pid %d)", s.num, s.rank, os.Getpid())
 	}
-	return fmt.Sprintf("remote device %d (pid %d)", s.num, os.Getpid())
+	return fmt.Sprintf("%s device %d (pid %d)", s.kindName(), s.num, os.Getpid())
+}
+
+// kindName is the device's kind; a session made without one (by tests) is
+// a "remote" device.
+func (s *session) kindName() string {
+	if s.kind == "" {
+		return "remote"
+	}
+	return s.kind
 }
 
 func (s *session) info() plugin.Info {
 	host, _ := os.Hostname()
-	kind, name := "remote", fmt.Sprintf("Go CPU device process (%d cores)", s.cores)
+	kind, name := s.kindName(), fmt.Sprintf("Go CPU device process (%d cores)", s.cores)
 	if s.rank >= 0 {
 		kind, name = "mpi", fmt.Sprintf("Go CPU device, MPI rank %d (%d cores)", s.rank, s.cores)
 	}

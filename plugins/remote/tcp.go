@@ -60,7 +60,8 @@ func openTCP(addr string) ([]plugin.Device, error) {
 		return nil, fmt.Errorf("tcp://%s: %w", addr, err)
 	}
 	conn.SetDeadline(time.Time{})
-	d := newDevice(newLink(conn), "remote device tcp://"+addr)
+	d := newDevice(newLink(conn), "tcp", "tcp device tcp://"+addr)
+	d.addr = "tcp://" + addr
 	d.closeFn = func(bool) error { return nil }
 	return []plugin.Device{d}, nil
 }
@@ -297,7 +298,9 @@ func (s *tcpServer) handle(conn net.Conn, e *list.Element) {
 		return
 	}
 	conn.SetDeadline(time.Time{})
-	if err := newSession(newLink(conn), s.img, s.cores).serve(); err != nil && err != errSessionOver {
+	ss := newSession(newLink(conn), s.img, s.cores)
+	ss.kind = "tcp"
+	if err := ss.serve(); err != nil && err != errSessionOver {
 		fmt.Fprintf(os.Stderr, "goffload device: session with %s: %v\n", conn.RemoteAddr(), err)
 	}
 }
