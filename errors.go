@@ -34,8 +34,9 @@ var (
 	// ErrKernelSignature: a kernel function that cannot be offloaded, or a
 	// duplicate kernel name.
 	ErrKernelSignature = plugin.ErrSignature
-	// ErrKernelFailed: a kernel that failed on its device (it panicked); the
-	// error holds the panic value and stack.
+	// ErrKernelFailed: a kernel that failed on its device (it panicked or
+	// called runtime.Goexit); errors.As finds a *KernelPanic with the panic
+	// value and stack.
 	ErrKernelFailed = plugin.ErrKernel
 	// ErrDeviceLost: a device that stopped working.
 	ErrDeviceLost = plugin.ErrDeviceLost
@@ -48,3 +49,13 @@ var (
 // what was expected; errors.Is matches its cause (ErrNotPresent,
 // ErrExtension, …).
 type MapError = core.MapError
+
+// KernelPanic is the error of a kernel that panicked (or called
+// runtime.Goexit) on its device, found with errors.As on any device: the
+// initial device, host devices and device processes. Its text is one line —
+// the kernel, where it panicked and the panic value; Stack holds the stack of
+// the goroutine that panicked without the runtime's, reflect's and
+// goffload's frames (the kernel's own and what they called). It wraps
+// ErrKernelFailed, and the panic value where that is an error and the
+// kernel ran in this process.
+type KernelPanic = plugin.KernelPanic

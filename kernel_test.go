@@ -180,9 +180,10 @@ func TestKernelPanic(t *testing.T) {
 		for where, msg := range map[int32]string{0: "boom in the body", 1: "boom in a chunk"} {
 			x := filled(64, 3)
 			err := dev.Run(Boom, where, x)
+			var kp *offload.KernelPanic
 			if !errors.Is(err, offload.ErrKernelFailed) || !strings.Contains(err.Error(), msg) ||
-				!strings.Contains(err.Error(), "test.boom") || !strings.Contains(err.Error(), "goroutine") {
-				t.Errorf("%v: got %v, want ErrKernelFailed with %q and a stack", dev, err, msg)
+				!strings.Contains(err.Error(), "test.boom") || !errors.As(err, &kp) || !strings.Contains(kp.Stack, "kernel_test.go") {
+				t.Errorf("%v: got %v, want ErrKernelFailed with %q and a KernelPanic with the stack", dev, err, msg)
 			}
 			if !allEqual(x, 3) {
 				t.Errorf("%v: host buffer changed by a failed region: %v", dev, x[:4])

@@ -301,16 +301,15 @@ func (k *Kernel) run(in []reflect.Value, done chan<- result) {
 			done <- result{}
 			return
 		}
+		// A *KernelPanic: one line of text, the trimmed stack in its Stack.
 		r := recover()
 		switch pe, _ := r.(*workpool.PanicError); {
-		case r == nil:
-			done <- result{exited: true, err: fmt.Errorf("%w: kernel %q called runtime.Goexit (a kernel must return; report failures by panicking or through its buffers)", ErrKernel, k.Name)}
-		case pe != nil && pe.Goexit:
-			done <- result{err: fmt.Errorf("%w: kernel %q called runtime.Goexit in a loop chunk (a kernel must return; report failures by panicking or through its buffers)\n\n%s", ErrKernel, k.Name, pe.Stack)}
+		case r == nil: // the stack still holds the frame that called Goexit
+			done <- result{exited: true, err: NewKernelPanic(k.Name, nil, true, false, debug.Stack())}
 		case pe != nil:
-			done <- result{err: fmt.Errorf("%w: kernel %q panicked: %v\n\n%s", ErrKernel, k.Name, pe.Value, pe.Stack)}
+			done <- result{err: NewKernelPanic(k.Name, pe.Value, pe.Goexit, true, pe.Stack)}
 		default:
-			done <- result{err: fmt.Errorf("%w: kernel %q panicked: %v\n\n%s", ErrKernel, k.Name, r, debug.Stack())}
+			done <- result{err: NewKernelPanic(k.Name, r, false, false, debug.Stack())}
 		}
 	}()
 	k.Fn.Call(in)

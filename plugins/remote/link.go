@@ -464,6 +464,10 @@ func decodeErr(code uint8, text string) error {
 	if int(code) < len(codes) {
 		cause = codes[code]
 	}
+	text, kp := splitPanic(text)
+	if kp != nil && cause == plugin.ErrKernel {
+		cause = kp // wraps ErrKernel
+	}
 	return &wireError{text: text, cause: cause}
 }
 
@@ -471,10 +475,7 @@ func decodeErr(code uint8, text string) error {
 func withErr(m *proto.Msg, err error) *proto.Msg {
 	if err != nil {
 		m.Code = errCode(err)
-		m.Text = err.Error()
-		if len(m.Text) > proto.MaxText {
-			m.Text = m.Text[:proto.MaxText]
-		}
+		m.Text = errText(err) // at most proto.MaxText
 	}
 	return m
 }

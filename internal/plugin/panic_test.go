@@ -1,0 +1,50 @@
+package plugin
+
+import "testing"
+
+// TestTrimStack: the goroutine header and the runtime's, reflect's and
+// goffload's frames go; the program's stay, goffload's examples included.
+func TestTrimStack(t *testing.T) {
+	stack := `goroutine 7 [running]:
+runtime/debug.Stack()
+	/go/src/runtime/debug/stack.go:26 +0x5e
+github.com/goffload/offload/internal/plugin.(*Kernel).run.func1()
+	/m/internal/plugin/kernel.go:313 +0x1
+panic({0x1, 0x2})
+	/go/src/runtime/panic.go:791 +0x132
+runtime.goPanicIndex(0x5, 0x4)
+	/go/src/runtime/panic.go:115 +0x74
+example.com/prog.helper(...)
+	/p/prog.go:9
+example.com/prog.init.func1({0x1, 0x2}, {0x3, 0x4, 0x5})
+	/p/prog.go:20 +0x50
+github.com/goffload/offload.(*kctx).For(0x1, 0x2)
+	/m/ctx.go:12 +0x1
+github.com/goffload/offload/examples/saxpy.main.func1()
+	/m/examples/saxpy/main.go:30 +0x2
+reflect.Value.call({0x1, 0x2, 0x13}, {0x5, 0x4}, {0x3, 0x3, 0x3})
+	/go/src/reflect/value.go:581 +0xca6
+reflect.Value.Call({0x1, 0x2, 0x13}, {0x3, 0x3, 0x3})
+	/go/src/reflect/value.go:365 +0xb9
+github.com/goffload/offload/internal/plugin.(*runner).loop(0x1)
+	/m/internal/plugin/kernel.go:274 +0x1
+created by github.com/goffload/offload/internal/plugin.getRunner in goroutine 6
+	/m/internal/plugin/kernel.go:262 +0x1
+`
+	want := `example.com/prog.helper(...)
+	/p/prog.go:9
+example.com/prog.init.func1({0x1, 0x2}, {0x3, 0x4, 0x5})
+	/p/prog.go:20 +0x50
+github.com/goffload/offload/examples/saxpy.main.func1()
+	/m/examples/saxpy/main.go:30 +0x2
+`
+	got, at := TrimStack(stack)
+	if got != want || at != "prog.go:9" {
+		t.Errorf("TrimStack = %q, %q\nwant %q, %q", got, at, want, "prog.go:9")
+	}
+	// Nothing of the program's: the stack stays whole.
+	only := "goroutine 1 [running]:\nruntime.main()\n\t/go/src/runtime/proc.go:1 +0x1\n"
+	if got, at := TrimStack(only); got != only || at != "" {
+		t.Errorf("TrimStack of runtime frames only = %q, %q", got, at)
+	}
+}

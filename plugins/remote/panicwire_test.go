@@ -1,0 +1,40 @@
+package remote
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugins/remote/proto"
+)
+
+// TestPanicOnTheWire: a kernel panic crosses a link with its fields, so the
+// host's errors.As finds a *plugin.KernelPanic with the device's text; a
+// stack too long for a frame is cut, never the error's text.
+func TestPanicOnTheWire(t *testing.T) {
+	kp := &plugin.KernelPanic{Kernel: "k", Value: "v", Chunk: true, At: "k.go:3", Stack: "main.k()\n\t/src/k.go:3 +0x1\n"}
+	for _, stack := range []string{kp.Stack, strings.Repeat("main.k()\n\t/src/k.go:3 +0x1\n", 10000)} {
+		kp.Stack = stack
+		sent := fmt.Errorf("local device 0 (pid 1): %w", kp)
+		m := withErr(&proto.Msg{}, sent)
+		if len(m.Text) > proto.MaxText {
+			t.Fatalf("text of %d bytes, over MaxText", len(m.Text))
+		}
+		got := decodeErr(m.Code, m.Text)
+		var back *plugin.KernelPanic
+		if !errors.Is(got, plugin.ErrKernel) || !errors.As(got, &back) || got.Error() != sent.Error() {
+			t.Fatalf("decoded %q (%T), want %q with a KernelPanic", got, got, sent)
+		}
+		if back.Kernel != "k" || back.Value != "v" || !back.Chunk || back.At != "k.go:3" || back.Stack == "" || !strings.HasPrefix(stack, back.Stack) {
+			t.Errorf("decoded %+v", back)
+		}
+	}
+	// A mark with garbage after it leaves the text and the code's sentinel.
+	got := decodeErr(errCode(plugin.ErrKernel), "boom"+panicMark+"{not json")
+	var back *plugin.KernelPanic
+	if got.Error() != "boom" || !errors.Is(got, plugin.ErrKernel) || errors.As(got, &back) {
+		t.Errorf("garbage: %q", got)
+	}
+}
