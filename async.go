@@ -154,12 +154,14 @@ func (a Async) start(spawn func(rt *core.Runtime, deps []core.Dep) (*core.Task, 
 }
 
 // Run runs kernel k as a task (target nowait); see Device.Run.
-func (a Async) Run(k *Kernel, args ...any) *Task {
+func (a Async) Run(k *Kernel, args ...any) *Task { return a.run(k, launchOpts{}, args) }
+
+func (a Async) run(k *Kernel, o launchOpts, args []any) *Task {
 	return a.spawn(func(cd *core.Device) (core.Op, error) {
 		if k == nil || k.k == nil {
 			return core.Op{}, fmt.Errorf("goffload: %s: target: %w: nil kernel", cd.Label(), ErrBadArgument)
 		}
-		kargs, err := kernelArgs(cd, k, args)
+		kargs, err := kernelArgs(cd, k, a.dev.dm, o, args)
 		if err != nil {
 			return core.Op{}, err
 		}

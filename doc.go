@@ -6,9 +6,11 @@
 // # Kernels
 //
 // A kernel is a Go function registered by name at package init; every process
-// of the program registers the same table (the offload entries table):
+// of the program registers the same table (the offload entries table). The
+// typed form, [MustKernel0] … [MustKernel8], makes every launch checked by
+// the compiler, and the parameter types say how each buffer moves:
 //
-//	var Saxpy = offload.MustKernel("saxpy", func(ctx offload.Ctx, a float32, x, y []float32) {
+//	var Saxpy = offload.MustKernel3("saxpy", func(ctx offload.Ctx, a float32, x offload.In[float32], y offload.InOut[float32]) {
 //		ctx.For(len(y), func(lo, hi int) {
 //			for i := lo; i < hi; i++ {
 //				y[i] += a * x[i]
@@ -16,10 +18,17 @@
 //		})
 //	})
 //
+//	err := Saxpy.Run(offload.Default(), 2, x, y) // x copied in, y in and back
+//
 // Scalars (bool, integers, floats, complex numbers, arrays and structs of
-// them) are passed by value; slices of such elements are device buffers. The
-// optional first parameter, of type Ctx, splits a loop over the device's
-// cores and tells which device the kernel runs on.
+// them) are passed by value; slices of such elements are device buffers:
+// [In] (map to), [Out] (from), [InOut] (tofrom), [Scratch] (alloc), or a
+// plain []T (an implicit tofrom, used as is when present). A struct of
+// scalars and slices is passed with its slices mapped and attached. The first
+// parameter, of type [Ctx], splits a loop over the device's cores ([Reduce]
+// for reductions) and tells which device the kernel runs on. [MustKernel]
+// and [Device.Run] are the untyped form, checked at run time, for generated
+// or dynamic code.
 //
 // # Devices
 //

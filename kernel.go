@@ -1,6 +1,7 @@
 package offload
 
 import (
+	"fmt"
 	"reflect"
 
 	"github.com/goffload/offload/internal/core"
@@ -65,6 +66,9 @@ type paramMap struct {
 // and the parameter, as is a name registered twice; the error wraps
 // ErrKernelSignature.
 func NewKernel(name string, fn any) (*Kernel, error) {
+	if err := checkTags(name, fn); err != nil {
+		return nil, err
+	}
 	k, err := plugin.RegisterKernel(name, fn)
 	if err != nil {
 		return nil, err
@@ -75,9 +79,19 @@ func NewKernel(name string, fn any) (*Kernel, error) {
 		first = 1
 	}
 	dirs := make([]paramMap, len(k.Params))
-	for i := range dirs {
+	for i, p := range k.Params {
 		dirs[i] = paramMap{typ: core.MapTo | core.MapFrom | core.MapImplicit, clause: "tofrom"}
-		if mt, clause, ok := paramDir(t.In(first + i)); ok {
+		pt := t.In(first + p.Top)
+		if p.Field >= 0 {
+			f := pt.Field(p.Field)
+			pt = f.Type
+			if tag, ok := f.Tag.Lookup("offload"); ok && p.Kind == plugin.Slice {
+				mt, _ := tagDir(tag) // checked by checkTags
+				dirs[i] = paramMap{typ: mt, clause: tag, declared: true}
+				continue
+			}
+		}
+		if mt, clause, ok := paramDir(pt); ok {
 			dirs[i] = paramMap{typ: mt, clause: clause, declared: true}
 		}
 	}
@@ -103,4 +117,47 @@ func (k *Kernel) String() string { return k.k.Name + k.k.Describe() }
 // checkPlain reports why t cannot be copied to a device as bytes.
 func checkPlain(t reflect.Type) error {
 	return plugin.PlainData(t)
+}
+
+// tagDir is the map type an `offload:"…"` tag on a slice field declares.
+func tagDir(tag string) (core.MapType, error) {
+	switch tag {
+	case "to":
+		return core.MapTo, nil
+	case "from":
+		return core.MapFrom, nil
+	case "tofrom":
+		return core.MapTo | core.MapFrom, nil
+	case "alloc":
+		return 0, nil
+	}
+	return 0, fmt.Errorf(`tag offload:%q: want offload:"to", "from", "tofrom" or "alloc"`, tag)
+}
+
+// checkTags checks the offload tags of fn's struct parameters.
+func checkTags(name string, fn any) error {
+	t := reflect.TypeOf(fn)
+	if t == nil || t.Kind() != reflect.Func {
+		return nil // RegisterKernel says why
+	}
+	for i := 0; i < t.NumIn(); i++ {
+		pt := t.In(i)
+		if pt.Kind() != reflect.Struct {
+			continue
+		}
+		for j := 0; j < pt.NumField(); j++ {
+			f := pt.Field(j)
+			tag, ok := f.Tag.Lookup("offload")
+			if !ok {
+				continue
+			}
+			if f.Type.Kind() != reflect.Slice {
+				return fmt.Errorf("%w: kernel %q: parameter %d (%s): field %s (%s): an offload tag is for slice fields (scalars are passed by value)", ErrKernelSignature, name, i, pt, f.Name, f.Type)
+			}
+			if _, err := tagDir(tag); err != nil {
+				return fmt.Errorf("%w: kernel %q: parameter %d (%s): field %s: %v", ErrKernelSignature, name, i, pt, f.Name, err)
+			}
+		}
+	}
+	return nil
 }

@@ -16,6 +16,10 @@ type Map struct {
 	item  core.MapItem
 	slice reflect.Value
 	err   error
+	// use is where a UseDevicePtr or UseDeviceAddr clause puts the device
+	// address; useClause is its OpenMP name.
+	use       *DevicePtr
+	useClause string
 }
 
 func newMap(s any, t core.MapType, exit bool, clause string) Map {

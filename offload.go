@@ -181,6 +181,7 @@ func NumDevices() int {
 type Device struct {
 	num int
 	ctx context.Context // see WithContext
+	dm  Defaultmap      // see Defaultmap
 }
 
 // On returns device number n (the device clause of OpenMP constructs).

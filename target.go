@@ -60,7 +60,7 @@ func (d Device) Run(k *Kernel, args ...any) error {
 	if k == nil || k.k == nil {
 		return fmt.Errorf("goffload: %s: target: %w: nil kernel", cd.Label(), ErrBadArgument)
 	}
-	kargs, err := kernelArgs(cd, k, args)
+	kargs, err := kernelArgs(cd, k, d.dm, launchOpts{}, args)
 	if err != nil {
 		return err
 	}
@@ -79,9 +79,14 @@ func (d Device) Data(body func() error, maps ...Map) error {
 	if err != nil {
 		return err
 	}
+	maps, uses := splitUses(maps)
 	its, err := items(maps)
 	if err != nil {
 		return err
+	}
+	if len(uses) > 0 {
+		inner := body
+		body = func() error { return withDevicePtrs(d, cd, uses, inner) }
 	}
 	return cd.Data(d.ctx, its, body)
 }
@@ -144,79 +149,157 @@ func (d Device) Update(maps ...Map) error {
 // Update copies mapped buffers on the default device; see Device.Update.
 func Update(maps ...Map) error { return Default().Update(maps...) }
 
-// kernelArgs checks args against k's parameters and converts them.
-func kernelArgs(cd *core.Device, kk *Kernel, args []any) ([]core.KernelArg, error) {
+// kernelArgs checks args against k's parameters and converts them into one
+// argument per flattened parameter (a struct holding slices gives one per
+// field). dm is the device's defaultmap for bare slices of parameters with
+// no declared direction.
+func kernelArgs(cd *core.Device, kk *Kernel, dm Defaultmap, o launchOpts, args []any) ([]core.KernelArg, error) {
+	with := o.with
 	k := kk.k
-	if len(args) != len(k.Params) {
-		return nil, fmt.Errorf("goffload: %s: target %s%s: %w: got %d arguments, want %d",
-			cd.Label(), k.Name, k.Describe(), ErrBadArgument, len(args), len(k.Params))
+	used, err := checkWith(with)
+	if err != nil {
+		return nil, fmt.Errorf("goffload: %s: target %s%s: %w", cd.Label(), k.Name, k.Describe(), err)
 	}
-	out := make([]core.KernelArg, len(args))
+	lf := leafer{cd: cd, kk: kk, dm: dm, with: with, used: used}
+	if len(args) != len(k.Tops) {
+		return nil, fmt.Errorf("goffload: %s: target %s%s: %w: got %d arguments, want %d",
+			cd.Label(), k.Name, k.Describe(), ErrBadArgument, len(args), len(k.Tops))
+	}
+	out := make([]core.KernelArg, len(k.Params))
+	li := 0 // the flattened parameter
 	for i, a := range args {
-		p := k.Params[i]
-		bad := func(format string, v ...any) error {
-			return fmt.Errorf("goffload: %s: target %s%s: argument %d: %w: %s",
-				cd.Label(), k.Name, k.Describe(), i, ErrBadArgument, fmt.Sprintf(format, v...))
+		bad := func(format string, v ...any) error { // format may wrap with %w
+			return fmt.Errorf("goffload: %s: target %s%s: argument %d: %w: "+format,
+				append([]any{cd.Label(), k.Name, k.Describe(), i, ErrBadArgument}, v...)...)
 		}
-		if p.Kind == plugin.Scalar {
-			v, err := scalarArg(a, p.Type)
+		if p := k.Params[li]; p.Field < 0 {
+			ka, err := lf.arg(li, a, paramName(k.Name, o.names, i), bad)
 			if err != nil {
-				return nil, bad("%v", err)
+				return nil, err
 			}
-			out[i].Scalar = v
+			out[li] = ka
+			li++
 			continue
 		}
-		st := reflect.SliceOf(p.Type)
-		defName := func() string { return fmt.Sprintf("%s.arg%d", k.Name, i) }
-		switch a := a.(type) {
-		case Map:
-			if err := a.unmappable(cd, defName()); err != nil {
+		// A struct holding slices: its fields are the arguments, its
+		// slices mapped and attached in the device's copy.
+		top := k.Tops[i]
+		v := reflect.ValueOf(a)
+		if !v.IsValid() || v.Type() != top {
+			return nil, bad("got %T, want a %s (a struct holding slices: its slices are mapped and attached on the device)", a, top)
+		}
+		for ; li < len(k.Params) && k.Params[li].Top == i; li++ {
+			f := top.Field(k.Params[li].Field)
+			name := paramName(k.Name, o.names, i) + "." + f.Name
+			fbad := func(format string, v ...any) error { return bad("field %s: "+format, append([]any{f.Name}, v...)...) }
+			ka, err := lf.arg(li, v.FieldByIndex(f.Index).Interface(), name, fbad)
+			if err != nil {
 				return nil, err
 			}
-			if a.err != nil {
-				return nil, bad("%v", a.err)
-			}
-			if !a.slice.IsValid() {
-				return nil, bad("an empty map clause")
-			}
-			if a.slice.Type().Elem() != p.Type {
-				return nil, bad("map clause of a %s, want []%s", a.slice.Type(), p.Type)
-			}
-			m := a.item
-			if m.Buf.Name == "" {
-				m.Buf.Name = defName()
-			}
-			if err := cd.CheckMaps("target", []core.MapItem{m}); err != nil {
-				return nil, err
-			}
-			out[i] = core.KernelArg{Slice: a.slice, Map: m, Len: a.slice.Len()}
-		case DevicePtr:
-			if err := a.check(); err != nil {
-				return nil, bad("%v", err)
-			}
-			if a.dev != cd.Num && !(cd.IsInitial() && a.onInitial()) {
-				return nil, bad("device pointer of device %d passed to a kernel on %s", a.dev, cd.Label())
-			}
-			n := int(a.size / int64(max(p.Type.Size(), 1)))
-			ka := core.KernelArg{DevPtr: true, Ptr: a.ptr, Len: n}
-			if cd.IsInitial() {
-				ka.Slice = reflect.MakeSlice(st, 0, 0)
-				if n > 0 {
-					ka.Slice = reflect.SliceAt(p.Type, a.keep, n)
-				}
-			}
-			out[i] = ka
-		default:
-			v := reflect.ValueOf(a)
-			if !v.IsValid() || v.Kind() != reflect.Slice || v.Type().Elem() != p.Type {
-				return nil, bad("got %T, want []%s, a map clause of one, or a DevicePtr", a, p.Type)
-			}
-			buf := bufOf(v)
-			buf.Name = defName()
-			out[i] = core.KernelArg{Slice: v, Len: v.Len(), Map: core.MapItem{Buf: buf, Type: kk.dirs[i].typ}}
+			out[li] = ka
+		}
+	}
+	for i, u := range used {
+		if !u {
+			m := with[i]
+			return nil, fmt.Errorf("goffload: %s: target %s%s: %w: With clause %d, map(%s) of %s (%d elements at %#x), names no slice argument of the launch: a clause applies to the slice argument (or slice field) with the same first element and length",
+				cd.Label(), k.Name, k.Describe(), ErrBadMap, i, m.item.Kind(), nameOr(m.item.Buf.Name), m.slice.Len(), m.item.Buf.Addr())
 		}
 	}
 	return out, nil
+}
+
+// paramName is the name of parameter i's buffer: its name from Named, or
+// "kernel.argI".
+func paramName(kernel string, names []string, i int) string {
+	if i < len(names) && names[i] != "" {
+		return names[i]
+	}
+	return fmt.Sprintf("%s.arg%d", kernel, i)
+}
+
+// leafer converts the arguments of one launch.
+type leafer struct {
+	cd   *core.Device
+	kk   *Kernel
+	dm   Defaultmap
+	with []Map  // clauses that replace bare slices (Kernel1.With …)
+	used []bool // which of with matched an argument
+}
+
+// leafArg converts argument a of flattened parameter li, named defName if
+// it is a bare slice.
+func (lf *leafer) arg(li int, a any, defName string, bad func(string, ...any) error) (core.KernelArg, error) {
+	cd, kk, dm := lf.cd, lf.kk, lf.dm
+	p := kk.k.Params[li]
+	if p.Kind == plugin.Slice && len(lf.with) > 0 {
+		if j := lf.match(a); j >= 0 {
+			lf.used[j] = true
+			a = lf.with[j]
+		}
+	}
+	if p.Kind == plugin.Scalar {
+		v, err := scalarArg(a, p.Type)
+		if err != nil {
+			return core.KernelArg{}, bad("%v", err)
+		}
+		return core.KernelArg{Scalar: v}, nil
+	}
+	st := reflect.SliceOf(p.Type)
+	switch a := a.(type) {
+	case Map:
+		if err := a.unmappable(cd, defName); err != nil {
+			return core.KernelArg{}, err
+		}
+		if a.err != nil {
+			return core.KernelArg{}, bad("%v", a.err)
+		}
+		if !a.slice.IsValid() {
+			return core.KernelArg{}, bad("an empty map clause")
+		}
+		if a.slice.Type().Elem() != p.Type {
+			return core.KernelArg{}, bad("map clause of a %s, want []%s", a.slice.Type(), p.Type)
+		}
+		m := a.item
+		if m.Buf.Name == "" {
+			m.Buf.Name = defName
+		}
+		if err := cd.CheckMaps("target", []core.MapItem{m}); err != nil {
+			return core.KernelArg{}, err
+		}
+		return core.KernelArg{Slice: a.slice, Map: m, Len: a.slice.Len()}, nil
+	case DevicePtr:
+		if err := a.check(); err != nil {
+			return core.KernelArg{}, bad("%v", err)
+		}
+		if a.dev != cd.Num && !(cd.IsInitial() && a.onInitial()) {
+			return core.KernelArg{}, bad("device pointer of device %d passed to a kernel on %s", a.dev, cd.Label())
+		}
+		n := int(a.size / int64(max(p.Type.Size(), 1)))
+		ka := core.KernelArg{DevPtr: true, Ptr: a.ptr, Len: n}
+		if cd.IsInitial() {
+			ka.Slice = reflect.MakeSlice(st, 0, 0)
+			if n > 0 {
+				ka.Slice = reflect.SliceAt(p.Type, a.keep, n)
+			}
+		}
+		return ka, nil
+	default:
+		v := reflect.ValueOf(a)
+		if !v.IsValid() || v.Kind() != reflect.Slice || v.Type().Elem() != p.Type {
+			return core.KernelArg{}, bad("got %T, want []%s, a map clause of one, or a DevicePtr", a, p.Type)
+		}
+		buf := bufOf(v)
+		buf.Name = defName
+		typ := kk.dirs[li].typ
+		if !kk.dirs[li].declared {
+			var err error
+			if typ, err = dm.mapType(); err != nil {
+				return core.KernelArg{}, bad("%w (%d elements at %#x)", err, v.Len(), buf.Addr())
+			}
+		}
+		return core.KernelArg{Slice: v, Len: v.Len(), Map: core.MapItem{Buf: buf, Type: typ}}, nil
+	}
 }
 
 // scalarArg converts a to type t: the same type, or a number that t holds

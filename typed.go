@@ -5,7 +5,6 @@ import (
 	"reflect"
 
 	"github.com/goffload/offload/internal/core"
-	"github.com/goffload/offload/internal/plugin"
 )
 
 //go:generate go run ./internal/gen/typed
@@ -53,68 +52,71 @@ func paramDir(t reflect.Type) (mt core.MapType, clause string, ok bool) {
 	return mt, clause, true
 }
 
-// launch runs k on d with args checked by the compiler and the clauses of
-// with overriding the declared directions.
-func (k *Kernel) launch(d Device, with []Map, args ...any) error {
+// launch runs k on dev with args checked by the compiler and the clauses
+// of with replacing the declared directions.
+func (k *Kernel) launch(dev Device, o launchOpts, args ...any) error {
 	if k == nil || k.k == nil {
-		return Device.Run(d, nil)
+		return dev.Run(nil)
 	}
-	if err := k.override(with, args); err != nil {
-		return d.kernelError(k, err)
+	cd, fallback, err := dev.resolve()
+	if err != nil {
+		return err
 	}
-	return d.Run(k, args...)
+	kargs, err := kernelArgs(cd, k, dev.dm, o, args)
+	if err != nil {
+		return err
+	}
+	return cd.Target(dev.ctx, k.k, kargs, fallback)
 }
 
 // launchNowait is launch as a task.
-func (k *Kernel) launchNowait(a Async, with []Map, args ...any) *Task {
-	if k == nil || k.k == nil {
-		return a.Run(nil)
-	}
-	if err := k.override(with, args); err != nil {
-		return a.start(func(*core.Runtime, []core.Dep) (*core.Task, error) { return nil, a.dev.kernelError(k, err) })
-	}
-	return a.Run(k, args...)
+func (k *Kernel) launchNowait(nw Async, o launchOpts, args ...any) *Task {
+	return nw.run(k, o, args)
 }
 
-// override replaces, in args, each slice argument that a clause of with
-// names (the same host memory: first element and length) with that clause.
-// A clause that names no argument is an error: it would silently not
-// apply.
-func (k *Kernel) override(with []Map, args []any) error {
+// launchOpts are what a typed kernel adds to its launches.
+type launchOpts struct {
+	with  []Map    // clauses that replace the declared maps (With)
+	names []string // the parameters' names (Named)
+}
+
+// checkWith checks the clauses of a kernel's With: they replace slice
+// arguments, so they are to, from, tofrom or alloc clauses.
+func checkWith(with []Map) ([]bool, error) {
 	for i, m := range with {
 		if m.err != nil {
-			return m.err
+			return nil, m.err
 		}
 		if !m.slice.IsValid() {
-			return fmt.Errorf("%w: With clause %d is empty: build clauses with To, From, ToFrom, Alloc", ErrBadMap, i)
+			return nil, fmt.Errorf("%w: With clause %d is empty: build clauses with To, From, ToFrom, Alloc", ErrBadMap, i)
 		}
 		if m.item.Exit || m.item.Type&core.MapDelete != 0 {
-			return fmt.Errorf("%w: With clause %d is map(%s), an exit clause: a kernel's clauses are to, from, tofrom or alloc", ErrBadMap, i, m.item.Kind())
-		}
-		found := false
-		for j, a := range args {
-			if k.k.Params[j].Kind != plugin.Slice {
-				continue
-			}
-			v := reflect.ValueOf(a)
-			if v.Kind() != reflect.Slice || v.Len() != m.slice.Len() || v.Type().Elem() != m.slice.Type().Elem() {
-				continue
-			}
-			if v.Len() > 0 && v.UnsafePointer() != m.slice.UnsafePointer() {
-				continue
-			}
-			if v.Len() == 0 && (v.Cap() == 0 || m.slice.Cap() == 0 || v.UnsafePointer() != m.slice.UnsafePointer()) {
-				continue
-			}
-			args[j] = m
-			found = true
-		}
-		if !found {
-			return fmt.Errorf("%w: With clause %d, map(%s) of %s (%d elements at %#x), names no slice argument of the launch: a clause applies to the argument with the same first element and length",
-				ErrBadMap, i, m.item.Kind(), nameOr(m.item.Buf.Name), m.slice.Len(), m.item.Buf.Addr())
+			return nil, fmt.Errorf("%w: With clause %d is map(%s), an exit clause: a kernel's clauses are to, from, tofrom or alloc", ErrBadMap, i, m.item.Kind())
 		}
 	}
-	return nil
+	if len(with) == 0 {
+		return nil, nil
+	}
+	return make([]bool, len(with)), nil
+}
+
+// match returns the clause of lf.with that names slice a (the same first
+// element and length, and element type), or -1.
+func (lf *leafer) match(a any) int {
+	v := reflect.ValueOf(a)
+	if v.Kind() != reflect.Slice {
+		return -1
+	}
+	for j, m := range lf.with {
+		if v.Len() != m.slice.Len() || v.Type().Elem() != m.slice.Type().Elem() || v.UnsafePointer() != m.slice.UnsafePointer() {
+			continue
+		}
+		if v.Len() == 0 && v.UnsafePointer() == nil {
+			continue
+		}
+		return j
+	}
+	return -1
 }
 
 func nameOr(name string) string {
@@ -122,14 +124,4 @@ func nameOr(name string) string {
 		return "an unnamed buffer"
 	}
 	return fmt.Sprintf("%q", name)
-}
-
-// kernelError is the error of a launch refused before it reached the
-// device.
-func (d Device) kernelError(k *Kernel, err error) error {
-	label := d.String()
-	if cd, _, rerr := d.resolve(); rerr == nil {
-		label = cd.Label()
-	}
-	return fmt.Errorf("goffload: %s: target %s: %w", label, k, err)
 }

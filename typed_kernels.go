@@ -5,8 +5,8 @@ package offload
 // Kernel0 is a kernel of 0 parameters after its Ctx, launched with
 // arguments the compiler checks. Make one with NewKernel0 or MustKernel0.
 type Kernel0 struct {
-	k    *Kernel
-	with []Map
+	k *Kernel
+	o launchOpts
 }
 
 // NewKernel0 registers fn as the kernel called name, as NewKernel does:
@@ -25,18 +25,29 @@ func MustKernel0(name string, fn func(Ctx)) Kernel0 {
 
 // Run runs the kernel on device dev (the target construct) and returns when
 // it is done and its buffers are copied back; see Device.Run.
-func (k Kernel0) Run(dev Device) error { return k.k.launch(dev, k.with) }
+func (k Kernel0) Run(dev Device) error { return k.k.launch(dev, k.o) }
 
 // Nowait runs the kernel as a task of nw (target nowait, with nw's depend
 // clauses); see Async.Run.
-func (k Kernel0) Nowait(nw Async) *Task { return k.k.launchNowait(nw, k.with) }
+func (k Kernel0) Nowait(nw Async) *Task { return k.k.launchNowait(nw, k.o) }
 
 // With returns the kernel with map clauses that replace, for the launch's
 // slice argument with the same first element and length, the declared
 // direction: k.With(offload.From(y).Named("y")).Run(d, …). A clause that
 // names no argument makes the launch fail.
 func (k Kernel0) With(maps ...Map) Kernel0 {
-	k.with = append(k.with[:len(k.with):len(k.with)], maps...)
+	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
+	return k
+}
+
+// Named returns the kernel with names for its parameters, in order, used
+// for their buffers in info output and errors (a clause of With with its
+// own name wins; a struct's fields are "name.Field"): Go keeps no
+// parameter names at run time. Keep it in the package-level variable:
+//
+//	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
+func (k Kernel0) Named(names ...string) Kernel0 {
+	k.o.names = names
 	return k
 }
 
@@ -46,8 +57,8 @@ func (k Kernel0) Kernel() *Kernel { return k.k }
 // Kernel1 is a kernel of 1 parameter after its Ctx, launched with
 // arguments the compiler checks. Make one with NewKernel1 or MustKernel1.
 type Kernel1[A any] struct {
-	k    *Kernel
-	with []Map
+	k *Kernel
+	o launchOpts
 }
 
 // NewKernel1 registers fn as the kernel called name, as NewKernel does:
@@ -66,18 +77,29 @@ func MustKernel1[A any](name string, fn func(Ctx, A)) Kernel1[A] {
 
 // Run runs the kernel on device dev (the target construct) and returns when
 // it is done and its buffers are copied back; see Device.Run.
-func (k Kernel1[A]) Run(dev Device, a A) error { return k.k.launch(dev, k.with, a) }
+func (k Kernel1[A]) Run(dev Device, a A) error { return k.k.launch(dev, k.o, a) }
 
 // Nowait runs the kernel as a task of nw (target nowait, with nw's depend
 // clauses); see Async.Run.
-func (k Kernel1[A]) Nowait(nw Async, a A) *Task { return k.k.launchNowait(nw, k.with, a) }
+func (k Kernel1[A]) Nowait(nw Async, a A) *Task { return k.k.launchNowait(nw, k.o, a) }
 
 // With returns the kernel with map clauses that replace, for the launch's
 // slice argument with the same first element and length, the declared
 // direction: k.With(offload.From(y).Named("y")).Run(d, …). A clause that
 // names no argument makes the launch fail.
 func (k Kernel1[A]) With(maps ...Map) Kernel1[A] {
-	k.with = append(k.with[:len(k.with):len(k.with)], maps...)
+	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
+	return k
+}
+
+// Named returns the kernel with names for its parameters, in order, used
+// for their buffers in info output and errors (a clause of With with its
+// own name wins; a struct's fields are "name.Field"): Go keeps no
+// parameter names at run time. Keep it in the package-level variable:
+//
+//	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
+func (k Kernel1[A]) Named(names ...string) Kernel1[A] {
+	k.o.names = names
 	return k
 }
 
@@ -87,8 +109,8 @@ func (k Kernel1[A]) Kernel() *Kernel { return k.k }
 // Kernel2 is a kernel of 2 parameters after its Ctx, launched with
 // arguments the compiler checks. Make one with NewKernel2 or MustKernel2.
 type Kernel2[A, B any] struct {
-	k    *Kernel
-	with []Map
+	k *Kernel
+	o launchOpts
 }
 
 // NewKernel2 registers fn as the kernel called name, as NewKernel does:
@@ -107,18 +129,29 @@ func MustKernel2[A, B any](name string, fn func(Ctx, A, B)) Kernel2[A, B] {
 
 // Run runs the kernel on device dev (the target construct) and returns when
 // it is done and its buffers are copied back; see Device.Run.
-func (k Kernel2[A, B]) Run(dev Device, a A, b B) error { return k.k.launch(dev, k.with, a, b) }
+func (k Kernel2[A, B]) Run(dev Device, a A, b B) error { return k.k.launch(dev, k.o, a, b) }
 
 // Nowait runs the kernel as a task of nw (target nowait, with nw's depend
 // clauses); see Async.Run.
-func (k Kernel2[A, B]) Nowait(nw Async, a A, b B) *Task { return k.k.launchNowait(nw, k.with, a, b) }
+func (k Kernel2[A, B]) Nowait(nw Async, a A, b B) *Task { return k.k.launchNowait(nw, k.o, a, b) }
 
 // With returns the kernel with map clauses that replace, for the launch's
 // slice argument with the same first element and length, the declared
 // direction: k.With(offload.From(y).Named("y")).Run(d, …). A clause that
 // names no argument makes the launch fail.
 func (k Kernel2[A, B]) With(maps ...Map) Kernel2[A, B] {
-	k.with = append(k.with[:len(k.with):len(k.with)], maps...)
+	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
+	return k
+}
+
+// Named returns the kernel with names for its parameters, in order, used
+// for their buffers in info output and errors (a clause of With with its
+// own name wins; a struct's fields are "name.Field"): Go keeps no
+// parameter names at run time. Keep it in the package-level variable:
+//
+//	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
+func (k Kernel2[A, B]) Named(names ...string) Kernel2[A, B] {
+	k.o.names = names
 	return k
 }
 
@@ -128,8 +161,8 @@ func (k Kernel2[A, B]) Kernel() *Kernel { return k.k }
 // Kernel3 is a kernel of 3 parameters after its Ctx, launched with
 // arguments the compiler checks. Make one with NewKernel3 or MustKernel3.
 type Kernel3[A, B, C any] struct {
-	k    *Kernel
-	with []Map
+	k *Kernel
+	o launchOpts
 }
 
 // NewKernel3 registers fn as the kernel called name, as NewKernel does:
@@ -148,14 +181,12 @@ func MustKernel3[A, B, C any](name string, fn func(Ctx, A, B, C)) Kernel3[A, B, 
 
 // Run runs the kernel on device dev (the target construct) and returns when
 // it is done and its buffers are copied back; see Device.Run.
-func (k Kernel3[A, B, C]) Run(dev Device, a A, b B, c C) error {
-	return k.k.launch(dev, k.with, a, b, c)
-}
+func (k Kernel3[A, B, C]) Run(dev Device, a A, b B, c C) error { return k.k.launch(dev, k.o, a, b, c) }
 
 // Nowait runs the kernel as a task of nw (target nowait, with nw's depend
 // clauses); see Async.Run.
 func (k Kernel3[A, B, C]) Nowait(nw Async, a A, b B, c C) *Task {
-	return k.k.launchNowait(nw, k.with, a, b, c)
+	return k.k.launchNowait(nw, k.o, a, b, c)
 }
 
 // With returns the kernel with map clauses that replace, for the launch's
@@ -163,7 +194,18 @@ func (k Kernel3[A, B, C]) Nowait(nw Async, a A, b B, c C) *Task {
 // direction: k.With(offload.From(y).Named("y")).Run(d, …). A clause that
 // names no argument makes the launch fail.
 func (k Kernel3[A, B, C]) With(maps ...Map) Kernel3[A, B, C] {
-	k.with = append(k.with[:len(k.with):len(k.with)], maps...)
+	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
+	return k
+}
+
+// Named returns the kernel with names for its parameters, in order, used
+// for their buffers in info output and errors (a clause of With with its
+// own name wins; a struct's fields are "name.Field"): Go keeps no
+// parameter names at run time. Keep it in the package-level variable:
+//
+//	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
+func (k Kernel3[A, B, C]) Named(names ...string) Kernel3[A, B, C] {
+	k.o.names = names
 	return k
 }
 
@@ -173,8 +215,8 @@ func (k Kernel3[A, B, C]) Kernel() *Kernel { return k.k }
 // Kernel4 is a kernel of 4 parameters after its Ctx, launched with
 // arguments the compiler checks. Make one with NewKernel4 or MustKernel4.
 type Kernel4[A, B, C, D any] struct {
-	k    *Kernel
-	with []Map
+	k *Kernel
+	o launchOpts
 }
 
 // NewKernel4 registers fn as the kernel called name, as NewKernel does:
@@ -194,13 +236,13 @@ func MustKernel4[A, B, C, D any](name string, fn func(Ctx, A, B, C, D)) Kernel4[
 // Run runs the kernel on device dev (the target construct) and returns when
 // it is done and its buffers are copied back; see Device.Run.
 func (k Kernel4[A, B, C, D]) Run(dev Device, a A, b B, c C, d D) error {
-	return k.k.launch(dev, k.with, a, b, c, d)
+	return k.k.launch(dev, k.o, a, b, c, d)
 }
 
 // Nowait runs the kernel as a task of nw (target nowait, with nw's depend
 // clauses); see Async.Run.
 func (k Kernel4[A, B, C, D]) Nowait(nw Async, a A, b B, c C, d D) *Task {
-	return k.k.launchNowait(nw, k.with, a, b, c, d)
+	return k.k.launchNowait(nw, k.o, a, b, c, d)
 }
 
 // With returns the kernel with map clauses that replace, for the launch's
@@ -208,7 +250,18 @@ func (k Kernel4[A, B, C, D]) Nowait(nw Async, a A, b B, c C, d D) *Task {
 // direction: k.With(offload.From(y).Named("y")).Run(d, …). A clause that
 // names no argument makes the launch fail.
 func (k Kernel4[A, B, C, D]) With(maps ...Map) Kernel4[A, B, C, D] {
-	k.with = append(k.with[:len(k.with):len(k.with)], maps...)
+	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
+	return k
+}
+
+// Named returns the kernel with names for its parameters, in order, used
+// for their buffers in info output and errors (a clause of With with its
+// own name wins; a struct's fields are "name.Field"): Go keeps no
+// parameter names at run time. Keep it in the package-level variable:
+//
+//	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
+func (k Kernel4[A, B, C, D]) Named(names ...string) Kernel4[A, B, C, D] {
+	k.o.names = names
 	return k
 }
 
@@ -218,8 +271,8 @@ func (k Kernel4[A, B, C, D]) Kernel() *Kernel { return k.k }
 // Kernel5 is a kernel of 5 parameters after its Ctx, launched with
 // arguments the compiler checks. Make one with NewKernel5 or MustKernel5.
 type Kernel5[A, B, C, D, E any] struct {
-	k    *Kernel
-	with []Map
+	k *Kernel
+	o launchOpts
 }
 
 // NewKernel5 registers fn as the kernel called name, as NewKernel does:
@@ -239,13 +292,13 @@ func MustKernel5[A, B, C, D, E any](name string, fn func(Ctx, A, B, C, D, E)) Ke
 // Run runs the kernel on device dev (the target construct) and returns when
 // it is done and its buffers are copied back; see Device.Run.
 func (k Kernel5[A, B, C, D, E]) Run(dev Device, a A, b B, c C, d D, e E) error {
-	return k.k.launch(dev, k.with, a, b, c, d, e)
+	return k.k.launch(dev, k.o, a, b, c, d, e)
 }
 
 // Nowait runs the kernel as a task of nw (target nowait, with nw's depend
 // clauses); see Async.Run.
 func (k Kernel5[A, B, C, D, E]) Nowait(nw Async, a A, b B, c C, d D, e E) *Task {
-	return k.k.launchNowait(nw, k.with, a, b, c, d, e)
+	return k.k.launchNowait(nw, k.o, a, b, c, d, e)
 }
 
 // With returns the kernel with map clauses that replace, for the launch's
@@ -253,7 +306,18 @@ func (k Kernel5[A, B, C, D, E]) Nowait(nw Async, a A, b B, c C, d D, e E) *Task 
 // direction: k.With(offload.From(y).Named("y")).Run(d, …). A clause that
 // names no argument makes the launch fail.
 func (k Kernel5[A, B, C, D, E]) With(maps ...Map) Kernel5[A, B, C, D, E] {
-	k.with = append(k.with[:len(k.with):len(k.with)], maps...)
+	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
+	return k
+}
+
+// Named returns the kernel with names for its parameters, in order, used
+// for their buffers in info output and errors (a clause of With with its
+// own name wins; a struct's fields are "name.Field"): Go keeps no
+// parameter names at run time. Keep it in the package-level variable:
+//
+//	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
+func (k Kernel5[A, B, C, D, E]) Named(names ...string) Kernel5[A, B, C, D, E] {
+	k.o.names = names
 	return k
 }
 
@@ -263,8 +327,8 @@ func (k Kernel5[A, B, C, D, E]) Kernel() *Kernel { return k.k }
 // Kernel6 is a kernel of 6 parameters after its Ctx, launched with
 // arguments the compiler checks. Make one with NewKernel6 or MustKernel6.
 type Kernel6[A, B, C, D, E, F any] struct {
-	k    *Kernel
-	with []Map
+	k *Kernel
+	o launchOpts
 }
 
 // NewKernel6 registers fn as the kernel called name, as NewKernel does:
@@ -284,13 +348,13 @@ func MustKernel6[A, B, C, D, E, F any](name string, fn func(Ctx, A, B, C, D, E, 
 // Run runs the kernel on device dev (the target construct) and returns when
 // it is done and its buffers are copied back; see Device.Run.
 func (k Kernel6[A, B, C, D, E, F]) Run(dev Device, a A, b B, c C, d D, e E, f F) error {
-	return k.k.launch(dev, k.with, a, b, c, d, e, f)
+	return k.k.launch(dev, k.o, a, b, c, d, e, f)
 }
 
 // Nowait runs the kernel as a task of nw (target nowait, with nw's depend
 // clauses); see Async.Run.
 func (k Kernel6[A, B, C, D, E, F]) Nowait(nw Async, a A, b B, c C, d D, e E, f F) *Task {
-	return k.k.launchNowait(nw, k.with, a, b, c, d, e, f)
+	return k.k.launchNowait(nw, k.o, a, b, c, d, e, f)
 }
 
 // With returns the kernel with map clauses that replace, for the launch's
@@ -298,7 +362,18 @@ func (k Kernel6[A, B, C, D, E, F]) Nowait(nw Async, a A, b B, c C, d D, e E, f F
 // direction: k.With(offload.From(y).Named("y")).Run(d, …). A clause that
 // names no argument makes the launch fail.
 func (k Kernel6[A, B, C, D, E, F]) With(maps ...Map) Kernel6[A, B, C, D, E, F] {
-	k.with = append(k.with[:len(k.with):len(k.with)], maps...)
+	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
+	return k
+}
+
+// Named returns the kernel with names for its parameters, in order, used
+// for their buffers in info output and errors (a clause of With with its
+// own name wins; a struct's fields are "name.Field"): Go keeps no
+// parameter names at run time. Keep it in the package-level variable:
+//
+//	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
+func (k Kernel6[A, B, C, D, E, F]) Named(names ...string) Kernel6[A, B, C, D, E, F] {
+	k.o.names = names
 	return k
 }
 
@@ -308,8 +383,8 @@ func (k Kernel6[A, B, C, D, E, F]) Kernel() *Kernel { return k.k }
 // Kernel7 is a kernel of 7 parameters after its Ctx, launched with
 // arguments the compiler checks. Make one with NewKernel7 or MustKernel7.
 type Kernel7[A, B, C, D, E, F, G any] struct {
-	k    *Kernel
-	with []Map
+	k *Kernel
+	o launchOpts
 }
 
 // NewKernel7 registers fn as the kernel called name, as NewKernel does:
@@ -329,13 +404,13 @@ func MustKernel7[A, B, C, D, E, F, G any](name string, fn func(Ctx, A, B, C, D, 
 // Run runs the kernel on device dev (the target construct) and returns when
 // it is done and its buffers are copied back; see Device.Run.
 func (k Kernel7[A, B, C, D, E, F, G]) Run(dev Device, a A, b B, c C, d D, e E, f F, g G) error {
-	return k.k.launch(dev, k.with, a, b, c, d, e, f, g)
+	return k.k.launch(dev, k.o, a, b, c, d, e, f, g)
 }
 
 // Nowait runs the kernel as a task of nw (target nowait, with nw's depend
 // clauses); see Async.Run.
 func (k Kernel7[A, B, C, D, E, F, G]) Nowait(nw Async, a A, b B, c C, d D, e E, f F, g G) *Task {
-	return k.k.launchNowait(nw, k.with, a, b, c, d, e, f, g)
+	return k.k.launchNowait(nw, k.o, a, b, c, d, e, f, g)
 }
 
 // With returns the kernel with map clauses that replace, for the launch's
@@ -343,7 +418,18 @@ func (k Kernel7[A, B, C, D, E, F, G]) Nowait(nw Async, a A, b B, c C, d D, e E, 
 // direction: k.With(offload.From(y).Named("y")).Run(d, …). A clause that
 // names no argument makes the launch fail.
 func (k Kernel7[A, B, C, D, E, F, G]) With(maps ...Map) Kernel7[A, B, C, D, E, F, G] {
-	k.with = append(k.with[:len(k.with):len(k.with)], maps...)
+	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
+	return k
+}
+
+// Named returns the kernel with names for its parameters, in order, used
+// for their buffers in info output and errors (a clause of With with its
+// own name wins; a struct's fields are "name.Field"): Go keeps no
+// parameter names at run time. Keep it in the package-level variable:
+//
+//	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
+func (k Kernel7[A, B, C, D, E, F, G]) Named(names ...string) Kernel7[A, B, C, D, E, F, G] {
+	k.o.names = names
 	return k
 }
 
@@ -353,8 +439,8 @@ func (k Kernel7[A, B, C, D, E, F, G]) Kernel() *Kernel { return k.k }
 // Kernel8 is a kernel of 8 parameters after its Ctx, launched with
 // arguments the compiler checks. Make one with NewKernel8 or MustKernel8.
 type Kernel8[A, B, C, D, E, F, G, H any] struct {
-	k    *Kernel
-	with []Map
+	k *Kernel
+	o launchOpts
 }
 
 // NewKernel8 registers fn as the kernel called name, as NewKernel does:
@@ -374,13 +460,13 @@ func MustKernel8[A, B, C, D, E, F, G, H any](name string, fn func(Ctx, A, B, C, 
 // Run runs the kernel on device dev (the target construct) and returns when
 // it is done and its buffers are copied back; see Device.Run.
 func (k Kernel8[A, B, C, D, E, F, G, H]) Run(dev Device, a A, b B, c C, d D, e E, f F, g G, h H) error {
-	return k.k.launch(dev, k.with, a, b, c, d, e, f, g, h)
+	return k.k.launch(dev, k.o, a, b, c, d, e, f, g, h)
 }
 
 // Nowait runs the kernel as a task of nw (target nowait, with nw's depend
 // clauses); see Async.Run.
 func (k Kernel8[A, B, C, D, E, F, G, H]) Nowait(nw Async, a A, b B, c C, d D, e E, f F, g G, h H) *Task {
-	return k.k.launchNowait(nw, k.with, a, b, c, d, e, f, g, h)
+	return k.k.launchNowait(nw, k.o, a, b, c, d, e, f, g, h)
 }
 
 // With returns the kernel with map clauses that replace, for the launch's
@@ -388,7 +474,18 @@ func (k Kernel8[A, B, C, D, E, F, G, H]) Nowait(nw Async, a A, b B, c C, d D, e 
 // direction: k.With(offload.From(y).Named("y")).Run(d, …). A clause that
 // names no argument makes the launch fail.
 func (k Kernel8[A, B, C, D, E, F, G, H]) With(maps ...Map) Kernel8[A, B, C, D, E, F, G, H] {
-	k.with = append(k.with[:len(k.with):len(k.with)], maps...)
+	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
+	return k
+}
+
+// Named returns the kernel with names for its parameters, in order, used
+// for their buffers in info output and errors (a clause of With with its
+// own name wins; a struct's fields are "name.Field"): Go keeps no
+// parameter names at run time. Keep it in the package-level variable:
+//
+//	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
+func (k Kernel8[A, B, C, D, E, F, G, H]) Named(names ...string) Kernel8[A, B, C, D, E, F, G, H] {
+	k.o.names = names
 	return k
 }
 

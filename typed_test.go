@@ -149,3 +149,42 @@ func TestTypedLaunchIsCompileChecked(t *testing.T) {
 		t.Errorf("the correct launch on line 17 is an error:\n%s", out)
 	}
 }
+
+// A kernel registered while the runtime is started is refused at once:
+// the devices loaded the table at Start.
+func TestKernelAfterStart(t *testing.T) {
+	start(t, offload.WithDevices("host"))
+	k, err := offload.NewKernel("typed.late", func(x []int32) {})
+	if k != nil || !errors.Is(err, offload.ErrKernelSignature) || !strings.Contains(err.Error(), `kernel "typed.late" registered after offload.Start`) {
+		t.Fatalf("NewKernel after Start = %v, %v; want an error naming the kernel and Start", k, err)
+	}
+	if _, err := offload.NewKernel1("typed.late1", func(offload.Ctx, []int32) {}); err == nil {
+		t.Fatal("NewKernel1 after Start succeeded")
+	}
+}
+
+// Named gives a typed kernel's buffers their names in info output and
+// errors; a With clause's own name wins.
+func TestTypedNamed(t *testing.T) {
+	var info strings.Builder
+	start(t, offload.WithDevices("host"), offload.WithInfo("kernel-args"), offload.WithInfoOutput(&info))
+	k := typedSaxpy.Named("a", "x", "y")
+	x, y := []float32{1}, []float32{2}
+	if err := k.Run(offload.On(0), 1, x, y); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.With(offload.ToFrom(y).Named("why")).Run(offload.On(0), 1, x, y); err != nil {
+		t.Fatal(err)
+	}
+	if err := offload.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"to(x)[4]", "tofrom(y)[4]", "tofrom(why)[4]"} {
+		if !strings.Contains(info.String(), want) {
+			t.Errorf("info output lacks %q:\n%s", want, info.String())
+		}
+	}
+	if err := offload.Start(offload.WithDevices("host")); err != nil { // for start's cleanup
+		t.Fatal(err)
+	}
+}

@@ -22,14 +22,15 @@ import (
 )
 
 // Saxpy is y[i] += a*x[i], split over the device's cores: x is copied to
-// the device, y to it and back (the parameter types say so).
+// the device, y to it and back (the parameter types say so); Named gives
+// the buffers their names in GOFFLOAD_INFO output and errors.
 var Saxpy = offload.MustKernel3("saxpy", func(ctx offload.Ctx, a float32, x offload.In[float32], y offload.InOut[float32]) {
 	ctx.For(len(y), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			y[i] += a * x[i]
 		}
 	})
-})
+}).Named("a", "x", "y")
 
 func main() {
 	n := flag.Int("n", 1<<22, "vector length")
@@ -84,7 +85,7 @@ func run(n int) error {
 			// The clauses of With name the array sections in the info
 			// output and errors.
 			xs, ys := x[lo:hi], y[lo:hi]
-			errs[p] = Saxpy.With(offload.To(xs).Named("x"), offload.ToFrom(ys).Named("y")).Run(dev, a, xs, ys)
+			errs[p] = Saxpy.Run(dev, a, xs, ys)
 		}()
 	}
 	wg.Wait()

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/goffload/offload/internal/plugin"
@@ -24,12 +25,14 @@ type Runtime struct {
 	tasks tasks
 	trace *Trace
 	ids   atomic.Uint64 // numbers tasks and synchronous constructs
+
+	unseal sync.Once // Stop ends Start's plugin.Seal once
 }
 
 // Start opens the devices the configuration names and loads the kernel
 // image on them.
 func Start(cfg Config) (*Runtime, error) {
-	r := &Runtime{Cfg: cfg, Log: NewLogger(cfg.Info, cfg.InfoOut), Image: plugin.CurrentImage()}
+	r := &Runtime{Cfg: cfg, Log: NewLogger(cfg.Info, cfg.InfoOut), Image: plugin.Seal()}
 	if cfg.Profile != "" {
 		r.trace = NewTrace()
 		if cfg.Tool != nil {
@@ -177,6 +180,7 @@ func (r *Runtime) validNumbers() string {
 // Stop synchronizes and closes every device. With the table info flag it
 // dumps each present table first.
 func (r *Runtime) Stop() error {
+	defer r.unseal.Do(plugin.Unseal)
 	var errs []error
 	if err := r.Taskwait(context.Background()); err != nil {
 		r.Log.Printf(InfoOffload, -1, "a task ended with an error at Stop: %v", err)

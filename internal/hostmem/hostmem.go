@@ -268,6 +268,9 @@ func (m *Memory) Bytes(p plugin.Ptr, size int64) ([]byte, error) {
 	if size > a.size-off { // not off+size, which can overflow
 		return nil, fmt.Errorf("%w: range %#x+%d runs past the end of the allocation at %#x (%d bytes)", plugin.ErrBadPointer, uint64(p), size, uint64(a.base), a.size)
 	}
+	if size == 0 && off < int64(len(a.buf)) {
+		return a.buf[off : off : off+1], nil // keeps the address (cap 0 would not)
+	}
 	return a.buf[off : off+size : off+size], nil
 }
 

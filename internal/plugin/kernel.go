@@ -31,7 +31,19 @@ type Param struct {
 	Kind ParamKind
 	// Type is the scalar's type, or the slice's element type.
 	Type reflect.Type
+	// Top is the function parameter (counted after the context) the
+	// parameter is, or is a field of; Field is the field's index in that
+	// struct parameter, -1 for a parameter that is not a field.
+	Top, Field int
+	// SliceType is a slice parameter's own type ([]T, or a named slice
+	// type such as offload.In[T]).
+	SliceType reflect.Type
 }
+
+// A struct parameter whose fields are scalars and slices is passed field by
+// field: each field is a Param of its own (Field ≥ 0), its slices are
+// device buffers, and the kernel gets the struct rebuilt with its slices
+// attached to device memory (OpenMP's pointer attachment).
 
 // Kernel is an entry of the offload entries table: a Go function that every
 // process of the program registers under the same name at the same index.
@@ -40,7 +52,12 @@ type Kernel struct {
 	Name   string
 	Fn     reflect.Value
 	HasCtx bool    // the first parameter is the kernel context
-	Params []Param // parameters after the context
+	Params []Param // parameters after the context, struct fields flattened
+	// Tops are the function's parameter types after the context; a struct
+	// parameter holding slices is in Params as its fields.
+	Tops []reflect.Type
+	// structs says some parameter is a struct holding slices.
+	structs bool
 	// Sig is the function's signature as text, part of the image digest.
 	Sig string
 }
@@ -54,6 +71,51 @@ var registry struct {
 	sync.Mutex
 	kernels []*Kernel
 	byName  map[string]*Kernel
+	// sealed counts the runtimes started and not stopped: the table they
+	// loaded on their devices must not change under them.
+	sealed int
+	// sealedBy names what sealed the table, for the error.
+	sealedBy string
+}
+
+// ErrSealed is wrapped by the error of a registration made while a runtime
+// is started: its devices loaded the table as it was at Start (device
+// processes register the kernels of their own package init), so a later
+// entry could not run on them.
+var ErrSealed = errors.New("registered after offload.Start")
+
+// Seal takes the entries table for a runtime that starts now: until
+// Unseal, registrations are refused with an error wrapping ErrSealed and
+// ErrSignature.
+func Seal() *Image {
+	registry.Lock()
+	registry.sealed++
+	registry.Unlock()
+	return CurrentImage()
+}
+
+// Unseal ends one Seal.
+func Unseal() {
+	registry.Lock()
+	if registry.sealed > 0 {
+		registry.sealed--
+	}
+	registry.Unlock()
+}
+
+// CheckUnsealed returns an error wrapping ErrSealed if a runtime is started;
+// what names the entry being registered (e.g. `kernel "saxpy"`).
+func CheckUnsealed(what string) error {
+	registry.Lock()
+	defer registry.Unlock()
+	return checkUnsealed(what)
+}
+
+func checkUnsealed(what string) error {
+	if registry.sealed == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s %w: the devices loaded the kernel table at Start (device processes build theirs at their own package init), so it would not run there; register it at package init, in a package-level var, before Start", ErrSignature, what, ErrSealed)
 }
 
 // RegisterKernel adds fn to the entries table under name. The first
@@ -83,20 +145,34 @@ func RegisterKernel(name string, fn any) (*Kernel, error) {
 			k.HasCtx = true
 			continue
 		}
+		top := len(k.Tops)
+		k.Tops = append(k.Tops, pt)
 		if pt.Kind() == reflect.Slice {
 			if err := plainData(pt.Elem()); err != nil {
 				return nil, fmt.Errorf("%w: kernel %q: parameter %d (%s): slice elements must be plain data: %v", ErrSignature, name, i, pt, err)
 			}
-			k.Params = append(k.Params, Param{Kind: Slice, Type: pt.Elem()})
+			k.Params = append(k.Params, Param{Kind: Slice, Type: pt.Elem(), Top: top, Field: -1, SliceType: pt})
+			continue
+		}
+		if pt.Kind() == reflect.Struct && plainData(pt) != nil && holdsSlices(pt) {
+			fields, err := structFields(pt, top)
+			if err != nil {
+				return nil, fmt.Errorf("%w: kernel %q: parameter %d (%s): %v", ErrSignature, name, i, pt, err)
+			}
+			k.Params = append(k.Params, fields...)
+			k.structs = true
 			continue
 		}
 		if err := plainData(pt); err != nil {
 			return nil, fmt.Errorf("%w: kernel %q: parameter %d (%s): %v", ErrSignature, name, i, pt, err)
 		}
-		k.Params = append(k.Params, Param{Kind: Scalar, Type: pt})
+		k.Params = append(k.Params, Param{Kind: Scalar, Type: pt, Top: top, Field: -1})
 	}
 	registry.Lock()
 	defer registry.Unlock()
+	if err := checkUnsealed(fmt.Sprintf("kernel %q", name)); err != nil {
+		return nil, err
+	}
 	if registry.byName == nil {
 		registry.byName = map[string]*Kernel{}
 	}
@@ -107,6 +183,72 @@ func RegisterKernel(name string, fn any) (*Kernel, error) {
 	registry.kernels = append(registry.kernels, k)
 	registry.byName[name] = k
 	return k, nil
+}
+
+// holdsSlices reports whether struct type t has a slice field.
+func holdsSlices(t reflect.Type) bool {
+	for i := 0; i < t.NumField(); i++ {
+		if t.Field(i).Type.Kind() == reflect.Slice {
+			return true
+		}
+	}
+	return false
+}
+
+// structFields flattens struct parameter t (parameter top) into its fields:
+// each is plain data or a slice of plain data, and exported (the device
+// side sets them).
+func structFields(t reflect.Type, top int) ([]Param, error) {
+	var out []Param
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		ft := f.Type
+		if !f.IsExported() {
+			return nil, fmt.Errorf("field %s is not exported: a struct that holds slices is rebuilt on the device field by field, so its fields must be exported", f.Name)
+		}
+		if ft.Kind() == reflect.Slice {
+			if err := plainData(ft.Elem()); err != nil {
+				return nil, fmt.Errorf("field %s (%s): slice elements must be plain data: %v", f.Name, ft, err)
+			}
+			out = append(out, Param{Kind: Slice, Type: ft.Elem(), Top: top, Field: i, SliceType: ft})
+			continue
+		}
+		if err := plainData(ft); err != nil {
+			return nil, fmt.Errorf("field %s (%s): %v (only one level of struct holding slices is attached: fields are plain data or slices of it; a pointer cannot be attached, use a slice)", f.Name, ft, err)
+		}
+		out = append(out, Param{Kind: Scalar, Type: ft, Top: top, Field: i})
+	}
+	return out, nil
+}
+
+// Assemble turns values of k's flattened parameters into the function's
+// arguments: struct parameters are rebuilt from their fields, and slices
+// take their parameter's own type.
+func (k *Kernel) Assemble(vals []reflect.Value) []reflect.Value {
+	if !k.structs {
+		for i, p := range k.Params {
+			if p.Kind == Slice && p.SliceType != nil && vals[i].Type() != p.SliceType {
+				vals[i] = vals[i].Convert(p.SliceType)
+			}
+		}
+		return vals
+	}
+	out := make([]reflect.Value, len(k.Tops))
+	for i, p := range k.Params {
+		v := vals[i]
+		if p.Kind == Slice && p.SliceType != nil && v.Type() != p.SliceType {
+			v = v.Convert(p.SliceType)
+		}
+		if p.Field < 0 {
+			out[p.Top] = v
+			continue
+		}
+		if !out[p.Top].IsValid() {
+			out[p.Top] = reflect.New(k.Tops[p.Top]).Elem()
+		}
+		out[p.Top].Field(p.Field).Set(v)
+	}
+	return out
 }
 
 // PlainData reports why t is not plain data (nil if it is): the types that
@@ -216,6 +358,7 @@ func (c *KernelCtx) For(n int, body func(lo, hi int)) { c.pool.For(n, body) }
 // runtime.Goexit, which cannot end the caller's goroutine: the body runs on a
 // runner goroutine (see runner).
 func (k *Kernel) Call(ctx *KernelCtx, args []reflect.Value) error {
+	args = k.Assemble(args)
 	in := args
 	if k.HasCtx {
 		in = make([]reflect.Value, 0, len(args)+1)
@@ -338,6 +481,14 @@ func (k *Kernel) ArgValues(args []Arg, mem func(p Ptr, size int64) ([]byte, erro
 			if a.Len < 0 {
 				return nil, fmt.Errorf("%w: kernel %q argument %d: negative length %d", ErrBadKernel, k.Name, i, a.Len)
 			}
+			if a.Len == 0 && a.Ptr != 0 && p.Type.Size() > 0 {
+				// A zero-length section inside a mapping keeps its device
+				// address (mem gives it as a slice with room behind it).
+				if b, err := mem(a.Ptr, 0); err == nil && cap(b) > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(b)))%uintptr(p.Type.Align()) == 0 {
+					vals[i] = reflect.SliceAt(p.Type, unsafe.Pointer(unsafe.SliceData(b)), 0)
+					continue
+				}
+			}
 			if a.Len == 0 || p.Type.Size() == 0 {
 				vals[i] = reflect.MakeSlice(st, a.Len, a.Len)
 				continue
@@ -366,12 +517,8 @@ func (k *Kernel) Describe() string {
 	if k.HasCtx {
 		parts = append(parts, "ctx")
 	}
-	for _, p := range k.Params {
-		if p.Kind == Slice {
-			parts = append(parts, "[]"+p.Type.String())
-		} else {
-			parts = append(parts, p.Type.String())
-		}
+	for _, t := range k.Tops {
+		parts = append(parts, t.String())
 	}
 	return "(" + strings.Join(parts, ", ") + ")"
 }

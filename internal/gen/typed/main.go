@@ -55,8 +55,8 @@ func write(b *bytes.Buffer, n int) {
 		plural = ""
 	}
 	fn := "func(" + strings.Join(append([]string{"Ctx"}, fnParams...), ", ") + ")"
-	call := strings.Join(append([]string{"dev", "k.with"}, args...), ", ")
-	callA := strings.Join(append([]string{"nw", "k.with"}, args...), ", ")
+	call := strings.Join(append([]string{"dev", "k.o"}, args...), ", ")
+	callA := strings.Join(append([]string{"nw", "k.o"}, args...), ", ")
 	ps := strings.Join(params, ", ")
 	if ps != "" {
 		ps = ", " + ps
@@ -65,8 +65,8 @@ func write(b *bytes.Buffer, n int) {
 // %[1]s is a kernel of %[2]d parameter%[3]s after its Ctx, launched with
 // arguments the compiler checks. Make one with New%[1]s or Must%[1]s.
 type %[1]s%[4]s struct {
-	k    *Kernel
-	with []Map
+	k *Kernel
+	o launchOpts
 }
 
 // New%[1]s registers fn as the kernel called name, as NewKernel does:
@@ -96,7 +96,18 @@ func (k %[1]s%[6]s) Nowait(nw Async%[7]s) *Task { return k.k.launchNowait(%[9]s)
 // direction: k.With(offload.From(y).Named("y")).Run(d, …). A clause that
 // names no argument makes the launch fail.
 func (k %[1]s%[6]s) With(maps ...Map) %[1]s%[6]s {
-	k.with = append(k.with[:len(k.with):len(k.with)], maps...)
+	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
+	return k
+}
+
+// Named returns the kernel with names for its parameters, in order, used
+// for their buffers in info output and errors (a clause of With with its
+// own name wins; a struct's fields are "name.Field"): Go keeps no
+// parameter names at run time. Keep it in the package-level variable:
+//
+//	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
+func (k %[1]s%[6]s) Named(names ...string) %[1]s%[6]s {
+	k.o.names = names
 	return k
 }
 

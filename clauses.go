@@ -1,0 +1,158 @@
+package offload
+
+import (
+	"fmt"
+
+	"github.com/goffload/offload/internal/core"
+)
+
+// If returns d when cond is true and the initial device otherwise: OpenMP's
+// if clause on target constructs (if(target: cond)). On the initial device
+// a kernel runs on the program's own memory and data constructs do
+// nothing, as when the clause is false in OpenMP. The context and
+// defaultmap of d carry over.
+//
+//	offload.On(0).If(n > 10000).Run(k, …) // small problems stay on the host
+func (d Device) If(cond bool) Device {
+	if cond {
+		return d
+	}
+	in := Initial()
+	in.ctx, in.dm = d.ctx, d.dm
+	return in
+}
+
+// Defaultmap says how the target constructs of a device map a bare slice
+// argument of a parameter that declares no direction (a []T parameter, not
+// In, Out, InOut or Scratch): OpenMP's defaultmap clause for aggregates and
+// pointers. Scalars are always passed by value (firstprivate). Map clauses
+// and declared directions are not affected.
+type Defaultmap int
+
+const (
+	// DefaultmapDefault is the implicit map: tofrom, and a slice that is
+	// mapped already is used as it is.
+	DefaultmapDefault Defaultmap = iota
+	// DefaultmapTo maps bare slices to the device only: defaultmap(to).
+	DefaultmapTo
+	// DefaultmapFrom maps them from the device only: defaultmap(from).
+	DefaultmapFrom
+	// DefaultmapToFrom maps them both ways: defaultmap(tofrom).
+	DefaultmapToFrom
+	// DefaultmapAlloc maps them without copies: defaultmap(alloc).
+	DefaultmapAlloc
+	// DefaultmapPresent demands that they be mapped already (alloc with
+	// the present modifier): defaultmap(present). One that is not fails the
+	// construct with ErrNotPresent.
+	DefaultmapPresent
+	// DefaultmapNone refuses bare slices: every buffer needs a map clause
+	// (or a declared direction): defaultmap(none). The error wraps ErrBadMap.
+	DefaultmapNone
+)
+
+var defaultmapNames = [...]string{"default", "to", "from", "tofrom", "alloc", "present", "none"}
+
+// String is the clause's implicit behaviour as OpenMP writes it.
+func (m Defaultmap) String() string {
+	if m < 0 || int(m) >= len(defaultmapNames) {
+		return fmt.Sprintf("Defaultmap(%d)", int(m))
+	}
+	return defaultmapNames[m]
+}
+
+// Defaultmap returns d with bare slices mapped as m says.
+func (d Device) Defaultmap(m Defaultmap) Device { d.dm = m; return d }
+
+// mapType is the map type of a bare slice under m.
+func (m Defaultmap) mapType() (core.MapType, error) {
+	const implicit = core.MapImplicit
+	switch m {
+	case DefaultmapDefault:
+		return core.MapTo | core.MapFrom | implicit, nil
+	case DefaultmapTo:
+		return core.MapTo | implicit, nil
+	case DefaultmapFrom:
+		return core.MapFrom | implicit, nil
+	case DefaultmapToFrom:
+		return core.MapTo | core.MapFrom | implicit, nil
+	case DefaultmapAlloc:
+		return implicit, nil
+	case DefaultmapPresent:
+		return core.MapPresent | implicit, nil
+	case DefaultmapNone:
+		return 0, fmt.Errorf("%w: defaultmap(none): a bare slice needs a map clause (To, From, ToFrom, Alloc) or a parameter that declares its direction (In, Out, InOut, Scratch)", ErrBadMap)
+	}
+	return 0, fmt.Errorf("%w: unknown defaultmap %d", ErrBadMap, int(m))
+}
+
+// UseDevicePtr is OpenMP's use_device_ptr clause for Device.Data: inside
+// the region's body, *p is the device address of slice s on the region's
+// device, to hand to code that takes device memory (Memcpy, a kernel's
+// is_device_ptr argument, a vendor library through DevicePtr.Addr). s must
+// be mapped by the region's clauses or already; a slice that is not mapped
+// fails the region with an error wrapping ErrNotPresent before the body
+// runs. On the initial device *p is s's own memory. When the body returns,
+// *p is reset to the zero DevicePtr: the address is the region's.
+//
+//	var px offload.DevicePtr
+//	err := dev.Data(func() error { return vendorLib(px.Addr(), n) },
+//		offload.ToFrom(x), offload.UseDevicePtr(x, &px))
+func UseDevicePtr(s any, p *DevicePtr) Map { return useClause(s, p, "use_device_ptr") }
+
+// UseDeviceAddr is OpenMP's use_device_addr clause; for a Go slice (or
+// a sub-slice: an array section) it is the same as UseDevicePtr.
+func UseDeviceAddr(s any, p *DevicePtr) Map { return useClause(s, p, "use_device_addr") }
+
+func useClause(s any, p *DevicePtr, clause string) Map {
+	m := newMap(s, 0, false, clause)
+	m.use, m.useClause = p, clause
+	if m.err == nil && p == nil {
+		m.err = fmt.Errorf("goffload: %s: %w: nil *DevicePtr to put the device address in", clause, ErrBadArgument)
+	}
+	return m
+}
+
+// Addr is the device address p holds, as the device sees it: for a host
+// device or the initial device, an address in this process; for a device
+// process, an address in that process (meaningful only to code running
+// there).
+func (p DevicePtr) Addr() uintptr { return uintptr(p.ptr) }
+
+// splitUses takes the use_device_ptr and use_device_addr clauses out of
+// maps.
+func splitUses(maps []Map) (rest, uses []Map) {
+	for _, m := range maps {
+		if m.useClause != "" {
+			uses = append(uses, m)
+		} else {
+			rest = append(rest, m)
+		}
+	}
+	if len(uses) == 0 {
+		return maps, nil
+	}
+	return rest, uses
+}
+
+// withDevicePtrs sets the device addresses of uses, runs body, and resets
+// them.
+func withDevicePtrs(d Device, cd *core.Device, uses []Map, body func() error) error {
+	defer func() {
+		for _, u := range uses {
+			if u.use != nil {
+				*u.use = DevicePtr{}
+			}
+		}
+	}()
+	for _, u := range uses {
+		if u.err != nil {
+			return u.err
+		}
+		p, err := d.MappedPtr(u.slice.Interface())
+		if err != nil {
+			return fmt.Errorf("goffload: %s: target data %s(%s): %w", cd.Label(), u.useClause, nameOr(u.item.Buf.Name), err)
+		}
+		*u.use = p
+	}
+	return body()
+}
