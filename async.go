@@ -15,8 +15,12 @@ import (
 // task that reads waits for the last task that wrote the same object; one
 // that writes waits for that task and for every task that read it since.
 // Tasks that only read the same object run concurrently. The object is
-// named by its address: a slice by its first element, a pointer by what it
-// points to.
+// the memory a slice covers (an array section), or what a pointer points
+// to. Objects that overlap are ordered as if they were one, whatever their
+// start addresses — beyond OpenMP, which leaves overlapping sections that
+// start at different addresses unspecified: a task that writes x[0:10] and
+// one that reads x[5:15] are ordered, so a halo exchange written with the
+// sections it moves is correct.
 type Dep struct {
 	dep core.Dep
 	err error
@@ -27,10 +31,11 @@ func newDep(kind core.DepKind, x any) Dep {
 	switch {
 	case v.IsValid() && v.Kind() == reflect.Slice && v.Len() > 0:
 		p := v.UnsafePointer()
-		return Dep{dep: core.Dep{Kind: kind, Addr: uintptr(p), Keep: p}}
+		size := uintptr(v.Len()) * v.Type().Elem().Size()
+		return Dep{dep: core.Dep{Kind: kind, Addr: uintptr(p), Size: size, Keep: p}}
 	case v.IsValid() && v.Kind() == reflect.Pointer && !v.IsNil():
 		p := v.UnsafePointer()
-		return Dep{dep: core.Dep{Kind: kind, Addr: uintptr(p), Keep: p}}
+		return Dep{dep: core.Dep{Kind: kind, Addr: uintptr(p), Size: v.Type().Elem().Size(), Keep: p}}
 	}
 	return Dep{err: fmt.Errorf("goffload: depend on a %T: %w: want a non-empty slice or a non-nil pointer", x, ErrBadArgument)}
 }

@@ -1,6 +1,7 @@
 package offload_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/goffload/offload"
@@ -113,4 +114,28 @@ func BenchmarkCopyBaseline64MiB(b *testing.B) {
 		copy(other, buf)
 		copy(buf, other)
 	}
+}
+
+// BenchmarkTaskChain is a chain of host tasks on one object and tasks on
+// disjoint sections: the cost of the dependence history.
+func BenchmarkTaskChain(b *testing.B) {
+	startBench(b)
+	x := make([]int64, 1<<16)
+	b.Run("same", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			offload.Nowait(offload.DependInOut(x)).Go("chain", func() error { return nil })
+		}
+		if err := offload.Taskwait(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	})
+	b.Run("disjoint", func(b *testing.B) { // 2000 sections apart: the search costs, nothing waits
+		for i := 0; i < b.N; i++ {
+			lo := (i % 2000) * 32
+			offload.Nowait(offload.DependInOut(x[lo:lo+24])).Go("chain", func() error { return nil })
+		}
+		if err := offload.Taskwait(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	})
 }

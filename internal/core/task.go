@@ -12,6 +12,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/google/btree"
+
 	"github.com/goffload/offload/internal/plugin"
 )
 
@@ -30,6 +32,10 @@ const (
 type Dep struct {
 	Kind DepKind
 	Addr uintptr
+	// Size is the bytes the object covers from Addr (at least 1 is
+	// assumed): dependencies on objects that overlap are ordered as if they
+	// named the same object, whatever their start addresses.
+	Size uintptr
 	Keep unsafe.Pointer // keeps the object alive while tasks refer to it
 }
 
@@ -147,13 +153,22 @@ type depState struct {
 	refs    int // live tasks that name the address
 	pruneAt int // prune finished readers when ins grows this long
 	keep    unsafe.Pointer
+	// addr and end are the bytes the objects named at addr cover (the
+	// largest of them), for the search of overlapping objects.
+	addr, end uintptr
 }
 
 // tasks is the runtime's task bookkeeping.
 type tasks struct {
 	mu   sync.Mutex
 	deps map[uintptr]*depState
-	live map[*Task]struct{}
+	// byAddr orders the histories by address, to find those of objects
+	// that overlap a new dependence; maxLen bounds their lengths (it
+	// starts again from 0 when no history is left).
+	byAddr *btree.BTreeG[*depState]
+	maxLen uintptr
+	lo, hi depState // the bounds of a search, kept to allocate nothing
+	live   map[*Task]struct{}
 	// failed are the failures not reported yet (a task's own; dependents
 	// share their predecessor's).
 	failed map[*failure]struct{}
@@ -182,6 +197,7 @@ func (r *Runtime) register(t *Task, deps []Dep) []*Task {
 	defer ts.mu.Unlock()
 	if ts.deps == nil {
 		ts.deps = map[uintptr]*depState{}
+		ts.byAddr = btree.NewG(16, func(a, b *depState) bool { return a.addr < b.addr })
 		ts.live = map[*Task]struct{}{}
 		ts.failed = map[*failure]struct{}{}
 	}
@@ -207,10 +223,25 @@ func (r *Runtime) register(t *Task, deps []Dep) []*Task {
 		t.addrs = append(t.addrs, d.Addr)
 		st := ts.deps[d.Addr]
 		if st == nil {
-			st = &depState{keep: d.Keep, pruneAt: 8}
+			st = &depState{keep: d.Keep, pruneAt: 8, addr: d.Addr, end: d.Addr}
 			ts.deps[d.Addr] = st
+			ts.byAddr.ReplaceOrInsert(st)
 		}
+		end := d.Addr + max(d.Size, 1)
+		if end < d.Addr { // wrapped
+			end = ^uintptr(0)
+		}
+		st.end = max(st.end, end)
+		ts.maxLen = max(ts.maxLen, st.end-st.addr)
 		st.refs++
+		ts.overlapping(st, func(o *depState) { // objects at other addresses
+			add(o.out)
+			if d.Kind != DepIn {
+				for _, in := range o.ins {
+					add(in)
+				}
+			}
+		})
 		add(st.out)
 		if d.Kind == DepIn {
 			if len(st.ins) >= st.pruneAt { // amortized: prune when it doubled
@@ -240,7 +271,28 @@ func (ts *tasks) settle(addr uintptr, st *depState) {
 	st.ins = slices.DeleteFunc(st.ins, func(in *Task) bool { return !holds(in) })
 	if st.out == nil && len(st.ins) == 0 {
 		delete(ts.deps, addr)
+		ts.byAddr.Delete(st)
+		if len(ts.deps) == 0 {
+			ts.maxLen = 0
+		}
 	}
+}
+
+// overlapping calls f with every history other than st whose objects
+// overlap st's: they start before st's end and end after its start. Called
+// with mu held.
+func (ts *tasks) overlapping(st *depState, f func(*depState)) {
+	lo := uintptr(0)
+	if st.addr > ts.maxLen {
+		lo = st.addr - ts.maxLen
+	}
+	ts.lo.addr, ts.hi.addr = lo, st.end
+	ts.byAddr.AscendRange(&ts.lo, &ts.hi, func(o *depState) bool {
+		if o != st && o.end > st.addr {
+			f(o)
+		}
+		return true
+	})
 }
 
 // reportLocked marks f reported: Taskwait no longer returns it, and the

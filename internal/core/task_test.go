@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"reflect"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -167,4 +168,54 @@ func TestInTaskInsideKernels(t *testing.T) {
 	if !inPool.Load() {
 		t.Error("chunks on the worker pool do not count as inside a task")
 	}
+}
+
+// TestTaskOverlappingSections: dependences on array sections that overlap
+// but start at different addresses are ordered as one object's; disjoint
+// sections are not; the histories go once the tasks are done.
+func TestTaskOverlappingSections(t *testing.T) {
+	r := taskRuntime()
+	buf := make([]int64, 64)
+	sec := func(kind DepKind, lo, hi int) Dep {
+		return Dep{Kind: kind, Addr: uintptr(unsafe.Pointer(&buf[lo])), Size: uintptr(hi-lo) * 8, Keep: unsafe.Pointer(&buf[0])}
+	}
+	var all []*Task
+	reg := func(deps ...Dep) (*Task, []*Task) {
+		task := &Task{done: make(chan struct{})}
+		all = append(all, task)
+		return task, r.register(task, deps)
+	}
+	want := func(name string, got []*Task, want ...*Task) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d predecessors, want %d", name, len(got), len(want))
+		}
+		for _, w := range want {
+			if !slices.Contains(got, w) {
+				t.Fatalf("%s: predecessors lack task %d", name, w.ID)
+			}
+		}
+	}
+	w1, p := reg(sec(DepOut, 0, 10))
+	want("out [0,10)", p)
+	r1, p := reg(sec(DepIn, 5, 15))
+	want("in [5,15) after out [0,10)", p, w1)
+	r2, p := reg(sec(DepIn, 10, 20))
+	want("in [10,20): disjoint from [0,10)", p)
+	w2, p := reg(sec(DepOut, 12, 14))
+	want("out [12,14) after readers of [5,15) and [10,20)", p, r1, r2)
+	_, p = reg(sec(DepInOut, 0, 64))
+	want("inout of the whole after everything", p, w1, r1, r2, w2)
+	x, p := reg(sec(DepIn, 30, 31), Dep{Kind: DepIn, Addr: uintptr(unsafe.Pointer(&buf[40])), Size: 8})
+	want("in after the whole's writer", p, all[4])
+	_ = x
+	for _, task := range all {
+		r.complete(task, nil, nil)
+	}
+	if addrs, _ := r.DepEntries(); addrs != 0 || r.tasks.byAddr.Len() != 0 || r.tasks.maxLen != 0 {
+		t.Fatalf("after the tasks: %d addresses, %d ordered, maxLen %d; want none", addrs, r.tasks.byAddr.Len(), r.tasks.maxLen)
+	}
+	// A reader of an overlapping section finished: a writer no longer waits.
+	_, p = reg(sec(DepOut, 3, 8))
+	want("out after finished tasks", p)
 }
