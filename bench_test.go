@@ -139,3 +139,30 @@ func BenchmarkTaskChain(b *testing.B) {
 		}
 	})
 }
+
+var benchTyped3 = offload.MustKernel3("benchtest.typed3", func(ctx offload.Ctx, a float32, x offload.In[float32], y offload.InOut[float32]) {})
+
+// BenchmarkLaunch3 is a synchronous region with a kernel of a scalar and
+// two present buffers, launched typed and untyped: the cost of argument
+// checks and the call.
+func BenchmarkLaunch3(b *testing.B) {
+	dev := startBench(b)
+	x, y := make([]float32, 64), make([]float32, 64)
+	if err := dev.EnterData(offload.To(x), offload.To(y)); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("typed", func(b *testing.B) {
+		for b.Loop() {
+			if err := benchTyped3.Run(dev, 2, x, y); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("untyped", func(b *testing.B) {
+		for b.Loop() {
+			if err := dev.Run(benchTyped3.Kernel(), float32(2), x, y); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

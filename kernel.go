@@ -45,6 +45,9 @@ type Kernel struct {
 	// argument gets: the declared direction of an In, Out, InOut or
 	// Scratch parameter, or an implicit tofrom.
 	dirs []paramMap
+	// names are the flattened parameters' default buffer names:
+	// "kernel.argI", "kernel.argI.Field" for a struct's field.
+	names []string
 }
 
 // paramMap is how a bare slice argument is mapped.
@@ -95,7 +98,14 @@ func NewKernel(name string, fn any) (*Kernel, error) {
 			dirs[i] = paramMap{typ: mt, clause: clause, declared: true}
 		}
 	}
-	return &Kernel{k: k, dirs: dirs}, nil
+	names := make([]string, len(k.Params))
+	for i, p := range k.Params {
+		names[i] = fmt.Sprintf("%s.arg%d", name, p.Top)
+		if p.Field >= 0 {
+			names[i] += "." + t.In(first+p.Top).Field(p.Field).Name
+		}
+	}
+	return &Kernel{k: k, dirs: dirs, names: names}, nil
 }
 
 // MustKernel is like NewKernel but panics if fn cannot be a kernel. It is

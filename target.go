@@ -168,12 +168,8 @@ func kernelArgs(cd *core.Device, kk *Kernel, dm Defaultmap, o launchOpts, args [
 	out := make([]core.KernelArg, len(k.Params))
 	li := 0 // the flattened parameter
 	for i, a := range args {
-		bad := func(format string, v ...any) error { // format may wrap with %w
-			return fmt.Errorf("goffload: %s: target %s%s: argument %d: %w: "+format,
-				append([]any{cd.Label(), k.Name, k.Describe(), i, ErrBadArgument}, v...)...)
-		}
 		if p := k.Params[li]; p.Field < 0 {
-			ka, err := lf.arg(li, a, paramName(k.Name, o.names, i), bad)
+			ka, err := lf.arg(li, a, kk.leafName(li, o.names))
 			if err != nil {
 				return nil, err
 			}
@@ -186,13 +182,11 @@ func kernelArgs(cd *core.Device, kk *Kernel, dm Defaultmap, o launchOpts, args [
 		top := k.Tops[i]
 		v := reflect.ValueOf(a)
 		if !v.IsValid() || v.Type() != top {
-			return nil, bad("got %T, want a %s (a struct holding slices: its slices are mapped and attached on the device)", a, top)
+			return nil, lf.bad(li, "got %T, want a %s (a struct holding slices: its slices are mapped and attached on the device)", a, top)
 		}
 		for ; li < len(k.Params) && k.Params[li].Top == i; li++ {
 			f := top.Field(k.Params[li].Field)
-			name := paramName(k.Name, o.names, i) + "." + f.Name
-			fbad := func(format string, v ...any) error { return bad("field %s: "+format, append([]any{f.Name}, v...)...) }
-			ka, err := lf.arg(li, v.FieldByIndex(f.Index).Interface(), name, fbad)
+			ka, err := lf.arg(li, v.FieldByIndex(f.Index).Interface(), kk.leafName(li, o.names))
 			if err != nil {
 				return nil, err
 			}
@@ -209,13 +203,30 @@ func kernelArgs(cd *core.Device, kk *Kernel, dm Defaultmap, o launchOpts, args [
 	return out, nil
 }
 
-// paramName is the name of parameter i's buffer: its name from Named, or
-// "kernel.argI".
-func paramName(kernel string, names []string, i int) string {
-	if i < len(names) && names[i] != "" {
-		return names[i]
+// leafName is the name of flattened parameter li's buffer: its
+// parameter's name from Named (with ".Field" for a struct's field), or the
+// default "kernel.argI".
+func (kk *Kernel) leafName(li int, names []string) string {
+	p := kk.k.Params[li]
+	if p.Top >= len(names) || names[p.Top] == "" {
+		return kk.names[li]
 	}
-	return fmt.Sprintf("%s.arg%d", kernel, i)
+	if p.Field >= 0 {
+		return names[p.Top] + "." + kk.k.Tops[p.Top].Field(p.Field).Name
+	}
+	return names[p.Top]
+}
+
+// bad is the error of flattened parameter li's argument; format may wrap
+// with %w.
+func (lf *leafer) bad(li int, format string, v ...any) error {
+	k := lf.kk.k
+	p := k.Params[li]
+	if p.Field >= 0 {
+		format = "field " + k.Tops[p.Top].Field(p.Field).Name + ": " + format
+	}
+	return fmt.Errorf("goffload: %s: target %s%s: argument %d: %w: "+format,
+		append([]any{lf.cd.Label(), k.Name, k.Describe(), p.Top, ErrBadArgument}, v...)...)
 }
 
 // leafer converts the arguments of one launch.
@@ -229,7 +240,8 @@ type leafer struct {
 
 // leafArg converts argument a of flattened parameter li, named defName if
 // it is a bare slice.
-func (lf *leafer) arg(li int, a any, defName string, bad func(string, ...any) error) (core.KernelArg, error) {
+func (lf *leafer) arg(li int, a any, defName string) (core.KernelArg, error) {
+	bad := func(format string, v ...any) error { return lf.bad(li, format, v...) }
 	cd, kk, dm := lf.cd, lf.kk, lf.dm
 	p := kk.k.Params[li]
 	if p.Kind == plugin.Slice && len(lf.with) > 0 {

@@ -3,8 +3,10 @@ package offload
 import (
 	"fmt"
 	"reflect"
+	"unsafe"
 
 	"github.com/goffload/offload/internal/core"
+	"github.com/goffload/offload/internal/plugin"
 )
 
 //go:generate go run ./internal/gen/typed
@@ -78,6 +80,37 @@ func (k *Kernel) launchNowait(nw Async, o launchOpts, args ...any) *Task {
 type launchOpts struct {
 	with  []Map    // clauses that replace the declared maps (With)
 	names []string // the parameters' names (Named)
+}
+
+// argOf decodes argument a of parameter i of k, of type A, for a typed
+// kernel's direct call: a scalar of type A, or a slice (A is a slice type)
+// over device memory, checked as plugin.Kernel.ArgValues checks it.
+func argOf[A any](k *plugin.Kernel, i int, a plugin.Arg, mem plugin.Mem) (A, error) {
+	var v A
+	if k.Params[i].Kind == plugin.Scalar {
+		s, ok := a.Scalar.(A)
+		if !ok {
+			return v, k.ScalarError(i, a)
+		}
+		return s, nil
+	}
+	p, err := k.SliceArg(i, a, mem)
+	if err != nil {
+		return v, err
+	}
+	if p != nil {
+		// A is a slice type (Directable): set its header. The data field
+		// is an unsafe.Pointer, so the store has its write barrier.
+		h := (*sliceHeader)(unsafe.Pointer(&v))
+		h.data, h.len, h.cap = p, a.Len, a.Len
+	}
+	return v, nil
+}
+
+// sliceHeader is the layout of a slice.
+type sliceHeader struct {
+	data     unsafe.Pointer
+	len, cap int
 }
 
 // checkWith checks the clauses of a kernel's With: they replace slice

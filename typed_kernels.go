@@ -2,6 +2,8 @@
 
 package offload
 
+import "github.com/goffload/offload/internal/plugin"
+
 // Kernel0 is a kernel of 0 parameters after its Ctx, launched with
 // arguments the compiler checks. Make one with NewKernel0 or MustKernel0.
 type Kernel0 struct {
@@ -14,13 +16,24 @@ type Kernel0 struct {
 // declares the buffer's map direction for every launch.
 func NewKernel0(name string, fn func(Ctx)) (Kernel0, error) {
 	k, err := NewKernel(name, fn)
+	if err == nil && k.k.Directable() {
+		pk := k.k
+		pk.Direct = func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+			_ = args
+			return func() { fn(ctx) }, nil
+		}
+	}
 	return Kernel0{k: k}, err
 }
 
 // MustKernel0 is NewKernel0 that panics if fn cannot be a kernel, for
 // package-level variables.
 func MustKernel0(name string, fn func(Ctx)) Kernel0 {
-	return Kernel0{k: MustKernel(name, fn)}
+	k, err := NewKernel0(name, fn)
+	if err != nil {
+		panic(err)
+	}
+	return k
 }
 
 // Run runs the kernel on device dev (the target construct) and returns when
@@ -66,13 +79,27 @@ type Kernel1[A any] struct {
 // declares the buffer's map direction for every launch.
 func NewKernel1[A any](name string, fn func(Ctx, A)) (Kernel1[A], error) {
 	k, err := NewKernel(name, fn)
+	if err == nil && k.k.Directable() {
+		pk := k.k
+		pk.Direct = func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+			a, err := argOf[A](pk, 0, args[0], mem)
+			if err != nil {
+				return nil, err
+			}
+			return func() { fn(ctx, a) }, nil
+		}
+	}
 	return Kernel1[A]{k: k}, err
 }
 
 // MustKernel1 is NewKernel1 that panics if fn cannot be a kernel, for
 // package-level variables.
 func MustKernel1[A any](name string, fn func(Ctx, A)) Kernel1[A] {
-	return Kernel1[A]{k: MustKernel(name, fn)}
+	k, err := NewKernel1(name, fn)
+	if err != nil {
+		panic(err)
+	}
+	return k
 }
 
 // Run runs the kernel on device dev (the target construct) and returns when
@@ -118,13 +145,31 @@ type Kernel2[A, B any] struct {
 // declares the buffer's map direction for every launch.
 func NewKernel2[A, B any](name string, fn func(Ctx, A, B)) (Kernel2[A, B], error) {
 	k, err := NewKernel(name, fn)
+	if err == nil && k.k.Directable() {
+		pk := k.k
+		pk.Direct = func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+			a, err := argOf[A](pk, 0, args[0], mem)
+			if err != nil {
+				return nil, err
+			}
+			b, err := argOf[B](pk, 1, args[1], mem)
+			if err != nil {
+				return nil, err
+			}
+			return func() { fn(ctx, a, b) }, nil
+		}
+	}
 	return Kernel2[A, B]{k: k}, err
 }
 
 // MustKernel2 is NewKernel2 that panics if fn cannot be a kernel, for
 // package-level variables.
 func MustKernel2[A, B any](name string, fn func(Ctx, A, B)) Kernel2[A, B] {
-	return Kernel2[A, B]{k: MustKernel(name, fn)}
+	k, err := NewKernel2(name, fn)
+	if err != nil {
+		panic(err)
+	}
+	return k
 }
 
 // Run runs the kernel on device dev (the target construct) and returns when
@@ -170,13 +215,35 @@ type Kernel3[A, B, C any] struct {
 // declares the buffer's map direction for every launch.
 func NewKernel3[A, B, C any](name string, fn func(Ctx, A, B, C)) (Kernel3[A, B, C], error) {
 	k, err := NewKernel(name, fn)
+	if err == nil && k.k.Directable() {
+		pk := k.k
+		pk.Direct = func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+			a, err := argOf[A](pk, 0, args[0], mem)
+			if err != nil {
+				return nil, err
+			}
+			b, err := argOf[B](pk, 1, args[1], mem)
+			if err != nil {
+				return nil, err
+			}
+			c, err := argOf[C](pk, 2, args[2], mem)
+			if err != nil {
+				return nil, err
+			}
+			return func() { fn(ctx, a, b, c) }, nil
+		}
+	}
 	return Kernel3[A, B, C]{k: k}, err
 }
 
 // MustKernel3 is NewKernel3 that panics if fn cannot be a kernel, for
 // package-level variables.
 func MustKernel3[A, B, C any](name string, fn func(Ctx, A, B, C)) Kernel3[A, B, C] {
-	return Kernel3[A, B, C]{k: MustKernel(name, fn)}
+	k, err := NewKernel3(name, fn)
+	if err != nil {
+		panic(err)
+	}
+	return k
 }
 
 // Run runs the kernel on device dev (the target construct) and returns when
@@ -224,13 +291,39 @@ type Kernel4[A, B, C, D any] struct {
 // declares the buffer's map direction for every launch.
 func NewKernel4[A, B, C, D any](name string, fn func(Ctx, A, B, C, D)) (Kernel4[A, B, C, D], error) {
 	k, err := NewKernel(name, fn)
+	if err == nil && k.k.Directable() {
+		pk := k.k
+		pk.Direct = func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+			a, err := argOf[A](pk, 0, args[0], mem)
+			if err != nil {
+				return nil, err
+			}
+			b, err := argOf[B](pk, 1, args[1], mem)
+			if err != nil {
+				return nil, err
+			}
+			c, err := argOf[C](pk, 2, args[2], mem)
+			if err != nil {
+				return nil, err
+			}
+			d, err := argOf[D](pk, 3, args[3], mem)
+			if err != nil {
+				return nil, err
+			}
+			return func() { fn(ctx, a, b, c, d) }, nil
+		}
+	}
 	return Kernel4[A, B, C, D]{k: k}, err
 }
 
 // MustKernel4 is NewKernel4 that panics if fn cannot be a kernel, for
 // package-level variables.
 func MustKernel4[A, B, C, D any](name string, fn func(Ctx, A, B, C, D)) Kernel4[A, B, C, D] {
-	return Kernel4[A, B, C, D]{k: MustKernel(name, fn)}
+	k, err := NewKernel4(name, fn)
+	if err != nil {
+		panic(err)
+	}
+	return k
 }
 
 // Run runs the kernel on device dev (the target construct) and returns when
@@ -280,13 +373,43 @@ type Kernel5[A, B, C, D, E any] struct {
 // declares the buffer's map direction for every launch.
 func NewKernel5[A, B, C, D, E any](name string, fn func(Ctx, A, B, C, D, E)) (Kernel5[A, B, C, D, E], error) {
 	k, err := NewKernel(name, fn)
+	if err == nil && k.k.Directable() {
+		pk := k.k
+		pk.Direct = func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+			a, err := argOf[A](pk, 0, args[0], mem)
+			if err != nil {
+				return nil, err
+			}
+			b, err := argOf[B](pk, 1, args[1], mem)
+			if err != nil {
+				return nil, err
+			}
+			c, err := argOf[C](pk, 2, args[2], mem)
+			if err != nil {
+				return nil, err
+			}
+			d, err := argOf[D](pk, 3, args[3], mem)
+			if err != nil {
+				return nil, err
+			}
+			e, err := argOf[E](pk, 4, args[4], mem)
+			if err != nil {
+				return nil, err
+			}
+			return func() { fn(ctx, a, b, c, d, e) }, nil
+		}
+	}
 	return Kernel5[A, B, C, D, E]{k: k}, err
 }
 
 // MustKernel5 is NewKernel5 that panics if fn cannot be a kernel, for
 // package-level variables.
 func MustKernel5[A, B, C, D, E any](name string, fn func(Ctx, A, B, C, D, E)) Kernel5[A, B, C, D, E] {
-	return Kernel5[A, B, C, D, E]{k: MustKernel(name, fn)}
+	k, err := NewKernel5(name, fn)
+	if err != nil {
+		panic(err)
+	}
+	return k
 }
 
 // Run runs the kernel on device dev (the target construct) and returns when
@@ -336,13 +459,47 @@ type Kernel6[A, B, C, D, E, F any] struct {
 // declares the buffer's map direction for every launch.
 func NewKernel6[A, B, C, D, E, F any](name string, fn func(Ctx, A, B, C, D, E, F)) (Kernel6[A, B, C, D, E, F], error) {
 	k, err := NewKernel(name, fn)
+	if err == nil && k.k.Directable() {
+		pk := k.k
+		pk.Direct = func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+			a, err := argOf[A](pk, 0, args[0], mem)
+			if err != nil {
+				return nil, err
+			}
+			b, err := argOf[B](pk, 1, args[1], mem)
+			if err != nil {
+				return nil, err
+			}
+			c, err := argOf[C](pk, 2, args[2], mem)
+			if err != nil {
+				return nil, err
+			}
+			d, err := argOf[D](pk, 3, args[3], mem)
+			if err != nil {
+				return nil, err
+			}
+			e, err := argOf[E](pk, 4, args[4], mem)
+			if err != nil {
+				return nil, err
+			}
+			f, err := argOf[F](pk, 5, args[5], mem)
+			if err != nil {
+				return nil, err
+			}
+			return func() { fn(ctx, a, b, c, d, e, f) }, nil
+		}
+	}
 	return Kernel6[A, B, C, D, E, F]{k: k}, err
 }
 
 // MustKernel6 is NewKernel6 that panics if fn cannot be a kernel, for
 // package-level variables.
 func MustKernel6[A, B, C, D, E, F any](name string, fn func(Ctx, A, B, C, D, E, F)) Kernel6[A, B, C, D, E, F] {
-	return Kernel6[A, B, C, D, E, F]{k: MustKernel(name, fn)}
+	k, err := NewKernel6(name, fn)
+	if err != nil {
+		panic(err)
+	}
+	return k
 }
 
 // Run runs the kernel on device dev (the target construct) and returns when
@@ -392,13 +549,51 @@ type Kernel7[A, B, C, D, E, F, G any] struct {
 // declares the buffer's map direction for every launch.
 func NewKernel7[A, B, C, D, E, F, G any](name string, fn func(Ctx, A, B, C, D, E, F, G)) (Kernel7[A, B, C, D, E, F, G], error) {
 	k, err := NewKernel(name, fn)
+	if err == nil && k.k.Directable() {
+		pk := k.k
+		pk.Direct = func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+			a, err := argOf[A](pk, 0, args[0], mem)
+			if err != nil {
+				return nil, err
+			}
+			b, err := argOf[B](pk, 1, args[1], mem)
+			if err != nil {
+				return nil, err
+			}
+			c, err := argOf[C](pk, 2, args[2], mem)
+			if err != nil {
+				return nil, err
+			}
+			d, err := argOf[D](pk, 3, args[3], mem)
+			if err != nil {
+				return nil, err
+			}
+			e, err := argOf[E](pk, 4, args[4], mem)
+			if err != nil {
+				return nil, err
+			}
+			f, err := argOf[F](pk, 5, args[5], mem)
+			if err != nil {
+				return nil, err
+			}
+			g, err := argOf[G](pk, 6, args[6], mem)
+			if err != nil {
+				return nil, err
+			}
+			return func() { fn(ctx, a, b, c, d, e, f, g) }, nil
+		}
+	}
 	return Kernel7[A, B, C, D, E, F, G]{k: k}, err
 }
 
 // MustKernel7 is NewKernel7 that panics if fn cannot be a kernel, for
 // package-level variables.
 func MustKernel7[A, B, C, D, E, F, G any](name string, fn func(Ctx, A, B, C, D, E, F, G)) Kernel7[A, B, C, D, E, F, G] {
-	return Kernel7[A, B, C, D, E, F, G]{k: MustKernel(name, fn)}
+	k, err := NewKernel7(name, fn)
+	if err != nil {
+		panic(err)
+	}
+	return k
 }
 
 // Run runs the kernel on device dev (the target construct) and returns when
@@ -448,13 +643,55 @@ type Kernel8[A, B, C, D, E, F, G, H any] struct {
 // declares the buffer's map direction for every launch.
 func NewKernel8[A, B, C, D, E, F, G, H any](name string, fn func(Ctx, A, B, C, D, E, F, G, H)) (Kernel8[A, B, C, D, E, F, G, H], error) {
 	k, err := NewKernel(name, fn)
+	if err == nil && k.k.Directable() {
+		pk := k.k
+		pk.Direct = func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+			a, err := argOf[A](pk, 0, args[0], mem)
+			if err != nil {
+				return nil, err
+			}
+			b, err := argOf[B](pk, 1, args[1], mem)
+			if err != nil {
+				return nil, err
+			}
+			c, err := argOf[C](pk, 2, args[2], mem)
+			if err != nil {
+				return nil, err
+			}
+			d, err := argOf[D](pk, 3, args[3], mem)
+			if err != nil {
+				return nil, err
+			}
+			e, err := argOf[E](pk, 4, args[4], mem)
+			if err != nil {
+				return nil, err
+			}
+			f, err := argOf[F](pk, 5, args[5], mem)
+			if err != nil {
+				return nil, err
+			}
+			g, err := argOf[G](pk, 6, args[6], mem)
+			if err != nil {
+				return nil, err
+			}
+			h, err := argOf[H](pk, 7, args[7], mem)
+			if err != nil {
+				return nil, err
+			}
+			return func() { fn(ctx, a, b, c, d, e, f, g, h) }, nil
+		}
+	}
 	return Kernel8[A, B, C, D, E, F, G, H]{k: k}, err
 }
 
 // MustKernel8 is NewKernel8 that panics if fn cannot be a kernel, for
 // package-level variables.
 func MustKernel8[A, B, C, D, E, F, G, H any](name string, fn func(Ctx, A, B, C, D, E, F, G, H)) Kernel8[A, B, C, D, E, F, G, H] {
-	return Kernel8[A, B, C, D, E, F, G, H]{k: MustKernel(name, fn)}
+	k, err := NewKernel8(name, fn)
+	if err != nil {
+		panic(err)
+	}
+	return k
 }
 
 // Run runs the kernel on device dev (the target construct) and returns when

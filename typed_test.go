@@ -188,3 +188,38 @@ func TestTypedNamed(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+var typedPanics = offload.MustKernel2("typed.panics", func(ctx offload.Ctx, how int, x offload.InOut[int32]) {
+	switch how {
+	case 1:
+		panic("typed boom")
+	case 2:
+		runtime.Goexit()
+	case 3:
+		ctx.For(len(x), func(lo, hi int) { panic("typed chunk boom") })
+	}
+	x[0] = 7
+})
+
+// A typed kernel is called without reflection on host devices and device
+// processes: panics, runtime.Goexit and chunk panics still become
+// *KernelPanic errors, and the device goes on.
+func TestTypedKernelFailures(t *testing.T) {
+	start(t, offload.WithDevices("host,local"))
+	for _, dev := range []offload.Device{offload.On(0), offload.On(1)} {
+		x := []int32{0, 0}
+		for how, want := range []string{"", "typed boom", "Goexit", "typed chunk boom"} {
+			err := typedPanics.Run(dev, how, x)
+			if how == 0 {
+				if err != nil || x[0] != 7 {
+					t.Fatalf("device %d: %v, x = %v", dev.Num(), err, x)
+				}
+				continue
+			}
+			var kp *offload.KernelPanic
+			if !errors.Is(err, offload.ErrKernelFailed) || !errors.As(err, &kp) || !strings.Contains(err.Error(), want) {
+				t.Errorf("device %d, case %d: %v, want a KernelPanic with %q", dev.Num(), how, err, want)
+			}
+		}
+	}
+}

@@ -165,9 +165,11 @@ type work struct {
 	op     string
 	task   uint64
 	nowait bool // a task's work, not a synchronous construct's
-	posts  []func()
-	after  []func() error // work after the queue's, before the posts (staged copies)
-	undo   []func()       // if the construct fails, before the posts (enter data)
+	used   []*Entry       // entries the work uses, done when it is over (use)
+	after  []func() error // work after the queue's, before the uses end (staged copies)
+	undo   []func()       // if the construct fails, before the uses end (enter data)
+	// usedBuf holds used for a construct of a few buffers.
+	usedBuf [4]*Entry
 	first  error
 	dep    *failure // the predecessor's failure, if first is a dependency error
 	// inline is the queue, if it runs the work inline (begin), until done.
@@ -202,6 +204,7 @@ func (d *Device) newID() uint64 {
 // it is a task's (not a synchronous construct's).
 func (d *Device) beginOn(op string, q *cqueue, task uint64, nowait bool) *work {
 	w := &work{d: d, cq: q, q: q.Queue, op: op, task: task, nowait: nowait}
+	w.used = w.usedBuf[:0]
 	if d.tagged {
 		if tq, ok := q.Queue.(plugin.TaggedQueue); ok {
 			tq.Tag(task)
@@ -242,7 +245,7 @@ func (w *work) runAfter() {
 	w.after = nil
 }
 
-// finish synchronizes the queue, runs the posts and returns the first error.
+// finish synchronizes the queue, ends the uses and returns the first error.
 func (w *work) finish() error {
 	if err := w.q.Synchronize(); err != nil {
 		w.err(fmt.Errorf("goffload: %s: %s: %w", w.d.Label(), w.op, err))
@@ -252,7 +255,7 @@ func (w *work) finish() error {
 	return w.done(true)
 }
 
-// done runs the posts of a queue whose work is over, gives the queue back
+// done ends the uses of a queue whose work is over, gives the queue back
 // (if it can be used again) and returns the first error.
 func (w *work) done(reuse bool) error {
 	d := w.d
@@ -261,8 +264,8 @@ func (w *work) done(reuse bool) error {
 			u()
 		}
 	}
-	for _, p := range w.posts {
-		p()
+	for _, e := range w.used {
+		d.done(e, w)
 	}
 	if w.inline != nil {
 		w.inline.SetInline(false)

@@ -416,7 +416,7 @@ func (d *Device) retire(e *Entry) {
 // enqueued; memory is freed when the work using it is done).
 func (d *Device) use(w *work, e *Entry) {
 	e.busy++
-	w.posts = append(w.posts, func() { d.done(e, w) })
+	w.used = append(w.used, e)
 }
 
 // done ends w's use of e; the last use of a deleting entry removes it.

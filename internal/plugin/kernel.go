@@ -58,6 +58,9 @@ type Kernel struct {
 	Tops []reflect.Type
 	// structs says some parameter is a struct holding slices.
 	structs bool
+	// Direct, if set, calls the body without reflection (see DirectFunc);
+	// set at registration, before any launch.
+	Direct DirectFunc
 	// Sig is the function's signature as text, part of the image digest.
 	Sig string
 }
@@ -365,8 +368,13 @@ func (k *Kernel) Call(ctx *KernelCtx, args []reflect.Value) error {
 		in = append(in, reflect.ValueOf(ctx))
 		in = append(in, args...)
 	}
+	return k.onRunner(job{k: k, in: in})
+}
+
+// onRunner runs j on a runner and returns what became of it.
+func (k *Kernel) onRunner(j job) error {
 	r := getRunner()
-	r.jobs <- job{k: k, in: in}
+	r.jobs <- j
 	res := <-r.done
 	if !res.exited {
 		putRunner(r)
@@ -385,8 +393,9 @@ type runner struct {
 }
 
 type job struct {
-	k  *Kernel
-	in []reflect.Value
+	k    *Kernel
+	in   []reflect.Value
+	call func() // the body with its arguments bound (Direct); in is unused then
 }
 
 type result struct {
@@ -430,14 +439,14 @@ func putRunner(r *runner) {
 
 func (r *runner) loop() {
 	for j := range r.jobs {
-		j.k.run(j.in, r.done)
+		j.k.run(j.in, j.call, r.done)
 	}
 }
 
 // run calls the body and sends what became of it on done: nil, or an error
 // for a panic or a runtime.Goexit (which a deferred function sees as a
 // return with nothing to recover).
-func (k *Kernel) run(in []reflect.Value, done chan<- result) {
+func (k *Kernel) run(in []reflect.Value, call func(), done chan<- result) {
 	returned := false
 	defer func() {
 		if returned {
@@ -455,14 +464,18 @@ func (k *Kernel) run(in []reflect.Value, done chan<- result) {
 			done <- result{err: NewKernelPanic(k.Name, r, false, false, debug.Stack())}
 		}
 	}()
-	k.Fn.Call(in)
+	if call != nil {
+		call()
+	} else {
+		k.Fn.Call(in)
+	}
 	returned = true
 }
 
 // ArgValues turns plugin arguments into call values: slices are made over
 // device memory by mem, which returns the bytes of a device range (or an
 // error if the range is not inside an allocation).
-func (k *Kernel) ArgValues(args []Arg, mem func(p Ptr, size int64) ([]byte, error)) ([]reflect.Value, error) {
+func (k *Kernel) ArgValues(args []Arg, mem Mem) ([]reflect.Value, error) {
 	if len(args) != len(k.Params) {
 		return nil, fmt.Errorf("%w: kernel %q takes %d arguments, got %d", ErrBadKernel, k.Name, len(k.Params), len(args))
 	}
@@ -477,37 +490,54 @@ func (k *Kernel) ArgValues(args []Arg, mem func(p Ptr, size int64) ([]byte, erro
 			}
 			vals[i] = v
 		case Slice:
-			st := reflect.SliceOf(p.Type)
-			if a.Len < 0 {
-				return nil, fmt.Errorf("%w: kernel %q argument %d: negative length %d", ErrBadKernel, k.Name, i, a.Len)
+			ptr, err := k.SliceArg(i, a, mem)
+			if err != nil {
+				return nil, err
 			}
-			if a.Len == 0 && a.Ptr != 0 && p.Type.Size() > 0 {
-				// A zero-length section inside a mapping keeps its device
-				// address (mem gives it as a slice with room behind it).
-				if b, err := mem(a.Ptr, 0); err == nil && cap(b) > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(b)))%uintptr(p.Type.Align()) == 0 {
-					vals[i] = reflect.SliceAt(p.Type, unsafe.Pointer(unsafe.SliceData(b)), 0)
-					continue
-				}
-			}
-			if a.Len == 0 || p.Type.Size() == 0 {
-				vals[i] = reflect.MakeSlice(st, a.Len, a.Len)
+			if ptr == nil || p.Type.Size() == 0 {
+				vals[i] = reflect.MakeSlice(reflect.SliceOf(p.Type), a.Len, a.Len)
 				continue
 			}
-			if int64(a.Len) > math.MaxInt64/int64(p.Type.Size()) {
-				return nil, fmt.Errorf("%w: kernel %q argument %d: %d elements of %s do not fit in memory", ErrBadPointer, k.Name, i, a.Len, p.Type)
-			}
-			size := int64(a.Len) * int64(p.Type.Size())
-			b, err := mem(a.Ptr, size)
-			if err != nil {
-				return nil, fmt.Errorf("kernel %q argument %d ([]%s, %d elements at %#x): %w", k.Name, i, p.Type, a.Len, uint64(a.Ptr), err)
-			}
-			if uintptr(unsafe.Pointer(&b[0]))%uintptr(p.Type.Align()) != 0 {
-				return nil, fmt.Errorf("%w: kernel %q argument %d: device address %#x is not aligned for %s", ErrBadKernel, k.Name, i, uint64(a.Ptr), p.Type)
-			}
-			vals[i] = reflect.SliceAt(p.Type, unsafe.Pointer(&b[0]), a.Len)
+			vals[i] = reflect.SliceAt(p.Type, ptr, a.Len)
 		}
 	}
 	return vals, nil
+}
+
+// SliceArg checks slice argument a of parameter i and returns the device
+// memory its elements start at: nil for an empty slice with no address (a
+// zero-length section inside a mapping keeps its address) and for elements
+// of size 0.
+func (k *Kernel) SliceArg(i int, a Arg, mem Mem) (unsafe.Pointer, error) {
+	p := k.Params[i]
+	if a.Len < 0 {
+		return nil, fmt.Errorf("%w: kernel %q argument %d: negative length %d", ErrBadKernel, k.Name, i, a.Len)
+	}
+	if p.Type.Size() == 0 {
+		return nil, nil
+	}
+	if a.Len == 0 {
+		// A zero-length section inside a mapping keeps its device address
+		// (mem gives it as a slice with room behind it).
+		if a.Ptr != 0 {
+			if b, err := mem(a.Ptr, 0); err == nil && cap(b) > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(b)))%uintptr(p.Type.Align()) == 0 {
+				return unsafe.Pointer(unsafe.SliceData(b)), nil
+			}
+		}
+		return nil, nil
+	}
+	if int64(a.Len) > math.MaxInt64/int64(p.Type.Size()) {
+		return nil, fmt.Errorf("%w: kernel %q argument %d: %d elements of %s do not fit in memory", ErrBadPointer, k.Name, i, a.Len, p.Type)
+	}
+	size := int64(a.Len) * int64(p.Type.Size())
+	b, err := mem(a.Ptr, size)
+	if err != nil {
+		return nil, fmt.Errorf("kernel %q argument %d ([]%s, %d elements at %#x): %w", k.Name, i, p.Type, a.Len, uint64(a.Ptr), err)
+	}
+	if uintptr(unsafe.Pointer(&b[0]))%uintptr(p.Type.Align()) != 0 {
+		return nil, fmt.Errorf("%w: kernel %q argument %d: device address %#x is not aligned for %s", ErrBadKernel, k.Name, i, uint64(a.Ptr), p.Type)
+	}
+	return unsafe.Pointer(&b[0]), nil
 }
 
 // Describe returns the kernel's parameter list for messages, e.g.

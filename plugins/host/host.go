@@ -92,6 +92,7 @@ type device struct {
 	num   int
 	cores int
 	mem   *hostmem.Memory
+	bytes plugin.Mem // mem.Bytes, made once (a method value allocates)
 	pool  *workpool.Pool
 
 	// tracer is where timed operations are reported (see Trace).
@@ -120,13 +121,15 @@ func New(cfg Config) plugin.Device {
 		cfg.Cores = runtime.NumCPU()
 	}
 	cfg.Cores = min(cfg.Cores, workpool.MaxWorkers())
-	return &device{
+	d := &device{
 		name:  "host device",
 		num:   -1,
 		cores: cfg.Cores,
 		mem:   hostmem.New(cfg.PoolThreshold),
 		pool:  workpool.New(cfg.Cores),
 	}
+	d.bytes = d.mem.Bytes
+	return d
 }
 
 func (d *device) Info() plugin.Info {

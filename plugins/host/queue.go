@@ -81,15 +81,11 @@ func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
 	if err := q.d.loaded(k); err != nil {
 		return err
 	}
-	vals, err := k.ArgValues(args, q.d.mem.Bytes)
-	if err != nil {
-		return fmt.Errorf("%s: %w", q.d.name, err)
-	}
 	q.d.mu.RLock()
 	ctx := q.d.ctx
 	q.d.mu.RUnlock()
 	return q.doTimed(func() error {
-		if err := k.Call(ctx, vals); err != nil {
+		if err := k.Launch(ctx, args, q.d.bytes); err != nil {
 			return fmt.Errorf("%s: %w", q.d.name, err)
 		}
 		return nil

@@ -473,11 +473,7 @@ func (s *session) launch(m *proto.Msg) error {
 	}
 	ctx := plugin.NewKernelCtx(s.num, s.pool)
 	return q.DoTimed(func() error {
-		vals, err := k.ArgValues(args, s.mem.Bytes)
-		if err != nil {
-			return err
-		}
-		if err := k.Call(ctx, vals); err != nil {
+		if err := k.Launch(ctx, args, s.mem.Bytes); err != nil {
 			return fmt.Errorf("%s: %w", s.name(), err)
 		}
 		return nil

@@ -1,0 +1,64 @@
+package plugin
+
+import (
+	"fmt"
+)
+
+// Mem returns the bytes of device range [p, p+size), or an error if the
+// range is not inside a live allocation: how a device lends its memory to
+// kernel arguments.
+type Mem func(p Ptr, size int64) ([]byte, error)
+
+// A DirectFunc decodes a launch's arguments for a kernel and returns its
+// body bound to them, to be called without reflection (the typed kernels
+// of the offload package set one). It checks the arguments as ArgValues
+// does.
+type DirectFunc func(ctx *KernelCtx, args []Arg, mem Mem) (call func(), err error)
+
+// Directable reports whether k's arguments can be decoded by a DirectFunc
+// indexed like the function's parameters: no struct parameter holding
+// slices, and no slice of elements of size 0.
+func (k *Kernel) Directable() bool {
+	if k.structs {
+		return false
+	}
+	for _, p := range k.Params {
+		if p.Kind == Slice && p.Type.Size() == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Launch runs k on a device with args over the device's memory mem: with
+// its DirectFunc if it has one, through reflection otherwise; see Call for
+// panics and runtime.Goexit.
+func (k *Kernel) Launch(ctx *KernelCtx, args []Arg, mem Mem) error {
+	if k.Direct == nil {
+		vals, err := k.ArgValues(args, mem)
+		if err != nil {
+			return err
+		}
+		return k.Call(ctx, vals)
+	}
+	if len(args) != len(k.Params) {
+		return k.ArgCountError(len(args))
+	}
+	call, err := k.Direct(ctx, args, mem)
+	if err != nil {
+		return err
+	}
+	return k.onRunner(job{k: k, call: call})
+}
+
+// ArgCountError is the error of a launch with n arguments.
+func (k *Kernel) ArgCountError(n int) error {
+	return fmt.Errorf("%w: kernel %q takes %d arguments, got %d", ErrBadKernel, k.Name, len(k.Params), n)
+}
+
+// ScalarError is the error of scalar argument a of parameter i that is not
+// of the parameter's type.
+func (k *Kernel) ScalarError(i int, a Arg) error {
+	return fmt.Errorf("%w: kernel %q argument %d: got %T, want %s", ErrBadKernel, k.Name, i, a.Scalar, k.Params[i].Type)
+}
+
