@@ -330,5 +330,8 @@ func (d Device) Disassociate(s any) error {
 	if cd.IsInitial() {
 		return fmt.Errorf("goffload: %s: omp_target_disassociate_ptr: %w: the initial device has no associations", cd.Label(), ErrBadArgument)
 	}
+	if g, ok := cd.DeclaredAt(b); ok {
+		return fmt.Errorf("goffload: %s: omp_target_disassociate_ptr: %w: the buffer is declare target %s, whose device copy lives until Stop", cd.Label(), ErrBadArgument, g.Describe())
+	}
 	return cd.Disassociate(b)
 }

@@ -51,6 +51,8 @@ type Device struct {
 
 	bgmu sync.Mutex
 	bg   map[chan struct{}]struct{} // constructs going on after their caller gave up
+
+	globals *devGlobals // declare target variables (declare.go); nil if none
 }
 
 // Lost returns why the device stopped working, or nil while it works: what
@@ -344,6 +346,9 @@ func (d *Device) target(w *work, k *plugin.Kernel, args []KernelArg) {
 		if w.first != nil {
 			break
 		}
+	}
+	if w.first == nil && d.globals != nil {
+		d.bindLinks(w) // declare target link variables (declare.go)
 	}
 	if w.first == nil {
 		if d.log.On(InfoKernels) {

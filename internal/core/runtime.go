@@ -64,6 +64,10 @@ func Start(cfg Config) (*Runtime, error) {
 		d.Info = d.Dev.Info()
 		d.traceOps()
 	}
+	if err := r.declareGlobals(); err != nil { // declare target variables (declare.go)
+		r.Stop()
+		return nil, err
+	}
 	r.Log.Printf(InfoOffload, -1, "OMP_TARGET_OFFLOAD=%s, %d devices, default device %d, initial device %d, image %s with %d kernels",
 		cfg.Policy, n, cfg.DefaultDevice, n, r.Image.Digest, len(r.Image.Kernels))
 	for _, d := range r.Devices {
@@ -207,6 +211,7 @@ func (r *Runtime) Stop() error {
 	if r.Initial != nil {
 		r.Initial.pool.Close()
 	}
+	r.dropGlobals()
 	if r.trace != nil {
 		for _, d := range r.Devices {
 			r.trace.Name(d.Num, fmt.Sprintf("%s: %s (pid %d)", d.Label(), d.Info.Name, d.Info.PID))

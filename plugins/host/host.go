@@ -238,6 +238,7 @@ func (d *device) Close() error {
 	d.closed = true
 	d.mu.Unlock()
 	d.pool.Close()
+	plugin.DropGlobals(d.pool) // the declare target variables' bindings
 	d.mem.Reset()
 	return nil
 }

@@ -127,6 +127,7 @@ func (s *session) close() {
 		q.Close()
 	}
 	s.pool.Close()
+	plugin.DropGlobals(s.pool) // the declare target variables' bindings
 	s.mem.Reset()
 }
 
