@@ -53,7 +53,7 @@ const (
 
 // benchCompute sets y[i] = computeElem(x[i], iters), split over the
 // device's cores.
-var benchCompute = offload.MustKernel("bench.compute", func(ctx offload.Ctx, iters int32, x, y []float64) {
+var benchCompute = offload.MustKernel3("bench.compute", func(ctx offload.Ctx, iters int32, x offload.In[float64], y offload.Out[float64]) {
 	ctx.For(len(y), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			y[i] = computeElem(x[i], int(iters))
@@ -112,7 +112,7 @@ func asyncChain(env *Env, base func(n int) error, metric string, dev func(i int)
 			t0 := time.Now()
 			last := uint64(0)
 			for i := range chainLen {
-				t := offload.On(dev(i)).Nowait(offload.DependInOut(x)).Run(benchEmpty)
+				t := benchEmpty.Nowait(offload.On(dev(i)).Nowait(offload.DependInOut(x)))
 				if t.ID() <= last { // created, in order
 					if err := t.Wait(); err != nil {
 						return err
@@ -200,8 +200,7 @@ func asyncCompute(env *Env) (err error) {
 			var g offload.Group
 			for d := range 2 {
 				lo, hi := d*computeElems/2, (d+1)*computeElems/2
-				offload.On(d).Nowait(offload.DependOut(y[lo:hi])).In(&g).
-					Run(benchCompute, int32(computeIters), offload.To(x[lo:hi]), offload.From(y[lo:hi]))
+				benchCompute.Nowait(offload.On(d).Nowait(offload.DependOut(y[lo:hi])).In(&g), int32(computeIters), x[lo:hi], y[lo:hi])
 			}
 			if err := g.Wait(ctx); err != nil {
 				return err
@@ -212,7 +211,7 @@ func asyncCompute(env *Env) (err error) {
 	one := func(d int) func(n int) error {
 		return func(n int) error {
 			for range n {
-				if err := offload.On(d).Run(benchCompute, int32(computeIters), offload.To(x), offload.From(y)); err != nil {
+				if err := benchCompute.Run(offload.On(d), int32(computeIters), x, y); err != nil {
 					return err
 				}
 			}

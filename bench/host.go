@@ -16,11 +16,11 @@ func init() { register("host", Suite{Devices: "host", Run: runHost}) }
 
 var (
 	// benchEmpty is the empty kernel of host.empty_region.
-	benchEmpty = offload.MustKernel("bench.empty", func() {})
+	benchEmpty = offload.MustKernel0("bench.empty", func(offload.Ctx) {})
 	// benchTouch increments the first byte of its buffer: the kernel of the
 	// mapping regions, cheap, and enough to check afterwards that the data
 	// really went to the device and back the expected number of times.
-	benchTouch = offload.MustKernel("bench.touch", func(x []byte) { x[0]++ })
+	benchTouch = offload.MustKernel1("bench.touch", func(_ offload.Ctx, x offload.InOut[byte]) { x[0]++ }).Named("buf")
 )
 
 const (
@@ -53,7 +53,7 @@ func runHost(env *Env) error {
 func hostEmptyRegion(env *Env, dev offload.Device) error {
 	t, err := env.Measure(func(n int) error {
 		for range n {
-			if err := dev.Run(benchEmpty); err != nil {
+			if err := benchEmpty.Run(dev); err != nil {
 				return err
 			}
 		}
@@ -78,7 +78,7 @@ func hostMapToFrom(env *Env, dev offload.Device) error {
 	runs := 0
 	region := func(n int) error {
 		for range n {
-			if err := dev.Run(benchTouch, offload.ToFrom(buf).Named("buf")); err != nil {
+			if err := benchTouch.Run(dev, buf); err != nil {
 				return err
 			}
 		}
@@ -117,7 +117,7 @@ func hostPresentRegion(env *Env, dev offload.Device) error {
 	runs := 0
 	t, err := env.Measure(func(n int) error {
 		for range n {
-			if err := dev.Run(benchTouch, offload.ToFrom(buf).Named("buf")); err != nil {
+			if err := benchTouch.Run(dev, buf); err != nil {
 				return err
 			}
 		}

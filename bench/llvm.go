@@ -39,13 +39,13 @@ const clangPeer = "clang-22"
 var peerSource []byte
 
 // benchSaxpy is peer.saxpy_*'s kernel: y += a*x over the device's cores.
-var benchSaxpy = offload.MustKernel("bench.saxpy", func(ctx offload.Ctx, a float32, x, y []float32) {
+var benchSaxpy = offload.MustKernel3("bench.saxpy", func(ctx offload.Ctx, a float32, x offload.In[float32], y offload.InOut[float32]) {
 	ctx.For(len(y), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			y[i] += a * x[i]
 		}
 	})
-})
+}).Named("a", "x", "y")
 
 // peerWorkload is one workload: run does n operations on dev and returns
 // the time per operation.
@@ -131,12 +131,12 @@ func timeOps(n int, op func() error) (float64, error) {
 
 var peerWorkloads = []peerWorkload{
 	{"empty_region", func(dev offload.Device, n int) (float64, error) {
-		return timeOps(n, func() error { return dev.Run(benchEmpty) })
+		return timeOps(n, func() error { return benchEmpty.Run(dev) })
 	}},
 	{"map_tofrom_64MiB", func(dev offload.Device, n int) (float64, error) {
 		buf := fill(make([]byte, size64MiB))
 		start := buf[0]
-		t, err := timeOps(n, func() error { return dev.Run(benchTouch, offload.ToFrom(buf).Named("buf")) })
+		t, err := timeOps(n, func() error { return benchTouch.Run(dev, buf) })
 		if err == nil && buf[0] != start+byte(n) {
 			err = fmt.Errorf("buf[0] = %d after %d regions, want %d", buf[0], n, start+byte(n))
 		}
@@ -148,7 +148,7 @@ var peerWorkloads = []peerWorkload{
 		if err := dev.EnterData(offload.To(buf).Named("buf")); err != nil {
 			return 0, err
 		}
-		t, err := timeOps(n, func() error { return dev.Run(benchTouch, offload.ToFrom(buf).Named("buf")) })
+		t, err := timeOps(n, func() error { return benchTouch.Run(dev, buf) })
 		if xerr := dev.ExitData(offload.From(buf).Named("buf")); err == nil {
 			err = xerr
 		}
@@ -191,7 +191,7 @@ func peerSaxpy(dev offload.Device, n, m int) (float64, error) {
 	}
 	const a = 2.5
 	t, err := timeOps(n, func() error {
-		return dev.Run(benchSaxpy, float32(a), offload.To(x).Named("x"), offload.ToFrom(y).Named("y"))
+		return benchSaxpy.Run(dev, float32(a), x, y)
 	})
 	for i := 0; err == nil && i < m; i += m/7 + 1 {
 		if want := float32(n) * a * x[i]; math.Abs(float64(y[i]-want)) > 1e-3*math.Abs(float64(want)) {

@@ -43,7 +43,7 @@ func runMPI(env *Env) error {
 	// launch_rtt: a synchronous target region with an empty kernel.
 	region := func(n int) error {
 		for range n {
-			if err := dev.Run(benchEmpty); err != nil {
+			if err := benchEmpty.Run(dev); err != nil {
 				return err
 			}
 		}

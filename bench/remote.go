@@ -82,7 +82,7 @@ func withPeer(role string, sp spin, f func(p *peer) error, env ...string) (err e
 func remoteLaunch(env *Env, dev offload.Device) error {
 	region := func(n int) error {
 		for range n {
-			if err := dev.Run(benchEmpty); err != nil {
+			if err := benchEmpty.Run(dev); err != nil {
 				return err
 			}
 		}
