@@ -166,3 +166,16 @@ func BenchmarkLaunch3(b *testing.B) {
 		}
 	})
 }
+
+var benchEmpty0 = offload.MustKernel0("benchtest.empty0", func(offload.Ctx) {})
+
+// BenchmarkEmptyRegionTyped is BenchmarkEmptyRegion with a typed kernel,
+// called without reflection.
+func BenchmarkEmptyRegionTyped(b *testing.B) {
+	dev := startBench(b)
+	for b.Loop() {
+		if err := benchEmpty0.Run(dev); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
