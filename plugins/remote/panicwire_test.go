@@ -38,3 +38,27 @@ func TestPanicOnTheWire(t *testing.T) {
 		t.Errorf("garbage: %q", got)
 	}
 }
+
+// FuzzDecodeErr: any error text from a peer decodes without panicking; a
+// text that carries a kernel panic gives one whose fields are strings of
+// the text, and the error's own text never holds the marker.
+func FuzzDecodeErr(f *testing.F) {
+	kp := &plugin.KernelPanic{Kernel: "k", Value: "v", At: "k.go:3", Stack: "main.k()\n"}
+	f.Add(uint8(0), withErr(&proto.Msg{}, fmt.Errorf("device 1: %w", kp)).Text)
+	f.Add(uint8(1), "plain text")
+	f.Add(uint8(2), "x"+panicMark+"{\"kernel\":")
+	f.Add(uint8(3), panicMark+panicMark+"{}")
+	f.Fuzz(func(t *testing.T, code uint8, text string) {
+		err := decodeErr(code, text)
+		if err == nil {
+			return
+		}
+		if strings.Contains(err.Error(), panicMark) {
+			t.Fatalf("decoded text %q keeps the marker", err.Error())
+		}
+		var back *plugin.KernelPanic
+		if errors.As(err, &back) && back.Kernel != "" && !strings.Contains(text, strings.TrimSpace(back.Kernel)) && !strings.Contains(text, "\\") {
+			t.Fatalf("kernel %q is not from the text %q", back.Kernel, text)
+		}
+	})
+}
