@@ -1,0 +1,198 @@
+package core
+
+import (
+	"slices"
+	"sync"
+	"unsafe"
+
+	"github.com/google/btree"
+)
+
+// DepKind is a depend clause's type.
+type DepKind int
+
+// Dependence types of OpenMP's depend clause.
+const (
+	DepIn DepKind = iota
+	DepOut
+	DepInOut
+)
+
+// Dep is one depend clause: a host address (a buffer's first byte, or any
+// address the program names) and its type.
+type Dep struct {
+	Kind DepKind
+	Addr uintptr
+	// Size is the bytes the object covers from Addr (at least 1 is
+	// assumed): dependencies on objects that overlap are ordered as if they
+	// named the same object, whatever their start addresses.
+	Size uintptr
+	Keep unsafe.Pointer // keeps the object alive while tasks refer to it
+}
+
+// depState is the dependence history of one address: the last task that
+// wrote it, and the tasks that read it since. An address is forgotten once
+// no live task names it and its history holds no failure still to report.
+type depState struct {
+	out     *Task
+	ins     []*Task
+	refs    int // live tasks that name the address
+	pruneAt int // prune finished readers when ins grows this long
+	keep    unsafe.Pointer
+	// addr and end are the bytes the objects named at addr cover (the
+	// largest of them), for the search of overlapping objects.
+	addr, end uintptr
+}
+
+// tasks is the runtime's task bookkeeping.
+type tasks struct {
+	mu   sync.Mutex
+	deps map[uintptr]*depState
+	// byAddr orders the histories by address, to find those of objects
+	// that overlap a new dependence; maxLen bounds their lengths (it
+	// starts again from 0 when no history is left).
+	byAddr *btree.BTreeG[*depState]
+	maxLen uintptr
+	lo, hi depState // the bounds of a search, kept to allocate nothing
+	live   map[*Task]struct{}
+	// failed are the failures not reported yet (a task's own; dependents
+	// share their predecessor's).
+	failed map[*failure]struct{}
+}
+
+func finished(t *Task) bool {
+	select {
+	case <-t.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// holds reports whether a finished task must stay in a history: it failed
+// and its failure was not reported yet. Called with tasks.mu held.
+func holds(t *Task) bool { return t.err != nil && !t.fail.reported }
+
+// register numbers t and returns its predecessors under OpenMP's rules: in
+// after out waits; out and inout wait for the last out and every in since.
+// A finished predecessor counts only if it failed and its failure was not
+// reported yet: its dependents fail with ErrDependency.
+func (r *Runtime) register(t *Task, deps []Dep) []*Task {
+	ts := &r.tasks
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.deps == nil {
+		ts.deps = map[uintptr]*depState{}
+		ts.byAddr = btree.NewG(16, func(a, b *depState) bool { return a.addr < b.addr })
+		ts.live = map[*Task]struct{}{}
+		ts.failed = map[*failure]struct{}{}
+	}
+	t.ID = r.ids.Add(1)
+	t.rt = r
+	ts.live[t] = struct{}{}
+	var preds []*Task
+	var seen map[*Task]bool // a write after many reads: no quadratic search
+	add := func(p *Task) {
+		if p == nil || p == t || (finished(p) && !holds(p)) || seen[p] || (seen == nil && slices.Contains(preds, p)) {
+			return
+		}
+		if preds = append(preds, p); seen == nil && len(preds) > 16 {
+			seen = make(map[*Task]bool, 2*len(preds))
+			for _, q := range preds {
+				seen[q] = true
+			}
+		} else if seen != nil {
+			seen[p] = true
+		}
+	}
+	for _, d := range deps {
+		t.addrs = append(t.addrs, d.Addr)
+		st := ts.deps[d.Addr]
+		if st == nil {
+			st = &depState{keep: d.Keep, pruneAt: 8, addr: d.Addr, end: d.Addr}
+			ts.deps[d.Addr] = st
+			ts.byAddr.ReplaceOrInsert(st)
+		}
+		end := d.Addr + max(d.Size, 1)
+		if end < d.Addr { // wrapped
+			end = ^uintptr(0)
+		}
+		st.end = max(st.end, end)
+		ts.maxLen = max(ts.maxLen, st.end-st.addr)
+		st.refs++
+		ts.overlapping(st, func(o *depState) { // objects at other addresses
+			add(o.out)
+			if d.Kind != DepIn {
+				for _, in := range o.ins {
+					add(in)
+				}
+			}
+		})
+		add(st.out)
+		if d.Kind == DepIn {
+			if len(st.ins) >= st.pruneAt { // amortized: prune when it doubled
+				st.ins = slices.DeleteFunc(st.ins, func(in *Task) bool { return finished(in) && !holds(in) })
+				st.pruneAt = max(8, 2*len(st.ins))
+			}
+			st.ins = append(st.ins, t)
+			continue
+		}
+		for _, in := range st.ins {
+			add(in)
+		}
+		st.out, st.ins, st.pruneAt = t, nil, 8
+	}
+	return preds
+}
+
+// settle forgets what addr's history no longer needs, once no live task
+// names the address; an empty history is removed. Called with mu held.
+func (ts *tasks) settle(addr uintptr, st *depState) {
+	if st.refs > 0 {
+		return
+	}
+	if st.out != nil && !holds(st.out) {
+		st.out = nil
+	}
+	st.ins = slices.DeleteFunc(st.ins, func(in *Task) bool { return !holds(in) })
+	if st.out == nil && len(st.ins) == 0 {
+		delete(ts.deps, addr)
+		ts.byAddr.Delete(st)
+		if len(ts.deps) == 0 {
+			ts.maxLen = 0
+		}
+	}
+}
+
+// overlapping calls f with every history other than st whose objects
+// overlap st's: they start before st's end and end after its start. Called
+// with mu held.
+func (ts *tasks) overlapping(st *depState, f func(*depState)) {
+	lo := uintptr(0)
+	if st.addr > ts.maxLen {
+		lo = st.addr - ts.maxLen
+	}
+	ts.lo.addr, ts.hi.addr = lo, st.end
+	ts.byAddr.AscendRange(&ts.lo, &ts.hi, func(o *depState) bool {
+		if o != st && o.end > st.addr {
+			f(o)
+		}
+		return true
+	})
+}
+
+// reportLocked marks f reported: Taskwait no longer returns it, and the
+// dependence history forgets it, so new tasks on the same objects run.
+func (ts *tasks) reportLocked(f *failure) {
+	if f.reported {
+		return
+	}
+	f.reported = true
+	delete(ts.failed, f)
+	for addr := range f.addrs {
+		if st := ts.deps[addr]; st != nil {
+			ts.settle(addr, st)
+		}
+	}
+	f.addrs = nil
+}
