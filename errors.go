@@ -2,7 +2,7 @@ package offload
 
 import (
 	"github.com/goffload/offload/internal/core"
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 // Errors returned by the runtime, wrapped with detail; compare with

@@ -5,7 +5,7 @@ import (
 	"reflect"
 
 	"github.com/goffload/offload/internal/core"
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 // Ctx is the optional first parameter of a kernel. It tells where the kernel

@@ -9,7 +9,7 @@ import (
 
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/hostmem"
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 // ErrOutOfMemory: an allocation the device cannot hold, such as one larger

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/goffload/offload"
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 // A device kind whose devices cannot be opened, like a remote machine that

@@ -7,7 +7,7 @@ import (
 	"reflect"
 
 	"github.com/goffload/offload/internal/core"
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 // WithContext returns d bound to ctx: its synchronous constructs (Run,

@@ -6,7 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/goffload/offload/internal/core"
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 //go:generate go run ./internal/gen/typed

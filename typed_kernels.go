@@ -2,7 +2,7 @@
 
 package offload
 
-import "github.com/goffload/offload/internal/plugin"
+import "github.com/goffload/offload/plugin"
 
 // Kernel0 is a kernel of 0 parameters after its Ctx, launched with
 // arguments the compiler checks. Make one with NewKernel0 or MustKernel0.

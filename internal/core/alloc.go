@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"weak"
 
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 // The live allocations that the memory routines (omp_target_alloc) made on

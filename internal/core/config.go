@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/goffload/offload/internal/hostmem"
-	"github.com/goffload/offload/internal/plugin"
 	"github.com/goffload/offload/internal/workpool"
+	"github.com/goffload/offload/plugin"
 )
 
 // Policy is OMP_TARGET_OFFLOAD.

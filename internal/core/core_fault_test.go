@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 var errInjected = errors.New("injected by the test")

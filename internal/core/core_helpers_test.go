@@ -15,7 +15,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 // The fake kind: "fake:ID" opens the devices a test registered under ID.

@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/goffload/offload/internal/plugin"
 	"github.com/goffload/offload/internal/workpool"
+	"github.com/goffload/offload/plugin"
 )
 
 // Device is one entry of the runtime's device table: a plugin device and its
@@ -166,14 +166,14 @@ type work struct {
 	q      plugin.Queue
 	op     string
 	task   uint64
-	nowait bool // a task's work, not a synchronous construct's
+	nowait bool           // a task's work, not a synchronous construct's
 	used   []*Entry       // entries the work uses, done when it is over (use)
 	after  []func() error // work after the queue's, before the uses end (staged copies)
 	undo   []func()       // if the construct fails, before the uses end (enter data)
 	// usedBuf holds used for a construct of a few buffers.
 	usedBuf [4]*Entry
-	first  error
-	dep    *failure // the predecessor's failure, if first is a dependency error
+	first   error
+	dep     *failure // the predecessor's failure, if first is a dependency error
 	// inline is the queue, if it runs the work inline (begin), until done.
 	inline plugin.InlineQueue
 }

@@ -13,8 +13,8 @@ import (
 	"unsafe"
 
 	"github.com/goffload/offload/internal/opqueue"
-	"github.com/goffload/offload/internal/plugin"
 	"github.com/goffload/offload/internal/workpool"
+	"github.com/goffload/offload/plugin"
 )
 
 // fakeOp is a kind of operation the fake counts, scripts and records.

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/goffload/offload/internal/plugin"
 	"github.com/goffload/offload/internal/workpool"
+	"github.com/goffload/offload/plugin"
 )
 
 // Runtime is a started device table.

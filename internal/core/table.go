@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/btree"
 
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 // infRef is the reference count of entries made by Associate: maps never

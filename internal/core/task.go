@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 // ErrDependency is wrapped by the error of a task that did not run because
@@ -247,7 +247,7 @@ var runAsTaskName = runtime.FuncForPC(reflect.ValueOf(runAsTask).Pointer()).Name
 // (plugin's kernel runners, the worker pool): inside a kernel is inside a
 // task too.
 const (
-	kernelRunnerName = "github.com/goffload/offload/internal/plugin.(*runner).loop"
+	kernelRunnerName = "github.com/goffload/offload/plugin.(*runner).loop"
 	poolWorkerName   = "github.com/goffload/offload/internal/workpool.(*Pool).worker"
 )
 

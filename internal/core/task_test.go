@@ -9,8 +9,8 @@ import (
 
 	"errors"
 	"fmt"
-	"github.com/goffload/offload/internal/plugin"
 	"github.com/goffload/offload/internal/workpool"
+	"github.com/goffload/offload/plugin"
 	"strings"
 	"testing"
 	"unsafe"

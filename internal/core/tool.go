@@ -3,7 +3,7 @@ package core
 import (
 	"time"
 
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 // Tool receives the runtime's events as they happen, the role OMPT plays

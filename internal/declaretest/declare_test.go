@@ -13,7 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/goffload/offload"
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 // The device processes that tests start (local:N) are this test binary.

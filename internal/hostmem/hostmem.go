@@ -16,7 +16,7 @@ import (
 
 	"github.com/google/btree"
 
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 // allocation is one block of device memory.

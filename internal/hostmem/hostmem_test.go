@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 // TestImpossibleSizes: sizes the machine cannot hold are refused with

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 // Errors, as the plugin contract names them.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 func TestOrderErrorsAndMarks(t *testing.T) {

@@ -1,6 +1,6 @@
 package host
 
-import "github.com/goffload/offload/internal/plugin"
+import "github.com/goffload/offload/plugin"
 
 // PoolStats reports the bytes a host device keeps in its pool of freed
 // blocks, the pool's limit, and the bytes in live allocations, for tests.

@@ -17,8 +17,8 @@ import (
 
 	"github.com/goffload/offload/internal/hostmem"
 	"github.com/goffload/offload/internal/opqueue"
-	"github.com/goffload/offload/internal/plugin"
 	"github.com/goffload/offload/internal/workpool"
+	"github.com/goffload/offload/plugin"
 )
 
 // DefaultPoolThreshold is the largest freed block a host device keeps for

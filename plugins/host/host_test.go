@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goffload/offload/internal/plugin"
-	"github.com/goffload/offload/internal/plugin/plugintest"
+	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/plugintest"
 	"github.com/goffload/offload/plugins/host"
 )
 

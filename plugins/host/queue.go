@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload/internal/opqueue"
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 // queue is an in-order queue whose operations run on a goroutine of their

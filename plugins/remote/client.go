@@ -11,7 +11,7 @@ import (
 
 	"github.com/goffload/offload/internal/hostmem"
 	"github.com/goffload/offload/internal/opqueue"
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 

@@ -3,8 +3,8 @@ package remote_test
 import (
 	"testing"
 
-	"github.com/goffload/offload/internal/plugin"
-	"github.com/goffload/offload/internal/plugin/plugintest"
+	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/plugintest"
 )
 
 // TestConformance runs the shared plugin suite on two local device

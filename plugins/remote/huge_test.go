@@ -9,7 +9,7 @@ package remote_test
 import (
 	"testing"
 
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 // TestHugeTransfer moves a buffer over 2 GiB to a device process and back.

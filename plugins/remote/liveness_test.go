@@ -2,7 +2,7 @@ package remote
 
 import (
 	"errors"
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 	"sync"
 	"testing"
 	"time"

@@ -15,8 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/goffload/offload/internal/plugin"
 	"github.com/goffload/offload/internal/workpool"
+	"github.com/goffload/offload/plugin"
 )
 
 // Environment of a device process, set by the host that starts it.

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload/internal/mpi"
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 

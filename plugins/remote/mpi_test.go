@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/goffload/offload/internal/mpi"
-	"github.com/goffload/offload/internal/plugin"
-	"github.com/goffload/offload/internal/plugin/plugintest"
+	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/plugintest"
 )
 
 // The tests here run inside an MPI job: TestMPIJobs (mpijob_test.go) starts

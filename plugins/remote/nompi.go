@@ -8,7 +8,7 @@ import (
 	"sync"
 
 	"github.com/goffload/offload/internal/mpi"
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 // Without the mpi build tag there are no MPI devices: the kind is there to

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/goffload/offload/internal/opqueue"
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 

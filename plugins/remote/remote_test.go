@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote"
 )
 

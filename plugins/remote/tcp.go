@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 

@@ -32,7 +32,7 @@ func generate() ([]byte, error) {
 
 package offload
 
-import "github.com/goffload/offload/internal/plugin"
+import "github.com/goffload/offload/plugin"
 `)
 	for n := 0; n <= maxParams; n++ {
 		write(&b, n)

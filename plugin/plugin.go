@@ -1,13 +1,41 @@
 // Package plugin is the contract between the goffload runtime core and the
 // device kinds (host, remote, cuda, …), in the way database/sql/driver is
-// the contract between database/sql and its drivers.
+// the contract between database/sql and its drivers. Programs use package
+// offload; this package is for those who write a device kind, in this
+// module or outside it.
 //
-// A device kind registers itself with [RegisterKind] from an init function.
-// The core opens devices through it, loads the kernel image, and then drives
-// each device through [Device], [Queue] and [Event]. Optional capabilities are
-// separate interfaces found by type assertion.
+// # Writing a device kind
 //
-// Every kind must pass the conformance suite in package plugintest.
+// A kind registers itself with [RegisterKind] from an init function of its
+// package, which programs import for its side effect (as database/sql
+// drivers are imported). Its [Kind] says how devices are opened: Open for
+// the items of GOFFLOAD_DEVICES that name the kind ("mykind" or
+// "mykind:ARG"), Discover for the devices found when GOFFLOAD_DEVICES is
+// unset. The core then loads the kernel image on each device ([Device.Load])
+// and drives it through [Device], [Queue] and [Event]:
+//
+//   - Memory: Alloc and Free, device addresses as [Ptr]; any address inside
+//     a live allocation must be accepted.
+//   - Queues: in-order streams of Submit, Retrieve, Exchange, Launch, Record
+//     and Wait; errors put the queue in an error state that Synchronize or
+//     Query returns and clears.
+//   - Events: recorded on a queue, waited on by other queues of the device
+//     (of other devices, with [ForeignEventWaiter]) and by the host.
+//   - Kernels: the [Image] holds the program's registered kernels in the same
+//     order in every process; a queue runs one with [Kernel.Launch], which
+//     decodes the [Arg]s over the device's memory (a [Mem]) and calls the Go
+//     body with a [KernelCtx] (made with [NewKernelCtx] over a [Pool]). A kind
+//     that cannot run Go code (a GPU) launches the kernel's device code
+//     instead, and refuses kernels that have none.
+//
+// Optional capabilities are separate interfaces found by type assertion, as
+// database/sql/driver's are: [ForeignEventWaiter], [LostReporter],
+// [Tracer], [TaggedQueue], [InlineQueue], [FireNotifier]. A kind implements
+// those it can do better than the core's fallback.
+//
+// Every kind must pass the conformance suite in package plugintest: its
+// tests call plugintest.Run with a function that opens devices of the kind.
+// The suite checks each optional interface the kind's values implement.
 package plugin
 
 import (

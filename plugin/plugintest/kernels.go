@@ -5,7 +5,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 // kctx is the kernel context as the suite's kernels see it; *plugin.KernelCtx

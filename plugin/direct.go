@@ -61,4 +61,3 @@ func (k *Kernel) ArgCountError(n int) error {
 func (k *Kernel) ScalarError(i int, a Arg) error {
 	return fmt.Errorf("%w: kernel %q argument %d: got %T, want %s", ErrBadKernel, k.Name, i, a.Scalar, k.Params[i].Type)
 }
-

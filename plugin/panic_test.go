@@ -8,8 +8,8 @@ func TestTrimStack(t *testing.T) {
 	stack := `goroutine 7 [running]:
 runtime/debug.Stack()
 	/go/src/runtime/debug/stack.go:26 +0x5e
-github.com/goffload/offload/internal/plugin.(*Kernel).run.func1()
-	/m/internal/plugin/kernel.go:313 +0x1
+github.com/goffload/offload/plugin.(*Kernel).run.func1()
+	/m/plugin/kernel.go:313 +0x1
 panic({0x1, 0x2})
 	/go/src/runtime/panic.go:791 +0x132
 runtime.goPanicIndex(0x5, 0x4)
@@ -26,10 +26,10 @@ reflect.Value.call({0x1, 0x2, 0x13}, {0x5, 0x4}, {0x3, 0x3, 0x3})
 	/go/src/reflect/value.go:581 +0xca6
 reflect.Value.Call({0x1, 0x2, 0x13}, {0x3, 0x3, 0x3})
 	/go/src/reflect/value.go:365 +0xb9
-github.com/goffload/offload/internal/plugin.(*runner).loop(0x1)
-	/m/internal/plugin/kernel.go:274 +0x1
-created by github.com/goffload/offload/internal/plugin.getRunner in goroutine 6
-	/m/internal/plugin/kernel.go:262 +0x1
+github.com/goffload/offload/plugin.(*runner).loop(0x1)
+	/m/plugin/kernel.go:274 +0x1
+created by github.com/goffload/offload/plugin.getRunner in goroutine 6
+	/m/plugin/kernel.go:262 +0x1
 `
 	want := `example.com/prog.helper(...)
 	/p/prog.go:9

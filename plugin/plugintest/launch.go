@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 // scalarSet is one set of values for the scalars kernel, in parameter order.

@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 func (e *env) testAlloc(t *testing.T) {

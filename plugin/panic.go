@@ -97,6 +97,7 @@ func internalFrame(fn string) bool {
 		return true
 	case strings.HasPrefix(fn, mod+"."), // package offload
 		strings.HasPrefix(fn, mod+"/internal/"),
+		strings.HasPrefix(fn, mod+"/plugin."), // the plugin contract
 		strings.HasPrefix(fn, mod+"/plugins/"):
 		return true
 	}

@@ -16,7 +16,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 // timeout bounds every blocking call of the suite, so that a plugin that

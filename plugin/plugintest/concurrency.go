@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 func (e *env) testConcurrency(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 // testTracer checks the optional timing of queue operations (plugin.Tracer

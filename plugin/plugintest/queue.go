@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goffload/offload/internal/plugin"
+	"github.com/goffload/offload/plugin"
 )
 
 func (e *env) testQueueOrder(t *testing.T) {

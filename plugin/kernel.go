@@ -337,9 +337,18 @@ type KernelCtx struct {
 	pool   *workpool.Pool
 }
 
+// Pool is a set of worker goroutines that a kernel's parallel loops
+// (ctx.For) split over: one per core of the device. A CPU device kind makes
+// one per device with NewPool and closes it with the device.
+type Pool = workpool.Pool
+
+// NewPool returns a pool of the given number of workers (at least 1; more
+// than workpool's maximum are cut to it).
+func NewPool(workers int) *Pool { return workpool.New(workers) }
+
 // NewKernelCtx returns the context for a kernel running on device number
 // device with pool's workers.
-func NewKernelCtx(device int, pool *workpool.Pool) *KernelCtx {
+func NewKernelCtx(device int, pool *Pool) *KernelCtx {
 	return &KernelCtx{device: device, pool: pool}
 }
 
