@@ -171,3 +171,20 @@ func checkTags(name string, fn any) error {
 	}
 	return nil
 }
+
+// PTX gives the kernel device code for NVIDIA GPUs: a PTX image and the
+// name of its entry point, which takes the kernel's parameters after the
+// Ctx in order (scalars by value, slices as device pointers; pass lengths
+// as scalar parameters). A CUDA device launches it instead of the Go body,
+// which the other devices keep running. Call it at package init, with the
+// registration; it panics if the runtime is started or the code is empty.
+//
+//	//go:embed saxpy.ptx
+//	var saxpyPTX []byte
+//	var Saxpy = offload.MustKernel4("saxpy", saxpyGo).PTX(saxpyPTX, "saxpy")
+func (k *Kernel) PTX(image []byte, entry string) *Kernel {
+	if err := k.k.SetCode(plugin.DeviceCode{Format: "ptx", Image: image, Entry: entry}); err != nil {
+		panic(err)
+	}
+	return k
+}

@@ -64,6 +64,12 @@ func (k Kernel0) Named(names ...string) Kernel0 {
 	return k
 }
 
+// PTX gives the kernel device code for NVIDIA GPUs; see Kernel.PTX.
+func (k Kernel0) PTX(image []byte, entry string) Kernel0 {
+	k.k.PTX(image, entry)
+	return k
+}
+
 // Kernel is the kernel's untyped form, for Device.Run and Async.Run.
 func (k Kernel0) Kernel() *Kernel { return k.k }
 
@@ -127,6 +133,12 @@ func (k Kernel1[A]) With(maps ...Map) Kernel1[A] {
 //	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
 func (k Kernel1[A]) Named(names ...string) Kernel1[A] {
 	k.o.names = names
+	return k
+}
+
+// PTX gives the kernel device code for NVIDIA GPUs; see Kernel.PTX.
+func (k Kernel1[A]) PTX(image []byte, entry string) Kernel1[A] {
+	k.k.PTX(image, entry)
 	return k
 }
 
@@ -197,6 +209,12 @@ func (k Kernel2[A, B]) With(maps ...Map) Kernel2[A, B] {
 //	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
 func (k Kernel2[A, B]) Named(names ...string) Kernel2[A, B] {
 	k.o.names = names
+	return k
+}
+
+// PTX gives the kernel device code for NVIDIA GPUs; see Kernel.PTX.
+func (k Kernel2[A, B]) PTX(image []byte, entry string) Kernel2[A, B] {
+	k.k.PTX(image, entry)
 	return k
 }
 
@@ -273,6 +291,12 @@ func (k Kernel3[A, B, C]) With(maps ...Map) Kernel3[A, B, C] {
 //	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
 func (k Kernel3[A, B, C]) Named(names ...string) Kernel3[A, B, C] {
 	k.o.names = names
+	return k
+}
+
+// PTX gives the kernel device code for NVIDIA GPUs; see Kernel.PTX.
+func (k Kernel3[A, B, C]) PTX(image []byte, entry string) Kernel3[A, B, C] {
+	k.k.PTX(image, entry)
 	return k
 }
 
@@ -355,6 +379,12 @@ func (k Kernel4[A, B, C, D]) With(maps ...Map) Kernel4[A, B, C, D] {
 //	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
 func (k Kernel4[A, B, C, D]) Named(names ...string) Kernel4[A, B, C, D] {
 	k.o.names = names
+	return k
+}
+
+// PTX gives the kernel device code for NVIDIA GPUs; see Kernel.PTX.
+func (k Kernel4[A, B, C, D]) PTX(image []byte, entry string) Kernel4[A, B, C, D] {
+	k.k.PTX(image, entry)
 	return k
 }
 
@@ -441,6 +471,12 @@ func (k Kernel5[A, B, C, D, E]) With(maps ...Map) Kernel5[A, B, C, D, E] {
 //	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
 func (k Kernel5[A, B, C, D, E]) Named(names ...string) Kernel5[A, B, C, D, E] {
 	k.o.names = names
+	return k
+}
+
+// PTX gives the kernel device code for NVIDIA GPUs; see Kernel.PTX.
+func (k Kernel5[A, B, C, D, E]) PTX(image []byte, entry string) Kernel5[A, B, C, D, E] {
+	k.k.PTX(image, entry)
 	return k
 }
 
@@ -531,6 +567,12 @@ func (k Kernel6[A, B, C, D, E, F]) With(maps ...Map) Kernel6[A, B, C, D, E, F] {
 //	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
 func (k Kernel6[A, B, C, D, E, F]) Named(names ...string) Kernel6[A, B, C, D, E, F] {
 	k.o.names = names
+	return k
+}
+
+// PTX gives the kernel device code for NVIDIA GPUs; see Kernel.PTX.
+func (k Kernel6[A, B, C, D, E, F]) PTX(image []byte, entry string) Kernel6[A, B, C, D, E, F] {
+	k.k.PTX(image, entry)
 	return k
 }
 
@@ -625,6 +667,12 @@ func (k Kernel7[A, B, C, D, E, F, G]) With(maps ...Map) Kernel7[A, B, C, D, E, F
 //	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
 func (k Kernel7[A, B, C, D, E, F, G]) Named(names ...string) Kernel7[A, B, C, D, E, F, G] {
 	k.o.names = names
+	return k
+}
+
+// PTX gives the kernel device code for NVIDIA GPUs; see Kernel.PTX.
+func (k Kernel7[A, B, C, D, E, F, G]) PTX(image []byte, entry string) Kernel7[A, B, C, D, E, F, G] {
+	k.k.PTX(image, entry)
 	return k
 }
 
@@ -723,6 +771,12 @@ func (k Kernel8[A, B, C, D, E, F, G, H]) With(maps ...Map) Kernel8[A, B, C, D, E
 //	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
 func (k Kernel8[A, B, C, D, E, F, G, H]) Named(names ...string) Kernel8[A, B, C, D, E, F, G, H] {
 	k.o.names = names
+	return k
+}
+
+// PTX gives the kernel device code for NVIDIA GPUs; see Kernel.PTX.
+func (k Kernel8[A, B, C, D, E, F, G, H]) PTX(image []byte, entry string) Kernel8[A, B, C, D, E, F, G, H] {
+	k.k.PTX(image, entry)
 	return k
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/plugin"
 )
 
 // Typed kernels: the map direction of each buffer is in its type.
@@ -221,5 +222,41 @@ func TestTypedKernelFailures(t *testing.T) {
 				t.Errorf("device %d, case %d: %v, want a KernelPanic with %q", dev.Num(), how, err, want)
 			}
 		}
+	}
+}
+
+var typedWithPTX = offload.MustKernel2("typed.withptx", func(ctx offload.Ctx, n int, x offload.InOut[float32]) {
+	for i := range x {
+		x[i]++
+	}
+}).PTX([]byte(".version 7.0\n.target sm_50\n.address_size 64\n"), "withptx")
+
+// A kernel's PTX is registered with it and travels in the kernel table;
+// the Go body still runs on CPU devices; device code cannot be added while
+// the runtime is started.
+func TestKernelPTXRegistration(t *testing.T) {
+	k, ok := plugin.LookupKernel("typed.withptx")
+	if !ok {
+		t.Fatal("typed.withptx is not registered")
+	}
+	c, ok := k.Code["ptx"]
+	if !ok || c.Entry != "withptx" || !strings.HasPrefix(string(c.Image), ".version 7.0") {
+		t.Fatalf("Code[ptx] = %+v, %v", c, ok)
+	}
+	start(t, offload.WithDevices("host"))
+	x := []float32{1}
+	if err := typedWithPTX.Run(offload.On(0), 1, x); err != nil || x[0] != 2 {
+		t.Fatalf("Run on a host device: %v, x = %v", err, x)
+	}
+	func() {
+		defer func() {
+			if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "registered after offload.Start") {
+				t.Errorf("PTX after Start: recovered %v, want a panic saying the table is sealed", r)
+			}
+		}()
+		typedWithPTX.PTX([]byte("x"), "y")
+	}()
+	if _, err := k.Code["ptx"]; !err || k.Code["ptx"].Entry != "withptx" {
+		t.Error("the refused PTX replaced the registered one")
 	}
 }

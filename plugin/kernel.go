@@ -61,8 +61,41 @@ type Kernel struct {
 	// Direct, if set, calls the body without reflection (see DirectFunc);
 	// set at registration, before any launch.
 	Direct DirectFunc
+	// Code is the kernel's device code for kinds that cannot run Go (a
+	// GPU), by format ("ptx"); set at registration, before Start.
+	Code map[string]DeviceCode
 	// Sig is the function's signature as text, part of the image digest.
 	Sig string
+}
+
+// DeviceCode is a kernel's code for one kind of device: an image in a
+// format the device loads (PTX text for "ptx") and the name of the entry
+// point in it. The entry takes the kernel's parameters in order: a scalar
+// by value, a slice as a device pointer (a slice's length is not passed:
+// give it as a scalar parameter).
+type DeviceCode struct {
+	Format string
+	Image  []byte
+	Entry  string
+}
+
+// SetCode gives k device code for format. It is meant for package init,
+// like registration: the table is sealed while a runtime is started, and
+// an error wrapping ErrSealed is returned then.
+func (k *Kernel) SetCode(c DeviceCode) error {
+	registry.Lock()
+	defer registry.Unlock()
+	if err := checkUnsealed(fmt.Sprintf("device code for kernel %q", k.Name)); err != nil {
+		return err
+	}
+	if c.Format == "" || len(c.Image) == 0 || c.Entry == "" {
+		return fmt.Errorf("%w: kernel %q: device code needs a format, an image and an entry name", ErrSignature, k.Name)
+	}
+	if k.Code == nil {
+		k.Code = map[string]DeviceCode{}
+	}
+	k.Code[c.Format] = c
+	return nil
 }
 
 // ErrSignature is wrapped by every error about a kernel's signature or name.

@@ -141,6 +141,12 @@ func (k %[1]s%[6]s) Named(names ...string) %[1]s%[6]s {
 	return k
 }
 
+// PTX gives the kernel device code for NVIDIA GPUs; see Kernel.PTX.
+func (k %[1]s%[6]s) PTX(image []byte, entry string) %[1]s%[6]s {
+	k.k.PTX(image, entry)
+	return k
+}
+
 // Kernel is the kernel's untyped form, for Device.Run and Async.Run.
 func (k %[1]s%[6]s) Kernel() *Kernel { return k.k }
 `, name, n, plural, typeParams, fn, inst, ps, call, callA, strings.Join(decode, "\n"), callArgs)
