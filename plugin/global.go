@@ -290,7 +290,7 @@ func dropKey(k instKey) {
 // BindHost makes host the copy of every variable for kernels that run with
 // pool as device number device: the initial device, whose memory is the
 // program's.
-func BindHost(pool *workpool.Pool, device int) {
+func BindHost(pool *Pool, device int) {
 	gs := registeredGlobals()
 	if len(gs) == 0 {
 		return
@@ -304,7 +304,7 @@ func BindHost(pool *workpool.Pool, device int) {
 // DropGlobals forgets the bindings of the device instance whose kernels run
 // on pool, so that its device memory is not kept: device kinds call it when
 // they close a device (or a device process's session ends).
-func DropGlobals(pool *workpool.Pool) {
+func DropGlobals(pool *Pool) {
 	if pool == nil {
 		return
 	}
