@@ -36,6 +36,24 @@
 // Every kind must pass the conformance suite in package plugintest: its
 // tests call plugintest.Run with a function that opens devices of the kind.
 // The suite checks each optional interface the kind's values implement.
+// plugin/plugintest/testdata/outside is a complete CPU kind in a module of
+// its own, written against this package alone.
+//
+// # What a kind uses
+//
+// A CPU kind (one that runs the Go bodies) needs: [RegisterKind]; [NewPool]
+// (one per device, closed with the device, then [DropGlobals]);
+// [NewKernelCtx] in Load; [Kernel.Launch] with a [Mem] over its memory;
+// the Err variables, wrapped with detail. A kind that runs device code
+// reads [Kernel.Code] and [Kernel.Params]. A kind whose kernels run in
+// another process of the program loads [CurrentImage] there, and sends a
+// [KernelPanic]'s fields back so that the host rebuilds the error.
+//
+// The rest of the package is the runtime core's side of the kernel table
+// (RegisterKernel, RegisterGlobal, Seal, Unseal, CheckUnsealed,
+// FreezeGlobals, ThawGlobals, BindHost, BindArgs, GlobalOn,
+// GlobalInstances): package offload calls them, and a kind must not (Seal
+// and Unseal guard the table of a started runtime).
 package plugin
 
 import (
