@@ -210,6 +210,17 @@ var (
 	// refuses it under every offload policy, unlike a device that is
 	// well named but cannot be reached.
 	ErrBadSpec = errors.New("malformed device spec")
+	// ErrNoDevices: the kind found no devices, for the reason the error
+	// gives (no driver installed, no GPU). Discover returns it, wrapped,
+	// instead of an empty list when the reason is worth telling: the core
+	// writes it to the info output (GOFFLOAD_INFO=offload) and goes on
+	// without the kind, under every offload policy. Open returns it for a
+	// spec that names all the devices of the kind ("cuda") when there are
+	// none: the spec then gives no devices, an error at Start only under
+	// OMP_TARGET_OFFLOAD=MANDATORY. (An Open that fails for a spec naming
+	// one device returns another error: the core keeps the device's number
+	// as an unavailable device.)
+	ErrNoDevices = errors.New("no devices")
 )
 
 // Kind is a registered device kind.
@@ -221,7 +232,8 @@ type Kind struct {
 	// ("2" in "host:2", "h:p" in "tcp://h:p"), empty if nothing follows.
 	Open func(arg string) ([]Device, error)
 	// Discover, if set, opens the devices this kind finds by itself; it is
-	// used when GOFFLOAD_DEVICES is unset. No devices is not an error.
+	// used when GOFFLOAD_DEVICES is unset. No devices is not an error: an
+	// empty list, or an error wrapping ErrNoDevices that says why.
 	Discover func() ([]Device, error)
 	// Sole, if set and true, makes discovery open this kind alone (MPI
 	// under an MPI launcher: the job's ranks are the devices).

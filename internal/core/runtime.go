@@ -122,6 +122,18 @@ func (r *Runtime) open() error {
 }
 
 func (r *Runtime) add(spec string, devs []plugin.Device, err error) error {
+	if errors.Is(err, plugin.ErrNoDevices) {
+		// A kind with no devices, saying why (no driver, no GPU): nothing
+		// to add; an error only if the program demanded them.
+		for _, pd := range devs {
+			pd.Close()
+		}
+		if r.Cfg.Policy == PolicyMandatory && r.Cfg.DevicesSet {
+			return fmt.Errorf("goffload: GOFFLOAD_DEVICES item %q: %w: %w", spec, ErrMandatory, err)
+		}
+		r.Log.Printf(InfoOffload, -1, "%s: %v", spec, err)
+		return nil
+	}
 	for _, pd := range devs {
 		r.Devices = append(r.Devices, &Device{Num: len(r.Devices), Dev: pd, tool: r.Cfg.Tool, Info: plugin.Info{Kind: strings.SplitN(spec, ":", 2)[0]}, Spec: spec, table: NewTable(), log: r.Log, ids: &r.ids})
 	}
