@@ -1,0 +1,175 @@
+package cuda
+
+import (
+	"fmt"
+	"reflect"
+	"unsafe"
+
+	"github.com/goffload/offload/plugin"
+)
+
+// blockSize is the threads per block of a launch.
+const blockSize = 256
+
+// params is a launch's parameters packed as cuLaunchKernel takes them:
+// each value at an offset aligned for its type in buf, and the pointers
+// to them (kernelParams) made from offs when the launch is issued.
+type params struct {
+	buf  []uint64 // 8-byte aligned storage
+	offs []int    // byte offset of each parameter's value
+	size []int    // its size
+}
+
+// bytes returns the packed values.
+func (p *params) bytes() []byte {
+	if len(p.buf) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&p.buf[0])), 8*len(p.buf))
+}
+
+// value returns the bytes of parameter i.
+func (p *params) value(i int) []byte {
+	return p.bytes()[p.offs[i] : p.offs[i]+p.size[i]]
+}
+
+// paramLayout returns the size and alignment of parameter p's value as a
+// PTX entry takes it: a slice is its device address (8 bytes); a scalar is
+// its bytes in Go's layout.
+func paramLayout(p plugin.Param) (size, align int) {
+	if p.Kind == plugin.Slice {
+		return 8, 8
+	}
+	return int(p.Type.Size()), p.Type.Align()
+}
+
+// pack lays out args, checked against k's parameters (count and scalar
+// types), in parameter order. It does not check slices' memory.
+func pack(k *plugin.Kernel, args []plugin.Arg) (*params, error) {
+	if len(args) != len(k.Params) {
+		return nil, k.ArgCountError(len(args))
+	}
+	p := &params{offs: make([]int, len(args)), size: make([]int, len(args))}
+	off := 0
+	for i, prm := range k.Params {
+		size, align := paramLayout(prm)
+		if size == 0 {
+			return nil, fmt.Errorf("%w: kernel %q parameter %d (%s) has size 0: a PTX entry has no parameter of size 0", plugin.ErrBadKernel, k.Name, i, prm.Type)
+		}
+		off = (off + align - 1) &^ (align - 1)
+		p.offs[i], p.size[i] = off, size
+		off += size
+	}
+	p.buf = make([]uint64, (off+7)/8)
+	if len(p.buf) == 0 {
+		return p, nil
+	}
+	base := unsafe.Pointer(&p.buf[0])
+	for i, prm := range k.Params {
+		a, at := args[i], unsafe.Add(base, p.offs[i])
+		if prm.Kind == plugin.Slice {
+			if a.Len < 0 {
+				return nil, fmt.Errorf("%w: kernel %q argument %d: negative length %d", plugin.ErrBadKernel, k.Name, i, a.Len)
+			}
+			*(*uint64)(at) = uint64(a.Ptr)
+			continue
+		}
+		if !putScalar(at, prm.Type, a.Scalar) {
+			return nil, k.ScalarError(i, a)
+		}
+	}
+	return p, nil
+}
+
+// putScalar writes v, which must be of type t, at at; it reports false if
+// v is not of type t.
+func putScalar(at unsafe.Pointer, t reflect.Type, v any) bool {
+	switch x := v.(type) { // the common types without reflection
+	case float32:
+		if t == typeFloat32 {
+			*(*float32)(at) = x
+			return true
+		}
+	case float64:
+		if t == typeFloat64 {
+			*(*float64)(at) = x
+			return true
+		}
+	case int:
+		if t == typeInt {
+			*(*int)(at) = x
+			return true
+		}
+	case int32:
+		if t == typeInt32 {
+			*(*int32)(at) = x
+			return true
+		}
+	case int64:
+		if t == typeInt64 {
+			*(*int64)(at) = x
+			return true
+		}
+	case uint32:
+		if t == typeUint32 {
+			*(*uint32)(at) = x
+			return true
+		}
+	case uint64:
+		if t == typeUint64 {
+			*(*uint64)(at) = x
+			return true
+		}
+	}
+	rv := reflect.ValueOf(v)
+	if !rv.IsValid() || rv.Type() != t {
+		return false
+	}
+	// The value's bytes: copied into addressable memory of its type,
+	// then out as bytes (Go's layout of plain data is C's).
+	c := reflect.New(t)
+	c.Elem().Set(rv)
+	copy(unsafe.Slice((*byte)(at), t.Size()), unsafe.Slice((*byte)(c.UnsafePointer()), t.Size()))
+	return true
+}
+
+var (
+	typeFloat32 = reflect.TypeFor[float32]()
+	typeFloat64 = reflect.TypeFor[float64]()
+	typeInt     = reflect.TypeFor[int]()
+	typeInt32   = reflect.TypeFor[int32]()
+	typeInt64   = reflect.TypeFor[int64]()
+	typeUint32  = reflect.TypeFor[uint32]()
+	typeUint64  = reflect.TypeFor[uint64]()
+)
+
+// checkArgs checks args against k's parameters as pack does, without
+// packing them (for the emulate mode, whose Go bodies take any scalar).
+func checkArgs(k *plugin.Kernel, args []plugin.Arg) error {
+	if len(args) != len(k.Params) {
+		return k.ArgCountError(len(args))
+	}
+	for i, p := range k.Params {
+		a := args[i]
+		switch {
+		case p.Kind == plugin.Slice && a.Len < 0:
+			return fmt.Errorf("%w: kernel %q argument %d: negative length %d", plugin.ErrBadKernel, k.Name, i, a.Len)
+		case p.Kind == plugin.Scalar && reflect.TypeOf(a.Scalar) != p.Type:
+			return k.ScalarError(i, a)
+		}
+	}
+	return nil
+}
+
+// grid is a launch's grid: one thread per element of the longest slice
+// argument, in blocks of blockSize, at least one block.
+func grid(k *plugin.Kernel, args []plugin.Arg) (g, b [3]uint32) {
+	n := 0
+	for i, p := range k.Params {
+		if p.Kind == plugin.Slice && i < len(args) {
+			n = max(n, args[i].Len)
+		}
+	}
+	blocks := max((int64(n)+blockSize-1)/blockSize, 1)
+	return [3]uint32{uint32(min(blocks, 1<<31-1)), 1, 1}, [3]uint32{blockSize, 1, 1}
+}

@@ -1,0 +1,237 @@
+// Package cuda is the CUDA device kind: NVIDIA GPUs through the CUDA driver
+// API, which it loads at run time (libcuda.so.1, with purego: no cgo, no
+// CUDA headers or toolkit to build). Programs get the kind by importing
+// package offload, which imports this package.
+//
+// Spec in GOFFLOAD_DEVICES: "cuda" (every GPU) or "cuda:N" (GPU N, as the
+// driver numbers them; CUDA_VISIBLE_DEVICES applies). When
+// GOFFLOAD_DEVICES is unset, every GPU is discovered, before the host
+// device (Order 10). With no driver, or no GPU, the kind has no devices:
+// discovery, and the spec "cuda", say why in the info output
+// (GOFFLOAD_INFO=offload) and go on; under OMP_TARGET_OFFLOAD=MANDATORY a
+// spec naming cuda makes Start fail with the reason. GOFFLOAD_CUDA_LIBRARY
+// names another driver library than libcuda.so.1.
+//
+// # Devices
+//
+// Each device works in its GPU's primary context (the one the CUDA
+// runtime uses too), so two devices may share a GPU ("cuda:0,cuda:0").
+// Info gives the GPU's name, compute capability (Arch "sm_90"), memory,
+// multiprocessors (Cores) and the driver version (in Name).
+//
+// # Kernels
+//
+// A GPU cannot run a kernel's Go body: it runs the kernel's PTX, which the
+// program registers with the kernel (offload.Kernel.PTX, plugin.Kernel.Code
+// "ptx"). Load loads each distinct PTX image once per device
+// (cuModuleLoadData) and looks each kernel's entry up (cuModuleGetFunction);
+// a kernel without PTX does not stop the device from loading, but
+// launching it on the device fails with an error naming the kernel
+// (wrapping plugin.ErrBadKernel and plugin.ErrUnsupported), as does a
+// kernel whose PTX did not load.
+//
+// A launch passes the kernel's parameters (plugin.Kernel.Params: after the
+// Ctx, a struct holding slices as its fields) in order, each as the PTX
+// entry declares it:
+//
+//   - a slice: its device address, 8 bytes (.param .u64); its length is
+//     not passed (give it as a scalar parameter);
+//   - bool, int8, uint8: 1 byte (.u8/.s8); int16, uint16: 2 (.u16/.s16);
+//     int32, uint32, float32: 4 (.u32/.s32/.f32); int, uint, int64, uint64,
+//     uintptr, float64: 8 (.u64/.s64/.f64) — Go's int is 64 bits;
+//   - complex64, complex128, arrays and structs of plain data: their bytes
+//     in Go's layout (which is C's for these types), as
+//     ".param .align A .b8 name[S]" with A and S Go's alignment and size of
+//     the type (complex64: align 4, size 8; complex128: 8, 16).
+//
+// A parameter of size 0 cannot be passed (PTX has none). The grid is
+// one-dimensional: blocks of 256 threads, and as many blocks as needed for
+// one thread per element of the longest slice argument (at least one
+// block). The kernel must check its index against its length parameter.
+//
+// # Memory and queues
+//
+// Device memory comes from cuMemAlloc, through a pool of freed blocks by
+// size. A queue is a stream: copies, launches, event records and waits are
+// enqueued on it in order by a goroutine of the queue (or, for a
+// synchronous construct, by the caller, plugin.InlineQueue). Host memory
+// is copied through pinned staging buffers (cuMemHostAlloc), in chunks,
+// so that the program's Go memory is never handed to the driver: a Submit
+// reads the source when the queue reaches it, and a Retrieve has written
+// its destination before anything after it in the queue runs, so an event
+// recorded after a Retrieve fires once the data is in host memory. Exchange
+// copies within a GPU with cuMemcpyDtoDAsync and between GPUs with
+// cuMemcpyPeerAsync. Events are CUDA events; a queue waits for an event of
+// any CUDA device with cuStreamWaitEvent (plugin.ForeignEventWaiter).
+//
+// A kernel that faults leaves the GPU's context unusable (a sticky CUDA
+// error): the device reports itself lost (plugin.LostReporter) with the
+// error, and every later operation on it fails.
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/goffload/offload/internal/cudadrv"
+	"github.com/goffload/offload/plugin"
+)
+
+func init() {
+	plugin.RegisterKind(plugin.Kind{
+		Name:     "cuda",
+		Open:     openSpec,
+		Discover: func() ([]plugin.Device, error) { return openSpec("") },
+		Order:    10,
+		Help:     "cuda[:N]  NVIDIA GPUs through the CUDA driver: every GPU, or GPU N",
+	})
+}
+
+// LibraryEnv names the environment variable that overrides the driver
+// library's path.
+const LibraryEnv = "GOFFLOAD_CUDA_LIBRARY"
+
+// library is the driver library to load.
+func library() string {
+	if p := strings.TrimSpace(os.Getenv(LibraryEnv)); p != "" {
+		return p
+	}
+	return cudadrv.DefaultLibrary
+}
+
+// loadDriver loads the driver library at path; tests replace it.
+var loadDriver = func(path string) (cudadrv.Driver, error) { return cudadrv.Load(path) }
+
+// A driverState is a loaded and initialized driver, or why there is none.
+type driverState struct {
+	drv     cudadrv.Driver
+	count   int // GPUs
+	version int // cuDriverGetVersion: 12040 is 12.4
+	err     error
+}
+
+var drivers struct {
+	sync.Mutex
+	byPath   map[string]*driverState
+	override *driverState // UseDriverForTests
+}
+
+// getDriver loads and initializes the driver library at path once per
+// process (cuInit cannot be undone). A driver with no GPU is not an error:
+// count is 0 and err says why.
+func getDriver(path string) *driverState {
+	drivers.Lock()
+	defer drivers.Unlock()
+	if drivers.override != nil {
+		return drivers.override
+	}
+	if s, ok := drivers.byPath[path]; ok {
+		return s
+	}
+	s := initDriver(path)
+	if drivers.byPath == nil {
+		drivers.byPath = map[string]*driverState{}
+	}
+	drivers.byPath[path] = s
+	return s
+}
+
+func initDriver(path string) *driverState {
+	drv, err := loadDriver(path)
+	if err != nil {
+		var le *cudadrv.LoadError
+		if errors.As(err, &le) && strings.Contains(le.Err.Error(), "No such file") {
+			return &driverState{err: fmt.Errorf("no NVIDIA driver (%s not found)", path)}
+		}
+		return &driverState{err: fmt.Errorf("no usable NVIDIA driver: %w", err)}
+	}
+	return initWith(drv)
+}
+
+// initWith initializes a loaded driver.
+func initWith(drv cudadrv.Driver) *driverState {
+	s := &driverState{drv: drv}
+	if err := drv.Init(); err != nil {
+		if cudadrv.Code(err) == cudadrv.ErrNoDevice {
+			s.err = fmt.Errorf("no NVIDIA GPU (%w)", err)
+		} else {
+			s.err = fmt.Errorf("the NVIDIA driver does not start: %w", err)
+		}
+		return s
+	}
+	s.version, _ = drv.DriverGetVersion()
+	n, err := drv.DeviceGetCount()
+	if err != nil {
+		s.err = fmt.Errorf("the NVIDIA driver cannot count its GPUs: %w", err)
+		return s
+	}
+	s.count = n
+	if n == 0 {
+		s.err = fmt.Errorf("no NVIDIA GPU (cuDeviceGetCount: 0)")
+	}
+	return s
+}
+
+// openSpec opens the devices of "cuda" (arg "": every GPU) or "cuda:N".
+func openSpec(arg string) ([]plugin.Device, error) {
+	ord := -1
+	if arg != "" {
+		v, err := strconv.Atoi(arg)
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("%w: cuda:%s: want cuda (every GPU) or cuda:N with N a GPU number from 0", plugin.ErrBadSpec, arg)
+		}
+		ord = v
+	}
+	s := getDriver(library())
+	if s.err != nil {
+		if ord < 0 {
+			return nil, fmt.Errorf("%w: %v", plugin.ErrNoDevices, s.err)
+		}
+		return nil, s.err
+	}
+	return openDevices(s, ord)
+}
+
+// UseDriverForTests makes the kind use drv, initialized once, instead of
+// loading the driver library (GOFFLOAD_DEVICES=cuda then opens drv's
+// GPUs), until restore is called. It is for this module's tests, which
+// give it a fake driver (internal/cudadrv/cudafake); a program has no use
+// for it.
+func UseDriverForTests(drv cudadrv.Driver) (restore func()) {
+	drivers.Lock()
+	old := drivers.override
+	drivers.override = initWith(drv)
+	drivers.Unlock()
+	return func() {
+		drivers.Lock()
+		drivers.override = old
+		drivers.Unlock()
+	}
+}
+
+// openDevices opens GPU ord of s's driver, or every GPU if ord is -1.
+func openDevices(s *driverState, ord int) ([]plugin.Device, error) {
+	if ord >= s.count {
+		return nil, fmt.Errorf("cuda:%d: there is no GPU %d: the driver has %d (0 to %d)", ord, ord, s.count, s.count-1)
+	}
+	ords := []int{ord}
+	if ord < 0 {
+		ords = ords[:0]
+		for i := range s.count {
+			ords = append(ords, i)
+		}
+	}
+	var devs []plugin.Device
+	for _, o := range ords {
+		d, err := newDevice(s.drv, o, s.version)
+		if err != nil {
+			return devs, err
+		}
+		devs = append(devs, d)
+	}
+	return devs, nil
+}

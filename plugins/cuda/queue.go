@@ -1,0 +1,592 @@
+package cuda
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/goffload/offload/internal/cudadrv"
+	"github.com/goffload/offload/plugin"
+)
+
+// A queue is a CUDA stream and the operations waiting to be issued to it.
+// Operations are checked when they are enqueued and issued in order by a
+// goroutine of the queue, locked to its OS thread with the device's
+// context current, that runs while the queue has work (or, while the core
+// has set the queue inline and it is idle, by the caller). Issuing is
+// asynchronous for the GPU's own work (copies between device memory,
+// launches, event records and waits); the host's part of a copy (into or
+// out of the staging buffers) is done by the issuing goroutine in queue
+// order, so a Retrieve has written its destination before anything after
+// it is issued.
+//
+// Errors follow the plugin contract: an operation that fails when it is
+// issued puts the queue in the error state — the operations after it are
+// skipped, events recorded after it fire with the error — until
+// Synchronize or Query returns it. A failure the GPU reports later (a
+// faulting kernel) is sticky: the device is lost.
+type queue struct {
+	d      *device
+	stream cudadrv.Stream
+
+	mu      sync.Mutex
+	idle    *sync.Cond // running became false
+	ops     []op
+	running bool // a goroutine is issuing
+	inline  bool
+	closed  bool
+	err     error // the error state
+
+	ptrs []unsafe.Pointer // kernelParams, reused by the issuing goroutine
+}
+
+type opKind uint8
+
+const (
+	opSubmit opKind = iota + 1
+	opRetrieve
+	opExchange
+	opLaunch
+	opEmulate
+	opRecord
+	opWait
+)
+
+// op is an operation waiting to be issued.
+type op struct {
+	kind     opKind
+	dst, src plugin.Ptr
+	host     []byte
+	size     int64
+	peer     *device // Exchange's destination device
+	k        *plugin.Kernel
+	fn       cudadrv.Function
+	prm      *params
+	grid     [3]uint32
+	block    [3]uint32
+	args     []plugin.Arg // opEmulate
+	ev       *event
+}
+
+// usable returns an error if the queue or its device cannot take work.
+func (q *queue) usable() error {
+	q.mu.Lock()
+	closed := q.closed
+	q.mu.Unlock()
+	if closed {
+		return fmt.Errorf("%s: %w: queue is closed", q.d.label(), plugin.ErrBadHandle)
+	}
+	return q.d.alive()
+}
+
+func (q *queue) enqueue(o op) error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return fmt.Errorf("%s: %w: queue is closed", q.d.label(), plugin.ErrBadHandle)
+	}
+	if q.inline && !q.running {
+		// Idle: issue o here, as the queue's goroutine would.
+		q.running = true
+		q.mu.Unlock()
+		runtime.LockOSThread()
+		q.issue(&o, q.d.drv.CtxSetCurrent(q.d.ctx))
+		runtime.UnlockOSThread()
+		q.mu.Lock()
+		q.running = false
+		q.idle.Broadcast()
+		q.mu.Unlock()
+		return nil
+	}
+	q.ops = append(q.ops, o)
+	if !q.running {
+		q.running = true
+		go q.loop()
+	}
+	q.mu.Unlock()
+	return nil
+}
+
+// SetInline makes operations enqueued on the idle queue be issued by the
+// enqueueing goroutine (plugin.InlineQueue).
+func (q *queue) SetInline(on bool) {
+	q.mu.Lock()
+	q.inline = on
+	q.mu.Unlock()
+}
+
+// loop issues the queue's operations until there are none.
+func (q *queue) loop() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	ctxErr := q.d.drv.CtxSetCurrent(q.d.ctx)
+	for {
+		q.mu.Lock()
+		if len(q.ops) == 0 {
+			q.running = false
+			q.ops = q.ops[:0]
+			q.idle.Broadcast()
+			q.mu.Unlock()
+			return
+		}
+		o := q.ops[0]
+		q.ops[0] = op{}
+		q.ops = q.ops[1:]
+		q.mu.Unlock()
+		q.issue(&o, ctxErr)
+	}
+}
+
+// fail puts the queue in the error state with err, unless it is in it.
+func (q *queue) fail(err error) {
+	q.mu.Lock()
+	if q.err == nil {
+		q.err = err
+	}
+	q.mu.Unlock()
+}
+
+// issue issues o on the stream; ctxErr is why the device's context could
+// not be made current, if it could not. The device's context is current.
+func (q *queue) issue(o *op, ctxErr error) {
+	d := q.d
+	q.mu.Lock()
+	failed := q.err
+	q.mu.Unlock()
+	if failed == nil && ctxErr != nil {
+		failed = fmt.Errorf("%s: %w", d.label(), d.wrap(ctxErr))
+		q.fail(failed)
+	}
+	switch o.kind {
+	case opRecord:
+		err := failed
+		if err == nil {
+			if e := d.drv.EventRecord(o.ev.cu, q.stream); e != nil {
+				err = fmt.Errorf("%s: record: %w", d.label(), d.wrap(e))
+				q.fail(err)
+			}
+		}
+		o.ev.fire(err)
+		o.ev.unref()
+		return
+	case opWait:
+		<-o.ev.issued // the other queue has issued the record (a DAG: it was enqueued first)
+		if failed == nil {
+			if o.ev.err != nil {
+				q.fail(fmt.Errorf("%s: waited-for event failed: %w", d.label(), o.ev.err))
+			} else if cu, done := o.ev.waitable(); !done {
+				if e := d.drv.StreamWaitEvent(q.stream, cu, 0); e != nil {
+					q.fail(fmt.Errorf("%s: wait: %w", d.label(), d.wrap(e)))
+				}
+			}
+		}
+		o.ev.unref()
+		return
+	}
+	if failed != nil {
+		return // skipped
+	}
+	var err error
+	switch o.kind {
+	case opSubmit:
+		if err = q.submit(o.dst, o.host); err != nil {
+			err = fmt.Errorf("%s: submit of %d bytes: %w", d.label(), len(o.host), d.wrap(err))
+		}
+	case opRetrieve:
+		if err = q.retrieve(o.host, o.src); err != nil {
+			err = fmt.Errorf("%s: retrieve of %d bytes: %w", d.label(), len(o.host), d.wrap(err))
+		}
+	case opExchange:
+		if err = q.exchange(o); err != nil {
+			err = fmt.Errorf("%s: exchange of %d bytes: %w", d.label(), o.size, d.wrap(err))
+		}
+	case opLaunch:
+		if err = q.launch(o); err != nil {
+			err = fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name, d.wrap(err))
+		}
+	case opEmulate:
+		err = q.emulate(o)
+	}
+	if err != nil {
+		q.fail(err)
+	}
+}
+
+// submit copies src to dst through staging buffers.
+func (q *queue) submit(dst plugin.Ptr, src []byte) error {
+	d := q.d
+	var bufs [2]*stagingBuf
+	defer func() {
+		for _, b := range bufs {
+			d.staging.put(d, b)
+		}
+	}()
+	for i, off := 0, 0; off < len(src); i, off = i+1, off+chunkSize {
+		n := min(chunkSize, len(src)-off)
+		b := bufs[i%2]
+		if b == nil {
+			var err error
+			if b, err = d.staging.get(d); err != nil {
+				return err
+			}
+			bufs[i%2] = b
+		} else if err := b.wait(d); err != nil { // its copy of two chunks ago
+			return err
+		}
+		pcopy(b.b[:n], src[off:off+n])
+		if err := d.drv.MemcpyHtoDAsync(cudadrv.DevPtr(dst)+cudadrv.DevPtr(off), b.p, int64(n), q.stream); err != nil {
+			return err
+		}
+		if err := d.drv.EventRecord(b.ev, q.stream); err != nil {
+			return err
+		}
+		b.pending = true
+	}
+	return nil
+}
+
+// retrieve copies src to dst through staging buffers, and returns once dst
+// holds the data.
+func (q *queue) retrieve(dst []byte, src plugin.Ptr) error {
+	d := q.d
+	type part struct {
+		b      *stagingBuf
+		off, n int
+	}
+	var held []*stagingBuf
+	defer func() {
+		for _, b := range held {
+			d.staging.put(d, b)
+		}
+	}()
+	var parts []part // at most two in flight
+	finish := func(p part) error {
+		if err := p.b.wait(d); err != nil {
+			return err
+		}
+		pcopy(dst[p.off:p.off+p.n], p.b.b[:p.n])
+		return nil
+	}
+	for off := 0; off < len(dst); off += chunkSize {
+		n := min(chunkSize, len(dst)-off)
+		var b *stagingBuf
+		if len(parts) == 2 {
+			p := parts[0]
+			parts = parts[1:]
+			if err := finish(p); err != nil {
+				return err
+			}
+			b = p.b
+		} else {
+			var err error
+			if b, err = d.staging.get(d); err != nil {
+				return err
+			}
+			held = append(held, b)
+		}
+		if err := d.drv.MemcpyDtoHAsync(b.p, cudadrv.DevPtr(src)+cudadrv.DevPtr(off), int64(n), q.stream); err != nil {
+			return err
+		}
+		if err := d.drv.EventRecord(b.ev, q.stream); err != nil {
+			return err
+		}
+		b.pending = true
+		parts = append(parts, part{b, off, n})
+	}
+	for _, p := range parts {
+		if err := finish(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (q *queue) exchange(o *op) error {
+	if o.size == 0 {
+		return nil
+	}
+	if o.peer.ctx == q.d.ctx {
+		return q.d.drv.MemcpyDtoDAsync(cudadrv.DevPtr(o.dst), cudadrv.DevPtr(o.src), o.size, q.stream)
+	}
+	return q.d.drv.MemcpyPeerAsync(cudadrv.DevPtr(o.dst), o.peer.ctx, cudadrv.DevPtr(o.src), q.d.ctx, o.size, q.stream)
+}
+
+// launch issues o's kernel with its packed parameters. The parameter
+// values are Go memory, pinned for the call; the driver copies them before
+// cuLaunchKernel returns.
+func (q *queue) launch(o *op) error {
+	p := o.prm
+	var kp unsafe.Pointer
+	var pin runtime.Pinner
+	if len(p.offs) > 0 {
+		base := unsafe.Pointer(&p.buf[0])
+		pin.Pin(base)
+		if cap(q.ptrs) < len(p.offs) {
+			q.ptrs = make([]unsafe.Pointer, len(p.offs))
+		}
+		ptrs := q.ptrs[:len(p.offs)]
+		for i, off := range p.offs {
+			ptrs[i] = unsafe.Add(base, off)
+		}
+		kp = unsafe.Pointer(&ptrs[0])
+	}
+	err := q.d.drv.LaunchKernel(o.fn, o.grid, o.block, 0, q.stream, kp)
+	clear(q.ptrs)
+	pin.Unpin()
+	return err
+}
+
+// emulate runs o's kernel's Go body on the host, over copies of the
+// allocations its slice arguments lie in (the device's emulate mode, for
+// tests).
+func (q *queue) emulate(o *op) error {
+	d := q.d
+	if err := d.drv.StreamSynchronize(q.stream); err != nil {
+		return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name, d.wrap(err))
+	}
+	type hostCopy struct {
+		a allocation
+		b []byte
+	}
+	var copies []*hostCopy
+	for i, p := range o.k.Params {
+		if p.Kind != plugin.Slice {
+			continue
+		}
+		a, err := d.mem.find(o.args[i].Ptr, 0)
+		if err != nil {
+			continue // an empty slice with no address
+		}
+		dup := false
+		for _, c := range copies {
+			dup = dup || c.a.base == a.base
+		}
+		if dup {
+			continue
+		}
+		c := &hostCopy{a: a, b: make([]byte, max(a.size, 1))}
+		if err := q.retrieve(c.b[:a.size], a.base); err != nil {
+			return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name, d.wrap(err))
+		}
+		copies = append(copies, c)
+	}
+	mem := func(p plugin.Ptr, size int64) ([]byte, error) {
+		for _, c := range copies {
+			off := uint64(p - c.a.base)
+			if p >= c.a.base && off <= uint64(c.a.size) && size >= 0 && uint64(size) <= uint64(c.a.size)-off {
+				return c.b[off : off+uint64(size) : len(c.b)], nil
+			}
+		}
+		return nil, fmt.Errorf("%w: [%#x, +%d bytes) is not inside a live allocation", plugin.ErrBadPointer, uint64(p), size)
+	}
+	d.mu.RLock()
+	kctx := d.kctx
+	d.mu.RUnlock()
+	if err := o.k.Launch(kctx, o.args, mem); err != nil {
+		return fmt.Errorf("%s: %w", d.label(), err)
+	}
+	for _, c := range copies {
+		if err := q.submit(c.a.base, c.b[:c.a.size]); err != nil {
+			return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name, d.wrap(err))
+		}
+	}
+	return nil
+}
+
+func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
+	if err := q.usable(); err != nil {
+		return err
+	}
+	if err := q.d.mem.check(dst, int64(len(src))); err != nil {
+		return fmt.Errorf("%s: submit of %d bytes: %w", q.d.label(), len(src), err)
+	}
+	return q.enqueue(op{kind: opSubmit, dst: dst, host: src})
+}
+
+func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
+	if err := q.usable(); err != nil {
+		return err
+	}
+	if err := q.d.mem.check(src, int64(len(dst))); err != nil {
+		return fmt.Errorf("%s: retrieve of %d bytes: %w", q.d.label(), len(dst), err)
+	}
+	return q.enqueue(op{kind: opRetrieve, src: src, host: dst})
+}
+
+// Exchange copies between this device and another CUDA device of the same
+// driver (or within this one); other kinds are ErrUnsupported.
+func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) error {
+	if err := q.usable(); err != nil {
+		return err
+	}
+	other, ok := dst.(*device)
+	if !ok || other.drv != q.d.drv {
+		return fmt.Errorf("%s: exchange to a %s device: %w", q.d.label(), dst.Info().Kind, plugin.ErrUnsupported)
+	}
+	if err := other.alive(); err != nil {
+		return err
+	}
+	if err := q.d.mem.check(src, size); err != nil {
+		return fmt.Errorf("%s: exchange source: %w", q.d.label(), err)
+	}
+	if err := other.mem.check(dstPtr, size); err != nil {
+		return fmt.Errorf("%s: exchange destination: %w", other.label(), err)
+	}
+	return q.enqueue(op{kind: opExchange, dst: dstPtr, src: src, size: size, peer: other})
+}
+
+// Launch enqueues kernel k with args: its PTX entry, or in the emulate
+// mode its Go body for a kernel without PTX. The arguments are checked
+// and packed here.
+func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
+	if err := q.usable(); err != nil {
+		return err
+	}
+	d := q.d
+	kf, err := d.kernel(k)
+	if err != nil {
+		return err
+	}
+	var prm *params
+	if kf.emu {
+		err = checkArgs(k, args)
+	} else {
+		prm, err = pack(k, args)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", d.label(), err)
+	}
+	for i, p := range k.Params {
+		a := args[i]
+		if p.Kind != plugin.Slice {
+			continue
+		}
+		if a.Len < 0 {
+			return fmt.Errorf("%s: %w: kernel %q argument %d: negative length %d", d.label(), plugin.ErrBadKernel, k.Name, i, a.Len)
+		}
+		if a.Len == 0 {
+			continue
+		}
+		size := int64(a.Len) * int64(p.Type.Size())
+		if size/int64(a.Len) != int64(p.Type.Size()) {
+			return fmt.Errorf("%s: %w: kernel %q argument %d: %d elements of %s do not fit in memory", d.label(), plugin.ErrBadPointer, k.Name, i, a.Len, p.Type)
+		}
+		if err := d.mem.check(a.Ptr, size); err != nil {
+			return fmt.Errorf("%s: kernel %q argument %d ([]%s, %d elements at %#x): %w", d.label(), k.Name, i, p.Type, a.Len, uint64(a.Ptr), err)
+		}
+	}
+	if kf.emu {
+		return q.enqueue(op{kind: opEmulate, k: k, args: append([]plugin.Arg(nil), args...)})
+	}
+	g, b := grid(k, args)
+	return q.enqueue(op{kind: opLaunch, k: k, fn: kf.fn, prm: prm, grid: g, block: b})
+}
+
+func (q *queue) Record(e plugin.Event) error {
+	ev, ok := e.(*event)
+	if !ok || ev.d != q.d {
+		return fmt.Errorf("%s: record of %T: %w: the event is not of this device", q.d.label(), e, plugin.ErrBadHandle)
+	}
+	if err := q.usable(); err != nil {
+		return err
+	}
+	if err := ev.arm(); err != nil {
+		return fmt.Errorf("%s: record: %w", q.d.label(), err)
+	}
+	if err := q.enqueue(op{kind: opRecord, ev: ev}); err != nil {
+		ev.disarm()
+		return err
+	}
+	return nil
+}
+
+// Wait makes the stream wait for an event of any CUDA device of the same
+// driver (cuStreamWaitEvent); other events are ErrUnsupported.
+func (q *queue) Wait(e plugin.Event) error {
+	ev, ok := e.(*event)
+	if !ok || !q.d.CanWait(e) {
+		return fmt.Errorf("%s: wait on a %T: %w", q.d.label(), e, plugin.ErrUnsupported)
+	}
+	if err := q.usable(); err != nil {
+		return err
+	}
+	if err := ev.ref(); err != nil {
+		return fmt.Errorf("%s: wait: %w", q.d.label(), err)
+	}
+	if err := q.enqueue(op{kind: opWait, ev: ev}); err != nil {
+		ev.unref()
+		return err
+	}
+	return nil
+}
+
+// Synchronize waits until every operation is issued and the stream is
+// done, and returns (and clears) the error state.
+func (q *queue) Synchronize() error {
+	q.mu.Lock()
+	for q.running {
+		q.idle.Wait()
+	}
+	err := q.err
+	q.err = nil
+	q.mu.Unlock()
+	if aerr := q.d.alive(); aerr != nil {
+		if err == nil {
+			err = aerr
+		}
+		return err
+	}
+	serr := q.d.with(func() error { return q.d.drv.StreamSynchronize(q.stream) })
+	if err == nil && serr != nil {
+		err = fmt.Errorf("%s: %w", q.d.label(), q.d.wrap(serr))
+	}
+	return err
+}
+
+// Query reports whether every operation is issued and done; once it is,
+// it returns (and clears) the error state.
+func (q *queue) Query() (bool, error) {
+	q.mu.Lock()
+	running := q.running
+	q.mu.Unlock()
+	if running {
+		return false, nil
+	}
+	qerr := q.d.alive()
+	if qerr == nil {
+		qerr = q.d.with(func() error { return q.d.drv.StreamQuery(q.stream) })
+		if cudadrv.Code(qerr) == cudadrv.ErrNotReady {
+			return false, nil
+		}
+		if qerr != nil {
+			qerr = fmt.Errorf("%s: %w", q.d.label(), q.d.wrap(qerr))
+		}
+	}
+	q.mu.Lock()
+	err := q.err
+	q.err = nil
+	q.mu.Unlock()
+	if err == nil {
+		err = qerr
+	}
+	return true, err
+}
+
+// Close synchronizes, then destroys the stream.
+func (q *queue) Close() error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return fmt.Errorf("%s: %w: queue closed twice", q.d.label(), plugin.ErrBadHandle)
+	}
+	q.mu.Unlock()
+	err := q.Synchronize()
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	if q.d.alive() == nil {
+		q.d.with(func() error { return q.d.drv.StreamDestroy(q.stream) })
+	}
+	return err
+}

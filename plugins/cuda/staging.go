@@ -1,0 +1,137 @@
+package cuda
+
+import (
+	"errors"
+	"sync"
+	"unsafe"
+
+	"github.com/goffload/offload/internal/cudadrv"
+)
+
+// Host memory goes to and from the GPU through pinned staging buffers:
+// the driver copies asynchronously only from and to page-locked memory,
+// and the program's Go memory must never be handed to it (the garbage
+// collector could free it while a copy is pending). A copy is cut into
+// chunks of chunkSize, two buffers alternating so that the host's copy of
+// one chunk overlaps the DMA of the other.
+
+// chunkSize is the size of a staging buffer.
+const chunkSize = 4 << 20
+
+// maxIdleStaging bounds the staging buffers a device keeps for reuse.
+const maxIdleStaging = 8
+
+// stagingBuf is a pinned buffer and the event recorded after the last copy
+// that used it.
+type stagingBuf struct {
+	p       unsafe.Pointer
+	b       []byte
+	ev      cudadrv.Event
+	pending bool // ev was recorded after a copy that may not be done
+}
+
+// stagingPool holds a device's idle staging buffers, oldest first.
+type stagingPool struct {
+	mu   sync.Mutex
+	free []*stagingBuf
+}
+
+// get returns a staging buffer whose last copy is done; the device's
+// context must be current.
+func (sp *stagingPool) get(d *device) (*stagingBuf, error) {
+	sp.mu.Lock()
+	var s *stagingBuf
+	for i, c := range sp.free { // prefer a buffer that is done
+		if !c.pending || d.drv.EventQuery(c.ev) == nil {
+			c.pending = false
+			s = c
+			sp.free = append(sp.free[:i], sp.free[i+1:]...)
+			break
+		}
+	}
+	if s == nil && len(sp.free) == maxIdleStaging {
+		s = sp.free[0]
+		sp.free = sp.free[1:]
+	}
+	sp.mu.Unlock()
+	if s != nil {
+		return s, s.wait(d)
+	}
+	p, err := d.drv.MemHostAlloc(chunkSize, cudadrv.MemHostAllocPortable)
+	if err != nil {
+		return nil, err
+	}
+	ev, err := d.drv.EventCreate(cudadrv.EventDisableTiming)
+	if err != nil {
+		d.drv.MemFreeHost(p)
+		return nil, err
+	}
+	return &stagingBuf{p: p, b: unsafe.Slice((*byte)(p), chunkSize), ev: ev}, nil
+}
+
+// wait waits until the last copy that used s is done.
+func (s *stagingBuf) wait(d *device) error {
+	if !s.pending {
+		return nil
+	}
+	if err := d.drv.EventSynchronize(s.ev); err != nil {
+		return err
+	}
+	s.pending = false
+	return nil
+}
+
+// put gives s back; the device's context must be current.
+func (sp *stagingPool) put(d *device, s *stagingBuf) {
+	if s == nil {
+		return
+	}
+	sp.mu.Lock()
+	if len(sp.free) < maxIdleStaging {
+		sp.free = append(sp.free, s)
+		sp.mu.Unlock()
+		return
+	}
+	sp.mu.Unlock()
+	s.destroy(d)
+}
+
+func (s *stagingBuf) destroy(d *device) error {
+	err := s.wait(d)
+	return errors.Join(err, d.drv.MemFreeHost(s.p), d.drv.EventDestroy(s.ev))
+}
+
+// close frees the idle buffers; the device's context must be current.
+func (sp *stagingPool) close(d *device) error {
+	sp.mu.Lock()
+	free := sp.free
+	sp.free = nil
+	sp.mu.Unlock()
+	var errs []error
+	for _, s := range free {
+		errs = append(errs, s.destroy(d))
+	}
+	return errors.Join(errs...)
+}
+
+// pcopy copies src to dst (of the same length), splitting a large copy
+// over a few goroutines: one core's memory copy is slower than the DMA.
+func pcopy(dst, src []byte) {
+	const piece = 1 << 20
+	n := len(src)
+	parts := min(n/piece, 4)
+	if parts < 2 {
+		copy(dst, src)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range parts {
+		lo, hi := i*n/parts, (i+1)*n/parts
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			copy(dst[lo:hi], src[lo:hi])
+		}()
+	}
+	wg.Wait()
+}
