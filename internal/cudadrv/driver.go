@@ -143,6 +143,7 @@ type Error struct {
 	Desc string
 }
 
+// Error describes the failure.
 func (e *Error) Error() string {
 	if e.Desc != "" {
 		return fmt.Sprintf("%s: %s (%s)", e.Func, e.Name, e.Desc)

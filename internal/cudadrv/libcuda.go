@@ -20,7 +20,10 @@ type LoadError struct {
 	Err  error
 }
 
+// Error describes the failure.
 func (e *LoadError) Error() string { return fmt.Sprintf("%s: %v", e.Path, e.Err) }
+
+// Unwrap returns the error the failure wraps.
 func (e *LoadError) Unwrap() error { return e.Err }
 
 var loaded struct {

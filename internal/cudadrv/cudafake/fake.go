@@ -249,6 +249,7 @@ func (d *Driver) cur(fn string) (*context, error) {
 	return c, nil
 }
 
+// Init is the fake driver's Init (see cudadrv.Driver).
 func (d *Driver) Init() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -260,6 +261,7 @@ func (d *Driver) Init() error {
 	return nil
 }
 
+// DriverGetVersion is the fake driver's DriverGetVersion (see cudadrv.Driver).
 func (d *Driver) DriverGetVersion() (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -267,6 +269,7 @@ func (d *Driver) DriverGetVersion() (int, error) {
 	return d.cfg.Version, nil
 }
 
+// DeviceGetCount is the fake driver's DeviceGetCount (see cudadrv.Driver).
 func (d *Driver) DeviceGetCount() (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -286,6 +289,7 @@ func (d *Driver) gpu(fn string, dev cudadrv.Device) (GPU, error) {
 	return d.cfg.GPUs[dev], nil
 }
 
+// DeviceGet is the fake driver's DeviceGet (see cudadrv.Driver).
 func (d *Driver) DeviceGet(ordinal int) (cudadrv.Device, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -293,6 +297,7 @@ func (d *Driver) DeviceGet(ordinal int) (cudadrv.Device, error) {
 	return cudadrv.Device(ordinal), err
 }
 
+// DeviceGetName is the fake driver's DeviceGetName (see cudadrv.Driver).
 func (d *Driver) DeviceGetName(dev cudadrv.Device) (string, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -300,6 +305,7 @@ func (d *Driver) DeviceGetName(dev cudadrv.Device) (string, error) {
 	return g.Name, err
 }
 
+// DeviceGetAttribute is the fake driver's DeviceGetAttribute (see cudadrv.Driver).
 func (d *Driver) DeviceGetAttribute(attr cudadrv.Attribute, dev cudadrv.Device) (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -322,6 +328,7 @@ func (d *Driver) DeviceGetAttribute(attr cudadrv.Attribute, dev cudadrv.Device) 
 	return 0, fail("cuDeviceGetAttribute", cudadrv.ErrInvalidValue)
 }
 
+// DeviceTotalMem is the fake driver's DeviceTotalMem (see cudadrv.Driver).
 func (d *Driver) DeviceTotalMem(dev cudadrv.Device) (int64, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -329,6 +336,7 @@ func (d *Driver) DeviceTotalMem(dev cudadrv.Device) (int64, error) {
 	return g.Memory, err
 }
 
+// DevicePrimaryCtxRetain is the fake driver's DevicePrimaryCtxRetain (see cudadrv.Driver).
 func (d *Driver) DevicePrimaryCtxRetain(dev cudadrv.Device) (cudadrv.Context, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -345,6 +353,7 @@ func (d *Driver) DevicePrimaryCtxRetain(dev cudadrv.Device) (cudadrv.Context, er
 	return c.handle, nil
 }
 
+// DevicePrimaryCtxRelease is the fake driver's DevicePrimaryCtxRelease (see cudadrv.Driver).
 func (d *Driver) DevicePrimaryCtxRelease(dev cudadrv.Device) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -397,6 +406,7 @@ func (d *Driver) DevicePrimaryCtxRelease(dev cudadrv.Device) error {
 	return nil
 }
 
+// CtxSetCurrent is the fake driver's CtxSetCurrent (see cudadrv.Driver).
 func (d *Driver) CtxSetCurrent(h cudadrv.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -416,6 +426,7 @@ func (d *Driver) CtxSetCurrent(h cudadrv.Context) error {
 	return nil
 }
 
+// CtxSynchronize is the fake driver's CtxSynchronize (see cudadrv.Driver).
 func (d *Driver) CtxSynchronize() error {
 	d.mu.Lock()
 	c, err := d.cur("cuCtxSynchronize")
@@ -549,6 +560,7 @@ func typeSize(t string) (int, error) {
 	return 0, fmt.Errorf("unknown type %s", t)
 }
 
+// ModuleLoadData is the fake driver's ModuleLoadData (see cudadrv.Driver).
 func (d *Driver) ModuleLoadData(image []byte) (cudadrv.Module, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -569,6 +581,7 @@ func (d *Driver) ModuleLoadData(image []byte) (cudadrv.Module, error) {
 	return h, nil
 }
 
+// ModuleUnload is the fake driver's ModuleUnload (see cudadrv.Driver).
 func (d *Driver) ModuleUnload(h cudadrv.Module) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -582,6 +595,7 @@ func (d *Driver) ModuleUnload(h cudadrv.Module) error {
 	return nil
 }
 
+// ModuleGetFunction is the fake driver's ModuleGetFunction (see cudadrv.Driver).
 func (d *Driver) ModuleGetFunction(h cudadrv.Module, name string) (cudadrv.Function, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -627,11 +641,21 @@ func (l *Launch) word(i, size int) uint64 {
 
 // Uint32, Uint64, Int64, Float32, Float64 and Ptr read parameter i, whose
 // size must be the type's.
-func (l *Launch) Uint32(i int) uint32      { return uint32(l.word(i, 4)) }
-func (l *Launch) Uint64(i int) uint64      { return l.word(i, 8) }
-func (l *Launch) Int64(i int) int64        { return int64(l.word(i, 8)) }
-func (l *Launch) Float32(i int) float32    { return math.Float32frombits(uint32(l.word(i, 4))) }
-func (l *Launch) Float64(i int) float64    { return math.Float64frombits(l.word(i, 8)) }
+func (l *Launch) Uint32(i int) uint32 { return uint32(l.word(i, 4)) }
+
+// Uint64 is the fake driver's Uint64 (see cudadrv.Driver).
+func (l *Launch) Uint64(i int) uint64 { return l.word(i, 8) }
+
+// Int64 is the fake driver's Int64 (see cudadrv.Driver).
+func (l *Launch) Int64(i int) int64 { return int64(l.word(i, 8)) }
+
+// Float32 is the fake driver's Float32 (see cudadrv.Driver).
+func (l *Launch) Float32(i int) float32 { return math.Float32frombits(uint32(l.word(i, 4))) }
+
+// Float64 is the fake driver's Float64 (see cudadrv.Driver).
+func (l *Launch) Float64(i int) float64 { return math.Float64frombits(l.word(i, 8)) }
+
+// Ptr is the fake driver's Ptr (see cudadrv.Driver).
 func (l *Launch) Ptr(i int) cudadrv.DevPtr { return cudadrv.DevPtr(l.word(i, 8)) }
 
 // Mem returns the n bytes of device memory at p, or an error if they are
@@ -647,6 +671,7 @@ func (l *Launch) Mem(p cudadrv.DevPtr, n int64) ([]byte, error) {
 	return a.data[off : off+n : a.size], nil
 }
 
+// LaunchKernel is the fake driver's LaunchKernel (see cudadrv.Driver).
 func (d *Driver) LaunchKernel(fh cudadrv.Function, grid, block [3]uint32, sharedMem uint32, sh cudadrv.Stream, params unsafe.Pointer) error {
 	const fn = "cuLaunchKernel"
 	d.mu.Lock()
@@ -718,6 +743,7 @@ func (d *Driver) find(p cudadrv.DevPtr) *alloc {
 	return a
 }
 
+// MemAlloc is the fake driver's MemAlloc (see cudadrv.Driver).
 func (d *Driver) MemAlloc(size int64) (cudadrv.DevPtr, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -741,6 +767,7 @@ func (d *Driver) MemAlloc(size int64) (cudadrv.DevPtr, error) {
 	return a.base, nil
 }
 
+// MemFree is the fake driver's MemFree (see cudadrv.Driver).
 func (d *Driver) MemFree(p cudadrv.DevPtr) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -760,6 +787,7 @@ func (d *Driver) MemFree(p cudadrv.DevPtr) error {
 	return nil
 }
 
+// MemHostAlloc is the fake driver's MemHostAlloc (see cudadrv.Driver).
 func (d *Driver) MemHostAlloc(size int64, flags uint32) (unsafe.Pointer, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -775,6 +803,7 @@ func (d *Driver) MemHostAlloc(size int64, flags uint32) (unsafe.Pointer, error) 
 	return p, nil
 }
 
+// MemFreeHost is the fake driver's MemFreeHost (see cudadrv.Driver).
 func (d *Driver) MemFreeHost(p unsafe.Pointer) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -846,6 +875,7 @@ func (d *Driver) copyOp(fn string, sh cudadrv.Stream, host unsafe.Pointer, n int
 	return nil
 }
 
+// MemcpyHtoD is the fake driver's MemcpyHtoD (see cudadrv.Driver).
 func (d *Driver) MemcpyHtoD(dst cudadrv.DevPtr, src unsafe.Pointer, n int64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -860,24 +890,28 @@ func (d *Driver) MemcpyHtoD(dst cudadrv.DevPtr, src unsafe.Pointer, n int64) err
 	return nil
 }
 
+// MemcpyHtoDAsync is the fake driver's MemcpyHtoDAsync (see cudadrv.Driver).
 func (d *Driver) MemcpyHtoDAsync(dst cudadrv.DevPtr, src unsafe.Pointer, n int64, s cudadrv.Stream) error {
 	return d.copyOp("cuMemcpyHtoDAsync_v2", s, src, n, []cudadrv.DevPtr{dst}, func(b [][]byte) {
 		copy(b[0], unsafe.Slice((*byte)(src), n))
 	})
 }
 
+// MemcpyDtoHAsync is the fake driver's MemcpyDtoHAsync (see cudadrv.Driver).
 func (d *Driver) MemcpyDtoHAsync(dst unsafe.Pointer, src cudadrv.DevPtr, n int64, s cudadrv.Stream) error {
 	return d.copyOp("cuMemcpyDtoHAsync_v2", s, dst, n, []cudadrv.DevPtr{src}, func(b [][]byte) {
 		copy(unsafe.Slice((*byte)(dst), n), b[0])
 	})
 }
 
+// MemcpyDtoDAsync is the fake driver's MemcpyDtoDAsync (see cudadrv.Driver).
 func (d *Driver) MemcpyDtoDAsync(dst, src cudadrv.DevPtr, n int64, s cudadrv.Stream) error {
 	return d.copyOp("cuMemcpyDtoDAsync_v2", s, nil, n, []cudadrv.DevPtr{dst, src}, func(b [][]byte) {
 		copy(b[0], b[1])
 	})
 }
 
+// MemcpyPeerAsync is the fake driver's MemcpyPeerAsync (see cudadrv.Driver).
 func (d *Driver) MemcpyPeerAsync(dst cudadrv.DevPtr, dstCtx cudadrv.Context, src cudadrv.DevPtr, srcCtx cudadrv.Context, n int64, s cudadrv.Stream) error {
 	const fn = "cuMemcpyPeerAsync"
 	d.mu.Lock()
@@ -893,6 +927,7 @@ func (d *Driver) MemcpyPeerAsync(dst cudadrv.DevPtr, dstCtx cudadrv.Context, src
 	})
 }
 
+// StreamCreate is the fake driver's StreamCreate (see cudadrv.Driver).
 func (d *Driver) StreamCreate(flags uint32) (cudadrv.Stream, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -964,6 +999,7 @@ func (d *Driver) stream(fn string, h cudadrv.Stream) (*stream, error) {
 	return s, nil
 }
 
+// StreamSynchronize is the fake driver's StreamSynchronize (see cudadrv.Driver).
 func (d *Driver) StreamSynchronize(h cudadrv.Stream) error {
 	s, err := d.stream("cuStreamSynchronize", h)
 	if err != nil {
@@ -973,6 +1009,7 @@ func (d *Driver) StreamSynchronize(h cudadrv.Stream) error {
 	return d.sticky("cuStreamSynchronize", s.ctx)
 }
 
+// StreamQuery is the fake driver's StreamQuery (see cudadrv.Driver).
 func (d *Driver) StreamQuery(h cudadrv.Stream) error {
 	s, err := d.stream("cuStreamQuery", h)
 	if err != nil {
@@ -990,6 +1027,7 @@ func (d *Driver) StreamQuery(h cudadrv.Stream) error {
 	return nil
 }
 
+// StreamWaitEvent is the fake driver's StreamWaitEvent (see cudadrv.Driver).
 func (d *Driver) StreamWaitEvent(sh cudadrv.Stream, eh cudadrv.Event, flags uint32) error {
 	const fn = "cuStreamWaitEvent"
 	d.mu.Lock()
@@ -1018,6 +1056,7 @@ func (d *Driver) StreamWaitEvent(sh cudadrv.Stream, eh cudadrv.Event, flags uint
 	return nil
 }
 
+// StreamDestroy is the fake driver's StreamDestroy (see cudadrv.Driver).
 func (d *Driver) StreamDestroy(h cudadrv.Stream) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -1032,6 +1071,7 @@ func (d *Driver) StreamDestroy(h cudadrv.Stream) error {
 	return nil
 }
 
+// EventCreate is the fake driver's EventCreate (see cudadrv.Driver).
 func (d *Driver) EventCreate(flags uint32) (cudadrv.Event, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -1044,6 +1084,7 @@ func (d *Driver) EventCreate(flags uint32) (cudadrv.Event, error) {
 	return h, nil
 }
 
+// EventRecord is the fake driver's EventRecord (see cudadrv.Driver).
 func (d *Driver) EventRecord(eh cudadrv.Event, sh cudadrv.Stream) error {
 	const fn = "cuEventRecord"
 	d.mu.Lock()
@@ -1078,6 +1119,7 @@ func (d *Driver) EventRecord(eh cudadrv.Event, sh cudadrv.Stream) error {
 	return nil
 }
 
+// EventSynchronize is the fake driver's EventSynchronize (see cudadrv.Driver).
 func (d *Driver) EventSynchronize(h cudadrv.Event) error {
 	const fn = "cuEventSynchronize"
 	d.mu.Lock()
@@ -1099,6 +1141,7 @@ func (d *Driver) EventSynchronize(h cudadrv.Event) error {
 	return nil
 }
 
+// EventQuery is the fake driver's EventQuery (see cudadrv.Driver).
 func (d *Driver) EventQuery(h cudadrv.Event) error {
 	const fn = "cuEventQuery"
 	d.mu.Lock()
@@ -1119,6 +1162,7 @@ func (d *Driver) EventQuery(h cudadrv.Event) error {
 	return nil
 }
 
+// EventDestroy is the fake driver's EventDestroy (see cudadrv.Driver).
 func (d *Driver) EventDestroy(h cudadrv.Event) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
