@@ -249,7 +249,7 @@ func (d *Driver) cur(fn string) (*context, error) {
 	return c, nil
 }
 
-// Init is the fake driver's Init (see cudadrv.Driver).
+// Init is the fake cuInit.
 func (d *Driver) Init() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -261,7 +261,7 @@ func (d *Driver) Init() error {
 	return nil
 }
 
-// DriverGetVersion is the fake driver's DriverGetVersion (see cudadrv.Driver).
+// DriverGetVersion is the fake cuDriverGetVersion.
 func (d *Driver) DriverGetVersion() (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -269,7 +269,7 @@ func (d *Driver) DriverGetVersion() (int, error) {
 	return d.cfg.Version, nil
 }
 
-// DeviceGetCount is the fake driver's DeviceGetCount (see cudadrv.Driver).
+// DeviceGetCount is the fake cuDeviceGetCount.
 func (d *Driver) DeviceGetCount() (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -289,7 +289,7 @@ func (d *Driver) gpu(fn string, dev cudadrv.Device) (GPU, error) {
 	return d.cfg.GPUs[dev], nil
 }
 
-// DeviceGet is the fake driver's DeviceGet (see cudadrv.Driver).
+// DeviceGet is the fake cuDeviceGet.
 func (d *Driver) DeviceGet(ordinal int) (cudadrv.Device, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -297,7 +297,7 @@ func (d *Driver) DeviceGet(ordinal int) (cudadrv.Device, error) {
 	return cudadrv.Device(ordinal), err
 }
 
-// DeviceGetName is the fake driver's DeviceGetName (see cudadrv.Driver).
+// DeviceGetName is the fake cuDeviceGetName.
 func (d *Driver) DeviceGetName(dev cudadrv.Device) (string, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -305,7 +305,7 @@ func (d *Driver) DeviceGetName(dev cudadrv.Device) (string, error) {
 	return g.Name, err
 }
 
-// DeviceGetAttribute is the fake driver's DeviceGetAttribute (see cudadrv.Driver).
+// DeviceGetAttribute is the fake cuDeviceGetAttribute.
 func (d *Driver) DeviceGetAttribute(attr cudadrv.Attribute, dev cudadrv.Device) (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -328,7 +328,7 @@ func (d *Driver) DeviceGetAttribute(attr cudadrv.Attribute, dev cudadrv.Device) 
 	return 0, fail("cuDeviceGetAttribute", cudadrv.ErrInvalidValue)
 }
 
-// DeviceTotalMem is the fake driver's DeviceTotalMem (see cudadrv.Driver).
+// DeviceTotalMem is the fake cuDeviceTotalMem.
 func (d *Driver) DeviceTotalMem(dev cudadrv.Device) (int64, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -336,7 +336,7 @@ func (d *Driver) DeviceTotalMem(dev cudadrv.Device) (int64, error) {
 	return g.Memory, err
 }
 
-// DevicePrimaryCtxRetain is the fake driver's DevicePrimaryCtxRetain (see cudadrv.Driver).
+// DevicePrimaryCtxRetain is the fake cuDevicePrimaryCtxRetain.
 func (d *Driver) DevicePrimaryCtxRetain(dev cudadrv.Device) (cudadrv.Context, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -353,7 +353,7 @@ func (d *Driver) DevicePrimaryCtxRetain(dev cudadrv.Device) (cudadrv.Context, er
 	return c.handle, nil
 }
 
-// DevicePrimaryCtxRelease is the fake driver's DevicePrimaryCtxRelease (see cudadrv.Driver).
+// DevicePrimaryCtxRelease is the fake cuDevicePrimaryCtxRelease.
 func (d *Driver) DevicePrimaryCtxRelease(dev cudadrv.Device) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -406,7 +406,7 @@ func (d *Driver) DevicePrimaryCtxRelease(dev cudadrv.Device) error {
 	return nil
 }
 
-// CtxSetCurrent is the fake driver's CtxSetCurrent (see cudadrv.Driver).
+// CtxSetCurrent is the fake cuCtxSetCurrent.
 func (d *Driver) CtxSetCurrent(h cudadrv.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -426,7 +426,7 @@ func (d *Driver) CtxSetCurrent(h cudadrv.Context) error {
 	return nil
 }
 
-// CtxSynchronize is the fake driver's CtxSynchronize (see cudadrv.Driver).
+// CtxSynchronize is the fake cuCtxSynchronize.
 func (d *Driver) CtxSynchronize() error {
 	d.mu.Lock()
 	c, err := d.cur("cuCtxSynchronize")
@@ -560,7 +560,7 @@ func typeSize(t string) (int, error) {
 	return 0, fmt.Errorf("unknown type %s", t)
 }
 
-// ModuleLoadData is the fake driver's ModuleLoadData (see cudadrv.Driver).
+// ModuleLoadData is the fake cuModuleLoadData.
 func (d *Driver) ModuleLoadData(image []byte) (cudadrv.Module, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -581,7 +581,7 @@ func (d *Driver) ModuleLoadData(image []byte) (cudadrv.Module, error) {
 	return h, nil
 }
 
-// ModuleUnload is the fake driver's ModuleUnload (see cudadrv.Driver).
+// ModuleUnload is the fake cuModuleUnload.
 func (d *Driver) ModuleUnload(h cudadrv.Module) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -595,7 +595,7 @@ func (d *Driver) ModuleUnload(h cudadrv.Module) error {
 	return nil
 }
 
-// ModuleGetFunction is the fake driver's ModuleGetFunction (see cudadrv.Driver).
+// ModuleGetFunction is the fake cuModuleGetFunction.
 func (d *Driver) ModuleGetFunction(h cudadrv.Module, name string) (cudadrv.Function, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -639,23 +639,22 @@ func (l *Launch) word(i, size int) uint64 {
 	return v
 }
 
-// Uint32, Uint64, Int64, Float32, Float64 and Ptr read parameter i, whose
-// size must be the type's.
+// Uint32 reads parameter i, whose size must be the type's.
 func (l *Launch) Uint32(i int) uint32 { return uint32(l.word(i, 4)) }
 
-// Uint64 is the fake driver's Uint64 (see cudadrv.Driver).
+// Uint64 reads parameter i, whose size must be the type's.
 func (l *Launch) Uint64(i int) uint64 { return l.word(i, 8) }
 
-// Int64 is the fake driver's Int64 (see cudadrv.Driver).
+// Int64 reads parameter i, whose size must be the type's.
 func (l *Launch) Int64(i int) int64 { return int64(l.word(i, 8)) }
 
-// Float32 is the fake driver's Float32 (see cudadrv.Driver).
+// Float32 reads parameter i, whose size must be the type's.
 func (l *Launch) Float32(i int) float32 { return math.Float32frombits(uint32(l.word(i, 4))) }
 
-// Float64 is the fake driver's Float64 (see cudadrv.Driver).
+// Float64 reads parameter i, whose size must be the type's.
 func (l *Launch) Float64(i int) float64 { return math.Float64frombits(l.word(i, 8)) }
 
-// Ptr is the fake driver's Ptr (see cudadrv.Driver).
+// Ptr reads parameter i, whose size must be the type's.
 func (l *Launch) Ptr(i int) cudadrv.DevPtr { return cudadrv.DevPtr(l.word(i, 8)) }
 
 // Mem returns the n bytes of device memory at p, or an error if they are
@@ -671,7 +670,7 @@ func (l *Launch) Mem(p cudadrv.DevPtr, n int64) ([]byte, error) {
 	return a.data[off : off+n : a.size], nil
 }
 
-// LaunchKernel is the fake driver's LaunchKernel (see cudadrv.Driver).
+// LaunchKernel is the fake cuLaunchKernel.
 func (d *Driver) LaunchKernel(fh cudadrv.Function, grid, block [3]uint32, sharedMem uint32, sh cudadrv.Stream, params unsafe.Pointer) error {
 	const fn = "cuLaunchKernel"
 	d.mu.Lock()
@@ -743,7 +742,7 @@ func (d *Driver) find(p cudadrv.DevPtr) *alloc {
 	return a
 }
 
-// MemAlloc is the fake driver's MemAlloc (see cudadrv.Driver).
+// MemAlloc is the fake cuMemAlloc.
 func (d *Driver) MemAlloc(size int64) (cudadrv.DevPtr, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -767,7 +766,7 @@ func (d *Driver) MemAlloc(size int64) (cudadrv.DevPtr, error) {
 	return a.base, nil
 }
 
-// MemFree is the fake driver's MemFree (see cudadrv.Driver).
+// MemFree is the fake cuMemFree.
 func (d *Driver) MemFree(p cudadrv.DevPtr) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -787,7 +786,7 @@ func (d *Driver) MemFree(p cudadrv.DevPtr) error {
 	return nil
 }
 
-// MemHostAlloc is the fake driver's MemHostAlloc (see cudadrv.Driver).
+// MemHostAlloc is the fake cuMemHostAlloc.
 func (d *Driver) MemHostAlloc(size int64, flags uint32) (unsafe.Pointer, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -803,7 +802,7 @@ func (d *Driver) MemHostAlloc(size int64, flags uint32) (unsafe.Pointer, error) 
 	return p, nil
 }
 
-// MemFreeHost is the fake driver's MemFreeHost (see cudadrv.Driver).
+// MemFreeHost is the fake cuMemFreeHost.
 func (d *Driver) MemFreeHost(p unsafe.Pointer) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -875,7 +874,7 @@ func (d *Driver) copyOp(fn string, sh cudadrv.Stream, host unsafe.Pointer, n int
 	return nil
 }
 
-// MemcpyHtoD is the fake driver's MemcpyHtoD (see cudadrv.Driver).
+// MemcpyHtoD is the fake cuMemcpyHtoD.
 func (d *Driver) MemcpyHtoD(dst cudadrv.DevPtr, src unsafe.Pointer, n int64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -890,28 +889,28 @@ func (d *Driver) MemcpyHtoD(dst cudadrv.DevPtr, src unsafe.Pointer, n int64) err
 	return nil
 }
 
-// MemcpyHtoDAsync is the fake driver's MemcpyHtoDAsync (see cudadrv.Driver).
+// MemcpyHtoDAsync is the fake cuMemcpyHtoDAsync.
 func (d *Driver) MemcpyHtoDAsync(dst cudadrv.DevPtr, src unsafe.Pointer, n int64, s cudadrv.Stream) error {
 	return d.copyOp("cuMemcpyHtoDAsync_v2", s, src, n, []cudadrv.DevPtr{dst}, func(b [][]byte) {
 		copy(b[0], unsafe.Slice((*byte)(src), n))
 	})
 }
 
-// MemcpyDtoHAsync is the fake driver's MemcpyDtoHAsync (see cudadrv.Driver).
+// MemcpyDtoHAsync is the fake cuMemcpyDtoHAsync.
 func (d *Driver) MemcpyDtoHAsync(dst unsafe.Pointer, src cudadrv.DevPtr, n int64, s cudadrv.Stream) error {
 	return d.copyOp("cuMemcpyDtoHAsync_v2", s, dst, n, []cudadrv.DevPtr{src}, func(b [][]byte) {
 		copy(unsafe.Slice((*byte)(dst), n), b[0])
 	})
 }
 
-// MemcpyDtoDAsync is the fake driver's MemcpyDtoDAsync (see cudadrv.Driver).
+// MemcpyDtoDAsync is the fake cuMemcpyDtoDAsync.
 func (d *Driver) MemcpyDtoDAsync(dst, src cudadrv.DevPtr, n int64, s cudadrv.Stream) error {
 	return d.copyOp("cuMemcpyDtoDAsync_v2", s, nil, n, []cudadrv.DevPtr{dst, src}, func(b [][]byte) {
 		copy(b[0], b[1])
 	})
 }
 
-// MemcpyPeerAsync is the fake driver's MemcpyPeerAsync (see cudadrv.Driver).
+// MemcpyPeerAsync is the fake cuMemcpyPeerAsync.
 func (d *Driver) MemcpyPeerAsync(dst cudadrv.DevPtr, dstCtx cudadrv.Context, src cudadrv.DevPtr, srcCtx cudadrv.Context, n int64, s cudadrv.Stream) error {
 	const fn = "cuMemcpyPeerAsync"
 	d.mu.Lock()
@@ -927,7 +926,7 @@ func (d *Driver) MemcpyPeerAsync(dst cudadrv.DevPtr, dstCtx cudadrv.Context, src
 	})
 }
 
-// StreamCreate is the fake driver's StreamCreate (see cudadrv.Driver).
+// StreamCreate is the fake cuStreamCreate.
 func (d *Driver) StreamCreate(flags uint32) (cudadrv.Stream, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -999,7 +998,7 @@ func (d *Driver) stream(fn string, h cudadrv.Stream) (*stream, error) {
 	return s, nil
 }
 
-// StreamSynchronize is the fake driver's StreamSynchronize (see cudadrv.Driver).
+// StreamSynchronize is the fake cuStreamSynchronize.
 func (d *Driver) StreamSynchronize(h cudadrv.Stream) error {
 	s, err := d.stream("cuStreamSynchronize", h)
 	if err != nil {
@@ -1009,7 +1008,7 @@ func (d *Driver) StreamSynchronize(h cudadrv.Stream) error {
 	return d.sticky("cuStreamSynchronize", s.ctx)
 }
 
-// StreamQuery is the fake driver's StreamQuery (see cudadrv.Driver).
+// StreamQuery is the fake cuStreamQuery.
 func (d *Driver) StreamQuery(h cudadrv.Stream) error {
 	s, err := d.stream("cuStreamQuery", h)
 	if err != nil {
@@ -1027,7 +1026,7 @@ func (d *Driver) StreamQuery(h cudadrv.Stream) error {
 	return nil
 }
 
-// StreamWaitEvent is the fake driver's StreamWaitEvent (see cudadrv.Driver).
+// StreamWaitEvent is the fake cuStreamWaitEvent.
 func (d *Driver) StreamWaitEvent(sh cudadrv.Stream, eh cudadrv.Event, flags uint32) error {
 	const fn = "cuStreamWaitEvent"
 	d.mu.Lock()
@@ -1056,7 +1055,7 @@ func (d *Driver) StreamWaitEvent(sh cudadrv.Stream, eh cudadrv.Event, flags uint
 	return nil
 }
 
-// StreamDestroy is the fake driver's StreamDestroy (see cudadrv.Driver).
+// StreamDestroy is the fake cuStreamDestroy.
 func (d *Driver) StreamDestroy(h cudadrv.Stream) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -1071,7 +1070,7 @@ func (d *Driver) StreamDestroy(h cudadrv.Stream) error {
 	return nil
 }
 
-// EventCreate is the fake driver's EventCreate (see cudadrv.Driver).
+// EventCreate is the fake cuEventCreate.
 func (d *Driver) EventCreate(flags uint32) (cudadrv.Event, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -1084,7 +1083,7 @@ func (d *Driver) EventCreate(flags uint32) (cudadrv.Event, error) {
 	return h, nil
 }
 
-// EventRecord is the fake driver's EventRecord (see cudadrv.Driver).
+// EventRecord is the fake cuEventRecord.
 func (d *Driver) EventRecord(eh cudadrv.Event, sh cudadrv.Stream) error {
 	const fn = "cuEventRecord"
 	d.mu.Lock()
@@ -1119,7 +1118,7 @@ func (d *Driver) EventRecord(eh cudadrv.Event, sh cudadrv.Stream) error {
 	return nil
 }
 
-// EventSynchronize is the fake driver's EventSynchronize (see cudadrv.Driver).
+// EventSynchronize is the fake cuEventSynchronize.
 func (d *Driver) EventSynchronize(h cudadrv.Event) error {
 	const fn = "cuEventSynchronize"
 	d.mu.Lock()
@@ -1141,7 +1140,7 @@ func (d *Driver) EventSynchronize(h cudadrv.Event) error {
 	return nil
 }
 
-// EventQuery is the fake driver's EventQuery (see cudadrv.Driver).
+// EventQuery is the fake cuEventQuery.
 func (d *Driver) EventQuery(h cudadrv.Event) error {
 	const fn = "cuEventQuery"
 	d.mu.Lock()
@@ -1162,7 +1161,7 @@ func (d *Driver) EventQuery(h cudadrv.Event) error {
 	return nil
 }
 
-// EventDestroy is the fake driver's EventDestroy (see cudadrv.Driver).
+// EventDestroy is the fake cuEventDestroy.
 func (d *Driver) EventDestroy(h cudadrv.Event) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()

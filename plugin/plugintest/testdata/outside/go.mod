@@ -8,6 +8,9 @@ go 1.26
 
 require github.com/goffload/offload v0.0.0
 
-require github.com/google/btree v1.1.3 // indirect
+require (
+	github.com/ebitengine/purego v0.11.3 // indirect
+	github.com/google/btree v1.1.3 // indirect
+)
 
 replace github.com/goffload/offload => ../../../..
