@@ -9,9 +9,13 @@
 //	CC=mpicc go build -tags mpi -o app . && mpirun -np 3 ./app   # two MPI devices
 //	GOFFLOAD_DEVICES=host,local:2 go run ./examples/saxpy
 //	GOFFLOAD_INFO=copies go run ./examples/saxpy   # shows the copies both ways
+//	GOFFLOAD_DEVICES=cuda go run ./examples/saxpy  # on the GPUs, with the PTX in saxpy.ptx
 package main
 
+//go:generate clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_50 -nocudainc -nocudalib -O3 -ffp-contract=off -S saxpy.cu -o saxpy.ptx
+
 import (
+	_ "embed"
 	"flag"
 	"fmt"
 	"math"
@@ -21,16 +25,22 @@ import (
 	"github.com/goffload/offload"
 )
 
-// Saxpy is y[i] += a*x[i], split over the device's cores: x is copied to
-// the device, y to it and back (the parameter types say so); Named gives
-// the buffers their names in GOFFLOAD_INFO output and errors.
-var Saxpy = offload.MustKernel3("saxpy", func(ctx offload.Ctx, a float32, x offload.In[float32], y offload.InOut[float32]) {
-	ctx.For(len(y), func(lo, hi int) {
+// Saxpy is y[i] += a*x[i] for i < n (BLAS's saxpy), split over the
+// device's cores: x is copied to the device, y to it and back (the
+// parameter types say so); Named gives the buffers their names in
+// GOFFLOAD_INFO output and errors. On a GPU it runs saxpy.ptx instead,
+// which takes the same parameters (saxpy.cu is its source): n is there for
+// the GPU, which gets no slice lengths.
+var Saxpy = offload.MustKernel4("saxpy", func(ctx offload.Ctx, n int, a float32, x offload.In[float32], y offload.InOut[float32]) {
+	ctx.For(n, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			y[i] += a * x[i]
 		}
 	})
-}).Named("a", "x", "y")
+}).Named("n", "a", "x", "y").PTX(saxpyPTX, "saxpy")
+
+//go:embed saxpy.ptx
+var saxpyPTX []byte
 
 func main() {
 	n := flag.Int("n", 1<<22, "vector length")
@@ -85,7 +95,7 @@ func run(n int) error {
 			// The clauses of With name the array sections in the info
 			// output and errors.
 			xs, ys := x[lo:hi], y[lo:hi]
-			errs[p] = Saxpy.Run(dev, a, xs, ys)
+			errs[p] = Saxpy.Run(dev, len(ys), a, xs, ys)
 		}()
 	}
 	wg.Wait()

@@ -1,10 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
+	"unsafe"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/internal/cudadrv/cudafake"
+	"github.com/goffload/offload/plugins/cuda"
 )
 
 // The device processes this test starts are this test binary.
@@ -27,5 +34,73 @@ func TestSaxpy(t *testing.T) {
 		if offload.NumDevices() != 0 {
 			t.Fatal("run did not stop the runtime")
 		}
+	}
+}
+
+// TestSaxpyFakeGPU runs the main job with GOFFLOAD_DEVICES=cuda on two
+// fake GPUs (internal/cudadrv/cudafake): the cuda kind loads saxpy.ptx
+// (its .entry parameters parsed), packs the launch's parameters in order,
+// and the fake GPU runs the entry as the PTX would, reading each
+// parameter at the size the PTX declares.
+func TestSaxpyFakeGPU(t *testing.T) {
+	gpu := cudafake.H100
+	drv := cudafake.New(cudafake.Config{GPUs: []cudafake.GPU{gpu, gpu}})
+	drv.SetKernel("saxpy", func(l *cudafake.Launch) error {
+		n, a := l.Int64(0), l.Float32(1)
+		if l.Threads() < n {
+			return fmt.Errorf("%d threads for %d elements", l.Threads(), n)
+		}
+		xb, err := l.Mem(l.Ptr(2), 4*n)
+		if err != nil {
+			return err
+		}
+		yb, err := l.Mem(l.Ptr(3), 4*n)
+		if err != nil {
+			return err
+		}
+		x := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(xb))), n)
+		y := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(yb))), n)
+		for i := range y {
+			y[i] = y[i] + a*x[i]
+		}
+		return nil
+	})
+	defer cuda.UseDriverForTests(drv)()
+	t.Setenv("GOFFLOAD_DEVICES", "cuda")
+	if err := run(100_003); err != nil {
+		t.Fatal(err)
+	}
+	if n := drv.Launches("saxpy"); n != 2 {
+		t.Errorf("the fake GPUs ran saxpy %d times, want 2 (one part each)", n)
+	}
+	if n := drv.Calls("cuModuleLoadData"); n != 2 {
+		t.Errorf("cuModuleLoadData called %d times, want 2 (the image once per GPU)", n)
+	}
+}
+
+// TestSaxpyPTXGenerated: saxpy.ptx is what go generate makes of saxpy.cu,
+// where clang with the NVPTX target is installed.
+func TestSaxpyPTXGenerated(t *testing.T) {
+	clang := ""
+	for _, c := range []string{"clang", "clang-22"} {
+		if p, err := exec.LookPath(c); err == nil {
+			clang = p
+			break
+		}
+	}
+	if clang == "" {
+		t.Skip("no clang to generate the PTX with")
+	}
+	out := filepath.Join(t.TempDir(), "saxpy.ptx")
+	cmd := exec.Command(clang, "-x", "cuda", "--cuda-device-only", "--cuda-gpu-arch=sm_50", "-nocudainc", "-nocudalib", "-O3", "-ffp-contract=off", "-S", "saxpy.cu", "-o", out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Skipf("%s cannot generate PTX here: %v\n%s", clang, err, b)
+	}
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, saxpyPTX) {
+		t.Errorf("saxpy.ptx differs from what %s makes of saxpy.cu: run go generate and commit it", clang)
 	}
 }
