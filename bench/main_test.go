@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/internal/cudadrv/cudafake"
+	"github.com/goffload/offload/plugins/cuda"
 )
 
 // The remote suite starts this test binary again, as a local device process
@@ -378,5 +380,34 @@ func TestSpinEnv(t *testing.T) {
 		if _, err := parseSpin(v); err == nil {
 			t.Errorf("parseSpin(%q) succeeded, want an error", v)
 		}
+	}
+}
+
+// TestCUDASuiteTSV runs suite cuda on a fake GPU (internal/cudadrv/cudafake,
+// with no kernel code: the empty kernel does nothing): the suite's code
+// paths and output, not GPU figures.
+func TestCUDASuiteTSV(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves 256 MiB buffers")
+	}
+	drv := cudafake.New(cudafake.Config{GPUs: []cudafake.GPU{{Name: "Fake GPU", Major: 9, SMs: 4, Memory: 1 << 30}}})
+	defer cuda.UseDriverForTests(drv)()
+	checkSuiteTSV(t, "cuda", map[string]bool{"cuda.empty_launch": true, "cuda.submit_256MiB": true})
+	if drv.Launches("empty") == 0 {
+		t.Error("the fake GPU launched no empty kernel")
+	}
+}
+
+// TestCUDASuiteSkipsWithoutDriver: with no driver the suite is skipped,
+// saying why.
+func TestCUDASuiteSkipsWithoutDriver(t *testing.T) {
+	t.Setenv(cuda.LibraryEnv, "/nonexistent/libcuda.so.1")
+	if why := skipReason("cuda", suites["cuda"]); !strings.Contains(why, "no NVIDIA driver (/nonexistent/libcuda.so.1 not found)") {
+		t.Errorf("skip reason %q", why)
+	}
+	var out, errOut bytes.Buffer
+	err := run([]string{"-suite", "cuda"}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "suite cuda cannot run here: no NVIDIA driver") {
+		t.Errorf("-suite cuda without a driver: %v", err)
 	}
 }

@@ -196,6 +196,18 @@ func openSpec(arg string) ([]plugin.Device, error) {
 	return openDevices(s, ord)
 }
 
+// Driver returns the driver the kind uses (GOFFLOAD_CUDA_LIBRARY, or
+// libcuda.so.1; loaded and initialized once) and its number of GPUs, or
+// why there is no GPU to use. It is for this module's bench, whose raw
+// baselines call the driver API directly.
+func Driver() (cudadrv.Driver, int, error) {
+	s := getDriver(library())
+	if s.err != nil {
+		return nil, 0, s.err
+	}
+	return s.drv, s.count, nil
+}
+
 // UseDriverForTests makes the kind use drv, initialized once, instead of
 // loading the driver library (GOFFLOAD_DEVICES=cuda then opens drv's
 // GPUs), until restore is called. It is for this module's tests, which
