@@ -38,7 +38,8 @@ type device struct {
 	evFree []cudadrv.Event     // CUDA events to reuse
 	evLive map[*event]struct{} // events whose CUDA event is not released
 
-	lost atomic.Pointer[error] // a sticky error: see Lost
+	lost    atomic.Pointer[error]  // a sticky error: see Lost
+	curName atomic.Pointer[string] // the name, read without d.mu (see label)
 
 	// emulate makes kernels without PTX run their Go bodies on the host,
 	// over copies of their arguments' allocations: for the tests only
@@ -106,10 +107,10 @@ func newDevice(drv cudadrv.Driver, ord, version int) (*device, error) {
 			Host:   host,
 			PID:    os.Getpid(),
 		},
-		name:   fmt.Sprintf("cuda device (GPU %d)", ord),
 		num:    -1,
 		evLive: map[*event]struct{}{},
 	}
+	d.setName(fmt.Sprintf("cuda device (GPU %d)", ord))
 	d.mem.init(total)
 	return d, nil
 }
@@ -118,9 +119,16 @@ func (d *device) Info() plugin.Info { return d.info }
 
 // label names the device in errors.
 func (d *device) label() string {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	return d.name
+	if p := d.curName.Load(); p != nil {
+		return *p
+	}
+	return fmt.Sprintf("cuda device (GPU %d)", d.ord)
+}
+
+// setName names the device; under d.mu.
+func (d *device) setName(name string) {
+	d.name = name
+	d.curName.Store(&name)
 }
 
 // with runs f with the device's context current on the calling goroutine's
@@ -190,7 +198,7 @@ func (d *device) Load(img *plugin.Image, num int) error {
 		return fmt.Errorf("%s: %w: the image is loaded already", d.name, plugin.ErrBadKernel)
 	}
 	d.num, d.img = num, img
-	d.name = fmt.Sprintf("cuda device %d (GPU %d)", num, d.ord)
+	d.setName(fmt.Sprintf("cuda device %d (GPU %d)", num, d.ord))
 	if d.emulate {
 		d.pool = plugin.NewPool(d.info.Cores)
 		d.info.Cores = d.pool.Workers() // what the emulated kernels' loops split over
@@ -377,9 +385,12 @@ func (d *device) Close() error {
 	d.evmu.Lock()
 	evs := d.evFree
 	for e := range d.evLive {
+		e.mu.Lock()
 		if e.cu != 0 {
 			evs = append(evs, e.cu)
+			e.cu = 0 // destroyed below
 		}
+		e.mu.Unlock()
 	}
 	d.evFree, d.evLive = nil, nil
 	d.evmu.Unlock()
