@@ -11,7 +11,6 @@ import (
 
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/mpi"
-	_ "github.com/goffload/offload/plugins/cuda" // the CUDA device kind (NVIDIA GPUs, driver loaded at run time)
 	_ "github.com/goffload/offload/plugins/host" // the host device kind
 	"github.com/goffload/offload/plugins/remote"
 )
