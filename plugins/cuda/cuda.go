@@ -62,7 +62,10 @@
 // recorded after a Retrieve fires once the data is in host memory. Exchange
 // copies within a GPU with cuMemcpyDtoDAsync and between GPUs with
 // cuMemcpyPeerAsync. Events are CUDA events; a queue waits for an event of
-// any CUDA device with cuStreamWaitEvent (plugin.ForeignEventWaiter).
+// any CUDA device with cuStreamWaitEvent (plugin.ForeignEventWaiter). The
+// core learns that a task's event fired from one goroutine per device that
+// polls the watched events with cuEventQuery (plugin.FireNotifier), not
+// from a goroutine blocked in cuEventSynchronize per task.
 //
 // A kernel that faults leaves the GPU's context unusable (a sticky CUDA
 // error): the device reports itself lost (plugin.LostReporter) with the

@@ -33,6 +33,7 @@ type device struct {
 
 	mem     memory
 	staging stagingPool
+	poller  poller // OnFire's
 
 	evmu   sync.Mutex
 	evFree []cudadrv.Event     // CUDA events to reuse

@@ -2,7 +2,9 @@ package cuda
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
+	"time"
 
 	"github.com/goffload/offload/internal/cudadrv"
 	"github.com/goffload/offload/plugin"
@@ -201,4 +203,93 @@ func (e *event) maybeRelease() {
 	e.cu = 0
 	e.mu.Unlock()
 	e.d.releaseEvent(e, cu)
+}
+
+// fired reports whether the event has fired: its record was issued with
+// an error, or issued and complete (a device that is closed or lost fires
+// its events: their Query says why).
+func (e *event) fired() bool {
+	select {
+	case <-e.issued:
+	default:
+		return false
+	}
+	if e.err != nil || e.d.alive() != nil {
+		return true
+	}
+	return cudadrv.Code(e.driverCall(e.d.drv.EventQuery)) != cudadrv.ErrNotReady
+}
+
+// OnFire runs f once the event has fired (plugin.FireNotifier): at once if
+// it has, else on the device's poller goroutine, which queries the
+// device's watched events while there are any — so the core needs no
+// goroutine (and no OS thread blocked in cuEventSynchronize) per task.
+func (e *event) OnFire(f func()) {
+	if e.fired() {
+		f()
+		return
+	}
+	e.d.poller.add(e, f)
+}
+
+// A poller fires the functions given to OnFire.
+type poller struct {
+	mu      sync.Mutex
+	watch   []fireWatch
+	running bool
+}
+
+type fireWatch struct {
+	e *event
+	f func()
+}
+
+func (p *poller) add(e *event, f func()) {
+	p.mu.Lock()
+	p.watch = append(p.watch, fireWatch{e, f})
+	if !p.running {
+		p.running = true
+		go p.loop()
+	}
+	p.mu.Unlock()
+}
+
+// loop polls the watched events until none is left: right away again
+// after a round that fired one, yielding for a while after rounds that did
+// not, then sleeping briefly between rounds.
+func (p *poller) loop() {
+	idle := 0
+	for {
+		p.mu.Lock()
+		ws := p.watch
+		p.watch = nil
+		p.mu.Unlock()
+		var keep []fireWatch
+		fired := false
+		for _, w := range ws {
+			if w.e.fired() {
+				w.f()
+				fired = true
+			} else {
+				keep = append(keep, w)
+			}
+		}
+		p.mu.Lock()
+		p.watch = append(keep, p.watch...)
+		if len(p.watch) == 0 {
+			p.running = false
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+		switch {
+		case fired:
+			idle = 0
+		case idle < 64:
+			idle++
+			runtime.Gosched()
+		default:
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
 }
