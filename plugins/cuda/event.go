@@ -75,6 +75,13 @@ func (e *event) fire(err error) {
 	close(e.issued)
 }
 
+// handle returns the CUDA event; the caller holds a reference.
+func (e *event) handle() cudadrv.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cu
+}
+
 // waitable returns the CUDA event a stream waits on, or done if the record
 // is complete (or the CUDA event released, which it is only then). The
 // caller holds a reference.

@@ -162,7 +162,7 @@ func (q *queue) issue(o *op, ctxErr error) {
 	case opRecord:
 		err := failed
 		if err == nil {
-			if e := d.drv.EventRecord(o.ev.cu, q.stream); e != nil {
+			if e := d.drv.EventRecord(o.ev.handle(), q.stream); e != nil {
 				err = fmt.Errorf("%s: record: %w", d.label(), d.wrap(e))
 				q.fail(err)
 			}
