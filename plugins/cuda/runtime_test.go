@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -135,5 +136,29 @@ func TestRuntimeFakeGPUs(t *testing.T) {
 	}
 	if err := goOnlyK.Run(offload.On(2), x); err != nil {
 		t.Errorf("the same kernel on the host device: %v", err)
+	}
+}
+
+// TestDiscoveryGPUsFirst: with GOFFLOAD_DEVICES unset, the GPUs are found
+// and numbered before the host device, as libomptarget orders them.
+func TestDiscoveryGPUsFirst(t *testing.T) {
+	drv := cudafake.New(cudafake.Config{GPUs: []cudafake.GPU{cudafake.H100, cudafake.H100}})
+	defer cuda.UseDriverForTests(drv)()
+	t.Setenv("GOFFLOAD_DEVICES", "")
+	os.Unsetenv("GOFFLOAD_DEVICES")
+	if err := offload.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer offload.Stop()
+	var kinds []string
+	for i := range offload.NumDevices() {
+		in, err := offload.On(i).Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds = append(kinds, in.Kind)
+	}
+	if strings.Join(kinds, ",") != "cuda,cuda,host" {
+		t.Errorf("discovered %v, want the two GPUs, then the host device", kinds)
 	}
 }
