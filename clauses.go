@@ -150,7 +150,7 @@ func withDevicePtrs(d Device, cd *core.Device, uses []Map, body func() error) er
 		}
 		p, err := d.MappedPtr(u.slice.Interface())
 		if err != nil {
-			return fmt.Errorf("goffload: %s: target data %s(%s): %w", cd.Label(), u.useClause, nameOr(u.item.Buf.Name), err)
+			return fmt.Errorf("goffload: %s: target data %s(%s): %w", cd.Label(), u.useClause, core.QuoteName(u.item.Buf.Name), err)
 		}
 		*u.use = p
 	}

@@ -52,7 +52,11 @@ func MemcpyContext(ctx context.Context, dst, src DevicePtr, n int64) error {
 // present already — or a map clause (To(x), From(y), ToFrom(z), Alloc(w)
 // with modifiers), or a DevicePtr of this device (is_device_ptr). Run
 // returns when the kernel is done and the results are copied back.
-func (d Device) Run(k *Kernel, args ...any) error {
+func (d Device) Run(k *Kernel, args ...any) error { return d.launch(k, launchOpts{}, args) }
+
+// launch is the target construct of k with args and what a typed kernel
+// adds to its launches (o).
+func (d Device) launch(k *Kernel, o launchOpts, args []any) error {
 	cd, fallback, err := d.resolve()
 	if err != nil {
 		return err
@@ -60,7 +64,7 @@ func (d Device) Run(k *Kernel, args ...any) error {
 	if k == nil || k.k == nil {
 		return fmt.Errorf("goffload: %s: target: %w: nil kernel", cd.Label(), ErrBadArgument)
 	}
-	kargs, err := kernelArgs(cd, k, d.dm, launchOpts{}, args)
+	kargs, err := kernelArgs(cd, k, d.dm, o, args)
 	if err != nil {
 		return err
 	}
@@ -197,7 +201,7 @@ func kernelArgs(cd *core.Device, kk *Kernel, dm Defaultmap, o launchOpts, args [
 		if !u {
 			m := with[i]
 			return nil, fmt.Errorf("goffload: %s: target %s%s: %w: With clause %d, map(%s) of %s (%d elements at %#x), names no slice argument of the launch: a clause applies to the slice argument (or slice field) with the same first element and length",
-				cd.Label(), k.Name, k.Describe(), ErrBadMap, i, m.item.Kind(), nameOr(m.item.Buf.Name), m.slice.Len(), m.item.Buf.Addr())
+				cd.Label(), k.Name, k.Describe(), ErrBadMap, i, m.item.Kind(), core.QuoteName(m.item.Buf.Name), m.slice.Len(), m.item.Buf.Addr())
 		}
 	}
 	return out, nil

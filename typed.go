@@ -57,18 +57,7 @@ func paramDir(t reflect.Type) (mt core.MapType, clause string, ok bool) {
 // launch runs k on dev with args checked by the compiler and the clauses
 // of with replacing the declared directions.
 func (k *Kernel) launch(dev Device, o launchOpts, args ...any) error {
-	if k == nil || k.k == nil {
-		return dev.Run(nil)
-	}
-	cd, fallback, err := dev.resolve()
-	if err != nil {
-		return err
-	}
-	kargs, err := kernelArgs(cd, k, dev.dm, o, args)
-	if err != nil {
-		return err
-	}
-	return cd.Target(dev.ctx, k.k, kargs, fallback)
+	return dev.launch(k, o, args)
 }
 
 // launchNowait is launch as a task.
@@ -150,11 +139,4 @@ func (lf *leafer) match(a any) int {
 		return j
 	}
 	return -1
-}
-
-func nameOr(name string) string {
-	if name == "" {
-		return "an unnamed buffer"
-	}
-	return fmt.Sprintf("%q", name)
 }

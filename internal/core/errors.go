@@ -35,10 +35,10 @@ type MapError struct {
 
 // Error describes the failure with the device, buffer and expectation.
 func (e *MapError) Error() string {
-	what := e.Op + " of " + quoteName(e.Name) // a memory routine
+	what := e.Op + " of " + QuoteName(e.Name) // a memory routine
 	switch {
 	case strings.HasPrefix(e.Clause, "map("):
-		what = e.Op + " " + e.Clause + " of " + quoteName(e.Name)
+		what = e.Op + " " + e.Clause + " of " + QuoteName(e.Name)
 	case e.Clause != "": // a motion clause names the buffer itself: target update to(y)
 		what = e.Op + " " + e.Clause
 	}
@@ -53,7 +53,9 @@ func (e *MapError) Unwrap() error { return e.Err }
 // Name=unknown, as libomptarget's does).
 const unnamed = "unnamed buffer"
 
-func quoteName(n string) string {
+// QuoteName is how errors show a buffer's name: quoted, or "unnamed
+// buffer".
+func QuoteName(n string) string {
 	if n == "" {
 		return unnamed
 	}

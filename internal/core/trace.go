@@ -314,7 +314,7 @@ func (tr *Trace) nameOp(e *traceEvent, t *traceTask, o DeviceOpEvent) {
 		dk := copyKinds[o.Kind]
 		e.Cat = "copy"
 		e.Args["kind"], e.Args["bytes"] = dk.String(), o.Bytes
-		name := "unnamed buffer"
+		name := unnamed
 		if i := t.nextCopy[dk]; i < len(t.copies[dk]) {
 			c := t.copies[dk][i]
 			name = c.Name
