@@ -166,11 +166,15 @@ func (a Async) run(k *Kernel, o launchOpts, args []any) *Task {
 		if k == nil || k.k == nil {
 			return core.Op{}, fmt.Errorf("goffload: %s: target: %w: nil kernel", cd.Label(), ErrBadArgument)
 		}
+		geo, err := a.dev.geometry()
+		if err != nil {
+			return core.Op{}, fmt.Errorf("goffload: %s: target %s: %w", cd.Label(), k.k.Name, err)
+		}
 		kargs, err := kernelArgs(cd, k, a.dev.dm, o, args)
 		if err != nil {
 			return core.Op{}, err
 		}
-		return core.TargetOp(k.k, kargs), nil
+		return core.TargetOpWith(k.k, kargs, geo), nil
 	})
 }
 

@@ -9,17 +9,16 @@ import (
 // If returns d when cond is true and the initial device otherwise: OpenMP's
 // if clause on target constructs (if(target: cond)). On the initial device
 // a kernel runs on the program's own memory and data constructs do
-// nothing, as when the clause is false in OpenMP. The context and
-// defaultmap of d carry over.
+// nothing, as when the clause is false in OpenMP. The context and the
+// other clauses of d carry over.
 //
 //	offload.On(0).If(n > 10000).Run(k, …) // small problems stay on the host
 func (d Device) If(cond bool) Device {
 	if cond {
 		return d
 	}
-	in := Initial()
-	in.ctx, in.dm = d.ctx, d.dm
-	return in
+	d.num = NumDevices() // the initial device, with d's clauses
+	return d
 }
 
 // Defaultmap says how the target constructs of a device map a bare slice

@@ -11,6 +11,7 @@ import (
 
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/mpi"
+	"github.com/goffload/offload/plugin"
 	_ "github.com/goffload/offload/plugins/host" // the host device kind
 	"github.com/goffload/offload/plugins/remote"
 )
@@ -182,6 +183,10 @@ type Device struct {
 	num int
 	ctx context.Context // see WithContext
 	dm  Defaultmap      // see Defaultmap
+	// geo is the num_teams and thread_limit clauses (teams.go), geoErr
+	// what was wrong with them.
+	geo    plugin.Geometry
+	geoErr error
 }
 
 // On returns device number n (the device clause of OpenMP constructs).

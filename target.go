@@ -64,11 +64,15 @@ func (d Device) launch(k *Kernel, o launchOpts, args []any) error {
 	if k == nil || k.k == nil {
 		return fmt.Errorf("goffload: %s: target: %w: nil kernel", cd.Label(), ErrBadArgument)
 	}
+	geo, err := d.geometry()
+	if err != nil {
+		return fmt.Errorf("goffload: %s: target %s: %w", cd.Label(), k.k.Name, err)
+	}
 	kargs, err := kernelArgs(cd, k, d.dm, o, args)
 	if err != nil {
 		return err
 	}
-	return cd.Target(d.ctx, k.k, kargs, fallback)
+	return cd.Run(d.ctx, core.TargetOpWith(k.k, kargs, geo), fallback)
 }
 
 // Run runs kernel k on the default device; see Device.Run.

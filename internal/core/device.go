@@ -305,7 +305,11 @@ type KernelArg struct {
 }
 
 // TargetOp is the target construct: kernel k with args.
-func TargetOp(k *plugin.Kernel, args []KernelArg) Op {
+func TargetOp(k *plugin.Kernel, args []KernelArg) Op { return TargetOpWith(k, args, plugin.Geometry{}) }
+
+// TargetOpWith is the target construct with the launch geometry g (the
+// num_teams and thread_limit clauses; zero: the device chooses).
+func TargetOpWith(k *plugin.Kernel, args []KernelArg, g plugin.Geometry) Op {
 	return Op{
 		Name: "target " + k.Name,
 		Initial: func(d *Device, task uint64, fallback bool) error {
@@ -318,13 +322,13 @@ func TargetOp(k *plugin.Kernel, args []KernelArg) Op {
 			if d.log.On(InfoKernelArgs) {
 				d.logArgs(w.task, k, args)
 			}
-			d.target(w, k, args)
+			d.target(w, k, args, g)
 		},
 	}
 }
 
 // target enqueues a target region on w: maps, launch, unmaps.
-func (d *Device) target(w *work, k *plugin.Kernel, args []KernelArg) {
+func (d *Device) target(w *work, k *plugin.Kernel, args []KernelArg, g plugin.Geometry) {
 	pargs := make([]plugin.Arg, len(args))
 	var mapped []MapItem
 	for i, a := range args {
@@ -352,7 +356,11 @@ func (d *Device) target(w *work, k *plugin.Kernel, args []KernelArg) {
 	}
 	if w.first == nil {
 		if d.log.On(InfoKernels) {
-			d.log.Taskf(InfoKernels, d.Num, w.task, "Launching kernel %s on %s", k.Name, d.Label())
+			if g.IsZero() {
+				d.log.Taskf(InfoKernels, d.Num, w.task, "Launching kernel %s on %s", k.Name, d.Label())
+			} else {
+				d.log.Taskf(InfoKernels, d.Num, w.task, "Launching kernel %s on %s with %s", k.Name, d.Label(), g)
+			}
 		}
 		if t := d.tool; t != nil {
 			var bytes int64
@@ -363,7 +371,7 @@ func (d *Device) target(w *work, k *plugin.Kernel, args []KernelArg) {
 			}
 			t.KernelLaunch(KernelEvent{Where: w.where(), Name: k.Name, Args: len(args), ArgBytes: bytes})
 		}
-		if err := w.q.Launch(k, pargs); err != nil {
+		if err := launch(w.q, k, pargs, g); err != nil {
 			w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), w.op, err))
 		}
 	}
@@ -376,6 +384,14 @@ func (d *Device) target(w *work, k *plugin.Kernel, args []KernelArg) {
 			w.err(err)
 		}
 	}
+}
+
+// launch enqueues k on q with g, if g is set and q takes a geometry.
+func launch(q plugin.Queue, k *plugin.Kernel, args []plugin.Arg, g plugin.Geometry) error {
+	if gl, ok := q.(plugin.GeometryLauncher); ok && !g.IsZero() {
+		return gl.LaunchGeometry(k, args, g)
+	}
+	return q.Launch(k, args)
 }
 
 func (d *Device) runInitial(task uint64, k *plugin.Kernel, args []KernelArg, fallback bool) error {

@@ -161,15 +161,45 @@ func checkArgs(k *plugin.Kernel, args []plugin.Arg) error {
 	return nil
 }
 
-// grid is a launch's grid: one thread per element of the longest slice
-// argument, in blocks of blockSize, at least one block.
-func grid(k *plugin.Kernel, args []plugin.Arg) (g, b [3]uint32) {
-	n := 0
-	for i, p := range k.Params {
-		if p.Kind == plugin.Slice && i < len(args) {
-			n = max(n, args[i].Len)
-		}
+// The limits of a launch's geometry on every NVIDIA GPU since compute
+// capability 2.0: threads per block, and the block's and grid's
+// dimensions.
+var (
+	maxBlockThreads = 1024
+	maxBlock        = [3]int{1024, 1024, 64}
+	maxGrid         = [3]int{1<<31 - 1, 65535, 65535}
+)
+
+// grid is a launch's grid and block: geo's where it sets them; else a
+// block of blockSize threads, and one thread per element of the longest
+// slice argument (the trip count) in blocks of the block's x dimension, at
+// least one block. A geometry beyond the GPU's limits is an error naming
+// the kernel.
+func grid(k *plugin.Kernel, args []plugin.Arg, geo plugin.Geometry) (g, b [3]uint32, err error) {
+	block := [3]int{blockSize, 1, 1}
+	if geo.Threads != ([3]int{}) {
+		block = geo.Threads
 	}
-	blocks := max((int64(n)+blockSize-1)/blockSize, 1)
-	return [3]uint32{uint32(min(blocks, 1<<31-1)), 1, 1}, [3]uint32{blockSize, 1, 1}
+	teams := geo.Teams
+	if teams == ([3]int{}) {
+		n := 0
+		for i, p := range k.Params {
+			if p.Kind == plugin.Slice && i < len(args) {
+				n = max(n, args[i].Len)
+			}
+		}
+		teams = [3]int{int(min(max((int64(n)+int64(block[0])-1)/int64(block[0]), 1), int64(maxGrid[0]))), 1, 1}
+	}
+	threads := 1
+	for i := range 3 {
+		if block[i] < 1 || block[i] > maxBlock[i] || teams[i] < 1 || teams[i] > maxGrid[i] {
+			return g, b, fmt.Errorf("%w: kernel %q: %s: a CUDA launch takes blocks of at most %v threads and grids of at most %v blocks", plugin.ErrBadKernel, k.Name, plugin.Geometry{Teams: teams, Threads: block}, maxBlock, maxGrid)
+		}
+		threads *= block[i]
+		g[i], b[i] = uint32(teams[i]), uint32(block[i])
+	}
+	if threads > maxBlockThreads {
+		return g, b, fmt.Errorf("%w: kernel %q: thread_limit(%d,%d,%d) is %d threads per block, more than the %d a CUDA block has", plugin.ErrBadKernel, k.Name, block[0], block[1], block[2], threads, maxBlockThreads)
+	}
+	return g, b, nil
 }

@@ -208,8 +208,8 @@ func TestGrid(t *testing.T) {
 		}
 		params = append(params, plugin.Param{Kind: plugin.Scalar, Type: reflect.TypeFor[int]()})
 		args = append(args, plugin.Arg{Scalar: 1 << 30})
-		g, b := cuda.Grid(&plugin.Kernel{Params: params}, args)
-		if g != [3]uint32{c.blocks, 1, 1} || b != [3]uint32{256, 1, 1} {
+		g, b, err := cuda.Grid(&plugin.Kernel{Params: params}, args, plugin.Geometry{})
+		if err != nil || g != [3]uint32{c.blocks, 1, 1} || b != [3]uint32{256, 1, 1} {
 			t.Errorf("slices of %v: grid %v block %v, want %d blocks of 256", c.lens, g, b, c.blocks)
 		}
 	}

@@ -440,6 +440,13 @@ func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) 
 // mode its Go body for a kernel without PTX. The arguments are checked
 // and packed here.
 func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
+	return q.LaunchGeometry(k, args, plugin.Geometry{})
+}
+
+// LaunchGeometry is Launch with the grid and block of g (the num_teams
+// and thread_limit clauses); what g leaves unset comes from the trip
+// count (see grid).
+func (q *queue) LaunchGeometry(k *plugin.Kernel, args []plugin.Arg, geo plugin.Geometry) error {
 	if err := q.usable(); err != nil {
 		return err
 	}
@@ -476,10 +483,13 @@ func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
 			return fmt.Errorf("%s: kernel %q argument %d ([]%s, %d elements at %#x): %w", d.label(), k.Name, i, p.Type, a.Len, uint64(a.Ptr), err)
 		}
 	}
+	g, b, err := grid(k, args, geo) // checked in the emulate mode too
+	if err != nil {
+		return fmt.Errorf("%s: %w", d.label(), err)
+	}
 	if kf.emu {
 		return q.enqueue(op{kind: opEmulate, k: k, args: append([]plugin.Arg(nil), args...)})
 	}
-	g, b := grid(k, args)
 	return q.enqueue(op{kind: opLaunch, k: k, fn: kf.fn, prm: prm, grid: g, block: b})
 }
 
