@@ -583,18 +583,17 @@ func (q *queue) Query() (bool, error) {
 	return true, err
 }
 
-// Close synchronizes, then destroys the stream.
+// Close refuses new work, synchronizes what was enqueued, then destroys
+// the stream.
 func (q *queue) Close() error {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
 		return fmt.Errorf("%s: %w: queue closed twice", q.d.label(), plugin.ErrBadHandle)
 	}
+	q.closed = true // before the synchronization: nothing is issued after it
 	q.mu.Unlock()
 	err := q.Synchronize()
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
 	if q.d.alive() == nil {
 		q.d.with(func() error { return q.d.drv.StreamDestroy(q.stream) })
 	}
