@@ -44,7 +44,10 @@
 // A CPU kind (one that runs the Go bodies) needs: [RegisterKind]; [NewPool]
 // (one per device, closed with the device, then [DropGlobals]);
 // [NewKernelCtx] in Load; [Kernel.Launch] with a [Mem] over its memory;
-// the Err variables, wrapped with detail. A kind that runs device code
+// the Err variables, wrapped with detail. Its queues and events can be
+// those of package plugin/opqueue (in-order queues that run Go functions
+// on a goroutine of their own, one-shot events, the error state), as the
+// host kind's and testdata/outside's are. A kind that runs device code
 // reads [Kernel.Code] and [Kernel.Params]. A kind whose kernels run in
 // another process of the program loads [CurrentImage] there, and sends a
 // [KernelPanic]'s fields back so that the host rebuilds the error.

@@ -12,9 +12,9 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/goffload/offload/internal/opqueue"
 	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/opqueue"
 )
 
 // fakeOp is a kind of operation the fake counts, scripts and records.

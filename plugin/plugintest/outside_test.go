@@ -14,9 +14,9 @@ import (
 )
 
 // TestOutOfModulePlugin proves that the plugin contract is public: a device
-// kind in a module of its own, testdata/outside, written only against
-// package plugin (it could not import this module's internal packages if it
-// tried), must pass `go vet` and its tests — this conformance suite, and the
+// kind in a module of its own, testdata/outside, written only against the
+// public packages plugin and plugin/opqueue (it could not import this
+// module's internal packages if it tried), must pass `go vet` and its tests — this conformance suite, and the
 // whole runtime started with its devices running typed kernels with map
 // clauses. The module is built offline (GOPROXY=off, from the module cache),
 // against this checkout through its replace directive; GOWORK=off keeps a

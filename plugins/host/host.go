@@ -16,9 +16,9 @@ import (
 	"sync/atomic"
 
 	"github.com/goffload/offload/internal/hostmem"
-	"github.com/goffload/offload/internal/opqueue"
 	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/opqueue"
 )
 
 // DefaultPoolThreshold is the largest freed block a host device keeps for

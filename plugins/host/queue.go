@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/goffload/offload/internal/opqueue"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/opqueue"
 )
 
 // queue is an in-order queue whose operations run on a goroutine of their

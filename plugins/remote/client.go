@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 
 	"github.com/goffload/offload/internal/hostmem"
-	"github.com/goffload/offload/internal/opqueue"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/opqueue"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 

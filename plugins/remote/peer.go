@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/goffload/offload/internal/opqueue"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/opqueue"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 

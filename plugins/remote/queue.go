@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/goffload/offload/internal/opqueue"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/opqueue"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
@@ -349,7 +349,7 @@ func (e *event) settled() (skip bool, err error) {
 
 func (e *event) Synchronize() error {
 	err := e.ev.Synchronize()
-	if err == opqueue.ErrNotRecorded {
+	if err == plugin.ErrNotRecorded {
 		return plugin.ErrNotRecorded
 	}
 	return err
@@ -361,7 +361,7 @@ func (e *event) OnFire(f func()) { e.ev.OnFire(f) }
 
 func (e *event) Query() (bool, error) {
 	fired, err := e.ev.Query()
-	if err == opqueue.ErrNotRecorded {
+	if err == plugin.ErrNotRecorded {
 		return false, plugin.ErrNotRecorded
 	}
 	return fired, err

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/goffload/offload/internal/hostmem"
-	"github.com/goffload/offload/internal/opqueue"
 	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/opqueue"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 

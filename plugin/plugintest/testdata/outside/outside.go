@@ -1,15 +1,17 @@
 // Package outside is a CPU device kind that lives outside goffload's module
-// and is written only against its public plugin contract
-// (github.com/goffload/offload/plugin): the proof that a kind needs nothing
-// internal. It is small but complete: device memory is Go memory at
-// synthetic addresses, each queue runs its operations in order on a
-// goroutine of its own, events are channels, and kernels run on a
-// plugin.Pool with plugin.Kernel.Launch.
+// and is written only against its public packages: the plugin contract
+// (github.com/goffload/offload/plugin) and the queues kinds build on
+// (github.com/goffload/offload/plugin/opqueue). It is the proof that a kind
+// needs nothing internal, and the way to write one. It is small but
+// complete: device memory is Go memory at synthetic addresses (this file),
+// queues and events are opqueue's with the device's checks and names
+// around them (queue.go), and kernels run on a plugin.Pool with
+// plugin.Kernel.Launch.
 //
 // Spec in GOFFLOAD_DEVICES: "outside" (one device) or "outside:N".
 // Optional capabilities: plugin.ForeignEventWaiter (every outside device
-// waits on every outside device's events: they share the process) and
-// plugin.FireNotifier.
+// waits on every outside device's events: they share the process),
+// plugin.FireNotifier and plugin.InlineQueue.
 package outside
 
 import (
@@ -22,6 +24,7 @@ import (
 	"unsafe"
 
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/opqueue"
 )
 
 // Name is the kind's name, the scheme of its GOFFLOAD_DEVICES items.
@@ -264,16 +267,14 @@ func (d *device) NewQueue() (plugin.Queue, error) {
 	if err := d.alive(); err != nil {
 		return nil, err
 	}
-	q := &queue{d: d}
-	q.idle = sync.NewCond(&q.mu)
-	return q, nil
+	return &queue{d: d, q: opqueue.New()}, nil
 }
 
 func (d *device) NewEvent() (plugin.Event, error) {
 	if err := d.alive(); err != nil {
 		return nil, err
 	}
-	return &event{d: d, done: make(chan struct{})}, nil
+	return &event{d: d, Event: opqueue.NewEvent()}, nil
 }
 
 // CanWait reports whether this device's queues can wait on ev

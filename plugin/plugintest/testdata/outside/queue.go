@@ -1,95 +1,30 @@
 package outside
 
 import (
-	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/opqueue"
 )
 
-// op is one queued operation: run (skipped once the queue failed), or the
-// recording of an event, or a wait for one.
-type op struct {
-	run    func() error
-	record *event
-	wait   *event
-}
-
-// queue runs its operations in order on a goroutine that lives while it
-// has work. Device memory is resolved, and checked, when an operation is
-// enqueued; host memory is read and written when it runs.
+// queue is an in-order queue of a device, on an opqueue.Queue: its
+// operations run in order on a goroutine that lives while it has work.
+// Device memory is resolved, and checked, when an operation is enqueued;
+// host memory is read and written when it runs.
 type queue struct {
 	d *device
-
-	mu      sync.Mutex
-	idle    *sync.Cond // broadcast when running turns false
-	ops     []op
-	running bool
-	closed  bool
-	err     error // the first failure since the last Synchronize or Query
+	q *opqueue.Queue
 }
 
-// enqueue appends o, or refuses it if the queue or its device is closed;
-// arm, if set, runs under the queue's lock once the queue accepts o (an
-// event is recorded only if its Record is).
-func (q *queue) enqueue(o op, arm func() error) error {
+// do enqueues fn, or refuses it if the queue or its device is closed.
+func (q *queue) do(fn func() error) error {
 	if err := q.d.alive(); err != nil {
 		return err
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed {
-		return fmt.Errorf("%s: %w: queue is closed", q.d.label(), plugin.ErrBadHandle)
-	}
-	if arm != nil {
-		if err := arm(); err != nil {
-			return err
-		}
-	}
-	q.ops = append(q.ops, o)
-	if !q.running {
-		q.running = true
-		go q.loop()
+	if err := q.q.Do(fn); err != nil {
+		return fmt.Errorf("%s: %w", q.d.label(), err)
 	}
 	return nil
-}
-
-func (q *queue) loop() {
-	for {
-		q.mu.Lock()
-		if len(q.ops) == 0 {
-			q.running = false
-			q.idle.Broadcast()
-			q.mu.Unlock()
-			return
-		}
-		o := q.ops[0]
-		q.ops[0] = op{}
-		q.ops = q.ops[1:]
-		failed := q.err
-		q.mu.Unlock()
-
-		var err error
-		switch {
-		case o.record != nil:
-			o.record.fire(failed)
-		case o.wait != nil:
-			<-o.wait.done
-			if o.wait.err != nil && failed == nil {
-				err = fmt.Errorf("%s: waited-for event failed: %w", q.d.label(), o.wait.err)
-			}
-		case failed == nil:
-			err = o.run()
-		}
-		if err != nil {
-			q.mu.Lock()
-			if q.err == nil {
-				q.err = err
-			}
-			q.mu.Unlock()
-		}
-	}
 }
 
 func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
@@ -97,7 +32,7 @@ func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
 	if err != nil {
 		return fmt.Errorf("submit of %d bytes: %w", len(src), err)
 	}
-	return q.enqueue(op{run: func() error { copy(b, src); return nil }}, nil)
+	return q.do(func() error { copy(b, src); return nil })
 }
 
 func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
@@ -105,7 +40,7 @@ func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
 	if err != nil {
 		return fmt.Errorf("retrieve of %d bytes: %w", len(dst), err)
 	}
-	return q.enqueue(op{run: func() error { copy(dst, b); return nil }}, nil)
+	return q.do(func() error { copy(dst, b); return nil })
 }
 
 // Exchange copies between outside devices directly (they share the
@@ -124,7 +59,7 @@ func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) 
 	if err != nil {
 		return fmt.Errorf("exchange destination: %w", err)
 	}
-	return q.enqueue(op{run: func() error { copy(t, s); return nil }}, nil)
+	return q.do(func() error { copy(t, s); return nil })
 }
 
 func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
@@ -132,150 +67,62 @@ func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
 	if err != nil {
 		return err
 	}
-	return q.enqueue(op{run: func() error {
+	return q.do(func() error {
 		if err := k.Launch(ctx, args, q.d.mem); err != nil {
 			return fmt.Errorf("%s: %w", q.d.label(), err)
 		}
 		return nil
-	}}, nil)
+	})
 }
 
+// Record records one of this device's events; opqueue refuses an event
+// recorded already, or closed.
 func (q *queue) Record(e plugin.Event) error {
 	ev, ok := e.(*event)
 	if !ok || ev.d != q.d {
 		return fmt.Errorf("%s: %w: event %T is not of this device", q.d.label(), plugin.ErrBadHandle, e)
 	}
-	return q.enqueue(op{record: ev}, ev.arm)
+	if err := q.d.alive(); err != nil {
+		return err
+	}
+	if err := q.q.Record(ev.Event); err != nil {
+		return fmt.Errorf("%s: record: %w", q.d.label(), err)
+	}
+	return nil
 }
 
+// Wait waits for any outside device's event (see CanWait); opqueue refuses
+// one that is not recorded.
 func (q *queue) Wait(e plugin.Event) error {
 	ev, ok := e.(*event)
 	if !ok || !q.d.CanWait(e) {
 		return fmt.Errorf("%s: wait on a %T: %w", q.d.label(), e, plugin.ErrUnsupported)
 	}
-	if !ev.recorded() {
-		return fmt.Errorf("%s: wait: %w", q.d.label(), plugin.ErrNotRecorded)
+	if err := q.d.alive(); err != nil {
+		return err
 	}
-	return q.enqueue(op{wait: ev}, nil)
-}
-
-func (q *queue) Synchronize() error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for q.running {
-		q.idle.Wait()
+	if err := q.q.Wait(ev.Event); err != nil {
+		return fmt.Errorf("%s: %w", q.d.label(), err)
 	}
-	err := q.err
-	q.err = nil
-	return err
+	return nil
 }
 
-func (q *queue) Query() (bool, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.running {
-		return false, nil
-	}
-	err := q.err
-	q.err = nil
-	return true, err
-}
+// SetInline makes operations enqueued on the idle queue run on the
+// enqueueing goroutine (plugin.InlineQueue): the core sets it for
+// synchronous constructs, which wait for the queue right after.
+func (q *queue) SetInline(on bool) { q.q.SetInline(on) }
 
-func (q *queue) Close() error {
-	err := q.Synchronize()
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	return err
-}
+func (q *queue) Synchronize() error { return q.q.Synchronize() }
 
-// event fires once, when the queue it was recorded on reaches it, with
-// the queue's error state then.
+func (q *queue) Query() (bool, error) { return q.q.Query() }
+
+func (q *queue) Close() error { return q.q.Close() }
+
+// event is an opqueue.Event that knows its device. It fires once, when the
+// queue it was recorded on reaches it, with the queue's error state then;
+// the embedded Event gives it Synchronize, Query and Close (plugin.Event)
+// and OnFire (plugin.FireNotifier).
 type event struct {
 	d *device
-
-	mu     sync.Mutex
-	armed  bool // recorded
-	closed bool
-	done   chan struct{}
-	err    error    // written before done is closed
-	then   []func() // run when it fires (OnFire)
-}
-
-var errRecordedTwice = errors.New("event is already recorded (events fire once; create another)")
-
-func (e *event) arm() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return fmt.Errorf("%s: %w: event is closed", e.d.label(), plugin.ErrBadHandle)
-	}
-	if e.armed {
-		return fmt.Errorf("%s: %w: %w", e.d.label(), plugin.ErrBadHandle, errRecordedTwice)
-	}
-	e.armed = true
-	return nil
-}
-
-func (e *event) recorded() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.armed
-}
-
-func (e *event) fire(err error) {
-	e.mu.Lock()
-	e.err = err
-	close(e.done)
-	then := e.then
-	e.then = nil
-	e.mu.Unlock()
-	for _, f := range then {
-		f()
-	}
-}
-
-func (e *event) Synchronize() error {
-	if !e.recorded() {
-		return plugin.ErrNotRecorded
-	}
-	<-e.done
-	return e.err
-}
-
-func (e *event) Query() (bool, error) {
-	if !e.recorded() {
-		return false, plugin.ErrNotRecorded
-	}
-	select {
-	case <-e.done:
-		return true, e.err
-	default:
-		return false, nil
-	}
-}
-
-func (e *event) Close() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return fmt.Errorf("%s: %w: event closed twice", e.d.label(), plugin.ErrBadHandle)
-	}
-	e.closed = true
-	return nil
-}
-
-// OnFire runs f when the event fires, or at once if it has
-// (plugin.FireNotifier).
-func (e *event) OnFire(f func()) {
-	e.mu.Lock()
-	select {
-	case <-e.done:
-		e.mu.Unlock()
-		f()
-		return
-	default:
-	}
-	e.then = append(e.then, f)
-	e.mu.Unlock()
+	*opqueue.Event
 }

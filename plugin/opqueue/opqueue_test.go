@@ -114,3 +114,79 @@ func TestInline(t *testing.T) {
 		t.Errorf("order %v, want [0 1 2]", order)
 	}
 }
+
+// TestInlineHandsOver: what is enqueued while an inline operation runs (by
+// that operation, or by another goroutine) is not left behind when the
+// inline operation ends: the queue's goroutine runs it, and Synchronize
+// waits for it.
+func TestInlineHandsOver(t *testing.T) {
+	q := New()
+	defer q.Close()
+	q.SetInline(true)
+	ran := make(chan struct{})
+	err := q.Do(func() error {
+		// The queue is running (this operation): the next one is queued.
+		return q.Do(func() error { close(ran); return nil })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ran:
+	default:
+		t.Fatal("an operation enqueued while an inline one ran did not run before Synchronize returned")
+	}
+	if idle, err := q.Query(); !idle || err != nil {
+		t.Errorf("Query after Synchronize = %v, %v; want idle", idle, err)
+	}
+}
+
+// TestArmFire: an event armed without a queue fires when told, once, and
+// queues waiting on it go on then.
+func TestArmFire(t *testing.T) {
+	ev := NewEvent()
+	if _, err := ev.Query(); !errors.Is(err, plugin.ErrNotRecorded) {
+		t.Errorf("Query of an event never recorded: %v", err)
+	}
+	if err := ev.Arm(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ev.Arm(); !errors.Is(err, plugin.ErrBadHandle) {
+		t.Errorf("arming twice: %v", err)
+	}
+	q := New()
+	defer q.Close()
+	if err := q.Wait(ev); err != nil {
+		t.Fatal(err)
+	}
+	after := false
+	q.Do(func() error { after = true; return nil })
+	if idle, _ := q.Query(); idle {
+		t.Fatal("the queue is idle while it waits for an event not fired")
+	}
+	boom := errors.New("boom")
+	fired := make(chan struct{})
+	ev.OnFire(func() { close(fired) })
+	ev.Fire(boom)
+	ev.Fire(nil) // only the first firing counts
+	<-fired
+	<-ev.Done()
+	if err := q.Synchronize(); !errors.Is(err, boom) {
+		t.Errorf("a queue that waited for an event fired with an error: Synchronize = %v", err)
+	}
+	if after {
+		t.Error("the operation after a failed wait ran")
+	}
+	if err := ev.Synchronize(); !errors.Is(err, boom) {
+		t.Errorf("event: %v, want the first firing's error", err)
+	}
+	if err := ev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ev.Close(); !errors.Is(err, plugin.ErrBadHandle) {
+		t.Errorf("closing twice: %v", err)
+	}
+}

@@ -1,0 +1,441 @@
+// Package opqueue gives a device kind the in-order queues and one-shot
+// events that the plugin contract asks for, so that a kind whose operations
+// are Go functions (a CPU kind, or the server side of a device process)
+// need not write its own. The host kind and the remote kind's device
+// processes are built on it, and so is the out-of-module example kind,
+// plugin/plugintest/testdata/outside.
+//
+// A [Queue] runs the functions enqueued on it in order, one at a time, on
+// a goroutine of its own that lives while the queue has work (an idle
+// queue holds no goroutine). An [Event] fires once, with an error or none:
+// a queue fires it when it gets to the point where it was recorded
+// ([Queue.Record]); other queues wait for it ([Queue.Wait]), and so can the
+// host ([Event.Synchronize], [Event.Query], [Event.OnFire]).
+//
+// An operation that returns an error puts its queue in an error state: the
+// operations after it are skipped, and events recorded meanwhile fire with
+// the error, until a synchronising mark takes the error and clears it:
+// [Queue.Synchronize], [Queue.Query] once the queue is idle, or a
+// [Queue.Mark] with clear set. This is the error state that
+// [plugin.Queue] describes.
+//
+// # Building a kind on it
+//
+// A kind's [plugin.Queue] holds a *Queue. Its Submit, Retrieve, Exchange
+// and Launch check their arguments and resolve device memory when they are
+// called, so that a bad pointer is an error at once, and enqueue with
+// [Queue.Do] (or [Queue.DoTimed], to report times to a [plugin.Tracer]) a
+// function that does the copy or runs the kernel. Its Record and Wait
+// unwrap the kind's event and call [Queue.Record] and [Queue.Wait]; its
+// Synchronize, Query and Close are the Queue's, and [Queue.SetInline] gives
+// it [plugin.InlineQueue].
+//
+// A kind's [plugin.Event] holds or embeds an *Event, whose Synchronize,
+// Query and Close are plugin.Event's and whose OnFire is
+// [plugin.FireNotifier]'s, beside what else the kind needs (the device the
+// event belongs to, so that a queue refuses another device's event):
+//
+//	type queue struct {
+//		d *device
+//		q *opqueue.Queue
+//	}
+//
+//	func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
+//		b, err := q.d.bytes(dst, int64(len(src))) // checked now
+//		if err != nil {
+//			return err
+//		}
+//		return q.q.Do(func() error { copy(b, src); return nil }) // run later
+//	}
+//
+//	func (q *queue) Synchronize() error { return q.q.Synchronize() }
+//
+//	type event struct {
+//		d              *device
+//		*opqueue.Event // Synchronize, Query, Close, OnFire
+//	}
+//
+// plugin/plugintest/testdata/outside/queue.go is a whole kind's queue and
+// event written this way, in a module of its own.
+//
+// Errors wrap the plugin contract's: work for a closed queue, and an event
+// recorded twice or after it was closed, wrap [plugin.ErrBadHandle]; a
+// wait for an event never recorded, and its Synchronize or Query, wrap
+// [plugin.ErrNotRecorded]. A kind adds its device's name.
+//
+// Operations run on the queue's goroutine, one after another: one that
+// blocks holds up the queue; one must not call its own queue's Synchronize
+// or Close (it would wait for itself); and one must not panic
+// ([plugin.Kernel.Launch] turns a kernel's panic into an error; anything
+// else that may panic must recover).
+package opqueue
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/goffload/offload/plugin"
+)
+
+type op struct {
+	run    func() error      // a normal operation, skipped after a failure
+	mark   func(error) error // runs whatever happened before; gets the error state
+	clear  bool              // the mark clears the error state
+	wait   *Event
+	record *Event
+	// timed, if set, is told when a run or wait operation ran, and how
+	// it ended (skipped operations are not told).
+	timed func(start, end time.Time, err error)
+}
+
+// Queue runs operations in order, on a goroutine of its own while it has
+// work. Make one with [New]: the zero Queue is not ready for use. Its
+// methods are safe for concurrent use; operations enqueued by different
+// goroutines at once run in the order the queue got them.
+type Queue struct {
+	mu      sync.Mutex
+	idle    *sync.Cond
+	ops     []op
+	running bool
+	closed  bool
+	inline  bool  // see SetInline
+	err     error // first failure since the last clearing mark
+}
+
+// New returns an empty, idle queue.
+func New() *Queue {
+	q := &Queue{}
+	q.idle = sync.NewCond(&q.mu)
+	return q
+}
+
+func (q *Queue) enqueue(o op) error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return fmt.Errorf("%w: queue is closed", plugin.ErrBadHandle)
+	}
+	if q.inline && !q.running {
+		// Nothing is queued or running: run o here, as the queue's
+		// goroutine would, with the queue marked running meanwhile.
+		q.running = true
+		failed := q.take(o)
+		q.mu.Unlock()
+		q.exec(o, failed)
+		q.mu.Lock()
+		if len(q.ops) > 0 {
+			// Enqueued while o ran (by o, or by another goroutine):
+			// the queue's goroutine takes over.
+			go q.loop()
+		} else {
+			q.running = false
+			q.idle.Broadcast()
+		}
+		q.mu.Unlock()
+		return nil
+	}
+	q.ops = append(q.ops, o)
+	if !q.running {
+		q.running = true
+		go q.loop()
+	}
+	q.mu.Unlock()
+	return nil
+}
+
+// SetInline makes operations enqueued while the queue is idle run on the
+// enqueueing goroutine, before the enqueueing call returns (a wait then
+// blocks it): for a caller that waits for the queue right after anyway, as
+// plugin.InlineQueue describes. Operations enqueued while earlier ones run
+// still go to the queue's goroutine.
+func (q *Queue) SetInline(on bool) {
+	q.mu.Lock()
+	q.inline = on
+	q.mu.Unlock()
+}
+
+// take returns the error state o runs with, clearing it if o clears it;
+// under q.mu.
+func (q *Queue) take(o op) error {
+	failed := q.err
+	if o.clear {
+		q.err = nil
+	}
+	return failed
+}
+
+func (q *Queue) loop() {
+	for {
+		q.mu.Lock()
+		if len(q.ops) == 0 {
+			q.running = false
+			q.ops = q.ops[:0]
+			q.idle.Broadcast()
+			q.mu.Unlock()
+			return
+		}
+		o := q.ops[0]
+		q.ops[0] = op{}
+		q.ops = q.ops[1:]
+		failed := q.take(o)
+		q.mu.Unlock()
+		q.exec(o, failed)
+	}
+}
+
+// exec runs o with the error state failed, and sets the state if o fails.
+func (q *Queue) exec(o op, failed error) {
+	var err error
+	var start time.Time
+	if o.timed != nil {
+		start = time.Now()
+	}
+	switch {
+	case o.record != nil:
+		o.record.Fire(failed)
+	case o.wait != nil:
+		<-o.wait.done
+		if o.wait.err != nil && failed == nil {
+			err = fmt.Errorf("waited-for event failed: %w", o.wait.err)
+		}
+		if o.timed != nil {
+			o.timed(start, time.Now(), err)
+		}
+	case o.mark != nil:
+		err = o.mark(failed)
+	case failed == nil:
+		err = o.run()
+		if o.timed != nil {
+			o.timed(start, time.Now(), err)
+		}
+	}
+	if err != nil {
+		q.mu.Lock()
+		if q.err == nil {
+			q.err = err
+		}
+		q.mu.Unlock()
+	}
+}
+
+// Do enqueues fn. It runs after everything enqueued before it, unless one of
+// those failed since the last clearing mark, in which case it is skipped;
+// an error it returns puts the queue in the error state. Do fails only on a
+// closed queue.
+func (q *Queue) Do(fn func() error) error { return q.enqueue(op{run: fn}) }
+
+// DoTimed is Do that tells timed when fn started and ended, and its error,
+// on the queue's goroutine right after fn returns (not if fn is skipped).
+// A nil timed is Do.
+func (q *Queue) DoTimed(fn func() error, timed func(start, end time.Time, err error)) error {
+	return q.enqueue(op{run: fn, timed: timed})
+}
+
+// Mark enqueues fn to run in order even after a failure: it receives the
+// first error since the last clearing mark (nil if none), and clears it if
+// clear is set. An error fn returns puts the queue in the error state.
+// Record is a mark that fires an event; a device process uses Mark to
+// answer a synchronize message in queue order.
+func (q *Queue) Mark(clear bool, fn func(failed error) error) error {
+	return q.enqueue(op{mark: fn, clear: clear})
+}
+
+// Record makes ev fire, with the queue's error state if any, when
+// everything enqueued before it is done. An event is recorded once: a
+// second Record of it, or one of a closed event, fails with an error
+// wrapping plugin.ErrBadHandle.
+func (q *Queue) Record(ev *Event) error {
+	if err := ev.arm(); err != nil {
+		return err
+	}
+	if err := q.enqueue(op{record: ev}); err != nil {
+		ev.disarm() // never enqueued: it would never fire
+		return err
+	}
+	return nil
+}
+
+// Wait holds back everything enqueued after it until ev has fired; if ev
+// carries an error the queue enters the error state with it. ev may be
+// recorded on any queue (or armed with [Event.Arm]); one that is not yet
+// recorded is refused with an error wrapping plugin.ErrNotRecorded.
+func (q *Queue) Wait(ev *Event) error { return q.WaitTimed(ev, nil) }
+
+// WaitTimed is Wait that tells timed how long the queue waited (see
+// DoTimed).
+func (q *Queue) WaitTimed(ev *Event, timed func(start, end time.Time, err error)) error {
+	if !ev.Recorded() {
+		return fmt.Errorf("wait: %w", plugin.ErrNotRecorded)
+	}
+	return q.enqueue(op{wait: ev, timed: timed})
+}
+
+// Synchronize waits for everything enqueued so far and returns (and clears)
+// the first error since the last clearing mark. An operation of the queue
+// must not call it.
+func (q *Queue) Synchronize() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for q.running {
+		q.idle.Wait()
+	}
+	err := q.err
+	q.err = nil
+	return err
+}
+
+// Query reports whether the queue is idle, and if so returns (and clears)
+// its error state.
+func (q *Queue) Query() (bool, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.running {
+		return false, nil
+	}
+	err := q.err
+	q.err = nil
+	return true, err
+}
+
+// Close synchronizes, then refuses further work with errors wrapping
+// plugin.ErrBadHandle.
+func (q *Queue) Close() error {
+	err := q.Synchronize()
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	return err
+}
+
+// Event fires once, with an error or none. It is recorded (armed) before
+// it fires: by [Queue.Record], or by [Event.Arm] for an event that
+// something other than a queue fires. Make one with [NewEvent]: the zero
+// Event is not ready for use. Its methods are safe for concurrent use.
+type Event struct {
+	mu     sync.Mutex
+	armed  bool
+	closed bool
+	done   chan struct{}
+	err    error    // written before done is closed
+	then   []func() // run when it fires (OnFire)
+}
+
+// NewEvent returns an event that is not recorded yet.
+func NewEvent() *Event { return &Event{done: make(chan struct{})} }
+
+func (e *Event) arm() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return fmt.Errorf("%w: event is closed", plugin.ErrBadHandle)
+	}
+	if e.armed {
+		return fmt.Errorf("%w: event is already recorded (events fire once; create another)", plugin.ErrBadHandle)
+	}
+	e.armed = true
+	return nil
+}
+
+func (e *Event) disarm() {
+	e.mu.Lock()
+	e.armed = false
+	e.mu.Unlock()
+}
+
+// Arm marks the event recorded without a queue, for an event that
+// something else will fire with [Event.Fire] (a device in another process
+// that says when its event fired). It fails, as Record does, if the event
+// was recorded already or is closed. The caller then owns the firing: an
+// armed event that is never fired blocks its waiters for ever. A kind that
+// records its events on a Queue does not need Arm.
+func (e *Event) Arm() error { return e.arm() }
+
+// Recorded reports whether the event was recorded (or armed, or fired).
+func (e *Event) Recorded() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.armed
+}
+
+// Fire fires the event with err (nil: without error), and marks it
+// recorded if it was not. Only the first firing counts: a queue that gets
+// to a Record of an event fired already leaves it as it is. A kind that
+// records its events on a Queue does not call Fire; it is for events armed
+// with [Event.Arm], and for firing an event early on purpose.
+func (e *Event) Fire(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	select {
+	case <-e.done:
+		return
+	default:
+	}
+	e.armed = true
+	e.err = err
+	close(e.done)
+	then := e.then
+	e.then = nil
+	e.mu.Unlock()
+	for _, f := range then {
+		f()
+	}
+	e.mu.Lock() // for the deferred unlock
+}
+
+// OnFire makes f run when the event fires, on the goroutine that fires it
+// (a queue's, for a recorded event), or at once on the caller's if it has
+// fired (plugin.FireNotifier). f must not block.
+func (e *Event) OnFire(f func()) {
+	e.mu.Lock()
+	select {
+	case <-e.done:
+		e.mu.Unlock()
+		f()
+		return
+	default:
+	}
+	e.then = append(e.then, f)
+	e.mu.Unlock()
+}
+
+// Done is closed when the event fires. It is never closed for an event
+// that is not recorded (and not fired).
+func (e *Event) Done() <-chan struct{} { return e.done }
+
+// Synchronize waits for the event and returns its error; an event never
+// recorded returns plugin.ErrNotRecorded.
+func (e *Event) Synchronize() error {
+	if !e.Recorded() {
+		return plugin.ErrNotRecorded
+	}
+	<-e.done
+	return e.err
+}
+
+// Query reports whether the event fired, and its error if so; an event
+// never recorded returns plugin.ErrNotRecorded.
+func (e *Event) Query() (bool, error) {
+	if !e.Recorded() {
+		return false, plugin.ErrNotRecorded
+	}
+	select {
+	case <-e.done:
+		return true, e.err
+	default:
+		return false, nil
+	}
+}
+
+// Close releases the event: it can no longer be recorded, and closing it
+// again fails with an error wrapping plugin.ErrBadHandle. Waits already
+// enqueued, and a Record already enqueued, still see it fire.
+func (e *Event) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return fmt.Errorf("%w: event closed twice", plugin.ErrBadHandle)
+	}
+	e.closed = true
+	return nil
+}
