@@ -37,7 +37,7 @@
 // tests call plugintest.Run with a function that opens devices of the kind.
 // The suite checks each optional interface the kind's values implement.
 // plugin/plugintest/testdata/outside is a complete CPU kind in a module of
-// its own, written against this package alone.
+// its own, written against this package and plugin/opqueue alone.
 //
 // # What a kind uses
 //

@@ -4,7 +4,7 @@ package core
 // operation of a kind fail, stall until released, or fail only after it has
 // run; it can make a device die (every pending and later operation fails with
 // an error wrapping plugin.ErrDeviceLost); and it reads back the operations
-// the core gave the device. Queues are real in-order queues (internal/opqueue)
+// the core gave the device. Queues are real in-order queues (plugin/opqueue)
 // and device memory is real memory, so data results are real too.
 
 import (
