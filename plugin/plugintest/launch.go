@@ -274,3 +274,44 @@ func (e *env) testKernelPanic(t *testing.T) {
 		}
 	}
 }
+
+// testLaunchGeometry checks plugin.GeometryLauncher: a launch with no
+// geometry is Launch, and one with a geometry the device can run runs the
+// kernel whole (the suite's kernels are loops over their slices, which a
+// kind runs as its launches run them, whatever the geometry).
+func (e *env) testLaunchGeometry(t *testing.T) {
+	d := e.devs[0]
+	q := newQueue(t, d)
+	gl, ok := q.(plugin.GeometryLauncher)
+	if !ok {
+		t.Skip("the kind's launches take no geometry (plugin.GeometryLauncher is optional)")
+	}
+	const n = 300
+	src := make([]int32, n)
+	for i := range src {
+		src[i] = int32(i*31 - 1000)
+	}
+	p := alloc(t, d, 4*n)
+	dst := alloc(t, d, 4*n)
+	put(t, q, p, asBytes(src))
+	for _, g := range []plugin.Geometry{
+		{},
+		{Teams: [3]int{2, 1, 1}},
+		{Threads: [3]int{32, 1, 1}},
+		{Teams: [3]int{3, 2, 1}, Threads: [3]int{4, 4, 2}},
+	} {
+		put(t, q, dst, make([]byte, 4*n))
+		if err := gl.LaunchGeometry(kAddInt32, []plugin.Arg{slice(dst, n), slice(p, n), scalar(int32(5))}, g); err != nil {
+			t.Fatalf("LaunchGeometry(%s, %v): %v", kAddInt32.Name, g, err)
+		}
+		got := fromBytes[int32](get(t, q, dst, 4*n))
+		for i := range got {
+			if got[i] != src[i]+5 {
+				t.Fatalf("geometry %+v: element %d = %d, want %d", g, i, got[i], src[i]+5)
+			}
+		}
+	}
+	// Its arguments are checked as Launch's are.
+	expectErr(t, "LaunchGeometry with a slice past the allocation's end", q,
+		gl.LaunchGeometry(kAddInt32, []plugin.Arg{slice(dst, n+1), slice(p, n), scalar(int32(1))}, plugin.Geometry{Teams: [3]int{1, 1, 1}}), plugin.ErrBadPointer)
+}

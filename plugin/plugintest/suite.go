@@ -49,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) []plugin.Device) {
 	t.Run("LaunchScalars", e.testLaunchScalars)
 	t.Run("LaunchSlices", e.testLaunchSlices)
 	t.Run("LaunchBad", e.testLaunchBad)
+	t.Run("LaunchGeometry", e.testLaunchGeometry)
 	t.Run("KernelContext", e.testKernelContext)
 	t.Run("KernelPanic", e.testKernelPanic)
 	t.Run("QueueOrder", e.testQueueOrder)
