@@ -1,10 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
+	"unsafe"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/internal/cudadrv/cudafake"
+	"github.com/goffload/offload/plugins/cuda"
 )
 
 // The device processes this test starts are this test binary.
@@ -24,5 +31,99 @@ func TestPipeline(t *testing.T) {
 		if err := run(10_001, 40); err != nil {
 			t.Fatalf("GOFFLOAD_DEVICES=%q: %v", devices, err)
 		}
+	}
+}
+
+// TestPipelineFakeGPU runs the stencil on fake GPUs
+// (internal/cudadrv/cudafake), alone and beside the host device: the cuda
+// kind loads step.ptx (its .entry parameters parsed), packs n, next and
+// cur as the entry declares them, and the fake GPU runs the entry as the
+// PTX would; the halos go between GPUs (cuMemcpyPeerAsync), within one
+// GPU shared by two devices (cuMemcpyDtoDAsync), and between a GPU and
+// the host device.
+func TestPipelineFakeGPU(t *testing.T) {
+	const cells, steps = 10_001, 40
+	for _, c := range []struct {
+		gpus    int
+		devices string
+		onGPU   int // devices that are GPUs
+	}{
+		{1, "cuda,host", 1},
+		{2, "cuda", 2},
+		{2, "host,cuda:1,cuda:0", 2},
+		{1, "cuda:0,cuda:0", 2},
+	} {
+		gpus := make([]cudafake.GPU, c.gpus)
+		for i := range gpus {
+			gpus[i] = cudafake.H100
+		}
+		drv := cudafake.New(cudafake.Config{GPUs: gpus})
+		drv.SetKernel("step", fakeStep)
+		restore := cuda.UseDriverForTests(drv)
+		t.Setenv("GOFFLOAD_DEVICES", c.devices)
+		t.Setenv("OMP_TARGET_OFFLOAD", "MANDATORY")
+		err := run(cells, steps)
+		restore()
+		if err != nil {
+			t.Fatalf("%d fake GPUs, GOFFLOAD_DEVICES=%s: %v", c.gpus, c.devices, err)
+		}
+		if n := drv.Launches("step"); n != c.onGPU*steps {
+			t.Errorf("%d fake GPUs, GOFFLOAD_DEVICES=%s: the fake GPUs ran step %d times, want %d (%d per GPU device)", c.gpus, c.devices, n, c.onGPU*steps, steps)
+		}
+	}
+}
+
+// fakeStep is step.ptx's entry on a fake GPU: parameters n (8 bytes),
+// next and cur (device addresses of n+2 float64s each).
+func fakeStep(l *cudafake.Launch) error {
+	n := l.Int64(0)
+	if l.Threads() < n {
+		return fmt.Errorf("%d threads for %d cells", l.Threads(), n)
+	}
+	floats := func(p int) ([]float64, error) {
+		b, err := l.Mem(l.Ptr(p), 8*(n+2))
+		if err != nil {
+			return nil, err
+		}
+		return unsafe.Slice((*float64)(unsafe.Pointer(unsafe.SliceData(b))), n+2), nil
+	}
+	next, err := floats(1)
+	if err != nil {
+		return err
+	}
+	cur, err := floats(2)
+	if err != nil {
+		return err
+	}
+	for i := int64(1); i <= n; i++ {
+		next[i] = cur[i] + alpha*(cur[i-1]-2*cur[i]+cur[i+1])
+	}
+	return nil
+}
+
+// TestPipelinePTXGenerated: step.ptx is what go generate makes of step.cu,
+// where clang with the NVPTX target is installed.
+func TestPipelinePTXGenerated(t *testing.T) {
+	clang := ""
+	for _, c := range []string{"clang", "clang-22"} {
+		if p, err := exec.LookPath(c); err == nil {
+			clang = p
+			break
+		}
+	}
+	if clang == "" {
+		t.Skip("no clang to generate the PTX with")
+	}
+	out := filepath.Join(t.TempDir(), "step.ptx")
+	cmd := exec.Command(clang, "-x", "cuda", "--cuda-device-only", "--cuda-gpu-arch=sm_50", "-nocudainc", "-nocudalib", "-O3", "-ffp-contract=off", "-S", "step.cu", "-o", out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Skipf("%s cannot generate PTX here: %v\n%s", clang, err, b)
+	}
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, stepPTX) {
+		t.Errorf("step.ptx differs from what %s makes of step.cu: run go generate and commit it", clang)
 	}
 }
