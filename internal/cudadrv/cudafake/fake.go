@@ -10,8 +10,8 @@
 // errors.
 //
 // Modules are PTX text: ModuleLoadData parses each .entry's parameter list
-// (sizes and alignments as PTX declares them) and checks .version and
-// .target against the GPU. A launch reads each parameter's bytes through
+// (sizes and alignments as PTX declares them, read by internal/ptx) and
+// checks .version and .target against the GPU. A launch reads each parameter's bytes through
 // the kernelParams array as cuLaunchKernel does, and runs the Go function
 // registered for the entry with SetKernel, if any, on the stream: it sees
 // the parameters as the PTX entry would, and device memory by address.
@@ -21,16 +21,14 @@ package cudafake
 import (
 	"fmt"
 	"math"
-	"regexp"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 	"unsafe"
 
 	"github.com/goffload/offload/internal/cudadrv"
+	"github.com/goffload/offload/internal/ptx"
 )
 
 // GPU describes a fake GPU.
@@ -108,7 +106,8 @@ type module struct {
 	entries map[string][]Param
 }
 
-// Param is a PTX kernel parameter: its size and alignment in bytes.
+// Param is a PTX kernel parameter: its size and alignment in bytes (a
+// pointer's own alignment, not its .align's).
 type Param struct {
 	Size, Align int
 }
@@ -456,108 +455,30 @@ func (d *Driver) sticky(fn string, c *context) error {
 	return nil
 }
 
-var (
-	entryRE   = regexp.MustCompile(`\.entry\s+([A-Za-z_$%][\w$]*)\s*\(([^)]*)\)`)
-	versionRE = regexp.MustCompile(`(?m)^\s*\.version\s+(\d+)\.(\d+)`)
-	targetRE  = regexp.MustCompile(`(?m)^\s*\.target\s+sm_(\d+)`)
-)
-
 // ParsePTX returns the parameter lists of the .entry functions of a PTX
-// image, and the compute capability of its .target (90 for sm_90).
+// image, and the compute capability of its .target (90 for sm_90): what
+// internal/ptx reads, which the real driver would refuse if it cannot.
 func ParsePTX(image []byte) (entries map[string][]Param, target int, err error) {
-	text := strings.TrimRight(string(image), "\x00")
-	if !versionRE.MatchString(text) {
-		return nil, 0, fmt.Errorf("no .version directive")
+	target, err = ptx.Target(image)
+	if err != nil {
+		return nil, 0, err
 	}
-	m := targetRE.FindStringSubmatch(text)
-	if m == nil {
-		return nil, 0, fmt.Errorf("no .target sm_NN directive")
+	es, err := ptx.Entries(image)
+	if err != nil {
+		return nil, 0, err
 	}
-	target, _ = strconv.Atoi(m[1])
-	entries = map[string][]Param{}
-	for _, e := range entryRE.FindAllStringSubmatch(text, -1) {
-		var params []Param
-		for _, decl := range strings.Split(e[2], ",") {
-			if strings.TrimSpace(decl) == "" {
-				continue
-			}
-			p, err := parseParam(decl)
-			if err != nil {
-				return nil, 0, fmt.Errorf("entry %s: parameter %q: %v", e[1], strings.TrimSpace(decl), err)
-			}
-			params = append(params, p)
-		}
-		entries[e[1]] = params
-	}
-	if len(entries) == 0 {
+	if len(es) == 0 {
 		return nil, 0, fmt.Errorf("no .entry")
 	}
-	return entries, target, nil
-}
-
-// parseParam parses ".param .u64 name", ".param .u64 .ptr .align 1 name"
-// or ".param .align 8 .b8 name[24]".
-func parseParam(decl string) (Param, error) {
-	f := strings.Fields(decl)
-	if len(f) < 3 || f[0] != ".param" {
-		return Param{}, fmt.Errorf("want .param TYPE NAME")
-	}
-	var p Param
-	elem, align := 0, 0
-	for i := 1; i < len(f); i++ {
-		switch t := f[i]; {
-		case t == ".align":
-			if i+1 >= len(f) {
-				return Param{}, fmt.Errorf(".align without a value")
-			}
-			v, err := strconv.Atoi(f[i+1])
-			if err != nil || v <= 0 || v&(v-1) != 0 {
-				return Param{}, fmt.Errorf("bad .align %q", f[i+1])
-			}
-			align = v
-			i++
-		case t == ".ptr" || t == ".global" || t == ".const" || t == ".local" || t == ".shared":
-		case strings.HasPrefix(t, "."):
-			n, err := typeSize(t)
-			if err != nil {
-				return Param{}, err
-			}
-			elem = n
-		default: // the name, perhaps with [N]
-			count := 1
-			if j := strings.IndexByte(t, '['); j >= 0 {
-				v, err := strconv.Atoi(strings.TrimSuffix(t[j+1:], "]"))
-				if err != nil || v <= 0 {
-					return Param{}, fmt.Errorf("bad array %q", t)
-				}
-				count = v
-			}
-			if elem == 0 {
-				return Param{}, fmt.Errorf("no type")
-			}
-			p.Size = elem * count
-			p.Align = elem
-			if align != 0 {
-				p.Align = align
-			}
-			return p, nil
+	entries = make(map[string][]Param, len(es))
+	for name, ps := range es {
+		var params []Param
+		for _, p := range ps {
+			params = append(params, Param{Size: p.Size, Align: p.Align})
 		}
+		entries[name] = params
 	}
-	return Param{}, fmt.Errorf("no name")
-}
-
-func typeSize(t string) (int, error) {
-	switch t {
-	case ".u8", ".s8", ".b8":
-		return 1, nil
-	case ".u16", ".s16", ".b16", ".f16":
-		return 2, nil
-	case ".u32", ".s32", ".b32", ".f32":
-		return 4, nil
-	case ".u64", ".s64", ".b64", ".f64":
-		return 8, nil
-	}
-	return 0, fmt.Errorf("unknown type %s", t)
+	return entries, target, nil
 }
 
 // ModuleLoadData is the fake cuModuleLoadData.
