@@ -11,6 +11,7 @@ import (
 	"github.com/google/btree"
 
 	"github.com/goffload/offload/internal/cudadrv"
+	"github.com/goffload/offload/internal/ptx"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -187,8 +188,10 @@ func (d *device) wrap(err error) error {
 }
 
 // Load loads the PTX of the image's kernels: each distinct image once, in
-// the device's context, and each kernel's entry. A kernel with no PTX, or
-// whose PTX does not load, fails when it is launched, not here.
+// the device's context, and each kernel's entry, whose parameter list it
+// checks against the kernel's Go parameters (checkEntry). A kernel with no
+// PTX, whose PTX does not load, or whose entry does not take its
+// parameters fails when it is launched, not here.
 func (d *device) Load(img *plugin.Image, num int) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -209,6 +212,9 @@ func (d *device) Load(img *plugin.Image, num int) error {
 	type loaded struct {
 		mod cudadrv.Module
 		err error
+		// entries are the parameter lists of the image's entries that
+		// ptx.Entries could read.
+		entries map[string][]ptx.Param
 	}
 	mods := map[string]loaded{}
 	return d.with(func() error {
@@ -224,6 +230,9 @@ func (d *device) Load(img *plugin.Image, num int) error {
 				m = loaded{mod: mod, err: d.wrap(err)}
 				if err == nil {
 					d.mods = append(d.mods, mod)
+					// An image the driver loads and ptx cannot read
+					// (all of it or an entry) goes unchecked.
+					m.entries, _ = ptx.Entries(code.Image)
 				}
 				mods[string(code.Image)] = m
 			}
@@ -233,8 +242,14 @@ func (d *device) Load(img *plugin.Image, num int) error {
 			}
 			fn, err := d.drv.ModuleGetFunction(m.mod, code.Entry)
 			if err != nil {
-				d.kfns[i] = kernelFn{err: fmt.Errorf("%s: kernel %q: entry %q of its PTX: %w", d.name, k.Name, code.Entry, d.wrap(err))}
+				d.kfns[i] = kernelFn{err: noEntry(fmt.Errorf("%s: kernel %q: entry %q of its PTX: %w", d.name, k.Name, code.Entry, d.wrap(err)), code.Entry, m.entries)}
 				continue
+			}
+			if params, ok := m.entries[code.Entry]; ok {
+				if err := checkEntry(k, code.Entry, params); err != nil {
+					d.kfns[i] = kernelFn{err: fmt.Errorf("%s: %w: kernel %q: %w", d.name, plugin.ErrBadKernel, k.Name, err)}
+					continue
+				}
 			}
 			d.kfns[i] = kernelFn{fn: fn}
 		}
