@@ -64,6 +64,11 @@ type kernelFn struct {
 	fn  cudadrv.Function
 	err error // why it cannot be launched (fn is 0)
 	emu bool  // run the Go body (emulate)
+	// bind is the declare target bind kernel (plugin.BindKernelName),
+	// which a GPU takes as done: a variable's device copy is present
+	// memory that PTX kernels are given as an argument (its Go body tells
+	// Go kernels the address, and no Go kernel runs on a GPU).
+	bind bool
 }
 
 // newDevice opens GPU ord: it retains the GPU's primary context.
@@ -220,7 +225,11 @@ func (d *device) Load(img *plugin.Image, num int) error {
 	return d.with(func() error {
 		for i, k := range img.Kernels {
 			code, ok := k.Code["ptx"]
-			if !ok {
+			switch {
+			case !ok && k.Name == plugin.BindKernelName && !d.emulate:
+				d.kfns[i] = kernelFn{bind: true}
+				continue
+			case !ok:
 				d.kfns[i] = kernelFn{emu: d.emulate, err: d.noCode(k)}
 				continue
 			}
@@ -259,9 +268,6 @@ func (d *device) Load(img *plugin.Image, num int) error {
 
 // noCode is the error of launching k, which has no PTX; under d.mu.
 func (d *device) noCode(k *plugin.Kernel) error {
-	if k.Name == plugin.BindKernelName {
-		return fmt.Errorf("%s: %w: declare target variables are not supported on CUDA devices yet (%w)", d.name, plugin.ErrBadKernel, plugin.ErrUnsupported)
-	}
 	return fmt.Errorf("%s: %w: kernel %q has no PTX: a GPU cannot run its Go body (give it device code with offload.Kernel.PTX, or run it on a CPU device): %w", d.name, plugin.ErrBadKernel, k.Name, plugin.ErrUnsupported)
 }
 
@@ -279,7 +285,7 @@ func (d *device) kernel(k *plugin.Kernel) (kernelFn, error) {
 		return kernelFn{}, fmt.Errorf("%s: %w: kernel %q is not in the loaded image (register kernels at package init, before Start)", d.name, plugin.ErrBadKernel, k.Name)
 	}
 	kf := d.kfns[k.Index]
-	if kf.fn == 0 && !kf.emu {
+	if kf.fn == 0 && !kf.emu && !kf.bind {
 		return kf, kf.err
 	}
 	return kf, nil

@@ -455,6 +455,12 @@ func (q *queue) LaunchGeometry(k *plugin.Kernel, args []plugin.Arg, geo plugin.G
 	if err != nil {
 		return err
 	}
+	if kf.bind {
+		if err := checkArgs(k, args); err != nil {
+			return fmt.Errorf("%s: %w", d.label(), err)
+		}
+		return nil // nothing to do on a GPU (see kernelFn.bind)
+	}
 	var prm *params
 	if kf.emu {
 		err = checkArgs(k, args)
