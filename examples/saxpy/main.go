@@ -10,6 +10,11 @@
 //	GOFFLOAD_DEVICES=host,local:2 go run ./examples/saxpy
 //	GOFFLOAD_INFO=copies go run ./examples/saxpy   # shows the copies both ways
 //	GOFFLOAD_DEVICES=cuda go run ./examples/saxpy  # on the GPUs, with the PTX in saxpy.ptx
+//
+// Where a device named in GOFFLOAD_DEVICES cannot be used (no GPU, say),
+// OpenMP's default is to run its part on the host; the output then shows
+// the initial device. OMP_TARGET_OFFLOAD=MANDATORY makes that an error
+// instead, which says why the device is unavailable.
 package main
 
 //go:generate clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_50 -nocudainc -nocudalib -O3 -ffp-contract=off -S saxpy.cu -o saxpy.ptx
