@@ -219,5 +219,10 @@ type Driver interface {
 	EventSynchronize(e Event) error
 	// EventQuery is StreamQuery's like for an event.
 	EventQuery(e Event) error
+	// EventElapsedTime is the time from start's record to end's, in
+	// milliseconds, with a resolution of about 0.5 µs. Both events must be
+	// created without EventDisableTiming and recorded (else
+	// ErrInvalidHandle), and their records complete (else ErrNotReady).
+	EventElapsedTime(start, end Event) (float32, error)
 	EventDestroy(e Event) error
 }

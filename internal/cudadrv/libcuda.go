@@ -88,6 +88,7 @@ type lib struct {
 	cuStreamCreate, cuStreamSynchronize, cuStreamQuery, cuStreamWaitEvent          uintptr
 	cuStreamDestroy                                                                uintptr
 	cuEventCreate, cuEventRecord, cuEventSynchronize, cuEventQuery, cuEventDestroy uintptr
+	cuEventElapsedTime                                                             uintptr
 }
 
 type symbol struct {
@@ -134,6 +135,7 @@ func (l *lib) symbols() []symbol {
 		s(&l.cuEventRecord, "cuEventRecord"),
 		s(&l.cuEventSynchronize, "cuEventSynchronize"),
 		s(&l.cuEventQuery, "cuEventQuery"),
+		s(&l.cuEventElapsedTime, "cuEventElapsedTime"),
 		s(&l.cuEventDestroy, "cuEventDestroy_v2"),
 	}
 }
@@ -351,6 +353,12 @@ func (l *lib) EventSynchronize(e Event) error {
 
 func (l *lib) EventQuery(e Event) error {
 	return l.check("cuEventQuery", call(l.cuEventQuery, uintptr(e)))
+}
+
+func (l *lib) EventElapsedTime(start, end Event) (float32, error) {
+	var ms float32 // written by the driver through the pointer: no float return to read
+	err := l.check("cuEventElapsedTime", call(l.cuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), uintptr(start), uintptr(end)))
+	return ms, err
 }
 
 func (l *lib) EventDestroy(e Event) error {

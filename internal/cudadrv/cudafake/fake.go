@@ -130,8 +130,10 @@ type stream struct {
 
 type event struct {
 	ctx      *context
-	recorded uint64 // generation of the last record
-	done     uint64 // generation reached
+	timing   bool      // created without EventDisableTiming
+	recorded uint64    // generation of the last record
+	done     uint64    // generation reached
+	at       time.Time // when the stream ran the record of generation done
 	dead     bool
 }
 
@@ -1000,7 +1002,7 @@ func (d *Driver) EventCreate(flags uint32) (cudadrv.Event, error) {
 		return 0, err
 	}
 	h := cudadrv.Event(d.handle())
-	d.events[h] = &event{ctx: c}
+	d.events[h] = &event{ctx: c, timing: flags&cudadrv.EventDisableTiming == 0}
 	return h, nil
 }
 
@@ -1031,7 +1033,7 @@ func (d *Driver) EventRecord(eh cudadrv.Event, sh cudadrv.Stream) error {
 	s.enqueue(d, func() {
 		d.mu.Lock()
 		if e.done < gen {
-			e.done = gen
+			e.done, e.at = gen, time.Now()
 		}
 		d.changed.Broadcast()
 		d.mu.Unlock()
@@ -1080,6 +1082,32 @@ func (d *Driver) EventQuery(h cudadrv.Event) error {
 		return fail(fn, cudadrv.ErrNotReady)
 	}
 	return nil
+}
+
+// EventElapsedTime is the fake cuEventElapsedTime: the time between the
+// moments the streams ran the two events' last records, rounded to 0.5 µs
+// (the real driver's resolution).
+func (d *Driver) EventElapsedTime(start, end cudadrv.Event) (float32, error) {
+	const fn = "cuEventElapsedTime"
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.ready(fn); err != nil {
+		return 0, err
+	}
+	s, e := d.events[start], d.events[end]
+	if s == nil || e == nil || !s.timing || !e.timing || s.recorded == 0 || e.recorded == 0 {
+		return 0, fail(fn, cudadrv.ErrInvalidHandle)
+	}
+	for _, c := range []*context{s.ctx, e.ctx} {
+		if c.sticky != 0 {
+			return 0, fail(fn, c.sticky)
+		}
+	}
+	if s.done < s.recorded || e.done < e.recorded {
+		return 0, fail(fn, cudadrv.ErrNotReady)
+	}
+	const res = 500 * time.Nanosecond
+	return float32(e.at.Sub(s.at).Round(res).Seconds() * 1e3), nil
 }
 
 // EventDestroy is the fake cuEventDestroy.

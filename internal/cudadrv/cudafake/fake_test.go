@@ -195,3 +195,46 @@ func TestCurrentContextPerThread(t *testing.T) {
 		t.Errorf("MemAlloc with no current context = %v", err)
 	}
 }
+
+// TestEventElapsedTime: the time between two records as their streams ran
+// them; not ready until both are complete, an invalid handle for an event
+// without timing or never recorded.
+func TestEventElapsedTime(t *testing.T) {
+	const delay = 10 * time.Millisecond
+	d := New(Config{GPUs: []GPU{H100}, OpDelay: delay})
+	if err := d.Init(); err != nil {
+		t.Fatal(err)
+	}
+	withCtx(t, d, 0, func() {
+		s, _ := d.StreamCreate(cudadrv.StreamNonBlocking)
+		a, _ := d.EventCreate(0)
+		b, _ := d.EventCreate(0)
+		plain, _ := d.EventCreate(cudadrv.EventDisableTiming)
+		if _, err := d.EventElapsedTime(a, b); cudadrv.Code(err) != cudadrv.ErrInvalidHandle {
+			t.Errorf("ElapsedTime of events never recorded = %v, want invalid handle", err)
+		}
+		d.EventRecord(a, s)
+		d.EventRecord(plain, s)
+		d.EventRecord(b, s)
+		if _, err := d.EventElapsedTime(a, b); cudadrv.Code(err) != cudadrv.ErrNotReady {
+			t.Errorf("ElapsedTime of pending records = %v, want not ready", err)
+		}
+		if err := d.StreamSynchronize(s); err != nil {
+			t.Fatal(err)
+		}
+		ms, err := d.EventElapsedTime(a, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := time.Duration(float64(ms) * 1e6); got < 2*delay || got > 2*delay+time.Second {
+			t.Errorf("two delayed operations apart: %v, want about %v", got, 2*delay)
+		}
+		if _, err := d.EventElapsedTime(a, plain); cudadrv.Code(err) != cudadrv.ErrInvalidHandle {
+			t.Errorf("ElapsedTime with an event without timing = %v, want invalid handle", err)
+		}
+		d.EventDestroy(b)
+		if _, err := d.EventElapsedTime(a, b); cudadrv.Code(err) != cudadrv.ErrInvalidHandle {
+			t.Errorf("ElapsedTime with a destroyed event = %v, want invalid handle", err)
+		}
+	})
+}
