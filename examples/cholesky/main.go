@@ -9,6 +9,8 @@
 //	go run ./examples/cholesky                       # n=1024, 8×8 tiles, on local:2
 //	go run ./examples/cholesky -tiles 4 -b 64
 //	GOFFLOAD_DEVICES=host:2 go run ./examples/cholesky
+//	GOFFLOAD_DEVICES=cuda go run ./examples/cholesky        # every GPU (internal/apps/cholesky/cholesky.ptx)
+//	GOFFLOAD_DEVICES=cuda,host go run ./examples/cholesky   # the GPUs and the host's cores
 package main
 
 import (

@@ -1,10 +1,18 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
+	"math"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
+	"unsafe"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/internal/cudadrv/cudafake"
+	"github.com/goffload/offload/plugins/cuda"
 )
 
 // The device processes this test starts are this test binary.
@@ -26,5 +34,245 @@ func TestCholesky(t *testing.T) {
 	}
 	if err := run(0, 16); err == nil {
 		t.Error("run(0 tiles) = nil; want an error")
+	}
+}
+
+// TestCholeskyFakeGPU factors on fake GPUs (internal/cudadrv/cudafake),
+// alone and beside the host device: the cuda kind loads cholesky.ptx (its
+// .entry parameters parsed and checked against the kernels'), packs the
+// arguments as the entries declare them, and the fake GPU runs each entry
+// as the PTX would (fakePotrf, fakeTrsm, fakeSyrk, fakeGemm); final tiles
+// go between GPUs, within one GPU shared by two devices, and between a GPU
+// and the host device. run checks L against plain Go each time.
+func TestCholeskyFakeGPU(t *testing.T) {
+	const tiles, b = 4, 16
+	all := []int{0, 1, 2, 3}
+	for _, c := range []struct {
+		gpus    int
+		devices string
+		gpuRows []int // the rows of tiles on GPU devices
+	}{
+		// Factor deals the heaviest row (3) to the first device, the rest to
+		// the second.
+		{1, "cuda,host", []int{3}},
+		{1, "host,cuda", []int{0, 1, 2}},
+		{2, "cuda", all},
+		{1, "cuda:0,cuda:0", all},
+		{1, "cuda", all},
+	} {
+		gpus := make([]cudafake.GPU, c.gpus)
+		for i := range gpus {
+			gpus[i] = cudafake.H100
+		}
+		drv := cudafake.New(cudafake.Config{GPUs: gpus})
+		drv.SetKernel("potrf", fakePotrf)
+		drv.SetKernel("trsm", fakeTrsm)
+		drv.SetKernel("syrk", fakeSyrk)
+		drv.SetKernel("gemm", fakeGemm)
+		restore := cuda.UseDriverForTests(drv)
+		t.Setenv("GOFFLOAD_DEVICES", c.devices)
+		t.Setenv("OMP_TARGET_OFFLOAD", "MANDATORY")
+		err := run(tiles, b)
+		restore()
+		if err != nil {
+			t.Fatalf("%d fake GPUs, GOFFLOAD_DEVICES=%s: %v", c.gpus, c.devices, err)
+		}
+		// A task runs where the tile it writes lives, on its row's device.
+		onGPU := map[int]bool{}
+		for _, i := range c.gpuRows {
+			onGPU[i] = true
+		}
+		want := map[string]int{}
+		for k := range tiles {
+			if onGPU[k] {
+				want["potrf"]++
+			}
+			for i := k + 1; i < tiles; i++ {
+				if onGPU[i] {
+					want["trsm"]++
+					want["syrk"]++
+					want["gemm"] += i - k - 1
+				}
+			}
+		}
+		for _, entry := range []string{"potrf", "trsm", "syrk", "gemm"} {
+			if got := drv.Launches(entry); got != want[entry] {
+				t.Errorf("%d fake GPUs, GOFFLOAD_DEVICES=%s: the fake GPUs ran %s %d times, want %d", c.gpus, c.devices, entry, got, want[entry])
+			}
+		}
+	}
+}
+
+// tile returns the b×b float64s at parameter p of l, a device address.
+func tile(l *cudafake.Launch, p int, b int64) ([]float64, error) {
+	m, err := l.Mem(l.Ptr(p), 8*b*b)
+	if err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*float64)(unsafe.Pointer(unsafe.SliceData(m))), b*b), nil
+}
+
+// threads checks that the launch has at least n threads.
+func threads(l *cudafake.Launch, n int64) error {
+	if l.Threads() < n {
+		return fmt.Errorf("%d threads for %d", l.Threads(), n)
+	}
+	return nil
+}
+
+// fakePotrf is cholesky.ptx's potrf (a, b) on a fake GPU: the first
+// block, its threads in turn between the barriers (each writes its own
+// rows of column j and reads only columns before j and row j).
+func fakePotrf(l *cudafake.Launch) error {
+	b := l.Int64(1)
+	a, err := tile(l, 0, b)
+	if err != nil {
+		return err
+	}
+	nt := int64(l.Block[0])
+	for j := int64(0); j < b; j++ {
+		s := a[j*b+j] // thread 0
+		for k := int64(0); k < j; k++ {
+			s -= a[j*b+k] * a[j*b+k]
+		}
+		a[j*b+j] = math.Sqrt(s)
+		// __syncthreads
+		for t := range nt {
+			d := a[j*b+j]
+			for i := j + 1 + t; i < b; i += nt {
+				x := a[i*b+j]
+				for k := int64(0); k < j; k++ {
+					x -= a[i*b+k] * a[j*b+k]
+				}
+				a[i*b+j] = x / d
+			}
+		}
+		// __syncthreads
+	}
+	return nil
+}
+
+// fakeTrsm is cholesky.ptx's trsm (l, a, b): thread r solves row r.
+func fakeTrsm(l *cudafake.Launch) error {
+	b := l.Int64(2)
+	if err := threads(l, b); err != nil {
+		return err
+	}
+	lt, err := tile(l, 0, b)
+	if err != nil {
+		return err
+	}
+	a, err := tile(l, 1, b)
+	if err != nil {
+		return err
+	}
+	for r := range l.Threads() {
+		if r < b {
+			x := a[r*b:]
+			for j := int64(0); j < b; j++ {
+				t := x[j]
+				for k := int64(0); k < j; k++ {
+					t -= x[k] * lt[j*b+k]
+				}
+				x[j] = t / lt[j*b+j]
+			}
+		}
+	}
+	return nil
+}
+
+// fakeSyrk is cholesky.ptx's syrk (a, c, b): thread e updates element e of
+// c if it is on or below the diagonal.
+func fakeSyrk(l *cudafake.Launch) error {
+	b := l.Int64(2)
+	if err := threads(l, b*b); err != nil {
+		return err
+	}
+	a, err := tile(l, 0, b)
+	if err != nil {
+		return err
+	}
+	c, err := tile(l, 1, b)
+	if err != nil {
+		return err
+	}
+	for e := range l.Threads() {
+		if e < b*b {
+			i, j := e/b, e%b
+			if j <= i {
+				t := 0.0
+				for k := int64(0); k < b; k++ {
+					t += a[i*b+k] * a[j*b+k]
+				}
+				c[i*b+j] -= t
+			}
+		}
+	}
+	return nil
+}
+
+// fakeGemm is cholesky.ptx's gemm (a, bt, c, b): thread e updates element
+// e of c.
+func fakeGemm(l *cudafake.Launch) error {
+	b := l.Int64(3)
+	if err := threads(l, b*b); err != nil {
+		return err
+	}
+	a, err := tile(l, 0, b)
+	if err != nil {
+		return err
+	}
+	bt, err := tile(l, 1, b)
+	if err != nil {
+		return err
+	}
+	c, err := tile(l, 2, b)
+	if err != nil {
+		return err
+	}
+	for e := range l.Threads() {
+		if e < b*b {
+			i, j := e/b, e%b
+			t := 0.0
+			for k := int64(0); k < b; k++ {
+				t += a[i*b+k] * bt[j*b+k]
+			}
+			c[i*b+j] -= t
+		}
+	}
+	return nil
+}
+
+// TestCholeskyPTXGenerated: internal/apps/cholesky's cholesky.ptx is what
+// go generate makes of cholesky.cu, where clang with the NVPTX target is
+// installed.
+func TestCholeskyPTXGenerated(t *testing.T) {
+	clang := ""
+	for _, c := range []string{"clang", "clang-22"} {
+		if p, err := exec.LookPath(c); err == nil {
+			clang = p
+			break
+		}
+	}
+	if clang == "" {
+		t.Skip("no clang to generate the PTX with")
+	}
+	const dir = "../../internal/apps/cholesky"
+	out := filepath.Join(t.TempDir(), "cholesky.ptx")
+	cmd := exec.Command(clang, "-x", "cuda", "--cuda-device-only", "--cuda-gpu-arch=sm_50", "-nocudainc", "-nocudalib", "-O3", "-ffp-contract=off", "-S", "cholesky.cu", "-o", out)
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Skipf("%s cannot generate PTX here: %v\n%s", clang, err, b)
+	}
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(filepath.Join(dir, "cholesky.ptx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("cholesky.ptx differs from what %s makes of cholesky.cu: run go generate in %s and commit it", clang, dir)
 	}
 }

@@ -3,11 +3,14 @@
 // potrf, trsm, syrk and gemm tasks over tiles, spread over the devices with
 // depend clauses on the tiles. examples/cholesky runs it; bench -suite apps
 // times it. Every process of a program that uses it registers its kernels
-// (the package's init).
+// (the package's init); on NVIDIA GPUs they run cholesky.ptx.
 package cholesky
+
+//go:generate clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_50 -nocudainc -nocudalib -O3 -ffp-contract=off -S cholesky.cu -o cholesky.ptx
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"math"
 	"sync"
@@ -19,23 +22,33 @@ import (
 // The kernels, on b×b tiles stored row by row; only the lower triangle of
 // diagonal tiles is read and written. The tiles are resident on their
 // devices (Factor enters them), so the parameters' directions say what a
-// kernel does with a tile rather than cause copies.
+// kernel does with a tile rather than cause copies. On a GPU each runs its
+// entry of cholesky.ptx (cholesky.cu is its source), which takes the same
+// parameters and computes every element with the Go body's operations in
+// its order, without fused multiply-adds, so that a GPU's tiles are bit
+// for bit the host's.
 var (
-	// Potrf factors a diagonal tile in place: a = L Lᵀ.
-	Potrf = offload.MustKernel2("cholesky.potrf", func(_ offload.Ctx, a offload.InOut[float64], b int) { potrf(a, b) })
+	// Potrf factors a diagonal tile in place: a = L Lᵀ. A pivot that is
+	// not positive (a matrix that is not positive definite) panics in the
+	// Go body, failing the task; on a GPU it makes NaNs and infinities.
+	Potrf = offload.MustKernel2("cholesky.potrf", func(_ offload.Ctx, a offload.InOut[float64], b int) { potrf(a, b) }).
+		Named("a", "b").PTX(choleskyPTX, "potrf")
 	// Trsm solves x Lᵀ = a for x in place of a, l a factored diagonal tile.
 	Trsm = offload.MustKernel3("cholesky.trsm", func(ctx offload.Ctx, l offload.In[float64], a offload.InOut[float64], b int) {
 		ctx.For(b, func(lo, hi int) { trsm(l, a, b, lo, hi) })
-	})
+	}).Named("l", "a", "b").PTX(choleskyPTX, "trsm")
 	// Syrk updates a diagonal tile: c -= a aᵀ (lower triangle).
 	Syrk = offload.MustKernel3("cholesky.syrk", func(ctx offload.Ctx, a offload.In[float64], c offload.InOut[float64], b int) {
 		ctx.For(b, func(lo, hi int) { syrk(a, c, b, lo, hi) })
-	})
-	// Gemm updates an off-diagonal tile: c -= a bᵀ.
+	}).Named("a", "c", "b").PTX(choleskyPTX, "syrk")
+	// Gemm updates an off-diagonal tile: c -= a btᵀ.
 	Gemm = offload.MustKernel4("cholesky.gemm", func(ctx offload.Ctx, a, bt offload.In[float64], c offload.InOut[float64], b int) {
 		ctx.For(b, func(lo, hi int) { gemm(a, bt, c, b, lo, hi) })
-	})
+	}).Named("a", "bt", "c", "b").PTX(choleskyPTX, "gemm")
 )
+
+//go:embed cholesky.ptx
+var choleskyPTX []byte
 
 func potrf(a []float64, b int) {
 	for j := 0; j < b; j++ {

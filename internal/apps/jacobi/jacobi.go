@@ -3,11 +3,15 @@
 // stay on their devices for the whole run, with halo rows traded device to
 // device after every iteration under depend clauses. examples/jacobi runs
 // it; bench -suite apps times it. Every process of a program that uses it
-// registers its kernel (the package's init).
+// registers its kernels (the package's init); on NVIDIA GPUs they run
+// jacobi.ptx.
 package jacobi
+
+//go:generate clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_50 -nocudainc -nocudalib -O3 -ffp-contract=off -S jacobi.cu -o jacobi.ptx
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"math"
 	"runtime"
@@ -17,21 +21,30 @@ import (
 	"github.com/goffload/offload"
 )
 
-// Step computes the interior of next from cur: rows 1..len/cols-2 of a
-// block with a halo row above and below; the first and last columns are
-// fixed boundary cells. Both buffers stay on their device for the whole
-// run; next is InOut, not Out, because the kernel leaves its halo rows and
-// boundary columns alone.
-var Step = offload.MustKernel3("jacobi.step", func(ctx offload.Ctx, next offload.InOut[float64], cur offload.In[float64], cols int) {
-	rows := len(cur)/cols - 2
+// Step computes the interior of next from cur: rows 1..rows of a block of
+// rows+2 rows of cols columns, with a halo row above and below; the first
+// and last columns are fixed boundary cells. Both buffers stay on their
+// device for the whole run; next is InOut, not Out, because the kernel
+// leaves its halo rows and boundary columns alone. On a GPU it runs
+// jacobi.ptx's step (jacobi.cu is its source), which takes the same
+// parameters: rows is there for the GPU, which gets no slice lengths.
+var Step = offload.MustKernel4("jacobi.step", func(ctx offload.Ctx, next offload.InOut[float64], cur offload.In[float64], cols, rows int) {
 	ctx.For(rows, func(lo, hi int) { stepRows(next, cur, cols, lo+1, hi+1) })
-})
+}).Named("next", "cur", "cols", "rows").PTX(jacobiPTX, "step")
 
 // StepRows computes rows [lo, hi) of next from cur, blocks of cols
-// columns as Step's; with lo ≥ 1 and hi ≤ rows+1.
+// columns as Step's; with lo ≥ 1 and hi ≤ rows+1. On a GPU it runs
+// jacobi.ptx's steprows.
 var StepRows = offload.MustKernel5("jacobi.steprows", func(ctx offload.Ctx, next offload.InOut[float64], cur offload.In[float64], cols, lo, hi int) {
 	ctx.For(hi-lo, func(a, b int) { stepRows(next, cur, cols, lo+a, lo+b) })
-})
+}).Named("next", "cur", "cols", "lo", "hi").PTX(jacobiPTX, "steprows")
+
+// jacobiPTX is the GPU code of Step and StepRows: one thread per cell, each
+// computed with stepRows' operations in its order and without fused
+// multiply-adds, so that a GPU's cells are bit for bit the host's.
+//
+//go:embed jacobi.ptx
+var jacobiPTX []byte
 
 // stepRows computes rows [lo, hi) of next from cur, both grids of cols
 // columns: the kernel's loop and the plain-Go reference's.
@@ -185,7 +198,7 @@ func step(g *offload.Group, b *block, cur, next []float64, n int) {
 	rows := len(cur)/n - 2
 	deps := append(rowDeps(b, cur, n, offload.DependIn), offload.DependIn(&cur[0]), offload.DependIn(&cur[(rows+1)*n]))
 	if !b.split {
-		Step.Nowait(b.dev.Nowait(append(deps, offload.DependOut(&next[n]))...).In(g), next, cur, n)
+		Step.Nowait(b.dev.Nowait(append(deps, offload.DependOut(&next[n]))...).In(g), next, cur, n, rows)
 		return
 	}
 	StepRows.Nowait(b.dev.Nowait(append(deps, offload.DependOut(&next[n]))...).In(g), next, cur, n, 1, 2)
