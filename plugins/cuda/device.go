@@ -34,7 +34,8 @@ type device struct {
 
 	mem     memory
 	staging stagingPool
-	poller  poller // OnFire's
+	poller  poller  // OnFire's
+	tr      tracing // the timing of queue operations (trace.go)
 
 	evmu   sync.Mutex
 	evFree []cudadrv.Event     // CUDA events to reuse
@@ -416,11 +417,18 @@ func (d *device) Close() error {
 	}
 	d.evFree, d.evLive = nil, nil
 	d.evmu.Unlock()
+	timers, clock := d.tr.close()
 	keep(d.with(func() error {
 		keep(d.staging.close(d))
 		keep(d.mem.close(d))
 		for _, cu := range evs {
 			keep(d.drv.EventDestroy(cu))
+		}
+		for _, cu := range timers {
+			keep(d.drv.EventDestroy(cu))
+		}
+		if clock != 0 {
+			keep(d.drv.StreamDestroy(clock))
 		}
 		for _, m := range mods {
 			keep(d.drv.ModuleUnload(m))

@@ -19,6 +19,12 @@ type event struct {
 	d      *device
 	issued chan struct{} // closed when the record was issued, or skipped
 	err    error         // written before issued is closed
+	// rq is the queue that recorded the event if the device is traced,
+	// and rpos how many timed operations it had issued before the
+	// record: those are reported before the event fires (trace.go).
+	// Written before issued is closed.
+	rq   *queue
+	rpos uint64
 
 	mu       sync.Mutex
 	cu       cudadrv.Event // 0 once released
@@ -128,8 +134,12 @@ func (e *event) driverCall(f func(cudadrv.Event) error) error {
 
 func (e *event) Synchronize() error {
 	if err := e.issuedErr(); err != nil {
+		if err != plugin.ErrNotRecorded {
+			e.reportTimes()
+		}
 		return err
 	}
+	defer e.reportTimes()
 	if err := e.d.alive(); err != nil {
 		return err
 	}
@@ -152,16 +162,19 @@ func (e *event) Query() (bool, error) {
 		return false, nil
 	}
 	if e.err != nil {
+		e.reportTimes()
 		return true, e.err
 	}
 	if err := e.d.alive(); err != nil {
+		e.reportTimes()
 		return true, err
 	}
 	err := e.driverCall(e.d.drv.EventQuery)
-	switch {
-	case cudadrv.Code(err) == cudadrv.ErrNotReady:
+	if cudadrv.Code(err) == cudadrv.ErrNotReady {
 		return false, nil
-	case err != nil:
+	}
+	e.reportTimes()
+	if err != nil {
 		return true, fmt.Errorf("%s: %w", e.d.label(), e.d.wrap(err))
 	}
 	return true, nil
@@ -214,17 +227,19 @@ func (e *event) maybeRelease() {
 
 // fired reports whether the event has fired: its record was issued with
 // an error, or issued and complete (a device that is closed or lost fires
-// its events: their Query says why).
+// its events: their Query says why). Once it has, the timed operations
+// before it are reported.
 func (e *event) fired() bool {
 	select {
 	case <-e.issued:
 	default:
 		return false
 	}
-	if e.err != nil || e.d.alive() != nil {
-		return true
+	if e.err == nil && e.d.alive() == nil && cudadrv.Code(e.driverCall(e.d.drv.EventQuery)) == cudadrv.ErrNotReady {
+		return false
 	}
-	return cudadrv.Code(e.driverCall(e.d.drv.EventQuery)) != cudadrv.ErrNotReady
+	e.reportTimes()
+	return true
 }
 
 // OnFire runs f once the event has fired (plugin.FireNotifier): at once if

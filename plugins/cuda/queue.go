@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/goffload/offload/internal/cudadrv"
@@ -39,6 +40,8 @@ type queue struct {
 	err     error // the error state
 
 	ptrs []unsafe.Pointer // kernelParams, reused by the issuing goroutine
+
+	tm qtimes // timing of tagged operations (trace.go)
 }
 
 type opKind uint8
@@ -67,6 +70,7 @@ type op struct {
 	block    [3]uint32
 	args     []plugin.Arg // opEmulate
 	ev       *event
+	tag      uint64 // the queue's tag when o was enqueued: o is timed unless 0
 }
 
 // usable returns an error if the queue or its device cannot take work.
@@ -81,6 +85,7 @@ func (q *queue) usable() error {
 }
 
 func (q *queue) enqueue(o op) error {
+	o.tag = q.tagged()
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -167,139 +172,71 @@ func (q *queue) issue(o *op, ctxErr error) {
 				q.fail(err)
 			}
 		}
+		if err != nil {
+			q.settle() // the event fires at once: the timed operations before it must be done
+		}
+		q.markRecord(o.ev)
 		o.ev.fire(err)
 		o.ev.unref()
 		return
 	case opWait:
+		var t *opTiming
+		if failed == nil {
+			t = q.timer(o)
+		}
+		t.begin(q)    // the stream's wait starts where the queue reaches it
 		<-o.ev.issued // the other queue has issued the record (a DAG: it was enqueued first)
+		var err error
 		if failed == nil {
 			if o.ev.err != nil {
-				q.fail(fmt.Errorf("%s: waited-for event failed: %w", d.label(), o.ev.err))
+				err = fmt.Errorf("%s: waited-for event failed: %w", d.label(), o.ev.err)
 			} else if cu, done := o.ev.waitable(); !done {
 				if e := d.drv.StreamWaitEvent(q.stream, cu, 0); e != nil {
-					q.fail(fmt.Errorf("%s: wait: %w", d.label(), d.wrap(e)))
+					err = fmt.Errorf("%s: wait: %w", d.label(), d.wrap(e))
 				}
 			}
+			if err != nil {
+				q.fail(err)
+			}
 		}
+		t.finish(q)
+		t.done(q, err)
 		o.ev.unref()
 		return
 	}
 	if failed != nil {
 		return // skipped
 	}
+	t := q.timer(o)
 	var err error
 	switch o.kind {
 	case opSubmit:
-		if err = q.submit(o.dst, o.host); err != nil {
+		if err = q.submit(o.dst, o.host, t); err != nil {
 			err = fmt.Errorf("%s: submit of %d bytes: %w", d.label(), len(o.host), d.wrap(err))
 		}
 	case opRetrieve:
-		if err = q.retrieve(o.host, o.src); err != nil {
+		if err = q.retrieve(o.host, o.src, t); err != nil {
 			err = fmt.Errorf("%s: retrieve of %d bytes: %w", d.label(), len(o.host), d.wrap(err))
 		}
 	case opExchange:
+		t.begin(q)
 		if err = q.exchange(o); err != nil {
 			err = fmt.Errorf("%s: exchange of %d bytes: %w", d.label(), o.size, d.wrap(err))
 		}
+		t.finish(q)
 	case opLaunch:
+		t.begin(q)
 		if err = q.launch(o); err != nil {
 			err = fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name, d.wrap(err))
 		}
+		t.finish(q)
 	case opEmulate:
-		err = q.emulate(o)
+		err = q.emulate(o, t)
 	}
 	if err != nil {
 		q.fail(err)
 	}
-}
-
-// submit copies src to dst through staging buffers.
-func (q *queue) submit(dst plugin.Ptr, src []byte) error {
-	d := q.d
-	var bufs [2]*stagingBuf
-	defer func() {
-		for _, b := range bufs {
-			d.staging.put(d, b)
-		}
-	}()
-	for i, off := 0, 0; off < len(src); i, off = i+1, off+chunkSize {
-		n := min(chunkSize, len(src)-off)
-		b := bufs[i%2]
-		if b == nil {
-			var err error
-			if b, err = d.staging.get(d); err != nil {
-				return err
-			}
-			bufs[i%2] = b
-		} else if err := b.wait(d); err != nil { // its copy of two chunks ago
-			return err
-		}
-		pcopy(b.b[:n], src[off:off+n])
-		if err := d.drv.MemcpyHtoDAsync(cudadrv.DevPtr(dst)+cudadrv.DevPtr(off), b.p, int64(n), q.stream); err != nil {
-			return err
-		}
-		if err := d.drv.EventRecord(b.ev, q.stream); err != nil {
-			return err
-		}
-		b.pending = true
-	}
-	return nil
-}
-
-// retrieve copies src to dst through staging buffers, and returns once dst
-// holds the data.
-func (q *queue) retrieve(dst []byte, src plugin.Ptr) error {
-	d := q.d
-	type part struct {
-		b      *stagingBuf
-		off, n int
-	}
-	var held []*stagingBuf
-	defer func() {
-		for _, b := range held {
-			d.staging.put(d, b)
-		}
-	}()
-	var parts []part // at most two in flight
-	finish := func(p part) error {
-		if err := p.b.wait(d); err != nil {
-			return err
-		}
-		pcopy(dst[p.off:p.off+p.n], p.b.b[:p.n])
-		return nil
-	}
-	for off := 0; off < len(dst); off += chunkSize {
-		n := min(chunkSize, len(dst)-off)
-		var b *stagingBuf
-		if len(parts) == 2 {
-			p := parts[0]
-			parts = parts[1:]
-			if err := finish(p); err != nil {
-				return err
-			}
-			b = p.b
-		} else {
-			var err error
-			if b, err = d.staging.get(d); err != nil {
-				return err
-			}
-			held = append(held, b)
-		}
-		if err := d.drv.MemcpyDtoHAsync(b.p, cudadrv.DevPtr(src)+cudadrv.DevPtr(off), int64(n), q.stream); err != nil {
-			return err
-		}
-		if err := d.drv.EventRecord(b.ev, q.stream); err != nil {
-			return err
-		}
-		b.pending = true
-		parts = append(parts, part{b, off, n})
-	}
-	for _, p := range parts {
-		if err := finish(p); err != nil {
-			return err
-		}
-	}
-	return nil
+	t.done(q, err)
 }
 
 func (q *queue) exchange(o *op) error {
@@ -339,8 +276,8 @@ func (q *queue) launch(o *op) error {
 
 // emulate runs o's kernel's Go body on the host, over copies of the
 // allocations its slice arguments lie in (the device's emulate mode, for
-// tests).
-func (q *queue) emulate(o *op) error {
+// tests); t, if not nil, times the body on the host's clock.
+func (q *queue) emulate(o *op, t *opTiming) error {
 	d := q.d
 	if err := d.drv.StreamSynchronize(q.stream); err != nil {
 		return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name, d.wrap(err))
@@ -366,7 +303,7 @@ func (q *queue) emulate(o *op) error {
 			continue
 		}
 		c := &hostCopy{a: a, b: make([]byte, max(a.size, 1))}
-		if err := q.retrieve(c.b[:a.size], a.base); err != nil {
+		if err := q.retrieve(c.b[:a.size], a.base, nil); err != nil {
 			return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name, d.wrap(err))
 		}
 		copies = append(copies, c)
@@ -383,11 +320,14 @@ func (q *queue) emulate(o *op) error {
 	d.mu.RLock()
 	kctx := d.kctx
 	d.mu.RUnlock()
-	if err := o.k.Launch(kctx, o.args, mem); err != nil {
+	start := time.Now()
+	err := o.k.Launch(kctx, o.args, mem)
+	t.hostTimes(start, time.Now())
+	if err != nil {
 		return fmt.Errorf("%s: %w", d.label(), err)
 	}
 	for _, c := range copies {
-		if err := q.submit(c.a.base, c.b[:c.a.size]); err != nil {
+		if err := q.submit(c.a.base, c.b[:c.a.size], nil); err != nil {
 			return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name, d.wrap(err))
 		}
 	}
@@ -538,8 +478,10 @@ func (q *queue) Wait(e plugin.Event) error {
 }
 
 // Synchronize waits until every operation is issued and the stream is
-// done, and returns (and clears) the error state.
+// done, reports the timed operations, and returns (and clears) the error
+// state.
 func (q *queue) Synchronize() error {
+	defer q.report(reportAll)
 	q.mu.Lock()
 	for q.running {
 		q.idle.Wait()
@@ -561,7 +503,8 @@ func (q *queue) Synchronize() error {
 }
 
 // Query reports whether every operation is issued and done; once it is,
-// it returns (and clears) the error state.
+// it reports the timed operations and returns (and clears) the error
+// state.
 func (q *queue) Query() (bool, error) {
 	q.mu.Lock()
 	running := q.running
@@ -586,6 +529,7 @@ func (q *queue) Query() (bool, error) {
 	if err == nil {
 		err = qerr
 	}
+	q.report(reportAll)
 	return true, err
 }
 
@@ -600,6 +544,7 @@ func (q *queue) Close() error {
 	q.closed = true // before the synchronization: nothing is issued after it
 	q.mu.Unlock()
 	err := q.Synchronize()
+	q.dropTimes() // what Synchronize could not report
 	if q.d.alive() == nil {
 		q.d.with(func() error { return q.d.drv.StreamDestroy(q.stream) })
 	}

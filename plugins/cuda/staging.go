@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/goffload/offload/internal/cudadrv"
+	"github.com/goffload/offload/plugin"
 )
 
 // Host memory goes to and from the GPU through pinned staging buffers:
@@ -112,6 +113,107 @@ func (sp *stagingPool) close(d *device) error {
 		errs = append(errs, s.destroy(d))
 	}
 	return errors.Join(errs...)
+}
+
+// submit copies src to dst through staging buffers; t, if not nil, times
+// the copy on the stream: from before the first chunk's DMA to after the
+// last's.
+func (q *queue) submit(dst plugin.Ptr, src []byte, t *opTiming) error {
+	d := q.d
+	var bufs [2]*stagingBuf
+	defer func() {
+		for _, b := range bufs {
+			d.staging.put(d, b)
+		}
+	}()
+	for i, off := 0, 0; off < len(src); i, off = i+1, off+chunkSize {
+		n := min(chunkSize, len(src)-off)
+		b := bufs[i%2]
+		if b == nil {
+			var err error
+			if b, err = d.staging.get(d); err != nil {
+				return err
+			}
+			bufs[i%2] = b
+		} else if err := b.wait(d); err != nil { // its copy of two chunks ago
+			return err
+		}
+		pcopy(b.b[:n], src[off:off+n])
+		t.begin(q)
+		if err := d.drv.MemcpyHtoDAsync(cudadrv.DevPtr(dst)+cudadrv.DevPtr(off), b.p, int64(n), q.stream); err != nil {
+			return err
+		}
+		if off+n == len(src) {
+			t.finish(q)
+		}
+		if err := d.drv.EventRecord(b.ev, q.stream); err != nil {
+			return err
+		}
+		b.pending = true
+	}
+	return nil
+}
+
+// retrieve copies src to dst through staging buffers, and returns once dst
+// holds the data; t, if not nil, times the copy on the stream: from before
+// the first chunk's DMA to after the last's (not the host's copy out of
+// the staging buffer after it).
+func (q *queue) retrieve(dst []byte, src plugin.Ptr, t *opTiming) error {
+	d := q.d
+	type part struct {
+		b      *stagingBuf
+		off, n int
+	}
+	var held []*stagingBuf
+	defer func() {
+		for _, b := range held {
+			d.staging.put(d, b)
+		}
+	}()
+	var parts []part // at most two in flight
+	finish := func(p part) error {
+		if err := p.b.wait(d); err != nil {
+			return err
+		}
+		pcopy(dst[p.off:p.off+p.n], p.b.b[:p.n])
+		return nil
+	}
+	for off := 0; off < len(dst); off += chunkSize {
+		n := min(chunkSize, len(dst)-off)
+		var b *stagingBuf
+		if len(parts) == 2 {
+			p := parts[0]
+			parts = parts[1:]
+			if err := finish(p); err != nil {
+				return err
+			}
+			b = p.b
+		} else {
+			var err error
+			if b, err = d.staging.get(d); err != nil {
+				return err
+			}
+			held = append(held, b)
+		}
+		t.begin(q)
+		if err := d.drv.MemcpyDtoHAsync(b.p, cudadrv.DevPtr(src)+cudadrv.DevPtr(off), int64(n), q.stream); err != nil {
+			return err
+		}
+		if off+n == len(dst) {
+			t.finish(q)
+		}
+		if err := d.drv.EventRecord(b.ev, q.stream); err != nil {
+			return err
+		}
+		b.pending = true
+		parts = append(parts, part{b, off, n})
+	}
+	for _, p := range parts {
+		if err := finish(p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // pcopy copies src to dst (of the same length), splitting a large copy

@@ -1,0 +1,608 @@
+package cuda
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goffload/offload/internal/cudadrv"
+	"github.com/goffload/offload/plugin"
+)
+
+// Timing the operations of tagged queues (plugin.Tracer): the device times
+// a tagged queue's launches, copies and waits on the GPU with CUDA events
+// recorded on the stream before and after each (a copy through staging
+// buffers: before its first chunk's DMA and after its last's), and reports
+// them on the host's clock once the host has seen them done.
+//
+// The clock: a reference event is recorded on a stream of the device's own
+// and synchronized; an event's time is the reference's plus
+// cuEventElapsedTime from it. The reference completed after the host
+// issued its record, and each timing read proves more (its records
+// completed after the host issued them): its time is the latest the
+// proofs allow, so times are early, if anything, by the GPU's latency in
+// running an idle stream's record (not by the host's in seeing it done,
+// which a loaded machine makes milliseconds). A reference serves the
+// operations issued in the second after it (float32 milliseconds lose
+// precision, and the GPU's clock drifts from the host's). An operation
+// starts after the queue's operation before it ended (two references may
+// disagree a little), and ends before the host saw it done.
+//
+// Issuing: an operation the queue's goroutine issues with a non-zero tag
+// (the queue's when it was enqueued) records its events on the stream and
+// appends its timing to the queue's FIFO (an emulated kernel, or an
+// operation that failed when issued, is timed with the host's clock). A
+// record notes the FIFO's length in its event (rq, rpos).
+//
+// Reporting: the goroutine that sees an event fire — in Event.Synchronize
+// or Query before they say so, in OnFire, or the device's poller before it
+// runs OnFire's function — reports the timings of the event's queue up to
+// the event's position; Queue.Synchronize, and a Queue.Query that says
+// done, report all of them (Queue.Close drops what is left). Reporting
+// takes the queue's drain mutex, copies the timings out of the FIFO under
+// its mutex, reads their times from the driver (under the device's
+// tracing.life, read) without the FIFO's mutex, removes them from the
+// FIFO, and calls the tracer's function holding only the drain mutex —
+// which nothing but another report of the same queue takes, so a queue's
+// reports go out in order, and nothing the function's caller or another
+// queue needs — then gives the timing events back to the device's pool. A
+// timing whose records are not complete stops the report; a later one
+// reports it. An event that fires with the queue's error, without a
+// record, first waits on the queue's goroutine for the stream to finish
+// the timed operations before it (settle).
+
+const (
+	refreshClock  = time.Second // how long a clock reference serves new operations
+	maxIdleTimers = 4096        // the most timing events a device keeps for reuse
+	keepTimings   = 1024        // the most room for timings a queue keeps when it has none
+	reportAll     = ^uint64(0)  // the position past every timing of a queue
+)
+
+// tracing is a device's timing of its queues' operations.
+type tracing struct {
+	f atomic.Pointer[func(plugin.OpTime)] // nil: not traced
+
+	refMu sync.Mutex   // held while a reference is taken, and by close
+	life  sync.RWMutex // read while reports read timing events; written by close
+
+	mu         sync.Mutex
+	free       []cudadrv.Event            // timing events to reuse
+	live       map[cudadrv.Event]struct{} // every timing event not destroyed
+	ref        *clockRef                  // the reference new operations use
+	refreshing bool                       // a new reference is being taken
+	stream     cudadrv.Stream             // where references are recorded (0 until the first)
+	closed     bool
+}
+
+// clockRef is a reference event and when it completed on the host's clock.
+type clockRef struct {
+	ev   cudadrv.Event
+	base time.Time // just before its record was issued
+	// When it completed, in nanoseconds after base: lo is the latest the
+	// timings read prove (the estimate; it only grows), hi when seen done.
+	lo   atomic.Int64
+	hi   int64
+	refs int // timings that use it, and 1 while it is tracing.ref; under tracing.mu
+}
+
+// prove raises r's lower bound to v nanoseconds after base (at most hi).
+func (r *clockRef) prove(v time.Duration) {
+	for n := min(int64(v), r.hi); ; {
+		cur := r.lo.Load()
+		if n <= cur || r.lo.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
+
+// qtimes is a queue's timing of its tagged operations.
+type qtimes struct {
+	tag atomic.Uint64 // see Tag
+	cur opTiming      // the operation being issued: the issuing goroutine's
+
+	drain sync.Mutex // held while reporting (see above)
+	batch []opTiming // reused under drain
+	out   []plugin.OpTime
+	last  time.Time // the end of the last operation reported; under drain
+
+	mu   sync.Mutex
+	fifo []opTiming // fifo[head:] are issued and not reported, in order
+	head int
+	next uint64 // timings ever appended
+}
+
+// opTiming is a timed operation.
+type opTiming struct {
+	tag    uint64
+	kind   plugin.OpKind
+	kernel string
+	bytes  int64
+	ref    *clockRef
+	start  cudadrv.Event // 0 until recorded
+	end    cudadrv.Event
+	// issued and ended are the host's clock just before the start and
+	// end records were issued; for a timing on the host's clock (host),
+	// the operation's start and end.
+	issued, ended time.Time
+	host          bool
+	err           bool // the operation failed when it was issued
+}
+
+// Trace makes the device report its tagged queues' operations to f, on
+// the host's clock (plugin.Tracer); nil stops the reports.
+func (d *device) Trace(f func(plugin.OpTime)) {
+	if f == nil {
+		d.tr.f.Store(nil)
+		return
+	}
+	d.tr.f.Store(&f)
+}
+
+// Tag sets the tag of the operations enqueued after it: the device times
+// them if it is traced, unless tag is 0 (plugin.TaggedQueue).
+func (q *queue) Tag(tag uint64) { q.tm.tag.Store(tag) }
+
+// tagged is the tag of an operation enqueued now.
+func (q *queue) tagged() uint64 {
+	if q.d.tr.f.Load() == nil {
+		return 0
+	}
+	return q.tm.tag.Load()
+}
+
+// timer starts timing o, on the issuing goroutine; nil if o is not timed.
+func (q *queue) timer(o *op) *opTiming {
+	if o.tag == 0 {
+		return nil
+	}
+	t := &q.tm.cur
+	*t = opTiming{tag: o.tag, issued: time.Now()}
+	switch o.kind {
+	case opSubmit:
+		t.kind, t.bytes = plugin.OpSubmit, int64(len(o.host))
+	case opRetrieve:
+		t.kind, t.bytes = plugin.OpRetrieve, int64(len(o.host))
+	case opExchange:
+		t.kind, t.bytes = plugin.OpExchange, o.size
+	case opLaunch, opEmulate:
+		t.kind, t.kernel = plugin.OpLaunch, o.k.Name
+	case opWait:
+		t.kind = plugin.OpWait
+	}
+	return t
+}
+
+// begin records t's start event on q's stream, once; with the device's
+// context current. Without a reference or an event, t is timed on the
+// host's clock.
+func (t *opTiming) begin(q *queue) {
+	if t == nil || t.start != 0 || t.host {
+		return
+	}
+	d := q.d
+	if t.ref == nil {
+		if t.ref = d.tr.clock(d); t.ref == nil {
+			t.host = true
+			return
+		}
+	}
+	ev := d.tr.get(d)
+	if ev == 0 {
+		t.host = true
+		return
+	}
+	t.issued = time.Now()
+	if d.drv.EventRecord(ev, q.stream) != nil {
+		d.tr.put(d, ev)
+		t.host = true
+		return
+	}
+	t.start = ev
+}
+
+// finish records t's end event on q's stream, once, after begin.
+func (t *opTiming) finish(q *queue) {
+	if t == nil || t.start == 0 || t.end != 0 || t.host {
+		return
+	}
+	d := q.d
+	ev := d.tr.get(d)
+	if ev == 0 {
+		t.host = true
+		return
+	}
+	t.ended = time.Now()
+	if d.drv.EventRecord(ev, q.stream) != nil {
+		d.tr.put(d, ev)
+		t.host = true
+		return
+	}
+	t.end = ev
+}
+
+// hostTimes times t on the host's clock: from start to end.
+func (t *opTiming) hostTimes(start, end time.Time) {
+	if t != nil {
+		t.host, t.issued, t.ended = true, start, end
+	}
+}
+
+// done ends t, whose operation was issued with err, and appends it to q's
+// FIFO.
+func (t *opTiming) done(q *queue, err error) {
+	if t == nil {
+		return
+	}
+	if err == nil { // an operation that put nothing on the stream (an empty copy)
+		t.begin(q)
+		t.finish(q)
+	}
+	if err != nil || t.end == 0 {
+		t.err = err != nil
+		if !t.host || t.ended.IsZero() {
+			t.ended = time.Now()
+		}
+		t.host = true
+	}
+	tm := &q.tm
+	tm.mu.Lock()
+	tm.fifo = append(tm.fifo, *t)
+	tm.next++
+	tm.mu.Unlock()
+	*t = opTiming{}
+}
+
+// markRecord notes in ev, which q records, how many timed operations q
+// issued before it; on the issuing goroutine, before ev fires.
+func (q *queue) markRecord(ev *event) {
+	if q.d.tr.f.Load() == nil {
+		return
+	}
+	q.tm.mu.Lock()
+	ev.rq, ev.rpos = q, q.tm.next
+	q.tm.mu.Unlock()
+}
+
+// settle waits until the stream has done the timed operations issued
+// before an event that fires at once (with the queue's error); on the
+// issuing goroutine.
+func (q *queue) settle() {
+	q.tm.mu.Lock()
+	pending := q.tm.head < len(q.tm.fifo)
+	q.tm.mu.Unlock()
+	if pending {
+		_ = q.d.drv.StreamSynchronize(q.stream)
+	}
+}
+
+// reportTimes reports the timed operations of the queue that recorded e
+// before it; e has fired.
+func (e *event) reportTimes() {
+	if e.rq != nil {
+		e.rq.report(e.rpos)
+	}
+}
+
+// report reports the queue's timings before position upto (reportAll:
+// every one) that are done, in order. It calls the tracer's function
+// holding only q.tm.drain.
+func (q *queue) report(upto uint64) {
+	tm := &q.tm
+	tm.drain.Lock()
+	defer tm.drain.Unlock()
+	tm.mu.Lock()
+	pending := len(tm.fifo) - tm.head
+	first := tm.next - uint64(pending)
+	n := 0
+	if upto > first {
+		n = int(min(upto-first, uint64(pending)))
+	}
+	tm.batch = append(tm.batch[:0], tm.fifo[tm.head:tm.head+n]...)
+	tm.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	d := q.d
+	f := d.tr.f.Load()
+	k := n // not traced any more: dropped
+	if f != nil {
+		tm.out, k = d.tr.times(d, tm.batch, tm.out[:0], &tm.last)
+	}
+	tm.mu.Lock()
+	clear(tm.fifo[tm.head : tm.head+k])
+	tm.head += k
+	switch {
+	case tm.head == len(tm.fifo) && cap(tm.fifo) > keepTimings:
+		tm.fifo, tm.head = nil, 0
+	case tm.head == len(tm.fifo):
+		tm.fifo, tm.head = tm.fifo[:0], 0
+	case tm.head >= 64 && tm.head >= len(tm.fifo)/2:
+		n := copy(tm.fifo, tm.fifo[tm.head:])
+		clear(tm.fifo[n:])
+		tm.fifo, tm.head = tm.fifo[:n], 0
+	}
+	tm.mu.Unlock()
+	if f != nil {
+		for _, o := range tm.out {
+			(*f)(o)
+		}
+	}
+	d.tr.release(d, tm.batch[:k])
+	clear(tm.batch)
+	clear(tm.out)
+	if cap(tm.batch) > keepTimings {
+		tm.batch, tm.out = nil, nil
+	}
+}
+
+// dropTimes drops the queue's timings that are left, unreported: the queue
+// is closed.
+func (q *queue) dropTimes() {
+	tm := &q.tm
+	tm.drain.Lock()
+	defer tm.drain.Unlock()
+	tm.mu.Lock()
+	ts := append([]opTiming(nil), tm.fifo[tm.head:]...)
+	tm.fifo, tm.head = nil, 0
+	tm.mu.Unlock()
+	q.d.tr.release(q.d, ts)
+}
+
+// times appends the host-clock times of the timings at the front of ts
+// whose records are complete to out, and returns how many there were: it
+// stops at the first whose records are not. On a closed device it drops
+// them all. last is the end of the queue's last operation reported, which
+// the next starts after (a stream runs them one after the other).
+func (tr *tracing) times(d *device, ts []opTiming, out []plugin.OpTime, last *time.Time) ([]plugin.OpTime, int) {
+	tr.life.RLock()
+	defer tr.life.RUnlock()
+	tr.mu.Lock()
+	closed := tr.closed
+	tr.mu.Unlock()
+	if closed {
+		return out, len(ts)
+	}
+	k := 0
+	read := func() error {
+		for _, t := range ts[k:] {
+			o := plugin.OpTime{Tag: t.tag, Kind: t.kind, Kernel: t.kernel, Bytes: t.bytes, Start: t.issued, End: t.ended, Err: t.err}
+			if !t.host {
+				start, end, err := t.read(d)
+				switch now := time.Now(); { // after the operation was done
+				case cudadrv.Code(err) == cudadrv.ErrNotReady:
+					return nil
+				case err != nil: // a lost device: what happened to the operation is unknown
+					o.Err = true
+				default:
+					o.Start = minTime(maxTime(start, t.issued), now)
+					o.End = minTime(maxTime(end, t.ended), now)
+				}
+			}
+			o.Start = maxTime(o.Start, *last)
+			o.End = maxTime(o.End, o.Start)
+			*last = o.End
+			out = append(out, o)
+			k++
+		}
+		return nil
+	}
+	if d.with(read) != nil { // no context: the times cannot be read
+		for i := k; i < len(ts); i++ {
+			ts[i].host, ts[i].err = true, true
+		}
+		read()
+	}
+	return out, k
+}
+
+// read returns t's start and end on the host's clock, from its events.
+func (t *opTiming) read(d *device) (start, end time.Time, err error) {
+	a, err := d.drv.EventElapsedTime(t.ref.ev, t.start)
+	if err != nil {
+		return start, end, err
+	}
+	b, err := d.drv.EventElapsedTime(t.start, t.end)
+	if err != nil {
+		return start, end, err
+	}
+	r := t.ref
+	// The records completed after the host issued them.
+	r.prove(t.issued.Sub(r.base) - ms(a))
+	r.prove(t.ended.Sub(r.base) - ms(a) - ms(b))
+	start = r.base.Add(time.Duration(r.lo.Load()) + ms(a))
+	return start, start.Add(ms(b)), nil
+}
+
+// ms is a duration in milliseconds.
+func ms(v float32) time.Duration { return time.Duration(float64(v) * 1e6) }
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// clock returns the clock reference for an operation issued now, taking a
+// new one if the last is too old, with a reference for the caller; nil if
+// none can be had. With the device's context current.
+func (tr *tracing) clock(d *device) *clockRef {
+	tr.mu.Lock()
+	if r := tr.ref; r != nil && (tr.refreshing || time.Since(r.base) < refreshClock) {
+		r.refs++ // fresh, or another goroutine is taking the next one
+		tr.mu.Unlock()
+		return r
+	}
+	tr.mu.Unlock()
+	tr.refMu.Lock()
+	defer tr.refMu.Unlock()
+	tr.mu.Lock()
+	if r := tr.ref; r != nil && time.Since(r.base) < refreshClock { // taken while we waited
+		r.refs++
+		tr.mu.Unlock()
+		return r
+	}
+	closed, s := tr.closed, tr.stream
+	tr.refreshing = !closed
+	tr.mu.Unlock()
+	if closed {
+		return nil
+	}
+	r := tr.newRef(d, s)
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.refreshing = false
+	if r == nil {
+		return nil
+	}
+	if old := tr.ref; old != nil {
+		tr.unref(old)
+	}
+	tr.ref = r
+	return r
+}
+
+// newRef records a reference event on the device's stream s (creating it
+// if 0) and waits for it; under tr.refMu, on a goroutine locked to its
+// thread.
+func (tr *tracing) newRef(d *device, s cudadrv.Stream) *clockRef {
+	if s == 0 {
+		if err := d.with(func() (err error) {
+			s, err = d.drv.StreamCreate(cudadrv.StreamNonBlocking)
+			return err
+		}); err != nil {
+			return nil
+		}
+		tr.mu.Lock()
+		tr.stream = s
+		tr.mu.Unlock()
+	}
+	ev := tr.get(d)
+	if ev == 0 {
+		return nil
+	}
+	base := time.Now()
+	if d.drv.EventRecord(ev, s) != nil || d.drv.EventSynchronize(ev) != nil {
+		tr.put(d, ev)
+		return nil
+	}
+	return &clockRef{ev: ev, base: base, hi: int64(time.Since(base)), refs: 2} // tr.ref's and the caller's
+}
+
+// unref drops a reference to r; under tr.mu.
+func (tr *tracing) unref(r *clockRef) {
+	if r.refs--; r.refs == 0 && !tr.closed {
+		tr.free = append(tr.free, r.ev) // trimmed by release
+	}
+}
+
+// get returns a timing event from the pool, or a new one; 0 if none can be
+// had.
+func (tr *tracing) get(d *device) cudadrv.Event {
+	tr.mu.Lock()
+	if tr.closed {
+		tr.mu.Unlock()
+		return 0
+	}
+	if n := len(tr.free); n > 0 {
+		ev := tr.free[n-1]
+		tr.free = tr.free[:n-1]
+		tr.mu.Unlock()
+		return ev
+	}
+	tr.mu.Unlock()
+	var ev cudadrv.Event
+	if err := d.with(func() (err error) { // in the device's context, whatever the thread's is
+		ev, err = d.drv.EventCreate(0) // timed: no EventDisableTiming
+		return err
+	}); err != nil {
+		return 0
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.closed {
+		_ = d.drv.EventDestroy(ev)
+		return 0
+	}
+	if tr.live == nil {
+		tr.live = map[cudadrv.Event]struct{}{}
+	}
+	tr.live[ev] = struct{}{}
+	return ev
+}
+
+// put gives a timing event back to the pool.
+func (tr *tracing) put(d *device, ev cudadrv.Event) { tr.release(d, []opTiming{{start: ev}}) }
+
+// release gives the events and references of reported (or dropped)
+// timings back.
+func (tr *tracing) release(d *device, ts []opTiming) {
+	tr.mu.Lock()
+	if tr.closed {
+		tr.mu.Unlock()
+		return
+	}
+	for _, t := range ts {
+		for _, ev := range [2]cudadrv.Event{t.start, t.end} {
+			if ev != 0 {
+				tr.free = append(tr.free, ev)
+			}
+		}
+		if t.ref != nil {
+			tr.unref(t.ref)
+		}
+	}
+	tr.mu.Unlock()
+	tr.trim(d)
+}
+
+// trim destroys the idle timing events past maxIdleTimers.
+func (tr *tracing) trim(d *device) {
+	tr.mu.Lock()
+	var extra []cudadrv.Event
+	if n := len(tr.free); n > maxIdleTimers {
+		extra = append(extra, tr.free[maxIdleTimers:]...)
+		clear(tr.free[maxIdleTimers:])
+		tr.free = tr.free[:maxIdleTimers]
+		for _, ev := range extra {
+			delete(tr.live, ev)
+		}
+	}
+	tr.mu.Unlock()
+	if len(extra) > 0 && d.alive() == nil {
+		d.with(func() error {
+			for _, ev := range extra {
+				_ = d.drv.EventDestroy(ev)
+			}
+			return nil
+		})
+	}
+}
+
+// close ends the timing at the device's Close: it returns every timing
+// event (idle, in the queues' FIFOs, or a reference) and the reference
+// stream, for the caller to destroy; reports after it drop their timings.
+func (tr *tracing) close() ([]cudadrv.Event, cudadrv.Stream) {
+	tr.f.Store(nil)
+	tr.refMu.Lock()
+	defer tr.refMu.Unlock()
+	tr.life.Lock()
+	defer tr.life.Unlock()
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.closed = true
+	evs := make([]cudadrv.Event, 0, len(tr.live))
+	for ev := range tr.live {
+		evs = append(evs, ev)
+	}
+	s := tr.stream
+	tr.live, tr.free, tr.ref, tr.stream = nil, nil, nil, 0
+	return evs, s
+}
