@@ -57,39 +57,41 @@ type Result uint32
 
 // The CUresult values goffload tells apart (cuda.h).
 const (
-	Success                 Result = 0
-	ErrInvalidValue         Result = 1
-	ErrOutOfMemory          Result = 2
-	ErrNotInitialized       Result = 3
-	ErrDeinitialized        Result = 4
-	ErrStubLibrary          Result = 34
-	ErrInsufficientDriver   Result = 35
-	ErrNoDevice             Result = 100
-	ErrInvalidDevice        Result = 101
-	ErrInvalidImage         Result = 200
-	ErrInvalidContext       Result = 201
-	ErrNoBinaryForGPU       Result = 209
-	ErrECCUncorrectable     Result = 214
-	ErrInvalidPTX           Result = 218
-	ErrJITCompilerNotFound  Result = 221
-	ErrUnsupportedPTX       Result = 222
-	ErrInvalidHandle        Result = 400
-	ErrNotFound             Result = 500
-	ErrNotReady             Result = 600
-	ErrIllegalAddress       Result = 700
-	ErrLaunchOutOfResources Result = 701
-	ErrLaunchTimeout        Result = 702
-	ErrContextIsDestroyed   Result = 709
-	ErrAssert               Result = 710
-	ErrHardwareStackError   Result = 714
-	ErrIllegalInstruction   Result = 715
-	ErrMisalignedAddress    Result = 716
-	ErrInvalidAddressSpace  Result = 717
-	ErrInvalidPC            Result = 718
-	ErrLaunchFailed         Result = 719
-	ErrNotPermitted         Result = 800
-	ErrNotSupported         Result = 801
-	ErrUnknown              Result = 999
+	Success                     Result = 0
+	ErrInvalidValue             Result = 1
+	ErrOutOfMemory              Result = 2
+	ErrNotInitialized           Result = 3
+	ErrDeinitialized            Result = 4
+	ErrStubLibrary              Result = 34
+	ErrInsufficientDriver       Result = 35
+	ErrNoDevice                 Result = 100
+	ErrInvalidDevice            Result = 101
+	ErrInvalidImage             Result = 200
+	ErrInvalidContext           Result = 201
+	ErrNoBinaryForGPU           Result = 209
+	ErrECCUncorrectable         Result = 214
+	ErrPeerAccessUnsupported    Result = 217
+	ErrInvalidPTX               Result = 218
+	ErrJITCompilerNotFound      Result = 221
+	ErrUnsupportedPTX           Result = 222
+	ErrInvalidHandle            Result = 400
+	ErrNotFound                 Result = 500
+	ErrNotReady                 Result = 600
+	ErrIllegalAddress           Result = 700
+	ErrLaunchOutOfResources     Result = 701
+	ErrLaunchTimeout            Result = 702
+	ErrPeerAccessAlreadyEnabled Result = 704
+	ErrContextIsDestroyed       Result = 709
+	ErrAssert                   Result = 710
+	ErrHardwareStackError       Result = 714
+	ErrIllegalInstruction       Result = 715
+	ErrMisalignedAddress        Result = 716
+	ErrInvalidAddressSpace      Result = 717
+	ErrInvalidPC                Result = 718
+	ErrLaunchFailed             Result = 719
+	ErrNotPermitted             Result = 800
+	ErrNotSupported             Result = 801
+	ErrUnknown                  Result = 999
 )
 
 // names are the CUresult names of cuda.h, for drivers (and fakes) whose
@@ -101,11 +103,11 @@ var names = map[Result]string{
 	ErrNoDevice: "CUDA_ERROR_NO_DEVICE", ErrInvalidDevice: "CUDA_ERROR_INVALID_DEVICE",
 	ErrInvalidImage: "CUDA_ERROR_INVALID_IMAGE", ErrInvalidContext: "CUDA_ERROR_INVALID_CONTEXT",
 	ErrNoBinaryForGPU: "CUDA_ERROR_NO_BINARY_FOR_GPU", ErrECCUncorrectable: "CUDA_ERROR_ECC_UNCORRECTABLE",
-	ErrInvalidPTX: "CUDA_ERROR_INVALID_PTX", ErrJITCompilerNotFound: "CUDA_ERROR_JIT_COMPILER_NOT_FOUND",
+	ErrPeerAccessUnsupported: "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED", ErrInvalidPTX: "CUDA_ERROR_INVALID_PTX", ErrJITCompilerNotFound: "CUDA_ERROR_JIT_COMPILER_NOT_FOUND",
 	ErrUnsupportedPTX: "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", ErrInvalidHandle: "CUDA_ERROR_INVALID_HANDLE",
 	ErrNotFound: "CUDA_ERROR_NOT_FOUND", ErrNotReady: "CUDA_ERROR_NOT_READY",
 	ErrIllegalAddress: "CUDA_ERROR_ILLEGAL_ADDRESS", ErrLaunchOutOfResources: "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
-	ErrLaunchTimeout: "CUDA_ERROR_LAUNCH_TIMEOUT", ErrContextIsDestroyed: "CUDA_ERROR_CONTEXT_IS_DESTROYED",
+	ErrLaunchTimeout: "CUDA_ERROR_LAUNCH_TIMEOUT", ErrPeerAccessAlreadyEnabled: "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED", ErrContextIsDestroyed: "CUDA_ERROR_CONTEXT_IS_DESTROYED",
 	ErrAssert: "CUDA_ERROR_ASSERT", ErrHardwareStackError: "CUDA_ERROR_HARDWARE_STACK_ERROR",
 	ErrIllegalInstruction: "CUDA_ERROR_ILLEGAL_INSTRUCTION", ErrMisalignedAddress: "CUDA_ERROR_MISALIGNED_ADDRESS",
 	ErrInvalidAddressSpace: "CUDA_ERROR_INVALID_ADDRESS_SPACE", ErrInvalidPC: "CUDA_ERROR_INVALID_PC",
@@ -184,6 +186,15 @@ type Driver interface {
 	DevicePrimaryCtxRelease(dev Device) error
 	CtxSetCurrent(ctx Context) error
 	CtxSynchronize() error
+	// DeviceCanAccessPeer reports whether contexts on dev can access
+	// peer's memory directly (NVLink or PCIe peer-to-peer).
+	DeviceCanAccessPeer(dev, peer Device) (bool, error)
+	// CtxEnablePeerAccess lets the current context access peer's memory
+	// directly, and makes cuMemcpyPeer between them a direct copy instead
+	// of one through host memory. Flags must be 0. A second call for the
+	// same pair fails with ErrPeerAccessAlreadyEnabled; a pair that
+	// DeviceCanAccessPeer says no to, with ErrPeerAccessUnsupported.
+	CtxEnablePeerAccess(peer Context, flags uint32) error
 
 	// ModuleLoadData loads a module from image (PTX text or a cubin) in the
 	// current context; the binding adds the NUL that PTX text needs.

@@ -81,6 +81,7 @@ type lib struct {
 	cuDeviceGetCount, cuDeviceGet, cuDeviceGetName, cuDeviceGetAttribute           uintptr
 	cuDeviceTotalMem, cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease          uintptr
 	cuCtxSetCurrent, cuCtxSynchronize                                              uintptr
+	cuDeviceCanAccessPeer, cuCtxEnablePeerAccess                                   uintptr
 	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuLaunchKernel          uintptr
 	cuMemAlloc, cuMemFree, cuMemHostAlloc, cuMemFreeHost                           uintptr
 	cuMemcpyHtoD, cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemcpyDtoDAsync          uintptr
@@ -113,6 +114,8 @@ func (l *lib) symbols() []symbol {
 		s(&l.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease"),
 		s(&l.cuCtxSetCurrent, "cuCtxSetCurrent"),
 		s(&l.cuCtxSynchronize, "cuCtxSynchronize"),
+		s(&l.cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer"),
+		s(&l.cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess"),
 		s(&l.cuModuleLoadData, "cuModuleLoadData"),
 		s(&l.cuModuleUnload, "cuModuleUnload"),
 		s(&l.cuModuleGetFunction, "cuModuleGetFunction"),
@@ -245,6 +248,16 @@ func (l *lib) CtxSetCurrent(ctx Context) error {
 
 func (l *lib) CtxSynchronize() error {
 	return l.check("cuCtxSynchronize", call(l.cuCtxSynchronize))
+}
+
+func (l *lib) DeviceCanAccessPeer(dev, peer Device) (bool, error) {
+	var can int32
+	err := l.check("cuDeviceCanAccessPeer", call(l.cuDeviceCanAccessPeer, uintptr(unsafe.Pointer(&can)), uintptr(dev), uintptr(peer)))
+	return can != 0, err
+}
+
+func (l *lib) CtxEnablePeerAccess(peer Context, flags uint32) error {
+	return l.check("cuCtxEnablePeerAccess", call(l.cuCtxEnablePeerAccess, uintptr(peer), uintptr(flags)))
 }
 
 func (l *lib) ModuleLoadData(image []byte) (Module, error) {

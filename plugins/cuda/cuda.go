@@ -61,7 +61,8 @@
 // its destination before anything after it in the queue runs, so an event
 // recorded after a Retrieve fires once the data is in host memory. Exchange
 // copies within a GPU with cuMemcpyDtoDAsync and between GPUs with
-// cuMemcpyPeerAsync. Events are CUDA events; a queue waits for an event of
+// cuMemcpyPeerAsync, direct where the GPUs allow peer access (enabled at
+// their first copy), else through host memory. Events are CUDA events; a queue waits for an event of
 // any CUDA device with cuStreamWaitEvent (plugin.ForeignEventWaiter). The
 // core learns that a task's event fired from one goroutine per device that
 // polls the watched events with cuEventQuery (plugin.FireNotifier), not

@@ -37,6 +37,9 @@ type device struct {
 	poller  poller  // OnFire's
 	tr      tracing // the timing of queue operations (trace.go)
 
+	peerMu sync.Mutex
+	peers  map[*device]bool // whether this context may access a device's memory directly (peer.go)
+
 	evmu   sync.Mutex
 	evFree []cudadrv.Event     // CUDA events to reuse
 	evLive map[*event]struct{} // events whose CUDA event is not released

@@ -246,6 +246,7 @@ func (q *queue) exchange(o *op) error {
 	if o.peer.ctx == q.d.ctx {
 		return q.d.drv.MemcpyDtoDAsync(cudadrv.DevPtr(o.dst), cudadrv.DevPtr(o.src), o.size, q.stream)
 	}
+	q.d.peerAccess(o.peer) // direct where the GPUs can, else through host memory: the driver's choice
 	return q.d.drv.MemcpyPeerAsync(cudadrv.DevPtr(o.dst), o.peer.ctx, cudadrv.DevPtr(o.src), q.d.ctx, o.size, q.stream)
 }
 

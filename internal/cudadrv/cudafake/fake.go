@@ -49,6 +49,10 @@ type Config struct {
 	InitErr cudadrv.Result
 	// OpDelay is how long each stream operation waits before it runs.
 	OpDelay time.Duration
+	// Isolated lists the GPUs (by ordinal) with no peer-to-peer link:
+	// cuDeviceCanAccessPeer says no to and from them. Every other pair
+	// can access each other, as GPUs on NVLink.
+	Isolated []int
 }
 
 // H100 is a GPU like an H100 (compute capability 9.0, 132 SMs) with 1 GiB
@@ -83,6 +87,9 @@ type Driver struct {
 	// MemHostAlloc did not allocate.
 	pageable int
 	launches map[string]int
+	// peerCopies counts cuMemcpyPeerAsync copies between two contexts:
+	// [0] through host memory, [1] direct (peer access enabled).
+	peerCopies [2]int
 }
 
 type context struct {
@@ -92,6 +99,7 @@ type context struct {
 	sticky   cudadrv.Result
 	used     int64
 	nextAddr uint64
+	peers    map[*context]bool // contexts whose memory it may access (cuCtxEnablePeerAccess)
 }
 
 type alloc struct {
@@ -372,6 +380,9 @@ func (d *Driver) DevicePrimaryCtxRelease(dev cudadrv.Device) error {
 	// The last release destroys the context and everything in it.
 	d.primary[dev] = nil
 	delete(d.ctxs, c.handle)
+	for _, o := range d.ctxs {
+		delete(o.peers, c)
+	}
 	kept := d.allocs[:0]
 	for _, a := range d.allocs {
 		if a.ctx != c {
@@ -840,6 +851,13 @@ func (d *Driver) MemcpyPeerAsync(dst cudadrv.DevPtr, dstCtx cudadrv.Context, src
 	_, dc, err1 := d.devRange(fn, dst, n)
 	_, sc, err2 := d.devRange(fn, src, n)
 	ok := err1 == nil && err2 == nil && dc.handle == dstCtx && sc.handle == srcCtx
+	if ok && dc != sc {
+		direct := 0
+		if dc.peers[sc] || sc.peers[dc] {
+			direct = 1
+		}
+		d.peerCopies[direct]++
+	}
 	d.mu.Unlock()
 	if !ok {
 		return fail(fn, cudadrv.ErrInvalidValue)

@@ -1,0 +1,34 @@
+package cuda
+
+import "github.com/goffload/offload/internal/cudadrv"
+
+// peerAccess enables direct access from d's context to other's memory the
+// first time d copies to other, as libomptarget's CUDA plugin does, and
+// reports whether d has it: cuMemcpyPeerAsync between the two is then a
+// direct copy over NVLink or PCIe instead of one staged through host
+// memory. GPUs that cannot (cuDeviceCanAccessPeer says no, or enabling
+// fails) still copy, through host memory; the answer is kept, and asked
+// again only of a device opened anew. With d's context current (the
+// issuing goroutine).
+func (d *device) peerAccess(other *device) bool {
+	d.peerMu.Lock()
+	defer d.peerMu.Unlock()
+	if ok, seen := d.peers[other]; seen {
+		return ok
+	}
+	for p := range d.peers { // forget closed devices: the map holds only live ones
+		if p.alive() != nil {
+			delete(d.peers, p)
+		}
+	}
+	ok := false
+	if can, err := d.drv.DeviceCanAccessPeer(d.cu, other.cu); err == nil && can {
+		err = d.drv.CtxEnablePeerAccess(other.ctx, 0)
+		ok = err == nil || cudadrv.Code(err) == cudadrv.ErrPeerAccessAlreadyEnabled
+	}
+	if d.peers == nil {
+		d.peers = map[*device]bool{}
+	}
+	d.peers[other] = ok
+	return ok
+}
