@@ -391,4 +391,3 @@ func (t *opTiming) read(d *device) (start, end time.Time, err error) {
 	start = r.base.Add(time.Duration(r.lo.Load()) + ms(a))
 	return start, start.Add(ms(b)), nil
 }
-
