@@ -13,6 +13,7 @@ import (
 
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
+	"github.com/goffload/offload/internal/ptxgen"
 	"github.com/goffload/offload/plugins/cuda"
 )
 
@@ -410,4 +411,10 @@ func TestCUDASuiteSkipsWithoutDriver(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "suite cuda cannot run here: no NVIDIA driver") {
 		t.Errorf("-suite cuda without a driver: %v", err)
 	}
+}
+
+// TestCudaPTXGenerated: cuda.ptx is what go generate makes of cuda.cu,
+// where clang with the NVPTX target is installed.
+func TestCudaPTXGenerated(t *testing.T) {
+	ptxgen.UpToDate(t, "cuda.go")
 }

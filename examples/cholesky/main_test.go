@@ -1,17 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"unsafe"
 
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
+	"github.com/goffload/offload/internal/ptxgen"
 	"github.com/goffload/offload/plugins/cuda"
 )
 
@@ -247,32 +245,5 @@ func fakeGemm(l *cudafake.Launch) error {
 // go generate makes of cholesky.cu, where clang with the NVPTX target is
 // installed.
 func TestCholeskyPTXGenerated(t *testing.T) {
-	clang := ""
-	for _, c := range []string{"clang", "clang-22"} {
-		if p, err := exec.LookPath(c); err == nil {
-			clang = p
-			break
-		}
-	}
-	if clang == "" {
-		t.Skip("no clang to generate the PTX with")
-	}
-	const dir = "../../internal/apps/cholesky"
-	out := filepath.Join(t.TempDir(), "cholesky.ptx")
-	cmd := exec.Command(clang, "-x", "cuda", "--cuda-device-only", "--cuda-gpu-arch=sm_50", "-nocudainc", "-nocudalib", "-O3", "-ffp-contract=off", "-S", "cholesky.cu", "-o", out)
-	cmd.Dir = dir
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Skipf("%s cannot generate PTX here: %v\n%s", clang, err, b)
-	}
-	got, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := os.ReadFile(filepath.Join(dir, "cholesky.ptx"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("cholesky.ptx differs from what %s makes of cholesky.cu: run go generate in %s and commit it", clang, dir)
-	}
+	ptxgen.UpToDate(t, "../../internal/apps/cholesky/cholesky.go")
 }

@@ -1,16 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"unsafe"
 
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
+	"github.com/goffload/offload/internal/ptxgen"
 	"github.com/goffload/offload/plugins/cuda"
 )
 
@@ -142,38 +140,5 @@ func fakeCells(l *cudafake.Launch, cols, lo, count int64) error {
 // generate makes of jacobi.cu, where clang with the NVPTX target is
 // installed.
 func TestJacobiPTXGenerated(t *testing.T) {
-	ptxUpToDate(t, "../../internal/apps/jacobi", "jacobi")
-}
-
-// ptxUpToDate checks that dir/name.ptx is what the go:generate line makes
-// of dir/name.cu, or skips without a clang that can make it.
-func ptxUpToDate(t *testing.T, dir, name string) {
-	t.Helper()
-	clang := ""
-	for _, c := range []string{"clang", "clang-22"} {
-		if p, err := exec.LookPath(c); err == nil {
-			clang = p
-			break
-		}
-	}
-	if clang == "" {
-		t.Skip("no clang to generate the PTX with")
-	}
-	out := filepath.Join(t.TempDir(), name+".ptx")
-	cmd := exec.Command(clang, "-x", "cuda", "--cuda-device-only", "--cuda-gpu-arch=sm_50", "-nocudainc", "-nocudalib", "-O3", "-ffp-contract=off", "-S", name+".cu", "-o", out)
-	cmd.Dir = dir
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Skipf("%s cannot generate PTX here: %v\n%s", clang, err, b)
-	}
-	got, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := os.ReadFile(filepath.Join(dir, name+".ptx"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s.ptx differs from what %s makes of %s.cu: run go generate in %s and commit it", name, clang, name, dir)
-	}
+	ptxgen.UpToDate(t, "../../internal/apps/jacobi/jacobi.go")
 }

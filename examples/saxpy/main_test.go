@@ -1,16 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"unsafe"
 
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
+	"github.com/goffload/offload/internal/ptxgen"
 	"github.com/goffload/offload/plugins/cuda"
 )
 
@@ -81,26 +79,5 @@ func TestSaxpyFakeGPU(t *testing.T) {
 // TestSaxpyPTXGenerated: saxpy.ptx is what go generate makes of saxpy.cu,
 // where clang with the NVPTX target is installed.
 func TestSaxpyPTXGenerated(t *testing.T) {
-	clang := ""
-	for _, c := range []string{"clang", "clang-22"} {
-		if p, err := exec.LookPath(c); err == nil {
-			clang = p
-			break
-		}
-	}
-	if clang == "" {
-		t.Skip("no clang to generate the PTX with")
-	}
-	out := filepath.Join(t.TempDir(), "saxpy.ptx")
-	cmd := exec.Command(clang, "-x", "cuda", "--cuda-device-only", "--cuda-gpu-arch=sm_50", "-nocudainc", "-nocudalib", "-O3", "-ffp-contract=off", "-S", "saxpy.cu", "-o", out)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Skipf("%s cannot generate PTX here: %v\n%s", clang, err, b)
-	}
-	got, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, saxpyPTX) {
-		t.Errorf("saxpy.ptx differs from what %s makes of saxpy.cu: run go generate and commit it", clang)
-	}
+	ptxgen.UpToDate(t, "main.go")
 }

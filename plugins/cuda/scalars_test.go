@@ -9,6 +9,7 @@ import (
 
 	"github.com/goffload/offload/internal/cudadrv"
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
+	"github.com/goffload/offload/internal/ptxgen"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/cuda"
 )
@@ -138,3 +139,9 @@ func checkScalars(t *testing.T, d plugin.Device) {
 }
 
 var plainType = reflect.TypeFor[plainStruct]()
+
+// TestScalarsPTXGenerated: testdata/scalars.ptx is what go generate makes
+// of testdata/scalars.cu, where clang with the NVPTX target is installed.
+func TestScalarsPTXGenerated(t *testing.T) {
+	ptxgen.UpToDate(t, "scalars_test.go")
+}
