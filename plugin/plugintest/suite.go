@@ -54,6 +54,7 @@ func Run(t *testing.T, open func(t *testing.T) []plugin.Device) {
 	t.Run("KernelPanic", e.testKernelPanic)
 	t.Run("QueueOrder", e.testQueueOrder)
 	t.Run("QueueQuery", e.testQueueQuery)
+	t.Run("InlineHandOver", e.testInlineHandOver)
 	t.Run("Events", e.testEvents)
 	t.Run("EventWait", e.testEventWait)
 	t.Run("EventError", e.testEventError)

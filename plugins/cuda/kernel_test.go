@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -459,6 +461,59 @@ func TestInline(t *testing.T) {
 	}
 	if err := q.Synchronize(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestInlineHandOver: an operation enqueued by another goroutine while an
+// inline queue issues one on its caller is issued after it, by the
+// queue's goroutine: none is left behind when the caller returns.
+func TestInlineHandOver(t *testing.T) {
+	drv := cudafake.New(cudafake.Config{GPUs: []cudafake.GPU{cudafake.H100}})
+	release := make(chan struct{})
+	var launches atomic.Int32
+	drv.SetKernel("addone", func(l *cudafake.Launch) error {
+		if launches.Add(1) == 1 {
+			<-release // the first launch holds the stream
+			return nil
+		}
+		return addOne(l)
+	})
+	d := loaded(t, drv)
+	q, _ := d.NewQueue()
+	defer q.Close()
+	q.(plugin.InlineQueue).SetInline(true)
+	x, _ := d.Alloc(8)
+	if err := q.Submit(x, make([]byte, 8)); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Launch(kAddOne, []plugin.Arg{{Ptr: x, Len: 1}, {Scalar: 1}}); err != nil { // holds the stream
+		t.Fatal(err)
+	}
+	// A: an inline Retrieve, issued on its goroutine, which waits for the
+	// stream.
+	first := make([]byte, 8)
+	retrieved := make(chan error, 1)
+	go func() { retrieved <- q.Retrieve(first, x) }()
+	for drv.Calls("cuMemcpyDtoHAsync_v2") == 0 { // A is issuing
+		runtime.Gosched()
+	}
+	// B, while A issues: enqueued for the queue's goroutine.
+	if err := q.Launch(kAddOne, []plugin.Arg{{Ptr: x, Len: 1}, {Scalar: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-retrieved; err != nil {
+		t.Fatal(err)
+	}
+	after := make([]byte, 8)
+	if err := q.Retrieve(after, x); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if first[0] != 0 || after[0] != 1 {
+		t.Errorf("x was %d before the second launch and %d after it, want 0 and 1: the launch enqueued during an inline issue was lost or reordered", first[0], after[0])
 	}
 }
 

@@ -99,8 +99,14 @@ func (q *queue) enqueue(o op) error {
 		q.issue(&o, q.d.drv.CtxSetCurrent(q.d.ctx))
 		runtime.UnlockOSThread()
 		q.mu.Lock()
-		q.running = false
-		q.idle.Broadcast()
+		if len(q.ops) > 0 {
+			// Enqueued by another goroutine while o was issued: the
+			// queue's goroutine takes over (still running).
+			go q.loop()
+		} else {
+			q.running = false
+			q.idle.Broadcast()
+		}
 		q.mu.Unlock()
 		return nil
 	}
