@@ -29,8 +29,32 @@ func init() {
 		if _, err := exec.LookPath(clangPeer); err != nil {
 			return clangPeer + " is not installed (scripts/install-peer installs it with libomp-22-dev and liboffload-22-dev)"
 		}
-		return ""
+		return peerToolchainMissing()
 	}})
+}
+
+// peerToolchainMissing says why clang-22 cannot build an OpenMP offloading
+// program here (clang-22 without libomp-22-dev or liboffload-22-dev), or
+// "" if it can.
+func peerToolchainMissing() string {
+	dir, err := os.MkdirTemp("", "goffload-peercheck")
+	if err != nil {
+		return err.Error()
+	}
+	defer os.RemoveAll(dir)
+	src := filepath.Join(dir, "check.c")
+	if err := os.WriteFile(src, []byte("#include <omp.h>\nint main(void) {\n\tint x = 0;\n#pragma omp target map(tofrom: x)\n\tx = omp_get_num_devices();\n\treturn x;\n}\n"), 0o644); err != nil {
+		return err.Error()
+	}
+	out, err := exec.Command(clangPeer, "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu", "-o", filepath.Join(dir, "check"), src).CombinedOutput()
+	if err != nil {
+		msg := strings.TrimSpace(string(out))
+		if i := strings.IndexByte(msg, '\n'); i >= 0 {
+			msg = msg[:i]
+		}
+		return fmt.Sprintf("%s cannot build an OpenMP offloading program (%v: %s); scripts/install-peer installs libomp-22-dev and liboffload-22-dev", clangPeer, err, msg)
+	}
+	return ""
 }
 
 const clangPeer = "clang-22"
