@@ -5,7 +5,6 @@ import (
 	"math"
 	"os"
 	"testing"
-	"unsafe"
 
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
@@ -103,11 +102,7 @@ func TestCholeskyFakeGPU(t *testing.T) {
 
 // tile returns the b×b float64s at parameter p of l, a device address.
 func tile(l *cudafake.Launch, p int, b int64) ([]float64, error) {
-	m, err := l.Mem(l.Ptr(p), 8*b*b)
-	if err != nil {
-		return nil, err
-	}
-	return unsafe.Slice((*float64)(unsafe.Pointer(unsafe.SliceData(m))), b*b), nil
+	return cudafake.Slice[float64](l, p, b*b)
 }
 
 // threads checks that the launch has at least n threads.

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"testing"
-	"unsafe"
 
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
@@ -110,19 +109,12 @@ func fakeCells(l *cudafake.Launch, cols, lo, count int64) error {
 	if l.Threads() < count*w {
 		return fmt.Errorf("%d threads for %d cells", l.Threads(), count*w)
 	}
-	floats := func(p int) ([]float64, error) {
-		n := (lo + count + 1) * cols // down to the halo row below the last
-		b, err := l.Mem(l.Ptr(p), 8*n)
-		if err != nil {
-			return nil, err
-		}
-		return unsafe.Slice((*float64)(unsafe.Pointer(unsafe.SliceData(b))), n), nil
-	}
-	next, err := floats(0)
+	n := (lo + count + 1) * cols // down to the halo row below the last
+	next, err := cudafake.Slice[float64](l, 0, n)
 	if err != nil {
 		return err
 	}
-	cur, err := floats(1)
+	cur, err := cudafake.Slice[float64](l, 1, n)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"testing"
-	"unsafe"
 
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
@@ -78,18 +77,11 @@ func fakeStep(l *cudafake.Launch) error {
 	if l.Threads() < n {
 		return fmt.Errorf("%d threads for %d cells", l.Threads(), n)
 	}
-	floats := func(p int) ([]float64, error) {
-		b, err := l.Mem(l.Ptr(p), 8*(n+2))
-		if err != nil {
-			return nil, err
-		}
-		return unsafe.Slice((*float64)(unsafe.Pointer(unsafe.SliceData(b))), n+2), nil
-	}
-	next, err := floats(1)
+	next, err := cudafake.Slice[float64](l, 1, n+2)
 	if err != nil {
 		return err
 	}
-	cur, err := floats(2)
+	cur, err := cudafake.Slice[float64](l, 2, n+2)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"testing"
-	"unsafe"
 
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
@@ -48,16 +47,14 @@ func TestSaxpyFakeGPU(t *testing.T) {
 		if l.Threads() < n {
 			return fmt.Errorf("%d threads for %d elements", l.Threads(), n)
 		}
-		xb, err := l.Mem(l.Ptr(2), 4*n)
+		x, err := cudafake.Slice[float32](l, 2, n)
 		if err != nil {
 			return err
 		}
-		yb, err := l.Mem(l.Ptr(3), 4*n)
+		y, err := cudafake.Slice[float32](l, 3, n)
 		if err != nil {
 			return err
 		}
-		x := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(xb))), n)
-		y := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(yb))), n)
 		for i := range y {
 			y[i] = y[i] + a*x[i]
 		}

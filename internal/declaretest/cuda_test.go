@@ -2,7 +2,6 @@ package declaretest_test
 
 import (
 	"testing"
-	"unsafe"
 
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
@@ -40,12 +39,12 @@ func TestDeclareToCUDA(t *testing.T) {
 	drv := cudafake.New(cudafake.Config{GPUs: []cudafake.GPU{cudafake.H100}})
 	drv.SetKernel("addone", func(l *cudafake.Launch) error {
 		n := l.Int64(1)
-		b, err := l.Mem(l.Ptr(0), 8*n)
+		x, err := cudafake.Slice[int64](l, 0, n)
 		if err != nil {
 			return err
 		}
-		for i := range n {
-			*(*int64)(unsafe.Pointer(&b[8*i])) += 1
+		for i := range x {
+			x[i]++
 		}
 		return nil
 	})

@@ -109,11 +109,10 @@ func addOne(l *cudafake.Launch) error {
 	if l.Threads() < n {
 		return fmt.Errorf("%d threads for %d elements", l.Threads(), n)
 	}
-	b, err := l.Mem(l.Ptr(0), 8*n)
+	x, err := cudafake.Slice[int64](l, 0, n)
 	if err != nil {
 		return err
 	}
-	x := unsafe.Slice((*int64)(unsafe.Pointer(unsafe.SliceData(b))), n)
 	for i := range x {
 		x[i]++
 	}

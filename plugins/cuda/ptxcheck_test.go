@@ -95,16 +95,14 @@ func loadImage(t *testing.T, drv *cudafake.Driver, img *plugin.Image) plugin.Dev
 // parameters read as the PTX entry declares them.
 func saxpyOnFake(l *cudafake.Launch) error {
 	n, a := l.Int64(0), l.Float32(1)
-	xb, err := l.Mem(l.Ptr(2), 4*n)
+	x, err := cudafake.Slice[float32](l, 2, n)
 	if err != nil {
 		return err
 	}
-	yb, err := l.Mem(l.Ptr(3), 4*n)
+	y, err := cudafake.Slice[float32](l, 3, n)
 	if err != nil {
 		return err
 	}
-	x := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(xb))), n)
-	y := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(yb))), n)
 	for i := range y {
 		y[i] += a * x[i]
 	}

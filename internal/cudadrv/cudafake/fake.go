@@ -591,6 +591,18 @@ func (l *Launch) Float64(i int) float64 { return math.Float64frombits(l.word(i, 
 // Ptr reads parameter i, whose size must be the type's.
 func (l *Launch) Ptr(i int) cudadrv.DevPtr { return cudadrv.DevPtr(l.word(i, 8)) }
 
+// Slice returns the n elements of type T at the device address that
+// parameter i of l holds, or an error if they are not inside one
+// allocation (the kernel would fault): a kernel's view of a pointer
+// argument.
+func Slice[T any](l *Launch, i int, n int64) ([]T, error) {
+	b, err := l.Mem(l.Ptr(i), int64(unsafe.Sizeof(*new(T)))*n)
+	if err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), n), nil
+}
+
 // Mem returns the n bytes of device memory at p, or an error if they are
 // not inside one allocation (the kernel would fault).
 func (l *Launch) Mem(p cudadrv.DevPtr, n int64) ([]byte, error) {
