@@ -123,16 +123,7 @@ func addOne(l *cudafake.Launch) error {
 // PTX) and loads the image as device 0.
 func loaded(t *testing.T, drv *cudafake.Driver) plugin.Device {
 	t.Helper()
-	devs, err := cuda.OpenWith(drv, 0, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := devs[0]
-	t.Cleanup(func() { d.Close() })
-	if err := d.Load(plugin.CurrentImage(), 0); err != nil {
-		t.Fatalf("Load: %v", err)
-	}
-	return d
+	return loadImage(t, drv, plugin.CurrentImage())
 }
 
 func bytesOf[T any](v T) []byte {

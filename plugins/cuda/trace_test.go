@@ -266,14 +266,7 @@ func TestTraceErrorFire(t *testing.T) {
 func TestTraceEventPool(t *testing.T) {
 	drv := cudafake.New(cudafake.Config{GPUs: []cudafake.GPU{cudafake.H100}})
 	drv.SetKernel("addone", addOne)
-	devs, err := cuda.OpenWith(drv, 0, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := devs[0]
-	if err := d.Load(plugin.CurrentImage(), 0); err != nil {
-		t.Fatal(err)
-	}
+	d := loaded(t, drv)
 	var reported int
 	var mu sync.Mutex
 	d.(plugin.Tracer).Trace(func(plugin.OpTime) { mu.Lock(); reported++; mu.Unlock() })
@@ -407,14 +400,7 @@ func TestTraceConcurrent(t *testing.T) {
 	}
 	drv := cudafake.New(cudafake.Config{GPUs: []cudafake.GPU{cudafake.H100}, OpDelay: 20 * time.Microsecond})
 	drv.SetKernel("addone", addOne)
-	devs, err := cuda.OpenWith(drv, 0, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := devs[0]
-	if err := d.Load(plugin.CurrentImage(), 0); err != nil {
-		t.Fatal(err)
-	}
+	d := loaded(t, drv)
 	log := traced(t, d)
 	const queues = 4
 	deadline := time.Now().Add(1200 * time.Millisecond)
