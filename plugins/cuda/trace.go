@@ -165,18 +165,7 @@ func (t *opTiming) begin(q *queue) {
 			return
 		}
 	}
-	ev := d.tr.get(d)
-	if ev == 0 {
-		t.host = true
-		return
-	}
-	t.issued = time.Now()
-	if d.drv.EventRecord(ev, q.stream) != nil {
-		d.tr.put(d, ev)
-		t.host = true
-		return
-	}
-	t.start = ev
+	t.start = t.record(q, &t.issued)
 }
 
 // finish records t's end event on q's stream, once, after begin.
@@ -184,19 +173,26 @@ func (t *opTiming) finish(q *queue) {
 	if t == nil || t.start == 0 || t.end != 0 || t.host {
 		return
 	}
+	t.end = t.record(q, &t.ended)
+}
+
+// record records a timing event on q's stream, with *at the host's clock
+// just before, and returns it; without an event, or if the record fails,
+// it returns 0 and t is timed on the host's clock.
+func (t *opTiming) record(q *queue, at *time.Time) cudadrv.Event {
 	d := q.d
 	ev := d.tr.get(d)
 	if ev == 0 {
 		t.host = true
-		return
+		return 0
 	}
-	t.ended = time.Now()
+	*at = time.Now()
 	if d.drv.EventRecord(ev, q.stream) != nil {
 		d.tr.put(d, ev)
 		t.host = true
-		return
+		return 0
 	}
-	t.end = ev
+	return ev
 }
 
 // hostTimes times t on the host's clock: from start to end.
