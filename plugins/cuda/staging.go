@@ -140,17 +140,11 @@ func (q *queue) submit(dst plugin.Ptr, src []byte, t *opTiming) error {
 			return err
 		}
 		pcopy(b.b[:n], src[off:off+n])
-		t.begin(q)
-		if err := d.drv.MemcpyHtoDAsync(cudadrv.DevPtr(dst)+cudadrv.DevPtr(off), b.p, int64(n), q.stream); err != nil {
+		if err := q.dma(b, t, off+n == len(src), func() error {
+			return d.drv.MemcpyHtoDAsync(cudadrv.DevPtr(dst)+cudadrv.DevPtr(off), b.p, int64(n), q.stream)
+		}); err != nil {
 			return err
 		}
-		if off+n == len(src) {
-			t.finish(q)
-		}
-		if err := d.drv.EventRecord(b.ev, q.stream); err != nil {
-			return err
-		}
-		b.pending = true
 	}
 	return nil
 }
@@ -196,17 +190,11 @@ func (q *queue) retrieve(dst []byte, src plugin.Ptr, t *opTiming) error {
 			}
 			held = append(held, b)
 		}
-		t.begin(q)
-		if err := d.drv.MemcpyDtoHAsync(b.p, cudadrv.DevPtr(src)+cudadrv.DevPtr(off), int64(n), q.stream); err != nil {
+		if err := q.dma(b, t, off+n == len(dst), func() error {
+			return d.drv.MemcpyDtoHAsync(b.p, cudadrv.DevPtr(src)+cudadrv.DevPtr(off), int64(n), q.stream)
+		}); err != nil {
 			return err
 		}
-		if off+n == len(dst) {
-			t.finish(q)
-		}
-		if err := d.drv.EventRecord(b.ev, q.stream); err != nil {
-			return err
-		}
-		b.pending = true
 		parts = append(parts, part{b, off, n})
 	}
 	for _, p := range parts {
@@ -214,6 +202,25 @@ func (q *queue) retrieve(dst []byte, src plugin.Ptr, t *opTiming) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// dma issues one chunk's copy through staging buffer b on q's stream
+// (copy) and records b's event after it, so that b is reused only once the
+// copy is done; t, if not nil, times the copy from before the first
+// chunk's DMA to after the last's.
+func (q *queue) dma(b *stagingBuf, t *opTiming, last bool, copy func() error) error {
+	t.begin(q)
+	if err := copy(); err != nil {
+		return err
+	}
+	if last {
+		t.finish(q)
+	}
+	if err := q.d.drv.EventRecord(b.ev, q.stream); err != nil {
+		return err
+	}
+	b.pending = true
 	return nil
 }
 
