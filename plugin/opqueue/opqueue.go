@@ -111,12 +111,20 @@ func New() *Queue {
 }
 
 func (q *Queue) enqueue(o op) error {
+	_, err := q.put(o, false, false)
+	return err
+}
+
+// put runs o on the caller if here (or SetInline) and the queue is idle, and otherwise
+// enqueues it, unless only is set: then it leaves a busy queue alone. It
+// reports whether o ran on the caller.
+func (q *Queue) put(o op, here, only bool) (bool, error) {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return fmt.Errorf("%w: queue is closed", plugin.ErrBadHandle)
+		return false, fmt.Errorf("%w: queue is closed", plugin.ErrBadHandle)
 	}
-	if q.inline && !q.running {
+	if (here || q.inline) && !q.running {
 		// Nothing is queued or running: run o here, as the queue's
 		// goroutine would, with the queue marked running meanwhile.
 		q.running = true
@@ -133,7 +141,11 @@ func (q *Queue) enqueue(o op) error {
 			q.idle.Broadcast()
 		}
 		q.mu.Unlock()
-		return nil
+		return true, nil
+	}
+	if only {
+		q.mu.Unlock()
+		return false, nil
 	}
 	q.ops = append(q.ops, o)
 	if !q.running {
@@ -141,7 +153,7 @@ func (q *Queue) enqueue(o op) error {
 		go q.loop()
 	}
 	q.mu.Unlock()
-	return nil
+	return false, nil
 }
 
 // SetInline makes operations enqueued while the queue is idle run on the
@@ -231,6 +243,27 @@ func (q *Queue) Do(fn func() error) error { return q.enqueue(op{run: fn}) }
 func (q *Queue) DoTimed(fn func() error, timed func(start, end time.Time, err error)) error {
 	return q.enqueue(op{run: fn, timed: timed})
 }
+
+// RunHere runs fn on the calling goroutine, before RunHere returns, if
+// the queue is idle (nothing queued or running), exactly as the queue's
+// goroutine would have run it next, timed as DoTimed times it; it reports
+// whether it did. If the queue is busy it does nothing, and the caller
+// enqueues fn as usual (Do, DoTimed). It is for a caller that would
+// otherwise hand short work to the queue's goroutine: the goroutine that
+// has the work does it, with no hand-off, and may run it on data it holds
+// only for the call. fn must not wait for anything that only the caller
+// can bring about. Operations enqueued while fn runs go to the queue's
+// goroutine, after fn.
+func (q *Queue) RunHere(fn func() error, timed func(start, end time.Time, err error)) (bool, error) {
+	return q.tryHere(op{run: fn, timed: timed})
+}
+
+// MarkHere is RunHere for a Mark.
+func (q *Queue) MarkHere(clear bool, fn func(failed error) error) (bool, error) {
+	return q.tryHere(op{mark: fn, clear: clear})
+}
+
+func (q *Queue) tryHere(o op) (bool, error) { return q.put(o, true, true) }
 
 // Mark enqueues fn to run in order even after a failure: it receives the
 // first error since the last clearing mark (nil if none), and clears it if

@@ -190,3 +190,68 @@ func TestArmFire(t *testing.T) {
 		t.Errorf("closing twice: %v", err)
 	}
 }
+
+// TestRunHere: RunHere and MarkHere run on the caller while the queue is
+// idle, with the queue's error state, and leave a busy queue alone (the
+// caller then enqueues as usual, behind the work that is running).
+func TestRunHere(t *testing.T) {
+	q := New()
+	defer q.Close()
+	var order []string
+	ran, err := q.RunHere(func() error { order = append(order, "here"); return nil }, nil)
+	if !ran || err != nil || len(order) != 1 {
+		t.Fatalf("RunHere on an idle queue = %v, %v (ran %v); want it run before it returned", ran, err, order)
+	}
+	boom := errors.New("boom")
+	if ran, _ := q.RunHere(func() error { return boom }, nil); !ran {
+		t.Fatal("RunHere on an idle queue did not run")
+	}
+	if ran, _ := q.RunHere(func() error { order = append(order, "skipped"); return nil }, nil); !ran {
+		t.Fatal("RunHere on an idle queue in the error state did not take the operation")
+	}
+	var marked error
+	if ran, _ := q.MarkHere(true, func(failed error) error { marked = failed; return nil }); !ran {
+		t.Fatal("MarkHere on an idle queue did not run")
+	}
+	if !errors.Is(marked, boom) || len(order) != 1 {
+		t.Errorf("the mark saw %v after %v; want boom, and the operation after the failure skipped", marked, order)
+	}
+	// A busy queue: nothing runs here, nothing is enqueued.
+	release, started := make(chan struct{}), make(chan struct{})
+	q.Do(func() error { close(started); <-release; return nil })
+	<-started
+	if ran, err := q.RunHere(func() error { order = append(order, "busy"); return nil }, nil); ran || err != nil {
+		t.Errorf("RunHere on a busy queue = %v, %v; want false, nil", ran, err)
+	}
+	if ran, err := q.MarkHere(false, func(error) error { order = append(order, "busy mark"); return nil }); ran || err != nil {
+		t.Errorf("MarkHere on a busy queue = %v, %v; want false, nil", ran, err)
+	}
+	close(release)
+	if err := q.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if len(order) != 1 {
+		t.Errorf("ran %v; a busy queue ran or kept what RunHere was given", order)
+	}
+	// Timed, and what it enqueues goes to the queue's goroutine after it.
+	var timedErr error = errors.New("not told")
+	inner := make(chan struct{})
+	ran, _ = q.RunHere(func() error {
+		return q.Do(func() error { close(inner); return nil })
+	}, func(start, end time.Time, err error) { timedErr = err })
+	if !ran || timedErr != nil {
+		t.Errorf("timed RunHere: ran %v, timed told %v", ran, timedErr)
+	}
+	if err := q.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-inner:
+	default:
+		t.Error("an operation enqueued by a RunHere operation did not run before Synchronize returned")
+	}
+	q.Close()
+	if _, err := q.RunHere(func() error { return nil }, nil); !errors.Is(err, plugin.ErrBadHandle) {
+		t.Errorf("RunHere on a closed queue: %v", err)
+	}
+}

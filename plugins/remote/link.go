@@ -129,6 +129,53 @@ func (l *link) flushNow() {
 	}
 }
 
+// sendSoon queues m's frame and writes what is queued at once, without
+// blocking, if no one is writing and no bulk transfer is under way; what
+// the other side has no room for yet, and everything when the transport
+// cannot write without blocking, is left to the writer. Any goroutine may
+// call it, a reader of the link included (it never waits for the other
+// side), under any lock: it is how an answer goes out with no hand-off to
+// the writer.
+func (l *link) sendSoon(m *proto.Msg, payload []byte) error {
+	tw, ok := l.t.(tryWriter)
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return l.err
+	}
+	l.ctrl = proto.AppendFrame(l.ctrl, m, payload)
+	if !ok || l.busy || len(l.bulk) > 0 {
+		l.wake.Signal()
+		l.mu.Unlock()
+		return nil
+	}
+	l.busy = true
+	frames := l.ctrl
+	l.ctrl = nil
+	l.mu.Unlock()
+	n, err := tw.TryWriteFrames(frames)
+	if n > 0 {
+		l.writes.Add(1)
+	}
+	l.mu.Lock()
+	l.busy = false
+	switch {
+	case n < len(frames):
+		// The rest goes first, by the writer.
+		l.ctrl = append(frames[n:len(frames):len(frames)], l.ctrl...)
+		l.wake.Signal()
+	case len(l.ctrl) == 0 && cap(frames) <= 1<<20:
+		l.ctrl = frames[:0] // reuse the buffer
+	default:
+		l.wake.Signal() // what came meanwhile
+	}
+	l.mu.Unlock()
+	if err != nil {
+		l.fail(fmt.Errorf("write: %w", err))
+	}
+	return nil
+}
+
 // sendNow queues m's frame and writes it at once as flushNow does.
 func (l *link) sendNow(m *proto.Msg, payload []byte) error {
 	if err := l.put(m, payload); err != nil {

@@ -179,12 +179,12 @@ func (ps *peers) fired(num int, wait uint64, err error) {
 // tell lets device num know that our event id fired. It never blocks: if
 // the host's introduction to num is still on its way, a goroutine waits
 // for it.
-func (ps *peers) tell(num int, id uint64, err error, now bool) {
+func (ps *peers) tell(num int, id uint64, err error) {
 	ps.mu.Lock()
 	p := ps.by[num]
 	ps.mu.Unlock()
 	if p != nil {
-		ps.send(p, num, id, err, now)
+		ps.send(p, num, id, err)
 		return
 	}
 	go func() {
@@ -193,21 +193,16 @@ func (ps *peers) tell(num int, id uint64, err error, now bool) {
 			fmt.Fprintf(os.Stderr, "goffload device %d: cannot tell device %d that event %d fired: %v\n", ps.s.num, num, id, err2)
 			return
 		}
-		ps.send(p, num, id, err, true)
+		ps.send(p, num, id, err)
 	}()
 }
 
-// send writes the firing on p's link: itself if now (the caller is not a
-// reader: the waiting device hears a hand-off sooner), else by the writer.
-func (ps *peers) send(p *peer, num int, id uint64, err error, now bool) {
+// send writes the firing on p's link: at once if the link can take it
+// without blocking (the waiting device hears a hand-off sooner), else by
+// the writer.
+func (ps *peers) send(p *peer, num int, id uint64, err error) {
 	m := withErr(&proto.Msg{Type: proto.TEvent, ID: id}, err)
-	var err2 error
-	if now {
-		err2 = p.l.sendNow(m, nil)
-	} else {
-		err2 = p.l.send(m, nil)
-	}
-	if err2 != nil {
+	if err2 := p.l.sendSoon(m, nil); err2 != nil {
 		fmt.Fprintf(os.Stderr, "goffload device %d: cannot tell device %d that event %d fired: %v\n", ps.s.num, num, id, err2)
 	}
 }

@@ -53,6 +53,9 @@ type session struct {
 	events map[uint64]*opqueue.Event
 	pulls  map[uint64]*incoming
 	tags   map[uint32]qtag // tagged queues: their operations are timed (see tag.go)
+
+	role readerRole // who reads the link (see role.go)
+	end  chan error // how the session ended, from its last reader
 }
 
 func newSession(l *link, img *plugin.Image, cores int) *session {
@@ -87,22 +90,40 @@ func (s *session) serve() error {
 
 func (s *session) serveFrames() error {
 	s.l.live(timing())
+	s.end = make(chan error, 1)
+	s.role.init(s.read)
+	defer s.role.stop()
+	s.read(0)
+	return <-s.end
+}
+
+// read serves frames while the goroutine holds the reader's role as
+// generation gen (see role.go); the one that reads the session's last
+// frame says how it ended on s.end.
+func (s *session) read(gen uint64) {
 	for {
 		m, err := s.l.r.ReadMsg()
 		if err != nil {
 			if lerr := s.l.failed(); lerr != nil && !isClosedErr(lerr) {
-				return lerr // the link failed first: the host went silent
+				err = lerr // the link failed first: the host went silent
+			} else if isClosedErr(err) {
+				err = nil // the host went away: the device's work is over
+			} else {
+				err = s.l.fail(err)
 			}
-			if isClosedErr(err) {
-				return nil // the host went away: the device's work is over
-			}
-			return s.l.fail(err)
+			s.end <- err
+			return
 		}
 		if m.Type == proto.TExit {
-			return nil
+			s.end <- nil
+			return
 		}
-		if err := s.handle(m); err != nil {
-			return s.l.fail(err)
+		if err := s.handle(m, gen); err != nil {
+			s.end <- s.l.fail(err)
+			return
+		}
+		if !s.role.holds(gen) {
+			return // a standby reads now
 		}
 	}
 }
@@ -205,9 +226,10 @@ func (s *session) reply(id uint64, value uint64, text string, err error) error {
 	return s.l.send(withErr(m, err), nil)
 }
 
-// handle serves one frame. Its error ends the session (a broken stream);
-// errors of operations go back to the host.
-func (s *session) handle(m *proto.Msg) error {
+// handle serves one frame for the reader of generation gen. Its error
+// ends the session (a broken stream); errors of operations go back to the
+// host.
+func (s *session) handle(m *proto.Msg, gen uint64) error {
 	switch m.Type {
 	case proto.TAlloc:
 		if m.Ptr2 == 1 { // at the address the host chose; no answer: a failure shows where the memory is used
@@ -292,14 +314,14 @@ func (s *session) handle(m *proto.Msg) error {
 			return nil
 		}, timed)
 	case proto.TLaunch:
-		return s.launch(m)
+		return s.launch(m, gen)
 	case proto.TRecord:
 		ev, id := s.newEvent(m.ID), m.ID
 		if ev == nil {
 			return s.queue(m.Queue).Do(func() error { return fmt.Errorf("%w: record: event %d is recorded already", plugin.ErrBadHandle, id) })
 		}
 		ev.Arm()
-		return s.queue(m.Queue).Mark(false, func(failed error) error {
+		fire := func(failed error) error {
 			s.xmu.Lock()
 			need := s.sent // peers hear of the event once the host has this data
 			s.needs[id] = need
@@ -310,10 +332,15 @@ func (s *session) handle(m *proto.Msg) error {
 			delete(s.notifies, id)
 			s.xmu.Unlock()
 			for _, n := range waiting {
-				s.tell(n, failed, need, true) // a queue's goroutine
+				s.tell(n, failed, need)
 			}
-			return s.l.send(withErr(&proto.Msg{Type: proto.TEvent, ID: id}, failed), nil) // the writer's: firings go out together
-		})
+			return s.l.sendSoon(withErr(&proto.Msg{Type: proto.TEvent, ID: id}, failed), nil)
+		}
+		q := s.queue(m.Queue)
+		if ran, err := q.MarkHere(false, fire); ran || err != nil {
+			return nil // an error is the queue's: closed, the host's concern
+		}
+		return q.Mark(false, fire)
 	case proto.TWait:
 		q := s.queue(m.Queue)
 		timed := s.timer(m, plugin.OpWait, 0)
@@ -328,7 +355,7 @@ func (s *session) handle(m *proto.Msg) error {
 	case proto.TNotify:
 		ev, id, n := s.event(m.ID), m.ID, notify{peer: int(m.Kernel), wait: m.Ptr}
 		if ev == nil {
-			s.tell(n, fmt.Errorf("wait on event %d of device %d: %w", id, s.num, plugin.ErrNotRecorded), 0, false)
+			s.tell(n, fmt.Errorf("wait on event %d of device %d: %w", id, s.num, plugin.ErrNotRecorded), 0)
 			return nil
 		}
 		s.xmu.Lock()
@@ -340,7 +367,7 @@ func (s *session) handle(m *proto.Msg) error {
 		}
 		need := s.needs[id]
 		s.xmu.Unlock()
-		s.tell(n, err, need, false) // the reader's goroutine
+		s.tell(n, err, need)
 		return nil
 	case proto.TForget:
 		if len(m.Payload)%8 != 0 || m.PayloadLen != len(m.Payload) {
@@ -364,10 +391,14 @@ func (s *session) handle(m *proto.Msg) error {
 		return s.reply(m.ID, uint64(deviceClock(time.Now())), "", nil)
 	case proto.TSync:
 		qid, seq := m.Queue, m.ID
-		return s.queue(qid).Mark(true, func(failed error) error {
-			s.l.sendNow(withErr(&proto.Msg{Type: proto.TSyncDone, Queue: qid, ID: seq}, failed), nil) // a queue's goroutine
+		answer := func(failed error) error {
+			return s.l.sendSoon(withErr(&proto.Msg{Type: proto.TSyncDone, Queue: qid, ID: seq}, failed), nil)
+		}
+		q := s.queue(qid)
+		if ran, err := q.MarkHere(true, answer); ran || err != nil {
 			return nil
-		})
+		}
+		return q.Mark(true, answer)
 	}
 	return fmt.Errorf("%w: unexpected %s frame from the host", proto.ErrFrame, m.Type)
 }
@@ -380,14 +411,13 @@ type notify struct {
 
 // tell tells n's peer that the event fired (with err), once the host has
 // the data of the first need retrieves: a peer that reads host memory after
-// the event must see them. now says the caller is not a reader and may
-// write the peer link itself.
-func (s *session) tell(n notify, err error, need uint64, now bool) {
+// the event must see them. It never blocks.
+func (s *session) tell(n notify, err error, need uint64) {
 	s.xmu.Lock()
 	ready := s.acked >= need
 	s.xmu.Unlock()
 	if ready {
-		s.peers.tell(n.peer, n.wait, err, now)
+		s.peers.tell(n.peer, n.wait, err)
 		return
 	}
 	go func() {
@@ -396,7 +426,7 @@ func (s *session) tell(n notify, err error, need uint64, now bool) {
 			s.xcond.Wait()
 		}
 		s.xmu.Unlock()
-		s.peers.tell(n.peer, n.wait, err, true)
+		s.peers.tell(n.peer, n.wait, err)
 	}()
 }
 
@@ -406,19 +436,32 @@ func (s *session) submit(m *proto.Msg) error {
 		if int64(m.PayloadLen) != size || size > proto.MaxInline {
 			return fmt.Errorf("%w: inline submit of %d bytes carries %d", proto.ErrFrame, size, m.PayloadLen)
 		}
-		// The data waits for its turn in a buffer of the pool: a fresh
-		// allocation each time costs page faults once the heap is large.
+		timed := s.timer(m, plugin.OpSubmit, size)
+		copyFrom := func(data []byte) func() error {
+			return func() error {
+				b, err := s.mem.Bytes(dst, size)
+				if err != nil {
+					return err
+				}
+				copy(b, data)
+				return nil
+			}
+		}
+		// On an idle queue the reader copies the payload straight into
+		// device memory.
+		if ran, err := q.RunHere(copyFrom(m.Payload), timed); ran || err != nil {
+			return nil
+		}
+		// Otherwise the data waits for its turn in a buffer of the pool: a
+		// fresh allocation each time costs page faults once the heap is
+		// large.
 		buf := inlineBufs.Get().(*[]byte)
 		data := append((*buf)[:0], m.Payload...)
+		run := copyFrom(data)
 		return q.DoTimed(func() error {
 			defer inlineBufs.Put(buf) // not if the copy is skipped: the buffer is garbage then
-			b, err := s.mem.Bytes(dst, size)
-			if err != nil {
-				return err
-			}
-			copy(b, data)
-			return nil
-		}, s.timer(m, plugin.OpSubmit, size))
+			return run()
+		}, timed)
 	}
 	if m.PayloadLen != 0 {
 		return fmt.Errorf("%w: pulled submit carries a payload", proto.ErrFrame)
@@ -459,7 +502,7 @@ func (s *session) data(m *proto.Msg) error {
 	return err
 }
 
-func (s *session) launch(m *proto.Msg) error {
+func (s *session) launch(m *proto.Msg, gen uint64) error {
 	q := s.queue(m.Queue)
 	if int(m.Kernel) >= len(s.img.Kernels) {
 		n := m.Kernel
@@ -473,12 +516,28 @@ func (s *session) launch(m *proto.Msg) error {
 		return q.Do(func() error { return err })
 	}
 	ctx := plugin.NewKernelCtx(s.num, s.pool)
-	return q.DoTimed(func() error {
+	run := func() error {
 		if err := k.Launch(ctx, args, s.mem.Bytes); err != nil {
 			return fmt.Errorf("%s: %w", s.name(), err)
 		}
 		return nil
-	}, s.timer(m, plugin.OpLaunch, 0))
+	}
+	timed := s.timer(m, plugin.OpLaunch, 0)
+	// On an idle queue the reader runs the kernel itself. The kernel is in
+	// the queue's order once it runs (the queue is busy), so from then on a
+	// standby may take over reading if it runs long: what it reads goes
+	// behind the kernel. Otherwise the queue's goroutine runs it.
+	ran, err := q.RunHere(func() error {
+		s.role.arm()
+		return run()
+	}, timed)
+	if ran {
+		s.role.disarm(gen)
+	}
+	if ran || err != nil {
+		return nil
+	}
+	return q.DoTimed(run, timed)
 }
 
 // name is the device as errors name it.

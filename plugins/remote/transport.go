@@ -3,6 +3,8 @@ package remote
 import (
 	"bufio"
 	"net"
+	"os"
+	"syscall"
 
 	"github.com/goffload/offload/plugins/remote/proto"
 )
@@ -44,15 +46,60 @@ type Transport interface {
 // in one writev.
 type streamTransport struct {
 	conn net.Conn
+	raw  syscall.RawConn // conn's descriptor, for TryWriteFrames; nil if it has none
 	*proto.Reader
 	hdr []byte
+}
+
+// tryWriter is a Transport that can write frames without blocking: as many
+// bytes as the other side has room for now, possibly none. A link uses it
+// to write from any goroutine, its reader included, without waking its
+// writer (see link.sendSoon); a transport without it has every frame
+// written by the link's writer.
+type tryWriter interface {
+	// TryWriteFrames writes a prefix of frames without waiting and returns
+	// its length; what is left must be written after it, before anything
+	// else.
+	TryWriteFrames(frames []byte) (int, error)
 }
 
 // newStreamTransport frames conn. Its reader spins briefly before parking
 // (spin.go); the buffer is small, so that the payload of a large fragment is
 // read straight into place rather than through it.
 func newStreamTransport(conn net.Conn) *streamTransport {
-	return &streamTransport{conn: conn, Reader: proto.NewReader(bufio.NewReaderSize(spinning(conn), 16<<10))}
+	t := &streamTransport{conn: conn, Reader: proto.NewReader(bufio.NewReaderSize(spinning(conn), 16<<10))}
+	if sc, ok := conn.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			t.raw = raw
+		}
+	}
+	return t
+}
+
+// TryWriteFrames makes one non-blocking write(2) of frames.
+func (t *streamTransport) TryWriteFrames(frames []byte) (int, error) {
+	if t.raw == nil {
+		return 0, nil
+	}
+	var n int
+	var werr error
+	err := t.raw.Write(func(fd uintptr) bool {
+		for {
+			n, werr = syscall.Write(int(fd), frames)
+			if werr != syscall.EINTR {
+				return true // done, or full: never park here
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case werr == syscall.EAGAIN:
+		return 0, nil
+	case werr != nil:
+		return 0, os.NewSyscallError("write", werr)
+	}
+	return max(n, 0), nil
 }
 
 func (t *streamTransport) WriteFrames(frames []byte) error {

@@ -1,0 +1,125 @@
+package remote_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goffload/offload/plugin"
+)
+
+// unblocked is closed, in a device process, by the kernel unblockK; blockK
+// waits for it there.
+var (
+	unblocked    = make(chan struct{})
+	unblockOnce  sync.Once
+	blockK       = mustKernel("remotetest.block", func() { <-unblocked })
+	unblockK     = mustKernel("remotetest.unblock", func() { unblockOnce.Do(func() { close(unblocked) }) })
+	hangDeadline = 30 * time.Second // only a real hang takes this long
+)
+
+// TestLongKernelDoesNotStallReading: a device process's reader runs a
+// kernel of an idle queue itself; one that runs long must not keep the
+// reader from the other queues' frames. Here the first queue's kernel
+// runs until the second queue's kernel releases it, so the test hangs if
+// the kernel holds the reader: a standby must take over reading.
+func TestLongKernelDoesNotStallReading(t *testing.T) {
+	d := openLocal(t, 1)[0]
+	q1, _ := d.NewQueue()
+	q2, _ := d.NewQueue()
+	if err := q1.Launch(blockK, nil); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := q1.Query(); done || err != nil { // sends the launch and a mark
+		t.Fatalf("Query of a queue whose kernel is blocked = %v, %v", done, err)
+	}
+	finished := make(chan error, 2)
+	go func() {
+		err := q2.Launch(unblockK, nil)
+		if err == nil {
+			err = q2.Synchronize()
+		}
+		finished <- err
+		finished <- q1.Synchronize()
+	}()
+	for i := 0; i < 2; i++ {
+		select {
+		case err := <-finished:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(hangDeadline):
+			t.Fatalf("a kernel that runs long stalled the device's other queues (%d of 2 synchronizes returned)", i)
+		}
+	}
+	// The device still serves, on the reader that took over.
+	for range 100 {
+		if err := q2.Launch(nopK, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := q2.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestRunHereOrder: operations that the reader runs itself (launches,
+// inline submits, records) and those it leaves to a busy queue's goroutine
+// keep queue order: each kernel sees the data submitted before it and
+// none submitted after, across many rounds; also when a standby takes the
+// reader's role over at every kernel (what the reader reads then must go
+// behind the kernel it runs).
+func TestRunHereOrder(t *testing.T) {
+	t.Run("reader", func(t *testing.T) { testRunHereOrder(t) })
+	t.Run("standby", func(t *testing.T) {
+		t.Setenv("GOFFLOAD_TEST_STANDBY", "1ns")
+		testRunHereOrder(t)
+	})
+}
+
+func testRunHereOrder(t *testing.T) {
+	d := openLocal(t, 1)[0]
+	q, _ := d.NewQueue()
+	const n = 512
+	p, err := d.Alloc(8 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := make([]float64, n)
+	for round := range 200 {
+		for i := range x {
+			x[i] = float64(round)
+		}
+		if err := q.Submit(p, f64bytes(x)); err != nil {
+			t.Fatal(err)
+		}
+		if round%3 == 0 { // the queue is busy for the next ones
+			if err := q.Launch(sleepK, []plugin.Arg{{Scalar: int64(1)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := q.Launch(addK, []plugin.Arg{{Scalar: 1.0}, {Ptr: p, Len: n}}); err != nil {
+			t.Fatal(err)
+		}
+		ev, _ := d.NewEvent()
+		if err := q.Record(ev); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float64, n)
+		if err := q.Retrieve(f64bytes(got), p); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		if err := ev.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		ev.Close()
+		for i, v := range got {
+			if v != float64(round)+1 {
+				t.Fatalf("round %d: element %d is %v, want %v", round, i, v, float64(round)+1)
+			}
+		}
+	}
+}
