@@ -207,7 +207,7 @@ func (d *device) dispatch(m *proto.Msg) error {
 		// Tell the device the data is in host memory: it holds back telling
 		// other devices about events after this copy until then. These
 		// acknowledgements go out in the order the data came.
-		return d.l.send(&proto.Msg{Type: proto.TXferDone, ID: m.ID}, nil)
+		return d.l.sendSoon(&proto.Msg{Type: proto.TXferDone, ID: m.ID}, nil) // the reader may: it never blocks
 	default:
 		return fmt.Errorf("%w: unexpected %s frame from the device", proto.ErrFrame, m.Type)
 	}

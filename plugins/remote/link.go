@@ -129,7 +129,7 @@ func (l *link) flushNow() {
 	}
 }
 
-// sendSoon queues m's frame and writes what is queued at once, without
+// sendSoon queues m's frame (none if m is nil) and writes what is queued at once, without
 // blocking, if no one is writing and no bulk transfer is under way; what
 // the other side has no room for yet, and everything when the transport
 // cannot write without blocking, is left to the writer. Any goroutine may
@@ -143,8 +143,10 @@ func (l *link) sendSoon(m *proto.Msg, payload []byte) error {
 		l.mu.Unlock()
 		return l.err
 	}
-	l.ctrl = proto.AppendFrame(l.ctrl, m, payload)
-	if !ok || l.busy || len(l.bulk) > 0 {
+	if m != nil {
+		l.ctrl = proto.AppendFrame(l.ctrl, m, payload)
+	}
+	if !ok || l.busy || len(l.bulk) > 0 || len(l.ctrl) == 0 {
 		l.wake.Signal()
 		l.mu.Unlock()
 		return nil
@@ -174,6 +176,37 @@ func (l *link) sendSoon(m *proto.Msg, payload []byte) error {
 		l.fail(fmt.Errorf("write: %w", err))
 	}
 	return nil
+}
+
+// canTryWrite reports whether the link's transport can write without
+// blocking, as sendSoon and sendDataSoon do when they can.
+func (l *link) canTryWrite() bool {
+	_, ok := l.t.(tryWriter)
+	return ok
+}
+
+// sendDataSoon sends data (at most proto.MaxInline bytes) as the one
+// fragment of transfer id, inside a control frame, as sendSoon sends a
+// frame, and numbers it among counted transfers in the order it goes out
+// (see stream). Only for a link that canTryWrite: elsewhere the data may
+// not travel in a control frame.
+func (l *link) sendDataSoon(id uint64, data []byte) (seq uint64, err error) {
+	if len(data) > proto.MaxInline {
+		return 0, fmt.Errorf("%w: %d bytes of data in a control frame", proto.ErrFrame, len(data))
+	}
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return 0, l.err
+	}
+	// Numbered now: it is written after every transfer numbered before
+	// it (they are written, or their last fragment is being written, and
+	// the writer writes control frames first), before any numbered after.
+	l.seq++
+	seq = l.seq
+	l.ctrl = proto.AppendFrame(l.ctrl, &proto.Msg{Type: proto.TData, ID: id}, data)
+	l.mu.Unlock()
+	return seq, l.sendSoon(nil, nil)
 }
 
 // sendNow queues m's frame and writes it at once as flushNow does.

@@ -57,6 +57,10 @@ func TestSessionRefusesMalformedFrames(t *testing.T) {
 		"data for no transfer": proto.AppendFrame(nil, &proto.Msg{Type: proto.TData, ID: 42}, []byte{1, 2, 3}),
 		"reply sent to device": proto.AppendFrame(nil, &proto.Msg{Type: proto.TReply, ID: 1}, nil),
 		"inline size mismatch": proto.AppendFrame(nil, &proto.Msg{Type: proto.TSubmit, Queue: 1, ID: 1, Size: 10}, []byte{1, 2}),
+		"unknown submit mode":  proto.AppendFrame(nil, &proto.Msg{Type: proto.TSubmit, Queue: 1, ID: 1, Size: 1 << 20, Ptr2: 7}, nil),
+		"pushed submit reusing a transfer": append(
+			proto.AppendFrame(nil, &proto.Msg{Type: proto.TSubmit, Queue: 1, ID: 1, Size: 1 << 20, Ptr2: proto.SubmitPushed}, nil),
+			proto.AppendFrame(nil, &proto.Msg{Type: proto.TSubmit, Queue: 2, ID: 1, Size: 1 << 20, Ptr2: proto.SubmitPushed}, nil)...),
 		"text longer than body": func() []byte {
 			b := proto.AppendFrame(nil, &proto.Msg{Type: proto.TInfo, Text: "abc"}, nil)
 			b[4+42] = 200
@@ -98,6 +102,54 @@ func TestSessionBadLaunchArguments(t *testing.T) {
 	l.send(&proto.Msg{Type: proto.TAlloc, ID: 8, Size: 16}, nil)
 	if m, err := l.r.ReadMsg(); err != nil || m.Type != proto.TReply || m.ID != 8 || m.Code != 0 {
 		t.Errorf("the session stopped serving: %+v %v", m, err)
+	}
+	l.send(&proto.Msg{Type: proto.TExit}, nil)
+	if err := <-done; err != nil {
+		t.Errorf("exit: %v", err)
+	}
+}
+
+// TestSessionPushedSubmit: a pushed submit's data goes straight into
+// device memory as it comes; one to memory that is not the device's is
+// skipped on arrival and fails in its queue, which the next sync mark
+// reports, and the session goes on. A small retrieve on an idle queue
+// comes back in one frame.
+func TestSessionPushedSubmit(t *testing.T) {
+	l, done := startSession(t)
+	const size = 3*proto.Fragment + 123
+	const base = 1 << 40
+	l.send(&proto.Msg{Type: proto.TAlloc, Ptr: base, Ptr2: 1, Size: size}, nil)
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	for round, dst := range []uint64{base, base + 1<<30} { // the second is no device memory
+		id := uint64(10 + round)
+		l.send(&proto.Msg{Type: proto.TSubmit, Queue: 1, ID: id, Ptr: dst, Size: size, Ptr2: proto.SubmitPushed}, nil)
+		if _, err := l.sendData(id, data, false); err != nil {
+			t.Fatal(err)
+		}
+		l.send(&proto.Msg{Type: proto.TSync, Queue: 1, ID: id}, nil)
+		m, err := l.r.ReadMsg()
+		if err != nil || m.Type != proto.TSyncDone || m.ID != id {
+			t.Fatalf("round %d: got %+v, %v", round, m, err)
+		}
+		err = decodeErr(m.Code, m.Text)
+		if round == 0 && err != nil {
+			t.Fatalf("a pushed submit failed: %v", err)
+		}
+		if round == 1 && !errors.Is(err, plugin.ErrBadPointer) {
+			t.Fatalf("a pushed submit to no device memory: sync says %v, want ErrBadPointer", err)
+		}
+	}
+	// What came is in place: read the end back, in one frame.
+	l.send(&proto.Msg{Type: proto.TRetrieve, Queue: 1, ID: 20, Ptr: base + size - 100, Size: 100}, nil)
+	m, err := l.r.ReadMsg()
+	if err != nil || m.Type != proto.TData || m.ID != 20 || m.PayloadLen != 100 || m.Payload == nil {
+		t.Fatalf("retrieve: got %+v, %v; want its data in one frame", m, err)
+	}
+	if string(m.Payload) != string(data[size-100:]) {
+		t.Error("the retrieved bytes differ from the pushed ones")
 	}
 	l.send(&proto.Msg{Type: proto.TExit}, nil)
 	if err := <-done; err != nil {

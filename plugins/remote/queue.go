@@ -86,9 +86,26 @@ func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
 	if len(src) <= proto.MaxInline && !q.waited {
 		return q.enqueue(m, src, nil)
 	}
-	m.Ptr2 = 1 // pulled when the device's queue reaches it
+	if q.idle() {
+		// Every earlier operation of the queue is done, and host memory
+		// may be read now: the data follows the frame at once, and the
+		// device reads it straight into place.
+		m.Ptr2 = proto.SubmitPushed
+		var id uint64
+		if err := q.enqueueXfer(m, func(d *device, x uint64) { id = x }); err != nil {
+			return err
+		}
+		q.d.l.stream(id, src, false, func(uint64, error) {}) // a failure is the link's, seen by the reader
+		return nil
+	}
+	m.Ptr2 = proto.SubmitPulled // pulled when the device's queue reaches it
 	return q.enqueueXfer(m, func(d *device, id uint64) { d.pushes[id] = src })
 }
+
+// idle reports whether every operation sent on q is known done, and q
+// waited on nothing since: a Synchronize (or a Query that said done) was
+// the last word, and nothing was queued after it.
+func (q *queue) idle() bool { return !q.dirty && !q.waited && q.query == nil && q.held == nil }
 
 // enqueueXfer queues transfer m, numbered and registered by reg under d.mu
 // before it is queued.

@@ -1,6 +1,7 @@
 package remote_test
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -70,18 +71,21 @@ func TestLongKernelDoesNotStallReading(t *testing.T) {
 // reader's role over at every kernel (what the reader reads then must go
 // behind the kernel it runs).
 func TestRunHereOrder(t *testing.T) {
-	t.Run("reader", func(t *testing.T) { testRunHereOrder(t) })
-	t.Run("standby", func(t *testing.T) {
-		t.Setenv("GOFFLOAD_TEST_STANDBY", "1ns")
-		testRunHereOrder(t)
-	})
+	// 512 elements: submits and retrieves inline; 64Ki: pushed submits
+	// (the queue is idle at each round's first) and streamed retrieves.
+	for _, n := range []int{512, 64 << 10} {
+		t.Run(fmt.Sprintf("%d/reader", n), func(t *testing.T) { testRunHereOrder(t, n) })
+		t.Run(fmt.Sprintf("%d/standby", n), func(t *testing.T) {
+			t.Setenv("GOFFLOAD_TEST_STANDBY", "1ns")
+			testRunHereOrder(t, n)
+		})
+	}
 }
 
-func testRunHereOrder(t *testing.T) {
+func testRunHereOrder(t *testing.T, n int) {
 	d := openLocal(t, 1)[0]
 	q, _ := d.NewQueue()
-	const n = 512
-	p, err := d.Alloc(8 * n)
+	p, err := d.Alloc(int64(8 * n))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -264,22 +264,29 @@ func (s *session) handle(m *proto.Msg, gen uint64) error {
 		return s.data(m)
 	case proto.TRetrieve:
 		q, id, src, size := s.queue(m.Queue), m.ID, plugin.Ptr(m.Ptr), int64(m.Size)
-		return q.DoTimed(func() error {
-			b, err := s.mem.Bytes(src, size)
-			if err != nil {
-				return err
+		timed := s.timer(m, plugin.OpRetrieve, size)
+		if size <= proto.MaxInline && s.l.canTryWrite() {
+			// On an idle queue the reader sends a small retrieve's data
+			// itself, in a frame that it writes without blocking.
+			ran, err := q.RunHere(func() error {
+				b, err := s.mem.Bytes(src, size)
+				if err != nil {
+					return err
+				}
+				seq, err := s.l.sendDataSoon(id, b)
+				if err != nil {
+					return err
+				}
+				s.xmu.Lock()
+				s.sent = max(s.sent, seq)
+				s.xmu.Unlock()
+				return nil
+			}, timed)
+			if ran || err != nil {
+				return nil
 			}
-			// The writer numbers retrieves in the order they go out, the
-			// order the host acknowledges them in.
-			seq, err := s.l.sendData(id, b, true)
-			if err != nil {
-				return err
-			}
-			s.xmu.Lock()
-			s.sent = max(s.sent, seq)
-			s.xmu.Unlock()
-			return nil
-		}, s.timer(m, plugin.OpRetrieve, size))
+		}
+		return q.DoTimed(func() error { return s.retrieve(id, src, size) }, timed)
 	case proto.TXferDone: // the host has a retrieve's data
 		s.xmu.Lock()
 		s.acked++
@@ -432,11 +439,11 @@ func (s *session) tell(n notify, err error, need uint64) {
 
 func (s *session) submit(m *proto.Msg) error {
 	q, id, dst, size := s.queue(m.Queue), m.ID, plugin.Ptr(m.Ptr), int64(m.Size)
-	if m.Ptr2 == 0 { // inline
+	timed := s.timer(m, plugin.OpSubmit, size)
+	if m.Ptr2 == proto.SubmitInline {
 		if int64(m.PayloadLen) != size || size > proto.MaxInline {
 			return fmt.Errorf("%w: inline submit of %d bytes carries %d", proto.ErrFrame, size, m.PayloadLen)
 		}
-		timed := s.timer(m, plugin.OpSubmit, size)
 		copyFrom := func(data []byte) func() error {
 			return func() error {
 				b, err := s.mem.Bytes(dst, size)
@@ -469,6 +476,13 @@ func (s *session) submit(m *proto.Msg) error {
 	if size < 0 || m.Size > 1<<62 {
 		return fmt.Errorf("%w: submit of %d bytes", proto.ErrFrame, m.Size)
 	}
+	switch m.Ptr2 {
+	case proto.SubmitPulled:
+	case proto.SubmitPushed:
+		return s.pushed(q, m, timed)
+	default:
+		return fmt.Errorf("%w: submit mode %d", proto.ErrFrame, m.Ptr2)
+	}
 	return q.DoTimed(func() error {
 		b, err := s.mem.Bytes(dst, size)
 		if err != nil {
@@ -486,7 +500,56 @@ func (s *session) submit(m *proto.Msg) error {
 			return fmt.Errorf("%w: submit ended after %d of %d bytes", plugin.ErrDeviceLost, p.got, len(p.dst))
 		}
 		return nil
-	}, s.timer(m, plugin.OpSubmit, size))
+	}, timed)
+}
+
+// pushed takes a submit whose data follows at once: the reader reads it
+// straight into device memory as it comes (the host sends it so only when
+// the queue has nothing before it), and the queue's operation ends when
+// all of it is in. A submit to memory that is not the device's is skipped
+// on arrival and fails in the queue.
+func (s *session) pushed(q *opqueue.Queue, m *proto.Msg, timed func(start, end time.Time, err error)) error {
+	dst, size := plugin.Ptr(m.Ptr), int64(m.Size)
+	p := &incoming{size: int(size), done: make(chan struct{})}
+	p.dst, p.err = s.mem.Bytes(dst, size)
+	s.mu.Lock()
+	if s.pulls[m.ID] != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: submit reuses transfer %d", proto.ErrFrame, m.ID)
+	}
+	s.pulls[m.ID] = p
+	s.mu.Unlock()
+	if size == 0 { // no data comes
+		take(&s.mu, s.pulls, m.ID)
+		close(p.done)
+	}
+	return q.DoTimed(func() error {
+		<-p.done
+		switch {
+		case p.err != nil:
+			return p.err
+		case p.got != p.size:
+			return fmt.Errorf("%w: submit ended after %d of %d bytes", plugin.ErrDeviceLost, p.got, p.size)
+		}
+		return nil
+	}, timed)
+}
+
+// retrieve streams size bytes at src as transfer id, numbered among the
+// counted transfers (the order the host acknowledges them in).
+func (s *session) retrieve(id uint64, src plugin.Ptr, size int64) error {
+	b, err := s.mem.Bytes(src, size)
+	if err != nil {
+		return err
+	}
+	seq, err := s.l.sendData(id, b, true)
+	if err != nil {
+		return err
+	}
+	s.xmu.Lock()
+	s.sent = max(s.sent, seq)
+	s.xmu.Unlock()
+	return nil
 }
 
 // inlineBufs holds the buffers inline submits wait in, proto.MaxInline

@@ -31,7 +31,7 @@ import (
 
 // Version is the protocol version; a peer with another version is refused at
 // hello.
-const Version = 3
+const Version = 4
 
 // Magic opens every hello.
 const Magic = "GOFFLOAD"
@@ -52,6 +52,19 @@ const (
 // Type is a frame's type.
 type Type uint8
 
+// How a TSubmit's data comes (its Ptr2).
+const (
+	// SubmitInline: the frame's payload is the data (at most MaxInline).
+	SubmitInline = 0
+	// SubmitPulled: the device asks for the data (TPull) when its queue
+	// reaches the submit, and it comes as transfer id.
+	SubmitPulled = 1
+	// SubmitPushed: the data follows at once as transfer id, and goes
+	// straight into device memory as it arrives: the host sends it so only
+	// when every earlier operation of the queue is done.
+	SubmitPushed = 2
+)
+
 // Frame types. "→d" frames go from host to device, "→h" from device to host,
 // "↔" both ways (and between device peers).
 const (
@@ -62,7 +75,7 @@ const (
 	TFree                       // →d id, ptr
 	TInfo                       // →d id
 	TCloseQueue                 // →d queue
-	TSubmit                     // →d queue, id (transfer), ptr (dst), size; ptr2 = 1: pulled by the device, else the payload is the data (<= MaxInline)
+	TSubmit                     // →d queue, id (transfer), ptr (dst), size; ptr2: how the data comes (SubmitInline, SubmitPulled, SubmitPushed)
 	TPull                       // →h queue, id: the device is ready for the submit's data
 	TData                       // ↔ id (transfer), ptr (offset in transfer); payload: fragment
 	TRetrieve                   // →d queue, id (transfer), ptr (src), size
