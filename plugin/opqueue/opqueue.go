@@ -255,15 +255,16 @@ func (q *Queue) DoTimed(fn func() error, timed func(start, end time.Time, err er
 // can bring about. Operations enqueued while fn runs go to the queue's
 // goroutine, after fn.
 func (q *Queue) RunHere(fn func() error, timed func(start, end time.Time, err error)) (bool, error) {
-	return q.tryHere(op{run: fn, timed: timed})
+	return q.put(op{run: fn, timed: timed}, true, true)
 }
 
-// MarkHere is RunHere for a Mark.
-func (q *Queue) MarkHere(clear bool, fn func(failed error) error) (bool, error) {
-	return q.tryHere(op{mark: fn, clear: clear})
+// MarkHere is Mark that runs fn on the calling goroutine, before MarkHere
+// returns, if the queue is idle (as RunHere does), and enqueues it
+// otherwise: a mark's function is the same wherever it runs.
+func (q *Queue) MarkHere(clear bool, fn func(failed error) error) error {
+	_, err := q.put(op{mark: fn, clear: clear}, true, false)
+	return err
 }
-
-func (q *Queue) tryHere(o op) (bool, error) { return q.put(o, true, true) }
 
 // Mark enqueues fn to run in order even after a failure: it receives the
 // first error since the last clearing mark (nil if none), and clears it if

@@ -192,8 +192,9 @@ func TestArmFire(t *testing.T) {
 }
 
 // TestRunHere: RunHere and MarkHere run on the caller while the queue is
-// idle, with the queue's error state, and leave a busy queue alone (the
-// caller then enqueues as usual, behind the work that is running).
+// idle, with the queue's error state. On a busy queue RunHere does nothing
+// (the caller then enqueues as usual) and MarkHere enqueues the mark
+// behind the work that is running.
 func TestRunHere(t *testing.T) {
 	q := New()
 	defer q.Close()
@@ -210,28 +211,32 @@ func TestRunHere(t *testing.T) {
 		t.Fatal("RunHere on an idle queue in the error state did not take the operation")
 	}
 	var marked error
-	if ran, _ := q.MarkHere(true, func(failed error) error { marked = failed; return nil }); !ran {
-		t.Fatal("MarkHere on an idle queue did not run")
+	if err := q.MarkHere(true, func(failed error) error { marked = failed; return nil }); err != nil || marked == nil {
+		t.Fatalf("MarkHere on an idle queue = %v, and did not run before it returned", err)
 	}
 	if !errors.Is(marked, boom) || len(order) != 1 {
 		t.Errorf("the mark saw %v after %v; want boom, and the operation after the failure skipped", marked, order)
 	}
-	// A busy queue: nothing runs here, nothing is enqueued.
+	// A busy queue: RunHere runs nothing here and enqueues nothing;
+	// MarkHere's mark waits its turn.
 	release, started := make(chan struct{}), make(chan struct{})
-	q.Do(func() error { close(started); <-release; return nil })
+	q.Do(func() error { close(started); <-release; order = append(order, "running"); return nil })
 	<-started
 	if ran, err := q.RunHere(func() error { order = append(order, "busy"); return nil }, nil); ran || err != nil {
 		t.Errorf("RunHere on a busy queue = %v, %v; want false, nil", ran, err)
 	}
-	if ran, err := q.MarkHere(false, func(error) error { order = append(order, "busy mark"); return nil }); ran || err != nil {
-		t.Errorf("MarkHere on a busy queue = %v, %v; want false, nil", ran, err)
+	if err := q.MarkHere(false, func(error) error { order = append(order, "busy mark"); return nil }); err != nil {
+		t.Errorf("MarkHere on a busy queue = %v", err)
+	}
+	if len(order) != 1 {
+		t.Errorf("ran %v before the running operation ended", order)
 	}
 	close(release)
 	if err := q.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
-	if len(order) != 1 {
-		t.Errorf("ran %v; a busy queue ran or kept what RunHere was given", order)
+	if len(order) != 3 || order[1] != "running" || order[2] != "busy mark" {
+		t.Errorf("ran %v; want the mark after the running operation, and nothing of RunHere's", order)
 	}
 	// Timed, and what it enqueues goes to the queue's goroutine after it.
 	var timedErr error = errors.New("not told")
@@ -253,5 +258,8 @@ func TestRunHere(t *testing.T) {
 	q.Close()
 	if _, err := q.RunHere(func() error { return nil }, nil); !errors.Is(err, plugin.ErrBadHandle) {
 		t.Errorf("RunHere on a closed queue: %v", err)
+	}
+	if err := q.MarkHere(false, func(error) error { return nil }); !errors.Is(err, plugin.ErrBadHandle) {
+		t.Errorf("MarkHere on a closed queue: %v", err)
 	}
 }

@@ -29,6 +29,7 @@ import (
 type link struct {
 	t    Transport
 	frag int        // the largest data fragment: proto.Fragment, or what t asks
+	tw   tryWriter  // t, if it can write without blocking; else nil
 	r    linkReader // reads frames, skipping pings: the reader's only way in
 
 	mu     sync.Mutex
@@ -60,6 +61,7 @@ func startLink(t Transport) *link {
 	if f, ok := t.(interface{ FragmentSize() int }); ok {
 		l.frag = f.FragmentSize()
 	}
+	l.tw, _ = t.(tryWriter)
 	l.r = linkReader{l}
 	l.wake = sync.NewCond(&l.mu)
 	go l.write()
@@ -137,7 +139,6 @@ func (l *link) flushNow() {
 // side), under any lock: it is how an answer goes out with no hand-off to
 // the writer.
 func (l *link) sendSoon(m *proto.Msg, payload []byte) error {
-	tw, ok := l.t.(tryWriter)
 	l.mu.Lock()
 	if l.err != nil {
 		l.mu.Unlock()
@@ -146,7 +147,7 @@ func (l *link) sendSoon(m *proto.Msg, payload []byte) error {
 	if m != nil {
 		l.ctrl = proto.AppendFrame(l.ctrl, m, payload)
 	}
-	if !ok || l.busy || len(l.bulk) > 0 || len(l.ctrl) == 0 {
+	if l.tw == nil || l.busy || len(l.bulk) > 0 || len(l.ctrl) == 0 {
 		l.wake.Signal()
 		l.mu.Unlock()
 		return nil
@@ -155,7 +156,7 @@ func (l *link) sendSoon(m *proto.Msg, payload []byte) error {
 	frames := l.ctrl
 	l.ctrl = nil
 	l.mu.Unlock()
-	n, err := tw.TryWriteFrames(frames)
+	n, err := l.tw.TryWriteFrames(frames)
 	if n > 0 {
 		l.writes.Add(1)
 	}
@@ -180,10 +181,7 @@ func (l *link) sendSoon(m *proto.Msg, payload []byte) error {
 
 // canTryWrite reports whether the link's transport can write without
 // blocking, as sendSoon and sendDataSoon do when they can.
-func (l *link) canTryWrite() bool {
-	_, ok := l.t.(tryWriter)
-	return ok
-}
+func (l *link) canTryWrite() bool { return l.tw != nil }
 
 // sendDataSoon sends data (at most proto.MaxInline bytes) as the one
 // fragment of transfer id, inside a control frame, as sendSoon sends a

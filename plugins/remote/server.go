@@ -268,25 +268,12 @@ func (s *session) handle(m *proto.Msg, gen uint64) error {
 		if size <= proto.MaxInline && s.l.canTryWrite() {
 			// On an idle queue the reader sends a small retrieve's data
 			// itself, in a frame that it writes without blocking.
-			ran, err := q.RunHere(func() error {
-				b, err := s.mem.Bytes(src, size)
-				if err != nil {
-					return err
-				}
-				seq, err := s.l.sendDataSoon(id, b)
-				if err != nil {
-					return err
-				}
-				s.xmu.Lock()
-				s.sent = max(s.sent, seq)
-				s.xmu.Unlock()
-				return nil
-			}, timed)
+			ran, err := q.RunHere(func() error { return s.retrieve(id, src, size, true) }, timed)
 			if ran || err != nil {
 				return nil
 			}
 		}
-		return q.DoTimed(func() error { return s.retrieve(id, src, size) }, timed)
+		return q.DoTimed(func() error { return s.retrieve(id, src, size, false) }, timed)
 	case proto.TXferDone: // the host has a retrieve's data
 		s.xmu.Lock()
 		s.acked++
@@ -343,11 +330,7 @@ func (s *session) handle(m *proto.Msg, gen uint64) error {
 			}
 			return s.l.sendSoon(withErr(&proto.Msg{Type: proto.TEvent, ID: id}, failed), nil)
 		}
-		q := s.queue(m.Queue)
-		if ran, err := q.MarkHere(false, fire); ran || err != nil {
-			return nil // an error is the queue's: closed, the host's concern
-		}
-		return q.Mark(false, fire)
+		return s.queue(m.Queue).MarkHere(false, fire)
 	case proto.TWait:
 		q := s.queue(m.Queue)
 		timed := s.timer(m, plugin.OpWait, 0)
@@ -401,11 +384,7 @@ func (s *session) handle(m *proto.Msg, gen uint64) error {
 		answer := func(failed error) error {
 			return s.l.sendSoon(withErr(&proto.Msg{Type: proto.TSyncDone, Queue: qid, ID: seq}, failed), nil)
 		}
-		q := s.queue(qid)
-		if ran, err := q.MarkHere(true, answer); ran || err != nil {
-			return nil
-		}
-		return q.Mark(true, answer)
+		return s.queue(qid).MarkHere(true, answer)
 	}
 	return fmt.Errorf("%w: unexpected %s frame from the host", proto.ErrFrame, m.Type)
 }
@@ -495,11 +474,7 @@ func (s *session) submit(m *proto.Msg) error {
 		if err := s.l.sendNow(&proto.Msg{Type: proto.TPull, Queue: m.Queue, ID: id}, nil); err != nil { // a queue's goroutine
 			return err
 		}
-		<-p.done
-		if p.got != len(p.dst) {
-			return fmt.Errorf("%w: submit ended after %d of %d bytes", plugin.ErrDeviceLost, p.got, len(p.dst))
-		}
-		return nil
+		return p.wait()
 	}, timed)
 }
 
@@ -523,26 +498,24 @@ func (s *session) pushed(q *opqueue.Queue, m *proto.Msg, timed func(start, end t
 		take(&s.mu, s.pulls, m.ID)
 		close(p.done)
 	}
-	return q.DoTimed(func() error {
-		<-p.done
-		switch {
-		case p.err != nil:
-			return p.err
-		case p.got != p.size:
-			return fmt.Errorf("%w: submit ended after %d of %d bytes", plugin.ErrDeviceLost, p.got, p.size)
-		}
-		return nil
-	}, timed)
+	return q.DoTimed(p.wait, timed)
 }
 
-// retrieve streams size bytes at src as transfer id, numbered among the
-// counted transfers (the order the host acknowledges them in).
-func (s *session) retrieve(id uint64, src plugin.Ptr, size int64) error {
+// retrieve sends size bytes at src as transfer id, numbered among the
+// counted transfers (the order the host acknowledges them in): in one
+// frame written at once if now (link.sendDataSoon), else streamed by the
+// writer.
+func (s *session) retrieve(id uint64, src plugin.Ptr, size int64, now bool) error {
 	b, err := s.mem.Bytes(src, size)
 	if err != nil {
 		return err
 	}
-	seq, err := s.l.sendData(id, b, true)
+	var seq uint64
+	if now {
+		seq, err = s.l.sendDataSoon(id, b)
+	} else {
+		seq, err = s.l.sendData(id, b, true)
+	}
 	if err != nil {
 		return err
 	}
@@ -628,4 +601,17 @@ func (s *session) info() plugin.Info {
 	}
 	return plugin.Info{Kind: kind, Name: name, Cores: s.cores,
 		Memory: hostmem.MachineMemory(), Arch: runtime.GOARCH, Host: host, PID: os.Getpid()}
+}
+
+// wait waits for a submit's data to be in (or the session to end), and
+// says whether all of it came.
+func (in *incoming) wait() error {
+	<-in.done
+	switch {
+	case in.err != nil:
+		return in.err
+	case in.got != in.size:
+		return fmt.Errorf("%w: submit ended after %d of %d bytes", plugin.ErrDeviceLost, in.got, in.size)
+	}
+	return nil
 }
