@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/internal/proctest"
 )
 
 // These tests drive the remote engine the way the programs of issue 7 did:
@@ -160,6 +161,8 @@ func stopped(t *testing.T) offload.Device {
 	if err := syscall.Kill(info.PID, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// Work sent before the stop has taken effect may still be done.
+	proctest.WaitStopped(t, info.PID)
 	return offload.On(0)
 }
 

@@ -4,15 +4,14 @@ package remote_test
 
 import (
 	"errors"
-	"fmt"
 	"os"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/goffload/offload/internal/mpi"
+	"github.com/goffload/offload/internal/proctest"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/plugintest"
 )
@@ -125,7 +124,7 @@ func TestMPIRankStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer syscall.Kill(pid, syscall.SIGCONT)
-	waitStopped(t, pid)
+	proctest.WaitStopped(t, pid)
 	q, err := stopped.NewQueue()
 	if err != nil {
 		t.Fatal(err)
@@ -149,23 +148,4 @@ func TestMPIRankStop(t *testing.T) {
 		t.Fatalf("the other device rank after one was lost: %v", err)
 	}
 	t.Logf("the other device rank went on")
-}
-
-// waitStopped waits until process pid is stopped (kill returns before the
-// signal is taken).
-func waitStopped(t *testing.T, pid int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		// pid (comm) state ...: the state follows the last ')'.
-		if i := strings.LastIndexByte(string(b), ')'); i > 0 && i+2 < len(b) && b[i+2] == 'T' {
-			return
-		}
-		runtime.Gosched()
-	}
-	t.Fatalf("process %d did not stop within 10s of SIGSTOP", pid)
 }
