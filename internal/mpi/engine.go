@@ -52,14 +52,16 @@ type op = Req
 const waitSpin = 20 * time.Microsecond
 
 // Wait waits until r completes, or abort is closed (then the operation is
-// cancelled where MPI can, and ErrAborted returned).
+// cancelled where MPI can, and ErrAborted returned). While it waits it
+// makes MPI's progress itself if no other goroutine does (Engine.Poll), so
+// that a send or receive completes with no hand-off between goroutines.
 func (r *Req) Wait(abort <-chan struct{}) error {
+	ready := func() bool { return len(r.done) > 0 }
 	for start := time.Now(); time.Since(start) < waitSpin; {
-		select {
-		case err := <-r.done:
-			r.done <- err
-			return err
-		default:
+		if len(r.done) > 0 {
+			break
+		}
+		if r.e == nil || !r.e.Poll(waitSpin-time.Since(start), ready) {
 			runtime.Gosched()
 		}
 	}
@@ -75,18 +77,37 @@ func (r *Req) Wait(abort <-chan struct{}) error {
 	}
 }
 
-// Engine is this process's MPI: one goroutine makes every MPI call; other
-// goroutines hand it operations and wait for them. Blocking MPI calls from
-// several threads at once cost milliseconds per round trip where this
-// costs microseconds. The goroutine starts locked to its OS thread, which
-// calls MPI_Init_thread; it asks for MPI_THREAD_SERIALIZED and, granted
-// that, leaves the thread, so that it can hand its Go processor to the
-// goroutines it wakes (locked, it could not, and they waited up to
-// milliseconds to run); an MPI that grants only MPI_THREAD_FUNNELED keeps
-// it on that thread.
+// Done reports whether r has completed (Wait then returns at once).
+func (r *Req) Done() bool { return len(r.done) > 0 }
+
+// Engine is this process's MPI. Under MPI_THREAD_SERIALIZED (which it
+// asks for) any goroutine may make the MPI calls, one at a time: the one
+// that holds the role. A goroutine that starts a send or a receive makes
+// its MPI call itself when the role is free (Send, Recv, TrySend), and a
+// goroutine that waits for its operation makes MPI's progress itself while
+// it waits (Req.Wait, Poll): a small send is done before Send returns, and
+// a large one completes on the goroutine that waits for it, with no
+// hand-off. At most one goroutine polls at a time; the others wait for it.
+//
+// The progress goroutine makes progress when no one else does: for
+// operations whose goroutines parked, and for the messages listeners get. It starts locked to its OS thread, which calls MPI_Init_thread;
+// granted MPI_THREAD_SERIALIZED it leaves the thread, so that it can hand
+// its Go processor to the goroutines it wakes (locked, it could not, and
+// they waited up to milliseconds to run). An MPI that grants only
+// MPI_THREAD_FUNNELED keeps it on that thread, and it alone calls MPI:
+// other goroutines hand it their operations, as every goroutine did before
+// the role.
 type Engine struct {
 	rank, size int
 	locked     bool // MPI is called from its init thread only (no MPI_THREAD_SERIALIZED)
+
+	// role is held by the goroutine making MPI calls; it guards the
+	// role's own fields below. Lock order: role, then mu; a listener runs
+	// with role held.
+	role   sync.Mutex
+	poller atomic.Bool  // a goroutine other than the progress goroutine polls (Poll)
+	polled atomic.Int64 // when such a goroutine last stopped polling (UnixNano)
+	active atomic.Int64 // when an MPI call last completed something (UnixNano)
 
 	mu      sync.Mutex
 	work    []*op
@@ -98,7 +119,8 @@ type Engine struct {
 	efd     int         // an eventfd that wakes a nap
 	napping atomic.Bool // the progress goroutine naps
 
-	// The progress goroutine's own.
+	// The role's own.
+	final     bool // MPI_Finalize was called
 	reqs      []request
 	live      []*op
 	idx, errs []cint
@@ -157,15 +179,32 @@ func (e *Engine) Send(rank, tag int, buf []byte) *Req {
 	return e.post(&op{kind: opSend, rank: rank, tag: tag, buf: buf})
 }
 
+// TrySend starts sending buf to rank with tag if the calling goroutine can
+// make the MPI call now, without waiting for the role; it returns nil if it
+// cannot (nothing was sent). buf must stay untouched until the send
+// completes. Sends keep their order whichever way they start.
+func (e *Engine) TrySend(rank, tag int, buf []byte) *Req {
+	o := &op{kind: opSend, rank: rank, tag: tag, buf: buf, e: e, done: make(chan error, 1)}
+	if !e.startHere(o) {
+		return nil
+	}
+	return o
+}
+
 // Recv starts receiving a message from rank with tag into buf, which must
 // be its exact size or larger.
 func (e *Engine) Recv(rank, tag int, buf []byte) *Req {
 	return e.post(&op{kind: opRecv, rank: rank, tag: tag, buf: buf})
 }
 
+// post starts o: on the calling goroutine if the role is free (startHere),
+// else by handing it to whoever makes MPI calls next.
 func (e *Engine) post(o *op) *Req {
 	o.e = e
 	o.done = make(chan error, 1)
+	if e.startHere(o) {
+		return o
+	}
 	e.mu.Lock()
 	if e.err != nil {
 		err := e.err
@@ -177,6 +216,40 @@ func (e *Engine) post(o *op) *Req {
 	e.mu.Unlock()
 	e.poke()
 	return o
+}
+
+// startHere starts o on the calling goroutine, and completes what it can,
+// if the role is free; it reports whether it did. What other goroutines
+// handed over is started first: MPI keeps sends from one rank to another
+// on a tag in the order they started.
+func (e *Engine) startHere(o *op) bool {
+	if e.locked || !e.role.TryLock() {
+		return false
+	}
+	defer e.role.Unlock()
+	e.mu.Lock()
+	err, work := e.err, e.work
+	e.work = nil
+	e.mu.Unlock()
+	if e.final {
+		err = ErrFinalized
+	}
+	for _, w := range work {
+		if e.final {
+			e.finishOp(w, err)
+		} else {
+			e.start(w)
+		}
+	}
+	if err != nil {
+		o.done <- err
+		return true
+	}
+	e.start(o)
+	if o.kind != opExec && e.test() {
+		e.active.Store(time.Now().UnixNano())
+	}
+	return true
 }
 
 func (e *Engine) cancel(o *op) {
@@ -213,7 +286,9 @@ func (e *Engine) Finalize() error {
 // pause for spinFor after anything happened (yielding the CPU between
 // polls, so that ranks sharing cores still run), then with naps on the
 // thread itself, which work handed to it cuts short, growing to napMax, and
-// after idleAfter without activity, naps of idleNap.
+// after idleAfter without activity, naps of idleNap. While another
+// goroutine polls (Poll), and for spinFor after, it naps for napMax at a
+// time and leaves MPI to that one.
 const (
 	spinFor   = 200 * time.Microsecond
 	napMax    = 50 * time.Microsecond
@@ -221,7 +296,101 @@ const (
 	idleNap   = 2 * time.Millisecond
 )
 
-// progress is the goroutine that makes every MPI call.
+// Poll makes MPI progress on the calling goroutine until done reports true
+// or d has passed, and reports whether done did. It returns false at once
+// if another goroutine polls already (that one hands this one what comes
+// for it), or if MPI may be called from its first thread only. done must
+// not block; it is called often.
+func (e *Engine) Poll(d time.Duration, done func() bool) bool {
+	if done() {
+		return true
+	}
+	if e.locked || !e.poller.CompareAndSwap(false, true) {
+		return false
+	}
+	start := time.Now()
+	yield := true // what this goroutine readied before polling runs first
+	for {
+		if yield {
+			// A goroutine readied by this one waits in this P's run
+			// queue, where another P may not look for it for a while:
+			// let it run now. (Yielding on every round instead wakes
+			// an idle P's thread each time, for nothing.)
+			runtime.Gosched()
+			yield = false
+		}
+		if e.role.TryLock() {
+			busy := !e.final && e.step()
+			e.role.Unlock()
+			if busy {
+				e.active.Store(time.Now().UnixNano())
+				yield = true
+			}
+		}
+		if done() {
+			// It polls again soon, most likely: the progress
+			// goroutine leaves MPI to it a while (see progress).
+			e.polled.Store(time.Now().UnixNano())
+			e.poller.Store(false)
+			return true
+		}
+		if time.Since(start) >= d {
+			e.polled.Store(0)
+			e.poller.Store(false)
+			e.poke() // the progress goroutine's turn, at once
+			return false
+		}
+	}
+}
+
+// step makes one round of MPI calls, with the role held: it starts the
+// operations handed over, cancels those abandoned, receives the messages
+// listened for that have come (handing each to the listener) and completes
+// what it can. It reports whether anything happened.
+func (e *Engine) step() bool {
+	e.mu.Lock()
+	work, cancels, tags, listen, finishing := e.work, e.cancels, e.tags, e.listen, e.finish != nil
+	e.work, e.cancels = nil, nil
+	e.mu.Unlock()
+	busy := len(work) > 0
+	for _, o := range work {
+		e.start(o)
+	}
+	for _, o := range cancels {
+		for i, l := range e.live {
+			if l == o {
+				cCancel(&e.reqs[i])
+			}
+		}
+	}
+	if listen != nil && !finishing {
+		for _, tag := range tags {
+			for range 64 {
+				var req request
+				o, err := cProbe(tag, &req)
+				if err != nil {
+					e.failAll(err)
+					break
+				}
+				if o == nil {
+					break
+				}
+				busy = true
+				o.done = make(chan error, 1)
+				o.Src, o.Tag, o.Buf = o.rank, o.tag, o.buf
+				e.reqs, e.live = append(e.reqs, req), append(e.live, o)
+				listen(o)
+			}
+		}
+	}
+	// After the probes: a message just matched is most often complete.
+	if e.test() {
+		busy = true
+	}
+	return busy
+}
+
+// progress is the goroutine that makes MPI's progress when no other does.
 func (e *Engine) progress(ready chan<- error) {
 	runtime.LockOSThread() // MPI_Init_thread is called on this thread
 	rank, size, serialized, err := cInit()
@@ -230,57 +399,33 @@ func (e *Engine) progress(ready chan<- error) {
 		return
 	}
 	if serialized {
-		// MPI may be called from any thread, one call at a time: this
-		// goroutine alone calls it, and may move between threads.
+		// MPI may be called from any thread, one call at a time: any
+		// goroutine that holds the role, this one included, on whatever
+		// thread it runs.
 		runtime.UnlockOSThread()
 	}
 	e.locked = !serialized
 	e.rank, e.size = rank, size
 	ready <- nil
-	last, nap := time.Now(), time.Duration(0)
+	e.active.Store(time.Now().UnixNano())
+	nap := time.Duration(0)
 	var finishing time.Time
 	for {
 		e.mu.Lock()
-		work, cancels, tags, listen, finish := e.work, e.cancels, e.tags, e.listen, e.finish
-		e.work, e.cancels = nil, nil
+		finish := e.finish
 		if finish != nil && e.err == nil {
 			e.err = ErrFinalized
 		}
 		e.mu.Unlock()
-		busy := len(work) > 0
-		for _, o := range work {
-			e.start(o)
+		if finish == nil && (e.poller.Load() || time.Since(time.Unix(0, e.polled.Load())) < spinFor) {
+			// Another goroutine polls, or did just now and will
+			// again: spinning here too would take the role from it,
+			// and a core.
+			e.nap(napMax, true)
+			continue
 		}
-		for _, o := range cancels {
-			for i, l := range e.live {
-				if l == o {
-					cCancel(&e.reqs[i])
-				}
-			}
-		}
-		if e.test() {
-			busy = true
-		}
-		if listen != nil && finish == nil {
-			for _, tag := range tags {
-				for range 64 {
-					var req request
-					o, err := cProbe(tag, &req)
-					if err != nil {
-						e.failAll(err)
-						break
-					}
-					if o == nil {
-						break
-					}
-					busy = true
-					o.done = make(chan error, 1)
-					o.Src, o.Tag, o.Buf = o.rank, o.tag, o.buf
-					e.reqs, e.live = append(e.reqs, req), append(e.live, o)
-					listen(o)
-				}
-			}
-		}
+		e.role.Lock()
+		busy := e.step()
 		if finish != nil {
 			if finishing.IsZero() {
 				finishing = time.Now()
@@ -291,13 +436,18 @@ func (e *Engine) progress(ready chan<- error) {
 				}
 				e.test()
 				e.failAll(ErrFinalized)
-				finish <- cFinalize()
+				e.final = true
+				err := cFinalize()
+				e.role.Unlock()
+				finish <- err
 				return
 			}
 		}
+		e.role.Unlock()
 		now := time.Now()
 		if busy {
-			last, nap = now, 0
+			e.active.Store(now.UnixNano())
+			nap = 0
 			if !e.locked {
 				// Let the goroutines just readied run on this P now
 				// (they sit in its run queue, where another P may not
@@ -306,7 +456,7 @@ func (e *Engine) progress(ready chan<- error) {
 			}
 			continue
 		}
-		idle := now.Sub(last)
+		idle := now.Sub(time.Unix(0, e.active.Load()))
 		switch {
 		case idle < spinFor:
 			if e.locked {
@@ -314,13 +464,20 @@ func (e *Engine) progress(ready chan<- error) {
 			} else {
 				runtime.Gosched()
 			}
-		case idle < idleAfter || len(e.live) > 0:
+		case idle < idleAfter || e.liveCount() > 0:
 			nap = min(max(2*nap, 5*time.Microsecond), napMax)
-			e.nap(nap)
+			e.nap(nap, false)
 		default:
-			e.nap(idleNap)
+			e.nap(idleNap, false)
 		}
 	}
+}
+
+// liveCount is the number of operations under way.
+func (e *Engine) liveCount() int {
+	e.role.Lock()
+	defer e.role.Unlock()
+	return len(e.live)
 }
 
 // Raw runs n rounds of a raw exchange with peer on tag, with blocking MPI
@@ -344,12 +501,13 @@ func preciseSleeps() { syscall.Syscall(syscall.SYS_PRCTL, 29, 1000, 0) }
 // nap sleeps on this thread for d at most, or until poke: an eventfd that
 // poke writes to while the progress goroutine naps (Go's own timers would
 // round a short sleep up to a millisecond).
-func (e *Engine) nap(d time.Duration) {
+// With always set it naps even with work handed over (a poller takes it).
+func (e *Engine) nap(d time.Duration, always bool) {
 	e.napping.Store(true)
 	e.mu.Lock()
 	pending := len(e.work) + len(e.cancels)
 	e.mu.Unlock()
-	if pending == 0 {
+	if pending == 0 || always {
 		preciseSleeps()
 		ts := syscall.NsecToTimespec(d.Nanoseconds())
 		fds := [1]pollFd{{fd: int32(e.efd), events: 1}} // POLLIN

@@ -148,7 +148,8 @@ func mpiErr(what string, rc C.int) error {
 	return fmt.Errorf("%s: %s (MPI error %d)", what, C.GoString((*C.char)(unsafe.Pointer(&buf[0]))), int(rc))
 }
 
-// request is an MPI request handle; the progress goroutine alone owns them.
+// request is an MPI request handle; the goroutine holding the engine's
+// role alone touches them.
 type request = C.MPI_Request
 
 // cInit starts MPI; serialized says whether MPI may be called from any

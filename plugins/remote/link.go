@@ -32,15 +32,16 @@ type link struct {
 	tw   tryWriter  // t, if it can write without blocking; else nil
 	r    linkReader // reads frames, skipping pings: the reader's only way in
 
-	mu     sync.Mutex
-	wake   *sync.Cond
-	ctrl   []byte      // control frames to write, in order
-	bulk   []*outgoing // transfers being written, a fragment each in turn
-	seq    uint64      // counted transfers written in full
-	busy   bool        // a goroutine is writing: the writer, or a caller of flushNow
-	ending bool        // close: fail once everything queued is written
-	err    error       // why the link failed; set before closed is closed
-	closed chan struct{}
+	mu      sync.Mutex
+	wake    *sync.Cond
+	ctrl    []byte      // control frames to write, in order
+	bulk    []*outgoing // transfers being written, a fragment each in turn
+	seq     uint64      // counted transfers written in full
+	busy    bool        // a goroutine is writing: the writer, or a caller of flushNow
+	holding bool        // sendSoon leaves its frames queued: the reader has more frames to handle (hold)
+	ending  bool        // close: fail once everything queued is written
+	err     error       // why the link failed; set before closed is closed
+	closed  chan struct{}
 
 	reads  atomic.Uint64 // frames read
 	writes atomic.Uint64 // writes done
@@ -146,6 +147,10 @@ func (l *link) sendSoon(m *proto.Msg, payload []byte) error {
 	}
 	if m != nil {
 		l.ctrl = proto.AppendFrame(l.ctrl, m, payload)
+	}
+	if l.holding {
+		l.mu.Unlock()
+		return nil // the reader writes it, with what follows (release)
 	}
 	if l.tw == nil || l.busy || len(l.bulk) > 0 || len(l.ctrl) == 0 {
 		l.wake.Signal()
@@ -410,18 +415,54 @@ func (l *link) live(interval, timeout time.Duration) {
 // counted as signs of life and skipped.
 type linkReader struct{ l *link }
 
-// ReadMsg reads the next frame that is not a ping.
+// ReadMsg reads the next frame that is not a ping. While the transport
+// holds more frames read already, what sendSoon is asked to write waits for
+// the reader to reach the end of them, and then goes out in one write (see
+// hold): a batch of launches is answered by a batch of completions.
 func (r linkReader) ReadMsg() (*proto.Msg, error) {
 	for {
+		b, _ := r.l.t.(bufferedReader)
+		if b == nil || !b.Buffered() {
+			r.l.release()
+		}
 		m, err := r.l.t.ReadMsg()
 		if err != nil {
 			return nil, err
 		}
 		r.l.reads.Add(1)
+		if b != nil && b.Buffered() {
+			r.l.hold()
+		}
 		if m.Type != proto.TPing {
 			return m, nil
 		}
 	}
+}
+
+// bufferedReader is a Transport that can tell whether its next ReadMsg
+// returns without waiting: frames it read already. Only its reader calls
+// Buffered.
+type bufferedReader interface{ Buffered() bool }
+
+// hold makes sendSoon leave what it is asked to write queued, until
+// release: the link's reader calls it while it has more frames to handle.
+func (l *link) hold() {
+	l.mu.Lock()
+	l.holding = true
+	l.mu.Unlock()
+}
+
+// release ends hold and writes what it held back, as sendSoon does; the
+// link's reader calls it before it may wait for frames.
+func (l *link) release() {
+	l.mu.Lock()
+	if !l.holding {
+		l.mu.Unlock()
+		return
+	}
+	l.holding = false
+	l.mu.Unlock()
+	l.sendSoon(nil, nil)
 }
 
 // ReadPayload reads m's payload into dst.

@@ -48,8 +48,13 @@ type streamTransport struct {
 	conn net.Conn
 	raw  syscall.RawConn // conn's descriptor, for TryWriteFrames; nil if it has none
 	*proto.Reader
+	br  *bufio.Reader // under Reader
 	hdr []byte
 }
+
+// Buffered reports whether bytes were read already that the next ReadMsg
+// reads first.
+func (t *streamTransport) Buffered() bool { return t.br.Buffered() > 0 }
 
 // tryWriter is a Transport that can write frames without blocking: as many
 // bytes as the other side has room for now, possibly none. A link uses it
@@ -67,7 +72,8 @@ type tryWriter interface {
 // (spin.go); the buffer is small, so that the payload of a large fragment is
 // read straight into place rather than through it.
 func newStreamTransport(conn net.Conn) *streamTransport {
-	t := &streamTransport{conn: conn, Reader: proto.NewReader(bufio.NewReaderSize(spinning(conn), 16<<10))}
+	br := bufio.NewReaderSize(spinning(conn), 16<<10)
+	t := &streamTransport{conn: conn, br: br, Reader: proto.NewReader(br)}
 	if sc, ok := conn.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			t.raw = raw
