@@ -105,9 +105,10 @@ type Engine struct {
 	// role's own fields below. Lock order: role, then mu; a listener runs
 	// with role held.
 	role   sync.Mutex
-	poller atomic.Bool  // a goroutine other than the progress goroutine polls (Poll)
-	polled atomic.Int64 // when such a goroutine last stopped polling (UnixNano)
-	active atomic.Int64 // when an MPI call last completed something (UnixNano)
+	poller atomic.Bool                 // a goroutine other than the progress goroutine polls (Poll)
+	polled atomic.Int64                // when such a goroutine last stopped polling (UnixNano)
+	active atomic.Int64                // when an MPI call last completed something (UnixNano)
+	quiet  atomic.Pointer[func() bool] // SetQuiet's
 
 	mu      sync.Mutex
 	work    []*op
@@ -161,6 +162,17 @@ func (e *Engine) Rank() int { return e.rank }
 
 // Size is the number of ranks in MPI_COMM_WORLD.
 func (e *Engine) Size() int { return e.size }
+
+// SetQuiet makes the progress goroutine nap instead of spinning while
+// quiet reports true: for a process whose cores are computing, where a
+// spinning poller would take one from the work.
+func (e *Engine) SetQuiet(quiet func() bool) { e.quiet.Store(&quiet) }
+
+// spinOK reports whether the progress goroutine may spin now.
+func (e *Engine) spinOK() bool {
+	q := e.quiet.Load()
+	return q == nil || !(*q)()
+}
 
 // Listen hands fn every message with one of tags, from any rank, in the
 // order MPI matches them (per sender, the order they were sent): fn runs on
@@ -458,7 +470,7 @@ func (e *Engine) progress(ready chan<- error) {
 		}
 		idle := now.Sub(time.Unix(0, e.active.Load()))
 		switch {
-		case idle < spinFor:
+		case idle < spinFor && e.spinOK():
 			if e.locked {
 				yield()
 			} else {

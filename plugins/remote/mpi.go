@@ -64,6 +64,7 @@ func mpiWorldInit() (*mpiWorld, error) {
 			world.err = fmt.Errorf("starting MPI: %w", err)
 			return
 		}
+		e.SetQuiet(func() bool { return computing.Load() > 0 })
 		host, err := parseHostRank(os.Getenv(envHostRank), e.Size())
 		if err != nil {
 			world.err = err

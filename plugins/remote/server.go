@@ -553,6 +553,8 @@ func (s *session) launch(m *proto.Msg, gen uint64) error {
 	}
 	ctx := plugin.NewKernelCtx(s.num, s.pool)
 	run := func() error {
+		computing.Add(1)
+		defer computing.Add(-1)
 		if err := k.Launch(ctx, args, s.mem.Bytes); err != nil {
 			return fmt.Errorf("%s: %w", s.name(), err)
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -46,6 +47,12 @@ var spinBudget = func() time.Duration {
 func SpinBudget() time.Duration { return spinBudget }
 
 const maxBackoff = 64
+
+// computing counts the kernels running in this process. While one runs, a
+// reader does not spin (nor does MPI's progress goroutine): the kernel's
+// workers have the device's cores, and a poller would take one from them
+// for as long as it spins.
+var computing atomic.Int32
 
 // idleAfter is how long a read must have waited in all for the link to count
 // as idle, which makes the next reads park at once.
@@ -118,7 +125,7 @@ func (c *spinConn) Read(p []byte) (int, error) {
 			}
 			if start.IsZero() {
 				start = time.Now()
-			} else if time.Since(start) >= budget {
+			} else if time.Since(start) >= budget || computing.Load() > 0 {
 				parked = true
 				c.parked++
 				return false

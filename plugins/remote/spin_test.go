@@ -1,0 +1,50 @@
+package remote
+
+import (
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestReaderDoesNotSpinWhileComputing: a read that would spin for its
+// whole budget parks at once while a kernel runs in the process, so that
+// the kernel's workers keep every core; without a kernel it spins (the
+// control). The data comes 50 ms after the read starts, the spin budget is
+// a second; what is measured is the CPU time of the whole process during
+// the read, not how long it took.
+func TestReaderDoesNotSpinWhileComputing(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		kernels   int32
+		spinsLong bool // the control: the read spins
+	}{{"computing", 1, false}, {"idle", 0, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := socketPair(t)
+			r := SpinReader(a, time.Second)
+			computing.Add(tc.kernels)
+			defer computing.Add(-tc.kernels)
+			go func() {
+				time.Sleep(50 * time.Millisecond)
+				b.Write([]byte{1})
+			}()
+			var before, after syscall.Rusage
+			syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+			buf := make([]byte, 1)
+			if _, err := r.Read(buf); err != nil {
+				t.Fatal(err)
+			}
+			syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+			cpu := time.Duration(after.Utime.Nano()+after.Stime.Nano()) - time.Duration(before.Utime.Nano()+before.Stime.Nano())
+			_, parked := r.(interface{ Stats() (int64, int64) }).Stats()
+			if tc.spinsLong {
+				if parked != 0 {
+					t.Errorf("an idle process's read parked before its 1s budget: it did not spin")
+				}
+				return
+			}
+			if cpu > 20*time.Millisecond || parked != 1 {
+				t.Errorf("a read while a kernel runs used %v of CPU in 50ms (parked: %d): it spun", cpu, parked)
+			}
+		})
+	}
+}
