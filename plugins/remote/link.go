@@ -125,7 +125,7 @@ func (l *link) flushNow() {
 	if len(l.ctrl) == 0 && cap(frames) <= 1<<20 {
 		l.ctrl = frames[:0] // reuse the buffer
 	}
-	l.wake.Signal() // what came meanwhile, and the writer's turn
+	l.wakeIfWork() // what came meanwhile
 	l.mu.Unlock()
 	if err != nil {
 		l.fail(fmt.Errorf("write: %w", err))
@@ -174,14 +174,25 @@ func (l *link) sendSoon(m *proto.Msg, payload []byte) error {
 		l.wake.Signal()
 	case len(l.ctrl) == 0 && cap(frames) <= 1<<20:
 		l.ctrl = frames[:0] // reuse the buffer
+		l.wakeIfWork()
 	default:
-		l.wake.Signal() // what came meanwhile
+		l.wakeIfWork() // what came meanwhile
 	}
 	l.mu.Unlock()
 	if err != nil {
 		l.fail(fmt.Errorf("write: %w", err))
 	}
 	return nil
+}
+
+// wakeIfWork wakes the writer if it has something to do now that a caller
+// of flushNow or sendSoon is done writing (while one writes, the writer
+// waits): what was queued meanwhile, or the end of the link. A writer
+// woken for nothing costs a hand-off. Under l.mu.
+func (l *link) wakeIfWork() {
+	if len(l.ctrl) > 0 || len(l.bulk) > 0 || l.ending {
+		l.wake.Signal()
+	}
 }
 
 // canTryWrite reports whether the link's transport can write without
