@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/internal/apps/cg"
 	"github.com/goffload/offload/internal/apps/cholesky"
 	"github.com/goffload/offload/internal/apps/jacobi"
 )
@@ -23,17 +24,37 @@ import (
 //   - apps.cholesky_vs_goroutines: tiled Cholesky (internal/apps/cholesky)
 //     of -apps-tiles² tiles of -apps-b² on devices 0 and 1 against a
 //     goroutine fork-join version of the same tile operations. Goal: ≤ 1.5.
+//   - apps.cg_local1_vs_host: the conjugate gradient method
+//     (internal/apps/cg) on the 2-D Poisson matrix of an -apps-cg-n² grid
+//     (5-point Laplacian in CSR form, -apps-cg-n² rows), -apps-cg-iters
+//     iterations, matrix and vectors kept on the device, on one device
+//     process with every core (local:1) against the same on the host
+//     device (the runtime's CPU device in this process). For it the suite
+//     restarts the runtime with "local:1,host", rounds alternating between
+//     the two, and starts its own devices again afterwards; x is checked
+//     against a plain-Go run of the same iterations after every solve.
+//     Goal: ≤ 1.15.
 //
 // Times are of the iterations only (from the first enqueued task to the
 // last one's end), not of moving the grid onto the devices and back.
-func init() { register("apps", Suite{Devices: "local:2", Run: runApps}) }
+func init() { register("apps", Suite{Devices: appsDevices, Run: runApps}) }
 
-// The apps suite's sizes: -apps-n, -apps-iters, -apps-tiles, -apps-b.
+// The apps suite's sizes: -apps-n, -apps-iters, -apps-tiles, -apps-b,
+// -apps-cg-n, -apps-cg-iters.
 var (
-	appsN     = 2048
-	appsIters = 200
-	appsTiles = 8
-	appsB     = 128
+	appsN       = 2048
+	appsIters   = 200
+	appsTiles   = 8
+	appsB       = 128
+	appsCGN     = 512
+	appsCGIters = 50
+)
+
+const (
+	appsDevices = "local:2"
+	// cgDevices are the devices of apps.cg_local1_vs_host: a device
+	// process with every core, and the host device.
+	cgDevices = "local:1,host"
 )
 
 func runApps(env *Env) error {
@@ -96,5 +117,50 @@ func appsCholesky(env *Env, devs []offload.Device) error {
 	}
 	env.Report(Result{Metric: "apps.cholesky_vs_goroutines", Goffload: median(tc), Baseline: median(tg),
 		Note: fmt.Sprintf("n=%d in %d×%d tiles, %d tasks on devices 0,1 vs goroutine fork-join (goal ≤ 1.5)", tiles*b, tiles, tiles, tasks)})
-	return nil
+	return appsCG(env)
+}
+
+// appsCG times the conjugate gradient on a local:1 device against the host
+// device, on a runtime restarted with cgDevices, checking x after every
+// solve.
+func appsCG(env *Env) error {
+	n, iters := appsCGN, appsCGIters
+	want, goTime, err := cg.Reference(n, iters)
+	if err != nil {
+		return err
+	}
+	return withDevices(cgDevices, suiteDevices(env, appsDevices), func() error {
+		var cores [2]int
+		for d, kind := range []string{"local", "host"} {
+			info, err := offload.On(d).Info()
+			if err != nil {
+				return err
+			}
+			if info.Kind != kind {
+				return fmt.Errorf("device %d of %q is a %q device, want a %s device", d, cgDevices, info.Kind, kind)
+			}
+			cores[d] = info.Cores
+		}
+		env.Comment("apps.cg_local1_vs_host: runtime restarted with devices %q: device 0 a device process with %d cores, device 1 the host device with %d; %d² grid (%d rows, %d nonzeros), %d iterations, each of 3 synchronous kernels (SpMV with p·Ap, axpys with r·r, p = r + βp), two of them bringing one number back; plain Go on one goroutine: %s",
+			cgDevices, cores[0], cores[1], n, n*n, 5*n*n-4*n, iters, human(float64(goTime.Nanoseconds())))
+		solve := func(d int) func() (time.Duration, error) {
+			return func() (time.Duration, error) {
+				x, t, err := cg.Solve(offload.On(d), n, iters)
+				if err != nil {
+					return 0, err
+				}
+				if err := cg.Check(x, want); err != nil {
+					return 0, fmt.Errorf("on device %d: %w", d, err)
+				}
+				return t, nil
+			}
+		}
+		t, err := env.CompareSelfTimed(solve(0), solve(1))
+		if err != nil {
+			return err
+		}
+		env.Report(Result{Metric: "apps.cg_local1_vs_host", Goffload: t[0], Baseline: t[1],
+			Note: fmt.Sprintf("%d² Poisson, %d iterations: local:1 device (%d cores) vs host device (%d) (goal ≤ 1.15)", n, iters, cores[0], cores[1])})
+		return nil
+	})
 }

@@ -4,13 +4,25 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"time"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/internal/apps/jacobi"
 )
 
 // Suite host: the runtime's own costs on a host device (device 0), whose
 // "device memory" is separate Go memory in this process, so the figures are
 // the runtime's overhead plus real memory copies and nothing else.
+//
+// host.stencil_512_vs_goroutines is peer.stencil_512's workload (Jacobi
+// iteration, internal/apps/jacobi, on a 512² grid for 100 iterations, the
+// grid on device 0 alone) against the same iteration with plain goroutines
+// on the same cores (jacobi.Reference: GOMAXPROCS goroutines, one row band
+// each, started every iteration); both grids are checked cell by cell
+// against plain Go's after every run, times are of the iterations only and
+// rounds alternate. It is here rather than in suite peer, which needs LLVM
+// and skips without it. Goal: ≤ 1.05.
 
 func init() { register("host", Suite{Devices: "host", Run: runHost}) }
 
@@ -41,7 +53,7 @@ func runHost(env *Env) error {
 	}
 	env.Comment("device 0: %s (%s), %d cores", info.Kind, info.Name, info.Cores)
 
-	for _, m := range []func(*Env, offload.Device) error{hostEmptyRegion, hostMapToFrom, hostPresentRegion, hostLookup} {
+	for _, m := range []func(*Env, offload.Device) error{hostEmptyRegion, hostMapToFrom, hostPresentRegion, hostLookup, hostStencil} {
 		if err := m(env, dev); err != nil {
 			return err
 		}
@@ -217,6 +229,39 @@ func hostLookup(env *Env, dev offload.Device) error {
 	}
 	env.Report(Result{Metric: "host.lookup_1e5", Goffload: t, Baseline: math.NaN(),
 		Note: fmt.Sprintf("omp_target_is_present, %d entries", lookupEntries)})
+	return nil
+}
+
+// hostStencilIters is host.stencil_512_vs_goroutines' iterations:
+// stencilIters, but the tests lower it (under the race detector the 100
+// iterations take seconds).
+var hostStencilIters = stencilIters
+
+// hostStencil: peer.stencil_512's Jacobi iteration on device 0 against
+// plain goroutines.
+func hostStencil(env *Env, dev offload.Device) error {
+	iters := hostStencilIters
+	var want []float64
+	if iters == stencilIters {
+		want = stencilWant()
+	} else {
+		want, _ = jacobi.Reference(stencilN, iters)
+	}
+	t, err := env.CompareSelfTimed(func() (time.Duration, error) {
+		grid, t, err := jacobi.Solve([]offload.Device{dev}, stencilN, iters)
+		if err == nil {
+			err = jacobi.Check(grid, want, stencilN)
+		}
+		return t, err
+	}, func() (time.Duration, error) {
+		grid, t := jacobi.Reference(stencilN, iters)
+		return t, jacobi.Check(grid, want, stencilN)
+	})
+	if err != nil {
+		return fmt.Errorf("host.stencil_512_vs_goroutines: %w", err)
+	}
+	env.Report(Result{Metric: "host.stencil_512_vs_goroutines", Goffload: t[0], Baseline: t[1],
+		Note: fmt.Sprintf("Jacobi %d² × %d: host device vs %d plain goroutines (goal ≤ 1.05)", stencilN, iters, max(1, min(runtime.GOMAXPROCS(0), stencilN-2)))})
 	return nil
 }
 

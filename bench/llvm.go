@@ -24,6 +24,10 @@ import (
 // really run on a target device and that its results are right. Rounds
 // alternate between the two; ratio = goffload ÷ LLVM. scripts/install-peer
 // installs clang-22, libomp-22-dev and liboffload-22-dev (about 1 GB).
+//
+// peer.stencil_512's workload against plain goroutines is suite host's
+// host.stencil_512_vs_goroutines: it needs no LLVM, and this suite skips
+// where LLVM is missing.
 func init() {
 	register("peer", Suite{Devices: "host", Run: runPeerSuite, Skip: func() string {
 		if _, err := exec.LookPath(clangPeer); err != nil {
@@ -187,11 +191,11 @@ var peerWorkloads = []peerWorkload{
 		want := stencilWant()
 		var total time.Duration
 		for range n {
-			grid, t, err := jacobi.Solve([]offload.Device{dev}, 512, 100)
+			grid, t, err := jacobi.Solve([]offload.Device{dev}, stencilN, stencilIters)
 			if err != nil {
 				return 0, err
 			}
-			if err := jacobi.Check(grid, want, 512); err != nil {
+			if err := jacobi.Check(grid, want, stencilN); err != nil {
 				return 0, err
 			}
 			total += t
@@ -200,9 +204,16 @@ var peerWorkloads = []peerWorkload{
 	}},
 }
 
+// The grid side and iterations of peer.stencil_512 and
+// host.stencil_512_vs_goroutines.
+const (
+	stencilN     = 512
+	stencilIters = 100
+)
+
 // stencilWant is peer.stencil_512's grid as plain Go computes it, once.
 var stencilWant = sync.OnceValue(func() []float64 {
-	want, _ := jacobi.Reference(512, 100)
+	want, _ := jacobi.Reference(stencilN, stencilIters)
 	return want
 })
 

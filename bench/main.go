@@ -19,6 +19,31 @@
 // this executable again, as local device processes and as the raw
 // baselines' peer (peer.go): main lets those serve before it does anything
 // else.
+//
+// Between two machines: suites remote and async measure device processes
+// on this machine (local:1, local:2) against raw peers on this machine. To
+// measure a TCP device on another machine B instead, from a host machine
+// A, run one bench binary on both (a host and a device must be built from
+// the same code: same kernels):
+//
+//	go build -o bench ./bench        # copy it to both machines
+//	# on B, the device machine: a TCP device, and the raw baselines' peers
+//	GOFFLOAD_ROLE=device GOFFLOAD_LISTEN=0.0.0.0:7070 GOFFLOAD_SECRET=$SECRET ./bench &
+//	./bench -serve-peer :7071 &
+//	# on A, the host machine
+//	GOFFLOAD_SECRET=$SECRET ./bench -suite remote -devices tcp://B:7070 -peer B:7071
+//	GOFFLOAD_SECRET=$SECRET ./bench -suite async -devices tcp://B:7070,tcp://B:7070 -peer B:7071
+//
+// -devices replaces the device list of suites remote and async (remote
+// measures device 0, async devices 0 and 1: here two sessions of the one
+// TCP device; two TCP devices work as well). -peer makes their raw
+// baselines talk to the bench -serve-peer on B, over the same network as
+// the devices' links, instead of to child processes over socketpairs; tcp
+// devices require it. The output's comments name the devices and the peer
+// measured. async.two_devices_vs_2cores, which compares with a local:1
+// device, is left out then. A -serve-peer serves whoever connects, until
+// it is killed: run it on a trusted network only. The same commands with
+// 127.0.0.1 for B measure TCP on one machine (TestRemoteSuiteTCP does).
 package main
 
 import (
@@ -27,6 +52,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"runtime"
 	"slices"
@@ -36,6 +62,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/internal/apps/cg"
 	"github.com/goffload/offload/internal/apps/cholesky"
 	"github.com/goffload/offload/internal/apps/jacobi"
 )
@@ -45,6 +72,10 @@ type Suite struct {
 	// Devices is the device list the runtime is started with for the
 	// suite, as offload.WithDevices takes it.
 	Devices string
+	// Remote says the suite measures device processes against raw peers
+	// (peer.go): -devices replaces its Devices, and -peer names the peer
+	// its raw baselines talk to instead of a child process.
+	Remote bool
 	// Run measures the suite's metrics on the started runtime and reports
 	// each with env.Report.
 	Run func(env *Env) error
@@ -108,8 +139,19 @@ type Env struct {
 	// Rounds is the number of timed rounds whose median is reported.
 	Rounds int
 
-	out     printer
-	results []Result // what Report printed, in order, for the plots
+	// Devices is the device list the runtime was started with for the
+	// suite being run: the suite's own, or -devices for a Remote suite. A
+	// suite that restarts the runtime with other devices starts these
+	// again when it is done.
+	Devices string
+	// Peer is -peer: the address of a raw peer server (bench -serve-peer)
+	// for the raw baselines of Remote suites, or "" to start the peers as
+	// child processes.
+	Peer string
+
+	override string // -devices
+	out      printer
+	results  []Result // what Report printed, in order, for the plots
 }
 
 // Report prints a result.
@@ -169,6 +211,46 @@ func (e *Env) measure(fs ...func(n int) error) ([]float64, error) {
 				return nil, err
 			}
 			per[i] = append(per[i], float64(d.Nanoseconds())/float64(ns[i]))
+		}
+	}
+	out := make([]float64, len(fs))
+	for i, p := range per {
+		out[i] = median(p)
+	}
+	return out, nil
+}
+
+// CompareSelfTimed measures operations that time themselves: each of fs
+// does one operation (a solver's run, say) and returns how long the part
+// that counts took (its iterations, not its set-up or checks). Each is run
+// once to warm up, which also sizes its rounds by the operation's whole
+// time so that a round lasts about Budget/Rounds; then their rounds
+// alternate as Compare's do. It returns, for each, the median over the
+// rounds of the mean time that counts per operation, in nanoseconds.
+func (e *Env) CompareSelfTimed(fs ...func() (time.Duration, error)) ([]float64, error) {
+	rounds := max(e.Rounds, 1)
+	target := e.Budget / time.Duration(rounds)
+	counts := make([]int, len(fs))
+	for i, f := range fs {
+		t0 := time.Now()
+		if _, err := f(); err != nil {
+			return nil, err
+		}
+		counts[i] = int(min(max(target/max(time.Since(t0), 1), 1), 1e6))
+	}
+	per := make([][]float64, len(fs))
+	for range rounds {
+		for i, f := range fs {
+			runtime.GC()
+			var sum time.Duration
+			for range counts[i] {
+				d, err := f()
+				if err != nil {
+					return nil, err
+				}
+				sum += d
+			}
+			per[i] = append(per[i], float64(sum.Nanoseconds())/float64(counts[i]))
 		}
 	}
 	out := make([]float64, len(fs))
@@ -276,8 +358,24 @@ func run(args []string, out, errOut io.Writer) error {
 	fs.IntVar(&appsIters, "apps-iters", appsIters, "suite apps: Jacobi iterations")
 	fs.IntVar(&appsTiles, "apps-tiles", appsTiles, "suite apps: Cholesky tiles per side")
 	fs.IntVar(&appsB, "apps-b", appsB, "suite apps: Cholesky tile side")
+	fs.IntVar(&appsCGN, "apps-cg-n", appsCGN, "suite apps: the conjugate gradient's grid side (its matrix has the square of it rows)")
+	fs.IntVar(&appsCGIters, "apps-cg-iters", appsCGIters, "suite apps: conjugate gradient iterations")
+	devices := fs.String("devices", "", "suites remote and async: measure these devices instead of the suite's own (local:1, local:2), e.g. tcp://HOST:PORT (GOFFLOAD_SECRET set); tcp devices need -peer")
+	peerAt := fs.String("peer", "", "suites remote and async: the raw baselines' peer, a bench -serve-peer at HOST:PORT, instead of child processes over socketpairs")
+	servePeers := fs.String("serve-peer", "", "serve the raw baselines' peers over TCP on HOST:PORT (:PORT for every address) until killed, instead of running suites")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *servePeers != "" {
+		if fs.NArg() > 0 {
+			return fmt.Errorf("unexpected arguments %q", fs.Args())
+		}
+		ln, err := net.Listen("tcp", *servePeers)
+		if err != nil {
+			return fmt.Errorf("-serve-peer: %w", err)
+		}
+		fmt.Fprintf(out, "bench: serving raw peers on %s (pid %d)\n", ln.Addr(), os.Getpid())
+		return servePeersTCP(ln, errOut)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -293,6 +391,9 @@ func run(args []string, out, errOut io.Writer) error {
 	}
 	if err := cholesky.CheckSize(appsTiles, appsB); err != nil {
 		return fmt.Errorf("-apps-tiles %d -apps-b %d: %w", appsTiles, appsB, err)
+	}
+	if err := cg.CheckSize(appsCGN, appsCGIters); err != nil {
+		return fmt.Errorf("-apps-cg-n %d -apps-cg-iters %d: %w", appsCGN, appsCGIters, err)
 	}
 	var p printer
 	switch *format {
@@ -336,6 +437,9 @@ func run(args []string, out, errOut io.Writer) error {
 	if len(chosen) == 0 {
 		return fmt.Errorf("-suite %q names no suite; known suites: %s", *suiteList, strings.Join(names, ", "))
 	}
+	if err := checkDeviceFlags(*devices, *peerAt, chosen); err != nil {
+		return err
+	}
 	if *plotDir != "" {
 		if err := os.MkdirAll(*plotDir, 0o755); err != nil {
 			return fmt.Errorf("-plot: %w", err)
@@ -352,7 +456,7 @@ func run(args []string, out, errOut io.Writer) error {
 	}
 	p.start(fmt.Sprintf("suites %s, %s %s/%s, GOMAXPROCS=%d, -time %v, -rounds %d",
 		strings.Join(chosen, ","), runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), *budget, *rounds))
-	env := &Env{Budget: *budget, Rounds: *rounds, out: p}
+	env := &Env{Budget: *budget, Rounds: *rounds, Peer: *peerAt, override: *devices, out: p}
 	for _, why := range skipped {
 		env.Comment("%s", why)
 	}
@@ -369,15 +473,45 @@ func run(args []string, out, errOut io.Writer) error {
 	return nil
 }
 
+// checkDeviceFlags checks -devices and -peer against the chosen suites:
+// they apply to Remote suites only, and tcp devices need a peer on their
+// machine for the raw baselines (a child process here would measure this
+// machine's sockets instead).
+func checkDeviceFlags(devices, peerAt string, chosen []string) error {
+	if devices == "" && peerAt == "" {
+		return nil
+	}
+	if !slices.ContainsFunc(chosen, func(n string) bool { return suites[n].Remote }) {
+		return fmt.Errorf("-devices and -peer apply to suites remote and async, and -suite %s runs neither", strings.Join(chosen, ","))
+	}
+	if peerAt != "" {
+		if _, _, err := net.SplitHostPort(peerAt); err != nil {
+			return fmt.Errorf("-peer %q: want HOST:PORT: %w", peerAt, err)
+		}
+	}
+	if strings.Contains(devices, "tcp://") && peerAt == "" {
+		return fmt.Errorf("-devices %q: tcp devices need -peer HOST:PORT, a bench -serve-peer on the devices' machine, for the raw baselines", devices)
+	}
+	return nil
+}
+
 // describeDevices checks that devices 0..n-1 are of kind (want names it in
 // the error: "a remote device") and says what they are in comments.
 func describeDevices(env *Env, n int, kind, want string) error {
+	return describeDevicesOf(env, n, want, kind)
+}
+
+// describeDevicesOf is describeDevices for devices of any of kinds.
+func describeDevicesOf(env *Env, n int, want string, kinds ...string) error {
+	if have := offload.NumDevices(); have < n {
+		return fmt.Errorf("%d device(s) of %q, want at least %d", have, env.Devices, n)
+	}
 	for d := range n {
 		info, err := offload.On(d).Info()
 		if err != nil {
 			return err
 		}
-		if info.Kind != kind {
+		if !slices.Contains(kinds, info.Kind) {
 			return fmt.Errorf("device %d is a %q device, want %s", d, info.Kind, want)
 		}
 		env.Comment("device %d: %s (%s), %d cores, pid %d", d, info.Kind, info.Name, info.Cores, info.PID)
@@ -385,14 +519,24 @@ func describeDevices(env *Env, n int, kind, want string) error {
 	return nil
 }
 
-// runSuite starts the runtime with the suite's devices, runs the suite and
-// stops the runtime. MANDATORY offload makes an unavailable device an error
-// instead of a silent measurement of the initial device.
+// runSuite starts the runtime with the suite's devices (a Remote suite's
+// are -devices, when given), runs the suite and stops the runtime.
+// MANDATORY offload makes an unavailable device an error instead of a
+// silent measurement of the initial device.
 func runSuite(env *Env, name string, s Suite) (err error) {
-	if err := offload.Start(offload.WithDevices(s.Devices), offload.WithOffload("MANDATORY")); err != nil {
+	env.Devices = s.Devices
+	from := ""
+	if s.Remote && env.override != "" {
+		env.Devices = env.override
+		from = fmt.Sprintf(" (-devices, instead of the suite's %q)", s.Devices)
+	}
+	if err := offload.Start(offload.WithDevices(env.Devices), offload.WithOffload("MANDATORY")); err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, offload.Stop()) }()
-	env.Comment("suite %s: devices %q, %d device(s)", name, s.Devices, offload.NumDevices())
+	env.Comment("suite %s: devices %q%s, %d device(s)", name, env.Devices, from, offload.NumDevices())
+	if s.Remote {
+		env.Comment("suite %s: raw baselines' peer: %s", name, env.peerWhere())
+	}
 	return s.Run(env)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -27,6 +28,9 @@ func TestMain(m *testing.M) {
 	if !strings.Contains(os.Getenv("GORACE"), "atexit_sleep_ms") {
 		os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	}
+	// Suite host's stencil, 512² × 100, takes seconds under -race: the
+	// suite's tests run 4 iterations of it.
+	hostStencilIters = 4
 	os.Exit(m.Run())
 }
 
@@ -34,10 +38,11 @@ func TestMain(m *testing.M) {
 // every metric comes out as one well-formed tsv line.
 func TestHostSuiteTSV(t *testing.T) {
 	checkSuiteTSV(t, "host", map[string]bool{ // metric -> has a baseline
-		"host.empty_region":         false,
-		"host.map_tofrom_64MiB":     true,
-		"host.present_region_64MiB": false,
-		"host.lookup_1e5":           false,
+		"host.empty_region":              false,
+		"host.map_tofrom_64MiB":          true,
+		"host.present_region_64MiB":      false,
+		"host.lookup_1e5":                false,
+		"host.stencil_512_vs_goroutines": true,
 	})
 }
 
@@ -73,7 +78,7 @@ func TestRemoteSuiteTSV(t *testing.T) {
 // it skips the rest (mpi, without MPI support in this test binary); naming
 // a suite that cannot run is an error that says why.
 func TestSuiteAll(t *testing.T) {
-	defer func(n, iters, tiles, b int) { appsN, appsIters, appsTiles, appsB = n, iters, tiles, b }(appsN, appsIters, appsTiles, appsB)
+	defer restoreAppsSizes()()
 	// Suite peer has its own test (where LLVM 22 is installed): skipped here.
 	peer := suites["peer"]
 	defer func() { suites["peer"] = peer }()
@@ -83,7 +88,7 @@ func TestSuiteAll(t *testing.T) {
 	sweepSizes, plotDPI = []int64{8, 4 << 10, 1 << 20}, 48
 	var out, errOut bytes.Buffer
 	dir := filepath.Join(t.TempDir(), "plots") // -plot creates it
-	if err := run([]string{"-suite", "all", "-format", "tsv", "-time", "5ms", "-rounds", "1", "-apps-n", "24", "-apps-iters", "2", "-apps-tiles", "2", "-apps-b", "4", "-plot", dir}, &out, &errOut); err != nil {
+	if err := run([]string{"-suite", "all", "-format", "tsv", "-time", "5ms", "-rounds", "1", "-apps-n", "24", "-apps-iters", "2", "-apps-tiles", "2", "-apps-b", "4", "-apps-cg-n", "16", "-apps-cg-iters", "4", "-plot", dir}, &out, &errOut); err != nil {
 		t.Fatalf("run: %v\n%s", err, errOut.String())
 	}
 	for _, want := range []string{"# suite mpi skipped: ", "\nhost.empty_region\t", "\nremote.launch_rtt\t", "\nremote.submit_4KiB\t", "\nremote.retrieve_1MiB\t", "\nasync.chain_per_op\t", "\napps.jacobi_2dev_vs_1dev\t",
@@ -126,12 +131,13 @@ func TestPeerSuiteTSV(t *testing.T) {
 }
 
 func TestAppsSuiteTSV(t *testing.T) {
-	defer func(n, iters, tiles, b int) { appsN, appsIters, appsTiles, appsB = n, iters, tiles, b }(appsN, appsIters, appsTiles, appsB)
+	defer restoreAppsSizes()()
 	checkSuiteTSV(t, "apps", map[string]bool{
 		"apps.jacobi_2dev_vs_1dev":       true,
 		"apps.jacobi_2dev_vs_goroutines": true,
 		"apps.cholesky_vs_goroutines":    true,
-	}, "-apps-n", "48", "-apps-iters", "6", "-apps-tiles", "3", "-apps-b", "8")
+		"apps.cg_local1_vs_host":         true,
+	}, "-apps-n", "48", "-apps-iters", "6", "-apps-tiles", "3", "-apps-b", "8", "-apps-cg-n", "24", "-apps-cg-iters", "10")
 }
 
 func TestAsyncSuiteTSV(t *testing.T) {
@@ -140,7 +146,15 @@ func TestAsyncSuiteTSV(t *testing.T) {
 		"async.cross_device_per_op":   true,
 		"async.two_devices":           true,
 		"async.two_devices_vs_2cores": true,
+		"remote.nowait_tasks":         true,
 	})
+}
+
+// restoreAppsSizes returns what puts the apps suite's sizes back as they
+// are now (flags of a run change them): defer restoreAppsSizes()().
+func restoreAppsSizes() func() {
+	n, iters, tiles, b, cgN, cgIters := appsN, appsIters, appsTiles, appsB, appsCGN, appsCGIters
+	return func() { appsN, appsIters, appsTiles, appsB, appsCGN, appsCGIters = n, iters, tiles, b, cgN, cgIters }
 }
 
 // TestAsyncComputeRestores: the compute figures restart the runtime with
@@ -193,8 +207,8 @@ func TestComputeElem(t *testing.T) {
 
 // checkSuiteTSV runs a suite with a tiny time budget and checks that every
 // metric of want (metric -> has a baseline) comes out as one well-formed tsv
-// line, and nothing else does.
-func checkSuiteTSV(t *testing.T, suite string, want map[string]bool, args ...string) {
+// line, and nothing else does. It returns the output.
+func checkSuiteTSV(t *testing.T, suite string, want map[string]bool, args ...string) string {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	if err := run(append([]string{"-suite", suite, "-format", "tsv", "-time", "10ms", "-rounds", "1"}, args...), &out, &errOut); err != nil {
@@ -254,6 +268,7 @@ func checkSuiteTSV(t *testing.T, suite string, want map[string]bool, args ...str
 			t.Errorf("metric %s missing from the output", m)
 		}
 	}
+	return out.String()
 }
 
 // TestPeers starts this test binary as the raw baselines' peers, in both
@@ -261,7 +276,7 @@ func checkSuiteTSV(t *testing.T, suite string, want map[string]bool, args ...str
 // they exit cleanly at the end of the stream.
 func TestPeers(t *testing.T) {
 	for _, sp := range []spin{{}, {budget: 50 * time.Microsecond}} {
-		p, err := startPeer("echo", sp)
+		p, err := startPeer("echo", sp, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -276,7 +291,7 @@ func TestPeers(t *testing.T) {
 		}
 
 		const size = 3<<20 + 5
-		p, err = startPeer("xfer", sp, envPeerSize+"="+strconv.Itoa(size))
+		p, err = startPeer("xfer", sp, size)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -320,7 +335,7 @@ func TestPeers(t *testing.T) {
 		}},
 		{"a batch of 101-byte messages", func(p *peer) error { return p.batch(xferSource, 101, 1) }},
 	} {
-		p, err := startPeer("xfer", spin{}, envPeerSize+"=100")
+		p, err := startPeer("xfer", spin{}, 100)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -353,6 +368,7 @@ func TestTableUnits(t *testing.T) {
 }
 
 func TestBadFlags(t *testing.T) {
+	defer restoreAppsSizes()()
 	for _, args := range [][]string{
 		{"-suite", "nosuch"},
 		{"-format", "xml"},
@@ -360,6 +376,11 @@ func TestBadFlags(t *testing.T) {
 		{"-rounds", "0"},
 		{"-suite", ","},
 		{"extra"},
+		{"-suite", "remote", "-devices", "tcp://127.0.0.1:1"}, // no -peer
+		{"-suite", "host", "-devices", "local:1"},             // no Remote suite
+		{"-suite", "async", "-peer", "no-port"},
+		{"-serve-peer", "127.0.0.1:-1"},
+		{"-apps-cg-n", "0"},
 	} {
 		var out, errOut bytes.Buffer
 		if err := run(args, &out, &errOut); err == nil {
@@ -417,4 +438,37 @@ func TestCUDASuiteSkipsWithoutDriver(t *testing.T) {
 // where clang with the NVPTX target is installed.
 func TestCudaPTXGenerated(t *testing.T) {
 	ptxgen.UpToDate(t, "cuda.go")
+}
+
+// TestRemoteSuiteTCP measures as between two machines, on 127.0.0.1: suite
+// remote against a TCP device (this test binary started as one) with -peer
+// naming a raw peer server (servePeersTCP, as bench -serve-peer runs it, in
+// this process).
+func TestRemoteSuiteTCP(t *testing.T) {
+	t.Setenv("GOFFLOAD_SECRET", "bench-test-secret")
+	devAddr := startTCPDevice(t)
+	peerAddr := startPeerServer(t)
+	defer func(sizes []int64) { sweepSizes = sizes }(sweepSizes)
+	sweepSizes = []int64{8, 4 << 10}
+	want := map[string]bool{
+		"remote.launch_rtt":         true,
+		"remote.launch_rtt_vs_spin": true,
+		"raw.pingpong_spin20us":     true,
+		"raw.pingpong_spin100us":    true,
+		"raw.pingpong_busy":         true,
+	}
+	for _, size := range sweepSizes {
+		want["remote.submit_"+sizeName(size)] = true
+		want["remote.retrieve_"+sizeName(size)] = true
+	}
+	out := checkSuiteTSV(t, "remote", want, "-devices", "tcp://"+devAddr, "-peer", peerAddr)
+	for _, line := range []string{
+		fmt.Sprintf("# suite remote: devices %q (-devices, instead of the suite's \"local:1\"), 1 device(s)\n", "tcp://"+devAddr),
+		"# suite remote: raw baselines' peer: bench -serve-peer at " + peerAddr + ", over TCP",
+		"# device 0: tcp (",
+	} {
+		if !strings.Contains(out, line) {
+			t.Errorf("output lacks %q", line)
+		}
+	}
 }

@@ -22,7 +22,9 @@ import (
 // whose other end the child inherits as descriptor 3, both ends wrapped by
 // net.FileConn. The peer is this same executable (bench, or the bench test
 // binary) started with GOFFLOAD_BENCH_ROLE set; main and TestMain call
-// servePeerRole first of all, before anything else runs or prints.
+// servePeerRole first of all, before anything else runs or prints. With
+// -peer the peers are served over TCP by a bench -serve-peer instead
+// (peertcp.go), with the same roles and traffic.
 
 // Environment of a peer process.
 const (
@@ -65,10 +67,19 @@ func servePeerRole() {
 	os.Exit(0)
 }
 
+// servePeer serves as a peer in role over the inherited socket, as the
+// environment says.
 func servePeer(role string) error {
 	sp, err := parseSpin(os.Getenv(envPeerSpin))
 	if err != nil {
 		return err
+	}
+	size := 0
+	if role == "xfer" {
+		size, err = strconv.Atoi(os.Getenv(envPeerSize))
+		if err != nil || size < 1 {
+			return fmt.Errorf("%s=%q: want a positive byte count", envPeerSize, os.Getenv(envPeerSize))
+		}
 	}
 	f := os.NewFile(peerFD, "bench-peer")
 	if f == nil {
@@ -80,6 +91,12 @@ func servePeer(role string) error {
 		return fmt.Errorf("inherited socket: %w", err)
 	}
 	defer conn.Close()
+	return servePeerConn(conn, role, sp, size)
+}
+
+// servePeerConn serves as a peer in role over conn, reading as sp says,
+// until end of stream; size is an xfer peer's largest message.
+func servePeerConn(conn net.Conn, role string, sp spin, size int) error {
 	r, err := newSockReader(conn, sp)
 	if err != nil {
 		return err
@@ -96,13 +113,12 @@ func servePeer(role string) error {
 			}
 		}
 	case "xfer":
-		size, err := strconv.Atoi(os.Getenv(envPeerSize))
-		if err != nil || size < 1 {
-			return fmt.Errorf("%s=%q: want a positive byte count", envPeerSize, os.Getenv(envPeerSize))
+		if size < 1 {
+			return fmt.Errorf("xfer peer of %d-byte messages: want a positive size", size)
 		}
 		return serveXfer(conn, r, fill(make([]byte, size)))
 	}
-	return fmt.Errorf("%s=%q: want echo or xfer", envPeerRole, role)
+	return fmt.Errorf("peer role %q: want echo or xfer", role)
 }
 
 // serveXfer serves an xfer peer's batches out of buf until end of stream.
@@ -201,18 +217,22 @@ func (r *sockReader) stats() (reads, parked int64) {
 	return 0, 0
 }
 
-// peer is the host's end of a connection to a peer process.
+// peer is the host's end of a connection to a peer: a child process
+// (startPeer) or a connection to a peer server (dialPeer, peertcp.go).
 type peer struct {
 	conn net.Conn
 	r    *sockReader
+	// A child process:
 	cmd  *exec.Cmd
 	done chan struct{}
 	werr error // the peer's exit status, once done is closed
+	// A peer server's connection: its address.
+	addr string
 }
 
 // startPeer starts this executable as a peer in role, both sides reading
-// as sp says, with extra environment.
-func startPeer(role string, sp spin, env ...string) (*peer, error) {
+// as sp says; size is an xfer peer's largest message.
+func startPeer(role string, sp spin, size int) (*peer, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("cannot find this program's executable to start a peer: %w", err)
@@ -240,7 +260,9 @@ func startPeer(role string, sp spin, env ...string) (*peer, error) {
 		// would otherwise sleep a second before exiting; the caller's own
 		// GORACE options come after, so they win.
 		"GORACE="+strings.TrimSpace("atexit_sleep_ms=0 "+os.Getenv("GORACE")))
-	cmd.Env = append(cmd.Env, env...)
+	if role == "xfer" {
+		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", envPeerSize, size))
+	}
 	cmd.ExtraFiles = []*os.File{theirs} // descriptor 3
 	cmd.Stdout = os.Stderr
 	cmd.Stderr = os.Stderr
@@ -345,6 +367,9 @@ func (p *peer) fetch(dst, want []byte, n int) error {
 
 // failed explains an I/O error with the peer's exit status if it has ended.
 func (p *peer) failed(err error) error {
+	if p.cmd == nil {
+		return p.tcpFailed(err)
+	}
 	select {
 	case <-p.done:
 		return fmt.Errorf("peer process %d: %v (%v)", p.cmd.Process.Pid, err, p.werr)
@@ -355,6 +380,9 @@ func (p *peer) failed(err error) error {
 
 // close ends the stream, which ends the peer, and waits for it.
 func (p *peer) close() error {
+	if p.cmd == nil {
+		return p.tcpClose()
+	}
 	p.conn.Close()
 	select {
 	case <-p.done:

@@ -45,7 +45,7 @@ var plotSpecs = []plotSpec{
 		return ratioPlot(rows, "peer.", "goffload host device ÷ LLVM 22 host plugin (lower is better)", "goffload time ÷ LLVM time", machine)
 	}},
 	{"apps_ratios.png", "apps", func(rows []Result, machine string) (*plot.Plot, error) {
-		return ratioPlot(rows, "apps.", "apps on local:2: goffload ÷ baseline (lower is better)", "goffload time ÷ baseline time", machine)
+		return ratioPlot(rows, "apps.", "apps on device processes (local:2; cg: local:1 vs host device): goffload ÷ baseline (lower is better)", "goffload time ÷ baseline time", machine)
 	}},
 }
 

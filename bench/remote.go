@@ -15,13 +15,18 @@ import (
 // traffic sent raw over the same kind of socket to a peer process (peer.go)
 // that does nothing but read it and answer.
 //
+// With -devices tcp://HOST:PORT the device is a TCP device on another
+// machine (or this one), and with -peer HOST:PORT the raw peers are a
+// bench -serve-peer there, reached over the same network (peertcp.go);
+// bench's doc comment has the commands.
+//
 // The raw.* lines are no goffload figures: they compare the raw ping-pong
 // with both sides spinning briefly on the socket before parking against the
 // plain blocking ping-pong, to see what spinning before blocking buys. For
 // them the "goffload" column is the spinning variant and the baseline the
 // blocking one.
 
-func init() { register("remote", Suite{Devices: "local:1", Run: runRemote}) }
+func init() { register("remote", Suite{Devices: "local:1", Remote: true, Run: runRemote}) }
 
 // spins are the ways of waiting of the raw.pingpong_spin lines, each
 // measured against plain blocking reads. The last is the busy-polling
@@ -47,10 +52,9 @@ func spinMetric(sp spin) string {
 
 func runRemote(env *Env) error {
 	dev := offload.On(0)
-	if err := describeDevices(env, 1, "local", "a local device process"); err != nil {
+	if err := describeDevicesOf(env, 1, "a device process (local or tcp)", "local", "tcp"); err != nil {
 		return err
 	}
-	env.Comment("raw peers: this executable started again with %s=echo|xfer, on an inherited AF_UNIX SOCK_STREAM socketpair", envPeerRole)
 	env.Comment("raw.pingpong_*: not goffload figures: the goffload column is the raw 8-byte ping-pong with both sides polling read(2) for up to N µs before parking as the transport's reader does (remote.SpinReader: yielding the P between polls, runtime.Gosched); the baseline is the blocking ping-pong; ratio = spin / block")
 	for _, m := range []func(*Env, offload.Device) error{remoteLaunch, remoteSweep, rawSpin} {
 		if err := m(env, dev); err != nil {
@@ -58,20 +62,6 @@ func runRemote(env *Env) error {
 		}
 	}
 	return nil
-}
-
-// withPeer starts a peer, runs f with it and stops it.
-func withPeer(role string, sp spin, f func(p *peer) error, env ...string) (err error) {
-	p, err := startPeer(role, sp, env...)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := p.close(); err == nil {
-			err = cerr
-		}
-	}()
-	return f(p)
 }
 
 // remoteLaunch: a synchronous target region with an empty kernel on the
@@ -99,7 +89,7 @@ func remoteLaunch(env *Env, dev offload.Device) error {
 		{"remote.launch_rtt", "empty kernel, synchronous vs 8-byte ping-pong, blocking reads", spin{}},
 		{"remote.launch_rtt_vs_spin", fmt.Sprintf("empty kernel, synchronous vs 8-byte ping-pong, reads polling %v as the transport's (goal ≤ 1.2)", sp.budget), sp},
 	} {
-		err := withPeer("echo", c.spin, func(p *peer) error {
+		err := withPeer(env, "echo", c.spin, 0, func(p *peer) error {
 			if err := p.pingPong(100); err != nil { // warm up
 				return err
 			}
@@ -165,7 +155,7 @@ func remoteSweep(env *Env, dev offload.Device) error {
 	env.Budget = max(env.Budget/sweepShare, 1)
 	sp := spin{budget: remote.SpinBudget()}
 	env.Comment("remote.submit_SIZE, remote.retrieve_SIZE: synchronous omp_target_memcpy host→device and device→host vs the same bytes over the same sockets to a raw peer, reads polling %v as the transport's; each point measured for -time/%d", sp.budget, sweepShare)
-	return withPeer("xfer", sp, func(p *peer) error {
+	return withPeer(env, "xfer", sp, int(largest), func(p *peer) error {
 		submit := func(size int64) func(n int) error {
 			return func(n int) error {
 				for range n {
@@ -228,18 +218,18 @@ func remoteSweep(env *Env, dev offload.Device) error {
 				Note: fmt.Sprintf("device→host: %s vs %s", gbps(size, t), gbps(size, b))})
 		}
 		return nil
-	}, fmt.Sprintf("%s=%d", envPeerSize, largest))
+	})
 }
 
 // rawSpin: what spinning before blocking buys the raw ping-pong, for each
 // way of spinning of spins: spinning ping-pong ÷ blocking ping-pong.
 func rawSpin(env *Env, _ offload.Device) error {
-	return withPeer("echo", spin{}, func(block *peer) error {
+	return withPeer(env, "echo", spin{}, 0, func(block *peer) error {
 		if err := block.pingPong(100); err != nil {
 			return err
 		}
 		for _, sp := range spins {
-			err := withPeer("echo", sp, func(p *peer) error {
+			err := withPeer(env, "echo", sp, 0, func(p *peer) error {
 				if err := p.pingPong(100); err != nil {
 					return err
 				}
