@@ -198,6 +198,11 @@ func (d *device) dispatch(m *proto.Msg) error {
 		if !ok {
 			return fmt.Errorf("%w: pull of unknown transfer %d", proto.ErrFrame, m.ID)
 		}
+		if len(data) > 0 && len(data) <= proto.MaxInline && d.l.canTryWrite() {
+			// Small: in one frame, written here (it never blocks), not
+			// by the writer after a hand-off.
+			return d.l.sendSoon(&proto.Msg{Type: proto.TData, ID: m.ID}, data)
+		}
 		d.l.stream(m.ID, data, false, func(uint64, error) {}) // a failure is the link's, seen by the reader
 	case proto.TData:
 		in, err := receive(&d.mu, d.pulls, d.l, m)

@@ -1,12 +1,14 @@
 package remote_test
 
 import (
+	"bytes"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugins/remote/proto"
 )
 
 // unblocked is closed, in a device process, by the kernel unblockK; blockK
@@ -125,5 +127,53 @@ func testRunHereOrder(t *testing.T, n int) {
 				t.Fatalf("round %d: element %d is %v, want %v", round, i, v, float64(round)+1)
 			}
 		}
+	}
+}
+
+// TestPulledSubmitSizes: a submit queued behind a wait is pulled by the
+// device when its queue gets there; a small one comes back in one frame
+// that the host's reader writes itself, a large one is streamed by the
+// writer. Both arrive whole, at and around the limit between them.
+func TestPulledSubmitSizes(t *testing.T) {
+	d := openLocal(t, 1)[0]
+	for _, n := range []int{1, 4096, proto.MaxInline, proto.MaxInline + 1, 3*proto.MaxInline + 5} {
+		p, err := d.Alloc(int64(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q1, _ := d.NewQueue()
+		q2, _ := d.NewQueue()
+		ev, _ := d.NewEvent()
+		if err := q1.Launch(sleepK, []plugin.Arg{{Scalar: int64(20)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := q1.Record(ev); err != nil {
+			t.Fatal(err)
+		}
+		in := make([]byte, n)
+		for i := range in {
+			in[i] = byte(i*7 + n)
+		}
+		out := make([]byte, n)
+		if err := q2.Wait(ev); err != nil {
+			t.Fatal(err)
+		}
+		if err := q2.Submit(p, in); err != nil { // behind the wait: pulled
+			t.Fatal(err)
+		}
+		if err := q2.Retrieve(out, p); err != nil {
+			t.Fatal(err)
+		}
+		if err := q2.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(in, out) {
+			t.Fatalf("%d bytes: pulled submit and retrieve gave other bytes", n)
+		}
+		q1.Synchronize()
+		q1.Close()
+		q2.Close()
+		ev.Close()
+		d.Free(p)
 	}
 }
