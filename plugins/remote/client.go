@@ -416,14 +416,28 @@ func (d *device) seeAllocs() error {
 	return nil
 }
 
+// Free gives an allocation back without waiting for the device: the host
+// knows its allocations (Alloc chose their addresses), so it checks p
+// itself, and the frame goes out with the next ones, before any later
+// allocation's. The core frees memory once the work that used it is done,
+// so no operation of the device's queues uses it any more when the frame
+// comes. (A synchronous free cost a round trip on the goroutine that
+// completes nowait tasks, one task after the other.)
 func (d *device) Free(p plugin.Ptr) error {
-	if _, err := d.call(&proto.Msg{Type: proto.TFree, Ptr: uint64(p)}); err != nil {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.aliveLocked(); err != nil {
 		return err
 	}
-	d.mu.Lock()
-	d.inUse -= d.sizes[p]
+	size, ok := d.sizes[p]
+	if !ok {
+		return fmt.Errorf("%s: %w: free of %#x, which is not the start of a live allocation", d.name(), plugin.ErrBadPointer, uint64(p))
+	}
+	if err := d.l.put(&proto.Msg{Type: proto.TFree, Ptr: uint64(p), Ptr2: 1}, nil); err != nil {
+		return fmt.Errorf("%s: %w: %w", d.name(), plugin.ErrDeviceLost, err)
+	}
+	d.inUse -= size
 	delete(d.sizes, p)
-	d.mu.Unlock()
 	return nil
 }
 

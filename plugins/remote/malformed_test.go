@@ -52,12 +52,13 @@ func startSession(t *testing.T) (*link, chan error) {
 // the protocol: each ends the session with ErrFrame, and none panics.
 func TestSessionRefusesMalformedFrames(t *testing.T) {
 	for name, frame := range map[string][]byte{
-		"unknown type":         append(proto.AppendFrame(nil, &proto.Msg{Type: proto.TAlloc}, nil)[:4], append([]byte{99}, make([]byte, proto.HeaderSize-1)...)...),
-		"oversized length":     {0xff, 0xff, 0xff, 0x0f, byte(proto.TAlloc)},
-		"data for no transfer": proto.AppendFrame(nil, &proto.Msg{Type: proto.TData, ID: 42}, []byte{1, 2, 3}),
-		"reply sent to device": proto.AppendFrame(nil, &proto.Msg{Type: proto.TReply, ID: 1}, nil),
-		"inline size mismatch": proto.AppendFrame(nil, &proto.Msg{Type: proto.TSubmit, Queue: 1, ID: 1, Size: 10}, []byte{1, 2}),
-		"unknown submit mode":  proto.AppendFrame(nil, &proto.Msg{Type: proto.TSubmit, Queue: 1, ID: 1, Size: 1 << 20, Ptr2: 7}, nil),
+		"unknown type":               append(proto.AppendFrame(nil, &proto.Msg{Type: proto.TAlloc}, nil)[:4], append([]byte{99}, make([]byte, proto.HeaderSize-1)...)...),
+		"oversized length":           {0xff, 0xff, 0xff, 0x0f, byte(proto.TAlloc)},
+		"data for no transfer":       proto.AppendFrame(nil, &proto.Msg{Type: proto.TData, ID: 42}, []byte{1, 2, 3}),
+		"reply sent to device":       proto.AppendFrame(nil, &proto.Msg{Type: proto.TReply, ID: 1}, nil),
+		"inline size mismatch":       proto.AppendFrame(nil, &proto.Msg{Type: proto.TSubmit, Queue: 1, ID: 1, Size: 10}, []byte{1, 2}),
+		"unknown submit mode":        proto.AppendFrame(nil, &proto.Msg{Type: proto.TSubmit, Queue: 1, ID: 1, Size: 1 << 20, Ptr2: 7}, nil),
+		"unanswered free of nothing": proto.AppendFrame(nil, &proto.Msg{Type: proto.TFree, Ptr: 0x1234, Ptr2: 1}, nil),
 		"pushed submit reusing a transfer": append(
 			proto.AppendFrame(nil, &proto.Msg{Type: proto.TSubmit, Queue: 1, ID: 1, Size: 1 << 20, Ptr2: proto.SubmitPushed}, nil),
 			proto.AppendFrame(nil, &proto.Msg{Type: proto.TSubmit, Queue: 2, ID: 1, Size: 1 << 20, Ptr2: proto.SubmitPushed}, nil)...),

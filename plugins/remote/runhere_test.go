@@ -2,11 +2,14 @@ package remote_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/goffload/offload/internal/proctest"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
@@ -175,5 +178,51 @@ func TestPulledSubmitSizes(t *testing.T) {
 		q2.Close()
 		ev.Close()
 		d.Free(p)
+	}
+}
+
+// TestFreeDoesNotWaitForTheDevice: Free checks the pointer on the host and
+// sends its frame without waiting for an answer (the goroutine that
+// completes nowait tasks frees their memory, one task after the other): it
+// returns at once while the device process is stopped, refuses what is not
+// a live allocation there and then, and the device frees the memory when
+// it goes on.
+func TestFreeDoesNotWaitForTheDevice(t *testing.T) {
+	d := openLocal(t, 1)[0]
+	p, err := d.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := d.Info().PID
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	proctest.WaitStopped(t, pid)
+	done := make(chan error, 1)
+	go func() { done <- d.Free(p) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Free: %v", err)
+		}
+	case <-time.After(hangDeadline):
+		t.Fatal("Free waited for a stopped device")
+	}
+	if err := d.Free(p); !errors.Is(err, plugin.ErrBadPointer) {
+		t.Errorf("second Free = %v, want ErrBadPointer", err)
+	}
+	syscall.Kill(pid, syscall.SIGCONT)
+	// The device goes on: the free came before this work.
+	q, _ := d.NewQueue()
+	p2, err := d.Alloc(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, out := []byte{1, 2, 3, 4, 5, 6, 7, 8}, make([]byte, 8)
+	q.Submit(p2, in)
+	q.Retrieve(out, p2)
+	if err := q.Synchronize(); err != nil || !bytes.Equal(in, out) {
+		t.Fatalf("after the free: %v, %v", out, err)
 	}
 }

@@ -244,7 +244,14 @@ func (s *session) handle(m *proto.Msg, gen uint64) error {
 		p, err := s.mem.Alloc(int64(m.Size))
 		return s.reply(m.ID, uint64(p), "", err)
 	case proto.TFree:
-		return s.reply(m.ID, 0, "", s.mem.Free(plugin.Ptr(m.Ptr)))
+		err := s.mem.Free(plugin.Ptr(m.Ptr))
+		if m.Ptr2 == 1 { // no answer: the host frees only the allocations it made
+			if err != nil {
+				return fmt.Errorf("%w: %w", proto.ErrFrame, err)
+			}
+			return nil
+		}
+		return s.reply(m.ID, 0, "", err)
 	case proto.TInfo:
 		b, _ := json.Marshal(s.info())
 		return s.reply(m.ID, 0, string(b), nil)

@@ -31,7 +31,7 @@ import (
 
 // Version is the protocol version; a peer with another version is refused at
 // hello.
-const Version = 4
+const Version = 5
 
 // Magic opens every hello.
 const Magic = "GOFFLOAD"
@@ -72,7 +72,7 @@ const (
 	TAuth                       // ↔ challenge / response of the shared-secret handshake
 	TReply                      // →h id: request answered; ptr: value; text: info or error
 	TAlloc                      // →d id, size
-	TFree                       // →d id, ptr
+	TFree                       // →d id, ptr; ptr2 = 1: no answer (the host checked ptr)
 	TInfo                       // →d id
 	TCloseQueue                 // →d queue
 	TSubmit                     // →d queue, id (transfer), ptr (dst), size; ptr2: how the data comes (SubmitInline, SubmitPulled, SubmitPushed)
