@@ -272,15 +272,17 @@ func (s *session) handle(m *proto.Msg, gen uint64) error {
 	case proto.TRetrieve:
 		q, id, src, size := s.queue(m.Queue), m.ID, plugin.Ptr(m.Ptr), int64(m.Size)
 		timed := s.timer(m, plugin.OpRetrieve, size)
-		if size <= proto.MaxInline && s.l.canTryWrite() {
-			// On an idle queue the reader sends a small retrieve's data
-			// itself, in a frame that it writes without blocking.
+		// A small retrieve's data goes in one frame, written without
+		// blocking by whoever runs it: on an idle queue the reader itself,
+		// else the queue's goroutine (not the writer, after a hand-off).
+		small := size <= proto.MaxInline && s.l.canTryWrite()
+		if small {
 			ran, err := q.RunHere(func() error { return s.retrieve(id, src, size, true) }, timed)
 			if ran || err != nil {
 				return nil
 			}
 		}
-		return q.DoTimed(func() error { return s.retrieve(id, src, size, false) }, timed)
+		return q.DoTimed(func() error { return s.retrieve(id, src, size, small) }, timed)
 	case proto.TXferDone: // the host has a retrieve's data
 		s.xmu.Lock()
 		s.acked++
