@@ -40,11 +40,14 @@ type session struct {
 	// Retrieves sent and acknowledged by the host, in order; needs holds, per
 	// recorded event, how many had been sent when it fired.
 	xmu   sync.Mutex
-	xcond *sync.Cond
 	sent  uint64
 	acked uint64
 	needs map[uint64]uint64
 	over  bool
+	// held are the tells that wait for the host to acknowledge the
+	// retrieves sent before their event fired; the reader that reads the
+	// acknowledgement sends them.
+	held []heldTell
 	// notifies are the peers waiting on events not fired yet.
 	notifies map[uint64][]notify
 
@@ -69,7 +72,6 @@ func newSession(l *link, img *plugin.Image, cores int) *session {
 		tags:   map[uint32]qtag{},
 	}
 	s.peers = newPeers(s)
-	s.xcond = sync.NewCond(&s.xmu)
 	s.needs = map[uint64]uint64{}
 	s.notifies = map[uint64][]notify{}
 	return s
@@ -141,8 +143,12 @@ func (s *session) close() {
 	s.l.fail(errSessionOver)
 	s.xmu.Lock()
 	s.over = true
-	s.xcond.Broadcast()
+	held := s.held
+	s.held = nil
 	s.xmu.Unlock()
+	for _, h := range held {
+		s.peers.tell(h.n.peer, h.n.wait, h.err)
+	}
 	s.peers.close()
 	for _, q := range qs {
 		q.Close()
@@ -284,10 +290,7 @@ func (s *session) handle(m *proto.Msg, gen uint64) error {
 		}
 		return q.DoTimed(func() error { return s.retrieve(id, src, size, small) }, timed)
 	case proto.TXferDone: // the host has a retrieve's data
-		s.xmu.Lock()
-		s.acked++
-		s.xcond.Broadcast()
-		s.xmu.Unlock()
+		s.ack()
 		return nil
 	case proto.TExchange:
 		q, src, dst, size := s.queue(m.Queue), plugin.Ptr(m.Ptr), plugin.Ptr(m.Ptr2), int64(m.Size)
@@ -409,20 +412,45 @@ type notify struct {
 // the event must see them. It never blocks.
 func (s *session) tell(n notify, err error, need uint64) {
 	s.xmu.Lock()
-	ready := s.acked >= need
-	s.xmu.Unlock()
-	if ready {
-		s.peers.tell(n.peer, n.wait, err)
+	if s.acked < need && !s.over {
+		s.held = append(s.held, heldTell{n, err, need})
+		s.xmu.Unlock()
 		return
 	}
-	go func() {
-		s.xmu.Lock()
-		for s.acked < need && !s.over {
-			s.xcond.Wait()
+	s.xmu.Unlock()
+	s.peers.tell(n.peer, n.wait, err)
+}
+
+// heldTell is a tell that waits for the host's acknowledgement of the
+// need-th retrieve.
+type heldTell struct {
+	n    notify
+	err  error
+	need uint64
+}
+
+// ack counts an acknowledgement from the host and sends the tells that
+// waited for it, on the reader (peers.tell never blocks): no goroutine to
+// wake.
+func (s *session) ack() {
+	s.xmu.Lock()
+	s.acked++
+	var ready []heldTell
+	k := 0
+	for _, h := range s.held {
+		if h.need <= s.acked {
+			ready = append(ready, h)
+		} else {
+			s.held[k] = h
+			k++
 		}
-		s.xmu.Unlock()
-		s.peers.tell(n.peer, n.wait, err)
-	}()
+	}
+	clear(s.held[k:])
+	s.held = s.held[:k]
+	s.xmu.Unlock()
+	for _, h := range ready {
+		s.peers.tell(h.n.peer, h.n.wait, h.err)
+	}
 }
 
 func (s *session) submit(m *proto.Msg) error {
