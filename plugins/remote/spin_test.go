@@ -48,3 +48,42 @@ func TestReaderDoesNotSpinWhileComputing(t *testing.T) {
 		})
 	}
 }
+
+// TestOneReaderSpins: while one reader of the process spins, another
+// parks at once rather than spin beside it (two spinners leave no thread
+// in the network poller on a 2-core machine). The first read has no data
+// for its whole budget of a second; the second read's data comes 50 ms
+// after it starts; then the first one's comes.
+func TestOneReaderSpins(t *testing.T) {
+	a1, b1 := socketPair(t)
+	a2, b2 := socketPair(t)
+	r1, r2 := SpinReader(a1, time.Second), SpinReader(a2, time.Second)
+	first := make(chan error, 1)
+	go func() {
+		_, err := r1.Read(make([]byte, 1))
+		first <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); !spinner.Load(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the first reader never spun")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		b2.Write([]byte{1})
+	}()
+	if _, err := r2.Read(make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, parked := r2.(interface{ Stats() (int64, int64) }).Stats(); parked != 1 {
+		t.Errorf("a read while another reader spun: parked %d times, want 1 (it spun too)", parked)
+	}
+	b1.Write([]byte{1})
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if spinner.Load() {
+		t.Error("no reader reads, and the spinner role is still held")
+	}
+}
