@@ -42,7 +42,7 @@ const (
 	MaxText    = 64 << 10
 	// Fragment is the payload size of a transfer fragment; MaxFrame leaves
 	// room for a header and text around it.
-	Fragment = 256 << 10
+	Fragment = 1 << 20
 	MaxFrame = Fragment + HeaderSize + MaxText
 	// MaxInline is the largest submit sent inside its request; larger ones
 	// are pulled by the device in fragments when their turn comes.
