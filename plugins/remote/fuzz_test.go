@@ -79,6 +79,20 @@ func FuzzSession(f *testing.F) {
 		&proto.Msg{Type: proto.TCloseQueue, Queue: 1},
 		&proto.Msg{Type: proto.TXferDone, ID: 77},
 	))
+	// Allocations at the host's addresses and frees without answers
+	// (protocol v5), a pushed submit, and acknowledgements that release
+	// held tells.
+	f.Add(frames(
+		&proto.Msg{Type: proto.TAlloc, Ptr: 1 << 20, Ptr2: 1, Size: 64},
+		&proto.Msg{Type: proto.TSubmit, Queue: 1, ID: 2, Ptr: 1 << 20, Size: 64, Ptr2: proto.SubmitPushed},
+		&proto.Msg{Type: proto.TData, ID: 2, Payload: make([]byte, 64)},
+		&proto.Msg{Type: proto.TRetrieve, Queue: 1, ID: 3, Ptr: 1 << 20, Size: 64},
+		&proto.Msg{Type: proto.TNotify, ID: 4, Ptr: 3, Kernel: 1},
+		&proto.Msg{Type: proto.TRecord, Queue: 1, ID: 4},
+		&proto.Msg{Type: proto.TXferDone, ID: 3},
+		&proto.Msg{Type: proto.TFree, Ptr: 1 << 20, Ptr2: 1},
+		&proto.Msg{Type: proto.TFree, Ptr: 1 << 20, Ptr2: 1},
+	))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		l, done := startSession(t)
 		go func() { // the host's reader: keeps the session's writer going
