@@ -106,7 +106,6 @@ type Engine struct {
 	// with role held.
 	role   sync.Mutex
 	poller atomic.Bool                 // a goroutine other than the progress goroutine polls (Poll)
-	polled atomic.Int64                // when such a goroutine last stopped polling (UnixNano)
 	active atomic.Int64                // when an MPI call last completed something (UnixNano)
 	quiet  atomic.Pointer[func() bool] // SetQuiet's
 
@@ -299,8 +298,7 @@ func (e *Engine) Finalize() error {
 // polls, so that ranks sharing cores still run), then with naps on the
 // thread itself, which work handed to it cuts short, growing to napMax, and
 // after idleAfter without activity, naps of idleNap. While another
-// goroutine polls (Poll), and for spinFor after, it naps for napMax at a
-// time and leaves MPI to that one.
+// goroutine polls (Poll), it naps and leaves MPI to that one.
 const (
 	spinFor   = 200 * time.Microsecond
 	napMax    = 50 * time.Microsecond
@@ -339,18 +337,11 @@ func (e *Engine) Poll(d time.Duration, done func() bool) bool {
 				yield = true
 			}
 		}
-		if done() {
-			// It polls again soon, most likely: the progress
-			// goroutine leaves MPI to it a while (see progress).
-			e.polled.Store(time.Now().UnixNano())
+		ok := done()
+		if ok || time.Since(start) >= d {
 			e.poller.Store(false)
-			return true
-		}
-		if time.Since(start) >= d {
-			e.polled.Store(0)
-			e.poller.Store(false)
-			e.poke() // the progress goroutine's turn, at once
-			return false
+			e.poke() // the progress goroutine's turn again, at once
+			return ok
 		}
 	}
 }
@@ -429,10 +420,9 @@ func (e *Engine) progress(ready chan<- error) {
 			e.err = ErrFinalized
 		}
 		e.mu.Unlock()
-		if finish == nil && (e.poller.Load() || time.Since(time.Unix(0, e.polled.Load())) < spinFor) {
-			// Another goroutine polls, or did just now and will
-			// again: spinning here too would take the role from it,
-			// and a core.
+		if finish == nil && e.poller.Load() {
+			// Another goroutine polls: spinning here too would take
+			// the role from it, and a core. It pokes when it stops.
 			e.nap(napMax, true)
 			continue
 		}
