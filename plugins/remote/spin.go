@@ -85,7 +85,9 @@ func SpinReader(conn net.Conn, budget time.Duration) io.Reader {
 	if err != nil {
 		return conn
 	}
-	return &spinConn{rc: rc, spin: budget}
+	c := &spinConn{rc: rc, spin: budget}
+	c.tryRead = c.read
+	return c
 }
 
 // spinConn polls read(2), yielding the goroutine between polls (the
@@ -96,6 +98,8 @@ type spinConn struct {
 	spin          time.Duration
 	skip, backoff int
 	reads, parked int64 // see Stats
+	r             readState
+	tryRead       func(fd uintptr) bool // c.read, bound once
 }
 
 // Stats returns how many reads the reader made, and how many of them spun
@@ -112,63 +116,26 @@ func (c *spinConn) Read(p []byte) (int, error) {
 		c.skip--
 		budget = 0
 	}
-	var (
-		n            int
-		rerr         error
-		parked, spun bool
-		start        time.Time
-		holding      bool
-	)
-	defer func() {
-		if holding {
-			spinner.Store(false)
-		}
-	}()
-	err := c.rc.Read(func(fd uintptr) bool {
-		for {
-			n, rerr = syscall.Read(int(fd), p)
-			switch rerr {
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-			default:
-				return true
-			}
-			if parked {
-				return false
-			}
-			if start.IsZero() {
-				start = time.Now()
-				if spinner.CompareAndSwap(false, true) {
-					holding = true
-				} else {
-					budget = 0
-				}
-			} else if time.Since(start) >= budget || computing.Load() > 0 {
-				parked = true
-				c.parked++
-				if holding {
-					spinner.Store(false)
-					holding = false
-				}
-				return false
-			}
-			spun = true
-			runtime.Gosched()
-		}
-	})
-	if budget > 0 {
+	r := &c.r
+	*r = readState{p: p, budget: budget}
+	err := c.rc.Read(c.tryRead)
+	if r.holding {
+		spinner.Store(false)
+	}
+	n, rerr := r.n, r.rerr
+	if budget > 0 && r.budget > 0 { // it may spin, and was the spinner
 		switch {
-		case parked && time.Since(start) > idleAfter:
+		case r.parked && time.Since(r.start) > idleAfter:
 			// The link was idle: park at once for the next few reads.
 			c.backoff = min(max(2*c.backoff, 1), maxBackoff)
 			c.skip = c.backoff
-		case parked || spun:
+		case r.parked || r.spun:
 			// Data came while spinning, or soon after parking: the link is
 			// busy, keep spinning.
 			c.backoff = 0
 		}
 	}
+	*r = readState{} // not the caller's buffer past the call
 	switch {
 	case err != nil:
 		return 0, err // a closed connection: net.ErrClosed
@@ -178,4 +145,53 @@ func (c *spinConn) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// readState is what one Read's polling keeps between tryRead's calls (in
+// the spinConn, so that a read allocates nothing).
+type readState struct {
+	p                     []byte
+	n                     int
+	rerr                  error
+	parked, spun, holding bool
+	start                 time.Time
+	budget                time.Duration
+}
+
+// read is the function RawConn.Read calls when the descriptor may be
+// readable: it reads, polling with yields while the budget lasts, and
+// returns false to park in the network poller.
+func (c *spinConn) read(fd uintptr) bool {
+	r := &c.r
+	for {
+		r.n, r.rerr = syscall.Read(int(fd), r.p)
+		switch r.rerr {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+		default:
+			return true
+		}
+		if r.parked {
+			return false
+		}
+		if r.start.IsZero() {
+			r.start = time.Now()
+			if spinner.CompareAndSwap(false, true) {
+				r.holding = true
+			} else {
+				r.budget = 0
+			}
+		} else if time.Since(r.start) >= r.budget || computing.Load() > 0 {
+			r.parked = true
+			c.parked++
+			if r.holding {
+				spinner.Store(false)
+				r.holding = false
+			}
+			return false
+		}
+		r.spun = true
+		runtime.Gosched()
+	}
 }
