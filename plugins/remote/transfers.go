@@ -1,0 +1,188 @@
+package remote
+
+// The device side of copies: submits (inline, pulled, pushed), retrieves,
+// and the host's acknowledgements of retrieves that tells to peers wait for.
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/opqueue"
+	"github.com/goffload/offload/plugins/remote/proto"
+)
+
+// notify is a peer waiting to hear that an event of ours fired.
+type notify struct {
+	peer int
+	wait uint64
+}
+
+// tell tells n's peer that the event fired (with err), once the host has
+// the data of the first need retrieves: a peer that reads host memory after
+// the event must see them. It never blocks.
+func (s *session) tell(n notify, err error, need uint64) {
+	s.xmu.Lock()
+	if s.acked < need && !s.over {
+		s.held = append(s.held, heldTell{n, err, need})
+		s.xmu.Unlock()
+		return
+	}
+	s.xmu.Unlock()
+	s.peers.tell(n.peer, n.wait, err)
+}
+
+// heldTell is a tell that waits for the host's acknowledgement of the
+// need-th retrieve.
+type heldTell struct {
+	n    notify
+	err  error
+	need uint64
+}
+
+// ack counts an acknowledgement from the host and sends the tells that
+// waited for it, on the reader (peers.tell never blocks): no goroutine to
+// wake.
+func (s *session) ack() {
+	s.xmu.Lock()
+	s.acked++
+	var ready []heldTell
+	k := 0
+	for _, h := range s.held {
+		if h.need <= s.acked {
+			ready = append(ready, h)
+		} else {
+			s.held[k] = h
+			k++
+		}
+	}
+	clear(s.held[k:])
+	s.held = s.held[:k]
+	s.xmu.Unlock()
+	for _, h := range ready {
+		s.peers.tell(h.n.peer, h.n.wait, h.err)
+	}
+}
+
+func (s *session) submit(m *proto.Msg) error {
+	q, id, dst, size := s.queue(m.Queue), m.ID, plugin.Ptr(m.Ptr), int64(m.Size)
+	timed := s.timer(m, plugin.OpSubmit, size)
+	if m.Ptr2 == proto.SubmitInline {
+		if int64(m.PayloadLen) != size || size > proto.MaxInline {
+			return fmt.Errorf("%w: inline submit of %d bytes carries %d", proto.ErrFrame, size, m.PayloadLen)
+		}
+		copyFrom := func(data []byte) func() error {
+			return func() error {
+				b, err := s.mem.Bytes(dst, size)
+				if err != nil {
+					return err
+				}
+				copy(b, data)
+				return nil
+			}
+		}
+		// On an idle queue the reader copies the payload straight into
+		// device memory.
+		if ran, err := q.RunHere(copyFrom(m.Payload), timed); ran || err != nil {
+			return nil
+		}
+		// Otherwise the data waits for its turn in a buffer of the pool: a
+		// fresh allocation each time costs page faults once the heap is
+		// large.
+		buf := inlineBufs.Get().(*[]byte)
+		data := append((*buf)[:0], m.Payload...)
+		run := copyFrom(data)
+		return q.DoTimed(func() error {
+			defer inlineBufs.Put(buf) // not if the copy is skipped: the buffer is garbage then
+			return run()
+		}, timed)
+	}
+	if m.PayloadLen != 0 {
+		return fmt.Errorf("%w: pulled submit carries a payload", proto.ErrFrame)
+	}
+	if size < 0 || m.Size > 1<<62 {
+		return fmt.Errorf("%w: submit of %d bytes", proto.ErrFrame, m.Size)
+	}
+	switch m.Ptr2 {
+	case proto.SubmitPulled:
+	case proto.SubmitPushed:
+		return s.pushed(q, m, timed)
+	default:
+		return fmt.Errorf("%w: submit mode %d", proto.ErrFrame, m.Ptr2)
+	}
+	return q.DoTimed(func() error {
+		b, err := s.mem.Bytes(dst, size)
+		if err != nil {
+			return err
+		}
+		p := &incoming{dst: b, size: len(b), done: make(chan struct{})}
+		s.mu.Lock()
+		s.pulls[id] = p
+		s.mu.Unlock()
+		if err := s.l.sendNow(&proto.Msg{Type: proto.TPull, Queue: m.Queue, ID: id}, nil); err != nil { // a queue's goroutine
+			return err
+		}
+		return p.wait()
+	}, timed)
+}
+
+// pushed takes a submit whose data follows at once: the reader reads it
+// straight into device memory as it comes (the host sends it so only when
+// the queue has nothing before it), and the queue's operation ends when
+// all of it is in. A submit to memory that is not the device's is skipped
+// on arrival and fails in the queue.
+func (s *session) pushed(q *opqueue.Queue, m *proto.Msg, timed func(start, end time.Time, err error)) error {
+	dst, size := plugin.Ptr(m.Ptr), int64(m.Size)
+	p := &incoming{size: int(size), done: make(chan struct{})}
+	p.dst, p.err = s.mem.Bytes(dst, size)
+	s.mu.Lock()
+	if s.pulls[m.ID] != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: submit reuses transfer %d", proto.ErrFrame, m.ID)
+	}
+	s.pulls[m.ID] = p
+	s.mu.Unlock()
+	if size == 0 { // no data comes
+		take(&s.mu, s.pulls, m.ID)
+		close(p.done)
+	}
+	return q.DoTimed(p.wait, timed)
+}
+
+// retrieve sends size bytes at src as transfer id, numbered among the
+// counted transfers (the order the host acknowledges them in): in one
+// frame written at once if now (link.sendDataSoon), else streamed by the
+// writer.
+func (s *session) retrieve(id uint64, src plugin.Ptr, size int64, now bool) error {
+	b, err := s.mem.Bytes(src, size)
+	if err != nil {
+		return err
+	}
+	var seq uint64
+	if now {
+		seq, err = s.l.sendDataSoon(id, b)
+	} else {
+		seq, err = s.l.sendData(id, b, true)
+	}
+	if err != nil {
+		return err
+	}
+	s.xmu.Lock()
+	s.sent = max(s.sent, seq)
+	s.xmu.Unlock()
+	return nil
+}
+
+// inlineBufs holds the buffers inline submits wait in, proto.MaxInline
+// bytes each.
+var inlineBufs = sync.Pool{New: func() any { b := make([]byte, proto.MaxInline); return &b }}
+
+// data reads a fragment of a pulled submit straight into device memory.
+func (s *session) data(m *proto.Msg) error {
+	in, err := receive(&s.mu, s.pulls, s.l, m)
+	if in != nil {
+		close(in.done)
+	}
+	return err
+}
