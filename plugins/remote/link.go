@@ -28,9 +28,10 @@ import (
 // all came from the other side for the device timeout.
 type link struct {
 	t    Transport
-	frag int        // the largest data fragment: proto.Fragment, or what t asks
-	tw   tryWriter  // t, if it can write without blocking; else nil
-	r    linkReader // reads frames, skipping pings: the reader's only way in
+	frag int            // the largest data fragment: proto.Fragment, or what t asks
+	tw   tryWriter      // t, if it can write without blocking; else nil
+	br   bufferedReader // t, if it can tell that it read frames ahead; else nil
+	r    linkReader     // reads frames, skipping pings: the reader's only way in
 
 	mu      sync.Mutex
 	wake    *sync.Cond
@@ -63,6 +64,7 @@ func startLink(t Transport) *link {
 		l.frag = f.FragmentSize()
 	}
 	l.tw, _ = t.(tryWriter)
+	l.br, _ = t.(bufferedReader)
 	l.r = linkReader{l}
 	l.wake = sync.NewCond(&l.mu)
 	go l.write()
@@ -114,18 +116,40 @@ func (l *link) flushNow() {
 		l.mu.Unlock()
 		return
 	}
+	l.writeHere(false)
+}
+
+// writeHere writes the queued control frames on the calling goroutine:
+// all of them (flushNow), or without blocking as much as the other side has
+// room for (try, sendSoon), the rest going first by the writer. l.mu is
+// held, no one writes and no bulk transfer is under way; writeHere unlocks
+// it.
+func (l *link) writeHere(try bool) {
 	l.busy = true
 	frames := l.ctrl
 	l.ctrl = nil
 	l.mu.Unlock()
-	err := l.t.WriteFrames(frames)
-	l.writes.Add(1)
+	var n int
+	var err error
+	if try {
+		n, err = l.tw.TryWriteFrames(frames)
+	} else {
+		n, err = len(frames), l.t.WriteFrames(frames)
+	}
+	if n > 0 {
+		l.writes.Add(1)
+	}
 	l.mu.Lock()
 	l.busy = false
-	if len(l.ctrl) == 0 && cap(frames) <= 1<<20 {
-		l.ctrl = frames[:0] // reuse the buffer
+	if n < len(frames) {
+		l.ctrl = append(frames[n:len(frames):len(frames)], l.ctrl...)
+		l.wake.Signal()
+	} else {
+		if len(l.ctrl) == 0 && cap(frames) <= 1<<20 {
+			l.ctrl = frames[:0] // reuse the buffer
+		}
+		l.wakeIfWork() // what came meanwhile
 	}
-	l.wakeIfWork() // what came meanwhile
 	l.mu.Unlock()
 	if err != nil {
 		l.fail(fmt.Errorf("write: %w", err))
@@ -157,31 +181,7 @@ func (l *link) sendSoon(m *proto.Msg, payload []byte) error {
 		l.mu.Unlock()
 		return nil
 	}
-	l.busy = true
-	frames := l.ctrl
-	l.ctrl = nil
-	l.mu.Unlock()
-	n, err := l.tw.TryWriteFrames(frames)
-	if n > 0 {
-		l.writes.Add(1)
-	}
-	l.mu.Lock()
-	l.busy = false
-	switch {
-	case n < len(frames):
-		// The rest goes first, by the writer.
-		l.ctrl = append(frames[n:len(frames):len(frames)], l.ctrl...)
-		l.wake.Signal()
-	case len(l.ctrl) == 0 && cap(frames) <= 1<<20:
-		l.ctrl = frames[:0] // reuse the buffer
-		l.wakeIfWork()
-	default:
-		l.wakeIfWork() // what came meanwhile
-	}
-	l.mu.Unlock()
-	if err != nil {
-		l.fail(fmt.Errorf("write: %w", err))
-	}
+	l.writeHere(true)
 	return nil
 }
 

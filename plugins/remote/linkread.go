@@ -19,8 +19,8 @@ type linkReader struct{ l *link }
 // the reader to reach the end of them, and then goes out in one write (see
 // hold): a batch of launches is answered by a batch of completions.
 func (r linkReader) ReadMsg() (*proto.Msg, error) {
+	b := r.l.br
 	for {
-		b, _ := r.l.t.(bufferedReader)
 		if b == nil || !b.Buffered() {
 			r.l.release()
 		}
