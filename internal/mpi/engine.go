@@ -56,12 +56,11 @@ const waitSpin = 20 * time.Microsecond
 // makes MPI's progress itself if no other goroutine does (Engine.Poll), so
 // that a send or receive completes with no hand-off between goroutines.
 func (r *Req) Wait(abort <-chan struct{}) error {
-	ready := func() bool { return len(r.done) > 0 }
 	for start := time.Now(); time.Since(start) < waitSpin; {
-		if len(r.done) > 0 {
+		if r.Done() {
 			break
 		}
-		if r.e == nil || !r.e.Poll(waitSpin-time.Since(start), ready) {
+		if r.e == nil || !r.e.Poll(waitSpin-time.Since(start), r.Done) {
 			runtime.Gosched()
 		}
 	}

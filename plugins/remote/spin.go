@@ -123,7 +123,7 @@ func (c *spinConn) Read(p []byte) (int, error) {
 		spinner.Store(false)
 	}
 	n, rerr := r.n, r.rerr
-	if budget > 0 && r.budget > 0 { // it may spin, and was the spinner
+	if r.budget > 0 { // it may spin, and was the spinner
 		switch {
 		case r.parked && time.Since(r.start) > idleAfter:
 			// The link was idle: park at once for the next few reads.
