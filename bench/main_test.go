@@ -49,19 +49,9 @@ func TestHostSuiteTSV(t *testing.T) {
 // TestRemoteSuiteTSV runs suite remote, whose device process and raw peers
 // are this test binary started again, with a tiny time budget.
 func TestRemoteSuiteTSV(t *testing.T) {
-	want := map[string]bool{
-		"remote.launch_rtt":         true,
-		"remote.launch_rtt_vs_spin": true,
-		"raw.pingpong_spin20us":     true,
-		"raw.pingpong_spin100us":    true,
-		"raw.pingpong_busy":         true,
-	}
-	if len(spins) != len(want)-2 {
-		t.Errorf("%d spins, want %d", len(spins), len(want)-2)
-	}
-	for _, size := range sweepSizes {
-		want["remote.submit_"+sizeName(size)] = true
-		want["remote.retrieve_"+sizeName(size)] = true
+	want := remoteWant()
+	if len(spins) != 3 {
+		t.Errorf("%d spins, want 3 (raw.pingpong_*)", len(spins))
 	}
 	for _, m := range []string{"remote.submit_8B", "remote.submit_4KiB", "remote.retrieve_1MiB", "remote.submit_64MiB"} {
 		if !want[m] {
@@ -71,9 +61,23 @@ func TestRemoteSuiteTSV(t *testing.T) {
 	checkSuiteTSV(t, "remote", want)
 }
 
-// TestAsyncSuiteTSV runs suite async, whose device processes and raw peer
-// are this test binary started again, with a tiny time budget. The suite
-// checks the compute kernel's results against the host's itself.
+// remoteWant is the metrics suite remote reports: the launch figures, the
+// raw ping-pongs, and a submit and a retrieve per size of sweepSizes.
+func remoteWant() map[string]bool {
+	want := map[string]bool{
+		"remote.launch_rtt":         true,
+		"remote.launch_rtt_vs_spin": true,
+		"raw.pingpong_spin20us":     true,
+		"raw.pingpong_spin100us":    true,
+		"raw.pingpong_busy":         true,
+	}
+	for _, size := range sweepSizes {
+		want["remote.submit_"+sizeName(size)] = true
+		want["remote.retrieve_"+sizeName(size)] = true
+	}
+	return want
+}
+
 // TestSuiteAll: -suite all runs the suites that can run here and says why
 // it skips the rest (mpi, without MPI support in this test binary); naming
 // a suite that cannot run is an error that says why.
@@ -140,6 +144,9 @@ func TestAppsSuiteTSV(t *testing.T) {
 	}, "-apps-n", "48", "-apps-iters", "6", "-apps-tiles", "3", "-apps-b", "8", "-apps-cg-n", "24", "-apps-cg-iters", "10")
 }
 
+// TestAsyncSuiteTSV runs suite async, whose device processes and raw peer
+// are this test binary started again, with a tiny time budget. The suite
+// checks the compute kernel's results against the host's itself.
 func TestAsyncSuiteTSV(t *testing.T) {
 	checkSuiteTSV(t, "async", map[string]bool{
 		"async.chain_per_op":          true,
@@ -450,18 +457,7 @@ func TestRemoteSuiteTCP(t *testing.T) {
 	peerAddr := startPeerServer(t)
 	defer func(sizes []int64) { sweepSizes = sizes }(sweepSizes)
 	sweepSizes = []int64{8, 4 << 10}
-	want := map[string]bool{
-		"remote.launch_rtt":         true,
-		"remote.launch_rtt_vs_spin": true,
-		"raw.pingpong_spin20us":     true,
-		"raw.pingpong_spin100us":    true,
-		"raw.pingpong_busy":         true,
-	}
-	for _, size := range sweepSizes {
-		want["remote.submit_"+sizeName(size)] = true
-		want["remote.retrieve_"+sizeName(size)] = true
-	}
-	out := checkSuiteTSV(t, "remote", want, "-devices", "tcp://"+devAddr, "-peer", peerAddr)
+	out := checkSuiteTSV(t, "remote", remoteWant(), "-devices", "tcp://"+devAddr, "-peer", peerAddr)
 	for _, line := range []string{
 		fmt.Sprintf("# suite remote: devices %q (-devices, instead of the suite's \"local:1\"), 1 device(s)\n", "tcp://"+devAddr),
 		"# suite remote: raw baselines' peer: bench -serve-peer at " + peerAddr + ", over TCP",
