@@ -1,13 +1,13 @@
 package remote
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goffload/offload/internal/hostmem"
 	"github.com/goffload/offload/plugin"
@@ -79,7 +79,7 @@ type device struct {
 // call is a request or sync mark waiting for its answer; xfers are the
 // transfers that are over (done or skipped) once it is answered.
 type call struct {
-	ch    chan *proto.Msg
+	ch    chan proto.Reply
 	xfers []uint64
 }
 
@@ -105,7 +105,7 @@ func (d *device) setName(s string) { d.label.Store(&s) }
 
 // hello greets the device process and checks that it runs our code.
 func (d *device) hello(img *plugin.Image, num int) error {
-	if err := d.l.send(&proto.Msg{Type: proto.THello, Kernel: uint32(max(num, 0)), Text: helloText(img)}, nil); err != nil {
+	if err := d.l.send(&proto.Hello{Num: uint32(max(num, 0)), Status: proto.Status{Text: helloText(img)}}); err != nil {
 		return err
 	}
 	m, err := d.l.r.ReadMsg()
@@ -115,15 +115,19 @@ func (d *device) hello(img *plugin.Image, num int) error {
 	if m.Type != proto.THello {
 		return fmt.Errorf("%w: want hello, got %s", proto.ErrFrame, m.Type)
 	}
-	if err := decodeErr(m.Code, m.Text); err != nil {
+	f, err := proto.As[proto.Hello](m)
+	if err != nil {
+		return err
+	}
+	if err := statusErr(f.Status); err != nil {
 		return fmt.Errorf("the device refused the host: %w", err)
 	}
-	h, err := parseHello(m.Text)
+	h, err := parseHello(f.Text)
 	if err != nil {
 		return err
 	}
 	if err := checkImage(h, img, "host"); err != nil {
-		d.l.send(withErr(&proto.Msg{Type: proto.TExit}, err), nil)
+		d.l.send(&proto.Exit{})
 		return err
 	}
 	d.count = h.count
@@ -154,25 +158,19 @@ func (d *device) read() {
 }
 
 func (d *device) dispatch(m *proto.Msg) error {
-	switch m.Type {
-	case proto.TReply, proto.TSyncDone:
+	fr, err := proto.Parse(m)
+	if err != nil {
+		return err
+	}
+	switch f := fr.(type) {
+	case *proto.Reply:
+		return d.answer(f.Req, *f, m.Type)
+	case *proto.SyncDone:
+		return d.answer(f.Seq, proto.Reply{Req: f.Seq, Status: f.Status}, m.Type)
+	case *proto.Event:
+		err := statusErr(f.Status)
 		d.mu.Lock()
-		c := d.calls[m.ID]
-		delete(d.calls, m.ID)
-		if c != nil {
-			d.dropXfers(c.xfers)
-		}
-		d.mu.Unlock()
-		if c == nil {
-			return fmt.Errorf("%w: %s for unknown request %d", proto.ErrFrame, m.Type, m.ID)
-		}
-		r := *m
-		r.Payload = nil
-		c.ch <- &r
-	case proto.TEvent:
-		err := decodeErr(m.Code, m.Text)
-		d.mu.Lock()
-		ev := d.events[m.ID]
+		ev := d.events[f.Event]
 		var implies []*event
 		if ev != nil && !ev.heard {
 			ev.heard, ev.err = true, err
@@ -185,26 +183,27 @@ func (d *device) dispatch(m *proto.Msg) error {
 		}
 		d.mu.Unlock()
 		if ev == nil {
-			return fmt.Errorf("%w: unknown event %d fired", proto.ErrFrame, m.ID)
+			return fmt.Errorf("%w: unknown event %d fired", proto.ErrFrame, f.Event)
 		}
 		if err == nil {
 			pastWaits(implies)
 		}
 		ev.ev.Fire(err)
-	case proto.TTimes:
-		return d.times(m)
-	case proto.TPull:
-		data, ok := take(&d.mu, d.pushes, m.ID)
+	case *proto.Times:
+		return d.times(f)
+	case *proto.Pull:
+		data, ok := take(&d.mu, d.pushes, f.Xfer)
 		if !ok {
-			return fmt.Errorf("%w: pull of unknown transfer %d", proto.ErrFrame, m.ID)
+			return fmt.Errorf("%w: pull of unknown transfer %d", proto.ErrFrame, f.Xfer)
 		}
 		if len(data) > 0 && len(data) <= proto.MaxInline && d.l.canTryWrite() {
 			// Small: in one frame, written here (it never blocks), not
 			// by the writer after a hand-off.
-			return d.l.sendSoon(&proto.Msg{Type: proto.TData, ID: m.ID}, data)
+			_, err := d.l.sendDataSoon(f.Xfer, data)
+			return err
 		}
-		d.l.stream(m.ID, data, false, func(uint64, error) {}) // a failure is the link's, seen by the reader
-	case proto.TData:
+		d.l.stream(f.Xfer, data, false, func(uint64, error) {}) // a failure is the link's, seen by the reader
+	case *proto.Data:
 		in, err := receive(&d.mu, d.pulls, d.l, m)
 		if in == nil {
 			return err
@@ -212,10 +211,26 @@ func (d *device) dispatch(m *proto.Msg) error {
 		// Tell the device the data is in host memory: it holds back telling
 		// other devices about events after this copy until then. These
 		// acknowledgements go out in the order the data came.
-		return d.l.sendSoon(&proto.Msg{Type: proto.TXferDone, ID: m.ID}, nil) // the reader may: it never blocks
+		return d.l.sendSoon(&proto.XferDone{Xfer: f.Xfer}) // the reader may: it never blocks
 	default:
 		return fmt.Errorf("%w: unexpected %s frame from the device", proto.ErrFrame, m.Type)
 	}
+	return nil
+}
+
+// answer completes the call req with r.
+func (d *device) answer(req uint64, r proto.Reply, t proto.Type) error {
+	d.mu.Lock()
+	c := d.calls[req]
+	delete(d.calls, req)
+	if c != nil {
+		d.dropXfers(c.xfers)
+	}
+	d.mu.Unlock()
+	if c == nil {
+		return fmt.Errorf("%w: %s for unknown request %d", proto.ErrFrame, t, req)
+	}
+	c.ch <- r
 	return nil
 }
 
@@ -255,11 +270,32 @@ func (d *device) lose(cause error) {
 	d.l.fail(err)
 	// The maps are ours now: nothing registers after a loss.
 	for _, c := range calls {
-		c.ch <- withErr(&proto.Msg{Type: proto.TReply}, err)
+		c.ch <- proto.Reply{Status: statusOf(err)}
 	}
 	for _, ev := range events {
 		ev.ev.Fire(err)
 	}
+}
+
+// linkLost is the error of an operation that the link refused with err,
+// called without d.mu: the device's loss once the reader has reported it
+// (it soon does, the link having failed), so that the error says why the
+// device went (a process's exit status, a signal) and not only how the
+// link noticed (a broken pipe).
+func (d *device) linkLost(err error) error {
+	d.mu.Lock()
+	reading := d.reading
+	d.mu.Unlock()
+	if reading {
+		select {
+		case <-d.readerDone:
+		case <-time.After(2 * time.Second):
+		}
+	}
+	if lost := d.Lost(); lost != nil {
+		return lost
+	}
+	return fmt.Errorf("%s: %w: %w", d.name(), plugin.ErrDeviceLost, err)
 }
 
 // Lost reports why the device stopped working, or nil while it works.
@@ -286,40 +322,46 @@ func (d *device) alive() error {
 	return d.aliveLocked()
 }
 
-// request registers a call for m's answer and queues m, under the lock
-// loss takes, then writes it (flushNow: the caller is not a reader);
-// xfers are transfers the answer ends.
-func (d *device) request(m *proto.Msg, xfers []uint64) (chan *proto.Msg, error) {
-	c := &call{ch: make(chan *proto.Msg, 1), xfers: xfers}
+// request registers a call for the answer to the frame that frame(id)
+// makes and queues the frame, under the lock loss takes, then writes it
+// (flushNow: the caller is not a reader); xfers are transfers the answer
+// ends.
+func (d *device) request(frame func(id uint64) proto.Frame, xfers []uint64) (chan proto.Reply, error) {
+	c := &call{ch: make(chan proto.Reply, 1), xfers: xfers}
 	d.mu.Lock()
 	if err := d.aliveLocked(); err != nil {
 		d.mu.Unlock()
 		return nil, err
 	}
 	d.next++
-	m.ID = d.next
-	if err := d.l.put(m, nil); err != nil {
+	id := d.next
+	if err := d.l.put(frame(id)); err != nil {
 		d.mu.Unlock()
-		return nil, fmt.Errorf("%s: %w: %w", d.name(), plugin.ErrDeviceLost, err)
+		return nil, d.linkLost(err)
 	}
-	d.calls[m.ID] = c
+	d.calls[id] = c
 	d.mu.Unlock()
 	d.l.flushNow()
 	return c.ch, nil
 }
 
-// call sends a request and waits for its reply, or for the device's loss.
-func (d *device) call(m *proto.Msg) (*proto.Msg, error) {
-	ch, err := d.request(m, nil)
+// request numbers: what a request's id goes in.
+func infoReq(id uint64) proto.Frame  { return &proto.Info{Req: id} }
+func clockReq(id uint64) proto.Frame { return &proto.Clock{Req: id} }
+
+// call sends a request (infoReq, clockReq) and waits for its reply, or
+// for the device's loss.
+func (d *device) call(frame func(id uint64) proto.Frame) (proto.Reply, error) {
+	ch, err := d.request(frame, nil)
 	if err != nil {
-		return nil, err
+		return proto.Reply{}, err
 	}
 	r := <-ch
-	if err := decodeErr(r.Code, r.Text); err != nil {
+	if err := statusErr(r.Status); err != nil {
 		if errors.Is(err, plugin.ErrDeviceLost) {
-			return nil, err
+			return proto.Reply{}, err
 		}
-		return nil, fmt.Errorf("%s: %w", d.name(), err)
+		return proto.Reply{}, fmt.Errorf("%s: %w", d.name(), err)
 	}
 	return r, nil
 }
@@ -327,7 +369,7 @@ func (d *device) call(m *proto.Msg) (*proto.Msg, error) {
 func (d *device) Info() plugin.Info { return d.info }
 
 func (d *device) fetchInfo() error {
-	r, err := d.call(&proto.Msg{Type: proto.TInfo})
+	r, err := d.call(infoReq)
 	if err != nil {
 		return err
 	}
@@ -388,7 +430,7 @@ func (d *device) Alloc(size int64) (plugin.Ptr, error) {
 	}
 	p := d.vnext
 	d.vnext += plugin.Ptr((max(size, 1) + 4095) &^ 4095)
-	if err := d.l.put(&proto.Msg{Type: proto.TAlloc, Ptr: uint64(p), Ptr2: 1, Size: uint64(size)}, nil); err != nil {
+	if err := d.l.put(&proto.Alloc{Ptr: uint64(p), Size: uint64(size)}); err != nil {
 		return 0, fmt.Errorf("%s: %w: %w", d.name(), plugin.ErrDeviceLost, err)
 	}
 	d.sizes[p] = size
@@ -407,7 +449,7 @@ func (d *device) seeAllocs() error {
 	if n == 0 {
 		return nil
 	}
-	if _, err := d.call(&proto.Msg{Type: proto.TInfo}); err != nil {
+	if _, err := d.call(infoReq); err != nil {
 		return err
 	}
 	d.mu.Lock()
@@ -433,7 +475,7 @@ func (d *device) Free(p plugin.Ptr) error {
 	if !ok {
 		return fmt.Errorf("%s: %w: free of %#x, which is not the start of a live allocation", d.name(), plugin.ErrBadPointer, uint64(p))
 	}
-	if err := d.l.put(&proto.Msg{Type: proto.TFree, Ptr: uint64(p), Ptr2: 1}, nil); err != nil {
+	if err := d.l.put(&proto.Free{Ptr: uint64(p)}); err != nil {
 		return fmt.Errorf("%s: %w: %w", d.name(), plugin.ErrDeviceLost, err)
 	}
 	d.inUse -= size
@@ -460,12 +502,8 @@ func (d *device) forgetLocked(ev *event) {
 	if len(d.forget) < 512 {
 		return
 	}
-	batch := make([]byte, 0, 8*len(d.forget))
-	for _, id := range d.forget {
-		batch = binary.LittleEndian.AppendUint64(batch, id)
-	}
+	d.l.send(&proto.Forget{Events: d.forget}) // encoded now; a failure is the link's, seen by the reader
 	d.forget = d.forget[:0]
-	d.l.send(&proto.Msg{Type: proto.TForget}, batch) // a failure is the link's, seen by the reader
 }
 
 // CanWait reports whether d's queues can wait on ev themselves: events of d,
@@ -498,7 +536,7 @@ func (d *device) Close() error {
 	d.closed = true
 	reading, lost := d.reading, d.lost != nil
 	d.mu.Unlock()
-	d.l.send(&proto.Msg{Type: proto.TExit}, nil)
+	d.l.send(&proto.Exit{})
 	d.l.close(closeTimeout)
 	forgetIntroductions(d)
 	if d.side != nil {

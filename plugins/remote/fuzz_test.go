@@ -61,7 +61,7 @@ func tame(data []byte) []byte {
 
 func FuzzSession(f *testing.F) {
 	f.Add(frames(
-		&proto.Msg{Type: proto.TAlloc, ID: 1, Size: 64},
+		&proto.Msg{Type: proto.TAlloc, Ptr: 1 << 20, Size: 64},
 		&proto.Msg{Type: proto.TSubmit, Queue: 1, ID: 2, Ptr: 1 << 20, Size: 4, Payload: []byte{1, 2, 3, 4}},
 		&proto.Msg{Type: proto.TRetrieve, Queue: 1, ID: 3, Ptr: 1 << 20, Size: 4},
 		&proto.Msg{Type: proto.TRecord, Queue: 1, ID: 4},
@@ -69,10 +69,10 @@ func FuzzSession(f *testing.F) {
 		&proto.Msg{Type: proto.TSync, Queue: 2, ID: 5},
 	))
 	f.Add(frames(
-		&proto.Msg{Type: proto.TSubmit, Queue: 1, ID: 2, Ptr: 8, Size: 1 << 20, Ptr2: 1},
+		&proto.Msg{Type: proto.TSubmitPulled, Queue: 1, ID: 2, Ptr: 8, Size: 1 << 20},
 		&proto.Msg{Type: proto.TData, ID: 2, Payload: []byte{1}},
 		&proto.Msg{Type: proto.TNotify, ID: 9, Ptr: 3, Kernel: 1},
-		&proto.Msg{Type: proto.TWait, Queue: 3, Ptr2: 1, Kernel: 1, Ptr: 3},
+		&proto.Msg{Type: proto.TWaitPeer, Queue: 3, Kernel: 1, Ptr: 3},
 		&proto.Msg{Type: proto.TForget, Payload: u64s(4, 9, 1<<63)},
 		&proto.Msg{Type: proto.TExchange, Queue: 1, Ptr: 8, Ptr2: 16, Size: 1 << 40},
 		&proto.Msg{Type: proto.TLaunch, Queue: 1, Kernel: 7, Payload: []byte{0, 0, 0, 0}},
@@ -83,15 +83,15 @@ func FuzzSession(f *testing.F) {
 	// (protocol v5), a pushed submit, and acknowledgements that release
 	// held tells.
 	f.Add(frames(
-		&proto.Msg{Type: proto.TAlloc, Ptr: 1 << 20, Ptr2: 1, Size: 64},
-		&proto.Msg{Type: proto.TSubmit, Queue: 1, ID: 2, Ptr: 1 << 20, Size: 64, Ptr2: proto.SubmitPushed},
+		&proto.Msg{Type: proto.TAlloc, Ptr: 1 << 20, Size: 64},
+		&proto.Msg{Type: proto.TSubmitPushed, Queue: 1, ID: 2, Ptr: 1 << 20, Size: 64},
 		&proto.Msg{Type: proto.TData, ID: 2, Payload: make([]byte, 64)},
 		&proto.Msg{Type: proto.TRetrieve, Queue: 1, ID: 3, Ptr: 1 << 20, Size: 64},
 		&proto.Msg{Type: proto.TNotify, ID: 4, Ptr: 3, Kernel: 1},
 		&proto.Msg{Type: proto.TRecord, Queue: 1, ID: 4},
 		&proto.Msg{Type: proto.TXferDone, ID: 3},
-		&proto.Msg{Type: proto.TFree, Ptr: 1 << 20, Ptr2: 1},
-		&proto.Msg{Type: proto.TFree, Ptr: 1 << 20, Ptr2: 1},
+		&proto.Msg{Type: proto.TFree, Ptr: 1 << 20},
+		&proto.Msg{Type: proto.TFree, Ptr: 1 << 20},
 	))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		l, done := startSession(t)
@@ -116,13 +116,13 @@ func FuzzSession(f *testing.F) {
 
 func FuzzPeer(f *testing.F) {
 	f.Add(frames(
-		&proto.Msg{Type: proto.TExchange, ID: 1, Ptr2: 1 << 20, Size: 3},
+		&proto.Msg{Type: proto.TPeerPut, ID: 1, Ptr2: 1 << 20, Size: 3},
 		&proto.Msg{Type: proto.TData, ID: 1, Payload: []byte{1, 2, 3}},
-		&proto.Msg{Type: proto.TEvent, ID: 5, Code: 2, Text: "failed"},
+		&proto.Msg{Type: proto.TPeerEvent, ID: 5, Code: 2, Text: "failed"},
 		&proto.Msg{Type: proto.TXferDone, ID: 1},
 	))
 	f.Add(frames(
-		&proto.Msg{Type: proto.TExchange, ID: 1, Ptr2: 0, Size: 1 << 62},
+		&proto.Msg{Type: proto.TPeerPut, ID: 1, Ptr2: 0, Size: 1 << 62},
 		&proto.Msg{Type: proto.TData, ID: 1, Ptr: 5, Payload: []byte{1}},
 	))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -162,8 +162,8 @@ func FuzzHostDispatch(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		host, dev := socketPair(t)
 		d := newDevice(newLink(host), "local", "fuzz device")
-		ch, _ := d.request(&proto.Msg{Type: proto.TInfo}, nil) // id 1
-		ev, _ := d.NewEvent()                                  // id 2
+		ch, _ := d.request(infoReq, nil) // id 1
+		ev, _ := d.NewEvent()            // id 2
 		ev.(*event).ev.Arm()
 		d.mu.Lock()
 		d.pushes[3] = make([]byte, 10)

@@ -30,7 +30,7 @@ func TestReaderAnswersABatchInOneWrite(t *testing.T) {
 				served <- err
 				return
 			}
-			if err := dev.sendSoon(&proto.Msg{Type: proto.TReply, ID: m.ID}, nil); err != nil {
+			if err := dev.sendSoon(&proto.Reply{Req: m.ID}); err != nil {
 				served <- err
 				return
 			}

@@ -74,12 +74,18 @@ func startLink(t Transport) *link {
 // newLink starts a link on a socket.
 func newLink(conn net.Conn) *link { return startLink(newStreamTransport(conn)) }
 
-// put queues m's frame, without waking the writer: a queue's operations go
-// out together when it records an event or sends a mark.
-func (l *link) put(m *proto.Msg, payload []byte) error { return l.queue(m, payload, false) }
+// put queues f, without waking the writer: a queue's operations go out
+// together when it records an event or sends a mark.
+func (l *link) put(f proto.Frame) error {
+	m := proto.Encode(f)
+	return l.queue(m, m.Payload, false)
+}
 
-// send queues m's frame and wakes the writer.
-func (l *link) send(m *proto.Msg, payload []byte) error { return l.queue(m, payload, true) }
+// send queues f and wakes the writer.
+func (l *link) send(f proto.Frame) error {
+	m := proto.Encode(f)
+	return l.queue(m, m.Payload, true)
+}
 
 // queue appends m's frame to what the writer writes next, waking it if
 // wake is set or the frames pile up.
@@ -156,21 +162,25 @@ func (l *link) writeHere(try bool) {
 	}
 }
 
-// sendSoon queues m's frame (none if m is nil) and writes what is queued at once, without
+// sendSoon queues f (nothing if f is nil) and writes what is queued at once, without
 // blocking, if no one is writing and no bulk transfer is under way; what
 // the other side has no room for yet, and everything when the transport
 // cannot write without blocking, is left to the writer. Any goroutine may
 // call it, a reader of the link included (it never waits for the other
 // side), under any lock: it is how an answer goes out with no hand-off to
 // the writer.
-func (l *link) sendSoon(m *proto.Msg, payload []byte) error {
+func (l *link) sendSoon(f proto.Frame) error {
+	var m *proto.Msg
+	if f != nil {
+		m = proto.Encode(f)
+	}
 	l.mu.Lock()
 	if l.err != nil {
 		l.mu.Unlock()
 		return l.err
 	}
 	if m != nil {
-		l.ctrl = proto.AppendFrame(l.ctrl, m, payload)
+		l.ctrl = proto.AppendFrame(l.ctrl, m, m.Payload)
 	}
 	if l.holding {
 		l.mu.Unlock()
@@ -218,14 +228,14 @@ func (l *link) sendDataSoon(id uint64, data []byte) (seq uint64, err error) {
 	// the writer writes control frames first), before any numbered after.
 	l.seq++
 	seq = l.seq
-	l.ctrl = proto.AppendFrame(l.ctrl, &proto.Msg{Type: proto.TData, ID: id}, data)
+	l.ctrl = proto.AppendFrame(l.ctrl, proto.Encode(&proto.Data{Xfer: id}), data)
 	l.mu.Unlock()
-	return seq, l.sendSoon(nil, nil)
+	return seq, l.sendSoon(nil)
 }
 
-// sendNow queues m's frame and writes it at once as flushNow does.
-func (l *link) sendNow(m *proto.Msg, payload []byte) error {
-	if err := l.put(m, payload); err != nil {
+// sendNow queues f and writes it at once as flushNow does.
+func (l *link) sendNow(f proto.Frame) error {
+	if err := l.put(f); err != nil {
 		return err
 	}
 	l.flushNow()
@@ -414,7 +424,7 @@ func (l *link) live(interval, timeout time.Duration) {
 					return
 				}
 				if w := l.writes.Load(); w == writes {
-					l.send(&proto.Msg{Type: proto.TPing}, nil)
+					l.send(&proto.Ping{})
 				}
 				writes = l.writes.Load()
 			}
@@ -482,11 +492,13 @@ func decodeErr(code uint8, text string) error {
 	return &wireError{text: text, cause: cause}
 }
 
-// withErr fills m's code and text from err.
-func withErr(m *proto.Msg, err error) *proto.Msg {
-	if err != nil {
-		m.Code = errCode(err)
-		m.Text = errText(err) // at most proto.MaxText
+// statusOf is err as an answer carries it.
+func statusOf(err error) proto.Status {
+	if err == nil {
+		return proto.Status{}
 	}
-	return m
+	return proto.Status{Code: errCode(err), Text: errText(err)} // Text: at most proto.MaxText
 }
+
+// statusErr is the error an answer's status carries, or nil.
+func statusErr(st proto.Status) error { return decodeErr(st.Code, st.Text) }

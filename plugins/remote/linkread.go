@@ -61,7 +61,7 @@ func (l *link) release() {
 	}
 	l.holding = false
 	l.mu.Unlock()
-	l.sendSoon(nil, nil)
+	l.sendSoon(nil)
 }
 
 // ReadPayload reads m's payload into dst.

@@ -170,14 +170,14 @@ func TestUnknownEventsNotKept(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.serve() }()
 	l := newLink(host)
-	l.send(&proto.Msg{Type: proto.THello, Text: helloText(plugin.CurrentImage())}, nil)
+	l.send(&proto.Hello{Status: proto.Status{Text: helloText(plugin.CurrentImage())}})
 	if m, err := l.r.ReadMsg(); err != nil || m.Type != proto.THello {
 		t.Fatalf("hello: %v %v", m, err)
 	}
 	for id := uint64(1000); id < 2000; id++ {
-		l.put(&proto.Msg{Type: proto.TWait, Queue: 1, ID: id}, nil)
+		l.put(&proto.Wait{Queue: 1, Event: id})
 	}
-	l.send(&proto.Msg{Type: proto.TSync, Queue: 1, ID: 1}, nil)
+	l.send(&proto.Sync{Queue: 1, Seq: 1})
 	m, err := l.r.ReadMsg()
 	if err != nil || m.Type != proto.TSyncDone || !errors.Is(decodeErr(m.Code, m.Text), plugin.ErrNotRecorded) {
 		t.Fatalf("got %+v %v, want a sync answer with ErrNotRecorded", m, err)
@@ -188,7 +188,7 @@ func TestUnknownEventsNotKept(t *testing.T) {
 	if n != 0 {
 		t.Errorf("the session keeps %d events after waits on unknown ones", n)
 	}
-	l.send(&proto.Msg{Type: proto.TExit}, nil)
+	l.send(&proto.Exit{})
 	if err := <-done; err != nil {
 		t.Errorf("exit: %v", err)
 	}

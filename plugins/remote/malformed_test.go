@@ -38,7 +38,7 @@ func startSession(t *testing.T) (*link, chan error) {
 	done := make(chan error, 1)
 	go func() { done <- newSession(newLink(dev), img, 1).serve() }()
 	l := newLink(host)
-	if err := l.send(&proto.Msg{Type: proto.THello, Text: helloText(img)}, nil); err != nil {
+	if err := l.send(&proto.Hello{Status: proto.Status{Text: helloText(img)}}); err != nil {
 		t.Fatal(err)
 	}
 	m, err := l.r.ReadMsg()
@@ -57,11 +57,13 @@ func TestSessionRefusesMalformedFrames(t *testing.T) {
 		"data for no transfer":       proto.AppendFrame(nil, &proto.Msg{Type: proto.TData, ID: 42}, []byte{1, 2, 3}),
 		"reply sent to device":       proto.AppendFrame(nil, &proto.Msg{Type: proto.TReply, ID: 1}, nil),
 		"inline size mismatch":       proto.AppendFrame(nil, &proto.Msg{Type: proto.TSubmit, Queue: 1, ID: 1, Size: 10}, []byte{1, 2}),
-		"unknown submit mode":        proto.AppendFrame(nil, &proto.Msg{Type: proto.TSubmit, Queue: 1, ID: 1, Size: 1 << 20, Ptr2: 7}, nil),
-		"unanswered free of nothing": proto.AppendFrame(nil, &proto.Msg{Type: proto.TFree, Ptr: 0x1234, Ptr2: 1}, nil),
+		"pulled submit with payload": proto.AppendFrame(nil, &proto.Msg{Type: proto.TSubmitPulled, Queue: 1, ID: 1, Size: 3}, []byte{1, 2, 3}),
+		"free of nothing":            proto.AppendFrame(nil, &proto.Msg{Type: proto.TFree, Ptr: 0x1234}, nil),
+		"wrong-way peer event":       proto.AppendFrame(nil, &proto.Msg{Type: proto.TPeerEvent, ID: 1}, nil),
+		"oversized alloc":            proto.AppendFrame(nil, &proto.Msg{Type: proto.TAlloc, Ptr: 1 << 20, Size: 1<<62 + 1}, nil),
 		"pushed submit reusing a transfer": append(
-			proto.AppendFrame(nil, &proto.Msg{Type: proto.TSubmit, Queue: 1, ID: 1, Size: 1 << 20, Ptr2: proto.SubmitPushed}, nil),
-			proto.AppendFrame(nil, &proto.Msg{Type: proto.TSubmit, Queue: 2, ID: 1, Size: 1 << 20, Ptr2: proto.SubmitPushed}, nil)...),
+			proto.AppendFrame(nil, &proto.Msg{Type: proto.TSubmitPushed, Queue: 1, ID: 1, Size: 1 << 20}, nil),
+			proto.AppendFrame(nil, &proto.Msg{Type: proto.TSubmitPushed, Queue: 2, ID: 1, Size: 1 << 20}, nil)...),
 		"text longer than body": func() []byte {
 			b := proto.AppendFrame(nil, &proto.Msg{Type: proto.TInfo, Text: "abc"}, nil)
 			b[4+42] = 200
@@ -90,9 +92,9 @@ func TestSessionRefusesMalformedFrames(t *testing.T) {
 func TestSessionBadLaunchArguments(t *testing.T) {
 	k := argsK
 	l, done := startSession(t)
-	l.send(&proto.Msg{Type: proto.TLaunch, Queue: 1, Kernel: uint32(k.Index)}, []byte{1, 2, 3})
-	l.send(&proto.Msg{Type: proto.TLaunch, Queue: 1, Kernel: 1 << 30}, nil)
-	l.send(&proto.Msg{Type: proto.TSync, Queue: 1, ID: 7}, nil)
+	l.send(&proto.Launch{Queue: 1, Kernel: uint32(k.Index), Args: []byte{1, 2, 3}})
+	l.send(&proto.Launch{Queue: 1, Kernel: 1 << 30})
+	l.send(&proto.Sync{Queue: 1, Seq: 7})
 	m, err := l.r.ReadMsg()
 	if err != nil || m.Type != proto.TSyncDone || m.ID != 7 {
 		t.Fatalf("got %+v, %v", m, err)
@@ -100,11 +102,11 @@ func TestSessionBadLaunchArguments(t *testing.T) {
 	if err := decodeErr(m.Code, m.Text); !errors.Is(err, proto.ErrFrame) || !strings.Contains(err.Error(), "remote.malformed.k") {
 		t.Errorf("sync error = %v, want the arguments' ErrFrame", err)
 	}
-	l.send(&proto.Msg{Type: proto.TAlloc, ID: 8, Size: 16}, nil)
+	l.send(&proto.Info{Req: 8})
 	if m, err := l.r.ReadMsg(); err != nil || m.Type != proto.TReply || m.ID != 8 || m.Code != 0 {
 		t.Errorf("the session stopped serving: %+v %v", m, err)
 	}
-	l.send(&proto.Msg{Type: proto.TExit}, nil)
+	l.send(&proto.Exit{})
 	if err := <-done; err != nil {
 		t.Errorf("exit: %v", err)
 	}
@@ -119,18 +121,18 @@ func TestSessionPushedSubmit(t *testing.T) {
 	l, done := startSession(t)
 	const size = 3*proto.Fragment + 123
 	const base = 1 << 40
-	l.send(&proto.Msg{Type: proto.TAlloc, Ptr: base, Ptr2: 1, Size: size}, nil)
+	l.send(&proto.Alloc{Ptr: base, Size: size})
 	data := make([]byte, size)
 	for i := range data {
 		data[i] = byte(i * 7)
 	}
 	for round, dst := range []uint64{base, base + 1<<30} { // the second is no device memory
 		id := uint64(10 + round)
-		l.send(&proto.Msg{Type: proto.TSubmit, Queue: 1, ID: id, Ptr: dst, Size: size, Ptr2: proto.SubmitPushed}, nil)
+		l.send(&proto.SubmitPushed{Queue: 1, Xfer: id, Dst: dst, Size: size})
 		if _, err := l.sendData(id, data, false); err != nil {
 			t.Fatal(err)
 		}
-		l.send(&proto.Msg{Type: proto.TSync, Queue: 1, ID: id}, nil)
+		l.send(&proto.Sync{Queue: 1, Seq: id})
 		m, err := l.r.ReadMsg()
 		if err != nil || m.Type != proto.TSyncDone || m.ID != id {
 			t.Fatalf("round %d: got %+v, %v", round, m, err)
@@ -144,7 +146,7 @@ func TestSessionPushedSubmit(t *testing.T) {
 		}
 	}
 	// What came is in place: read the end back, in one frame.
-	l.send(&proto.Msg{Type: proto.TRetrieve, Queue: 1, ID: 20, Ptr: base + size - 100, Size: 100}, nil)
+	l.send(&proto.Retrieve{Queue: 1, Xfer: 20, Src: base + size - 100, Size: 100})
 	m, err := l.r.ReadMsg()
 	if err != nil || m.Type != proto.TData || m.ID != 20 || m.PayloadLen != 100 || m.Payload == nil {
 		t.Fatalf("retrieve: got %+v, %v; want its data in one frame", m, err)
@@ -152,7 +154,7 @@ func TestSessionPushedSubmit(t *testing.T) {
 	if string(m.Payload) != string(data[size-100:]) {
 		t.Error("the retrieved bytes differ from the pushed ones")
 	}
-	l.send(&proto.Msg{Type: proto.TExit}, nil)
+	l.send(&proto.Exit{})
 	if err := <-done; err != nil {
 		t.Errorf("exit: %v", err)
 	}
@@ -169,11 +171,11 @@ func TestHostRefusesMalformedFrames(t *testing.T) {
 		if _, err := l.r.ReadMsg(); err != nil {
 			return
 		}
-		l.send(&proto.Msg{Type: proto.THello, Text: helloText(img)}, nil)
+		l.send(&proto.Hello{Status: proto.Status{Text: helloText(img)}})
 		if _, err := l.r.ReadMsg(); err != nil { // the info request
 			return
 		}
-		l.send(&proto.Msg{Type: proto.TReply, ID: 1, Text: `{"Cores": 1, "PID": 1}`}, nil)
+		l.send(&proto.Reply{Req: 1, Status: proto.Status{Text: `{"Cores": 1, "PID": 1}`}})
 		l.r.ReadMsg() // the launch
 		dev.Write([]byte{0xff, 0xff, 0xff, 0xff, 1, 2, 3})
 	}()

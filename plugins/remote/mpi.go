@@ -189,7 +189,7 @@ func openMPI(arg string) ([]plugin.Device, error) {
 	gen := w.gen
 	w.gen++
 	ctrl, data, _, _ := mpiSessionTags(gen)
-	announce := proto.AppendFrame(nil, &proto.Msg{Type: proto.THello, ID: uint64(gen)}, nil)
+	announce := proto.AppendFrame(nil, proto.Encode(&proto.Announce{Gen: uint64(gen)}), nil)
 	var devs []plugin.Device
 	for i := 0; i < n; i++ {
 		r := w.ranks.rankAt(i)
@@ -265,10 +265,14 @@ func (w *mpiWorld) serve() error {
 		if m.Type == proto.TExit {
 			return nil
 		}
-		if m.Type != proto.THello {
+		if m.Type != proto.TAnnounce {
 			return fmt.Errorf("%w: %s frame among the host's announcements", proto.ErrFrame, m.Type)
 		}
-		ms := &mpiSession{w: w, gen: int(m.ID)}
+		a, err := proto.As[proto.Announce](m)
+		if err != nil || a.Gen > 1<<30 {
+			return fmt.Errorf("%w: announcement of session %d: %v", proto.ErrFrame, a.Gen, err)
+		}
+		ms := &mpiSession{w: w, gen: int(a.Gen)}
 		ms.base.Store(-1)
 		var ctrl, data int
 		ctrl, data, ms.peerCtrl, ms.peerData = mpiSessionTags(ms.gen)
@@ -297,7 +301,11 @@ func (w *mpiWorld) serveRaw(t *mpiTransport) {
 		if err != nil {
 			return
 		}
-		if err := w.e.Raw(w.ranks.host, mpiTagRawData, int(m.Ptr), int(m.Size), m.Code == 1, false); err != nil {
+		f, err := proto.As[proto.RawBench](m)
+		if err == nil {
+			err = w.e.Raw(w.ranks.host, mpiTagRawData, int(f.N), int(f.Size), f.Stream, false)
+		}
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "goffload device (MPI rank %d): raw baseline: %v\n", w.e.Rank(), err)
 		}
 	}
@@ -317,11 +325,7 @@ func MPIRaw(i, n, size int, stream bool) error {
 		return fmt.Errorf("MPIRaw: no device rank %d in a job of %d ranks", i, w.ranks.size)
 	}
 	r := w.ranks.rankAt(i)
-	code := uint8(0)
-	if stream {
-		code = 1
-	}
-	cmd := proto.AppendFrame(nil, &proto.Msg{Type: proto.TPing, Ptr: uint64(n), Size: uint64(size), Code: code}, nil)
+	cmd := proto.AppendFrame(nil, proto.Encode(&proto.RawBench{N: uint64(n), Size: uint64(size), Stream: stream}), nil)
 	if err := w.e.Send(r, mpiTagBench, cmd).Wait(nil); err != nil {
 		return err
 	}
@@ -414,7 +418,7 @@ func FinishMPI() error {
 	}
 	w.done = true
 	var exits []*mpi.Req
-	exit := proto.AppendFrame(nil, &proto.Msg{Type: proto.TExit}, nil)
+	exit := proto.AppendFrame(nil, proto.Encode(&proto.Exit{}), nil)
 	for r := 0; r < w.ranks.size; r++ {
 		if r != w.ranks.host {
 			exits = append(exits, w.e.Send(r, mpiTagOpen, exit))

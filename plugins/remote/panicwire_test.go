@@ -18,7 +18,7 @@ func TestPanicOnTheWire(t *testing.T) {
 	for _, stack := range []string{kp.Stack, strings.Repeat("main.k()\n\t/src/k.go:3 +0x1\n", 10000)} {
 		kp.Stack = stack
 		sent := fmt.Errorf("local device 0 (pid 1): %w", kp)
-		m := withErr(&proto.Msg{}, sent)
+		m := statusOf(sent)
 		if len(m.Text) > proto.MaxText {
 			t.Fatalf("text of %d bytes, over MaxText", len(m.Text))
 		}
@@ -44,7 +44,7 @@ func TestPanicOnTheWire(t *testing.T) {
 // the text, and the error's own text never holds the marker.
 func FuzzDecodeErr(f *testing.F) {
 	kp := &plugin.KernelPanic{Kernel: "k", Value: "v", At: "k.go:3", Stack: "main.k()\n"}
-	f.Add(uint8(0), withErr(&proto.Msg{}, fmt.Errorf("device 1: %w", kp)).Text)
+	f.Add(uint8(0), statusOf(fmt.Errorf("device 1: %w", kp)).Text)
 	f.Add(uint8(1), "plain text")
 	f.Add(uint8(2), "x"+panicMark+"{\"kernel\":")
 	f.Add(uint8(3), panicMark+panicMark+"{}")

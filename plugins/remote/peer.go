@@ -201,8 +201,7 @@ func (ps *peers) tell(num int, id uint64, err error) {
 // without blocking (the waiting device hears a hand-off sooner), else by
 // the writer.
 func (ps *peers) send(p *peer, num int, id uint64, err error) {
-	m := withErr(&proto.Msg{Type: proto.TEvent, ID: id}, err)
-	if err2 := p.l.sendSoon(m, nil); err2 != nil {
+	if err2 := p.l.sendSoon(&proto.PeerEvent{Wait: id, Status: statusOf(err)}); err2 != nil {
 		fmt.Fprintf(os.Stderr, "goffload device %d: cannot tell device %d that event %d fired: %v\n", ps.s.num, num, id, err2)
 	}
 }
@@ -241,7 +240,7 @@ func (ps *peers) exchange(num int, dst plugin.Ptr, src []byte) error {
 	id := p.next
 	p.waiting[id] = ch
 	p.mu.Unlock()
-	if err := p.l.send(&proto.Msg{Type: proto.TExchange, ID: id, Ptr2: uint64(dst), Size: uint64(len(src))}, nil); err != nil {
+	if err := p.l.send(&proto.PeerPut{Xfer: id, Dst: uint64(dst), Size: uint64(len(src))}); err != nil {
 		return fmt.Errorf("%w: link to device %d: %v", plugin.ErrDeviceLost, num, err)
 	}
 	if _, err := p.l.sendData(id, src, false); err != nil {
@@ -287,39 +286,40 @@ func (ps *peers) serve(p *peer) error {
 		if err != nil {
 			return err
 		}
-		switch m.Type {
-		case proto.TExchange:
-			if m.Size > 1<<62 {
-				return fmt.Errorf("%w: exchange of %d bytes", proto.ErrFrame, m.Size)
-			}
-			b, err := ps.s.mem.Bytes(plugin.Ptr(m.Ptr2), int64(m.Size))
-			in := &incoming{dst: b, size: int(m.Size), done: make(chan struct{})}
+		fr, err := proto.Parse(m)
+		if err != nil {
+			return err
+		}
+		switch f := fr.(type) {
+		case *proto.PeerPut:
+			b, err := ps.s.mem.Bytes(plugin.Ptr(f.Dst), int64(f.Size))
+			in := &incoming{dst: b, size: int(f.Size), done: make(chan struct{})}
 			if err != nil { // skip the data as it comes, then refuse it
-				in = &incoming{size: int(m.Size), err: err, done: make(chan struct{})}
+				in = &incoming{size: int(f.Size), err: err, done: make(chan struct{})}
 			}
-			if m.Size == 0 {
-				p.l.send(withErr(&proto.Msg{Type: proto.TXferDone, ID: m.ID}, in.err), nil)
+			if f.Size == 0 {
+				p.l.send(&proto.XferDone{Xfer: f.Xfer, Status: statusOf(in.err)})
 				continue
 			}
 			p.mu.Lock()
-			p.in[m.ID] = in
+			p.in[f.Xfer] = in
 			p.mu.Unlock()
-		case proto.TData:
+		case *proto.Data:
 			in, err := receive(&p.mu, p.in, p.l, m)
 			if err != nil {
 				return err
 			}
 			if in != nil {
-				p.l.send(withErr(&proto.Msg{Type: proto.TXferDone, ID: m.ID}, in.err), nil)
+				p.l.send(&proto.XferDone{Xfer: f.Xfer, Status: statusOf(in.err)})
 			}
-		case proto.TEvent:
-			ps.fired(p.num, m.ID, decodeErr(m.Code, m.Text))
-		case proto.TXferDone:
-			ch, _ := take(&p.mu, p.waiting, m.ID)
+		case *proto.PeerEvent:
+			ps.fired(p.num, f.Wait, statusErr(f.Status))
+		case *proto.XferDone:
+			ch, _ := take(&p.mu, p.waiting, f.Xfer)
 			if ch == nil {
-				return fmt.Errorf("%w: confirmation of unknown exchange %d", proto.ErrFrame, m.ID)
+				return fmt.Errorf("%w: confirmation of unknown exchange %d", proto.ErrFrame, f.Xfer)
 			}
-			ch <- decodeErr(m.Code, m.Text)
+			ch <- statusErr(f.Status)
 		default:
 			return fmt.Errorf("%w: unexpected %s frame from device %d", proto.ErrFrame, m.Type, p.num)
 		}

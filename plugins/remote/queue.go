@@ -22,7 +22,7 @@ type queue struct {
 	// mark a Query sent, if it has not been answered; held is an error a
 	// mark answered that is not reported yet.
 	dirty bool
-	query chan *proto.Msg
+	query chan proto.Reply
 	held  error
 	// waited says a wait or a retrieve was sent since the last
 	// Synchronize: submits then are pulled, so they read host memory when
@@ -47,25 +47,26 @@ func pastWaits(evs []*event) {
 	}
 }
 
-// enqueue queues m for the device under d.mu, after reg (if set), which
-// registers what m's answer needs (and may number m), without waking the
-// link's writer.
-func (q *queue) enqueue(m *proto.Msg, payload []byte, reg func(d *device)) error {
+// enqueue queues f, an operation of q, for the device under d.mu, after
+// reg (if set), which registers what f's answer needs (and may number f),
+// without waking the link's writer.
+func (q *queue) enqueue(f proto.Frame, reg func(d *device)) error {
 	if q.closed {
 		return fmt.Errorf("%s: %w: queue is closed", q.d.name(), plugin.ErrBadHandle)
 	}
 	d := q.d
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if err := d.aliveLocked(); err != nil {
+		d.mu.Unlock()
 		return err
 	}
-	m.Queue = q.id
 	if reg != nil {
 		reg(d)
 	}
-	if err := d.l.put(m, payload); err != nil {
-		return fmt.Errorf("%s: %w: %w", d.name(), plugin.ErrDeviceLost, err)
+	err := d.l.put(f)
+	d.mu.Unlock()
+	if err != nil {
+		return d.linkLost(err)
 	}
 	q.dirty = true
 	return nil
@@ -82,24 +83,26 @@ func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
-	m := &proto.Msg{Type: proto.TSubmit, Ptr: uint64(dst), Size: uint64(len(src))}
 	if len(src) <= proto.MaxInline && !q.waited {
-		return q.enqueue(m, src, nil)
+		return q.enqueue(&proto.Submit{Queue: q.id, Dst: uint64(dst), Data: src}, nil)
 	}
 	if q.idle() {
 		// Every earlier operation of the queue is done, and host memory
 		// may be read now: the data follows the frame at once, and the
 		// device reads it straight into place.
-		m.Ptr2 = proto.SubmitPushed
-		var id uint64
-		if err := q.enqueueXfer(m, func(d *device, x uint64) { id = x }); err != nil {
+		f := &proto.SubmitPushed{Queue: q.id, Dst: uint64(dst), Size: uint64(len(src))}
+		if err := q.enqueue(f, func(d *device) { f.Xfer = q.xfer(d) }); err != nil {
 			return err
 		}
-		q.d.l.stream(id, src, false, func(uint64, error) {}) // a failure is the link's, seen by the reader
+		q.d.l.stream(f.Xfer, src, false, func(uint64, error) {}) // a failure is the link's, seen by the reader
 		return nil
 	}
-	m.Ptr2 = proto.SubmitPulled // pulled when the device's queue reaches it
-	return q.enqueueXfer(m, func(d *device, id uint64) { d.pushes[id] = src })
+	// Pulled when the device's queue reaches it.
+	f := &proto.SubmitPulled{Queue: q.id, Dst: uint64(dst), Size: uint64(len(src))}
+	return q.enqueue(f, func(d *device) {
+		f.Xfer = q.xfer(d)
+		d.pushes[f.Xfer] = src
+	})
 }
 
 // idle reports whether every operation sent on q is known done, and q
@@ -107,22 +110,16 @@ func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
 // the last word, and nothing was queued after it.
 func (q *queue) idle() bool { return !q.dirty && !q.waited && q.query == nil && q.held == nil }
 
-// enqueueXfer queues transfer m, numbered and registered by reg under d.mu
-// before it is queued.
-func (q *queue) enqueueXfer(m *proto.Msg, reg func(d *device, id uint64)) error {
-	return q.enqueue(m, nil, func(d *device) {
-		m.ID = q.xfer(d)
-		reg(d, m.ID)
-	})
-}
-
 func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	m := &proto.Msg{Type: proto.TRetrieve, Ptr: uint64(src), Size: uint64(len(dst))}
+	f := &proto.Retrieve{Queue: q.id, Src: uint64(src), Size: uint64(len(dst))}
 	q.waited = true // a later submit may read what this writes
-	return q.enqueueXfer(m, func(d *device, id uint64) { d.pulls[id] = &incoming{dst: dst, size: len(dst)} })
+	return q.enqueue(f, func(d *device) {
+		f.Xfer = q.xfer(d)
+		d.pulls[f.Xfer] = &incoming{dst: dst, size: len(dst)}
+	})
 }
 
 func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) error {
@@ -141,7 +138,7 @@ func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) 
 			return fmt.Errorf("%s: exchange to %s: %w", q.d.name(), other.name(), err)
 		}
 	}
-	return q.enqueue(&proto.Msg{Type: proto.TExchange, Ptr: uint64(src), Ptr2: uint64(dstPtr), Size: uint64(size), Kernel: uint32(other.num)}, nil, nil)
+	return q.enqueue(&proto.Exchange{Queue: q.id, Src: uint64(src), Dst: uint64(dstPtr), Size: uint64(size), Peer: uint32(other.num)}, nil)
 }
 
 func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
@@ -159,7 +156,7 @@ func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
 	if len(b) > proto.MaxInline {
 		return fmt.Errorf("%s: %w: kernel %q arguments take %d bytes, more than %d", q.d.name(), plugin.ErrBadKernel, k.Name, len(b), proto.MaxInline)
 	}
-	return q.enqueue(&proto.Msg{Type: proto.TLaunch, Kernel: uint32(k.Index)}, b, nil)
+	return q.enqueue(&proto.Launch{Queue: q.id, Kernel: uint32(k.Index), Args: b}, nil)
 }
 
 func (q *queue) Record(e plugin.Event) error {
@@ -173,7 +170,7 @@ func (q *queue) Record(e plugin.Event) error {
 	if err := ev.ev.Arm(); err != nil {
 		return fmt.Errorf("%s: %w", q.d.name(), err)
 	}
-	err := q.enqueue(&proto.Msg{Type: proto.TRecord, ID: ev.id}, nil, func(d *device) {
+	err := q.enqueue(&proto.Record{Queue: q.id, Event: ev.id}, func(d *device) {
 		ev.implies, q.waitedOn = q.waitedOn, nil
 		ev.xfers, q.xfers = q.xfers, nil
 	})
@@ -209,7 +206,7 @@ func (q *queue) Wait(e plugin.Event) error {
 		q.waited, q.dirty = true, true
 		// Queued under d.mu after the check: the batch that makes the device
 		// forget the event goes out after this wait.
-		return d.l.put(&proto.Msg{Type: proto.TWait, Queue: q.id, ID: ev.id}, nil)
+		return d.l.put(&proto.Wait{Queue: q.id, Event: ev.id})
 	}
 	// Another device process's event: it tells ours over their peer link
 	// when it fires, and the host is not in between.
@@ -228,22 +225,22 @@ func (q *queue) Wait(e plugin.Event) error {
 	}
 	o.next++
 	wait := o.next
-	err := o.l.send(&proto.Msg{Type: proto.TNotify, ID: ev.id, Ptr: wait, Kernel: uint32(q.d.num)}, nil)
+	err := o.l.send(&proto.Notify{Event: ev.id, Wait: wait, Peer: uint32(q.d.num)})
 	o.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("%s: wait on %s: %w: %w", q.d.name(), o.name(), plugin.ErrDeviceLost, err)
 	}
 	q.waitedOn = append(q.waitedOn, ev)
 	q.waited = true
-	return q.enqueue(&proto.Msg{Type: proto.TWait, Ptr2: 1, Kernel: uint32(o.num), Ptr: wait}, nil, nil)
+	return q.enqueue(&proto.WaitPeer{Queue: q.id, Peer: uint32(o.num), Wait: wait}, nil)
 }
 
 // mark sends a sync mark and returns the channel its answer comes on.
-func (q *queue) mark() (chan *proto.Msg, error) {
+func (q *queue) mark() (chan proto.Reply, error) {
 	if q.closed {
 		return nil, fmt.Errorf("%s: %w: queue is closed", q.d.name(), plugin.ErrBadHandle)
 	}
-	ch, err := q.d.request(&proto.Msg{Type: proto.TSync, Queue: q.id}, q.xfers)
+	ch, err := q.d.request(func(seq uint64) proto.Frame { return &proto.Sync{Queue: q.id, Seq: seq} }, q.xfers)
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +255,7 @@ func (q *queue) hold(err error) {
 	}
 }
 
-func answer(m *proto.Msg) error { return decodeErr(m.Code, m.Text) }
+func answer(r proto.Reply) error { return statusErr(r.Status) }
 
 func (q *queue) Synchronize() error {
 	if q.query != nil { // a Query's mark is out: its answer comes first
@@ -315,7 +312,7 @@ func (q *queue) Close() error {
 	err := q.Synchronize()
 	q.d.mu.Lock()
 	if q.d.aliveLocked() == nil {
-		q.d.l.send(&proto.Msg{Type: proto.TCloseQueue, Queue: q.id}, nil)
+		q.d.l.send(&proto.CloseQueue{Queue: q.id})
 	} else if errors.Is(err, plugin.ErrDeviceLost) {
 		err = nil // the loss was reported by the operations it failed
 	}

@@ -1,7 +1,6 @@
 package remote
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -177,22 +176,26 @@ func (s *session) hello() error {
 	if m.Type != proto.THello {
 		return s.refuse(fmt.Errorf("want hello, got %s", m.Type))
 	}
-	h, err := parseHello(m.Text)
+	f, err := proto.As[proto.Hello](m)
+	if err != nil {
+		return s.refuse(err)
+	}
+	h, err := parseHello(f.Text)
 	if err != nil {
 		return s.refuse(err)
 	}
 	if err := checkImage(h, s.img, "device"); err != nil {
 		return s.refuse(err)
 	}
-	s.num = int(m.Kernel)
+	s.num = int(f.Num)
 	if s.helloed != nil {
 		s.helloed(s.num)
 	}
-	return s.l.send(&proto.Msg{Type: proto.THello, Text: mine}, nil)
+	return s.l.send(&proto.Hello{Status: proto.Status{Text: mine}})
 }
 
 func (s *session) refuse(err error) error {
-	s.l.send(withErr(&proto.Msg{Type: proto.THello, Text: helloText(s.img)}, err), nil)
+	s.l.send(&proto.Hello{Status: statusOf(err)})
 	return err
 }
 
@@ -228,56 +231,56 @@ func (s *session) newEvent(id uint64) *opqueue.Event {
 }
 
 func (s *session) reply(id uint64, value uint64, text string, err error) error {
-	m := &proto.Msg{Type: proto.TReply, ID: id, Ptr: value, Text: text}
-	return s.l.send(withErr(m, err), nil)
+	st := statusOf(err)
+	if err == nil {
+		st.Text = text
+	}
+	return s.l.send(&proto.Reply{Req: id, Value: value, Status: st})
 }
 
 // handle serves one frame for the reader of generation gen. Its error
 // ends the session (a broken stream); errors of operations go back to the
 // host.
 func (s *session) handle(m *proto.Msg, gen uint64) error {
-	switch m.Type {
-	case proto.TAlloc:
-		if m.Ptr2 == 1 { // at the address the host chose; no answer: a failure shows where the memory is used
-			if m.Size > 1<<62 {
-				return fmt.Errorf("%w: allocation of %d bytes", proto.ErrFrame, m.Size)
-			}
-			if err := s.mem.AllocAt(plugin.Ptr(m.Ptr), int64(m.Size)); err != nil && !errors.Is(err, plugin.ErrOutOfMemory) {
-				return fmt.Errorf("%w: %w", proto.ErrFrame, err)
-			}
-			return nil
+	fr, err := proto.Parse(m)
+	if err != nil {
+		return err
+	}
+	switch f := fr.(type) {
+	case *proto.Alloc: // at the address the host chose; no answer: a failure shows where the memory is used
+		if err := s.mem.AllocAt(plugin.Ptr(f.Ptr), int64(f.Size)); err != nil && !errors.Is(err, plugin.ErrOutOfMemory) {
+			return fmt.Errorf("%w: %w", proto.ErrFrame, err)
 		}
-		p, err := s.mem.Alloc(int64(m.Size))
-		return s.reply(m.ID, uint64(p), "", err)
-	case proto.TFree:
-		err := s.mem.Free(plugin.Ptr(m.Ptr))
-		if m.Ptr2 == 1 { // no answer: the host frees only the allocations it made
-			if err != nil {
-				return fmt.Errorf("%w: %w", proto.ErrFrame, err)
-			}
-			return nil
+		return nil
+	case *proto.Free: // no answer: the host frees only the allocations it made
+		if err := s.mem.Free(plugin.Ptr(f.Ptr)); err != nil {
+			return fmt.Errorf("%w: %w", proto.ErrFrame, err)
 		}
-		return s.reply(m.ID, 0, "", err)
-	case proto.TInfo:
+		return nil
+	case *proto.Info:
 		b, _ := json.Marshal(s.info())
-		return s.reply(m.ID, 0, string(b), nil)
-	case proto.TCloseQueue:
+		return s.reply(f.Req, 0, string(b), nil)
+	case *proto.CloseQueue:
 		s.mu.Lock()
-		q := s.queues[m.Queue]
-		delete(s.queues, m.Queue)
-		delete(s.tags, m.Queue)
+		q := s.queues[f.Queue]
+		delete(s.queues, f.Queue)
+		delete(s.tags, f.Queue)
 		s.mu.Unlock()
 		if q != nil {
 			go q.Close()
 		}
 		return nil
-	case proto.TSubmit:
-		return s.submit(m)
-	case proto.TData:
+	case *proto.Submit:
+		return s.submitInline(f)
+	case *proto.SubmitPulled:
+		return s.submitPulled(f)
+	case *proto.SubmitPushed:
+		return s.submitPushed(f)
+	case *proto.Data:
 		return s.data(m)
-	case proto.TRetrieve:
-		q, id, src, size := s.queue(m.Queue), m.ID, plugin.Ptr(m.Ptr), int64(m.Size)
-		timed := s.timer(m, plugin.OpRetrieve, size)
+	case *proto.Retrieve:
+		q, id, src, size := s.queue(f.Queue), f.Xfer, plugin.Ptr(f.Src), int64(f.Size)
+		timed := s.timer(f.Queue, plugin.OpRetrieve, 0, size)
 		// A small retrieve's data goes in one frame, written without
 		// blocking by whoever runs it: on an idle queue the reader itself,
 		// else the queue's goroutine (not the writer, after a hand-off).
@@ -289,96 +292,33 @@ func (s *session) handle(m *proto.Msg, gen uint64) error {
 			}
 		}
 		return q.DoTimed(func() error { return s.retrieve(id, src, size, small) }, timed)
-	case proto.TXferDone: // the host has a retrieve's data
+	case *proto.XferDone: // the host has a retrieve's data
 		s.ack()
 		return nil
-	case proto.TExchange:
-		q, src, dst, size := s.queue(m.Queue), plugin.Ptr(m.Ptr), plugin.Ptr(m.Ptr2), int64(m.Size)
-		timed := s.timer(m, plugin.OpExchange, size)
-		if peer := int(m.Kernel); peer != s.num {
-			return q.DoTimed(func() error {
-				from, err := s.mem.Bytes(src, size)
-				if err != nil {
-					return err
-				}
-				if err := s.peers.exchange(peer, dst, from); err != nil {
-					return fmt.Errorf("exchange to device %d: %w", peer, err)
-				}
-				return nil
-			}, timed)
-		}
-		return q.DoTimed(func() error {
-			from, err := s.mem.Bytes(src, size)
-			if err != nil {
-				return err
-			}
-			to, err := s.mem.Bytes(dst, size)
-			if err != nil {
-				return err
-			}
-			copy(to, from)
-			return nil
-		}, timed)
-	case proto.TLaunch:
-		return s.launch(m, gen)
-	case proto.TRecord:
-		ev, id := s.newEvent(m.ID), m.ID
-		if ev == nil {
-			return s.queue(m.Queue).Do(func() error { return fmt.Errorf("%w: record: event %d is recorded already", plugin.ErrBadHandle, id) })
-		}
-		ev.Arm()
-		fire := func(failed error) error {
-			s.xmu.Lock()
-			need := s.sent // peers hear of the event once the host has this data
-			s.needs[id] = need
-			s.xmu.Unlock()
-			ev.Fire(failed)
-			s.xmu.Lock()
-			waiting := s.notifies[id]
-			delete(s.notifies, id)
-			s.xmu.Unlock()
-			for _, n := range waiting {
-				s.tell(n, failed, need)
-			}
-			return s.l.sendSoon(withErr(&proto.Msg{Type: proto.TEvent, ID: id}, failed), nil)
-		}
-		return s.queue(m.Queue).MarkHere(false, fire)
-	case proto.TWait:
-		q := s.queue(m.Queue)
-		timed := s.timer(m, plugin.OpWait, 0)
-		if m.Ptr2 == 1 { // another device's event: that device tells us when it fires
-			return q.WaitTimed(s.peers.event(int(m.Kernel), m.Ptr), timed)
-		}
-		ev, id := s.event(m.ID), m.ID
+	case *proto.Exchange:
+		return s.exchange(f)
+	case *proto.Launch:
+		return s.launch(f, gen)
+	case *proto.Record:
+		return s.record(f)
+	case *proto.Wait:
+		q, id := s.queue(f.Queue), f.Event
+		timed := s.timer(f.Queue, plugin.OpWait, 0, 0)
+		ev := s.event(id)
 		if ev == nil {
 			return q.Do(func() error { return fmt.Errorf("wait on event %d: %w", id, plugin.ErrNotRecorded) })
 		}
 		return q.WaitTimed(ev, timed)
-	case proto.TNotify:
-		ev, id, n := s.event(m.ID), m.ID, notify{peer: int(m.Kernel), wait: m.Ptr}
-		if ev == nil {
-			s.tell(n, fmt.Errorf("wait on event %d of device %d: %w", id, s.num, plugin.ErrNotRecorded), 0)
-			return nil
-		}
-		s.xmu.Lock()
-		fired, err := ev.Query()
-		if !fired { // the record tells the peer when it fires
-			s.notifies[id] = append(s.notifies[id], n)
-			s.xmu.Unlock()
-			return nil
-		}
-		need := s.needs[id]
-		s.xmu.Unlock()
-		s.tell(n, err, need)
+	case *proto.WaitPeer: // another device's event: that device tells us when it fires
+		timed := s.timer(f.Queue, plugin.OpWait, 0, 0)
+		return s.queue(f.Queue).WaitTimed(s.peers.event(int(f.Peer), f.Wait), timed)
+	case *proto.Notify:
+		s.notify(f)
 		return nil
-	case proto.TForget:
-		if len(m.Payload)%8 != 0 || m.PayloadLen != len(m.Payload) {
-			return fmt.Errorf("%w: forget list of %d bytes", proto.ErrFrame, m.PayloadLen)
-		}
+	case *proto.Forget:
 		s.mu.Lock()
 		s.xmu.Lock()
-		for b := m.Payload; len(b) >= 8; b = b[8:] {
-			id := binary.LittleEndian.Uint64(b)
+		for _, id := range f.Events {
 			delete(s.events, id)
 			delete(s.needs, id)
 			delete(s.notifies, id)
@@ -386,31 +326,107 @@ func (s *session) handle(m *proto.Msg, gen uint64) error {
 		s.xmu.Unlock()
 		s.mu.Unlock()
 		return nil
-	case proto.TTag:
-		s.tag(m)
+	case *proto.Tag:
+		s.tag(f)
 		return nil
-	case proto.TClock:
-		return s.reply(m.ID, uint64(deviceClock(time.Now())), "", nil)
-	case proto.TSync:
-		qid, seq := m.Queue, m.ID
+	case *proto.Clock:
+		return s.reply(f.Req, uint64(deviceClock(time.Now())), "", nil)
+	case *proto.Sync:
+		qid, seq := f.Queue, f.Seq
 		answer := func(failed error) error {
-			return s.l.sendSoon(withErr(&proto.Msg{Type: proto.TSyncDone, Queue: qid, ID: seq}, failed), nil)
+			return s.l.sendSoon(&proto.SyncDone{Queue: qid, Seq: seq, Status: statusOf(failed)})
 		}
 		return s.queue(qid).MarkHere(true, answer)
 	}
 	return fmt.Errorf("%w: unexpected %s frame from the host", proto.ErrFrame, m.Type)
 }
 
-func (s *session) launch(m *proto.Msg, gen uint64) error {
-	q := s.queue(m.Queue)
-	if int(m.Kernel) >= len(s.img.Kernels) {
-		n := m.Kernel
+// exchange copies within the device, or to a peer device.
+func (s *session) exchange(f *proto.Exchange) error {
+	q, src, dst, size := s.queue(f.Queue), plugin.Ptr(f.Src), plugin.Ptr(f.Dst), int64(f.Size)
+	timed := s.timer(f.Queue, plugin.OpExchange, 0, size)
+	if peer := int(f.Peer); peer != s.num {
+		return q.DoTimed(func() error {
+			from, err := s.mem.Bytes(src, size)
+			if err != nil {
+				return err
+			}
+			if err := s.peers.exchange(peer, dst, from); err != nil {
+				return fmt.Errorf("exchange to device %d: %w", peer, err)
+			}
+			return nil
+		}, timed)
+	}
+	return q.DoTimed(func() error {
+		from, err := s.mem.Bytes(src, size)
+		if err != nil {
+			return err
+		}
+		to, err := s.mem.Bytes(dst, size)
+		if err != nil {
+			return err
+		}
+		copy(to, from)
+		return nil
+	}, timed)
+}
+
+// record records an event at the end of a queue: when the queue reaches
+// it, the event fires, the peers waiting on it hear of it (once the host
+// has the retrieves sent before), and so does the host.
+func (s *session) record(f *proto.Record) error {
+	ev, id := s.newEvent(f.Event), f.Event
+	if ev == nil {
+		return s.queue(f.Queue).Do(func() error { return fmt.Errorf("%w: record: event %d is recorded already", plugin.ErrBadHandle, id) })
+	}
+	ev.Arm()
+	fire := func(failed error) error {
+		s.xmu.Lock()
+		need := s.sent // peers hear of the event once the host has this data
+		s.needs[id] = need
+		s.xmu.Unlock()
+		ev.Fire(failed)
+		s.xmu.Lock()
+		waiting := s.notifies[id]
+		delete(s.notifies, id)
+		s.xmu.Unlock()
+		for _, n := range waiting {
+			s.tell(n, failed, need)
+		}
+		return s.l.sendSoon(&proto.Event{Event: id, Status: statusOf(failed)})
+	}
+	return s.queue(f.Queue).MarkHere(false, fire)
+}
+
+// notify has a peer told when an event of ours fires.
+func (s *session) notify(f *proto.Notify) {
+	ev, id, n := s.event(f.Event), f.Event, notify{peer: int(f.Peer), wait: f.Wait}
+	if ev == nil {
+		s.tell(n, fmt.Errorf("wait on event %d of device %d: %w", id, s.num, plugin.ErrNotRecorded), 0)
+		return
+	}
+	s.xmu.Lock()
+	fired, err := ev.Query()
+	if !fired { // the record tells the peer when it fires
+		s.notifies[id] = append(s.notifies[id], n)
+		s.xmu.Unlock()
+		return
+	}
+	need := s.needs[id]
+	s.xmu.Unlock()
+	s.tell(n, err, need)
+}
+
+func (s *session) launch(f *proto.Launch, gen uint64) error {
+	q := s.queue(f.Queue)
+	if int(f.Kernel) >= len(s.img.Kernels) {
+		n := f.Kernel
 		return q.Do(func() error {
 			return fmt.Errorf("%w: kernel index %d, the device has %d kernels", plugin.ErrBadKernel, n, len(s.img.Kernels))
 		})
 	}
-	k := s.img.Kernels[m.Kernel]
-	args, err := proto.DecodeArgs(m.Payload, k)
+	k := s.img.Kernels[f.Kernel]
+	args, err := proto.DecodeArgs(f.Args, k)
 	if err != nil {
 		return q.Do(func() error { return err })
 	}
@@ -423,7 +439,7 @@ func (s *session) launch(m *proto.Msg, gen uint64) error {
 		}
 		return nil
 	}
-	timed := s.timer(m, plugin.OpLaunch, 0)
+	timed := s.timer(f.Queue, plugin.OpLaunch, f.Kernel, 0)
 	// On an idle queue the reader runs the kernel itself. The kernel is in
 	// the queue's order once it runs (the queue is busy), so from then on a
 	// standby may take over reading if it runs long: what it reads goes

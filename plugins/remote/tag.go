@@ -29,35 +29,31 @@ type qtag struct {
 	sent, got int64
 }
 
-// tag handles a TTag frame, on the reader's goroutine.
-func (s *session) tag(m *proto.Msg) {
+// tag handles a Tag frame, on the reader's goroutine.
+func (s *session) tag(f *proto.Tag) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if m.ID == 0 {
-		delete(s.tags, m.Queue)
+	if f.Tag == 0 {
+		delete(s.tags, f.Queue)
 		return
 	}
-	s.tags[m.Queue] = qtag{tag: m.ID, sent: int64(m.Ptr), got: deviceClock(time.Now())}
+	s.tags[f.Queue] = qtag{tag: f.Tag, sent: int64(f.HostClock), got: deviceClock(time.Now())}
 }
 
-// timer returns what reports the times of the operation m enqueues on a
-// tagged queue, or nil if its queue is not tagged. The reader calls it as it
-// enqueues the operation.
-func (s *session) timer(m *proto.Msg, kind plugin.OpKind, bytes int64) func(start, end time.Time, err error) {
+// timer returns what reports the times of an operation of kind (a launch
+// of kernel) enqueued on queue qid if the queue is tagged, or nil. The
+// reader calls it as it enqueues the operation.
+func (s *session) timer(qid uint32, kind plugin.OpKind, kernel uint32, bytes int64) func(start, end time.Time, err error) {
 	s.mu.Lock()
-	t, ok := s.tags[m.Queue]
+	t, ok := s.tags[qid]
 	s.mu.Unlock()
 	if !ok {
 		return nil
 	}
-	qid, kernel := m.Queue, uint32(0)
-	if kind == plugin.OpLaunch {
-		kernel = m.Kernel
-	}
 	return func(start, end time.Time, err error) {
 		r := proto.OpRecord{Tag: t.tag, Sent: t.sent, Got: t.got, Start: deviceClock(start), End: deviceClock(end),
 			Bytes: bytes, Kernel: kernel, Kind: uint8(kind), Failed: err != nil}
-		s.l.send(&proto.Msg{Type: proto.TTimes, Queue: qid, Ptr: uint64(deviceClock(time.Now()))}, proto.AppendTimes(nil, r))
+		s.l.send(&proto.Times{Queue: qid, DevClock: uint64(deviceClock(time.Now())), Ops: proto.AppendTimes(nil, r)})
 	}
 }
 
@@ -89,12 +85,12 @@ func (d *device) probe() error {
 	lo, hi := int64(-1<<63), int64(1<<63-1)
 	for range probes {
 		h0 := deviceClock(time.Now())
-		r, err := d.call(&proto.Msg{Type: proto.TClock})
+		r, err := d.call(clockReq)
 		if err != nil {
 			return err
 		}
 		h1 := deviceClock(time.Now())
-		dev := int64(r.Ptr)
+		dev := int64(r.Value)
 		lo, hi = max(lo, h0-dev), min(hi, h1-dev) // the device read its clock between h0 and h1
 	}
 	c := &d.clock
@@ -139,10 +135,10 @@ func (d *device) Trace(f func(plugin.OpTime)) {
 	d.tracer.Store(&f)
 }
 
-// times handles a TTimes frame, on the reader's goroutine.
-func (d *device) times(m *proto.Msg) error {
+// times handles a Times frame, on the reader's goroutine.
+func (d *device) times(m *proto.Times) error {
 	now := deviceClock(time.Now())
-	recs, err := proto.ParseTimes(m.Payload, uint8(plugin.OpWait))
+	recs, err := proto.ParseTimes(m.Ops, uint8(plugin.OpWait))
 	if err != nil {
 		return err
 	}
@@ -158,7 +154,7 @@ func (d *device) times(m *proto.Msg) error {
 			}
 			op.Kernel = d.img.Kernels[r.Kernel].Name
 		}
-		op.Start, op.End = d.clock.place(r, int64(m.Ptr), now)
+		op.Start, op.End = d.clock.place(r, int64(m.DevClock), now)
 		(*f)(op)
 	}
 	c := &d.clock
@@ -183,8 +179,7 @@ func (q *queue) Tag(tag uint64) {
 	if q.tag == tag || (tag != 0 && q.d.tracer.Load() == nil) {
 		return
 	}
-	m := &proto.Msg{Type: proto.TTag, ID: tag, Ptr: uint64(deviceClock(time.Now()))}
-	if q.enqueue(m, nil, nil) == nil {
+	if q.enqueue(&proto.Tag{Queue: q.id, Tag: tag, HostClock: uint64(deviceClock(time.Now()))}, nil) == nil {
 		q.tag = tag
 	}
 }

@@ -88,7 +88,7 @@ const maxAuthFrame = proto.HeaderSize + 512
 
 // readAuth reads one handshake frame: a TAuth frame without payload, of at
 // most maxAuthFrame bytes.
-func readAuth(r io.Reader) (*proto.Msg, error) {
+func readAuth(r io.Reader) (*proto.Auth, error) {
 	var lw [4]byte
 	if _, err := io.ReadFull(r, lw[:]); err != nil {
 		return nil, err
@@ -111,15 +111,16 @@ func readAuth(r io.Reader) (*proto.Msg, error) {
 	if m.Type != proto.TAuth || m.PayloadLen != 0 {
 		return nil, fmt.Errorf("%w: want an auth frame without payload, got %s with %d payload bytes", proto.ErrFrame, m.Type, m.PayloadLen)
 	}
-	return m, nil
+	f, err := proto.As[proto.Auth](m)
+	return &f, err
 }
 
 // writeAuth writes one handshake frame.
-func writeAuth(w io.Writer, m *proto.Msg) error {
-	if len(m.Text) > maxAuthFrame-proto.HeaderSize {
-		m.Text = m.Text[:maxAuthFrame-proto.HeaderSize]
+func writeAuth(w io.Writer, f *proto.Auth) error {
+	if len(f.Text) > maxAuthFrame-proto.HeaderSize {
+		f.Text = f.Text[:maxAuthFrame-proto.HeaderSize]
 	}
-	_, err := w.Write(proto.AppendFrame(nil, m, nil))
+	_, err := w.Write(proto.AppendFrame(nil, proto.Encode(f), nil))
 	return err
 }
 
@@ -136,14 +137,14 @@ func authHost(conn io.ReadWriter, secret string) error {
 	}
 	nh := nonce()
 	proof := hex.EncodeToString(mac(secret, "host", nd)) + " " + hex.EncodeToString(nh)
-	if err := writeAuth(conn, &proto.Msg{Type: proto.TAuth, Text: proof}); err != nil {
+	if err := writeAuth(conn, &proto.Auth{Status: proto.Status{Text: proof}}); err != nil {
 		return err
 	}
 	m, err = readAuth(conn)
 	if err != nil {
 		return fmt.Errorf("%w: the device closed the connection: %v", ErrAuth, err)
 	}
-	if err := decodeErr(m.Code, m.Text); err != nil {
+	if err := statusErr(m.Status); err != nil {
 		return fmt.Errorf("the device refused the host: %w", err)
 	}
 	got, err := hex.DecodeString(m.Text)
@@ -156,7 +157,7 @@ func authHost(conn io.ReadWriter, secret string) error {
 // authDevice challenges a host; on failure it tells the host why.
 func authDevice(conn io.ReadWriter, secret string) error {
 	nd := nonce()
-	if err := writeAuth(conn, &proto.Msg{Type: proto.TAuth, Text: hex.EncodeToString(nd)}); err != nil {
+	if err := writeAuth(conn, &proto.Auth{Status: proto.Status{Text: hex.EncodeToString(nd)}}); err != nil {
 		return err
 	}
 	m, err := readAuth(conn)
@@ -171,10 +172,10 @@ func authDevice(conn io.ReadWriter, secret string) error {
 	}
 	if len(nh) != 32 || !hmac.Equal(proof, mac(secret, "host", nd)) {
 		err := fmt.Errorf("%w: the host did not prove the shared secret (GOFFLOAD_SECRET differs or is unset)", ErrAuth)
-		writeAuth(conn, withErr(&proto.Msg{Type: proto.TAuth}, err))
+		writeAuth(conn, &proto.Auth{Status: statusOf(err)})
 		return err
 	}
-	return writeAuth(conn, &proto.Msg{Type: proto.TAuth, Text: hex.EncodeToString(mac(secret, "device", nh))})
+	return writeAuth(conn, &proto.Auth{Status: proto.Status{Text: hex.EncodeToString(mac(secret, "device", nh))}})
 }
 
 // Limits of a TCP device on connections whose host has not proved the

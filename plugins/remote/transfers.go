@@ -6,10 +6,8 @@ package remote
 import (
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/goffload/offload/plugin"
-	"github.com/goffload/offload/plugin/opqueue"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
@@ -65,52 +63,42 @@ func (s *session) ack() {
 	}
 }
 
-func (s *session) submit(m *proto.Msg) error {
-	q, id, dst, size := s.queue(m.Queue), m.ID, plugin.Ptr(m.Ptr), int64(m.Size)
-	timed := s.timer(m, plugin.OpSubmit, size)
-	if m.Ptr2 == proto.SubmitInline {
-		if int64(m.PayloadLen) != size || size > proto.MaxInline {
-			return fmt.Errorf("%w: inline submit of %d bytes carries %d", proto.ErrFrame, size, m.PayloadLen)
-		}
-		copyFrom := func(data []byte) func() error {
-			return func() error {
-				b, err := s.mem.Bytes(dst, size)
-				if err != nil {
-					return err
-				}
-				copy(b, data)
-				return nil
+// submitInline copies a submit's data, carried in its frame.
+func (s *session) submitInline(f *proto.Submit) error {
+	q, dst, size := s.queue(f.Queue), plugin.Ptr(f.Dst), int64(len(f.Data))
+	timed := s.timer(f.Queue, plugin.OpSubmit, 0, size)
+	copyFrom := func(data []byte) func() error {
+		return func() error {
+			b, err := s.mem.Bytes(dst, size)
+			if err != nil {
+				return err
 			}
-		}
-		// On an idle queue the reader copies the payload straight into
-		// device memory.
-		if ran, err := q.RunHere(copyFrom(m.Payload), timed); ran || err != nil {
+			copy(b, data)
 			return nil
 		}
-		// Otherwise the data waits for its turn in a buffer of the pool: a
-		// fresh allocation each time costs page faults once the heap is
-		// large.
-		buf := inlineBufs.Get().(*[]byte)
-		data := append((*buf)[:0], m.Payload...)
-		run := copyFrom(data)
-		return q.DoTimed(func() error {
-			defer inlineBufs.Put(buf) // not if the copy is skipped: the buffer is garbage then
-			return run()
-		}, timed)
 	}
-	if m.PayloadLen != 0 {
-		return fmt.Errorf("%w: pulled submit carries a payload", proto.ErrFrame)
+	// On an idle queue the reader copies the payload straight into
+	// device memory.
+	if ran, err := q.RunHere(copyFrom(f.Data), timed); ran || err != nil {
+		return nil
 	}
-	if size < 0 || m.Size > 1<<62 {
-		return fmt.Errorf("%w: submit of %d bytes", proto.ErrFrame, m.Size)
-	}
-	switch m.Ptr2 {
-	case proto.SubmitPulled:
-	case proto.SubmitPushed:
-		return s.pushed(q, m, timed)
-	default:
-		return fmt.Errorf("%w: submit mode %d", proto.ErrFrame, m.Ptr2)
-	}
+	// Otherwise the data waits for its turn in a buffer of the pool: a
+	// fresh allocation each time costs page faults once the heap is
+	// large.
+	buf := inlineBufs.Get().(*[]byte)
+	data := append((*buf)[:0], f.Data...)
+	run := copyFrom(data)
+	return q.DoTimed(func() error {
+		defer inlineBufs.Put(buf) // not if the copy is skipped: the buffer is garbage then
+		return run()
+	}, timed)
+}
+
+// submitPulled asks for a submit's data when its queue reaches it, and
+// reads it straight into device memory.
+func (s *session) submitPulled(f *proto.SubmitPulled) error {
+	q, qid, id, dst, size := s.queue(f.Queue), f.Queue, f.Xfer, plugin.Ptr(f.Dst), int64(f.Size)
+	timed := s.timer(f.Queue, plugin.OpSubmit, 0, size)
 	return q.DoTimed(func() error {
 		b, err := s.mem.Bytes(dst, size)
 		if err != nil {
@@ -120,31 +108,32 @@ func (s *session) submit(m *proto.Msg) error {
 		s.mu.Lock()
 		s.pulls[id] = p
 		s.mu.Unlock()
-		if err := s.l.sendNow(&proto.Msg{Type: proto.TPull, Queue: m.Queue, ID: id}, nil); err != nil { // a queue's goroutine
+		if err := s.l.sendNow(&proto.Pull{Queue: qid, Xfer: id}); err != nil { // a queue's goroutine
 			return err
 		}
 		return p.wait()
 	}, timed)
 }
 
-// pushed takes a submit whose data follows at once: the reader reads it
-// straight into device memory as it comes (the host sends it so only when
-// the queue has nothing before it), and the queue's operation ends when
-// all of it is in. A submit to memory that is not the device's is skipped
-// on arrival and fails in the queue.
-func (s *session) pushed(q *opqueue.Queue, m *proto.Msg, timed func(start, end time.Time, err error)) error {
-	dst, size := plugin.Ptr(m.Ptr), int64(m.Size)
+// submitPushed takes a submit whose data follows at once: the reader reads
+// it straight into device memory as it comes (the host sends it so only
+// when the queue has nothing before it), and the queue's operation ends
+// when all of it is in. A submit to memory that is not the device's is
+// skipped on arrival and fails in the queue.
+func (s *session) submitPushed(f *proto.SubmitPushed) error {
+	q, dst, size := s.queue(f.Queue), plugin.Ptr(f.Dst), int64(f.Size)
+	timed := s.timer(f.Queue, plugin.OpSubmit, 0, size)
 	p := &incoming{size: int(size), done: make(chan struct{})}
 	p.dst, p.err = s.mem.Bytes(dst, size)
 	s.mu.Lock()
-	if s.pulls[m.ID] != nil {
+	if s.pulls[f.Xfer] != nil {
 		s.mu.Unlock()
-		return fmt.Errorf("%w: submit reuses transfer %d", proto.ErrFrame, m.ID)
+		return fmt.Errorf("%w: submit reuses transfer %d", proto.ErrFrame, f.Xfer)
 	}
-	s.pulls[m.ID] = p
+	s.pulls[f.Xfer] = p
 	s.mu.Unlock()
 	if size == 0 { // no data comes
-		take(&s.mu, s.pulls, m.ID)
+		take(&s.mu, s.pulls, f.Xfer)
 		close(p.done)
 	}
 	return q.DoTimed(p.wait, timed)

@@ -3,20 +3,23 @@
 // encoding and decoding with no I/O policy, so it can be tested and fuzzed
 // on bytes.
 //
-// A frame is
+// A frame is an envelope, the same for every type:
 //
 //	uint32 n      length of what follows (header and payload), n <= MaxFrame
 //	uint8  type
-//	uint32 queue  queue id (0: none)
-//	uint64 id     request, transfer, event or sequence id
-//	uint64 ptr    device address
-//	uint64 ptr2   second device address (exchange destination)
-//	uint64 size   byte count
-//	uint32 kernel kernel index (launch), peer device (exchange)
+//	uint32 queue
+//	uint64 id
+//	uint64 ptr
+//	uint64 ptr2
+//	uint64 size
+//	uint32 kernel
 //	uint8  code   error code (0: none)
 //	uint32 nt     length of text, then nt bytes of text
-//	…             payload: the rest of the frame (launch arguments, inline
-//	              submit data, a transfer fragment)
+//	…             payload: the rest of the frame
+//
+// Engines do not read the envelope's fields: each message has a typed frame
+// (frames.go) whose fields are named for what they hold and say where they
+// travel; Encode and As convert, and As checks what the type constrains.
 //
 // Every length read from the wire is checked against the frame's own length
 // and the limits below before anything is allocated.
@@ -31,7 +34,7 @@ import (
 
 // Version is the protocol version; a peer with another version is refused at
 // hello.
-const Version = 5
+const Version = 6
 
 // Magic opens every hello.
 const Magic = "GOFFLOAD"
@@ -52,53 +55,49 @@ const (
 // Type is a frame's type.
 type Type uint8
 
-// How a TSubmit's data comes (its Ptr2).
-const (
-	// SubmitInline: the frame's payload is the data (at most MaxInline).
-	SubmitInline = 0
-	// SubmitPulled: the device asks for the data (TPull) when its queue
-	// reaches the submit, and it comes as transfer id.
-	SubmitPulled = 1
-	// SubmitPushed: the data follows at once as transfer id, and goes
-	// straight into device memory as it arrives: the host sends it so only
-	// when every earlier operation of the queue is done.
-	SubmitPushed = 2
-)
-
 // Frame types. "→d" frames go from host to device, "→h" from device to host,
-// "↔" both ways (and between device peers).
+// "↔" both ways; "peer" frames go between device processes. The typed
+// frames (frames.go) say what each carries.
 const (
-	THello      Type = iota + 1 // ↔ text: magic, version, image digest
-	TAuth                       // ↔ challenge / response of the shared-secret handshake
-	TReply                      // →h id: request answered; ptr: value; text: info or error
-	TAlloc                      // →d id, size
-	TFree                       // →d id, ptr; ptr2 = 1: no answer (the host checked ptr)
-	TInfo                       // →d id
-	TCloseQueue                 // →d queue
-	TSubmit                     // →d queue, id (transfer), ptr (dst), size; ptr2: how the data comes (SubmitInline, SubmitPulled, SubmitPushed)
-	TPull                       // →h queue, id: the device is ready for the submit's data
-	TData                       // ↔ id (transfer), ptr (offset in transfer); payload: fragment
-	TRetrieve                   // →d queue, id (transfer), ptr (src), size
-	TXferDone                   // ↔ id (transfer): the data is in place (→d: a retrieve reached host memory; peer: an exchange), code/text: error
-	TExchange                   // →d queue, id (transfer), ptr (src), ptr2 (dst), size, kernel (peer)
-	TLaunch                     // →d queue, kernel, payload: arguments
-	TRecord                     // →d queue, id (event)
-	TWait                       // →d queue, id (event); ptr2 = 1: the event is device kernel's (a peer's)
-	TSync                       // →d queue, id (sequence)
-	TSyncDone                   // →h queue, id (sequence), code/text: the queue's first error
-	TEvent                      // →h, and peer to peer: id (event) fired, code/text: its error
-	TNotify                     // →d id (event), kernel (peer device): tell the peer when the event fires
-	TExit                       // →d: end the session
-	TForget                     // →d payload: ids (8 bytes each) of events the host closed after they fired
-	TPing                       // ↔ nothing: the link is alive (sent on idle links; every frame counts as a sign of life)
-	TTag                        // →d queue, id (tag, 0: none), ptr (host clock when sent): time the queue's next operations, tagged
-	TClock                      // →d id: reply with the device's clock in ptr
-	TTimes                      // →h queue, ptr (device clock when sent); payload: timed operations (AppendTimes)
+	THello        Type = iota + 1 // ↔ Hello
+	TAuth                         // ↔ Auth
+	TReply                        // →h Reply
+	TAlloc                        // →d Alloc
+	TFree                         // →d Free
+	TInfo                         // →d Info
+	TCloseQueue                   // →d CloseQueue
+	TSubmit                       // →d Submit (data inline)
+	TPull                         // →h Pull
+	TData                         // ↔ Data
+	TRetrieve                     // →d Retrieve
+	TXferDone                     // ↔ XferDone
+	TExchange                     // →d Exchange
+	TLaunch                       // →d Launch
+	TRecord                       // →d Record
+	TWait                         // →d Wait
+	TSync                         // →d Sync
+	TSyncDone                     // →h SyncDone
+	TEvent                        // →h Event
+	TNotify                       // →d Notify
+	TExit                         // →d Exit
+	TForget                       // →d Forget
+	TPing                         // ↔ Ping
+	TTag                          // →d Tag
+	TClock                        // →d Clock
+	TTimes                        // →h Times
+	TSubmitPulled                 // →d SubmitPulled
+	TSubmitPushed                 // →d SubmitPushed
+	TWaitPeer                     // →d WaitPeer
+	TPeerPut                      // peer PeerPut
+	TPeerEvent                    // peer PeerEvent
+	TAnnounce                     // MPI Announce
+	TRawBench                     // MPI RawBench
 	tMax
 )
 
 var typeNames = [...]string{"", "hello", "auth", "reply", "alloc", "free", "info", "closequeue", "submit", "pull",
-	"data", "retrieve", "xferdone", "exchange", "launch", "record", "wait", "sync", "syncdone", "event", "notify", "exit", "forget", "ping", "tag", "clock", "times"}
+	"data", "retrieve", "xferdone", "exchange", "launch", "record", "wait", "sync", "syncdone", "event", "notify", "exit", "forget", "ping", "tag", "clock", "times",
+	"submitpulled", "submitpushed", "waitpeer", "peerput", "peerevent", "announce", "rawbench"}
 
 // String is the type's name.
 func (t Type) String() string {
