@@ -13,6 +13,7 @@ import (
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/opqueue"
 	"github.com/goffload/offload/plugins/remote/proto"
+	"github.com/goffload/offload/plugins/remote/state"
 )
 
 // device is the host side of a remote device: it turns plugin calls into
@@ -20,13 +21,13 @@ import (
 // link's writer writes what the others queue.
 //
 // Everything that waits for the device — a call's reply, a sync mark, an
-// event, a transfer — is registered in d's maps under d.mu, the lock that
-// loss takes too: a registration checks d.lost first, and loss takes the
-// maps whole and fails everything in them, so after a loss nothing new
-// registers and nothing registered is forgotten. Frames whose order matters
-// (a wait and the forgetting of its event, a notify and the same) are
-// queued on the link under d.mu as well, after the check of the state they
-// depend on.
+// event, a transfer — is registered in d.st (a state.Host: the rules as
+// plain state) under d.mu, the lock that loss takes too: a registration
+// checks for a loss first, and loss takes everything registered and fails
+// it, so after a loss nothing new registers and nothing registered is
+// forgotten. Frames whose order matters (a wait and the forgetting of its
+// event, a notify and the same) are queued on the link under d.mu as well,
+// in the order d.st returns them.
 type device struct {
 	l     *link
 	label atomic.Pointer[string] // "local device 1 (pid 1234)"
@@ -57,45 +58,24 @@ type device struct {
 	tracer atomic.Pointer[func(plugin.OpTime)]
 	clock  clock
 
-	mu     sync.Mutex
-	next   uint64
-	nq     uint32
-	calls  map[uint64]*call     // requests and sync marks waiting for their answer
-	events map[uint64]*event    // events the device will fire, or that queues may still wait on
-	pushes map[uint64][]byte    // pulled submits: data the device will pull
-	pulls  map[uint64]*incoming // retrieves: where arriving data goes
-	forget []uint64             // closed, fired events for the device to forget, sent in batches
-	vnext  plugin.Ptr           // the address of the next allocation (the host numbers them)
-	sizes  map[plugin.Ptr]int64 // live allocations' sizes
-	inUse  int64                // their sum
-	unseen int                  // allocations the device may not have read yet
-	lost   error
-	closed bool
+	mu sync.Mutex
+	// st holds the calls (their answers go to a channel), events,
+	// transfers and allocations, under mu.
+	st *state.Host[chan proto.Reply, *event, *incoming]
+	nq uint32
 
 	reading    bool
 	readerDone chan struct{}
-}
-
-// call is a request or sync mark waiting for its answer; xfers are the
-// transfers that are over (done or skipped) once it is answered.
-type call struct {
-	ch    chan proto.Reply
-	xfers []uint64
 }
 
 func newDevice(l *link, kind, name string) *device {
 	d := &device{
 		l:          l,
 		kind:       kind,
-		calls:      map[uint64]*call{},
-		events:     map[uint64]*event{},
-		pushes:     map[uint64][]byte{},
-		pulls:      map[uint64]*incoming{},
-		sizes:      map[plugin.Ptr]int64{},
 		rank:       -1,
-		vnext:      1 << 52, // any start: these addresses are the device's names for its blocks
 		readerDone: make(chan struct{}),
 	}
+	d.st = state.NewHost[chan proto.Reply, *event, *incoming](d.name)
 	d.setName(name)
 	return d
 }
@@ -170,20 +150,13 @@ func (d *device) dispatch(m *proto.Msg) error {
 	case *proto.Event:
 		err := statusErr(f.Status)
 		d.mu.Lock()
-		ev := d.events[f.Event]
-		var implies []*event
-		if ev != nil && !ev.heard {
-			ev.heard, ev.err = true, err
-			implies, ev.implies = ev.implies, nil
-			d.dropXfers(ev.xfers)
-			ev.xfers = nil
-			if ev.closed {
-				d.forgetLocked(ev)
-			}
+		ev, implies, forget, ferr := d.st.Heard(f.Event, err)
+		if forget != nil {
+			d.l.send(forget) // under d.mu: after every wait queued for these events; a failure is the link's, seen by the reader
 		}
 		d.mu.Unlock()
-		if ev == nil {
-			return fmt.Errorf("%w: unknown event %d fired", proto.ErrFrame, f.Event)
+		if ferr != nil {
+			return ferr
 		}
 		if err == nil {
 			pastWaits(implies)
@@ -192,9 +165,11 @@ func (d *device) dispatch(m *proto.Msg) error {
 	case *proto.Times:
 		return d.times(f)
 	case *proto.Pull:
-		data, ok := take(&d.mu, d.pushes, f.Xfer)
-		if !ok {
-			return fmt.Errorf("%w: pull of unknown transfer %d", proto.ErrFrame, f.Xfer)
+		d.mu.Lock()
+		data, err := d.st.Pulled(f.Xfer)
+		d.mu.Unlock()
+		if err != nil {
+			return err
 		}
 		if len(data) > 0 && len(data) <= proto.MaxInline && d.l.canTryWrite() {
 			// Small: in one frame, written here (it never blocks), not
@@ -204,10 +179,18 @@ func (d *device) dispatch(m *proto.Msg) error {
 		}
 		d.l.stream(f.Xfer, data, false, func(uint64, error) {}) // a failure is the link's, seen by the reader
 	case *proto.Data:
-		in, err := receive(&d.mu, d.pulls, d.l, m)
-		if in == nil {
+		d.mu.Lock()
+		in, err := d.st.Arriving(f.Xfer)
+		d.mu.Unlock()
+		if err != nil {
 			return err
 		}
+		if complete, err := in.take(d.l, m); !complete || err != nil {
+			return err
+		}
+		d.mu.Lock()
+		d.st.Arrived(f.Xfer)
+		d.mu.Unlock()
 		// Tell the device the data is in host memory: it holds back telling
 		// other devices about events after this copy until then. These
 		// acknowledgements go out in the order the data came.
@@ -221,33 +204,20 @@ func (d *device) dispatch(m *proto.Msg) error {
 // answer completes the call req with r.
 func (d *device) answer(req uint64, r proto.Reply, t proto.Type) error {
 	d.mu.Lock()
-	c := d.calls[req]
-	delete(d.calls, req)
-	if c != nil {
-		d.dropXfers(c.xfers)
-	}
+	ch, err := d.st.Answer(req)
 	d.mu.Unlock()
-	if c == nil {
-		return fmt.Errorf("%w: %s for unknown request %d", proto.ErrFrame, t, req)
+	if err != nil {
+		return fmt.Errorf("%w (%s)", err, t)
 	}
-	c.ch <- r
+	ch <- r
 	return nil
-}
-
-// dropXfers forgets transfers that are over: done, or skipped by the device
-// after an earlier failure (their buffers are the caller's again). Under d.mu.
-func (d *device) dropXfers(ids []uint64) {
-	for _, id := range ids {
-		delete(d.pushes, id)
-		delete(d.pulls, id)
-	}
 }
 
 // lose fails the device: every pending and later operation returns an
 // error naming the device and the cause.
 func (d *device) lose(cause error) {
 	d.mu.Lock()
-	lost, closed := d.lost != nil, d.closed
+	lost, closed := d.st.Lost() != nil, d.st.Closed()
 	d.mu.Unlock()
 	if lost {
 		return
@@ -259,18 +229,15 @@ func (d *device) lose(cause error) {
 	}
 	err := fmt.Errorf("%s: %w: %w", d.name(), plugin.ErrDeviceLost, cause)
 	d.mu.Lock()
-	if d.lost != nil {
-		d.mu.Unlock()
+	calls, events, first := d.st.Lose(err)
+	d.mu.Unlock()
+	if !first {
 		return
 	}
-	d.lost = err
-	calls, events := d.calls, d.events
-	d.calls, d.events, d.pushes, d.pulls, d.forget = nil, nil, nil, nil, nil
-	d.mu.Unlock()
 	d.l.fail(err)
-	// The maps are ours now: nothing registers after a loss.
-	for _, c := range calls {
-		c.ch <- proto.Reply{Status: statusOf(err)}
+	// What was registered is ours now: nothing registers after a loss.
+	for _, ch := range calls {
+		ch <- proto.Reply{Status: statusOf(err)}
 	}
 	for _, ev := range events {
 		ev.ev.Fire(err)
@@ -302,24 +269,7 @@ func (d *device) linkLost(err error) error {
 func (d *device) Lost() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.lost
-}
-
-// aliveLocked returns why d cannot take work, under d.mu.
-func (d *device) aliveLocked() error {
-	if d.lost != nil {
-		return d.lost
-	}
-	if d.closed {
-		return fmt.Errorf("%s: %w: device is closed", d.name(), plugin.ErrBadHandle)
-	}
-	return nil
-}
-
-func (d *device) alive() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.aliveLocked()
+	return d.st.Lost()
 }
 
 // request registers a call for the answer to the frame that frame(id)
@@ -327,22 +277,20 @@ func (d *device) alive() error {
 // (flushNow: the caller is not a reader); xfers are transfers the answer
 // ends.
 func (d *device) request(frame func(id uint64) proto.Frame, xfers []uint64) (chan proto.Reply, error) {
-	c := &call{ch: make(chan proto.Reply, 1), xfers: xfers}
+	ch := make(chan proto.Reply, 1)
 	d.mu.Lock()
-	if err := d.aliveLocked(); err != nil {
+	id := d.st.ID()
+	if err := d.st.Call(id, ch, xfers); err != nil {
 		d.mu.Unlock()
 		return nil, err
 	}
-	d.next++
-	id := d.next
 	if err := d.l.put(frame(id)); err != nil {
 		d.mu.Unlock()
 		return nil, d.linkLost(err)
 	}
-	d.calls[id] = c
 	d.mu.Unlock()
 	d.l.flushNow()
-	return c.ch, nil
+	return ch, nil
 }
 
 // request numbers: what a request's id goes in.
@@ -413,30 +361,21 @@ func (d *device) Load(img *plugin.Image, num int) error {
 // (its memory is shared with other hosts and the pool) is reported by the
 // first operation that uses the allocation.
 func (d *device) Alloc(size int64) (plugin.Ptr, error) {
-	if size < 0 {
-		return 0, fmt.Errorf("%s: %w: negative size %d", d.name(), plugin.ErrBadPointer, size)
-	}
 	limit := d.info.Memory
 	if limit <= 0 {
 		limit = hostmem.Limit()
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.aliveLocked(); err != nil {
-		return 0, err
+	p, f, err := d.st.Alloc(size, limit)
+	if err == nil {
+		err = d.l.put(f)
+		if err != nil {
+			d.mu.Unlock()
+			return 0, d.linkLost(err)
+		}
 	}
-	if size > limit-d.inUse {
-		return 0, fmt.Errorf("%s: %w: %d bytes with %d bytes in use is more than the device's memory (%d bytes)", d.name(), plugin.ErrOutOfMemory, size, d.inUse, limit)
-	}
-	p := d.vnext
-	d.vnext += plugin.Ptr((max(size, 1) + 4095) &^ 4095)
-	if err := d.l.put(&proto.Alloc{Ptr: uint64(p), Size: uint64(size)}); err != nil {
-		return 0, fmt.Errorf("%s: %w: %w", d.name(), plugin.ErrDeviceLost, err)
-	}
-	d.sizes[p] = size
-	d.inUse += size
-	d.unseen++
-	return p, nil
+	d.mu.Unlock()
+	return p, err
 }
 
 // seeAllocs makes sure the device has read the allocations queued for it,
@@ -444,7 +383,7 @@ func (d *device) Alloc(size int64) (plugin.Ptr, error) {
 // travels another link, which nothing orders with this one.
 func (d *device) seeAllocs() error {
 	d.mu.Lock()
-	n := d.unseen
+	n := d.st.Unseen()
 	d.mu.Unlock()
 	if n == 0 {
 		return nil
@@ -453,7 +392,7 @@ func (d *device) seeAllocs() error {
 		return err
 	}
 	d.mu.Lock()
-	d.unseen -= n
+	d.st.Seen(n)
 	d.mu.Unlock()
 	return nil
 }
@@ -467,43 +406,26 @@ func (d *device) seeAllocs() error {
 // completes nowait tasks, one task after the other.)
 func (d *device) Free(p plugin.Ptr) error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.aliveLocked(); err != nil {
-		return err
+	f, err := d.st.Free(p)
+	if err == nil {
+		err = d.l.put(f)
+		if err != nil {
+			d.mu.Unlock()
+			return d.linkLost(err)
+		}
 	}
-	size, ok := d.sizes[p]
-	if !ok {
-		return fmt.Errorf("%s: %w: free of %#x, which is not the start of a live allocation", d.name(), plugin.ErrBadPointer, uint64(p))
-	}
-	if err := d.l.put(&proto.Free{Ptr: uint64(p)}); err != nil {
-		return fmt.Errorf("%s: %w: %w", d.name(), plugin.ErrDeviceLost, err)
-	}
-	d.inUse -= size
-	delete(d.sizes, p)
-	return nil
+	d.mu.Unlock()
+	return err
 }
 
 func (d *device) NewQueue() (plugin.Queue, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.aliveLocked(); err != nil {
+	if err := d.st.Alive(); err != nil {
 		return nil, err
 	}
 	d.nq++
 	return &queue{d: d, id: d.nq}, nil
-}
-
-// forgetLocked tells the device, in batches, that ev is closed and fired:
-// no queue will wait on it again. Under d.mu, so that the batch goes out
-// after every wait and notify queued for the event.
-func (d *device) forgetLocked(ev *event) {
-	delete(d.events, ev.id)
-	d.forget = append(d.forget, ev.id)
-	if len(d.forget) < 512 {
-		return
-	}
-	d.l.send(&proto.Forget{Events: d.forget}) // encoded now; a failure is the link's, seen by the reader
-	d.forget = d.forget[:0]
 }
 
 // CanWait reports whether d's queues can wait on ev themselves: events of d,
@@ -517,24 +439,24 @@ func (d *device) CanWait(ev plugin.Event) bool {
 func (d *device) NewEvent() (plugin.Event, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.aliveLocked(); err != nil {
+	ev := &event{d: d, ev: opqueue.NewEvent()}
+	id, err := d.st.NewEvent(ev)
+	if err != nil {
 		return nil, err
 	}
-	d.next++
-	ev := &event{d: d, id: d.next, ev: opqueue.NewEvent()}
-	d.events[ev.id] = ev
+	ev.id = id
 	return ev, nil
 }
 
 // Close tells the device process to exit and releases the transport.
 func (d *device) Close() error {
 	d.mu.Lock()
-	if d.closed {
+	if d.st.Closed() {
 		d.mu.Unlock()
 		return nil
 	}
-	d.closed = true
-	reading, lost := d.reading, d.lost != nil
+	d.st.CloseDevice()
+	reading, lost := d.reading, d.st.Lost() != nil
 	d.mu.Unlock()
 	d.l.send(&proto.Exit{})
 	d.l.close(closeTimeout)

@@ -166,8 +166,10 @@ func FuzzHostDispatch(f *testing.F) {
 		ev, _ := d.NewEvent()            // id 2
 		ev.(*event).ev.Arm()
 		d.mu.Lock()
-		d.pushes[3] = make([]byte, 10)
-		d.pulls[4] = &incoming{dst: make([]byte, 100), size: 100}
+		d.st.ID() // 3
+		d.st.Push(3, make([]byte, 10))
+		d.st.ID() // 4
+		d.st.Expect(4, &incoming{dst: make([]byte, 100), size: 100})
 		d.mu.Unlock()
 		q, _ := d.NewQueue()
 		mark, _ := q.(*queue).mark() // id 5

@@ -22,6 +22,13 @@ func TestReaderAnswersABatchInOneWrite(t *testing.T) {
 	for i := range n {
 		batch = proto.AppendFrame(batch, &proto.Msg{Type: proto.TLaunch, ID: uint64(i)}, nil)
 	}
+	// The whole batch is in the socket before the device reads any of it:
+	// a reader that raced the write could find it in pieces.
+	host := newStreamTransport(b)
+	before := dev.writes.Load()
+	if err := host.WriteFrames(batch); err != nil {
+		t.Fatal(err)
+	}
 	served := make(chan error, 1)
 	go func() {
 		for {
@@ -36,7 +43,6 @@ func TestReaderAnswersABatchInOneWrite(t *testing.T) {
 			}
 		}
 	}()
-	host := newStreamTransport(b)
 	read := func(from, to int) {
 		t.Helper()
 		for i := from; i < to; i++ {
@@ -48,10 +54,6 @@ func TestReaderAnswersABatchInOneWrite(t *testing.T) {
 				t.Fatalf("answer %d: %s %d", i, m.Type, m.ID)
 			}
 		}
-	}
-	before := dev.writes.Load()
-	if err := host.WriteFrames(batch); err != nil {
-		t.Fatal(err)
 	}
 	read(0, n)
 	if w := dev.writes.Load() - before; w > n/10 {

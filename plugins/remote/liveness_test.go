@@ -151,10 +151,10 @@ func TestSkippedTransfersForgotten(t *testing.T) {
 			t.Fatalf("Synchronize: %v, want the failed retrieve's ErrBadPointer", err)
 		}
 		d.mu.Lock()
-		pushes, pulls := len(d.pushes), len(d.pulls)
+		n := d.st.Transfers()
 		d.mu.Unlock()
-		if pushes != 0 || pulls != 0 {
-			t.Errorf("record=%v: %d pushes and %d pulls kept after the queue came back", viaRecord, pushes, pulls)
+		if n != 0 {
+			t.Errorf("record=%v: %d transfers kept after the queue came back", viaRecord, n)
 		}
 		q.Synchronize()
 		q.Close()
@@ -182,9 +182,9 @@ func TestUnknownEventsNotKept(t *testing.T) {
 	if err != nil || m.Type != proto.TSyncDone || !errors.Is(decodeErr(m.Code, m.Text), plugin.ErrNotRecorded) {
 		t.Fatalf("got %+v %v, want a sync answer with ErrNotRecorded", m, err)
 	}
-	s.mu.Lock()
-	n := len(s.events)
-	s.mu.Unlock()
+	s.emu.Lock()
+	n := s.evs.Len()
+	s.emu.Unlock()
 	if n != 0 {
 		t.Errorf("the session keeps %d events after waits on unknown ones", n)
 	}

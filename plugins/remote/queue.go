@@ -56,7 +56,7 @@ func (q *queue) enqueue(f proto.Frame, reg func(d *device)) error {
 	}
 	d := q.d
 	d.mu.Lock()
-	if err := d.aliveLocked(); err != nil {
+	if err := d.st.Alive(); err != nil {
 		d.mu.Unlock()
 		return err
 	}
@@ -74,9 +74,9 @@ func (q *queue) enqueue(f proto.Frame, reg func(d *device)) error {
 
 // xfer numbers a transfer of q, under d.mu.
 func (q *queue) xfer(d *device) uint64 {
-	d.next++
-	q.xfers = append(q.xfers, d.next)
-	return d.next
+	id := d.st.ID()
+	q.xfers = append(q.xfers, id)
+	return id
 }
 
 func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
@@ -101,7 +101,7 @@ func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
 	f := &proto.SubmitPulled{Queue: q.id, Dst: uint64(dst), Size: uint64(len(src))}
 	return q.enqueue(f, func(d *device) {
 		f.Xfer = q.xfer(d)
-		d.pushes[f.Xfer] = src
+		d.st.Push(f.Xfer, src)
 	})
 }
 
@@ -118,7 +118,7 @@ func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
 	q.waited = true // a later submit may read what this writes
 	return q.enqueue(f, func(d *device) {
 		f.Xfer = q.xfer(d)
-		d.pulls[f.Xfer] = &incoming{dst: dst, size: len(dst)}
+		d.st.Expect(f.Xfer, &incoming{dst: dst, size: len(dst)})
 	})
 }
 
@@ -171,8 +171,8 @@ func (q *queue) Record(e plugin.Event) error {
 		return fmt.Errorf("%s: %w", q.d.name(), err)
 	}
 	err := q.enqueue(&proto.Record{Queue: q.id, Event: ev.id}, func(d *device) {
-		ev.implies, q.waitedOn = q.waitedOn, nil
-		ev.xfers, q.xfers = q.xfers, nil
+		d.st.Record(ev.id, q.waitedOn, q.xfers)
+		q.waitedOn, q.xfers = nil, nil
 	})
 	if err != nil {
 		ev.ev.Fire(err) // recorded, and will never fire otherwise
@@ -197,16 +197,15 @@ func (q *queue) Wait(e plugin.Event) error {
 		d := q.d
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		if err := d.aliveLocked(); err != nil {
-			return err
-		}
-		if skip, err := ev.settled(); skip || err != nil {
+		fired, firedErr := ev.ev.Query()
+		f, skip, err := d.st.Wait(q.id, ev.id, fired, firedErr)
+		if skip || err != nil {
 			return err
 		}
 		q.waited, q.dirty = true, true
 		// Queued under d.mu after the check: the batch that makes the device
 		// forget the event goes out after this wait.
-		return d.l.put(&proto.Wait{Queue: q.id, Event: ev.id})
+		return d.l.put(f)
 	}
 	// Another device process's event: it tells ours over their peer link
 	// when it fires, and the host is not in between.
@@ -215,16 +214,16 @@ func (q *queue) Wait(e plugin.Event) error {
 	}
 	o := ev.d
 	o.mu.Lock()
-	if err := o.aliveLocked(); err != nil {
+	if err := o.st.Alive(); err != nil {
 		o.mu.Unlock()
 		return fmt.Errorf("%s: wait on %s: %w", q.d.name(), o.name(), err)
 	}
-	if skip, err := ev.settled(); skip || err != nil {
+	fired, firedErr := ev.ev.Query()
+	if skip, err := o.st.Settled(ev.id, fired, firedErr); skip || err != nil {
 		o.mu.Unlock()
 		return err
 	}
-	o.next++
-	wait := o.next
+	wait := o.st.ID()
 	err := o.l.send(&proto.Notify{Event: ev.id, Wait: wait, Peer: uint32(q.d.num)})
 	o.mu.Unlock()
 	if err != nil {
@@ -311,7 +310,7 @@ func (q *queue) Close() error {
 	}
 	err := q.Synchronize()
 	q.d.mu.Lock()
-	if q.d.aliveLocked() == nil {
+	if q.d.st.Alive() == nil {
 		q.d.l.send(&proto.CloseQueue{Queue: q.id})
 	} else if errors.Is(err, plugin.ErrDeviceLost) {
 		err = nil // the loss was reported by the operations it failed
@@ -321,44 +320,12 @@ func (q *queue) Close() error {
 	return err
 }
 
-// event is a remote event: the device fires it and says so.
+// event is a remote event: the device fires it and says so. What the host
+// knows of it beyond that is in its device's table (state.Host).
 type event struct {
 	d  *device
 	id uint64
 	ev *opqueue.Event
-	// Guarded by d.mu: closed by the host; heard from the device that it
-	// fired, with err; implies are other devices' events the recording
-	// queue waited on before this one (if this one fires without error,
-	// they fired); xfers are the transfers the recording queue queued
-	// before it (over when it fires).
-	closed  bool
-	heard   bool
-	err     error
-	implies []*event
-	xfers   []uint64
-}
-
-// settled reports, under e.d.mu, whether a wait on e would be over at
-// once: skip if e fired without error. If it fired with one, the wait goes
-// to the device, which still has the event and fails the waiting queue
-// (its later operations are skipped until Synchronize reports the error),
-// unless the event is closed: the device may have forgotten it, and the
-// error comes back at once.
-func (e *event) settled() (skip bool, err error) {
-	if e.heard {
-		if e.err == nil {
-			return true, nil
-		}
-		if e.closed {
-			return false, fmt.Errorf("%s: waited-for event failed: %w", e.d.name(), e.err)
-		}
-		return false, nil
-	}
-	fired, err := e.ev.Query()
-	if fired && err == nil { // a queue got past it on its device
-		return true, nil
-	}
-	return false, nil
 }
 
 func (e *event) Synchronize() error {
@@ -388,15 +355,8 @@ func (e *event) Close() error {
 	d := e.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if e.closed || d.events == nil { // closed twice, or the device is lost
-		return nil
-	}
-	e.closed = true
-	switch {
-	case e.heard: // no queue will wait on it again
-		d.forgetLocked(e)
-	case !e.ev.Recorded(): // no word from the device is to come
-		delete(d.events, e.id)
+	if forget := d.st.Close(e.id); forget != nil {
+		d.l.send(forget) // under d.mu: after every wait queued for these events; a failure is the link's, seen by the reader
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/opqueue"
 	"github.com/goffload/offload/plugins/remote/proto"
+	"github.com/goffload/offload/plugins/remote/state"
 )
 
 // session serves one host on one link: the device side of the protocol.
@@ -36,23 +37,13 @@ type session struct {
 
 	peers *peers
 
-	// Retrieves sent and acknowledged by the host, in order; needs holds, per
-	// recorded event, how many had been sent when it fired.
-	xmu   sync.Mutex
-	sent  uint64
-	acked uint64
-	needs map[uint64]uint64
-	over  bool
-	// held are the tells that wait for the host to acknowledge the
-	// retrieves sent before their event fired; the reader that reads the
-	// acknowledgement sends them.
-	held []heldTell
-	// notifies are the peers waiting on events not fired yet.
-	notifies map[uint64][]notify
+	// evs are the events the host recorded, the peers waiting on them and
+	// the retrieves they wait for (see package state), under emu.
+	emu sync.Mutex
+	evs *state.Session[*opqueue.Event]
 
 	mu     sync.Mutex
 	queues map[uint32]*opqueue.Queue
-	events map[uint64]*opqueue.Event
 	pulls  map[uint64]*incoming
 	tags   map[uint32]qtag // tagged queues: their operations are timed (see tag.go)
 
@@ -66,13 +57,11 @@ func newSession(l *link, img *plugin.Image, cores int) *session {
 		mem:    hostmem.New(256 << 20),
 		pool:   workpool.New(cores),
 		queues: map[uint32]*opqueue.Queue{},
-		events: map[uint64]*opqueue.Event{},
+		evs:    state.NewSession[*opqueue.Event](),
 		pulls:  map[uint64]*incoming{},
 		tags:   map[uint32]qtag{},
 	}
 	s.peers = newPeers(s)
-	s.needs = map[uint64]uint64{}
-	s.notifies = map[uint64][]notify{}
 	return s
 }
 
@@ -140,14 +129,10 @@ func (s *session) close() {
 	s.pulls = map[uint64]*incoming{}
 	s.mu.Unlock()
 	s.l.fail(errSessionOver)
-	s.xmu.Lock()
-	s.over = true
-	held := s.held
-	s.held = nil
-	s.xmu.Unlock()
-	for _, h := range held {
-		s.peers.tell(h.n.peer, h.n.wait, h.err)
-	}
+	s.emu.Lock()
+	held := s.evs.End()
+	s.emu.Unlock()
+	s.tell(held)
 	s.peers.close()
 	for _, q := range qs {
 		q.Close()
@@ -213,20 +198,9 @@ func (s *session) queue(id uint32) *opqueue.Queue {
 // event returns the event id the host recorded, or nil if there is none
 // (an id the host never recorded, or one it told us to forget).
 func (s *session) event(id uint64) *opqueue.Event {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.events[id]
-}
-
-// newEvent makes event id for a record; nil if the id is taken.
-func (s *session) newEvent(id uint64) *opqueue.Event {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.events[id] != nil {
-		return nil
-	}
-	ev := opqueue.NewEvent()
-	s.events[id] = ev
+	s.emu.Lock()
+	defer s.emu.Unlock()
+	ev, _ := s.evs.Event(id)
 	return ev
 }
 
@@ -316,15 +290,9 @@ func (s *session) handle(m *proto.Msg, gen uint64) error {
 		s.notify(f)
 		return nil
 	case *proto.Forget:
-		s.mu.Lock()
-		s.xmu.Lock()
-		for _, id := range f.Events {
-			delete(s.events, id)
-			delete(s.needs, id)
-			delete(s.notifies, id)
-		}
-		s.xmu.Unlock()
-		s.mu.Unlock()
+		s.emu.Lock()
+		s.evs.Forget(f.Events)
+		s.emu.Unlock()
 		return nil
 	case *proto.Tag:
 		s.tag(f)
@@ -375,24 +343,20 @@ func (s *session) exchange(f *proto.Exchange) error {
 // it, the event fires, the peers waiting on it hear of it (once the host
 // has the retrieves sent before), and so does the host.
 func (s *session) record(f *proto.Record) error {
-	ev, id := s.newEvent(f.Event), f.Event
-	if ev == nil {
-		return s.queue(f.Queue).Do(func() error { return fmt.Errorf("%w: record: event %d is recorded already", plugin.ErrBadHandle, id) })
+	ev, id := opqueue.NewEvent(), f.Event
+	s.emu.Lock()
+	err := s.evs.Record(id, ev)
+	s.emu.Unlock()
+	if err != nil {
+		return s.queue(f.Queue).Do(func() error { return err })
 	}
 	ev.Arm()
 	fire := func(failed error) error {
-		s.xmu.Lock()
-		need := s.sent // peers hear of the event once the host has this data
-		s.needs[id] = need
-		s.xmu.Unlock()
+		s.emu.Lock()
+		now := s.evs.Fire(id, failed)
+		s.emu.Unlock()
 		ev.Fire(failed)
-		s.xmu.Lock()
-		waiting := s.notifies[id]
-		delete(s.notifies, id)
-		s.xmu.Unlock()
-		for _, n := range waiting {
-			s.tell(n, failed, need)
-		}
+		s.tell(now)
 		return s.l.sendSoon(&proto.Event{Event: id, Status: statusOf(failed)})
 	}
 	return s.queue(f.Queue).MarkHere(false, fire)
@@ -400,21 +364,10 @@ func (s *session) record(f *proto.Record) error {
 
 // notify has a peer told when an event of ours fires.
 func (s *session) notify(f *proto.Notify) {
-	ev, id, n := s.event(f.Event), f.Event, notify{peer: int(f.Peer), wait: f.Wait}
-	if ev == nil {
-		s.tell(n, fmt.Errorf("wait on event %d of device %d: %w", id, s.num, plugin.ErrNotRecorded), 0)
-		return
-	}
-	s.xmu.Lock()
-	fired, err := ev.Query()
-	if !fired { // the record tells the peer when it fires
-		s.notifies[id] = append(s.notifies[id], n)
-		s.xmu.Unlock()
-		return
-	}
-	need := s.needs[id]
-	s.xmu.Unlock()
-	s.tell(n, err, need)
+	s.emu.Lock()
+	now := s.evs.Notify(f.Event, state.Notify{Peer: int(f.Peer), Wait: f.Wait}, s.num)
+	s.emu.Unlock()
+	s.tell(now)
 }
 
 func (s *session) launch(f *proto.Launch, gen uint64) error {

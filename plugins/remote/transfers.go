@@ -9,58 +9,25 @@ import (
 
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
+	"github.com/goffload/offload/plugins/remote/state"
 )
 
-// notify is a peer waiting to hear that an event of ours fired.
-type notify struct {
-	peer int
-	wait uint64
-}
-
-// tell tells n's peer that the event fired (with err), once the host has
-// the data of the first need retrieves: a peer that reads host memory after
-// the event must see them. It never blocks.
-func (s *session) tell(n notify, err error, need uint64) {
-	s.xmu.Lock()
-	if s.acked < need && !s.over {
-		s.held = append(s.held, heldTell{n, err, need})
-		s.xmu.Unlock()
-		return
+// tell sends peers the word that state.Session says is due. It never
+// blocks.
+func (s *session) tell(now []state.Tell) {
+	for _, t := range now {
+		s.peers.tell(t.Peer, t.Wait, t.Err)
 	}
-	s.xmu.Unlock()
-	s.peers.tell(n.peer, n.wait, err)
-}
-
-// heldTell is a tell that waits for the host's acknowledgement of the
-// need-th retrieve.
-type heldTell struct {
-	n    notify
-	err  error
-	need uint64
 }
 
 // ack counts an acknowledgement from the host and sends the tells that
 // waited for it, on the reader (peers.tell never blocks): no goroutine to
 // wake.
 func (s *session) ack() {
-	s.xmu.Lock()
-	s.acked++
-	var ready []heldTell
-	k := 0
-	for _, h := range s.held {
-		if h.need <= s.acked {
-			ready = append(ready, h)
-		} else {
-			s.held[k] = h
-			k++
-		}
-	}
-	clear(s.held[k:])
-	s.held = s.held[:k]
-	s.xmu.Unlock()
-	for _, h := range ready {
-		s.peers.tell(h.n.peer, h.n.wait, h.err)
-	}
+	s.emu.Lock()
+	now := s.evs.Acked()
+	s.emu.Unlock()
+	s.tell(now)
 }
 
 // submitInline copies a submit's data, carried in its frame.
@@ -157,9 +124,9 @@ func (s *session) retrieve(id uint64, src plugin.Ptr, size int64, now bool) erro
 	if err != nil {
 		return err
 	}
-	s.xmu.Lock()
-	s.sent = max(s.sent, seq)
-	s.xmu.Unlock()
+	s.emu.Lock()
+	s.evs.Sent(seq)
+	s.emu.Unlock()
 	return nil
 }
 

@@ -1,0 +1,336 @@
+package state
+
+import (
+	"fmt"
+
+	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugins/remote/proto"
+)
+
+// Host is the host side's table of one remote device: the calls waiting
+// for answers, the events the device will fire, the transfers under way,
+// and the allocations the host numbered. C is the engine's handle of a
+// call (what its answer goes to), E of an event, P of an arriving
+// transfer.
+//
+// Methods that return frames return them in the order they must go out;
+// the engine queues them on the link before it releases the lock it holds
+// around the call, so that frames from different callers keep the order
+// the table saw them in.
+type Host[C, E, P any] struct {
+	name func() string
+	next uint64
+	// calls wait for their answers; each answer ends the transfers the
+	// call lists.
+	calls  map[uint64]hostCall[C]
+	events map[uint64]*hostEvent[E]
+	pushes map[uint64][]byte // pulled submits: data the device will pull
+	pulls  map[uint64]P      // retrieves: where arriving data goes
+	forget []uint64          // closed, fired events for the device to forget
+	// vnext is the address of the next allocation: the host numbers them.
+	vnext  plugin.Ptr
+	sizes  map[plugin.Ptr]int64
+	inUse  int64
+	unseen int // allocations the device may not have read yet
+	lost   error
+	closed bool
+}
+
+type hostCall[C any] struct {
+	h     C
+	xfers []uint64
+}
+
+type hostEvent[E any] struct {
+	h        E
+	recorded bool
+	closed   bool
+	heard    bool
+	err      error
+	implies  []E
+	xfers    []uint64
+}
+
+// ForgetBatch is how many forgotten events go in one Forget frame.
+const ForgetBatch = 512
+
+// NewHost returns an empty table for a device that name names (in errors).
+func NewHost[C, E, P any](name func() string) *Host[C, E, P] {
+	return &Host[C, E, P]{
+		name:   name,
+		calls:  map[uint64]hostCall[C]{},
+		events: map[uint64]*hostEvent[E]{},
+		pushes: map[uint64][]byte{},
+		pulls:  map[uint64]P{},
+		sizes:  map[plugin.Ptr]int64{},
+		vnext:  1 << 52, // any start: these addresses are the device's names for its blocks
+	}
+}
+
+// Alive returns why the device cannot take work: its loss, or its close.
+func (h *Host[C, E, P]) Alive() error {
+	if h.lost != nil {
+		return h.lost
+	}
+	if h.closed {
+		return fmt.Errorf("%s: %w: device is closed", h.name(), plugin.ErrBadHandle)
+	}
+	return nil
+}
+
+// Lost is the device's loss, or nil.
+func (h *Host[C, E, P]) Lost() error { return h.lost }
+
+// ID numbers something new: a request, event, transfer or wait.
+func (h *Host[C, E, P]) ID() uint64 {
+	h.next++
+	return h.next
+}
+
+// Call registers call c for the answer to request id (ID), which ends
+// transfers xfers.
+func (h *Host[C, E, P]) Call(id uint64, c C, xfers []uint64) error {
+	if err := h.Alive(); err != nil {
+		return err
+	}
+	h.calls[id] = hostCall[C]{c, xfers}
+	return nil
+}
+
+// Answer takes the call that request id's answer completes, and ends its
+// transfers; an answer to no call is a protocol error.
+func (h *Host[C, E, P]) Answer(id uint64) (C, error) {
+	c, ok := h.calls[id]
+	if !ok {
+		var zero C
+		return zero, fmt.Errorf("%w: answer to unknown request %d", proto.ErrFrame, id)
+	}
+	delete(h.calls, id)
+	h.dropXfers(c.xfers)
+	return c.h, nil
+}
+
+// NewEvent registers a new event with handle e and returns its id.
+func (h *Host[C, E, P]) NewEvent(e E) (uint64, error) {
+	if err := h.Alive(); err != nil {
+		return 0, err
+	}
+	id := h.ID()
+	h.events[id] = &hostEvent[E]{h: e}
+	return id, nil
+}
+
+// Record says a queue records event id after waiting on implies (other
+// devices' events: if id fires without error, they fired) and after
+// transfers xfers (over when it fires).
+func (h *Host[C, E, P]) Record(id uint64, implies []E, xfers []uint64) {
+	if e := h.events[id]; e != nil {
+		e.recorded, e.implies, e.xfers = true, implies, xfers
+	}
+}
+
+// Heard says the device fired event id with err. It returns the event's
+// handle, the events it implies (to fire if err is nil), and a Forget to
+// send if the batch is full. An event that is not in the table is a
+// protocol error.
+func (h *Host[C, E, P]) Heard(id uint64, err error) (e E, implies []E, forget *proto.Forget, ferr error) {
+	ev := h.events[id]
+	if ev == nil {
+		return e, nil, nil, fmt.Errorf("%w: unknown event %d fired", proto.ErrFrame, id)
+	}
+	if ev.heard {
+		return ev.h, nil, nil, nil
+	}
+	ev.heard, ev.err = true, err
+	implies, ev.implies = ev.implies, nil
+	h.dropXfers(ev.xfers)
+	ev.xfers = nil
+	if ev.closed {
+		forget = h.forgetEvent(id)
+	}
+	return ev.h, implies, forget, nil
+}
+
+// Close says the host closed event id: no queue will wait on it again
+// once it fired. It returns a Forget to send if the batch is full.
+func (h *Host[C, E, P]) Close(id uint64) *proto.Forget {
+	ev := h.events[id]
+	if ev == nil || ev.closed {
+		return nil
+	}
+	ev.closed = true
+	switch {
+	case ev.heard: // no queue will wait on it again
+		return h.forgetEvent(id)
+	case !ev.recorded: // no word from the device is to come
+		delete(h.events, id)
+	}
+	return nil
+}
+
+// forgetEvent drops event id and adds it to the batch the device forgets.
+func (h *Host[C, E, P]) forgetEvent(id uint64) *proto.Forget {
+	delete(h.events, id)
+	h.forget = append(h.forget, id)
+	if len(h.forget) < ForgetBatch {
+		return nil
+	}
+	f := &proto.Forget{Events: h.forget}
+	h.forget = nil
+	return f
+}
+
+// Wait returns the Wait frame that makes queue q wait on event id, or skip
+// if the wait is over at once. fired and firedErr are what the engine's
+// handle of the event says: it fires when the device says so, and without
+// error when a queue got past the event on its device (whose word may
+// still be on its way). A wait is over at once if the event fired without
+// error. A wait on an event that failed goes to the device, which fails
+// the queue, unless the device may have forgotten the event (the host
+// heard it and closed it): then the error comes back at once.
+func (h *Host[C, E, P]) Wait(q uint32, id uint64, fired bool, firedErr error) (f *proto.Wait, skip bool, err error) {
+	if err := h.Alive(); err != nil {
+		return nil, false, err
+	}
+	ev := h.events[id]
+	switch {
+	case ev == nil: // heard and closed, and forgotten: fired says how
+		if !fired {
+			return nil, false, fmt.Errorf("%s: %w: wait on event %d, which is closed", h.name(), plugin.ErrBadHandle, id)
+		}
+		if firedErr != nil {
+			return nil, false, fmt.Errorf("%s: waited-for event failed: %w", h.name(), firedErr)
+		}
+		return nil, true, nil
+	case ev.heard && ev.err == nil, !ev.heard && fired && firedErr == nil:
+		return nil, true, nil
+	}
+	return &proto.Wait{Queue: q, Event: id}, false, nil
+}
+
+// Settled reports whether a wait on event id by a queue of another device
+// is over at once (skip), or fails at once (err), as Wait decides.
+func (h *Host[C, E, P]) Settled(id uint64, fired bool, firedErr error) (skip bool, err error) {
+	_, skip, err = h.Wait(0, id, fired, firedErr)
+	return skip, err
+}
+
+// Push registers transfer id of a pulled submit: data, which the device
+// pulls when its queue reaches the submit.
+func (h *Host[C, E, P]) Push(id uint64, data []byte) { h.pushes[id] = data }
+
+// Pulled takes the data of transfer id, which the device pulls; a pull of
+// no transfer is a protocol error.
+func (h *Host[C, E, P]) Pulled(id uint64) ([]byte, error) {
+	data, ok := h.pushes[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: pull of unknown transfer %d", proto.ErrFrame, id)
+	}
+	delete(h.pushes, id)
+	return data, nil
+}
+
+// Expect registers transfer id of a retrieve: p, where its data goes.
+func (h *Host[C, E, P]) Expect(id uint64, p P) { h.pulls[id] = p }
+
+// Arriving returns where transfer id's data goes; data for no transfer is
+// a protocol error.
+func (h *Host[C, E, P]) Arriving(id uint64) (P, error) {
+	p, ok := h.pulls[id]
+	if !ok {
+		return p, fmt.Errorf("%w: data for unknown transfer %d", proto.ErrFrame, id)
+	}
+	return p, nil
+}
+
+// Arrived says all of transfer id's data is in place.
+func (h *Host[C, E, P]) Arrived(id uint64) { delete(h.pulls, id) }
+
+// dropXfers forgets transfers that are over: done, or skipped by the device
+// after an earlier failure (their buffers are the caller's again).
+func (h *Host[C, E, P]) dropXfers(ids []uint64) {
+	for _, id := range ids {
+		delete(h.pushes, id)
+		delete(h.pulls, id)
+	}
+}
+
+// Alloc numbers an allocation of size bytes on a device whose memory is
+// limit bytes, and returns its address and the frame that tells the
+// device.
+func (h *Host[C, E, P]) Alloc(size, limit int64) (plugin.Ptr, *proto.Alloc, error) {
+	if err := h.Alive(); err != nil {
+		return 0, nil, err
+	}
+	if size < 0 {
+		return 0, nil, fmt.Errorf("%s: %w: negative size %d", h.name(), plugin.ErrBadPointer, size)
+	}
+	if size > limit-h.inUse {
+		return 0, nil, fmt.Errorf("%s: %w: %d bytes with %d bytes in use is more than the device's memory (%d bytes)", h.name(), plugin.ErrOutOfMemory, size, h.inUse, limit)
+	}
+	p := h.vnext
+	h.vnext += plugin.Ptr((max(size, 1) + 4095) &^ 4095)
+	h.sizes[p] = size
+	h.inUse += size
+	h.unseen++
+	return p, &proto.Alloc{Ptr: uint64(p), Size: uint64(size)}, nil
+}
+
+// Free checks that p is a live allocation and returns the frame that frees
+// it on the device.
+func (h *Host[C, E, P]) Free(p plugin.Ptr) (*proto.Free, error) {
+	if err := h.Alive(); err != nil {
+		return nil, err
+	}
+	size, ok := h.sizes[p]
+	if !ok {
+		return nil, fmt.Errorf("%s: %w: free of %#x, which is not the start of a live allocation", h.name(), plugin.ErrBadPointer, uint64(p))
+	}
+	h.inUse -= size
+	delete(h.sizes, p)
+	return &proto.Free{Ptr: uint64(p)}, nil
+}
+
+// Unseen is how many allocations the device may not have read yet.
+func (h *Host[C, E, P]) Unseen() int { return h.unseen }
+
+// Seen says the device read n more allocations (an answer came after them).
+func (h *Host[C, E, P]) Seen(n int) { h.unseen -= n }
+
+// CloseDevice says the host closed the device: nothing new registers.
+func (h *Host[C, E, P]) CloseDevice() { h.closed = true }
+
+// Closed reports whether the host closed the device.
+func (h *Host[C, E, P]) Closed() bool { return h.closed }
+
+// Lose fails the device with err: it returns every call and event
+// registered, for the engine to fail, and from then on nothing registers.
+// It reports false if the device was lost already.
+func (h *Host[C, E, P]) Lose(err error) (calls []C, events []E, first bool) {
+	if h.lost != nil {
+		return nil, nil, false
+	}
+	h.lost = err
+	for _, c := range h.calls {
+		calls = append(calls, c.h)
+	}
+	for _, e := range h.events {
+		events = append(events, e.h)
+	}
+	clear(h.calls)
+	clear(h.events)
+	clear(h.pushes)
+	clear(h.pulls)
+	clear(h.sizes)
+	h.inUse, h.unseen, h.forget = 0, 0, nil
+	return calls, events, true
+}
+
+// Transfers is how many transfers are under way.
+func (h *Host[C, E, P]) Transfers() int { return len(h.pushes) + len(h.pulls) }
+
+// Len is how many calls, events, transfers, allocations and forgotten
+// events waiting for their batch the table holds.
+func (h *Host[C, E, P]) Len() int {
+	return len(h.calls) + len(h.events) + len(h.pushes) + len(h.pulls) + len(h.sizes) + len(h.forget)
+}
