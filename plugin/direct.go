@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"fmt"
+	"reflect"
 )
 
 // Mem returns the bytes of device range [p, p+size), or an error if the
@@ -49,6 +50,49 @@ func (k *Kernel) Launch(ctx *KernelCtx, args []Arg, mem Mem) error {
 		return err
 	}
 	return k.onRunner(job{k: k, call: call})
+}
+
+// LaunchHere is Launch with the body called on the calling goroutine, not
+// handed to a runner (a hand-off, and on a machine with few cores often a
+// thread woken for it): for a device's reader that runs short kernels to
+// completion. A panic is returned as Launch returns it. runtime.Goexit in
+// the body cannot be stopped, though: the calling goroutine ends, after
+// every deferred call on its stack has run. So the caller must clean up in
+// deferred calls (its queue's state, its role), and learns the kernel's
+// error from exited, which LaunchHere calls, from a deferred call, before
+// the goroutine unwinds past it.
+func (k *Kernel) LaunchHere(ctx *KernelCtx, args []Arg, mem Mem, exited func(error)) error {
+	var call func()
+	var in []reflect.Value
+	if k.Direct == nil {
+		vals, err := k.ArgValues(args, mem)
+		if err != nil {
+			return err
+		}
+		in = k.Assemble(vals)
+		if k.HasCtx {
+			in = append([]reflect.Value{reflect.ValueOf(ctx)}, in...)
+		}
+	} else {
+		if len(args) != len(k.Params) {
+			return k.ArgCountError(len(args))
+		}
+		c, err := k.Direct(ctx, args, mem)
+		if err != nil {
+			return err
+		}
+		call = c
+	}
+	done := make(chan result, 1)
+	returned := false
+	defer func() {
+		if !returned { // runtime.Goexit: run's deferred call said why
+			exited((<-done).err)
+		}
+	}()
+	k.run(in, call, done)
+	returned = true
+	return (<-done).err
 }
 
 // ArgCountError is the error of a launch with n arguments.

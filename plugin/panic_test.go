@@ -1,6 +1,13 @@
 package plugin
 
-import "testing"
+import (
+	"errors"
+	"reflect"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"testing"
+)
 
 // TestTrimStack: the goroutine header and the runtime's, reflect's and
 // goffload's frames go; the program's stay, goffload's examples included.
@@ -48,3 +55,37 @@ github.com/goffload/offload/examples/saxpy.main.func1()
 		t.Errorf("TrimStack of runtime frames only = %q, %q", got, at)
 	}
 }
+
+// TestLaunchHere: the body runs on the calling goroutine; a panic comes
+// back as an error; runtime.Goexit ends the goroutine, after exited is told
+// the kernel's error.
+func TestLaunchHere(t *testing.T) {
+	var on []byte
+	k := &Kernel{Name: "test.here", Fn: reflect.ValueOf(func() { on = debugStack() })}
+	if err := k.LaunchHere(nil, nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(on), "TestLaunchHere") {
+		t.Errorf("the body did not run on the caller's goroutine:\n%s", on)
+	}
+	boom := &Kernel{Name: "test.boom", Fn: reflect.ValueOf(func() { panic("boom") })}
+	if err := boom.LaunchHere(nil, nil, nil, nil); !errors.Is(err, ErrKernel) || !strings.Contains(err.Error(), "boom") {
+		t.Errorf("panic: %v", err)
+	}
+	exit := &Kernel{Name: "test.exit", Fn: reflect.ValueOf(runtime.Goexit)}
+	got := make(chan error, 1)
+	returned := make(chan bool, 1)
+	go func() {
+		defer close(returned)
+		exit.LaunchHere(nil, nil, nil, func(err error) { got <- err })
+		returned <- true
+	}()
+	if <-returned {
+		t.Fatal("LaunchHere returned after runtime.Goexit")
+	}
+	if err := <-got; !errors.Is(err, ErrKernel) || !strings.Contains(err.Error(), "runtime.Goexit") {
+		t.Errorf("Goexit: %v", err)
+	}
+}
+
+func debugStack() []byte { return debug.Stack() }

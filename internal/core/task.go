@@ -244,10 +244,11 @@ func runAsTask(fn func() error) error { return fn() }
 var runAsTaskName = runtime.FuncForPC(reflect.ValueOf(runAsTask).Pointer()).Name()
 
 // A kernel's body, and the chunks of its loops, run on these goroutines
-// (plugin's kernel runners, the worker pool): inside a kernel is inside a
-// task too.
+// (plugin's kernel runners, a device process's reader that calls the body
+// itself, the worker pool): inside a kernel is inside a task too.
 const (
 	kernelRunnerName = "github.com/goffload/offload/plugin.(*runner).loop"
+	kernelHereName   = "github.com/goffload/offload/plugin.(*Kernel).LaunchHere"
 	poolWorkerName   = "github.com/goffload/offload/internal/workpool.(*Pool).worker"
 )
 
@@ -261,7 +262,7 @@ func InTask() bool {
 		frames := runtime.CallersFrames(pcs[:n])
 		for {
 			f, more := frames.Next()
-			if f.Function == runAsTaskName || f.Function == kernelRunnerName || f.Function == poolWorkerName {
+			if f.Function == runAsTaskName || f.Function == kernelRunnerName || f.Function == kernelHereName || f.Function == poolWorkerName {
 				return true
 			}
 			if !more {

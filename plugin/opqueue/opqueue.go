@@ -87,6 +87,9 @@ type op struct {
 	// timed, if set, is told when a run or wait operation ran, and how
 	// it ended (skipped operations are not told).
 	timed func(start, end time.Time, err error)
+	// exited, if set, is why run ended its goroutine (runtime.Goexit),
+	// set by run before the goroutine unwinds (see RunHereExit).
+	exited *error
 }
 
 // Queue runs operations in order, on a goroutine of its own while it has
@@ -130,7 +133,14 @@ func (q *Queue) put(o op, here, only bool) (bool, error) {
 		q.running = true
 		failed := q.take(o)
 		q.mu.Unlock()
+		ran := false
+		defer func() {
+			if !ran {
+				q.goexited(o)
+			}
+		}()
 		q.exec(o, failed)
+		ran = true
 		q.mu.Lock()
 		if len(q.ops) > 0 {
 			// Enqueued while o ran (by o, or by another goroutine):
@@ -154,6 +164,27 @@ func (q *Queue) put(o op, here, only bool) (bool, error) {
 	}
 	q.mu.Unlock()
 	return false, nil
+}
+
+// goexited goes on without the goroutine that ran o here: o's function
+// ended it (runtime.Goexit), and the queue fails with why o says, or says
+// so. Later operations go to the queue's goroutine.
+func (q *Queue) goexited(o op) {
+	err := fmt.Errorf("%w: an operation ended its goroutine (runtime.Goexit)", plugin.ErrKernel)
+	if o.exited != nil && *o.exited != nil {
+		err = *o.exited
+	}
+	q.mu.Lock()
+	if q.err == nil {
+		q.err = err
+	}
+	if len(q.ops) > 0 {
+		go q.loop()
+	} else {
+		q.running = false
+		q.idle.Broadcast()
+	}
+	q.mu.Unlock()
 }
 
 // SetInline makes operations enqueued while the queue is idle run on the
@@ -256,6 +287,15 @@ func (q *Queue) DoTimed(fn func() error, timed func(start, end time.Time, err er
 // goroutine, after fn.
 func (q *Queue) RunHere(fn func() error, timed func(start, end time.Time, err error)) (bool, error) {
 	return q.put(op{run: fn, timed: timed}, true, true)
+}
+
+// RunHereExit is RunHere for a fn that may end the calling goroutine with
+// runtime.Goexit (a kernel called on it): if it does, the queue fails with
+// *exited, which fn sets in a deferred call, and goes on with its next
+// operations on the queue's goroutine. Only RunHere's path runs fn so: a
+// fn enqueued (false) must not end its goroutine.
+func (q *Queue) RunHereExit(fn func() error, exited *error, timed func(start, end time.Time, err error)) (bool, error) {
+	return q.put(op{run: fn, timed: timed, exited: exited}, true, true)
 }
 
 // MarkHere is Mark that runs fn on the calling goroutine, before MarkHere

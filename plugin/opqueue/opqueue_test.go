@@ -2,6 +2,7 @@ package opqueue
 
 import (
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -261,5 +262,43 @@ func TestRunHere(t *testing.T) {
 	}
 	if err := q.MarkHere(false, func(error) error { return nil }); !errors.Is(err, plugin.ErrBadHandle) {
 		t.Errorf("MarkHere on a closed queue: %v", err)
+	}
+}
+
+// TestRunHereExitSurvivesGoexit: a function run here that ends its
+// goroutine with runtime.Goexit fails the queue with the error it gave, and
+// the operations enqueued behind it run on the queue's goroutine.
+func TestRunHereExitSurvivesGoexit(t *testing.T) {
+	q := New()
+	why := errors.New("kernel k called runtime.Goexit")
+	var exited error
+	ran := make(chan bool)
+	blocked, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ran)
+		q.RunHereExit(func() error {
+			close(blocked)
+			<-release // an operation is enqueued behind this one meanwhile
+			exited = why
+			runtime.Goexit()
+			return nil
+		}, &exited, nil)
+		ran <- true // not reached
+	}()
+	<-blocked
+	var after []int
+	q.Do(func() error { after = append(after, 1); return nil })
+	close(release)
+	if <-ran {
+		t.Fatal("RunHereExit returned after a Goexit")
+	}
+	if err := q.Synchronize(); !errors.Is(err, why) {
+		t.Fatalf("Synchronize: %v, want the Goexit's error", err)
+	}
+	if len(after) != 0 {
+		t.Errorf("the operation behind the failed one ran: %v", after)
+	}
+	if _, err := q.RunHereExit(func() error { after = append(after, 2); return nil }, nil, nil); err != nil || len(after) != 1 {
+		t.Errorf("the queue after a Goexit: %v %v", err, after)
 	}
 }

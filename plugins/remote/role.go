@@ -88,6 +88,21 @@ func (r *readerRole) takeOver() {
 	go r.start(r.gen)
 }
 
+// exited gives the role to a new goroutine: the holder of generation gen
+// ends (a kernel it ran called runtime.Goexit), unless a standby took over
+// already.
+func (r *readerRole) exited(gen uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gen != gen {
+		return
+	}
+	r.busy = false
+	r.t.Stop()
+	r.gen++
+	go r.start(r.gen)
+}
+
 // stop stops the timer for good.
 func (r *readerRole) stop() {
 	r.mu.Lock()

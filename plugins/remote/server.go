@@ -83,7 +83,10 @@ func (s *session) serveFrames() error {
 	s.end = make(chan error, 1)
 	s.role.init(s.read)
 	defer s.role.stop()
-	s.read(0)
+	// The reader has a goroutine of its own: a kernel it runs may end it
+	// (runtime.Goexit), and then a new one reads (session.read), while
+	// this one waits for the end.
+	go s.read(0)
 	return <-s.end
 }
 
@@ -91,6 +94,12 @@ func (s *session) serveFrames() error {
 // generation gen (see role.go); the one that reads the session's last
 // frame says how it ended on s.end.
 func (s *session) read(gen uint64) {
+	ended := false
+	defer func() {
+		if !ended { // a kernel run here called runtime.Goexit
+			s.role.exited(gen)
+		}
+	}()
 	for {
 		m, err := s.l.r.ReadMsg()
 		if err != nil {
@@ -101,18 +110,22 @@ func (s *session) read(gen uint64) {
 			} else {
 				err = s.l.fail(err)
 			}
+			ended = true
 			s.end <- err
 			return
 		}
 		if m.Type == proto.TExit {
+			ended = true
 			s.end <- nil
 			return
 		}
 		if err := s.handle(m, gen); err != nil {
+			ended = true
 			s.end <- s.l.fail(err)
 			return
 		}
 		if !s.role.holds(gen) {
+			ended = true
 			return // a standby reads now
 		}
 	}
@@ -393,14 +406,23 @@ func (s *session) launch(f *proto.Launch, gen uint64) error {
 		return nil
 	}
 	timed := s.timer(f.Queue, plugin.OpLaunch, f.Kernel, 0)
-	// On an idle queue the reader runs the kernel itself. The kernel is in
-	// the queue's order once it runs (the queue is busy), so from then on a
-	// standby may take over reading if it runs long: what it reads goes
-	// behind the kernel. Otherwise the queue's goroutine runs it.
-	ran, err := q.RunHere(func() error {
+	// On an idle queue the reader runs the kernel itself, calling its body
+	// (no runner goroutine in between). The kernel is in the queue's order
+	// once it runs (the queue is busy), so from then on a standby may take
+	// over reading if it runs long: what it reads goes behind the kernel. A
+	// body that calls runtime.Goexit ends the reader: the queue fails with
+	// the kernel's error, and the reader's role goes to a new goroutine
+	// (session.read). Otherwise the queue's goroutine runs it, on a runner.
+	var exited error
+	ran, err := q.RunHereExit(func() error {
 		s.role.arm()
-		return run()
-	}, timed)
+		computing.Add(1)
+		defer computing.Add(-1)
+		if err := k.LaunchHere(ctx, args, s.mem.Bytes, func(err error) { exited = fmt.Errorf("%s: %w", s.name(), err) }); err != nil {
+			return fmt.Errorf("%s: %w", s.name(), err)
+		}
+		return nil
+	}, &exited, timed)
 	if ran {
 		s.role.disarm(gen)
 	}
