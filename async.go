@@ -280,8 +280,12 @@ func (g *Group) Add(ts ...*Task) {
 // creation order, with all of them finished (it reports their failures, see
 // Taskwait); or ctx's error if ctx is done first. The tasks it waited for
 // leave the group; after a Wait that ctx cut short they stay in it, so the
-// next Wait waits for them.
+// next Wait waits for them. Wait on a nil *Group returns an error wrapping
+// ErrBadArgument.
 func (g *Group) Wait(ctx context.Context) error {
+	if g == nil {
+		return fmt.Errorf("goffload: Group.Wait: %w: nil *Group (declare one, var g offload.Group, and use &g)", ErrBadArgument)
+	}
 	g.mu.Lock()
 	ts := slices.Clone(g.tasks)
 	g.mu.Unlock()

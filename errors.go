@@ -17,6 +17,10 @@ var (
 	// ErrMandatory: OMP_TARGET_OFFLOAD=MANDATORY and the device cannot run
 	// the construct.
 	ErrMandatory = core.ErrMandatory
+	// ErrUnavailable: Info of a device that could not be opened, under an
+	// offload policy that is not MANDATORY: its constructs run on the
+	// initial device.
+	ErrUnavailable = core.ErrUnavailable
 	// ErrNotPresent: a present modifier on a buffer that is not mapped.
 	ErrNotPresent = core.ErrNotPresent
 	// ErrExtension: a section that partly overlaps a mapping. An explicit

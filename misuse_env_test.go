@@ -31,6 +31,9 @@ func TestEnvOutOfRange(t *testing.T) {
 		{"GOFFLOAD_REMOTE_SPIN", "100", "from 0"},
 		{"GOFFLOAD_REMOTE_SPIN", "-1ms", "from 0"},
 		{"GOFFLOAD_REMOTE_SPIN", "1h", "from 0"},
+		{"GOFFLOAD_DEVICE_TIMEOUT", "abc", "at least 10ms"},
+		{"GOFFLOAD_DEVICE_TIMEOUT", "1ms", "at least 10ms"},
+		{"GOFFLOAD_DEVICE_TIMEOUT", "-5s", "at least 10ms"},
 	}
 	for _, c := range cases {
 		t.Run(c.env+"="+c.val, func(t *testing.T) {

@@ -239,7 +239,9 @@ type DeviceInfo struct {
 
 // Info describes the device. For a number that is not a device it returns
 // an error wrapping ErrNoDevice, whatever the offload policy; for a device
-// that could not be opened, one wrapping ErrMandatory with the cause; for a
+// that could not be opened, one wrapping ErrMandatory with the cause under
+// OMP_TARGET_OFFLOAD=MANDATORY, and ErrUnavailable otherwise (its
+// constructs run on the initial device); for a
 // device that was lost (its process died, its link broke), the description
 // and an error wrapping ErrDeviceLost with the cause.
 func (d Device) Info() (DeviceInfo, error) {
@@ -256,7 +258,11 @@ func (d Device) Info() (DeviceInfo, error) {
 	default:
 		cd = rt.Devices[d.num]
 		if cd.Unavailable != nil {
-			return DeviceInfo{}, fmt.Errorf("goffload: %s: %w: %w", cd.Label(), ErrMandatory, cd.Unavailable)
+			why := ErrUnavailable
+			if rt.Cfg.Policy == core.PolicyMandatory {
+				why = ErrMandatory
+			}
+			return DeviceInfo{}, fmt.Errorf("goffload: %s: %w: %w", cd.Label(), why, cd.Unavailable)
 		}
 	}
 	i := cd.Info

@@ -100,43 +100,57 @@ func ConfigFromEnv() (Config, error) {
 	return cfg, nil
 }
 
-// Spec is one item of GOFFLOAD_DEVICES: a kind and its argument.
+// Spec is one item of GOFFLOAD_DEVICES: a kind and its argument, written
+// KIND, KIND:ARG or KIND://ARG (URL).
 type Spec struct {
 	Kind string
 	Arg  string
+	URL  bool
 }
 
-// String is the spec as GOFFLOAD_DEVICES spells it.
+// String is the spec as GOFFLOAD_DEVICES spells it (the kind in lower
+// case).
 func (s Spec) String() string {
-	if s.Arg == "" {
+	switch {
+	case s.Arg == "":
 		return s.Kind
-	}
-	if strings.Contains(s.Arg, "/") {
+	case s.URL || strings.Contains(s.Arg, "/"):
 		return s.Kind + "://" + s.Arg
 	}
 	return s.Kind + ":" + s.Arg
 }
 
 // ParseDevices splits a GOFFLOAD_DEVICES value ("host,local:2,tcp://h:p")
-// into specs and checks that each names a registered kind.
+// into specs and checks that each names a registered kind. Kind names are
+// case-insensitive; an empty item ("host,,local", a trailing comma) or an
+// item with a colon and nothing after it ("local:") is an error naming it.
+// A value of only spaces names no devices.
 func ParseDevices(s string) ([]Spec, error) {
 	var specs []Spec
-	for _, item := range strings.Split(s, ",") {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	for n, item := range strings.Split(s, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
-			continue
+			return nil, fmt.Errorf("%w: GOFFLOAD_DEVICES=%q: item %d is empty; separate device items with single commas, as in host,local:2", ErrConfig, s, n+1)
 		}
 		var sp Spec
 		if i := strings.Index(item, "://"); i >= 0 {
-			sp = Spec{Kind: item[:i], Arg: item[i+3:]}
+			sp = Spec{Kind: item[:i], Arg: item[i+3:], URL: true}
 		} else if i := strings.IndexByte(item, ':'); i >= 0 {
 			sp = Spec{Kind: item[:i], Arg: item[i+1:]}
 		} else {
 			sp = Spec{Kind: item}
 		}
 		sp.Kind = strings.ToLower(sp.Kind)
-		if _, ok := plugin.LookupKind(sp.Kind); !ok {
+		k, ok := plugin.LookupKind(sp.Kind)
+		if !ok {
 			return nil, fmt.Errorf("%w: GOFFLOAD_DEVICES item %q: unknown device kind %q; known kinds: %s", ErrConfig, item, sp.Kind, knownKinds())
+		}
+		if sp.Arg == "" && !strings.EqualFold(sp.Kind, item) {
+			form, _, _ := strings.Cut(k.Help, " ")
+			return nil, fmt.Errorf("%w: GOFFLOAD_DEVICES item %q: nothing after the colon; want %s", ErrConfig, item, form)
 		}
 		specs = append(specs, sp)
 	}
@@ -164,7 +178,9 @@ const MaxRemoteSpin = time.Second
 //     (4 × the CPUs, at least 64, at most 4096);
 //   - GOFFLOAD_HOST_POOL_THRESHOLD: 0 to the machine's memory, in bytes;
 //   - GOFFLOAD_REMOTE_SPIN: a Go duration from 0 to MaxRemoteSpin ("0" turns
-//     spinning off).
+//     spinning off);
+//   - GOFFLOAD_DEVICE_TIMEOUT: a Go duration of at least 10ms, or 0 for none
+//     (plugins/remote parses it with the same rule).
 //
 // The kinds check their variables again themselves (a program can open
 // devices without Start, and a TCP device process is started by hand).
@@ -179,6 +195,11 @@ func CheckDeviceEnv() error {
 	if s := os.Getenv("GOFFLOAD_HOST_POOL_THRESHOLD"); s != "" {
 		if _, err := hostmem.ParseThreshold("GOFFLOAD_HOST_POOL_THRESHOLD", s); err != nil {
 			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+	}
+	if s := os.Getenv("GOFFLOAD_DEVICE_TIMEOUT"); s != "" && s != "0" {
+		if d, err := time.ParseDuration(s); err != nil || d < 10*time.Millisecond {
+			return fmt.Errorf("%w: GOFFLOAD_DEVICE_TIMEOUT=%q: want a duration of at least 10ms (like 30s), or 0 for none", ErrConfig, s)
 		}
 	}
 	if s := os.Getenv("GOFFLOAD_REMOTE_SPIN"); s != "" {

@@ -9,14 +9,15 @@ import (
 // Errors of the runtime; every error it returns wraps one of these or a
 // plugin error, so callers can tell them apart with errors.Is.
 var (
-	ErrConfig     = errors.New("invalid configuration")
-	ErrNotStarted = errors.New("runtime not started")
-	ErrNoDevice   = errors.New("no such device")
-	ErrMandatory  = errors.New("offload is mandatory and the device is unavailable")
-	ErrNotPresent = errors.New("not present on the device")
-	ErrExtension  = errors.New("explicit extension not allowed")
-	ErrBadMap     = errors.New("invalid map clause")
-	ErrBadArg     = errors.New("invalid argument")
+	ErrConfig      = errors.New("invalid configuration")
+	ErrNotStarted  = errors.New("runtime not started")
+	ErrNoDevice    = errors.New("no such device")
+	ErrMandatory   = errors.New("offload is mandatory and the device is unavailable")
+	ErrUnavailable = errors.New("the device is unavailable; OMP_TARGET_OFFLOAD is not MANDATORY, so its work runs on the initial device")
+	ErrNotPresent  = errors.New("not present on the device")
+	ErrExtension   = errors.New("explicit extension not allowed")
+	ErrBadMap      = errors.New("invalid map clause")
+	ErrBadArg      = errors.New("invalid argument")
 )
 
 // MapError is returned for a map clause or data operation that cannot be

@@ -22,11 +22,14 @@ func init() {
 	})
 }
 
+// openMPI refuses: a program that names mpi devices and cannot have them
+// fails at Start (a configuration error), rather than running their work
+// on the host.
 func openMPI(string) ([]plugin.Device, error) {
-	return nil, errNoMPI
+	return nil, configError(errNoMPI.Error())
 }
 
-var errNoMPI = fmt.Errorf("this program was built without MPI support: build it with CC=mpicc go build -tags mpi")
+var errNoMPI = fmt.Errorf("this program was built without MPI support: build it with CC=mpicc go build -tags mpi (on Debian, CC=mpicc.openmpi or CC=mpicc.mpich)")
 
 var warnOnce sync.Once
 

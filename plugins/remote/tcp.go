@@ -39,13 +39,22 @@ func init() {
 	})
 }
 
+// configError is an error of a device item that is well formed but cannot
+// be used as the environment stands (a missing secret): it wraps
+// plugin.ErrBadSpec, so that Start fails with a configuration error, and
+// says only what is wrong.
+type configError string
+
+func (e configError) Error() string { return string(e) }
+func (e configError) Unwrap() error { return plugin.ErrBadSpec }
+
 func openTCP(addr string) ([]plugin.Device, error) {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return nil, fmt.Errorf("%w: tcp://%s: want tcp://HOST:PORT: %v", plugin.ErrBadSpec, addr, err)
 	}
 	secret := os.Getenv(envSecret)
 	if secret == "" {
-		return nil, fmt.Errorf("%w: tcp://%s: %s is not set; TCP devices serve only hosts that prove the shared secret", plugin.ErrBadSpec, addr, envSecret)
+		return nil, configError(fmt.Sprintf("tcp://%s: the shared secret is missing: set %s in this program's environment to the secret the device process was started with (GOFFLOAD_ROLE=device GOFFLOAD_LISTEN=HOST:PORT %s=… on the device's machine); TCP devices serve only hosts that prove it", addr, envSecret, envSecret))
 	}
 	if err := timeoutErr(); err != nil {
 		return nil, fmt.Errorf("%w: %w", plugin.ErrBadSpec, err)
