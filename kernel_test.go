@@ -12,6 +12,7 @@ import (
 
 func TestKernelSignatures(t *testing.T) {
 	type withPtr struct{ P *int }
+	type withSlice struct{ P []int32 }
 	type plain struct {
 		A int16
 		B [2]float64
@@ -30,6 +31,9 @@ func TestKernelSignatures(t *testing.T) {
 		{"sig.structptr", "field P", func(s []withPtr) {}},
 		{"sig.strings", "parameter 0 ([]string)", func(s []string) {}},
 		{"sig.nested", "slice of slices", func(s [][]float32) {}},
+		// A buffer of structs that hold slices: the message names the field
+		// and says what to do (it said "[]int32 is a slice of slices").
+		{"sig.structslices", "field P is a slice ([]int32)", func(s []withSlice) {}},
 		{"sig.result", "returns 1 results", func() int { return 0 }},
 		{"sig.variadic", "variadic", func(x ...int) {}},
 		{"sig.notfunc", "body is int", 42},

@@ -305,6 +305,9 @@ func plainData(t reflect.Type) error {
 	case reflect.Struct:
 		for i := 0; i < t.NumField(); i++ {
 			f := t.Field(i)
+			if f.Type.Kind() == reflect.Slice {
+				return fmt.Errorf("field %s is a slice (%s): %s is copied to a device as bytes, and a slice's elements are not in it; pass the struct itself as a kernel parameter (its slice fields become buffers of their own), or map the slice on its own", f.Name, f.Type, t)
+			}
 			if err := plainData(f.Type); err != nil {
 				return fmt.Errorf("field %s: %v", f.Name, err)
 			}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/goffload/offload/plugin"
 )
 
 // Errors of the runtime; every error it returns wraps one of these or a
@@ -42,6 +44,12 @@ func (e *MapError) Error() string {
 		what = e.Op + " " + e.Clause + " of " + QuoteName(e.Name)
 	case e.Clause != "": // a motion clause names the buffer itself: target update to(y)
 		what = e.Op + " " + e.Clause
+	}
+	if errors.Is(e.Err, plugin.ErrDeviceLost) {
+		// The loss is the news: what was being done when it showed comes
+		// after it.
+		return fmt.Sprintf("goffload: %s: %v (during %s (HstPtr=%#x, Size=%d): %s)",
+			e.Device, e.Err, what, e.Addr, e.Size, e.Detail)
 	}
 	return fmt.Sprintf("goffload: %s: %s (HstPtr=%#x, Size=%d): %s: %v",
 		e.Device, what, e.Addr, e.Size, e.Detail, e.Err)
