@@ -35,6 +35,15 @@ type Ctx interface {
 	// each chunk c of [0, n), c.Index from 0 to c.Count-1 = Chunks(n)-1,
 	// over [c.Lo, c.Hi), and returns when all are done.
 	ForChunks(n int, body func(c Chunk))
+	// Done is closed when the kernel should stop early: Stop has begun
+	// (on the CPU kinds: host, the initial device, device processes over
+	// sockets and MPI). Nil where nothing will ask (a GPU's CPU stand-in).
+	// A kernel that can run long checks it, or Err, in its loops and
+	// returns; nothing forces it (see Stop for what happens to one that
+	// does not).
+	Done() <-chan struct{}
+	// Err is context.Canceled once Done is closed, nil before.
+	Err() error
 }
 
 // A Kernel is a Go function registered for offloading: an entry of the

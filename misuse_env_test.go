@@ -34,6 +34,8 @@ func TestEnvOutOfRange(t *testing.T) {
 		{"GOFFLOAD_DEVICE_TIMEOUT", "abc", "at least 10ms"},
 		{"GOFFLOAD_DEVICE_TIMEOUT", "1ms", "at least 10ms"},
 		{"GOFFLOAD_DEVICE_TIMEOUT", "-5s", "at least 10ms"},
+		{"GOFFLOAD_STOP_GRACE", "soon", "at least 1ms"},
+		{"GOFFLOAD_STOP_GRACE", "0", "at least 1ms"},
 	}
 	for _, c := range cases {
 		t.Run(c.env+"="+c.val, func(t *testing.T) {

@@ -112,13 +112,33 @@ func Start(opts ...Option) error {
 	return nil
 }
 
-// Stop waits for the devices' queues, releases every device and ends the
-// runtime; constructs after it return ErrNotStarted. Start may be called
-// again after Stop. On the host rank of an MPI job, Stop also tells the
-// device ranks to exit and finalizes MPI, as an MPI program must before it
-// exits: a later Start has no MPI devices. Called from inside a task (host work, see Async.Go),
+// Stop asks running kernels to stop (their Ctx's Done channel closes),
+// waits for the work going on — tasks, and constructs that went on after
+// their context ended —, releases every device and ends the runtime;
+// constructs after it return ErrNotStarted. Start may be called again
+// after Stop.
+//
+// Stop cannot hang on a kernel that does not stop: when work is still
+// going on GOFFLOAD_STOP_GRACE (10s by default) after Stop began, it kills
+// the device processes that still have work (their pending operations fail
+// with ErrDeviceLost) and returns an error wrapping
+// context.DeadlineExceeded that names them. A kernel on a goroutine of this
+// process (a host device, the initial device) cannot be killed: Stop
+// returns the same error naming it, leaves it running and does not close
+// its device. StopContext is Stop with a context that ends the wait
+// sooner.
+//
+// On the host rank of an MPI job, Stop also tells the device ranks to exit
+// and finalizes MPI, as an MPI program must before it exits: a later Start
+// has no MPI devices. Called from inside a task (host work, see Async.Go),
 // Stop returns an error wrapping ErrInTask and stops nothing.
-func Stop() error {
+func Stop() error { return StopContext(context.Background()) }
+
+// StopContext is Stop that also stops waiting when ctx ends: the work still
+// going on then is ended as at the end of the grace period (device
+// processes killed, kernels of this process left running), and the error
+// wraps ctx's error and names what was still running, on which devices.
+func StopContext(ctx context.Context) error {
 	if core.InTask() {
 		return fmt.Errorf("goffload: Stop: %w", ErrInTask)
 	}
@@ -127,7 +147,7 @@ func Stop() error {
 	rt := current.Swap(nil)
 	var err error
 	if rt != nil {
-		err = rt.Stop()
+		err = rt.StopContext(ctx)
 	}
 	if ferr := remote.FinishMPI(); err == nil && ferr != nil {
 		err = fmt.Errorf("goffload: %w", ferr)

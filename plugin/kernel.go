@@ -371,6 +371,7 @@ func KernelNames() []string {
 type KernelCtx struct {
 	device int
 	pool   *workpool.Pool
+	stop   *StopSignal // see WithStop; nil: never asked to stop
 }
 
 // Pool is a set of worker goroutines that a kernel's parallel loops

@@ -71,6 +71,9 @@ type Config struct {
 	Profile string
 	// Tool receives the runtime's events (nil for none).
 	Tool Tool
+	// StopGrace is GOFFLOAD_STOP_GRACE: how long Stop waits for work to
+	// end after asking kernels to stop (0: DefaultStopGrace).
+	StopGrace time.Duration
 }
 
 // ConfigFromEnv reads OMP_TARGET_OFFLOAD, OMP_DEFAULT_DEVICE, GOFFLOAD_DEVICES
@@ -97,6 +100,9 @@ func ConfigFromEnv() (Config, error) {
 		return cfg, err
 	}
 	cfg.Profile = os.Getenv("GOFFLOAD_PROFILE")
+	if cfg.StopGrace, err = ParseStopGrace(os.Getenv("GOFFLOAD_STOP_GRACE")); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
 }
 

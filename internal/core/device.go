@@ -50,9 +50,13 @@ type Device struct {
 	lost atomic.Pointer[error] // the first error that said the device is lost
 
 	bgmu sync.Mutex
-	bg   map[chan struct{}]struct{} // constructs going on after their caller gave up
+	bg   map[chan struct{}]string // constructs going on after their caller gave up, and what they are
 
 	globals *devGlobals // declare target variables (declare.go); nil if none
+
+	// stop is what the initial device's kernels' ctx.Done() says; nil on
+	// other devices (their kinds say it, plugin.Canceler).
+	stop *plugin.StopSignal
 }
 
 // Lost returns why the device stopped working, or nil while it works: what
@@ -408,7 +412,11 @@ func (d *Device) runInitial(task uint64, k *plugin.Kernel, args []KernelArg, fal
 		how = " (host fallback)"
 	}
 	d.log.Taskf(InfoKernels, d.Num, task, "Running kernel %s on %s%s", k.Name, d.Label(), how)
-	if err := k.Call(plugin.NewKernelCtx(d.Num, d.pool), vals); err != nil {
+	kctx := plugin.NewKernelCtx(d.Num, d.pool)
+	if d.stop != nil {
+		kctx = kctx.WithStop(d.stop)
+	}
+	if err := k.Call(kctx, vals); err != nil {
 		return fmt.Errorf("goffload: %s: target %s: %w", d.Label(), k.Name, err)
 	}
 	return nil
@@ -538,9 +546,9 @@ func (d *Device) await(ctx context.Context, op string, fn func() error, cleanup 
 	c := make(chan struct{})
 	d.bgmu.Lock()
 	if d.bg == nil {
-		d.bg = map[chan struct{}]struct{}{}
+		d.bg = map[chan struct{}]string{}
 	}
-	d.bg[c] = struct{}{}
+	d.bg[c] = op
 	d.bgmu.Unlock()
 	go func() {
 		<-done

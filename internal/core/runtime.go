@@ -49,7 +49,7 @@ func Start(cfg Config) (*Runtime, error) {
 		}
 	}
 	n := len(r.Devices)
-	r.Initial = &Device{Num: n, Info: initialInfo(), log: r.Log, pool: workpool.New(runtime.NumCPU()), tool: cfg.Tool, ids: &r.ids}
+	r.Initial = &Device{Num: n, Info: initialInfo(), log: r.Log, pool: workpool.New(runtime.NumCPU()), tool: cfg.Tool, ids: &r.ids, stop: plugin.NewStopSignal()}
 	for _, d := range r.Devices {
 		if d.Unavailable != nil {
 			continue
@@ -193,17 +193,23 @@ func (r *Runtime) validNumbers() string {
 	return fmt.Sprintf("devices are 0 to %d, and %d is the initial device", n-1, n)
 }
 
-// Stop synchronizes and closes every device. With the table info flag it
-// dumps each present table first.
-func (r *Runtime) Stop() error {
+// Stop is StopContext(context.Background()).
+func (r *Runtime) Stop() error { return r.StopContext(context.Background()) }
+
+// StopContext asks the kernels to stop, waits for the work going on,
+// synchronizes and closes every device (see stop.go for the way out when
+// work does not end). With the table info flag it dumps each present table
+// first.
+func (r *Runtime) StopContext(ctx context.Context) error {
 	defer r.unseal.Do(plugin.Unseal)
 	var errs []error
-	if err := r.Taskwait(context.Background()); err != nil {
-		r.Log.Printf(InfoOffload, -1, "a task ended with an error at Stop: %v", err)
+	stuck, err := r.endWork(ctx)
+	if err != nil {
+		errs = append(errs, err)
 	}
 	for _, d := range r.Devices {
-		if d.Dev == nil {
-			continue
+		if d.Dev == nil || stuck[d] {
+			continue // its kernels still run in this process: its memory stays
 		}
 		if r.Log.On(InfoDumpTable) {
 			d.dumpTable("Host-device pointer mappings at Stop:")
@@ -220,7 +226,7 @@ func (r *Runtime) Stop() error {
 			errs = append(errs, fmt.Errorf("goffload: %s: close: %w", d.Label(), err))
 		}
 	}
-	if r.Initial != nil {
+	if r.Initial != nil && !stuck[r.Initial] {
 		r.Initial.pool.Close()
 	}
 	r.dropGlobals()

@@ -1,6 +1,7 @@
 package plugintest
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"time"
@@ -41,6 +42,7 @@ var (
 	kPanic     = mustRegister("plugintest.panic", panicKernel)
 	kPanicFor  = mustRegister("plugintest.panicInFor", panicInForKernel)
 	kSleep     = mustRegister("plugintest.sleep", sleepKernel)
+	kCancel    = mustRegister("plugintest.cancel", cancelKernel)
 )
 
 func mustRegister(name string, fn any) *plugin.Kernel {
@@ -138,3 +140,24 @@ func panicInForKernel(c kctx, n int, code int64) {
 
 // sleepKernel sleeps for ms milliseconds.
 func sleepKernel(ms int64) { time.Sleep(time.Duration(ms) * time.Millisecond) }
+
+// cancelCtx is what cancelKernel asks of its context.
+type cancelCtx interface {
+	Done() <-chan struct{}
+	Err() error
+}
+
+// cancelKernel waits up to ms milliseconds for its context to say it should
+// stop, and writes what it saw: 1 cancelled (Err is context.Canceled), 2
+// not, -1 Done closed with Err nil.
+func cancelKernel(c cancelCtx, out []int64, ms int64) {
+	select {
+	case <-c.Done():
+		out[0] = -1
+		if c.Err() == context.Canceled {
+			out[0] = 1
+		}
+	case <-time.After(time.Duration(ms) * time.Millisecond):
+		out[0] = 2
+	}
+}

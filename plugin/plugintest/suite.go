@@ -32,7 +32,7 @@ const timeout = 20 * time.Second
 func Run(t *testing.T, open func(t *testing.T) []plugin.Device) {
 	t.Helper()
 	e := &env{open: open, img: plugin.CurrentImage()}
-	for _, k := range []*plugin.Kernel{kScalars, kAddInt32, kFillInt64, kAddInt64, kLens, kCtxFill, kPanic, kPanicFor, kSleep} {
+	for _, k := range []*plugin.Kernel{kScalars, kAddInt32, kFillInt64, kAddInt64, kLens, kCtxFill, kPanic, kPanicFor, kSleep, kCancel} {
 		if k.Index >= len(e.img.Kernels) || e.img.Kernels[k.Index] != k {
 			t.Fatalf("plugintest: kernel %q is not in plugin.CurrentImage()", k.Name)
 		}
@@ -65,6 +65,7 @@ func Run(t *testing.T, open func(t *testing.T) []plugin.Device) {
 	t.Run("ClosedDevice", e.testClosedDevice)
 	t.Run("Tracer", e.testTracer)
 	t.Run("FireNotifier", e.testFireNotifier)
+	t.Run("CancelKernels", e.testCancelKernels)
 }
 
 // env is the state the subtests share: the loaded devices and the image.

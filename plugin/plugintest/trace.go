@@ -1,6 +1,7 @@
 package plugintest
 
 import (
+	"encoding/binary"
 	"errors"
 	"sync"
 	"testing"
@@ -114,6 +115,35 @@ func (e *env) testTracer(t *testing.T) {
 // testFireNotifier checks the optional plugin.FireNotifier of events: a
 // function given before the event fires runs once, after it fired (its
 // error is there to read); one given after it fired runs at once.
+// testCancelKernels: a device that can ask its kernels to stop
+// (plugin.Canceler) closes their contexts' Done channel, for a kernel
+// running and for those launched after, and only on that device.
+func (e *env) testCancelKernels(t *testing.T) {
+	devs := e.openLoaded(t)
+	d, other := devs[0], devs[1]
+	c, ok := d.(plugin.Canceler)
+	if !ok {
+		t.Skip("the kind cannot ask its kernels to stop (plugin.Canceler is optional)")
+	}
+	q, oq := newQueue(t, d), newQueue(t, other)
+	x, y, z := alloc(t, d, 8), alloc(t, d, 8), alloc(t, other, 8)
+	launch(t, q, kCancel, slice(x, 1), scalar(int64(30_000))) // waits for the cancel
+	launch(t, oq, kCancel, slice(z, 1), scalar(int64(50)))    // on the other device: never cancelled
+	c.CancelKernels()
+	launch(t, q, kCancel, slice(y, 1), scalar(int64(30_000))) // after: cancelled at once
+	for _, r := range []struct {
+		name string
+		q    plugin.Queue
+		p    plugin.Ptr
+		want int64
+	}{{"the running kernel", q, x, 1}, {"a later kernel", q, y, 1}, {"the other device's kernel", oq, z, 2}} {
+		got := int64(binary.LittleEndian.Uint64(get(t, r.q, r.p, 8)))
+		if got != r.want {
+			t.Errorf("%s saw %d, want %d (1: Done closed with Err context.Canceled, 2: not cancelled)", r.name, got, r.want)
+		}
+	}
+}
+
 func (e *env) testFireNotifier(t *testing.T) {
 	d := e.devs[0]
 	ev := newEvent(t, d)

@@ -102,6 +102,8 @@ type device struct {
 	img    *plugin.Image
 	ctx    *plugin.KernelCtx // what kernels get: set by Load
 	closed bool
+	// stop is what ctx.Done() of its kernels says (CancelKernels).
+	stop *plugin.StopSignal
 }
 
 // Trace sets where the queues' tagged operations report their times: the
@@ -153,8 +155,20 @@ func (d *device) Load(img *plugin.Image, num int) error {
 	}
 	d.img, d.num = img, num
 	d.name = fmt.Sprintf("host device %d", num)
-	d.ctx = plugin.NewKernelCtx(num, d.pool)
+	d.stop = plugin.NewStopSignal()
+	d.ctx = plugin.NewKernelCtx(num, d.pool).WithStop(d.stop)
 	return nil
+}
+
+// CancelKernels asks the device's kernels to stop: their Ctx's Done
+// channel closes (plugin.Canceler).
+func (d *device) CancelKernels() {
+	d.mu.RLock()
+	s := d.stop
+	d.mu.RUnlock()
+	if s != nil {
+		s.Stop()
+	}
 }
 
 // loaded checks that k belongs to the image this device loaded.

@@ -42,6 +42,9 @@ type device struct {
 	count int
 	// onLost, if set, explains a broken link (the process's exit status).
 	onLost func(error) error
+	// kill, if set, kills the device's process (Kill); a device without
+	// one (a process of another machine) has its link cut instead.
+	kill func()
 	// closeFn releases what the transport holds (the process, the socket).
 	closeFn func(lost bool) error
 	// setNum, if set, tells the transport the device's number.
@@ -263,6 +266,25 @@ func (d *device) linkLost(err error) error {
 		return lost
 	}
 	return fmt.Errorf("%s: %w: %w", d.name(), plugin.ErrDeviceLost, err)
+}
+
+// CancelKernels asks the device's kernels to stop: their Ctx's Done
+// channel closes in the device process (plugin.Canceler). It does not
+// wait.
+func (d *device) CancelKernels() {
+	if d.Lost() == nil {
+		d.l.send(&proto.Cancel{}) // a failure is the link's, seen by the reader
+	}
+}
+
+// Kill ends the device by force (plugin.Killer): its process is killed, or
+// for one of another machine its link is cut, and everything pending on
+// it fails with an error that says why.
+func (d *device) Kill(why error) {
+	if d.kill != nil {
+		d.kill()
+	}
+	d.l.fail(why)
 }
 
 // Lost reports why the device stopped working, or nil while it works.

@@ -135,6 +135,7 @@ func spawn(exe, cores string) (*device, error) {
 		}
 		return fmt.Errorf("device process %d: %v (%v)", pid, waitErr, cause)
 	}
+	d.kill = func() { cmd.Process.Kill() }
 	d.closeFn = func(lost bool) error {
 		if lost { // it may be hung: it had its chance
 			cmd.Process.Kill()

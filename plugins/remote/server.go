@@ -49,6 +49,11 @@ type session struct {
 
 	role readerRole // who reads the link (see role.go)
 	end  chan error // how the session ended, from its last reader
+
+	// stop is what the kernels' ctx.Done() says: the host's Cancel closes
+	// it; kctx is the context kernels get (set at hello).
+	stop *plugin.StopSignal
+	kctx *plugin.KernelCtx
 }
 
 func newSession(l *link, img *plugin.Image, cores int) *session {
@@ -60,6 +65,7 @@ func newSession(l *link, img *plugin.Image, cores int) *session {
 		evs:    state.NewSession[*opqueue.Event](),
 		pulls:  map[uint64]*incoming{},
 		tags:   map[uint32]qtag{},
+		stop:   plugin.NewStopSignal(),
 	}
 	s.peers = newPeers(s)
 	return s
@@ -186,6 +192,7 @@ func (s *session) hello() error {
 		return s.refuse(err)
 	}
 	s.num = int(f.Num)
+	s.kctx = plugin.NewKernelCtx(s.num, s.pool).WithStop(s.stop)
 	if s.helloed != nil {
 		s.helloed(s.num)
 	}
@@ -310,6 +317,9 @@ func (s *session) handle(m *proto.Msg, gen uint64) error {
 	case *proto.Tag:
 		s.tag(f)
 		return nil
+	case *proto.Cancel: // the host's Stop began: kernels should end
+		s.stop.Stop()
+		return nil
 	case *proto.Clock:
 		return s.reply(f.Req, uint64(deviceClock(time.Now())), "", nil)
 	case *proto.Sync:
@@ -396,7 +406,10 @@ func (s *session) launch(f *proto.Launch, gen uint64) error {
 	if err != nil {
 		return q.Do(func() error { return err })
 	}
-	ctx := plugin.NewKernelCtx(s.num, s.pool)
+	ctx := s.kctx
+	if ctx == nil { // a session driven without hello (tests)
+		ctx = plugin.NewKernelCtx(s.num, s.pool).WithStop(s.stop)
+	}
 	run := func() error {
 		computing.Add(1)
 		defer computing.Add(-1)

@@ -101,6 +101,9 @@ func (Tag) Type() Type { return TTag }
 // Type is TTimes.
 func (Times) Type() Type { return TTimes }
 
+// Type is TCancel.
+func (Cancel) Type() Type { return TCancel }
+
 // Type is TAnnounce.
 func (Announce) Type() Type { return TAnnounce }
 
@@ -329,6 +332,9 @@ func (f *Exit) put(m *Msg)       {}
 func (f *Exit) get(m *Msg) error { return noPayload(m) }
 func (f *Ping) put(m *Msg)       {}
 func (f *Ping) get(m *Msg) error { return noPayload(m) }
+
+func (f *Cancel) put(m *Msg)       {}
+func (f *Cancel) get(m *Msg) error { return noPayload(m) }
 
 func (f *Tag) put(m *Msg) { m.Queue, m.ID, m.Ptr = f.Queue, f.Tag, f.HostClock }
 func (f *Tag) get(m *Msg) error {

@@ -98,6 +98,7 @@ var newFrame = [tMax]func() Frame{
 	TPeerEvent:    func() Frame { return new(PeerEvent) },
 	TAnnounce:     func() Frame { return new(Announce) },
 	TRawBench:     func() Frame { return new(RawBench) },
+	TCancel:       func() Frame { return new(Cancel) },
 }
 
 // MaxSize bounds every byte count a frame gives (allocations, copies):
@@ -342,6 +343,10 @@ type Times struct {
 	DevClock uint64 // ptr
 	Ops      []byte // payload
 }
+
+// Cancel (→d) asks the device's running and later kernels to stop: their
+// Ctx's Done channel closes (the host's Stop has begun).
+type Cancel struct{}
 
 // Announce (MPI, host rank → device ranks) opens session Gen.
 type Announce struct{ Gen uint64 }

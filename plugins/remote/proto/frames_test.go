@@ -44,6 +44,7 @@ func everyFrame() []Frame {
 		&Times{Queue: 6, DevClock: 18, Ops: []byte{9, 9}},
 		&Announce{Gen: 3},
 		&RawBench{N: 1000, Size: 8, Stream: true},
+		&Cancel{},
 	}
 }
 

@@ -92,12 +92,13 @@ const (
 	TPeerEvent                    // peer PeerEvent
 	TAnnounce                     // MPI Announce
 	TRawBench                     // MPI RawBench
+	TCancel                       // →d Cancel
 	tMax
 )
 
 var typeNames = [...]string{"", "hello", "auth", "reply", "alloc", "free", "info", "closequeue", "submit", "pull",
 	"data", "retrieve", "xferdone", "exchange", "launch", "record", "wait", "sync", "syncdone", "event", "notify", "exit", "forget", "ping", "tag", "clock", "times",
-	"submitpulled", "submitpushed", "waitpeer", "peerput", "peerevent", "announce", "rawbench"}
+	"submitpulled", "submitpushed", "waitpeer", "peerput", "peerevent", "announce", "rawbench", "cancel"}
 
 // String is the type's name.
 func (t Type) String() string {

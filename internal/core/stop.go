@@ -1,0 +1,145 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/goffload/offload/plugin"
+)
+
+// DefaultStopGrace is how long Stop waits, after it has asked the kernels
+// to stop, for the work going on to end, before it kills the device
+// processes that still have some (GOFFLOAD_STOP_GRACE changes it).
+const DefaultStopGrace = 10 * time.Second
+
+// afterKill bounds the wait for the work of killed devices to fail.
+const afterKill = 5 * time.Second
+
+// ParseStopGrace reads GOFFLOAD_STOP_GRACE: a Go duration of at least 1ms;
+// empty is DefaultStopGrace.
+func ParseStopGrace(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return DefaultStopGrace, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < time.Millisecond {
+		return 0, fmt.Errorf("%w: GOFFLOAD_STOP_GRACE=%q: want a duration of at least 1ms, such as 10s", ErrConfig, s)
+	}
+	return d, nil
+}
+
+// endWork is how Stop gets out of the work going on. It asks every kernel
+// to stop (their Ctx's Done closes, plugin.Canceler), then waits for the
+// tasks and the constructs that went on in the background, until ctx ends
+// or the grace period (Config.StopGrace) passes. Work that is still going
+// on then is ended by force where it can be: device processes are killed
+// (plugin.Killer), which fails their pending work. A kernel running on a
+// goroutine of this process (the host kind, the initial device) cannot be
+// ended: its device is reported in stuck, not closed (its memory stays
+// while the kernel may use it), and the error names it. The error also
+// names every device killed.
+func (r *Runtime) endWork(ctx context.Context) (stuck map[*Device]bool, err error) {
+	for _, d := range r.Devices {
+		if c, ok := d.Dev.(plugin.Canceler); ok && d.Dev != nil {
+			c.CancelKernels()
+		}
+	}
+	if r.Initial != nil && r.Initial.stop != nil {
+		r.Initial.stop.Stop()
+	}
+	grace := r.Cfg.StopGrace
+	if grace <= 0 {
+		if grace, err = ParseStopGrace(os.Getenv("GOFFLOAD_STOP_GRACE")); err != nil {
+			grace = DefaultStopGrace
+		}
+	}
+	gctx, cancel := context.WithTimeout(ctx, grace)
+	defer cancel()
+	werr := r.Taskwait(gctx)
+	if gctx.Err() == nil {
+		if werr != nil {
+			r.Log.Printf(InfoOffload, -1, "a task ended with an error at Stop: %v", werr)
+		}
+		return nil, nil
+	}
+	why := fmt.Sprintf("work still going on %v after Stop asked its kernels to stop (GOFFLOAD_STOP_GRACE)", grace)
+	if ctx.Err() != nil {
+		why = fmt.Sprintf("work still going on when Stop's context ended (%v)", ctx.Err())
+	}
+	var msgs []string
+	killed := false
+	for d, ops := range r.running() {
+		k, ok := d.Dev.(plugin.Killer)
+		if !ok || d.Dev == nil {
+			continue
+		}
+		k.Kill(fmt.Errorf("killed by Stop: %s", why))
+		killed = true
+		msgs = append(msgs, fmt.Sprintf("%s: killed (running %s)", d.Label(), strings.Join(ops, ", ")))
+	}
+	if killed {
+		kctx, cancel := context.WithTimeout(context.Background(), afterKill)
+		r.Taskwait(kctx) // the killed devices' work fails at once
+		cancel()
+	}
+	stuck = map[*Device]bool{}
+	for d, ops := range r.running() {
+		stuck[d] = true
+		msgs = append(msgs, fmt.Sprintf("%s: still running %s (a kernel on a goroutine of this process cannot be killed: it goes on until it returns, and its device is not closed)", d.Label(), strings.Join(ops, ", ")))
+	}
+	slices.Sort(msgs)
+	cause := context.DeadlineExceeded
+	if ctx.Err() != nil {
+		cause = ctx.Err()
+	}
+	return stuck, fmt.Errorf("goffload: Stop: %w: %s: %s", cause, why, strings.Join(msgs, "; "))
+}
+
+// running returns the devices with work still going on, and what: the
+// synchronous constructs that went on in the background, and the tasks
+// not completed (host work counts on the initial device).
+func (r *Runtime) running() map[*Device][]string {
+	out := map[*Device][]string{}
+	all := append(slices.Clone(r.Devices), r.Initial)
+	for _, d := range all {
+		if d == nil {
+			continue
+		}
+		d.bgmu.Lock()
+		for c, op := range d.bg {
+			select {
+			case <-c:
+			default:
+				out[d] = append(out[d], op)
+			}
+		}
+		d.bgmu.Unlock()
+	}
+	ts := &r.tasks
+	ts.mu.Lock()
+	for t := range ts.live {
+		d := t.dev
+		if d == nil {
+			d = r.Initial
+		}
+		if d != nil {
+			name := t.Name
+			if name == "" {
+				name = fmt.Sprintf("task %d", t.ID)
+			}
+			out[d] = append(out[d], "task "+strings.TrimPrefix(name, "task "))
+		}
+	}
+	ts.mu.Unlock()
+	for d := range out {
+		slices.Sort(out[d])
+		out[d] = slices.Compact(out[d])
+	}
+	return out
+}
+
