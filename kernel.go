@@ -35,9 +35,10 @@ type Ctx interface {
 	// each chunk c of [0, n), c.Index from 0 to c.Count-1 = Chunks(n)-1,
 	// over [c.Lo, c.Hi), and returns when all are done.
 	ForChunks(n int, body func(c Chunk))
-	// Done is closed when the kernel should stop early: Stop has begun
-	// (on the CPU kinds: host, the initial device, device processes over
-	// sockets and MPI). Nil where nothing will ask (a GPU's CPU stand-in).
+	// Done is closed when the kernel should stop early: the context of
+	// its construct ended (Device.WithContext), or Stop has begun (on the
+	// CPU kinds: host, the initial device, device processes over sockets
+	// and MPI). Nil where nothing will ask (a GPU's CPU stand-in).
 	// A kernel that can run long checks it, or Err, in its loops and
 	// returns; nothing forces it (see Stop for what happens to one that
 	// does not).

@@ -130,3 +130,40 @@ func TestStopContext(t *testing.T) {
 		t.Errorf("the killed device's task: %v, want ErrDeviceLost", err)
 	}
 }
+
+// TestContextStopsKernel: a construct whose context ends stops waiting,
+// and its kernel's Ctx.Done closes then, so a kernel that watches it ends
+// and the construct finishes in the background, copying back what the
+// kernel wrote.
+func TestContextStopsKernel(t *testing.T) {
+	t.Setenv("GOFFLOAD_STOP_GRACE", "1m")
+	for _, devices := range []string{"host:1", "local:1"} {
+		if err := offload.Start(offload.WithDevices(devices)); err != nil {
+			t.Fatal(err)
+		}
+		for _, dev := range []offload.Device{offload.On(0), offload.Initial()} {
+			x := make([]int32, 1)
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			begin := time.Now()
+			err := dev.WithContext(ctx).Run(polite, offload.ToFrom(x))
+			cancel()
+			// The kernel ends as soon as its context does, so Run may see
+			// it done before it sees the context's end.
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("%s %s: Run: %v, want DeadlineExceeded or nil", devices, dev, err)
+			}
+			if err := offload.Taskwait(context.Background()); err != nil {
+				t.Fatalf("%s %s: Taskwait: %v", devices, dev, err)
+			}
+			if took := time.Since(begin); took > 30*time.Second {
+				t.Errorf("%s %s: the construct took %v: its kernel did not see its context end", devices, dev, took)
+			}
+			if x[0] != 1 {
+				t.Errorf("%s %s: the kernel saw %d, want 1 (Done closed, Err context.Canceled)", devices, dev, x[0])
+			}
+		}
+		if err := offload.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

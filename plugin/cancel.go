@@ -13,13 +13,69 @@ import (
 type StopSignal struct {
 	once sync.Once
 	ch   chan struct{}
+
+	mu   sync.Mutex
+	next int
+	then map[int]func() // run when it stops (OnStop)
 }
 
 // NewStopSignal returns a signal that has not stopped.
 func NewStopSignal() *StopSignal { return &StopSignal{ch: make(chan struct{})} }
 
-// Stop closes the signal's channel; later calls do nothing.
-func (s *StopSignal) Stop() { s.once.Do(func() { close(s.ch) }) }
+// Stop closes the signal's channel, and stops the signals that stop with
+// it; later calls do nothing.
+func (s *StopSignal) Stop() {
+	s.once.Do(func() {
+		s.mu.Lock()
+		close(s.ch)
+		then := s.then
+		s.then = nil
+		s.mu.Unlock()
+		for _, f := range then {
+			f()
+		}
+	})
+}
+
+// OnStop runs f when s stops (at once, on the caller, if it has), on the
+// goroutine that stops it, until release is called. f must not block.
+func (s *StopSignal) OnStop(f func()) (release func()) {
+	s.mu.Lock()
+	if s.Stopped() {
+		s.mu.Unlock()
+		f()
+		return func() {}
+	}
+	if s.then == nil {
+		s.then = map[int]func(){}
+	}
+	s.next++
+	id := s.next
+	s.then[id] = f
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.then, id)
+		s.mu.Unlock()
+	}
+}
+
+// StopWith makes s stop when any of parents stops (at once if one has;
+// nil parents are ignored), until release is called: a launch's signal
+// stops with its device's and with its own caller's.
+func (s *StopSignal) StopWith(parents ...*StopSignal) (release func()) {
+	var rels []func()
+	for _, p := range parents {
+		if p != nil {
+			rels = append(rels, p.OnStop(s.Stop))
+		}
+	}
+	return func() {
+		for _, r := range rels {
+			r()
+		}
+	}
+}
 
 // Stopped reports whether Stop was called.
 func (s *StopSignal) Stopped() bool {
@@ -61,6 +117,15 @@ func (c *KernelCtx) Err() error {
 // not block.
 type Canceler interface {
 	CancelKernels()
+}
+
+// StopLauncher is implemented by queues whose kernels can be asked to stop
+// one launch at a time: LaunchStop is Launch whose kernel's Ctx.Done also
+// closes when stop stops (the runtime stops it when the construct's
+// context ends). A queue without it launches with Launch: its kernels stop
+// only with their device's (Canceler).
+type StopLauncher interface {
+	LaunchStop(k *Kernel, args []Arg, stop *StopSignal) error
 }
 
 // Killer is implemented by devices whose work can be ended by force: a

@@ -170,10 +170,11 @@ type work struct {
 	q      plugin.Queue
 	op     string
 	task   uint64
-	nowait bool           // a task's work, not a synchronous construct's
-	used   []*Entry       // entries the work uses, done when it is over (use)
-	after  []func() error // work after the queue's, before the uses end (staged copies)
-	undo   []func()       // if the construct fails, before the uses end (enter data)
+	nowait bool               // a task's work, not a synchronous construct's
+	stop   *plugin.StopSignal // its kernels stop with it (the construct's context); nil: none
+	used   []*Entry           // entries the work uses, done when it is over (use)
+	after  []func() error     // work after the queue's, before the uses end (staged copies)
+	undo   []func()           // if the construct fails, before the uses end (enter data)
 	// usedBuf holds used for a construct of a few buffers.
 	usedBuf [4]*Entry
 	first   error
@@ -316,11 +317,11 @@ func TargetOp(k *plugin.Kernel, args []KernelArg) Op { return TargetOpWith(k, ar
 func TargetOpWith(k *plugin.Kernel, args []KernelArg, g plugin.Geometry) Op {
 	return Op{
 		Name: "target " + k.Name,
-		Initial: func(d *Device, task uint64, fallback bool) error {
+		Initial: func(d *Device, task uint64, fallback bool, stop *plugin.StopSignal) error {
 			if d.log.On(InfoKernelArgs) {
 				d.logArgs(task, k, args)
 			}
-			return d.runInitial(task, k, args, fallback)
+			return d.runInitial(task, k, args, fallback, stop)
 		},
 		Enqueue: func(d *Device, w *work) {
 			if d.log.On(InfoKernelArgs) {
@@ -375,7 +376,7 @@ func (d *Device) target(w *work, k *plugin.Kernel, args []KernelArg, g plugin.Ge
 			}
 			t.KernelLaunch(KernelEvent{Where: w.where(), Name: k.Name, Args: len(args), ArgBytes: bytes})
 		}
-		if err := launch(w.q, k, pargs, g); err != nil {
+		if err := launch(w.q, k, pargs, g, w.stop); err != nil {
 			w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), w.op, err))
 		}
 	}
@@ -390,15 +391,19 @@ func (d *Device) target(w *work, k *plugin.Kernel, args []KernelArg, g plugin.Ge
 	}
 }
 
-// launch enqueues k on q with g, if g is set and q takes a geometry.
-func launch(q plugin.Queue, k *plugin.Kernel, args []plugin.Arg, g plugin.Geometry) error {
+// launch enqueues k on q with g, if g is set and q takes a geometry, and
+// with stop, if set and q can stop a launch (plugin.StopLauncher).
+func launch(q plugin.Queue, k *plugin.Kernel, args []plugin.Arg, g plugin.Geometry, stop *plugin.StopSignal) error {
 	if gl, ok := q.(plugin.GeometryLauncher); ok && !g.IsZero() {
 		return gl.LaunchGeometry(k, args, g)
+	}
+	if sl, ok := q.(plugin.StopLauncher); ok && stop != nil {
+		return sl.LaunchStop(k, args, stop)
 	}
 	return q.Launch(k, args)
 }
 
-func (d *Device) runInitial(task uint64, k *plugin.Kernel, args []KernelArg, fallback bool) error {
+func (d *Device) runInitial(task uint64, k *plugin.Kernel, args []KernelArg, fallback bool, stop *plugin.StopSignal) error {
 	vals := make([]reflect.Value, len(args))
 	for i, a := range args {
 		if k.Params[i].Kind == plugin.Scalar {
@@ -413,7 +418,12 @@ func (d *Device) runInitial(task uint64, k *plugin.Kernel, args []KernelArg, fal
 	}
 	d.log.Taskf(InfoKernels, d.Num, task, "Running kernel %s on %s%s", k.Name, d.Label(), how)
 	kctx := plugin.NewKernelCtx(d.Num, d.pool)
-	if d.stop != nil {
+	switch {
+	case stop != nil: // the construct's own, which stops with the device's too
+		own := plugin.NewStopSignal()
+		defer own.StopWith(d.stop, stop)()
+		kctx = kctx.WithStop(own)
+	case d.stop != nil:
 		kctx = kctx.WithStop(d.stop)
 	}
 	if err := k.Call(kctx, vals); err != nil {
@@ -468,7 +478,7 @@ type Op struct {
 	Enqueue func(d *Device, w *work)
 	// Initial runs the construct on the initial device; nil means there
 	// is nothing to do there (data constructs: host memory is the data).
-	Initial func(d *Device, task uint64, fallback bool) error
+	Initial func(d *Device, task uint64, fallback bool, stop *plugin.StopSignal) error
 }
 
 // check validates op's clauses on d.
@@ -491,14 +501,19 @@ func (d *Device) Run(ctx context.Context, op Op, fallback bool) error {
 			return nil
 		}
 		task := d.newID()
-		err, _ := d.wait(ctx, op.Name, func() error { return op.Initial(d, task, fallback) }, nil)
+		stop, release := constructStop(ctx)
+		defer release()
+		err, _ := d.wait(ctx, op.Name, func() error { return op.Initial(d, task, fallback, stop) }, nil)
 		return err
 	}
+	stop, release := constructStop(ctx)
+	defer release()
 	err, _ := d.wait(ctx, op.Name, func() error {
 		w, err := d.begin(op.Name)
 		if err != nil {
 			return err
 		}
+		w.stop = stop
 		op.Enqueue(d, w)
 		return w.finish()
 	}, nil)

@@ -143,3 +143,15 @@ func (r *Runtime) running() map[*Device][]string {
 	return out
 }
 
+// constructStop returns the stop signal of a synchronous construct bound
+// to ctx: its kernels' Ctx.Done closes when ctx ends. nil when ctx never
+// ends. release ends the binding once the construct is over (or has gone
+// on in the background: ctx ended, and the signal stopped).
+func constructStop(ctx context.Context) (*plugin.StopSignal, func()) {
+	if ctx == nil || ctx.Done() == nil {
+		return nil, func() {}
+	}
+	s := plugin.NewStopSignal()
+	stop := context.AfterFunc(ctx, s.Stop)
+	return s, func() { stop() }
+}

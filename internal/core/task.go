@@ -362,7 +362,7 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		go func() {
 			var err error
 			if op.Initial != nil {
-				err = runAsTask(func() error { return op.Initial(d, t.ID, fallback) })
+				err = runAsTask(func() error { return op.Initial(d, t.ID, fallback, nil) })
 			}
 			r.complete(t, err, nil)
 		}()

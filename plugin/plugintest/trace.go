@@ -144,6 +144,47 @@ func (e *env) testCancelKernels(t *testing.T) {
 	}
 }
 
+// testStopLaunch: a queue that can stop one launch (plugin.StopLauncher)
+// closes that kernel's Done channel when its signal stops, whether it
+// runs already or waits its turn, and no other kernel's.
+func (e *env) testStopLaunch(t *testing.T) {
+	d := e.devs[0]
+	q := newQueue(t, d)
+	sl, ok := q.(plugin.StopLauncher)
+	if !ok {
+		t.Skip("the kind's queues cannot stop one launch (plugin.StopLauncher is optional)")
+	}
+	x, y, z := alloc(t, d, 8), alloc(t, d, 8), alloc(t, d, 8)
+	running, waiting := plugin.NewStopSignal(), plugin.NewStopSignal()
+	if err := sl.LaunchStop(kCancel, []plugin.Arg{slice(x, 1), scalar(int64(30_000))}, running); err != nil {
+		t.Fatal(err)
+	}
+	launch(t, q, kCancel, slice(z, 1), scalar(int64(50))) // no signal: never stopped
+	if err := sl.LaunchStop(kCancel, []plugin.Arg{slice(y, 1), scalar(int64(30_000))}, waiting); err != nil {
+		t.Fatal(err)
+	}
+	running.Stop()
+	waiting.Stop()
+	for _, r := range []struct {
+		name string
+		p    plugin.Ptr
+		want int64
+	}{{"the stopped running kernel", x, 1}, {"the kernel without a signal", z, 2}, {"the kernel stopped while it waited", y, 1}} {
+		got := int64(binary.LittleEndian.Uint64(get(t, q, r.p, 8)))
+		if got != r.want {
+			t.Errorf("%s saw %d, want %d (1: Done closed with Err context.Canceled, 2: not stopped)", r.name, got, r.want)
+		}
+	}
+	// A signal that stops after the queue is done changes nothing.
+	late := plugin.NewStopSignal()
+	if err := sl.LaunchStop(kCancel, []plugin.Arg{slice(x, 1), scalar(int64(1))}, late); err != nil {
+		t.Fatal(err)
+	}
+	mustSync(t, q)
+	late.Stop()
+	mustSync(t, q)
+}
+
 func (e *env) testFireNotifier(t *testing.T) {
 	d := e.devs[0]
 	ev := newEvent(t, d)

@@ -78,13 +78,27 @@ func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) 
 }
 
 func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
+	return q.LaunchStop(k, args, nil)
+}
+
+// LaunchStop is Launch whose kernel's Ctx.Done closes when stop does, as
+// well as when the device's kernels are cancelled (plugin.StopLauncher).
+func (q *queue) LaunchStop(k *plugin.Kernel, args []plugin.Arg, stop *plugin.StopSignal) error {
 	if err := q.d.loaded(k); err != nil {
 		return err
 	}
 	q.d.mu.RLock()
-	ctx := q.d.ctx
+	ctx, devStop := q.d.ctx, q.d.stop
 	q.d.mu.RUnlock()
+	var own *plugin.StopSignal
+	if stop != nil {
+		own = plugin.NewStopSignal()
+		ctx = ctx.WithStop(own)
+	}
 	return q.doTimed(func() error {
+		if own != nil { // linked only while it runs: a skipped launch leaves nothing behind
+			defer own.StopWith(devStop, stop)()
+		}
 		if err := k.Launch(ctx, args, q.d.bytes); err != nil {
 			return fmt.Errorf("%s: %w", q.d.name, err)
 		}

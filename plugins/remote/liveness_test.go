@@ -193,3 +193,42 @@ func TestUnknownEventsNotKept(t *testing.T) {
 		t.Errorf("exit: %v", err)
 	}
 }
+
+// TestLaunchStopsForgotten: the numbers of launches that can be stopped
+// alone are forgotten at their queue's next Sync, and when it closes: the
+// session keeps nothing for them.
+func TestLaunchStopsForgotten(t *testing.T) {
+	host, dev := socketPair(t)
+	s := newSession(newLink(dev), plugin.CurrentImage(), 1)
+	done := make(chan error, 1)
+	go func() { done <- s.serve() }()
+	l := newLink(host)
+	l.send(&proto.Hello{Status: proto.Status{Text: helloText(plugin.CurrentImage())}})
+	if m, err := l.r.ReadMsg(); err != nil || m.Type != proto.THello {
+		t.Fatalf("hello: %v %v", m, err)
+	}
+	for id := uint64(1); id <= 100; id++ {
+		l.put(&proto.Launch{Queue: uint32(1 + id%2), Kernel: uint32(nopK.Index), Stop: id})
+	}
+	l.put(&proto.StopLaunch{Stop: 7})
+	l.put(&proto.StopLaunch{Stop: 12345}) // unknown: ignored
+	l.send(&proto.Sync{Queue: 1, Seq: 1})
+	if m, err := l.r.ReadMsg(); err != nil || m.Type != proto.TSyncDone || m.Code != 0 {
+		t.Fatalf("sync: %+v %v", m, err)
+	}
+	l.send(&proto.CloseQueue{Queue: 2})
+	l.send(&proto.Info{Req: 9}) // answered after the close is handled
+	if m, err := l.r.ReadMsg(); err != nil || m.Type != proto.TReply {
+		t.Fatalf("info: %+v %v", m, err)
+	}
+	s.mu.Lock()
+	n, nq := len(s.launchStops), len(s.queueStops)
+	s.mu.Unlock()
+	if n != 0 || nq != 0 {
+		t.Errorf("the session keeps %d launch numbers on %d queues after a sync and a close", n, nq)
+	}
+	l.send(&proto.Exit{})
+	if err := <-done; err != nil {
+		t.Errorf("exit: %v", err)
+	}
+}

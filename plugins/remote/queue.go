@@ -36,6 +36,10 @@ type queue struct {
 	// mark or record: once it is past them, they fired, whether or not their
 	// own device's word has reached the host yet.
 	waitedOn []*event
+	// stops are the bindings of launches to their stop signals
+	// (LaunchStop), released once a mark is answered: the device forgets
+	// the launches' numbers then.
+	stops []func()
 }
 
 // pastWaits fires, on the host's side, the events q waited on: q got past
@@ -141,7 +145,13 @@ func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) 
 	return q.enqueue(&proto.Exchange{Queue: q.id, Src: uint64(src), Dst: uint64(dstPtr), Size: uint64(size), Peer: uint32(other.num)}, nil)
 }
 
-func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
+func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error { return q.LaunchStop(k, args, nil) }
+
+// LaunchStop is Launch whose kernel's Ctx.Done closes when stop stops
+// (plugin.StopLauncher): the launch is numbered, and a StopLaunch frame
+// with its number goes to the device when stop stops, until the queue's
+// next mark is answered.
+func (q *queue) LaunchStop(k *plugin.Kernel, args []plugin.Arg, stop *plugin.StopSignal) error {
 	if k == nil || k.Index < 0 {
 		return fmt.Errorf("%s: %w: not a kernel of the image", q.d.name(), plugin.ErrBadKernel)
 	}
@@ -156,7 +166,16 @@ func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
 	if len(b) > proto.MaxInline {
 		return fmt.Errorf("%s: %w: kernel %q arguments take %d bytes, more than %d", q.d.name(), plugin.ErrBadKernel, k.Name, len(b), proto.MaxInline)
 	}
-	return q.enqueue(&proto.Launch{Queue: q.id, Kernel: uint32(k.Index), Args: b}, nil)
+	f := &proto.Launch{Queue: q.id, Kernel: uint32(k.Index), Args: b}
+	if stop == nil {
+		return q.enqueue(f, nil)
+	}
+	if err := q.enqueue(f, func(d *device) { f.Stop = d.st.ID() }); err != nil {
+		return err
+	}
+	l, id := q.d.l, f.Stop
+	q.stops = append(q.stops, stop.OnStop(func() { l.sendSoon(&proto.StopLaunch{Stop: id}) }))
+	return nil
 }
 
 func (q *queue) Record(e plugin.Event) error {
@@ -248,6 +267,15 @@ func (q *queue) mark() (chan proto.Reply, error) {
 	return ch, nil
 }
 
+// releaseStops ends the bindings of the launches before the mark just
+// answered: they are done, and the device forgot their numbers.
+func (q *queue) releaseStops() {
+	for _, r := range q.stops {
+		r()
+	}
+	q.stops = nil
+}
+
 func (q *queue) hold(err error) {
 	if q.held == nil {
 		q.held = err
@@ -274,6 +302,7 @@ func (q *queue) Synchronize() error {
 		}
 		q.hold(err)
 	}
+	q.releaseStops()
 	err := q.held
 	q.held = nil
 	q.waited = false
@@ -298,6 +327,7 @@ func (q *queue) Query() (bool, error) {
 		q.query = ch
 		return false, nil
 	}
+	q.releaseStops()
 	err := q.held
 	q.held = nil
 	q.waited = false

@@ -45,7 +45,12 @@ type session struct {
 	mu     sync.Mutex
 	queues map[uint32]*opqueue.Queue
 	pulls  map[uint64]*incoming
-	tags   map[uint32]qtag // tagged queues: their operations are timed (see tag.go)
+	// launchStops are the stop signals of numbered launches (Launch.Stop),
+	// by number, and the numbers by queue: a queue's are forgotten at its
+	// next Sync.
+	launchStops map[uint64]*plugin.StopSignal
+	queueStops  map[uint32][]uint64
+	tags        map[uint32]qtag // tagged queues: their operations are timed (see tag.go)
 
 	role readerRole // who reads the link (see role.go)
 	end  chan error // how the session ended, from its last reader
@@ -66,6 +71,9 @@ func newSession(l *link, img *plugin.Image, cores int) *session {
 		pulls:  map[uint64]*incoming{},
 		tags:   map[uint32]qtag{},
 		stop:   plugin.NewStopSignal(),
+
+		launchStops: map[uint64]*plugin.StopSignal{},
+		queueStops:  map[uint32][]uint64{},
 	}
 	s.peers = newPeers(s)
 	return s
@@ -259,6 +267,10 @@ func (s *session) handle(m *proto.Msg, gen uint64) error {
 		q := s.queues[f.Queue]
 		delete(s.queues, f.Queue)
 		delete(s.tags, f.Queue)
+		for _, id := range s.queueStops[f.Queue] {
+			delete(s.launchStops, id)
+		}
+		delete(s.queueStops, f.Queue)
 		s.mu.Unlock()
 		if q != nil {
 			go q.Close()
@@ -320,11 +332,20 @@ func (s *session) handle(m *proto.Msg, gen uint64) error {
 	case *proto.Cancel: // the host's Stop began: kernels should end
 		s.stop.Stop()
 		return nil
+	case *proto.StopLaunch: // a construct's context ended: its kernel should end
+		s.mu.Lock()
+		sig := s.launchStops[f.Stop]
+		s.mu.Unlock()
+		if sig != nil {
+			sig.Stop()
+		}
+		return nil
 	case *proto.Clock:
 		return s.reply(f.Req, uint64(deviceClock(time.Now())), "", nil)
 	case *proto.Sync:
 		qid, seq := f.Queue, f.Seq
 		answer := func(failed error) error {
+			s.forgetStops(qid)
 			return s.l.sendSoon(&proto.SyncDone{Queue: qid, Seq: seq, Status: statusOf(failed)})
 		}
 		return s.queue(qid).MarkHere(true, answer)
@@ -410,9 +431,23 @@ func (s *session) launch(f *proto.Launch, gen uint64) error {
 	if ctx == nil { // a session driven without hello (tests)
 		ctx = plugin.NewKernelCtx(s.num, s.pool).WithStop(s.stop)
 	}
+	var sig *plugin.StopSignal
+	if f.Stop != 0 { // its own signal, which stops with the session's too while the kernel runs
+		sig = plugin.NewStopSignal()
+		s.mu.Lock()
+		if s.launchStops[f.Stop] == nil {
+			s.launchStops[f.Stop] = sig
+			s.queueStops[f.Queue] = append(s.queueStops[f.Queue], f.Stop)
+		}
+		s.mu.Unlock()
+		ctx = ctx.WithStop(sig)
+	}
 	run := func() error {
 		computing.Add(1)
 		defer computing.Add(-1)
+		if sig != nil {
+			defer sig.StopWith(s.stop)()
+		}
 		if err := k.Launch(ctx, args, s.mem.Bytes); err != nil {
 			return fmt.Errorf("%s: %w", s.name(), err)
 		}
@@ -431,6 +466,9 @@ func (s *session) launch(f *proto.Launch, gen uint64) error {
 		s.role.arm()
 		computing.Add(1)
 		defer computing.Add(-1)
+		if sig != nil {
+			defer sig.StopWith(s.stop)()
+		}
 		if err := k.LaunchHere(ctx, args, s.mem.Bytes, func(err error) { exited = fmt.Errorf("%s: %w", s.name(), err) }); err != nil {
 			return fmt.Errorf("%s: %w", s.name(), err)
 		}
@@ -443,6 +481,18 @@ func (s *session) launch(f *proto.Launch, gen uint64) error {
 		return nil
 	}
 	return q.DoTimed(run, timed)
+}
+
+// forgetStops forgets the numbered launches of queue qid: its Sync mark
+// is answered, so they are done (or skipped), and the host will not ask
+// them to stop any more.
+func (s *session) forgetStops(qid uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range s.queueStops[qid] {
+		delete(s.launchStops, id)
+	}
+	delete(s.queueStops, qid)
 }
 
 // name is the device as errors name it.

@@ -101,6 +101,9 @@ func (Tag) Type() Type { return TTag }
 // Type is TTimes.
 func (Times) Type() Type { return TTimes }
 
+// Type is TStopLaunch.
+func (StopLaunch) Type() Type { return TStopLaunch }
+
 // Type is TCancel.
 func (Cancel) Type() Type { return TCancel }
 
@@ -247,13 +250,19 @@ func (f *PeerPut) get(m *Msg) error {
 	return noPayload(m)
 }
 
-func (f *Launch) put(m *Msg) { m.Queue, m.Kernel, m.Payload = f.Queue, f.Kernel, f.Args }
+func (f *Launch) put(m *Msg) { m.Queue, m.Kernel, m.ID, m.Payload = f.Queue, f.Kernel, f.Stop, f.Args }
 func (f *Launch) get(m *Msg) error {
 	if err := wholePayload(m); err != nil {
 		return err
 	}
-	f.Queue, f.Kernel, f.Args = m.Queue, m.Kernel, m.Payload
+	f.Queue, f.Kernel, f.Stop, f.Args = m.Queue, m.Kernel, m.ID, m.Payload
 	return nil
+}
+
+func (f *StopLaunch) put(m *Msg) { m.ID = f.Stop }
+func (f *StopLaunch) get(m *Msg) error {
+	f.Stop = m.ID
+	return noPayload(m)
 }
 
 func (f *Record) put(m *Msg) { m.Queue, m.ID = f.Queue, f.Event }

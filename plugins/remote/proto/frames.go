@@ -99,6 +99,7 @@ var newFrame = [tMax]func() Frame{
 	TAnnounce:     func() Frame { return new(Announce) },
 	TRawBench:     func() Frame { return new(RawBench) },
 	TCancel:       func() Frame { return new(Cancel) },
+	TStopLaunch:   func() Frame { return new(StopLaunch) },
 }
 
 // MaxSize bounds every byte count a frame gives (allocations, copies):
@@ -252,11 +253,20 @@ type PeerPut struct {
 }
 
 // Launch (→d) runs kernel Kernel of the image with Args (AppendArgs) in
-// Queue's order.
+// Queue's order. A launch with a Stop number can be asked to stop alone
+// (StopLaunch), until the queue's next Sync.
 type Launch struct {
 	Queue  uint32
 	Kernel uint32
+	Stop   uint64 // id; 0: none
 	Args   []byte // payload
+}
+
+// StopLaunch (→d) asks the kernel of the launch numbered Stop to stop: its
+// Ctx's Done channel closes (the construct's context ended). A number the
+// device no longer knows (its queue synchronized since) is ignored.
+type StopLaunch struct {
+	Stop uint64 // id
 }
 
 // Record (→d) records Event at the end of Queue: the device sends Event

@@ -93,12 +93,13 @@ const (
 	TAnnounce                     // MPI Announce
 	TRawBench                     // MPI RawBench
 	TCancel                       // →d Cancel
+	TStopLaunch                   // →d StopLaunch
 	tMax
 )
 
 var typeNames = [...]string{"", "hello", "auth", "reply", "alloc", "free", "info", "closequeue", "submit", "pull",
 	"data", "retrieve", "xferdone", "exchange", "launch", "record", "wait", "sync", "syncdone", "event", "notify", "exit", "forget", "ping", "tag", "clock", "times",
-	"submitpulled", "submitpushed", "waitpeer", "peerput", "peerevent", "announce", "rawbench", "cancel"}
+	"submitpulled", "submitpushed", "waitpeer", "peerput", "peerevent", "announce", "rawbench", "cancel", "stoplaunch"}
 
 // String is the type's name.
 func (t Type) String() string {
