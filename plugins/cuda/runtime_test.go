@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
@@ -125,10 +126,51 @@ func TestRuntimeFakeGPUs(t *testing.T) {
 	if drv.Calls("cuMemcpyPeerAsync") == 0 {
 		t.Errorf("the copy between GPUs did not use cuMemcpyPeerAsync")
 	}
-	if drv.Calls("cuStreamWaitEvent") == 0 {
-		// Not an error: a predecessor that finished before its dependent was
-		// enqueued is waited for by nobody (CI saw this on a loaded machine).
-		t.Logf("no stream waited on an event: every predecessor had finished when its dependent was enqueued")
+	// A dependent enqueued while its predecessor on the other GPU still
+	// runs waits for it on its own stream (cuStreamWaitEvent), not on the
+	// host. The predecessor is held in its kernel until the wait is seen,
+	// so that it cannot finish first (a chain of quick tasks may see every
+	// predecessor done already: CI did). The two order on a depend object
+	// of their own: on x itself, the dependent would need x's data back in
+	// host memory first, and wait on the host.
+	gate := make(chan struct{})
+	drv.SetKernel("addone", func(l *cudafake.Launch) error { <-gate; return addOne(l) })
+	waits := drv.Calls("cuStreamWaitEvent")
+	// Their data stays on the GPUs meanwhile: a task that copied back
+	// would hold its queue until the copy, and issue its event only then.
+	order := new(int)
+	xa, xb := make([]int64, n), make([]int64, n)
+	if err := offload.On(0).EnterData(offload.To(xa)); err != nil {
+		t.Fatal(err)
+	}
+	if err := gpu1.EnterData(offload.To(xb)); err != nil {
+		t.Fatal(err)
+	}
+	held := addOneK.Nowait(offload.On(0).Nowait(offload.DependInOut(order)), xa, n)
+	dependent := addOneK.Nowait(offload.On(1).Nowait(offload.DependInOut(order)), xb, n)
+	deadline := time.Now().Add(20 * time.Second)
+	for drv.Calls("cuStreamWaitEvent") == waits && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // polls the driver's count: the event it waits for
+	}
+	saw := drv.Calls("cuStreamWaitEvent") > waits
+
+	close(gate)
+	for _, tk := range []*offload.Task{held, dependent} {
+		if err := tk.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !saw {
+		t.Errorf("a dependent on the other GPU's running task did not wait on its event on the GPU (cuStreamWaitEvent)")
+	}
+	if err := offload.On(0).ExitData(offload.From(xa)); err != nil {
+		t.Fatal(err)
+	}
+	if err := gpu1.ExitData(offload.From(xb)); err != nil {
+		t.Fatal(err)
+	}
+	if xa[n-1] != 1 || xb[n-1] != 1 {
+		t.Errorf("the two dependent tasks wrote %d and %d, want 1 and 1", xa[n-1], xb[n-1])
 	}
 
 	// A kernel without PTX is refused on a GPU, naming it.
