@@ -27,12 +27,13 @@ func TestSessionEndsWhenHostSilent(t *testing.T) {
 }
 
 // TestPingsKeepLinkAlive: two live links that exchange nothing but pings
-// stay up for several timeouts.
+// stay up for several timeouts. (The timeout is half a second: a loaded
+// 2-core machine under -race pauses a goroutine for 100 ms now and then.)
 func TestPingsKeepLinkAlive(t *testing.T) {
 	a, b := socketPair(t)
 	la, lb := newLink(a), newLink(b)
-	la.live(20*time.Millisecond, 100*time.Millisecond)
-	lb.live(20*time.Millisecond, 100*time.Millisecond)
+	la.live(50*time.Millisecond, 500*time.Millisecond)
+	lb.live(50*time.Millisecond, 500*time.Millisecond)
 	go func() { // readers, as the engine has
 		for {
 			if _, err := lb.r.ReadMsg(); err != nil {
@@ -48,7 +49,7 @@ func TestPingsKeepLinkAlive(t *testing.T) {
 	select {
 	case err := <-read:
 		t.Fatalf("link failed: %v (%v)", err, la.failed())
-	case <-time.After(600 * time.Millisecond):
+	case <-time.After(1600 * time.Millisecond):
 	}
 	la.fail(errLinkClosed)
 	lb.fail(errLinkClosed)

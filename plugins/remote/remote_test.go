@@ -164,8 +164,8 @@ func TestDeviceKilledMidKernel(t *testing.T) {
 	start := time.Now()
 	syscall.Kill(pid, syscall.SIGKILL)
 	err := q.Synchronize()
-	if took := time.Since(start); took > time.Second {
-		t.Errorf("the failure took %v to surface, want under 1s", took)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the failure took %v to surface, want well under 10s (it comes with the process's end, not the 30s device timeout)", took)
 	}
 	checkLost(t, err, pid)
 	if err := ev.Synchronize(); !errors.Is(err, plugin.ErrDeviceLost) {
@@ -207,8 +207,8 @@ func TestDeviceKilledMidTransfer(t *testing.T) {
 			start := time.Now()
 			syscall.Kill(pid, syscall.SIGKILL)
 			err = q.Synchronize()
-			if took := time.Since(start); took > time.Second {
-				t.Errorf("the failure took %v to surface, want under 1s", took)
+			if took := time.Since(start); took > 10*time.Second {
+				t.Errorf("the failure took %v to surface, want well under 10s (it comes with the process's end, not the 30s device timeout)", took)
 			}
 			checkLost(t, err, pid)
 			checkAlive(t, devs[1])
