@@ -255,6 +255,9 @@ func (a Async) Go(name string, fn func() error) *Task {
 // objects run normally (tasks created before still fail). Called from
 // inside a task, Taskwait returns an error wrapping ErrInTask.
 func Taskwait(ctx context.Context) error {
+	if core.InTask() { // first: inside a kernel of a device process too, where no runtime is
+		return fmt.Errorf("goffload: taskwait: %w", ErrInTask)
+	}
 	rt, err := runtimeOrErr()
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"io"
 	"strings"
 	"sync"
@@ -180,6 +181,9 @@ func UnderMPI() bool { return mpi.Launched() }
 func runtimeOrErr() (*core.Runtime, error) {
 	rt := current.Load()
 	if rt == nil {
+		if remote.Serving() {
+			return nil, fmt.Errorf("goffload: %w: this process serves as a device (pid %d): the runtime runs in the host's process, and a kernel running here cannot launch, map, copy or wait", ErrNotStarted, os.Getpid())
+		}
 		return nil, fmt.Errorf("goffload: %w: call offload.Start first", ErrNotStarted)
 	}
 	return rt, nil

@@ -227,6 +227,7 @@ func serveMPIIfDevice() {
 	if w.e.Rank() == w.ranks.host {
 		return
 	}
+	servingRank.Store(true)
 	err = w.serve()
 	if ferr := w.finalize(); err == nil && ferr != nil {
 		err = ferr

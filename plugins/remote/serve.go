@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
@@ -13,6 +14,15 @@ import (
 
 // IsDevice reports whether this process was started as a device.
 func IsDevice() bool { return os.Getenv(envRole) != "" }
+
+// servingRank says this process is an MPI job's device rank, serving.
+var servingRank atomic.Bool
+
+// Serving reports whether this process serves as a device: a process
+// started as one, or a device rank of an MPI job. Code that runs here (a
+// kernel) is not the program's host side: there is no runtime to launch,
+// map or wait with.
+func Serving() bool { return IsDevice() || servingRank.Load() }
 
 // ServeIfDevice serves as a device and exits the process if the environment
 // says this process is one (GOFFLOAD_ROLE=device); otherwise it returns at
