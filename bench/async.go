@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -123,7 +124,63 @@ func runAsync(env *Env) error {
 	if err := asyncNowaitTasks(env); err != nil {
 		return err
 	}
+	if err := asyncStopCost(env); err != nil {
+		return err
+	}
 	return asyncCompute(env)
+}
+
+// stopTasks is how many nowait tasks remote.stop_after_16k_tasks runs
+// before it times Stop.
+const stopTasks = 16000
+
+// asyncStopCost measures remote.stop_after_16k_tasks: how long Stop takes
+// after the remote.nowait_tasks workload made stopTasks tasks on devices 0
+// and 1 (whose queues, peer links and tables it must release), against
+// Stop right after Start; the median of three rounds each, the runtime
+// restarted for each. Goal: ≤ 50 ms (issue 20: it grew with the tasks, one
+// round trip per queue ever used, 0.8–1.5 s after 16,000).
+func asyncStopCost(env *Env) error {
+	devices := suiteDevices(env, asyncDevices)
+	start := func() error { return offload.Start(offload.WithDevices(devices), offload.WithOffload("MANDATORY")) }
+	timeStop := func() (float64, error) {
+		t0 := time.Now()
+		err := offload.Stop()
+		return float64(time.Since(t0)), err
+	}
+	var after, fresh []float64
+	if err := offload.Stop(); err != nil {
+		return err
+	}
+	for range 3 {
+		if err := start(); err != nil {
+			return err
+		}
+		if err := newNowaitWork().run(stopTasks, []offload.Device{offload.On(0), offload.On(1)}); err != nil {
+			offload.Stop()
+			return err
+		}
+		t, err := timeStop()
+		if err != nil {
+			return err
+		}
+		after = append(after, t)
+		if err := start(); err != nil {
+			return err
+		}
+		if t, err = timeStop(); err != nil {
+			return err
+		}
+		fresh = append(fresh, t)
+	}
+	if err := start(); err != nil {
+		return fmt.Errorf("starting the suite's devices %q again: %w", devices, err)
+	}
+	slices.Sort(after)
+	slices.Sort(fresh)
+	env.Report(Result{Metric: "remote.stop_after_16k_tasks", Goffload: after[1], Baseline: fresh[1],
+		Note: fmt.Sprintf("Stop after %d nowait tasks on devices 0,1 vs Stop right after Start; median of 3 (goal ≤ 50 ms)", stopTasks)})
+	return nil
 }
 
 // asyncChain measures chains of chainLen dependent empty kernels, task i on

@@ -154,6 +154,7 @@ func TestAsyncSuiteTSV(t *testing.T) {
 		"async.two_devices":           true,
 		"async.two_devices_vs_2cores": true,
 		"remote.nowait_tasks":         true,
+		"remote.stop_after_16k_tasks": true,
 	})
 }
 
