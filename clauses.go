@@ -1,6 +1,7 @@
 package offload
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/goffload/offload/internal/core"
@@ -87,11 +88,12 @@ func (m Defaultmap) mapType() (core.MapType, error) {
 // UseDevicePtr is OpenMP's use_device_ptr clause for Device.Data: inside
 // the region's body, *p is the device address of slice s on the region's
 // device, to hand to code that takes device memory (Memcpy, a kernel's
-// is_device_ptr argument, a vendor library through DevicePtr.Addr). s must
-// be mapped by the region's clauses or already; a slice that is not mapped
-// fails the region with an error wrapping ErrNotPresent before the body
-// runs. On the initial device *p is s's own memory. When the body returns,
-// *p is reset to the zero DevicePtr: the address is the region's.
+// is_device_ptr argument, a vendor library through DevicePtr.Addr). A
+// slice that is not mapped (by the region's clauses or already) keeps its
+// host address, as OpenMP 5.1 says: *p is then s's own memory, a pointer
+// of the initial device (p.Device() says so), as it is on the initial
+// device. When the body returns, *p is reset to the zero DevicePtr: the
+// address is the region's.
 //
 //	var px offload.DevicePtr
 //	err := dev.Data(func() error { return vendorLib(px.Addr(), n) },
@@ -148,6 +150,10 @@ func withDevicePtrs(d Device, cd *core.Device, uses []Map, body func() error) er
 			return u.err
 		}
 		p, err := d.MappedPtr(u.slice.Interface())
+		if errors.Is(err, ErrNotPresent) {
+			// Not mapped: the list item keeps its host address (OpenMP 5.1).
+			p, err = Initial().MappedPtr(u.slice.Interface())
+		}
 		if err != nil {
 			return fmt.Errorf("goffload: %s: target data %s(%s): %w", cd.Label(), u.useClause, core.QuoteName(u.item.Buf.Name), err)
 		}

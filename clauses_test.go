@@ -171,13 +171,23 @@ func TestUseDevicePtr(t *testing.T) {
 			t.Errorf("device %d: px = %v after the region, want nil", dev.Num(), px)
 		}
 	}
-	// Not mapped: the region fails before its body.
-	x := []int32{1}
-	var px offload.DevicePtr
-	ran := false
-	err := offload.On(0).Data(func() error { ran = true; return nil }, offload.UseDevicePtr(x, &px))
-	if !errors.Is(err, offload.ErrNotPresent) || ran || !strings.Contains(err.Error(), "use_device_ptr") {
-		t.Errorf("use_device_ptr of an unmapped slice: %v (body ran: %v), want ErrNotPresent", err, ran)
+	// Not mapped: the list item keeps its host address (OpenMP 5.1, as
+	// LLVM does), a pointer of the initial device; the region runs.
+	for _, clause := range []func(any, *offload.DevicePtr) offload.Map{offload.UseDevicePtr, offload.UseDeviceAddr} {
+		x := []int32{1, 2}
+		var px offload.DevicePtr
+		var inside offload.DevicePtr
+		err := offload.On(0).Data(func() error { inside = px; return nil }, clause(x, &px))
+		if err != nil {
+			t.Fatalf("use_device_ptr/addr of an unmapped slice: %v, want the region to run with its host address", err)
+		}
+		if inside.Addr() != uintptr(unsafe.Pointer(&x[0])) || inside.Device() != offload.Initial().Num() {
+			t.Errorf("use_device_ptr/addr of an unmapped slice: %#x on device %d, want its host address %p on the initial device %d",
+				inside.Addr(), inside.Device(), &x[0], offload.Initial().Num())
+		}
+		if !px.IsNil() {
+			t.Errorf("px = %v after the region, want nil", px)
+		}
 	}
 }
 
