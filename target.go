@@ -263,7 +263,11 @@ func (lf *leafer) arg(li int, a any, defName string) (core.KernelArg, error) {
 		if err != nil {
 			return core.KernelArg{}, bad("%v", err)
 		}
-		return core.KernelArg{Scalar: v}, nil
+		name := ""
+		if defName != kk.names[li] { // named (Named): the info output shows it
+			name = defName
+		}
+		return core.KernelArg{Scalar: v, Name: name}, nil
 	}
 	st := reflect.SliceOf(p.Type)
 	switch a := a.(type) {

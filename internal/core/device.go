@@ -297,8 +297,10 @@ func (d *Device) dumpTable(title string) {
 
 // KernelArg is one argument of a target region.
 type KernelArg struct {
-	// Scalar is the value of a scalar parameter.
+	// Scalar is the value of a scalar parameter, and Name its name for the
+	// info output (Named; empty: argI).
 	Scalar any
+	Name   string
 	// Slice is the host slice of a slice parameter, and Map its map clause.
 	Slice reflect.Value
 	Map   MapItem
@@ -438,7 +440,11 @@ func (d *Device) logArgs(task uint64, k *plugin.Kernel, args []KernelArg) {
 		p := k.Params[i]
 		switch {
 		case p.Kind == plugin.Scalar:
-			d.log.Taskf(InfoKernelArgs, d.Num, task, "firstprivate(arg%d)[%d]", i, p.Type.Size())
+			name := a.Name
+			if name == "" {
+				name = fmt.Sprintf("arg%d", i)
+			}
+			d.log.Taskf(InfoKernelArgs, d.Num, task, "firstprivate(%s)[%d]", name, p.Type.Size())
 		case a.DevPtr:
 			d.log.Taskf(InfoKernelArgs, d.Num, task, "is_device_ptr(arg%d)[%d]", i, int64(a.Len)*int64(p.Type.Size()))
 		default:

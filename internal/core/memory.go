@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/goffload/offload/plugin"
 )
@@ -71,6 +72,8 @@ func MemcpyOp(dst, src Loc, n int64) (*Device, Op) {
 	case dst.onDevice() && !src.onDevice():
 		return dst.Dev, Op{Name: name, Enqueue: func(d *Device, w *work) {
 			w.data(CopyToDevice, Buf{Size: n, Name: name}, dst.Ptr)
+			d.log.Taskf(InfoCopies, d.Num, w.task, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
+				hostAddr(src.Host), uint64(dst.Ptr), n, name)
 			if err := w.q.Submit(dst.Ptr, src.Host[:n]); err != nil {
 				w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), name, err))
 			}
@@ -78,6 +81,8 @@ func MemcpyOp(dst, src Loc, n int64) (*Device, Op) {
 	case !dst.onDevice() && src.onDevice():
 		return src.Dev, Op{Name: name, Enqueue: func(d *Device, w *work) {
 			w.data(CopyFromDevice, Buf{Size: n, Name: name}, src.Ptr)
+			d.log.Taskf(InfoCopies, d.Num, w.task, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
+				uint64(src.Ptr), hostAddr(dst.Host), n, name)
 			if err := w.q.Retrieve(dst.Host[:n], src.Ptr); err != nil {
 				w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), name, err))
 			}
@@ -86,6 +91,12 @@ func MemcpyOp(dst, src Loc, n int64) (*Device, Op) {
 	return src.Dev, Op{Name: name, Enqueue: func(d *Device, w *work) {
 		w.data(CopyDeviceToDevice, Buf{Size: n, Name: name}, src.Ptr)
 		err := w.q.Exchange(dst.Dev.Dev, dst.Ptr, src.Ptr, n)
+		how := ""
+		if errors.Is(err, plugin.ErrUnsupported) {
+			how = " (staged through host memory)"
+		}
+		d.log.Taskf(InfoCopies, d.Num, w.task, "Copying data from device %d to device %d%s, SrcPtr=%#x, DstPtr=%#x, Size=%d, Name=%s",
+			d.Num, dst.Dev.Num, how, uint64(src.Ptr), uint64(dst.Ptr), n, name)
 		if errors.Is(err, plugin.ErrUnsupported) {
 			// No direct path: stage through host memory. The copy out is on
 			// this queue; the copy in follows once it is done, off the
@@ -105,6 +116,14 @@ func MemcpyOp(dst, src Loc, n int64) (*Device, Op) {
 			w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), name, err))
 		}
 	}}
+}
+
+// hostAddr is the address of b's memory, for the info output (0 if none).
+func hostAddr(b []byte) uint64 {
+	if len(b) == 0 {
+		return 0
+	}
+	return uint64(uintptr(unsafe.Pointer(&b[0])))
 }
 
 // IsPresent reports whether buf lies inside a mapping on d.

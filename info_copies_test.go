@@ -1,0 +1,53 @@
+package offload_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/goffload/offload"
+)
+
+var scaleNamed = offload.MustKernel2("test.info.scale", func(_ offload.Ctx, alpha int32, x offload.InOut[int32]) {
+	for i := range x {
+		x[i] *= alpha
+	}
+}).Named("alpha", "x")
+
+// TestInfoShowsEveryCopy: GOFFLOAD_INFO=copies lists device-to-device
+// copies (Copy, CopyNowait) with both devices, and kernel-args names a
+// scalar parameter by its Named name (issue 20: both were missing).
+func TestInfoShowsEveryCopy(t *testing.T) {
+	var info syncBuffer
+	start(t, offload.WithDevices("host:2"), offload.WithInfo("copies,kernel-args"), offload.WithInfoOutput(&info))
+	d0, d1 := offload.On(0), offload.On(1)
+	x := make([]int32, 64)
+	if err := d0.EnterData(offload.To(x)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d1.EnterData(offload.Alloc(x)); err != nil {
+		t.Fatal(err)
+	}
+	if err := offload.Copy(d1, x, d0, x); err != nil {
+		t.Fatal(err)
+	}
+	if err := offload.CopyNowait(offload.Nowait(), d0, x[:8], d1, x[:8]).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := scaleNamed.Run(d1, 3, x); err != nil {
+		t.Fatal(err)
+	}
+	d1.ExitData(offload.Release(x))
+	d0.ExitData(offload.Release(x))
+	out := info.String()
+	for _, want := range []string{
+		"Copying data from device 0 to device 1",
+		"Copying data from device 1 to device 0",
+		"Size=256",
+		"Size=32",
+		"firstprivate(alpha)[4]",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the info output lacks %q:\n%s", want, out)
+		}
+	}
+}
