@@ -51,3 +51,34 @@ func TestInfoShowsEveryCopy(t *testing.T) {
 		}
 	}
 }
+
+// TestInfoSuggestsDataRegion: the same host range copied to the same
+// device many times in a row gets one info line suggesting a data region.
+func TestInfoSuggestsDataRegion(t *testing.T) {
+	var info syncBuffer
+	start(t, offload.WithDevices("host"), offload.WithInfo("copies"), offload.WithInfoOutput(&info))
+	x := make([]int32, 16)
+	for range 20 {
+		if err := scaleNamed.Run(offload.On(0), 1, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := info.String()
+	if n := strings.Count(out, "hint: "); n != 1 || !strings.Contains(out, "was copied to device 0 (host) 8 times in a row: map it once, with a data region") {
+		t.Errorf("%d hints; want one suggesting a data region:\n%s", n, out)
+	}
+	info.Reset()
+	if err := offload.On(0).Data(func() error {
+		for range 20 {
+			if err := scaleNamed.Run(offload.On(0), 1, x); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, offload.ToFrom(x)); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(info.String(), "hint: ") {
+		t.Errorf("a hint inside a data region:\n%s", info.String())
+	}
+}

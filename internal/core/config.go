@@ -74,6 +74,8 @@ type Config struct {
 	// StopGrace is GOFFLOAD_STOP_GRACE: how long Stop waits for work to
 	// end after asking kernels to stop (0: DefaultStopGrace).
 	StopGrace time.Duration
+	// CheckMaps is GOFFLOAD_CHECK=maps (check.go).
+	CheckMaps bool
 }
 
 // ConfigFromEnv reads OMP_TARGET_OFFLOAD, OMP_DEFAULT_DEVICE, GOFFLOAD_DEVICES
@@ -101,6 +103,9 @@ func ConfigFromEnv() (Config, error) {
 	}
 	cfg.Profile = os.Getenv("GOFFLOAD_PROFILE")
 	if cfg.StopGrace, err = ParseStopGrace(os.Getenv("GOFFLOAD_STOP_GRACE")); err != nil {
+		return cfg, err
+	}
+	if cfg.CheckMaps, err = ParseCheck(os.Getenv("GOFFLOAD_CHECK")); err != nil {
 		return cfg, err
 	}
 	return cfg, nil

@@ -57,6 +57,8 @@ type Device struct {
 	// stop is what the initial device's kernels' ctx.Done() says; nil on
 	// other devices (their kinds say it, plugin.Canceler).
 	stop *plugin.StopSignal
+	// repeats follows copies in for the data-region hint (under qmu).
+	repeats copyRepeats
 }
 
 // Lost returns why the device stopped working, or nil while it works: what
@@ -338,6 +340,11 @@ func TargetOpWith(k *plugin.Kernel, args []KernelArg, g plugin.Geometry) Op {
 func (d *Device) target(w *work, k *plugin.Kernel, args []KernelArg, g plugin.Geometry) {
 	pargs := make([]plugin.Arg, len(args))
 	var mapped []MapItem
+	checking := d.log.On(InfoCheck)
+	var fresh []bool // GOFFLOAD_CHECK: the mappings this construct made
+	if checking {
+		fresh = make([]bool, len(args))
+	}
 	for i, a := range args {
 		p := k.Params[i]
 		switch {
@@ -346,6 +353,9 @@ func (d *Device) target(w *work, k *plugin.Kernel, args []KernelArg, g plugin.Ge
 		case a.DevPtr:
 			pargs[i] = plugin.Arg{Ptr: a.Ptr, Len: a.Len}
 		default:
+			if checking {
+				fresh[i] = !d.IsPresent(a.Map.Buf)
+			}
 			tgt, err := d.enter(w, a.Map)
 			if err != nil {
 				w.err(err)
@@ -378,8 +388,14 @@ func (d *Device) target(w *work, k *plugin.Kernel, args []KernelArg, g plugin.Ge
 			}
 			t.KernelLaunch(KernelEvent{Where: w.where(), Name: k.Name, Args: len(args), ArgBytes: bytes})
 		}
+		var checks []*argCheck
+		if checking {
+			checks = d.checkBefore(w, k, args, pargs, fresh)
+		}
 		if err := launch(w.q, k, pargs, g, w.stop); err != nil {
 			w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), w.op, err))
+		} else if checking {
+			d.checkAfter(w, k, pargs, checks)
 		}
 	}
 	for i := len(mapped) - 1; i >= 0; i-- {
@@ -427,6 +443,9 @@ func (d *Device) runInitial(task uint64, k *plugin.Kernel, args []KernelArg, fal
 		kctx = kctx.WithStop(own)
 	case d.stop != nil:
 		kctx = kctx.WithStop(d.stop)
+	}
+	if d.log.On(InfoCheck) {
+		defer d.checkInitial(task, k, args)()
 	}
 	if err := k.Call(kctx, vals); err != nil {
 		return fmt.Errorf("goffload: %s: target %s: %w", d.Label(), k.Name, err)

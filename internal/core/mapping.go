@@ -438,6 +438,9 @@ func (d *Device) copyIn(w *work, m MapItem, tgt plugin.Ptr, e *Entry) error {
 	w.data(CopyToDevice, m.Buf, tgt)
 	d.log.Taskf(InfoCopies, d.Num, w.task, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
 		m.Buf.Addr(), uint64(tgt), m.Buf.Size, nameOf(m.Buf.Name))
+	if d.log.On(InfoCopies | InfoCheck) {
+		d.noteCopyIn(w.task, m.Buf)
+	}
 	if err := q.Submit(tgt, m.Buf.Bytes()); err != nil {
 		return d.mapErr(op, m, err, "cannot copy to the device")
 	}

@@ -32,7 +32,11 @@ type Runtime struct {
 // Start opens the devices the configuration names and loads the kernel
 // image on them.
 func Start(cfg Config) (*Runtime, error) {
-	r := &Runtime{Cfg: cfg, Log: NewLogger(cfg.Info, cfg.InfoOut), Image: plugin.Seal()}
+	info := cfg.Info
+	if cfg.CheckMaps {
+		info |= InfoCheck
+	}
+	r := &Runtime{Cfg: cfg, Log: NewLogger(info, cfg.InfoOut), Image: plugin.Seal()}
 	if cfg.Profile != "" {
 		r.trace = NewTrace()
 		if cfg.Tool != nil {

@@ -1,0 +1,233 @@
+package core
+
+import (
+	"bytes"
+	"fmt"
+	"reflect"
+	"strings"
+	"unsafe"
+
+	"github.com/goffload/offload/plugin"
+)
+
+// GOFFLOAD_CHECK=maps: a checking mode for the mistakes that give no error
+// (as CUDA's compute-sanitizer and Go's -race are). Before a kernel runs,
+// the fresh device memory of its Out and Scratch buffers is filled with a
+// pattern (checkByte); after it, an In buffer whose device copy changed
+// and an Out element that still holds the pattern are reported on the info
+// output, naming the kernel, the parameter and the first index. A buffer
+// that was present already (a data region's) is not filled: its contents
+// are the region's. It costs a copy of each buffer checked, each way.
+
+// InfoCheck is the info output of GOFFLOAD_CHECK=maps (not a
+// LIBOMPTARGET_INFO bit).
+const InfoCheck InfoFlags = 0x10000
+
+// checkByte fills Out and Scratch buffers: 0xA5A5A5A5 is an unlikely
+// int32, and a float64 of 0xA5… bytes an unlikely value.
+const checkByte = 0xA5
+
+// ParseCheck reads GOFFLOAD_CHECK: empty (off) or "maps".
+func ParseCheck(s string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "":
+		return false, nil
+	case "maps":
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: GOFFLOAD_CHECK=%q: want maps (or nothing)", ErrConfig, s)
+}
+
+// repeatHint is how many copies in a row of the same host range to the
+// same device make the info output suggest a data region.
+const repeatHint = 8
+
+// copyRepeats follows a device's copies in: the last host range copied, how
+// many times in a row, and whether the hint was given for it.
+type copyRepeats struct {
+	addr   uintptr
+	size   int64
+	n      int
+	hinted bool
+}
+
+// noteCopyIn counts a copy of buf to d and, the repeatHint-th time in a
+// row, suggests a data region (under the copies info flag, and in the
+// checking mode).
+func (d *Device) noteCopyIn(task uint64, buf Buf) {
+	d.qmu.Lock()
+	r := &d.repeats
+	if r.addr == buf.Addr() && r.size == buf.Size {
+		r.n++
+	} else {
+		*r = copyRepeats{addr: buf.Addr(), size: buf.Size, n: 1}
+	}
+	hint := r.n == repeatHint && !r.hinted
+	r.hinted = r.hinted || hint
+	d.qmu.Unlock()
+	if hint {
+		d.log.Taskf(InfoCopies|InfoCheck, d.Num, task, "hint: %s (HstPtr=%#x, Size=%d) was copied to %s %d times in a row: map it once, with a data region (Device.Data, EnterData/ExitData) around the constructs that use it, and they find it present",
+			nameOf(buf.Name), buf.Addr(), buf.Size, d.Label(), repeatHint)
+	}
+}
+
+// argCheck is one buffer argument checked around a kernel.
+type argCheck struct {
+	param  int
+	name   string
+	out    bool   // an Out buffer filled with the pattern; else an In buffer
+	elem   int    // bytes per element
+	before []byte // In: the device copy before the kernel
+	after  []byte // what the device holds after it
+}
+
+// checkBefore fills the fresh Out and Scratch buffers of a launch with the
+// pattern and copies its In buffers back, on w's queue before the launch;
+// fresh says which arguments' mappings the construct made.
+func (d *Device) checkBefore(w *work, k *plugin.Kernel, args []KernelArg, pargs []plugin.Arg, fresh []bool) []*argCheck {
+	var cs []*argCheck
+	for i, a := range args {
+		p := k.Params[i]
+		if p.Kind != plugin.Slice || a.DevPtr || pargs[i].Len == 0 {
+			continue
+		}
+		size := int64(pargs[i].Len) * int64(p.Type.Size())
+		t := a.Map.Type
+		c := &argCheck{param: i, name: a.Map.Buf.Name, elem: int(p.Type.Size()), after: make([]byte, size)}
+		switch {
+		case t&MapTo == 0 && fresh[i]: // Out (from) or Scratch (alloc): fresh memory
+			if err := w.q.Submit(pargs[i].Ptr, bytes.Repeat([]byte{checkByte}, int(size))); err != nil {
+				continue
+			}
+			if t&MapFrom == 0 {
+				continue // Scratch: filled, not reported
+			}
+			c.out = true
+		case t&MapTo != 0 && t&MapFrom == 0: // In
+			c.before = make([]byte, size)
+			if w.q.Retrieve(c.before, pargs[i].Ptr) != nil {
+				continue
+			}
+		default:
+			continue
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// checkAfter copies the checked buffers back after the launch, and reports
+// once the queue is done.
+func (d *Device) checkAfter(w *work, k *plugin.Kernel, pargs []plugin.Arg, cs []*argCheck) {
+	if len(cs) == 0 {
+		return
+	}
+	for _, c := range cs {
+		w.q.Retrieve(c.after, pargs[c.param].Ptr)
+	}
+	task := w.task
+	w.after = append(w.after, func() error {
+		for _, c := range cs {
+			d.reportCheck(task, k, c)
+		}
+		return nil
+	})
+}
+
+// reportCheck says what c found, if anything.
+func (d *Device) reportCheck(task uint64, k *plugin.Kernel, c *argCheck) {
+	n := len(c.after) / c.elem
+	first, count := -1, 0
+	for e := range n {
+		el := c.after[e*c.elem : (e+1)*c.elem]
+		var bad bool
+		if c.out {
+			bad = allBytes(el, checkByte)
+		} else {
+			bad = !bytes.Equal(el, c.before[e*c.elem:(e+1)*c.elem])
+		}
+		if bad {
+			count++
+			if first < 0 {
+				first = e
+			}
+		}
+	}
+	if count == 0 {
+		return
+	}
+	param := fmt.Sprintf("parameter %d (%s)", c.param, nameOf(c.name))
+	if c.out {
+		d.log.Taskf(InfoCheck, d.Num, task, "check: kernel %s, %s, Out: %d of %d elements not written, the first at index %d: they hold the fill pattern (0x%X bytes); the host gets what device memory held there (another buffer's old data, without the check)",
+			k.Name, param, count, n, first, checkByte)
+	} else {
+		d.log.Taskf(InfoCheck, d.Num, task, "check: kernel %s, %s, In: %d of %d elements changed, the first at index %d: the kernel wrote into an In buffer (on the initial device that changes the host copy, on other devices it does not: the result depends on where it runs)",
+			k.Name, param, count, n, first)
+	}
+}
+
+func allBytes(b []byte, v byte) bool {
+	for _, x := range b {
+		if x != v {
+			return false
+		}
+	}
+	return len(b) > 0
+}
+
+// checkInitial is checkBefore and checkAfter for a kernel on the initial
+// device, whose arguments are host memory: it fills Out slices with the
+// pattern, snapshots In slices, and after the kernel reports, then puts
+// back what the kernel did not write into an Out slice (the host's data,
+// as without the check). It returns what to call after the kernel.
+func (d *Device) checkInitial(task uint64, k *plugin.Kernel, args []KernelArg) func() {
+	type slot struct {
+		c    *argCheck
+		host []byte
+		keep []byte // Out: the host's data before the fill
+	}
+	var slots []slot
+	for i, a := range args {
+		p := k.Params[i]
+		if p.Kind != plugin.Slice || !a.Slice.IsValid() || a.Slice.Len() == 0 {
+			continue
+		}
+		host := sliceBytes(a.Slice)
+		t := a.Map.Type
+		c := &argCheck{param: i, name: a.Map.Buf.Name, elem: int(p.Type.Size())}
+		switch {
+		case t&MapFrom != 0 && t&MapTo == 0:
+			c.out = true
+			keep := append([]byte(nil), host...)
+			for j := range host {
+				host[j] = checkByte
+			}
+			slots = append(slots, slot{c, host, keep})
+		case t&MapTo != 0 && t&MapFrom == 0:
+			c.before = append([]byte(nil), host...)
+			slots = append(slots, slot{c: c, host: host})
+		}
+	}
+	return func() {
+		for _, s := range slots {
+			s.c.after = s.host
+			d.reportCheck(task, k, s.c)
+			if s.c.out { // what the kernel did not write is the host's again
+				for e := 0; e+s.c.elem <= len(s.host); e += s.c.elem {
+					if allBytes(s.host[e:e+s.c.elem], checkByte) {
+						copy(s.host[e:e+s.c.elem], s.keep[e:e+s.c.elem])
+					}
+				}
+			}
+		}
+	}
+}
+
+// sliceBytes is the memory of slice value v.
+func sliceBytes(v reflect.Value) []byte {
+	n := v.Len() * int(v.Type().Elem().Size())
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(v.UnsafePointer()), n)
+}
