@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/goffload/offload/internal/core"
+	"github.com/goffload/offload/plugin"
 )
 
 // If returns d when cond is true and the initial device otherwise: OpenMP's
@@ -113,11 +114,34 @@ func useClause(s any, p *DevicePtr, clause string) Map {
 	return m
 }
 
-// Addr is the device address p holds, as the device sees it: for a host
-// device or the initial device, an address in this process; for a device
-// process, an address in that process (meaningful only to code running
-// there).
-func (p DevicePtr) Addr() uintptr { return uintptr(p.ptr) }
+// Addr is the address of the memory p points to, as the device's kernels
+// see it: for a host device or the initial device, an address in this
+// process; for a device process, an address in that process (meaningful
+// only to code running there), which the device tells: a round trip to it.
+// It is 0 for a nil pointer, and for one the device cannot resolve (the
+// device is lost, the memory freed, the runtime stopped).
+func (p DevicePtr) Addr() uintptr {
+	if p.host || p.ptr == 0 {
+		return uintptr(p.ptr)
+	}
+	rt := current.Load()
+	if rt == nil {
+		return 0
+	}
+	cd, _, err := rt.Resolve(p.dev)
+	if err != nil || cd.Dev == nil {
+		return 0
+	}
+	r, ok := cd.Dev.(plugin.AddrResolver)
+	if !ok { // the device's names are its addresses
+		return uintptr(p.ptr)
+	}
+	a, err := r.DeviceAddr(p.ptr)
+	if err != nil {
+		return 0
+	}
+	return a
+}
 
 // splitUses takes the use_device_ptr and use_device_addr clauses out of
 // maps.

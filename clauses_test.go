@@ -325,3 +325,30 @@ func TestCopySlices(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDevicePtrAddrIsTheKernels: DevicePtr.Addr of mapped memory is the
+// address the device's kernels see, on every CPU kind: for a device
+// process, an address in that process (it was the number the host gives
+// the memory), so pointer-based code agrees with what kernels get.
+func TestDevicePtrAddrIsTheKernels(t *testing.T) {
+	start(t, offload.WithDevices("host,local"))
+	for _, dev := range []offload.Device{offload.On(0), offload.On(1), offload.Initial()} {
+		x := make([]int32, 16)
+		out := make([]uint64, 2)
+		var addr, addr5 uintptr
+		err := dev.Data(func() error {
+			p, err := dev.MappedPtr(x)
+			if err != nil {
+				return err
+			}
+			addr, addr5 = p.Addr(), p.Offset(20).Addr()
+			return sectionAddr.Run(dev, x, x[5:5], out)
+		}, offload.ToFrom(x))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uint64(addr) != out[0] || uint64(addr5) != out[1] {
+			t.Errorf("device %d: Addr %#x and %#x, the kernel saw %#x and %#x", dev.Num(), addr, addr5, out[0], out[1])
+		}
+	}
+}

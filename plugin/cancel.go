@@ -128,6 +128,15 @@ type StopLauncher interface {
 	LaunchStop(k *Kernel, args []Arg, stop *StopSignal) error
 }
 
+// AddrResolver is implemented by devices whose Ptrs are not the addresses
+// their kernels see: a device process's memory is named by numbers the
+// host assigns (so that allocating never waits for the device).
+// DeviceAddr returns the address in the device's process of the byte at
+// p, as its kernels see it.
+type AddrResolver interface {
+	DeviceAddr(p Ptr) (uintptr, error)
+}
+
 // Killer is implemented by devices whose work can be ended by force: a
 // device process, which Kill kills (or whose link it cuts, for a process
 // of another machine), so that every operation pending on the device fails

@@ -31,7 +31,7 @@
 // Optional capabilities are separate interfaces found by type assertion, as
 // database/sql/driver's are: [ForeignEventWaiter], [LostReporter],
 // [Tracer], [TaggedQueue], [InlineQueue], [FireNotifier], [Canceler],
-// [StopLauncher], [Killer]. A kind implements those it can do better than the core's
+// [StopLauncher], [Killer], [AddrResolver]. A kind implements those it can do better than the core's
 // fallback.
 //
 // Every kind must pass the conformance suite in package plugintest: its

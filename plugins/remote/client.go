@@ -315,6 +315,17 @@ func (d *device) request(frame func(id uint64) proto.Frame, xfers []uint64) (cha
 	return ch, nil
 }
 
+// DeviceAddr asks the device process for the address, in its memory, of
+// the byte at p (plugin.AddrResolver): the host names device memory with
+// numbers of its own.
+func (d *device) DeviceAddr(p plugin.Ptr) (uintptr, error) {
+	r, err := d.call(func(id uint64) proto.Frame { return &proto.Addr{Req: id, Ptr: uint64(p)} })
+	if err != nil {
+		return 0, err
+	}
+	return uintptr(r.Value), nil
+}
+
 // request numbers: what a request's id goes in.
 func infoReq(id uint64) proto.Frame  { return &proto.Info{Req: id} }
 func clockReq(id uint64) proto.Frame { return &proto.Clock{Req: id} }

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/goffload/offload/internal/hostmem"
 	"github.com/goffload/offload/internal/workpool"
@@ -340,6 +341,12 @@ func (s *session) handle(m *proto.Msg, gen uint64) error {
 			sig.Stop()
 		}
 		return nil
+	case *proto.Addr:
+		b, err := s.mem.Bytes(plugin.Ptr(f.Ptr), 0)
+		if err != nil {
+			return s.reply(f.Req, 0, "", err)
+		}
+		return s.reply(f.Req, uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))), "", nil)
 	case *proto.Clock:
 		return s.reply(f.Req, uint64(deviceClock(time.Now())), "", nil)
 	case *proto.Sync:

@@ -101,6 +101,9 @@ func (Tag) Type() Type { return TTag }
 // Type is TTimes.
 func (Times) Type() Type { return TTimes }
 
+// Type is TAddr.
+func (Addr) Type() Type { return TAddr }
+
 // Type is TStopLaunch.
 func (StopLaunch) Type() Type { return TStopLaunch }
 
@@ -154,6 +157,12 @@ func (f *Free) get(m *Msg) error {
 func (f *Info) put(m *Msg) { m.ID = f.Req }
 func (f *Info) get(m *Msg) error {
 	f.Req = m.ID
+	return noPayload(m)
+}
+
+func (f *Addr) put(m *Msg) { m.ID, m.Ptr = f.Req, f.Ptr }
+func (f *Addr) get(m *Msg) error {
+	f.Req, f.Ptr = m.ID, m.Ptr
 	return noPayload(m)
 }
 

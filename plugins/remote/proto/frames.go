@@ -100,6 +100,7 @@ var newFrame = [tMax]func() Frame{
 	TRawBench:     func() Frame { return new(RawBench) },
 	TCancel:       func() Frame { return new(Cancel) },
 	TStopLaunch:   func() Frame { return new(StopLaunch) },
+	TAddr:         func() Frame { return new(Addr) },
 }
 
 // MaxSize bounds every byte count a frame gives (allocations, copies):
@@ -168,6 +169,14 @@ type Free struct{ Ptr uint64 }
 // plugin.Info in JSON. An Info also tells the host that the device has
 // read every frame before it.
 type Info struct{ Req uint64 }
+
+// Addr (→d) asks for the address, in the device's process, of the byte at
+// Ptr: a Reply with it in Value, or an error if Ptr is not inside a live
+// allocation (an allocation's end is inside it).
+type Addr struct {
+	Req uint64 // id
+	Ptr uint64 // ptr
+}
 
 // Clock (→d) asks for the device's clock: a Reply with it in Value.
 type Clock struct{ Req uint64 }

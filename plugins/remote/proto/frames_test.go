@@ -18,6 +18,7 @@ func everyFrame() []Frame {
 		&Free{Ptr: 1 << 52},
 		&Info{Req: 9},
 		&Clock{Req: 10},
+		&Addr{Req: 11, Ptr: 1<<52 + 8},
 		&CloseQueue{Queue: 4},
 		&Submit{Queue: 1, Dst: 1 << 20, Data: []byte("data")},
 		&SubmitPulled{Queue: 1, Xfer: 5, Dst: 1 << 20, Size: 1 << 30},

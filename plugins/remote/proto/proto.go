@@ -94,12 +94,13 @@ const (
 	TRawBench                     // MPI RawBench
 	TCancel                       // →d Cancel
 	TStopLaunch                   // →d StopLaunch
+	TAddr                         // →d Addr
 	tMax
 )
 
 var typeNames = [...]string{"", "hello", "auth", "reply", "alloc", "free", "info", "closequeue", "submit", "pull",
 	"data", "retrieve", "xferdone", "exchange", "launch", "record", "wait", "sync", "syncdone", "event", "notify", "exit", "forget", "ping", "tag", "clock", "times",
-	"submitpulled", "submitpushed", "waitpeer", "peerput", "peerevent", "announce", "rawbench", "cancel", "stoplaunch"}
+	"submitpulled", "submitpushed", "waitpeer", "peerput", "peerevent", "announce", "rawbench", "cancel", "stoplaunch", "addr"}
 
 // String is the type's name.
 func (t Type) String() string {
