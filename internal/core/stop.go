@@ -153,5 +153,12 @@ func constructStop(ctx context.Context) (*plugin.StopSignal, func()) {
 	}
 	s := plugin.NewStopSignal()
 	stop := context.AfterFunc(ctx, s.Stop)
-	return s, func() { stop() }
+	return s, func() {
+		// A construct that went on in the background returns as soon as
+		// ctx is done, which can be before ctx runs its AfterFuncs: stop
+		// would then cancel the one that tells the kernel. Stop it here.
+		if !stop() || ctx.Err() != nil {
+			s.Stop()
+		}
+	}
 }
