@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,11 +12,17 @@ import (
 )
 
 // stopBlock holds the runaway kernel: it never looks at its Ctx. In this
-// process the test closes it at its end, so that the goroutine it holds
-// ends; in a device process nothing does (Stop kills the process).
-var stopBlock = make(chan struct{})
+// process each test run makes a new one and closes it at its end, so that
+// the goroutine it holds ends; in a device process nothing does (Stop kills
+// the process).
+var stopBlock atomic.Pointer[chan struct{}]
 
-var runaway = offload.MustKernel("test.stop.runaway", func(ctx offload.Ctx, x []int32) { <-stopBlock })
+func init() {
+	ch := make(chan struct{})
+	stopBlock.Store(&ch)
+}
+
+var runaway = offload.MustKernel("test.stop.runaway", func(ctx offload.Ctx, x []int32) { <-*stopBlock.Load() })
 
 // polite waits until Stop asks it to stop.
 var polite = offload.MustKernel("test.stop.polite", func(ctx offload.Ctx, x []int32) {
@@ -72,7 +79,9 @@ func TestStopAsksKernelsToStop(t *testing.T) {
 // cannot be killed, is named and left running.
 func TestStopAfterRunawayKernel(t *testing.T) {
 	t.Setenv("GOFFLOAD_STOP_GRACE", "300ms")
-	defer close(stopBlock)
+	block := make(chan struct{})
+	stopBlock.Store(&block)
+	defer close(block)
 	for _, c := range []struct{ devices, want string }{
 		{"local:1", "device 0 (local): killed (running target test.stop.runaway)"},
 		{"host:1", "device 0 (host): still running target test.stop.runaway (a kernel on a goroutine of this process cannot be killed"},
