@@ -1,0 +1,148 @@
+package core
+
+// The target construct lowered onto a device: its maps, launch and unmaps
+// on a queue (target), or its kernel called on the initial device
+// (runInitial).
+
+import (
+	"fmt"
+	"reflect"
+
+	"github.com/goffload/offload/plugin"
+)
+
+// target enqueues a target region on w: maps, launch, unmaps.
+func (d *Device) target(w *work, k *plugin.Kernel, args []KernelArg, g plugin.Geometry) {
+	pargs := make([]plugin.Arg, len(args))
+	var mapped []MapItem
+	checking := d.log.On(InfoCheck)
+	var fresh []bool // GOFFLOAD_CHECK: the mappings this construct made
+	if checking {
+		fresh = make([]bool, len(args))
+	}
+	for i, a := range args {
+		p := k.Params[i]
+		switch {
+		case p.Kind == plugin.Scalar:
+			pargs[i].Scalar = a.Scalar
+		case a.DevPtr:
+			pargs[i] = plugin.Arg{Ptr: a.Ptr, Len: a.Len}
+		default:
+			if checking {
+				fresh[i] = !d.IsPresent(a.Map.Buf)
+			}
+			tgt, err := d.enter(w, a.Map)
+			if err != nil {
+				w.err(err)
+				break
+			}
+			mapped = append(mapped, a.Map)
+			pargs[i] = plugin.Arg{Ptr: tgt, Len: a.Len}
+		}
+		if w.first != nil {
+			break
+		}
+	}
+	if w.first == nil && d.globals != nil {
+		d.bindLinks(w) // declare target link variables (declare.go)
+	}
+	if w.first == nil {
+		if d.log.On(InfoKernels) {
+			if g.IsZero() {
+				d.log.Taskf(InfoKernels, d.Num, w.task, "Launching kernel %s on %s", k.Name, d.Label())
+			} else {
+				d.log.Taskf(InfoKernels, d.Num, w.task, "Launching kernel %s on %s with %s", k.Name, d.Label(), g)
+			}
+		}
+		if t := d.tool; t != nil {
+			var bytes int64
+			for i, p := range k.Params {
+				if p.Kind == plugin.Slice {
+					bytes += int64(pargs[i].Len) * int64(p.Type.Size())
+				}
+			}
+			t.KernelLaunch(KernelEvent{Where: w.where(), Name: k.Name, Args: len(args), ArgBytes: bytes})
+		}
+		var checks []*argCheck
+		if checking {
+			checks = d.checkBefore(w, k, args, pargs, fresh)
+		}
+		if err := launch(w.q, k, pargs, g, w.stop); err != nil {
+			w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), w.op, err))
+		} else if checking {
+			d.checkAfter(w, k, pargs, checks)
+		}
+	}
+	for i := len(mapped) - 1; i >= 0; i-- {
+		m := mapped[i]
+		if w.first != nil {
+			m.Type &^= MapFrom // nothing ran: release without copying back
+		}
+		if err := d.exit(w, m); err != nil {
+			w.err(err)
+		}
+	}
+}
+
+// launch enqueues k on q with g, if g is set and q takes a geometry, and
+// with stop, if set and q can stop a launch (plugin.StopLauncher).
+func launch(q plugin.Queue, k *plugin.Kernel, args []plugin.Arg, g plugin.Geometry, stop *plugin.StopSignal) error {
+	if gl, ok := q.(plugin.GeometryLauncher); ok && !g.IsZero() {
+		return gl.LaunchGeometry(k, args, g)
+	}
+	if sl, ok := q.(plugin.StopLauncher); ok && stop != nil {
+		return sl.LaunchStop(k, args, stop)
+	}
+	return q.Launch(k, args)
+}
+
+func (d *Device) runInitial(task uint64, k *plugin.Kernel, args []KernelArg, fallback bool, stop *plugin.StopSignal) error {
+	vals := make([]reflect.Value, len(args))
+	for i, a := range args {
+		if k.Params[i].Kind == plugin.Scalar {
+			vals[i] = reflect.ValueOf(a.Scalar)
+		} else {
+			vals[i] = a.Slice
+		}
+	}
+	how := ""
+	if fallback {
+		how = " (host fallback)"
+	}
+	d.log.Taskf(InfoKernels, d.Num, task, "Running kernel %s on %s%s", k.Name, d.Label(), how)
+	kctx := plugin.NewKernelCtx(d.Num, d.pool)
+	switch {
+	case stop != nil: // the construct's own, which stops with the device's too
+		own := plugin.NewStopSignal()
+		defer own.StopWith(d.stop, stop)()
+		kctx = kctx.WithStop(own)
+	case d.stop != nil:
+		kctx = kctx.WithStop(d.stop)
+	}
+	if d.log.On(InfoCheck) {
+		defer d.checkInitial(task, k, args)()
+	}
+	if err := k.Call(kctx, vals); err != nil {
+		return fmt.Errorf("goffload: %s: target %s: %w", d.Label(), k.Name, err)
+	}
+	return nil
+}
+
+func (d *Device) logArgs(task uint64, k *plugin.Kernel, args []KernelArg) {
+	d.log.Taskf(InfoKernelArgs, d.Num, task, "Entering kernel %s with %d arguments:", k.Name, len(args))
+	for i, a := range args {
+		p := k.Params[i]
+		switch {
+		case p.Kind == plugin.Scalar:
+			name := a.Name
+			if name == "" {
+				name = fmt.Sprintf("arg%d", i)
+			}
+			d.log.Taskf(InfoKernelArgs, d.Num, task, "firstprivate(%s)[%d]", name, p.Type.Size())
+		case a.DevPtr:
+			d.log.Taskf(InfoKernelArgs, d.Num, task, "is_device_ptr(arg%d)[%d]", i, int64(a.Len)*int64(p.Type.Size()))
+		default:
+			d.log.Taskf(InfoKernelArgs, d.Num, task, "%s(%s)[%d]%s", a.Map.Kind(), nameOf(a.Map.Buf.Name), a.Map.Buf.Size, implicitNote(a.Map))
+		}
+	}
+}
