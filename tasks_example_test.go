@@ -46,3 +46,35 @@ func ExampleDevice_WithContext() {
 	// deadline exceeded: true
 	// [2 4 6] false
 }
+
+// sumUntilStopped adds up x until Stop asks it to stop: a kernel that can
+// run long checks ctx.Err() (or ctx.Done()) in its loop.
+var sumUntilStopped = offload.MustKernel("example.sumuntilstopped", func(ctx offload.Ctx, x []int64) {
+	for ctx.Err() == nil {
+		x[0]++
+		if x[0]%1024 == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	x[1] = 1 // it saw the request to stop
+})
+
+// A kernel that would run forever ends when Stop begins, because it
+// watches its Ctx; Stop then returns at once. (One that does not watch is
+// ended by force after GOFFLOAD_STOP_GRACE where it can be, and Stop
+// reports it; StopContext bounds the wait with a context.)
+func ExampleStopContext() {
+	if err := offload.Start(offload.WithDevices("host")); err != nil {
+		fmt.Println(err)
+		return
+	}
+	x := make([]int64, 2)
+	task := offload.On(0).Nowait().Run(sumUntilStopped, offload.ToFrom(x))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fmt.Println("stop:", offload.StopContext(ctx))
+	fmt.Println("task:", task.Wait(), "saw the stop:", x[1] == 1)
+	// Output:
+	// stop: <nil>
+	// task: <nil> saw the stop: true
+}
