@@ -28,9 +28,11 @@ func TestProfileTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := make([]float32, 1024)
-	// Host work first, so that the device tasks below are all created while
-	// it runs, and the one on device 1 must wait for device 0's on the host.
-	offload.Nowait(offload.DependOut(x)).Go("prepare", func() error { time.Sleep(30 * time.Millisecond); return nil })
+	// Host work first, held until the device tasks below are all created
+	// (not a sleep that a loaded machine can outlast), so that they wait
+	// for it, and the one on device 1 for device 0's, on the host.
+	prepared := make(chan struct{})
+	offload.Nowait(offload.DependOut(x)).Go("prepare", func() error { <-prepared; return nil })
 	offload.On(0).Nowait(offload.DependInOut(x)).EnterData(offload.To(x).Named("x"))
 	offload.On(0).Nowait(offload.DependInOut(x)).Run(SleepF, int64(50), x)
 	offload.On(0).Nowait(offload.DependInOut(x)).Run(Scale, float32(2), x)
@@ -38,6 +40,7 @@ func TestProfileTrace(t *testing.T) {
 	offload.On(1).Nowait(offload.DependIn(x)).Run(Fill, int32(3), offload.ToFrom(y).Named("y"))
 	offload.On(1).Nowait(offload.DependIn(x)).Run(SleepF, int64(20), offload.To(x).Named("x1"))
 	offload.On(0).Nowait(offload.DependInOut(x)).ExitData(offload.From(x).Named("x"))
+	close(prepared)
 	if err := offload.Taskwait(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -154,12 +154,19 @@ func TestDeviceKilledMidKernel(t *testing.T) {
 	devs := openLocal(t, 2)
 	victim, other := devs[0], devs[1]
 	q, _ := victim.NewQueue()
+	// The kill lands while the long kernel runs: an event recorded just
+	// before it says when the device reached it (not a sleep that a loaded
+	// machine can outlast).
+	reached, _ := victim.NewEvent()
+	q.Record(reached)
 	if err := q.Launch(sleepK, []plugin.Arg{{Scalar: int64(60_000)}}); err != nil {
 		t.Fatal(err)
 	}
 	ev, _ := victim.NewEvent()
 	q.Record(ev)
-	time.Sleep(50 * time.Millisecond)
+	if err := reached.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
 	pid := victim.Info().PID
 	start := time.Now()
 	syscall.Kill(pid, syscall.SIGKILL)
