@@ -3,9 +3,7 @@ package core
 import (
 	"bytes"
 	"fmt"
-	"reflect"
 	"strings"
-	"unsafe"
 
 	"github.com/goffload/offload/plugin"
 )
@@ -189,10 +187,10 @@ func (d *Device) checkInitial(task uint64, k *plugin.Kernel, args []KernelArg) f
 	var slots []slot
 	for i, a := range args {
 		p := k.Params[i]
-		if p.Kind != plugin.Slice || !a.Slice.IsValid() || a.Slice.Len() == 0 {
+		if p.Kind != plugin.Slice || a.DevPtr || a.Map.Buf.Size == 0 {
 			continue
 		}
-		host := sliceBytes(a.Slice)
+		host := a.Map.Buf.Bytes()
 		t := a.Map.Type
 		c := &argCheck{param: i, name: a.Map.Buf.Name, elem: int(p.Type.Size())}
 		switch {
@@ -221,13 +219,4 @@ func (d *Device) checkInitial(task uint64, k *plugin.Kernel, args []KernelArg) f
 			}
 		}
 	}
-}
-
-// sliceBytes is the memory of slice value v.
-func sliceBytes(v reflect.Value) []byte {
-	n := v.Len() * int(v.Type().Elem().Size())
-	if n == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(v.UnsafePointer()), n)
 }

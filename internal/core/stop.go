@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -52,11 +51,9 @@ func (r *Runtime) endWork(ctx context.Context) (stuck map[*Device]bool, err erro
 	if r.Initial != nil && r.Initial.stop != nil {
 		r.Initial.stop.Stop()
 	}
-	grace := r.Cfg.StopGrace
+	grace := r.Cfg.StopGrace // ConfigFromEnv read GOFFLOAD_STOP_GRACE
 	if grace <= 0 {
-		if grace, err = ParseStopGrace(os.Getenv("GOFFLOAD_STOP_GRACE")); err != nil {
-			grace = DefaultStopGrace
-		}
+		grace = DefaultStopGrace
 	}
 	gctx, cancel := context.WithTimeout(ctx, grace)
 	defer cancel()

@@ -142,14 +142,7 @@ func (q *Queue) put(o op, here, only bool) (bool, error) {
 		q.exec(o, failed)
 		ran = true
 		q.mu.Lock()
-		if len(q.ops) > 0 {
-			// Enqueued while o ran (by o, or by another goroutine):
-			// the queue's goroutine takes over.
-			go q.loop()
-		} else {
-			q.running = false
-			q.idle.Broadcast()
-		}
+		q.handOn()
 		q.mu.Unlock()
 		return true, nil
 	}
@@ -178,13 +171,20 @@ func (q *Queue) goexited(o op) {
 	if q.err == nil {
 		q.err = err
 	}
+	q.handOn()
+	q.mu.Unlock()
+}
+
+// handOn ends an operation run on a caller's goroutine: what was enqueued
+// meanwhile (by it, or by another goroutine) goes to the queue's
+// goroutine, or else the queue is idle. Under q.mu.
+func (q *Queue) handOn() {
 	if len(q.ops) > 0 {
 		go q.loop()
 	} else {
 		q.running = false
 		q.idle.Broadcast()
 	}
-	q.mu.Unlock()
 }
 
 // SetInline makes operations enqueued while the queue is idle run on the

@@ -131,15 +131,25 @@ func (e *env) testCancelKernels(t *testing.T) {
 	launch(t, oq, kCancel, slice(z, 1), scalar(int64(50)))    // on the other device: never cancelled
 	c.CancelKernels()
 	launch(t, q, kCancel, slice(y, 1), scalar(int64(30_000))) // after: cancelled at once
-	for _, r := range []struct {
-		name string
-		q    plugin.Queue
-		p    plugin.Ptr
-		want int64
-	}{{"the running kernel", q, x, 1}, {"a later kernel", q, y, 1}, {"the other device's kernel", oq, z, 2}} {
-		got := int64(binary.LittleEndian.Uint64(get(t, r.q, r.p, 8)))
-		if got != r.want {
-			t.Errorf("%s saw %d, want %d (1: Done closed with Err context.Canceled, 2: not cancelled)", r.name, got, r.want)
+	wantSaw(t, []sawCase{{"the running kernel", q, x, 1}, {"a later kernel", q, y, 1}, {"the other device's kernel", oq, z, 2}})
+}
+
+// sawCase is what one cancelKernel wrote at p, read through q: want 1 if
+// it was asked to stop, 2 if not.
+type sawCase struct {
+	name string
+	q    plugin.Queue
+	p    plugin.Ptr
+	want int64
+}
+
+// wantSaw checks what the cancelKernels of cs saw.
+func wantSaw(t *testing.T, cs []sawCase) {
+	t.Helper()
+	for _, c := range cs {
+		got := int64(binary.LittleEndian.Uint64(get(t, c.q, c.p, 8)))
+		if got != c.want {
+			t.Errorf("%s saw %d, want %d (1: Done closed with Err context.Canceled, 2: not stopped)", c.name, got, c.want)
 		}
 	}
 }
@@ -165,16 +175,7 @@ func (e *env) testStopLaunch(t *testing.T) {
 	}
 	running.Stop()
 	waiting.Stop()
-	for _, r := range []struct {
-		name string
-		p    plugin.Ptr
-		want int64
-	}{{"the stopped running kernel", x, 1}, {"the kernel without a signal", z, 2}, {"the kernel stopped while it waited", y, 1}} {
-		got := int64(binary.LittleEndian.Uint64(get(t, q, r.p, 8)))
-		if got != r.want {
-			t.Errorf("%s saw %d, want %d (1: Done closed with Err context.Canceled, 2: not stopped)", r.name, got, r.want)
-		}
-	}
+	wantSaw(t, []sawCase{{"the stopped running kernel", q, x, 1}, {"the kernel without a signal", q, z, 2}, {"the kernel stopped while it waited", q, y, 1}})
 	// A signal that stops after the queue is done changes nothing.
 	late := plugin.NewStopSignal()
 	if err := sl.LaunchStop(kCancel, []plugin.Arg{slice(x, 1), scalar(int64(1))}, late); err != nil {

@@ -166,15 +166,7 @@ func TestSkippedTransfersForgotten(t *testing.T) {
 // never recorded fail, and leave nothing behind in the session (issue 7,
 // 11: an entry was made for every unknown id).
 func TestUnknownEventsNotKept(t *testing.T) {
-	host, dev := socketPair(t)
-	s := newSession(newLink(dev), plugin.CurrentImage(), 1)
-	done := make(chan error, 1)
-	go func() { done <- s.serve() }()
-	l := newLink(host)
-	l.send(&proto.Hello{Status: proto.Status{Text: helloText(plugin.CurrentImage())}})
-	if m, err := l.r.ReadMsg(); err != nil || m.Type != proto.THello {
-		t.Fatalf("hello: %v %v", m, err)
-	}
+	s, l, done := startSessionOf(t)
 	for id := uint64(1000); id < 2000; id++ {
 		l.put(&proto.Wait{Queue: 1, Event: id})
 	}
@@ -199,15 +191,7 @@ func TestUnknownEventsNotKept(t *testing.T) {
 // alone are forgotten at their queue's next Sync, and when it closes: the
 // session keeps nothing for them.
 func TestLaunchStopsForgotten(t *testing.T) {
-	host, dev := socketPair(t)
-	s := newSession(newLink(dev), plugin.CurrentImage(), 1)
-	done := make(chan error, 1)
-	go func() { done <- s.serve() }()
-	l := newLink(host)
-	l.send(&proto.Hello{Status: proto.Status{Text: helloText(plugin.CurrentImage())}})
-	if m, err := l.r.ReadMsg(); err != nil || m.Type != proto.THello {
-		t.Fatalf("hello: %v %v", m, err)
-	}
+	s, l, done := startSessionOf(t)
 	for id := uint64(1); id <= 100; id++ {
 		l.put(&proto.Launch{Queue: uint32(1 + id%2), Kernel: uint32(nopK.Index), Stop: id})
 	}

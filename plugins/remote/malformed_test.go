@@ -33,10 +33,18 @@ func socketPair(t *testing.T) (net.Conn, net.Conn) {
 // greets it from the other; it returns the host's link and the session's
 // result.
 func startSession(t *testing.T) (*link, chan error) {
+	_, l, done := startSessionOf(t)
+	return l, done
+}
+
+// startSessionOf is startSession that returns the session too, for tests
+// that look into its tables.
+func startSessionOf(t *testing.T) (*session, *link, chan error) {
 	host, dev := socketPair(t)
 	img := plugin.CurrentImage()
+	s := newSession(newLink(dev), img, 1)
 	done := make(chan error, 1)
-	go func() { done <- newSession(newLink(dev), img, 1).serve() }()
+	go func() { done <- s.serve() }()
 	l := newLink(host)
 	if err := l.send(&proto.Hello{Status: proto.Status{Text: helloText(img)}}); err != nil {
 		t.Fatal(err)
@@ -45,7 +53,7 @@ func startSession(t *testing.T) (*link, chan error) {
 	if err != nil || m.Type != proto.THello || m.Code != 0 {
 		t.Fatalf("hello: %+v %v", m, err)
 	}
-	return l, done
+	return s, l, done
 }
 
 // TestSessionRefusesMalformedFrames sends a device session frames that break

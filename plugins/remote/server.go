@@ -268,11 +268,8 @@ func (s *session) handle(m *proto.Msg, gen uint64) error {
 		q := s.queues[f.Queue]
 		delete(s.queues, f.Queue)
 		delete(s.tags, f.Queue)
-		for _, id := range s.queueStops[f.Queue] {
-			delete(s.launchStops, id)
-		}
-		delete(s.queueStops, f.Queue)
 		s.mu.Unlock()
+		s.forgetStops(f.Queue)
 		if q != nil {
 			go q.Close()
 		}
@@ -449,13 +446,15 @@ func (s *session) launch(f *proto.Launch, gen uint64) error {
 		s.mu.Unlock()
 		ctx = ctx.WithStop(sig)
 	}
-	run := func() error {
+	// call runs the kernel as launch does it, counted among the kernels
+	// computing, its stop signal linked to the session's meanwhile.
+	call := func(launch func() error) error {
 		computing.Add(1)
 		defer computing.Add(-1)
 		if sig != nil {
 			defer sig.StopWith(s.stop)()
 		}
-		if err := k.Launch(ctx, args, s.mem.Bytes); err != nil {
+		if err := launch(); err != nil {
 			return fmt.Errorf("%s: %w", s.name(), err)
 		}
 		return nil
@@ -471,15 +470,9 @@ func (s *session) launch(f *proto.Launch, gen uint64) error {
 	var exited error
 	ran, err := q.RunHereExit(func() error {
 		s.role.arm()
-		computing.Add(1)
-		defer computing.Add(-1)
-		if sig != nil {
-			defer sig.StopWith(s.stop)()
-		}
-		if err := k.LaunchHere(ctx, args, s.mem.Bytes, func(err error) { exited = fmt.Errorf("%s: %w", s.name(), err) }); err != nil {
-			return fmt.Errorf("%s: %w", s.name(), err)
-		}
-		return nil
+		return call(func() error {
+			return k.LaunchHere(ctx, args, s.mem.Bytes, func(err error) { exited = fmt.Errorf("%s: %w", s.name(), err) })
+		})
 	}, &exited, timed)
 	if ran {
 		s.role.disarm(gen)
@@ -487,7 +480,7 @@ func (s *session) launch(f *proto.Launch, gen uint64) error {
 	if ran || err != nil {
 		return nil
 	}
-	return q.DoTimed(run, timed)
+	return q.DoTimed(func() error { return call(func() error { return k.Launch(ctx, args, s.mem.Bytes) }) }, timed)
 }
 
 // forgetStops forgets the numbered launches of queue qid: its Sync mark
