@@ -173,7 +173,7 @@ func ServeDevice() { remote.ServeIfDevice() }
 
 // UnderMPI reports whether this process was started by an MPI launcher
 // (mpirun, mpiexec, srun). In a program built with MPI support (the mpi
-// build tag, CC=mpicc), the devices are then by default the job's ranks
+// build tag), the devices are then by default the job's ranks
 // other than the host's (GOFFLOAD_HOST_RANK, default 0), one device each,
 // and Start serves on those ranks.
 func UnderMPI() bool { return mpi.Launched() }

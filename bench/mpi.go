@@ -11,7 +11,7 @@ import (
 )
 
 // Suite mpi: the job's device ranks as MPI devices (run under a launcher,
-// built with -tags mpi: CC=mpicc go build -tags mpi -o bench ./bench &&
+// built with -tags mpi: go build -tags mpi -o bench ./bench &&
 // mpirun -np 3 ./bench -suite mpi), each figure against a raw MPI baseline
 // between the same ranks in the same job: blocking MPI_Send and MPI_Recv
 // on both sides, with nothing of goffload in between (remote.MPIRaw).

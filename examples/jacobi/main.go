@@ -12,7 +12,7 @@
 //	GOFFLOAD_DEVICES=host:2 go run ./examples/jacobi
 //	GOFFLOAD_DEVICES=cuda go run ./examples/jacobi         # every GPU (internal/apps/jacobi/jacobi.ptx)
 //	GOFFLOAD_DEVICES=cuda,host go run ./examples/jacobi    # the GPUs and the host's cores
-//	CC=mpicc go build -tags mpi -o app ./examples/jacobi && mpirun -np 3 ./app
+//	go build -tags mpi -o app ./examples/jacobi && mpirun -np 3 ./app
 package main
 
 import (

@@ -6,7 +6,7 @@
 // computed on the host, bit for bit.
 //
 //	go run ./examples/pipeline
-//	CC=mpicc go build -tags mpi -o app . && mpirun -np 3 ./app   # two MPI devices
+//	go build -tags mpi -o app . && mpirun -np 3 ./app   # two MPI devices
 //	GOFFLOAD_DEVICES=host,local:2 go run ./examples/pipeline
 //	GOFFLOAD_DEVICES=cuda,host go run ./examples/pipeline   # the GPUs (step.ptx) and the host's cores
 //	GOFFLOAD_PROFILE=trace.json go run ./examples/pipeline   # then open trace.json in Perfetto

@@ -6,7 +6,7 @@
 // (GOFFLOAD_DEVICES=local:2), so the work really leaves the program:
 //
 //	go run ./examples/saxpy
-//	CC=mpicc go build -tags mpi -o app . && mpirun -np 3 ./app   # two MPI devices
+//	go build -tags mpi -o app . && mpirun -np 3 ./app   # two MPI devices
 //	GOFFLOAD_DEVICES=host,local:2 go run ./examples/saxpy
 //	GOFFLOAD_INFO=copies go run ./examples/saxpy   # shows the copies both ways
 //	GOFFLOAD_DEVICES=cuda go run ./examples/saxpy  # on the GPUs, with the PTX in saxpy.ptx

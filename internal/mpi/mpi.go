@@ -3,6 +3,8 @@
 package mpi
 
 /*
+#define _GNU_SOURCE
+#include <link.h>
 #include <mpi.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -21,6 +23,48 @@ static void gompi_onstack(void) {
 		sa.sa_flags |= SA_ONSTACK;
 		sigaction(sig, &sa, NULL);
 	}
+}
+
+// gompi_libs_cb appends to out (a buffer of 512 bytes) the path of each
+// loaded object named like an MPI library: two of them mean the program was
+// linked with the flags of one MPI and the compiler wrapper of another.
+static int gompi_libs_cb(struct dl_phdr_info *info, size_t size, void *out) {
+	const char *name = info->dlpi_name;
+	if (!name || !*name) return 0;
+	const char *base = strrchr(name, '/');
+	base = base ? base + 1 : name;
+	if (strncmp(base, "libmpi.so", 9) != 0 && strncmp(base, "libmpich.so", 11) != 0) return 0;
+	size_t used = strlen(out);
+	if (used + strlen(name) + 3 < 512) {
+		if (used) strcat(out, ", ");
+		strcat(out, name);
+	}
+	return 0;
+}
+
+static int gompi_libs(char *out) {
+	out[0] = 0;
+	dl_iterate_phdr(gompi_libs_cb, out);
+	int n = 0;
+	for (const char *p = out; *p; p++) n += *p == ',';
+	return out[0] ? n + 1 : 0;
+}
+
+// gompi_header names the MPI whose mpi.h this file was compiled with.
+static const char *gompi_header(void) {
+#if defined(OPEN_MPI)
+	return "Open MPI";
+#elif defined(MPICH_VERSION)
+	return "MPICH";
+#else
+	return "";
+#endif
+}
+
+static void gompi_libversion(char *buf) {
+	int n = 0;
+	if (MPI_Get_library_version(buf, &n) != MPI_SUCCESS) n = 0;
+	buf[n] = 0;
 }
 
 static int gompi_init(int *rank, int *size, int *serialized) {
@@ -129,6 +173,7 @@ import "C"
 
 import (
 	"fmt"
+	"strings"
 	"unsafe"
 )
 
@@ -155,11 +200,40 @@ type request = C.MPI_Request
 // cInit starts MPI; serialized says whether MPI may be called from any
 // thread, one call at a time (else only from this one).
 func cInit() (rank, size int, serialized bool, err error) {
+	if err := checkLinkedMPI(); err != nil {
+		return 0, 0, false, err
+	}
 	var r, s, ser C.int
 	if err := mpiErr("MPI_Init_thread", C.gompi_init(&r, &s, &ser)); err != nil {
 		return 0, 0, false, err
 	}
+	if s == 1 && LaunchSize() > 1 {
+		var ver [C.MPI_MAX_LIBRARY_VERSION_STRING + 1]C.char
+		C.gompi_libversion(&ver[0])
+		first, _, _ := strings.Cut(C.GoString(&ver[0]), "\n")
+		return 0, 0, false, fmt.Errorf("the launcher started %d ranks but MPI sees this process alone: the program runs %q, not the launcher's MPI; start it with that MPI's mpirun, or build it for the launcher's MPI (-tags mpi,mpich or -tags mpi,openmpi; with CC=mpicc.X, -tags mpi,mpicc)", LaunchSize(), strings.TrimSpace(first))
+	}
 	return int(r), int(s), ser != 0, nil
+}
+
+// checkLinkedMPI refuses a program that links two MPI libraries, or that
+// was compiled with one MPI's header and runs another's library: both come
+// of mixing CC=mpicc.X with a tag that takes flags from pkg-config, and
+// both fail later in ways that do not say why.
+func checkLinkedMPI() error {
+	var libs [512]C.char
+	if C.gompi_libs(&libs[0]) > 1 {
+		return fmt.Errorf("this program links two MPI libraries (%s): with CC=mpicc.openmpi or CC=mpicc.mpich build with -tags mpi,mpicc; without it, -tags mpi takes the default MPI from pkg-config (-tags mpi,mpich or mpi,openmpi pick one)", C.GoString(&libs[0]))
+	}
+	header := C.GoString(C.gompi_header())
+	var ver [C.MPI_MAX_LIBRARY_VERSION_STRING + 1]C.char
+	C.gompi_libversion(&ver[0])
+	lib := C.GoString(&ver[0])
+	if header != "" && lib != "" && !strings.Contains(lib, header) {
+		first, _, _ := strings.Cut(lib, "\n")
+		return fmt.Errorf("this program was compiled with %s's mpi.h but runs the MPI library %q: build it again with one MPI (-tags mpi,mpicc with CC=mpicc.X, or -tags mpi alone)", header, strings.TrimSpace(first))
+	}
+	return nil
 }
 
 func bufPtr(b []byte) unsafe.Pointer {

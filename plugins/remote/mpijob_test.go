@@ -14,17 +14,59 @@ import (
 
 // mpiFlavor is an MPI implementation as Debian installs it.
 type mpiFlavor struct {
-	name, cc, launcher string
-	args               []string // before -np
-	env                []string
-	pkgs               string
+	name     string
+	cc       string // the compiler wrapper that must exist; CC for the build when wrap is set
+	tags     string // the build tags
+	wrap     bool   // built with CC=cc (-tags mpi,mpicc), not with pkg-config's flags
+	launcher string
+	args     []string // before -np
+	env      []string
+	pkgs     string
 }
 
+// openmpiEnv lets Open MPI's launcher run as root and place three ranks on
+// two cores; MPICH's ignores it.
+var openmpiEnv = []string{"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_pml=ob1", "OMPI_MCA_rmaps_base_oversubscribe=1"}
+
+// mpiFlavors builds Open MPI's jobs with pkg-config's flags and MPICH's
+// with its compiler wrapper, so that both ways of building are run.
 var mpiFlavors = []mpiFlavor{
-	{name: "openmpi", cc: "mpicc.openmpi", launcher: "mpirun.openmpi", args: []string{"--oversubscribe"},
-		env:  []string{"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_pml=ob1"},
-		pkgs: "libopenmpi-dev openmpi-bin"},
-	{name: "mpich", cc: "mpicc.mpich", launcher: "mpiexec.mpich", pkgs: "libmpich-dev mpich"},
+	{name: "openmpi", cc: "mpicc.openmpi", tags: "mpi,openmpi", launcher: "mpirun.openmpi",
+		env: openmpiEnv, pkgs: "libopenmpi-dev openmpi-bin pkgconf"},
+	{name: "mpich", cc: "mpicc.mpich", tags: "mpi,mpicc", wrap: true, launcher: "mpiexec.mpich", pkgs: "libmpich-dev mpich"},
+}
+
+// buildEnv is the environment of a go build for f.
+func (f mpiFlavor) buildEnv() []string {
+	env := append(os.Environ(), "CGO_ENABLED=1")
+	if f.wrap {
+		env = append(env, "CC="+f.cc)
+	}
+	return env
+}
+
+// need skips t, or fails it under GOFFLOAD_REQUIRE_MPI, when a program of
+// f's is missing.
+func (f mpiFlavor) need(t *testing.T, progs ...string) {
+	t.Helper()
+	for _, p := range progs {
+		if _, err := exec.LookPath(p); err != nil {
+			if os.Getenv("GOFFLOAD_REQUIRE_MPI") != "" {
+				t.Fatalf("%s is missing (apt-get install -y %s) and GOFFLOAD_REQUIRE_MPI is set", p, f.pkgs)
+			}
+			t.Skipf("%s is not installed (apt-get install -y %s)", p, f.pkgs)
+		}
+	}
+}
+
+// goBuild runs the go command with f's build environment.
+func (f mpiFlavor) goBuild(t *testing.T, args ...string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(goRoot(t), "bin", "go"), args...)
+	cmd.Env = f.buildEnv()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
 }
 
 // TestMPIJobs builds this package's tests and the examples with MPI support
@@ -41,30 +83,14 @@ func TestMPIJobs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: builds and runs MPI jobs")
 	}
-	gobin := filepath.Join(goRoot(t), "bin", "go")
 	for _, f := range mpiFlavors {
 		t.Run(f.name, func(t *testing.T) {
-			for _, p := range []string{f.cc, f.launcher} {
-				if _, err := exec.LookPath(p); err != nil {
-					if os.Getenv("GOFFLOAD_REQUIRE_MPI") != "" {
-						t.Fatalf("%s is missing (apt-get install -y %s) and GOFFLOAD_REQUIRE_MPI is set", p, f.pkgs)
-					}
-					t.Skipf("%s is not installed (apt-get install -y %s)", p, f.pkgs)
-				}
-			}
+			f.need(t, f.cc, f.launcher)
 			dir := t.TempDir()
-			build := func(args ...string) {
-				t.Helper()
-				cmd := exec.Command(gobin, args...)
-				cmd.Env = append(os.Environ(), "CC="+f.cc, "CGO_ENABLED=1")
-				if out, err := cmd.CombinedOutput(); err != nil {
-					t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-				}
-			}
 			test := filepath.Join(dir, "remote.test")
-			build("test", "-c", "-race", "-tags", "mpi", "-o", test, ".")
-			build("build", "-tags", "mpi", "-o", filepath.Join(dir, "saxpy"), "../../examples/saxpy")
-			build("build", "-tags", "mpi", "-o", filepath.Join(dir, "pipeline"), "../../examples/pipeline")
+			f.goBuild(t, "test", "-c", "-race", "-tags", f.tags, "-o", test, ".")
+			f.goBuild(t, "build", "-tags", f.tags, "-o", filepath.Join(dir, "saxpy"), "../../examples/saxpy")
+			f.goBuild(t, "build", "-tags", f.tags, "-o", filepath.Join(dir, "pipeline"), "../../examples/pipeline")
 
 			t.Run("conformance", func(t *testing.T) {
 				out, err := f.run(t, nil, nil, test, "-test.run", "MPIRank", "-test.v")
@@ -127,6 +153,36 @@ func TestMPIJobs(t *testing.T) {
 				t.Logf("%s: %v", f.launcher, err)
 			})
 		})
+	}
+}
+
+// TestMPIBuildDefault builds saxpy as a user first would, `go build -tags
+// mpi` with no CC: pkg-config's "mpi" names the system's default MPI, the
+// one Debian's plain mpirun starts. And a program built for Open MPI and
+// started by MPICH's launcher says so, instead of running three singletons
+// that quietly keep every kernel on the host.
+func TestMPIBuildDefault(t *testing.T) {
+	if mpi.Launched() {
+		t.Skip("inside an MPI job: this test starts the jobs")
+	}
+	if testing.Short() {
+		t.Skip("-short: builds and runs MPI jobs")
+	}
+	openmpi, mpich := mpiFlavors[0], mpiFlavors[1]
+	openmpi.need(t, "pkg-config", "mpirun", openmpi.launcher)
+	mpich.need(t, mpich.launcher)
+	dir := t.TempDir()
+	plain := mpiFlavor{name: "default", tags: "mpi", launcher: "mpirun", env: openmpiEnv}
+	plain.goBuild(t, "build", "-tags", "mpi", "-o", filepath.Join(dir, "saxpy"), "../../examples/saxpy")
+	out, err := plain.run(t, nil, nil, filepath.Join(dir, "saxpy"), "-n", "100000")
+	if err != nil || !strings.Contains(out, "on 2 device(s): verified") || !strings.Contains(out, "(mpi, ") {
+		t.Fatalf("saxpy built with -tags mpi alone, under mpirun: %v\n%s", err, out)
+	}
+
+	openmpi.goBuild(t, "build", "-tags", openmpi.tags, "-o", filepath.Join(dir, "saxpy-openmpi"), "../../examples/saxpy")
+	out, err = mpich.run(t, nil, nil, filepath.Join(dir, "saxpy-openmpi"), "-n", "1000")
+	if err == nil || !strings.Contains(out, "the launcher started 3 ranks but MPI sees this process alone") || !strings.Contains(out, "Open MPI") {
+		t.Fatalf("an Open MPI program under MPICH's launcher: want an error naming the mismatch, got %v\n%s", err, out)
 	}
 }
 

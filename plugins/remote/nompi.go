@@ -29,7 +29,7 @@ func openMPI(string) ([]plugin.Device, error) {
 	return nil, configError(errNoMPI.Error())
 }
 
-var errNoMPI = fmt.Errorf("this program was built without MPI support: build it with CC=mpicc go build -tags mpi (on Debian, CC=mpicc.openmpi or CC=mpicc.mpich)")
+var errNoMPI = fmt.Errorf("this program was built without MPI support: build it with go build -tags mpi (the default MPI, found by pkg-config), -tags mpi,openmpi or -tags mpi,mpich to pick one, or CC=mpicc go build -tags mpi,mpicc")
 
 var warnOnce sync.Once
 
