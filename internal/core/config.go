@@ -213,6 +213,9 @@ func CheckDeviceEnv() error {
 			return fmt.Errorf("%w: GOFFLOAD_DEVICE_TIMEOUT=%q: want a duration of at least 10ms (like 30s), or 0 for none", ErrConfig, s)
 		}
 	}
+	if s := os.Getenv("GOFFLOAD_LOCAL_LINK"); s != "" && s != "shm" && s != "socket" {
+		return fmt.Errorf("%w: GOFFLOAD_LOCAL_LINK=%q: want shm (shared memory, the default) or socket", ErrConfig, s)
+	}
 	if s := os.Getenv("GOFFLOAD_REMOTE_SPIN"); s != "" {
 		if d, err := time.ParseDuration(strings.TrimSpace(s)); err != nil || d < 0 || d > MaxRemoteSpin {
 			return fmt.Errorf("%w: GOFFLOAD_REMOTE_SPIN=%q: want a duration from 0 (no spinning) to %v, such as 100us", ErrConfig, s, MaxRemoteSpin)

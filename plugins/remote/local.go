@@ -25,7 +25,19 @@ const (
 	envFD    = "GOFFLOAD_FD"           // inherited socket to the host
 	envSide  = "GOFFLOAD_SIDE_FD"      // inherited socket the host introduces peers on
 	envCores = "GOFFLOAD_DEVICE_CORES" // cores the device splits loops over
+	envShm   = "GOFFLOAD_SHM_FD"       // inherited memory file of a shared-memory link
+	envLink  = "GOFFLOAD_LOCAL_LINK"   // shm (the default) or socket: what a local device's link goes through
 )
+
+// localLink is what local devices' links go through: "shm" (shared memory,
+// the default) or "socket" (GOFFLOAD_LOCAL_LINK=socket). Start checks the
+// value (internal/core's CheckDeviceEnv).
+func localLink() string {
+	if os.Getenv(envLink) == "socket" {
+		return "socket"
+	}
+	return "shm"
+}
 
 func init() {
 	plugin.RegisterKind(plugin.Kind{
@@ -92,6 +104,14 @@ func spawn(exe, cores string) (*device, error) {
 		return nil, err
 	}
 	defer sideChild.Close()
+	var shmFile *os.File
+	if localLink() == "shm" {
+		// Where memfd_create is refused (an old kernel, a seccomp filter),
+		// the device's link stays on the socket.
+		if shmFile, err = newShmFile(); err == nil {
+			defer shmFile.Close()
+		}
+	}
 	num := &atomic.Int64{}
 	num.Store(-1)
 	cmd := exec.Command(exe, os.Args[1:]...)
@@ -101,6 +121,10 @@ func spawn(exe, cores string) (*device, error) {
 		cmd.Env = append(cmd.Env, "GORACE=atexit_sleep_ms=0")
 	}
 	cmd.ExtraFiles = []*os.File{child, sideChild}
+	if shmFile != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, shmFile)
+		cmd.Env = append(cmd.Env, envShm+"=5")
+	}
 	// The device dies with the host, also when the host is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stdout = &prefixWriter{w: os.Stdout, num: num}
@@ -121,7 +145,22 @@ func spawn(exe, cores string) (*device, error) {
 		waitErr = cmd.Wait()
 		close(exited)
 	}()
-	d := newDevice(newLink(conn), "local", fmt.Sprintf("local device (pid %d)", pid))
+	var l *link
+	if shmFile != nil {
+		c, err := newShmConn(int(shmFile.Fd()), 0, conn)
+		if err != nil {
+			cmd.Process.Kill()
+			conn.Close()
+			side.Close()
+			<-exited
+			return nil, err
+		}
+		go c.watchEnd(conn, "the device process's socket closed")
+		l = startLink(newShmTransport(c))
+	} else {
+		l = newLink(conn)
+	}
+	d := newDevice(l, "local", fmt.Sprintf("local device (pid %d)", pid))
 	d.setNum = func(n int) { num.Store(int64(n)) }
 	d.side = side
 	d.onLost = func(cause error) error {

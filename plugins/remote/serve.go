@@ -77,7 +77,12 @@ func serve() error {
 		if err != nil {
 			return fmt.Errorf("inherited socket: %w", err)
 		}
-		s := newSession(newLink(conn), img, cores)
+		l, err := localDeviceLink(conn)
+		if err != nil {
+			conn.Close()
+			return err
+		}
+		s := newSession(l, img, cores)
 		s.kind = "local"
 		if side := os.Getenv(envSide); side != "" {
 			if n, err := strconv.Atoi(side); err == nil && n >= 3 {
@@ -119,4 +124,26 @@ func serve() error {
 // lines a second.
 func ServeTCP(ln net.Listener, secret string, img *plugin.Image, cores int) error {
 	return newTCPServer(ln, secret, img, cores).serve()
+}
+
+// localDeviceLink is a local device's link to its host: through the shared
+// memory the host handed over (GOFFLOAD_SHM_FD), with conn only telling
+// that the host is gone, or through conn itself.
+func localDeviceLink(conn net.Conn) (*link, error) {
+	fd := os.Getenv(envShm)
+	if fd == "" {
+		return newLink(conn), nil
+	}
+	n, err := strconv.Atoi(fd)
+	if err != nil || n < 3 {
+		return nil, fmt.Errorf("%s=%q: want an inherited descriptor", envShm, fd)
+	}
+	f := os.NewFile(uintptr(n), "goffload-link")
+	defer f.Close()
+	c, err := newShmConn(int(f.Fd()), 1, conn)
+	if err != nil {
+		return nil, err
+	}
+	go c.watchEnd(conn, "the host's socket closed")
+	return startLink(newShmTransport(c)), nil
 }

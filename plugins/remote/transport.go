@@ -2,6 +2,7 @@ package remote
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"os"
 	"syscall"
@@ -45,8 +46,9 @@ type Transport interface {
 // frames are length-prefixed, and a data fragment is its header and payload
 // in one writev.
 type streamTransport struct {
-	conn net.Conn
+	conn io.ReadWriteCloser
 	raw  syscall.RawConn // conn's descriptor, for TryWriteFrames; nil if it has none
+	shm  *shmConn        // conn, when it is a shared-memory link
 	*proto.Reader
 	br  *bufio.Reader // under Reader
 	hdr []byte
@@ -82,8 +84,17 @@ func newStreamTransport(conn net.Conn) *streamTransport {
 	return t
 }
 
+// newShmTransport frames a shared-memory link, which waits in its own way.
+func newShmTransport(c *shmConn) *streamTransport {
+	br := bufio.NewReaderSize(c, 16<<10)
+	return &streamTransport{conn: c, shm: c, br: br, Reader: proto.NewReader(br)}
+}
+
 // TryWriteFrames makes one non-blocking write(2) of frames.
 func (t *streamTransport) TryWriteFrames(frames []byte) (int, error) {
+	if t.shm != nil {
+		return t.shm.TryWriteFrames(frames)
+	}
 	if t.raw == nil {
 		return 0, nil
 	}

@@ -1,0 +1,6 @@
+//go:build !race
+
+package remote
+
+func shmReleased() {}
+func shmAcquired() {}
