@@ -403,3 +403,21 @@ func futexWake(addr *atomic.Uint32) {
 // left in a state its writer and reader never make.
 var errShmCorrupt = errors.New("corrupt link")
 
+
+// NewShmLink creates the memory of a shared-memory link, as a local device's
+// link has: a file to map with OpenShmLink here (side 0) and, handed to a
+// child process (exec.Cmd.ExtraFiles), there (side 1). bench's raw
+// baselines use it, so that they measure the same rings as the transport.
+func NewShmLink() (*os.File, error) { return newShmFile() }
+
+// OpenShmLink maps the link memory f as side 0 (the process that created it)
+// or side 1 (the other). The stream it returns reads and writes as a local
+// device's link does: a read polls for the spin budget (SpinBudget) and
+// then parks on a futex; Close ends it on both sides (the other side reads
+// io.EOF). One goroutine at a time may read it and one write it.
+func OpenShmLink(f *os.File, side int) (io.ReadWriteCloser, error) {
+	if side != 0 && side != 1 {
+		return nil, fmt.Errorf("shared-memory link: side %d, want 0 or 1", side)
+	}
+	return newShmConn(int(f.Fd()), side, nil)
+}
