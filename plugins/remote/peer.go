@@ -67,43 +67,89 @@ func newPeers(s *session) *peers {
 // receive reads introductions from the host's side channel until it closes.
 func (ps *peers) receive(ch *net.UnixConn) {
 	defer ch.Close()
-	buf, oob := make([]byte, 64), make([]byte, syscall.CmsgSpace(4))
+	buf, oob := make([]byte, 64), make([]byte, syscall.CmsgSpace(8))
 	for {
 		n, oobn, _, _, err := ch.ReadMsgUnix(buf, oob)
 		if err != nil {
 			return
 		}
-		fd, num, err := parseIntro(buf[:n], oob[:oobn])
+		in, err := parseIntro(buf[:n], oob[:oobn])
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "goffload device %d: bad introduction: %v\n", ps.s.num, err)
 			continue
 		}
-		f := os.NewFile(uintptr(fd), "goffload-peer")
+		f := os.NewFile(uintptr(in.fd), "goffload-peer")
 		conn, err := net.FileConn(f)
 		f.Close()
 		if err != nil {
+			if in.shm >= 0 {
+				syscall.Close(in.shmFD)
+			}
 			continue
 		}
-		ps.add(num, newLink(conn))
+		if in.shm < 0 {
+			ps.add(in.num, newLink(conn))
+			continue
+		}
+		c, err := newShmConn(in.shmFD, in.shm, conn)
+		syscall.Close(in.shmFD)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "goffload device %d: link to device %d: %v\n", ps.s.num, in.num, err)
+			conn.Close()
+			continue
+		}
+		go c.watchEnd(conn, fmt.Sprintf("device %d's socket closed", in.num))
+		ps.add(in.num, startLink(newShmTransport(c)))
 	}
 }
 
-func parseIntro(b, oob []byte) (int, int, error) {
+// intro is the host's introduction of a peer: "peer N" with a socket, or
+// "peer N shm S" with a socket and the memory file of a shared-memory link,
+// of which this device is side S.
+type intro struct {
+	fd, num int
+	shm     int // the side, or -1 for a link on the socket
+	shmFD   int
+}
+
+func parseIntro(b, oob []byte) (intro, error) {
+	bad := intro{fd: -1, shm: -1, shmFD: -1}
 	msgs, err := syscall.ParseSocketControlMessage(oob)
 	if err != nil || len(msgs) != 1 {
-		return -1, 0, fmt.Errorf("no descriptor")
+		return bad, fmt.Errorf("no descriptor")
 	}
 	fds, err := syscall.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 1 {
-		return -1, 0, fmt.Errorf("no descriptor")
+	if err != nil || len(fds) < 1 || len(fds) > 2 {
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
+		return bad, fmt.Errorf("no descriptor")
+	}
+	fail := func() (intro, error) {
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
+		return bad, fmt.Errorf("%q", b)
 	}
 	s, ok := strings.CutPrefix(string(b), "peer ")
-	num, err := strconv.Atoi(s)
-	if !ok || err != nil || num < 0 {
-		syscall.Close(fds[0])
-		return -1, 0, fmt.Errorf("%q", b)
+	if !ok {
+		return fail()
 	}
-	return fds[0], num, nil
+	in := intro{fd: fds[0], shm: -1, shmFD: -1}
+	if num, side, shm := strings.Cut(s, " shm "); shm {
+		if len(fds) != 2 || (side != "0" && side != "1") {
+			return fail()
+		}
+		s, in.shm, in.shmFD = num, int(side[0]-'0'), fds[1]
+	} else if len(fds) != 1 {
+		return fail()
+	}
+	num, err := strconv.Atoi(s)
+	if err != nil || num < 0 {
+		return fail()
+	}
+	in.num = num
+	return in, nil
 }
 
 func (ps *peers) add(num int, l *link) {
@@ -359,10 +405,22 @@ func introduce(a, b *device) error {
 	}
 	defer syscall.Close(fds[0])
 	defer syscall.Close(fds[1])
-	if _, _, err := a.side.WriteMsgUnix([]byte(fmt.Sprintf("peer %d", b.num)), syscall.UnixRights(fds[0]), nil); err != nil {
+	// Two local devices link through shared memory as each does with the
+	// host, the socket only telling each of the other's end; a memory file
+	// refused leaves them on the socket.
+	introA, introB := fmt.Sprintf("peer %d", b.num), fmt.Sprintf("peer %d", a.num)
+	rightsA, rightsB := syscall.UnixRights(fds[0]), syscall.UnixRights(fds[1])
+	if localLink() == "shm" {
+		if f, err := newShmFile(); err == nil {
+			defer f.Close()
+			introA, introB = introA+" shm 0", introB+" shm 1"
+			rightsA, rightsB = syscall.UnixRights(fds[0], int(f.Fd())), syscall.UnixRights(fds[1], int(f.Fd()))
+		}
+	}
+	if _, _, err := a.side.WriteMsgUnix([]byte(introA), rightsA, nil); err != nil {
 		return fmt.Errorf("introducing device %d to %d: %w", a.num, b.num, err)
 	}
-	if _, _, err := b.side.WriteMsgUnix([]byte(fmt.Sprintf("peer %d", a.num)), syscall.UnixRights(fds[1]), nil); err != nil {
+	if _, _, err := b.side.WriteMsgUnix([]byte(introB), rightsB, nil); err != nil {
 		return fmt.Errorf("introducing device %d to %d: %w", b.num, a.num, err)
 	}
 	introductions.done[key] = true

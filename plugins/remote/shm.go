@@ -87,6 +87,9 @@ type shmConn struct {
 	reads, parked int64
 }
 
+// shmLinks counts this process's shared-memory links still mapped.
+var shmLinks atomic.Int64
+
 // newShmConn maps the memory file fd (shmSize bytes) as side 0 (the host)
 // or 1 (the device).
 func newShmConn(fd int, side int, watch io.Closer) (*shmConn, error) {
@@ -95,6 +98,7 @@ func newShmConn(fd int, side int, watch io.Closer) (*shmConn, error) {
 		return nil, fmt.Errorf("mapping the link's shared memory: %w", err)
 	}
 	c := &shmConn{mem: mem, tx: ringAt(mem, side), rx: ringAt(mem, 1-side), watch: watch}
+	shmLinks.Add(1)
 	return c, nil
 }
 
@@ -130,7 +134,10 @@ func (c *shmConn) leave() {
 }
 
 func (c *shmConn) release() {
-	c.unmap.Do(func() { syscall.Munmap(c.mem) })
+	c.unmap.Do(func() {
+		syscall.Munmap(c.mem)
+		shmLinks.Add(-1)
+	})
 }
 
 // errShm is the error of a read or write after the link closed here.

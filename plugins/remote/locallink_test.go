@@ -1,0 +1,55 @@
+package remote_test
+
+import (
+	"testing"
+
+	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/plugintest"
+	"github.com/goffload/offload/plugins/remote"
+)
+
+// shmLinksK writes the number of shared-memory links of the device process
+// it runs in.
+var shmLinksK = mustKernel("remotetest.shmlinks", func(out []int64) { out[0] = remote.ShmLinks() })
+
+// TestLocalLinks: local devices link to the host and to each other through
+// shared memory by default, and through their sockets with
+// GOFFLOAD_LOCAL_LINK=socket; the conformance suite passes both ways.
+func TestLocalLinks(t *testing.T) {
+	for _, c := range []struct {
+		link string
+		want int64 // shared-memory links in device 0 after an exchange with device 1
+	}{{"shm", 2}, {"socket", 0}} {
+		t.Run(c.link, func(t *testing.T) {
+			t.Setenv("GOFFLOAD_LOCAL_LINK", c.link)
+			devs := openLocal(t, 2)
+			p0, _ := devs[0].Alloc(8)
+			p1, _ := devs[1].Alloc(8)
+			q0, _ := devs[0].NewQueue()
+			q0.Submit(p0, []byte{1, 2, 3, 4, 5, 6, 7, 8})
+			if err := q0.Exchange(devs[1], p1, p0, 8); err != nil {
+				t.Fatal(err)
+			}
+			q0.Launch(shmLinksK, []plugin.Arg{{Ptr: p0, Len: 1}})
+			out := make([]byte, 8)
+			q0.Retrieve(out, p0)
+			if err := q0.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			if got := int64(out[0]) | int64(out[1])<<8; got != c.want {
+				t.Fatalf("GOFFLOAD_LOCAL_LINK=%s: device 0 has %d shared-memory links, want %d (to the host and to device 1, or none)", c.link, got, c.want)
+			}
+		})
+		t.Run(c.link+"/conformance", func(t *testing.T) {
+			t.Setenv("GOFFLOAD_LOCAL_LINK", c.link)
+			plugintest.Run(t, func(t *testing.T) []plugin.Device {
+				k, _ := plugin.LookupKind("local")
+				devs, err := k.Open("2")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return devs
+			})
+		})
+	}
+}

@@ -1,0 +1,192 @@
+package remote
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// shmPair is both sides of one shared-memory link, in this process.
+func shmPair(t *testing.T) (*shmConn, *shmConn) {
+	t.Helper()
+	f, err := newShmFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	a, err := newShmConn(int(f.Fd()), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := newShmConn(int(f.Fd()), 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// TestShmStreamsBothWays: bytes written in pieces of every size, the ring
+// wrapping many times, come out the other side unchanged and in order,
+// both ways at once.
+func TestShmStreamsBothWays(t *testing.T) {
+	a, b := shmPair(t)
+	const total = 3*shmRingSize + 12345
+	send := func(w io.Writer, seed int64) []byte {
+		rng := rand.New(rand.NewSource(seed))
+		data := make([]byte, total)
+		rng.Read(data)
+		for off := 0; off < total; {
+			n := min(total-off, []int{1, 7, 4096, 1 << 20, shmRingSize + 3}[rng.Intn(5)])
+			if _, err := w.Write(data[off : off+n]); err != nil {
+				t.Error(err)
+				return data
+			}
+			off += n
+		}
+		return data
+	}
+	recv := func(r io.Reader, seed int64) []byte {
+		rng := rand.New(rand.NewSource(seed))
+		got := make([]byte, 0, total)
+		buf := make([]byte, shmRingSize+100)
+		for len(got) < total {
+			n, err := r.Read(buf[:1+rng.Intn(len(buf)-1)])
+			if err != nil {
+				t.Errorf("read after %d bytes: %v", len(got), err)
+				return got
+			}
+			got = append(got, buf[:n]...)
+		}
+		return got
+	}
+	var wg sync.WaitGroup
+	var sentAB, sentBA, gotAB, gotBA []byte
+	wg.Add(4)
+	go func() { defer wg.Done(); sentAB = send(a, 1) }()
+	go func() { defer wg.Done(); sentBA = send(b, 2) }()
+	go func() { defer wg.Done(); gotAB = recv(b, 3) }()
+	go func() { defer wg.Done(); gotBA = recv(a, 4) }()
+	wg.Wait()
+	if !bytes.Equal(sentAB, gotAB) || !bytes.Equal(sentBA, gotBA) {
+		t.Fatal("bytes differ after crossing the rings")
+	}
+}
+
+// TestShmCloseIsEOFAfterData: the other side reads what was written before
+// Close, then io.EOF; the closing side's own reads and writes fail.
+func TestShmCloseIsEOFAfterData(t *testing.T) {
+	a, b := shmPair(t)
+	if _, err := a.Write([]byte("last words")); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	got, err := io.ReadAll(b)
+	if err != nil || string(got) != "last words" {
+		t.Fatalf("read %q, %v; want the bytes written before Close, then EOF", got, err)
+	}
+	if _, err := a.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("read on the closed side: %v, want net.ErrClosed", err)
+	}
+	if _, err := a.Write([]byte{1}); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("write on the closed side: %v, want net.ErrClosed", err)
+	}
+	if _, err := b.Write([]byte{1}); err == nil {
+		t.Error("a write to a side that closed succeeded")
+	}
+}
+
+// TestShmParkedReaderWakes: a reader that parked on the futex (its spin
+// skipped) is woken by a write, and by a close with a cause, which it
+// returns.
+func TestShmParkedReaderWakes(t *testing.T) {
+	a, b := shmPair(t)
+	b.skip = 1 << 30 // park at once
+	got := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 4)
+		n, err := b.Read(buf)
+		if err == nil && string(buf[:n]) != "ping" {
+			err = errors.New("read " + string(buf[:n]))
+		}
+		got <- err
+	}()
+	waitFor(t, func() bool { return b.rx.h.rParked.Load() != 0 }, "the reader to park")
+	if _, err := a.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if _, parked := b.Stats(); parked == 0 {
+		t.Error("the reader never parked: the test did not test the wake-up")
+	}
+	cause := errors.New("the device process's socket closed")
+	go func() {
+		_, err := b.Read(make([]byte, 1))
+		got <- err
+	}()
+	waitFor(t, func() bool { return b.rx.h.rParked.Load() != 0 }, "the reader to park again")
+	b.closeWith(cause)
+	select {
+	case err := <-got:
+		if !errors.Is(err, cause) {
+			t.Fatalf("read after closeWith: %v, want %v", err, cause)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a parked reader was not woken by the close")
+	}
+}
+
+// TestShmWriterWaitsForRoom: a write larger than the ring waits for the
+// reader, and TryWriteFrames writes only what fits.
+func TestShmWriterWaitsForRoom(t *testing.T) {
+	a, b := shmPair(t)
+	full := make([]byte, shmRingSize)
+	if n, err := a.TryWriteFrames(full); n != shmRingSize || err != nil {
+		t.Fatalf("TryWriteFrames into an empty ring: %d, %v", n, err)
+	}
+	if n, err := a.TryWriteFrames([]byte{1}); n != 0 || err != nil {
+		t.Fatalf("TryWriteFrames into a full ring: %d, %v; want 0, nil", n, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Write([]byte("after"))
+		done <- err
+	}()
+	if _, err := io.ReadFull(b, make([]byte, shmRingSize)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(b, buf); err != nil || string(buf) != "after" {
+		t.Fatalf("read %q, %v", buf, err)
+	}
+}
+
+// TestShmCorruptRing: a ring whose shared head says it holds more than it
+// can (the other process wrote its memory out of turn) ends the link with
+// an error, not a read past the ring.
+func TestShmCorruptRing(t *testing.T) {
+	a, b := shmPair(t)
+	a.tx.h.head.Store(shmRingSize + 1)
+	if _, err := b.Read(make([]byte, 8)); !errors.Is(err, errShmCorrupt) {
+		t.Fatalf("read of a corrupt ring: %v, want errShmCorrupt", err)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 20s for %s", what)
+		}
+	}
+}
