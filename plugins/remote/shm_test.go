@@ -6,7 +6,10 @@ import (
 	"io"
 	"math/rand"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -189,4 +192,84 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 			t.Fatalf("waited 20s for %s", what)
 		}
 	}
+}
+
+// FuzzParseIntro: an introduction from the host, any text with one or two
+// descriptors, is accepted only in its two forms, and a refused one closes
+// the descriptors it came with.
+func FuzzParseIntro(f *testing.F) {
+	f.Add([]byte("peer 3"), false)
+	f.Add([]byte("peer 3 shm 1"), true)
+	f.Add([]byte("peer 3 shm 2"), true)
+	f.Add([]byte("peer -1"), false)
+	f.Add([]byte("peer 3 shm 0"), false)
+	f.Fuzz(func(t *testing.T, text []byte, two bool) {
+		var fds []int
+		for range map[bool]int{false: 1, true: 2}[two] {
+			fd, err := syscall.Open("/dev/null", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+			if err != nil {
+				t.Skip(err)
+			}
+			fds = append(fds, fd)
+		}
+		in, err := parseIntro(text, syscall.UnixRights(fds...))
+		open := func(fd int) bool {
+			_, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0)
+			return errno != syscall.EBADF
+		}
+		if err != nil {
+			for _, fd := range fds {
+				if open(fd) {
+					syscall.Close(fd)
+					t.Fatalf("%q refused (%v) but descriptor %d left open", text, err, fd)
+				}
+			}
+			return
+		}
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
+		s, ok := strings.CutPrefix(string(text), "peer ")
+		num, _, _ := strings.Cut(s, " ")
+		n, nerr := strconv.Atoi(num)
+		if !ok || nerr != nil || n != in.num || in.num < 0 || (in.shm >= 0) != two || in.fd != fds[0] || (two && (in.shmFD != fds[1] || in.shm > 1)) {
+			t.Fatalf("%q with %d descriptors: accepted as %+v", text, len(fds), in)
+		}
+	})
+}
+
+// FuzzShmRing: whatever the other process leaves in a ring's shared words
+// (head, tail, closed), a read and a write return data or an error, never
+// touch memory outside the ring, and a ring said to hold more than it can
+// ends the link.
+func FuzzShmRing(f *testing.F) {
+	f.Add(uint64(5), uint64(0), false)
+	f.Add(uint64(shmRingSize+1), uint64(0), false)
+	f.Add(uint64(0), uint64(1), true)
+	f.Add(uint64(1<<63), uint64(1<<63-7), false)
+	f.Fuzz(func(t *testing.T, head, tail uint64, closed bool) {
+		a, b := shmPair(t)
+		if head == tail && !closed {
+			closed = true // else the read waits for data that never comes
+		}
+		for _, h := range []*ringHdr{a.tx.h, b.tx.h} {
+			h.head.Store(head)
+			h.tail.Store(tail)
+			if closed {
+				h.closed.Store(1)
+			}
+		}
+		buf := make([]byte, 64)
+		n, rerr := b.Read(buf)
+		b.TryWriteFrames([]byte("frame")) // must not panic, whatever it returns
+		if head-tail > shmRingSize {
+			if !errors.Is(rerr, errShmCorrupt) {
+				t.Fatalf("head %d tail %d: read %d, %v; want errShmCorrupt", head, tail, n, rerr)
+			}
+			return
+		}
+		if rerr == nil && (n == 0 || uint64(n) > min(head-tail, 64)) {
+			t.Fatalf("head %d tail %d: read %d bytes", head, tail, n)
+		}
+	})
 }
