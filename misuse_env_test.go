@@ -27,6 +27,8 @@ func TestEnvOutOfRange(t *testing.T) {
 		{"GOFFLOAD_HOST_POOL_THRESHOLD", "99999999999999999999", "from 0"},
 		{"GOFFLOAD_DEVICE_CORES", "lots", "from 1 to"},
 		{"GOFFLOAD_DEVICE_CORES", "1000000", "from 1 to"},
+		{"GOFFLOAD_LOCAL_LINK", "pipe", "shm (shared memory, the default) or socket"},
+		{"GOFFLOAD_LOCAL_LINK", "SHM", "shm (shared memory, the default) or socket"},
 		{"GOFFLOAD_REMOTE_SPIN", "fast", "from 0"},
 		{"GOFFLOAD_REMOTE_SPIN", "100", "from 0"},
 		{"GOFFLOAD_REMOTE_SPIN", "-1ms", "from 0"},

@@ -155,7 +155,7 @@ func spawn(exe, cores string) (*device, error) {
 			<-exited
 			return nil, err
 		}
-		go c.watchEnd(conn, "the device process's socket closed")
+		go c.watchEnd(conn, "the device process ended (its socket closed)")
 		l = startLink(newShmTransport(c))
 	} else {
 		l = newLink(conn)

@@ -98,7 +98,7 @@ func (ps *peers) receive(ch *net.UnixConn) {
 			conn.Close()
 			continue
 		}
-		go c.watchEnd(conn, fmt.Sprintf("device %d's socket closed", in.num))
+		go c.watchEnd(conn, fmt.Sprintf("device %d's process ended (its socket closed)", in.num))
 		ps.add(in.num, startLink(newShmTransport(c)))
 	}
 }

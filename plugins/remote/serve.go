@@ -144,6 +144,6 @@ func localDeviceLink(conn net.Conn) (*link, error) {
 	if err != nil {
 		return nil, err
 	}
-	go c.watchEnd(conn, "the host's socket closed")
+	go c.watchEnd(conn, "the host ended (its socket closed)")
 	return startLink(newShmTransport(c)), nil
 }
