@@ -344,7 +344,7 @@ func (w *waiter) wait(seq, parked *atomic.Uint32, ready func() bool) {
 		if !w.writer {
 			w.c.parked++
 		}
-		futexWait(seq, s, 50*time.Millisecond)
+		futexWait(seq, s, 200*time.Millisecond) // woken by the writer or a close: the timeout only bounds a wake-up missed by a bug
 	}
 	parked.Store(0)
 }
