@@ -13,15 +13,18 @@
 // time divided by the baseline time: lower is better, 1 means no overhead.
 //
 // A suite is a file of this package that registers itself in suites from an
-// init function (host.go is suite "host", remote.go suite "remote", async.go
-// suite "async"); bench starts the runtime with the suite's devices, runs it,
-// and stops the runtime before the next suite. Suites remote and async start
-// this executable again, as local device processes and as the raw
-// baselines' peer (peer.go): main lets those serve before it does anything
-// else.
+// init function (host.go is suite "host", remote.go suites "remote" and
+// "remote-socket", async.go suite "async"); bench starts the runtime with
+// the suite's devices and environment (remote-socket's:
+// GOFFLOAD_LOCAL_LINK=socket), runs it, and stops the runtime before the
+// next suite. Suites remote, remote-socket and async start this executable
+// again, as local device processes and as the raw baselines' peer
+// (peer.go, over a socketpair or shared memory, peershm.go): main lets
+// those serve before it does anything else.
 //
-// Between two machines: suites remote and async measure device processes
-// on this machine (local:1, local:2) against raw peers on this machine. To
+// Between two machines: suites remote, remote-socket and async measure
+// device processes on this machine (local:1, local:2) against raw peers on
+// this machine. To
 // measure a TCP device on another machine B instead, from a host machine
 // A, run one bench binary on both (a host and a device must be built from
 // the same code: same kernels):
@@ -34,14 +37,15 @@
 //	GOFFLOAD_SECRET=$SECRET ./bench -suite remote -devices tcp://B:7070 -peer B:7071
 //	GOFFLOAD_SECRET=$SECRET ./bench -suite async -devices tcp://B:7070,tcp://B:7070 -peer B:7071
 //
-// -devices replaces the device list of suites remote and async (remote
-// measures device 0, async devices 0 and 1: here two sessions of the one
-// TCP device; two TCP devices work as well). -peer makes their raw
-// baselines talk to the bench -serve-peer on B, over the same network as
-// the devices' links, instead of to child processes over socketpairs; tcp
-// devices require it. The output's comments name the devices and the peer
-// measured. async.two_devices_vs_2cores, which compares with a local:1
-// device, is left out then. A -serve-peer serves whoever connects, until
+// -devices replaces the device list of suites remote, remote-socket and
+// async (remote measures device 0, async devices 0 and 1: here two sessions
+// of the one TCP device; two TCP devices work as well; remote-socket
+// measures local devices only and says so for others). -peer makes their
+// raw baselines talk to the bench -serve-peer on B, over the same network
+// as the devices' links, instead of to child processes over socketpairs or
+// shared memory; tcp devices require it. The output's comments name the
+// devices and the peer measured. async.two_devices_vs_2cores, which
+// compares with a local:1 device, is left out then. A -serve-peer serves whoever connects, until
 // it is killed: run it on a trusted network only. The same commands with
 // 127.0.0.1 for B measure TCP on one machine (TestRemoteSuiteTCP does).
 package main
@@ -76,6 +80,10 @@ type Suite struct {
 	// (peer.go): -devices replaces its Devices, and -peer names the peer
 	// its raw baselines talk to instead of a child process.
 	Remote bool
+	// Env, if set, is environment the runtime is started with for the
+	// suite (GOFFLOAD_LOCAL_LINK=socket, say): set before offload.Start
+	// and restored after offload.Stop.
+	Env map[string]string
 	// Run measures the suite's metrics on the started runtime and reports
 	// each with env.Report.
 	Run func(env *Env) error
@@ -360,8 +368,8 @@ func run(args []string, out, errOut io.Writer) error {
 	fs.IntVar(&appsB, "apps-b", appsB, "suite apps: Cholesky tile side")
 	fs.IntVar(&appsCGN, "apps-cg-n", appsCGN, "suite apps: the conjugate gradient's grid side (its matrix has the square of it rows)")
 	fs.IntVar(&appsCGIters, "apps-cg-iters", appsCGIters, "suite apps: conjugate gradient iterations")
-	devices := fs.String("devices", "", "suites remote and async: measure these devices instead of the suite's own (local:1, local:2), e.g. tcp://HOST:PORT (GOFFLOAD_SECRET set); tcp devices need -peer")
-	peerAt := fs.String("peer", "", "suites remote and async: the raw baselines' peer, a bench -serve-peer at HOST:PORT, instead of child processes over socketpairs")
+	devices := fs.String("devices", "", "suites remote, remote-socket and async: measure these devices instead of the suite's own (local:1, local:2), e.g. tcp://HOST:PORT (GOFFLOAD_SECRET set); tcp devices need -peer")
+	peerAt := fs.String("peer", "", "suites remote, remote-socket and async: the raw baselines' peer, a bench -serve-peer at HOST:PORT, instead of child processes over socketpairs or shared memory")
 	servePeers := fs.String("serve-peer", "", "serve the raw baselines' peers over TCP on HOST:PORT (:PORT for every address) until killed, instead of running suites")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -482,7 +490,7 @@ func checkDeviceFlags(devices, peerAt string, chosen []string) error {
 		return nil
 	}
 	if !slices.ContainsFunc(chosen, func(n string) bool { return suites[n].Remote }) {
-		return fmt.Errorf("-devices and -peer apply to suites remote and async, and -suite %s runs neither", strings.Join(chosen, ","))
+		return fmt.Errorf("-devices and -peer apply to suites remote, remote-socket and async, and -suite %s runs none of them", strings.Join(chosen, ","))
 	}
 	if peerAt != "" {
 		if _, _, err := net.SplitHostPort(peerAt); err != nil {
@@ -520,7 +528,8 @@ func describeDevicesOf(env *Env, n int, want string, kinds ...string) error {
 }
 
 // runSuite starts the runtime with the suite's devices (a Remote suite's
-// are -devices, when given), runs the suite and stops the runtime.
+// are -devices, when given) and environment, runs the suite and stops the
+// runtime.
 // MANDATORY offload makes an unavailable device an error instead of a
 // silent measurement of the initial device.
 func runSuite(env *Env, name string, s Suite) (err error) {
@@ -530,13 +539,47 @@ func runSuite(env *Env, name string, s Suite) (err error) {
 		env.Devices = env.override
 		from = fmt.Sprintf(" (-devices, instead of the suite's %q)", s.Devices)
 	}
+	defer setEnv(s.Env)() // after Stop
 	if err := offload.Start(offload.WithDevices(env.Devices), offload.WithOffload("MANDATORY")); err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, offload.Stop()) }()
-	env.Comment("suite %s: devices %q%s, %d device(s)", name, env.Devices, from, offload.NumDevices())
+	env.Comment("suite %s: devices %q%s, %d device(s)%s", name, env.Devices, from, offload.NumDevices(), envNote(s.Env))
 	if s.Remote {
 		env.Comment("suite %s: raw baselines' peer: %s", name, env.peerWhere())
 	}
 	return s.Run(env)
+}
+
+// setEnv sets the environment vars says and returns what restores each as
+// it was.
+func setEnv(vars map[string]string) (restore func()) {
+	var undo []func()
+	for k, v := range vars {
+		if old, ok := os.LookupEnv(k); ok {
+			undo = append(undo, func() { os.Setenv(k, old) })
+		} else {
+			undo = append(undo, func() { os.Unsetenv(k) })
+		}
+		os.Setenv(k, v)
+	}
+	return func() {
+		for _, u := range undo {
+			u()
+		}
+	}
+}
+
+// envNote writes a suite's environment for its comment line: ", with
+// GOFFLOAD_LOCAL_LINK=socket", or "" for none.
+func envNote(vars map[string]string) string {
+	if len(vars) == 0 {
+		return ""
+	}
+	kv := make([]string, 0, len(vars))
+	for k, v := range vars {
+		kv = append(kv, k+"="+v)
+	}
+	slices.Sort(kv)
+	return ", with " + strings.Join(kv, " ")
 }

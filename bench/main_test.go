@@ -47,33 +47,70 @@ func TestHostSuiteTSV(t *testing.T) {
 }
 
 // TestRemoteSuiteTSV runs suite remote, whose device process and raw peers
-// are this test binary started again, with a tiny time budget.
+// are this test binary started again, with a tiny time budget: the local
+// device on shared memory, and so the spinning raw baselines.
 func TestRemoteSuiteTSV(t *testing.T) {
-	want := remoteWant()
+	want := remoteWant("remote.")
 	if len(spins) != 3 {
 		t.Errorf("%d spins, want 3 (raw.pingpong_*)", len(spins))
 	}
-	for _, m := range []string{"remote.submit_8B", "remote.submit_4KiB", "remote.retrieve_1MiB", "remote.submit_64MiB"} {
+	for _, m := range []string{"remote.submit_8B", "remote.submit_4KiB", "remote.retrieve_1MiB", "remote.submit_64MiB", "remote.submit_64MiB_vs_copy", "remote.retrieve_64MiB_vs_copy"} {
 		if !want[m] {
-			t.Errorf("the sweep has no %s", m)
+			t.Errorf("the suite has no %s", m)
 		}
 	}
-	checkSuiteTSV(t, "remote", want)
+	out := checkSuiteTSV(t, "remote", want)
+	for _, line := range []string{
+		"\n# remote.launch_rtt_vs_spin, remote.submit_SIZE, remote.retrieve_SIZE: raw baselines over a shared-memory ring pair, ",
+		"\nremote.submit_64MiB_vs_copy\t",
+	} {
+		if !strings.Contains(out, line) {
+			t.Errorf("output lacks %q", line)
+		}
+	}
 }
 
-// remoteWant is the metrics suite remote reports: the launch figures, the
-// raw ping-pongs, and a submit and a retrieve per size of sweepSizes.
-func remoteWant() map[string]bool {
+// TestRemoteSocketSuiteTSV runs suite remote-socket, a shorter sweep: the
+// local device's link and every raw baseline on sockets, the suite's
+// environment set for Start and restored after.
+func TestRemoteSocketSuiteTSV(t *testing.T) {
+	defer func(sizes []int64) { sweepSizes = sizes }(sweepSizes)
+	sweepSizes = []int64{8, 64 << 10}
+	old, had := os.LookupEnv(envLocalLink)
+	out := checkSuiteTSV(t, "remote-socket", remoteWant("remote_socket."))
+	for _, line := range []string{
+		"\n# suite remote-socket: devices \"local:1\", 1 device(s), with GOFFLOAD_LOCAL_LINK=socket\n",
+		"\n# remote_socket.*: every raw baseline goes over the socket",
+		"\nremote_socket.retrieve_64MiB_vs_copy\t",
+	} {
+		if !strings.Contains(out, line) {
+			t.Errorf("output lacks %q", line)
+		}
+	}
+	if now, has := os.LookupEnv(envLocalLink); now != old || has != had {
+		t.Errorf("after the suite %s=%q (set: %v), want %q (set: %v)", envLocalLink, now, has, old, had)
+	}
+}
+
+// remoteWant is the metrics suite remote (prefix "remote.") or
+// remote-socket ("remote_socket.") reports: the launch figures, a submit
+// and a retrieve per size of sweepSizes, the 64 MiB copies against Go's
+// copy, and suite remote's raw ping-pongs.
+func remoteWant(prefix string) map[string]bool {
 	want := map[string]bool{
-		"remote.launch_rtt":         true,
-		"remote.launch_rtt_vs_spin": true,
-		"raw.pingpong_spin20us":     true,
-		"raw.pingpong_spin100us":    true,
-		"raw.pingpong_busy":         true,
+		prefix + "launch_rtt":             true,
+		prefix + "launch_rtt_vs_spin":     true,
+		prefix + "submit_64MiB_vs_copy":   true,
+		prefix + "retrieve_64MiB_vs_copy": true,
+	}
+	if prefix == "remote." {
+		for _, sp := range spins {
+			want[spinMetric(sp)] = true
+		}
 	}
 	for _, size := range sweepSizes {
-		want["remote.submit_"+sizeName(size)] = true
-		want["remote.retrieve_"+sizeName(size)] = true
+		want[prefix+"submit_"+sizeName(size)] = true
+		want[prefix+"retrieve_"+sizeName(size)] = true
 	}
 	return want
 }
@@ -95,13 +132,13 @@ func TestSuiteAll(t *testing.T) {
 	if err := run([]string{"-suite", "all", "-format", "tsv", "-time", "5ms", "-rounds", "1", "-apps-n", "24", "-apps-iters", "2", "-apps-tiles", "2", "-apps-b", "4", "-apps-cg-n", "16", "-apps-cg-iters", "4", "-plot", dir}, &out, &errOut); err != nil {
 		t.Fatalf("run: %v\n%s", err, errOut.String())
 	}
-	for _, want := range []string{"# suite mpi skipped: ", "\nhost.empty_region\t", "\nremote.launch_rtt\t", "\nremote.submit_4KiB\t", "\nremote.retrieve_1MiB\t", "\nasync.chain_per_op\t", "\napps.jacobi_2dev_vs_1dev\t",
-		"\n# plot remote_latency.png: wrote ", "\n# plot peer_ratios.png: not written, suite peer skipped: left to TestPeerSuiteTSV\n"} {
+	for _, want := range []string{"# suite mpi skipped: ", "\nhost.empty_region\t", "\nremote.launch_rtt\t", "\nremote.submit_4KiB\t", "\nremote.retrieve_1MiB\t", "\nremote_socket.launch_rtt\t", "\nremote_socket.submit_64MiB_vs_copy\t", "\nasync.chain_per_op\t", "\napps.jacobi_2dev_vs_1dev\t",
+		"\n# plot remote_latency.png: wrote ", "\n# plot remote_socket_bandwidth.png: wrote ", "\n# plot peer_ratios.png: not written, suite peer skipped: left to TestPeerSuiteTSV\n"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("-suite all output lacks %q:\n%s", want, out.String())
 		}
 	}
-	checkPNGs(t, dir, "remote_latency.png", "remote_bandwidth.png", "apps_ratios.png")
+	checkPNGs(t, dir, "remote_latency.png", "remote_bandwidth.png", "remote_socket_latency.png", "remote_socket_bandwidth.png", "apps_ratios.png")
 	if _, err := os.Stat(filepath.Join(dir, "peer_ratios.png")); !os.IsNotExist(err) {
 		t.Errorf("peer_ratios.png of the skipped suite peer: %v, want none", err)
 	}
@@ -338,7 +375,7 @@ func TestPeers(t *testing.T) {
 			if err := p.batch(xferSink, 100, 1); err != nil {
 				return err
 			}
-			_, err := p.conn.Write(make([]byte, 10))
+			_, err := p.w.Write(make([]byte, 10))
 			return err
 		}},
 		{"a batch of 101-byte messages", func(p *peer) error { return p.batch(xferSource, 101, 1) }},
@@ -458,8 +495,9 @@ func TestRemoteSuiteTCP(t *testing.T) {
 	peerAddr := startPeerServer(t)
 	defer func(sizes []int64) { sweepSizes = sizes }(sweepSizes)
 	sweepSizes = []int64{8, 4 << 10}
-	out := checkSuiteTSV(t, "remote", remoteWant(), "-devices", "tcp://"+devAddr, "-peer", peerAddr)
+	out := checkSuiteTSV(t, "remote", remoteWant("remote."), "-devices", "tcp://"+devAddr, "-peer", peerAddr)
 	for _, line := range []string{
+		"# remote.*: every raw baseline goes over TCP",
 		fmt.Sprintf("# suite remote: devices %q (-devices, instead of the suite's \"local:1\"), 1 device(s)\n", "tcp://"+devAddr),
 		"# suite remote: raw baselines' peer: bench -serve-peer at " + peerAddr + ", over TCP",
 		"# device 0: tcp (",
@@ -467,5 +505,10 @@ func TestRemoteSuiteTCP(t *testing.T) {
 		if !strings.Contains(out, line) {
 			t.Errorf("output lacks %q", line)
 		}
+	}
+	// Suite remote-socket measures local devices' socket fallback only.
+	out = checkSuiteTSV(t, "remote-socket", nil, "-devices", "tcp://"+devAddr, "-peer", peerAddr)
+	if line := "\n# suite remote-socket: not measured: "; !strings.Contains(out, line) {
+		t.Errorf("remote-socket on a tcp device: output lacks %q", line)
 	}
 }

@@ -22,9 +22,11 @@ import (
 // whose other end the child inherits as descriptor 3, both ends wrapped by
 // net.FileConn. The peer is this same executable (bench, or the bench test
 // binary) started with GOFFLOAD_BENCH_ROLE set; main and TestMain call
-// servePeerRole first of all, before anything else runs or prints. With
-// -peer the peers are served over TCP by a bench -serve-peer instead
-// (peertcp.go), with the same roles and traffic.
+// servePeerRole first of all, before anything else runs or prints. The
+// spinning baselines of local devices on shared memory talk to the same
+// peers over a shared-memory ring pair instead (peershm.go), and with
+// -peer the peers are served over TCP by a bench -serve-peer (peertcp.go),
+// with the same roles and traffic.
 
 // Environment of a peer process.
 const (
@@ -67,8 +69,8 @@ func servePeerRole() {
 	os.Exit(0)
 }
 
-// servePeer serves as a peer in role over the inherited socket, as the
-// environment says.
+// servePeer serves as a peer in role over the inherited socket, or the
+// inherited shared memory (GOFFLOAD_BENCH_SHM_FD), as the environment says.
 func servePeer(role string) error {
 	sp, err := parseSpin(os.Getenv(envPeerSpin))
 	if err != nil {
@@ -80,6 +82,9 @@ func servePeer(role string) error {
 		if err != nil || size < 1 {
 			return fmt.Errorf("%s=%q: want a positive byte count", envPeerSize, os.Getenv(envPeerSize))
 		}
+	}
+	if v := os.Getenv(envPeerShm); v != "" {
+		return servePeerShm(v, role, size)
 	}
 	f := os.NewFile(peerFD, "bench-peer")
 	if f == nil {
@@ -101,6 +106,12 @@ func servePeerConn(conn net.Conn, role string, sp spin, size int) error {
 	if err != nil {
 		return err
 	}
+	return servePeerStream(conn, r, role, size)
+}
+
+// servePeerStream serves as a peer in role, reading r and writing w, until
+// end of stream; size is an xfer peer's largest message.
+func servePeerStream(w io.Writer, r *sockReader, role string, size int) error {
 	switch role {
 	case "echo":
 		var buf [pingSize]byte
@@ -108,7 +119,7 @@ func servePeerConn(conn net.Conn, role string, sp spin, size int) error {
 			if err := r.readFull(buf[:]); err != nil {
 				return endOfStream(err)
 			}
-			if _, err := conn.Write(buf[:]); err != nil {
+			if _, err := w.Write(buf[:]); err != nil {
 				return err
 			}
 		}
@@ -116,13 +127,14 @@ func servePeerConn(conn net.Conn, role string, sp spin, size int) error {
 		if size < 1 {
 			return fmt.Errorf("xfer peer of %d-byte messages: want a positive size", size)
 		}
-		return serveXfer(conn, r, fill(make([]byte, size)))
+		return serveXfer(w, r, fill(make([]byte, size)))
 	}
 	return fmt.Errorf("peer role %q: want echo or xfer", role)
 }
 
-// serveXfer serves an xfer peer's batches out of buf until end of stream.
-func serveXfer(conn net.Conn, r *sockReader, buf []byte) error {
+// serveXfer serves an xfer peer's batches out of buf, reading r and writing
+// w, until end of stream.
+func serveXfer(w io.Writer, r *sockReader, buf []byte) error {
 	var hdr [xferHeader]byte
 	for {
 		if err := r.readFull(hdr[:]); err != nil {
@@ -140,12 +152,12 @@ func serveXfer(conn net.Conn, r *sockReader, buf []byte) error {
 			switch dir {
 			case xferSink:
 				if err = r.readFull(msg); err == nil {
-					_, err = conn.Write(msg[size-1:])
+					_, err = w.Write(msg[size-1:])
 				}
 			case xferSource:
 				var req [1]byte
 				if err = r.readFull(req[:]); err == nil {
-					_, err = conn.Write(msg)
+					_, err = w.Write(msg)
 				}
 			default:
 				return fmt.Errorf("xfer batch direction %d: want %d (sink) or %d (source)", dir, xferSink, xferSource)
@@ -192,7 +204,8 @@ func parseSpin(v string) (spin, error) {
 	return spin{budget: budget}, nil
 }
 
-// sockReader reads a socket as its spin says.
+// sockReader reads a socket as its spin says, or a shared-memory link (which
+// waits as the transport's does).
 type sockReader struct {
 	r io.Reader
 }
@@ -208,8 +221,8 @@ func (r *sockReader) readFull(p []byte) error {
 	return err
 }
 
-// stats returns the reads of a spinning reader, and how many parked (zeros
-// for a plain one).
+// stats returns the reads of a spinning reader or a shared-memory link, and
+// how many parked (zeros for a plain one).
 func (r *sockReader) stats() (reads, parked int64) {
 	if s, ok := r.r.(interface{ Stats() (int64, int64) }); ok {
 		return s.Stats()
@@ -217,11 +230,14 @@ func (r *sockReader) stats() (reads, parked int64) {
 	return 0, 0
 }
 
-// peer is the host's end of a connection to a peer: a child process
-// (startPeer) or a connection to a peer server (dialPeer, peertcp.go).
+// peer is the host's end of a connection to a peer: a child process over a
+// socketpair (startPeer) or a shared-memory link (startShmPeer, peershm.go),
+// or a connection to a peer server (dialPeer, peertcp.go).
 type peer struct {
-	conn net.Conn
-	r    *sockReader
+	w    io.Writer   // the stream to the peer: conn, or shm
+	r    *sockReader // what the peer answers
+	conn net.Conn    // a socketpair's end or a TCP connection; nil over shared memory
+	shm  io.Closer   // the shared-memory link; nil over a socket
 	// A child process:
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -233,10 +249,6 @@ type peer struct {
 // startPeer starts this executable as a peer in role, both sides reading
 // as sp says; size is an xfer peer's largest message.
 func startPeer(role string, sp spin, size int) (*peer, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("cannot find this program's executable to start a peer: %w", err)
-	}
 	fds, err := remote.SocketPair() // the transport's own set-up
 	if err != nil {
 		return nil, fmt.Errorf("socketpair: %w", err)
@@ -254,12 +266,31 @@ func startPeer(role string, sp spin, size int) (*peer, error) {
 		conn.Close()
 		return nil, err
 	}
+	p := &peer{w: conn, r: r, conn: conn}
+	if err := p.start(role, size, theirs, envPeerSpin+"="+sp.String()); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// start starts this executable as the peer in role at the other end of
+// p's stream, with theirs, that end, as its descriptor 3 and env added to
+// its environment, and waits for its exit in the background: the exit ends
+// a shared-memory link (a socket's end ends itself), so that a read of a
+// peer that failed fails instead of waiting on.
+func (p *peer) start(role string, size int, theirs *os.File, env ...string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("cannot find this program's executable to start a peer: %w", err)
+	}
 	cmd := exec.Command(exe) // no arguments: a test binary must not take its test flags as a peer
-	cmd.Env = append(os.Environ(), envPeerRole+"="+role, envPeerSpin+"="+sp.String(),
+	cmd.Env = append(os.Environ(), envPeerRole+"="+role,
 		// A peer built with -race (the test binary under go test -race)
 		// would otherwise sleep a second before exiting; the caller's own
 		// GORACE options come after, so they win.
 		"GORACE="+strings.TrimSpace("atexit_sleep_ms=0 "+os.Getenv("GORACE")))
+	cmd.Env = append(cmd.Env, env...)
 	if role == "xfer" {
 		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", envPeerSize, size))
 	}
@@ -273,15 +304,17 @@ func startPeer(role string, sp spin, size int) (*peer, error) {
 	err = cmd.Start()
 	runtime.UnlockOSThread()
 	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("starting a %s peer: %w", role, err)
+		return fmt.Errorf("starting a %s peer: %w", role, err)
 	}
-	p := &peer{conn: conn, r: r, cmd: cmd, done: make(chan struct{})}
+	p.cmd, p.done = cmd, make(chan struct{})
 	go func() {
 		p.werr = cmd.Wait()
+		if p.shm != nil {
+			p.shm.Close()
+		}
 		close(p.done)
 	}()
-	return p, nil
+	return nil
 }
 
 // pingPong does n round trips of an 8-byte message, checking each echo.
@@ -291,7 +324,7 @@ func (p *peer) pingPong(n int) error {
 		for j := range out {
 			out[j] = byte(i >> (8 * j))
 		}
-		if _, err := p.conn.Write(out[:]); err != nil {
+		if _, err := p.w.Write(out[:]); err != nil {
 			return p.failed(err)
 		}
 		if err := p.r.readFull(in[:]); err != nil {
@@ -311,7 +344,7 @@ func (p *peer) batch(dir uint64, size, n int) error {
 	binary.LittleEndian.PutUint64(hdr[0:], dir)
 	binary.LittleEndian.PutUint64(hdr[8:], uint64(size))
 	binary.LittleEndian.PutUint64(hdr[16:], uint64(n))
-	if _, err := p.conn.Write(hdr[:]); err != nil {
+	if _, err := p.w.Write(hdr[:]); err != nil {
 		return p.failed(err)
 	}
 	return nil
@@ -325,7 +358,7 @@ func (p *peer) send(msg []byte, n int) error {
 	}
 	var ack [1]byte
 	for range n {
-		if _, err := p.conn.Write(msg); err != nil {
+		if _, err := p.w.Write(msg); err != nil {
 			return p.failed(err)
 		}
 		if err := p.r.readFull(ack[:]); err != nil {
@@ -352,7 +385,7 @@ func (p *peer) fetch(dst, want []byte, n int) error {
 	last := len(dst) - 1
 	for range n {
 		dst[0], dst[last] = ^want[0], ^want[last] // the read must write them again
-		if _, err := p.conn.Write(req[:]); err != nil {
+		if _, err := p.w.Write(req[:]); err != nil {
 			return p.failed(err)
 		}
 		if err := p.r.readFull(dst); err != nil {
@@ -383,7 +416,11 @@ func (p *peer) close() error {
 	if p.cmd == nil {
 		return p.tcpClose()
 	}
-	p.conn.Close()
+	if p.shm != nil {
+		p.shm.Close()
+	} else {
+		p.conn.Close()
+	}
 	select {
 	case <-p.done:
 	case <-time.After(5 * time.Second):

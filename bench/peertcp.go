@@ -177,7 +177,7 @@ func dialPeer(addr, role string, sp spin, size int) (*peer, error) {
 	if err != nil {
 		return fail(err)
 	}
-	return &peer{conn: conn, r: r, addr: addr}, nil
+	return &peer{w: conn, r: r, conn: conn, addr: addr}, nil
 }
 
 // tcpFailed is failed for a peer server's connection.
@@ -238,5 +238,5 @@ func (e *Env) peerWhere() string {
 	if e.Peer != "" {
 		return fmt.Sprintf("bench -serve-peer at %s, over TCP (-peer; connections set up as the tcp transport's: net.Dial, TCP_NODELAY)", e.Peer)
 	}
-	return fmt.Sprintf("this executable started again with %s=echo|xfer, on an inherited AF_UNIX SOCK_STREAM socketpair (as local devices' links)", envPeerRole)
+	return fmt.Sprintf("this executable started again with %s=echo|xfer, on an inherited AF_UNIX SOCK_STREAM socketpair (the transport's socket set-up, remote.SocketPair)", envPeerRole)
 }

@@ -112,7 +112,7 @@ func TestTCPPeers(t *testing.T) {
 	if err := p.batch(xferSink, 100, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.conn.Write(make([]byte, 10)); err != nil {
+	if _, err := p.w.Write(make([]byte, 10)); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.close(); err == nil || !strings.Contains(err.Error(), "error: ") {

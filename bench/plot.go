@@ -39,8 +39,10 @@ type plotSpec struct {
 
 // plotSpecs are the plots -plot can write, in the order it writes them.
 var plotSpecs = []plotSpec{
-	{"remote_latency.png", "remote", remoteLatencyPlot},
-	{"remote_bandwidth.png", "remote", remoteBandwidthPlot},
+	{"remote_latency.png", "remote", remoteLatencyPlot(remoteShmSweep)},
+	{"remote_bandwidth.png", "remote", remoteBandwidthPlot(remoteShmSweep)},
+	{"remote_socket_latency.png", "remote-socket", remoteLatencyPlot(remoteSocketSweep)},
+	{"remote_socket_bandwidth.png", "remote-socket", remoteBandwidthPlot(remoteSocketSweep)},
 	{"peer_ratios.png", "peer", func(rows []Result, machine string) (*plot.Plot, error) {
 		return ratioPlot(rows, "peer.", "goffload host device ÷ LLVM 22 host plugin (lower is better)", "goffload time ÷ LLVM time", machine)
 	}},
@@ -150,12 +152,28 @@ func newPlot(title, machine string) *plot.Plot {
 	return p
 }
 
-// sweepRows are the rows of the sweep whose metrics start with prefix
-// ("remote.submit_"), by size.
+// sweepPlot says which suite's sweep a plot draws: the rows whose metrics
+// start with prefix, and what the title and the legend call the link and
+// the raw baseline. Suite remote's local device and spinning raw baseline
+// go over shared memory (by default); suite remote-socket's over Unix
+// sockets.
+type sweepPlot struct {
+	prefix string // "remote.", "remote_socket."
+	link   string // in the title
+	raw    string // in the legend
+}
+
+var (
+	remoteShmSweep    = sweepPlot{"remote.", "suite remote: local device process over shared memory", "raw shared-memory rings"}
+	remoteSocketSweep = sweepPlot{"remote_socket.", "suite remote-socket: local device process over its Unix socket", "raw socket"}
+)
+
+// sweepRows are the rows of the sweep whose metrics are prefix and a size
+// ("remote.submit_" and "64MiB"), by size.
 func sweepRows(rows []Result, prefix string) []Result {
 	var out []Result
 	for _, r := range rows {
-		if strings.HasPrefix(r.Metric, prefix) && r.Bytes > 0 && r.HasBaseline() && r.Goffload > 0 && r.Baseline > 0 {
+		if r.Metric == prefix+sizeName(r.Bytes) && r.Bytes > 0 && r.HasBaseline() && r.Goffload > 0 && r.Baseline > 0 {
 			out = append(out, r)
 		}
 	}
@@ -163,12 +181,12 @@ func sweepRows(rows []Result, prefix string) []Result {
 	return out
 }
 
-// sweepLines adds to p the four curves of the sweep, goffload and raw for
+// sweepLines adds to p the four curves of sw's sweep, goffload and raw for
 // submit and retrieve, y(size, ns per op) each, and returns the sizes.
-func sweepLines(p *plot.Plot, rows []Result, y func(bytes int64, ns float64) float64) ([]int64, error) {
+func sweepLines(p *plot.Plot, rows []Result, sw sweepPlot, y func(bytes int64, ns float64) float64) ([]int64, error) {
 	var sizes []int64
 	i := 0
-	for _, dir := range []struct{ prefix, name string }{{"remote.submit_", "host→device"}, {"remote.retrieve_", "device→host"}} {
+	for _, dir := range []struct{ prefix, name string }{{sw.prefix + "submit_", "host→device"}, {sw.prefix + "retrieve_", "device→host"}} {
 		rs := sweepRows(rows, dir.prefix)
 		if len(rs) == 0 {
 			continue
@@ -177,7 +195,7 @@ func sweepLines(p *plot.Plot, rows []Result, y func(bytes int64, ns float64) flo
 			who  string
 			ns   func(Result) float64
 			dash bool
-		}{{"goffload", func(r Result) float64 { return r.Goffload }, false}, {"raw socket", func(r Result) float64 { return r.Baseline }, true}} {
+		}{{"goffload", func(r Result) float64 { return r.Goffload }, false}, {sw.raw, func(r Result) float64 { return r.Baseline }, true}} {
 			xys := make(plotter.XYs, len(rs))
 			for k, r := range rs {
 				xys[k] = plotter.XY{X: float64(r.Bytes), Y: y(r.Bytes, c.ns(r))}
@@ -214,30 +232,34 @@ func sweepLines(p *plot.Plot, rows []Result, y func(bytes int64, ns float64) flo
 	return sizes, nil
 }
 
-// remoteLatencyPlot: time per operation of the remote.submit_* and
-// remote.retrieve_* rows against message size, goffload and the raw
-// socket, log-log.
-func remoteLatencyPlot(rows []Result, machine string) (*plot.Plot, error) {
-	p := newPlot("remote device (local process, Unix socket): synchronous copy vs raw socket transfer", machine)
-	if _, err := sweepLines(p, rows, func(_ int64, ns float64) float64 { return ns }); err != nil {
-		return nil, err
+// remoteLatencyPlot: time per operation of sw's submit_SIZE and
+// retrieve_SIZE rows against message size, goffload and the raw
+// baseline, log-log.
+func remoteLatencyPlot(sw sweepPlot) func(rows []Result, machine string) (*plot.Plot, error) {
+	return func(rows []Result, machine string) (*plot.Plot, error) {
+		p := newPlot(sw.link+": synchronous copy vs the same bytes raw", machine)
+		if _, err := sweepLines(p, rows, sw, func(_ int64, ns float64) float64 { return ns }); err != nil {
+			return nil, err
+		}
+		p.Y.Label.Text = "time per copy"
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.TickerFunc(timeTicks)
+		return p, nil
 	}
-	p.Y.Label.Text = "time per copy"
-	p.Y.Scale = plot.LogScale{}
-	p.Y.Tick.Marker = plot.TickerFunc(timeTicks)
-	return p, nil
 }
 
 // remoteBandwidthPlot: bytes per second of the same rows, GB/s against
 // message size (log).
-func remoteBandwidthPlot(rows []Result, machine string) (*plot.Plot, error) {
-	p := newPlot("remote device (local process, Unix socket): bandwidth of synchronous copies vs raw socket", machine)
-	if _, err := sweepLines(p, rows, func(b int64, ns float64) float64 { return float64(b) / ns }); err != nil {
-		return nil, err
+func remoteBandwidthPlot(sw sweepPlot) func(rows []Result, machine string) (*plot.Plot, error) {
+	return func(rows []Result, machine string) (*plot.Plot, error) {
+		p := newPlot(sw.link+": bandwidth of synchronous copies vs the same bytes raw", machine)
+		if _, err := sweepLines(p, rows, sw, func(b int64, ns float64) float64 { return float64(b) / ns }); err != nil {
+			return nil, err
+		}
+		p.Y.Label.Text = "GB/s (10^9 bytes per second)"
+		p.Y.Min = 0
+		return p, nil
 	}
-	p.Y.Label.Text = "GB/s (10^9 bytes per second)"
-	p.Y.Min = 0
-	return p, nil
 }
 
 // goalRE finds a goal in a row's note: "(goal ≤ 0.59)".

@@ -27,6 +27,12 @@ func TestPlots(t *testing.T) {
 		env.Report(Result{Metric: "remote.retrieve_" + sizeName(size), Goffload: 1.5 * ns, Baseline: ns * (1 + float64(i%2)/10), Bytes: size})
 	}
 	env.Report(Result{Metric: "remote.launch_rtt", Goffload: 30e3, Baseline: 40e3})
+	env.Report(Result{Metric: "remote.submit_64MiB_vs_copy", Goffload: 20e6, Baseline: 15e6, Note: "… (goal ≤ 1.25)"})
+	for _, size := range sweepSizes {
+		ns := 25e3 + float64(size)/3
+		env.Report(Result{Metric: "remote_socket.submit_" + sizeName(size), Goffload: 2 * ns, Baseline: ns, Bytes: size})
+		env.Report(Result{Metric: "remote_socket.retrieve_" + sizeName(size), Goffload: 1.5 * ns, Baseline: ns, Bytes: size})
+	}
 	env.Report(Result{Metric: "peer.empty_region", Goffload: 1.7e3, Baseline: 0.7e3})
 	env.Report(Result{Metric: "peer.map_tofrom_64MiB", Goffload: 5e6, Baseline: 200e6})
 	env.Report(Result{Metric: "apps.jacobi_2dev_vs_1dev", Goffload: 1.3e9, Baseline: 1.2e9, Note: "… (goal ≤ 0.59)"})
@@ -34,10 +40,14 @@ func TestPlots(t *testing.T) {
 	env.Report(Result{Metric: "apps.no_baseline", Goffload: 1, Baseline: math.NaN()})
 
 	dir := t.TempDir()
-	if err := writePlots(env, dir, []string{"remote", "peer", "apps"}, nil); err != nil {
+	if err := writePlots(env, dir, []string{"remote", "remote-socket", "peer", "apps"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	checkPNGs(t, dir, "remote_latency.png", "remote_bandwidth.png", "peer_ratios.png", "apps_ratios.png")
+	checkPNGs(t, dir, "remote_latency.png", "remote_bandwidth.png", "remote_socket_latency.png", "remote_socket_bandwidth.png", "peer_ratios.png", "apps_ratios.png")
+	// The sweep's rows are submit_SIZE and retrieve_SIZE only.
+	if rs := sweepRows(env.results, "remote.submit_"); len(rs) != len(sweepSizes) {
+		t.Errorf("%d rows of remote.submit_SIZE, want %d", len(rs), len(sweepSizes))
+	}
 
 	// Suite peer skipped, apps not asked for, remote ran but reported no
 	// sweep: nothing written, and each said.
@@ -49,6 +59,7 @@ func TestPlots(t *testing.T) {
 	}
 	for _, want := range []string{
 		"# plot remote_latency.png: not written, suite remote reported none of its rows\n",
+		"# plot remote_socket_latency.png: not written, suite remote-socket did not run (not in -suite)\n",
 		"# plot remote_bandwidth.png: not written, suite remote reported none of its rows\n",
 		"# plot peer_ratios.png: not written, suite peer skipped: no clang-22\n",
 		"# plot apps_ratios.png: not written, suite apps did not run (not in -suite)\n",

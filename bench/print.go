@@ -66,7 +66,7 @@ type tablePrinter struct {
 	header bool
 }
 
-const tableRow = "%-28s %12s %12s %8s  %s\n"
+const tableRow = "%-36s %12s %12s %8s  %s\n"
 
 func (p *tablePrinter) start(cfg string) {
 	fmt.Fprintf(p.w, "goffload bench: %s\n", cfg)

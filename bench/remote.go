@@ -1,9 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
-	"slices"
+	"os"
 	"time"
 
 	"github.com/goffload/offload"
@@ -11,14 +10,30 @@ import (
 )
 
 // Suite remote: one local remote device (device 0), a process of this same
-// executable connected by an inherited Unix socketpair, against the same
-// traffic sent raw over the same kind of socket to a peer process (peer.go)
-// that does nothing but read it and answer.
+// executable whose link to the host goes through shared memory (two rings
+// in a memory file, the default), against the same traffic sent raw to a
+// peer process (peer.go) that does nothing but read it and answer. The raw
+// baselines that spin, those of remote.launch_rtt_vs_spin and of the
+// remote.submit_SIZE and remote.retrieve_SIZE sweep, go over a
+// shared-memory ring pair as the device's link does (peershm.go);
+// remote.launch_rtt's, a ping-pong with blocking reads, and the raw.* lines
+// go over an inherited Unix socketpair, as local devices' links did before
+// shared memory. remote.submit_64MiB_vs_copy and
+// remote.retrieve_64MiB_vs_copy compare the sweep's largest copies with a
+// Go copy of the same bytes into fresh memory in this process.
+//
+// Suite remote-socket: the same figures, named remote_socket.*, with the
+// local device's link on its socket (GOFFLOAD_LOCAL_LINK=socket, the
+// fallback) and every raw baseline over a socketpair; the raw.* lines are
+// suite remote's only (they involve no device).
 //
 // With -devices tcp://HOST:PORT the device is a TCP device on another
 // machine (or this one), and with -peer HOST:PORT the raw peers are a
 // bench -serve-peer there, reached over the same network (peertcp.go);
-// bench's doc comment has the commands.
+// bench's doc comment has the commands. With -peer, or a device that is not
+// local, every raw baseline goes over the socket or TCP connection; suite
+// remote-socket measures local devices only, and says so when -devices
+// names others.
 //
 // The raw.* lines are no goffload figures: they compare the raw ping-pong
 // with both sides spinning briefly on the socket before parking against the
@@ -26,7 +41,16 @@ import (
 // them the "goffload" column is the spinning variant and the baseline the
 // blocking one.
 
-func init() { register("remote", Suite{Devices: "local:1", Remote: true, Run: runRemote}) }
+func init() {
+	register("remote", Suite{Devices: "local:1", Remote: true, Run: func(env *Env) error { return runRemote(env, false) }})
+	register("remote-socket", Suite{Devices: "local:1", Remote: true, Env: map[string]string{envLocalLink: "socket"},
+		Run: func(env *Env) error { return runRemote(env, true) }})
+}
+
+// envLocalLink says what local devices' links go through: shm (shared
+// memory, the default) or socket; a local device reads it when it is
+// started (offload.Start).
+const envLocalLink = "GOFFLOAD_LOCAL_LINK"
 
 // spins are the ways of waiting of the raw.pingpong_spin lines, each
 // measured against plain blocking reads. The last is the busy-polling
@@ -50,14 +74,85 @@ func spinMetric(sp spin) string {
 	return fmt.Sprintf("raw.pingpong_spin%dus", sp.budget.Microseconds())
 }
 
-func runRemote(env *Env) error {
+// remoteRun is how suite remote or remote-socket measures.
+type remoteRun struct {
+	prefix string // of its metrics: "remote." or "remote_socket."
+	// shm: the spinning raw baselines go over a shared-memory ring pair
+	// (the device is local, its link shared memory, and there is no -peer);
+	// else over the socket (peerWhere).
+	shm bool
+	tcp bool // the raw peer is a bench -serve-peer (-peer), over TCP
+}
+
+// spinPeer opens the peer of r's spinning raw baselines (reads polling
+// remote.SpinBudget as the transport's), runs f with it and closes it.
+func (r remoteRun) spinPeer(env *Env, role string, size int, f func(p *peer) error) (err error) {
+	if !r.shm {
+		return withPeer(env, role, spin{budget: remote.SpinBudget()}, size, f)
+	}
+	p, err := startShmPeer(role, size)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := p.close(); err == nil {
+			err = cerr
+		}
+	}()
+	return f(p)
+}
+
+// over says what r's spinning raw baselines go over, for notes.
+func (r remoteRun) over() string {
+	switch {
+	case r.shm:
+		return "a shared-memory ring pair"
+	case r.tcp:
+		return "TCP"
+	}
+	return "the socket"
+}
+
+// runRemote runs suite remote, or remote-socket (socket).
+func runRemote(env *Env, socket bool) error {
 	dev := offload.On(0)
 	if err := describeDevicesOf(env, 1, "a device process (local or tcp)", "local", "tcp"); err != nil {
 		return err
 	}
-	env.Comment("raw.pingpong_*: not goffload figures: the goffload column is the raw 8-byte ping-pong with both sides polling read(2) for up to N µs before parking as the transport's reader does (remote.SpinReader: yielding the P between polls, runtime.Gosched); the baseline is the blocking ping-pong; ratio = spin / block")
-	for _, m := range []func(*Env, offload.Device) error{remoteLaunch, remoteSweep, rawSpin} {
-		if err := m(env, dev); err != nil {
+	info, err := dev.Info()
+	if err != nil {
+		return err
+	}
+	r := remoteRun{prefix: "remote.", tcp: env.Peer != ""}
+	if socket {
+		r.prefix = "remote_socket."
+		if info.Kind != "local" {
+			env.Comment("suite remote-socket: not measured: it measures local devices with their links on their sockets (%s=socket), and device 0 is a %s device; suite remote measures it", envLocalLink, info.Kind)
+			return nil
+		}
+	}
+	if env.Peer == "" && info.Kind == "local" && os.Getenv(envLocalLink) != "socket" {
+		// Where memory files are refused, the device's link stays on its
+		// socket (remote's spawn), and so do the baselines.
+		if f, err := remote.NewShmLink(); err != nil {
+			env.Comment("%s*: no shared memory here (%v): the local device's link is its socket, and so is every raw baseline's", r.prefix, err)
+		} else {
+			f.Close()
+			r.shm = true
+		}
+	}
+	if r.shm {
+		env.Comment("%[1]slaunch_rtt_vs_spin, %[1]ssubmit_SIZE, %[1]sretrieve_SIZE: raw baselines over a shared-memory ring pair, as the local device's link (remote.NewShmLink, remote.OpenShmLink; the peer inherits the memory file as descriptor 3, %[2]s), reads polling %[3]v then parking on a futex as the transport's; %[1]slaunch_rtt's blocking ping-pong goes over the socketpair", r.prefix, envPeerShm, remote.SpinBudget())
+	} else {
+		env.Comment("%[1]s*: every raw baseline goes over %[2]s (the raw baselines' peer above)", r.prefix, r.over())
+	}
+	ms := []func(*Env, offload.Device, remoteRun) error{remoteLaunch, remoteSweep, remoteVsCopy}
+	if !socket {
+		env.Comment("raw.pingpong_*: not goffload figures: the goffload column is the raw 8-byte ping-pong over the socket with both sides polling read(2) for up to N µs before parking as the transport's socket reader does (remote.SpinReader: yielding the P between polls, runtime.Gosched); the baseline is the blocking ping-pong; ratio = spin / block")
+		ms = append(ms, rawSpin)
+	}
+	for _, m := range ms {
+		if err := m(env, dev, r); err != nil {
 			return err
 		}
 	}
@@ -66,10 +161,11 @@ func runRemote(env *Env) error {
 
 // remoteLaunch: a synchronous target region with an empty kernel on the
 // remote device (launch and synchronize: two frames out, one back) against
-// an 8-byte ping-pong with plain blocking reads on both sides
-// (remote.launch_rtt), and against one whose reads poll as the transport's
-// do, the limit a spinning link can reach (remote.launch_rtt_vs_spin).
-func remoteLaunch(env *Env, dev offload.Device) error {
+// an 8-byte ping-pong over the socket with plain blocking reads on both
+// sides (launch_rtt), and against one whose reads wait as the transport's
+// do, over r's spinning link, the limit the link can reach
+// (launch_rtt_vs_spin).
+func remoteLaunch(env *Env, dev offload.Device, r remoteRun) error {
 	region := func(n int) error {
 		for range n {
 			if err := benchEmpty.Run(dev); err != nil {
@@ -81,15 +177,8 @@ func remoteLaunch(env *Env, dev offload.Device) error {
 	if err := region(100); err != nil { // warm up
 		return err
 	}
-	sp := spin{budget: remote.SpinBudget()}
-	for _, c := range []struct {
-		metric, note string
-		spin         spin
-	}{
-		{"remote.launch_rtt", "empty kernel, synchronous vs 8-byte ping-pong, blocking reads", spin{}},
-		{"remote.launch_rtt_vs_spin", fmt.Sprintf("empty kernel, synchronous vs 8-byte ping-pong, reads polling %v as the transport's (goal ≤ 1.2)", sp.budget), sp},
-	} {
-		err := withPeer(env, "echo", c.spin, 0, func(p *peer) error {
+	measure := func(metric, note string) func(p *peer) error {
+		return func(p *peer) error {
 			if err := p.pingPong(100); err != nil { // warm up
 				return err
 			}
@@ -97,133 +186,21 @@ func remoteLaunch(env *Env, dev offload.Device) error {
 			if err != nil {
 				return err
 			}
-			env.Report(Result{Metric: c.metric, Goffload: t, Baseline: b, Note: c.note})
+			env.Report(Result{Metric: r.prefix + metric, Goffload: t, Baseline: b, Note: note})
 			return nil
-		})
-		if err != nil {
-			return err
 		}
 	}
-	return nil
-}
-
-// sweepSizes are the message sizes of the remote.submit_* and
-// remote.retrieve_* lines: 8 bytes, then powers of 4 from 64 bytes to
-// 64 MiB.
-var sweepSizes = func() []int64 {
-	sizes := []int64{8}
-	for n := int64(64); n <= size64MiB; n *= 4 {
-		sizes = append(sizes, n)
-	}
-	return sizes
-}()
-
-// sweepShare: each point of the sweep measures for -time/sweepShare (its
-// goffload and raw rounds alternating, each for that long), so that the
-// sweep's 2×len(sweepSizes) points together last about six times -time;
-// each of the suite's other figures lasts twice -time.
-const sweepShare = 8
-
-// sizeName writes a byte count as the metrics name it: 8B, 4KiB, 64MiB.
-func sizeName(n int64) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%dMiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%dKiB", n>>10)
-	}
-	return fmt.Sprintf("%dB", n)
-}
-
-// remoteSweep: omp_target_memcpy of each of sweepSizes, synchronous, from
-// host memory to device memory allocated beforehand (remote.submit_SIZE)
-// and back (remote.retrieve_SIZE), against the same bytes sent raw over
-// the transport's socket set-up to an xfer peer whose reads, like ours,
-// wait as the transport's do (remote.SpinBudget): a message written and a
-// one-byte answer, or a one-byte request and a message read. Each point
-// measures for -time/sweepShare.
-func remoteSweep(env *Env, dev offload.Device) error {
-	largest := slices.Max(sweepSizes)
-	src := fill(make([]byte, largest))
-	dst := make([]byte, largest)
-	d, err := dev.Alloc(largest)
-	if err != nil {
+	if err := withPeer(env, "echo", spin{}, 0, measure("launch_rtt", fmt.Sprintf("empty kernel, synchronous vs 8-byte ping-pong over %s, blocking reads", remoteRun{tcp: r.tcp}.over()))); err != nil {
 		return err
 	}
-	defer offload.Free(d)
-	defer func(b time.Duration) { env.Budget = b }(env.Budget)
-	env.Budget = max(env.Budget/sweepShare, 1)
-	sp := spin{budget: remote.SpinBudget()}
-	env.Comment("remote.submit_SIZE, remote.retrieve_SIZE: synchronous omp_target_memcpy host→device and device→host vs the same bytes over the same sockets to a raw peer, reads polling %v as the transport's; each point measured for -time/%d", sp.budget, sweepShare)
-	return withPeer(env, "xfer", sp, int(largest), func(p *peer) error {
-		submit := func(size int64) func(n int) error {
-			return func(n int) error {
-				for range n {
-					if err := offload.Memcpy(d, offload.HostPtr(src[:size]), size); err != nil {
-						return err
-					}
-				}
-				return nil
-			}
-		}
-		retrieve := func(size int64) func(n int) error {
-			return func(n int) error {
-				for range n {
-					// Poison both ends: the copy must write them again.
-					dst[0], dst[size-1] = ^src[0], ^src[size-1]
-					if err := offload.Memcpy(offload.HostPtr(dst[:size]), d, size); err != nil {
-						return err
-					}
-					if dst[0] != src[0] || dst[size-1] != src[size-1] {
-						return fmt.Errorf("remote.retrieve_%s: the copy from the device differs from what was copied there", sizeName(size))
-					}
-				}
-				return nil
-			}
-		}
-		// Warm up: the device's memory, our buffers and the peer's are
-		// faulted in, the socket buffers sized.
-		for _, f := range []func(int) error{submit(largest), retrieve(largest), func(n int) error { return p.send(src, n) }, func(n int) error { return p.fetch(dst, src, n) }} {
-			if err := f(1); err != nil {
-				return err
-			}
-		}
-		for _, size := range sweepSizes {
-			name := "remote.submit_" + sizeName(size)
-			raw := func(n int) error { return p.send(src[:size], n) }
-			t, b, err := env.Compare(submit(size), raw)
-			if err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			// The data must really be on the device: read back the end.
-			probe := min(4096, size)
-			back := make([]byte, probe)
-			if err := offload.Memcpy(offload.HostPtr(back), d.Offset(size-probe), probe); err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			if !bytes.Equal(back, src[size-probe:size]) {
-				return fmt.Errorf("%s: device memory at offset %d differs from what was copied there", name, size-probe)
-			}
-			env.Report(Result{Metric: name, Goffload: t, Baseline: b, Bytes: size,
-				Note: fmt.Sprintf("host→device: %s vs %s", gbps(size, t), gbps(size, b))})
-		}
-		for _, size := range sweepSizes {
-			name := "remote.retrieve_" + sizeName(size)
-			raw := func(n int) error { return p.fetch(dst[:size], src[:size], n) }
-			t, b, err := env.Compare(retrieve(size), raw)
-			if err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			env.Report(Result{Metric: name, Goffload: t, Baseline: b, Bytes: size,
-				Note: fmt.Sprintf("device→host: %s vs %s", gbps(size, t), gbps(size, b))})
-		}
-		return nil
-	})
+	note := fmt.Sprintf("empty kernel, synchronous vs 8-byte ping-pong over %s, reads polling %v as the transport's (goal ≤ 1.2)", r.over(), remote.SpinBudget())
+	return r.spinPeer(env, "echo", 0, measure("launch_rtt_vs_spin", note))
 }
 
-// rawSpin: what spinning before blocking buys the raw ping-pong, for each
-// way of spinning of spins: spinning ping-pong ÷ blocking ping-pong.
-func rawSpin(env *Env, _ offload.Device) error {
+// rawSpin: what spinning before blocking buys the raw ping-pong over the
+// socket, for each way of spinning of spins: spinning ping-pong ÷ blocking
+// ping-pong.
+func rawSpin(env *Env, _ offload.Device, _ remoteRun) error {
 	return withPeer(env, "echo", spin{}, 0, func(block *peer) error {
 		if err := block.pingPong(100); err != nil {
 			return err
