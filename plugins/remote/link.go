@@ -205,6 +205,14 @@ func (l *link) wakeIfWork() {
 	}
 }
 
+// kick makes the link's reader, if it parked waiting for a frame, poll for
+// its spin budget again (a shared-memory link; a no-op on others).
+func (l *link) kick() {
+	if st, ok := l.t.(*streamTransport); ok && st.shm != nil {
+		st.shm.kick()
+	}
+}
+
 // canTryWrite reports whether the link's transport can write without
 // blocking, as sendSoon and sendDataSoon do when they can.
 func (l *link) canTryWrite() bool { return l.tw != nil }

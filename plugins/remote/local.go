@@ -147,7 +147,7 @@ func spawn(exe, cores string) (*device, error) {
 	}()
 	var l *link
 	if shmFile != nil {
-		c, err := newShmConn(int(shmFile.Fd()), 0, conn)
+		c, err := newShmConn(int(shmFile.Fd()), 0, conn, "the device process ended (its socket closed)")
 		if err != nil {
 			cmd.Process.Kill()
 			conn.Close()
@@ -155,7 +155,6 @@ func spawn(exe, cores string) (*device, error) {
 			<-exited
 			return nil, err
 		}
-		go c.watchEnd(conn, "the device process ended (its socket closed)")
 		l = startLink(newShmTransport(c))
 	} else {
 		l = newLink(conn)

@@ -140,10 +140,9 @@ func localDeviceLink(conn net.Conn) (*link, error) {
 	}
 	f := os.NewFile(uintptr(n), "goffload-link")
 	defer f.Close()
-	c, err := newShmConn(int(f.Fd()), 1, conn)
+	c, err := newShmConn(int(f.Fd()), 1, conn, "the host ended (its socket closed)")
 	if err != nil {
 		return nil, err
 	}
-	go c.watchEnd(conn, "the host ended (its socket closed)")
 	return startLink(newShmTransport(c)), nil
 }

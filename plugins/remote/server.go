@@ -450,7 +450,14 @@ func (s *session) launch(f *proto.Launch, gen uint64) error {
 	// computing, its stop signal linked to the session's meanwhile.
 	call := func(launch func() error) error {
 		computing.Add(1)
-		defer computing.Add(-1)
+		defer func() {
+			if computing.Add(-1) == 0 {
+				// The host's next frame comes soon: a reader that
+				// parked while the kernel computed polls for it, rather
+				// than pay a wake-up from the doorbell.
+				s.l.kick()
+			}
+		}()
 		if sig != nil {
 			defer sig.StopWith(s.stop)()
 		}

@@ -19,17 +19,21 @@ import (
 // to the device process, so nothing has a name another process could open.
 // A ring is a byte stream with one writer and one reader: the writer copies
 // into it and publishes its head, the reader copies out and publishes its
-// tail. Neither makes a system call while the other keeps up: a reader with
+// tail. Neither makes a system call while the other keeps up. A reader with
 // nothing to read polls for a short while (the spin budget and backoff of
-// spin.go, one spinning reader per process) and then parks on a futex in
-// the shared page, which the writer wakes only when the reader said it
-// parks. A ring small enough to stay in the cache makes its two copies cost
-// about one copy through memory: the writer's bytes are still in the cache
-// when the reader takes them.
-//
-// The socket the device process inherits stays open beside the rings: it
-// carries nothing, and its end tells the device that the host is gone (the
-// host learns of the device's end from its exit).
+// spin.go, one polling reader per process, none while a kernel computes)
+// and then parks reading the socket the two processes share (the one the
+// device process inherits, or a peer pair's), on which the writer writes a
+// byte only when the reader said it parks: the socket is the doorbell. A
+// goroutine parked on a socket holds no processor (one blocked in a futex
+// system call would hold its P until the runtime's monitor took it back,
+// and a kernel's parallel loop would wait for that P), and the socket's
+// end is the other process's end: a reader parked on it hears of a death at
+// once. A writer that finds the ring full polls, then sleeps a little
+// longer each time, until the reader makes room. A ring small enough to
+// stay in the cache makes its two copies cost about one copy through
+// memory: the writer's bytes are still in the cache when the reader takes
+// them.
 
 // shmRingSize is the bytes of data in each ring: large enough for a
 // fragment of bulk data and the frames around it, small enough to stay in
@@ -39,18 +43,15 @@ const shmRingSize = 2 << 20
 // ringHdr is the shared state of one ring, at the start of its region; each
 // side's words on a cache line of their own.
 type ringHdr struct {
-	head     atomic.Uint64 // bytes written in all; the writer's
-	_        [56]byte
-	tail     atomic.Uint64 // bytes read in all; the reader's
-	_        [56]byte
-	dataSeq  atomic.Uint32 // bumped when data comes for a parked reader
-	rParked  atomic.Uint32 // the reader parks, or is about to
-	_        [56]byte
-	spaceSeq atomic.Uint32 // bumped when room is made for a parked writer
-	wParked  atomic.Uint32 // the writer parks, or is about to
-	_        [56]byte
-	closed   atomic.Uint32 // either side closed the link
-	_        [60]byte
+	head    atomic.Uint64 // bytes written in all; the writer's
+	_       [56]byte
+	tail    atomic.Uint64 // bytes read in all; the reader's
+	_       [56]byte
+	dataSeq atomic.Uint32 // bumped when data comes for a reader parked on the futex (no doorbell)
+	rParked atomic.Uint32 // the reader parks, or is about to
+	_       [56]byte
+	closed  atomic.Uint32 // either side closed the link
+	_       [60]byte
 }
 
 const ringHdrSize = 4096 // the header's page; the data follows
@@ -73,9 +74,11 @@ func ringAt(mem []byte, i int) ring {
 // reads the other. It is a Transport's byte stream (streamTransport): one
 // goroutine at a time reads, one at a time writes.
 type shmConn struct {
-	mem    []byte
-	tx, rx ring
-	watch  io.Closer // the socket whose end is the other side's; closed with the conn
+	mem     []byte
+	tx, rx  ring
+	bell    net.Conn        // the socket shared with the other process: the doorbell; nil: the futex
+	rawBell syscall.RawConn // bell's descriptor, for writes that never wait
+	endWhat string          // what bell's end means, for the error
 
 	closed atomic.Bool
 	cause  atomic.Pointer[error] // why the link ended here, if not a clean close
@@ -85,19 +88,33 @@ type shmConn struct {
 
 	skip, backoff int // the reader's spin backoff, as spinConn's
 	reads, parked int64
+	kicked        atomic.Int64 // parked reads that kick woke
 }
 
 // shmLinks counts this process's shared-memory links still mapped.
 var shmLinks atomic.Int64
 
 // newShmConn maps the memory file fd (shmSize bytes) as side 0 (the host)
-// or 1 (the device).
-func newShmConn(fd int, side int, watch io.Closer) (*shmConn, error) {
+// or 1 (the device). bell is the socket both processes hold, the doorbell
+// (closed with the conn), whose end means endWhat; without one, a reader
+// parks on a futex in the shared page (bench's raw baselines).
+func newShmConn(fd int, side int, bell net.Conn, endWhat string) (*shmConn, error) {
 	mem, err := syscall.Mmap(fd, 0, shmSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("mapping the link's shared memory: %w", err)
 	}
-	c := &shmConn{mem: mem, tx: ringAt(mem, side), rx: ringAt(mem, 1-side), watch: watch}
+	c := &shmConn{mem: mem, tx: ringAt(mem, side), rx: ringAt(mem, 1-side), bell: bell, endWhat: endWhat}
+	if bell != nil {
+		sc, ok := bell.(syscall.Conn)
+		if !ok {
+			syscall.Munmap(mem)
+			return nil, fmt.Errorf("shared-memory link: a doorbell without a descriptor (%T)", bell)
+		}
+		if c.rawBell, err = sc.SyscallConn(); err != nil {
+			syscall.Munmap(mem)
+			return nil, err
+		}
+	}
 	shmLinks.Add(1)
 	return c, nil
 }
@@ -173,10 +190,6 @@ func (c *shmConn) Read(p []byte) (int, error) {
 			copyOut(p[k:n], r.data)
 			r.h.tail.Store(tail + uint64(n))
 			shmAcquired()
-			if r.h.wParked.Load() != 0 {
-				r.h.spaceSeq.Add(1)
-				futexWake(&r.h.spaceSeq)
-			}
 			w.done()
 			return n, nil
 		}
@@ -188,7 +201,7 @@ func (c *shmConn) Read(p []byte) (int, error) {
 			w.done()
 			return 0, io.EOF
 		}
-		w.wait(&r.h.dataSeq, &r.h.rParked, func() bool { return r.h.head.Load() != tail || r.h.closed.Load() != 0 || c.closed.Load() })
+		w.wait(tail)
 	}
 }
 
@@ -199,23 +212,36 @@ func (c *shmConn) Write(p []byte) (int, error) {
 	}
 	defer c.leave()
 	written := 0
+	var full time.Time
+	var nap time.Duration
 	for written < len(p) {
 		n, err := c.put(p[written:])
 		written += n
 		if err != nil {
 			return written, err
 		}
-		if n == 0 {
-			r := c.tx
-			head := r.h.head.Load()
-			w := waiter{c: c, writer: true}
-			w.wait(&r.h.spaceSeq, &r.h.wParked, func() bool {
-				return head-r.h.tail.Load() < shmRingSize || r.h.closed.Load() != 0 || c.closed.Load()
-			})
+		if n > 0 {
+			full = time.Time{}
+			continue
+		}
+		// The ring is full: the reader is taking from it (or gone, which
+		// the link learns elsewhere and closes it).
+		if full.IsZero() {
+			full, nap = time.Now(), 0
+		}
+		if time.Since(full) < writerSpin {
+			runtime.Gosched()
+		} else {
+			nap = min(max(2*nap, 20*time.Microsecond), time.Millisecond)
+			time.Sleep(nap)
 		}
 	}
 	return written, nil
 }
+
+// writerSpin is how long a writer that finds the ring full polls before it
+// sleeps: about the time the reader takes to empty a full ring.
+const writerSpin = 200 * time.Microsecond
 
 // TryWriteFrames writes as much of frames as the ring has room for now.
 func (c *shmConn) TryWriteFrames(frames []byte) (int, error) {
@@ -249,10 +275,40 @@ func (c *shmConn) put(p []byte) (int, error) {
 	shmReleased()
 	r.h.head.Store(head + uint64(n))
 	if r.h.rParked.Load() != 0 {
-		r.h.dataSeq.Add(1)
-		futexWake(&r.h.dataSeq)
+		c.ring(r)
 	}
 	return n, nil
+}
+
+// kick wakes this side's reader if it parked on the doorbell, to poll
+// again: a kernel of this process ended, and the other side's next frame
+// is likely on its way. The wake-up is in this process (the read's
+// deadline), not a system call.
+func (c *shmConn) kick() {
+	if c.bell != nil && c.rx.h.rParked.Load() != 0 && !c.closed.Load() {
+		c.bell.SetReadDeadline(longAgo)
+	}
+}
+
+// longAgo is a deadline in the past: a read waiting for it returns.
+var longAgo = time.Unix(1, 0)
+
+// ring wakes the other side's reader, which said it parks: a byte on the
+// doorbell (a write that never waits: a full socket already holds bytes
+// that wake it), or the futex.
+func (c *shmConn) ring(r ring) {
+	if c.bell == nil {
+		r.h.dataSeq.Add(1)
+		futexWake(&r.h.dataSeq)
+		return
+	}
+	c.rawBell.Write(func(fd uintptr) bool {
+		for {
+			if _, err := syscall.Write(int(fd), []byte{1}); err != syscall.EINTR {
+				return true
+			}
+		}
+	})
 }
 
 // corrupt ends the link whose ring says more is in it than it holds: the
@@ -280,73 +336,74 @@ func (c *shmConn) closeWith(cause error) error {
 			r.h.closed.Store(1)
 			r.h.dataSeq.Add(1)
 			futexWake(&r.h.dataSeq)
-			r.h.spaceSeq.Add(1)
-			futexWake(&r.h.spaceSeq)
 		}
 		c.leave()
-		if c.watch != nil {
-			c.watch.Close()
+		if c.bell != nil {
+			c.bell.Close() // wakes our parked reader; the other side's reads EOF
 		}
 	})
 	return nil
 }
 
-// watchEnd closes c when r's reads end: r is the socket whose other end
-// only the other process's exit closes.
-func (c *shmConn) watchEnd(r io.Reader, what string) {
-	var b [64]byte
-	for {
-		if _, err := r.Read(b[:]); err != nil {
-			if !c.closed.Load() {
-				c.closeWith(fmt.Errorf("%s: %w", what, io.EOF))
-			}
-			return
-		}
-	}
-}
-
-// waiter waits for a ring's other side as a link's reader waits for its
+// waiter is a read's wait for its ring, as a link's reader waits for its
 // socket: it polls while the budget lasts and this is the process's one
-// spinning reader and no kernel computes, then parks on the futex.
+// polling reader and no kernel computes, then parks on the doorbell (or the
+// futex).
 type waiter struct {
 	c       *shmConn
-	writer  bool // a writer waiting for room: parks at once after a short poll
 	start   time.Time
 	holding bool
 	spun    bool
 	parkedN int
+	polls   int
+	bell    [64]byte
 }
 
-func (w *waiter) wait(seq, parked *atomic.Uint32, ready func() bool) {
+// wait waits for the ring to move past tail, or for a close.
+func (w *waiter) wait(tail uint64) {
+	c, h := w.c, w.c.rx.h
 	if w.start.IsZero() {
 		w.start = time.Now()
-		if !w.writer && w.c.skip == 0 && spinBudget > 0 && spinner.CompareAndSwap(false, true) {
+		if c.skip == 0 && spinBudget > 0 && spinner.CompareAndSwap(false, true) {
 			w.holding = true
 		}
 	}
-	budget := spinBudget
-	if w.writer {
-		budget = 20 * time.Microsecond
-	}
-	if (w.holding || w.writer) && w.parkedN == 0 && computing.Load() == 0 && time.Since(w.start) < budget {
-		w.spun = true
-		runtime.Gosched()
-		return
+	if w.holding && w.parkedN == 0 && computing.Load() == 0 {
+		w.polls++
+		if w.polls%8 != 0 || time.Since(w.start) < spinBudget { // the clock is read every 8th poll
+			w.spun = true
+			runtime.Gosched()
+			return
+		}
 	}
 	if w.holding {
 		spinner.Store(false)
 		w.holding = false
 	}
-	s := seq.Load()
-	parked.Store(1)
-	if !ready() {
+	s := h.dataSeq.Load()
+	h.rParked.Store(1)
+	if h.head.Load() == tail && h.closed.Load() == 0 && !c.closed.Load() {
 		w.parkedN++
-		if !w.writer {
-			w.c.parked++
+		c.parked++
+		if c.bell == nil {
+			futexWait(&h.dataSeq, s, 200*time.Millisecond) // woken by the writer or a close: the timeout only bounds a wake-up missed by a bug
+		} else if _, err := c.bell.Read(w.bell[:]); errors.Is(err, os.ErrDeadlineExceeded) {
+			// kicked: poll again, for a whole budget
+			c.kicked.Add(1)
+			c.bell.SetReadDeadline(time.Time{})
+			h.rParked.Store(0)
+			w.start, w.parkedN, w.polls = time.Time{}, 0, 0
+			c.skip = 0
+			return
+		} else if err != nil && !c.closed.Load() {
+			// The other process is gone: what it wrote before is still
+			// read, then the reads fail.
+			h.rParked.Store(0)
+			c.closeWith(fmt.Errorf("%s: %w", c.endWhat, io.EOF))
+			return
 		}
-		futexWait(seq, s, 200*time.Millisecond) // woken by the writer or a close: the timeout only bounds a wake-up missed by a bug
 	}
-	parked.Store(0)
+	h.rParked.Store(0)
 }
 
 // done ends a read's wait: the backoff of spinConn.Read (an idle link makes
@@ -410,7 +467,6 @@ func futexWake(addr *atomic.Uint32) {
 // left in a state its writer and reader never make.
 var errShmCorrupt = errors.New("corrupt link")
 
-
 // NewShmLink creates the memory of a shared-memory link, as a local device's
 // link has: a file to map with OpenShmLink here (side 0) and, handed to a
 // child process (exec.Cmd.ExtraFiles), there (side 1). bench's raw
@@ -420,11 +476,12 @@ func NewShmLink() (*os.File, error) { return newShmFile() }
 // OpenShmLink maps the link memory f as side 0 (the process that created it)
 // or side 1 (the other). The stream it returns reads and writes as a local
 // device's link does: a read polls for the spin budget (SpinBudget) and
-// then parks on a futex; Close ends it on both sides (the other side reads
-// io.EOF). One goroutine at a time may read it and one write it.
+// then parks (on a futex in the shared page: the link has no doorbell
+// socket); Close ends it on both sides (the other side reads io.EOF). One
+// goroutine at a time may read it and one write it.
 func OpenShmLink(f *os.File, side int) (io.ReadWriteCloser, error) {
 	if side != 0 && side != 1 {
 		return nil, fmt.Errorf("shared-memory link: side %d, want 0 or 1", side)
 	}
-	return newShmConn(int(f.Fd()), side, nil)
+	return newShmConn(int(f.Fd()), side, nil, "")
 }

@@ -14,19 +14,28 @@ import (
 	"time"
 )
 
-// shmPair is both sides of one shared-memory link, in this process.
-func shmPair(t *testing.T) (*shmConn, *shmConn) {
+// shmPair is both sides of one shared-memory link, in this process, with
+// a doorbell socket as local devices' links have.
+func shmPair(t *testing.T) (*shmConn, *shmConn) { return shmPairOf(t, true) }
+
+// shmPairOf is shmPair, with a doorbell or (bells false) parking on the
+// futex as bench's raw links do.
+func shmPairOf(t *testing.T, bells bool) (*shmConn, *shmConn) {
 	t.Helper()
 	f, err := newShmFile()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	a, err := newShmConn(int(f.Fd()), 0, nil)
+	var bellA, bellB net.Conn
+	if bells {
+		bellA, bellB = socketPair(t)
+	}
+	a, err := newShmConn(int(f.Fd()), 0, bellA, "side 0's socket closed")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := newShmConn(int(f.Fd()), 1, nil)
+	b, err := newShmConn(int(f.Fd()), 1, bellB, "side 1's socket closed")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,45 +113,92 @@ func TestShmCloseIsEOFAfterData(t *testing.T) {
 	}
 }
 
-// TestShmParkedReaderWakes: a reader that parked on the futex (its spin
-// skipped) is woken by a write, and by a close with a cause, which it
-// returns.
+// TestShmParkedReaderWakes: a reader that parked (its spin skipped), on
+// the doorbell socket or on the futex, is woken by a write, and by a close
+// with a cause, which it returns; on the doorbell, by the other side's
+// socket closing, as when its process dies.
 func TestShmParkedReaderWakes(t *testing.T) {
+	for _, bells := range []bool{true, false} {
+		t.Run(map[bool]string{true: "doorbell", false: "futex"}[bells], func(t *testing.T) {
+			a, b := shmPairOf(t, bells)
+			b.skip = 1 << 30 // park at once
+			got := make(chan error, 1)
+			read := func(want string) {
+				buf := make([]byte, 4)
+				n, err := b.Read(buf)
+				if err == nil && string(buf[:n]) != want {
+					err = errors.New("read " + string(buf[:n]))
+				}
+				got <- err
+			}
+			go read("ping")
+			waitFor(t, func() bool { return b.rx.h.rParked.Load() != 0 }, "the reader to park")
+			if _, err := a.Write([]byte("ping")); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; err != nil {
+				t.Fatal(err)
+			}
+			if _, parked := b.Stats(); parked == 0 {
+				t.Error("the reader never parked: the test did not test the wake-up")
+			}
+			cause := errors.New("the link failed")
+			go read("")
+			waitFor(t, func() bool { return b.rx.h.rParked.Load() != 0 }, "the reader to park again")
+			b.closeWith(cause)
+			select {
+			case err := <-got:
+				if !errors.Is(err, cause) {
+					t.Fatalf("read after closeWith: %v, want %v", err, cause)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("a parked reader was not woken by the close")
+			}
+		})
+	}
+	t.Run("doorbell closed", func(t *testing.T) {
+		a, b := shmPair(t)
+		b.skip = 1 << 30
+		got := make(chan error, 1)
+		go func() {
+			_, err := b.Read(make([]byte, 1))
+			got <- err
+		}()
+		waitFor(t, func() bool { return b.rx.h.rParked.Load() != 0 }, "the reader to park")
+		a.bell.Close() // the other process died: its socket closed, its ring untouched
+		select {
+		case err := <-got:
+			if !errors.Is(err, io.EOF) || !strings.Contains(err.Error(), "side 1's socket closed") {
+				t.Fatalf("read after the other side's socket closed: %v, want an EOF that says what ended", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a parked reader did not hear that the other side's socket closed")
+		}
+	})
+}
+
+// TestShmKick: a reader parked on the doorbell that kick wakes polls again
+// and still reads what comes after.
+func TestShmKick(t *testing.T) {
 	a, b := shmPair(t)
 	b.skip = 1 << 30 // park at once
 	got := make(chan error, 1)
 	go func() {
 		buf := make([]byte, 4)
 		n, err := b.Read(buf)
-		if err == nil && string(buf[:n]) != "ping" {
+		if err == nil && string(buf[:n]) != "next" {
 			err = errors.New("read " + string(buf[:n]))
 		}
 		got <- err
 	}()
 	waitFor(t, func() bool { return b.rx.h.rParked.Load() != 0 }, "the reader to park")
-	if _, err := a.Write([]byte("ping")); err != nil {
+	b.kick()
+	waitFor(t, func() bool { return b.kicked.Load() == 1 }, "the kick to wake the reader")
+	if _, err := a.Write([]byte("next")); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-got; err != nil {
 		t.Fatal(err)
-	}
-	if _, parked := b.Stats(); parked == 0 {
-		t.Error("the reader never parked: the test did not test the wake-up")
-	}
-	cause := errors.New("the device process's socket closed")
-	go func() {
-		_, err := b.Read(make([]byte, 1))
-		got <- err
-	}()
-	waitFor(t, func() bool { return b.rx.h.rParked.Load() != 0 }, "the reader to park again")
-	b.closeWith(cause)
-	select {
-	case err := <-got:
-		if !errors.Is(err, cause) {
-			t.Fatalf("read after closeWith: %v, want %v", err, cause)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a parked reader was not woken by the close")
 	}
 }
 
