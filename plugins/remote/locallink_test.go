@@ -1,7 +1,11 @@
 package remote_test
 
 import (
+	"errors"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/plugintest"
@@ -51,5 +55,61 @@ func TestLocalLinks(t *testing.T) {
 				return devs
 			})
 		})
+	}
+}
+
+// TestDeviceStoppedMidTransfer stops (SIGSTOP) a device process while 256
+// MiB stream to it and while 256 MiB stream back, on both links: the copy
+// fails with the device's silence after GOFFLOAD_DEVICE_TIMEOUT (a writer
+// waiting for room in a ring the stopped reader never empties, a reader
+// waiting for bytes that never come), the other device goes on.
+func TestDeviceStoppedMidTransfer(t *testing.T) {
+	const size = 256 << 20
+	buf := make([]byte, size)
+	for _, link := range []string{"shm", "socket"} {
+		for _, dir := range []string{"submit", "retrieve"} {
+			t.Run(link+"/"+dir, func(t *testing.T) {
+				t.Setenv("GOFFLOAD_LOCAL_LINK", link)
+				t.Setenv("GOFFLOAD_DEVICE_TIMEOUT", "1s")
+				devs := openLocal(t, 2)
+				victim := devs[0]
+				p, err := victim.Alloc(size)
+				if err != nil {
+					t.Fatal(err)
+				}
+				q, _ := victim.NewQueue()
+				pid := victim.Info().PID
+				if dir == "submit" {
+					err = q.Submit(p, buf)
+				} else {
+					err = q.Retrieve(buf, p)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				syscall.Kill(pid, syscall.SIGSTOP)
+				defer syscall.Kill(pid, syscall.SIGCONT)
+				done := make(chan error, 1)
+				go func() { done <- q.Synchronize() }()
+				select {
+				case err = <-done:
+				case <-time.After(time.Minute):
+					t.Fatal("a copy to a stopped device hangs")
+				}
+				if !errors.Is(err, plugin.ErrDeviceLost) && err != nil {
+					t.Fatalf("copy to a stopped device: %v, want ErrDeviceLost", err)
+				}
+				if err == nil {
+					// The copy was done before the stop landed: the
+					// next operation must still find the device lost.
+					q.Launch(nopK, nil)
+					err = q.Synchronize()
+				}
+				if !errors.Is(err, plugin.ErrDeviceLost) || !strings.Contains(err.Error(), "nothing heard") {
+					t.Fatalf("after SIGSTOP: %v, want ErrDeviceLost for the silence", err)
+				}
+				checkAlive(t, devs[1])
+			})
+		}
 	}
 }
