@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/goffload/offload"
@@ -18,15 +19,21 @@ func TestMain(m *testing.M) {
 }
 
 // TestSaxpy runs the main job as the README's command does (two local
-// device processes), then mixed with a host device, then on the host alone;
-// run verifies the result against the host itself.
+// device processes, linked through shared memory), then mixed with a host
+// device, then on the host alone, then on local devices over their sockets
+// (GOFFLOAD_LOCAL_LINK=socket); run verifies the result against the host
+// itself.
 func TestSaxpy(t *testing.T) {
-	for _, devices := range []string{"", "host,local:2", "host", "local:1"} {
+	for _, devices := range []string{"", "host,local:2", "host", "local:1", "local:2 socket"} {
+		if d, ok := strings.CutSuffix(devices, " socket"); ok {
+			devices = d
+			t.Setenv("GOFFLOAD_LOCAL_LINK", "socket")
+		}
 		if devices != "" {
 			t.Setenv("GOFFLOAD_DEVICES", devices)
 		}
 		if err := run(100_003); err != nil {
-			t.Fatalf("GOFFLOAD_DEVICES=%q: %v", devices, err)
+			t.Fatalf("GOFFLOAD_DEVICES=%q GOFFLOAD_LOCAL_LINK=%q: %v", devices, os.Getenv("GOFFLOAD_LOCAL_LINK"), err)
 		}
 		if offload.NumDevices() != 0 {
 			t.Fatal("run did not stop the runtime")
