@@ -1,0 +1,93 @@
+// A launch's arguments as call values over device memory, checked against
+// the kernel's parameters.
+
+package plugin
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"strings"
+	"unsafe"
+)
+
+// ArgValues turns plugin arguments into call values: slices are made over
+// device memory by mem, which returns the bytes of a device range (or an
+// error if the range is not inside an allocation).
+func (k *Kernel) ArgValues(args []Arg, mem Mem) ([]reflect.Value, error) {
+	if len(args) != len(k.Params) {
+		return nil, fmt.Errorf("%w: kernel %q takes %d arguments, got %d", ErrBadKernel, k.Name, len(k.Params), len(args))
+	}
+	vals := make([]reflect.Value, len(args))
+	for i, p := range k.Params {
+		a := args[i]
+		switch p.Kind {
+		case Scalar:
+			v := reflect.ValueOf(a.Scalar)
+			if !v.IsValid() || v.Type() != p.Type {
+				return nil, fmt.Errorf("%w: kernel %q argument %d: got %T, want %s", ErrBadKernel, k.Name, i, a.Scalar, p.Type)
+			}
+			vals[i] = v
+		case Slice:
+			ptr, err := k.SliceArg(i, a, mem)
+			if err != nil {
+				return nil, err
+			}
+			if ptr == nil || p.Type.Size() == 0 {
+				vals[i] = reflect.MakeSlice(reflect.SliceOf(p.Type), a.Len, a.Len)
+				continue
+			}
+			vals[i] = reflect.SliceAt(p.Type, ptr, a.Len)
+		}
+	}
+	return vals, nil
+}
+
+// SliceArg checks slice argument a of parameter i and returns the device
+// memory its elements start at: nil for an empty slice with no address (a
+// zero-length section inside a mapping keeps its address) and for elements
+// of size 0.
+func (k *Kernel) SliceArg(i int, a Arg, mem Mem) (unsafe.Pointer, error) {
+	p := k.Params[i]
+	if a.Len < 0 {
+		return nil, fmt.Errorf("%w: kernel %q argument %d: negative length %d", ErrBadKernel, k.Name, i, a.Len)
+	}
+	if p.Type.Size() == 0 {
+		return nil, nil
+	}
+	if a.Len == 0 {
+		// A zero-length section inside a mapping keeps its device address
+		// (mem gives it as a slice with room behind it).
+		if a.Ptr != 0 {
+			if b, err := mem(a.Ptr, 0); err == nil && cap(b) > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(b)))%uintptr(p.Type.Align()) == 0 {
+				return unsafe.Pointer(unsafe.SliceData(b)), nil
+			}
+		}
+		return nil, nil
+	}
+	if int64(a.Len) > math.MaxInt64/int64(p.Type.Size()) {
+		return nil, fmt.Errorf("%w: kernel %q argument %d: %d elements of %s do not fit in memory", ErrBadPointer, k.Name, i, a.Len, p.Type)
+	}
+	size := int64(a.Len) * int64(p.Type.Size())
+	b, err := mem(a.Ptr, size)
+	if err != nil {
+		return nil, fmt.Errorf("kernel %q argument %d ([]%s, %d elements at %#x): %w", k.Name, i, p.Type, a.Len, uint64(a.Ptr), err)
+	}
+	if uintptr(unsafe.Pointer(&b[0]))%uintptr(p.Type.Align()) != 0 {
+		return nil, fmt.Errorf("%w: kernel %q argument %d: device address %#x is not aligned for %s", ErrBadKernel, k.Name, i, uint64(a.Ptr), p.Type)
+	}
+	return unsafe.Pointer(&b[0]), nil
+}
+
+// Describe returns the kernel's parameter list for messages, e.g.
+// "(ctx, float32, []float32, []float32)".
+func (k *Kernel) Describe() string {
+	var parts []string
+	if k.HasCtx {
+		parts = append(parts, "ctx")
+	}
+	for _, t := range k.Tops {
+		parts = append(parts, t.String())
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}
