@@ -260,6 +260,7 @@ func TestStructRefusals(t *testing.T) {
 	}
 	type hidden struct {
 		X []float64
+		//lint:ignore U1000 the unexported field is what the test refuses
 		n int
 	}
 	for _, c := range []struct {

@@ -42,7 +42,6 @@ func hostSet(v int32, want state) step {
 // step by step and checks host and device values and the reference counts
 // after every step. Each scenario starts with an unmapped x of 1s.
 func TestMapSemantics(t *testing.T) {
-	const n = 64
 	fill := func(v int32, arg func(x []int32) any) func(d offload.Device, x []int32) error {
 		return func(d offload.Device, x []int32) error { return d.Run(Fill, v, arg(x)) }
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -130,7 +129,10 @@ func TestTypedLaunchIsCompileChecked(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a program")
 	}
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	goBin, err := exec.LookPath("go") // go test puts its own go first on PATH
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(goBin, "build", "-gcflags=-e", "-o", os.DevNull, "./testdata/typecheck")
 	cmd.Env = append(os.Environ(), "GOFLAGS=")
 	out, err := cmd.CombinedOutput()

@@ -503,13 +503,9 @@ func checkDeviceFlags(devices, peerAt string, chosen []string) error {
 	return nil
 }
 
-// describeDevices checks that devices 0..n-1 are of kind (want names it in
-// the error: "a remote device") and says what they are in comments.
-func describeDevices(env *Env, n int, kind, want string) error {
-	return describeDevicesOf(env, n, want, kind)
-}
-
-// describeDevicesOf is describeDevices for devices of any of kinds.
+// describeDevicesOf checks that devices 0..n-1 are of one of kinds (want
+// names them in the error: "a remote device") and says what they are in
+// comments.
 func describeDevicesOf(env *Env, n int, want string, kinds ...string) error {
 	if have := offload.NumDevices(); have < n {
 		return fmt.Errorf("%d device(s) of %q, want at least %d", have, env.Devices, n)

@@ -28,7 +28,7 @@ func runMPI(env *Env) error {
 	if offload.NumDevices() < 1 {
 		return fmt.Errorf("the mpi suite needs device ranks (mpirun -np 3), has none")
 	}
-	if err := describeDevices(env, min(2, offload.NumDevices()), "mpi", "an MPI device"); err != nil {
+	if err := describeDevicesOf(env, min(2, offload.NumDevices()), "an MPI device", "mpi"); err != nil {
 		return err
 	}
 	raw := func(size int, stream bool) func(n int) error {

@@ -1,5 +1,5 @@
-// Package ptxgen checks, in tests, that a committed PTX file is what its
-// go:generate line makes of its CUDA C source: the line
+// Package ptxgen checks, in tests, that a committed PTX file is what the
+// generate directive beside it makes of its CUDA C source: the line
 //
 //	//go:generate clang -x cuda --cuda-device-only … -S saxpy.cu -o saxpy.ptx
 //

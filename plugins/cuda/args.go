@@ -28,11 +28,6 @@ func (p *params) bytes() []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&p.buf[0])), 8*len(p.buf))
 }
 
-// value returns the bytes of parameter i.
-func (p *params) value(i int) []byte {
-	return p.bytes()[p.offs[i] : p.offs[i]+p.size[i]]
-}
-
 // paramLayout returns the size and alignment of parameter p's value as a
 // PTX entry takes it: a slice is its device address (8 bytes); a scalar is
 // its bytes in Go's layout.

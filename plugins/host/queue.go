@@ -33,8 +33,6 @@ func (q *queue) timed(kind plugin.OpKind, kernel string, bytes int64) func(start
 	}
 }
 
-func (q *queue) do(fn func() error) error { return q.doTimed(fn, nil) }
-
 func (q *queue) doTimed(fn func() error, timed func(start, end time.Time, err error)) error {
 	if err := q.d.alive(); err != nil {
 		return err

@@ -15,6 +15,13 @@ import (
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
+// The tags of raw MPI baselines for benchmarks (MPIRaw): the host's request
+// to a device rank, and the exchange itself.
+const (
+	mpiTagBench   = 4
+	mpiTagRawData = 5
+)
+
 // MPI devices: the program runs as one SPMD job (mpirun -np 3 ./prog); one
 // rank is the host (GOFFLOAD_HOST_RANK, default 0) and every other rank
 // serves as a device, numbered in rank order. The engine is the socket

@@ -30,13 +30,6 @@ import (
 // session use that session's peer tags.
 const mpiTagOpen = 3
 
-// The tags of raw MPI baselines for benchmarks (MPIRaw): the host's request
-// to a device rank, and the exchange itself.
-const (
-	mpiTagBench   = 4
-	mpiTagRawData = 5
-)
-
 // mpiSessionTags are session gen's tags: control and data between host and
 // device, control and data between devices (MPI promises tags up to 32767).
 func mpiSessionTags(gen int) (ctrl, data, peerCtrl, peerData int) {

@@ -70,9 +70,9 @@ var (
 			x[i] += v
 		}
 	})
-	// variantK's name differs in a device process started with
+	// This kernel's name differs in a device process started with
 	// GOFFLOAD_TEST_VARIANT set, which makes its kernel table differ.
-	variantK = mustKernel(variantName(), func() {})
+	_ = mustKernel(variantName(), func() {})
 )
 
 func variantName() string {

@@ -215,10 +215,10 @@ func FuzzHost(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		h := newTestHost()
 		type ev struct {
-			id                                      uint64
-			recorded, heard, closed, gone, external bool
-			fired                                   bool
-			firedErr                                error
+			id                                uint64
+			recorded, heard, closed, external bool
+			fired                             bool
+			firedErr                          error
 		}
 		var evs []*ev
 		byID := map[uint64]*ev{}
