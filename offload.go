@@ -13,8 +13,8 @@ import (
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/mpi"
 	"github.com/goffload/offload/plugin"
-	_ "github.com/goffload/offload/plugins/host" // the host device kind
-	"github.com/goffload/offload/plugins/remote"
+	_ "github.com/goffload/offload/plugins/host"   // the host device kind
+	_ "github.com/goffload/offload/plugins/remote" // device processes: the local, tcp and mpi kinds
 )
 
 var (
@@ -150,8 +150,13 @@ func StopContext(ctx context.Context) error {
 	if rt != nil {
 		err = rt.StopContext(ctx)
 	}
-	if ferr := remote.FinishMPI(); err == nil && ferr != nil {
-		err = fmt.Errorf("goffload: %w", ferr)
+	for _, k := range plugin.Kinds() {
+		if k.Finish == nil {
+			continue
+		}
+		if ferr := k.Finish(); err == nil && ferr != nil {
+			err = fmt.Errorf("goffload: %w", ferr)
+		}
 	}
 	return err
 }
@@ -169,7 +174,23 @@ func StopContext(ctx context.Context) error {
 //
 // Under an MPI launcher, the host rank must call [Stop] before it exits:
 // Stop ends the device ranks and finalizes MPI.
-func ServeDevice() { remote.ServeIfDevice() }
+func ServeDevice() {
+	for _, k := range plugin.Kinds() {
+		if k.ServeIfDevice != nil {
+			k.ServeIfDevice()
+		}
+	}
+}
+
+// serving reports whether this process serves as a device of some kind.
+func serving() bool {
+	for _, k := range plugin.Kinds() {
+		if k.Serving != nil && k.Serving() {
+			return true
+		}
+	}
+	return false
+}
 
 // UnderMPI reports whether this process was started by an MPI launcher
 // (mpirun, mpiexec, srun). In a program built with MPI support (the mpi
@@ -181,7 +202,7 @@ func UnderMPI() bool { return mpi.Launched() }
 func runtimeOrErr() (*core.Runtime, error) {
 	rt := current.Load()
 	if rt == nil {
-		if remote.Serving() {
+		if serving() {
 			return nil, fmt.Errorf("goffload: %w: this process serves as a device (pid %d): the runtime runs in the host's process, and a kernel running here cannot launch, map, copy or wait", ErrNotStarted, os.Getpid())
 		}
 		return nil, fmt.Errorf("goffload: %w: call offload.Start first", ErrNotStarted)

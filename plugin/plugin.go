@@ -246,6 +246,24 @@ type Kind struct {
 	Order int
 	// Help is a one-line description of the spec syntax.
 	Help string
+
+	// The process hooks: what a kind does for the whole process, outside
+	// any device. The runtime calls every registered kind's; a kind that
+	// has nothing to do leaves them nil.
+
+	// ServeIfDevice, if set, serves as one of the kind's devices and ends
+	// the process when this process was started as one (a device process,
+	// an MPI rank); in any other process it returns at once. offload.Start
+	// and offload.ServeDevice call it first, before anything else.
+	ServeIfDevice func()
+	// Serving, if set, reports whether this process serves as one of the
+	// kind's devices: code running here is then a kernel, not the
+	// program's host side, and the runtime's errors say so.
+	Serving func() bool
+	// Finish, if set, ends what the kind holds for the whole process once
+	// the runtime has stopped (MPI, which a process finalizes once).
+	// offload.Stop calls it, after every device has closed.
+	Finish func() error
 }
 
 var kinds = map[string]*Kind{}

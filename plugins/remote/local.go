@@ -40,11 +40,15 @@ func localLink() string {
 }
 
 func init() {
+	// The package's process hooks (serving as a device process, a TCP
+	// device or an MPI rank) go with this kind: one set for the package.
 	plugin.RegisterKind(plugin.Kind{
-		Name:  "local",
-		Open:  openLocal,
-		Order: 50,
-		Help:  "local[:N]  N device processes of this program on this machine (default 1)",
+		Name:          "local",
+		Open:          openLocal,
+		Order:         50,
+		Help:          "local[:N]  N device processes of this program on this machine (default 1)",
+		ServeIfDevice: ServeIfDevice,
+		Serving:       Serving,
 	})
 }
 

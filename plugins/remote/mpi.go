@@ -36,6 +36,7 @@ func init() {
 		Sole:     mpi.Launched,
 		Order:    40,
 		Help:     "mpi[:N]  the ranks of this MPI job other than the host's, one device each (all, or the first N)",
+		Finish:   FinishMPI,
 	})
 }
 

@@ -1,0 +1,41 @@
+package offload_test
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRootCallsNoKind: the public package imports the device kinds only to
+// register them (blank imports); what a kind does for the whole process it
+// gives the runtime as hooks of its Kind (plugin.Kind.ServeIfDevice,
+// Serving, Finish), so that no kind's function is called from here.
+func TestRootCallsNoKind(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := parser.ParseFile(fset, name, src, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			path := strings.Trim(imp.Path.Value, `"`)
+			if strings.HasPrefix(path, "github.com/goffload/offload/plugins/") && (imp.Name == nil || imp.Name.Name != "_") {
+				t.Errorf("%s imports the kind %s by name: a kind is imported for its registration only (import _)", name, path)
+			}
+		}
+	}
+}
