@@ -11,7 +11,9 @@
 // drivers are imported). Its [Kind] says how devices are opened: Open for
 // the items of GOFFLOAD_DEVICES that name the kind ("mykind" or
 // "mykind:ARG"), Discover for the devices found when GOFFLOAD_DEVICES is
-// unset. The core then loads the kernel image on each device ([Device.Load])
+// unset; a kind that acts for the whole process (serving as a device
+// process, finalizing MPI) gives its process hooks there too
+// (ServeIfDevice, Serving, Finish). The core then loads the kernel image on each device ([Device.Load])
 // and drives it through [Device], [Queue] and [Event]:
 //
 //   - Memory: Alloc and Free, device addresses as [Ptr]; any address inside
