@@ -39,3 +39,28 @@ func TestRootCallsNoKind(t *testing.T) {
 		}
 	}
 }
+
+// TestInternalImportsNoRoot: nothing under internal/ (tests aside) is built
+// on the public package: internal packages sit under it, and the workloads
+// that use the public API live with the examples (examples/apps).
+func TestInternalImportsNoRoot(t *testing.T) {
+	fset := token.NewFileSet()
+	err := filepath.WalkDir("internal", func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || strings.Contains(path, "testdata") {
+			return err
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			if strings.Trim(imp.Path.Value, `"`) == "github.com/goffload/offload" {
+				t.Errorf("%s imports the public package", path)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

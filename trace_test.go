@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
-	"github.com/goffload/offload/internal/apps/jacobi"
+	"github.com/goffload/offload/examples/apps/jacobi"
 	"github.com/goffload/offload/internal/tracefile"
 )
 

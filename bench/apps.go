@@ -6,26 +6,26 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
-	"github.com/goffload/offload/internal/apps/cg"
-	"github.com/goffload/offload/internal/apps/cholesky"
-	"github.com/goffload/offload/internal/apps/jacobi"
+	"github.com/goffload/offload/examples/apps/cg"
+	"github.com/goffload/offload/examples/apps/cholesky"
+	"github.com/goffload/offload/examples/apps/jacobi"
 )
 
 // Suite apps: real workloads on two local device processes, each timed
 // against the same work on one of them and against plain goroutines on this
 // machine, and checked cell by cell against the plain-Go result every round.
 //
-//   - apps.jacobi_2dev_vs_1dev: Jacobi iteration (internal/apps/jacobi) on
+//   - apps.jacobi_2dev_vs_1dev: Jacobi iteration (examples/apps/jacobi) on
 //     an -apps-n² grid for -apps-iters iterations, row blocks on devices 0
 //     and 1 with halo rows device to device, against device 0 alone.
 //     Goal: ≤ 0.59 (two devices at least 1.7× as fast as one).
 //   - apps.jacobi_2dev_vs_goroutines: the same against plain goroutines
 //     (GOMAXPROCS of them).
-//   - apps.cholesky_vs_goroutines: tiled Cholesky (internal/apps/cholesky)
+//   - apps.cholesky_vs_goroutines: tiled Cholesky (examples/apps/cholesky)
 //     of -apps-tiles² tiles of -apps-b² on devices 0 and 1 against a
 //     goroutine fork-join version of the same tile operations. Goal: ≤ 1.5.
 //   - apps.cg_local1_vs_host: the conjugate gradient method
-//     (internal/apps/cg) on the 2-D Poisson matrix of an -apps-cg-n² grid
+//     (examples/apps/cg) on the 2-D Poisson matrix of an -apps-cg-n² grid
 //     (5-point Laplacian in CSR form, -apps-cg-n² rows), -apps-cg-iters
 //     iterations, matrix and vectors kept on the device, on one device
 //     process with every core (local:1) against the same on the host

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
-	"github.com/goffload/offload/internal/apps/jacobi"
+	"github.com/goffload/offload/examples/apps/jacobi"
 )
 
 // Suite host: the runtime's own costs on a host device (device 0), whose
@@ -16,7 +16,7 @@ import (
 // the runtime's overhead plus real memory copies and nothing else.
 //
 // host.stencil_512_vs_goroutines is peer.stencil_512's workload (Jacobi
-// iteration, internal/apps/jacobi, on a 512² grid for 100 iterations, the
+// iteration, examples/apps/jacobi, on a 512² grid for 100 iterations, the
 // grid on device 0 alone) against the same iteration with plain goroutines
 // on the same cores (jacobi.Reference: GOMAXPROCS goroutines, one row band
 // each, started every iteration); both grids are checked cell by cell

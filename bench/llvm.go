@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
-	"github.com/goffload/offload/internal/apps/jacobi"
+	"github.com/goffload/offload/examples/apps/jacobi"
 )
 
 // Suite peer: goffload's host device against LLVM's offloading runtime

@@ -66,9 +66,9 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
-	"github.com/goffload/offload/internal/apps/cg"
-	"github.com/goffload/offload/internal/apps/cholesky"
-	"github.com/goffload/offload/internal/apps/jacobi"
+	"github.com/goffload/offload/examples/apps/cg"
+	"github.com/goffload/offload/examples/apps/cholesky"
+	"github.com/goffload/offload/examples/apps/jacobi"
 )
 
 // Suite is a named set of metrics.

@@ -1,5 +1,5 @@
 // Command cholesky factors a symmetric positive definite matrix by tiles
-// (internal/apps/cholesky): a DAG of potrf, trsm, syrk and gemm tasks,
+// (examples/apps/cholesky): a DAG of potrf, trsm, syrk and gemm tasks,
 // each on the device its tile lives on for the whole run (final tiles are
 // copied device to device to the others), ordered by depend clauses on the
 // tiles and enqueued all at once. It checks L against the same
@@ -9,7 +9,7 @@
 //	go run ./examples/cholesky                       # n=1024, 8×8 tiles, on local:2
 //	go run ./examples/cholesky -tiles 4 -b 64
 //	GOFFLOAD_DEVICES=host:2 go run ./examples/cholesky
-//	GOFFLOAD_DEVICES=cuda go run ./examples/cholesky        # every GPU (internal/apps/cholesky/cholesky.ptx)
+//	GOFFLOAD_DEVICES=cuda go run ./examples/cholesky        # every GPU (examples/apps/cholesky/cholesky.ptx)
 //	GOFFLOAD_DEVICES=cuda,host go run ./examples/cholesky   # the GPUs and the host's cores
 package main
 
@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
-	"github.com/goffload/offload/internal/apps/cholesky"
+	"github.com/goffload/offload/examples/apps/cholesky"
 )
 
 func main() {

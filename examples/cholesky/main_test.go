@@ -236,9 +236,9 @@ func fakeGemm(l *cudafake.Launch) error {
 	return nil
 }
 
-// TestCholeskyPTXGenerated: internal/apps/cholesky's cholesky.ptx is what
+// TestCholeskyPTXGenerated: examples/apps/cholesky's cholesky.ptx is what
 // go generate makes of cholesky.cu, where clang with the NVPTX target is
 // installed.
 func TestCholeskyPTXGenerated(t *testing.T) {
-	ptxgen.UpToDate(t, "../../internal/apps/cholesky/cholesky.go")
+	ptxgen.UpToDate(t, "../apps/cholesky/cholesky.go")
 }

@@ -1,5 +1,5 @@
 // Command jacobi solves Laplace's equation on a square grid by Jacobi
-// iteration (internal/apps/jacobi), split into row blocks over every
+// iteration (examples/apps/jacobi), split into row blocks over every
 // configured device: each block stays on its device for the whole run (a
 // target data region), the blocks trade their edge rows (halo rows) device
 // to device after every iteration, and depend clauses order it all, so
@@ -10,7 +10,7 @@
 //	go run ./examples/jacobi                         # 2048², 200 iterations on local:2
 //	go run ./examples/jacobi -n 512 -iters 50
 //	GOFFLOAD_DEVICES=host:2 go run ./examples/jacobi
-//	GOFFLOAD_DEVICES=cuda go run ./examples/jacobi         # every GPU (internal/apps/jacobi/jacobi.ptx)
+//	GOFFLOAD_DEVICES=cuda go run ./examples/jacobi         # every GPU (examples/apps/jacobi/jacobi.ptx)
 //	GOFFLOAD_DEVICES=cuda,host go run ./examples/jacobi    # the GPUs and the host's cores
 //	go build -tags mpi -o app ./examples/jacobi && mpirun -np 3 ./app
 package main
@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
-	"github.com/goffload/offload/internal/apps/jacobi"
+	"github.com/goffload/offload/examples/apps/jacobi"
 )
 
 func main() {

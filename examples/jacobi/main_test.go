@@ -128,9 +128,9 @@ func fakeCells(l *cudafake.Launch, cols, lo, count int64) error {
 	return nil
 }
 
-// TestJacobiPTXGenerated: internal/apps/jacobi's jacobi.ptx is what go
+// TestJacobiPTXGenerated: examples/apps/jacobi's jacobi.ptx is what go
 // generate makes of jacobi.cu, where clang with the NVPTX target is
 // installed.
 func TestJacobiPTXGenerated(t *testing.T) {
-	ptxgen.UpToDate(t, "../../internal/apps/jacobi/jacobi.go")
+	ptxgen.UpToDate(t, "../apps/jacobi/jacobi.go")
 }
