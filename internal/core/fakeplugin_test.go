@@ -308,7 +308,7 @@ func (d *fakeDevice) bytes(p plugin.Ptr, size int64) ([]byte, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for base, b := range d.mem {
-		if p >= base && p <= base+plugin.Ptr(len(b)) && int64(p-base)+size <= int64(len(b)) {
+		if size >= 0 && p >= base && p <= base+plugin.Ptr(len(b)) && size <= int64(len(b))-int64(p-base) {
 			return b[p-base : int64(p-base)+size], nil
 		}
 	}
@@ -416,9 +416,22 @@ func (q *fakeQueue) Retrieve(dst []byte, src plugin.Ptr) error {
 	return q.enqueue(fRetrieve, fakeCall{Ptr: src, Size: int64(len(dst))}, func() error { copy(dst, b); return nil })
 }
 
+// Exchange copies within the device, as the contract requires; to another
+// device it is unsupported (the core stages such copies through the host).
 func (q *fakeQueue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) error {
-	q.d.record(fakeCall{Op: fExchange, Queue: q.id, Ptr: src, Size: size})
-	return fmt.Errorf("fake device %d: exchange: %w", q.d.idx, plugin.ErrUnsupported)
+	if other, ok := dst.(*fakeDevice); !ok || other != q.d {
+		q.d.record(fakeCall{Op: fExchange, Queue: q.id, Ptr: src, Size: size})
+		return fmt.Errorf("fake device %d: exchange: %w", q.d.idx, plugin.ErrUnsupported)
+	}
+	from, err := q.d.bytes(src, size)
+	if err != nil {
+		return err
+	}
+	to, err := q.d.bytes(dstPtr, size)
+	if err != nil {
+		return err
+	}
+	return q.enqueue(fExchange, fakeCall{Ptr: src, Size: size}, func() error { copy(to, from); return nil })
 }
 
 func (q *fakeQueue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
@@ -426,7 +439,7 @@ func (q *fakeQueue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
 	d.mu.Lock()
 	img, num := d.img, d.num
 	d.mu.Unlock()
-	if img == nil || k == nil || k.Index >= len(img.Kernels) || img.Kernels[k.Index] != k {
+	if img == nil || k == nil || k.Index < 0 || k.Index >= len(img.Kernels) || img.Kernels[k.Index] != k {
 		return fmt.Errorf("fake device %d: %w: kernel not in the loaded image", d.idx, plugin.ErrBadKernel)
 	}
 	vals, err := k.ArgValues(args, d.bytes)
