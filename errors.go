@@ -34,14 +34,14 @@ var (
 	ErrBadMap = core.ErrBadMap
 	// ErrBadArgument: a kernel argument or memory routine argument of the
 	// wrong kind.
-	ErrBadArgument = core.ErrBadArg
+	ErrBadArgument = core.ErrBadArgument
 	// ErrKernelSignature: a kernel function that cannot be offloaded, or a
 	// duplicate kernel name.
-	ErrKernelSignature = plugin.ErrSignature
+	ErrKernelSignature = plugin.ErrKernelSignature
 	// ErrKernelFailed: a kernel that failed on its device (it panicked or
 	// called runtime.Goexit); errors.As finds a *KernelPanic with the panic
 	// value and stack.
-	ErrKernelFailed = plugin.ErrKernel
+	ErrKernelFailed = plugin.ErrKernelFailed
 	// ErrDeviceLost: a device that stopped working.
 	ErrDeviceLost = plugin.ErrDeviceLost
 	// ErrBadPointer: a device pointer outside any live allocation.

@@ -27,8 +27,8 @@ import (
 // to the protocol. The initial device's copy is the host slice itself
 // (BindHost).
 
-// ErrGlobal is wrapped by every error about declaring a variable.
-var ErrGlobal = errors.New("invalid declare target variable")
+// ErrDeclareTarget is wrapped by every error about declaring a variable.
+var ErrDeclareTarget = errors.New("invalid declare target variable")
 
 // Global is a declare target variable: Len elements of Elem at Host in this
 // process.
@@ -89,7 +89,7 @@ var globals struct {
 }
 
 // RegisterGlobal adds the variable name, n elements of elem at host, to the
-// entries table. It is refused (an error wrapping ErrGlobal) while a runtime
+// entries table. It is refused (an error wrapping ErrDeclareTarget) while a runtime
 // is started (between FreezeGlobals and ThawGlobals: its devices set the
 // variables up at Start, and a device process has only the variables of its
 // own package init), and for an empty name, a name taken, an empty variable,
@@ -101,33 +101,33 @@ func RegisterGlobal(name string, elem reflect.Type, host unsafe.Pointer, n int, 
 		kind = "link"
 	}
 	if name == "" {
-		return nil, fmt.Errorf("%w: declare target %s variable: the name is empty", ErrGlobal, kind)
+		return nil, fmt.Errorf("%w: declare target %s variable: the name is empty", ErrDeclareTarget, kind)
 	}
 	if err := plainData(elem); err != nil {
-		return nil, fmt.Errorf("%w: declare target %s variable %q: elements of type %s must be plain data: %v", ErrGlobal, kind, name, elem, err)
+		return nil, fmt.Errorf("%w: declare target %s variable %q: elements of type %s must be plain data: %v", ErrDeclareTarget, kind, name, elem, err)
 	}
 	size := int64(n) * int64(elem.Size())
 	if n <= 0 || host == nil || size <= 0 {
-		return nil, fmt.Errorf("%w: declare target %s variable %q: the variable is empty (a scalar is a slice of length 1)", ErrGlobal, kind, name)
+		return nil, fmt.Errorf("%w: declare target %s variable %q: the variable is empty (a scalar is a slice of length 1)", ErrDeclareTarget, kind, name)
 	}
 	globals.Lock()
 	defer globals.Unlock()
 	if globals.frozen > 0 {
-		return nil, fmt.Errorf("%w: declare target %s variable %q: declared after offload.Start: the devices set up the variables at Start (device processes register theirs at their own package init); declare it at package init, in a package-level var", ErrGlobal, kind, name)
+		return nil, fmt.Errorf("%w: declare target %s variable %q: declared after offload.Start: the devices set up the variables at Start (device processes register theirs at their own package init); declare it at package init, in a package-level var", ErrDeclareTarget, kind, name)
 	}
 	if _, dup := globals.byName[name]; dup {
-		return nil, fmt.Errorf("%w: declare target variable %q is declared twice", ErrGlobal, name)
+		return nil, fmt.Errorf("%w: declare target variable %q is declared twice", ErrDeclareTarget, name)
 	}
 	begin, end := uintptr(host), uintptr(host)+uintptr(size)
 	for _, o := range globals.list {
 		if begin < o.Addr()+uintptr(o.Size) && o.Addr() < end {
-			return nil, fmt.Errorf("%w: declare target %s variable %q: its host memory overlaps that of %s", ErrGlobal, kind, name, o.Describe())
+			return nil, fmt.Errorf("%w: declare target %s variable %q: its host memory overlaps that of %s", ErrDeclareTarget, kind, name, o.Describe())
 		}
 	}
 	if globals.bind == nil {
 		k, err := RegisterKernel(BindKernelName, bindBody)
 		if err != nil {
-			return nil, fmt.Errorf("%w: declare target %s variable %q: %w", ErrGlobal, kind, name, err)
+			return nil, fmt.Errorf("%w: declare target %s variable %q: %w", ErrDeclareTarget, kind, name, err)
 		}
 		globals.bind = k
 	}

@@ -83,7 +83,7 @@ func (k *Kernel) SetCode(c DeviceCode) error {
 		return err
 	}
 	if c.Format == "" || len(c.Image) == 0 || c.Entry == "" {
-		return fmt.Errorf("%w: kernel %q: device code needs a format, an image and an entry name", ErrSignature, k.Name)
+		return fmt.Errorf("%w: kernel %q: device code needs a format, an image and an entry name", ErrKernelSignature, k.Name)
 	}
 	if k.Code == nil {
 		k.Code = map[string]DeviceCode{}
@@ -92,8 +92,8 @@ func (k *Kernel) SetCode(c DeviceCode) error {
 	return nil
 }
 
-// ErrSignature is wrapped by every error about a kernel's signature or name.
-var ErrSignature = errors.New("invalid kernel")
+// ErrKernelSignature is wrapped by every error about a kernel's signature or name.
+var ErrKernelSignature = errors.New("invalid kernel")
 
 var ctxType = reflect.TypeFor[*KernelCtx]()
 
@@ -116,7 +116,7 @@ var ErrSealed = errors.New("registered after offload.Start")
 
 // Seal takes the entries table for a runtime that starts now: until
 // Unseal, registrations are refused with an error wrapping ErrSealed and
-// ErrSignature.
+// ErrKernelSignature.
 func Seal() *Image {
 	registry.Lock()
 	registry.sealed++
@@ -145,7 +145,7 @@ func checkUnsealed(what string) error {
 	if registry.sealed == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %s %w: the devices loaded the kernel table at Start (device processes build theirs at their own package init), so it would not run there; register it at package init, in a package-level var, before Start", ErrSignature, what, ErrSealed)
+	return fmt.Errorf("%w: %s %w: the devices loaded the kernel table at Start (device processes build theirs at their own package init), so it would not run there; register it at package init, in a package-level var, before Start", ErrKernelSignature, what, ErrSealed)
 }
 
 // RegisterKernel adds fn to the entries table under name. The first
@@ -155,18 +155,18 @@ func checkUnsealed(what string) error {
 // one. fn must return nothing.
 func RegisterKernel(name string, fn any) (*Kernel, error) {
 	if name == "" {
-		return nil, fmt.Errorf("%w: kernel name is empty", ErrSignature)
+		return nil, fmt.Errorf("%w: kernel name is empty", ErrKernelSignature)
 	}
 	v := reflect.ValueOf(fn)
 	if !v.IsValid() || v.Kind() != reflect.Func || v.IsNil() {
-		return nil, fmt.Errorf("%w: kernel %q: body is %T, want a non-nil func", ErrSignature, name, fn)
+		return nil, fmt.Errorf("%w: kernel %q: body is %T, want a non-nil func", ErrKernelSignature, name, fn)
 	}
 	t := v.Type()
 	if t.IsVariadic() {
-		return nil, fmt.Errorf("%w: kernel %q: variadic functions are not kernels", ErrSignature, name)
+		return nil, fmt.Errorf("%w: kernel %q: variadic functions are not kernels", ErrKernelSignature, name)
 	}
 	if t.NumOut() != 0 {
-		return nil, fmt.Errorf("%w: kernel %q: returns %d results; kernels return nothing (write results to a slice)", ErrSignature, name, t.NumOut())
+		return nil, fmt.Errorf("%w: kernel %q: returns %d results; kernels return nothing (write results to a slice)", ErrKernelSignature, name, t.NumOut())
 	}
 	k := &Kernel{Name: name, Fn: v, Sig: t.String()}
 	for i := 0; i < t.NumIn(); i++ {
@@ -179,7 +179,7 @@ func RegisterKernel(name string, fn any) (*Kernel, error) {
 		k.Tops = append(k.Tops, pt)
 		if pt.Kind() == reflect.Slice {
 			if err := plainData(pt.Elem()); err != nil {
-				return nil, fmt.Errorf("%w: kernel %q: parameter %d (%s): slice elements must be plain data: %v", ErrSignature, name, i, pt, err)
+				return nil, fmt.Errorf("%w: kernel %q: parameter %d (%s): slice elements must be plain data: %v", ErrKernelSignature, name, i, pt, err)
 			}
 			k.Params = append(k.Params, Param{Kind: Slice, Type: pt.Elem(), Top: top, Field: -1, SliceType: pt})
 			continue
@@ -187,14 +187,14 @@ func RegisterKernel(name string, fn any) (*Kernel, error) {
 		if pt.Kind() == reflect.Struct && plainData(pt) != nil && holdsSlices(pt) {
 			fields, err := structFields(pt, top)
 			if err != nil {
-				return nil, fmt.Errorf("%w: kernel %q: parameter %d (%s): %v", ErrSignature, name, i, pt, err)
+				return nil, fmt.Errorf("%w: kernel %q: parameter %d (%s): %v", ErrKernelSignature, name, i, pt, err)
 			}
 			k.Params = append(k.Params, fields...)
 			k.structs = true
 			continue
 		}
 		if err := plainData(pt); err != nil {
-			return nil, fmt.Errorf("%w: kernel %q: parameter %d (%s): %v", ErrSignature, name, i, pt, err)
+			return nil, fmt.Errorf("%w: kernel %q: parameter %d (%s): %v", ErrKernelSignature, name, i, pt, err)
 		}
 		k.Params = append(k.Params, Param{Kind: Scalar, Type: pt, Top: top, Field: -1})
 	}
@@ -207,7 +207,7 @@ func RegisterKernel(name string, fn any) (*Kernel, error) {
 		registry.byName = map[string]*Kernel{}
 	}
 	if _, dup := registry.byName[name]; dup {
-		return nil, fmt.Errorf("%w: kernel %q is registered twice", ErrSignature, name)
+		return nil, fmt.Errorf("%w: kernel %q is registered twice", ErrKernelSignature, name)
 	}
 	k.Index = len(registry.kernels)
 	registry.kernels = append(registry.kernels, k)

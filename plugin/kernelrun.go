@@ -57,7 +57,7 @@ func (c *KernelCtx) For(n int, body func(lo, hi int)) { c.pool.For(n, body) }
 // argument is a reflect slice value of the element type (made with
 // reflect.SliceAt over device memory), a scalar is a value of the parameter's
 // type. A panic in the body or in its loop chunks is returned as an error
-// wrapping ErrKernel, with the panic value and stack; so is a call to
+// wrapping ErrKernelFailed, with the panic value and stack; so is a call to
 // runtime.Goexit, which cannot end the caller's goroutine: the body runs on a
 // runner goroutine (see runner).
 func (k *Kernel) Call(ctx *KernelCtx, args []reflect.Value) error {

@@ -10,7 +10,7 @@ import (
 // called runtime.Goexit: the kernel, the panic value and the stack of the
 // goroutine that panicked, trimmed to the program's own frames. Its text
 // is one line (the kernel, where it panicked and the value); the stack is
-// in Stack. It wraps ErrKernel (and the panic value, where that is an error
+// in Stack. It wraps ErrKernelFailed (and the panic value, where that is an error
 // and the kernel ran in this process). A device process sends its fields to
 // the host, so errors.As finds a KernelPanic whatever device ran the kernel.
 type KernelPanic struct {
@@ -52,7 +52,7 @@ func NewKernelPanic(kernel string, v any, goexit, chunk bool, stack []byte) *Ker
 // value".
 func (e *KernelPanic) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%v: kernel %q ", ErrKernel, e.Kernel)
+	fmt.Fprintf(&b, "%v: kernel %q ", ErrKernelFailed, e.Kernel)
 	if e.Goexit {
 		b.WriteString("called runtime.Goexit")
 	} else {
@@ -72,12 +72,12 @@ func (e *KernelPanic) Error() string {
 	return b.String()
 }
 
-// Unwrap returns ErrKernel, and the panic value if it is an error.
+// Unwrap returns ErrKernelFailed, and the panic value if it is an error.
 func (e *KernelPanic) Unwrap() []error {
 	if err, ok := e.value.(error); ok {
-		return []error{ErrKernel, err}
+		return []error{ErrKernelFailed, err}
 	}
-	return []error{ErrKernel}
+	return []error{ErrKernelFailed}
 }
 
 // Recovered returns the recovered panic value where the kernel ran in this

@@ -69,7 +69,7 @@ func TestLaunchHere(t *testing.T) {
 		t.Errorf("the body did not run on the caller's goroutine:\n%s", on)
 	}
 	boom := &Kernel{Name: "test.boom", Fn: reflect.ValueOf(func() { panic("boom") })}
-	if err := boom.LaunchHere(nil, nil, nil, nil); !errors.Is(err, ErrKernel) || !strings.Contains(err.Error(), "boom") {
+	if err := boom.LaunchHere(nil, nil, nil, nil); !errors.Is(err, ErrKernelFailed) || !strings.Contains(err.Error(), "boom") {
 		t.Errorf("panic: %v", err)
 	}
 	exit := &Kernel{Name: "test.exit", Fn: reflect.ValueOf(runtime.Goexit)}
@@ -83,7 +83,7 @@ func TestLaunchHere(t *testing.T) {
 	if <-returned {
 		t.Fatal("LaunchHere returned after runtime.Goexit")
 	}
-	if err := <-got; !errors.Is(err, ErrKernel) || !strings.Contains(err.Error(), "runtime.Goexit") {
+	if err := <-got; !errors.Is(err, ErrKernelFailed) || !strings.Contains(err.Error(), "runtime.Goexit") {
 		t.Errorf("Goexit: %v", err)
 	}
 }

@@ -202,8 +202,8 @@ var (
 	ErrNotRecorded = errors.New("event not recorded")
 	// ErrOutOfMemory: the device has not enough free memory.
 	ErrOutOfMemory = errors.New("out of device memory")
-	// ErrKernel: a kernel failed on the device (for example it panicked).
-	ErrKernel = errors.New("kernel failed")
+	// ErrKernelFailed: a kernel failed on the device (for example it panicked).
+	ErrKernelFailed = errors.New("kernel failed")
 	// ErrBadKernel: a kernel or argument list that the image does not match.
 	ErrBadKernel = errors.New("invalid kernel launch")
 	// ErrSkipped: an operation skipped because an earlier one in its queue

@@ -107,7 +107,7 @@ func TestEnterDataSubmitFailsInQueue(t *testing.T) {
 // data), the error wraps the cause and names the kernel and the device, and
 // the mapping is released.
 func TestLaunchFails(t *testing.T) {
-	kernelErr := fmt.Errorf("%w: injected by the test", plugin.ErrKernel)
+	kernelErr := fmt.Errorf("%w: injected by the test", plugin.ErrKernelFailed)
 	for _, tc := range []struct {
 		name string
 		act  action

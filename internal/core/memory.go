@@ -17,7 +17,7 @@ import (
 // Alloc allocates size bytes of device memory.
 func (d *Device) Alloc(size int64) (plugin.Ptr, error) {
 	if size < 0 {
-		return 0, fmt.Errorf("goffload: %s: alloc of %d bytes: %w: negative size", d.Label(), size, ErrBadArg)
+		return 0, fmt.Errorf("goffload: %s: alloc of %d bytes: %w: negative size", d.Label(), size, ErrBadArgument)
 	}
 	p, err := d.Dev.Alloc(size)
 	if err != nil {
@@ -157,7 +157,7 @@ func (d *Device) Associate(buf Buf, p plugin.Ptr) error {
 	const op = opAssociate
 	m := MapItem{Buf: buf}
 	if buf.Size <= 0 {
-		return d.mapErr(op, m, ErrBadArg, "cannot associate an empty buffer")
+		return d.mapErr(op, m, ErrBadArgument, "cannot associate an empty buffer")
 	}
 	t := d.table
 	t.mu.Lock()

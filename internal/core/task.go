@@ -17,8 +17,8 @@ var ErrDependency = errors.New("a task it depends on failed")
 
 // ErrInTask is wrapped by the error of Taskwait or Stop called from inside
 // a task (host work, or a kernel on the initial device), which would wait
-// for the task calling it. It wraps ErrBadArg.
-var ErrInTask = fmt.Errorf("%w: called from inside a task, which would wait for itself", ErrBadArg)
+// for the task calling it. It wraps ErrBadArgument.
+var ErrInTask = fmt.Errorf("%w: called from inside a task, which would wait for itself", ErrBadArgument)
 
 // Task is an asynchronous construct or piece of host work.
 type Task struct {

@@ -116,7 +116,7 @@ func TestTaskInTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-task.Done()
-	if !errors.Is(inside, ErrInTask) || !errors.Is(inside, ErrBadArg) {
+	if !errors.Is(inside, ErrInTask) || !errors.Is(inside, ErrBadArgument) {
 		t.Fatalf("Taskwait inside a task: %v", inside)
 	}
 }

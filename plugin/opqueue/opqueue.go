@@ -163,7 +163,7 @@ func (q *Queue) put(o op, here, only bool) (bool, error) {
 // ended it (runtime.Goexit), and the queue fails with why o says, or says
 // so. Later operations go to the queue's goroutine.
 func (q *Queue) goexited(o op) {
-	err := fmt.Errorf("%w: an operation ended its goroutine (runtime.Goexit)", plugin.ErrKernel)
+	err := fmt.Errorf("%w: an operation ended its goroutine (runtime.Goexit)", plugin.ErrKernelFailed)
 	if o.exited != nil && *o.exited != nil {
 		err = *o.exited
 	}

@@ -214,8 +214,8 @@ func (e *env) testKernelPanic(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := qsync(t, q)
-	if !errors.Is(err, plugin.ErrKernel) {
-		t.Fatalf("Synchronize after a panicking kernel = %v, want an error wrapping ErrKernel", err)
+	if !errors.Is(err, plugin.ErrKernelFailed) {
+		t.Fatalf("Synchronize after a panicking kernel = %v, want an error wrapping ErrKernelFailed", err)
 	}
 	if !strings.Contains(err.Error(), panicMessage(12345)) {
 		t.Errorf("kernel panic error %q does not contain the panic value %q", err, panicMessage(12345))
@@ -237,8 +237,8 @@ func (e *env) testKernelPanic(t *testing.T) {
 	// A panic in a chunk of a parallel loop.
 	launch(t, q, kPanicFor, scalar(1000), scalar(int64(777)))
 	err = qsync(t, q)
-	if !errors.Is(err, plugin.ErrKernel) || !strings.Contains(err.Error(), panicMessage(777)) {
-		t.Errorf("panic inside For: Synchronize = %v, want an error wrapping ErrKernel with %q", err, panicMessage(777))
+	if !errors.Is(err, plugin.ErrKernelFailed) || !strings.Contains(err.Error(), panicMessage(777)) {
+		t.Errorf("panic inside For: Synchronize = %v, want an error wrapping ErrKernelFailed with %q", err, panicMessage(777))
 	}
 
 	// Query reports the failure once the queue is done, and clears it.
@@ -247,8 +247,8 @@ func (e *env) testKernelPanic(t *testing.T) {
 	for {
 		done, err := q.Query()
 		if done {
-			if !errors.Is(err, plugin.ErrKernel) || !strings.Contains(err.Error(), panicMessage(55)) {
-				t.Errorf("Query after a panicking kernel = %v, want an error wrapping ErrKernel with %q", err, panicMessage(55))
+			if !errors.Is(err, plugin.ErrKernelFailed) || !strings.Contains(err.Error(), panicMessage(55)) {
+				t.Errorf("Query after a panicking kernel = %v, want an error wrapping ErrKernelFailed with %q", err, panicMessage(55))
 			}
 			break
 		}

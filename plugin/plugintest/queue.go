@@ -176,7 +176,7 @@ func failedEvent(t *testing.T, da plugin.Device, qa plugin.Queue, code int64) pl
 }
 
 // waiterFails checks that qb, on device db, fails when it waits for ev
-// (which carries an ErrKernel): the operations after the wait are skipped,
+// (which carries an ErrKernelFailed): the operations after the wait are skipped,
 // and qb works again after Synchronize.
 func waiterFails(t *testing.T, db plugin.Device, qb plugin.Queue, ev plugin.Event) {
 	t.Helper()
@@ -191,8 +191,8 @@ func waiterFails(t *testing.T, db plugin.Device, qb plugin.Queue, ev plugin.Even
 	if err := qb.Retrieve(host, y); err != nil { // skipped
 		t.Fatal(err)
 	}
-	if err := qsync(t, qb); !errors.Is(err, plugin.ErrKernel) {
-		t.Errorf("Synchronize on a queue that waited for a failed event = %v, want an error wrapping ErrKernel", err)
+	if err := qsync(t, qb); !errors.Is(err, plugin.ErrKernelFailed) {
+		t.Errorf("Synchronize on a queue that waited for a failed event = %v, want an error wrapping ErrKernelFailed", err)
 	}
 	if v := fromBytes[int64](host)[0]; v != -5 {
 		t.Errorf("an operation after a failed wait ran: host buffer %d, want -5", v)
@@ -207,14 +207,14 @@ func (e *env) testEventError(t *testing.T) {
 	qa, qb := newQueue(t, d), newQueue(t, d)
 	ev := failedEvent(t, d, qa, 31)
 	waiterFails(t, d, qb, ev)
-	if err := esync(t, ev); !errors.Is(err, plugin.ErrKernel) {
-		t.Errorf("Synchronize on an event recorded after a failed kernel = %v, want an error wrapping ErrKernel", err)
+	if err := esync(t, ev); !errors.Is(err, plugin.ErrKernelFailed) {
+		t.Errorf("Synchronize on an event recorded after a failed kernel = %v, want an error wrapping ErrKernelFailed", err)
 	}
-	if fired, err := ev.Query(); !fired || !errors.Is(err, plugin.ErrKernel) {
-		t.Errorf("Query on an event recorded after a failed kernel = %v, %v; want true and an error wrapping ErrKernel", fired, err)
+	if fired, err := ev.Query(); !fired || !errors.Is(err, plugin.ErrKernelFailed) {
+		t.Errorf("Query on an event recorded after a failed kernel = %v, %v; want true and an error wrapping ErrKernelFailed", fired, err)
 	}
-	if err := qsync(t, qa); !errors.Is(err, plugin.ErrKernel) {
-		t.Errorf("Synchronize on the failed queue = %v, want an error wrapping ErrKernel", err)
+	if err := qsync(t, qa); !errors.Is(err, plugin.ErrKernelFailed) {
+		t.Errorf("Synchronize on the failed queue = %v, want an error wrapping ErrKernelFailed", err)
 	}
 	// Both queues work again.
 	for i, q := range []plugin.Queue{qa, qb} {
@@ -266,8 +266,8 @@ func (e *env) testCrossDeviceWait(t *testing.T) {
 
 			// A failure crosses the devices too.
 			waiterFails(t, db, qb, failedEvent(t, da, qa, 32))
-			if err := qsync(t, qa); !errors.Is(err, plugin.ErrKernel) {
-				t.Errorf("Synchronize on the failed queue = %v, want an error wrapping ErrKernel", err)
+			if err := qsync(t, qa); !errors.Is(err, plugin.ErrKernelFailed) {
+				t.Errorf("Synchronize on the failed queue = %v, want an error wrapping ErrKernelFailed", err)
 			}
 		})
 	}

@@ -209,8 +209,8 @@ func (e *env) testFireNotifier(t *testing.T) {
 	})
 	select {
 	case err := <-fired:
-		if err == nil || !errors.Is(err, plugin.ErrKernel) {
-			t.Errorf("after a failed kernel the event fired with %v, want ErrKernel", err)
+		if err == nil || !errors.Is(err, plugin.ErrKernelFailed) {
+			t.Errorf("after a failed kernel the event fired with %v, want ErrKernelFailed", err)
 		}
 	case <-time.After(timeout):
 		t.Fatal("OnFire's function did not run")

@@ -181,7 +181,7 @@ func (d *device) wrap(err error) error {
 	}
 	switch r := cudadrv.Code(err); {
 	case r.Sticky():
-		lost := fmt.Errorf("%s: %w: %w: %w (a kernel faulted: the GPU's context is unusable until the program restarts)", d.label(), plugin.ErrDeviceLost, plugin.ErrKernel, err)
+		lost := fmt.Errorf("%s: %w: %w: %w (a kernel faulted: the GPU's context is unusable until the program restarts)", d.label(), plugin.ErrDeviceLost, plugin.ErrKernelFailed, err)
 		d.lost.CompareAndSwap(nil, &lost)
 		return *d.lost.Load()
 	case r == cudadrv.ErrOutOfMemory:

@@ -420,8 +420,8 @@ func TestStickyErrorLosesDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := q.Synchronize()
-	if !errors.Is(err, plugin.ErrDeviceLost) || !errors.Is(err, plugin.ErrKernel) || !strings.Contains(err.Error(), "CUDA_ERROR_ILLEGAL_ADDRESS") {
-		t.Errorf("Synchronize after a fault = %v, want ErrDeviceLost and ErrKernel with the CUDA error", err)
+	if !errors.Is(err, plugin.ErrDeviceLost) || !errors.Is(err, plugin.ErrKernelFailed) || !strings.Contains(err.Error(), "CUDA_ERROR_ILLEGAL_ADDRESS") {
+		t.Errorf("Synchronize after a fault = %v, want ErrDeviceLost and ErrKernelFailed with the CUDA error", err)
 	}
 	if lost := d.(plugin.LostReporter).Lost(); !errors.Is(lost, plugin.ErrDeviceLost) {
 		t.Errorf("Lost() = %v", lost)

@@ -449,7 +449,7 @@ func isClosedErr(err error) bool {
 // other side.
 var codes = []error{
 	nil,
-	plugin.ErrKernel,
+	plugin.ErrKernelFailed,
 	plugin.ErrBadPointer,
 	plugin.ErrBadKernel,
 	plugin.ErrOutOfMemory,
@@ -494,8 +494,8 @@ func decodeErr(code uint8, text string) error {
 		cause = codes[code]
 	}
 	text, kp := splitPanic(text)
-	if kp != nil && cause == plugin.ErrKernel {
-		cause = kp // wraps ErrKernel
+	if kp != nil && cause == plugin.ErrKernelFailed {
+		cause = kp // wraps ErrKernelFailed
 	}
 	return &wireError{text: text, cause: cause}
 }

@@ -69,8 +69,8 @@ func TestMPIRankKernelPanic(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = q.Synchronize()
-	if !errors.Is(err, plugin.ErrKernel) || !strings.Contains(err.Error(), "rank panic 7") || !strings.Contains(err.Error(), "mpi device") {
-		t.Fatalf("a kernel panic on an MPI device: %v; want ErrKernel naming the device and the panic value", err)
+	if !errors.Is(err, plugin.ErrKernelFailed) || !strings.Contains(err.Error(), "rank panic 7") || !strings.Contains(err.Error(), "mpi device") {
+		t.Fatalf("a kernel panic on an MPI device: %v; want ErrKernelFailed naming the device and the panic value", err)
 	}
 	p, err := d.Alloc(8 * 4)
 	if err != nil {

@@ -24,7 +24,7 @@ func TestPanicOnTheWire(t *testing.T) {
 		}
 		got := decodeErr(m.Code, m.Text)
 		var back *plugin.KernelPanic
-		if !errors.Is(got, plugin.ErrKernel) || !errors.As(got, &back) || got.Error() != sent.Error() {
+		if !errors.Is(got, plugin.ErrKernelFailed) || !errors.As(got, &back) || got.Error() != sent.Error() {
 			t.Fatalf("decoded %q (%T), want %q with a KernelPanic", got, got, sent)
 		}
 		if back.Kernel != "k" || back.Value != "v" || !back.Chunk || back.At != "k.go:3" || back.Stack == "" || !strings.HasPrefix(stack, back.Stack) {
@@ -32,9 +32,9 @@ func TestPanicOnTheWire(t *testing.T) {
 		}
 	}
 	// A mark with garbage after it leaves the text and the code's sentinel.
-	got := decodeErr(errCode(plugin.ErrKernel), "boom"+panicMark+"{not json")
+	got := decodeErr(errCode(plugin.ErrKernelFailed), "boom"+panicMark+"{not json")
 	var back *plugin.KernelPanic
-	if got.Error() != "boom" || !errors.Is(got, plugin.ErrKernel) || errors.As(got, &back) {
+	if got.Error() != "boom" || !errors.Is(got, plugin.ErrKernelFailed) || errors.As(got, &back) {
 		t.Errorf("garbage: %q", got)
 	}
 }
