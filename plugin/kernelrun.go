@@ -22,8 +22,8 @@ type KernelCtx struct {
 // Pool is a set of worker goroutines that a kernel's parallel loops
 // (ctx.For) split over: one per core of the device. A CPU device kind makes
 // one per device with NewPool, gives it to the kernels' contexts
-// (NewKernelCtx), and closes it with the device, then calls DropGlobals
-// with it. Its methods (its type is internal, so they are listed here):
+// (NewKernelCtx), and closes it with the device: closing it also forgets
+// the device's declare target bindings. Its methods (its type is internal, so they are listed here):
 //
 //	Workers() int                                 // the cores loops split over: what Info.Cores should say
 //	Close()                                       // stops the workers once their chunks are done; loops after it run on the caller alone
@@ -35,7 +35,11 @@ type Pool = workpool.Pool
 // NewPool returns a pool of the given number of workers: at least 1, and
 // more than max(64, 4 × the machine's CPUs), or 4096, are cut to that
 // (Workers says how many it has).
-func NewPool(workers int) *Pool { return workpool.New(workers) }
+func NewPool(workers int) *Pool {
+	p := workpool.New(workers)
+	p.OnClose(func() { DropGlobals(p) }) // the device's declare target bindings go with it
+	return p
+}
 
 // NewKernelCtx returns the context for a kernel running on device number
 // device with pool's workers.

@@ -45,7 +45,7 @@
 // # What a kind uses
 //
 // A CPU kind (one that runs the Go bodies) needs: [RegisterKind]; [NewPool]
-// (one per device, closed with the device, then [DropGlobals]);
+// (one per device, closed with the device);
 // [NewKernelCtx] in Load; [Kernel.Launch] with a [Mem] over its memory;
 // the Err variables, wrapped with detail. Its queues and events can be
 // those of package plugin/opqueue (in-order queues that run Go functions

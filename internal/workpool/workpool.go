@@ -39,6 +39,10 @@ type Pool struct {
 	once    sync.Once
 	wg      sync.WaitGroup
 	started func() // tests: called as each worker starts
+
+	closeMu  sync.Mutex
+	onClose  []func() // run once by the first Close, after the workers end
+	closedUp bool
 }
 
 // New starts a pool with the given number of workers (at least one, at most
@@ -83,6 +87,27 @@ func (p *Pool) Workers() int { return p.workers }
 func (p *Pool) Close() {
 	p.once.Do(func() { close(p.quit) })
 	p.wg.Wait()
+	p.closeMu.Lock()
+	hooks := p.onClose
+	p.onClose, p.closedUp = nil, true
+	p.closeMu.Unlock()
+	for _, f := range hooks {
+		f()
+	}
+}
+
+// OnClose makes the first Close call f once the workers have ended (at once
+// if the pool is closed already): what goes with the pool's device, such as
+// its declare target bindings.
+func (p *Pool) OnClose(f func()) {
+	p.closeMu.Lock()
+	if !p.closedUp {
+		p.onClose = append(p.onClose, f)
+		p.closeMu.Unlock()
+		return
+	}
+	p.closeMu.Unlock()
+	f()
 }
 
 // PanicError is what For returns (as a panic value re-raised in the caller)

@@ -106,3 +106,24 @@ func TestForGoexit(t *testing.T) {
 		t.Errorf("%d more workers started than ended", len(started))
 	}
 }
+
+// TestOnClose: the hooks run once, at the first Close, after the workers
+// ended; one added after Close runs at once.
+func TestOnClose(t *testing.T) {
+	p := New(3)
+	var ran []string
+	p.OnClose(func() { ran = append(ran, "a") })
+	p.OnClose(func() { ran = append(ran, "b") })
+	if len(ran) != 0 {
+		t.Fatalf("hooks ran before Close: %v", ran)
+	}
+	p.Close()
+	p.Close()
+	if strings.Join(ran, "") != "ab" {
+		t.Fatalf("after two Closes the hooks ran %v, want a then b, once", ran)
+	}
+	p.OnClose(func() { ran = append(ran, "c") })
+	if strings.Join(ran, "") != "abc" {
+		t.Fatalf("a hook added after Close: %v, want it run at once", ran)
+	}
+}

@@ -398,8 +398,7 @@ func (d *device) Close() error {
 	pool := d.pool
 	d.mu.Unlock()
 	if pool != nil {
-		pool.Close()
-		plugin.DropGlobals(pool)
+		pool.Close() // and with it the declare target variables' bindings
 	}
 	lost := d.Lost() != nil
 	var errs []error

@@ -128,7 +128,7 @@ func New(cfg Config) plugin.Device {
 		num:   -1,
 		cores: cfg.Cores,
 		mem:   hostmem.New(cfg.PoolThreshold),
-		pool:  workpool.New(cfg.Cores),
+		pool:  plugin.NewPool(cfg.Cores),
 	}
 	d.bytes = d.mem.Bytes
 	return d
@@ -251,8 +251,7 @@ func (d *device) Close() error {
 	}
 	d.closed = true
 	d.mu.Unlock()
-	d.pool.Close()
-	plugin.DropGlobals(d.pool) // the declare target variables' bindings
+	d.pool.Close() // and with it the declare target variables' bindings
 	d.mem.Reset()
 	return nil
 }

@@ -66,7 +66,7 @@ func newSession(l *link, img *plugin.Image, cores int) *session {
 	s := &session{
 		l: l, img: img, cores: cores, num: -1, rank: -1,
 		mem:    hostmem.New(256 << 20),
-		pool:   workpool.New(cores),
+		pool:   plugin.NewPool(cores),
 		queues: map[uint32]*opqueue.Queue{},
 		evs:    state.NewSession[*opqueue.Event](),
 		pulls:  map[uint64]*incoming{},
@@ -165,8 +165,7 @@ func (s *session) close() {
 	for _, q := range qs {
 		q.Close()
 	}
-	s.pool.Close()
-	plugin.DropGlobals(s.pool) // the declare target variables' bindings
+	s.pool.Close() // and with it the declare target variables' bindings
 	s.mem.Reset()
 }
 

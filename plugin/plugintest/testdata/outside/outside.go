@@ -294,7 +294,6 @@ func (d *device) Close() error {
 	d.closed = true
 	d.allocs, d.inUse = nil, 0
 	d.mu.Unlock()
-	d.pool.Close()
-	plugin.DropGlobals(d.pool) // the bindings of declare target variables
+	d.pool.Close() // and with it the bindings of declare target variables
 	return nil
 }
