@@ -220,14 +220,20 @@ func openPeer(env *Env, role string, sp spin, size int) (*peer, error) {
 }
 
 // withPeer opens a peer (openPeer), runs f with it and closes it.
-func withPeer(env *Env, role string, sp spin, size int, f func(p *peer) error) (err error) {
+func withPeer(env *Env, role string, sp spin, size int, f func(p *peer) error) error {
 	p, err := openPeer(env, role, sp, size)
+	return usePeer(p, err, f)
+}
+
+// usePeer runs f with p, the peer just opened (unless opening it failed
+// with err), and closes it.
+func usePeer(p *peer, err error, f func(p *peer) error) (ferr error) {
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if cerr := p.close(); err == nil {
-			err = cerr
+		if cerr := p.close(); ferr == nil {
+			ferr = cerr
 		}
 	}()
 	return f(p)

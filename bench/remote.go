@@ -91,15 +91,7 @@ func (r remoteRun) spinPeer(env *Env, role string, size int, f func(p *peer) err
 		return withPeer(env, role, spin{budget: remote.SpinBudget()}, size, f)
 	}
 	p, err := startShmPeer(role, size)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := p.close(); err == nil {
-			err = cerr
-		}
-	}()
-	return f(p)
+	return usePeer(p, err, f)
 }
 
 // over says what r's spinning raw baselines go over, for notes.

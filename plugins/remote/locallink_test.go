@@ -71,26 +71,13 @@ func TestDeviceStoppedMidTransfer(t *testing.T) {
 			t.Run(link+"/"+dir, func(t *testing.T) {
 				t.Setenv("GOFFLOAD_LOCAL_LINK", link)
 				t.Setenv("GOFFLOAD_DEVICE_TIMEOUT", "1s")
-				devs := openLocal(t, 2)
-				victim := devs[0]
-				p, err := victim.Alloc(size)
-				if err != nil {
-					t.Fatal(err)
-				}
-				q, _ := victim.NewQueue()
-				pid := victim.Info().PID
-				if dir == "submit" {
-					err = q.Submit(p, buf)
-				} else {
-					err = q.Retrieve(buf, p)
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
+				devs, q := startBigCopy(t, dir, buf)
+				pid := devs[0].Info().PID
 				syscall.Kill(pid, syscall.SIGSTOP)
 				defer syscall.Kill(pid, syscall.SIGCONT)
 				done := make(chan error, 1)
 				go func() { done <- q.Synchronize() }()
+				var err error
 				select {
 				case err = <-done:
 				case <-time.After(time.Minute):

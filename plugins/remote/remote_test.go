@@ -194,26 +194,12 @@ func TestDeviceKilledMidTransfer(t *testing.T) {
 	buf := make([]byte, size)
 	for _, dir := range []string{"submit", "retrieve"} {
 		t.Run(dir, func(t *testing.T) {
-			devs := openLocal(t, 2)
-			victim := devs[0]
-			p, err := victim.Alloc(size)
-			if err != nil {
-				t.Fatal(err)
-			}
-			q, _ := victim.NewQueue()
-			if dir == "submit" {
-				err = q.Submit(p, buf)
-			} else {
-				err = q.Retrieve(buf, p)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			devs, q := startBigCopy(t, dir, buf)
 			time.Sleep(2 * time.Millisecond)
-			pid := victim.Info().PID
+			pid := devs[0].Info().PID
 			start := time.Now()
 			syscall.Kill(pid, syscall.SIGKILL)
-			err = q.Synchronize()
+			err := q.Synchronize()
 			if took := time.Since(start); took > 10*time.Second {
 				t.Errorf("the failure took %v to surface, want well under 10s (it comes with the process's end, not the 30s device timeout)", took)
 			}
@@ -509,4 +495,26 @@ func TestSmallMessagesPassBulk(t *testing.T) {
 			t.Errorf("%s: a small round trip took %v of the transfer's %v: it waited behind the bulk data", dir, smallTook, total)
 		}
 	}
+}
+
+// startBigCopy opens two local devices and starts a copy of buf to the
+// first (dir "submit") or from it ("retrieve"); it returns the devices and
+// the copy's queue.
+func startBigCopy(t *testing.T, dir string, buf []byte) ([]plugin.Device, plugin.Queue) {
+	t.Helper()
+	devs := openLocal(t, 2)
+	p, err := devs[0].Alloc(int64(len(buf)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, _ := devs[0].NewQueue()
+	if dir == "submit" {
+		err = q.Submit(p, buf)
+	} else {
+		err = q.Retrieve(buf, p)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return devs, q
 }
