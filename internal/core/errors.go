@@ -19,7 +19,7 @@ var (
 	ErrNotPresent  = errors.New("not present on the device")
 	ErrExtension   = errors.New("explicit extension not allowed")
 	ErrBadMap      = errors.New("invalid map clause")
-	ErrBadArgument      = errors.New("invalid argument")
+	ErrBadArgument = errors.New("invalid argument")
 )
 
 // MapError is returned for a map clause or data operation that cannot be
