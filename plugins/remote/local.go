@@ -151,15 +151,13 @@ func spawn(exe, cores string) (*device, error) {
 	}()
 	var l *link
 	if shmFile != nil {
-		c, err := newShmConn(int(shmFile.Fd()), 0, conn, "the device process ended (its socket closed)")
-		if err != nil {
+		if l, err = newShmLink(int(shmFile.Fd()), 0, conn, "the device process ended (its socket closed)"); err != nil {
 			cmd.Process.Kill()
 			conn.Close()
 			side.Close()
 			<-exited
 			return nil, err
 		}
-		l = startLink(newShmTransport(c))
 	} else {
 		l = newLink(conn)
 	}

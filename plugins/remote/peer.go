@@ -91,14 +91,14 @@ func (ps *peers) receive(ch *net.UnixConn) {
 			ps.add(in.num, newLink(conn))
 			continue
 		}
-		c, err := newShmConn(in.shmFD, in.shm, conn, fmt.Sprintf("device %d's process ended (its socket closed)", in.num))
+		l, err := newShmLink(in.shmFD, in.shm, conn, fmt.Sprintf("device %d's process ended (its socket closed)", in.num))
 		syscall.Close(in.shmFD)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "goffload device %d: link to device %d: %v\n", ps.s.num, in.num, err)
 			conn.Close()
 			continue
 		}
-		ps.add(in.num, startLink(newShmTransport(c)))
+		ps.add(in.num, l)
 	}
 }
 

@@ -140,9 +140,5 @@ func localDeviceLink(conn net.Conn) (*link, error) {
 	}
 	f := os.NewFile(uintptr(n), "goffload-link")
 	defer f.Close()
-	c, err := newShmConn(int(f.Fd()), 1, conn, "the host ended (its socket closed)")
-	if err != nil {
-		return nil, err
-	}
-	return startLink(newShmTransport(c)), nil
+	return newShmLink(int(f.Fd()), 1, conn, "the host ended (its socket closed)")
 }

@@ -86,7 +86,7 @@ type shmConn struct {
 	once   sync.Once
 	unmap  sync.Once
 
-	skip, backoff int // the reader's spin backoff, as spinConn's
+	bo            readBackoff // the reader's, as spinConn's
 	reads, parked int64
 	kicked        atomic.Int64 // parked reads that kick woke
 }
@@ -117,6 +117,16 @@ func newShmConn(fd int, side int, bell net.Conn, endWhat string) (*shmConn, erro
 	}
 	shmLinks.Add(1)
 	return c, nil
+}
+
+// newShmLink starts a link over the shared memory of file fd, as side, with
+// bell its doorbell (see newShmConn).
+func newShmLink(fd, side int, bell net.Conn, endWhat string) (*link, error) {
+	c, err := newShmConn(fd, side, bell, endWhat)
+	if err != nil {
+		return nil, err
+	}
+	return startLink(newShmTransport(c)), nil
 }
 
 // newShmFile creates the memory of a shared-memory link: an anonymous,
@@ -177,7 +187,7 @@ func (c *shmConn) Read(p []byte) (int, error) {
 	defer c.leave()
 	c.reads++
 	r := c.rx
-	w := waiter{c: c}
+	w := waiter{c: c, skipping: c.bo.skipping()}
 	for {
 		head, tail := r.h.head.Load(), r.h.tail.Load()
 		if head-tail > shmRingSize {
@@ -334,8 +344,10 @@ func (c *shmConn) closeWith(cause error) error {
 		c.closed.Store(true)
 		for _, r := range []ring{c.tx, c.rx} {
 			r.h.closed.Store(1)
-			r.h.dataSeq.Add(1)
-			futexWake(&r.h.dataSeq)
+			if c.bell == nil { // readers parked on the futex; the doorbell's close wakes the others
+				r.h.dataSeq.Add(1)
+				futexWake(&r.h.dataSeq)
+			}
 		}
 		c.leave()
 		if c.bell != nil {
@@ -350,13 +362,14 @@ func (c *shmConn) closeWith(cause error) error {
 // polling reader and no kernel computes, then parks on the doorbell (or the
 // futex).
 type waiter struct {
-	c       *shmConn
-	start   time.Time
-	holding bool
-	spun    bool
-	parkedN int
-	polls   int
-	bell    [64]byte
+	c        *shmConn
+	skipping bool // the backoff makes this read park at once
+	start    time.Time
+	holding  bool
+	spun     bool
+	parkedN  int
+	polls    int
+	bell     [64]byte
 }
 
 // wait waits for the ring to move past tail, or for a close.
@@ -364,7 +377,7 @@ func (w *waiter) wait(tail uint64) {
 	c, h := w.c, w.c.rx.h
 	if w.start.IsZero() {
 		w.start = time.Now()
-		if c.skip == 0 && spinBudget > 0 && spinner.CompareAndSwap(false, true) {
+		if !w.skipping && spinBudget > 0 && spinner.CompareAndSwap(false, true) {
 			w.holding = true
 		}
 	}
@@ -392,8 +405,8 @@ func (w *waiter) wait(tail uint64) {
 			c.kicked.Add(1)
 			c.bell.SetReadDeadline(time.Time{})
 			h.rParked.Store(0)
-			w.start, w.parkedN, w.polls = time.Time{}, 0, 0
-			c.skip = 0
+			w.start, w.parkedN, w.polls, w.skipping = time.Time{}, 0, 0, false
+			c.bo.skip = 0
 			return
 		} else if err != nil && !c.closed.Load() {
 			// The other process is gone: what it wrote before is still
@@ -413,17 +426,8 @@ func (w *waiter) done() {
 		spinner.Store(false)
 		w.holding = false
 	}
-	c := w.c
-	if c.skip > 0 {
-		c.skip--
-		return
-	}
-	switch {
-	case w.parkedN > 0 && time.Since(w.start) > idleAfter:
-		c.backoff = min(max(2*c.backoff, 1), maxBackoff)
-		c.skip = c.backoff
-	case w.parkedN > 0 || w.spun:
-		c.backoff = 0
+	if !w.skipping {
+		w.c.bo.after(w.parkedN > 0, w.spun, w.start)
 	}
 }
 

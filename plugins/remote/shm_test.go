@@ -121,7 +121,7 @@ func TestShmParkedReaderWakes(t *testing.T) {
 	for _, bells := range []bool{true, false} {
 		t.Run(map[bool]string{true: "doorbell", false: "futex"}[bells], func(t *testing.T) {
 			a, b := shmPairOf(t, bells)
-			b.skip = 1 << 30 // park at once
+			b.bo.skip = 1 << 30 // park at once
 			got := make(chan error, 1)
 			read := func(want string) {
 				buf := make([]byte, 4)
@@ -158,7 +158,7 @@ func TestShmParkedReaderWakes(t *testing.T) {
 	}
 	t.Run("doorbell closed", func(t *testing.T) {
 		a, b := shmPair(t)
-		b.skip = 1 << 30
+		b.bo.skip = 1 << 30
 		got := make(chan error, 1)
 		go func() {
 			_, err := b.Read(make([]byte, 1))
@@ -181,7 +181,7 @@ func TestShmParkedReaderWakes(t *testing.T) {
 // and still reads what comes after.
 func TestShmKick(t *testing.T) {
 	a, b := shmPair(t)
-	b.skip = 1 << 30 // park at once
+	b.bo.skip = 1 << 30 // park at once
 	got := make(chan error, 1)
 	go func() {
 		buf := make([]byte, 4)

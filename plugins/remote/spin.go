@@ -62,6 +62,37 @@ var computing atomic.Int32
 // device processes: 5–10% faster per task with one spinner).
 var spinner atomic.Bool
 
+// readBackoff is a link reader's backoff, the socket's (spinConn) and the
+// shared-memory ring's (waiter) alike: a read that waited idle makes the
+// next reads park at once, twice as many each time in a row (up to
+// maxBackoff), and a read that found data while polling, or soon after
+// parking, ends it.
+type readBackoff struct{ skip, backoff int }
+
+// skipping reports whether this read parks at once, and counts it.
+func (b *readBackoff) skipping() bool {
+	if b.skip > 0 {
+		b.skip--
+		return true
+	}
+	return false
+}
+
+// after takes what a read that could poll did: whether it parked and
+// whether it polled, and when it began to wait.
+func (b *readBackoff) after(parked, spun bool, start time.Time) {
+	switch {
+	case parked && time.Since(start) > idleAfter:
+		// The link was idle: park at once for the next few reads.
+		b.backoff = min(max(2*b.backoff, 1), maxBackoff)
+		b.skip = b.backoff
+	case parked || spun:
+		// Data came while spinning, or soon after parking: the link is
+		// busy, keep spinning.
+		b.backoff = 0
+	}
+}
+
 // idleAfter is how long a read must have waited in all for the link to count
 // as idle, which makes the next reads park at once.
 const idleAfter = time.Millisecond
@@ -96,7 +127,7 @@ func SpinReader(conn net.Conn, budget time.Duration) io.Reader {
 type spinConn struct {
 	rc            syscall.RawConn
 	spin          time.Duration
-	skip, backoff int
+	bo            readBackoff
 	reads, parked int64 // see Stats
 	r             readState
 	tryRead       func(fd uintptr) bool // c.read, bound once
@@ -112,8 +143,7 @@ func (c *spinConn) Read(p []byte) (int, error) {
 	}
 	c.reads++
 	budget := c.spin
-	if c.skip > 0 {
-		c.skip--
+	if c.bo.skipping() {
 		budget = 0
 	}
 	r := &c.r
@@ -124,16 +154,7 @@ func (c *spinConn) Read(p []byte) (int, error) {
 	}
 	n, rerr := r.n, r.rerr
 	if r.budget > 0 { // it may spin, and was the spinner
-		switch {
-		case r.parked && time.Since(r.start) > idleAfter:
-			// The link was idle: park at once for the next few reads.
-			c.backoff = min(max(2*c.backoff, 1), maxBackoff)
-			c.skip = c.backoff
-		case r.parked || r.spun:
-			// Data came while spinning, or soon after parking: the link is
-			// busy, keep spinning.
-			c.backoff = 0
-		}
+		c.bo.after(r.parked, r.spun, r.start)
 	}
 	*r = readState{} // not the caller's buffer past the call
 	switch {
