@@ -208,10 +208,8 @@ func cInit() (rank, size int, serialized bool, err error) {
 		return 0, 0, false, err
 	}
 	if s == 1 && LaunchSize() > 1 {
-		var ver [C.MPI_MAX_LIBRARY_VERSION_STRING + 1]C.char
-		C.gompi_libversion(&ver[0])
-		first, _, _ := strings.Cut(C.GoString(&ver[0]), "\n")
-		return 0, 0, false, fmt.Errorf("the launcher started %d ranks but MPI sees this process alone: the program runs %q, not the launcher's MPI; start it with that MPI's mpirun, or build it for the launcher's MPI (-tags mpi,mpich or -tags mpi,openmpi; with CC=mpicc.X, -tags mpi,mpicc)", LaunchSize(), strings.TrimSpace(first))
+		_, first := libraryVersion()
+		return 0, 0, false, fmt.Errorf("the launcher started %d ranks but MPI sees this process alone: the program runs %q, not the launcher's MPI; start it with that MPI's mpirun, or build it for the launcher's MPI (-tags mpi,mpich or -tags mpi,openmpi; with CC=mpicc.X, -tags mpi,mpicc)", LaunchSize(), first)
 	}
 	return int(r), int(s), ser != 0, nil
 }
@@ -226,14 +224,21 @@ func checkLinkedMPI() error {
 		return fmt.Errorf("this program links two MPI libraries (%s): with CC=mpicc.openmpi or CC=mpicc.mpich build with -tags mpi,mpicc; without it, -tags mpi takes the default MPI from pkg-config (-tags mpi,mpich or mpi,openmpi pick one)", C.GoString(&libs[0]))
 	}
 	header := C.GoString(C.gompi_header())
-	var ver [C.MPI_MAX_LIBRARY_VERSION_STRING + 1]C.char
-	C.gompi_libversion(&ver[0])
-	lib := C.GoString(&ver[0])
+	lib, first := libraryVersion()
 	if header != "" && lib != "" && !strings.Contains(lib, header) {
-		first, _, _ := strings.Cut(lib, "\n")
-		return fmt.Errorf("this program was compiled with %s's mpi.h but runs the MPI library %q: build it again with one MPI (-tags mpi,mpicc with CC=mpicc.X, or -tags mpi alone)", header, strings.TrimSpace(first))
+		return fmt.Errorf("this program was compiled with %s's mpi.h but runs the MPI library %q: build it again with one MPI (-tags mpi,mpicc with CC=mpicc.X, or -tags mpi alone)", header, first)
 	}
 	return nil
+}
+
+// libraryVersion is MPI_Get_library_version's text (which may be asked for
+// before MPI_Init), and its first line, trimmed, for messages.
+func libraryVersion() (text, first string) {
+	var ver [C.MPI_MAX_LIBRARY_VERSION_STRING + 1]C.char
+	C.gompi_libversion(&ver[0])
+	text = C.GoString(&ver[0])
+	first, _, _ = strings.Cut(text, "\n")
+	return text, strings.TrimSpace(first)
 }
 
 func bufPtr(b []byte) unsafe.Pointer {
