@@ -206,12 +206,9 @@ func (d *Driver) EventSynchronize(h cudadrv.Event) error {
 	const fn = "cuEventSynchronize"
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.ready(fn); err != nil {
+	e, err := d.eventLocked(fn, h)
+	if err != nil {
 		return err
-	}
-	e := d.events[h]
-	if e == nil {
-		return fail(fn, cudadrv.ErrInvalidHandle)
 	}
 	gen := e.recorded
 	for e.done < gen && !e.dead {
@@ -228,12 +225,9 @@ func (d *Driver) EventQuery(h cudadrv.Event) error {
 	const fn = "cuEventQuery"
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.ready(fn); err != nil {
+	e, err := d.eventLocked(fn, h)
+	if err != nil {
 		return err
-	}
-	e := d.events[h]
-	if e == nil {
-		return fail(fn, cudadrv.ErrInvalidHandle)
 	}
 	if e.ctx.sticky != 0 {
 		return fail(fn, e.ctx.sticky)
@@ -274,12 +268,24 @@ func (d *Driver) EventElapsedTime(start, end cudadrv.Event) (float32, error) {
 func (d *Driver) EventDestroy(h cudadrv.Event) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.ready("cuEventDestroy_v2"); err != nil {
+	if _, err := d.eventLocked("cuEventDestroy_v2", h); err != nil {
 		return err
-	}
-	if _, ok := d.events[h]; !ok {
-		return fail("cuEventDestroy_v2", cudadrv.ErrInvalidHandle)
 	}
 	delete(d.events, h) // a pending record still completes for waits already issued
 	return nil
+}
+
+// eventLocked is the event of handle h for driver function fn, or fn's
+// error (the driver not ready, or no such event); d.mu is held, as the
+// event functions hold it throughout (stream is its twin for streams,
+// which takes the lock itself).
+func (d *Driver) eventLocked(fn string, h cudadrv.Event) (*event, error) {
+	if err := d.ready(fn); err != nil {
+		return nil, err
+	}
+	e := d.events[h]
+	if e == nil {
+		return nil, fail(fn, cudadrv.ErrInvalidHandle)
+	}
+	return e, nil
 }
