@@ -27,7 +27,7 @@ func TestConformanceOneCore(t *testing.T) {
 	})
 }
 
-func newLoaded(t *testing.T, cfg host.Config) plugin.Device {
+func newLoaded(t testing.TB, cfg host.Config) plugin.Device {
 	t.Helper()
 	d := host.New(cfg)
 	t.Cleanup(func() { d.Close() })
