@@ -1,9 +1,10 @@
 // Package opqueue gives a device kind the in-order queues and one-shot
 // events that the plugin contract asks for, so that a kind whose operations
 // are Go functions (a CPU kind, or the server side of a device process)
-// need not write its own. The host kind and the remote kind's device
+// need not write its own, and the in-order loop under them ([Loop]) to a
+// kind whose operations are not. The host kind and the remote kind's device
 // processes are built on it, and so is the out-of-module example kind,
-// plugin/plugintest/testdata/outside.
+// plugin/plugintest/testdata/outside; the CUDA kind's queues run on a Loop.
 //
 // A [Queue] runs the functions enqueued on it in order, one at a time, on
 // a goroutine of its own that lives while the queue has work (an idle
@@ -63,6 +64,16 @@
 // wait for an event never recorded, and its Synchronize or Query, wrap
 // [plugin.ErrNotRecorded]. A kind adds its device's name.
 //
+// # A kind whose operations are not Go functions
+//
+// A [Queue] is a [Loop] of Go functions. A kind whose operations are data
+// that it issues itself (a GPU kind, which issues them to a stream from a
+// goroutine locked to its OS thread) holds a Loop of its own operation
+// type and gives it a [Runner] (and a [Binder], to set up the goroutine
+// that issues): the same order, error state, inline running and hand-over
+// as a Queue's, with the kind's own issuing. plugins/cuda's queue is built
+// so.
+//
 // Operations run on the queue's goroutine, one after another: one that
 // blocks holds up the queue; one must not call its own queue's Synchronize
 // or Close (it would wait for itself); and one must not panic
@@ -81,7 +92,6 @@ import (
 type op struct {
 	run    func() error      // a normal operation, skipped after a failure
 	mark   func(error) error // runs whatever happened before; gets the error state
-	clear  bool              // the mark clears the error state
 	wait   *Event
 	record *Event
 	// timed, if set, is told when a run or wait operation ran, and how
@@ -97,138 +107,21 @@ type op struct {
 // methods are safe for concurrent use; operations enqueued by different
 // goroutines at once run in the order the queue got them.
 type Queue struct {
-	mu      sync.Mutex
-	idle    *sync.Cond
-	ops     []op
-	running bool
-	closed  bool
-	inline  bool  // see SetInline
-	err     error // first failure since the last clearing mark
+	l Loop[op]
 }
 
 // New returns an empty, idle queue.
 func New() *Queue {
 	q := &Queue{}
-	q.idle = sync.NewCond(&q.mu)
+	q.l.Init((*runner)(q))
 	return q
 }
 
-func (q *Queue) enqueue(o op) error {
-	_, err := q.put(o, false, false)
-	return err
-}
+// runner is the Queue as its Loop's Runner.
+type runner Queue
 
-// put runs o on the caller if here (or SetInline) and the queue is idle, and otherwise
-// enqueues it, unless only is set: then it leaves a busy queue alone. It
-// reports whether o ran on the caller.
-func (q *Queue) put(o op, here, only bool) (bool, error) {
-	q.mu.Lock()
-	if q.closed {
-		q.mu.Unlock()
-		return false, fmt.Errorf("%w: queue is closed", plugin.ErrBadHandle)
-	}
-	if (here || q.inline) && !q.running {
-		// Nothing is queued or running: run o here, as the queue's
-		// goroutine would, with the queue marked running meanwhile.
-		q.running = true
-		failed := q.take(o)
-		q.mu.Unlock()
-		ran := false
-		defer func() {
-			if !ran {
-				q.goexited(o)
-			}
-		}()
-		q.exec(o, failed)
-		ran = true
-		q.mu.Lock()
-		q.handOn()
-		q.mu.Unlock()
-		return true, nil
-	}
-	if only {
-		q.mu.Unlock()
-		return false, nil
-	}
-	q.ops = append(q.ops, o)
-	if !q.running {
-		q.running = true
-		go q.loop()
-	}
-	q.mu.Unlock()
-	return false, nil
-}
-
-// goexited goes on without the goroutine that ran o here: o's function
-// ended it (runtime.Goexit), and the queue fails with why o says, or says
-// so. Later operations go to the queue's goroutine.
-func (q *Queue) goexited(o op) {
-	err := fmt.Errorf("%w: an operation ended its goroutine (runtime.Goexit)", plugin.ErrKernelFailed)
-	if o.exited != nil && *o.exited != nil {
-		err = *o.exited
-	}
-	q.mu.Lock()
-	if q.err == nil {
-		q.err = err
-	}
-	q.handOn()
-	q.mu.Unlock()
-}
-
-// handOn ends an operation run on a caller's goroutine: what was enqueued
-// meanwhile (by it, or by another goroutine) goes to the queue's
-// goroutine, or else the queue is idle. Under q.mu.
-func (q *Queue) handOn() {
-	if len(q.ops) > 0 {
-		go q.loop()
-	} else {
-		q.running = false
-		q.idle.Broadcast()
-	}
-}
-
-// SetInline makes operations enqueued while the queue is idle run on the
-// enqueueing goroutine, before the enqueueing call returns (a wait then
-// blocks it): for a caller that waits for the queue right after anyway, as
-// plugin.InlineQueue describes. Operations enqueued while earlier ones run
-// still go to the queue's goroutine.
-func (q *Queue) SetInline(on bool) {
-	q.mu.Lock()
-	q.inline = on
-	q.mu.Unlock()
-}
-
-// take returns the error state o runs with, clearing it if o clears it;
-// under q.mu.
-func (q *Queue) take(o op) error {
-	failed := q.err
-	if o.clear {
-		q.err = nil
-	}
-	return failed
-}
-
-func (q *Queue) loop() {
-	for {
-		q.mu.Lock()
-		if len(q.ops) == 0 {
-			q.running = false
-			q.ops = q.ops[:0]
-			q.idle.Broadcast()
-			q.mu.Unlock()
-			return
-		}
-		o := q.ops[0]
-		q.ops[0] = op{}
-		q.ops = q.ops[1:]
-		failed := q.take(o)
-		q.mu.Unlock()
-		q.exec(o, failed)
-	}
-}
-
-// exec runs o with the error state failed, and sets the state if o fails.
-func (q *Queue) exec(o op, failed error) {
+// Run runs o with the error state failed (Runner).
+func (r *runner) Run(o op, failed error) error {
 	var err error
 	var start time.Time
 	if o.timed != nil {
@@ -248,19 +141,43 @@ func (q *Queue) exec(o op, failed error) {
 	case o.mark != nil:
 		err = o.mark(failed)
 	case failed == nil:
-		err = o.run()
+		if o.exited != nil {
+			err = r.runExit(o)
+		} else {
+			err = o.run()
+		}
 		if o.timed != nil {
 			o.timed(start, time.Now(), err)
 		}
 	}
-	if err != nil {
-		q.mu.Lock()
-		if q.err == nil {
-			q.err = err
-		}
-		q.mu.Unlock()
-	}
+	return err
 }
+
+// runExit runs o, which may end its goroutine (RunHereExit): if it does,
+// the queue fails with why o says (the Loop hands the queue on).
+func (r *runner) runExit(o op) error {
+	ran := false
+	defer func() {
+		if !ran && *o.exited != nil {
+			r.l.Fail(*o.exited)
+		}
+	}()
+	err := o.run()
+	ran = true
+	return err
+}
+
+func (q *Queue) enqueue(o op) error {
+	_, err := q.l.Put(o, Queued, false)
+	return err
+}
+
+// SetInline makes operations enqueued while the queue is idle run on the
+// enqueueing goroutine, before the enqueueing call returns (a wait then
+// blocks it): for a caller that waits for the queue right after anyway, as
+// plugin.InlineQueue describes. Operations enqueued while earlier ones run
+// still go to the queue's goroutine.
+func (q *Queue) SetInline(on bool) { q.l.SetInline(on) }
 
 // Do enqueues fn. It runs after everything enqueued before it, unless one of
 // those failed since the last clearing mark, in which case it is skipped;
@@ -286,7 +203,7 @@ func (q *Queue) DoTimed(fn func() error, timed func(start, end time.Time, err er
 // can bring about. Operations enqueued while fn runs go to the queue's
 // goroutine, after fn.
 func (q *Queue) RunHere(fn func() error, timed func(start, end time.Time, err error)) (bool, error) {
-	return q.put(op{run: fn, timed: timed}, true, true)
+	return q.l.Put(op{run: fn, timed: timed}, HereOnly, false)
 }
 
 // RunHereExit is RunHere for a fn that may end the calling goroutine with
@@ -295,14 +212,14 @@ func (q *Queue) RunHere(fn func() error, timed func(start, end time.Time, err er
 // operations on the queue's goroutine. Only RunHere's path runs fn so: a
 // fn enqueued (false) must not end its goroutine.
 func (q *Queue) RunHereExit(fn func() error, exited *error, timed func(start, end time.Time, err error)) (bool, error) {
-	return q.put(op{run: fn, timed: timed, exited: exited}, true, true)
+	return q.l.Put(op{run: fn, timed: timed, exited: exited}, HereOnly, false)
 }
 
 // MarkHere is Mark that runs fn on the calling goroutine, before MarkHere
 // returns, if the queue is idle (as RunHere does), and enqueues it
 // otherwise: a mark's function is the same wherever it runs.
 func (q *Queue) MarkHere(clear bool, fn func(failed error) error) error {
-	_, err := q.put(op{mark: fn, clear: clear}, true, false)
+	_, err := q.l.Put(op{mark: fn}, Here, clear)
 	return err
 }
 
@@ -312,7 +229,8 @@ func (q *Queue) MarkHere(clear bool, fn func(failed error) error) error {
 // Record is a mark that fires an event; a device process uses Mark to
 // answer a synchronize message in queue order.
 func (q *Queue) Mark(clear bool, fn func(failed error) error) error {
-	return q.enqueue(op{mark: fn, clear: clear})
+	_, err := q.l.Put(op{mark: fn}, Queued, clear)
+	return err
 }
 
 // Record makes ev fire, with the queue's error state if any, when
@@ -348,37 +266,17 @@ func (q *Queue) WaitTimed(ev *Event, timed func(start, end time.Time, err error)
 // Synchronize waits for everything enqueued so far and returns (and clears)
 // the first error since the last clearing mark. An operation of the queue
 // must not call it.
-func (q *Queue) Synchronize() error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for q.running {
-		q.idle.Wait()
-	}
-	err := q.err
-	q.err = nil
-	return err
-}
+func (q *Queue) Synchronize() error { return q.l.Synchronize() }
 
 // Query reports whether the queue is idle, and if so returns (and clears)
 // its error state.
-func (q *Queue) Query() (bool, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.running {
-		return false, nil
-	}
-	err := q.err
-	q.err = nil
-	return true, err
-}
+func (q *Queue) Query() (bool, error) { return q.l.Query() }
 
 // Close synchronizes, then refuses further work with errors wrapping
 // plugin.ErrBadHandle.
 func (q *Queue) Close() error {
-	err := q.Synchronize()
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
+	err := q.l.Synchronize()
+	q.l.Close()
 	return err
 }
 

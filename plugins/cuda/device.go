@@ -336,7 +336,7 @@ func (d *device) NewQueue() (plugin.Queue, error) {
 		return nil, fmt.Errorf("%s: cannot create a queue: %w", d.label(), d.wrap(err))
 	}
 	q := &queue{d: d, stream: s}
-	q.idle = sync.NewCond(&q.mu)
+	q.l.Init((*issuer)(q))
 	return q, nil
 }
 

@@ -3,12 +3,12 @@ package cuda
 import (
 	"fmt"
 	"runtime"
-	"sync"
 	"time"
 	"unsafe"
 
 	"github.com/goffload/offload/internal/cudadrv"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/opqueue"
 )
 
 // A queue is a CUDA stream and the operations waiting to be issued to it.
@@ -31,13 +31,11 @@ type queue struct {
 	d      *device
 	stream cudadrv.Stream
 
-	mu      sync.Mutex
-	idle    *sync.Cond // running became false
-	ops     []op
-	running bool // a goroutine is issuing
-	inline  bool
-	closed  bool
-	err     error // the error state
+	l opqueue.Loop[op] // the operations, issued in order; the error state
+	// ctxErr is why the device's context could not be made current on
+	// the goroutine that issues operations (see issuer.Bind); the issuing
+	// goroutine's.
+	ctxErr error
 
 	ptrs []unsafe.Pointer // kernelParams, reused by the issuing goroutine
 
@@ -75,10 +73,7 @@ type op struct {
 
 // usable returns an error if the queue or its device cannot take work.
 func (q *queue) usable() error {
-	q.mu.Lock()
-	closed := q.closed
-	q.mu.Unlock()
-	if closed {
+	if q.l.Closed() {
 		return fmt.Errorf("%s: %w: queue is closed", q.d.label(), plugin.ErrBadHandle)
 	}
 	return q.d.alive()
@@ -86,88 +81,43 @@ func (q *queue) usable() error {
 
 func (q *queue) enqueue(o op) error {
 	o.tag = q.tagged()
-	q.mu.Lock()
-	if q.closed {
-		q.mu.Unlock()
-		return fmt.Errorf("%s: %w: queue is closed", q.d.label(), plugin.ErrBadHandle)
+	if _, err := q.l.Put(o, opqueue.Queued, false); err != nil {
+		return fmt.Errorf("%s: %w", q.d.label(), err)
 	}
-	if q.inline && !q.running {
-		// Idle: issue o here, as the queue's goroutine would.
-		q.running = true
-		q.mu.Unlock()
-		runtime.LockOSThread()
-		q.issue(&o, q.d.drv.CtxSetCurrent(q.d.ctx))
-		runtime.UnlockOSThread()
-		q.mu.Lock()
-		if len(q.ops) > 0 {
-			// Enqueued by another goroutine while o was issued: the
-			// queue's goroutine takes over (still running).
-			go q.loop()
-		} else {
-			q.running = false
-			q.idle.Broadcast()
-		}
-		q.mu.Unlock()
-		return nil
-	}
-	q.ops = append(q.ops, o)
-	if !q.running {
-		q.running = true
-		go q.loop()
-	}
-	q.mu.Unlock()
 	return nil
 }
 
 // SetInline makes operations enqueued on the idle queue be issued by the
 // enqueueing goroutine (plugin.InlineQueue).
-func (q *queue) SetInline(on bool) {
-	q.mu.Lock()
-	q.inline = on
-	q.mu.Unlock()
-}
+func (q *queue) SetInline(on bool) { q.l.SetInline(on) }
 
-// loop issues the queue's operations until there are none.
-func (q *queue) loop() {
+// issuer is the queue as its Loop's Runner and Binder: a goroutine that
+// issues operations is locked to its OS thread with the device's context
+// current.
+type issuer queue
+
+// Bind locks the goroutine to its OS thread and makes the device's
+// context current, noting why if it could not (opqueue.Binder).
+func (i *issuer) Bind() {
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	ctxErr := q.d.drv.CtxSetCurrent(q.d.ctx)
-	for {
-		q.mu.Lock()
-		if len(q.ops) == 0 {
-			q.running = false
-			q.ops = q.ops[:0]
-			q.idle.Broadcast()
-			q.mu.Unlock()
-			return
-		}
-		o := q.ops[0]
-		q.ops[0] = op{}
-		q.ops = q.ops[1:]
-		q.mu.Unlock()
-		q.issue(&o, ctxErr)
-	}
+	i.ctxErr = i.d.drv.CtxSetCurrent(i.d.ctx)
 }
 
-// fail puts the queue in the error state with err, unless it is in it.
-func (q *queue) fail(err error) {
-	q.mu.Lock()
-	if q.err == nil {
-		q.err = err
-	}
-	q.mu.Unlock()
-}
+// Unbind unlocks the goroutine from its OS thread (opqueue.Binder).
+func (i *issuer) Unbind() { runtime.UnlockOSThread() }
 
-// issue issues o on the stream; ctxErr is why the device's context could
-// not be made current, if it could not. The device's context is current.
-func (q *queue) issue(o *op, ctxErr error) {
+// Run issues o (opqueue.Runner).
+func (i *issuer) Run(o op, failed error) error { return (*queue)(i).issue(&o, failed) }
+
+// issue issues o on the stream with the queue's error state failed, and
+// returns the error that puts the queue in the error state. The device's
+// context is current, unless q.ctxErr says why not.
+func (q *queue) issue(o *op, failed error) error {
 	d := q.d
-	q.mu.Lock()
-	failed := q.err
-	q.mu.Unlock()
-	if failed == nil && ctxErr != nil {
-		failed = fmt.Errorf("%s: %w", d.label(), d.wrap(ctxErr))
-		q.fail(failed)
+	var qerr error // for the queue's error state
+	if failed == nil && q.ctxErr != nil {
+		failed = fmt.Errorf("%s: %w", d.label(), d.wrap(q.ctxErr))
+		qerr = failed
 	}
 	switch o.kind {
 	case opRecord:
@@ -175,7 +125,7 @@ func (q *queue) issue(o *op, ctxErr error) {
 		if err == nil {
 			if e := d.drv.EventRecord(o.ev.handle(), q.stream); e != nil {
 				err = fmt.Errorf("%s: record: %w", d.label(), d.wrap(e))
-				q.fail(err)
+				qerr = err
 			}
 		}
 		if err != nil {
@@ -184,7 +134,7 @@ func (q *queue) issue(o *op, ctxErr error) {
 		q.markRecord(o.ev)
 		o.ev.fire(err)
 		o.ev.unref()
-		return
+		return qerr
 	case opWait:
 		var t *opTiming
 		if failed == nil {
@@ -201,17 +151,15 @@ func (q *queue) issue(o *op, ctxErr error) {
 					err = fmt.Errorf("%s: wait: %w", d.label(), d.wrap(e))
 				}
 			}
-			if err != nil {
-				q.fail(err)
-			}
+			qerr = err
 		}
 		t.finish(q)
 		t.done(q, err)
 		o.ev.unref()
-		return
+		return qerr
 	}
 	if failed != nil {
-		return // skipped
+		return qerr // skipped
 	}
 	t := q.timer(o)
 	var err error
@@ -239,10 +187,8 @@ func (q *queue) issue(o *op, ctxErr error) {
 	case opEmulate:
 		err = q.emulate(o, t)
 	}
-	if err != nil {
-		q.fail(err)
-	}
 	t.done(q, err)
+	return err
 }
 
 func (q *queue) exchange(o *op) error {
@@ -489,13 +435,7 @@ func (q *queue) Wait(e plugin.Event) error {
 // state.
 func (q *queue) Synchronize() error {
 	defer q.report(reportAll)
-	q.mu.Lock()
-	for q.running {
-		q.idle.Wait()
-	}
-	err := q.err
-	q.err = nil
-	q.mu.Unlock()
+	err := q.l.Synchronize()
 	if aerr := q.d.alive(); aerr != nil {
 		if err == nil {
 			err = aerr
@@ -513,10 +453,7 @@ func (q *queue) Synchronize() error {
 // it reports the timed operations and returns (and clears) the error
 // state.
 func (q *queue) Query() (bool, error) {
-	q.mu.Lock()
-	running := q.running
-	q.mu.Unlock()
-	if running {
+	if !q.l.Idle() {
 		return false, nil
 	}
 	qerr := q.d.alive()
@@ -529,10 +466,7 @@ func (q *queue) Query() (bool, error) {
 			qerr = fmt.Errorf("%s: %w", q.d.label(), q.d.wrap(qerr))
 		}
 	}
-	q.mu.Lock()
-	err := q.err
-	q.err = nil
-	q.mu.Unlock()
+	err := q.l.TakeErr()
 	if err == nil {
 		err = qerr
 	}
@@ -543,13 +477,9 @@ func (q *queue) Query() (bool, error) {
 // Close refuses new work, synchronizes what was enqueued, then destroys
 // the stream.
 func (q *queue) Close() error {
-	q.mu.Lock()
-	if q.closed {
-		q.mu.Unlock()
+	if !q.l.Close() { // before the synchronization: nothing is issued after it
 		return fmt.Errorf("%s: %w: queue closed twice", q.d.label(), plugin.ErrBadHandle)
 	}
-	q.closed = true // before the synchronization: nothing is issued after it
-	q.mu.Unlock()
 	err := q.Synchronize()
 	q.dropTimes() // what Synchronize could not report
 	if q.d.alive() == nil {

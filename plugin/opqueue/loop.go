@@ -1,0 +1,281 @@
+package opqueue
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/goffload/offload/plugin"
+)
+
+// Loop is the in-order loop under a [Queue], for a kind whose operations
+// are not Go functions: a GPU kind, whose operations are issued to a
+// stream by a goroutine locked to its OS thread, runs them on a Loop of
+// its own operation type T. It holds the operations enqueued, the queue's
+// error state and whether the queue is closed, and runs the operations
+// one at a time, in order, through the [Runner] given to [Loop.Init]: on a
+// goroutine of its own while it has work (an idle Loop holds no
+// goroutine), or on the goroutine that enqueues one while the Loop is idle
+// and inline ([Loop.SetInline]) or when asked ([Here], [HereOnly]). What is
+// enqueued while an operation runs on its caller goes to the Loop's
+// goroutine when it ends, after it: nothing is left behind or run ahead.
+//
+// A Loop is a value to embed (or hold) in the kind's queue, made ready by
+// Init; the zero Loop is not ready for use, and a Loop must not be copied
+// after Init. Its methods are safe for concurrent use.
+type Loop[T any] struct {
+	mu      sync.Mutex
+	idle    sync.Cond // running became false
+	ops     []entry[T]
+	running bool // an operation runs, or the goroutine is about to take one
+	closed  bool
+	inline  bool  // see SetInline
+	err     error // first failure since the error state was last taken
+	r       Runner[T]
+	b       Binder // r's, if it is one
+	// start is l.loop, made once: a go statement that calls a func value
+	// without arguments allocates nothing for the call.
+	start func()
+}
+
+type entry[T any] struct {
+	o     T
+	clear bool
+}
+
+// Runner runs the operations of a [Loop]. Run runs o with failed, the
+// Loop's error state (nil if none): it decides what o does in that state
+// (a normal operation is skipped; an event's record fires with the error).
+// An error it returns puts the Loop in the error state, unless it is in it
+// already. The Loop calls Run for one operation at a time, in order, on
+// its goroutine or on an enqueuing one; Run must not call its own Loop's
+// Synchronize, and must not panic.
+type Runner[T any] interface {
+	Run(o T, failed error) error
+}
+
+// Binder is implemented by a [Runner] whose operations need the goroutine
+// that runs them set up first: a GPU kind locks it to its OS thread and
+// makes its device's context current. The Loop calls Bind on a goroutine
+// before it runs one or more operations there in a row (on its own
+// goroutine, once for all it runs), and Unbind after them, on the same
+// goroutine.
+type Binder interface {
+	Bind()
+	Unbind()
+}
+
+// Where says where [Loop.Put] runs an operation.
+type Where uint8
+
+const (
+	// Queued runs the operation on the Loop's goroutine, after everything
+	// enqueued before it; or, while the Loop is idle and inline
+	// (SetInline), on the caller's goroutine before Put returns.
+	Queued Where = iota
+	// Here runs the operation on the caller's goroutine before Put
+	// returns if the Loop is idle, and as Queued otherwise.
+	Here
+	// HereOnly runs the operation on the caller's goroutine before Put
+	// returns if the Loop is idle, and otherwise leaves it: Put reports
+	// false and the caller enqueues it another way.
+	HereOnly
+)
+
+// Init makes the Loop ready to run operations with r: empty, idle, open
+// and not inline. It is called once, before any other method.
+func (l *Loop[T]) Init(r Runner[T]) {
+	l.idle.L = &l.mu
+	l.r = r
+	l.b, _ = r.(Binder)
+	l.start = l.loop
+}
+
+// Put enqueues o, or runs it on the caller, as w says. With clear set, o
+// takes the error state: Run gets it, and it is cleared for the
+// operations after o. Put reports whether o ran on the caller. It fails
+// only on a closed Loop, with an error wrapping plugin.ErrBadHandle.
+//
+// An operation run on the caller may end the caller's goroutine
+// (runtime.Goexit, a kernel run there): the Loop then fails with an
+// error wrapping plugin.ErrKernelFailed, unless Run put it in the error
+// state first, and goes on with the operations after o on its own
+// goroutine.
+func (l *Loop[T]) Put(o T, w Where, clear bool) (bool, error) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return false, fmt.Errorf("%w: queue is closed", plugin.ErrBadHandle)
+	}
+	if (w != Queued || l.inline) && !l.running {
+		// Nothing is queued or running: run o here, as the Loop's
+		// goroutine would, with the Loop marked running meanwhile.
+		l.running = true
+		failed := l.take(clear)
+		l.mu.Unlock()
+		l.here(o, failed)
+		return true, nil
+	}
+	if w == HereOnly {
+		l.mu.Unlock()
+		return false, nil
+	}
+	l.ops = append(l.ops, entry[T]{o, clear})
+	if !l.running {
+		l.running = true
+		go l.start()
+	}
+	l.mu.Unlock()
+	return false, nil
+}
+
+// here runs o on the caller's goroutine, which has made the Loop running,
+// and hands the Loop on when o is done, or when o ended the goroutine.
+func (l *Loop[T]) here(o T, failed error) {
+	ran := false
+	defer func() {
+		l.mu.Lock()
+		if !ran && l.err == nil {
+			l.err = fmt.Errorf("%w: an operation ended its goroutine (runtime.Goexit)", plugin.ErrKernelFailed)
+		}
+		l.handOn()
+		l.mu.Unlock()
+	}()
+	if l.b != nil {
+		l.b.Bind()
+		defer l.b.Unbind()
+	}
+	l.run(o, failed)
+	ran = true
+}
+
+// handOn ends an operation run on a caller's goroutine: what was enqueued
+// meanwhile (by it, or by another goroutine) goes to the Loop's goroutine,
+// which stays running, or else the Loop is idle. Under l.mu.
+func (l *Loop[T]) handOn() {
+	if len(l.ops) > 0 {
+		go l.start()
+	} else {
+		l.running = false
+		l.idle.Broadcast()
+	}
+}
+
+// take returns the error state an operation runs with, clearing it if the
+// operation clears it; under l.mu.
+func (l *Loop[T]) take(clear bool) error {
+	failed := l.err
+	if clear {
+		l.err = nil
+	}
+	return failed
+}
+
+// loop runs the Loop's operations until there are none.
+func (l *Loop[T]) loop() {
+	if l.b != nil {
+		l.b.Bind()
+		defer l.b.Unbind()
+	}
+	for {
+		l.mu.Lock()
+		if len(l.ops) == 0 {
+			l.running = false
+			l.ops = l.ops[:0]
+			l.idle.Broadcast()
+			l.mu.Unlock()
+			return
+		}
+		e := l.ops[0]
+		l.ops[0] = entry[T]{}
+		l.ops = l.ops[1:]
+		failed := l.take(e.clear)
+		l.mu.Unlock()
+		l.run(e.o, failed)
+	}
+}
+
+// run runs o with the error state failed, and sets the state if o fails.
+func (l *Loop[T]) run(o T, failed error) {
+	if err := l.r.Run(o, failed); err != nil {
+		l.Fail(err)
+	}
+}
+
+// Fail puts the Loop in the error state with err, unless it is in it.
+func (l *Loop[T]) Fail(err error) {
+	l.mu.Lock()
+	if l.err == nil {
+		l.err = err
+	}
+	l.mu.Unlock()
+}
+
+// SetInline makes operations Put as [Queued] while the Loop is idle run on
+// the caller's goroutine, before Put returns: for a caller that waits for
+// the queue right after anyway, as plugin.InlineQueue describes.
+// Operations enqueued while earlier ones run still go to the Loop's
+// goroutine.
+func (l *Loop[T]) SetInline(on bool) {
+	l.mu.Lock()
+	l.inline = on
+	l.mu.Unlock()
+}
+
+// Synchronize waits until every operation enqueued so far has run, and
+// returns (and clears) the error state. An operation of the Loop must not
+// call it: it would wait for itself.
+func (l *Loop[T]) Synchronize() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.running {
+		l.idle.Wait()
+	}
+	return l.take(true)
+}
+
+// Query reports whether the Loop is idle (nothing queued or running), and
+// if so returns (and clears) its error state.
+func (l *Loop[T]) Query() (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running {
+		return false, nil
+	}
+	return true, l.take(true)
+}
+
+// Idle reports whether nothing is queued or running. Unlike Query it
+// leaves the error state alone, for a kind whose queue is done only once
+// its device is done too (a GPU's stream), which it asks next.
+func (l *Loop[T]) Idle() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.running
+}
+
+// TakeErr returns (and clears) the error state.
+func (l *Loop[T]) TakeErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.take(true)
+}
+
+// Closed reports whether Close was called: for a kind that refuses work
+// for a closed queue before it checks the work's arguments.
+func (l *Loop[T]) Closed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+// Close refuses further operations: Put fails with an error wrapping
+// plugin.ErrBadHandle. What was enqueued before still runs (Synchronize
+// waits for it). Close reports whether the Loop was open; a second Close
+// reports false.
+func (l *Loop[T]) Close() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	was := !l.closed
+	l.closed = true
+	return was
+}
