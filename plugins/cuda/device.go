@@ -6,13 +6,13 @@ import (
 	"os"
 	"runtime"
 	"sync"
-	"sync/atomic"
 
 	"github.com/google/btree"
 
 	"github.com/goffload/offload/internal/cudadrv"
 	"github.com/goffload/offload/internal/ptx"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/devstate"
 )
 
 // Sizes of the device memory pool.
@@ -44,8 +44,7 @@ type device struct {
 	evFree []cudadrv.Event     // CUDA events to reuse
 	evLive map[*event]struct{} // events whose CUDA event is not released
 
-	lost    atomic.Pointer[error]  // a sticky error: see Lost
-	curName atomic.Pointer[string] // the name, read without d.mu (see label)
+	st devstate.State // label (read without d.mu), closed, lost (a sticky error: see Lost)
 
 	// emulate makes kernels without PTX run their Go bodies on the host,
 	// over copies of their arguments' allocations: for the tests only
@@ -53,14 +52,13 @@ type device struct {
 	emulate bool
 	pool    *plugin.Pool
 
-	mu     sync.RWMutex
-	name   string
-	num    int
-	img    *plugin.Image
-	kfns   []kernelFn // by kernel index
-	mods   []cudadrv.Module
-	kctx   *plugin.KernelCtx // emulation's
-	closed bool
+	mu   sync.RWMutex
+	name string
+	num  int
+	img  *plugin.Image
+	kfns []kernelFn // by kernel index
+	mods []cudadrv.Module
+	kctx *plugin.KernelCtx // emulation's
 }
 
 // kernelFn is a kernel as the device launches it.
@@ -129,17 +127,12 @@ func newDevice(drv cudadrv.Driver, ord, version int) (*device, error) {
 func (d *device) Info() plugin.Info { return d.info }
 
 // label names the device in errors.
-func (d *device) label() string {
-	if p := d.curName.Load(); p != nil {
-		return *p
-	}
-	return fmt.Sprintf("cuda device (GPU %d)", d.ord)
-}
+func (d *device) label() string { return d.st.Label() }
 
 // setName names the device; under d.mu.
 func (d *device) setName(name string) {
 	d.name = name
-	d.curName.Store(&name)
+	d.st.SetLabel(name)
 }
 
 // with runs f with the device's context current on the calling goroutine's
@@ -155,23 +148,10 @@ func (d *device) with(f func() error) error {
 
 // Lost reports the sticky error that made the device unusable
 // (plugin.LostReporter).
-func (d *device) Lost() error {
-	if p := d.lost.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
+func (d *device) Lost() error { return d.st.Lost() }
 
 // alive returns an error if the device is closed or lost.
-func (d *device) alive() error {
-	d.mu.RLock()
-	closed := d.closed
-	d.mu.RUnlock()
-	if closed {
-		return fmt.Errorf("%s: %w: device is closed", d.label(), plugin.ErrBadHandle)
-	}
-	return d.Lost()
-}
+func (d *device) alive() error { return d.st.Alive() }
 
 // wrap turns a driver error into the plugin's: it wraps the plugin error
 // that matches the CUDA error, and marks the device lost on a sticky one.
@@ -182,8 +162,7 @@ func (d *device) wrap(err error) error {
 	switch r := cudadrv.Code(err); {
 	case r.Sticky():
 		lost := fmt.Errorf("%s: %w: %w: %w (a kernel faulted: the GPU's context is unusable until the program restarts)", d.label(), plugin.ErrDeviceLost, plugin.ErrKernelFailed, err)
-		d.lost.CompareAndSwap(nil, &lost)
-		return *d.lost.Load()
+		return d.st.Lose(lost)
 	case r == cudadrv.ErrOutOfMemory:
 		return fmt.Errorf("%w: %w", plugin.ErrOutOfMemory, err)
 	case r == cudadrv.ErrInvalidPTX || r == cudadrv.ErrUnsupportedPTX || r == cudadrv.ErrNoBinaryForGPU ||
@@ -204,7 +183,7 @@ func (d *device) wrap(err error) error {
 func (d *device) Load(img *plugin.Image, num int) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
+	if d.st.Closed() {
 		return fmt.Errorf("%s: %w: device is closed", d.name, plugin.ErrBadHandle)
 	}
 	if d.img != nil {
@@ -387,12 +366,10 @@ func (d *device) releaseEvent(e *event, cu cudadrv.Event) {
 // Close frees everything the device allocated and releases the GPU's
 // primary context.
 func (d *device) Close() error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	if !d.st.Close() {
 		return nil
 	}
-	d.closed = true
+	d.mu.Lock() // Load adds modules under it once it has seen the device open
 	mods := d.mods
 	d.mods = nil
 	pool := d.pool

@@ -394,8 +394,8 @@ func (q *queue) LaunchGeometry(k *plugin.Kernel, args []plugin.Arg, geo plugin.G
 
 func (q *queue) Record(e plugin.Event) error {
 	ev, ok := e.(*event)
-	if !ok || ev.d != q.d {
-		return fmt.Errorf("%s: record of %T: %w: the event is not of this device", q.d.label(), e, plugin.ErrBadHandle)
+	if err := q.d.st.Mine("record", e, ok && ev.d == q.d); err != nil {
+		return err
 	}
 	if err := q.usable(); err != nil {
 		return err
@@ -414,8 +414,8 @@ func (q *queue) Record(e plugin.Event) error {
 // driver (cuStreamWaitEvent); other events are ErrUnsupported.
 func (q *queue) Wait(e plugin.Event) error {
 	ev, ok := e.(*event)
-	if !ok || !q.d.CanWait(e) {
-		return fmt.Errorf("%s: wait on a %T: %w", q.d.label(), e, plugin.ErrUnsupported)
+	if err := q.d.st.Waitable(e, ok && q.d.CanWait(e)); err != nil {
+		return err
 	}
 	if err := q.usable(); err != nil {
 		return err

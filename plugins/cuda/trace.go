@@ -2,11 +2,11 @@ package cuda
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/goffload/offload/internal/cudadrv"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/optrace"
 )
 
 // Timing the operations of tagged queues (plugin.Tracer): the device times
@@ -60,7 +60,7 @@ const (
 
 // tracing is a device's timing of its queues' operations.
 type tracing struct {
-	f atomic.Pointer[func(plugin.OpTime)] // nil: not traced
+	optrace.Tracer // where the times go; not traced until Trace
 
 	refMu sync.Mutex   // held while a reference is taken, and by close
 	life  sync.RWMutex // read while reports read timing events; written by close
@@ -76,13 +76,13 @@ type tracing struct {
 
 // qtimes is a queue's timing of its tagged operations.
 type qtimes struct {
-	tag atomic.Uint64 // see Tag
-	cur opTiming      // the operation being issued: the issuing goroutine's
+	tag optrace.Tag // see Tag
+	cur opTiming    // the operation being issued: the issuing goroutine's
 
 	drain sync.Mutex // held while reporting (see above)
 	batch []opTiming // reused under drain
 	out   []plugin.OpTime
-	last  time.Time // the end of the last operation reported; under drain
+	order optrace.Order // the operations reported, in the stream's order; under drain
 
 	mu   sync.Mutex
 	fifo []opTiming // fifo[head:] are issued and not reported, in order
@@ -92,62 +92,51 @@ type qtimes struct {
 
 // opTiming is a timed operation.
 type opTiming struct {
-	tag    uint64
-	kind   plugin.OpKind
-	kernel string
-	bytes  int64
-	ref    *clockRef
-	start  cudadrv.Event // 0 until recorded
-	end    cudadrv.Event
+	op    plugin.OpTime // what the trace says of it (optrace.Op); its times are read later
+	ref   *clockRef
+	start cudadrv.Event // 0 until recorded
+	end   cudadrv.Event
 	// issued and ended are the host's clock just before the start and
 	// end records were issued; for a timing on the host's clock (host),
 	// the operation's start and end.
 	issued, ended time.Time
 	host          bool
-	err           bool // the operation failed when it was issued
 }
 
 // Trace makes the device report its tagged queues' operations to f, on
 // the host's clock (plugin.Tracer); nil stops the reports.
-func (d *device) Trace(f func(plugin.OpTime)) {
-	if f == nil {
-		d.tr.f.Store(nil)
-		return
-	}
-	d.tr.f.Store(&f)
-}
+func (d *device) Trace(f func(plugin.OpTime)) { d.tr.Trace(f) }
 
 // Tag sets the tag of the operations enqueued after it: the device times
 // them if it is traced, unless tag is 0 (plugin.TaggedQueue).
-func (q *queue) Tag(tag uint64) { q.tm.tag.Store(tag) }
+func (q *queue) Tag(tag uint64) { q.tm.tag.Tag(tag) }
 
 // tagged is the tag of an operation enqueued now.
-func (q *queue) tagged() uint64 {
-	if q.d.tr.f.Load() == nil {
-		return 0
-	}
-	return q.tm.tag.Load()
-}
+func (q *queue) tagged() uint64 { return q.d.tr.Tagged(&q.tm.tag) }
 
 // timer starts timing o, on the issuing goroutine; nil if o is not timed.
 func (q *queue) timer(o *op) *opTiming {
-	if o.tag == 0 {
+	var kind plugin.OpKind
+	var kernel string
+	var bytes int64
+	switch o.kind {
+	case opSubmit:
+		kind, bytes = plugin.OpSubmit, int64(len(o.host))
+	case opRetrieve:
+		kind, bytes = plugin.OpRetrieve, int64(len(o.host))
+	case opExchange:
+		kind, bytes = plugin.OpExchange, o.size
+	case opLaunch, opEmulate:
+		kind, kernel = plugin.OpLaunch, o.k.Name
+	case opWait:
+		kind = plugin.OpWait
+	}
+	desc, ok := optrace.Op(o.tag, kind, kernel, bytes)
+	if !ok {
 		return nil
 	}
 	t := &q.tm.cur
-	*t = opTiming{tag: o.tag, issued: time.Now()}
-	switch o.kind {
-	case opSubmit:
-		t.kind, t.bytes = plugin.OpSubmit, int64(len(o.host))
-	case opRetrieve:
-		t.kind, t.bytes = plugin.OpRetrieve, int64(len(o.host))
-	case opExchange:
-		t.kind, t.bytes = plugin.OpExchange, o.size
-	case opLaunch, opEmulate:
-		t.kind, t.kernel = plugin.OpLaunch, o.k.Name
-	case opWait:
-		t.kind = plugin.OpWait
-	}
+	*t = opTiming{op: desc, issued: time.Now()}
 	return t
 }
 
@@ -213,7 +202,7 @@ func (t *opTiming) done(q *queue, err error) {
 		t.finish(q)
 	}
 	if err != nil || t.end == 0 {
-		t.err = err != nil
+		t.op.Err = err != nil
 		if !t.host || t.ended.IsZero() {
 			t.ended = time.Now()
 		}
@@ -230,7 +219,7 @@ func (t *opTiming) done(q *queue, err error) {
 // markRecord notes in ev, which q records, how many timed operations q
 // issued before it; on the issuing goroutine, before ev fires.
 func (q *queue) markRecord(ev *event) {
-	if q.d.tr.f.Load() == nil {
+	if !q.d.tr.On() {
 		return
 	}
 	q.tm.mu.Lock()
@@ -278,10 +267,10 @@ func (q *queue) report(upto uint64) {
 		return
 	}
 	d := q.d
-	f := d.tr.f.Load()
+	f := d.tr.Sink()
 	k := n // not traced any more: dropped
 	if f != nil {
-		tm.out, k = d.tr.times(d, tm.batch, tm.out[:0], &tm.last)
+		tm.out, k = d.tr.times(d, tm.batch, tm.out[:0], &tm.order)
 	}
 	tm.mu.Lock()
 	clear(tm.fifo[tm.head : tm.head+k])
@@ -299,7 +288,7 @@ func (q *queue) report(upto uint64) {
 	tm.mu.Unlock()
 	if f != nil {
 		for _, o := range tm.out {
-			(*f)(o)
+			f(o)
 		}
 	}
 	d.tr.release(d, tm.batch[:k])
@@ -326,9 +315,9 @@ func (q *queue) dropTimes() {
 // times appends the host-clock times of the timings at the front of ts
 // whose records are complete to out, and returns how many there were: it
 // stops at the first whose records are not. On a closed device it drops
-// them all. last is the end of the queue's last operation reported, which
-// the next starts after (a stream runs them one after the other).
-func (tr *tracing) times(d *device, ts []opTiming, out []plugin.OpTime, last *time.Time) ([]plugin.OpTime, int) {
+// them all. order is the queue's operations reported: the next starts
+// after the last ended (a stream runs them one after the other).
+func (tr *tracing) times(d *device, ts []opTiming, out []plugin.OpTime, order *optrace.Order) ([]plugin.OpTime, int) {
 	tr.life.RLock()
 	defer tr.life.RUnlock()
 	tr.mu.Lock()
@@ -340,7 +329,8 @@ func (tr *tracing) times(d *device, ts []opTiming, out []plugin.OpTime, last *ti
 	k := 0
 	read := func() error {
 		for _, t := range ts[k:] {
-			o := plugin.OpTime{Tag: t.tag, Kind: t.kind, Kernel: t.kernel, Bytes: t.bytes, Start: t.issued, End: t.ended, Err: t.err}
+			o := t.op
+			o.Start, o.End = t.issued, t.ended
 			if !t.host {
 				start, end, err := t.read(d)
 				switch now := time.Now(); { // after the operation was done
@@ -353,9 +343,7 @@ func (tr *tracing) times(d *device, ts []opTiming, out []plugin.OpTime, last *ti
 					o.End = minTime(maxTime(end, t.ended), now)
 				}
 			}
-			o.Start = maxTime(o.Start, *last)
-			o.End = maxTime(o.End, o.Start)
-			*last = o.End
+			order.Place(&o)
 			out = append(out, o)
 			k++
 		}
@@ -363,7 +351,7 @@ func (tr *tracing) times(d *device, ts []opTiming, out []plugin.OpTime, last *ti
 	}
 	if d.with(read) != nil { // no context: the times cannot be read
 		for i := k; i < len(ts); i++ {
-			ts[i].host, ts[i].err = true, true
+			ts[i].host, ts[i].op.Err = true, true
 		}
 		read()
 	}

@@ -208,7 +208,7 @@ func (tr *tracing) trim(d *device) {
 // event (idle, in the queues' FIFOs, or a reference) and the reference
 // stream, for the caller to destroy; reports after it drop their timings.
 func (tr *tracing) close() ([]cudadrv.Event, cudadrv.Stream) {
-	tr.f.Store(nil)
+	tr.Trace(nil)
 	tr.refMu.Lock()
 	defer tr.refMu.Unlock()
 	tr.life.Lock()

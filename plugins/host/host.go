@@ -13,12 +13,13 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
-	"sync/atomic"
 
 	"github.com/goffload/offload/internal/hostmem"
 	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/devstate"
 	"github.com/goffload/offload/plugin/opqueue"
+	"github.com/goffload/offload/plugin/optrace"
 )
 
 // DefaultPoolThreshold is the largest freed block a host device keeps for
@@ -88,33 +89,26 @@ func ConfigFromEnv() (Config, error) {
 }
 
 type device struct {
-	name  string
+	st    devstate.State // label ("host device 1"), closed
 	num   int
 	cores int
 	mem   *hostmem.Memory
 	bytes plugin.Mem // mem.Bytes, made once (a method value allocates)
 	pool  *workpool.Pool
 
-	// tracer is where timed operations are reported (see Trace).
-	tracer atomic.Pointer[func(plugin.OpTime)]
+	// tr is where timed operations are reported (see Trace).
+	tr optrace.Tracer
 
-	mu     sync.RWMutex
-	img    *plugin.Image
-	ctx    *plugin.KernelCtx // what kernels get: set by Load
-	closed bool
+	mu  sync.RWMutex
+	img *plugin.Image
+	ctx *plugin.KernelCtx // what kernels get: set by Load
 	// stop is what ctx.Done() of its kernels says (CancelKernels).
 	stop *plugin.StopSignal
 }
 
 // Trace sets where the queues' tagged operations report their times: the
 // host device's clock is the host's.
-func (d *device) Trace(f func(plugin.OpTime)) {
-	if f == nil {
-		d.tracer.Store(nil)
-		return
-	}
-	d.tracer.Store(&f)
-}
+func (d *device) Trace(f func(plugin.OpTime)) { d.tr.Trace(f) }
 
 // New returns a host device. Cores below 1 mean the number of CPUs; more
 // than workpool.MaxWorkers() are cut to that.
@@ -124,13 +118,13 @@ func New(cfg Config) plugin.Device {
 	}
 	cfg.Cores = min(cfg.Cores, workpool.MaxWorkers())
 	d := &device{
-		name:  "host device",
 		num:   -1,
 		cores: cfg.Cores,
 		mem:   hostmem.New(cfg.PoolThreshold),
 		pool:  plugin.NewPool(cfg.Cores),
 	}
 	d.bytes = d.mem.Bytes
+	d.st.SetLabel("host device")
 	return d
 }
 
@@ -150,11 +144,11 @@ func (d *device) Info() plugin.Info {
 func (d *device) Load(img *plugin.Image, num int) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
-		return fmt.Errorf("%s: %w: device is closed", d.name, plugin.ErrBadHandle)
+	if err := d.st.Alive(); err != nil {
+		return err
 	}
 	d.img, d.num = img, num
-	d.name = fmt.Sprintf("host device %d", num)
+	d.st.SetLabel(fmt.Sprintf("host device %d", num))
 	d.stop = plugin.NewStopSignal()
 	d.ctx = plugin.NewKernelCtx(num, d.pool).WithStop(d.stop)
 	return nil
@@ -176,53 +170,44 @@ func (d *device) loaded(k *plugin.Kernel) error {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.img == nil {
-		return fmt.Errorf("%s: %w: no image loaded", d.name, plugin.ErrBadKernel)
+		return fmt.Errorf("%s: %w: no image loaded", d.st.Label(), plugin.ErrBadKernel)
 	}
 	if k == nil || k.Index < 0 || k.Index >= len(d.img.Kernels) || d.img.Kernels[k.Index] != k {
-		return fmt.Errorf("%s: %w: kernel is not in the loaded image (register kernels at package init, before Start)", d.name, plugin.ErrBadKernel)
-	}
-	return nil
-}
-
-func (d *device) alive() error {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if d.closed {
-		return fmt.Errorf("%s: %w: device is closed", d.name, plugin.ErrBadHandle)
+		return fmt.Errorf("%s: %w: kernel is not in the loaded image (register kernels at package init, before Start)", d.st.Label(), plugin.ErrBadKernel)
 	}
 	return nil
 }
 
 func (d *device) Alloc(size int64) (plugin.Ptr, error) {
-	if err := d.alive(); err != nil {
+	if err := d.st.Alive(); err != nil {
 		return 0, err
 	}
 	p, err := d.mem.Alloc(size)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", d.name, err)
+		return 0, fmt.Errorf("%s: %w", d.st.Label(), err)
 	}
 	return p, nil
 }
 
 func (d *device) Free(p plugin.Ptr) error {
-	if err := d.alive(); err != nil {
+	if err := d.st.Alive(); err != nil {
 		return err
 	}
 	if err := d.mem.Free(p); err != nil {
-		return fmt.Errorf("%s: %w", d.name, err)
+		return fmt.Errorf("%s: %w", d.st.Label(), err)
 	}
 	return nil
 }
 
 func (d *device) NewQueue() (plugin.Queue, error) {
-	if err := d.alive(); err != nil {
+	if err := d.st.Alive(); err != nil {
 		return nil, err
 	}
 	return &queue{d: d, q: opqueue.New()}, nil
 }
 
 func (d *device) NewEvent() (plugin.Event, error) {
-	if err := d.alive(); err != nil {
+	if err := d.st.Alive(); err != nil {
 		return nil, err
 	}
 	return &event{d: d, ev: opqueue.NewEvent()}, nil
@@ -235,22 +220,10 @@ func (d *device) CanWait(ev plugin.Event) bool {
 	return ok
 }
 
-func (d *device) ownEvent(e plugin.Event) (*event, error) {
-	ev, ok := e.(*event)
-	if !ok || ev.d != d {
-		return nil, fmt.Errorf("%s: %w: event %T is not of this device", d.name, plugin.ErrBadHandle, e)
-	}
-	return ev, nil
-}
-
 func (d *device) Close() error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	if !d.st.Close() {
 		return nil
 	}
-	d.closed = true
-	d.mu.Unlock()
 	d.pool.Close() // and with it the declare target variables' bindings
 	d.mem.Reset()
 	return nil

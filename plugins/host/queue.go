@@ -6,6 +6,7 @@ import (
 
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/opqueue"
+	"github.com/goffload/offload/plugin/optrace"
 )
 
 // queue is an in-order queue whose operations run on a goroutine of their
@@ -13,32 +14,30 @@ import (
 type queue struct {
 	d   *device
 	q   *opqueue.Queue
-	tag uint64 // see Tag
+	tag optrace.Tag // see Tag
 }
 
 // Tag makes the operations enqueued after it report their times to the
 // device's tracer, with tag (0: not timed).
-func (q *queue) Tag(tag uint64) { q.tag = tag }
+func (q *queue) Tag(tag uint64) { q.tag.Tag(tag) }
 
-// timed returns what reports an operation's times, or nil if the queue is
-// not tagged or the device not traced.
+// timed returns what reports an operation's times (the host device's
+// clock is the host's), or nil if the queue is not tagged or the device
+// not traced.
 func (q *queue) timed(kind plugin.OpKind, kernel string, bytes int64) func(start, end time.Time, err error) {
-	f := q.d.tracer.Load()
-	if q.tag == 0 || f == nil {
+	o, ok := optrace.Op(q.d.tr.Tagged(&q.tag), kind, kernel, bytes)
+	if !ok {
 		return nil
 	}
-	tag := q.tag
-	return func(start, end time.Time, err error) {
-		(*f)(plugin.OpTime{Tag: tag, Kind: kind, Kernel: kernel, Bytes: bytes, Start: start, End: end, Err: err != nil})
-	}
+	return optrace.Timed(o, &q.d.tr, (*optrace.Tracer).Report)
 }
 
 func (q *queue) doTimed(fn func() error, timed func(start, end time.Time, err error)) error {
-	if err := q.d.alive(); err != nil {
+	if err := q.d.st.Alive(); err != nil {
 		return err
 	}
 	if err := q.q.DoTimed(fn, timed); err != nil {
-		return fmt.Errorf("%s: %w", q.d.name, err)
+		return fmt.Errorf("%s: %w", q.d.st.Label(), err)
 	}
 	return nil
 }
@@ -46,7 +45,7 @@ func (q *queue) doTimed(fn func() error, timed func(start, end time.Time, err er
 func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
 	b, err := q.d.mem.Bytes(dst, int64(len(src)))
 	if err != nil {
-		return fmt.Errorf("%s: submit of %d bytes: %w", q.d.name, len(src), err)
+		return fmt.Errorf("%s: submit of %d bytes: %w", q.d.st.Label(), len(src), err)
 	}
 	return q.doTimed(func() error { copy(b, src); return nil }, q.timed(plugin.OpSubmit, "", int64(len(src))))
 }
@@ -54,7 +53,7 @@ func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
 func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
 	b, err := q.d.mem.Bytes(src, int64(len(dst)))
 	if err != nil {
-		return fmt.Errorf("%s: retrieve of %d bytes: %w", q.d.name, len(dst), err)
+		return fmt.Errorf("%s: retrieve of %d bytes: %w", q.d.st.Label(), len(dst), err)
 	}
 	return q.doTimed(func() error { copy(dst, b); return nil }, q.timed(plugin.OpRetrieve, "", int64(len(dst))))
 }
@@ -62,15 +61,15 @@ func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
 func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) error {
 	other, ok := dst.(*device)
 	if !ok {
-		return fmt.Errorf("%s: exchange to a %s device: %w", q.d.name, dst.Info().Kind, plugin.ErrUnsupported)
+		return fmt.Errorf("%s: exchange to a %s device: %w", q.d.st.Label(), dst.Info().Kind, plugin.ErrUnsupported)
 	}
 	s, err := q.d.mem.Bytes(src, size)
 	if err != nil {
-		return fmt.Errorf("%s: exchange source: %w", q.d.name, err)
+		return fmt.Errorf("%s: exchange source: %w", q.d.st.Label(), err)
 	}
 	d, err := other.mem.Bytes(dstPtr, size)
 	if err != nil {
-		return fmt.Errorf("%s: exchange destination: %w", other.name, err)
+		return fmt.Errorf("%s: exchange destination: %w", other.st.Label(), err)
 	}
 	return q.doTimed(func() error { copy(d, s); return nil }, q.timed(plugin.OpExchange, "", size))
 }
@@ -98,36 +97,36 @@ func (q *queue) LaunchStop(k *plugin.Kernel, args []plugin.Arg, stop *plugin.Sto
 			defer own.StopWith(devStop, stop)()
 		}
 		if err := k.Launch(ctx, args, q.d.bytes); err != nil {
-			return fmt.Errorf("%s: %w", q.d.name, err)
+			return fmt.Errorf("%s: %w", q.d.st.Label(), err)
 		}
 		return nil
 	}, q.timed(plugin.OpLaunch, k.Name, 0))
 }
 
 func (q *queue) Record(e plugin.Event) error {
-	ev, err := q.d.ownEvent(e)
-	if err != nil {
+	ev, ok := e.(*event)
+	if err := q.d.st.Mine("record", e, ok && ev.d == q.d); err != nil {
 		return err
 	}
-	if err := q.d.alive(); err != nil {
+	if err := q.d.st.Alive(); err != nil {
 		return err
 	}
 	if err := q.q.Record(ev.ev); err != nil {
-		return fmt.Errorf("%s: record: %w", q.d.name, err)
+		return fmt.Errorf("%s: record: %w", q.d.st.Label(), err)
 	}
 	return nil
 }
 
 func (q *queue) Wait(e plugin.Event) error {
 	ev, ok := e.(*event)
-	if !ok || !q.d.CanWait(e) {
-		return fmt.Errorf("%s: wait on a %T: %w", q.d.name, e, plugin.ErrUnsupported)
+	if err := q.d.st.Waitable(e, ok && q.d.CanWait(e)); err != nil {
+		return err
 	}
-	if err := q.d.alive(); err != nil {
+	if err := q.d.st.Alive(); err != nil {
 		return err
 	}
 	if err := q.q.WaitTimed(ev.ev, q.timed(plugin.OpWait, "", 0)); err != nil {
-		return fmt.Errorf("%s: %w", q.d.name, err)
+		return fmt.Errorf("%s: %w", q.d.st.Label(), err)
 	}
 	return nil
 }

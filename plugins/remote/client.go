@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/goffload/offload/internal/hostmem"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/devstate"
 	"github.com/goffload/offload/plugin/opqueue"
+	"github.com/goffload/offload/plugin/optrace"
 	"github.com/goffload/offload/plugins/remote/proto"
 	"github.com/goffload/offload/plugins/remote/state"
 )
@@ -29,10 +30,12 @@ import (
 // event, a notify and the same) are queued on the link under d.mu as well,
 // in the order d.st returns them.
 type device struct {
-	l     *link
-	label atomic.Pointer[string] // "local device 1 (pid 1234)"
-	num   int                    // device number, from Load
-	info  plugin.Info
+	l *link
+	// life is the device's label ("local device 1 (pid 1234)") and its
+	// closing once; its loss is d.st's.
+	life devstate.State
+	num  int // device number, from Load
+	info plugin.Info
 	// kind is the device kind as GOFFLOAD_DEVICES names it ("local",
 	// "tcp", "mpi"): Info().Kind, and the start of the name.
 	kind string
@@ -56,10 +59,10 @@ type device struct {
 	rank int
 	// img is the image Load loaded (set before the link's reader starts).
 	img *plugin.Image
-	// tracer is where timed operations go (Trace), clock how their device
+	// tr is where timed operations go (Trace), clock how their device
 	// times become host times.
-	tracer atomic.Pointer[func(plugin.OpTime)]
-	clock  clock
+	tr    optrace.Tracer
+	clock clock
 
 	mu sync.Mutex
 	// st holds the calls (their answers go to a channel), events,
@@ -83,8 +86,8 @@ func newDevice(l *link, kind, name string) *device {
 	return d
 }
 
-func (d *device) name() string     { return *d.label.Load() }
-func (d *device) setName(s string) { d.label.Store(&s) }
+func (d *device) name() string     { return d.life.Label() }
+func (d *device) setName(s string) { d.life.SetLabel(s) }
 
 // hello greets the device process and checks that it runs our code.
 func (d *device) hello(img *plugin.Image, num int) error {
@@ -483,12 +486,11 @@ func (d *device) NewEvent() (plugin.Event, error) {
 
 // Close tells the device process to exit and releases the transport.
 func (d *device) Close() error {
-	d.mu.Lock()
-	if d.st.Closed() {
-		d.mu.Unlock()
+	if !d.life.Close() {
 		return nil
 	}
-	d.st.CloseDevice()
+	d.mu.Lock()
+	d.st.CloseDevice() // nothing registers after it
 	reading, lost := d.reading, d.st.Lost() != nil
 	d.mu.Unlock()
 	d.l.send(&proto.Exit{})

@@ -6,13 +6,16 @@ import (
 	"time"
 
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/optrace"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
-// Timing the operations of tagged queues (plugin.Tracer): the host tags a
-// queue with a TTag frame that carries the host's clock; the device times
-// the queue's operations after it and sends each as a TTimes record with
-// the clock readings the host needs to place it on its own clock.
+// Timing the operations of tagged queues (plugin.Tracer), the way of
+// package optrace: the host tags a queue with a TTag frame that carries
+// the host's clock; the device times the queue's operations after it
+// where they run (optrace.Timed) and sends each as a TTimes record with
+// the clock readings the host needs to place it on its own clock (clock:
+// the kind's own part), where the device's optrace.Tracer reports it.
 
 // clockEpoch is where this process's clock readings (in TTag and TTimes
 // frames, and clock replies) count from: a monotonic clock, private to the
@@ -45,16 +48,29 @@ func (s *session) tag(f *proto.Tag) {
 // reader calls it as it enqueues the operation.
 func (s *session) timer(qid uint32, kind plugin.OpKind, kernel uint32, bytes int64) func(start, end time.Time, err error) {
 	s.mu.Lock()
-	t, ok := s.tags[qid]
+	t := s.tags[qid]
 	s.mu.Unlock()
+	o, ok := optrace.Op(t.tag, kind, "", bytes)
 	if !ok {
 		return nil
 	}
-	return func(start, end time.Time, err error) {
-		r := proto.OpRecord{Tag: t.tag, Sent: t.sent, Got: t.got, Start: deviceClock(start), End: deviceClock(end),
-			Bytes: bytes, Kernel: kernel, Kind: uint8(kind), Failed: err != nil}
-		s.l.send(&proto.Times{Queue: qid, DevClock: uint64(deviceClock(time.Now())), Ops: proto.AppendTimes(nil, r)})
-	}
+	return optrace.Timed(o, timesTo{s, qid, kernel, t}, timesTo.send)
+}
+
+// timesTo is where a timed operation's times go: to the host, as a record
+// of queue's with kernel's index and the tag's clock readings.
+type timesTo struct {
+	s      *session
+	queue  uint32
+	kernel uint32
+	t      qtag
+}
+
+// send sends o's times, on this process's clock, to the host.
+func (w timesTo) send(o plugin.OpTime) {
+	r := proto.OpRecord{Tag: o.Tag, Sent: w.t.sent, Got: w.t.got, Start: deviceClock(o.Start), End: deviceClock(o.End),
+		Bytes: o.Bytes, Kernel: w.kernel, Kind: uint8(o.Kind), Failed: o.Err}
+	w.s.l.send(&proto.Times{Queue: w.queue, DevClock: uint64(deviceClock(time.Now())), Ops: proto.AppendTimes(nil, r)})
 }
 
 // clock places the device's clock readings on the host's: host = device +
@@ -125,14 +141,10 @@ func (c *clock) place(r proto.OpRecord, devSent, now int64) (start, end time.Tim
 // Trace makes the device report its tagged queues' operations to f, on
 // the host's clock (plugin.Tracer).
 func (d *device) Trace(f func(plugin.OpTime)) {
-	if f == nil {
-		d.tracer.Store(nil)
-		return
-	}
-	if err := d.probe(); err != nil {
+	if f != nil && d.probe() != nil {
 		return // a lost device: its operations fail, with nothing to time
 	}
-	d.tracer.Store(&f)
+	d.tr.Trace(f)
 }
 
 // times handles a Times frame, on the reader's goroutine.
@@ -142,7 +154,7 @@ func (d *device) times(m *proto.Times) error {
 	if err != nil {
 		return err
 	}
-	f := d.tracer.Load()
+	f := d.tr.Sink()
 	if f == nil {
 		return fmt.Errorf("%w: times of operations that were not tagged", proto.ErrFrame)
 	}
@@ -155,7 +167,7 @@ func (d *device) times(m *proto.Times) error {
 			op.Kernel = d.img.Kernels[r.Kernel].Name
 		}
 		op.Start, op.End = d.clock.place(r, int64(m.DevClock), now)
-		(*f)(op)
+		f(op)
 	}
 	c := &d.clock
 	c.mu.Lock()
@@ -176,7 +188,7 @@ func (d *device) times(m *proto.Times) error {
 // Tag tags the queue's next operations: the device times them
 // (plugin.TaggedQueue). It does nothing unless the device is traced.
 func (q *queue) Tag(tag uint64) {
-	if q.tag == tag || (tag != 0 && q.d.tracer.Load() == nil) {
+	if q.tag == tag || (tag != 0 && !q.d.tr.On()) {
 		return
 	}
 	if q.enqueue(&proto.Tag{Queue: q.id, Tag: tag, HostClock: uint64(deviceClock(time.Now()))}, nil) == nil {

@@ -1,8 +1,9 @@
 // Package outside is a CPU device kind that lives outside goffload's module
 // and is written only against its public packages: the plugin contract
-// (github.com/goffload/offload/plugin) and the queues kinds build on
-// (github.com/goffload/offload/plugin/opqueue). It is the proof that a kind
-// needs nothing internal, and the way to write one. It is small but
+// (github.com/goffload/offload/plugin), the queues kinds build on
+// (github.com/goffload/offload/plugin/opqueue) and the device state they
+// share (github.com/goffload/offload/plugin/devstate). It is the proof that
+// a kind needs nothing internal, and the way to write one. It is small but
 // complete: device memory is Go memory at synthetic addresses (this file),
 // queues and events are opqueue's with the device's checks and names
 // around them (queue.go), and kernels run on a plugin.Pool with
@@ -24,6 +25,7 @@ import (
 	"unsafe"
 
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/devstate"
 	"github.com/goffload/offload/plugin/opqueue"
 )
 
@@ -79,11 +81,11 @@ func New(cfg Config) plugin.Device {
 	d := &device{
 		pool:     plugin.NewPool(cfg.Cores),
 		capacity: cfg.Memory,
-		name:     "outside device",
 		next:     firstBase,
 	}
 	d.cores = d.pool.Workers() // NewPool may cut the count
 	d.mem = d.bytes
+	d.st.SetLabel("outside device")
 	return d
 }
 
@@ -101,33 +103,25 @@ type allocation struct {
 }
 
 type device struct {
+	st       devstate.State // label ("outside device 1" once loaded), closed
 	pool     *plugin.Pool
 	cores    int
 	capacity int64
 	mem      plugin.Mem // d.bytes, made once (a method value allocates)
 
 	mu     sync.RWMutex
-	name   string
 	img    *plugin.Image
 	ctx    *plugin.KernelCtx // what kernels get: set by Load
-	closed bool
-	allocs []*allocation // sorted by base: bases only grow
-	next   plugin.Ptr    // where the next allocation starts
+	allocs []*allocation     // sorted by base: bases only grow
+	next   plugin.Ptr        // where the next allocation starts
 	inUse  int64
-}
-
-// label names the device in errors: "outside device 1" once loaded.
-func (d *device) label() string {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	return d.name
 }
 
 func (d *device) Info() plugin.Info {
 	host, _ := os.Hostname()
 	return plugin.Info{
 		Kind:   Name,
-		Name:   fmt.Sprintf("%s (%d cores)", d.label(), d.cores),
+		Name:   fmt.Sprintf("%s (%d cores)", d.st.Label(), d.cores),
 		Cores:  d.cores,
 		Memory: d.capacity,
 		Arch:   runtime.GOARCH,
@@ -139,55 +133,44 @@ func (d *device) Info() plugin.Info {
 func (d *device) Load(img *plugin.Image, num int) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
-		return fmt.Errorf("%s: %w: device is closed", d.name, plugin.ErrBadHandle)
+	if err := d.st.Alive(); err != nil {
+		return err
 	}
 	d.img = img
-	d.name = fmt.Sprintf("outside device %d", num)
+	d.st.SetLabel(fmt.Sprintf("outside device %d", num))
 	d.ctx = plugin.NewKernelCtx(num, d.pool)
-	return nil
-}
-
-// alive returns an error wrapping plugin.ErrBadHandle once the device is
-// closed.
-func (d *device) alive() error {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if d.closed {
-		return fmt.Errorf("%s: %w: device is closed", d.name, plugin.ErrBadHandle)
-	}
 	return nil
 }
 
 // kernelCtx checks that k is a kernel of the loaded image and returns the
 // context kernels run with.
 func (d *device) kernelCtx(k *plugin.Kernel) (*plugin.KernelCtx, error) {
+	if err := d.st.Alive(); err != nil {
+		return nil, err
+	}
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	if d.closed {
-		return nil, fmt.Errorf("%s: %w: device is closed", d.name, plugin.ErrBadHandle)
-	}
 	if d.img == nil {
-		return nil, fmt.Errorf("%s: %w: no image loaded", d.name, plugin.ErrBadKernel)
+		return nil, fmt.Errorf("%s: %w: no image loaded", d.st.Label(), plugin.ErrBadKernel)
 	}
 	if k == nil || k.Index < 0 || k.Index >= len(d.img.Kernels) || d.img.Kernels[k.Index] != k {
-		return nil, fmt.Errorf("%s: %w: kernel is not in the loaded image", d.name, plugin.ErrBadKernel)
+		return nil, fmt.Errorf("%s: %w: kernel is not in the loaded image", d.st.Label(), plugin.ErrBadKernel)
 	}
 	return d.ctx, nil
 }
 
 func (d *device) Alloc(size int64) (plugin.Ptr, error) {
 	if size < 0 {
-		return 0, fmt.Errorf("%s: %w: allocation of a negative size %d", d.label(), plugin.ErrBadPointer, size)
+		return 0, fmt.Errorf("%s: %w: allocation of a negative size %d", d.st.Label(), plugin.ErrBadPointer, size)
 	}
 	d.mu.Lock()
-	if d.closed {
+	if err := d.st.Alive(); err != nil {
 		d.mu.Unlock()
-		return 0, fmt.Errorf("%s: %w: device is closed", d.name, plugin.ErrBadHandle)
+		return 0, err
 	}
 	if size > d.capacity-d.inUse {
 		defer d.mu.Unlock()
-		return 0, fmt.Errorf("%s: %w: %d bytes with %d of %d in use", d.name, plugin.ErrOutOfMemory, size, d.inUse, d.capacity)
+		return 0, fmt.Errorf("%s: %w: %d bytes with %d of %d in use", d.st.Label(), plugin.ErrOutOfMemory, size, d.inUse, d.capacity)
 	}
 	d.inUse += size // taken now, so that concurrent Allocs cannot overrun
 	d.mu.Unlock()
@@ -197,10 +180,10 @@ func (d *device) Alloc(size int64) (plugin.Ptr, error) {
 	words := make([]uint64, (max(size, 1)+7)/8)
 	buf := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), 8*len(words))[:max(size, 1)]
 
-	d.mu.Lock()
+	d.mu.Lock() // Close empties allocs under it, after it marks the device closed
 	defer d.mu.Unlock()
-	if d.closed {
-		return 0, fmt.Errorf("%s: %w: device is closed", d.name, plugin.ErrBadHandle)
+	if err := d.st.Alive(); err != nil {
+		return 0, err
 	}
 	a := &allocation{base: d.next, size: size, buf: buf}
 	// The next allocation starts past this one and a gap, 64-byte aligned:
@@ -223,12 +206,12 @@ func (d *device) find(p plugin.Ptr) int {
 func (d *device) Free(p plugin.Ptr) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
-		return fmt.Errorf("%s: %w: device is closed", d.name, plugin.ErrBadHandle)
+	if err := d.st.Alive(); err != nil {
+		return err
 	}
 	i := d.find(p)
 	if i < 0 {
-		return fmt.Errorf("%s: %w: free of %#x, which is not the start of a live allocation", d.name, plugin.ErrBadPointer, uint64(p))
+		return fmt.Errorf("%s: %w: free of %#x, which is not the start of a live allocation", d.st.Label(), plugin.ErrBadPointer, uint64(p))
 	}
 	d.inUse -= d.allocs[i].size
 	d.allocs = append(d.allocs[:i], d.allocs[i+1:]...)
@@ -240,7 +223,7 @@ func (d *device) Free(p plugin.Ptr) error {
 // has room behind it where the allocation does.
 func (d *device) bytes(p plugin.Ptr, size int64) ([]byte, error) {
 	if size < 0 {
-		return nil, fmt.Errorf("%s: %w: negative size %d at %#x", d.label(), plugin.ErrBadPointer, size, uint64(p))
+		return nil, fmt.Errorf("%s: %w: negative size %d at %#x", d.st.Label(), plugin.ErrBadPointer, size, uint64(p))
 	}
 	d.mu.RLock()
 	// The last allocation whose base is at or below p.
@@ -251,11 +234,11 @@ func (d *device) bytes(p plugin.Ptr, size int64) ([]byte, error) {
 	}
 	d.mu.RUnlock()
 	if a == nil || p >= a.base+plugin.Ptr(len(a.buf)) {
-		return nil, fmt.Errorf("%s: %w: %#x is not inside a live allocation", d.label(), plugin.ErrBadPointer, uint64(p))
+		return nil, fmt.Errorf("%s: %w: %#x is not inside a live allocation", d.st.Label(), plugin.ErrBadPointer, uint64(p))
 	}
 	off := int64(p - a.base)
 	if size > a.size-off { // not off+size, which can overflow
-		return nil, fmt.Errorf("%s: %w: range %#x+%d runs past the end of the allocation at %#x (%d bytes)", d.label(), plugin.ErrBadPointer, uint64(p), size, uint64(a.base), a.size)
+		return nil, fmt.Errorf("%s: %w: range %#x+%d runs past the end of the allocation at %#x (%d bytes)", d.st.Label(), plugin.ErrBadPointer, uint64(p), size, uint64(a.base), a.size)
 	}
 	if size == 0 {
 		return a.buf[off:off:len(a.buf)], nil
@@ -264,14 +247,14 @@ func (d *device) bytes(p plugin.Ptr, size int64) ([]byte, error) {
 }
 
 func (d *device) NewQueue() (plugin.Queue, error) {
-	if err := d.alive(); err != nil {
+	if err := d.st.Alive(); err != nil {
 		return nil, err
 	}
 	return &queue{d: d, q: opqueue.New()}, nil
 }
 
 func (d *device) NewEvent() (plugin.Event, error) {
-	if err := d.alive(); err != nil {
+	if err := d.st.Alive(); err != nil {
 		return nil, err
 	}
 	return &event{d: d, Event: opqueue.NewEvent()}, nil
@@ -286,12 +269,10 @@ func (d *device) CanWait(ev plugin.Event) bool {
 }
 
 func (d *device) Close() error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	if !d.st.Close() {
 		return nil
 	}
-	d.closed = true
+	d.mu.Lock()
 	d.allocs, d.inUse = nil, 0
 	d.mu.Unlock()
 	d.pool.Close() // and with it the bindings of declare target variables

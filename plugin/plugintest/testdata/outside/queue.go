@@ -18,11 +18,11 @@ type queue struct {
 
 // do enqueues fn, or refuses it if the queue or its device is closed.
 func (q *queue) do(fn func() error) error {
-	if err := q.d.alive(); err != nil {
+	if err := q.d.st.Alive(); err != nil {
 		return err
 	}
 	if err := q.q.Do(fn); err != nil {
-		return fmt.Errorf("%s: %w", q.d.label(), err)
+		return fmt.Errorf("%s: %w", q.d.st.Label(), err)
 	}
 	return nil
 }
@@ -49,7 +49,7 @@ func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
 func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) error {
 	other, ok := dst.(*device)
 	if !ok {
-		return fmt.Errorf("%s: exchange to a %s device: %w", q.d.label(), dst.Info().Kind, plugin.ErrUnsupported)
+		return fmt.Errorf("%s: exchange to a %s device: %w", q.d.st.Label(), dst.Info().Kind, plugin.ErrUnsupported)
 	}
 	s, err := q.d.bytes(src, size)
 	if err != nil {
@@ -69,7 +69,7 @@ func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
 	}
 	return q.do(func() error {
 		if err := k.Launch(ctx, args, q.d.mem); err != nil {
-			return fmt.Errorf("%s: %w", q.d.label(), err)
+			return fmt.Errorf("%s: %w", q.d.st.Label(), err)
 		}
 		return nil
 	})
@@ -79,14 +79,14 @@ func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
 // recorded already, or closed.
 func (q *queue) Record(e plugin.Event) error {
 	ev, ok := e.(*event)
-	if !ok || ev.d != q.d {
-		return fmt.Errorf("%s: %w: event %T is not of this device", q.d.label(), plugin.ErrBadHandle, e)
+	if err := q.d.st.Mine("record", e, ok && ev.d == q.d); err != nil {
+		return err
 	}
-	if err := q.d.alive(); err != nil {
+	if err := q.d.st.Alive(); err != nil {
 		return err
 	}
 	if err := q.q.Record(ev.Event); err != nil {
-		return fmt.Errorf("%s: record: %w", q.d.label(), err)
+		return fmt.Errorf("%s: record: %w", q.d.st.Label(), err)
 	}
 	return nil
 }
@@ -95,14 +95,14 @@ func (q *queue) Record(e plugin.Event) error {
 // one that is not recorded.
 func (q *queue) Wait(e plugin.Event) error {
 	ev, ok := e.(*event)
-	if !ok || !q.d.CanWait(e) {
-		return fmt.Errorf("%s: wait on a %T: %w", q.d.label(), e, plugin.ErrUnsupported)
+	if err := q.d.st.Waitable(e, ok && q.d.CanWait(e)); err != nil {
+		return err
 	}
-	if err := q.d.alive(); err != nil {
+	if err := q.d.st.Alive(); err != nil {
 		return err
 	}
 	if err := q.q.Wait(ev.Event); err != nil {
-		return fmt.Errorf("%s: %w", q.d.label(), err)
+		return fmt.Errorf("%s: %w", q.d.st.Label(), err)
 	}
 	return nil
 }
