@@ -49,7 +49,9 @@ type OpTime struct {
 // on the device. Trace sets the function the device reports each timed
 // operation to, in order per queue, before anything recorded after the
 // operation fires (nil stops the reports). It is called once, before any
-// queue is tagged; f must not block.
+// queue is tagged; f must not block. Package plugin/optrace holds what
+// every kind's timing shares (the Tracer, the queues' tags, operations
+// timed where they run, reports in queue order): a kind adds its clock.
 type Tracer interface {
 	Trace(f func(OpTime))
 }
