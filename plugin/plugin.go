@@ -23,12 +23,13 @@
 //     Query returns and clears.
 //   - Events: recorded on a queue, waited on by other queues of the device
 //     (of other devices, with [ForeignEventWaiter]) and by the host.
-//   - Kernels: the [Image] holds the program's registered kernels in the same
-//     order in every process; a queue runs one with [Kernel.Launch], which
-//     decodes the [Arg]s over the device's memory (a [Mem]) and calls the Go
-//     body with a [KernelCtx] (made with [NewKernelCtx] over a [Pool]). A kind
-//     that cannot run Go code (a GPU) launches the kernel's device code
-//     instead, and refuses kernels that have none.
+//   - Kernels: the [Image] holds the program's kernels, read-only [Kernel]
+//     handles in the same order in every process; a queue runs one with
+//     [Kernel.Launch], which decodes the [Arg]s over the device's memory (a
+//     [Mem]) and calls the Go body with a [KernelCtx] (made with
+//     [NewKernelCtx] over a [Pool]). A kind that cannot run Go code (a GPU)
+//     launches the kernel's device code ([Kernel.Code]) instead, and
+//     refuses kernels that have none.
 //
 // Optional capabilities are separate interfaces found by type assertion, as
 // database/sql/driver's are: [ForeignEventWaiter], [LostReporter],
@@ -45,21 +46,22 @@
 // # What a kind uses
 //
 // A CPU kind (one that runs the Go bodies) needs: [RegisterKind]; [NewPool]
-// (one per device, closed with the device);
-// [NewKernelCtx] in Load; [Kernel.Launch] with a [Mem] over its memory;
-// the Err variables, wrapped with detail. Its queues and events can be
-// those of package plugin/opqueue (in-order queues that run Go functions
-// on a goroutine of their own, one-shot events, the error state), as the
-// host kind's and testdata/outside's are. A kind that runs device code
-// reads [Kernel.Code] and [Kernel.Params]. A kind whose kernels run in
-// another process of the program loads [CurrentImage] there, and sends a
-// [KernelPanic]'s fields back so that the host rebuilds the error.
+// (one per device, closed with the device: what the runtime keeps for the
+// device in this process goes with it); [NewKernelCtx] in Load;
+// [Kernel.Launch] with a [Mem] over its memory; the Err variables, wrapped
+// with detail. Its queues and events can be those of package
+// plugin/opqueue (in-order queues that run Go functions on a goroutine of
+// their own, one-shot events, the error state), as the host kind's and
+// testdata/outside's are. A kind that runs device code reads
+// [Kernel.Code] and [Kernel.Params]. A kind whose kernels run in another
+// process of the program sends a [KernelPanic]'s fields back so that the
+// host rebuilds the error ([NewKernelPanic]).
 //
-// The rest of the package is the runtime core's side of the kernel table
-// (RegisterKernel, RegisterGlobal, Seal, Unseal, CheckUnsealed,
-// FreezeGlobals, ThawGlobals, BindHost, BindArgs, GlobalOn,
-// GlobalInstances): package offload calls them, and a kind must not (Seal
-// and Unseal guard the table of a started runtime).
+// Everything here is for kinds. The runtime's own side of the kernel
+// table (registration, sealing at Start, declare target variables, the
+// goroutines that call kernel bodies) is internal to goffload: a kind
+// never registers, seals or binds anything, and gets kernels only as the
+// handles of an Image.
 package plugin
 
 import (
@@ -136,7 +138,7 @@ type Queue interface {
 	// stages the copy through host memory.
 	Exchange(dst Device, dstPtr, src Ptr, size int64) error
 	// Launch runs kernel k of the loaded image with args, one per parameter.
-	Launch(k *Kernel, args []Arg) error
+	Launch(k Kernel, args []Arg) error
 	// Record makes ev fire when every operation enqueued before it is done.
 	Record(ev Event) error
 	// Wait holds back the operations after it until ev has fired. ev must
