@@ -364,7 +364,7 @@ func TestLargeCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev, _ := d0.NewEvent()
-	if err := q0.Exchange(d1, b+1, a+3, int64(n)); err != nil {
+	if err := q0.(plugin.Exchanger).Exchange(d1, b+1, a+3, int64(n)); err != nil {
 		t.Fatal(err)
 	}
 	if err := q0.Record(ev); err != nil {

@@ -353,14 +353,14 @@ func TestExchangeBetweenDevices(t *testing.T) {
 	q0, _ := devs[0].NewQueue()
 	q1, _ := devs[1].NewQueue()
 	q0.Submit(p0, f64bytes(x))
-	if err := q0.Exchange(devs[1], p1+8, p0+8, (n-1)*8); err != nil {
+	if err := q0.(plugin.Exchanger).Exchange(devs[1], p1+8, p0+8, (n-1)*8); err != nil {
 		t.Fatal(err)
 	}
 	if err := q0.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
 	q1.Launch(addK, []plugin.Arg{{Scalar: 1.0}, {Ptr: p1 + 8, Len: n - 1}})
-	if err := q1.Exchange(devs[0], p0+8, p1+8, (n-1)*8); err != nil {
+	if err := q1.(plugin.Exchanger).Exchange(devs[0], p0+8, p1+8, (n-1)*8); err != nil {
 		t.Fatal(err)
 	}
 	if err := q1.Synchronize(); err != nil {
@@ -377,7 +377,7 @@ func TestExchangeBetweenDevices(t *testing.T) {
 		}
 	}
 	// An exchange into memory the other device does not have fails.
-	q0.Exchange(devs[1], 0x10, p0, 8)
+	q0.(plugin.Exchanger).Exchange(devs[1], 0x10, p0, 8)
 	if err := q0.Synchronize(); !errors.Is(err, plugin.ErrBadPointer) {
 		t.Errorf("exchange to a bad pointer: %v, want ErrBadPointer", err)
 	}
