@@ -42,7 +42,7 @@ func MemcpyContext(ctx context.Context, dst, src DevicePtr, n int64) error {
 	if err != nil {
 		return err
 	}
-	return core.MemcpyContext(ctx, dl, sl, n)
+	return apiError(core.MemcpyContext(ctx, dl, sl, n))
 }
 
 // Run runs kernel k on the device with args, one per parameter after the
@@ -70,9 +70,9 @@ func (d Device) launch(k *Kernel, o launchOpts, args []any) error {
 	}
 	kargs, err := kernelArgs(cd, k, d.dm, o, args)
 	if err != nil {
-		return err
+		return apiError(err)
 	}
-	return cd.Run(d.ctx, core.TargetOpWith(k.k, kargs, geo), fallback)
+	return apiError(cd.Run(d.ctx, core.TargetOpWith(k.k, kargs, geo), fallback))
 }
 
 // Run runs kernel k on the default device; see Device.Run.
@@ -96,7 +96,7 @@ func (d Device) Data(body func() error, maps ...Map) error {
 		inner := body
 		body = func() error { return withDevicePtrs(d, cd, uses, inner) }
 	}
-	return cd.Data(d.ctx, its, body)
+	return apiError(cd.Data(d.ctx, its, body))
 }
 
 // Data runs a target data region on the default device; see Device.Data.
@@ -112,7 +112,7 @@ func (d Device) EnterData(maps ...Map) error {
 	if err != nil {
 		return err
 	}
-	return cd.EnterData(d.ctx, its)
+	return apiError(cd.EnterData(d.ctx, its))
 }
 
 // EnterData maps buffers on the default device; see Device.EnterData.
@@ -130,7 +130,7 @@ func (d Device) ExitData(maps ...Map) error {
 	if err != nil {
 		return err
 	}
-	return cd.ExitData(d.ctx, its)
+	return apiError(cd.ExitData(d.ctx, its))
 }
 
 // ExitData unmaps buffers on the default device; see Device.ExitData.
@@ -151,7 +151,7 @@ func (d Device) Update(maps ...Map) error {
 	for i := range its {
 		its[i].Exit = false
 	}
-	return cd.Update(d.ctx, its)
+	return apiError(cd.Update(d.ctx, its))
 }
 
 // Update copies mapped buffers on the default device; see Device.Update.
