@@ -146,9 +146,9 @@ func TestDepHistoryForgets(t *testing.T) {
 // After the failure is reported (by Taskwait, or by the failed task's
 // Wait), new tasks on the buffer run.
 func TestDependencyErrorOnce(t *testing.T) {
-	for _, devices := range []string{"host", "local:1", "host,local:1"} {
+	for _, devices := range []string{"host", "local:1", "cuda:0", "host,local:1", "host,cuda:0"} {
 		t.Run(devices, func(t *testing.T) {
-			start(t, offload.WithDevices(devices))
+			startSet(t, devices)
 			x := filled(8, 3)
 			bad := offload.On(0).Nowait(offload.DependOut(x)).Run(Boom, int32(0), x)
 			var deps []*offload.Task
