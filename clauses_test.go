@@ -57,7 +57,11 @@ var meshKernel = offload.MustKernel1("clauses.mesh", func(ctx offload.Ctx, m mes
 })
 
 func TestIfClause(t *testing.T) {
-	start(t, offload.WithDevices("host:2"))
+	forEachKind(t, testIfClause)
+}
+
+func testIfClause(t *testing.T, k testKind) {
+	k.start(t, 2)
 	out := []int32{-1}
 	for _, c := range []struct {
 		cond bool

@@ -47,6 +47,9 @@ type testKind struct {
 	// setup, if not nil, makes the kind's devices openable for one test
 	// (before Start; undone after Stop).
 	setup func(t testing.TB)
+	// inProcess: the kind's kernels run in this process (a fake GPU's
+	// emulated ones too), so they can meet the test's channels.
+	inProcess bool
 }
 
 // fakeGPUs is how many fake GPUs the cuda-fake kind's driver has: enough
@@ -55,14 +58,14 @@ const fakeGPUs = 2
 
 // kinds are the kinds of the matrix, in the order their subtests run.
 var kinds = []testKind{
-	{name: "host", label: "host", spec: func(n int) string { return fmt.Sprintf("host:%d", n) }},
+	{name: "host", label: "host", inProcess: true, spec: func(n int) string { return fmt.Sprintf("host:%d", n) }},
 	{name: "local", label: "local", spec: func(n int) string { return fmt.Sprintf("local:%d", n) }},
 	{name: "cuda-fake", label: "cuda", spec: func(n int) string {
 		if n == 1 {
 			return "cuda:0"
 		}
 		return "cuda" // every GPU of the fake driver
-	}, setup: useFakeGPUs},
+	}, setup: useFakeGPUs, inProcess: true},
 }
 
 // matrixGPU is a fake GPU whose 2 multiprocessors are the cores the
@@ -109,6 +112,16 @@ func (k testKind) start(t testing.TB, n int, opts ...offload.Option) {
 		if in, err := offload.On(i).Info(); err != nil || in.Kind != k.label {
 			t.Fatalf("%s: device %d is %+v, %v; want a %s device", k.spec(n), i, in, err, k.label)
 		}
+	}
+}
+
+// needInProcess skips the test on a kind whose kernels run in another
+// process: the test holds its kernels with channels of this process (a
+// gate), which a device process's copy of the kernel cannot reach.
+func (k testKind) needInProcess(t *testing.T) {
+	t.Helper()
+	if !k.inProcess {
+		t.Skipf("%s devices run kernels in another process, which the test's in-process gate cannot hold", k.name)
 	}
 }
 
