@@ -66,9 +66,9 @@ func (t *Task) Wait() error { return t.WaitContext(context.Background()) }
 // error; the task itself goes on.
 func (t *Task) WaitContext(ctx context.Context) error {
 	if t.t == nil {
-		return t.err
+		return apiError(t.err)
 	}
-	return t.t.Wait(ctx)
+	return apiError(t.t.Wait(ctx))
 }
 
 // Done is closed when the task has completed.
@@ -168,7 +168,7 @@ func (a Async) run(k *Kernel, o launchOpts, args []any) *Task {
 		}
 		geo, err := a.dev.geometry()
 		if err != nil {
-			return core.Op{}, fmt.Errorf("goffload: %s: target %s: %w", cd.Label(), k.k.Name, err)
+			return core.Op{}, fmt.Errorf("goffload: %s: target %s: %w", cd.Label(), k.k.Name(), err)
 		}
 		kargs, err := kernelArgs(cd, k, a.dev.dm, o, args)
 		if err != nil {
@@ -262,7 +262,7 @@ func Taskwait(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return rt.Taskwait(ctx)
+	return apiError(rt.Taskwait(ctx))
 }
 
 // A Group is a set of tasks waited for together (OpenMP's taskgroup).
@@ -319,7 +319,7 @@ func (g *Group) Wait(ctx context.Context) error {
 	}
 	err := core.WaitAll(ctx, created)
 	if first != nil && (err == nil || ctx.Err() == nil) {
-		return first
+		return apiError(first)
 	}
-	return err
+	return apiError(err)
 }

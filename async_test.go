@@ -53,16 +53,17 @@ var (
 	meetCh   [2]chan struct{}
 )
 
-// deviceSets are the device configurations the dependency tests run on:
-// two host devices, two device processes (waits between them go device to
-// device), and a host device with a device process (the host waits between
-// them).
-var deviceSets = []string{"host:2", "local:2", "host,local:1"}
+// deviceSets are the device configurations the dependency tests run on
+// (started with startSet, matrix_test.go): two host devices, two device
+// processes (waits between them go device to device), two fake GPUs (one
+// stream waits on the other GPU's CUDA event), and a host device with a
+// device process or a GPU (the host waits between them).
+var deviceSets = []string{"host:2", "local:2", "cuda", "host,local:1", "host,cuda:0"}
 
 func TestDependPatterns(t *testing.T) {
 	for _, devices := range deviceSets {
 		t.Run(devices, func(t *testing.T) {
-			start(t, offload.WithDevices(devices), offload.WithOffload("MANDATORY"))
+			startSet(t, devices)
 			d0, d1 := offload.On(0), offload.On(1)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -119,22 +120,20 @@ func TestDependPatterns(t *testing.T) {
 // TestInsRunConcurrently: two tasks that only read the same buffer run at
 // the same time on one device (each waits for the other inside its kernel).
 func TestInsRunConcurrently(t *testing.T) {
-	for _, devices := range []string{"host", "local:1"} {
-		t.Run(devices, func(t *testing.T) {
-			start(t, offload.WithDevices(devices))
-			meetOnce = sync.Once{}
-			x := filled(4, 1)
-			o1, o2 := filled(1, 0), filled(1, 0)
-			t1 := offload.Nowait(offload.DependIn(x)).Run(Meet, int32(0), offload.From(o1))
-			t2 := offload.Nowait(offload.DependIn(x)).Run(Meet, int32(1), offload.From(o2))
-			if err := errors.Join(t1.Wait(), t2.Wait()); err != nil {
-				t.Fatal(err)
-			}
-			if o1[0] != 1 || o2[0] != 1 {
-				t.Errorf("the two readers did not run at once: %d %d", o1[0], o2[0])
-			}
-		})
-	}
+	forEachKind(t, func(t *testing.T, k testKind) {
+		k.start(t, 1)
+		meetOnce = sync.Once{}
+		x := filled(4, 1)
+		o1, o2 := filled(1, 0), filled(1, 0)
+		t1 := offload.Nowait(offload.DependIn(x)).Run(Meet, int32(0), offload.From(o1))
+		t2 := offload.Nowait(offload.DependIn(x)).Run(Meet, int32(1), offload.From(o2))
+		if err := errors.Join(t1.Wait(), t2.Wait()); err != nil {
+			t.Fatal(err)
+		}
+		if o1[0] != 1 || o2[0] != 1 {
+			t.Errorf("the two readers did not run at once: %d %d", o1[0], o2[0])
+		}
+	})
 }
 
 // TestErrorPropagates: a failed task fails its dependents, and their errors
@@ -142,7 +141,7 @@ func TestInsRunConcurrently(t *testing.T) {
 func TestErrorPropagates(t *testing.T) {
 	for _, devices := range deviceSets {
 		t.Run(devices, func(t *testing.T) {
-			start(t, offload.WithDevices(devices))
+			startSet(t, devices)
 			x := filled(8, 3)
 			other := filled(8, 0)
 			bad := offload.On(0).Nowait(offload.DependOut(x)).Run(Boom, int32(0), x)
@@ -185,7 +184,11 @@ func contains(s, sub string) bool {
 
 // TestWaitCancel: waiting can be cancelled; the task goes on and completes.
 func TestWaitCancel(t *testing.T) {
-	start(t, offload.WithDevices("host"))
+	forEachKind(t, testWaitCancel)
+}
+
+func testWaitCancel(t *testing.T, k testKind) {
+	k.start(t, 1)
 	x := filled(4, 0)
 	task := offload.Nowait(offload.DependOut(x)).Run(SlowSet, int64(300), int32(4), x)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
@@ -206,9 +209,9 @@ func TestWaitCancel(t *testing.T) {
 // device's queues, behind waits — while its first kernel is still blocked,
 // which only the host can unblock. The host never waits between them.
 func TestChainLoweredToDevice(t *testing.T) {
-	for _, devices := range []string{"local:1", "local:2", "host"} {
+	for _, devices := range []string{"local:1", "local:2", "host", "cuda:0", "cuda"} {
 		t.Run(devices, func(t *testing.T) {
-			start(t, offload.WithDevices(devices))
+			startSet(t, devices)
 			id := time.Now().UnixNano()
 			gate := filepath.Join(os.TempDir(), fmt.Sprintf("goffload-gate-%d", id))
 			defer os.Remove(gate)

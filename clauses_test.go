@@ -57,7 +57,11 @@ var meshKernel = offload.MustKernel1("clauses.mesh", func(ctx offload.Ctx, m mes
 })
 
 func TestIfClause(t *testing.T) {
-	start(t, offload.WithDevices("host:2"))
+	forEachKind(t, testIfClause)
+}
+
+func testIfClause(t *testing.T, k testKind) {
+	k.start(t, 2)
 	out := []int32{-1}
 	for _, c := range []struct {
 		cond bool
@@ -87,7 +91,11 @@ func TestIfClause(t *testing.T) {
 }
 
 func TestDefaultmap(t *testing.T) {
-	start(t, offload.WithDevices("host"))
+	forEachKind(t, testDefaultmap)
+}
+
+func testDefaultmap(t *testing.T, k testKind) {
+	k.start(t, 1)
 	dev := offload.On(0)
 	run := func(m offload.Defaultmap, x []int32) error { return bump.Run(dev.Defaultmap(m), x) }
 
@@ -141,8 +149,8 @@ func TestDefaultmap(t *testing.T) {
 }
 
 func TestUseDevicePtr(t *testing.T) {
-	start(t, offload.WithDevices("host,local"))
-	for _, dev := range []offload.Device{offload.On(0), offload.On(1), offload.Initial()} {
+	startSet(t, "host,local,cuda:0")
+	for _, dev := range []offload.Device{offload.On(0), offload.On(1), offload.On(2), offload.Initial()} {
 		x := []int32{1, 2, 3, 4}
 		y := make([]int32, 4)
 		var px, py offload.DevicePtr
@@ -194,8 +202,8 @@ func TestUseDevicePtr(t *testing.T) {
 // A zero-length section that lies inside a mapping reaches the kernel with
 // its device address.
 func TestZeroLengthSectionAddress(t *testing.T) {
-	start(t, offload.WithDevices("host,local"))
-	for _, dev := range []offload.Device{offload.On(0), offload.On(1), offload.Initial()} {
+	startSet(t, "host,local,cuda:0")
+	for _, dev := range []offload.Device{offload.On(0), offload.On(1), offload.On(2), offload.Initial()} {
 		x := make([]int32, 16)
 		out := make([]uint64, 2)
 		err := dev.Data(func() error { return sectionAddr.Run(dev, x, x[5:5], out) }, offload.ToFrom(x))
@@ -209,8 +217,8 @@ func TestZeroLengthSectionAddress(t *testing.T) {
 }
 
 func TestStructWithSlices(t *testing.T) {
-	start(t, offload.WithDevices("host,local"))
-	for _, dev := range []offload.Device{offload.On(0), offload.On(1), offload.Initial()} {
+	startSet(t, "host,local,cuda:0")
+	for _, dev := range []offload.Device{offload.On(0), offload.On(1), offload.On(2), offload.Initial()} {
 		m := mesh{N: 3, Scale: 2, In: []float64{1, 2, 3}, Out: make([]float64, 3), Work: make([]float64, 3), Count: []int32{5}}
 		if err := meshKernel.Run(dev, m); err != nil {
 			t.Fatalf("device %d: %v", dev.Num(), err)
@@ -332,6 +340,9 @@ func TestCopySlices(t *testing.T) {
 // process, an address in that process (it was the number the host gives
 // the memory), so pointer-based code agrees with what kernels get.
 func TestDevicePtrAddrIsTheKernels(t *testing.T) {
+	// CPU kinds only: a fake GPU's emulated kernel runs its Go body over
+	// host copies of device memory, so it sees the copies' addresses (a
+	// real GPU's PTX kernel is given the device addresses).
 	start(t, offload.WithDevices("host,local"))
 	for _, dev := range []offload.Device{offload.On(0), offload.On(1), offload.Initial()} {
 		x := make([]int32, 16)

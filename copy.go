@@ -20,7 +20,7 @@ import (
 func Copy[T any](to Device, dst []T, from Device, src []T) error {
 	dp, sp, n, err := copyPtrs(to, dst, from, src)
 	if err != nil || n == 0 {
-		return err
+		return apiError(err)
 	}
 	return Memcpy(dp, sp, n)
 }

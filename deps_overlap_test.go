@@ -22,7 +22,12 @@ var gatedFill = offload.MustKernel2("deps.gatedfill", func(ctx offload.Ctx, v fl
 // x[5:15] waits for the writer of x[0:10], on a device and across devices;
 // a reader of a disjoint section does not wait.
 func TestDependOverlappingSections(t *testing.T) {
-	start(t, offload.WithDevices("host:2"))
+	forEachKind(t, testDependOverlappingSections)
+}
+
+func testDependOverlappingSections(t *testing.T, k testKind) {
+	k.needInProcess(t)
+	k.start(t, 2)
 	x := make([]float64, 20)
 	overlapGate = make(chan struct{})
 	w := gatedFill.Nowait(offload.On(0).Nowait(offload.DependOut(x[0:10])), 1, x[0:10])

@@ -39,12 +39,16 @@ func wantText(t *testing.T, what string, err, sentinel error, want, notWant []st
 // to(present: y), not map clauses (they were printed as
 // "target update map(present, to) of "y"").
 func TestUpdateMotionClauseText(t *testing.T) {
-	start(t, offload.WithDevices("host"))
+	forEachKind(t, testUpdateMotionClauseText)
+}
+
+func testUpdateMotionClauseText(t *testing.T, k testKind) {
+	k.start(t, 1)
 	d := offload.On(0)
 	y := filled(16, 1)
 	err := d.Update(offload.To(y).Present().Named("y"))
 	wantText(t, "update to present of an unmapped buffer", err, offload.ErrNotPresent,
-		[]string{"device 0 (host): target update to(present: y) (HstPtr=0x", "Size=64"}, []string{"map("})
+		[]string{k.dev(0) + ": target update to(present: y) (HstPtr=0x", "Size=64"}, []string{"map("})
 	err = d.Update(offload.From(y).Present())
 	wantText(t, "update from present of an unnamed unmapped buffer", err, offload.ErrNotPresent,
 		[]string{"target update from(present: unnamed buffer) (HstPtr=0x"}, []string{"map("})
@@ -67,7 +71,11 @@ func TestUpdateMotionClauseText(t *testing.T) {
 // libomptarget says): an implicit map, an update and an exit data say what
 // they did.
 func TestPartialOverlapTexts(t *testing.T) {
-	start(t, offload.WithDevices("host"))
+	forEachKind(t, testPartialOverlapTexts)
+}
+
+func testPartialOverlapTexts(t *testing.T, k testKind) {
+	k.start(t, 1)
 	d := offload.On(0)
 	x := filled(64, 1)
 	if err := d.EnterData(offload.To(x[8:24]).Named("x")); err != nil {
@@ -98,7 +106,7 @@ func TestPartialOverlapTexts(t *testing.T) {
 	} {
 		wantText(t, c.what, c.err, offload.ErrExtension, c.want, c.notWant)
 		var me *offload.MapError
-		if !errors.As(c.err, &me) || me.Device != "device 0 (host)" {
+		if !errors.As(c.err, &me) || me.Device != k.dev(0) {
 			t.Errorf("%s: %v is not a MapError naming device 0", c.what, c.err)
 		}
 	}
@@ -111,7 +119,11 @@ func TestPartialOverlapTexts(t *testing.T) {
 // omp_target_disassociate_ptr is told in their terms: no made-up map(alloc)
 // clause, no "invalid map clause".
 func TestAssociateTexts(t *testing.T) {
-	start(t, offload.WithDevices("host"))
+	forEachKind(t, testAssociateTexts)
+}
+
+func testAssociateTexts(t *testing.T, k testKind) {
+	k.start(t, 1)
 	d := offload.On(0)
 	x := filled(64, 1)
 	p, err := d.Alloc(64 * 4)
@@ -125,9 +137,9 @@ func TestAssociateTexts(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantText(t, "Disassociate of a buffer mapped by clauses", d.Disassociate(x), offload.ErrBadMap,
-		[]string{`device 0 (host): omp_target_disassociate_ptr of "x" (HstPtr=0x`, "Size=256", "mapped by map clauses (DynRefCount=1, HoldRefCount=0), not by omp_target_associate_ptr", "not an association"}, no)
+		[]string{k.dev(0) + `: omp_target_disassociate_ptr of "x" (HstPtr=0x`, "Size=256", "mapped by map clauses (DynRefCount=1, HoldRefCount=0), not by omp_target_associate_ptr", "not an association"}, no)
 	wantText(t, "Associate of a mapped buffer", d.Associate(x[8:], p, "x8"), offload.ErrBadMap,
-		[]string{`device 0 (host): omp_target_associate_ptr of "x8" (HstPtr=0x`, "Size=224", "made by map clauses", "the range is mapped already"}, no)
+		[]string{k.dev(0) + `: omp_target_associate_ptr of "x8" (HstPtr=0x`, "Size=224", "made by map clauses", "the range is mapped already"}, no)
 	if err := d.ExitData(offload.Release(x)); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +216,11 @@ func TestBufferNameTexts(t *testing.T) {
 // size, and the field (it named neither device nor address: the clause was
 // refused before the device was known).
 func TestUnmappableElementText(t *testing.T) {
-	start(t, offload.WithDevices("host"))
+	forEachKind(t, testUnmappableElementText)
+}
+
+func testUnmappableElementText(t *testing.T, k testKind) {
+	k.start(t, 1)
 	d := offload.On(0)
 	type withPtr struct {
 		N int32
@@ -217,13 +233,13 @@ func TestUnmappableElementText(t *testing.T) {
 		dev  string
 		err  error
 	}{
-		{"enter data", "device 0 (host): target enter data map(to) of unnamed buffer", d.EnterData(offload.To(v))},
-		{"data region", "device 0 (host): target data map(tofrom) of \"v\"", d.Data(func() error { return nil }, offload.ToFrom(v).Named("v"))},
-		{"exit data", "device 0 (host): target exit data map(release)", d.ExitData(offload.Release(v))},
-		{"update", "device 0 (host): target update from(v)", d.Update(offload.From(v).Named("v"))},
-		{"nowait enter data", "device 0 (host): target enter data map(alloc)", d.Nowait().EnterData(offload.Alloc(v)).Wait()},
-		{"target region", "device 0 (host): target map(to) of \"test.fill.arg1\"", d.Run(Fill, int32(1), offload.To(v))},
-		{"nowait target region", "device 0 (host): target map(to) of \"test.fill.arg1\"", d.Nowait().Run(Fill, int32(1), offload.To(v)).Wait()},
+		{"enter data", k.dev(0) + ": target enter data map(to) of unnamed buffer", d.EnterData(offload.To(v))},
+		{"data region", k.dev(0) + ": target data map(tofrom) of \"v\"", d.Data(func() error { return nil }, offload.ToFrom(v).Named("v"))},
+		{"exit data", k.dev(0) + ": target exit data map(release)", d.ExitData(offload.Release(v))},
+		{"update", k.dev(0) + ": target update from(v)", d.Update(offload.From(v).Named("v"))},
+		{"nowait enter data", k.dev(0) + ": target enter data map(alloc)", d.Nowait().EnterData(offload.Alloc(v)).Wait()},
+		{"target region", k.dev(0) + ": target map(to) of \"test.fill.arg1\"", d.Run(Fill, int32(1), offload.To(v))},
+		{"nowait target region", k.dev(0) + ": target map(to) of \"test.fill.arg1\"", d.Nowait().Run(Fill, int32(1), offload.To(v)).Wait()},
 		{"initial device", "initial device 1: target enter data map(to)", offload.Initial().EnterData(offload.To(v))},
 	} {
 		wantText(t, c.what, c.err, offload.ErrBadMap, []string{c.dev, addr, "field P", "*int"}, nil)

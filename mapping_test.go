@@ -183,12 +183,10 @@ func TestMapSemantics(t *testing.T) {
 			{what: "map of a string", do: func(d offload.Device, x []int32) error { return d.EnterData(offload.To("abc")) }, err: offload.ErrBadMap, want: unmapped(1)},
 		}},
 	}
-	for _, devices := range []string{"host", "local:1"} {
-		t.Run(devices, func(t *testing.T) {
-			start(t, offload.WithDevices(devices), offload.WithOffload("MANDATORY"))
-			runScenarios(t, scenarios)
-		})
-	}
+	forEachKind(t, func(t *testing.T, k testKind) {
+		k.start(t, 1)
+		runScenarios(t, scenarios)
+	})
 }
 
 type scenario = struct {
@@ -253,7 +251,11 @@ func checkState(t *testing.T, d offload.Device, what string, sec []int32, want s
 // TestMapErrorNamesBuffer checks that a mapping error names the device, the
 // buffer's name, host address and size, and what was expected.
 func TestMapErrorNamesBuffer(t *testing.T) {
-	start(t, offload.WithDevices("host"))
+	forEachKind(t, testMapErrorNamesBuffer)
+}
+
+func testMapErrorNamesBuffer(t *testing.T, k testKind) {
+	k.start(t, 1)
 	x := make([]float64, 100)
 	if err := offload.EnterData(offload.To(x[10:20]).Named("x")); err != nil {
 		t.Fatal(err)
@@ -265,7 +267,7 @@ func TestMapErrorNamesBuffer(t *testing.T) {
 		t.Fatalf("got %v, want a *MapError wrapping ErrExtension", err)
 	}
 	msg := err.Error()
-	for _, want := range []string{"device 0 (host)", `"x"`, fmt.Sprintf("HstPtr=%p", &x[0]), "Size=400", "partly mapped", fmt.Sprintf("%p", &x[10]), "Size=80"} {
+	for _, want := range []string{k.dev(0), `"x"`, fmt.Sprintf("HstPtr=%p", &x[0]), "Size=400", "partly mapped", fmt.Sprintf("%p", &x[10]), "Size=80"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error %q lacks %q", msg, want)
 		}

@@ -163,7 +163,7 @@ func (d Device) Alloc(size int64) (DevicePtr, error) {
 	}
 	p, err := cd.Alloc(size)
 	if err != nil {
-		return DevicePtr{}, err
+		return DevicePtr{}, apiError(err)
 	}
 	return DevicePtr{dev: cd.Num, ptr: p, size: size, base: p, gen: cd.TrackAlloc(p, size)}, nil
 }
@@ -197,7 +197,7 @@ func Free(p DevicePtr) error {
 	if err := cd.UntrackAlloc(p.base, p.gen); err != nil {
 		return fmt.Errorf("goffload: %s: %s of %s: %w: %w", cd.Label(), op, p, ErrBadArgument, err)
 	}
-	return cd.Free(p.ptr)
+	return apiError(cd.Free(p.ptr))
 }
 
 // ptrDevice resolves the device of p for op, checking that p points into
@@ -283,7 +283,7 @@ func (d Device) MappedPtr(s any) (DevicePtr, error) {
 	}
 	p, err := cd.MappedPtr(b)
 	if err != nil {
-		return DevicePtr{}, err
+		return DevicePtr{}, apiError(err)
 	}
 	return DevicePtr{dev: cd.Num, ptr: p, size: b.Size}, nil
 }
@@ -313,7 +313,7 @@ func (d Device) Associate(s any, p DevicePtr, name string) error {
 	if b.Size > p.size {
 		return fmt.Errorf("goffload: %s: omp_target_associate_ptr of %q (%d bytes): %w: %s holds only %d bytes", cd.Label(), name, b.Size, ErrBadArgument, p, p.size)
 	}
-	return cd.Associate(b, p.ptr)
+	return apiError(cd.Associate(b, p.ptr))
 }
 
 // Disassociate removes an association made by Associate
@@ -333,5 +333,5 @@ func (d Device) Disassociate(s any) error {
 	if g, ok := cd.DeclaredAt(b); ok {
 		return fmt.Errorf("goffload: %s: omp_target_disassociate_ptr: %w: the buffer is declare target %s, whose device copy lives until Stop", cd.Label(), ErrBadArgument, g.Describe())
 	}
-	return cd.Disassociate(b)
+	return apiError(cd.Disassociate(b))
 }

@@ -8,7 +8,11 @@ import (
 )
 
 func TestMemoryRoutines(t *testing.T) {
-	start(t, offload.WithDevices("host:2"), offload.WithOffload("MANDATORY"))
+	forEachKind(t, testMemoryRoutines)
+}
+
+func testMemoryRoutines(t *testing.T, k testKind) {
+	k.start(t, 2)
 	d0, d1 := offload.On(0), offload.On(1)
 	const n = 1000
 	src := make([]int32, n)
@@ -81,7 +85,11 @@ func TestMemoryRoutines(t *testing.T) {
 }
 
 func TestAssociate(t *testing.T) {
-	start(t, offload.WithDevices("host"), offload.WithOffload("MANDATORY"))
+	forEachKind(t, testAssociate)
+}
+
+func testAssociate(t *testing.T, k testKind) {
+	k.start(t, 1)
 	d := offload.On(0)
 	x := filled(64, 1)
 	p, err := d.Alloc(64 * 4)

@@ -53,7 +53,11 @@ func TestImpossibleAlloc(t *testing.T) {
 // heap" — and offsets outside [0, Size()] give a pointer that every routine
 // refuses, saying which offset was out of range.
 func TestOffsetPastEnd(t *testing.T) {
-	start(t, offload.WithDevices("host"))
+	forEachKind(t, testOffsetPastEnd)
+}
+
+func testOffsetPastEnd(t *testing.T, k testKind) {
+	k.start(t, 1)
 	// 48-byte objects: their spans end in a gap (8192 is not a multiple of
 	// 48), so a pointer one past the last object of a span points past the
 	// span's end, which the collector checks.
@@ -123,8 +127,8 @@ func TestOffsetPastEnd(t *testing.T) {
 // write silently into the new one); and freed allocations leave no trace in
 // the runtime.
 func TestStalePointer(t *testing.T) {
-	start(t, offload.WithDevices("host,local:1"), offload.WithOffload("MANDATORY"))
-	for _, dev := range []offload.Device{offload.On(0), offload.On(1)} {
+	startSet(t, "host,local:1,cuda:0")
+	for _, dev := range []offload.Device{offload.On(0), offload.On(1), offload.On(2)} {
 		before := offload.LiveAllocs(dev.Num())
 		old, err := dev.Alloc(256)
 		if err != nil {
@@ -133,7 +137,7 @@ func TestStalePointer(t *testing.T) {
 		if err := offload.Free(old); err != nil {
 			t.Fatal(err)
 		}
-		cur, err := dev.Alloc(256) // reuses the freed block on both kinds
+		cur, err := dev.Alloc(256) // reuses the freed block on every kind
 		if err != nil {
 			t.Fatal(err)
 		}

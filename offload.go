@@ -61,7 +61,7 @@ func WithInfo(flags string) Option {
 // constructs beginning and ending, copies and mapping changes, kernel
 // launches and waits.
 func WithTool(t Tool) Option {
-	return Option{func(c *core.Config) error { c.Tool = t; return nil }}
+	return Option{func(c *core.Config) error { c.Tool = coreTool(t); return nil }}
 }
 
 // WithProfile writes a trace of the run to path at Stop, overriding
@@ -107,7 +107,7 @@ func Start(opts ...Option) error {
 		if !strings.HasPrefix(err.Error(), "goffload:") {
 			err = fmt.Errorf("goffload: %w", err)
 		}
-		return err
+		return apiError(err)
 	}
 	current.Store(rt)
 	return nil
@@ -158,7 +158,7 @@ func StopContext(ctx context.Context) error {
 			err = fmt.Errorf("goffload: %w", ferr)
 		}
 	}
-	return err
+	return apiError(err)
 }
 
 // ServeDevice serves as a device and ends the process if this process is a

@@ -92,7 +92,11 @@ func waitDone(ts ...*offload.Task) {
 // need: addresses used out-then-in, only in, or by failed tasks are gone
 // once their tasks are done and their failures reported.
 func TestDepHistoryForgets(t *testing.T) {
-	start(t, offload.WithDevices("host"))
+	forEachKind(t, testDepHistoryForgets)
+}
+
+func testDepHistoryForgets(t *testing.T, k testKind) {
+	k.start(t, 1)
 	const n = 200
 	var tasks []*offload.Task
 	for i := 0; i < n; i++ {
@@ -146,9 +150,9 @@ func TestDepHistoryForgets(t *testing.T) {
 // After the failure is reported (by Taskwait, or by the failed task's
 // Wait), new tasks on the buffer run.
 func TestDependencyErrorOnce(t *testing.T) {
-	for _, devices := range []string{"host", "local:1", "host,local:1"} {
+	for _, devices := range []string{"host", "local:1", "cuda:0", "host,local:1", "host,cuda:0"} {
 		t.Run(devices, func(t *testing.T) {
-			start(t, offload.WithDevices(devices))
+			startSet(t, devices)
 			x := filled(8, 3)
 			bad := offload.On(0).Nowait(offload.DependOut(x)).Run(Boom, int32(0), x)
 			var deps []*offload.Task
@@ -202,7 +206,12 @@ func TestDependencyErrorOnce(t *testing.T) {
 // buffer's mapping (whose end deletes it) returns at once; the tasks run in
 // order once the kernel is let go.
 func TestNowaitDoesNotBlock(t *testing.T) {
-	start(t, offload.WithDevices("host"))
+	forEachKind(t, testNowaitDoesNotBlock)
+}
+
+func testNowaitDoesNotBlock(t *testing.T, k testKind) {
+	k.needInProcess(t)
+	k.start(t, 1)
 	id, g := newGate(t)
 	x := filled(16, 0)
 	first := offload.Nowait(offload.DependOut(x)).Run(Hold, id, offload.ToFrom(x))

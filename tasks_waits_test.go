@@ -30,7 +30,11 @@ var (
 // TestTaskwaitInsideTask: Taskwait and Stop called from host work are
 // errors, not a deadlock, and Stop from the test afterwards works.
 func TestTaskwaitInsideTask(t *testing.T) {
-	start(t, offload.WithDevices("host"))
+	forEachKind(t, testTaskwaitInsideTask)
+}
+
+func testTaskwaitInsideTask(t *testing.T, k testKind) {
+	k.start(t, 1)
 	x := filled(4, 0)
 	var tw, stop error
 	task := offload.Nowait(offload.DependOut(x)).Go("waits for itself", func() error {
@@ -64,7 +68,12 @@ func TestTaskwaitInsideTask(t *testing.T) {
 // TestGroupWaitAfterCancel: a Wait that ctx cut short leaves the tasks in
 // the group; the next Wait waits for them and returns their error.
 func TestGroupWaitAfterCancel(t *testing.T) {
-	start(t, offload.WithDevices("host"))
+	forEachKind(t, testGroupWaitAfterCancel)
+}
+
+func testGroupWaitAfterCancel(t *testing.T, k testKind) {
+	k.needInProcess(t)
+	k.start(t, 1)
 	id, g := newGate(t)
 	var group offload.Group
 	task := offload.Nowait().In(&group).Run(HoldFail, id)
@@ -92,7 +101,12 @@ func TestGroupWaitAfterCancel(t *testing.T) {
 // construct; the construct finishes in the background, copies back and
 // unmaps, and Taskwait waits for it.
 func TestWithContext(t *testing.T) {
-	start(t, offload.WithDevices("host"))
+	forEachKind(t, testWithContext)
+}
+
+func testWithContext(t *testing.T, k testKind) {
+	k.needInProcess(t)
+	k.start(t, 1)
 	id, g := newGate(t)
 	x := filled(8, 1)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -116,6 +116,7 @@ type driverState struct {
 	count   int // GPUs
 	version int // cuDriverGetVersion: 12040 is 12.4
 	err     error
+	emulate bool // UseEmulatedDriverForTests: devices run Go bodies of kernels without PTX
 }
 
 var drivers struct {
@@ -218,9 +219,26 @@ func Driver() (cudadrv.Driver, int, error) {
 // give it a fake driver (internal/cudadrv/cudafake); a program has no use
 // for it.
 func UseDriverForTests(drv cudadrv.Driver) (restore func()) {
+	return useDriver(initWith(drv))
+}
+
+// UseEmulatedDriverForTests is UseDriverForTests with the devices in the
+// emulate mode: a kernel without PTX runs its Go body on the host over
+// copies of its arguments' device memory, in its queue's order, instead of
+// failing. It is for this module's tests that run the runtime's semantics
+// on fake GPUs with kernels written in Go only (the root package's device
+// matrix, matrix_test.go); a program has no use for it.
+func UseEmulatedDriverForTests(drv cudadrv.Driver) (restore func()) {
+	s := initWith(drv)
+	s.emulate = true
+	return useDriver(s)
+}
+
+// useDriver makes the kind use s until restore is called.
+func useDriver(s *driverState) (restore func()) {
 	drivers.Lock()
 	old := drivers.override
-	drivers.override = initWith(drv)
+	drivers.override = s
 	drivers.Unlock()
 	return func() {
 		drivers.Lock()
@@ -247,6 +265,7 @@ func openDevices(s *driverState, ord int) ([]plugin.Device, error) {
 		if err != nil {
 			return devs, err
 		}
+		d.emulate = s.emulate
 		devs = append(devs, d)
 	}
 	return devs, nil

@@ -127,7 +127,7 @@ func (q *queue) timer(o *op) *opTiming {
 	case opExchange:
 		kind, bytes = plugin.OpExchange, o.size
 	case opLaunch, opEmulate:
-		kind, kernel = plugin.OpLaunch, o.k.Name
+		kind, kernel = plugin.OpLaunch, o.k.Name()
 	case opWait:
 		kind = plugin.OpWait
 	}

@@ -3,15 +3,16 @@ package host_test
 import (
 	"testing"
 
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/host"
 )
 
 // benchKernel returns the conformance suite's addInt64 kernel (registered
 // by plugintest, which this package's tests import).
-func benchKernel(b *testing.B) *plugin.Kernel {
-	for _, k := range plugin.CurrentImage().Kernels {
-		if k.Name == "plugintest.addInt64" {
+func benchKernel(b *testing.B) plugin.Kernel {
+	for _, k := range entries.Current().Kernels {
+		if k.Name() == "plugintest.addInt64" {
 			return k
 		}
 	}

@@ -144,7 +144,7 @@ func (d *device) Load(img *plugin.Image, num int) error {
 
 // kernelCtx checks that k is a kernel of the loaded image and returns the
 // context kernels run with.
-func (d *device) kernelCtx(k *plugin.Kernel) (*plugin.KernelCtx, error) {
+func (d *device) kernelCtx(k plugin.Kernel) (*plugin.KernelCtx, error) {
 	if err := d.st.Alive(); err != nil {
 		return nil, err
 	}
@@ -153,7 +153,7 @@ func (d *device) kernelCtx(k *plugin.Kernel) (*plugin.KernelCtx, error) {
 	if d.img == nil {
 		return nil, fmt.Errorf("%s: %w: no image loaded", d.st.Label(), plugin.ErrBadKernel)
 	}
-	if k == nil || k.Index < 0 || k.Index >= len(d.img.Kernels) || d.img.Kernels[k.Index] != k {
+	if k == nil || k.Index() < 0 || k.Index() >= len(d.img.Kernels) || d.img.Kernels[k.Index()] != k {
 		return nil, fmt.Errorf("%s: %w: kernel is not in the loaded image", d.st.Label(), plugin.ErrBadKernel)
 	}
 	return d.ctx, nil

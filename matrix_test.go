@@ -1,0 +1,140 @@
+package offload_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/goffload/offload"
+	"github.com/goffload/offload/internal/cudadrv/cudafake"
+	"github.com/goffload/offload/plugins/cuda"
+)
+
+// The semantics matrix (issue 22): the runtime's map, update, data region
+// and task tests run on every kind of device, not only on the host kind,
+// because each kind moves memory its own way — the host kind in this
+// process, device processes (local) over their shared-memory links, GPUs
+// through the CUDA driver's streams and pinned staging — and each must give
+// the same results.
+//
+// The matrix is a list of kinds and forEachKind, which runs a test's body
+// once per kind as subtests named host, local and cuda-fake; the body
+// starts the runtime with k.start(t, n) (n devices of that kind) and reads
+// k.label where an error names the device. This keeps each test as it was
+// written, with its own setup and checks in one place, and shows a kind's
+// failure as that test's subtest (go test -run 'TestMapSemantics/local').
+// An environment variable read by start, with one test re-running the test
+// binary per kind, would have left the tests unchanged but hidden which
+// tests run where, cost a process start per kind, and kept the tests that
+// use two devices or mixed kinds out of it.
+//
+// The fake GPUs are the fake CUDA driver's (internal/cudadrv/cudafake) in
+// the cuda kind's emulate mode (cuda.UseEmulatedDriverForTests): a kernel
+// without PTX — every kernel of these tests — runs its Go body on the host
+// over copies of its arguments' device memory, in its stream's order, so
+// what it sees and leaves is device memory that the runtime mapped and
+// copied through the kind's staging buffers.
+//
+// A test that cannot hold on some kind skips it with a t.Skip saying why,
+// or leaves the kind out with a comment; it does not weaken what it checks.
+
+// A testKind is a kind of device the matrix runs on.
+type testKind struct {
+	name  string // the subtest's name
+	label string // what Info.Kind and errors call its devices: "device 0 (label)"
+	// spec is the GOFFLOAD_DEVICES list of n devices of the kind.
+	spec func(n int) string
+	// setup, if not nil, makes the kind's devices openable for one test
+	// (before Start; undone after Stop).
+	setup func(t testing.TB)
+	// inProcess: the kind's kernels run in this process (a fake GPU's
+	// emulated ones too), so they can meet the test's channels.
+	inProcess bool
+}
+
+// fakeGPUs is how many fake GPUs the cuda-fake kind's driver has: enough
+// for the tests that use two devices.
+const fakeGPUs = 2
+
+// kinds are the kinds of the matrix, in the order their subtests run.
+var kinds = []testKind{
+	{name: "host", label: "host", inProcess: true, spec: func(n int) string { return fmt.Sprintf("host:%d", n) }},
+	{name: "local", label: "local", spec: func(n int) string { return fmt.Sprintf("local:%d", n) }},
+	{name: "cuda-fake", label: "cuda", spec: func(n int) string {
+		if n == 1 {
+			return "cuda:0"
+		}
+		return "cuda" // every GPU of the fake driver
+	}, setup: useFakeGPUs, inProcess: true},
+}
+
+// matrixGPU is a fake GPU whose 2 multiprocessors are the cores the
+// emulated kernels' loops split over.
+var matrixGPU = cudafake.GPU{Name: "Fake GPU", Major: 8, Minor: 0, SMs: 2, Memory: 1 << 30}
+
+// useFakeGPUs makes the cuda kind open the GPUs of a fresh fake driver, in
+// the emulate mode, until the test ends.
+func useFakeGPUs(t testing.TB) {
+	gpus := make([]cudafake.GPU, fakeGPUs)
+	for i := range gpus {
+		gpus[i] = matrixGPU
+	}
+	t.Cleanup(cuda.UseEmulatedDriverForTests(cudafake.New(cudafake.Config{GPUs: gpus})))
+}
+
+// forEachKind runs body as one subtest per kind of the matrix.
+func forEachKind(t *testing.T, body func(t *testing.T, k testKind)) {
+	t.Helper()
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) { body(t, k) })
+	}
+}
+
+// start starts the runtime on n devices of the kind (with opts after the
+// device list) and stops it when the test ends. The devices are mandatory
+// (OMP_TARGET_OFFLOAD=MANDATORY): a kind whose devices do not open fails
+// the test instead of falling back to the initial device, which would pass
+// every check without testing the kind; and every device must be of the
+// kind.
+func (k testKind) start(t testing.TB, n int, opts ...offload.Option) {
+	t.Helper()
+	if n > fakeGPUs {
+		t.Fatalf("the matrix has %d devices of a kind at most, not %d", fakeGPUs, n)
+	}
+	if k.setup != nil {
+		k.setup(t)
+	}
+	start(t, append([]offload.Option{offload.WithDevices(k.spec(n)), offload.WithOffload("MANDATORY")}, opts...)...)
+	if got := offload.NumDevices(); got != n {
+		t.Fatalf("%s: %d devices, want %d", k.spec(n), got, n)
+	}
+	for i := range n {
+		if in, err := offload.On(i).Info(); err != nil || in.Kind != k.label {
+			t.Fatalf("%s: device %d is %+v, %v; want a %s device", k.spec(n), i, in, err, k.label)
+		}
+	}
+}
+
+// needInProcess skips the test on a kind whose kernels run in another
+// process: the test holds its kernels with channels of this process (a
+// gate), which a device process's copy of the kernel cannot reach.
+func (k testKind) needInProcess(t *testing.T) {
+	t.Helper()
+	if !k.inProcess {
+		t.Skipf("%s devices run kernels in another process, which the test's in-process gate cannot hold", k.name)
+	}
+}
+
+// dev is how errors name device i of the kind: "device 0 (host)".
+func (k testKind) dev(i int) string { return fmt.Sprintf("device %d (%s)", i, k.label) }
+
+// startSet starts the runtime on a device list that may mix kinds (the
+// dependency tests' deviceSets): a list that names cuda opens the fake
+// GPUs. Its devices are mandatory, as in testKind.start.
+func startSet(t testing.TB, devices string, opts ...offload.Option) {
+	t.Helper()
+	if strings.Contains(devices, "cuda") {
+		useFakeGPUs(t)
+	}
+	start(t, append([]offload.Option{offload.WithDevices(devices), offload.WithOffload("MANDATORY")}, opts...)...)
+}
