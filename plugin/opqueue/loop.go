@@ -144,7 +144,9 @@ func (l *Loop[T]) here(o T, failed error) {
 		l.b.Bind()
 		defer l.b.Unbind()
 	}
-	l.run(o, failed)
+	if err := l.r.Run(o, failed); err != nil {
+		l.Fail(err)
+	}
 	ran = true
 }
 
@@ -190,14 +192,12 @@ func (l *Loop[T]) loop() {
 		l.ops = l.ops[1:]
 		failed := l.take(e.clear)
 		l.mu.Unlock()
-		l.run(e.o, failed)
-	}
-}
-
-// run runs o with the error state failed, and sets the state if o fails.
-func (l *Loop[T]) run(o T, failed error) {
-	if err := l.r.Run(o, failed); err != nil {
-		l.Fail(err)
+		// Run is called here and in here, not through a function of
+		// their own: a frame less to copy when an operation grows the
+		// goroutine's stack (a kernel's reflection does).
+		if err := l.r.Run(e.o, failed); err != nil {
+			l.Fail(err)
+		}
 	}
 }
 
