@@ -6,7 +6,6 @@ import (
 	"unsafe"
 
 	"github.com/goffload/offload/internal/entries"
-	"github.com/goffload/offload/plugin"
 )
 
 // ErrDeclareTarget: a declare target variable that cannot be declared (a
@@ -111,8 +110,8 @@ func (g *Global[T]) String() string { return "declare target " + g.g.Describe() 
 // which fails the kernel with an error wrapping ErrKernelFailed that names
 // the variable and the device.
 func (g *Global[T]) On(ctx Ctx) []T {
-	kc, ok := ctx.(*plugin.KernelCtx)
-	if !ok {
+	kc := kindCtx(ctx)
+	if kc == nil {
 		panic(fmt.Sprintf("goffload: %s: On needs the context a kernel receives, not a %T", g, ctx))
 	}
 	p, err := entries.GlobalOn(kc, g.g)

@@ -83,6 +83,7 @@ func NewKernel(name string, fn any) (*Kernel, error) {
 	if err := checkTags(name, fn); err != nil {
 		return nil, err
 	}
+	useKernelCtx()
 	k, err := entries.RegisterKernel(name, fn)
 	if err != nil {
 		return nil, err

@@ -3,14 +3,18 @@ package offload
 import (
 	"math"
 	"reflect"
-
-	"github.com/goffload/offload/internal/workpool"
 )
 
 // Chunk is one chunk of a loop that Ctx.ForChunks splits: chunk number
 // Index of the Count chunks of [0, n), over [Lo, Hi). See Ctx for how a
 // loop is split.
-type Chunk = workpool.Chunk
+type Chunk struct {
+	// Index is the chunk's number, from 0 to Count-1, in the order of the
+	// ranges.
+	Index, Count int
+	// Lo and Hi bound the chunk's range [Lo, Hi) of [0, n).
+	Lo, Hi int
+}
 
 // Op is a reduction operator: one of OpenMP's reduction identifiers (Sum,
 // Prod, Min, Max, BitAnd, BitOr, BitXor, LogicalAnd, LogicalOr) or one of

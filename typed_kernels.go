@@ -20,7 +20,7 @@ func NewKernel0(name string, fn func(Ctx)) (Kernel0, error) {
 		pk := k.k
 		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
 			_ = args
-			return func() { fn(ctx) }, nil
+			return func() { fn(kernelCtx{ctx}) }, nil
 		})
 	}
 	return Kernel0{k: k}, err
@@ -92,7 +92,7 @@ func NewKernel1[A any](name string, fn func(Ctx, A)) (Kernel1[A], error) {
 			if err != nil {
 				return nil, err
 			}
-			return func() { fn(ctx, a) }, nil
+			return func() { fn(kernelCtx{ctx}, a) }, nil
 		})
 	}
 	return Kernel1[A]{k: k}, err
@@ -168,7 +168,7 @@ func NewKernel2[A, B any](name string, fn func(Ctx, A, B)) (Kernel2[A, B], error
 			if err != nil {
 				return nil, err
 			}
-			return func() { fn(ctx, a, b) }, nil
+			return func() { fn(kernelCtx{ctx}, a, b) }, nil
 		})
 	}
 	return Kernel2[A, B]{k: k}, err
@@ -248,7 +248,7 @@ func NewKernel3[A, B, C any](name string, fn func(Ctx, A, B, C)) (Kernel3[A, B, 
 			if err != nil {
 				return nil, err
 			}
-			return func() { fn(ctx, a, b, c) }, nil
+			return func() { fn(kernelCtx{ctx}, a, b, c) }, nil
 		})
 	}
 	return Kernel3[A, B, C]{k: k}, err
@@ -334,7 +334,7 @@ func NewKernel4[A, B, C, D any](name string, fn func(Ctx, A, B, C, D)) (Kernel4[
 			if err != nil {
 				return nil, err
 			}
-			return func() { fn(ctx, a, b, c, d) }, nil
+			return func() { fn(kernelCtx{ctx}, a, b, c, d) }, nil
 		})
 	}
 	return Kernel4[A, B, C, D]{k: k}, err
@@ -426,7 +426,7 @@ func NewKernel5[A, B, C, D, E any](name string, fn func(Ctx, A, B, C, D, E)) (Ke
 			if err != nil {
 				return nil, err
 			}
-			return func() { fn(ctx, a, b, c, d, e) }, nil
+			return func() { fn(kernelCtx{ctx}, a, b, c, d, e) }, nil
 		})
 	}
 	return Kernel5[A, B, C, D, E]{k: k}, err
@@ -522,7 +522,7 @@ func NewKernel6[A, B, C, D, E, F any](name string, fn func(Ctx, A, B, C, D, E, F
 			if err != nil {
 				return nil, err
 			}
-			return func() { fn(ctx, a, b, c, d, e, f) }, nil
+			return func() { fn(kernelCtx{ctx}, a, b, c, d, e, f) }, nil
 		})
 	}
 	return Kernel6[A, B, C, D, E, F]{k: k}, err
@@ -622,7 +622,7 @@ func NewKernel7[A, B, C, D, E, F, G any](name string, fn func(Ctx, A, B, C, D, E
 			if err != nil {
 				return nil, err
 			}
-			return func() { fn(ctx, a, b, c, d, e, f, g) }, nil
+			return func() { fn(kernelCtx{ctx}, a, b, c, d, e, f, g) }, nil
 		})
 	}
 	return Kernel7[A, B, C, D, E, F, G]{k: k}, err
@@ -726,7 +726,7 @@ func NewKernel8[A, B, C, D, E, F, G, H any](name string, fn func(Ctx, A, B, C, D
 			if err != nil {
 				return nil, err
 			}
-			return func() { fn(ctx, a, b, c, d, e, f, g, h) }, nil
+			return func() { fn(kernelCtx{ctx}, a, b, c, d, e, f, g, h) }, nil
 		})
 	}
 	return Kernel8[A, B, C, D, E, F, G, H]{k: k}, err

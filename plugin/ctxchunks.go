@@ -4,7 +4,7 @@ import "github.com/goffload/offload/internal/workpool"
 
 // Chunk is one part of a parallel loop over [0, n) that ForChunks splits:
 // the half-open range [Lo, Hi), chunk number Index of the Count chunks the
-// loop makes (offload.Chunk is the same type). The chunks are contiguous
+// loop makes (offload.Chunk has the same fields). The chunks are contiguous
 // and in order, as OpenMP's schedule(static) without a chunk size makes
 // them: the first n mod Count have one element more than the others.
 type Chunk = workpool.Chunk

@@ -190,7 +190,12 @@ func BindArgs(g *Global, op int, gen uint64, p plugin.Ptr) []plugin.Arg {
 }
 
 // deviceCtx is the context parameter of the bind kernel.
-type deviceCtx interface{ Device() int }
+// (It names Pool, which only the kind's *plugin.KernelCtx has, so the
+// bind kernel gets that, never a front end's context: see SetContext.)
+type deviceCtx interface {
+	Device() int
+	Pool() *plugin.Pool
+}
 
 // bindBody is the bind kernel: it runs on the device and records where the
 // variable's copy is, for GlobalOn.

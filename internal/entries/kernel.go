@@ -29,8 +29,11 @@ type Kernel struct {
 	index  int
 	name   string
 	fn     reflect.Value
-	hasCtx bool           // the first parameter is the kernel context
-	params []plugin.Param // parameters after the context, struct fields flattened
+	hasCtx bool // the first parameter is the kernel context
+	// wrapCtx says the body gets its context as the front end's (see
+	// SetContext), not as the kind's *plugin.KernelCtx.
+	wrapCtx bool
+	params  []plugin.Param // parameters after the context, struct fields flattened
 	// tops are the function's parameter types after the context; a struct
 	// parameter holding slices is in params as its fields.
 	tops []reflect.Type
@@ -98,6 +101,30 @@ func (k *Kernel) SetCode(c plugin.DeviceCode) error {
 var ErrKernelSignature = errors.New("invalid kernel")
 
 var ctxType = reflect.TypeFor[*plugin.KernelCtx]()
+
+// frontCtx is the context type of the program's front end (package
+// offload's), set once at its init by SetContext; zero: none.
+var frontCtx struct {
+	typ  reflect.Type
+	wrap func(*plugin.KernelCtx) reflect.Value
+}
+
+// SetContext makes bodies whose context parameter t implements get
+// wrap(ctx) instead of the kind's *plugin.KernelCtx: package offload calls
+// it from its init, before any package that imports it registers kernels,
+// so that its kernels get a context of its own type. Kernels whose context
+// parameter only *plugin.KernelCtx implements still get that.
+func SetContext(t reflect.Type, wrap func(*plugin.KernelCtx) reflect.Value) {
+	frontCtx.typ, frontCtx.wrap = t, wrap
+}
+
+// ctxValue is the value of k's context parameter for a launch with ctx.
+func (k *Kernel) ctxValue(ctx *plugin.KernelCtx) reflect.Value {
+	if k.wrapCtx {
+		return frontCtx.wrap(ctx)
+	}
+	return reflect.ValueOf(ctx)
+}
 
 var registry struct {
 	sync.Mutex
@@ -173,9 +200,12 @@ func RegisterKernel(name string, fn any) (*Kernel, error) {
 	k := &Kernel{name: name, fn: v, sig: t.String()}
 	for i := 0; i < t.NumIn(); i++ {
 		pt := t.In(i)
-		if i == 0 && pt.Kind() == reflect.Interface && pt.NumMethod() > 0 && ctxType.Implements(pt) {
-			k.hasCtx = true
-			continue
+		if i == 0 && pt.Kind() == reflect.Interface && pt.NumMethod() > 0 {
+			k.wrapCtx = frontCtx.typ != nil && frontCtx.typ.Implements(pt)
+			if k.wrapCtx || ctxType.Implements(pt) {
+				k.hasCtx = true
+				continue
+			}
 		}
 		top := len(k.tops)
 		k.tops = append(k.tops, pt)

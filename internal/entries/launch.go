@@ -71,7 +71,7 @@ func (k *Kernel) LaunchHere(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin
 		}
 		in = k.Assemble(vals)
 		if k.hasCtx {
-			in = append([]reflect.Value{reflect.ValueOf(ctx)}, in...)
+			in = append([]reflect.Value{k.ctxValue(ctx)}, in...)
 		}
 	} else {
 		if len(args) != len(k.params) {

@@ -26,7 +26,7 @@ func (k *Kernel) Call(ctx *plugin.KernelCtx, args []reflect.Value) error {
 	in := args
 	if k.hasCtx {
 		in = make([]reflect.Value, 0, len(args)+1)
-		in = append(in, reflect.ValueOf(ctx))
+		in = append(in, k.ctxValue(ctx))
 		in = append(in, args...)
 	}
 	return k.onRunner(job{k: k, in: in})

@@ -75,7 +75,7 @@ func write(b *bytes.Buffer, n int) {
 	if n == 0 {
 		decode = append(decode, "_ = args")
 	}
-	callArgs := strings.Join(append([]string{"ctx"}, args...), ", ")
+	callArgs := strings.Join(append([]string{"kernelCtx{ctx}"}, args...), ", ")
 	ps := strings.Join(params, ", ")
 	if ps != "" {
 		ps = ", " + ps
