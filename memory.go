@@ -8,7 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/goffload/offload/internal/core"
-	"github.com/goffload/offload/internal/hostmem"
+	"github.com/goffload/offload/plugin/hostmem"
 	"github.com/goffload/offload/plugin"
 )
 

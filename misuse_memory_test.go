@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/goffload/offload"
-	"github.com/goffload/offload/internal/hostmem"
+	"github.com/goffload/offload/plugin/hostmem"
 )
 
 // TestImpossibleAlloc: sizes no machine (or not this one) can hold are an

@@ -49,7 +49,8 @@
 // tests call plugintest.Run with a function that opens devices of the kind.
 // The suite checks each optional interface the kind's values implement.
 // plugin/plugintest/testdata/outside is a complete CPU kind in a module of
-// its own, written against this package and plugin/opqueue alone.
+// its own, written against this package and the plugin/... packages
+// alone.
 //
 // # What a kind uses
 //
@@ -57,10 +58,12 @@
 // (one per device, closed with the device: what the runtime keeps for the
 // device in this process goes with it); [NewKernelCtx] in Load;
 // [Kernel.Launch] with a [Mem] over its memory; the Err variables, wrapped
-// with detail. Its queues and events can be those of package
-// plugin/opqueue (in-order queues that run Go functions on a goroutine of
-// their own, one-shot events, the error state), as the host kind's and
-// testdata/outside's are. A kind that runs device code reads
+// with detail. What kinds repeat is in packages beside this one:
+// plugin/hostmem (Go memory as device memory), plugin/opqueue (in-order
+// queues that run Go functions on a goroutine of their own, one-shot
+// events, the error state), plugin/devstate (a device's label, closed and
+// lost state) and plugin/optrace (timing for Tracer), as the host kind and
+// testdata/outside use them. A kind that runs device code reads
 // [Kernel.Code] and [Kernel.Params]. A kind whose kernels run in another
 // process of the program sends a [KernelPanic]'s fields back so that the
 // host rebuilds the error ([NewKernelPanic]).

@@ -14,7 +14,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/goffload/offload/internal/hostmem"
+	"github.com/goffload/offload/plugin/hostmem"
 	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/devstate"

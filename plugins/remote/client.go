@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/goffload/offload/internal/hostmem"
+	"github.com/goffload/offload/plugin/hostmem"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/devstate"
 	"github.com/goffload/offload/plugin/opqueue"

@@ -10,7 +10,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/goffload/offload/internal/hostmem"
+	"github.com/goffload/offload/plugin/hostmem"
 	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/opqueue"

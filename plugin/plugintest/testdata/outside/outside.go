@@ -1,12 +1,13 @@
 // Package outside is a CPU device kind that lives outside goffload's module
 // and is written only against its public packages: the plugin contract
 // (github.com/goffload/offload/plugin), the queues kinds build on
-// (github.com/goffload/offload/plugin/opqueue) and the device state they
-// share (github.com/goffload/offload/plugin/devstate). It is the proof that
-// a kind needs nothing internal, and the way to write one. It is small but
-// complete: device memory is Go memory at synthetic addresses (this file),
-// queues and events are opqueue's with the device's checks and names
-// around them (queue.go), and kernels run on a plugin.Pool with
+// (github.com/goffload/offload/plugin/opqueue), the device state they
+// share (github.com/goffload/offload/plugin/devstate) and Go memory as
+// device memory (github.com/goffload/offload/plugin/hostmem). It is the
+// proof that a kind needs nothing internal, and the way to write one. It is
+// small but complete: device memory is hostmem's, with a capacity (this
+// file), queues and events are opqueue's with the device's checks and
+// names around them (queue.go), and kernels run on a plugin.Pool with
 // plugin.Kernel.Launch.
 //
 // Spec in GOFFLOAD_DEVICES: "outside" (one device) or "outside:N".
@@ -19,13 +20,12 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"sort"
 	"strconv"
 	"sync"
-	"unsafe"
 
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/devstate"
+	"github.com/goffload/offload/plugin/hostmem"
 	"github.com/goffload/offload/plugin/opqueue"
 )
 
@@ -81,25 +81,12 @@ func New(cfg Config) plugin.Device {
 	d := &device{
 		pool:     plugin.NewPool(cfg.Cores),
 		capacity: cfg.Memory,
-		next:     firstBase,
+		memory:   hostmem.New(0),
 	}
 	d.cores = d.pool.Workers() // NewPool may cut the count
 	d.mem = d.bytes
 	d.st.SetLabel("outside device")
 	return d
-}
-
-// firstBase is the first synthetic address: not 0, so that no allocation
-// is at the null address.
-const firstBase plugin.Ptr = 0x10_0000_0000
-
-// allocation is one block of device memory: size bytes at base, in buf
-// (which has at least one byte, so that a zero-sized allocation has an
-// address inside it).
-type allocation struct {
-	base plugin.Ptr
-	size int64
-	buf  []byte
 }
 
 type device struct {
@@ -109,12 +96,12 @@ type device struct {
 	capacity int64
 	mem      plugin.Mem // d.bytes, made once (a method value allocates)
 
-	mu     sync.RWMutex
-	img    *plugin.Image
-	ctx    *plugin.KernelCtx // what kernels get: set by Load
-	allocs []*allocation     // sorted by base: bases only grow
-	next   plugin.Ptr        // where the next allocation starts
-	inUse  int64
+	memory  *hostmem.Memory
+	allocMu sync.Mutex // orders Allocs, for the capacity
+
+	mu  sync.RWMutex
+	img *plugin.Image
+	ctx *plugin.KernelCtx // what kernels get: set by Load
 }
 
 func (d *device) Info() plugin.Info {
@@ -160,90 +147,38 @@ func (d *device) kernelCtx(k plugin.Kernel) (*plugin.KernelCtx, error) {
 }
 
 func (d *device) Alloc(size int64) (plugin.Ptr, error) {
-	if size < 0 {
-		return 0, fmt.Errorf("%s: %w: allocation of a negative size %d", d.st.Label(), plugin.ErrBadPointer, size)
-	}
-	d.mu.Lock()
-	if err := d.st.Alive(); err != nil {
-		d.mu.Unlock()
-		return 0, err
-	}
-	if size > d.capacity-d.inUse {
-		defer d.mu.Unlock()
-		return 0, fmt.Errorf("%s: %w: %d bytes with %d of %d in use", d.st.Label(), plugin.ErrOutOfMemory, size, d.inUse, d.capacity)
-	}
-	d.inUse += size // taken now, so that concurrent Allocs cannot overrun
-	d.mu.Unlock()
-
-	// Words, not bytes, so that the memory is aligned for any element type
-	// a kernel's slice may have.
-	words := make([]uint64, (max(size, 1)+7)/8)
-	buf := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), 8*len(words))[:max(size, 1)]
-
-	d.mu.Lock() // Close empties allocs under it, after it marks the device closed
-	defer d.mu.Unlock()
 	if err := d.st.Alive(); err != nil {
 		return 0, err
 	}
-	a := &allocation{base: d.next, size: size, buf: buf}
-	// The next allocation starts past this one and a gap, 64-byte aligned:
-	// a range that runs past an allocation's end never lands in another.
-	d.next += plugin.Ptr((max(size, 1)+63)&^63 + 64)
-	d.allocs = append(d.allocs, a)
-	return a.base, nil
-}
-
-// find returns the index of the allocation p is the base of, or -1; under
-// d.mu.
-func (d *device) find(p plugin.Ptr) int {
-	i := sort.Search(len(d.allocs), func(i int) bool { return d.allocs[i].base >= p })
-	if i < len(d.allocs) && d.allocs[i].base == p {
-		return i
+	d.allocMu.Lock() // the check and the allocation as one, against other Allocs
+	defer d.allocMu.Unlock()
+	if _, _, inUse := d.memory.Stats(); size > d.capacity-inUse {
+		return 0, fmt.Errorf("%s: %w: %d bytes with %d of %d in use", d.st.Label(), plugin.ErrOutOfMemory, size, inUse, d.capacity)
 	}
-	return -1
+	p, err := d.memory.Alloc(size)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", d.st.Label(), err)
+	}
+	return p, nil
 }
 
 func (d *device) Free(p plugin.Ptr) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	if err := d.st.Alive(); err != nil {
 		return err
 	}
-	i := d.find(p)
-	if i < 0 {
-		return fmt.Errorf("%s: %w: free of %#x, which is not the start of a live allocation", d.st.Label(), plugin.ErrBadPointer, uint64(p))
+	if err := d.memory.Free(p); err != nil {
+		return fmt.Errorf("%s: %w", d.st.Label(), err)
 	}
-	d.inUse -= d.allocs[i].size
-	d.allocs = append(d.allocs[:i], d.allocs[i+1:]...)
 	return nil
 }
 
-// bytes returns the memory [p, p+size), which must lie inside one live
-// allocation (plugin.Mem). A zero-sized range keeps its address: the slice
-// has room behind it where the allocation does.
+// bytes is the memory [p, p+size) (plugin.Mem).
 func (d *device) bytes(p plugin.Ptr, size int64) ([]byte, error) {
-	if size < 0 {
-		return nil, fmt.Errorf("%s: %w: negative size %d at %#x", d.st.Label(), plugin.ErrBadPointer, size, uint64(p))
+	b, err := d.memory.Bytes(p, size)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", d.st.Label(), err)
 	}
-	d.mu.RLock()
-	// The last allocation whose base is at or below p.
-	i := sort.Search(len(d.allocs), func(i int) bool { return d.allocs[i].base > p }) - 1
-	var a *allocation
-	if i >= 0 {
-		a = d.allocs[i]
-	}
-	d.mu.RUnlock()
-	if a == nil || p >= a.base+plugin.Ptr(len(a.buf)) {
-		return nil, fmt.Errorf("%s: %w: %#x is not inside a live allocation", d.st.Label(), plugin.ErrBadPointer, uint64(p))
-	}
-	off := int64(p - a.base)
-	if size > a.size-off { // not off+size, which can overflow
-		return nil, fmt.Errorf("%s: %w: range %#x+%d runs past the end of the allocation at %#x (%d bytes)", d.st.Label(), plugin.ErrBadPointer, uint64(p), size, uint64(a.base), a.size)
-	}
-	if size == 0 {
-		return a.buf[off:off:len(a.buf)], nil
-	}
-	return a.buf[off : off+size : off+size], nil
+	return b, nil
 }
 
 func (d *device) NewQueue() (plugin.Queue, error) {
@@ -272,9 +207,7 @@ func (d *device) Close() error {
 	if !d.st.Close() {
 		return nil
 	}
-	d.mu.Lock()
-	d.allocs, d.inUse = nil, 0
-	d.mu.Unlock()
+	d.memory.Reset()
 	d.pool.Close() // and with it the bindings of declare target variables
 	return nil
 }
