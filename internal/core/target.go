@@ -31,7 +31,7 @@ func (d *Device) target(w *work, k *plugin.Kernel, args []KernelArg, g plugin.Ge
 			if checking {
 				fresh[i] = !d.IsPresent(a.Map.Buf)
 			}
-			tgt, err := d.enter(w, a.Map)
+			_, tgt, err := w.enter(a.Map)
 			if err != nil {
 				w.err(err)
 				break
@@ -78,7 +78,7 @@ func (d *Device) target(w *work, k *plugin.Kernel, args []KernelArg, g plugin.Ge
 		if w.first != nil {
 			m.Type &^= MapFrom // nothing ran: release without copying back
 		}
-		if err := d.exit(w, m); err != nil {
+		if err := w.exit(m); err != nil {
 			w.err(err)
 		}
 	}
