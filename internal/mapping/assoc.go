@@ -57,6 +57,7 @@ func (t *Table) Disassociate(addr uintptr) Plan {
 		return Plan{Fault: Held, Other: e, Dyn: -1, Hold: e.hold}
 	}
 	t.delete(e)
+	e.state = gone // not the table's memory: nothing to free
 	return Plan{Entry: e, Dyn: -1}
 }
 

@@ -34,6 +34,25 @@ const (
 	Retry
 )
 
+var actionNames = [...]string{"Settle", "Alloc", "CopyIn", "WaitCopy", "CopyOut", "Unmapped", "Retry"}
+
+// String names the actions: "Alloc|CopyIn", or "none".
+func (a Action) String() string {
+	if a == 0 {
+		return "none"
+	}
+	s := ""
+	for i, n := range actionNames {
+		if a&(1<<i) != 0 {
+			if s != "" {
+				s += "|"
+			}
+			s += n
+		}
+	}
+	return s
+}
+
 // Fault is why the table refuses an item; the caller says it in an error
 // that names the device, the construct and the buffer.
 type Fault uint8
