@@ -33,13 +33,13 @@ func item(m MapItem) mapping.Item {
 	return mapping.Item{Ptr: m.Buf.Ptr, Size: m.Buf.Size, Name: m.Buf.Name, Type: m.Type}
 }
 
-// refused is the error for an item the table refused with plan p on
-// construct op.
-func (d *Device) refused(op string, m MapItem, p mapping.Plan) error {
+// refused is the error for an item of w's construct that the table refused
+// with plan p.
+func (w *work) refused(m MapItem, p mapping.Plan) error {
 	if p.Fault == mapping.Conflict {
-		return d.conflictErr(op, m, p.Other)
+		return w.d.conflictErr(w.op, m, p.Other)
 	}
-	return d.mapErr(op, m, ErrNotPresent, "the present modifier requires the buffer to be mapped, and no mapping contains it")
+	return w.d.mapErr(w.op, m, ErrNotPresent, "the present modifier requires the buffer to be mapped, and no mapping contains it")
 }
 
 // use records that w's queue uses e until w finishes (a plan's use): the
@@ -67,7 +67,7 @@ func (w *work) enter(m MapItem) (*Entry, plugin.Ptr, error) {
 	}
 	p := d.table.Enter(item(m))
 	if p.Fault != mapping.OK {
-		return nil, 0, d.refused(w.op, m, p)
+		return nil, 0, w.refused(m, p)
 	}
 	e := p.Entry
 	w.use(e)
@@ -228,7 +228,7 @@ func (w *work) exit(m MapItem) error {
 		p = d.table.Exit(item(m))
 	}
 	if p.Fault != mapping.OK {
-		return d.refused(w.op, m, p)
+		return w.refused(m, p)
 	}
 	e := p.Entry
 	if e == nil {
@@ -254,7 +254,7 @@ func (w *work) update(m MapItem) error {
 	d := w.d
 	p := d.table.Update(item(m))
 	if p.Fault != mapping.OK {
-		return d.refused(w.op, m, p)
+		return w.refused(m, p)
 	}
 	e := p.Entry
 	if e == nil {
