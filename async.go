@@ -168,7 +168,7 @@ func (a Async) run(k *Kernel, o launchOpts, args []any) *Task {
 		}
 		geo, err := a.dev.geometry()
 		if err != nil {
-			return core.Op{}, fmt.Errorf("goffload: %s: target %s: %w", cd.Label(), k.k.Name, err)
+			return core.Op{}, fmt.Errorf("goffload: %s: target %s: %w", cd.Label(), k.k.Name(), err)
 		}
 		kargs, err := kernelArgs(cd, k, a.dev.dm, o, args)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"unsafe"
 
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -12,7 +13,7 @@ import (
 // name taken, an empty variable, elements that are not plain data, host
 // memory shared with another variable, or a declaration while the runtime
 // is started).
-var ErrDeclareTarget = plugin.ErrDeclareTarget
+var ErrDeclareTarget = entries.ErrDeclareTarget
 
 // A Global is a declare target variable: a slice of plain data that kernels
 // use on every device without passing it as an argument (OpenMP's
@@ -41,7 +42,7 @@ var ErrDeclareTarget = plugin.ErrDeclareTarget
 //
 // On the initial device, g.On(ctx) is g.Host() for both kinds.
 type Global[T any] struct {
-	g    *plugin.Global
+	g    *entries.Global
 	host []T
 }
 
@@ -84,7 +85,7 @@ func NewDeclareTargetLink[T any](name string, host []T) (*Global[T], error) {
 }
 
 func declare[T any](name string, host []T, link bool) (*Global[T], error) {
-	g, err := plugin.RegisterGlobal(name, reflect.TypeFor[T](), unsafe.Pointer(unsafe.SliceData(host)), len(host), link)
+	g, err := entries.RegisterGlobal(name, reflect.TypeFor[T](), unsafe.Pointer(unsafe.SliceData(host)), len(host), link)
 	if err != nil {
 		return nil, fmt.Errorf("goffload: %w", err)
 	}
@@ -114,7 +115,7 @@ func (g *Global[T]) On(ctx Ctx) []T {
 	if !ok {
 		panic(fmt.Sprintf("goffload: %s: On needs the context a kernel receives, not a %T", g, ctx))
 	}
-	p, err := plugin.GlobalOn(kc, g.g)
+	p, err := entries.GlobalOn(kc, g.g)
 	if err != nil {
 		panic(err)
 	}

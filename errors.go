@@ -2,6 +2,7 @@ package offload
 
 import (
 	"github.com/goffload/offload/internal/core"
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -37,7 +38,7 @@ var (
 	ErrBadArgument = core.ErrBadArgument
 	// ErrKernelSignature: a kernel function that cannot be offloaded, or a
 	// duplicate kernel name.
-	ErrKernelSignature = plugin.ErrKernelSignature
+	ErrKernelSignature = entries.ErrKernelSignature
 	// ErrKernelFailed: a kernel that failed on its device (it panicked or
 	// called runtime.Goexit); errors.As finds a *KernelPanic with the panic
 	// value and stack.

@@ -5,6 +5,7 @@ import (
 	"reflect"
 
 	"github.com/goffload/offload/internal/core"
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -50,7 +51,7 @@ type Ctx interface {
 // A Kernel is a Go function registered for offloading: an entry of the
 // offload entries table.
 type Kernel struct {
-	k *plugin.Kernel
+	k *entries.Kernel
 	// dirs holds, per parameter after the Ctx, the map clause a bare slice
 	// argument gets: the declared direction of an In, Out, InOut or
 	// Scratch parameter, or an implicit tofrom.
@@ -82,17 +83,17 @@ func NewKernel(name string, fn any) (*Kernel, error) {
 	if err := checkTags(name, fn); err != nil {
 		return nil, err
 	}
-	k, err := plugin.RegisterKernel(name, fn)
+	k, err := entries.RegisterKernel(name, fn)
 	if err != nil {
 		return nil, err
 	}
 	t := reflect.TypeOf(fn)
 	first := 0
-	if k.HasCtx {
+	if k.HasCtx() {
 		first = 1
 	}
-	dirs := make([]paramMap, len(k.Params))
-	for i, p := range k.Params {
+	dirs := make([]paramMap, len(k.Params()))
+	for i, p := range k.Params() {
 		dirs[i] = paramMap{typ: core.MapTo | core.MapFrom | core.MapImplicit, clause: "tofrom"}
 		pt := t.In(first + p.Top)
 		if p.Field >= 0 {
@@ -108,8 +109,8 @@ func NewKernel(name string, fn any) (*Kernel, error) {
 			dirs[i] = paramMap{typ: mt, clause: clause, declared: true}
 		}
 	}
-	names := make([]string, len(k.Params))
-	for i, p := range k.Params {
+	names := make([]string, len(k.Params()))
+	for i, p := range k.Params() {
 		names[i] = fmt.Sprintf("%s.arg%d", name, p.Top)
 		if p.Field >= 0 {
 			names[i] += "." + t.In(first+p.Top).Field(p.Field).Name
@@ -129,14 +130,14 @@ func MustKernel(name string, fn any) *Kernel {
 }
 
 // Name is the name the kernel was registered under.
-func (k *Kernel) Name() string { return k.k.Name }
+func (k *Kernel) Name() string { return k.k.Name() }
 
 // String describes the kernel: its name and parameter list.
-func (k *Kernel) String() string { return k.k.Name + k.k.Describe() }
+func (k *Kernel) String() string { return k.k.Name() + k.k.Describe() }
 
 // checkPlain reports why t cannot be copied to a device as bytes.
 func checkPlain(t reflect.Type) error {
-	return plugin.PlainData(t)
+	return entries.PlainData(t)
 }
 
 // tagDir is the map type an `offload:"…"` tag on a slice field declares.

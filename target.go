@@ -66,7 +66,7 @@ func (d Device) launch(k *Kernel, o launchOpts, args []any) error {
 	}
 	geo, err := d.geometry()
 	if err != nil {
-		return fmt.Errorf("goffload: %s: target %s: %w", cd.Label(), k.k.Name, err)
+		return fmt.Errorf("goffload: %s: target %s: %w", cd.Label(), k.k.Name(), err)
 	}
 	kargs, err := kernelArgs(cd, k, d.dm, o, args)
 	if err != nil {
@@ -166,17 +166,17 @@ func kernelArgs(cd *core.Device, kk *Kernel, dm Defaultmap, o launchOpts, args [
 	k := kk.k
 	used, err := checkWith(with)
 	if err != nil {
-		return nil, fmt.Errorf("goffload: %s: target %s%s: %w", cd.Label(), k.Name, k.Describe(), err)
+		return nil, fmt.Errorf("goffload: %s: target %s%s: %w", cd.Label(), k.Name(), k.Describe(), err)
 	}
 	lf := leafer{cd: cd, kk: kk, dm: dm, with: with, used: used}
-	if len(args) != len(k.Tops) {
+	if len(args) != len(k.Tops()) {
 		return nil, fmt.Errorf("goffload: %s: target %s%s: %w: got %d arguments, want %d",
-			cd.Label(), k.Name, k.Describe(), ErrBadArgument, len(args), len(k.Tops))
+			cd.Label(), k.Name(), k.Describe(), ErrBadArgument, len(args), len(k.Tops()))
 	}
-	out := make([]core.KernelArg, len(k.Params))
+	out := make([]core.KernelArg, len(k.Params()))
 	li := 0 // the flattened parameter
 	for i, a := range args {
-		if p := k.Params[li]; p.Field < 0 {
+		if p := k.Params()[li]; p.Field < 0 {
 			ka, err := lf.arg(li, a, kk.leafName(li, o.names))
 			if err != nil {
 				return nil, err
@@ -187,13 +187,13 @@ func kernelArgs(cd *core.Device, kk *Kernel, dm Defaultmap, o launchOpts, args [
 		}
 		// A struct holding slices: its fields are the arguments, its
 		// slices mapped and attached in the device's copy.
-		top := k.Tops[i]
+		top := k.Tops()[i]
 		v := reflect.ValueOf(a)
 		if !v.IsValid() || v.Type() != top {
 			return nil, lf.bad(li, "got %T, want a %s (a struct holding slices: its slices are mapped and attached on the device)", a, top)
 		}
-		for ; li < len(k.Params) && k.Params[li].Top == i; li++ {
-			f := top.Field(k.Params[li].Field)
+		for ; li < len(k.Params()) && k.Params()[li].Top == i; li++ {
+			f := top.Field(k.Params()[li].Field)
 			ka, err := lf.arg(li, v.FieldByIndex(f.Index).Interface(), kk.leafName(li, o.names))
 			if err != nil {
 				return nil, err
@@ -205,7 +205,7 @@ func kernelArgs(cd *core.Device, kk *Kernel, dm Defaultmap, o launchOpts, args [
 		if !u {
 			m := with[i]
 			return nil, fmt.Errorf("goffload: %s: target %s%s: %w: With clause %d, map(%s) of %s (%d elements at %#x), names no slice argument of the launch: a clause applies to the slice argument (or slice field) with the same first element and length",
-				cd.Label(), k.Name, k.Describe(), ErrBadMap, i, m.item.Kind(), core.QuoteName(m.item.Buf.Name), m.slice.Len(), m.item.Buf.Addr())
+				cd.Label(), k.Name(), k.Describe(), ErrBadMap, i, m.item.Kind(), core.QuoteName(m.item.Buf.Name), m.slice.Len(), m.item.Buf.Addr())
 		}
 	}
 	return out, nil
@@ -215,12 +215,12 @@ func kernelArgs(cd *core.Device, kk *Kernel, dm Defaultmap, o launchOpts, args [
 // parameter's name from Named (with ".Field" for a struct's field), or the
 // default "kernel.argI".
 func (kk *Kernel) leafName(li int, names []string) string {
-	p := kk.k.Params[li]
+	p := kk.k.Params()[li]
 	if p.Top >= len(names) || names[p.Top] == "" {
 		return kk.names[li]
 	}
 	if p.Field >= 0 {
-		return names[p.Top] + "." + kk.k.Tops[p.Top].Field(p.Field).Name
+		return names[p.Top] + "." + kk.k.Tops()[p.Top].Field(p.Field).Name
 	}
 	return names[p.Top]
 }
@@ -229,12 +229,12 @@ func (kk *Kernel) leafName(li int, names []string) string {
 // with %w.
 func (lf *leafer) bad(li int, format string, v ...any) error {
 	k := lf.kk.k
-	p := k.Params[li]
+	p := k.Params()[li]
 	if p.Field >= 0 {
-		format = "field " + k.Tops[p.Top].Field(p.Field).Name + ": " + format
+		format = "field " + k.Tops()[p.Top].Field(p.Field).Name + ": " + format
 	}
 	return fmt.Errorf("goffload: %s: target %s%s: argument %d: %w: "+format,
-		append([]any{lf.cd.Label(), k.Name, k.Describe(), p.Top, ErrBadArgument}, v...)...)
+		append([]any{lf.cd.Label(), k.Name(), k.Describe(), p.Top, ErrBadArgument}, v...)...)
 }
 
 // leafer converts the arguments of one launch.
@@ -251,7 +251,7 @@ type leafer struct {
 func (lf *leafer) arg(li int, a any, defName string) (core.KernelArg, error) {
 	bad := func(format string, v ...any) error { return lf.bad(li, format, v...) }
 	cd, kk, dm := lf.cd, lf.kk, lf.dm
-	p := kk.k.Params[li]
+	p := kk.k.Params()[li]
 	if p.Kind == plugin.Slice && len(lf.with) > 0 {
 		if j := lf.match(a); j >= 0 {
 			lf.used[j] = true

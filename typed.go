@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/goffload/offload/internal/core"
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -74,9 +75,9 @@ type launchOpts struct {
 // argOf decodes argument a of parameter i of k, of type A, for a typed
 // kernel's direct call: a scalar of type A, or a slice (A is a slice type)
 // over device memory, checked as plugin.Kernel.ArgValues checks it.
-func argOf[A any](k *plugin.Kernel, i int, a plugin.Arg, mem plugin.Mem) (A, error) {
+func argOf[A any](k *entries.Kernel, i int, a plugin.Arg, mem plugin.Mem) (A, error) {
 	var v A
-	if k.Params[i].Kind == plugin.Scalar {
+	if k.Params()[i].Kind == plugin.Scalar {
 		s, ok := a.Scalar.(A)
 		if !ok {
 			return v, k.ScalarError(i, a)

@@ -18,10 +18,10 @@ func NewKernel0(name string, fn func(Ctx)) (Kernel0, error) {
 	k, err := NewKernel(name, fn)
 	if err == nil && k.k.Directable() {
 		pk := k.k
-		pk.Direct = func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
 			_ = args
 			return func() { fn(ctx) }, nil
-		}
+		})
 	}
 	return Kernel0{k: k}, err
 }
@@ -87,13 +87,13 @@ func NewKernel1[A any](name string, fn func(Ctx, A)) (Kernel1[A], error) {
 	k, err := NewKernel(name, fn)
 	if err == nil && k.k.Directable() {
 		pk := k.k
-		pk.Direct = func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
 			a, err := argOf[A](pk, 0, args[0], mem)
 			if err != nil {
 				return nil, err
 			}
 			return func() { fn(ctx, a) }, nil
-		}
+		})
 	}
 	return Kernel1[A]{k: k}, err
 }
@@ -159,7 +159,7 @@ func NewKernel2[A, B any](name string, fn func(Ctx, A, B)) (Kernel2[A, B], error
 	k, err := NewKernel(name, fn)
 	if err == nil && k.k.Directable() {
 		pk := k.k
-		pk.Direct = func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
 			a, err := argOf[A](pk, 0, args[0], mem)
 			if err != nil {
 				return nil, err
@@ -169,7 +169,7 @@ func NewKernel2[A, B any](name string, fn func(Ctx, A, B)) (Kernel2[A, B], error
 				return nil, err
 			}
 			return func() { fn(ctx, a, b) }, nil
-		}
+		})
 	}
 	return Kernel2[A, B]{k: k}, err
 }
@@ -235,7 +235,7 @@ func NewKernel3[A, B, C any](name string, fn func(Ctx, A, B, C)) (Kernel3[A, B, 
 	k, err := NewKernel(name, fn)
 	if err == nil && k.k.Directable() {
 		pk := k.k
-		pk.Direct = func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
 			a, err := argOf[A](pk, 0, args[0], mem)
 			if err != nil {
 				return nil, err
@@ -249,7 +249,7 @@ func NewKernel3[A, B, C any](name string, fn func(Ctx, A, B, C)) (Kernel3[A, B, 
 				return nil, err
 			}
 			return func() { fn(ctx, a, b, c) }, nil
-		}
+		})
 	}
 	return Kernel3[A, B, C]{k: k}, err
 }
@@ -317,7 +317,7 @@ func NewKernel4[A, B, C, D any](name string, fn func(Ctx, A, B, C, D)) (Kernel4[
 	k, err := NewKernel(name, fn)
 	if err == nil && k.k.Directable() {
 		pk := k.k
-		pk.Direct = func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
 			a, err := argOf[A](pk, 0, args[0], mem)
 			if err != nil {
 				return nil, err
@@ -335,7 +335,7 @@ func NewKernel4[A, B, C, D any](name string, fn func(Ctx, A, B, C, D)) (Kernel4[
 				return nil, err
 			}
 			return func() { fn(ctx, a, b, c, d) }, nil
-		}
+		})
 	}
 	return Kernel4[A, B, C, D]{k: k}, err
 }
@@ -405,7 +405,7 @@ func NewKernel5[A, B, C, D, E any](name string, fn func(Ctx, A, B, C, D, E)) (Ke
 	k, err := NewKernel(name, fn)
 	if err == nil && k.k.Directable() {
 		pk := k.k
-		pk.Direct = func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
 			a, err := argOf[A](pk, 0, args[0], mem)
 			if err != nil {
 				return nil, err
@@ -427,7 +427,7 @@ func NewKernel5[A, B, C, D, E any](name string, fn func(Ctx, A, B, C, D, E)) (Ke
 				return nil, err
 			}
 			return func() { fn(ctx, a, b, c, d, e) }, nil
-		}
+		})
 	}
 	return Kernel5[A, B, C, D, E]{k: k}, err
 }
@@ -497,7 +497,7 @@ func NewKernel6[A, B, C, D, E, F any](name string, fn func(Ctx, A, B, C, D, E, F
 	k, err := NewKernel(name, fn)
 	if err == nil && k.k.Directable() {
 		pk := k.k
-		pk.Direct = func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
 			a, err := argOf[A](pk, 0, args[0], mem)
 			if err != nil {
 				return nil, err
@@ -523,7 +523,7 @@ func NewKernel6[A, B, C, D, E, F any](name string, fn func(Ctx, A, B, C, D, E, F
 				return nil, err
 			}
 			return func() { fn(ctx, a, b, c, d, e, f) }, nil
-		}
+		})
 	}
 	return Kernel6[A, B, C, D, E, F]{k: k}, err
 }
@@ -593,7 +593,7 @@ func NewKernel7[A, B, C, D, E, F, G any](name string, fn func(Ctx, A, B, C, D, E
 	k, err := NewKernel(name, fn)
 	if err == nil && k.k.Directable() {
 		pk := k.k
-		pk.Direct = func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
 			a, err := argOf[A](pk, 0, args[0], mem)
 			if err != nil {
 				return nil, err
@@ -623,7 +623,7 @@ func NewKernel7[A, B, C, D, E, F, G any](name string, fn func(Ctx, A, B, C, D, E
 				return nil, err
 			}
 			return func() { fn(ctx, a, b, c, d, e, f, g) }, nil
-		}
+		})
 	}
 	return Kernel7[A, B, C, D, E, F, G]{k: k}, err
 }
@@ -693,7 +693,7 @@ func NewKernel8[A, B, C, D, E, F, G, H any](name string, fn func(Ctx, A, B, C, D
 	k, err := NewKernel(name, fn)
 	if err == nil && k.k.Directable() {
 		pk := k.k
-		pk.Direct = func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
 			a, err := argOf[A](pk, 0, args[0], mem)
 			if err != nil {
 				return nil, err
@@ -727,7 +727,7 @@ func NewKernel8[A, B, C, D, E, F, G, H any](name string, fn func(Ctx, A, B, C, D
 				return nil, err
 			}
 			return func() { fn(ctx, a, b, c, d, e, f, g, h) }, nil
-		}
+		})
 	}
 	return Kernel8[A, B, C, D, E, F, G, H]{k: k}, err
 }

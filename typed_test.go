@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/goffload/offload"
-	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/internal/entries"
 )
 
 // Typed kernels: the map direction of each buffer is in its type.
@@ -237,11 +237,11 @@ var typedWithPTX = offload.MustKernel2("typed.withptx", func(ctx offload.Ctx, n 
 // the Go body still runs on CPU devices; device code cannot be added while
 // the runtime is started.
 func TestKernelPTXRegistration(t *testing.T) {
-	k, ok := plugin.LookupKernel("typed.withptx")
+	k, ok := entries.LookupKernel("typed.withptx")
 	if !ok {
 		t.Fatal("typed.withptx is not registered")
 	}
-	c, ok := k.Code["ptx"]
+	c, ok := k.Code("ptx")
 	if !ok || c.Entry != "withptx" || !strings.HasPrefix(string(c.Image), ".version 7.0") {
 		t.Fatalf("Code[ptx] = %+v, %v", c, ok)
 	}
@@ -258,7 +258,7 @@ func TestKernelPTXRegistration(t *testing.T) {
 		}()
 		typedWithPTX.PTX([]byte("x"), "y")
 	}()
-	if _, err := k.Code["ptx"]; !err || k.Code["ptx"].Entry != "withptx" {
+	if c, ok := k.Code("ptx"); !ok || c.Entry != "withptx" {
 		t.Error("the refused PTX replaced the registered one")
 	}
 }

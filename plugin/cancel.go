@@ -125,7 +125,7 @@ type Canceler interface {
 // context ends). A queue without it launches with Launch: its kernels stop
 // only with their device's (Canceler).
 type StopLauncher interface {
-	LaunchStop(k *Kernel, args []Arg, stop *StopSignal) error
+	LaunchStop(k Kernel, args []Arg, stop *StopSignal) error
 }
 
 // AddrResolver is implemented by devices whose Ptrs are not the addresses

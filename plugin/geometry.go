@@ -52,5 +52,5 @@ func dimString(d [3]int) string {
 // [ErrBadKernel] that names the kernel, when the launch is enqueued or at
 // the next Synchronize.
 type GeometryLauncher interface {
-	LaunchGeometry(k *Kernel, args []Arg, g Geometry) error
+	LaunchGeometry(k Kernel, args []Arg, g Geometry) error
 }

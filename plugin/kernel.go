@@ -1,14 +1,61 @@
+// Kernels as a kind sees them: read-only handles in an Image, their
+// parameters, their device code, and how a CPU kind runs one.
+
 package plugin
 
-import (
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
-	"fmt"
-	"reflect"
-	"sort"
-	"sync"
-)
+import "reflect"
+
+// Kernel is one kernel of the program's image: a Go function that every
+// process of the program registers under the same name at the same index.
+// The runtime makes kernels; a kind receives them in the Image that Load
+// gets and in Queue.Launch, and only reads them. Its methods are safe for
+// concurrent use.
+type Kernel interface {
+	// Index is the kernel's place in the Image, the same in every process
+	// of the program.
+	Index() int
+	// Name is the name the kernel was registered under.
+	Name() string
+	// Params are the kernel's parameters after the context, a struct
+	// parameter holding slices given field by field. The caller must not
+	// modify the slice.
+	Params() []Param
+	// Code returns the kernel's device code for format ("ptx"), for kinds
+	// that cannot run Go; false if it has none.
+	Code(format string) (DeviceCode, bool)
+	// Launch runs the kernel's Go body with ctx and args over the device's
+	// memory mem, and returns when it is done: nil, an error wrapping
+	// ErrBadKernel or ErrBadPointer for arguments that do not match Params
+	// (nothing ran), or a *KernelPanic (wrapping ErrKernelFailed) if the
+	// body panicked or called runtime.Goexit. The body runs on a goroutine
+	// of the runtime's, so a Goexit does not end the caller's.
+	Launch(ctx *KernelCtx, args []Arg, mem Mem) error
+	// LaunchHere is Launch with the body called on the calling goroutine,
+	// not handed to another (a hand-off, and on a machine with few cores
+	// often a thread woken for it): for a device's reader that runs short
+	// kernels to completion. A panic is returned as Launch returns it.
+	// runtime.Goexit in the body cannot be stopped, though: the calling
+	// goroutine ends, after every deferred call on its stack has run. So
+	// the caller must clean up in deferred calls (its queue's state, its
+	// role), and learns the kernel's error from exited, which LaunchHere
+	// calls, from a deferred call, before the goroutine unwinds past it.
+	LaunchHere(ctx *KernelCtx, args []Arg, mem Mem, exited func(error)) error
+}
+
+// Mem returns the bytes of device range [p, p+size), or an error if the
+// range is not inside a live allocation: how a device lends its memory to
+// kernel arguments.
+type Mem func(p Ptr, size int64) ([]byte, error)
+
+// Image is the kernel table as loaded on devices, with its digest. The
+// runtime makes it; kinds read it.
+type Image struct {
+	// Kernels are the program's kernels; Kernels[i].Index() == i.
+	Kernels []Kernel
+	// Digest identifies the table (names and signatures in order); a host
+	// and a device process agree on kernels only if their digests match.
+	Digest string
+}
 
 // ParamKind says how a kernel parameter is passed.
 type ParamKind int
@@ -21,6 +68,10 @@ const (
 )
 
 // Param describes one kernel parameter (the context parameter excluded).
+// A struct parameter whose fields are scalars and slices is passed field by
+// field: each field is a Param of its own (Field ≥ 0), its slices are
+// device buffers, and the kernel gets the struct rebuilt with its slices
+// attached to device memory (OpenMP's pointer attachment).
 type Param struct {
 	Kind ParamKind
 	// Type is the scalar's type, or the slice's element type.
@@ -32,34 +83,9 @@ type Param struct {
 	// SliceType is a slice parameter's own type ([]T, or a named slice
 	// type such as offload.In[T]).
 	SliceType reflect.Type
-}
-
-// A struct parameter whose fields are scalars and slices is passed field by
-// field: each field is a Param of its own (Field ≥ 0), its slices are
-// device buffers, and the kernel gets the struct rebuilt with its slices
-// attached to device memory (OpenMP's pointer attachment).
-
-// Kernel is an entry of the offload entries table: a Go function that every
-// process of the program registers under the same name at the same index.
-type Kernel struct {
-	Index  int
-	Name   string
-	Fn     reflect.Value
-	HasCtx bool    // the first parameter is the kernel context
-	Params []Param // parameters after the context, struct fields flattened
-	// Tops are the function's parameter types after the context; a struct
-	// parameter holding slices is in Params as its fields.
-	Tops []reflect.Type
-	// structs says some parameter is a struct holding slices.
-	structs bool
-	// Direct, if set, calls the body without reflection (see DirectFunc);
-	// set at registration, before any launch.
-	Direct DirectFunc
-	// Code is the kernel's device code for kinds that cannot run Go (a
-	// GPU), by format ("ptx"); set at registration, before Start.
-	Code map[string]DeviceCode
-	// Sig is the function's signature as text, part of the image digest.
-	Sig string
+	// Struct is the type of the struct parameter a field parameter
+	// belongs to (nil for a parameter that is not a field).
+	Struct reflect.Type
 }
 
 // DeviceCode is a kernel's code for one kind of device: an image in a
@@ -71,291 +97,4 @@ type DeviceCode struct {
 	Format string
 	Image  []byte
 	Entry  string
-}
-
-// SetCode gives k device code for format. It is meant for package init,
-// like registration: the table is sealed while a runtime is started, and
-// an error wrapping ErrSealed is returned then.
-func (k *Kernel) SetCode(c DeviceCode) error {
-	registry.Lock()
-	defer registry.Unlock()
-	if err := checkUnsealed(fmt.Sprintf("device code for kernel %q", k.Name)); err != nil {
-		return err
-	}
-	if c.Format == "" || len(c.Image) == 0 || c.Entry == "" {
-		return fmt.Errorf("%w: kernel %q: device code needs a format, an image and an entry name", ErrKernelSignature, k.Name)
-	}
-	if k.Code == nil {
-		k.Code = map[string]DeviceCode{}
-	}
-	k.Code[c.Format] = c
-	return nil
-}
-
-// ErrKernelSignature is wrapped by every error about a kernel's signature or name.
-var ErrKernelSignature = errors.New("invalid kernel")
-
-var ctxType = reflect.TypeFor[*KernelCtx]()
-
-var registry struct {
-	sync.Mutex
-	kernels []*Kernel
-	byName  map[string]*Kernel
-	// sealed counts the runtimes started and not stopped: the table they
-	// loaded on their devices must not change under them.
-	sealed int
-	// sealedBy names what sealed the table, for the error.
-	sealedBy string
-}
-
-// ErrSealed is wrapped by the error of a registration made while a runtime
-// is started: its devices loaded the table as it was at Start (device
-// processes register the kernels of their own package init), so a later
-// entry could not run on them.
-var ErrSealed = errors.New("registered after offload.Start")
-
-// Seal takes the entries table for a runtime that starts now: until
-// Unseal, registrations are refused with an error wrapping ErrSealed and
-// ErrKernelSignature.
-func Seal() *Image {
-	registry.Lock()
-	registry.sealed++
-	registry.Unlock()
-	return CurrentImage()
-}
-
-// Unseal ends one Seal.
-func Unseal() {
-	registry.Lock()
-	if registry.sealed > 0 {
-		registry.sealed--
-	}
-	registry.Unlock()
-}
-
-// CheckUnsealed returns an error wrapping ErrSealed if a runtime is started;
-// what names the entry being registered (e.g. `kernel "saxpy"`).
-func CheckUnsealed(what string) error {
-	registry.Lock()
-	defer registry.Unlock()
-	return checkUnsealed(what)
-}
-
-func checkUnsealed(what string) error {
-	if registry.sealed == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %s %w: the devices loaded the kernel table at Start (device processes build theirs at their own package init), so it would not run there; register it at package init, in a package-level var, before Start", ErrKernelSignature, what, ErrSealed)
-}
-
-// RegisterKernel adds fn to the entries table under name. The first
-// parameter may be an interface that *KernelCtx implements (the kernel
-// context); every other parameter must be a plain-data scalar (bool, integer,
-// float, complex, or an array or struct made only of those) or a slice of
-// one. fn must return nothing.
-func RegisterKernel(name string, fn any) (*Kernel, error) {
-	if name == "" {
-		return nil, fmt.Errorf("%w: kernel name is empty", ErrKernelSignature)
-	}
-	v := reflect.ValueOf(fn)
-	if !v.IsValid() || v.Kind() != reflect.Func || v.IsNil() {
-		return nil, fmt.Errorf("%w: kernel %q: body is %T, want a non-nil func", ErrKernelSignature, name, fn)
-	}
-	t := v.Type()
-	if t.IsVariadic() {
-		return nil, fmt.Errorf("%w: kernel %q: variadic functions are not kernels", ErrKernelSignature, name)
-	}
-	if t.NumOut() != 0 {
-		return nil, fmt.Errorf("%w: kernel %q: returns %d results; kernels return nothing (write results to a slice)", ErrKernelSignature, name, t.NumOut())
-	}
-	k := &Kernel{Name: name, Fn: v, Sig: t.String()}
-	for i := 0; i < t.NumIn(); i++ {
-		pt := t.In(i)
-		if i == 0 && pt.Kind() == reflect.Interface && pt.NumMethod() > 0 && ctxType.Implements(pt) {
-			k.HasCtx = true
-			continue
-		}
-		top := len(k.Tops)
-		k.Tops = append(k.Tops, pt)
-		if pt.Kind() == reflect.Slice {
-			if err := plainData(pt.Elem()); err != nil {
-				return nil, fmt.Errorf("%w: kernel %q: parameter %d (%s): slice elements must be plain data: %v", ErrKernelSignature, name, i, pt, err)
-			}
-			k.Params = append(k.Params, Param{Kind: Slice, Type: pt.Elem(), Top: top, Field: -1, SliceType: pt})
-			continue
-		}
-		if pt.Kind() == reflect.Struct && plainData(pt) != nil && holdsSlices(pt) {
-			fields, err := structFields(pt, top)
-			if err != nil {
-				return nil, fmt.Errorf("%w: kernel %q: parameter %d (%s): %v", ErrKernelSignature, name, i, pt, err)
-			}
-			k.Params = append(k.Params, fields...)
-			k.structs = true
-			continue
-		}
-		if err := plainData(pt); err != nil {
-			return nil, fmt.Errorf("%w: kernel %q: parameter %d (%s): %v", ErrKernelSignature, name, i, pt, err)
-		}
-		k.Params = append(k.Params, Param{Kind: Scalar, Type: pt, Top: top, Field: -1})
-	}
-	registry.Lock()
-	defer registry.Unlock()
-	if err := checkUnsealed(fmt.Sprintf("kernel %q", name)); err != nil {
-		return nil, err
-	}
-	if registry.byName == nil {
-		registry.byName = map[string]*Kernel{}
-	}
-	if _, dup := registry.byName[name]; dup {
-		return nil, fmt.Errorf("%w: kernel %q is registered twice", ErrKernelSignature, name)
-	}
-	k.Index = len(registry.kernels)
-	registry.kernels = append(registry.kernels, k)
-	registry.byName[name] = k
-	return k, nil
-}
-
-// holdsSlices reports whether struct type t has a slice field.
-func holdsSlices(t reflect.Type) bool {
-	for i := 0; i < t.NumField(); i++ {
-		if t.Field(i).Type.Kind() == reflect.Slice {
-			return true
-		}
-	}
-	return false
-}
-
-// structFields flattens struct parameter t (parameter top) into its fields:
-// each is plain data or a slice of plain data, and exported (the device
-// side sets them).
-func structFields(t reflect.Type, top int) ([]Param, error) {
-	var out []Param
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		ft := f.Type
-		if !f.IsExported() {
-			return nil, fmt.Errorf("field %s is not exported: a struct that holds slices is rebuilt on the device field by field, so its fields must be exported", f.Name)
-		}
-		if ft.Kind() == reflect.Slice {
-			if err := plainData(ft.Elem()); err != nil {
-				return nil, fmt.Errorf("field %s (%s): slice elements must be plain data: %v", f.Name, ft, err)
-			}
-			out = append(out, Param{Kind: Slice, Type: ft.Elem(), Top: top, Field: i, SliceType: ft})
-			continue
-		}
-		if err := plainData(ft); err != nil {
-			return nil, fmt.Errorf("field %s (%s): %v (only one level of struct holding slices is attached: fields are plain data or slices of it; a pointer cannot be attached, use a slice)", f.Name, ft, err)
-		}
-		out = append(out, Param{Kind: Scalar, Type: ft, Top: top, Field: i})
-	}
-	return out, nil
-}
-
-// Assemble turns values of k's flattened parameters into the function's
-// arguments: struct parameters are rebuilt from their fields, and slices
-// take their parameter's own type.
-func (k *Kernel) Assemble(vals []reflect.Value) []reflect.Value {
-	if !k.structs {
-		for i, p := range k.Params {
-			if p.Kind == Slice && p.SliceType != nil && vals[i].Type() != p.SliceType {
-				vals[i] = vals[i].Convert(p.SliceType)
-			}
-		}
-		return vals
-	}
-	out := make([]reflect.Value, len(k.Tops))
-	for i, p := range k.Params {
-		v := vals[i]
-		if p.Kind == Slice && p.SliceType != nil && v.Type() != p.SliceType {
-			v = v.Convert(p.SliceType)
-		}
-		if p.Field < 0 {
-			out[p.Top] = v
-			continue
-		}
-		if !out[p.Top].IsValid() {
-			out[p.Top] = reflect.New(k.Tops[p.Top]).Elem()
-		}
-		out[p.Top].Field(p.Field).Set(v)
-	}
-	return out
-}
-
-// PlainData reports why t is not plain data (nil if it is): the types that
-// can be copied to a device as bytes.
-func PlainData(t reflect.Type) error { return plainData(t) }
-
-func plainData(t reflect.Type) error {
-	switch t.Kind() {
-	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
-		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
-		return nil
-	case reflect.Array:
-		if err := plainData(t.Elem()); err != nil {
-			return fmt.Errorf("array of %s: %v", t.Elem(), err)
-		}
-		return nil
-	case reflect.Struct:
-		for i := 0; i < t.NumField(); i++ {
-			f := t.Field(i)
-			if f.Type.Kind() == reflect.Slice {
-				return fmt.Errorf("field %s is a slice (%s): %s is copied to a device as bytes, and a slice's elements are not in it; pass the struct itself as a kernel parameter (its slice fields become buffers of their own), or map the slice on its own", f.Name, f.Type, t)
-			}
-			if err := plainData(f.Type); err != nil {
-				return fmt.Errorf("field %s: %v", f.Name, err)
-			}
-		}
-		return nil
-	case reflect.Slice:
-		return fmt.Errorf("%s is a slice of slices; only one level of slice is a buffer", t)
-	default:
-		return fmt.Errorf("%s (kind %s) cannot be copied to a device (want bool, numbers, or arrays/structs of them)", t, t.Kind())
-	}
-}
-
-// Image is the kernel table as loaded on devices, with its digest.
-type Image struct {
-	Kernels []*Kernel
-	// Digest identifies the table (names and signatures in order); a host
-	// and a device process agree on kernels only if their digests match.
-	Digest string
-}
-
-// CurrentImage returns the entries table as registered so far.
-func CurrentImage() *Image {
-	registry.Lock()
-	ks := append([]*Kernel(nil), registry.kernels...)
-	registry.Unlock()
-	return &Image{Kernels: ks, Digest: Digest(ks)}
-}
-
-// Digest identifies a kernel table: a hash of the names and signatures in
-// order.
-func Digest(ks []*Kernel) string {
-	h := sha256.New()
-	for _, k := range ks {
-		fmt.Fprintf(h, "%d\x00%s\x00%s\x00", k.Index, k.Name, k.Sig)
-	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
-}
-
-// LookupKernel returns the registered kernel with the given name.
-func LookupKernel(name string) (*Kernel, bool) {
-	registry.Lock()
-	defer registry.Unlock()
-	k, ok := registry.byName[name]
-	return k, ok
-}
-
-// KernelNames lists the registered kernel names, sorted.
-func KernelNames() []string {
-	registry.Lock()
-	defer registry.Unlock()
-	names := make([]string, 0, len(registry.kernels))
-	for _, k := range registry.kernels {
-		names = append(names, k.Name)
-	}
-	sort.Strings(names)
-	return names
 }

@@ -44,7 +44,7 @@ func NewKernelPanic(kernel string, v any, goexit, chunk bool, stack []byte) *Ker
 	if !goexit {
 		e.Value = fmt.Sprint(v)
 	}
-	e.Stack, e.At = TrimStack(string(stack))
+	e.Stack, e.At = trimStack(string(stack))
 	return e
 }
 
@@ -104,11 +104,11 @@ func internalFrame(fn string) bool {
 	return false
 }
 
-// TrimStack drops, from a stack as runtime/debug.Stack prints it, the
+// trimStack drops, from a stack as runtime/debug.Stack prints it, the
 // goroutine header and the frames of the runtime, reflect and goffload
 // itself, and returns what is left and the file:line of its first frame.
 // Where nothing is left it returns the stack as it is.
-func TrimStack(stack string) (trimmed, at string) {
+func trimStack(stack string) (trimmed, at string) {
 	lines := strings.Split(strings.TrimRight(stack, "\n"), "\n")
 	var keep []string
 	for i := 0; i < len(lines); i++ {

@@ -1,13 +1,6 @@
 package plugin
 
-import (
-	"errors"
-	"reflect"
-	"runtime"
-	"runtime/debug"
-	"strings"
-	"testing"
-)
+import "testing"
 
 // TestTrimStack: the goroutine header and the runtime's, reflect's and
 // goffload's frames go; the program's stay, goffload's examples included.
@@ -45,47 +38,13 @@ example.com/prog.init.func1({0x1, 0x2}, {0x3, 0x4, 0x5})
 github.com/goffload/offload/examples/saxpy.main.func1()
 	/m/examples/saxpy/main.go:30 +0x2
 `
-	got, at := TrimStack(stack)
+	got, at := trimStack(stack)
 	if got != want || at != "prog.go:9" {
-		t.Errorf("TrimStack = %q, %q\nwant %q, %q", got, at, want, "prog.go:9")
+		t.Errorf("trimStack = %q, %q\nwant %q, %q", got, at, want, "prog.go:9")
 	}
 	// Nothing of the program's: the stack stays whole.
 	only := "goroutine 1 [running]:\nruntime.main()\n\t/go/src/runtime/proc.go:1 +0x1\n"
-	if got, at := TrimStack(only); got != only || at != "" {
-		t.Errorf("TrimStack of runtime frames only = %q, %q", got, at)
+	if got, at := trimStack(only); got != only || at != "" {
+		t.Errorf("trimStack of runtime frames only = %q, %q", got, at)
 	}
 }
-
-// TestLaunchHere: the body runs on the calling goroutine; a panic comes
-// back as an error; runtime.Goexit ends the goroutine, after exited is told
-// the kernel's error.
-func TestLaunchHere(t *testing.T) {
-	var on []byte
-	k := &Kernel{Name: "test.here", Fn: reflect.ValueOf(func() { on = debugStack() })}
-	if err := k.LaunchHere(nil, nil, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(on), "TestLaunchHere") {
-		t.Errorf("the body did not run on the caller's goroutine:\n%s", on)
-	}
-	boom := &Kernel{Name: "test.boom", Fn: reflect.ValueOf(func() { panic("boom") })}
-	if err := boom.LaunchHere(nil, nil, nil, nil); !errors.Is(err, ErrKernelFailed) || !strings.Contains(err.Error(), "boom") {
-		t.Errorf("panic: %v", err)
-	}
-	exit := &Kernel{Name: "test.exit", Fn: reflect.ValueOf(runtime.Goexit)}
-	got := make(chan error, 1)
-	returned := make(chan bool, 1)
-	go func() {
-		defer close(returned)
-		exit.LaunchHere(nil, nil, nil, func(err error) { got <- err })
-		returned <- true
-	}()
-	if <-returned {
-		t.Fatal("LaunchHere returned after runtime.Goexit")
-	}
-	if err := <-got; !errors.Is(err, ErrKernelFailed) || !strings.Contains(err.Error(), "runtime.Goexit") {
-		t.Errorf("Goexit: %v", err)
-	}
-}
-
-func debugStack() []byte { return debug.Stack() }

@@ -18,23 +18,32 @@
 //
 //   - Memory: Alloc and Free, device addresses as [Ptr]; any address inside
 //     a live allocation must be accepted.
-//   - Queues: in-order streams of Submit, Retrieve, Exchange, Launch, Record
-//     and Wait; errors put the queue in an error state that Synchronize or
-//     Query returns and clears.
+//   - Queues: in-order streams of Submit, Retrieve, Launch, Record and
+//     Wait (and Exchange, with [Exchanger]); errors put the queue in an
+//     error state that Synchronize or Query returns and clears.
 //   - Events: recorded on a queue, waited on by other queues of the device
 //     (of other devices, with [ForeignEventWaiter]) and by the host.
-//   - Kernels: the [Image] holds the program's registered kernels in the same
-//     order in every process; a queue runs one with [Kernel.Launch], which
-//     decodes the [Arg]s over the device's memory (a [Mem]) and calls the Go
-//     body with a [KernelCtx] (made with [NewKernelCtx] over a [Pool]). A kind
-//     that cannot run Go code (a GPU) launches the kernel's device code
-//     instead, and refuses kernels that have none.
+//   - Kernels: the [Image] holds the program's kernels, read-only [Kernel]
+//     handles in the same order in every process; a queue runs one with
+//     [Kernel.Launch], which decodes the [Arg]s over the device's memory (a
+//     [Mem]) and calls the Go body with a [KernelCtx] (made with
+//     [NewKernelCtx] over a [Pool]). A kind that cannot run Go code (a GPU)
+//     launches the kernel's device code ([Kernel.Code]) instead, and
+//     refuses kernels that have none.
 //
 // Optional capabilities are separate interfaces found by type assertion, as
-// database/sql/driver's are: [ForeignEventWaiter], [LostReporter],
-// [Tracer], [TaggedQueue], [InlineQueue], [FireNotifier], [Canceler],
-// [StopLauncher], [Killer], [AddrResolver]. A kind implements those it can do better than the core's
-// fallback.
+// database/sql/driver's are; this is the only way a capability is offered
+// (no required method answers "unsupported" for a whole capability). A kind
+// implements those it can do better than the core's fallback. On a
+// [Device]: [ForeignEventWaiter] (its queues wait on other devices'
+// events), [LostReporter] (why it stopped working), [Tracer] (device-side
+// timing of operations), [Canceler] (ask running kernels to stop),
+// [Killer] (end kernels that did not stop), [AddrResolver] (a device
+// address as kernels see it). On a [Queue]: [Exchanger] (device-to-device
+// copies), [GeometryLauncher] (a launch with a grid), [StopLauncher] (a
+// launch with its own stop signal), [InlineQueue] (run on the enqueuing
+// goroutine), [TaggedQueue] (tags for a Tracer). On an [Event]:
+// [FireNotifier] (a callback when it fires).
 //
 // Every kind must pass the conformance suite in package plugintest: its
 // tests call plugintest.Run with a function that opens devices of the kind.
@@ -45,21 +54,22 @@
 // # What a kind uses
 //
 // A CPU kind (one that runs the Go bodies) needs: [RegisterKind]; [NewPool]
-// (one per device, closed with the device);
-// [NewKernelCtx] in Load; [Kernel.Launch] with a [Mem] over its memory;
-// the Err variables, wrapped with detail. Its queues and events can be
-// those of package plugin/opqueue (in-order queues that run Go functions
-// on a goroutine of their own, one-shot events, the error state), as the
-// host kind's and testdata/outside's are. A kind that runs device code
-// reads [Kernel.Code] and [Kernel.Params]. A kind whose kernels run in
-// another process of the program loads [CurrentImage] there, and sends a
-// [KernelPanic]'s fields back so that the host rebuilds the error.
+// (one per device, closed with the device: what the runtime keeps for the
+// device in this process goes with it); [NewKernelCtx] in Load;
+// [Kernel.Launch] with a [Mem] over its memory; the Err variables, wrapped
+// with detail. Its queues and events can be those of package
+// plugin/opqueue (in-order queues that run Go functions on a goroutine of
+// their own, one-shot events, the error state), as the host kind's and
+// testdata/outside's are. A kind that runs device code reads
+// [Kernel.Code] and [Kernel.Params]. A kind whose kernels run in another
+// process of the program sends a [KernelPanic]'s fields back so that the
+// host rebuilds the error ([NewKernelPanic]).
 //
-// The rest of the package is the runtime core's side of the kernel table
-// (RegisterKernel, RegisterGlobal, Seal, Unseal, CheckUnsealed,
-// FreezeGlobals, ThawGlobals, BindHost, BindArgs, GlobalOn,
-// GlobalInstances): package offload calls them, and a kind must not (Seal
-// and Unseal guard the table of a started runtime).
+// Everything here is for kinds. The runtime's own side of the kernel
+// table (registration, sealing at Start, declare target variables, the
+// goroutines that call kernel bodies) is internal to goffload: a kind
+// never registers, seals or binds anything, and gets kernels only as the
+// handles of an Image.
 package plugin
 
 import (
@@ -130,19 +140,15 @@ type Queue interface {
 	Submit(dst Ptr, src []byte) error
 	// Retrieve copies len(dst) bytes from the device at src to host memory.
 	Retrieve(dst []byte, src Ptr) error
-	// Exchange copies size bytes from src on this queue's device to dstPtr on
-	// dst, which may be this device. It returns an error wrapping
-	// ErrUnsupported when the kind cannot copy to dst directly; the core then
-	// stages the copy through host memory.
-	Exchange(dst Device, dstPtr, src Ptr, size int64) error
 	// Launch runs kernel k of the loaded image with args, one per parameter.
-	Launch(k *Kernel, args []Arg) error
+	Launch(k Kernel, args []Arg) error
 	// Record makes ev fire when every operation enqueued before it is done.
 	Record(ev Event) error
-	// Wait holds back the operations after it until ev has fired. ev must
-	// belong to this queue's device unless the device implements
-	// ForeignEventWaiter and accepts it; otherwise Wait returns an error
-	// wrapping ErrUnsupported.
+	// Wait holds back the operations after it until ev has fired. ev is an
+	// event of this queue's device, or one that the device's
+	// ForeignEventWaiter.CanWait accepted: the core asks CanWait first and
+	// waits on the host for any other event. Wait refuses any other event
+	// with an error wrapping ErrUnsupported.
 	Wait(ev Event) error
 	// Synchronize blocks until every enqueued operation is done and returns
 	// the first error since the last Synchronize.
@@ -167,8 +173,20 @@ type Event interface {
 	Close() error
 }
 
+// Exchanger is implemented by queues that copy device memory themselves,
+// within their device or to another device, without the host in between.
+// Exchange copies size bytes from src on this queue's device to dstPtr on
+// dst, which may be this device, in queue order. For a dst it cannot reach
+// it returns an error wrapping ErrUnsupported, at once; the core then stages
+// the copy through host memory, as it does for queues that do not implement
+// Exchanger.
+type Exchanger interface {
+	Exchange(dst Device, dstPtr, src Ptr, size int64) error
+}
+
 // ForeignEventWaiter is implemented by devices whose queues can wait on
-// events of other devices themselves, without the host in between.
+// events of other devices themselves, without the host in between: CanWait
+// reports whether Queue.Wait accepts ev.
 type ForeignEventWaiter interface {
 	CanWait(ev Event) bool
 }

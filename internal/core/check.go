@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -82,10 +83,10 @@ type argCheck struct {
 // checkBefore fills the fresh Out and Scratch buffers of a launch with the
 // pattern and copies its In buffers back, on w's queue before the launch;
 // fresh says which arguments' mappings the construct made.
-func (d *Device) checkBefore(w *work, k *plugin.Kernel, args []KernelArg, pargs []plugin.Arg, fresh []bool) []*argCheck {
+func (d *Device) checkBefore(w *work, k *entries.Kernel, args []KernelArg, pargs []plugin.Arg, fresh []bool) []*argCheck {
 	var cs []*argCheck
 	for i, a := range args {
-		p := k.Params[i]
+		p := k.Params()[i]
 		if p.Kind != plugin.Slice || a.DevPtr || pargs[i].Len == 0 {
 			continue
 		}
@@ -116,7 +117,7 @@ func (d *Device) checkBefore(w *work, k *plugin.Kernel, args []KernelArg, pargs 
 
 // checkAfter copies the checked buffers back after the launch, and reports
 // once the queue is done.
-func (d *Device) checkAfter(w *work, k *plugin.Kernel, pargs []plugin.Arg, cs []*argCheck) {
+func (d *Device) checkAfter(w *work, k *entries.Kernel, pargs []plugin.Arg, cs []*argCheck) {
 	if len(cs) == 0 {
 		return
 	}
@@ -133,7 +134,7 @@ func (d *Device) checkAfter(w *work, k *plugin.Kernel, pargs []plugin.Arg, cs []
 }
 
 // reportCheck says what c found, if anything.
-func (d *Device) reportCheck(task uint64, k *plugin.Kernel, c *argCheck) {
+func (d *Device) reportCheck(task uint64, k *entries.Kernel, c *argCheck) {
 	n := len(c.after) / c.elem
 	first, count := -1, 0
 	for e := range n {
@@ -157,10 +158,10 @@ func (d *Device) reportCheck(task uint64, k *plugin.Kernel, c *argCheck) {
 	param := fmt.Sprintf("parameter %d (%s)", c.param, nameOf(c.name))
 	if c.out {
 		d.log.Taskf(InfoCheck, d.Num, task, "check: kernel %s, %s, Out: %d of %d elements not written, the first at index %d: they hold the fill pattern (0x%X bytes); the host gets what device memory held there (another buffer's old data, without the check)",
-			k.Name, param, count, n, first, checkByte)
+			k.Name(), param, count, n, first, checkByte)
 	} else {
 		d.log.Taskf(InfoCheck, d.Num, task, "check: kernel %s, %s, In: %d of %d elements changed, the first at index %d: the kernel wrote into an In buffer (on the initial device that changes the host copy, on other devices it does not: the result depends on where it runs)",
-			k.Name, param, count, n, first)
+			k.Name(), param, count, n, first)
 	}
 }
 
@@ -178,7 +179,7 @@ func allBytes(b []byte, v byte) bool {
 // pattern, snapshots In slices, and after the kernel reports, then puts
 // back what the kernel did not write into an Out slice (the host's data,
 // as without the check). It returns what to call after the kernel.
-func (d *Device) checkInitial(task uint64, k *plugin.Kernel, args []KernelArg) func() {
+func (d *Device) checkInitial(task uint64, k *entries.Kernel, args []KernelArg) func() {
 	type slot struct {
 		c    *argCheck
 		host []byte
@@ -186,7 +187,7 @@ func (d *Device) checkInitial(task uint64, k *plugin.Kernel, args []KernelArg) f
 	}
 	var slots []slot
 	for i, a := range args {
-		p := k.Params[i]
+		p := k.Params()[i]
 		if p.Kind != plugin.Slice || a.DevPtr || a.Map.Buf.Size == 0 {
 			continue
 		}

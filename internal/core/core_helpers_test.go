@@ -15,6 +15,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -66,8 +67,8 @@ var (
 	})
 )
 
-func mustKernel(name string, fn any) *plugin.Kernel {
-	k, err := plugin.RegisterKernel(name, fn)
+func mustKernel(name string, fn any) *entries.Kernel {
+	k, err := entries.RegisterKernel(name, fn)
 	if err != nil {
 		panic(err)
 	}

@@ -4,11 +4,12 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/plugin"
 )
 
-// Declare target variables (see plugin.Global).
+// Declare target variables (see entries.Global).
 //
 // A "to" variable gets device memory on every device at Start, holding the
 // host value of then, and a present-table entry with an infinite reference
@@ -34,14 +35,14 @@ const opDeclare = "declare target"
 
 // devGlobals is a device's declare target state.
 type devGlobals struct {
-	bind  *plugin.Kernel
-	to    map[*Entry]*plugin.Global // the entries of "to" variables
+	bind  *entries.Kernel
+	to    map[*Entry]*entries.Global // the entries of "to" variables
 	links []*linkBinding
 }
 
 // linkBinding is what a device was last told about a link variable.
 type linkBinding struct {
-	g   *plugin.Global
+	g   *entries.Global
 	mu  sync.Mutex
 	e   *Entry       // the entry bound; nil: none (unbound, or never bound if gen is 0)
 	gen uint64       // generation of the last bind or unbind enqueued
@@ -52,12 +53,12 @@ type linkBinding struct {
 // on every available device; a device where that fails is unavailable (an
 // error under MANDATORY).
 func (r *Runtime) declareGlobals() error {
-	gs, _ := plugin.FreezeGlobals()
+	gs, _ := entries.FreezeGlobals()
 	frozen.Store(r, true)
 	if len(gs) == 0 {
 		return nil
 	}
-	plugin.BindHost(r.Initial.pool, r.Initial.Num)
+	entries.BindHost(r.Initial.pool, r.Initial.Num)
 	for _, d := range r.Devices {
 		if d.Unavailable != nil || d.Dev == nil {
 			continue
@@ -74,33 +75,33 @@ func (r *Runtime) declareGlobals() error {
 // frozen holds the runtimes whose Start froze the variables' registration.
 var frozen sync.Map
 
-// dropGlobals forgets the initial device's bindings (the device kinds drop
-// their devices' when they close them) and lets variables be declared
+// dropGlobals forgets the initial device's bindings (the other devices'
+// go when their pools close) and lets variables be declared
 // again.
 func (r *Runtime) dropGlobals() {
 	if r.Initial != nil {
-		plugin.DropGlobals(r.Initial.pool)
+		entries.DropGlobals(r.Initial.pool)
 	}
 	if _, ok := frozen.LoadAndDelete(r); ok {
-		plugin.ThawGlobals()
+		entries.ThawGlobals()
 	}
 }
 
 // setupGlobals gives d its copy of every "to" variable and prepares the
 // link variables' bindings.
 func (d *Device) setupGlobals() (err error) {
-	gs, bind := plugin.Globals()
-	dg := &devGlobals{bind: bind, to: map[*Entry]*plugin.Global{}}
+	gs, bind := entries.Globals()
+	dg := &devGlobals{bind: bind, to: map[*Entry]*entries.Global{}}
 	q, err := d.getQueue(opDeclare)
 	if err != nil {
 		return err
 	}
 	defer func() { d.release(q, err != nil) }()
-	fail := func(g *plugin.Global, err error) error {
+	fail := func(g *entries.Global, err error) error {
 		d.noteLost(err)
 		return fmt.Errorf("cannot set up declare target %s: %w", g.Describe(), err)
 	}
-	var entries []*Entry
+	var made []*Entry
 	for _, g := range gs {
 		if g.Link {
 			dg.links = append(dg.links, &linkBinding{g: g})
@@ -118,24 +119,24 @@ func (d *Device) setupGlobals() (err error) {
 		if err := q.Submit(tgt, Buf{Ptr: g.Host, Size: g.Size}.Bytes()); err != nil {
 			return fail(g, err)
 		}
-		if err := q.Launch(bind, plugin.BindArgs(g, plugin.BindOp, 1, tgt)); err != nil {
+		if err := q.Launch(bind, entries.BindArgs(g, entries.BindOp, 1, tgt)); err != nil {
 			return fail(g, err)
 		}
-		entries = append(entries, e)
+		made = append(made, e)
 		dg.to[e] = g
 	}
 	if err := q.Synchronize(); err != nil {
 		d.noteLost(err)
 		return fmt.Errorf("cannot set up the declare target variables: %w", err)
 	}
-	d.table.Insert(entries...)
+	d.table.Insert(made...)
 	d.globals = dg
 	return nil
 }
 
 // DeclaredAt returns the declare target "to" variable whose entry on d
 // contains buf, if any: its entry is not the program's to remove.
-func (d *Device) DeclaredAt(buf Buf) (*plugin.Global, bool) {
+func (d *Device) DeclaredAt(buf Buf) (*entries.Global, bool) {
 	if d.globals == nil || len(d.globals.to) == 0 || d.table == nil {
 		return nil, false
 	}
@@ -159,7 +160,7 @@ func (d *Device) bindLinks(w *work) {
 	}
 }
 
-func (d *Device) bindLink(w *work, bind *plugin.Kernel, lb *linkBinding) error {
+func (d *Device) bindLink(w *work, bind *entries.Kernel, lb *linkBinding) error {
 	g := lb.g
 	p := d.table.Use(g.Addr(), g.Size)
 	for p.Do&mapping.Retry != 0 {
@@ -192,12 +193,12 @@ func (d *Device) bindLink(w *work, bind *plugin.Kernel, lb *linkBinding) error {
 		// Still on its way (on another queue, maybe behind waits), or it
 		// failed: bind again here, ahead of this kernel.
 	}
-	op := plugin.BindOp
+	op := entries.BindOp
 	if e == nil {
-		op = plugin.UnbindOp
+		op = entries.UnbindOp
 	}
 	lb.gen++
-	if err := w.q.Launch(bind, plugin.BindArgs(g, op, lb.gen, tgt)); err != nil {
+	if err := w.q.Launch(bind, entries.BindArgs(g, op, lb.gen, tgt)); err != nil {
 		return fmt.Errorf("goffload: %s: %s: declare target %s: cannot bind it: %w", d.Label(), w.op, g.Describe(), err)
 	}
 	ev, err := d.Dev.NewEvent()

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
 )
@@ -312,13 +313,15 @@ type KernelArg struct {
 }
 
 // TargetOp is the target construct: kernel k with args.
-func TargetOp(k *plugin.Kernel, args []KernelArg) Op { return TargetOpWith(k, args, plugin.Geometry{}) }
+func TargetOp(k *entries.Kernel, args []KernelArg) Op {
+	return TargetOpWith(k, args, plugin.Geometry{})
+}
 
 // TargetOpWith is the target construct with the launch geometry g (the
 // num_teams and thread_limit clauses; zero: the device chooses).
-func TargetOpWith(k *plugin.Kernel, args []KernelArg, g plugin.Geometry) Op {
+func TargetOpWith(k *entries.Kernel, args []KernelArg, g plugin.Geometry) Op {
 	return Op{
-		Name: "target " + k.Name,
+		Name: "target " + k.Name(),
 		Initial: func(d *Device, task uint64, fallback bool, stop *plugin.StopSignal) error {
 			if d.log.On(InfoKernelArgs) {
 				d.logArgs(task, k, args)
@@ -350,7 +353,7 @@ func (d *Device) Update(ctx context.Context, maps []MapItem) error {
 }
 
 // Target runs kernel k with args on d: the target construct.
-func (d *Device) Target(ctx context.Context, k *plugin.Kernel, args []KernelArg, fallback bool) error {
+func (d *Device) Target(ctx context.Context, k *entries.Kernel, args []KernelArg, fallback bool) error {
 	return d.Run(ctx, TargetOp(k, args), fallback)
 }
 

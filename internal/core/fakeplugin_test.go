@@ -12,6 +12,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/opqueue"
@@ -434,12 +435,13 @@ func (q *fakeQueue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int
 	return q.enqueue(fExchange, fakeCall{Ptr: src, Size: size}, func() error { copy(to, from); return nil })
 }
 
-func (q *fakeQueue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
+func (q *fakeQueue) Launch(pk plugin.Kernel, args []plugin.Arg) error {
 	d := q.d
 	d.mu.Lock()
 	img, num := d.img, d.num
 	d.mu.Unlock()
-	if img == nil || k == nil || k.Index < 0 || k.Index >= len(img.Kernels) || img.Kernels[k.Index] != k {
+	k, _ := pk.(*entries.Kernel)
+	if img == nil || k == nil || k.Index() < 0 || k.Index() >= len(img.Kernels) || img.Kernels[k.Index()] != pk {
 		return fmt.Errorf("fake device %d: %w: kernel not in the loaded image", d.idx, plugin.ErrBadKernel)
 	}
 	vals, err := k.ArgValues(args, d.bytes)
@@ -447,7 +449,7 @@ func (q *fakeQueue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
 		return err
 	}
 	ctx := plugin.NewKernelCtx(num, d.pool)
-	c := fakeCall{Kernel: k.Name}
+	c := fakeCall{Kernel: k.Name()}
 	if len(args) > 0 {
 		c.Ptr = args[0].Ptr
 	}

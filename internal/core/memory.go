@@ -91,7 +91,7 @@ func MemcpyOp(dst, src Loc, n int64) (*Device, Op) {
 	}
 	return src.Dev, Op{Name: name, Enqueue: func(d *Device, w *work) {
 		w.data(CopyDeviceToDevice, Buf{Size: n, Name: name}, src.Ptr)
-		err := w.q.Exchange(dst.Dev.Dev, dst.Ptr, src.Ptr, n)
+		err := exchange(w.q, dst.Dev.Dev, dst.Ptr, src.Ptr, n)
 		how := ""
 		if errors.Is(err, plugin.ErrUnsupported) {
 			how = " (staged through host memory)"
@@ -207,4 +207,13 @@ func (d *Device) Disassociate(buf Buf) error {
 	d.log.Printf(InfoMappingChanged, d.Num, "Removing map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, Name=%s",
 		e.HstBegin, uint64(e.Tgt()), e.Size(), nameOf(e.Name))
 	return nil
+}
+
+// exchange is q's Exchange, or an error wrapping ErrUnsupported if q is not
+// a plugin.Exchanger (the caller stages the copy through host memory).
+func exchange(q plugin.Queue, dst plugin.Device, dstPtr, src plugin.Ptr, n int64) error {
+	if ex, ok := q.(plugin.Exchanger); ok {
+		return ex.Exchange(dst, dstPtr, src, n)
+	}
+	return fmt.Errorf("%w: the queue copies no device memory itself", plugin.ErrUnsupported)
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
 )
@@ -26,7 +27,7 @@ type Runtime struct {
 	trace *Trace
 	ids   atomic.Uint64 // numbers tasks and synchronous constructs
 
-	unseal sync.Once // Stop ends Start's plugin.Seal once
+	unseal sync.Once // Stop ends Start's entries.Seal once
 }
 
 // Start opens the devices the configuration names and loads the kernel
@@ -36,7 +37,7 @@ func Start(cfg Config) (*Runtime, error) {
 	if cfg.CheckMaps {
 		info |= InfoCheck
 	}
-	r := &Runtime{Cfg: cfg, Log: NewLogger(info, cfg.InfoOut), Image: plugin.Seal()}
+	r := &Runtime{Cfg: cfg, Log: NewLogger(info, cfg.InfoOut), Image: entries.Seal()}
 	if cfg.Profile != "" {
 		r.trace = NewTrace()
 		if cfg.Tool != nil {
@@ -205,7 +206,7 @@ func (r *Runtime) Stop() error { return r.StopContext(context.Background()) }
 // work does not end). With the table info flag it dumps each present table
 // first.
 func (r *Runtime) StopContext(ctx context.Context) error {
-	defer r.unseal.Do(plugin.Unseal)
+	defer r.unseal.Do(entries.Unseal)
 	var errs []error
 	stuck, err := r.endWork(ctx)
 	if err != nil {

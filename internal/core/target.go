@@ -8,11 +8,12 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 )
 
 // target enqueues a target region on w: maps, launch, unmaps.
-func (d *Device) target(w *work, k *plugin.Kernel, args []KernelArg, g plugin.Geometry) {
+func (d *Device) target(w *work, k *entries.Kernel, args []KernelArg, g plugin.Geometry) {
 	pargs := make([]plugin.Arg, len(args))
 	var mapped []MapItem
 	checking := d.log.On(InfoCheck)
@@ -21,7 +22,7 @@ func (d *Device) target(w *work, k *plugin.Kernel, args []KernelArg, g plugin.Ge
 		fresh = make([]bool, len(args))
 	}
 	for i, a := range args {
-		p := k.Params[i]
+		p := k.Params()[i]
 		switch {
 		case p.Kind == plugin.Scalar:
 			pargs[i].Scalar = a.Scalar
@@ -49,19 +50,19 @@ func (d *Device) target(w *work, k *plugin.Kernel, args []KernelArg, g plugin.Ge
 	if w.first == nil {
 		if d.log.On(InfoKernels) {
 			if g.IsZero() {
-				d.log.Taskf(InfoKernels, d.Num, w.task, "Launching kernel %s on %s", k.Name, d.Label())
+				d.log.Taskf(InfoKernels, d.Num, w.task, "Launching kernel %s on %s", k.Name(), d.Label())
 			} else {
-				d.log.Taskf(InfoKernels, d.Num, w.task, "Launching kernel %s on %s with %s", k.Name, d.Label(), g)
+				d.log.Taskf(InfoKernels, d.Num, w.task, "Launching kernel %s on %s with %s", k.Name(), d.Label(), g)
 			}
 		}
 		if t := d.tool; t != nil {
 			var bytes int64
-			for i, p := range k.Params {
+			for i, p := range k.Params() {
 				if p.Kind == plugin.Slice {
 					bytes += int64(pargs[i].Len) * int64(p.Type.Size())
 				}
 			}
-			t.KernelLaunch(KernelEvent{Where: w.where(), Name: k.Name, Args: len(args), ArgBytes: bytes})
+			t.KernelLaunch(KernelEvent{Where: w.where(), Name: k.Name(), Args: len(args), ArgBytes: bytes})
 		}
 		var checks []*argCheck
 		if checking {
@@ -86,7 +87,7 @@ func (d *Device) target(w *work, k *plugin.Kernel, args []KernelArg, g plugin.Ge
 
 // launch enqueues k on q with g, if g is set and q takes a geometry, and
 // with stop, if set and q can stop a launch (plugin.StopLauncher).
-func launch(q plugin.Queue, k *plugin.Kernel, args []plugin.Arg, g plugin.Geometry, stop *plugin.StopSignal) error {
+func launch(q plugin.Queue, k *entries.Kernel, args []plugin.Arg, g plugin.Geometry, stop *plugin.StopSignal) error {
 	if gl, ok := q.(plugin.GeometryLauncher); ok && !g.IsZero() {
 		return gl.LaunchGeometry(k, args, g)
 	}
@@ -96,10 +97,10 @@ func launch(q plugin.Queue, k *plugin.Kernel, args []plugin.Arg, g plugin.Geomet
 	return q.Launch(k, args)
 }
 
-func (d *Device) runInitial(task uint64, k *plugin.Kernel, args []KernelArg, fallback bool, stop *plugin.StopSignal) error {
+func (d *Device) runInitial(task uint64, k *entries.Kernel, args []KernelArg, fallback bool, stop *plugin.StopSignal) error {
 	vals := make([]reflect.Value, len(args))
 	for i, a := range args {
-		if k.Params[i].Kind == plugin.Scalar {
+		if k.Params()[i].Kind == plugin.Scalar {
 			vals[i] = reflect.ValueOf(a.Scalar)
 		} else {
 			vals[i] = a.Slice
@@ -109,7 +110,7 @@ func (d *Device) runInitial(task uint64, k *plugin.Kernel, args []KernelArg, fal
 	if fallback {
 		how = " (host fallback)"
 	}
-	d.log.Taskf(InfoKernels, d.Num, task, "Running kernel %s on %s%s", k.Name, d.Label(), how)
+	d.log.Taskf(InfoKernels, d.Num, task, "Running kernel %s on %s%s", k.Name(), d.Label(), how)
 	kctx := plugin.NewKernelCtx(d.Num, d.pool)
 	switch {
 	case stop != nil: // the construct's own, which stops with the device's too
@@ -123,15 +124,15 @@ func (d *Device) runInitial(task uint64, k *plugin.Kernel, args []KernelArg, fal
 		defer d.checkInitial(task, k, args)()
 	}
 	if err := k.Call(kctx, vals); err != nil {
-		return fmt.Errorf("goffload: %s: target %s: %w", d.Label(), k.Name, err)
+		return fmt.Errorf("goffload: %s: target %s: %w", d.Label(), k.Name(), err)
 	}
 	return nil
 }
 
-func (d *Device) logArgs(task uint64, k *plugin.Kernel, args []KernelArg) {
-	d.log.Taskf(InfoKernelArgs, d.Num, task, "Entering kernel %s with %d arguments:", k.Name, len(args))
+func (d *Device) logArgs(task uint64, k *entries.Kernel, args []KernelArg) {
+	d.log.Taskf(InfoKernelArgs, d.Num, task, "Entering kernel %s with %d arguments:", k.Name(), len(args))
 	for i, a := range args {
-		p := k.Params[i]
+		p := k.Params()[i]
 		switch {
 		case p.Kind == plugin.Scalar:
 			name := a.Name

@@ -9,11 +9,13 @@ import (
 
 	"errors"
 	"fmt"
-	"github.com/goffload/offload/internal/workpool"
-	"github.com/goffload/offload/plugin"
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/goffload/offload/internal/entries"
+	"github.com/goffload/offload/internal/workpool"
+	"github.com/goffload/offload/plugin"
 )
 
 // taskRuntime is a runtime with no devices: host work only.
@@ -133,7 +135,7 @@ func TestInTaskInsideKernels(t *testing.T) {
 	pool := workpool.New(2)
 	defer pool.Close()
 	var inBody, inChunks atomic.Int32
-	k, err := plugin.RegisterKernel(fmt.Sprintf("core.intask.%d", inTaskRuns.Add(1)), func(ctx interface{ For(int, func(lo, hi int)) }) {
+	k, err := entries.RegisterKernel(fmt.Sprintf("core.intask.%d", inTaskRuns.Add(1)), func(ctx interface{ For(int, func(lo, hi int)) }) {
 		if InTask() {
 			inBody.Add(1)
 		}

@@ -8,7 +8,11 @@ import (
 	"fmt"
 	"reflect"
 	"runtime"
+	"slices"
 	"sort"
+
+	"github.com/goffload/offload/internal/entries"
+	"github.com/goffload/offload/internal/workpool"
 )
 
 // runAsTask runs a task's body on the host. Its frame on the stack is how
@@ -19,14 +23,11 @@ func runAsTask(fn func() error) error { return fn() }
 
 var runAsTaskName = runtime.FuncForPC(reflect.ValueOf(runAsTask).Pointer()).Name()
 
-// A kernel's body, and the chunks of its loops, run on these goroutines
-// (plugin's kernel runners, a device process's reader that calls the body
-// itself, the worker pool): inside a kernel is inside a task too.
-const (
-	kernelRunnerName = "github.com/goffload/offload/plugin.(*runner).loop"
-	kernelHereName   = "github.com/goffload/offload/plugin.(*Kernel).LaunchHere"
-	poolWorkerName   = "github.com/goffload/offload/internal/workpool.(*Pool).worker"
-)
+// A kernel's body, and the chunks of its loops, run below these functions
+// (the entries table's kernel runners, a device process's reader that
+// calls the body itself with LaunchHere, the worker pool): inside a kernel
+// is inside a task too. The names come from the functions themselves.
+var taskFrames = append([]string{runAsTaskName, workpool.WorkerFrame()}, entries.BodyFrames()...)
 
 // InTask reports whether the calling goroutine runs a task's body: host
 // work (Go), or a kernel of a task on the initial device. Goroutines that a
@@ -38,7 +39,7 @@ func InTask() bool {
 		frames := runtime.CallersFrames(pcs[:n])
 		for {
 			f, more := frames.Next()
-			if f.Function == runAsTaskName || f.Function == kernelRunnerName || f.Function == kernelHereName || f.Function == poolWorkerName {
+			if slices.Contains(taskFrames, f.Function) {
 				return true
 			}
 			if !more {

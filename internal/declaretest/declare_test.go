@@ -13,7 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/goffload/offload"
-	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/internal/entries"
 )
 
 // The device processes that tests start (local:N) are this test binary.
@@ -441,13 +441,13 @@ func TestDeclareStopDrops(t *testing.T) {
 	if err := d.Data(func() error { return d.Run(LinkAdd, int32(0)) }, offload.ToFrom(Linked.Host())); err != nil {
 		t.Fatal(err)
 	}
-	if n := plugin.GlobalInstances(); n != 3 {
+	if n := entries.GlobalInstances(); n != 3 {
 		t.Errorf("%d device instances with bindings while started, want 3 (two host devices and the initial device)", n)
 	}
 	if err := offload.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if n := plugin.GlobalInstances(); n != 0 {
+	if n := entries.GlobalInstances(); n != 0 {
 		t.Fatalf("%d device instances keep bindings after Stop", n)
 	}
 }

@@ -6,6 +6,7 @@ package workpool
 
 import (
 	"fmt"
+	"reflect"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -256,4 +257,11 @@ func (p *Pool) ForChunks(n int, body func(c Chunk)) {
 	if panicked != nil {
 		panic(panicked)
 	}
+}
+
+// WorkerFrame names the function the pool's workers run chunks under: a
+// chunk of a kernel's loop is inside the kernel (the core's InTask looks
+// for it on the stack).
+func WorkerFrame() string {
+	return runtime.FuncForPC(reflect.ValueOf((*Pool).worker).Pointer()).Name()
 }

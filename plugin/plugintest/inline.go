@@ -50,7 +50,7 @@ func (e *env) testInlineHandOver(t *testing.T) {
 			aErr = within(t, "an inline Launch", func() error { return <-a })
 		}
 		if aErr != nil {
-			t.Fatalf("Launch(%s): %v", kSleep.Name, aErr)
+			t.Fatalf("Launch(%s): %v", kSleep.Name(), aErr)
 		}
 		if got := int64(binary.LittleEndian.Uint64(get(t, q, x, 8))); got != 1 {
 			t.Fatalf("x = %d after a launch that added 1 to 0, enqueued while an inline launch held the queue: it was lost or overtaken", got)

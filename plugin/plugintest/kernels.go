@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -45,8 +46,8 @@ var (
 	kCancel    = mustRegister("plugintest.cancel", cancelKernel)
 )
 
-func mustRegister(name string, fn any) *plugin.Kernel {
-	k, err := plugin.RegisterKernel(name, fn)
+func mustRegister(name string, fn any) plugin.Kernel {
+	k, err := entries.RegisterKernel(name, fn)
 	if err != nil {
 		panic(fmt.Sprintf("plugintest: %v", err))
 	}

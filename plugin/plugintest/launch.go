@@ -151,14 +151,10 @@ func (e *env) testLaunchBad(t *testing.T) {
 	expectErr(t, "struct of the wrong type", q, q.Launch(kSleep, []plugin.Arg{scalar(struct{ A int64 }{1})}), plugin.ErrBadKernel)
 	expectErr(t, "negative slice length", q, q.Launch(kFillInt64, []plugin.Arg{slice(x, -1), scalar(int64(5))}), plugin.ErrBadKernel)
 
-	notLoaded := &plugin.Kernel{
-		Index: len(e.img.Kernels) + 100, Name: "plugintest.notLoaded",
-		Fn: kFillInt64.Fn, Params: kFillInt64.Params, Sig: kFillInt64.Sig,
-	}
+	notLoaded := reindexed{Kernel: kFillInt64, index: len(e.img.Kernels) + 100}
 	expectErr(t, "kernel not in the loaded image", q, q.Launch(notLoaded, []plugin.Arg{slice(x, 4), scalar(int64(5))}), plugin.ErrBadKernel)
-	negative := *notLoaded
-	negative.Index = -1
-	expectErr(t, "kernel with a negative index", q, q.Launch(&negative, []plugin.Arg{slice(x, 4), scalar(int64(5))}), plugin.ErrBadKernel)
+	negative := reindexed{Kernel: kFillInt64, index: -1}
+	expectErr(t, "kernel with a negative index", q, q.Launch(negative, []plugin.Arg{slice(x, 4), scalar(int64(5))}), plugin.ErrBadKernel)
 	expectErr(t, "nil kernel", q, q.Launch(nil, nil), plugin.ErrBadKernel)
 
 	// None of the refused launches ran, and the queue works.
@@ -302,7 +298,7 @@ func (e *env) testLaunchGeometry(t *testing.T) {
 	} {
 		put(t, q, dst, make([]byte, 4*n))
 		if err := gl.LaunchGeometry(kAddInt32, []plugin.Arg{slice(dst, n), slice(p, n), scalar(int32(5))}, g); err != nil {
-			t.Fatalf("LaunchGeometry(%s, %v): %v", kAddInt32.Name, g, err)
+			t.Fatalf("LaunchGeometry(%s, %v): %v", kAddInt32.Name(), g, err)
 		}
 		got := fromBytes[int32](get(t, q, dst, 4*n))
 		for i := range got {
@@ -315,3 +311,12 @@ func (e *env) testLaunchGeometry(t *testing.T) {
 	expectErr(t, "LaunchGeometry with a slice past the allocation's end", q,
 		gl.LaunchGeometry(kAddInt32, []plugin.Arg{slice(dst, n+1), slice(p, n), scalar(int32(1))}, plugin.Geometry{Teams: [3]int{1, 1, 1}}), plugin.ErrBadPointer)
 }
+
+// reindexed is a kernel with another index: not the image's kernel there.
+type reindexed struct {
+	plugin.Kernel
+	index int
+}
+
+func (r reindexed) Index() int   { return r.index }
+func (r reindexed) Name() string { return "plugintest.notLoaded" }

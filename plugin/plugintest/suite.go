@@ -16,6 +16,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -26,15 +27,15 @@ const timeout = 20 * time.Second
 // Run runs the conformance suite, each aspect of the contract as a subtest.
 //
 // open returns at least two fresh devices of the kind under test, constructed
-// but not loaded: the suite loads them with [plugin.CurrentImage] as device
+// but not loaded: the suite loads them with [entries.Current] as device
 // numbers 0, 1, … and closes them when the test ends. The suite may call open
 // more than once (to test closing a device).
 func Run(t *testing.T, open func(t *testing.T) []plugin.Device) {
 	t.Helper()
-	e := &env{open: open, img: plugin.CurrentImage()}
-	for _, k := range []*plugin.Kernel{kScalars, kAddInt32, kFillInt64, kAddInt64, kLens, kCtxFill, kPanic, kPanicFor, kSleep, kCancel} {
-		if k.Index >= len(e.img.Kernels) || e.img.Kernels[k.Index] != k {
-			t.Fatalf("plugintest: kernel %q is not in plugin.CurrentImage()", k.Name)
+	e := &env{open: open, img: entries.Current()}
+	for _, k := range []plugin.Kernel{kScalars, kAddInt32, kFillInt64, kAddInt64, kLens, kCtxFill, kPanic, kPanicFor, kSleep, kCancel} {
+		if k.Index() >= len(e.img.Kernels) || e.img.Kernels[k.Index()] != k {
+			t.Fatalf("plugintest: kernel %q is not in entries.Current()", k.Name())
 		}
 	}
 	e.devs = e.openLoaded(t)
@@ -222,10 +223,10 @@ func get(t *testing.T, q plugin.Queue, p plugin.Ptr, n int) []byte {
 }
 
 // launch enqueues k with args and fails t if it is refused.
-func launch(t *testing.T, q plugin.Queue, k *plugin.Kernel, args ...plugin.Arg) {
+func launch(t *testing.T, q plugin.Queue, k plugin.Kernel, args ...plugin.Arg) {
 	t.Helper()
 	if err := q.Launch(k, args); err != nil {
-		t.Fatalf("Launch(%s): %v", k.Name, err)
+		t.Fatalf("Launch(%s): %v", k.Name(), err)
 	}
 }
 

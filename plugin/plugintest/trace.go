@@ -89,8 +89,8 @@ func (e *env) testTracer(t *testing.T) {
 		bytes  int64
 		kernel string
 		failed bool
-	}{{7, plugin.OpSubmit, 4096, "", false}, {7, plugin.OpLaunch, 0, kSleep.Name, false}, {7, plugin.OpRetrieve, 4096, "", false},
-		{9, plugin.OpWait, 0, "", false}, {9, plugin.OpLaunch, 0, kPanic.Name, true}}
+	}{{7, plugin.OpSubmit, 4096, "", false}, {7, plugin.OpLaunch, 0, kSleep.Name(), false}, {7, plugin.OpRetrieve, 4096, "", false},
+		{9, plugin.OpWait, 0, "", false}, {9, plugin.OpLaunch, 0, kPanic.Name(), true}}
 	const slack = time.Millisecond // clock alignment of a device with a clock of its own
 	for i, w := range want {
 		o := all[i]

@@ -40,16 +40,16 @@ func paramLayout(p plugin.Param) (size, align int) {
 
 // pack lays out args, checked against k's parameters (count and scalar
 // types), in parameter order. It does not check slices' memory.
-func pack(k *plugin.Kernel, args []plugin.Arg) (*params, error) {
-	if len(args) != len(k.Params) {
-		return nil, k.ArgCountError(len(args))
+func pack(k plugin.Kernel, args []plugin.Arg) (*params, error) {
+	if len(args) != len(k.Params()) {
+		return nil, argCountError(k, len(args))
 	}
 	p := &params{offs: make([]int, len(args)), size: make([]int, len(args))}
 	off := 0
-	for i, prm := range k.Params {
+	for i, prm := range k.Params() {
 		size, align := paramLayout(prm)
 		if size == 0 {
-			return nil, fmt.Errorf("%w: kernel %q parameter %d (%s) has size 0: a PTX entry has no parameter of size 0", plugin.ErrBadKernel, k.Name, i, prm.Type)
+			return nil, fmt.Errorf("%w: kernel %q parameter %d (%s) has size 0: a PTX entry has no parameter of size 0", plugin.ErrBadKernel, k.Name(), i, prm.Type)
 		}
 		off = (off + align - 1) &^ (align - 1)
 		p.offs[i], p.size[i] = off, size
@@ -60,17 +60,17 @@ func pack(k *plugin.Kernel, args []plugin.Arg) (*params, error) {
 		return p, nil
 	}
 	base := unsafe.Pointer(&p.buf[0])
-	for i, prm := range k.Params {
+	for i, prm := range k.Params() {
 		a, at := args[i], unsafe.Add(base, p.offs[i])
 		if prm.Kind == plugin.Slice {
 			if a.Len < 0 {
-				return nil, fmt.Errorf("%w: kernel %q argument %d: negative length %d", plugin.ErrBadKernel, k.Name, i, a.Len)
+				return nil, fmt.Errorf("%w: kernel %q argument %d: negative length %d", plugin.ErrBadKernel, k.Name(), i, a.Len)
 			}
 			*(*uint64)(at) = uint64(a.Ptr)
 			continue
 		}
 		if !putScalar(at, prm.Type, a.Scalar) {
-			return nil, k.ScalarError(i, a)
+			return nil, scalarError(k, i, a)
 		}
 	}
 	return p, nil
@@ -138,19 +138,30 @@ var (
 	typeUint64  = reflect.TypeFor[uint64]()
 )
 
+// argCountError is the error of a launch of k with n arguments.
+func argCountError(k plugin.Kernel, n int) error {
+	return fmt.Errorf("%w: kernel %q takes %d arguments, got %d", plugin.ErrBadKernel, k.Name(), len(k.Params()), n)
+}
+
+// scalarError is the error of scalar argument a of k's parameter i that is
+// not of the parameter's type.
+func scalarError(k plugin.Kernel, i int, a plugin.Arg) error {
+	return fmt.Errorf("%w: kernel %q argument %d: got %T, want %s", plugin.ErrBadKernel, k.Name(), i, a.Scalar, k.Params()[i].Type)
+}
+
 // checkArgs checks args against k's parameters as pack does, without
 // packing them (for the emulate mode, whose Go bodies take any scalar).
-func checkArgs(k *plugin.Kernel, args []plugin.Arg) error {
-	if len(args) != len(k.Params) {
-		return k.ArgCountError(len(args))
+func checkArgs(k plugin.Kernel, args []plugin.Arg) error {
+	if len(args) != len(k.Params()) {
+		return argCountError(k, len(args))
 	}
-	for i, p := range k.Params {
+	for i, p := range k.Params() {
 		a := args[i]
 		switch {
 		case p.Kind == plugin.Slice && a.Len < 0:
-			return fmt.Errorf("%w: kernel %q argument %d: negative length %d", plugin.ErrBadKernel, k.Name, i, a.Len)
+			return fmt.Errorf("%w: kernel %q argument %d: negative length %d", plugin.ErrBadKernel, k.Name(), i, a.Len)
 		case p.Kind == plugin.Scalar && reflect.TypeOf(a.Scalar) != p.Type:
-			return k.ScalarError(i, a)
+			return scalarError(k, i, a)
 		}
 	}
 	return nil
@@ -170,7 +181,7 @@ var (
 // slice argument (the trip count) in blocks of the block's x dimension, at
 // least one block. A geometry beyond the GPU's limits is an error naming
 // the kernel.
-func grid(k *plugin.Kernel, args []plugin.Arg, geo plugin.Geometry) (g, b [3]uint32, err error) {
+func grid(k plugin.Kernel, args []plugin.Arg, geo plugin.Geometry) (g, b [3]uint32, err error) {
 	block := [3]int{blockSize, 1, 1}
 	if geo.Threads != ([3]int{}) {
 		block = geo.Threads
@@ -178,7 +189,7 @@ func grid(k *plugin.Kernel, args []plugin.Arg, geo plugin.Geometry) (g, b [3]uin
 	teams := geo.Teams
 	if teams == ([3]int{}) {
 		n := 0
-		for i, p := range k.Params {
+		for i, p := range k.Params() {
 			if p.Kind == plugin.Slice && i < len(args) {
 				n = max(n, args[i].Len)
 			}
@@ -188,13 +199,13 @@ func grid(k *plugin.Kernel, args []plugin.Arg, geo plugin.Geometry) (g, b [3]uin
 	threads := 1
 	for i := range 3 {
 		if block[i] < 1 || block[i] > maxBlock[i] || teams[i] < 1 || teams[i] > maxGrid[i] {
-			return g, b, fmt.Errorf("%w: kernel %q: %s: a CUDA launch takes blocks of at most %v threads and grids of at most %v blocks", plugin.ErrBadKernel, k.Name, plugin.Geometry{Teams: teams, Threads: block}, maxBlock, maxGrid)
+			return g, b, fmt.Errorf("%w: kernel %q: %s: a CUDA launch takes blocks of at most %v threads and grids of at most %v blocks", plugin.ErrBadKernel, k.Name(), plugin.Geometry{Teams: teams, Threads: block}, maxBlock, maxGrid)
 		}
 		threads *= block[i]
 		g[i], b[i] = uint32(teams[i]), uint32(block[i])
 	}
 	if threads > maxBlockThreads {
-		return g, b, fmt.Errorf("%w: kernel %q: thread_limit(%d,%d,%d) is %d threads per block, more than the %d a CUDA block has", plugin.ErrBadKernel, k.Name, block[0], block[1], block[2], threads, maxBlockThreads)
+		return g, b, fmt.Errorf("%w: kernel %q: thread_limit(%d,%d,%d) is %d threads per block, more than the %d a CUDA block has", plugin.ErrBadKernel, k.Name(), block[0], block[1], block[2], threads, maxBlockThreads)
 	}
 	return g, b, nil
 }

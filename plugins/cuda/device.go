@@ -11,6 +11,7 @@ import (
 	"github.com/google/btree"
 
 	"github.com/goffload/offload/internal/cudadrv"
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/ptx"
 	"github.com/goffload/offload/plugin"
 )
@@ -68,7 +69,7 @@ type kernelFn struct {
 	fn  cudadrv.Function
 	err error // why it cannot be launched (fn is 0)
 	emu bool  // run the Go body (emulate)
-	// bind is the declare target bind kernel (plugin.BindKernelName),
+	// bind is the declare target bind kernel (entries.BindKernelName),
 	// which a GPU takes as done: a variable's device copy is present
 	// memory that PTX kernels are given as an argument (its Go body tells
 	// Go kernels the address, and no Go kernel runs on a GPU).
@@ -228,9 +229,9 @@ func (d *device) Load(img *plugin.Image, num int) error {
 	mods := map[string]loaded{}
 	return d.with(func() error {
 		for i, k := range img.Kernels {
-			code, ok := k.Code["ptx"]
+			code, ok := k.Code("ptx")
 			switch {
-			case !ok && k.Name == plugin.BindKernelName && !d.emulate:
+			case !ok && k.Name() == entries.BindKernelName && !d.emulate:
 				d.kfns[i] = kernelFn{bind: true}
 				continue
 			case !ok:
@@ -250,17 +251,17 @@ func (d *device) Load(img *plugin.Image, num int) error {
 				mods[string(code.Image)] = m
 			}
 			if m.err != nil {
-				d.kfns[i] = kernelFn{err: fmt.Errorf("%s: kernel %q: its PTX does not load: %w", d.name, k.Name, m.err)}
+				d.kfns[i] = kernelFn{err: fmt.Errorf("%s: kernel %q: its PTX does not load: %w", d.name, k.Name(), m.err)}
 				continue
 			}
 			fn, err := d.drv.ModuleGetFunction(m.mod, code.Entry)
 			if err != nil {
-				d.kfns[i] = kernelFn{err: noEntry(fmt.Errorf("%s: kernel %q: entry %q of its PTX: %w", d.name, k.Name, code.Entry, d.wrap(err)), code.Entry, m.entries)}
+				d.kfns[i] = kernelFn{err: noEntry(fmt.Errorf("%s: kernel %q: entry %q of its PTX: %w", d.name, k.Name(), code.Entry, d.wrap(err)), code.Entry, m.entries)}
 				continue
 			}
 			if params, ok := m.entries[code.Entry]; ok {
 				if err := checkEntry(k, code.Entry, params); err != nil {
-					d.kfns[i] = kernelFn{err: fmt.Errorf("%s: %w: kernel %q: %w", d.name, plugin.ErrBadKernel, k.Name, err)}
+					d.kfns[i] = kernelFn{err: fmt.Errorf("%s: %w: kernel %q: %w", d.name, plugin.ErrBadKernel, k.Name(), err)}
 					continue
 				}
 			}
@@ -271,12 +272,12 @@ func (d *device) Load(img *plugin.Image, num int) error {
 }
 
 // noCode is the error of launching k, which has no PTX; under d.mu.
-func (d *device) noCode(k *plugin.Kernel) error {
-	return fmt.Errorf("%s: %w: kernel %q has no PTX: a GPU cannot run its Go body (give it device code with offload.Kernel.PTX, or run it on a CPU device): %w", d.name, plugin.ErrBadKernel, k.Name, plugin.ErrUnsupported)
+func (d *device) noCode(k plugin.Kernel) error {
+	return fmt.Errorf("%s: %w: kernel %q has no PTX: a GPU cannot run its Go body (give it device code with offload.Kernel.PTX, or run it on a CPU device): %w", d.name, plugin.ErrBadKernel, k.Name(), plugin.ErrUnsupported)
 }
 
 // kernel returns how the device launches k.
-func (d *device) kernel(k *plugin.Kernel) (kernelFn, error) {
+func (d *device) kernel(k plugin.Kernel) (kernelFn, error) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if k == nil {
@@ -285,10 +286,10 @@ func (d *device) kernel(k *plugin.Kernel) (kernelFn, error) {
 	if d.img == nil {
 		return kernelFn{}, fmt.Errorf("%s: %w: no image loaded", d.name, plugin.ErrBadKernel)
 	}
-	if k.Index < 0 || k.Index >= len(d.img.Kernels) || d.img.Kernels[k.Index] != k {
-		return kernelFn{}, fmt.Errorf("%s: %w: kernel %q is not in the loaded image (register kernels at package init, before Start)", d.name, plugin.ErrBadKernel, k.Name)
+	if k.Index() < 0 || k.Index() >= len(d.img.Kernels) || d.img.Kernels[k.Index()] != k {
+		return kernelFn{}, fmt.Errorf("%s: %w: kernel %q is not in the loaded image (register kernels at package init, before Start)", d.name, plugin.ErrBadKernel, k.Name())
 	}
-	kf := d.kfns[k.Index]
+	kf := d.kfns[k.Index()]
 	if kf.fn == 0 && !kf.emu && !kf.bind {
 		return kf, kf.err
 	}

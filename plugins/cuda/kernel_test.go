@@ -15,6 +15,7 @@ import (
 
 	"github.com/goffload/offload/internal/cudadrv"
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/plugintest"
 	"github.com/goffload/offload/plugins/cuda"
@@ -87,11 +88,11 @@ var (
 	kEmpty = mustKernel("cudatest.emptystruct", func(x struct{}) {}, &plugin.DeviceCode{Format: "ptx", Image: []byte(testPTX), Entry: "addone"})
 )
 
-func mustKernel(name string, fn any, code *plugin.DeviceCode) *plugin.Kernel {
-	if k, ok := plugin.LookupKernel(name); ok { // a test run again (-count=N)
+func mustKernel(name string, fn any, code *plugin.DeviceCode) plugin.Kernel {
+	if k, ok := entries.LookupKernel(name); ok { // a test run again (-count=N)
 		return k
 	}
-	k, err := plugin.RegisterKernel(name, fn)
+	k, err := entries.RegisterKernel(name, fn)
 	if err != nil {
 		panic(err)
 	}
@@ -123,7 +124,7 @@ func addOne(l *cudafake.Launch) error {
 // PTX) and loads the image as device 0.
 func loaded(t *testing.T, drv *cudafake.Driver) plugin.Device {
 	t.Helper()
-	return loadImage(t, drv, plugin.CurrentImage())
+	return loadImage(t, drv, entries.Current())
 }
 
 func bytesOf[T any](v T) []byte {
@@ -152,9 +153,9 @@ func TestPackLayout(t *testing.T) {
 	}
 	for i, w := range want {
 		if got := buf[offs[i] : offs[i]+len(w)]; !bytes.Equal(got, w) {
-			t.Errorf("parameter %d (%s): bytes %x, want %x", i, kScalars.Params[i].Type, got, w)
+			t.Errorf("parameter %d (%s): bytes %x, want %x", i, kScalars.Params()[i].Type, got, w)
 		}
-		size, align := cuda.Layout(kScalars.Params[i])
+		size, align := cuda.Layout(kScalars.Params()[i])
 		if size != len(w) || offs[i]%align != 0 {
 			t.Errorf("parameter %d: size %d align %d at %d, want size %d", i, size, align, offs[i], len(w))
 		}
@@ -173,7 +174,7 @@ func TestPackLayout(t *testing.T) {
 		{"nil scalar", append(append([]plugin.Arg{}, args[:16]...), plugin.Arg{}, args[17])},
 		{"negative length", append(append([]plugin.Arg{}, args[:17]...), plugin.Arg{Ptr: 8, Len: -1})},
 	} {
-		if _, _, err := cuda.Pack(kScalars, c.args); !errors.Is(err, plugin.ErrBadKernel) || !strings.Contains(err.Error(), kScalars.Name) {
+		if _, _, err := cuda.Pack(kScalars, c.args); !errors.Is(err, plugin.ErrBadKernel) || !strings.Contains(err.Error(), kScalars.Name()) {
 			t.Errorf("%s: Pack = %v, want an error wrapping ErrBadKernel naming the kernel", c.what, err)
 		}
 	}
@@ -200,7 +201,7 @@ func TestGrid(t *testing.T) {
 		}
 		params = append(params, plugin.Param{Kind: plugin.Scalar, Type: reflect.TypeFor[int]()})
 		args = append(args, plugin.Arg{Scalar: 1 << 30})
-		g, b, err := cuda.Grid(&plugin.Kernel{Params: params}, args, plugin.Geometry{})
+		g, b, err := cuda.Grid(&ptxKernel{params: params}, args, plugin.Geometry{})
 		if err != nil || g != [3]uint32{c.blocks, 1, 1} || b != [3]uint32{256, 1, 1} {
 			t.Errorf("slices of %v: grid %v block %v, want %d blocks of 256", c.lens, g, b, c.blocks)
 		}
@@ -281,8 +282,8 @@ func TestKernelsWithoutDeviceCode(t *testing.T) {
 	drv := cudafake.New(cudafake.Config{GPUs: []cudafake.GPU{cudafake.H100}})
 	d := loaded(t, drv)
 	images := map[string]bool{} // testPTX, the bad image, and the other tests' images
-	for _, k := range plugin.CurrentImage().Kernels {
-		if c, ok := k.Code["ptx"]; ok {
+	for _, k := range entries.Current().Kernels {
+		if c, ok := k.Code("ptx"); ok {
 			images[string(c.Image)] = true
 		}
 	}
@@ -296,7 +297,7 @@ func TestKernelsWithoutDeviceCode(t *testing.T) {
 	defer q.Close()
 	x, _ := d.Alloc(64)
 	for _, c := range []struct {
-		k    *plugin.Kernel
+		k    plugin.Kernel
 		want []string
 		is   []error
 	}{
@@ -306,17 +307,17 @@ func TestKernelsWithoutDeviceCode(t *testing.T) {
 	} {
 		err := q.Launch(c.k, []plugin.Arg{{Ptr: x, Len: 8}})
 		if err == nil {
-			t.Errorf("%s: Launch succeeded", c.k.Name)
+			t.Errorf("%s: Launch succeeded", c.k.Name())
 			continue
 		}
 		for _, w := range c.want {
 			if !strings.Contains(err.Error(), w) {
-				t.Errorf("%s: error %q does not say %q", c.k.Name, err, w)
+				t.Errorf("%s: error %q does not say %q", c.k.Name(), err, w)
 			}
 		}
 		for _, e := range c.is {
 			if !errors.Is(err, e) {
-				t.Errorf("%s: error %q does not wrap %q", c.k.Name, err, e)
+				t.Errorf("%s: error %q does not wrap %q", c.k.Name(), err, e)
 			}
 		}
 	}
@@ -324,7 +325,7 @@ func TestKernelsWithoutDeviceCode(t *testing.T) {
 		t.Errorf("refused launches left the queue failed: %v", err)
 	}
 	// The declare target bind kernel is not supported yet: say so.
-	if k, ok := plugin.LookupKernel(plugin.BindKernelName); ok {
+	if k, ok := entries.LookupKernel(entries.BindKernelName); ok {
 		if err := q.Launch(k, nil); err == nil || !strings.Contains(err.Error(), "declare target") {
 			t.Errorf("bind kernel: %v", err)
 		}
@@ -341,7 +342,7 @@ func TestLargeCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, d := range devs {
-		if err := d.Load(plugin.CurrentImage(), i); err != nil {
+		if err := d.Load(entries.Current(), i); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -363,7 +364,7 @@ func TestLargeCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev, _ := d0.NewEvent()
-	if err := q0.Exchange(d1, b+1, a+3, int64(n)); err != nil {
+	if err := q0.(plugin.Exchanger).Exchange(d1, b+1, a+3, int64(n)); err != nil {
 		t.Fatal(err)
 	}
 	if err := q0.Record(ev); err != nil {

@@ -62,7 +62,7 @@ func TestPeerAccess(t *testing.T) {
 					errs <- err
 					return
 				}
-				if err := q.Exchange(to, bufs[p.to]+off, bufs[p.from]+off, n); err != nil {
+				if err := q.(plugin.Exchanger).Exchange(to, bufs[p.to]+off, bufs[p.from]+off, n); err != nil {
 					errs <- err
 					return
 				}

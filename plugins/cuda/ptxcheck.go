@@ -27,27 +27,27 @@ import (
 // float4, double2 and cuComplex types are aligned 8 or 16, which Go cannot
 // declare, and the driver copies each parameter's bytes into its aligned
 // place, so the value arrives whole.
-func checkEntry(k *plugin.Kernel, entry string, params []ptx.Param) error {
-	if len(params) != len(k.Params) {
+func checkEntry(k plugin.Kernel, entry string, params []ptx.Param) error {
+	if len(params) != len(k.Params()) {
 		var goTypes, ptxTypes []string
-		for i := range k.Params {
-			goTypes = append(goTypes, goType(k.Params[i]))
+		for i := range k.Params() {
+			goTypes = append(goTypes, goType(k.Params()[i]))
 		}
 		for _, p := range params {
 			ptxTypes = append(ptxTypes, p.Type)
 		}
 		which := ""
-		if n := len(params); n < len(k.Params) {
+		if n := len(params); n < len(k.Params()) {
 			which = fmt.Sprintf("the Go parameter %s has none in the entry", goParam(k, n))
 		} else {
-			n := len(k.Params)
+			n := len(k.Params())
 			which = fmt.Sprintf("PTX parameter %d (%s) has no Go parameter", n, params[n].Type)
 		}
 		return fmt.Errorf("PTX entry %s has %s (%s), the Go kernel %s (%s): %s",
 			entry, plural(len(params), "parameter"), strings.Join(ptxTypes, ", "),
-			plural(len(k.Params), "parameter"), strings.Join(goTypes, ", "), which)
+			plural(len(k.Params()), "parameter"), strings.Join(goTypes, ", "), which)
 	}
-	for i, gp := range k.Params {
+	for i, gp := range k.Params() {
 		p := params[i]
 		size, align := paramLayout(gp)
 		ptxSide := fmt.Sprintf("PTX entry %s parameter %d is %s (%s, align %d)", entry, i, p.Type, plural(p.Size, "byte"), p.Align)
@@ -128,10 +128,10 @@ func goType(p plugin.Param) string {
 
 // goParam names k's parameter i: "2 (offload.In[float32])", or for a field
 // of a struct parameter "3 (field Scale float32 of parameter 1)".
-func goParam(k *plugin.Kernel, i int) string {
-	p := k.Params[i]
-	if p.Field >= 0 && p.Top >= 0 && p.Top < len(k.Tops) {
-		if t := k.Tops[p.Top]; t != nil && t.Kind() == reflect.Struct && p.Field < t.NumField() {
+func goParam(k plugin.Kernel, i int) string {
+	p := k.Params()[i]
+	if p.Field >= 0 {
+		if t := p.Struct; t != nil && t.Kind() == reflect.Struct && p.Field < t.NumField() {
 			return fmt.Sprintf("%d (field %s %s of parameter %d, a %s)", i, t.Field(p.Field).Name, goType(p), p.Top, t)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/cuda"
 )
@@ -56,11 +57,15 @@ func imageOf(ks ...testKernel) *plugin.Image {
 	img := &plugin.Image{}
 	for i, tk := range ks {
 		ft := reflect.TypeOf(tk.fn)
-		k := &plugin.Kernel{Index: i, Name: tk.name, Fn: reflect.ValueOf(tk.fn), Params: tk.params,
-			Code: map[string]plugin.DeviceCode{"ptx": {Format: "ptx", Image: tk.image, Entry: tk.entry}}}
+		k := &ptxKernel{index: i, name: tk.name, params: tk.params,
+			code: plugin.DeviceCode{Format: "ptx", Image: tk.image, Entry: tk.entry}}
+		for j := range k.params { // a field parameter's struct is fn's parameter Top
+			if p := &k.params[j]; p.Field >= 0 && p.Top < ft.NumIn() {
+				p.Struct = ft.In(p.Top)
+			}
+		}
 		for j := range ft.NumIn() {
 			t := ft.In(j)
-			k.Tops = append(k.Tops, t)
 			if tk.params != nil {
 				continue
 			}
@@ -68,12 +73,33 @@ func imageOf(ks ...testKernel) *plugin.Image {
 			if t.Kind() == reflect.Slice {
 				p = plugin.Param{Kind: plugin.Slice, Type: t.Elem(), Top: j, Field: -1, SliceType: t}
 			}
-			k.Params = append(k.Params, p)
+			k.params = append(k.params, p)
 		}
 		img.Kernels = append(img.Kernels, k)
 	}
-	img.Digest = plugin.Digest(img.Kernels)
+	img.Digest = entries.Digest(img.Kernels)
 	return img
+}
+
+// ptxKernel is a kernel made by a test, with PTX and no Go body.
+type ptxKernel struct {
+	index  int
+	name   string
+	params []plugin.Param
+	code   plugin.DeviceCode
+}
+
+func (k *ptxKernel) Index() int             { return k.index }
+func (k *ptxKernel) Name() string           { return k.name }
+func (k *ptxKernel) Params() []plugin.Param { return k.params }
+func (k *ptxKernel) Code(format string) (plugin.DeviceCode, bool) {
+	return k.code, format == k.code.Format && len(k.code.Image) > 0
+}
+func (k *ptxKernel) Launch(*plugin.KernelCtx, []plugin.Arg, plugin.Mem) error {
+	return fmt.Errorf("%w: test kernel %q has no Go body", plugin.ErrBadKernel, k.name)
+}
+func (k *ptxKernel) LaunchHere(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem, _ func(error)) error {
+	return k.Launch(ctx, args, mem)
 }
 
 // loadImage opens GPU 0 of drv and loads img as device 0.
@@ -110,7 +136,7 @@ func saxpyOnFake(l *cudafake.Launch) error {
 }
 
 // runSaxpy launches k, a saxpy, on d over n elements and checks y.
-func runSaxpy(t *testing.T, d plugin.Device, k *plugin.Kernel) {
+func runSaxpy(t *testing.T, d plugin.Device, k plugin.Kernel) {
 	t.Helper()
 	q, err := d.NewQueue()
 	if err != nil {
@@ -128,7 +154,7 @@ func runSaxpy(t *testing.T, d plugin.Device, k *plugin.Kernel) {
 	q.Submit(dx, bytesOf(x))
 	q.Submit(dy, bytesOf(y))
 	if err := q.Launch(k, []plugin.Arg{{Scalar: n}, {Scalar: float32(2)}, {Ptr: dx, Len: n}, {Ptr: dy, Len: n}}); err != nil {
-		t.Fatalf("%s: %v", k.Name, err)
+		t.Fatalf("%s: %v", k.Name(), err)
 	}
 	q.Retrieve(bytesOf(y), dy)
 	if err := q.Synchronize(); err != nil {
@@ -136,7 +162,7 @@ func runSaxpy(t *testing.T, d plugin.Device, k *plugin.Kernel) {
 	}
 	for i := range y {
 		if y[i] != 1+2*float32(i) {
-			t.Fatalf("%s: y[%d] = %v, want %v", k.Name, i, y[i], 1+2*float32(i))
+			t.Fatalf("%s: y[%d] = %v, want %v", k.Name(), i, y[i], 1+2*float32(i))
 		}
 	}
 }
@@ -168,9 +194,9 @@ func TestPTXCheck(t *testing.T) {
 		{"cudatest.check.mangled", func(x []float32) {}, img, "mangled", nil},
 	}
 	image := imageOf(kernels...)
-	k := func(name string) *plugin.Kernel {
+	k := func(name string) plugin.Kernel {
 		for _, k := range image.Kernels {
-			if k.Name == "cudatest.check."+name {
+			if k.Name() == "cudatest.check."+name {
 				return k
 			}
 		}
@@ -213,15 +239,15 @@ func TestPTXCheck(t *testing.T) {
 		k := k(c.k)
 		err := q.Launch(k, c.args)
 		if !errors.Is(err, plugin.ErrBadKernel) {
-			t.Errorf("%s: Launch = %v, want an error wrapping ErrBadKernel", k.Name, err)
+			t.Errorf("%s: Launch = %v, want an error wrapping ErrBadKernel", k.Name(), err)
 			continue
 		}
-		for _, w := range append([]string{fmt.Sprintf("cuda device 0 (GPU 0): invalid kernel launch: kernel %q: ", k.Name)}, c.want...) {
+		for _, w := range append([]string{fmt.Sprintf("cuda device 0 (GPU 0): invalid kernel launch: kernel %q: ", k.Name())}, c.want...) {
 			if strings.HasPrefix(w, "cuda device") && (c.k == "missing" || c.k == "mangled") {
-				w = fmt.Sprintf("cuda device 0 (GPU 0): kernel %q: ", k.Name) // the driver's error
+				w = fmt.Sprintf("cuda device 0 (GPU 0): kernel %q: ", k.Name()) // the driver's error
 			}
 			if !strings.Contains(err.Error(), w) {
-				t.Errorf("%s: error\n\t%s\ndoes not say\n\t%s", k.Name, err, w)
+				t.Errorf("%s: error\n\t%s\ndoes not say\n\t%s", k.Name(), err, w)
 			}
 		}
 		if c.k == "size" {
@@ -299,14 +325,14 @@ func TestPTXCheckRepo(t *testing.T) {
 	}
 	defer rq.Close()
 	checked := 0
-	for _, k := range plugin.CurrentImage().Kernels {
-		code, ok := k.Code["ptx"]
-		if !ok || !strings.Contains(string(code.Image), ".entry "+code.Entry) || k.Name == "cudatest.emptystruct" {
+	for _, k := range entries.Current().Kernels {
+		code, ok := k.Code("ptx")
+		if !ok || !strings.Contains(string(code.Image), ".entry "+code.Entry) || k.Name() == "cudatest.emptystruct" {
 			continue // no PTX, no such entry (kNoEntry), or not meant to launch (kEmpty, for Pack)
 		}
 		err := rq.Launch(k, nil) // the wrong arguments: an error, but not the check's
 		if err != nil && strings.Contains(err.Error(), "PTX entry") {
-			t.Errorf("registered kernel %s: %v", k.Name, err)
+			t.Errorf("registered kernel %s: %v", k.Name(), err)
 		}
 		checked++
 	}

@@ -63,7 +63,7 @@ type op struct {
 	host     []byte
 	size     int64
 	peer     *device // Exchange's destination device
-	k        *plugin.Kernel
+	k        plugin.Kernel
 	fn       cudadrv.Function
 	prm      *params
 	grid     [3]uint32
@@ -233,7 +233,7 @@ func (q *queue) issue(o *op, ctxErr error) {
 	case opLaunch:
 		t.begin(q)
 		if err = q.launch(o); err != nil {
-			err = fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name, d.wrap(err))
+			err = fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name(), d.wrap(err))
 		}
 		t.finish(q)
 	case opEmulate:
@@ -287,14 +287,14 @@ func (q *queue) launch(o *op) error {
 func (q *queue) emulate(o *op, t *opTiming) error {
 	d := q.d
 	if err := d.drv.StreamSynchronize(q.stream); err != nil {
-		return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name, d.wrap(err))
+		return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name(), d.wrap(err))
 	}
 	type hostCopy struct {
 		a allocation
 		b []byte
 	}
 	var copies []*hostCopy
-	for i, p := range o.k.Params {
+	for i, p := range o.k.Params() {
 		if p.Kind != plugin.Slice {
 			continue
 		}
@@ -311,7 +311,7 @@ func (q *queue) emulate(o *op, t *opTiming) error {
 		}
 		c := &hostCopy{a: a, b: make([]byte, max(a.size, 1))}
 		if err := q.retrieve(c.b[:a.size], a.base, nil); err != nil {
-			return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name, d.wrap(err))
+			return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name(), d.wrap(err))
 		}
 		copies = append(copies, c)
 	}
@@ -335,7 +335,7 @@ func (q *queue) emulate(o *op, t *opTiming) error {
 	}
 	for _, c := range copies {
 		if err := q.submit(c.a.base, c.b[:c.a.size], nil); err != nil {
-			return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name, d.wrap(err))
+			return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name(), d.wrap(err))
 		}
 	}
 	return nil
@@ -386,14 +386,14 @@ func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) 
 // Launch enqueues kernel k with args: its PTX entry, or in the emulate
 // mode its Go body for a kernel without PTX. The arguments are checked
 // and packed here.
-func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
+func (q *queue) Launch(k plugin.Kernel, args []plugin.Arg) error {
 	return q.LaunchGeometry(k, args, plugin.Geometry{})
 }
 
 // LaunchGeometry is Launch with the grid and block of g (the num_teams
 // and thread_limit clauses); what g leaves unset comes from the trip
 // count (see grid).
-func (q *queue) LaunchGeometry(k *plugin.Kernel, args []plugin.Arg, geo plugin.Geometry) error {
+func (q *queue) LaunchGeometry(k plugin.Kernel, args []plugin.Arg, geo plugin.Geometry) error {
 	if err := q.usable(); err != nil {
 		return err
 	}
@@ -417,23 +417,23 @@ func (q *queue) LaunchGeometry(k *plugin.Kernel, args []plugin.Arg, geo plugin.G
 	if err != nil {
 		return fmt.Errorf("%s: %w", d.label(), err)
 	}
-	for i, p := range k.Params {
+	for i, p := range k.Params() {
 		a := args[i]
 		if p.Kind != plugin.Slice {
 			continue
 		}
 		if a.Len < 0 {
-			return fmt.Errorf("%s: %w: kernel %q argument %d: negative length %d", d.label(), plugin.ErrBadKernel, k.Name, i, a.Len)
+			return fmt.Errorf("%s: %w: kernel %q argument %d: negative length %d", d.label(), plugin.ErrBadKernel, k.Name(), i, a.Len)
 		}
 		if a.Len == 0 {
 			continue
 		}
 		size := int64(a.Len) * int64(p.Type.Size())
 		if size/int64(a.Len) != int64(p.Type.Size()) {
-			return fmt.Errorf("%s: %w: kernel %q argument %d: %d elements of %s do not fit in memory", d.label(), plugin.ErrBadPointer, k.Name, i, a.Len, p.Type)
+			return fmt.Errorf("%s: %w: kernel %q argument %d: %d elements of %s do not fit in memory", d.label(), plugin.ErrBadPointer, k.Name(), i, a.Len, p.Type)
 		}
 		if err := d.mem.check(a.Ptr, size); err != nil {
-			return fmt.Errorf("%s: kernel %q argument %d ([]%s, %d elements at %#x): %w", d.label(), k.Name, i, p.Type, a.Len, uint64(a.Ptr), err)
+			return fmt.Errorf("%s: kernel %q argument %d ([]%s, %d elements at %#x): %w", d.label(), k.Name(), i, p.Type, a.Len, uint64(a.Ptr), err)
 		}
 	}
 	g, b, err := grid(k, args, geo) // checked in the emulate mode too

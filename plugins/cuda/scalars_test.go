@@ -9,6 +9,7 @@ import (
 
 	"github.com/goffload/offload/internal/cudadrv"
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/ptxgen"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/cuda"
@@ -50,7 +51,7 @@ func TestScalarsGPU(t *testing.T) {
 		}
 		d := devs[0]
 		t.Cleanup(func() { d.Close() })
-		if err := d.Load(plugin.CurrentImage(), 0); err != nil {
+		if err := d.Load(entries.Current(), 0); err != nil {
 			t.Fatalf("Load: %v", err)
 		}
 		checkScalars(t, d)
@@ -122,7 +123,7 @@ func checkScalars(t *testing.T, d plugin.Device) {
 	// The bytes of plainStruct that hold its fields.
 	plainFields := [][2]int{{0, 2}, {8, 16}, {16, 18}, {18, 19}, {20, 28}}
 	for i := 1; i < len(offs); i++ {
-		p := kGPUScalars.Params[i]
+		p := kGPUScalars.Params()[i]
 		size, _ := cuda.Layout(p)
 		at := offs[i] - 8
 		ranges := [][2]int{{0, size}}

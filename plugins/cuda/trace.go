@@ -144,7 +144,7 @@ func (q *queue) timer(o *op) *opTiming {
 	case opExchange:
 		t.kind, t.bytes = plugin.OpExchange, o.size
 	case opLaunch, opEmulate:
-		t.kind, t.kernel = plugin.OpLaunch, o.k.Name
+		t.kind, t.kernel = plugin.OpLaunch, o.k.Name()
 	case opWait:
 		t.kind = plugin.OpWait
 	}

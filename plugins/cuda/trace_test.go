@@ -11,6 +11,7 @@ import (
 
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/tracefile"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/cuda"
@@ -136,8 +137,8 @@ func TestTraceDeviceTimes(t *testing.T) {
 				got = append(got, o)
 			}
 		}
-		ws := []want{{uint64(10 + i), plugin.OpSubmit, "", 8 * n}, {uint64(10 + i), plugin.OpLaunch, kAddOne.Name, 0},
-			{uint64(20 + i), plugin.OpLaunch, kAddOne.Name, 0}, {uint64(20 + i), plugin.OpRetrieve, "", 800}}
+		ws := []want{{uint64(10 + i), plugin.OpSubmit, "", 8 * n}, {uint64(10 + i), plugin.OpLaunch, kAddOne.Name(), 0},
+			{uint64(20 + i), plugin.OpLaunch, kAddOne.Name(), 0}, {uint64(20 + i), plugin.OpRetrieve, "", 800}}
 		if len(got) != len(ws) {
 			t.Fatalf("queue %d: %d reports, want %d: %+v", i, len(got), len(ws), got)
 		}
@@ -226,7 +227,7 @@ func TestTraceErrorFire(t *testing.T) {
 	}
 	d := devs[0]
 	defer d.Close()
-	if err := d.Load(plugin.CurrentImage(), 0); err != nil {
+	if err := d.Load(entries.Current(), 0); err != nil {
 		t.Fatal(err)
 	}
 	log := traced(t, d)

@@ -172,13 +172,13 @@ func (d *device) CancelKernels() {
 }
 
 // loaded checks that k belongs to the image this device loaded.
-func (d *device) loaded(k *plugin.Kernel) error {
+func (d *device) loaded(k plugin.Kernel) error {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.img == nil {
 		return fmt.Errorf("%s: %w: no image loaded", d.name, plugin.ErrBadKernel)
 	}
-	if k == nil || k.Index < 0 || k.Index >= len(d.img.Kernels) || d.img.Kernels[k.Index] != k {
+	if k == nil || k.Index() < 0 || k.Index() >= len(d.img.Kernels) || d.img.Kernels[k.Index()] != k {
 		return fmt.Errorf("%s: %w: kernel is not in the loaded image (register kernels at package init, before Start)", d.name, plugin.ErrBadKernel)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/plugintest"
 	"github.com/goffload/offload/plugins/host"
@@ -31,7 +32,7 @@ func newLoaded(t *testing.T, cfg host.Config) plugin.Device {
 	t.Helper()
 	d := host.New(cfg)
 	t.Cleanup(func() { d.Close() })
-	if err := d.Load(plugin.CurrentImage(), 0); err != nil {
+	if err := d.Load(entries.Current(), 0); err != nil {
 		t.Fatal(err)
 	}
 	return d

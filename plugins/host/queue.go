@@ -75,13 +75,13 @@ func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) 
 	return q.doTimed(func() error { copy(d, s); return nil }, q.timed(plugin.OpExchange, "", size))
 }
 
-func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
+func (q *queue) Launch(k plugin.Kernel, args []plugin.Arg) error {
 	return q.LaunchStop(k, args, nil)
 }
 
 // LaunchStop is Launch whose kernel's Ctx.Done closes when stop does, as
 // well as when the device's kernels are cancelled (plugin.StopLauncher).
-func (q *queue) LaunchStop(k *plugin.Kernel, args []plugin.Arg, stop *plugin.StopSignal) error {
+func (q *queue) LaunchStop(k plugin.Kernel, args []plugin.Arg, stop *plugin.StopSignal) error {
 	if err := q.d.loaded(k); err != nil {
 		return err
 	}
@@ -101,7 +101,7 @@ func (q *queue) LaunchStop(k *plugin.Kernel, args []plugin.Arg, stop *plugin.Sto
 			return fmt.Errorf("%s: %w", q.d.name, err)
 		}
 		return nil
-	}, q.timed(plugin.OpLaunch, k.Name, 0))
+	}, q.timed(plugin.OpLaunch, k.Name(), 0))
 }
 
 func (q *queue) Record(e plugin.Event) error {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
@@ -45,8 +45,8 @@ func tame(data []byte) []byte {
 		}
 		switch m.Type {
 		case proto.TLaunch:
-			if m.Kernel != uint32(argsK.Index) {
-				m.Kernel = uint32(nopK.Index)
+			if m.Kernel != uint32(argsK.Index()) {
+				m.Kernel = uint32(nopK.Index())
 			}
 		case proto.TExchange:
 			m.Kernel = 0
@@ -127,7 +127,7 @@ func FuzzPeer(f *testing.F) {
 	))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		a, _ := socketPair(t) // the session's host link: unused
-		s := newSession(newLink(a), plugin.CurrentImage(), 1)
+		s := newSession(newLink(a), entries.Current(), 1)
 		defer s.close()
 		s.mem.Alloc(64)
 		other, pb := socketPair(t)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
@@ -50,7 +51,7 @@ func checkImage(peer hello, img *plugin.Image, self string) error {
 	if peer.count > len(img.Kernels) {
 		return nil // the peer checks
 	}
-	if plugin.Digest(img.Kernels[:peer.count]) != peer.digest {
+	if entries.Digest(img.Kernels[:peer.count]) != peer.digest {
 		return fmt.Errorf("%w: host and device were built from different code: %s image %s (%d kernels), %s image %s (%d kernels)",
 			ErrMismatch, self, img.Digest, len(img.Kernels), other, peer.digest, peer.count)
 	}

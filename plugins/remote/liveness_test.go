@@ -2,10 +2,12 @@ package remote
 
 import (
 	"errors"
-	"github.com/goffload/offload/plugin"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/goffload/offload/internal/entries"
+	"github.com/goffload/offload/plugin"
 
 	"github.com/goffload/offload/plugins/remote/proto"
 )
@@ -126,7 +128,7 @@ func TestSkippedTransfersForgotten(t *testing.T) {
 	}
 	pd := devs[0]
 	defer pd.Close()
-	if err := pd.Load(plugin.CurrentImage(), 0); err != nil {
+	if err := pd.Load(entries.Current(), 0); err != nil {
 		t.Fatal(err)
 	}
 	d := pd.(*device)
@@ -193,7 +195,7 @@ func TestUnknownEventsNotKept(t *testing.T) {
 func TestLaunchStopsForgotten(t *testing.T) {
 	s, l, done := startSessionOf(t)
 	for id := uint64(1); id <= 100; id++ {
-		l.put(&proto.Launch{Queue: uint32(1 + id%2), Kernel: uint32(nopK.Index), Stop: id})
+		l.put(&proto.Launch{Queue: uint32(1 + id%2), Kernel: uint32(nopK.Index()), Stop: id})
 	}
 	l.put(&proto.StopLaunch{Stop: 7})
 	l.put(&proto.StopLaunch{Stop: 12345}) // unknown: ignored

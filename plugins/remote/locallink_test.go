@@ -31,7 +31,7 @@ func TestLocalLinks(t *testing.T) {
 			p1, _ := devs[1].Alloc(8)
 			q0, _ := devs[0].NewQueue()
 			q0.Submit(p0, []byte{1, 2, 3, 4, 5, 6, 7, 8})
-			if err := q0.Exchange(devs[1], p1, p0, 8); err != nil {
+			if err := q0.(plugin.Exchanger).Exchange(devs[1], p1, p0, 8); err != nil {
 				t.Fatal(err)
 			}
 			q0.Launch(shmLinksK, []plugin.Arg{{Ptr: p0, Len: 1}})

@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
 var (
-	nopK, _  = plugin.RegisterKernel("remote.malformed.nop", func() {})
-	argsK, _ = plugin.RegisterKernel("remote.malformed.k", func(a int32, x []float32) {})
+	nopK, _  = entries.RegisterKernel("remote.malformed.nop", func() {})
+	argsK, _ = entries.RegisterKernel("remote.malformed.k", func(a int32, x []float32) {})
 )
 
 // socketPair returns two connected Unix stream sockets.
@@ -41,7 +42,7 @@ func startSession(t *testing.T) (*link, chan error) {
 // that look into its tables.
 func startSessionOf(t *testing.T) (*session, *link, chan error) {
 	host, dev := socketPair(t)
-	img := plugin.CurrentImage()
+	img := entries.Current()
 	s := newSession(newLink(dev), img, 1)
 	done := make(chan error, 1)
 	go func() { done <- s.serve() }()
@@ -100,7 +101,7 @@ func TestSessionRefusesMalformedFrames(t *testing.T) {
 func TestSessionBadLaunchArguments(t *testing.T) {
 	k := argsK
 	l, done := startSession(t)
-	l.send(&proto.Launch{Queue: 1, Kernel: uint32(k.Index), Args: []byte{1, 2, 3}})
+	l.send(&proto.Launch{Queue: 1, Kernel: uint32(k.Index()), Args: []byte{1, 2, 3}})
 	l.send(&proto.Launch{Queue: 1, Kernel: 1 << 30})
 	l.send(&proto.Sync{Queue: 1, Seq: 7})
 	m, err := l.r.ReadMsg()
@@ -173,7 +174,7 @@ func TestSessionPushedSubmit(t *testing.T) {
 // operation fails instead of hanging.
 func TestHostRefusesMalformedFrames(t *testing.T) {
 	host, dev := socketPair(t)
-	img := plugin.CurrentImage()
+	img := entries.Current()
 	go func() {
 		l := newLink(dev)
 		if _, err := l.r.ReadMsg(); err != nil {

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/mpi"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
@@ -290,7 +291,7 @@ func (w *mpiWorld) serve() error {
 		w.accept[ms.peerCtrl] = ms
 		w.listenTagLocked(ms.peerCtrl, 1)
 		w.mu.Unlock()
-		ms.s = newSession(startLink(t), plugin.CurrentImage(), cores)
+		ms.s = newSession(startLink(t), entries.Current(), cores)
 		ms.s.rank = w.e.Rank()
 		ms.s.kind = "mpi"
 		ms.s.helloed = func(num int) { ms.base.Store(int64(num - w.ranks.index(w.e.Rank()))) }

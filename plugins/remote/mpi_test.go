@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/mpi"
 	"github.com/goffload/offload/internal/proctest"
 	"github.com/goffload/offload/plugin"
@@ -40,7 +41,7 @@ func openLoadedMPI(t *testing.T) []plugin.Device {
 	devs := openMPI(t)
 	for i, d := range devs {
 		t.Cleanup(func() { d.Close() })
-		if err := d.Load(plugin.CurrentImage(), i); err != nil {
+		if err := d.Load(entries.Current(), i); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -145,28 +145,28 @@ func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) 
 	return q.enqueue(&proto.Exchange{Queue: q.id, Src: uint64(src), Dst: uint64(dstPtr), Size: uint64(size), Peer: uint32(other.num)}, nil)
 }
 
-func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error { return q.LaunchStop(k, args, nil) }
+func (q *queue) Launch(k plugin.Kernel, args []plugin.Arg) error { return q.LaunchStop(k, args, nil) }
 
 // LaunchStop is Launch whose kernel's Ctx.Done closes when stop stops
 // (plugin.StopLauncher): the launch is numbered, and a StopLaunch frame
 // with its number goes to the device when stop stops, until the queue's
 // next mark is answered.
-func (q *queue) LaunchStop(k *plugin.Kernel, args []plugin.Arg, stop *plugin.StopSignal) error {
-	if k == nil || k.Index < 0 {
+func (q *queue) LaunchStop(k plugin.Kernel, args []plugin.Arg, stop *plugin.StopSignal) error {
+	if k == nil || k.Index() < 0 {
 		return fmt.Errorf("%s: %w: not a kernel of the image", q.d.name(), plugin.ErrBadKernel)
 	}
-	if k.Index >= q.d.count {
+	if k.Index() >= q.d.count {
 		return fmt.Errorf("%s: %w: kernel %q was registered after the device process started (it has %d kernels); register kernels at package init",
-			q.d.name(), plugin.ErrBadKernel, k.Name, q.d.count)
+			q.d.name(), plugin.ErrBadKernel, k.Name(), q.d.count)
 	}
 	b, err := proto.AppendArgs(nil, k, args)
 	if err != nil {
 		return fmt.Errorf("%s: %w", q.d.name(), err)
 	}
 	if len(b) > proto.MaxInline {
-		return fmt.Errorf("%s: %w: kernel %q arguments take %d bytes, more than %d", q.d.name(), plugin.ErrBadKernel, k.Name, len(b), proto.MaxInline)
+		return fmt.Errorf("%s: %w: kernel %q arguments take %d bytes, more than %d", q.d.name(), plugin.ErrBadKernel, k.Name(), len(b), proto.MaxInline)
 	}
-	f := &proto.Launch{Queue: q.id, Kernel: uint32(k.Index), Args: b}
+	f := &proto.Launch{Queue: q.id, Kernel: uint32(k.Index()), Args: b}
 	if stop == nil {
 		return q.enqueue(f, nil)
 	}

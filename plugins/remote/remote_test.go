@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote"
 )
@@ -41,7 +42,7 @@ func hostThenSleep() {
 		os.Exit(1)
 	}
 	for i, d := range devs {
-		if err := d.Load(plugin.CurrentImage(), i); err != nil {
+		if err := d.Load(entries.Current(), i); err != nil {
 			fmt.Println("error", err)
 			os.Exit(1)
 		}
@@ -51,8 +52,8 @@ func hostThenSleep() {
 	os.Exit(0)
 }
 
-func mustKernel(name string, fn any) *plugin.Kernel {
-	k, err := plugin.RegisterKernel(name, fn)
+func mustKernel(name string, fn any) plugin.Kernel {
+	k, err := entries.RegisterKernel(name, fn)
 	if err != nil {
 		panic(err)
 	}
@@ -98,7 +99,7 @@ func openLocal(t testing.TB, n int) []plugin.Device {
 			d.Close()
 		}
 	})
-	img := plugin.CurrentImage()
+	img := entries.Current()
 	for i, d := range devs {
 		if err := d.Load(img, i); err != nil {
 			t.Fatal(err)
@@ -242,7 +243,7 @@ func TestImageMismatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer devs[0].Close()
-	img := plugin.CurrentImage()
+	img := entries.Current()
 	err = devs[0].Load(img, 0)
 	if !errors.Is(err, remote.ErrMismatch) || !strings.Contains(err.Error(), img.Digest) || !strings.Contains(err.Error(), "different code") {
 		t.Fatalf("got %v, want ErrMismatch naming both digests", err)
@@ -294,7 +295,7 @@ func TestTCPSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer devs[0].Close()
-	if err := devs[0].Load(plugin.CurrentImage(), 0); err != nil {
+	if err := devs[0].Load(entries.Current(), 0); err != nil {
 		t.Fatal(err)
 	}
 	if kind := devs[0].Info().Kind; kind != "tcp" {
@@ -313,7 +314,7 @@ func TestNoLeaks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		img := plugin.CurrentImage()
+		img := entries.Current()
 		for i, d := range devs {
 			if err := d.Load(img, i); err != nil {
 				t.Fatal(err)
@@ -352,14 +353,14 @@ func TestExchangeBetweenDevices(t *testing.T) {
 	q0, _ := devs[0].NewQueue()
 	q1, _ := devs[1].NewQueue()
 	q0.Submit(p0, f64bytes(x))
-	if err := q0.Exchange(devs[1], p1+8, p0+8, (n-1)*8); err != nil {
+	if err := q0.(plugin.Exchanger).Exchange(devs[1], p1+8, p0+8, (n-1)*8); err != nil {
 		t.Fatal(err)
 	}
 	if err := q0.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
 	q1.Launch(addK, []plugin.Arg{{Scalar: 1.0}, {Ptr: p1 + 8, Len: n - 1}})
-	if err := q1.Exchange(devs[0], p0+8, p1+8, (n-1)*8); err != nil {
+	if err := q1.(plugin.Exchanger).Exchange(devs[0], p0+8, p1+8, (n-1)*8); err != nil {
 		t.Fatal(err)
 	}
 	if err := q1.Synchronize(); err != nil {
@@ -376,7 +377,7 @@ func TestExchangeBetweenDevices(t *testing.T) {
 		}
 	}
 	// An exchange into memory the other device does not have fails.
-	q0.Exchange(devs[1], 0x10, p0, 8)
+	q0.(plugin.Exchanger).Exchange(devs[1], 0x10, p0, 8)
 	if err := q0.Synchronize(); !errors.Is(err, plugin.ErrBadPointer) {
 		t.Errorf("exchange to a bad pointer: %v, want ErrBadPointer", err)
 	}

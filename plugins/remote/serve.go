@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
 )
@@ -61,7 +62,7 @@ func serve() error {
 	if err := timeoutErr(); err != nil {
 		return err
 	}
-	img := plugin.CurrentImage()
+	img := entries.Current()
 	cores, err := deviceCores()
 	if err != nil {
 		return err

@@ -152,7 +152,7 @@ func (d *device) times(m *proto.Times) error {
 			if d.img == nil || int(r.Kernel) >= len(d.img.Kernels) {
 				return fmt.Errorf("%w: times of a launch of kernel %d", proto.ErrFrame, r.Kernel)
 			}
-			op.Kernel = d.img.Kernels[r.Kernel].Name
+			op.Kernel = d.img.Kernels[r.Kernel].Name()
 		}
 		op.Start, op.End = d.clock.place(r, int64(m.DevClock), now)
 		(*f)(op)

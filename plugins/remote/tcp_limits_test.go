@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
@@ -43,7 +44,7 @@ func (b *lockedBuffer) lines() []string {
 // timeout; it stops at cleanup and checks that only closing ln stopped it.
 func startTCP(t *testing.T, ln net.Listener, timeout time.Duration) (*tcpServer, *lockedBuffer) {
 	t.Helper()
-	srv := newTCPServer(ln, limitSecret, plugin.CurrentImage(), 1)
+	srv := newTCPServer(ln, limitSecret, entries.Current(), 1)
 	srv.timeout = timeout
 	logs := &lockedBuffer{}
 	srv.log.w = logs
@@ -76,7 +77,7 @@ func openHonest(t *testing.T, addr string) plugin.Device {
 		t.Fatalf("honest host: %v", err)
 	}
 	t.Cleanup(func() { devs[0].Close() })
-	if err := devs[0].Load(plugin.CurrentImage(), 0); err != nil {
+	if err := devs[0].Load(entries.Current(), 0); err != nil {
 		t.Fatalf("honest host: %v", err)
 	}
 	return devs[0]
@@ -256,7 +257,7 @@ func TestTCPLimitAcceptErrors(t *testing.T) {
 
 	bad := &flakyListener{Listener: listenLoopback(t), errs: []error{acceptErr(syscall.EMFILE), acceptErr(syscall.EINVAL)}}
 	defer bad.Close()
-	srv := newTCPServer(bad, limitSecret, plugin.CurrentImage(), 1)
+	srv := newTCPServer(bad, limitSecret, entries.Current(), 1)
 	srv.log.w = io.Discard
 	if err := srv.serve(); !errors.Is(err, syscall.EINVAL) {
 		t.Errorf("serving a listener that fails for good: %v, want EINVAL", err)
@@ -283,7 +284,7 @@ func TestTCPLimitGarbage(t *testing.T) {
 			return b
 		}(),
 		"payload":         proto.AppendFrame(nil, &proto.Msg{Type: proto.TAuth, Text: "a b"}, []byte{1, 2, 3}),
-		"hello, not auth": proto.AppendFrame(nil, &proto.Msg{Type: proto.THello, Text: helloText(plugin.CurrentImage())}, nil),
+		"hello, not auth": proto.AppendFrame(nil, &proto.Msg{Type: proto.THello, Text: helloText(entries.Current())}, nil),
 	}
 	const rounds = 20
 	var before, after runtime.MemStats

@@ -95,10 +95,10 @@ func New%[1]s%[4]s(name string, fn %[5]s) (%[1]s%[6]s, error) {
 	k, err := NewKernel(name, fn)
 	if err == nil && k.k.Directable() {
 		pk := k.k
-		pk.Direct = func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
 			%[10]s
 			return func() { fn(%[11]s) }, nil
-		}
+		})
 	}
 	return %[1]s%[6]s{k: k}, err
 }

@@ -14,15 +14,15 @@ import (
 // fields in order, little-endian, with no padding (bool as one byte, int and
 // uint as 8 bytes, complex as two floats), each slice as address and length
 // (8 bytes each). The encoding does not depend on the architecture.
-func AppendArgs(b []byte, k *plugin.Kernel, args []plugin.Arg) ([]byte, error) {
-	if len(args) != len(k.Params) {
-		return nil, fmt.Errorf("%w: kernel %q takes %d arguments, got %d", plugin.ErrBadKernel, k.Name, len(k.Params), len(args))
+func AppendArgs(b []byte, k plugin.Kernel, args []plugin.Arg) ([]byte, error) {
+	if len(args) != len(k.Params()) {
+		return nil, fmt.Errorf("%w: kernel %q takes %d arguments, got %d", plugin.ErrBadKernel, k.Name(), len(k.Params()), len(args))
 	}
-	for i, p := range k.Params {
+	for i, p := range k.Params() {
 		a := args[i]
 		if p.Kind == plugin.Slice {
 			if a.Len < 0 {
-				return nil, fmt.Errorf("%w: kernel %q argument %d: negative length %d", plugin.ErrBadKernel, k.Name, i, a.Len)
+				return nil, fmt.Errorf("%w: kernel %q argument %d: negative length %d", plugin.ErrBadKernel, k.Name(), i, a.Len)
 			}
 			b = binary.LittleEndian.AppendUint64(b, uint64(a.Ptr))
 			b = binary.LittleEndian.AppendUint64(b, uint64(a.Len))
@@ -30,7 +30,7 @@ func AppendArgs(b []byte, k *plugin.Kernel, args []plugin.Arg) ([]byte, error) {
 		}
 		v := reflect.ValueOf(a.Scalar)
 		if !v.IsValid() || v.Type() != p.Type {
-			return nil, fmt.Errorf("%w: kernel %q argument %d: got %T, want %s", plugin.ErrBadKernel, k.Name, i, a.Scalar, p.Type)
+			return nil, fmt.Errorf("%w: kernel %q argument %d: got %T, want %s", plugin.ErrBadKernel, k.Name(), i, a.Scalar, p.Type)
 		}
 		b = appendValue(b, v)
 	}
@@ -89,10 +89,10 @@ func appendValue(b []byte, v reflect.Value) []byte {
 
 // DecodeArgs decodes the arguments AppendArgs encoded for k. Input from the
 // wire is untrusted: it fails on a short or long buffer and never panics.
-func DecodeArgs(b []byte, k *plugin.Kernel) ([]plugin.Arg, error) {
+func DecodeArgs(b []byte, k plugin.Kernel) ([]plugin.Arg, error) {
 	d := decoder{b: b}
-	args := make([]plugin.Arg, len(k.Params))
-	for i, p := range k.Params {
+	args := make([]plugin.Arg, len(k.Params()))
+	for i, p := range k.Params() {
 		if p.Kind == plugin.Slice {
 			ptr, n := d.u64(), d.u64()
 			if n > math.MaxInt32*64 {
@@ -109,7 +109,7 @@ func DecodeArgs(b []byte, k *plugin.Kernel) ([]plugin.Arg, error) {
 		d.fail("%d bytes left over", len(d.b))
 	}
 	if d.err != nil {
-		return nil, fmt.Errorf("%w: arguments of kernel %q: %v", ErrFrame, k.Name, d.err)
+		return nil, fmt.Errorf("%w: arguments of kernel %q: %v", ErrFrame, k.Name(), d.err)
 	}
 	return args, nil
 }

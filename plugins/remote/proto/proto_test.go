@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -107,7 +108,7 @@ type vec struct {
 	on   bool
 }
 
-var argKernel, _ = plugin.RegisterKernel("proto.test.args", func(b bool, i8 int8, i int, u16 uint16, u uint, f float32, d float64,
+var argKernel, _ = entries.RegisterKernel("proto.test.args", func(b bool, i8 int8, i int, u16 uint16, u uint, f float32, d float64,
 	c complex64, z complex128, a [3]int16, v vec, s []float64) {
 })
 

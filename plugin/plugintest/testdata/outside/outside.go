@@ -161,7 +161,7 @@ func (d *device) alive() error {
 
 // kernelCtx checks that k is a kernel of the loaded image and returns the
 // context kernels run with.
-func (d *device) kernelCtx(k *plugin.Kernel) (*plugin.KernelCtx, error) {
+func (d *device) kernelCtx(k plugin.Kernel) (*plugin.KernelCtx, error) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.closed {
@@ -170,7 +170,7 @@ func (d *device) kernelCtx(k *plugin.Kernel) (*plugin.KernelCtx, error) {
 	if d.img == nil {
 		return nil, fmt.Errorf("%s: %w: no image loaded", d.name, plugin.ErrBadKernel)
 	}
-	if k == nil || k.Index < 0 || k.Index >= len(d.img.Kernels) || d.img.Kernels[k.Index] != k {
+	if k == nil || k.Index() < 0 || k.Index() >= len(d.img.Kernels) || d.img.Kernels[k.Index()] != k {
 		return nil, fmt.Errorf("%s: %w: kernel is not in the loaded image", d.name, plugin.ErrBadKernel)
 	}
 	return d.ctx, nil

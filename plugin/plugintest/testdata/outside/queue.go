@@ -62,7 +62,7 @@ func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) 
 	return q.do(func() error { copy(t, s); return nil })
 }
 
-func (q *queue) Launch(k *plugin.Kernel, args []plugin.Arg) error {
+func (q *queue) Launch(k plugin.Kernel, args []plugin.Arg) error {
 	ctx, err := q.d.kernelCtx(k)
 	if err != nil {
 		return err

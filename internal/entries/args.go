@@ -1,7 +1,7 @@
 // A launch's arguments as call values over device memory, checked against
 // the kernel's parameters.
 
-package plugin
+package entries
 
 import (
 	"fmt"
@@ -9,26 +9,28 @@ import (
 	"reflect"
 	"strings"
 	"unsafe"
+
+	"github.com/goffload/offload/plugin"
 )
 
 // ArgValues turns plugin arguments into call values: slices are made over
 // device memory by mem, which returns the bytes of a device range (or an
 // error if the range is not inside an allocation).
-func (k *Kernel) ArgValues(args []Arg, mem Mem) ([]reflect.Value, error) {
-	if len(args) != len(k.Params) {
-		return nil, fmt.Errorf("%w: kernel %q takes %d arguments, got %d", ErrBadKernel, k.Name, len(k.Params), len(args))
+func (k *Kernel) ArgValues(args []plugin.Arg, mem plugin.Mem) ([]reflect.Value, error) {
+	if len(args) != len(k.params) {
+		return nil, fmt.Errorf("%w: kernel %q takes %d arguments, got %d", plugin.ErrBadKernel, k.name, len(k.params), len(args))
 	}
 	vals := make([]reflect.Value, len(args))
-	for i, p := range k.Params {
+	for i, p := range k.params {
 		a := args[i]
 		switch p.Kind {
-		case Scalar:
+		case plugin.Scalar:
 			v := reflect.ValueOf(a.Scalar)
 			if !v.IsValid() || v.Type() != p.Type {
-				return nil, fmt.Errorf("%w: kernel %q argument %d: got %T, want %s", ErrBadKernel, k.Name, i, a.Scalar, p.Type)
+				return nil, fmt.Errorf("%w: kernel %q argument %d: got %T, want %s", plugin.ErrBadKernel, k.name, i, a.Scalar, p.Type)
 			}
 			vals[i] = v
-		case Slice:
+		case plugin.Slice:
 			ptr, err := k.SliceArg(i, a, mem)
 			if err != nil {
 				return nil, err
@@ -47,10 +49,10 @@ func (k *Kernel) ArgValues(args []Arg, mem Mem) ([]reflect.Value, error) {
 // memory its elements start at: nil for an empty slice with no address (a
 // zero-length section inside a mapping keeps its address) and for elements
 // of size 0.
-func (k *Kernel) SliceArg(i int, a Arg, mem Mem) (unsafe.Pointer, error) {
-	p := k.Params[i]
+func (k *Kernel) SliceArg(i int, a plugin.Arg, mem plugin.Mem) (unsafe.Pointer, error) {
+	p := k.params[i]
 	if a.Len < 0 {
-		return nil, fmt.Errorf("%w: kernel %q argument %d: negative length %d", ErrBadKernel, k.Name, i, a.Len)
+		return nil, fmt.Errorf("%w: kernel %q argument %d: negative length %d", plugin.ErrBadKernel, k.name, i, a.Len)
 	}
 	if p.Type.Size() == 0 {
 		return nil, nil
@@ -66,15 +68,15 @@ func (k *Kernel) SliceArg(i int, a Arg, mem Mem) (unsafe.Pointer, error) {
 		return nil, nil
 	}
 	if int64(a.Len) > math.MaxInt64/int64(p.Type.Size()) {
-		return nil, fmt.Errorf("%w: kernel %q argument %d: %d elements of %s do not fit in memory", ErrBadPointer, k.Name, i, a.Len, p.Type)
+		return nil, fmt.Errorf("%w: kernel %q argument %d: %d elements of %s do not fit in memory", plugin.ErrBadPointer, k.name, i, a.Len, p.Type)
 	}
 	size := int64(a.Len) * int64(p.Type.Size())
 	b, err := mem(a.Ptr, size)
 	if err != nil {
-		return nil, fmt.Errorf("kernel %q argument %d ([]%s, %d elements at %#x): %w", k.Name, i, p.Type, a.Len, uint64(a.Ptr), err)
+		return nil, fmt.Errorf("kernel %q argument %d ([]%s, %d elements at %#x): %w", k.name, i, p.Type, a.Len, uint64(a.Ptr), err)
 	}
 	if uintptr(unsafe.Pointer(&b[0]))%uintptr(p.Type.Align()) != 0 {
-		return nil, fmt.Errorf("%w: kernel %q argument %d: device address %#x is not aligned for %s", ErrBadKernel, k.Name, i, uint64(a.Ptr), p.Type)
+		return nil, fmt.Errorf("%w: kernel %q argument %d: device address %#x is not aligned for %s", plugin.ErrBadKernel, k.name, i, uint64(a.Ptr), p.Type)
 	}
 	return unsafe.Pointer(&b[0]), nil
 }
@@ -83,10 +85,10 @@ func (k *Kernel) SliceArg(i int, a Arg, mem Mem) (unsafe.Pointer, error) {
 // "(ctx, float32, []float32, []float32)".
 func (k *Kernel) Describe() string {
 	var parts []string
-	if k.HasCtx {
+	if k.hasCtx {
 		parts = append(parts, "ctx")
 	}
-	for _, t := range k.Tops {
+	for _, t := range k.tops {
 		parts = append(parts, t.String())
 	}
 	return "(" + strings.Join(parts, ", ") + ")"

@@ -1,4 +1,4 @@
-package plugin
+package entries
 
 import (
 	"errors"
@@ -12,6 +12,7 @@ import (
 	"weak"
 
 	"github.com/goffload/offload/internal/workpool"
+	"github.com/goffload/offload/plugin"
 )
 
 // Declare target variables (OpenMP's `declare target to(x)` and
@@ -180,12 +181,12 @@ func registeredGlobals() []*Global {
 // binds of one variable on one device (a bind with a lower generation than
 // the one in place does nothing, so binds enqueued on different queues may
 // run in any order).
-func BindArgs(g *Global, op int, gen uint64, p Ptr) []Arg {
-	mem := Arg{}
+func BindArgs(g *Global, op int, gen uint64, p plugin.Ptr) []plugin.Arg {
+	mem := plugin.Arg{}
 	if op == BindOp {
-		mem = Arg{Ptr: p, Len: int(g.Size)}
+		mem = plugin.Arg{Ptr: p, Len: int(g.Size)}
 	}
-	return []Arg{{Scalar: op}, {Scalar: g.Index}, {Scalar: gen}, {Scalar: g.Sig}, mem}
+	return []plugin.Arg{{Scalar: op}, {Scalar: g.Index}, {Scalar: gen}, {Scalar: g.Sig}, mem}
 }
 
 // deviceCtx is the context parameter of the bind kernel.
@@ -194,23 +195,23 @@ type deviceCtx interface{ Device() int }
 // bindBody is the bind kernel: it runs on the device and records where the
 // variable's copy is, for GlobalOn.
 func bindBody(ctx deviceCtx, op, idx int, gen, sig uint64, mem []byte) {
-	kc, ok := ctx.(*KernelCtx)
+	kc, ok := ctx.(*plugin.KernelCtx)
 	if !ok {
 		panic(fmt.Sprintf("goffload: %s: the context is a %T", BindKernelName, ctx))
 	}
 	gs := registeredGlobals()
 	if idx < 0 || idx >= len(gs) || gs[idx].Sig != sig {
-		panic(fmt.Sprintf("goffload: device %d: declare target variable %d of the host is not this process's (it has %d variables): host and device run different builds", kc.device, idx, len(gs)))
+		panic(fmt.Sprintf("goffload: device %d: declare target variable %d of the host is not this process's (it has %d variables): host and device run different builds", kc.Device(), idx, len(gs)))
 	}
 	g := gs[idx]
 	var b *binding
 	switch op {
 	case BindOp:
 		if int64(len(mem)) != g.Size {
-			panic(fmt.Sprintf("goffload: device %d: %s: bound to %d bytes, want %d", kc.device, g.Describe(), len(mem), g.Size))
+			panic(fmt.Sprintf("goffload: device %d: %s: bound to %d bytes, want %d", kc.Device(), g.Describe(), len(mem), g.Size))
 		}
 		if uintptr(unsafe.Pointer(unsafe.SliceData(mem)))%uintptr(g.Elem.Align()) != 0 {
-			panic(fmt.Sprintf("goffload: device %d: %s: device memory %p is not aligned for %s", kc.device, g.Describe(), unsafe.SliceData(mem), g.Elem))
+			panic(fmt.Sprintf("goffload: device %d: %s: device memory %p is not aligned for %s", kc.Device(), g.Describe(), unsafe.SliceData(mem), g.Elem))
 		}
 		b = &binding{gen: gen, mem: mem}
 	case UnbindOp:
@@ -218,7 +219,7 @@ func bindBody(ctx deviceCtx, op, idx int, gen, sig uint64, mem []byte) {
 	default:
 		panic(fmt.Sprintf("goffload: %s: unknown operation %d", BindKernelName, op))
 	}
-	instanceOf(kc, len(gs), true).set(idx, b)
+	instanceOf(kc.Pool(), kc.Device(), len(gs), true).set(idx, b)
 }
 
 // binding is where one variable's copy is on one device instance.
@@ -243,8 +244,9 @@ func (in *instance) set(idx int, b *binding) {
 }
 
 // instKey names a device instance: its kernels' worker pool, held weakly so
-// that an instance nobody dropped (a plugin that does not call DropGlobals)
-// goes with its pool, and its device number.
+// that the table of a pool never closed goes with the pool, and its device
+// number. The table goes when the pool closes (Pool.OnClose), so kinds
+// need do nothing for it.
 type instKey struct {
 	pool   weak.Pointer[workpool.Pool]
 	device int
@@ -255,10 +257,8 @@ var instances struct {
 	m map[instKey]*instance
 }
 
-func keyOf(c *KernelCtx) instKey { return instKey{weak.Make(c.pool), c.device} }
-
-func instanceOf(c *KernelCtx, n int, create bool) *instance {
-	k := keyOf(c)
+func instanceOf(pool *workpool.Pool, device, n int, create bool) *instance {
+	k := instKey{weak.Make(pool), device}
 	instances.RLock()
 	in := instances.m[k]
 	instances.RUnlock()
@@ -266,8 +266,8 @@ func instanceOf(c *KernelCtx, n int, create bool) *instance {
 		return in
 	}
 	instances.Lock()
-	defer instances.Unlock()
 	if in = instances.m[k]; in != nil {
+		instances.Unlock()
 		return in
 	}
 	if instances.m == nil {
@@ -275,8 +275,10 @@ func instanceOf(c *KernelCtx, n int, create bool) *instance {
 	}
 	in = &instance{slots: make([]atomic.Pointer[binding], n)}
 	instances.m[k] = in
-	if c.pool != nil {
-		runtime.AddCleanup(c.pool, dropKey, k)
+	instances.Unlock()
+	if pool != nil {
+		runtime.AddCleanup(pool, dropKey, k)
+		pool.OnClose(func() { dropKey(k) }) // the device's bindings go with it
 	}
 	return in
 }
@@ -290,21 +292,21 @@ func dropKey(k instKey) {
 // BindHost makes host the copy of every variable for kernels that run with
 // pool as device number device: the initial device, whose memory is the
 // program's.
-func BindHost(pool *Pool, device int) {
+func BindHost(pool *workpool.Pool, device int) {
 	gs := registeredGlobals()
 	if len(gs) == 0 {
 		return
 	}
-	in := instanceOf(&KernelCtx{device: device, pool: pool}, len(gs), true)
+	in := instanceOf(pool, device, len(gs), true)
 	for i, g := range gs {
 		in.set(i, &binding{gen: 1, mem: unsafe.Slice((*byte)(g.Host), g.Size)})
 	}
 }
 
-// DropGlobals forgets the bindings of the device instance whose kernels run
-// on pool, so that its device memory is not kept: device kinds call it when
-// they close a device (or a device process's session ends).
-func DropGlobals(pool *Pool) {
+// DropGlobals forgets the bindings of the device instances whose kernels
+// run on pool, before the pool closes (the initial device's, whose pool the
+// runtime keeps).
+func DropGlobals(pool *workpool.Pool) {
 	if pool == nil {
 		return
 	}
@@ -328,14 +330,14 @@ func GlobalInstances() int {
 
 // GlobalOn returns the first byte of g's copy on the device c runs on, or
 // an error naming the variable and the device if it has none there.
-func GlobalOn(c *KernelCtx, g *Global) (unsafe.Pointer, error) {
-	if in := instanceOf(c, 0, false); in != nil && g.Index < len(in.slots) {
+func GlobalOn(c *plugin.KernelCtx, g *Global) (unsafe.Pointer, error) {
+	if in := instanceOf(c.Pool(), c.Device(), 0, false); in != nil && g.Index < len(in.slots) {
 		if b := in.slots[g.Index].Load(); b != nil && b.mem != nil {
 			return unsafe.Pointer(unsafe.SliceData(b.mem)), nil
 		}
 	}
 	if g.Link {
-		return nil, fmt.Errorf("goffload: device %d: declare target %s is not mapped on the device: map its host slice there (EnterData, Data or a map clause) before the kernel runs", c.device, g.Describe())
+		return nil, fmt.Errorf("goffload: device %d: declare target %s is not mapped on the device: map its host slice there (EnterData, Data or a map clause) before the kernel runs", c.Device(), g.Describe())
 	}
-	return nil, fmt.Errorf("goffload: device %d: declare target %s has no copy on the device (is the device one of this runtime's?)", c.device, g.Describe())
+	return nil, fmt.Errorf("goffload: device %d: declare target %s has no copy on the device (is the device one of this runtime's?)", c.Device(), g.Describe())
 }

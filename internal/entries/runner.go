@@ -1,61 +1,18 @@
-// How a kernel body runs: its context (KernelCtx, with the worker pool its
-// loops split over), and the runner goroutines that call it.
+// How a kernel body is called: on runner goroutines, so that a body's
+// runtime.Goexit ends a runner, not the caller; panics become
+// *plugin.KernelPanic errors.
 
-package plugin
+package entries
 
 import (
 	"reflect"
+	"runtime"
 	"runtime/debug"
 	"sync"
 
 	"github.com/goffload/offload/internal/workpool"
+	"github.com/goffload/offload/plugin"
 )
-
-// KernelCtx is the context a kernel body receives as its first parameter
-// (through an interface such as offload.Ctx).
-type KernelCtx struct {
-	device int
-	pool   *workpool.Pool
-	stop   *StopSignal // see WithStop; nil: never asked to stop
-}
-
-// Pool is a set of worker goroutines that a kernel's parallel loops
-// (ctx.For) split over: one per core of the device. A CPU device kind makes
-// one per device with NewPool, gives it to the kernels' contexts
-// (NewKernelCtx), and closes it with the device: closing it also forgets
-// the device's declare target bindings. Its methods (its type is internal, so they are listed here):
-//
-//	Workers() int                                 // the cores loops split over: what Info.Cores should say
-//	Close()                                       // stops the workers once their chunks are done; loops after it run on the caller alone
-//	For(n int, body func(lo, hi int))             // what KernelCtx.For runs
-//	ForChunks(n int, body func(Chunk))            // what KernelCtx.ForChunks runs
-//	Chunks(n int) int                             // min(n, Workers()), 0 when n <= 0
-type Pool = workpool.Pool
-
-// NewPool returns a pool of the given number of workers: at least 1, and
-// more than max(64, 4 × the machine's CPUs), or 4096, are cut to that
-// (Workers says how many it has).
-func NewPool(workers int) *Pool {
-	p := workpool.New(workers)
-	p.OnClose(func() { DropGlobals(p) }) // the device's declare target bindings go with it
-	return p
-}
-
-// NewKernelCtx returns the context for a kernel running on device number
-// device with pool's workers.
-func NewKernelCtx(device int, pool *Pool) *KernelCtx {
-	return &KernelCtx{device: device, pool: pool}
-}
-
-// Device is the number of the device the kernel runs on.
-func (c *KernelCtx) Device() int { return c.device }
-
-// Cores is the number of cores the device splits loops over.
-func (c *KernelCtx) Cores() int { return c.pool.Workers() }
-
-// For runs body over [0, n) split into contiguous chunks across the device's
-// cores, and returns when every chunk is done.
-func (c *KernelCtx) For(n int, body func(lo, hi int)) { c.pool.For(n, body) }
 
 // Call runs k with ctx and args, which must match k's parameters: a slice
 // argument is a reflect slice value of the element type (made with
@@ -64,10 +21,10 @@ func (c *KernelCtx) For(n int, body func(lo, hi int)) { c.pool.For(n, body) }
 // wrapping ErrKernelFailed, with the panic value and stack; so is a call to
 // runtime.Goexit, which cannot end the caller's goroutine: the body runs on a
 // runner goroutine (see runner).
-func (k *Kernel) Call(ctx *KernelCtx, args []reflect.Value) error {
+func (k *Kernel) Call(ctx *plugin.KernelCtx, args []reflect.Value) error {
 	args = k.Assemble(args)
 	in := args
-	if k.HasCtx {
+	if k.hasCtx {
 		in = make([]reflect.Value, 0, len(args)+1)
 		in = append(in, reflect.ValueOf(ctx))
 		in = append(in, args...)
@@ -161,17 +118,27 @@ func (k *Kernel) run(in []reflect.Value, call func(), done chan<- result) {
 		r := recover()
 		switch pe, _ := r.(*workpool.PanicError); {
 		case r == nil: // the stack still holds the frame that called Goexit
-			done <- result{exited: true, err: NewKernelPanic(k.Name, nil, true, false, debug.Stack())}
+			done <- result{exited: true, err: plugin.NewKernelPanic(k.name, nil, true, false, debug.Stack())}
 		case pe != nil:
-			done <- result{err: NewKernelPanic(k.Name, pe.Value, pe.Goexit, true, pe.Stack)}
+			done <- result{err: plugin.NewKernelPanic(k.name, pe.Value, pe.Goexit, true, pe.Stack)}
 		default:
-			done <- result{err: NewKernelPanic(k.Name, r, false, false, debug.Stack())}
+			done <- result{err: plugin.NewKernelPanic(k.name, r, false, false, debug.Stack())}
 		}
 	}()
 	if call != nil {
 		call()
 	} else {
-		k.Fn.Call(in)
+		k.fn.Call(in)
 	}
 	returned = true
 }
+
+// BodyFrames names the functions below which a kernel body runs on a
+// goroutine's stack (a runner's loop, LaunchHere's caller): the core's
+// InTask looks for them. They are taken from the functions themselves, so
+// a rename cannot leave InTask looking for a name that is gone.
+func BodyFrames() []string {
+	return []string{funcName((*runner).loop), funcName((*Kernel).LaunchHere)}
+}
+
+func funcName(f any) string { return runtime.FuncForPC(reflect.ValueOf(f).Pointer()).Name() }

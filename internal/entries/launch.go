@@ -1,20 +1,20 @@
-package plugin
+// Launching a kernel: with its DirectFunc or through reflection, on a
+// runner or on the calling goroutine.
+
+package entries
 
 import (
 	"fmt"
 	"reflect"
-)
 
-// Mem returns the bytes of device range [p, p+size), or an error if the
-// range is not inside a live allocation: how a device lends its memory to
-// kernel arguments.
-type Mem func(p Ptr, size int64) ([]byte, error)
+	"github.com/goffload/offload/plugin"
+)
 
 // A DirectFunc decodes a launch's arguments for a kernel and returns its
 // body bound to them, to be called without reflection (the typed kernels
 // of the offload package set one). It checks the arguments as ArgValues
 // does.
-type DirectFunc func(ctx *KernelCtx, args []Arg, mem Mem) (call func(), err error)
+type DirectFunc func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (call func(), err error)
 
 // Directable reports whether k's arguments can be decoded by a DirectFunc
 // indexed like the function's parameters: no struct parameter holding
@@ -23,8 +23,8 @@ func (k *Kernel) Directable() bool {
 	if k.structs {
 		return false
 	}
-	for _, p := range k.Params {
-		if p.Kind == Slice && p.Type.Size() == 0 {
+	for _, p := range k.params {
+		if p.Kind == plugin.Slice && p.Type.Size() == 0 {
 			return false
 		}
 	}
@@ -34,18 +34,18 @@ func (k *Kernel) Directable() bool {
 // Launch runs k on a device with args over the device's memory mem: with
 // its DirectFunc if it has one, through reflection otherwise; see Call for
 // panics and runtime.Goexit.
-func (k *Kernel) Launch(ctx *KernelCtx, args []Arg, mem Mem) error {
-	if k.Direct == nil {
+func (k *Kernel) Launch(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) error {
+	if k.direct == nil {
 		vals, err := k.ArgValues(args, mem)
 		if err != nil {
 			return err
 		}
 		return k.Call(ctx, vals)
 	}
-	if len(args) != len(k.Params) {
+	if len(args) != len(k.params) {
 		return k.ArgCountError(len(args))
 	}
-	call, err := k.Direct(ctx, args, mem)
+	call, err := k.direct(ctx, args, mem)
 	if err != nil {
 		return err
 	}
@@ -61,23 +61,23 @@ func (k *Kernel) Launch(ctx *KernelCtx, args []Arg, mem Mem) error {
 // deferred calls (its queue's state, its role), and learns the kernel's
 // error from exited, which LaunchHere calls, from a deferred call, before
 // the goroutine unwinds past it.
-func (k *Kernel) LaunchHere(ctx *KernelCtx, args []Arg, mem Mem, exited func(error)) error {
+func (k *Kernel) LaunchHere(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem, exited func(error)) error {
 	var call func()
 	var in []reflect.Value
-	if k.Direct == nil {
+	if k.direct == nil {
 		vals, err := k.ArgValues(args, mem)
 		if err != nil {
 			return err
 		}
 		in = k.Assemble(vals)
-		if k.HasCtx {
+		if k.hasCtx {
 			in = append([]reflect.Value{reflect.ValueOf(ctx)}, in...)
 		}
 	} else {
-		if len(args) != len(k.Params) {
+		if len(args) != len(k.params) {
 			return k.ArgCountError(len(args))
 		}
-		c, err := k.Direct(ctx, args, mem)
+		c, err := k.direct(ctx, args, mem)
 		if err != nil {
 			return err
 		}
@@ -97,11 +97,11 @@ func (k *Kernel) LaunchHere(ctx *KernelCtx, args []Arg, mem Mem, exited func(err
 
 // ArgCountError is the error of a launch with n arguments.
 func (k *Kernel) ArgCountError(n int) error {
-	return fmt.Errorf("%w: kernel %q takes %d arguments, got %d", ErrBadKernel, k.Name, len(k.Params), n)
+	return fmt.Errorf("%w: kernel %q takes %d arguments, got %d", plugin.ErrBadKernel, k.name, len(k.params), n)
 }
 
 // ScalarError is the error of scalar argument a of parameter i that is not
 // of the parameter's type.
-func (k *Kernel) ScalarError(i int, a Arg) error {
-	return fmt.Errorf("%w: kernel %q argument %d: got %T, want %s", ErrBadKernel, k.Name, i, a.Scalar, k.Params[i].Type)
+func (k *Kernel) ScalarError(i int, a plugin.Arg) error {
+	return fmt.Errorf("%w: kernel %q argument %d: got %T, want %s", plugin.ErrBadKernel, k.name, i, a.Scalar, k.params[i].Type)
 }
