@@ -13,7 +13,9 @@ const (
 	Settle Action = 1 << iota
 	// Alloc: the entry is new. Allocate Entry.Size() bytes of device
 	// memory, do CopyIn if it is set, then report Created, or Failed if a
-	// step failed (after freeing what was allocated).
+	// step failed (after freeing what was allocated): one of them, once.
+	// Until then the entry is being created: other maps of it Settle,
+	// exits of it Retry, updates skip it.
 	Alloc
 	// CopyIn: copy the item's range to the device and record an event that
 	// fires when the copy is done: hand it to Created for a new entry, to
@@ -111,7 +113,7 @@ type Plan struct {
 // entry is planned Alloc (and CopyIn for to); an entry that exists is
 // copied to again only with always (CopyIn), else the construct waits for
 // the last copy into it (WaitCopy). Enter never waits for other
-// constructs: an entry being deleting has left the table already, so a new
+// constructs: an entry being deleted has left the table already, so a new
 // map of the same memory makes a new entry. A zero-length item moves
 // nothing and returns an empty plan: its address translates as Lookup says.
 func (t *Table) Enter(it Item) Plan {

@@ -262,3 +262,37 @@ func (s *sim) run(t *testing.T, i int, st step) {
 		s.closeFrom(n)
 	}
 }
+
+// TestPresentMapAllocatesNothing: the plans of a map of a present entry
+// (a target region's maps of a buffer mapped already), and the end of its
+// uses, allocate nothing.
+func TestPresentMapAllocatesNothing(t *testing.T) {
+	s := newSim(t)
+	s.enter(at(0, 64, to), false)
+	s.close()
+	e, x := at(0, 64, tofrom), at(0, 64, from)
+	n := testing.AllocsPerRun(100, func() {
+		p := s.t.Enter(e)
+		q := s.t.Exit(x)
+		s.t.Done(p.Entry)
+		s.t.Done(q.Entry)
+	})
+	if n != 0 {
+		t.Errorf("Enter, Exit and Done of a present entry: %v allocations, want 0", n)
+	}
+}
+
+// BenchmarkPresentMap is the table's part of a target region's map of a
+// present buffer: Enter, Exit and the end of both uses.
+func BenchmarkPresentMap(b *testing.B) {
+	s := newSim(b)
+	s.enter(at(0, 64, to), false)
+	s.close()
+	e, x := at(0, 64, tofrom), at(0, 64, from)
+	for b.Loop() {
+		p := s.t.Enter(e)
+		q := s.t.Exit(x)
+		s.t.Done(p.Entry)
+		s.t.Done(q.Entry)
+	}
+}
