@@ -6,28 +6,12 @@ package core
 import (
 	"fmt"
 	"strings"
-	"unsafe"
 
 	"github.com/goffload/offload/internal/mapping"
 )
 
-// Buf is a host buffer: the memory of a Go slice.
-type Buf struct {
-	Ptr  unsafe.Pointer // first byte; nil for a nil slice
-	Size int64
-	Name string
-}
-
-// Addr is the buffer's host address.
-func (b Buf) Addr() uintptr { return uintptr(b.Ptr) }
-
-// Bytes returns the buffer's memory.
-func (b Buf) Bytes() []byte {
-	if b.Size == 0 || b.Ptr == nil {
-		return nil
-	}
-	return unsafe.Slice((*byte)(b.Ptr), b.Size)
-}
+// Buf is a host buffer: the memory of a Go slice (the present table's).
+type Buf = mapping.Buf
 
 // MapType holds a map clause's type and modifiers, as bits (the present
 // table's, which reads them).

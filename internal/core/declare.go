@@ -111,7 +111,7 @@ func (d *Device) setupGlobals() (err error) {
 		if err != nil {
 			return fail(g, err)
 		}
-		e := mapping.Static(g.Host, g.Size, g.Name, tgt, true)
+		e := mapping.Static(Buf{Ptr: g.Host, Size: g.Size, Name: g.Name}, tgt, true)
 		d.log.Printf(InfoMappingChanged, d.Num, "Creating new map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=INF, HoldRefCount=0, Name=%s (declare target)",
 			e.HstBegin, uint64(tgt), g.Size, g.Name)
 		d.log.Printf(InfoCopies, d.Num, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
@@ -162,10 +162,11 @@ func (d *Device) bindLinks(w *work) {
 
 func (d *Device) bindLink(w *work, bind *entries.Kernel, lb *linkBinding) error {
 	g := lb.g
-	p := d.table.Use(g.Addr(), g.Size)
+	var p mapping.Plan
+	d.table.Use(&p, g.Addr(), g.Size)
 	for p.Do&mapping.Retry != 0 {
 		<-p.Other.Settled()
-		p = d.table.Use(g.Addr(), g.Size)
+		d.table.Use(&p, g.Addr(), g.Size)
 	}
 	e, copied := p.Entry, p.Event
 	tgt := plugin.Ptr(0)

@@ -28,14 +28,9 @@ type (
 // NewTable returns an empty present table.
 func NewTable() *Table { return mapping.NewTable() }
 
-// item is m as the present table reads it.
-func item(m MapItem) mapping.Item {
-	return mapping.Item{Ptr: m.Buf.Ptr, Size: m.Buf.Size, Name: m.Buf.Name, Type: m.Type}
-}
-
 // refused is the error for an item of w's construct that the table refused
 // with plan p.
-func (w *work) refused(m MapItem, p mapping.Plan) error {
+func (w *work) refused(m MapItem, p *mapping.Plan) error {
 	if p.Fault == mapping.Conflict {
 		return w.d.conflictErr(w.op, m, p.Other)
 	}
@@ -65,16 +60,19 @@ func (w *work) enter(m MapItem) (*Entry, plugin.Ptr, error) {
 		_, tgt := d.table.Lookup(addr, 0)
 		return nil, tgt, nil
 	}
-	p := d.table.Enter(item(m))
+	var p mapping.Plan
+	d.table.Enter(&p, &m.Buf, m.Type)
 	if p.Fault != mapping.OK {
-		return nil, 0, w.refused(m, p)
+		return nil, 0, w.refused(m, &p)
 	}
 	e := p.Entry
 	w.use(e)
 	if p.Do&mapping.Alloc != 0 {
-		return w.create(m, p)
+		return w.create(m, &p)
 	}
-	m = named(m, e)
+	if m.Buf.Name == "" {
+		m.Buf.Name = e.Name // messages name a section of a named mapping by its name
+	}
 	hold := m.Type&MapHold != 0
 	if p.Do&mapping.Settle != 0 {
 		<-e.Settled()
@@ -113,7 +111,7 @@ func (w *work) enter(m MapItem) (*Entry, plugin.Ptr, error) {
 
 // create allocates the new entry of plan p and enqueues its copy in, then
 // tells the table whether that worked.
-func (w *work) create(m MapItem, p mapping.Plan) (*Entry, plugin.Ptr, error) {
+func (w *work) create(m MapItem, p *mapping.Plan) (*Entry, plugin.Ptr, error) {
 	d, e := w.d, p.Entry
 	fail := func(err error) (*Entry, plugin.Ptr, error) {
 		d.noteLost(err)
@@ -222,20 +220,23 @@ func (w *work) exit(m MapItem) error {
 	if m.Buf.Size == 0 {
 		return nil
 	}
-	p := d.table.Exit(item(m))
+	var p mapping.Plan
+	d.table.Exit(&p, &m.Buf, m.Type)
 	for p.Do&mapping.Retry != 0 {
 		<-p.Other.Settled()
-		p = d.table.Exit(item(m))
+		d.table.Exit(&p, &m.Buf, m.Type)
 	}
 	if p.Fault != mapping.OK {
-		return w.refused(m, p)
+		return w.refused(m, &p)
 	}
 	e := p.Entry
 	if e == nil {
 		return nil // exit of an unmapped buffer is a no-op
 	}
 	w.use(e)
-	m = named(m, e)
+	if m.Buf.Name == "" {
+		m.Buf.Name = e.Name // messages name a section of a named mapping by its name
+	}
 	if p.Do&mapping.CopyOut != 0 {
 		if err := w.copyOut(m, e.At(m.Buf.Addr())); err != nil {
 			w.err(err)
@@ -252,16 +253,19 @@ func (w *work) exit(m MapItem) error {
 // buffer that is not present is skipped unless the present modifier is given.
 func (w *work) update(m MapItem) error {
 	d := w.d
-	p := d.table.Update(item(m))
+	var p mapping.Plan
+	d.table.Update(&p, &m.Buf, m.Type)
 	if p.Fault != mapping.OK {
-		return w.refused(m, p)
+		return w.refused(m, &p)
 	}
 	e := p.Entry
 	if e == nil {
 		return nil
 	}
 	w.use(e)
-	m = named(m, e)
+	if m.Buf.Name == "" {
+		m.Buf.Name = e.Name // messages name a section of a named mapping by its name
+	}
 	tgt := e.At(m.Buf.Addr())
 	if p.Do&mapping.CopyIn != 0 {
 		return w.copyIn(m, tgt, e)

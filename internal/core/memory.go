@@ -160,7 +160,8 @@ func (d *Device) Associate(buf Buf, p plugin.Ptr) error {
 	if buf.Size <= 0 {
 		return d.mapErr(op, m, ErrBadArgument, "cannot associate an empty buffer")
 	}
-	pl := d.table.Associate(item(m), p)
+	var pl mapping.Plan
+	d.table.Associate(&pl, &buf, p)
 	switch pl.Fault {
 	case mapping.Conflict:
 		return d.conflictErr(op, m, pl.Other)
@@ -188,7 +189,8 @@ func (d *Device) Associate(buf Buf, p plugin.Ptr) error {
 func (d *Device) Disassociate(buf Buf) error {
 	const op = opDisassociate
 	m := MapItem{Buf: buf}
-	p := d.table.Disassociate(buf.Addr())
+	var p mapping.Plan
+	d.table.Disassociate(&p, buf.Addr())
 	switch p.Fault {
 	case mapping.NotPresent:
 		if c := p.Other; c != nil {

@@ -1,38 +1,37 @@
 package mapping
 
-import (
-	"unsafe"
-
-	"github.com/goffload/offload/plugin"
-)
+import "github.com/goffload/offload/plugin"
 
 // Entries with an infinite dynamic count: associations
 // (omp_target_associate_ptr, omp_target_disassociate_ptr) and declare
 // target variables. Maps find them present and never copy into a new
 // allocation or free them; a hold map still counts on them.
 
-// Associate maps it's range to device memory at tgt, which its caller
-// owns (the entry is not Owned). The plan's Entry is the new entry (it
-// holds no use); associating the same range to the same memory again is a
-// no-op (an empty plan). A range that partly overlaps an entry is a
-// Conflict; one inside an entry is Mapped, with that entry's counts.
-func (t *Table) Associate(it Item, tgt plugin.Ptr) Plan {
-	addr := it.Addr()
+// Associate maps b to device memory at tgt, which its caller owns (the
+// entry is not Owned). The plan's Entry is the new entry (it holds no use);
+// associating the same range to the same memory again is a no-op (an empty
+// plan). A range that partly overlaps an entry is a Conflict; one inside an
+// entry is Mapped, with that entry's counts.
+func (t *Table) Associate(p *Plan, b *Buf, tgt plugin.Ptr) {
+	*p = Plan{}
+	addr := b.Addr()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	r := t.lookup(addr, it.Size)
+	r := t.lookup(addr, b.Size)
 	if r.conflict != nil {
-		return Plan{Fault: Conflict, Other: r.conflict}
+		p.Fault, p.Other = Conflict, r.conflict
+		return
 	}
 	if e := r.entry; e != nil {
 		if e.state == live && e.HstBegin == addr && e.tgt == tgt {
-			return Plan{} // the same association again
+			return // the same association again
 		}
-		return Plan{Fault: Mapped, Other: e, Dyn: dynOf(e.dyn), Hold: e.hold}
+		p.Fault, p.Other, p.Dyn, p.Hold = Mapped, e, dynOf(e.dyn), e.hold
+		return
 	}
-	e := Static(it.Ptr, it.Size, it.Name, tgt, false)
+	e := Static(*b, tgt, false)
 	t.insert(e)
-	return Plan{Entry: e, Dyn: -1}
+	p.Entry, p.Dyn = e, -1
 }
 
 // Disassociate removes the association that begins at addr. As
@@ -40,34 +39,35 @@ func (t *Table) Associate(it Item, tgt plugin.Ptr) Plan {
 // (NotAssociated) and an association that a region holds (Held, a hold map
 // on it): the region's constructs use the device memory until it ends. The
 // plan's Entry is the removed entry (it holds no use).
-func (t *Table) Disassociate(addr uintptr) Plan {
+func (t *Table) Disassociate(p *Plan, addr uintptr) {
+	*p = Plan{}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e, ok := t.get(addr)
-	if !ok || e.state != live {
+	switch {
+	case !ok || e.state != live:
+		p.Fault = NotPresent
 		if c := t.lookup(addr, 0).entry; c != nil && c.state == live {
-			return Plan{Fault: NotPresent, Other: c}
+			p.Other = c
 		}
-		return Plan{Fault: NotPresent}
+	case !isInf(e.dyn):
+		p.Fault, p.Other, p.Dyn, p.Hold = NotAssociated, e, e.dyn, e.hold
+	case e.hold > 0:
+		p.Fault, p.Other, p.Dyn, p.Hold = Held, e, -1, e.hold
+	default:
+		t.delete(e)
+		e.state = gone // not the table's memory: nothing to free
+		p.Entry, p.Dyn = e, -1
 	}
-	if !isInf(e.dyn) {
-		return Plan{Fault: NotAssociated, Other: e, Dyn: e.dyn, Hold: e.hold}
-	}
-	if e.hold > 0 {
-		return Plan{Fault: Held, Other: e, Dyn: -1, Hold: e.hold}
-	}
-	t.delete(e)
-	e.state = gone // not the table's memory: nothing to free
-	return Plan{Entry: e, Dyn: -1}
 }
 
-// Static returns a live entry, in no table yet, that maps size bytes of
-// host memory at ptr to device memory at tgt, with an infinite dynamic
-// count: a declare target variable's (owned: its memory is the device's,
-// freed with it) or an association's.
-func Static(ptr unsafe.Pointer, size int64, name string, tgt plugin.Ptr, owned bool) *Entry {
-	addr := uintptr(ptr)
-	return &Entry{HstBegin: addr, HstEnd: addr + uintptr(size), Name: name, keep: ptr,
+// Static returns a live entry, in no table yet, that maps host buffer b to
+// device memory at tgt, with an infinite dynamic count: a declare target
+// variable's (owned: its memory is the device's, freed with it) or an
+// association's.
+func Static(b Buf, tgt plugin.Ptr, owned bool) *Entry {
+	addr := b.Addr()
+	return &Entry{HstBegin: addr, HstEnd: addr + uintptr(b.Size), Name: b.Name, keep: b.Ptr,
 		owned: owned, tgt: tgt, settled: settledChan, state: live, dyn: infRef}
 }
 

@@ -47,15 +47,15 @@ func (s *sim) step(op, rb, tb byte) {
 	case 0, 1:
 		s.enter(it, op&0x10 != 0)
 	case 2:
-		s.take(s.t.Exit(it)) // Retry: the issuer waits and plans again; here nothing happens
+		s.take(s.planExit(it)) // Retry: the issuer waits and plans again; here nothing happens
 	case 3:
-		p := s.t.Update(it)
+		p := s.planUpdate(it)
 		s.take(p)
 		if p.Do&CopyIn != 0 {
 			s.copied(p.Entry)
 		}
 	case 4:
-		s.take(s.t.Use(it.Addr(), it.Size))
+		s.take(s.planUse(it.b.Addr(), it.b.Size))
 	case 5:
 		if len(s.pending) > 0 {
 			s.create(int(tb)%len(s.pending), op&0x10 != 0)
@@ -69,11 +69,11 @@ func (s *sim) step(op, rb, tb byte) {
 	case 7:
 		s.close()
 	case 8:
-		if it.Size > 0 {
-			s.t.Associate(it, plugin.Ptr(0x10000000+lo))
+		if it.b.Size > 0 {
+			s.planAssociate(it, plugin.Ptr(0x10000000+lo))
 		}
 	case 9:
-		s.t.Disassociate(it.Addr())
+		s.planDisassociate(it.b.Addr())
 	}
 }
 
@@ -94,18 +94,18 @@ func (s *sim) unmapAll() {
 		k, _ := s.t.tree.Min()
 		e, inf, held := k.e, isInf(k.e.dyn), k.e.hold > 0
 		s.t.mu.Unlock()
-		it := Item{Ptr: e.keep, Size: e.Size()}
+		it := item{b: Buf{Ptr: e.keep, Size: e.Size()}}
 		switch {
 		case held:
-			it.Type = MapHold
-			s.take(s.t.Exit(it))
+			it.typ = MapHold
+			s.take(s.planExit(it))
 		case inf:
-			if p := s.t.Disassociate(e.HstBegin); p.Fault != OK {
+			if p := s.planDisassociate(e.HstBegin); p.Fault != OK {
 				s.tb.Fatalf("disassociate of an association with no hold: %v", p.Fault)
 			}
 		default:
-			it.Type = MapDelete | MapFrom
-			if p := s.t.Exit(it); p.Do&(Unmapped|CopyOut) != Unmapped|CopyOut {
+			it.typ = MapDelete | MapFrom
+			if p := s.planExit(it); p.Do&(Unmapped|CopyOut) != Unmapped|CopyOut {
 				s.tb.Fatalf("exit delete of the entry [%#x, %#x): plan %v, want Unmapped|CopyOut", e.HstBegin, e.HstEnd, p.Do)
 			} else {
 				s.take(p)

@@ -94,6 +94,11 @@ func (f Fault) String() string {
 // which entry. A plan from Enter, Exit, Update or Use that has an Entry
 // holds a use of it: the entry's memory stays until its caller reports
 // Done(Entry), once the construct's queued work is over.
+//
+// The table writes a plan into the caller's *Plan (every field, each call)
+// and reads the item through a *Buf, rather than taking and returning
+// them by value: a map of a present buffer is a target region's hot path,
+// and that way it copies no struct.
 type Plan struct {
 	Do    Action
 	Entry *Entry
@@ -107,26 +112,29 @@ type Plan struct {
 	Other *Entry
 }
 
-// Enter plans the map of it at a construct's start (target, target data,
-// enter data): it finds or makes the entry and moves its count (the hold
-// count for a hold map, else the dynamic count unless infinite). A new
+// Enter plans the map of buffer b with map type typ (an item) at a
+// construct's start (target, target data, enter data): it finds or makes
+// the entry and moves its count (the hold count for a hold map, else the
+// dynamic count unless infinite). A new
 // entry is planned Alloc (and CopyIn for to); an entry that exists is
 // copied to again only with always (CopyIn), else the construct waits for
 // the last copy into it (WaitCopy). Enter never waits for other
 // constructs: an entry being deleted has left the table already, so a new
 // map of the same memory makes a new entry. A zero-length item moves
 // nothing and returns an empty plan: its address translates as Lookup says.
-func (t *Table) Enter(it Item) Plan {
-	addr, size := it.Addr(), it.Size
+func (t *Table) Enter(p *Plan, b *Buf, typ MapType) {
+	*p = Plan{}
+	addr, size := b.Addr(), b.Size
 	if size == 0 {
-		return Plan{}
+		return
 	}
-	hold := it.Type&MapHold != 0
+	hold := typ&MapHold != 0
 	t.mu.Lock()
 	r := t.lookup(addr, size)
 	if r.conflict != nil {
 		t.mu.Unlock()
-		return Plan{Fault: Conflict, Other: r.conflict}
+		p.Fault, p.Other = Conflict, r.conflict
+		return
 	}
 	if e := r.entry; e != nil {
 		// A hold map always counts, on an association too (its dynamic
@@ -138,12 +146,12 @@ func (t *Table) Enter(it Item) Plan {
 			e.dyn++
 		}
 		e.busy++
-		p := Plan{Entry: e, Dyn: dynOf(e.dyn), Hold: e.hold}
+		p.Entry, p.Dyn, p.Hold = e, dynOf(e.dyn), e.hold
 		if e.state == creating {
 			p.Do = Settle
 		}
 		switch {
-		case it.Type&(MapTo|MapAlways) == MapTo|MapAlways:
+		case typ&(MapTo|MapAlways) == MapTo|MapAlways:
 			p.Do |= CopyIn
 		case e.state == creating:
 			p.Do |= WaitCopy
@@ -152,26 +160,26 @@ func (t *Table) Enter(it Item) Plan {
 			p.Event = e.ev
 		}
 		t.mu.Unlock()
-		return p
+		return
 	}
-	if it.Type&MapPresent != 0 {
+	if typ&MapPresent != 0 {
 		t.mu.Unlock()
-		return Plan{Fault: NotPresent}
+		p.Fault = NotPresent
+		return
 	}
-	e := &Entry{HstBegin: addr, HstEnd: addr + uintptr(size), Name: it.Name, keep: it.Ptr,
+	e := &Entry{HstBegin: addr, HstEnd: addr + uintptr(size), Name: b.Name, keep: b.Ptr,
 		owned: true, settled: make(chan struct{}), state: creating, busy: 1}
 	if hold {
 		e.hold = 1
 	} else {
 		e.dyn = 1
 	}
-	p := Plan{Do: Alloc, Entry: e, Dyn: e.dyn, Hold: e.hold}
+	p.Do, p.Entry, p.Dyn, p.Hold = Alloc, e, e.dyn, e.hold
 	t.insert(e)
 	t.mu.Unlock()
-	if it.Type&MapTo != 0 {
+	if typ&MapTo != 0 {
 		p.Do |= CopyIn
 	}
-	return p
 }
 
 // Created reports that a new entry's allocation at tgt and its copy in
@@ -254,95 +262,99 @@ func (t *Table) Done(e *Entry) (last bool, ev plugin.Event) {
 	return true, ev
 }
 
-// Exit plans the unmap of it at a construct's end (target, target data,
-// exit data): it moves the entry's count (delete zeroes the dynamic count;
+// Exit plans the unmap of b with map type typ at a construct's end
+// (target, target data, exit data): it moves the entry's count (delete zeroes the dynamic count;
 // an infinite one does not move) and plans the copy out (CopyOut) when
 // from is given and the count reached zero, or always is given too. An
 // item that finds no mapping is a no-op, unless present is given; one that
 // finds an entry being created is planned Retry. A zero-length item is a
 // no-op.
-func (t *Table) Exit(it Item) Plan {
-	addr, size := it.Addr(), it.Size
+func (t *Table) Exit(p *Plan, b *Buf, typ MapType) {
+	*p = Plan{}
+	addr, size := b.Addr(), b.Size
 	if size == 0 {
-		return Plan{}
+		return
 	}
 	t.mu.Lock()
 	r := t.lookup(addr, size)
 	if r.conflict != nil {
 		t.mu.Unlock()
-		return Plan{Fault: Conflict, Other: r.conflict}
+		p.Fault, p.Other = Conflict, r.conflict
+		return
 	}
 	e := r.entry
 	if e != nil && e.state == creating {
 		t.mu.Unlock()
-		return Plan{Do: Retry, Other: e}
+		p.Do, p.Other = Retry, e
+		return
 	}
 	if e == nil || e.state != live {
 		t.mu.Unlock()
-		return absent(it)
+		absent(p, typ)
+		return
 	}
-	hold := it.Type&MapHold != 0
+	hold := typ&MapHold != 0
 	switch inf := isInf(e.dyn); {
 	case hold && e.hold > 0: // the end of a hold region, on an association too
 		e.hold--
 	case inf: // maps never move an association's dynamic count
-	case it.Type&MapDelete != 0:
+	case typ&MapDelete != 0:
 		e.dyn = 0
 	case !hold && e.dyn > 0:
 		e.dyn--
 	}
-	p := Plan{Entry: e, Dyn: dynOf(e.dyn), Hold: e.hold}
+	p.Entry, p.Dyn, p.Hold = e, dynOf(e.dyn), e.hold
 	last := e.dyn == 0 && e.hold == 0
 	if last {
 		t.retire(e)
 		p.Do = Unmapped
 	}
-	if it.Type&MapFrom != 0 && (last || it.Type&MapAlways != 0) {
+	if typ&MapFrom != 0 && (last || typ&MapAlways != 0) {
 		p.Do |= CopyOut
 	}
 	e.busy++
 	t.mu.Unlock()
-	return p
 }
 
 // absent is the plan of an exit or update of an unmapped item: nothing,
 // unless the present modifier demands a mapping.
-func absent(it Item) Plan {
-	if it.Type&MapPresent != 0 {
-		return Plan{Fault: NotPresent}
+func absent(p *Plan, typ MapType) {
+	if typ&MapPresent != 0 {
+		p.Fault = NotPresent
 	}
-	return Plan{}
 }
 
-// Update plans target update of it: a copy to (CopyIn) or from (CopyOut)
-// the live entry that contains it. An item that finds no live mapping is
+// Update plans target update of b (typ: to or from): a copy to (CopyIn)
+// or from (CopyOut) the live entry that contains it. An item that finds no live mapping is
 // skipped, unless present is given. A zero-length item is a no-op.
-func (t *Table) Update(it Item) Plan {
-	addr, size := it.Addr(), it.Size
+func (t *Table) Update(p *Plan, b *Buf, typ MapType) {
+	*p = Plan{}
+	addr, size := b.Addr(), b.Size
 	if size == 0 {
-		return Plan{}
+		return
 	}
 	t.mu.Lock()
 	r := t.lookup(addr, size)
 	if r.conflict != nil {
 		t.mu.Unlock()
-		return Plan{Fault: Conflict, Other: r.conflict}
+		p.Fault, p.Other = Conflict, r.conflict
+		return
 	}
 	e := r.entry
 	if e == nil || e.state != live {
 		t.mu.Unlock()
-		return absent(it)
+		absent(p, typ)
+		return
 	}
 	e.busy++
-	p := Plan{Entry: e, Dyn: dynOf(e.dyn), Hold: e.hold}
+	p.Entry, p.Dyn, p.Hold = e, dynOf(e.dyn), e.hold
 	t.mu.Unlock()
 	switch {
-	case it.Type&MapTo != 0:
+	case typ&MapTo != 0:
 		p.Do = CopyIn
-	case it.Type&MapFrom != 0:
+	case typ&MapFrom != 0:
 		p.Do = CopyOut
 	}
-	return p
 }
 
 // Use plans a use of the live entry containing [addr, addr+size), moving
@@ -350,23 +362,24 @@ func (t *Table) Update(it Item) Plan {
 // mapping): the plan's Event is the last copy into it (WaitCopy). A range
 // that finds an entry being created is planned Retry; one that finds no
 // live entry gets an empty plan.
-func (t *Table) Use(addr uintptr, size int64) Plan {
+func (t *Table) Use(p *Plan, addr uintptr, size int64) {
+	*p = Plan{}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.lookup(addr, size).entry
 	if e == nil {
-		return Plan{}
+		return
 	}
 	if e.state == creating {
-		return Plan{Do: Retry, Other: e}
+		p.Do, p.Other = Retry, e
+		return
 	}
 	if e.state != live {
-		return Plan{}
+		return
 	}
 	e.busy++
-	p := Plan{Entry: e, Dyn: dynOf(e.dyn), Hold: e.hold, Event: e.ev}
+	p.Entry, p.Dyn, p.Hold, p.Event = e, dynOf(e.dyn), e.hold, e.ev
 	if e.ev != nil {
 		p.Do = WaitCopy
 	}
-	return p
 }

@@ -17,9 +17,29 @@ import (
 var arena [1 << 10]byte
 
 // at is the item for arena[lo:hi] with map type typ.
-func at(lo, hi int, typ MapType) Item {
-	return Item{Ptr: unsafe.Pointer(&arena[lo]), Size: int64(hi - lo), Name: fmt.Sprintf("a[%d:%d]", lo, hi), Type: typ}
+func at(lo, hi int, typ MapType) item {
+	return item{Buf{Ptr: unsafe.Pointer(&arena[lo]), Size: int64(hi - lo), Name: fmt.Sprintf("a[%d:%d]", lo, hi)}, typ}
 }
+
+// item is a map clause of a construct: a buffer and its map type.
+type item struct {
+	b   Buf
+	typ MapType
+}
+
+// The table's answers, as values.
+func (s *sim) planEnter(it item) (p Plan)  { s.t.Enter(&p, &it.b, it.typ); return p }
+func (s *sim) planExit(it item) (p Plan)   { s.t.Exit(&p, &it.b, it.typ); return p }
+func (s *sim) planUpdate(it item) (p Plan) { s.t.Update(&p, &it.b, it.typ); return p }
+func (s *sim) planUse(addr uintptr, size int64) (p Plan) {
+	s.t.Use(&p, addr, size)
+	return p
+}
+func (s *sim) planAssociate(it item, tgt plugin.Ptr) (p Plan) {
+	s.t.Associate(&p, &it.b, tgt)
+	return p
+}
+func (s *sim) planDisassociate(addr uintptr) (p Plan) { s.t.Disassociate(&p, addr); return p }
 
 // addr is the host address of arena[i].
 func addr(i int) uintptr { return uintptr(unsafe.Pointer(&arena[i])) }
@@ -99,11 +119,11 @@ func (s *sim) create(i int, fail bool) {
 
 // enter plans it and does the plan; pending leaves a new entry's creation
 // unreported.
-func (s *sim) enter(it Item, pending bool) Plan {
-	p := s.t.Enter(it)
+func (s *sim) enter(it item, pending bool) Plan {
+	p := s.planEnter(it)
 	s.take(p)
 	if p.Entry != nil {
-		s.entered = append(s.entered, enterRef{p.Entry, it.Type&MapHold != 0})
+		s.entered = append(s.entered, enterRef{p.Entry, it.typ&MapHold != 0})
 	}
 	if p.Do&Alloc != 0 {
 		s.pending = append(s.pending, p.Entry)

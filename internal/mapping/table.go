@@ -47,16 +47,24 @@ const (
 	MapImplicit
 )
 
-// Item is one map clause on one host range, as the table reads it.
-type Item struct {
-	Ptr  unsafe.Pointer // first byte of the host range; kept alive while mapped
+// Buf is a host buffer: the memory of a Go slice. An item of a construct
+// is a buffer and its map type.
+type Buf struct {
+	Ptr  unsafe.Pointer // first byte; nil for a nil slice. Kept alive while mapped
 	Size int64
-	Name string // the name an entry made for the item gets
-	Type MapType
+	Name string // the name an entry made for the buffer gets
 }
 
-// Addr is the item's host address.
-func (it Item) Addr() uintptr { return uintptr(it.Ptr) }
+// Addr is the buffer's host address.
+func (b Buf) Addr() uintptr { return uintptr(b.Ptr) }
+
+// Bytes returns the buffer's memory.
+func (b Buf) Bytes() []byte {
+	if b.Size == 0 || b.Ptr == nil {
+		return nil
+	}
+	return unsafe.Slice((*byte)(b.Ptr), b.Size)
+}
 
 // infRef is the dynamic count of entries made by Associate and Static: maps
 // never move it (libomptarget's INF_REF_CNT).

@@ -219,25 +219,25 @@ func (s *sim) run(t *testing.T, i int, st step) {
 	case "enter":
 		p = s.enter(at(st.lo, st.hi, st.typ), st.pending)
 	case "exit":
-		p = s.t.Exit(at(st.lo, st.hi, st.typ))
+		p = s.planExit(at(st.lo, st.hi, st.typ))
 		s.take(p)
 	case "update":
-		p = s.t.Update(at(st.lo, st.hi, st.typ))
+		p = s.planUpdate(at(st.lo, st.hi, st.typ))
 		s.take(p)
 		if p.Do&CopyIn != 0 {
 			s.copied(p.Entry)
 		}
 	case "use":
-		p = s.t.Use(addr(st.lo), int64(st.hi-st.lo))
+		p = s.planUse(addr(st.lo), int64(st.hi-st.lo))
 		s.take(p)
 	case "associate":
 		tgt := st.tgt
 		if tgt == 0 {
 			tgt = 0x99000
 		}
-		p = s.t.Associate(at(st.lo, st.hi, 0), plugin.Ptr(tgt))
+		p = s.planAssociate(at(st.lo, st.hi, 0), plugin.Ptr(tgt))
 	case "disassociate":
-		p = s.t.Disassociate(addr(st.lo))
+		p = s.planDisassociate(addr(st.lo))
 	case "create", "fail":
 		s.create(0, st.op == "fail")
 		return
@@ -270,10 +270,11 @@ func TestPresentMapAllocatesNothing(t *testing.T) {
 	s := newSim(t)
 	s.enter(at(0, 64, to), false)
 	s.close()
-	e, x := at(0, 64, tofrom), at(0, 64, from)
+	b := at(0, 64, 0).b
+	var p, q Plan
 	n := testing.AllocsPerRun(100, func() {
-		p := s.t.Enter(e)
-		q := s.t.Exit(x)
+		s.t.Enter(&p, &b, tofrom)
+		s.t.Exit(&q, &b, from)
 		s.t.Done(p.Entry)
 		s.t.Done(q.Entry)
 	})
@@ -288,10 +289,11 @@ func BenchmarkPresentMap(b *testing.B) {
 	s := newSim(b)
 	s.enter(at(0, 64, to), false)
 	s.close()
-	e, x := at(0, 64, tofrom), at(0, 64, from)
+	buf := at(0, 64, 0).b
+	var p, q Plan
 	for b.Loop() {
-		p := s.t.Enter(e)
-		q := s.t.Exit(x)
+		s.t.Enter(&p, &buf, tofrom)
+		s.t.Exit(&q, &buf, from)
 		s.t.Done(p.Entry)
 		s.t.Done(q.Entry)
 	}
