@@ -6,39 +6,26 @@ package core
 import (
 	"fmt"
 	"strings"
-	"unsafe"
+
+	"github.com/goffload/offload/internal/mapping"
 )
 
-// Buf is a host buffer: the memory of a Go slice.
-type Buf struct {
-	Ptr  unsafe.Pointer // first byte; nil for a nil slice
-	Size int64
-	Name string
-}
+// Buf is a host buffer: the memory of a Go slice (the present table's).
+type Buf = mapping.Buf
 
-// Addr is the buffer's host address.
-func (b Buf) Addr() uintptr { return uintptr(b.Ptr) }
-
-// Bytes returns the buffer's memory.
-func (b Buf) Bytes() []byte {
-	if b.Size == 0 || b.Ptr == nil {
-		return nil
-	}
-	return unsafe.Slice((*byte)(b.Ptr), b.Size)
-}
-
-// MapType holds a map clause's type and modifiers, as bits.
-type MapType uint16
+// MapType holds a map clause's type and modifiers, as bits (the present
+// table's, which reads them).
+type MapType = mapping.MapType
 
 // Map type bits. "alloc" and "release" are the absence of To and From.
 const (
-	MapTo MapType = 1 << iota
-	MapFrom
-	MapAlways
-	MapDelete
-	MapPresent
-	MapHold
-	MapImplicit
+	MapTo       = mapping.MapTo
+	MapFrom     = mapping.MapFrom
+	MapAlways   = mapping.MapAlways
+	MapDelete   = mapping.MapDelete
+	MapPresent  = mapping.MapPresent
+	MapHold     = mapping.MapHold
+	MapImplicit = mapping.MapImplicit
 )
 
 // MapItem is one map clause on one buffer.
@@ -161,14 +148,14 @@ func (d *Device) CheckMaps(op string, maps []MapItem) error {
 func EnterDataOp(maps []MapItem) Op {
 	return Op{Name: OpEnterData, Maps: maps, Enqueue: func(d *Device, w *work) {
 		for _, m := range maps {
-			e, _, err := d.enterEntry(w, m)
+			e, _, err := w.enter(m)
 			if err != nil {
 				w.err(err)
 				continue
 			}
 			if e != nil { // all or nothing: a failed enter data maps nothing
 				hold := m.Type&MapHold != 0
-				w.undo = append(w.undo, func() { d.unref(e, hold) })
+				w.undo = append(w.undo, func() { d.table.Unref(e, hold) })
 			}
 		}
 	}}
@@ -178,7 +165,7 @@ func EnterDataOp(maps []MapItem) Op {
 func ExitDataOp(maps []MapItem) Op {
 	return Op{Name: OpExitData, Maps: maps, Enqueue: func(d *Device, w *work) {
 		for _, m := range maps {
-			if err := d.exit(w, m); err != nil {
+			if err := w.exit(m); err != nil {
 				w.err(err)
 			}
 		}
@@ -189,7 +176,7 @@ func ExitDataOp(maps []MapItem) Op {
 func UpdateOp(maps []MapItem) Op {
 	return Op{Name: OpUpdate, Maps: maps, Enqueue: func(d *Device, w *work) {
 		for _, m := range maps {
-			if err := d.update(w, m); err != nil {
+			if err := w.update(m); err != nil {
 				w.err(err)
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/goffload/offload/internal/entries"
+	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -110,14 +111,12 @@ func (d *Device) setupGlobals() (err error) {
 		if err != nil {
 			return fail(g, err)
 		}
-		e := &Entry{HstBegin: g.Addr(), HstEnd: g.Addr() + uintptr(g.Size), Name: g.Name, keep: g.Host,
-			owned: true, tgt: tgt, settled: make(chan struct{}), state: stateLive, dyn: infRef}
-		close(e.settled)
+		e := mapping.Static(Buf{Ptr: g.Host, Size: g.Size, Name: g.Name}, tgt, true)
 		d.log.Printf(InfoMappingChanged, d.Num, "Creating new map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=INF, HoldRefCount=0, Name=%s (declare target)",
 			e.HstBegin, uint64(tgt), g.Size, g.Name)
 		d.log.Printf(InfoCopies, d.Num, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
 			e.HstBegin, uint64(tgt), g.Size, g.Name)
-		if err := q.Submit(tgt, e.bytes()); err != nil {
+		if err := q.Submit(tgt, Buf{Ptr: g.Host, Size: g.Size}.Bytes()); err != nil {
 			return fail(g, err)
 		}
 		if err := q.Launch(bind, entries.BindArgs(g, entries.BindOp, 1, tgt)); err != nil {
@@ -130,17 +129,10 @@ func (d *Device) setupGlobals() (err error) {
 		d.noteLost(err)
 		return fmt.Errorf("cannot set up the declare target variables: %w", err)
 	}
-	d.table.mu.Lock()
-	for _, e := range made {
-		d.table.insert(e)
-	}
-	d.table.mu.Unlock()
+	d.table.Insert(made...)
 	d.globals = dg
 	return nil
 }
-
-// bytes is the host memory of a "to" variable's entry.
-func (e *Entry) bytes() []byte { return Buf{Ptr: e.keep, Size: e.Size()}.Bytes() }
 
 // DeclaredAt returns the declare target "to" variable whose entry on d
 // contains buf, if any: its entry is not the program's to remove.
@@ -170,33 +162,17 @@ func (d *Device) bindLinks(w *work) {
 
 func (d *Device) bindLink(w *work, bind *entries.Kernel, lb *linkBinding) error {
 	g := lb.g
-	t := d.table
-	t.mu.Lock()
-	var e *Entry
-	for {
-		r := t.lookup(g.Addr(), g.Size)
-		e = r.entry
-		if e != nil && e.state == stateCreating {
-			settled := e.settled
-			t.mu.Unlock()
-			<-settled
-			t.mu.Lock()
-			continue
-		}
-		break
+	var p mapping.Plan
+	d.table.Use(&p, g.Addr(), g.Size)
+	for p.Do&mapping.Retry != 0 {
+		<-p.Other.Settled()
+		d.table.Use(&p, g.Addr(), g.Size)
 	}
-	var copied plugin.Event
-	if e != nil && e.state != stateLive {
-		e = nil // being removed: not present
-	}
-	if e != nil {
-		d.use(w, e) // its memory stays until the kernel is done
-		copied = e.ev
-	}
-	t.mu.Unlock()
+	e, copied := p.Entry, p.Event
 	tgt := plugin.Ptr(0)
 	if e != nil {
-		tgt = e.tgt + plugin.Ptr(g.Addr()-e.HstBegin)
+		w.use(e) // its memory stays until the kernel is done
+		tgt = e.At(g.Addr())
 		if copied != nil {
 			if fired, _ := copied.Query(); !fired {
 				if err := w.q.Wait(copied); err != nil {

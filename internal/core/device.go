@@ -274,9 +274,7 @@ func (w *work) done(reuse bool) error {
 			u()
 		}
 	}
-	for _, e := range w.used {
-		d.done(e, w)
-	}
+	w.release()
 	if w.inline != nil {
 		w.inline.SetInline(false)
 	}
@@ -508,7 +506,7 @@ func (d *Device) Data(ctx context.Context, maps []MapItem, body func() error) er
 			if !ran {
 				m.Type &^= MapFrom // the region never ran: release without copying back
 			}
-			if err := d.exit(w, m); err != nil {
+			if err := w.exit(m); err != nil {
 				w.err(err)
 			}
 		}
@@ -520,7 +518,7 @@ func (d *Device) Data(ctx context.Context, maps []MapItem, body func() error) er
 			return err
 		}
 		for _, m := range maps {
-			if _, err := d.enter(w, m); err != nil {
+			if _, _, err := w.enter(m); err != nil {
 				w.err(err)
 				break
 			}

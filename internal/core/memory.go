@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -159,31 +160,25 @@ func (d *Device) Associate(buf Buf, p plugin.Ptr) error {
 	if buf.Size <= 0 {
 		return d.mapErr(op, m, ErrBadArgument, "cannot associate an empty buffer")
 	}
-	t := d.table
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	r := t.lookup(buf.Addr(), buf.Size)
-	if r.conflict != nil {
-		return d.conflictErr(op, m, r.conflict)
-	}
-	if e := r.entry; e != nil {
-		if e.state == stateLive && e.HstBegin == buf.Addr() && e.tgt == p {
-			return nil // the same association again
-		}
-		how := fmt.Sprintf("map clauses (DynRefCount=%s, HoldRefCount=%d)", refString(e.dyn), e.hold)
-		if e.dyn >= infRef/2 {
-			how = fmt.Sprintf("an earlier omp_target_associate_ptr to TgtPtrBegin=%#x", uint64(e.tgt))
+	var pl mapping.Plan
+	d.table.Associate(&pl, &buf, p)
+	switch pl.Fault {
+	case mapping.Conflict:
+		return d.conflictErr(op, m, pl.Other)
+	case mapping.Mapped:
+		e := pl.Other
+		how := fmt.Sprintf("map clauses (DynRefCount=%s, HoldRefCount=%d)", refString(pl.Dyn), pl.Hold)
+		if pl.Dyn < 0 {
+			how = fmt.Sprintf("an earlier omp_target_associate_ptr to TgtPtrBegin=%#x", uint64(e.Tgt()))
 		}
 		return d.mapErr(op, m, &reason{"the range is mapped already", ErrBadMap},
 			"the range lies inside the mapping of host [%#x, %#x) (Size=%d, %s), made by %s; disassociate or unmap it first",
 			e.HstBegin, e.HstEnd, e.Size(), mappingName(e.Name), how)
 	}
-	e := &Entry{HstBegin: buf.Addr(), HstEnd: buf.Addr() + uintptr(buf.Size), Name: buf.Name, keep: buf.Ptr,
-		tgt: p, settled: make(chan struct{}), state: stateLive, dyn: infRef}
-	close(e.settled)
-	t.insert(e)
-	d.log.Printf(InfoMappingChanged, d.Num, "Creating new map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=INF, HoldRefCount=0, Name=%s",
-		e.HstBegin, uint64(p), buf.Size, nameOf(buf.Name))
+	if pl.Entry != nil {
+		d.log.Printf(InfoMappingChanged, d.Num, "Creating new map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=INF, HoldRefCount=0, Name=%s",
+			buf.Addr(), uint64(p), buf.Size, nameOf(buf.Name))
+	}
 	return nil
 }
 
@@ -194,29 +189,25 @@ func (d *Device) Associate(buf Buf, p plugin.Ptr) error {
 func (d *Device) Disassociate(buf Buf) error {
 	const op = opDisassociate
 	m := MapItem{Buf: buf}
-	t := d.table
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	e, ok := t.get(buf.Addr())
-	if !ok || e.state != stateLive {
-		if c := t.lookup(buf.Addr(), 0).entry; c != nil && c.state == stateLive {
+	var p mapping.Plan
+	d.table.Disassociate(&p, buf.Addr())
+	switch p.Fault {
+	case mapping.NotPresent:
+		if c := p.Other; c != nil {
 			return d.mapErr(op, named(m, c), ErrNotPresent, "no association starts at this address: it lies %d bytes into the mapping of host [%#x, %#x) (Size=%d, %s); disassociate the address the association starts at",
 				buf.Addr()-c.HstBegin, c.HstBegin, c.HstEnd, c.Size(), mappingName(c.Name))
 		}
 		return d.mapErr(op, m, ErrNotPresent, "no association starts at this address")
+	case mapping.NotAssociated:
+		return d.mapErr(op, named(m, p.Other), &reason{"not an association", ErrBadMap},
+			"the buffer is mapped by map clauses (DynRefCount=%d, HoldRefCount=%d), not by omp_target_associate_ptr; unmap it with target exit data", p.Dyn, p.Hold)
+	case mapping.Held:
+		return d.mapErr(op, named(m, p.Other), &reason{"the association is in use", ErrBadMap},
+			"a target or target data region holds the association (DynRefCount=INF, HoldRefCount=%d); disassociate it after the region ends", p.Hold)
 	}
-	m = named(m, e)
-	if e.dyn < infRef/2 {
-		return d.mapErr(op, m, &reason{"not an association", ErrBadMap},
-			"the buffer is mapped by map clauses (DynRefCount=%d, HoldRefCount=%d), not by omp_target_associate_ptr; unmap it with target exit data", e.dyn, e.hold)
-	}
-	if e.hold > 0 {
-		return d.mapErr(op, m, &reason{"the association is in use", ErrBadMap},
-			"a target or target data region holds the association (DynRefCount=INF, HoldRefCount=%d); disassociate it after the region ends", e.hold)
-	}
-	t.delete(e)
+	e := p.Entry
 	d.log.Printf(InfoMappingChanged, d.Num, "Removing map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, Name=%s",
-		e.HstBegin, uint64(e.tgt), e.Size(), nameOf(e.Name))
+		e.HstBegin, uint64(e.Tgt()), e.Size(), nameOf(e.Name))
 	return nil
 }
 

@@ -32,7 +32,7 @@ func (d *Device) target(w *work, k *entries.Kernel, args []KernelArg, g plugin.G
 			if checking {
 				fresh[i] = !d.IsPresent(a.Map.Buf)
 			}
-			tgt, err := d.enter(w, a.Map)
+			_, tgt, err := w.enter(a.Map)
 			if err != nil {
 				w.err(err)
 				break
@@ -79,7 +79,7 @@ func (d *Device) target(w *work, k *entries.Kernel, args []KernelArg, g plugin.G
 		if w.first != nil {
 			m.Type &^= MapFrom // nothing ran: release without copying back
 		}
-		if err := d.exit(w, m); err != nil {
+		if err := w.exit(m); err != nil {
 			w.err(err)
 		}
 	}
