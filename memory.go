@@ -8,8 +8,8 @@ import (
 	"unsafe"
 
 	"github.com/goffload/offload/internal/core"
-	"github.com/goffload/offload/plugin/hostmem"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/hostmem"
 )
 
 // ErrOutOfMemory: an allocation the device cannot hold, such as one larger

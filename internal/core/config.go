@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/goffload/offload/plugin/hostmem"
 	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/hostmem"
 )
 
 // Policy is OMP_TARGET_OFFLOAD.

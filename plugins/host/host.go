@@ -14,10 +14,10 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/goffload/offload/plugin/hostmem"
 	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/devstate"
+	"github.com/goffload/offload/plugin/hostmem"
 	"github.com/goffload/offload/plugin/opqueue"
 	"github.com/goffload/offload/plugin/optrace"
 )

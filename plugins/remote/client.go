@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/goffload/offload/plugin/hostmem"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/devstate"
+	"github.com/goffload/offload/plugin/hostmem"
 	"github.com/goffload/offload/plugin/opqueue"
 	"github.com/goffload/offload/plugin/optrace"
 	"github.com/goffload/offload/plugins/remote/proto"

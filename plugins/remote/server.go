@@ -10,9 +10,9 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/goffload/offload/plugin/hostmem"
 	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/hostmem"
 	"github.com/goffload/offload/plugin/opqueue"
 	"github.com/goffload/offload/plugins/remote/proto"
 	"github.com/goffload/offload/plugins/remote/state"
