@@ -1,6 +1,7 @@
 package offload_test
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
@@ -14,23 +15,8 @@ import (
 // gives the runtime as hooks of its Kind (plugin.Kind.ServeIfDevice,
 // Serving, Finish), so that no kind's function is called from here.
 func TestRootCallsNoKind(t *testing.T) {
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		src, err := os.ReadFile(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := parser.ParseFile(fset, name, src, parser.ImportsOnly)
-		if err != nil {
-			t.Fatal(err)
-		}
+	_, files := rootFiles(t, parser.ImportsOnly)
+	for name, f := range files {
 		for _, imp := range f.Imports {
 			path := strings.Trim(imp.Path.Value, `"`)
 			if strings.HasPrefix(path, "github.com/goffload/offload/plugins/") && (imp.Name == nil || imp.Name.Name != "_") {
@@ -38,6 +24,28 @@ func TestRootCallsNoKind(t *testing.T) {
 			}
 		}
 	}
+}
+
+// rootFiles parses the public package's non-test files with mode, by name.
+func rootFiles(t *testing.T, mode parser.Mode) (*token.FileSet, map[string]*ast.File) {
+	t.Helper()
+	names, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	files := map[string]*ast.File{}
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name] = f
+	}
+	return fset, files
 }
 
 // TestInternalImportsNoRoot: nothing under internal/ (tests aside) is built
