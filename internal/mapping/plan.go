@@ -123,19 +123,11 @@ type Plan struct {
 // map of the same memory makes a new entry. A zero-length item moves
 // nothing and returns an empty plan: its address translates as Lookup says.
 func (t *Table) Enter(p *Plan, b *Buf, typ MapType) {
-	*p = Plan{}
-	addr, size := b.Addr(), b.Size
-	if size == 0 {
+	r, ok := t.begin(p, b)
+	if !ok {
 		return
 	}
 	hold := typ&MapHold != 0
-	t.mu.Lock()
-	r := t.lookup(addr, size)
-	if r.conflict != nil {
-		t.mu.Unlock()
-		p.Fault, p.Other = Conflict, r.conflict
-		return
-	}
 	if e := r.entry; e != nil {
 		// A hold map always counts, on an association too (its dynamic
 		// count is infinite; LLVM: DynRefCount=INF, HoldRefCount=1), so
@@ -167,7 +159,7 @@ func (t *Table) Enter(p *Plan, b *Buf, typ MapType) {
 		p.Fault = NotPresent
 		return
 	}
-	e := &Entry{HstBegin: addr, HstEnd: addr + uintptr(size), Name: b.Name, keep: b.Ptr,
+	e := &Entry{HstBegin: b.Addr(), HstEnd: b.Addr() + uintptr(b.Size), Name: b.Name, keep: b.Ptr,
 		owned: true, settled: make(chan struct{}), state: creating, busy: 1}
 	if hold {
 		e.hold = 1
@@ -270,16 +262,8 @@ func (t *Table) Done(e *Entry) (last bool, ev plugin.Event) {
 // finds an entry being created is planned Retry. A zero-length item is a
 // no-op.
 func (t *Table) Exit(p *Plan, b *Buf, typ MapType) {
-	*p = Plan{}
-	addr, size := b.Addr(), b.Size
-	if size == 0 {
-		return
-	}
-	t.mu.Lock()
-	r := t.lookup(addr, size)
-	if r.conflict != nil {
-		t.mu.Unlock()
-		p.Fault, p.Other = Conflict, r.conflict
+	r, ok := t.begin(p, b)
+	if !ok {
 		return
 	}
 	e := r.entry
@@ -316,6 +300,25 @@ func (t *Table) Exit(p *Plan, b *Buf, typ MapType) {
 	t.mu.Unlock()
 }
 
+// begin starts the plan of b in p: it finds what t holds of b and returns
+// it with t locked; or, with t unlocked and ok false, leaves p empty (b is
+// of length zero) or says b conflicts with an entry.
+func (t *Table) begin(p *Plan, b *Buf) (r lookupResult, ok bool) {
+	*p = Plan{}
+	addr, size := b.Addr(), b.Size
+	if size == 0 {
+		return r, false
+	}
+	t.mu.Lock()
+	r = t.lookup(addr, size)
+	if r.conflict != nil {
+		t.mu.Unlock()
+		p.Fault, p.Other = Conflict, r.conflict
+		return r, false
+	}
+	return r, true
+}
+
 // absent is the plan of an exit or update of an unmapped item: nothing,
 // unless the present modifier demands a mapping.
 func absent(p *Plan, typ MapType) {
@@ -328,16 +331,8 @@ func absent(p *Plan, typ MapType) {
 // or from (CopyOut) the live entry that contains it. An item that finds no live mapping is
 // skipped, unless present is given. A zero-length item is a no-op.
 func (t *Table) Update(p *Plan, b *Buf, typ MapType) {
-	*p = Plan{}
-	addr, size := b.Addr(), b.Size
-	if size == 0 {
-		return
-	}
-	t.mu.Lock()
-	r := t.lookup(addr, size)
-	if r.conflict != nil {
-		t.mu.Unlock()
-		p.Fault, p.Other = Conflict, r.conflict
+	r, ok := t.begin(p, b)
+	if !ok {
 		return
 	}
 	e := r.entry
