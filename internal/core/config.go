@@ -1,6 +1,7 @@
 // Package core is goffload's device-agnostic runtime: the configuration, the
-// device table, the present (mapping) table of each device, and the lowering
-// of target constructs to plugin queue operations.
+// device table, and the lowering of target constructs and tasks to plugin
+// queue operations (issuing what each device's present table, package
+// mapping, plans).
 package core
 
 import (
