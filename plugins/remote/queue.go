@@ -180,8 +180,8 @@ func (q *queue) LaunchStop(k plugin.Kernel, args []plugin.Arg, stop *plugin.Stop
 
 func (q *queue) Record(e plugin.Event) error {
 	ev, ok := e.(*event)
-	if !ok || ev.d != q.d {
-		return fmt.Errorf("%s: %w: event %T is not of this device", q.d.name(), plugin.ErrBadHandle, e)
+	if err := q.d.life.Mine("record", e, ok && ev.d == q.d); err != nil {
+		return err
 	}
 	if q.closed {
 		return fmt.Errorf("%s: %w: queue is closed", q.d.name(), plugin.ErrBadHandle)
@@ -203,8 +203,8 @@ func (q *queue) Record(e plugin.Event) error {
 
 func (q *queue) Wait(e plugin.Event) error {
 	ev, ok := e.(*event)
-	if !ok || !q.d.CanWait(e) {
-		return fmt.Errorf("%s: wait on a %T: %w", q.d.name(), e, plugin.ErrUnsupported)
+	if err := q.d.life.Waitable(e, ok && q.d.CanWait(e)); err != nil {
+		return err
 	}
 	if !ev.ev.Recorded() {
 		return fmt.Errorf("%s: wait: %w", q.d.name(), plugin.ErrNotRecorded)
