@@ -1,14 +1,37 @@
 package offload
 
-import "github.com/goffload/offload/internal/core"
+import (
+	"github.com/goffload/offload/internal/core"
+	"github.com/goffload/offload/internal/entries"
+)
 
-// Entries returns device dev's present table, for tests.
+// Entries returns device dev's present table, for tests, without the
+// entries of declare target "to" variables (which every device has from
+// Start to Stop, whatever the test maps: see declare_test.go).
 func Entries(dev int) []core.EntryInfo {
 	rt := current.Load()
 	if rt == nil || dev < 0 || dev >= len(rt.Devices) {
 		return nil
 	}
-	return rt.Devices[dev].Table().Snapshot()
+	gs, _ := entries.Globals()
+	var out []core.EntryInfo
+	for _, e := range rt.Devices[dev].Table().Snapshot() {
+		if !declared(gs, e) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// declared reports whether e is the entry of a declare target "to"
+// variable of gs.
+func declared(gs []*entries.Global, e core.EntryInfo) bool {
+	for _, g := range gs {
+		if !g.Link && e.HstBegin == g.Addr() && e.Size == g.Size && e.Name == g.Name {
+			return true
+		}
+	}
+	return false
 }
 
 // Enqueued reports whether t's work is on its device's queue already (its

@@ -1,4 +1,4 @@
-package declaretest_test
+package offload_test
 
 import (
 	"fmt"
@@ -28,7 +28,7 @@ var (
 	})
 )
 
-func Example() {
+func Example_declareTarget() {
 	if err := offload.Start(offload.WithDevices("host:2")); err != nil {
 		log.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package declaretest_test
+package offload_test
 
 import (
 	"testing"
@@ -23,8 +23,8 @@ const addOnePTX = `
 }
 `
 
-// GPUAdd is addone with a Go body for CPU devices.
-var GPUAdd = offload.MustKernel2("declare.gpu_addone", func(ctx offload.Ctx, x offload.InOut[int64], n int) {
+// declGPUAdd is addone with a Go body for CPU devices.
+var declGPUAdd = offload.MustKernel2("declare.gpu_addone", func(ctx offload.Ctx, x offload.InOut[int64], n int) {
 	for i := range n {
 		x[i]++
 	}
@@ -49,7 +49,7 @@ func TestDeclareToCUDA(t *testing.T) {
 		return nil
 	})
 	defer cuda.UseDriverForTests(drv)()
-	c := Counter.Host()
+	c := declCounter.Host()
 	defer func(v int64) { c[0] = v }(c[0])
 	c[0] = 500
 	if err := offload.Start(offload.WithDevices("cuda,host"), offload.WithOffload("MANDATORY")); err != nil {
@@ -64,7 +64,7 @@ func TestDeclareToCUDA(t *testing.T) {
 		t.Helper()
 		c[0] = -1
 		if err := dev.Update(offload.From(c)); err != nil {
-			t.Fatalf("%s: update from: %v", what, err)
+			t.Fatalf("%s: declUpdate from: %v", what, err)
 		}
 		if c[0] != want {
 			t.Fatalf("%s: counter %d, want %d", what, c[0], want)
@@ -72,12 +72,12 @@ func TestDeclareToCUDA(t *testing.T) {
 	}
 	check("GPU after Start", gpu, 500)
 	for i := range 3 {
-		if err := GPUAdd.Run(gpu, c, 1); err != nil {
+		if err := declGPUAdd.Run(gpu, c, 1); err != nil {
 			t.Fatalf("launch %d: %v", i, err)
 		}
 	}
 	check("GPU after three launches", gpu, 503)
-	if err := GPUAdd.Nowait(gpu.Nowait(offload.DependInOut(c)), c, 1).Wait(); err != nil {
+	if err := declGPUAdd.Nowait(gpu.Nowait(offload.DependInOut(c)), c, 1).Wait(); err != nil {
 		t.Fatal(err)
 	}
 	check("GPU after a task", gpu, 504)
