@@ -1,9 +1,11 @@
 package opqueue
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -21,18 +23,20 @@ type step struct {
 	seen   *error        // gets the error state it ran with
 }
 
-// logRunner runs steps, logging the ids of those not skipped, and counts
-// goroutines bound (Binder): a step runs on a bound goroutine.
+// logRunner runs steps, logging the ids of those not skipped, and keeps
+// the goroutines bound (Binder): a step must run on a bound goroutine. (A
+// goroutine of the Loop that has just handed it on may still be bound
+// while the next runs elsewhere: binding is per goroutine.)
 type logRunner struct {
 	mu      sync.Mutex
 	ran     []int
-	bound   int
-	unbound bool // a step ran on a goroutine not bound
+	bound   map[uint64]int // goroutine → Binds not Unbound
+	unbound bool           // a step ran on a goroutine not bound once
 }
 
 func (r *logRunner) Run(s step, failed error) error {
 	r.mu.Lock()
-	if r.bound != 1 {
+	if r.bound[goid()] != 1 {
 		r.unbound = true
 	}
 	r.mu.Unlock()
@@ -59,14 +63,30 @@ func (r *logRunner) Run(s step, failed error) error {
 
 func (r *logRunner) Bind() {
 	r.mu.Lock()
-	r.bound++
+	if r.bound == nil {
+		r.bound = map[uint64]int{}
+	}
+	r.bound[goid()]++
 	r.mu.Unlock()
 }
 
 func (r *logRunner) Unbind() {
 	r.mu.Lock()
-	r.bound--
+	g := goid()
+	if r.bound[g]--; r.bound[g] == 0 {
+		delete(r.bound, g)
+	}
 	r.mu.Unlock()
+}
+
+// goid is the calling goroutine's number, read from its stack's header
+// ("goroutine 7 [running]:"): for this test's bookkeeping only.
+func goid() uint64 {
+	var buf [32]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b = bytes.TrimPrefix(b, []byte("goroutine "))
+	n, _ := strconv.ParseUint(string(b[:bytes.IndexByte(b, ' ')]), 10, 64)
+	return n
 }
 
 func (r *logRunner) log() []int {
