@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/goffload/offload/internal/core"
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/mpi"
 	"github.com/goffload/offload/plugin"
 	_ "github.com/goffload/offload/plugins/host"   // the host device kind
@@ -177,7 +178,7 @@ func StopContext(ctx context.Context) error {
 func ServeDevice() {
 	for _, k := range plugin.Kinds() {
 		if k.ServeIfDevice != nil {
-			k.ServeIfDevice()
+			k.ServeIfDevice(entries.Current())
 		}
 	}
 }

@@ -276,9 +276,12 @@ type Kind struct {
 
 	// ServeIfDevice, if set, serves as one of the kind's devices and ends
 	// the process when this process was started as one (a device process,
-	// an MPI rank); in any other process it returns at once. offload.Start
-	// and offload.ServeDevice call it first, before anything else.
-	ServeIfDevice func()
+	// an MPI rank); in any other process it returns at once. img is the
+	// program's kernel image as this process registered it (the same as
+	// the host's, if both run the same build): what the device's kernels
+	// run. offload.Start and offload.ServeDevice call it first, before
+	// anything else.
+	ServeIfDevice func(img *Image)
 	// Serving, if set, reports whether this process serves as one of the
 	// kind's devices: code running here is then a kernel, not the
 	// program's host side, and the runtime's errors say so.

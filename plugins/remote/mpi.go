@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/mpi"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
@@ -223,7 +222,7 @@ func openMPI(arg string) ([]plugin.Device, error) {
 
 // serveMPIIfDevice serves as a device and ends the process on a device rank
 // of an MPI job; on the host rank, and outside MPI, it returns.
-func serveMPIIfDevice() {
+func serveMPIIfDevice(img *plugin.Image) {
 	if !mpi.Launched() {
 		return
 	}
@@ -237,7 +236,7 @@ func serveMPIIfDevice() {
 		return
 	}
 	servingRank.Store(true)
-	err = w.serve()
+	err = w.serve(img)
 	if ferr := w.finalize(); err == nil && ferr != nil {
 		err = ferr
 	}
@@ -251,7 +250,7 @@ func serveMPIIfDevice() {
 // serve runs a device rank: the sessions the host announces, each on its
 // own goroutine, until the host says exit; then it waits for the sessions
 // still running.
-func (w *mpiWorld) serve() error {
+func (w *mpiWorld) serve(img *plugin.Image) error {
 	if err := timeoutErr(); err != nil {
 		return err
 	}
@@ -291,7 +290,7 @@ func (w *mpiWorld) serve() error {
 		w.accept[ms.peerCtrl] = ms
 		w.listenTagLocked(ms.peerCtrl, 1)
 		w.mu.Unlock()
-		ms.s = newSession(startLink(t), entries.Current(), cores)
+		ms.s = newSession(startLink(t), img, cores)
 		ms.s.rank = w.e.Rank()
 		ms.s.kind = "mpi"
 		ms.s.helloed = func(num int) { ms.base.Store(int64(num - w.ranks.index(w.e.Rank()))) }

@@ -35,7 +35,7 @@ var warnOnce sync.Once
 
 // serveMPIIfDevice warns, under an MPI launcher, that every rank of this
 // build runs as a host of its own.
-func serveMPIIfDevice() {
+func serveMPIIfDevice(*plugin.Image) {
 	rank, ok := mpi.LaunchRank()
 	if !ok || rank != "0" {
 		return

@@ -20,7 +20,7 @@ import (
 // The device processes the tests start are this test binary: they serve
 // before running any test.
 func TestMain(m *testing.M) {
-	remote.ServeIfDevice()
+	remote.ServeIfDevice(entries.Current())
 	if os.Getenv("GOFFLOAD_TEST_ROLE") == "host" {
 		hostThenSleep()
 	}

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"sync/atomic"
 
-	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
 )
@@ -31,18 +30,18 @@ func Serving() bool { return IsDevice() || servingRank.Load() }
 // the host's serves the host rank and exits. A device started by a host on this machine serves that host over
 // the inherited socket (GOFFLOAD_FD) and exits when the host says so or goes
 // away; one with GOFFLOAD_LISTEN serves every host that proves
-// GOFFLOAD_SECRET, until it is killed.
-func ServeIfDevice() {
+// GOFFLOAD_SECRET, until it is killed. Its kernels are img's.
+func ServeIfDevice(img *plugin.Image) {
 	role := os.Getenv(envRole)
 	if role == "" {
-		serveMPIIfDevice()
+		serveMPIIfDevice(img)
 		return
 	}
 	if role != "device" {
 		fmt.Fprintf(os.Stderr, "goffload: %s=%q: the only role is \"device\"\n", envRole, role)
 		os.Exit(2)
 	}
-	if err := serve(); err != nil {
+	if err := serve(img); err != nil {
 		fmt.Fprintf(os.Stderr, "goffload device (pid %d): %v\n", os.Getpid(), err)
 		os.Exit(1)
 	}
@@ -58,11 +57,10 @@ func deviceCores() (int, error) {
 	return workpool.ParseWorkers(envCores, s)
 }
 
-func serve() error {
+func serve(img *plugin.Image) error {
 	if err := timeoutErr(); err != nil {
 		return err
 	}
-	img := entries.Current()
 	cores, err := deviceCores()
 	if err != nil {
 		return err
