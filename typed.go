@@ -74,13 +74,13 @@ type launchOpts struct {
 
 // argOf decodes argument a of parameter i of k, of type A, for a typed
 // kernel's direct call: a scalar of type A, or a slice (A is a slice type)
-// over device memory, checked as plugin.Kernel.ArgValues checks it.
+// over device memory, as entries.Kernel.ArgValues makes it.
 func argOf[A any](k *entries.Kernel, i int, a plugin.Arg, mem plugin.Mem) (A, error) {
 	var v A
 	if k.Params()[i].Kind == plugin.Scalar {
 		s, ok := a.Scalar.(A)
 		if !ok {
-			return v, k.ScalarError(i, a)
+			return v, plugin.CheckArg(k, i, a)
 		}
 		return s, nil
 	}

@@ -3,7 +3,10 @@
 
 package plugin
 
-import "reflect"
+import (
+	"fmt"
+	"reflect"
+)
 
 // Kernel is one kernel of the program's image: a Go function that every
 // process of the program registers under the same name at the same index.
@@ -40,6 +43,38 @@ type Kernel interface {
 	// role), and learns the kernel's error from exited, which LaunchHere
 	// calls, from a deferred call, before the goroutine unwinds past it.
 	LaunchHere(ctx *KernelCtx, args []Arg, mem Mem, exited func(error)) error
+}
+
+// CheckArgs checks a launch's arguments against k's parameters, as a kind
+// that decodes them itself must (Kernel.Launch checks them too): one
+// argument per parameter, each as CheckArg says. Its error wraps
+// ErrBadKernel and names the kernel and the argument.
+func CheckArgs(k Kernel, args []Arg) error {
+	ps := k.Params()
+	if len(args) != len(ps) {
+		return fmt.Errorf("%w: kernel %q takes %d arguments, got %d", ErrBadKernel, k.Name(), len(ps), len(args))
+	}
+	for i := range ps {
+		if err := CheckArg(k, i, args[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckArg checks argument a of k's parameter i (which must exist): a
+// scalar of the parameter's type, or a slice whose length is not negative.
+// It does not look at the slice's memory. Its error wraps ErrBadKernel and
+// names the kernel and the argument.
+func CheckArg(k Kernel, i int, a Arg) error {
+	p := k.Params()[i]
+	switch {
+	case p.Kind == Slice && a.Len < 0:
+		return fmt.Errorf("%w: kernel %q argument %d: negative length %d", ErrBadKernel, k.Name(), i, a.Len)
+	case p.Kind == Scalar && reflect.TypeOf(a.Scalar) != p.Type:
+		return fmt.Errorf("%w: kernel %q argument %d: got %T, want %s", ErrBadKernel, k.Name(), i, a.Scalar, p.Type)
+	}
+	return nil
 }
 
 // Mem returns the bytes of device range [p, p+size), or an error if the

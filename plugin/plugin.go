@@ -64,7 +64,8 @@
 // events, the error state), plugin/devstate (a device's label, closed and
 // lost state) and plugin/optrace (timing for Tracer), as the host kind and
 // testdata/outside use them. A kind that runs device code reads
-// [Kernel.Code] and [Kernel.Params]. A kind whose kernels run in another
+// [Kernel.Code] and [Kernel.Params], and checks a launch's arguments with
+// [CheckArgs] before it packs them. A kind whose kernels run in another
 // process of the program sends a [KernelPanic]'s fields back so that the
 // host rebuilds the error ([NewKernelPanic]).
 //

@@ -17,19 +17,15 @@ import (
 // device memory by mem, which returns the bytes of a device range (or an
 // error if the range is not inside an allocation).
 func (k *Kernel) ArgValues(args []plugin.Arg, mem plugin.Mem) ([]reflect.Value, error) {
-	if len(args) != len(k.params) {
-		return nil, fmt.Errorf("%w: kernel %q takes %d arguments, got %d", plugin.ErrBadKernel, k.name, len(k.params), len(args))
+	if err := plugin.CheckArgs(k, args); err != nil {
+		return nil, err
 	}
 	vals := make([]reflect.Value, len(args))
 	for i, p := range k.params {
 		a := args[i]
 		switch p.Kind {
 		case plugin.Scalar:
-			v := reflect.ValueOf(a.Scalar)
-			if !v.IsValid() || v.Type() != p.Type {
-				return nil, fmt.Errorf("%w: kernel %q argument %d: got %T, want %s", plugin.ErrBadKernel, k.name, i, a.Scalar, p.Type)
-			}
-			vals[i] = v
+			vals[i] = reflect.ValueOf(a.Scalar)
 		case plugin.Slice:
 			ptr, err := k.SliceArg(i, a, mem)
 			if err != nil {
@@ -45,15 +41,12 @@ func (k *Kernel) ArgValues(args []plugin.Arg, mem plugin.Mem) ([]reflect.Value, 
 	return vals, nil
 }
 
-// SliceArg checks slice argument a of parameter i and returns the device
-// memory its elements start at: nil for an empty slice with no address (a
-// zero-length section inside a mapping keeps its address) and for elements
-// of size 0.
+// SliceArg returns the device memory that slice argument a of parameter i
+// starts at, once plugin.CheckArg has passed it: nil for an empty slice
+// with no address (a zero-length section inside a mapping keeps its
+// address) and for elements of size 0; an error if mem has no such range.
 func (k *Kernel) SliceArg(i int, a plugin.Arg, mem plugin.Mem) (unsafe.Pointer, error) {
 	p := k.params[i]
-	if a.Len < 0 {
-		return nil, fmt.Errorf("%w: kernel %q argument %d: negative length %d", plugin.ErrBadKernel, k.name, i, a.Len)
-	}
 	if p.Type.Size() == 0 {
 		return nil, nil
 	}

@@ -4,7 +4,6 @@
 package entries
 
 import (
-	"fmt"
 	"reflect"
 
 	"github.com/goffload/offload/plugin"
@@ -12,8 +11,8 @@ import (
 
 // A DirectFunc decodes a launch's arguments for a kernel and returns its
 // body bound to them, to be called without reflection (the typed kernels
-// of the offload package set one). It checks the arguments as ArgValues
-// does.
+// of the offload package set one). The arguments are checked
+// (plugin.CheckArgs) before it is called; it checks the slices' memory.
 type DirectFunc func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (call func(), err error)
 
 // Directable reports whether k's arguments can be decoded by a DirectFunc
@@ -35,21 +34,11 @@ func (k *Kernel) Directable() bool {
 // its DirectFunc if it has one, through reflection otherwise; see Call for
 // panics and runtime.Goexit.
 func (k *Kernel) Launch(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) error {
-	if k.direct == nil {
-		vals, err := k.ArgValues(args, mem)
-		if err != nil {
-			return err
-		}
-		return k.Call(ctx, vals)
-	}
-	if len(args) != len(k.params) {
-		return k.ArgCountError(len(args))
-	}
-	call, err := k.direct(ctx, args, mem)
+	call, in, err := k.bind(ctx, args, mem)
 	if err != nil {
 		return err
 	}
-	return k.onRunner(job{k: k, call: call})
+	return k.onRunner(job{k: k, in: in, call: call})
 }
 
 // LaunchHere is Launch with the body called on the calling goroutine, not
@@ -62,26 +51,9 @@ func (k *Kernel) Launch(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem
 // error from exited, which LaunchHere calls, from a deferred call, before
 // the goroutine unwinds past it.
 func (k *Kernel) LaunchHere(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem, exited func(error)) error {
-	var call func()
-	var in []reflect.Value
-	if k.direct == nil {
-		vals, err := k.ArgValues(args, mem)
-		if err != nil {
-			return err
-		}
-		in = k.Assemble(vals)
-		if k.hasCtx {
-			in = append([]reflect.Value{k.ctxValue(ctx)}, in...)
-		}
-	} else {
-		if len(args) != len(k.params) {
-			return k.ArgCountError(len(args))
-		}
-		c, err := k.direct(ctx, args, mem)
-		if err != nil {
-			return err
-		}
-		call = c
+	call, in, err := k.bind(ctx, args, mem)
+	if err != nil {
+		return err
 	}
 	done := make(chan result, 1)
 	returned := false
@@ -95,13 +67,20 @@ func (k *Kernel) LaunchHere(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin
 	return (<-done).err
 }
 
-// ArgCountError is the error of a launch with n arguments.
-func (k *Kernel) ArgCountError(n int) error {
-	return fmt.Errorf("%w: kernel %q takes %d arguments, got %d", plugin.ErrBadKernel, k.name, len(k.params), n)
-}
-
-// ScalarError is the error of scalar argument a of parameter i that is not
-// of the parameter's type.
-func (k *Kernel) ScalarError(i int, a plugin.Arg) error {
-	return fmt.Errorf("%w: kernel %q argument %d: got %T, want %s", plugin.ErrBadKernel, k.name, i, a.Scalar, k.params[i].Type)
+// bind checks a launch's arguments and binds the body to them: call, its
+// DirectFunc's, or else in, the values of a call through reflection (the
+// context first).
+func (k *Kernel) bind(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (call func(), in []reflect.Value, err error) {
+	if k.direct == nil {
+		vals, err := k.ArgValues(args, mem)
+		if err != nil {
+			return nil, nil, err
+		}
+		return nil, k.callValues(ctx, vals), nil
+	}
+	if err := plugin.CheckArgs(k, args); err != nil {
+		return nil, nil, err
+	}
+	call, err = k.direct(ctx, args, mem)
+	return call, nil, err
 }

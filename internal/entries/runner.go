@@ -22,14 +22,19 @@ import (
 // runtime.Goexit, which cannot end the caller's goroutine: the body runs on a
 // runner goroutine (see runner).
 func (k *Kernel) Call(ctx *plugin.KernelCtx, args []reflect.Value) error {
+	return k.onRunner(job{k: k, in: k.callValues(ctx, args)})
+}
+
+// callValues are the values of a call of the body with ctx and args (as
+// Call takes them): struct parameters assembled, the context first.
+func (k *Kernel) callValues(ctx *plugin.KernelCtx, args []reflect.Value) []reflect.Value {
 	args = k.Assemble(args)
-	in := args
-	if k.hasCtx {
-		in = make([]reflect.Value, 0, len(args)+1)
-		in = append(in, k.ctxValue(ctx))
-		in = append(in, args...)
+	if !k.hasCtx {
+		return args
 	}
-	return k.onRunner(job{k: k, in: in})
+	in := make([]reflect.Value, 0, len(args)+1)
+	in = append(in, k.ctxValue(ctx))
+	return append(in, args...)
 }
 
 // onRunner runs j on a runner and returns what became of it.

@@ -38,11 +38,11 @@ func paramLayout(p plugin.Param) (size, align int) {
 	return int(p.Type.Size()), p.Type.Align()
 }
 
-// pack lays out args, checked against k's parameters (count and scalar
-// types), in parameter order. It does not check slices' memory.
+// pack lays out args, checked against k's parameters (plugin.CheckArgs),
+// in parameter order. It does not check slices' memory.
 func pack(k plugin.Kernel, args []plugin.Arg) (*params, error) {
-	if len(args) != len(k.Params()) {
-		return nil, argCountError(k, len(args))
+	if err := plugin.CheckArgs(k, args); err != nil {
+		return nil, err
 	}
 	p := &params{offs: make([]int, len(args)), size: make([]int, len(args))}
 	off := 0
@@ -63,14 +63,11 @@ func pack(k plugin.Kernel, args []plugin.Arg) (*params, error) {
 	for i, prm := range k.Params() {
 		a, at := args[i], unsafe.Add(base, p.offs[i])
 		if prm.Kind == plugin.Slice {
-			if a.Len < 0 {
-				return nil, fmt.Errorf("%w: kernel %q argument %d: negative length %d", plugin.ErrBadKernel, k.Name(), i, a.Len)
-			}
 			*(*uint64)(at) = uint64(a.Ptr)
 			continue
 		}
 		if !putScalar(at, prm.Type, a.Scalar) {
-			return nil, scalarError(k, i, a)
+			return nil, plugin.CheckArg(k, i, a)
 		}
 	}
 	return p, nil
@@ -137,35 +134,6 @@ var (
 	typeUint32  = reflect.TypeFor[uint32]()
 	typeUint64  = reflect.TypeFor[uint64]()
 )
-
-// argCountError is the error of a launch of k with n arguments.
-func argCountError(k plugin.Kernel, n int) error {
-	return fmt.Errorf("%w: kernel %q takes %d arguments, got %d", plugin.ErrBadKernel, k.Name(), len(k.Params()), n)
-}
-
-// scalarError is the error of scalar argument a of k's parameter i that is
-// not of the parameter's type.
-func scalarError(k plugin.Kernel, i int, a plugin.Arg) error {
-	return fmt.Errorf("%w: kernel %q argument %d: got %T, want %s", plugin.ErrBadKernel, k.Name(), i, a.Scalar, k.Params()[i].Type)
-}
-
-// checkArgs checks args against k's parameters as pack does, without
-// packing them (for the emulate mode, whose Go bodies take any scalar).
-func checkArgs(k plugin.Kernel, args []plugin.Arg) error {
-	if len(args) != len(k.Params()) {
-		return argCountError(k, len(args))
-	}
-	for i, p := range k.Params() {
-		a := args[i]
-		switch {
-		case p.Kind == plugin.Slice && a.Len < 0:
-			return fmt.Errorf("%w: kernel %q argument %d: negative length %d", plugin.ErrBadKernel, k.Name(), i, a.Len)
-		case p.Kind == plugin.Scalar && reflect.TypeOf(a.Scalar) != p.Type:
-			return scalarError(k, i, a)
-		}
-	}
-	return nil
-}
 
 // The limits of a launch's geometry on every NVIDIA GPU since compute
 // capability 2.0: threads per block, and the block's and grid's

@@ -349,14 +349,14 @@ func (q *queue) LaunchGeometry(k plugin.Kernel, args []plugin.Arg, geo plugin.Ge
 		return err
 	}
 	if kf.bind {
-		if err := checkArgs(k, args); err != nil {
+		if err := plugin.CheckArgs(k, args); err != nil {
 			return fmt.Errorf("%s: %w", d.label(), err)
 		}
 		return nil // nothing to do on a GPU (see kernelFn.bind)
 	}
 	var prm *params
 	if kf.emu {
-		err = checkArgs(k, args)
+		err = plugin.CheckArgs(k, args)
 	} else {
 		prm, err = pack(k, args)
 	}

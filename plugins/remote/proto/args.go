@@ -14,25 +14,19 @@ import (
 // fields in order, little-endian, with no padding (bool as one byte, int and
 // uint as 8 bytes, complex as two floats), each slice as address and length
 // (8 bytes each). The encoding does not depend on the architecture.
+// The arguments are checked first (plugin.CheckArgs).
 func AppendArgs(b []byte, k plugin.Kernel, args []plugin.Arg) ([]byte, error) {
-	if len(args) != len(k.Params()) {
-		return nil, fmt.Errorf("%w: kernel %q takes %d arguments, got %d", plugin.ErrBadKernel, k.Name(), len(k.Params()), len(args))
+	if err := plugin.CheckArgs(k, args); err != nil {
+		return nil, err
 	}
 	for i, p := range k.Params() {
 		a := args[i]
 		if p.Kind == plugin.Slice {
-			if a.Len < 0 {
-				return nil, fmt.Errorf("%w: kernel %q argument %d: negative length %d", plugin.ErrBadKernel, k.Name(), i, a.Len)
-			}
 			b = binary.LittleEndian.AppendUint64(b, uint64(a.Ptr))
 			b = binary.LittleEndian.AppendUint64(b, uint64(a.Len))
 			continue
 		}
-		v := reflect.ValueOf(a.Scalar)
-		if !v.IsValid() || v.Type() != p.Type {
-			return nil, fmt.Errorf("%w: kernel %q argument %d: got %T, want %s", plugin.ErrBadKernel, k.Name(), i, a.Scalar, p.Type)
-		}
-		b = appendValue(b, v)
+		b = appendValue(b, reflect.ValueOf(a.Scalar))
 	}
 	return b, nil
 }
