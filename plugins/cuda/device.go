@@ -54,7 +54,6 @@ type device struct {
 	pool    *plugin.Pool
 
 	mu   sync.RWMutex
-	name string
 	num  int
 	img  *plugin.Image
 	kfns []kernelFn // by kernel index
@@ -120,7 +119,7 @@ func newDevice(drv cudadrv.Driver, ord, version int) (*device, error) {
 		num:    -1,
 		evLive: map[*event]struct{}{},
 	}
-	d.setName(fmt.Sprintf("cuda device (GPU %d)", ord))
+	d.st.SetLabel(fmt.Sprintf("cuda device (GPU %d)", ord))
 	d.mem.init(total)
 	return d, nil
 }
@@ -129,12 +128,6 @@ func (d *device) Info() plugin.Info { return d.info }
 
 // label names the device in errors.
 func (d *device) label() string { return d.st.Label() }
-
-// setName names the device; under d.mu.
-func (d *device) setName(name string) {
-	d.name = name
-	d.st.SetLabel(name)
-}
 
 // with runs f with the device's context current on the calling goroutine's
 // OS thread, locked to it meanwhile.
@@ -185,13 +178,13 @@ func (d *device) Load(img *plugin.Image, num int) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.st.Closed() {
-		return fmt.Errorf("%s: %w: device is closed", d.name, plugin.ErrBadHandle)
+		return fmt.Errorf("%s: %w: device is closed", d.label(), plugin.ErrBadHandle)
 	}
 	if d.img != nil {
-		return fmt.Errorf("%s: %w: the image is loaded already", d.name, plugin.ErrBadKernel)
+		return fmt.Errorf("%s: %w: the image is loaded already", d.label(), plugin.ErrBadKernel)
 	}
 	d.num, d.img = num, img
-	d.setName(fmt.Sprintf("cuda device %d (GPU %d)", num, d.ord))
+	d.st.SetLabel(fmt.Sprintf("cuda device %d (GPU %d)", num, d.ord))
 	if d.emulate {
 		d.pool = plugin.NewPool(d.info.Cores)
 		d.info.Cores = d.pool.Workers() // what the emulated kernels' loops split over
@@ -230,17 +223,17 @@ func (d *device) Load(img *plugin.Image, num int) error {
 				mods[string(code.Image)] = m
 			}
 			if m.err != nil {
-				d.kfns[i] = kernelFn{err: fmt.Errorf("%s: kernel %q: its PTX does not load: %w", d.name, k.Name(), m.err)}
+				d.kfns[i] = kernelFn{err: fmt.Errorf("%s: kernel %q: its PTX does not load: %w", d.label(), k.Name(), m.err)}
 				continue
 			}
 			fn, err := d.drv.ModuleGetFunction(m.mod, code.Entry)
 			if err != nil {
-				d.kfns[i] = kernelFn{err: noEntry(fmt.Errorf("%s: kernel %q: entry %q of its PTX: %w", d.name, k.Name(), code.Entry, d.wrap(err)), code.Entry, m.entries)}
+				d.kfns[i] = kernelFn{err: noEntry(fmt.Errorf("%s: kernel %q: entry %q of its PTX: %w", d.label(), k.Name(), code.Entry, d.wrap(err)), code.Entry, m.entries)}
 				continue
 			}
 			if params, ok := m.entries[code.Entry]; ok {
 				if err := checkEntry(k, code.Entry, params); err != nil {
-					d.kfns[i] = kernelFn{err: fmt.Errorf("%s: %w: kernel %q: %w", d.name, plugin.ErrBadKernel, k.Name(), err)}
+					d.kfns[i] = kernelFn{err: fmt.Errorf("%s: %w: kernel %q: %w", d.label(), plugin.ErrBadKernel, k.Name(), err)}
 					continue
 				}
 			}
@@ -252,7 +245,7 @@ func (d *device) Load(img *plugin.Image, num int) error {
 
 // noCode is the error of launching k, which has no PTX; under d.mu.
 func (d *device) noCode(k plugin.Kernel) error {
-	return fmt.Errorf("%s: %w: kernel %q has no PTX: a GPU cannot run its Go body (give it device code with offload.Kernel.PTX, or run it on a CPU device): %w", d.name, plugin.ErrBadKernel, k.Name(), plugin.ErrUnsupported)
+	return fmt.Errorf("%s: %w: kernel %q has no PTX: a GPU cannot run its Go body (give it device code with offload.Kernel.PTX, or run it on a CPU device): %w", d.label(), plugin.ErrBadKernel, k.Name(), plugin.ErrUnsupported)
 }
 
 // kernel returns how the device launches k.
@@ -260,13 +253,13 @@ func (d *device) kernel(k plugin.Kernel) (kernelFn, error) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if k == nil {
-		return kernelFn{}, fmt.Errorf("%s: %w: nil kernel", d.name, plugin.ErrBadKernel)
+		return kernelFn{}, fmt.Errorf("%s: %w: nil kernel", d.label(), plugin.ErrBadKernel)
 	}
 	if d.img == nil {
-		return kernelFn{}, fmt.Errorf("%s: %w: no image loaded", d.name, plugin.ErrBadKernel)
+		return kernelFn{}, fmt.Errorf("%s: %w: no image loaded", d.label(), plugin.ErrBadKernel)
 	}
 	if k.Index() < 0 || k.Index() >= len(d.img.Kernels) || d.img.Kernels[k.Index()] != k {
-		return kernelFn{}, fmt.Errorf("%s: %w: kernel %q is not in the loaded image (register kernels at package init, before Start)", d.name, plugin.ErrBadKernel, k.Name())
+		return kernelFn{}, fmt.Errorf("%s: %w: kernel %q is not in the loaded image (register kernels at package init, before Start)", d.label(), plugin.ErrBadKernel, k.Name())
 	}
 	kf := d.kfns[k.Index()]
 	if kf.fn == 0 && !kf.emu && !kf.bind {
