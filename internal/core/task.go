@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"time"
 
@@ -40,6 +39,15 @@ type Task struct {
 	enq      chan struct{}
 
 	addrs []uintptr // the addresses it depends on; guarded by the runtime's tasks.mu
+
+	// Guarded by the runtime's tasks.mu: completed is set when t completes
+	// (before done is closed); succs are the tasks waiting on the host for
+	// t, each with pending, the number of its predecessors not completed;
+	// cont is what a waiting task does once pending reaches 0 (see ready.go).
+	completed bool
+	succs     []*Task
+	pending   int
+	cont      step
 }
 
 // failure is one task's failure, shared by the dependents it made fail: a
@@ -117,8 +125,18 @@ func (t *Task) event() plugin.Event {
 }
 
 // complete ends t with err; dep is the failure of the predecessor that made
-// it fail, if that is why it failed.
+// it fail, if that is why it failed. The tasks that t's completion makes
+// ready go on goroutines of their own.
 func (r *Runtime) complete(t *Task, err error, dep *failure) {
+	if next := r.completeNext(t, err, dep); next != nil {
+		go drive(next)
+	}
+}
+
+// completeNext is complete that returns the continuation of one task that
+// t's completion made ready (nil if none), for the caller to run on its
+// own goroutine instead of waking another; the others start goroutines.
+func (r *Runtime) completeNext(t *Task, err error, dep *failure) step {
 	t.err = err
 	if err != nil {
 		t.fail = dep
@@ -126,9 +144,11 @@ func (r *Runtime) complete(t *Task, err error, dep *failure) {
 			t.fail = &failure{task: t}
 		}
 	}
-	defer close(t.done) // after the history: a waiter sees it settled
 	ts := &r.tasks
 	ts.mu.Lock()
+	t.completed = true
+	succs := t.succs
+	t.succs = nil
 	delete(ts.live, t)
 	f := t.fail
 	keep := f != nil && !f.reported
@@ -149,7 +169,22 @@ func (r *Runtime) complete(t *Task, err error, dep *failure) {
 		}
 		ts.settle(addr, st)
 	}
+	var next step
+	for _, sc := range succs {
+		if sc.pending--; sc.pending > 0 {
+			continue
+		}
+		c := sc.cont
+		sc.cont = nil
+		if next == nil {
+			next = c
+		} else {
+			defer func() { go drive(c) }() // after done is closed
+		}
+	}
 	ts.mu.Unlock()
+	close(t.done) // after the history: a waiter sees it settled
+	return next
 }
 
 // DepEntries is the number of addresses the dependence history holds, for
@@ -181,8 +216,24 @@ func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 			onHost = append(onHost, p)
 		}
 	}
-	if len(onHost) == 0 && len(later) == 0 {
-		r.enqueue(t, d, op, onDevice, fallback)
+	// What t does once its host predecessors are done: the device waits for
+	// the others itself.
+	ready := func() step {
+		if f := failedPred(onHost); f != nil { // they are all done
+			if !allFinished(preds) { // a task never completes before one it depends on
+				go func() { waitDone(preds); r.complete(t, depErr(t, f), f) }()
+				return nil
+			}
+			return r.completeNext(t, depErr(t, f), f)
+		}
+		return r.enqueue(t, d, op, onDevice, fallback)
+	}
+	if len(later) == 0 {
+		if s := r.afterHost(t, d, onHost, ready); s != nil {
+			if next := s(); next != nil { // enqueueing does not block the caller
+				go drive(next)
+			}
+		}
 		return t
 	}
 	go func() {
@@ -199,25 +250,20 @@ func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 				onHost = append(onHost, p)
 			}
 		}
-		if f := r.waitHost(t, d, onHost); f != nil {
-			waitDone(preds) // a task never completes before one it depends on
-			r.complete(t, depErr(t, f), f)
-			return
-		}
-		r.enqueue(t, d, op, onDevice, fallback)
+		drive(r.afterHost(t, d, onHost, ready))
 	}()
 	return t
 }
 
 // SpawnHost runs fn on the host as a task in the same dependence graph.
+// It runs on a goroutine of its own if it is ready at once, and otherwise
+// on the goroutine that completes its last predecessor (see step).
 func (r *Runtime) SpawnHost(name string, fn func() error, deps []Dep) *Task {
 	t := &Task{Name: name, dev: r.Initial, done: make(chan struct{})}
 	preds := r.register(t, deps)
-	go func() {
-		if f := r.waitHost(t, r.Initial, preds); f != nil {
-			waitDone(preds) // a task never completes before one it depends on
-			r.complete(t, depErr(t, f), f)
-			return
+	body := func() step {
+		if f := failedPred(preds); f != nil { // they are all done
+			return r.completeNext(t, depErr(t, f), f)
 		}
 		ev := TargetEvent{Where: Where{Time: time.Now(), Device: r.Initial.Num, Task: t.ID}, Name: name, Nowait: true}
 		if tool := r.Initial.tool; tool != nil {
@@ -228,8 +274,11 @@ func (r *Runtime) SpawnHost(name string, fn func() error, deps []Dep) *Task {
 			ev.Time, ev.Err = time.Now(), err
 			tool.TargetEnd(ev)
 		}
-		r.complete(t, err, nil)
-	}()
+		return r.completeNext(t, err, nil)
+	}
+	if s := r.afterHost(t, r.Initial, preds, body); s != nil {
+		go drive(s)
+	}
 	return t
 }
 
@@ -240,25 +289,6 @@ func (d *Device) canWait(p *Task, ev plugin.Event) bool {
 	}
 	fw, ok := d.Dev.(plugin.ForeignEventWaiter)
 	return ok && fw.CanWait(ev)
-}
-
-// waitHost waits on the host for preds and returns the failure of the first
-// that failed, if one did.
-func (r *Runtime) waitHost(t *Task, d *Device, preds []*Task) *failure {
-	for _, p := range preds {
-		start := time.Now()
-		for i := 0; i < 64 && !finished(p); i++ {
-			runtime.Gosched()
-		}
-		<-p.done
-		if d.tool != nil {
-			d.tool.Wait(WaitEvent{Where: Where{Time: start, Device: d.Num, Task: t.ID}, For: p.ID, ForName: p.Name, Dur: time.Since(start)})
-		}
-		if p.err != nil {
-			return p.fail
-		}
-	}
-	return nil
 }
 
 // failedPred returns the failure of the first of preds that failed, once
@@ -309,21 +339,22 @@ func depErr(t *Task, f *failure) error {
 }
 
 // enqueue puts t's work on a queue of d behind waits for preds, records the
-// event dependents wait on, and completes t in the background.
-func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback bool) {
+// event dependents wait on, and completes t in the background. On the
+// initial device it returns the work as a step instead, for the caller to
+// run where it does not hold anyone up.
+func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback bool) step {
 	if err := op.check(d); err != nil {
 		r.completeAfter(t, err, preds)
-		return
+		return nil
 	}
-	if d.IsInitial() { // the host does it, without holding up the caller
-		go func() {
+	if d.IsInitial() {
+		return func() step {
 			var err error
 			if op.Initial != nil {
 				err = runAsTask(func() error { return op.Initial(d, t.ID, fallback, nil) })
 			}
-			r.complete(t, err, nil)
-		}()
-		return
+			return r.completeNext(t, err, nil)
+		}
 	}
 	all := preds // every predecessor the device waits for: their failure is t's
 	// Follow a predecessor on its own queue if nothing came after it there:
@@ -343,7 +374,7 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		var err error
 		if cq, err = d.getQueue(op.Name); err != nil {
 			r.completeAfter(t, err, all)
-			return
+			return nil
 		}
 	}
 	w := d.beginOn(op.Name, cq, t.ID, true)
@@ -404,7 +435,7 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 	t.markEnqueued()
 	if ev == nil { // the device is failing: nothing to wait for but the queue
 		go func() { r.finishTask(t, w.finish(), w.dep, all) }()
-		return
+		return nil
 	}
 	// What completes t once ev fired; it blocks only where it must wait for
 	// t's predecessors (failedPred), or has work after the queue's.
@@ -432,9 +463,10 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		// No goroutine per task: the event's firing hands the completion
 		// to the device's completer.
 		fn.OnFire(func() { d.completer.add(func() { complete(false) }) })
-		return
+		return nil
 	}
 	go complete(true)
+	return nil
 }
 
 // allFinished reports whether every task of ts has finished.
