@@ -16,16 +16,34 @@ func drive(s step) {
 	}
 }
 
+// chain returns a step that runs a, then what a hands on, then b.
+func chain(a, b step) step {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	return func() step { return chain(a(), b) }
+}
+
 // afterHost arranges for cont to run once every task of preds has
-// completed, with no goroutine waiting for them: t becomes a successor of
-// each pred not completed yet, and the completion of the last of them
-// hands cont on (completeNext). It returns cont itself if nothing is left
-// to wait for, for the caller to run. A tool hears of one host wait per
-// predecessor, from now until t is ready.
+// completed, with no goroutine waiting for them (see waitFor). A tool hears
+// of one host wait per predecessor, from now until t is ready.
 func (r *Runtime) afterHost(t *Task, d *Device, preds []*Task, cont step) step {
 	if d.tool != nil && len(preds) > 0 {
 		cont = r.reportWaits(t, d, preds, time.Now(), cont)
 	}
+	return r.waitFor(t, preds, false, cont)
+}
+
+// waitFor makes t a successor of each task of preds not completed yet: the
+// completion of the last of them hands cont on (completeNext). It returns
+// cont itself if nothing is left to wait for, for the caller to run. A
+// light cont never blocks and hands on only light steps: it runs where the
+// predecessor completed, even on a device's completer; another runs where
+// a host task completed it, or on a goroutine of its own.
+func (r *Runtime) waitFor(t *Task, preds []*Task, light bool, cont step) step {
 	ts := &r.tasks
 	ts.mu.Lock()
 	n := 0
@@ -39,7 +57,7 @@ func (r *Runtime) afterHost(t *Task, d *Device, preds []*Task, cont step) step {
 		ts.mu.Unlock()
 		return cont
 	}
-	t.pending, t.cont = n, cont
+	t.pending, t.cont, t.light = n, cont, light
 	ts.mu.Unlock()
 	return nil
 }

@@ -43,8 +43,10 @@ type Task struct {
 	// Guarded by the runtime's tasks.mu: completed is set when t completes
 	// (before done is closed); succs are the tasks waiting on the host for
 	// t, each with pending, the number of its predecessors not completed;
-	// cont is what a waiting task does once pending reaches 0 (see ready.go).
+	// cont is what a waiting task does once pending reaches 0, and light
+	// says it never blocks (see ready.go).
 	completed bool
+	light     bool
 	succs     []*Task
 	pending   int
 	cont      step
@@ -125,18 +127,27 @@ func (t *Task) event() plugin.Event {
 }
 
 // complete ends t with err; dep is the failure of the predecessor that made
-// it fail, if that is why it failed. The tasks that t's completion makes
-// ready go on goroutines of their own.
+// it fail, if that is why it failed. Of the tasks that t's completion makes
+// ready, light ones go on here and the others on goroutines of their own.
 func (r *Runtime) complete(t *Task, err error, dep *failure) {
-	if next := r.completeNext(t, err, dep); next != nil {
-		go drive(next)
+	light, heavy := r.completeNext(t, err, dep)
+	if heavy != nil {
+		go drive(heavy)
 	}
+	drive(light)
 }
 
-// completeNext is complete that returns the continuation of one task that
-// t's completion made ready (nil if none), for the caller to run on its
-// own goroutine instead of waking another; the others start goroutines.
-func (r *Runtime) completeNext(t *Task, err error, dep *failure) step {
+// completeThen is complete that returns what t's completion made ready as
+// one step, for the caller to run on its own goroutine instead of waking
+// another (see step).
+func (r *Runtime) completeThen(t *Task, err error, dep *failure) step {
+	return chain(r.completeNext(t, err, dep))
+}
+
+// completeNext ends t and returns the continuations of the tasks that its
+// completion made ready: the light ones chained (see waitFor), and one
+// other; the rest start goroutines of their own.
+func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy step) {
 	t.err = err
 	if err != nil {
 		t.fail = dep
@@ -169,22 +180,28 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) step {
 		}
 		ts.settle(addr, st)
 	}
-	var next step
+	var spawn []step
 	for _, sc := range succs {
 		if sc.pending--; sc.pending > 0 {
 			continue
 		}
 		c := sc.cont
 		sc.cont = nil
-		if next == nil {
-			next = c
-		} else {
-			defer func() { go drive(c) }() // after done is closed
+		switch {
+		case sc.light:
+			light = chain(light, c)
+		case heavy == nil:
+			heavy = c
+		default:
+			spawn = append(spawn, c)
 		}
 	}
 	ts.mu.Unlock()
 	close(t.done) // after the history: a waiter sees it settled
-	return next
+	for _, c := range spawn {
+		go drive(c)
+	}
+	return light, heavy
 }
 
 // DepEntries is the number of addresses the dependence history holds, for
@@ -224,7 +241,7 @@ func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 				go func() { waitDone(preds); r.complete(t, depErr(t, f), f) }()
 				return nil
 			}
-			return r.completeNext(t, depErr(t, f), f)
+			return r.completeThen(t, depErr(t, f), f)
 		}
 		return r.enqueue(t, d, op, onDevice, fallback)
 	}
@@ -263,7 +280,7 @@ func (r *Runtime) SpawnHost(name string, fn func() error, deps []Dep) *Task {
 	preds := r.register(t, deps)
 	body := func() step {
 		if f := failedPred(preds); f != nil { // they are all done
-			return r.completeNext(t, depErr(t, f), f)
+			return r.completeThen(t, depErr(t, f), f)
 		}
 		ev := TargetEvent{Where: Where{Time: time.Now(), Device: r.Initial.Num, Task: t.ID}, Name: name, Nowait: true}
 		if tool := r.Initial.tool; tool != nil {
@@ -274,7 +291,7 @@ func (r *Runtime) SpawnHost(name string, fn func() error, deps []Dep) *Task {
 			ev.Time, ev.Err = time.Now(), err
 			tool.TargetEnd(ev)
 		}
-		return r.completeNext(t, err, nil)
+		return r.completeThen(t, err, nil)
 	}
 	if s := r.afterHost(t, r.Initial, preds, body); s != nil {
 		go drive(s)
@@ -353,7 +370,7 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 			if op.Initial != nil {
 				err = runAsTask(func() error { return op.Initial(d, t.ID, fallback, nil) })
 			}
-			return r.completeNext(t, err, nil)
+			return r.completeThen(t, err, nil)
 		}
 	}
 	all := preds // every predecessor the device waits for: their failure is t's
@@ -447,17 +464,29 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 			w.runAfter()
 		}
 		err = w.done(err == nil)
-		// Dependents created from now on see the task finished; those that
-		// took the event already may still wait on it, closed.
-		t.mu.Lock()
-		t.ev = nil
-		t.mu.Unlock()
-		ev.Close()
+		// The event goes once the task is finished: a dependent created
+		// meanwhile either waits on the event, which has fired (a wait on
+		// it is no wait), or sees the task finished, and is enqueued at
+		// once either way. Those that took the event already may still
+		// wait on it, closed.
+		retire := func() {
+			t.mu.Lock()
+			t.ev = nil
+			t.mu.Unlock()
+			ev.Close()
+		}
 		if !background && w.dep == nil && !allFinished(all) {
-			go r.finishTask(t, err, w.dep, all) // not on the device's completer: it must not block
+			// Not on the device's completer: it must not block. The
+			// completion of its last predecessor finishes it.
+			drive(r.waitFor(t, all, true, func() step {
+				l := r.finishNext(t, err, w.dep, all)
+				retire()
+				return l
+			}))
 			return
 		}
 		r.finishTask(t, err, w.dep, all)
+		retire()
 	}
 	if fn, ok := ev.(plugin.FireNotifier); ok && len(w.after) == 0 {
 		// No goroutine per task: the event's firing hands the completion
@@ -525,4 +554,20 @@ func (r *Runtime) finishTask(t *Task, err error, dep *failure, preds []*Task) {
 		}
 	}
 	r.complete(t, err, dep)
+}
+
+// finishNext is finishTask, for a light step once preds are done: it
+// returns the light continuations that t's completion made ready and
+// starts the others on goroutines of their own.
+func (r *Runtime) finishNext(t *Task, err error, dep *failure, preds []*Task) step {
+	if dep == nil {
+		if f := failedPred(preds); f != nil {
+			err, dep = depErr(t, f), f
+		}
+	}
+	light, heavy := r.completeNext(t, err, dep)
+	if heavy != nil {
+		go drive(heavy)
+	}
+	return light
 }
