@@ -179,3 +179,50 @@ func BenchmarkEmptyRegionTyped(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTargetTaskChain is a chain of nowait target tasks on a host
+// device, each depend(inout) on one present buffer, and tasks of two
+// devices that each read the other's last output (a stencil of width two):
+// the cost of a target task's lowering, its dependencies and completion.
+func BenchmarkTargetTaskChain(b *testing.B) {
+	if err := offload.Start(offload.WithDevices("host:2"), offload.WithOffload("MANDATORY")); err != nil {
+		b.Fatalf("Start: %v", err)
+	}
+	b.Cleanup(func() {
+		if err := offload.Stop(); err != nil {
+			b.Errorf("Stop: %v", err)
+		}
+	})
+	var out [2][2][]float32
+	for p := range out {
+		for i := range out[p] {
+			out[p][i] = make([]float32, 4)
+			for d := range 2 {
+				if err := offload.On(d).EnterData(offload.Alloc(out[p][i])); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	b.Run("same", func(b *testing.B) {
+		x, y := out[0][0], out[0][1]
+		for b.Loop() {
+			benchTyped3.Nowait(offload.On(0).Nowait(offload.DependInOut(y)), 1, x, y)
+		}
+		if err := offload.Taskwait(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	})
+	b.Run("stencil2", func(b *testing.B) {
+		t := 0
+		for b.Loop() {
+			cur, prev := out[t%2], out[(t+1)%2]
+			i := t % 2
+			benchTyped3.Nowait(offload.On(i).Nowait(offload.DependIn(prev[1-i]), offload.DependOut(cur[i])), 1, prev[1-i], cur[i])
+			t++
+		}
+		if err := offload.Taskwait(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	})
+}

@@ -321,7 +321,7 @@ func TargetOp(k *entries.Kernel, args []KernelArg) Op {
 // num_teams and thread_limit clauses; zero: the device chooses).
 func TargetOpWith(k *entries.Kernel, args []KernelArg, g plugin.Geometry) Op {
 	return Op{
-		Name: "target " + k.Name(),
+		Name: k.OpName(),
 		Initial: func(d *Device, task uint64, fallback bool, stop *plugin.StopSignal) error {
 			if d.log.On(InfoKernelArgs) {
 				d.logArgs(task, k, args)

@@ -15,7 +15,8 @@ import (
 // target enqueues a target region on w: maps, launch, unmaps.
 func (d *Device) target(w *work, k *entries.Kernel, args []KernelArg, g plugin.Geometry) {
 	pargs := make([]plugin.Arg, len(args))
-	var mapped []MapItem
+	var mappedBuf [4]MapItem // a few buffers: no allocation
+	mapped := mappedBuf[:0]
 	checking := d.log.On(InfoCheck)
 	var fresh []bool // GOFFLOAD_CHECK: the mappings this construct made
 	if checking {

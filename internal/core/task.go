@@ -120,6 +120,14 @@ func (t *Task) markEnqueued() {
 // closedChan is a closed channel.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
+// retire forgets t's event ev, once t is finished, and closes it.
+func (t *Task) retire(ev plugin.Event) {
+	t.mu.Lock()
+	t.ev = nil
+	t.mu.Unlock()
+	ev.Close()
+}
+
 func (t *Task) event() plugin.Event {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -233,27 +241,21 @@ func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 			onHost = append(onHost, p)
 		}
 	}
-	// What t does once its host predecessors are done: the device waits for
-	// the others itself.
-	ready := func() step {
-		if f := failedPred(onHost); f != nil { // they are all done
-			if !allFinished(preds) { // a task never completes before one it depends on
-				go func() { waitDone(preds); r.complete(t, depErr(t, f), f) }()
-				return nil
-			}
-			return r.completeThen(t, depErr(t, f), f)
+	if len(later) == 0 && len(onHost) == 0 { // the device waits for them all
+		if next := r.enqueue(t, d, op, onDevice, fallback); next != nil {
+			go drive(next) // the initial device's work
 		}
-		return r.enqueue(t, d, op, onDevice, fallback)
+		return t
 	}
 	if len(later) == 0 {
-		if s := r.afterHost(t, d, onHost, ready); s != nil {
+		if s := r.afterHost(t, d, onHost, r.readyStep(t, d, op, preds, onHost, onDevice, fallback)); s != nil {
 			if next := s(); next != nil { // enqueueing does not block the caller
 				go drive(next)
 			}
 		}
 		return t
 	}
-	go func() {
+	go func(onHost, onDevice []*Task) {
 		// A device predecessor that was not enqueued yet (it waits on the
 		// host itself) may be waited for on the device once it is.
 		for _, p := range later {
@@ -267,9 +269,28 @@ func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 				onHost = append(onHost, p)
 			}
 		}
-		drive(r.afterHost(t, d, onHost, ready))
-	}()
+		drive(r.afterHost(t, d, onHost, r.readyStep(t, d, op, preds, onHost, onDevice, fallback)))
+	}(onHost, onDevice)
 	return t
+}
+
+// readyStep is the step of ready.
+func (r *Runtime) readyStep(t *Task, d *Device, op Op, preds, onHost, onDevice []*Task, fallback bool) step {
+	return func() step { return r.ready(t, d, op, preds, onHost, onDevice, fallback) }
+}
+
+// ready enqueues t's work behind waits for onDevice, once onHost, the
+// predecessors waited for on the host, are all done; preds are all of
+// them. If one of onHost failed, t fails too, once preds are done.
+func (r *Runtime) ready(t *Task, d *Device, op Op, preds, onHost, onDevice []*Task, fallback bool) step {
+	if f := failedPred(onHost); f != nil { // they are all done
+		if !allFinished(preds) { // a task never completes before one it depends on
+			go func() { waitDone(preds); r.complete(t, depErr(t, f), f) }()
+			return nil
+		}
+		return r.completeThen(t, depErr(t, f), f)
+	}
+	return r.enqueue(t, d, op, onDevice, fallback)
 }
 
 // SpawnHost runs fn on the host as a task in the same dependence graph.
@@ -469,29 +490,23 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		// it is no wait), or sees the task finished, and is enqueued at
 		// once either way. Those that took the event already may still
 		// wait on it, closed.
-		retire := func() {
-			t.mu.Lock()
-			t.ev = nil
-			t.mu.Unlock()
-			ev.Close()
-		}
 		if !background && w.dep == nil && !allFinished(all) {
 			// Not on the device's completer: it must not block. The
 			// completion of its last predecessor finishes it.
 			drive(r.waitFor(t, all, true, func() step {
 				l := r.finishNext(t, err, w.dep, all)
-				retire()
+				t.retire(ev)
 				return l
 			}))
 			return
 		}
 		r.finishTask(t, err, w.dep, all)
-		retire()
+		t.retire(ev)
 	}
 	if fn, ok := ev.(plugin.FireNotifier); ok && len(w.after) == 0 {
 		// No goroutine per task: the event's firing hands the completion
 		// to the device's completer.
-		fn.OnFire(func() { d.completer.add(func() { complete(false) }) })
+		fn.OnFire(func() { d.completer.add(complete) })
 		return nil
 	}
 	go complete(true)
@@ -514,11 +529,11 @@ func allFinished(ts []*Task) bool {
 // each event. A completion must not block on another's.
 type completer struct {
 	mu      sync.Mutex
-	fns     []func()
+	fns     []func(background bool) // each called with false
 	running bool
 }
 
-func (c *completer) add(f func()) {
+func (c *completer) add(f func(background bool)) {
 	c.mu.Lock()
 	c.fns = append(c.fns, f)
 	start := !c.running
@@ -541,7 +556,7 @@ func (c *completer) run() {
 		c.fns[0] = nil
 		c.fns = c.fns[1:]
 		c.mu.Unlock()
-		f()
+		f(false)
 	}
 }
 

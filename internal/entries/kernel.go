@@ -47,6 +47,8 @@ type Kernel struct {
 	code map[string]plugin.DeviceCode
 	// sig is the function's signature as text, part of the image digest.
 	sig string
+	// opName is the name of a target construct that launches the kernel.
+	opName string
 }
 
 var _ plugin.Kernel = (*Kernel)(nil)
@@ -56,6 +58,15 @@ func (k *Kernel) Index() int { return k.index }
 
 // Name is the name the kernel was registered under.
 func (k *Kernel) Name() string { return k.name }
+
+// OpName is the name of a target construct that launches k ("target " and
+// k's name), made once.
+func (k *Kernel) OpName() string {
+	if k.opName == "" {
+		return "target " + k.name
+	}
+	return k.opName
+}
 
 // Params are the parameters after the context, struct fields flattened.
 func (k *Kernel) Params() []plugin.Param { return k.params }
@@ -197,7 +208,7 @@ func RegisterKernel(name string, fn any) (*Kernel, error) {
 	if t.NumOut() != 0 {
 		return nil, fmt.Errorf("%w: kernel %q: returns %d results; kernels return nothing (write results to a slice)", ErrKernelSignature, name, t.NumOut())
 	}
-	k := &Kernel{name: name, fn: v, sig: t.String()}
+	k := &Kernel{name: name, fn: v, sig: t.String(), opName: "target " + name}
 	for i := 0; i < t.NumIn(); i++ {
 		pt := t.In(i)
 		if i == 0 && pt.Kind() == reflect.Interface && pt.NumMethod() > 0 {

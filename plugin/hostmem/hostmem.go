@@ -248,17 +248,26 @@ func (m *Memory) Free(p plugin.Ptr) error {
 	return nil
 }
 
+// keys are the search keys of Bytes: a key escapes into the tree's search,
+// and one made per call would be an allocation per kernel argument.
+var keys = sync.Pool{New: func() any { return new(allocation) }}
+
 // Bytes returns the memory [p, p+size), which must lie inside one live
 // allocation; otherwise the error wraps plugin.ErrBadPointer.
 func (m *Memory) Bytes(p plugin.Ptr, size int64) ([]byte, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("%w: negative size %d at %#x", plugin.ErrBadPointer, size, uint64(p))
 	}
+	key := keys.Get().(*allocation)
+	key.base = p
+	var c allocation // a copy: AllocAt may fill the allocation in later
+	found := false
 	m.mu.RLock()
-	var a *allocation
-	m.live.DescendLessOrEqual(&allocation{base: p}, func(x *allocation) bool { c := *x; a = &c; return false }) // AllocAt may fill it in later
+	m.live.DescendLessOrEqual(key, func(x *allocation) bool { c, found = *x, true; return false })
 	m.mu.RUnlock()
-	if a == nil || p >= a.base+plugin.Ptr(max(a.size, 1)) {
+	keys.Put(key)
+	a := &c
+	if !found || p >= a.base+plugin.Ptr(max(a.size, 1)) {
 		return nil, fmt.Errorf("%w: %#x is not inside a live allocation", plugin.ErrBadPointer, uint64(p))
 	}
 	if a.err != nil {
