@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goffload/offload/plugin"
@@ -33,10 +34,15 @@ type Task struct {
 	done chan struct{}
 	err  error    // set before done is closed
 	fail *failure // with err: the failure it reports (its own or a predecessor's)
-	// Guarded by mu: enqueued says the device work is enqueued (ev set);
-	// enq, made only for a task that waits for that, is closed then.
+	// Guarded by mu: enqueued says the device work is enqueued (ev set) or
+	// never will be (t completed); enqWait are the tasks waiting for that.
 	enqueued bool
-	enq      chan struct{}
+	enqWait  []*Task
+	// A task whose device predecessors were not enqueued yet when it was
+	// made waits for laterLeft of them to be (see Spawn); laterCont is
+	// what it does then.
+	laterLeft atomic.Int32
+	laterCont step
 
 	addrs []uintptr // the addresses it depends on; guarded by the runtime's tasks.mu
 
@@ -93,32 +99,52 @@ func (t *Task) report() {
 	}
 }
 
-// enqueuedCh returns a channel closed once t's device work is enqueued
-// (never, for work that is not enqueued on a device).
-func (t *Task) enqueuedCh() <-chan struct{} {
+// markEnqueued says t's device work is enqueued, or that it never will
+// be (t completed), and returns the steps of the tasks that waited for
+// that (see Spawn) and can go on now.
+func (t *Task) markEnqueued() step {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.enqueued {
-		return closedChan
+		t.mu.Unlock()
+		return nil
 	}
-	if t.enq == nil {
-		t.enq = make(chan struct{})
-	}
-	return t.enq
-}
-
-// markEnqueued says t's device work is enqueued.
-func (t *Task) markEnqueued() {
-	t.mu.Lock()
 	t.enqueued = true
-	if t.enq != nil {
-		close(t.enq)
-	}
+	ws := t.enqWait
+	t.enqWait = nil
 	t.mu.Unlock()
+	var s step
+	for _, w := range ws {
+		if w.laterLeft.Add(-1) == 0 {
+			c := w.laterCont
+			w.laterCont = nil
+			s = chain(s, c)
+		}
+	}
+	return s
 }
 
-// closedChan is a closed channel.
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+// waitEnqueued arranges for cont to run once every task of ps is
+// enqueued or completed: by the last of them to be, from markEnqueued. It
+// returns cont itself if they all are already, for the caller to run.
+func (t *Task) waitEnqueued(ps []*Task, cont step) step {
+	t.laterCont = cont
+	t.laterLeft.Store(int32(len(ps)))
+	n := int32(0)
+	for _, p := range ps {
+		p.mu.Lock()
+		if p.enqueued {
+			n++
+		} else {
+			p.enqWait = append(p.enqWait, t)
+		}
+		p.mu.Unlock()
+	}
+	if n > 0 && t.laterLeft.Add(-n) == 0 {
+		t.laterCont = nil
+		return cont
+	}
+	return nil
+}
 
 // retire forgets t's event ev, once t is finished, and closes it.
 func (t *Task) retire(ev plugin.Event) {
@@ -205,7 +231,14 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy s
 		}
 	}
 	ts.mu.Unlock()
-	close(t.done) // after the history: a waiter sees it settled
+	close(t.done)                        // after the history: a waiter sees it settled
+	if s := t.markEnqueued(); s != nil { // it never was, and never will be
+		if heavy == nil {
+			heavy = s
+		} else {
+			spawn = append(spawn, s)
+		}
+	}
 	for _, c := range spawn {
 		go drive(c)
 	}
@@ -236,7 +269,9 @@ func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 		case ev != nil && d.canWait(p, ev):
 			onDevice = append(onDevice, p)
 		case ev == nil && !finished(p):
-			later = append(later, p) // not enqueued yet: see when it is
+			// Not enqueued yet (see when it is), or finishing (its event
+			// retired): waitEnqueued tells them apart.
+			later = append(later, p)
 		default:
 			onHost = append(onHost, p)
 		}
@@ -255,22 +290,27 @@ func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 		}
 		return t
 	}
-	go func(onHost, onDevice []*Task) {
-		// A device predecessor that was not enqueued yet (it waits on the
-		// host itself) may be waited for on the device once it is.
+	// A device predecessor that was not enqueued yet (it waits on the host
+	// itself) may be waited for on the device once it is.
+	cont := func() step {
 		for _, p := range later {
-			select {
-			case <-p.enqueuedCh():
-			case <-p.done:
-			}
 			if ev := p.event(); ev != nil && d.canWait(p, ev) {
 				onDevice = append(onDevice, p)
 			} else {
 				onHost = append(onHost, p)
 			}
 		}
-		drive(r.afterHost(t, d, onHost, r.readyStep(t, d, op, preds, onHost, onDevice, fallback)))
-	}(onHost, onDevice)
+		return r.afterHost(t, d, onHost, r.readyStep(t, d, op, preds, onHost, onDevice, fallback))
+	}
+	if s := t.waitEnqueued(later, cont); s != nil {
+		// They are all enqueued by now, or finishing (enqueued, their
+		// events retired): classifying them and waiting does not block.
+		if s = s(); s != nil {
+			if next := s(); next != nil { // enqueueing does not block either
+				go drive(next)
+			}
+		}
+	}
 	return t
 }
 
@@ -377,9 +417,10 @@ func depErr(t *Task, f *failure) error {
 }
 
 // enqueue puts t's work on a queue of d behind waits for preds, records the
-// event dependents wait on, and completes t in the background. On the
-// initial device it returns the work as a step instead, for the caller to
-// run where it does not hold anyone up.
+// event dependents wait on, and completes t in the background. It returns
+// the steps of the tasks that waited for t to be enqueued; on the initial
+// device, the work itself as a step, for the caller to run where it does
+// not hold anyone up.
 func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback bool) step {
 	if err := op.check(d); err != nil {
 		r.completeAfter(t, err, preds)
@@ -470,10 +511,10 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		t.ev = ev
 		t.mu.Unlock()
 	}
-	t.markEnqueued()
-	if ev == nil { // the device is failing: nothing to wait for but the queue
+	wake := t.markEnqueued() // the tasks that waited for t to be enqueued
+	if ev == nil {           // the device is failing: nothing to wait for but the queue
 		go func() { r.finishTask(t, w.finish(), w.dep, all) }()
-		return nil
+		return wake
 	}
 	// What completes t once ev fired; it blocks only where it must wait for
 	// t's predecessors (failedPred), or has work after the queue's.
@@ -485,32 +526,26 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 			w.runAfter()
 		}
 		err = w.done(err == nil)
-		// The event goes once the task is finished: a dependent created
-		// meanwhile either waits on the event, which has fired (a wait on
-		// it is no wait), or sees the task finished, and is enqueued at
-		// once either way. Those that took the event already may still
-		// wait on it, closed.
+		// Dependents created from now on see the task finishing (enqueued,
+		// with no event) and wait for it on the host; those that took the
+		// event already may still wait on it, closed (it fired: no wait).
+		t.retire(ev)
 		if !background && w.dep == nil && !allFinished(all) {
 			// Not on the device's completer: it must not block. The
 			// completion of its last predecessor finishes it.
-			drive(r.waitFor(t, all, true, func() step {
-				l := r.finishNext(t, err, w.dep, all)
-				t.retire(ev)
-				return l
-			}))
+			drive(r.waitFor(t, all, true, func() step { return r.finishNext(t, err, w.dep, all) }))
 			return
 		}
 		r.finishTask(t, err, w.dep, all)
-		t.retire(ev)
 	}
 	if fn, ok := ev.(plugin.FireNotifier); ok && len(w.after) == 0 {
 		// No goroutine per task: the event's firing hands the completion
 		// to the device's completer.
 		fn.OnFire(func() { d.completer.add(complete) })
-		return nil
+		return wake
 	}
 	go complete(true)
-	return nil
+	return wake
 }
 
 // allFinished reports whether every task of ts has finished.
