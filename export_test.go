@@ -1,20 +1,20 @@
 package offload
 
 import (
-	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/entries"
+	"github.com/goffload/offload/internal/mapping"
 )
 
 // Entries returns device dev's present table, for tests, without the
 // entries of declare target "to" variables (which every device has from
 // Start to Stop, whatever the test maps: see declare_test.go).
-func Entries(dev int) []core.EntryInfo {
+func Entries(dev int) []mapping.EntryInfo {
 	rt := current.Load()
 	if rt == nil || dev < 0 || dev >= len(rt.Devices) {
 		return nil
 	}
 	gs, _ := entries.Globals()
-	var out []core.EntryInfo
+	var out []mapping.EntryInfo
 	for _, e := range rt.Devices[dev].Table().Snapshot() {
 		if !declared(gs, e) {
 			out = append(out, e)
@@ -25,7 +25,7 @@ func Entries(dev int) []core.EntryInfo {
 
 // declared reports whether e is the entry of a declare target "to"
 // variable of gs.
-func declared(gs []*entries.Global, e core.EntryInfo) bool {
+func declared(gs []*entries.Global, e mapping.EntryInfo) bool {
 	for _, g := range gs {
 		if !g.Link && e.HstBegin == g.Addr() && e.Size == g.Size && e.Name == g.Name {
 			return true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/goffload/offload/internal/mapping"
 	"reflect"
 	"unsafe"
 
@@ -245,10 +246,10 @@ func Memcpy(dst, src DevicePtr, n int64) error {
 }
 
 // hostBuf converts a slice for the mapping routines.
-func hostBuf(cd *core.Device, op string, s any) (core.Buf, error) {
+func hostBuf(cd *core.Device, op string, s any) (mapping.Buf, error) {
 	v := reflect.ValueOf(s)
 	if !v.IsValid() || v.Kind() != reflect.Slice {
-		return core.Buf{}, fmt.Errorf("goffload: %s: %s of a %T: %w: want a slice", cd.Label(), op, s, ErrBadArgument)
+		return mapping.Buf{}, fmt.Errorf("goffload: %s: %s of a %T: %w: want a slice", cd.Label(), op, s, ErrBadArgument)
 	}
 	return bufOf(v), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/goffload/offload/internal/mapping"
 	"os"
 	"runtime"
 	"strings"
@@ -140,7 +141,7 @@ func (r *Runtime) add(spec string, devs []plugin.Device, err error) error {
 		return nil
 	}
 	for _, pd := range devs {
-		r.Devices = append(r.Devices, &Device{Num: len(r.Devices), Dev: pd, tool: r.Cfg.Tool, Info: plugin.Info{Kind: strings.SplitN(spec, ":", 2)[0]}, Spec: spec, table: NewTable(), log: r.Log, ids: &r.ids})
+		r.Devices = append(r.Devices, &Device{Num: len(r.Devices), Dev: pd, tool: r.Cfg.Tool, Info: plugin.Info{Kind: strings.SplitN(spec, ":", 2)[0]}, Spec: spec, table: mapping.NewTable(), log: r.Log, ids: &r.ids})
 	}
 	if errors.Is(err, plugin.ErrBadSpec) {
 		return fmt.Errorf("%w: GOFFLOAD_DEVICES item %q: %w", ErrConfig, spec, err)
