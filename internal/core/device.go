@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/goffload/offload/internal/entries"
-	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -34,7 +33,7 @@ type Device struct {
 
 	table *mapping.Table
 	log   *Logger
-	pool  *workpool.Pool // the initial device's workers
+	pool  *plugin.Pool // the initial device's workers
 
 	tool Tool // nil: no tool
 	// ids numbers tasks and synchronous constructs (the runtime's).

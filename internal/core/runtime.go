@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 
 	"github.com/goffload/offload/internal/entries"
-	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -55,7 +54,7 @@ func Start(cfg Config) (*Runtime, error) {
 		}
 	}
 	n := len(r.Devices)
-	r.Initial = &Device{Num: n, Info: initialInfo(), log: r.Log, pool: workpool.New(runtime.NumCPU()), tool: cfg.Tool, ids: &r.ids, stop: plugin.NewStopSignal()}
+	r.Initial = &Device{Num: n, Info: initialInfo(), log: r.Log, pool: plugin.NewPool(runtime.NumCPU()), tool: cfg.Tool, ids: &r.ids, stop: plugin.NewStopSignal()}
 	for _, d := range r.Devices {
 		if d.Unavailable != nil {
 			continue
