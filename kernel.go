@@ -80,6 +80,11 @@ type paramMap struct {
 // and the parameter, as is a name registered twice; the error wraps
 // ErrKernelSignature.
 func NewKernel(name string, fn any) (*Kernel, error) {
+	k, err := newKernel(name, fn)
+	return k, apiError(err)
+}
+
+func newKernel(name string, fn any) (*Kernel, error) {
 	if err := checkTags(name, fn); err != nil {
 		return nil, err
 	}
