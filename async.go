@@ -2,6 +2,7 @@ package offload
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -92,7 +93,7 @@ func (t *Task) ID() uint64 {
 
 // ErrDependency is wrapped by the error of a task that did not run because
 // a task it depends on failed.
-var ErrDependency = core.ErrDependency
+var ErrDependency = errors.New("a task it depends on failed")
 
 // ErrInTask is wrapped by the error of Taskwait or Stop called from inside a
 // task — the function of Async.Go, or a kernel of a task on the initial
@@ -100,7 +101,7 @@ var ErrDependency = core.ErrDependency
 // ErrBadArgument. The runtime knows a task's goroutine by the task's frame
 // on its stack, so a goroutine that a task starts is not inside it (and
 // must not call Taskwait or Stop while the task waits for it).
-var ErrInTask = core.ErrInTask
+var ErrInTask = fmt.Errorf("%w: called from inside a task, which would wait for itself", ErrBadArgument)
 
 // Async makes constructs tasks: target nowait, with depend clauses.
 // Create it with Device.Nowait or Nowait.
@@ -260,7 +261,7 @@ func Taskwait(ctx context.Context) error {
 	}
 	rt, err := runtimeOrErr()
 	if err != nil {
-		return err
+		return err // this package's error
 	}
 	return apiError(rt.Taskwait(ctx))
 }

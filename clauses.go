@@ -3,6 +3,7 @@ package offload
 import (
 	"errors"
 	"fmt"
+	"github.com/goffload/offload/internal/mapping"
 
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/plugin"
@@ -65,21 +66,21 @@ func (m Defaultmap) String() string {
 func (d Device) Defaultmap(m Defaultmap) Device { d.dm = m; return d }
 
 // mapType is the map type of a bare slice under m.
-func (m Defaultmap) mapType() (core.MapType, error) {
-	const implicit = core.MapImplicit
+func (m Defaultmap) mapType() (mapping.MapType, error) {
+	const implicit = mapping.MapImplicit
 	switch m {
 	case DefaultmapDefault:
-		return core.MapTo | core.MapFrom | implicit, nil
+		return mapping.MapTo | mapping.MapFrom | implicit, nil
 	case DefaultmapTo:
-		return core.MapTo | implicit, nil
+		return mapping.MapTo | implicit, nil
 	case DefaultmapFrom:
-		return core.MapFrom | implicit, nil
+		return mapping.MapFrom | implicit, nil
 	case DefaultmapToFrom:
-		return core.MapTo | core.MapFrom | implicit, nil
+		return mapping.MapTo | mapping.MapFrom | implicit, nil
 	case DefaultmapAlloc:
 		return implicit, nil
 	case DefaultmapPresent:
-		return core.MapPresent | implicit, nil
+		return mapping.MapPresent | implicit, nil
 	case DefaultmapNone:
 		return 0, fmt.Errorf("%w: defaultmap(none): a bare slice needs a map clause (To, From, ToFrom, Alloc) or a parameter that declares its direction (In, Out, InOut, Scratch)", ErrBadMap)
 	}

@@ -1,6 +1,7 @@
 package offload
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"unsafe"
@@ -12,7 +13,7 @@ import (
 // name taken, an empty variable, elements that are not plain data, host
 // memory shared with another variable, or a declaration while the runtime
 // is started).
-var ErrDeclareTarget = entries.ErrDeclareTarget
+var ErrDeclareTarget = errors.New("invalid declare target variable")
 
 // A Global is a declare target variable: a slice of plain data that kernels
 // use on every device without passing it as an argument (OpenMP's
@@ -86,7 +87,7 @@ func NewDeclareTargetLink[T any](name string, host []T) (*Global[T], error) {
 func declare[T any](name string, host []T, link bool) (*Global[T], error) {
 	g, err := entries.RegisterGlobal(name, reflect.TypeFor[T](), unsafe.Pointer(unsafe.SliceData(host)), len(host), link)
 	if err != nil {
-		return nil, fmt.Errorf("goffload: %w", err)
+		return nil, apiError(fmt.Errorf("goffload: %w", err))
 	}
 	return &Global[T]{g: g, host: host}, nil
 }

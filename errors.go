@@ -9,47 +9,74 @@ import (
 )
 
 // Errors returned by the runtime, wrapped with detail; compare with
-// errors.Is.
+// errors.Is. They are this package's own values: an error that the runtime
+// (the packages under it, a device kind) returns matches them where it
+// wraps the runtime's error of the same text (see apiError).
 var (
 	// ErrNotStarted: a construct before Start or after Stop.
-	ErrNotStarted = core.ErrNotStarted
+	ErrNotStarted = errors.New("runtime not started")
 	// ErrConfig: an environment variable or option that cannot be used.
-	ErrConfig = core.ErrConfig
+	ErrConfig = errors.New("invalid configuration")
 	// ErrNoDevice: a device number that does not exist.
-	ErrNoDevice = core.ErrNoDevice
+	ErrNoDevice = errors.New("no such device")
 	// ErrMandatory: OMP_TARGET_OFFLOAD=MANDATORY and the device cannot run
 	// the construct.
-	ErrMandatory = core.ErrMandatory
+	ErrMandatory = errors.New("offload is mandatory and the device is unavailable")
 	// ErrUnavailable: Info of a device that could not be opened, under an
 	// offload policy that is not MANDATORY: its constructs run on the
 	// initial device.
-	ErrUnavailable = core.ErrUnavailable
+	ErrUnavailable = errors.New("the device is unavailable; OMP_TARGET_OFFLOAD is not MANDATORY, so its work runs on the initial device")
 	// ErrNotPresent: a present modifier on a buffer that is not mapped.
-	ErrNotPresent = core.ErrNotPresent
+	ErrNotPresent = errors.New("not present on the device")
 	// ErrExtension: a section that partly overlaps a mapping. An explicit
 	// map clause would extend the mapping (libomptarget: "explicit
 	// extension not allowed"); the error of an implicit map (a slice passed
 	// bare), a target update, a target exit data or Associate says which
 	// it was ("update of a range that is only partly mapped", …).
-	ErrExtension = core.ErrExtension
+	ErrExtension = errors.New("explicit extension not allowed")
 	// ErrBadMap: a map clause that the construct does not allow, or a value
 	// that cannot be mapped.
-	ErrBadMap = core.ErrBadMap
+	ErrBadMap = errors.New("invalid map clause")
 	// ErrBadArgument: a kernel argument or memory routine argument of the
 	// wrong kind.
-	ErrBadArgument = core.ErrBadArgument
+	ErrBadArgument = errors.New("invalid argument")
 	// ErrKernelSignature: a kernel function that cannot be offloaded, or a
 	// duplicate kernel name.
-	ErrKernelSignature = entries.ErrKernelSignature
+	ErrKernelSignature = errors.New("invalid kernel")
 	// ErrKernelFailed: a kernel that failed on its device (it panicked or
 	// called runtime.Goexit); errors.As finds a *KernelPanic with the panic
 	// value and stack.
-	ErrKernelFailed = plugin.ErrKernelFailed
+	ErrKernelFailed = errors.New("kernel failed")
 	// ErrDeviceLost: a device that stopped working.
-	ErrDeviceLost = plugin.ErrDeviceLost
+	ErrDeviceLost = errors.New("device lost")
 	// ErrBadPointer: a device pointer outside any live allocation.
-	ErrBadPointer = plugin.ErrBadPointer
+	ErrBadPointer = errors.New("invalid device pointer")
 )
+
+// sentinels pairs each of the package's errors with the runtime's error it
+// stands for: the runtime's packages and the device kinds wrap theirs
+// (plugin's errors are the contract kinds keep), and an error that leaves
+// the package through apiError matches the package's error (errors.Is)
+// where it wraps the runtime's. Each pair has the same text.
+var sentinels = [...]struct{ pub, internal error }{
+	{ErrNotStarted, core.ErrNotStarted},
+	{ErrConfig, core.ErrConfig},
+	{ErrNoDevice, core.ErrNoDevice},
+	{ErrMandatory, core.ErrMandatory},
+	{ErrUnavailable, core.ErrUnavailable},
+	{ErrNotPresent, core.ErrNotPresent},
+	{ErrExtension, core.ErrExtension},
+	{ErrBadMap, core.ErrBadMap},
+	{ErrBadArgument, core.ErrBadArgument},
+	{ErrKernelSignature, entries.ErrKernelSignature},
+	{ErrKernelFailed, plugin.ErrKernelFailed},
+	{ErrDeviceLost, plugin.ErrDeviceLost},
+	{ErrBadPointer, plugin.ErrBadPointer},
+	{ErrOutOfMemory, plugin.ErrOutOfMemory},
+	{ErrDependency, core.ErrDependency},
+	{ErrInTask, core.ErrInTask},
+	{ErrDeclareTarget, entries.ErrDeclareTarget},
+}
 
 // MapError is the error of a map clause or data routine that cannot be
 // done: it names the device, the buffer (host address, size and name) and
@@ -127,7 +154,7 @@ func (e *KernelPanic) Error() string {
 // (see Recovered).
 func (e *KernelPanic) Unwrap() []error {
 	if err, ok := e.value.(error); ok {
-		return []error{ErrKernelFailed, err}
+		return []error{ErrKernelFailed, apiError(err)}
 	}
 	return []error{ErrKernelFailed}
 }
@@ -136,14 +163,16 @@ func (e *KernelPanic) Unwrap() []error {
 // process (the initial device, a host device), nil otherwise.
 func (e *KernelPanic) Recovered() any { return e.value }
 
-// apiError is how an error of the runtime leaves the package: every
-// exported function passes through it the errors it gets from the runtime
-// (constructs, tasks and their waits, memory routines, Start, Stop, a
-// launch's clause check) and the Tool adapter the Err of a TargetEvent. An
-// error that holds a *core.MapError or a *plugin.KernelPanic (the runtime's
-// own types) is wrapped in a publicError, in which errors.As finds a
-// *MapError or *KernelPanic; any other error, nil included, is returned as
-// it is. The text, and what errors.Is matches, are unchanged.
+// apiError is how an error leaves the package: every exported function
+// passes through it the errors it returns that may hold the runtime's
+// (constructs, tasks and their waits, memory routines, Start, Stop, kernel
+// and declare target registration, a launch's clause check, Info) and the
+// Tool adapter the Err of a TargetEvent. An error that wraps one of the
+// runtime's errors that this package's stand for (sentinels), or holds a
+// *core.MapError or a *plugin.KernelPanic (the runtime's own types), is
+// wrapped in a publicError, which errors.Is matches with the package's
+// errors and in which errors.As finds a *MapError or *KernelPanic; any
+// other error, nil included, is returned as it is. The text is unchanged.
 func apiError(err error) error {
 	if err == nil { // the common case, inlined
 		return nil
@@ -158,18 +187,53 @@ func publish(err error) error {
 	}
 	var me *core.MapError
 	var kp *plugin.KernelPanic
-	if !errors.As(err, &me) && !errors.As(err, &kp) {
-		return err
+	if errors.As(err, &me) || errors.As(err, &kp) || holdsInternal(err) {
+		return &publicError{err}
 	}
-	return &publicError{err}
+	return err
+}
+
+// holdsInternal reports whether err wraps one of the runtime's errors that
+// the package's errors stand for.
+func holdsInternal(err error) bool {
+	for _, s := range sentinels {
+		if errors.Is(err, s.internal) {
+			return true
+		}
+	}
+	return false
 }
 
 // publicError is an error of the runtime as the package returns it: the
-// same error, which errors.As also finds as this package's error types.
+// same error, which errors.Is also matches with this package's errors and
+// errors.As finds as this package's error types.
 type publicError struct{ err error }
 
 func (e *publicError) Error() string { return e.err.Error() }
 func (e *publicError) Unwrap() error { return e.err }
+
+// Is reports whether target is one of this package's errors and e wraps
+// the runtime's error it stands for.
+func (e *publicError) Is(target error) bool {
+	for _, s := range sentinels {
+		if s.pub == target {
+			return errors.Is(e.err, s.internal)
+		}
+	}
+	return false
+}
+
+// publicCause is a MapError's cause as the package shows it: the package's
+// error where the cause is the runtime's error it stands for (so that Err
+// == ErrNotPresent holds), otherwise the cause through apiError.
+func publicCause(err error) error {
+	for _, s := range sentinels {
+		if err == s.internal {
+			return s.pub
+		}
+	}
+	return apiError(err)
+}
 
 // As sets *target to this package's copy of the runtime's *core.MapError
 // or *plugin.KernelPanic in e's chain, where target is a **MapError or a
@@ -182,6 +246,7 @@ func (e *publicError) As(target any) bool {
 			return false
 		}
 		pub := MapError(*me)
+		pub.Err = publicCause(me.Err)
 		*t = &pub
 		return true
 	case **KernelPanic:

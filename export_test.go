@@ -1,20 +1,20 @@
 package offload
 
 import (
-	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/entries"
+	"github.com/goffload/offload/internal/mapping"
 )
 
 // Entries returns device dev's present table, for tests, without the
 // entries of declare target "to" variables (which every device has from
 // Start to Stop, whatever the test maps: see declare_test.go).
-func Entries(dev int) []core.EntryInfo {
+func Entries(dev int) []mapping.EntryInfo {
 	rt := current.Load()
 	if rt == nil || dev < 0 || dev >= len(rt.Devices) {
 		return nil
 	}
 	gs, _ := entries.Globals()
-	var out []core.EntryInfo
+	var out []mapping.EntryInfo
 	for _, e := range rt.Devices[dev].Table().Snapshot() {
 		if !declared(gs, e) {
 			out = append(out, e)
@@ -25,7 +25,7 @@ func Entries(dev int) []core.EntryInfo {
 
 // declared reports whether e is the entry of a declare target "to"
 // variable of gs.
-func declared(gs []*entries.Global, e core.EntryInfo) bool {
+func declared(gs []*entries.Global, e mapping.EntryInfo) bool {
 	for _, g := range gs {
 		if !g.Link && e.HstBegin == g.Addr() && e.Size == g.Size && e.Name == g.Name {
 			return true
@@ -37,3 +37,16 @@ func declared(gs []*entries.Global, e core.EntryInfo) bool {
 // Enqueued reports whether t's work is on its device's queue already (its
 // event recorded), rather than waiting on the host to be enqueued.
 func Enqueued(t *Task) bool { return t.t != nil && t.t.Enqueued() }
+
+// Sentinels returns each of the package's errors with the runtime's error
+// it stands for (errors.go's table).
+func Sentinels() [][2]error {
+	out := make([][2]error, len(sentinels))
+	for i, s := range sentinels {
+		out[i] = [2]error{s.pub, s.internal}
+	}
+	return out
+}
+
+// APIError is apiError, for tests.
+func APIError(err error) error { return apiError(err) }

@@ -2,9 +2,9 @@ package offload
 
 import (
 	"fmt"
+	"github.com/goffload/offload/internal/mapping"
 	"reflect"
 
-	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 )
@@ -63,7 +63,7 @@ type Kernel struct {
 
 // paramMap is how a bare slice argument is mapped.
 type paramMap struct {
-	typ      core.MapType
+	typ      mapping.MapType
 	clause   string
 	declared bool // an In, Out, InOut or Scratch parameter
 }
@@ -80,6 +80,11 @@ type paramMap struct {
 // and the parameter, as is a name registered twice; the error wraps
 // ErrKernelSignature.
 func NewKernel(name string, fn any) (*Kernel, error) {
+	k, err := newKernel(name, fn)
+	return k, apiError(err)
+}
+
+func newKernel(name string, fn any) (*Kernel, error) {
 	if err := checkTags(name, fn); err != nil {
 		return nil, err
 	}
@@ -95,7 +100,7 @@ func NewKernel(name string, fn any) (*Kernel, error) {
 	}
 	dirs := make([]paramMap, len(k.Params()))
 	for i, p := range k.Params() {
-		dirs[i] = paramMap{typ: core.MapTo | core.MapFrom | core.MapImplicit, clause: "tofrom"}
+		dirs[i] = paramMap{typ: mapping.MapTo | mapping.MapFrom | mapping.MapImplicit, clause: "tofrom"}
 		pt := t.In(first + p.Top)
 		if p.Field >= 0 {
 			f := pt.Field(p.Field)
@@ -142,14 +147,14 @@ func checkPlain(t reflect.Type) error {
 }
 
 // tagDir is the map type an `offload:"…"` tag on a slice field declares.
-func tagDir(tag string) (core.MapType, error) {
+func tagDir(tag string) (mapping.MapType, error) {
 	switch tag {
 	case "to":
-		return core.MapTo, nil
+		return mapping.MapTo, nil
 	case "from":
-		return core.MapFrom, nil
+		return mapping.MapFrom, nil
 	case "tofrom":
-		return core.MapTo | core.MapFrom, nil
+		return mapping.MapTo | mapping.MapFrom, nil
 	case "alloc":
 		return 0, nil
 	}

@@ -2,6 +2,7 @@ package offload
 
 import (
 	"fmt"
+	"github.com/goffload/offload/internal/mapping"
 	"reflect"
 
 	"github.com/goffload/offload/internal/core"
@@ -22,7 +23,7 @@ type Map struct {
 	useClause string
 }
 
-func newMap(s any, t core.MapType, exit bool, clause string) Map {
+func newMap(s any, t mapping.MapType, exit bool, clause string) Map {
 	m := Map{item: core.MapItem{Type: t, Exit: exit}}
 	v := reflect.ValueOf(s)
 	if !v.IsValid() || v.Kind() != reflect.Slice {
@@ -43,21 +44,21 @@ func newMap(s any, t core.MapType, exit bool, clause string) Map {
 }
 
 // bufOf returns the memory of slice v.
-func bufOf(v reflect.Value) core.Buf {
-	return core.Buf{Ptr: v.UnsafePointer(), Size: int64(v.Len()) * int64(v.Type().Elem().Size())}
+func bufOf(v reflect.Value) mapping.Buf {
+	return mapping.Buf{Ptr: v.UnsafePointer(), Size: int64(v.Len()) * int64(v.Type().Elem().Size())}
 }
 
 // To maps s to the device, copying it in when the mapping is created
 // (map(to: s)). On target enter data it maps and copies in.
-func To(s any) Map { return newMap(s, core.MapTo, false, "to") }
+func To(s any) Map { return newMap(s, mapping.MapTo, false, "to") }
 
 // From maps s and copies it back to the host when the last reference is
 // released (map(from: s)). On target exit data it copies back and releases.
-func From(s any) Map { return newMap(s, core.MapFrom, false, "from") }
+func From(s any) Map { return newMap(s, mapping.MapFrom, false, "from") }
 
 // ToFrom maps s, copying it in on creation and back on release
 // (map(tofrom: s)).
-func ToFrom(s any) Map { return newMap(s, core.MapTo|core.MapFrom, false, "tofrom") }
+func ToFrom(s any) Map { return newMap(s, mapping.MapTo|mapping.MapFrom, false, "tofrom") }
 
 // Alloc maps s without copying (map(alloc: s)): the device memory starts
 // uninitialized.
@@ -70,20 +71,20 @@ func Release(s any) Map { return newMap(s, 0, true, "release") }
 // Delete removes s's mapping whatever its reference count, without copying
 // back (map(delete: s)), for target exit data. A mapping held by a region
 // (Hold) stays until that region ends.
-func Delete(s any) Map { return newMap(s, core.MapDelete, false, "delete") }
+func Delete(s any) Map { return newMap(s, mapping.MapDelete, false, "delete") }
 
 // Always makes the clause copy whatever the reference count: to copies in on
 // every map, from copies back on every unmap.
-func (m Map) Always() Map { m.item.Type |= core.MapAlways; return m }
+func (m Map) Always() Map { m.item.Type |= mapping.MapAlways; return m }
 
 // Present demands that the buffer be mapped already; if it is not, the
 // construct fails with an error wrapping ErrNotPresent.
-func (m Map) Present() Map { m.item.Type |= core.MapPresent; return m }
+func (m Map) Present() Map { m.item.Type |= mapping.MapPresent; return m }
 
 // Hold counts the map in the hold reference count (LLVM's ompx_hold): the
 // mapping survives Release and Delete until the region that holds it ends.
 // It is allowed on target regions and target data regions.
-func (m Map) Hold() Map { m.item.Type |= core.MapHold; return m }
+func (m Map) Hold() Map { m.item.Type |= mapping.MapHold; return m }
 
 // Named gives the buffer a name for info output and error messages.
 func (m Map) Named(name string) Map { m.item.Buf.Name = name; return m }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/goffload/offload/internal/mapping"
 	"reflect"
 	"unsafe"
 
@@ -14,7 +15,7 @@ import (
 
 // ErrOutOfMemory: an allocation the device cannot hold, such as one larger
 // than the machine's memory (which Go could not survive trying).
-var ErrOutOfMemory = plugin.ErrOutOfMemory
+var ErrOutOfMemory = errors.New("out of device memory")
 
 // DevicePtr is a range of memory on one device: what Alloc returns
 // (omp_target_alloc), or host memory named by HostPtr. It can be passed to a
@@ -147,6 +148,11 @@ func HostPtr(s any) DevicePtr {
 // ends the process when memory runs out, so such sizes are refused before
 // trying); a negative size with one wrapping ErrBadArgument.
 func (d Device) Alloc(size int64) (DevicePtr, error) {
+	p, err := d.alloc(size)
+	return p, apiError(err)
+}
+
+func (d Device) alloc(size int64) (DevicePtr, error) {
 	cd, _, err := d.resolve()
 	if err != nil {
 		return DevicePtr{}, err
@@ -163,7 +169,7 @@ func (d Device) Alloc(size int64) (DevicePtr, error) {
 	}
 	p, err := cd.Alloc(size)
 	if err != nil {
-		return DevicePtr{}, apiError(err)
+		return DevicePtr{}, err
 	}
 	return DevicePtr{dev: cd.Num, ptr: p, size: size, base: p, gen: cd.TrackAlloc(p, size)}, nil
 }
@@ -173,6 +179,10 @@ func (d Device) Alloc(size int64) (DevicePtr, error) {
 // Offset moved, or device memory that did not come from Alloc (MappedPtr's)
 // is an error wrapping ErrBadPointer.
 func Free(p DevicePtr) error {
+	return apiError(free(p))
+}
+
+func free(p DevicePtr) error {
 	const op = "omp_target_free"
 	if err := p.valid(); err != nil {
 		return fmt.Errorf("goffload: %s: %w", op, err)
@@ -197,7 +207,7 @@ func Free(p DevicePtr) error {
 	if err := cd.UntrackAlloc(p.base, p.gen); err != nil {
 		return fmt.Errorf("goffload: %s: %s of %s: %w: %w", cd.Label(), op, p, ErrBadArgument, err)
 	}
-	return apiError(cd.Free(p.ptr))
+	return cd.Free(p.ptr)
 }
 
 // ptrDevice resolves the device of p for op, checking that p points into
@@ -245,10 +255,10 @@ func Memcpy(dst, src DevicePtr, n int64) error {
 }
 
 // hostBuf converts a slice for the mapping routines.
-func hostBuf(cd *core.Device, op string, s any) (core.Buf, error) {
+func hostBuf(cd *core.Device, op string, s any) (mapping.Buf, error) {
 	v := reflect.ValueOf(s)
 	if !v.IsValid() || v.Kind() != reflect.Slice {
-		return core.Buf{}, fmt.Errorf("goffload: %s: %s of a %T: %w: want a slice", cd.Label(), op, s, ErrBadArgument)
+		return mapping.Buf{}, fmt.Errorf("goffload: %s: %s of a %T: %w: want a slice", cd.Label(), op, s, ErrBadArgument)
 	}
 	return bufOf(v), nil
 }
@@ -270,6 +280,11 @@ func (d Device) IsPresent(s any) bool {
 // MappedPtr returns the device memory slice s is mapped to
 // (omp_get_mapped_ptr); on the initial device, s's own memory.
 func (d Device) MappedPtr(s any) (DevicePtr, error) {
+	p, err := d.mappedPtr(s)
+	return p, apiError(err)
+}
+
+func (d Device) mappedPtr(s any) (DevicePtr, error) {
 	cd, _, err := d.resolve()
 	if err != nil {
 		return DevicePtr{}, err
@@ -283,7 +298,7 @@ func (d Device) MappedPtr(s any) (DevicePtr, error) {
 	}
 	p, err := cd.MappedPtr(b)
 	if err != nil {
-		return DevicePtr{}, apiError(err)
+		return DevicePtr{}, err
 	}
 	return DevicePtr{dev: cd.Num, ptr: p, size: b.Size}, nil
 }
@@ -292,6 +307,10 @@ func (d Device) MappedPtr(s any) (DevicePtr, error) {
 // (omp_target_associate_ptr): constructs then find s present at p, never
 // copy it in on their own or free p. Undo it with Disassociate.
 func (d Device) Associate(s any, p DevicePtr, name string) error {
+	return apiError(d.associate(s, p, name))
+}
+
+func (d Device) associate(s any, p DevicePtr, name string) error {
 	cd, _, err := d.resolve()
 	if err != nil {
 		return err
@@ -313,12 +332,16 @@ func (d Device) Associate(s any, p DevicePtr, name string) error {
 	if b.Size > p.size {
 		return fmt.Errorf("goffload: %s: omp_target_associate_ptr of %q (%d bytes): %w: %s holds only %d bytes", cd.Label(), name, b.Size, ErrBadArgument, p, p.size)
 	}
-	return apiError(cd.Associate(b, p.ptr))
+	return cd.Associate(b, p.ptr)
 }
 
 // Disassociate removes an association made by Associate
 // (omp_target_disassociate_ptr).
 func (d Device) Disassociate(s any) error {
+	return apiError(d.disassociate(s))
+}
+
+func (d Device) disassociate(s any) error {
 	cd, _, err := d.resolve()
 	if err != nil {
 		return err
@@ -333,5 +356,5 @@ func (d Device) Disassociate(s any) error {
 	if g, ok := cd.DeclaredAt(b); ok {
 		return fmt.Errorf("goffload: %s: omp_target_disassociate_ptr: %w: the buffer is declare target %s, whose device copy lives until Stop", cd.Label(), ErrBadArgument, g.Describe())
 	}
-	return apiError(cd.Disassociate(b))
+	return cd.Disassociate(b)
 }

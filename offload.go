@@ -93,14 +93,14 @@ func Start(opts ...Option) error {
 	}
 	cfg, err := core.ConfigFromEnv()
 	if err != nil {
-		return fmt.Errorf("goffload: %w", err)
+		return apiError(fmt.Errorf("goffload: %w", err))
 	}
 	for _, o := range opts {
 		if o.apply == nil {
 			continue
 		}
 		if err := o.apply(&cfg); err != nil {
-			return fmt.Errorf("goffload: %w", err)
+			return apiError(fmt.Errorf("goffload: %w", err))
 		}
 	}
 	rt, err := core.Start(cfg)
@@ -291,6 +291,11 @@ type DeviceInfo struct {
 // device that was lost (its process died, its link broke), the description
 // and an error wrapping ErrDeviceLost with the cause.
 func (d Device) Info() (DeviceInfo, error) {
+	info, err := d.info()
+	return info, apiError(err)
+}
+
+func (d Device) info() (DeviceInfo, error) {
 	rt, err := runtimeOrErr()
 	if err != nil {
 		return DeviceInfo{}, err
@@ -316,7 +321,7 @@ func (d Device) Info() (DeviceInfo, error) {
 		Host: i.Host, PID: i.PID, Spec: cd.Spec, Initial: cd.IsInitial()}
 	if !cd.IsInitial() {
 		if lost := cd.Lost(); lost != nil {
-			if errors.Is(lost, ErrDeviceLost) {
+			if errors.Is(lost, plugin.ErrDeviceLost) {
 				return info, fmt.Errorf("goffload: %s (pid %d): %w", cd.Label(), i.PID, lost)
 			}
 			return info, fmt.Errorf("goffload: %s (pid %d): %w: %w", cd.Label(), i.PID, ErrDeviceLost, lost)

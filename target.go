@@ -28,6 +28,10 @@ func (d Device) Context() context.Context { return d.ctx }
 // MemcpyContext is Memcpy that stops waiting when ctx is done, as the
 // constructs of a device bound to ctx do (see Device.WithContext).
 func MemcpyContext(ctx context.Context, dst, src DevicePtr, n int64) error {
+	return apiError(memcpyContext(ctx, dst, src, n))
+}
+
+func memcpyContext(ctx context.Context, dst, src DevicePtr, n int64) error {
 	if n < 0 {
 		return fmt.Errorf("goffload: omp_target_memcpy: %w: negative size %d", ErrBadArgument, n)
 	}
@@ -42,7 +46,7 @@ func MemcpyContext(ctx context.Context, dst, src DevicePtr, n int64) error {
 	if err != nil {
 		return err
 	}
-	return apiError(core.MemcpyContext(ctx, dl, sl, n))
+	return core.MemcpyContext(ctx, dl, sl, n)
 }
 
 // Run runs kernel k on the device with args, one per parameter after the
@@ -57,6 +61,11 @@ func (d Device) Run(k *Kernel, args ...any) error { return d.launch(k, launchOpt
 // launch is the target construct of k with args and what a typed kernel
 // adds to its launches (o).
 func (d Device) launch(k *Kernel, o launchOpts, args []any) error {
+	return apiError(d.target(k, o, args))
+}
+
+// target is launch's construct, whose error apiError has not seen.
+func (d Device) target(k *Kernel, o launchOpts, args []any) error {
 	cd, fallback, err := d.resolve()
 	if err != nil {
 		return err
@@ -70,9 +79,9 @@ func (d Device) launch(k *Kernel, o launchOpts, args []any) error {
 	}
 	kargs, err := kernelArgs(cd, k, d.dm, o, args)
 	if err != nil {
-		return apiError(err)
+		return err
 	}
-	return apiError(cd.Run(d.ctx, core.TargetOpWith(k.k, kargs, geo), fallback))
+	return cd.Run(d.ctx, core.TargetOpWith(k.k, kargs, geo), fallback)
 }
 
 // Run runs kernel k on the default device; see Device.Run.
@@ -83,6 +92,10 @@ func Run(k *Kernel, args ...any) error { return Default().Run(k, args...) }
 // find the buffers present. The region ends whatever body returns; body's
 // error is returned first.
 func (d Device) Data(body func() error, maps ...Map) error {
+	return apiError(d.data(body, maps))
+}
+
+func (d Device) data(body func() error, maps []Map) error {
 	cd, _, err := d.resolve()
 	if err != nil {
 		return err
@@ -96,7 +109,7 @@ func (d Device) Data(body func() error, maps ...Map) error {
 		inner := body
 		body = func() error { return withDevicePtrs(d, cd, uses, inner) }
 	}
-	return apiError(cd.Data(d.ctx, its, body))
+	return cd.Data(d.ctx, its, body)
 }
 
 // Data runs a target data region on the default device; see Device.Data.
@@ -104,6 +117,10 @@ func Data(body func() error, maps ...Map) error { return Default().Data(body, ma
 
 // EnterData maps buffers (To or Alloc clauses): target enter data.
 func (d Device) EnterData(maps ...Map) error {
+	return apiError(d.enterData(maps))
+}
+
+func (d Device) enterData(maps []Map) error {
 	cd, _, err := d.resolve()
 	if err != nil {
 		return err
@@ -112,7 +129,7 @@ func (d Device) EnterData(maps ...Map) error {
 	if err != nil {
 		return err
 	}
-	return apiError(cd.EnterData(d.ctx, its))
+	return cd.EnterData(d.ctx, its)
 }
 
 // EnterData maps buffers on the default device; see Device.EnterData.
@@ -122,6 +139,10 @@ func EnterData(maps ...Map) error { return Default().EnterData(maps...) }
 // data. Unmapping a buffer that is not mapped does nothing unless the clause
 // has the Present modifier.
 func (d Device) ExitData(maps ...Map) error {
+	return apiError(d.exitData(maps))
+}
+
+func (d Device) exitData(maps []Map) error {
 	cd, _, err := d.resolve()
 	if err != nil {
 		return err
@@ -130,7 +151,7 @@ func (d Device) ExitData(maps ...Map) error {
 	if err != nil {
 		return err
 	}
-	return apiError(cd.ExitData(d.ctx, its))
+	return cd.ExitData(d.ctx, its)
 }
 
 // ExitData unmaps buffers on the default device; see Device.ExitData.
@@ -140,6 +161,10 @@ func ExitData(maps ...Map) error { return Default().ExitData(maps...) }
 // it back (target update to/from). A buffer that is not mapped is skipped
 // unless the clause has the Present modifier.
 func (d Device) Update(maps ...Map) error {
+	return apiError(d.update(maps))
+}
+
+func (d Device) update(maps []Map) error {
 	cd, _, err := d.resolve()
 	if err != nil {
 		return err
@@ -151,7 +176,7 @@ func (d Device) Update(maps ...Map) error {
 	for i := range its {
 		its[i].Exit = false
 	}
-	return apiError(cd.Update(d.ctx, its))
+	return cd.Update(d.ctx, its)
 }
 
 // Update copies mapped buffers on the default device; see Device.Update.

@@ -1,6 +1,7 @@
 package offload
 
 import (
+	"github.com/goffload/offload/plugin"
 	"time"
 
 	"github.com/goffload/offload/internal/core"
@@ -140,7 +141,7 @@ const (
 
 // String names the kind: "launch", "submit", "retrieve", "exchange",
 // "wait".
-func (k OpKind) String() string { return core.OpKind(k).String() }
+func (k OpKind) String() string { return plugin.OpKind(k).String() }
 
 // DeviceOpEvent is one queue operation as the device ran it. Time (in
 // Where) is its start and End its end, on the host's clock (a device

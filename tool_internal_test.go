@@ -1,6 +1,7 @@
 package offload
 
 import (
+	"github.com/goffload/offload/plugin"
 	"testing"
 
 	"github.com/goffload/offload/internal/core"
@@ -9,7 +10,7 @@ import (
 // TestKindsMatchRuntime: OpKind and DataKind have the runtime's values
 // (the Tool adapter converts them as numbers) and names.
 func TestKindsMatchRuntime(t *testing.T) {
-	ops := map[OpKind]core.OpKind{OpLaunch: core.OpLaunch, OpSubmit: core.OpSubmit, OpRetrieve: core.OpRetrieve, OpExchange: core.OpExchange, OpWait: core.OpWait}
+	ops := map[OpKind]plugin.OpKind{OpLaunch: plugin.OpLaunch, OpSubmit: plugin.OpSubmit, OpRetrieve: plugin.OpRetrieve, OpExchange: plugin.OpExchange, OpWait: plugin.OpWait}
 	for k, c := range ops {
 		if uint8(k) != uint8(c) || k.String() != c.String() {
 			t.Errorf("OpKind %d %q, the runtime's %d %q", k, k, c, c)

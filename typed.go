@@ -2,10 +2,10 @@ package offload
 
 import (
 	"fmt"
+	"github.com/goffload/offload/internal/mapping"
 	"reflect"
 	"unsafe"
 
-	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 )
@@ -36,18 +36,20 @@ type Scratch[T any] []T
 
 // mapDir is implemented by the direction types; it gives the map type of
 // the parameter.
-type mapDir interface{ mapDir() (core.MapType, string) }
+type mapDir interface {
+	mapDir() (mapping.MapType, string)
+}
 
-func (In[T]) mapDir() (core.MapType, string)      { return core.MapTo, "to" }
-func (Out[T]) mapDir() (core.MapType, string)     { return core.MapFrom, "from" }
-func (InOut[T]) mapDir() (core.MapType, string)   { return core.MapTo | core.MapFrom, "tofrom" }
-func (Scratch[T]) mapDir() (core.MapType, string) { return 0, "alloc" }
+func (In[T]) mapDir() (mapping.MapType, string)      { return mapping.MapTo, "to" }
+func (Out[T]) mapDir() (mapping.MapType, string)     { return mapping.MapFrom, "from" }
+func (InOut[T]) mapDir() (mapping.MapType, string)   { return mapping.MapTo | mapping.MapFrom, "tofrom" }
+func (Scratch[T]) mapDir() (mapping.MapType, string) { return 0, "alloc" }
 
 var mapDirType = reflect.TypeFor[mapDir]()
 
 // paramDir is the declared map direction of a parameter of type t: ok is
 // false for a plain slice (implicit tofrom) and for scalars.
-func paramDir(t reflect.Type) (mt core.MapType, clause string, ok bool) {
+func paramDir(t reflect.Type) (mt mapping.MapType, clause string, ok bool) {
 	if t.Kind() != reflect.Slice || !t.Implements(mapDirType) {
 		return 0, "", false
 	}
@@ -113,7 +115,7 @@ func checkWith(with []Map) ([]bool, error) {
 		if !m.slice.IsValid() {
 			return nil, fmt.Errorf("%w: With clause %d is empty: build clauses with To, From, ToFrom, Alloc", ErrBadMap, i)
 		}
-		if m.item.Exit || m.item.Type&core.MapDelete != 0 {
+		if m.item.Exit || m.item.Type&mapping.MapDelete != 0 {
 			return nil, fmt.Errorf("%w: With clause %d is map(%s), an exit clause: a kernel's clauses are to, from, tofrom or alloc", ErrBadMap, i, m.item.Kind())
 		}
 	}

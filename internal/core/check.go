@@ -3,6 +3,7 @@ package core
 import (
 	"bytes"
 	"fmt"
+	"github.com/goffload/offload/internal/mapping"
 	"strings"
 
 	"github.com/goffload/offload/internal/entries"
@@ -53,7 +54,7 @@ type copyRepeats struct {
 // noteCopyIn counts a copy of buf to d and, the repeatHint-th time in a
 // row, suggests a data region (under the copies info flag, and in the
 // checking mode).
-func (d *Device) noteCopyIn(task uint64, buf Buf) {
+func (d *Device) noteCopyIn(task uint64, buf mapping.Buf) {
 	d.qmu.Lock()
 	r := &d.repeats
 	if r.addr == buf.Addr() && r.size == buf.Size {
@@ -94,15 +95,15 @@ func (d *Device) checkBefore(w *work, k *entries.Kernel, args []KernelArg, pargs
 		t := a.Map.Type
 		c := &argCheck{param: i, name: a.Map.Buf.Name, elem: int(p.Type.Size()), after: make([]byte, size)}
 		switch {
-		case t&MapTo == 0 && fresh[i]: // Out (from) or Scratch (alloc): fresh memory
+		case t&mapping.MapTo == 0 && fresh[i]: // Out (from) or Scratch (alloc): fresh memory
 			if err := w.q.Submit(pargs[i].Ptr, bytes.Repeat([]byte{checkByte}, int(size))); err != nil {
 				continue
 			}
-			if t&MapFrom == 0 {
+			if t&mapping.MapFrom == 0 {
 				continue // Scratch: filled, not reported
 			}
 			c.out = true
-		case t&MapTo != 0 && t&MapFrom == 0: // In
+		case t&mapping.MapTo != 0 && t&mapping.MapFrom == 0: // In
 			c.before = make([]byte, size)
 			if w.q.Retrieve(c.before, pargs[i].Ptr) != nil {
 				continue
@@ -195,14 +196,14 @@ func (d *Device) checkInitial(task uint64, k *entries.Kernel, args []KernelArg) 
 		t := a.Map.Type
 		c := &argCheck{param: i, name: a.Map.Buf.Name, elem: int(p.Type.Size())}
 		switch {
-		case t&MapFrom != 0 && t&MapTo == 0:
+		case t&mapping.MapFrom != 0 && t&mapping.MapTo == 0:
 			c.out = true
 			keep := append([]byte(nil), host...)
 			for j := range host {
 				host[j] = checkByte
 			}
 			slots = append(slots, slot{c, host, keep})
-		case t&MapTo != 0 && t&MapFrom == 0:
+		case t&mapping.MapTo != 0 && t&mapping.MapFrom == 0:
 			c.before = append([]byte(nil), host...)
 			slots = append(slots, slot{c: c, host: host})
 		}

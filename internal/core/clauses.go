@@ -10,28 +10,10 @@ import (
 	"github.com/goffload/offload/internal/mapping"
 )
 
-// Buf is a host buffer: the memory of a Go slice (the present table's).
-type Buf = mapping.Buf
-
-// MapType holds a map clause's type and modifiers, as bits (the present
-// table's, which reads them).
-type MapType = mapping.MapType
-
-// Map type bits. "alloc" and "release" are the absence of To and From.
-const (
-	MapTo       = mapping.MapTo
-	MapFrom     = mapping.MapFrom
-	MapAlways   = mapping.MapAlways
-	MapDelete   = mapping.MapDelete
-	MapPresent  = mapping.MapPresent
-	MapHold     = mapping.MapHold
-	MapImplicit = mapping.MapImplicit
-)
-
 // MapItem is one map clause on one buffer.
 type MapItem struct {
-	Buf  Buf
-	Type MapType
+	Buf  mapping.Buf
+	Type mapping.MapType
 	// Exit says the clause is an exit clause (release rather than alloc).
 	Exit bool
 	// Unmappable, if set, says why the buffer cannot be mapped (its
@@ -44,13 +26,13 @@ type MapItem struct {
 // delete.
 func (m MapItem) Kind() string {
 	switch {
-	case m.Type&MapDelete != 0:
+	case m.Type&mapping.MapDelete != 0:
 		return "delete"
-	case m.Type&(MapTo|MapFrom) == MapTo|MapFrom:
+	case m.Type&(mapping.MapTo|mapping.MapFrom) == mapping.MapTo|mapping.MapFrom:
 		return "tofrom"
-	case m.Type&MapTo != 0:
+	case m.Type&mapping.MapTo != 0:
 		return "to"
-	case m.Type&MapFrom != 0:
+	case m.Type&mapping.MapFrom != 0:
 		return "from"
 	case m.Exit:
 		return "release"
@@ -64,7 +46,7 @@ func (m MapItem) Clause() string {
 	mods := m.modifiers()
 	mods = append(mods, m.Kind())
 	s := "map(" + strings.Join(mods, ", ") + ")"
-	if m.Type&MapImplicit != 0 {
+	if m.Type&mapping.MapImplicit != 0 {
 		s += " (implicit)"
 	}
 	return s
@@ -90,13 +72,13 @@ func (m MapItem) ClauseOn(op string) string {
 
 func (m MapItem) modifiers() []string {
 	var mods []string
-	if m.Type&MapAlways != 0 {
+	if m.Type&mapping.MapAlways != 0 {
 		mods = append(mods, "always")
 	}
-	if m.Type&MapPresent != 0 {
+	if m.Type&mapping.MapPresent != 0 {
 		mods = append(mods, "present")
 	}
-	if m.Type&MapHold != 0 {
+	if m.Type&mapping.MapHold != 0 {
 		mods = append(mods, "ompx_hold")
 	}
 	return mods
@@ -134,10 +116,10 @@ func (d *Device) CheckMaps(op string, maps []MapItem) error {
 		if !ok {
 			return d.mapErr(op, m, ErrBadMap, "map type %q is not allowed on %s", kind, op)
 		}
-		if m.Type&MapHold != 0 && (op == OpEnterData || op == OpExitData || op == OpUpdate) {
+		if m.Type&mapping.MapHold != 0 && (op == OpEnterData || op == OpExitData || op == OpUpdate) {
 			return d.mapErr(op, m, ErrBadMap, "the hold modifier belongs to structured constructs (target, target data), not %s", op)
 		}
-		if m.Type&MapAlways != 0 && op == OpUpdate {
+		if m.Type&mapping.MapAlways != 0 && op == OpUpdate {
 			return d.mapErr(op, m, ErrBadMap, "always has no meaning on %s, which always copies", op)
 		}
 	}
@@ -154,7 +136,7 @@ func EnterDataOp(maps []MapItem) Op {
 				continue
 			}
 			if e != nil { // all or nothing: a failed enter data maps nothing
-				hold := m.Type&MapHold != 0
+				hold := m.Type&mapping.MapHold != 0
 				w.undo = append(w.undo, func() { d.table.Unref(e, hold) })
 			}
 		}
@@ -196,7 +178,7 @@ func (d *Device) mapErr(op string, m MapItem, err error, detail string, args ...
 // a mapped section must lie inside one mapping. What that means depends on
 // the construct, and the cause says it (it wraps ErrExtension whatever it
 // says).
-func (d *Device) conflictErr(op string, m MapItem, c *Entry) error {
+func (d *Device) conflictErr(op string, m MapItem, c *mapping.Entry) error {
 	const format = "host range [%#x, %#x) is partly mapped: the device allocation maps host [%#x, %#x) (Size=%d, %s); %s"
 	var advice string
 	var cause error = ErrExtension // an explicit map: "explicit extension not allowed", as libomptarget says
@@ -210,7 +192,7 @@ func (d *Device) conflictErr(op string, m MapItem, c *Entry) error {
 	case op == opAssociate:
 		advice = "an associated range must not overlap a mapping"
 		cause = &reason{"association of a range that is partly mapped", ErrExtension}
-	case m.Type&MapImplicit != 0:
+	case m.Type&mapping.MapImplicit != 0:
 		advice = "a slice passed bare is mapped implicitly and must lie inside one mapping (pass a section of the mapped buffer)"
 		cause = &reason{"implicit map of a range that partly overlaps a mapping", ErrExtension}
 	default:
@@ -232,7 +214,7 @@ func nameOf(n string) string {
 // named returns m with the name of e, the mapping that holds its section,
 // if m's clause has none: info output and errors name a section of a named
 // mapping by the mapping's name.
-func named(m MapItem, e *Entry) MapItem {
+func named(m MapItem, e *mapping.Entry) MapItem {
 	if m.Buf.Name == "" {
 		m.Buf.Name = e.Name
 	}

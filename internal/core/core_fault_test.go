@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/goffload/offload/internal/mapping"
 	"strings"
 	"testing"
 
@@ -56,7 +57,7 @@ func TestSubmitFails(t *testing.T) {
 			d, f := r.Devices[0], fs[0]
 			f.on(fSubmit, 1, tc.act)
 			a := filled(16, 1)
-			err := d.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}, false)
+			err := d.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", mapping.MapTo|mapping.MapFrom)}, false)
 			if !errors.Is(err, errInjected) {
 				t.Fatalf("Target with a failing Submit: %v, want an error wrapping the cause", err)
 			}
@@ -73,7 +74,7 @@ func TestSubmitFails(t *testing.T) {
 			}
 			wantClean(t, d, f)
 
-			if err := d.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}, false); err != nil {
+			if err := d.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", mapping.MapTo|mapping.MapFrom)}, false); err != nil {
 				t.Fatalf("the same construct again: %v", err)
 			}
 			if !allEqual(a, 2) {
@@ -92,7 +93,7 @@ func TestEnterDataSubmitFailsInQueue(t *testing.T) {
 	d, f := r.Devices[0], fs[0]
 	f.fail(fSubmit, 1, errInjected)
 	a := filled(16, 1)
-	err := d.EnterData(context.Background(), []MapItem{mapOf(a, "a", MapTo)})
+	err := d.EnterData(context.Background(), []MapItem{mapOf(a, "a", mapping.MapTo)})
 	if !errors.Is(err, errInjected) {
 		t.Fatalf("enter data with a failing Submit: %v, want an error wrapping the cause", err)
 	}
@@ -122,7 +123,7 @@ func TestLaunchFails(t *testing.T) {
 			d, f := r.Devices[0], fs[0]
 			f.on(fLaunch, 1, tc.act)
 			a := filled(16, 1)
-			err := d.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}, false)
+			err := d.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", mapping.MapTo|mapping.MapFrom)}, false)
 			if !errors.Is(err, tc.act.err) {
 				t.Fatalf("Target with a failing launch: %v, want an error wrapping the cause", err)
 			}
@@ -149,7 +150,7 @@ func TestDeviceDiesDuringSynchronize(t *testing.T) {
 	a := filled(16, 1)
 	errc := make(chan error, 1)
 	go func() {
-		errc <- d0.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}, false)
+		errc <- d0.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", mapping.MapTo|mapping.MapFrom)}, false)
 	}()
 	recv(t, "the construct's Synchronize", s.Reached())
 	f0.die()
@@ -176,7 +177,7 @@ func TestDeviceDiesWithPendingOperation(t *testing.T) {
 	a := filled(16, 1)
 	errc := make(chan error, 1)
 	go func() {
-		errc <- d0.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}, false)
+		errc <- d0.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", mapping.MapTo|mapping.MapFrom)}, false)
 	}()
 	recv(t, "the launch", s.Reached())
 	f0.die()
@@ -199,16 +200,16 @@ func afterLoss(t *testing.T, r *Runtime, fs []*fakeDevice) {
 	d0, d1 := r.Devices[0], r.Devices[1]
 	b := filled(16, 1)
 	within(t, "constructs on a lost device", func() {
-		if err := d0.Target(context.Background(), kAdd1, []KernelArg{sliceArg(b, "b", MapTo|MapFrom)}, false); !errors.Is(err, plugin.ErrDeviceLost) {
+		if err := d0.Target(context.Background(), kAdd1, []KernelArg{sliceArg(b, "b", mapping.MapTo|mapping.MapFrom)}, false); !errors.Is(err, plugin.ErrDeviceLost) {
 			t.Errorf("Target after the loss: %v, want ErrDeviceLost", err)
 		}
-		if err := d0.EnterData(context.Background(), []MapItem{mapOf(b, "b", MapTo)}); !errors.Is(err, plugin.ErrDeviceLost) {
+		if err := d0.EnterData(context.Background(), []MapItem{mapOf(b, "b", mapping.MapTo)}); !errors.Is(err, plugin.ErrDeviceLost) {
 			t.Errorf("enter data after the loss: %v, want ErrDeviceLost", err)
 		}
 		if d0.IsPresent(bufOf(b, "b")) {
 			t.Errorf("b is present on a lost device after enter data failed")
 		}
-		tk := r.Spawn(d0, TargetOp(kAdd1, []KernelArg{sliceArg(b, "b", MapTo|MapFrom)}), []Dep{depOf(DepInOut, b)}, false)
+		tk := r.Spawn(d0, TargetOp(kAdd1, []KernelArg{sliceArg(b, "b", mapping.MapTo|mapping.MapFrom)}), []Dep{depOf(DepInOut, b)}, false)
 		if err := waitTask(t, tk); !errors.Is(err, plugin.ErrDeviceLost) {
 			t.Errorf("nowait task after the loss: %v, want ErrDeviceLost", err)
 		}
@@ -216,14 +217,14 @@ func afterLoss(t *testing.T, r *Runtime, fs []*fakeDevice) {
 	if !allEqual(b, 1) {
 		t.Fatalf("host buffer changed by constructs on a lost device: %v", b)
 	}
-	if err := d1.Target(context.Background(), kAdd1, []KernelArg{sliceArg(b, "b", MapTo|MapFrom)}, false); err != nil {
+	if err := d1.Target(context.Background(), kAdd1, []KernelArg{sliceArg(b, "b", mapping.MapTo|mapping.MapFrom)}, false); err != nil {
 		t.Fatalf("Target on the other device: %v", err)
 	}
 	if !allEqual(b, 2) {
 		t.Fatalf("the other device's construct: %v, want all 2", b)
 	}
 	c := filled(16, 1) // not b: a dependent of the failed task on b fails too
-	tk := r.Spawn(d1, TargetOp(kAdd1, []KernelArg{sliceArg(c, "c", MapTo|MapFrom)}), []Dep{depOf(DepInOut, c)}, false)
+	tk := r.Spawn(d1, TargetOp(kAdd1, []KernelArg{sliceArg(c, "c", mapping.MapTo|mapping.MapFrom)}), []Dep{depOf(DepInOut, c)}, false)
 	if err := waitTask(t, tk); err != nil {
 		t.Fatalf("nowait task on the other device: %v", err)
 	}
@@ -256,7 +257,7 @@ func TestDeviceCallFails(t *testing.T) {
 			d, f := r.Devices[0], fs[0]
 			f.on(tc.op, tc.n, action{err: errInjected, atCall: true})
 			a := filled(16, 1)
-			op := TargetOp(kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)})
+			op := TargetOp(kAdd1, []KernelArg{sliceArg(a, "a", mapping.MapTo|mapping.MapFrom)})
 			var err error
 			if tc.nowait {
 				err = waitTask(t, r.Spawn(d, op, []Dep{depOf(DepInOut, a)}, false))

@@ -7,6 +7,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"github.com/goffload/offload/internal/mapping"
 	"io"
 	"reflect"
 	"strconv"
@@ -155,15 +156,15 @@ func recv(t *testing.T, what string, ch <-chan struct{}) {
 
 // Buffers and clauses over []int32.
 
-func bufOf(s []int32, name string) Buf {
-	return Buf{Ptr: unsafe.Pointer(unsafe.SliceData(s)), Size: int64(len(s)) * 4, Name: name}
+func bufOf(s []int32, name string) mapping.Buf {
+	return mapping.Buf{Ptr: unsafe.Pointer(unsafe.SliceData(s)), Size: int64(len(s)) * 4, Name: name}
 }
 
-func mapOf(s []int32, name string, typ MapType) MapItem {
+func mapOf(s []int32, name string, typ mapping.MapType) MapItem {
 	return MapItem{Buf: bufOf(s, name), Type: typ}
 }
 
-func sliceArg(s []int32, name string, typ MapType) KernelArg {
+func sliceArg(s []int32, name string, typ mapping.MapType) KernelArg {
 	return KernelArg{Slice: reflect.ValueOf(s), Map: mapOf(s, name, typ), Len: len(s)}
 }
 

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/goffload/offload/internal/mapping"
 	"strings"
 	"testing"
 	"unsafe"
 )
 
 // entryOf returns the table row of s, failing the test if it is not there.
-func entryOf(t *testing.T, d *Device, s []int32) EntryInfo {
+func entryOf(t *testing.T, d *Device, s []int32) mapping.EntryInfo {
 	t.Helper()
 	addr := uintptr(unsafe.Pointer(unsafe.SliceData(s)))
 	for _, e := range d.Table().Snapshot() {
@@ -19,7 +20,7 @@ func entryOf(t *testing.T, d *Device, s []int32) EntryInfo {
 		}
 	}
 	t.Fatalf("%s: no table entry begins at %#x; table: %+v", d.Label(), addr, d.Table().Snapshot())
-	return EntryInfo{}
+	return mapping.EntryInfo{}
 }
 
 func wantCount(t *testing.T, f *fakeDevice, op fakeOp, n int) []fakeCall {
@@ -39,7 +40,7 @@ func TestPresentNestedMapsCopyOnce(t *testing.T) {
 	d, f := r.Devices[0], fs[0]
 	a := filled(64, 1)
 
-	if err := d.EnterData(context.Background(), []MapItem{mapOf(a, "a", MapTo)}); err != nil {
+	if err := d.EnterData(context.Background(), []MapItem{mapOf(a, "a", mapping.MapTo)}); err != nil {
 		t.Fatalf("enter data: %v", err)
 	}
 	alloc := wantCount(t, f, fAlloc, 1)[0]
@@ -53,14 +54,14 @@ func TestPresentNestedMapsCopyOnce(t *testing.T) {
 		t.Fatalf("entry %+v, want Dyn=1 Hold=0 Tgt=%#x Size=256 Name=a", e, uint64(alloc.Ptr))
 	}
 
-	err := d.Data(context.Background(), []MapItem{mapOf(a, "a", MapTo|MapFrom|MapHold)}, func() error {
+	err := d.Data(context.Background(), []MapItem{mapOf(a, "a", mapping.MapTo|mapping.MapFrom|mapping.MapHold)}, func() error {
 		if e := entryOf(t, d, a); e.Dyn != 1 || e.Hold != 1 {
 			return fmt.Errorf("inside the data region: entry %+v, want Dyn=1 Hold=1", e)
 		}
-		if err := d.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}, false); err != nil {
+		if err := d.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", mapping.MapTo|mapping.MapFrom)}, false); err != nil {
 			return err
 		}
-		return d.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a[8:16], "a[8:16]", MapTo|MapFrom)}, false)
+		return d.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a[8:16], "a[8:16]", mapping.MapTo|mapping.MapFrom)}, false)
 	})
 	if err != nil {
 		t.Fatalf("data region: %v", err)
@@ -80,7 +81,7 @@ func TestPresentNestedMapsCopyOnce(t *testing.T) {
 		t.Fatalf("host buffer changed while still mapped: %v", a)
 	}
 
-	if err := d.ExitData(context.Background(), []MapItem{mapOf(a, "a", MapFrom)}); err != nil {
+	if err := d.ExitData(context.Background(), []MapItem{mapOf(a, "a", mapping.MapFrom)}); err != nil {
 		t.Fatalf("exit data: %v", err)
 	}
 	if ret := wantCount(t, f, fRetrieve, 1)[0]; ret.Ptr != alloc.Ptr || ret.Size != 256 {
@@ -110,7 +111,7 @@ func TestPresentRefCounts(t *testing.T) {
 	d, f := r.Devices[0], fs[0]
 	a := filled(16, 5)
 	for range 3 {
-		if err := d.EnterData(context.Background(), []MapItem{mapOf(a, "a", MapTo)}); err != nil {
+		if err := d.EnterData(context.Background(), []MapItem{mapOf(a, "a", mapping.MapTo)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -118,7 +119,7 @@ func TestPresentRefCounts(t *testing.T) {
 		t.Fatalf("after three enter data: Dyn=%d, want 3", e.Dyn)
 	}
 	wantCount(t, f, fSubmit, 1)
-	if err := d.EnterData(context.Background(), []MapItem{mapOf(a, "a", MapTo|MapAlways)}); err != nil {
+	if err := d.EnterData(context.Background(), []MapItem{mapOf(a, "a", mapping.MapTo|mapping.MapAlways)}); err != nil {
 		t.Fatal(err)
 	}
 	wantCount(t, f, fSubmit, 2) // always copies into the existing mapping
@@ -128,7 +129,7 @@ func TestPresentRefCounts(t *testing.T) {
 	if e := entryOf(t, d, a); e.Dyn != 2 {
 		t.Fatalf("after two releases from 4: Dyn=%d, want 2", e.Dyn)
 	}
-	if err := d.ExitData(context.Background(), []MapItem{mapOf(a, "a", MapFrom|MapAlways)}); err != nil {
+	if err := d.ExitData(context.Background(), []MapItem{mapOf(a, "a", mapping.MapFrom|mapping.MapAlways)}); err != nil {
 		t.Fatal(err)
 	}
 	if e := entryOf(t, d, a); e.Dyn != 1 {
@@ -136,7 +137,7 @@ func TestPresentRefCounts(t *testing.T) {
 	}
 	wantCount(t, f, fRetrieve, 1) // always copies out before the last unmap
 	wantCount(t, f, fFree, 0)
-	if err := d.ExitData(context.Background(), []MapItem{{Buf: bufOf(a, "a"), Type: MapDelete, Exit: true}}); err != nil {
+	if err := d.ExitData(context.Background(), []MapItem{{Buf: bufOf(a, "a"), Type: mapping.MapDelete, Exit: true}}); err != nil {
 		t.Fatal(err)
 	}
 	wantCount(t, f, fRetrieve, 1) // delete copies nothing
@@ -163,10 +164,10 @@ func TestPresentPartialOverlap(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r, fs := newFakeRuntime(t, 1, nil)
 			d, f := r.Devices[0], fs[0]
-			if err := d.EnterData(context.Background(), []MapItem{mapOf(tc.mapped, tc.mappedName, MapTo)}); err != nil {
+			if err := d.EnterData(context.Background(), []MapItem{mapOf(tc.mapped, tc.mappedName, mapping.MapTo)}); err != nil {
 				t.Fatal(err)
 			}
-			err := d.Target(context.Background(), kAdd1, []KernelArg{sliceArg(tc.section, "sec", MapTo|MapFrom)}, false)
+			err := d.Target(context.Background(), kAdd1, []KernelArg{sliceArg(tc.section, "sec", mapping.MapTo|mapping.MapFrom)}, false)
 			if !errors.Is(err, ErrExtension) {
 				t.Fatalf("Target over a partly mapped section: %v, want an error wrapping ErrExtension", err)
 			}

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"github.com/goffload/offload/internal/mapping"
 	"runtime"
 	"testing"
 	"time"
@@ -37,7 +38,7 @@ func TestNowaitReturnsWhileQueueStalls(t *testing.T) {
 	a := filled(16, 1)
 	var tk *Task
 	within(t, "creating a nowait task", func() {
-		tk = r.Spawn(d, TargetOp(kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}), []Dep{depOf(DepInOut, a)}, false)
+		tk = r.Spawn(d, TargetOp(kAdd1, []KernelArg{sliceArg(a, "a", mapping.MapTo|mapping.MapFrom)}), []Dep{depOf(DepInOut, a)}, false)
 	})
 	recv(t, "the task's launch", s.Reached())
 	select {
@@ -68,7 +69,9 @@ func TestNowaitWaitsForAStalledAlloc(t *testing.T) {
 	s := f.stallAt(fAlloc, 1)
 	a := filled(16, 1)
 	ch := make(chan *Task, 1)
-	go func() { ch <- r.Spawn(d, TargetOp(kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}), nil, false) }()
+	go func() {
+		ch <- r.Spawn(d, TargetOp(kAdd1, []KernelArg{sliceArg(a, "a", mapping.MapTo|mapping.MapFrom)}), nil, false)
+	}()
 	recv(t, "the task's Alloc", s.Reached())
 	select {
 	case <-ch:
@@ -92,7 +95,7 @@ func TestNowaitReturnsWhileMappingIsDeleted(t *testing.T) {
 	d, f := r.Devices[0], fs[0]
 	s := f.stallAt(fLaunch, 1)
 	a := filled(16, 1)
-	first := r.Spawn(d, TargetOp(kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}), nil, false)
+	first := r.Spawn(d, TargetOp(kAdd1, []KernelArg{sliceArg(a, "a", mapping.MapTo|mapping.MapFrom)}), nil, false)
 	recv(t, "the first task's launch", s.Reached())
 	returned, task := spawnReturns(func() *Task {
 		// map(alloc): no copy of a, which the first task writes meanwhile.
@@ -121,11 +124,11 @@ func TestTaskDependencyAcrossDevices(t *testing.T) {
 			d0, d1 := r.Devices[0], r.Devices[1]
 			s := fs[0].stallAt(fLaunch, 1)
 			x, y := filled(16, 1), filled(16, 0)
-			a := r.Spawn(d0, TargetOp(kAdd1, []KernelArg{sliceArg(x, "x", MapTo|MapFrom)}), []Dep{depOf(DepInOut, x)}, false)
+			a := r.Spawn(d0, TargetOp(kAdd1, []KernelArg{sliceArg(x, "x", mapping.MapTo|mapping.MapFrom)}), []Dep{depOf(DepInOut, x)}, false)
 			recv(t, "the predecessor's launch", s.Reached())
 			var b *Task
 			within(t, "creating the dependent", func() {
-				b = r.Spawn(d1, TargetOp(kCopyInc, []KernelArg{sliceArg(x, "x", MapTo), sliceArg(y, "y", MapFrom)}),
+				b = r.Spawn(d1, TargetOp(kCopyInc, []KernelArg{sliceArg(x, "x", mapping.MapTo), sliceArg(y, "y", mapping.MapFrom)}),
 					[]Dep{depOf(DepIn, x), depOf(DepOut, y)}, false)
 			})
 			waits := fs[1].callsOf(fWait)
@@ -187,13 +190,13 @@ func TestTaskDependencyFailure(t *testing.T) {
 			s := newStall()
 			fs[0].on(fLaunch, 1, action{stall: s, err: errInjected})
 			x, z, y := filled(16, 1), filled(16, 0), filled(16, 0)
-			a := r.Spawn(d0, TargetOp(kCopyInc, []KernelArg{sliceArg(x, "x", MapTo), sliceArg(z, "z", MapTo|MapFrom)}),
+			a := r.Spawn(d0, TargetOp(kCopyInc, []KernelArg{sliceArg(x, "x", mapping.MapTo), sliceArg(z, "z", mapping.MapTo|mapping.MapFrom)}),
 				[]Dep{depOf(DepInOut, x)}, false)
 			recv(t, "the predecessor's launch", s.Reached())
 			// The dependent maps only y: its dependence on x is what holds it.
 			var b *Task
 			within(t, "creating the dependent", func() {
-				b = r.Spawn(dd, TargetOp(kAdd1, []KernelArg{sliceArg(y, "y", MapTo|MapFrom)}),
+				b = r.Spawn(dd, TargetOp(kAdd1, []KernelArg{sliceArg(y, "y", mapping.MapTo|mapping.MapFrom)}),
 					[]Dep{depOf(DepIn, x), depOf(DepOut, y)}, false)
 			})
 			s.Release()
@@ -223,7 +226,7 @@ func TestTaskAfterReportedFailureRuns(t *testing.T) {
 	d := r.Devices[0]
 	fs[0].fail(fLaunch, 1, errInjected)
 	x := filled(16, 1)
-	a := r.Spawn(d, TargetOp(kAdd1, []KernelArg{sliceArg(x, "x", MapTo|MapFrom)}), []Dep{depOf(DepInOut, x)}, false)
+	a := r.Spawn(d, TargetOp(kAdd1, []KernelArg{sliceArg(x, "x", mapping.MapTo|mapping.MapFrom)}), []Dep{depOf(DepInOut, x)}, false)
 	if err := waitTask(t, a); !errors.Is(err, errInjected) {
 		t.Fatalf("task: %v, want the injected failure", err)
 	}
@@ -233,7 +236,7 @@ func TestTaskAfterReportedFailureRuns(t *testing.T) {
 	if err := r.Taskwait(context.Background()); err != nil {
 		t.Fatalf("second Taskwait: %v, want nil (the failure was reported)", err)
 	}
-	b := r.Spawn(d, TargetOp(kAdd1, []KernelArg{sliceArg(x, "x", MapTo|MapFrom)}), []Dep{depOf(DepIn, x)}, false)
+	b := r.Spawn(d, TargetOp(kAdd1, []KernelArg{sliceArg(x, "x", mapping.MapTo|mapping.MapFrom)}), []Dep{depOf(DepIn, x)}, false)
 	if err := waitTask(t, b); err != nil {
 		if errors.Is(err, ErrDependency) {
 			defect(t, "a task on a buffer whose last writer failed still fails with ErrDependency after Taskwait reported the failure: %v", err)
@@ -283,9 +286,9 @@ func TestTaskMapsEmptyAfterCompletion(t *testing.T) {
 			tks := make([]*Task, 0, n)
 			for i := range n {
 				b := bufs[i%len(bufs)]
-				op := TargetOp(kAdd1, []KernelArg{sliceArg(b, "b", MapTo|MapFrom)})
+				op := TargetOp(kAdd1, []KernelArg{sliceArg(b, "b", mapping.MapTo|mapping.MapFrom)})
 				if tc.kind == DepIn { // readers run at once: they only read
-					op = TargetOp(kRead, []KernelArg{sliceArg(b, "b", MapTo)})
+					op = TargetOp(kRead, []KernelArg{sliceArg(b, "b", mapping.MapTo)})
 				}
 				tks = append(tks, r.Spawn(r.Devices[i%2], op, []Dep{depOf(tc.kind, b)}, false))
 			}
@@ -336,10 +339,10 @@ func TestFailedTaskCompletesAfterPredecessors(t *testing.T) {
 			r, fs := newFakeRuntime(t, 2, func(i int, d *fakeDevice) { d.foreignWait = deviceWait })
 			s := fs[0].stallAt(fLaunch, 1)
 			a := filled(16, 1)
-			p := r.Spawn(r.Devices[0], TargetOp(kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}), []Dep{depOf(DepInOut, a)}, false)
+			p := r.Spawn(r.Devices[0], TargetOp(kAdd1, []KernelArg{sliceArg(a, "a", mapping.MapTo|mapping.MapFrom)}), []Dep{depOf(DepInOut, a)}, false)
 			recv(t, "the predecessor's launch", s.Reached())
 			fs[1].die()
-			tk := r.Spawn(r.Devices[1], TargetOp(kAdd1, []KernelArg{sliceArg(a, "a", MapTo|MapFrom)}), []Dep{depOf(DepInOut, a)}, false)
+			tk := r.Spawn(r.Devices[1], TargetOp(kAdd1, []KernelArg{sliceArg(a, "a", mapping.MapTo|mapping.MapFrom)}), []Dep{depOf(DepInOut, a)}, false)
 			select {
 			case <-tk.Done():
 				t.Fatalf("the task completed (%v) while the task it depends on still runs", tk.Err())

@@ -36,7 +36,7 @@ const opDeclare = "declare target"
 // devGlobals is a device's declare target state.
 type devGlobals struct {
 	bind  *entries.Kernel
-	to    map[*Entry]*entries.Global // the entries of "to" variables
+	to    map[*mapping.Entry]*entries.Global // the entries of "to" variables
 	links []*linkBinding
 }
 
@@ -44,9 +44,9 @@ type devGlobals struct {
 type linkBinding struct {
 	g   *entries.Global
 	mu  sync.Mutex
-	e   *Entry       // the entry bound; nil: none (unbound, or never bound if gen is 0)
-	gen uint64       // generation of the last bind or unbind enqueued
-	ev  plugin.Event // fires when that bind or unbind has run
+	e   *mapping.Entry // the entry bound; nil: none (unbound, or never bound if gen is 0)
+	gen uint64         // generation of the last bind or unbind enqueued
+	ev  plugin.Event   // fires when that bind or unbind has run
 }
 
 // declareGlobals binds the variables on the initial device and sets them up
@@ -91,7 +91,7 @@ func (r *Runtime) dropGlobals() {
 // link variables' bindings.
 func (d *Device) setupGlobals() (err error) {
 	gs, bind := entries.Globals()
-	dg := &devGlobals{bind: bind, to: map[*Entry]*entries.Global{}}
+	dg := &devGlobals{bind: bind, to: map[*mapping.Entry]*entries.Global{}}
 	q, err := d.getQueue(opDeclare)
 	if err != nil {
 		return err
@@ -101,7 +101,7 @@ func (d *Device) setupGlobals() (err error) {
 		d.noteLost(err)
 		return fmt.Errorf("cannot set up declare target %s: %w", g.Describe(), err)
 	}
-	var made []*Entry
+	var made []*mapping.Entry
 	for _, g := range gs {
 		if g.Link {
 			dg.links = append(dg.links, &linkBinding{g: g})
@@ -111,12 +111,12 @@ func (d *Device) setupGlobals() (err error) {
 		if err != nil {
 			return fail(g, err)
 		}
-		e := mapping.Static(Buf{Ptr: g.Host, Size: g.Size, Name: g.Name}, tgt, true)
+		e := mapping.Static(mapping.Buf{Ptr: g.Host, Size: g.Size, Name: g.Name}, tgt, true)
 		d.log.Printf(InfoMappingChanged, d.Num, "Creating new map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=INF, HoldRefCount=0, Name=%s (declare target)",
 			e.HstBegin, uint64(tgt), g.Size, g.Name)
 		d.log.Printf(InfoCopies, d.Num, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
 			e.HstBegin, uint64(tgt), g.Size, g.Name)
-		if err := q.Submit(tgt, Buf{Ptr: g.Host, Size: g.Size}.Bytes()); err != nil {
+		if err := q.Submit(tgt, mapping.Buf{Ptr: g.Host, Size: g.Size}.Bytes()); err != nil {
 			return fail(g, err)
 		}
 		if err := q.Launch(bind, entries.BindArgs(g, entries.BindOp, 1, tgt)); err != nil {
@@ -136,7 +136,7 @@ func (d *Device) setupGlobals() (err error) {
 
 // DeclaredAt returns the declare target "to" variable whose entry on d
 // contains buf, if any: its entry is not the program's to remove.
-func (d *Device) DeclaredAt(buf Buf) (*entries.Global, bool) {
+func (d *Device) DeclaredAt(buf mapping.Buf) (*entries.Global, bool) {
 	if d.globals == nil || len(d.globals.to) == 0 || d.table == nil {
 		return nil, false
 	}

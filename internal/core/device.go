@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/goffload/offload/internal/mapping"
 	"reflect"
 	"strings"
 	"sync"
@@ -11,7 +12,6 @@ import (
 	"time"
 
 	"github.com/goffload/offload/internal/entries"
-	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -31,9 +31,9 @@ type Device struct {
 	// Spec is the GOFFLOAD_DEVICES item the device came from.
 	Spec string
 
-	table *Table
+	table *mapping.Table
 	log   *Logger
-	pool  *workpool.Pool // the initial device's workers
+	pool  *plugin.Pool // the initial device's workers
 
 	tool Tool // nil: no tool
 	// ids numbers tasks and synchronous constructs (the runtime's).
@@ -88,7 +88,7 @@ func (d *Device) noteLost(err error) {
 func (d *Device) IsInitial() bool { return d.Dev == nil && d.Unavailable == nil }
 
 // Table is the device's present table (nil for the initial device).
-func (d *Device) Table() *Table { return d.table }
+func (d *Device) Table() *mapping.Table { return d.table }
 
 // Label names the device in messages: "device 0 (host)".
 func (d *Device) Label() string {
@@ -175,11 +175,11 @@ type work struct {
 	task   uint64
 	nowait bool               // a task's work, not a synchronous construct's
 	stop   *plugin.StopSignal // its kernels stop with it (the construct's context); nil: none
-	used   []*Entry           // entries the work uses, done when it is over (use)
+	used   []*mapping.Entry   // entries the work uses, done when it is over (use)
 	after  []func() error     // work after the queue's, before the uses end (staged copies)
 	undo   []func()           // if the construct fails, before the uses end (enter data)
 	// usedBuf holds used for a construct of a few buffers.
-	usedBuf [4]*Entry
+	usedBuf [4]*mapping.Entry
 	first   error
 	dep     *failure // the predecessor's failure, if first is a dependency error
 	// inline is the queue, if it runs the work inline (begin), until done.
@@ -504,7 +504,7 @@ func (d *Device) Data(ctx context.Context, maps []MapItem, body func() error) er
 		for i := len(mapped) - 1; i >= 0; i-- {
 			m := mapped[i]
 			if !ran {
-				m.Type &^= MapFrom // the region never ran: release without copying back
+				m.Type &^= mapping.MapFrom // the region never ran: release without copying back
 			}
 			if err := w.exit(m); err != nil {
 				w.err(err)

@@ -13,7 +13,6 @@ import (
 	"unsafe"
 
 	"github.com/goffload/offload/internal/entries"
-	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/opqueue"
 )
@@ -109,13 +108,13 @@ type fakeDevice struct {
 	lost   error
 	img    *plugin.Image
 	num    int
-	pool   *workpool.Pool
+	pool   *plugin.Pool
 	closed bool
 }
 
 func newFakeDevice(idx int) *fakeDevice {
 	return &fakeDevice{idx: idx, lostCh: make(chan struct{}), script: map[scriptKey]action{},
-		mem: map[plugin.Ptr][]byte{}, next: 0x10000, events: map[*fakeEvent]struct{}{}, pool: workpool.New(1)}
+		mem: map[plugin.Ptr][]byte{}, next: 0x10000, events: map[*fakeEvent]struct{}{}, pool: plugin.NewPool(1)}
 }
 
 // on scripts the nth (from 1) operation of kind op.

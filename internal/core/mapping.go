@@ -14,20 +14,6 @@ import (
 	"github.com/goffload/offload/plugin"
 )
 
-// The present table's types, as the rest of the core and its tests name
-// them.
-type (
-	// Table is a device's present table.
-	Table = mapping.Table
-	// Entry is one row of a present table.
-	Entry = mapping.Entry
-	// EntryInfo is a snapshot of an entry.
-	EntryInfo = mapping.EntryInfo
-)
-
-// NewTable returns an empty present table.
-func NewTable() *Table { return mapping.NewTable() }
-
 // refused is the error for an item of w's construct that the table refused
 // with plan p.
 func (w *work) refused(m MapItem, p *mapping.Plan) error {
@@ -41,7 +27,7 @@ func (w *work) refused(m MapItem, p *mapping.Plan) error {
 // entry's memory is not freed before then, even if another construct drops
 // the last reference meanwhile (references move when work is enqueued;
 // memory is freed when the work using it is done).
-func (w *work) use(e *Entry) { w.used = append(w.used, e) }
+func (w *work) use(e *mapping.Entry) { w.used = append(w.used, e) }
 
 // enter maps one buffer for a construct's start (target, target data, enter
 // data): it finds or creates the entry, moves its reference count and
@@ -51,7 +37,7 @@ func (w *work) use(e *Entry) { w.used = append(w.used, e) }
 // table already, so a new mapping of the same memory is made at once (its
 // copy in is ordered after the old one's copy out by the queues, when the
 // tasks depend on each other).
-func (w *work) enter(m MapItem) (*Entry, plugin.Ptr, error) {
+func (w *work) enter(m MapItem) (*mapping.Entry, plugin.Ptr, error) {
 	d := w.d
 	addr, size := m.Buf.Addr(), m.Buf.Size
 	if size == 0 {
@@ -73,7 +59,7 @@ func (w *work) enter(m MapItem) (*Entry, plugin.Ptr, error) {
 	if m.Buf.Name == "" {
 		m.Buf.Name = e.Name // messages name a section of a named mapping by its name
 	}
-	hold := m.Type&MapHold != 0
+	hold := m.Type&mapping.MapHold != 0
 	if p.Do&mapping.Settle != 0 {
 		<-e.Settled()
 		if err := e.Err(); err != nil {
@@ -111,9 +97,9 @@ func (w *work) enter(m MapItem) (*Entry, plugin.Ptr, error) {
 
 // create allocates the new entry of plan p and enqueues its copy in, then
 // tells the table whether that worked.
-func (w *work) create(m MapItem, p *mapping.Plan) (*Entry, plugin.Ptr, error) {
+func (w *work) create(m MapItem, p *mapping.Plan) (*mapping.Entry, plugin.Ptr, error) {
 	d, e := w.d, p.Entry
-	fail := func(err error) (*Entry, plugin.Ptr, error) {
+	fail := func(err error) (*mapping.Entry, plugin.Ptr, error) {
 		d.noteLost(err)
 		d.table.Failed(e, err)
 		return nil, 0, err
@@ -140,7 +126,7 @@ func (w *work) create(m MapItem, p *mapping.Plan) (*Entry, plugin.Ptr, error) {
 // copyIn enqueues the copy of m's buffer to tgt, in entry e that exists,
 // and hands the table its event, so that users of the entry on other
 // queues wait for it.
-func (w *work) copyIn(m MapItem, tgt plugin.Ptr, e *Entry) error {
+func (w *work) copyIn(m MapItem, tgt plugin.Ptr, e *mapping.Entry) error {
 	ev, err := w.submit(m, tgt)
 	if err != nil {
 		return err
@@ -189,7 +175,7 @@ func (w *work) copyOut(m MapItem, tgt plugin.Ptr) error {
 }
 
 func implicitNote(m MapItem) string {
-	if m.Type&MapImplicit != 0 {
+	if m.Type&mapping.MapImplicit != 0 {
 		return " (implicit)"
 	}
 	return ""
@@ -285,7 +271,7 @@ func (w *work) release() {
 
 // free frees the memory of an entry that left the table, once no work uses
 // it (w was the last), and closes ev, its last copy's event.
-func (w *work) free(e *Entry, ev plugin.Event) {
+func (w *work) free(e *mapping.Entry, ev plugin.Event) {
 	d := w.d
 	if t := d.tool; t != nil {
 		t.DataOp(DataEvent{Where: w.where(), Kind: MapRemove, Name: e.Name, Host: e.HstBegin, Target: uint64(e.Tgt()), Bytes: e.Size()})
@@ -301,7 +287,7 @@ func (w *work) free(e *Entry, ev plugin.Event) {
 }
 
 // data tells the tool about a data operation of w.
-func (w *work) data(kind DataKind, b Buf, tgt plugin.Ptr) {
+func (w *work) data(kind DataKind, b mapping.Buf, tgt plugin.Ptr) {
 	if t := w.d.tool; t != nil {
 		t.DataOp(DataEvent{Where: w.where(), Kind: kind, Name: b.Name, Host: b.Addr(), Target: uint64(tgt), Bytes: b.Size})
 	}

@@ -72,7 +72,7 @@ func MemcpyOp(dst, src Loc, n int64) (*Device, Op) {
 		return nil, Op{}
 	case dst.onDevice() && !src.onDevice():
 		return dst.Dev, Op{Name: name, Enqueue: func(d *Device, w *work) {
-			w.data(CopyToDevice, Buf{Size: n, Name: name}, dst.Ptr)
+			w.data(CopyToDevice, mapping.Buf{Size: n, Name: name}, dst.Ptr)
 			d.log.Taskf(InfoCopies, d.Num, w.task, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
 				hostAddr(src.Host), uint64(dst.Ptr), n, name)
 			if err := w.q.Submit(dst.Ptr, src.Host[:n]); err != nil {
@@ -81,7 +81,7 @@ func MemcpyOp(dst, src Loc, n int64) (*Device, Op) {
 		}}
 	case !dst.onDevice() && src.onDevice():
 		return src.Dev, Op{Name: name, Enqueue: func(d *Device, w *work) {
-			w.data(CopyFromDevice, Buf{Size: n, Name: name}, src.Ptr)
+			w.data(CopyFromDevice, mapping.Buf{Size: n, Name: name}, src.Ptr)
 			d.log.Taskf(InfoCopies, d.Num, w.task, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
 				uint64(src.Ptr), hostAddr(dst.Host), n, name)
 			if err := w.q.Retrieve(dst.Host[:n], src.Ptr); err != nil {
@@ -90,7 +90,7 @@ func MemcpyOp(dst, src Loc, n int64) (*Device, Op) {
 		}}
 	}
 	return src.Dev, Op{Name: name, Enqueue: func(d *Device, w *work) {
-		w.data(CopyDeviceToDevice, Buf{Size: n, Name: name}, src.Ptr)
+		w.data(CopyDeviceToDevice, mapping.Buf{Size: n, Name: name}, src.Ptr)
 		err := exchange(w.q, dst.Dev.Dev, dst.Ptr, src.Ptr, n)
 		how := ""
 		if errors.Is(err, plugin.ErrUnsupported) {
@@ -128,7 +128,7 @@ func hostAddr(b []byte) uint64 {
 }
 
 // IsPresent reports whether buf lies inside a mapping on d.
-func (d *Device) IsPresent(buf Buf) bool {
+func (d *Device) IsPresent(buf mapping.Buf) bool {
 	if d.IsInitial() {
 		return true
 	}
@@ -137,7 +137,7 @@ func (d *Device) IsPresent(buf Buf) bool {
 }
 
 // MappedPtr returns the device address buf is mapped to.
-func (d *Device) MappedPtr(buf Buf) (plugin.Ptr, error) {
+func (d *Device) MappedPtr(buf mapping.Buf) (plugin.Ptr, error) {
 	e, p := d.table.Lookup(buf.Addr(), buf.Size)
 	if e == nil {
 		return 0, d.mapErr("omp_get_mapped_ptr", MapItem{Buf: buf}, ErrNotPresent, "no mapping contains the buffer")
@@ -154,7 +154,7 @@ const (
 // Associate maps buf to device memory at p, which the caller owns: the
 // entry's reference count is infinite, so maps never copy into a new
 // allocation or free it; Disassociate removes it.
-func (d *Device) Associate(buf Buf, p plugin.Ptr) error {
+func (d *Device) Associate(buf mapping.Buf, p plugin.Ptr) error {
 	const op = opAssociate
 	m := MapItem{Buf: buf}
 	if buf.Size <= 0 {
@@ -186,7 +186,7 @@ func (d *Device) Associate(buf Buf, p plugin.Ptr) error {
 // does, it refuses a mapping made by map clauses, and an association that a
 // region holds (a Hold map on it, HoldRefCount > 0): the region's
 // constructs use the device memory until it ends.
-func (d *Device) Disassociate(buf Buf) error {
+func (d *Device) Disassociate(buf mapping.Buf) error {
 	const op = opDisassociate
 	m := MapItem{Buf: buf}
 	var p mapping.Plan

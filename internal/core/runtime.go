@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/goffload/offload/internal/mapping"
 	"os"
 	"runtime"
 	"strings"
@@ -11,7 +12,6 @@ import (
 	"sync/atomic"
 
 	"github.com/goffload/offload/internal/entries"
-	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -54,7 +54,7 @@ func Start(cfg Config) (*Runtime, error) {
 		}
 	}
 	n := len(r.Devices)
-	r.Initial = &Device{Num: n, Info: initialInfo(), log: r.Log, pool: workpool.New(runtime.NumCPU()), tool: cfg.Tool, ids: &r.ids, stop: plugin.NewStopSignal()}
+	r.Initial = &Device{Num: n, Info: initialInfo(), log: r.Log, pool: plugin.NewPool(runtime.NumCPU()), tool: cfg.Tool, ids: &r.ids, stop: plugin.NewStopSignal()}
 	for _, d := range r.Devices {
 		if d.Unavailable != nil {
 			continue
@@ -140,7 +140,7 @@ func (r *Runtime) add(spec string, devs []plugin.Device, err error) error {
 		return nil
 	}
 	for _, pd := range devs {
-		r.Devices = append(r.Devices, &Device{Num: len(r.Devices), Dev: pd, tool: r.Cfg.Tool, Info: plugin.Info{Kind: strings.SplitN(spec, ":", 2)[0]}, Spec: spec, table: NewTable(), log: r.Log, ids: &r.ids})
+		r.Devices = append(r.Devices, &Device{Num: len(r.Devices), Dev: pd, tool: r.Cfg.Tool, Info: plugin.Info{Kind: strings.SplitN(spec, ":", 2)[0]}, Spec: spec, table: mapping.NewTable(), log: r.Log, ids: &r.ids})
 	}
 	if errors.Is(err, plugin.ErrBadSpec) {
 		return fmt.Errorf("%w: GOFFLOAD_DEVICES item %q: %w", ErrConfig, spec, err)

@@ -6,6 +6,7 @@ package core
 
 import (
 	"fmt"
+	"github.com/goffload/offload/internal/mapping"
 	"reflect"
 
 	"github.com/goffload/offload/internal/entries"
@@ -78,7 +79,7 @@ func (d *Device) target(w *work, k *entries.Kernel, args []KernelArg, g plugin.G
 	for i := len(mapped) - 1; i >= 0; i-- {
 		m := mapped[i]
 		if w.first != nil {
-			m.Type &^= MapFrom // nothing ran: release without copying back
+			m.Type &^= mapping.MapFrom // nothing ran: release without copying back
 		}
 		if err := w.exit(m); err != nil {
 			w.err(err)

@@ -14,7 +14,6 @@ import (
 	"unsafe"
 
 	"github.com/goffload/offload/internal/entries"
-	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -132,7 +131,7 @@ func TestInTaskInsideKernels(t *testing.T) {
 	if InTask() {
 		t.Fatal("a test's goroutine counts as inside a task")
 	}
-	pool := workpool.New(2)
+	pool := plugin.NewPool(2)
 	defer pool.Close()
 	var inBody, inChunks atomic.Int32
 	k, err := entries.RegisterKernel(fmt.Sprintf("core.intask.%d", inTaskRuns.Add(1)), func(ctx interface{ For(int, func(lo, hi int)) }) {

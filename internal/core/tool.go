@@ -33,25 +33,13 @@ type DeviceOpTool interface {
 	DeviceOp(DeviceOpEvent)
 }
 
-// OpKind says which queue operation a DeviceOpEvent reports.
-type OpKind = plugin.OpKind
-
-// The queue operations a DeviceOpEvent reports.
-const (
-	OpLaunch   = plugin.OpLaunch
-	OpSubmit   = plugin.OpSubmit
-	OpRetrieve = plugin.OpRetrieve
-	OpExchange = plugin.OpExchange
-	OpWait     = plugin.OpWait
-)
-
 // DeviceOpEvent is one queue operation as the device ran it. Time is its
 // start and End its end, on the host's clock (a device process's clock is
 // aligned to the host's); Task is the construct it belongs to, whose
 // TargetBegin names its queue. It comes before the construct's TargetEnd.
 type DeviceOpEvent struct {
 	Where
-	Kind   OpKind
+	Kind   plugin.OpKind
 	Kernel string // the kernel's name (a launch)
 	Bytes  int64  // bytes copied
 	End    time.Time

@@ -3,6 +3,7 @@ package core
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/goffload/offload/plugin"
 	"os"
 	"sort"
 	"sync"
@@ -204,7 +205,7 @@ func (tr *Trace) events() []traceEvent {
 		}
 		tr.nameOp(e, t, o)
 		out = append(out, e)
-		if t.first == nil && o.Kind != OpWait { // an arrow ends where the waiting is over
+		if t.first == nil && o.Kind != plugin.OpWait { // an arrow ends where the waiting is over
 			t.first = e
 		}
 		t.last = e
@@ -302,7 +303,7 @@ func (tr *Trace) events() []traceEvent {
 // kind are in the order the device ran them).
 func (tr *Trace) nameOp(e *traceEvent, t *traceTask, o DeviceOpEvent) {
 	switch o.Kind {
-	case OpLaunch:
+	case plugin.OpLaunch:
 		e.Name, e.Cat = "kernel "+o.Kernel, "kernel"
 		e.Args["kernel"] = o.Kernel
 		if t.nextLaunches < len(t.launches) {
@@ -310,7 +311,7 @@ func (tr *Trace) nameOp(e *traceEvent, t *traceTask, o DeviceOpEvent) {
 			e.Args["args"], e.Args["arg_bytes"] = l.Args, l.ArgBytes
 		}
 		t.nextLaunches++
-	case OpSubmit, OpRetrieve, OpExchange:
+	case plugin.OpSubmit, plugin.OpRetrieve, plugin.OpExchange:
 		dk := copyKinds[o.Kind]
 		e.Cat = "copy"
 		e.Args["kind"], e.Args["bytes"] = dk.String(), o.Bytes
@@ -323,7 +324,7 @@ func (tr *Trace) nameOp(e *traceEvent, t *traceTask, o DeviceOpEvent) {
 		t.nextCopy[dk]++
 		e.Args["buffer"] = name
 		e.Name = fmt.Sprintf("%s %s (%d bytes)", dk, name, o.Bytes)
-	case OpWait:
+	case plugin.OpWait:
 		e.Name, e.Cat = "wait", "wait"
 	default:
 		e.Name = o.Kind.String()
@@ -331,7 +332,7 @@ func (tr *Trace) nameOp(e *traceEvent, t *traceTask, o DeviceOpEvent) {
 }
 
 // copyKinds are the data operations the tools saw for the device's copies.
-var copyKinds = map[OpKind]DataKind{OpSubmit: CopyToDevice, OpRetrieve: CopyFromDevice, OpExchange: CopyDeviceToDevice}
+var copyKinds = map[plugin.OpKind]DataKind{plugin.OpSubmit: CopyToDevice, plugin.OpRetrieve: CopyFromDevice, plugin.OpExchange: CopyDeviceToDevice}
 
 // inside is a time inside slice e for an arrow to bind to: near its end
 // (an arrow's source) or its start.

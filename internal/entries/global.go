@@ -250,10 +250,10 @@ func (in *instance) set(idx int, b *binding) {
 
 // instKey names a device instance: its kernels' worker pool, held weakly so
 // that the table of a pool never closed goes with the pool, and its device
-// number. The table goes when the pool closes (Pool.OnClose), so kinds
+// number. The table goes when the pool closes (plugin.Pool.Close), so kinds
 // need do nothing for it.
 type instKey struct {
-	pool   weak.Pointer[workpool.Pool]
+	pool   weak.Pointer[plugin.Pool]
 	device int
 }
 
@@ -262,7 +262,7 @@ var instances struct {
 	m map[instKey]*instance
 }
 
-func instanceOf(pool *workpool.Pool, device, n int, create bool) *instance {
+func instanceOf(pool *plugin.Pool, device, n int, create bool) *instance {
 	k := instKey{weak.Make(pool), device}
 	instances.RLock()
 	in := instances.m[k]
@@ -283,7 +283,8 @@ func instanceOf(pool *workpool.Pool, device, n int, create bool) *instance {
 	instances.Unlock()
 	if pool != nil {
 		runtime.AddCleanup(pool, dropKey, k)
-		pool.OnClose(func() { dropKey(k) }) // the device's bindings go with it
+		// The device's bindings go with its pool (plugin.Pool.Close).
+		(*workpool.Pool)(pool).OnClose(func() { dropKey(k) })
 	}
 	return in
 }
@@ -297,7 +298,7 @@ func dropKey(k instKey) {
 // BindHost makes host the copy of every variable for kernels that run with
 // pool as device number device: the initial device, whose memory is the
 // program's.
-func BindHost(pool *workpool.Pool, device int) {
+func BindHost(pool *plugin.Pool, device int) {
 	gs := registeredGlobals()
 	if len(gs) == 0 {
 		return
@@ -311,7 +312,7 @@ func BindHost(pool *workpool.Pool, device int) {
 // DropGlobals forgets the bindings of the device instances whose kernels
 // run on pool, before the pool closes (the initial device's, whose pool the
 // runtime keeps).
-func DropGlobals(pool *workpool.Pool) {
+func DropGlobals(pool *plugin.Pool) {
 	if pool == nil {
 		return
 	}

@@ -46,8 +46,6 @@ type Req struct {
 	Buf      []byte
 }
 
-type op = Req
-
 // waitSpin is how long Wait polls before it parks.
 const waitSpin = 20 * time.Microsecond
 
@@ -109,8 +107,8 @@ type Engine struct {
 	quiet  atomic.Pointer[func() bool] // SetQuiet's
 
 	mu      sync.Mutex
-	work    []*op
-	cancels []*op
+	work    []*Req
+	cancels []*Req
 	tags    []int
 	listen  func(r *Req)
 	err     error
@@ -121,7 +119,7 @@ type Engine struct {
 	// The role's own.
 	final     bool // MPI_Finalize was called
 	reqs      []request
-	live      []*op
+	live      []*Req
 	idx, errs []cint
 }
 
@@ -186,7 +184,7 @@ func (e *Engine) Listen(fn func(r *Req), tags ...int) {
 // Send starts sending buf to rank with tag; buf must stay untouched until
 // the send completes.
 func (e *Engine) Send(rank, tag int, buf []byte) *Req {
-	return e.post(&op{kind: opSend, rank: rank, tag: tag, buf: buf})
+	return e.post(&Req{kind: opSend, rank: rank, tag: tag, buf: buf})
 }
 
 // TrySend starts sending buf to rank with tag if the calling goroutine can
@@ -194,7 +192,7 @@ func (e *Engine) Send(rank, tag int, buf []byte) *Req {
 // cannot (nothing was sent). buf must stay untouched until the send
 // completes. Sends keep their order whichever way they start.
 func (e *Engine) TrySend(rank, tag int, buf []byte) *Req {
-	o := &op{kind: opSend, rank: rank, tag: tag, buf: buf, e: e, done: make(chan error, 1)}
+	o := &Req{kind: opSend, rank: rank, tag: tag, buf: buf, e: e, done: make(chan error, 1)}
 	if !e.startHere(o) {
 		return nil
 	}
@@ -204,12 +202,12 @@ func (e *Engine) TrySend(rank, tag int, buf []byte) *Req {
 // Recv starts receiving a message from rank with tag into buf, which must
 // be its exact size or larger.
 func (e *Engine) Recv(rank, tag int, buf []byte) *Req {
-	return e.post(&op{kind: opRecv, rank: rank, tag: tag, buf: buf})
+	return e.post(&Req{kind: opRecv, rank: rank, tag: tag, buf: buf})
 }
 
 // post starts o: on the calling goroutine if the role is free (startHere),
 // else by handing it to whoever makes MPI calls next.
-func (e *Engine) post(o *op) *Req {
+func (e *Engine) post(o *Req) *Req {
 	o.e = e
 	o.done = make(chan error, 1)
 	if e.startHere(o) {
@@ -232,7 +230,7 @@ func (e *Engine) post(o *op) *Req {
 // if the role is free; it reports whether it did. What other goroutines
 // handed over is started first: MPI keeps sends from one rank to another
 // on a tag in the order they started.
-func (e *Engine) startHere(o *op) bool {
+func (e *Engine) startHere(o *Req) bool {
 	if e.locked || !e.role.TryLock() {
 		return false
 	}
@@ -262,7 +260,7 @@ func (e *Engine) startHere(o *op) bool {
 	return true
 }
 
-func (e *Engine) cancel(o *op) {
+func (e *Engine) cancel(o *Req) {
 	e.mu.Lock()
 	e.cancels = append(e.cancels, o)
 	e.mu.Unlock()
@@ -292,7 +290,7 @@ func (e *Engine) Finalize() error {
 }
 
 // start posts o.
-func (e *Engine) start(o *op) {
+func (e *Engine) start(o *Req) {
 	if o.kind == opExec {
 		o.done <- o.fn()
 		return
@@ -362,7 +360,7 @@ func (e *Engine) test() bool {
 	return true
 }
 
-func (o *op) what() string {
+func (o *Req) what() string {
 	switch o.kind {
 	case opSend:
 		return fmt.Sprintf("sending %d bytes to rank %d", len(o.buf), o.rank)
@@ -372,7 +370,7 @@ func (o *op) what() string {
 	return fmt.Sprintf("receiving a message of %d bytes from rank %d", len(o.buf), o.rank)
 }
 
-func (e *Engine) finishOp(o *op, err error) {
+func (e *Engine) finishOp(o *Req, err error) {
 	o.pin.Unpin()
 	o.done <- err
 }

@@ -248,25 +248,25 @@ func bufPtr(b []byte) unsafe.Pointer {
 	return unsafe.Pointer(&b[0])
 }
 
-func cIsend(o *op, req *request) error {
+func cIsend(o *Req, req *request) error {
 	return mpiErr(fmt.Sprintf("MPI_Isend of %d bytes to rank %d", len(o.buf), o.rank),
 		C.gompi_isend(bufPtr(o.buf), C.int(len(o.buf)), C.int(o.rank), C.int(o.tag), req))
 }
 
-func cIrecv(o *op, req *request) error {
+func cIrecv(o *Req, req *request) error {
 	return mpiErr(fmt.Sprintf("MPI_Irecv of %d bytes from rank %d", len(o.buf), o.rank),
 		C.gompi_irecv(bufPtr(o.buf), C.int(len(o.buf)), C.int(o.rank), C.int(o.tag), req))
 }
 
 // cProbe matches a message with tag if one has come, and starts receiving
 // it into a new buffer: o is nil if none has come.
-func cProbe(tag int, req *request) (*op, error) {
+func cProbe(tag int, req *request) (*Req, error) {
 	var flag, src, n C.int
 	var msg C.MPI_Message
 	if err := mpiErr("MPI_Improbe", C.gompi_improbe(C.int(tag), &flag, &msg, &src, &n)); err != nil || flag == 0 {
 		return nil, err
 	}
-	o := &op{kind: opProbed, rank: int(src), tag: tag, buf: make([]byte, int(n))}
+	o := &Req{kind: opProbed, rank: int(src), tag: tag, buf: make([]byte, int(n))}
 	o.pin.Pin(unsafe.SliceData(o.buf))
 	if err := mpiErr(fmt.Sprintf("MPI_Imrecv of %d bytes from rank %d", n, src),
 		C.gompi_imrecv(bufPtr(o.buf), n, &msg, req)); err != nil {

@@ -205,7 +205,7 @@ func (e *Engine) liveCount() int {
 // back. Both sides call it, one as initiator. It is a baseline for
 // benchmarks, not a way to move data.
 func (e *Engine) Raw(peer, tag, n, size int, stream, initiator bool) error {
-	o := &op{kind: opExec, fn: func() error { return cRaw(peer, tag, n, size, stream, initiator) }}
+	o := &Req{kind: opExec, fn: func() error { return cRaw(peer, tag, n, size, stream, initiator) }}
 	return e.post(o).Wait(nil)
 }
 

@@ -94,7 +94,7 @@ type device struct {
 	cores int
 	mem   *hostmem.Memory
 	bytes plugin.Mem // mem.Bytes, made once (a method value allocates)
-	pool  *workpool.Pool
+	pool  *plugin.Pool
 
 	// tr is where timed operations are reported (see Trace).
 	tr optrace.Tracer

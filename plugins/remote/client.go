@@ -24,15 +24,16 @@ import (
 // Everything that waits for the device — a call's reply, a sync mark, an
 // event, a transfer — is registered in d.st (a state.Host: the rules as
 // plain state) under d.mu, the lock that loss takes too: a registration
-// checks for a loss first, and loss takes everything registered and fails
-// it, so after a loss nothing new registers and nothing registered is
-// forgotten. Frames whose order matters (a wait and the forgetting of its
+// checks for a loss first, and loss (d.st.Lose, which marks d.life lost)
+// takes everything registered and fails it, so after a loss nothing new
+// registers and nothing registered is forgotten. Frames whose order matters (a wait and the forgetting of its
 // event, a notify and the same) are queued on the link under d.mu as well,
 // in the order d.st returns them.
 type device struct {
 	l *link
-	// life is the device's label ("local device 1 (pid 1234)") and its
-	// closing once; its loss is d.st's.
+	// life is the device's label ("local device 1 (pid 1234)"), its
+	// closing once and its loss, as every kind keeps them: d.st reads
+	// them there, and loses it (under mu).
 	life devstate.State
 	num  int // device number, from Load
 	info plugin.Info
@@ -81,7 +82,7 @@ func newDevice(l *link, kind, name string) *device {
 		rank:       -1,
 		readerDone: make(chan struct{}),
 	}
-	d.st = state.NewHost[chan proto.Reply, *event, *incoming](d.name)
+	d.st = state.NewHost[chan proto.Reply, *event, *incoming](&d.life)
 	d.setName(name)
 	return d
 }
@@ -222,13 +223,10 @@ func (d *device) answer(req uint64, r proto.Reply, t proto.Type) error {
 // lose fails the device: every pending and later operation returns an
 // error naming the device and the cause.
 func (d *device) lose(cause error) {
-	d.mu.Lock()
-	lost, closed := d.st.Lost() != nil, d.st.Closed()
-	d.mu.Unlock()
-	if lost {
+	if d.life.Lost() != nil {
 		return
 	}
-	if closed {
+	if d.life.Closed() {
 		cause = errors.New("device closed")
 	} else if d.onLost != nil {
 		cause = d.onLost(cause) // may wait a moment for the process's exit status
@@ -291,11 +289,7 @@ func (d *device) Kill(why error) {
 }
 
 // Lost reports why the device stopped working, or nil while it works.
-func (d *device) Lost() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.st.Lost()
-}
+func (d *device) Lost() error { return d.life.Lost() }
 
 // request registers a call for the answer to the frame that frame(id)
 // makes and queues the frame, under the lock loss takes, then writes it
@@ -489,9 +483,10 @@ func (d *device) Close() error {
 	if !d.life.Close() {
 		return nil
 	}
+	// Nothing registers once d.life is closed: a registration under way
+	// ends before d.mu is ours.
 	d.mu.Lock()
-	d.st.CloseDevice() // nothing registers after it
-	reading, lost := d.reading, d.st.Lost() != nil
+	reading, lost := d.reading, d.life.Lost() != nil
 	d.mu.Unlock()
 	d.l.send(&proto.Exit{})
 	d.l.close(closeTimeout)

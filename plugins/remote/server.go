@@ -10,7 +10,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/hostmem"
 	"github.com/goffload/offload/plugin/opqueue"
@@ -25,7 +24,7 @@ type session struct {
 	l     *link
 	img   *plugin.Image
 	mem   *hostmem.Memory
-	pool  *workpool.Pool
+	pool  *plugin.Pool
 	cores int
 	num   int // device number, from the host's hello
 	// helloed, if set, is told the device number the host gave.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/devstate"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
@@ -17,8 +18,13 @@ import (
 // the engine queues them on the link before it releases the lock it holds
 // around the call, so that frames from different callers keep the order
 // the table saw them in.
+//
+// Whether the device is closed or lost is its devstate.State's, as for
+// every kind: the table reads it there and keeps no copy. Its Lose is the
+// only one the State gets, under the engine's lock, so it knows which loss
+// is the first.
 type Host[C, E, P any] struct {
-	name func() string
+	life *devstate.State
 	next uint64
 	// calls wait for their answers; each answer ends the transfers the
 	// call lists.
@@ -32,8 +38,6 @@ type Host[C, E, P any] struct {
 	sizes  map[plugin.Ptr]int64
 	inUse  int64
 	unseen int // allocations the device may not have read yet
-	lost   error
-	closed bool
 }
 
 type hostCall[C any] struct {
@@ -54,10 +58,11 @@ type hostEvent[E any] struct {
 // ForgetBatch is how many forgotten events go in one Forget frame.
 const ForgetBatch = 512
 
-// NewHost returns an empty table for a device that name names (in errors).
-func NewHost[C, E, P any](name func() string) *Host[C, E, P] {
+// NewHost returns an empty table for the device whose label, closing and
+// loss life keeps: its label names the device in errors.
+func NewHost[C, E, P any](life *devstate.State) *Host[C, E, P] {
 	return &Host[C, E, P]{
-		name:   name,
+		life:   life,
 		calls:  map[uint64]hostCall[C]{},
 		events: map[uint64]*hostEvent[E]{},
 		pushes: map[uint64][]byte{},
@@ -67,19 +72,16 @@ func NewHost[C, E, P any](name func() string) *Host[C, E, P] {
 	}
 }
 
-// Alive returns why the device cannot take work: its loss, or its close.
+// Alive returns why the device cannot take work: its loss (which comes
+// first: a device closed after its loss reports the loss), or its close.
 func (h *Host[C, E, P]) Alive() error {
-	if h.lost != nil {
-		return h.lost
+	if err := h.life.Lost(); err != nil {
+		return err
 	}
-	if h.closed {
-		return fmt.Errorf("%s: %w: device is closed", h.name(), plugin.ErrBadHandle)
-	}
-	return nil
+	return h.life.Alive()
 }
 
-// Lost is the device's loss, or nil.
-func (h *Host[C, E, P]) Lost() error { return h.lost }
+func (h *Host[C, E, P]) name() string { return h.life.Label() }
 
 // ID numbers something new: a request, event, transfer or wait.
 func (h *Host[C, E, P]) ID() uint64 {
@@ -297,20 +299,15 @@ func (h *Host[C, E, P]) Unseen() int { return h.unseen }
 // Seen says the device read n more allocations (an answer came after them).
 func (h *Host[C, E, P]) Seen(n int) { h.unseen -= n }
 
-// CloseDevice says the host closed the device: nothing new registers.
-func (h *Host[C, E, P]) CloseDevice() { h.closed = true }
-
-// Closed reports whether the host closed the device.
-func (h *Host[C, E, P]) Closed() bool { return h.closed }
-
-// Lose fails the device with err: it returns every call and event
-// registered, for the engine to fail, and from then on nothing registers.
-// It reports false if the device was lost already.
+// Lose fails the device with err (the device's State is lost with it): it
+// returns every call and event registered, for the engine to fail, and
+// from then on nothing registers. It reports false if the device was lost
+// already.
 func (h *Host[C, E, P]) Lose(err error) (calls []C, events []E, first bool) {
-	if h.lost != nil {
+	if h.life.Lost() != nil {
 		return nil, nil, false
 	}
-	h.lost = err
+	h.life.Lose(err)
 	for _, c := range h.calls {
 		calls = append(calls, c.h)
 	}

@@ -5,12 +5,17 @@ import (
 	"testing"
 
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/devstate"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
 type testHost = Host[int, int, int]
 
-func newTestHost() *testHost { return NewHost[int, int, int](func() string { return "test device 0" }) }
+func newTestHost() *testHost {
+	life := new(devstate.State)
+	life.SetLabel("test device 0")
+	return NewHost[int, int, int](life)
+}
 
 // TestWaitIsNeverOvertakenByTheForget: a queue waits on events the host
 // has not heard fire; they fire and are closed; the forget that lets the
@@ -130,6 +135,9 @@ func TestLossFailsEverythingRegistered(t *testing.T) {
 	if _, _, again := h.Lose(lost); again {
 		t.Error("lost twice")
 	}
+	if h.life.Lost() != lost {
+		t.Errorf("the device's State has loss %v, want %v", h.life.Lost(), lost)
+	}
 	if h.Len() != 0 {
 		t.Errorf("Len %d after the loss", h.Len())
 	}
@@ -144,6 +152,25 @@ func TestLossFailsEverythingRegistered(t *testing.T) {
 	}
 	if _, _, err := h.Wait(1, 1, false, nil); err != lost {
 		t.Errorf("wait after loss: %v", err)
+	}
+}
+
+// TestCloseRefusesAndLossComesFirst: once the device's State is closed
+// nothing registers, with the error that says so; once it is lost too, the
+// loss is the error.
+func TestCloseRefusesAndLossComesFirst(t *testing.T) {
+	h := newTestHost()
+	h.life.Close()
+	err := h.Call(h.ID(), 1, nil)
+	if !errors.Is(err, plugin.ErrBadHandle) || err.Error() != "test device 0: invalid handle: device is closed" {
+		t.Errorf("call after close: %v", err)
+	}
+	lost := errors.New("device lost: gone")
+	if _, _, first := h.Lose(lost); !first {
+		t.Error("Lose of a closed device not first")
+	}
+	if _, err := h.NewEvent(1); err != lost {
+		t.Errorf("event after close and loss: %v, want the loss", err)
 	}
 }
 
