@@ -54,6 +54,9 @@ func (p tsvPrinter) row(r Result) {
 		base = strconv.FormatFloat(r.Baseline, 'f', 1, 64)
 		if q := r.Ratio(); !math.IsNaN(q) {
 			ratio = strconv.FormatFloat(q, 'f', 3, 64)
+			if q > 0 && q < 0.001 { // a baseline slowed by a busy machine: not 0.000
+				ratio = strconv.FormatFloat(q, 'g', 3, 64)
+			}
 		}
 	}
 	fmt.Fprintf(p.w, "%s\t%s\t%s\t%s\n", r.Metric, strconv.FormatFloat(r.Goffload, 'f', 1, 64), base, ratio)
@@ -128,6 +131,9 @@ func humanCells(r Result) (base, ratio string) {
 		base = human(r.Baseline)
 		if q := r.Ratio(); !math.IsNaN(q) {
 			ratio = strconv.FormatFloat(q, 'f', 3, 64)
+			if q > 0 && q < 0.001 { // a baseline slowed by a busy machine: not 0.000
+				ratio = strconv.FormatFloat(q, 'g', 3, 64)
+			}
 		}
 	}
 	return base, ratio
