@@ -16,8 +16,8 @@ import (
 // restoreTaskbench returns what puts the taskbench flags' settings back as
 // they are now (a run's flags change them): defer restoreTaskbench()().
 func restoreTaskbench() func() {
-	pats, kinds, iters, inMPI := tbPatternList, tbKindList, tbMaxIters, tbInMPI
-	return func() { tbPatternList, tbKindList, tbMaxIters, tbInMPI = pats, kinds, iters, inMPI }
+	pats, kinds, iters, inMPI, peak := tbPatternList, tbKindList, tbMaxIters, tbInMPI, tbPeak
+	return func() { tbPatternList, tbKindList, tbMaxIters, tbInMPI, tbPeak = pats, kinds, iters, inMPI, peak }
 }
 
 func mustPattern(t *testing.T, s string) tbPattern {
@@ -190,6 +190,11 @@ func TestTBMETG(t *testing.T) {
 	effs, peak := tbEfficiency([]tbSweep{{Points: pts}})
 	if want := tbFlopsPerTask(1000) * 10 / 2e-3; !near(peak, want) || effs[0][1] != 1 || !near(effs[0][0], tbFlopsPerTask(1)*10/1e-3/want) {
 		t.Errorf("efficiency %v, peak %v", effs, peak)
+	}
+	defer restoreTaskbench()()
+	tbPeak = 2 * peak / 1e9 // -taskbench-peak: twice the best
+	if effs, p := tbEfficiency([]tbSweep{{Points: pts}}); !near(p, 2*peak) || !near(effs[0][1], 0.5) {
+		t.Errorf("with -taskbench-peak: efficiency %v, peak %v", effs, p)
 	}
 	if g := pts[0].Granularity(); g != 2e5 {
 		t.Errorf("granularity %v, want 1 ms × 2 cores ÷ 10 tasks = 200 µs", g)
