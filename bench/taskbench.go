@@ -75,7 +75,6 @@ var (
 const (
 	tbMinSteps = 8    // timesteps of a run at least
 	tbMaxSteps = 2000 // and at most
-	tbReps     = 3    // timed runs per point, after one that warms up and sizes them
 )
 
 // tbKind is a way of running the graphs: the goroutines, or goffload on
@@ -155,9 +154,10 @@ func measureTaskbench(env *Env, suite string, pats []tbPattern, kinds []tbKind, 
 	for i := int64(1); i <= tbMaxIters; i *= 2 {
 		iters = append(iters, i)
 	}
-	perRun := env.Budget / time.Duration(len(iters)*tbReps)
-	env.Comment("%s: compute_bound kernel, %d to %d iterations doubling (%.0f to %.3g FLOPs a task); per point %d runs after one that warms up and sizes them (median), each ~%v, at least %d timesteps; %d cores, GOMAXPROCS %d",
-		suite, iters[0], iters[len(iters)-1], tbFlopsPerTask(iters[0]), tbFlopsPerTask(iters[len(iters)-1]), tbReps, perRun.Round(time.Microsecond), tbMinSteps, cores, runtime.GOMAXPROCS(0))
+	reps := max(env.Rounds, 1)
+	perRun := env.Budget / time.Duration(len(iters)*reps)
+	env.Comment("%s: compute_bound kernel, %d to %d iterations doubling (%.0f to %.3g FLOPs a task); per point %d runs (-rounds) after one that warms up and sizes them, the fastest counts, each ~%v, at least %d timesteps; %d cores, GOMAXPROCS %d",
+		suite, iters[0], iters[len(iters)-1], tbFlopsPerTask(iters[0]), tbFlopsPerTask(iters[len(iters)-1]), reps, perRun.Round(time.Microsecond), tbMinSteps, cores, runtime.GOMAXPROCS(0))
 	var sweeps []tbSweep
 	// The goroutines first: their speed sizes the other kinds' first runs.
 	w := runtime.GOMAXPROCS(0)
@@ -165,12 +165,12 @@ func measureTaskbench(env *Env, suite string, pats []tbPattern, kinds []tbKind, 
 	for _, p := range pats {
 		pw := tbForWidth(p, w)
 		t0 := time.Now()
-		pts, err := tbSweepOne(pw, w, iters, perRun, cores, nsPerIter, runTBGoroutines)
+		pts, err := tbSweepOne(pw, w, iters, reps, perRun, cores, nsPerIter, runTBGoroutines)
 		if err != nil {
 			return fmt.Errorf("%s, goroutines: %w", pw.Name(), err)
 		}
 		sweeps = append(sweeps, tbSweep{Req: p.Name(), Pattern: pw, Kind: "goroutines", Width: w, Points: pts})
-		env.Comment("%s: %s, goroutines (width %d): measured in %v", suite, pw.Name(), w, time.Since(t0).Round(time.Millisecond))
+		env.Comment("%s: %s, goroutines (width %d%s): measured in %v", suite, p.Name(), w, tbAsRun(p, pw), time.Since(t0).Round(time.Millisecond))
 	}
 	for _, k := range kinds {
 		run := func() error {
@@ -191,12 +191,12 @@ func measureTaskbench(env *Env, suite string, pats []tbPattern, kinds []tbKind, 
 			for _, p := range pats {
 				pw := tbForWidth(p, nd)
 				t0 := time.Now()
-				pts, err := tbSweepOne(pw, nd, iters, perRun, cores, nsPerIter, func(g tbGraph) (time.Duration, error) { return runTBDevices(ctx, g, devs) })
+				pts, err := tbSweepOne(pw, nd, iters, reps, perRun, cores, nsPerIter, func(g tbGraph) (time.Duration, error) { return runTBDevices(ctx, g, devs) })
 				if err != nil {
 					return fmt.Errorf("%s, %s: %w", pw.Name(), k.Name, err)
 				}
 				sweeps = append(sweeps, tbSweep{Req: p.Name(), Pattern: pw, Kind: k.Name, Width: nd, Points: pts})
-				env.Comment("%s: %s, %s (width %d): measured in %v", suite, pw.Name(), k.Name, nd, time.Since(t0).Round(time.Millisecond))
+				env.Comment("%s: %s, %s (width %d%s): measured in %v", suite, p.Name(), k.Name, nd, tbAsRun(p, pw), time.Since(t0).Round(time.Millisecond))
 			}
 			return nil
 		}
@@ -218,6 +218,15 @@ func measureTaskbench(env *Env, suite string, pats []tbPattern, kinds []tbKind, 
 	return nil
 }
 
+// tbAsRun says how pattern p was run at its width (pw), where tbForWidth
+// changed it: ", radix 2, period 1"; "" elsewhere.
+func tbAsRun(p, pw tbPattern) string {
+	if p.Kind != tbSpread {
+		return ""
+	}
+	return fmt.Sprintf(", radix %d, period %d", pw.Radix, pw.Period)
+}
+
 // tbNsPerIter times the compute_bound kernel on one goroutine: nanoseconds
 // per iteration, to size the first runs of a sweep.
 func tbNsPerIter() float64 {
@@ -230,9 +239,10 @@ func tbNsPerIter() float64 {
 
 // tbSweepOne measures pattern p at width w for each of iters, largest
 // first: one run that warms up and whose time sizes the next runs' steps
-// so that each lasts about perRun, then tbReps runs, whose median wall
-// time is the point's.
-func tbSweepOne(p tbPattern, w int, iters []int64, perRun time.Duration, cores int, nsPerIter float64, run func(tbGraph) (time.Duration, error)) ([]tbPoint, error) {
+// so that each lasts about perRun, then reps runs, the fastest of which is
+// the point's: on a machine shared with others, what they take from a run
+// only slows it (Task Bench averages its repetitions).
+func tbSweepOne(p tbPattern, w int, iters []int64, reps int, perRun time.Duration, cores int, nsPerIter float64, run func(tbGraph) (time.Duration, error)) ([]tbPoint, error) {
 	var pts []tbPoint
 	// Estimated wall time of a timestep: the kernels of the width on the
 	// cores, at first; then what the last point measured, halved.
@@ -246,7 +256,7 @@ func tbSweepOne(p tbPattern, w int, iters []int64, perRun time.Duration, cores i
 		}
 		step = max(float64(d.Nanoseconds())/float64(g.Steps), 1)
 		g.Steps = tbSteps(float64(perRun), step)
-		walls := make([]float64, tbReps)
+		walls := make([]float64, reps)
 		for r := range walls {
 			d, err := run(g)
 			if err != nil {
@@ -254,7 +264,7 @@ func tbSweepOne(p tbPattern, w int, iters []int64, perRun time.Duration, cores i
 			}
 			walls[r] = float64(d.Nanoseconds())
 		}
-		wall := median(walls)
+		wall := slices.Min(walls)
 		pts = append(pts, tbPoint{Iters: iters[k], Tasks: g.Steps * w, Wall: wall, Cores: cores})
 		step = wall / float64(g.Steps) / 2
 	}
@@ -314,18 +324,21 @@ func tbReport(env *Env, suite string, sweeps []tbSweep) {
 		res[i] = metg{v, below, ok, slices.Min(gran)}
 		env.Comment("taskbench.%s.%s sweep (iterations:granularity/efficiency):%s", s.Req, s.Kind, b.String())
 	}
+	// The comments first, then the rows: one table.
+	for i, s := range sweeps {
+		if !res[i].ok {
+			env.Comment("taskbench.%s.%s.metg: not reported: no point of the sweep reached 50%% efficiency", s.Req, s.Kind)
+		}
+	}
 	for i, s := range sweeps {
 		m := res[i]
 		metric := fmt.Sprintf("taskbench.%s.%s.metg", s.Req, s.Kind)
 		if !m.ok {
-			env.Comment("%s: not reported: no point of the sweep reached 50%% efficiency", metric)
 			continue
 		}
 		r := Result{Metric: metric, Goffload: m.v, Baseline: math.NaN()}
 		note := fmt.Sprintf("METG(50%%), width %d", s.Width)
-		if s.Pattern != (tbPattern{Kind: s.Pattern.Kind, Radix: s.Pattern.Radix}) || s.Pattern.Name() != s.Req {
-			note += fmt.Sprintf(" (radix %d, period %d)", s.Pattern.Radix, s.Pattern.Period)
-		}
+		note += tbAsRun(s.Pattern, s.Pattern)
 		if m.below {
 			note += fmt.Sprintf("; ≤: the sweep's smallest tasks (%s) were still ≥ 50%% efficient", human(m.lowestGran))
 		}

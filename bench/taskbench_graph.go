@@ -216,7 +216,7 @@ func tbFlopsPerTask(iters int64) float64 { return float64(2*64*iters + 64) }
 type tbPoint struct {
 	Iters int64   // compute_bound iterations per task
 	Tasks int     // tasks run (timesteps × width)
-	Wall  float64 // nanoseconds, the median of the repetitions
+	Wall  float64 // nanoseconds, the fastest of the repetitions
 	Cores int     // cores of the machine: granularity's factor
 }
 
