@@ -91,6 +91,9 @@ type tbSweep struct {
 	Kind    string
 	Width   int
 	Points  []tbPoint
+	// OwnPeak: the efficiency of the points is against the best FLOP/s
+	// of the kind's own sweeps (-taskbench-peer, whose kernel is another).
+	OwnPeak bool
 }
 
 // tbSweeps is what the last run of a suite measured, by suite, for the
@@ -213,6 +216,20 @@ func measureTaskbench(env *Env, suite string, pats []tbPattern, kinds []tbKind, 
 			return err
 		}
 	}
+	if tbPeerCmd != "" && suite == "taskbench" {
+		cmd := strings.Fields(tbPeerCmd)
+		w := tbPeerWidth
+		for _, p := range pats {
+			pw := tbForWidth(p, w)
+			t0 := time.Now()
+			pts, err := tbSweepOne(pw, w, iters, reps, perRun, cores, nsPerIter, func(g tbGraph) (time.Duration, error) { return runTBPeer(cmd, g) })
+			if err != nil {
+				return fmt.Errorf("%s, taskbench_peer: %w", pw.Name(), err)
+			}
+			sweeps = append(sweeps, tbSweep{Req: p.Name(), Pattern: pw, Kind: "taskbench_peer", Width: w, Points: pts, OwnPeak: true})
+			env.Comment("%s: %s, taskbench_peer (width %d%s): measured in %v: %s", suite, p.Name(), w, tbAsRun(p, pw), time.Since(t0).Round(time.Millisecond), tbPeerCmd)
+		}
+	}
 	tbSweeps[suite] = sweeps
 	tbReport(env, suite, sweeps)
 	return nil
@@ -280,20 +297,28 @@ func tbSteps(perRun, step float64) int {
 
 // tbEfficiency returns, for each sweep, the efficiency of each point
 // against the peak, and the peak: -taskbench-peak, or else the best FLOP/s
-// of all the points.
+// of all the points. A sweep with OwnPeak is against the best of its
+// kind's sweeps instead.
 func tbEfficiency(sweeps []tbSweep) ([][]float64, float64) {
 	peak := tbPeak * 1e9
-	if peak <= 0 {
-		for _, s := range sweeps {
-			for _, p := range s.Points {
+	own := map[string]float64{}
+	for _, s := range sweeps {
+		for _, p := range s.Points {
+			if s.OwnPeak {
+				own[s.Kind] = max(own[s.Kind], p.FlopRate())
+			} else if tbPeak <= 0 {
 				peak = max(peak, p.FlopRate())
 			}
 		}
 	}
 	effs := make([][]float64, len(sweeps))
 	for i, s := range sweeps {
+		pk := peak
+		if s.OwnPeak {
+			pk = own[s.Kind]
+		}
 		for _, p := range s.Points {
-			effs[i] = append(effs[i], p.FlopRate()/peak)
+			effs[i] = append(effs[i], p.FlopRate()/pk)
 		}
 	}
 	return effs, peak
@@ -307,6 +332,19 @@ func tbReport(env *Env, suite string, sweeps []tbSweep) {
 		how = "-taskbench-peak"
 	}
 	env.Comment("%s: peak %.3g GFLOP/s: %s; granularity = wall × %d cores ÷ tasks", suite, peak/1e9, how, runtime.NumCPU())
+	for _, s := range sweeps {
+		if s.OwnPeak && s.Pattern.Kind == sweeps[len(sweeps)-1].Pattern.Kind {
+			best := 0.0
+			for _, t := range sweeps {
+				if t.Kind == s.Kind {
+					for _, p := range t.Points {
+						best = max(best, p.FlopRate())
+					}
+				}
+			}
+			env.Comment("%s: kind %s: efficiency against its own peak, %.3g GFLOP/s (another kernel)", suite, s.Kind, best/1e9)
+		}
+	}
 	type metg struct {
 		v          float64
 		below, ok  bool

@@ -7,8 +7,10 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goffload/offload"
 )
@@ -341,5 +343,34 @@ func TestTaskbenchSuite(t *testing.T) {
 		if err := run(args, &out, &errOut); err == nil {
 			t.Errorf("run(%q) succeeded, want an error", args)
 		}
+	}
+}
+
+// TestTBPeer: Task Bench's flags for each pattern, and what is read of a
+// run's output (a shell standing in for Task Bench).
+func TestTBPeer(t *testing.T) {
+	g := tbGraph{Pattern: tbPattern{Kind: tbSpread, Radix: 2, Period: 1}, Width: 2, Steps: 8, Kernel: tbComputeBound, Iters: 64}
+	if got, want := strings.Join(tbPeerArgs(g), " "), "-steps 8 -width 2 -type spread -radix 2 -period 1 -kernel compute_bound -iter 64"; got != want {
+		t.Errorf("spread: %q, want %q", got, want)
+	}
+	g.Pattern = tbPattern{Kind: tbNearest, Radix: 5}
+	if got, want := strings.Join(tbPeerArgs(g), " "), "-steps 8 -width 2 -type nearest -radix 5 -kernel compute_bound -iter 64"; got != want {
+		t.Errorf("nearest: %q, want %q", got, want)
+	}
+	g.Pattern = tbPattern{Kind: tbStencil1D}
+	if got, want := strings.Join(tbPeerArgs(g), " "), "-steps 8 -width 2 -type stencil_1d -kernel compute_bound -iter 64"; got != want {
+		t.Errorf("stencil_1d: %q, want %q", got, want)
+	}
+	fake := func(tasks int) []string {
+		return []string{"sh", "-c", "echo 'Total Tasks " + strconv.Itoa(tasks) + "'; echo 'Elapsed Time 1.500000e-03 seconds'", "task_bench"}
+	}
+	if d, err := runTBPeer(fake(16), g); err != nil || d != 1500*time.Microsecond {
+		t.Errorf("runTBPeer = %v, %v; want 1.5ms", d, err)
+	}
+	if _, err := runTBPeer(fake(15), g); err == nil {
+		t.Error("runTBPeer with the wrong task count: no error")
+	}
+	if _, err := runTBPeer([]string{"sh", "-c", "exit 3"}, g); err == nil {
+		t.Error("runTBPeer of a failing command: no error")
 	}
 }
