@@ -122,5 +122,10 @@ func runMPI(env *Env) error {
 	if err != nil {
 		return err
 	}
-	return measureTaskbench(env, "mpi", pats, []tbKind{{Name: fmt.Sprintf("mpi%d", offload.NumDevices())}}, "")
+	nd := offload.NumDevices()
+	k, err := tbDeviceKind(env, "mpi", fmt.Sprintf("mpi%d", nd), 0, nd)
+	if err != nil {
+		return err
+	}
+	return measureTaskbench(env, "mpi", pats, []tbRunner{k})
 }

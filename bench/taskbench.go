@@ -28,9 +28,11 @@ import (
 // 127.0.0.1 with a fresh secret) — the suite runs the graph with the
 // compute_bound kernel at iteration counts doubling from 1 to
 // -taskbench-max-iters, timing T timesteps each (T chosen so that a run
-// lasts about -time ÷ points ÷ repetitions, at least tbMinSteps). Width =
-// number of devices (2) for the device kinds; task (t, p) runs on device
-// p mod 2 (taskbench_run.go says how outputs move between devices).
+// lasts about -time ÷ points ÷ -rounds, at least tbMinSteps), the kinds'
+// runs alternating (tbSweepAll: the runtime is started once with every
+// kind's devices) and the fastest of -rounds counting. Width = number of
+// devices (2) for the device kinds; task (t, p) runs on device p mod 2
+// (taskbench_run.go says how outputs move between devices).
 //
 // Per point: granularity = wall × cores ÷ tasks (Task Bench's time per
 // task; cores = runtime.NumCPU()), FLOP/s = 2·64·iterations + 64 per task
@@ -39,15 +41,17 @@ import (
 // (usually the goroutines' at the largest granularity); Task Bench's own
 // rule is a peak measured apart for the machine (--peak-compute-bandwidth
 // of its chart_metg.py): on a machine shared with others, the best of the
-// same run is the steadier yardstick. METG(50%) = the smallest granularity
-// at which the efficiency is ≥ 50%, interpolated (tbMETG).
+// same run is the steadier yardstick (-taskbench-peak fixes one instead).
+// METG(50%) = the smallest granularity at which the efficiency is ≥ 50%,
+// interpolated (tbMETG).
 //
 // Rows: taskbench.PATTERN.KIND.metg, the METG in ns per task, against the
 // goroutines' METG for the same pattern as the baseline (the goroutines'
 // own row has none); each sweep is printed as a comment line, and -plot
 // draws taskbench_PATTERN.png: efficiency against granularity, one line
 // per kind. Suite mpi adds KIND mpi2 (the job's device ranks) against the
-// goroutines of the host rank (mpi.go).
+// goroutines of the host rank (mpi.go); -taskbench-peer adds Task Bench's
+// own implementation (taskbench_peer.go).
 
 func init() {
 	register("taskbench", Suite{Devices: "host:2", Run: runTaskbench})
@@ -77,11 +81,12 @@ const (
 	tbMaxSteps = 2000 // and at most
 )
 
-// tbKind is a way of running the graphs: the goroutines, or goffload on
-// devices.
-type tbKind struct {
-	Name    string // in metrics: goroutines, host2, local2, tcp2, mpi2
-	Devices string // the device list the runtime is restarted with; "" for goroutines or the runtime's devices as they are
+// tbRunner is a kind: a way of running the graphs, at its width.
+type tbRunner struct {
+	Name    string // in metrics: goroutines, host2, local2, tcp2, mpi2, taskbench_peer
+	Width   int
+	Run     func(tbGraph) (time.Duration, error)
+	OwnPeak bool // see tbSweep
 }
 
 // tbSweep is the points of one kind and pattern.
@@ -100,28 +105,80 @@ type tbSweep struct {
 // plots (-plot draws after the suites ran).
 var tbSweeps = map[string][]tbSweep{}
 
-// runTaskbench runs suite taskbench.
+// runTaskbench runs suite taskbench: the runtime restarted once with the
+// devices of every kind chosen (host:2, local:2, the two TCP devices, in
+// that order), so that the kinds' runs can alternate, and with the suite's
+// devices again afterwards.
 func runTaskbench(env *Env) error {
 	pats, err := tbPatterns()
 	if err != nil {
 		return err
 	}
-	var kinds []tbKind
+	type part struct{ name, devices string }
+	var parts []part
+	tcp := false
 	for _, k := range strings.Split(tbKindList, ",") {
 		switch k = strings.TrimSpace(k); k {
 		case "goroutines", "":
 		case "host2":
-			kinds = append(kinds, tbKind{Name: k, Devices: "host:2"})
+			parts = append(parts, part{k, "host:2"})
 		case "local2":
-			kinds = append(kinds, tbKind{Name: k, Devices: "local:2"})
+			parts = append(parts, part{k, "local:2"})
 		case "tcp2":
-			kinds = append(kinds, tbKind{Name: k}) // devices: once started
+			parts = append(parts, part{k, ""}) // once started
+			tcp = true
 		default:
 			return fmt.Errorf("-taskbench-kinds: unknown kind %q: want goroutines, host2, local2, tcp2", k)
 		}
 	}
-	back := suiteDevices(env, "host:2")
-	return measureTaskbench(env, "taskbench", pats, kinds, back)
+	measure := func(tcpDevices string) error {
+		if len(parts) == 0 {
+			return measureTaskbench(env, "taskbench", pats, nil)
+		}
+		var list []string
+		for _, p := range parts {
+			if p.name == "tcp2" {
+				p.devices = tcpDevices
+			}
+			list = append(list, p.devices)
+		}
+		devices := strings.Join(list, ",")
+		return withDevices(devices, suiteDevices(env, "host:2"), func() error {
+			if n := offload.NumDevices(); n != 2*len(parts) {
+				return fmt.Errorf("%d devices of %q, want %d", n, devices, 2*len(parts))
+			}
+			env.Comment("taskbench: runtime restarted with devices %q", devices)
+			var kinds []tbRunner
+			for i, p := range parts {
+				k, err := tbDeviceKind(env, "taskbench", p.name, 2*i, 2)
+				if err != nil {
+					return err
+				}
+				kinds = append(kinds, k)
+			}
+			return measureTaskbench(env, "taskbench", pats, kinds)
+		})
+	}
+	if tcp {
+		return withTCPDevices(2, measure)
+	}
+	return measure("")
+}
+
+// tbDeviceKind is kind name: goffload on devices first to first+n-1, which
+// it describes in comments.
+func tbDeviceKind(env *Env, suite, name string, first, n int) (tbRunner, error) {
+	devs := make([]offload.Device, n)
+	for d := range devs {
+		devs[d] = offload.On(first + d)
+		info, err := devs[d].Info()
+		if err != nil {
+			return tbRunner{}, err
+		}
+		env.Comment("%s: kind %s: device %d: %s (%s), %d cores", suite, name, first+d, info.Kind, info.Name, info.Cores)
+	}
+	ctx := context.Background()
+	return tbRunner{Name: name, Width: n, Run: func(g tbGraph) (time.Duration, error) { return runTBDevices(ctx, g, devs) }}, nil
 }
 
 // tbPatterns parses -taskbench-patterns.
@@ -146,12 +203,10 @@ func tbPatterns() ([]tbPattern, error) {
 	return pats, nil
 }
 
-// measureTaskbench measures the goroutines and kinds on pats, reports the
-// METG rows and keeps the sweeps for suite's plots. A kind with Devices
-// runs on the runtime restarted with them (and with back afterwards); tcp2
-// starts its two TCP devices first; a kind without Devices runs on the
-// runtime's devices as they are.
-func measureTaskbench(env *Env, suite string, pats []tbPattern, kinds []tbKind, back string) error {
+// measureTaskbench measures the goroutines, kinds and -taskbench-peer
+// (suite taskbench) on pats, their runs alternating, reports the METG rows
+// and keeps the sweeps for suite's plots.
+func measureTaskbench(env *Env, suite string, pats []tbPattern, kinds []tbRunner) error {
 	cores := runtime.NumCPU()
 	var iters []int64
 	for i := int64(1); i <= tbMaxIters; i *= 2 {
@@ -159,76 +214,28 @@ func measureTaskbench(env *Env, suite string, pats []tbPattern, kinds []tbKind, 
 	}
 	reps := max(env.Rounds, 1)
 	perRun := env.Budget / time.Duration(len(iters)*reps)
-	env.Comment("%s: compute_bound kernel, %d to %d iterations doubling (%.0f to %.3g FLOPs a task); per point %d runs (-rounds) after one that warms up and sizes them, the fastest counts, each ~%v, at least %d timesteps; %d cores, GOMAXPROCS %d",
+	env.Comment("%s: compute_bound kernel, %d to %d iterations doubling (%.0f to %.3g FLOPs a task); per point and kind %d runs (-rounds) after one that warms up and sizes them, the kinds' runs alternating, the fastest counts, each ~%v, at least %d timesteps; %d cores, GOMAXPROCS %d",
 		suite, iters[0], iters[len(iters)-1], tbFlopsPerTask(iters[0]), tbFlopsPerTask(iters[len(iters)-1]), reps, perRun.Round(time.Microsecond), tbMinSteps, cores, runtime.GOMAXPROCS(0))
-	var sweeps []tbSweep
-	// The goroutines first: their speed sizes the other kinds' first runs.
-	w := runtime.GOMAXPROCS(0)
-	nsPerIter := tbNsPerIter()
-	for _, p := range pats {
-		pw := tbForWidth(p, w)
-		t0 := time.Now()
-		pts, err := tbSweepOne(pw, w, iters, reps, perRun, cores, nsPerIter, runTBGoroutines)
-		if err != nil {
-			return fmt.Errorf("%s, goroutines: %w", pw.Name(), err)
-		}
-		sweeps = append(sweeps, tbSweep{Req: p.Name(), Pattern: pw, Kind: "goroutines", Width: w, Points: pts})
-		env.Comment("%s: %s, goroutines (width %d%s): measured in %v", suite, p.Name(), w, tbAsRun(p, pw), time.Since(t0).Round(time.Millisecond))
+	all := append([]tbRunner{{Name: "goroutines", Width: runtime.GOMAXPROCS(0), Run: runTBGoroutines}}, kinds...)
+	if tbPeerCmd != "" && suite == "taskbench" {
+		cmd := strings.Fields(tbPeerCmd)
+		all = append(all, tbRunner{Name: "taskbench_peer", Width: tbPeerWidth, OwnPeak: true, Run: func(g tbGraph) (time.Duration, error) { return runTBPeer(cmd, g) }})
+		env.Comment("%s: kind taskbench_peer: %s", suite, tbPeerCmd)
 	}
-	for _, k := range kinds {
-		run := func() error {
-			nd := offload.NumDevices()
-			if nd < 1 {
-				return fmt.Errorf("kind %s: no devices", k.Name)
-			}
-			devs := make([]offload.Device, nd)
-			for d := range devs {
-				devs[d] = offload.On(d)
-				info, err := devs[d].Info()
-				if err != nil {
-					return err
-				}
-				env.Comment("%s: kind %s: device %d: %s (%s), %d cores", suite, k.Name, d, info.Kind, info.Name, info.Cores)
-			}
-			ctx := context.Background()
-			for _, p := range pats {
-				pw := tbForWidth(p, nd)
-				t0 := time.Now()
-				pts, err := tbSweepOne(pw, nd, iters, reps, perRun, cores, nsPerIter, func(g tbGraph) (time.Duration, error) { return runTBDevices(ctx, g, devs) })
-				if err != nil {
-					return fmt.Errorf("%s, %s: %w", pw.Name(), k.Name, err)
-				}
-				sweeps = append(sweeps, tbSweep{Req: p.Name(), Pattern: pw, Kind: k.Name, Width: nd, Points: pts})
-				env.Comment("%s: %s, %s (width %d%s): measured in %v", suite, p.Name(), k.Name, nd, tbAsRun(p, pw), time.Since(t0).Round(time.Millisecond))
-			}
-			return nil
-		}
-		var err error
-		switch {
-		case k.Name == "tcp2":
-			err = withTCPDevices(2, func(devices string) error { return withDevices(devices, back, run) })
-		case k.Devices != "":
-			err = withDevices(k.Devices, back, run)
-		default:
-			err = run()
-		}
+	nsPerIter := tbNsPerIter()
+	var sweeps []tbSweep
+	for _, p := range pats {
+		t0 := time.Now()
+		ss, err := tbSweepAll(p, all, iters, reps, perRun, cores, nsPerIter)
 		if err != nil {
 			return err
 		}
-	}
-	if tbPeerCmd != "" && suite == "taskbench" {
-		cmd := strings.Fields(tbPeerCmd)
-		w := tbPeerWidth
-		for _, p := range pats {
-			pw := tbForWidth(p, w)
-			t0 := time.Now()
-			pts, err := tbSweepOne(pw, w, iters, reps, perRun, cores, nsPerIter, func(g tbGraph) (time.Duration, error) { return runTBPeer(cmd, g) })
-			if err != nil {
-				return fmt.Errorf("%s, taskbench_peer: %w", pw.Name(), err)
-			}
-			sweeps = append(sweeps, tbSweep{Req: p.Name(), Pattern: pw, Kind: "taskbench_peer", Width: w, Points: pts, OwnPeak: true})
-			env.Comment("%s: %s, taskbench_peer (width %d%s): measured in %v: %s", suite, p.Name(), w, tbAsRun(p, pw), time.Since(t0).Round(time.Millisecond), tbPeerCmd)
+		sweeps = append(sweeps, ss...)
+		var widths []string
+		for _, s := range ss {
+			widths = append(widths, fmt.Sprintf("%s %d%s", s.Kind, s.Width, tbAsRun(p, s.Pattern)))
 		}
+		env.Comment("%s: %s measured in %v (widths: %s)", suite, p.Name(), time.Since(t0).Round(time.Millisecond), strings.Join(widths, ", "))
 	}
 	tbSweeps[suite] = sweeps
 	tbReport(env, suite, sweeps)
@@ -254,39 +261,53 @@ func tbNsPerIter() float64 {
 	return float64(time.Since(t0).Nanoseconds()) / n
 }
 
-// tbSweepOne measures pattern p at width w for each of iters, largest
-// first: one run that warms up and whose time sizes the next runs' steps
-// so that each lasts about perRun, then reps runs, the fastest of which is
-// the point's: on a machine shared with others, what they take from a run
-// only slows it (Task Bench averages its repetitions).
-func tbSweepOne(p tbPattern, w int, iters []int64, reps int, perRun time.Duration, cores int, nsPerIter float64, run func(tbGraph) (time.Duration, error)) ([]tbPoint, error) {
-	var pts []tbPoint
-	// Estimated wall time of a timestep: the kernels of the width on the
-	// cores, at first; then what the last point measured, halved.
-	step := nsPerIter * float64(iters[len(iters)-1]) * float64(w) / float64(min(w, cores))
-	for k := len(iters) - 1; k >= 0; k-- {
-		g := tbGraph{Pattern: p, Width: w, Kernel: tbComputeBound, Iters: iters[k]}
-		g.Steps = tbSteps(float64(perRun), step)
-		d, err := run(g)
-		if err != nil {
-			return nil, err
-		}
-		step = max(float64(d.Nanoseconds())/float64(g.Steps), 1)
-		g.Steps = tbSteps(float64(perRun), step)
-		walls := make([]float64, reps)
-		for r := range walls {
-			d, err := run(g)
-			if err != nil {
-				return nil, err
-			}
-			walls[r] = float64(d.Nanoseconds())
-		}
-		wall := slices.Min(walls)
-		pts = append(pts, tbPoint{Iters: iters[k], Tasks: g.Steps * w, Wall: wall, Cores: cores})
-		step = wall / float64(g.Steps) / 2
+// tbSweepAll measures pattern p with each kind for each of iters, largest
+// first. Per point, each kind has one run that warms up and whose time
+// sizes the next runs' steps so that each lasts about perRun, then reps
+// runs, the kinds' runs alternating, so that a change in what the machine
+// gives (its neighbours' load) weighs on every kind alike; the fastest run
+// is a kind's point: on a machine shared with others, what they take from
+// a run only slows it (Task Bench averages its repetitions).
+func tbSweepAll(p tbPattern, kinds []tbRunner, iters []int64, reps int, perRun time.Duration, cores int, nsPerIter float64) ([]tbSweep, error) {
+	sweeps := make([]tbSweep, len(kinds))
+	step := make([]float64, len(kinds)) // a timestep's estimated wall time, per kind
+	for i, k := range kinds {
+		sweeps[i] = tbSweep{Req: p.Name(), Pattern: tbForWidth(p, k.Width), Kind: k.Name, Width: k.Width, OwnPeak: k.OwnPeak}
+		// At first: the kernels of the width on the cores.
+		step[i] = nsPerIter * float64(iters[len(iters)-1]) * float64(k.Width) / float64(min(k.Width, cores))
 	}
-	slices.Reverse(pts)
-	return pts, nil
+	for n := len(iters) - 1; n >= 0; n-- {
+		graphs := make([]tbGraph, len(kinds))
+		walls := make([][]float64, len(kinds))
+		for i, k := range kinds {
+			g := tbGraph{Pattern: sweeps[i].Pattern, Width: k.Width, Kernel: tbComputeBound, Iters: iters[n]}
+			g.Steps = tbSteps(float64(perRun), step[i])
+			d, err := k.Run(g)
+			if err != nil {
+				return nil, fmt.Errorf("%s, %s: %w", g.Pattern.Name(), k.Name, err)
+			}
+			g.Steps = tbSteps(float64(perRun), max(float64(d.Nanoseconds())/float64(g.Steps), 1))
+			graphs[i] = g
+		}
+		for range reps {
+			for i, k := range kinds {
+				d, err := k.Run(graphs[i])
+				if err != nil {
+					return nil, fmt.Errorf("%s, %s: %w", graphs[i].Pattern.Name(), k.Name, err)
+				}
+				walls[i] = append(walls[i], float64(d.Nanoseconds()))
+			}
+		}
+		for i, g := range graphs {
+			wall := slices.Min(walls[i])
+			sweeps[i].Points = append(sweeps[i].Points, tbPoint{Iters: iters[n], Tasks: g.Steps * g.Width, Wall: wall, Cores: cores})
+			step[i] = wall / float64(g.Steps) / 2 // the next point's tasks are half as long
+		}
+	}
+	for i := range sweeps {
+		slices.Reverse(sweeps[i].Points)
+	}
+	return sweeps, nil
 }
 
 // tbSteps is the timesteps of a run that should last perRun at step
@@ -332,18 +353,16 @@ func tbReport(env *Env, suite string, sweeps []tbSweep) {
 		how = "-taskbench-peak"
 	}
 	env.Comment("%s: peak %.3g GFLOP/s: %s; granularity = wall × %d cores ÷ tasks", suite, peak/1e9, how, runtime.NumCPU())
+	own := map[string]float64{}
 	for _, s := range sweeps {
-		if s.OwnPeak && s.Pattern.Kind == sweeps[len(sweeps)-1].Pattern.Kind {
-			best := 0.0
-			for _, t := range sweeps {
-				if t.Kind == s.Kind {
-					for _, p := range t.Points {
-						best = max(best, p.FlopRate())
-					}
-				}
+		for _, p := range s.Points {
+			if s.OwnPeak {
+				own[s.Kind] = max(own[s.Kind], p.FlopRate())
 			}
-			env.Comment("%s: kind %s: efficiency against its own peak, %.3g GFLOP/s (another kernel)", suite, s.Kind, best/1e9)
 		}
+	}
+	for k, best := range own {
+		env.Comment("%s: kind %s: efficiency against its own peak, %.3g GFLOP/s (another kernel)", suite, k, best/1e9)
 	}
 	type metg struct {
 		v          float64
