@@ -29,8 +29,9 @@ import (
 // compute_bound kernel at iteration counts doubling from 1 to
 // -taskbench-max-iters, timing T timesteps each (T chosen so that a run
 // lasts about -time ÷ points ÷ -rounds, at least tbMinSteps), the kinds'
-// runs alternating (tbSweepAll: the runtime is started once with every
-// kind's devices) and the fastest of -rounds counting. Width = number of
+// runs alternating in -rounds passes over the points (tbSweepAll: the
+// runtime is started once with every kind's devices), a point's fastest
+// run counting. Width = number of
 // devices (2) for the device kinds; task (t, p) runs on device p mod 2
 // (taskbench_run.go says how outputs move between devices).
 //
@@ -214,7 +215,7 @@ func measureTaskbench(env *Env, suite string, pats []tbPattern, kinds []tbRunner
 	}
 	reps := max(env.Rounds, 1)
 	perRun := env.Budget / time.Duration(len(iters)*reps)
-	env.Comment("%s: compute_bound kernel, %d to %d iterations doubling (%.0f to %.3g FLOPs a task); per point and kind %d runs (-rounds) after one that warms up and sizes them, the kinds' runs alternating, the fastest counts, each ~%v, at least %d timesteps; %d cores, GOMAXPROCS %d",
+	env.Comment("%s: compute_bound kernel, %d to %d iterations doubling (%.0f to %.3g FLOPs a task); a pass that warms up and sizes the runs, then %d passes (-rounds) over the points, the kinds' runs alternating, a point's fastest run counts, each ~%v, at least %d timesteps; %d cores, GOMAXPROCS %d",
 		suite, iters[0], iters[len(iters)-1], tbFlopsPerTask(iters[0]), tbFlopsPerTask(iters[len(iters)-1]), reps, perRun.Round(time.Microsecond), tbMinSteps, cores, runtime.GOMAXPROCS(0))
 	all := append([]tbRunner{{Name: "goroutines", Width: runtime.GOMAXPROCS(0), Run: runTBGoroutines}}, kinds...)
 	if tbPeerCmd != "" && suite == "taskbench" {
@@ -261,51 +262,53 @@ func tbNsPerIter() float64 {
 	return float64(time.Since(t0).Nanoseconds()) / n
 }
 
-// tbSweepAll measures pattern p with each kind for each of iters, largest
-// first. Per point, each kind has one run that warms up and whose time
-// sizes the next runs' steps so that each lasts about perRun, then reps
-// runs, the kinds' runs alternating, so that a change in what the machine
-// gives (its neighbours' load) weighs on every kind alike; the fastest run
-// is a kind's point: on a machine shared with others, what they take from
-// a run only slows it (Task Bench averages its repetitions).
+// tbSweepAll measures pattern p with each kind for each of iters. A
+// first pass over the points (largest first) and kinds warms up and sizes
+// each run's timesteps so that it lasts about perRun; then reps passes run
+// each point of each kind once, the kinds' runs alternating, and the
+// fastest run of a point is the kind's: each point's runs are spread over
+// the whole measurement, seconds apart, so that a neighbour's load on a
+// shared machine (which only slows runs) weighs on every kind alike and
+// spares each point in some pass. Task Bench averages its repetitions.
 func tbSweepAll(p tbPattern, kinds []tbRunner, iters []int64, reps int, perRun time.Duration, cores int, nsPerIter float64) ([]tbSweep, error) {
 	sweeps := make([]tbSweep, len(kinds))
-	step := make([]float64, len(kinds)) // a timestep's estimated wall time, per kind
+	graphs := make([][]tbGraph, len(kinds)) // [kind][point]
+	walls := make([][][]float64, len(kinds))
 	for i, k := range kinds {
 		sweeps[i] = tbSweep{Req: p.Name(), Pattern: tbForWidth(p, k.Width), Kind: k.Name, Width: k.Width, OwnPeak: k.OwnPeak}
-		// At first: the kernels of the width on the cores.
-		step[i] = nsPerIter * float64(iters[len(iters)-1]) * float64(k.Width) / float64(min(k.Width, cores))
-	}
-	for n := len(iters) - 1; n >= 0; n-- {
-		graphs := make([]tbGraph, len(kinds))
-		walls := make([][]float64, len(kinds))
-		for i, k := range kinds {
+		graphs[i] = make([]tbGraph, len(iters))
+		walls[i] = make([][]float64, len(iters))
+		// A timestep's estimated wall time: at first, the kernels of the
+		// width on the cores; then half the last point's.
+		step := nsPerIter * float64(iters[len(iters)-1]) * float64(k.Width) / float64(min(k.Width, cores))
+		for n := len(iters) - 1; n >= 0; n-- {
 			g := tbGraph{Pattern: sweeps[i].Pattern, Width: k.Width, Kernel: tbComputeBound, Iters: iters[n]}
-			g.Steps = tbSteps(float64(perRun), step[i])
+			g.Steps = tbSteps(float64(perRun), step)
 			d, err := k.Run(g)
 			if err != nil {
 				return nil, fmt.Errorf("%s, %s: %w", g.Pattern.Name(), k.Name, err)
 			}
-			g.Steps = tbSteps(float64(perRun), max(float64(d.Nanoseconds())/float64(g.Steps), 1))
-			graphs[i] = g
+			step = max(float64(d.Nanoseconds())/float64(g.Steps), 1)
+			g.Steps = tbSteps(float64(perRun), step)
+			graphs[i][n] = g
+			step /= 2 // the next point's tasks are half as long
 		}
-		for range reps {
+	}
+	for range reps {
+		for n := len(iters) - 1; n >= 0; n-- {
 			for i, k := range kinds {
-				d, err := k.Run(graphs[i])
+				d, err := k.Run(graphs[i][n])
 				if err != nil {
-					return nil, fmt.Errorf("%s, %s: %w", graphs[i].Pattern.Name(), k.Name, err)
+					return nil, fmt.Errorf("%s, %s: %w", graphs[i][n].Pattern.Name(), k.Name, err)
 				}
-				walls[i] = append(walls[i], float64(d.Nanoseconds()))
+				walls[i][n] = append(walls[i][n], float64(d.Nanoseconds()))
 			}
-		}
-		for i, g := range graphs {
-			wall := slices.Min(walls[i])
-			sweeps[i].Points = append(sweeps[i].Points, tbPoint{Iters: iters[n], Tasks: g.Steps * g.Width, Wall: wall, Cores: cores})
-			step[i] = wall / float64(g.Steps) / 2 // the next point's tasks are half as long
 		}
 	}
 	for i := range sweeps {
-		slices.Reverse(sweeps[i].Points)
+		for n, g := range graphs[i] {
+			sweeps[i].Points = append(sweeps[i].Points, tbPoint{Iters: iters[n], Tasks: g.Steps * g.Width, Wall: slices.Min(walls[i][n]), Cores: cores})
+		}
 	}
 	return sweeps, nil
 }
