@@ -322,10 +322,10 @@ func tbSteps(perRun, step float64) int {
 // tbEfficiency returns, for each sweep, the efficiency of each point
 // against the peak, and the peak: -taskbench-peak, or else the best FLOP/s
 // of all the points. A sweep with OwnPeak is against the best of its
-// kind's sweeps instead.
-func tbEfficiency(sweeps []tbSweep) ([][]float64, float64) {
-	peak := tbPeak * 1e9
-	own := map[string]float64{}
+// kind's sweeps instead (own: by kind).
+func tbEfficiency(sweeps []tbSweep) (effs [][]float64, peak float64, own map[string]float64) {
+	peak = tbPeak * 1e9
+	own = map[string]float64{}
 	for _, s := range sweeps {
 		for _, p := range s.Points {
 			if s.OwnPeak {
@@ -335,7 +335,7 @@ func tbEfficiency(sweeps []tbSweep) ([][]float64, float64) {
 			}
 		}
 	}
-	effs := make([][]float64, len(sweeps))
+	effs = make([][]float64, len(sweeps))
 	for i, s := range sweeps {
 		pk := peak
 		if s.OwnPeak {
@@ -345,25 +345,17 @@ func tbEfficiency(sweeps []tbSweep) ([][]float64, float64) {
 			effs[i] = append(effs[i], p.FlopRate()/pk)
 		}
 	}
-	return effs, peak
+	return effs, peak, own
 }
 
 // tbReport prints a comment per sweep and the METG rows.
 func tbReport(env *Env, suite string, sweeps []tbSweep) {
-	effs, peak := tbEfficiency(sweeps)
+	effs, peak, own := tbEfficiency(sweeps)
 	how := "the best of the run (efficiency 100%)"
 	if tbPeak > 0 {
 		how = "-taskbench-peak"
 	}
 	env.Comment("%s: peak %.3g GFLOP/s: %s; granularity = wall × %d cores ÷ tasks", suite, peak/1e9, how, runtime.NumCPU())
-	own := map[string]float64{}
-	for _, s := range sweeps {
-		for _, p := range s.Points {
-			if s.OwnPeak {
-				own[s.Kind] = max(own[s.Kind], p.FlopRate())
-			}
-		}
-	}
 	for k, best := range own {
 		env.Comment("%s: kind %s: efficiency against its own peak, %.3g GFLOP/s (another kernel)", suite, k, best/1e9)
 	}

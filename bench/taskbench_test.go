@@ -189,13 +189,13 @@ func TestTBMETG(t *testing.T) {
 	}
 	// Efficiency from points: the peak is the best rate.
 	pts := []tbPoint{{Iters: 1, Tasks: 10, Wall: 1e6, Cores: 2}, {Iters: 1000, Tasks: 10, Wall: 2e6, Cores: 2}}
-	effs, peak := tbEfficiency([]tbSweep{{Points: pts}})
+	effs, peak, _ := tbEfficiency([]tbSweep{{Points: pts}})
 	if want := tbFlopsPerTask(1000) * 10 / 2e-3; !near(peak, want) || effs[0][1] != 1 || !near(effs[0][0], tbFlopsPerTask(1)*10/1e-3/want) {
 		t.Errorf("efficiency %v, peak %v", effs, peak)
 	}
 	defer restoreTaskbench()()
 	tbPeak = 2 * peak / 1e9 // -taskbench-peak: twice the best
-	if effs, p := tbEfficiency([]tbSweep{{Points: pts}}); !near(p, 2*peak) || !near(effs[0][1], 0.5) {
+	if effs, p, _ := tbEfficiency([]tbSweep{{Points: pts}}); !near(p, 2*peak) || !near(effs[0][1], 0.5) {
 		t.Errorf("with -taskbench-peak: efficiency %v, peak %v", effs, p)
 	}
 	if g := pts[0].Granularity(); g != 2e5 {
