@@ -38,11 +38,12 @@ import (
 // Per point: granularity = wall × cores ÷ tasks (Task Bench's time per
 // task; cores = runtime.NumCPU()), FLOP/s = 2·64·iterations + 64 per task
 // (Task Bench's count) × tasks ÷ wall, efficiency = FLOP/s ÷ peak. The peak
-// is the best FLOP/s measured in the same run, over every kind and pattern
-// (usually the goroutines' at the largest granularity); Task Bench's own
-// rule is a peak measured apart for the machine (--peak-compute-bandwidth
-// of its chart_metg.py): on a machine shared with others, the best of the
-// same run is the steadier yardstick (-taskbench-peak fixes one instead).
+// of a pattern is the goroutines' best FLOP/s on it (in practice at the
+// largest granularity), measured in the same passes as the other kinds;
+// Task Bench's own rule is a peak measured apart for the machine
+// (--peak-compute-bandwidth of its chart_metg.py): on a machine shared
+// with others, the baseline measured alongside is the steadier yardstick
+// (-taskbench-peak fixes one instead).
 // METG(50%) = the smallest granularity at which the efficiency is ≥ 50%,
 // interpolated (tbMETG).
 //
@@ -61,7 +62,7 @@ func init() {
 		fs.StringVar(&tbKindList, "taskbench-kinds", tbKindList, "suite taskbench: kinds to measure, comma-separated: goroutines (always measured: the baseline), host2, local2, tcp2")
 		fs.Int64Var(&tbMaxIters, "taskbench-max-iters", tbMaxIters, "suites taskbench and mpi: compute_bound iterations of the largest tasks (the sweep doubles from 1 up to it)")
 		fs.BoolVar(&tbInMPI, "taskbench-mpi", tbInMPI, "suite mpi: also measure Task Bench's METG on the device ranks")
-		fs.Float64Var(&tbPeak, "taskbench-peak", tbPeak, "suites taskbench and mpi: the peak FLOP/s efficiency is measured against, in GFLOP/s (Task Bench's rule: the machine's, measured apart); 0: the best of the run")
+		fs.Float64Var(&tbPeak, "taskbench-peak", tbPeak, "suites taskbench and mpi: the peak FLOP/s efficiency is measured against, in GFLOP/s (Task Bench's rule: the machine's, measured apart); 0: per pattern, the goroutines' best in the same run")
 	})
 	for _, p := range strings.Split(tbPatternList, ",") {
 		plotSpecs = append(plotSpecs, tbPlotSpec("taskbench", p))
@@ -74,7 +75,7 @@ var (
 	tbKindList    = "goroutines,host2,local2,tcp2"
 	tbMaxIters    = int64(1 << 16)
 	tbInMPI       = true
-	tbPeak        = 0.0 // GFLOP/s; 0: the best of the run
+	tbPeak        = 0.0 // GFLOP/s; 0: per pattern, the goroutines' best
 )
 
 const (
@@ -320,45 +321,61 @@ func tbSteps(perRun, step float64) int {
 }
 
 // tbEfficiency returns, for each sweep, the efficiency of each point
-// against the peak, and the peak: -taskbench-peak, or else the best FLOP/s
-// of all the points. A sweep with OwnPeak is against the best of its
-// kind's sweeps instead (own: by kind).
-func tbEfficiency(sweeps []tbSweep) (effs [][]float64, peak float64, own map[string]float64) {
-	peak = tbPeak * 1e9
-	own = map[string]float64{}
-	for _, s := range sweeps {
-		for _, p := range s.Points {
-			if s.OwnPeak {
-				own[s.Kind] = max(own[s.Kind], p.FlopRate())
-			} else if tbPeak <= 0 {
-				peak = max(peak, p.FlopRate())
+// against its peak, and the peak of each sweep. The peak of a pattern is
+// the goroutines' best FLOP/s on it (in practice at the largest
+// granularity), measured in the same passes as the other kinds; with
+// -taskbench-peak it is that; a sweep with OwnPeak (another kernel) is
+// against the best of its kind's sweeps.
+func tbEfficiency(sweeps []tbSweep) (effs [][]float64, peaks []float64) {
+	best := func(match func(tbSweep) bool) float64 {
+		b := 0.0
+		for _, s := range sweeps {
+			if match(s) {
+				for _, p := range s.Points {
+					b = max(b, p.FlopRate())
+				}
 			}
 		}
+		return b
 	}
 	effs = make([][]float64, len(sweeps))
+	peaks = make([]float64, len(sweeps))
 	for i, s := range sweeps {
-		pk := peak
-		if s.OwnPeak {
-			pk = own[s.Kind]
+		switch {
+		case s.OwnPeak:
+			peaks[i] = best(func(t tbSweep) bool { return t.Kind == s.Kind })
+		case tbPeak > 0:
+			peaks[i] = tbPeak * 1e9
+		default:
+			peaks[i] = best(func(t tbSweep) bool { return t.Kind == "goroutines" && t.Req == s.Req })
+			if peaks[i] == 0 { // no goroutines: the best of all
+				peaks[i] = best(func(t tbSweep) bool { return !t.OwnPeak })
+			}
 		}
 		for _, p := range s.Points {
-			effs[i] = append(effs[i], p.FlopRate()/pk)
+			effs[i] = append(effs[i], p.FlopRate()/peaks[i])
 		}
 	}
-	return effs, peak, own
+	return effs, peaks
 }
 
 // tbReport prints a comment per sweep and the METG rows.
 func tbReport(env *Env, suite string, sweeps []tbSweep) {
-	effs, peak, own := tbEfficiency(sweeps)
-	how := "the best of the run (efficiency 100%)"
+	effs, peaks := tbEfficiency(sweeps)
+	var pk []string
+	for i, s := range sweeps {
+		switch {
+		case s.OwnPeak:
+			pk = append(pk, fmt.Sprintf("%s %s %.3g (its own best: another kernel)", s.Req, s.Kind, peaks[i]/1e9))
+		case s.Kind == "goroutines" || tbPeak > 0 && i == 0:
+			pk = append(pk, fmt.Sprintf("%s %.3g", s.Req, peaks[i]/1e9))
+		}
+	}
+	how := "per pattern, the goroutines' best FLOP/s on it"
 	if tbPeak > 0 {
 		how = "-taskbench-peak"
 	}
-	env.Comment("%s: peak %.3g GFLOP/s: %s; granularity = wall × %d cores ÷ tasks", suite, peak/1e9, how, runtime.NumCPU())
-	for k, best := range own {
-		env.Comment("%s: kind %s: efficiency against its own peak, %.3g GFLOP/s (another kernel)", suite, k, best/1e9)
-	}
+	env.Comment("%s: peak GFLOP/s (efficiency 100%%), %s: %s; granularity = wall × %d cores ÷ tasks", suite, how, strings.Join(pk, ", "), runtime.NumCPU())
 	type metg struct {
 		v          float64
 		below, ok  bool

@@ -28,7 +28,13 @@ func tbPlotSpec(suite, pattern string) plotSpec {
 
 // tbPlot draws the sweeps of pattern (its name in metrics).
 func tbPlot(suite, pattern string, sweeps []tbSweep, machine string) (*plot.Plot, error) {
-	effs, peak, _ := tbEfficiency(sweeps)
+	effs, peaks := tbEfficiency(sweeps)
+	peak := 0.0
+	for i, s := range sweeps {
+		if s.Req == pattern && !s.OwnPeak {
+			peak = peaks[i]
+		}
+	}
 	p := newPlot(fmt.Sprintf("suite %s: Task Bench %s, compute_bound: efficiency against task granularity (peak %.3g GFLOP/s)", suite, pattern, peak/1e9), machine)
 	lo, hi := math.Inf(1), 0.0
 	n := 0

@@ -187,16 +187,29 @@ func TestTBMETG(t *testing.T) {
 	if _, _, ok := tbMETG([]float64{3e3, 6e3}, []float64{0.2, 0.4}, 0.5); ok {
 		t.Error("METG of a sweep below 50% everywhere: ok")
 	}
-	// Efficiency from points: the peak is the best rate.
+	// Efficiency from points: the peak of a pattern is the goroutines'
+	// best rate on it; a kind with its own peak has its own best.
 	pts := []tbPoint{{Iters: 1, Tasks: 10, Wall: 1e6, Cores: 2}, {Iters: 1000, Tasks: 10, Wall: 2e6, Cores: 2}}
-	effs, peak, _ := tbEfficiency([]tbSweep{{Points: pts}})
-	if want := tbFlopsPerTask(1000) * 10 / 2e-3; !near(peak, want) || effs[0][1] != 1 || !near(effs[0][0], tbFlopsPerTask(1)*10/1e-3/want) {
-		t.Errorf("efficiency %v, peak %v", effs, peak)
+	dev := []tbPoint{{Iters: 1000, Tasks: 10, Wall: 4e6, Cores: 2}}
+	peer := []tbPoint{{Iters: 1000, Tasks: 10, Wall: 1e6, Cores: 2}, {Iters: 1, Tasks: 10, Wall: 1e6, Cores: 2}}
+	sweeps := []tbSweep{
+		{Req: "a", Kind: "goroutines", Points: pts},
+		{Req: "a", Kind: "local2", Points: dev},
+		{Req: "b", Kind: "goroutines", Points: dev},
+		{Req: "a", Kind: "peer", Points: peer, OwnPeak: true},
+	}
+	effs, peaks := tbEfficiency(sweeps)
+	want := tbFlopsPerTask(1000) * 10 / 2e-3
+	if !near(peaks[0], want) || !near(peaks[1], want) || !near(peaks[2], want/2) || !near(peaks[3], 2*want) {
+		t.Errorf("peaks %v, want %v, %v, %v, %v", peaks, want, want, want/2, 2*want)
+	}
+	if effs[0][1] != 1 || !near(effs[0][0], tbFlopsPerTask(1)*10/1e-3/want) || !near(effs[1][0], 0.5) || effs[2][0] != 1 || effs[3][0] != 1 {
+		t.Errorf("efficiencies %v", effs)
 	}
 	defer restoreTaskbench()()
-	tbPeak = 2 * peak / 1e9 // -taskbench-peak: twice the best
-	if effs, p, _ := tbEfficiency([]tbSweep{{Points: pts}}); !near(p, 2*peak) || !near(effs[0][1], 0.5) {
-		t.Errorf("with -taskbench-peak: efficiency %v, peak %v", effs, p)
+	tbPeak = 2 * want / 1e9 // -taskbench-peak: twice the best
+	if effs, p := tbEfficiency(sweeps); !near(p[0], 2*want) || !near(p[1], 2*want) || !near(effs[0][1], 0.5) || effs[3][0] != 1 {
+		t.Errorf("with -taskbench-peak: efficiency %v, peaks %v", effs, p)
 	}
 	if g := pts[0].Granularity(); g != 2e5 {
 		t.Errorf("granularity %v, want 1 ms × 2 cores ÷ 10 tasks = 200 µs", g)
