@@ -188,10 +188,16 @@ func TestTBMETG(t *testing.T) {
 		t.Error("METG of a sweep below 50% everywhere: ok")
 	}
 	// Efficiency from points: the peak of a pattern is the goroutines'
-	// best rate on it; a kind with its own peak has its own best.
-	pts := []tbPoint{{Iters: 1, Tasks: 10, Wall: 1e6, Cores: 2}, {Iters: 1000, Tasks: 10, Wall: 2e6, Cores: 2}}
-	dev := []tbPoint{{Iters: 1000, Tasks: 10, Wall: 4e6, Cores: 2}}
-	peer := []tbPoint{{Iters: 1000, Tasks: 10, Wall: 1e6, Cores: 2}, {Iters: 1, Tasks: 10, Wall: 1e6, Cores: 2}}
+	// plateau on it, the median rate of their largest tasks; a kind with
+	// its own peak has its own plateau.
+	rate := func(iters int64, wall float64) tbPoint { return tbPoint{Iters: iters, Tasks: 10, Wall: wall, Cores: 2} }
+	pts := []tbPoint{rate(1, 1e6)}
+	for i, w := range []float64{8e6, 1e6, 1e6, 2e6, 2e6, 2e6} { // iterations 1000 to 6000, rates unequal
+		pts = append(pts, rate(1000*int64(i+1), w*float64(i+1)/2))
+	}
+	// The plateau: the 5 largest, iterations 2000 to 6000 (pts[2:]).
+	dev := []tbPoint{rate(1000, 4e6)}
+	peer := []tbPoint{rate(1000, 1e6), rate(1, 1e6)}
 	sweeps := []tbSweep{
 		{Req: "a", Kind: "goroutines", Points: pts},
 		{Req: "a", Kind: "local2", Points: dev},
@@ -199,16 +205,23 @@ func TestTBMETG(t *testing.T) {
 		{Req: "a", Kind: "peer", Points: peer, OwnPeak: true},
 	}
 	effs, peaks := tbEfficiency(sweeps)
-	want := tbFlopsPerTask(1000) * 10 / 2e-3
-	if !near(peaks[0], want) || !near(peaks[1], want) || !near(peaks[2], want/2) || !near(peaks[3], 2*want) {
-		t.Errorf("peaks %v, want %v, %v, %v, %v", peaks, want, want, want/2, 2*want)
+	base := tbFlopsPerTask(1000) * 10 / 4e-3 // dev's rate
+	want := []float64{
+		median([]float64{pts[2].FlopRate(), pts[3].FlopRate(), pts[4].FlopRate(), pts[5].FlopRate(), pts[6].FlopRate()}),
+		0, base, median([]float64{peer[0].FlopRate(), peer[1].FlopRate()}),
 	}
-	if effs[0][1] != 1 || !near(effs[0][0], tbFlopsPerTask(1)*10/1e-3/want) || !near(effs[1][0], 0.5) || effs[2][0] != 1 || effs[3][0] != 1 {
+	want[1] = want[0]
+	for i := range want {
+		if !near(peaks[i], want[i]) {
+			t.Errorf("peak of sweep %d: %v, want %v", i, peaks[i], want[i])
+		}
+	}
+	if !near(effs[1][0], base/want[0]) || effs[2][0] != 1 || !near(effs[3][0], peer[0].FlopRate()/want[3]) {
 		t.Errorf("efficiencies %v", effs)
 	}
 	defer restoreTaskbench()()
-	tbPeak = 2 * want / 1e9 // -taskbench-peak: twice the best
-	if effs, p := tbEfficiency(sweeps); !near(p[0], 2*want) || !near(p[1], 2*want) || !near(effs[0][1], 0.5) || effs[3][0] != 1 {
+	tbPeak = 2 * base / 1e9 // -taskbench-peak
+	if effs, p := tbEfficiency(sweeps); !near(p[0], 2*base) || !near(p[1], 2*base) || !near(effs[1][0], 0.5) || !near(p[3], want[3]) {
 		t.Errorf("with -taskbench-peak: efficiency %v, peaks %v", effs, p)
 	}
 	if g := pts[0].Granularity(); g != 2e5 {
