@@ -108,6 +108,10 @@ func skipReason(name string, s Suite) string {
 // suites holds the registered suites by name.
 var suites = map[string]Suite{}
 
+// suiteFlags add the flags of suites that have some (their settings in
+// package variables); a suite's file appends to it from its init function.
+var suiteFlags []func(fs *flag.FlagSet)
+
 // register adds a suite; call it from an init function.
 func register(name string, s Suite) {
 	if _, dup := suites[name]; dup {
@@ -362,6 +366,9 @@ func run(args []string, out, errOut io.Writer) error {
 	rounds := fs.Int("rounds", 5, "timed rounds per figure; the median is reported")
 	plotDir := fs.String("plot", "", "after the suites, write PNG plots of their figures into this directory (created if missing)")
 	tsvFile := fs.String("tsv", "", "also write the results in the tsv format to this file")
+	for _, add := range suiteFlags {
+		add(fs)
+	}
 	fs.IntVar(&appsN, "apps-n", appsN, "suite apps: the Jacobi grid's side")
 	fs.IntVar(&appsIters, "apps-iters", appsIters, "suite apps: Jacobi iterations")
 	fs.IntVar(&appsTiles, "apps-tiles", appsTiles, "suite apps: Cholesky tiles per side")

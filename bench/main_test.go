@@ -120,6 +120,7 @@ func remoteWant(prefix string) map[string]bool {
 // a suite that cannot run is an error that says why.
 func TestSuiteAll(t *testing.T) {
 	defer restoreAppsSizes()()
+	defer restoreTaskbench()() // TestTaskbenchSuite runs it longer
 	// Suite peer has its own test (where LLVM 22 is installed): skipped here.
 	peer := suites["peer"]
 	defer func() { suites["peer"] = peer }()
@@ -129,10 +130,10 @@ func TestSuiteAll(t *testing.T) {
 	sweepSizes, plotDPI = []int64{8, 4 << 10, 1 << 20}, 48
 	var out, errOut bytes.Buffer
 	dir := filepath.Join(t.TempDir(), "plots") // -plot creates it
-	if err := run([]string{"-suite", "all", "-format", "tsv", "-time", "5ms", "-rounds", "1", "-apps-n", "24", "-apps-iters", "2", "-apps-tiles", "2", "-apps-b", "4", "-apps-cg-n", "16", "-apps-cg-iters", "4", "-plot", dir}, &out, &errOut); err != nil {
+	if err := run([]string{"-suite", "all", "-format", "tsv", "-time", "5ms", "-rounds", "1", "-apps-n", "24", "-apps-iters", "2", "-apps-tiles", "2", "-apps-b", "4", "-apps-cg-n", "16", "-apps-cg-iters", "4", "-taskbench-patterns", "stencil_1d", "-taskbench-kinds", "host2", "-taskbench-max-iters", "2", "-plot", dir}, &out, &errOut); err != nil {
 		t.Fatalf("run: %v\n%s", err, errOut.String())
 	}
-	for _, want := range []string{"# suite mpi skipped: ", "\nhost.empty_region\t", "\nremote.launch_rtt\t", "\nremote.submit_4KiB\t", "\nremote.retrieve_1MiB\t", "\nremote_socket.launch_rtt\t", "\nremote_socket.submit_64MiB_vs_copy\t", "\nasync.chain_per_op\t", "\napps.jacobi_2dev_vs_1dev\t",
+	for _, want := range []string{"# suite mpi skipped: ", "\nhost.empty_region\t", "\nremote.launch_rtt\t", "\nremote.submit_4KiB\t", "\nremote.retrieve_1MiB\t", "\nremote_socket.launch_rtt\t", "\nremote_socket.submit_64MiB_vs_copy\t", "\nasync.chain_per_op\t", "\napps.jacobi_2dev_vs_1dev\t", "\n# taskbench.stencil_1d.host2 sweep ",
 		"\n# plot remote_latency.png: wrote ", "\n# plot remote_socket_bandwidth.png: wrote ", "\n# plot peer_ratios.png: not written, suite peer skipped: left to TestPeerSuiteTSV\n"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("-suite all output lacks %q:\n%s", want, out.String())

@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"strings"
 
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/plugins/remote"
@@ -14,8 +15,14 @@ import (
 // built with -tags mpi: go build -tags mpi -o bench ./bench &&
 // mpirun -np 3 ./bench -suite mpi), each figure against a raw MPI baseline
 // between the same ranks in the same job: blocking MPI_Send and MPI_Recv
-// on both sides, with nothing of goffload in between (remote.MPIRaw).
+// on both sides, with nothing of goffload in between (remote.MPIRaw). Then
+// (unless -taskbench-mpi=false) Task Bench's METG with the device ranks as
+// kind mpiN against goroutines on the host rank, as suite taskbench
+// measures the other kinds (taskbench.go; plots taskbench_mpi_PATTERN.png).
 func init() {
+	for _, p := range strings.Split(tbPatternList, ",") {
+		plotSpecs = append(plotSpecs, tbPlotSpec("mpi", p))
+	}
 	register("mpi", Suite{Devices: "mpi", Run: runMPI, Skip: func() string {
 		if !offload.UnderMPI() {
 			return "not started by an MPI launcher: mpirun -np 3 ./bench -suite mpi"
@@ -101,7 +108,24 @@ func runMPI(env *Env) error {
 	}
 	if offload.NumDevices() < 2 {
 		env.Comment("mpi.cross_device_per_op: needs two device ranks (mpirun -np 3)")
+	} else if err := asyncChain(env, ping, "mpi.cross_device_per_op", func(i int) int { return i % 2 }, "devices 0,1 alternating, per task vs raw.8B"); err != nil {
+		return err
+	}
+	if !tbInMPI {
+		env.Comment("taskbench: left out (-taskbench-mpi=false)")
 		return nil
 	}
-	return asyncChain(env, ping, "mpi.cross_device_per_op", func(i int) int { return i % 2 }, "devices 0,1 alternating, per task vs raw.8B")
+	// Task Bench's METG on the device ranks (kind mpiN, width N) against
+	// goroutines in this rank (taskbench.go); the runtime cannot be
+	// restarted in an MPI job (Stop finalizes MPI), so it runs here.
+	pats, err := tbPatterns()
+	if err != nil {
+		return err
+	}
+	nd := offload.NumDevices()
+	k, err := tbDeviceKind(env, "mpi", fmt.Sprintf("mpi%d", nd), 0, nd)
+	if err != nil {
+		return err
+	}
+	return measureTaskbench(env, "mpi", pats, []tbRunner{k})
 }
