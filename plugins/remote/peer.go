@@ -285,10 +285,19 @@ func (ps *peers) exchange(num int, dst plugin.Ptr, src []byte) error {
 	id := p.next
 	p.waiting[id] = ch
 	p.mu.Unlock()
-	if err := p.l.send(&proto.PeerPut{Xfer: id, Dst: uint64(dst), Size: uint64(len(src))}); err != nil {
-		return fmt.Errorf("%w: link to device %d: %v", plugin.ErrDeviceLost, num, err)
+	put := &proto.PeerPut{Xfer: id, Dst: uint64(dst), Size: uint64(len(src))}
+	if len(src) > 0 && len(src) <= proto.MaxInline && p.l.canTryWrite() {
+		// Small: the data goes in a control frame behind the put, both
+		// written at once by this goroutine where the link takes them
+		// without blocking (no hand-off to the writer and back).
+		err = p.l.put(put)
+		if err == nil {
+			_, err = p.l.sendDataSoon(id, src)
+		}
+	} else if err = p.l.send(put); err == nil {
+		_, err = p.l.sendData(id, src, false)
 	}
-	if _, err := p.l.sendData(id, src, false); err != nil {
+	if err != nil {
 		return fmt.Errorf("%w: link to device %d: %v", plugin.ErrDeviceLost, num, err)
 	}
 	return <-ch
@@ -343,7 +352,7 @@ func (ps *peers) serve(p *peer) error {
 				in = &incoming{size: int(f.Size), err: err, done: make(chan struct{})}
 			}
 			if f.Size == 0 {
-				p.l.send(&proto.XferDone{Xfer: f.Xfer, Status: statusOf(in.err)})
+				p.l.sendSoon(&proto.XferDone{Xfer: f.Xfer, Status: statusOf(in.err)})
 				continue
 			}
 			p.mu.Lock()
@@ -354,8 +363,8 @@ func (ps *peers) serve(p *peer) error {
 			if err != nil {
 				return err
 			}
-			if in != nil {
-				p.l.send(&proto.XferDone{Xfer: f.Xfer, Status: statusOf(in.err)})
+			if in != nil { // written at once where the link takes it: no writer woken
+				p.l.sendSoon(&proto.XferDone{Xfer: f.Xfer, Status: statusOf(in.err)})
 			}
 		case *proto.PeerEvent:
 			ps.fired(p.num, f.Wait, statusErr(f.Status))
