@@ -1,0 +1,63 @@
+// Package waitpoll is how a goroutine that waits for an answer it needs
+// next (a synchronous launch's caller, a kernel runner between kernels)
+// waits for it: it polls, yielding its processor between polls, for a
+// bounded time, and only then parks. Waking a parked goroutine costs its
+// waker a wake-up of an idle thread (a futex system call that takes 10–15
+// µs on a virtual machine whose other CPU sleeps) before the woken
+// goroutine can run; a goroutine that polls is not woken: the answer waits
+// for it in its channel, and it sees it within one poll. Polling yields
+// (runtime.Gosched) so that it takes only a processor that nothing else
+// of the process wants, and nothing polls when nothing is outstanding.
+package waitpoll
+
+import (
+	"runtime"
+	"time"
+)
+
+// Budget is how long a caller waiting for a kernel it launched
+// synchronously polls before parking: longer than most kernels, so that
+// their end is noticed within microseconds (OpenMP runtimes spin for as
+// long or longer: libomp's KMP_BLOCKTIME is 200 ms), short enough that a
+// long kernel's wait costs a processor for only a small part of it.
+const Budget = 10 * time.Millisecond
+
+// Linger is how long a goroutine that has just answered (a kernel runner)
+// polls for its next work before parking: about the time a caller takes
+// to come back with the next launch.
+const Linger = 100 * time.Microsecond
+
+// Recv receives from ch, polling it for up to budget (yielding between
+// polls) before it blocks. ok is false if ch was closed. A poll that finds
+// it did not run for a while (preempted: the machine's cores are taken,
+// by this process or others) parks at once: polling helps only where it
+// has a core to itself, and a parked goroutine's wake-up gets a core
+// sooner on a busy machine than a runnable one's turn.
+func Recv[T any](ch <-chan T, budget time.Duration) (v T, ok bool) {
+	if budget > 0 {
+		var start, last time.Time
+		for i := 0; ; i++ {
+			select {
+			case v, ok = <-ch:
+				return v, ok
+			default:
+			}
+			if i%8 == 0 { // the clock is read every 8th poll
+				now := time.Now()
+				if i == 0 {
+					start = now
+				} else if now.Sub(start) >= budget || now.Sub(last) >= preempted {
+					break
+				}
+				last = now
+			}
+			runtime.Gosched()
+		}
+	}
+	v, ok = <-ch
+	return v, ok
+}
+
+// preempted is how long eight polls must have taken for the poller to
+// count as preempted (they take a few microseconds when it runs).
+const preempted = 100 * time.Microsecond
