@@ -27,35 +27,68 @@ const Budget = 10 * time.Millisecond
 // to come back with the next launch.
 const Linger = 100 * time.Microsecond
 
-// Recv receives from ch, polling it for up to budget (yielding between
-// polls) before it blocks. ok is false if ch was closed. A poll that finds
-// it did not run for a while (preempted: the machine's cores are taken,
-// by this process or others) parks at once: polling helps only where it
-// has a core to itself, and a parked goroutine's wake-up gets a core
-// sooner on a busy machine than a runnable one's turn.
+// Recv receives from ch, polling it for up to budget (Until, yielding
+// after every poll) before it blocks. ok is false if ch was closed.
 func Recv[T any](ch <-chan T, budget time.Duration) (v T, ok bool) {
-	if budget > 0 {
-		var start, last time.Time
-		for i := 0; ; i++ {
-			select {
-			case v, ok = <-ch:
-				return v, ok
-			default:
-			}
-			if i%8 == 0 { // the clock is read every 8th poll
-				now := time.Now()
-				if i == 0 {
-					start = now
-				} else if now.Sub(start) >= budget || now.Sub(last) >= preempted {
-					break
-				}
-				last = now
-			}
-			runtime.Gosched()
+	if Until(budget, 0, func() bool {
+		select {
+		case v, ok = <-ch:
+			return true
+		default:
+			return false
 		}
+	}) {
+		return v, ok
 	}
 	v, ok = <-ch
 	return v, ok
+}
+
+// Until calls try until it reports true, for up to budget, and reports
+// whether try did. It yields the processor (runtime.Gosched) after the
+// first call, and then after every call if yieldEvery is 0 or the process
+// has one processor, else once every yieldEvery: a yield with another
+// processor idle wakes that processor's thread (a futex system call of
+// 10-15 µs on a virtual machine), so a goroutine that polls alone in its
+// process yields seldom, while one that waits for a goroutine running on
+// the other processors (a kernel runner) yields every time, for the loops'
+// goroutines that it might hold up. A poll that finds it did not run for a
+// while (preempted: the machine's cores are taken, by this process or
+// others) gives up at once: polling helps only where it has a core to
+// itself, and a parked goroutine's wake-up gets a core sooner on a busy
+// machine than a runnable one's turn.
+func Until(budget, yieldEvery time.Duration, try func() bool) bool {
+	if try() {
+		return true
+	}
+	if budget <= 0 {
+		return false
+	}
+	if runtime.GOMAXPROCS(0) == 1 {
+		yieldEvery = 0
+	}
+	start := time.Now()
+	last, yielded := start, start
+	runtime.Gosched()
+	for i := 1; ; i++ {
+		if try() {
+			return true
+		}
+		if i%8 == 0 { // the clock is read every 8th poll
+			now := time.Now()
+			if now.Sub(start) >= budget || now.Sub(last) >= preempted {
+				return false
+			}
+			last = now
+			if yieldEvery > 0 && now.Sub(yielded) >= yieldEvery {
+				yielded = now
+				runtime.Gosched()
+			}
+		}
+		if yieldEvery == 0 {
+			runtime.Gosched()
+		}
+	}
 }
 
 // preempted is how long eight polls must have taken for the poller to
