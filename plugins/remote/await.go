@@ -13,7 +13,8 @@ package remote
 // which waits between frames without the lock (shmConn.awaitReadable),
 // parks at once meanwhile, so that one goroutine of the process polls. The
 // reader is never woken for the caller: it stays parked on the doorbell,
-// and a frame that comes when no caller polls wakes it as before.
+// which the other side does not ring while the caller polls (rPolled), and
+// a frame that comes when no caller polls wakes it as before.
 
 import (
 	"time"
@@ -30,6 +31,7 @@ func (d *device) await(ch chan proto.Reply) proto.Reply {
 	if sc == nil || !d.polling.CompareAndSwap(false, true) {
 		return <-ch
 	}
+	sc.setPolled(true)
 	var r proto.Reply
 	got := waitpoll.Until(waitpoll.Budget, 20*time.Microsecond, func() bool {
 		select {
@@ -37,11 +39,7 @@ func (d *device) await(ch chan proto.Reply) proto.Reply {
 			return true
 		default:
 		}
-		if !sc.readable() || !d.readMu.TryLock() {
-			return false
-		}
-		d.readHere()
-		d.readMu.Unlock()
+		d.readIfAny()
 		select {
 		case r = <-ch:
 			return true
@@ -49,11 +47,24 @@ func (d *device) await(ch chan proto.Reply) proto.Reply {
 			return false
 		}
 	})
+	// The doorbell rings again for frames written from now on; what came
+	// before, unrung, is read here (or by the reader, if it reads now).
+	sc.setPolled(false)
 	d.polling.Store(false)
+	d.readIfAny()
 	if !got {
 		r = <-ch
 	}
 	return r
+}
+
+// readIfAny reads and dispatches what the link holds, if anything and if
+// no other goroutine reads.
+func (d *device) readIfAny() {
+	if d.sc.readable() && d.readMu.TryLock() {
+		d.readHere()
+		d.readMu.Unlock()
+	}
 }
 
 // readHere reads and dispatches the frames the link holds now, as the

@@ -49,7 +49,8 @@ type ringHdr struct {
 	_       [56]byte
 	dataSeq atomic.Uint32 // bumped when data comes for a reader parked on the futex (no doorbell)
 	rParked atomic.Uint32 // the reader parks, or is about to
-	_       [56]byte
+	rPolled atomic.Uint32 // a caller of the reading side polls the ring (device.await): no doorbell while it does
+	_       [52]byte
 	closed  atomic.Uint32 // either side closed the link
 	_       [60]byte
 }
@@ -240,6 +241,22 @@ func (c *shmConn) Read(p []byte) (int, error) {
 	}
 }
 
+// setPolled says whether a goroutine of this side polls the ring it reads
+// (device.await): while one does, the other side rings no doorbell for the
+// parked reader. Whoever clears it reads what came meanwhile, or leaves
+// it to a reader that is not parked (see device.await).
+func (c *shmConn) setPolled(on bool) {
+	if !c.enter() {
+		return
+	}
+	defer c.leave()
+	v := uint32(0)
+	if on {
+		v = 1
+	}
+	c.rx.h.rPolled.Store(v)
+}
+
 // readable reports whether a Read would return without waiting: the ring
 // holds data, or the link ended.
 func (c *shmConn) readable() bool {
@@ -343,7 +360,7 @@ func (c *shmConn) put(p []byte) (int, error) {
 	copyOut(r.data, p[k:n])
 	shmReleased()
 	r.h.head.Store(head + uint64(n))
-	if r.h.rParked.Load() != 0 {
+	if r.h.rParked.Load() != 0 && r.h.rPolled.Load() == 0 {
 		c.ring(r)
 	}
 	return n, nil
