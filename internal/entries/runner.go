@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/goffload/offload/internal/waitpoll"
 	"github.com/goffload/offload/internal/workpool"
@@ -45,8 +47,17 @@ func (k *Kernel) callValues(ctx *plugin.KernelCtx, args []reflect.Value) []refle
 // long enough that the caller's thread went to sleep).
 func (k *Kernel) onRunner(j job) error {
 	r := getRunner()
+	spins := 0
+	if r.polling.Load() {
+		// It takes the job on another processor at once: a short
+		// kernel's answer comes within a microsecond.
+		spins = answerSpins
+	}
 	r.jobs <- j // never blocks: an idle runner's channel is empty
-	res, _ := waitpoll.Recv(r.done, waitpoll.Budget)
+	// Yielding after every poll: the runner may wait in this goroutine's
+	// processor to run, and a kernel's loop hands its chunks on by
+	// yielding too.
+	res, _ := waitpoll.Recv(r.done, waitpoll.Budget, 0, spins)
 	if !res.exited {
 		putRunner(r)
 	}
@@ -59,9 +70,14 @@ func (k *Kernel) onRunner(j job) error {
 // runners wait for work, which costs less than a goroutine per call; one that
 // a Goexit ends is not reused.
 type runner struct {
-	jobs chan job
-	done chan result
+	jobs    chan job
+	done    chan result
+	polling atomic.Bool // it polls jobs, not parked
 }
+
+// answerSpins is how many polls a caller makes, without yielding, for the
+// answer of a runner that polls for its job.
+const answerSpins = 256
 
 type job struct {
 	k    *Kernel
@@ -109,8 +125,13 @@ func putRunner(r *runner) {
 }
 
 func (r *runner) loop() {
-	for j, ok := <-r.jobs; ok; j, ok = waitpoll.Recv(r.jobs, waitpoll.Linger) {
+	for j, ok := <-r.jobs; ok; {
 		j.k.run(j.in, j.call, r.done)
+		// Polling for the next job, yielding seldom: the caller runs
+		// elsewhere, and a yield with a processor idle wakes a thread.
+		r.polling.Store(true)
+		j, ok = waitpoll.Recv(r.jobs, waitpoll.Linger, 20*time.Microsecond, 0)
+		r.polling.Store(false)
 	}
 }
 

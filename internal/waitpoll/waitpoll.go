@@ -31,10 +31,10 @@ const Budget = 10 * time.Millisecond
 // to come back with the next launch.
 const Linger = 100 * time.Microsecond
 
-// Recv receives from ch, polling it for up to budget (Until, yielding
-// after every poll) before it blocks. ok is false if ch was closed.
-func Recv[T any](ch <-chan T, budget time.Duration) (v T, ok bool) {
-	if Until(budget, 0, func() bool {
+// Recv receives from ch, polling it for up to budget (Until, with
+// yieldEvery and spins) before it blocks. ok is false if ch was closed.
+func Recv[T any](ch <-chan T, budget, yieldEvery time.Duration, spins int) (v T, ok bool) {
+	if Until(budget, yieldEvery, spins, func() bool {
 		select {
 		case v, ok = <-ch:
 			return true
@@ -50,8 +50,10 @@ func Recv[T any](ch <-chan T, budget time.Duration) (v T, ok bool) {
 
 // Until calls try until it reports true, for up to budget, and reports
 // whether try did. It yields the processor (runtime.Gosched) after the
-// first call, and then after every call if yieldEvery is 0 or the process
-// has one processor, else once every yieldEvery: a yield with another
+// first call (after the first spins calls, if the process has more than one
+// processor: for an answer that a goroutine running elsewhere gives within
+// a microsecond), and then after every call if yieldEvery is 0 or the
+// process has one processor, else once every yieldEvery: a yield with another
 // processor idle wakes that processor's thread (a futex system call of
 // 10-15 µs on a virtual machine), so a goroutine that polls alone in its
 // process yields seldom, while one that waits for a goroutine running on
@@ -61,7 +63,7 @@ func Recv[T any](ch <-chan T, budget time.Duration) (v T, ok bool) {
 // others) gives up at once: polling helps only where it has a core to
 // itself, and a parked goroutine's wake-up gets a core sooner on a busy
 // machine than a runnable one's turn.
-func Until(budget, yieldEvery time.Duration, try func() bool) bool {
+func Until(budget, yieldEvery time.Duration, spins int, try func() bool) bool {
 	if try() {
 		return true
 	}
@@ -69,7 +71,12 @@ func Until(budget, yieldEvery time.Duration, try func() bool) bool {
 		return false
 	}
 	if runtime.GOMAXPROCS(0) == 1 {
-		yieldEvery = 0
+		yieldEvery, spins = 0, 0
+	}
+	for range spins {
+		if try() {
+			return true
+		}
 	}
 	start := time.Now()
 	last, yielded := start, start
@@ -105,16 +112,19 @@ func Until(budget, yieldEvery time.Duration, try func() bool) bool {
 
 // A poller that has polled for firstCheck, and every checkEvery after,
 // checks that a core is free for it (oversubscribed): a wait that ends
-// sooner costs nothing more.
+// sooner costs nothing more, and every wait polls at least as long as a
+// link's reader spins before it parks (remote's spin budget, 100 µs), as
+// the reader did for the caller before callers polled.
 const (
-	firstCheck = 20 * time.Microsecond
+	firstCheck = 100 * time.Microsecond
 	checkEvery = time.Millisecond
 )
 
 // oversubscribed reports whether the machine has more threads ready to run
-// than CPUs (the running count of /proc/loadavg: at this instant, the
-// poller among them): a poller would take a core that another thread
-// wants. Where that cannot be read, it reports false.
+// than CPUs, and one more (the running count of /proc/loadavg: at this
+// instant, the poller among them, and often a thread of the Go runtime
+// looking for work for a moment): a poller would take a core that another
+// thread wants. Where that cannot be read, it reports false.
 func oversubscribed() bool {
 	loadOnce.Do(func() {
 		loadFile, _ = os.Open("/proc/loadavg")
@@ -137,7 +147,7 @@ func oversubscribed() bool {
 		return false
 	}
 	r, err := strconv.Atoi(running)
-	return err == nil && r > runtime.NumCPU()
+	return err == nil && r > runtime.NumCPU()+1
 }
 
 var (

@@ -14,15 +14,15 @@ func TestRecv(t *testing.T) {
 			time.Sleep(2 * time.Millisecond)
 			ch <- 7
 		}()
-		if v, ok := Recv(ch, budget); v != 7 || !ok {
+		if v, ok := Recv(ch, budget, 20*time.Microsecond, 64); v != 7 || !ok {
 			t.Errorf("budget %v: got %d, %v; want 7, true", budget, v, ok)
 		}
 		ch <- 8
-		if v, ok := Recv(ch, budget); v != 8 || !ok {
+		if v, ok := Recv(ch, budget, 20*time.Microsecond, 64); v != 8 || !ok {
 			t.Errorf("budget %v: with a value ready got %d, %v; want 8, true", budget, v, ok)
 		}
 		close(ch)
-		if _, ok := Recv(ch, budget); ok {
+		if _, ok := Recv(ch, budget, 20*time.Microsecond, 64); ok {
 			t.Errorf("budget %v: closed channel: ok", budget)
 		}
 	}
@@ -34,7 +34,7 @@ func TestRecvBounded(t *testing.T) {
 	ch := make(chan int)
 	done := make(chan struct{})
 	go func() {
-		Recv(ch, time.Millisecond)
+		Recv(ch, time.Millisecond, 0, 0)
 		close(done)
 	}()
 	time.Sleep(50 * time.Millisecond) // long parked by now
