@@ -33,7 +33,7 @@ func (d *device) await(ch chan proto.Reply) proto.Reply {
 	}
 	sc.setPolled(true)
 	var r proto.Reply
-	got := waitpoll.Until(waitpoll.Budget, 20*time.Microsecond, func() bool {
+	got := waitpoll.Until(waitpoll.Budget, 20*time.Microsecond, 0, func() bool {
 		select {
 		case r = <-ch:
 			return true

@@ -195,7 +195,7 @@ func (c *shmConn) Read(p []byte) (int, error) {
 	defer c.leave()
 	c.reads++
 	r := c.rx
-	var w waiter // made when the read first waits
+	w := waiter{c: c, bo: &c.bo, skipping: c.bo.skipping()}
 	var polled time.Time
 	for {
 		head, tail := r.h.head.Load(), r.h.tail.Load()
@@ -233,9 +233,6 @@ func (c *shmConn) Read(p []byte) (int, error) {
 				time.Sleep(20 * time.Microsecond)
 			}
 			continue
-		}
-		if w.c == nil {
-			w = waiter{c: c, bo: &c.bo, skipping: c.bo.skipping()}
 		}
 		w.wait(tail)
 	}
@@ -500,9 +497,6 @@ func (w *waiter) wait(tail uint64) {
 // done ends a read's wait: the backoff of spinConn.Read (an idle link makes
 // the next reads park at once, a busy one keeps spinning).
 func (w *waiter) done() {
-	if w.c == nil { // it never waited
-		return
-	}
 	if w.holding {
 		spinner.Store(false)
 		w.holding = false
