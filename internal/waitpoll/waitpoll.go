@@ -11,11 +11,7 @@
 package waitpoll
 
 import (
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
-	"sync"
 	"time"
 )
 
@@ -80,7 +76,6 @@ func Until(budget, yieldEvery time.Duration, spins int, try func() bool) bool {
 	}
 	start := time.Now()
 	last, yielded := start, start
-	checked := start.Add(firstCheck - checkEvery)
 	runtime.Gosched()
 	for i := 1; ; i++ {
 		if try() {
@@ -92,13 +87,6 @@ func Until(budget, yieldEvery time.Duration, spins int, try func() bool) bool {
 				return false
 			}
 			last = now
-			if now.Sub(checked) >= checkEvery {
-				// Still polling: is a core free for it?
-				if oversubscribed() {
-					return false
-				}
-				checked = now
-			}
 			if yieldEvery > 0 && now.Sub(yielded) >= yieldEvery {
 				yielded = now
 				runtime.Gosched()
@@ -109,51 +97,6 @@ func Until(budget, yieldEvery time.Duration, spins int, try func() bool) bool {
 		}
 	}
 }
-
-// A poller that has polled for firstCheck, and every checkEvery after,
-// checks that a core is free for it (oversubscribed): a wait that ends
-// sooner costs nothing more, and every wait polls at least as long as a
-// link's reader spins before it parks (remote's spin budget, 100 µs), as
-// the reader did for the caller before callers polled.
-const (
-	firstCheck = 100 * time.Microsecond
-	checkEvery = time.Millisecond
-)
-
-// oversubscribed reports whether the machine has more threads ready to run
-// than CPUs, and one more (the running count of /proc/loadavg: at this
-// instant, the poller among them, and often a thread of the Go runtime
-// looking for work for a moment): a poller would take a core that another
-// thread wants. Where that cannot be read, it reports false.
-func oversubscribed() bool {
-	loadOnce.Do(func() {
-		loadFile, _ = os.Open("/proc/loadavg")
-	})
-	if loadFile == nil {
-		return false
-	}
-	var buf [128]byte
-	n, err := loadFile.ReadAt(buf[:], 0)
-	if n == 0 && err != nil {
-		return false
-	}
-	// "0.52 0.58 0.59 3/412 12345": the fourth field's numerator.
-	f := strings.Fields(string(buf[:n]))
-	if len(f) < 4 {
-		return false
-	}
-	running, _, ok := strings.Cut(f[3], "/")
-	if !ok {
-		return false
-	}
-	r, err := strconv.Atoi(running)
-	return err == nil && r > runtime.NumCPU()+1
-}
-
-var (
-	loadOnce sync.Once
-	loadFile *os.File
-)
 
 // preempted is how long eight polls must have taken for the poller to
 // count as preempted (they take a few microseconds when it runs).
