@@ -54,10 +54,16 @@ func (k *Kernel) onRunner(j job) error {
 		spins = answerSpins
 	}
 	r.jobs <- j // never blocks: an idle runner's channel is empty
-	// Yielding after every poll: the runner may wait in this goroutine's
-	// processor to run, and a kernel's loop hands its chunks on by
-	// yielding too.
-	res, _ := waitpoll.Recv(r.done, waitpoll.Budget, 0, spins)
+	budget := time.Duration(0)
+	if k.long.Load() {
+		// The kernel ran long last time: poll. Yielding after every
+		// poll: the runner may wait in this goroutine's processor to
+		// run, and a kernel's loop hands its chunks on by yielding too.
+		// A short kernel's caller parks, as the threads are awake then
+		// and the hand-off on one processor costs least.
+		budget = waitpoll.Budget
+	}
+	res, _ := waitpoll.Recv(r.done, budget, 0, spins)
 	if !res.exited {
 		putRunner(r)
 	}
@@ -74,6 +80,11 @@ type runner struct {
 	done    chan result
 	polling atomic.Bool // it polls jobs, not parked
 }
+
+// lingerAfter is how long a kernel must have run for its runner to poll
+// for the next job afterwards: long enough for an idle thread to have gone
+// to sleep, which the next job's hand-off to a parked runner would wake.
+const lingerAfter = 20 * time.Microsecond
 
 // answerSpins is how many polls a caller makes, without yielding, for the
 // answer of a runner that polls for its job.
@@ -126,7 +137,19 @@ func putRunner(r *runner) {
 
 func (r *runner) loop() {
 	for j, ok := <-r.jobs; ok; {
+		start := time.Now()
 		j.k.run(j.in, j.call, r.done)
+		long := time.Since(start) >= lingerAfter
+		if j.k.long.Load() != long {
+			j.k.long.Store(long)
+		}
+		if !long {
+			// The threads are awake: handing the next job over wakes
+			// none, and on the caller's own processor it costs less
+			// than between two.
+			j, ok = <-r.jobs
+			continue
+		}
 		// Polling for the next job, yielding seldom: the caller runs
 		// elsewhere, and a yield with a processor idle wakes a thread.
 		r.polling.Store(true)
