@@ -59,12 +59,19 @@ func (d *device) await(ch chan proto.Reply) proto.Reply {
 }
 
 // readIfAny reads and dispatches what the link holds, if anything and if
-// no other goroutine reads.
+// no other goroutine reads. If another holds the read lock, it kicks the
+// reader: it may be parked inside a frame's read (the rest of the frame
+// came while the doorbell was off, rPolled), and it polls when kicked.
 func (d *device) readIfAny() {
-	if d.sc.readable() && d.readMu.TryLock() {
-		d.readHere()
-		d.readMu.Unlock()
+	if !d.sc.readable() {
+		return
 	}
+	if !d.readMu.TryLock() {
+		d.sc.kick()
+		return
+	}
+	d.readHere()
+	d.readMu.Unlock()
 }
 
 // readHere reads and dispatches the frames the link holds now, as the

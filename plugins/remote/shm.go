@@ -368,6 +368,10 @@ func (c *shmConn) put(p []byte) (int, error) {
 // is likely on its way. The wake-up is in this process (the read's
 // deadline), not a system call.
 func (c *shmConn) kick() {
+	if !c.enter() {
+		return
+	}
+	defer c.leave()
 	if c.bell != nil && c.rx.h.rParked.Load() != 0 && !c.closed.Load() {
 		c.bell.SetReadDeadline(longAgo)
 	}
