@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/goffload/offload"
@@ -34,7 +35,102 @@ var (
 	// mapping regions, cheap, and enough to check afterwards that the data
 	// really went to the device and back the expected number of times.
 	benchTouch = offload.MustKernel1("bench.touch", func(_ offload.Ctx, x offload.InOut[byte]) { x[0]++ }).Named("buf")
+	// benchSpin spins on the device for ns nanoseconds by its own clock
+	// (time.Now in the process that runs it), then writes how long it ran
+	// by that clock into took[0] (at least ns: longer where its thread was
+	// descheduled at the end): the kernel of the launch_beyond_kernel_*
+	// rows, whose took stays present on the device (no copy per launch).
+	benchSpin = offload.MustKernel2("bench.spin", func(_ offload.Ctx, ns int64, took offload.Out[int64]) {
+		t0 := time.Now()
+		for time.Since(t0) < time.Duration(ns) {
+		}
+		took[0] = int64(time.Since(t0))
+	}).Named("", "took")
 )
+
+// beyondKernelLengths are the kernel lengths of the launch_beyond_kernel_*
+// rows.
+var beyondKernelLengths = []time.Duration{10 * time.Microsecond, 100 * time.Microsecond, time.Millisecond, 5 * time.Millisecond}
+
+// beyondName names a kernel length in a launch_beyond_kernel_* metric:
+// 10us, 100us, 1ms, 5ms.
+func beyondName(d time.Duration) string {
+	if d%time.Millisecond == 0 {
+		return fmt.Sprintf("%dms", d/time.Millisecond)
+	}
+	return fmt.Sprintf("%dus", d/time.Microsecond)
+}
+
+// launchBeyondKernel reports prefix+"launch_beyond_kernel_LEN" for each
+// length of beyondKernelLengths: what a synchronous launch of benchSpin on
+// dev takes beyond its kernel (the launch's wall time on the caller less
+// the kernel's own run time), the median over every launch of its rounds
+// (not a mean per round: a late wake-up is per launch), against the
+// median wall time of a synchronous launch of the empty kernel on the same
+// device, launched in rounds alternating with the spin's. Goal: ≤ 5 µs at
+// every length.
+func launchBeyondKernel(env *Env, dev offload.Device, prefix string) error {
+	rounds := max(env.Rounds, 1)
+	target := env.Budget / time.Duration(rounds)
+	took := make([]int64, 1)
+	if err := dev.EnterData(offload.Alloc(took).Named("took")); err != nil {
+		return err
+	}
+	defer dev.ExitData(offload.Delete(took).Named("took"))
+	// ran is how long the last launch's kernel ran, by its own clock.
+	ran := func() (time.Duration, error) {
+		err := dev.Update(offload.From(took).Named("took"))
+		return time.Duration(took[0]), err
+	}
+	for i := range 200 { // warm up (and the device's first kernels)
+		if err := benchEmpty.Run(dev); err != nil {
+			return err
+		}
+		if i < 20 {
+			if err := benchSpin.Run(dev, int64(10*time.Microsecond), took); err != nil {
+				return err
+			}
+		}
+	}
+	for _, d := range beyondKernelLengths {
+		// Launches per round: a round lasts about target, at least 5.
+		n := int(min(max(target/(d+20*time.Microsecond), 5), 20000))
+		beyond := make([]float64, 0, rounds*n)
+		empty := make([]float64, 0, rounds*n)
+		for range rounds {
+			runtime.GC()
+			for range n {
+				t0 := time.Now()
+				if err := benchSpin.Run(dev, int64(d), took); err != nil {
+					return err
+				}
+				wall := time.Since(t0)
+				k, err := ran()
+				if err != nil {
+					return err
+				}
+				if k < d {
+					return fmt.Errorf("%slaunch_beyond_kernel_%s: the kernel says it ran %v, less than its %v", prefix, beyondName(d), k, d)
+				}
+				beyond = append(beyond, float64((wall - k).Nanoseconds()))
+			}
+			runtime.GC()
+			for range n {
+				t0 := time.Now()
+				if err := benchEmpty.Run(dev); err != nil {
+					return err
+				}
+				empty = append(empty, float64(time.Since(t0).Nanoseconds()))
+			}
+		}
+		slices.Sort(beyond)
+		slices.Sort(empty)
+		env.Report(Result{Metric: prefix + "launch_beyond_kernel_" + beyondName(d), Goffload: max(median(beyond), 1), Baseline: median(empty),
+			Note: fmt.Sprintf("synchronous launch of a %v spin kernel, wall time less the kernel's own (p90 %.1f µs, %d launches) vs an empty kernel's launch (goal ≤ 5 µs)",
+				d, beyond[len(beyond)*9/10]/1e3, len(beyond))})
+	}
+	return nil
+}
 
 const (
 	size64MiB     = 64 << 20
@@ -76,7 +172,7 @@ func hostEmptyRegion(env *Env, dev offload.Device) error {
 		return err
 	}
 	env.Report(Result{Metric: "host.empty_region", Goffload: t, Baseline: math.NaN()})
-	return nil
+	return launchBeyondKernel(env, dev, "host.")
 }
 
 // hostMapToFrom: a target region mapping 64 MiB tofrom: allocate (from the

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -37,13 +38,25 @@ func TestMain(m *testing.M) {
 // TestHostSuiteTSV runs suite host with a tiny time budget and checks that
 // every metric comes out as one well-formed tsv line.
 func TestHostSuiteTSV(t *testing.T) {
-	checkSuiteTSV(t, "host", map[string]bool{ // metric -> has a baseline
+	want := beyondWant("host.")
+	maps.Copy(want, map[string]bool{ // metric -> has a baseline
 		"host.empty_region":              false,
 		"host.map_tofrom_64MiB":          true,
 		"host.present_region_64MiB":      false,
 		"host.lookup_1e5":                false,
 		"host.stencil_512_vs_goroutines": true,
 	})
+	checkSuiteTSV(t, "host", want)
+}
+
+// beyondWant is the launch_beyond_kernel_* metrics of prefix, one per
+// kernel length.
+func beyondWant(prefix string) map[string]bool {
+	want := map[string]bool{}
+	for _, d := range beyondKernelLengths {
+		want[prefix+"launch_beyond_kernel_"+beyondName(d)] = true
+	}
+	return want
 }
 
 // TestRemoteSuiteTSV runs suite remote, whose device process and raw peers
@@ -102,6 +115,9 @@ func remoteWant(prefix string) map[string]bool {
 		prefix + "launch_rtt_vs_spin":     true,
 		prefix + "submit_64MiB_vs_copy":   true,
 		prefix + "retrieve_64MiB_vs_copy": true,
+	}
+	for m := range beyondWant(prefix) {
+		want[m] = true
 	}
 	if prefix == "remote." {
 		for _, sp := range spins {

@@ -186,7 +186,10 @@ func remoteLaunch(env *Env, dev offload.Device, r remoteRun) error {
 		return err
 	}
 	note := fmt.Sprintf("empty kernel, synchronous vs 8-byte ping-pong over %s, reads polling %v as the transport's (goal ≤ 1.2)", r.over(), remote.SpinBudget())
-	return r.spinPeer(env, "echo", 0, measure("launch_rtt_vs_spin", note))
+	if err := r.spinPeer(env, "echo", 0, measure("launch_rtt_vs_spin", note)); err != nil {
+		return err
+	}
+	return launchBeyondKernel(env, dev, r.prefix)
 }
 
 // rawSpin: what spinning before blocking buys the raw ping-pong over the

@@ -17,6 +17,7 @@ import (
 	"reflect"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/goffload/offload/plugin"
 )
@@ -26,6 +27,9 @@ import (
 // index. It implements plugin.Kernel, the read-only handle kinds get; the
 // runtime core uses the rest of its methods.
 type Kernel struct {
+	// long says the kernel's last run on a runner lasted lingerAfter or
+	// more: its next caller polls for the answer (onRunner).
+	long   atomic.Bool
 	index  int
 	name   string
 	fn     reflect.Value

@@ -79,6 +79,14 @@ const (
 	// returns if the Loop is idle, and otherwise leaves it: Put reports
 	// false and the caller enqueues it another way.
 	HereOnly
+	// HereDrain is HereOnly whose caller, once the operation is done, also
+	// runs the operations enqueued meanwhile, as the Loop's goroutine
+	// would, until the Loop is idle, instead of handing them to a new
+	// goroutine (a hand-off that, after a long operation, wakes a sleeping
+	// thread first): for a caller with nothing else to do (a device
+	// process's reader whose role a standby took over while it ran a
+	// kernel).
+	HereDrain
 )
 
 // Init makes the Loop ready to run operations with r: empty, idle, open
@@ -112,10 +120,10 @@ func (l *Loop[T]) Put(o T, w Where, clear bool) (bool, error) {
 		l.running = true
 		failed := l.take(clear)
 		l.mu.Unlock()
-		l.here(o, failed)
+		l.here(o, failed, w == HereDrain)
 		return true, nil
 	}
-	if w == HereOnly {
+	if w == HereOnly || w == HereDrain {
 		l.mu.Unlock()
 		return false, nil
 	}
@@ -129,13 +137,20 @@ func (l *Loop[T]) Put(o T, w Where, clear bool) (bool, error) {
 }
 
 // here runs o on the caller's goroutine, which has made the Loop running,
-// and hands the Loop on when o is done, or when o ended the goroutine.
-func (l *Loop[T]) here(o T, failed error) {
+// and hands the Loop on when o is done, or when o ended the goroutine; with
+// drain, it runs what was enqueued meanwhile itself (HereDrain) if o
+// returned.
+func (l *Loop[T]) here(o T, failed error, drain bool) {
 	ran := false
 	defer func() {
 		l.mu.Lock()
 		if !ran && l.err == nil {
 			l.err = fmt.Errorf("%w: an operation ended its goroutine (runtime.Goexit)", plugin.ErrKernelFailed)
+		}
+		if drain && ran && len(l.ops) > 0 && l.drains(o) {
+			l.mu.Unlock()
+			l.loop() // the Loop stays running; loop makes it idle
+			return
 		}
 		l.handOn()
 		l.mu.Unlock()
@@ -148,6 +163,20 @@ func (l *Loop[T]) here(o T, failed error) {
 		l.Fail(err)
 	}
 	ran = true
+}
+
+// drains says whether o's caller runs what was enqueued while o ran
+// (HereDrain): the Runner says, if it is a Drainer; else it does.
+func (l *Loop[T]) drains(o T) bool {
+	d, ok := l.r.(Drainer[T])
+	return !ok || d.Drain(o)
+}
+
+// Drainer is implemented by a [Runner] that decides, per operation run
+// with [HereDrain], whether its caller goes on with the operations
+// enqueued meanwhile (Drain(o) true) or hands them to the Loop's goroutine.
+type Drainer[T any] interface {
+	Drain(o T) bool
 }
 
 // handOn ends an operation run on a caller's goroutine: what was enqueued

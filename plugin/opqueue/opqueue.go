@@ -100,6 +100,9 @@ type op struct {
 	// exited, if set, is why run ended its goroutine (runtime.Goexit),
 	// set by run before the goroutine unwinds (see RunHereExit).
 	exited *error
+	// drain, if set, says whether the goroutine that ran the operation
+	// here runs what was enqueued meanwhile too (RunHereExitDrain).
+	drain func() bool
 }
 
 // Queue runs operations in order, on a goroutine of its own while it has
@@ -152,6 +155,10 @@ func (r *runner) Run(o op, failed error) error {
 	}
 	return err
 }
+
+// Drain says whether the caller that ran o here runs the operations
+// enqueued meanwhile too (Drainer).
+func (r *runner) Drain(o op) bool { return o.drain != nil && o.drain() }
 
 // runExit runs o, which may end its goroutine (RunHereExit): if it does,
 // the queue fails with why o says (the Loop hands the queue on).
@@ -213,6 +220,16 @@ func (q *Queue) RunHere(fn func() error, timed func(start, end time.Time, err er
 // fn enqueued (false) must not end its goroutine.
 func (q *Queue) RunHereExit(fn func() error, exited *error, timed func(start, end time.Time, err error)) (bool, error) {
 	return q.l.Put(op{run: fn, timed: timed, exited: exited}, HereOnly, false)
+}
+
+// RunHereExitDrain is RunHereExit whose caller, if fn returns and drain
+// then reports true, also runs the operations enqueued while fn ran, until
+// the queue is idle ([HereDrain]), instead of handing them to a new
+// goroutine: a device process's reader that ran a long kernel, and whose
+// role a standby took over meanwhile (it has nothing else to do), answers
+// the sync mark queued behind the kernel itself.
+func (q *Queue) RunHereExitDrain(fn func() error, exited *error, timed func(start, end time.Time, err error), drain func() bool) (bool, error) {
+	return q.l.Put(op{run: fn, timed: timed, exited: exited, drain: drain}, HereDrain, false)
 }
 
 // MarkHere is Mark that runs fn on the calling goroutine, before MarkHere

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goffload/offload/plugin"
@@ -73,11 +74,20 @@ type device struct {
 
 	reading    bool
 	readerDone chan struct{}
+
+	// sc is the link's shared memory (nil on other links): a caller
+	// waiting for an answer polls it and reads (await). readMu is held by
+	// whoever reads and dispatches frames: the reader, or such a caller;
+	// polling says a caller polls.
+	sc      *shmConn
+	readMu  sync.Mutex
+	polling atomic.Bool
 }
 
 func newDevice(l *link, kind, name string) *device {
 	d := &device{
 		l:          l,
+		sc:         shmOf(l),
 		kind:       kind,
 		rank:       -1,
 		readerDone: make(chan struct{}),
@@ -130,15 +140,14 @@ func (d *device) hello(img *plugin.Image, num int) error {
 func (d *device) read() {
 	defer close(d.readerDone)
 	for {
+		d.awaitFrame()
 		m, err := d.l.r.ReadMsg()
 		if err == nil {
 			err = d.dispatch(m)
 		}
+		d.readMu.Unlock()
 		if err != nil {
-			if lerr := d.l.failed(); lerr != nil && !isClosedErr(lerr) {
-				err = lerr // the link failed first (silence, a write error): that is why
-			}
-			d.lose(err)
+			d.readFailed(err)
 			return
 		}
 	}
@@ -334,7 +343,7 @@ func (d *device) call(frame func(id uint64) proto.Frame) (proto.Reply, error) {
 	if err != nil {
 		return proto.Reply{}, err
 	}
-	r := <-ch
+	r := d.await(ch)
 	if err := statusErr(r.Status); err != nil {
 		if errors.Is(err, plugin.ErrDeviceLost) {
 			return proto.Reply{}, err

@@ -286,7 +286,7 @@ func answer(r proto.Reply) error { return statusErr(r.Status) }
 
 func (q *queue) Synchronize() error {
 	if q.query != nil { // a Query's mark is out: its answer comes first
-		q.hold(answer(<-q.query))
+		q.hold(answer(q.d.await(q.query)))
 		q.query = nil
 	}
 	if q.dirty {
@@ -296,7 +296,7 @@ func (q *queue) Synchronize() error {
 		if err != nil {
 			return err
 		}
-		err = answer(<-ch)
+		err = answer(q.d.await(ch))
 		if err == nil {
 			pastWaits(waited)
 		}

@@ -445,15 +445,22 @@ func (s *session) launch(f *proto.Launch, gen uint64) error {
 		ctx = ctx.WithStop(sig)
 	}
 	// call runs the kernel as launch does it, counted among the kernels
-	// computing, its stop signal linked to the session's meanwhile.
-	call := func(launch func() error) error {
+	// computing, its stop signal linked to the session's meanwhile. The
+	// last kernel to end kicks the reader, or with idle set says so there
+	// (the reader that ran it kicks once it has answered what was queued
+	// behind it: a kick wakes a goroutine, and with it a sleeping thread).
+	call := func(launch func() error, idle *bool) error {
 		computing.Add(1)
 		defer func() {
 			if computing.Add(-1) == 0 {
 				// The host's next frame comes soon: a reader that
 				// parked while the kernel computed polls for it, rather
 				// than pay a wake-up from the doorbell.
-				s.l.kick()
+				if idle != nil {
+					*idle = true
+				} else {
+					s.l.kick()
+				}
 			}
 		}()
 		if sig != nil {
@@ -472,20 +479,29 @@ func (s *session) launch(f *proto.Launch, gen uint64) error {
 	// body that calls runtime.Goexit ends the reader: the queue fails with
 	// the kernel's error, and the reader's role goes to a new goroutine
 	// (session.read). Otherwise the queue's goroutine runs it, on a runner.
+	// If a standby took the role over, this goroutine ends after the
+	// kernel: it answers what was queued behind the kernel meanwhile (the
+	// host's sync mark) itself, rather than hand it to a new goroutine (a
+	// thread's wake-up, after a kernel long enough for the other threads
+	// to sleep), and only then kicks the reader (idle).
 	var exited error
-	ran, err := q.RunHereExit(func() error {
+	idle := false
+	ran, err := q.RunHereExitDrain(func() error {
 		s.role.arm()
 		return call(func() error {
 			return k.LaunchHere(ctx, args, s.mem.Bytes, func(err error) { exited = fmt.Errorf("%s: %w", s.name(), err) })
-		})
-	}, &exited, timed)
+		}, &idle)
+	}, &exited, timed, func() bool { return !s.role.holds(gen) })
 	if ran {
 		s.role.disarm(gen)
+	}
+	if idle {
+		s.l.kick()
 	}
 	if ran || err != nil {
 		return nil
 	}
-	return q.DoTimed(func() error { return call(func() error { return k.Launch(ctx, args, s.mem.Bytes) }) }, timed)
+	return q.DoTimed(func() error { return call(func() error { return k.Launch(ctx, args, s.mem.Bytes) }, nil) }, timed)
 }
 
 // forgetStops forgets the numbered launches of queue qid: its Sync mark

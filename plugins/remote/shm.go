@@ -49,7 +49,8 @@ type ringHdr struct {
 	_       [56]byte
 	dataSeq atomic.Uint32 // bumped when data comes for a reader parked on the futex (no doorbell)
 	rParked atomic.Uint32 // the reader parks, or is about to
-	_       [56]byte
+	rPolled atomic.Uint32 // a caller of the reading side polls the ring (device.await): no doorbell while it does
+	_       [52]byte
 	closed  atomic.Uint32 // either side closed the link
 	_       [60]byte
 }
@@ -86,9 +87,16 @@ type shmConn struct {
 	once   sync.Once
 	unmap  sync.Once
 
-	bo            readBackoff // the reader's, as spinConn's
-	reads, parked int64
-	kicked        atomic.Int64 // parked reads that kick woke
+	bo     readBackoff // Read's, as spinConn's
+	abo    readBackoff // awaitReadable's
+	reads  int64       // Read calls (one goroutine at a time reads)
+	parked atomic.Int64
+	kicked atomic.Int64 // parked reads that kick woke
+	// pollOnly makes Read poll instead of parking while it waits (for
+	// the rest of a frame): set by a caller that reads its own answer
+	// (device.readHere) while the link's reader may be parked on the
+	// doorbell, which only one goroutine reads.
+	pollOnly bool
 }
 
 // shmLinks counts this process's shared-memory links still mapped.
@@ -187,7 +195,8 @@ func (c *shmConn) Read(p []byte) (int, error) {
 	defer c.leave()
 	c.reads++
 	r := c.rx
-	w := waiter{c: c, skipping: c.bo.skipping()}
+	w := waiter{c: c, bo: &c.bo, skipping: c.bo.skipping()}
+	var polled time.Time
 	for {
 		head, tail := r.h.head.Load(), r.h.tail.Load()
 		if head-tail > shmRingSize {
@@ -211,8 +220,72 @@ func (c *shmConn) Read(p []byte) (int, error) {
 			w.done()
 			return 0, io.EOF
 		}
+		if c.pollOnly {
+			// The rest of a frame the other side is writing: poll, and
+			// nap after a while (the other side is slow, or stuck until
+			// the link fails and closes).
+			if polled.IsZero() {
+				polled = time.Now()
+			}
+			if time.Since(polled) < writerSpin {
+				runtime.Gosched()
+			} else {
+				time.Sleep(20 * time.Microsecond)
+			}
+			continue
+		}
 		w.wait(tail)
 	}
+}
+
+// setPolled says whether a goroutine of this side polls the ring it reads
+// (device.await): while one does, the other side rings no doorbell for the
+// parked reader. Whoever clears it reads what came meanwhile, or leaves
+// it to a reader that is not parked (see device.await).
+func (c *shmConn) setPolled(on bool) {
+	if !c.enter() {
+		return
+	}
+	defer c.leave()
+	v := uint32(0)
+	if on {
+		v = 1
+	}
+	c.rx.h.rPolled.Store(v)
+}
+
+// readable reports whether a Read would return without waiting: the ring
+// holds data, or the link ended.
+func (c *shmConn) readable() bool {
+	if !c.enter() {
+		return true // closed: a Read fails at once
+	}
+	defer c.leave()
+	return c.ready()
+}
+
+// ready is readable while c is entered (its memory mapped).
+func (c *shmConn) ready() bool {
+	h := c.rx.h
+	return h.head.Load() != h.tail.Load() || h.closed.Load() != 0 || c.closed.Load()
+}
+
+// awaitReadable waits as a Read waits (polling, then parked on the
+// doorbell) until the link is readable, without reading: the host's link
+// reader waits here between frames, holding nothing, so that a caller
+// polling for its answer may read it itself (device.await). While quiet
+// says so (such a caller polls), it parks at once rather than poll too: one
+// poller per process.
+func (c *shmConn) awaitReadable(quiet func() bool) {
+	if !c.enter() {
+		return
+	}
+	defer c.leave()
+	w := waiter{c: c, bo: &c.abo, skipping: c.abo.skipping(), quiet: quiet}
+	for !c.ready() {
+		w.wait(c.rx.h.tail.Load())
+	}
+	w.done()
 }
 
 // Write writes all of p, waiting for room as the reader makes it.
@@ -284,7 +357,7 @@ func (c *shmConn) put(p []byte) (int, error) {
 	copyOut(r.data, p[k:n])
 	shmReleased()
 	r.h.head.Store(head + uint64(n))
-	if r.h.rParked.Load() != 0 {
+	if r.h.rParked.Load() != 0 && r.h.rPolled.Load() == 0 {
 		c.ring(r)
 	}
 	return n, nil
@@ -295,6 +368,10 @@ func (c *shmConn) put(p []byte) (int, error) {
 // is likely on its way. The wake-up is in this process (the read's
 // deadline), not a system call.
 func (c *shmConn) kick() {
+	if !c.enter() {
+		return
+	}
+	defer c.leave()
 	if c.bell != nil && c.rx.h.rParked.Load() != 0 && !c.closed.Load() {
 		c.bell.SetReadDeadline(longAgo)
 	}
@@ -363,7 +440,9 @@ func (c *shmConn) closeWith(cause error) error {
 // futex).
 type waiter struct {
 	c        *shmConn
-	skipping bool // the backoff makes this read park at once
+	bo       *readBackoff // c's that this wait goes by
+	quiet    func() bool  // if set and true: park at once (another goroutine polls)
+	skipping bool         // the backoff makes this read park at once
 	start    time.Time
 	holding  bool
 	spun     bool
@@ -381,7 +460,7 @@ func (w *waiter) wait(tail uint64) {
 			w.holding = true
 		}
 	}
-	if w.holding && w.parkedN == 0 && computing.Load() == 0 {
+	if w.holding && w.parkedN == 0 && computing.Load() == 0 && (w.quiet == nil || !w.quiet()) {
 		w.polls++
 		if w.polls%8 != 0 || time.Since(w.start) < spinBudget { // the clock is read every 8th poll
 			w.spun = true
@@ -397,7 +476,7 @@ func (w *waiter) wait(tail uint64) {
 	h.rParked.Store(1)
 	if h.head.Load() == tail && h.closed.Load() == 0 && !c.closed.Load() {
 		w.parkedN++
-		c.parked++
+		c.parked.Add(1)
 		if c.bell == nil {
 			futexWait(&h.dataSeq, s, 200*time.Millisecond) // woken by the writer or a close: the timeout only bounds a wake-up missed by a bug
 		} else if _, err := c.bell.Read(w.bell[:]); errors.Is(err, os.ErrDeadlineExceeded) {
@@ -406,7 +485,7 @@ func (w *waiter) wait(tail uint64) {
 			c.bell.SetReadDeadline(time.Time{})
 			h.rParked.Store(0)
 			w.start, w.parkedN, w.polls, w.skipping = time.Time{}, 0, 0, false
-			c.bo.skip = 0
+			w.bo.skip = 0
 			return
 		} else if err != nil && !c.closed.Load() {
 			// The other process is gone: what it wrote before is still
@@ -427,12 +506,12 @@ func (w *waiter) done() {
 		w.holding = false
 	}
 	if !w.skipping {
-		w.c.bo.after(w.parkedN > 0, w.spun, w.start)
+		w.bo.after(w.parkedN > 0, w.spun, w.start)
 	}
 }
 
 // Stats returns how many reads the conn made, and how many of them parked.
-func (c *shmConn) Stats() (reads, parked int64) { return c.reads, c.parked }
+func (c *shmConn) Stats() (reads, parked int64) { return c.reads, c.parked.Load() }
 
 // copyOut copies as copy does, but as a socket's read(2) and write(2) do,
 // out of the race detector's sight: the buffers on the other end of a link

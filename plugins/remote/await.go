@@ -1,0 +1,124 @@
+package remote
+
+// A caller that waits for its answer on a shared-memory link polls for it
+// and reads it itself: whoever waits polls. Waking a parked goroutine
+// costs its waker a wake-up of an idle thread (a futex system call of
+// 10-15 µs on a virtual machine whose other CPU sleeps), and the link's
+// reader, once it had parked on the doorbell (any kernel longer than its
+// spin budget), heard of a kernel's end 60-100 µs late. So the caller of a
+// synchronous call (Synchronize, call) polls its answer's channel and the
+// ring (internal/waitpoll's budget, parking at once when preempted), and
+// when the ring holds frames it takes the read lock and reads and
+// dispatches them itself, its own answer among them; the link's reader,
+// which waits between frames without the lock (shmConn.awaitReadable),
+// parks at once meanwhile, so that one goroutine of the process polls. The
+// reader is never woken for the caller: it stays parked on the doorbell,
+// which the other side does not ring while the caller polls (rPolled), and
+// a frame that comes when no caller polls wakes it as before.
+
+import (
+	"time"
+
+	"github.com/goffload/offload/internal/waitpoll"
+	"github.com/goffload/offload/plugins/remote/proto"
+)
+
+// await waits for the answer ch brings: on a shared-memory link by
+// polling (one caller of the device at a time; the others park), else
+// parked.
+func (d *device) await(ch chan proto.Reply) proto.Reply {
+	sc := d.sc
+	if sc == nil || !d.polling.CompareAndSwap(false, true) {
+		return <-ch
+	}
+	sc.setPolled(true)
+	var r proto.Reply
+	got := waitpoll.Until(waitpoll.Budget, 20*time.Microsecond, 0, func() bool {
+		select {
+		case r = <-ch:
+			return true
+		default:
+		}
+		d.readIfAny()
+		select {
+		case r = <-ch:
+			return true
+		default:
+			return false
+		}
+	})
+	// The doorbell rings again for frames written from now on; what came
+	// before, unrung, is read here (or by the reader, if it reads now).
+	sc.setPolled(false)
+	d.polling.Store(false)
+	d.readIfAny()
+	if !got {
+		r = <-ch
+	}
+	return r
+}
+
+// readIfAny reads and dispatches what the link holds, if anything and if
+// no other goroutine reads. If another holds the read lock, it kicks the
+// reader: it may be parked inside a frame's read (the rest of the frame
+// came while the doorbell was off, rPolled), and it polls when kicked.
+func (d *device) readIfAny() {
+	if !d.sc.readable() {
+		return
+	}
+	if !d.readMu.TryLock() {
+		d.sc.kick()
+		return
+	}
+	d.readHere()
+	d.readMu.Unlock()
+}
+
+// readHere reads and dispatches the frames the link holds now, as the
+// reader would, under d.readMu; its reads poll rather than park on the
+// doorbell (the reader may be parked there).
+func (d *device) readHere() {
+	d.sc.pollOnly = true
+	defer func() { d.sc.pollOnly = false }()
+	for d.l.br.Buffered() || d.sc.readable() {
+		m, err := d.l.r.ReadMsg()
+		if err == nil {
+			err = d.dispatch(m)
+		}
+		if err != nil {
+			d.readFailed(err)
+			return
+		}
+	}
+	d.l.release() // what the frames' handling held back goes out (linkReader.ReadMsg)
+}
+
+// readFailed fails the device for err, a read or dispatch's error, as the
+// reader does when its read fails.
+func (d *device) readFailed(err error) {
+	if lerr := d.l.failed(); lerr != nil && !isClosedErr(lerr) {
+		err = lerr // the link failed first (silence, a write error): that is why
+	}
+	d.lose(err)
+}
+
+// awaitFrame returns, holding d.readMu, once the reader's next ReadMsg has
+// something to read: a frame read ahead, or data on a shared-memory link
+// (waited for without the lock, so that a polling caller can read it).
+func (d *device) awaitFrame() {
+	d.readMu.Lock()
+	for d.sc != nil && !d.l.br.Buffered() && !d.sc.readable() {
+		d.l.release() // before waiting, as linkReader.ReadMsg does
+		d.readMu.Unlock()
+		d.sc.awaitReadable(d.polling.Load)
+		d.readMu.Lock()
+	}
+}
+
+// shmOf is l's shared memory, or nil if l is not a shared-memory link.
+func shmOf(l *link) *shmConn {
+	if st, ok := l.t.(*streamTransport); ok {
+		return st.shm
+	}
+	return nil
+}
