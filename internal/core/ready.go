@@ -44,6 +44,9 @@ func (r *Runtime) afterHost(t *Task, d *Device, preds []*Task, cont step) step {
 // predecessor completed, even on a device's completer; another runs where
 // a host task completed it, or on a goroutine of its own.
 func (r *Runtime) waitFor(t *Task, preds []*Task, light bool, cont step) step {
+	if len(preds) == 0 {
+		return cont
+	}
 	ts := &r.tasks
 	ts.mu.Lock()
 	n := 0

@@ -215,34 +215,51 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy s
 		ts.settle(addr, st)
 	}
 	var spawn []step
-	for _, sc := range succs {
-		if sc.pending--; sc.pending > 0 {
-			continue
-		}
-		c := sc.cont
-		sc.cont = nil
-		switch {
-		case sc.light:
-			light = chain(light, c)
-		case heavy == nil:
-			heavy = c
-		default:
-			spawn = append(spawn, c)
-		}
+	if len(succs) > 0 {
+		light, heavy, spawn = handOn(succs)
 	}
 	ts.mu.Unlock()
-	close(t.done)                        // after the history: a waiter sees it settled
-	if s := t.markEnqueued(); s != nil { // it never was, and never will be
-		if heavy == nil {
-			heavy = s
-		} else {
-			spawn = append(spawn, s)
+	close(t.done)                           // after the history: a waiter sees it settled
+	if t.dev != nil && !t.dev.IsInitial() { // host work: no task waits for its enqueueing (see Spawn)
+		if s := t.markEnqueued(); s != nil { // it never was, and never will be
+			heavy, spawn = first(heavy, s, spawn)
 		}
 	}
 	for _, c := range spawn {
 		go drive(c)
 	}
 	return light, heavy
+}
+
+// handOn counts a completion in each of succs and returns the
+// continuations of those it made ready: the light ones chained, one other,
+// and the rest. Called with the runtime's tasks.mu held. Not inlined, so
+// that the completion of a task without successors keeps a small frame
+// (a host task runs on a goroutine of its own, whose stack starts small).
+//
+//go:noinline
+func handOn(succs []*Task) (light, heavy step, rest []step) {
+	for _, sc := range succs {
+		if sc.pending--; sc.pending > 0 {
+			continue
+		}
+		c := sc.cont
+		sc.cont = nil
+		if sc.light {
+			light = chain(light, c)
+		} else {
+			heavy, rest = first(heavy, c, rest)
+		}
+	}
+	return light, heavy, rest
+}
+
+// first returns s as heavy if heavy is nil, else heavy and rest with s.
+func first(heavy, s step, rest []step) (step, []step) {
+	if heavy == nil {
+		return s, rest
+	}
+	return heavy, append(rest, s)
 }
 
 // DepEntries is the number of addresses the dependence history holds, for
