@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -21,36 +18,12 @@ func startTCPDevice(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), "GOFFLOAD_ROLE=device", "GOFFLOAD_LISTEN=127.0.0.1:0")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stderr, err := cmd.StderrPipe()
+	addr, stop, err := spawnTCPDevice(exe)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if _, a, ok := strings.Cut(sc.Text(), " serving on "); ok {
-				addr <- a
-			}
-		}
-	}()
-	select {
-	case a := <-addr:
-		return a
-	case <-time.After(30 * time.Second):
-		t.Fatal("the TCP device did not say where it serves within 30s")
-	}
-	return ""
+	t.Cleanup(stop)
+	return addr
 }
 
 // startPeerServer serves raw peers on 127.0.0.1 in this process until the

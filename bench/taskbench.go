@@ -454,38 +454,52 @@ func withTCPDevices(n int, f func(devices string) error) (err error) {
 	defer setEnv(map[string]string{"GOFFLOAD_SECRET": secret})()
 	var addrs []string
 	for range n {
-		cmd := exec.Command(exe)
-		cmd.Env = append(os.Environ(), "GOFFLOAD_ROLE=device", "GOFFLOAD_LISTEN=127.0.0.1:0", "GOFFLOAD_SECRET="+secret)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		stderr, err := cmd.StderrPipe()
+		addr, stop, err := spawnTCPDevice(exe, "GOFFLOAD_SECRET="+secret)
 		if err != nil {
 			return err
 		}
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("starting a TCP device: %w", err)
-		}
-		defer func() {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}()
-		addr := make(chan string, 1)
-		go func() {
-			sc := bufio.NewScanner(stderr)
-			for sc.Scan() {
-				if _, a, ok := strings.Cut(sc.Text(), " serving on "); ok {
-					select {
-					case addr <- a:
-					default:
-					}
-				}
-			}
-		}()
-		select {
-		case a := <-addr:
-			addrs = append(addrs, "tcp://"+a)
-		case <-time.After(30 * time.Second):
-			return errors.New("a TCP device did not say where it serves within 30s")
-		}
+		defer stop()
+		addrs = append(addrs, "tcp://"+addr)
 	}
 	return f(strings.Join(addrs, ","))
+}
+
+// spawnTCPDevice starts exe as a TCP device on 127.0.0.1
+// (GOFFLOAD_ROLE=device, GOFFLOAD_LISTEN=127.0.0.1:0, and env after the
+// process's own environment), waits for it to say where it serves, and
+// returns that address and a function that kills it.
+func spawnTCPDevice(exe string, env ...string) (addr string, stop func(), err error) {
+	cmd := exec.Command(exe)
+	cmd.Env = append(append(os.Environ(), "GOFFLOAD_ROLE=device", "GOFFLOAD_LISTEN=127.0.0.1:0"), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", nil, fmt.Errorf("starting a TCP device: %w", err)
+	}
+	stop = func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}
+	addrs := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if _, a, ok := strings.Cut(sc.Text(), " serving on "); ok {
+				select {
+				case addrs <- a:
+				default:
+				}
+			}
+		}
+	}()
+	select {
+	case a := <-addrs:
+		return a, stop, nil
+	case <-time.After(30 * time.Second):
+		stop()
+		return "", nil, errors.New("a TCP device did not say where it serves within 30s")
+	}
 }
