@@ -163,12 +163,16 @@ func (t *Task) event() plugin.Event {
 // complete ends t with err; dep is the failure of the predecessor that made
 // it fail, if that is why it failed. Of the tasks that t's completion makes
 // ready, light ones go on here and the others on goroutines of their own.
-func (r *Runtime) complete(t *Task, err error, dep *failure) {
+func (r *Runtime) complete(t *Task, err error, dep *failure) { drive(r.completeLight(t, err, dep)) }
+
+// completeLight ends t, starts the heavy continuation that its completion
+// made ready on a goroutine of its own, and returns the light ones.
+func (r *Runtime) completeLight(t *Task, err error, dep *failure) step {
 	light, heavy := r.completeNext(t, err, dep)
 	if heavy != nil {
 		go drive(heavy)
 	}
-	drive(light)
+	return light
 }
 
 // completeThen is complete that returns what t's completion made ready as
@@ -300,11 +304,7 @@ func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 		return t
 	}
 	if len(later) == 0 {
-		if s := r.afterHost(t, d, onHost, r.readyStep(t, d, op, preds, onHost, onDevice, fallback)); s != nil {
-			if next := s(); next != nil { // enqueueing does not block the caller
-				go drive(next)
-			}
-		}
+		runHere(r.afterHost(t, d, onHost, r.readyStep(t, d, op, preds, onHost, onDevice, fallback)))
 		return t
 	}
 	// A device predecessor that was not enqueued yet (it waits on the host
@@ -322,13 +322,21 @@ func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 	if s := t.waitEnqueued(later, cont); s != nil {
 		// They are all enqueued by now, or finishing (enqueued, their
 		// events retired): classifying them and waiting does not block.
-		if s = s(); s != nil {
-			if next := s(); next != nil { // enqueueing does not block either
-				go drive(next)
-			}
-		}
+		runHere(s())
 	}
 	return t
+}
+
+// runHere runs s, a step that does not block (enqueueing), on the caller,
+// and starts what it hands on on a goroutine of its own: the caller is the
+// program, which must not run other tasks' work.
+func runHere(s step) {
+	if s == nil {
+		return
+	}
+	if next := s(); next != nil {
+		go drive(next)
+	}
 }
 
 // readyStep is the step of ready.
@@ -615,12 +623,7 @@ func (c *completer) run() {
 // finishTask completes t: a predecessor's failure takes the place of t's
 // own result (t's work was skipped or ran on data that is not there).
 func (r *Runtime) finishTask(t *Task, err error, dep *failure, preds []*Task) {
-	if dep == nil {
-		if f := failedPred(preds); f != nil {
-			err, dep = depErr(t, f), f
-		}
-	}
-	r.complete(t, err, dep)
+	drive(r.finishNext(t, err, dep, preds))
 }
 
 // finishNext is finishTask, for a light step once preds are done: it
@@ -632,9 +635,5 @@ func (r *Runtime) finishNext(t *Task, err error, dep *failure, preds []*Task) st
 			err, dep = depErr(t, f), f
 		}
 	}
-	light, heavy := r.completeNext(t, err, dep)
-	if heavy != nil {
-		go drive(heavy)
-	}
-	return light
+	return r.completeLight(t, err, dep)
 }
