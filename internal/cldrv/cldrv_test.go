@@ -129,7 +129,7 @@ func TestRealDriver(t *testing.T) {
 	}
 	defer l.ReleaseMem(m)
 	x := []int32{1, 2, 3, 4}
-	if err := l.WriteBuffer(q, m, true, 0, 16, uintptr(unsafe.Pointer(&x[0])), nil, nil); err != nil {
+	if err := l.WriteBuffer(q, m, true, 0, 16, unsafe.Pointer(&x[0]), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	kv := int32(10)
@@ -145,7 +145,7 @@ func TestRealDriver(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.ReleaseEvent(ev)
-	if err := l.ReadBuffer(q, m, true, 0, 16, uintptr(unsafe.Pointer(&x[0])), nil, nil); err != nil {
+	if err := l.ReadBuffer(q, m, true, 0, 16, unsafe.Pointer(&x[0]), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if x[0] != 11 || x[3] != 14 {

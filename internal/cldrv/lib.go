@@ -2,6 +2,7 @@ package cldrv
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"unsafe"
@@ -132,15 +133,21 @@ func call(fn uintptr, args ...uintptr) uintptr {
 	return r
 }
 
-// p is the address of Go memory for a call.
-func p[T any](v *T) uintptr { return uintptr(unsafe.Pointer(v)) }
+// The address arguments of a call are converted to uintptr in the call's
+// argument list (uintptr(uintptr(p(&n)))), where //go:uintptrescapes makes the
+// memory they point to escape to the heap and stay alive for the call: a
+// goroutine's stack can move during the call, and an address converted
+// earlier would then point to where a result used to be.
 
-// sliceAddr is the address of s's first element, 0 for an empty slice.
-func sliceAddr[T any](s []T) uintptr {
+// p is the address of Go memory for a call.
+func p[T any](v *T) unsafe.Pointer { return unsafe.Pointer(v) }
+
+// sliceAddr is the address of s's first element, nil for an empty slice.
+func sliceAddr[T any](s []T) unsafe.Pointer {
 	if len(s) == 0 {
-		return 0
+		return nil
 	}
-	return uintptr(unsafe.Pointer(&s[0]))
+	return unsafe.Pointer(&s[0])
 }
 
 // cstr returns s as a NUL-terminated string.
@@ -158,34 +165,34 @@ func trimNUL(b []byte) string {
 
 // infoBytes runs an OpenCL get-info function twice: for the size, then the
 // value.
-func infoBytes(name string, get func(size uintptr, val uintptr, sizeRet *uintptr) uintptr) ([]byte, error) {
+func infoBytes(name string, get func(size uintptr, val unsafe.Pointer, sizeRet *uintptr) uintptr) ([]byte, error) {
 	var n uintptr
-	if err := check(name, get(0, 0, &n)); err != nil {
+	if err := check(name, get(0, nil, &n)); err != nil {
 		return nil, err
 	}
 	if n == 0 {
 		return nil, nil
 	}
 	b := make([]byte, n)
-	if err := check(name, get(n, uintptr(unsafe.Pointer(&b[0])), nil)); err != nil {
+	if err := check(name, get(n, unsafe.Pointer(&b[0]), nil)); err != nil {
 		return nil, err
 	}
 	return b, nil
 }
 
 // sizeRetAddr is the address of a size_t result, or 0.
-func sizeRetAddr(r *uintptr) uintptr {
+func sizeRetAddr(r *uintptr) unsafe.Pointer {
 	if r == nil {
-		return 0
+		return nil
 	}
-	return uintptr(unsafe.Pointer(r))
+	return unsafe.Pointer(r)
 }
 
 // Platforms returns the platforms the ICD loader found. None is not an
 // error: an empty list (the loader's CL_PLATFORM_NOT_FOUND_KHR).
 func (l *Lib) Platforms() ([]Platform, error) {
 	var n uint32
-	if r := call(l.clGetPlatformIDs, 0, 0, p(&n)); Status(int32(uint32(r))) == PlatformNotFoundKHR {
+	if r := call(l.clGetPlatformIDs, 0, 0, uintptr(p(&n))); Status(int32(uint32(r))) == PlatformNotFoundKHR {
 		return nil, nil
 	} else if err := check("clGetPlatformIDs", r); err != nil {
 		return nil, err
@@ -194,7 +201,7 @@ func (l *Lib) Platforms() ([]Platform, error) {
 		return nil, nil
 	}
 	ps := make([]Platform, n)
-	if err := check("clGetPlatformIDs", call(l.clGetPlatformIDs, uintptr(n), sliceAddr(ps), 0)); err != nil {
+	if err := check("clGetPlatformIDs", call(l.clGetPlatformIDs, uintptr(n), uintptr(sliceAddr(ps)), 0)); err != nil {
 		return nil, err
 	}
 	return ps, nil
@@ -202,8 +209,8 @@ func (l *Lib) Platforms() ([]Platform, error) {
 
 // PlatformInfoString returns a string parameter of a platform.
 func (l *Lib) PlatformInfoString(pl Platform, param uint32) (string, error) {
-	b, err := infoBytes("clGetPlatformInfo", func(size, val uintptr, ret *uintptr) uintptr {
-		return call(l.clGetPlatformInfo, uintptr(pl), uintptr(param), size, val, sizeRetAddr(ret))
+	b, err := infoBytes("clGetPlatformInfo", func(size uintptr, val unsafe.Pointer, ret *uintptr) uintptr {
+		return call(l.clGetPlatformInfo, uintptr(pl), uintptr(param), size, uintptr(val), uintptr(sizeRetAddr(ret)))
 	})
 	return trimNUL(b), err
 }
@@ -212,7 +219,7 @@ func (l *Lib) PlatformInfoString(pl Platform, param uint32) (string, error) {
 // None is not an error.
 func (l *Lib) Devices(pl Platform, typ uint64) ([]Device, error) {
 	var n uint32
-	r := call(l.clGetDeviceIDs, uintptr(pl), uintptr(typ), 0, 0, p(&n))
+	r := call(l.clGetDeviceIDs, uintptr(pl), uintptr(typ), 0, 0, uintptr(p(&n)))
 	if Status(int32(uint32(r))) == DeviceNotFound {
 		return nil, nil
 	}
@@ -223,7 +230,7 @@ func (l *Lib) Devices(pl Platform, typ uint64) ([]Device, error) {
 		return nil, nil
 	}
 	ds := make([]Device, n)
-	if err := check("clGetDeviceIDs", call(l.clGetDeviceIDs, uintptr(pl), uintptr(typ), uintptr(n), sliceAddr(ds), 0)); err != nil {
+	if err := check("clGetDeviceIDs", call(l.clGetDeviceIDs, uintptr(pl), uintptr(typ), uintptr(n), uintptr(sliceAddr(ds)), 0)); err != nil {
 		return nil, err
 	}
 	return ds, nil
@@ -231,8 +238,8 @@ func (l *Lib) Devices(pl Platform, typ uint64) ([]Device, error) {
 
 // DeviceInfo returns a device parameter's bytes.
 func (l *Lib) DeviceInfo(d Device, param uint32) ([]byte, error) {
-	return infoBytes("clGetDeviceInfo", func(size, val uintptr, ret *uintptr) uintptr {
-		return call(l.clGetDeviceInfo, uintptr(d), uintptr(param), size, val, sizeRetAddr(ret))
+	return infoBytes("clGetDeviceInfo", func(size uintptr, val unsafe.Pointer, ret *uintptr) uintptr {
+		return call(l.clGetDeviceInfo, uintptr(d), uintptr(param), size, uintptr(val), uintptr(sizeRetAddr(ret)))
 	})
 }
 
@@ -273,7 +280,7 @@ func (l *Lib) DeviceInfoSizes(d Device, param uint32) ([]uint64, error) {
 func (l *Lib) CreateContext(pl Platform, devs []Device) (Context, error) {
 	props := []uintptr{ContextPlatform, uintptr(pl), 0}
 	var st int32
-	c := call(l.clCreateContext, sliceAddr(props), uintptr(len(devs)), sliceAddr(devs), 0, 0, p(&st))
+	c := call(l.clCreateContext, uintptr(sliceAddr(props)), uintptr(len(devs)), uintptr(sliceAddr(devs)), 0, 0, uintptr(p(&st)))
 	return Context(c), check("clCreateContext", uintptr(uint32(st)))
 }
 
@@ -294,10 +301,10 @@ func (l *Lib) CreateQueue(c Context, d Device, profile, useProps bool) (Queue, e
 	var st int32
 	if useProps && l.clCreateCommandQueueWithProperties != 0 {
 		props := []uint64{QueueProperties, flags, 0}
-		q := call(l.clCreateCommandQueueWithProperties, uintptr(c), uintptr(d), sliceAddr(props), p(&st))
+		q := call(l.clCreateCommandQueueWithProperties, uintptr(c), uintptr(d), uintptr(sliceAddr(props)), uintptr(p(&st)))
 		return Queue(q), check("clCreateCommandQueueWithProperties", uintptr(uint32(st)))
 	}
-	q := call(l.clCreateCommandQueue, uintptr(c), uintptr(d), uintptr(flags), p(&st))
+	q := call(l.clCreateCommandQueue, uintptr(c), uintptr(d), uintptr(flags), uintptr(p(&st)))
 	return Queue(q), check("clCreateCommandQueue", uintptr(uint32(st)))
 }
 
@@ -315,7 +322,7 @@ func (l *Lib) Finish(q Queue) error { return check("clFinish", call(l.clFinish, 
 // CreateBuffer allocates a read-write buffer of size bytes.
 func (l *Lib) CreateBuffer(c Context, size int64) (Mem, error) {
 	var st int32
-	m := call(l.clCreateBuffer, uintptr(c), uintptr(MemReadWrite), uintptr(size), 0, p(&st))
+	m := call(l.clCreateBuffer, uintptr(c), uintptr(MemReadWrite), uintptr(size), 0, uintptr(p(&st)))
 	return Mem(m), check("clCreateBuffer", uintptr(uint32(st)))
 }
 
@@ -323,7 +330,7 @@ func (l *Lib) CreateBuffer(c Context, size int64) (Mem, error) {
 func (l *Lib) CreateSubBuffer(m Mem, origin, size int64) (Mem, error) {
 	region := [2]uintptr{uintptr(origin), uintptr(size)}
 	var st int32
-	s := call(l.clCreateSubBuffer, uintptr(m), uintptr(MemReadWrite), uintptr(BufferCreateTypeRegion), p(&region), p(&st))
+	s := call(l.clCreateSubBuffer, uintptr(m), uintptr(MemReadWrite), uintptr(BufferCreateTypeRegion), uintptr(p(&region)), uintptr(p(&st)))
 	return Mem(s), check("clCreateSubBuffer", uintptr(uint32(st)))
 }
 
@@ -348,22 +355,50 @@ func (l *Lib) SVMAlloc(c Context, size int64, align uint32) uintptr {
 func (l *Lib) SVMFree(c Context, ptr uintptr) { call(l.clSVMFree, uintptr(c), ptr) }
 
 // waitList returns the count and address of a wait list.
-func waitList(wait []Event) (uintptr, uintptr) { return uintptr(len(wait)), sliceAddr(wait) }
+func waitList(wait []Event) (uintptr, unsafe.Pointer) { return uintptr(len(wait)), sliceAddr(wait) }
 
 // evAddr is the address of an event result, or 0.
-func evAddr(ev *Event) uintptr {
+func evAddr(ev *Event) unsafe.Pointer {
 	if ev == nil {
-		return 0
+		return nil
 	}
-	return uintptr(unsafe.Pointer(ev))
+	return unsafe.Pointer(ev)
 }
 
-// SVMMemcpy enqueues a copy of size bytes between SVM or host memory.
-// The caller keeps host memory pinned until the copy is done when
-// blocking is false.
-func (l *Lib) SVMMemcpy(q Queue, blocking bool, dst, src uintptr, size int64, wait []Event, ev *Event) error {
+// SVMWrite enqueues a copy of size bytes from Go memory at src to the
+// SVM address dst. The caller keeps src pinned until the copy is done
+// when blocking is false.
+func (l *Lib) SVMWrite(q Queue, blocking bool, dst uintptr, src unsafe.Pointer, size int64, wait []Event, ev *Event) error {
 	n, w := waitList(wait)
-	return check("clEnqueueSVMMemcpy", call(l.clEnqueueSVMMemcpy, uintptr(q), boolArg(blocking), dst, src, uintptr(size), n, w, evAddr(ev)))
+	return check("clEnqueueSVMMemcpy", call(l.clEnqueueSVMMemcpy, uintptr(q), boolArg(blocking), dst, uintptr(src), uintptr(size), n, uintptr(w), uintptr(evAddr(ev))))
+}
+
+// SVMRead enqueues a copy of size bytes from the SVM address src to Go
+// memory at dst, as SVMWrite does.
+func (l *Lib) SVMRead(q Queue, blocking bool, dst unsafe.Pointer, src uintptr, size int64, wait []Event, ev *Event) error {
+	n, w := waitList(wait)
+	return check("clEnqueueSVMMemcpy", call(l.clEnqueueSVMMemcpy, uintptr(q), boolArg(blocking), uintptr(dst), src, uintptr(size), n, uintptr(w), uintptr(evAddr(ev))))
+}
+
+// SVMCopy enqueues a copy of size bytes between SVM addresses (or from a
+// buffer's host memory: addresses the driver owns).
+func (l *Lib) SVMCopy(q Queue, dst, src uintptr, size int64, wait []Event, ev *Event) error {
+	n, w := waitList(wait)
+	return check("clEnqueueSVMMemcpy", call(l.clEnqueueSVMMemcpy, uintptr(q), BlockingFalse, dst, src, uintptr(size), n, uintptr(w), uintptr(evAddr(ev))))
+}
+
+// WriteBufferSVM enqueues a copy of size bytes from the SVM address src to
+// m at offset.
+func (l *Lib) WriteBufferSVM(q Queue, m Mem, offset, size int64, src uintptr, wait []Event, ev *Event) error {
+	n, w := waitList(wait)
+	return check("clEnqueueWriteBuffer", call(l.clEnqueueWriteBuffer, uintptr(q), uintptr(m), BlockingFalse, uintptr(offset), uintptr(size), src, n, uintptr(w), uintptr(evAddr(ev))))
+}
+
+// ReadBufferSVM enqueues a copy of size bytes from m at offset to the SVM
+// address dst.
+func (l *Lib) ReadBufferSVM(q Queue, m Mem, offset, size int64, dst uintptr, wait []Event, ev *Event) error {
+	n, w := waitList(wait)
+	return check("clEnqueueReadBuffer", call(l.clEnqueueReadBuffer, uintptr(q), uintptr(m), BlockingFalse, uintptr(offset), uintptr(size), dst, n, uintptr(w), uintptr(evAddr(ev))))
 }
 
 func boolArg(b bool) uintptr {
@@ -375,30 +410,31 @@ func boolArg(b bool) uintptr {
 
 // WriteBuffer enqueues a copy of size bytes from host memory at src to m
 // at offset.
-func (l *Lib) WriteBuffer(q Queue, m Mem, blocking bool, offset, size int64, src uintptr, wait []Event, ev *Event) error {
+func (l *Lib) WriteBuffer(q Queue, m Mem, blocking bool, offset, size int64, src unsafe.Pointer, wait []Event, ev *Event) error {
 	n, w := waitList(wait)
-	return check("clEnqueueWriteBuffer", call(l.clEnqueueWriteBuffer, uintptr(q), uintptr(m), boolArg(blocking), uintptr(offset), uintptr(size), src, n, w, evAddr(ev)))
+	return check("clEnqueueWriteBuffer", call(l.clEnqueueWriteBuffer, uintptr(q), uintptr(m), boolArg(blocking), uintptr(offset), uintptr(size), uintptr(src), n, uintptr(w), uintptr(evAddr(ev))))
 }
 
 // ReadBuffer enqueues a copy of size bytes from m at offset to host
 // memory at dst.
-func (l *Lib) ReadBuffer(q Queue, m Mem, blocking bool, offset, size int64, dst uintptr, wait []Event, ev *Event) error {
+func (l *Lib) ReadBuffer(q Queue, m Mem, blocking bool, offset, size int64, dst unsafe.Pointer, wait []Event, ev *Event) error {
 	n, w := waitList(wait)
-	return check("clEnqueueReadBuffer", call(l.clEnqueueReadBuffer, uintptr(q), uintptr(m), boolArg(blocking), uintptr(offset), uintptr(size), dst, n, w, evAddr(ev)))
+	return check("clEnqueueReadBuffer", call(l.clEnqueueReadBuffer, uintptr(q), uintptr(m), boolArg(blocking), uintptr(offset), uintptr(size), uintptr(dst), n, uintptr(w), uintptr(evAddr(ev))))
 }
 
 // CopyBuffer enqueues a copy of size bytes between buffers.
 func (l *Lib) CopyBuffer(q Queue, src, dst Mem, srcOff, dstOff, size int64, wait []Event, ev *Event) error {
 	n, w := waitList(wait)
-	return check("clEnqueueCopyBuffer", call(l.clEnqueueCopyBuffer, uintptr(q), uintptr(src), uintptr(dst), uintptr(srcOff), uintptr(dstOff), uintptr(size), n, w, evAddr(ev)))
+	return check("clEnqueueCopyBuffer", call(l.clEnqueueCopyBuffer, uintptr(q), uintptr(src), uintptr(dst), uintptr(srcOff), uintptr(dstOff), uintptr(size), n, uintptr(w), uintptr(evAddr(ev))))
 }
 
 // CreateProgram makes a program of OpenCL C source.
 func (l *Lib) CreateProgram(c Context, src []byte) (Program, error) {
-	str := sliceAddr(src)
+	strs := []unsafe.Pointer{sliceAddr(src)} // on the heap, as src is
 	n := uintptr(len(src))
 	var st int32
-	pr := call(l.clCreateProgramWithSource, uintptr(c), 1, p(&str), p(&n), p(&st))
+	pr := call(l.clCreateProgramWithSource, uintptr(c), 1, uintptr(sliceAddr(strs)), uintptr(p(&n)), uintptr(p(&st)))
+	runtime.KeepAlive(src)
 	return Program(pr), check("clCreateProgramWithSource", uintptr(uint32(st)))
 }
 
@@ -406,21 +442,21 @@ func (l *Lib) CreateProgram(c Context, src []byte) (Program, error) {
 // built.
 func (l *Lib) BuildProgram(pr Program, devs []Device, options string) error {
 	opt := cstr(options)
-	return check("clBuildProgram", call(l.clBuildProgram, uintptr(pr), uintptr(len(devs)), sliceAddr(devs), sliceAddr(opt), 0, 0))
+	return check("clBuildProgram", call(l.clBuildProgram, uintptr(pr), uintptr(len(devs)), uintptr(sliceAddr(devs)), uintptr(sliceAddr(opt)), 0, 0))
 }
 
 // BuildLog returns pr's build log for d.
 func (l *Lib) BuildLog(pr Program, d Device) string {
-	b, _ := infoBytes("clGetProgramBuildInfo", func(size, val uintptr, ret *uintptr) uintptr {
-		return call(l.clGetProgramBuildInfo, uintptr(pr), uintptr(d), uintptr(ProgramBuildLog), size, val, sizeRetAddr(ret))
+	b, _ := infoBytes("clGetProgramBuildInfo", func(size uintptr, val unsafe.Pointer, ret *uintptr) uintptr {
+		return call(l.clGetProgramBuildInfo, uintptr(pr), uintptr(d), uintptr(ProgramBuildLog), size, uintptr(val), uintptr(sizeRetAddr(ret)))
 	})
 	return trimNUL(b)
 }
 
 // KernelNames returns the names of a built program's kernels.
 func (l *Lib) KernelNames(pr Program) ([]string, error) {
-	b, err := infoBytes("clGetProgramInfo", func(size, val uintptr, ret *uintptr) uintptr {
-		return call(l.clGetProgramInfo, uintptr(pr), uintptr(ProgramKernelNames), size, val, sizeRetAddr(ret))
+	b, err := infoBytes("clGetProgramInfo", func(size uintptr, val unsafe.Pointer, ret *uintptr) uintptr {
+		return call(l.clGetProgramInfo, uintptr(pr), uintptr(ProgramKernelNames), size, uintptr(val), uintptr(sizeRetAddr(ret)))
 	})
 	if err != nil {
 		return nil, err
@@ -441,7 +477,7 @@ func (l *Lib) ReleaseProgram(pr Program) error {
 func (l *Lib) CreateKernel(pr Program, name string) (Kernel, error) {
 	n := cstr(name)
 	var st int32
-	k := call(l.clCreateKernel, uintptr(pr), sliceAddr(n), p(&st))
+	k := call(l.clCreateKernel, uintptr(pr), uintptr(sliceAddr(n)), uintptr(p(&st)))
 	return Kernel(k), check("clCreateKernel", uintptr(uint32(st)))
 }
 
@@ -464,14 +500,14 @@ func (l *Lib) SetKernelArgSVM(k Kernel, i int, ptr uintptr) error {
 // KernelArgUint returns an integer parameter of argument i of k.
 func (l *Lib) KernelArgUint(k Kernel, i int, param uint32) (uint32, error) {
 	var v uint32
-	err := check("clGetKernelArgInfo", call(l.clGetKernelArgInfo, uintptr(k), uintptr(i), uintptr(param), 4, p(&v), 0))
+	err := check("clGetKernelArgInfo", call(l.clGetKernelArgInfo, uintptr(k), uintptr(i), uintptr(param), 4, uintptr(p(&v)), 0))
 	return v, err
 }
 
 // KernelArgString returns a string parameter of argument i of k.
 func (l *Lib) KernelArgString(k Kernel, i int, param uint32) (string, error) {
-	b, err := infoBytes("clGetKernelArgInfo", func(size, val uintptr, ret *uintptr) uintptr {
-		return call(l.clGetKernelArgInfo, uintptr(k), uintptr(i), uintptr(param), size, val, sizeRetAddr(ret))
+	b, err := infoBytes("clGetKernelArgInfo", func(size uintptr, val unsafe.Pointer, ret *uintptr) uintptr {
+		return call(l.clGetKernelArgInfo, uintptr(k), uintptr(i), uintptr(param), size, uintptr(val), uintptr(sizeRetAddr(ret)))
 	})
 	return trimNUL(b), err
 }
@@ -479,14 +515,14 @@ func (l *Lib) KernelArgString(k Kernel, i int, param uint32) (string, error) {
 // KernelNumArgs returns how many arguments k takes.
 func (l *Lib) KernelNumArgs(k Kernel) (int, error) {
 	var v uint32
-	err := check("clGetKernelInfo", call(l.clGetKernelInfo, uintptr(k), uintptr(KernelNumArgs), 4, p(&v), 0))
+	err := check("clGetKernelInfo", call(l.clGetKernelInfo, uintptr(k), uintptr(KernelNumArgs), 4, uintptr(p(&v)), 0))
 	return int(v), err
 }
 
 // KernelWorkGroupSize returns the largest work-group k runs with on d.
 func (l *Lib) KernelWorkGroupSize(k Kernel, d Device) (int, error) {
 	var v uintptr
-	err := check("clGetKernelWorkGroupInfo", call(l.clGetKernelWorkGroupInfo, uintptr(k), uintptr(d), uintptr(KernelWorkGroupSize), unsafe.Sizeof(v), p(&v), 0))
+	err := check("clGetKernelWorkGroupInfo", call(l.clGetKernelWorkGroupInfo, uintptr(k), uintptr(d), uintptr(KernelWorkGroupSize), unsafe.Sizeof(v), uintptr(p(&v)), 0))
 	return int(v), err
 }
 
@@ -494,11 +530,11 @@ func (l *Lib) KernelWorkGroupSize(k Kernel, d Device) (int, error) {
 // work-groups of local (nil: the driver's choice).
 func (l *Lib) EnqueueKernel(q Queue, k Kernel, dims int, global, local *[3]uintptr, wait []Event, ev *Event) error {
 	n, w := waitList(wait)
-	la := uintptr(0)
+	var la unsafe.Pointer
 	if local != nil {
-		la = uintptr(unsafe.Pointer(local))
+		la = unsafe.Pointer(local)
 	}
-	return check("clEnqueueNDRangeKernel", call(l.clEnqueueNDRangeKernel, uintptr(q), uintptr(k), uintptr(dims), 0, uintptr(unsafe.Pointer(global)), la, n, w, evAddr(ev)))
+	return check("clEnqueueNDRangeKernel", call(l.clEnqueueNDRangeKernel, uintptr(q), uintptr(k), uintptr(dims), 0, uintptr(unsafe.Pointer(global)), uintptr(la), n, uintptr(w), uintptr(evAddr(ev))))
 }
 
 // Marker enqueues a marker, which completes when everything enqueued on q
@@ -506,7 +542,7 @@ func (l *Lib) EnqueueKernel(q Queue, k Kernel, dims int, global, local *[3]uintp
 func (l *Lib) Marker(q Queue, wait []Event) (Event, error) {
 	n, w := waitList(wait)
 	var ev Event
-	err := check("clEnqueueMarkerWithWaitList", call(l.clEnqueueMarkerWithWaitList, uintptr(q), n, w, p(&ev)))
+	err := check("clEnqueueMarkerWithWaitList", call(l.clEnqueueMarkerWithWaitList, uintptr(q), n, uintptr(w), uintptr(p(&ev))))
 	return ev, err
 }
 
@@ -514,20 +550,20 @@ func (l *Lib) Marker(q Queue, wait []Event) (Event, error) {
 // wait (and for everything before it). ev, if not nil, gets its event.
 func (l *Lib) Barrier(q Queue, wait []Event, ev *Event) error {
 	n, w := waitList(wait)
-	return check("clEnqueueBarrierWithWaitList", call(l.clEnqueueBarrierWithWaitList, uintptr(q), n, w, evAddr(ev)))
+	return check("clEnqueueBarrierWithWaitList", call(l.clEnqueueBarrierWithWaitList, uintptr(q), n, uintptr(w), uintptr(evAddr(ev))))
 }
 
 // WaitForEvents blocks until evs are complete.
 func (l *Lib) WaitForEvents(evs []Event) error {
 	n, w := waitList(evs)
-	return check("clWaitForEvents", call(l.clWaitForEvents, n, w))
+	return check("clWaitForEvents", call(l.clWaitForEvents, n, uintptr(w)))
 }
 
 // EventStatus returns an event's execution status: CL_COMPLETE (0),
 // CL_RUNNING, CL_SUBMITTED, CL_QUEUED (positive), or a negative error.
 func (l *Lib) EventStatus(ev Event) (int32, error) {
 	var v int32
-	err := check("clGetEventInfo", call(l.clGetEventInfo, uintptr(ev), uintptr(EventExecutionStatus), 4, p(&v), 0))
+	err := check("clGetEventInfo", call(l.clGetEventInfo, uintptr(ev), uintptr(EventExecutionStatus), 4, uintptr(p(&v)), 0))
 	return v, err
 }
 
@@ -535,7 +571,7 @@ func (l *Lib) EventStatus(ev Event) (int32, error) {
 // device's clock.
 func (l *Lib) ProfilingInfo(ev Event, param uint32) (uint64, error) {
 	var v uint64
-	err := check("clGetEventProfilingInfo", call(l.clGetEventProfilingInfo, uintptr(ev), uintptr(param), 8, p(&v), 0))
+	err := check("clGetEventProfilingInfo", call(l.clGetEventProfilingInfo, uintptr(ev), uintptr(param), 8, uintptr(p(&v)), 0))
 	return v, err
 }
 
@@ -552,7 +588,7 @@ func (l *Lib) RetainEvent(ev Event) error {
 // CreateUserEvent makes an event that the host completes.
 func (l *Lib) CreateUserEvent(c Context) (Event, error) {
 	var st int32
-	ev := call(l.clCreateUserEvent, uintptr(c), p(&st))
+	ev := call(l.clCreateUserEvent, uintptr(c), uintptr(p(&st)))
 	return Event(ev), check("clCreateUserEvent", uintptr(uint32(st)))
 }
 
@@ -568,6 +604,6 @@ func (l *Lib) DeviceAndHostTimer(d Device) (dev, host uint64, ok bool) {
 	if l.clGetDeviceAndHostTimer == 0 {
 		return 0, 0, false
 	}
-	err := check("clGetDeviceAndHostTimer", call(l.clGetDeviceAndHostTimer, uintptr(d), p(&dev), p(&host)))
+	err := check("clGetDeviceAndHostTimer", call(l.clGetDeviceAndHostTimer, uintptr(d), uintptr(p(&dev)), uintptr(p(&host))))
 	return dev, host, err == nil
 }
