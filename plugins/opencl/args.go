@@ -218,6 +218,9 @@ func plural(n int, what string) string {
 }
 
 func isFloatType(t reflect.Type) bool {
+	for t.Kind() == reflect.Array {
+		t = t.Elem() // an array of floats is a vector of them
+	}
 	switch t.Kind() {
 	case reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
 		return true
