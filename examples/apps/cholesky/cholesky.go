@@ -32,23 +32,28 @@ var (
 	// not positive (a matrix that is not positive definite) panics in the
 	// Go body, failing the task; on a GPU it makes NaNs and infinities.
 	Potrf = offload.MustKernel2("cholesky.potrf", func(_ offload.Ctx, a offload.InOut[float64], b int) { potrf(a, b) }).
-		Named("a", "b").PTX(choleskyPTX, "potrf")
+		Named("a", "b").PTX(choleskyPTX, "potrf").OpenCL(choleskyCL, "potrf")
 	// Trsm solves x Lᵀ = a for x in place of a, l a factored diagonal tile.
 	Trsm = offload.MustKernel3("cholesky.trsm", func(ctx offload.Ctx, l offload.In[float64], a offload.InOut[float64], b int) {
 		ctx.For(b, func(lo, hi int) { trsm(l, a, b, lo, hi) })
-	}).Named("l", "a", "b").PTX(choleskyPTX, "trsm")
+	}).Named("l", "a", "b").PTX(choleskyPTX, "trsm").OpenCL(choleskyCL, "trsm")
 	// Syrk updates a diagonal tile: c -= a aᵀ (lower triangle).
 	Syrk = offload.MustKernel3("cholesky.syrk", func(ctx offload.Ctx, a offload.In[float64], c offload.InOut[float64], b int) {
 		ctx.For(b, func(lo, hi int) { syrk(a, c, b, lo, hi) })
-	}).Named("a", "c", "b").PTX(choleskyPTX, "syrk")
+	}).Named("a", "c", "b").PTX(choleskyPTX, "syrk").OpenCL(choleskyCL, "syrk")
 	// Gemm updates an off-diagonal tile: c -= a btᵀ.
 	Gemm = offload.MustKernel4("cholesky.gemm", func(ctx offload.Ctx, a, bt offload.In[float64], c offload.InOut[float64], b int) {
 		ctx.For(b, func(lo, hi int) { gemm(a, bt, c, b, lo, hi) })
-	}).Named("a", "bt", "c", "b").PTX(choleskyPTX, "gemm")
+	}).Named("a", "bt", "c", "b").PTX(choleskyPTX, "gemm").OpenCL(choleskyCL, "gemm")
 )
 
 //go:embed cholesky.ptx
 var choleskyPTX []byte
+
+// choleskyCL is the kernels for OpenCL devices (cholesky.cl).
+//
+//go:embed cholesky.cl
+var choleskyCL []byte
 
 func potrf(a []float64, b int) {
 	for j := 0; j < b; j++ {
