@@ -278,6 +278,44 @@ func Factor(devs []offload.Device, m *Matrix) (tasks int, elapsed time.Duration,
 	return tasks, time.Since(start), nil
 }
 
+// FactorAny factors m as Factor does, with every task an Any-task
+// (offload.Any): the runtime places the tasks on the devices and moves the
+// tiles between them, and the depend clauses come from the kernels'
+// parameters. It returns the number of kernel tasks and the time from the
+// first task to the end of Taskwait, with the tiles back in m (the copies
+// in and out included, which Factor's time leaves out).
+func FactorAny(m *Matrix) (tasks int, elapsed time.Duration, err error) {
+	if err := CheckSize(m.T, m.B); err != nil {
+		return 0, 0, err
+	}
+	t, b := m.T, m.B
+	any := offload.Any()
+	start := time.Now()
+	for k := range t {
+		akk := m.Tile(k, k)
+		Potrf.Nowait(any.Nowait(), akk, b)
+		tasks++
+		for i := k + 1; i < t; i++ {
+			Trsm.Nowait(any.Nowait(), akk, m.Tile(i, k), b)
+			tasks++
+		}
+		for i := k + 1; i < t; i++ {
+			Syrk.Nowait(any.Nowait(), m.Tile(i, k), m.Tile(i, i), b)
+			tasks++
+			for j := k + 1; j < i; j++ {
+				Gemm.Nowait(any.Nowait(), m.Tile(i, k), m.Tile(j, k), m.Tile(i, j), b)
+				tasks++
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if err := offload.Taskwait(ctx); err != nil {
+		return tasks, 0, err
+	}
+	return tasks, time.Since(start), nil
+}
+
 // rowOwners deals the t rows of tiles out to n devices so that each gets
 // about the same work: row i holds i trsm, i syrk and i(i-1)/2 gemm tasks
 // (a gemm is twice a trsm's or syrk's flops), so the rows go, heaviest
