@@ -57,7 +57,7 @@ type anySched struct {
 	// is the table's.
 	mu      sync.Mutex
 	table   *placement.Table
-	bufs    map[placement.Buf]anyBuf
+	bufs    map[placement.Buf]anyBuf // the regions' slices
 	tokens  map[anyTok]*int64 // depend objects of the copies on each device
 	tracked atomic.Int64      // table.Len(): the hand-placed constructs' check is one load while it is 0
 
@@ -100,6 +100,17 @@ func anyOf(rt *core.Runtime) *anySched {
 		return s
 	}
 	return nil
+}
+
+// section returns the part piece of region's slice, and its name.
+func (s *anySched) section(region, piece placement.Buf) (any, string, error) {
+	v := s.bufs[region]
+	es := v.v.Type().Elem().Size()
+	off := piece.Addr - region.Addr
+	if es == 0 || off%es != 0 || piece.Size%es != 0 {
+		return nil, "", fmt.Errorf("%w: [%#x, +%d) does not fall on the elements of %q, a []%s at %#x", ErrBadMap, piece.Addr, piece.Size, v.name, v.v.Type().Elem(), region.Addr)
+	}
+	return v.v.Slice(int(off/es), int((off+piece.Size)/es)).Interface(), v.name, nil
 }
 
 // token returns the depend object of b's copy on dev.

@@ -57,44 +57,49 @@ func (s *anySched) place(a Async, k *Kernel, kargs []core.KernelArg, acc []place
 	d := choice.Dev
 	dev := On(d)
 	cd := s.rt.Devices[d]
-	byBuf := make(map[placement.Buf]anyBuf, len(bufs))
+	regions := make([]placement.Buf, len(acc))
 	for i, b := range bufs {
-		byBuf[acc[i].Buf] = b
-		if _, ok := s.bufs[acc[i].Buf]; !ok {
-			s.bufs[acc[i].Buf] = b
+		regions[i] = s.table.Region(acc[i].Buf)
+		if _, ok := s.bufs[regions[i]]; !ok { // a new region: this slice
+			s.bufs[regions[i]] = b
 		}
 	}
-	// Memory on d for the buffers it has none for: mapped (alloc) until
+	// Memory on d for the regions it has none for: mapped (alloc) until
 	// Taskwait gives the buffers back.
 	for _, b := range alloc {
-		v := byBuf[b]
-		m := Alloc(v.v.Interface()).Named(v.name)
+		x, name, err := s.section(b, b)
+		if err != nil {
+			return fail(err)
+		}
+		m := Alloc(x).Named(name)
 		m.byAny = true
 		if err := dev.enterData([]Map{m}); err != nil {
 			return fail(err)
 		}
 	}
 	// The copies its inputs need, each a task ordered after the last
-	// writer of the buffer and before the tasks that use d's copy.
+	// writer of the section, the copy that made the source valid, and
+	// the tasks that use d's copy now.
 	var why strings.Builder
 	for _, c := range copies {
-		v := byBuf[c.Buf]
-		// After the last writer of the buffer, the copy that made the
-		// source valid, and the tasks that use d's copy now.
-		deps := []Dep{DependIn(v.v.Interface()), DependOut(s.token(c.Buf, d))}
+		x, name, err := s.section(c.Region, c.Buf)
+		if err != nil {
+			return fail(err)
+		}
+		deps := []Dep{DependIn(x), DependOut(s.token(c.Region, d))}
 		if c.From != placement.Host {
-			deps = append(deps, DependIn(s.token(c.Buf, c.From)))
+			deps = append(deps, DependIn(s.token(c.Region, c.From)))
 		}
 		nw := dev.Nowait(deps...)
 		if c.From == placement.Host {
-			m := To(v.v.Interface()).Named(v.name)
+			m := To(x).Named(name)
 			m.byAny = true
 			nw.Update(m)
 		} else {
-			dp, err := dev.mappedPtr(v.v.Interface())
+			dp, err := dev.mappedPtr(x)
 			if err == nil {
 				var sp DevicePtr
-				if sp, err = On(c.From).mappedPtr(v.v.Interface()); err == nil {
+				if sp, err = On(c.From).mappedPtr(x); err == nil {
 					nw.Memcpy(dp, sp, int64(c.Buf.Size))
 				}
 			}
@@ -102,7 +107,7 @@ func (s *anySched) place(a Async, k *Kernel, kargs []core.KernelArg, acc []place
 				return fail(err)
 			}
 		}
-		fmt.Fprintf(&why, "; copies %q (%d bytes) from %s", v.name, c.Buf.Size, placeName(c.From))
+		fmt.Fprintf(&why, "; copies %q (%d bytes at %#x) from %s", name, c.Buf.Size, c.Buf.Addr, placeName(c.From))
 	}
 	// The task: its own depend clauses, its buffers' as its parameters
 	// say, and d's copies'.
@@ -114,7 +119,7 @@ func (s *anySched) place(a Async, k *Kernel, kargs []core.KernelArg, acc []place
 		} else {
 			deps = append(deps, DependIn(x))
 		}
-		deps = append(deps, DependIn(s.token(ac.Buf, d)))
+		deps = append(deps, DependIn(s.token(regions[i], d)))
 	}
 	present := make([]core.KernelArg, len(kargs))
 	copy(present, kargs)

@@ -27,13 +27,16 @@ func (s *anySched) flush(ctx context.Context, bufs []placement.Buf) error {
 // copyBack copies c.Buf back from device c.From, after the last task that
 // writes it, and records that the host's copy is valid; s.mu is held.
 func (s *anySched) copyBack(ctx context.Context, c placement.Copy) error {
-	v := s.bufs[c.Buf]
-	m := From(v.v.Interface()).Named(v.name)
+	x, name, err := s.section(c.Region, c.Buf)
+	if err != nil {
+		return err
+	}
+	m := From(x).Named(name)
 	m.byAny = true
 	// After the last writer, and the copy that made c.From's valid.
-	nw := On(c.From).Nowait(DependIn(v.v.Interface()), DependIn(s.token(c.Buf, c.From)))
+	nw := On(c.From).Nowait(DependIn(x), DependIn(s.token(c.Region, c.From)))
 	if err := nw.Update(m).WaitContext(ctx); err != nil {
-		return fmt.Errorf("goffload: Any(): copying %q back from device %d: %w", v.name, c.From, err)
+		return fmt.Errorf("goffload: Any(): copying %q back from device %d: %w", name, c.From, err)
 	}
 	s.table.HostValid(c.Buf)
 	return nil
@@ -55,9 +58,13 @@ func (s *anySched) handback(ctx context.Context, release bool) error {
 		return errors.Join(errs...)
 	}
 	for b, devs := range s.table.Release() {
-		v := s.bufs[b]
+		x, name, err := s.section(b, b)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		for _, d := range devs {
-			m := Delete(v.v.Interface()).Named(v.name)
+			m := Delete(x).Named(name)
 			m.byAny = true
 			if err := On(d).exitData([]Map{m}); err != nil && s.usable(d) {
 				errs = append(errs, err)

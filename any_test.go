@@ -138,13 +138,14 @@ func equal64(a, b []int64) bool {
 }
 
 // TestAnyRefusesMixing: while Any-tasks use a buffer, a hand-placed
-// construct that maps it, or an Any-task that uses a section partly
-// overlapping it, fails with ErrBadMap and says to call Taskwait; Any()
+// construct that maps it, or an Any-task that uses a section overlapping it
+// without lying inside it, fails with ErrBadMap and says to call Taskwait; Any()
 // refuses the constructs that need one device; after Taskwait all is
 // well again.
 func TestAnyRefusesMixing(t *testing.T) {
 	start(t, offload.WithDevices("host:2"), offload.WithOffload("MANDATORY"))
-	x, y := make([]int64, 32), make([]int64, 32)
+	big, y := make([]int64, 64), make([]int64, 32)
+	x := big[:32]
 	if err := anyStep.Nowait(offload.Any().Nowait(), 1, y, x).Wait(); err != nil {
 		t.Fatal(err)
 	}
@@ -155,8 +156,8 @@ func TestAnyRefusesMixing(t *testing.T) {
 	if err := anyStep.Run(offload.On(1), 1, y, x); !errors.Is(err, offload.ErrBadMap) {
 		t.Errorf("hand-placed launch on an Any-task's buffer: %v, want ErrBadMap", err)
 	}
-	if err := anyStep.Nowait(offload.Any().Nowait(), 1, y, x[8:24]).Wait(); !errors.Is(err, offload.ErrBadMap) {
-		t.Errorf("Any-task on a section overlapping another: %v, want ErrBadMap", err)
+	if err := anyStep.Nowait(offload.Any().Nowait(), 1, y, big[16:48]).Wait(); !errors.Is(err, offload.ErrBadMap) {
+		t.Errorf("Any-task on a section sticking out of a buffer in use: %v, want ErrBadMap", err)
 	}
 	if err := offload.Any().EnterData(offload.To(y)); !errors.Is(err, offload.ErrBadArgument) {
 		t.Errorf("Any().EnterData: %v, want ErrBadArgument", err)
@@ -175,32 +176,63 @@ func TestAnyRefusesMixing(t *testing.T) {
 	}
 }
 
-// TestAnyDisjointSections: Any-tasks that update disjoint halves of one
-// buffer, reading the whole of another (the N-body pattern), run on both
-// devices, and the result is right.
-func TestAnyDisjointSections(t *testing.T) {
-	start(t, offload.WithDevices("host:2"), offload.WithOffload("MANDATORY"))
-	pos, vel := make([]int64, 64), make([]int64, 64)
-	for i := range pos {
-		pos[i] = int64(i)
-	}
-	want := make([]int64, 64)
-	for step := range 10 {
-		for h := range 2 {
-			part := vel[h*32 : (h+1)*32]
-			anyStep.Nowait(offload.Any().Nowait(), int64(step), pos[h*32:(h+1)*32], part)
-			w := want[h*32 : (h+1)*32]
-			for i := range w {
-				w[i] = w[i]*3 + pos[h*32+i] + int64(step)
+// anyForce is the N-body pattern's force step: each part's velocities
+// from every position; anyMove moves a part's positions by its velocities.
+var (
+	anyForce = offload.MustKernel3("test.any.force", func(ctx offload.Ctx, lo int, pos offload.In[int64], vel offload.InOut[int64]) {
+		var sum int64
+		for _, p := range pos {
+			sum += p
+		}
+		for i := range vel {
+			vel[i] += sum - pos[lo+i]
+		}
+	})
+	anyMove = offload.MustKernel2("test.any.move", func(ctx offload.Ctx, vel offload.In[int64], pos offload.InOut[int64]) {
+		for i := range pos {
+			pos[i] = (pos[i] + vel[i]) % 1000
+		}
+	})
+)
+
+// TestAnySections: the N-body pattern a new user wrote: tasks update the
+// halves of the positions and velocities, each reading all the positions,
+// on two devices of every kind; the halves' copies move between the
+// devices as sections of one buffer, and the result is right.
+func TestAnySections(t *testing.T) {
+	forEachKind(t, func(t *testing.T, k testKind) {
+		k.start(t, 2)
+		const n, half = 64, 32
+		pos, vel := make([]int64, n), make([]int64, n)
+		wpos, wvel := make([]int64, n), make([]int64, n)
+		for i := range pos {
+			pos[i], wpos[i] = int64(i), int64(i)
+		}
+		for range 6 {
+			for h := range 2 {
+				anyForce.Nowait(offload.Any().Nowait(), h*half, pos, vel[h*half:(h+1)*half])
+			}
+			for h := range 2 {
+				anyMove.Nowait(offload.Any().Nowait(), vel[h*half:(h+1)*half], pos[h*half:(h+1)*half])
+			}
+			var sum int64
+			for _, p := range wpos {
+				sum += p
+			}
+			for i := range wvel {
+				wvel[i] += sum - wpos[i]
+			}
+			for i := range wpos {
+				wpos[i] = (wpos[i] + wvel[i]) % 1000
 			}
 		}
-	}
-	if err := offload.Taskwait(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if !equal64(vel, want) {
-		t.Errorf("vel = %v…, want %v…", vel[:4], want[:4])
-	}
+		if err := offload.Taskwait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if !equal64(pos, wpos) || !equal64(vel, wvel) {
+			t.Errorf("pos = %v…, want %v…; vel = %v…, want %v…", pos[:4], wpos[:4], vel[:4], wvel[:4])
+		}
+	})
 }
 
 // TestAnyNoDevices: with no devices, Any-tasks run on the initial device.

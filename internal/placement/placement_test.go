@@ -187,3 +187,93 @@ func TestModelChooses(t *testing.T) {
 		t.Errorf("every device lost: %+v, want -1", c)
 	}
 }
+
+// TestTableSectionsAgainstModel is TestTableAgainstModel with sections:
+// each buffer is first used whole, then tasks read and write random
+// sections of it (slots of 8 bytes), and the model keeps a version per slot
+// per place. Every task must read the latest version of every slot it
+// reads, copies must come from places holding the latest version, and Stale
+// must name exactly the slots whose host copy is old.
+func TestTableSectionsAgainstModel(t *testing.T) {
+	const ndev, nbuf, slots = 3, 3, 8
+	for seed := range 100 {
+		r := rand.New(rand.NewPCG(uint64(seed), 2))
+		tb := NewTable()
+		base := func(b int) uintptr { return uintptr(0x10000 * (b + 1)) }
+		latest := make([][slots]int, nbuf)
+		have := map[[3]int]int{} // (place+1, buf, slot) → version
+		slotOf := func(addr uintptr) (int, int) { return int(addr/0x10000) - 1, int(addr%0x10000) / 8 }
+		section := func(b, lo, hi int) Buf { return Buf{Addr: base(b) + uintptr(8*lo), Size: uintptr(8 * (hi - lo))} }
+		for b := range nbuf { // first use: whole, on device 0, read only
+			acc := []Access{{Buf: section(b, 0, slots), Read: true}}
+			copies, _, err := tb.Plan(0, acc, nil)
+			if err != nil || len(copies) != 1 || copies[0].From != Host {
+				t.Fatalf("first use: %v %v", copies, err)
+			}
+			tb.Commit(0, acc)
+			for s := range slots {
+				have[[3]int{1, b, s}] = 0
+			}
+		}
+		for step := range 300 {
+			d := r.IntN(ndev)
+			b := r.IntN(nbuf)
+			lo := r.IntN(slots)
+			hi := lo + 1 + r.IntN(slots-lo)
+			w := r.IntN(3)
+			acc := []Access{{Buf: section(b, lo, hi), Read: w != 1, Write: w != 0}}
+			copies, _, err := tb.Plan(d, acc, func(from, to int, b Buf) float64 { return float64(r.IntN(10)) })
+			if err != nil {
+				t.Fatalf("seed %d step %d: %v", seed, step, err)
+			}
+			for _, c := range copies {
+				for a := c.Buf.Addr; a < c.Buf.Addr+c.Buf.Size; a += 8 {
+					cb, cs := slotOf(a)
+					if v := have[[3]int{c.From + 1, cb, cs}]; v != latest[cb][cs] {
+						t.Fatalf("seed %d step %d: slot %d.%d copied from %d at version %d, latest %d", seed, step, cb, cs, c.From, v, latest[cb][cs])
+					}
+					have[[3]int{d + 1, cb, cs}] = latest[cb][cs]
+				}
+			}
+			if w != 1 {
+				for s := lo; s < hi; s++ {
+					if have[[3]int{d + 1, b, s}] != latest[b][s] {
+						t.Fatalf("seed %d step %d: device %d reads slot %d.%d at version %d, latest %d", seed, step, d, b, s, have[[3]int{d + 1, b, s}], latest[b][s])
+					}
+				}
+			}
+			tb.Commit(d, acc)
+			if w != 0 {
+				for s := lo; s < hi; s++ {
+					latest[b][s]++
+					have[[3]int{d + 1, b, s}] = latest[b][s]
+				}
+			}
+			if r.IntN(8) == 0 {
+				stale := map[[2]int]bool{}
+				for _, c := range tb.Stale() {
+					for a := c.Buf.Addr; a < c.Buf.Addr+c.Buf.Size; a += 8 {
+						cb, cs := slotOf(a)
+						stale[[2]int{cb, cs}] = true
+						if have[[3]int{c.From + 1, cb, cs}] != latest[cb][cs] {
+							t.Fatalf("seed %d step %d: slot %d.%d copied back from %d, not the latest", seed, step, cb, cs, c.From)
+						}
+						have[[3]int{0, cb, cs}] = latest[cb][cs]
+					}
+					tb.HostValid(c.Buf)
+				}
+				for cb := range nbuf {
+					for cs := range slots {
+						if want := latest[cb][cs] != 0 && !stale[[2]int{cb, cs}] && have[[3]int{0, cb, cs}] != latest[cb][cs]; want {
+							t.Fatalf("seed %d step %d: slot %d.%d is old on the host but Stale left it out", seed, step, cb, cs)
+						}
+					}
+				}
+			}
+		}
+		// A section that sticks out of its region is refused.
+		if _, _, err := tb.Plan(0, []Access{{Buf: Buf{Addr: base(0) + 8, Size: 8 * slots}, Read: true}}, nil); !errors.Is(err, ErrOverlap) {
+			t.Fatalf("a section past its region's end: %v, want ErrOverlap", err)
+		}
+	}
+}
