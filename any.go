@@ -58,8 +58,8 @@ type anySched struct {
 	mu      sync.Mutex
 	table   *placement.Table
 	bufs    map[placement.Buf]anyBuf // the regions' slices
-	tokens  map[anyTok]*int64 // depend objects of the copies on each device
-	tracked atomic.Int64      // table.Len(): the hand-placed constructs' check is one load while it is 0
+	tokens  map[anyTok]*int64        // depend objects of the copies on each device
+	tracked atomic.Int64             // table.Len(): the hand-placed constructs' check is one load while it is 0
 
 	mmu   sync.Mutex // the model: placements and completions
 	model *placement.Model
