@@ -17,6 +17,16 @@ func (s *anySched) usable(d int) bool {
 	return cd.Unavailable == nil && cd.Lost() == nil
 }
 
+// canRun reports whether device d can run kernel k's tasks: usable, and
+// with code for k where it needs its own (plugin.KernelChecker).
+func (s *anySched) canRun(d int, k *Kernel) bool {
+	if !s.usable(d) {
+		return false
+	}
+	kc, ok := s.rt.Devices[d].Dev.(plugin.KernelChecker)
+	return !ok || kc.CanLaunch(k.k) == nil
+}
+
 // copyCost is what a placement on d costs in copies, by the model's link
 // figures.
 func (s *anySched) copyCost(from, to int, b placement.Buf) float64 {
@@ -42,10 +52,10 @@ func (s *anySched) place(a Async, k *Kernel, kargs []core.KernelArg, acc []place
 			c += s.model.CopyCost(cp.From, cp.To, int64(cp.Buf.Size))
 		}
 		return c
-	}, s.usable)
+	}, func(d int) bool { return s.canRun(d, k) })
 	s.mmu.Unlock()
 	if choice.Dev < 0 {
-		return fail(fmt.Errorf("%w: every device is lost or unavailable", ErrNoDevice))
+		return fail(fmt.Errorf("%w: no device can run it: every device is lost, unavailable, or has no code for the kernel (PTX, OpenCL C)", ErrNoDevice))
 	}
 	copies, alloc, err := s.table.Plan(choice.Dev, acc, s.copyCost)
 	if err == nil {

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/internal/cudadrv/cudafake"
+	"github.com/goffload/offload/plugins/cuda"
 )
 
 // Kernels of the Any-task tests: functions of their inputs, as Any-tasks'
@@ -245,4 +248,56 @@ func TestAnyNoDevices(t *testing.T) {
 	if y[0] != 32 || y[1] != 63 {
 		t.Errorf("y = %v, want [32 63]", y)
 	}
+}
+
+// TestAnySkipsDevicesWithoutCode: a GPU that has no code for a kernel (no
+// PTX, and no emulation) gets none of its Any-tasks; they go to the host
+// device beside it, and the result is right.
+func TestAnySkipsDevicesWithoutCode(t *testing.T) {
+	t.Cleanup(cuda.UseDriverForTests(cudafake.New(cudafake.Config{GPUs: []cudafake.GPU{matrixGPU}})))
+	ran := &kernelCounter{}
+	start(t, offload.WithDevices("cuda,host"), offload.WithOffload("MANDATORY"), offload.WithTool(ran))
+	x, y := make([]int64, 16), make([]int64, 16)
+	want := make([]int64, 16)
+	for i := range 8 {
+		anyStep.Nowait(offload.Any().Nowait(), int64(i), x, y)
+		for j := range want {
+			want[j] = want[j]*3 + int64(i)
+		}
+	}
+	if err := offload.Taskwait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !equal64(y, want) {
+		t.Errorf("y = %v…, want %v…", y[:4], want[:4])
+	}
+	if ran.on(0) != 0 || ran.on(1) != 8 {
+		t.Errorf("kernels on the GPU %d, on the host device %d; want 0 and 8", ran.on(0), ran.on(1))
+	}
+}
+
+// kernelCounter counts kernel launches per device.
+type kernelCounter struct {
+	offload.Tool
+	mu sync.Mutex
+	n  map[int]int
+}
+
+func (c *kernelCounter) TargetBegin(offload.TargetEvent) {}
+func (c *kernelCounter) TargetEnd(offload.TargetEvent)   {}
+func (c *kernelCounter) DataOp(offload.DataEvent)        {}
+func (c *kernelCounter) Wait(offload.WaitEvent)          {}
+func (c *kernelCounter) KernelLaunch(e offload.KernelEvent) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[int]int{}
+	}
+	c.n[e.Device]++
+}
+
+func (c *kernelCounter) on(d int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[d]
 }
