@@ -38,7 +38,7 @@ import (
 // ErrUnavailable is wrapped by Open's error where a bed cannot run here:
 // not root, no ip command, or network namespaces, bridges or veth pairs
 // refused.
-var ErrUnavailable = errors.New("testbed: network namespaces are not available here")
+var ErrUnavailable = errors.New("testbed: cannot make machines here")
 
 // envRequire names the variable that makes New fail instead of skip.
 const envRequire = "GOFFLOAD_REQUIRE_TESTBED"
