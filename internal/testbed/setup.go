@@ -327,18 +327,14 @@ func setRate(ns, dev string, bps uint64) error {
 // sweep removes the namespaces and interfaces of beds whose process has
 // ended (killed before its cleanup ran). The caller holds the lock.
 func sweep() error {
-	out, err := ipOut("netns", "list")
+	nss, err := namespaces()
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	var errs []error
-	for line := range strings.Lines(out) {
-		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
-		if own, ok := parseID(f[0]); ok && !own.alive() {
-			errs = append(errs, removeNamespace(f[0]))
+	for _, ns := range nss {
+		if own, ok := parseID(ns); ok && !own.alive() {
+			errs = append(errs, removeNamespace(ns))
 		}
 	}
 	for _, name := range interfaces() {
@@ -351,6 +347,21 @@ func sweep() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// namespaces lists the named network namespaces (ip netns list).
+func namespaces() ([]string, error) {
+	out, err := ipOut("netns", "list")
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for line := range strings.Lines(out) {
+		if f := strings.Fields(line); len(f) > 0 {
+			names = append(names, f[0])
+		}
+	}
+	return names, nil
 }
 
 // interfaces lists this namespace's interfaces by name.
@@ -366,13 +377,11 @@ func interfaces() []string {
 // removeOwned removes the namespaces whose names start with id and the
 // interfaces here whose names start with tag.
 func removeOwned(id, tag string) error {
-	var errs []error
-	if out, err := ipOut("netns", "list"); err == nil {
-		for line := range strings.Lines(out) {
-			f := strings.Fields(line)
-			if len(f) > 0 && strings.HasPrefix(f[0], id+"-") {
-				errs = append(errs, removeNamespace(f[0]))
-			}
+	nss, err := namespaces()
+	errs := []error{err}
+	for _, ns := range nss {
+		if strings.HasPrefix(ns, id+"-") {
+			errs = append(errs, removeNamespace(ns))
 		}
 	}
 	for _, name := range interfaces() {
