@@ -314,3 +314,19 @@ func TestSweepAfterKill(t *testing.T) {
 	// the bridge.
 	checkGone(t, ns, bridge, "")
 }
+
+// TestCleanupAtSignal: a process stopped by SIGTERM or SIGINT with a bed
+// open removes it first, and then ends by that signal.
+func TestCleanupAtSignal(t *testing.T) {
+	testbed.New(t, 1) // skips where a bed cannot run
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		ns, bridge, hostAddr, _, cmd := bedChild(t, "bed-hold")
+		cmd.Process.Signal(sig)
+		err := cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != sig {
+			t.Errorf("the child ended with %v, want the signal %v", err, sig)
+		}
+		checkGone(t, ns, bridge, hostAddr)
+	}
+}

@@ -49,8 +49,9 @@ type Device struct {
 // device: with GOFFLOAD_ROLE=device, GOFFLOAD_LISTEN=ADDR:0 (ADDR the
 // machine's address) and GOFFLOAD_SECRET=the bed's Secret, then env (which
 // may override them). It returns once the process has said where it serves
-// ("serving on ADDR:PORT" on stderr). The process gets SIGKILL when this
-// process's thread that started it ends, and when the bed closes.
+// ("serving on ADDR:PORT" on stderr). The process is killed when the bed
+// closes, and when this process ends (Pdeathsig, which ip netns exec keeps
+// across its exec).
 //
 // A test binary starts itself (os.Executable) with "-test.run=^$", and
 // calls offload.ServeDevice at the top of its TestMain, so that the

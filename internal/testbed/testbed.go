@@ -195,8 +195,10 @@ func (m *Machine) String() string {
 }
 
 // Command returns a command that runs name with args in the machine's
-// network namespace (ip netns exec): its sockets are the machine's, the
-// rest (files, processes) is shared with this machine's.
+// network namespace (ip netns exec, which enters the namespace and then
+// execs name in the same process, so the Cmd's Process is name's): its
+// sockets are the machine's, the rest (files, processes) is this
+// machine's. Close kills what still runs in the namespace.
 func (m *Machine) Command(name string, args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", m.ns, name}, args...)...)
 }
