@@ -101,6 +101,7 @@ func (m *Machine) StartDevice(exe string, args []string, env ...string) (*Device
 		d.Spec = "tcp://" + a
 		return d, nil
 	case <-d.done:
+		d.Kill() // only forgets it: it has exited
 		return nil, fmt.Errorf("%v: the device process (pid %d) ended before it said where it serves (%v); its output:\n%s", m, d.PID, d.exit, d.Output())
 	case <-timer.C:
 		d.Kill()

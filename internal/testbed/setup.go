@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 const (
@@ -27,6 +28,8 @@ const (
 	// lockPath serialises choosing a subnet (and sweeping) between beds of
 	// different processes and scripts/cluster, which locks it too.
 	lockPath = "/tmp/goffload-testbed.lock"
+	// lockWait bounds the wait for lockPath.
+	lockWait = 30 * time.Second
 )
 
 // An owner is the process a bed belongs to: its pid and its start time
@@ -127,17 +130,25 @@ func lock() (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("testbed: %w", err)
 	}
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
-		if !errors.Is(err, syscall.EINTR) {
+	// Holders keep it for a few ip commands; one that keeps it longer than
+	// lockWait is stuck, and waiting on would hang the test.
+	deadline := time.Now().Add(lockWait)
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
 			break
 		}
+		if time.Now().After(deadline) {
+			err = fmt.Errorf("held by another process for over %v (lsof %s says which)", lockWait, lockPath)
+			break
+		}
+		time.Sleep(wait)
 	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("testbed: locking %s: %w", lockPath, err)
-	}
-	return func() { f.Close() }, nil
+	f.Close()
+	return nil, fmt.Errorf("testbed: locking %s: %w", lockPath, err)
 }
 
 // make sweeps what ended processes left, then makes the bridge and n
