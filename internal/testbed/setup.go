@@ -27,7 +27,7 @@ const (
 	ifPrefix = "gtb"
 	// lockPath serialises choosing a subnet (and sweeping) between beds of
 	// different processes and scripts/cluster, which locks it too.
-	lockPath = "/tmp/goffload-testbed.lock"
+	lockPath = "/run/goffload-testbed.lock" // ip netns needs /run (for /run/netns) anyway
 	// lockWait bounds the wait for lockPath.
 	lockWait = 30 * time.Second
 )
@@ -127,6 +127,9 @@ func runOut(name string, args ...string) (string, error) {
 // scripts/cluster; the function it returns releases it.
 func lock() (func(), error) {
 	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o600)
+	if errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.EROFS) {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err) // root in a user namespace, say
+	}
 	if err != nil {
 		return nil, fmt.Errorf("testbed: %w", err)
 	}
