@@ -88,7 +88,8 @@ func (s *anySched) place(a Async, k *Kernel, kargs []core.KernelArg, acc []place
 		}
 	}
 	// The copies its inputs need, each a task ordered after the last
-	// writer of the section, the copy that made the source valid, and
+	// writer of the section, the copy that made the source valid (a copy
+	// back, where the source is the host), and
 	// the tasks that use d's copy now.
 	var why strings.Builder
 	for _, c := range copies {
@@ -96,10 +97,7 @@ func (s *anySched) place(a Async, k *Kernel, kargs []core.KernelArg, acc []place
 		if err != nil {
 			return fail(err)
 		}
-		deps := []Dep{DependIn(x), DependOut(s.token(c.Region, d))}
-		if c.From != placement.Host {
-			deps = append(deps, DependIn(s.token(c.Region, c.From)))
-		}
+		deps := []Dep{DependIn(x), DependOut(s.token(c.Region, d)), DependIn(s.token(c.Region, c.From))}
 		nw := dev.Nowait(deps...)
 		if c.From == placement.Host {
 			m := To(x).Named(name)

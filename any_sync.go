@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/internal/placement"
 )
@@ -34,7 +35,7 @@ func (s *anySched) copyBack(ctx context.Context, c placement.Copy) error {
 	m := From(x).Named(name)
 	m.byAny = true
 	// After the last writer, and the copy that made c.From's valid.
-	nw := On(c.From).Nowait(DependIn(x), DependIn(s.token(c.Region, c.From)))
+	nw := On(c.From).Nowait(DependIn(x), DependIn(s.token(c.Region, c.From)), DependOut(s.token(c.Region, placement.Host)))
 	if err := nw.Update(m).WaitContext(ctx); err != nil {
 		return fmt.Errorf("goffload: Any(): copying %q back from device %d: %w", name, c.From, err)
 	}
@@ -116,4 +117,48 @@ func anyInUse(b mapping.Buf) error {
 	}
 	return fmt.Errorf("goffload: map of %q (%d bytes at %#x): %w: Any-tasks use [%#x, +%d) until Taskwait gives it back to the program: call offload.Taskwait first, or make this construct an Any-task too",
 		b.Name, b.Size, b.Addr(), ErrBadMap, c.Addr, c.Size)
+}
+
+// hostTask makes a host task (Async.Go) whose depend clauses name memory
+// that Any-tasks use: it runs on the program's memory, so the parts it
+// reads are copied back first from the devices that hold the valid copies,
+// and what it writes is then valid on the host only.
+func (s *anySched) hostTask(a Async, name string, fn func() error) *Task {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var acc []placement.Access
+	for _, d := range a.deps {
+		if d.err != nil || d.dep.Size == 0 {
+			continue // start refuses it
+		}
+		b := placement.Buf{Addr: d.dep.Addr, Size: d.dep.Size}
+		if _, ok := s.table.Tracked(b); !ok {
+			continue
+		}
+		acc = append(acc, placement.Access{Buf: b, Read: d.dep.Kind != core.DepOut, Write: d.dep.Kind != core.DepIn})
+	}
+	copies, err := s.table.PlanHost(acc)
+	if err != nil {
+		return a.failed(fmt.Errorf("goffload: task %q: %w: %w: call Taskwait, which gives Any-tasks' buffers back, first", name, ErrBadMap, err))
+	}
+	deps := append([]Dep(nil), a.deps...)
+	for _, c := range copies {
+		x, cname, err := s.section(c.Region, c.Buf)
+		if err != nil {
+			return a.failed(err)
+		}
+		m := From(x).Named(cname)
+		m.byAny = true
+		On(c.From).Nowait(DependIn(x), DependIn(s.token(c.Region, c.From)), DependOut(s.token(c.Region, placement.Host))).Update(m)
+	}
+	for _, ac := range acc {
+		deps = append(deps, DependIn(s.token(s.table.Region(ac.Buf), placement.Host)))
+	}
+	t := Async{dev: a.dev, deps: deps, group: a.group}.start(func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
+		return rt.SpawnHost(name, fn, deps), nil
+	})
+	if t.t != nil {
+		s.table.CommitHost(acc)
+	}
+	return t
 }

@@ -44,8 +44,9 @@ func (m anyModel) set(k int64, dst int) {
 }
 
 // TestAnyCoherence: random graphs of Any-tasks over a few buffers, each
-// task reading one and updating another (or overwriting one), on two
-// devices of every kind: after Taskwait every buffer holds what the same
+// task reading one and updating another (or overwriting one), with host
+// tasks (Async.Go) on the same buffers among them, on two devices of every
+// kind: after Taskwait every buffer holds what the same
 // steps in program order give, whatever the placement and wherever the
 // valid copies were; a task's Wait and a group's Wait make what those tasks
 // wrote visible; and Taskwait gives the buffers back (a hand-placed map of
@@ -74,10 +75,23 @@ func TestAnyCoherence(t *testing.T) {
 				if i%2 == 0 {
 					nw = nw.In(&g)
 				}
-				if r.IntN(6) == 0 {
+				switch r.IntN(6) {
+				case 0:
 					last = anySet.Nowait(nw, kv, bufs[dst])
 					model.set(kv, dst)
-				} else {
+				case 1:
+					// A host task on the same buffers: it reads and
+					// writes the program's memory.
+					src := (dst + 1 + r.IntN(nbuf-1)) % nbuf
+					s, d := bufs[src], bufs[dst]
+					last = offload.Nowait(offload.DependIn(s), offload.DependInOut(d)).In(&g).Go("host.step", func() error {
+						for i := range d {
+							d[i] = d[i]*3 + s[i] + kv
+						}
+						return nil
+					})
+					model.step(kv, src, dst)
+				default:
 					src := (dst + 1 + r.IntN(nbuf-1)) % nbuf
 					last = anyStep.Nowait(nw, kv, bufs[src], bufs[dst])
 					model.step(kv, src, dst)

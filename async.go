@@ -247,6 +247,9 @@ func (a Async) Memcpy(dst, src DevicePtr, n int64) *Task {
 // device task waits for it on the host, and device tasks that depend on fn's
 // task wait for fn.
 func (a Async) Go(name string, fn func() error) *Task {
+	if s := anyState.Load(); s != nil && s.tracked.Load() > 0 {
+		return s.hostTask(a, name, fn)
+	}
 	return a.start(func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
 		return rt.SpawnHost(name, fn, deps), nil
 	})

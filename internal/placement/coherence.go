@@ -264,6 +264,52 @@ func (t *Table) Commit(d int, acc []Access) {
 	}
 }
 
+// PlanHost returns the copies a host task with accesses acc needs (it
+// runs on the program's memory): for each section it reads, the parts
+// whose host copy is not valid, each from a device with a valid one. A
+// section that is not in a region needs nothing; one that overlaps a region
+// without lying inside it is refused.
+func (t *Table) PlanHost(acc []Access) ([]Copy, error) {
+	var copies []Copy
+	for _, a := range acc {
+		base, r, err := t.find(a.Buf)
+		if err != nil {
+			return nil, err
+		}
+		if r == nil || !a.Read {
+			continue
+		}
+		p := pieces{region: base, to: Host}
+		r.each(a.Buf, func(lo, hi uintptr, s *seg) {
+			if !s.host && s.valid != 0 {
+				p.add(lo, hi, bits.TrailingZeros64(s.valid))
+			}
+		})
+		copies = append(copies, p.out...)
+	}
+	return copies, nil
+}
+
+// CommitHost records that a host task with accesses acc was made, after
+// the copies PlanHost gave: the host's copy of what it reads is valid, and
+// of what it writes the only valid one.
+func (t *Table) CommitHost(acc []Access) {
+	for _, a := range acc {
+		_, r, err := t.find(a.Buf)
+		if err != nil || r == nil || (!a.Read && !a.Write) {
+			continue
+		}
+		r.cut(a.Buf.Addr)
+		r.cut(a.Buf.end())
+		r.each(a.Buf, func(_, _ uintptr, s *seg) {
+			if a.Write {
+				s.valid = 0
+			}
+			s.host = true
+		})
+	}
+}
+
 // Stale returns the parts of every region whose host copy is not valid,
 // each with a device that holds a valid one.
 func (t *Table) Stale() []Copy {

@@ -193,7 +193,8 @@ func TestModelChooses(t *testing.T) {
 // sections of it (slots of 8 bytes), and the model keeps a version per slot
 // per place. Every task must read the latest version of every slot it
 // reads, copies must come from places holding the latest version, and Stale
-// must name exactly the slots whose host copy is old.
+// must name exactly the slots whose host copy is old. Host tasks (PlanHost,
+// CommitHost) are among the tasks.
 func TestTableSectionsAgainstModel(t *testing.T) {
 	const ndev, nbuf, slots = 3, 3, 8
 	for seed := range 100 {
@@ -216,13 +217,19 @@ func TestTableSectionsAgainstModel(t *testing.T) {
 			}
 		}
 		for step := range 300 {
-			d := r.IntN(ndev)
+			d := r.IntN(ndev+1) - 1 // Host: a host task
 			b := r.IntN(nbuf)
 			lo := r.IntN(slots)
 			hi := lo + 1 + r.IntN(slots-lo)
 			w := r.IntN(3)
 			acc := []Access{{Buf: section(b, lo, hi), Read: w != 1, Write: w != 0}}
-			copies, _, err := tb.Plan(d, acc, func(from, to int, b Buf) float64 { return float64(r.IntN(10)) })
+			var copies []Copy
+			var err error
+			if d == Host {
+				copies, err = tb.PlanHost(acc)
+			} else {
+				copies, _, err = tb.Plan(d, acc, func(from, to int, b Buf) float64 { return float64(r.IntN(10)) })
+			}
 			if err != nil {
 				t.Fatalf("seed %d step %d: %v", seed, step, err)
 			}
@@ -242,7 +249,11 @@ func TestTableSectionsAgainstModel(t *testing.T) {
 					}
 				}
 			}
-			tb.Commit(d, acc)
+			if d == Host {
+				tb.CommitHost(acc)
+			} else {
+				tb.Commit(d, acc)
+			}
 			if w != 0 {
 				for s := lo; s < hi; s++ {
 					latest[b][s]++
