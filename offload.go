@@ -127,7 +127,10 @@ func Start(opts ...Option) error {
 // context.DeadlineExceeded that names them. A kernel on a goroutine of this
 // process (a host device, the initial device) cannot be killed: Stop
 // returns the same error naming it, leaves it running and does not close
-// its device. StopContext is Stop with a context that ends the wait
+// its device, but abandons it: its task's Wait returns an error wrapping
+// ErrDeviceLost and context.DeadlineExceeded, and nothing queued behind
+// the kernel runs, so that no copy writes into the program's memory once
+// Stop has returned (only the kernel goes on, on its device's memory). StopContext is Stop with a context that ends the wait
 // sooner.
 //
 // On the host rank of an MPI job, Stop also tells the device ranks to exit

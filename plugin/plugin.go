@@ -38,8 +38,9 @@
 // [Device]: [ForeignEventWaiter] (its queues wait on other devices'
 // events), [LostReporter] (why it stopped working), [Tracer] (device-side
 // timing of operations), [Canceler] (ask running kernels to stop),
-// [Killer] (end kernels that did not stop), [AddrResolver] (a device
-// address as kernels see it). On a [Queue]: [Exchanger] (device-to-device
+// [Killer] (end kernels that did not stop), [Abandoner] (give up on
+// kernels that cannot be ended: nothing after them runs), [AddrResolver]
+// (a device address as kernels see it). On a [Queue]: [Exchanger] (device-to-device
 // copies), [GeometryLauncher] (a launch with a grid), [StopLauncher] (a
 // launch with its own stop signal), [InlineQueue] (run on the enqueuing
 // goroutine), [TaggedQueue] (tags for a Tracer). On an [Event]:
