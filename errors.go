@@ -134,7 +134,7 @@ type KernelPanic struct {
 	// code, "file.go:123"; empty if there is none.
 	At string
 	// Stack is the goroutine's stack, as runtime/debug.Stack prints it,
-	// without the runtime's, reflect's and goffload's own frames: the
+	// without the runtime's, reflect's and goffload's own frames (on every kind: a device process's reader that runs a kernel itself adds none): the
 	// kernel's frames and what they called. It is the whole stack where
 	// that would leave nothing.
 	Stack string
