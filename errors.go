@@ -134,9 +134,10 @@ type KernelPanic struct {
 	// code, "file.go:123"; empty if there is none.
 	At string
 	// Stack is the goroutine's stack, as runtime/debug.Stack prints it,
-	// without the runtime's, reflect's and goffload's own frames (on every kind: a device process's reader that runs a kernel itself adds none): the
-	// kernel's frames and what they called. It is the whole stack where
-	// that would leave nothing.
+	// without the runtime's, reflect's and goffload's own frames, on every
+	// kind (a device process's reader that runs a kernel itself adds
+	// none): the kernel's frames and what they called. It is the whole
+	// stack where that would leave nothing.
 	Stack string
 
 	// value is the recovered value, where the kernel ran in this process.
