@@ -134,8 +134,12 @@ func Start(opts ...Option) error {
 // sooner.
 //
 // On the host rank of an MPI job, Stop also tells the device ranks to exit
-// and finalizes MPI, as an MPI program must before it exits: a later Start
-// has no MPI devices. Called from inside a task (host work, see Async.Go),
+// and finalizes MPI, as an MPI program must before it exits: MPI cannot
+// start again, so a later Start that would open MPI devices (by default
+// under the launcher, or naming mpi) fails with an error wrapping
+// ErrConfig, under every offload policy but DISABLED (falling back to the
+// initial device would run the job's work on the host rank without a
+// word); a Start naming other devices (WithDevices("host:2")) works. Called from inside a task (host work, see Async.Go),
 // Stop returns an error wrapping ErrInTask and stops nothing.
 func Stop() error { return StopContext(context.Background()) }
 

@@ -239,6 +239,12 @@ var (
 	// refuses it under every offload policy, unlike a device that is
 	// well named but cannot be reached.
 	ErrBadSpec = errors.New("malformed device spec")
+	// ErrKindEnded: the kind's devices were ended for good in this
+	// process (MPI, finalized by Stop: an MPI program cannot start it
+	// again). Open returns it, wrapped, and Start refuses it under every
+	// offload policy: falling back to the initial device would run the
+	// work meant for the devices on the host without a word.
+	ErrKindEnded = errors.New("the device kind was ended for good in this process")
 	// ErrNoDevices: the kind found no devices, for the reason the error
 	// gives (no driver installed, no GPU). Discover returns it, wrapped,
 	// instead of an empty list when the reason is worth telling: the core

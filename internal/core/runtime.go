@@ -142,7 +142,7 @@ func (r *Runtime) add(spec string, devs []plugin.Device, err error) error {
 	for _, pd := range devs {
 		r.Devices = append(r.Devices, &Device{Num: len(r.Devices), Dev: pd, tool: r.Cfg.Tool, Info: plugin.Info{Kind: strings.SplitN(spec, ":", 2)[0]}, Spec: spec, table: mapping.NewTable(), log: r.Log, ids: &r.ids})
 	}
-	if errors.Is(err, plugin.ErrBadSpec) {
+	if errors.Is(err, plugin.ErrBadSpec) || errors.Is(err, plugin.ErrKindEnded) {
 		return fmt.Errorf("%w: GOFFLOAD_DEVICES item %q: %w", ErrConfig, spec, err)
 	}
 	if err != nil {

@@ -194,7 +194,7 @@ func openMPI(arg string) ([]plugin.Device, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.done {
-		return nil, fmt.Errorf("MPI ended with offload.Stop; it cannot start again in the same process")
+		return nil, fmt.Errorf("%w: MPI ended with offload.Stop, and an MPI program cannot start it again: this job has no MPI devices left (start the runtime once per MPI job, or name other devices)", plugin.ErrKindEnded)
 	}
 	gen := w.gen
 	w.gen++

@@ -208,6 +208,12 @@ func TestMPIRankStubborn(t *testing.T) {
 	if err := remote.FinishMPI(); err != nil {
 		t.Fatalf("FinishMPI after a device rank was killed by Stop: %v", err)
 	}
+	// Start after Stop: MPI cannot start again, and Open says so with
+	// ErrKindEnded, which Start refuses under every policy.
+	k, _ := plugin.LookupKind("mpi")
+	if _, err := k.Open(""); !errors.Is(err, plugin.ErrKindEnded) {
+		t.Fatalf("opening MPI devices after FinishMPI: %v, want ErrKindEnded", err)
+	}
 	fmt.Println("stubborn: MPI finalized, exiting with status 3")
 	os.Exit(3)
 }
