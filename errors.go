@@ -2,6 +2,7 @@ package offload
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/entries"
@@ -259,4 +260,12 @@ func (e *publicError) As(target any) bool {
 		return true
 	}
 	return false
+}
+
+// nilCtx is the error of a call given a nil context.Context: every call
+// that takes a context returns it (wrapping ErrBadArgument), as net/http's
+// NewRequestWithContext does, instead of panicking or taking nil for "no
+// context" (issue 34).
+func nilCtx(call string) error {
+	return fmt.Errorf("goffload: %s: %w: nil context.Context (use context.Background() or context.TODO())", call, ErrBadArgument)
 }

@@ -151,6 +151,9 @@ func StopContext(ctx context.Context) error {
 	if core.InTask() {
 		return fmt.Errorf("goffload: Stop: %w", ErrInTask)
 	}
+	if ctx == nil {
+		return nilCtx("StopContext")
+	}
 	startMu.Lock()
 	defer startMu.Unlock()
 	rt := current.Swap(nil)
@@ -233,9 +236,10 @@ func NumDevices() int {
 // resolved when it is used, following OMP_TARGET_OFFLOAD: an error under
 // MANDATORY, the initial device under DEFAULT and DISABLED.
 type Device struct {
-	num int
-	ctx context.Context // see WithContext
-	dm  Defaultmap      // see Defaultmap
+	num    int
+	ctx    context.Context // see WithContext
+	ctxSet bool            // WithContext was called (with nil: an error at each construct)
+	dm     Defaultmap      // see Defaultmap
 	// geo is the num_teams and thread_limit clauses (teams.go), geoErr
 	// what was wrong with them.
 	geo    plugin.Geometry

@@ -20,7 +20,20 @@ import (
 // whose ctx is done before it starts does not start (the end of a Data
 // region always runs). Tasks (Nowait) do not use ctx: use
 // Task.WaitContext. See also MemcpyContext.
-func (d Device) WithContext(ctx context.Context) Device { d.ctx = ctx; return d }
+//
+// A nil ctx is a mistake, not "no context": every construct of the device
+// returns an error wrapping ErrBadArgument, as every call that takes a
+// context does for a nil one (Task.WaitContext, Group.Wait, Taskwait,
+// StopContext, MemcpyContext).
+func (d Device) WithContext(ctx context.Context) Device { d.ctx, d.ctxSet = ctx, true; return d }
+
+// ctxErr is the error of a construct on a device bound to a nil context.
+func (d Device) ctxErr(construct string) error {
+	if d.ctxSet && d.ctx == nil {
+		return nilCtx(d.String() + ": " + construct + " of Device.WithContext(nil)")
+	}
+	return nil
+}
 
 // Context is the context d is bound to (nil if none); see WithContext.
 func (d Device) Context() context.Context { return d.ctx }
@@ -32,6 +45,9 @@ func MemcpyContext(ctx context.Context, dst, src DevicePtr, n int64) error {
 }
 
 func memcpyContext(ctx context.Context, dst, src DevicePtr, n int64) error {
+	if ctx == nil {
+		return nilCtx("MemcpyContext")
+	}
 	if n < 0 {
 		return fmt.Errorf("goffload: omp_target_memcpy: %w: negative size %d", ErrBadArgument, n)
 	}
@@ -66,6 +82,9 @@ func (d Device) launch(k *Kernel, o launchOpts, args []any) error {
 
 // target is launch's construct, whose error apiError has not seen.
 func (d Device) target(k *Kernel, o launchOpts, args []any) error {
+	if err := d.ctxErr("target"); err != nil {
+		return err
+	}
 	cd, fallback, err := d.resolve()
 	if err != nil {
 		return err
@@ -96,6 +115,9 @@ func (d Device) Data(body func() error, maps ...Map) error {
 }
 
 func (d Device) data(body func() error, maps []Map) error {
+	if err := d.ctxErr("target data"); err != nil {
+		return err
+	}
 	cd, _, err := d.resolve()
 	if err != nil {
 		return err
@@ -121,6 +143,9 @@ func (d Device) EnterData(maps ...Map) error {
 }
 
 func (d Device) enterData(maps []Map) error {
+	if err := d.ctxErr("target enter data"); err != nil {
+		return err
+	}
 	cd, _, err := d.resolve()
 	if err != nil {
 		return err
@@ -143,6 +168,9 @@ func (d Device) ExitData(maps ...Map) error {
 }
 
 func (d Device) exitData(maps []Map) error {
+	if err := d.ctxErr("target exit data"); err != nil {
+		return err
+	}
 	cd, _, err := d.resolve()
 	if err != nil {
 		return err
@@ -165,6 +193,9 @@ func (d Device) Update(maps ...Map) error {
 }
 
 func (d Device) update(maps []Map) error {
+	if err := d.ctxErr("target update"); err != nil {
+		return err
+	}
 	cd, _, err := d.resolve()
 	if err != nil {
 		return err
