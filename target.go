@@ -15,8 +15,10 @@ import (
 // return an error wrapping ctx's error (context.Canceled or
 // context.DeadlineExceeded) that names the device and the construct. The
 // construct itself goes on in the background and cleans up as it would
-// have — the kernel runs to its end, copies back are done, mappings are
-// released and memory freed — and Taskwait and Stop wait for it. A construct
+// have — its kernel is asked to stop (its Ctx's Done closes; a kernel that
+// checks it returns early, one that does not runs to its end), copies back
+// are done, mappings are released and memory freed — and Taskwait and
+// Stop wait for it. A construct
 // whose ctx is done before it starts does not start (the end of a Data
 // region always runs). Tasks (Nowait) do not use ctx: use
 // Task.WaitContext. See also MemcpyContext.
