@@ -16,7 +16,7 @@ import (
 // context.DeadlineExceeded) that names the device and the construct. The
 // construct itself goes on in the background and cleans up as it would
 // have — its kernel is asked to stop (its Ctx's Done closes; a kernel that
-// checks it returns early, one that does not runs to its end), copies back
+// checks it returns early, one that ignores it goes on), copies back
 // are done, mappings are released and memory freed — and Taskwait and
 // Stop wait for it. A construct
 // whose ctx is done before it starts does not start (the end of a Data
