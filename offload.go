@@ -67,7 +67,7 @@ func WithTool(t Tool) Option {
 
 // WithProfile writes a trace of the run to path at Stop, overriding
 // GOFFLOAD_PROFILE (Chrome's Trace Event Format: open it in Perfetto or
-// chrome://tracing).
+// chrome://tracing). A path that cannot be written fails Start.
 func WithProfile(path string) Option {
 	return Option{func(c *core.Config) error { c.Profile = path; return nil }}
 }

@@ -39,6 +39,9 @@ func Start(cfg Config) (*Runtime, error) {
 	}
 	r := &Runtime{Cfg: cfg, Log: NewLogger(info, cfg.InfoOut), Image: entries.Seal()}
 	if cfg.Profile != "" {
+		if err := checkWritable(cfg.Profile); err != nil {
+			return nil, err
+		}
 		r.trace = NewTrace()
 		if cfg.Tool != nil {
 			r.Cfg.Tool = tools{cfg.Tool, r.trace}
@@ -247,4 +250,20 @@ func (r *Runtime) StopContext(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkWritable fails Start for a GOFFLOAD_PROFILE path that Stop could
+// not write, so that the run is not wasted (issue 34): it opens the file
+// for writing, creating it, and removes it again if it was not there.
+func checkWritable(path string) error {
+	_, statErr := os.Stat(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o666)
+	if err != nil {
+		return fmt.Errorf("%w: GOFFLOAD_PROFILE=%s: the trace could not be written at Stop: %w", ErrConfig, path, err)
+	}
+	f.Close()
+	if errors.Is(statErr, os.ErrNotExist) {
+		os.Remove(path)
+	}
+	return nil
 }
