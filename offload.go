@@ -72,6 +72,18 @@ func WithProfile(path string) Option {
 	return Option{func(c *core.Config) error { c.Profile = path; return nil }}
 }
 
+// WithDeviceTasks bounds how many tasks (kernels) run at once on one
+// device, overriding GOFFLOAD_DEVICE_TASKS: "N" for every kind, or
+// KIND=N items ("host=2", "4,host=1"); "" for no bound, the default. A
+// launch beyond the bound waits on its device's queue for a running
+// kernel to end, not in the program. The host kind takes it from here;
+// device processes take GOFFLOAD_DEVICE_TASKS from their own environment
+// (local devices inherit this process's). See docs/environment.md for
+// why there is no bound by default.
+func WithDeviceTasks(spec string) Option {
+	return Option{func(c *core.Config) (err error) { c.DeviceTasks, err = core.ParseDeviceTasks(spec); return err }}
+}
+
 // WithInfoOutput sends the info output to w instead of standard error.
 func WithInfoOutput(w io.Writer) Option {
 	return Option{func(c *core.Config) error { c.InfoOut = w; return nil }}

@@ -147,6 +147,15 @@ type Killer interface {
 	Kill(why error)
 }
 
+// TaskLimiter is implemented by devices that can bound how many of their
+// kernels run at once (GOFFLOAD_DEVICE_TASKS, offload.WithDeviceTasks):
+// LimitTasks(n) makes a launch wait, on its queue, until fewer than n
+// kernels of the device run (Pool.SetKernelLimit does it for a CPU kind's
+// pool). The runtime calls it after Load, with n >= 1.
+type TaskLimiter interface {
+	LimitTasks(n int)
+}
+
 // Abandoner is implemented by devices whose running kernels cannot be
 // ended by force, as they run on goroutines of this process (the host
 // kind): Abandon makes every operation of the device's queues that has

@@ -72,6 +72,7 @@ func Start(cfg Config) (*Runtime, error) {
 		d.Info = d.Dev.Info()
 		d.traceOps()
 	}
+	r.limitTasks()
 	if err := r.declareGlobals(); err != nil { // declare target variables (declare.go)
 		r.Stop()
 		return nil, err
