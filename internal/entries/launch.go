@@ -50,10 +50,10 @@ func (k *Kernel) Launch(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem
 // slot waits for one of the device's kernel slots (plugin.Pool's
 // SetKernelLimit), or fails when the kernel is asked to stop first.
 func (k *Kernel) slot(ctx *plugin.KernelCtx) (release func(), err error) {
-	p := ctx.Pool()
-	if p == nil {
+	if ctx == nil || ctx.Pool() == nil {
 		return func() {}, nil
 	}
+	p := ctx.Pool()
 	release, ok := p.KernelSlot(ctx.Done())
 	if !ok {
 		return nil, fmt.Errorf("%w: kernel %q did not start: asked to stop while it waited for one of the device's %d task slots (GOFFLOAD_DEVICE_TASKS)", plugin.ErrKernelFailed, k.name, p.KernelLimit())
