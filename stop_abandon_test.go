@@ -5,22 +5,23 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/goffload/offload"
 )
 
-// lateStart and lateBlock drive the kernel of TestStopAbandonedTask.
-var (
-	lateStart = make(chan struct{}, 1)
-	lateBlock = make(chan struct{})
-)
+// lateGate drives the kernel of TestStopAbandonedTask: a new one each run.
+type lateGate struct{ start, block chan struct{} }
 
-// lateWriter ignores its Ctx: it writes 42 after lateBlock closes.
+var lateNow atomic.Pointer[lateGate]
+
+// lateWriter ignores its Ctx: it writes 42 after its gate's block closes.
 var lateWriter = offload.MustKernel("test.stop.latewriter", func(ctx offload.Ctx, x []int32) {
-	lateStart <- struct{}{}
-	<-lateBlock
+	g := lateNow.Load()
+	g.start <- struct{}{}
+	<-g.block
 	x[0] = 42
 })
 
@@ -56,13 +57,15 @@ func (w *lineWriter) String() string {
 // the kernel returns long after Stop, and after another Start and Stop.
 func TestStopAbandonedTask(t *testing.T) {
 	t.Setenv("GOFFLOAD_STOP_GRACE", "1h")
+	gate := &lateGate{start: make(chan struct{}, 1), block: make(chan struct{})}
+	lateNow.Store(gate)
 	info := &lineWriter{want: "abandoned by Stop, ended", seen: make(chan struct{})}
 	if err := offload.Start(offload.WithDevices("host:2"), offload.WithInfo("offload"), offload.WithInfoOutput(info)); err != nil {
 		t.Fatal(err)
 	}
 	out := make([]int32, 4)
 	task := offload.On(0).Nowait().Run(lateWriter, offload.From(out))
-	<-lateStart // the kernel runs
+	<-gate.start // the kernel runs
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	err := offload.StopContext(ctx)
@@ -89,7 +92,7 @@ func TestStopAbandonedTask(t *testing.T) {
 	if err := offload.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	close(lateBlock) // the kernel writes its 42 and returns
+	close(gate.block) // the kernel writes its 42 and returns
 	select {
 	case <-info.seen: // the queue went past the copy back
 	case <-time.After(30 * time.Second):
