@@ -163,7 +163,7 @@ func TestErrorsAsPublicTypes(t *testing.T) {
 			if !strings.HasPrefix(me.Device, dev.String()+" (") || me.Op != op || me.Name != name || me.Addr != addr || me.Size != size || me.Detail == "" {
 				t.Errorf("%s: %+v, want %s, op %q, buffer %q at %#x, %d bytes", what, *me, dev, op, name, addr, size)
 			}
-			if !errors.Is(me, cause) || !errors.Is(me.Err, cause) || !strings.Contains(err.Error(), me.Error()) {
+			if !errors.Is(me, cause) || !errors.Is(me.Err, cause) || !strings.Contains(err.Error(), strings.TrimPrefix(me.Error(), "goffload: ")) {
 				t.Errorf("%s: %q does not wrap %v, or is not in the error's text %q", what, me, cause, err)
 			}
 			tool.take()

@@ -71,6 +71,9 @@ func (t *Task) Wait() error { return t.WaitContext(context.Background()) }
 // WaitContext is Wait that gives up when ctx is done, returning ctx's
 // error; the task itself goes on.
 func (t *Task) WaitContext(ctx context.Context) error {
+	if ctx == nil {
+		return nilCtx("Task.WaitContext")
+	}
 	if t.t == nil {
 		return apiError(t.err)
 	}
@@ -274,6 +277,9 @@ func Taskwait(ctx context.Context) error {
 	if core.InTask() { // first: inside a kernel of a device process too, where no runtime is
 		return fmt.Errorf("goffload: taskwait: %w", ErrInTask)
 	}
+	if ctx == nil {
+		return nilCtx("Taskwait")
+	}
 	rt, rerr := runtimeOrErr()
 	if rerr != nil {
 		return rerr // this package's error
@@ -314,6 +320,9 @@ func (g *Group) Add(ts ...*Task) {
 func (g *Group) Wait(ctx context.Context) error {
 	if g == nil {
 		return fmt.Errorf("goffload: Group.Wait: %w: nil *Group (declare one, var g offload.Group, and use &g)", ErrBadArgument)
+	}
+	if ctx == nil {
+		return nilCtx("Group.Wait")
 	}
 	g.mu.Lock()
 	ts := slices.Clone(g.tasks)

@@ -2,6 +2,8 @@ package offload
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/entries"
@@ -11,7 +13,9 @@ import (
 // Errors returned by the runtime, wrapped with detail; compare with
 // errors.Is. They are this package's own values: an error that the runtime
 // (the packages under it, a device kind) returns matches them where it
-// wraps the runtime's error of the same text (see apiError).
+// wraps the runtime's error of the same text (see apiError). A message
+// says "goffload: " once, at its start, also where it quotes another of
+// the runtime's errors.
 var (
 	// ErrNotStarted: a construct before Start or after Stop.
 	ErrNotStarted = errors.New("runtime not started")
@@ -134,9 +138,10 @@ type KernelPanic struct {
 	// code, "file.go:123"; empty if there is none.
 	At string
 	// Stack is the goroutine's stack, as runtime/debug.Stack prints it,
-	// without the runtime's, reflect's and goffload's own frames: the
-	// kernel's frames and what they called. It is the whole stack where
-	// that would leave nothing.
+	// without the runtime's, reflect's and goffload's own frames, on every
+	// kind (a device process's reader that runs a kernel itself adds
+	// none): the kernel's frames and what they called. It is the whole
+	// stack where that would leave nothing.
 	Stack string
 
 	// value is the recovered value, where the kernel ran in this process.
@@ -187,10 +192,25 @@ func publish(err error) error {
 	}
 	var me *core.MapError
 	var kp *plugin.KernelPanic
-	if errors.As(err, &me) || errors.As(err, &kp) || holdsInternal(err) {
+	if errors.As(err, &me) || errors.As(err, &kp) || holdsInternal(err) || strings.Count(err.Error(), errPrefix) > 1 {
 		return &publicError{err}
 	}
 	return err
+}
+
+// errPrefix starts the runtime's error messages.
+const errPrefix = "goffload: "
+
+// onePrefix keeps the first "goffload: " of msg and drops the others: an
+// error that quotes another of the runtime's (a dependent task's quotes
+// its failed predecessor's) says where it comes from once (issue 34).
+func onePrefix(msg string) string {
+	i := strings.Index(msg, errPrefix)
+	if i < 0 {
+		return msg
+	}
+	j := i + len(errPrefix)
+	return msg[:j] + strings.ReplaceAll(msg[j:], errPrefix, "")
 }
 
 // holdsInternal reports whether err wraps one of the runtime's errors that
@@ -209,7 +229,7 @@ func holdsInternal(err error) bool {
 // errors.As finds as this package's error types.
 type publicError struct{ err error }
 
-func (e *publicError) Error() string { return e.err.Error() }
+func (e *publicError) Error() string { return onePrefix(e.err.Error()) }
 func (e *publicError) Unwrap() error { return e.err }
 
 // Is reports whether target is one of this package's errors and e wraps
@@ -258,4 +278,12 @@ func (e *publicError) As(target any) bool {
 		return true
 	}
 	return false
+}
+
+// nilCtx is the error of a call given a nil context.Context: every call
+// that takes a context returns it (wrapping ErrBadArgument), as net/http's
+// NewRequestWithContext does, instead of panicking or taking nil for "no
+// context" (issue 34).
+func nilCtx(call string) error {
+	return fmt.Errorf("goffload: %s: %w: nil context.Context (use context.Background() or context.TODO())", call, ErrBadArgument)
 }

@@ -52,8 +52,32 @@ func TestInfoShowsEveryCopy(t *testing.T) {
 	}
 }
 
+var axpyInfo = offload.MustKernel3("test.info.axpy", func(_ offload.Ctx, a int32, x offload.In[int32], y offload.InOut[int32]) {
+	for i := range y {
+		y[i] += a * x[i]
+	}
+}).Named("a", "x", "y")
+
+// TestInfoSuggestsDataRegionAxpy (issue 34): the hint fires for every
+// range copied to the same device again and again, also when the copies
+// of two ranges alternate (axpy: In x, InOut y), once per range.
+func TestInfoSuggestsDataRegionAxpy(t *testing.T) {
+	var info syncBuffer
+	start(t, offload.WithDevices("host"), offload.WithInfo("copies"), offload.WithInfoOutput(&info))
+	x, y := make([]int32, 16), make([]int32, 16)
+	for range 10 {
+		if err := axpyInfo.Run(offload.On(0), 2, x, y); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := info.String()
+	if n := strings.Count(out, "hint: "); n != 2 || !strings.Contains(out, "hint: x (") || !strings.Contains(out, "hint: y (") {
+		t.Errorf("%d hints; want one for x and one for y:\n%s", n, out)
+	}
+}
+
 // TestInfoSuggestsDataRegion: the same host range copied to the same
-// device many times in a row gets one info line suggesting a data region.
+// device many times gets one info line suggesting a data region.
 func TestInfoSuggestsDataRegion(t *testing.T) {
 	var info syncBuffer
 	start(t, offload.WithDevices("host"), offload.WithInfo("copies"), offload.WithInfoOutput(&info))
@@ -64,7 +88,7 @@ func TestInfoSuggestsDataRegion(t *testing.T) {
 		}
 	}
 	out := info.String()
-	if n := strings.Count(out, "hint: "); n != 1 || !strings.Contains(out, "was copied to device 0 (host) 8 times in a row: map it once, with a data region") {
+	if n := strings.Count(out, "hint: "); n != 1 || !strings.Contains(out, "was copied to device 0 (host) 8 times: map it once, with a data region") {
 		t.Errorf("%d hints; want one suggesting a data region:\n%s", n, out)
 	}
 	info.Reset()

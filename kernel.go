@@ -38,8 +38,9 @@ type Ctx interface {
 	ForChunks(n int, body func(c Chunk))
 	// Done is closed when the kernel should stop early: the context of
 	// its construct ended (Device.WithContext), or Stop has begun (on the
-	// CPU kinds: host, the initial device, device processes over sockets
-	// and MPI). Nil where nothing will ask (a GPU's CPU stand-in).
+	// CPU kinds: host, the initial device, device processes over shared
+	// memory, the default link of local devices, over sockets and over
+	// MPI). Nil where nothing will ask (a GPU's CPU stand-in).
 	// A kernel that can run long checks it, or Err, in its loops and
 	// returns; nothing forces it (see Stop for what happens to one that
 	// does not).

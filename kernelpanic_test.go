@@ -100,7 +100,7 @@ func checkKernelPanic(t *testing.T, what string, err error, kernel, value string
 	if !strings.Contains(kp.Stack, file) {
 		t.Errorf("%s: Stack lacks the kernel's frame (%s):\n%s", what, file, kp.Stack)
 	}
-	for _, internal := range []string{"goroutine ", "reflect.", "runtime.", "runtime/debug", "goffload/offload/internal/", "goffload/offload/plugins/", "panic("} {
+	for _, internal := range []string{"goroutine ", "reflect.", "runtime.", "runtime/debug", "goffload/offload/internal/", "goffload/offload/plugins/", "goffload/offload/plugin/", "goffload/offload/plugin.", "panic("} {
 		if strings.Contains(kp.Stack, internal) {
 			t.Errorf("%s: Stack holds %q frames:\n%s", what, internal, kp.Stack)
 		}

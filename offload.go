@@ -67,9 +67,21 @@ func WithTool(t Tool) Option {
 
 // WithProfile writes a trace of the run to path at Stop, overriding
 // GOFFLOAD_PROFILE (Chrome's Trace Event Format: open it in Perfetto or
-// chrome://tracing).
+// chrome://tracing). A path that cannot be written fails Start.
 func WithProfile(path string) Option {
 	return Option{func(c *core.Config) error { c.Profile = path; return nil }}
+}
+
+// WithDeviceTasks bounds how many tasks (kernels) run at once on one
+// device, overriding GOFFLOAD_DEVICE_TASKS: "N" for every kind, or
+// KIND=N items ("host=2", "4,host=1"); "" for no bound, the default. A
+// launch beyond the bound waits on its device's queue for a running
+// kernel to end, not in the program. The host kind takes it from here;
+// device processes take GOFFLOAD_DEVICE_TASKS from their own environment
+// (local devices inherit this process's). See docs/environment.md for
+// why there is no bound by default.
+func WithDeviceTasks(spec string) Option {
+	return Option{func(c *core.Config) (err error) { c.DeviceTasks, err = core.ParseDeviceTasks(spec); return err }}
 }
 
 // WithInfoOutput sends the info output to w instead of standard error.
@@ -127,12 +139,19 @@ func Start(opts ...Option) error {
 // context.DeadlineExceeded that names them. A kernel on a goroutine of this
 // process (a host device, the initial device) cannot be killed: Stop
 // returns the same error naming it, leaves it running and does not close
-// its device. StopContext is Stop with a context that ends the wait
+// its device, but abandons it: its task's Wait returns an error wrapping
+// ErrDeviceLost and context.DeadlineExceeded, and nothing queued behind
+// the kernel runs, so that no copy writes into the program's memory once
+// Stop has returned (only the kernel goes on, on its device's memory). StopContext is Stop with a context that ends the wait
 // sooner.
 //
 // On the host rank of an MPI job, Stop also tells the device ranks to exit
-// and finalizes MPI, as an MPI program must before it exits: a later Start
-// has no MPI devices. Called from inside a task (host work, see Async.Go),
+// and finalizes MPI, as an MPI program must before it exits: MPI cannot
+// start again, so a later Start that would open MPI devices (by default
+// under the launcher, or naming mpi) fails with an error wrapping
+// ErrConfig, under every offload policy but DISABLED (falling back to the
+// initial device would run the job's work on the host rank without a
+// word); a Start naming other devices (WithDevices("host:2")) works. Called from inside a task (host work, see Async.Go),
 // Stop returns an error wrapping ErrInTask and stops nothing.
 func Stop() error { return StopContext(context.Background()) }
 
@@ -143,6 +162,9 @@ func Stop() error { return StopContext(context.Background()) }
 func StopContext(ctx context.Context) error {
 	if core.InTask() {
 		return fmt.Errorf("goffload: Stop: %w", ErrInTask)
+	}
+	if ctx == nil {
+		return nilCtx("StopContext")
 	}
 	startMu.Lock()
 	defer startMu.Unlock()
@@ -237,9 +259,10 @@ func NumDevices() int {
 // resolved when it is used, following OMP_TARGET_OFFLOAD: an error under
 // MANDATORY, the initial device under DEFAULT and DISABLED.
 type Device struct {
-	num int
-	ctx context.Context // see WithContext
-	dm  Defaultmap      // see Defaultmap
+	num    int
+	ctx    context.Context // see WithContext
+	ctxSet bool            // WithContext was called (with nil: an error at each construct)
+	dm     Defaultmap      // see Defaultmap
 	// geo is the num_teams and thread_limit clauses (teams.go), geoErr
 	// what was wrong with them.
 	geo    plugin.Geometry

@@ -15,12 +15,27 @@ import (
 // return an error wrapping ctx's error (context.Canceled or
 // context.DeadlineExceeded) that names the device and the construct. The
 // construct itself goes on in the background and cleans up as it would
-// have — the kernel runs to its end, copies back are done, mappings are
-// released and memory freed — and Taskwait and Stop wait for it. A construct
+// have — its kernel is asked to stop (its Ctx's Done closes; a kernel that
+// checks it returns early, one that ignores it goes on), copies back
+// are done, mappings are released and memory freed — and Taskwait and
+// Stop wait for it. A construct
 // whose ctx is done before it starts does not start (the end of a Data
 // region always runs). Tasks (Nowait) do not use ctx: use
 // Task.WaitContext. See also MemcpyContext.
-func (d Device) WithContext(ctx context.Context) Device { d.ctx = ctx; return d }
+//
+// A nil ctx is a mistake, not "no context": every construct of the device
+// returns an error wrapping ErrBadArgument, as every call that takes a
+// context does for a nil one (Task.WaitContext, Group.Wait, Taskwait,
+// StopContext, MemcpyContext).
+func (d Device) WithContext(ctx context.Context) Device { d.ctx, d.ctxSet = ctx, true; return d }
+
+// ctxErr is the error of a construct on a device bound to a nil context.
+func (d Device) ctxErr(construct string) error {
+	if d.ctxSet && d.ctx == nil {
+		return nilCtx(d.String() + ": " + construct + " of Device.WithContext(nil)")
+	}
+	return nil
+}
 
 // Context is the context d is bound to (nil if none); see WithContext.
 func (d Device) Context() context.Context { return d.ctx }
@@ -32,6 +47,9 @@ func MemcpyContext(ctx context.Context, dst, src DevicePtr, n int64) error {
 }
 
 func memcpyContext(ctx context.Context, dst, src DevicePtr, n int64) error {
+	if ctx == nil {
+		return nilCtx("MemcpyContext")
+	}
 	if n < 0 {
 		return fmt.Errorf("goffload: omp_target_memcpy: %w: negative size %d", ErrBadArgument, n)
 	}
@@ -66,6 +84,9 @@ func (d Device) launch(k *Kernel, o launchOpts, args []any) error {
 
 // target is launch's construct, whose error apiError has not seen.
 func (d Device) target(k *Kernel, o launchOpts, args []any) error {
+	if err := d.ctxErr("target"); err != nil {
+		return err
+	}
 	if d.IsAny() {
 		return Async{dev: d}.runAny(k, o, args).Wait()
 	}
@@ -99,6 +120,9 @@ func (d Device) Data(body func() error, maps ...Map) error {
 }
 
 func (d Device) data(body func() error, maps []Map) error {
+	if err := d.ctxErr("target data"); err != nil {
+		return err
+	}
 	cd, _, err := d.resolve()
 	if err != nil {
 		return err
@@ -124,6 +148,9 @@ func (d Device) EnterData(maps ...Map) error {
 }
 
 func (d Device) enterData(maps []Map) error {
+	if err := d.ctxErr("target enter data"); err != nil {
+		return err
+	}
 	cd, _, err := d.resolve()
 	if err != nil {
 		return err
@@ -146,6 +173,9 @@ func (d Device) ExitData(maps ...Map) error {
 }
 
 func (d Device) exitData(maps []Map) error {
+	if err := d.ctxErr("target exit data"); err != nil {
+		return err
+	}
 	cd, _, err := d.resolve()
 	if err != nil {
 		return err
@@ -168,6 +198,9 @@ func (d Device) Update(maps ...Map) error {
 }
 
 func (d Device) update(maps []Map) error {
+	if err := d.ctxErr("target update"); err != nil {
+		return err
+	}
 	if d.IsAny() {
 		return anyUpdate(maps)
 	}

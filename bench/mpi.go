@@ -45,6 +45,14 @@ func runMPI(env *Env) error {
 	if err := ping(100); err != nil { // warm up
 		return err
 	}
+	// host_compute_idle_device: the host's own Go code with the MPI
+	// devices idle after a first launch (ping's warm-up was one).
+	if err := benchEmpty.Run(offload.On(0)); err != nil {
+		return err
+	}
+	if err := hostComputeRow(env, "mpi.host_compute_idle_device"); err != nil {
+		return err
+	}
 	env.Comment("baselines: raw.8B = an 8-byte MPI_Send/MPI_Recv ping-pong with device 0's rank; raw.64MiB = MPI_Send of 64 MiB to it and a 1-byte answer")
 	dev := offload.On(0)
 	// launch_rtt: a synchronous target region with an empty kernel.

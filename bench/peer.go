@@ -30,7 +30,7 @@ import (
 
 // Environment of a peer process.
 const (
-	envPeerRole = "GOFFLOAD_BENCH_ROLE" // "echo" or "xfer"
+	envPeerRole = "GOFFLOAD_BENCH_ROLE" // "echo", "xfer" or "compute"
 	envPeerSpin = "GOFFLOAD_BENCH_SPIN" // how the peer's reads wait: unset or 0, plain blocking reads; else a spin (parseSpin)
 	envPeerSize = "GOFFLOAD_BENCH_SIZE" // xfer: the largest message, in bytes
 	peerFD      = 3
@@ -62,7 +62,11 @@ func servePeerRole() {
 	if role == "" {
 		return
 	}
-	if err := servePeer(role); err != nil {
+	serve := servePeer
+	if role == "compute" { // the baseline of mpi.host_compute_idle_device (hostcompute.go)
+		serve = func(string) error { return serveCompute(os.Stdin, os.Stdout) }
+	}
+	if err := serve(role); err != nil {
 		fmt.Fprintf(os.Stderr, "bench %s peer (pid %d): %v\n", role, os.Getpid(), err)
 		os.Exit(1)
 	}

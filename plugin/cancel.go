@@ -146,3 +146,25 @@ type AddrResolver interface {
 type Killer interface {
 	Kill(why error)
 }
+
+// TaskLimiter is implemented by devices that can bound how many of their
+// kernels run at once (GOFFLOAD_DEVICE_TASKS, offload.WithDeviceTasks):
+// LimitTasks(n) makes a launch wait, on its queue, until fewer than n
+// kernels of the device run (Pool.SetKernelLimit does it for a CPU kind's
+// pool). The runtime calls it after Load, with n >= 1.
+type TaskLimiter interface {
+	LimitTasks(n int)
+}
+
+// Abandoner is implemented by devices whose running kernels cannot be
+// ended by force, as they run on goroutines of this process (the host
+// kind): Abandon makes every operation of the device's queues that has
+// not begun fail with why (which wraps ErrDeviceLost) instead of running,
+// as well as every operation enqueued later, so that once it returns no
+// copy of the device writes into host memory; a kernel running goes on,
+// on its device memory only, which the device keeps until it returns. The
+// runtime calls it at Stop for a device whose work it gives up on. It
+// must not block.
+type Abandoner interface {
+	Abandon(why error)
+}

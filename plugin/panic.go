@@ -98,6 +98,7 @@ func internalFrame(fn string) bool {
 	case strings.HasPrefix(fn, mod+"."), // package offload
 		strings.HasPrefix(fn, mod+"/internal/"),
 		strings.HasPrefix(fn, mod+"/plugin."), // the plugin contract
+		strings.HasPrefix(fn, mod+"/plugin/"), // what kinds share: opqueue runs a device process's short kernels on its reader
 		strings.HasPrefix(fn, mod+"/plugins/"):
 		return true
 	}

@@ -3,7 +3,7 @@ package plugin
 import "testing"
 
 // TestTrimStack: the goroutine header and the runtime's, reflect's and
-// goffload's frames go; the program's stay, goffload's examples included.
+// goffload's frames go (its plugin/ packages' too: opqueue's, issue 34); the program's stay, goffload's examples included.
 func TestTrimStack(t *testing.T) {
 	stack := `goroutine 7 [running]:
 runtime/debug.Stack()
@@ -22,6 +22,14 @@ github.com/goffload/offload.(*kctx).For(0x1, 0x2)
 	/m/ctx.go:12 +0x1
 github.com/goffload/offload/examples/saxpy.main.func1()
 	/m/examples/saxpy/main.go:30 +0x2
+github.com/goffload/offload/plugin/opqueue.(*runner).runExit(0x1)
+	/m/plugin/opqueue/loop.go:40 +0x1
+github.com/goffload/offload/plugin/opqueue.(*Loop).here(0x1)
+	/m/plugin/opqueue/loop.go:80 +0x1
+github.com/goffload/offload/plugin/opqueue.Loop.Put(0x1)
+	/m/plugin/opqueue/loop.go:90 +0x1
+github.com/goffload/offload/plugin/opqueue.(*Queue).RunHereExit(0x1)
+	/m/plugin/opqueue/opqueue.go:100 +0x1
 reflect.Value.call({0x1, 0x2, 0x13}, {0x5, 0x4}, {0x3, 0x3, 0x3})
 	/go/src/reflect/value.go:581 +0xca6
 reflect.Value.Call({0x1, 0x2, 0x13}, {0x3, 0x3, 0x3})

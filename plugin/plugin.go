@@ -38,8 +38,9 @@
 // [Device]: [ForeignEventWaiter] (its queues wait on other devices'
 // events), [LostReporter] (why it stopped working), [Tracer] (device-side
 // timing of operations), [Canceler] (ask running kernels to stop),
-// [Killer] (end kernels that did not stop), [AddrResolver] (a device
-// address as kernels see it). On a [Queue]: [Exchanger] (device-to-device
+// [Killer] (end kernels that did not stop), [Abandoner] (give up on
+// kernels that cannot be ended: nothing after them runs), [AddrResolver]
+// (a device address as kernels see it). On a [Queue]: [Exchanger] (device-to-device
 // copies), [GeometryLauncher] (a launch with a grid), [StopLauncher] (a
 // launch with its own stop signal), [InlineQueue] (run on the enqueuing
 // goroutine), [TaggedQueue] (tags for a Tracer). On an [Event]:
@@ -247,6 +248,12 @@ var (
 	// refuses it under every offload policy, unlike a device that is
 	// well named but cannot be reached.
 	ErrBadSpec = errors.New("malformed device spec")
+	// ErrKindEnded: the kind's devices were ended for good in this
+	// process (MPI, finalized by Stop: an MPI program cannot start it
+	// again). Open returns it, wrapped, and Start refuses it under every
+	// offload policy: falling back to the initial device would run the
+	// work meant for the devices on the host without a word.
+	ErrKindEnded = errors.New("the device kind was ended for good in this process")
 	// ErrNoDevices: the kind found no devices, for the reason the error
 	// gives (no driver installed, no GPU). Discover returns it, wrapped,
 	// instead of an empty list when the reason is worth telling: the core

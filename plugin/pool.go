@@ -29,6 +29,21 @@ func NewPool(workers int) *Pool { return (*Pool)(workpool.New(workers)) }
 
 func (p *Pool) wp() *workpool.Pool { return (*workpool.Pool)(p) }
 
+// SetKernelLimit bounds how many kernels run at once on the pool's device:
+// Kernel.Launch waits for one of n slots (n <= 0: no bound, the default).
+// A kind sets it before its kernels run, from plugin.TaskLimiter.
+func (p *Pool) SetKernelLimit(n int) { p.wp().SetKernelLimit(n) }
+
+// KernelLimit is the bound SetKernelLimit set, 0 for none.
+func (p *Pool) KernelLimit() int { return p.wp().KernelLimit() }
+
+// KernelSlot waits for a slot of the bound SetKernelLimit set, or for stop
+// to close (ok false, nothing held), and returns what gives the slot back;
+// Kernel.Launch calls it. Without a bound it returns at once.
+func (p *Pool) KernelSlot(stop <-chan struct{}) (release func(), ok bool) {
+	return p.wp().KernelSlot(stop)
+}
+
 // Workers is the number of cores the pool splits loops over: what the
 // device's Info.Cores should say.
 func (p *Pool) Workers() int { return p.wp().Workers() }

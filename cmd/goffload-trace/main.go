@@ -16,6 +16,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -28,20 +29,38 @@ import (
 	"github.com/goffload/offload/internal/tracefile"
 )
 
-func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: goffload-trace TRACE.json (a trace GOFFLOAD_PROFILE wrote)")
-		os.Exit(2)
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// run is the command with its arguments and outputs; it returns the exit
+// status: 0, 1 for a trace that cannot be read, 2 for bad usage.
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("goffload-trace", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: goffload-trace TRACE.json")
+		fmt.Fprintln(stderr, "summarizes a trace that GOFFLOAD_PROFILE wrote: per device its busiest queues, per kernel its device time, copies' bandwidth, and what dependencies cost")
+		fs.PrintDefaults()
 	}
-	f, err := os.Open(os.Args[1])
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	f, err := os.Open(fs.Arg(0))
 	if err == nil {
-		err = summarize(f, os.Stdout)
+		err = summarize(f, stdout)
 		f.Close()
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "goffload-trace:", err)
-		os.Exit(1)
+		fmt.Fprintln(stderr, "goffload-trace:", err)
+		return 1
 	}
+	return 0
 }
 
 // maxQueues is how many queues of a device the summary lists, busiest

@@ -80,3 +80,19 @@ func TestNotATrace(t *testing.T) {
 		}
 	}
 }
+
+// TestUsage (issue 34): -h prints the usage and exits 0, no arguments or a
+// stray flag print it and exit 2; none of them tries to open a file named
+// like the flag ("open -h: no such file or directory").
+func TestUsage(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+	}{{[]string{"-h"}, 0}, {[]string{"--help"}, 0}, {nil, 2}, {[]string{"-x"}, 2}, {[]string{"a.json", "b.json"}, 2}} {
+		var out, errOut strings.Builder
+		code := run(c.args, &out, &errOut)
+		if code != c.code || !strings.Contains(errOut.String(), "usage: goffload-trace") || strings.Contains(errOut.String(), "no such file") {
+			t.Errorf("goffload-trace %q: exit %d, want %d; stderr %q", c.args, code, c.code, errOut.String())
+		}
+	}
+}

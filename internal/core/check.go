@@ -38,35 +38,72 @@ func ParseCheck(s string) (bool, error) {
 	return false, fmt.Errorf("%w: GOFFLOAD_CHECK=%q: want maps (or nothing)", ErrConfig, s)
 }
 
-// repeatHint is how many copies in a row of the same host range to the
-// same device make the info output suggest a data region.
+// repeatHint is how many copies of the same host range to the same device
+// make the info output suggest a data region.
 const repeatHint = 8
 
-// copyRepeats follows a device's copies in: the last host range copied, how
-// many times in a row, and whether the hint was given for it.
+// repeatRanges bounds the ranges a device counts copies of: past it, the
+// one copied least recently is forgotten.
+const repeatRanges = 64
+
+// copyRepeats counts a device's copies in by host range (address and
+// size), for the data-region hint: any range copied again and again,
+// whatever is copied between (axpy's x and y alternate), for the
+// repeatRanges ranges copied most recently.
 type copyRepeats struct {
-	addr   uintptr
-	size   int64
+	ranges map[copyRange]*copyCount
+	clock  uint64
+}
+
+type copyRange struct {
+	addr uintptr
+	size int64
+}
+
+type copyCount struct {
 	n      int
+	last   uint64 // clock of the last copy
 	hinted bool
 }
 
-// noteCopyIn counts a copy of buf to d and, the repeatHint-th time in a
-// row, suggests a data region (under the copies info flag, and in the
-// checking mode).
+// count counts a copy of r and reports whether it is the one that makes
+// the hint.
+func (c *copyRepeats) count(r copyRange) bool {
+	c.clock++
+	e := c.ranges[r]
+	if e == nil {
+		if c.ranges == nil {
+			c.ranges = map[copyRange]*copyCount{}
+		}
+		if len(c.ranges) >= repeatRanges {
+			var old copyRange
+			oldest := c.clock
+			for k, v := range c.ranges {
+				if v.last < oldest {
+					old, oldest = k, v.last
+				}
+			}
+			delete(c.ranges, old)
+		}
+		e = &copyCount{}
+		c.ranges[r] = e
+	}
+	e.n++
+	e.last = c.clock
+	hint := e.n == repeatHint && !e.hinted
+	e.hinted = e.hinted || hint
+	return hint
+}
+
+// noteCopyIn counts a copy of buf to d and, the repeatHint-th time for its
+// host range, suggests a data region (under the copies info flag, and in
+// the checking mode).
 func (d *Device) noteCopyIn(task uint64, buf mapping.Buf) {
 	d.qmu.Lock()
-	r := &d.repeats
-	if r.addr == buf.Addr() && r.size == buf.Size {
-		r.n++
-	} else {
-		*r = copyRepeats{addr: buf.Addr(), size: buf.Size, n: 1}
-	}
-	hint := r.n == repeatHint && !r.hinted
-	r.hinted = r.hinted || hint
+	hint := d.repeats.count(copyRange{buf.Addr(), buf.Size})
 	d.qmu.Unlock()
 	if hint {
-		d.log.Taskf(InfoCopies|InfoCheck, d.Num, task, "hint: %s (HstPtr=%#x, Size=%d) was copied to %s %d times in a row: map it once, with a data region (Device.Data, EnterData/ExitData) around the constructs that use it, and they find it present",
+		d.log.Taskf(InfoCopies|InfoCheck, d.Num, task, "hint: %s (HstPtr=%#x, Size=%d) was copied to %s %d times: map it once, with a data region (Device.Data, EnterData/ExitData) around the constructs that use it, and they find it present",
 			nameOf(buf.Name), buf.Addr(), buf.Size, d.Label(), repeatHint)
 	}
 }

@@ -77,6 +77,8 @@ type Config struct {
 	StopGrace time.Duration
 	// CheckMaps is GOFFLOAD_CHECK=maps (check.go).
 	CheckMaps bool
+	// DeviceTasks is GOFFLOAD_DEVICE_TASKS (tasks_limit.go).
+	DeviceTasks DeviceTasks
 }
 
 // ConfigFromEnv reads OMP_TARGET_OFFLOAD, OMP_DEFAULT_DEVICE, GOFFLOAD_DEVICES
@@ -104,6 +106,9 @@ func ConfigFromEnv() (Config, error) {
 	}
 	cfg.Profile = os.Getenv("GOFFLOAD_PROFILE")
 	if cfg.StopGrace, err = ParseStopGrace(os.Getenv("GOFFLOAD_STOP_GRACE")); err != nil {
+		return cfg, err
+	}
+	if cfg.DeviceTasks, err = ParseDeviceTasks(os.Getenv("GOFFLOAD_DEVICE_TASKS")); err != nil {
 		return cfg, err
 	}
 	if cfg.CheckMaps, err = ParseCheck(os.Getenv("GOFFLOAD_CHECK")); err != nil {

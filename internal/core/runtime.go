@@ -39,6 +39,9 @@ func Start(cfg Config) (*Runtime, error) {
 	}
 	r := &Runtime{Cfg: cfg, Log: NewLogger(info, cfg.InfoOut), Image: entries.Seal()}
 	if cfg.Profile != "" {
+		if err := checkWritable(cfg.Profile); err != nil {
+			return nil, err
+		}
 		r.trace = NewTrace()
 		if cfg.Tool != nil {
 			r.Cfg.Tool = tools{cfg.Tool, r.trace}
@@ -69,6 +72,7 @@ func Start(cfg Config) (*Runtime, error) {
 		d.Info = d.Dev.Info()
 		d.traceOps()
 	}
+	r.limitTasks()
 	if err := r.declareGlobals(); err != nil { // declare target variables (declare.go)
 		r.Stop()
 		return nil, err
@@ -142,7 +146,7 @@ func (r *Runtime) add(spec string, devs []plugin.Device, err error) error {
 	for _, pd := range devs {
 		r.Devices = append(r.Devices, &Device{Num: len(r.Devices), Dev: pd, tool: r.Cfg.Tool, Info: plugin.Info{Kind: strings.SplitN(spec, ":", 2)[0]}, Spec: spec, table: mapping.NewTable(), log: r.Log, ids: &r.ids})
 	}
-	if errors.Is(err, plugin.ErrBadSpec) {
+	if errors.Is(err, plugin.ErrBadSpec) || errors.Is(err, plugin.ErrKindEnded) {
 		return fmt.Errorf("%w: GOFFLOAD_DEVICES item %q: %w", ErrConfig, spec, err)
 	}
 	if err != nil {
@@ -247,4 +251,20 @@ func (r *Runtime) StopContext(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkWritable fails Start for a GOFFLOAD_PROFILE path that Stop could
+// not write, so that the run is not wasted (issue 34): it opens the file
+// for writing, creating it, and removes it again if it was not there.
+func checkWritable(path string) error {
+	_, statErr := os.Stat(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o666)
+	if err != nil {
+		return fmt.Errorf("%w: GOFFLOAD_PROFILE=%s: the trace could not be written at Stop: %w", ErrConfig, path, err)
+	}
+	f.Close()
+	if errors.Is(statErr, os.ErrNotExist) {
+		os.Remove(path)
+	}
+	return nil
 }

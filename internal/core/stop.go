@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -84,17 +85,54 @@ func (r *Runtime) endWork(ctx context.Context) (stuck map[*Device]bool, err erro
 		r.Taskwait(kctx) // the killed devices' work fails at once
 		cancel()
 	}
-	stuck = map[*Device]bool{}
-	for d, ops := range r.running() {
-		stuck[d] = true
-		msgs = append(msgs, fmt.Sprintf("%s: still running %s (a kernel on a goroutine of this process cannot be killed: it goes on until it returns, and its device is not closed)", d.Label(), strings.Join(ops, ", ")))
-	}
-	slices.Sort(msgs)
 	cause := context.DeadlineExceeded
 	if ctx.Err() != nil {
 		cause = ctx.Err()
 	}
+	stuck = map[*Device]bool{}
+	for d, ops := range r.running() {
+		stuck[d] = true
+		if a, ok := d.Dev.(plugin.Abandoner); ok && d.Dev != nil {
+			a.Abandon(fmt.Errorf("abandoned by Stop: %w: %s", cause, why))
+		}
+		msgs = append(msgs, fmt.Sprintf("%s: still running %s (a kernel on a goroutine of this process cannot be killed: it goes on until it returns, its device is not closed, its tasks fail as abandoned and nothing after it copies to the program's memory)", d.Label(), strings.Join(ops, ", ")))
+	}
+	r.abandon(stuck, cause, why)
+	slices.Sort(msgs)
 	return stuck, fmt.Errorf("goffload: Stop: %w: %s: %s", cause, why, strings.Join(msgs, "; "))
+}
+
+// abandon completes the tasks still live on the devices of stuck with an
+// error that says Stop gave up on them (wrapping cause and
+// plugin.ErrDeviceLost), so that their Wait returns it at once; their
+// work's own end, whenever it comes, changes nothing then (completeNext),
+// and their devices ran nothing after the kernel (plugin.Abandoner). Host
+// work and kernels of the initial device run on the program's memory:
+// their tasks fail the same way, but what they write themselves they
+// write.
+func (r *Runtime) abandon(stuck map[*Device]bool, cause error, why string) {
+	ts := &r.tasks
+	ts.mu.Lock()
+	var live []*Task
+	for t := range ts.live {
+		d := t.dev
+		if d == nil {
+			d = r.Initial
+		}
+		if stuck[d] {
+			live = append(live, t)
+		}
+	}
+	ts.mu.Unlock()
+	slices.SortFunc(live, func(a, b *Task) int { return cmp.Compare(a.ID, b.ID) })
+	for _, t := range live {
+		where := "host work"
+		if t.dev != nil {
+			where = t.dev.Label()
+		}
+		r.complete(t, fmt.Errorf("goffload: %s: task %d (%s) abandoned by Stop: %w: %w (%s): nothing it copies back reaches the program's memory",
+			where, t.ID, t.Name, plugin.ErrDeviceLost, cause, why), nil)
+	}
 }
 
 // running returns the devices with work still going on, and what: the

@@ -187,6 +187,13 @@ func (r *Runtime) completeThen(t *Task, err error, dep *failure) step {
 // completion made ready: the light ones chained (see waitFor), and one
 // other; the rest start goroutines of their own.
 func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy step) {
+	ts := &r.tasks
+	ts.mu.Lock()
+	if t.completed { // abandoned by Stop (abandon): its work's end changes nothing
+		ts.mu.Unlock()
+		r.Log.Printf(InfoOffload, -1, "task %d (%s), abandoned by Stop, ended: %v", t.ID, t.Name, err)
+		return nil, nil
+	}
 	t.err = err
 	if err != nil {
 		t.fail = dep
@@ -194,8 +201,6 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy s
 			t.fail = &failure{task: t}
 		}
 	}
-	ts := &r.tasks
-	ts.mu.Lock()
 	t.completed = true
 	succs := t.succs
 	t.succs = nil

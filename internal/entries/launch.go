@@ -4,6 +4,7 @@
 package entries
 
 import (
+	"fmt"
 	"reflect"
 
 	"github.com/goffload/offload/plugin"
@@ -38,7 +39,26 @@ func (k *Kernel) Launch(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem
 	if err != nil {
 		return err
 	}
+	release, err := k.slot(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	return k.onRunner(job{k: k, in: in, call: call})
+}
+
+// slot waits for one of the device's kernel slots (plugin.Pool's
+// SetKernelLimit), or fails when the kernel is asked to stop first.
+func (k *Kernel) slot(ctx *plugin.KernelCtx) (release func(), err error) {
+	if ctx == nil || ctx.Pool() == nil {
+		return func() {}, nil
+	}
+	p := ctx.Pool()
+	release, ok := p.KernelSlot(ctx.Done())
+	if !ok {
+		return nil, fmt.Errorf("%w: kernel %q did not start: asked to stop while it waited for one of the device's %d task slots (GOFFLOAD_DEVICE_TASKS)", plugin.ErrKernelFailed, k.name, p.KernelLimit())
+	}
+	return release, nil
 }
 
 // LaunchHere is Launch with the body called on the calling goroutine, not
@@ -55,6 +75,11 @@ func (k *Kernel) LaunchHere(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin
 	if err != nil {
 		return err
 	}
+	release, err := k.slot(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	done := make(chan result, 1)
 	returned := false
 	defer func() {

@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unsafe"
 )
@@ -113,7 +112,7 @@ type Engine struct {
 	listen  func(r *Req)
 	err     error
 	finish  chan error
-	efd     int         // an eventfd that wakes a nap
+	napper  *napper     // how the progress goroutine naps; poke wakes it
 	napping atomic.Bool // the progress goroutine naps
 
 	// The role's own.
@@ -136,12 +135,12 @@ func Init() (*Engine, error) {
 		// every progress call (its default when a node is oversubscribed)
 		// made each round trip ten times slower on top of it.
 		os.Setenv("OMPI_MCA_mpi_yield_when_idle", "0")
-		efd, _, errno := syscall.Syscall(syscall.SYS_EVENTFD2, 0, syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-		if errno != 0 {
-			engErr = fmt.Errorf("eventfd: %w", errno)
+		n, err := newNapper()
+		if err != nil {
+			engErr = err
 			return
 		}
-		e := &Engine{efd: int(efd)}
+		e := &Engine{napper: n}
 		ready := make(chan error)
 		go e.progress(ready)
 		if err := <-ready; err != nil {
@@ -269,8 +268,7 @@ func (e *Engine) cancel(o *Req) {
 
 func (e *Engine) poke() {
 	if e.napping.Load() {
-		one := [8]byte{1}
-		syscall.Write(e.efd, one[:])
+		e.napper.arm(0)
 	}
 }
 

@@ -6,15 +6,15 @@ import (
 	"runtime"
 	"syscall"
 	"time"
-	"unsafe"
 )
 
 // How the progress goroutine waits. MPI has no way to sleep until either a
 // message comes or another goroutine hands it work, so it polls: without a
 // pause for spinFor after anything happened (yielding the CPU between
-// polls, so that ranks sharing cores still run), then with naps on the
-// thread itself, which work handed to it cuts short, growing to napMax, and
-// after idleAfter without activity, naps of idleNap. While another
+// polls, so that ranks sharing cores still run), then with naps, parked
+// (nap.go: a napping goroutine holds no P), which work handed to it cuts
+// short, growing to napMax, and after idleAfter without activity, naps of
+// idleNap. While another
 // goroutine polls (Poll), it naps and leaves MPI to that one.
 const (
 	spinFor   = 200 * time.Microsecond
@@ -212,32 +212,20 @@ func (e *Engine) Raw(peer, tag, n, size int, stream, initiator bool) error {
 // yield gives the CPU to another thread or process that wants it.
 func yield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 
-// preciseSleeps makes this thread's sleeps end on time, not up to 50µs
-// late (PR_SET_TIMERSLACK). nap sets it each time: unless MPI keeps it on
-// one thread, the progress goroutine moves between threads.
-func preciseSleeps() { syscall.Syscall(syscall.SYS_PRCTL, 29, 1000, 0) }
-
-// nap sleeps on this thread for d at most, or until poke: an eventfd that
-// poke writes to while the progress goroutine naps (Go's own timers would
-// round a short sleep up to a millisecond).
+// nap parks the progress goroutine for d at most, or until poke (napper).
 // With always set it naps even with work handed over (a poller takes it).
 func (e *Engine) nap(d time.Duration, always bool) {
+	e.napper.clear()
+	e.napper.arm(d)
 	e.napping.Store(true)
 	e.mu.Lock()
 	pending := len(e.work) + len(e.cancels)
+	if e.finish != nil {
+		pending++
+	}
 	e.mu.Unlock()
 	if pending == 0 || always {
-		preciseSleeps()
-		ts := syscall.NsecToTimespec(d.Nanoseconds())
-		fds := [1]pollFd{{fd: int32(e.efd), events: 1}} // POLLIN
-		syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+		e.napper.wait()
 	}
 	e.napping.Store(false)
-	var b [8]byte
-	syscall.Read(e.efd, b[:])
-}
-
-type pollFd struct {
-	fd             int32
-	events, revent int16
 }

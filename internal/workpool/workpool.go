@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // MaxWorkers is the most workers a pool may have (a device's cores):
@@ -44,6 +45,8 @@ type Pool struct {
 	closeMu  sync.Mutex
 	onClose  []func() // run once by the first Close, after the workers end
 	closedUp bool
+
+	slots atomic.Pointer[chan struct{}] // kernel slots (slots.go); nil: no bound
 }
 
 // New starts a pool with the given number of workers (at least one, at most

@@ -165,6 +165,19 @@ func (d *device) CancelKernels() {
 	}
 }
 
+// LimitTasks bounds how many of the device's kernels run at once
+// (plugin.TaskLimiter): a launch beyond n waits on its queue for a slot.
+func (d *device) LimitTasks(n int) { d.pool.SetKernelLimit(n) }
+
+// Abandon makes every operation not begun fail with why, and every later
+// one (plugin.Abandoner): Stop gave up on a kernel of the device that does
+// not return, and nothing queued behind it may touch host memory once
+// Stop has returned. The kernel goes on, on device memory, which stays.
+func (d *device) Abandon(why error) {
+	d.st.Lose(fmt.Errorf("%s: %w: %w", d.st.Label(), plugin.ErrDeviceLost, why))
+	d.CancelKernels()
+}
+
 // loaded checks that k belongs to the image this device loaded.
 func (d *device) loaded(k plugin.Kernel) error {
 	d.mu.RLock()

@@ -47,7 +47,13 @@ func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
 	if err != nil {
 		return fmt.Errorf("%s: submit of %d bytes: %w", q.d.st.Label(), len(src), err)
 	}
-	return q.doTimed(func() error { copy(b, src); return nil }, q.timed(plugin.OpSubmit, "", int64(len(src))))
+	return q.doTimed(func() error {
+		if err := q.d.st.Lost(); err != nil { // abandoned while it waited (Abandon)
+			return err
+		}
+		copy(b, src)
+		return nil
+	}, q.timed(plugin.OpSubmit, "", int64(len(src))))
 }
 
 func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
@@ -55,7 +61,13 @@ func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
 	if err != nil {
 		return fmt.Errorf("%s: retrieve of %d bytes: %w", q.d.st.Label(), len(dst), err)
 	}
-	return q.doTimed(func() error { copy(dst, b); return nil }, q.timed(plugin.OpRetrieve, "", int64(len(dst))))
+	return q.doTimed(func() error {
+		if err := q.d.st.Lost(); err != nil {
+			return err
+		}
+		copy(dst, b)
+		return nil
+	}, q.timed(plugin.OpRetrieve, "", int64(len(dst))))
 }
 
 func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) error {
@@ -71,7 +83,13 @@ func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) 
 	if err != nil {
 		return fmt.Errorf("%s: exchange destination: %w", other.st.Label(), err)
 	}
-	return q.doTimed(func() error { copy(d, s); return nil }, q.timed(plugin.OpExchange, "", size))
+	return q.doTimed(func() error {
+		if err := q.d.st.Lost(); err != nil {
+			return err
+		}
+		copy(d, s)
+		return nil
+	}, q.timed(plugin.OpExchange, "", size))
 }
 
 func (q *queue) Launch(k plugin.Kernel, args []plugin.Arg) error {
@@ -93,6 +111,9 @@ func (q *queue) LaunchStop(k plugin.Kernel, args []plugin.Arg, stop *plugin.Stop
 		ctx = ctx.WithStop(own)
 	}
 	return q.doTimed(func() error {
+		if err := q.d.st.Lost(); err != nil {
+			return err
+		}
 		if own != nil { // linked only while it runs: a skipped launch leaves nothing behind
 			defer own.StopWith(devStop, stop)()
 		}

@@ -5,6 +5,7 @@ package remote
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -52,6 +53,7 @@ type mpiWorld struct {
 	accept map[int]*mpiSession      // a device's sessions, by peer control tag
 	gen    int                      // the host's: sessions begun
 	lost   map[int]error            // the host's: device ranks lost
+	killed map[int]string           // the host's: device ranks killed by Stop (their kernel did not end), with their devices' names
 	done   bool                     // the host's: MPI ended
 }
 
@@ -76,7 +78,7 @@ func mpiWorldInit() (*mpiWorld, error) {
 			return
 		}
 		world.w.Store(&mpiWorld{e: e, ranks: mpiRanks{host: host, size: e.Size()}, links: map[[2]int]*mpiTransport{},
-			tags: map[int]int{}, accept: map[int]*mpiSession{}, lost: map[int]error{}})
+			tags: map[int]int{}, accept: map[int]*mpiSession{}, lost: map[int]error{}, killed: map[int]string{}})
 	})
 	return world.w.Load(), world.err
 }
@@ -192,7 +194,7 @@ func openMPI(arg string) ([]plugin.Device, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.done {
-		return nil, fmt.Errorf("MPI ended with offload.Stop; it cannot start again in the same process")
+		return nil, fmt.Errorf("%w: MPI ended with offload.Stop, and an MPI program cannot start it again: this job has no MPI devices left (start the runtime once per MPI job, or name other devices)", plugin.ErrKindEnded)
 	}
 	gen := w.gen
 	w.gen++
@@ -214,6 +216,14 @@ func openMPI(arg string) ([]plugin.Device, error) {
 		d.closeFn = func(bool) error {
 			w.drop(t)
 			return nil
+		}
+		d.kill = func() {
+			// Stop gave up on the rank's kernel: the rank itself is well
+			// and takes the exit at FinishMPI without it (serve), so MPI
+			// can still be finalized.
+			w.mu.Lock()
+			w.killed[r] = d.name()
+			w.mu.Unlock()
 		}
 		devs = append(devs, d)
 	}
@@ -265,13 +275,14 @@ func (w *mpiWorld) serve(img *plugin.Image) error {
 	defer w.drop(bench)
 	go w.serveRaw(bench)
 	var wg sync.WaitGroup
-	defer wg.Wait()
 	for {
 		m, err := opens.ReadMsg()
 		if err != nil {
+			wg.Wait()
 			return fmt.Errorf("reading the host's announcements: %w", err)
 		}
 		if m.Type == proto.TExit {
+			w.endSessions(&wg)
 			return nil
 		}
 		if m.Type != proto.TAnnounce {
@@ -300,6 +311,29 @@ func (w *mpiWorld) serve(img *plugin.Image) error {
 			defer wg.Done()
 			ms.serve(t)
 		}()
+	}
+}
+
+// exitGrace is how long a device rank told to exit waits for its sessions
+// to end before it exits without them.
+const exitGrace = 2 * time.Second
+
+// endSessions waits for the sessions still running when the host said
+// exit, for exitGrace at most. The host says it once it has closed every
+// device, so a session still running then has a kernel that Stop gave up
+// on (it killed the device): the rank exits without it, saying so, and
+// finalizes MPI with the host, so that the job ends as the host's program
+// chooses.
+func (w *mpiWorld) endSessions(wg *sync.WaitGroup) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(exitGrace):
+		fmt.Fprintf(os.Stderr, "goffload device (MPI rank %d, pid %d): exiting with a kernel still running: the host's Stop gave up on it\n", w.e.Rank(), os.Getpid())
 	}
 }
 
@@ -435,9 +469,25 @@ func FinishMPI() error {
 	}
 	var lost error
 	for r, err := range w.lost {
+		if _, ok := w.killed[r]; ok {
+			continue
+		}
 		lost = fmt.Errorf("MPI rank %d was lost (%v): MPI_Finalize would wait for it forever, so MPI is not finalized and the launcher may report this rank's exit as a failure", r, err)
 	}
+	killed := make([]int, 0, len(w.killed))
+	for r := range w.killed {
+		killed = append(killed, r)
+	}
+	slices.Sort(killed)
+	for _, r := range killed {
+		// Said here, whatever the program does with Stop's error: the
+		// job's end would otherwise not say why a rank's work was cut.
+		fmt.Fprintf(os.Stderr, "goffload: Stop: %s was killed: its kernel did not return within GOFFLOAD_STOP_GRACE after Stop asked it to stop; MPI rank %d is told to exit without it\n", w.killed[r], r)
+	}
 	w.mu.Unlock()
+	if lost != nil {
+		fmt.Fprintf(os.Stderr, "goffload: Stop: %v\n", lost)
+	}
 	timeout := make(chan struct{})
 	timer := time.AfterFunc(5*time.Second, func() { close(timeout) })
 	defer timer.Stop()

@@ -4,6 +4,7 @@ package remote_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 	"github.com/goffload/offload/internal/proctest"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/plugintest"
+	"github.com/goffload/offload/plugins/remote"
 )
 
 // The tests here run inside an MPI job: TestMPIJobs (mpijob_test.go) starts
@@ -163,4 +165,55 @@ func TestMPIRankStop(t *testing.T) {
 		t.Fatalf("the other device rank after one was lost: %v", err)
 	}
 	t.Logf("the other device rank went on")
+}
+
+// stubbornK never returns and never looks at its Ctx.
+var stubbornK = mustKernel("remotetest.stubborn", func() {
+	for {
+		time.Sleep(time.Hour)
+	}
+})
+
+// TestMPIRankStubborn is the host of a job whose device rank runs a kernel
+// that never returns (issue 34): Stop's way with it, the device killed
+// after the grace period and closed, then MPI ended (FinishMPI, as Stop
+// does). The rank is told to exit without its kernel and MPI is finalized,
+// with a line on stderr that says so, and the job's exit status is the
+// one this program chooses, 3 (TestMPIJobs checks it); it was 1, with
+// only the launcher's banner.
+func TestMPIRankStubborn(t *testing.T) {
+	if os.Getenv("GOFFLOAD_TEST_RANK_STUBBORN") == "" {
+		t.Skip("run by TestMPIJobs")
+	}
+	devs := openMPI(t)
+	for i, d := range devs {
+		if err := d.Load(entries.Current(), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q, err := devs[0].NewQueue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Launch(stubbornK, nil); err != nil {
+		t.Fatal(err)
+	}
+	devs[0].(plugin.Killer).Kill(errors.New("killed by Stop: a test"))
+	if err := q.Synchronize(); !errors.Is(err, plugin.ErrDeviceLost) {
+		t.Fatalf("the killed device's queue: %v, want ErrDeviceLost", err)
+	}
+	for _, d := range devs {
+		d.Close()
+	}
+	if err := remote.FinishMPI(); err != nil {
+		t.Fatalf("FinishMPI after a device rank was killed by Stop: %v", err)
+	}
+	// Start after Stop: MPI cannot start again, and Open says so with
+	// ErrKindEnded, which Start refuses under every policy.
+	k, _ := plugin.LookupKind("mpi")
+	if _, err := k.Open(""); !errors.Is(err, plugin.ErrKindEnded) {
+		t.Fatalf("opening MPI devices after FinishMPI: %v, want ErrKindEnded", err)
+	}
+	fmt.Println("stubborn: MPI finalized, exiting with status 3")
+	os.Exit(3)
 }

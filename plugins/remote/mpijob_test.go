@@ -2,6 +2,7 @@ package remote_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -131,6 +132,19 @@ func TestMPIJobs(t *testing.T) {
 				out, _ := f.run(t, nil, env, test, "-test.run", "MPIRankStop", "-test.v")
 				if !strings.Contains(out, "the other device rank went on") {
 					t.Fatalf("the host did not lose the stopped device rank and go on:\n%s", out)
+				}
+			})
+			t.Run("rank stubborn", func(t *testing.T) {
+				// Stop kills a device whose kernel never returns (issue
+				// 34): it says so on stderr, the rank exits without its
+				// kernel, MPI is finalized, and the job's exit status is
+				// the program's own (3).
+				env := []string{"GOFFLOAD_TEST_RANK_STUBBORN=1"}
+				out, err := f.run(t, nil, env, test, "-test.run", "MPIRankStubborn", "-test.v")
+				var ee *exec.ExitError
+				if !errors.As(err, &ee) || ee.ExitCode() != 3 || !strings.Contains(out, "stubborn: MPI finalized") ||
+					!strings.Contains(out, "goffload: Stop: mpi device 0 (rank 1, pid ") {
+					t.Fatalf("%s: %v; want exit status 3, MPI finalized and goffload's line on stderr:\n%s", f.launcher, err, out)
 				}
 			})
 			t.Run("rank exits", func(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -83,6 +85,7 @@ func newSession(l *link, img *plugin.Image, cores int) *session {
 // returns nil for a normal end.
 func (s *session) serve() error {
 	defer s.close()
+	s.pool.SetKernelLimit(deviceTasks(os.Getenv("GOFFLOAD_DEVICE_TASKS"), s.kind))
 	if err := s.hello(); err != nil {
 		if err == errExitFirst {
 			return nil // a host that had no use for this device
@@ -554,4 +557,33 @@ func (in *incoming) wait() error {
 		return fmt.Errorf("%w: submit ended after %d of %d bytes", plugin.ErrDeviceLost, in.got, in.size)
 	}
 	return nil
+}
+
+// deviceTasks is the bound on kernels running at once that
+// GOFFLOAD_DEVICE_TASKS (in this device process's environment) gives a
+// device of kind: its KIND=N item, else its plain N, else 0 (none). The
+// host's Start checks the variable's form; a malformed item is ignored
+// here.
+func deviceTasks(spec, kind string) int {
+	all, mine := 0, 0
+	for _, item := range strings.Split(spec, ",") {
+		k, num, named := strings.Cut(strings.TrimSpace(item), "=")
+		if !named {
+			num, k = k, ""
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(num))
+		if err != nil || n < 1 {
+			continue
+		}
+		switch strings.TrimSpace(k) {
+		case "":
+			all = n
+		case kind:
+			mine = n
+		}
+	}
+	if mine > 0 {
+		return mine
+	}
+	return all
 }
