@@ -183,6 +183,7 @@ func TestTCPTamper(t *testing.T) {
 				t.Fatalf("%s: no error", c.name)
 			}
 			msg := err.Error()
+			t.Logf("%s: %v", c.name, err)
 			if !errors.Is(err, plugin.ErrDeviceLost) || !strings.Contains(msg, "tcp://"+r.addr()) || !strings.Contains(msg, c.cause) {
 				t.Errorf("got %v; want ErrDeviceLost naming tcp://%s and saying %q", err, r.addr(), c.cause)
 			}
@@ -198,4 +199,3 @@ func TestTCPTamper(t *testing.T) {
 		})
 	}
 }
-

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"bufio"
+	"crypto/tls"
 	"io"
 	"net"
 	"os"
@@ -137,3 +138,60 @@ func (t *streamTransport) Close() error { return t.conn.Close() }
 func appendLen(b []byte, n int) []byte {
 	return append(b, byte(n), byte(n>>8), byte(n>>16), byte(n>>24))
 }
+
+// tlsTransport is a Transport over a TLS session (a tcp:// link): frames
+// as streamTransport's, written through a buffer of one TLS record so that
+// small frames and a fragment's header share records with what follows
+// them rather than each costing one (and a write). It cannot write without
+// blocking (a TLS record is written whole, under the session's lock), so
+// its link's answers go out through the link's writer.
+type tlsTransport struct {
+	s   *streamTransport
+	bw  *bufio.Writer
+	raw net.Conn // under the TLS session
+}
+
+// tlsRecord is the largest plaintext of a TLS record.
+const tlsRecord = 16 << 10
+
+// newTLSTransport frames the TLS session tc. Its reads poll before they
+// park beneath the TLS layer (underTLS), as a plain link's do.
+func newTLSTransport(tc *tls.Conn) *tlsTransport {
+	return &tlsTransport{s: newStreamTransport(tc), bw: bufio.NewWriterSize(tc, tlsRecord), raw: tc.NetConn()}
+}
+
+func (t *tlsTransport) WriteFrames(frames []byte) error {
+	t.bw.Write(frames) // an error stays in bw, which Flush returns
+	return t.bw.Flush()
+}
+
+func (t *tlsTransport) WriteData(id uint64, off int, data []byte) error {
+	m := proto.Msg{Type: proto.TData, ID: id, Ptr: uint64(off)}
+	t.s.hdr = proto.AppendHeader(appendLen(t.s.hdr[:0], proto.FrameLen(&m, len(data))), &m, len(data))
+	t.bw.Write(t.s.hdr)
+	t.bw.Write(data)
+	return t.bw.Flush()
+}
+
+func (t *tlsTransport) ReadMsg() (*proto.Msg, error) {
+	m, err := t.s.ReadMsg()
+	if err != nil {
+		return nil, explainTLS(err, false)
+	}
+	return m, nil
+}
+
+func (t *tlsTransport) ReadPayload(m *proto.Msg, dst []byte) error {
+	return explainTLS(t.s.ReadPayload(m, dst), false)
+}
+
+func (t *tlsTransport) Discard(m *proto.Msg) error { return explainTLS(t.s.Discard(m), false) }
+
+// Buffered reports whether bytes were read already that the next ReadMsg
+// reads first (beyond those the TLS session holds).
+func (t *tlsTransport) Buffered() bool { return t.s.Buffered() }
+
+// Close closes the connection under the session without a close_notify
+// alert, which could wait for room to write it: the protocol's own frames
+// end a session, and a cut one is an error either way.
+func (t *tlsTransport) Close() error { return t.raw.Close() }
