@@ -49,6 +49,9 @@ type configError string
 func (e configError) Error() string { return string(e) }
 func (e configError) Unwrap() error { return plugin.ErrBadSpec }
 
+// hostHandshakeTimeout bounds a host's whole handshake with a TCP device.
+var hostHandshakeTimeout = 10 * time.Second
+
 func openTCP(addr string) ([]plugin.Device, error) {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return nil, fmt.Errorf("%w: tcp://%s: want tcp://HOST:PORT: %v", plugin.ErrBadSpec, addr, err)
@@ -68,10 +71,13 @@ func openTCP(addr string) ([]plugin.Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	conn.SetDeadline(time.Now().Add(hostHandshakeTimeout))
 	c, err := sec.hostHandshake(conn, addr)
 	if err != nil {
 		conn.Close()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = fmt.Errorf("no handshake within %v: %w", hostHandshakeTimeout, err)
+		}
 		return nil, fmt.Errorf("tcp://%s: %w", addr, err)
 	}
 	conn.SetDeadline(time.Time{})

@@ -264,6 +264,11 @@ func (s *tcpSecurity) hostHandshake(conn net.Conn, addr string) (net.Conn, error
 		if isClosedErr(err) {
 			return nil, fmt.Errorf("%w: the device closed the connection: %w", ErrAuth, err)
 		}
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "remote error" {
+			// In TLS 1.3 a device refuses a host's certificate after the host's handshake is done.
+			return nil, fmt.Errorf("TLS handshake: %w", explainTLS(err, s.ca != nil))
+		}
 		return nil, fmt.Errorf("reading the device's proof: %w", explainTLS(err, s.ca != nil))
 	}
 	if err := statusErr(m.Status); err != nil {

@@ -162,7 +162,7 @@ func newTLSTransport(tc *tls.Conn) *tlsTransport {
 
 func (t *tlsTransport) WriteFrames(frames []byte) error {
 	t.bw.Write(frames) // an error stays in bw, which Flush returns
-	return t.bw.Flush()
+	return explainTLS(t.bw.Flush(), false)
 }
 
 func (t *tlsTransport) WriteData(id uint64, off int, data []byte) error {
@@ -170,7 +170,7 @@ func (t *tlsTransport) WriteData(id uint64, off int, data []byte) error {
 	t.s.hdr = proto.AppendHeader(appendLen(t.s.hdr[:0], proto.FrameLen(&m, len(data))), &m, len(data))
 	t.bw.Write(t.s.hdr)
 	t.bw.Write(data)
-	return t.bw.Flush()
+	return explainTLS(t.bw.Flush(), false)
 }
 
 func (t *tlsTransport) ReadMsg() (*proto.Msg, error) {
