@@ -10,6 +10,7 @@ import (
 
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/plugintest"
 )
 
 // A relay stands between a host and a TCP device, as anyone on the path
@@ -196,6 +197,31 @@ func TestTCPTamper(t *testing.T) {
 			if _, err := d.Alloc(8); err == nil {
 				t.Error("the altered session went on")
 			}
+		})
+	}
+}
+
+// TestTCPConformance: the conformance suite over two protected sessions
+// with one TCP device process, and over two plain ones.
+func TestTCPConformance(t *testing.T) {
+	for _, plain := range []string{"", "1"} {
+		t.Run(map[string]string{"": "tls", "1": "plain"}[plain], func(t *testing.T) {
+			const secret = "conformance-s3cret"
+			t.Setenv("GOFFLOAD_TCP_PLAIN", plain)
+			addr, _ := startTCPDevice(t, secret)
+			t.Setenv("GOFFLOAD_SECRET", secret)
+			plugintest.Run(t, func(t *testing.T) []plugin.Device {
+				k, _ := plugin.LookupKind("tcp")
+				var devs []plugin.Device
+				for range 2 {
+					d, err := k.Open(addr)
+					if err != nil {
+						t.Fatal(err)
+					}
+					devs = append(devs, d...)
+				}
+				return devs
+			})
 		})
 	}
 }
