@@ -39,6 +39,8 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/goffload/offload/plugins/remote/proto"
@@ -329,13 +331,72 @@ func (s *tcpSecurity) deviceHandshake(conn net.Conn) (net.Conn, error) {
 // underTLS is the TCP connection under a TLS session: once the session is
 // set up, its reads poll before they park, as a plain link's do (spin.go);
 // during the handshake they park at once (a flood of handshakes costs no
-// polling). Only the session's reader reads it.
+// polling). Only the session's reader reads it. A write while try is set
+// (tlsTransport.TryWriteFrames) never blocks: what the socket has no room
+// for is held back, and every write writes what is held back first.
 type underTLS struct {
 	net.Conn
-	r io.Reader
+	r   io.Reader
+	raw syscall.RawConn // for writes that must not block; nil if none
+
+	try   atomic.Bool
+	mu    sync.Mutex   // over hold, held across a blocking write
+	hold  []byte       // ciphertext a try could not write yet
+	nhold atomic.Int64 // len(hold), read without mu: a blocking write holds mu
 }
 
-func (u *underTLS) spin() { u.r = spinning(u.Conn) }
+func (u *underTLS) spin() {
+	u.r = spinning(u.Conn)
+	if sc, ok := u.Conn.(syscall.Conn); ok {
+		u.raw, _ = sc.SyscallConn()
+	}
+}
+
+func (u *underTLS) Write(p []byte) (int, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.try.Load() {
+		n := 0
+		if len(u.hold) == 0 {
+			var err error
+			if n, err = tryWrite(u.raw, p); err != nil {
+				return 0, err
+			}
+		}
+		u.hold = append(u.hold, p[n:]...)
+		u.nhold.Store(int64(len(u.hold)))
+		return len(p), nil
+	}
+	if err := u.writeHeldLocked(); err != nil {
+		return 0, err
+	}
+	return u.Conn.Write(p)
+}
+
+// held reports whether bytes are held back. It never waits: the link
+// asks under its lock.
+func (u *underTLS) held() bool { return u.nhold.Load() > 0 }
+
+// writeHeld writes what is held back, waiting for room.
+func (u *underTLS) writeHeld() error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.writeHeldLocked()
+}
+
+func (u *underTLS) writeHeldLocked() error {
+	if len(u.hold) == 0 {
+		return nil
+	}
+	_, err := u.Conn.Write(u.hold)
+	if cap(u.hold) > 1<<20 {
+		u.hold = nil
+	} else {
+		u.hold = u.hold[:0]
+	}
+	u.nhold.Store(0)
+	return err
+}
 
 func (u *underTLS) Read(p []byte) (int, error) {
 	if u.r != nil {

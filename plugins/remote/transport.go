@@ -99,9 +99,15 @@ func (t *streamTransport) TryWriteFrames(frames []byte) (int, error) {
 	if t.raw == nil {
 		return 0, nil
 	}
+	return tryWrite(t.raw, frames)
+}
+
+// tryWrite makes one non-blocking write(2) of b on raw's descriptor and
+// returns how much it wrote.
+func tryWrite(raw syscall.RawConn, frames []byte) (int, error) {
 	var n int
 	var werr error
-	err := t.raw.Write(func(fd uintptr) bool {
+	err := raw.Write(func(fd uintptr) bool {
 		for {
 			n, werr = syscall.Write(int(fd), frames)
 			if werr != syscall.EINTR {
@@ -142,13 +148,15 @@ func appendLen(b []byte, n int) []byte {
 // tlsTransport is a Transport over a TLS session (a tcp:// link): frames
 // as streamTransport's, written through a buffer of one TLS record so that
 // small frames and a fragment's header share records with what follows
-// them rather than each costing one (and a write). It cannot write without
-// blocking (a TLS record is written whole, under the session's lock), so
-// its link's answers go out through the link's writer.
+// them rather than each costing one (and a write). It writes without
+// blocking (TryWriteFrames) as a plain socket does, but a record is
+// encrypted whole: what of it the socket has no room for is held back
+// (underTLS) and written by the link's writer before anything else.
 type tlsTransport struct {
 	s   *streamTransport
 	bw  *bufio.Writer
-	raw net.Conn // under the TLS session
+	raw *underTLS // under the TLS session
+	tc  *tls.Conn
 }
 
 // tlsRecord is the largest plaintext of a TLS record.
@@ -157,15 +165,40 @@ const tlsRecord = 16 << 10
 // newTLSTransport frames the TLS session tc. Its reads poll before they
 // park beneath the TLS layer (underTLS), as a plain link's do.
 func newTLSTransport(tc *tls.Conn) *tlsTransport {
-	return &tlsTransport{s: newStreamTransport(tc), bw: bufio.NewWriterSize(tc, tlsRecord), raw: tc.NetConn()}
+	u := tc.NetConn().(*underTLS)
+	return &tlsTransport{s: newStreamTransport(tc), bw: bufio.NewWriterSize(tc, tlsRecord), raw: u, tc: tc}
 }
 
 func (t *tlsTransport) WriteFrames(frames []byte) error {
+	if err := t.raw.writeHeld(); err != nil {
+		return explainTLS(err, false)
+	}
 	t.bw.Write(frames) // an error stays in bw, which Flush returns
 	return explainTLS(t.bw.Flush(), false)
 }
 
+// TryWriteFrames encrypts frames into one record (or more) and writes what
+// the socket has room for now; the rest is held back for the writer. If
+// bytes are held back already, it writes nothing.
+func (t *tlsTransport) TryWriteFrames(frames []byte) (int, error) {
+	if t.raw.raw == nil || t.held() {
+		return 0, nil
+	}
+	t.raw.try.Store(true)
+	_, err := t.tc.Write(frames)
+	t.raw.try.Store(false)
+	if err != nil {
+		return 0, explainTLS(err, false)
+	}
+	return len(frames), nil
+}
+
+func (t *tlsTransport) held() bool { return t.raw.held() }
+
 func (t *tlsTransport) WriteData(id uint64, off int, data []byte) error {
+	if err := t.raw.writeHeld(); err != nil {
+		return explainTLS(err, false)
+	}
 	m := proto.Msg{Type: proto.TData, ID: id, Ptr: uint64(off)}
 	t.s.hdr = proto.AppendHeader(appendLen(t.s.hdr[:0], proto.FrameLen(&m, len(data))), &m, len(data))
 	t.bw.Write(t.s.hdr)
