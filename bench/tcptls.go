@@ -282,15 +282,17 @@ func runTCPTLS(env *Env) error {
 		return f, err
 	}
 	for round := range 2 {
+		restore := setEnv(map[string]string{"GOFFLOAD_TCP_PLAIN": ""})
 		err := withDevices("tcp://"+tlsAddr, back, func() error {
 			f, err := one(round == 0)
 			protected = append(protected, f)
 			return err
 		})
+		restore()
 		if err != nil {
 			return err
 		}
-		restore := setEnv(map[string]string{"GOFFLOAD_TCP_PLAIN": "1"})
+		restore = setEnv(map[string]string{"GOFFLOAD_TCP_PLAIN": "1"})
 		err = withDevices("tcp://"+plainAddr, back, func() error {
 			f, err := one(false)
 			plain = append(plain, f)
