@@ -541,6 +541,7 @@ func TestTCPTLSSuiteTSV(t *testing.T) {
 		"tcp_tls.submit_64MiB_vs_plain":   true,
 		"tcp_tls.retrieve_64MiB_vs_plain": true,
 		"tcp_tls.raw_tls_vs_tcp_pingpong": true,
+		"tcp_tls.plain_launch_vs_tcp":     true,
 	})
 	if !strings.Contains(out, "\n# tcp-tls: TCP devices on 127.0.0.1 (protected: ") {
 		t.Errorf("output lacks the devices' comment:\n%s", out)

@@ -40,6 +40,9 @@ import (
 //     devices in one mode (GOFFLOAD_TCP_PLAIN is the process's), so these
 //     are measured in two runtimes one after the other, twice in turn, not
 //     in alternating rounds: noisier than the others.
+//   - tcp_tls.plain_launch_vs_tcp: the launch over the plain session vs an
+//     8-byte ping-pong over raw TCP: what the engine adds to a round trip,
+//     TLS aside, for comparison with tcp_tls.launch_vs_tls.
 //   - tcp_tls.raw_tls_vs_tcp_pingpong: raw TLS ping-pong vs a raw TCP one,
 //     both over loopback, what TLS itself costs a round trip here.
 
@@ -203,8 +206,9 @@ func runTCPTLS(env *Env) error {
 	dst := make([]byte, size64MiB)
 	var protected, plain []tlsFigures
 	// one measures the runtime's device 0 and, the first time, compares
-	// it with raw TLS.
-	one := func(vsRaw bool) (f tlsFigures, err error) {
+	// its launch with raw TLS's ping-pong (protected) or raw TCP's (plain)
+	// and its copies with raw TLS's.
+	one := func(vsRaw, plain bool) (f tlsFigures, err error) {
 		dev := offload.On(0)
 		region := func(n int) error {
 			for range n {
@@ -226,9 +230,30 @@ func runTCPTLS(env *Env) error {
 				return f, err
 			}
 		}
-		if !vsRaw {
-			if f.launch, err = env.Measure(region); err != nil {
+		if vsRaw && plain {
+			echo, err := startTCPPeer("echo", sp, 0)
+			err = usePeer(echo, err, func(p *peer) error {
+				if err := p.pingPong(100); err != nil {
+					return err
+				}
+				t, b, err := env.Compare(region, p.pingPong)
+				if err != nil {
+					return err
+				}
+				f.launch = t
+				env.Report(Result{Metric: "tcp_tls.plain_launch_vs_tcp", Goffload: t, Baseline: b,
+					Note: "empty kernel, synchronous, plain tcp:// session (GOFFLOAD_TCP_PLAIN=1) vs 8-byte ping-pong over raw TCP on loopback: the engine's part of a launch, TLS aside"})
+				return nil
+			})
+			if err != nil {
 				return f, err
+			}
+		}
+		if !vsRaw || plain {
+			if !vsRaw {
+				if f.launch, err = env.Measure(region); err != nil {
+					return f, err
+				}
 			}
 			if f.submit, err = env.Measure(submit); err != nil {
 				return f, err
@@ -284,7 +309,7 @@ func runTCPTLS(env *Env) error {
 	for round := range 2 {
 		restore := setEnv(map[string]string{"GOFFLOAD_TCP_PLAIN": ""})
 		err := withDevices("tcp://"+tlsAddr, back, func() error {
-			f, err := one(round == 0)
+			f, err := one(round == 0, false)
 			protected = append(protected, f)
 			return err
 		})
@@ -294,7 +319,7 @@ func runTCPTLS(env *Env) error {
 		}
 		restore = setEnv(map[string]string{"GOFFLOAD_TCP_PLAIN": "1"})
 		err = withDevices("tcp://"+plainAddr, back, func() error {
-			f, err := one(false)
+			f, err := one(round == 0, true)
 			plain = append(plain, f)
 			return err
 		})
