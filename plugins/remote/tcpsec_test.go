@@ -14,11 +14,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -379,6 +381,15 @@ func TestTCPSecPKI(t *testing.T) {
 	}
 }
 
+// loaded loads the kernel table on d.
+func loaded(t *testing.T, d plugin.Device) plugin.Device {
+	t.Helper()
+	if err := d.Load(entries.Current(), 0); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // TestTCPSecConfig: settings that cannot protect a session are refused at
 // Start, saying what to set.
 func TestTCPSecConfig(t *testing.T) {
@@ -409,11 +420,25 @@ func TestTCPSecConfig(t *testing.T) {
 }
 
 // TestTCPSecEphemeral: without a PKI, sessions are TLS 1.3 and each
-// process's certificate is made once.
+// process's certificate is made once; a closed session leaves no goroutine
+// behind on either side.
 func TestTCPSecEphemeral(t *testing.T) {
 	t.Setenv(envSecret, limitSecret)
 	ln := listenLoopback(t)
 	startTCP(t, ln, 5*time.Second, security(t, false))
+	before := runtime.NumGoroutine()
+	t.Setenv(envSecret, limitSecret)
+	devs, err := openTCP(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkServed(t, loaded(t, devs[0]))
+	devs[0].Close()
+	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > before; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) { // no event tells that a goroutine is gone
+			t.Fatalf("%d goroutines after a closed session, %d before", runtime.NumGoroutine(), before)
+		}
+	}
 	d := openHonest(t, ln.Addr().String())
 	checkServed(t, d)
 	st, ok := d.(*device).l.t.(*tlsTransport)
