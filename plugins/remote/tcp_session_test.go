@@ -6,7 +6,9 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
@@ -222,6 +224,54 @@ func TestTCPConformance(t *testing.T) {
 				}
 				return devs
 			})
+		})
+	}
+}
+
+// TestTCPDeviceStoppedMidTransfer stops (SIGSTOP) a TCP device process
+// while 64 MiB stream to it, and while they stream back, over a protected
+// session: the copy fails with the device's silence after
+// GOFFLOAD_DEVICE_TIMEOUT (a TLS write waiting for room that never comes,
+// a read waiting inside a record), and nothing hangs.
+func TestTCPDeviceStoppedMidTransfer(t *testing.T) {
+	const secret = "stopped-s3cret"
+	buf := make([]byte, 64<<20)
+	for _, dir := range []string{"submit", "retrieve"} {
+		t.Run(dir, func(t *testing.T) {
+			t.Setenv("GOFFLOAD_DEVICE_TIMEOUT", "1s")
+			addr, _ := startTCPDevice(t, secret)
+			t.Setenv("GOFFLOAD_SECRET", secret)
+			d, err := openTCPDevice(t, addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := d.Alloc(int64(len(buf)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, _ := d.NewQueue()
+			if dir == "submit" {
+				q.Submit(p, buf)
+			} else {
+				q.Retrieve(buf, p)
+			}
+			pid := d.Info().PID
+			syscall.Kill(pid, syscall.SIGSTOP)
+			defer syscall.Kill(pid, syscall.SIGCONT)
+			done := make(chan error, 1)
+			go func() { done <- q.Synchronize() }()
+			select {
+			case err = <-done:
+			case <-time.After(time.Minute):
+				t.Fatal("a copy to a stopped TCP device hangs")
+			}
+			if err == nil { // done before the stop landed
+				q.Launch(nopK, nil)
+				err = q.Synchronize()
+			}
+			if !errors.Is(err, plugin.ErrDeviceLost) || !strings.Contains(err.Error(), "nothing heard") || !strings.Contains(err.Error(), "tcp://"+addr) {
+				t.Fatalf("after SIGSTOP: %v, want ErrDeviceLost for the silence, naming tcp://%s", err, addr)
+			}
 		})
 	}
 }
