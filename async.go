@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/goffload/offload/internal/core"
+	"github.com/goffload/offload/internal/placement"
 )
 
 // A Dep is a depend clause: a buffer (or any object) a task reads (DependIn)
@@ -54,6 +55,10 @@ func DependInOut(x any) Dep { return newDep(core.DepInOut, x) }
 type Task struct {
 	t   *core.Task
 	err error // a task that could not be created
+	// Of an Any-task: the buffers it writes, whose host copies its Wait
+	// makes valid, and the placement state they are in.
+	anyWrites []placement.Buf
+	any       *anySched
 }
 
 // Wait waits for the task and returns its error: the construct's own, or,
@@ -69,7 +74,11 @@ func (t *Task) WaitContext(ctx context.Context) error {
 	if t.t == nil {
 		return apiError(t.err)
 	}
-	return apiError(t.t.Wait(ctx))
+	err := t.t.Wait(ctx)
+	if err == nil && len(t.anyWrites) > 0 {
+		err = t.any.flush(ctx, t.anyWrites)
+	}
+	return apiError(err)
 }
 
 // Done is closed when the task has completed.
@@ -163,6 +172,9 @@ func (a Async) start(spawn func(rt *core.Runtime, deps []core.Dep) (*core.Task, 
 func (a Async) Run(k *Kernel, args ...any) *Task { return a.run(k, launchOpts{}, args) }
 
 func (a Async) run(k *Kernel, o launchOpts, args []any) *Task {
+	if a.dev.IsAny() {
+		return a.runAny(k, o, args)
+	}
 	return a.spawn(func(cd *core.Device) (core.Op, error) {
 		if k == nil || k.k == nil {
 			return core.Op{}, fmt.Errorf("goffload: %s: target: %w: nil kernel", cd.Label(), ErrBadArgument)
@@ -259,11 +271,21 @@ func Taskwait(ctx context.Context) error {
 	if core.InTask() { // first: inside a kernel of a device process too, where no runtime is
 		return fmt.Errorf("goffload: taskwait: %w", ErrInTask)
 	}
-	rt, err := runtimeOrErr()
-	if err != nil {
-		return err // this package's error
+	rt, rerr := runtimeOrErr()
+	if rerr != nil {
+		return rerr // this package's error
 	}
-	return apiError(rt.Taskwait(ctx))
+	err := rt.Taskwait(ctx)
+	if s := anyOf(rt); s != nil && (err == nil || ctx.Err() == nil) {
+		// The Any-tasks' buffers back to the program: host copies valid,
+		// device copies freed.
+		if herr := s.handback(ctx, true); err == nil {
+			err = herr
+		} else if herr != nil {
+			err = errors.Join(err, herr)
+		}
+	}
+	return apiError(err)
 }
 
 // A Group is a set of tasks waited for together (OpenMP's taskgroup).
@@ -322,5 +344,25 @@ func (g *Group) Wait(ctx context.Context) error {
 	if first != nil && (err == nil || ctx.Err() == nil) {
 		return apiError(first)
 	}
+	if err == nil {
+		err = flushWrites(ctx, ts)
+	}
 	return apiError(err)
+}
+
+// flushWrites makes the host copies of what the Any-tasks among ts wrote
+// valid.
+func flushWrites(ctx context.Context, ts []*Task) error {
+	var s *anySched
+	var bufs []placement.Buf
+	for _, t := range ts {
+		if len(t.anyWrites) > 0 {
+			s = t.any
+			bufs = append(bufs, t.anyWrites...)
+		}
+	}
+	if s == nil {
+		return nil
+	}
+	return s.flush(ctx, bufs)
 }

@@ -57,8 +57,10 @@ var (
 // (started with startSet, matrix_test.go): two host devices, two device
 // processes (waits between them go device to device), two fake GPUs (one
 // stream waits on the other GPU's CUDA event), and a host device with a
-// device process or a GPU (the host waits between them).
-var deviceSets = []string{"host:2", "local:2", "cuda", "host,local:1", "host,cuda:0"}
+// device process or a GPU (the host waits between them); two OpenCL
+// devices on the machine's driver (a barrier waits on the other's
+// cl_event) and a host device with one.
+var deviceSets = []string{"host:2", "local:2", "cuda", "host,local:1", "host,cuda:0", "opencl:0,opencl:0", "host,opencl:0"}
 
 func TestDependPatterns(t *testing.T) {
 	for _, devices := range deviceSets {

@@ -226,3 +226,45 @@ func BenchmarkTargetTaskChain(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkAnyTaskChain is BenchmarkTargetTaskChain/same with Any-tasks on
+// two host devices: a chain of small tasks on two buffers that the runtime
+// places (the placement, its copies and bookkeeping per task); /hand is
+// the same chain placed by hand on device 0, its buffers mapped once.
+func BenchmarkAnyTaskChain(b *testing.B) {
+	if err := offload.Start(offload.WithDevices("host:2"), offload.WithOffload("MANDATORY")); err != nil {
+		b.Fatalf("Start: %v", err)
+	}
+	b.Cleanup(func() {
+		if err := offload.Stop(); err != nil {
+			b.Errorf("Stop: %v", err)
+		}
+	})
+	x, y := make([]float32, 4), make([]float32, 4)
+	b.Run("any", func(b *testing.B) {
+		for b.Loop() {
+			benchTyped3.Nowait(offload.Any().Nowait(), 1, x, y)
+		}
+		if err := offload.Taskwait(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	})
+	b.Run("hand", func(b *testing.B) {
+		for _, s := range [][]float32{x, y} {
+			if err := offload.On(0).EnterData(offload.Alloc(s)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for b.Loop() {
+			benchTyped3.Nowait(offload.On(0).Nowait(offload.DependIn(x), offload.DependInOut(y)), 1, x, y)
+		}
+		if err := offload.Taskwait(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		for _, s := range [][]float32{x, y} {
+			if err := offload.On(0).ExitData(offload.Delete(s)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -189,6 +189,27 @@ func checkTags(name string, fn any) error {
 	return nil
 }
 
+// OpenCL gives the kernel device code for OpenCL devices: OpenCL C source
+// and the name of its kernel function, which takes the kernel's parameters
+// after the Ctx in order (a slice as a __global pointer to its element
+// type, a scalar by value: Go's int is OpenCL C's long, bool is uchar; a
+// struct by value as a struct of the same layout; pass lengths as scalar
+// parameters). An OpenCL device builds it when it loads the program and
+// runs it instead of the Go body, which CPU devices keep running; a
+// kernel may have PTX too. Call it at package init, with the
+// registration; it panics if the runtime is started or the source is
+// empty. See docs/opencl.md.
+//
+//	//go:embed saxpy.cl
+//	var saxpyCL []byte
+//	var Saxpy = offload.MustKernel4("saxpy", saxpyGo).OpenCL(saxpyCL, "saxpy")
+func (k *Kernel) OpenCL(src []byte, entry string) *Kernel {
+	if err := k.k.SetCode(plugin.DeviceCode{Format: "opencl", Image: src, Entry: entry}); err != nil {
+		panic(err)
+	}
+	return k
+}
+
 // PTX gives the kernel device code for NVIDIA GPUs: a PTX image and the
 // name of its entry point, which takes the kernel's parameters after the
 // Ctx in order (scalars by value, slices as device pointers; pass lengths

@@ -10,7 +10,9 @@ import (
 
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
+	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/cuda"
+	"github.com/goffload/offload/plugins/opencl"
 )
 
 // The semantics matrix (issue 22): the runtime's map, update, data region
@@ -22,8 +24,8 @@ import (
 // give the same results.
 //
 // The matrix is a list of kinds and forEachKind, which runs a test's body
-// once per kind as subtests named host, local, cuda-fake and tcp; the body
-// starts the runtime with k.start(t, n) (n devices of that kind) and reads
+// once per kind as subtests named host, local, cuda-fake, opencl and tcp;
+// the body starts the runtime with k.start(t, n) (n devices of that kind) and reads
 // k.label where an error names the device. This keeps each test as it was
 // written, with its own setup and checks in one place, and shows a kind's
 // failure as that test's subtest (go test -run 'TestMapSemantics/local').
@@ -38,6 +40,11 @@ import (
 // over copies of its arguments' device memory, in its stream's order, so
 // what it sees and leaves is device memory that the runtime mapped and
 // copied through the kind's staging buffers.
+//
+// The opencl devices are the machine's OpenCL driver's (PoCL in CI, a real
+// driver: its queues, events and memory), in the kind's emulate mode
+// (opencl.UseEmulationForTests) for kernels without OpenCL C, as the fake
+// GPUs are.
 //
 // A test that cannot hold on some kind skips it with a t.Skip saying why,
 // or leaves the kind out with a comment; it does not weaken what it checks.
@@ -70,9 +77,32 @@ var kinds = []testKind{
 		}
 		return "cuda" // every GPU of the fake driver
 	}, setup: useFakeGPUs, inProcess: true},
+	{name: "opencl", label: "opencl", spec: func(n int) string {
+		return strings.TrimSuffix(strings.Repeat("opencl:0,", n), ",") // PoCL has one device: n devices on it
+	}, setup: useOpenCL, inProcess: true},
 	{name: "tcp", label: "tcp", spec: func(n int) string {
 		return strings.TrimSuffix(strings.Repeat("tcp://"+tcpDeviceAddr+",", n), ",")
 	}, setup: startTCPDevice},
+}
+
+// useOpenCL makes the opencl kind's devices run the Go bodies of kernels
+// without OpenCL C (every kernel of these tests but the declare target
+// ones') over copies of device memory, in their queues' order, on the
+// machine's OpenCL driver (PoCL in CI: scripts/test installs it), until
+// the test ends. Without an OpenCL device the test skips, unless
+// GOFFLOAD_REQUIRE_OPENCL is set.
+func useOpenCL(t testing.TB) {
+	t.Helper()
+	k, _ := plugin.LookupKind("opencl")
+	if ds, err := k.Open("0"); err != nil {
+		if os.Getenv("GOFFLOAD_REQUIRE_OPENCL") != "" {
+			t.Fatalf("opencl:0: %v", err)
+		}
+		t.Skipf("no OpenCL device: %v", err)
+	} else {
+		ds[0].Close()
+	}
+	t.Cleanup(opencl.UseEmulationForTests())
 }
 
 // tcpDeviceAddr is where the tcp kind's device process serves, for the
@@ -183,6 +213,9 @@ func startSet(t testing.TB, devices string, opts ...offload.Option) {
 	t.Helper()
 	if strings.Contains(devices, "cuda") {
 		useFakeGPUs(t)
+	}
+	if strings.Contains(devices, "opencl") {
+		useOpenCL(t)
 	}
 	start(t, append([]offload.Option{offload.WithDevices(devices), offload.WithOffload("MANDATORY")}, opts...)...)
 }

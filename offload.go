@@ -146,10 +146,21 @@ func StopContext(ctx context.Context) error {
 	}
 	startMu.Lock()
 	defer startMu.Unlock()
-	rt := current.Swap(nil)
+	rt := current.Load()
 	var err error
+	if s := anyOf(rt); rt != nil && s != nil {
+		// What Any-tasks wrote, back in the program's memory before the
+		// devices go.
+		err = s.handback(ctx, false)
+		anyState.CompareAndSwap(s, nil)
+	}
+	rt = current.Swap(nil)
 	if rt != nil {
-		err = rt.StopContext(ctx)
+		if serr := rt.StopContext(ctx); err == nil {
+			err = serr
+		} else if serr != nil {
+			err = errors.Join(err, serr)
+		}
 	}
 	for _, k := range plugin.Kinds() {
 		if k.Finish == nil {
@@ -257,14 +268,22 @@ func (d Device) Num() int { return d.num }
 // IsInitial reports whether d is the initial device.
 func (d Device) IsInitial() bool { return d.num == NumDevices() }
 
-// String is "device N".
-func (d Device) String() string { return fmt.Sprintf("device %d", d.num) }
+// String is "device N", or "Any()".
+func (d Device) String() string {
+	if d.IsAny() {
+		return "Any()"
+	}
+	return fmt.Sprintf("device %d", d.num)
+}
 
 // resolve finds the runtime device d stands for.
 func (d Device) resolve() (*core.Device, bool, error) {
 	rt, err := runtimeOrErr()
 	if err != nil {
 		return nil, false, err
+	}
+	if d.IsAny() {
+		return nil, false, fmt.Errorf("goffload: Any(): %w: Any() names no one device: it takes target tasks (Run, Nowait launches) and Update(From(x)), not this construct", ErrBadArgument)
 	}
 	return rt.Resolve(d.num)
 }

@@ -70,6 +70,12 @@ func (k Kernel0) PTX(image []byte, entry string) Kernel0 {
 	return k
 }
 
+// OpenCL gives the kernel OpenCL C for OpenCL devices; see Kernel.OpenCL.
+func (k Kernel0) OpenCL(src []byte, entry string) Kernel0 {
+	k.k.OpenCL(src, entry)
+	return k
+}
+
 // Kernel is the kernel's untyped form, for Device.Run and Async.Run.
 func (k Kernel0) Kernel() *Kernel { return k.k }
 
@@ -139,6 +145,12 @@ func (k Kernel1[A]) Named(names ...string) Kernel1[A] {
 // PTX gives the kernel device code for NVIDIA GPUs; see Kernel.PTX.
 func (k Kernel1[A]) PTX(image []byte, entry string) Kernel1[A] {
 	k.k.PTX(image, entry)
+	return k
+}
+
+// OpenCL gives the kernel OpenCL C for OpenCL devices; see Kernel.OpenCL.
+func (k Kernel1[A]) OpenCL(src []byte, entry string) Kernel1[A] {
+	k.k.OpenCL(src, entry)
 	return k
 }
 
@@ -215,6 +227,12 @@ func (k Kernel2[A, B]) Named(names ...string) Kernel2[A, B] {
 // PTX gives the kernel device code for NVIDIA GPUs; see Kernel.PTX.
 func (k Kernel2[A, B]) PTX(image []byte, entry string) Kernel2[A, B] {
 	k.k.PTX(image, entry)
+	return k
+}
+
+// OpenCL gives the kernel OpenCL C for OpenCL devices; see Kernel.OpenCL.
+func (k Kernel2[A, B]) OpenCL(src []byte, entry string) Kernel2[A, B] {
+	k.k.OpenCL(src, entry)
 	return k
 }
 
@@ -297,6 +315,12 @@ func (k Kernel3[A, B, C]) Named(names ...string) Kernel3[A, B, C] {
 // PTX gives the kernel device code for NVIDIA GPUs; see Kernel.PTX.
 func (k Kernel3[A, B, C]) PTX(image []byte, entry string) Kernel3[A, B, C] {
 	k.k.PTX(image, entry)
+	return k
+}
+
+// OpenCL gives the kernel OpenCL C for OpenCL devices; see Kernel.OpenCL.
+func (k Kernel3[A, B, C]) OpenCL(src []byte, entry string) Kernel3[A, B, C] {
+	k.k.OpenCL(src, entry)
 	return k
 }
 
@@ -385,6 +409,12 @@ func (k Kernel4[A, B, C, D]) Named(names ...string) Kernel4[A, B, C, D] {
 // PTX gives the kernel device code for NVIDIA GPUs; see Kernel.PTX.
 func (k Kernel4[A, B, C, D]) PTX(image []byte, entry string) Kernel4[A, B, C, D] {
 	k.k.PTX(image, entry)
+	return k
+}
+
+// OpenCL gives the kernel OpenCL C for OpenCL devices; see Kernel.OpenCL.
+func (k Kernel4[A, B, C, D]) OpenCL(src []byte, entry string) Kernel4[A, B, C, D] {
+	k.k.OpenCL(src, entry)
 	return k
 }
 
@@ -477,6 +507,12 @@ func (k Kernel5[A, B, C, D, E]) Named(names ...string) Kernel5[A, B, C, D, E] {
 // PTX gives the kernel device code for NVIDIA GPUs; see Kernel.PTX.
 func (k Kernel5[A, B, C, D, E]) PTX(image []byte, entry string) Kernel5[A, B, C, D, E] {
 	k.k.PTX(image, entry)
+	return k
+}
+
+// OpenCL gives the kernel OpenCL C for OpenCL devices; see Kernel.OpenCL.
+func (k Kernel5[A, B, C, D, E]) OpenCL(src []byte, entry string) Kernel5[A, B, C, D, E] {
+	k.k.OpenCL(src, entry)
 	return k
 }
 
@@ -573,6 +609,12 @@ func (k Kernel6[A, B, C, D, E, F]) Named(names ...string) Kernel6[A, B, C, D, E,
 // PTX gives the kernel device code for NVIDIA GPUs; see Kernel.PTX.
 func (k Kernel6[A, B, C, D, E, F]) PTX(image []byte, entry string) Kernel6[A, B, C, D, E, F] {
 	k.k.PTX(image, entry)
+	return k
+}
+
+// OpenCL gives the kernel OpenCL C for OpenCL devices; see Kernel.OpenCL.
+func (k Kernel6[A, B, C, D, E, F]) OpenCL(src []byte, entry string) Kernel6[A, B, C, D, E, F] {
+	k.k.OpenCL(src, entry)
 	return k
 }
 
@@ -673,6 +715,12 @@ func (k Kernel7[A, B, C, D, E, F, G]) Named(names ...string) Kernel7[A, B, C, D,
 // PTX gives the kernel device code for NVIDIA GPUs; see Kernel.PTX.
 func (k Kernel7[A, B, C, D, E, F, G]) PTX(image []byte, entry string) Kernel7[A, B, C, D, E, F, G] {
 	k.k.PTX(image, entry)
+	return k
+}
+
+// OpenCL gives the kernel OpenCL C for OpenCL devices; see Kernel.OpenCL.
+func (k Kernel7[A, B, C, D, E, F, G]) OpenCL(src []byte, entry string) Kernel7[A, B, C, D, E, F, G] {
+	k.k.OpenCL(src, entry)
 	return k
 }
 
@@ -777,6 +825,12 @@ func (k Kernel8[A, B, C, D, E, F, G, H]) Named(names ...string) Kernel8[A, B, C,
 // PTX gives the kernel device code for NVIDIA GPUs; see Kernel.PTX.
 func (k Kernel8[A, B, C, D, E, F, G, H]) PTX(image []byte, entry string) Kernel8[A, B, C, D, E, F, G, H] {
 	k.k.PTX(image, entry)
+	return k
+}
+
+// OpenCL gives the kernel OpenCL C for OpenCL devices; see Kernel.OpenCL.
+func (k Kernel8[A, B, C, D, E, F, G, H]) OpenCL(src []byte, entry string) Kernel8[A, B, C, D, E, F, G, H] {
+	k.k.OpenCL(src, entry)
 	return k
 }
 

@@ -24,6 +24,10 @@ import (
 //   - apps.cholesky_vs_goroutines: tiled Cholesky (examples/apps/cholesky)
 //     of -apps-tiles² tiles of -apps-b² on devices 0 and 1 against a
 //     goroutine fork-join version of the same tile operations. Goal: ≤ 1.5.
+//   - apps.cholesky_any_vs_hand: the same factorization with every task an
+//     Any-task (cholesky.FactorAny: the runtime places the tasks and moves
+//     the tiles) against Factor's hand placement, each timed from the call
+//     to its end with the tiles back in the program's memory. Goal: ≤ 1.1.
 //   - apps.cg_local1_vs_host: the conjugate gradient method
 //     (examples/apps/cg) on the 2-D Poisson matrix of an -apps-cg-n² grid
 //     (5-point Laplacian in CSR form, -apps-cg-n² rows), -apps-cg-iters
@@ -117,7 +121,48 @@ func appsCholesky(env *Env, devs []offload.Device) error {
 	}
 	env.Report(Result{Metric: "apps.cholesky_vs_goroutines", Goffload: median(tc), Baseline: median(tg),
 		Note: fmt.Sprintf("n=%d in %d×%d tiles, %d tasks on devices 0,1 vs goroutine fork-join (goal ≤ 1.5)", tiles*b, tiles, tiles, tasks)})
+	if err := appsCholeskyAny(env, devs); err != nil {
+		return err
+	}
 	return appsCG(env)
+}
+
+// appsCholeskyAny times the factorization with Any-tasks against the hand
+// placement, each from the call to its end with the tiles back in the
+// program's memory, in alternating rounds, checking L every round.
+func appsCholeskyAny(env *Env, devs []offload.Device) error {
+	if offload.NumDevices() != len(devs) {
+		env.Comment("apps.cholesky_any_vs_hand: left out (Any() places on every device: %d, the hand placement uses %d)", offload.NumDevices(), len(devs))
+		return nil
+	}
+	tiles, b := appsTiles, appsB
+	var ta, th []float64
+	for round := range max(env.Rounds, 1) + 1 { // the first round warms up
+		want := cholesky.NewMatrix(tiles, b)
+		cholesky.Reference(want, runtime.GOMAXPROCS(0))
+		var times [2]time.Duration
+		for i, factor := range []func(*cholesky.Matrix) error{
+			func(m *cholesky.Matrix) error { _, _, err := cholesky.FactorAny(m); return err },
+			func(m *cholesky.Matrix) error { _, _, err := cholesky.Factor(devs, m); return err },
+		} {
+			m := cholesky.NewMatrix(tiles, b)
+			t0 := time.Now()
+			if err := factor(m); err != nil {
+				return err
+			}
+			times[i] = time.Since(t0)
+			if err := cholesky.Check(m, want); err != nil {
+				return err
+			}
+		}
+		if round > 0 {
+			ta = append(ta, float64(times[0].Nanoseconds()))
+			th = append(th, float64(times[1].Nanoseconds()))
+		}
+	}
+	env.Report(Result{Metric: "apps.cholesky_any_vs_hand", Goffload: median(ta), Baseline: median(th),
+		Note: fmt.Sprintf("n=%d in %d×%d tiles: Any() on devices 0,1 vs Factor's hand placement (row owners, replicas), each with its copies in and out (goal ≤ 1.1)", tiles*b, tiles, tiles)})
+	return nil
 }
 
 // appsCG times the conjugate gradient on a local:1 device against the host

@@ -6,6 +6,7 @@ package plugin
 import (
 	"fmt"
 	"reflect"
+	"strings"
 )
 
 // Kernel is one kernel of the program's image: a Go function that every
@@ -121,6 +122,15 @@ type Param struct {
 	// Struct is the type of the struct parameter a field parameter
 	// belongs to (nil for a parameter that is not a field).
 	Struct reflect.Type
+}
+
+// ReadOnly reports whether the parameter is a slice the kernel only reads:
+// its type is offload.In[T]. A device that copies a kernel's buffers back
+// after running it (the cuda kind's emulation) need not copy these, and
+// must not, where other kernels may read the same buffer at once.
+func (p Param) ReadOnly() bool {
+	t := p.SliceType
+	return p.Kind == Slice && t != nil && t.PkgPath() == "github.com/goffload/offload" && strings.HasPrefix(t.Name(), "In[")
 }
 
 // DeviceCode is a kernel's code for one kind of device: an image in a

@@ -202,6 +202,15 @@ type LostReporter interface {
 	Lost() error
 }
 
+// KernelChecker is implemented by devices that cannot launch every kernel
+// of the image (a GPU needs the kernel's code in its format). CanLaunch
+// returns nil if the device can launch k, else why not; the runtime asks
+// before it places a task there itself (offload.Any). Devices that run
+// every kernel's Go body need not implement it.
+type KernelChecker interface {
+	CanLaunch(k Kernel) error
+}
+
 // Arg is one kernel argument: a scalar, or a slice of device memory.
 type Arg struct {
 	// Scalar holds the value of a scalar parameter, of the parameter's type.

@@ -45,10 +45,15 @@ var Step = offload.MustKernel3("pipeline.step", func(ctx offload.Ctx, n int, nex
 			next[i] = cur[i] + alpha*(cur[i-1]-2*cur[i]+cur[i+1])
 		}
 	})
-}).Named("n", "next", "cur").PTX(stepPTX, "step")
+}).Named("n", "next", "cur").PTX(stepPTX, "step").OpenCL(stepCL, "heat_step")
 
 //go:embed step.ptx
 var stepPTX []byte
+
+// stepCL is Step for OpenCL devices (step.cl).
+//
+//go:embed step.cl
+var stepCL []byte
 
 func main() {
 	cells := flag.Int("n", 1<<20, "cells")

@@ -10,6 +10,7 @@
 //	GOFFLOAD_DEVICES=host,local:2 go run ./examples/saxpy
 //	GOFFLOAD_INFO=copies go run ./examples/saxpy   # shows the copies both ways
 //	GOFFLOAD_DEVICES=cuda go run ./examples/saxpy  # on the GPUs, with the PTX in saxpy.ptx
+//	GOFFLOAD_DEVICES=opencl go run ./examples/saxpy  # on OpenCL devices (PoCL too), with saxpy.cl
 //
 // Where a device named in GOFFLOAD_DEVICES cannot be used (no GPU, say),
 // OpenMP's default is to run its part on the host; the output then shows
@@ -43,10 +44,15 @@ var Saxpy = offload.MustKernel4("saxpy", func(ctx offload.Ctx, n int, a float32,
 			y[i] += a * x[i]
 		}
 	})
-}).Named("n", "a", "x", "y").PTX(saxpyPTX, "saxpy")
+}).Named("n", "a", "x", "y").PTX(saxpyPTX, "saxpy").OpenCL(saxpyCL, "saxpy")
 
 //go:embed saxpy.ptx
 var saxpyPTX []byte
+
+// saxpyCL is the kernel for OpenCL devices (saxpy.cl).
+//
+//go:embed saxpy.cl
+var saxpyCL []byte
 
 func main() {
 	n := flag.Int("n", 1<<22, "vector length")

@@ -369,6 +369,11 @@ type Op struct {
 	// Initial runs the construct on the initial device; nil means there
 	// is nothing to do there (data constructs: host memory is the data).
 	Initial func(d *Device, task uint64, fallback bool, stop *plugin.StopSignal) error
+	// Done, if set, is called once the task Spawn makes of the construct
+	// has completed, with its error, on the goroutine that completed it:
+	// it must not block (the runtime's placement of Any-tasks learns
+	// from it).
+	Done func(err error)
 }
 
 // check validates op's clauses on d.

@@ -22,6 +22,7 @@ const (
 	InfoKernels        InfoFlags = 0x10  // "kernels": kernel launches and where they ran
 	InfoCopies         InfoFlags = 0x20  // "copies": data copies, with addresses, size and name
 	InfoOffload        InfoFlags = 0x100 // "offload": device selection and fallback to the initial device
+	InfoPlacement      InfoFlags = 0x200 // "placement": where Any-tasks go and why, and the copies their data needs
 	InfoAll            InfoFlags = 0xffffffff
 )
 
@@ -36,6 +37,7 @@ var infoNames = []struct {
 	{"kernels", InfoKernels},
 	{"copies", InfoCopies},
 	{"offload", InfoOffload},
+	{"placement", InfoPlacement},
 	{"all", InfoAll},
 }
 

@@ -31,9 +31,10 @@ type Task struct {
 	ev plugin.Event // fires when the device work is done; nil until enqueued, or if never
 	cq *cqueue      // the queue it was enqueued on; guarded by its device's qmu
 
-	done chan struct{}
-	err  error    // set before done is closed
-	fail *failure // with err: the failure it reports (its own or a predecessor's)
+	done   chan struct{}
+	onDone func(error) // Op.Done
+	err    error       // set before done is closed
+	fail   *failure    // with err: the failure it reports (its own or a predecessor's)
 	// Guarded by mu: enqueued says the device work is enqueued (ev set) or
 	// never will be (t completed); enqWait are the tasks waiting for that.
 	enqueued bool
@@ -223,7 +224,10 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy s
 		light, heavy, spawn = handOn(succs)
 	}
 	ts.mu.Unlock()
-	close(t.done)                           // after the history: a waiter sees it settled
+	close(t.done) // after the history: a waiter sees it settled
+	if t.onDone != nil {
+		t.onDone(err)
+	}
 	if t.dev != nil && !t.dev.IsInitial() { // host work: no task waits for its enqueueing (see Spawn)
 		if s := t.markEnqueued(); s != nil { // it never was, and never will be
 			heavy, spawn = first(heavy, s, spawn)
@@ -280,7 +284,7 @@ func (r *Runtime) DepEntries() (addrs, failed int) {
 // host, first by polling with bounded yielding, then blocking. It never
 // blocks on other tasks' work: what would is done on a goroutine.
 func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
-	t := &Task{Name: op.Name, dev: d, done: make(chan struct{})}
+	t := &Task{Name: op.Name, dev: d, done: make(chan struct{}), onDone: op.Done}
 	preds := r.register(t, deps)
 	var onHost, onDevice, later []*Task
 	for _, p := range preds {

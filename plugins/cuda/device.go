@@ -268,6 +268,13 @@ func (d *device) kernel(k plugin.Kernel) (kernelFn, error) {
 	return kf, nil
 }
 
+// CanLaunch reports whether the device can launch k: it has PTX the
+// device loaded (or the emulate mode runs its Go body): plugin.KernelChecker.
+func (d *device) CanLaunch(k plugin.Kernel) error {
+	_, err := d.kernel(k)
+	return err
+}
+
 func (d *device) Alloc(size int64) (plugin.Ptr, error) {
 	if err := d.alive(); err != nil {
 		return 0, err

@@ -236,8 +236,9 @@ func (q *queue) emulate(o *op, t *opTiming) error {
 		return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name(), d.wrap(err))
 	}
 	type hostCopy struct {
-		a allocation
-		b []byte
+		a        allocation
+		b        []byte
+		readOnly bool // only In parameters use it: not copied back
 	}
 	var copies []*hostCopy
 	for i, p := range o.k.Params() {
@@ -250,12 +251,15 @@ func (q *queue) emulate(o *op, t *opTiming) error {
 		}
 		dup := false
 		for _, c := range copies {
-			dup = dup || c.a.base == a.base
+			if c.a.base == a.base {
+				dup = true
+				c.readOnly = c.readOnly && p.ReadOnly()
+			}
 		}
 		if dup {
 			continue
 		}
-		c := &hostCopy{a: a, b: make([]byte, max(a.size, 1))}
+		c := &hostCopy{a: a, b: make([]byte, max(a.size, 1)), readOnly: p.ReadOnly()}
 		if err := q.retrieve(c.b[:a.size], a.base, nil); err != nil {
 			return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name(), d.wrap(err))
 		}
@@ -280,6 +284,9 @@ func (q *queue) emulate(o *op, t *opTiming) error {
 		return fmt.Errorf("%s: %w", d.label(), err)
 	}
 	for _, c := range copies {
+		if c.readOnly {
+			continue
+		}
 		if err := q.submit(c.a.base, c.b[:c.a.size], nil); err != nil {
 			return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name(), d.wrap(err))
 		}

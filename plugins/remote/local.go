@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goffload/offload/internal/waitpoll"
 	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
 )
@@ -26,6 +27,7 @@ const (
 	envSide  = "GOFFLOAD_SIDE_FD"      // inherited socket the host introduces peers on
 	envCores = "GOFFLOAD_DEVICE_CORES" // cores the device splits loops over
 	envShm   = "GOFFLOAD_SHM_FD"       // inherited memory file of a shared-memory link
+	envCrowd = "GOFFLOAD_CROWDED"      // "1": more of the program's processes than cores (waitpoll.SetCrowded)
 	envLink  = "GOFFLOAD_LOCAL_LINK"   // shm (the default) or socket: what a local device's link goes through
 )
 
@@ -74,9 +76,15 @@ func openLocal(arg string) ([]plugin.Device, error) {
 	} else if _, err := workpool.ParseWorkers(envCores, cores); err != nil {
 		return nil, fmt.Errorf("%w: %w", plugin.ErrBadSpec, err)
 	}
+	// The host and its local devices: more processes than cores make
+	// every poller of them yield its core now and then (waitpoll.Pause).
+	crowded := int(localProcs.Load())+n+1 > runtime.NumCPU()
+	if crowded {
+		waitpoll.SetCrowded(true)
+	}
 	var devs []plugin.Device
 	for i := 0; i < n; i++ {
-		d, err := spawn(exe, cores)
+		d, err := spawn(exe, cores, crowded)
 		if err != nil {
 			for _, d := range devs {
 				d.Close()
@@ -88,8 +96,18 @@ func openLocal(arg string) ([]plugin.Device, error) {
 	return devs, nil
 }
 
+// localProcs counts the local device processes of this process that run,
+// for the count of the program's processes on the machine.
+var localProcs atomic.Int64
+
+// procsChanged follows a device process's start (+1) or end (-1): the
+// host is crowded while it and its devices outnumber the cores.
+func procsChanged(delta int64) {
+	waitpoll.SetCrowded(int(localProcs.Add(delta))+1 > runtime.NumCPU())
+}
+
 // spawn starts a device process of exe connected by an inherited socket.
-func spawn(exe, cores string) (*device, error) {
+func spawn(exe, cores string, crowded bool) (*device, error) {
 	fds, err := socketpair()
 	if err != nil {
 		return nil, fmt.Errorf("socketpair: %w", err)
@@ -120,6 +138,9 @@ func spawn(exe, cores string) (*device, error) {
 	num.Store(-1)
 	cmd := exec.Command(exe, os.Args[1:]...)
 	cmd.Env = append(os.Environ(), envRole+"=device", envFD+"=3", envSide+"=4", envCores+"="+cores)
+	if crowded {
+		cmd.Env = append(cmd.Env, envCrowd+"=1")
+	}
 	if _, set := os.LookupEnv("GORACE"); !set {
 		// A device process built with -race would sleep a second at exit.
 		cmd.Env = append(cmd.Env, "GORACE=atexit_sleep_ms=0")
@@ -145,8 +166,10 @@ func spawn(exe, cores string) (*device, error) {
 	pid := cmd.Process.Pid
 	exited := make(chan struct{})
 	var waitErr error
+	procsChanged(+1)
 	go func() {
 		waitErr = cmd.Wait()
+		procsChanged(-1)
 		close(exited)
 	}()
 	var l *link

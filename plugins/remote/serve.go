@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	"github.com/goffload/offload/internal/waitpoll"
 	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
 )
@@ -40,6 +41,9 @@ func ServeIfDevice(img *plugin.Image) {
 	if role != "device" {
 		fmt.Fprintf(os.Stderr, "goffload: %s=%q: the only role is \"device\"\n", envRole, role)
 		os.Exit(2)
+	}
+	if os.Getenv(envCrowd) == "1" {
+		waitpoll.SetCrowded(true)
 	}
 	if err := serve(img); err != nil {
 		fmt.Fprintf(os.Stderr, "goffload device (pid %d): %v\n", os.Getpid(), err)

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/goffload/offload/internal/waitpoll"
 )
 
 // A local device's link goes through shared memory: two rings, one each
@@ -464,7 +466,7 @@ func (w *waiter) wait(tail uint64) {
 		w.polls++
 		if w.polls%8 != 0 || time.Since(w.start) < spinBudget { // the clock is read every 8th poll
 			w.spun = true
-			runtime.Gosched()
+			waitpoll.Pause(w.polls)
 			return
 		}
 	}

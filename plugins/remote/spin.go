@@ -5,11 +5,12 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/goffload/offload/internal/waitpoll"
 )
 
 // Waking a process that sleeps in the kernel costs tens of microseconds on
@@ -177,6 +178,7 @@ type readState struct {
 	parked, spun, holding bool
 	start                 time.Time
 	budget                time.Duration
+	polls                 int
 }
 
 // read is the function RawConn.Read calls when the descriptor may be
@@ -213,6 +215,7 @@ func (c *spinConn) read(fd uintptr) bool {
 			return false
 		}
 		r.spun = true
-		runtime.Gosched()
+		r.polls++
+		waitpoll.Pause(r.polls)
 	}
 }

@@ -32,23 +32,28 @@ var (
 	// not positive (a matrix that is not positive definite) panics in the
 	// Go body, failing the task; on a GPU it makes NaNs and infinities.
 	Potrf = offload.MustKernel2("cholesky.potrf", func(_ offload.Ctx, a offload.InOut[float64], b int) { potrf(a, b) }).
-		Named("a", "b").PTX(choleskyPTX, "potrf")
+		Named("a", "b").PTX(choleskyPTX, "potrf").OpenCL(choleskyCL, "potrf")
 	// Trsm solves x Lᵀ = a for x in place of a, l a factored diagonal tile.
 	Trsm = offload.MustKernel3("cholesky.trsm", func(ctx offload.Ctx, l offload.In[float64], a offload.InOut[float64], b int) {
 		ctx.For(b, func(lo, hi int) { trsm(l, a, b, lo, hi) })
-	}).Named("l", "a", "b").PTX(choleskyPTX, "trsm")
+	}).Named("l", "a", "b").PTX(choleskyPTX, "trsm").OpenCL(choleskyCL, "trsm")
 	// Syrk updates a diagonal tile: c -= a aᵀ (lower triangle).
 	Syrk = offload.MustKernel3("cholesky.syrk", func(ctx offload.Ctx, a offload.In[float64], c offload.InOut[float64], b int) {
 		ctx.For(b, func(lo, hi int) { syrk(a, c, b, lo, hi) })
-	}).Named("a", "c", "b").PTX(choleskyPTX, "syrk")
+	}).Named("a", "c", "b").PTX(choleskyPTX, "syrk").OpenCL(choleskyCL, "syrk")
 	// Gemm updates an off-diagonal tile: c -= a btᵀ.
 	Gemm = offload.MustKernel4("cholesky.gemm", func(ctx offload.Ctx, a, bt offload.In[float64], c offload.InOut[float64], b int) {
 		ctx.For(b, func(lo, hi int) { gemm(a, bt, c, b, lo, hi) })
-	}).Named("a", "bt", "c", "b").PTX(choleskyPTX, "gemm")
+	}).Named("a", "bt", "c", "b").PTX(choleskyPTX, "gemm").OpenCL(choleskyCL, "gemm")
 )
 
 //go:embed cholesky.ptx
 var choleskyPTX []byte
+
+// choleskyCL is the kernels for OpenCL devices (cholesky.cl).
+//
+//go:embed cholesky.cl
+var choleskyCL []byte
 
 func potrf(a []float64, b int) {
 	for j := 0; j < b; j++ {
@@ -268,6 +273,44 @@ func Factor(devs []offload.Device, m *Matrix) (tasks int, elapsed time.Duration,
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	if err := g.Wait(ctx); err != nil {
+		return tasks, 0, err
+	}
+	return tasks, time.Since(start), nil
+}
+
+// FactorAny factors m as Factor does, with every task an Any-task
+// (offload.Any): the runtime places the tasks on the devices and moves the
+// tiles between them, and the depend clauses come from the kernels'
+// parameters. It returns the number of kernel tasks and the time from the
+// first task to the end of Taskwait, with the tiles back in m (the copies
+// in and out included, which Factor's time leaves out).
+func FactorAny(m *Matrix) (tasks int, elapsed time.Duration, err error) {
+	if err := CheckSize(m.T, m.B); err != nil {
+		return 0, 0, err
+	}
+	t, b := m.T, m.B
+	any := offload.Any()
+	start := time.Now()
+	for k := range t {
+		akk := m.Tile(k, k)
+		Potrf.Nowait(any.Nowait(), akk, b)
+		tasks++
+		for i := k + 1; i < t; i++ {
+			Trsm.Nowait(any.Nowait(), akk, m.Tile(i, k), b)
+			tasks++
+		}
+		for i := k + 1; i < t; i++ {
+			Syrk.Nowait(any.Nowait(), m.Tile(i, k), m.Tile(i, i), b)
+			tasks++
+			for j := k + 1; j < i; j++ {
+				Gemm.Nowait(any.Nowait(), m.Tile(i, k), m.Tile(j, k), m.Tile(i, j), b)
+				tasks++
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if err := offload.Taskwait(ctx); err != nil {
 		return tasks, 0, err
 	}
 	return tasks, time.Since(start), nil

@@ -3,10 +3,18 @@ package cholesky
 import (
 	"errors"
 	"math"
+	"os"
 	"testing"
 
 	"github.com/goffload/offload"
 )
+
+// TestMain serves as a device in the device processes TestFactorAny's
+// local devices start (this test binary, run again).
+func TestMain(m *testing.M) {
+	offload.ServeDevice()
+	os.Exit(m.Run())
+}
 
 // TestFactor factors on two host devices and on one, and checks L against
 // the plain-Go factorization and L Lᵀ against the matrix itself.
@@ -38,6 +46,40 @@ func TestFactor(t *testing.T) {
 	m.Tile(0, 0)[0] = -1
 	if _, _, err := Factor([]offload.Device{offload.On(0)}, m); !errors.Is(err, offload.ErrKernelFailed) {
 		t.Errorf("factoring a matrix that is not positive definite: %v; want ErrKernelFailed", err)
+	}
+}
+
+// TestFactorAny factors with Any-tasks on two host devices and on two
+// device processes, and checks L as TestFactor does; a matrix that is not
+// positive definite fails with an error.
+func TestFactorAny(t *testing.T) {
+	for _, devices := range []string{"host:2", "local:2"} {
+		if err := offload.Start(offload.WithDevices(devices), offload.WithOffload("MANDATORY")); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct{ t, b int }{{1, 5}, {4, 6}} {
+			want := NewMatrix(c.t, c.b)
+			Reference(want, 2)
+			m := NewMatrix(c.t, c.b)
+			tasks, _, err := FactorAny(m)
+			if err != nil {
+				t.Fatalf("%s: %d×%d tiles of %d: %v", devices, c.t, c.t, c.b, err)
+			}
+			if wantTasks := c.t * (c.t + 1) * (c.t + 2) / 6; tasks != wantTasks {
+				t.Errorf("%d tasks, want %d", tasks, wantTasks)
+			}
+			if err := Check(m, want); err != nil {
+				t.Errorf("%s: %d×%d tiles of %d: %v", devices, c.t, c.t, c.b, err)
+			}
+		}
+		m := NewMatrix(2, 3)
+		m.Tile(0, 0)[0] = -1
+		if _, _, err := FactorAny(m); !errors.Is(err, offload.ErrKernelFailed) {
+			t.Errorf("%s: factoring a matrix that is not positive definite: %v; want ErrKernelFailed", devices, err)
+		}
+		if err := offload.Stop(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

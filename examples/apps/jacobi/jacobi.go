@@ -30,14 +30,14 @@ import (
 // parameters: rows is there for the GPU, which gets no slice lengths.
 var Step = offload.MustKernel4("jacobi.step", func(ctx offload.Ctx, next offload.InOut[float64], cur offload.In[float64], cols, rows int) {
 	ctx.For(rows, func(lo, hi int) { stepRows(next, cur, cols, lo+1, hi+1) })
-}).Named("next", "cur", "cols", "rows").PTX(jacobiPTX, "step")
+}).Named("next", "cur", "cols", "rows").PTX(jacobiPTX, "step").OpenCL(jacobiCL, "jacobi_step")
 
 // StepRows computes rows [lo, hi) of next from cur, blocks of cols
 // columns as Step's; with lo ≥ 1 and hi ≤ rows+1. On a GPU it runs
 // jacobi.ptx's steprows.
 var StepRows = offload.MustKernel5("jacobi.steprows", func(ctx offload.Ctx, next offload.InOut[float64], cur offload.In[float64], cols, lo, hi int) {
 	ctx.For(hi-lo, func(a, b int) { stepRows(next, cur, cols, lo+a, lo+b) })
-}).Named("next", "cur", "cols", "lo", "hi").PTX(jacobiPTX, "steprows")
+}).Named("next", "cur", "cols", "lo", "hi").PTX(jacobiPTX, "steprows").OpenCL(jacobiCL, "steprows")
 
 // jacobiPTX is the GPU code of Step and StepRows: one thread per cell, each
 // computed with stepRows' operations in its order and without fused
@@ -45,6 +45,11 @@ var StepRows = offload.MustKernel5("jacobi.steprows", func(ctx offload.Ctx, next
 //
 //go:embed jacobi.ptx
 var jacobiPTX []byte
+
+// jacobiCL is Step and StepRows for OpenCL devices (jacobi.cl).
+//
+//go:embed jacobi.cl
+var jacobiCL []byte
 
 // stepRows computes rows [lo, hi) of next from cur, both grids of cols
 // columns: the kernel's loop and the plain-Go reference's.

@@ -147,6 +147,12 @@ func (k %[1]s%[6]s) PTX(image []byte, entry string) %[1]s%[6]s {
 	return k
 }
 
+// OpenCL gives the kernel OpenCL C for OpenCL devices; see Kernel.OpenCL.
+func (k %[1]s%[6]s) OpenCL(src []byte, entry string) %[1]s%[6]s {
+	k.k.OpenCL(src, entry)
+	return k
+}
+
 // Kernel is the kernel's untyped form, for Device.Run and Async.Run.
 func (k %[1]s%[6]s) Kernel() *Kernel { return k.k }
 `, name, n, plural, typeParams, fn, inst, ps, call, callA, strings.Join(decode, "\n"), callArgs)

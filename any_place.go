@@ -1,0 +1,177 @@
+package offload
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/goffload/offload/internal/core"
+	"github.com/goffload/offload/internal/mapping"
+	"github.com/goffload/offload/internal/placement"
+	"github.com/goffload/offload/plugin"
+)
+
+// usable reports whether device d can take Any-tasks: opened and not lost.
+func (s *anySched) usable(d int) bool {
+	cd := s.rt.Devices[d]
+	return cd.Unavailable == nil && cd.Lost() == nil
+}
+
+// canRun reports whether device d can run kernel k's tasks: usable, and
+// with code for k where it needs its own (plugin.KernelChecker).
+func (s *anySched) canRun(d int, k *Kernel) bool {
+	if !s.usable(d) {
+		return false
+	}
+	kc, ok := s.rt.Devices[d].Dev.(plugin.KernelChecker)
+	return !ok || kc.CanLaunch(k.k) == nil
+}
+
+// copyCost is what a placement on d costs in copies, by the model's link
+// figures.
+func (s *anySched) copyCost(from, to int, b placement.Buf) float64 {
+	return float64(s.model.CopyCost(from, to, int64(b.Size)))
+}
+
+// place chooses the device of a task of k with args kargs (accessing acc,
+// whose slices are bufs) and makes its copies and the task.
+func (s *anySched) place(a Async, k *Kernel, kargs []core.KernelArg, acc []placement.Access, bufs []anyBuf, size int64, geo plugin.Geometry, fail func(error) *Task) *Task {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	name, class := k.k.Name(), placement.SizeClass(size)
+
+	s.mmu.Lock()
+	var planErr error
+	choice := s.model.Choose(name, class, func(d int) time.Duration {
+		copies, _, err := s.table.Plan(d, acc, s.copyCost)
+		if err != nil {
+			planErr = err
+		}
+		var c time.Duration
+		for _, cp := range copies {
+			c += s.model.CopyCost(cp.From, cp.To, int64(cp.Buf.Size))
+		}
+		return c
+	}, func(d int) bool { return s.canRun(d, k) })
+	s.mmu.Unlock()
+	if choice.Dev < 0 {
+		return fail(fmt.Errorf("%w: no device can run it: every device is lost, unavailable, or has no code for the kernel (PTX, OpenCL C)", ErrNoDevice))
+	}
+	copies, alloc, err := s.table.Plan(choice.Dev, acc, s.copyCost)
+	if err == nil {
+		err = planErr
+	}
+	if err != nil {
+		return fail(fmt.Errorf("%w: %w: call Taskwait, which gives Any-tasks' buffers back, before using another section", ErrBadMap, err))
+	}
+	d := choice.Dev
+	dev := On(d)
+	cd := s.rt.Devices[d]
+	regions := make([]placement.Buf, len(acc))
+	for i, b := range bufs {
+		regions[i] = s.table.Region(acc[i].Buf)
+		if _, ok := s.bufs[regions[i]]; !ok { // a new region: this slice
+			s.bufs[regions[i]] = b
+		}
+	}
+	// Memory on d for the regions it has none for: mapped (alloc) until
+	// Taskwait gives the buffers back.
+	for _, b := range alloc {
+		x, name, err := s.section(b, b)
+		if err != nil {
+			return fail(err)
+		}
+		m := Alloc(x).Named(name)
+		m.byAny = true
+		if err := dev.enterData([]Map{m}); err != nil {
+			return fail(err)
+		}
+	}
+	// The copies its inputs need, each a task ordered after the last
+	// writer of the section, the copy that made the source valid, and
+	// the tasks that use d's copy now.
+	var why strings.Builder
+	for _, c := range copies {
+		x, name, err := s.section(c.Region, c.Buf)
+		if err != nil {
+			return fail(err)
+		}
+		deps := []Dep{DependIn(x), DependOut(s.token(c.Region, d))}
+		if c.From != placement.Host {
+			deps = append(deps, DependIn(s.token(c.Region, c.From)))
+		}
+		nw := dev.Nowait(deps...)
+		if c.From == placement.Host {
+			m := To(x).Named(name)
+			m.byAny = true
+			nw.Update(m)
+		} else {
+			dp, err := dev.mappedPtr(x)
+			if err == nil {
+				var sp DevicePtr
+				if sp, err = On(c.From).mappedPtr(x); err == nil {
+					nw.Memcpy(dp, sp, int64(c.Buf.Size))
+				}
+			}
+			if err != nil {
+				return fail(err)
+			}
+		}
+		fmt.Fprintf(&why, "; copies %q (%d bytes at %#x) from %s", name, c.Buf.Size, c.Buf.Addr, placeName(c.From))
+	}
+	// The task: its own depend clauses, its buffers' as its parameters
+	// say, and d's copies'.
+	deps := append([]Dep(nil), a.deps...)
+	for i, ac := range acc {
+		x := bufs[i].v.Interface()
+		if ac.Write {
+			deps = append(deps, DependInOut(x))
+		} else {
+			deps = append(deps, DependIn(x))
+		}
+		deps = append(deps, DependIn(s.token(regions[i], d)))
+	}
+	present := make([]core.KernelArg, len(kargs))
+	copy(present, kargs)
+	for i := range present {
+		if present[i].Slice.IsValid() && !present[i].DevPtr {
+			present[i].Map.Type = mapping.MapType(0) // present: the copies are the tasks above
+		}
+	}
+	op := core.TargetOpWith(k.k, present, geo)
+	est := choice.Exec
+	placed := time.Now()
+	op.Done = func(error) {
+		s.mmu.Lock()
+		s.model.Done(name, d, class, est, placed, time.Now())
+		s.mmu.Unlock()
+	}
+	s.mmu.Lock()
+	s.model.Placed(d, est)
+	s.mmu.Unlock()
+	var writes []placement.Buf
+	for _, ac := range acc {
+		if ac.Write {
+			writes = append(writes, ac.Buf)
+		}
+	}
+	t := Async{dev: dev, deps: deps, group: a.group}.start(func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
+		return rt.Spawn(cd, op, deps, false), nil
+	})
+	if t.t == nil { // not made: the model must not wait for it
+		op.Done(t.err)
+		return t
+	}
+	s.table.Commit(d, acc)
+	s.tracked.Store(int64(s.table.Len()))
+	t.anyWrites, t.any = writes, s
+	s.rt.Log.Taskf(core.InfoPlacement, d, t.t.ID, "Any(): %s on %s: %v%s", name, cd.Label(), choice, why.String())
+	return t
+}
+
+func placeName(p int) string {
+	if p == placement.Host {
+		return "the host"
+	}
+	return fmt.Sprintf("device %d", p)
+}

@@ -1,0 +1,119 @@
+package offload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/goffload/offload/internal/mapping"
+	"github.com/goffload/offload/internal/placement"
+)
+
+// flush makes the host's copies of bufs valid: each whose valid copies are
+// on devices only is copied back from one, after the last task that
+// writes it.
+func (s *anySched) flush(ctx context.Context, bufs []placement.Buf) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for _, c := range s.table.StaleOf(bufs) {
+		if err := s.copyBack(ctx, c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// copyBack copies c.Buf back from device c.From, after the last task that
+// writes it, and records that the host's copy is valid; s.mu is held.
+func (s *anySched) copyBack(ctx context.Context, c placement.Copy) error {
+	x, name, err := s.section(c.Region, c.Buf)
+	if err != nil {
+		return err
+	}
+	m := From(x).Named(name)
+	m.byAny = true
+	// After the last writer, and the copy that made c.From's valid.
+	nw := On(c.From).Nowait(DependIn(x), DependIn(s.token(c.Region, c.From)))
+	if err := nw.Update(m).WaitContext(ctx); err != nil {
+		return fmt.Errorf("goffload: Any(): copying %q back from device %d: %w", name, c.From, err)
+	}
+	s.table.HostValid(c.Buf)
+	return nil
+}
+
+// handback makes every buffer's host copy valid and, if release, frees the
+// device copies and gives the buffers back to the program (Taskwait: no
+// task uses them any more).
+func (s *anySched) handback(ctx context.Context, release bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for _, c := range s.table.Stale() {
+		if err := s.copyBack(ctx, c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if !release {
+		return errors.Join(errs...)
+	}
+	for b, devs := range s.table.Release() {
+		x, name, err := s.section(b, b)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, d := range devs {
+			m := Delete(x).Named(name)
+			m.byAny = true
+			if err := On(d).exitData([]Map{m}); err != nil && s.usable(d) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	clear(s.bufs)
+	clear(s.tokens)
+	s.tracked.Store(0)
+	return errors.Join(errs...)
+}
+
+// anyUpdate is Any().Update: From clauses make the host's copies valid.
+func anyUpdate(maps []Map) error {
+	rt, err := runtimeOrErr()
+	if err != nil {
+		return err
+	}
+	var bufs []placement.Buf
+	for i, m := range maps {
+		if m.err != nil {
+			return m.err
+		}
+		if !m.slice.IsValid() || m.item.Type&mapping.MapTo != 0 || m.item.Type&mapping.MapFrom == 0 {
+			return fmt.Errorf("goffload: Any(): update: clause %d: %w: Any() takes From clauses only (the runtime copies the inputs of Any-tasks itself)", i, ErrBadMap)
+		}
+		bufs = append(bufs, placement.Buf{Addr: m.item.Buf.Addr(), Size: uintptr(m.item.Buf.Size)})
+	}
+	s := anyOf(rt)
+	if s == nil {
+		return nil
+	}
+	return s.flush(context.Background(), bufs)
+}
+
+// anyInUse refuses a hand-placed construct's map of b while Any-tasks use
+// it.
+func anyInUse(b mapping.Buf) error {
+	s := anyState.Load()
+	if s == nil || s.tracked.Load() == 0 || b.Size == 0 {
+		return nil
+	}
+	pb := placement.Buf{Addr: b.Addr(), Size: uintptr(b.Size)}
+	s.mu.Lock()
+	c, ok := s.table.Tracked(pb)
+	s.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return fmt.Errorf("goffload: map of %q (%d bytes at %#x): %w: Any-tasks use [%#x, +%d) until Taskwait gives it back to the program: call offload.Taskwait first, or make this construct an Any-task too",
+		b.Name, b.Size, b.Addr(), ErrBadMap, c.Addr, c.Size)
+}

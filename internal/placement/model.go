@@ -1,0 +1,244 @@
+package placement
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"time"
+)
+
+// Model chooses a device for each task by its expected finish time, as
+// StarPU's dmda scheduler does: for each device, the work already placed
+// there and not finished, plus the copies the task would need there, plus
+// the kernel's expected time there; the smallest wins. Kernel times are
+// learned per kernel, per device and per size (a power of two of the bytes
+// the task uses), as a moving average of what the tasks took; copy costs
+// from a latency and a bandwidth per pair of places, learned the same way
+// from the copies made. A kernel not yet timed on a device is tried there
+// first (one task at a time), so that every device gets measured.
+//
+// A Model is not safe for concurrent use.
+type Model struct {
+	ndev    int
+	pending []time.Duration // expected work placed on each device and not finished
+	busy    []int           // tasks placed on each device and not finished
+	last    []time.Time     // when each device last finished a task
+	exec    map[execKey]*avg
+	link    map[[2]int]*linkAvg
+}
+
+type execKey struct {
+	kernel string
+	dev    int
+	size   int
+}
+
+type avg struct {
+	d time.Duration
+	n int
+}
+
+func (a *avg) add(d time.Duration) {
+	a.n++
+	if a.n == 1 {
+		a.d = d
+		return
+	}
+	w := max(1.0/float64(a.n), 0.2) // the mean of the first five, then a moving average
+	a.d = time.Duration((1-w)*float64(a.d) + w*float64(d))
+}
+
+type linkAvg struct {
+	lat avg     // per copy
+	bps float64 // bytes per second; 0 until measured
+}
+
+// Default link figures, until copies are measured: about what a copy
+// between two processes of one machine takes.
+const (
+	defaultLatency = 30 * time.Microsecond
+	defaultBPS     = 4e9
+)
+
+// NewModel returns a model of ndev devices (0 to ndev-1).
+func NewModel(ndev int) *Model {
+	return &Model{
+		ndev:    ndev,
+		pending: make([]time.Duration, ndev),
+		busy:    make([]int, ndev),
+		last:    make([]time.Time, ndev),
+		exec:    map[execKey]*avg{},
+		link:    map[[2]int]*linkAvg{},
+	}
+}
+
+// SizeClass is the size class of a task that uses n bytes.
+func SizeClass(n int64) int {
+	if n <= 0 {
+		return 0
+	}
+	return bits.Len64(uint64(n))
+}
+
+// CopyCost is the expected time of a copy of n bytes from one place to
+// another (Host or a device).
+func (m *Model) CopyCost(from, to int, n int64) time.Duration {
+	l := m.link[[2]int{from, to}]
+	lat, bps := defaultLatency, defaultBPS
+	if l != nil && l.lat.n > 0 {
+		lat = l.lat.d
+	}
+	if l != nil && l.bps > 0 {
+		bps = l.bps
+	}
+	return lat + time.Duration(float64(n)/bps*float64(time.Second))
+}
+
+// Copied records that a copy of n bytes from one place to another took d.
+func (m *Model) Copied(from, to int, n int64, d time.Duration) {
+	k := [2]int{from, to}
+	l := m.link[k]
+	if l == nil {
+		l = &linkAvg{}
+		m.link[k] = l
+	}
+	if n < 64<<10 {
+		l.lat.add(d)
+		return
+	}
+	if bps := float64(n) / d.Seconds(); d > 0 {
+		if l.bps == 0 {
+			l.bps = bps
+		} else {
+			l.bps = 0.8*l.bps + 0.2*bps
+		}
+	}
+}
+
+// Estimate returns the expected time of kernel on device d for a task of
+// size class size, and whether it was measured.
+func (m *Model) Estimate(kernel string, d, size int) (time.Duration, bool) {
+	if a := m.exec[execKey{kernel, d, size}]; a != nil && a.n > 0 {
+		return a.d, true
+	}
+	return 0, false
+}
+
+// Choice is a placement and why it was made, for the trace and the info
+// output.
+type Choice struct {
+	Dev    int
+	Finish time.Duration // the expected finish time, from now
+	Queued time.Duration // of which the work already placed there
+	Copies time.Duration // the copies the task needs there
+	Exec   time.Duration // and the kernel itself
+	Trial  bool          // the kernel was not timed there yet: tried
+}
+
+// String says why: "device 1: expected to finish in … (queued …, copies
+// …, kernel …)".
+func (c Choice) String() string {
+	if c.Trial {
+		return fmt.Sprintf("device %d: the kernel was not timed there yet", c.Dev)
+	}
+	return fmt.Sprintf("device %d: expected to finish in %v (queued %v, copies %v, kernel %v)", c.Dev, c.Finish, c.Queued, c.Copies, c.Exec)
+}
+
+// Choose returns the device where a task of kernel, of size class size,
+// is expected to finish first; copies(d) is the cost of the copies it
+// needs on d. Devices for which ok(d) is false are left out (lost ones);
+// it returns -1 if none is left.
+func (m *Model) Choose(kernel string, size int, copies func(d int) time.Duration, ok func(d int) bool) Choice {
+	best := Choice{Dev: -1, Finish: math.MaxInt64}
+	for d := range m.ndev {
+		if ok != nil && !ok(d) {
+			continue
+		}
+		est, timed := m.Estimate(kernel, d, size)
+		if !timed {
+			// Not timed here yet: try it here, unless a trial is
+			// running here already (then the others go on as they
+			// would).
+			if !m.trying(kernel, d, size) {
+				m.startTrial(kernel, d, size)
+				return Choice{Dev: d, Trial: true}
+			}
+			est = m.guess(kernel, size)
+		}
+		c := Choice{Dev: d, Queued: m.pending[d], Copies: copies(d), Exec: est}
+		c.Finish = c.Queued + c.Copies + c.Exec
+		if c.Finish < best.Finish || (c.Finish == best.Finish && m.busy[d] < m.busy[best.Dev]) {
+			best = c
+		}
+	}
+	return best
+}
+
+func (m *Model) trying(kernel string, d, size int) bool {
+	a := m.exec[execKey{kernel, d, size}]
+	return a != nil && a.n < 0
+}
+
+func (m *Model) startTrial(kernel string, d, size int) {
+	m.exec[execKey{kernel, d, size}] = &avg{n: -1}
+}
+
+// guess is a kernel's expected time on a device where it was not timed
+// yet: its mean on the devices where it was, or nothing.
+func (m *Model) guess(kernel string, size int) time.Duration {
+	var sum time.Duration
+	n := 0
+	for d := range m.ndev {
+		if a := m.exec[execKey{kernel, d, size}]; a != nil && a.n > 0 {
+			sum += a.d
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / time.Duration(n)
+}
+
+// Placed records that a task expected to take est was placed on d.
+func (m *Model) Placed(d int, est time.Duration) {
+	m.pending[d] += est
+	m.busy[d]++
+}
+
+// Done records that a task of kernel, size class size, placed on d with
+// the estimate est at time placed, finished at end. Its time on the device
+// is counted from when it could start there at the earliest: when it was
+// placed, or when the device's previous task finished, whichever is later.
+func (m *Model) Done(kernel string, d, size int, est time.Duration, placed, end time.Time) {
+	m.pending[d] = max(0, m.pending[d]-est)
+	m.busy[d]--
+	start := placed
+	if m.last[d].After(start) {
+		start = m.last[d]
+	}
+	if end.After(m.last[d]) {
+		m.last[d] = end
+	}
+	if m.busy[d] == 0 {
+		m.pending[d] = 0 // what the estimates left over
+	}
+	k := execKey{kernel, d, size}
+	a := m.exec[k]
+	if a == nil || a.n < 0 {
+		a = &avg{}
+		m.exec[k] = a
+	}
+	a.add(max(end.Sub(start), time.Microsecond))
+}
+
+// Lost drops device d from the choices' bookkeeping: its placed work will
+// not finish there.
+func (m *Model) Lost(d int) {
+	m.pending[d], m.busy[d] = 0, 0
+	for k, a := range m.exec {
+		if k.dev == d && a.n < 0 {
+			delete(m.exec, k)
+		}
+	}
+}

@@ -1,0 +1,279 @@
+package placement
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// TestTableAgainstModel drives a table with random tasks on random
+// devices, executing the copies it plans on a model of every place's
+// memory (a version number per buffer per place), and checks that every
+// task reads the latest version of each input, that Stale names exactly
+// the buffers whose host copy is old, and that a lost device's only copies
+// are reported.
+func TestTableAgainstModel(t *testing.T) {
+	const ndev, nbuf = 3, 5
+	for seed := range 50 {
+		r := rand.New(rand.NewPCG(uint64(seed), 1))
+		tb := NewTable()
+		bufs := make([]Buf, nbuf)
+		for i := range bufs {
+			bufs[i] = Buf{Addr: uintptr(0x1000 * (i + 1)), Size: 64}
+		}
+		latest := make([]int, nbuf) // the version the program has written last
+		have := map[[2]int]int{}    // (place+1, buf) → version held there
+		mapped := map[[2]int]bool{} // (dev, buf) → memory there
+		for b := range nbuf {
+			have[[2]int{0, b}] = 0 // the host holds version 0
+		}
+		lost := map[int]bool{}
+		for step := range 200 {
+			d := r.IntN(ndev)
+			if lost[d] {
+				continue
+			}
+			var acc []Access
+			perm := r.Perm(nbuf)[:1+r.IntN(3)]
+			for _, b := range perm {
+				w := r.IntN(3)
+				acc = append(acc, Access{Buf: bufs[b], Read: w != 1, Write: w != 0})
+			}
+			copies, alloc, err := tb.Plan(d, acc, func(from, to int, b Buf) float64 { return float64(r.IntN(10)) })
+			if err != nil {
+				t.Fatalf("seed %d step %d: %v", seed, step, err)
+			}
+			for _, b := range alloc {
+				mapped[[2]int{d, idx(bufs, b)}] = true
+			}
+			for _, c := range copies {
+				b := idx(bufs, c.Buf)
+				if !mapped[[2]int{d, b}] {
+					t.Fatalf("seed %d step %d: copy into device %d before its memory", seed, step, d)
+				}
+				v, ok := have[[2]int{c.From + 1, b}]
+				if !ok || v != latest[b] {
+					t.Fatalf("seed %d step %d: buffer %d copied from %d, which holds version %d (ok %v), latest %d", seed, step, b, c.From, v, ok, latest[b])
+				}
+				have[[2]int{d + 1, b}] = v
+			}
+			for _, a := range acc {
+				b := idx(bufs, a.Buf)
+				if a.Read && have[[2]int{d + 1, b}] != latest[b] {
+					t.Fatalf("seed %d step %d: device %d reads buffer %d at version %d, latest %d", seed, step, d, b, have[[2]int{d + 1, b}], latest[b])
+				}
+			}
+			tb.Commit(d, acc)
+			for _, a := range acc {
+				if a.Write {
+					b := idx(bufs, a.Buf)
+					latest[b]++
+					have[[2]int{d + 1, b}] = latest[b]
+				}
+			}
+			// Now and then: the host copies back what is stale.
+			if r.IntN(10) == 0 {
+				for _, c := range tb.Stale() {
+					b := idx(bufs, c.Buf)
+					if have[[2]int{c.From + 1, b}] != latest[b] {
+						t.Fatalf("seed %d step %d: stale buffer %d copied back from %d, which is not the latest", seed, step, b, c.From)
+					}
+					have[[2]int{0, b}] = latest[b]
+					tb.HostValid(c.Buf)
+				}
+			}
+			for b := range nbuf {
+				_, host := tb.Valid(bufs[b])
+				if host != (have[[2]int{0, b}] == latest[b]) {
+					t.Fatalf("seed %d step %d: buffer %d host valid %v, model says host version %d of %d", seed, step, b, host, have[[2]int{0, b}], latest[b])
+				}
+			}
+			if step == 150 && !lost[(d+1)%ndev] {
+				ld := (d + 1) % ndev
+				lost[ld] = true
+				gone := tb.Lost(ld)
+				for b := range nbuf {
+					devs, host := tb.Valid(bufs[b])
+					only := !host && len(devs) == 0
+					if only != contains(gone, bufs[b]) {
+						t.Fatalf("seed %d: after losing device %d, buffer %d: no copy left %v, reported %v", seed, ld, b, only, contains(gone, bufs[b]))
+					}
+				}
+				if len(gone) > 0 {
+					break // lineage would recompute them: out of the table's scope
+				}
+			}
+		}
+	}
+}
+
+func idx(bufs []Buf, b Buf) int {
+	for i, c := range bufs {
+		if c == b {
+			return i
+		}
+	}
+	return -1
+}
+
+func contains(bs []Buf, b Buf) bool {
+	for _, c := range bs {
+		if c == b {
+			return true
+		}
+	}
+	return false
+}
+
+// TestTableRefusesOverlap: a section that partly overlaps a tracked buffer
+// is refused; disjoint sections and the same one are not; Release forgets
+// everything and says where memory was.
+func TestTableRefusesOverlap(t *testing.T) {
+	tb := NewTable()
+	a := Buf{Addr: 0x1000, Size: 64}
+	tb.Commit(0, []Access{{Buf: a, Read: true}})
+	if _, _, err := tb.Plan(1, []Access{{Buf: Buf{Addr: 0x1020, Size: 64}, Read: true}}, nil); !errors.Is(err, ErrOverlap) {
+		t.Errorf("overlapping section: %v, want ErrOverlap", err)
+	}
+	if _, _, err := tb.Plan(1, []Access{{Buf: Buf{Addr: 0x1040, Size: 64}, Read: true}, {Buf: a, Read: true}}, nil); err != nil {
+		t.Errorf("disjoint section and the same one: %v", err)
+	}
+	if _, _, err := tb.Plan(1, []Access{{Buf: a, Read: true}, {Buf: a, Write: true}}, nil); err == nil {
+		t.Error("a task using one buffer twice: no error")
+	}
+	rel := tb.Release()
+	if len(rel) != 1 || len(rel[a]) != 1 || rel[a][0] != 0 || tb.Len() != 0 {
+		t.Errorf("Release = %v, Len %d", rel, tb.Len())
+	}
+}
+
+// TestModelChooses: every device is tried once per kernel and size; then
+// the faster device takes the tasks until its queue makes the slower one
+// finish first; copies count; a lost device is left out.
+func TestModelChooses(t *testing.T) {
+	m := NewModel(2)
+	none := func(int) time.Duration { return 0 }
+	t0 := time.Unix(1000, 0)
+	for d := range 2 {
+		c := m.Choose("k", 3, none, nil)
+		if !c.Trial || c.Dev != d {
+			t.Fatalf("choice %d = %+v, want a trial on device %d", d, c, d)
+		}
+		m.Placed(c.Dev, 0)
+	}
+	m.Done("k", 0, 3, 0, t0, t0.Add(1*time.Millisecond))
+	m.Done("k", 1, 3, 0, t0, t0.Add(4*time.Millisecond))
+	var on [2]int
+	for range 10 {
+		c := m.Choose("k", 3, none, nil)
+		m.Placed(c.Dev, c.Exec)
+		on[c.Dev]++
+	}
+	if on[0] != 8 || on[1] != 2 {
+		t.Errorf("10 tasks of 1 ms on device 0 and 4 ms on device 1 went %v, want [8 2]", on)
+	}
+	m = NewModel(2)
+	m.Done("k", 0, 3, 0, t0, t0.Add(time.Millisecond))
+	m.Done("k", 1, 3, 0, t0, t0.Add(time.Millisecond))
+	m.busy = []int{0, 0}
+	if c := m.Choose("k", 3, func(d int) time.Duration { return time.Duration(1-d) * time.Millisecond }, nil); c.Dev != 1 {
+		t.Errorf("with copies of 1 ms to device 0 only: %+v, want device 1", c)
+	}
+	if c := m.Choose("k", 3, none, func(d int) bool { return d != 0 }); c.Dev != 1 {
+		t.Errorf("device 0 lost: %+v, want device 1", c)
+	}
+	if c := m.Choose("k", 3, none, func(int) bool { return false }); c.Dev != -1 {
+		t.Errorf("every device lost: %+v, want -1", c)
+	}
+}
+
+// TestTableSectionsAgainstModel is TestTableAgainstModel with sections:
+// each buffer is first used whole, then tasks read and write random
+// sections of it (slots of 8 bytes), and the model keeps a version per slot
+// per place. Every task must read the latest version of every slot it
+// reads, copies must come from places holding the latest version, and Stale
+// must name exactly the slots whose host copy is old.
+func TestTableSectionsAgainstModel(t *testing.T) {
+	const ndev, nbuf, slots = 3, 3, 8
+	for seed := range 100 {
+		r := rand.New(rand.NewPCG(uint64(seed), 2))
+		tb := NewTable()
+		base := func(b int) uintptr { return uintptr(0x10000 * (b + 1)) }
+		latest := make([][slots]int, nbuf)
+		have := map[[3]int]int{} // (place+1, buf, slot) → version
+		slotOf := func(addr uintptr) (int, int) { return int(addr/0x10000) - 1, int(addr%0x10000) / 8 }
+		section := func(b, lo, hi int) Buf { return Buf{Addr: base(b) + uintptr(8*lo), Size: uintptr(8 * (hi - lo))} }
+		for b := range nbuf { // first use: whole, on device 0, read only
+			acc := []Access{{Buf: section(b, 0, slots), Read: true}}
+			copies, _, err := tb.Plan(0, acc, nil)
+			if err != nil || len(copies) != 1 || copies[0].From != Host {
+				t.Fatalf("first use: %v %v", copies, err)
+			}
+			tb.Commit(0, acc)
+			for s := range slots {
+				have[[3]int{1, b, s}] = 0
+			}
+		}
+		for step := range 300 {
+			d := r.IntN(ndev)
+			b := r.IntN(nbuf)
+			lo := r.IntN(slots)
+			hi := lo + 1 + r.IntN(slots-lo)
+			w := r.IntN(3)
+			acc := []Access{{Buf: section(b, lo, hi), Read: w != 1, Write: w != 0}}
+			copies, _, err := tb.Plan(d, acc, func(from, to int, b Buf) float64 { return float64(r.IntN(10)) })
+			if err != nil {
+				t.Fatalf("seed %d step %d: %v", seed, step, err)
+			}
+			for _, c := range copies {
+				for a := c.Buf.Addr; a < c.Buf.Addr+c.Buf.Size; a += 8 {
+					cb, cs := slotOf(a)
+					if v := have[[3]int{c.From + 1, cb, cs}]; v != latest[cb][cs] {
+						t.Fatalf("seed %d step %d: slot %d.%d copied from %d at version %d, latest %d", seed, step, cb, cs, c.From, v, latest[cb][cs])
+					}
+					have[[3]int{d + 1, cb, cs}] = latest[cb][cs]
+				}
+			}
+			if w != 1 {
+				for s := lo; s < hi; s++ {
+					if have[[3]int{d + 1, b, s}] != latest[b][s] {
+						t.Fatalf("seed %d step %d: device %d reads slot %d.%d at version %d, latest %d", seed, step, d, b, s, have[[3]int{d + 1, b, s}], latest[b][s])
+					}
+				}
+			}
+			tb.Commit(d, acc)
+			if w != 0 {
+				for s := lo; s < hi; s++ {
+					latest[b][s]++
+					have[[3]int{d + 1, b, s}] = latest[b][s]
+				}
+			}
+			if r.IntN(8) == 0 {
+				stale := map[[2]int]bool{}
+				for _, c := range tb.Stale() {
+					for a := c.Buf.Addr; a < c.Buf.Addr+c.Buf.Size; a += 8 {
+						cb, cs := slotOf(a)
+						stale[[2]int{cb, cs}] = true
+						if have[[3]int{c.From + 1, cb, cs}] != latest[cb][cs] {
+							t.Fatalf("seed %d step %d: slot %d.%d copied back from %d, not the latest", seed, step, cb, cs, c.From)
+						}
+						have[[3]int{0, cb, cs}] = latest[cb][cs]
+					}
+					tb.HostValid(c.Buf)
+				}
+				for cb := range nbuf {
+					for cs := range slots {
+						if want := latest[cb][cs] != 0 && !stale[[2]int{cb, cs}] && have[[3]int{0, cb, cs}] != latest[cb][cs]; want {
+							t.Fatalf("seed %d step %d: slot %d.%d is old on the host but Stale left it out", seed, step, cb, cs)
+						}
+					}
+				}
+			}
+		}
+		// A section that sticks out of its region is refused.
+		if _, _, err := tb.Plan(0, []Access{{Buf: Buf{Addr: base(0) + 8, Size: 8 * slots}, Read: true}}, nil); !errors.Is(err, ErrOverlap) {
+			t.Fatalf("a section past its region's end: %v, want ErrOverlap", err)
+		}
+	}
+}

@@ -1,0 +1,411 @@
+package opencl
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goffload/offload/internal/cldrv"
+	"github.com/goffload/offload/internal/entries"
+	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/devstate"
+)
+
+// buildOptions are the options every program is built with: the argument
+// info is what a launch's parameters are checked against.
+const buildOptions = "-cl-kernel-arg-info"
+
+// device is one OpenCL device of the kind.
+type device struct {
+	cd   *clDevice
+	lib  *cldrv.Lib
+	pl   *platform
+	ctx  cldrv.Context
+	info plugin.Info
+
+	svm      bool  // memory is SVM (else buffers)
+	align    int64 // CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: a sub-buffer's origin
+	maxAlloc int64
+	maxWG    int
+	maxItems [3]int
+	props    bool // OpenCL 2.0 or later: queues made with properties
+
+	mem    memory
+	poller poller
+	tr     tracing
+
+	evmu   sync.Mutex
+	evLive map[*event]struct{} // events whose cl_event is not released
+
+	st devstate.State
+
+	// emulate makes kernels without OpenCL C run their Go bodies on the
+	// host over copies of their arguments' allocations, in queue order:
+	// for the tests only (UseEmulationForTests).
+	emulate bool
+	pool    *plugin.Pool
+	stop    *plugin.StopSignal
+
+	mu   sync.RWMutex
+	num  int
+	img  *plugin.Image
+	kfns []*kernelFn // by kernel index
+	kctx *plugin.KernelCtx
+}
+
+// kernelFn is a kernel as the device launches it.
+type kernelFn struct {
+	k     cldrv.Kernel
+	entry string
+	mu    sync.Mutex // held while its arguments are set and it is enqueued
+	err   error      // why it cannot be launched (k is 0)
+	emu   bool       // run the Go body (emulate)
+	bind  bool       // the declare target bind kernel (see launch)
+	wg    int        // CL_KERNEL_WORK_GROUP_SIZE
+	ptrs  []bool     // by parameter: passed as a pointer
+}
+
+// emulation is UseEmulationForTests's switch.
+var emulation atomic.Bool
+
+// UseEmulationForTests makes the devices opened until restore is called
+// run the Go bodies of kernels without OpenCL C on the host, over copies
+// of their arguments' device memory, in their queues' order, instead of
+// failing them: for this module's tests, which run the conformance suite
+// and the runtime's semantics with kernels written in Go only on the
+// OpenCL driver's memory, queues and events. A program has no use for it.
+func UseEmulationForTests() (restore func()) {
+	old := emulation.Swap(true)
+	return func() { emulation.Store(old) }
+}
+
+// newDevice opens an OpenCL device.
+func newDevice(cd *clDevice) (*device, error) {
+	lib := cd.pl.lib
+	ctx, err := cd.pl.context()
+	if err != nil {
+		return nil, err
+	}
+	u := func(param uint32) uint64 {
+		if err != nil {
+			return 0
+		}
+		var v uint64
+		v, err = lib.DeviceInfoUint(cd.id, param)
+		return v
+	}
+	cus, mem, maxAlloc := u(cldrv.DeviceMaxComputeUnits), u(cldrv.DeviceGlobalMemSize), u(cldrv.DeviceMaxMemAllocSize)
+	alignBits, maxWG := u(cldrv.DeviceMemBaseAddrAlign), u(cldrv.DeviceMaxWorkGroupSize)
+	if err != nil {
+		return nil, fmt.Errorf("OpenCL device %d (%s): %w", cd.ord, cd.name, err)
+	}
+	items, _ := lib.DeviceInfoSizes(cd.id, cldrv.DeviceMaxWorkItemSizes)
+	version, _ := lib.DeviceInfoString(cd.id, cldrv.DeviceVersion)
+	driver, _ := lib.DeviceInfoString(cd.id, cldrv.DriverVersion)
+	var svmCaps uint64
+	major := openCLMajor(version)
+	if major >= 2 && lib.HasSVM() {
+		svmCaps, _ = lib.DeviceInfoUint(cd.id, cldrv.DeviceSVMCapabilities)
+	}
+	host, _ := os.Hostname()
+	typ := "GPU"
+	switch {
+	case cd.typ&cldrv.TypeCPU != 0:
+		typ = "CPU"
+	case cd.typ&cldrv.TypeAccelerator != 0:
+		typ = "accelerator"
+	}
+	d := &device{
+		cd: cd, lib: lib, pl: cd.pl, ctx: ctx,
+		info: plugin.Info{
+			Kind: "opencl",
+			Name: fmt.Sprintf("%s (%s, OpenCL device %d: %s on %s, driver %s, %d compute units)", cd.name, typ, cd.ord,
+				strings.TrimSpace(version), cd.pl.name, driver, cus),
+			Cores:  int(max(cus, 1)),
+			Memory: int64(mem),
+			Arch:   "opencl-" + strings.ToLower(typ),
+			Host:   host,
+			PID:    os.Getpid(),
+		},
+		svm:      svmCaps&cldrv.SVMCoarseGrainBuffer != 0 && os.Getenv(SVMEnv) != "0",
+		align:    int64(max(alignBits/8, 1)),
+		maxAlloc: int64(maxAlloc),
+		maxWG:    int(max(maxWG, 1)),
+		maxItems: [3]int{int(max(maxWG, 1)), int(max(maxWG, 1)), int(max(maxWG, 1))},
+		props:    major >= 2,
+		num:      -1,
+		evLive:   map[*event]struct{}{},
+		emulate:  emulation.Load(),
+		stop:     plugin.NewStopSignal(),
+	}
+	for i := range min(len(items), 3) {
+		d.maxItems[i] = int(max(items[i], 1))
+	}
+	d.st.SetLabel(fmt.Sprintf("opencl device (OpenCL device %d)", cd.ord))
+	d.mem.init()
+	return d, nil
+}
+
+// openCLMajor reads the major version of "OpenCL 3.0 …".
+func openCLMajor(v string) int {
+	var maj, min int
+	fmt.Sscanf(v, "OpenCL %d.%d", &maj, &min)
+	return maj
+}
+
+func (d *device) Info() plugin.Info { return d.info }
+
+func (d *device) label() string { return d.st.Label() }
+
+// Lost reports why the device became unusable (plugin.LostReporter).
+func (d *device) Lost() error { return d.st.Lost() }
+
+func (d *device) alive() error { return d.st.Alive() }
+
+// CancelKernels closes the Done channel of the emulated Go bodies'
+// contexts (plugin.Canceler). OpenCL has no way to stop a kernel that
+// runs: OpenCL C kernels run to their end.
+func (d *device) CancelKernels() { d.stop.Stop() }
+
+// wrap turns a driver error of an enqueue into the plugin's.
+func (d *device) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	switch cldrv.Code(err) {
+	case cldrv.MemObjectAllocationFailure, cldrv.OutOfHostMemory, cldrv.InvalidBufferSize:
+		return fmt.Errorf("%w: %w", plugin.ErrOutOfMemory, err)
+	case cldrv.OutOfResources, cldrv.InvalidCommandQueue, cldrv.InvalidContext:
+		return d.lose(err)
+	case cldrv.InvalidKernelArgs, cldrv.InvalidWorkGroupSize, cldrv.InvalidWorkItemSize, cldrv.InvalidGlobalWorkSize,
+		cldrv.InvalidArgValue, cldrv.InvalidArgSize, cldrv.InvalidKernel:
+		return fmt.Errorf("%w: %w", plugin.ErrBadKernel, err)
+	}
+	return err
+}
+
+// lose marks the device lost with err, a failure of work on the device:
+// on a GPU driver the context is unusable after one.
+func (d *device) lose(err error) error {
+	return d.st.Lose(fmt.Errorf("%s: %w: %w (the OpenCL device failed work it ran: the device is unusable until the program restarts)", d.label(), plugin.ErrDeviceLost, err))
+}
+
+// A program is a source built for one OpenCL device, kept for the process.
+type program struct {
+	once    sync.Once
+	pr      cldrv.Program
+	err     error
+	entries []string
+}
+
+type progKey struct {
+	dev cldrv.Device
+	src string
+}
+
+// program returns src built for the device: built once per OpenCL device
+// in the process (PoCL's builds take seconds).
+func (d *device) program(src []byte) *program {
+	pl := d.pl
+	key := progKey{d.cd.id, string(src)}
+	pl.mu.Lock()
+	p, ok := pl.progs[key]
+	if !ok {
+		p = &program{}
+		pl.progs[key] = p
+	}
+	pl.mu.Unlock()
+	p.once.Do(func() {
+		pr, err := d.lib.CreateProgram(d.ctx, src)
+		if err != nil {
+			p.err = err
+			return
+		}
+		if err := d.lib.BuildProgram(pr, []cldrv.Device{d.cd.id}, buildOptions); err != nil {
+			log := strings.TrimSpace(d.lib.BuildLog(pr, d.cd.id))
+			d.lib.ReleaseProgram(pr)
+			p.err = fmt.Errorf("%w; build log:\n%s", err, log)
+			return
+		}
+		p.pr = pr
+		p.entries, _ = d.lib.KernelNames(pr)
+	})
+	return p
+}
+
+// Load builds the OpenCL C of the image's kernels for the device and makes
+// each kernel's entry, whose parameters it checks against the kernel's Go
+// parameters. A kernel without OpenCL C, whose source does not build, or
+// whose entry does not take its parameters fails when it is launched, not
+// here.
+func (d *device) Load(img *plugin.Image, num int) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.st.Closed() {
+		return fmt.Errorf("%s: %w: device is closed", d.label(), plugin.ErrBadHandle)
+	}
+	if d.img != nil {
+		return fmt.Errorf("%s: %w: the image is loaded already", d.label(), plugin.ErrBadKernel)
+	}
+	d.num, d.img = num, img
+	d.st.SetLabel(fmt.Sprintf("opencl device %d (OpenCL device %d)", num, d.cd.ord))
+	if d.emulate {
+		d.pool = plugin.NewPool(d.info.Cores)
+		d.info.Cores = d.pool.Workers()
+		d.kctx = plugin.NewKernelCtx(num, d.pool).WithStop(d.stop)
+	}
+	d.kfns = make([]*kernelFn, len(img.Kernels))
+	for i, k := range img.Kernels {
+		d.kfns[i] = d.loadKernel(k)
+	}
+	return nil
+}
+
+// loadKernel makes k's kernel object; under d.mu.
+func (d *device) loadKernel(k plugin.Kernel) *kernelFn {
+	code, ok := k.Code("opencl")
+	switch {
+	case !ok && k.Name() == entries.BindKernelName && !d.emulate:
+		// A declare target variable's device copy is present memory that
+		// OpenCL C kernels take as an argument; no Go kernel runs here.
+		return &kernelFn{bind: true}
+	case !ok:
+		return &kernelFn{emu: d.emulate, err: fmt.Errorf("%s: %w: kernel %q has no OpenCL C: an OpenCL device cannot run its Go body (give it device code with offload.Kernel.OpenCL, or run it on a CPU device): %w", d.label(), plugin.ErrBadKernel, k.Name(), plugin.ErrUnsupported)}
+	}
+	p := d.program(code.Image)
+	if p.err != nil {
+		return &kernelFn{err: fmt.Errorf("%s: %w: kernel %q: its OpenCL C does not build for %s: %w", d.label(), plugin.ErrBadKernel, k.Name(), d.cd.name, p.err)}
+	}
+	ck, err := d.lib.CreateKernel(p.pr, code.Entry)
+	if err != nil {
+		has := "has no kernels"
+		if len(p.entries) > 0 {
+			has = "has kernels " + strings.Join(p.entries, ", ")
+		}
+		return &kernelFn{err: fmt.Errorf("%s: %w: kernel %q: entry %q of its OpenCL C: %w (the program %s)", d.label(), plugin.ErrBadKernel, k.Name(), code.Entry, err, has)}
+	}
+	kf := &kernelFn{k: ck, entry: code.Entry}
+	if err := d.checkEntry(k, kf); err != nil {
+		d.lib.ReleaseKernel(ck)
+		return &kernelFn{err: fmt.Errorf("%s: %w: kernel %q: %w", d.label(), plugin.ErrBadKernel, k.Name(), err)}
+	}
+	kf.wg, _ = d.lib.KernelWorkGroupSize(ck, d.cd.id)
+	return kf
+}
+
+// kernel returns how the device launches k.
+func (d *device) kernel(k plugin.Kernel) (*kernelFn, error) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if k == nil {
+		return nil, fmt.Errorf("%s: %w: nil kernel", d.label(), plugin.ErrBadKernel)
+	}
+	if d.img == nil {
+		return nil, fmt.Errorf("%s: %w: no image loaded", d.label(), plugin.ErrBadKernel)
+	}
+	if k.Index() < 0 || k.Index() >= len(d.img.Kernels) || d.img.Kernels[k.Index()] != k {
+		return nil, fmt.Errorf("%s: %w: kernel %q is not in the loaded image (register kernels at package init, before Start)", d.label(), plugin.ErrBadKernel, k.Name())
+	}
+	kf := d.kfns[k.Index()]
+	if kf.k == 0 && !kf.emu && !kf.bind {
+		return nil, kf.err
+	}
+	return kf, nil
+}
+
+// CanLaunch reports whether the device can launch k: it has OpenCL C
+// the device built (or the emulate mode runs its Go body):
+// plugin.KernelChecker.
+func (d *device) CanLaunch(k plugin.Kernel) error {
+	_, err := d.kernel(k)
+	return err
+}
+
+func (d *device) Alloc(size int64) (plugin.Ptr, error) {
+	if err := d.alive(); err != nil {
+		return 0, err
+	}
+	p, err := d.mem.alloc(d, size)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", d.label(), err)
+	}
+	return p, nil
+}
+
+func (d *device) Free(p plugin.Ptr) error {
+	if err := d.alive(); err != nil {
+		return err
+	}
+	if err := d.mem.free(d, p); err != nil {
+		return fmt.Errorf("%s: %w", d.label(), err)
+	}
+	return nil
+}
+
+// CanWait reports whether the device's queues can wait on ev: an event of
+// any OpenCL device of the same platform (one context).
+func (d *device) CanWait(ev plugin.Event) bool {
+	e, ok := ev.(*event)
+	return ok && e.d.pl == d.pl
+}
+
+func (d *device) NewQueue() (plugin.Queue, error) {
+	if err := d.alive(); err != nil {
+		return nil, err
+	}
+	cq, err := d.lib.CreateQueue(d.ctx, d.cd.id, true, d.props)
+	if err != nil {
+		return nil, fmt.Errorf("%s: cannot create a queue: %w", d.label(), d.wrap(err))
+	}
+	q := &queue{d: d, cq: cq, own: cq}
+	q.l.Init((*issuer)(q))
+	return q, nil
+}
+
+func (d *device) NewEvent() (plugin.Event, error) {
+	if err := d.alive(); err != nil {
+		return nil, err
+	}
+	e := &event{d: d, issued: make(chan struct{})}
+	d.evmu.Lock()
+	d.evLive[e] = struct{}{}
+	d.evmu.Unlock()
+	return e, nil
+}
+
+// Close releases the device's memory, kernels and events. The platform's
+// context and its built programs stay for the process.
+func (d *device) Close() error {
+	if !d.st.Close() {
+		return nil
+	}
+	d.mu.Lock()
+	kfns := d.kfns
+	d.kfns = nil
+	pool := d.pool
+	d.mu.Unlock()
+	d.stop.Stop()
+	if pool != nil {
+		pool.Close()
+	}
+	var errs []error
+	for _, kf := range kfns {
+		if kf != nil && kf.k != 0 {
+			errs = append(errs, d.lib.ReleaseKernel(kf.k))
+		}
+	}
+	d.evmu.Lock()
+	for e := range d.evLive {
+		e.release()
+	}
+	d.evLive = nil
+	d.evmu.Unlock()
+	errs = append(errs, d.tr.close(d), d.mem.close(d))
+	if err := errors.Join(errs...); err != nil && d.Lost() == nil {
+		return fmt.Errorf("%s: close: %w", d.label(), err)
+	}
+	return nil
+}

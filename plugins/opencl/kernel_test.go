@@ -1,0 +1,312 @@
+package opencl_test
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/goffload/offload/internal/entries"
+	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugins/opencl"
+)
+
+// testCL is the OpenCL C of the kernels below: one program, built once
+// per OpenCL device in the test binary.
+const testCL = `
+kernel void addf(global float *x, float a, long n) {
+	long i = get_global_id(0);
+	if (i < n) x[i] += a;
+}
+
+// geom writes, for each work-item, its group and local ids and sizes.
+kernel void geom(global int *out) {
+	size_t i = get_global_id(0) + get_global_id(1) * get_global_size(0);
+	out[4*i] = get_group_id(0); out[4*i+1] = get_local_id(0);
+	out[4*i+2] = get_local_size(0); out[4*i+3] = get_num_groups(0) * 100 + get_group_id(1);
+}
+
+kernel void narrow(global float *x, int n) { }
+`
+
+// badCL does not build: y is not declared (line 3).
+const badCL = `
+kernel void broken(global int *x) {
+	x[0] = y;
+}
+`
+
+var (
+	kAddF   = register("opencltest.addf", func(x []float32, a float32, n int) {}, testCL, "addf")
+	kGeom   = register("opencltest.geom", func(out []int32) {}, testCL, "geom")
+	kBroken = register("opencltest.broken", func(x []int32) {}, badCL, "broken")
+	// kNarrow takes an int where the entry takes an int (4 bytes): Go's
+	// int is 8.
+	kNarrow = register("opencltest.narrow", func(x []float32, n int) {}, testCL, "narrow")
+	// kPtr takes a value where the entry takes a pointer.
+	kPtr = register("opencltest.ptr", func(x float32, a float32, n int) {}, testCL, "addf")
+	// kCount takes one parameter too many.
+	kCount = register("opencltest.count", func(x []float32, a float32, n int, m int) {}, testCL, "addf")
+	// kMissing names an entry the program lacks.
+	kMissing = register("opencltest.missing", func(x []float32) {}, testCL, "nosuch")
+	// kNoCode has no OpenCL C.
+	kNoCode = register("opencltest.nocode", func(x []float32) {}, "", "")
+)
+
+func register(name string, fn any, src, entry string) plugin.Kernel {
+	k, err := entries.RegisterKernel(name, fn)
+	if err != nil {
+		panic(err)
+	}
+	if src != "" {
+		if err := k.SetCode(plugin.DeviceCode{Format: "opencl", Image: []byte(src), Entry: entry}); err != nil {
+			panic(err)
+		}
+	}
+	return k
+}
+
+// loaded opens and loads one device (not emulated): kernels run their
+// OpenCL C or fail.
+func loaded(t *testing.T) plugin.Device {
+	t.Helper()
+	k, _ := plugin.LookupKind("opencl")
+	ds, err := k.Open("0")
+	if err != nil {
+		if os.Getenv("GOFFLOAD_REQUIRE_OPENCL") != "" {
+			t.Fatalf("opencl:0: %v", err)
+		}
+		t.Skipf("no OpenCL device: %v", err)
+	}
+	d := ds[0]
+	t.Cleanup(func() { d.Close() })
+	if err := d.Load(entries.Current(), 0); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func mustQueue(t *testing.T, d plugin.Device) plugin.Queue {
+	t.Helper()
+	q, err := d.NewQueue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	return q
+}
+
+func mustAlloc(t *testing.T, d plugin.Device, n int64) plugin.Ptr {
+	t.Helper()
+	p, err := d.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func f32bytes(x []float32) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x)) }
+
+// TestSuiteKernelsOnDriver: the conformance suite's kernels that have
+// OpenCL C run it on the driver, not their Go bodies.
+func TestSuiteKernelsOnDriver(t *testing.T) {
+	t.Cleanup(opencl.UseEmulationForTests())
+	d := loaded(t)
+	n := 0
+	for _, k := range entries.Current().Kernels {
+		if strings.HasPrefix(k.Name(), "plugintest.") {
+			if _, ok := k.Code("opencl"); ok {
+				n++
+				if !opencl.OnDriver(d, k) {
+					t.Errorf("%s has OpenCL C but does not run it", k.Name())
+				}
+			}
+		}
+	}
+	if n < 3 {
+		t.Errorf("%d of the suite's kernels have OpenCL C, want 3", n)
+	}
+}
+
+// TestLaunchSubSlices runs a kernel on slices inside an allocation: at
+// any offset with SVM; with buffers at an offset the device aligns
+// sub-buffers to, and refused with an error that says why elsewhere.
+func TestLaunchSubSlices(t *testing.T) {
+	for _, svm := range []string{"1", "0"} {
+		t.Run("svm="+svm, func(t *testing.T) {
+			t.Setenv(opencl.SVMEnv, svm)
+			d := loaded(t)
+			q := mustQueue(t, d)
+			x := make([]float32, 1024)
+			p := mustAlloc(t, d, 4*1024)
+			if err := q.Submit(p, f32bytes(x)); err != nil {
+				t.Fatal(err)
+			}
+			// 256 floats from float 256 (1 KiB: aligned on every device).
+			if err := q.Launch(kAddF, []plugin.Arg{{Ptr: p + 1024, Len: 256}, {Scalar: float32(2)}, {Scalar: 256}}); err != nil {
+				t.Fatal(err)
+			}
+			err := q.Launch(kAddF, []plugin.Arg{{Ptr: p + 4, Len: 3}, {Scalar: float32(5)}, {Scalar: 3}})
+			if opencl.UsesSVM(d) {
+				if err != nil {
+					t.Fatalf("a sub-slice at byte 4 with SVM: %v", err)
+				}
+			} else if err == nil || !errors.Is(err, plugin.ErrBadKernel) || !strings.Contains(err.Error(), "CL_DEVICE_MEM_BASE_ADDR_ALIGN") || !strings.Contains(err.Error(), kAddF.Name()) {
+				t.Fatalf("a sub-slice at byte 4 with buffers: %v, want an error naming the kernel and the alignment", err)
+			}
+			if err := q.Retrieve(f32bytes(x), p); err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			for i, v := range x {
+				want := float32(0)
+				switch {
+				case i >= 256 && i < 512:
+					want = 2
+				case i >= 1 && i < 4 && opencl.UsesSVM(d):
+					want = 5
+				}
+				if v != want {
+					t.Fatalf("x[%d] = %v, want %v", i, v, want)
+				}
+			}
+		})
+	}
+}
+
+// TestGeometry: num_teams and thread_limit are the work-groups; one
+// beyond the device's limit is refused naming the kernel.
+func TestGeometry(t *testing.T) {
+	d := loaded(t)
+	q := mustQueue(t, d)
+	gl := q.(plugin.GeometryLauncher)
+	const teams, threads = 3, 4
+	out := mustAlloc(t, d, 4*4*teams*threads*2)
+	if err := gl.LaunchGeometry(kGeom, []plugin.Arg{{Ptr: out, Len: 4 * teams * threads * 2}}, plugin.Geometry{Teams: [3]int{teams, 2, 1}, Threads: [3]int{threads, 1, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]int32, 4*teams*threads*2)
+	if err := q.Retrieve(unsafe.Slice((*byte)(unsafe.Pointer(&got[0])), 4*len(got)), out); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range teams * threads * 2 {
+		x, y := i%(teams*threads), i/(teams*threads)
+		w := []int32{int32(x / threads), int32(x % threads), threads, teams*100 + int32(y)}
+		if g := got[4*i : 4*i+4]; g[0] != w[0] || g[1] != w[1] || g[2] != w[2] || g[3] != w[3] {
+			t.Fatalf("work-item %d: group, local id, local size, groups = %v, want %v", i, g, w)
+		}
+	}
+	err := gl.LaunchGeometry(kGeom, []plugin.Arg{{Ptr: out, Len: 1}}, plugin.Geometry{Teams: [3]int{1, 1, 1}, Threads: [3]int{1 << 20, 1, 1}})
+	if !errors.Is(err, plugin.ErrBadKernel) || !strings.Contains(err.Error(), kGeom.Name()) {
+		t.Errorf("a work-group of 2^20: %v, want ErrBadKernel naming the kernel", err)
+	}
+}
+
+// TestKernelFaults: a source that does not build, parameters that do not
+// match the entry, a missing entry and a kernel without OpenCL C fail
+// their launches with errors that name the kernel and say what is wrong.
+func TestKernelFaults(t *testing.T) {
+	d := loaded(t)
+	q := mustQueue(t, d)
+	x := mustAlloc(t, d, 64)
+	cases := []struct {
+		k    plugin.Kernel
+		args []plugin.Arg
+		want []string
+	}{
+		{kBroken, []plugin.Arg{{Ptr: x, Len: 1}}, []string{"opencltest.broken", "does not build", "CL_BUILD_PROGRAM_FAILURE", ":3:", "y"}},
+		{kNarrow, []plugin.Arg{{Ptr: x, Len: 1}, {Scalar: 1}}, []string{"opencltest.narrow", "entry narrow parameter 1 is int", "8 bytes", "declare it long"}},
+		{kPtr, []plugin.Arg{{Scalar: float32(1)}, {Scalar: float32(1)}, {Scalar: 1}}, []string{"opencltest.ptr", "parameter 0 is float*", "float32 by value"}},
+		{kCount, []plugin.Arg{{Ptr: x, Len: 1}, {Scalar: float32(1)}, {Scalar: 1}, {Scalar: 1}}, []string{"opencltest.count", "3 parameters", "4 parameters", "has none in the entry"}},
+		{kMissing, []plugin.Arg{{Ptr: x, Len: 1}}, []string{"opencltest.missing", `"nosuch"`, "CL_INVALID_KERNEL_NAME", "addf"}},
+		{kNoCode, []plugin.Arg{{Ptr: x, Len: 1}}, []string{"opencltest.nocode", "has no OpenCL C"}},
+	}
+	for _, c := range cases {
+		err := q.Launch(c.k, c.args)
+		if !errors.Is(err, plugin.ErrBadKernel) {
+			t.Errorf("%s: %v, want ErrBadKernel", c.k.Name(), err)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %v\ndoes not say %q", c.k.Name(), err, w)
+			}
+		}
+	}
+	if err := q.Synchronize(); err != nil {
+		t.Errorf("the refused launches left the queue failed: %v", err)
+	}
+}
+
+// TestOutOfMemory: an allocation beyond the device's is refused with
+// ErrOutOfMemory naming the device, and the device goes on.
+func TestOutOfMemory(t *testing.T) {
+	d := loaded(t)
+	for _, n := range []int64{d.Info().Memory + 1, 1 << 62} {
+		if _, err := d.Alloc(n); !errors.Is(err, plugin.ErrOutOfMemory) || !strings.Contains(err.Error(), "opencl device 0") {
+			t.Errorf("Alloc(%d) = %v, want ErrOutOfMemory naming the device", n, err)
+		}
+	}
+	p := mustAlloc(t, d, 16)
+	if err := d.Free(p); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestLostQueue: a command queue that breaks (LoseQueueForTests: the
+// driver refuses it from then on) fails what was enqueued after, loses
+// the device with the driver's error, and fires the events after it with
+// the error; nothing hangs.
+func TestLostQueue(t *testing.T) {
+	k, _ := plugin.LookupKind("opencl")
+	ds, err := k.Open("0")
+	if err != nil {
+		t.Skip(err)
+	}
+	d := ds[0]
+	defer d.Close()
+	if err := d.Load(entries.Current(), 0); err != nil {
+		t.Fatal(err)
+	}
+	q, err := d.NewQueue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := mustAlloc(t, d, 64)
+	buf := make([]byte, 64)
+	if err := opencl.LoseQueueForTests(q); err != nil {
+		t.Fatal(err)
+	}
+	q.Submit(x, buf)
+	ev, _ := d.NewEvent()
+	if err := q.Record(ev); err != nil && !errors.Is(err, plugin.ErrDeviceLost) {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- q.Synchronize() }()
+	select {
+	case err = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Synchronize hangs after the queue was lost")
+	}
+	if !errors.Is(err, plugin.ErrDeviceLost) || !strings.Contains(err.Error(), "CL_INVALID_COMMAND_QUEUE") {
+		t.Errorf("Synchronize = %v, want ErrDeviceLost with the driver's error", err)
+	}
+	if lost := d.(plugin.LostReporter).Lost(); !errors.Is(lost, plugin.ErrDeviceLost) {
+		t.Errorf("Lost() = %v", lost)
+	}
+	if err := ev.Synchronize(); err == nil {
+		t.Error("the event recorded after the loss fired without an error")
+	}
+	if _, err := d.Alloc(8); !errors.Is(err, plugin.ErrDeviceLost) {
+		t.Errorf("Alloc on the lost device = %v, want ErrDeviceLost", err)
+	}
+	q.Close()
+}

@@ -1,0 +1,343 @@
+// Package opencl is the OpenCL device kind: any vendor's OpenCL devices
+// (GPUs, accelerators, and CPUs such as PoCL's) through the ICD loader,
+// which it loads at run time (libOpenCL.so.1, with purego: no cgo, no
+// OpenCL headers to build). Programs get the kind by importing package
+// offload, which imports this package.
+//
+// Spec in GOFFLOAD_DEVICES: "opencl" (every OpenCL device of every
+// platform, CPUs included) or "opencl:N" (device N, counting the devices
+// of the platforms in the loader's order). When GOFFLOAD_DEVICES is unset,
+// the kind's GPUs and accelerators are discovered after the CUDA GPUs
+// (Order 20): an NVIDIA OpenCL device is left out while the cuda kind has
+// GPUs (it is one of them), and CPU devices are used only when named.
+// With no library, no platform or no device the kind has none: discovery,
+// and the spec "opencl", say why in the info output
+// (GOFFLOAD_INFO=offload). GOFFLOAD_OPENCL_LIBRARY names another library
+// than libOpenCL.so.1.
+//
+// # Devices
+//
+// The devices of a platform share one OpenCL context (made when the first
+// of them opens, kept for the process), so that a queue of one waits on
+// another's events in the driver (clEnqueueBarrierWithWaitList) and copies
+// between them with the driver's copy; two devices may be one OpenCL
+// device ("opencl:0,opencl:0"). Info gives the device's name, platform,
+// OpenCL version, compute units (Cores) and global memory.
+//
+// # Kernels
+//
+// A kernel runs on an OpenCL device through its OpenCL C
+// (offload.Kernel.OpenCL, plugin.Kernel.Code "opencl"), built for the
+// device when it loads the image, with -cl-kernel-arg-info; each distinct
+// source is built once per OpenCL device in the process, and kept. A
+// source that does not build fails its kernels' launches with the build
+// log (which names the line) in the error; so does an entry the program
+// lacks, or whose parameters do not take the kernel's Go parameters
+// (checked against clGetKernelArgInfo and by clSetKernelArg with each
+// by-value parameter's size): the error names the kernel, the entry, the
+// parameter and both types, wrapping plugin.ErrBadKernel. A kernel with no
+// OpenCL C fails its launches likewise (plugin.ErrUnsupported).
+//
+// A launch passes the kernel's parameters in order: a slice as a
+// __global pointer to its element type (its length is not passed); a
+// scalar by value as its bytes in Go's layout (Go's int is OpenCL C's
+// long; bool is uchar, OpenCL C has no bool parameters); a struct or array
+// by value as a struct of the same layout. Work-items: one per element of
+// the longest slice argument in one dimension, work-groups of the
+// driver's choice, unless the launch gives num_teams/thread_limit (then
+// thread_limit is the work-group and num_teams×thread_limit the global
+// size).
+//
+// # Memory and queues
+//
+// Device memory is shared virtual memory (clSVMAlloc) where the device
+// has it and GOFFLOAD_OPENCL_SVM is not 0: a device address is the SVM
+// pointer, and a slice inside an allocation is passed as its address.
+// Elsewhere (NVIDIA's OpenCL) it is buffers (clCreateBuffer), whose
+// addresses the kind makes up; a slice at an offset inside one is passed
+// as a sub-buffer, which must start at a multiple of the device's
+// CL_DEVICE_MEM_BASE_ADDR_ALIGN (a launch that needs one that does not is
+// refused with an error saying so).
+//
+// A queue is an in-order command queue (with profiling). Operations are
+// issued in order by a goroutine of the queue while it has work (or by the
+// caller, plugin.InlineQueue). Copies to and from Go memory are
+// asynchronous: the Go memory is pinned (runtime.Pinner) until the driver
+// is done with it. Exchange copies within a platform's context
+// (clEnqueueSVMMemcpy, clEnqueueCopyBuffer). Events are cl_events of
+// markers; a queue waits on an event of any device of its platform with a
+// barrier (plugin.ForeignEventWaiter); a device's poller fires OnFire's
+// functions. A failure the driver reports when work runs (a negative
+// event status, a failing clFinish) leaves the device lost
+// (plugin.LostReporter): on GPU drivers the context is unusable then.
+package opencl
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/goffload/offload/internal/cldrv"
+	"github.com/goffload/offload/internal/cudadrv"
+	"github.com/goffload/offload/plugin"
+)
+
+func init() {
+	plugin.RegisterKind(plugin.Kind{
+		Name:     "opencl",
+		Open:     openSpec,
+		Discover: discover,
+		Order:    20,
+		Help:     "opencl[:N]  OpenCL devices of every platform (CPUs too): every device, or device N",
+	})
+}
+
+// Environment variables of the kind.
+const (
+	// LibraryEnv overrides the OpenCL library's path.
+	LibraryEnv = "GOFFLOAD_OPENCL_LIBRARY"
+	// SVMEnv set to 0 makes the devices use buffers even where they have
+	// shared virtual memory, as a device without it does.
+	SVMEnv = "GOFFLOAD_OPENCL_SVM"
+)
+
+func library() string {
+	if p := strings.TrimSpace(os.Getenv(LibraryEnv)); p != "" {
+		return p
+	}
+	return cldrv.DefaultLibrary
+}
+
+// A driverState is a loaded library and its platforms and devices, or why
+// there are none.
+type driverState struct {
+	lib  *cldrv.Lib
+	devs []*clDevice // every device of every platform, in order
+	err  error
+}
+
+// A platform is an OpenCL platform and the context its devices share.
+type platform struct {
+	lib     *cldrv.Lib
+	id      cldrv.Platform
+	name    string
+	version string
+	devs    []cldrv.Device
+
+	mu    sync.Mutex
+	ctx   cldrv.Context // 0 until the first device opens
+	progs map[progKey]*program
+}
+
+// A clDevice is an OpenCL device as discovery describes it.
+type clDevice struct {
+	pl     *platform
+	id     cldrv.Device
+	ord    int // in the driverState's list
+	name   string
+	typ    uint64
+	vendor uint32
+}
+
+var drivers struct {
+	sync.Mutex
+	byPath map[string]*driverState
+}
+
+// getDriver loads the library at path and lists its devices, once per
+// process.
+func getDriver(path string) *driverState {
+	drivers.Lock()
+	defer drivers.Unlock()
+	if s, ok := drivers.byPath[path]; ok {
+		return s
+	}
+	s := initDriver(path)
+	if drivers.byPath == nil {
+		drivers.byPath = map[string]*driverState{}
+	}
+	drivers.byPath[path] = s
+	return s
+}
+
+func initDriver(path string) *driverState {
+	lib, err := cldrv.Load(path)
+	if err != nil {
+		var le *cldrv.LoadError
+		if errors.As(err, &le) && strings.Contains(le.Err.Error(), "No such file") {
+			return &driverState{err: fmt.Errorf("no OpenCL ICD loader (%s not found)", path)}
+		}
+		return &driverState{err: fmt.Errorf("no usable OpenCL library: %w", err)}
+	}
+	s := &driverState{lib: lib}
+	pls, err := lib.Platforms()
+	if err != nil {
+		s.err = fmt.Errorf("the OpenCL library cannot list its platforms: %w", err)
+		return s
+	}
+	if len(pls) == 0 {
+		s.err = fmt.Errorf("no OpenCL platform (no driver registered in /etc/OpenCL/vendors; PoCL's is pocl-opencl-icd)")
+		return s
+	}
+	var skipped []string
+	for _, id := range pls {
+		pl := &platform{lib: lib, id: id, progs: map[progKey]*program{}}
+		pl.name, _ = lib.PlatformInfoString(id, cldrv.PlatformName)
+		pl.version, _ = lib.PlatformInfoString(id, cldrv.PlatformVersion)
+		ds, err := lib.Devices(id, cldrv.TypeAll)
+		if err != nil {
+			skipped = append(skipped, fmt.Sprintf("%s: %v", pl.name, err))
+			continue
+		}
+		pl.devs = ds
+		for _, d := range ds {
+			cd := &clDevice{pl: pl, id: d, ord: len(s.devs)}
+			cd.name, _ = lib.DeviceInfoString(d, cldrv.DeviceName)
+			cd.typ, _ = lib.DeviceInfoUint(d, cldrv.DeviceType)
+			v, _ := lib.DeviceInfoUint(d, cldrv.DeviceVendorID)
+			cd.vendor = uint32(v)
+			s.devs = append(s.devs, cd)
+		}
+	}
+	if len(s.devs) == 0 {
+		s.err = fmt.Errorf("no OpenCL device on %d platform(s)", len(pls))
+		if len(skipped) > 0 {
+			s.err = fmt.Errorf("%w (%s)", s.err, strings.Join(skipped, "; "))
+		}
+	}
+	return s
+}
+
+// openSpec opens the devices of "opencl" (arg "": every device) or
+// "opencl:N".
+func openSpec(arg string) ([]plugin.Device, error) {
+	ord := -1
+	if arg != "" {
+		v, err := strconv.Atoi(arg)
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("%w: opencl:%s: want opencl (every OpenCL device) or opencl:N with N a device number from 0", plugin.ErrBadSpec, arg)
+		}
+		ord = v
+	}
+	s := getDriver(library())
+	if s.err != nil {
+		if ord < 0 {
+			return nil, fmt.Errorf("%w: %v", plugin.ErrNoDevices, s.err)
+		}
+		return nil, s.err
+	}
+	if ord >= len(s.devs) {
+		return nil, fmt.Errorf("opencl:%d: there is no OpenCL device %d: the platforms have %d (0 to %d)", ord, ord, len(s.devs), len(s.devs)-1)
+	}
+	cds := s.devs
+	if ord >= 0 {
+		cds = s.devs[ord : ord+1]
+	}
+	return openDevices(cds)
+}
+
+// cudaGPUs returns how many GPUs the cuda kind has, 0 if it is not in the
+// program or the CUDA driver has none: an NVIDIA OpenCL device is one of
+// them then.
+var cudaGPUs = func() int {
+	if _, ok := plugin.LookupKind("cuda"); !ok {
+		return 0
+	}
+	path := strings.TrimSpace(os.Getenv("GOFFLOAD_CUDA_LIBRARY"))
+	if path == "" {
+		path = cudadrv.DefaultLibrary
+	}
+	drv, err := cudadrv.Load(path)
+	if err != nil || drv.Init() != nil {
+		return 0
+	}
+	n, _ := drv.DeviceGetCount()
+	return n
+}
+
+// discover opens the GPUs and accelerators, less the NVIDIA devices that
+// the cuda kind has, and says why there are none.
+func discover() ([]plugin.Device, error) {
+	s := getDriver(library())
+	if s.err != nil {
+		return nil, fmt.Errorf("%w: %v", plugin.ErrNoDevices, s.err)
+	}
+	nv := cudaGPUs() > 0
+	var cds []*clDevice
+	var left []string
+	for _, cd := range s.devs {
+		switch {
+		case cd.typ&(cldrv.TypeGPU|cldrv.TypeAccelerator) == 0:
+			left = append(left, fmt.Sprintf("opencl:%d (%s, a CPU device: used only when GOFFLOAD_DEVICES names it)", cd.ord, cd.name))
+		case nv && cd.vendor == cldrv.VendorNVIDIA:
+			left = append(left, fmt.Sprintf("opencl:%d (%s, a CUDA GPU: the cuda kind has it)", cd.ord, cd.name))
+		default:
+			cds = append(cds, cd)
+		}
+	}
+	if len(cds) == 0 {
+		return nil, fmt.Errorf("%w: no OpenCL GPU or accelerator to use by default; left out: %s", plugin.ErrNoDevices, strings.Join(left, "; "))
+	}
+	return openDevices(cds)
+}
+
+func openDevices(cds []*clDevice) ([]plugin.Device, error) {
+	var devs []plugin.Device
+	for _, cd := range cds {
+		d, err := newDevice(cd)
+		if err != nil {
+			for _, o := range devs {
+				o.Close()
+			}
+			return nil, err
+		}
+		devs = append(devs, d)
+	}
+	return devs, nil
+}
+
+// context returns the platform's context, made at the first call.
+func (pl *platform) context() (cldrv.Context, error) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if pl.ctx != 0 {
+		return pl.ctx, nil
+	}
+	c, err := pl.lib.CreateContext(pl.id, pl.devs)
+	if err != nil {
+		return 0, fmt.Errorf("OpenCL platform %s: cannot make a context: %w", pl.name, err)
+	}
+	pl.ctx = c
+	return c, nil
+}
+
+// Library returns the OpenCL library the kind uses and its devices'
+// handles and contexts, or why there is none: for this module's bench,
+// whose raw baselines call the API directly.
+func Library() (*cldrv.Lib, []RawDevice, error) {
+	s := getDriver(library())
+	if s.err != nil {
+		return nil, nil, s.err
+	}
+	var out []RawDevice
+	for _, cd := range s.devs {
+		c, err := cd.pl.context()
+		if err != nil {
+			return nil, nil, err
+		}
+		out = append(out, RawDevice{Device: cd.id, Context: c, Name: cd.name, CPU: cd.typ&cldrv.TypeCPU != 0})
+	}
+	return s.lib, out, nil
+}
+
+// RawDevice is an OpenCL device and its platform's context, as Library
+// gives them.
+type RawDevice struct {
+	Device  cldrv.Device
+	Context cldrv.Context
+	Name    string
+	CPU     bool
+}
