@@ -101,7 +101,7 @@ func TestTCPSecDowngrade(t *testing.T) {
 		ln := listenLoopback(t)
 		srv, logs := startTCP(t, ln, 5*time.Second, security(t, false))
 		r := startRewriter(t, ln.Addr().String(), prefaceTLS, prefacePlain)
-		refused(t, r, nil)
+		refused(t, r, nil, "TLS handshake")
 		logged(t, srv, logs, "refused host", "the host wants plain TCP")
 		checkServed(t, openHonest(t, ln.Addr().String()))
 	})
