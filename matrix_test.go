@@ -1,8 +1,10 @@
 package offload_test
 
 import (
+	"bufio"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -17,12 +19,13 @@ import (
 // and task tests run on every kind of device, not only on the host kind,
 // because each kind moves memory its own way — the host kind in this
 // process, device processes (local) over their shared-memory links, GPUs
-// through the CUDA driver's streams and pinned staging — and each must give
-// the same results.
+// through the CUDA driver's streams and pinned staging, a tcp:// device
+// process over protected (TLS 1.3) sessions on loopback — and each must
+// give the same results.
 //
 // The matrix is a list of kinds and forEachKind, which runs a test's body
-// once per kind as subtests named host, local, cuda-fake and opencl; the body
-// starts the runtime with k.start(t, n) (n devices of that kind) and reads
+// once per kind as subtests named host, local, cuda-fake, opencl and tcp;
+// the body starts the runtime with k.start(t, n) (n devices of that kind) and reads
 // k.label where an error names the device. This keeps each test as it was
 // written, with its own setup and checks in one place, and shows a kind's
 // failure as that test's subtest (go test -run 'TestMapSemantics/local').
@@ -77,6 +80,9 @@ var kinds = []testKind{
 	{name: "opencl", label: "opencl", spec: func(n int) string {
 		return strings.TrimSuffix(strings.Repeat("opencl:0,", n), ",") // PoCL has one device: n devices on it
 	}, setup: useOpenCL, inProcess: true},
+	{name: "tcp", label: "tcp", spec: func(n int) string {
+		return strings.TrimSuffix(strings.Repeat("tcp://"+tcpDeviceAddr+",", n), ",")
+	}, setup: startTCPDevice},
 }
 
 // useOpenCL makes the opencl kind's devices run the Go bodies of kernels
@@ -97,6 +103,47 @@ func useOpenCL(t testing.TB) {
 		ds[0].Close()
 	}
 	t.Cleanup(opencl.UseEmulationForTests())
+}
+
+// tcpDeviceAddr is where the tcp kind's device process serves, for the
+// test that started it (startTCPDevice).
+var tcpDeviceAddr string
+
+// startTCPDevice starts a device process of this test binary serving
+// tcp:// hosts on loopback, over protected sessions (TLS 1.3, the
+// default), until the test ends; the kind's n devices are n sessions with
+// it.
+func startTCPDevice(t testing.TB) {
+	t.Helper()
+	const secret = "matrix-s3cret"
+	t.Setenv("GOFFLOAD_SECRET", secret)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "GOFFLOAD_ROLE=device", "GOFFLOAD_LISTEN=127.0.0.1:0", "GOFFLOAD_DEVICE_CORES=2")
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(pipe)
+	for sc.Scan() {
+		if _, a, ok := strings.Cut(sc.Text(), " serving on "); ok {
+			tcpDeviceAddr = a
+			go func() { // keep its stderr flowing, shown where the test's goes
+				for sc.Scan() {
+					fmt.Fprintln(os.Stderr, sc.Text())
+				}
+			}()
+			return
+		}
+	}
+	t.Fatalf("the tcp device process did not say where it serves: %v", sc.Err())
 }
 
 // matrixGPU is a fake GPU whose 2 multiprocessors are the cores the

@@ -529,3 +529,21 @@ func TestRemoteSuiteTCP(t *testing.T) {
 		t.Errorf("remote-socket on a tcp device: output lacks %q", line)
 	}
 }
+
+// TestTCPTLSSuiteTSV runs suite tcp-tls, whose TCP devices and raw TLS
+// peers are this test binary started again, with a tiny time budget.
+func TestTCPTLSSuiteTSV(t *testing.T) {
+	out := checkSuiteTSV(t, "tcp-tls", map[string]bool{
+		"tcp_tls.launch_vs_tls":           true,
+		"tcp_tls.submit_64MiB_vs_tls":     true,
+		"tcp_tls.retrieve_64MiB_vs_tls":   true,
+		"tcp_tls.launch_vs_plain":         true,
+		"tcp_tls.submit_64MiB_vs_plain":   true,
+		"tcp_tls.retrieve_64MiB_vs_plain": true,
+		"tcp_tls.raw_tls_vs_tcp_pingpong": true,
+		"tcp_tls.plain_launch_vs_tcp":     true,
+	})
+	if !strings.Contains(out, "\n# tcp-tls: TCP devices on 127.0.0.1 (protected: ") {
+		t.Errorf("output lacks the devices' comment:\n%s", out)
+	}
+}

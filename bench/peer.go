@@ -100,6 +100,9 @@ func servePeer(role string) error {
 		return fmt.Errorf("inherited socket: %w", err)
 	}
 	defer conn.Close()
+	if os.Getenv(envPeerTLS) != "" {
+		return serveTLSPeer(conn, role, sp, size) // suite tcp-tls's raw baselines
+	}
 	return servePeerConn(conn, role, sp, size)
 }
 

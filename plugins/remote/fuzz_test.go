@@ -2,7 +2,11 @@ package remote
 
 import (
 	"encoding/binary"
+	"errors"
+	"io"
 	"net"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -195,5 +199,50 @@ func FuzzHostDispatch(f *testing.F) {
 		d.Close()
 		dev.Close()
 		wg.Wait()
+	})
+}
+
+// FuzzTCPHandshake feeds a TCP device's handshake (device side, in the mode
+// of the input's first byte: odd plain, even TLS) what a host that has not
+// proved the secret may send, after the device's preface: it must refuse
+// it with an error, never panic or hang, and never let it in. What a host
+// sends once in is read by the session's handlers (FuzzSession) through
+// the same frame reader, whether the link is plain or TLS.
+func FuzzTCPHandshake(f *testing.F) {
+	hello := func(plain bool) []byte {
+		if plain {
+			return append([]byte(prefacePlain), frames(&proto.Msg{Type: proto.TAuth, Text: strings.Repeat("ab", 32) + " " + strings.Repeat("cd", 32)})...)
+		}
+		return append([]byte(prefaceTLS), clientHello(f)...)
+	}
+	f.Add(append([]byte{1}, hello(true)...))
+	f.Add(append([]byte{0}, hello(false)...))
+	f.Add(append([]byte{0}, prefacePlain...))
+	f.Add([]byte{0, 0x16, 3, 1, 0xff, 0xff})
+	secs := map[bool]*tcpSecurity{}
+	for _, plain := range []bool{false, true} {
+		s := &tcpSecurity{secret: limitSecret, plain: plain}
+		if !plain {
+			s.cert, _ = ephemeralCert()
+		}
+		secs[plain] = s
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) == 0 {
+			return
+		}
+		sec := secs[data[0]%2 == 1]
+		host, dev := socketPair(t)
+		dev.SetDeadline(time.Now().Add(20 * time.Second))
+		go func() {
+			host.Write(data[1:])
+			host.(*net.UnixConn).CloseWrite()
+			io.Copy(io.Discard, host)
+		}()
+		if c, err := sec.deviceHandshake(dev); err == nil {
+			t.Fatalf("%x: let in as %T", data, c)
+		} else if errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("%x: the handshake hung", data)
+		}
 	})
 }

@@ -30,6 +30,7 @@ type link struct {
 	t    Transport
 	frag int            // the largest data fragment: proto.Fragment, or what t asks
 	tw   tryWriter      // t, if it can write without blocking; else nil
+	hw   holdingWriter  // t, if its tries may hold bytes back for the writer; else nil
 	br   bufferedReader // t, if it can tell that it read frames ahead; else nil
 	r    linkReader     // reads frames, skipping pings: the reader's only way in
 
@@ -64,6 +65,7 @@ func startLink(t Transport) *link {
 		l.frag = f.FragmentSize()
 	}
 	l.tw, _ = t.(tryWriter)
+	l.hw, _ = t.(holdingWriter)
 	l.br, _ = t.(bufferedReader)
 	l.r = linkReader{l}
 	l.wake = sync.NewCond(&l.mu)
@@ -154,7 +156,7 @@ func (l *link) writeHere(try bool) {
 		if len(l.ctrl) == 0 && cap(frames) <= 1<<20 {
 			l.ctrl = frames[:0] // reuse the buffer
 		}
-		l.wakeIfWork() // what came meanwhile
+		l.wakeIfWork() // what came meanwhile, or what the try held back
 	}
 	l.mu.Unlock()
 	if err != nil {
@@ -200,10 +202,19 @@ func (l *link) sendSoon(f proto.Frame) error {
 // waits): what was queued meanwhile, or the end of the link. A writer
 // woken for nothing costs a hand-off. Under l.mu.
 func (l *link) wakeIfWork() {
-	if len(l.ctrl) > 0 || len(l.bulk) > 0 || l.ending {
+	if len(l.ctrl) > 0 || len(l.bulk) > 0 || l.ending || l.held() {
 		l.wake.Signal()
 	}
 }
+
+// holdingWriter is a tryWriter whose TryWriteFrames may take frames whole
+// but hold back some of their bytes (a TLS record that the socket had no
+// room for all of): the link's writer writes them, with WriteFrames, before
+// anything else.
+type holdingWriter interface{ held() bool }
+
+// held reports whether the transport holds bytes back for the writer.
+func (l *link) held() bool { return l.hw != nil && l.hw.held() }
 
 // kick makes the link's reader, if it parked waiting for a frame, poll for
 // its spin budget again (a shared-memory link; a no-op on others).
@@ -289,14 +300,14 @@ func (l *link) write() {
 	var frames []byte
 	for {
 		l.mu.Lock()
-		for (l.busy || len(l.ctrl) == 0 && len(l.bulk) == 0 && !l.ending) && l.err == nil {
+		for (l.busy || len(l.ctrl) == 0 && len(l.bulk) == 0 && !l.ending && !l.held()) && l.err == nil {
 			l.wake.Wait()
 		}
 		if l.err != nil {
 			l.mu.Unlock()
 			return
 		}
-		if len(l.ctrl) == 0 && len(l.bulk) == 0 { // ending, all written
+		if len(l.ctrl) == 0 && len(l.bulk) == 0 && !l.held() { // ending, all written
 			l.mu.Unlock()
 			l.fail(errLinkClosed)
 			return
@@ -328,8 +339,8 @@ func (l *link) write() {
 		}
 		l.mu.Unlock()
 		var err error
-		if len(frames) > 0 {
-			err = l.t.WriteFrames(frames)
+		if len(frames) > 0 || l.held() {
+			err = l.t.WriteFrames(frames) // what a try held back goes first
 		}
 		if err == nil && o != nil {
 			err = l.t.WriteData(o.id, off, frag)

@@ -108,16 +108,27 @@ func serve(img *plugin.Image) error {
 	if secret == "" {
 		return fmt.Errorf("%s=%s needs %s: TCP devices serve only hosts that prove the shared secret", envListen, addr, envSecret)
 	}
+	sec, err := securityFromEnv(secret)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
+	if sec.plain {
+		plainNotice(fmt.Sprintf("device (pid %d) on %s", os.Getpid(), ln.Addr()))
+	}
 	fmt.Fprintf(os.Stderr, "goffload device (pid %d) serving on %s\n", os.Getpid(), ln.Addr())
-	return ServeTCP(ln, secret, img, cores)
+	return newTCPServer(ln, sec, img, cores).serve()
 }
 
 // ServeTCP serves hosts that connect to ln and prove secret, each in its own
-// session, until ln is closed. A host that fails the proof is refused and
+// session, until ln is closed. Sessions are TLS 1.3, the secret proved
+// over each session's keying material, unless the environment says
+// otherwise (GOFFLOAD_TCP_PLAIN=1 for plain TCP; GOFFLOAD_TLS_CERT,
+// GOFFLOAD_TLS_KEY and GOFFLOAD_TLS_CA for certificates checked against a
+// CA besides the secret). A host that fails the proof is refused and
 // the device goes on serving others. Until a host has proved the secret,
 // its connection is bounded: at most 64 connections are in the handshake at
 // once (a newer one closes the oldest), a handshake must end within 5
@@ -126,7 +137,11 @@ func serve(img *plugin.Image) error {
 // doubling up to 1 s, rather than end it. Refusals go to stderr, at most 10
 // lines a second.
 func ServeTCP(ln net.Listener, secret string, img *plugin.Image, cores int) error {
-	return newTCPServer(ln, secret, img, cores).serve()
+	sec, err := securityFromEnv(secret)
+	if err != nil {
+		return err
+	}
+	return newTCPServer(ln, sec, img, cores).serve()
 }
 
 // localDeviceLink is a local device's link to its host: through the shared

@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -35,7 +36,7 @@ func init() {
 		Name:  "tcp",
 		Open:  openTCP,
 		Order: 60,
-		Help:  "tcp://HOST:PORT  a device process serving on HOST:PORT (GOFFLOAD_ROLE=device GOFFLOAD_LISTEN=…), with GOFFLOAD_SECRET on both sides",
+		Help:  "tcp://HOST:PORT  a device process serving on HOST:PORT (GOFFLOAD_ROLE=device GOFFLOAD_LISTEN=…), with GOFFLOAD_SECRET on both sides; TLS 1.3 unless GOFFLOAD_TCP_PLAIN=1 on both",
 	})
 }
 
@@ -48,6 +49,9 @@ type configError string
 func (e configError) Error() string { return string(e) }
 func (e configError) Unwrap() error { return plugin.ErrBadSpec }
 
+// hostHandshakeTimeout bounds a host's whole handshake with a TCP device.
+var hostHandshakeTimeout = 10 * time.Second
+
 func openTCP(addr string) ([]plugin.Device, error) {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return nil, fmt.Errorf("%w: tcp://%s: want tcp://HOST:PORT: %v", plugin.ErrBadSpec, addr, err)
@@ -56,6 +60,10 @@ func openTCP(addr string) ([]plugin.Device, error) {
 	if secret == "" {
 		return nil, configError(fmt.Sprintf("tcp://%s: the shared secret is missing: set %s in this program's environment to the secret the device process was started with (GOFFLOAD_ROLE=device GOFFLOAD_LISTEN=HOST:PORT %s=… on the device's machine); TCP devices serve only hosts that prove it", addr, envSecret, envSecret))
 	}
+	sec, err := securityFromEnv(secret)
+	if err != nil {
+		return nil, configError(fmt.Sprintf("tcp://%s: %v", addr, err))
+	}
 	if err := timeoutErr(); err != nil {
 		return nil, fmt.Errorf("%w: %w", plugin.ErrBadSpec, err)
 	}
@@ -63,16 +71,37 @@ func openTCP(addr string) ([]plugin.Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	if err := authHost(conn, secret); err != nil {
+	conn.SetDeadline(time.Now().Add(hostHandshakeTimeout))
+	c, err := sec.hostHandshake(conn, addr)
+	if err != nil {
 		conn.Close()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = fmt.Errorf("no handshake within %v: %w", hostHandshakeTimeout, err)
+		}
 		return nil, fmt.Errorf("tcp://%s: %w", addr, err)
 	}
 	conn.SetDeadline(time.Time{})
-	d := newDevice(newLink(conn), "tcp", "tcp device tcp://"+addr)
+	if sec.plain {
+		plainNotice("tcp://" + addr)
+	}
+	d := newDevice(sessionLink(c), "tcp", "tcp device tcp://"+addr)
 	d.addr = "tcp://" + addr
 	d.closeFn = func(bool) error { return nil }
 	return []plugin.Device{d}, nil
+}
+
+// sessionLink starts the link of an authenticated TCP session.
+func sessionLink(c net.Conn) *link {
+	if tc, ok := c.(*tls.Conn); ok {
+		return startLink(newTLSTransport(tc))
+	}
+	return newLink(c)
+}
+
+// plainNotice says on stderr that the session with what goes in the
+// clear, as the user asked.
+func plainNotice(what string) {
+	fmt.Fprintf(os.Stderr, "goffload: %s: plain TCP (%s=1): frames and data go unencrypted and unauthenticated, for a fabric you trust\n", what, envPlain)
 }
 
 func mac(secret, who string, nonce []byte) []byte {
@@ -209,10 +238,10 @@ const (
 
 // tcpServer serves hosts on a listener.
 type tcpServer struct {
-	ln     net.Listener
-	secret string
-	img    *plugin.Image
-	cores  int
+	ln    net.Listener
+	sec   *tcpSecurity
+	img   *plugin.Image
+	cores int
 
 	maxHandshakes int
 	timeout       time.Duration
@@ -229,9 +258,9 @@ type handshake struct {
 	evicted bool // closed to make room for a newer one (under mu)
 }
 
-func newTCPServer(ln net.Listener, secret string, img *plugin.Image, cores int) *tcpServer {
+func newTCPServer(ln net.Listener, sec *tcpSecurity, img *plugin.Image, cores int) *tcpServer {
 	return &tcpServer{
-		ln: ln, secret: secret, img: img, cores: cores,
+		ln: ln, sec: sec, img: img, cores: cores,
 		maxHandshakes: maxHandshakes, timeout: handshakeTimeout,
 		log: &rateLog{w: os.Stderr, every: time.Second, burst: 10},
 	}
@@ -294,7 +323,7 @@ func (s *tcpServer) handshaking() int {
 // handle authenticates the host on conn and serves it.
 func (s *tcpServer) handle(conn net.Conn, e *list.Element) {
 	conn.SetDeadline(time.Now().Add(s.timeout))
-	err := authDevice(conn, s.secret)
+	c, err := s.sec.deviceHandshake(conn)
 	if !s.leave(e) {
 		conn.Close() // admit said why
 		return
@@ -308,7 +337,7 @@ func (s *tcpServer) handle(conn net.Conn, e *list.Element) {
 		return
 	}
 	conn.SetDeadline(time.Time{})
-	ss := newSession(newLink(conn), s.img, s.cores)
+	ss := newSession(sessionLink(c), s.img, s.cores)
 	ss.kind = "tcp"
 	if err := ss.serve(); err != nil && err != errSessionOver {
 		fmt.Fprintf(os.Stderr, "goffload device: session with %s: %v\n", conn.RemoteAddr(), err)

@@ -42,9 +42,9 @@ func (b *lockedBuffer) lines() []string {
 
 // startTCP serves hosts on ln in this process, with a handshake deadline of
 // timeout; it stops at cleanup and checks that only closing ln stopped it.
-func startTCP(t *testing.T, ln net.Listener, timeout time.Duration) (*tcpServer, *lockedBuffer) {
+func startTCP(t *testing.T, ln net.Listener, timeout time.Duration, sec *tcpSecurity) (*tcpServer, *lockedBuffer) {
 	t.Helper()
-	srv := newTCPServer(ln, limitSecret, entries.Current(), 1)
+	srv := newTCPServer(ln, sec, entries.Current(), 1)
 	srv.timeout = timeout
 	logs := &lockedBuffer{}
 	srv.log.w = logs
@@ -57,6 +57,21 @@ func startTCP(t *testing.T, ln net.Listener, timeout time.Duration) (*tcpServer,
 		}
 	})
 	return srv, logs
+}
+
+// security is the protection of a TCP server or host that knows
+// limitSecret: TLS with ephemeral certificates, or plain TCP.
+func security(t *testing.T, plain bool) *tcpSecurity {
+	t.Helper()
+	t.Setenv(envPlain, "")
+	if plain {
+		t.Setenv(envPlain, "1")
+	}
+	s, err := securityFromEnv(limitSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 func listenLoopback(t *testing.T) net.Listener {
@@ -123,7 +138,7 @@ func waitClosed(conn net.Conn) error {
 func TestTCPLimitIdleFlood(t *testing.T) {
 	const idle = 500
 	ln := listenLoopback(t)
-	srv, logs := startTCP(t, ln, 2*time.Second)
+	srv, logs := startTCP(t, ln, 2*time.Second, security(t, false))
 	addr := ln.Addr().String()
 	conns := make([]net.Conn, idle)
 	for i := range conns {
@@ -166,26 +181,40 @@ func TestTCPLimitIdleFlood(t *testing.T) {
 	}
 }
 
-// TestTCPLimitSlowHost: a host that trickles its proof a byte at a time is
-// cut off by the handshake deadline, which counts from the connection, not
-// from the last byte.
+// TestTCPLimitSlowHost: a host that trickles its handshake a byte at a
+// time (the plain proof, or the TLS preface and ClientHello) is cut off by
+// the handshake deadline, which counts from the connection, not from the
+// last byte.
 func TestTCPLimitSlowHost(t *testing.T) {
+	for _, plain := range []bool{false, true} {
+		t.Run(map[bool]string{false: "tls", true: "plain"}[plain], func(t *testing.T) { testSlowHost(t, plain) })
+	}
+}
+
+func testSlowHost(t *testing.T, plain bool) {
 	const timeout = 300 * time.Millisecond
 	ln := listenLoopback(t)
-	_, logs := startTCP(t, ln, timeout)
+	_, logs := startTCP(t, ln, timeout, security(t, plain))
 	start := time.Now()
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := readAuth(c); err != nil {
-		t.Fatalf("challenge: %v", err)
+	var frame []byte
+	if plain {
+		exchangePlainPreface(t, c)
+		if _, err := readAuth(c); err != nil {
+			t.Fatalf("challenge: %v", err)
+		}
+		frame = proto.AppendFrame(nil, &proto.Msg{Type: proto.TAuth, Text: strings.Repeat("ab", 64) + " " + strings.Repeat("cd", 32)}, nil)
+	} else {
+		readPreface(t, c)
+		frame = append([]byte(prefaceTLS), clientHello(t)...)
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- waitClosed(c) }()
-	frame := proto.AppendFrame(nil, &proto.Msg{Type: proto.TAuth, Text: strings.Repeat("ab", 64) + " " + strings.Repeat("cd", 32)}, nil)
-	tick := time.NewTicker(10 * time.Millisecond) // 190 bytes: 1.9 s
+	tick := time.NewTicker(10 * time.Millisecond) // 190 bytes or more: 1.9 s
 	defer tick.Stop()
 	for sent := 0; ; sent++ {
 		select {
@@ -197,7 +226,7 @@ func TestTCPLimitSlowHost(t *testing.T) {
 				t.Errorf("closed after %v, before the %v deadline", el, timeout)
 			}
 			if sent >= len(frame) {
-				t.Errorf("the whole proof went through before the device closed the connection")
+				t.Errorf("the whole handshake went through before the device closed the connection")
 			}
 			if all := strings.Join(logs.lines(), "\n"); !strings.Contains(all, "no handshake within 300ms") {
 				t.Errorf("log: %s", all)
@@ -209,6 +238,48 @@ func TestTCPLimitSlowHost(t *testing.T) {
 			}
 		}
 	}
+}
+
+// readPreface reads a device's preface.
+func readPreface(t *testing.T, c net.Conn) string {
+	t.Helper()
+	b := make([]byte, prefaceLen)
+	if _, err := io.ReadFull(c, b); err != nil {
+		t.Fatalf("the device's preface: %v", err)
+	}
+	return string(b)
+}
+
+// exchangePlainPreface opens a plain session's handshake on c.
+func exchangePlainPreface(t *testing.T, c net.Conn) {
+	t.Helper()
+	if p := readPreface(t, c); p != prefacePlain {
+		t.Fatalf("the device's preface is %q, want %q", p, prefacePlain)
+	}
+	c.Write([]byte(prefacePlain))
+}
+
+// captureConn records what is written to it, and reads nothing.
+type captureConn struct {
+	net.Conn
+	b bytes.Buffer
+}
+
+func (c *captureConn) Write(p []byte) (int, error) { return c.b.Write(p) }
+func (c *captureConn) Read([]byte) (int, error)    { return 0, io.EOF }
+func (c *captureConn) Close() error                { return nil }
+func (c *captureConn) SetDeadline(time.Time) error { return nil }
+
+// clientHello is the first flight of a host's TLS handshake.
+func clientHello(t testing.TB) []byte {
+	t.Helper()
+	sec := &tcpSecurity{secret: limitSecret}
+	cc := &captureConn{}
+	sec.client(cc, "127.0.0.1:1").Handshake()
+	if cc.b.Len() == 0 {
+		t.Fatal("no ClientHello")
+	}
+	return cc.b.Bytes()
 }
 
 // flakyListener fails its first Accepts with errs.
@@ -241,7 +312,7 @@ func TestTCPLimitAcceptErrors(t *testing.T) {
 	ln := &flakyListener{Listener: listenLoopback(t), errs: []error{
 		acceptErr(syscall.EMFILE), acceptErr(syscall.EMFILE), acceptErr(syscall.ENFILE), acceptErr(syscall.ECONNABORTED),
 	}}
-	_, logs := startTCP(t, ln, 5*time.Second)
+	_, logs := startTCP(t, ln, 5*time.Second, security(t, false))
 	checkServed(t, openHonest(t, ln.Addr().String()))
 	lines := logs.lines()
 	want := []string{"too many open files; retrying in 5ms", "too many open files; retrying in 10ms",
@@ -257,7 +328,7 @@ func TestTCPLimitAcceptErrors(t *testing.T) {
 
 	bad := &flakyListener{Listener: listenLoopback(t), errs: []error{acceptErr(syscall.EMFILE), acceptErr(syscall.EINVAL)}}
 	defer bad.Close()
-	srv := newTCPServer(bad, limitSecret, entries.Current(), 1)
+	srv := newTCPServer(bad, security(t, false), entries.Current(), 1)
 	srv.log.w = io.Discard
 	if err := srv.serve(); !errors.Is(err, syscall.EINVAL) {
 		t.Errorf("serving a listener that fails for good: %v, want EINVAL", err)
@@ -270,7 +341,7 @@ func TestTCPLimitAcceptErrors(t *testing.T) {
 // claimed, and an honest host is served after.
 func TestTCPLimitGarbage(t *testing.T) {
 	ln := listenLoopback(t)
-	_, logs := startTCP(t, ln, time.Minute)
+	_, logs := startTCP(t, ln, time.Minute, security(t, true))
 	addr := ln.Addr().String()
 	length := func(n uint32, rest []byte) []byte { return append(binary.LittleEndian.AppendUint32(nil, n), rest...) }
 	cases := map[string][]byte{
@@ -296,6 +367,7 @@ func TestTCPLimitGarbage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			exchangePlainPreface(t, c)
 			if _, err := readAuth(c); err != nil {
 				t.Fatalf("%s: challenge: %v", name, err)
 			}
@@ -323,21 +395,37 @@ func TestTCPLimitGarbage(t *testing.T) {
 }
 
 // TestTCPLimitHostSide: a host bounds what a device sends before proving
-// the secret, too.
+// the secret, too: a 4 GiB challenge (plain) or answer to its proof (inside
+// TLS).
 func TestTCPLimitHostSide(t *testing.T) {
-	ln := listenLoopback(t)
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		c.Write([]byte{0xff, 0xff, 0xff, 0xff})
-		io.Copy(io.Discard, c)
-		c.Close()
-	}()
-	t.Setenv(envSecret, limitSecret)
-	if _, err := openTCP(ln.Addr().String()); !errors.Is(err, proto.ErrFrame) || !strings.Contains(err.Error(), "before authentication") {
-		t.Errorf("got %v, want ErrFrame for a 4 GiB challenge", err)
+	for _, plain := range []bool{false, true} {
+		t.Run(map[bool]string{false: "tls", true: "plain"}[plain], func(t *testing.T) {
+			sec := security(t, plain)
+			ln := listenLoopback(t)
+			defer ln.Close()
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				c.Write([]byte(sec.preface()))
+				var w io.Writer = c
+				if !plain {
+					io.ReadFull(c, make([]byte, prefaceLen))
+					tc := sec.server(c)
+					if tc.Handshake() != nil {
+						return
+					}
+					w = tc
+				}
+				w.Write([]byte{0xff, 0xff, 0xff, 0xff})
+				io.Copy(io.Discard, c)
+			}()
+			t.Setenv(envSecret, limitSecret)
+			if _, err := openTCP(ln.Addr().String()); !errors.Is(err, proto.ErrFrame) || !strings.Contains(err.Error(), "before authentication") {
+				t.Errorf("got %v, want ErrFrame for a 4 GiB handshake frame", err)
+			}
+		})
 	}
 }

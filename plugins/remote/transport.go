@@ -2,6 +2,7 @@ package remote
 
 import (
 	"bufio"
+	"crypto/tls"
 	"io"
 	"net"
 	"os"
@@ -98,9 +99,15 @@ func (t *streamTransport) TryWriteFrames(frames []byte) (int, error) {
 	if t.raw == nil {
 		return 0, nil
 	}
+	return tryWrite(t.raw, frames)
+}
+
+// tryWrite makes one non-blocking write(2) of b on raw's descriptor and
+// returns how much it wrote.
+func tryWrite(raw syscall.RawConn, frames []byte) (int, error) {
 	var n int
 	var werr error
-	err := t.raw.Write(func(fd uintptr) bool {
+	err := raw.Write(func(fd uintptr) bool {
 		for {
 			n, werr = syscall.Write(int(fd), frames)
 			if werr != syscall.EINTR {
@@ -137,3 +144,87 @@ func (t *streamTransport) Close() error { return t.conn.Close() }
 func appendLen(b []byte, n int) []byte {
 	return append(b, byte(n), byte(n>>8), byte(n>>16), byte(n>>24))
 }
+
+// tlsTransport is a Transport over a TLS session (a tcp:// link): frames
+// as streamTransport's, written through a buffer of one TLS record so that
+// small frames and a fragment's header share records with what follows
+// them rather than each costing one (and a write). It writes without
+// blocking (TryWriteFrames) as a plain socket does, but a record is
+// encrypted whole: what of it the socket has no room for is held back
+// (underTLS) and written by the link's writer before anything else.
+type tlsTransport struct {
+	s   *streamTransport
+	bw  *bufio.Writer
+	raw *underTLS // under the TLS session
+	tc  *tls.Conn
+}
+
+// tlsRecord is the largest plaintext of a TLS record.
+const tlsRecord = 16 << 10
+
+// newTLSTransport frames the TLS session tc. Its reads poll before they
+// park beneath the TLS layer (underTLS), as a plain link's do.
+func newTLSTransport(tc *tls.Conn) *tlsTransport {
+	u := tc.NetConn().(*underTLS)
+	return &tlsTransport{s: newStreamTransport(tc), bw: bufio.NewWriterSize(tc, tlsRecord), raw: u, tc: tc}
+}
+
+func (t *tlsTransport) WriteFrames(frames []byte) error {
+	if err := t.raw.writeHeld(); err != nil {
+		return explainTLS(err, false)
+	}
+	t.bw.Write(frames) // an error stays in bw, which Flush returns
+	return explainTLS(t.bw.Flush(), false)
+}
+
+// TryWriteFrames encrypts frames into one record (or more) and writes what
+// the socket has room for now; the rest is held back for the writer. If
+// bytes are held back already, it writes nothing.
+func (t *tlsTransport) TryWriteFrames(frames []byte) (int, error) {
+	if t.raw.raw == nil || t.held() {
+		return 0, nil
+	}
+	t.raw.try.Store(true)
+	_, err := t.tc.Write(frames)
+	t.raw.try.Store(false)
+	if err != nil {
+		return 0, explainTLS(err, false)
+	}
+	return len(frames), nil
+}
+
+func (t *tlsTransport) held() bool { return t.raw.held() }
+
+func (t *tlsTransport) WriteData(id uint64, off int, data []byte) error {
+	if err := t.raw.writeHeld(); err != nil {
+		return explainTLS(err, false)
+	}
+	m := proto.Msg{Type: proto.TData, ID: id, Ptr: uint64(off)}
+	t.s.hdr = proto.AppendHeader(appendLen(t.s.hdr[:0], proto.FrameLen(&m, len(data))), &m, len(data))
+	t.bw.Write(t.s.hdr)
+	t.bw.Write(data)
+	return explainTLS(t.bw.Flush(), false)
+}
+
+func (t *tlsTransport) ReadMsg() (*proto.Msg, error) {
+	m, err := t.s.ReadMsg()
+	if err != nil {
+		return nil, explainTLS(err, false)
+	}
+	return m, nil
+}
+
+func (t *tlsTransport) ReadPayload(m *proto.Msg, dst []byte) error {
+	return explainTLS(t.s.ReadPayload(m, dst), false)
+}
+
+func (t *tlsTransport) Discard(m *proto.Msg) error { return explainTLS(t.s.Discard(m), false) }
+
+// Buffered reports whether bytes were read already that the next ReadMsg
+// reads first (beyond those the TLS session holds).
+func (t *tlsTransport) Buffered() bool { return t.s.Buffered() }
+
+// Close closes the connection under the session without a close_notify
+// alert, which could wait for room to write it: the protocol's own frames
+// end a session, and a cut one is an error either way.
+func (t *tlsTransport) Close() error { return t.raw.Close() }

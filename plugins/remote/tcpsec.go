@@ -1,0 +1,447 @@
+package remote
+
+// How a tcp:// session is protected. By default it is TLS 1.3 (crypto/tls),
+// and the two sides authenticate each other by the shared secret bound to
+// that very session: after the TLS handshake, each proves GOFFLOAD_SECRET
+// with an HMAC over the session's exported keying material (RFC 8446
+// section 7.5, ConnectionState.ExportKeyingMaterial), the host first. A man
+// in the middle who terminates TLS on both sides holds two sessions with
+// different keying material, so a proof it relays from one to the other
+// fails; the secret itself never crosses the wire. Without a PKI each side's
+// certificate is an ephemeral self-signed one that nobody checks: the
+// proof, not the certificate, authenticates the peer. With one
+// (GOFFLOAD_TLS_CERT, GOFFLOAD_TLS_KEY, GOFFLOAD_TLS_CA on both sides), each
+// side also verifies the other's certificate against the CA, and the host
+// checks the device's name (the HOST of tcp://HOST:PORT) as HTTPS does.
+//
+// GOFFLOAD_TCP_PLAIN=1, on both sides, keeps a session in the clear after
+// the older challenge–response (tcp.go), for a fabric the user trusts. The
+// mode is never negotiated: each side opens with a fixed preface that says
+// what it wants, and refuses a peer that wants otherwise, saying which side
+// wants what; a relay that rewrites a preface gets the session refused, not
+// downgraded.
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/goffload/offload/plugins/remote/proto"
+)
+
+// Environment of TCP sessions' protection.
+const (
+	envPlain   = "GOFFLOAD_TCP_PLAIN" // "1": sessions in the clear (both sides)
+	envTLSCert = "GOFFLOAD_TLS_CERT"  // PEM certificate (chain) of this side
+	envTLSKey  = "GOFFLOAD_TLS_KEY"   // PEM private key of this side
+	envTLSCA   = "GOFFLOAD_TLS_CA"    // PEM CA certificates the peer's must chain to
+)
+
+// The prefaces: the first bytes each side writes on a TCP connection.
+const (
+	prefaceLen   = 16
+	prefaceTLS   = "goffload tls1.3\n"
+	prefacePlain = "goffload plain \n"
+)
+
+// ekmLabel is the exporter label of the secret's proofs.
+const ekmLabel = "EXPORTER-goffload-secret-proof"
+
+// tcpSecurity is how this process protects its TCP sessions.
+type tcpSecurity struct {
+	secret string
+	plain  bool
+	cert   tls.Certificate // this side's: the user's, or an ephemeral self-signed one
+	ca     *x509.CertPool  // the CA the peer's certificate must chain to; nil without a PKI
+}
+
+// securityFromEnv reads the protection of TCP sessions from the
+// environment, for a side that knows the secret.
+func securityFromEnv(secret string) (*tcpSecurity, error) {
+	s := &tcpSecurity{secret: secret}
+	switch v := strings.TrimSpace(os.Getenv(envPlain)); v {
+	case "", "0":
+	case "1":
+		s.plain = true
+	default:
+		return nil, fmt.Errorf("%s=%q: want 1 (sessions in the clear, on a fabric you trust) or unset (TLS)", envPlain, v)
+	}
+	certF, keyF, caF := os.Getenv(envTLSCert), os.Getenv(envTLSKey), os.Getenv(envTLSCA)
+	pki := certF != "" || keyF != "" || caF != ""
+	if s.plain {
+		if pki {
+			return nil, fmt.Errorf("%s=1 with %s, %s or %s: a session in the clear uses no certificates; unset one or the other", envPlain, envTLSCert, envTLSKey, envTLSCA)
+		}
+		return s, nil
+	}
+	if !pki {
+		cert, err := ephemeralCert()
+		if err != nil {
+			return nil, err
+		}
+		s.cert = cert
+		return s, nil
+	}
+	if certF == "" || keyF == "" || caF == "" {
+		return nil, fmt.Errorf("%s=%q %s=%q %s=%q: set all three (this side's certificate and key, and the CA the peer's must chain to) or none (the shared secret alone authenticates)",
+			envTLSCert, certF, envTLSKey, keyF, envTLSCA, caF)
+	}
+	cert, err := tls.LoadX509KeyPair(certF, keyF)
+	if err != nil {
+		return nil, fmt.Errorf("%s=%s, %s=%s: %w", envTLSCert, certF, envTLSKey, keyF, err)
+	}
+	pem, err := os.ReadFile(caF)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", envTLSCA, err)
+	}
+	s.ca = x509.NewCertPool()
+	if !s.ca.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s=%s: no PEM certificate in it", envTLSCA, caF)
+	}
+	s.cert = cert
+	return s, nil
+}
+
+// ephemeralCert is this process's self-signed certificate, made once: a
+// fresh P-256 key that lives as long as the process.
+var ephemeralCert = sync.OnceValues(func() (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: "goffload ephemeral"},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(100 * 365 * 24 * time.Hour), // checked by nobody: the secret's proof authenticates
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+})
+
+// mode is what this side's preface says it wants, in words.
+func (s *tcpSecurity) mode() string {
+	if s.plain {
+		return "plain TCP (" + envPlain + "=1)"
+	}
+	return "TLS 1.3 (" + envPlain + " unset)"
+}
+
+func (s *tcpSecurity) preface() string {
+	if s.plain {
+		return prefacePlain
+	}
+	return prefaceTLS
+}
+
+// exchangePreface writes this side's preface on conn and reads the
+// peer's; self is "host" or "device". A peer that wants the other mode is
+// an error wrapping ErrMismatch that says which side wants what.
+func (s *tcpSecurity) exchangePreface(conn net.Conn, self string) error {
+	if _, err := io.WriteString(conn, s.preface()); err != nil {
+		return err
+	}
+	var b [prefaceLen]byte
+	if _, err := io.ReadFull(conn, b[:]); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return fmt.Errorf("reading the %s's preface: %w", other(self), err)
+	}
+	got := string(b[:])
+	if got == s.preface() {
+		return nil
+	}
+	peer := &tcpSecurity{plain: !s.plain}
+	if got != peer.preface() {
+		return fmt.Errorf("%w: not a goffload %s (it opened with %q)", proto.ErrFrame, other(self), got)
+	}
+	return fmt.Errorf("%w: the %s wants %s, the %s wants %s: set %s=1 on both sides (a fabric you trust) or on neither",
+		ErrMismatch, other(self), peer.mode(), self, s.mode(), envPlain)
+}
+
+func other(self string) string {
+	if self == "host" {
+		return "device"
+	}
+	return "host"
+}
+
+// proof is who's proof of the secret for the TLS session cs.
+func (s *tcpSecurity) proof(who string, cs tls.ConnectionState) ([]byte, error) {
+	ekm, err := cs.ExportKeyingMaterial(ekmLabel, nil, 32)
+	if err != nil {
+		return nil, err
+	}
+	h := hmac.New(sha256.New, []byte(s.secret))
+	h.Write([]byte("goffload tls " + who + " "))
+	h.Write(ekm)
+	return h.Sum(nil), nil
+}
+
+func (s *tcpSecurity) tlsConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion:                  tls.VersionTLS13,
+		Certificates:                []tls.Certificate{s.cert},
+		DynamicRecordSizingDisabled: true, // full records from the start: bulk data is the point
+	}
+}
+
+// client is the host's TLS side of conn to the device at addr.
+func (s *tcpSecurity) client(conn net.Conn, addr string) *tls.Conn {
+	cfg := s.tlsConfig()
+	if s.ca != nil {
+		cfg.RootCAs = s.ca
+		cfg.ServerName, _, _ = net.SplitHostPort(addr)
+	} else {
+		cfg.Certificates = nil        // the host proves itself by the secret alone
+		cfg.InsecureSkipVerify = true // the device's proof of the secret over this session authenticates it
+	}
+	return tls.Client(conn, cfg)
+}
+
+// server is the device's TLS side of conn.
+func (s *tcpSecurity) server(conn net.Conn) *tls.Conn {
+	cfg := s.tlsConfig()
+	cfg.SessionTicketsDisabled = true
+	if s.ca != nil {
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		cfg.ClientCAs = s.ca
+	}
+	return tls.Server(conn, cfg)
+}
+
+// hostHandshake opens a session to the device at addr on conn: prefaces,
+// then the TLS handshake and the proofs, or the plain challenge–response.
+// It returns the connection the session's frames go over.
+func (s *tcpSecurity) hostHandshake(conn net.Conn, addr string) (net.Conn, error) {
+	if err := s.exchangePreface(conn, "host"); err != nil {
+		return nil, err
+	}
+	if s.plain {
+		return conn, authHost(conn, s.secret)
+	}
+	under := &underTLS{Conn: conn}
+	tc := s.client(under, addr)
+	if err := tc.Handshake(); err != nil {
+		return nil, fmt.Errorf("TLS handshake: %w", explainTLS(err, s.ca != nil))
+	}
+	cs := tc.ConnectionState()
+	mine, err := s.proof("host", cs)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeAuth(tc, &proto.Auth{Status: proto.Status{Text: hex.EncodeToString(mine)}}); err != nil {
+		return nil, err
+	}
+	m, err := readAuth(tc)
+	if err != nil {
+		if isClosedErr(err) {
+			return nil, fmt.Errorf("%w: the device closed the connection: %w", ErrAuth, err)
+		}
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "remote error" {
+			// In TLS 1.3 a device refuses a host's certificate after the host's handshake is done.
+			return nil, fmt.Errorf("TLS handshake: %w", explainTLS(err, s.ca != nil))
+		}
+		return nil, fmt.Errorf("reading the device's proof: %w", explainTLS(err, s.ca != nil))
+	}
+	if err := statusErr(m.Status); err != nil {
+		return nil, fmt.Errorf("the device refused the host: %w", err)
+	}
+	want, err := s.proof("device", cs)
+	if err != nil {
+		return nil, err
+	}
+	got, err := hex.DecodeString(m.Text)
+	if err != nil || !hmac.Equal(got, want) {
+		return nil, fmt.Errorf("%w: the device did not prove the shared secret over this TLS session (GOFFLOAD_SECRET differs, or a relay stands between)", ErrAuth)
+	}
+	under.spin()
+	return tc, nil
+}
+
+// deviceHandshake is the device's side of hostHandshake; on a failure
+// that the host could be told of, it tells it why.
+func (s *tcpSecurity) deviceHandshake(conn net.Conn) (net.Conn, error) {
+	if err := s.exchangePreface(conn, "device"); err != nil {
+		return nil, err
+	}
+	if s.plain {
+		return conn, authDevice(conn, s.secret)
+	}
+	under := &underTLS{Conn: conn}
+	tc := s.server(under)
+	if err := tc.Handshake(); err != nil {
+		return nil, fmt.Errorf("TLS handshake: %w", explainTLS(err, s.ca != nil))
+	}
+	cs := tc.ConnectionState()
+	m, err := readAuth(tc)
+	if err != nil {
+		return nil, fmt.Errorf("reading the host's proof: %w", explainTLS(err, s.ca != nil))
+	}
+	want, err := s.proof("host", cs)
+	if err != nil {
+		return nil, err
+	}
+	got, derr := hex.DecodeString(m.Text)
+	if derr != nil || !hmac.Equal(got, want) {
+		err := fmt.Errorf("%w: the host did not prove the shared secret over this TLS session (GOFFLOAD_SECRET differs or is unset, or a relay stands between)", ErrAuth)
+		writeAuth(tc, &proto.Auth{Status: statusOf(err)})
+		return nil, err
+	}
+	mine, err := s.proof("device", cs)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeAuth(tc, &proto.Auth{Status: proto.Status{Text: hex.EncodeToString(mine)}}); err != nil {
+		return nil, err
+	}
+	under.spin()
+	return tc, nil
+}
+
+// underTLS is the TCP connection under a TLS session: once the session is
+// set up, its reads poll before they park, as a plain link's do (spin.go);
+// during the handshake they park at once (a flood of handshakes costs no
+// polling). Only the session's reader reads it. A write while try is set
+// (tlsTransport.TryWriteFrames) never blocks: what the socket has no room
+// for is held back, and every write writes what is held back first.
+type underTLS struct {
+	net.Conn
+	r   io.Reader
+	raw syscall.RawConn // for writes that must not block; nil if none
+
+	try   atomic.Bool
+	mu    sync.Mutex   // over hold, held across a blocking write
+	hold  []byte       // ciphertext a try could not write yet
+	nhold atomic.Int64 // len(hold), read without mu: a blocking write holds mu
+}
+
+func (u *underTLS) spin() {
+	u.r = spinning(u.Conn)
+	if sc, ok := u.Conn.(syscall.Conn); ok {
+		u.raw, _ = sc.SyscallConn()
+	}
+}
+
+func (u *underTLS) Write(p []byte) (int, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.try.Load() {
+		n := 0
+		if len(u.hold) == 0 {
+			var err error
+			if n, err = tryWrite(u.raw, p); err != nil {
+				return 0, err
+			}
+		}
+		u.hold = append(u.hold, p[n:]...)
+		u.nhold.Store(int64(len(u.hold)))
+		return len(p), nil
+	}
+	if err := u.writeHeldLocked(); err != nil {
+		return 0, err
+	}
+	return u.Conn.Write(p)
+}
+
+// held reports whether bytes are held back. It never waits: the link
+// asks under its lock.
+func (u *underTLS) held() bool { return u.nhold.Load() > 0 }
+
+// writeHeld writes what is held back, waiting for room.
+func (u *underTLS) writeHeld() error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.writeHeldLocked()
+}
+
+func (u *underTLS) writeHeldLocked() error {
+	if len(u.hold) == 0 {
+		return nil
+	}
+	_, err := u.Conn.Write(u.hold)
+	if cap(u.hold) > 1<<20 {
+		u.hold = nil
+	} else {
+		u.hold = u.hold[:0]
+	}
+	u.nhold.Store(0)
+	return err
+}
+
+func (u *underTLS) Read(p []byte) (int, error) {
+	if u.r != nil {
+		return u.r.Read(p)
+	}
+	return u.Conn.Read(p)
+}
+
+// explainTLS says what a TLS error means for a session: a record that
+// failed its integrity check was altered (or corrupted) on the way, a
+// certificate refused is the PKI's. pki says whether this side checks
+// certificates.
+func explainTLS(err error, pki bool) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("the connection was cut inside a TLS record: %w", err)
+	}
+	var op *net.OpError
+	if !errors.As(err, &op) || (op.Op != "local error" && op.Op != "remote error") {
+		var rh tls.RecordHeaderError
+		if errors.As(err, &rh) {
+			return fmt.Errorf("the peer does not speak TLS: %w", err)
+		}
+		var ce *tls.CertificateVerificationError
+		if errors.As(err, &ce) {
+			return fmt.Errorf("the peer's certificate does not verify against %s: %w", envTLSCA, err)
+		}
+		return err
+	}
+	text := op.Err.Error()
+	side := "this side"
+	if op.Op == "remote error" {
+		side = "the other side"
+	}
+	switch {
+	case strings.Contains(text, "bad record MAC"):
+		return fmt.Errorf("a TLS record failed its integrity check at %s: the bytes were altered (or corrupted) on the way: %w", side, err)
+	case strings.Contains(text, "certificate") || strings.Contains(text, "unknown certificate authority"):
+		if pki {
+			return fmt.Errorf("%s refused a certificate (expired, or not from the CA in %s): %w", side, envTLSCA, err)
+		}
+		return fmt.Errorf("%s refused a certificate: the peer checks certificates (%s, %s, %s set there) and this side has none of its CA: %w",
+			side, envTLSCert, envTLSKey, envTLSCA, err)
+	}
+	return err
+}
