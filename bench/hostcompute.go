@@ -56,4 +56,3 @@ func serveCompute(in io.Reader, out io.Writer) error {
 		}
 	}
 }
-

@@ -194,6 +194,7 @@ func TestAppsSuiteTSV(t *testing.T) {
 		"apps.jacobi_2dev_vs_1dev":       true,
 		"apps.jacobi_2dev_vs_goroutines": true,
 		"apps.cholesky_vs_goroutines":    true,
+		"apps.cholesky_any_vs_hand":      true,
 		"apps.cg_local1_vs_host":         true,
 	}, "-apps-n", "48", "-apps-iters", "6", "-apps-tiles", "3", "-apps-b", "8", "-apps-cg-n", "24", "-apps-cg-iters", "10")
 }
