@@ -21,6 +21,11 @@ import (
 //     Goal: ≤ 0.59 (two devices at least 1.7× as fast as one).
 //   - apps.jacobi_2dev_vs_goroutines: the same against plain goroutines
 //     (GOMAXPROCS of them).
+//   - apps.jacobi_any_vs_hand: the same iteration with every task an
+//     Any-task (jacobi.SolveAny: a band per device and iteration, the
+//     runtime placing them and moving the halo rows) against Solve's hand
+//     placement, each timed from the call to its end with the grid back in
+//     the program's memory. Goal: ≤ 1.1.
 //   - apps.cholesky_vs_goroutines: tiled Cholesky (examples/apps/cholesky)
 //     of -apps-tiles² tiles of -apps-b² on devices 0 and 1 against a
 //     goroutine fork-join version of the same tile operations. Goal: ≤ 1.5.
@@ -93,7 +98,47 @@ func runApps(env *Env) error {
 		Note: fmt.Sprintf("%d² × %d: devices 0,1 vs device 0 alone (goal ≤ 0.59)", n, iters)})
 	env.Report(Result{Metric: "apps.jacobi_2dev_vs_goroutines", Goffload: m2, Baseline: mg,
 		Note: fmt.Sprintf("%d² × %d: devices 0,1 vs plain goroutines", n, iters)})
+	if err := appsJacobiAny(env, two); err != nil {
+		return err
+	}
 	return appsCholesky(env, two)
+}
+
+// appsJacobiAny times Jacobi with Any-tasks (one band per device) against
+// the hand placement on devs, each from the call to its end with the grid
+// back in the program's memory, in alternating rounds, checking the grid.
+func appsJacobiAny(env *Env, devs []offload.Device) error {
+	if offload.NumDevices() != len(devs) {
+		env.Comment("apps.jacobi_any_vs_hand: left out (Any() places on every device: %d, the hand placement uses %d)", offload.NumDevices(), len(devs))
+		return nil
+	}
+	n, iters := appsN, appsIters
+	want, _ := jacobi.Reference(n, iters)
+	var ta, th []float64
+	for round := range max(env.Rounds, 1) + 1 { // the first round warms up
+		var times [2]time.Duration
+		for i, solve := range []func() ([]float64, error){
+			func() ([]float64, error) { g, _, err := jacobi.SolveAny(len(devs), n, iters); return g, err },
+			func() ([]float64, error) { g, _, err := jacobi.Solve(devs, n, iters); return g, err },
+		} {
+			t0 := time.Now()
+			grid, err := solve()
+			if err != nil {
+				return err
+			}
+			times[i] = time.Since(t0)
+			if err := jacobi.Check(grid, want, n); err != nil {
+				return err
+			}
+		}
+		if round > 0 {
+			ta = append(ta, float64(times[0].Nanoseconds()))
+			th = append(th, float64(times[1].Nanoseconds()))
+		}
+	}
+	env.Report(Result{Metric: "apps.jacobi_any_vs_hand", Goffload: median(ta), Baseline: median(th),
+		Note: fmt.Sprintf("%d² × %d: Any() bands on devices 0,1 vs Solve's hand placement (blocks, halo copies), each with its copies in and out (goal ≤ 1.1)", n, iters)})
+	return nil
 }
 
 // appsCholesky times the tiled Cholesky factorization on devs against the

@@ -193,6 +193,7 @@ func TestAppsSuiteTSV(t *testing.T) {
 	checkSuiteTSV(t, "apps", map[string]bool{
 		"apps.jacobi_2dev_vs_1dev":       true,
 		"apps.jacobi_2dev_vs_goroutines": true,
+		"apps.jacobi_any_vs_hand":        true,
 		"apps.cholesky_vs_goroutines":    true,
 		"apps.cholesky_any_vs_hand":      true,
 		"apps.cg_local1_vs_host":         true,

@@ -1,11 +1,19 @@
 package jacobi
 
 import (
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/goffload/offload"
 )
+
+// TestMain serves as a device in the device processes TestSolveAny's local
+// devices start (this test binary, run again).
+func TestMain(m *testing.M) {
+	offload.ServeDevice()
+	os.Exit(m.Run())
+}
 
 // TestSolve runs the iteration on two host devices and on one, for grids
 // that split evenly and not, and checks every cell against Reference.
@@ -45,5 +53,29 @@ func TestCheck(t *testing.T) {
 	err := Check(grid, want, 8)
 	if err == nil || !strings.Contains(err.Error(), "cell (3, 4)") {
 		t.Fatalf("Check of a grid off in cell (3, 4) = %v", err)
+	}
+}
+
+// TestSolveAny solves with Any-tasks on two host devices and on two device
+// processes, in one band per device and in more, and checks the grid
+// against the plain-Go iteration.
+func TestSolveAny(t *testing.T) {
+	for _, devices := range []string{"host:2", "local:2"} {
+		if err := offload.Start(offload.WithDevices(devices), offload.WithOffload("MANDATORY")); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct{ n, iters, parts int }{{10, 7, 2}, {33, 12, 5}} {
+			want, _ := Reference(c.n, c.iters)
+			grid, _, err := SolveAny(c.parts, c.n, c.iters)
+			if err != nil {
+				t.Fatalf("%s: %+v: %v", devices, c, err)
+			}
+			if err := Check(grid, want, c.n); err != nil {
+				t.Errorf("%s: %+v: %v", devices, c, err)
+			}
+		}
+		if err := offload.Stop(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
