@@ -58,7 +58,7 @@ type anySched struct {
 	mu      sync.Mutex
 	table   *placement.Table
 	bufs    map[placement.Buf]anyBuf // the regions' slices
-	tokens  map[anyTok]*int64        // depend objects of the copies on each device
+	tokens  map[anyTok][]byte        // depend objects of the copies on each device (token)
 	tracked atomic.Int64             // table.Len(): the hand-placed constructs' check is one load while it is 0
 
 	mmu   sync.Mutex // the model: placements and completions
@@ -87,7 +87,7 @@ func anyFor(rt *core.Runtime) *anySched {
 			return s
 		}
 		n := &anySched{rt: rt, table: placement.NewTable(), bufs: map[placement.Buf]anyBuf{},
-			tokens: map[anyTok]*int64{}, model: placement.NewModel(len(rt.Devices))}
+			tokens: map[anyTok][]byte{}, model: placement.NewModel(len(rt.Devices))}
 		if anyState.CompareAndSwap(s, n) {
 			return n
 		}
@@ -113,16 +113,27 @@ func (s *anySched) section(region, piece placement.Buf) (any, string, error) {
 	return v.v.Slice(int(off/es), int((off+piece.Size)/es)).Interface(), v.name, nil
 }
 
-// token returns the depend object of b's copy on dev.
-func (s *anySched) token(b placement.Buf, dev int) *int64 {
+// token returns the depend object of section sec of region b's copy on
+// dev: a section of a shadow of the region (a byte per tokenGrain bytes of
+// it, at most maxShadow bytes), so that copies and tasks on parts of a
+// copy that do not overlap are not ordered by it (a halo row copied in
+// does not wait for the tasks that read the rest).
+func (s *anySched) token(b placement.Buf, dev int, sec placement.Buf) []byte {
 	k := anyTok{b, dev}
 	t := s.tokens[k]
 	if t == nil {
-		t = new(int64)
+		t = make([]byte, min(b.Size, maxShadow))
 		s.tokens[k] = t
 	}
-	return t
+	grain := (b.Size + uintptr(len(t)) - 1) / uintptr(len(t))
+	lo := (sec.Addr - b.Addr) / grain
+	hi := min((sec.Addr-b.Addr+sec.Size+grain-1)/grain, uintptr(len(t)))
+	return t[lo:max(hi, lo+1)]
 }
+
+// maxShadow is the most bytes a region's shadow for its depend clauses
+// takes per device (a byte per byte of a region up to it; coarser past).
+const maxShadow = 1 << 16
 
 // anyArgs are an Any-task's buffers, read from its converted arguments.
 func anyArgs(kargs []core.KernelArg, names func(i int) string) (acc []placement.Access, bufs []anyBuf, size int64, err error) {

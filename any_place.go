@@ -97,7 +97,7 @@ func (s *anySched) place(a Async, k *Kernel, kargs []core.KernelArg, acc []place
 		if err != nil {
 			return fail(err)
 		}
-		deps := []Dep{DependIn(x), DependOut(s.token(c.Region, d)), DependIn(s.token(c.Region, c.From))}
+		deps := []Dep{DependIn(x), DependOut(s.token(c.Region, d, c.Buf)), DependIn(s.token(c.Region, c.From, c.Buf))}
 		nw := dev.Nowait(deps...)
 		if c.From == placement.Host {
 			m := To(x).Named(name)
@@ -127,7 +127,7 @@ func (s *anySched) place(a Async, k *Kernel, kargs []core.KernelArg, acc []place
 		} else {
 			deps = append(deps, DependIn(x))
 		}
-		deps = append(deps, DependIn(s.token(regions[i], d)))
+		deps = append(deps, DependIn(s.token(regions[i], d, ac.Buf)))
 	}
 	present := make([]core.KernelArg, len(kargs))
 	copy(present, kargs)

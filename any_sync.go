@@ -35,7 +35,7 @@ func (s *anySched) copyBack(ctx context.Context, c placement.Copy) error {
 	m := From(x).Named(name)
 	m.byAny = true
 	// After the last writer, and the copy that made c.From's valid.
-	nw := On(c.From).Nowait(DependIn(x), DependIn(s.token(c.Region, c.From)), DependOut(s.token(c.Region, placement.Host)))
+	nw := On(c.From).Nowait(DependIn(x), DependIn(s.token(c.Region, c.From, c.Buf)), DependOut(s.token(c.Region, placement.Host, c.Buf)))
 	if err := nw.Update(m).WaitContext(ctx); err != nil {
 		return fmt.Errorf("goffload: Any(): copying %q back from device %d: %w", name, c.From, err)
 	}
@@ -149,10 +149,10 @@ func (s *anySched) hostTask(a Async, name string, fn func() error) *Task {
 		}
 		m := From(x).Named(cname)
 		m.byAny = true
-		On(c.From).Nowait(DependIn(x), DependIn(s.token(c.Region, c.From)), DependOut(s.token(c.Region, placement.Host))).Update(m)
+		On(c.From).Nowait(DependIn(x), DependIn(s.token(c.Region, c.From, c.Buf)), DependOut(s.token(c.Region, placement.Host, c.Buf))).Update(m)
 	}
 	for _, ac := range acc {
-		deps = append(deps, DependIn(s.token(s.table.Region(ac.Buf), placement.Host)))
+		deps = append(deps, DependIn(s.token(s.table.Region(ac.Buf), placement.Host, ac.Buf)))
 	}
 	t := Async{dev: a.dev, deps: deps, group: a.group}.start(func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
 		return rt.SpawnHost(name, fn, deps), nil
