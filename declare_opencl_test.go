@@ -1,11 +1,10 @@
 package offload_test
 
 import (
-	"os"
 	"testing"
 
 	"github.com/goffload/offload"
-	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/internal/opencltest"
 )
 
 // addOneCL is an OpenCL kernel that adds 1 to the n longs at x.
@@ -27,15 +26,7 @@ var declCLAdd = offload.MustKernel2("declare.cl_addone", func(ctx offload.Ctx, x
 // unless GOFFLOAD_REQUIRE_OPENCL is set (scripts/test installs PoCL).
 func needOpenCL(t *testing.T) {
 	t.Helper()
-	k, _ := plugin.LookupKind("opencl")
-	ds, err := k.Open("0")
-	if err != nil {
-		if os.Getenv("GOFFLOAD_REQUIRE_OPENCL") != "" {
-			t.Fatalf("opencl:0: %v", err)
-		}
-		t.Skipf("no OpenCL device: %v", err)
-	}
-	ds[0].Close()
+	opencltest.Need(t)
 }
 
 // TestDeclareToOpenCL: on an OpenCL device (PoCL's, a real driver) a "to"

@@ -10,7 +10,7 @@ import (
 
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
-	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/internal/opencltest"
 	"github.com/goffload/offload/plugins/cuda"
 	"github.com/goffload/offload/plugins/opencl"
 )
@@ -93,15 +93,7 @@ var kinds = []testKind{
 // GOFFLOAD_REQUIRE_OPENCL is set.
 func useOpenCL(t testing.TB) {
 	t.Helper()
-	k, _ := plugin.LookupKind("opencl")
-	if ds, err := k.Open("0"); err != nil {
-		if os.Getenv("GOFFLOAD_REQUIRE_OPENCL") != "" {
-			t.Fatalf("opencl:0: %v", err)
-		}
-		t.Skipf("no OpenCL device: %v", err)
-	} else {
-		ds[0].Close()
-	}
+	opencltest.Need(t)
 	t.Cleanup(opencl.UseEmulationForTests())
 }
 

@@ -2,10 +2,11 @@ package cldrv
 
 import (
 	"errors"
-	"os"
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/goffload/offload/internal/opencltest"
 )
 
 // TestLoadMissing: a library that is not there is a *LoadError naming the
@@ -47,10 +48,7 @@ func firstDevice(t *testing.T) (*Lib, Platform, Device) {
 	t.Helper()
 	skip := func(why string, args ...any) {
 		t.Helper()
-		if os.Getenv("GOFFLOAD_REQUIRE_OPENCL") != "" {
-			t.Fatalf(why, args...)
-		}
-		t.Skipf(why, args...)
+		opencltest.Skip(t, why, args...)
 	}
 	l, err := Load(DefaultLibrary)
 	if err != nil {

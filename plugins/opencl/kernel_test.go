@@ -2,13 +2,13 @@ package opencl_test
 
 import (
 	"errors"
-	"os"
 	"strings"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/goffload/offload/internal/entries"
+	"github.com/goffload/offload/internal/opencltest"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/opencl"
 )
@@ -72,16 +72,7 @@ func register(name string, fn any, src, entry string) plugin.Kernel {
 // OpenCL C or fail.
 func loaded(t *testing.T) plugin.Device {
 	t.Helper()
-	k, _ := plugin.LookupKind("opencl")
-	ds, err := k.Open("0")
-	if err != nil {
-		if os.Getenv("GOFFLOAD_REQUIRE_OPENCL") != "" {
-			t.Fatalf("opencl:0: %v", err)
-		}
-		t.Skipf("no OpenCL device: %v", err)
-	}
-	d := ds[0]
-	t.Cleanup(func() { d.Close() })
+	d := opencltest.Open(t)
 	if err := d.Load(entries.Current(), 0); err != nil {
 		t.Fatal(err)
 	}
