@@ -14,6 +14,7 @@ import (
 	"github.com/goffload/offload/internal/ptx"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/devstate"
+	"github.com/goffload/offload/plugin/firepoll"
 )
 
 // Sizes of the device memory pool.
@@ -35,8 +36,8 @@ type device struct {
 
 	mem     memory
 	staging stagingPool
-	poller  poller  // OnFire's
-	tr      tracing // the timing of queue operations (trace.go)
+	poller  firepoll.Poller // OnFire's
+	tr      tracing         // the timing of queue operations (trace.go)
 
 	peerMu sync.Mutex
 	peers  map[*device]bool // whether this context may access a device's memory directly (peer.go)

@@ -12,6 +12,7 @@ import (
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/devstate"
+	"github.com/goffload/offload/plugin/firepoll"
 )
 
 // buildOptions are the options every program is built with: the argument
@@ -34,7 +35,7 @@ type device struct {
 	props    bool // OpenCL 2.0 or later: queues made with properties
 
 	mem    memory
-	poller poller
+	poller firepoll.Poller
 	tr     tracing
 
 	evmu   sync.Mutex

@@ -2,9 +2,7 @@ package opencl
 
 import (
 	"fmt"
-	"runtime"
 	"sync"
-	"time"
 
 	"github.com/goffload/offload/internal/cldrv"
 	"github.com/goffload/offload/plugin"
@@ -273,68 +271,5 @@ func (e *event) OnFire(f func()) {
 		f()
 		return
 	}
-	e.d.poller.add(e, f)
-}
-
-// A poller fires the functions given to OnFire: one goroutine per device
-// queries the watched events while there are any.
-type poller struct {
-	mu      sync.Mutex
-	watch   []fireWatch
-	running bool
-}
-
-type fireWatch struct {
-	e *event
-	f func()
-}
-
-func (p *poller) add(e *event, f func()) {
-	p.mu.Lock()
-	p.watch = append(p.watch, fireWatch{e, f})
-	if !p.running {
-		p.running = true
-		go p.loop()
-	}
-	p.mu.Unlock()
-}
-
-// loop polls the watched events until none is left: right away again
-// after a round that fired one, yielding for a while after rounds that did
-// not, then sleeping briefly between rounds.
-func (p *poller) loop() {
-	idle := 0
-	for {
-		p.mu.Lock()
-		ws := p.watch
-		p.watch = nil
-		p.mu.Unlock()
-		var keep []fireWatch
-		fired := false
-		for _, w := range ws {
-			if w.e.fired() {
-				w.f()
-				fired = true
-			} else {
-				keep = append(keep, w)
-			}
-		}
-		p.mu.Lock()
-		p.watch = append(keep, p.watch...)
-		if len(p.watch) == 0 {
-			p.running = false
-			p.mu.Unlock()
-			return
-		}
-		p.mu.Unlock()
-		switch {
-		case fired:
-			idle = 0
-		case idle < 64:
-			idle++
-			runtime.Gosched()
-		default:
-			time.Sleep(20 * time.Microsecond)
-		}
-	}
+	e.d.poller.Add(e.fired, f)
 }
