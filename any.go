@@ -136,7 +136,7 @@ func (s *anySched) token(b placement.Buf, dev int, sec placement.Buf) []byte {
 const maxShadow = 1 << 16
 
 // anyArgs are an Any-task's buffers, read from its converted arguments.
-func anyArgs(kargs []core.KernelArg, names func(i int) string) (acc []placement.Access, bufs []anyBuf, size int64, err error) {
+func anyArgs(kargs []core.KernelArg) (acc []placement.Access, bufs []anyBuf, size int64, err error) {
 	for i, ka := range kargs {
 		if ka.DevPtr {
 			return nil, nil, 0, fmt.Errorf("argument %d is a DevicePtr, which belongs to one device: launch on that device (On(n)) instead of Any()", i)
@@ -174,7 +174,7 @@ func (a Async) runAny(k *Kernel, o launchOpts, args []any) *Task {
 	fail := func(err error) *Task {
 		return a.failed(fmt.Errorf("goffload: Any(): target %s%s: %w", k.k.Name(), k.k.Describe(), err))
 	}
-	acc, bufs, size, err := anyArgs(kargs, nil)
+	acc, bufs, size, err := anyArgs(kargs)
 	if err != nil {
 		return fail(fmt.Errorf("%w: %v", ErrBadArgument, err))
 	}

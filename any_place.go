@@ -40,15 +40,26 @@ func (s *anySched) place(a Async, k *Kernel, kargs []core.KernelArg, acc []place
 	defer s.mu.Unlock()
 	name, class := k.k.Name(), placement.SizeClass(size)
 
-	s.mmu.Lock()
-	var planErr error
-	choice := s.model.Choose(name, class, func(d int) time.Duration {
-		copies, _, err := s.table.Plan(d, acc, s.copyCost)
-		if err != nil {
-			planErr = err
+	// The plan of each device the model asks the cost of, kept for the
+	// one it chooses.
+	type plan struct {
+		copies []placement.Copy
+		bufs   []placement.Buf // the regions the device has no memory for
+		err    error
+		made   bool
+	}
+	plans := make([]plan, len(s.rt.Devices))
+	planOn := func(d int) *plan {
+		if p := &plans[d]; !p.made {
+			p.copies, p.bufs, p.err = s.table.Plan(d, acc, s.copyCost)
+			p.made = true
 		}
+		return &plans[d]
+	}
+	s.mmu.Lock()
+	choice := s.model.Choose(name, class, func(d int) time.Duration {
 		var c time.Duration
-		for _, cp := range copies {
+		for _, cp := range planOn(d).copies {
 			c += s.model.CopyCost(cp.From, cp.To, int64(cp.Buf.Size))
 		}
 		return c
@@ -57,10 +68,8 @@ func (s *anySched) place(a Async, k *Kernel, kargs []core.KernelArg, acc []place
 	if choice.Dev < 0 {
 		return fail(fmt.Errorf("%w: no device can run it: every device is lost, unavailable, or has no code for the kernel (PTX, OpenCL C)", ErrNoDevice))
 	}
-	copies, alloc, err := s.table.Plan(choice.Dev, acc, s.copyCost)
-	if err == nil {
-		err = planErr
-	}
+	p := planOn(choice.Dev)
+	copies, alloc, err := p.copies, p.bufs, p.err
 	if err != nil {
 		return fail(fmt.Errorf("%w: %w: call Taskwait, which gives Any-tasks' buffers back, before using another section", ErrBadMap, err))
 	}

@@ -28,19 +28,30 @@ func (s *anySched) flush(ctx context.Context, bufs []placement.Buf) error {
 // copyBack copies c.Buf back from device c.From, after the last task that
 // writes it, and records that the host's copy is valid; s.mu is held.
 func (s *anySched) copyBack(ctx context.Context, c placement.Copy) error {
-	x, name, err := s.section(c.Region, c.Buf)
+	t, name, err := s.copyBackTask(c)
 	if err != nil {
 		return err
 	}
-	m := From(x).Named(name)
-	m.byAny = true
-	// After the last writer, and the copy that made c.From's valid.
-	nw := On(c.From).Nowait(DependIn(x), DependIn(s.token(c.Region, c.From, c.Buf)), DependOut(s.token(c.Region, placement.Host, c.Buf)))
-	if err := nw.Update(m).WaitContext(ctx); err != nil {
+	if err := t.WaitContext(ctx); err != nil {
 		return fmt.Errorf("goffload: Any(): copying %q back from device %d: %w", name, c.From, err)
 	}
 	s.table.HostValid(c.Buf)
 	return nil
+}
+
+// copyBackTask makes the task that copies c.Buf back from device c.From:
+// after the last task that writes it and the copy that made c.From's copy
+// valid, and before the host tasks that read it. It returns the section's
+// name too; s.mu is held.
+func (s *anySched) copyBackTask(c placement.Copy) (*Task, string, error) {
+	x, name, err := s.section(c.Region, c.Buf)
+	if err != nil {
+		return nil, "", err
+	}
+	m := From(x).Named(name)
+	m.byAny = true
+	nw := On(c.From).Nowait(DependIn(x), DependIn(s.token(c.Region, c.From, c.Buf)), DependOut(s.token(c.Region, placement.Host, c.Buf)))
+	return nw.Update(m), name, nil
 }
 
 // handback makes every buffer's host copy valid and, if release, frees the
@@ -143,13 +154,9 @@ func (s *anySched) hostTask(a Async, name string, fn func() error) *Task {
 	}
 	deps := append([]Dep(nil), a.deps...)
 	for _, c := range copies {
-		x, cname, err := s.section(c.Region, c.Buf)
-		if err != nil {
+		if _, _, err := s.copyBackTask(c); err != nil {
 			return a.failed(err)
 		}
-		m := From(x).Named(cname)
-		m.byAny = true
-		On(c.From).Nowait(DependIn(x), DependIn(s.token(c.Region, c.From, c.Buf)), DependOut(s.token(c.Region, placement.Host, c.Buf))).Update(m)
 	}
 	for _, ac := range acc {
 		deps = append(deps, DependIn(s.token(s.table.Region(ac.Buf), placement.Host, ac.Buf)))

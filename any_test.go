@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 
@@ -115,7 +116,7 @@ func TestAnyCoherence(t *testing.T) {
 			if err := last.Wait(); err != nil {
 				t.Fatalf("round %d: last task: %v", round, err)
 			}
-			if got, want := bufs[lastDst], model[lastDst]; !equal64(got, want) {
+			if got, want := bufs[lastDst], model[lastDst]; !slices.Equal(got, want) {
 				t.Errorf("round %d: after the last task's Wait, buffer %d = %v…, want %v…", round, lastDst, got[:4], want[:4])
 			}
 			if err := offload.Taskwait(context.Background()); err != nil {
@@ -136,22 +137,10 @@ func TestAnyCoherence(t *testing.T) {
 func checkAny(t *testing.T, when string, bufs [][]int64, model anyModel) {
 	t.Helper()
 	for b := range bufs {
-		if !equal64(bufs[b], model[b]) {
+		if !slices.Equal(bufs[b], model[b]) {
 			t.Fatalf("%s: buffer %d = %v…, want %v…", when, b, bufs[b][:4], model[b][:4])
 		}
 	}
-}
-
-func equal64(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestAnyRefusesMixing: while Any-tasks use a buffer, a hand-placed
@@ -246,7 +235,7 @@ func TestAnySections(t *testing.T) {
 		if err := offload.Taskwait(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if !equal64(pos, wpos) || !equal64(vel, wvel) {
+		if !slices.Equal(pos, wpos) || !slices.Equal(vel, wvel) {
 			t.Errorf("pos = %v…, want %v…; vel = %v…, want %v…", pos[:4], wpos[:4], vel[:4], wvel[:4])
 		}
 	})
@@ -282,7 +271,7 @@ func TestAnySkipsDevicesWithoutCode(t *testing.T) {
 	if err := offload.Taskwait(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if !equal64(y, want) {
+	if !slices.Equal(y, want) {
 		t.Errorf("y = %v…, want %v…", y[:4], want[:4])
 	}
 	if ran.on(0) != 0 || ran.on(1) != 8 {
@@ -292,7 +281,6 @@ func TestAnySkipsDevicesWithoutCode(t *testing.T) {
 
 // kernelCounter counts kernel launches per device.
 type kernelCounter struct {
-	offload.Tool
 	mu sync.Mutex
 	n  map[int]int
 }

@@ -12,9 +12,8 @@ import (
 // there and not finished, plus the copies the task would need there, plus
 // the kernel's expected time there; the smallest wins. Kernel times are
 // learned per kernel, per device and per size (a power of two of the bytes
-// the task uses), as a moving average of what the tasks took; copy costs
-// from a latency and a bandwidth per pair of places, learned the same way
-// from the copies made. A kernel not yet timed on a device is tried there
+// the task uses), as a moving average of what the tasks took; a copy costs
+// a fixed latency and bandwidth (CopyCost: not learned yet). A kernel not yet timed on a device is tried there
 // first (one task at a time), so that every device gets measured.
 //
 // A Model is not safe for concurrent use.
@@ -24,7 +23,6 @@ type Model struct {
 	busy    []int           // tasks placed on each device and not finished
 	last    []time.Time     // when each device last finished a task
 	exec    map[execKey]*avg
-	link    map[[2]int]*linkAvg
 }
 
 type execKey struct {
@@ -48,16 +46,11 @@ func (a *avg) add(d time.Duration) {
 	a.d = time.Duration((1-w)*float64(a.d) + w*float64(d))
 }
 
-type linkAvg struct {
-	lat avg     // per copy
-	bps float64 // bytes per second; 0 until measured
-}
-
-// Default link figures, until copies are measured: about what a copy
+// The link figures a copy's cost is counted with: about what a copy
 // between two processes of one machine takes.
 const (
-	defaultLatency = 30 * time.Microsecond
-	defaultBPS     = 4e9
+	copyLatency = 30 * time.Microsecond
+	copyBPS     = 4e9
 )
 
 // NewModel returns a model of ndev devices (0 to ndev-1).
@@ -68,7 +61,6 @@ func NewModel(ndev int) *Model {
 		busy:    make([]int, ndev),
 		last:    make([]time.Time, ndev),
 		exec:    map[execKey]*avg{},
-		link:    map[[2]int]*linkAvg{},
 	}
 }
 
@@ -80,39 +72,10 @@ func SizeClass(n int64) int {
 	return bits.Len64(uint64(n))
 }
 
-// CopyCost is the expected time of a copy of n bytes from one place to
-// another (Host or a device).
+// CopyCost is the expected time of a copy of n bytes between two places
+// (Host or a device): the same for every pair until links are measured.
 func (m *Model) CopyCost(from, to int, n int64) time.Duration {
-	l := m.link[[2]int{from, to}]
-	lat, bps := defaultLatency, defaultBPS
-	if l != nil && l.lat.n > 0 {
-		lat = l.lat.d
-	}
-	if l != nil && l.bps > 0 {
-		bps = l.bps
-	}
-	return lat + time.Duration(float64(n)/bps*float64(time.Second))
-}
-
-// Copied records that a copy of n bytes from one place to another took d.
-func (m *Model) Copied(from, to int, n int64, d time.Duration) {
-	k := [2]int{from, to}
-	l := m.link[k]
-	if l == nil {
-		l = &linkAvg{}
-		m.link[k] = l
-	}
-	if n < 64<<10 {
-		l.lat.add(d)
-		return
-	}
-	if bps := float64(n) / d.Seconds(); d > 0 {
-		if l.bps == 0 {
-			l.bps = bps
-		} else {
-			l.bps = 0.8*l.bps + 0.2*bps
-		}
-	}
+	return copyLatency + time.Duration(float64(n)/copyBPS*float64(time.Second))
 }
 
 // Estimate returns the expected time of kernel on device d for a task of
@@ -230,15 +193,4 @@ func (m *Model) Done(kernel string, d, size int, est time.Duration, placed, end 
 		m.exec[k] = a
 	}
 	a.add(max(end.Sub(start), time.Microsecond))
-}
-
-// Lost drops device d from the choices' bookkeeping: its placed work will
-// not finish there.
-func (m *Model) Lost(d int) {
-	m.pending[d], m.busy[d] = 0, 0
-	for k, a := range m.exec {
-		if k.dev == d && a.n < 0 {
-			delete(m.exec, k)
-		}
-	}
 }
