@@ -437,6 +437,18 @@ func tbReport(env *Env, suite string, sweeps []tbSweep) {
 	}
 }
 
+// useFreshSecret sets GOFFLOAD_SECRET to a fresh random secret, which it
+// returns, until restore is called: the secret of the TCP devices this
+// process starts and of its runtime.
+func useFreshSecret() (secret string, restore func(), err error) {
+	key := make([]byte, 16)
+	if _, err := rand.Read(key); err != nil {
+		return "", nil, err
+	}
+	secret = hex.EncodeToString(key)
+	return secret, setEnv(map[string]string{"GOFFLOAD_SECRET": secret}), nil
+}
+
 // withTCPDevices starts n TCP device processes of this executable on
 // 127.0.0.1 (GOFFLOAD_ROLE=device, GOFFLOAD_LISTEN=127.0.0.1:0) with a
 // fresh secret, runs f with their device list (GOFFLOAD_SECRET set for
@@ -446,12 +458,11 @@ func withTCPDevices(n int, f func(devices string) error) (err error) {
 	if err != nil {
 		return err
 	}
-	key := make([]byte, 16)
-	if _, err := rand.Read(key); err != nil {
+	secret, restore, err := useFreshSecret()
+	if err != nil {
 		return err
 	}
-	secret := hex.EncodeToString(key)
-	defer setEnv(map[string]string{"GOFFLOAD_SECRET": secret})()
+	defer restore()
 	var addrs []string
 	for range n {
 		addr, stop, err := spawnTCPDevice(exe, "GOFFLOAD_SECRET="+secret)

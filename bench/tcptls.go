@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"math/big"
@@ -98,28 +97,37 @@ func serveTLSPeer(conn net.Conn, role string, sp spin, size int) error {
 	return servePeerStream(tc, &sockReader{r: tc}, role, size)
 }
 
-// startTLSPeer starts this executable as a peer in role at the other end
-// of a loopback TCP connection, over TLS, both sides reading as sp says
-// beneath the TLS layer; size is an xfer peer's largest message.
-func startTLSPeer(role string, sp spin, size int) (*peer, error) {
+// loopbackPair connects two TCP sockets over loopback: conn, ours, and
+// the other end as a file for a child process to inherit.
+func loopbackPair() (conn net.Conn, theirs *os.File, err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer ln.Close()
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		return nil, err
+	if conn, err = net.Dial("tcp", ln.Addr().String()); err != nil {
+		return nil, nil, err
 	}
 	acc, err := ln.Accept()
 	if err != nil {
 		conn.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	theirs, err := acc.(*net.TCPConn).File()
+	theirs, err = acc.(*net.TCPConn).File()
 	acc.Close()
 	if err != nil {
 		conn.Close()
+		return nil, nil, err
+	}
+	return conn, theirs, nil
+}
+
+// startTLSPeer starts this executable as a peer in role at the other end
+// of a loopback TCP connection, over TLS, both sides reading as sp says
+// beneath the TLS layer; size is an xfer peer's largest message.
+func startTLSPeer(role string, sp spin, size int) (*peer, error) {
+	conn, theirs, err := loopbackPair()
+	if err != nil {
 		return nil, err
 	}
 	defer theirs.Close()
@@ -143,24 +151,8 @@ func startTLSPeer(role string, sp spin, size int) (*peer, error) {
 
 // startTCPPeer is startTLSPeer without TLS.
 func startTCPPeer(role string, sp spin, size int) (*peer, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	conn, theirs, err := loopbackPair()
 	if err != nil {
-		return nil, err
-	}
-	defer ln.Close()
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		return nil, err
-	}
-	acc, err := ln.Accept()
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
-	theirs, err := acc.(*net.TCPConn).File()
-	acc.Close()
-	if err != nil {
-		conn.Close()
 		return nil, err
 	}
 	defer theirs.Close()
@@ -182,12 +174,11 @@ func runTCPTLS(env *Env) error {
 	if err != nil {
 		return err
 	}
-	key := make([]byte, 16)
-	if _, err := rand.Read(key); err != nil {
+	secret, restore, err := useFreshSecret()
+	if err != nil {
 		return err
 	}
-	secret := hex.EncodeToString(key)
-	defer setEnv(map[string]string{"GOFFLOAD_SECRET": secret})()
+	defer restore()
 	tlsAddr, stop, err := spawnTCPDevice(exe, "GOFFLOAD_SECRET="+secret, "GOFFLOAD_TCP_PLAIN=")
 	if err != nil {
 		return err
