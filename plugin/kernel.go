@@ -93,6 +93,21 @@ type Image struct {
 	Digest string
 }
 
+// Has returns nil if k is one of the image's kernels, else an error
+// wrapping ErrBadKernel that says why; a nil image is one that was not
+// loaded. The device kinds check a launch's kernel with it.
+func (img *Image) Has(k Kernel) error {
+	switch {
+	case k == nil:
+		return fmt.Errorf("%w: nil kernel", ErrBadKernel)
+	case img == nil:
+		return fmt.Errorf("%w: no image loaded", ErrBadKernel)
+	case k.Index() < 0 || k.Index() >= len(img.Kernels) || img.Kernels[k.Index()] != k:
+		return fmt.Errorf("%w: kernel %q is not in the loaded image (register kernels at package init, before Start)", ErrBadKernel, k.Name())
+	}
+	return nil
+}
+
 // ParamKind says how a kernel parameter is passed.
 type ParamKind int
 

@@ -41,3 +41,29 @@ func TestCheckArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestImageHas: the kernel of an image is in it; a nil kernel, an image
+// not loaded and a kernel of another image (one that is not the image's
+// kernel at its index) are refused with ErrBadKernel, saying which.
+func TestImageHas(t *testing.T) {
+	k, other := &paramsKernel{}, &paramsKernel{{Kind: Scalar}} // pointers, as the runtime's kernels are
+	img := &Image{Kernels: []Kernel{k}}
+	if err := img.Has(k); err != nil {
+		t.Errorf("Has(its kernel) = %v", err)
+	}
+	var none *Image
+	for _, c := range []struct {
+		img  *Image
+		k    Kernel
+		want string
+	}{
+		{img, nil, "nil kernel"},
+		{none, k, "no image loaded"},
+		{img, other, `kernel "test.k" is not in the loaded image`},
+		{&Image{}, k, "is not in the loaded image"},
+	} {
+		if err := c.img.Has(c.k); !errors.Is(err, ErrBadKernel) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Has(%v) on %v = %v, want ErrBadKernel saying %q", c.k, c.img, err, c.want)
+		}
+	}
+}

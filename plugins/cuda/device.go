@@ -253,14 +253,8 @@ func (d *device) noCode(k plugin.Kernel) error {
 func (d *device) kernel(k plugin.Kernel) (kernelFn, error) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	if k == nil {
-		return kernelFn{}, fmt.Errorf("%s: %w: nil kernel", d.label(), plugin.ErrBadKernel)
-	}
-	if d.img == nil {
-		return kernelFn{}, fmt.Errorf("%s: %w: no image loaded", d.label(), plugin.ErrBadKernel)
-	}
-	if k.Index() < 0 || k.Index() >= len(d.img.Kernels) || d.img.Kernels[k.Index()] != k {
-		return kernelFn{}, fmt.Errorf("%s: %w: kernel %q is not in the loaded image (register kernels at package init, before Start)", d.label(), plugin.ErrBadKernel, k.Name())
+	if err := d.img.Has(k); err != nil {
+		return kernelFn{}, fmt.Errorf("%s: %w", d.label(), err)
 	}
 	kf := d.kfns[k.Index()]
 	if kf.fn == 0 && !kf.emu && !kf.bind {

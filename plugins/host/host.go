@@ -182,11 +182,8 @@ func (d *device) Abandon(why error) {
 func (d *device) loaded(k plugin.Kernel) error {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	if d.img == nil {
-		return fmt.Errorf("%s: %w: no image loaded", d.st.Label(), plugin.ErrBadKernel)
-	}
-	if k == nil || k.Index() < 0 || k.Index() >= len(d.img.Kernels) || d.img.Kernels[k.Index()] != k {
-		return fmt.Errorf("%s: %w: kernel is not in the loaded image (register kernels at package init, before Start)", d.st.Label(), plugin.ErrBadKernel)
+	if err := d.img.Has(k); err != nil {
+		return fmt.Errorf("%s: %w", d.st.Label(), err)
 	}
 	return nil
 }
