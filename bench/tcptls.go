@@ -221,9 +221,11 @@ func runTCPTLS(env *Env) error {
 				return f, err
 			}
 		}
-		if vsRaw && plain {
-			echo, err := startTCPPeer("echo", sp, 0)
-			err = usePeer(echo, err, func(p *peer) error {
+		// launchVs measures the launch against an 8-byte ping-pong with
+		// the echo peer that start makes, reported as metric.
+		launchVs := func(start func(string, spin, int) (*peer, error), metric, note string) error {
+			echo, err := start("echo", sp, 0)
+			return usePeer(echo, err, func(p *peer) error {
 				if err := p.pingPong(100); err != nil {
 					return err
 				}
@@ -232,11 +234,13 @@ func runTCPTLS(env *Env) error {
 					return err
 				}
 				f.launch = t
-				env.Report(Result{Metric: "tcp_tls.plain_launch_vs_tcp", Goffload: t, Baseline: b,
-					Note: "empty kernel, synchronous, plain tcp:// session (GOFFLOAD_TCP_PLAIN=1) vs 8-byte ping-pong over raw TCP on loopback: the engine's part of a launch, TLS aside"})
+				env.Report(Result{Metric: metric, Goffload: t, Baseline: b, Note: note})
 				return nil
 			})
-			if err != nil {
+		}
+		if vsRaw && plain {
+			if err := launchVs(startTCPPeer, "tcp_tls.plain_launch_vs_tcp",
+				"empty kernel, synchronous, plain tcp:// session (GOFFLOAD_TCP_PLAIN=1) vs 8-byte ping-pong over raw TCP on loopback: the engine's part of a launch, TLS aside"); err != nil {
 				return f, err
 			}
 		}
@@ -252,21 +256,8 @@ func runTCPTLS(env *Env) error {
 			f.retrieve, err = env.Measure(retrieve)
 			return f, err
 		}
-		echo, err := startTLSPeer("echo", sp, 0)
-		err = usePeer(echo, err, func(p *peer) error {
-			if err := p.pingPong(100); err != nil {
-				return err
-			}
-			t, b, err := env.Compare(region, p.pingPong)
-			if err != nil {
-				return err
-			}
-			f.launch = t
-			env.Report(Result{Metric: "tcp_tls.launch_vs_tls", Goffload: t, Baseline: b,
-				Note: "empty kernel, synchronous, protected tcp:// session vs 8-byte ping-pong over raw TLS 1.3 on loopback (goal ≤ 1.3)"})
-			return nil
-		})
-		if err != nil {
+		if err := launchVs(startTLSPeer, "tcp_tls.launch_vs_tls",
+			"empty kernel, synchronous, protected tcp:// session vs 8-byte ping-pong over raw TLS 1.3 on loopback (goal ≤ 1.3)"); err != nil {
 			return f, err
 		}
 		xfer, err := startTLSPeer("xfer", sp, size64MiB)
