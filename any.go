@@ -63,6 +63,9 @@ type anySched struct {
 
 	mmu   sync.Mutex // the model: placements and completions
 	model *placement.Model
+
+	rr  anyRerun   // what re-runs need (any_recover.go)
+	rmu sync.Mutex // held by re-runs (before mu, where both are)
 }
 
 // anyBuf is a buffer's slice (kept alive while the table holds it) and
@@ -87,7 +90,7 @@ func anyFor(rt *core.Runtime) *anySched {
 			return s
 		}
 		n := &anySched{rt: rt, table: placement.NewTable(), bufs: map[placement.Buf]anyBuf{},
-			tokens: map[anyTok][]byte{}, model: placement.NewModel(len(rt.Devices))}
+			tokens: map[anyTok][]byte{}, model: placement.NewModel(len(rt.Devices)), rr: newRerun()}
 		if anyState.CompareAndSwap(s, n) {
 			return n
 		}
@@ -135,21 +138,23 @@ func (s *anySched) token(b placement.Buf, dev int, sec placement.Buf) []byte {
 // takes per device (a byte per byte of a region up to it; coarser past).
 const maxShadow = 1 << 16
 
-// anyArgs are an Any-task's buffers, read from its converted arguments.
-func anyArgs(kargs []core.KernelArg) (acc []placement.Access, bufs []anyBuf, size int64, err error) {
+// anyArgs are an Any-task's buffers, read from its converted arguments,
+// and the argument each is.
+func anyArgs(kargs []core.KernelArg) (acc []placement.Access, bufs []anyBuf, argOf []int, size int64, err error) {
 	for i, ka := range kargs {
 		if ka.DevPtr {
-			return nil, nil, 0, fmt.Errorf("argument %d is a DevicePtr, which belongs to one device: launch on that device (On(n)) instead of Any()", i)
+			return nil, nil, nil, 0, fmt.Errorf("argument %d is a DevicePtr, which belongs to one device: launch on that device (On(n)) instead of Any()", i)
 		}
 		if !ka.Slice.IsValid() || ka.Map.Buf.Size == 0 {
 			continue
 		}
+		argOf = append(argOf, i)
 		b := placement.Buf{Addr: ka.Map.Buf.Addr(), Size: uintptr(ka.Map.Buf.Size)}
 		acc = append(acc, placement.Access{Buf: b, Read: ka.Map.Type&mapping.MapTo != 0, Write: ka.Map.Type&mapping.MapFrom != 0})
 		bufs = append(bufs, anyBuf{v: ka.Slice, name: ka.Map.Buf.Name})
 		size += ka.Map.Buf.Size
 	}
-	return acc, bufs, size, nil
+	return acc, bufs, argOf, size, nil
 }
 
 // runAny places kernel k's task with args and makes it, with the copies
@@ -174,7 +179,7 @@ func (a Async) runAny(k *Kernel, o launchOpts, args []any) *Task {
 	fail := func(err error) *Task {
 		return a.failed(fmt.Errorf("goffload: Any(): target %s%s: %w", k.k.Name(), k.k.Describe(), err))
 	}
-	acc, bufs, size, err := anyArgs(kargs)
+	acc, bufs, argOf, size, err := anyArgs(kargs)
 	if err != nil {
 		return fail(fmt.Errorf("%w: %v", ErrBadArgument, err))
 	}
@@ -183,5 +188,5 @@ func (a Async) runAny(k *Kernel, o launchOpts, args []any) *Task {
 		return fail(err)
 	}
 	s := anyFor(rt)
-	return s.place(a, k, kargs, acc, bufs, size, geo, fail)
+	return s.place(a, k, o, args, kargs, acc, bufs, argOf, size, geo, fail)
 }

@@ -35,9 +35,10 @@ func (s *anySched) copyCost(from, to int, b placement.Buf) float64 {
 
 // place chooses the device of a task of k with args kargs (accessing acc,
 // whose slices are bufs) and makes its copies and the task.
-func (s *anySched) place(a Async, k *Kernel, kargs []core.KernelArg, acc []placement.Access, bufs []anyBuf, size int64, geo plugin.Geometry, fail func(error) *Task) *Task {
+func (s *anySched) place(a Async, k *Kernel, o launchOpts, args []any, kargs []core.KernelArg, acc []placement.Access, bufs []anyBuf, argOf []int, size int64, geo plugin.Geometry, fail func(error) *Task) *Task {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.noteLost()
 	name, class := k.k.Name(), placement.SizeClass(size)
 
 	// The plan of each device the model asks the cost of, kept for the
@@ -81,6 +82,9 @@ func (s *anySched) place(a Async, k *Kernel, kargs []core.KernelArg, acc []place
 		regions[i] = s.table.Region(acc[i].Buf)
 		if _, ok := s.bufs[regions[i]]; !ok { // a new region: this slice
 			s.bufs[regions[i]] = b
+			if s.rr.on {
+				s.snapshotTask(regions[i], b.v)
+			}
 		}
 	}
 	// Memory on d for the regions it has none for: mapped (alloc) until
@@ -108,6 +112,10 @@ func (s *anySched) place(a Async, k *Kernel, kargs []core.KernelArg, acc []place
 		}
 		deps := []Dep{DependIn(x), DependOut(s.token(c.Region, d, c.Buf)), DependIn(s.token(c.Region, c.From, c.Buf))}
 		nw := dev.Nowait(deps...)
+		if s.rr.on {
+			to, from, b, pieces := anyDest{d, x}, c.From, c.Buf, s.table.Writers(c.Buf)
+			nw.recover = func(err error) error { return s.recoverCopy(to, from, b, pieces, err) }
+		}
 		if c.From == placement.Host {
 			m := To(x).Named(name)
 			m.byAny = true
@@ -146,6 +154,14 @@ func (s *anySched) place(a Async, k *Kernel, kargs []core.KernelArg, acc []place
 		}
 	}
 	op := core.TargetOpWith(k.k, present, geo)
+	e := s.entry(k, a.dev, o, args, kargs, acc, argOf)
+	if e != nil && !k.once {
+		outs := make([]any, len(bufs))
+		for i, b := range bufs {
+			outs[i] = b.v.Interface()
+		}
+		op.Recover = func(err error) error { return s.recoverTask(e, d, outs, err) }
+	}
 	est := choice.Exec
 	placed := time.Now()
 	op.Done = func(error) {
@@ -169,7 +185,7 @@ func (s *anySched) place(a Async, k *Kernel, kargs []core.KernelArg, acc []place
 		op.Done(t.err)
 		return t
 	}
-	s.table.Commit(d, acc)
+	s.table.Commit(d, acc, s.rr.next)
 	s.tracked.Store(int64(s.table.Len()))
 	t.anyWrites, t.any = writes, s
 	s.rt.Log.Taskf(core.InfoPlacement, d, t.t.ID, "Any(): %s on %s: %v%s", name, cd.Label(), choice, why.String())

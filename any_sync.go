@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/mapping"
@@ -16,6 +17,7 @@ import (
 func (s *anySched) flush(ctx context.Context, bufs []placement.Buf) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.noteLost()
 	var errs []error
 	for _, c := range s.table.StaleOf(bufs) {
 		if err := s.copyBack(ctx, c); err != nil {
@@ -51,6 +53,10 @@ func (s *anySched) copyBackTask(c placement.Copy) (*Task, string, error) {
 	m := From(x).Named(name)
 	m.byAny = true
 	nw := On(c.From).Nowait(DependIn(x), DependIn(s.token(c.Region, c.From, c.Buf)), DependOut(s.token(c.Region, placement.Host, c.Buf)))
+	if s.rr.on {
+		b, from, pieces := c.Buf, c.From, s.table.Writers(c.Buf)
+		nw.recover = func(err error) error { return s.recoverCopy(anyDest{placement.Host, x}, from, b, pieces, err) }
+	}
 	return nw.Update(m), name, nil
 }
 
@@ -60,6 +66,7 @@ func (s *anySched) copyBackTask(c placement.Copy) (*Task, string, error) {
 func (s *anySched) handback(ctx context.Context, release bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.noteLost()
 	var errs []error
 	for _, c := range s.table.Stale() {
 		if err := s.copyBack(ctx, c); err != nil {
@@ -85,6 +92,13 @@ func (s *anySched) handback(ctx context.Context, release bool) error {
 	}
 	clear(s.bufs)
 	clear(s.tokens)
+	s.rr.mu.Lock()
+	clear(s.rr.entries)
+	clear(s.rr.snap)
+	s.rr.mu.Unlock()
+	s.rmu.Lock()
+	clear(s.rr.memo)
+	s.rmu.Unlock()
 	s.tracked.Store(0)
 	return errors.Join(errs...)
 }
@@ -137,6 +151,7 @@ func anyInUse(b mapping.Buf) error {
 func (s *anySched) hostTask(a Async, name string, fn func() error) *Task {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.noteLost()
 	var acc []placement.Access
 	for _, d := range a.deps {
 		if d.err != nil || d.dep.Size == 0 {
@@ -161,11 +176,33 @@ func (s *anySched) hostTask(a Async, name string, fn func() error) *Task {
 	for _, ac := range acc {
 		deps = append(deps, DependIn(s.token(s.table.Region(ac.Buf), placement.Host, ac.Buf)))
 	}
+	s.rr.next++
+	id := s.rr.next
+	run := fn
+	if s.rr.on {
+		outs := make([][]byte, len(acc))
+		for i, ac := range acc {
+			if ac.Write {
+				x, _, err := s.section(s.table.Region(ac.Buf), ac.Buf)
+				if err != nil {
+					return a.failed(err)
+				}
+				outs[i] = sliceBytes(reflect.ValueOf(x))
+			}
+		}
+		run = func() error {
+			err := fn()
+			if err == nil {
+				s.keepHostOutputs(id, acc, outs)
+			}
+			return err
+		}
+	}
 	t := Async{dev: a.dev, deps: deps, group: a.group}.start(func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
-		return rt.SpawnHost(name, fn, deps), nil
+		return rt.SpawnHost(name, run, deps), nil
 	})
 	if t.t != nil {
-		s.table.CommitHost(acc)
+		s.table.CommitHost(acc, id)
 	}
 	return t
 }

@@ -121,6 +121,9 @@ type Async struct {
 	dev   Device
 	deps  []Dep
 	group *Group
+	// recover is the core.Op.Recover of the tasks it makes (Any-tasks'
+	// copies: any_recover.go).
+	recover func(error) error
 }
 
 // Nowait returns the device's constructs as tasks that wait for the tasks
@@ -143,6 +146,7 @@ func (a Async) spawn(make func(cd *core.Device) (core.Op, error)) *Task {
 		if err != nil {
 			return nil, err
 		}
+		op.Recover = a.recover
 		return rt.Spawn(cd, op, deps, fallback), nil
 	})
 	return t
@@ -241,6 +245,7 @@ func (a Async) Memcpy(dst, src DevicePtr, n int64) *Task {
 		if cd == nil {
 			return rt.SpawnHost("omp_target_memcpy", func() error { return core.Memcpy(dl, sl, n) }, deps), nil
 		}
+		op.Recover = a.recover
 		return rt.Spawn(cd, op, deps, false), nil
 	})
 }

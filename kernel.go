@@ -60,6 +60,21 @@ type Kernel struct {
 	// names are the flattened parameters' default buffer names:
 	// "kernel.argI", "kernel.argI.Field" for a struct's field.
 	names []string
+	// once: an Any-task of it is not run again when its device is lost
+	// (Once).
+	once bool
+}
+
+// Once returns a copy of k whose Any-tasks are never run again: where the
+// device running one is lost, the task fails with an error wrapping
+// ErrDeviceLost, as a task placed by hand does. By default the runtime
+// re-runs a lost device's Any-tasks elsewhere (see Any), taking their
+// kernels to compute their outputs from their inputs alone; a kernel with
+// effects beyond its buffers (it counts, it sends) should be Once.
+func (k *Kernel) Once() *Kernel {
+	c := *k
+	c.once = true
+	return &c
 }
 
 // paramMap is how a bare slice argument is mapped.

@@ -77,8 +77,14 @@ func (d *Device) Lost() error {
 	return nil
 }
 
-// noteLost remembers err if it says the device is lost.
+// noteLost remembers err if it says the device is lost, for a plugin
+// device that does not say itself (plugin.LostReporter): one that does
+// knows its own loss from another device's, which an operation's error
+// may be (a wait on a lost device's event wraps ErrDeviceLost too).
 func (d *Device) noteLost(err error) {
+	if _, ok := d.Dev.(plugin.LostReporter); ok {
+		return
+	}
 	if err != nil && errors.Is(err, plugin.ErrDeviceLost) {
 		d.lost.CompareAndSwap(nil, &err)
 	}
@@ -374,6 +380,14 @@ type Op struct {
 	// it must not block (the runtime's placement of Any-tasks learns
 	// from it).
 	Done func(err error)
+	// Recover, if set, is called instead of completing the task Spawn
+	// makes of the construct when it fails: on a goroutine of its own,
+	// once the task's predecessors are done, with its error. The task
+	// completes with what it returns (the error itself where it can do
+	// nothing), and its dependents wait for it meanwhile: the runtime's
+	// placement of Any-tasks re-runs a lost device's work elsewhere with
+	// it. It is called at most once per task.
+	Recover func(err error) error
 }
 
 // check validates op's clauses on d.

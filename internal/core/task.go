@@ -47,6 +47,12 @@ type Task struct {
 
 	addrs []uintptr // the addresses it depends on; guarded by the runtime's tasks.mu
 
+	// recover is Op.Recover, taken (set to nil) under the runtime's
+	// tasks.mu by the completion it replaces; preds are the task's
+	// predecessors, kept for it only.
+	recover func(error) error
+	preds   []*Task
+
 	// Guarded by the runtime's tasks.mu: completed is set when t completes
 	// (before done is closed); succs are the tasks waiting on the host for
 	// t, each with pending, the number of its predecessors not completed;
@@ -194,6 +200,14 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy s
 		r.Log.Printf(InfoOffload, -1, "task %d (%s), abandoned by Stop, ended: %v", t.ID, t.Name, err)
 		return nil, nil
 	}
+	if err != nil && t.recover != nil {
+		rec, preds := t.recover, t.preds
+		t.recover, t.preds = nil, nil
+		ts.mu.Unlock()
+		r.recoverTask(t, rec, preds, err)
+		return nil, nil
+	}
+	t.recover, t.preds = nil, nil
 	t.err = err
 	if err != nil {
 		t.fail = dep
@@ -244,6 +258,21 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy s
 	return light, heavy
 }
 
+// recoverTask hands t, which failed with err, to rec (its Op.Recover) on a goroutine of its own once preds are done,
+// and completes it with what rec returns. Until then t stays live: its
+// dependents wait for it, on the host (its event, on the lost device,
+// never fires: it is dropped so that new dependents do not wait on it).
+func (r *Runtime) recoverTask(t *Task, rec func(error) error, preds []*Task, err error) {
+	t.mu.Lock()
+	t.ev = nil
+	t.mu.Unlock()
+	r.Log.Printf(InfoOffload, -1, "task %d (%s) failed: %v: handed to its recovery", t.ID, t.Name, err)
+	go func() {
+		waitDone(preds)
+		r.complete(t, rec(err), nil)
+	}()
+}
+
 // handOn counts a completion in each of succs and returns the
 // continuations of those it made ready: the light ones chained, one other,
 // and the rest. Called with the runtime's tasks.mu held. Not inlined, so
@@ -291,6 +320,11 @@ func (r *Runtime) DepEntries() (addrs, failed int) {
 func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 	t := &Task{Name: op.Name, dev: d, done: make(chan struct{}), onDone: op.Done}
 	preds := r.register(t, deps)
+	if op.Recover != nil {
+		r.tasks.mu.Lock()
+		t.recover, t.preds = op.Recover, preds
+		r.tasks.mu.Unlock()
+	}
 	var onHost, onDevice, later []*Task
 	for _, p := range preds {
 		switch ev := p.event(); {

@@ -57,8 +57,15 @@ type region struct {
 }
 
 type seg struct {
-	valid uint64
-	host  bool
+	valid  uint64
+	host   bool
+	writer int64 // the task that wrote it last (its lineage); 0: none since the region was made
+}
+
+// Piece is a part of a buffer and the task that wrote it last (Writers).
+type Piece struct {
+	Buf    Buf
+	Writer int64
 }
 
 // Table is the coherence state of the buffers Any-tasks use, in the order
@@ -233,11 +240,11 @@ func (t *Table) Plan(d int, acc []Access, cost func(from, to int, b Buf) float64
 	return copies, alloc, nil
 }
 
-// Commit records that a task with accesses acc was placed on d, after the
-// copies Plan gave: d holds memory for each region and a valid copy of
-// what the task reads, and a write leaves d's the only valid copy of what
-// it writes.
-func (t *Table) Commit(d int, acc []Access) {
+// Commit records that task by (an id the caller gives, not 0) with
+// accesses acc was placed on d, after the copies Plan gave: d holds memory
+// for each region and a valid copy of what the task reads, and a write
+// leaves d's the only valid copy of what it writes, whose writer is by.
+func (t *Table) Commit(d int, acc []Access, by int64) {
 	bit := uint64(1) << d
 	for _, a := range acc {
 		_, r, err := t.find(a.Buf)
@@ -256,7 +263,7 @@ func (t *Table) Commit(d int, acc []Access) {
 		r.cut(a.Buf.end())
 		r.each(a.Buf, func(_, _ uintptr, s *seg) {
 			if a.Write {
-				s.valid, s.host = bit, false
+				s.valid, s.host, s.writer = bit, false, by
 			} else {
 				s.valid |= bit
 			}
@@ -290,10 +297,10 @@ func (t *Table) PlanHost(acc []Access) ([]Copy, error) {
 	return copies, nil
 }
 
-// CommitHost records that a host task with accesses acc was made, after
+// CommitHost records that host task by with accesses acc was made, after
 // the copies PlanHost gave: the host's copy of what it reads is valid, and
-// of what it writes the only valid one.
-func (t *Table) CommitHost(acc []Access) {
+// of what it writes the only valid one, whose writer is by.
+func (t *Table) CommitHost(acc []Access, by int64) {
 	for _, a := range acc {
 		_, r, err := t.find(a.Buf)
 		if err != nil || r == nil || (!a.Read && !a.Write) {
@@ -303,7 +310,7 @@ func (t *Table) CommitHost(acc []Access) {
 		r.cut(a.Buf.end())
 		r.each(a.Buf, func(_, _ uintptr, s *seg) {
 			if a.Write {
-				s.valid = 0
+				s.valid, s.writer = 0, by
 			}
 			s.host = true
 		})
@@ -401,4 +408,24 @@ func (t *Table) Valid(b Buf) (devs []int, host bool) {
 		devs = append(devs, bits.TrailingZeros64(v))
 	}
 	return devs, host
+}
+
+// Writers returns the parts of b and the task that wrote each last, in
+// the order tasks were made (Commit's by; 0 for a part no task wrote since
+// its region was made): a task's lineage. Adjacent parts with one writer
+// are one piece. A b outside every region is one piece written by none.
+func (t *Table) Writers(b Buf) []Piece {
+	_, r, err := t.find(b)
+	if err != nil || r == nil {
+		return []Piece{{Buf: b}}
+	}
+	var out []Piece
+	r.each(b, func(lo, hi uintptr, s *seg) {
+		if n := len(out); n > 0 && out[n-1].Writer == s.writer && out[n-1].Buf.end() == lo {
+			out[n-1].Buf.Size += hi - lo
+			return
+		}
+		out = append(out, Piece{Buf: Buf{Addr: lo, Size: hi - lo}, Writer: s.writer})
+	})
+	return out
 }

@@ -64,7 +64,7 @@ func TestTableAgainstModel(t *testing.T) {
 					t.Fatalf("seed %d step %d: device %d reads buffer %d at version %d, latest %d", seed, step, d, b, have[[2]int{d + 1, b}], latest[b])
 				}
 			}
-			tb.Commit(d, acc)
+			tb.Commit(d, acc, 1)
 			for _, a := range acc {
 				if a.Write {
 					b := idx(bufs, a.Buf)
@@ -132,7 +132,7 @@ func contains(bs []Buf, b Buf) bool {
 func TestTableRefusesOverlap(t *testing.T) {
 	tb := NewTable()
 	a := Buf{Addr: 0x1000, Size: 64}
-	tb.Commit(0, []Access{{Buf: a, Read: true}})
+	tb.Commit(0, []Access{{Buf: a, Read: true}}, 1)
 	if _, _, err := tb.Plan(1, []Access{{Buf: Buf{Addr: 0x1020, Size: 64}, Read: true}}, nil); !errors.Is(err, ErrOverlap) {
 		t.Errorf("overlapping section: %v, want ErrOverlap", err)
 	}
@@ -202,6 +202,7 @@ func TestTableSectionsAgainstModel(t *testing.T) {
 		tb := NewTable()
 		base := func(b int) uintptr { return uintptr(0x10000 * (b + 1)) }
 		latest := make([][slots]int, nbuf)
+		writer := make([][slots]int64, nbuf)
 		have := map[[3]int]int{} // (place+1, buf, slot) → version
 		slotOf := func(addr uintptr) (int, int) { return int(addr/0x10000) - 1, int(addr%0x10000) / 8 }
 		section := func(b, lo, hi int) Buf { return Buf{Addr: base(b) + uintptr(8*lo), Size: uintptr(8 * (hi - lo))} }
@@ -211,7 +212,7 @@ func TestTableSectionsAgainstModel(t *testing.T) {
 			if err != nil || len(copies) != 1 || copies[0].From != Host {
 				t.Fatalf("first use: %v %v", copies, err)
 			}
-			tb.Commit(0, acc)
+			tb.Commit(0, acc, 1)
 			for s := range slots {
 				have[[3]int{1, b, s}] = 0
 			}
@@ -249,15 +250,34 @@ func TestTableSectionsAgainstModel(t *testing.T) {
 					}
 				}
 			}
+			// The lineage: each slot read names the task that wrote its
+			// latest version (0: none yet).
+			if w != 1 {
+				n := uintptr(0)
+				for _, p := range tb.Writers(acc[0].Buf) {
+					for a := p.Buf.Addr; a < p.Buf.Addr+p.Buf.Size; a += 8 {
+						cb, cs := slotOf(a)
+						if p.Writer != writer[cb][cs] {
+							t.Fatalf("seed %d step %d: slot %d.%d written last by task %d, Writers says %d", seed, step, cb, cs, writer[cb][cs], p.Writer)
+						}
+						n += 8
+					}
+				}
+				if n != acc[0].Buf.Size {
+					t.Fatalf("seed %d step %d: Writers covers %d bytes of %d", seed, step, n, acc[0].Buf.Size)
+				}
+			}
+			id := int64(step + 2)
 			if d == Host {
-				tb.CommitHost(acc)
+				tb.CommitHost(acc, id)
 			} else {
-				tb.Commit(d, acc)
+				tb.Commit(d, acc, id)
 			}
 			if w != 0 {
 				for s := lo; s < hi; s++ {
 					latest[b][s]++
 					have[[3]int{d + 1, b, s}] = latest[b][s]
+					writer[b][s] = id
 				}
 			}
 			if r.IntN(8) == 0 {

@@ -1,0 +1,357 @@
+package offload
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/goffload/offload/internal/core"
+	"github.com/goffload/offload/internal/placement"
+	"github.com/goffload/offload/plugin"
+)
+
+// A lost device's Any-tasks run again (docs/tasks.md, "When a device is
+// lost"). The runtime keeps, until Taskwait gives the buffers back:
+//
+//   - each region's first version (its snapshot), taken when the first
+//     task that uses it is ready to read it;
+//   - each Any-task's description (anyEntry): its kernel, its arguments,
+//     and for what it reads the task that wrote each part last (the
+//     table's Writers: its lineage);
+//   - what each host task on those buffers wrote (a host task is not run
+//     again: its outputs are kept instead).
+//
+// A task that fails because a device was lost is not completed (core's
+// Op.Recover): once its predecessors are done, its work is done again
+// privately, on fresh memory of the program's, on a device that works:
+// the tasks that wrote what it reads are re-run first, the same way, back
+// to the snapshots, each at most once (anyRerun.memo). Its outputs are then
+// put where its dependents look for them: the device it was placed on, if
+// that one works, and the copies that were to bring them elsewhere put
+// them there from the re-run's memory. Data whose only valid copy was on
+// the lost device is recomputed into the program's memory by a host task
+// ordered as a copy back would be (restore), and is valid there for the
+// tasks placed after.
+
+// anyEntry is an Any-task's description, kept for re-runs.
+type anyEntry struct {
+	id    int64
+	k     *Kernel // nil: a host task, whose outputs are kept (anyRerun.memo)
+	dev   Device  // the Device the task was made with (its clauses), then placed on
+	o     launchOpts
+	args  []any
+	acc   []placement.Access
+	argOf []int               // per access: its argument
+	reads [][]placement.Piece // per access that reads: who wrote each part last
+}
+
+// anySaved is a part of a buffer as a task left it.
+type anySaved struct {
+	buf  placement.Buf
+	data []byte
+}
+
+// anyRerun is what re-runs need. Re-runs take none of anySched.mu, which
+// Wait and Taskwait hold while they wait for copies back (that may wait
+// for a re-run).
+type anyRerun struct {
+	on   bool   // GOFFLOAD_ANY_RERUN is not 0
+	next int64  // the last task's id; guarded by anySched.mu
+	lost uint64 // the devices whose loss the table knows; guarded by anySched.mu
+
+	mu      sync.Mutex // guards entries and snap: a leaf
+	entries map[int64]*anyEntry
+	snap    map[placement.Buf][]byte // the regions' first versions (written by their snapshot tasks)
+	// memo holds, per task, what it wrote: re-run privately, or a host
+	// task's own. Guarded by anySched.rmu, which re-runs hold.
+	memo map[int64][]anySaved
+}
+
+// anyDest is where install puts a buffer's part: the copy on dev (Host:
+// the program's memory) of x, the part's own slice.
+type anyDest struct {
+	dev int
+	x   any
+}
+
+func newRerun() anyRerun {
+	return anyRerun{on: os.Getenv("GOFFLOAD_ANY_RERUN") != "0", entries: map[int64]*anyEntry{},
+		snap: map[placement.Buf][]byte{}, memo: map[int64][]anySaved{}}
+}
+
+// maxRerunTries is how many devices a re-run tries before it gives up.
+const maxRerunTries = 3
+
+// sliceBytes is the memory of v, a slice.
+func sliceBytes(v reflect.Value) []byte {
+	n := uintptr(v.Len()) * v.Type().Elem().Size()
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(v.UnsafePointer()), n)
+}
+
+// snapshotTask keeps region's first version once the tasks before it that
+// write it are done, before any copy of it from the program's memory (the
+// copies wait on the host's token); s.mu is held.
+func (s *anySched) snapshotTask(region placement.Buf, v reflect.Value) {
+	deps := []core.Dep{DependIn(v.Interface()).dep, DependOut(s.token(region, placement.Host, region)).dep}
+	s.rt.SpawnHost("Any(): snapshot", func() error {
+		b := slices.Clone(sliceBytes(v))
+		s.rr.mu.Lock()
+		s.rr.snap[region] = b
+		s.rr.mu.Unlock()
+		return nil
+	}, deps)
+}
+
+// entry records an Any-task of kernel k placed on dev; s.mu is held. It
+// returns nil where the task cannot be re-run: re-runs are off, or its
+// arguments are not one per parameter (a struct holding slices).
+func (s *anySched) entry(k *Kernel, dev Device, o launchOpts, args []any, kargs []core.KernelArg, acc []placement.Access, argOf []int) *anyEntry {
+	s.rr.next++
+	if !s.rr.on || len(kargs) != len(args) || len(o.with) > 0 {
+		return nil
+	}
+	e := &anyEntry{id: s.rr.next, k: k, dev: dev, o: o, args: args, acc: acc, argOf: argOf, reads: make([][]placement.Piece, len(acc))}
+	for i, a := range acc {
+		if a.Read {
+			e.reads[i] = s.table.Writers(a.Buf)
+		}
+	}
+	s.rr.mu.Lock()
+	s.rr.entries[e.id] = e
+	s.rr.mu.Unlock()
+	return e
+}
+
+// keepHostOutputs records host task id's outputs, the parts of the
+// program's memory it wrote (outs, which are acc's writes), as it left
+// them.
+func (s *anySched) keepHostOutputs(id int64, acc []placement.Access, outs [][]byte) {
+	var out []anySaved
+	for i, a := range acc {
+		if a.Write {
+			out = append(out, anySaved{buf: a.Buf, data: slices.Clone(outs[i])})
+		}
+	}
+	s.rmu.Lock()
+	s.rr.memo[id] = out
+	s.rmu.Unlock()
+}
+
+// noteLost tells the table about devices lost since it last looked, and
+// makes the restore tasks of the data whose only valid copy they held;
+// s.mu is held.
+func (s *anySched) noteLost() {
+	if !s.rr.on {
+		return
+	}
+	for d := range s.rt.Devices {
+		bit := uint64(1) << d
+		if d >= placement.MaxDevices || s.rr.lost&bit != 0 || s.rt.Devices[d].Lost() == nil {
+			continue
+		}
+		s.rr.lost |= bit
+		for _, g := range s.table.Lost(d) {
+			s.restoreTask(g)
+		}
+	}
+}
+
+// restoreTask recomputes g, whose only valid copy was on a lost device,
+// into the program's memory, after the last task that writes it (as a copy
+// back would be), and records that the host's copy is valid; s.mu is held.
+func (s *anySched) restoreTask(g placement.Buf) {
+	region := s.table.Region(g)
+	x, name, err := s.section(region, g)
+	if err != nil {
+		return // not on its elements: no task can read it either
+	}
+	pieces := s.table.Writers(g)
+	deps := []core.Dep{DependIn(x).dep, DependOut(s.token(region, placement.Host, g)).dep}
+	s.rt.SpawnHost("Any(): restore "+name, func() error {
+		return s.install(anyDest{placement.Host, x}, g, pieces)
+	}, deps)
+	s.table.HostValid(g)
+	s.rt.Log.Printf(core.InfoPlacement, -1, "Any(): %q (%d bytes at %#x) had its only valid copy on a lost device: recomputed into the program's memory", name, g.Size, g.Addr)
+}
+
+// install puts the parts pieces name, as their writers left them, into
+// b's copy at to, re-running the writers where needed.
+func (s *anySched) install(to anyDest, b placement.Buf, pieces []placement.Piece) error {
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	data := make([]byte, b.Size)
+	for _, p := range pieces {
+		src, err := s.version(p)
+		if err != nil {
+			return err
+		}
+		copy(data[p.Buf.Addr-b.Addr:], src)
+	}
+	mem := sliceBytes(reflect.ValueOf(to.x))
+	if len(mem) != len(data) {
+		return fmt.Errorf("%w: [%#x, +%d) is not the part of a buffer it was", ErrBadMap, b.Addr, b.Size)
+	}
+	if to.dev == placement.Host {
+		copy(mem, data)
+		return nil
+	}
+	dp, err := On(to.dev).mappedPtr(to.x)
+	if err != nil {
+		return err
+	}
+	return Memcpy(dp, HostPtr(data), int64(b.Size))
+}
+
+// version returns p's bytes as its writer left them: from the snapshot if
+// none wrote it, else from what the writer's re-run (or, for a host task,
+// the task itself) kept, re-running it first if it was not; s.rmu is held.
+func (s *anySched) version(p placement.Piece) ([]byte, error) {
+	if p.Writer == 0 {
+		s.rr.mu.Lock()
+		defer s.rr.mu.Unlock()
+		for r, b := range s.rr.snap {
+			if p.Buf.Addr >= r.Addr && p.Buf.Addr+p.Buf.Size <= r.Addr+r.Size {
+				return b[p.Buf.Addr-r.Addr:][:p.Buf.Size], nil
+			}
+		}
+		return nil, fmt.Errorf("%w: [%#x, +%d) was never copied from the program's memory, so no first version of it was kept", ErrDeviceLost, p.Buf.Addr, p.Buf.Size)
+	}
+	if _, ok := s.rr.memo[p.Writer]; !ok {
+		if err := s.rerun(p.Writer); err != nil {
+			return nil, err
+		}
+	}
+	for _, sv := range s.rr.memo[p.Writer] {
+		if p.Buf.Addr >= sv.buf.Addr && p.Buf.Addr+p.Buf.Size <= sv.buf.Addr+sv.buf.Size {
+			return sv.data[p.Buf.Addr-sv.buf.Addr:][:p.Buf.Size], nil
+		}
+	}
+	return nil, fmt.Errorf("%w: task %d's outputs hold no [%#x, +%d)", ErrDeviceLost, p.Writer, p.Buf.Addr, p.Buf.Size)
+}
+
+// rerun runs entry id again privately: its inputs as their writers left
+// them, on fresh memory, on a device that works, keeping what it writes
+// in memo; s.rmu is held.
+func (s *anySched) rerun(id int64) error {
+	s.rr.mu.Lock()
+	e := s.rr.entries[id]
+	s.rr.mu.Unlock()
+	if e == nil || e.k == nil {
+		return fmt.Errorf("%w: the task that wrote it (%d) cannot run again (it was not kept: GOFFLOAD_ANY_RERUN=0, a struct argument, With clauses, or a host task that failed)", ErrDeviceLost, id)
+	}
+	args := slices.Clone(e.args)
+	priv := make([]reflect.Value, len(e.acc))
+	for i, a := range e.acc {
+		ai := e.argOf[i]
+		orig := reflect.ValueOf(args[ai])
+		if orig.Kind() != reflect.Slice {
+			return fmt.Errorf("%w: task %d (%s): argument %d is a %s, not the slice it was", ErrDeviceLost, id, e.k.Name(), ai, orig.Type())
+		}
+		p := reflect.MakeSlice(orig.Type(), orig.Len(), orig.Len())
+		mem := sliceBytes(p)
+		for _, piece := range e.reads[i] {
+			src, err := s.version(piece)
+			if err != nil {
+				return fmt.Errorf("task %d (%s): %w", id, e.k.Name(), err)
+			}
+			copy(mem[piece.Buf.Addr-a.Buf.Addr:], src)
+		}
+		args[ai], priv[i] = p.Interface(), p
+	}
+	var tries []error
+	tried := map[int]bool{}
+	for len(tries) < maxRerunTries {
+		d := s.rerunDevice(e.k, tried)
+		if d < 0 {
+			break
+		}
+		tried[d] = true
+		dev := e.dev
+		dev.num = d
+		// byAny: the fresh memory is no Any-task's, and the check would
+		// take anySched.mu.
+		err := dev.launch(e.k, launchOpts{names: e.o.names, byAny: true}, args)
+		if err == nil {
+			var out []anySaved
+			for i, a := range e.acc {
+				if a.Write {
+					out = append(out, anySaved{buf: a.Buf, data: sliceBytes(priv[i])})
+				}
+			}
+			s.rr.memo[id] = out
+			s.rt.Log.Printf(core.InfoPlacement, d, "Any(): task %d (%s) ran again on device %d", id, e.k.Name(), d)
+			return nil
+		}
+		tries = append(tries, fmt.Errorf("on device %d: %w", d, err))
+		if !errors.Is(err, ErrDeviceLost) {
+			break
+		}
+	}
+	if len(tries) == 0 {
+		return fmt.Errorf("%w: task %d (%s): no device left to run it again", ErrNoDevice, id, e.k.Name())
+	}
+	return fmt.Errorf("task %d (%s) could not run again: %w", id, e.k.Name(), errors.Join(tries...))
+}
+
+// rerunDevice is the device a re-run of k goes to: the one the model
+// expects to run it first, of those that can and were not tried.
+func (s *anySched) rerunDevice(k *Kernel, tried map[int]bool) int {
+	s.mmu.Lock()
+	defer s.mmu.Unlock()
+	c := s.model.Choose(k.k.Name(), 0, func(int) time.Duration { return 0 }, func(d int) bool { return !tried[d] && s.canRun(d, k) })
+	return c.Dev
+}
+
+// recoverTask is the Op.Recover of entry e's task on device d (a kernel):
+// the work is done again privately, and its outputs are put in d's copy if
+// d works (outs are the slices of e's accesses).
+func (s *anySched) recoverTask(e *anyEntry, d int, outs []any, cause error) error {
+	if s.usable(d) && !errors.Is(cause, plugin.ErrDeviceLost) {
+		return cause // not a loss: it failed by itself
+	}
+	s.rmu.Lock()
+	_, done := s.rr.memo[e.id]
+	var err error
+	if !done {
+		err = s.rerun(e.id)
+	}
+	s.rmu.Unlock()
+	if err != nil {
+		return fmt.Errorf("goffload: Any(): %s: %w (it failed first with: %w)", e.k.Name(), err, cause)
+	}
+	if s.usable(d) {
+		for i, a := range e.acc {
+			if a.Write {
+				if err := s.install(anyDest{d, outs[i]}, a.Buf, []placement.Piece{{Buf: a.Buf, Writer: e.id}}); err != nil {
+					return fmt.Errorf("goffload: Any(): %s ran again, but its outputs could not be put on device %d: %w", e.k.Name(), d, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// recoverCopy is the Op.Recover of a copy of b (whose parts pieces name)
+// from device from to to (Host: a copy back): the parts are put there from their writers'
+// re-runs, unless to is a lost device too (nothing reads its copy now).
+func (s *anySched) recoverCopy(to anyDest, from int, b placement.Buf, pieces []placement.Piece, cause error) error {
+	lost := func(d int) bool { return d != placement.Host && !s.usable(d) }
+	if lost(to.dev) {
+		return nil
+	}
+	if !lost(from) && !errors.Is(cause, plugin.ErrDeviceLost) {
+		return cause // not a loss: it failed by itself
+	}
+	if err := s.install(to, b, pieces); err != nil {
+		return fmt.Errorf("goffload: Any(): copying [%#x, +%d) to %s: %w (it failed first with: %w)", b.Addr, b.Size, placeName(to.dev), err, cause)
+	}
+	return nil
+}

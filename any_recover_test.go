@@ -1,0 +1,106 @@
+package offload_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"syscall"
+	"testing"
+
+	"github.com/goffload/offload"
+)
+
+// TestAnyRerunAfterKill: random graphs of Any-tasks (and host tasks) on two
+// local device processes; once a task in the middle is done, device 1's
+// process is SIGKILLed, with tasks placed on it still queued or running
+// and data whose only valid copy it held. Every task's Wait still
+// succeeds, and after Taskwait every buffer holds what the same steps in
+// program order give: the lost device's tasks ran again elsewhere, and
+// what it alone held was recomputed from the tasks that wrote it. Tasks
+// made after the kill go to the device left.
+func TestAnyRerunAfterKill(t *testing.T) {
+	for _, hostTasks := range []bool{false, true} {
+		name := "kernels"
+		if hostTasks {
+			name = "with-host-tasks"
+		}
+		t.Run(name, func(t *testing.T) {
+			if err := offload.Start(offload.WithDevices("local:2"), offload.WithOffload("MANDATORY")); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := offload.Stop(); err != nil && !errors.Is(err, offload.ErrDeviceLost) {
+					t.Errorf("Stop: %v", err)
+				}
+			})
+			info, err := offload.On(1).Info()
+			if err != nil || info.PID <= 0 {
+				t.Fatalf("Info: %+v, %v", info, err)
+			}
+			const nbuf, n, tasks = 6, 256, 160
+			r := rand.New(rand.NewPCG(3, 9))
+			bufs, model := make([][]int64, nbuf), make(anyModel, nbuf)
+			for b := range nbuf {
+				bufs[b], model[b] = make([]int64, n), make([]int64, n)
+				for i := range n {
+					bufs[b][i] = int64(b*n + i)
+					model[b][i] = bufs[b][i]
+				}
+			}
+			var all []*offload.Task
+			for i := range tasks {
+				dst := r.IntN(nbuf)
+				kv := int64(r.IntN(5))
+				src := (dst + 1 + r.IntN(nbuf-1)) % nbuf
+				switch c := r.IntN(8); {
+				case c == 0:
+					all = append(all, anySet.Nowait(offload.Any().Nowait(), kv, bufs[dst]))
+					model.set(kv, dst)
+				case c == 1 && hostTasks:
+					s, d := bufs[src], bufs[dst]
+					all = append(all, offload.Nowait(offload.DependIn(s), offload.DependInOut(d)).Go("host.step", func() error {
+						for i := range d {
+							d[i] = d[i]*3 + s[i] + kv
+						}
+						return nil
+					}))
+					model.step(kv, src, dst)
+				default:
+					all = append(all, anyStep.Nowait(offload.Any().Nowait(), kv, bufs[src], bufs[dst]))
+					model.step(kv, src, dst)
+				}
+				if i == tasks/2 {
+					// Both devices hold data by now, some of it only
+					// there; tasks before this one may still run.
+					if err := all[i].Wait(); err != nil {
+						t.Fatalf("task %d: %v", i, err)
+					}
+					if err := syscall.Kill(info.PID, syscall.SIGKILL); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for i, tk := range all {
+				if err := tk.Wait(); err != nil {
+					t.Errorf("task %d: %v", i, err)
+				}
+			}
+			if err := offload.Taskwait(context.Background()); err != nil {
+				t.Fatalf("Taskwait: %v", err)
+			}
+			checkAny(t, "after the kill and Taskwait", bufs, model)
+			if _, err := offload.On(1).Info(); !errors.Is(err, offload.ErrDeviceLost) {
+				t.Errorf("device 1 after the kill: %v, want ErrDeviceLost", err)
+			}
+			// Later Any-tasks go to the device left.
+			if err := anyStep.Run(offload.Any(), 1, bufs[1], bufs[0]); err != nil {
+				t.Fatalf("an Any-task after the loss: %v", err)
+			}
+			model.step(1, 1, 0)
+			if err := offload.Taskwait(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			checkAny(t, "an Any-task after the loss", bufs, model)
+		})
+	}
+}
