@@ -1,6 +1,7 @@
 package offload
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -34,11 +35,24 @@ func (s *anySched) copyCost(from, to int, b placement.Buf) float64 {
 }
 
 // place chooses the device of a task of k with args kargs (accessing acc,
-// whose slices are bufs) and makes its copies and the task.
+// whose slices are bufs) and makes its copies and the task. A device found
+// lost while it does (its memory or a copy from it refused) is left out
+// and the task placed again.
 func (s *anySched) place(a Async, k *Kernel, o launchOpts, args []any, kargs []core.KernelArg, acc []placement.Access, bufs []anyBuf, argOf []int, size int64, geo plugin.Geometry, fail func(error) *Task) *Task {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.noteLost()
+	for try := 0; ; try++ {
+		s.noteLost()
+		t, lost := s.placeOnce(a, k, o, args, kargs, acc, bufs, argOf, size, geo, fail)
+		if !lost || try == maxRerunTries {
+			return t
+		}
+	}
+}
+
+// placeOnce is one try of place, with s.mu held; lost says that a device
+// it chose, or copies from, was lost meanwhile (and it made no task).
+func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs []core.KernelArg, acc []placement.Access, bufs []anyBuf, argOf []int, size int64, geo plugin.Geometry, fail func(error) *Task) (_ *Task, lost bool) {
 	name, class := k.k.Name(), placement.SizeClass(size)
 
 	// The plan of each device the model asks the cost of, kept for the
@@ -67,12 +81,12 @@ func (s *anySched) place(a Async, k *Kernel, o launchOpts, args []any, kargs []c
 	}, func(d int) bool { return s.canRun(d, k) })
 	s.mmu.Unlock()
 	if choice.Dev < 0 {
-		return fail(fmt.Errorf("%w: no device can run it: every device is lost, unavailable, or has no code for the kernel (PTX, OpenCL C)", ErrNoDevice))
+		return fail(fmt.Errorf("%w: no device can run it: every device is lost, unavailable, or has no code for the kernel (PTX, OpenCL C)", ErrNoDevice)), false
 	}
 	p := planOn(choice.Dev)
 	copies, alloc, err := p.copies, p.bufs, p.err
 	if err != nil {
-		return fail(fmt.Errorf("%w: %w: call Taskwait, which gives Any-tasks' buffers back, before using another section", ErrBadMap, err))
+		return fail(fmt.Errorf("%w: %w: call Taskwait, which gives Any-tasks' buffers back, before using another section", ErrBadMap, err)), false
 	}
 	d := choice.Dev
 	dev := On(d)
@@ -92,12 +106,15 @@ func (s *anySched) place(a Async, k *Kernel, o launchOpts, args []any, kargs []c
 	for _, b := range alloc {
 		x, name, err := s.section(b, b)
 		if err != nil {
-			return fail(err)
+			return fail(err), false
 		}
 		m := Alloc(x).Named(name)
 		m.byAny = true
 		if err := dev.enterData([]Map{m}); err != nil {
-			return fail(err)
+			if isLost(err) && !s.usable(d) {
+				return nil, true
+			}
+			return fail(err), false
 		}
 	}
 	// The copies its inputs need, each a task ordered after the last
@@ -108,13 +125,13 @@ func (s *anySched) place(a Async, k *Kernel, o launchOpts, args []any, kargs []c
 	for _, c := range copies {
 		x, name, err := s.section(c.Region, c.Buf)
 		if err != nil {
-			return fail(err)
+			return fail(err), false
 		}
 		deps := []Dep{DependIn(x), DependOut(s.token(c.Region, d, c.Buf)), DependIn(s.token(c.Region, c.From, c.Buf))}
 		nw := dev.Nowait(deps...)
 		if s.rr.on {
 			to, from, b, pieces := anyDest{d, x}, c.From, c.Buf, s.table.Writers(c.Buf)
-			nw.recover = func(err error) error { return s.recoverCopy(to, from, b, pieces, err) }
+			nw.recover = func(err error, used bool) error { return s.recoverCopy(to, from, b, pieces, err, used) }
 		}
 		if c.From == placement.Host {
 			m := To(x).Named(name)
@@ -129,7 +146,10 @@ func (s *anySched) place(a Async, k *Kernel, o launchOpts, args []any, kargs []c
 				}
 			}
 			if err != nil {
-				return fail(err)
+				if isLost(err) && !(s.usable(d) && s.usable(c.From)) {
+					return nil, true
+				}
+				return fail(err), false
 			}
 		}
 		fmt.Fprintf(&why, "; copies %q (%d bytes at %#x) from %s", name, c.Buf.Size, c.Buf.Addr, placeName(c.From))
@@ -160,7 +180,7 @@ func (s *anySched) place(a Async, k *Kernel, o launchOpts, args []any, kargs []c
 		for i, b := range bufs {
 			outs[i] = b.v.Interface()
 		}
-		op.Recover = func(err error) error { return s.recoverTask(e, d, outs, err) }
+		op.Recover = func(err error, _ bool) error { return s.recoverTask(e, d, outs, err) }
 	}
 	est := choice.Exec
 	placed := time.Now()
@@ -183,13 +203,18 @@ func (s *anySched) place(a Async, k *Kernel, o launchOpts, args []any, kargs []c
 	})
 	if t.t == nil { // not made: the model must not wait for it
 		op.Done(t.err)
-		return t
+		return t, false
 	}
 	s.table.Commit(d, acc, s.rr.next)
 	s.tracked.Store(int64(s.table.Len()))
 	t.anyWrites, t.any = writes, s
 	s.rt.Log.Taskf(core.InfoPlacement, d, t.t.ID, "Any(): %s on %s: %v%s", name, cd.Label(), choice, why.String())
-	return t
+	return t, false
+}
+
+// isLost reports whether err says a device was lost.
+func isLost(err error) bool {
+	return errors.Is(err, plugin.ErrDeviceLost) || errors.Is(err, ErrDeviceLost)
 }
 
 func placeName(p int) string {

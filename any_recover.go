@@ -330,7 +330,7 @@ func (s *anySched) recoverTask(e *anyEntry, d int, outs []any, cause error) erro
 	if s.usable(d) {
 		for i, a := range e.acc {
 			if a.Write {
-				if err := s.install(anyDest{d, outs[i]}, a.Buf, []placement.Piece{{Buf: a.Buf, Writer: e.id}}); err != nil {
+				if err := s.install(anyDest{d, outs[i]}, a.Buf, []placement.Piece{{Buf: a.Buf, Writer: e.id}}); err != nil && s.usable(d) {
 					return fmt.Errorf("goffload: Any(): %s ran again, but its outputs could not be put on device %d: %w", e.k.Name(), d, err)
 				}
 			}
@@ -342,15 +342,24 @@ func (s *anySched) recoverTask(e *anyEntry, d int, outs []any, cause error) erro
 // recoverCopy is the Op.Recover of a copy of b (whose parts pieces name)
 // from device from to to (Host: a copy back): the parts are put there from their writers'
 // re-runs, unless to is a lost device too (nothing reads its copy now).
-func (s *anySched) recoverCopy(to anyDest, from int, b placement.Buf, pieces []placement.Piece, cause error) error {
+func (s *anySched) recoverCopy(to anyDest, from int, b placement.Buf, pieces []placement.Piece, cause error, used bool) error {
 	lost := func(d int) bool { return d != placement.Host && !s.usable(d) }
 	if lost(to.dev) {
+		return nil
+	}
+	if used && to.dev != placement.Host {
+		// The copy reached its device, whose tasks used it, and may
+		// have written newer data there since: writing it again would
+		// undo them. The tasks still waiting for it find it there.
 		return nil
 	}
 	if !lost(from) && !errors.Is(cause, plugin.ErrDeviceLost) {
 		return cause // not a loss: it failed by itself
 	}
 	if err := s.install(to, b, pieces); err != nil {
+		if lost(to.dev) { // lost meanwhile: nothing reads its copy now
+			return nil
+		}
 		return fmt.Errorf("goffload: Any(): copying [%#x, +%d) to %s: %w (it failed first with: %w)", b.Addr, b.Size, placeName(to.dev), err, cause)
 	}
 	return nil

@@ -55,7 +55,9 @@ func (s *anySched) copyBackTask(c placement.Copy) (*Task, string, error) {
 	nw := On(c.From).Nowait(DependIn(x), DependIn(s.token(c.Region, c.From, c.Buf)), DependOut(s.token(c.Region, placement.Host, c.Buf)))
 	if s.rr.on {
 		b, from, pieces := c.Buf, c.From, s.table.Writers(c.Buf)
-		nw.recover = func(err error) error { return s.recoverCopy(anyDest{placement.Host, x}, from, b, pieces, err) }
+		nw.recover = func(err error, used bool) error {
+			return s.recoverCopy(anyDest{placement.Host, x}, from, b, pieces, err, used)
+		}
 	}
 	return nw.Update(m), name, nil
 }

@@ -123,7 +123,7 @@ type Async struct {
 	group *Group
 	// recover is the core.Op.Recover of the tasks it makes (Any-tasks'
 	// copies: any_recover.go).
-	recover func(error) error
+	recover func(err error, used bool) error
 }
 
 // Nowait returns the device's constructs as tasks that wait for the tasks

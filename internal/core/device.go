@@ -386,8 +386,11 @@ type Op struct {
 	// completes with what it returns (the error itself where it can do
 	// nothing), and its dependents wait for it meanwhile: the runtime's
 	// placement of Any-tasks re-runs a lost device's work elsewhere with
-	// it. It is called at most once per task.
-	Recover func(err error) error
+	// it. used says whether a task enqueued on a device behind the
+	// task's event ran well: what the task did may have reached it, though
+	// the task's completion never reached the host. It is called at most
+	// once per task.
+	Recover func(err error, used bool) error
 }
 
 // check validates op's clauses on d.

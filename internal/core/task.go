@@ -50,8 +50,17 @@ type Task struct {
 	// recover is Op.Recover, taken (set to nil) under the runtime's
 	// tasks.mu by the completion it replaces; preds are the task's
 	// predecessors, kept for it only.
-	recover func(error) error
+	recover func(err error, used bool) error
 	preds   []*Task
+	// A task with a recovery also says how its work itself ended: settled
+	// is closed (under tasks.mu, at its first completion, before any
+	// recovery) with rawErr set; and devSuccs (guarded by mu) are the
+	// tasks enqueued behind its event on a device, which may have used
+	// what it did without the host's knowing.
+	settled   chan struct{}
+	rawErr    error
+	isSettled bool
+	devSuccs  []*Task
 
 	// Guarded by the runtime's tasks.mu: completed is set when t completes
 	// (before done is closed); succs are the tasks waiting on the host for
@@ -200,12 +209,18 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy s
 		r.Log.Printf(InfoOffload, -1, "task %d (%s), abandoned by Stop, ended: %v", t.ID, t.Name, err)
 		return nil, nil
 	}
+	t.settle(err)
 	if err != nil && t.recover != nil {
 		rec, preds := t.recover, t.preds
 		t.recover, t.preds = nil, nil
 		ts.mu.Unlock()
 		r.recoverTask(t, rec, preds, err)
 		return nil, nil
+	}
+	if t.settled != nil {
+		t.mu.Lock()
+		t.devSuccs = nil
+		t.mu.Unlock()
 	}
 	t.recover, t.preds = nil, nil
 	t.err = err
@@ -262,15 +277,56 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy s
 // and completes it with what rec returns. Until then t stays live: its
 // dependents wait for it, on the host (its event, on the lost device,
 // never fires: it is dropped so that new dependents do not wait on it).
-func (r *Runtime) recoverTask(t *Task, rec func(error) error, preds []*Task, err error) {
+//
+// used, given to rec, says whether a task enqueued behind t's event on a
+// device ran (its own work ended well): then what t did reached it, the
+// host not knowing (t's device stopped before it said so, say).
+func (r *Runtime) recoverTask(t *Task, rec func(error, bool) error, preds []*Task, err error) {
 	t.mu.Lock()
-	t.ev = nil
+	t.ev = nil // after this, no task is enqueued behind it (claim)
+	succs := t.devSuccs
+	t.devSuccs = nil
 	t.mu.Unlock()
 	r.Log.Printf(InfoOffload, -1, "task %d (%s) failed: %v: handed to its recovery", t.ID, t.Name, err)
 	go func() {
 		waitDone(preds)
-		r.complete(t, rec(err), nil)
+		used := false
+		for _, s := range succs {
+			if s.settled == nil {
+				continue
+			}
+			<-s.settled // its device ends it: t's event fired there, or failed with t's device
+			used = used || s.rawErr == nil
+		}
+		r.complete(t, rec(err, used), nil)
 	}()
+}
+
+// eventFor returns p's event for t to wait on on a device, recording t
+// as p's device successor (see devSuccs); nil if p has none (it
+// completed, is about to, or is being recovered: the host waits).
+func (p *Task) eventFor(t *Task) plugin.Event {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ev != nil && p.settled != nil {
+		p.devSuccs = append(p.devSuccs, t)
+	}
+	return p.ev
+}
+
+// settle records how t's own work ended, once, for a recovery that waits
+// for it (see devSuccs): before t completes, which may wait for its
+// predecessors.
+func (t *Task) settle(err error) {
+	if t.settled == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.isSettled {
+		t.rawErr, t.isSettled = err, true
+		close(t.settled)
+	}
 }
 
 // handOn counts a completion in each of succs and returns the
@@ -322,14 +378,16 @@ func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 	preds := r.register(t, deps)
 	if op.Recover != nil {
 		r.tasks.mu.Lock()
-		t.recover, t.preds = op.Recover, preds
+		t.recover, t.preds, t.settled = op.Recover, preds, make(chan struct{})
 		r.tasks.mu.Unlock()
 	}
 	var onHost, onDevice, later []*Task
 	for _, p := range preds {
-		switch ev := p.event(); {
-		case d.IsInitial() || p.dev == nil || p.dev.IsInitial():
+		if d.IsInitial() || p.dev == nil || p.dev.IsInitial() {
 			onHost = append(onHost, p)
+			continue
+		}
+		switch ev := p.event(); {
 		case ev != nil && d.canWait(p, ev):
 			onDevice = append(onDevice, p)
 		case ev == nil && !finished(p):
@@ -509,7 +567,10 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 	var cq *cqueue
 	var followed *Task
 	for i, p := range preds {
-		if p.dev == d && !finished(p) {
+		// Not one with a recovery: its work may fail and be done again
+		// elsewhere, and what follows it on its queue would run on
+		// without it. Its event's wait fails then (see devSuccs).
+		if p.dev == d && !finished(p) && p.settled == nil {
 			if cq = d.follow(p); cq != nil {
 				followed = p
 				preds = append(preds[:i:i], preds[i+1:]...)
@@ -529,7 +590,7 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		d.tool.Wait(WaitEvent{Where: w.where(), For: followed.ID, ForName: followed.Name, OnDevice: true})
 	}
 	for _, p := range preds {
-		ev := p.event()
+		ev := p.eventFor(t)
 		if ev == nil { // it completed, or is about to: the host waits
 			start := time.Now()
 			f := failedPred([]*Task{p})
@@ -581,7 +642,11 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 	}
 	wake := t.markEnqueued() // the tasks that waited for t to be enqueued
 	if ev == nil {           // the device is failing: nothing to wait for but the queue
-		go func() { r.finishTask(t, w.finish(), w.dep, all) }()
+		go func() {
+			err := w.finish()
+			t.settle(err)
+			r.finishTask(t, err, w.dep, all)
+		}()
 		return wake
 	}
 	// What completes t once ev fired; it blocks only where it must wait for
@@ -594,6 +659,7 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 			w.runAfter()
 		}
 		err = w.done(err == nil)
+		t.settle(err)
 		// Dependents created from now on see the task finishing (enqueued,
 		// with no event) and wait for it on the host; those that took the
 		// event already may still wait on it, closed (it fired: no wait).

@@ -166,13 +166,17 @@ func (ps *peers) add(num int, l *link) {
 }
 
 // get returns the link to device num, waiting a while for the host's
-// introduction, which may still be on its way.
+// introduction, which may still be on its way; if the link broke, the
+// error that broke it (which wraps plugin.ErrDeviceLost) at once.
 func (ps *peers) get(num int) (*peer, error) {
 	ps.mu.Lock()
-	p := ps.by[num]
+	p, dead := ps.by[num], ps.dead[num]
 	ps.mu.Unlock()
 	if p != nil {
 		return p, nil
+	}
+	if dead != nil { // it was linked, and the link broke: no introduction is coming
+		return nil, dead
 	}
 	if ps.connect != nil {
 		if err := ps.connect(num); err != nil {

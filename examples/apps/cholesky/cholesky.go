@@ -291,29 +291,34 @@ func FactorAny(m *Matrix) (tasks int, elapsed time.Duration, err error) {
 	t, b := m.T, m.B
 	any := offload.Any()
 	start := time.Now()
+	var all []*offload.Task
 	for k := range t {
 		akk := m.Tile(k, k)
-		Potrf.Nowait(any.Nowait(), akk, b)
-		tasks++
+		all = append(all, Potrf.Nowait(any.Nowait(), akk, b))
 		for i := k + 1; i < t; i++ {
-			Trsm.Nowait(any.Nowait(), akk, m.Tile(i, k), b)
-			tasks++
+			all = append(all, Trsm.Nowait(any.Nowait(), akk, m.Tile(i, k), b))
 		}
 		for i := k + 1; i < t; i++ {
-			Syrk.Nowait(any.Nowait(), m.Tile(i, k), m.Tile(i, i), b)
-			tasks++
+			all = append(all, Syrk.Nowait(any.Nowait(), m.Tile(i, k), m.Tile(i, i), b))
 			for j := k + 1; j < i; j++ {
-				Gemm.Nowait(any.Nowait(), m.Tile(i, k), m.Tile(j, k), m.Tile(i, j), b)
-				tasks++
+				all = append(all, Gemm.Nowait(any.Nowait(), m.Tile(i, k), m.Tile(j, k), m.Tile(i, j), b))
 			}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	if err := offload.Taskwait(ctx); err != nil {
-		return tasks, 0, err
+		return len(all), 0, err
 	}
-	return tasks, time.Since(start), nil
+	elapsed = time.Since(start)
+	// A task that could not even be made (its error is its own, not
+	// Taskwait's) fails the factorization too.
+	for _, tk := range all {
+		if err := tk.WaitContext(ctx); err != nil {
+			return len(all), 0, err
+		}
+	}
+	return len(all), elapsed, nil
 }
 
 // rowOwners deals the t rows of tiles out to n devices so that each gets

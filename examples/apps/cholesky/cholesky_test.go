@@ -4,6 +4,8 @@ import (
 	"errors"
 	"math"
 	"os"
+	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/goffload/offload"
@@ -146,5 +148,88 @@ func TestRowOwners(t *testing.T) {
 	}
 	if got, _ := spread(8, 2, func(i int) int { return rowOwners(8, 2)[i] }); got > work(7)/2 {
 		t.Errorf("8 rows on 2 devices: loads differ by %d", got)
+	}
+}
+
+// faultAt is a Tool that hurts device 1's process (SIGKILL, or SIGSTOP)
+// when the nth construct on device 1 ends: halfway through a
+// factorization, with tasks queued there and tiles only it holds.
+type faultAt struct {
+	n   int
+	sig syscall.Signal
+	pid int
+
+	mu   sync.Mutex
+	seen int
+	did  bool
+}
+
+func (f *faultAt) TargetBegin(offload.TargetEvent)  {}
+func (f *faultAt) DataOp(offload.DataEvent)         {}
+func (f *faultAt) KernelLaunch(offload.KernelEvent) {}
+func (f *faultAt) Wait(offload.WaitEvent)           {}
+func (f *faultAt) TargetEnd(e offload.TargetEvent) {
+	if e.Device != 1 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.seen++; f.seen == f.n && f.pid > 0 {
+		syscall.Kill(f.pid, f.sig)
+		f.did = true
+	}
+}
+
+func (f *faultAt) hurt() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.did
+}
+
+// TestFactorAnyAfterFault: a device process SIGKILLed, or SIGSTOPped (lost
+// once GOFFLOAD_DEVICE_TIMEOUT passes in silence), halfway through FactorAny
+// on local:2: the factorization still succeeds and is right, its lost
+// tasks having run again on the device left and the tiles only the lost
+// device held recomputed from their lineage.
+func TestFactorAnyAfterFault(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGSTOP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			if sig == syscall.SIGSTOP {
+				t.Setenv("GOFFLOAD_DEVICE_TIMEOUT", "500ms")
+			}
+			const tiles, b = 6, 24
+			f := &faultAt{n: tiles * (tiles + 1) * (tiles + 2) / 6 / 4, sig: sig}
+			if err := offload.Start(offload.WithDevices("local:2"), offload.WithOffload("MANDATORY"), offload.WithTool(f)); err != nil {
+				t.Fatal(err)
+			}
+			info, err := offload.On(1).Info()
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.mu.Lock()
+			f.pid = info.PID
+			f.mu.Unlock()
+			t.Cleanup(func() {
+				syscall.Kill(info.PID, syscall.SIGKILL) // a stopped process is not ended by Stop's signals
+				if err := offload.Stop(); err != nil && !errors.Is(err, offload.ErrDeviceLost) {
+					t.Errorf("Stop: %v", err)
+				}
+			})
+			want := NewMatrix(tiles, b)
+			Reference(want, 2)
+			m := NewMatrix(tiles, b)
+			if _, _, err := FactorAny(m); err != nil {
+				t.Fatalf("FactorAny with device 1 hurt by %v: %v", sig, err)
+			}
+			if !f.hurt() {
+				t.Fatalf("device 1 ran fewer than %d constructs: the fault never came", f.n)
+			}
+			if err := Check(m, want); err != nil {
+				t.Errorf("after %v: %v", sig, err)
+			}
+			if _, err := offload.On(1).Info(); !errors.Is(err, offload.ErrDeviceLost) {
+				t.Errorf("device 1 after %v: %v, want ErrDeviceLost", sig, err)
+			}
+		})
 	}
 }
