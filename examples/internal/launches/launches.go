@@ -34,10 +34,17 @@ func (c *Counter) Print(w io.Writer) {
 	}
 }
 
+// TargetBegin does nothing (offload.Tool).
 func (*Counter) TargetBegin(offload.TargetEvent) {}
-func (*Counter) TargetEnd(offload.TargetEvent)   {}
-func (*Counter) DataOp(offload.DataEvent)        {}
-func (*Counter) Wait(offload.WaitEvent)          {}
+
+// TargetEnd does nothing (offload.Tool).
+func (*Counter) TargetEnd(offload.TargetEvent) {}
+
+// DataOp does nothing (offload.Tool).
+func (*Counter) DataOp(offload.DataEvent) {}
+
+// Wait does nothing (offload.Tool).
+func (*Counter) Wait(offload.WaitEvent) {}
 
 // KernelLaunch counts the launch on its device (offload.Tool).
 func (c *Counter) KernelLaunch(e offload.KernelEvent) {
