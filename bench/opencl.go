@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -13,8 +14,9 @@ import (
 	"github.com/goffload/offload/plugins/opencl"
 )
 
-// Suite opencl: OpenCL device 0 (PoCL in CI) through goffload's opencl
-// kind, against the same work through the OpenCL API in the same run (the
+// Suite opencl: OpenCL device 0 ("opencl:0": the first GPU where there is
+// one, the kind numbering GPUs first, then accelerators, then CPUs; PoCL's
+// CPU device in CI) through goffload's opencl kind, against the same work through the OpenCL API in the same run (the
 // same binding, device and context), and against Go bodies on host:1:
 //
 //   - opencl.empty_launch: a synchronous region of bench.empty's OpenCL C
@@ -104,7 +106,10 @@ func runOpenCL(env *Env) error {
 	if err != nil {
 		return err
 	}
-	rd := devs[0]
+	rd := devs[0] // the raw baselines' device: opencl:0 too
+	if !strings.HasPrefix(info.Name, rd.Name+" (") {
+		return fmt.Errorf("the baselines' OpenCL device 0 is %q, goffload's device 0 is %q: want the same device", rd.Name, info.Name)
+	}
 	q, err := lib.CreateQueue(rd.Context, rd.Device, false, true)
 	if err != nil {
 		return err

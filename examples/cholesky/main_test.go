@@ -25,11 +25,16 @@ func TestCholesky(t *testing.T) {
 		if devices != "" {
 			t.Setenv("GOFFLOAD_DEVICES", devices)
 		}
-		if err := run(4, 16); err != nil {
+		if err := run(4, 16, false); err != nil {
 			t.Fatalf("GOFFLOAD_DEVICES=%q: %v", devices, err)
 		}
 	}
-	if err := run(0, 16); err == nil {
+	// -any: the runtime places the tasks.
+	t.Setenv("GOFFLOAD_DEVICES", "host:2")
+	if err := run(4, 16, true); err != nil {
+		t.Fatalf("-any, GOFFLOAD_DEVICES=host:2: %v", err)
+	}
+	if err := run(0, 16, false); err == nil {
 		t.Error("run(0 tiles) = nil; want an error")
 	}
 }
@@ -69,7 +74,7 @@ func TestCholeskyFakeGPU(t *testing.T) {
 		restore := cuda.UseDriverForTests(drv)
 		t.Setenv("GOFFLOAD_DEVICES", c.devices)
 		t.Setenv("OMP_TARGET_OFFLOAD", "MANDATORY")
-		err := run(tiles, b)
+		err := run(tiles, b, false)
 		restore()
 		if err != nil {
 			t.Fatalf("%d fake GPUs, GOFFLOAD_DEVICES=%s: %v", c.gpus, c.devices, err)
@@ -96,6 +101,39 @@ func TestCholeskyFakeGPU(t *testing.T) {
 			if got := drv.Launches(entry); got != want[entry] {
 				t.Errorf("%d fake GPUs, GOFFLOAD_DEVICES=%s: the fake GPUs ran %s %d times, want %d", c.gpus, c.devices, entry, got, want[entry])
 			}
+		}
+	}
+}
+
+// TestCholeskyAnyFakeGPU runs -any on a fake GPU beside the host device:
+// the runtime places each task on a device that has code for it (the GPU
+// runs cholesky.ptx's entries, as fakePotrf and the rest do them) and
+// moves the tiles; run checks L against plain Go.
+func TestCholeskyAnyFakeGPU(t *testing.T) {
+	drv := cudafake.New(cudafake.Config{GPUs: []cudafake.GPU{cudafake.H100}})
+	drv.SetKernel("potrf", fakePotrf)
+	drv.SetKernel("trsm", fakeTrsm)
+	drv.SetKernel("syrk", fakeSyrk)
+	drv.SetKernel("gemm", fakeGemm)
+	defer cuda.UseDriverForTests(drv)()
+	t.Setenv("OMP_TARGET_OFFLOAD", "MANDATORY")
+	for _, devices := range []string{"cuda", "cuda,host"} {
+		t.Setenv("GOFFLOAD_DEVICES", devices)
+		before := 0
+		for _, e := range []string{"potrf", "trsm", "syrk", "gemm"} {
+			before += drv.Launches(e)
+		}
+		if err := run(4, 16, true); err != nil {
+			t.Fatalf("-any, GOFFLOAD_DEVICES=%s: %v", devices, err)
+		}
+		gpu := -before
+		for _, e := range []string{"potrf", "trsm", "syrk", "gemm"} {
+			gpu += drv.Launches(e)
+		}
+		// 4 potrf, 6 trsm, 6 syrk, 4 gemm: all on the GPU when it is the
+		// only device, some of them at most beside the host device.
+		if devices == "cuda" && gpu != 20 || gpu > 20 {
+			t.Errorf("-any, GOFFLOAD_DEVICES=%s: the fake GPU ran %d kernels of the 20", devices, gpu)
 		}
 	}
 }

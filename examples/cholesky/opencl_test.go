@@ -13,5 +13,5 @@ import (
 // the result (opencltest.RunExample). It skips without an OpenCL device,
 // unless GOFFLOAD_REQUIRE_OPENCL is set.
 func TestCholeskyOpenCL(t *testing.T) {
-	opencltest.RunExample(t, func() error { return run(4, 16) })
+	opencltest.RunExample(t, func() error { return run(4, 16, false) })
 }

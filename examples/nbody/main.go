@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/examples/internal/launches"
 )
 
 // Accel sets the accelerations (ax, ay) of the bodies from lo on, one per
@@ -123,7 +124,7 @@ func run(n, steps, parts int) error {
 	if n < parts || parts < 1 || steps < 1 {
 		return fmt.Errorf("want -n ≥ -parts ≥ 1 and -steps ≥ 1")
 	}
-	ran := &counter{}
+	ran := &launches.Counter{}
 	opts := []offload.Option{offload.WithTool(ran)}
 	if _, set := os.LookupEnv("GOFFLOAD_DEVICES"); !set && !offload.UnderMPI() {
 		// Two device processes of its own, as the other examples start.
@@ -150,10 +151,6 @@ func run(n, steps, parts int) error {
 		}
 	}
 	fmt.Printf("%d bodies, %d steps in %d parts: %v, result verified\n", n, steps, parts, elapsed.Round(time.Microsecond))
-	for d := range offload.NumDevices() + 1 {
-		if c := ran.count(d); c > 0 {
-			fmt.Printf("  %s ran %d kernels\n", offload.On(d), c)
-		}
-	}
+	ran.Print(os.Stdout)
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/internal/cudadrv/cudafake"
+	"github.com/goffload/offload/plugins/cuda"
 )
 
 // The device processes this test starts are this test binary.
@@ -23,5 +25,22 @@ func TestNBody(t *testing.T) {
 		if err := run(256, 4, 4); err != nil {
 			t.Fatalf("GOFFLOAD_DEVICES=%q: %v", devices, err)
 		}
+	}
+}
+
+// TestNBodyBesideGPU runs the example on a fake GPU beside the host
+// device (as scripts/gpu-run does on a real one): the kernels have only
+// Go bodies, so the runtime places every task on the host device and the
+// GPU launches nothing; run verifies the result.
+func TestNBodyBesideGPU(t *testing.T) {
+	drv := cudafake.New(cudafake.Config{GPUs: []cudafake.GPU{cudafake.H100}})
+	defer cuda.UseDriverForTests(drv)()
+	t.Setenv("GOFFLOAD_DEVICES", "cuda,host")
+	t.Setenv("OMP_TARGET_OFFLOAD", "MANDATORY")
+	if err := run(256, 3, 4); err != nil {
+		t.Fatal(err)
+	}
+	if n := drv.Calls("cuLaunchKernel"); n != 0 {
+		t.Errorf("the GPU launched %d kernels; nbody's have no PTX", n)
 	}
 }

@@ -112,13 +112,7 @@ func newDevice(cd *clDevice) (*device, error) {
 		svmCaps, _ = lib.DeviceInfoUint(cd.id, cldrv.DeviceSVMCapabilities)
 	}
 	host, _ := os.Hostname()
-	typ := "GPU"
-	switch {
-	case cd.typ&cldrv.TypeCPU != 0:
-		typ = "CPU"
-	case cd.typ&cldrv.TypeAccelerator != 0:
-		typ = "accelerator"
-	}
+	typ := [...]string{classGPU: "GPU", classAccelerator: "accelerator", classCPU: "CPU"}[classOf(cd.typ)]
 	d := &device{
 		cd: cd, lib: lib, pl: cd.pl, ctx: ctx,
 		info: plugin.Info{

@@ -4,9 +4,14 @@
 // OpenCL headers to build). Programs get the kind by importing package
 // offload, which imports this package.
 //
-// Spec in GOFFLOAD_DEVICES: "opencl" (every OpenCL device of every
-// platform, CPUs included) or "opencl:N" (device N, counting the devices
-// of the platforms in the loader's order). When GOFFLOAD_DEVICES is unset,
+// The kind numbers the OpenCL devices of every platform GPUs first, then
+// accelerators, then CPUs (such as PoCL's), in the loader's platform order
+// and each platform's device order within a type: a machine with PoCL
+// beside a GPU's driver has the GPU as device 0. Spec in GOFFLOAD_DEVICES:
+// "opencl" (every device, in that order, CPUs included), "opencl:N"
+// (device N of that order), or "opencl:gpu", "opencl:accelerator",
+// "opencl:cpu" (every device of that type, in that order; none is no
+// devices, as "opencl" with none). When GOFFLOAD_DEVICES is unset,
 // the kind's GPUs and accelerators are discovered after the CUDA GPUs
 // (Order 20): an NVIDIA OpenCL device is left out while the cuda kind has
 // GPUs (it is one of them), and CPU devices are used only when named.
@@ -91,7 +96,7 @@ func init() {
 		Open:     openSpec,
 		Discover: discover,
 		Order:    20,
-		Help:     "opencl[:N]  OpenCL devices of every platform (CPUs too): every device, or device N",
+		Help:     "opencl[:N|:gpu|:accelerator|:cpu]  OpenCL devices of every platform, GPUs first, then accelerators, then CPUs: every device, device N, or every device of a type",
 	})
 }
 
@@ -115,7 +120,7 @@ func library() string {
 // there are none.
 type driverState struct {
 	lib  *cldrv.Lib
-	devs []*clDevice // every device of every platform, in order
+	devs []*clDevice // every device of every platform, in the kind's order (orderByType)
 	err  error
 }
 
@@ -136,7 +141,7 @@ type platform struct {
 type clDevice struct {
 	pl     *platform
 	id     cldrv.Device
-	ord    int // in the driverState's list
+	ord    int // in the driverState's list: N of "opencl:N"
 	name   string
 	typ    uint64
 	vendor uint32
@@ -183,6 +188,7 @@ func initDriver(path string) *driverState {
 		return s
 	}
 	var skipped []string
+	var all []*clDevice
 	for _, id := range pls {
 		pl := &platform{lib: lib, id: id, progs: map[progKey]*program{}}
 		pl.name, _ = lib.PlatformInfoString(id, cldrv.PlatformName)
@@ -194,13 +200,21 @@ func initDriver(path string) *driverState {
 		}
 		pl.devs = ds
 		for _, d := range ds {
-			cd := &clDevice{pl: pl, id: d, ord: len(s.devs)}
+			cd := &clDevice{pl: pl, id: d}
 			cd.name, _ = lib.DeviceInfoString(d, cldrv.DeviceName)
 			cd.typ, _ = lib.DeviceInfoUint(d, cldrv.DeviceType)
 			v, _ := lib.DeviceInfoUint(d, cldrv.DeviceVendorID)
 			cd.vendor = uint32(v)
-			s.devs = append(s.devs, cd)
+			all = append(all, cd)
 		}
+	}
+	typs := make([]uint64, len(all))
+	for i, cd := range all {
+		typs[i] = cd.typ
+	}
+	for _, i := range orderByType(typs) {
+		all[i].ord = len(s.devs)
+		s.devs = append(s.devs, all[i])
 	}
 	if len(s.devs) == 0 {
 		s.err = fmt.Errorf("no OpenCL device on %d platform(s)", len(pls))
@@ -211,16 +225,62 @@ func initDriver(path string) *driverState {
 	return s
 }
 
-// openSpec opens the devices of "opencl" (arg "": every device) or
-// "opencl:N".
-func openSpec(arg string) ([]plugin.Device, error) {
-	ord := -1
-	if arg != "" {
-		v, err := strconv.Atoi(arg)
-		if err != nil || v < 0 {
-			return nil, fmt.Errorf("%w: opencl:%s: want opencl (every OpenCL device) or opencl:N with N a device number from 0", plugin.ErrBadSpec, arg)
+// Device classes, in the kind's order.
+const (
+	classGPU = iota
+	classAccelerator
+	classCPU
+)
+
+// classNames are the classes' names in specs ("opencl:gpu") and in Info.
+var classNames = [...]string{classGPU: "gpu", classAccelerator: "accelerator", classCPU: "cpu"}
+
+// classOf is the class of a device of OpenCL type typ (CL_DEVICE_TYPE): a
+// GPU, else an accelerator, else a CPU (CL_DEVICE_TYPE_CPU, or a device
+// that says nothing more).
+func classOf(typ uint64) int {
+	switch {
+	case typ&cldrv.TypeGPU != 0:
+		return classGPU
+	case typ&cldrv.TypeAccelerator != 0:
+		return classAccelerator
+	}
+	return classCPU
+}
+
+// orderByType returns the order the kind numbers devices of types typs
+// (listed platform by platform, in the loader's order) in: the indexes of
+// the GPUs, then of the accelerators, then of the CPUs, each in their
+// order in typs.
+func orderByType(typs []uint64) []int {
+	order := make([]int, 0, len(typs))
+	for c := range classNames {
+		for i, t := range typs {
+			if classOf(t) == c {
+				order = append(order, i)
+			}
 		}
-		ord = v
+	}
+	return order
+}
+
+// openSpec opens the devices of "opencl" (arg "": every device), "opencl:N"
+// or "opencl:gpu" (and accelerator, cpu: every device of the class).
+func openSpec(arg string) ([]plugin.Device, error) {
+	ord, class := -1, -1
+	if arg != "" {
+		for c, name := range classNames {
+			if strings.EqualFold(arg, name) {
+				class = c
+			}
+		}
+		if class < 0 {
+			v, err := strconv.Atoi(arg)
+			if err != nil || v < 0 {
+				return nil, fmt.Errorf("%w: opencl:%s: want opencl (every OpenCL device), opencl:N with N a device number from 0, or opencl:gpu, opencl:accelerator or opencl:cpu (every device of the type)", plugin.ErrBadSpec, arg)
+			}
+			ord = v
+		}
 	}
 	s := getDriver(library())
 	if s.err != nil {
@@ -233,8 +293,22 @@ func openSpec(arg string) ([]plugin.Device, error) {
 		return nil, fmt.Errorf("opencl:%d: there is no OpenCL device %d: the platforms have %d (0 to %d)", ord, ord, len(s.devs), len(s.devs)-1)
 	}
 	cds := s.devs
-	if ord >= 0 {
+	switch {
+	case ord >= 0:
 		cds = s.devs[ord : ord+1]
+	case class >= 0:
+		cds = nil
+		var others []string
+		for _, cd := range s.devs {
+			if classOf(cd.typ) == class {
+				cds = append(cds, cd)
+			} else {
+				others = append(others, fmt.Sprintf("opencl:%d (%s, %s)", cd.ord, cd.name, classNames[classOf(cd.typ)]))
+			}
+		}
+		if len(cds) == 0 {
+			return nil, fmt.Errorf("%w: no OpenCL device of type %s; the platforms have %s", plugin.ErrNoDevices, classNames[class], strings.Join(others, ", "))
+		}
 	}
 	return openDevices(cds)
 }
@@ -270,7 +344,7 @@ func discover() ([]plugin.Device, error) {
 	var left []string
 	for _, cd := range s.devs {
 		switch {
-		case cd.typ&(cldrv.TypeGPU|cldrv.TypeAccelerator) == 0:
+		case classOf(cd.typ) == classCPU:
 			left = append(left, fmt.Sprintf("opencl:%d (%s, a CPU device: used only when GOFFLOAD_DEVICES names it)", cd.ord, cd.name))
 		case nv && cd.vendor == cldrv.VendorNVIDIA:
 			left = append(left, fmt.Sprintf("opencl:%d (%s, a CUDA GPU: the cuda kind has it)", cd.ord, cd.name))
@@ -315,8 +389,9 @@ func (pl *platform) context() (cldrv.Context, error) {
 }
 
 // Library returns the OpenCL library the kind uses and its devices'
-// handles and contexts, or why there is none: for this module's bench,
-// whose raw baselines call the API directly.
+// handles and contexts, in the kind's order (device N is "opencl:N"), or
+// why there is none: for this module's bench, whose raw baselines call the
+// API directly.
 func Library() (*cldrv.Lib, []RawDevice, error) {
 	s := getDriver(library())
 	if s.err != nil {
@@ -328,7 +403,7 @@ func Library() (*cldrv.Lib, []RawDevice, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		out = append(out, RawDevice{Device: cd.id, Context: c, Name: cd.name, CPU: cd.typ&cldrv.TypeCPU != 0})
+		out = append(out, RawDevice{Device: cd.id, Context: c, Name: cd.name, CPU: classOf(cd.typ) == classCPU})
 	}
 	return s.lib, out, nil
 }
