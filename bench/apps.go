@@ -169,6 +169,9 @@ func appsCholesky(env *Env, devs []offload.Device) error {
 	if err := appsCholeskyAny(env, devs); err != nil {
 		return err
 	}
+	if err := appsCholeskyUneven(env); err != nil {
+		return err
+	}
 	return appsCG(env)
 }
 
