@@ -137,7 +137,10 @@ func appsUnevenRounds(env *Env, kernels *launchCounter, pid int) error {
 			return fmt.Errorf("FactorAny: %w", err)
 		}
 		after := kernels.snapshot()
-		rr, err := timed(func(m *cholesky.Matrix) error { _, _, err := cholesky.FactorOn(devs, m, cholesky.RoundRobin(2)); return err })
+		rr, err := timed(func(m *cholesky.Matrix) error {
+			_, _, err := cholesky.FactorOn(devs, m, cholesky.RoundRobin(2))
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("round robin: %w", err)
 		}
