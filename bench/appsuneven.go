@@ -28,7 +28,8 @@ import (
 //     each device's speed (cholesky.ByRows) with the speed ratio measured
 //     before the rounds (a gemm on each device alone), with that ratio
 //     made a quarter smaller and larger, and with equal speeds (Factor's
-//     own placement); each one's median over the rounds, the least taken.
+//     own placement), and device 0 alone (the slower device left out);
+//     each one's median over the rounds, the least taken.
 //     Goal: ≤ 1.1.
 //
 // Both are left out, with the reason, where the suite's devices are not
@@ -102,6 +103,7 @@ func appsUnevenRounds(env *Env, kernels *launchCounter, pid int) error {
 	// either way, and equal): the distinct ones.
 	type hand struct {
 		name  string
+		devs  []offload.Device
 		owner cholesky.Owners
 		times []float64
 	}
@@ -114,8 +116,10 @@ func appsUnevenRounds(env *Env, kernels *launchCounter, pid int) error {
 			continue
 		}
 		seen[rows] = true
-		hands = append(hands, &hand{name: fmt.Sprintf("ByRows 1:%.2f (rows %s)", r, rows), owner: o})
+		hands = append(hands, &hand{name: fmt.Sprintf("ByRows 1:%.2f (rows %s)", r, rows), devs: devs, owner: o})
 	}
+	// And the slower device left out (no replicas made there either).
+	hands = append(hands, &hand{name: "device 0 alone", devs: devs[:1], owner: func(int, int) int { return 0 }})
 	var ta, trr []float64
 	var anyOn [2]int
 	for round := range max(env.Rounds, 1) + 1 { // the first round warms up (and teaches the model)
@@ -145,7 +149,7 @@ func appsUnevenRounds(env *Env, kernels *launchCounter, pid int) error {
 			return fmt.Errorf("round robin: %w", err)
 		}
 		for _, h := range hands {
-			t, err := timed(func(m *cholesky.Matrix) error { _, _, err := cholesky.FactorOn(devs, m, h.owner); return err })
+			t, err := timed(func(m *cholesky.Matrix) error { _, _, err := cholesky.FactorOn(h.devs, m, h.owner); return err })
 			if err != nil {
 				return fmt.Errorf("%s: %w", h.name, err)
 			}
