@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -13,9 +14,12 @@ import (
 )
 
 // The apps suite's Cholesky on devices of unequal speed: its two local
-// device processes, the second held to -apps-slow-share of one CPU by the
-// kernel's CPU bandwidth controller (a cgroup of its own: cpuLimit), the
-// first free to use its core.
+// device processes, each of one core (started with GOMAXPROCS=1: a device
+// process runs kernels of several queues at once, on as many cores as its
+// Go runtime has), the second also held to -apps-slow-share (0.5) of a CPU
+// by the kernel's CPU bandwidth controller (a cgroup of its own:
+// cpuLimit). A device of one core beside one of half a core, as on a
+// machine whose other tenants take half of its core.
 //
 //   - apps.cholesky_uneven_any_vs_rr: cholesky.FactorAny (the runtime
 //     places the tasks, learning each kernel's time on each device)
@@ -26,7 +30,7 @@ import (
 //   - apps.cholesky_uneven_any_vs_hand: the same against the best of the
 //     hand placements that know the speeds: rows dealt by work divided by
 //     each device's speed (cholesky.ByRows) with the speed ratio measured
-//     before the rounds (a gemm on each device alone), with that ratio
+//     before the rounds (gemms in a row on each device alone), with that ratio
 //     made a quarter smaller and larger, and with equal speeds (Factor's
 //     own placement), and device 0 alone (the slower device left out);
 //     each one's median over the rounds, the least taken.
@@ -39,7 +43,7 @@ var appsSlowShare = 0.5
 
 func init() {
 	suiteFlags = append(suiteFlags, func(fs *flag.FlagSet) {
-		fs.Float64Var(&appsSlowShare, "apps-slow-share", appsSlowShare, "suite apps: the share of one CPU the second device is held to for apps.cholesky_uneven_* (0 to 1)")
+		fs.Float64Var(&appsSlowShare, "apps-slow-share", appsSlowShare, "suite apps: the share of its one core the second device is held to for apps.cholesky_uneven_* (0 to 1)")
 	})
 }
 
@@ -64,17 +68,21 @@ func appsCholeskyUneven(env *Env) (err error) {
 		return err
 	}
 	kernels := &launchCounter{}
-	if err := offload.Start(offload.WithDevices(appsDevices), offload.WithOffload("MANDATORY"), offload.WithTool(kernels)); err != nil {
+	if err := startOneCore(offload.WithDevices(appsDevices), offload.WithOffload("MANDATORY"), offload.WithTool(kernels)); err != nil {
 		return fmt.Errorf("restarting with devices %q: %w", appsDevices, err)
 	}
 	if offload.NumDevices() != 2 {
 		return fmt.Errorf("%q made %d devices, want 2", appsDevices, offload.NumDevices())
 	}
-	info, err := offload.On(1).Info()
-	if err != nil {
-		return err
+	var pids [2]int
+	for d := range pids {
+		info, err := offload.On(d).Info()
+		if err != nil {
+			return err
+		}
+		pids[d] = info.PID
 	}
-	lim, err := limitCPU(info.PID, appsSlowShare)
+	lim, err := limitCPU(pids[1], appsSlowShare)
 	if err != nil {
 		env.Comment("apps.cholesky_uneven_*: left out: %v", err)
 		return nil
@@ -84,20 +92,37 @@ func appsCholeskyUneven(env *Env) (err error) {
 			err = cerr
 		}
 	}()
-	return appsUnevenRounds(env, kernels, info.PID)
+	return appsUnevenRounds(env, kernels, pids)
 }
 
-// appsUnevenRounds runs the rounds of the two rows; device 1 (process
-// pid) is held to appsSlowShare of a CPU.
-func appsUnevenRounds(env *Env, kernels *launchCounter, pid int) error {
+// startOneCore starts the runtime with opts, its device processes with
+// GOMAXPROCS=1 (they inherit this process's environment, which is as it
+// was again afterwards).
+func startOneCore(opts ...offload.Option) error {
+	old, had := os.LookupEnv("GOMAXPROCS")
+	os.Setenv("GOMAXPROCS", "1")
+	defer func() {
+		if had {
+			os.Setenv("GOMAXPROCS", old)
+		} else {
+			os.Unsetenv("GOMAXPROCS")
+		}
+	}()
+	return offload.Start(opts...)
+}
+
+// appsUnevenRounds runs the rounds of the two rows; devices 0 and 1
+// (processes pids) have one core each, device 1 held to appsSlowShare of
+// it.
+func appsUnevenRounds(env *Env, kernels *launchCounter, pids [2]int) error {
 	tiles, b := appsTiles, appsB
 	devs := []offload.Device{offload.On(0), offload.On(1)}
 	ratio, gemm, err := gemmSpeeds(devs, b)
 	if err != nil {
 		return err
 	}
-	env.Comment("apps.cholesky_uneven_*: n=%d in %d×%d tiles on devices 0,1 of %q, device 1 (pid %d) held to %g of a CPU (period %v): a %d² gemm alone takes %s on device 0, %s on device 1 (speed ratio %.2f)",
-		tiles*b, tiles, tiles, appsDevices, pid, appsSlowShare, cpuPeriod(appsSlowShare), b, human(gemm[0]), human(gemm[1]), ratio)
+	env.Comment("apps.cholesky_uneven_*: n=%d in %d×%d tiles on devices 0,1 of %q, processes of one core (GOMAXPROCS=1; pids %d and %d), device 1 held to %g of it (period %v): %d² gemms in a row take %s each on device 0, %s on device 1 (speed ratio %.2f)",
+		tiles*b, tiles, tiles, appsDevices, pids[0], pids[1], appsSlowShare, cpuPeriod(appsSlowShare), b, human(gemm[0]), human(gemm[1]), ratio)
 
 	// The hand placements, told the speeds (and told them a quarter off
 	// either way, and equal): the distinct ones.
@@ -175,30 +200,43 @@ func appsUnevenRounds(env *Env, kernels *launchCounter, pid int) error {
 	env.Comment("apps.cholesky_uneven_*: medians: Any() %s (%d of its %d kernels on device 1), round robin %s; hand placements: %s",
 		human(median(ta)), anyOn[1], anyOn[0]+anyOn[1], human(median(trr)), strings.Join(each, ", "))
 	env.Report(Result{Metric: "apps.cholesky_uneven_any_vs_rr", Goffload: median(ta), Baseline: median(trr),
-		Note: fmt.Sprintf("n=%d in %d×%d tiles, device 1 held to %g of a CPU: Any() vs tiles dealt round robin, each with its copies in and out (goal ≤ 0.77)", tiles*b, tiles, tiles, appsSlowShare)})
+		Note: fmt.Sprintf("n=%d in %d×%d tiles, devices of 1 and %g core: Any() vs tiles dealt round robin, each with its copies in and out (goal ≤ 0.77)", tiles*b, tiles, tiles, appsSlowShare)})
 	env.Report(Result{Metric: "apps.cholesky_uneven_any_vs_hand", Goffload: median(ta), Baseline: median(best.times),
 		Note: fmt.Sprintf("the same: Any() vs the best hand placement, %s (goal ≤ 1.1)", best.name)})
 	return nil
 }
 
-// gemmSpeeds times a b×b gemm on each of devs alone (the median of five,
-// after one to warm up) and returns device 1's speed relative to device
-// 0's and the two times in nanoseconds.
+// gemmSpeeds times b×b gemms on each of devs alone, eight in a row on
+// tiles mapped in a data region (long enough for a device held to part of
+// a CPU to be held back: its speed when it is busy, not after it was
+// idle), the median of three such runs after one to warm up, and returns
+// device 1's speed relative to device 0's and the two times per gemm in
+// nanoseconds.
 func gemmSpeeds(devs []offload.Device, b int) (ratio float64, ns [2]float64, err error) {
+	const inARow = 8
 	a, bt, c := make([]float64, b*b), make([]float64, b*b), make([]float64, b*b)
 	for i := range a {
 		a[i], bt[i] = float64(i%7)/7, float64(i%5)/5
 	}
 	var times [2][]float64
-	for round := range 6 {
-		for d, dev := range devs[:2] {
+	for d, dev := range devs[:2] {
+		if err := dev.EnterData(offload.To(a), offload.To(bt), offload.To(c)); err != nil {
+			return 0, ns, err
+		}
+		for round := range 4 {
 			t0 := time.Now()
-			if err := cholesky.Gemm.Run(dev, a, bt, c, b); err != nil {
-				return 0, ns, fmt.Errorf("timing a gemm on device %d: %w", d, err)
+			for range inARow {
+				if err := cholesky.Gemm.Run(dev, a, bt, c, b); err != nil {
+					dev.ExitData(offload.Delete(a), offload.Delete(bt), offload.Delete(c))
+					return 0, ns, fmt.Errorf("timing gemms on device %d: %w", d, err)
+				}
 			}
 			if round > 0 {
-				times[d] = append(times[d], float64(time.Since(t0).Nanoseconds()))
+				times[d] = append(times[d], float64(time.Since(t0).Nanoseconds())/inARow)
 			}
+		}
+		if err := dev.ExitData(offload.Delete(a), offload.Delete(bt), offload.Delete(c)); err != nil {
+			return 0, ns, err
 		}
 	}
 	ns = [2]float64{median(times[0]), median(times[1])}

@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 )
 
-// A cpuLimit holds a process to a share of one CPU: it is moved into a
+// A cpuLimit holds a process to a share of the CPUs: it is moved into a
 // cgroup of its own, made for it under the one it was in, whose CPU
 // bandwidth controller lets it run share × period of every period
 // (cgroup v2's cpu.max, v1's cpu.cfs_quota_us). It is the kernel's own
@@ -115,11 +116,12 @@ func cgroupCPU(pid int) (dir string, v2 bool, err error) {
 	return dir, true, nil
 }
 
-// limitCPU holds process pid to share (0 < share ≤ 1) of one CPU until
-// Close. It needs write access to the cgroup hierarchy (root, as CI runs).
+// limitCPU holds process pid to share of one CPU (more than 0, at most
+// the machine's CPUs: 1.5 is a CPU and a half) until Close. It needs write
+// access to the cgroup hierarchy (root, as CI runs).
 func limitCPU(pid int, share float64) (l *cpuLimit, err error) {
-	if !(share > 0 && share <= 1) {
-		return nil, fmt.Errorf("a CPU share of %g: want more than 0, at most 1", share)
+	if !(share > 0 && share <= float64(runtime.NumCPU())) {
+		return nil, fmt.Errorf("a CPU share of %g: want more than 0, at most the %d CPUs", share, runtime.NumCPU())
 	}
 	parent, v2, err := cgroupCPU(pid)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -84,7 +85,7 @@ func TestLimitCPU(t *testing.T) {
 	if why := cpuLimitable(t); why != "" {
 		t.Skipf("no CPU limits here: %s", why)
 	}
-	for _, share := range []float64{0, -1, 1.5} {
+	for _, share := range []float64{0, -1, float64(runtime.NumCPU()) + 0.5} {
 		if _, err := limitCPU(os.Getpid(), share); err == nil {
 			t.Errorf("share %g: no error", share)
 		}
