@@ -33,6 +33,9 @@ import (
 //     Any-task (cholesky.FactorAny: the runtime places the tasks and moves
 //     the tiles) against Factor's hand placement, each timed from the call
 //     to its end with the tiles back in the program's memory. Goal: ≤ 1.1.
+//   - apps.cholesky_uneven_any_vs_rr and apps.cholesky_uneven_any_vs_hand:
+//     the same with the two devices of unequal speed, against round robin
+//     and the best hand placement (appsuneven.go).
 //   - apps.cg_local1_vs_host: the conjugate gradient method
 //     (examples/apps/cg) on the 2-D Poisson matrix of an -apps-cg-n² grid
 //     (5-point Laplacian in CSR form, -apps-cg-n² rows), -apps-cg-iters
@@ -167,6 +170,9 @@ func appsCholesky(env *Env, devs []offload.Device) error {
 	env.Report(Result{Metric: "apps.cholesky_vs_goroutines", Goffload: median(tc), Baseline: median(tg),
 		Note: fmt.Sprintf("n=%d in %d×%d tiles, %d tasks on devices 0,1 vs goroutine fork-join (goal ≤ 1.5)", tiles*b, tiles, tiles, tasks)})
 	if err := appsCholeskyAny(env, devs); err != nil {
+		return err
+	}
+	if err := appsCholeskyUneven(env); err != nil {
 		return err
 	}
 	return appsCG(env)

@@ -188,16 +188,28 @@ func TestPeerSuiteTSV(t *testing.T) {
 	})
 }
 
+// TestAppsSuiteTSV runs suite apps at tiny sizes; its rows of devices of
+// unequal speed come out where a cgroup can hold a device to part of a
+// CPU, and say why not elsewhere.
 func TestAppsSuiteTSV(t *testing.T) {
 	defer restoreAppsSizes()()
-	checkSuiteTSV(t, "apps", map[string]bool{
+	want := map[string]bool{
 		"apps.jacobi_2dev_vs_1dev":       true,
 		"apps.jacobi_2dev_vs_goroutines": true,
 		"apps.jacobi_any_vs_hand":        true,
 		"apps.cholesky_vs_goroutines":    true,
 		"apps.cholesky_any_vs_hand":      true,
 		"apps.cg_local1_vs_host":         true,
-	}, "-apps-n", "48", "-apps-iters", "6", "-apps-tiles", "3", "-apps-b", "8", "-apps-cg-n", "24", "-apps-cg-iters", "10")
+	}
+	why := cpuLimitable(t)
+	if why == "" {
+		want["apps.cholesky_uneven_any_vs_rr"] = true
+		want["apps.cholesky_uneven_any_vs_hand"] = true
+	}
+	out := checkSuiteTSV(t, "apps", want, "-apps-n", "48", "-apps-iters", "6", "-apps-tiles", "3", "-apps-b", "8", "-apps-cg-n", "24", "-apps-cg-iters", "10")
+	if why != "" && !strings.Contains(out, "# apps.cholesky_uneven_*: left out: ") {
+		t.Errorf("without CPU limits (%s), the output does not say the rows of unequal speeds are left out", why)
+	}
 }
 
 // TestAsyncSuiteTSV runs suite async, whose device processes and raw peer

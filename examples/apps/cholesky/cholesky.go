@@ -159,13 +159,21 @@ func CheckSize(t, b int) error {
 // Factor factors m in place over devs. Tile (i, j) lives on the device
 // of its row for the whole run (a target data region), where the task that
 // updates it runs: whole rows of tiles go to the devices, balanced by their
-// work (rowOwners), so that the diagonal tiles spread over the devices and
-// a row's updates read the row's own tiles. Once a tile is final
-// (factored, or solved) it is copied device to device to a replica on each
-// other device, whose tasks read it there. Every task depends on the tiles
-// it reads and writes. Factor returns the number of kernel tasks and the
-// time from the first enqueued task to the end of the last.
+// work (ByRows, the devices taken to be equally fast), so that the
+// diagonal tiles spread over the devices and a row's updates read the
+// row's own tiles. Once a tile is final (factored, or solved) it is copied
+// device to device to a replica on each other device, whose tasks read it
+// there. Every task depends on the tiles it reads and writes. Factor
+// returns the number of kernel tasks and the time from the first enqueued
+// task to the end of the last.
 func Factor(devs []offload.Device, m *Matrix) (tasks int, elapsed time.Duration, err error) {
+	return FactorOn(devs, m, ByRows(m.T, Equal(len(devs))))
+}
+
+// FactorOn factors m as Factor does, with tile (i, j) and the tasks that
+// write it on devs[owner(i, j)] (owner-computes): a hand placement of the
+// same task graph. An owner that is not one of devs is an error.
+func FactorOn(devs []offload.Device, m *Matrix, owner Owners) (tasks int, elapsed time.Duration, err error) {
 	if err := CheckSize(m.T, m.B); err != nil {
 		return 0, 0, err
 	}
@@ -173,8 +181,13 @@ func Factor(devs []offload.Device, m *Matrix) (tasks int, elapsed time.Duration,
 		return 0, 0, fmt.Errorf("cholesky: no devices")
 	}
 	t, b := m.T, m.B
-	rows := rowOwners(t, len(devs))
-	owner := func(i, _ int) int { return rows[i] }
+	for i := range t {
+		for j := 0; j <= i; j++ {
+			if d := owner(i, j); d < 0 || d >= len(devs) {
+				return 0, 0, fmt.Errorf("cholesky: tile (%d, %d) placed on device %d of %d", i, j, d, len(devs))
+			}
+		}
+	}
 	name := func(i, j int) string { return fmt.Sprintf("A%d,%d", i, j) }
 	// The tiles on their devices, and the replicas of the tiles others read.
 	var entered []func() error
@@ -319,26 +332,6 @@ func FactorAny(m *Matrix) (tasks int, elapsed time.Duration, err error) {
 		}
 	}
 	return len(all), elapsed, nil
-}
-
-// rowOwners deals the t rows of tiles out to n devices so that each gets
-// about the same work: row i holds i trsm, i syrk and i(i-1)/2 gemm tasks
-// (a gemm is twice a trsm's or syrk's flops), so the rows go, heaviest
-// first, to the device with the least work so far.
-func rowOwners(t, n int) []int {
-	owner := make([]int, t)
-	load := make([]int, n)
-	for i := t - 1; i >= 0; i-- {
-		d := 0
-		for k := range load {
-			if load[k] < load[d] {
-				d = k
-			}
-		}
-		owner[i] = d
-		load[d] += 2*i + i*(i-1) + 1
-	}
-	return owner
 }
 
 // Reference factors m in place with plain goroutines: the same tile

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -127,7 +128,7 @@ func TestRowOwners(t *testing.T) {
 		return hi - lo, load
 	}
 	for _, c := range []struct{ t, n int }{{8, 2}, {8, 3}, {3, 2}, {1, 2}, {16, 4}} {
-		owner := rowOwners(c.t, c.n)
+		owner := rowOwners(c.t, Equal(c.n))
 		for i, d := range owner {
 			if d < 0 || d >= c.n {
 				t.Fatalf("%d rows on %d devices: row %d on device %d", c.t, c.n, i, d)
@@ -146,7 +147,7 @@ func TestRowOwners(t *testing.T) {
 			}
 		}
 	}
-	if got, _ := spread(8, 2, func(i int) int { return rowOwners(8, 2)[i] }); got > work(7)/2 {
+	if got, _ := spread(8, 2, func(i int) int { return rowOwners(8, Equal(2))[i] }); got > work(7)/2 {
 		t.Errorf("8 rows on 2 devices: loads differ by %d", got)
 	}
 }
@@ -231,5 +232,68 @@ func TestFactorAnyAfterFault(t *testing.T) {
 				t.Errorf("device 1 after %v: %v, want ErrDeviceLost", sig, err)
 			}
 		})
+	}
+}
+
+// TestOwners: ByRows with the devices' speeds gives each about its share
+// of the work (within the heaviest row), RoundRobin deals the tiles in
+// turn, and FactorOn factors with either placement, and refuses a
+// placement on a device it was not given.
+func TestOwners(t *testing.T) {
+	work := func(i, j int) float64 { // the tasks that write tile (i, j)
+		if i == j {
+			return float64(1 + i)
+		}
+		return float64(1 + 2*j)
+	}
+	const tiles = 8
+	for _, speeds := range [][]float64{{1, 1}, {1, 0.5}, {1, 1.0 / 3}, {0.25, 1}, {3, 2, 1}} {
+		load, total := make([]float64, len(speeds)), 0.0
+		owner := ByRows(tiles, speeds)
+		for i := range tiles {
+			for j := 0; j <= i; j++ {
+				load[owner(i, j)] += work(i, j)
+				total += work(i, j)
+			}
+		}
+		sum := 0.0
+		for _, s := range speeds {
+			sum += s
+		}
+		for d, s := range speeds {
+			if want := total * s / sum; math.Abs(load[d]-want) > work(tiles-1, tiles-2)+float64(tiles) {
+				t.Errorf("speeds %v: device %d has work %g of %g, want about %g", speeds, d, load[d], total, want)
+			}
+		}
+	}
+	rr := RoundRobin(2)
+	var n [2]int
+	for i := range tiles {
+		for j := 0; j <= i; j++ {
+			n[rr(i, j)]++
+		}
+	}
+	if n[0] != 18 || n[1] != 18 || rr(0, 0) != 0 || rr(1, 0) != 1 || rr(1, 1) != 0 {
+		t.Errorf("RoundRobin(2) over 8×8 tiles: %v tiles per device, (0,0) on %d, (1,0) on %d, (1,1) on %d; want 18 each, 0, 1, 0", n, rr(0, 0), rr(1, 0), rr(1, 1))
+	}
+	if err := offload.Start(offload.WithDevices("host:2")); err != nil {
+		t.Fatal(err)
+	}
+	defer offload.Stop()
+	devs := []offload.Device{offload.On(0), offload.On(1)}
+	want := NewMatrix(5, 6)
+	Reference(want, 2)
+	for name, owner := range map[string]Owners{"RoundRobin": RoundRobin(2), "ByRows 1:0.4": ByRows(5, []float64{1, 0.4})} {
+		m := NewMatrix(5, 6)
+		if _, _, err := FactorOn(devs, m, owner); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if err := Check(m, want); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	m := NewMatrix(3, 4)
+	if _, _, err := FactorOn(devs, m, RoundRobin(3)); err == nil || !strings.Contains(err.Error(), "device 2 of 2") {
+		t.Errorf("tiles placed on a third device of two: %v, want an error naming it", err)
 	}
 }
