@@ -184,9 +184,9 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 	}
 	est := choice.Exec
 	placed := time.Now()
-	op.Done = func(error) {
+	op.Done = func(_ error, ready time.Time) {
 		s.mmu.Lock()
-		s.model.Done(name, d, class, est, placed, time.Now())
+		s.model.Done(name, d, class, est, placed, ready, time.Now())
 		s.mmu.Unlock()
 	}
 	s.mmu.Lock()
@@ -202,7 +202,7 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 		return rt.Spawn(cd, op, deps, false), nil
 	})
 	if t.t == nil { // not made: the model must not wait for it
-		op.Done(t.err)
+		op.Done(t.err, time.Time{})
 		return t, false
 	}
 	s.table.Commit(d, acc, s.rr.next)

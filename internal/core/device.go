@@ -379,7 +379,12 @@ type Op struct {
 	// has completed, with its error, on the goroutine that completed it:
 	// it must not block (the runtime's placement of Any-tasks learns
 	// from it).
-	Done func(err error)
+	//
+	// ready is when the last of the task's predecessors completed (zero
+	// if none did, or none had a recovery: the predecessors' completion
+	// is kept for tasks with one, Recover): the task could not start
+	// before.
+	Done func(err error, ready time.Time)
 	// Recover, if set, is called instead of completing the task Spawn
 	// makes of the construct when it fails: on a goroutine of its own,
 	// once the task's predecessors are done, with its error. The task

@@ -32,7 +32,7 @@ type Task struct {
 	cq *cqueue      // the queue it was enqueued on; guarded by its device's qmu
 
 	done   chan struct{}
-	onDone func(error) // Op.Done
+	onDone func(err error, ready time.Time) // Op.Done
 	err    error       // set before done is closed
 	fail   *failure    // with err: the failure it reports (its own or a predecessor's)
 	// Guarded by mu: enqueued says the device work is enqueued (ev set) or
@@ -61,6 +61,7 @@ type Task struct {
 	rawErr    error
 	isSettled bool
 	devSuccs  []*Task
+	doneAt    time.Time // when it completed (tasks with a recovery): its dependents' readiness (Op.Done)
 
 	// Guarded by the runtime's tasks.mu: completed is set when t completes
 	// (before done is closed); succs are the tasks waiting on the host for
@@ -222,6 +223,15 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy s
 		t.devSuccs = nil
 		t.mu.Unlock()
 	}
+	var ready time.Time
+	if t.settled != nil {
+		t.doneAt = time.Now()
+		for _, p := range t.preds {
+			if p.doneAt.After(ready) {
+				ready = p.doneAt
+			}
+		}
+	}
 	t.recover, t.preds = nil, nil
 	t.err = err
 	if err != nil {
@@ -260,7 +270,7 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy s
 	ts.mu.Unlock()
 	close(t.done) // after the history: a waiter sees it settled
 	if t.onDone != nil {
-		t.onDone(err)
+		t.onDone(err, ready)
 	}
 	if t.dev != nil && !t.dev.IsInitial() { // host work: no task waits for its enqueueing (see Spawn)
 		if s := t.markEnqueued(); s != nil { // it never was, and never will be

@@ -172,13 +172,19 @@ func (m *Model) Placed(d int, est time.Duration) {
 // Done records that a task of kernel, size class size, placed on d with
 // the estimate est at time placed, finished at end. Its time on the device
 // is counted from when it could start there at the earliest: when it was
-// placed, or when the device's previous task finished, whichever is later.
-func (m *Model) Done(kernel string, d, size int, est time.Duration, placed, end time.Time) {
+// placed, when the device's previous task finished, or when the last task
+// it waited for finished (ready, zero if unknown), whichever is latest: a
+// task that waits for its inputs must not teach the model that its kernel
+// is slow.
+func (m *Model) Done(kernel string, d, size int, est time.Duration, placed, ready, end time.Time) {
 	m.pending[d] = max(0, m.pending[d]-est)
 	m.busy[d]--
 	start := placed
 	if m.last[d].After(start) {
 		start = m.last[d]
+	}
+	if ready.After(start) {
+		start = ready
 	}
 	if end.After(m.last[d]) {
 		m.last[d] = end

@@ -162,8 +162,10 @@ func TestModelChooses(t *testing.T) {
 		}
 		m.Placed(c.Dev, 0)
 	}
-	m.Done("k", 0, 3, 0, t0, t0.Add(1*time.Millisecond))
-	m.Done("k", 1, 3, 0, t0, t0.Add(4*time.Millisecond))
+	m.Done("k", 0, 3, 0, t0, time.Time{}, t0.Add(1*time.Millisecond))
+	// Device 1's task waited 6 ms for its inputs, then ran 4 ms: the
+	// wait is not the kernel's.
+	m.Done("k", 1, 3, 0, t0.Add(-6*time.Millisecond), t0, t0.Add(4*time.Millisecond))
 	var on [2]int
 	for range 10 {
 		c := m.Choose("k", 3, none, nil)
@@ -174,8 +176,8 @@ func TestModelChooses(t *testing.T) {
 		t.Errorf("10 tasks of 1 ms on device 0 and 4 ms on device 1 went %v, want [8 2]", on)
 	}
 	m = NewModel(2)
-	m.Done("k", 0, 3, 0, t0, t0.Add(time.Millisecond))
-	m.Done("k", 1, 3, 0, t0, t0.Add(time.Millisecond))
+	m.Done("k", 0, 3, 0, t0, time.Time{}, t0.Add(time.Millisecond))
+	m.Done("k", 1, 3, 0, t0, time.Time{}, t0.Add(time.Millisecond))
 	m.busy = []int{0, 0}
 	if c := m.Choose("k", 3, func(d int) time.Duration { return time.Duration(1-d) * time.Millisecond }, nil); c.Dev != 1 {
 		t.Errorf("with copies of 1 ms to device 0 only: %+v, want device 1", c)
