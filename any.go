@@ -39,8 +39,14 @@ const anyNum = -1 << 30
 // with an error wrapping ErrBadMap that says so, rather than read a stale
 // copy. Sections of one buffer may be used by Any-tasks if they do not
 // overlap (two halves, say); a section that partly overlaps one in use is
-// refused the same way. A kernel of an Any-task should compute its outputs
-// from its inputs only.
+// refused the same way.
+//
+// A kernel of an Any-task should compute its outputs from its inputs
+// only: when a device is lost, its Any-tasks run again on the devices left
+// (their inputs recomputed from the tasks that wrote them, back to each
+// buffer's first version, which the runtime keeps until Taskwait), and
+// their dependents wait for them; see docs/tasks.md. Kernel.Once opts a
+// kernel out, and GOFFLOAD_ANY_RERUN=0 the whole runtime.
 func Any() Device { return Device{num: anyNum} }
 
 // IsAny reports whether d is Any().
