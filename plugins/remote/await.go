@@ -65,9 +65,16 @@ func (d *device) await(ch chan proto.Reply) proto.Reply {
 
 // handBack wakes the reader if the link holds frames that came while a
 // caller polled (the doorbell was off for them) and that it left unread.
+// Frames the caller's reads took ahead into the link's buffer it reads
+// itself: the reader, parked on the ring, would not see them (no doorbell
+// rings for them, and a kick only makes it look at the ring again) until
+// the next frame came, a heartbeat seconds later.
 func (d *device) handBack() {
 	if d.readMu.TryLock() {
-		left := d.l.br.Buffered() || d.sc.readable()
+		if d.l.br.Buffered() {
+			d.readHere(func() bool { return !d.l.br.Buffered() })
+		}
+		left := d.sc.readable()
 		d.readMu.Unlock()
 		if !left {
 			return
