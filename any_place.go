@@ -209,6 +209,10 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 	s.tracked.Store(int64(s.table.Len()))
 	t.anyWrites, t.any = writes, s
 	s.rt.Log.Taskf(core.InfoPlacement, d, t.t.ID, "Any(): %s on %s: %v%s", name, cd.Label(), choice, why.String())
+	s.rt.Note(t.t.ID, fmt.Sprintf("Any(): on %s: %v%s", cd.Label(), choice, why.String()))
+	if e != nil {
+		e.task = t.t.ID
+	}
 	return t, false
 }
 

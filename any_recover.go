@@ -47,6 +47,7 @@ type anyEntry struct {
 	args  []any
 	acc   []placement.Access
 	argOf []int               // per access: its argument
+	task  uint64              // its task's number (Task.ID), for the trace's notes
 	reads [][]placement.Piece // per access that reads: who wrote each part last
 }
 
@@ -175,9 +176,10 @@ func (s *anySched) restoreTask(g placement.Buf) {
 	}
 	pieces := s.table.Writers(g)
 	deps := []core.Dep{DependIn(x).dep, DependOut(s.token(region, placement.Host, g)).dep}
-	s.rt.SpawnHost("Any(): restore "+name, func() error {
+	rt := s.rt.SpawnHost("Any(): restore "+name, func() error {
 		return s.install(anyDest{placement.Host, x}, g, pieces)
 	}, deps)
+	s.rt.Note(rt.ID, fmt.Sprintf("Any(): %q (%d bytes at %#x) had its only valid copy on a lost device: recomputed from the tasks that wrote it (last: task %d)", name, g.Size, g.Addr, pieces[len(pieces)-1].Writer))
 	s.table.HostValid(g)
 	s.rt.Log.Printf(core.InfoPlacement, -1, "Any(): %q (%d bytes at %#x) had its only valid copy on a lost device: recomputed into the program's memory", name, g.Size, g.Addr)
 }
@@ -287,7 +289,8 @@ func (s *anySched) rerun(id int64) error {
 				}
 			}
 			s.rr.memo[id] = out
-			s.rt.Log.Printf(core.InfoPlacement, d, "Any(): task %d (%s) ran again on device %d", id, e.k.Name(), d)
+			s.rt.Log.Taskf(core.InfoPlacement, d, e.task, "Any(): %s ran again on device %d, a device having been lost", e.k.Name(), d)
+			s.rt.Note(e.task, fmt.Sprintf("Any(): ran again on device %d, a device having been lost", d))
 			return nil
 		}
 		tries = append(tries, fmt.Errorf("on device %d: %w", d, err))

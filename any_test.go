@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/internal/tracefile"
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
 	"github.com/goffload/offload/plugins/cuda"
 )
@@ -302,4 +306,54 @@ func (c *kernelCounter) on(d int) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.n[d]
+}
+
+// TestAnyPlacementInTrace: the GOFFLOAD_PROFILE trace says, on each
+// Any-task's span, where the runtime put it and why, and the copies its
+// data needed and from where (args.runtime), as GOFFLOAD_INFO=placement
+// prints them.
+func TestAnyPlacementInTrace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "trace.json")
+	if err := offload.Start(offload.WithDevices("host:2"), offload.WithProfile(path)); err != nil {
+		t.Fatal(err)
+	}
+	x, y := make([]int64, 64), make([]int64, 64)
+	var ids []uint64
+	for i := range 4 {
+		ids = append(ids, anyStep.Nowait(offload.Any().Nowait(), int64(i), x, y).ID())
+	}
+	if err := offload.Taskwait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := offload.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	evs, err := tracefile.Read(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes := map[uint64]string{}
+	for _, e := range evs {
+		if e.Cat != "task" {
+			continue
+		}
+		id, _ := e.Args["task"].(float64)
+		if rs, ok := e.Args["runtime"].([]any); ok && len(rs) > 0 {
+			notes[uint64(id)], _ = rs[0].(string)
+		}
+	}
+	for i, id := range ids {
+		n := notes[id]
+		if !strings.HasPrefix(n, "Any(): on device ") || !strings.Contains(n, "expected to finish") && !strings.Contains(n, "not timed there yet") {
+			t.Errorf("task %d (%d): trace note %q, want where it went and why", i, id, n)
+		}
+		if i == 0 && !strings.Contains(n, `copies "test.any.step.arg1"`) {
+			t.Errorf("the first task's note %q names no copy of its input", n)
+		}
+	}
 }

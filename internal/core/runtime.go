@@ -24,7 +24,7 @@ type Runtime struct {
 	Initial *Device   // number n
 
 	tasks tasks
-	trace *Trace
+	trace *Trace // GOFFLOAD_PROFILE's
 	ids   atomic.Uint64 // numbers tasks and synchronous constructs
 
 	unseal sync.Once // Stop ends Start's entries.Seal once
@@ -267,4 +267,12 @@ func checkWritable(path string) error {
 		os.Remove(path)
 	}
 	return nil
+}
+
+// Note records a decision of the runtime's about task number task in the
+// GOFFLOAD_PROFILE trace, if one is written (Trace.Note).
+func (r *Runtime) Note(task uint64, text string) {
+	if r.trace != nil {
+		r.trace.Note(task, text)
+	}
 }

@@ -49,6 +49,7 @@ type traceTask struct {
 	slice        *traceEvent // its span, once written
 	nextCopy     map[DataKind]int
 	nextLaunches int
+	notes        []string // the runtime's decisions about it (Note)
 }
 
 type traceEvent struct {
@@ -87,6 +88,16 @@ func (tr *Trace) task(w Where) *traceTask {
 		tr.tasks[w.Task] = t
 	}
 	return t
+}
+
+// Note records a decision of the runtime's about task number task (where
+// an Any-task went and why, the copies its data needed, a re-run after a
+// device was lost): the task's span carries them in args.runtime.
+func (tr *Trace) Note(task uint64, text string) {
+	tr.mu.Lock()
+	t := tr.task(Where{Task: task})
+	t.notes = append(t.notes, text)
+	tr.mu.Unlock()
 }
 
 // TargetBegin opens a construct's span.
@@ -237,6 +248,9 @@ func (tr *Trace) events() []traceEvent {
 		}
 		if !t.ended {
 			args["unfinished"] = true
+		}
+		if len(t.notes) > 0 {
+			args["runtime"] = t.notes
 		}
 		e := &traceEvent{Name: fmt.Sprintf("task %d: %s", t.id, t.name), Cat: "task", Ph: "X", Ts: tr.us(t.begin),
 			Dur: float64(end.Sub(t.begin).Nanoseconds()) / 1e3, Pid: t.dev, Tid: tid, Args: args}
