@@ -110,7 +110,16 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 		}
 		m := Alloc(x).Named(name)
 		m.byAny = true
-		if err := dev.enterData([]Map{m}); err != nil {
+		err = dev.enterData([]Map{m})
+		for err != nil && isOutOfMemory(err) {
+			// Make room: free a copy on d that no task needs any more,
+			// valid somewhere else too.
+			if !s.evict(d, regions) {
+				break
+			}
+			err = dev.enterData([]Map{m})
+		}
+		if err != nil {
 			if isLost(err) && !s.usable(d) {
 				return nil, true
 			}
@@ -214,6 +223,37 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 		e.task = t.t.ID
 	}
 	return t, false
+}
+
+// isOutOfMemory reports whether err says a device's memory is full.
+func isOutOfMemory(err error) bool {
+	return errors.Is(err, plugin.ErrOutOfMemory) || errors.Is(err, ErrOutOfMemory)
+}
+
+// evict frees the memory on device d of the largest region that d's copy
+// of no longer matters (its parts are valid elsewhere too), but for keep,
+// once the tasks and copies that use that copy are done; it reports
+// whether it freed one. s.mu is held: placements wait meanwhile.
+func (s *anySched) evict(d int, keep []placement.Buf) bool {
+	for _, b := range s.table.Evictable(d, keep) {
+		x, name, err := s.section(b, b)
+		if err != nil {
+			continue
+		}
+		m := Delete(x).Named(name)
+		m.byAny = true
+		// After every task and copy that uses d's copy (each depends on
+		// its token); copies into d made later come after it.
+		t := On(d).Nowait(DependInOut(s.token(b, d, b))).ExitData(m)
+		if err := t.Wait(); err != nil {
+			s.rt.Log.Printf(core.InfoPlacement, d, "Any(): freeing %q (%d bytes) on device %d to make room failed: %v", name, b.Size, d, err)
+			return false
+		}
+		s.table.Drop(d, b)
+		s.rt.Log.Printf(core.InfoPlacement, d, "Any(): device %d's memory is full: freed its copy of %q (%d bytes at %#x), valid elsewhere too", d, name, b.Size, b.Addr)
+		return true
+	}
+	return false
 }
 
 // isLost reports whether err says a device was lost.

@@ -357,3 +357,59 @@ func TestAnyPlacementInTrace(t *testing.T) {
 		}
 	}
 }
+
+// TestAnyEvictsUnderMemoryPressure: a GPU with room for a few of the
+// buffers a run of Any-tasks reads: before an allocation fails, the
+// runtime frees the copies no task needs any more and that are valid on
+// the host too, and the run succeeds with the right result; a run whose
+// buffers are written there (their only valid copies) cannot make room,
+// and fails with ErrOutOfMemory rather than lose data.
+func TestAnyEvictsUnderMemoryPressure(t *testing.T) {
+	const n, nbuf = 1024, 8 // 8 KiB a buffer
+	gpu := matrixGPU
+	gpu.Memory = 5 * 8 * n // the accumulator and 4 buffers
+	t.Cleanup(cuda.UseEmulatedDriverForTests(cudafake.New(cudafake.Config{GPUs: []cudafake.GPU{gpu}})))
+	start(t, offload.WithDevices("cuda"), offload.WithOffload("MANDATORY"))
+	acc := make([]int64, n)
+	bufs := make([][]int64, nbuf)
+	want := make([]int64, n)
+	for b := range bufs {
+		bufs[b] = make([]int64, n)
+		for i := range n {
+			bufs[b][i] = int64(b + i)
+		}
+	}
+	for round := range 2 {
+		for b := range bufs {
+			k := int64(b + round)
+			anyStep.Nowait(offload.Any().Nowait(), k, bufs[b], acc)
+			for i := range want {
+				want[i] = want[i]*3 + bufs[b][i] + k
+			}
+		}
+	}
+	if err := offload.Taskwait(context.Background()); err != nil {
+		t.Fatalf("reading %d buffers through a GPU with room for 4: %v", nbuf, err)
+	}
+	if !slices.Equal(acc, want) {
+		t.Errorf("acc = %v…, want %v…", acc[:4], want[:4])
+	}
+	// Every buffer written on the GPU (Taskwait freed the GPU's copies),
+	// with no Wait between: the sixth finds no copy it could free.
+	var ts []*offload.Task
+	for b := range bufs {
+		ts = append(ts, anySet.Nowait(offload.Any().Nowait(), int64(b), bufs[b]))
+	}
+	var err error
+	for _, tk := range ts {
+		if e := tk.Wait(); e != nil && err == nil {
+			err = e
+		}
+	}
+	if !errors.Is(err, offload.ErrOutOfMemory) {
+		t.Errorf("writing %d buffers on a GPU with room for 5: %v, want ErrOutOfMemory", nbuf, err)
+	}
+	if err := offload.Taskwait(context.Background()); err != nil {
+		t.Logf("Taskwait after the failure: %v", err)
+	}
+}

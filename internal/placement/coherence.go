@@ -429,3 +429,48 @@ func (t *Table) Writers(b Buf) []Piece {
 	})
 	return out
 }
+
+// Evictable returns the regions whose memory on device d may be freed
+// without losing data: mapped there, none of keep, and every part of them
+// that is valid on d valid somewhere else too (another device, or the
+// host). Largest first.
+func (t *Table) Evictable(d int, keep []Buf) []Buf {
+	bit := uint64(1) << d
+	var out []Buf
+	for b, r := range t.regions {
+		if r.mapped&bit == 0 || slices.Contains(keep, b) {
+			continue
+		}
+		safe := true
+		for _, s := range r.segs {
+			if s.valid&bit != 0 && s.valid == bit && !s.host {
+				safe = false
+				break
+			}
+		}
+		if safe {
+			out = append(out, b)
+		}
+	}
+	slices.SortFunc(out, func(x, y Buf) int {
+		if c := cmp.Compare(y.Size, x.Size); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.Addr, y.Addr)
+	})
+	return out
+}
+
+// Drop records that region b's memory on device d was freed: d holds no
+// memory for it, and no valid copy of any part of it.
+func (t *Table) Drop(d int, b Buf) {
+	r := t.regions[b]
+	if r == nil {
+		return
+	}
+	bit := uint64(1) << d
+	r.mapped &^= bit
+	for i := range r.segs {
+		r.segs[i].valid &^= bit
+	}
+}

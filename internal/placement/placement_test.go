@@ -3,6 +3,7 @@ package placement
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -308,5 +309,36 @@ func TestTableSectionsAgainstModel(t *testing.T) {
 		if _, _, err := tb.Plan(0, []Access{{Buf: Buf{Addr: base(0) + 8, Size: 8 * slots}, Read: true}}, nil); !errors.Is(err, ErrOverlap) {
 			t.Fatalf("a section past its region's end: %v, want ErrOverlap", err)
 		}
+	}
+}
+
+// TestEvictable: a region whose only valid copy of some part is on the
+// device cannot be dropped there; one whose parts are valid elsewhere too
+// can, largest first, and not the ones the task being placed needs; after
+// Drop, the device needs a copy again.
+func TestEvictable(t *testing.T) {
+	tb := NewTable()
+	a, b, c := Buf{Addr: 0x1000, Size: 64}, Buf{Addr: 0x2000, Size: 128}, Buf{Addr: 0x3000, Size: 32}
+	tb.Commit(0, []Access{{Buf: a, Read: true}}, 1)              // valid on the host and device 0
+	tb.Commit(0, []Access{{Buf: b, Read: true}}, 2)              // the same
+	tb.Commit(0, []Access{{Buf: c, Read: true, Write: true}}, 3) // device 0 only
+	if got := tb.Evictable(0, nil); !slices.Equal(got, []Buf{b, a}) {
+		t.Errorf("Evictable = %v, want [b a] (largest first, not c)", got)
+	}
+	if got := tb.Evictable(0, []Buf{b}); !slices.Equal(got, []Buf{a}) {
+		t.Errorf("Evictable keeping b = %v, want [a]", got)
+	}
+	if got := tb.Evictable(1, nil); len(got) != 0 {
+		t.Errorf("Evictable on a device that holds nothing = %v", got)
+	}
+	tb.Drop(0, b)
+	copies, alloc, err := tb.Plan(0, []Access{{Buf: b, Read: true}}, nil)
+	if err != nil || len(copies) != 1 || copies[0].From != Host || !slices.Equal(alloc, []Buf{b}) {
+		t.Errorf("after Drop: copies %v alloc %v err %v, want a copy from the host and memory again", copies, alloc, err)
+	}
+	// Half of a region written on device 0 only: not evictable.
+	tb.Commit(0, []Access{{Buf: Buf{Addr: a.Addr, Size: 32}, Read: true, Write: true}}, 4)
+	if got := tb.Evictable(0, nil); len(got) != 0 {
+		t.Errorf("Evictable with a part of a valid on device 0 only = %v", got)
 	}
 }
