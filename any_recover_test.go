@@ -3,9 +3,13 @@ package offload_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/goffload/offload"
 )
@@ -103,4 +107,74 @@ func TestAnyRerunAfterKill(t *testing.T) {
 			checkAny(t, "an Any-task after the loss", bufs, model)
 		})
 	}
+}
+
+// anyGate writes k into out once the gate file of id exists (or after 30
+// seconds): a kernel that holds its device until the test lets it go.
+var anyGate = offload.MustKernel2("test.any.gate", func(ctx offload.Ctx, id int64, out offload.Out[int64]) {
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("goffload-anygate-%d", id))
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			break
+		}
+	}
+	for i := range out {
+		out[i] = id
+	}
+})
+
+// TestAnyOnceIsNotRerun: an Any-task of a kernel marked Once whose device
+// is lost fails with ErrDeviceLost, as a hand-placed task does, instead of
+// running again; an ordinary kernel's task beside it on the same device
+// runs again and succeeds.
+func TestAnyOnceIsNotRerun(t *testing.T) {
+	if err := offload.Start(offload.WithDevices("local:2"), offload.WithOffload("MANDATORY")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := offload.Stop(); err != nil && !errors.Is(err, offload.ErrDeviceLost) {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	info, err := offload.On(1).Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := time.Now().UnixNano()
+	gate := filepath.Join(os.TempDir(), fmt.Sprintf("goffload-anygate-%d", id))
+	t.Cleanup(func() { os.Remove(gate) })
+	once := anyGate.Once()
+	var out [4][]int64
+	for i := range out {
+		out[i] = make([]int64, 8)
+	}
+	// A kernel not timed on a device yet is tried there, one task at a
+	// time: the first task goes to device 0, the second to device 1.
+	t0 := once.Nowait(offload.Any().Nowait(), id, out[0])
+	t1 := once.Nowait(offload.Any().Nowait(), id, out[1])
+	plain := anyStep.Nowait(offload.Any().Nowait(), 1, out[2], out[3]) // an ordinary kernel
+	if err := syscall.Kill(info.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e0, e1 := t0.Wait(), t1.Wait()
+	lost := 0
+	for _, e := range []error{e0, e1} {
+		switch {
+		case e == nil:
+		case errors.Is(e, offload.ErrDeviceLost):
+			lost++
+		default:
+			t.Errorf("a Once task: %v, want nil or ErrDeviceLost", e)
+		}
+	}
+	if lost != 1 {
+		t.Errorf("Once tasks on a live and a killed device: %v and %v, want exactly one ErrDeviceLost", e0, e1)
+	}
+	if err := plain.Wait(); err != nil {
+		t.Errorf("an ordinary Any-task beside them: %v", err)
+	}
+	offload.Taskwait(context.Background())
 }

@@ -53,6 +53,13 @@ func (k Kernel0) With(maps ...Map) Kernel0 {
 	return k
 }
 
+// Once returns the kernel marked as one whose Any-tasks must not run
+// again when their device is lost (see Kernel.Once).
+func (k Kernel0) Once() Kernel0 {
+	k.k = k.k.Once()
+	return k
+}
+
 // Named returns the kernel with names for its parameters, in order, used
 // for their buffers in info output and errors (a clause of With with its
 // own name wins; a struct's fields are "name.Field"): Go keeps no
@@ -128,6 +135,13 @@ func (k Kernel1[A]) Nowait(nw Async, a A) *Task { return k.k.launchNowait(nw, k.
 // names no argument makes the launch fail.
 func (k Kernel1[A]) With(maps ...Map) Kernel1[A] {
 	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
+	return k
+}
+
+// Once returns the kernel marked as one whose Any-tasks must not run
+// again when their device is lost (see Kernel.Once).
+func (k Kernel1[A]) Once() Kernel1[A] {
+	k.k = k.k.Once()
 	return k
 }
 
@@ -210,6 +224,13 @@ func (k Kernel2[A, B]) Nowait(nw Async, a A, b B) *Task { return k.k.launchNowai
 // names no argument makes the launch fail.
 func (k Kernel2[A, B]) With(maps ...Map) Kernel2[A, B] {
 	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
+	return k
+}
+
+// Once returns the kernel marked as one whose Any-tasks must not run
+// again when their device is lost (see Kernel.Once).
+func (k Kernel2[A, B]) Once() Kernel2[A, B] {
+	k.k = k.k.Once()
 	return k
 }
 
@@ -298,6 +319,13 @@ func (k Kernel3[A, B, C]) Nowait(nw Async, a A, b B, c C) *Task {
 // names no argument makes the launch fail.
 func (k Kernel3[A, B, C]) With(maps ...Map) Kernel3[A, B, C] {
 	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
+	return k
+}
+
+// Once returns the kernel marked as one whose Any-tasks must not run
+// again when their device is lost (see Kernel.Once).
+func (k Kernel3[A, B, C]) Once() Kernel3[A, B, C] {
+	k.k = k.k.Once()
 	return k
 }
 
@@ -392,6 +420,13 @@ func (k Kernel4[A, B, C, D]) Nowait(nw Async, a A, b B, c C, d D) *Task {
 // names no argument makes the launch fail.
 func (k Kernel4[A, B, C, D]) With(maps ...Map) Kernel4[A, B, C, D] {
 	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
+	return k
+}
+
+// Once returns the kernel marked as one whose Any-tasks must not run
+// again when their device is lost (see Kernel.Once).
+func (k Kernel4[A, B, C, D]) Once() Kernel4[A, B, C, D] {
+	k.k = k.k.Once()
 	return k
 }
 
@@ -490,6 +525,13 @@ func (k Kernel5[A, B, C, D, E]) Nowait(nw Async, a A, b B, c C, d D, e E) *Task 
 // names no argument makes the launch fail.
 func (k Kernel5[A, B, C, D, E]) With(maps ...Map) Kernel5[A, B, C, D, E] {
 	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
+	return k
+}
+
+// Once returns the kernel marked as one whose Any-tasks must not run
+// again when their device is lost (see Kernel.Once).
+func (k Kernel5[A, B, C, D, E]) Once() Kernel5[A, B, C, D, E] {
+	k.k = k.k.Once()
 	return k
 }
 
@@ -592,6 +634,13 @@ func (k Kernel6[A, B, C, D, E, F]) Nowait(nw Async, a A, b B, c C, d D, e E, f F
 // names no argument makes the launch fail.
 func (k Kernel6[A, B, C, D, E, F]) With(maps ...Map) Kernel6[A, B, C, D, E, F] {
 	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
+	return k
+}
+
+// Once returns the kernel marked as one whose Any-tasks must not run
+// again when their device is lost (see Kernel.Once).
+func (k Kernel6[A, B, C, D, E, F]) Once() Kernel6[A, B, C, D, E, F] {
+	k.k = k.k.Once()
 	return k
 }
 
@@ -698,6 +747,13 @@ func (k Kernel7[A, B, C, D, E, F, G]) Nowait(nw Async, a A, b B, c C, d D, e E, 
 // names no argument makes the launch fail.
 func (k Kernel7[A, B, C, D, E, F, G]) With(maps ...Map) Kernel7[A, B, C, D, E, F, G] {
 	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
+	return k
+}
+
+// Once returns the kernel marked as one whose Any-tasks must not run
+// again when their device is lost (see Kernel.Once).
+func (k Kernel7[A, B, C, D, E, F, G]) Once() Kernel7[A, B, C, D, E, F, G] {
+	k.k = k.k.Once()
 	return k
 }
 
@@ -808,6 +864,13 @@ func (k Kernel8[A, B, C, D, E, F, G, H]) Nowait(nw Async, a A, b B, c C, d D, e 
 // names no argument makes the launch fail.
 func (k Kernel8[A, B, C, D, E, F, G, H]) With(maps ...Map) Kernel8[A, B, C, D, E, F, G, H] {
 	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
+	return k
+}
+
+// Once returns the kernel marked as one whose Any-tasks must not run
+// again when their device is lost (see Kernel.Once).
+func (k Kernel8[A, B, C, D, E, F, G, H]) Once() Kernel8[A, B, C, D, E, F, G, H] {
+	k.k = k.k.Once()
 	return k
 }
 

@@ -130,6 +130,13 @@ func (k %[1]s%[6]s) With(maps ...Map) %[1]s%[6]s {
 	return k
 }
 
+// Once returns the kernel marked as one whose Any-tasks must not run
+// again when their device is lost (see Kernel.Once).
+func (k %[1]s%[6]s) Once() %[1]s%[6]s {
+	k.k = k.k.Once()
+	return k
+}
+
 // Named returns the kernel with names for its parameters, in order, used
 // for their buffers in info output and errors (a clause of With with its
 // own name wins; a struct's fields are "name.Field"): Go keeps no
