@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/goffload/offload"
-	"github.com/goffload/offload/internal/tracefile"
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
+	"github.com/goffload/offload/internal/tracefile"
 	"github.com/goffload/offload/plugins/cuda"
 )
 

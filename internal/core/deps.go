@@ -31,17 +31,29 @@ type Dep struct {
 }
 
 // depState is the dependence history of one address: the last task that
-// wrote it, and the tasks that read it since. An address is forgotten once
-// no live task names it and its history holds no failure still to report.
+// wrote it, and the tasks that read it since, each with the end of the
+// object it named there. An address is forgotten once no live task names
+// it and its history holds no failure still to report.
 type depState struct {
-	out     *Task
-	ins     []*Task
+	out *Task
+	// outEnd is where out's object ends, or beyond: out stands for the
+	// readers and writer it replaced too (it waited for them), so it
+	// reaches as far as the farthest of them.
+	outEnd  uintptr
+	ins     []depIn
 	refs    int // live tasks that name the address
 	pruneAt int // prune finished readers when ins grows this long
 	keep    unsafe.Pointer
 	// addr and end are the bytes the objects named at addr cover (the
 	// largest of them), for the search of overlapping objects.
 	addr, end uintptr
+}
+
+// depIn is a reader in a history: the task, and where the object it named
+// ends.
+type depIn struct {
+	t   *Task
+	end uintptr
 }
 
 // tasks is the runtime's task bookkeeping.
@@ -120,27 +132,41 @@ func (r *Runtime) register(t *Task, deps []Dep) []*Task {
 		st.end = max(st.end, end)
 		ts.maxLen = max(ts.maxLen, st.end-st.addr)
 		st.refs++
-		ts.overlapping(st, func(o *depState) { // objects at other addresses
-			add(o.out)
+		// Objects at other addresses that overlap this one, [d.Addr, end):
+		// not the largest object named at d.Addr, which would order a task
+		// on one row after the tasks on the rows below it that another
+		// task named from the same first row (a halo row's copy after the
+		// neighbour's band).
+		ts.overlapping(st, end, func(o *depState) {
+			if o.outEnd > d.Addr { // o starts before end: they overlap if it reaches d.Addr
+				add(o.out)
+			}
 			if d.Kind != DepIn {
 				for _, in := range o.ins {
-					add(in)
+					if in.end > d.Addr {
+						add(in.t)
+					}
 				}
 			}
 		})
 		add(st.out)
 		if d.Kind == DepIn {
 			if len(st.ins) >= st.pruneAt { // amortized: prune when it doubled
-				st.ins = slices.DeleteFunc(st.ins, func(in *Task) bool { return finished(in) && !holds(in) })
+				st.ins = slices.DeleteFunc(st.ins, func(in depIn) bool { return finished(in.t) && !holds(in.t) })
 				st.pruneAt = max(8, 2*len(st.ins))
 			}
-			st.ins = append(st.ins, t)
+			st.ins = append(st.ins, depIn{t, end})
 			continue
 		}
-		for _, in := range st.ins {
-			add(in)
+		reach := end
+		if st.out != nil {
+			reach = max(reach, st.outEnd)
 		}
-		st.out, st.ins, st.pruneAt = t, nil, 8
+		for _, in := range st.ins {
+			add(in.t)
+			reach = max(reach, in.end)
+		}
+		st.out, st.outEnd, st.ins, st.pruneAt = t, reach, nil, 8
 	}
 	return preds
 }
@@ -154,7 +180,7 @@ func (ts *tasks) settle(addr uintptr, st *depState) {
 	if st.out != nil && !holds(st.out) {
 		st.out = nil
 	}
-	st.ins = slices.DeleteFunc(st.ins, func(in *Task) bool { return !holds(in) })
+	st.ins = slices.DeleteFunc(st.ins, func(in depIn) bool { return !holds(in.t) })
 	if st.out == nil && len(st.ins) == 0 {
 		delete(ts.deps, addr)
 		ts.byAddr.Delete(st)
@@ -164,15 +190,16 @@ func (ts *tasks) settle(addr uintptr, st *depState) {
 	}
 }
 
-// overlapping calls f with every history other than st whose objects
-// overlap st's: they start before st's end and end after its start. Called
-// with mu held.
-func (ts *tasks) overlapping(st *depState, f func(*depState)) {
+// overlapping calls f with every history other than st whose objects may
+// overlap [st.addr, end): they start before end and the largest of them
+// ends after st.addr (f checks each task's own object). Called with mu
+// held.
+func (ts *tasks) overlapping(st *depState, end uintptr, f func(*depState)) {
 	lo := uintptr(0)
 	if st.addr > ts.maxLen {
 		lo = st.addr - ts.maxLen
 	}
-	ts.lo.addr, ts.hi.addr = lo, st.end
+	ts.lo.addr, ts.hi.addr = lo, end
 	ts.byAddr.AscendRange(&ts.lo, &ts.hi, func(o *depState) bool {
 		if o != st && o.end > st.addr {
 			f(o)

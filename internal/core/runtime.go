@@ -24,7 +24,7 @@ type Runtime struct {
 	Initial *Device   // number n
 
 	tasks tasks
-	trace *Trace // GOFFLOAD_PROFILE's
+	trace *Trace        // GOFFLOAD_PROFILE's
 	ids   atomic.Uint64 // numbers tasks and synchronous constructs
 
 	unseal sync.Once // Stop ends Start's entries.Seal once

@@ -33,8 +33,8 @@ type Task struct {
 
 	done   chan struct{}
 	onDone func(err error, ready time.Time) // Op.Done
-	err    error       // set before done is closed
-	fail   *failure    // with err: the failure it reports (its own or a predecessor's)
+	err    error                            // set before done is closed
+	fail   *failure                         // with err: the failure it reports (its own or a predecessor's)
 	// Guarded by mu: enqueued says the device work is enqueued (ev set) or
 	// never will be (t completed); enqWait are the tasks waiting for that.
 	enqueued bool

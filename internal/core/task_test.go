@@ -220,3 +220,46 @@ func TestTaskOverlappingSections(t *testing.T) {
 	_, p = reg(sec(DepOut, 3, 8))
 	want("out after finished tasks", p)
 }
+
+// TestTaskSectionsAtOneAddress: a dependence is ordered by its own section,
+// not by the largest section named at its first address: a halo row's copy
+// (in: row 7, where a band's read of rows 7..15 began) does not wait for
+// the neighbour band's write of rows 8..15. A writer at an address stands
+// for the larger sections it replaced there, so a later task on their far
+// part still waits for it, and through it for them.
+func TestTaskSectionsAtOneAddress(t *testing.T) {
+	r := taskRuntime()
+	buf := make([]int64, 64)
+	sec := func(kind DepKind, lo, hi int) Dep {
+		return Dep{Kind: kind, Addr: uintptr(unsafe.Pointer(&buf[lo])), Size: uintptr(hi-lo) * 8, Keep: unsafe.Pointer(&buf[0])}
+	}
+	reg := func(deps ...Dep) (*Task, []*Task) {
+		task := &Task{done: make(chan struct{})}
+		return task, r.register(task, deps)
+	}
+	want := func(name string, got []*Task, want ...*Task) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d predecessors, want %d", name, len(got), len(want))
+		}
+		for _, w := range want {
+			if !slices.Contains(got, w) {
+				t.Fatalf("%s: predecessors lack task %d", name, w.ID)
+			}
+		}
+	}
+	band, _ := reg(sec(DepIn, 7, 16))    // a band reads its rows and the halo row 7
+	upper, p := reg(sec(DepInOut, 0, 8)) // the band above writes rows 0..7
+	want("inout [0,8) after in [7,16)", p, band)
+	lower, p := reg(sec(DepInOut, 8, 16)) // the band itself writes rows 8..15
+	want("inout [8,16) after in [7,16)", p, band)
+	halo, p := reg(sec(DepIn, 7, 8)) // the halo row's copy reads row 7
+	want("in [7,8): the writer of row 7 only", p, upper)
+	_ = halo
+	// A writer of row 7 at the address where [7,16) was read stands for
+	// that read: a later writer of [12,14) waits for it.
+	w7, p := reg(sec(DepOut, 7, 8))
+	want("out [7,8) after the readers of row 7 and its writer", p, upper, band, halo)
+	_, p = reg(sec(DepOut, 12, 14))
+	want("out [12,14) after the band's writer and the writer standing for the read of [7,16)", p, lower, w7)
+}

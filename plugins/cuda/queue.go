@@ -229,19 +229,28 @@ func (q *queue) launch(o *op) error {
 
 // emulate runs o's kernel's Go body on the host, over copies of the
 // allocations its slice arguments lie in (the device's emulate mode, for
-// tests); t, if not nil, times the body on the host's clock.
+// tests); t, if not nil, times the body on the host's clock. Only the
+// arguments' own bytes are copied in, and only those of the arguments it
+// may write are copied back: the rest of their allocations may be another
+// task's meanwhile (depend clauses order tasks by the sections they name,
+// and a task on one half of a buffer runs beside a copy into the other).
 func (q *queue) emulate(o *op, t *opTiming) error {
 	d := q.d
 	if err := d.drv.StreamSynchronize(q.stream); err != nil {
 		return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name(), d.wrap(err))
 	}
 	type hostCopy struct {
-		a        allocation
-		b        []byte
-		readOnly bool // only In parameters use it: not copied back
+		a allocation
+		b []byte
 	}
 	var copies []*hostCopy
-	for i, p := range o.k.Params() {
+	params := o.k.Params()
+	// section is slice argument i's bytes, or false if it has none.
+	section := func(i int) (plugin.Ptr, int64, bool) {
+		n := int64(o.args[i].Len) * int64(params[i].Type.Size())
+		return o.args[i].Ptr, n, n > 0
+	}
+	for i, p := range params {
 		if p.Kind != plugin.Slice {
 			continue
 		}
@@ -249,21 +258,27 @@ func (q *queue) emulate(o *op, t *opTiming) error {
 		if err != nil {
 			continue // an empty slice with no address
 		}
-		dup := false
-		for _, c := range copies {
-			if c.a.base == a.base {
-				dup = true
-				c.readOnly = c.readOnly && p.ReadOnly()
+		var c *hostCopy
+		for _, h := range copies {
+			if h.a.base == a.base {
+				c = h
 			}
 		}
-		if dup {
+		if c == nil {
+			c = &hostCopy{a: a, b: make([]byte, max(a.size, 1))}
+			copies = append(copies, c)
+		}
+		ptr, n, ok := section(i)
+		if !ok {
 			continue
 		}
-		c := &hostCopy{a: a, b: make([]byte, max(a.size, 1)), readOnly: p.ReadOnly()}
-		if err := q.retrieve(c.b[:a.size], a.base, nil); err != nil {
+		off := uint64(ptr - a.base)
+		if off > uint64(a.size) || uint64(n) > uint64(a.size)-off {
+			return fmt.Errorf("%s: kernel %q: %w: argument %d, [%#x, +%d bytes), runs past its allocation", d.label(), o.k.Name(), plugin.ErrBadPointer, i, uint64(ptr), n)
+		}
+		if err := q.retrieve(c.b[off:off+uint64(n)], ptr, nil); err != nil {
 			return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name(), d.wrap(err))
 		}
-		copies = append(copies, c)
 	}
 	mem := func(p plugin.Ptr, size int64) ([]byte, error) {
 		for _, c := range copies {
@@ -283,11 +298,16 @@ func (q *queue) emulate(o *op, t *opTiming) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", d.label(), err)
 	}
-	for _, c := range copies {
-		if c.readOnly {
+	for i, p := range params {
+		ptr, n, ok := section(i)
+		if p.Kind != plugin.Slice || p.ReadOnly() || !ok {
 			continue
 		}
-		if err := q.submit(c.a.base, c.b[:c.a.size], nil); err != nil {
+		b, err := mem(ptr, n)
+		if err != nil {
+			continue // not in an allocation: the launch refused it already
+		}
+		if err := q.submit(ptr, b, nil); err != nil {
 			return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name(), d.wrap(err))
 		}
 	}

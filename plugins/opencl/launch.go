@@ -63,7 +63,11 @@ func (d *device) workSize(k plugin.Kernel, kf *kernelFn, args []plugin.Arg, geo 
 
 // emulate runs o's kernel's Go body on the host over copies of the
 // allocations its slice arguments lie in, once the command queue is done
-// (the emulate mode, for tests).
+// (the emulate mode, for tests). Only the arguments' own bytes are copied
+// in, and only those of the arguments it may write are copied back: the
+// rest of their allocations may be another task's meanwhile (depend
+// clauses order tasks by the sections they name, and a task on one half of
+// a buffer runs beside a copy into the other).
 func (q *queue) emulate(o *op) error {
 	d := q.d
 	if err := d.lib.Finish(q.cq); err != nil {
@@ -75,7 +79,13 @@ func (q *queue) emulate(o *op) error {
 		b []byte
 	}
 	var copies []*hostCopy
-	for i, p := range o.k.Params() {
+	params := o.k.Params()
+	// section is slice argument i's bytes, or false if it has none.
+	section := func(i int) (plugin.Ptr, int64, bool) {
+		n := int64(o.args[i].Len) * int64(params[i].Type.Size())
+		return o.args[i].Ptr, n, n > 0
+	}
+	for i, p := range params {
 		if p.Kind != plugin.Slice {
 			continue
 		}
@@ -83,19 +93,28 @@ func (q *queue) emulate(o *op) error {
 		if err != nil {
 			continue // an empty slice with no address
 		}
-		dup := false
-		for _, c := range copies {
-			dup = dup || c.a == a
+		var c *hostCopy
+		for _, h := range copies {
+			if h.a == a {
+				c = h
+			}
 		}
-		if dup {
+		if c == nil {
+			c = &hostCopy{a: a, b: make([]byte, max(a.size, 1))}
+			copies = append(copies, c)
+		}
+		ptr, n, ok := section(i)
+		if !ok {
 			continue
 		}
-		c := &hostCopy{a: a, b: make([]byte, max(a.size, 1))}
-		r, _ := d.rangeOf(a.base, a.size)
-		if err := d.read(q.cq, c.b[:a.size], r, true, nil); err != nil {
+		r, err := d.rangeOf(ptr, n)
+		if err != nil {
+			return fmt.Errorf("%s: kernel %q: argument %d: %w", d.label(), o.k.Name(), i, err)
+		}
+		off := uint64(ptr - a.base)
+		if err := d.read(q.cq, c.b[off:off+uint64(n)], r, true, nil); err != nil {
 			return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name(), d.wrap(err))
 		}
-		copies = append(copies, c)
 	}
 	mem := func(p plugin.Ptr, size int64) ([]byte, error) {
 		for _, c := range copies {
@@ -115,9 +134,20 @@ func (q *queue) emulate(o *op) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", d.label(), err)
 	}
-	for _, c := range copies {
-		r, _ := d.rangeOf(c.a.base, c.a.size)
-		if err := d.write(q.cq, r, c.b[:c.a.size], true, nil); err != nil {
+	for i, p := range params {
+		ptr, n, ok := section(i)
+		if p.Kind != plugin.Slice || p.ReadOnly() || !ok {
+			continue
+		}
+		b, err := mem(ptr, n)
+		if err != nil {
+			continue // not in an allocation: the launch refused it already
+		}
+		r, err := d.rangeOf(ptr, n)
+		if err != nil {
+			return fmt.Errorf("%s: kernel %q: argument %d: %w", d.label(), o.k.Name(), i, err)
+		}
+		if err := d.write(q.cq, r, b, true, nil); err != nil {
 			return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name(), d.wrap(err))
 		}
 	}

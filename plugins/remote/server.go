@@ -504,7 +504,16 @@ func (s *session) launch(f *proto.Launch, gen uint64) error {
 	if ran || err != nil {
 		return nil
 	}
-	return q.DoTimed(func() error { return call(func() error { return k.Launch(ctx, args, s.mem.Bytes) }, nil) }, timed)
+	return q.DoTimed(func() error {
+		// This queue's goroutine may just have readied another queue's
+		// (a copy out of the kernel before this one, whose event it
+		// fired), which waits on this processor as the next to run: let
+		// it run first. Once the kernel computes, it waits for another
+		// processor's thread to take it, and where the devices' kernels
+		// fill every core, for the kernel's end.
+		runtime.Gosched()
+		return call(func() error { return k.Launch(ctx, args, s.mem.Bytes) }, nil)
+	}, timed)
 }
 
 // forgetStops forgets the numbered launches of queue qid: its Sync mark

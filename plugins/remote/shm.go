@@ -277,14 +277,17 @@ func (c *shmConn) ready() bool {
 // reader waits here between frames, holding nothing, so that a caller
 // polling for its answer may read it itself (device.await). While quiet
 // says so (such a caller polls), it parks at once rather than poll too: one
-// poller per process.
+// poller per process. A kick (see kick) makes it return even if the ring is
+// empty: the frames it was kicked for may be in the link's read buffer
+// already (a polling caller read them from the ring with its own answer and
+// left them there), which only the caller of awaitReadable can see.
 func (c *shmConn) awaitReadable(quiet func() bool) {
 	if !c.enter() {
 		return
 	}
 	defer c.leave()
 	w := waiter{c: c, bo: &c.abo, skipping: c.abo.skipping(), quiet: quiet}
-	for !c.ready() {
+	for !c.ready() && !w.kicked {
 		w.wait(c.rx.h.tail.Load())
 	}
 	w.done()
@@ -450,6 +453,7 @@ type waiter struct {
 	spun     bool
 	parkedN  int
 	polls    int
+	kicked   bool // a kick woke it (awaitReadable returns then)
 	bell     [64]byte
 }
 
@@ -484,6 +488,7 @@ func (w *waiter) wait(tail uint64) {
 		} else if _, err := c.bell.Read(w.bell[:]); errors.Is(err, os.ErrDeadlineExceeded) {
 			// kicked: poll again, for a whole budget
 			c.kicked.Add(1)
+			w.kicked = true
 			c.bell.SetReadDeadline(time.Time{})
 			h.rParked.Store(0)
 			w.start, w.parkedN, w.polls, w.skipping = time.Time{}, 0, 0, false

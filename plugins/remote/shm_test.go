@@ -202,6 +202,34 @@ func TestShmKick(t *testing.T) {
 	}
 }
 
+// TestShmKickEndsAwaitReadable: the host's link reader waiting between
+// frames (awaitReadable) returns when kicked, though the ring is empty: a
+// caller that polled for its answer (device.await) read the frames behind
+// it out of the ring into the link's read buffer, and kicks the reader to
+// take them from there, which it sees only once awaitReadable returns.
+// Before, a kicked awaitReadable went back to waiting for the ring, and
+// those frames (a device's event, its request for a submit's data) waited
+// for the next frame that came, a heartbeat up to a second later.
+func TestShmKickEndsAwaitReadable(t *testing.T) {
+	_, b := shmPair(t)
+	b.abo.skip = 1 << 30 // park at once
+	done := make(chan struct{})
+	go func() {
+		b.awaitReadable(func() bool { return true })
+		close(done)
+	}()
+	waitFor(t, func() bool { return b.rx.h.rParked.Load() != 0 }, "the reader to park")
+	b.kick()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a kicked awaitReadable went on waiting for the ring (waited 20s)")
+	}
+	if b.ready() {
+		t.Fatal("the ring is not empty: awaitReadable returned for the kick, not for data")
+	}
+}
+
 // TestShmWriterWaitsForRoom: a write larger than the ring waits for the
 // reader, and TryWriteFrames writes only what fits.
 func TestShmWriterWaitsForRoom(t *testing.T) {
