@@ -111,8 +111,16 @@ func (c Choice) String() string {
 // is expected to finish first; copies(d) is the cost of the copies it
 // needs on d. Devices for which ok(d) is false are left out (lost ones);
 // it returns -1 if none is left.
+//
+// Kernel times within sameSpeed of the fastest device's count as the
+// fastest's: devices of one speed, whose learned times differ by noise,
+// would otherwise see their queued work drift apart by that noise with
+// every task placed ahead, until moving the data looked worth it (the
+// bands of a stencil would hop between two equal devices).
 func (m *Model) Choose(kernel string, size int, copies func(d int) time.Duration, ok func(d int) bool) Choice {
 	best := Choice{Dev: -1, Finish: math.MaxInt64}
+	ests := make([]time.Duration, m.ndev)
+	fastest := time.Duration(math.MaxInt64)
 	for d := range m.ndev {
 		if ok != nil && !ok(d) {
 			continue
@@ -128,6 +136,17 @@ func (m *Model) Choose(kernel string, size int, copies func(d int) time.Duration
 			}
 			est = m.guess(kernel, size)
 		}
+		ests[d] = est
+		fastest = min(fastest, est)
+	}
+	for d := range m.ndev {
+		if ok != nil && !ok(d) {
+			continue
+		}
+		est := ests[d]
+		if float64(est) <= float64(fastest)*sameSpeed {
+			est = fastest
+		}
 		c := Choice{Dev: d, Queued: m.pending[d], Copies: copies(d), Exec: est}
 		c.Finish = c.Queued + c.Copies + c.Exec
 		if c.Finish < best.Finish || (c.Finish == best.Finish && m.busy[d] < m.busy[best.Dev]) {
@@ -136,6 +155,10 @@ func (m *Model) Choose(kernel string, size int, copies func(d int) time.Duration
 	}
 	return best
 }
+
+// sameSpeed is how much slower than the fastest a device's kernel time
+// may be and still count as the fastest's (Choose).
+const sameSpeed = 1.15
 
 func (m *Model) trying(kernel string, d, size int) bool {
 	a := m.exec[execKey{kernel, d, size}]

@@ -342,3 +342,49 @@ func TestEvictable(t *testing.T) {
 		t.Errorf("Evictable with a part of a valid on device 0 only = %v", got)
 	}
 }
+
+// TestModelEqualDevicesKeepTheirData: two devices whose learned times for
+// a kernel differ by noise (5%), and tasks placed far ahead of their
+// completion, each reading data that lives on one device (moving it costs
+// 2 ms): every task stays with its data. Before, the queued work drifted
+// apart by the noise until a move looked worth it.
+func TestModelEqualDevicesKeepTheirData(t *testing.T) {
+	m := NewModel(2)
+	t0 := time.Unix(1000, 0)
+	m.Done("band", 0, 5, 0, t0, time.Time{}, t0.Add(1000*time.Microsecond))
+	m.Done("band", 1, 5, 0, t0, time.Time{}, t0.Add(1050*time.Microsecond))
+	m.busy = []int{0, 0}
+	m.pending = []time.Duration{0, 0}
+	moves := 0
+	for i := range 400 {
+		home := i % 2 // band i%2's data is on device home
+		c := m.Choose("band", 5, func(d int) time.Duration {
+			if d == home {
+				return 0
+			}
+			return 2 * time.Millisecond
+		}, nil)
+		if c.Dev != home {
+			moves++
+		}
+		m.Placed(c.Dev, c.Exec)
+	}
+	if moves != 0 {
+		t.Errorf("%d of 400 tasks left their data for a device 5%% faster", moves)
+	}
+	// A device twice as fast still wins work once its queue allows.
+	m = NewModel(2)
+	m.Done("k", 0, 5, 0, t0, time.Time{}, t0.Add(1000*time.Microsecond))
+	m.Done("k", 1, 5, 0, t0, time.Time{}, t0.Add(2000*time.Microsecond))
+	m.busy = []int{0, 0}
+	m.pending = []time.Duration{0, 0}
+	var on [2]int
+	for range 30 {
+		c := m.Choose("k", 5, func(int) time.Duration { return 0 }, nil)
+		on[c.Dev]++
+		m.Placed(c.Dev, c.Exec)
+	}
+	if on[0] != 20 || on[1] != 10 {
+		t.Errorf("30 tasks on devices of 1 ms and 2 ms went %v, want [20 10]", on)
+	}
+}
