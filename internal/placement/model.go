@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 	"time"
 )
 
@@ -12,7 +13,7 @@ import (
 // there and not finished, plus the copies the task would need there, plus
 // the kernel's expected time there; the smallest wins. Kernel times are
 // learned per kernel, per device and per size (a power of two of the bytes
-// the task uses), as a moving average of what the tasks took; a copy costs
+// the task uses), as the median of what the latest tasks took; a copy costs
 // a fixed latency and bandwidth (CopyCost: not learned yet). A kernel not yet timed on a device is tried there
 // first (one task at a time), so that every device gets measured.
 //
@@ -32,18 +33,25 @@ type execKey struct {
 }
 
 type avg struct {
-	d time.Duration
-	n int
+	d    time.Duration // the estimate: the median of recent
+	n    int           // samples taken (-1: a trial under way)
+	last [medianOf]time.Duration
 }
 
+// medianOf is how many of a kernel's latest times on a device its
+// estimate is the median of: a time that includes a wait (the device
+// shared with another kernel, a late notice of the end) moves a median
+// little, where it moved a mean.
+const medianOf = 7
+
 func (a *avg) add(d time.Duration) {
+	a.last[a.n%medianOf] = d
 	a.n++
-	if a.n == 1 {
-		a.d = d
-		return
-	}
-	w := max(1.0/float64(a.n), 0.2) // the mean of the first five, then a moving average
-	a.d = time.Duration((1-w)*float64(a.d) + w*float64(d))
+	k := min(a.n, medianOf)
+	s := make([]time.Duration, k)
+	copy(s, a.last[:k])
+	slices.Sort(s)
+	a.d = s[k/2]
 }
 
 // The link figures a copy's cost is counted with: about what a copy
@@ -112,7 +120,7 @@ func (c Choice) String() string {
 // needs on d. Devices for which ok(d) is false are left out (lost ones);
 // it returns -1 if none is left.
 //
-// Kernel times within sameSpeed of the fastest device's count as the
+// Kernel times within sameSpeed (25%) of the fastest device's count as the
 // fastest's: devices of one speed, whose learned times differ by noise,
 // would otherwise see their queued work drift apart by that noise with
 // every task placed ahead, until moving the data looked worth it (the
@@ -158,7 +166,7 @@ func (m *Model) Choose(kernel string, size int, copies func(d int) time.Duration
 
 // sameSpeed is how much slower than the fastest a device's kernel time
 // may be and still count as the fastest's (Choose).
-const sameSpeed = 1.15
+const sameSpeed = 1.25
 
 func (m *Model) trying(kernel string, d, size int) bool {
 	a := m.exec[execKey{kernel, d, size}]
