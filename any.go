@@ -96,7 +96,7 @@ func anyFor(rt *core.Runtime) *anySched {
 			return s
 		}
 		n := &anySched{rt: rt, table: placement.NewTable(), bufs: map[placement.Buf]anyBuf{},
-			tokens: map[anyTok][]byte{}, model: placement.NewModel(len(rt.Devices)), rr: newRerun()}
+			tokens: map[anyTok][]byte{}, model: placement.NewModel(len(rt.Devices)), rr: newRerun(len(rt.Devices))}
 		if anyState.CompareAndSwap(s, n) {
 			return n
 		}

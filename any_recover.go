@@ -80,8 +80,10 @@ type anyDest struct {
 	x   any
 }
 
-func newRerun() anyRerun {
-	return anyRerun{on: os.Getenv("GOFFLOAD_ANY_RERUN") != "0", entries: map[int64]*anyEntry{},
+// newRerun is the re-run state of a runtime of ndev devices: off where
+// there is no other device to re-run on, or GOFFLOAD_ANY_RERUN=0.
+func newRerun(ndev int) anyRerun {
+	return anyRerun{on: ndev > 1 && os.Getenv("GOFFLOAD_ANY_RERUN") != "0", entries: map[int64]*anyEntry{},
 		snap: map[placement.Buf][]byte{}, memo: map[int64][]anySaved{}}
 }
 
