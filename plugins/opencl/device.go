@@ -47,8 +47,12 @@ type device struct {
 	// host over copies of their arguments' allocations, in queue order:
 	// for the tests only (UseEmulationForTests).
 	emulate bool
-	pool    *plugin.Pool
-	stop    *plugin.StopSignal
+	// stage makes submits copy their host memory when they are issued
+	// and write from the copy, as NVIDIA's driver does: for the tests only
+	// (StageWritesForTests).
+	stage bool
+	pool  *plugin.Pool
+	stop  *plugin.StopSignal
 
 	mu   sync.RWMutex
 	num  int
@@ -81,6 +85,19 @@ var emulation atomic.Bool
 func UseEmulationForTests() (restore func()) {
 	old := emulation.Swap(true)
 	return func() { emulation.Store(old) }
+}
+
+// staging is StageWritesForTests's switch.
+var staging atomic.Bool
+
+// StageWritesForTests makes the devices opened until restore is called
+// read a submit's host memory when the submit is issued, not when the
+// command queue reaches the write, as NVIDIA's OpenCL does: for this
+// module's tests, which check on any driver that the kind keeps the
+// order of host memory on such drivers. A program has no use for it.
+func StageWritesForTests() (restore func()) {
+	old := staging.Swap(true)
+	return func() { staging.Store(old) }
 }
 
 // newDevice opens an OpenCL device.
@@ -134,6 +151,7 @@ func newDevice(cd *clDevice) (*device, error) {
 		num:      -1,
 		evLive:   map[*event]struct{}{},
 		emulate:  emulation.Load(),
+		stage:    staging.Load(),
 		stop:     plugin.NewStopSignal(),
 	}
 	for i := range min(len(items), 3) {

@@ -51,6 +51,17 @@ func TestConformanceBuffers(t *testing.T) {
 	plugintest.Run(t, openAll)
 }
 
+// TestConformanceStagedWrites runs it with buffers and submits that read
+// their host memory when they are issued (StageWritesForTests), as
+// NVIDIA's OpenCL reads a non-blocking write's host memory when it is
+// enqueued: HostMemoryOrder failed there before the kind waited for the
+// retrieves (and waits) before a submit of the same host memory.
+func TestConformanceStagedWrites(t *testing.T) {
+	t.Setenv(opencl.SVMEnv, "0")
+	t.Cleanup(opencl.StageWritesForTests())
+	plugintest.Run(t, openAll)
+}
+
 // TestSpecTypes: "opencl" opens every device GPUs first, then
 // accelerators, then CPUs, numbered as "opencl:N" opens them;
 // "opencl:gpu", "opencl:accelerator" and "opencl:cpu" open the devices of
