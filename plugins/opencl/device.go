@@ -87,6 +87,28 @@ func UseEmulationForTests() (restore func()) {
 	return func() { emulation.Store(old) }
 }
 
+// useSVM says whether a device's memory is SVM: where the device has
+// coarse-grained SVM buffers (caps), unless env (GOFFLOAD_OPENCL_SVM) is
+// 0, and on NVIDIA's platform only where env is 1. NVIDIA's OpenCL 3.0
+// driver reports SVM, but its clSVMAlloc failed small allocations made by
+// several goroutines at once as out of memory on an H100 with 80 GB free
+// (driver 580.159.04, the conformance suite's Concurrency), where buffers
+// passed the whole suite: buffers are the default there.
+func useSVM(caps uint64, platform, env string) (bool, error) {
+	var on bool
+	switch strings.TrimSpace(env) {
+	case "":
+		on = !strings.Contains(platform, "NVIDIA")
+	case "0":
+		on = false
+	case "1":
+		on = true
+	default:
+		return false, fmt.Errorf("%s=%q: want 0 (buffers) or 1 (shared virtual memory where the device has it), or unset", SVMEnv, env)
+	}
+	return on && caps&cldrv.SVMCoarseGrainBuffer != 0, nil
+}
+
 // staging is StageWritesForTests's switch.
 var staging atomic.Bool
 
@@ -128,6 +150,10 @@ func newDevice(cd *clDevice) (*device, error) {
 	if major >= 2 && lib.HasSVM() {
 		svmCaps, _ = lib.DeviceInfoUint(cd.id, cldrv.DeviceSVMCapabilities)
 	}
+	svm, err := useSVM(svmCaps, cd.pl.name, os.Getenv(SVMEnv))
+	if err != nil {
+		return nil, fmt.Errorf("OpenCL device %d (%s): %w", cd.ord, cd.name, err)
+	}
 	host, _ := os.Hostname()
 	typ := [...]string{classGPU: "GPU", classAccelerator: "accelerator", classCPU: "CPU"}[classOf(cd.typ)]
 	d := &device{
@@ -142,7 +168,7 @@ func newDevice(cd *clDevice) (*device, error) {
 			Host:   host,
 			PID:    os.Getpid(),
 		},
-		svm:      svmCaps&cldrv.SVMCoarseGrainBuffer != 0 && os.Getenv(SVMEnv) != "0",
+		svm:      svm,
 		align:    int64(max(alignBits/8, 1)),
 		maxAlloc: int64(maxAlloc),
 		maxWG:    int(max(maxWG, 1)),

@@ -56,9 +56,10 @@
 // # Memory and queues
 //
 // Device memory is shared virtual memory (clSVMAlloc) where the device
-// has it and GOFFLOAD_OPENCL_SVM is not 0: a device address is the SVM
-// pointer, and a slice inside an allocation is passed as its address.
-// Elsewhere (NVIDIA's OpenCL) it is buffers (clCreateBuffer), whose
+// has it and GOFFLOAD_OPENCL_SVM is not 0 (on NVIDIA's platform, only
+// where it is 1: see useSVM): a device address is the SVM pointer, and a
+// slice inside an allocation is passed as its address. Elsewhere it is
+// buffers (clCreateBuffer), whose
 // addresses the kind makes up; a slice at an offset inside one is passed
 // as a sub-buffer, which must start at a multiple of the device's
 // CL_DEVICE_MEM_BASE_ADDR_ALIGN (a launch that needs one that does not is
@@ -68,7 +69,10 @@
 // issued in order by a goroutine of the queue while it has work (or by the
 // caller, plugin.InlineQueue). Copies to and from Go memory are
 // asynchronous: the Go memory is pinned (runtime.Pinner) until the driver
-// is done with it. Exchange copies within a platform's context
+// is done with it; a submit whose host memory a retrieve before it (or
+// one before a waited-for event) may write waits for that first, as
+// drivers that read a write's host memory when it is enqueued (NVIDIA's)
+// need (hostWrites). Exchange copies within a platform's context
 // (clEnqueueSVMMemcpy, clEnqueueCopyBuffer). Events are cl_events of
 // markers; a queue waits on an event of any device of its platform with a
 // barrier (plugin.ForeignEventWaiter); a device's poller fires OnFire's
@@ -105,7 +109,9 @@ const (
 	// LibraryEnv overrides the OpenCL library's path.
 	LibraryEnv = "GOFFLOAD_OPENCL_LIBRARY"
 	// SVMEnv set to 0 makes the devices use buffers even where they have
-	// shared virtual memory, as a device without it does.
+	// shared virtual memory, as a device without it does; set to 1, it
+	// makes them use SVM wherever they have it, on NVIDIA's platform too
+	// (where the default is buffers).
 	SVMEnv = "GOFFLOAD_OPENCL_SVM"
 )
 
