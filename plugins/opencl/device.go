@@ -19,6 +19,11 @@ import (
 // info is what a launch's parameters are checked against.
 const buildOptions = "-cl-kernel-arg-info"
 
+// firstBuildOptions are the options a program is built with first; a
+// program that fails with them is built again without (see program).
+// Tests change it (FailFirstBuildForTests).
+var firstBuildOptions = buildOptions
+
 // device is one OpenCL device of the kind.
 type device struct {
 	cd   *clDevice
@@ -241,15 +246,17 @@ type program struct {
 }
 
 type progKey struct {
-	dev cldrv.Device
-	src string
+	dev  cldrv.Device
+	src  string
+	opts string // firstBuildOptions
 }
 
 // program returns src built for the device: built once per OpenCL device
 // in the process (PoCL's builds take seconds).
 func (d *device) program(src []byte) *program {
 	pl := d.pl
-	key := progKey{d.cd.id, string(src)}
+	opts := firstBuildOptions
+	key := progKey{d.cd.id, string(src), opts}
 	pl.mu.Lock()
 	p, ok := pl.progs[key]
 	if !ok {
@@ -263,9 +270,21 @@ func (d *device) program(src []byte) *program {
 			p.err = err
 			return
 		}
-		if err := d.lib.BuildProgram(pr, []cldrv.Device{d.cd.id}, buildOptions); err != nil {
+		if err := d.lib.BuildProgram(pr, []cldrv.Device{d.cd.id}, opts); err != nil {
 			log := strings.TrimSpace(d.lib.BuildLog(pr, d.cd.id))
 			d.lib.ReleaseProgram(pr)
+			// NVIDIA's compiler (driver 580) failed a program with a kernel
+			// without parameters in ptxas with -cl-kernel-arg-info, and built
+			// it without: the kind checks such a program's arguments by their
+			// count and sizes only (checkEntry).
+			if pr, err2 := d.lib.CreateProgram(d.ctx, src); err2 == nil {
+				if d.lib.BuildProgram(pr, []cldrv.Device{d.cd.id}, "") == nil {
+					p.pr = pr
+					p.entries, _ = d.lib.KernelNames(pr)
+					return
+				}
+				d.lib.ReleaseProgram(pr)
+			}
 			p.err = fmt.Errorf("%w; build log:\n%s", err, log)
 			return
 		}

@@ -33,7 +33,10 @@
 //
 // A kernel runs on an OpenCL device through its OpenCL C
 // (offload.Kernel.OpenCL, plugin.Kernel.Code "opencl"), built for the
-// device when it loads the image, with -cl-kernel-arg-info; each distinct
+// device when it loads the image, with -cl-kernel-arg-info (or, where
+// that fails and a build without it passes, as NVIDIA's compiler did for
+// a kernel without parameters, without: its parameters are then checked
+// by count and size only); each distinct
 // source is built once per OpenCL device in the process, and kept. A
 // source that does not build fails its kernels' launches with the build
 // log (which names the line) in the error; so does an entry the program
