@@ -30,7 +30,7 @@ func init() { register("host", Suite{Devices: "host", Run: runHost}) }
 var (
 	// benchEmpty is the empty kernel of host.empty_region, and of
 	// cuda.empty_launch on a GPU (cuda.ptx's entry empty).
-	benchEmpty = offload.MustKernel0("bench.empty", func(offload.Ctx) {}).PTX(benchPTX, "empty").OpenCL([]byte(benchCL), "empty")
+	benchEmpty = offload.MustKernel0("bench.empty", func(offload.Ctx) {}).PTX(benchPTX, "empty").OpenCL([]byte(benchEmptyCL), "empty")
 	// benchTouch increments the first byte of its buffer: the kernel of the
 	// mapping regions, cheap, and enough to check afterwards that the data
 	// really went to the device and back the expected number of times.

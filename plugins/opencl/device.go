@@ -19,6 +19,11 @@ import (
 // info is what a launch's parameters are checked against.
 const buildOptions = "-cl-kernel-arg-info"
 
+// firstBuildOptions are the options a program is built with first; a
+// program that fails with them is built again without (see program).
+// Tests change it (FailFirstBuildForTests).
+var firstBuildOptions = buildOptions
+
 // device is one OpenCL device of the kind.
 type device struct {
 	cd   *clDevice
@@ -47,8 +52,12 @@ type device struct {
 	// host over copies of their arguments' allocations, in queue order:
 	// for the tests only (UseEmulationForTests).
 	emulate bool
-	pool    *plugin.Pool
-	stop    *plugin.StopSignal
+	// stage makes submits copy their host memory when they are issued
+	// and write from the copy, as NVIDIA's driver does: for the tests only
+	// (StageWritesForTests).
+	stage bool
+	pool  *plugin.Pool
+	stop  *plugin.StopSignal
 
 	mu   sync.RWMutex
 	num  int
@@ -83,6 +92,41 @@ func UseEmulationForTests() (restore func()) {
 	return func() { emulation.Store(old) }
 }
 
+// useSVM says whether a device's memory is SVM: where the device has
+// coarse-grained SVM buffers (caps), unless env (GOFFLOAD_OPENCL_SVM) is
+// 0, and on NVIDIA's platform only where env is 1. NVIDIA's OpenCL 3.0
+// driver reports SVM, but its clSVMAlloc failed small allocations made by
+// several goroutines at once as out of memory on an H100 with 80 GB free
+// (driver 580.159.04, the conformance suite's Concurrency), where buffers
+// passed the whole suite: buffers are the default there.
+func useSVM(caps uint64, platform, env string) (bool, error) {
+	var on bool
+	switch strings.TrimSpace(env) {
+	case "":
+		on = !strings.Contains(platform, "NVIDIA")
+	case "0":
+		on = false
+	case "1":
+		on = true
+	default:
+		return false, fmt.Errorf("%s=%q: want 0 (buffers) or 1 (shared virtual memory where the device has it), or unset", SVMEnv, env)
+	}
+	return on && caps&cldrv.SVMCoarseGrainBuffer != 0, nil
+}
+
+// staging is StageWritesForTests's switch.
+var staging atomic.Bool
+
+// StageWritesForTests makes the devices opened until restore is called
+// read a submit's host memory when the submit is issued, not when the
+// command queue reaches the write, as NVIDIA's OpenCL does: for this
+// module's tests, which check on any driver that the kind keeps the
+// order of host memory on such drivers. A program has no use for it.
+func StageWritesForTests() (restore func()) {
+	old := staging.Swap(true)
+	return func() { staging.Store(old) }
+}
+
 // newDevice opens an OpenCL device.
 func newDevice(cd *clDevice) (*device, error) {
 	lib := cd.pl.lib
@@ -111,6 +155,10 @@ func newDevice(cd *clDevice) (*device, error) {
 	if major >= 2 && lib.HasSVM() {
 		svmCaps, _ = lib.DeviceInfoUint(cd.id, cldrv.DeviceSVMCapabilities)
 	}
+	svm, err := useSVM(svmCaps, cd.pl.name, os.Getenv(SVMEnv))
+	if err != nil {
+		return nil, fmt.Errorf("OpenCL device %d (%s): %w", cd.ord, cd.name, err)
+	}
 	host, _ := os.Hostname()
 	typ := [...]string{classGPU: "GPU", classAccelerator: "accelerator", classCPU: "CPU"}[classOf(cd.typ)]
 	d := &device{
@@ -125,7 +173,7 @@ func newDevice(cd *clDevice) (*device, error) {
 			Host:   host,
 			PID:    os.Getpid(),
 		},
-		svm:      svmCaps&cldrv.SVMCoarseGrainBuffer != 0 && os.Getenv(SVMEnv) != "0",
+		svm:      svm,
 		align:    int64(max(alignBits/8, 1)),
 		maxAlloc: int64(maxAlloc),
 		maxWG:    int(max(maxWG, 1)),
@@ -134,6 +182,7 @@ func newDevice(cd *clDevice) (*device, error) {
 		num:      -1,
 		evLive:   map[*event]struct{}{},
 		emulate:  emulation.Load(),
+		stage:    staging.Load(),
 		stop:     plugin.NewStopSignal(),
 	}
 	for i := range min(len(items), 3) {
@@ -197,15 +246,17 @@ type program struct {
 }
 
 type progKey struct {
-	dev cldrv.Device
-	src string
+	dev  cldrv.Device
+	src  string
+	opts string // firstBuildOptions
 }
 
 // program returns src built for the device: built once per OpenCL device
 // in the process (PoCL's builds take seconds).
 func (d *device) program(src []byte) *program {
 	pl := d.pl
-	key := progKey{d.cd.id, string(src)}
+	opts := firstBuildOptions
+	key := progKey{d.cd.id, string(src), opts}
 	pl.mu.Lock()
 	p, ok := pl.progs[key]
 	if !ok {
@@ -219,9 +270,21 @@ func (d *device) program(src []byte) *program {
 			p.err = err
 			return
 		}
-		if err := d.lib.BuildProgram(pr, []cldrv.Device{d.cd.id}, buildOptions); err != nil {
+		if err := d.lib.BuildProgram(pr, []cldrv.Device{d.cd.id}, opts); err != nil {
 			log := strings.TrimSpace(d.lib.BuildLog(pr, d.cd.id))
 			d.lib.ReleaseProgram(pr)
+			// NVIDIA's compiler (driver 580) failed a program with a kernel
+			// without parameters in ptxas with -cl-kernel-arg-info, and built
+			// it without: the kind checks such a program's arguments by their
+			// count and sizes only (checkEntry).
+			if pr, err2 := d.lib.CreateProgram(d.ctx, src); err2 == nil {
+				if d.lib.BuildProgram(pr, []cldrv.Device{d.cd.id}, "") == nil {
+					p.pr = pr
+					p.entries, _ = d.lib.KernelNames(pr)
+					return
+				}
+				d.lib.ReleaseProgram(pr)
+			}
 			p.err = fmt.Errorf("%w; build log:\n%s", err, log)
 			return
 		}

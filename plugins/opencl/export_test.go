@@ -11,3 +11,14 @@ func OnDriver(d plugin.Device, k plugin.Kernel) bool {
 
 // UsesSVM reports whether d's memory is SVM.
 func UsesSVM(d plugin.Device) bool { return d.(*device).svm }
+
+// FailFirstBuildForTests makes programs built until restore is called
+// build first with GOFFLOAD_FAIL_FIRST_BUILD defined, which a test's
+// source makes an #error, so that it is built again without the kind's
+// options (and so without argument info), as NVIDIA's compiler made a
+// program with a kernel without parameters.
+func FailFirstBuildForTests() (restore func()) {
+	old := firstBuildOptions
+	firstBuildOptions = buildOptions + " -DGOFFLOAD_FAIL_FIRST_BUILD"
+	return func() { firstBuildOptions = old }
+}

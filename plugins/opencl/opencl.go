@@ -33,7 +33,10 @@
 //
 // A kernel runs on an OpenCL device through its OpenCL C
 // (offload.Kernel.OpenCL, plugin.Kernel.Code "opencl"), built for the
-// device when it loads the image, with -cl-kernel-arg-info; each distinct
+// device when it loads the image, with -cl-kernel-arg-info (or, where
+// that fails and a build without it passes, as NVIDIA's compiler did for
+// a kernel without parameters, without: its parameters are then checked
+// by count and size only); each distinct
 // source is built once per OpenCL device in the process, and kept. A
 // source that does not build fails its kernels' launches with the build
 // log (which names the line) in the error; so does an entry the program
@@ -56,9 +59,10 @@
 // # Memory and queues
 //
 // Device memory is shared virtual memory (clSVMAlloc) where the device
-// has it and GOFFLOAD_OPENCL_SVM is not 0: a device address is the SVM
-// pointer, and a slice inside an allocation is passed as its address.
-// Elsewhere (NVIDIA's OpenCL) it is buffers (clCreateBuffer), whose
+// has it and GOFFLOAD_OPENCL_SVM is not 0 (on NVIDIA's platform, only
+// where it is 1: see useSVM): a device address is the SVM pointer, and a
+// slice inside an allocation is passed as its address. Elsewhere it is
+// buffers (clCreateBuffer), whose
 // addresses the kind makes up; a slice at an offset inside one is passed
 // as a sub-buffer, which must start at a multiple of the device's
 // CL_DEVICE_MEM_BASE_ADDR_ALIGN (a launch that needs one that does not is
@@ -68,7 +72,10 @@
 // issued in order by a goroutine of the queue while it has work (or by the
 // caller, plugin.InlineQueue). Copies to and from Go memory are
 // asynchronous: the Go memory is pinned (runtime.Pinner) until the driver
-// is done with it. Exchange copies within a platform's context
+// is done with it; a submit whose host memory a retrieve before it (or
+// one before a waited-for event) may write waits for that first, as
+// drivers that read a write's host memory when it is enqueued (NVIDIA's)
+// need (hostWrites). Exchange copies within a platform's context
 // (clEnqueueSVMMemcpy, clEnqueueCopyBuffer). Events are cl_events of
 // markers; a queue waits on an event of any device of its platform with a
 // barrier (plugin.ForeignEventWaiter); a device's poller fires OnFire's
@@ -105,7 +112,9 @@ const (
 	// LibraryEnv overrides the OpenCL library's path.
 	LibraryEnv = "GOFFLOAD_OPENCL_LIBRARY"
 	// SVMEnv set to 0 makes the devices use buffers even where they have
-	// shared virtual memory, as a device without it does.
+	// shared virtual memory, as a device without it does; set to 1, it
+	// makes them use SVM wherever they have it, on NVIDIA's platform too
+	// (where the default is buffers).
 	SVMEnv = "GOFFLOAD_OPENCL_SVM"
 )
 

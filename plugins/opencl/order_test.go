@@ -2,6 +2,7 @@ package opencl
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/goffload/offload/internal/cldrv"
@@ -32,5 +33,36 @@ func TestOrderByType(t *testing.T) {
 		if got := orderByType(c.typs); !slices.Equal(got, c.want) {
 			t.Errorf("%s: orderByType(%v) = %v, want %v", c.name, c.typs, got, c.want)
 		}
+	}
+}
+
+// TestUseSVM: memory is SVM where the device has coarse-grained SVM
+// buffers, except on NVIDIA's platform (its clSVMAlloc failed concurrent
+// allocations on an H100), unless GOFFLOAD_OPENCL_SVM says: 0 buffers, 1
+// SVM where the device has it; another value is an error naming it.
+func TestUseSVM(t *testing.T) {
+	const coarse = cldrv.SVMCoarseGrainBuffer
+	for _, c := range []struct {
+		caps     uint64
+		platform string
+		env      string
+		want     bool
+	}{
+		{coarse, "Portable Computing Language", "", true},
+		{coarse, "Portable Computing Language", "0", false},
+		{coarse, "Portable Computing Language", " 1 ", true},
+		{0, "Portable Computing Language", "1", false},
+		{coarse, "NVIDIA CUDA", "", false},
+		{coarse, "NVIDIA CUDA", "0", false},
+		{coarse, "NVIDIA CUDA", "1", true},
+		{0, "NVIDIA CUDA", "1", false},
+	} {
+		got, err := useSVM(c.caps, c.platform, c.env)
+		if err != nil || got != c.want {
+			t.Errorf("useSVM(%#x, %q, %q) = %v, %v; want %v, nil", c.caps, c.platform, c.env, got, err, c.want)
+		}
+	}
+	if _, err := useSVM(coarse, "NVIDIA CUDA", "yes"); err == nil || !strings.Contains(err.Error(), `GOFFLOAD_OPENCL_SVM="yes"`) {
+		t.Errorf("useSVM with GOFFLOAD_OPENCL_SVM=yes: error %v, want one naming the variable and value", err)
 	}
 }

@@ -1,6 +1,7 @@
 package opencl
 
 import (
+	"bytes"
 	"fmt"
 	"runtime"
 
@@ -27,8 +28,9 @@ type queue struct {
 
 	l opqueue.Loop[op]
 
-	p pendingList // commands the driver works on that hold Go memory or are timed
-	t qtiming     // the tag and the order of timed operations (trace.go)
+	p  pendingList // commands the driver works on that hold Go memory or are timed
+	t  qtiming     // the tag and the order of timed operations (trace.go)
+	hw hostWrites  // commands that may write host memory a submit reads (hostorder.go)
 }
 
 type opKind uint8
@@ -127,6 +129,10 @@ func (q *queue) issue(o *op, failed error) error {
 			if e := d.lib.Barrier(q.cq, []cldrv.Event{cl}, &pe.ev); e != nil {
 				err = fmt.Errorf("%s: wait: %w", d.label(), d.wrap(e))
 			} else {
+				// the other queue's retrieves may write what a later submit reads
+				if e := q.hw.add(d, nil, pe.ev); e != nil {
+					err = d.lose(e)
+				}
 				q.p.push(q, *pe)
 			}
 		}
@@ -145,11 +151,20 @@ func (q *queue) issue(o *op, failed error) error {
 	switch o.kind {
 	case opSubmit, opRetrieve:
 		pe := q.timed(o, map[opKind]plugin.OpKind{opSubmit: plugin.OpSubmit, opRetrieve: plugin.OpRetrieve}[o.kind], "", int64(len(o.host)))
+		if o.kind == opSubmit {
+			if err := q.hw.before(d, o.host); err != nil {
+				return fmt.Errorf("submit of %d bytes: waiting for the commands before it that write its host memory: %w", len(o.host), d.lose(err))
+			}
+		}
+		host := o.host
+		if o.kind == opSubmit && d.stage {
+			host = bytes.Clone(host) // read now, as an eager driver does (StageWritesForTests)
+		}
 		pe.pin = new(runtime.Pinner)
-		pe.pin.Pin(&o.host[0]) // until the driver is done with it
+		pe.pin.Pin(&host[0]) // until the driver is done with it
 		var err error
 		if o.kind == opSubmit {
-			err = d.write(q.cq, o.dst, o.host, false, &pe.ev)
+			err = d.write(q.cq, o.dst, host, false, &pe.ev)
 		} else {
 			err = d.read(q.cq, o.host, o.src, false, &pe.ev)
 		}
@@ -158,7 +173,13 @@ func (q *queue) issue(o *op, failed error) error {
 			what := map[opKind]string{opSubmit: "submit", opRetrieve: "retrieve"}[o.kind]
 			return fmt.Errorf("%s: %s of %d bytes: %w", d.label(), what, len(o.host), d.wrap(err))
 		}
+		if o.kind == opRetrieve {
+			err = q.hw.add(d, o.host, pe.ev) // before push, which may release pe.ev
+		}
 		q.p.push(q, *pe)
+		if err != nil {
+			return fmt.Errorf("retrieve of %d bytes: %w", len(o.host), d.lose(err))
+		}
 	case opExchange:
 		pe := q.timed(o, plugin.OpExchange, "", o.size)
 		if err := d.copyRange(q.cq, o.dst, o.src, o.size, &pe.ev); err != nil {
@@ -326,6 +347,7 @@ func (q *queue) Wait(e plugin.Event) error {
 // the error state.
 func (q *queue) Synchronize() error {
 	err := q.l.Synchronize()
+	defer q.hw.reset(q.d) // the commands are done, or the device lost
 	if aerr := q.d.alive(); aerr != nil {
 		q.p.drop(q.d)
 		if err == nil {
