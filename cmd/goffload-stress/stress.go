@@ -34,6 +34,9 @@ type config struct {
 	Stop       time.Duration // SIGSTOP a random device process every Stop; 0: never
 	StopFor    time.Duration // how long it stays stopped; 0: until the end of the run
 	Taskwait   time.Duration // call Taskwait every Taskwait while the workers run; 0: only at the end
+	Any        bool          // Any mode (anymode.go): Any-tasks and host tasks, checked exactly at each epoch's end
+	AnyEpoch   int64         // Any mode: tasks per epoch (all goroutines together), ended by Taskwait
+	AnyWait    float64       // Any mode: fraction of the tasks a worker waits for with Wait (a copy back), not Done
 	MaxRSS     int64         // bytes; past it the monitor calls OverMemory; 0: no limit
 	OverMemory func()        // called (once) when RSS exceeds MaxRSS
 	Out        io.Writer     // progress and summary lines
@@ -65,11 +68,16 @@ type result struct {
 	GoroutinesEnd     int
 	Elapsed           time.Duration
 	Faults            bool
+	HeapMax           int64 // the monitor's largest sample
+	Any               *anyResult
 }
 
 // verdict is the exit status of a run and why: 0 clean, 1 data loss or
 // wrong errors, 2 a hang.
 func (r *result) verdict() (int, string) {
+	if r.Any != nil {
+		return r.anyVerdict()
+	}
 	switch {
 	case r.Hang > 0:
 		return 2, fmt.Sprintf("HANG: %d tasks did not complete in time", r.Hang)
@@ -120,25 +128,26 @@ func apply(mask, v int64, out []int64, bufs ...[]int64) {
 
 // state is shared by the goroutines of one run.
 type state struct {
-	cfg      config
-	ctx      context.Context
-	bufs     [][]int64
-	init     []int64
-	succ     []atomic.Int64 // per shared buffer: sum of the increments of tasks that succeeded
-	fail     []atomic.Int64 // and of those that failed
-	claimed  atomic.Int64
-	done     atomic.Int64
-	ok       atomic.Int64
-	failed   atomic.Int64
-	torn     atomic.Int64
-	missing  atomic.Int64
-	hang     atomic.Int64
-	errs     *errorCounts
-	dead     []atomic.Bool // devices this run killed
-	killNow  chan struct{}
-	killOnce sync.Once
-	privMu   sync.Mutex
-	privs    []*private // every private buffer, for the final check
+	cfg       config
+	ctx       context.Context
+	bufs      [][]int64
+	init      []int64
+	succ      []atomic.Int64 // per shared buffer: sum of the increments of tasks that succeeded
+	fail      []atomic.Int64 // and of those that failed
+	claimed   atomic.Int64
+	done      atomic.Int64
+	ok        atomic.Int64
+	failed    atomic.Int64
+	torn      atomic.Int64
+	missing   atomic.Int64
+	hang      atomic.Int64
+	errs      *errorCounts
+	dead      []atomic.Bool // devices this run killed
+	killNow   chan struct{}
+	killOnce  sync.Once
+	killFired atomic.Bool // the kill of KillAfter was done
+	privMu    sync.Mutex
+	privs     []*private // every private buffer, for the final check
 }
 
 // claim reserves n tasks of the total, all or none.
@@ -166,26 +175,13 @@ func run(cfg config) (*result, error) {
 		return nil, fmt.Errorf("goffload-stress: bad configuration: goroutines=%d (>=1) buffers=%d (>=3) len=%d (>=1) window=%d (>=1) tasks=%d (>=0) timeout=%s (>0)",
 			cfg.Goroutines, cfg.Buffers, cfg.Len, cfg.Window, cfg.Tasks, cfg.Timeout)
 	}
+	if cfg.Any {
+		return runAny(cfg)
+	}
 	res := &result{Faults: cfg.faults(), RSSStart: rss()}
 	start := time.Now()
-	finished := make(chan struct{})
-	defer close(finished)
 	var live atomic.Pointer[state] // for the hard watchdog's report
-	if cfg.Hard != nil {
-		go func() {
-			select {
-			case <-finished:
-			case <-time.After(cfg.Timeout + cfg.HardGrace):
-				fmt.Fprintf(cfg.Errs, "goffload-stress: HANG: the run has not returned %s after its deadline (a call that ignores its context)", cfg.HardGrace)
-				if s := live.Load(); s != nil {
-					fmt.Fprintf(cfg.Errs, " at done=%d ok=%d failed=%d", s.done.Load(), s.ok.Load(), s.failed.Load())
-				}
-				fmt.Fprintln(cfg.Errs, "; goroutines:")
-				pprof.Lookup("goroutine").WriteTo(cfg.Errs, 1)
-				cfg.Hard()
-			}
-		}()
-	}
+	defer watchdog(cfg, &live)()
 
 	var opts []offload.Option
 	if cfg.Devices != "" {
@@ -273,6 +269,29 @@ func run(cfg config) (*result, error) {
 	res.GoroutinesEnd = runtime.NumGoroutine()
 	res.Elapsed = time.Since(start)
 	return res, nil
+}
+
+// watchdog calls cfg.Hard when the run has not returned HardGrace after
+// its deadline (a task creation, Taskwait or Stop that ignores contexts),
+// after dumping the goroutines; the function it returns ends it.
+func watchdog(cfg config, live *atomic.Pointer[state]) (finish func()) {
+	finished := make(chan struct{})
+	if cfg.Hard != nil {
+		go func() {
+			select {
+			case <-finished:
+			case <-time.After(cfg.Timeout + cfg.HardGrace):
+				fmt.Fprintf(cfg.Errs, "goffload-stress: HANG: the run has not returned %s after its deadline (a call that ignores its context)", cfg.HardGrace)
+				if s := live.Load(); s != nil {
+					fmt.Fprintf(cfg.Errs, " at done=%d ok=%d failed=%d", s.done.Load(), s.ok.Load(), s.failed.Load())
+				}
+				fmt.Fprintln(cfg.Errs, "; goroutines:")
+				pprof.Lookup("goroutine").WriteTo(cfg.Errs, 1)
+				cfg.Hard()
+			}
+		}()
+	}
+	return func() { close(finished) }
 }
 
 func filled(n int, v int64) []int64 {
