@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -52,7 +53,8 @@ type anyResult struct {
 	Kernels, HostTasks     int64
 	Placed                 int64 // Any-task placements the info output showed
 	Reruns, Restores       int64 // tasks run again; data recomputed into the program's memory
-	Stale                  int64 // host tasks that found a buffer other than the model's
+	Stale                  int64 // host tasks that found a buffer other than the model's, in epochs that kept a device
+	StaleAllLost           int64 // the same in epochs that lost every device (after a failure reported by a Wait, later tasks run: OpenMP's rule)
 	AllLostEpochs          int   // epochs that ended with every device lost
 	FailedAllLost          int64 // tasks that failed in those epochs
 	BadAllLost             int64 // of those, errors wrapping neither ErrDeviceLost nor ErrNoDevice
@@ -85,8 +87,8 @@ func (r *result) anyVerdict() (int, string) {
 }
 
 func (a *anyResult) summary() string {
-	return fmt.Sprintf("any: epochs=%d runtimes=%d kernels=%d host_tasks=%d placed=%d reruns=%d restores=%d stale_reads=%d all_lost_epochs=%d failed_all_lost=%d taskwait_errors=%d heap_epoch_first=%s heap_epoch_last=%s heap_epoch_max=%s rss_epoch_first=%s rss_epoch_last=%s goroutines_epoch_first=%d goroutines_epoch_last=%d restarts_took=%s checks_took=%s",
-		a.Epochs, a.Generations, a.Kernels, a.HostTasks, a.Placed, a.Reruns, a.Restores, a.Stale, a.AllLostEpochs, a.FailedAllLost, a.TaskwaitErrs,
+	return fmt.Sprintf("any: epochs=%d runtimes=%d kernels=%d host_tasks=%d placed=%d reruns=%d restores=%d stale_reads=%d all_lost_epochs=%d failed_all_lost=%d stale_reads_all_lost=%d taskwait_errors=%d heap_epoch_first=%s heap_epoch_last=%s heap_epoch_max=%s rss_epoch_first=%s rss_epoch_last=%s goroutines_epoch_first=%d goroutines_epoch_last=%d restarts_took=%s checks_took=%s",
+		a.Epochs, a.Generations, a.Kernels, a.HostTasks, a.Placed, a.Reruns, a.Restores, a.Stale, a.AllLostEpochs, a.FailedAllLost, a.StaleAllLost, a.TaskwaitErrs,
 		mib(a.HeapFirst), mib(a.HeapLast), mib(a.HeapEpochMax), mib(a.RSSFirst), mib(a.RSSLast), a.GoroutinesFirst, a.GoroutinesLast,
 		a.RestartTime.Round(time.Millisecond), a.CheckTime.Round(time.Millisecond))
 }
@@ -136,7 +138,7 @@ func runAny(cfg config) (*result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
 	defer cancel()
 	n := offload.NumDevices()
-	s := &state{cfg: cfg, ctx: ctx, errs: newErrorCounts(), dead: make([]atomic.Bool, n+1), killNow: make(chan struct{})}
+	s := &state{cfg: cfg, ctx: ctx, errs: newErrorCounts(), dead: make([]atomic.Bool, n+1), killNow: make(chan struct{}), stopNow: make(chan struct{})}
 	live.Store(s)
 	a := &anyRun{state: s, info: ic, start: start}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0))
@@ -148,8 +150,8 @@ func runAny(cfg config) (*result, error) {
 		s.bufs = append(s.bufs, buf)
 		a.model = append(a.model, slices.Clone(buf))
 	}
-	fmt.Fprintf(cfg.Out, "goffload-stress: any mode: tasks=%d epoch=%d goroutines=%d buffers=%d len=%d window=%d wait=%.2f seed=%d devices=%d (%s) faults: kill=%s kill_after=%d kill_max=%d stop=%s stop_for=%s\n",
-		cfg.Tasks, cfg.AnyEpoch, cfg.Goroutines, cfg.Buffers, cfg.Len, cfg.Window, cfg.AnyWait, cfg.Seed, n, deviceList(n), cfg.Kill, cfg.KillAfter, cfg.KillMax, cfg.Stop, cfg.StopFor)
+	fmt.Fprintf(cfg.Out, "goffload-stress: any mode: tasks=%d epoch=%d goroutines=%d buffers=%d len=%d window=%d wait=%.2f seed=%d devices=%d (%s) faults: kill=%s kill_after=%d kill_max=%d stop=%s stop_after=%d stop_for=%s\n",
+		cfg.Tasks, cfg.AnyEpoch, cfg.Goroutines, cfg.Buffers, cfg.Len, cfg.Window, cfg.AnyWait, cfg.Seed, n, deviceList(n), cfg.Kill, cfg.KillAfter, cfg.KillMax, cfg.Stop, cfg.StopAfter, cfg.StopFor)
 
 	mon := startMonitor(s, start, res)
 	genDone := make(chan struct{})
@@ -226,7 +228,7 @@ func runAny(cfg config) (*result, error) {
 	res.RSSMax = max(res.RSSMax, res.RSSEnd)
 	res.GoroutinesEnd = runtime.NumGoroutine()
 	res.Elapsed = time.Since(start)
-	ar.Kernels, ar.HostTasks, ar.Stale = a.kernels.Load(), a.hostTasks.Load(), a.stale.Load()
+	ar.Kernels, ar.HostTasks = a.kernels.Load(), a.hostTasks.Load()
 	ar.Placed, ar.Reruns, ar.Restores = ic.placed.Load(), ic.reruns.Load(), ic.restores.Load()
 	return res, nil
 }
@@ -272,9 +274,13 @@ func (a *anyRun) endEpoch(res *result, recs [][]anyRec, epoch int, faulted bool)
 	}
 	allLost := alive == 0 && n > 0
 	restart = alive < n || faulted
+	show := a.cfg.Errs
+	if allLost {
+		show = io.Discard // ErrNoDevice names no device: the epoch line says why
+	}
 	for _, err := range errs {
 		s.failed.Add(1)
-		s.errs.add(err, a.cfg.Errs)
+		s.errs.add(err, show)
 		if allLost {
 			ar.FailedAllLost++
 			if !errors.Is(err, offload.ErrDeviceLost) && !errors.Is(err, offload.ErrNoDevice) {
@@ -295,6 +301,9 @@ func (a *anyRun) endEpoch(res *result, recs [][]anyRec, epoch int, faulted bool)
 	}
 	if hung {
 		return false
+	}
+	if a.cfg.anyCheckHook != nil {
+		a.cfg.anyCheckHook(a, epoch)
 	}
 	// Every element of every buffer against the model; a wrong buffer is
 	// taken as it is for the next epochs.
@@ -320,8 +329,17 @@ func (a *anyRun) endEpoch(res *result, recs [][]anyRec, epoch int, faulted bool)
 		}
 	}
 	a.mm.Unlock()
+	stale, notes := a.takeStale()
 	if allLost {
 		ar.AllLostEpochs++
+		ar.StaleAllLost += stale
+	} else {
+		for _, n := range notes {
+			if ar.Stale < 3 {
+				fmt.Fprintf(a.cfg.Errs, "goffload-stress: STALE READ: epoch %d: %s\n", epoch, n)
+			}
+		}
+		ar.Stale += stale
 	}
 	runtime.GC()
 	h, r, g := heap(), rss(), runtime.NumGoroutine()

@@ -55,12 +55,16 @@ type anyRun struct {
 	mm    sync.Mutex
 	model [][]int64
 	left  atomic.Int64 // tasks of the current epoch not made yet
-	stale atomic.Int64 // host tasks that found a buffer other than the model's at their place in the order
 	info  *infoCount
 	start time.Time
 
 	kernels, hostTasks atomic.Int64
-	shown              atomic.Int64 // stale reads described on Errs
+
+	// Host tasks of the current epoch that found a buffer other than the
+	// model's at their place in the order, and the first few, described.
+	smu        sync.Mutex
+	stale      int64
+	staleNotes []string
 }
 
 // anyRec is a task a worker made in the current epoch.
@@ -125,15 +129,14 @@ func (a *anyRun) waitFor(r *anyRec, rng *rand.Rand) bool {
 	return true
 }
 
-// completed counts r as done (once) for the progress lines and KillAfter.
+// completed counts r as done (once) for the progress lines and the faults
+// due after so many tasks.
 func (a *anyRun) completed(r *anyRec) {
 	if r.done {
 		return
 	}
 	r.done = true
-	if n := a.done.Add(1); a.cfg.KillAfter > 0 && n >= a.cfg.KillAfter {
-		a.killOnce.Do(func() { close(a.killNow) })
-	}
+	a.state.completed()
 }
 
 // task makes one task, and applies it to the model, under mm: an Any-task
@@ -201,15 +204,27 @@ func (a *anyRun) expect(what string, n int, got, want []int64) {
 	if slices.Equal(got, want) {
 		return
 	}
-	a.stale.Add(1)
-	if a.shown.Add(1) <= 3 {
+	a.smu.Lock()
+	defer a.smu.Unlock()
+	a.stale++
+	if len(a.staleNotes) < 3 {
 		at := 0
 		for at < len(got) && got[at] == want[at] {
 			at++
 		}
-		fmt.Fprintf(a.cfg.Errs, "goffload-stress: STALE READ: a host task (%s) found shared buffer %d element %d = %d, want %d (the tasks before it in program order)\n",
-			what, n, at, got[at], want[at])
+		a.staleNotes = append(a.staleNotes, fmt.Sprintf("a host task (%s) found shared buffer %d element %d = %d, want %d (what the tasks before it in program order leave)",
+			what, n, at, got[at], want[at]))
 	}
+}
+
+// takeStale returns the epoch's stale reads and their notes, and starts
+// the next epoch's.
+func (a *anyRun) takeStale() (int64, []string) {
+	a.smu.Lock()
+	defer a.smu.Unlock()
+	n, notes := a.stale, a.staleNotes
+	a.stale, a.staleNotes = 0, nil
+	return n, notes
 }
 
 // infoCount counts the runtime's info lines about Any-tasks (GOFFLOAD_INFO

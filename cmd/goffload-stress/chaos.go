@@ -219,9 +219,12 @@ func startChaos(s *state, start time.Time, workersDone <-chan struct{}) *chaos {
 			defer t.Stop()
 			stopC = t.C
 		}
-		killNow := s.killNow
+		killNow, stopNow := s.killNow, s.stopNow
 		if s.cfg.KillAfter <= 0 {
 			killNow = nil
+		}
+		if s.cfg.StopAfter <= 0 {
+			stopNow = nil
 		}
 		for {
 			select {
@@ -231,6 +234,11 @@ func startChaos(s *state, start time.Time, workersDone <-chan struct{}) *chaos {
 				killNow = nil
 				if s.killFired.CompareAndSwap(false, true) { // once in the run, whatever the runtimes (Any mode restarts them)
 					kill()
+				}
+			case <-stopNow:
+				stopNow = nil
+				if s.stopFired.CompareAndSwap(false, true) {
+					stop()
 				}
 			case <-killC:
 				kill()

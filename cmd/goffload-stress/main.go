@@ -56,6 +56,7 @@ func main() {
 	flag.Int64Var(&cfg.KillAfter, "kill-after", 0, "SIGKILL a random device process once this many tasks completed (0: never)")
 	flag.IntVar(&cfg.KillMax, "kill-max", 0, "most device processes killed (0: all)")
 	flag.DurationVar(&cfg.Stop, "stop", 0, "SIGSTOP a random device process every this long (0: never)")
+	flag.Int64Var(&cfg.StopAfter, "stop-after", 0, "SIGSTOP a random device process once this many tasks completed (0: never)")
 	flag.DurationVar(&cfg.StopFor, "stop-for", time.Second, "how long a stopped device process stays stopped (0: for the rest of the run)")
 	flag.DurationVar(&cfg.Taskwait, "taskwait", 0, "also call Taskwait every this long during the run (0: only at the end)")
 	flag.BoolVar(&cfg.Any, "any", false, "Any mode: Any-tasks and host tasks over the shared buffers, in epochs ended by Taskwait and an exact check (see anymode.go); -kill-max 0 then means all device processes but one per runtime, stops included")
