@@ -198,6 +198,7 @@ func runAny(cfg config) (*result, error) {
 				return nil, fmt.Errorf("goffload-stress: starting runtime %d: %w", ar.Generations+1, err)
 			}
 			ar.Generations++
+			s.runtime++
 			if m := offload.NumDevices(); m != n {
 				return nil, fmt.Errorf("goffload-stress: runtime %d has %d devices, the first had %d", ar.Generations, m, n)
 			}

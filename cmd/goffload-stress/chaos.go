@@ -131,7 +131,7 @@ func startChaos(s *state, start time.Time, workersDone <-chan struct{}) *chaos {
 		close(c.done)
 		return c
 	}
-	rng := rand.New(rand.NewPCG(s.cfg.Seed, 1<<32))
+	rng := rand.New(rand.NewPCG(s.cfg.Seed, 1<<32+uint64(s.runtime))) // each runtime its own victims
 	killMax := s.cfg.KillMax
 	if killMax <= 0 || killMax > len(victims) {
 		killMax = len(victims)

@@ -155,6 +155,7 @@ type state struct {
 	stopNow   chan struct{}
 	stopOnce  sync.Once
 	stopFired atomic.Bool
+	runtime   int // the runtimes started before this one (Any mode starts new ones)
 	privMu    sync.Mutex
 	privs     []*private // every private buffer, for the final check
 }
