@@ -79,6 +79,7 @@ func startMonitor(s *state, start time.Time, res *result) *monitor {
 			case <-sample.C:
 				r := rss()
 				res.RSSMax = max(res.RSSMax, r)
+				res.HeapMax = max(res.HeapMax, heap())
 				if limit > 0 && r > limit && s.cfg.OverMemory != nil {
 					fmt.Fprintf(s.cfg.Out, "t=%s MEMORY: rss=%s heap=%s exceeds the limit of %s at done=%d ok=%d failed=%d goroutines=%d\n",
 						time.Since(start).Round(100*time.Millisecond), mib(r), mib(heap()), mib(limit),
@@ -107,6 +108,7 @@ type chaos struct {
 	stopped map[int]int // device → pid, stopped and not continued
 	kills   int
 	stops   int
+	hit     atomic.Int64 // kills and stops, for other goroutines
 	done    chan struct{}
 	cont    sync.WaitGroup // SIGCONT timers in flight
 }
@@ -129,10 +131,22 @@ func startChaos(s *state, start time.Time, workersDone <-chan struct{}) *chaos {
 		close(c.done)
 		return c
 	}
-	rng := rand.New(rand.NewPCG(s.cfg.Seed, 1<<32))
+	rng := rand.New(rand.NewPCG(s.cfg.Seed, 1<<32+uint64(s.runtime))) // each runtime its own victims
 	killMax := s.cfg.KillMax
 	if killMax <= 0 || killMax > len(victims) {
 		killMax = len(victims)
+		if s.cfg.Any && s.cfg.KillMax <= 0 {
+			killMax = len(victims) - 1 // one device left untouched: its Any-tasks must all succeed
+		}
+	}
+	// hits counts the faults that count against killMax: kills, and in
+	// Any mode stops too (a stop may outlast GOFFLOAD_DEVICE_TIMEOUT and
+	// lose the device).
+	hits := func() int {
+		if s.cfg.Any {
+			return c.kills + c.stops
+		}
+		return c.kills
 	}
 	alive := func() []victim {
 		var a []victim
@@ -148,12 +162,13 @@ func startChaos(s *state, start time.Time, workersDone <-chan struct{}) *chaos {
 	}
 	kill := func() {
 		a := alive()
-		if c.kills >= killMax || len(a) == 0 {
+		if hits() >= killMax || len(a) == 0 {
 			return
 		}
 		v := a[rng.IntN(len(a))]
 		s.dead[v.num].Store(true)
 		c.kills++
+		c.hit.Add(1)
 		err := syscall.Kill(v.pid, syscall.SIGKILL)
 		logf("fault: SIGKILL device %d (pid %d): %v; done=%d", v.num, v.pid, errOrOK(err), s.done.Load())
 	}
@@ -166,12 +181,16 @@ func startChaos(s *state, start time.Time, workersDone <-chan struct{}) *chaos {
 				a = append(a, v)
 			}
 		}
-		if len(a) == 0 {
+		if len(a) == 0 || (s.cfg.Any && hits() >= killMax) {
 			return
 		}
 		v := a[rng.IntN(len(a))]
 		c.stops++
+		c.hit.Add(1)
 		c.stopped[v.num] = v.pid
+		if s.cfg.Any {
+			s.dead[v.num].Store(true) // not hit again in this runtime
+		}
 		err := syscall.Kill(v.pid, syscall.SIGSTOP)
 		logf("fault: SIGSTOP device %d (pid %d) for %s: %v; done=%d", v.num, v.pid, forever(s.cfg.StopFor), errOrOK(err), s.done.Load())
 		if s.cfg.StopFor > 0 {
@@ -200,9 +219,12 @@ func startChaos(s *state, start time.Time, workersDone <-chan struct{}) *chaos {
 			defer t.Stop()
 			stopC = t.C
 		}
-		killNow := s.killNow
+		killNow, stopNow := s.killNow, s.stopNow
 		if s.cfg.KillAfter <= 0 {
 			killNow = nil
+		}
+		if s.cfg.StopAfter <= 0 {
+			stopNow = nil
 		}
 		for {
 			select {
@@ -210,7 +232,14 @@ func startChaos(s *state, start time.Time, workersDone <-chan struct{}) *chaos {
 				return
 			case <-killNow:
 				killNow = nil
-				kill()
+				if s.killFired.CompareAndSwap(false, true) { // once in the run, whatever the runtimes (Any mode restarts them)
+					kill()
+				}
+			case <-stopNow:
+				stopNow = nil
+				if s.stopFired.CompareAndSwap(false, true) {
+					stop()
+				}
 			case <-killC:
 				kill()
 			case <-stopC:

@@ -56,8 +56,12 @@ func main() {
 	flag.Int64Var(&cfg.KillAfter, "kill-after", 0, "SIGKILL a random device process once this many tasks completed (0: never)")
 	flag.IntVar(&cfg.KillMax, "kill-max", 0, "most device processes killed (0: all)")
 	flag.DurationVar(&cfg.Stop, "stop", 0, "SIGSTOP a random device process every this long (0: never)")
+	flag.Int64Var(&cfg.StopAfter, "stop-after", 0, "SIGSTOP a random device process once this many tasks completed (0: never)")
 	flag.DurationVar(&cfg.StopFor, "stop-for", time.Second, "how long a stopped device process stays stopped (0: for the rest of the run)")
 	flag.DurationVar(&cfg.Taskwait, "taskwait", 0, "also call Taskwait every this long during the run (0: only at the end)")
+	flag.BoolVar(&cfg.Any, "any", false, "Any mode: Any-tasks and host tasks over the shared buffers, in epochs ended by Taskwait and an exact check (see anymode.go); -kill-max 0 then means all device processes but one per runtime, stops included")
+	flag.Int64Var(&cfg.AnyEpoch, "epoch", 2000, "Any mode: tasks per epoch")
+	flag.Float64Var(&cfg.AnyWait, "wait", 0.05, "Any mode: fraction of tasks waited for with Wait (which copies what they wrote back) rather than until done")
 	maxRSS := flag.Int64("max-rss", 4096, "MiB of host RSS past which the run stops with exit status 3 (0: no limit)")
 	flag.Parse()
 	cfg.MaxRSS = *maxRSS << 20
@@ -65,6 +69,9 @@ func main() {
 	cfg.Devices = *devices
 	if _, set := os.LookupEnv("GOFFLOAD_DEVICES"); !set && cfg.Devices == "" {
 		cfg.Devices = "host,local:2"
+		if cfg.Any {
+			cfg.Devices = "local:3" // devices that can all be lost: Any() places on these only
+		}
 	}
 	res, err := run(cfg)
 	if err != nil {
@@ -74,6 +81,9 @@ func main() {
 	res.Errors.write(os.Stdout, 20)
 	res.Errors.writeDevices(os.Stdout)
 	fmt.Println(res.summary())
+	if res.Any != nil {
+		fmt.Println(res.Any.summary())
+	}
 	code, why := res.verdict()
 	fmt.Println("goffload-stress:", why)
 	os.Exit(code)

@@ -117,3 +117,117 @@ func TestErrorCounts(t *testing.T) {
 		t.Errorf("the error naming no device is not shown: %q", w.String())
 	}
 }
+
+// smallAny is an Any-mode run sized for CI under -race on 2 cores: two
+// device processes, epochs of 500 tasks.
+func smallAny() config {
+	cfg := small("local:2")
+	cfg.Any, cfg.AnyEpoch, cfg.AnyWait = true, 500, 0.05
+	return cfg
+}
+
+// checkAnyRerun checks what the Any-mode runs with one device lost share:
+// no task failed (the verdict, which runOK checks, says so too), the lost
+// device's work ran again or its data was recomputed, every kernel task
+// was placed, and a new runtime was started after the fault.
+func checkAnyRerun(t *testing.T, res *result) {
+	t.Helper()
+	a := res.Any
+	t.Log(a.summary())
+	if res.Failed != 0 || res.OK != res.Tasks {
+		t.Errorf("%d tasks failed, %d of %d succeeded; want every task to succeed with a device left", res.Failed, res.OK, res.Tasks)
+	}
+	if a.Reruns+a.Restores == 0 {
+		t.Errorf("no task ran again and no data was recomputed after the fault")
+	}
+	if a.Placed != a.Kernels {
+		t.Errorf("the info output showed %d placements, want one per Any-task (%d)", a.Placed, a.Kernels)
+	}
+	if a.Generations < 2 {
+		t.Errorf("%d runtimes, want a new one after the epoch with the fault", a.Generations)
+	}
+}
+
+// Any mode, a device process SIGKILLed mid-run: every task succeeds, every
+// element of every buffer equals the model at every epoch's end, host
+// tasks find their buffers as the model has them, and the lost device's
+// tasks ran again.
+func TestStressAnyKill(t *testing.T) {
+	cfg := smallAny()
+	cfg.KillAfter = 300
+	res := runOK(t, cfg)
+	if res.Kills != 1 {
+		t.Errorf("%d device processes killed, want 1", res.Kills)
+	}
+	checkAnyRerun(t, res)
+}
+
+// Any mode, a device process SIGSTOPped for the rest of its runtime with
+// GOFFLOAD_DEVICE_TIMEOUT=1s: it is found lost, its work runs again on the
+// other, and nothing hangs.
+func TestStressAnyStop(t *testing.T) {
+	t.Setenv("GOFFLOAD_DEVICE_TIMEOUT", "1s")
+	cfg := smallAny()
+	cfg.Tasks = 500 // one epoch: the loss takes the timeout and a second more (the lost process's exit status is waited for)
+	cfg.StopAfter, cfg.StopFor = 200, 0
+	res := runOK(t, cfg)
+	if res.Stops < 1 {
+		t.Errorf("%d device processes stopped, want at least 1", res.Stops)
+	}
+	checkAnyRerun(t, res)
+}
+
+// Any mode with every device process killed (-kill-max 2 of 2): tasks
+// fail, since no device is left to run them, but nothing hangs, each
+// failure is in an epoch that lost every device and wraps ErrDeviceLost or
+// ErrNoDevice, and the next runtime's tasks run.
+func TestStressAnyAllLost(t *testing.T) {
+	cfg := smallAny()
+	cfg.Tasks = 1500
+	cfg.Kill, cfg.KillMax = 5*time.Millisecond, 2
+	res := runOK(t, cfg)
+	a := res.Any
+	t.Log(a.summary())
+	if a.AllLostEpochs == 0 || res.Failed == 0 {
+		t.Errorf("%d epochs lost every device, %d tasks failed; want both above 0", a.AllLostEpochs, res.Failed)
+	}
+	if res.Failed != a.FailedAllLost {
+		t.Errorf("%d tasks failed, %d of them in epochs that lost every device; want all of them", res.Failed, a.FailedAllLost)
+	}
+}
+
+// The Any mode's checker is not vacuous: an element that differs from the
+// model at an epoch's end is data loss (once: the next epochs go on from
+// the buffer as it is), and a host task that finds a buffer other than
+// the model's is a stale read.
+func TestAnyCheckFindsLoss(t *testing.T) {
+	cfg := smallAny()
+	cfg.Tasks = 1000
+	var errs bytes.Buffer
+	cfg.Errs = &errs
+	cfg.anyCheckHook = func(a *anyRun, epoch int) {
+		if epoch == 1 {
+			a.bufs[3][2]++ // after Taskwait: the buffer is the program's
+		}
+	}
+	res, err := run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Lost != 1 || res.LostBuffers != 1 {
+		t.Errorf("lost=%d buffers=%d, want 1 and 1", res.Lost, res.LostBuffers)
+	}
+	if !strings.Contains(errs.String(), "DATA LOSS: epoch 1: shared buffer 3 element 2 = ") {
+		t.Errorf("report %q does not name the epoch, buffer and element", errs.String())
+	}
+	if code, _ := res.verdict(); code != 1 {
+		t.Errorf("verdict %d, want 1", code)
+	}
+
+	a := &anyRun{}
+	a.expect("read", 5, []int64{1, 2, 3}, []int64{1, 2, 3})
+	a.expect("read", 5, []int64{1, 2, 3}, []int64{1, 7, 3})
+	if n, notes := a.takeStale(); n != 1 || len(notes) != 1 || !strings.Contains(notes[0], "shared buffer 5 element 1 = 2, want 7") {
+		t.Errorf("stale reads %d %q, want 1 naming buffer 5 element 1", n, notes)
+	}
+}

@@ -30,21 +30,30 @@ type config struct {
 	Epochs     float64       // fraction of picks that are enter/update/exit sequences on a private buffer
 	Kill       time.Duration // SIGKILL a random device process every Kill; 0: never
 	KillAfter  int64         // SIGKILL one device process once this many tasks completed; 0: never
+	StopAfter  int64         // SIGSTOP one device process (for StopFor) once this many tasks completed; 0: never
 	KillMax    int           // most device processes killed; 0: all of them
 	Stop       time.Duration // SIGSTOP a random device process every Stop; 0: never
 	StopFor    time.Duration // how long it stays stopped; 0: until the end of the run
 	Taskwait   time.Duration // call Taskwait every Taskwait while the workers run; 0: only at the end
-	MaxRSS     int64         // bytes; past it the monitor calls OverMemory; 0: no limit
-	OverMemory func()        // called (once) when RSS exceeds MaxRSS
-	Out        io.Writer     // progress and summary lines
-	Errs       io.Writer     // goroutine dumps and error examples
+	Any        bool          // Any mode (anymode.go): Any-tasks and host tasks, checked exactly at each epoch's end
+	AnyEpoch   int64         // Any mode: tasks per epoch (all goroutines together), ended by Taskwait
+	AnyWait    float64       // Any mode: fraction of the tasks a worker waits for with Wait (a copy back), not Done
+	// anyCheckHook, if not nil, is called after each epoch's Taskwait,
+	// before its check (tests).
+	anyCheckHook func(a *anyRun, epoch int)
+	MaxRSS       int64     // bytes; past it the monitor calls OverMemory; 0: no limit
+	OverMemory   func()    // called (once) when RSS exceeds MaxRSS
+	Out          io.Writer // progress and summary lines
+	Errs         io.Writer // goroutine dumps and error examples
 	// Hard is called when the run has not returned Timeout+HardGrace after
 	// its start: a task creation, Taskwait or Stop that ignores contexts.
 	Hard      func()
 	HardGrace time.Duration
 }
 
-func (c config) faults() bool { return c.Kill > 0 || c.KillAfter > 0 || c.Stop > 0 }
+func (c config) faults() bool {
+	return c.Kill > 0 || c.KillAfter > 0 || c.Stop > 0 || c.StopAfter > 0
+}
 
 // result is what a run found.
 type result struct {
@@ -65,11 +74,16 @@ type result struct {
 	GoroutinesEnd     int
 	Elapsed           time.Duration
 	Faults            bool
+	HeapMax           int64 // the monitor's largest sample
+	Any               *anyResult
 }
 
 // verdict is the exit status of a run and why: 0 clean, 1 data loss or
 // wrong errors, 2 a hang.
 func (r *result) verdict() (int, string) {
+	if r.Any != nil {
+		return r.anyVerdict()
+	}
 	switch {
 	case r.Hang > 0:
 		return 2, fmt.Sprintf("HANG: %d tasks did not complete in time", r.Hang)
@@ -120,25 +134,41 @@ func apply(mask, v int64, out []int64, bufs ...[]int64) {
 
 // state is shared by the goroutines of one run.
 type state struct {
-	cfg      config
-	ctx      context.Context
-	bufs     [][]int64
-	init     []int64
-	succ     []atomic.Int64 // per shared buffer: sum of the increments of tasks that succeeded
-	fail     []atomic.Int64 // and of those that failed
-	claimed  atomic.Int64
-	done     atomic.Int64
-	ok       atomic.Int64
-	failed   atomic.Int64
-	torn     atomic.Int64
-	missing  atomic.Int64
-	hang     atomic.Int64
-	errs     *errorCounts
-	dead     []atomic.Bool // devices this run killed
-	killNow  chan struct{}
-	killOnce sync.Once
-	privMu   sync.Mutex
-	privs    []*private // every private buffer, for the final check
+	cfg       config
+	ctx       context.Context
+	bufs      [][]int64
+	init      []int64
+	succ      []atomic.Int64 // per shared buffer: sum of the increments of tasks that succeeded
+	fail      []atomic.Int64 // and of those that failed
+	claimed   atomic.Int64
+	done      atomic.Int64
+	ok        atomic.Int64
+	failed    atomic.Int64
+	torn      atomic.Int64
+	missing   atomic.Int64
+	hang      atomic.Int64
+	errs      *errorCounts
+	dead      []atomic.Bool // devices this run killed
+	killNow   chan struct{}
+	killOnce  sync.Once
+	killFired atomic.Bool // the kill of KillAfter was done
+	stopNow   chan struct{}
+	stopOnce  sync.Once
+	stopFired atomic.Bool
+	runtime   int // the runtimes started before this one (Any mode starts new ones)
+	privMu    sync.Mutex
+	privs     []*private // every private buffer, for the final check
+}
+
+// completed counts a task done, and starts the faults due after so many.
+func (s *state) completed() {
+	n := s.done.Add(1)
+	if s.cfg.KillAfter > 0 && n >= s.cfg.KillAfter {
+		s.killOnce.Do(func() { close(s.killNow) })
+	}
+	if s.cfg.StopAfter > 0 && n >= s.cfg.StopAfter {
+		s.stopOnce.Do(func() { close(s.stopNow) })
+	}
 }
 
 // claim reserves n tasks of the total, all or none.
@@ -166,26 +196,15 @@ func run(cfg config) (*result, error) {
 		return nil, fmt.Errorf("goffload-stress: bad configuration: goroutines=%d (>=1) buffers=%d (>=3) len=%d (>=1) window=%d (>=1) tasks=%d (>=0) timeout=%s (>0)",
 			cfg.Goroutines, cfg.Buffers, cfg.Len, cfg.Window, cfg.Tasks, cfg.Timeout)
 	}
+	// The monitor, the faults and the run write lines at once.
+	cfg.Out, cfg.Errs = &lockedWriter{w: cfg.Out}, &lockedWriter{w: cfg.Errs}
+	if cfg.Any {
+		return runAny(cfg)
+	}
 	res := &result{Faults: cfg.faults(), RSSStart: rss()}
 	start := time.Now()
-	finished := make(chan struct{})
-	defer close(finished)
 	var live atomic.Pointer[state] // for the hard watchdog's report
-	if cfg.Hard != nil {
-		go func() {
-			select {
-			case <-finished:
-			case <-time.After(cfg.Timeout + cfg.HardGrace):
-				fmt.Fprintf(cfg.Errs, "goffload-stress: HANG: the run has not returned %s after its deadline (a call that ignores its context)", cfg.HardGrace)
-				if s := live.Load(); s != nil {
-					fmt.Fprintf(cfg.Errs, " at done=%d ok=%d failed=%d", s.done.Load(), s.ok.Load(), s.failed.Load())
-				}
-				fmt.Fprintln(cfg.Errs, "; goroutines:")
-				pprof.Lookup("goroutine").WriteTo(cfg.Errs, 1)
-				cfg.Hard()
-			}
-		}()
-	}
+	defer watchdog(cfg, &live)()
 
 	var opts []offload.Option
 	if cfg.Devices != "" {
@@ -203,7 +222,7 @@ func run(cfg config) (*result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
 	defer cancel()
 	n := offload.NumDevices()
-	s := &state{cfg: cfg, ctx: ctx, errs: newErrorCounts(), dead: make([]atomic.Bool, n+1), killNow: make(chan struct{}),
+	s := &state{cfg: cfg, ctx: ctx, errs: newErrorCounts(), dead: make([]atomic.Bool, n+1), killNow: make(chan struct{}), stopNow: make(chan struct{}),
 		succ: make([]atomic.Int64, cfg.Buffers), fail: make([]atomic.Int64, cfg.Buffers)}
 	live.Store(s)
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0))
@@ -212,8 +231,8 @@ func run(cfg config) (*result, error) {
 		s.init = append(s.init, v)
 		s.bufs = append(s.bufs, filled(cfg.Len, v))
 	}
-	fmt.Fprintf(cfg.Out, "goffload-stress: tasks=%d goroutines=%d buffers=%d len=%d window=%d seed=%d devices=%d (%s) faults: kill=%s kill_after=%d stop=%s stop_for=%s\n",
-		cfg.Tasks, cfg.Goroutines, cfg.Buffers, cfg.Len, cfg.Window, cfg.Seed, n, deviceList(n), cfg.Kill, cfg.KillAfter, cfg.Stop, cfg.StopFor)
+	fmt.Fprintf(cfg.Out, "goffload-stress: tasks=%d goroutines=%d buffers=%d len=%d window=%d seed=%d devices=%d (%s) faults: kill=%s kill_after=%d stop=%s stop_after=%d stop_for=%s\n",
+		cfg.Tasks, cfg.Goroutines, cfg.Buffers, cfg.Len, cfg.Window, cfg.Seed, n, deviceList(n), cfg.Kill, cfg.KillAfter, cfg.Stop, cfg.StopAfter, cfg.StopFor)
 
 	mon := startMonitor(s, start, res)
 	workersDone := make(chan struct{})
@@ -275,6 +294,29 @@ func run(cfg config) (*result, error) {
 	return res, nil
 }
 
+// watchdog calls cfg.Hard when the run has not returned HardGrace after
+// its deadline (a task creation, Taskwait or Stop that ignores contexts),
+// after dumping the goroutines; the function it returns ends it.
+func watchdog(cfg config, live *atomic.Pointer[state]) (finish func()) {
+	finished := make(chan struct{})
+	if cfg.Hard != nil {
+		go func() {
+			select {
+			case <-finished:
+			case <-time.After(cfg.Timeout + cfg.HardGrace):
+				fmt.Fprintf(cfg.Errs, "goffload-stress: HANG: the run has not returned %s after its deadline (a call that ignores its context)", cfg.HardGrace)
+				if s := live.Load(); s != nil {
+					fmt.Fprintf(cfg.Errs, " at done=%d ok=%d failed=%d", s.done.Load(), s.ok.Load(), s.failed.Load())
+				}
+				fmt.Fprintln(cfg.Errs, "; goroutines:")
+				pprof.Lookup("goroutine").WriteTo(cfg.Errs, 1)
+				cfg.Hard()
+			}
+		}()
+	}
+	return func() { close(finished) }
+}
+
 func filled(n int, v int64) []int64 {
 	b := make([]int64, n)
 	for i := range b {
@@ -333,6 +375,18 @@ func (s *state) checkBuf(res *result, name string, buf []int64, lo, hi int64) {
 	if above {
 		res.Above++
 	}
+}
+
+// lockedWriter serialises the writes of several goroutines to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // mib formats bytes as MiB.

@@ -229,10 +229,7 @@ func (w *worker) waitOldest() bool {
 func (w *worker) account(r rec, err error) {
 	s := w.s
 	if err != errHung {
-		s.done.Add(1)
-		if s.cfg.KillAfter > 0 && s.done.Load() >= s.cfg.KillAfter {
-			s.killOnce.Do(func() { close(s.killNow) })
-		}
+		s.completed()
 	}
 	switch {
 	case err == nil:

@@ -422,7 +422,7 @@ func (d *device) Alloc(size int64) (plugin.Ptr, error) {
 // travels another link, which nothing orders with this one.
 func (d *device) seeAllocs() error {
 	d.mu.Lock()
-	n := d.st.Unseen()
+	n, mark := d.st.Unseen(), d.st.Allocs()
 	d.mu.Unlock()
 	if n == 0 {
 		return nil
@@ -431,7 +431,7 @@ func (d *device) seeAllocs() error {
 		return err
 	}
 	d.mu.Lock()
-	d.st.Seen(n)
+	d.st.SeenUpTo(mark) // not "n more": another caller may report the same ones
 	d.mu.Unlock()
 	return nil
 }

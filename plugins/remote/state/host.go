@@ -34,10 +34,14 @@ type Host[C, E, P any] struct {
 	pulls  map[uint64]P      // retrieves: where arriving data goes
 	forget []uint64          // closed, fired events for the device to forget
 	// vnext is the address of the next allocation: the host numbers them.
-	vnext  plugin.Ptr
-	sizes  map[plugin.Ptr]int64
-	inUse  int64
-	unseen int // allocations the device may not have read yet
+	vnext plugin.Ptr
+	sizes map[plugin.Ptr]int64
+	inUse int64
+	// allocs counts the allocations made; the device has read the first
+	// seen of them (an answer came after them). Marks, not a count of
+	// unseen ones: two round trips begun for the same allocations both
+	// report them, which must not make later ones count as read.
+	allocs, seen uint64
 }
 
 type hostCall[C any] struct {
@@ -274,7 +278,7 @@ func (h *Host[C, E, P]) Alloc(size, limit int64) (plugin.Ptr, *proto.Alloc, erro
 	h.vnext += plugin.Ptr((max(size, 1) + 4095) &^ 4095)
 	h.sizes[p] = size
 	h.inUse += size
-	h.unseen++
+	h.allocs++
 	return p, &proto.Alloc{Ptr: uint64(p), Size: uint64(size)}, nil
 }
 
@@ -294,10 +298,15 @@ func (h *Host[C, E, P]) Free(p plugin.Ptr) (*proto.Free, error) {
 }
 
 // Unseen is how many allocations the device may not have read yet.
-func (h *Host[C, E, P]) Unseen() int { return h.unseen }
+func (h *Host[C, E, P]) Unseen() int { return int(h.allocs - h.seen) }
 
-// Seen says the device read n more allocations (an answer came after them).
-func (h *Host[C, E, P]) Seen(n int) { h.unseen -= n }
+// Allocs is the mark of the allocations made so far, for SeenUpTo once an
+// answer to a frame sent after them came.
+func (h *Host[C, E, P]) Allocs() uint64 { return h.allocs }
+
+// SeenUpTo says the device read the allocations made before Allocs
+// returned mark (an answer came after them).
+func (h *Host[C, E, P]) SeenUpTo(mark uint64) { h.seen = max(h.seen, min(mark, h.allocs)) }
 
 // Lose fails the device with err (the device's State is lost with it): it
 // returns every call and event registered, for the engine to fail, and
@@ -319,7 +328,7 @@ func (h *Host[C, E, P]) Lose(err error) (calls []C, events []E, first bool) {
 	clear(h.pushes)
 	clear(h.pulls)
 	clear(h.sizes)
-	h.inUse, h.unseen, h.forget = 0, 0, nil
+	h.inUse, h.seen, h.forget = 0, h.allocs, nil
 	return calls, events, true
 }
 
