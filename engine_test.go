@@ -194,6 +194,28 @@ func TestStoppedDevice(t *testing.T) {
 	}
 }
 
+// TestStoppedDeviceKilledAtLoss: a local device process that stops
+// answering (SIGSTOP) is killed when it is found lost, not left stopped
+// until Stop: a stopped process never exits by itself, so its loss is
+// reported at once rather than after waiting for its exit status, and it
+// holds no memory or cores meanwhile.
+func TestStoppedDeviceKilledAtLoss(t *testing.T) {
+	if os.Getenv("GOFFLOAD_DEVICE_TIMEOUT") != "" {
+		t.Skip("GOFFLOAD_DEVICE_TIMEOUT is set by the caller")
+	}
+	dev := stopped(t)
+	info, err := dev.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := make([]int32, 10)
+	err = dev.Run(AddTo, int32(1), offload.ToFrom(x))
+	if !errors.Is(err, offload.ErrDeviceLost) || !strings.Contains(err.Error(), "nothing heard for") || !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("Run on a stopped device: %v, want ErrDeviceLost naming the silence and the kill", err)
+	}
+	proctest.WaitGone(t, info.PID, 10*time.Second)
+}
+
 // TestNowaitOnStoppedDevice: creating nowait tasks that map new buffers on
 // a device that does not answer returns at once: the tasks are still
 // pending when the calls return (a creation that waited for the device

@@ -175,6 +175,9 @@ func appsCholesky(env *Env, devs []offload.Device) error {
 	if err := appsCholeskyUneven(env); err != nil {
 		return err
 	}
+	if err := appsCholeskyFault(env); err != nil {
+		return err
+	}
 	return appsCG(env)
 }
 

@@ -54,3 +54,30 @@ func allStopped(pid int) (bool, error) {
 	}
 	return true, nil
 }
+
+// WaitGone waits until process pid has exited (it is gone, or a zombie
+// that its parent has not waited for yet), and fails the test if that
+// takes more than limit.
+func WaitGone(t testing.TB, pid int, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if Gone(pid) {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("process %d still runs %v later", pid, limit)
+}
+
+// Gone reports whether process pid has exited: it is not in /proc, or it
+// is a zombie ('Z'), or being reaped ('X').
+func Gone(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && (s[i+2] == 'Z' || s[i+2] == 'X')
+}

@@ -131,7 +131,7 @@ func (d *device) hello(img *plugin.Image, num int) error {
 	d.mu.Lock()
 	d.reading = true
 	d.mu.Unlock()
-	d.l.live(timing())
+	d.l.live(timingFor(h.timeout))
 	go d.read()
 	return nil
 }

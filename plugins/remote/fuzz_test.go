@@ -246,3 +246,21 @@ func FuzzTCPHandshake(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseHello: a hello from the other side never panics its reader,
+// and what it accepts is a hello of sane fields.
+func FuzzParseHello(f *testing.F) {
+	f.Add(helloText(entries.Current()))
+	f.Add(proto.Magic + " 1 0123456789abcdef 3")
+	f.Add(proto.Magic + " 1 0123456789abcdef 3 500000")
+	f.Add(proto.Magic + " 1 0123456789abcdef 3 -5")
+	f.Fuzz(func(t *testing.T, s string) {
+		h, err := parseHello(s)
+		if err != nil {
+			return
+		}
+		if h.count < 0 || len(h.digest) != 16 || h.timeout < -1 || h.timeout > maxHelloTimeout {
+			t.Fatalf("parseHello(%q) = %+v", s, h)
+		}
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
@@ -16,15 +17,22 @@ type hello struct {
 	version int
 	digest  string // of the whole kernel table
 	count   int    // kernels in the table
+	// timeout is the sender's device timeout (GOFFLOAD_DEVICE_TIMEOUT: how
+	// long it lets the link stay silent; 0 for none), or -1 where its
+	// hello does not say: this side pings often enough for it (timingFor).
+	timeout time.Duration
 }
 
+// helloText is this process's hello: the magic, the protocol version, the
+// kernel table's digest and size, and the device timeout in microseconds.
 func helloText(img *plugin.Image) string {
-	return fmt.Sprintf("%s %d %s %d", proto.Magic, proto.Version, img.Digest, len(img.Kernels))
+	_, timeout := timing()
+	return fmt.Sprintf("%s %d %s %d %d", proto.Magic, proto.Version, img.Digest, len(img.Kernels), timeout.Microseconds())
 }
 
 func parseHello(s string) (hello, error) {
 	f := strings.Fields(s)
-	if len(f) != 4 || f[0] != proto.Magic {
+	if (len(f) != 4 && len(f) != 5) || f[0] != proto.Magic {
 		return hello{}, fmt.Errorf("%w: not a goffload hello: %.40q", proto.ErrFrame, s)
 	}
 	v, err1 := strconv.Atoi(f[1])
@@ -32,8 +40,20 @@ func parseHello(s string) (hello, error) {
 	if err1 != nil || err2 != nil || n < 0 || len(f[2]) != 16 {
 		return hello{}, fmt.Errorf("%w: malformed hello %.60q", proto.ErrFrame, s)
 	}
-	return hello{version: v, digest: f[2], count: n}, nil
+	h := hello{version: v, digest: f[2], count: n, timeout: -1}
+	if len(f) == 5 {
+		us, err := strconv.ParseInt(f[4], 10, 64)
+		if err != nil || us < 0 || us > int64(maxHelloTimeout/time.Microsecond) {
+			return hello{}, fmt.Errorf("%w: malformed hello %.60q: bad device timeout", proto.ErrFrame, s)
+		}
+		h.timeout = time.Duration(us) * time.Microsecond
+	}
+	return h, nil
 }
+
+// maxHelloTimeout bounds the device timeout a hello may say (a year: any
+// more is taken as a malformed hello, not a wish to wait).
+const maxHelloTimeout = 365 * 24 * time.Hour
 
 // checkImage compares the peer's hello with our image. Both sides must run
 // the same code: the protocol version must match, and the shorter kernel

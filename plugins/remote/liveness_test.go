@@ -219,3 +219,32 @@ func TestLaunchStopsForgotten(t *testing.T) {
 		t.Errorf("exit: %v", err)
 	}
 }
+
+// TestParseHelloTimeout: a hello says its sender's device timeout (in
+// microseconds), which parseHello reads back; a hello without it (4
+// fields) reads as unknown (-1), and a bad one is refused.
+func TestParseHelloTimeout(t *testing.T) {
+	t.Setenv(envTimeout, "250ms")
+	h, err := parseHello(helloText(entries.Current()))
+	if err != nil || h.timeout != 250*time.Millisecond {
+		t.Fatalf("parseHello(helloText()) = %+v, %v; want a timeout of 250ms", h, err)
+	}
+	t.Setenv(envTimeout, "0")
+	if h, err := parseHello(helloText(entries.Current())); err != nil || h.timeout != 0 {
+		t.Fatalf("with no timeout: %+v, %v; want 0", h, err)
+	}
+	if h, err := parseHello(proto.Magic + " 1 0123456789abcdef 3"); err != nil || h.timeout != -1 {
+		t.Fatalf("a hello of 4 fields: %+v, %v; want the timeout unknown (-1)", h, err)
+	}
+	for _, bad := range []string{"-1", "x", "99999999999999999999", "1e3"} {
+		if _, err := parseHello(proto.Magic + " 1 0123456789abcdef 3 " + bad); !errors.Is(err, proto.ErrFrame) {
+			t.Errorf("timeout %q: %v, want ErrFrame", bad, err)
+		}
+	}
+	t.Setenv(envTimeout, "250ms")
+	for other, want := range map[time.Duration]time.Duration{-1: 62500 * time.Microsecond, 0: 62500 * time.Microsecond, time.Second: 62500 * time.Microsecond, 100 * time.Millisecond: 25 * time.Millisecond, time.Millisecond: 2 * time.Millisecond} {
+		if got, _ := timingFor(other); got != want {
+			t.Errorf("timingFor(%v) with %s=250ms: interval %v, want %v", other, envTimeout, got, want)
+		}
+	}
+}

@@ -188,6 +188,14 @@ func spawn(exe, cores string, crowded bool) (*device, error) {
 	d.setNum = func(n int) { num.Store(int64(n)) }
 	d.side = side
 	d.onLost = func(cause error) error {
+		if errors.Is(cause, ErrSilent) {
+			// Hung or stopped: it will not exit by itself (a stopped
+			// process not even when sent SIGTERM), and a lost device is
+			// never used again, so it is killed now rather than waited
+			// for, as closeFn would kill it at Stop.
+			cmd.Process.Kill()
+			return fmt.Errorf("device process %d (killed): %v", pid, cause)
+		}
 		select {
 		case <-exited:
 		case <-time.After(time.Second):

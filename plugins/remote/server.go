@@ -54,6 +54,10 @@ type session struct {
 	queueStops  map[uint32][]uint64
 	tags        map[uint32]qtag // tagged queues: their operations are timed (see tag.go)
 
+	// hostTimeout is the host's device timeout, from its hello (-1: it
+	// did not say): the link's heartbeat keeps to it (timingFor).
+	hostTimeout time.Duration
+
 	role readerRole // who reads the link (see role.go)
 	end  chan error // how the session ended, from its last reader
 
@@ -65,7 +69,7 @@ type session struct {
 
 func newSession(l *link, img *plugin.Image, cores int) *session {
 	s := &session{
-		l: l, img: img, cores: cores, num: -1, rank: -1,
+		l: l, img: img, cores: cores, num: -1, rank: -1, hostTimeout: -1,
 		mem:    hostmem.New(256 << 20),
 		pool:   plugin.NewPool(cores),
 		queues: map[uint32]*opqueue.Queue{},
@@ -96,7 +100,7 @@ func (s *session) serve() error {
 }
 
 func (s *session) serveFrames() error {
-	s.l.live(timing())
+	s.l.live(timingFor(s.hostTimeout))
 	s.end = make(chan error, 1)
 	s.role.init(s.read)
 	defer s.role.stop()
@@ -202,6 +206,7 @@ func (s *session) hello() error {
 		return s.refuse(err)
 	}
 	s.num = int(f.Num)
+	s.hostTimeout = h.timeout
 	s.kctx = plugin.NewKernelCtx(s.num, s.pool).WithStop(s.stop)
 	if s.helloed != nil {
 		s.helloed(s.num)

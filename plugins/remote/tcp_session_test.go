@@ -275,3 +275,34 @@ func TestTCPDeviceStoppedMidTransfer(t *testing.T) {
 		})
 	}
 }
+
+// TestTCPIdleDeviceLongerTimeout: a host whose GOFFLOAD_DEVICE_TIMEOUT is
+// shorter than its tcp:// device's keeps the device through a long idle
+// spell. Each side pings an idle link by its own timeout (once a second at
+// the default), so the device, told the host's timeout at hello, pings
+// often enough for it; before, the host lost a healthy idle device (found
+// by cutting a link in the testbed: the other device, idle while the lost
+// one's work was redone, was lost too).
+func TestTCPIdleDeviceLongerTimeout(t *testing.T) {
+	const secret = "idle-s3cret"
+	t.Setenv("GOFFLOAD_DEVICE_TIMEOUT", "") // the default: 30s, a ping a second
+	addr, _ := startTCPDevice(t, secret)
+	const host = 500 * time.Millisecond
+	t.Setenv("GOFFLOAD_DEVICE_TIMEOUT", host.String())
+	t.Setenv("GOFFLOAD_SECRET", secret)
+	d, err := openTCPDevice(t, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The link idles for four of the host's timeouts: only the two
+	// heartbeats cross it. (Idle time is what is tested: a sleep.)
+	time.Sleep(4 * host)
+	q, err := d.NewQueue()
+	if err != nil {
+		t.Fatalf("after %v idle (host timeout %v, device's the default): %v", 4*host, host, err)
+	}
+	q.Launch(nopK, nil)
+	if err := q.Synchronize(); err != nil {
+		t.Fatalf("after %v idle (host timeout %v, device's the default): %v", 4*host, host, err)
+	}
+}

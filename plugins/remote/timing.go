@@ -56,3 +56,18 @@ func timing() (interval, timeout time.Duration) {
 	}
 	return interval, timeout
 }
+
+// timingFor is timing for a link whose other side lets it stay silent for
+// other (its device timeout, from its hello; 0 for none, -1 unknown): the
+// heartbeat is also at least four times per other, so that a side with a
+// shorter timeout than this one's hears from an idle link in time, whatever
+// this side's own GOFFLOAD_DEVICE_TIMEOUT says. A host started with 500ms
+// beside a tcp:// device started with the default (a ping a second) would
+// otherwise find the idle device silent and lose it.
+func timingFor(other time.Duration) (interval, timeout time.Duration) {
+	interval, timeout = timing()
+	if other > 0 && other/4 < interval {
+		interval = max(other/4, 2*time.Millisecond)
+	}
+	return interval, timeout
+}

@@ -2,12 +2,16 @@ package cholesky
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"os"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/goffload/offload"
 )
@@ -154,11 +158,13 @@ func TestRowOwners(t *testing.T) {
 
 // faultAt is a Tool that hurts device 1's process (SIGKILL, or SIGSTOP)
 // when the nth construct on device 1 ends: halfway through a
-// factorization, with tasks queued there and tiles only it holds.
+// factorization, with tasks queued there and tiles only it holds. With do
+// set, it calls do instead of sending a signal (do must not block).
 type faultAt struct {
 	n   int
 	sig syscall.Signal
 	pid int
+	do  func()
 
 	mu   sync.Mutex
 	seen int
@@ -175,7 +181,10 @@ func (f *faultAt) TargetEnd(e offload.TargetEvent) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.seen++; f.seen == f.n && f.pid > 0 {
+	if f.seen++; f.seen == f.n && f.do != nil {
+		f.do()
+		f.did = true
+	} else if f.seen == f.n && f.pid > 0 {
 		syscall.Kill(f.pid, f.sig)
 		f.did = true
 	}
@@ -295,5 +304,84 @@ func TestOwners(t *testing.T) {
 	m := NewMatrix(3, 4)
 	if _, _, err := FactorOn(devs, m, RoundRobin(3)); err == nil || !strings.Contains(err.Error(), "device 2 of 2") {
 		t.Errorf("tiles placed on a third device of two: %v, want an error naming it", err)
+	}
+}
+
+// TestFactorAnyFaultNoLeak: runtimes started and stopped in turn, each
+// with a factorization whose device 1 is SIGKILLed or SIGSTOPped halfway,
+// leave nothing behind: after each Stop the goroutines are back to what
+// they were before the first Start, and both device processes are gone
+// (reaped), the stopped one too (the runtime kills a device process it
+// finds silent: no one else sends it SIGKILL here).
+func TestFactorAnyFaultNoLeak(t *testing.T) {
+	t.Setenv("GOFFLOAD_DEVICE_TIMEOUT", "300ms")
+	const tiles, b = 5, 16
+	want := NewMatrix(tiles, b)
+	Reference(want, 2)
+	round := func(sig syscall.Signal) [2]int {
+		f := &faultAt{n: tiles * (tiles + 1) * (tiles + 2) / 6 / 4, sig: sig}
+		if sig == 0 {
+			f.n = 1 << 30
+		}
+		if err := offload.Start(offload.WithDevices("local:2"), offload.WithOffload("MANDATORY"), offload.WithTool(f)); err != nil {
+			t.Fatal(err)
+		}
+		var pids [2]int
+		for d := range pids {
+			info, err := offload.On(d).Info()
+			if err != nil {
+				offload.Stop()
+				t.Fatal(err)
+			}
+			pids[d] = info.PID
+		}
+		f.mu.Lock()
+		f.pid = pids[1]
+		f.mu.Unlock()
+		m := NewMatrix(tiles, b)
+		_, _, err := FactorAny(m)
+		if serr := offload.Stop(); serr != nil && !errors.Is(serr, offload.ErrDeviceLost) {
+			t.Errorf("Stop after %v: %v", sig, serr)
+		}
+		if err != nil {
+			t.Fatalf("FactorAny with device 1 hurt by %v: %v", sig, err)
+		}
+		if sig != 0 && !f.hurt() {
+			t.Fatalf("device 1 ran fewer than %d constructs: the fault never came", f.n)
+		}
+		if err := Check(m, want); err != nil {
+			t.Errorf("after %v: %v", sig, err)
+		}
+		return pids
+	}
+	// settled waits until the goroutines are at most n, and returns how
+	// many there are (more than n: after 10 s).
+	settled := func(n int) int {
+		deadline := time.Now().Add(10 * time.Second)
+		for runtime.NumGoroutine() > n && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		return runtime.NumGoroutine()
+	}
+	base := runtime.NumGoroutine() // the test's own
+	for i, sig := range []syscall.Signal{0, syscall.SIGKILL, syscall.SIGSTOP, syscall.SIGKILL, syscall.SIGSTOP} {
+		pids := round(sig)
+		if n := settled(base); n > base {
+			var sb strings.Builder
+			pprof.Lookup("goroutine").WriteTo(&sb, 1)
+			t.Fatalf("round %d (%v): %d goroutines 10s after Stop, %d before the first Start:\n%s", i, sig, n, base, sb.String())
+		}
+		for d, pid := range pids {
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); errors.Is(err, os.ErrNotExist) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("round %d (%v): device %d's process %d still exists 10s after Stop", i, sig, d, pid)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
 	}
 }
