@@ -238,8 +238,9 @@ type infoCount struct {
 
 var (
 	placedLine  = []byte(": Any(): ")
-	rerunLine   = []byte(") ran again on device ")
+	rerunLine   = []byte(" ran again on device ")
 	restoreLine = []byte("recomputed into the program's memory")
+	fullLine    = []byte("memory is full")
 )
 
 func (c *infoCount) Write(p []byte) (int, error) {
@@ -248,6 +249,8 @@ func (c *infoCount) Write(p []byte) (int, error) {
 		c.reruns.Add(1)
 	case bytes.Contains(p, restoreLine):
 		c.restores.Add(1)
+	case bytes.Contains(p, fullLine):
+		// a copy freed to make room: not a placement
 	case bytes.Contains(p, placedLine) && bytes.HasPrefix(p, []byte("goffload device ")):
 		c.placed.Add(1)
 	}
