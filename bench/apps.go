@@ -36,6 +36,10 @@ import (
 //   - apps.cholesky_uneven_any_vs_rr and apps.cholesky_uneven_any_vs_hand:
 //     the same with the two devices of unequal speed, against round robin
 //     and the best hand placement (appsuneven.go).
+//   - apps.cholesky_any_killed_vs_clean and
+//     apps.cholesky_any_stopped_vs_clean: FactorAny with device 1's
+//     process SIGKILLed or SIGSTOPped halfway, against FactorAny without a
+//     fault, each on a runtime of its own (appsfault.go). Goal: ≤ 2.
 //   - apps.cg_local1_vs_host: the conjugate gradient method
 //     (examples/apps/cg) on the 2-D Poisson matrix of an -apps-cg-n² grid
 //     (5-point Laplacian in CSR form, -apps-cg-n² rows), -apps-cg-iters

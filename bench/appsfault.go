@@ -148,7 +148,7 @@ func (r *faultRun) run(want *cholesky.Matrix) (pids [2]int, err error) {
 		// A stopped device process is the runtime's to kill (it does
 		// when it finds it silent): leftNow counts what Stop leaves.
 		if serr := offload.Stop(); err == nil && serr != nil && !errors.Is(serr, offload.ErrDeviceLost) {
-			err = fmt.Errorf("Stop: %w", serr)
+			err = fmt.Errorf("stopping the runtime: %w", serr)
 		}
 	}()
 	if offload.NumDevices() != 2 {

@@ -17,6 +17,9 @@ import (
 func TestAppsFault(t *testing.T) {
 	defer restoreAppsSizes()()
 	appsTiles, appsB = 5, 16
+	// A timeout that a loaded machine's pauses under -race do not reach:
+	// a device lost by mistake would be a failure of the run.
+	appsFaultTimeout = time.Second
 	if err := offload.Start(offload.WithDevices(appsDevices), offload.WithOffload("MANDATORY")); err != nil {
 		t.Fatal(err)
 	}

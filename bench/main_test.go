@@ -146,7 +146,7 @@ func TestSuiteAll(t *testing.T) {
 	sweepSizes, plotDPI = []int64{8, 4 << 10, 1 << 20}, 48
 	var out, errOut bytes.Buffer
 	dir := filepath.Join(t.TempDir(), "plots") // -plot creates it
-	if err := run([]string{"-suite", "all", "-format", "tsv", "-time", "5ms", "-rounds", "1", "-apps-n", "24", "-apps-iters", "2", "-apps-tiles", "2", "-apps-b", "4", "-apps-cg-n", "16", "-apps-cg-iters", "4", "-taskbench-patterns", "stencil_1d", "-taskbench-kinds", "host2", "-taskbench-max-iters", "2", "-plot", dir}, &out, &errOut); err != nil {
+	if err := run([]string{"-suite", "all", "-format", "tsv", "-time", "5ms", "-rounds", "1", "-apps-n", "24", "-apps-iters", "2", "-apps-tiles", "2", "-apps-b", "4", "-apps-cg-n", "16", "-apps-cg-iters", "4", "-apps-fault-timeout", "1s", "-taskbench-patterns", "stencil_1d", "-taskbench-kinds", "host2", "-taskbench-max-iters", "2", "-plot", dir}, &out, &errOut); err != nil {
 		t.Fatalf("run: %v\n%s", err, errOut.String())
 	}
 	for _, want := range []string{"# suite mpi skipped: ", "\nhost.empty_region\t", "\nremote.launch_rtt\t", "\nremote.submit_4KiB\t", "\nremote.retrieve_1MiB\t", "\nremote_socket.launch_rtt\t", "\nremote_socket.submit_64MiB_vs_copy\t", "\nasync.chain_per_op\t", "\napps.jacobi_2dev_vs_1dev\t", "\n# taskbench.stencil_1d.host2 sweep ",
@@ -208,7 +208,7 @@ func TestAppsSuiteTSV(t *testing.T) {
 		want["apps.cholesky_uneven_any_vs_rr"] = true
 		want["apps.cholesky_uneven_any_vs_hand"] = true
 	}
-	out := checkSuiteTSV(t, "apps", want, "-apps-n", "48", "-apps-iters", "6", "-apps-tiles", "3", "-apps-b", "8", "-apps-cg-n", "24", "-apps-cg-iters", "10")
+	out := checkSuiteTSV(t, "apps", want, "-apps-n", "48", "-apps-iters", "6", "-apps-tiles", "3", "-apps-b", "8", "-apps-cg-n", "24", "-apps-cg-iters", "10", "-apps-fault-timeout", "1s")
 	if why != "" && !strings.Contains(out, "# apps.cholesky_uneven_*: left out: ") {
 		t.Errorf("without CPU limits (%s), the output does not say the rows of unequal speeds are left out", why)
 	}
@@ -231,8 +231,10 @@ func TestAsyncSuiteTSV(t *testing.T) {
 // restoreAppsSizes returns what puts the apps suite's sizes back as they
 // are now (flags of a run change them): defer restoreAppsSizes()().
 func restoreAppsSizes() func() {
-	n, iters, tiles, b, cgN, cgIters := appsN, appsIters, appsTiles, appsB, appsCGN, appsCGIters
-	return func() { appsN, appsIters, appsTiles, appsB, appsCGN, appsCGIters = n, iters, tiles, b, cgN, cgIters }
+	n, iters, tiles, b, cgN, cgIters, fault := appsN, appsIters, appsTiles, appsB, appsCGN, appsCGIters, appsFaultTimeout
+	return func() {
+		appsN, appsIters, appsTiles, appsB, appsCGN, appsCGIters, appsFaultTimeout = n, iters, tiles, b, cgN, cgIters, fault
+	}
 }
 
 // TestAsyncComputeRestores: the compute figures restart the runtime with
