@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -324,6 +325,13 @@ func (p *Task) eventFor(t *Task) plugin.Event {
 	return p.ev
 }
 
+// dropDevSucc takes t off p's device successors.
+func (p *Task) dropDevSucc(t *Task) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.devSuccs = slices.DeleteFunc(p.devSuccs, func(s *Task) bool { return s == t })
+}
+
 // settle records how t's own work ended, once, for a recovery that waits
 // for it (see devSuccs): before t completes, which may wait for its
 // predecessors.
@@ -461,6 +469,7 @@ func (r *Runtime) readyStep(t *Task, d *Device, op Op, preds, onHost, onDevice [
 func (r *Runtime) ready(t *Task, d *Device, op Op, preds, onHost, onDevice []*Task, fallback bool) step {
 	if f := failedPred(onHost); f != nil { // they are all done
 		if !allFinished(preds) { // a task never completes before one it depends on
+			t.settle(depErr(t, f))
 			go func() { waitDone(preds); r.complete(t, depErr(t, f), f) }()
 			return nil
 		}
@@ -530,6 +539,10 @@ func waitDone(ts []*Task) {
 // completeAfter ends t with err once preds are done, on a goroutine if it
 // has to wait: the caller may be the one creating t.
 func (r *Runtime) completeAfter(t *Task, err error, preds []*Task) {
+	// t's work did not run: a recovery waiting for t's outcome (t being
+	// its device successor) must not wait for t's predecessors, one of
+	// which may be the recovering task.
+	t.settle(err)
 	if !allFinished(preds) {
 		go func() {
 			waitDone(preds)
@@ -571,6 +584,32 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 			return r.completeThen(t, err, nil)
 		}
 	}
+	// A predecessor whose event is gone and which has not completed is
+	// finishing, or its work failed and is being done again (a recovery),
+	// which may take as long as a re-run: t is enqueued once it completes,
+	// off the caller, which may be the program creating t (or a placement
+	// holding its lock). The others' events are taken first, so that one
+	// failing after this is waited for on the device, where the wait
+	// fails (see devSuccs).
+	var buf [4]plugin.Event
+	evs := buf[:0]
+	for i, p := range preds {
+		ev := p.eventFor(t)
+		if ev == nil && !finished(p) {
+			// t is no device successor of the others until it is
+			// enqueued: their recoveries would wait for t, which waits
+			// for p, which may wait for one of them.
+			for _, q := range preds[:i] {
+				q.dropDevSucc(t)
+			}
+			go func() {
+				waitDone([]*Task{p})
+				drive(r.enqueue(t, d, op, preds, fallback))
+			}()
+			return nil
+		}
+		evs = append(evs, ev)
+	}
 	all := preds // every predecessor the device waits for: their failure is t's
 	// Follow a predecessor on its own queue if nothing came after it there:
 	// the queue's order is the wait.
@@ -584,6 +623,7 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 			if cq = d.follow(p); cq != nil {
 				followed = p
 				preds = append(preds[:i:i], preds[i+1:]...)
+				evs = append(evs[:i:i], evs[i+1:]...)
 				break
 			}
 		}
@@ -599,9 +639,9 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 	if followed != nil && d.tool != nil { // it waits by queue order
 		d.tool.Wait(WaitEvent{Where: w.where(), For: followed.ID, ForName: followed.Name, OnDevice: true})
 	}
-	for _, p := range preds {
-		ev := p.eventFor(t)
-		if ev == nil { // it completed, or is about to: the host waits
+	for i, p := range preds {
+		ev := evs[i]
+		if ev == nil { // it completed: the host looks at how
 			start := time.Now()
 			f := failedPred([]*Task{p})
 			if d.tool != nil {

@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -430,13 +431,23 @@ func introduce(a, b *device) error {
 		}
 	}
 	if _, _, err := a.side.WriteMsgUnix([]byte(introA), rightsA, nil); err != nil {
-		return fmt.Errorf("introducing device %d to %d: %w", a.num, b.num, err)
+		return introErr(a, b, err)
 	}
 	if _, _, err := b.side.WriteMsgUnix([]byte(introB), rightsB, nil); err != nil {
-		return fmt.Errorf("introducing device %d to %d: %w", b.num, a.num, err)
+		return introErr(b, a, err)
 	}
 	introductions.done[key] = true
 	return nil
+}
+
+// introErr is the error of introducing b to a, whose side channel
+// refused the introduction with err: a's process is gone where the channel
+// broke (ErrDeviceLost, naming a), which its link says soon too.
+func introErr(a, b *device, err error) error {
+	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("introducing device %d to %d: %w: device %d's process is gone: %w", b.num, a.num, plugin.ErrDeviceLost, a.num, err)
+	}
+	return fmt.Errorf("introducing device %d to %d: %w", b.num, a.num, err)
 }
 
 // forgetIntroductions drops d's introductions when it closes.
