@@ -183,7 +183,7 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 		}
 	}
 	op := core.TargetOpWith(k.k, present, geo)
-	e := s.entry(k, a.dev, o, args, kargs, acc, argOf)
+	e := s.entry(k, a.dev, o, args, kargs, acc, argOf, size)
 	if e != nil && !k.once {
 		outs := make([]any, len(bufs))
 		for i, b := range bufs {

@@ -47,6 +47,7 @@ type anyEntry struct {
 	args  []any
 	acc   []placement.Access
 	argOf []int               // per access: its argument
+	size  int64               // the bytes its arguments span (the model's size class)
 	task  uint64              // its task's number (Task.ID), for the trace's notes
 	reads [][]placement.Piece // per access that reads: who wrote each part last
 }
@@ -61,9 +62,10 @@ type anySaved struct {
 // Wait and Taskwait hold while they wait for copies back (that may wait
 // for a re-run).
 type anyRerun struct {
-	on   bool   // GOFFLOAD_ANY_RERUN is not 0
-	next int64  // the last task's id; guarded by anySched.mu
-	lost uint64 // the devices whose loss the table knows; guarded by anySched.mu
+	on     bool   // GOFFLOAD_ANY_RERUN is not 0
+	onHost bool   // GOFFLOAD_ANY_RERUN_HOST is not 0: re-runs may run on the program's CPU (rerunDevice)
+	next   int64  // the last task's id; guarded by anySched.mu
+	lost   uint64 // the devices whose loss the table knows; guarded by anySched.mu
 
 	mu      sync.Mutex // guards entries and snap: a leaf
 	entries map[int64]*anyEntry
@@ -83,7 +85,7 @@ type anyDest struct {
 // newRerun is the re-run state of a runtime of ndev devices: off where
 // there is no other device to re-run on, or GOFFLOAD_ANY_RERUN=0.
 func newRerun(ndev int) anyRerun {
-	return anyRerun{on: ndev > 1 && os.Getenv("GOFFLOAD_ANY_RERUN") != "0", entries: map[int64]*anyEntry{},
+	return anyRerun{on: ndev > 1 && os.Getenv("GOFFLOAD_ANY_RERUN") != "0", onHost: os.Getenv("GOFFLOAD_ANY_RERUN_HOST") != "0", entries: map[int64]*anyEntry{},
 		snap: map[placement.Buf][]byte{}, memo: map[int64][]anySaved{}}
 }
 
@@ -116,12 +118,12 @@ func (s *anySched) snapshotTask(region placement.Buf, v reflect.Value) {
 // entry records an Any-task of kernel k placed on dev; s.mu is held. It
 // returns nil where the task cannot be re-run: re-runs are off, or its
 // arguments are not one per parameter (a struct holding slices).
-func (s *anySched) entry(k *Kernel, dev Device, o launchOpts, args []any, kargs []core.KernelArg, acc []placement.Access, argOf []int) *anyEntry {
+func (s *anySched) entry(k *Kernel, dev Device, o launchOpts, args []any, kargs []core.KernelArg, acc []placement.Access, argOf []int, size int64) *anyEntry {
 	s.rr.next++
 	if !s.rr.on || len(kargs) != len(args) || len(o.with) > 0 {
 		return nil
 	}
-	e := &anyEntry{id: s.rr.next, k: k, dev: dev, o: o, args: args, acc: acc, argOf: argOf, reads: make([][]placement.Piece, len(acc))}
+	e := &anyEntry{id: s.rr.next, k: k, dev: dev, o: o, args: args, acc: acc, argOf: argOf, size: size, reads: make([][]placement.Piece, len(acc))}
 	for i, a := range acc {
 		if a.Read {
 			e.reads[i] = s.table.Writers(a.Buf)
@@ -273,7 +275,7 @@ func (s *anySched) rerun(id int64) error {
 	var tries []error
 	tried := map[int]bool{}
 	for len(tries) < maxRerunTries {
-		d := s.rerunDevice(e.k, tried)
+		d := s.rerunDevice(e, tried)
 		if d < 0 {
 			break
 		}
@@ -291,11 +293,11 @@ func (s *anySched) rerun(id int64) error {
 				}
 			}
 			s.rr.memo[id] = out
-			s.rt.Log.Taskf(core.InfoPlacement, d, e.task, "Any(): %s ran again on device %d, a device having been lost", e.k.Name(), d)
-			s.rt.Note(e.task, fmt.Sprintf("Any(): ran again on device %d, a device having been lost", d))
+			s.rt.Log.Taskf(core.InfoPlacement, d, e.task, "Any(): %s ran again on %s, a device having been lost", e.k.Name(), s.rerunPlace(d))
+			s.rt.Note(e.task, fmt.Sprintf("Any(): ran again on %s, a device having been lost", s.rerunPlace(d)))
 			return nil
 		}
-		tries = append(tries, fmt.Errorf("on device %d: %w", d, err))
+		tries = append(tries, fmt.Errorf("on %s: %w", s.rerunPlace(d), err))
 		if !errors.Is(err, ErrDeviceLost) {
 			break
 		}
@@ -306,13 +308,49 @@ func (s *anySched) rerun(id int64) error {
 	return fmt.Errorf("task %d (%s) could not run again: %w", id, e.k.Name(), errors.Join(tries...))
 }
 
-// rerunDevice is the device a re-run of k goes to: the one the model
-// expects to run it first, of those that can and were not tried.
-func (s *anySched) rerunDevice(k *Kernel, tried map[int]bool) int {
+// rerunDevice is the device a re-run of e goes to, of those that can run
+// it and were not tried: where the model expects it to end first. The
+// program's own CPU (the initial device, numbered NumDevices) is one of
+// them: a re-run's inputs and outputs are in the program's memory, so
+// there it needs no copies and waits behind no queue, while the devices
+// left are busy with the lost device's share of the work besides their
+// own; its kernel time there is taken to be the slowest learned on a
+// device (the kernels are the same Go code on CPU devices; an
+// accelerator's faster time keeps its re-runs there, its copies counted).
+func (s *anySched) rerunDevice(e *anyEntry, tried map[int]bool) int {
+	name, class := e.k.k.Name(), placement.SizeClass(e.size)
 	s.mmu.Lock()
 	defer s.mmu.Unlock()
-	c := s.model.Choose(k.k.Name(), 0, func(int) time.Duration { return 0 }, func(d int) bool { return !tried[d] && s.canRun(d, k) })
+	bytes := int64(0)
+	for _, a := range e.acc {
+		bytes += int64(a.Buf.Size)
+	}
+	c := s.model.Choose(name, class, func(d int) time.Duration {
+		return s.model.CopyCost(placement.Host, d, bytes)
+	}, func(d int) bool { return !tried[d] && s.canRun(d, e.k) })
+	host := len(s.rt.Devices)
+	if tried[host] || !s.rr.onHost {
+		return c.Dev
+	}
+	slowest, timed := time.Duration(0), false
+	for d := range s.rt.Devices {
+		if est, ok := s.model.Estimate(name, d, class); ok {
+			slowest, timed = max(slowest, est), true
+		}
+	}
+	if c.Dev < 0 || c.Trial || !timed || slowest < c.Finish {
+		return host
+	}
 	return c.Dev
+}
+
+// rerunPlace names where a re-run ran: "device N", or "the host" (the
+// initial device).
+func (s *anySched) rerunPlace(d int) string {
+	if d == len(s.rt.Devices) {
+		return "the host"
+	}
+	return fmt.Sprintf("device %d", d)
 }
 
 // recoverTask is the Op.Recover of entry e's task on device d (a kernel):

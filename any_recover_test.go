@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -22,14 +23,27 @@ import (
 // program order give: the lost device's tasks ran again elsewhere, and
 // what it alone held was recomputed from the tasks that wrote it. Tasks
 // made after the kill go to the device left.
+//
+// Re-runs go to the program's CPU (GOFFLOAD_ANY_RERUN_HOST unset), or,
+// with GOFFLOAD_ANY_RERUN_HOST=0, to device 0: the info lines say which.
 func TestAnyRerunAfterKill(t *testing.T) {
-	for _, hostTasks := range []bool{false, true} {
+	for _, c := range []struct {
+		hostTasks bool
+		rerunHost string
+	}{{false, ""}, {true, ""}, {true, "0"}} {
 		name := "kernels"
-		if hostTasks {
+		if c.hostTasks {
 			name = "with-host-tasks"
 		}
+		where := "the host"
+		if c.rerunHost == "0" {
+			name, where = name+"/rerun-on-devices", "device 0"
+		}
+		hostTasks := c.hostTasks
 		t.Run(name, func(t *testing.T) {
-			if err := offload.Start(offload.WithDevices("local:2"), offload.WithOffload("MANDATORY")); err != nil {
+			t.Setenv("GOFFLOAD_ANY_RERUN_HOST", c.rerunHost)
+			var infoOut syncBuffer
+			if err := offload.Start(offload.WithDevices("local:2"), offload.WithOffload("MANDATORY"), offload.WithInfo("placement"), offload.WithInfoOutput(&infoOut)); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() {
@@ -93,6 +107,9 @@ func TestAnyRerunAfterKill(t *testing.T) {
 				t.Fatalf("Taskwait: %v", err)
 			}
 			checkAny(t, "after the kill and Taskwait", bufs, model)
+			if out := infoOut.String(); !strings.Contains(out, " ran again on "+where) || strings.Contains(out, " ran again on device 1") {
+				t.Errorf("the re-runs' info lines do not all say they ran on %s:\n%s", where, grepLines(out, " ran again on "))
+			}
 			if _, err := offload.On(1).Info(); !errors.Is(err, offload.ErrDeviceLost) {
 				t.Errorf("device 1 after the kill: %v, want ErrDeviceLost", err)
 			}
@@ -177,4 +194,15 @@ func TestAnyOnceIsNotRerun(t *testing.T) {
 		t.Errorf("an ordinary Any-task beside them: %v", err)
 	}
 	offload.Taskwait(context.Background())
+}
+
+// grepLines is the lines of s that hold sub.
+func grepLines(s, sub string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -139,7 +140,8 @@ func (r *faultRun) run(want *cholesky.Matrix) (pids [2]int, err error) {
 		vars["GOFFLOAD_DEVICE_TIMEOUT"] = r.timeout.String()
 	}
 	restore := setEnv(vars)
-	err = offload.Start(offload.WithDevices(appsDevices), offload.WithOffload("MANDATORY"), offload.WithTool(&r.tool))
+	err = offload.Start(offload.WithDevices(appsDevices), offload.WithOffload("MANDATORY"), offload.WithTool(&r.tool),
+		offload.WithInfo("placement"), offload.WithInfoOutput(&r.tool))
 	restore()
 	if err != nil {
 		return pids, err
@@ -211,11 +213,27 @@ type faultTool struct {
 	fired   time.Time // when the signal was sent
 	seen    time.Time // when the first construct on device 1 failed after it
 	begun   map[uint64]time.Time
-	reruns  int
+	reruns  int           // re-runs on devices (a synchronous kernel construct of the runtime's)
+	onHost  int           // re-runs on the program's CPU, counted from their info lines (the initial device's constructs have no target events)
 	rerunOn [2]int        // re-runs per device
 	rerunT  time.Duration // their summed time, begin to end
 	lastRun time.Time     // the last re-run's end
 	restore int
+}
+
+// Write counts the re-runs on the host from the runtime's info lines
+// (GOFFLOAD_INFO=placement), once the fault came.
+func (f *faultTool) Write(p []byte) (int, error) {
+	n := bytes.Count(p, []byte(" ran again on the host"))
+	if n > 0 {
+		f.mu.Lock()
+		if !f.fired.IsZero() && f.begun != nil {
+			f.onHost += n
+			f.lastRun = time.Now() // the line comes at the re-run's end
+		}
+		f.mu.Unlock()
+	}
+	return len(p), nil
 }
 
 func (f *faultTool) arm(pid int, sig syscall.Signal, at int) {
@@ -322,7 +340,7 @@ func breakdown(metric string, clean, hurt []*faultRun) string {
 		return strconv.FormatFloat(medianOf(runs, func(r *faultRun) float64 { return float64(f(r)) }), 'f', -1, 64)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: clean %s (kernel tasks on devices 0/1: %s/%s), faulted %s, extra %s; the fault came %s after the call, was seen %s; then %s re-runs (serial; on device 1: %s) took %s together, the last ending %s after the fault; %s restores into the program's memory; kernel tasks completed on devices 0/1 %s/%s; all times:",
+	fmt.Fprintf(&b, "%s: clean %s (kernel tasks on devices 0/1: %s/%s), faulted %s, extra %s; the fault came %s after the call, was seen %s; then %s re-runs on the program's CPU (GOFFLOAD_ANY_RERUN_HOST) and %s on devices (on device 1: %s), serial, those on devices taking %s together, the last of these ending %s after the fault; %s restores into the program's memory; kernel tasks completed on devices 0/1 %s/%s; all times:",
 		metric,
 		ms(clean, func(r *faultRun) time.Duration { return r.elapsed }),
 		n(clean, func(r *faultRun) int { return r.tool.onDev[0] }), n(clean, func(r *faultRun) int { return r.tool.onDev[1] }),
@@ -330,6 +348,7 @@ func breakdown(metric string, clean, hurt []*faultRun) string {
 		human(medianOf(hurt, elapsedOf)-medianOf(clean, elapsedOf)),
 		ms(hurt, func(r *faultRun) time.Duration { return r.tool.fired.Sub(r.tool.t0) }),
 		seenAfter,
+		n(hurt, func(r *faultRun) int { return r.tool.onHost }),
 		n(hurt, func(r *faultRun) int { return r.tool.reruns }),
 		n(hurt, func(r *faultRun) int { return r.tool.rerunOn[1] }),
 		ms(hurt, func(r *faultRun) time.Duration { return r.tool.rerunT }),

@@ -238,7 +238,7 @@ type infoCount struct {
 
 var (
 	placedLine  = []byte(": Any(): ")
-	rerunLine   = []byte(" ran again on device ")
+	rerunLine   = []byte(" ran again on ")
 	restoreLine = []byte("recomputed into the program's memory")
 	fullLine    = []byte("memory is full")
 )
