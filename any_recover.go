@@ -1,6 +1,7 @@
 package offload
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -66,6 +67,9 @@ type anyRerun struct {
 	onHost bool   // GOFFLOAD_ANY_RERUN_HOST is not 0: re-runs may run on the program's CPU (rerunDevice)
 	next   int64  // the last task's id; guarded by anySched.mu
 	lost   uint64 // the devices whose loss the table knows; guarded by anySched.mu
+	// restores are the restore tasks not waited for yet (see
+	// waitRestores); guarded by anySched.mu.
+	restores []*core.Task
 
 	mu      sync.Mutex // guards entries and snap: a leaf
 	entries map[int64]*anyEntry
@@ -183,9 +187,29 @@ func (s *anySched) restoreTask(g placement.Buf) {
 	rt := s.rt.SpawnHost("Any(): restore "+name, func() error {
 		return s.install(anyDest{placement.Host, x}, g, pieces)
 	}, deps)
+	s.rr.restores = append(s.rr.restores, rt)
 	s.rt.Note(rt.ID, fmt.Sprintf("Any(): %q (%d bytes at %#x) had its only valid copy on a lost device: recomputed from the tasks that wrote it (last: task %d)", name, g.Size, g.Addr, pieces[len(pieces)-1].Writer))
 	s.table.HostValid(g)
 	s.rt.Log.Printf(core.InfoPlacement, -1, "Any(): %q (%d bytes at %#x) had its only valid copy on a lost device: recomputed into the program's memory", name, g.Size, g.Addr)
+}
+
+// waitRestores waits for the restore tasks made so far and returns their
+// errors; s.mu is held. The host's copy of what they restore counts as
+// valid from their making on (later tasks are ordered after them), so
+// whatever gives the program its memory back (Wait's copies back,
+// Taskwait's hand-back, which also drops the first versions they read)
+// waits for them first: a device lost just before then left them running.
+func (s *anySched) waitRestores(ctx context.Context) error {
+	var errs []error
+	for _, t := range s.rr.restores {
+		if err := t.Wait(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("goffload: Any(): recomputing data whose only valid copy was on a lost device: %w", err))
+		}
+	}
+	if ctx.Err() == nil {
+		s.rr.restores = nil
+	}
+	return errors.Join(errs...)
 }
 
 // install puts the parts pieces name, as their writers left them, into

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -206,3 +207,87 @@ func grepLines(s, sub string) string {
 	}
 	return b.String()
 }
+
+// TestAnyRestoreBeforeHandback: device 1 is lost after its Any-task
+// completed and before Taskwait, holding the only valid copy of what the
+// task wrote. Taskwait finds the loss, recomputes that buffer into the
+// program's memory, and returns only once it is there: the hand-back
+// waits for the restore (it once returned with the restore still running,
+// which then found the first versions dropped, so the buffer kept its old
+// values: Cholesky's whole matrix came back unfactored).
+func TestAnyRestoreBeforeHandback(t *testing.T) {
+	for round := range 5 {
+		rs := &restoreSeen{}
+		if err := offload.Start(offload.WithDevices("local:2"), offload.WithOffload("MANDATORY"), offload.WithTool(rs)); err != nil {
+			t.Fatal(err)
+		}
+		info, err := offload.On(1).Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := make([]int64, 64), make([]int64, 64)
+		// Not timed on a device yet, the kernel is tried on each in
+		// turn: the first task goes to device 0, the second to device 1.
+		t0 := anySet.Nowait(offload.Any().Nowait(), 5, a)
+		t1 := anySet.Nowait(offload.Any().Nowait(), 7, b)
+		<-t0.Done()
+		<-t1.Done() // not Wait, which would copy b back
+		if err := syscall.Kill(info.PID, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+			if _, err := offload.On(1).Info(); errors.Is(err, offload.ErrDeviceLost) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("device 1 was not lost 20 s after SIGKILL")
+			}
+		}
+		if err := offload.Taskwait(context.Background()); err != nil {
+			t.Fatalf("round %d: Taskwait: %v", round, err)
+		}
+		if begun, ended := rs.counts(); begun == 0 || ended != begun {
+			t.Fatalf("round %d: Taskwait returned with %d of %d restores ended", round, ended, begun)
+		}
+		for i := range a {
+			if a[i] != 5+int64(i) || b[i] != 7+int64(i) {
+				t.Fatalf("round %d: after Taskwait a[%d] = %d, b[%d] = %d; want %d, %d", round, i, a[i], i, b[i], 5+i, 7+i)
+			}
+		}
+		if err := offload.Stop(); err != nil && !errors.Is(err, offload.ErrDeviceLost) {
+			t.Fatalf("Stop: %v", err)
+		}
+	}
+}
+
+// restoreSeen counts the restore tasks (Any(): restore …) begun and ended.
+type restoreSeen struct {
+	mu           sync.Mutex
+	begun, ended int
+}
+
+func (r *restoreSeen) TargetBegin(e offload.TargetEvent) {
+	if strings.HasPrefix(e.Name, "Any(): restore") {
+		r.mu.Lock()
+		r.begun++
+		r.mu.Unlock()
+	}
+}
+
+func (r *restoreSeen) TargetEnd(e offload.TargetEvent) {
+	if strings.HasPrefix(e.Name, "Any(): restore") {
+		r.mu.Lock()
+		r.ended++
+		r.mu.Unlock()
+	}
+}
+
+func (r *restoreSeen) counts() (begun, ended int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.begun, r.ended
+}
+
+func (r *restoreSeen) DataOp(offload.DataEvent)         {}
+func (r *restoreSeen) KernelLaunch(offload.KernelEvent) {}
+func (r *restoreSeen) Wait(offload.WaitEvent)           {}

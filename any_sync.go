@@ -19,6 +19,9 @@ func (s *anySched) flush(ctx context.Context, bufs []placement.Buf) error {
 	defer s.mu.Unlock()
 	s.noteLost()
 	var errs []error
+	if err := s.waitRestores(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	for _, c := range s.table.StaleOf(bufs) {
 		if err := s.copyBack(ctx, c); err != nil {
 			errs = append(errs, err)
@@ -70,6 +73,9 @@ func (s *anySched) handback(ctx context.Context, release bool) error {
 	defer s.mu.Unlock()
 	s.noteLost()
 	var errs []error
+	if err := s.waitRestores(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	for _, c := range s.table.Stale() {
 		if err := s.copyBack(ctx, c); err != nil {
 			errs = append(errs, err)
