@@ -220,7 +220,7 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 	s.rt.Log.Taskf(core.InfoPlacement, d, t.t.ID, "Any(): %s on %s: %v%s", name, cd.Label(), choice, why.String())
 	s.rt.Note(t.t.ID, fmt.Sprintf("Any(): on %s: %v%s", cd.Label(), choice, why.String()))
 	if e != nil {
-		e.task = t.t.ID
+		e.task.Store(t.t.ID)
 	}
 	return t, false
 }

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -49,7 +50,7 @@ type anyEntry struct {
 	acc   []placement.Access
 	argOf []int               // per access: its argument
 	size  int64               // the bytes its arguments span (the model's size class)
-	task  uint64              // its task's number (Task.ID), for the trace's notes
+	task  atomic.Uint64       // its task's number (Task.ID), for the trace's notes: set once the task is made, which its recovery may race
 	reads [][]placement.Piece // per access that reads: who wrote each part last
 }
 
@@ -317,8 +318,8 @@ func (s *anySched) rerun(id int64) error {
 				}
 			}
 			s.rr.memo[id] = out
-			s.rt.Log.Taskf(core.InfoPlacement, d, e.task, "Any(): %s ran again on %s, a device having been lost", e.k.Name(), s.rerunPlace(d))
-			s.rt.Note(e.task, fmt.Sprintf("Any(): ran again on %s, a device having been lost", s.rerunPlace(d)))
+			s.rt.Log.Taskf(core.InfoPlacement, d, e.task.Load(), "Any(): %s ran again on %s, a device having been lost", e.k.Name(), s.rerunPlace(d))
+			s.rt.Note(e.task.Load(), fmt.Sprintf("Any(): ran again on %s, a device having been lost", s.rerunPlace(d)))
 			return nil
 		}
 		tries = append(tries, fmt.Errorf("on %s: %w", s.rerunPlace(d), err))
@@ -338,9 +339,10 @@ func (s *anySched) rerun(id int64) error {
 // them: a re-run's inputs and outputs are in the program's memory, so
 // there it needs no copies and waits behind no queue, while the devices
 // left are busy with the lost device's share of the work besides their
-// own; its kernel time there is taken to be the slowest learned on a
-// device (the kernels are the same Go code on CPU devices; an
-// accelerator's faster time keeps its re-runs there, its copies counted).
+// own. Its kernel time there is taken to be the fastest learned on a CPU
+// device (host, local, tcp, mpi: the same Go code on like cores, lost
+// ones included); where none was timed, the host is chosen only if no
+// device can run it (an accelerator's time says nothing of the host's).
 func (s *anySched) rerunDevice(e *anyEntry, tried map[int]bool) int {
 	name, class := e.k.k.Name(), placement.SizeClass(e.size)
 	s.mmu.Lock()
@@ -356,13 +358,16 @@ func (s *anySched) rerunDevice(e *anyEntry, tried map[int]bool) int {
 	if tried[host] || !s.rr.onHost {
 		return c.Dev
 	}
-	slowest, timed := time.Duration(0), false
-	for d := range s.rt.Devices {
-		if est, ok := s.model.Estimate(name, d, class); ok {
-			slowest, timed = max(slowest, est), true
+	cpu, timed := time.Duration(0), false
+	for d, cd := range s.rt.Devices {
+		switch cd.Info.Kind {
+		case "host", "local", "tcp", "mpi":
+			if est, ok := s.model.Estimate(name, d, class); ok && (!timed || est < cpu) {
+				cpu, timed = est, true
+			}
 		}
 	}
-	if c.Dev < 0 || c.Trial || !timed || slowest < c.Finish {
+	if c.Dev < 0 || (timed && (c.Trial || cpu < c.Finish)) {
 		return host
 	}
 	return c.Dev
