@@ -240,7 +240,7 @@ func (ps *peers) tell(num int, id uint64, err error) {
 	go func() {
 		p, err2 := ps.get(num)
 		if err2 != nil {
-			fmt.Fprintf(os.Stderr, "goffload device %d: cannot tell device %d that event %d fired: %v\n", ps.s.num, num, id, err2)
+			ps.cannotTell(num, id, err2)
 			return
 		}
 		ps.send(p, num, id, err)
@@ -252,8 +252,19 @@ func (ps *peers) tell(num int, id uint64, err error) {
 // the writer.
 func (ps *peers) send(p *peer, num int, id uint64, err error) {
 	if err2 := p.l.sendSoon(&proto.PeerEvent{Wait: id, Status: statusOf(err)}); err2 != nil {
-		fmt.Fprintf(os.Stderr, "goffload device %d: cannot tell device %d that event %d fired: %v\n", ps.s.num, num, id, err2)
+		ps.cannotTell(num, id, err2)
 	}
+}
+
+// cannotTell says on stderr that device num could not be told that our
+// event id fired, unless num is lost (err wraps ErrDeviceLost): then
+// nothing there waits for it any more, and the host reports the loss (a
+// lost peer made a line per event its queues had waited on).
+func (ps *peers) cannotTell(num int, id uint64, err error) {
+	if errors.Is(err, plugin.ErrDeviceLost) {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "goffload device %d: cannot tell device %d that event %d fired: %v\n", ps.s.num, num, id, err)
 }
 
 func (ps *peers) close() {
