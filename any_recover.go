@@ -70,7 +70,7 @@ type anyRerun struct {
 	lost   uint64 // the devices whose loss the table knows; guarded by anySched.mu
 	// restores are the restore tasks not waited for yet (see
 	// waitRestores); guarded by anySched.mu.
-	restores []*core.Task
+	restores []anyRestore
 
 	mu      sync.Mutex // guards entries and snap: a leaf
 	entries map[int64]*anyEntry
@@ -188,28 +188,50 @@ func (s *anySched) restoreTask(g placement.Buf) {
 	rt := s.rt.SpawnHost("Any(): restore "+name, func() error {
 		return s.install(anyDest{placement.Host, x}, g, pieces)
 	}, deps)
-	s.rr.restores = append(s.rr.restores, rt)
+	s.rr.restores = append(s.rr.restores, anyRestore{g, rt})
 	s.rt.Note(rt.ID, fmt.Sprintf("Any(): %q (%d bytes at %#x) had its only valid copy on a lost device: recomputed from the tasks that wrote it (last: task %d)", name, g.Size, g.Addr, pieces[len(pieces)-1].Writer))
 	s.table.HostValid(g)
 	s.rt.Log.Printf(core.InfoPlacement, -1, "Any(): %q (%d bytes at %#x) had its only valid copy on a lost device: recomputed into the program's memory", name, g.Size, g.Addr)
 }
 
-// waitRestores waits for the restore tasks made so far and returns their
-// errors; s.mu is held. The host's copy of what they restore counts as
-// valid from their making on (later tasks are ordered after them), so
-// whatever gives the program its memory back (Wait's copies back,
-// Taskwait's hand-back, which also drops the first versions they read)
-// waits for them first: a device lost just before then left them running.
-func (s *anySched) waitRestores(ctx context.Context) error {
+// anyRestore is a restore task and the part of a buffer it recomputes.
+type anyRestore struct {
+	buf placement.Buf
+	t   *core.Task
+}
+
+// waitRestores waits for the restore tasks made so far of the parts that
+// overlap bufs (all where bufs is nil) and returns their errors; s.mu is
+// held. The host's copy of what they restore counts as valid from their
+// making on (later tasks are ordered after them), so whatever gives the
+// program its memory back (Wait's copies back, Taskwait's hand-back,
+// which also drops the first versions they read) waits for them first: a
+// device lost just before then left them running.
+//
+// A restore that did not run because the task that wrote its data failed
+// (not re-run: a Once kernel) adds no error of its own: that task's
+// failure is reported, by its Wait or by Taskwait.
+func (s *anySched) waitRestores(ctx context.Context, bufs []placement.Buf) error {
 	var errs []error
-	for _, t := range s.rr.restores {
-		if err := t.Wait(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("goffload: Any(): recomputing data whose only valid copy was on a lost device: %w", err))
+	left := s.rr.restores[:0]
+	for _, r := range s.rr.restores {
+		if bufs != nil && !slices.ContainsFunc(bufs, func(b placement.Buf) bool {
+			return b.Addr < r.buf.Addr+r.buf.Size && r.buf.Addr < b.Addr+b.Size
+		}) {
+			left = append(left, r)
+			continue
+		}
+		if err := r.t.Wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				left = append(left, r)
+			}
+			if !errors.Is(err, core.ErrDependency) || ctx.Err() != nil {
+				errs = append(errs, fmt.Errorf("goffload: Any(): recomputing data whose only valid copy was on a lost device: %w", err))
+			}
 		}
 	}
-	if ctx.Err() == nil {
-		s.rr.restores = nil
-	}
+	clear(s.rr.restores[len(left):])
+	s.rr.restores = left
 	return errors.Join(errs...)
 }
 

@@ -44,18 +44,7 @@ func TestAnyRerunAfterKill(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv("GOFFLOAD_ANY_RERUN_HOST", c.rerunHost)
 			var infoOut syncBuffer
-			if err := offload.Start(offload.WithDevices("local:2"), offload.WithOffload("MANDATORY"), offload.WithInfo("placement"), offload.WithInfoOutput(&infoOut)); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if err := offload.Stop(); err != nil && !errors.Is(err, offload.ErrDeviceLost) {
-					t.Errorf("Stop: %v", err)
-				}
-			})
-			info, err := offload.On(1).Info()
-			if err != nil || info.PID <= 0 {
-				t.Fatalf("Info: %+v, %v", info, err)
-			}
+			pid := startTwoLocal(t, offload.WithInfo("placement"), offload.WithInfoOutput(&infoOut))
 			const nbuf, n, tasks = 6, 256, 160
 			r := rand.New(rand.NewPCG(3, 9))
 			bufs, model := make([][]int64, nbuf), make(anyModel, nbuf)
@@ -94,7 +83,7 @@ func TestAnyRerunAfterKill(t *testing.T) {
 					if err := all[i].Wait(); err != nil {
 						t.Fatalf("task %d: %v", i, err)
 					}
-					if err := syscall.Kill(info.PID, syscall.SIGKILL); err != nil {
+					if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -148,18 +137,7 @@ var anyGate = offload.MustKernel2("test.any.gate", func(ctx offload.Ctx, id int6
 // running again; an ordinary kernel's task beside it on the same device
 // runs again and succeeds.
 func TestAnyOnceIsNotRerun(t *testing.T) {
-	if err := offload.Start(offload.WithDevices("local:2"), offload.WithOffload("MANDATORY")); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := offload.Stop(); err != nil && !errors.Is(err, offload.ErrDeviceLost) {
-			t.Errorf("Stop: %v", err)
-		}
-	})
-	info, err := offload.On(1).Info()
-	if err != nil {
-		t.Fatal(err)
-	}
+	pid := startTwoLocal(t)
 	id := time.Now().UnixNano()
 	gate := filepath.Join(os.TempDir(), fmt.Sprintf("goffload-anygate-%d", id))
 	t.Cleanup(func() { os.Remove(gate) })
@@ -173,7 +151,7 @@ func TestAnyOnceIsNotRerun(t *testing.T) {
 	t0 := once.Nowait(offload.Any().Nowait(), id, out[0])
 	t1 := once.Nowait(offload.Any().Nowait(), id, out[1])
 	plain := anyStep.Nowait(offload.Any().Nowait(), 1, out[2], out[3]) // an ordinary kernel
-	if err := syscall.Kill(info.PID, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
@@ -219,61 +197,55 @@ func grepLines(s, sub string) string {
 // values: Cholesky's whole matrix came back unfactored).
 func TestAnyRestoreBeforeHandback(t *testing.T) {
 	for round := range 3 {
-		rs := &restoreSeen{}
-		var infoOut syncBuffer
-		if err := offload.Start(offload.WithDevices("local:2"), offload.WithOffload("MANDATORY"), offload.WithTool(rs),
-			offload.WithInfo("placement"), offload.WithInfoOutput(&infoOut)); err != nil {
-			t.Fatal(err)
+		t.Run(fmt.Sprint(round), func(t *testing.T) { restoreBeforeHandback(t, round) })
+	}
+}
+
+func restoreBeforeHandback(t *testing.T, round int) {
+	rs := &restoreSeen{}
+	var infoOut syncBuffer
+	pid := startTwoLocal(t, offload.WithTool(rs), offload.WithInfo("placement"), offload.WithInfoOutput(&infoOut))
+	// b is large, so that its restore (a re-run and a copy of 32
+	// MiB) takes longer than the rest of the hand-back. Not timed
+	// on a device yet, the kernel is tried on each in turn: the
+	// first task goes to device 0, the second to device 1.
+	a, b := make([]int64, 1<<22), make([]int64, 1<<22)
+	ta := anySet.Nowait(offload.Any().Nowait(), 5, a)
+	tb := anySet.Nowait(offload.Any().Nowait(), 7, b)
+	if err := ta.Wait(); err != nil { // a copied back: the hand-back has nothing to copy
+		t.Fatal(err)
+	}
+	<-tb.Done() // not Wait, which would copy b back
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, err := offload.On(1).Info(); errors.Is(err, offload.ErrDeviceLost) {
+			break
 		}
-		info, err := offload.On(1).Info()
-		if err != nil {
-			t.Fatal(err)
+		if time.Now().After(deadline) {
+			t.Fatal("device 1 was not lost 20 s after SIGKILL")
 		}
-		// b is large, so that its restore (a re-run and a copy of 32
-		// MiB) takes longer than the rest of the hand-back. Not timed
-		// on a device yet, the kernel is tried on each in turn: the
-		// first task goes to device 0, the second to device 1.
-		a, b := make([]int64, 1<<22), make([]int64, 1<<22)
-		ta := anySet.Nowait(offload.Any().Nowait(), 5, a)
-		tb := anySet.Nowait(offload.Any().Nowait(), 7, b)
-		if err := ta.Wait(); err != nil { // a copied back: the hand-back has nothing to copy
-			t.Fatal(err)
+	}
+	if err := offload.Taskwait(context.Background()); err != nil {
+		t.Fatalf("round %d: Taskwait: %v", round, err)
+	}
+	if begun, ended := rs.counts(); begun == 0 || ended != begun {
+		t.Fatalf("round %d: Taskwait returned with %d of %d restores ended", round, ended, begun)
+	}
+	// The restore re-ran b's writer on the program's CPU, where its
+	// output is (GOFFLOAD_ANY_RERUN_HOST unset).
+	if out := infoOut.String(); !strings.Contains(out, "ran again on the host") {
+		t.Errorf("round %d: no re-run on the host:\n%s", round, grepLines(out, "Any()"))
+	}
+	for i := range a {
+		if a[i] != 5+int64(i) {
+			t.Fatalf("round %d: after Taskwait a[%d] = %d, want %d", round, i, a[i], 5+i)
 		}
-		<-tb.Done() // not Wait, which would copy b back
-		if err := syscall.Kill(info.PID, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
-			if _, err := offload.On(1).Info(); errors.Is(err, offload.ErrDeviceLost) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("device 1 was not lost 20 s after SIGKILL")
-			}
-		}
-		if err := offload.Taskwait(context.Background()); err != nil {
-			t.Fatalf("round %d: Taskwait: %v", round, err)
-		}
-		if begun, ended := rs.counts(); begun == 0 || ended != begun {
-			t.Fatalf("round %d: Taskwait returned with %d of %d restores ended", round, ended, begun)
-		}
-		// The restore re-ran b's writer on the program's CPU, where its
-		// output is (GOFFLOAD_ANY_RERUN_HOST unset).
-		if out := infoOut.String(); !strings.Contains(out, "ran again on the host") {
-			t.Errorf("round %d: no re-run on the host:\n%s", round, grepLines(out, "Any()"))
-		}
-		for i := range a {
-			if a[i] != 5+int64(i) {
-				t.Fatalf("round %d: after Taskwait a[%d] = %d, want %d", round, i, a[i], 5+i)
-			}
-		}
-		for i := range b {
-			if b[i] != 7+int64(i) {
-				t.Fatalf("round %d: after Taskwait b[%d] = %d, want %d", round, i, b[i], 7+i)
-			}
-		}
-		if err := offload.Stop(); err != nil && !errors.Is(err, offload.ErrDeviceLost) {
-			t.Fatalf("Stop: %v", err)
+	}
+	for i := range b {
+		if b[i] != 7+int64(i) {
+			t.Fatalf("round %d: after Taskwait b[%d] = %d, want %d", round, i, b[i], 7+i)
 		}
 	}
 }
@@ -309,3 +281,23 @@ func (r *restoreSeen) counts() (begun, ended int) {
 func (r *restoreSeen) DataOp(offload.DataEvent)         {}
 func (r *restoreSeen) KernelLaunch(offload.KernelEvent) {}
 func (r *restoreSeen) Wait(offload.WaitEvent)           {}
+
+// startTwoLocal starts local:2 (MANDATORY, with opts) for t, stopped at
+// its end with device 1 lost or not, and returns device 1's process.
+func startTwoLocal(t *testing.T, opts ...offload.Option) int {
+	t.Helper()
+	opts = append([]offload.Option{offload.WithDevices("local:2"), offload.WithOffload("MANDATORY")}, opts...)
+	if err := offload.Start(opts...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := offload.Stop(); err != nil && !errors.Is(err, offload.ErrDeviceLost) {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	info, err := offload.On(1).Info()
+	if err != nil || info.PID <= 0 {
+		t.Fatalf("device 1: Info: %+v, %v", info, err)
+	}
+	return info.PID
+}

@@ -19,7 +19,7 @@ func (s *anySched) flush(ctx context.Context, bufs []placement.Buf) error {
 	defer s.mu.Unlock()
 	s.noteLost()
 	var errs []error
-	if err := s.waitRestores(ctx); err != nil {
+	if err := s.waitRestores(ctx, bufs); err != nil {
 		errs = append(errs, err)
 	}
 	for _, c := range s.table.StaleOf(bufs) {
@@ -73,7 +73,7 @@ func (s *anySched) handback(ctx context.Context, release bool) error {
 	defer s.mu.Unlock()
 	s.noteLost()
 	var errs []error
-	if err := s.waitRestores(ctx); err != nil {
+	if err := s.waitRestores(ctx, nil); err != nil {
 		errs = append(errs, err)
 	}
 	for _, c := range s.table.Stale() {
