@@ -215,9 +215,7 @@ func (s *anySched) waitRestores(ctx context.Context, bufs []placement.Buf) error
 	var errs []error
 	left := s.rr.restores[:0]
 	for _, r := range s.rr.restores {
-		if bufs != nil && !slices.ContainsFunc(bufs, func(b placement.Buf) bool {
-			return b.Addr < r.buf.Addr+r.buf.Size && r.buf.Addr < b.Addr+b.Size
-		}) {
+		if bufs != nil && !slices.ContainsFunc(bufs, r.buf.Overlaps) {
 			left = append(left, r)
 			continue
 		}
@@ -271,7 +269,7 @@ func (s *anySched) version(p placement.Piece) ([]byte, error) {
 		s.rr.mu.Lock()
 		defer s.rr.mu.Unlock()
 		for r, b := range s.rr.snap {
-			if p.Buf.Addr >= r.Addr && p.Buf.Addr+p.Buf.Size <= r.Addr+r.Size {
+			if p.Buf.Inside(r) {
 				return b[p.Buf.Addr-r.Addr:][:p.Buf.Size], nil
 			}
 		}
@@ -283,7 +281,7 @@ func (s *anySched) version(p placement.Piece) ([]byte, error) {
 		}
 	}
 	for _, sv := range s.rr.memo[p.Writer] {
-		if p.Buf.Addr >= sv.buf.Addr && p.Buf.Addr+p.Buf.Size <= sv.buf.Addr+sv.buf.Size {
+		if p.Buf.Inside(sv.buf) {
 			return sv.data[p.Buf.Addr-sv.buf.Addr:][:p.Buf.Size], nil
 		}
 	}

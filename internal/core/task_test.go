@@ -186,29 +186,18 @@ func TestTaskOverlappingSections(t *testing.T) {
 		all = append(all, task)
 		return task, r.register(task, deps)
 	}
-	want := func(name string, got []*Task, want ...*Task) {
-		t.Helper()
-		if len(got) != len(want) {
-			t.Fatalf("%s: %d predecessors, want %d", name, len(got), len(want))
-		}
-		for _, w := range want {
-			if !slices.Contains(got, w) {
-				t.Fatalf("%s: predecessors lack task %d", name, w.ID)
-			}
-		}
-	}
 	w1, p := reg(sec(DepOut, 0, 10))
-	want("out [0,10)", p)
+	wantPreds(t, "out [0,10)", p)
 	r1, p := reg(sec(DepIn, 5, 15))
-	want("in [5,15) after out [0,10)", p, w1)
+	wantPreds(t, "in [5,15) after out [0,10)", p, w1)
 	r2, p := reg(sec(DepIn, 10, 20))
-	want("in [10,20): disjoint from [0,10)", p)
+	wantPreds(t, "in [10,20): disjoint from [0,10)", p)
 	w2, p := reg(sec(DepOut, 12, 14))
-	want("out [12,14) after readers of [5,15) and [10,20)", p, r1, r2)
+	wantPreds(t, "out [12,14) after readers of [5,15) and [10,20)", p, r1, r2)
 	_, p = reg(sec(DepInOut, 0, 64))
-	want("inout of the whole after everything", p, w1, r1, r2, w2)
+	wantPreds(t, "inout of the whole after everything", p, w1, r1, r2, w2)
 	x, p := reg(sec(DepIn, 30, 31), Dep{Kind: DepIn, Addr: uintptr(unsafe.Pointer(&buf[40])), Size: 8})
-	want("in after the whole's writer", p, all[4])
+	wantPreds(t, "in after the whole's writer", p, all[4])
 	_ = x
 	for _, task := range all {
 		r.complete(task, nil, nil)
@@ -218,7 +207,7 @@ func TestTaskOverlappingSections(t *testing.T) {
 	}
 	// A reader of an overlapping section finished: a writer no longer waits.
 	_, p = reg(sec(DepOut, 3, 8))
-	want("out after finished tasks", p)
+	wantPreds(t, "out after finished tasks", p)
 }
 
 // TestTaskSectionsAtOneAddress: a dependence is ordered by its own section,
@@ -237,29 +226,31 @@ func TestTaskSectionsAtOneAddress(t *testing.T) {
 		task := &Task{done: make(chan struct{})}
 		return task, r.register(task, deps)
 	}
-	want := func(name string, got []*Task, want ...*Task) {
-		t.Helper()
-		if len(got) != len(want) {
-			t.Fatalf("%s: %d predecessors, want %d", name, len(got), len(want))
-		}
-		for _, w := range want {
-			if !slices.Contains(got, w) {
-				t.Fatalf("%s: predecessors lack task %d", name, w.ID)
-			}
-		}
-	}
 	band, _ := reg(sec(DepIn, 7, 16))    // a band reads its rows and the halo row 7
 	upper, p := reg(sec(DepInOut, 0, 8)) // the band above writes rows 0..7
-	want("inout [0,8) after in [7,16)", p, band)
+	wantPreds(t, "inout [0,8) after in [7,16)", p, band)
 	lower, p := reg(sec(DepInOut, 8, 16)) // the band itself writes rows 8..15
-	want("inout [8,16) after in [7,16)", p, band)
+	wantPreds(t, "inout [8,16) after in [7,16)", p, band)
 	halo, p := reg(sec(DepIn, 7, 8)) // the halo row's copy reads row 7
-	want("in [7,8): the writer of row 7 only", p, upper)
+	wantPreds(t, "in [7,8): the writer of row 7 only", p, upper)
 	_ = halo
 	// A writer of row 7 at the address where [7,16) was read stands for
 	// that read: a later writer of [12,14) waits for it.
 	w7, p := reg(sec(DepOut, 7, 8))
-	want("out [7,8) after the readers of row 7 and its writer", p, upper, band, halo)
+	wantPreds(t, "out [7,8) after the readers of row 7 and its writer", p, upper, band, halo)
 	_, p = reg(sec(DepOut, 12, 14))
-	want("out [12,14) after the band's writer and the writer standing for the read of [7,16)", p, lower, w7)
+	wantPreds(t, "out [12,14) after the band's writer and the writer standing for the read of [7,16)", p, lower, w7)
+}
+
+// wantPreds fails t unless got holds exactly the predecessors want.
+func wantPreds(t *testing.T, name string, got []*Task, want ...*Task) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d predecessors, want %d", name, len(got), len(want))
+	}
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			t.Fatalf("%s: predecessors lack task %d", name, w.ID)
+		}
+	}
 }

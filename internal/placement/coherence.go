@@ -23,9 +23,11 @@ type Buf struct {
 
 func (b Buf) end() uintptr { return b.Addr + b.Size }
 
-func (b Buf) overlaps(c Buf) bool { return b.Addr < c.end() && c.Addr < b.end() }
+// Overlaps reports whether b and c share a byte.
+func (b Buf) Overlaps(c Buf) bool { return b.Addr < c.end() && c.Addr < b.end() }
 
-func (b Buf) inside(c Buf) bool { return b.Addr >= c.Addr && b.end() <= c.end() }
+// Inside reports whether every byte of b is in c.
+func (b Buf) Inside(c Buf) bool { return b.Addr >= c.Addr && b.end() <= c.end() }
 
 // Access is what a task does with a buffer: reads it (its copy on the
 // task's device must be valid before it runs), writes it (the task's
@@ -96,7 +98,7 @@ func (t *Table) Tracked(b Buf) (Buf, bool) {
 		return b, true
 	}
 	for c := range t.regions {
-		if c.overlaps(b) {
+		if c.Overlaps(b) {
 			return c, true
 		}
 	}
@@ -126,7 +128,7 @@ func (t *Table) find(b Buf) (Buf, *region, error) {
 	if !ok {
 		return Buf{}, nil, nil
 	}
-	if !b.inside(c) {
+	if !b.Inside(c) {
 		return Buf{}, nil, fmt.Errorf("%w: [%#x, +%d) overlaps [%#x, +%d), which Any-tasks used first", ErrOverlap, b.Addr, b.Size, c.Addr, c.Size)
 	}
 	return c, t.regions[c], nil
@@ -180,7 +182,7 @@ func (t *Table) Plan(d int, acc []Access, cost func(from, to int, b Buf) float64
 	}
 	bit := uint64(1) << d
 	for i, a := range acc {
-		if slices.ContainsFunc(acc[:i], func(b Access) bool { return b.Buf.overlaps(a.Buf) }) {
+		if slices.ContainsFunc(acc[:i], func(b Access) bool { return b.Buf.Overlaps(a.Buf) }) {
 			return nil, nil, fmt.Errorf("placement: a task uses [%#x, +%d) twice, or two overlapping sections", a.Buf.Addr, a.Buf.Size)
 		}
 		base, r, err := t.find(a.Buf)
