@@ -71,19 +71,34 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 		}
 		return &plans[d]
 	}
+	// The tasks that write its inputs, for when they are expected to end.
+	var writers []int64
+	for _, ac := range acc {
+		if ac.Read {
+			for _, p := range s.table.Writers(ac.Buf) {
+				if p.Writer != 0 {
+					writers = append(writers, p.Writer)
+				}
+			}
+		}
+	}
+	now := time.Now()
 	s.mmu.Lock()
-	choice := s.model.Choose(name, class, func(d int) time.Duration {
+	choice := s.model.Choose(now, name, class, s.model.Inputs(writers), func(d int) time.Duration {
 		var c time.Duration
 		for _, cp := range planOn(d).copies {
 			c += s.model.CopyCost(cp.From, cp.To, int64(cp.Buf.Size))
 		}
 		return c
 	}, func(d int) bool { return s.canRun(d, k) })
+	var p *plan
+	if choice.Dev >= 0 {
+		p = planOn(choice.Dev) // a trial's was not made: the model's copy costs under s.mmu
+	}
 	s.mmu.Unlock()
 	if choice.Dev < 0 {
 		return fail(fmt.Errorf("%w: no device can run it: every device is lost, unavailable, or has no code for the kernel (PTX, OpenCL C)", ErrNoDevice)), false
 	}
-	p := planOn(choice.Dev)
 	copies, alloc, err := p.copies, p.bufs, p.err
 	if err != nil {
 		return fail(fmt.Errorf("%w: %w: call Taskwait, which gives Any-tasks' buffers back, before using another section", ErrBadMap, err)), false
@@ -138,6 +153,14 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 		}
 		deps := []Dep{DependIn(x), DependOut(s.token(c.Region, d, c.Buf)), DependIn(s.token(c.Region, c.From, c.Buf))}
 		nw := dev.Nowait(deps...)
+		from, n, made := c.From, int64(c.Buf.Size), time.Now()
+		nw.done = func(err error, ready time.Time) {
+			if err == nil {
+				s.mmu.Lock()
+				s.model.Copied(from, d, n, made, ready, time.Now())
+				s.mmu.Unlock()
+			}
+		}
 		if s.rr.on {
 			to, from, b, pieces := anyDest{d, x}, c.From, c.Buf, s.table.Writers(c.Buf)
 			nw.recover = func(err error, used bool) error { return s.recoverCopy(to, from, b, pieces, err, used) }
@@ -191,15 +214,17 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 		}
 		op.Recover = func(err error, _ bool) error { return s.recoverTask(e, d, outs, err) }
 	}
-	est := choice.Exec
+	id := s.rr.next // s.entry numbered it, for the table (Commit) and the model
 	placed := time.Now()
 	op.Done = func(_ error, ready time.Time) {
 		s.mmu.Lock()
-		s.model.Done(name, d, class, est, placed, ready, time.Now())
+		s.model.Done(name, d, class, placed, ready, time.Now())
+		s.model.Forget(id)
 		s.mmu.Unlock()
 	}
 	s.mmu.Lock()
-	s.model.Placed(d, est)
+	s.model.Placed(now, choice)
+	s.model.Expect(id, now, choice)
 	s.mmu.Unlock()
 	var writes []placement.Buf
 	for _, ac := range acc {
@@ -214,7 +239,7 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 		op.Done(t.err, time.Time{})
 		return t, false
 	}
-	s.table.Commit(d, acc, s.rr.next)
+	s.table.Commit(d, acc, id)
 	s.tracked.Store(int64(s.table.Len()))
 	t.anyWrites, t.any = writes, s
 	s.rt.Log.Taskf(core.InfoPlacement, d, t.t.ID, "Any(): %s on %s: %v%s", name, cd.Label(), choice, why.String())

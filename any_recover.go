@@ -371,7 +371,7 @@ func (s *anySched) rerunDevice(e *anyEntry, tried map[int]bool) int {
 	for _, a := range e.acc {
 		bytes += int64(a.Buf.Size)
 	}
-	c := s.model.Choose(name, class, func(d int) time.Duration {
+	c := s.model.Choose(time.Now(), name, class, time.Time{}, func(d int) time.Duration {
 		return s.model.CopyCost(placement.Host, d, bytes)
 	}, func(d int) bool { return !tried[d] && s.canRun(d, e.k) })
 	host := len(s.rt.Devices)

@@ -413,3 +413,37 @@ func TestAnyEvictsUnderMemoryPressure(t *testing.T) {
 		t.Logf("Taskwait after the failure: %v", err)
 	}
 }
+
+// TestTaskwaitReportsTasksNotCreated: a task that could not be created (an
+// Any-task whose section a buffer in use refuses, a nil kernel) is
+// reported by Taskwait when nothing else reported it, once; a Task.Wait or
+// a Group's Wait that returned it reports it.
+func TestTaskwaitReportsTasksNotCreated(t *testing.T) {
+	start(t, offload.WithDevices("host:2"), offload.WithOffload("MANDATORY"))
+	ctx := context.Background()
+	big, y := make([]int64, 64), make([]int64, 32)
+	anyStep.Nowait(offload.Any().Nowait(), 1, y, big[:32])
+	anyStep.Nowait(offload.Any().Nowait(), 1, y, big[16:48]) // refused, not waited for
+	offload.On(0).Nowait().Run(nil)                          // refused too
+	err := offload.Taskwait(ctx)
+	if !errors.Is(err, offload.ErrBadMap) || !contains(err.Error(), "1 more") {
+		t.Errorf("Taskwait after two tasks not created: %v, want the first's ErrBadMap and the count of the other", err)
+	}
+	if err := offload.Taskwait(ctx); err != nil {
+		t.Errorf("second Taskwait: %v, want nil (reported)", err)
+	}
+	if err := offload.On(0).Nowait().Run(nil).Wait(); !errors.Is(err, offload.ErrBadArgument) {
+		t.Errorf("nil kernel: %v", err)
+	}
+	if err := offload.Taskwait(ctx); err != nil {
+		t.Errorf("Taskwait after the failure's Wait: %v, want nil", err)
+	}
+	var g offload.Group
+	offload.On(0).Nowait().In(&g).Run(nil)
+	if err := g.Wait(ctx); !errors.Is(err, offload.ErrBadArgument) {
+		t.Errorf("Group.Wait: %v", err)
+	}
+	if err := offload.Taskwait(ctx); err != nil {
+		t.Errorf("Taskwait after the group's Wait: %v, want nil", err)
+	}
+}

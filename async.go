@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/placement"
@@ -75,6 +76,7 @@ func (t *Task) WaitContext(ctx context.Context) error {
 		return nilCtx("Task.WaitContext")
 	}
 	if t.t == nil {
+		reportedNotCreated(t)
 		return apiError(t.err)
 	}
 	err := t.t.Wait(ctx)
@@ -124,6 +126,9 @@ type Async struct {
 	// recover is the core.Op.Recover of the tasks it makes (Any-tasks'
 	// copies: any_recover.go).
 	recover func(err error, used bool) error
+	// done is the core.Op.Done of the tasks it makes (Any-tasks' copies,
+	// timed for the placement model).
+	done func(err error, ready time.Time)
 }
 
 // Nowait returns the device's constructs as tasks that wait for the tasks
@@ -146,7 +151,7 @@ func (a Async) spawn(make func(cd *core.Device) (core.Op, error)) *Task {
 		if err != nil {
 			return nil, err
 		}
-		op.Recover = a.recover
+		op.Recover, op.Done = a.recover, a.done
 		return rt.Spawn(cd, op, deps, fallback), nil
 	})
 	return t
@@ -169,6 +174,9 @@ func (a Async) start(spawn func(rt *core.Runtime, deps []core.Dep) (*core.Task, 
 		}
 	}
 	t.err = err
+	if err != nil && rt != nil {
+		noteNotCreated(rt, t)
+	}
 	if a.group != nil {
 		a.group.Add(t)
 	}
@@ -245,7 +253,7 @@ func (a Async) Memcpy(dst, src DevicePtr, n int64) *Task {
 		if cd == nil {
 			return rt.SpawnHost("omp_target_memcpy", func() error { return core.Memcpy(dl, sl, n) }, deps), nil
 		}
-		op.Recover = a.recover
+		op.Recover, op.Done = a.recover, a.done
 		return rt.Spawn(cd, op, deps, false), nil
 	})
 }
@@ -290,6 +298,9 @@ func Taskwait(ctx context.Context) error {
 		return rerr // this package's error
 	}
 	err := rt.Taskwait(ctx)
+	if cerr := takeNotCreated(rt); cerr != nil {
+		err = errors.Join(cerr, err)
+	}
 	if s := anyOf(rt); s != nil && (err == nil || ctx.Err() == nil) {
 		// The Any-tasks' buffers back to the program: host copies valid,
 		// device copies freed.
@@ -353,6 +364,7 @@ func (g *Group) Wait(ctx context.Context) error {
 			if first == nil {
 				first = t.err
 			}
+			reportedNotCreated(t)
 			continue
 		}
 		created = append(created, t.t)

@@ -9,22 +9,29 @@ import (
 )
 
 // Model chooses a device for each task by its expected finish time, as
-// StarPU's dmda scheduler does: for each device, the work already placed
-// there and not finished, plus the copies the task would need there, plus
-// the kernel's expected time there; the smallest wins. Kernel times are
-// learned per kernel, per device and per size (a power of two of the bytes
-// the task uses), as the median of what the latest tasks took; a copy costs
-// a fixed latency and bandwidth (CopyCost: not learned yet). A kernel not yet timed on a device is tried there
-// first (one task at a time), so that every device gets measured.
+// HEFT and StarPU's dmda scheduler do: for each device, the task starts
+// once the device has done the work placed there before it and its inputs
+// are there (the tasks that write them expected to end, then the copies
+// the task needs there), and ends the kernel's expected time later; the
+// earliest end wins. Kernel times are learned per kernel, per device and
+// per size (a power of two of the bytes the task uses), as the median of
+// what the latest tasks took; copies' times per pair of places and size
+// (CopyCost). A kernel not yet timed on a device is tried there first (one
+// task at a time), so that every device gets measured.
 //
 // A Model is not safe for concurrent use.
 type Model struct {
-	ndev    int
-	pending []time.Duration // expected work placed on each device and not finished
-	busy    []int           // tasks placed on each device and not finished
-	last    []time.Time     // when each device last finished a task
-	exec    map[execKey]*avg
+	ndev   int
+	avail  []time.Time // when each device is expected to have done the work placed there
+	busy   []int       // tasks placed on each device and not finished
+	ran    [][]span    // each device's latest tasks: when each could start and ended (a ring)
+	nran   []int       // tasks recorded in ran, per device
+	exec   map[execKey]*avg
+	ends   map[int64]time.Time // when each placed task not finished is expected to end, by its id (Expect)
+	copies map[copyKey]*avg    // copies' times, learned (Copied)
 }
+
+type copyKey struct{ from, to, size int }
 
 type execKey struct {
 	kernel string
@@ -37,6 +44,13 @@ type avg struct {
 	n    int           // samples taken (-1: a trial under way)
 	last [medianOf]time.Duration
 }
+
+// span is when a finished task could start on its device at the earliest
+// and when it ended.
+type span struct{ start, end time.Time }
+
+// spansKept is how many of a device's latest tasks Done looks back on.
+const spansKept = 32
 
 // medianOf is how many of a kernel's latest times on a device its
 // estimate is the median of: a time that includes a wait (the device
@@ -54,8 +68,9 @@ func (a *avg) add(d time.Duration) {
 	a.d = s[k/2]
 }
 
-// The link figures a copy's cost is counted with: about what a copy
-// between two processes of one machine takes.
+// The link figures a copy's cost is counted with until copies of its size
+// between its two places were timed (Copied): about what a copy between
+// two processes of one machine takes.
 const (
 	copyLatency = 30 * time.Microsecond
 	copyBPS     = 4e9
@@ -64,11 +79,14 @@ const (
 // NewModel returns a model of ndev devices (0 to ndev-1).
 func NewModel(ndev int) *Model {
 	return &Model{
-		ndev:    ndev,
-		pending: make([]time.Duration, ndev),
-		busy:    make([]int, ndev),
-		last:    make([]time.Time, ndev),
-		exec:    map[execKey]*avg{},
+		ndev:   ndev,
+		avail:  make([]time.Time, ndev),
+		busy:   make([]int, ndev),
+		ran:    make([][]span, ndev),
+		nran:   make([]int, ndev),
+		exec:   map[execKey]*avg{},
+		ends:   map[int64]time.Time{},
+		copies: map[copyKey]*avg{},
 	}
 }
 
@@ -81,9 +99,40 @@ func SizeClass(n int64) int {
 }
 
 // CopyCost is the expected time of a copy of n bytes between two places
-// (Host or a device): the same for every pair until links are measured.
+// (Host or a device): the median of the latest copies of its size class
+// between them, from when each could start to its end as the program saw
+// it (what a task that waits for the copy waits: the link's latency and
+// bandwidth, and the hand-offs on both sides), or the fixed link figures
+// until one was timed. Sizes within a class (a power of two) are not told
+// apart.
 func (m *Model) CopyCost(from, to int, n int64) time.Duration {
+	if a := m.copies[copyKey{from, to, SizeClass(n)}]; a != nil && a.n > 0 {
+		return a.d
+	}
 	return copyLatency + time.Duration(float64(n)/copyBPS*float64(time.Second))
+}
+
+// Copied records that a copy of n bytes from one place to another (Host
+// or a device), made at placed, whose inputs were written at ready (zero
+// if unknown), ended at end. A device's copies to others run in its queue:
+// a copy's time is counted from when the source's tasks that could start
+// before it ended (Done's rule), not from when its data was written, for
+// a copy that waited behind the source's next kernel is not a slow link.
+func (m *Model) Copied(from, to int, n int64, placed, ready, end time.Time) {
+	start := placed
+	if ready.After(start) {
+		start = ready
+	}
+	if from >= 0 && from < m.ndev {
+		start = m.startOn(from, start, end)
+	}
+	k := copyKey{from, to, SizeClass(n)}
+	a := m.copies[k]
+	if a == nil {
+		a = &avg{}
+		m.copies[k] = a
+	}
+	a.add(max(end.Sub(start), time.Microsecond))
 }
 
 // Estimate returns the expected time of kernel on device d for a task of
@@ -100,8 +149,9 @@ func (m *Model) Estimate(kernel string, d, size int) (time.Duration, bool) {
 type Choice struct {
 	Dev    int
 	Finish time.Duration // the expected finish time, from now
-	Queued time.Duration // of which the work already placed there
-	Copies time.Duration // the copies the task needs there
+	Queued time.Duration // until the work already placed there is done
+	Inputs time.Duration // when the tasks that write its inputs are expected to end
+	Copies time.Duration // the copies the task needs there, made once its inputs are written
 	Exec   time.Duration // and the kernel itself
 	Trial  bool          // the kernel was not timed there yet: tried
 }
@@ -112,20 +162,36 @@ func (c Choice) String() string {
 	if c.Trial {
 		return fmt.Sprintf("device %d: the kernel was not timed there yet", c.Dev)
 	}
+	if c.Inputs > 0 {
+		return fmt.Sprintf("device %d: expected to finish in %v (queued %v, inputs written in %v, copies %v, kernel %v)", c.Dev, c.Finish, c.Queued, c.Inputs, c.Copies, c.Exec)
+	}
 	return fmt.Sprintf("device %d: expected to finish in %v (queued %v, copies %v, kernel %v)", c.Dev, c.Finish, c.Queued, c.Copies, c.Exec)
 }
 
 // Choose returns the device where a task of kernel, of size class size,
 // is expected to finish first; copies(d) is the cost of the copies it
-// needs on d. Devices for which ok(d) is false are left out (lost ones);
-// it returns -1 if none is left.
+// needs on d, and inputs when the tasks that write its inputs are
+// expected to end (Inputs; zero: written). Choice's times are from now.
+// Devices for which ok(d) is false are left out (lost ones); it returns -1
+// if none is left.
+//
+// A task starts on d when d has done the work placed there before it
+// (its queue) and its inputs are there: written, then copied. That is
+// HEFT's earliest start time (without its insertion into gaps): where
+// tasks are placed far ahead of their completion (a program that makes
+// every iteration's tasks at once), a queue counted as the sum of its
+// tasks' kernel times, as dmda counts it, grows though the devices wait
+// for each other's results, and the device whose kernel times were learned
+// a little shorter looked free ever sooner, until tasks left their data
+// for it.
 //
 // Kernel times within sameSpeed (25%) of the fastest device's count as the
 // fastest's: devices of one speed, whose learned times differ by noise,
 // would otherwise see their queued work drift apart by that noise with
 // every task placed ahead, until moving the data looked worth it (the
 // bands of a stencil would hop between two equal devices).
-func (m *Model) Choose(kernel string, size int, copies func(d int) time.Duration, ok func(d int) bool) Choice {
+func (m *Model) Choose(now time.Time, kernel string, size int, inputs time.Time, copies func(d int) time.Duration, ok func(d int) bool) Choice {
+	in := max(0, inputs.Sub(now))
 	best := Choice{Dev: -1, Finish: math.MaxInt64}
 	ests := make([]time.Duration, m.ndev)
 	fastest := time.Duration(math.MaxInt64)
@@ -155,8 +221,8 @@ func (m *Model) Choose(kernel string, size int, copies func(d int) time.Duration
 		if float64(est) <= float64(fastest)*sameSpeed {
 			est = fastest
 		}
-		c := Choice{Dev: d, Queued: m.pending[d], Copies: copies(d), Exec: est}
-		c.Finish = c.Queued + c.Copies + c.Exec
+		c := Choice{Dev: d, Queued: max(0, m.avail[d].Sub(now)), Inputs: in, Copies: copies(d), Exec: est}
+		c.Finish = max(c.Queued, c.Inputs+c.Copies) + c.Exec
 		if c.Finish < best.Finish || (c.Finish == best.Finish && m.busy[d] < m.busy[best.Dev]) {
 			best = c
 		}
@@ -194,34 +260,81 @@ func (m *Model) guess(kernel string, size int) time.Duration {
 	return sum / time.Duration(n)
 }
 
-// Placed records that a task expected to take est was placed on d.
-func (m *Model) Placed(d int, est time.Duration) {
-	m.pending[d] += est
-	m.busy[d]++
+// Expect records that task id (a number the caller gives each task) is
+// expected to end c.Finish after now, for the tasks that read what it
+// writes (Inputs), until Forget.
+func (m *Model) Expect(id int64, now time.Time, c Choice) {
+	if !c.Trial && c.Dev >= 0 {
+		m.ends[id] = now.Add(c.Finish)
+	}
 }
 
-// Done records that a task of kernel, size class size, placed on d with
-// the estimate est at time placed, finished at end. Its time on the device
-// is counted from when it could start there at the earliest: when it was
-// placed, when the device's previous task finished, or when the last task
-// it waited for finished (ready, zero if unknown), whichever is latest: a
-// task that waits for its inputs must not teach the model that its kernel
-// is slow.
-func (m *Model) Done(kernel string, d, size int, est time.Duration, placed, ready, end time.Time) {
-	m.pending[d] = max(0, m.pending[d]-est)
+// Forget drops what Expect recorded of task id: it ended.
+func (m *Model) Forget(id int64) { delete(m.ends, id) }
+
+// Inputs returns when the latest of tasks ids is expected to end: zero if
+// each has ended, or is not known (Expect).
+func (m *Model) Inputs(ids []int64) time.Time {
+	var in time.Time
+	for _, id := range ids {
+		if at, ok := m.ends[id]; ok && at.After(in) {
+			in = at
+		}
+	}
+	return in
+}
+
+// Expected is how many tasks Expect recorded and Forget did not drop.
+func (m *Model) Expected() int { return len(m.ends) }
+
+// Placed records that a task was placed by choice c, made at now: the
+// device is expected to be busy until it ends.
+func (m *Model) Placed(now time.Time, c Choice) {
+	m.busy[c.Dev]++
+	if !c.Trial {
+		m.avail[c.Dev] = now.Add(c.Finish)
+	}
+}
+
+// startOn is when a task of device d that could start at s and ended at
+// end started by the device's latest tasks: at the latest end, before end,
+// of those that could start at s or before (it waited behind them).
+func (m *Model) startOn(d int, s, end time.Time) time.Time {
+	start := s
+	for _, r := range m.ran[d] {
+		if !r.start.After(s) && !r.end.After(end) && r.end.After(start) {
+			start = r.end
+		}
+	}
+	return start
+}
+
+// Done records that a task of kernel, size class size, placed on d at
+// time placed, finished at end. Its time on the device is counted from
+// when it could start there at the earliest: when it was placed or when the last task it waited for finished (ready, zero if
+// unknown), whichever is later, or when a task of d that could start
+// before it ended, if later: a task that waits for its inputs, or behind
+// another in the device's queue, must not teach the model that its
+// kernel is slow. A task that could start only after it and ended first
+// ran beside it (a device runs tasks that do not wait for each other at
+// once) and does not move its start: a long kernel that short ones ran
+// beside is not taken for a short one.
+func (m *Model) Done(kernel string, d, size int, placed, ready, end time.Time) {
 	m.busy[d]--
-	start := placed
-	if m.last[d].After(start) {
-		start = m.last[d]
+	s := placed
+	if ready.After(s) {
+		s = ready
 	}
-	if ready.After(start) {
-		start = ready
+	start := m.startOn(d, s, end)
+	ran := m.ran[d]
+	if len(ran) < spansKept {
+		m.ran[d] = append(ran, span{s, end})
+	} else {
+		ran[m.nran[d]%spansKept] = span{s, end}
 	}
-	if end.After(m.last[d]) {
-		m.last[d] = end
-	}
+	m.nran[d]++
 	if m.busy[d] == 0 {
-		m.pending[d] = 0 // what the estimates left over
+		m.avail[d] = end // nothing left there, however long it was expected to take
 	}
 	k := execKey{kernel, d, size}
 	a := m.exec[k]

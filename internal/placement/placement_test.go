@@ -157,36 +157,37 @@ func TestModelChooses(t *testing.T) {
 	none := func(int) time.Duration { return 0 }
 	t0 := time.Unix(1000, 0)
 	for d := range 2 {
-		c := m.Choose("k", 3, none, nil)
+		c := m.Choose(t0, "k", 3, time.Time{}, none, nil)
 		if !c.Trial || c.Dev != d {
 			t.Fatalf("choice %d = %+v, want a trial on device %d", d, c, d)
 		}
-		m.Placed(c.Dev, 0)
+		m.Placed(t0, c)
 	}
-	m.Done("k", 0, 3, 0, t0, time.Time{}, t0.Add(1*time.Millisecond))
+	m.Done("k", 0, 3, t0, time.Time{}, t0.Add(1*time.Millisecond))
 	// Device 1's task waited 6 ms for its inputs, then ran 4 ms: the
 	// wait is not the kernel's.
-	m.Done("k", 1, 3, 0, t0.Add(-6*time.Millisecond), t0, t0.Add(4*time.Millisecond))
+	m.Done("k", 1, 3, t0.Add(-6*time.Millisecond), t0, t0.Add(4*time.Millisecond))
 	var on [2]int
+	now := t0.Add(4 * time.Millisecond) // both devices idle
 	for range 10 {
-		c := m.Choose("k", 3, none, nil)
-		m.Placed(c.Dev, c.Exec)
+		c := m.Choose(now, "k", 3, time.Time{}, none, nil)
+		m.Placed(now, c)
 		on[c.Dev]++
 	}
 	if on[0] != 8 || on[1] != 2 {
 		t.Errorf("10 tasks of 1 ms on device 0 and 4 ms on device 1 went %v, want [8 2]", on)
 	}
 	m = NewModel(2)
-	m.Done("k", 0, 3, 0, t0, time.Time{}, t0.Add(time.Millisecond))
-	m.Done("k", 1, 3, 0, t0, time.Time{}, t0.Add(time.Millisecond))
+	m.Done("k", 0, 3, t0, time.Time{}, t0.Add(time.Millisecond))
+	m.Done("k", 1, 3, t0, time.Time{}, t0.Add(time.Millisecond))
 	m.busy = []int{0, 0}
-	if c := m.Choose("k", 3, func(d int) time.Duration { return time.Duration(1-d) * time.Millisecond }, nil); c.Dev != 1 {
+	if c := m.Choose(t0, "k", 3, time.Time{}, func(d int) time.Duration { return time.Duration(1-d) * time.Millisecond }, nil); c.Dev != 1 {
 		t.Errorf("with copies of 1 ms to device 0 only: %+v, want device 1", c)
 	}
-	if c := m.Choose("k", 3, none, func(d int) bool { return d != 0 }); c.Dev != 1 {
+	if c := m.Choose(t0, "k", 3, time.Time{}, none, func(d int) bool { return d != 0 }); c.Dev != 1 {
 		t.Errorf("device 0 lost: %+v, want device 1", c)
 	}
-	if c := m.Choose("k", 3, none, func(int) bool { return false }); c.Dev != -1 {
+	if c := m.Choose(t0, "k", 3, time.Time{}, none, func(int) bool { return false }); c.Dev != -1 {
 		t.Errorf("every device lost: %+v, want -1", c)
 	}
 }
@@ -351,14 +352,13 @@ func TestEvictable(t *testing.T) {
 func TestModelEqualDevicesKeepTheirData(t *testing.T) {
 	m := NewModel(2)
 	t0 := time.Unix(1000, 0)
-	m.Done("band", 0, 5, 0, t0, time.Time{}, t0.Add(1000*time.Microsecond))
-	m.Done("band", 1, 5, 0, t0, time.Time{}, t0.Add(1050*time.Microsecond))
+	m.Done("band", 0, 5, t0, time.Time{}, t0.Add(1000*time.Microsecond))
+	m.Done("band", 1, 5, t0, time.Time{}, t0.Add(1050*time.Microsecond))
 	m.busy = []int{0, 0}
-	m.pending = []time.Duration{0, 0}
 	moves := 0
 	for i := range 400 {
 		home := i % 2 // band i%2's data is on device home
-		c := m.Choose("band", 5, func(d int) time.Duration {
+		c := m.Choose(t0, "band", 5, time.Time{}, func(d int) time.Duration {
 			if d == home {
 				return 0
 			}
@@ -367,24 +367,128 @@ func TestModelEqualDevicesKeepTheirData(t *testing.T) {
 		if c.Dev != home {
 			moves++
 		}
-		m.Placed(c.Dev, c.Exec)
+		m.Placed(t0, c)
 	}
 	if moves != 0 {
 		t.Errorf("%d of 400 tasks left their data for a device 5%% faster", moves)
 	}
 	// A device twice as fast still wins work once its queue allows.
 	m = NewModel(2)
-	m.Done("k", 0, 5, 0, t0, time.Time{}, t0.Add(1000*time.Microsecond))
-	m.Done("k", 1, 5, 0, t0, time.Time{}, t0.Add(2000*time.Microsecond))
+	m.Done("k", 0, 5, t0, time.Time{}, t0.Add(1000*time.Microsecond))
+	m.Done("k", 1, 5, t0, time.Time{}, t0.Add(2000*time.Microsecond))
 	m.busy = []int{0, 0}
-	m.pending = []time.Duration{0, 0}
 	var on [2]int
 	for range 30 {
-		c := m.Choose("k", 5, func(int) time.Duration { return 0 }, nil)
+		c := m.Choose(t0, "k", 5, time.Time{}, func(int) time.Duration { return 0 }, nil)
 		on[c.Dev]++
-		m.Placed(c.Dev, c.Exec)
+		m.Placed(t0, c)
 	}
 	if on[0] != 20 || on[1] != 10 {
 		t.Errorf("30 tasks on devices of 1 ms and 2 ms went %v, want [20 10]", on)
+	}
+}
+
+// TestModelDoneBesideOthers: a long kernel that short tasks ran beside
+// (they could start only after it) is timed whole; tasks that queued behind
+// one another (each could start when the first did) are each timed from the
+// end of the one before.
+func TestModelDoneBesideOthers(t *testing.T) {
+	m := NewModel(1)
+	t0 := time.Unix(1000, 0)
+	ms := func(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Millisecond))) }
+	m.busy[0] = 5
+	// The long one could start at 0 and ends at 4; two short ones could
+	// start at 1 and 2 and end at 1.1 and 2.1, beside it.
+	m.Done("short", 0, 1, ms(1), time.Time{}, ms(1.1))
+	m.Done("short", 0, 1, ms(2), time.Time{}, ms(2.1))
+	m.Done("long", 0, 9, t0, time.Time{}, ms(4))
+	if est, _ := m.Estimate("long", 0, 9); est != 4*time.Millisecond {
+		t.Errorf("the long kernel with short tasks beside it: %v, want 4ms", est)
+	}
+	// Two more placed at 4 together, run one after the other: 1 ms each.
+	m.Done("k", 0, 3, ms(4), time.Time{}, ms(5))
+	m.Done("k", 0, 3, ms(4), time.Time{}, ms(6))
+	if est, _ := m.Estimate("k", 0, 3); est != time.Millisecond {
+		t.Errorf("two tasks queued together, ending 1 ms apart: %v, want 1ms", est)
+	}
+}
+
+// TestModelInputsKeepTasksWithTheirData: the Jacobi pattern placed far
+// ahead. Two devices whose learned kernel times differ by a third; each
+// step, two bands, each reading its own rows (on its device; moving them
+// costs 8 ms) and a halo row of the other's (0.1 ms to copy), written by
+// the step before. The devices wait for each other's results, so the
+// faster one is not free sooner: each band stays with its data for 500
+// steps. Without the inputs' expected ends, the faster device's queue
+// looked shorter and shorter until the bands moved to it.
+func TestModelInputsKeepTasksWithTheirData(t *testing.T) {
+	m := NewModel(2)
+	t0 := time.Unix(1000, 0)
+	m.Done("band", 0, 5, t0, time.Time{}, t0.Add(3*time.Millisecond))
+	m.Done("band", 1, 5, t0, time.Time{}, t0.Add(4*time.Millisecond))
+	m.busy = []int{0, 0}
+	now := t0.Add(4 * time.Millisecond)
+	var id int64
+	prev := [2]int64{}
+	moves := 0
+	for step := range 500 {
+		var cur [2]int64
+		for band := range 2 {
+			c := m.Choose(now, "band", 5, m.Inputs(prev[:]), func(d int) time.Duration {
+				if d == band {
+					return 100 * time.Microsecond
+				}
+				return 8 * time.Millisecond
+			}, nil)
+			if c.Dev != band {
+				moves++
+				if moves == 1 {
+					t.Logf("step %d, band %d: %v", step, band, c)
+				}
+			}
+			id++
+			m.Placed(now, c)
+			m.Expect(id, now, c)
+			cur[band] = id
+		}
+		prev = cur
+	}
+	if moves != 0 {
+		t.Errorf("%d of 1000 bands left their data", moves)
+	}
+	if m.Expected() != 1000 {
+		t.Errorf("Expected() = %d after 1000 tasks placed, want 1000", m.Expected())
+	}
+	for i := range id {
+		m.Forget(i + 1)
+	}
+	if m.Expected() != 0 {
+		t.Errorf("Expected() = %d after every task ended, want 0", m.Expected())
+	}
+}
+
+// TestModelLearnsCopies: a copy's cost is the fixed link figure until
+// copies of its size between its places were timed; then theirs, counted
+// from the end of the source's task it waited behind.
+func TestModelLearnsCopies(t *testing.T) {
+	m := NewModel(2)
+	t0 := time.Unix(1000, 0)
+	fixed := m.CopyCost(0, 1, 16<<10)
+	if fixed != copyLatency+time.Duration(float64(16<<10)/copyBPS*float64(time.Second)) {
+		t.Fatalf("untimed copy: %v", fixed)
+	}
+	// A kernel on device 0 could start at 0 and ran to 5 ms; the copy
+	// from device 0, ready at 1 ms, waited behind it and ended at 5.3 ms.
+	m.busy[0] = 1
+	m.Done("k", 0, 9, t0, time.Time{}, t0.Add(5*time.Millisecond))
+	m.Copied(0, 1, 16<<10, t0, t0.Add(time.Millisecond), t0.Add(5300*time.Microsecond))
+	if got := m.CopyCost(0, 1, 16<<10); got != 300*time.Microsecond {
+		t.Errorf("timed copy: %v, want 300µs", got)
+	}
+	if got := m.CopyCost(1, 0, 16<<10); got != fixed {
+		t.Errorf("the other way, not timed: %v, want the fixed %v", got, fixed)
+	}
+	if got := m.CopyCost(0, 1, 16<<20); got == 300*time.Microsecond {
+		t.Errorf("a copy 1000 times larger took the small one's time")
 	}
 }

@@ -165,6 +165,9 @@ type faultAt struct {
 	sig syscall.Signal
 	pid int
 	do  func()
+	// all counts the constructs of every device, not device 1's only: for
+	// a placement that may leave device 1 little work.
+	all bool
 
 	mu   sync.Mutex
 	seen int
@@ -176,7 +179,7 @@ func (f *faultAt) DataOp(offload.DataEvent)         {}
 func (f *faultAt) KernelLaunch(offload.KernelEvent) {}
 func (f *faultAt) Wait(offload.WaitEvent)           {}
 func (f *faultAt) TargetEnd(e offload.TargetEvent) {
-	if e.Device != 1 {
+	if e.Device != 1 && !f.all {
 		return
 	}
 	f.mu.Lock()

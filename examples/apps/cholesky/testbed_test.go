@@ -57,9 +57,13 @@ func TestFactorAnyTestbed(t *testing.T) {
 				devs = append(devs, d)
 				specs = append(specs, d.Spec)
 			}
-			const tiles, b2 = 6, 32
+			const tiles, b2 = 6, 192 // kernels that outweigh their copies over TCP: device 1 gets work as a rule
 			// Not armed (n out of reach) for the run without a fault.
-			f := &faultAt{n: 1 << 30, sig: syscall.SIGKILL, pid: devs[1].PID}
+			// Device 1 hurt once half the constructs have ended, on
+			// either device: over two device processes and the program on
+			// this machine's two cores, the model may give device 1
+			// little work.
+			f := &faultAt{n: 1 << 30, sig: syscall.SIGKILL, pid: devs[1].PID, all: true}
 			cut := make(chan struct{})
 			cutErr := make(chan error, 1)
 			if fault == "cut" {
@@ -93,12 +97,13 @@ func TestFactorAnyTestbed(t *testing.T) {
 				t.Fatalf("without a fault: %v", err)
 			}
 			f.mu.Lock()
-			f.n, f.seen = tiles*(tiles+1)*(tiles+2)/6/4, 0
+			t.Logf("without a fault, the devices ran %d constructs", f.seen)
+			f.n, f.seen = f.seen/2, 0
 			f.mu.Unlock()
 			m = NewMatrix(tiles, b2)
 			hurt := factorWithin(t, m, limit)
 			if !f.hurt() {
-				t.Fatalf("device 1 ran fewer than %d constructs: the fault never came", f.n)
+				t.Fatalf("the devices ran fewer than %d constructs: the fault never came", f.n)
 			}
 			if fault == "cut" {
 				if err := <-cutErr; err != nil {

@@ -23,24 +23,29 @@ var Band = offload.MustKernel3("jacobi.band", func(ctx offload.Ctx, next offload
 	})
 }).Named("next", "cur", "cols")
 
-// Fill sets every cell of an n×n grid to its starting value (Initial).
-var Fill = offload.MustKernel2("jacobi.fill", func(ctx offload.Ctx, u offload.Out[float64], n int) {
-	ctx.For(n, func(a, b int) {
+// Fill sets every cell of rows first, first+1, … of an n×n grid to its
+// starting value (Initial): u holds those rows.
+var Fill = offload.MustKernel3("jacobi.fill", func(ctx offload.Ctx, u offload.Out[float64], first, n int) {
+	ctx.For(len(u)/n, func(a, b int) {
 		for r := a; r < b; r++ {
 			for c := range n {
-				u[r*n+c] = Initial(r, c, n)
+				u[r*n+c] = Initial(first+r, c, n)
 			}
 		}
 	})
-}).Named("u", "n")
+}).Named("u", "first", "n")
 
 // SolveAny runs iters iterations on an n×n grid as Solve does, with every
-// task an Any-task (offload.Any): parts bands per iteration, each a task
-// that reads its rows and the rows above and below it of one grid and
-// writes its rows of the other. The runtime places the bands and moves
-// the halo rows between the devices; the program names no device. It
-// returns the grid and the time from the first task to the end of
-// Taskwait, with the grid back in the program's memory.
+// task an Any-task (offload.Any) and the same task graph: parts bands per
+// iteration, each split as Solve splits a block (when it has neighbours
+// and at least three rows) into its first and last rows, which the
+// neighbouring bands read, and the rows between, created after every
+// band's edge rows so that the halo rows travel while the rows between
+// are computed. Each task reads its rows and the rows above and below
+// them of one grid and writes its rows of the other. The runtime places
+// the tasks and moves the halo rows between the devices; the program
+// names no device. It returns the grid and the time from the first task
+// to the end of Taskwait, with the grid back in the program's memory.
 func SolveAny(parts, n, iters int) ([]float64, time.Duration, error) {
 	if err := CheckSize(n, iters); err != nil {
 		return nil, 0, err
@@ -50,13 +55,28 @@ func SolveAny(parts, n, iters int) ([]float64, time.Duration, error) {
 	any := offload.Any()
 	start := time.Now()
 	for _, g := range grids { // on a device: every later task uses a section of it
-		Fill.Nowait(any.Nowait(), g, n)
+		Fill.Nowait(any.Nowait(), g, 0, n)
 	}
+	// rows [lo, hi) of next from cur.
+	band := func(next, cur []float64, lo, hi int) {
+		Band.Nowait(any.Nowait(), next[lo*n:hi*n], cur[(lo-1)*n:(hi+1)*n], n)
+	}
+	split := func(lo, hi int) bool { return parts > 1 && hi-lo >= 3 }
 	for it := range iters {
 		cur, next := grids[it%2], grids[(it+1)%2]
 		for p := range parts {
 			lo, hi := 1+p*(n-2)/parts, 1+(p+1)*(n-2)/parts
-			Band.Nowait(any.Nowait(), next[lo*n:hi*n], cur[(lo-1)*n:(hi+1)*n], n)
+			if !split(lo, hi) {
+				band(next, cur, lo, hi)
+				continue
+			}
+			band(next, cur, lo, lo+1)
+			band(next, cur, hi-1, hi)
+		}
+		for p := range parts {
+			if lo, hi := 1+p*(n-2)/parts, 1+(p+1)*(n-2)/parts; split(lo, hi) {
+				band(next, cur, lo+1, hi-1)
+			}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
