@@ -275,7 +275,8 @@ func (a Async) Go(name string, fn func() error) *Task {
 // constructs going on in the background after their context was done; see
 // Device.WithContext), and returns the first error in creation order among
 // those tasks and the failures not reported yet, or ctx's error if ctx is
-// done first.
+// done first. A task that could not be created (its arguments refused) is
+// among them until its Wait or its group's Wait returns its error.
 //
 // Failures and dependencies: a task that fails makes fail every task that
 // depends on it and was created while the failed task was still in the

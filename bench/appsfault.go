@@ -184,14 +184,17 @@ func (r *faultRun) run(want *cholesky.Matrix) (pids [2]int, err error) {
 		if r.tool.fired.IsZero() {
 			return pids, fmt.Errorf("the fault never came: fewer than %d kernel tasks ended", r.tool.at)
 		}
-		// A construct on device 1 fails once its loss is seen (at once
-		// for a killed process, after the timeout for a stopped one),
-		// also where device 1 had nothing left to do when it was hurt.
-		if p, err := offload.On(1).Alloc(8); !errors.Is(err, offload.ErrDeviceLost) {
+		// A construct on device 1 that needs an answer from it fails once
+		// its loss is seen (at once for a killed process, after the
+		// timeout for a stopped one), also where device 1 had nothing
+		// left to do when it was hurt: the placement may have given it
+		// nothing after, and the factorization ended before the timeout.
+		x := make([]byte, 8)
+		if err := offload.On(1).EnterData(offload.To(x)); !errors.Is(err, offload.ErrDeviceLost) {
 			if err == nil {
-				offload.Free(p)
+				offload.On(1).ExitData(offload.Delete(x))
 			}
-			return pids, fmt.Errorf("device 1 after %v: allocating on it: %v, want it lost", r.sig, err)
+			return pids, fmt.Errorf("device 1 after %v: copying 8 bytes to it: %v, want it lost", r.sig, err)
 		}
 	}
 	return pids, nil
