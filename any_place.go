@@ -107,11 +107,16 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 	dev := On(d)
 	cd := s.rt.Devices[d]
 	regions := make([]placement.Buf, len(acc))
-	for i, b := range bufs {
+	for i := range acc {
 		regions[i] = s.table.Region(acc[i].Buf)
+	}
+	for i, b := range bufs {
 		if _, ok := s.bufs[regions[i]]; !ok { // a new region: this slice
 			s.bufs[regions[i]] = b
-			if s.rr.on {
+			// Its first version, for re-runs, if this task reads it: a
+			// region that its first task only writes (the first use
+			// is the whole region) is never read as the program left it.
+			if s.rr.on && s.readsRegion(acc, regions, regions[i]) {
 				s.snapshotTask(regions[i], b.v)
 			}
 		}
@@ -248,6 +253,17 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 		e.task.Store(t.t.ID)
 	}
 	return t, false
+}
+
+// readsRegion reports whether any of accesses acc (in regions) reads
+// region r.
+func (s *anySched) readsRegion(acc []placement.Access, regions []placement.Buf, r placement.Buf) bool {
+	for i, a := range acc {
+		if a.Read && regions[i] == r {
+			return true
+		}
+	}
+	return false
 }
 
 // isOutOfMemory reports whether err says a device's memory is full.

@@ -31,11 +31,16 @@ func TestAnyRerunAfterKill(t *testing.T) {
 	for _, c := range []struct {
 		hostTasks bool
 		rerunHost string
-	}{{false, ""}, {true, ""}, {true, "0"}} {
+		firstSet  bool // each buffer's first task writes it whole without reading it: no first version is kept
+	}{{false, "", false}, {true, "", false}, {true, "0", false}, {false, "", true}} {
 		name := "kernels"
 		if c.hostTasks {
 			name = "with-host-tasks"
 		}
+		if c.firstSet {
+			name = "first-written"
+		}
+		firstSet := c.firstSet
 		where := "the host"
 		if c.rerunHost == "0" {
 			name, where = name+"/rerun-on-devices", "device 0"
@@ -56,6 +61,12 @@ func TestAnyRerunAfterKill(t *testing.T) {
 				}
 			}
 			var all []*offload.Task
+			if firstSet {
+				for b := range nbuf {
+					all = append(all, anySet.Nowait(offload.Any().Nowait(), int64(b), bufs[b]))
+					model.set(int64(b), b)
+				}
+			}
 			for i := range tasks {
 				dst := r.IntN(nbuf)
 				kv := int64(r.IntN(5))

@@ -54,6 +54,44 @@ type depState struct {
 type depIn struct {
 	t   *Task
 	end uintptr
+	// by is, for each address other than the history's own where writers
+	// waited for t (their objects overlap t's), the latest of them: a
+	// writer there that comes after it is after t already and needs no
+	// edge to t. A history with no writer at its own address keeps its
+	// readers until they finish; where tasks are created far ahead of
+	// their running, every writer would otherwise wait for every reader
+	// left there, of every step created before (the rows a stencil's edge
+	// task reads, which the tasks on the rows beside it write from other
+	// addresses).
+	by []depBy
+}
+
+// depBy is the latest writer at an address that waited for a reader.
+type depBy struct {
+	addr uintptr
+	t    *Task
+}
+
+// after reports whether a writer at addr whose predecessor there is prev
+// (the last writer at addr) comes after in's reader through prev.
+func (in *depIn) after(addr uintptr, prev *Task) bool {
+	for _, b := range in.by {
+		if b.addr == addr {
+			return prev != nil && b.t == prev
+		}
+	}
+	return false
+}
+
+// waited records that writer t at addr waited for in's reader.
+func (in *depIn) waited(addr uintptr, t *Task) {
+	for i := range in.by {
+		if in.by[i].addr == addr {
+			in.by[i].t = t
+			return
+		}
+	}
+	in.by = append(in.by, depBy{addr, t})
 }
 
 // tasks is the runtime's task bookkeeping.
@@ -137,15 +175,21 @@ func (r *Runtime) register(t *Task, deps []Dep) []*Task {
 		// on one row after the tasks on the rows below it that another
 		// task named from the same first row (a halo row's copy after the
 		// neighbour's band).
+		prev := st.out // the last writer here, which t comes after
 		ts.overlapping(st, end, func(o *depState) {
 			if o.outEnd > d.Addr { // o starts before end: they overlap if it reaches d.Addr
 				add(o.out)
 			}
 			if d.Kind != DepIn {
-				for _, in := range o.ins {
-					if in.end > d.Addr {
+				for i := range o.ins {
+					in := &o.ins[i]
+					if in.end <= d.Addr {
+						continue
+					}
+					if !in.after(d.Addr, prev) {
 						add(in.t)
 					}
+					in.waited(d.Addr, t)
 				}
 			}
 		})
@@ -155,7 +199,7 @@ func (r *Runtime) register(t *Task, deps []Dep) []*Task {
 				st.ins = slices.DeleteFunc(st.ins, func(in depIn) bool { return finished(in.t) && !holds(in.t) })
 				st.pruneAt = max(8, 2*len(st.ins))
 			}
-			st.ins = append(st.ins, depIn{t, end})
+			st.ins = append(st.ins, depIn{t: t, end: end})
 			continue
 		}
 		reach := end

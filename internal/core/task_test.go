@@ -254,3 +254,46 @@ func wantPreds(t *testing.T, name string, got []*Task, want ...*Task) {
 		}
 	}
 }
+
+// TestTaskReadersWaitedForFromElsewhere: the stencil of jacobi.SolveAny,
+// every step created before any runs. A reader of rows 0..2 at row 0,
+// where no task writes, and writers of row 1 and of rows 2..9 from their
+// own addresses, step after step. A writer waits for the readers since its
+// own address's last writer; it needs no edge to older readers, which that
+// writer waited for: its predecessors stay a few, where they grew with
+// every step created before.
+func TestTaskReadersWaitedForFromElsewhere(t *testing.T) {
+	r := taskRuntime()
+	buf := make([]int64, 64)
+	sec := func(kind DepKind, lo, hi int) Dep {
+		return Dep{Kind: kind, Addr: uintptr(unsafe.Pointer(&buf[lo])), Size: uintptr(hi-lo) * 8, Keep: unsafe.Pointer(&buf[0])}
+	}
+	reg := func(deps ...Dep) (*Task, []*Task) {
+		task := &Task{done: make(chan struct{})}
+		return task, r.register(task, deps)
+	}
+	var row1, rows2 *Task // the last writers
+	for step := range 200 {
+		read, _ := reg(sec(DepIn, 0, 3))
+		w1, p := reg(sec(DepOut, 1, 2))
+		want := []*Task{read}
+		if row1 != nil {
+			want = append(want, row1)
+		}
+		wantPreds(t, fmt.Sprintf("step %d: out [1,2)", step), p, want...)
+		w2, p := reg(sec(DepOut, 2, 10))
+		want = []*Task{read}
+		if rows2 != nil {
+			want = append(want, rows2)
+		}
+		wantPreds(t, fmt.Sprintf("step %d: out [2,10)", step), p, want...)
+		row1, rows2 = w1, w2
+	}
+	// A writer of row 0, the first there: it waits for every reader left
+	// (none is done), none of the writers it follows having waited for
+	// them.
+	_, p := reg(sec(DepOut, 0, 1))
+	if len(p) != 200 {
+		t.Errorf("out [0,1), the first there: %d predecessors, want the 200 readers", len(p))
+	}
+}

@@ -21,17 +21,29 @@ import (
 //
 // A Model is not safe for concurrent use.
 type Model struct {
-	ndev   int
-	avail  []time.Time // when each device is expected to have done the work placed there
-	busy   []int       // tasks placed on each device and not finished
-	ran    [][]span    // each device's latest tasks: when each could start and ended (a ring)
-	nran   []int       // tasks recorded in ran, per device
-	exec   map[execKey]*avg
-	ends   map[int64]time.Time // when each placed task not finished is expected to end, by its id (Expect)
-	copies map[copyKey]*avg    // copies' times, learned (Copied)
+	ndev  int
+	avail []time.Time // when each device is expected to have done the work placed there
+	busy  []int       // tasks placed on each device and not finished
+	ran   [][]span    // each device's latest tasks: when each could start and ended (a ring)
+	nran  []int       // tasks recorded in ran, per device
+	exec  map[execKey]*avg
+	ends  map[int64]time.Time // when each placed task not finished is expected to end, by its id (Expect)
+	links map[linkKey]*link   // copies' times, learned per pair of places (Copied)
 }
 
-type copyKey struct{ from, to, size int }
+// linkKey is a pair of places (Host or a device), the lower first: a link
+// is taken to cost the same both ways, so that the copies of each
+// direction teach the model about both.
+type linkKey struct{ a, b int }
+
+func linkOf(from, to int) linkKey { return linkKey{min(from, to), max(from, to)} }
+
+// link is what the copies between two places took: the latency of small
+// copies, and the time per MiB of large ones beyond it.
+type link struct {
+	lat    avg
+	perMiB avg
+}
 
 type execKey struct {
 	kernel string
@@ -58,6 +70,11 @@ const spansKept = 32
 // little, where it moved a mean.
 const medianOf = 7
 
+// least is the shortest of the latest times.
+func (a *avg) least() time.Duration {
+	return slices.Min(a.last[:min(a.n, medianOf)])
+}
+
 func (a *avg) add(d time.Duration) {
 	a.last[a.n%medianOf] = d
 	a.n++
@@ -79,14 +96,14 @@ const (
 // NewModel returns a model of ndev devices (0 to ndev-1).
 func NewModel(ndev int) *Model {
 	return &Model{
-		ndev:   ndev,
-		avail:  make([]time.Time, ndev),
-		busy:   make([]int, ndev),
-		ran:    make([][]span, ndev),
-		nran:   make([]int, ndev),
-		exec:   map[execKey]*avg{},
-		ends:   map[int64]time.Time{},
-		copies: map[copyKey]*avg{},
+		ndev:  ndev,
+		avail: make([]time.Time, ndev),
+		busy:  make([]int, ndev),
+		ran:   make([][]span, ndev),
+		nran:  make([]int, ndev),
+		exec:  map[execKey]*avg{},
+		ends:  map[int64]time.Time{},
+		links: map[linkKey]*link{},
 	}
 }
 
@@ -99,18 +116,37 @@ func SizeClass(n int64) int {
 }
 
 // CopyCost is the expected time of a copy of n bytes between two places
-// (Host or a device): the median of the latest copies of its size class
-// between them, from when each could start to its end as the program saw
-// it (what a task that waits for the copy waits: the link's latency and
-// bandwidth, and the hand-offs on both sides), or the fixed link figures
-// until one was timed. Sizes within a class (a power of two) are not told
-// apart.
+// (Host or a device): a latency and a time per byte, learned from the
+// copies between them (either way) as the least of the latest: of small
+// copies' times for the latency, and of large copies' times beyond it for
+// the bandwidth; until then 30 µs and 4 GB/s. The least, not the median:
+// a copy that waited for its source's cores (a device process busy with a
+// kernel) took longer than the link needs, and more often than not where
+// devices share a machine's cores. A copy's time is counted
+// from when it could start to its end as the program saw it (what a task
+// that waits for the copy waits: the hand-offs on both sides and the
+// link). A latency and a bandwidth, not a time per size: a copy of more
+// bytes never looks cheaper, which the placement's choices between
+// devices that need copies of a few rows each turn on.
 func (m *Model) CopyCost(from, to int, n int64) time.Duration {
-	if a := m.copies[copyKey{from, to, SizeClass(n)}]; a != nil && a.n > 0 {
-		return a.d
+	lat, perMiB := copyLatency, time.Duration(float64(1<<20)/copyBPS*float64(time.Second))
+	if l := m.links[linkOf(from, to)]; l != nil {
+		if l.lat.n > 0 {
+			lat = l.lat.least()
+		}
+		if l.perMiB.n > 0 {
+			perMiB = l.perMiB.least()
+		}
 	}
-	return copyLatency + time.Duration(float64(n)/copyBPS*float64(time.Second))
+	return lat + time.Duration(float64(n)/(1<<20)*float64(perMiB))
 }
+
+// The sizes of copies that time a link's latency (at most smallCopy
+// bytes) and its bandwidth (at least largeCopy).
+const (
+	smallCopy = 64 << 10
+	largeCopy = 1 << 20
+)
 
 // Copied records that a copy of n bytes from one place to another (Host
 // or a device), made at placed, whose inputs were written at ready (zero
@@ -126,13 +162,23 @@ func (m *Model) Copied(from, to int, n int64, placed, ready, end time.Time) {
 	if from >= 0 && from < m.ndev {
 		start = m.startOn(from, start, end)
 	}
-	k := copyKey{from, to, SizeClass(n)}
-	a := m.copies[k]
-	if a == nil {
-		a = &avg{}
-		m.copies[k] = a
+	d := max(end.Sub(start), time.Microsecond)
+	k := linkOf(from, to)
+	l := m.links[k]
+	if l == nil {
+		l = &link{}
+		m.links[k] = l
 	}
-	a.add(max(end.Sub(start), time.Microsecond))
+	switch {
+	case n <= smallCopy:
+		l.lat.add(d)
+	case n >= largeCopy:
+		lat := copyLatency
+		if l.lat.n > 0 {
+			lat = l.lat.least()
+		}
+		l.perMiB.add(max(time.Duration(float64(d-lat)/(float64(n)/(1<<20))), time.Nanosecond))
+	}
 }
 
 // Estimate returns the expected time of kernel on device d for a task of

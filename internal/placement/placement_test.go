@@ -467,28 +467,39 @@ func TestModelInputsKeepTasksWithTheirData(t *testing.T) {
 	}
 }
 
-// TestModelLearnsCopies: a copy's cost is the fixed link figure until
-// copies of its size between its places were timed; then theirs, counted
-// from the end of the source's task it waited behind.
+// TestModelLearnsCopies: a copy's cost is the fixed link figures until
+// copies between its places (either way) were timed; then a learned
+// latency, from small copies counted from the end of the source's task
+// they waited behind, and a learned bandwidth, from large ones. A larger
+// copy never costs less than a smaller one.
 func TestModelLearnsCopies(t *testing.T) {
 	m := NewModel(2)
 	t0 := time.Unix(1000, 0)
+	us := func(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Microsecond))) }
 	fixed := m.CopyCost(0, 1, 16<<10)
 	if fixed != copyLatency+time.Duration(float64(16<<10)/copyBPS*float64(time.Second)) {
 		t.Fatalf("untimed copy: %v", fixed)
 	}
 	// A kernel on device 0 could start at 0 and ran to 5 ms; the copy
-	// from device 0, ready at 1 ms, waited behind it and ended at 5.3 ms.
+	// from device 0, ready at 1 ms, waited behind it and ended 300 µs
+	// after it.
 	m.busy[0] = 1
-	m.Done("k", 0, 9, t0, time.Time{}, t0.Add(5*time.Millisecond))
-	m.Copied(0, 1, 16<<10, t0, t0.Add(time.Millisecond), t0.Add(5300*time.Microsecond))
-	if got := m.CopyCost(0, 1, 16<<10); got != 300*time.Microsecond {
-		t.Errorf("timed copy: %v, want 300µs", got)
+	m.Done("k", 0, 9, t0, time.Time{}, us(5000))
+	m.Copied(0, 1, 16<<10, t0, us(1000), us(5300))
+	perMiB := time.Duration(float64(1<<20) / copyBPS * float64(time.Second))
+	if got, want := m.CopyCost(0, 1, 16<<10), 300*time.Microsecond+perMiB/64; got != want {
+		t.Errorf("timed copy: %v, want %v", got, want)
 	}
-	if got := m.CopyCost(1, 0, 16<<10); got != fixed {
-		t.Errorf("the other way, not timed: %v, want the fixed %v", got, fixed)
+	if got, want := m.CopyCost(1, 0, 16<<10), m.CopyCost(0, 1, 16<<10); got != want {
+		t.Errorf("the other way: %v, want the same %v", got, want)
 	}
-	if got := m.CopyCost(0, 1, 16<<20); got == 300*time.Microsecond {
-		t.Errorf("a copy 1000 times larger took the small one's time")
+	if got := m.CopyCost(0, 1, 32<<10); got <= m.CopyCost(0, 1, 16<<10) {
+		t.Errorf("32 KiB: %v, not more than 16 KiB's %v", got, m.CopyCost(0, 1, 16<<10))
+	}
+	// 16 MiB from the host in 30 µs (the fixed latency: none timed
+	// there) + 2 ms: 125 µs per MiB.
+	m.Copied(Host, 1, 16<<20, t0, time.Time{}, us(2030))
+	if got, want := m.CopyCost(1, Host, 32<<20), copyLatency+32*125*time.Microsecond; got != want {
+		t.Errorf("32 MiB after a 16 MiB copy: %v, want %v", got, want)
 	}
 }
