@@ -70,11 +70,6 @@ const spansKept = 32
 // little, where it moved a mean.
 const medianOf = 7
 
-// least is the shortest of the latest times.
-func (a *avg) least() time.Duration {
-	return slices.Min(a.last[:min(a.n, medianOf)])
-}
-
 func (a *avg) add(d time.Duration) {
 	a.last[a.n%medianOf] = d
 	a.n++
@@ -117,12 +112,9 @@ func SizeClass(n int64) int {
 
 // CopyCost is the expected time of a copy of n bytes between two places
 // (Host or a device): a latency and a time per byte, learned from the
-// copies between them (either way) as the least of the latest: of small
-// copies' times for the latency, and of large copies' times beyond it for
-// the bandwidth; until then 30 µs and 4 GB/s. The least, not the median:
-// a copy that waited for its source's cores (a device process busy with a
-// kernel) took longer than the link needs, and more often than not where
-// devices share a machine's cores. A copy's time is counted
+// copies between them (either way) as the medians of the latest: of small
+// copies' times for the latency, and of larger copies' times beyond it for
+// the bandwidth; until then 30 µs and 4 GB/s. A copy's time is counted
 // from when it could start to its end as the program saw it (what a task
 // that waits for the copy waits: the hand-offs on both sides and the
 // link). A latency and a bandwidth, not a time per size: a copy of more
@@ -132,21 +124,18 @@ func (m *Model) CopyCost(from, to int, n int64) time.Duration {
 	lat, perMiB := copyLatency, time.Duration(float64(1<<20)/copyBPS*float64(time.Second))
 	if l := m.links[linkOf(from, to)]; l != nil {
 		if l.lat.n > 0 {
-			lat = l.lat.least()
+			lat = l.lat.d
 		}
 		if l.perMiB.n > 0 {
-			perMiB = l.perMiB.least()
+			perMiB = l.perMiB.d
 		}
 	}
 	return lat + time.Duration(float64(n)/(1<<20)*float64(perMiB))
 }
 
-// The sizes of copies that time a link's latency (at most smallCopy
-// bytes) and its bandwidth (at least largeCopy).
-const (
-	smallCopy = 64 << 10
-	largeCopy = 1 << 20
-)
+// smallCopy is the size of the copies that time a link's latency (at most
+// it) and its bandwidth (larger ones).
+const smallCopy = 64 << 10
 
 // Copied records that a copy of n bytes from one place to another (Host
 // or a device), made at placed, whose inputs were written at ready (zero
@@ -172,10 +161,10 @@ func (m *Model) Copied(from, to int, n int64, placed, ready, end time.Time) {
 	switch {
 	case n <= smallCopy:
 		l.lat.add(d)
-	case n >= largeCopy:
+	default:
 		lat := copyLatency
 		if l.lat.n > 0 {
-			lat = l.lat.least()
+			lat = l.lat.d
 		}
 		l.perMiB.add(max(time.Duration(float64(d-lat)/(float64(n)/(1<<20))), time.Nanosecond))
 	}
