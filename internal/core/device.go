@@ -221,13 +221,16 @@ func (d *Device) newID() uint64 {
 func (d *Device) beginOn(op string, q *cqueue, task uint64, nowait bool) *work {
 	w := &work{d: d, cq: q, q: q.Queue, op: op, task: task, nowait: nowait}
 	w.used = w.usedBuf[:0]
+	// The span opens before the tag goes out: a device places its
+	// operations' times no earlier than the tag's sending (TaggedQueue),
+	// so they lie inside the span.
+	if d.tool != nil {
+		d.tool.TargetBegin(TargetEvent{Where: w.where(), Name: op, Nowait: nowait})
+	}
 	if d.tagged {
 		if tq, ok := q.Queue.(plugin.TaggedQueue); ok {
 			tq.Tag(task)
 		}
-	}
-	if d.tool != nil {
-		d.tool.TargetBegin(TargetEvent{Where: w.where(), Name: op, Nowait: nowait})
 	}
 	return w
 }
