@@ -2,6 +2,7 @@ package offload_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,8 +13,9 @@ import (
 
 // TestProfileUnwritableAtStart (issue 34): a GOFFLOAD_PROFILE path that
 // cannot be written fails Start, naming it, instead of Stop after the
-// whole run; a writable one starts, and Start leaves nothing there before
-// Stop writes the trace.
+// whole run, and leaves nothing behind: kernels can be registered after
+// it, as after any Start that failed; a writable one starts, and Start
+// leaves nothing there before Stop writes the trace.
 func TestProfileUnwritableAtStart(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "no-such-dir", "trace.json")
@@ -24,6 +26,10 @@ func TestProfileUnwritableAtStart(t *testing.T) {
 	}
 	if !errors.Is(err, offload.ErrConfig) || !strings.Contains(err.Error(), bad) {
 		t.Errorf("Start: %v, want ErrConfig naming %s", err, bad)
+	}
+	name := fmt.Sprintf("test.profile.after.%d", sigRuns.Add(1))
+	if _, err := offload.NewKernel(name, func(ctx offload.Ctx, x []int64) {}); err != nil {
+		t.Errorf("registering a kernel after the refused Start: %v", err)
 	}
 	good := filepath.Join(dir, "trace.json")
 	if err := offload.Start(offload.WithDevices("host"), offload.WithProfile(good)); err != nil {

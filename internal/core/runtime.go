@@ -37,11 +37,16 @@ func Start(cfg Config) (*Runtime, error) {
 	if cfg.CheckMaps {
 		info |= InfoCheck
 	}
-	r := &Runtime{Cfg: cfg, Log: NewLogger(info, cfg.InfoOut), Image: entries.Seal()}
 	if cfg.Profile != "" {
+		// Before the kernel table is sealed: a Start refused here has
+		// nothing to undo (it left the table sealed, so that no kernel
+		// could be registered again).
 		if err := checkWritable(cfg.Profile); err != nil {
 			return nil, err
 		}
+	}
+	r := &Runtime{Cfg: cfg, Log: NewLogger(info, cfg.InfoOut), Image: entries.Seal()}
+	if cfg.Profile != "" {
 		r.trace = NewTrace()
 		if cfg.Tool != nil {
 			r.Cfg.Tool = tools{cfg.Tool, r.trace}
