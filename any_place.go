@@ -71,11 +71,14 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 		}
 		return &plans[d]
 	}
-	// The tasks that write its inputs, for when they are expected to end.
+	// Who wrote each part of its inputs last: its lineage (entry), and
+	// the tasks the model expects its inputs from.
+	reads := make([][]placement.Piece, len(acc))
 	var writers []int64
-	for _, ac := range acc {
+	for i, ac := range acc {
 		if ac.Read {
-			for _, p := range s.table.Writers(ac.Buf) {
+			reads[i] = s.table.Writers(ac.Buf)
+			for _, p := range reads[i] {
 				if p.Writer != 0 {
 					writers = append(writers, p.Writer)
 				}
@@ -211,7 +214,7 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 		}
 	}
 	op := core.TargetOpWith(k.k, present, geo)
-	e := s.entry(k, a.dev, o, args, kargs, acc, argOf, size)
+	e := s.entry(k, a.dev, o, args, kargs, acc, argOf, size, reads)
 	if e != nil && !k.once {
 		outs := make([]any, len(bufs))
 		for i, b := range bufs {

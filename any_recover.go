@@ -120,20 +120,17 @@ func (s *anySched) snapshotTask(region placement.Buf, v reflect.Value) {
 	}, deps)
 }
 
-// entry records an Any-task of kernel k placed on dev; s.mu is held. It
-// returns nil where the task cannot be re-run: re-runs are off, or its
-// arguments are not one per parameter (a struct holding slices).
-func (s *anySched) entry(k *Kernel, dev Device, o launchOpts, args []any, kargs []core.KernelArg, acc []placement.Access, argOf []int, size int64) *anyEntry {
+// entry records an Any-task of kernel k placed on dev, whose accesses
+// that read read what reads says (the table's Writers, per access); s.mu
+// is held. It returns nil where the task cannot be re-run: re-runs are
+// off, or its arguments are not one per parameter (a struct holding
+// slices).
+func (s *anySched) entry(k *Kernel, dev Device, o launchOpts, args []any, kargs []core.KernelArg, acc []placement.Access, argOf []int, size int64, reads [][]placement.Piece) *anyEntry {
 	s.rr.next++
 	if !s.rr.on || len(kargs) != len(args) || len(o.with) > 0 {
 		return nil
 	}
-	e := &anyEntry{id: s.rr.next, k: k, dev: dev, o: o, args: args, acc: acc, argOf: argOf, size: size, reads: make([][]placement.Piece, len(acc))}
-	for i, a := range acc {
-		if a.Read {
-			e.reads[i] = s.table.Writers(a.Buf)
-		}
-	}
+	e := &anyEntry{id: s.rr.next, k: k, dev: dev, o: o, args: args, acc: acc, argOf: argOf, size: size, reads: reads}
 	s.rr.mu.Lock()
 	s.rr.entries[e.id] = e
 	s.rr.mu.Unlock()

@@ -176,15 +176,12 @@ func TestInTaskInsideKernels(t *testing.T) {
 // sections are not; the histories go once the tasks are done.
 func TestTaskOverlappingSections(t *testing.T) {
 	r := taskRuntime()
-	buf := make([]int64, 64)
-	sec := func(kind DepKind, lo, hi int) Dep {
-		return Dep{Kind: kind, Addr: uintptr(unsafe.Pointer(&buf[lo])), Size: uintptr(hi-lo) * 8, Keep: unsafe.Pointer(&buf[0])}
-	}
+	sec, register := sections(r)
 	var all []*Task
 	reg := func(deps ...Dep) (*Task, []*Task) {
-		task := &Task{done: make(chan struct{})}
+		task, p := register(deps...)
 		all = append(all, task)
-		return task, r.register(task, deps)
+		return task, p
 	}
 	w1, p := reg(sec(DepOut, 0, 10))
 	wantPreds(t, "out [0,10)", p)
@@ -196,7 +193,7 @@ func TestTaskOverlappingSections(t *testing.T) {
 	wantPreds(t, "out [12,14) after readers of [5,15) and [10,20)", p, r1, r2)
 	_, p = reg(sec(DepInOut, 0, 64))
 	wantPreds(t, "inout of the whole after everything", p, w1, r1, r2, w2)
-	x, p := reg(sec(DepIn, 30, 31), Dep{Kind: DepIn, Addr: uintptr(unsafe.Pointer(&buf[40])), Size: 8})
+	x, p := reg(sec(DepIn, 30, 31), sec(DepIn, 40, 41))
 	wantPreds(t, "in after the whole's writer", p, all[4])
 	_ = x
 	for _, task := range all {
@@ -217,15 +214,7 @@ func TestTaskOverlappingSections(t *testing.T) {
 // for the larger sections it replaced there, so a later task on their far
 // part still waits for it, and through it for them.
 func TestTaskSectionsAtOneAddress(t *testing.T) {
-	r := taskRuntime()
-	buf := make([]int64, 64)
-	sec := func(kind DepKind, lo, hi int) Dep {
-		return Dep{Kind: kind, Addr: uintptr(unsafe.Pointer(&buf[lo])), Size: uintptr(hi-lo) * 8, Keep: unsafe.Pointer(&buf[0])}
-	}
-	reg := func(deps ...Dep) (*Task, []*Task) {
-		task := &Task{done: make(chan struct{})}
-		return task, r.register(task, deps)
-	}
+	sec, reg := sections(taskRuntime())
 	band, _ := reg(sec(DepIn, 7, 16))    // a band reads its rows and the halo row 7
 	upper, p := reg(sec(DepInOut, 0, 8)) // the band above writes rows 0..7
 	wantPreds(t, "inout [0,8) after in [7,16)", p, band)
@@ -240,6 +229,21 @@ func TestTaskSectionsAtOneAddress(t *testing.T) {
 	wantPreds(t, "out [7,8) after the readers of row 7 and its writer", p, upper, band, halo)
 	_, p = reg(sec(DepOut, 12, 14))
 	wantPreds(t, "out [12,14) after the band's writer and the writer standing for the read of [7,16)", p, lower, w7)
+}
+
+// sections returns, for tests of r's dependence history on sections of one
+// array of 64 int64s, a depend clause of kind on its elements [lo, hi),
+// and a registration of a new task (not run) with clauses.
+func sections(r *Runtime) (sec func(kind DepKind, lo, hi int) Dep, reg func(deps ...Dep) (*Task, []*Task)) {
+	buf := make([]int64, 64)
+	sec = func(kind DepKind, lo, hi int) Dep {
+		return Dep{Kind: kind, Addr: uintptr(unsafe.Pointer(&buf[lo])), Size: uintptr(hi-lo) * 8, Keep: unsafe.Pointer(&buf[0])}
+	}
+	reg = func(deps ...Dep) (*Task, []*Task) {
+		task := &Task{done: make(chan struct{})}
+		return task, r.register(task, deps)
+	}
+	return sec, reg
 }
 
 // wantPreds fails t unless got holds exactly the predecessors want.
@@ -263,15 +267,7 @@ func wantPreds(t *testing.T, name string, got []*Task, want ...*Task) {
 // writer waited for: its predecessors stay a few, where they grew with
 // every step created before.
 func TestTaskReadersWaitedForFromElsewhere(t *testing.T) {
-	r := taskRuntime()
-	buf := make([]int64, 64)
-	sec := func(kind DepKind, lo, hi int) Dep {
-		return Dep{Kind: kind, Addr: uintptr(unsafe.Pointer(&buf[lo])), Size: uintptr(hi-lo) * 8, Keep: unsafe.Pointer(&buf[0])}
-	}
-	reg := func(deps ...Dep) (*Task, []*Task) {
-		task := &Task{done: make(chan struct{})}
-		return task, r.register(task, deps)
-	}
+	sec, reg := sections(taskRuntime())
 	var row1, rows2 *Task // the last writers
 	for step := range 200 {
 		read, _ := reg(sec(DepIn, 0, 3))

@@ -15,8 +15,8 @@ import (
 // the task needs there), and ends the kernel's expected time later; the
 // earliest end wins. Kernel times are learned per kernel, per device and
 // per size (a power of two of the bytes the task uses), as the median of
-// what the latest tasks took; copies' times per pair of places and size
-// (CopyCost). A kernel not yet timed on a device is tried there first (one
+// what the latest tasks took; copies' costs as a latency and a bandwidth
+// per pair of places (CopyCost). A kernel not yet timed on a device is tried there first (one
 // task at a time), so that every device gets measured.
 //
 // A Model is not safe for concurrent use.
@@ -43,6 +43,23 @@ func linkOf(from, to int) linkKey { return linkKey{min(from, to), max(from, to)}
 type link struct {
 	lat    avg
 	perMiB avg
+}
+
+// latency is l's learned latency, or the fixed one (l may be nil).
+func (l *link) latency() time.Duration {
+	if l != nil && l.lat.n > 0 {
+		return l.lat.d
+	}
+	return copyLatency
+}
+
+// later is the later of placed and ready (zero if unknown): when a task
+// made at placed whose inputs were written at ready could start.
+func later(placed, ready time.Time) time.Time {
+	if ready.After(placed) {
+		return ready
+	}
+	return placed
 }
 
 type execKey struct {
@@ -80,9 +97,9 @@ func (a *avg) add(d time.Duration) {
 	a.d = s[k/2]
 }
 
-// The link figures a copy's cost is counted with until copies of its size
-// between its two places were timed (Copied): about what a copy between
-// two processes of one machine takes.
+// The link figures a copy's cost is counted with until copies between its
+// two places were timed (Copied): about what a copy between two processes
+// of one machine takes.
 const (
 	copyLatency = 30 * time.Microsecond
 	copyBPS     = 4e9
@@ -121,16 +138,12 @@ func SizeClass(n int64) int {
 // bytes never looks cheaper, which the placement's choices between
 // devices that need copies of a few rows each turn on.
 func (m *Model) CopyCost(from, to int, n int64) time.Duration {
-	lat, perMiB := copyLatency, time.Duration(float64(1<<20)/copyBPS*float64(time.Second))
-	if l := m.links[linkOf(from, to)]; l != nil {
-		if l.lat.n > 0 {
-			lat = l.lat.d
-		}
-		if l.perMiB.n > 0 {
-			perMiB = l.perMiB.d
-		}
+	l := m.links[linkOf(from, to)]
+	perMiB := time.Duration(float64(1<<20) / copyBPS * float64(time.Second))
+	if l != nil && l.perMiB.n > 0 {
+		perMiB = l.perMiB.d
 	}
-	return lat + time.Duration(float64(n)/(1<<20)*float64(perMiB))
+	return l.latency() + time.Duration(float64(n)/(1<<20)*float64(perMiB))
 }
 
 // smallCopy is the size of the copies that time a link's latency (at most
@@ -144,10 +157,7 @@ const smallCopy = 64 << 10
 // before it ended (Done's rule), not from when its data was written, for
 // a copy that waited behind the source's next kernel is not a slow link.
 func (m *Model) Copied(from, to int, n int64, placed, ready, end time.Time) {
-	start := placed
-	if ready.After(start) {
-		start = ready
-	}
+	start := later(placed, ready)
 	if from >= 0 && from < m.ndev {
 		start = m.startOn(from, start, end)
 	}
@@ -162,11 +172,7 @@ func (m *Model) Copied(from, to int, n int64, placed, ready, end time.Time) {
 	case n <= smallCopy:
 		l.lat.add(d)
 	default:
-		lat := copyLatency
-		if l.lat.n > 0 {
-			lat = l.lat.d
-		}
-		l.perMiB.add(max(time.Duration(float64(d-lat)/(float64(n)/(1<<20))), time.Nanosecond))
+		l.perMiB.add(max(time.Duration(float64(d-l.latency())/(float64(n)/(1<<20))), time.Nanosecond))
 	}
 }
 
@@ -346,20 +352,18 @@ func (m *Model) startOn(d int, s, end time.Time) time.Time {
 
 // Done records that a task of kernel, size class size, placed on d at
 // time placed, finished at end. Its time on the device is counted from
-// when it could start there at the earliest: when it was placed or when the last task it waited for finished (ready, zero if
-// unknown), whichever is later, or when a task of d that could start
-// before it ended, if later: a task that waits for its inputs, or behind
-// another in the device's queue, must not teach the model that its
-// kernel is slow. A task that could start only after it and ended first
-// ran beside it (a device runs tasks that do not wait for each other at
-// once) and does not move its start: a long kernel that short ones ran
-// beside is not taken for a short one.
+// when it could start there at the earliest: when it was placed or when
+// the last task it waited for finished (ready, zero if unknown), whichever
+// is later, or when a task of d that could start before it ended, if
+// later: a task that waits for its inputs, or behind another in the
+// device's queue, must not teach the model that its kernel is slow. A task
+// that could start only after it and ended first ran beside it (a device
+// runs tasks that do not wait for each other at once) and does not move
+// its start: a long kernel that short ones ran beside is not taken for a
+// short one.
 func (m *Model) Done(kernel string, d, size int, placed, ready, end time.Time) {
 	m.busy[d]--
-	s := placed
-	if ready.After(s) {
-		s = ready
-	}
+	s := later(placed, ready)
 	start := m.startOn(d, s, end)
 	ran := m.ran[d]
 	if len(ran) < spansKept {

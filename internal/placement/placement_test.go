@@ -177,10 +177,7 @@ func TestModelChooses(t *testing.T) {
 	if on[0] != 8 || on[1] != 2 {
 		t.Errorf("10 tasks of 1 ms on device 0 and 4 ms on device 1 went %v, want [8 2]", on)
 	}
-	m = NewModel(2)
-	m.Done("k", 0, 3, t0, time.Time{}, t0.Add(time.Millisecond))
-	m.Done("k", 1, 3, t0, time.Time{}, t0.Add(time.Millisecond))
-	m.busy = []int{0, 0}
+	m = timedModel(t0, "k", 3, time.Millisecond, time.Millisecond)
 	if c := m.Choose(t0, "k", 3, time.Time{}, func(d int) time.Duration { return time.Duration(1-d) * time.Millisecond }, nil); c.Dev != 1 {
 		t.Errorf("with copies of 1 ms to device 0 only: %+v, want device 1", c)
 	}
@@ -350,11 +347,8 @@ func TestEvictable(t *testing.T) {
 // 2 ms): every task stays with its data. Before, the queued work drifted
 // apart by the noise until a move looked worth it.
 func TestModelEqualDevicesKeepTheirData(t *testing.T) {
-	m := NewModel(2)
 	t0 := time.Unix(1000, 0)
-	m.Done("band", 0, 5, t0, time.Time{}, t0.Add(1000*time.Microsecond))
-	m.Done("band", 1, 5, t0, time.Time{}, t0.Add(1050*time.Microsecond))
-	m.busy = []int{0, 0}
+	m := timedModel(t0, "band", 5, 1000*time.Microsecond, 1050*time.Microsecond)
 	moves := 0
 	for i := range 400 {
 		home := i % 2 // band i%2's data is on device home
@@ -373,10 +367,7 @@ func TestModelEqualDevicesKeepTheirData(t *testing.T) {
 		t.Errorf("%d of 400 tasks left their data for a device 5%% faster", moves)
 	}
 	// A device twice as fast still wins work once its queue allows.
-	m = NewModel(2)
-	m.Done("k", 0, 5, t0, time.Time{}, t0.Add(1000*time.Microsecond))
-	m.Done("k", 1, 5, t0, time.Time{}, t0.Add(2000*time.Microsecond))
-	m.busy = []int{0, 0}
+	m = timedModel(t0, "k", 5, 1000*time.Microsecond, 2000*time.Microsecond)
 	var on [2]int
 	for range 30 {
 		c := m.Choose(t0, "k", 5, time.Time{}, func(int) time.Duration { return 0 }, nil)
@@ -422,11 +413,8 @@ func TestModelDoneBesideOthers(t *testing.T) {
 // steps. Without the inputs' expected ends, the faster device's queue
 // looked shorter and shorter until the bands moved to it.
 func TestModelInputsKeepTasksWithTheirData(t *testing.T) {
-	m := NewModel(2)
 	t0 := time.Unix(1000, 0)
-	m.Done("band", 0, 5, t0, time.Time{}, t0.Add(3*time.Millisecond))
-	m.Done("band", 1, 5, t0, time.Time{}, t0.Add(4*time.Millisecond))
-	m.busy = []int{0, 0}
+	m := timedModel(t0, "band", 5, 3*time.Millisecond, 4*time.Millisecond)
 	now := t0.Add(4 * time.Millisecond)
 	var id int64
 	prev := [2]int64{}
@@ -502,4 +490,15 @@ func TestModelLearnsCopies(t *testing.T) {
 	if got, want := m.CopyCost(1, Host, 32<<20), copyLatency+32*125*time.Microsecond; got != want {
 		t.Errorf("32 MiB after a 16 MiB copy: %v, want %v", got, want)
 	}
+}
+
+// timedModel is a model of two devices that has timed one task of kernel,
+// of size class size, on each, placed at t0 and taking d0 and d1; nothing
+// is placed on them, and neither is expected busy.
+func timedModel(t0 time.Time, kernel string, size int, d0, d1 time.Duration) *Model {
+	m := NewModel(2)
+	m.Done(kernel, 0, size, t0, time.Time{}, t0.Add(d0))
+	m.Done(kernel, 1, size, t0, time.Time{}, t0.Add(d1))
+	m.busy = []int{0, 0}
+	return m
 }

@@ -61,12 +61,16 @@ func SolveAny(parts, n, iters int) ([]float64, time.Duration, error) {
 	band := func(next, cur []float64, lo, hi int) {
 		Band.Nowait(any.Nowait(), next[lo*n:hi*n], cur[(lo-1)*n:(hi+1)*n], n)
 	}
-	split := func(lo, hi int) bool { return parts > 1 && hi-lo >= 3 }
+	// Band p's rows [lo, hi), and whether its edge rows go apart.
+	rows := func(p int) (lo, hi int, split bool) {
+		lo, hi = 1+p*(n-2)/parts, 1+(p+1)*(n-2)/parts
+		return lo, hi, parts > 1 && hi-lo >= 3
+	}
 	for it := range iters {
 		cur, next := grids[it%2], grids[(it+1)%2]
 		for p := range parts {
-			lo, hi := 1+p*(n-2)/parts, 1+(p+1)*(n-2)/parts
-			if !split(lo, hi) {
+			lo, hi, split := rows(p)
+			if !split {
 				band(next, cur, lo, hi)
 				continue
 			}
@@ -74,7 +78,7 @@ func SolveAny(parts, n, iters int) ([]float64, time.Duration, error) {
 			band(next, cur, hi-1, hi)
 		}
 		for p := range parts {
-			if lo, hi := 1+p*(n-2)/parts, 1+(p+1)*(n-2)/parts; split(lo, hi) {
+			if lo, hi, split := rows(p); split {
 				band(next, cur, lo+1, hi-1)
 			}
 		}
