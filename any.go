@@ -43,9 +43,10 @@ const anyNum = -1 << 30
 //
 // A kernel of an Any-task should compute its outputs from its inputs
 // only: when a device is lost, its Any-tasks run again on the devices left
-// (their inputs recomputed from the tasks that wrote them, back to each
-// buffer's first version, which the runtime keeps until Taskwait), and
-// their dependents wait for them; see docs/tasks.md. Kernel.Once opts a
+// (their inputs read from a device that still holds them, or recomputed
+// from the tasks that wrote them, back to each buffer's first version,
+// which the runtime keeps until Taskwait), and their dependents wait for
+// them; see docs/tasks.md. Kernel.Once opts a
 // kernel out, and GOFFLOAD_ANY_RERUN=0 the whole runtime.
 func Any() Device { return Device{num: anyNum} }
 
@@ -63,15 +64,15 @@ type anySched struct {
 	// is the table's.
 	mu      sync.Mutex
 	table   *placement.Table
-	bufs    map[placement.Buf]anyBuf // the regions' slices
-	tokens  map[anyTok][]byte        // depend objects of the copies on each device (token)
-	tracked atomic.Int64             // table.Len(): the hand-placed constructs' check is one load while it is 0
+	bufs    map[placement.Buf]anyBuf  // the regions' slices
+	tokens  map[anyTok][]byte         // depend objects of the copies on each device (token)
+	mods    map[anyTok]*atomic.Uint64 // per region and device, the writes and copies into its copy placed so far (any_survive.go)
+	tracked atomic.Int64              // table.Len(): the hand-placed constructs' check is one load while it is 0
 
 	mmu   sync.Mutex // the model: placements and completions
 	model *placement.Model
 
-	rr  anyRerun   // what re-runs need (any_recover.go)
-	rmu sync.Mutex // held by re-runs (before mu, where both are)
+	rr anyRerun // what re-runs need (any_recover.go)
 }
 
 // anyBuf is a buffer's slice (kept alive while the table holds it) and
@@ -96,7 +97,7 @@ func anyFor(rt *core.Runtime) *anySched {
 			return s
 		}
 		n := &anySched{rt: rt, table: placement.NewTable(), bufs: map[placement.Buf]anyBuf{},
-			tokens: map[anyTok][]byte{}, model: placement.NewModel(len(rt.Devices)), rr: newRerun(len(rt.Devices))}
+			tokens: map[anyTok][]byte{}, mods: map[anyTok]*atomic.Uint64{}, model: placement.NewModel(len(rt.Devices)), rr: newRerun(len(rt.Devices))}
 		if anyState.CompareAndSwap(s, n) {
 			return n
 		}

@@ -162,16 +162,22 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 		deps := []Dep{DependIn(x), DependOut(s.token(c.Region, d, c.Buf)), DependIn(s.token(c.Region, c.From, c.Buf))}
 		nw := dev.Nowait(deps...)
 		from, n, made := c.From, int64(c.Buf.Size), time.Now()
+		var pieces []placement.Piece // what the copy brings, for re-runs
+		var h anyHeld
+		if s.rr.on {
+			to, b := anyDest{d, x}, c.Buf
+			pieces, h = s.table.Writers(c.Buf), s.placed(c.Region, d, c.Buf)
+			nw.recover = func(err error, used bool) error { return s.recoverCopy(to, from, b, pieces, err, used) }
+		}
 		nw.done = func(err error, ready time.Time) {
 			if err == nil {
 				s.mmu.Lock()
 				s.model.Copied(from, d, n, made, ready, time.Now())
 				s.mmu.Unlock()
+				if pieces != nil {
+					s.heldBy(pieces, h)
+				}
 			}
-		}
-		if s.rr.on {
-			to, from, b, pieces := anyDest{d, x}, c.From, c.Buf, s.table.Writers(c.Buf)
-			nw.recover = func(err error, used bool) error { return s.recoverCopy(to, from, b, pieces, err, used) }
 		}
 		if c.From == placement.Host {
 			m := To(x).Named(name)
@@ -222,13 +228,24 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 		}
 		op.Recover = func(err error, _ bool) error { return s.recoverTask(e, d, outs, err) }
 	}
-	id := s.rr.next // s.entry numbered it, for the table (Commit) and the model
+	id := s.rr.next  // s.entry numbered it, for the table (Commit) and the model
+	var hs []anyHeld // d's copies of what it writes, once it ran well
+	if e != nil {
+		for i, ac := range acc {
+			if ac.Write {
+				hs = append(hs, s.placed(regions[i], d, ac.Buf))
+			}
+		}
+	}
 	placed := time.Now()
-	op.Done = func(_ error, ready time.Time) {
+	op.Done = func(err error, ready time.Time) {
 		s.mmu.Lock()
 		s.model.Done(name, d, class, placed, ready, time.Now())
 		s.model.Forget(id)
 		s.mmu.Unlock()
+		if err == nil && e != nil {
+			s.held(e, hs)
+		}
 	}
 	s.mmu.Lock()
 	s.model.Placed(now, choice)
@@ -288,6 +305,7 @@ func (s *anySched) evict(d int, keep []placement.Buf) bool {
 		m.byAny = true
 		// After every task and copy that uses d's copy (each depends on
 		// its token); copies into d made later come after it.
+		s.rr.evicts.Add(1) // before it is freed: reads of it in flight fail their check
 		t := On(d).Nowait(DependInOut(s.token(b, d, b))).ExitData(m)
 		if err := t.Wait(); err != nil {
 			s.rt.Log.Printf(core.InfoPlacement, d, "Any(): freeing %q (%d bytes) on device %d to make room failed: %v", name, b.Size, d, err)

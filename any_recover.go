@@ -52,6 +52,9 @@ type anyEntry struct {
 	size  int64               // the bytes its arguments span (the model's size class)
 	task  atomic.Uint64       // its task's number (Task.ID), for the trace's notes: set once the task is made, which its recovery may race
 	reads [][]placement.Piece // per access that reads: who wrote each part last
+	// at are the device copies that held what it wrote as it left it,
+	// once they did (any_survive.go); guarded by anyRerun.mu.
+	at []anyHeld
 }
 
 // anySaved is a part of a buffer as a task left it.
@@ -62,7 +65,8 @@ type anySaved struct {
 
 // anyRerun is what re-runs need. Re-runs take none of anySched.mu, which
 // Wait and Taskwait hold while they wait for copies back (that may wait
-// for a re-run).
+// for a re-run). Re-runs of different tasks run at once, each on the
+// goroutine of the recovery that needed it first (anyRerun.memo).
 type anyRerun struct {
 	on     bool   // GOFFLOAD_ANY_RERUN is not 0
 	onHost bool   // GOFFLOAD_ANY_RERUN_HOST is not 0: re-runs may run on the program's CPU (rerunDevice)
@@ -72,12 +76,26 @@ type anyRerun struct {
 	// waitRestores); guarded by anySched.mu.
 	restores []anyRestore
 
-	mu      sync.Mutex // guards entries and snap: a leaf
+	mu      sync.Mutex // guards entries, snap, memo and got: a leaf
 	entries map[int64]*anyEntry
 	snap    map[placement.Buf][]byte // the regions' first versions (written by their snapshot tasks)
-	// memo holds, per task, what it wrote: re-run privately, or a host
-	// task's own. Guarded by anySched.rmu, which re-runs hold.
-	memo map[int64][]anySaved
+	// memo holds, per task, what it wrote: re-run privately (or being
+	// re-run), or a host task's own.
+	memo map[int64]*anyOutputs
+	// got holds, per task, parts of what it wrote read from a device
+	// that still held them as it left them (any_survive.go).
+	got map[int64][]anySaved
+	// evicts counts the device copies freed to make room: a read of a
+	// surviving version checks that none was freed meanwhile.
+	evicts atomic.Uint64
+}
+
+// anyOutputs is what a task wrote, once done is closed: its re-run's (or
+// a host task's own) outputs, or the error its re-run ended with.
+type anyOutputs struct {
+	done chan struct{}
+	out  []anySaved
+	err  error
 }
 
 // anyDest is where install puts a buffer's part: the copy on dev (Host:
@@ -91,7 +109,7 @@ type anyDest struct {
 // there is no other device to re-run on, or GOFFLOAD_ANY_RERUN=0.
 func newRerun(ndev int) anyRerun {
 	return anyRerun{on: ndev > 1 && os.Getenv("GOFFLOAD_ANY_RERUN") != "0", onHost: os.Getenv("GOFFLOAD_ANY_RERUN_HOST") != "0", entries: map[int64]*anyEntry{},
-		snap: map[placement.Buf][]byte{}, memo: map[int64][]anySaved{}}
+		snap: map[placement.Buf][]byte{}, memo: map[int64]*anyOutputs{}, got: map[int64][]anySaved{}}
 }
 
 // maxRerunTries is how many devices a re-run tries before it gives up.
@@ -147,9 +165,11 @@ func (s *anySched) keepHostOutputs(id int64, acc []placement.Access, outs [][]by
 			out = append(out, anySaved{buf: a.Buf, data: slices.Clone(outs[i])})
 		}
 	}
-	s.rmu.Lock()
-	s.rr.memo[id] = out
-	s.rmu.Unlock()
+	done := make(chan struct{})
+	close(done)
+	s.rr.mu.Lock()
+	s.rr.memo[id] = &anyOutputs{done: done, out: out}
+	s.rr.mu.Unlock()
 }
 
 // noteLost tells the table about devices lost since it last looked, and
@@ -233,11 +253,9 @@ func (s *anySched) waitRestores(ctx context.Context, bufs []placement.Buf) error
 // install puts the parts pieces name, as their writers left them, into
 // b's copy at to, re-running the writers where needed.
 func (s *anySched) install(to anyDest, b placement.Buf, pieces []placement.Piece) error {
-	s.rmu.Lock()
-	defer s.rmu.Unlock()
 	data := make([]byte, b.Size)
 	for _, p := range pieces {
-		src, err := s.version(p)
+		src, err := s.version(p, true)
 		if err != nil {
 			return err
 		}
@@ -260,8 +278,10 @@ func (s *anySched) install(to anyDest, b placement.Buf, pieces []placement.Piece
 
 // version returns p's bytes as its writer left them: from the snapshot if
 // none wrote it, else from what the writer's re-run (or, for a host task,
-// the task itself) kept, re-running it first if it was not; s.rmu is held.
-func (s *anySched) version(p placement.Piece) ([]byte, error) {
+// the task itself) kept, else from a device copy that still holds them
+// (survivor; top says that no task that writes p runs before the caller
+// is done with it), re-running the writer if none does.
+func (s *anySched) version(p placement.Piece, top bool) ([]byte, error) {
 	if p.Writer == 0 {
 		s.rr.mu.Lock()
 		defer s.rr.mu.Unlock()
@@ -272,12 +292,30 @@ func (s *anySched) version(p placement.Piece) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("%w: [%#x, +%d) was never copied from the program's memory, so no first version of it was kept", ErrDeviceLost, p.Buf.Addr, p.Buf.Size)
 	}
-	if _, ok := s.rr.memo[p.Writer]; !ok {
-		if err := s.rerun(p.Writer); err != nil {
-			return nil, err
+	s.rr.mu.Lock()
+	o := s.rr.memo[p.Writer]
+	if o == nil {
+		for _, sv := range s.rr.got[p.Writer] {
+			if p.Buf.Inside(sv.buf) {
+				s.rr.mu.Unlock()
+				return sv.data[p.Buf.Addr-sv.buf.Addr:][:p.Buf.Size], nil
+			}
 		}
 	}
-	for _, sv := range s.rr.memo[p.Writer] {
+	s.rr.mu.Unlock()
+	if o == nil {
+		if data := s.survivor(p, top); data != nil {
+			s.rr.mu.Lock()
+			s.rr.got[p.Writer] = append(s.rr.got[p.Writer], anySaved{buf: p.Buf, data: data})
+			s.rr.mu.Unlock()
+			return data, nil
+		}
+	}
+	out, err := s.outputs(p.Writer, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, sv := range out {
 		if p.Buf.Inside(sv.buf) {
 			return sv.data[p.Buf.Addr-sv.buf.Addr:][:p.Buf.Size], nil
 		}
@@ -285,15 +323,44 @@ func (s *anySched) version(p placement.Piece) ([]byte, error) {
 	return nil, fmt.Errorf("%w: task %d's outputs hold no [%#x, +%d)", ErrDeviceLost, p.Writer, p.Buf.Addr, p.Buf.Size)
 }
 
+// outputs returns what task id wrote: kept (a host task's, or its
+// re-run's), or from its re-run, which it makes unless another goroutine
+// is making it (it waits for that one then); top as for rerun. A re-run
+// that failed is forgotten (a later need tries again).
+func (s *anySched) outputs(id int64, top bool) ([]anySaved, error) {
+	s.rr.mu.Lock()
+	o := s.rr.memo[id]
+	if o != nil {
+		s.rr.mu.Unlock()
+		<-o.done // a re-run's waits are on the tasks it reads from: no cycle
+		return o.out, o.err
+	}
+	o = &anyOutputs{done: make(chan struct{})}
+	s.rr.memo[id] = o
+	s.rr.mu.Unlock()
+	o.out, o.err = s.rerun(id, top)
+	if o.err != nil {
+		s.rr.mu.Lock()
+		if s.rr.memo[id] == o {
+			delete(s.rr.memo, id)
+		}
+		s.rr.mu.Unlock()
+	}
+	close(o.done)
+	return o.out, o.err
+}
+
 // rerun runs entry id again privately: its inputs as their writers left
 // them, on fresh memory, on a device that works, keeping what it writes
-// in memo; s.rmu is held.
-func (s *anySched) rerun(id int64) error {
+// in memo (outputs); top says that the task's own task is not done yet (a
+// recovery of it), so that no task that writes what it reads runs
+// meanwhile.
+func (s *anySched) rerun(id int64, top bool) ([]anySaved, error) {
 	s.rr.mu.Lock()
 	e := s.rr.entries[id]
 	s.rr.mu.Unlock()
 	if e == nil || e.k == nil {
-		return fmt.Errorf("%w: the task that wrote it (%d) cannot run again (it was not kept: GOFFLOAD_ANY_RERUN=0, a struct argument, With clauses, or a host task that failed)", ErrDeviceLost, id)
+		return nil, fmt.Errorf("%w: the task that wrote it (%d) cannot run again (it was not kept: GOFFLOAD_ANY_RERUN=0, a struct argument, With clauses, or a host task that failed)", ErrDeviceLost, id)
 	}
 	args := slices.Clone(e.args)
 	priv := make([]reflect.Value, len(e.acc))
@@ -301,14 +368,14 @@ func (s *anySched) rerun(id int64) error {
 		ai := e.argOf[i]
 		orig := reflect.ValueOf(args[ai])
 		if orig.Kind() != reflect.Slice {
-			return fmt.Errorf("%w: task %d (%s): argument %d is a %s, not the slice it was", ErrDeviceLost, id, e.k.Name(), ai, orig.Type())
+			return nil, fmt.Errorf("%w: task %d (%s): argument %d is a %s, not the slice it was", ErrDeviceLost, id, e.k.Name(), ai, orig.Type())
 		}
 		p := reflect.MakeSlice(orig.Type(), orig.Len(), orig.Len())
 		mem := sliceBytes(p)
 		for _, piece := range e.reads[i] {
-			src, err := s.version(piece)
+			src, err := s.version(piece, top)
 			if err != nil {
-				return fmt.Errorf("task %d (%s): %w", id, e.k.Name(), err)
+				return nil, fmt.Errorf("task %d (%s): %w", id, e.k.Name(), err)
 			}
 			copy(mem[piece.Buf.Addr-a.Buf.Addr:], src)
 		}
@@ -334,10 +401,9 @@ func (s *anySched) rerun(id int64) error {
 					out = append(out, anySaved{buf: a.Buf, data: sliceBytes(priv[i])})
 				}
 			}
-			s.rr.memo[id] = out
 			s.rt.Log.Taskf(core.InfoPlacement, d, e.task.Load(), "Any(): %s ran again on %s, a device having been lost", e.k.Name(), s.rerunPlace(d))
 			s.rt.Note(e.task.Load(), fmt.Sprintf("Any(): ran again on %s, a device having been lost", s.rerunPlace(d)))
-			return nil
+			return out, nil
 		}
 		tries = append(tries, fmt.Errorf("on %s: %w", s.rerunPlace(d), err))
 		if !errors.Is(err, ErrDeviceLost) {
@@ -345,9 +411,9 @@ func (s *anySched) rerun(id int64) error {
 		}
 	}
 	if len(tries) == 0 {
-		return fmt.Errorf("%w: task %d (%s): no device left to run it again", ErrNoDevice, id, e.k.Name())
+		return nil, fmt.Errorf("%w: task %d (%s): no device left to run it again", ErrNoDevice, id, e.k.Name())
 	}
-	return fmt.Errorf("task %d (%s) could not run again: %w", id, e.k.Name(), errors.Join(tries...))
+	return nil, fmt.Errorf("task %d (%s) could not run again: %w", id, e.k.Name(), errors.Join(tries...))
 }
 
 // rerunDevice is the device a re-run of e goes to, of those that can run
@@ -406,14 +472,7 @@ func (s *anySched) recoverTask(e *anyEntry, d int, outs []any, cause error) erro
 	if s.usable(d) && !errors.Is(cause, plugin.ErrDeviceLost) {
 		return cause // not a loss: it failed by itself
 	}
-	s.rmu.Lock()
-	_, done := s.rr.memo[e.id]
-	var err error
-	if !done {
-		err = s.rerun(e.id)
-	}
-	s.rmu.Unlock()
-	if err != nil {
+	if _, err := s.outputs(e.id, true); err != nil {
 		return fmt.Errorf("goffload: Any(): %s: %w (it failed first with: %w)", e.k.Name(), err, cause)
 	}
 	if s.usable(d) {

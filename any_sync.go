@@ -100,13 +100,13 @@ func (s *anySched) handback(ctx context.Context, release bool) error {
 	}
 	clear(s.bufs)
 	clear(s.tokens)
+	clear(s.mods)
 	s.rr.mu.Lock()
 	clear(s.rr.entries)
 	clear(s.rr.snap)
-	s.rr.mu.Unlock()
-	s.rmu.Lock()
 	clear(s.rr.memo)
-	s.rmu.Unlock()
+	clear(s.rr.got)
+	s.rr.mu.Unlock()
 	s.tracked.Store(0)
 	return errors.Join(errs...)
 }

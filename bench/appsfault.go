@@ -40,8 +40,9 @@ import (
 // against the plain-Go one, and a faulted one must have lost device 1.
 // The comments break the extra time down: when the fault came, how long
 // the loss took to be seen (the first construct on device 1 to fail),
-// and the re-runs (each a synchronous launch on the device left, one
-// after another), with their summed time; and they say what was left
+// the re-runs (each a synchronous launch on the program's CPU or the
+// device left, several at once), with their summed time, and the outputs
+// read from device 0 instead of re-run; and they say what was left
 // after each runtime stopped (goroutines, memory, device processes).
 // Both rows are left out where the suite's devices are not its own
 // (-devices).
@@ -222,17 +223,21 @@ type faultTool struct {
 	rerunT  time.Duration // their summed time, begin to end
 	lastRun time.Time     // the last re-run's end
 	restore int
+	read    int // outputs read from a device that still held them, instead of re-run, counted from their info lines
 }
 
 // Write counts the re-runs on the host from the runtime's info lines
 // (GOFFLOAD_INFO=placement), once the fault came.
 func (f *faultTool) Write(p []byte) (int, error) {
-	n := bytes.Count(p, []byte(" ran again on the host"))
-	if n > 0 {
+	n, read := bytes.Count(p, []byte(" ran again on the host")), bytes.Count(p, []byte(" still holds it as the task left it"))
+	if n+read > 0 {
 		f.mu.Lock()
 		if !f.fired.IsZero() && f.begun != nil {
 			f.onHost += n
-			f.lastRun = time.Now() // the line comes at the re-run's end
+			f.read += read
+			if n > 0 {
+				f.lastRun = time.Now() // the line comes at the re-run's end
+			}
 		}
 		f.mu.Unlock()
 	}
@@ -343,7 +348,7 @@ func breakdown(metric string, clean, hurt []*faultRun) string {
 		return strconv.FormatFloat(medianOf(runs, func(r *faultRun) float64 { return float64(f(r)) }), 'f', -1, 64)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: clean %s (kernel tasks on devices 0/1: %s/%s), faulted %s, extra %s; the fault came %s after the call, was seen %s; then %s re-runs on the program's CPU (GOFFLOAD_ANY_RERUN_HOST) and %s on devices (on device 1: %s), serial, those on devices taking %s together, the last of these ending %s after the fault; %s restores into the program's memory; kernel tasks completed on devices 0/1 %s/%s; all times:",
+	fmt.Fprintf(&b, "%s: clean %s (kernel tasks on devices 0/1: %s/%s), faulted %s, extra %s; the fault came %s after the call, was seen %s; then %s re-runs on the program's CPU (GOFFLOAD_ANY_RERUN_HOST) and %s on devices (on device 1: %s), several at once, those on devices taking %s together, the last of these ending %s after the fault; %s outputs read from device 0 instead of re-run; %s restores into the program's memory; kernel tasks completed on devices 0/1 %s/%s; all times:",
 		metric,
 		ms(clean, func(r *faultRun) time.Duration { return r.elapsed }),
 		n(clean, func(r *faultRun) int { return r.tool.onDev[0] }), n(clean, func(r *faultRun) int { return r.tool.onDev[1] }),
@@ -356,6 +361,7 @@ func breakdown(metric string, clean, hurt []*faultRun) string {
 		n(hurt, func(r *faultRun) int { return r.tool.rerunOn[1] }),
 		ms(hurt, func(r *faultRun) time.Duration { return r.tool.rerunT }),
 		ms(hurt, func(r *faultRun) time.Duration { return r.tool.lastRun.Sub(r.tool.fired) }),
+		n(hurt, func(r *faultRun) int { return r.tool.read }),
 		n(hurt, func(r *faultRun) int { return r.tool.restore }),
 		n(hurt, func(r *faultRun) int { return r.tool.onDev[0] }), n(hurt, func(r *faultRun) int { return r.tool.onDev[1] }))
 	for i := range hurt {
