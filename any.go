@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/mapping"
@@ -72,6 +73,13 @@ type anySched struct {
 	mmu   sync.Mutex // the model: placements and completions
 	model *placement.Model
 
+	// launched holds, per Any-task placed on a device that times its
+	// operations (by its task's number), its kernel's time there once the
+	// device reported it; from its making to its end (any_times.go).
+	tmu      sync.Mutex
+	launched map[uint64]time.Duration
+	devTimed atomic.Int64 // Any-tasks learned from with their devices' times
+
 	rr anyRerun // what re-runs need (any_recover.go)
 }
 
@@ -97,8 +105,10 @@ func anyFor(rt *core.Runtime) *anySched {
 			return s
 		}
 		n := &anySched{rt: rt, table: placement.NewTable(), bufs: map[placement.Buf]anyBuf{},
-			tokens: map[anyTok][]byte{}, mods: map[anyTok]*atomic.Uint64{}, model: placement.NewModel(len(rt.Devices)), rr: newRerun(len(rt.Devices))}
+			tokens: map[anyTok][]byte{}, mods: map[anyTok]*atomic.Uint64{}, model: placement.NewModel(len(rt.Devices)), rr: newRerun(len(rt.Devices)),
+			launched: map[uint64]time.Duration{}}
 		if anyState.CompareAndSwap(s, n) {
+			n.timeOps()
 			return n
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/goffload/offload/internal/core"
@@ -238,9 +239,14 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 		}
 	}
 	placed := time.Now()
+	var tid atomic.Uint64 // its task's number, once made: the device's time of it (any_times.go)
 	op.Done = func(err error, ready time.Time) {
+		took := s.took(tid.Load())
+		if took > 0 {
+			s.devTimed.Add(1)
+		}
 		s.mmu.Lock()
-		s.model.Done(name, d, class, placed, ready, time.Now())
+		s.model.Ran(name, d, class, placed, ready, time.Now(), took)
 		s.model.Forget(id)
 		s.mmu.Unlock()
 		if err == nil && e != nil {
@@ -263,6 +269,13 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 	if t.t == nil { // not made: the model must not wait for it
 		op.Done(t.err, time.Time{})
 		return t, false
+	}
+	s.launching(t.t.ID)
+	tid.Store(t.t.ID)
+	select {
+	case <-t.t.Done(): // ended before: its Done may have found no number
+		s.took(t.t.ID)
+	default: // its Done, after, finds the number
 	}
 	s.table.Commit(d, acc, id)
 	s.tracked.Store(int64(s.table.Len()))

@@ -113,3 +113,25 @@ func TestAnyRerunReadsSurvivingVersions(t *testing.T) {
 		t.Errorf("a's second version, held by device 0, was recomputed:\n%s", lines)
 	}
 }
+
+// TestAnyLearnsDeviceTimes: the placement model learns Any-tasks' kernel
+// times from the devices' own clocks (local devices time their queues'
+// operations once Any-tasks are placed), not only from when the host
+// sees their ends. A task whose device's report comes after the host saw
+// it made may miss it (its time is then the host's), so most, not all.
+func TestAnyLearnsDeviceTimes(t *testing.T) {
+	startTwoLocal(t)
+	x, y := make([]int64, 1024), make([]int64, 1024)
+	const tasks = 40
+	for range tasks {
+		if err := anyStep.Run(offload.Any(), 1, x, y); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := offload.Taskwait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := offload.AnyDeviceTimed(); n < tasks/2 {
+		t.Errorf("%d of %d Any-tasks timed by their device, want most", n, tasks)
+	}
+}

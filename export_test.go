@@ -50,3 +50,14 @@ func Sentinels() [][2]error {
 
 // APIError is apiError, for tests.
 func APIError(err error) error { return apiError(err) }
+
+// AnyDeviceTimed is how many Any-tasks of the running runtime the
+// placement model learned from with their devices' own times.
+func AnyDeviceTimed() int64 {
+	if rt := current.Load(); rt != nil {
+		if s := anyOf(rt); s != nil {
+			return s.devTimed.Load()
+		}
+	}
+	return 0
+}

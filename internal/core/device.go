@@ -39,8 +39,12 @@ type Device struct {
 	// ids numbers tasks and synchronous constructs (the runtime's).
 	ids *atomic.Uint64
 	// tagged says the plugin times the queue operations of each task for
-	// the tool (see traceOps).
-	tagged bool
+	// the tool, or for opSink (see traceOps, TimeOps).
+	tagged atomic.Bool
+	tracer bool // the plugin is a plugin.Tracer, its reports going to the tool and opSink
+	// opSink, once set (TimeOps), takes the device-side times of the
+	// queue operations beside the tool.
+	opSink atomic.Pointer[func(plugin.OpTime)]
 	// completer completes tasks whose events fired (plugin.FireNotifier).
 	completer completer
 
@@ -227,7 +231,7 @@ func (d *Device) beginOn(op string, q *cqueue, task uint64, nowait bool) *work {
 	if d.tool != nil {
 		d.tool.TargetBegin(TargetEvent{Where: w.where(), Name: op, Nowait: nowait})
 	}
-	if d.tagged {
+	if d.tagged.Load() {
 		if tq, ok := q.Queue.(plugin.TaggedQueue); ok {
 			tq.Tag(task)
 		}
@@ -570,21 +574,44 @@ func (d *Device) Data(ctx context.Context, maps []MapItem, body func() error) er
 	return bodyErr
 }
 
-// traceOps makes d's plugin time the queue operations of each construct for
-// the tool, if the tool wants them and the plugin can.
+// traceOps makes d's plugin report the times of the queue operations it
+// times, for the tool if it wants them and for the sink TimeOps sets; the
+// construct's queues are tagged (and their operations timed) from the
+// start if the tool wants them, else once TimeOps asks.
 func (d *Device) traceOps() {
-	dt, ok := d.tool.(DeviceOpTool)
+	dt, want := d.tool.(DeviceOpTool)
 	if ts, multi := d.tool.(tools); multi {
-		ok = ts.wantOps()
+		want = ts.wantOps()
 	}
 	tr, can := d.Dev.(plugin.Tracer)
-	if !ok || !can {
+	if !can {
 		return
 	}
 	num := d.Num
 	tr.Trace(func(o plugin.OpTime) {
-		dt.DeviceOp(DeviceOpEvent{Where: Where{Time: o.Start, Device: num, Task: o.Tag},
-			Kind: o.Kind, Kernel: o.Kernel, Bytes: o.Bytes, End: o.End, Failed: o.Err})
+		if want {
+			dt.DeviceOp(DeviceOpEvent{Where: Where{Time: o.Start, Device: num, Task: o.Tag},
+				Kind: o.Kind, Kernel: o.Kernel, Bytes: o.Bytes, End: o.End, Failed: o.Err})
+		}
+		if f := d.opSink.Load(); f != nil {
+			(*f)(o)
+		}
 	})
-	d.tagged = true
+	d.tracer = true
+	d.tagged.Store(want)
+}
+
+// TimeOps makes the device time the queue operations of every construct
+// from now on and report them to f too (it must not block): the
+// placement of Any-tasks learns kernels' times on the device from them.
+// It reports whether the device can (its plugin is a plugin.Tracer); it
+// is set once.
+func (d *Device) TimeOps(f func(plugin.OpTime)) bool {
+	if !d.tracer {
+		return false
+	}
+	if d.opSink.CompareAndSwap(nil, &f) {
+		d.tagged.Store(true)
+	}
+	return true
 }

@@ -362,6 +362,14 @@ func (m *Model) startOn(d int, s, end time.Time) time.Time {
 // its start: a long kernel that short ones ran beside is not taken for a
 // short one.
 func (m *Model) Done(kernel string, d, size int, placed, ready, end time.Time) {
+	m.Ran(kernel, d, size, placed, ready, end, 0)
+}
+
+// Ran is Done with the kernel's time as the device measured it (took; 0
+// if it did not, and Done's rule counts it): where a device reports its
+// tasks' ends together, or late, only its own clock says how long a
+// short kernel ran.
+func (m *Model) Ran(kernel string, d, size int, placed, ready, end time.Time, took time.Duration) {
 	m.busy[d]--
 	s := later(placed, ready)
 	start := m.startOn(d, s, end)
@@ -381,5 +389,8 @@ func (m *Model) Done(kernel string, d, size int, placed, ready, end time.Time) {
 		a = &avg{}
 		m.exec[k] = a
 	}
-	a.add(max(end.Sub(start), time.Microsecond))
+	if took <= 0 {
+		took = end.Sub(start)
+	}
+	a.add(max(took, time.Microsecond))
 }

@@ -404,6 +404,38 @@ func TestModelDoneBesideOthers(t *testing.T) {
 	}
 }
 
+// TestModelRanTakesTheDevicesTime: a device that reports the ends of
+// queued tasks together makes all but the first look as if they took no
+// time (each one's start is the end of the one before, which came with
+// it); the time the device
+// measured (Ran) is learned instead. Without one, Done's rule stands.
+func TestModelRanTakesTheDevicesTime(t *testing.T) {
+	m := NewModel(1)
+	t0 := time.Unix(1000, 0)
+	ms := func(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Millisecond))) }
+	m.busy[0] = 4
+	// Three placed together at 0, run one after another; their ends
+	// seen at 6 (one notice).
+	for range 3 {
+		m.Done("k", 0, 3, t0, time.Time{}, ms(6))
+	}
+	if est, _ := m.Estimate("k", 0, 3); est != time.Microsecond {
+		t.Fatalf("ends seen together, by the host's clock: %v, want the floor of 1µs (the rule Ran corrects)", est)
+	}
+	m = NewModel(1)
+	m.busy[0] = 4
+	for range 3 {
+		m.Ran("k", 0, 3, t0, time.Time{}, ms(6), 2*time.Millisecond)
+	}
+	if est, _ := m.Estimate("k", 0, 3); est != 2*time.Millisecond {
+		t.Errorf("ends seen together, timed by the device at 2ms each: %v, want 2ms", est)
+	}
+	m.Ran("j", 0, 3, t0, time.Time{}, ms(1.5), 0) // not timed there: Done's rule
+	if est, _ := m.Estimate("j", 0, 3); est != 1500*time.Microsecond {
+		t.Errorf("a task the device did not time: %v, want 1.5ms", est)
+	}
+}
+
 // TestModelInputsKeepTasksWithTheirData: the Jacobi pattern placed far
 // ahead. Two devices whose learned kernel times differ by a third; each
 // step, two bands, each reading its own rows (on its device; moving them

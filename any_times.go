@@ -1,0 +1,63 @@
+package offload
+
+import (
+	"time"
+
+	"github.com/goffload/offload/plugin"
+)
+
+// Kernel times as the devices measure them. The placement model learns a
+// kernel's time on a device from each Any-task's run there. Seen from the
+// host, a task ends when the device's notice of it arrives, and a device
+// sends the ends of several tasks together: a short kernel that ended in
+// the same notice as the one before it looks as if it took no time, and
+// one behind a late notice looks slow. So where a device can time its
+// queues' operations (plugin.Tracer: local, tcp, mpi, host, CUDA, OpenCL),
+// the runtime has it time every construct's from the first Any-task on
+// (core's Device.TimeOps: a tag per construct, and the times of its
+// operations beside its events), and an Any-task's kernel time is its
+// launch's on the device's clock. A device that does not time them is
+// learned from as before (placement.Model.Done's rule).
+
+// timeOps asks every device to time its operations for s.
+func (s *anySched) timeOps() {
+	for _, d := range s.rt.Devices {
+		d.TimeOps(s.opTime)
+	}
+}
+
+// opTime takes a device's report of an operation: a launch of a task in
+// launched is its kernel's time there.
+func (s *anySched) opTime(o plugin.OpTime) {
+	if o.Kind != plugin.OpLaunch || o.Err || o.Tag == 0 {
+		return
+	}
+	s.tmu.Lock()
+	if _, ok := s.launched[o.Tag]; ok {
+		s.launched[o.Tag] = max(o.End.Sub(o.Start), time.Nanosecond)
+	}
+	s.tmu.Unlock()
+}
+
+// launching records that task id's kernel time is wanted; the report may
+// have come before (a device that ran it at once), and is lost then.
+func (s *anySched) launching(id uint64) {
+	s.tmu.Lock()
+	if _, ok := s.launched[id]; !ok {
+		s.launched[id] = 0
+	}
+	s.tmu.Unlock()
+}
+
+// took returns task id's kernel time on its device (0 if not reported),
+// and forgets the task.
+func (s *anySched) took(id uint64) time.Duration {
+	if id == 0 {
+		return 0
+	}
+	s.tmu.Lock()
+	d := s.launched[id]
+	delete(s.launched, id)
+	s.tmu.Unlock()
+	return d
+}
