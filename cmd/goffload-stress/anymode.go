@@ -53,6 +53,7 @@ type anyResult struct {
 	Kernels, HostTasks     int64
 	Placed                 int64 // Any-task placements the info output showed
 	Reruns, Restores       int64 // tasks run again; data recomputed into the program's memory
+	Kept                   int64 // outputs read from a device that kept them, instead of run again
 	Stale                  int64 // host tasks that found a buffer other than the model's, in epochs that kept a device
 	StaleAllLost           int64 // the same in epochs that lost every device (after a failure reported by a Wait, later tasks run: OpenMP's rule)
 	AllLostEpochs          int   // epochs that ended with every device lost
@@ -87,8 +88,8 @@ func (r *result) anyVerdict() (int, string) {
 }
 
 func (a *anyResult) summary() string {
-	return fmt.Sprintf("any: epochs=%d runtimes=%d kernels=%d host_tasks=%d placed=%d reruns=%d restores=%d stale_reads=%d all_lost_epochs=%d failed_all_lost=%d stale_reads_all_lost=%d taskwait_errors=%d heap_epoch_first=%s heap_epoch_last=%s heap_epoch_max=%s rss_epoch_first=%s rss_epoch_last=%s goroutines_epoch_first=%d goroutines_epoch_last=%d restarts_took=%s checks_took=%s",
-		a.Epochs, a.Generations, a.Kernels, a.HostTasks, a.Placed, a.Reruns, a.Restores, a.Stale, a.AllLostEpochs, a.FailedAllLost, a.StaleAllLost, a.TaskwaitErrs,
+	return fmt.Sprintf("any: epochs=%d runtimes=%d kernels=%d host_tasks=%d placed=%d reruns=%d kept=%d restores=%d stale_reads=%d all_lost_epochs=%d failed_all_lost=%d stale_reads_all_lost=%d taskwait_errors=%d heap_epoch_first=%s heap_epoch_last=%s heap_epoch_max=%s rss_epoch_first=%s rss_epoch_last=%s goroutines_epoch_first=%d goroutines_epoch_last=%d restarts_took=%s checks_took=%s",
+		a.Epochs, a.Generations, a.Kernels, a.HostTasks, a.Placed, a.Reruns, a.Kept, a.Restores, a.Stale, a.AllLostEpochs, a.FailedAllLost, a.StaleAllLost, a.TaskwaitErrs,
 		mib(a.HeapFirst), mib(a.HeapLast), mib(a.HeapEpochMax), mib(a.RSSFirst), mib(a.RSSLast), a.GoroutinesFirst, a.GoroutinesLast,
 		a.RestartTime.Round(time.Millisecond), a.CheckTime.Round(time.Millisecond))
 }
@@ -230,7 +231,7 @@ func runAny(cfg config) (*result, error) {
 	res.GoroutinesEnd = runtime.NumGoroutine()
 	res.Elapsed = time.Since(start)
 	ar.Kernels, ar.HostTasks = a.kernels.Load(), a.hostTasks.Load()
-	ar.Placed, ar.Reruns, ar.Restores = ic.placed.Load(), ic.reruns.Load(), ic.restores.Load()
+	ar.Placed, ar.Reruns, ar.Kept, ar.Restores = ic.placed.Load(), ic.reruns.Load(), ic.kept.Load(), ic.restores.Load()
 	return res, nil
 }
 

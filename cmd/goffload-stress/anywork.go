@@ -229,17 +229,19 @@ func (a *anyRun) takeStale() (int64, []string) {
 
 // infoCount counts the runtime's info lines about Any-tasks (GOFFLOAD_INFO
 // placement, which the Any mode turns on): placements, tasks run again
-// after a device was lost, and data recomputed into the program's memory.
-// The runtime writes one line per Write.
+// after a device was lost, outputs read from a device that kept them
+// instead, and data recomputed into the program's memory. The runtime
+// writes one line per Write.
 type infoCount struct {
-	placed, reruns, restores atomic.Int64
-	fwd                      io.Writer // the lines go on here too, if not nil
+	placed, reruns, kept, restores atomic.Int64
+	fwd                            io.Writer // the lines go on here too, if not nil
 }
 
 var (
 	placedLine  = []byte(": Any(): ")
 	rerunLine   = []byte(" ran again on ")
 	restoreLine = []byte("recomputed into the program's memory")
+	keptLine    = []byte("still holds it as the task left it")
 	fullLine    = []byte("memory is full")
 )
 
@@ -249,6 +251,8 @@ func (c *infoCount) Write(p []byte) (int, error) {
 		c.reruns.Add(1)
 	case bytes.Contains(p, restoreLine):
 		c.restores.Add(1)
+	case bytes.Contains(p, keptLine):
+		c.kept.Add(1)
 	case bytes.Contains(p, fullLine):
 		// a copy freed to make room: not a placement
 	case bytes.Contains(p, placedLine) && bytes.HasPrefix(p, []byte("goffload device ")):
