@@ -38,9 +38,12 @@ const anyNum = -1 << 30
 // Until Taskwait gives them back, the buffers Any-tasks use belong to
 // the runtime: a construct placed by hand that maps one of them fails
 // with an error wrapping ErrBadMap that says so, rather than read a stale
-// copy. Sections of one buffer may be used by Any-tasks if they do not
-// overlap (two halves, say); a section that partly overlaps one in use is
-// refused the same way.
+// copy. The first section of a buffer that an Any-task uses is the extent
+// the runtime tracks: later sections must lie inside it or not overlap it
+// (two halves, say); a section that partly overlaps one in use is refused
+// the same way. Any().EnterData(To(x)) names all of x first, so that its
+// sections may then be any parts of it: a task per band, then tasks that
+// read rows across the bands.
 //
 // A kernel of an Any-task should compute its outputs from its inputs
 // only: when a device is lost, its Any-tasks run again on the devices left
@@ -88,6 +91,10 @@ type anySched struct {
 type anyBuf struct {
 	v    reflect.Value
 	name string
+	// first says that its first version is still to be kept, by the
+	// first task that reads a part of it no task wrote (a region that
+	// Any().EnterData made: any_enter.go).
+	first bool
 }
 
 type anyTok struct {

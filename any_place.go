@@ -3,6 +3,7 @@ package offload
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -105,7 +106,7 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 	}
 	copies, alloc, err := p.copies, p.bufs, p.err
 	if err != nil {
-		return fail(fmt.Errorf("%w: %w: call Taskwait, which gives Any-tasks' buffers back, before using another section", ErrBadMap, err)), false
+		return fail(fmt.Errorf("%w: %w: name the whole buffer first with Any().EnterData(To(x)), or call Taskwait, which gives Any-tasks' buffers back, before using another section", ErrBadMap, err)), false
 	}
 	d := choice.Dev
 	dev := On(d)
@@ -115,7 +116,7 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 		regions[i] = s.table.Region(acc[i].Buf)
 	}
 	for i, b := range bufs {
-		if _, ok := s.bufs[regions[i]]; !ok { // a new region: this slice
+		if rb, ok := s.bufs[regions[i]]; !ok { // a new region: this slice
 			s.bufs[regions[i]] = b
 			// Its first version, for re-runs, if this task reads it: a
 			// region that its first task only writes (the first use
@@ -123,6 +124,10 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 			if s.rr.on && s.readsRegion(acc, regions, regions[i]) {
 				s.snapshotTask(regions[i], b.v)
 			}
+		} else if rb.first && s.rr.on && s.readsFirst(reads, regions, regions[i]) {
+			rb.first = false
+			s.bufs[regions[i]] = rb
+			s.snapshotTask(regions[i], rb.v)
 		}
 	}
 	// Memory on d for the regions it has none for: mapped (alloc) until
@@ -293,6 +298,17 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 func (s *anySched) readsRegion(acc []placement.Access, regions []placement.Buf, r placement.Buf) bool {
 	for i, a := range acc {
 		if a.Read && regions[i] == r {
+			return true
+		}
+	}
+	return false
+}
+
+// readsFirst reports whether a task reads a part of region r (its
+// accesses in regions, reads their writers) that no task wrote.
+func (s *anySched) readsFirst(reads [][]placement.Piece, regions []placement.Buf, r placement.Buf) bool {
+	for i, ps := range reads {
+		if regions[i] == r && slices.ContainsFunc(ps, func(p placement.Piece) bool { return p.Writer == 0 }) {
 			return true
 		}
 	}

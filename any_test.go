@@ -169,8 +169,8 @@ func TestAnyRefusesMixing(t *testing.T) {
 	if err := anyStep.Nowait(offload.Any().Nowait(), 1, y, big[16:48]).Wait(); !errors.Is(err, offload.ErrBadMap) {
 		t.Errorf("Any-task on a section sticking out of a buffer in use: %v, want ErrBadMap", err)
 	}
-	if err := offload.Any().EnterData(offload.To(y)); !errors.Is(err, offload.ErrBadArgument) {
-		t.Errorf("Any().EnterData: %v, want ErrBadArgument", err)
+	if err := offload.Any().ExitData(offload.From(y)); !errors.Is(err, offload.ErrBadArgument) {
+		t.Errorf("Any().ExitData: %v, want ErrBadArgument", err)
 	}
 	if err := offload.Any().Update(offload.To(y)); !errors.Is(err, offload.ErrBadMap) {
 		t.Errorf("Any().Update(To): %v, want ErrBadMap", err)

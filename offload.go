@@ -306,7 +306,7 @@ func (d Device) resolve() (*core.Device, bool, error) {
 		return nil, false, err
 	}
 	if d.IsAny() {
-		return nil, false, fmt.Errorf("goffload: Any(): %w: Any() names no one device: it takes target tasks (Run, Nowait launches) and Update(From(x)), not this construct", ErrBadArgument)
+		return nil, false, fmt.Errorf("goffload: Any(): %w: Any() names no one device: it takes target tasks (Run, Nowait launches), EnterData(To(x)) and Update(From(x)), not this construct", ErrBadArgument)
 	}
 	return rt.Resolve(d.num)
 }

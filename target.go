@@ -142,7 +142,11 @@ func (d Device) data(body func() error, maps []Map) error {
 // Data runs a target data region on the default device; see Device.Data.
 func Data(body func() error, maps ...Map) error { return Default().Data(body, maps...) }
 
-// EnterData maps buffers (To or Alloc clauses): target enter data.
+// EnterData maps buffers (To or Alloc clauses): target enter data. On
+// Any() it maps nothing: it names whole buffers as Any-tasks' (a program
+// that fills a buffer band by band with Any-tasks, then reads rows across
+// the bands, names it first; see Any), and the runtime copies what the
+// tasks need when they are placed.
 func (d Device) EnterData(maps ...Map) error {
 	return apiError(d.enterData(maps))
 }
@@ -150,6 +154,9 @@ func (d Device) EnterData(maps ...Map) error {
 func (d Device) enterData(maps []Map) error {
 	if err := d.ctxErr("target enter data"); err != nil {
 		return err
+	}
+	if d.IsAny() {
+		return anyEnterData(maps)
 	}
 	cd, _, err := d.resolve()
 	if err != nil {

@@ -171,6 +171,23 @@ func (p *pieces) add(lo, hi uintptr, from int) {
 	p.out = append(p.out, Copy{Buf: Buf{Addr: lo, Size: hi - lo}, Region: p.region, From: from, To: p.to})
 }
 
+// Track makes b a region, valid on the host only, before any task uses it
+// (a program that names a whole buffer first, so that later sections of
+// it may be any parts: a band each, then rows across bands). It returns
+// the region b lies in and whether Track made it; b overlapping a region
+// without lying inside it is refused, as Plan refuses it.
+func (t *Table) Track(b Buf) (Buf, bool, error) {
+	base, r, err := t.find(b)
+	if err != nil {
+		return Buf{}, false, err
+	}
+	if r != nil {
+		return base, false, nil
+	}
+	t.regions[b] = &region{cuts: []uintptr{b.Addr, b.end()}, segs: []seg{{host: true}}}
+	return b, true, nil
+}
+
 // Plan returns what running a task with accesses acc on device d needs:
 // the copies (for each section it reads, the parts whose copy on d is not
 // valid, each from the cheapest valid copy by cost, which takes the source,

@@ -190,7 +190,8 @@ func TestModelChooses(t *testing.T) {
 }
 
 // TestTableSectionsAgainstModel is TestTableAgainstModel with sections:
-// each buffer is first used whole, then tasks read and write random
+// each buffer is first used whole (or, for odd seeds, named whole first
+// with Track, valid on the host only), then tasks read and write random
 // sections of it (slots of 8 bytes), and the model keeps a version per slot
 // per place. Every task must read the latest version of every slot it
 // reads, copies must come from places holding the latest version, and Stale
@@ -208,6 +209,20 @@ func TestTableSectionsAgainstModel(t *testing.T) {
 		slotOf := func(addr uintptr) (int, int) { return int(addr/0x10000) - 1, int(addr%0x10000) / 8 }
 		section := func(b, lo, hi int) Buf { return Buf{Addr: base(b) + uintptr(8*lo), Size: uintptr(8 * (hi - lo))} }
 		for b := range nbuf { // first use: whole, on device 0, read only
+			if seed%2 == 1 { // or named whole first (Track): valid on the host only
+				if region, made, err := tb.Track(section(b, 0, slots)); err != nil || !made || region != section(b, 0, slots) {
+					t.Fatalf("Track: %v %v %v", region, made, err)
+				}
+				if _, made, err := tb.Track(section(b, 2, 4)); err != nil || made {
+					t.Fatalf("Track of a section inside: %v %v", made, err)
+				}
+				for d := range ndev {
+					for s := range slots {
+						have[[3]int{d + 1, b, s}] = -1 // no copy
+					}
+				}
+				continue
+			}
 			acc := []Access{{Buf: section(b, 0, slots), Read: true}}
 			copies, _, err := tb.Plan(0, acc, nil)
 			if err != nil || len(copies) != 1 || copies[0].From != Host {
@@ -303,9 +318,12 @@ func TestTableSectionsAgainstModel(t *testing.T) {
 				}
 			}
 		}
-		// A section that sticks out of its region is refused.
+		// A section that sticks out of its region is refused, by Track too.
 		if _, _, err := tb.Plan(0, []Access{{Buf: Buf{Addr: base(0) + 8, Size: 8 * slots}, Read: true}}, nil); !errors.Is(err, ErrOverlap) {
 			t.Fatalf("a section past its region's end: %v, want ErrOverlap", err)
+		}
+		if _, _, err := tb.Track(Buf{Addr: base(0) - 8, Size: 16}); !errors.Is(err, ErrOverlap) {
+			t.Fatalf("Track of a section past its region's start: %v, want ErrOverlap", err)
 		}
 	}
 }

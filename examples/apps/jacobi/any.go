@@ -35,6 +35,18 @@ var Fill = offload.MustKernel3("jacobi.fill", func(ctx offload.Ctx, u offload.Ou
 	})
 }).Named("u", "first", "n")
 
+// FillPair is Fill of the same rows of two grids, u and v.
+var FillPair = offload.MustKernel4("jacobi.fill2", func(ctx offload.Ctx, u, v offload.Out[float64], first, n int) {
+	ctx.For(len(u)/n, func(a, b int) {
+		for r := a; r < b; r++ {
+			for c := range n {
+				u[r*n+c] = Initial(first+r, c, n)
+				v[r*n+c] = u[r*n+c]
+			}
+		}
+	})
+}).Named("u", "v", "first", "n")
+
 // SolveAny runs iters iterations on an n×n grid as Solve does, with every
 // task an Any-task (offload.Any) and the same task graph: parts bands per
 // iteration, each split as Solve splits a block (when it has neighbours
@@ -42,9 +54,11 @@ var Fill = offload.MustKernel3("jacobi.fill", func(ctx offload.Ctx, u offload.Ou
 // neighbouring bands read, and the rows between, created after every
 // band's edge rows so that the halo rows travel while the rows between
 // are computed. Each task reads its rows and the rows above and below
-// them of one grid and writes its rows of the other. The runtime places
-// the tasks and moves the halo rows between the devices; the program
-// names no device. It returns the grid and the time from the first task
+// them of one grid and writes its rows of the other. The grids are named
+// whole first (Any().EnterData), and a task per band fills that band's
+// rows of both, so that the bands may start on different devices. The
+// runtime places the tasks and moves the halo rows between the devices;
+// the program names no device. It returns the grid and the time from the first task
 // to the end of Taskwait, with the grid back in the program's memory.
 func SolveAny(parts, n, iters int) ([]float64, time.Duration, error) {
 	if err := CheckSize(n, iters); err != nil {
@@ -54,17 +68,30 @@ func SolveAny(parts, n, iters int) ([]float64, time.Duration, error) {
 	grids := [2][]float64{make([]float64, n*n), make([]float64, n*n)}
 	any := offload.Any()
 	start := time.Now()
-	for _, g := range grids { // on a device: every later task uses a section of it
-		Fill.Nowait(any.Nowait(), g, 0, n)
-	}
-	// rows [lo, hi) of next from cur.
-	band := func(next, cur []float64, lo, hi int) {
-		Band.Nowait(any.Nowait(), next[lo*n:hi*n], cur[(lo-1)*n:(hi+1)*n], n)
+	// Both grids are the tasks' whole, so that a band's tasks may read
+	// rows of the next band; each band's rows of both start where a task
+	// fills them, and the band's later tasks follow them there.
+	if err := any.EnterData(offload.To(grids[0]).Named("u"), offload.To(grids[1]).Named("v")); err != nil {
+		return nil, 0, err
 	}
 	// Band p's rows [lo, hi), and whether its edge rows go apart.
 	rows := func(p int) (lo, hi int, split bool) {
 		lo, hi = 1+p*(n-2)/parts, 1+(p+1)*(n-2)/parts
 		return lo, hi, parts > 1 && hi-lo >= 3
+	}
+	for p := range parts {
+		lo, hi, _ := rows(p)
+		if p == 0 {
+			lo = 0 // and the boundary rows
+		}
+		if p == parts-1 {
+			hi = n
+		}
+		FillPair.Nowait(any.Nowait(), grids[0][lo*n:hi*n], grids[1][lo*n:hi*n], lo, n)
+	}
+	// rows [lo, hi) of next from cur.
+	band := func(next, cur []float64, lo, hi int) {
+		Band.Nowait(any.Nowait(), next[lo*n:hi*n], cur[(lo-1)*n:(hi+1)*n], n)
 	}
 	for it := range iters {
 		cur, next := grids[it%2], grids[(it+1)%2]
