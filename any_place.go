@@ -76,25 +76,15 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 	// Who wrote each part of its inputs last: its lineage (entry), and
 	// the tasks the model expects its inputs from.
 	reads := make([][]placement.Piece, len(acc))
-	var writers []int64
 	for i, ac := range acc {
 		if ac.Read {
 			reads[i] = s.table.Writers(ac.Buf)
-			for _, p := range reads[i] {
-				if p.Writer != 0 {
-					writers = append(writers, p.Writer)
-				}
-			}
 		}
 	}
 	now := time.Now()
 	s.mmu.Lock()
-	choice := s.model.Choose(now, name, class, s.model.Inputs(writers), func(d int) time.Duration {
-		var c time.Duration
-		for _, cp := range planOn(d).copies {
-			c += s.model.CopyCost(cp.From, cp.To, int64(cp.Buf.Size))
-		}
-		return c
+	choice := s.model.ChooseReady(now, name, class, func(d int) (time.Time, time.Duration) {
+		return s.model.Ready(now, reads, planOn(d).copies)
 	}, func(d int) bool { return s.canRun(d, k) })
 	var p *plan
 	if choice.Dev >= 0 {

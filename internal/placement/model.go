@@ -191,8 +191,8 @@ type Choice struct {
 	Dev    int
 	Finish time.Duration // the expected finish time, from now
 	Queued time.Duration // until the work already placed there is done
-	Inputs time.Duration // when the tasks that write its inputs are expected to end
-	Copies time.Duration // the copies the task needs there, made once its inputs are written
+	Inputs time.Duration // when its inputs are expected there: written, and copied where needed
+	Copies time.Duration // the copies the task needs there, summed
 	Exec   time.Duration // and the kernel itself
 	Trial  bool          // the kernel was not timed there yet: tried
 }
@@ -204,7 +204,7 @@ func (c Choice) String() string {
 		return fmt.Sprintf("device %d: the kernel was not timed there yet", c.Dev)
 	}
 	if c.Inputs > 0 {
-		return fmt.Sprintf("device %d: expected to finish in %v (queued %v, inputs written in %v, copies %v, kernel %v)", c.Dev, c.Finish, c.Queued, c.Inputs, c.Copies, c.Exec)
+		return fmt.Sprintf("device %d: expected to finish in %v (queued %v, inputs there in %v, copies %v, kernel %v)", c.Dev, c.Finish, c.Queued, c.Inputs, c.Copies, c.Exec)
 	}
 	return fmt.Sprintf("device %d: expected to finish in %v (queued %v, copies %v, kernel %v)", c.Dev, c.Finish, c.Queued, c.Copies, c.Exec)
 }
@@ -232,7 +232,22 @@ func (c Choice) String() string {
 // every task placed ahead, until moving the data looked worth it (the
 // bands of a stencil would hop between two equal devices).
 func (m *Model) Choose(now time.Time, kernel string, size int, inputs time.Time, copies func(d int) time.Duration, ok func(d int) bool) Choice {
-	in := max(0, inputs.Sub(now))
+	return m.ChooseReady(now, kernel, size, func(d int) (time.Time, time.Duration) {
+		c := copies(d)
+		return later(now, inputs).Add(c), c
+	}, ok)
+}
+
+// ChooseReady is Choose with the time a task's inputs are on each device
+// given input by input: ready(d) returns when they all are there (each
+// written, then copied where d's copy is not valid: a copy starts when
+// the tasks that write its part end, not when the last of all the task's
+// inputs is written) and the copies' summed cost. It is HEFT's data-ready
+// time, a communication per predecessor: a task that reads a large part
+// written late and a small part written early is ready, on the device
+// that holds the large one, when the large one is written; on another
+// device, only once the large one is copied too.
+func (m *Model) ChooseReady(now time.Time, kernel string, size int, ready func(d int) (time.Time, time.Duration), ok func(d int) bool) Choice {
 	best := Choice{Dev: -1, Finish: math.MaxInt64}
 	ests := make([]time.Duration, m.ndev)
 	fastest := time.Duration(math.MaxInt64)
@@ -262,8 +277,9 @@ func (m *Model) Choose(now time.Time, kernel string, size int, inputs time.Time,
 		if float64(est) <= float64(fastest)*sameSpeed {
 			est = fastest
 		}
-		c := Choice{Dev: d, Queued: max(0, m.avail[d].Sub(now)), Inputs: in, Copies: copies(d), Exec: est}
-		c.Finish = max(c.Queued, c.Inputs+c.Copies) + c.Exec
+		at, cost := ready(d)
+		c := Choice{Dev: d, Queued: max(0, m.avail[d].Sub(now)), Inputs: max(0, at.Sub(now)), Copies: cost, Exec: est}
+		c.Finish = max(c.Queued, c.Inputs) + c.Exec
 		if c.Finish < best.Finish || (c.Finish == best.Finish && m.busy[d] < m.busy[best.Dev]) {
 			best = c
 		}
@@ -323,6 +339,38 @@ func (m *Model) Inputs(ids []int64) time.Time {
 		}
 	}
 	return in
+}
+
+// Ready is when a task that reads reads (its inputs' parts, with the
+// tasks that wrote them: Table.Writers) has them on a device it needs
+// copies on to (copies, Table.Plan's): each part that is not copied once
+// its writer is expected to end (Inputs), each copy once the writers of
+// its part are and the copy is made (CopyCost); and the copies' summed
+// cost. ChooseReady's ready.
+func (m *Model) Ready(now time.Time, reads [][]Piece, copies []Copy) (time.Time, time.Duration) {
+	at, sum := now, time.Duration(0)
+	var ws []int64
+	for _, c := range copies {
+		ws = ws[:0]
+		for _, ps := range reads {
+			for _, p := range ps {
+				if p.Writer != 0 && p.Buf.Overlaps(c.Buf) {
+					ws = append(ws, p.Writer)
+				}
+			}
+		}
+		cost := m.CopyCost(c.From, c.To, int64(c.Buf.Size))
+		sum += cost
+		at = later(at, later(now, m.Inputs(ws)).Add(cost))
+	}
+	for _, ps := range reads {
+		for _, p := range ps {
+			if p.Writer != 0 && !slices.ContainsFunc(copies, func(c Copy) bool { return c.Buf.Overlaps(p.Buf) }) {
+				at = later(at, m.Inputs(append(ws[:0], p.Writer)))
+			}
+		}
+	}
+	return at, sum
 }
 
 // Expected is how many tasks Expect recorded and Forget did not drop.

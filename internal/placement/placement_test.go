@@ -454,6 +454,40 @@ func TestModelRanTakesTheDevicesTime(t *testing.T) {
 	}
 }
 
+// TestModelReadyPerInput: HEFT's data-ready time, a copy per input. A
+// stencil's edge task reads two rows written late on device 1 (by the
+// band there) and a row written early on device 0 (by the other band's
+// edge task); a copy of either costs the link's 1 ms latency. On device 1
+// its inputs are there when the late rows are written (the early row's
+// copy is made long before); on device 0 only once those are copied too.
+// Counted as the last input's time plus all the copies, both devices
+// would tie, and the task would go either way.
+func TestModelReadyPerInput(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	m := timedModel(t0, "edge", 3, 100*time.Microsecond, 100*time.Microsecond)
+	m.Copied(0, 1, 1024, t0.Add(time.Millisecond), time.Time{}, t0.Add(2*time.Millisecond)) // the link: 1 ms
+	now := t0.Add(time.Second)
+	ms := func(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
+	m.Expect(1, now, Choice{Dev: 1, Finish: ms(10)}) // the band on device 1
+	m.Expect(2, now, Choice{Dev: 0, Finish: ms(1)})  // the edge task on device 0
+	late, early := Buf{Addr: 0x1000, Size: 256}, Buf{Addr: 0x1100, Size: 128}
+	reads := [][]Piece{{{Buf: late, Writer: 1}, {Buf: early, Writer: 2}}}
+	copies := [][]Copy{{{Buf: late, Region: late, From: 1, To: 0}}, {{Buf: early, Region: early, From: 0, To: 1}}}
+	cl, ce := m.CopyCost(1, 0, 256), m.CopyCost(0, 1, 128) // 1 ms and some ns
+	for d, want := range []struct{ at, cost time.Duration }{{ms(10) + cl, cl}, {ms(10), ce}} {
+		if at, cost := m.Ready(now, reads, copies[d]); at.Sub(now) != want.at || cost != want.cost {
+			t.Errorf("inputs on device %d in %v, copies %v; want %v, %v", d, at.Sub(now), cost, want.at, want.cost)
+		}
+	}
+	c := m.ChooseReady(now, "edge", 3, func(d int) (time.Time, time.Duration) { return m.Ready(now, reads, copies[d]) }, nil)
+	if c.Dev != 1 || c.Finish != ms(10.1) {
+		t.Errorf("ChooseReady: %v, want device 1 ending in 10.1ms", c)
+	}
+	if old := m.Choose(now, "edge", 3, m.Inputs([]int64{1, 2}), func(int) time.Duration { return ms(1) }, nil); old.Finish != ms(11.1) {
+		t.Errorf("Choose, the last input's time plus the copies: %v, want 11.1ms on either device", old)
+	}
+}
+
 // TestModelInputsKeepTasksWithTheirData: the Jacobi pattern placed far
 // ahead. Two devices whose learned kernel times differ by a third; each
 // step, two bands, each reading its own rows (on its device; moving them
