@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -88,6 +89,9 @@ type anyRerun struct {
 	// evicts counts the device copies freed to make room: a read of a
 	// surviving version checks that none was freed meanwhile.
 	evicts atomic.Uint64
+	// turns holds a token per recovery running (recovering): as many at
+	// once as the program has CPUs.
+	turns chan struct{}
 }
 
 // anyOutputs is what a task wrote, once done is closed: its re-run's (or
@@ -109,7 +113,20 @@ type anyDest struct {
 // there is no other device to re-run on, or GOFFLOAD_ANY_RERUN=0.
 func newRerun(ndev int) anyRerun {
 	return anyRerun{on: ndev > 1 && os.Getenv("GOFFLOAD_ANY_RERUN") != "0", onHost: os.Getenv("GOFFLOAD_ANY_RERUN_HOST") != "0", entries: map[int64]*anyEntry{},
-		snap: map[placement.Buf][]byte{}, memo: map[int64]*anyOutputs{}, got: map[int64][]anySaved{}}
+		snap: map[placement.Buf][]byte{}, memo: map[int64]*anyOutputs{}, got: map[int64][]anySaved{},
+		turns: make(chan struct{}, max(2, runtime.GOMAXPROCS(0)))}
+}
+
+// recovering runs f, a recovery (of a task, a copy, or data only a lost
+// device held), once fewer than rr.turns others run: re-runs happen on
+// the recovering goroutines, and a loss with many tasks pending would
+// otherwise run them all at once, each with its inputs in memory. A
+// recovery waits in its turn only for re-runs that other recoveries, in
+// theirs, make (anyRerun.memo): no cycle.
+func (s *anySched) recovering(f func() error) error {
+	s.rr.turns <- struct{}{}
+	defer func() { <-s.rr.turns }()
+	return f()
 }
 
 // maxRerunTries is how many devices a re-run tries before it gives up.
@@ -203,7 +220,7 @@ func (s *anySched) restoreTask(g placement.Buf) {
 	pieces := s.table.Writers(g)
 	deps := []core.Dep{DependIn(x).dep, DependOut(s.token(region, placement.Host, g)).dep}
 	rt := s.rt.SpawnHost("Any(): restore "+name, func() error {
-		return s.install(anyDest{placement.Host, x}, g, pieces)
+		return s.recovering(func() error { return s.install(anyDest{placement.Host, x}, g, pieces) })
 	}, deps)
 	s.rr.restores = append(s.rr.restores, anyRestore{g, rt})
 	s.rt.Note(rt.ID, fmt.Sprintf("Any(): %q (%d bytes at %#x) had its only valid copy on a lost device: recomputed from the tasks that wrote it (last: task %d)", name, g.Size, g.Addr, pieces[len(pieces)-1].Writer))
@@ -472,6 +489,11 @@ func (s *anySched) recoverTask(e *anyEntry, d int, outs []any, cause error) erro
 	if s.usable(d) && !errors.Is(cause, plugin.ErrDeviceLost) {
 		return cause // not a loss: it failed by itself
 	}
+	return s.recovering(func() error { return s.recoverTaskNow(e, d, outs, cause) })
+}
+
+// recoverTaskNow is recoverTask's work, in a recovery's turn.
+func (s *anySched) recoverTaskNow(e *anyEntry, d int, outs []any, cause error) error {
 	if _, err := s.outputs(e.id, true); err != nil {
 		return fmt.Errorf("goffload: Any(): %s: %w (it failed first with: %w)", e.k.Name(), err, cause)
 	}
@@ -504,7 +526,7 @@ func (s *anySched) recoverCopy(to anyDest, from int, b placement.Buf, pieces []p
 	if !lost(from) && !errors.Is(cause, plugin.ErrDeviceLost) {
 		return cause // not a loss: it failed by itself
 	}
-	if err := s.install(to, b, pieces); err != nil {
+	if err := s.recovering(func() error { return s.install(to, b, pieces) }); err != nil {
 		if lost(to.dev) { // lost meanwhile: nothing reads its copy now
 			return nil
 		}
