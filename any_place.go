@@ -226,7 +226,7 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 	}
 	id := s.rr.next  // s.entry numbered it, for the table (Commit) and the model
 	var hs []anyHeld // d's copies of what it writes, once it ran well
-	if e != nil {
+	if s.rr.on {     // counted whether or not it can run again: it overwrites d's copies
 		for i, ac := range acc {
 			if ac.Write {
 				hs = append(hs, s.placed(regions[i], d, ac.Buf))

@@ -132,16 +132,22 @@ func TestAnyRerunAfterKill(t *testing.T) {
 // anyGate writes k into out once the gate file of id exists (or after 30
 // seconds): a kernel that holds its device until the test lets it go.
 var anyGate = offload.MustKernel2("test.any.gate", func(ctx offload.Ctx, id int64, out offload.Out[int64]) {
-	path := filepath.Join(os.TempDir(), fmt.Sprintf("goffload-anygate-%d", id))
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if _, err := os.Stat(path); err == nil {
-			break
-		}
-	}
+	waitAnyGate(id)
 	for i := range out {
 		out[i] = id
 	}
 })
+
+// waitAnyGate returns once the gate file of id exists, or after 30
+// seconds.
+func waitAnyGate(id int64) {
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("goffload-anygate-%d", id))
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+	}
+}
 
 // TestAnyOnceIsNotRerun: an Any-task of a kernel marked Once whose device
 // is lost fails with ErrDeviceLost, as a hand-placed task does, instead of

@@ -24,12 +24,7 @@ var (
 	// anyGate2 writes b*1000 + a into c once the gate file of id exists
 	// (or after 30 seconds).
 	anyGate2 = offload.MustKernel4("test.any.gate2", func(ctx offload.Ctx, id int64, a, b offload.In[int64], c offload.Out[int64]) {
-		path := filepath.Join(os.TempDir(), fmt.Sprintf("goffload-anygate-%d", id))
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-			if _, err := os.Stat(path); err == nil {
-				break
-			}
-		}
+		waitAnyGate(id)
 		for i := range c {
 			c[i] = b[i]*1000 + a[i]
 		}
