@@ -105,3 +105,37 @@ func TestAnyEnterDataFirstVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestAnySameSectionTwice: a kernel may read one section through two
+// parameters (it is copied once); reading and writing it through two is
+// refused with ErrBadMap, as the task's meaning would be the order its
+// parameters are copied in.
+func TestAnySameSectionTwice(t *testing.T) {
+	startTwoLocal(t)
+	id := time.Now().UnixNano()
+	gate := filepath.Join(os.TempDir(), fmt.Sprintf("goffload-anygate-%d", id))
+	t.Cleanup(func() { os.Remove(gate) })
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	y, c := make([]int64, 16), make([]int64, 16)
+	for i := range y {
+		y[i] = int64(i)
+	}
+	for range 3 { // on each device, then where the model puts it
+		if err := anyGate2.Run(offload.Any(), id, y, y, c); err != nil {
+			t.Fatalf("one section read through two parameters: %v", err)
+		}
+	}
+	if err := anyStep.Run(offload.Any(), 1, y, y); !errors.Is(err, offload.ErrBadMap) || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("one section read and written through two parameters: %v, want ErrBadMap saying twice", err)
+	}
+	if err := offload.Taskwait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range c {
+		if want := int64(i)*1000 + int64(i); c[i] != want {
+			t.Fatalf("c[%d] = %d, want %d", i, c[i], want)
+		}
+	}
+}

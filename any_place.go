@@ -95,8 +95,11 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 		return fail(fmt.Errorf("%w: no device can run it: every device is lost, unavailable, or has no code for the kernel (PTX, OpenCL C)", ErrNoDevice)), false
 	}
 	copies, alloc, err := p.copies, p.bufs, p.err
-	if err != nil {
+	if errors.Is(err, placement.ErrOverlap) {
 		return fail(fmt.Errorf("%w: %w: name the whole buffer first with Any().EnterData(To(x)), or call Taskwait, which gives Any-tasks' buffers back, before using another section", ErrBadMap, err)), false
+	}
+	if err != nil {
+		return fail(fmt.Errorf("%w: %w", ErrBadMap, err)), false
 	}
 	d := choice.Dev
 	dev := On(d)

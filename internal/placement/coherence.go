@@ -200,7 +200,10 @@ func (t *Table) Plan(d int, acc []Access, cost func(from, to int, b Buf) float64
 	bit := uint64(1) << d
 	for i, a := range acc {
 		if slices.ContainsFunc(acc[:i], func(b Access) bool { return b.Buf.Overlaps(a.Buf) }) {
-			return nil, nil, fmt.Errorf("placement: a task uses [%#x, +%d) twice, or two overlapping sections", a.Buf.Addr, a.Buf.Size)
+			if sameRead(acc[:i], a) {
+				continue // read through two parameters: planned once
+			}
+			return nil, nil, fmt.Errorf("placement: a task uses [%#x, +%d) twice, or two overlapping sections, and writes one of them (two parameters may only read the same section)", a.Buf.Addr, a.Buf.Size)
 		}
 		base, r, err := t.find(a.Buf)
 		if err != nil {
@@ -257,6 +260,20 @@ func (t *Table) Plan(d int, acc []Access, cost func(from, to int, b Buf) float64
 		copies = append(copies, p.out...)
 	}
 	return copies, alloc, nil
+}
+
+// sameRead reports whether a only reads, and every access of acc it
+// overlaps is a read only of the same section.
+func sameRead(acc []Access, a Access) bool {
+	if a.Write || !a.Read {
+		return false
+	}
+	for _, b := range acc {
+		if b.Buf.Overlaps(a.Buf) && (b.Buf != a.Buf || b.Write || !b.Read) {
+			return false
+		}
+	}
+	return true
 }
 
 // Commit records that task by (an id the caller gives, not 0) with

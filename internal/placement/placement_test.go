@@ -141,7 +141,14 @@ func TestTableRefusesOverlap(t *testing.T) {
 		t.Errorf("disjoint section and the same one: %v", err)
 	}
 	if _, _, err := tb.Plan(1, []Access{{Buf: a, Read: true}, {Buf: a, Write: true}}, nil); err == nil {
-		t.Error("a task using one buffer twice: no error")
+		t.Error("a task reading and writing one buffer through two parameters: no error")
+	}
+	if _, _, err := tb.Plan(1, []Access{{Buf: a, Read: true}, {Buf: Buf{Addr: a.Addr, Size: 32}, Read: true}}, nil); err == nil {
+		t.Error("a task reading a buffer and a part of it through two parameters: no error")
+	}
+	// Reading one section through two parameters is one read: one copy.
+	if copies, alloc, err := tb.Plan(1, []Access{{Buf: a, Read: true}, {Buf: a, Read: true}}, nil); err != nil || len(copies) != 1 || len(alloc) != 1 {
+		t.Errorf("a task reading one buffer through two parameters: copies %v, alloc %v, %v; want one of each", copies, alloc, err)
 	}
 	rel := tb.Release()
 	if len(rel) != 1 || len(rel[a]) != 1 || rel[a][0] != 0 || tb.Len() != 0 {
