@@ -310,17 +310,12 @@ func (s *anySched) version(p placement.Piece, top bool) ([]byte, error) {
 		return nil, fmt.Errorf("%w: [%#x, +%d) was never copied from the program's memory, so no first version of it was kept", ErrDeviceLost, p.Buf.Addr, p.Buf.Size)
 	}
 	s.rr.mu.Lock()
-	o := s.rr.memo[p.Writer]
-	if o == nil {
-		for _, sv := range s.rr.got[p.Writer] {
-			if p.Buf.Inside(sv.buf) {
-				s.rr.mu.Unlock()
-				return sv.data[p.Buf.Addr-sv.buf.Addr:][:p.Buf.Size], nil
-			}
-		}
-	}
+	o, got := s.rr.memo[p.Writer], s.rr.got[p.Writer]
 	s.rr.mu.Unlock()
 	if o == nil {
+		if data := savedPart(got, p.Buf); data != nil {
+			return data, nil
+		}
 		if data := s.survivor(p, top); data != nil {
 			s.rr.mu.Lock()
 			s.rr.got[p.Writer] = append(s.rr.got[p.Writer], anySaved{buf: p.Buf, data: data})
@@ -332,12 +327,21 @@ func (s *anySched) version(p placement.Piece, top bool) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, sv := range out {
-		if p.Buf.Inside(sv.buf) {
-			return sv.data[p.Buf.Addr-sv.buf.Addr:][:p.Buf.Size], nil
-		}
+	if data := savedPart(out, p.Buf); data != nil {
+		return data, nil
 	}
 	return nil, fmt.Errorf("%w: task %d's outputs hold no [%#x, +%d)", ErrDeviceLost, p.Writer, p.Buf.Addr, p.Buf.Size)
+}
+
+// savedPart returns b's bytes from the saved part of saved that holds it
+// (elements are appended, never changed), or nil.
+func savedPart(saved []anySaved, b placement.Buf) []byte {
+	for _, sv := range saved {
+		if b.Inside(sv.buf) {
+			return sv.data[b.Addr-sv.buf.Addr:][:b.Size]
+		}
+	}
+	return nil
 }
 
 // outputs returns what task id wrote: kept (a host task's, or its

@@ -43,9 +43,7 @@ func (s *anySched) opTime(o plugin.OpTime) {
 // have come before (a device that ran it at once), and is lost then.
 func (s *anySched) launching(id uint64) {
 	s.tmu.Lock()
-	if _, ok := s.launched[id]; !ok {
-		s.launched[id] = 0
-	}
+	s.launched[id] = 0 // opTime fills in only the tasks here
 	s.tmu.Unlock()
 }
 

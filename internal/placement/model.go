@@ -11,8 +11,9 @@ import (
 // Model chooses a device for each task by its expected finish time, as
 // HEFT and StarPU's dmda scheduler do: for each device, the task starts
 // once the device has done the work placed there before it and its inputs
-// are there (the tasks that write them expected to end, then the copies
-// the task needs there), and ends the kernel's expected time later; the
+// are there (each once the task that writes it is expected to end, and
+// copied if the device's copy is not valid), and ends the kernel's
+// expected time later; the
 // earliest end wins. Kernel times are learned per kernel, per device and
 // per size (a power of two of the bytes the task uses), as the median of
 // what the latest tasks took; copies' costs as a latency and a bandwidth
@@ -366,7 +367,7 @@ func (m *Model) Ready(now time.Time, reads [][]Piece, copies []Copy) (time.Time,
 	for _, ps := range reads {
 		for _, p := range ps {
 			if p.Writer != 0 && !slices.ContainsFunc(copies, func(c Copy) bool { return c.Buf.Overlaps(p.Buf) }) {
-				at = later(at, m.Inputs(append(ws[:0], p.Writer)))
+				at = later(at, m.ends[p.Writer]) // zero once it ended
 			}
 		}
 	}

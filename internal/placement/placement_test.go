@@ -432,8 +432,8 @@ func TestModelDoneBesideOthers(t *testing.T) {
 // TestModelRanTakesTheDevicesTime: a device that reports the ends of
 // queued tasks together makes all but the first look as if they took no
 // time (each one's start is the end of the one before, which came with
-// it); the time the device
-// measured (Ran) is learned instead. Without one, Done's rule stands.
+// it); the time the device measured (Ran) is learned instead. Without
+// one, Done's rule stands.
 func TestModelRanTakesTheDevicesTime(t *testing.T) {
 	m := NewModel(1)
 	t0 := time.Unix(1000, 0)

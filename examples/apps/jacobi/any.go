@@ -23,19 +23,8 @@ var Band = offload.MustKernel3("jacobi.band", func(ctx offload.Ctx, next offload
 	})
 }).Named("next", "cur", "cols")
 
-// Fill sets every cell of rows first, first+1, … of an n×n grid to its
-// starting value (Initial): u holds those rows.
-var Fill = offload.MustKernel3("jacobi.fill", func(ctx offload.Ctx, u offload.Out[float64], first, n int) {
-	ctx.For(len(u)/n, func(a, b int) {
-		for r := a; r < b; r++ {
-			for c := range n {
-				u[r*n+c] = Initial(first+r, c, n)
-			}
-		}
-	})
-}).Named("u", "first", "n")
-
-// FillPair is Fill of the same rows of two grids, u and v.
+// FillPair sets every cell of rows first, first+1, … of two n×n grids to
+// its starting value (Initial): u and v hold those rows.
 var FillPair = offload.MustKernel4("jacobi.fill2", func(ctx offload.Ctx, u, v offload.Out[float64], first, n int) {
 	ctx.For(len(u)/n, func(a, b int) {
 		for r := a; r < b; r++ {
