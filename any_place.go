@@ -205,11 +205,10 @@ func (s *anySched) placeOnce(a Async, k *Kernel, o launchOpts, args []any, kargs
 	for i, ac := range acc {
 		x := bufs[i].v.Interface()
 		if ac.Write {
-			deps = append(deps, DependInOut(x))
+			deps = append(deps, DependInOut(x), DependInOut(s.token(regions[i], d, ac.Buf)))
 		} else {
-			deps = append(deps, DependIn(x))
+			deps = append(deps, DependIn(x), DependIn(s.token(regions[i], d, ac.Buf)))
 		}
-		deps = append(deps, DependIn(s.token(regions[i], d, ac.Buf)))
 	}
 	present := make([]core.KernelArg, len(kargs))
 	copy(present, kargs)

@@ -142,6 +142,7 @@ func (r *Runtime) register(t *Task, deps []Dep) []*Task {
 	ts.live[t] = struct{}{}
 	var preds []*Task
 	var seen map[*Task]bool // a write after many reads: no quadratic search
+	var covered []*depState // other addresses' histories a write may replace
 	add := func(p *Task) {
 		if p == nil || p == t || (finished(p) && !holds(p)) || seen[p] || (seen == nil && slices.Contains(preds, p)) {
 			return
@@ -191,8 +192,29 @@ func (r *Runtime) register(t *Task, deps []Dep) []*Task {
 					}
 					in.waited(d.Addr, t)
 				}
+				if o.addr >= d.Addr { // what t's object covers, t replaces
+					covered = append(covered, o)
+				}
 			}
 		})
+		// A writer comes after the writers and readers of the objects its
+		// own covers, at other addresses too (added above): there, later
+		// tasks on those bytes find it, and the ones it replaced are
+		// forgotten. Kept, they would order every later task on the bytes
+		// after them, which a task made far ahead of the running ones
+		// waits for as if they were still to run (a device wait each; across
+		// devices, a message).
+		for _, o := range covered {
+			if o.out != nil && o.outEnd <= end {
+				o.out, o.outEnd = nil, o.addr
+			}
+			o.ins = slices.DeleteFunc(o.ins, func(in depIn) bool { return in.end <= end })
+			if o.out == nil && len(o.ins) == 0 && o.refs == 0 {
+				delete(ts.deps, o.addr)
+				ts.byAddr.Delete(o)
+			}
+		}
+		covered = covered[:0]
 		add(st.out)
 		if d.Kind == DepIn {
 			if len(st.ins) >= st.pruneAt { // amortized: prune when it doubled
