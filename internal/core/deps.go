@@ -234,8 +234,44 @@ func (r *Runtime) register(t *Task, deps []Dep) []*Task {
 		}
 		st.out, st.outEnd, st.ins, st.pruneAt = t, reach, nil, 8
 	}
+	preds = reduce(preds)
+	t.direct = preds
 	return preds
 }
+
+// reduce drops from preds each task that another of them waits for by
+// an edge of its own (direct): t comes after it through that one. A
+// predecessor on another device is a wait there, and a message between
+// the devices; a task that reads a part copied in waits for the copy,
+// which waits for the part's writer already. Only short lists are
+// searched (a write after many reads has no such pairs to find).
+func reduce(preds []*Task) []*Task {
+	if len(preds) < 2 || len(preds) > maxReduce {
+		return preds
+	}
+	var kept []*Task
+	for i, p := range preds {
+		implied := false
+		for _, q := range preds {
+			if q != p && slices.Contains(q.direct, p) {
+				implied = true
+				break
+			}
+		}
+		if implied && kept == nil {
+			kept = append(make([]*Task, 0, len(preds)-1), preds[:i]...)
+		} else if !implied && kept != nil {
+			kept = append(kept, p)
+		}
+	}
+	if kept == nil {
+		return preds
+	}
+	return kept
+}
+
+// maxReduce is the most predecessors reduce searches.
+const maxReduce = 16
 
 // settle forgets what addr's history no longer needs, once no live task
 // names the address; an empty history is removed. Called with mu held.

@@ -47,6 +47,9 @@ type Task struct {
 	laterCont step
 
 	addrs []uintptr // the addresses it depends on; guarded by the runtime's tasks.mu
+	// direct are its predecessors by their own edges (register), until it
+	// completes; guarded by the runtime's tasks.mu.
+	direct []*Task
 
 	// recover is Op.Recover, taken (set to nil) under the runtime's
 	// tasks.mu by the completion it replaces; preds are the task's
@@ -242,6 +245,7 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy s
 		}
 	}
 	t.completed = true
+	t.direct = nil
 	succs := t.succs
 	t.succs = nil
 	delete(ts.live, t)
