@@ -224,19 +224,57 @@ func (r *Runtime) register(t *Task, deps []Dep) []*Task {
 			st.ins = append(st.ins, depIn{t: t, end: end})
 			continue
 		}
+		// t replaces the history here. The last writer's object may
+		// reach past t's: t stands for it there (a later task on those
+		// bytes waits for t, which waited for it). A reader whose object
+		// reaches past t's stays, marked as waited for from here: a
+		// later writer on its far part waits for it, and nothing that
+		// only reads or writes those bytes waits for t, which did not
+		// touch them (an interior band's read of the rows around it,
+		// named from its first row, would otherwise order the next
+		// step's write of that row before the next step's interior).
 		reach := end
-		if st.out != nil {
-			reach = max(reach, st.outEnd)
+		if w := st.out; w != nil && st.outEnd > end && !ts.split(w, end, st.outEnd, st.keep) {
+			reach = st.outEnd
 		}
+		var kept []depIn
 		for _, in := range st.ins {
-			add(in.t)
-			reach = max(reach, in.end)
+			if !in.after(d.Addr, prev) {
+				add(in.t)
+			}
+			if in.end > end && (!finished(in.t) || holds(in.t)) {
+				in.waited(d.Addr, t)
+				kept = append(kept, in)
+			}
 		}
-		st.out, st.outEnd, st.ins, st.pruneAt = t, reach, nil, 8
+		st.out, st.outEnd, st.ins, st.pruneAt = t, reach, kept, max(8, 2*len(kept))
 	}
 	preds = reduce(preds)
 	t.direct = preds
 	return preds
+}
+
+// split makes w, the last writer at an address whose object reaches to
+// until, the last writer of the part [at, until) that a new writer at
+// the address does not cover, in a history of its own at at, so that the
+// new writer need not stand for it there (tasks on that part would wait
+// for the new one, which does not touch it: the fill of a band's rows,
+// named from its first row, and the writes of that row step after step).
+// It reports false, the new writer standing for w, where at has a
+// history already. Called with mu held.
+func (ts *tasks) split(w *Task, at, until uintptr, keep unsafe.Pointer) bool {
+	if w.completed {
+		return !holds(w) // done: nothing to wait for, unless its failure is
+	}
+	if ts.deps[at] != nil {
+		return false
+	}
+	st := &depState{out: w, outEnd: until, refs: 1, pruneAt: 8, keep: keep, addr: at, end: until}
+	ts.deps[at] = st
+	ts.byAddr.ReplaceOrInsert(st)
+	ts.maxLen = max(ts.maxLen, until-at)
+	w.addrs = append(w.addrs, at) // its completion forgets it
+	return true
 }
 
 // reduce drops from preds each task that another of them waits for by

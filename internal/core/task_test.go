@@ -210,9 +210,10 @@ func TestTaskOverlappingSections(t *testing.T) {
 // TestTaskSectionsAtOneAddress: a dependence is ordered by its own section,
 // not by the largest section named at its first address: a halo row's copy
 // (in: row 7, where a band's read of rows 7..15 began) does not wait for
-// the neighbour band's write of rows 8..15. A writer at an address stands
-// for the larger sections it replaced there, so a later task on their far
-// part still waits for it, and through it for them.
+// the neighbour band's write of rows 8..15. A writer at an address where
+// a larger section was read does not stand for that read: a later writer
+// on its far part waits for the read, and not for the writer, whose row it
+// does not touch.
 func TestTaskSectionsAtOneAddress(t *testing.T) {
 	sec, reg := sections(taskRuntime())
 	band, _ := reg(sec(DepIn, 7, 16))    // a band reads its rows and the halo row 7
@@ -223,12 +224,17 @@ func TestTaskSectionsAtOneAddress(t *testing.T) {
 	halo, p := reg(sec(DepIn, 7, 8)) // the halo row's copy reads row 7
 	wantPreds(t, "in [7,8): the writer of row 7 only", p, upper)
 	_ = halo
-	// A writer of row 7 at the address where [7,16) was read stands for
-	// that read: a later writer of [12,14) waits for it.
+	// A writer of row 7 at the address where [7,16) was read: a later
+	// writer of [12,14) waits for that read (through the band's writer,
+	// which waited for it), not for the writer of row 7; a reader of
+	// [12,13) waits for the band's writer alone.
 	w7, p := reg(sec(DepOut, 7, 8))
 	wantPreds(t, "out [7,8) after the readers of row 7 and its writer", p, upper, band, halo)
+	r12, p := reg(sec(DepIn, 12, 13))
+	wantPreds(t, "in [12,13) after the band's writer", p, lower)
 	_, p = reg(sec(DepOut, 12, 14))
-	wantPreds(t, "out [12,14) after the band's writer and the writer standing for the read of [7,16)", p, lower, w7)
+	wantPreds(t, "out [12,14) after the reader of row 12 and the read of [7,16), not the writer of row 7", p, r12, lower, band)
+	_ = w7
 }
 
 // sections returns, for tests of r's dependence history on sections of one
@@ -368,5 +374,36 @@ func TestTaskEdgesNotRepeated(t *testing.T) {
 	_, p = reg(sec(DepIn, 0, 8), sec(DepIn, 32, 40))
 	if len(p) != 1 || p[0] != copied {
 		t.Fatalf("the reader: %d predecessors, want the copy alone", len(p))
+	}
+}
+
+// TestTaskWriterDoesNotStandForWiderWrite: a writer of one row at the
+// address where a wider write began (a band's fill, then the writes of its
+// first row step after step) does not stand for the rest of the wider
+// write: a task on the rest waits for the wide writer, not for the row's
+// writers. The histories go once the tasks are done.
+func TestTaskWriterDoesNotStandForWiderWrite(t *testing.T) {
+	r := taskRuntime()
+	sec, reg := sections(r)
+	fill, _ := reg(sec(DepOut, 8, 16))
+	var rows []*Task
+	for step := range 3 {
+		row, p := reg(sec(DepInOut, 8, 9))
+		want := []*Task{fill}
+		if step > 0 {
+			want = []*Task{rows[step-1]}
+		}
+		wantPreds(t, fmt.Sprintf("step %d: inout [8,9)", step), p, want...)
+		rows = append(rows, row)
+	}
+	rest, p := reg(sec(DepIn, 9, 16))
+	wantPreds(t, "in [9,16) after the fill alone", p, fill)
+	w, p := reg(sec(DepOut, 12, 13))
+	wantPreds(t, "out [12,13) after the fill and the reader of [9,16)", p, fill, rest)
+	for _, task := range append(append([]*Task{fill}, rows...), rest, w) {
+		r.complete(task, nil, nil)
+	}
+	if addrs, _ := r.DepEntries(); addrs != 0 {
+		t.Fatalf("after the tasks: %d addresses left", addrs)
 	}
 }
