@@ -160,9 +160,7 @@ func (r *Runtime) register(t *Task, deps []Dep) []*Task {
 		t.addrs = append(t.addrs, d.Addr)
 		st := ts.deps[d.Addr]
 		if st == nil {
-			st = &depState{keep: d.Keep, pruneAt: 8, addr: d.Addr, end: d.Addr}
-			ts.deps[d.Addr] = st
-			ts.byAddr.ReplaceOrInsert(st)
+			st = ts.newHistory(d.Addr, d.Keep)
 		}
 		end := d.Addr + max(d.Size, 1)
 		if end < d.Addr { // wrapped
@@ -209,10 +207,7 @@ func (r *Runtime) register(t *Task, deps []Dep) []*Task {
 				o.out, o.outEnd = nil, o.addr
 			}
 			o.ins = slices.DeleteFunc(o.ins, func(in depIn) bool { return in.end <= end })
-			if o.out == nil && len(o.ins) == 0 && o.refs == 0 {
-				delete(ts.deps, o.addr)
-				ts.byAddr.Delete(o)
-			}
+			ts.settle(o.addr, o) // gone if no live task names it and it is empty
 		}
 		covered = covered[:0]
 		add(st.out)
@@ -269,9 +264,8 @@ func (ts *tasks) split(w *Task, at, until uintptr, keep unsafe.Pointer) bool {
 	if ts.deps[at] != nil {
 		return false
 	}
-	st := &depState{out: w, outEnd: until, refs: 1, pruneAt: 8, keep: keep, addr: at, end: until}
-	ts.deps[at] = st
-	ts.byAddr.ReplaceOrInsert(st)
+	st := ts.newHistory(at, keep)
+	st.out, st.outEnd, st.end, st.refs = w, until, until, 1
 	ts.maxLen = max(ts.maxLen, until-at)
 	w.addrs = append(w.addrs, at) // its completion forgets it
 	return true
@@ -310,6 +304,15 @@ func reduce(preds []*Task) []*Task {
 
 // maxReduce is the most predecessors reduce searches.
 const maxReduce = 16
+
+// newHistory starts the empty history of addr, whose objects keep keeps
+// alive. Called with mu held.
+func (ts *tasks) newHistory(addr uintptr, keep unsafe.Pointer) *depState {
+	st := &depState{keep: keep, pruneAt: 8, addr: addr, end: addr}
+	ts.deps[addr] = st
+	ts.byAddr.ReplaceOrInsert(st)
+	return st
+}
 
 // settle forgets what addr's history no longer needs, once no live task
 // names the address; an empty history is removed. Called with mu held.

@@ -331,33 +331,21 @@ func TestTaskReadersWaitedForFromElsewhere(t *testing.T) {
 // across devices a message each). A section the writer covers only in part
 // keeps its history.
 func TestTaskWriteReplacesCoveredHistories(t *testing.T) {
-	r := taskRuntime()
-	buf := make([]int64, 16)
-	sec := func(kind DepKind, lo, hi int) Dep {
-		return Dep{Kind: kind, Addr: uintptr(unsafe.Pointer(&buf[lo])), Size: uintptr(hi-lo) * 8, Keep: unsafe.Pointer(&buf[0])}
-	}
-	task := func(deps ...Dep) (*Task, []*Task) {
-		t := &Task{done: make(chan struct{})}
-		return t, r.register(t, deps)
-	}
-	same := func(what string, got []*Task, want ...*Task) {
-		t.Helper()
-		wantPreds(t, what, got, want...)
-	}
+	sec, task := sections(taskRuntime())
 	w1, _ := task(sec(DepOut, 4, 6)) // a writer at 4
 	r1, p := task(sec(DepIn, 4, 5))  // a reader at 4, after w1
-	same("reader of [4,5)", p, w1)
+	wantPreds(t, "reader of [4,5)", p, w1)
 	r2, p := task(sec(DepIn, 8, 12)) // a reader at 8
-	same("first reader of [8,12)", p)
+	wantPreds(t, "first reader of [8,12)", p)
 	part, _ := task(sec(DepOut, 10, 14)) // at 10: covered in part by the writer below
 	all, p := task(sec(DepInOut, 2, 12)) // covers [4,6) and [8,12), not [10,14)
-	same("writer of [2,12)", p, w1, r1, r2, part)
+	wantPreds(t, "writer of [2,12)", p, w1, r1, r2, part)
 	_, p = task(sec(DepIn, 4, 5)) // at 4: after all alone
-	same("reader of [4,5) after the covering write", p, all)
+	wantPreds(t, "reader of [4,5) after the covering write", p, all)
 	_, p = task(sec(DepInOut, 8, 9)) // at 8: after all alone
-	same("writer of [8,9) after the covering write", p, all)
+	wantPreds(t, "writer of [8,9) after the covering write", p, all)
 	_, p = task(sec(DepIn, 12, 13)) // at 12: [10,14)'s writer is still there
-	same("reader of [12,13)", p, part)
+	wantPreds(t, "reader of [12,13)", p, part)
 }
 
 // TestTaskEdgesNotRepeated: a task's predecessor that another of its
