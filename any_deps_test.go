@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/tool"
 )
 
 // depTool records which device each construct ran on and the device waits
@@ -20,7 +21,7 @@ type depTool struct {
 	waits map[uint64][]uint64 // task → tasks it waited for on its device
 }
 
-func (d *depTool) TargetBegin(e offload.TargetEvent) {
+func (d *depTool) TargetBegin(e tool.TargetEvent) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.dev == nil {
@@ -28,10 +29,10 @@ func (d *depTool) TargetBegin(e offload.TargetEvent) {
 	}
 	d.dev[e.Task] = e.Device
 }
-func (d *depTool) TargetEnd(offload.TargetEvent)    {}
-func (d *depTool) DataOp(offload.DataEvent)         {}
-func (d *depTool) KernelLaunch(offload.KernelEvent) {}
-func (d *depTool) Wait(e offload.WaitEvent) {
+func (d *depTool) TargetEnd(tool.TargetEvent)    {}
+func (d *depTool) DataOp(tool.DataEvent)         {}
+func (d *depTool) KernelLaunch(tool.KernelEvent) {}
+func (d *depTool) Wait(e tool.WaitEvent) {
 	if !e.OnDevice {
 		return
 	}

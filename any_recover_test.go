@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/tool"
 )
 
 // TestAnyRerunAfterKill: random graphs of Any-tasks (and host tasks) on two
@@ -273,7 +274,7 @@ type restoreSeen struct {
 	begun, ended int
 }
 
-func (r *restoreSeen) TargetBegin(e offload.TargetEvent) {
+func (r *restoreSeen) TargetBegin(e tool.TargetEvent) {
 	if strings.HasPrefix(e.Name, "Any(): restore") {
 		r.mu.Lock()
 		r.begun++
@@ -281,7 +282,7 @@ func (r *restoreSeen) TargetBegin(e offload.TargetEvent) {
 	}
 }
 
-func (r *restoreSeen) TargetEnd(e offload.TargetEvent) {
+func (r *restoreSeen) TargetEnd(e tool.TargetEvent) {
 	if strings.HasPrefix(e.Name, "Any(): restore") {
 		r.mu.Lock()
 		r.ended++
@@ -295,9 +296,9 @@ func (r *restoreSeen) counts() (begun, ended int) {
 	return r.begun, r.ended
 }
 
-func (r *restoreSeen) DataOp(offload.DataEvent)         {}
-func (r *restoreSeen) KernelLaunch(offload.KernelEvent) {}
-func (r *restoreSeen) Wait(offload.WaitEvent)           {}
+func (r *restoreSeen) DataOp(tool.DataEvent)         {}
+func (r *restoreSeen) KernelLaunch(tool.KernelEvent) {}
+func (r *restoreSeen) Wait(tool.WaitEvent)           {}
 
 // startTwoLocal starts local:2 (MANDATORY, with opts) for t, stopped at
 // its end with device 1 lost or not, and returns device 1's process.

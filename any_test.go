@@ -15,6 +15,7 @@ import (
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
 	"github.com/goffload/offload/internal/tracefile"
 	"github.com/goffload/offload/plugins/cuda"
+	"github.com/goffload/offload/tool"
 )
 
 // Kernels of the Any-task tests: functions of their inputs, as Any-tasks'
@@ -289,11 +290,11 @@ type kernelCounter struct {
 	n  map[int]int
 }
 
-func (c *kernelCounter) TargetBegin(offload.TargetEvent) {}
-func (c *kernelCounter) TargetEnd(offload.TargetEvent)   {}
-func (c *kernelCounter) DataOp(offload.DataEvent)        {}
-func (c *kernelCounter) Wait(offload.WaitEvent)          {}
-func (c *kernelCounter) KernelLaunch(e offload.KernelEvent) {
+func (c *kernelCounter) TargetBegin(tool.TargetEvent) {}
+func (c *kernelCounter) TargetEnd(tool.TargetEvent)   {}
+func (c *kernelCounter) DataOp(tool.DataEvent)        {}
+func (c *kernelCounter) Wait(tool.WaitEvent)          {}
+func (c *kernelCounter) KernelLaunch(e tool.KernelEvent) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.n == nil {

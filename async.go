@@ -107,7 +107,7 @@ func (t *Task) ID() uint64 {
 
 // ErrDependency is wrapped by the error of a task that did not run because
 // a task it depends on failed.
-var ErrDependency = errors.New("a task it depends on failed")
+var ErrDependency = core.ErrDependency
 
 // ErrInTask is wrapped by the error of Taskwait or Stop called from inside a
 // task — the function of Async.Go, or a kernel of a task on the initial
@@ -115,7 +115,7 @@ var ErrDependency = errors.New("a task it depends on failed")
 // ErrBadArgument. The runtime knows a task's goroutine by the task's frame
 // on its stack, so a goroutine that a task starts is not inside it (and
 // must not call Taskwait or Stop while the task waits for it).
-var ErrInTask = fmt.Errorf("%w: called from inside a task, which would wait for itself", ErrBadArgument)
+var ErrInTask = core.ErrInTask
 
 // Async makes constructs tasks: target nowait, with depend clauses.
 // Create it with Device.Nowait or Nowait.

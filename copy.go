@@ -52,11 +52,11 @@ func copyPtrs[T any](to Device, dst []T, from Device, src []T) (DevicePtr, Devic
 	}
 	dp, err := to.MappedPtr(dst)
 	if err != nil {
-		return DevicePtr{}, DevicePtr{}, 0, fmt.Errorf("goffload: omp_target_memcpy: destination: %w", err)
+		return DevicePtr{}, DevicePtr{}, 0, fmt.Errorf("goffload: omp_target_memcpy: destination: %w", core.Quote(err))
 	}
 	sp, err := from.MappedPtr(src)
 	if err != nil {
-		return DevicePtr{}, DevicePtr{}, 0, fmt.Errorf("goffload: omp_target_memcpy: source: %w", err)
+		return DevicePtr{}, DevicePtr{}, 0, fmt.Errorf("goffload: omp_target_memcpy: source: %w", core.Quote(err))
 	}
 	return dp, sp, int64(len(src)) * int64(et.Size()), nil
 }

@@ -1,7 +1,6 @@
 package offload
 
 import (
-	"errors"
 	"fmt"
 	"reflect"
 	"unsafe"
@@ -13,7 +12,7 @@ import (
 // name taken, an empty variable, elements that are not plain data, host
 // memory shared with another variable, or a declaration while the runtime
 // is started).
-var ErrDeclareTarget = errors.New("invalid declare target variable")
+var ErrDeclareTarget = entries.ErrDeclareTarget
 
 // A Global is a declare target variable: a slice of plain data that kernels
 // use on every device without passing it as an argument (OpenMP's

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/tool"
 )
 
 // Axpy is registered at package init, as every kernel is.
@@ -142,18 +143,18 @@ type kernelLog struct {
 	copied  int64
 }
 
-func (l *kernelLog) TargetBegin(offload.TargetEvent)  {}
-func (l *kernelLog) TargetEnd(offload.TargetEvent)    {}
-func (l *kernelLog) DataOp(offload.DataEvent)         {}
-func (l *kernelLog) KernelLaunch(offload.KernelEvent) {}
-func (l *kernelLog) Wait(offload.WaitEvent)           {}
-func (l *kernelLog) DeviceOp(e offload.DeviceOpEvent) {
+func (l *kernelLog) TargetBegin(tool.TargetEvent)  {}
+func (l *kernelLog) TargetEnd(tool.TargetEvent)    {}
+func (l *kernelLog) DataOp(tool.DataEvent)         {}
+func (l *kernelLog) KernelLaunch(tool.KernelEvent) {}
+func (l *kernelLog) Wait(tool.WaitEvent)           {}
+func (l *kernelLog) DeviceOp(e tool.DeviceOpEvent) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch e.Kind {
-	case offload.OpLaunch:
+	case tool.OpLaunch:
 		l.kernels = append(l.kernels, fmt.Sprintf("%s on device %d, task %d", e.Kernel, e.Device, e.Task))
-	case offload.OpSubmit, offload.OpRetrieve:
+	case tool.OpSubmit, tool.OpRetrieve:
 		l.copied += e.Bytes
 	}
 }

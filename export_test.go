@@ -38,16 +38,6 @@ func declared(gs []*entries.Global, e mapping.EntryInfo) bool {
 // event recorded), rather than waiting on the host to be enqueued.
 func Enqueued(t *Task) bool { return t.t != nil && t.t.Enqueued() }
 
-// Sentinels returns each of the package's errors with the runtime's error
-// it stands for (errors.go's table).
-func Sentinels() [][2]error {
-	out := make([][2]error, len(sentinels))
-	for i, s := range sentinels {
-		out[i] = [2]error{s.pub, s.internal}
-	}
-	return out
-}
-
 // APIError is apiError, for tests.
 func APIError(err error) error { return apiError(err) }
 

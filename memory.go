@@ -15,7 +15,7 @@ import (
 
 // ErrOutOfMemory: an allocation the device cannot hold, such as one larger
 // than the machine's memory (which Go could not survive trying).
-var ErrOutOfMemory = errors.New("out of device memory")
+var ErrOutOfMemory = plugin.ErrOutOfMemory
 
 // DevicePtr is a range of memory on one device: what Alloc returns
 // (omp_target_alloc), or host memory named by HostPtr. It can be passed to a

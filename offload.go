@@ -16,6 +16,7 @@ import (
 	"github.com/goffload/offload/plugin"
 	_ "github.com/goffload/offload/plugins/host"   // the host device kind
 	_ "github.com/goffload/offload/plugins/remote" // device processes: the local, tcp and mpi kinds
+	"github.com/goffload/offload/tool"
 )
 
 var (
@@ -58,11 +59,12 @@ func WithInfo(flags string) Option {
 	return Option{func(c *core.Config) (err error) { c.Info, err = core.ParseInfo(flags); return err }}
 }
 
-// WithTool makes t receive the runtime's events (the role OMPT plays):
+// WithTool makes t receive the runtime's events, the role OMPT plays:
 // constructs beginning and ending, copies and mapping changes, kernel
-// launches and waits.
-func WithTool(t Tool) Option {
-	return Option{func(c *core.Config) error { c.Tool = coreTool(t); return nil }}
+// launches and waits. A tool.DeviceOpTool also gets the devices' own
+// times of their operations. Package tool declares the events.
+func WithTool(t tool.Tool) Option {
+	return Option{func(c *core.Config) error { c.Tool = t; return nil }}
 }
 
 // WithProfile writes a trace of the run to path at Stop, overriding

@@ -13,6 +13,7 @@ import (
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/examples/apps/jacobi"
 	"github.com/goffload/offload/internal/tracefile"
+	"github.com/goffload/offload/tool"
 )
 
 // TestProfileTrace runs a known program with GOFFLOAD_PROFILE and checks the
@@ -230,7 +231,7 @@ type countingTool struct {
 	ids                          map[uint64]bool // task ids seen at TargetBegin
 }
 
-func (c *countingTool) TargetBegin(e offload.TargetEvent) {
+func (c *countingTool) TargetBegin(e tool.TargetEvent) {
 	c.mu.Lock()
 	c.begins++
 	if c.ids == nil {
@@ -240,7 +241,7 @@ func (c *countingTool) TargetBegin(e offload.TargetEvent) {
 	c.mu.Unlock()
 }
 
-func (c *countingTool) TargetEnd(e offload.TargetEvent) {
+func (c *countingTool) TargetEnd(e tool.TargetEvent) {
 	c.mu.Lock()
 	c.ends++
 	if e.Nowait {
@@ -248,9 +249,9 @@ func (c *countingTool) TargetEnd(e offload.TargetEvent) {
 	}
 	c.mu.Unlock()
 }
-func (c *countingTool) DataOp(offload.DataEvent) { c.mu.Lock(); c.data++; c.mu.Unlock() }
-func (c *countingTool) Wait(offload.WaitEvent)   { c.mu.Lock(); c.waits++; c.mu.Unlock() }
-func (c *countingTool) KernelLaunch(e offload.KernelEvent) {
+func (c *countingTool) DataOp(tool.DataEvent) { c.mu.Lock(); c.data++; c.mu.Unlock() }
+func (c *countingTool) Wait(tool.WaitEvent)   { c.mu.Lock(); c.waits++; c.mu.Unlock() }
+func (c *countingTool) KernelLaunch(e tool.KernelEvent) {
 	c.mu.Lock()
 	c.launches++
 	c.kernels = append(c.kernels, e.Name)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/examples/apps/cholesky"
+	"github.com/goffload/offload/tool"
 )
 
 // The apps suite's Cholesky with a device lost halfway through: issue 31's
@@ -260,11 +261,11 @@ func (f *faultTool) start(t0 time.Time) {
 
 // kernelTask says whether e is the construct of one of the
 // factorization's kernels (an Any-task's, or a re-run's).
-func kernelTask(e offload.TargetEvent) bool {
+func kernelTask(e tool.TargetEvent) bool {
 	return strings.HasPrefix(e.Name, "target cholesky.")
 }
 
-func (f *faultTool) TargetBegin(e offload.TargetEvent) {
+func (f *faultTool) TargetBegin(e tool.TargetEvent) {
 	if !kernelTask(e) || e.Nowait {
 		return
 	}
@@ -275,7 +276,7 @@ func (f *faultTool) TargetBegin(e offload.TargetEvent) {
 	}
 }
 
-func (f *faultTool) TargetEnd(e offload.TargetEvent) {
+func (f *faultTool) TargetEnd(e tool.TargetEvent) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.begun == nil {
@@ -311,9 +312,9 @@ func (f *faultTool) TargetEnd(e offload.TargetEvent) {
 	}
 }
 
-func (f *faultTool) DataOp(offload.DataEvent)         {}
-func (f *faultTool) KernelLaunch(offload.KernelEvent) {}
-func (f *faultTool) Wait(offload.WaitEvent)           {}
+func (f *faultTool) DataOp(tool.DataEvent)         {}
+func (f *faultTool) KernelLaunch(tool.KernelEvent) {}
+func (f *faultTool) Wait(tool.WaitEvent)           {}
 
 func elapsedOf(r *faultRun) float64 { return float64(r.elapsed.Nanoseconds()) }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/examples/apps/cholesky"
+	"github.com/goffload/offload/tool"
 )
 
 // The apps suite's Cholesky on devices of unequal speed: its two local
@@ -259,11 +260,11 @@ type launchCounter struct {
 	n  [2]int
 }
 
-func (c *launchCounter) TargetBegin(offload.TargetEvent) {}
-func (c *launchCounter) TargetEnd(offload.TargetEvent)   {}
-func (c *launchCounter) DataOp(offload.DataEvent)        {}
-func (c *launchCounter) Wait(offload.WaitEvent)          {}
-func (c *launchCounter) KernelLaunch(e offload.KernelEvent) {
+func (c *launchCounter) TargetBegin(tool.TargetEvent) {}
+func (c *launchCounter) TargetEnd(tool.TargetEvent)   {}
+func (c *launchCounter) DataOp(tool.DataEvent)        {}
+func (c *launchCounter) Wait(tool.WaitEvent)          {}
+func (c *launchCounter) KernelLaunch(e tool.KernelEvent) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e.Device >= 0 && e.Device < len(c.n) {

@@ -16,7 +16,8 @@ import (
 type KernelPanic struct {
 	// Kernel is the kernel's name.
 	Kernel string
-	// Value is the panic value as fmt's %v prints it; empty for a Goexit.
+	// Value is the panic value as fmt's %v prints it, without a leading
+	// "goffload: "; empty for a Goexit.
 	Value string
 	// Goexit says the kernel called runtime.Goexit rather than panicking.
 	Goexit bool
@@ -42,7 +43,9 @@ type KernelPanic struct {
 func NewKernelPanic(kernel string, v any, goexit, chunk bool, stack []byte) *KernelPanic {
 	e := &KernelPanic{Kernel: kernel, Goexit: goexit, Chunk: chunk, value: v}
 	if !goexit {
-		e.Value = fmt.Sprint(v)
+		// A runtime error's "goffload: " is said once, by the error
+		// that quotes the panic.
+		e.Value = strings.TrimPrefix(fmt.Sprint(v), "goffload: ")
 	}
 	e.Stack, e.At = trimStack(string(stack))
 	return e

@@ -2,7 +2,6 @@ package core
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/goffload/offload/plugin"
@@ -22,54 +21,16 @@ var (
 	ErrBadArgument = errors.New("invalid argument")
 )
 
-// MapError is returned for a map clause or data operation that cannot be
-// done: it names the device, the buffer (host address, size and name) and
-// what was expected.
-type MapError struct {
-	Device string  // "device 0 (host)"
-	Op     string  // the construct or routine: "target", "target enter data", "omp_target_associate_ptr", …
-	Clause string  // the clause: "map(present, to)", "to(present: y)" (target update); empty for a memory routine
-	Name   string  // the buffer's name
-	Addr   uintptr // host address of the buffer
-	Size   int64   // its size in bytes
-	Detail string  // what was expected and what was found
-	Err    error   // the sentinel or cause
-}
-
-// Error describes the failure with the device, buffer and expectation.
-func (e *MapError) Error() string {
-	what := e.Op + " of " + QuoteName(e.Name) // a memory routine
-	switch {
-	case strings.HasPrefix(e.Clause, "map("):
-		what = e.Op + " " + e.Clause + " of " + QuoteName(e.Name)
-	case e.Clause != "": // a motion clause names the buffer itself: target update to(y)
-		what = e.Op + " " + e.Clause
-	}
-	if errors.Is(e.Err, plugin.ErrDeviceLost) {
-		// The loss is the news: what was being done when it showed comes
-		// after it.
-		return fmt.Sprintf("goffload: %s: %v (during %s (HstPtr=%#x, Size=%d): %s)",
-			e.Device, e.Err, what, e.Addr, e.Size, e.Detail)
-	}
-	return fmt.Sprintf("goffload: %s: %s (HstPtr=%#x, Size=%d): %s: %v",
-		e.Device, what, e.Addr, e.Size, e.Detail, e.Err)
-}
-
-// Unwrap returns the cause.
-func (e *MapError) Unwrap() error { return e.Err }
+// MapError is the error of a map clause or data routine that cannot be
+// done (package plugin declares it, for package offload to share).
+type MapError = plugin.MapError
 
 // unnamed is how errors show a buffer without a name (the info output says
 // Name=unknown, as libomptarget's does).
 const unnamed = "unnamed buffer"
 
-// QuoteName is how errors show a buffer's name: quoted, or "unnamed
-// buffer".
-func QuoteName(n string) string {
-	if n == "" {
-		return unnamed
-	}
-	return fmt.Sprintf("%q", n)
-}
+// QuoteName is how errors show a buffer's name (plugin.QuoteName).
+var QuoteName = plugin.QuoteName
 
 // mappingName shows a mapping's name inside an error's detail: "Name=x",
 // or "unnamed buffer".
@@ -90,3 +51,22 @@ type reason struct {
 
 func (r *reason) Error() string { return r.text }
 func (r *reason) Unwrap() error { return r.is }
+
+// errPrefix starts the runtime's error messages.
+const errPrefix = "goffload: "
+
+// Quote is err as the cause inside another of the runtime's errors: the
+// same error, whose text drops its own leading "goffload: ", so that the
+// message says it once, at its start.
+func Quote(err error) error {
+	if err == nil || !strings.HasPrefix(err.Error(), errPrefix) {
+		return err
+	}
+	return quoted{err}
+}
+
+// quoted is an error quoted inside another (Quote).
+type quoted struct{ err error }
+
+func (q quoted) Error() string { return strings.TrimPrefix(q.err.Error(), errPrefix) }
+func (q quoted) Unwrap() error { return q.err }

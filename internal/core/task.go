@@ -566,7 +566,7 @@ func depErr(t *Task, f *failure) error {
 		where = t.dev.Label() + ": "
 	}
 	return fmt.Errorf("goffload: %stask %d (%s) did not run: %w: task %d (%s) failed: %w",
-		where, t.ID, t.Name, ErrDependency, f.task.ID, f.task.Name, f.task.err)
+		where, t.ID, t.Name, ErrDependency, f.task.ID, f.task.Name, Quote(f.task.err))
 }
 
 // enqueue puts t's work on a queue of d behind waits for preds, records the

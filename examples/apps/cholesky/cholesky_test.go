@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/tool"
 )
 
 // TestMain serves as a device in the device processes TestFactorAny's
@@ -174,11 +175,11 @@ type faultAt struct {
 	did  bool
 }
 
-func (f *faultAt) TargetBegin(offload.TargetEvent)  {}
-func (f *faultAt) DataOp(offload.DataEvent)         {}
-func (f *faultAt) KernelLaunch(offload.KernelEvent) {}
-func (f *faultAt) Wait(offload.WaitEvent)           {}
-func (f *faultAt) TargetEnd(e offload.TargetEvent) {
+func (f *faultAt) TargetBegin(tool.TargetEvent)  {}
+func (f *faultAt) DataOp(tool.DataEvent)         {}
+func (f *faultAt) KernelLaunch(tool.KernelEvent) {}
+func (f *faultAt) Wait(tool.WaitEvent)           {}
+func (f *faultAt) TargetEnd(e tool.TargetEvent) {
 	if e.Device != 1 && !f.all {
 		return
 	}

@@ -8,9 +8,10 @@ import (
 	"sync"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/tool"
 )
 
-// Counter counts the kernel launches per device: an offload.Tool, given
+// Counter counts the kernel launches per device: an tool.Tool, given
 // to offload.Start with offload.WithTool.
 type Counter struct {
 	mu sync.Mutex
@@ -34,20 +35,20 @@ func (c *Counter) Print(w io.Writer) {
 	}
 }
 
-// TargetBegin does nothing (offload.Tool).
-func (*Counter) TargetBegin(offload.TargetEvent) {}
+// TargetBegin does nothing (tool.Tool).
+func (*Counter) TargetBegin(tool.TargetEvent) {}
 
-// TargetEnd does nothing (offload.Tool).
-func (*Counter) TargetEnd(offload.TargetEvent) {}
+// TargetEnd does nothing (tool.Tool).
+func (*Counter) TargetEnd(tool.TargetEvent) {}
 
-// DataOp does nothing (offload.Tool).
-func (*Counter) DataOp(offload.DataEvent) {}
+// DataOp does nothing (tool.Tool).
+func (*Counter) DataOp(tool.DataEvent) {}
 
-// Wait does nothing (offload.Tool).
-func (*Counter) Wait(offload.WaitEvent) {}
+// Wait does nothing (tool.Tool).
+func (*Counter) Wait(tool.WaitEvent) {}
 
-// KernelLaunch counts the launch on its device (offload.Tool).
-func (c *Counter) KernelLaunch(e offload.KernelEvent) {
+// KernelLaunch counts the launch on its device (tool.Tool).
+func (c *Counter) KernelLaunch(e tool.KernelEvent) {
 	c.mu.Lock()
 	if c.n == nil {
 		c.n = map[int]int{}
