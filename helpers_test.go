@@ -6,12 +6,13 @@ import (
 	"unsafe"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/role"
 )
 
 // The device processes that tests start (GOFFLOAD_DEVICES=local:N) are this
 // test binary: they serve before running any test.
 func TestMain(m *testing.M) {
-	offload.ServeDevice()
+	role.ServeDevice()
 	os.Exit(m.Run())
 }
 

@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 
 	"github.com/goffload/offload/internal/core"
-	"github.com/goffload/offload/internal/entries"
-	"github.com/goffload/offload/internal/mpi"
 	"github.com/goffload/offload/plugin"
 	_ "github.com/goffload/offload/plugins/host"   // the host device kind
 	_ "github.com/goffload/offload/plugins/remote" // device processes: the local, tcp and mpi kinds
@@ -99,7 +97,7 @@ func WithInfoOutput(w io.Writer) Option {
 // GOFFLOAD_ROLE=device) Start does not return: it serves the host, then ends
 // the process.
 func Start(opts ...Option) error {
-	ServeDevice()
+	core.ServeDevice()
 	startMu.Lock()
 	defer startMu.Unlock()
 	if current.Load() != nil {
@@ -197,48 +195,10 @@ func StopContext(ctx context.Context) error {
 	return apiError(err)
 }
 
-// ServeDevice serves as a device and ends the process if this process is a
-// device process (GOFFLOAD_ROLE=device); otherwise it returns at once. Start
-// calls it first. A test binary whose tests start device processes
-// (GOFFLOAD_DEVICES=local:N) calls it at the top of TestMain, so that its
-// device processes serve instead of running the tests:
-//
-//	func TestMain(m *testing.M) {
-//		offload.ServeDevice()
-//		os.Exit(m.Run())
-//	}
-//
-// Under an MPI launcher, the host rank must call [Stop] before it exits:
-// Stop ends the device ranks and finalizes MPI.
-func ServeDevice() {
-	for _, k := range plugin.Kinds() {
-		if k.ServeIfDevice != nil {
-			k.ServeIfDevice(entries.Current())
-		}
-	}
-}
-
-// serving reports whether this process serves as a device of some kind.
-func serving() bool {
-	for _, k := range plugin.Kinds() {
-		if k.Serving != nil && k.Serving() {
-			return true
-		}
-	}
-	return false
-}
-
-// UnderMPI reports whether this process was started by an MPI launcher
-// (mpirun, mpiexec, srun). In a program built with MPI support (the mpi
-// build tag), the devices are then by default the job's ranks
-// other than the host's (GOFFLOAD_HOST_RANK, default 0), one device each,
-// and Start serves on those ranks.
-func UnderMPI() bool { return mpi.Launched() }
-
 func runtimeOrErr() (*core.Runtime, error) {
 	rt := current.Load()
 	if rt == nil {
-		if serving() {
+		if core.Serving() {
 			return nil, fmt.Errorf("goffload: %w: this process serves as a device (pid %d): the runtime runs in the host's process, and a kernel running here cannot launch, map, copy or wait", ErrNotStarted, os.Getpid())
 		}
 		return nil, fmt.Errorf("goffload: %w: call offload.Start first", ErrNotStarted)

@@ -34,59 +34,60 @@ type Op[T any] struct {
 	Combine  func(a, b T) T
 }
 
-// Integer is the integer types (the constraint of the bitwise reductions).
-type Integer interface {
+// integer is the integer types: the constraint of the bitwise reductions.
+type integer interface {
 	~int | ~int8 | ~int16 | ~int32 | ~int64 |
 		~uint | ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~uintptr
 }
 
-// Float is the floating-point types.
-type Float interface{ ~float32 | ~float64 }
-
-// Ordered is the number types that < orders (cmp.Ordered without strings):
-// the constraint of Min and Max.
-type Ordered interface{ Integer | Float }
-
-// Number is the types + and * work on: the constraint of Sum and Prod.
-type Number interface {
-	Ordered | ~complex64 | ~complex128
+// ordered is the number types that < orders (cmp.Ordered without
+// strings): the constraint of Min and Max.
+type ordered interface {
+	integer | ~float32 | ~float64
 }
 
-// Sum is reduction(+): identity 0. (OpenMP's reduction(-) is the same.)
-func Sum[T Number]() Op[T] {
+// number is the types + and * work on: the constraint of Sum and Prod.
+type number interface {
+	ordered | ~complex64 | ~complex128
+}
+
+// Sum is reduction(+): identity 0. T is an integer, floating-point or
+// complex type. (OpenMP's reduction(-) is the same.)
+func Sum[T number]() Op[T] {
 	return Op[T]{Combine: func(a, b T) T { return a + b }}
 }
 
-// Prod is reduction(*): identity 1.
-func Prod[T Number]() Op[T] {
+// Prod is reduction(*): identity 1. T is an integer, floating-point or
+// complex type.
+func Prod[T number]() Op[T] {
 	return Op[T]{Identity: 1, Combine: func(a, b T) T { return a * b }}
 }
 
-// Min is reduction(min): identity the largest value of T (+Inf for
-// floating point). As Go's min does, it returns NaN if any value is NaN.
-func Min[T Ordered]() Op[T] {
+// Min is reduction(min) of an integer or floating-point T: identity the
+// largest value of T (+Inf for floating point). As Go's min does, it returns NaN if any value is NaN.
+func Min[T ordered]() Op[T] {
 	return Op[T]{Identity: extreme[T](true), Combine: func(a, b T) T { return min(a, b) }}
 }
 
-// Max is reduction(max): identity the smallest value of T (-Inf for
-// floating point). As Go's max does, it returns NaN if any value is NaN.
-func Max[T Ordered]() Op[T] {
+// Max is reduction(max) of an integer or floating-point T: identity the
+// smallest value of T (-Inf for floating point). As Go's max does, it returns NaN if any value is NaN.
+func Max[T ordered]() Op[T] {
 	return Op[T]{Identity: extreme[T](false), Combine: func(a, b T) T { return max(a, b) }}
 }
 
-// BitAnd is reduction(&): identity all ones (^0).
-func BitAnd[T Integer]() Op[T] {
+// BitAnd is reduction(&) of an integer T: identity all ones (^0).
+func BitAnd[T integer]() Op[T] {
 	var zero T
 	return Op[T]{Identity: ^zero, Combine: func(a, b T) T { return a & b }}
 }
 
-// BitOr is reduction(|): identity 0.
-func BitOr[T Integer]() Op[T] {
+// BitOr is reduction(|) of an integer T: identity 0.
+func BitOr[T integer]() Op[T] {
 	return Op[T]{Combine: func(a, b T) T { return a | b }}
 }
 
-// BitXor is reduction(^): identity 0.
-func BitXor[T Integer]() Op[T] {
+// BitXor is reduction(^) of an integer T: identity 0.
+func BitXor[T integer]() Op[T] {
 	return Op[T]{Combine: func(a, b T) T { return a ^ b }}
 }
 
@@ -102,7 +103,7 @@ func LogicalOr() Op[bool] {
 
 // extreme is the largest (or smallest) value of T: ±Inf for floating
 // point, the largest or smallest integer of T's size otherwise.
-func extreme[T Ordered](largest bool) T {
+func extreme[T ordered](largest bool) T {
 	var v T
 	rv := reflect.ValueOf(&v).Elem()
 	bits := rv.Type().Bits()

@@ -69,6 +69,7 @@ import (
 	"github.com/goffload/offload/examples/apps/cg"
 	"github.com/goffload/offload/examples/apps/cholesky"
 	"github.com/goffload/offload/examples/apps/jacobi"
+	"github.com/goffload/offload/role"
 )
 
 // Suite is a named set of metrics.
@@ -99,7 +100,7 @@ func skipReason(name string, s Suite) string {
 			return why
 		}
 	}
-	if name != "mpi" && offload.UnderMPI() {
+	if name != "mpi" && role.UnderMPI() {
 		return "under an MPI launcher only the mpi suite runs"
 	}
 	return ""
@@ -344,7 +345,7 @@ func main() {
 	// A process this one started as a raw peer (peer.go) or as a local
 	// remote device serves and exits before parsing flags or printing.
 	servePeerRole()
-	offload.ServeDevice()
+	role.ServeDevice()
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)

@@ -17,13 +17,14 @@ import (
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
 	"github.com/goffload/offload/internal/ptxgen"
 	"github.com/goffload/offload/plugins/cuda"
+	"github.com/goffload/offload/role"
 )
 
 // The remote suite starts this test binary again, as a local device process
 // and as the raw baselines' peer: those serve instead of running the tests.
 func TestMain(m *testing.M) {
 	servePeerRole()
-	offload.ServeDevice()
+	role.ServeDevice()
 	// Device processes built with -race would sleep a second before
 	// exiting at every Stop; they inherit this.
 	if !strings.Contains(os.Getenv("GORACE"), "atexit_sleep_ms") {

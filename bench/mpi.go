@@ -9,6 +9,7 @@ import (
 
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/plugins/remote"
+	"github.com/goffload/offload/role"
 )
 
 // Suite mpi: the job's device ranks as MPI devices (run under a launcher,
@@ -24,7 +25,7 @@ func init() {
 		plotSpecs = append(plotSpecs, tbPlotSpec("mpi", p))
 	}
 	register("mpi", Suite{Devices: "mpi", Run: runMPI, Skip: func() string {
-		if !offload.UnderMPI() {
+		if !role.UnderMPI() {
 			return "not started by an MPI launcher: mpirun -np 3 ./bench -suite mpi"
 		}
 		return ""

@@ -296,7 +296,7 @@ type Kind struct {
 	// an MPI rank); in any other process it returns at once. img is the
 	// program's kernel image as this process registered it (the same as
 	// the host's, if both run the same build): what the device's kernels
-	// run. offload.Start and offload.ServeDevice call it first, before
+	// run. offload.Start and role.ServeDevice call it first, before
 	// anything else.
 	ServeIfDevice func(img *Image)
 	// Serving, if set, reports whether this process serves as one of the

@@ -6,12 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goffload/offload"
+	"github.com/goffload/offload/role"
 )
 
 // The device processes a test starts are this test binary.
 func TestMain(m *testing.M) {
-	offload.ServeDevice()
+	role.ServeDevice()
 	os.Exit(m.Run())
 }
 

@@ -36,11 +36,11 @@ import (
 	"os"
 	"time"
 
-	"github.com/goffload/offload"
+	"github.com/goffload/offload/role"
 )
 
 func main() {
-	offload.ServeDevice() // device processes are this program: they serve and end here
+	role.ServeDevice() // device processes are this program: they serve and end here
 	cfg := config{Out: os.Stdout, Errs: os.Stderr, HardGrace: 30 * time.Second, Hard: func() { os.Exit(2) }}
 	flag.Int64Var(&cfg.Tasks, "tasks", 100000, "tasks to run in all")
 	flag.IntVar(&cfg.Goroutines, "goroutines", 8, "goroutines creating tasks")

@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/role"
 )
 
 // The device processes the tests start are this test binary.
 func TestMain(m *testing.M) {
-	offload.ServeDevice()
+	role.ServeDevice()
 	os.Exit(m.Run())
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/examples/apps/cholesky"
 	"github.com/goffload/offload/examples/internal/launches"
+	"github.com/goffload/offload/role"
 )
 
 func main() {
@@ -48,7 +49,7 @@ func run(tiles, b int, anyTasks bool) error {
 	}
 	ran := &launches.Counter{}
 	opts := []offload.Option{offload.WithTool(ran)}
-	if _, set := os.LookupEnv("GOFFLOAD_DEVICES"); !set && !offload.UnderMPI() {
+	if _, set := os.LookupEnv("GOFFLOAD_DEVICES"); !set && !role.UnderMPI() {
 		opts = append(opts, offload.WithDevices("local:2"))
 	}
 	if err := offload.Start(opts...); err != nil { // in a device process, this serves and never returns

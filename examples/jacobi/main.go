@@ -24,6 +24,7 @@ import (
 
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/examples/apps/jacobi"
+	"github.com/goffload/offload/role"
 )
 
 func main() {
@@ -42,7 +43,7 @@ func run(n, iters int, compare bool) error {
 		return err
 	}
 	var opts []offload.Option
-	if _, set := os.LookupEnv("GOFFLOAD_DEVICES"); !set && !offload.UnderMPI() {
+	if _, set := os.LookupEnv("GOFFLOAD_DEVICES"); !set && !role.UnderMPI() {
 		opts = append(opts, offload.WithDevices("local:2"))
 	}
 	if err := offload.Start(opts...); err != nil { // in a device process, this serves and never returns

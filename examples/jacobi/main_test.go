@@ -5,15 +5,15 @@ import (
 	"os"
 	"testing"
 
-	"github.com/goffload/offload"
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
 	"github.com/goffload/offload/internal/ptxgen"
 	"github.com/goffload/offload/plugins/cuda"
+	"github.com/goffload/offload/role"
 )
 
 // The device processes this test starts are this test binary.
 func TestMain(m *testing.M) {
-	offload.ServeDevice()
+	role.ServeDevice()
 	os.Exit(m.Run())
 }
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/examples/internal/launches"
+	"github.com/goffload/offload/role"
 )
 
 // Accel sets the accelerations (ax, ay) of the bodies from lo on, one per
@@ -126,7 +127,7 @@ func run(n, steps, parts int) error {
 	}
 	ran := &launches.Counter{}
 	opts := []offload.Option{offload.WithTool(ran)}
-	if _, set := os.LookupEnv("GOFFLOAD_DEVICES"); !set && !offload.UnderMPI() {
+	if _, set := os.LookupEnv("GOFFLOAD_DEVICES"); !set && !role.UnderMPI() {
 		// Two device processes of its own, as the other examples start.
 		opts = append(opts, offload.WithDevices("local:2"))
 	}

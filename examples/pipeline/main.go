@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/role"
 )
 
 const alpha = 0.25
@@ -82,7 +83,7 @@ func initial(i, n int) float64 {
 
 func run(n, steps int) error {
 	var opts []offload.Option
-	if _, set := os.LookupEnv("GOFFLOAD_DEVICES"); !set && !offload.UnderMPI() {
+	if _, set := os.LookupEnv("GOFFLOAD_DEVICES"); !set && !role.UnderMPI() {
 		// Under mpirun (built with -tags mpi) the default devices are the
 		// job's other ranks.
 		opts = append(opts, offload.WithDevices("local:2"))

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/role"
 )
 
 // Saxpy is y[i] += a*x[i] for i < n (BLAS's saxpy), split over the
@@ -65,7 +66,7 @@ func main() {
 
 func run(n int) error {
 	var opts []offload.Option
-	if _, set := os.LookupEnv("GOFFLOAD_DEVICES"); !set && !offload.UnderMPI() {
+	if _, set := os.LookupEnv("GOFFLOAD_DEVICES"); !set && !role.UnderMPI() {
 		// Under mpirun (built with -tags mpi) the default devices are the
 		// job's other ranks.
 		opts = append(opts, offload.WithDevices("local:2"))

@@ -54,7 +54,7 @@ type Device struct {
 // across its exec).
 //
 // A test binary starts itself (os.Executable) with "-test.run=^$", and
-// calls offload.ServeDevice at the top of its TestMain, so that the
+// calls role.ServeDevice at the top of its TestMain, so that the
 // process serves instead of running the tests.
 func (m *Machine) StartDevice(exe string, args []string, env ...string) (*Device, error) {
 	b := m.bed

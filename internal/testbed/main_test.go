@@ -10,14 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goffload/offload"
 	"github.com/goffload/offload/internal/testbed"
+	"github.com/goffload/offload/role"
 )
 
 // TestMain serves as a device when the testbed starts this binary as one,
 // and runs the helpers below when a test starts it as one (in a machine).
 func TestMain(m *testing.M) {
-	offload.ServeDevice()
+	role.ServeDevice()
 	switch os.Getenv("TESTBED_HELPER") {
 	case "echo":
 		os.Exit(echo(os.Getenv("TESTBED_ADDR")))

@@ -7,7 +7,7 @@
 // rules.
 //
 // The same binary is the host and the device: a process started as a
-// device serves from offload.Start or offload.ServeDevice (the kind's
+// device serves from offload.Start or role.ServeDevice (the kind's
 // ServeIfDevice hook) and never returns to the program.
 //
 // Where things are: client.go and queue.go are the host's side of a

@@ -14,13 +14,14 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/role"
 	"github.com/goffload/offload/tool"
 )
 
 // TestMain serves as a device in the device processes TestFactorAny's
 // local devices start (this test binary, run again).
 func TestMain(m *testing.M) {
-	offload.ServeDevice()
+	role.ServeDevice()
 	os.Exit(m.Run())
 }
 

@@ -6,12 +6,13 @@ import (
 	"testing"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/role"
 )
 
 // TestMain serves as a device in the device processes TestSolveAny's local
 // devices start (this test binary, run again).
 func TestMain(m *testing.M) {
-	offload.ServeDevice()
+	role.ServeDevice()
 	os.Exit(m.Run())
 }
 
