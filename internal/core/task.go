@@ -21,62 +21,82 @@ var ErrDependency = errors.New("a task it depends on failed")
 // for the task calling it. It wraps ErrBadArgument.
 var ErrInTask = fmt.Errorf("%w: called from inside a task, which would wait for itself", ErrBadArgument)
 
-// Task is an asynchronous construct or piece of host work.
+// Task is an asynchronous construct or piece of host work. Its fields are
+// grouped by who may touch them: set when it is made; its own mu; its
+// device's qmu; the runtime's tasks.mu; recovery has its own rules.
 type Task struct {
-	ID   uint64
-	Name string
-	dev  *Device // nil for host work
-	rt   *Runtime
-
-	mu sync.Mutex
-	ev plugin.Event // fires when the device work is done; nil until enqueued, or if never
-	cq *cqueue      // the queue it was enqueued on; guarded by its device's qmu
-
+	// Set when the task is made (ID and rt by register), then only read.
+	ID     uint64
+	Name   string
+	dev    *Device // nil for host work
+	rt     *Runtime
 	done   chan struct{}
 	onDone func(err error, ready time.Time) // Op.Done
-	err    error                            // set before done is closed
-	fail   *failure                         // with err: the failure it reports (its own or a predecessor's)
-	// Guarded by mu: enqueued says the device work is enqueued (ev set) or
-	// never will be (t completed); enqWait are the tasks waiting for that.
+
+	// Set before done is closed, read after.
+	err  error    // its error
+	fail *failure // with err: the failure it reports (its own or a predecessor's)
+
+	// Guarded by mu: ev fires when the device work is done (nil until
+	// enqueued, or if never); enqueued says the device work is enqueued
+	// (ev set) or never will be (t completed); enqWait are the tasks
+	// waiting for that.
+	mu       sync.Mutex
+	ev       plugin.Event
 	enqueued bool
 	enqWait  []*Task
-	// A task whose device predecessors were not enqueued yet when it was
-	// made waits for laterLeft of them to be (see Spawn); laterCont is
-	// what it does then.
+
+	// Guarded by its device's qmu: the queue it was enqueued on.
+	cq *cqueue
+
+	// Handed over by laterLeft's atomic count: a task whose device
+	// predecessors were not enqueued yet when it was made waits for
+	// laterLeft of them to be (see Spawn); laterCont is what it does then.
 	laterLeft atomic.Int32
 	laterCont step
 
-	addrs []uintptr // the addresses it depends on; guarded by the runtime's tasks.mu
-	// direct are its predecessors by their own edges (register), until it
-	// completes; guarded by the runtime's tasks.mu.
-	direct []*Task
+	// Guarded by the runtime's tasks.mu, the dependence graph's part
+	// (deps.go): addrs are the addresses it depends on; direct are its
+	// predecessors by their own edges (register), until it completes;
+	// completed is set when it completes (before done is closed).
+	addrs     []uintptr
+	direct    []*Task
+	completed bool
+	// Guarded by the runtime's tasks.mu, the host waits' part (ready.go):
+	// succs are the tasks waiting on the host for t, each with pending,
+	// the number of its predecessors not completed; cont is what a
+	// waiting task does once pending reaches 0, and light says it never
+	// blocks.
+	succs   []*Task
+	pending int
+	cont    step
+	light   bool
 
-	// recover is Op.Recover, taken (set to nil) under the runtime's
-	// tasks.mu by the completion it replaces; preds are the task's
+	rec recovery // for a task with Op.Recover only
+}
+
+// recovery is what a task with a recovery (Op.Recover) keeps for it. Its
+// settled is nil for the others, and the rest unused.
+type recovery struct {
+	// Guarded by the runtime's tasks.mu: fn is Op.Recover, taken (set to
+	// nil) by the completion it replaces; preds are the task's
 	// predecessors, kept for it only.
-	recover func(err error, used bool) error
-	preds   []*Task
-	// A task with a recovery also says how its work itself ended: settled
-	// is closed (under tasks.mu, at its first completion, before any
-	// recovery) with rawErr set; and devSuccs (guarded by mu) are the
-	// tasks enqueued behind its event on a device, which may have used
-	// what it did without the host's knowing.
-	settled   chan struct{}
+	fn    func(err error, used bool) error
+	preds []*Task
+	// Set by Spawn under the runtime's tasks.mu, before the task is
+	// enqueued: settled is closed (under the task's mu, at its first
+	// completion, before any recovery) with rawErr set, to say how its
+	// work itself ended.
+	settled chan struct{}
+	// Guarded by the task's mu: rawErr and isSettled (see settled); and
+	// devSuccs, the tasks enqueued behind its event on a device, which
+	// may have used what it did without the host's knowing.
 	rawErr    error
 	isSettled bool
 	devSuccs  []*Task
-	doneAt    time.Time // when it completed (tasks with a recovery): its dependents' readiness (Op.Done)
-
-	// Guarded by the runtime's tasks.mu: completed is set when t completes
-	// (before done is closed); succs are the tasks waiting on the host for
-	// t, each with pending, the number of its predecessors not completed;
-	// cont is what a waiting task does once pending reaches 0, and light
-	// says it never blocks (see ready.go).
-	completed bool
-	light     bool
-	succs     []*Task
-	pending   int
-	cont      step
+	// Guarded by the runtime's tasks.mu: when the task completed, its
+	// dependents' readiness (Op.Done).
+	doneAt time.Time
 }
 
 // failure is one task's failure, shared by the dependents it made fail: a
@@ -215,28 +235,28 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy s
 		return nil, nil
 	}
 	t.settle(err)
-	if err != nil && t.recover != nil {
-		rec, preds := t.recover, t.preds
-		t.recover, t.preds = nil, nil
+	if err != nil && t.rec.fn != nil {
+		rec, preds := t.rec.fn, t.rec.preds
+		t.rec.fn, t.rec.preds = nil, nil
 		ts.mu.Unlock()
 		r.recoverTask(t, rec, preds, err)
 		return nil, nil
 	}
-	if t.settled != nil {
+	if t.rec.settled != nil {
 		t.mu.Lock()
-		t.devSuccs = nil
+		t.rec.devSuccs = nil
 		t.mu.Unlock()
 	}
 	var ready time.Time
-	if t.settled != nil {
-		t.doneAt = time.Now()
-		for _, p := range t.preds {
-			if p.doneAt.After(ready) {
-				ready = p.doneAt
+	if t.rec.settled != nil {
+		t.rec.doneAt = time.Now()
+		for _, p := range t.rec.preds {
+			if p.rec.doneAt.After(ready) {
+				ready = p.rec.doneAt
 			}
 		}
 	}
-	t.recover, t.preds = nil, nil
+	t.rec.fn, t.rec.preds = nil, nil
 	t.err = err
 	if err != nil {
 		t.fail = dep
@@ -299,19 +319,19 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy s
 func (r *Runtime) recoverTask(t *Task, rec func(error, bool) error, preds []*Task, err error) {
 	t.mu.Lock()
 	t.ev = nil // after this, no task is enqueued behind it (claim)
-	succs := t.devSuccs
-	t.devSuccs = nil
+	succs := t.rec.devSuccs
+	t.rec.devSuccs = nil
 	t.mu.Unlock()
 	r.Log.Printf(InfoOffload, -1, "task %d (%s) failed: %v: handed to its recovery", t.ID, t.Name, err)
 	go func() {
 		waitDone(preds)
 		used := false
 		for _, s := range succs {
-			if s.settled == nil {
+			if s.rec.settled == nil {
 				continue
 			}
-			<-s.settled // its device ends it: t's event fired there, or failed with t's device
-			used = used || s.rawErr == nil
+			<-s.rec.settled // its device ends it: t's event fired there, or failed with t's device
+			used = used || s.rec.rawErr == nil
 		}
 		r.complete(t, rec(err, used), nil)
 	}()
@@ -323,8 +343,8 @@ func (r *Runtime) recoverTask(t *Task, rec func(error, bool) error, preds []*Tas
 func (p *Task) eventFor(t *Task) plugin.Event {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.ev != nil && p.settled != nil {
-		p.devSuccs = append(p.devSuccs, t)
+	if p.ev != nil && p.rec.settled != nil {
+		p.rec.devSuccs = append(p.rec.devSuccs, t)
 	}
 	return p.ev
 }
@@ -333,21 +353,21 @@ func (p *Task) eventFor(t *Task) plugin.Event {
 func (p *Task) dropDevSucc(t *Task) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.devSuccs = slices.DeleteFunc(p.devSuccs, func(s *Task) bool { return s == t })
+	p.rec.devSuccs = slices.DeleteFunc(p.rec.devSuccs, func(s *Task) bool { return s == t })
 }
 
 // settle records how t's own work ended, once, for a recovery that waits
 // for it (see devSuccs): before t completes, which may wait for its
 // predecessors.
 func (t *Task) settle(err error) {
-	if t.settled == nil {
+	if t.rec.settled == nil {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !t.isSettled {
-		t.rawErr, t.isSettled = err, true
-		close(t.settled)
+	if !t.rec.isSettled {
+		t.rec.rawErr, t.rec.isSettled = err, true
+		close(t.rec.settled)
 	}
 }
 
@@ -400,7 +420,7 @@ func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 	preds := r.register(t, deps)
 	if op.Recover != nil {
 		r.tasks.mu.Lock()
-		t.recover, t.preds, t.settled = op.Recover, preds, make(chan struct{})
+		t.rec.fn, t.rec.preds, t.rec.settled = op.Recover, preds, make(chan struct{})
 		r.tasks.mu.Unlock()
 	}
 	var onHost, onDevice, later []*Task
@@ -623,7 +643,7 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		// Not one with a recovery: its work may fail and be done again
 		// elsewhere, and what follows it on its queue would run on
 		// without it. Its event's wait fails then (see devSuccs).
-		if p.dev == d && !finished(p) && p.settled == nil {
+		if p.dev == d && !finished(p) && p.rec.settled == nil {
 			if cq = d.follow(p); cq != nil {
 				followed = p
 				preds = append(preds[:i:i], preds[i+1:]...)
