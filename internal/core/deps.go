@@ -366,3 +366,11 @@ func (ts *tasks) reportLocked(f *failure) {
 	}
 	f.addrs = nil
 }
+
+// DepEntries is the number of addresses the dependence history holds, for
+// tests of its bound.
+func (r *Runtime) DepEntries() (addrs, failed int) {
+	r.tasks.mu.Lock()
+	defer r.tasks.mu.Unlock()
+	return len(r.tasks.deps), len(r.tasks.failed)
+}
