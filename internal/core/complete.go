@@ -69,7 +69,6 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy s
 		}
 	}
 	t.completed = true
-	t.direct = nil
 	succs := t.succs
 	t.succs = nil
 	delete(ts.live, t)
@@ -78,20 +77,7 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy s
 	if keep && dep == nil {
 		ts.failed[f] = struct{}{}
 	}
-	for _, addr := range t.addrs {
-		st := ts.deps[addr]
-		if st == nil {
-			continue
-		}
-		st.refs--
-		if keep {
-			if f.addrs == nil {
-				f.addrs = map[uintptr]struct{}{}
-			}
-			f.addrs[addr] = struct{}{}
-		}
-		ts.settle(addr, st)
-	}
+	ts.graph.complete(t, keep)
 	var spawn []step
 	if len(succs) > 0 {
 		light, heavy, spawn = handOn(succs)
@@ -139,37 +125,6 @@ func (r *Runtime) recoverTask(t *Task, rec func(error, bool) error, preds []*Tas
 		}
 		r.complete(t, rec(err, used), nil)
 	}()
-}
-
-// handOn counts a completion in each of succs and returns the
-// continuations of those it made ready: the light ones chained, one other,
-// and the rest. Called with the runtime's tasks.mu held. Not inlined, so
-// that the completion of a task without successors keeps a small frame
-// (a host task runs on a goroutine of its own, whose stack starts small).
-//
-//go:noinline
-func handOn(succs []*Task) (light, heavy step, rest []step) {
-	for _, sc := range succs {
-		if sc.pending--; sc.pending > 0 {
-			continue
-		}
-		c := sc.cont
-		sc.cont = nil
-		if sc.light {
-			light = chain(light, c)
-		} else {
-			heavy, rest = first(heavy, c, rest)
-		}
-	}
-	return light, heavy, rest
-}
-
-// first returns s as heavy if heavy is nil, else heavy and rest with s.
-func first(heavy, s step, rest []step) (step, []step) {
-	if heavy == nil {
-		return s, rest
-	}
-	return heavy, append(rest, s)
 }
 
 // failedPred returns the failure of the first of preds that failed, once
