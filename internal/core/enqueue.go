@@ -21,7 +21,8 @@ func (d *Device) canWait(p *Task, ev plugin.Event) bool {
 // event dependents wait on, and completes t in the background. It returns
 // the steps of the tasks that waited for t to be enqueued; on the initial
 // device, the work itself as a step, for the caller to run where it does
-// not hold anyone up.
+// not hold anyone up. How it waits for each of preds is enqueueWait's
+// decision, and which it follows on its queue mayFollow's.
 func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback bool) step {
 	if err := op.check(d); err != nil {
 		r.completeAfter(t, err, preds)
@@ -47,7 +48,7 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 	evs := buf[:0]
 	for i, p := range preds {
 		ev := p.eventFor(t)
-		if ev == nil && !finished(p) {
+		if enqueueWait(seen(p, ev)) == laterWait {
 			// t is no device successor of the others until it is
 			// enqueued: their recoveries would wait for t, which waits
 			// for p, which may wait for one of them.
@@ -63,23 +64,7 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		evs = append(evs, ev)
 	}
 	all := preds // every predecessor the device waits for: their failure is t's
-	// Follow a predecessor on its own queue if nothing came after it there:
-	// the queue's order is the wait.
-	var cq *cqueue
-	var followed *Task
-	for i, p := range preds {
-		// Not one with a recovery: its work may fail and be done again
-		// elsewhere, and what follows it on its queue would run on
-		// without it. Its event's wait fails then (see devSuccs).
-		if p.dev == d && !finished(p) && p.rec.settled == nil {
-			if cq = d.follow(p); cq != nil {
-				followed = p
-				preds = append(preds[:i:i], preds[i+1:]...)
-				evs = append(evs[:i:i], evs[i+1:]...)
-				break
-			}
-		}
-	}
+	cq, followed, rest, evs := d.followOne(preds, evs)
 	if cq == nil {
 		var err error
 		if cq, err = d.getQueue(op.Name); err != nil {
@@ -91,13 +76,58 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 	if followed != nil && d.tool != nil { // it waits by queue order
 		d.tool.Wait(WaitEvent{Where: w.where(), For: followed.ID, ForName: followed.Name, OnDevice: true})
 	}
+	waitPreds(t, d, op.Name, w, rest, evs)
+	if w.first == nil {
+		op.Enqueue(d, w)
+	}
+	ev := t.publish(d, op.Name, w)
+	wake := t.markEnqueued() // the tasks that waited for t to be enqueued
+	if ev == nil {           // the device is failing: nothing to wait for but the queue
+		go func() {
+			err := w.finish()
+			t.settle(err)
+			r.finishTask(t, err, w.dep, all)
+		}()
+		return wake
+	}
+	complete := r.completion(t, d, op.Name, w, ev, all)
+	if fn, ok := ev.(plugin.FireNotifier); ok && len(w.after) == 0 {
+		// No goroutine per task: the event's firing hands the completion
+		// to the device's completer.
+		fn.OnFire(func() { d.completer.add(complete) })
+		return wake
+	}
+	go complete(true)
+	return wake
+}
+
+// followOne follows one of preds, whose events are evs, on its own queue
+// if nothing came after it there: the queue's order is the wait. It
+// returns the queue, nil if it follows none, and the others with their
+// events.
+func (d *Device) followOne(preds []*Task, evs []plugin.Event) (*cqueue, *Task, []*Task, []plugin.Event) {
+	for i, p := range preds {
+		if !mayFollow(d.followView(p)) {
+			continue
+		}
+		if cq := d.follow(p); cq != nil {
+			return cq, p, append(preds[:i:i], preds[i+1:]...), append(evs[:i:i], evs[i+1:]...)
+		}
+	}
+	return nil, nil, preds, evs
+}
+
+// waitPreds enqueues on w, t's work on d, the waits for preds, whose events
+// are evs: on the device where p has an event, else (it completed) on the
+// host, which looks at how it ended (see enqueueWait).
+func waitPreds(t *Task, d *Device, op string, w *work, preds []*Task, evs []plugin.Event) {
 	for i, p := range preds {
 		ev := evs[i]
 		if ev == nil { // it completed: the host looks at how
 			start := time.Now()
 			f := failedPred([]*Task{p})
 			if d.tool != nil {
-				d.tool.Wait(WaitEvent{Where: Where{Time: start, Device: d.Num, Queue: cq.id, Task: t.ID}, For: p.ID, ForName: p.Name, Dur: time.Since(start)})
+				d.tool.Wait(WaitEvent{Where: Where{Time: start, Device: d.Num, Queue: w.cq.id, Task: t.ID}, For: p.ID, ForName: p.Name, Dur: time.Since(start)})
 			}
 			if f != nil {
 				w.depErr(t, f)
@@ -108,16 +138,17 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 			d.tool.Wait(WaitEvent{Where: w.where(), For: p.ID, ForName: p.Name, OnDevice: true})
 		}
 		if err := w.q.Wait(ev); err != nil {
-			w.err(fmt.Errorf("goffload: %s: %s: waiting for task %d: %w", d.Label(), op.Name, p.ID, err))
+			w.err(fmt.Errorf("goffload: %s: %s: waiting for task %d: %w", d.Label(), op, p.ID, err))
 		}
 	}
-	if w.first == nil {
-		op.Enqueue(d, w)
-	}
-	// The event marks the end of the task's work on the queue. Dependents
-	// wait on it only if the work was all enqueued and ends on the queue; a
-	// task that failed to enqueue, or that has work after the queue's
-	// (staged copies), is waited for on the host.
+}
+
+// publish records the event that marks the end of t's work on w's queue,
+// and returns it; nil if the device failed to make or record it. Dependents
+// wait on it only if the work was all enqueued and ends on the queue; a
+// task that failed to enqueue, or that has work after the queue's (staged
+// copies), is waited for on the host.
+func (t *Task) publish(d *Device, op string, w *work) plugin.Event {
 	ev, err := d.Dev.NewEvent()
 	if err == nil {
 		if err = w.q.Record(ev); err != nil {
@@ -125,16 +156,16 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		}
 	}
 	if err != nil {
-		w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), op.Name, err))
+		w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), op, err))
 		ev = nil
 	}
 	publish := w.first == nil && len(w.after) == 0
 	d.qmu.Lock()
-	t.cq = cq
+	t.cq = w.cq
 	if publish {
-		cq.last = t
+		w.cq.last = t
 	} else {
-		cq.last = nil
+		w.cq.last = nil
 	}
 	d.qmu.Unlock()
 	if publish {
@@ -142,21 +173,17 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		t.ev = ev
 		t.mu.Unlock()
 	}
-	wake := t.markEnqueued() // the tasks that waited for t to be enqueued
-	if ev == nil {           // the device is failing: nothing to wait for but the queue
-		go func() {
-			err := w.finish()
-			t.settle(err)
-			r.finishTask(t, err, w.dep, all)
-		}()
-		return wake
-	}
-	// What completes t once ev fired; it blocks only where it must wait for
-	// t's predecessors (failedPred), or has work after the queue's.
-	complete := func(background bool) {
+	return ev
+}
+
+// completion returns what completes t, whose work on d is w and whose
+// predecessors are all, once ev fired; it blocks only where it must wait
+// for t's predecessors (failedPred), or has work after the queue's.
+func (r *Runtime) completion(t *Task, d *Device, op string, w *work, ev plugin.Event, all []*Task) func(background bool) {
+	return func(background bool) {
 		err := ev.Synchronize()
 		if err != nil {
-			w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), op.Name, err))
+			w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), op, err))
 		} else {
 			w.runAfter()
 		}
@@ -174,14 +201,6 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		}
 		r.finishTask(t, err, w.dep, all)
 	}
-	if fn, ok := ev.(plugin.FireNotifier); ok && len(w.after) == 0 {
-		// No goroutine per task: the event's firing hands the completion
-		// to the device's completer.
-		fn.OnFire(func() { d.completer.add(complete) })
-		return wake
-	}
-	go complete(true)
-	return wake
 }
 
 // completer runs the completions of a device's tasks, in the order their

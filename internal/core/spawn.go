@@ -6,7 +6,8 @@ import "time"
 // Predecessors whose events d's queues can wait on are waited for on the
 // device (the host never sits between them); others are waited for on the
 // host, first by polling with bounded yielding, then blocking. It never
-// blocks on other tasks' work: what would is done on a goroutine.
+// blocks on other tasks' work: what would is done on a goroutine. How it
+// waits for each predecessor is spawnWait's decision.
 func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 	t := &Task{Name: op.Name, dev: d, done: make(chan struct{}), onDone: op.Done}
 	preds := r.register(t, deps)
@@ -17,16 +18,10 @@ func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 	}
 	var onHost, onDevice, later []*Task
 	for _, p := range preds {
-		if d.IsInitial() || p.dev == nil || p.dev.IsInitial() {
-			onHost = append(onHost, p)
-			continue
-		}
-		switch ev := p.event(); {
-		case ev != nil && d.canWait(p, ev):
+		switch spawnWait(d.spawnView(p)) {
+		case deviceWait:
 			onDevice = append(onDevice, p)
-		case ev == nil && !finished(p):
-			// Not enqueued yet (see when it is), or finishing (its event
-			// retired): waitEnqueued tells them apart.
+		case laterWait:
 			later = append(later, p)
 		default:
 			onHost = append(onHost, p)
@@ -46,7 +41,7 @@ func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 	// itself) may be waited for on the device once it is.
 	cont := func() step {
 		for _, p := range later {
-			if ev := p.event(); ev != nil && d.canWait(p, ev) {
+			if enqueuedWait(d.spawnView(p)) == deviceWait {
 				onDevice = append(onDevice, p)
 			} else {
 				onHost = append(onHost, p)
