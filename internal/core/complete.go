@@ -1,9 +1,6 @@
 package core
 
-import (
-	"fmt"
-	"time"
-)
+import "fmt"
 
 // complete ends t with err; dep is the failure of the predecessor that made
 // it fail, if that is why it failed. Of the tasks that t's completion makes
@@ -46,21 +43,7 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy s
 		r.recoverTask(t, rec, preds, err)
 		return nil, nil
 	}
-	if t.rec.settled != nil {
-		t.mu.Lock()
-		t.rec.devSuccs = nil
-		t.mu.Unlock()
-	}
-	var ready time.Time
-	if t.rec.settled != nil {
-		t.rec.doneAt = time.Now()
-		for _, p := range t.rec.preds {
-			if p.rec.doneAt.After(ready) {
-				ready = p.rec.doneAt
-			}
-		}
-	}
-	t.rec.fn, t.rec.preds = nil, nil
+	ready := t.endRecovery()
 	t.err = err
 	if err != nil {
 		t.fail = dep
@@ -96,35 +79,6 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy s
 		go drive(c)
 	}
 	return light, heavy
-}
-
-// recoverTask hands t, which failed with err, to rec (its Op.Recover) on a goroutine of its own once preds are done,
-// and completes it with what rec returns. Until then t stays live: its
-// dependents wait for it, on the host (its event, on the lost device,
-// never fires: it is dropped so that new dependents do not wait on it).
-//
-// used, given to rec, says whether a task enqueued behind t's event on a
-// device ran (its own work ended well): then what t did reached it, the
-// host not knowing (t's device stopped before it said so, say).
-func (r *Runtime) recoverTask(t *Task, rec func(error, bool) error, preds []*Task, err error) {
-	t.mu.Lock()
-	t.ev = nil // after this, no task is enqueued behind it (claim)
-	succs := t.rec.devSuccs
-	t.rec.devSuccs = nil
-	t.mu.Unlock()
-	r.Log.Printf(InfoOffload, -1, "task %d (%s) failed: %v: handed to its recovery", t.ID, t.Name, err)
-	go func() {
-		waitDone(preds)
-		used := false
-		for _, s := range succs {
-			if s.rec.settled == nil {
-				continue
-			}
-			<-s.rec.settled // its device ends it: t's event fired there, or failed with t's device
-			used = used || s.rec.rawErr == nil
-		}
-		r.complete(t, rec(err, used), nil)
-	}()
 }
 
 // failedPred returns the failure of the first of preds that failed, once

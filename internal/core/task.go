@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,30 +72,6 @@ type Task struct {
 	light   bool
 
 	rec recovery // for a task with Op.Recover only
-}
-
-// recovery is what a task with a recovery (Op.Recover) keeps for it. Its
-// settled is nil for the others, and the rest unused.
-type recovery struct {
-	// Guarded by the runtime's tasks.mu: fn is Op.Recover, taken (set to
-	// nil) by the completion it replaces; preds are the task's
-	// predecessors, kept for it only.
-	fn    func(err error, used bool) error
-	preds []*Task
-	// Set by Spawn under the runtime's tasks.mu, before the task is
-	// enqueued: settled is closed (under the task's mu, at its first
-	// completion, before any recovery) with rawErr set, to say how its
-	// work itself ended.
-	settled chan struct{}
-	// Guarded by the task's mu: rawErr and isSettled (see settled); and
-	// devSuccs, the tasks enqueued behind its event on a device, which
-	// may have used what it did without the host's knowing.
-	rawErr    error
-	isSettled bool
-	devSuccs  []*Task
-	// Guarded by the runtime's tasks.mu: when the task completed, its
-	// dependents' readiness (Op.Done).
-	doneAt time.Time
 }
 
 // failure is one task's failure, shared by the dependents it made fail: a
@@ -199,38 +174,4 @@ func (t *Task) event() plugin.Event {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.ev
-}
-
-// eventFor returns p's event for t to wait on on a device, recording t
-// as p's device successor (see devSuccs); nil if p has none (it
-// completed, is about to, or is being recovered: the host waits).
-func (p *Task) eventFor(t *Task) plugin.Event {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ev != nil && p.rec.settled != nil {
-		p.rec.devSuccs = append(p.rec.devSuccs, t)
-	}
-	return p.ev
-}
-
-// dropDevSucc takes t off p's device successors.
-func (p *Task) dropDevSucc(t *Task) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.rec.devSuccs = slices.DeleteFunc(p.rec.devSuccs, func(s *Task) bool { return s == t })
-}
-
-// settle records how t's own work ended, once, for a recovery that waits
-// for it (see devSuccs): before t completes, which may wait for its
-// predecessors.
-func (t *Task) settle(err error) {
-	if t.rec.settled == nil {
-		return
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if !t.rec.isSettled {
-		t.rec.rawErr, t.rec.isSettled = err, true
-		close(t.rec.settled)
-	}
 }
