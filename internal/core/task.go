@@ -32,7 +32,8 @@ type Task struct {
 	done   chan struct{}
 	onDone func(err error, ready time.Time) // Op.Done
 
-	// Set before done is closed, read after.
+	// Set under the runtime's tasks.mu as it completes (holds reads them
+	// there), before done is closed; read by anyone after.
 	err  error    // its error
 	fail *failure // with err: the failure it reports (its own or a predecessor's)
 
