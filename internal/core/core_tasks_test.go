@@ -312,7 +312,7 @@ func TestTaskMapsEmptyAfterCompletion(t *testing.T) {
 				}
 			}
 			r.tasks.mu.Lock()
-			deps, failed := len(r.tasks.deps), len(r.tasks.failed)
+			deps, failed := len(r.tasks.graph.hist), len(r.tasks.failed)
 			r.tasks.mu.Unlock()
 			if failed != 0 {
 				t.Fatalf("%d failed tasks kept", failed)

@@ -94,20 +94,27 @@ func (in *depIn) waited(addr uintptr, t *Task) {
 	in.by = append(in.by, depBy{addr, t})
 }
 
-// tasks is the runtime's task bookkeeping.
+// tasks is the runtime's task bookkeeping, all guarded by mu.
 type tasks struct {
-	mu   sync.Mutex
-	deps map[uintptr]*depState
+	mu    sync.Mutex
+	graph depGraph
+	live  map[*Task]struct{}
+	// failed are the failures not reported yet (a task's own; dependents
+	// share their predecessor's).
+	failed map[*failure]struct{}
+}
+
+// depGraph is the dependence history, as plain state that no device
+// touches: add gives a new task's predecessors under OpenMP's rules, and
+// complete forgets a task that completed. Its user guards it (tasks.mu).
+type depGraph struct {
+	hist map[uintptr]*depState // by address
 	// byAddr orders the histories by address, to find those of objects
 	// that overlap a new dependence; maxLen bounds their lengths (it
 	// starts again from 0 when no history is left).
 	byAddr *btree.BTreeG[*depState]
 	maxLen uintptr
 	lo, hi depState // the bounds of a search, kept to allocate nothing
-	live   map[*Task]struct{}
-	// failed are the failures not reported yet (a task's own; dependents
-	// share their predecessor's).
-	failed map[*failure]struct{}
 }
 
 func finished(t *Task) bool {
@@ -123,130 +130,197 @@ func finished(t *Task) bool {
 // and its failure was not reported yet. Called with tasks.mu held.
 func holds(t *Task) bool { return t.err != nil && !t.fail.reported }
 
-// register numbers t and returns its predecessors under OpenMP's rules: in
-// after out waits; out and inout wait for the last out and every in since.
-// A finished predecessor counts only if it failed and its failure was not
-// reported yet: its dependents fail with ErrDependency.
+// register numbers t and returns its predecessors (see depGraph.add).
 func (r *Runtime) register(t *Task, deps []Dep) []*Task {
 	ts := &r.tasks
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	if ts.deps == nil {
-		ts.deps = map[uintptr]*depState{}
-		ts.byAddr = btree.NewG(16, func(a, b *depState) bool { return a.addr < b.addr })
+	if ts.live == nil {
 		ts.live = map[*Task]struct{}{}
 		ts.failed = map[*failure]struct{}{}
 	}
 	t.ID = r.ids.Add(1)
 	t.rt = r
 	ts.live[t] = struct{}{}
-	var preds []*Task
-	var seen map[*Task]bool // a write after many reads: no quadratic search
+	return ts.graph.add(t, deps)
+}
+
+// add records t's depend clauses deps and returns its predecessors under
+// OpenMP's rules: in after out waits; out and inout wait for the last out
+// and every in since. A finished predecessor counts only if it failed and
+// its failure was not reported yet: its dependents fail with
+// ErrDependency.
+func (g *depGraph) add(t *Task, deps []Dep) []*Task {
+	if g.hist == nil {
+		g.hist = map[uintptr]*depState{}
+		g.byAddr = btree.NewG(16, func(a, b *depState) bool { return a.addr < b.addr })
+	}
+	ps := predSet{t: t}
 	var covered []*depState // other addresses' histories a write may replace
-	add := func(p *Task) {
-		if p == nil || p == t || (finished(p) && !holds(p)) || seen[p] || (seen == nil && slices.Contains(preds, p)) {
-			return
-		}
-		if preds = append(preds, p); seen == nil && len(preds) > 16 {
-			seen = make(map[*Task]bool, 2*len(preds))
-			for _, q := range preds {
-				seen[q] = true
-			}
-		} else if seen != nil {
-			seen[p] = true
-		}
-	}
 	for _, d := range deps {
-		t.addrs = append(t.addrs, d.Addr)
-		st := ts.deps[d.Addr]
-		if st == nil {
-			st = ts.newHistory(d.Addr, d.Keep)
-		}
-		end := d.Addr + max(d.Size, 1)
-		if end < d.Addr { // wrapped
-			end = ^uintptr(0)
-		}
-		st.end = max(st.end, end)
-		ts.maxLen = max(ts.maxLen, st.end-st.addr)
-		st.refs++
-		// Objects at other addresses that overlap this one, [d.Addr, end):
-		// not the largest object named at d.Addr, which would order a task
-		// on one row after the tasks on the rows below it that another
-		// task named from the same first row (a halo row's copy after the
-		// neighbour's band).
-		prev := st.out // the last writer here, which t comes after
-		ts.overlapping(st, end, func(o *depState) {
-			if o.outEnd > d.Addr { // o starts before end: they overlap if it reaches d.Addr
-				add(o.out)
-			}
-			if d.Kind != DepIn {
-				for i := range o.ins {
-					in := &o.ins[i]
-					if in.end <= d.Addr {
-						continue
-					}
-					if !in.after(d.Addr, prev) {
-						add(in.t)
-					}
-					in.waited(d.Addr, t)
-				}
-				if o.addr >= d.Addr { // what t's object covers, t replaces
-					covered = append(covered, o)
-				}
-			}
-		})
-		// A writer comes after the writers and readers of the objects its
-		// own covers, at other addresses too (added above): there, later
-		// tasks on those bytes find it, and the ones it replaced are
-		// forgotten. Kept, they would order every later task on the bytes
-		// after them, which a task made far ahead of the running ones
-		// waits for as if they were still to run (a device wait each; across
-		// devices, a message).
-		for _, o := range covered {
-			if o.out != nil && o.outEnd <= end {
-				o.out, o.outEnd = nil, o.addr
-			}
-			o.ins = slices.DeleteFunc(o.ins, func(in depIn) bool { return in.end <= end })
-			ts.settle(o.addr, o) // gone if no live task names it and it is empty
-		}
-		covered = covered[:0]
-		add(st.out)
-		if d.Kind == DepIn {
-			if len(st.ins) >= st.pruneAt { // amortized: prune when it doubled
-				st.ins = slices.DeleteFunc(st.ins, func(in depIn) bool { return finished(in.t) && !holds(in.t) })
-				st.pruneAt = max(8, 2*len(st.ins))
-			}
-			st.ins = append(st.ins, depIn{t: t, end: end})
-			continue
-		}
-		// t replaces the history here. The last writer's object may
-		// reach past t's: t stands for it there (a later task on those
-		// bytes waits for t, which waited for it). A reader whose object
-		// reaches past t's stays, marked as waited for from here: a
-		// later writer on its far part waits for it, and nothing that
-		// only reads or writes those bytes waits for t, which did not
-		// touch them (an interior band's read of the rows around it,
-		// named from its first row, would otherwise order the next
-		// step's write of that row before the next step's interior).
-		reach := end
-		if w := st.out; w != nil && st.outEnd > end && !ts.split(w, end, st.outEnd, st.keep) {
-			reach = st.outEnd
-		}
-		var kept []depIn
-		for _, in := range st.ins {
-			if !in.after(d.Addr, prev) {
-				add(in.t)
-			}
-			if in.end > end && (!finished(in.t) || holds(in.t)) {
-				in.waited(d.Addr, t)
-				kept = append(kept, in)
-			}
-		}
-		st.out, st.outEnd, st.ins, st.pruneAt = t, reach, kept, max(8, 2*len(kept))
+		covered = g.addDep(&ps, d, covered)
 	}
-	preds = reduce(preds)
+	preds := reduce(ps.list)
 	t.direct = preds
 	return preds
+}
+
+// predSet collects a new task's predecessors, each once.
+type predSet struct {
+	t    *Task
+	list []*Task
+	seen map[*Task]bool // a write after many reads: no quadratic search
+}
+
+// add adds p, unless it is the new task, finished (with no failure to
+// report), or there already.
+func (s *predSet) add(p *Task) {
+	if p == nil || p == s.t || (finished(p) && !holds(p)) || s.seen[p] || (s.seen == nil && slices.Contains(s.list, p)) {
+		return
+	}
+	if s.list = append(s.list, p); s.seen == nil && len(s.list) > 16 {
+		s.seen = make(map[*Task]bool, 2*len(s.list))
+		for _, q := range s.list {
+			s.seen[q] = true
+		}
+	} else if s.seen != nil {
+		s.seen[p] = true
+	}
+}
+
+// addDep records the new task's clause d, and adds its predecessors
+// through d to ps. covered is scratch space, returned empty for the next
+// clause.
+func (g *depGraph) addDep(ps *predSet, d Dep, covered []*depState) []*depState {
+	t := ps.t
+	t.addrs = append(t.addrs, d.Addr)
+	st := g.hist[d.Addr]
+	if st == nil {
+		st = g.newHistory(d.Addr, d.Keep)
+	}
+	end := d.Addr + max(d.Size, 1)
+	if end < d.Addr { // wrapped
+		end = ^uintptr(0)
+	}
+	st.end = max(st.end, end)
+	g.maxLen = max(g.maxLen, st.end-st.addr)
+	st.refs++
+	// Objects at other addresses that overlap this one, [d.Addr, end):
+	// not the largest object named at d.Addr, which would order a task
+	// on one row after the tasks on the rows below it that another
+	// task named from the same first row (a halo row's copy after the
+	// neighbour's band).
+	prev := st.out // the last writer here, which t comes after
+	g.overlapping(st, end, func(o *depState) {
+		if o.outEnd > d.Addr { // o starts before end: they overlap if it reaches d.Addr
+			ps.add(o.out)
+		}
+		if d.Kind != DepIn {
+			for i := range o.ins {
+				in := &o.ins[i]
+				if in.end <= d.Addr {
+					continue
+				}
+				if !in.after(d.Addr, prev) {
+					ps.add(in.t)
+				}
+				in.waited(d.Addr, t)
+			}
+			if o.addr >= d.Addr { // what t's object covers, t replaces
+				covered = append(covered, o)
+			}
+		}
+	})
+	// A writer comes after the writers and readers of the objects its
+	// own covers, at other addresses too (added above): there, later
+	// tasks on those bytes find it, and the ones it replaced are
+	// forgotten. Kept, they would order every later task on the bytes
+	// after them, which a task made far ahead of the running ones
+	// waits for as if they were still to run (a device wait each; across
+	// devices, a message).
+	for _, o := range covered {
+		if o.out != nil && o.outEnd <= end {
+			o.out, o.outEnd = nil, o.addr
+		}
+		o.ins = slices.DeleteFunc(o.ins, func(in depIn) bool { return in.end <= end })
+		g.settle(o.addr, o) // gone if no live task names it and it is empty
+	}
+	covered = covered[:0]
+	ps.add(st.out)
+	if d.Kind == DepIn {
+		if len(st.ins) >= st.pruneAt { // amortized: prune when it doubled
+			st.ins = slices.DeleteFunc(st.ins, func(in depIn) bool { return finished(in.t) && !holds(in.t) })
+			st.pruneAt = max(8, 2*len(st.ins))
+		}
+		st.ins = append(st.ins, depIn{t: t, end: end})
+		return covered
+	}
+	g.write(ps, st, d.Addr, end, prev)
+	return covered
+}
+
+// write makes the new task, a writer of [addr, end) whose last writer
+// at addr was prev, the history at addr, and adds the readers there
+// that it waits for to ps.
+func (g *depGraph) write(ps *predSet, st *depState, addr, end uintptr, prev *Task) {
+	// t replaces the history here. The last writer's object may
+	// reach past t's: t stands for it there (a later task on those
+	// bytes waits for t, which waited for it). A reader whose object
+	// reaches past t's stays, marked as waited for from here: a
+	// later writer on its far part waits for it, and nothing that
+	// only reads or writes those bytes waits for t, which did not
+	// touch them (an interior band's read of the rows around it,
+	// named from its first row, would otherwise order the next
+	// step's write of that row before the next step's interior).
+	t := ps.t
+	reach := end
+	if w := st.out; w != nil && st.outEnd > end && !g.split(w, end, st.outEnd, st.keep) {
+		reach = st.outEnd
+	}
+	var kept []depIn
+	for _, in := range st.ins {
+		if !in.after(addr, prev) {
+			ps.add(in.t)
+		}
+		if in.end > end && (!finished(in.t) || holds(in.t)) {
+			in.waited(addr, t)
+			kept = append(kept, in)
+		}
+	}
+	st.out, st.outEnd, st.ins, st.pruneAt = t, reach, kept, max(8, 2*len(kept))
+}
+
+// complete forgets t, which completed, where it named an address: a
+// history no live task names any longer is settled. keep says that t's
+// failure stays in the histories until it is reported (forget).
+func (g *depGraph) complete(t *Task, keep bool) {
+	t.direct = nil
+	f := t.fail
+	for _, addr := range t.addrs {
+		st := g.hist[addr]
+		if st == nil {
+			continue
+		}
+		st.refs--
+		if keep {
+			if f.addrs == nil {
+				f.addrs = map[uintptr]struct{}{}
+			}
+			f.addrs[addr] = struct{}{}
+		}
+		g.settle(addr, st)
+	}
+}
+
+// forget forgets f, reported, in the histories that held it: new tasks
+// on the same objects no longer wait for the tasks it failed.
+func (g *depGraph) forget(f *failure) {
+	for addr := range f.addrs {
+		if st := g.hist[addr]; st != nil {
+			g.settle(addr, st)
+		}
+	}
+	f.addrs = nil
 }
 
 // split makes w, the last writer at an address whose object reaches to
@@ -256,17 +330,17 @@ func (r *Runtime) register(t *Task, deps []Dep) []*Task {
 // for the new one, which does not touch it: the fill of a band's rows,
 // named from its first row, and the writes of that row step after step).
 // It reports false, the new writer standing for w, where at has a
-// history already. Called with mu held.
-func (ts *tasks) split(w *Task, at, until uintptr, keep unsafe.Pointer) bool {
+// history already. Called with tasks.mu held.
+func (g *depGraph) split(w *Task, at, until uintptr, keep unsafe.Pointer) bool {
 	if w.completed {
 		return !holds(w) // done: nothing to wait for, unless its failure is
 	}
-	if ts.deps[at] != nil {
+	if g.hist[at] != nil {
 		return false
 	}
-	st := ts.newHistory(at, keep)
+	st := g.newHistory(at, keep)
 	st.out, st.outEnd, st.end, st.refs = w, until, until, 1
-	ts.maxLen = max(ts.maxLen, until-at)
+	g.maxLen = max(g.maxLen, until-at)
 	w.addrs = append(w.addrs, at) // its completion forgets it
 	return true
 }
@@ -306,17 +380,17 @@ func reduce(preds []*Task) []*Task {
 const maxReduce = 16
 
 // newHistory starts the empty history of addr, whose objects keep keeps
-// alive. Called with mu held.
-func (ts *tasks) newHistory(addr uintptr, keep unsafe.Pointer) *depState {
+// alive. Called with tasks.mu held.
+func (g *depGraph) newHistory(addr uintptr, keep unsafe.Pointer) *depState {
 	st := &depState{keep: keep, pruneAt: 8, addr: addr, end: addr}
-	ts.deps[addr] = st
-	ts.byAddr.ReplaceOrInsert(st)
+	g.hist[addr] = st
+	g.byAddr.ReplaceOrInsert(st)
 	return st
 }
 
 // settle forgets what addr's history no longer needs, once no live task
-// names the address; an empty history is removed. Called with mu held.
-func (ts *tasks) settle(addr uintptr, st *depState) {
+// names the address; an empty history is removed. Called with tasks.mu held.
+func (g *depGraph) settle(addr uintptr, st *depState) {
 	if st.refs > 0 {
 		return
 	}
@@ -325,25 +399,25 @@ func (ts *tasks) settle(addr uintptr, st *depState) {
 	}
 	st.ins = slices.DeleteFunc(st.ins, func(in depIn) bool { return !holds(in.t) })
 	if st.out == nil && len(st.ins) == 0 {
-		delete(ts.deps, addr)
-		ts.byAddr.Delete(st)
-		if len(ts.deps) == 0 {
-			ts.maxLen = 0
+		delete(g.hist, addr)
+		g.byAddr.Delete(st)
+		if len(g.hist) == 0 {
+			g.maxLen = 0
 		}
 	}
 }
 
 // overlapping calls f with every history other than st whose objects may
 // overlap [st.addr, end): they start before end and the largest of them
-// ends after st.addr (f checks each task's own object). Called with mu
-// held.
-func (ts *tasks) overlapping(st *depState, end uintptr, f func(*depState)) {
+// ends after st.addr (f checks each task's own object). Called with
+// tasks.mu held.
+func (g *depGraph) overlapping(st *depState, end uintptr, f func(*depState)) {
 	lo := uintptr(0)
-	if st.addr > ts.maxLen {
-		lo = st.addr - ts.maxLen
+	if st.addr > g.maxLen {
+		lo = st.addr - g.maxLen
 	}
-	ts.lo.addr, ts.hi.addr = lo, end
-	ts.byAddr.AscendRange(&ts.lo, &ts.hi, func(o *depState) bool {
+	g.lo.addr, g.hi.addr = lo, end
+	g.byAddr.AscendRange(&g.lo, &g.hi, func(o *depState) bool {
 		if o != st && o.end > st.addr {
 			f(o)
 		}
@@ -359,10 +433,13 @@ func (ts *tasks) reportLocked(f *failure) {
 	}
 	f.reported = true
 	delete(ts.failed, f)
-	for addr := range f.addrs {
-		if st := ts.deps[addr]; st != nil {
-			ts.settle(addr, st)
-		}
-	}
-	f.addrs = nil
+	ts.graph.forget(f)
+}
+
+// DepEntries is the number of addresses the dependence history holds, for
+// tests of its bound.
+func (r *Runtime) DepEntries() (addrs, failed int) {
+	r.tasks.mu.Lock()
+	defer r.tasks.mu.Unlock()
+	return len(r.tasks.graph.hist), len(r.tasks.failed)
 }

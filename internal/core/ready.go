@@ -76,3 +76,34 @@ func (r *Runtime) reportWaits(t *Task, d *Device, preds []*Task, start time.Time
 		return cont()
 	}
 }
+
+// handOn counts a completion in each of succs and returns the
+// continuations of those it made ready: the light ones chained, one other,
+// and the rest. Called with the runtime's tasks.mu held. Not inlined, so
+// that the completion of a task without successors keeps a small frame
+// (a host task runs on a goroutine of its own, whose stack starts small).
+//
+//go:noinline
+func handOn(succs []*Task) (light, heavy step, rest []step) {
+	for _, sc := range succs {
+		if sc.pending--; sc.pending > 0 {
+			continue
+		}
+		c := sc.cont
+		sc.cont = nil
+		if sc.light {
+			light = chain(light, c)
+		} else {
+			heavy, rest = first(heavy, c, rest)
+		}
+	}
+	return light, heavy, rest
+}
+
+// first returns s as heavy if heavy is nil, else heavy and rest with s.
+func first(heavy, s step, rest []step) (step, []step) {
+	if heavy == nil {
+		return s, rest
+	}
+	return heavy, append(rest, s)
+}

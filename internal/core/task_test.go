@@ -199,8 +199,8 @@ func TestTaskOverlappingSections(t *testing.T) {
 	for _, task := range all {
 		r.complete(task, nil, nil)
 	}
-	if addrs, _ := r.DepEntries(); addrs != 0 || r.tasks.byAddr.Len() != 0 || r.tasks.maxLen != 0 {
-		t.Fatalf("after the tasks: %d addresses, %d ordered, maxLen %d; want none", addrs, r.tasks.byAddr.Len(), r.tasks.maxLen)
+	if addrs, _ := r.DepEntries(); addrs != 0 || r.tasks.graph.byAddr.Len() != 0 || r.tasks.graph.maxLen != 0 {
+		t.Fatalf("after the tasks: %d addresses, %d ordered, maxLen %d; want none", addrs, r.tasks.graph.byAddr.Len(), r.tasks.graph.maxLen)
 	}
 	// A reader of an overlapping section finished: a writer no longer waits.
 	_, p = reg(sec(DepOut, 3, 8))

@@ -1,0 +1,241 @@
+package core
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/goffload/offload/plugin"
+)
+
+// canWait reports whether d's queues can wait on p's event themselves.
+func (d *Device) canWait(p *Task, ev plugin.Event) bool {
+	if p.dev == d {
+		return true
+	}
+	fw, ok := d.Dev.(plugin.ForeignEventWaiter)
+	return ok && fw.CanWait(ev)
+}
+
+// enqueue puts t's work on a queue of d behind waits for preds, records the
+// event dependents wait on, and completes t in the background. It returns
+// the steps of the tasks that waited for t to be enqueued; on the initial
+// device, the work itself as a step, for the caller to run where it does
+// not hold anyone up. How it waits for each of preds is enqueueWait's
+// decision, and which it follows on its queue mayFollow's.
+func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback bool) step {
+	if err := op.check(d); err != nil {
+		r.completeAfter(t, err, preds)
+		return nil
+	}
+	if d.IsInitial() {
+		return func() step {
+			var err error
+			if op.Initial != nil {
+				err = runAsTask(func() error { return op.Initial(d, t.ID, fallback, nil) })
+			}
+			return r.completeThen(t, err, nil)
+		}
+	}
+	// A predecessor whose event is gone and which has not completed is
+	// finishing, or its work failed and is being done again (a recovery),
+	// which may take as long as a re-run: t is enqueued once it completes,
+	// off the caller, which may be the program creating t (or a placement
+	// holding its lock). The others' events are taken first, so that one
+	// failing after this is waited for on the device, where the wait
+	// fails (see devSuccs).
+	var buf [4]plugin.Event
+	evs := buf[:0]
+	for i, p := range preds {
+		ev := p.eventFor(t)
+		if enqueueWait(seen(p, ev)) == laterWait {
+			// t is no device successor of the others until it is
+			// enqueued: their recoveries would wait for t, which waits
+			// for p, which may wait for one of them.
+			for _, q := range preds[:i] {
+				q.dropDevSucc(t)
+			}
+			go func() {
+				waitDone([]*Task{p})
+				drive(r.enqueue(t, d, op, preds, fallback))
+			}()
+			return nil
+		}
+		evs = append(evs, ev)
+	}
+	all := preds // every predecessor the device waits for: their failure is t's
+	cq, followed, rest, evs := d.followOne(preds, evs)
+	if cq == nil {
+		var err error
+		if cq, err = d.getQueue(op.Name); err != nil {
+			r.completeAfter(t, err, all)
+			return nil
+		}
+	}
+	w := d.beginOn(op.Name, cq, t.ID, true)
+	if followed != nil && d.tool != nil { // it waits by queue order
+		d.tool.Wait(WaitEvent{Where: w.where(), For: followed.ID, ForName: followed.Name, OnDevice: true})
+	}
+	waitPreds(t, d, op.Name, w, rest, evs)
+	if w.first == nil {
+		op.Enqueue(d, w)
+	}
+	ev := t.publish(d, op.Name, w)
+	wake := t.markEnqueued() // the tasks that waited for t to be enqueued
+	if ev == nil {           // the device is failing: nothing to wait for but the queue
+		go func() {
+			err := w.finish()
+			t.settle(err)
+			r.finishTask(t, err, w.dep, all)
+		}()
+		return wake
+	}
+	complete := r.completion(t, d, op.Name, w, ev, all)
+	if fn, ok := ev.(plugin.FireNotifier); ok && len(w.after) == 0 {
+		// No goroutine per task: the event's firing hands the completion
+		// to the device's completer.
+		fn.OnFire(func() { d.completer.add(complete) })
+		return wake
+	}
+	go complete(true)
+	return wake
+}
+
+// followOne follows one of preds, whose events are evs, on its own queue
+// if nothing came after it there: the queue's order is the wait. It
+// returns the queue, nil if it follows none, and the others with their
+// events.
+func (d *Device) followOne(preds []*Task, evs []plugin.Event) (*cqueue, *Task, []*Task, []plugin.Event) {
+	for i, p := range preds {
+		if !mayFollow(d.followView(p)) {
+			continue
+		}
+		if cq := d.follow(p); cq != nil {
+			return cq, p, append(preds[:i:i], preds[i+1:]...), append(evs[:i:i], evs[i+1:]...)
+		}
+	}
+	return nil, nil, preds, evs
+}
+
+// waitPreds enqueues on w, t's work on d, the waits for preds, whose events
+// are evs: on the device where p has an event, else (it completed) on the
+// host, which looks at how it ended (see enqueueWait).
+func waitPreds(t *Task, d *Device, op string, w *work, preds []*Task, evs []plugin.Event) {
+	for i, p := range preds {
+		ev := evs[i]
+		if ev == nil { // it completed: the host looks at how
+			start := time.Now()
+			f := failedPred([]*Task{p})
+			if d.tool != nil {
+				d.tool.Wait(WaitEvent{Where: Where{Time: start, Device: d.Num, Queue: w.cq.id, Task: t.ID}, For: p.ID, ForName: p.Name, Dur: time.Since(start)})
+			}
+			if f != nil {
+				w.depErr(t, f)
+			}
+			continue
+		}
+		if d.tool != nil {
+			d.tool.Wait(WaitEvent{Where: w.where(), For: p.ID, ForName: p.Name, OnDevice: true})
+		}
+		if err := w.q.Wait(ev); err != nil {
+			w.err(fmt.Errorf("goffload: %s: %s: waiting for task %d: %w", d.Label(), op, p.ID, err))
+		}
+	}
+}
+
+// publish records the event that marks the end of t's work on w's queue,
+// and returns it; nil if the device failed to make or record it. Dependents
+// wait on it only if the work was all enqueued and ends on the queue; a
+// task that failed to enqueue, or that has work after the queue's (staged
+// copies), is waited for on the host.
+func (t *Task) publish(d *Device, op string, w *work) plugin.Event {
+	ev, err := d.Dev.NewEvent()
+	if err == nil {
+		if err = w.q.Record(ev); err != nil {
+			ev.Close()
+		}
+	}
+	if err != nil {
+		w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), op, err))
+		ev = nil
+	}
+	publish := w.first == nil && len(w.after) == 0
+	d.qmu.Lock()
+	t.cq = w.cq
+	if publish {
+		w.cq.last = t
+	} else {
+		w.cq.last = nil
+	}
+	d.qmu.Unlock()
+	if publish {
+		t.mu.Lock()
+		t.ev = ev
+		t.mu.Unlock()
+	}
+	return ev
+}
+
+// completion returns what completes t, whose work on d is w and whose
+// predecessors are all, once ev fired; it blocks only where it must wait
+// for t's predecessors (failedPred), or has work after the queue's.
+func (r *Runtime) completion(t *Task, d *Device, op string, w *work, ev plugin.Event, all []*Task) func(background bool) {
+	return func(background bool) {
+		err := ev.Synchronize()
+		if err != nil {
+			w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), op, err))
+		} else {
+			w.runAfter()
+		}
+		err = w.done(err == nil)
+		t.settle(err)
+		// Dependents created from now on see the task finishing (enqueued,
+		// with no event) and wait for it on the host; those that took the
+		// event already may still wait on it, closed (it fired: no wait).
+		t.retire(ev)
+		if !background && w.dep == nil && !allFinished(all) {
+			// Not on the device's completer: it must not block. The
+			// completion of its last predecessor finishes it.
+			drive(r.waitFor(t, all, true, func() step { return r.finishNext(t, err, w.dep, all) }))
+			return
+		}
+		r.finishTask(t, err, w.dep, all)
+	}
+}
+
+// completer runs the completions of a device's tasks, in the order their
+// events fired, on a goroutine of its own while it has work: an event that
+// fires hands its task's completion over without a goroutine waiting on
+// each event. A completion must not block on another's.
+type completer struct {
+	mu      sync.Mutex
+	fns     []func(background bool) // each called with false
+	running bool
+}
+
+func (c *completer) add(f func(background bool)) {
+	c.mu.Lock()
+	c.fns = append(c.fns, f)
+	start := !c.running
+	c.running = true
+	c.mu.Unlock()
+	if start {
+		go c.run()
+	}
+}
+
+func (c *completer) run() {
+	for {
+		c.mu.Lock()
+		if len(c.fns) == 0 {
+			c.fns, c.running = nil, false // the backing array goes too
+			c.mu.Unlock()
+			return
+		}
+		f := c.fns[0]
+		c.fns[0] = nil
+		c.fns = c.fns[1:]
+		c.mu.Unlock()
+		f(false)
+	}
+}
