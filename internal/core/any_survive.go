@@ -1,4 +1,4 @@
-package offload
+package core
 
 import (
 	"fmt"
@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sync/atomic"
 
-	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/placement"
 )
 
@@ -91,11 +90,11 @@ func (s *anySched) survivor(p placement.Piece, top bool) []byte {
 		at = slices.Clone(e.at)
 	}
 	s.rr.mu.Unlock()
-	if e == nil || e.k == nil {
+	if e == nil || e.t == nil {
 		return nil
 	}
-	x := e.part(p.Buf)
-	if x == nil {
+	x, ok := e.part(p.Buf)
+	if !ok {
 		return nil
 	}
 	intact := func(h anyHeld) bool { return top || h.mods.Load() == h.stamp }
@@ -104,15 +103,16 @@ func (s *anySched) survivor(p placement.Piece, top bool) []byte {
 			continue
 		}
 		evicts := s.rr.evicts.Load()
-		dp, err := On(h.dev).mappedPtr(x)
+		cd := s.rt.Devices[h.dev]
+		dp, err := cd.MappedPtr(sliceBuf(x, ""))
 		if err != nil {
 			continue
 		}
 		data := make([]byte, p.Buf.Size)
-		if err := Memcpy(HostPtr(data), dp, int64(p.Buf.Size)); err != nil || s.rr.evicts.Load() != evicts || !intact(h) {
+		if err := Memcpy(Loc{Host: data}, Loc{Dev: cd, Ptr: dp}, int64(p.Buf.Size)); err != nil || s.rr.evicts.Load() != evicts || !intact(h) {
 			continue
 		}
-		s.rt.Log.Taskf(core.InfoPlacement, h.dev, e.task.Load(), "Any(): %s's output (%d bytes at %#x) read from device %d, which still holds it as the task left it: not run again", e.k.Name(), p.Buf.Size, p.Buf.Addr, h.dev)
+		s.rt.Log.Taskf(InfoPlacement, h.dev, e.task.Load(), "Any(): %s's output (%d bytes at %#x) read from device %d, which still holds it as the task left it: not run again", e.t.Kernel.Name(), p.Buf.Size, p.Buf.Addr, h.dev)
 		s.rt.Note(e.task.Load(), fmt.Sprintf("Any(): its output (%d bytes at %#x) read from device %d after a loss, not run again", p.Buf.Size, p.Buf.Addr, h.dev))
 		return data
 	}
@@ -120,22 +120,20 @@ func (s *anySched) survivor(p placement.Piece, top bool) []byte {
 }
 
 // part returns the section of the argument that e wrote b through (a
-// part of a written access), or nil.
-func (e *anyEntry) part(b placement.Buf) any {
-	for i, a := range e.acc {
+// part of a written access), if there is one.
+func (e *anyEntry) part(b placement.Buf) (reflect.Value, bool) {
+	t := e.t
+	for i, a := range t.acc {
 		if !a.Write || !b.Inside(a.Buf) {
 			continue
 		}
-		v := reflect.ValueOf(e.args[e.argOf[i]])
-		if v.Kind() != reflect.Slice {
-			return nil
-		}
+		v := t.Args[t.argOf[i]].Slice
 		es := v.Type().Elem().Size()
 		off := b.Addr - a.Buf.Addr
 		if es == 0 || off%es != 0 || b.Size%es != 0 {
-			return nil
+			return reflect.Value{}, false
 		}
-		return v.Slice(int(off/es), int((off+b.Size)/es)).Interface()
+		return v.Slice(int(off/es), int((off+b.Size)/es)), true
 	}
-	return nil
+	return reflect.Value{}, false
 }
