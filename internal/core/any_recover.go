@@ -292,7 +292,10 @@ func (s *anySched) install(to anyDest, b placement.Buf, pieces []placement.Piece
 // (survivor; top says that no task that writes p runs before the caller
 // is done with it), re-running the writer if none does.
 func (s *anySched) version(p placement.Piece, top bool) ([]byte, error) {
-	if p.Writer == 0 {
+	w, held := s.writer(p, top)
+	src, hs := placement.SourceOf(p, w, s.usable)
+	switch src {
+	case placement.FromSnapshot:
 		s.rr.mu.Lock()
 		defer s.rr.mu.Unlock()
 		for r, b := range s.rr.snap {
@@ -301,22 +304,22 @@ func (s *anySched) version(p placement.Piece, top bool) ([]byte, error) {
 			}
 		}
 		return nil, fmt.Errorf("%w: [%#x, +%d) was never copied from the program's memory, so no first version of it was kept", plugin.ErrDeviceLost, p.Buf.Addr, p.Buf.Size)
-	}
-	s.rr.mu.Lock()
-	o, got := s.rr.memo[p.Writer], s.rr.got[p.Writer]
-	s.rr.mu.Unlock()
-	if o == nil {
-		if data := savedPart(got, p.Buf); data != nil {
+	case placement.FromSaved:
+		s.rr.mu.Lock()
+		data := savedPart(s.rr.got[p.Writer], p.Buf)
+		s.rr.mu.Unlock()
+		if data != nil {
 			return data, nil
 		}
-		if data := s.survivor(p, top); data != nil {
+	case placement.FromSurvivor:
+		if data := s.survivor(p, hs, held, top); data != nil {
 			s.rr.mu.Lock()
 			s.rr.got[p.Writer] = append(s.rr.got[p.Writer], anySaved{buf: p.Buf, data: data})
 			s.rr.mu.Unlock()
 			return data, nil
 		}
 	}
-	out, err := s.outputs(p.Writer, false)
+	out, err := s.outputs(p.Writer, false) // FromMemo, FromRerun, or no survivor could be read
 	if err != nil {
 		return nil, err
 	}
@@ -324,6 +327,37 @@ func (s *anySched) version(p placement.Piece, top bool) ([]byte, error) {
 		return data, nil
 	}
 	return nil, fmt.Errorf("%w: task %d's outputs hold no [%#x, +%d)", plugin.ErrDeviceLost, p.Writer, p.Buf.Addr, p.Buf.Size)
+}
+
+// writer returns what the runtime holds of p's writer, for
+// placement.SourceOf, and its records of the device copies that held its
+// version (the holders' Ref); top as for version.
+func (s *anySched) writer(p placement.Piece, top bool) (placement.Writer, []anyHeld) {
+	var w placement.Writer
+	if p.Writer == 0 {
+		return w, nil
+	}
+	s.rr.mu.Lock()
+	defer s.rr.mu.Unlock()
+	if s.rr.memo[p.Writer] != nil {
+		w.Memo = true
+		return w, nil
+	}
+	for _, sv := range s.rr.got[p.Writer] {
+		w.Saved = append(w.Saved, sv.buf)
+	}
+	e := s.rr.entries[p.Writer]
+	if e == nil || e.t == nil {
+		return w, nil
+	}
+	if _, ok := e.part(p.Buf); !ok {
+		return w, nil
+	}
+	held := slices.Clone(e.at)
+	for i, h := range held {
+		w.Holders = append(w.Holders, placement.Holder{Buf: h.buf, Dev: h.dev, Intact: h.intact(top), Ref: i})
+	}
+	return w, held
 }
 
 // savedPart returns b's bytes from the saved part of saved that holds it

@@ -3,7 +3,6 @@ package core
 import (
 	"fmt"
 	"reflect"
-	"slices"
 	"sync/atomic"
 
 	"github.com/goffload/offload/internal/placement"
@@ -80,28 +79,24 @@ func (s *anySched) held(e *anyEntry, hs []anyHeld) {
 	e.at = append(e.at, hs...)
 }
 
-// survivor returns p's bytes as its writer left them, read from a device
-// that works and still holds them, or nil; top as for version.
-func (s *anySched) survivor(p placement.Piece, top bool) []byte {
+// intact reports whether h's copy still holds the version: nothing was
+// placed there since, or (top, as for version) nothing that writes it
+// runs before the reader is done.
+func (h anyHeld) intact(top bool) bool { return top || h.mods.Load() == h.stamp }
+
+// survivor returns p's bytes as its writer left them, read from the first
+// of holders hs (placement.SourceOf's, their Refs in held) that still
+// holds them, or nil; top as for version.
+func (s *anySched) survivor(p placement.Piece, hs []placement.Holder, held []anyHeld, top bool) []byte {
 	s.rr.mu.Lock()
 	e := s.rr.entries[p.Writer]
-	var at []anyHeld
-	if e != nil {
-		at = slices.Clone(e.at)
-	}
 	s.rr.mu.Unlock()
-	if e == nil || e.t == nil {
+	if e == nil || e.t == nil { // forgotten meanwhile (Taskwait)
 		return nil
 	}
-	x, ok := e.part(p.Buf)
-	if !ok {
-		return nil
-	}
-	intact := func(h anyHeld) bool { return top || h.mods.Load() == h.stamp }
-	for _, h := range at {
-		if !p.Buf.Inside(h.buf) || !s.usable(h.dev) || !intact(h) {
-			continue
-		}
+	x, _ := e.part(p.Buf)
+	for _, ph := range hs {
+		h := held[ph.Ref]
 		evicts := s.rr.evicts.Load()
 		cd := s.rt.Devices[h.dev]
 		dp, err := cd.MappedPtr(sliceBuf(x, ""))
@@ -109,7 +104,7 @@ func (s *anySched) survivor(p placement.Piece, top bool) []byte {
 			continue
 		}
 		data := make([]byte, p.Buf.Size)
-		if err := Memcpy(Loc{Host: data}, Loc{Dev: cd, Ptr: dp}, int64(p.Buf.Size)); err != nil || s.rr.evicts.Load() != evicts || !intact(h) {
+		if err := Memcpy(Loc{Host: data}, Loc{Dev: cd, Ptr: dp}, int64(p.Buf.Size)); err != nil || s.rr.evicts.Load() != evicts || !h.intact(top) {
 			continue
 		}
 		s.rt.Log.Taskf(InfoPlacement, h.dev, e.task.Load(), "Any(): %s's output (%d bytes at %#x) read from device %d, which still holds it as the task left it: not run again", e.t.Kernel.Name(), p.Buf.Size, p.Buf.Addr, h.dev)
