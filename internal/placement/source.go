@@ -22,6 +22,7 @@ const (
 	FromRerun
 )
 
+// String names the source, for messages and tests.
 func (s Source) String() string {
 	switch s {
 	case FromSnapshot:
