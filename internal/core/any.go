@@ -33,8 +33,13 @@ type anySched struct {
 	bufs    map[placement.Buf]anyBuf  // the regions' slices
 	tokens  map[anyTok][]byte         // depend objects of the copies on each device (token)
 	mods    map[anyTok]*atomic.Uint64 // per region and device, the writes and copies into its copy placed so far (any_survive.go)
-	writes  map[uint64][]placement.Buf
-	tracked atomic.Int64 // table.Len(): the hand-placed constructs' check is one load while it is 0
+	tracked atomic.Int64              // table.Len(): the hand-placed constructs' check is one load while it is 0
+
+	// writes holds, per Any-task (by its number), the buffers it writes,
+	// whose host copies its Wait makes valid (AnyWaited); guarded by
+	// wmu, a leaf, so that a Wait does not wait for a placement.
+	wmu    sync.Mutex
+	writes map[uint64][]placement.Buf
 
 	mmu   sync.Mutex // the model: placements and completions
 	model *placement.Model
@@ -202,9 +207,9 @@ func AnyWaited(ctx context.Context, ts []*Task) error {
 		if as == nil {
 			continue
 		}
-		as.mu.Lock()
+		as.wmu.Lock()
 		w := as.writes[t.ID]
-		as.mu.Unlock()
+		as.wmu.Unlock()
 		if len(w) > 0 {
 			s, bufs = as, append(bufs, w...)
 		}

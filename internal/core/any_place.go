@@ -273,7 +273,9 @@ func (s *anySched) spawn(t *anyTask, p placement.Plan, now time.Time, why string
 	s.table.Commit(d, t.acc, id)
 	s.tracked.Store(int64(s.table.Len()))
 	if len(writes) > 0 {
+		s.wmu.Lock()
 		s.writes[task.ID] = writes
+		s.wmu.Unlock()
 	}
 	s.rt.Log.Taskf(InfoPlacement, d, task.ID, "Any(): %s on %s: %v%s", name, cd.Label(), choice, why)
 	s.rt.Note(task.ID, fmt.Sprintf("Any(): on %s: %v%s", cd.Label(), choice, why))
