@@ -128,3 +128,15 @@ func anyOwns(b mapping.Buf) error {
 	}
 	return nil
 }
+
+// handArgs is kernelArgs for a construct placed by hand: a buffer that
+// Any-tasks use is refused (anyOwns).
+func handArgs(cd *core.Device, kk *Kernel, dm Defaultmap, o launchOpts, args []any) ([]core.KernelArg, error) {
+	kargs, err := kernelArgs(cd, kk, dm, o, args)
+	for _, a := range kargs {
+		if err == nil {
+			err = anyOwns(a.Map.Buf)
+		}
+	}
+	return kargs, err
+}

@@ -228,18 +228,6 @@ func (d Device) update(maps []Map) error {
 // Update copies mapped buffers on the default device; see Device.Update.
 func Update(maps ...Map) error { return Default().Update(maps...) }
 
-// handArgs is kernelArgs for a construct placed by hand: a buffer that
-// Any-tasks use is refused (anyOwns).
-func handArgs(cd *core.Device, kk *Kernel, dm Defaultmap, o launchOpts, args []any) ([]core.KernelArg, error) {
-	kargs, err := kernelArgs(cd, kk, dm, o, args)
-	for _, a := range kargs {
-		if err == nil {
-			err = anyOwns(a.Map.Buf)
-		}
-	}
-	return kargs, err
-}
-
 // kernelArgs checks args against k's parameters and converts them into one
 // argument per flattened parameter (a struct holding slices gives one per
 // field). dm is the device's defaultmap for bare slices of parameters with
