@@ -21,7 +21,7 @@ import (
 )
 
 // anySched is the runtime's placement of Any-tasks and the coherence of
-// their buffers. The runtime makes it at the first Any-task (Runtime.any).
+// their buffers. The runtime makes it at the first Any-task (Runtime.placer).
 type anySched struct {
 	rt *Runtime
 
@@ -71,7 +71,7 @@ type anyTok struct {
 }
 
 // any returns r's placement state, made on first use.
-func (r *Runtime) any() *anySched {
+func (r *Runtime) placer() *anySched {
 	if s := r.anys.Load(); s != nil {
 		return s
 	}
@@ -124,7 +124,7 @@ func (r *Runtime) AnyTarget(l AnyLaunch) (*Task, error) {
 	if err != nil {
 		return nil, fail(fmt.Errorf("%w: %v", ErrBadArgument, err))
 	}
-	t, err := r.any().place(&anyTask{AnyLaunch: l, acc: acc, bufs: bufs, argOf: argOf, size: size})
+	t, err := r.placer().place(&anyTask{AnyLaunch: l, acc: acc, bufs: bufs, argOf: argOf, size: size})
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -157,7 +157,7 @@ func (r *Runtime) AnyEnterData(cs []AnyClause) error {
 	if len(r.Devices) == 0 { // Any-tasks run on the initial device, on the program's memory
 		return nil
 	}
-	s := r.any()
+	s := r.placer()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, c := range cs {

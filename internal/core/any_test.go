@@ -26,7 +26,7 @@ func anyInc(t *testing.T, r *Runtime, x, y []int32) *Task {
 func TestAnyRerunOnFakeLoss(t *testing.T) {
 	var stalls [2]*stall
 	r, fs := newFakeRuntime(t, 2, func(i int, d *fakeDevice) { stalls[i] = d.stallAt(fLaunch, 1) })
-	if !r.any().rr.on {
+	if !r.placer().rr.on {
 		t.Fatal("re-runs are off on two devices")
 	}
 	a, b, c := filled(64, 1), make([]int32, 64), make([]int32, 64)
