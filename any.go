@@ -1,15 +1,11 @@
 package offload
 
 import (
+	"context"
 	"fmt"
-	"reflect"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/mapping"
-	"github.com/goffload/offload/internal/placement"
 )
 
 // anyNum is the device number Any stands for: no device has it.
@@ -57,132 +53,8 @@ func Any() Device { return Device{num: anyNum} }
 // IsAny reports whether d is Any().
 func (d Device) IsAny() bool { return d.num == anyNum }
 
-// anySched is the runtime's placement of Any-tasks and the coherence of
-// their buffers (internal/placement's plain state, lowered here to
-// ordinary constructs).
-type anySched struct {
-	rt *core.Runtime
-
-	// mu guards the table and what goes with it; a placement holds it
-	// while it makes the constructs its task needs, so that their order
-	// is the table's.
-	mu      sync.Mutex
-	table   *placement.Table
-	bufs    map[placement.Buf]anyBuf  // the regions' slices
-	tokens  map[anyTok][]byte         // depend objects of the copies on each device (token)
-	mods    map[anyTok]*atomic.Uint64 // per region and device, the writes and copies into its copy placed so far (any_survive.go)
-	tracked atomic.Int64              // table.Len(): the hand-placed constructs' check is one load while it is 0
-
-	mmu   sync.Mutex // the model: placements and completions
-	model *placement.Model
-
-	// launched holds, per Any-task placed on a device that times its
-	// operations (by its task's number), its kernel's time there once the
-	// device reported it; from its making to its end (any_times.go).
-	tmu      sync.Mutex
-	launched map[uint64]time.Duration
-	devTimed atomic.Int64 // Any-tasks learned from with their devices' times
-
-	rr anyRerun // what re-runs need (any_recover.go)
-}
-
-// anyBuf is a buffer's slice (kept alive while the table holds it) and
-// its name.
-type anyBuf struct {
-	v    reflect.Value
-	name string
-	// first says that its first version is still to be kept, by the
-	// first task that reads a part of it no task wrote (a region that
-	// Any().EnterData made: any_enter.go).
-	first bool
-}
-
-type anyTok struct {
-	b   placement.Buf
-	dev int
-}
-
-var anyState atomic.Pointer[anySched]
-
-// anyFor returns rt's placement state, made on first use.
-func anyFor(rt *core.Runtime) *anySched {
-	for {
-		s := anyState.Load()
-		if s != nil && s.rt == rt {
-			return s
-		}
-		n := &anySched{rt: rt, table: placement.NewTable(), bufs: map[placement.Buf]anyBuf{},
-			tokens: map[anyTok][]byte{}, mods: map[anyTok]*atomic.Uint64{}, model: placement.NewModel(len(rt.Devices)), rr: newRerun(len(rt.Devices)),
-			launched: map[uint64]time.Duration{}}
-		if anyState.CompareAndSwap(s, n) {
-			n.timeOps()
-			return n
-		}
-	}
-}
-
-// anyOf returns rt's placement state if Any-tasks made one.
-func anyOf(rt *core.Runtime) *anySched {
-	if s := anyState.Load(); s != nil && s.rt == rt {
-		return s
-	}
-	return nil
-}
-
-// section returns the part piece of region's slice, and its name.
-func (s *anySched) section(region, piece placement.Buf) (any, string, error) {
-	v := s.bufs[region]
-	es := v.v.Type().Elem().Size()
-	off := piece.Addr - region.Addr
-	if es == 0 || off%es != 0 || piece.Size%es != 0 {
-		return nil, "", fmt.Errorf("%w: [%#x, +%d) does not fall on the elements of %q, a []%s at %#x", ErrBadMap, piece.Addr, piece.Size, v.name, v.v.Type().Elem(), region.Addr)
-	}
-	return v.v.Slice(int(off/es), int((off+piece.Size)/es)).Interface(), v.name, nil
-}
-
-// token returns the depend object of section sec of region b's copy on
-// dev: a section of a shadow of the region (a byte per tokenGrain bytes of
-// it, at most maxShadow bytes), so that copies and tasks on parts of a
-// copy that do not overlap are not ordered by it (a halo row copied in
-// does not wait for the tasks that read the rest).
-func (s *anySched) token(b placement.Buf, dev int, sec placement.Buf) []byte {
-	k := anyTok{b, dev}
-	t := s.tokens[k]
-	if t == nil {
-		t = make([]byte, min(b.Size, maxShadow))
-		s.tokens[k] = t
-	}
-	grain := (b.Size + uintptr(len(t)) - 1) / uintptr(len(t))
-	lo := (sec.Addr - b.Addr) / grain
-	hi := min((sec.Addr-b.Addr+sec.Size+grain-1)/grain, uintptr(len(t)))
-	return t[lo:max(hi, lo+1)]
-}
-
-// maxShadow is the most bytes a region's shadow for its depend clauses
-// takes per device (a byte per byte of a region up to it; coarser past).
-const maxShadow = 1 << 16
-
-// anyArgs are an Any-task's buffers, read from its converted arguments,
-// and the argument each is.
-func anyArgs(kargs []core.KernelArg) (acc []placement.Access, bufs []anyBuf, argOf []int, size int64, err error) {
-	for i, ka := range kargs {
-		if ka.DevPtr {
-			return nil, nil, nil, 0, fmt.Errorf("argument %d is a DevicePtr, which belongs to one device: launch on that device (On(n)) instead of Any()", i)
-		}
-		if !ka.Slice.IsValid() || ka.Map.Buf.Size == 0 {
-			continue
-		}
-		argOf = append(argOf, i)
-		b := placement.Buf{Addr: ka.Map.Buf.Addr(), Size: uintptr(ka.Map.Buf.Size)}
-		acc = append(acc, placement.Access{Buf: b, Read: ka.Map.Type&mapping.MapTo != 0, Write: ka.Map.Type&mapping.MapFrom != 0})
-		bufs = append(bufs, anyBuf{v: ka.Slice, name: ka.Map.Buf.Name})
-		size += ka.Map.Buf.Size
-	}
-	return acc, bufs, argOf, size, nil
-}
-
 // runAny places kernel k's task with args and makes it, with the copies
-// its inputs need.
+// its inputs need (core.Runtime.AnyTarget).
 func (a Async) runAny(k *Kernel, o launchOpts, args []any) *Task {
 	rt, err := runtimeOrErr()
 	if err != nil {
@@ -195,22 +67,76 @@ func (a Async) runAny(k *Kernel, o launchOpts, args []any) *Task {
 		a.dev = Device{num: 0, ctx: a.dev.ctx, dm: a.dev.dm, geo: a.dev.geo, geoErr: a.dev.geoErr}
 		return a.run(k, o, args)
 	}
-	o.byAny = true
 	kargs, err := kernelArgs(rt.Initial, k, a.dev.dm, o, args)
 	if err != nil {
 		return a.failed(fmt.Errorf("goffload: Any(): %w", err))
 	}
-	fail := func(err error) *Task {
-		return a.failed(fmt.Errorf("goffload: Any(): target %s%s: %w", k.k.Name(), k.k.Describe(), err))
-	}
-	acc, bufs, argOf, size, err := anyArgs(kargs)
-	if err != nil {
-		return fail(fmt.Errorf("%w: %v", ErrBadArgument, err))
-	}
 	geo, err := a.dev.geometry()
 	if err != nil {
-		return fail(err)
+		return a.failed(fmt.Errorf("goffload: Any(): target %s%s: %w", k.k.Name(), k.k.Describe(), err))
 	}
-	s := anyFor(rt)
-	return s.place(a, k, o, args, kargs, acc, bufs, argOf, size, geo, fail)
+	return a.start(func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
+		return rt.AnyTarget(core.AnyLaunch{Kernel: k.k, Args: kargs, Geo: geo, Deps: deps, Once: k.once,
+			Plain: len(kargs) == len(args) && len(o.with) == 0})
+	})
+}
+
+// anyEnterData is Any().EnterData: each To or Alloc clause names a whole
+// buffer as Any-tasks' (core.Runtime.AnyEnterData).
+func anyEnterData(maps []Map) error {
+	rt, err := runtimeOrErr()
+	if err != nil {
+		return err
+	}
+	cs := make([]core.AnyClause, len(maps))
+	for i, m := range maps {
+		if m.err != nil {
+			return m.err
+		}
+		if !m.slice.IsValid() || m.item.Type&^(mapping.MapTo|mapping.MapImplicit) != 0 {
+			return fmt.Errorf("goffload: Any(): enter data: clause %d: %w: Any() takes To and Alloc clauses here (whole buffers for Any-tasks; the runtime copies what tasks need itself)", i, ErrBadMap)
+		}
+		cs[i] = core.AnyClause{Slice: m.slice, Buf: m.item.Buf}
+	}
+	return rt.AnyEnterData(cs)
+}
+
+// anyUpdate is Any().Update: From clauses make the host's copies valid.
+func anyUpdate(maps []Map) error {
+	rt, err := runtimeOrErr()
+	if err != nil {
+		return err
+	}
+	bufs := make([]mapping.Buf, len(maps))
+	for i, m := range maps {
+		if m.err != nil {
+			return m.err
+		}
+		if !m.slice.IsValid() || m.item.Type&mapping.MapTo != 0 || m.item.Type&mapping.MapFrom == 0 {
+			return fmt.Errorf("goffload: Any(): update: clause %d: %w: Any() takes From clauses only (the runtime copies the inputs of Any-tasks itself)", i, ErrBadMap)
+		}
+		bufs[i] = m.item.Buf
+	}
+	return rt.AnyUpdate(context.Background(), bufs)
+}
+
+// anyOwns refuses a hand-placed construct's clause on b while Any-tasks
+// use it (core.Runtime.AnyOwns).
+func anyOwns(b mapping.Buf) error {
+	if rt := current.Load(); rt != nil {
+		return rt.AnyOwns(b)
+	}
+	return nil
+}
+
+// handArgs is kernelArgs for a construct placed by hand: a buffer that
+// Any-tasks use is refused (anyOwns).
+func handArgs(cd *core.Device, kk *Kernel, dm Defaultmap, o launchOpts, args []any) ([]core.KernelArg, error) {
+	kargs, err := kernelArgs(cd, kk, dm, o, args)
+	for _, a := range kargs {
+		if err == nil {
+			err = anyOwns(a.Map.Buf)
+		}
+	}
+	return kargs, err
 }

@@ -7,10 +7,8 @@ import (
 	"reflect"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/goffload/offload/internal/core"
-	"github.com/goffload/offload/internal/placement"
 )
 
 // A Dep is a depend clause: a buffer (or any object) a task reads (DependIn)
@@ -56,10 +54,6 @@ func DependInOut(x any) Dep { return newDep(core.DepInOut, x) }
 type Task struct {
 	t   *core.Task
 	err error // a task that could not be created
-	// Of an Any-task: the buffers it writes, whose host copies its Wait
-	// makes valid, and the placement state they are in.
-	anyWrites []placement.Buf
-	any       *anySched
 }
 
 // Wait waits for the task and returns its error: the construct's own, or,
@@ -80,8 +74,8 @@ func (t *Task) WaitContext(ctx context.Context) error {
 		return apiError(t.err)
 	}
 	err := t.t.Wait(ctx)
-	if err == nil && len(t.anyWrites) > 0 {
-		err = t.any.flush(ctx, t.anyWrites)
+	if err == nil { // an Any-task's outputs, valid in the program's memory
+		err = core.AnyWaited(ctx, []*core.Task{t.t})
 	}
 	return apiError(err)
 }
@@ -123,12 +117,6 @@ type Async struct {
 	dev   Device
 	deps  []Dep
 	group *Group
-	// recover is the core.Op.Recover of the tasks it makes (Any-tasks'
-	// copies: any_recover.go).
-	recover func(err error, used bool) error
-	// done is the core.Op.Done of the tasks it makes (Any-tasks' copies,
-	// timed for the placement model).
-	done func(err error, ready time.Time)
 }
 
 // Nowait returns the device's constructs as tasks that wait for the tasks
@@ -151,7 +139,6 @@ func (a Async) spawn(make func(cd *core.Device) (core.Op, error)) *Task {
 		if err != nil {
 			return nil, err
 		}
-		op.Recover, op.Done = a.recover, a.done
 		return rt.Spawn(cd, op, deps, fallback), nil
 	})
 	return t
@@ -198,7 +185,7 @@ func (a Async) run(k *Kernel, o launchOpts, args []any) *Task {
 		if err != nil {
 			return core.Op{}, fmt.Errorf("goffload: %s: target %s: %w", cd.Label(), k.k.Name(), err)
 		}
-		kargs, err := kernelArgs(cd, k, a.dev.dm, o, args)
+		kargs, err := handArgs(cd, k, a.dev.dm, o, args)
 		if err != nil {
 			return core.Op{}, err
 		}
@@ -253,7 +240,6 @@ func (a Async) Memcpy(dst, src DevicePtr, n int64) *Task {
 		if cd == nil {
 			return rt.SpawnHost("omp_target_memcpy", func() error { return core.Memcpy(dl, sl, n) }, deps), nil
 		}
-		op.Recover, op.Done = a.recover, a.done
 		return rt.Spawn(cd, op, deps, false), nil
 	})
 }
@@ -263,11 +249,8 @@ func (a Async) Memcpy(dst, src DevicePtr, n int64) *Task {
 // device task waits for it on the host, and device tasks that depend on fn's
 // task wait for fn.
 func (a Async) Go(name string, fn func() error) *Task {
-	if s := anyState.Load(); s != nil && s.tracked.Load() > 0 {
-		return s.hostTask(a, name, fn)
-	}
 	return a.start(func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
-		return rt.SpawnHost(name, fn, deps), nil
+		return rt.SpawnHostAny(name, fn, deps)
 	})
 }
 
@@ -302,10 +285,10 @@ func Taskwait(ctx context.Context) error {
 	if cerr := takeNotCreated(rt); cerr != nil {
 		err = errors.Join(cerr, err)
 	}
-	if s := anyOf(rt); s != nil && (err == nil || ctx.Err() == nil) {
+	if err == nil || ctx.Err() == nil {
 		// The Any-tasks' buffers back to the program: host copies valid,
 		// device copies freed.
-		if herr := s.handback(ctx, true); err == nil {
+		if herr := rt.AnyHandback(ctx, true); err == nil {
 			err = herr
 		} else if herr != nil {
 			err = errors.Join(err, herr)
@@ -374,25 +357,8 @@ func (g *Group) Wait(ctx context.Context) error {
 	if first != nil && (err == nil || ctx.Err() == nil) {
 		return apiError(first)
 	}
-	if err == nil {
-		err = flushWrites(ctx, ts)
+	if err == nil { // the Any-tasks' outputs, valid in the program's memory
+		err = core.AnyWaited(ctx, created)
 	}
 	return apiError(err)
-}
-
-// flushWrites makes the host copies of what the Any-tasks among ts wrote
-// valid.
-func flushWrites(ctx context.Context, ts []*Task) error {
-	var s *anySched
-	var bufs []placement.Buf
-	for _, t := range ts {
-		if len(t.anyWrites) > 0 {
-			s = t.any
-			bufs = append(bufs, t.anyWrites...)
-		}
-	}
-	if s == nil {
-		return nil
-	}
-	return s.flush(ctx, bufs)
 }

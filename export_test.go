@@ -45,9 +45,7 @@ func APIError(err error) error { return apiError(err) }
 // placement model learned from with their devices' own times.
 func AnyDeviceTimed() int64 {
 	if rt := current.Load(); rt != nil {
-		if s := anyOf(rt); s != nil {
-			return s.devTimed.Load()
-		}
+		return rt.AnyDeviceTimed()
 	}
 	return 0
 }

@@ -21,9 +21,6 @@ type Map struct {
 	// address; useClause is its OpenMP name.
 	use       *DevicePtr
 	useClause string
-	// byAny marks the clauses the runtime makes for Any-tasks' buffers,
-	// which the hand-placed constructs' check lets through.
-	byAny bool
 }
 
 func newMap(s any, t mapping.MapType, exit bool, clause string) Map {
@@ -122,10 +119,8 @@ func items(maps []Map) ([]core.MapItem, error) {
 		if !m.slice.IsValid() {
 			return nil, fmt.Errorf("goffload: map clause %d is empty: %w: build clauses with To, From, ToFrom, Alloc, Release or Delete", i, ErrBadMap)
 		}
-		if !m.byAny {
-			if err := anyInUse(m.item.Buf); err != nil {
-				return nil, err
-			}
+		if err := anyOwns(m.item.Buf); err != nil {
+			return nil, err
 		}
 		out[i] = m.item
 	}

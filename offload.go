@@ -170,11 +170,10 @@ func StopContext(ctx context.Context) error {
 	defer startMu.Unlock()
 	rt := current.Load()
 	var err error
-	if s := anyOf(rt); rt != nil && s != nil {
+	if rt != nil {
 		// What Any-tasks wrote, back in the program's memory before the
 		// devices go.
-		err = s.handback(ctx, false)
-		anyState.CompareAndSwap(s, nil)
+		err = rt.AnyHandback(ctx, false)
 	}
 	rt = current.Swap(nil)
 	if rt != nil {

@@ -101,7 +101,7 @@ func (d Device) target(k *Kernel, o launchOpts, args []any) error {
 	if err != nil {
 		return fmt.Errorf("goffload: %s: target %s: %w", cd.Label(), k.k.Name(), err)
 	}
-	kargs, err := kernelArgs(cd, k, d.dm, o, args)
+	kargs, err := handArgs(cd, k, d.dm, o, args)
 	if err != nil {
 		return err
 	}
@@ -239,7 +239,7 @@ func kernelArgs(cd *core.Device, kk *Kernel, dm Defaultmap, o launchOpts, args [
 	if err != nil {
 		return nil, fmt.Errorf("goffload: %s: target %s%s: %w", cd.Label(), k.Name(), k.Describe(), err)
 	}
-	lf := leafer{cd: cd, kk: kk, dm: dm, with: with, used: used, byAny: o.byAny}
+	lf := leafer{cd: cd, kk: kk, dm: dm, with: with, used: used}
 	if len(args) != len(k.Tops()) {
 		return nil, fmt.Errorf("goffload: %s: target %s%s: %w: got %d arguments, want %d",
 			cd.Label(), k.Name(), k.Describe(), ErrBadArgument, len(args), len(k.Tops()))
@@ -310,12 +310,11 @@ func (lf *leafer) bad(li int, format string, v ...any) error {
 
 // leafer converts the arguments of one launch.
 type leafer struct {
-	cd    *core.Device
-	kk    *Kernel
-	dm    Defaultmap
-	with  []Map  // clauses that replace bare slices (Kernel1.With …)
-	used  []bool // which of with matched an argument
-	byAny bool   // an Any-task's launch (launchOpts.byAny)
+	cd   *core.Device
+	kk   *Kernel
+	dm   Defaultmap
+	with []Map  // clauses that replace bare slices (Kernel1.With …)
+	used []bool // which of with matched an argument
 }
 
 // leafArg converts argument a of flattened parameter li, named defName if
@@ -363,11 +362,6 @@ func (lf *leafer) arg(li int, a any, defName string) (core.KernelArg, error) {
 		if err := cd.CheckMaps("target", []core.MapItem{m}); err != nil {
 			return core.KernelArg{}, err
 		}
-		if !lf.byAny {
-			if err := anyInUse(m.Buf); err != nil {
-				return core.KernelArg{}, err
-			}
-		}
 		return core.KernelArg{Slice: a.slice, Map: m, Len: a.slice.Len()}, nil
 	case DevicePtr:
 		if err := a.check(); err != nil {
@@ -397,11 +391,6 @@ func (lf *leafer) arg(li int, a any, defName string) (core.KernelArg, error) {
 			var err error
 			if typ, err = dm.mapType(); err != nil {
 				return core.KernelArg{}, bad("%w (%d elements at %#x)", err, v.Len(), buf.Addr())
-			}
-		}
-		if !lf.byAny {
-			if err := anyInUse(buf); err != nil {
-				return core.KernelArg{}, err
 			}
 		}
 		return core.KernelArg{Slice: v, Len: v.Len(), Map: core.MapItem{Buf: buf, Type: typ}}, nil

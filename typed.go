@@ -72,7 +72,6 @@ func (k *Kernel) launchNowait(nw Async, o launchOpts, args ...any) *Task {
 type launchOpts struct {
 	with  []Map    // clauses that replace the declared maps (With)
 	names []string // the parameters' names (Named)
-	byAny bool     // the launch is an Any-task's: its buffers are the runtime's
 }
 
 // argOf decodes argument a of parameter i of k, of type A, for a typed

@@ -28,6 +28,8 @@ type Runtime struct {
 	ids   atomic.Uint64 // numbers tasks and synchronous constructs
 
 	unseal sync.Once // Stop ends Start's entries.Seal once
+
+	anys atomic.Pointer[anySched] // Any-tasks' placement, made at the first (any.go)
 }
 
 // Start opens the devices the configuration names and loads the kernel

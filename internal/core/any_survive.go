@@ -1,12 +1,10 @@
-package offload
+package core
 
 import (
 	"fmt"
 	"reflect"
-	"slices"
 	"sync/atomic"
 
-	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/placement"
 )
 
@@ -81,38 +79,35 @@ func (s *anySched) held(e *anyEntry, hs []anyHeld) {
 	e.at = append(e.at, hs...)
 }
 
-// survivor returns p's bytes as its writer left them, read from a device
-// that works and still holds them, or nil; top as for version.
-func (s *anySched) survivor(p placement.Piece, top bool) []byte {
+// intact reports whether h's copy still holds the version: nothing was
+// placed there since, or (top, as for version) nothing that writes it
+// runs before the reader is done.
+func (h anyHeld) intact(top bool) bool { return top || h.mods.Load() == h.stamp }
+
+// survivor returns p's bytes as its writer left them, read from the first
+// of holders hs (placement.SourceOf's, their Refs in held) that still
+// holds them, or nil; top as for version.
+func (s *anySched) survivor(p placement.Piece, hs []placement.Holder, held []anyHeld, top bool) []byte {
 	s.rr.mu.Lock()
 	e := s.rr.entries[p.Writer]
-	var at []anyHeld
-	if e != nil {
-		at = slices.Clone(e.at)
-	}
 	s.rr.mu.Unlock()
-	if e == nil || e.k == nil {
+	if e == nil || e.t == nil { // forgotten meanwhile (Taskwait)
 		return nil
 	}
-	x := e.part(p.Buf)
-	if x == nil {
-		return nil
-	}
-	intact := func(h anyHeld) bool { return top || h.mods.Load() == h.stamp }
-	for _, h := range at {
-		if !p.Buf.Inside(h.buf) || !s.usable(h.dev) || !intact(h) {
-			continue
-		}
+	x, _ := e.part(p.Buf)
+	for _, ph := range hs {
+		h := held[ph.Ref]
 		evicts := s.rr.evicts.Load()
-		dp, err := On(h.dev).mappedPtr(x)
+		cd := s.rt.Devices[h.dev]
+		dp, err := cd.MappedPtr(sliceBuf(x, ""))
 		if err != nil {
 			continue
 		}
 		data := make([]byte, p.Buf.Size)
-		if err := Memcpy(HostPtr(data), dp, int64(p.Buf.Size)); err != nil || s.rr.evicts.Load() != evicts || !intact(h) {
+		if err := Memcpy(Loc{Host: data}, Loc{Dev: cd, Ptr: dp}, int64(p.Buf.Size)); err != nil || s.rr.evicts.Load() != evicts || !h.intact(top) {
 			continue
 		}
-		s.rt.Log.Taskf(core.InfoPlacement, h.dev, e.task.Load(), "Any(): %s's output (%d bytes at %#x) read from device %d, which still holds it as the task left it: not run again", e.k.Name(), p.Buf.Size, p.Buf.Addr, h.dev)
+		s.rt.Log.Taskf(InfoPlacement, h.dev, e.task.Load(), "Any(): %s's output (%d bytes at %#x) read from device %d, which still holds it as the task left it: not run again", e.t.Kernel.Name(), p.Buf.Size, p.Buf.Addr, h.dev)
 		s.rt.Note(e.task.Load(), fmt.Sprintf("Any(): its output (%d bytes at %#x) read from device %d after a loss, not run again", p.Buf.Size, p.Buf.Addr, h.dev))
 		return data
 	}
@@ -120,22 +115,20 @@ func (s *anySched) survivor(p placement.Piece, top bool) []byte {
 }
 
 // part returns the section of the argument that e wrote b through (a
-// part of a written access), or nil.
-func (e *anyEntry) part(b placement.Buf) any {
-	for i, a := range e.acc {
+// part of a written access), if there is one.
+func (e *anyEntry) part(b placement.Buf) (reflect.Value, bool) {
+	t := e.t
+	for i, a := range t.acc {
 		if !a.Write || !b.Inside(a.Buf) {
 			continue
 		}
-		v := reflect.ValueOf(e.args[e.argOf[i]])
-		if v.Kind() != reflect.Slice {
-			return nil
-		}
+		v := t.Args[t.argOf[i]].Slice
 		es := v.Type().Elem().Size()
 		off := b.Addr - a.Buf.Addr
 		if es == 0 || off%es != 0 || b.Size%es != 0 {
-			return nil
+			return reflect.Value{}, false
 		}
-		return v.Slice(int(off/es), int((off+b.Size)/es)).Interface()
+		return v.Slice(int(off/es), int((off+b.Size)/es)), true
 	}
-	return nil
+	return reflect.Value{}, false
 }

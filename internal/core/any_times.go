@@ -1,4 +1,4 @@
-package offload
+package core
 
 import (
 	"time"

@@ -1,4 +1,4 @@
-package offload
+package core
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/placement"
 	"github.com/goffload/offload/plugin"
 )
@@ -44,13 +43,7 @@ import (
 // anyEntry is an Any-task's description, kept for re-runs.
 type anyEntry struct {
 	id    int64
-	k     *Kernel // nil: a host task, whose outputs are kept (anyRerun.memo)
-	dev   Device  // the Device the task was made with (its clauses), then placed on
-	o     launchOpts
-	args  []any
-	acc   []placement.Access
-	argOf []int               // per access: its argument
-	size  int64               // the bytes its arguments span (the model's size class)
+	t     *anyTask            // nil: a host task, whose outputs are kept (anyRerun.memo)
 	task  atomic.Uint64       // its task's number (Task.ID), for the trace's notes: set once the task is made, which its recovery may race
 	reads [][]placement.Piece // per access that reads: who wrote each part last
 	// at are the device copies that held what it wrote as it left it,
@@ -106,7 +99,7 @@ type anyOutputs struct {
 // the program's memory) of x, the part's own slice.
 type anyDest struct {
 	dev int
-	x   any
+	x   reflect.Value
 }
 
 // newRerun is the re-run state of a runtime of ndev devices: off where
@@ -145,7 +138,7 @@ func sliceBytes(v reflect.Value) []byte {
 // write it are done, before any copy of it from the program's memory (the
 // copies wait on the host's token); s.mu is held.
 func (s *anySched) snapshotTask(region placement.Buf, v reflect.Value) {
-	deps := []core.Dep{DependIn(v.Interface()).dep, DependOut(s.token(region, placement.Host, region)).dep}
+	deps := []Dep{sliceDep(DepIn, v), tokDep(DepOut, s.token(region, placement.Host, region))}
 	s.rt.SpawnHost("Any(): snapshot", func() error {
 		b := slices.Clone(sliceBytes(v))
 		s.rr.mu.Lock()
@@ -155,17 +148,16 @@ func (s *anySched) snapshotTask(region placement.Buf, v reflect.Value) {
 	}, deps)
 }
 
-// entry records an Any-task of kernel k placed on dev, whose accesses
-// that read read what reads says (the table's Writers, per access); s.mu
-// is held. It returns nil where the task cannot be re-run: re-runs are
-// off, or its arguments are not one per parameter (a struct holding
-// slices).
-func (s *anySched) entry(k *Kernel, dev Device, o launchOpts, args []any, kargs []core.KernelArg, acc []placement.Access, argOf []int, size int64, reads [][]placement.Piece) *anyEntry {
+// entry records Any-task t, whose accesses that read read what reads
+// says (the table's Writers, per access); s.mu is held. It returns nil
+// where the task cannot be re-run: re-runs are off, or its arguments are
+// not one per parameter (a struct holding slices, With clauses).
+func (s *anySched) entry(t *anyTask, reads [][]placement.Piece) *anyEntry {
 	s.rr.next++
-	if !s.rr.on || len(kargs) != len(args) || len(o.with) > 0 {
+	if !s.rr.on || !t.Plain {
 		return nil
 	}
-	e := &anyEntry{id: s.rr.next, k: k, dev: dev, o: o, args: args, acc: acc, argOf: argOf, size: size, reads: reads}
+	e := &anyEntry{id: s.rr.next, t: t, reads: reads}
 	s.rr.mu.Lock()
 	s.rr.entries[e.id] = e
 	s.rr.mu.Unlock()
@@ -218,20 +210,20 @@ func (s *anySched) restoreTask(g placement.Buf) {
 		return // not on its elements: no task can read it either
 	}
 	pieces := s.table.Writers(g)
-	deps := []core.Dep{DependIn(x).dep, DependOut(s.token(region, placement.Host, g)).dep}
+	deps := []Dep{sliceDep(DepIn, x), tokDep(DepOut, s.token(region, placement.Host, g))}
 	rt := s.rt.SpawnHost("Any(): restore "+name, func() error {
 		return s.recovering(func() error { return s.install(anyDest{placement.Host, x}, g, pieces) })
 	}, deps)
 	s.rr.restores = append(s.rr.restores, anyRestore{g, rt})
 	s.rt.Note(rt.ID, fmt.Sprintf("Any(): %q (%d bytes at %#x) had its only valid copy on a lost device: recomputed from the tasks that wrote it (last: task %d)", name, g.Size, g.Addr, pieces[len(pieces)-1].Writer))
 	s.table.HostValid(g)
-	s.rt.Log.Printf(core.InfoPlacement, -1, "Any(): %q (%d bytes at %#x) had its only valid copy on a lost device: recomputed into the program's memory", name, g.Size, g.Addr)
+	s.rt.Log.Printf(InfoPlacement, -1, "Any(): %q (%d bytes at %#x) had its only valid copy on a lost device: recomputed into the program's memory", name, g.Size, g.Addr)
 }
 
 // anyRestore is a restore task and the part of a buffer it recomputes.
 type anyRestore struct {
 	buf placement.Buf
-	t   *core.Task
+	t   *Task
 }
 
 // waitRestores waits for the restore tasks made so far of the parts that
@@ -257,7 +249,7 @@ func (s *anySched) waitRestores(ctx context.Context, bufs []placement.Buf) error
 			if ctx.Err() != nil {
 				left = append(left, r)
 			}
-			if !errors.Is(err, core.ErrDependency) || ctx.Err() != nil {
+			if !errors.Is(err, ErrDependency) || ctx.Err() != nil {
 				errs = append(errs, fmt.Errorf("goffload: Any(): recomputing data whose only valid copy was on a lost device: %w", err))
 			}
 		}
@@ -278,7 +270,7 @@ func (s *anySched) install(to anyDest, b placement.Buf, pieces []placement.Piece
 		}
 		copy(data[p.Buf.Addr-b.Addr:], src)
 	}
-	mem := sliceBytes(reflect.ValueOf(to.x))
+	mem := sliceBytes(to.x)
 	if len(mem) != len(data) {
 		return fmt.Errorf("%w: [%#x, +%d) is not the part of a buffer it was", ErrBadMap, b.Addr, b.Size)
 	}
@@ -286,11 +278,12 @@ func (s *anySched) install(to anyDest, b placement.Buf, pieces []placement.Piece
 		copy(mem, data)
 		return nil
 	}
-	dp, err := On(to.dev).mappedPtr(to.x)
+	cd := s.rt.Devices[to.dev]
+	dp, err := cd.MappedPtr(sliceBuf(to.x, ""))
 	if err != nil {
 		return err
 	}
-	return Memcpy(dp, HostPtr(data), int64(b.Size))
+	return Memcpy(Loc{Dev: cd, Ptr: dp}, Loc{Host: data}, int64(b.Size))
 }
 
 // version returns p's bytes as its writer left them: from the snapshot if
@@ -299,7 +292,10 @@ func (s *anySched) install(to anyDest, b placement.Buf, pieces []placement.Piece
 // (survivor; top says that no task that writes p runs before the caller
 // is done with it), re-running the writer if none does.
 func (s *anySched) version(p placement.Piece, top bool) ([]byte, error) {
-	if p.Writer == 0 {
+	w, held := s.writer(p, top)
+	src, hs := placement.SourceOf(p, w, s.usable)
+	switch src {
+	case placement.FromSnapshot:
 		s.rr.mu.Lock()
 		defer s.rr.mu.Unlock()
 		for r, b := range s.rr.snap {
@@ -307,30 +303,61 @@ func (s *anySched) version(p placement.Piece, top bool) ([]byte, error) {
 				return b[p.Buf.Addr-r.Addr:][:p.Buf.Size], nil
 			}
 		}
-		return nil, fmt.Errorf("%w: [%#x, +%d) was never copied from the program's memory, so no first version of it was kept", ErrDeviceLost, p.Buf.Addr, p.Buf.Size)
-	}
-	s.rr.mu.Lock()
-	o, got := s.rr.memo[p.Writer], s.rr.got[p.Writer]
-	s.rr.mu.Unlock()
-	if o == nil {
-		if data := savedPart(got, p.Buf); data != nil {
+		return nil, fmt.Errorf("%w: [%#x, +%d) was never copied from the program's memory, so no first version of it was kept", plugin.ErrDeviceLost, p.Buf.Addr, p.Buf.Size)
+	case placement.FromSaved:
+		s.rr.mu.Lock()
+		data := savedPart(s.rr.got[p.Writer], p.Buf)
+		s.rr.mu.Unlock()
+		if data != nil {
 			return data, nil
 		}
-		if data := s.survivor(p, top); data != nil {
+	case placement.FromSurvivor:
+		if data := s.survivor(p, hs, held, top); data != nil {
 			s.rr.mu.Lock()
 			s.rr.got[p.Writer] = append(s.rr.got[p.Writer], anySaved{buf: p.Buf, data: data})
 			s.rr.mu.Unlock()
 			return data, nil
 		}
 	}
-	out, err := s.outputs(p.Writer, false)
+	out, err := s.outputs(p.Writer, false) // FromMemo, FromRerun, or no survivor could be read
 	if err != nil {
 		return nil, err
 	}
 	if data := savedPart(out, p.Buf); data != nil {
 		return data, nil
 	}
-	return nil, fmt.Errorf("%w: task %d's outputs hold no [%#x, +%d)", ErrDeviceLost, p.Writer, p.Buf.Addr, p.Buf.Size)
+	return nil, fmt.Errorf("%w: task %d's outputs hold no [%#x, +%d)", plugin.ErrDeviceLost, p.Writer, p.Buf.Addr, p.Buf.Size)
+}
+
+// writer returns what the runtime holds of p's writer, for
+// placement.SourceOf, and its records of the device copies that held its
+// version (the holders' Ref); top as for version.
+func (s *anySched) writer(p placement.Piece, top bool) (placement.Writer, []anyHeld) {
+	var w placement.Writer
+	if p.Writer == 0 {
+		return w, nil
+	}
+	s.rr.mu.Lock()
+	defer s.rr.mu.Unlock()
+	if s.rr.memo[p.Writer] != nil {
+		w.Memo = true
+		return w, nil
+	}
+	for _, sv := range s.rr.got[p.Writer] {
+		w.Saved = append(w.Saved, sv.buf)
+	}
+	e := s.rr.entries[p.Writer]
+	if e == nil || e.t == nil {
+		return w, nil
+	}
+	if _, ok := e.part(p.Buf); !ok {
+		return w, nil
+	}
+	held := slices.Clone(e.at)
+	for i, h := range held {
+		w.Holders = append(w.Holders, placement.Holder{Buf: h.buf, Dev: h.dev, Intact: h.intact(top), Ref: i})
+	}
+	return w, held
 }
 
 // savedPart returns b's bytes from the saved part of saved that holds it
@@ -380,27 +407,28 @@ func (s *anySched) rerun(id int64, top bool) ([]anySaved, error) {
 	s.rr.mu.Lock()
 	e := s.rr.entries[id]
 	s.rr.mu.Unlock()
-	if e == nil || e.k == nil {
-		return nil, fmt.Errorf("%w: the task that wrote it (%d) cannot run again (it was not kept: GOFFLOAD_ANY_RERUN=0, a struct argument, With clauses, or a host task that failed)", ErrDeviceLost, id)
+	if e == nil || e.t == nil {
+		return nil, fmt.Errorf("%w: the task that wrote it (%d) cannot run again (it was not kept: GOFFLOAD_ANY_RERUN=0, a struct argument, With clauses, or a host task that failed)", plugin.ErrDeviceLost, id)
 	}
-	args := slices.Clone(e.args)
-	priv := make([]reflect.Value, len(e.acc))
-	for i, a := range e.acc {
-		ai := e.argOf[i]
-		orig := reflect.ValueOf(args[ai])
-		if orig.Kind() != reflect.Slice {
-			return nil, fmt.Errorf("%w: task %d (%s): argument %d is a %s, not the slice it was", ErrDeviceLost, id, e.k.Name(), ai, orig.Type())
-		}
+	t := e.t
+	name := t.Kernel.Name()
+	args := slices.Clone(t.Args)
+	priv := make([]reflect.Value, len(t.acc))
+	for i, a := range t.acc {
+		ai := t.argOf[i]
+		orig := args[ai].Slice
 		p := reflect.MakeSlice(orig.Type(), orig.Len(), orig.Len())
 		mem := sliceBytes(p)
 		for _, piece := range e.reads[i] {
 			src, err := s.version(piece, top)
 			if err != nil {
-				return nil, fmt.Errorf("task %d (%s): %w", id, e.k.Name(), err)
+				return nil, fmt.Errorf("task %d (%s): %w", id, name, err)
 			}
 			copy(mem[piece.Buf.Addr-a.Buf.Addr:], src)
 		}
-		args[ai], priv[i] = p.Interface(), p
+		// Fresh memory of the program's, which no Any-task owns.
+		args[ai].Slice, args[ai].Map.Buf = p, sliceBuf(p, args[ai].Map.Buf.Name)
+		priv[i] = p
 	}
 	var tries []error
 	tried := map[int]bool{}
@@ -410,31 +438,31 @@ func (s *anySched) rerun(id int64, top bool) ([]anySaved, error) {
 			break
 		}
 		tried[d] = true
-		dev := e.dev
-		dev.num = d
-		// byAny: the fresh memory is no Any-task's, and the check would
-		// take anySched.mu.
-		err := dev.launch(e.k, launchOpts{names: e.o.names, byAny: true}, args)
+		cd := s.rt.Initial
+		if d < len(s.rt.Devices) {
+			cd = s.rt.Devices[d]
+		}
+		err := cd.Run(context.Background(), TargetOpWith(t.Kernel, args, t.Geo), false)
 		if err == nil {
 			var out []anySaved
-			for i, a := range e.acc {
+			for i, a := range t.acc {
 				if a.Write {
 					out = append(out, anySaved{buf: a.Buf, data: sliceBytes(priv[i])})
 				}
 			}
-			s.rt.Log.Taskf(core.InfoPlacement, d, e.task.Load(), "Any(): %s ran again on %s, a device having been lost", e.k.Name(), s.rerunPlace(d))
+			s.rt.Log.Taskf(InfoPlacement, d, e.task.Load(), "Any(): %s ran again on %s, a device having been lost", name, s.rerunPlace(d))
 			s.rt.Note(e.task.Load(), fmt.Sprintf("Any(): ran again on %s, a device having been lost", s.rerunPlace(d)))
 			return out, nil
 		}
 		tries = append(tries, fmt.Errorf("on %s: %w", s.rerunPlace(d), err))
-		if !errors.Is(err, ErrDeviceLost) {
+		if !errors.Is(err, plugin.ErrDeviceLost) {
 			break
 		}
 	}
 	if len(tries) == 0 {
-		return nil, fmt.Errorf("%w: task %d (%s): no device left to run it again", ErrNoDevice, id, e.k.Name())
+		return nil, fmt.Errorf("%w: task %d (%s): no device left to run it again", ErrNoDevice, id, name)
 	}
-	return nil, fmt.Errorf("task %d (%s) could not run again: %w", id, e.k.Name(), errors.Join(tries...))
+	return nil, fmt.Errorf("task %d (%s) could not run again: %w", id, name, errors.Join(tries...))
 }
 
 // rerunDevice is the device a re-run of e goes to, of those that can run
@@ -448,16 +476,16 @@ func (s *anySched) rerun(id int64, top bool) ([]anySaved, error) {
 // ones included); where none was timed, the host is chosen only if no
 // device can run it (an accelerator's time says nothing of the host's).
 func (s *anySched) rerunDevice(e *anyEntry, tried map[int]bool) int {
-	name, class := e.k.k.Name(), placement.SizeClass(e.size)
+	name, class := e.t.Kernel.Name(), placement.SizeClass(e.t.size)
 	s.mmu.Lock()
 	defer s.mmu.Unlock()
 	bytes := int64(0)
-	for _, a := range e.acc {
+	for _, a := range e.t.acc {
 		bytes += int64(a.Buf.Size)
 	}
 	c := s.model.Choose(time.Now(), name, class, time.Time{}, func(d int) time.Duration {
 		return s.model.CopyCost(placement.Host, d, bytes)
-	}, func(d int) bool { return !tried[d] && s.canRun(d, e.k) })
+	}, func(d int) bool { return !tried[d] && s.canRun(d, &e.t.AnyLaunch) })
 	host := len(s.rt.Devices)
 	if tried[host] || !s.rr.onHost {
 		return c.Dev
@@ -489,7 +517,7 @@ func (s *anySched) rerunPlace(d int) string {
 // recoverTask is the Op.Recover of entry e's task on device d (a kernel):
 // the work is done again privately, and its outputs are put in d's copy if
 // d works (outs are the slices of e's accesses).
-func (s *anySched) recoverTask(e *anyEntry, d int, outs []any, cause error) error {
+func (s *anySched) recoverTask(e *anyEntry, d int, outs []reflect.Value, cause error) error {
 	if s.usable(d) && !errors.Is(cause, plugin.ErrDeviceLost) {
 		return cause // not a loss: it failed by itself
 	}
@@ -497,15 +525,16 @@ func (s *anySched) recoverTask(e *anyEntry, d int, outs []any, cause error) erro
 }
 
 // recoverTaskNow is recoverTask's work, in a recovery's turn.
-func (s *anySched) recoverTaskNow(e *anyEntry, d int, outs []any, cause error) error {
+func (s *anySched) recoverTaskNow(e *anyEntry, d int, outs []reflect.Value, cause error) error {
+	name := e.t.Kernel.Name()
 	if _, err := s.outputs(e.id, true); err != nil {
-		return fmt.Errorf("goffload: Any(): %s: %w (it failed first with: %w)", e.k.Name(), err, cause)
+		return fmt.Errorf("goffload: Any(): %s: %w (it failed first with: %w)", name, err, cause)
 	}
 	if s.usable(d) {
-		for i, a := range e.acc {
+		for i, a := range e.t.acc {
 			if a.Write {
 				if err := s.install(anyDest{d, outs[i]}, a.Buf, []placement.Piece{{Buf: a.Buf, Writer: e.id}}); err != nil && s.usable(d) {
-					return fmt.Errorf("goffload: Any(): %s ran again, but its outputs could not be put on device %d: %w", e.k.Name(), d, err)
+					return fmt.Errorf("goffload: Any(): %s ran again, but its outputs could not be put on device %d: %w", name, d, err)
 				}
 			}
 		}

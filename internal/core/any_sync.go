@@ -1,12 +1,10 @@
-package offload
+package core
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 
-	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/internal/placement"
 )
@@ -37,7 +35,7 @@ func (s *anySched) copyBack(ctx context.Context, c placement.Copy) error {
 	if err != nil {
 		return err
 	}
-	if err := t.WaitContext(ctx); err != nil {
+	if err := t.Wait(ctx); err != nil {
 		return fmt.Errorf("goffload: Any(): copying %q back from device %d: %w", name, c.From, err)
 	}
 	s.table.HostValid(c.Buf)
@@ -53,16 +51,15 @@ func (s *anySched) copyBackTask(c placement.Copy) (*Task, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	m := From(x).Named(name)
-	m.byAny = true
-	nw := On(c.From).Nowait(DependIn(x), DependIn(s.token(c.Region, c.From, c.Buf)), DependOut(s.token(c.Region, placement.Host, c.Buf)))
+	op := UpdateOp([]MapItem{{Buf: sliceBuf(x, name), Type: mapping.MapFrom}})
+	deps := []Dep{sliceDep(DepIn, x), tokDep(DepIn, s.token(c.Region, c.From, c.Buf)), tokDep(DepOut, s.token(c.Region, placement.Host, c.Buf))}
 	if s.rr.on {
 		b, from, pieces := c.Buf, c.From, s.table.Writers(c.Buf)
-		nw.recover = func(err error, used bool) error {
+		op.Recover = func(err error, used bool) error {
 			return s.recoverCopy(anyDest{placement.Host, x}, from, b, pieces, err, used)
 		}
 	}
-	return nw.Update(m), name, nil
+	return s.rt.Spawn(s.rt.Devices[c.From], op, deps, false), name, nil
 }
 
 // handback makes every buffer's host copy valid and, if release, frees the
@@ -91,9 +88,8 @@ func (s *anySched) handback(ctx context.Context, release bool) error {
 			continue
 		}
 		for _, d := range devs {
-			m := Delete(x).Named(name)
-			m.byAny = true
-			if err := On(d).exitData([]Map{m}); err != nil && s.usable(d) {
+			m := []MapItem{{Buf: sliceBuf(x, name), Type: mapping.MapDelete}}
+			if err := s.rt.Devices[d].ExitData(context.Background(), m); err != nil && s.usable(d) {
 				errs = append(errs, err)
 			}
 		}
@@ -101,6 +97,9 @@ func (s *anySched) handback(ctx context.Context, release bool) error {
 	clear(s.bufs)
 	clear(s.tokens)
 	clear(s.mods)
+	s.wmu.Lock()
+	clear(s.writes)
+	s.wmu.Unlock()
 	s.rr.mu.Lock()
 	clear(s.rr.entries)
 	clear(s.rr.snap)
@@ -111,78 +110,47 @@ func (s *anySched) handback(ctx context.Context, release bool) error {
 	return errors.Join(errs...)
 }
 
-// anyUpdate is Any().Update: From clauses make the host's copies valid.
-func anyUpdate(maps []Map) error {
-	rt, err := runtimeOrErr()
-	if err != nil {
-		return err
+// SpawnHostAny is SpawnHost for a host task (Async.Go) whose depend
+// clauses may name memory that Any-tasks use: it runs on the program's
+// memory, so the parts it reads are copied back first from the devices
+// that hold the valid copies, and what it writes is then valid on the
+// host only. An error means no task was made.
+func (r *Runtime) SpawnHostAny(name string, fn func() error, deps []Dep) (*Task, error) {
+	s := r.anys.Load()
+	if s == nil || s.tracked.Load() == 0 {
+		return r.SpawnHost(name, fn, deps), nil
 	}
-	var bufs []placement.Buf
-	for i, m := range maps {
-		if m.err != nil {
-			return m.err
-		}
-		if !m.slice.IsValid() || m.item.Type&mapping.MapTo != 0 || m.item.Type&mapping.MapFrom == 0 {
-			return fmt.Errorf("goffload: Any(): update: clause %d: %w: Any() takes From clauses only (the runtime copies the inputs of Any-tasks itself)", i, ErrBadMap)
-		}
-		bufs = append(bufs, placement.Buf{Addr: m.item.Buf.Addr(), Size: uintptr(m.item.Buf.Size)})
-	}
-	s := anyOf(rt)
-	if s == nil {
-		return nil
-	}
-	return s.flush(context.Background(), bufs)
+	return s.hostTask(name, fn, deps)
 }
 
-// anyInUse refuses a hand-placed construct's map of b while Any-tasks use
-// it.
-func anyInUse(b mapping.Buf) error {
-	s := anyState.Load()
-	if s == nil || s.tracked.Load() == 0 || b.Size == 0 {
-		return nil
-	}
-	pb := placement.Buf{Addr: b.Addr(), Size: uintptr(b.Size)}
-	s.mu.Lock()
-	c, ok := s.table.Tracked(pb)
-	s.mu.Unlock()
-	if !ok {
-		return nil
-	}
-	return fmt.Errorf("goffload: map of %q (%d bytes at %#x): %w: Any-tasks use [%#x, +%d) until Taskwait gives it back to the program: call offload.Taskwait first, or make this construct an Any-task too",
-		b.Name, b.Size, b.Addr(), ErrBadMap, c.Addr, c.Size)
-}
-
-// hostTask makes a host task (Async.Go) whose depend clauses name memory
-// that Any-tasks use: it runs on the program's memory, so the parts it
-// reads are copied back first from the devices that hold the valid copies,
-// and what it writes is then valid on the host only.
-func (s *anySched) hostTask(a Async, name string, fn func() error) *Task {
+// hostTask is SpawnHostAny's task while Any-tasks use some memory.
+func (s *anySched) hostTask(name string, fn func() error, deps []Dep) (*Task, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.noteLost()
 	var acc []placement.Access
-	for _, d := range a.deps {
-		if d.err != nil || d.dep.Size == 0 {
-			continue // start refuses it
+	for _, d := range deps {
+		if d.Size == 0 {
+			continue
 		}
-		b := placement.Buf{Addr: d.dep.Addr, Size: d.dep.Size}
+		b := placement.Buf{Addr: d.Addr, Size: d.Size}
 		if _, ok := s.table.Tracked(b); !ok {
 			continue
 		}
-		acc = append(acc, placement.Access{Buf: b, Read: d.dep.Kind != core.DepOut, Write: d.dep.Kind != core.DepIn})
+		acc = append(acc, placement.Access{Buf: b, Read: d.Kind != DepOut, Write: d.Kind != DepIn})
 	}
 	copies, err := s.table.PlanHost(acc)
 	if err != nil {
-		return a.failed(fmt.Errorf("goffload: task %q: %w: %w: call Taskwait, which gives Any-tasks' buffers back, first", name, ErrBadMap, err))
+		return nil, fmt.Errorf("goffload: task %q: %w: %w: call Taskwait, which gives Any-tasks' buffers back, first", name, ErrBadMap, err)
 	}
-	deps := append([]Dep(nil), a.deps...)
+	deps = append([]Dep(nil), deps...)
 	for _, c := range copies {
 		if _, _, err := s.copyBackTask(c); err != nil {
-			return a.failed(err)
+			return nil, err
 		}
 	}
 	for _, ac := range acc {
-		deps = append(deps, DependIn(s.token(s.table.Region(ac.Buf), placement.Host, ac.Buf)))
+		deps = append(deps, tokDep(DepIn, s.token(s.table.Region(ac.Buf), placement.Host, ac.Buf)))
 	}
 	s.rr.next++
 	id := s.rr.next
@@ -193,9 +161,9 @@ func (s *anySched) hostTask(a Async, name string, fn func() error) *Task {
 			if ac.Write {
 				x, _, err := s.section(s.table.Region(ac.Buf), ac.Buf)
 				if err != nil {
-					return a.failed(err)
+					return nil, err
 				}
-				outs[i] = sliceBytes(reflect.ValueOf(x))
+				outs[i] = sliceBytes(x)
 			}
 		}
 		run = func() error {
@@ -206,11 +174,7 @@ func (s *anySched) hostTask(a Async, name string, fn func() error) *Task {
 			return err
 		}
 	}
-	t := Async{dev: a.dev, deps: deps, group: a.group}.start(func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
-		return rt.SpawnHost(name, run, deps), nil
-	})
-	if t.t != nil {
-		s.table.CommitHost(acc, id)
-	}
-	return t
+	t := s.rt.SpawnHost(name, run, deps)
+	s.table.CommitHost(acc, id)
+	return t, nil
 }
