@@ -2,7 +2,6 @@ package offload
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/mapping"
@@ -61,7 +60,7 @@ func (a Async) runAny(k *Kernel, o launchOpts, args []any) *Task {
 		return a.failed(err)
 	}
 	if k == nil || k.k == nil {
-		return a.failed(fmt.Errorf("goffload: Any(): target: %w: nil kernel", ErrBadArgument))
+		return a.failed(core.Errorf("goffload: Any(): target: %w: nil kernel", ErrBadArgument))
 	}
 	if len(rt.Devices) == 0 { // nothing to place on: the initial device, as for On(0)
 		a.dev = Device{num: 0, ctx: a.dev.ctx, dm: a.dev.dm, geo: a.dev.geo, geoErr: a.dev.geoErr}
@@ -69,11 +68,11 @@ func (a Async) runAny(k *Kernel, o launchOpts, args []any) *Task {
 	}
 	kargs, err := kernelArgs(rt.Initial, k, a.dev.dm, o, args)
 	if err != nil {
-		return a.failed(fmt.Errorf("goffload: Any(): %w", err))
+		return a.failed(core.Errorf("goffload: Any(): %w", err))
 	}
 	geo, err := a.dev.geometry()
 	if err != nil {
-		return a.failed(fmt.Errorf("goffload: Any(): target %s%s: %w", k.k.Name(), k.k.Describe(), err))
+		return a.failed(core.Errorf("goffload: Any(): target %s%s: %w", k.k.Name(), k.k.Describe(), err))
 	}
 	return a.start(func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
 		return rt.AnyTarget(core.AnyLaunch{Kernel: k.k, Args: kargs, Geo: geo, Deps: deps, Once: k.once,
@@ -94,7 +93,7 @@ func anyEnterData(maps []Map) error {
 			return m.err
 		}
 		if !m.slice.IsValid() || m.item.Type&^(mapping.MapTo|mapping.MapImplicit) != 0 {
-			return fmt.Errorf("goffload: Any(): enter data: clause %d: %w: Any() takes To and Alloc clauses here (whole buffers for Any-tasks; the runtime copies what tasks need itself)", i, ErrBadMap)
+			return core.Errorf("goffload: Any(): enter data: clause %d: %w: Any() takes To and Alloc clauses here (whole buffers for Any-tasks; the runtime copies what tasks need itself)", i, ErrBadMap)
 		}
 		cs[i] = core.AnyClause{Slice: m.slice, Buf: m.item.Buf}
 	}
@@ -113,7 +112,7 @@ func anyUpdate(maps []Map) error {
 			return m.err
 		}
 		if !m.slice.IsValid() || m.item.Type&mapping.MapTo != 0 || m.item.Type&mapping.MapFrom == 0 {
-			return fmt.Errorf("goffload: Any(): update: clause %d: %w: Any() takes From clauses only (the runtime copies the inputs of Any-tasks itself)", i, ErrBadMap)
+			return core.Errorf("goffload: Any(): update: clause %d: %w: Any() takes From clauses only (the runtime copies the inputs of Any-tasks itself)", i, ErrBadMap)
 		}
 		bufs[i] = m.item.Buf
 	}

@@ -3,7 +3,6 @@ package offload
 import (
 	"context"
 	"errors"
-	"fmt"
 	"reflect"
 	"slices"
 	"sync"
@@ -38,7 +37,7 @@ func newDep(kind core.DepKind, x any) Dep {
 		p := v.UnsafePointer()
 		return Dep{dep: core.Dep{Kind: kind, Addr: uintptr(p), Size: v.Type().Elem().Size(), Keep: p}}
 	}
-	return Dep{err: fmt.Errorf("goffload: depend on a %T: %w: want a non-empty slice or a non-nil pointer", x, ErrBadArgument)}
+	return Dep{err: core.Errorf("goffload: depend on a %T: %w: want a non-empty slice or a non-nil pointer", x, ErrBadArgument)}
 }
 
 // DependIn says the task reads x (depend(in: x)).
@@ -71,13 +70,13 @@ func (t *Task) WaitContext(ctx context.Context) error {
 	}
 	if t.t == nil {
 		reportedNotCreated(t)
-		return apiError(t.err)
+		return t.err
 	}
 	err := t.t.Wait(ctx)
 	if err == nil { // an Any-task's outputs, valid in the program's memory
 		err = core.AnyWaited(ctx, []*core.Task{t.t})
 	}
-	return apiError(err)
+	return err
 }
 
 // Done is closed when the task has completed.
@@ -179,11 +178,11 @@ func (a Async) run(k *Kernel, o launchOpts, args []any) *Task {
 	}
 	return a.spawn(func(cd *core.Device) (core.Op, error) {
 		if k == nil || k.k == nil {
-			return core.Op{}, fmt.Errorf("goffload: %s: target: %w: nil kernel", cd.Label(), ErrBadArgument)
+			return core.Op{}, core.Errorf("goffload: %s: target: %w: nil kernel", cd.Label(), ErrBadArgument)
 		}
 		geo, err := a.dev.geometry()
 		if err != nil {
-			return core.Op{}, fmt.Errorf("goffload: %s: target %s: %w", cd.Label(), k.k.Name(), err)
+			return core.Op{}, core.Errorf("goffload: %s: target %s: %w", cd.Label(), k.k.Name(), err)
 		}
 		kargs, err := handArgs(cd, k, a.dev.dm, o, args)
 		if err != nil {
@@ -226,7 +225,7 @@ func (a Async) Update(maps ...Map) *Task {
 func (a Async) Memcpy(dst, src DevicePtr, n int64) *Task {
 	return a.start(func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
 		if n < 0 {
-			return nil, fmt.Errorf("goffload: omp_target_memcpy: %w: negative size %d", ErrBadArgument, n)
+			return nil, core.Errorf("goffload: omp_target_memcpy: %w: negative size %d", ErrBadArgument, n)
 		}
 		dl, err := loc(dst, n)
 		if err != nil {
@@ -272,7 +271,7 @@ func (a Async) Go(name string, fn func() error) *Task {
 // inside a task, Taskwait returns an error wrapping ErrInTask.
 func Taskwait(ctx context.Context) error {
 	if core.InTask() { // first: inside a kernel of a device process too, where no runtime is
-		return fmt.Errorf("goffload: taskwait: %w", ErrInTask)
+		return core.Errorf("goffload: taskwait: %w", ErrInTask)
 	}
 	if ctx == nil {
 		return nilCtx("Taskwait")
@@ -294,7 +293,7 @@ func Taskwait(ctx context.Context) error {
 			err = errors.Join(err, herr)
 		}
 	}
-	return apiError(err)
+	return err
 }
 
 // A Group is a set of tasks waited for together (OpenMP's taskgroup).
@@ -319,7 +318,7 @@ func (g *Group) Add(ts ...*Task) {
 // ErrBadArgument.
 func (g *Group) Wait(ctx context.Context) error {
 	if g == nil {
-		return fmt.Errorf("goffload: Group.Wait: %w: nil *Group (declare one, var g offload.Group, and use &g)", ErrBadArgument)
+		return core.Errorf("goffload: Group.Wait: %w: nil *Group (declare one, var g offload.Group, and use &g)", ErrBadArgument)
 	}
 	if ctx == nil {
 		return nilCtx("Group.Wait")
@@ -355,10 +354,10 @@ func (g *Group) Wait(ctx context.Context) error {
 	}
 	err := core.WaitAll(ctx, created)
 	if first != nil && (err == nil || ctx.Err() == nil) {
-		return apiError(first)
+		return first
 	}
 	if err == nil { // the Any-tasks' outputs, valid in the program's memory
 		err = core.AnyWaited(ctx, created)
 	}
-	return apiError(err)
+	return err
 }

@@ -3,6 +3,7 @@ package offload
 import (
 	"errors"
 	"fmt"
+
 	"github.com/goffload/offload/internal/mapping"
 
 	"github.com/goffload/offload/internal/core"
@@ -110,7 +111,7 @@ func useClause(s any, p *DevicePtr, clause string) Map {
 	m := newMap(s, 0, false, clause)
 	m.use, m.useClause = p, clause
 	if m.err == nil && p == nil {
-		m.err = fmt.Errorf("goffload: %s: %w: nil *DevicePtr to put the device address in", clause, ErrBadArgument)
+		m.err = core.Errorf("goffload: %s: %w: nil *DevicePtr to put the device address in", clause, ErrBadArgument)
 	}
 	return m
 }
@@ -180,7 +181,7 @@ func withDevicePtrs(d Device, cd *core.Device, uses []Map, body func() error) er
 			p, err = Initial().MappedPtr(u.slice.Interface())
 		}
 		if err != nil {
-			return fmt.Errorf("goffload: %s: target data %s(%s): %w", cd.Label(), u.useClause, core.QuoteName(u.item.Buf.Name), err)
+			return core.Errorf("goffload: %s: target data %s(%s): %w", cd.Label(), u.useClause, core.QuoteName(u.item.Buf.Name), err)
 		}
 		*u.use = p
 	}

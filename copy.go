@@ -1,7 +1,6 @@
 package offload
 
 import (
-	"fmt"
 	"reflect"
 
 	"github.com/goffload/offload/internal/core"
@@ -20,7 +19,7 @@ import (
 func Copy[T any](to Device, dst []T, from Device, src []T) error {
 	dp, sp, n, err := copyPtrs(to, dst, from, src)
 	if err != nil || n == 0 {
-		return apiError(err)
+		return err
 	}
 	return Memcpy(dp, sp, n)
 }
@@ -41,10 +40,10 @@ func CopyNowait[T any](nw Async, to Device, dst []T, from Device, src []T) *Task
 func copyPtrs[T any](to Device, dst []T, from Device, src []T) (DevicePtr, DevicePtr, int64, error) {
 	et := reflect.TypeFor[T]()
 	if err := checkPlain(et); err != nil {
-		return DevicePtr{}, DevicePtr{}, 0, fmt.Errorf("goffload: omp_target_memcpy of []%s: %w: %v", et, ErrBadArgument, err)
+		return DevicePtr{}, DevicePtr{}, 0, core.Errorf("goffload: omp_target_memcpy of []%s: %w: %v", et, ErrBadArgument, err)
 	}
 	if len(dst) != len(src) {
-		return DevicePtr{}, DevicePtr{}, 0, fmt.Errorf("goffload: omp_target_memcpy from %s to %s: %w: source has %d elements of %s (host %#x), destination %d (host %#x): sub-slice them to the same length",
+		return DevicePtr{}, DevicePtr{}, 0, core.Errorf("goffload: omp_target_memcpy from %s to %s: %w: source has %d elements of %s (host %#x), destination %d (host %#x): sub-slice them to the same length",
 			from, to, ErrBadArgument, len(src), et, addrOf(src), len(dst), addrOf(dst))
 	}
 	if len(src) == 0 {
@@ -52,11 +51,11 @@ func copyPtrs[T any](to Device, dst []T, from Device, src []T) (DevicePtr, Devic
 	}
 	dp, err := to.MappedPtr(dst)
 	if err != nil {
-		return DevicePtr{}, DevicePtr{}, 0, fmt.Errorf("goffload: omp_target_memcpy: destination: %w", core.Quote(err))
+		return DevicePtr{}, DevicePtr{}, 0, core.Errorf("goffload: omp_target_memcpy: destination: %w", core.Quote(err))
 	}
 	sp, err := from.MappedPtr(src)
 	if err != nil {
-		return DevicePtr{}, DevicePtr{}, 0, fmt.Errorf("goffload: omp_target_memcpy: source: %w", core.Quote(err))
+		return DevicePtr{}, DevicePtr{}, 0, core.Errorf("goffload: omp_target_memcpy: source: %w", core.Quote(err))
 	}
 	return dp, sp, int64(len(src)) * int64(et.Size()), nil
 }

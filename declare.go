@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"unsafe"
 
+	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/entries"
 )
 
@@ -86,7 +87,7 @@ func NewDeclareTargetLink[T any](name string, host []T) (*Global[T], error) {
 func declare[T any](name string, host []T, link bool) (*Global[T], error) {
 	g, err := entries.RegisterGlobal(name, reflect.TypeFor[T](), unsafe.Pointer(unsafe.SliceData(host)), len(host), link)
 	if err != nil {
-		return nil, apiError(fmt.Errorf("goffload: %w", err))
+		return nil, core.Errorf("goffload: %w", err)
 	}
 	return &Global[T]{g: g, host: host}, nil
 }

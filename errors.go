@@ -1,9 +1,6 @@
 package offload
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
@@ -71,52 +68,10 @@ type MapError = plugin.MapError
 // that value).
 type KernelPanic = plugin.KernelPanic
 
-// apiError is how an error leaves the package: every exported function
-// passes through it the errors it returns that may hold the runtime's. An
-// error whose text says "goffload: " more than once is wrapped so that it
-// says it once, at its start; any other error, nil included, is returned
-// as it is.
-func apiError(err error) error {
-	if err == nil { // the common case, inlined
-		return nil
-	}
-	return publish(err)
-}
-
-// publish is apiError of an error.
-func publish(err error) error {
-	if _, ok := err.(*publicError); ok || strings.Count(err.Error(), errPrefix) < 2 {
-		return err
-	}
-	return &publicError{err}
-}
-
-// errPrefix starts the runtime's error messages.
-const errPrefix = "goffload: "
-
-// onePrefix keeps the first "goffload: " of msg and drops the others: an
-// error that quotes another of the runtime's (a dependent task's quotes
-// its failed predecessor's) says where it comes from once (issue 34).
-func onePrefix(msg string) string {
-	i := strings.Index(msg, errPrefix)
-	if i < 0 {
-		return msg
-	}
-	j := i + len(errPrefix)
-	return msg[:j] + strings.ReplaceAll(msg[j:], errPrefix, "")
-}
-
-// publicError is an error of the runtime as the package returns it: the
-// same error, whose text says "goffload: " once.
-type publicError struct{ err error }
-
-func (e *publicError) Error() string { return onePrefix(e.err.Error()) }
-func (e *publicError) Unwrap() error { return e.err }
-
 // nilCtx is the error of a call given a nil context.Context: every call
 // that takes a context returns it (wrapping ErrBadArgument), as net/http's
 // NewRequestWithContext does, instead of panicking or taking nil for "no
 // context" (issue 34).
 func nilCtx(call string) error {
-	return fmt.Errorf("goffload: %s: %w: nil context.Context (use context.Background() or context.TODO())", call, ErrBadArgument)
+	return core.Errorf("goffload: %s: %w: nil context.Context (use context.Background() or context.TODO())", call, ErrBadArgument)
 }

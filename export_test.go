@@ -38,9 +38,6 @@ func declared(gs []*entries.Global, e mapping.EntryInfo) bool {
 // event recorded), rather than waiting on the host to be enqueued.
 func Enqueued(t *Task) bool { return t.t != nil && t.t.Enqueued() }
 
-// APIError is apiError, for tests.
-func APIError(err error) error { return apiError(err) }
-
 // AnyDeviceTimed is how many Any-tasks of the running runtime the
 // placement model learned from with their devices' own times.
 func AnyDeviceTimed() int64 {

@@ -2,8 +2,9 @@ package offload
 
 import (
 	"fmt"
-	"github.com/goffload/offload/internal/mapping"
 	"reflect"
+
+	"github.com/goffload/offload/internal/mapping"
 
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
@@ -97,7 +98,7 @@ type paramMap struct {
 // ErrKernelSignature.
 func NewKernel(name string, fn any) (*Kernel, error) {
 	k, err := newKernel(name, fn)
-	return k, apiError(err)
+	return k, err
 }
 
 func newKernel(name string, fn any) (*Kernel, error) {

@@ -2,8 +2,9 @@ package offload
 
 import (
 	"fmt"
-	"github.com/goffload/offload/internal/mapping"
 	"reflect"
+
+	"github.com/goffload/offload/internal/mapping"
 
 	"github.com/goffload/offload/internal/core"
 )
@@ -27,11 +28,11 @@ func newMap(s any, t mapping.MapType, exit bool, clause string) Map {
 	m := Map{item: core.MapItem{Type: t, Exit: exit}}
 	v := reflect.ValueOf(s)
 	if !v.IsValid() || v.Kind() != reflect.Slice {
-		m.err = fmt.Errorf("goffload: map(%s) of a %T: %w: want a slice of plain data", clause, s, ErrBadMap)
+		m.err = core.Errorf("goffload: map(%s) of a %T: %w: want a slice of plain data", clause, s, ErrBadMap)
 		return m
 	}
 	if err := checkPlain(v.Type().Elem()); err != nil {
-		m.err = fmt.Errorf("goffload: map(%s) of a %s: %w: %v", clause, v.Type(), ErrBadMap, err)
+		m.err = core.Errorf("goffload: map(%s) of a %s: %w: %v", clause, v.Type(), ErrBadMap, err)
 		// The construct refuses it with an error that names the device
 		// and the buffer (see items and unmappable).
 		m.item.Buf = bufOf(v)
@@ -117,7 +118,7 @@ func items(maps []Map) ([]core.MapItem, error) {
 			continue
 		}
 		if !m.slice.IsValid() {
-			return nil, fmt.Errorf("goffload: map clause %d is empty: %w: build clauses with To, From, ToFrom, Alloc, Release or Delete", i, ErrBadMap)
+			return nil, core.Errorf("goffload: map clause %d is empty: %w: build clauses with To, From, ToFrom, Alloc, Release or Delete", i, ErrBadMap)
 		}
 		if err := anyOwns(m.item.Buf); err != nil {
 			return nil, err

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/goffload/offload/internal/mapping"
 	"reflect"
 	"unsafe"
+
+	"github.com/goffload/offload/internal/mapping"
 
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/plugin"
@@ -149,7 +150,7 @@ func HostPtr(s any) DevicePtr {
 // trying); a negative size with one wrapping ErrBadArgument.
 func (d Device) Alloc(size int64) (DevicePtr, error) {
 	p, err := d.alloc(size)
-	return p, apiError(err)
+	return p, err
 }
 
 func (d Device) alloc(size int64) (DevicePtr, error) {
@@ -158,11 +159,11 @@ func (d Device) alloc(size int64) (DevicePtr, error) {
 		return DevicePtr{}, err
 	}
 	if size < 0 {
-		return DevicePtr{}, fmt.Errorf("goffload: %s: alloc of %d bytes: %w: negative size", cd.Label(), size, ErrBadArgument)
+		return DevicePtr{}, core.Errorf("goffload: %s: alloc of %d bytes: %w: negative size", cd.Label(), size, ErrBadArgument)
 	}
 	if cd.IsInitial() {
 		if err := hostmem.CheckSize(size); err != nil {
-			return DevicePtr{}, fmt.Errorf("goffload: %s: alloc of %d bytes: %w", cd.Label(), size, err)
+			return DevicePtr{}, core.Errorf("goffload: %s: alloc of %d bytes: %w", cd.Label(), size, err)
 		}
 		b := make([]byte, max(size, 1))
 		return DevicePtr{dev: cd.Num, ptr: plugin.Ptr(uintptr(unsafe.Pointer(&b[0]))), size: size, keep: unsafe.Pointer(&b[0]), host: true}, nil
@@ -179,13 +180,13 @@ func (d Device) alloc(size int64) (DevicePtr, error) {
 // Offset moved, or device memory that did not come from Alloc (MappedPtr's)
 // is an error wrapping ErrBadPointer.
 func Free(p DevicePtr) error {
-	return apiError(free(p))
+	return free(p)
 }
 
 func free(p DevicePtr) error {
 	const op = "omp_target_free"
 	if err := p.valid(); err != nil {
-		return fmt.Errorf("goffload: %s: %w", op, err)
+		return core.Errorf("goffload: %s: %w", op, err)
 	}
 	if p.host {
 		return nil
@@ -195,17 +196,17 @@ func free(p DevicePtr) error {
 		return err
 	}
 	if cd.Num != p.dev {
-		return fmt.Errorf("goffload: %s: %w: %s belongs to a device that is not available", op, ErrBadArgument, p)
+		return core.Errorf("goffload: %s: %w: %s belongs to a device that is not available", op, ErrBadArgument, p)
 	}
 	switch {
 	case p.gen == 0:
-		return fmt.Errorf("goffload: %s: %s of %s: %w (%w): not memory from Alloc", cd.Label(), op, p, ErrBadArgument, ErrBadPointer)
+		return core.Errorf("goffload: %s: %s of %s: %w (%w): not memory from Alloc", cd.Label(), op, p, ErrBadArgument, ErrBadPointer)
 	case p.ptr != p.base:
-		return fmt.Errorf("goffload: %s: %s of %s: %w (%w): %d bytes into the allocation at %#x, not its start",
+		return core.Errorf("goffload: %s: %s of %s: %w (%w): %d bytes into the allocation at %#x, not its start",
 			cd.Label(), op, p, ErrBadArgument, ErrBadPointer, p.ptr-p.base, uint64(p.base))
 	}
 	if err := cd.UntrackAlloc(p.base, p.gen); err != nil {
-		return fmt.Errorf("goffload: %s: %s of %s: %w: %w", cd.Label(), op, p, ErrBadArgument, err)
+		return core.Errorf("goffload: %s: %s of %s: %w: %w", cd.Label(), op, p, ErrBadArgument, err)
 	}
 	return cd.Free(p.ptr)
 }
@@ -214,17 +215,17 @@ func free(p DevicePtr) error {
 // live memory.
 func ptrDevice(p DevicePtr, op string) (*core.Device, error) {
 	if err := p.valid(); err != nil {
-		return nil, fmt.Errorf("goffload: %s: %w", op, err)
+		return nil, core.Errorf("goffload: %s: %w", op, err)
 	}
 	cd, _, err := On(p.dev).resolve()
 	if err != nil {
 		return nil, err
 	}
 	if cd.Num != p.dev {
-		return nil, fmt.Errorf("goffload: %s: %w: %s belongs to a device that is not available", op, ErrBadArgument, p)
+		return nil, core.Errorf("goffload: %s: %w: %s belongs to a device that is not available", op, ErrBadArgument, p)
 	}
 	if err := p.live(cd); err != nil {
-		return nil, fmt.Errorf("goffload: %s: %s: %w", cd.Label(), op, err)
+		return nil, core.Errorf("goffload: %s: %s: %w", cd.Label(), op, err)
 	}
 	return cd, nil
 }
@@ -232,10 +233,10 @@ func ptrDevice(p DevicePtr, op string) (*core.Device, error) {
 func loc(p DevicePtr, n int64) (core.Loc, error) {
 	const op = "omp_target_memcpy"
 	if err := p.valid(); err != nil {
-		return core.Loc{}, fmt.Errorf("goffload: %s: %w", op, err)
+		return core.Loc{}, core.Errorf("goffload: %s: %w", op, err)
 	}
 	if n > p.size {
-		return core.Loc{}, fmt.Errorf("goffload: %s: %w: %d bytes from %s, which holds %d", op, ErrBadArgument, n, p, p.size)
+		return core.Loc{}, core.Errorf("goffload: %s: %w: %d bytes from %s, which holds %d", op, ErrBadArgument, n, p, p.size)
 	}
 	if p.host {
 		return core.Loc{Host: unsafe.Slice((*byte)(p.keep), n)}, nil
@@ -258,7 +259,7 @@ func Memcpy(dst, src DevicePtr, n int64) error {
 func hostBuf(cd *core.Device, op string, s any) (mapping.Buf, error) {
 	v := reflect.ValueOf(s)
 	if !v.IsValid() || v.Kind() != reflect.Slice {
-		return mapping.Buf{}, fmt.Errorf("goffload: %s: %s of a %T: %w: want a slice", cd.Label(), op, s, ErrBadArgument)
+		return mapping.Buf{}, core.Errorf("goffload: %s: %s of a %T: %w: want a slice", cd.Label(), op, s, ErrBadArgument)
 	}
 	return bufOf(v), nil
 }
@@ -281,7 +282,7 @@ func (d Device) IsPresent(s any) bool {
 // (omp_get_mapped_ptr); on the initial device, s's own memory.
 func (d Device) MappedPtr(s any) (DevicePtr, error) {
 	p, err := d.mappedPtr(s)
-	return p, apiError(err)
+	return p, err
 }
 
 func (d Device) mappedPtr(s any) (DevicePtr, error) {
@@ -307,7 +308,7 @@ func (d Device) mappedPtr(s any) (DevicePtr, error) {
 // (omp_target_associate_ptr): constructs then find s present at p, never
 // copy it in on their own or free p. Undo it with Disassociate.
 func (d Device) Associate(s any, p DevicePtr, name string) error {
-	return apiError(d.associate(s, p, name))
+	return d.associate(s, p, name)
 }
 
 func (d Device) associate(s any, p DevicePtr, name string) error {
@@ -321,16 +322,16 @@ func (d Device) associate(s any, p DevicePtr, name string) error {
 	}
 	b.Name = name
 	if err := p.valid(); err != nil {
-		return fmt.Errorf("goffload: %s: omp_target_associate_ptr of %q: %w", cd.Label(), name, err)
+		return core.Errorf("goffload: %s: omp_target_associate_ptr of %q: %w", cd.Label(), name, err)
 	}
 	if cd.IsInitial() || p.host || p.dev != cd.Num {
-		return fmt.Errorf("goffload: %s: omp_target_associate_ptr of %q: %w: %s is not memory of this device", cd.Label(), name, ErrBadArgument, p)
+		return core.Errorf("goffload: %s: omp_target_associate_ptr of %q: %w: %s is not memory of this device", cd.Label(), name, ErrBadArgument, p)
 	}
 	if err := p.live(cd); err != nil {
-		return fmt.Errorf("goffload: %s: omp_target_associate_ptr of %q: %w", cd.Label(), name, err)
+		return core.Errorf("goffload: %s: omp_target_associate_ptr of %q: %w", cd.Label(), name, err)
 	}
 	if b.Size > p.size {
-		return fmt.Errorf("goffload: %s: omp_target_associate_ptr of %q (%d bytes): %w: %s holds only %d bytes", cd.Label(), name, b.Size, ErrBadArgument, p, p.size)
+		return core.Errorf("goffload: %s: omp_target_associate_ptr of %q (%d bytes): %w: %s holds only %d bytes", cd.Label(), name, b.Size, ErrBadArgument, p, p.size)
 	}
 	return cd.Associate(b, p.ptr)
 }
@@ -338,7 +339,7 @@ func (d Device) associate(s any, p DevicePtr, name string) error {
 // Disassociate removes an association made by Associate
 // (omp_target_disassociate_ptr).
 func (d Device) Disassociate(s any) error {
-	return apiError(d.disassociate(s))
+	return d.disassociate(s)
 }
 
 func (d Device) disassociate(s any) error {
@@ -351,10 +352,10 @@ func (d Device) disassociate(s any) error {
 		return err
 	}
 	if cd.IsInitial() {
-		return fmt.Errorf("goffload: %s: omp_target_disassociate_ptr: %w: the initial device has no associations", cd.Label(), ErrBadArgument)
+		return core.Errorf("goffload: %s: omp_target_disassociate_ptr: %w: the initial device has no associations", cd.Label(), ErrBadArgument)
 	}
 	if g, ok := cd.DeclaredAt(b); ok {
-		return fmt.Errorf("goffload: %s: omp_target_disassociate_ptr: %w: the buffer is declare target %s, whose device copy lives until Stop", cd.Label(), ErrBadArgument, g.Describe())
+		return core.Errorf("goffload: %s: omp_target_disassociate_ptr: %w: the buffer is declare target %s, whose device copy lives until Stop", cd.Label(), ErrBadArgument, g.Describe())
 	}
 	return cd.Disassociate(b)
 }

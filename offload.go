@@ -101,26 +101,26 @@ func Start(opts ...Option) error {
 	startMu.Lock()
 	defer startMu.Unlock()
 	if current.Load() != nil {
-		return fmt.Errorf("goffload: Start called twice: %w", ErrConfig)
+		return core.Errorf("goffload: Start called twice: %w", ErrConfig)
 	}
 	cfg, err := core.ConfigFromEnv()
 	if err != nil {
-		return apiError(fmt.Errorf("goffload: %w", err))
+		return core.Errorf("goffload: %w", err)
 	}
 	for _, o := range opts {
 		if o.apply == nil {
 			continue
 		}
 		if err := o.apply(&cfg); err != nil {
-			return apiError(fmt.Errorf("goffload: %w", err))
+			return core.Errorf("goffload: %w", err)
 		}
 	}
 	rt, err := core.Start(cfg)
 	if err != nil {
 		if !strings.HasPrefix(err.Error(), "goffload:") {
-			err = fmt.Errorf("goffload: %w", err)
+			err = core.Errorf("goffload: %w", err)
 		}
-		return apiError(err)
+		return err
 	}
 	current.Store(rt)
 	return nil
@@ -161,7 +161,7 @@ func Stop() error { return StopContext(context.Background()) }
 // wraps ctx's error and names what was still running, on which devices.
 func StopContext(ctx context.Context) error {
 	if core.InTask() {
-		return fmt.Errorf("goffload: Stop: %w", ErrInTask)
+		return core.Errorf("goffload: Stop: %w", ErrInTask)
 	}
 	if ctx == nil {
 		return nilCtx("StopContext")
@@ -188,19 +188,19 @@ func StopContext(ctx context.Context) error {
 			continue
 		}
 		if ferr := k.Finish(); err == nil && ferr != nil {
-			err = fmt.Errorf("goffload: %w", ferr)
+			err = core.Errorf("goffload: %w", ferr)
 		}
 	}
-	return apiError(err)
+	return err
 }
 
 func runtimeOrErr() (*core.Runtime, error) {
 	rt := current.Load()
 	if rt == nil {
 		if core.Serving() {
-			return nil, fmt.Errorf("goffload: %w: this process serves as a device (pid %d): the runtime runs in the host's process, and a kernel running here cannot launch, map, copy or wait", ErrNotStarted, os.Getpid())
+			return nil, core.Errorf("goffload: %w: this process serves as a device (pid %d): the runtime runs in the host's process, and a kernel running here cannot launch, map, copy or wait", ErrNotStarted, os.Getpid())
 		}
-		return nil, fmt.Errorf("goffload: %w: call offload.Start first", ErrNotStarted)
+		return nil, core.Errorf("goffload: %w: call offload.Start first", ErrNotStarted)
 	}
 	return rt, nil
 }
@@ -267,7 +267,7 @@ func (d Device) resolve() (*core.Device, bool, error) {
 		return nil, false, err
 	}
 	if d.IsAny() {
-		return nil, false, fmt.Errorf("goffload: Any(): %w: Any() names no one device: it takes target tasks (Run, Nowait launches), EnterData(To(x)) and Update(From(x)), not this construct", ErrBadArgument)
+		return nil, false, core.Errorf("goffload: Any(): %w: Any() names no one device: it takes target tasks (Run, Nowait launches), EnterData(To(x)) and Update(From(x)), not this construct", ErrBadArgument)
 	}
 	return rt.Resolve(d.num)
 }
@@ -295,7 +295,7 @@ type DeviceInfo struct {
 // and an error wrapping ErrDeviceLost with the cause.
 func (d Device) Info() (DeviceInfo, error) {
 	info, err := d.info()
-	return info, apiError(err)
+	return info, err
 }
 
 func (d Device) info() (DeviceInfo, error) {
@@ -308,7 +308,7 @@ func (d Device) info() (DeviceInfo, error) {
 	case d.num == len(rt.Devices):
 		cd = rt.Initial
 	case d.num < 0 || d.num > len(rt.Devices):
-		return DeviceInfo{}, fmt.Errorf("goffload: %w: device number %d (there are %d devices)", ErrNoDevice, d.num, len(rt.Devices))
+		return DeviceInfo{}, core.Errorf("goffload: %w: device number %d (there are %d devices)", ErrNoDevice, d.num, len(rt.Devices))
 	default:
 		cd = rt.Devices[d.num]
 		if cd.Unavailable != nil {
@@ -316,7 +316,7 @@ func (d Device) info() (DeviceInfo, error) {
 			if rt.Cfg.Policy == core.PolicyMandatory {
 				why = ErrMandatory
 			}
-			return DeviceInfo{}, fmt.Errorf("goffload: %s: %w: %w", cd.Label(), why, cd.Unavailable)
+			return DeviceInfo{}, core.Errorf("goffload: %s: %w: %w", cd.Label(), why, cd.Unavailable)
 		}
 	}
 	i := cd.Info
@@ -325,9 +325,9 @@ func (d Device) info() (DeviceInfo, error) {
 	if !cd.IsInitial() {
 		if lost := cd.Lost(); lost != nil {
 			if errors.Is(lost, plugin.ErrDeviceLost) {
-				return info, fmt.Errorf("goffload: %s (pid %d): %w", cd.Label(), i.PID, lost)
+				return info, core.Errorf("goffload: %s (pid %d): %w", cd.Label(), i.PID, lost)
 			}
-			return info, fmt.Errorf("goffload: %s (pid %d): %w: %w", cd.Label(), i.PID, ErrDeviceLost, lost)
+			return info, core.Errorf("goffload: %s (pid %d): %w: %w", cd.Label(), i.PID, ErrDeviceLost, lost)
 		}
 	}
 	return info, nil

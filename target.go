@@ -43,7 +43,7 @@ func (d Device) Context() context.Context { return d.ctx }
 // MemcpyContext is Memcpy that stops waiting when ctx is done, as the
 // constructs of a device bound to ctx do (see Device.WithContext).
 func MemcpyContext(ctx context.Context, dst, src DevicePtr, n int64) error {
-	return apiError(memcpyContext(ctx, dst, src, n))
+	return memcpyContext(ctx, dst, src, n)
 }
 
 func memcpyContext(ctx context.Context, dst, src DevicePtr, n int64) error {
@@ -51,7 +51,7 @@ func memcpyContext(ctx context.Context, dst, src DevicePtr, n int64) error {
 		return nilCtx("MemcpyContext")
 	}
 	if n < 0 {
-		return fmt.Errorf("goffload: omp_target_memcpy: %w: negative size %d", ErrBadArgument, n)
+		return core.Errorf("goffload: omp_target_memcpy: %w: negative size %d", ErrBadArgument, n)
 	}
 	if n == 0 {
 		return nil
@@ -79,11 +79,6 @@ func (d Device) Run(k *Kernel, args ...any) error { return d.launch(k, launchOpt
 // launch is the target construct of k with args and what a typed kernel
 // adds to its launches (o).
 func (d Device) launch(k *Kernel, o launchOpts, args []any) error {
-	return apiError(d.target(k, o, args))
-}
-
-// target is launch's construct, whose error apiError has not seen.
-func (d Device) target(k *Kernel, o launchOpts, args []any) error {
 	if err := d.ctxErr("target"); err != nil {
 		return err
 	}
@@ -95,11 +90,11 @@ func (d Device) target(k *Kernel, o launchOpts, args []any) error {
 		return err
 	}
 	if k == nil || k.k == nil {
-		return fmt.Errorf("goffload: %s: target: %w: nil kernel", cd.Label(), ErrBadArgument)
+		return core.Errorf("goffload: %s: target: %w: nil kernel", cd.Label(), ErrBadArgument)
 	}
 	geo, err := d.geometry()
 	if err != nil {
-		return fmt.Errorf("goffload: %s: target %s: %w", cd.Label(), k.k.Name(), err)
+		return core.Errorf("goffload: %s: target %s: %w", cd.Label(), k.k.Name(), err)
 	}
 	kargs, err := handArgs(cd, k, d.dm, o, args)
 	if err != nil {
@@ -116,7 +111,7 @@ func Run(k *Kernel, args ...any) error { return Default().Run(k, args...) }
 // find the buffers present. The region ends whatever body returns; body's
 // error is returned first.
 func (d Device) Data(body func() error, maps ...Map) error {
-	return apiError(d.data(body, maps))
+	return d.data(body, maps)
 }
 
 func (d Device) data(body func() error, maps []Map) error {
@@ -148,7 +143,7 @@ func Data(body func() error, maps ...Map) error { return Default().Data(body, ma
 // the bands, names it first; see Any), and the runtime copies what the
 // tasks need when they are placed.
 func (d Device) EnterData(maps ...Map) error {
-	return apiError(d.enterData(maps))
+	return d.enterData(maps)
 }
 
 func (d Device) enterData(maps []Map) error {
@@ -176,7 +171,7 @@ func EnterData(maps ...Map) error { return Default().EnterData(maps...) }
 // data. Unmapping a buffer that is not mapped does nothing unless the clause
 // has the Present modifier.
 func (d Device) ExitData(maps ...Map) error {
-	return apiError(d.exitData(maps))
+	return d.exitData(maps)
 }
 
 func (d Device) exitData(maps []Map) error {
@@ -201,7 +196,7 @@ func ExitData(maps ...Map) error { return Default().ExitData(maps...) }
 // it back (target update to/from). A buffer that is not mapped is skipped
 // unless the clause has the Present modifier.
 func (d Device) Update(maps ...Map) error {
-	return apiError(d.update(maps))
+	return d.update(maps)
 }
 
 func (d Device) update(maps []Map) error {
@@ -237,11 +232,11 @@ func kernelArgs(cd *core.Device, kk *Kernel, dm Defaultmap, o launchOpts, args [
 	k := kk.k
 	used, err := checkWith(with)
 	if err != nil {
-		return nil, fmt.Errorf("goffload: %s: target %s%s: %w", cd.Label(), k.Name(), k.Describe(), err)
+		return nil, core.Errorf("goffload: %s: target %s%s: %w", cd.Label(), k.Name(), k.Describe(), err)
 	}
 	lf := leafer{cd: cd, kk: kk, dm: dm, with: with, used: used}
 	if len(args) != len(k.Tops()) {
-		return nil, fmt.Errorf("goffload: %s: target %s%s: %w: got %d arguments, want %d",
+		return nil, core.Errorf("goffload: %s: target %s%s: %w: got %d arguments, want %d",
 			cd.Label(), k.Name(), k.Describe(), ErrBadArgument, len(args), len(k.Tops()))
 	}
 	out := make([]core.KernelArg, len(k.Params()))
@@ -275,7 +270,7 @@ func kernelArgs(cd *core.Device, kk *Kernel, dm Defaultmap, o launchOpts, args [
 	for i, u := range used {
 		if !u {
 			m := with[i]
-			return nil, fmt.Errorf("goffload: %s: target %s%s: %w: With clause %d, map(%s) of %s (%d elements at %#x), names no slice argument of the launch: a clause applies to the slice argument (or slice field) with the same first element and length",
+			return nil, core.Errorf("goffload: %s: target %s%s: %w: With clause %d, map(%s) of %s (%d elements at %#x), names no slice argument of the launch: a clause applies to the slice argument (or slice field) with the same first element and length",
 				cd.Label(), k.Name(), k.Describe(), ErrBadMap, i, m.item.Kind(), core.QuoteName(m.item.Buf.Name), m.slice.Len(), m.item.Buf.Addr())
 		}
 	}
@@ -304,7 +299,7 @@ func (lf *leafer) bad(li int, format string, v ...any) error {
 	if p.Field >= 0 {
 		format = "field " + k.Tops()[p.Top].Field(p.Field).Name + ": " + format
 	}
-	return fmt.Errorf("goffload: %s: target %s%s: argument %d: %w: "+format,
+	return core.Errorf("goffload: %s: target %s%s: argument %d: %w: "+format,
 		append([]any{lf.cd.Label(), k.Name(), k.Describe(), p.Top, ErrBadArgument}, v...)...)
 }
 

@@ -2,9 +2,10 @@ package offload
 
 import (
 	"fmt"
-	"github.com/goffload/offload/internal/mapping"
 	"reflect"
 	"unsafe"
+
+	"github.com/goffload/offload/internal/mapping"
 
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"

@@ -118,7 +118,7 @@ type AnyLaunch struct {
 // its inputs need. An error means no task was made.
 func (r *Runtime) AnyTarget(l AnyLaunch) (*Task, error) {
 	fail := func(err error) error {
-		return fmt.Errorf("goffload: Any(): target %s%s: %w", l.Kernel.Name(), l.Kernel.Describe(), err)
+		return Errorf("goffload: Any(): target %s%s: %w", l.Kernel.Name(), l.Kernel.Describe(), err)
 	}
 	acc, bufs, argOf, size, err := anyArgs(l.Args)
 	if err != nil {
@@ -145,7 +145,7 @@ func (r *Runtime) AnyOwns(b mapping.Buf) error {
 	if !ok {
 		return nil
 	}
-	return fmt.Errorf("goffload: map of %q (%d bytes at %#x): %w: Any-tasks use [%#x, +%d) until Taskwait gives it back to the program: call offload.Taskwait first, or make this construct an Any-task too",
+	return Errorf("goffload: map of %q (%d bytes at %#x): %w: Any-tasks use [%#x, +%d) until Taskwait gives it back to the program: call offload.Taskwait first, or make this construct an Any-task too",
 		b.Name, b.Size, b.Addr(), ErrBadMap, c.Addr, c.Size)
 }
 
@@ -167,7 +167,7 @@ func (r *Runtime) AnyEnterData(cs []AnyClause) error {
 		b := placement.Buf{Addr: c.Buf.Addr(), Size: uintptr(c.Buf.Size)}
 		region, made, err := s.table.Track(b)
 		if err != nil {
-			return fmt.Errorf("goffload: Any(): enter data: clause %d (%q): %w: %w: call Taskwait, which gives Any-tasks' buffers back, first", i, c.Buf.Name, ErrBadMap, err)
+			return Errorf("goffload: Any(): enter data: clause %d (%q): %w: %w: call Taskwait, which gives Any-tasks' buffers back, first", i, c.Buf.Name, ErrBadMap, err)
 		}
 		if made {
 			name := c.Buf.Name

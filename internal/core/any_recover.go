@@ -250,7 +250,7 @@ func (s *anySched) waitRestores(ctx context.Context, bufs []placement.Buf) error
 				left = append(left, r)
 			}
 			if !errors.Is(err, ErrDependency) || ctx.Err() != nil {
-				errs = append(errs, fmt.Errorf("goffload: Any(): recomputing data whose only valid copy was on a lost device: %w", err))
+				errs = append(errs, Errorf("goffload: Any(): recomputing data whose only valid copy was on a lost device: %w", err))
 			}
 		}
 	}
@@ -528,13 +528,13 @@ func (s *anySched) recoverTask(e *anyEntry, d int, outs []reflect.Value, cause e
 func (s *anySched) recoverTaskNow(e *anyEntry, d int, outs []reflect.Value, cause error) error {
 	name := e.t.Kernel.Name()
 	if _, err := s.outputs(e.id, true); err != nil {
-		return fmt.Errorf("goffload: Any(): %s: %w (it failed first with: %w)", name, err, cause)
+		return Errorf("goffload: Any(): %s: %w (it failed first with: %w)", name, err, cause)
 	}
 	if s.usable(d) {
 		for i, a := range e.t.acc {
 			if a.Write {
 				if err := s.install(anyDest{d, outs[i]}, a.Buf, []placement.Piece{{Buf: a.Buf, Writer: e.id}}); err != nil && s.usable(d) {
-					return fmt.Errorf("goffload: Any(): %s ran again, but its outputs could not be put on device %d: %w", name, d, err)
+					return Errorf("goffload: Any(): %s ran again, but its outputs could not be put on device %d: %w", name, d, err)
 				}
 			}
 		}
@@ -563,7 +563,7 @@ func (s *anySched) recoverCopy(to anyDest, from int, b placement.Buf, pieces []p
 		if lost(to.dev) { // lost meanwhile: nothing reads its copy now
 			return nil
 		}
-		return fmt.Errorf("goffload: Any(): copying [%#x, +%d) to %s: %w (it failed first with: %w)", b.Addr, b.Size, placeName(to.dev), err, cause)
+		return Errorf("goffload: Any(): copying [%#x, +%d) to %s: %w (it failed first with: %w)", b.Addr, b.Size, placeName(to.dev), err, cause)
 	}
 	return nil
 }

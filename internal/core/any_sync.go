@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/internal/placement"
@@ -36,7 +35,7 @@ func (s *anySched) copyBack(ctx context.Context, c placement.Copy) error {
 		return err
 	}
 	if err := t.Wait(ctx); err != nil {
-		return fmt.Errorf("goffload: Any(): copying %q back from device %d: %w", name, c.From, err)
+		return Errorf("goffload: Any(): copying %q back from device %d: %w", name, c.From, err)
 	}
 	s.table.HostValid(c.Buf)
 	return nil
@@ -141,7 +140,7 @@ func (s *anySched) hostTask(name string, fn func() error, deps []Dep) (*Task, er
 	}
 	copies, err := s.table.PlanHost(acc)
 	if err != nil {
-		return nil, fmt.Errorf("goffload: task %q: %w: %w: call Taskwait, which gives Any-tasks' buffers back, first", name, ErrBadMap, err)
+		return nil, Errorf("goffload: task %q: %w: %w: call Taskwait, which gives Any-tasks' buffers back, first", name, ErrBadMap, err)
 	}
 	deps = append([]Dep(nil), deps...)
 	for _, c := range copies {

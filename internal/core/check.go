@@ -3,8 +3,9 @@ package core
 import (
 	"bytes"
 	"fmt"
-	"github.com/goffload/offload/internal/mapping"
 	"strings"
+
+	"github.com/goffload/offload/internal/mapping"
 
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"

@@ -1,7 +1,5 @@
 package core
 
-import "fmt"
-
 // complete ends t with err; dep is the failure of the predecessor that made
 // it fail, if that is why it failed. Of the tasks that t's completion makes
 // ready, light ones go on here and the others on goroutines of their own.
@@ -128,7 +126,7 @@ func depErr(t *Task, f *failure) error {
 	if t.dev != nil {
 		where = t.dev.Label() + ": "
 	}
-	return fmt.Errorf("goffload: %stask %d (%s) did not run: %w: task %d (%s) failed: %w",
+	return Errorf("goffload: %stask %d (%s) did not run: %w: task %d (%s) failed: %w",
 		where, t.ID, t.Name, ErrDependency, f.task.ID, f.task.Name, Quote(f.task.err))
 }
 

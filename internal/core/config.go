@@ -15,6 +15,7 @@ import (
 	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/hostmem"
+	"github.com/goffload/offload/tool"
 )
 
 // Policy is OMP_TARGET_OFFLOAD.
@@ -71,7 +72,7 @@ type Config struct {
 	// Profile is GOFFLOAD_PROFILE: where to write a trace ("" for none).
 	Profile string
 	// Tool receives the runtime's events (nil for none).
-	Tool Tool
+	Tool tool.Tool
 	// StopGrace is GOFFLOAD_STOP_GRACE: how long Stop waits for work to
 	// end after asking kernels to stop (0: DefaultStopGrace).
 	StopGrace time.Duration

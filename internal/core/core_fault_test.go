@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/goffload/offload/internal/mapping"
 	"strings"
 	"testing"
+
+	"github.com/goffload/offload/internal/mapping"
 
 	"github.com/goffload/offload/plugin"
 )

@@ -7,7 +7,6 @@ package core
 import (
 	"context"
 	"fmt"
-	"github.com/goffload/offload/internal/mapping"
 	"io"
 	"reflect"
 	"strconv"
@@ -15,6 +14,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/goffload/offload/internal/mapping"
 
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/goffload/offload/internal/mapping"
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/goffload/offload/internal/mapping"
 )
 
 // entryOf returns the table row of s, failing the test if it is not there.

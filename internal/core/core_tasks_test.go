@@ -3,10 +3,11 @@ package core
 import (
 	"context"
 	"errors"
-	"github.com/goffload/offload/internal/mapping"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/goffload/offload/internal/mapping"
 )
 
 // blockLimit is how long creating a nowait task may take before the test

@@ -176,7 +176,7 @@ func (d *Device) bindLink(w *work, bind *entries.Kernel, lb *linkBinding) error 
 		if copied != nil {
 			if fired, _ := copied.Query(); !fired {
 				if err := w.q.Wait(copied); err != nil {
-					return fmt.Errorf("goffload: %s: %s: declare target %s: cannot wait for the copy into its mapping: %w", d.Label(), w.op, g.Describe(), err)
+					return Errorf("goffload: %s: %s: declare target %s: cannot wait for the copy into its mapping: %w", d.Label(), w.op, g.Describe(), err)
 				}
 			}
 		}
@@ -200,7 +200,7 @@ func (d *Device) bindLink(w *work, bind *entries.Kernel, lb *linkBinding) error 
 	}
 	lb.gen++
 	if err := w.q.Launch(bind, entries.BindArgs(g, op, lb.gen, tgt)); err != nil {
-		return fmt.Errorf("goffload: %s: %s: declare target %s: cannot bind it: %w", d.Label(), w.op, g.Describe(), err)
+		return Errorf("goffload: %s: %s: declare target %s: cannot bind it: %w", d.Label(), w.op, g.Describe(), err)
 	}
 	ev, err := d.Dev.NewEvent()
 	if err == nil {
@@ -209,7 +209,7 @@ func (d *Device) bindLink(w *work, bind *entries.Kernel, lb *linkBinding) error 
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("goffload: %s: %s: declare target %s: cannot record its bind: %w", d.Label(), w.op, g.Describe(), err)
+		return Errorf("goffload: %s: %s: declare target %s: cannot record its bind: %w", d.Label(), w.op, g.Describe(), err)
 	}
 	if lb.e != e {
 		if e != nil {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/goffload/offload/internal/mapping"
 	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/goffload/offload/internal/mapping"
+	"github.com/goffload/offload/tool"
 
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
@@ -35,7 +37,7 @@ type Device struct {
 	log   *Logger
 	pool  *plugin.Pool // the initial device's workers
 
-	tool Tool // nil: no tool
+	tool tool.Tool // nil: no tool
 	// ids numbers tasks and synchronous constructs (the runtime's).
 	ids *atomic.Uint64
 	// tagged says the plugin times the queue operations of each task for
@@ -136,7 +138,7 @@ func (d *Device) getQueue(op string) (*cqueue, error) {
 	q, err := d.Dev.NewQueue()
 	if err != nil {
 		d.noteLost(err)
-		return nil, fmt.Errorf("goffload: %s: %s: cannot create a queue: %w", d.Label(), op, err)
+		return nil, Errorf("goffload: %s: %s: cannot create a queue: %w", d.Label(), op, err)
 	}
 	return &cqueue{Queue: q, id: id, users: 1}, nil
 }
@@ -229,7 +231,7 @@ func (d *Device) beginOn(op string, q *cqueue, task uint64, nowait bool) *work {
 	// operations' times no earlier than the tag's sending (TaggedQueue),
 	// so they lie inside the span.
 	if d.tool != nil {
-		d.tool.TargetBegin(TargetEvent{Where: w.where(), Name: op, Nowait: nowait})
+		d.tool.TargetBegin(tool.TargetEvent{Where: w.where(), Name: op, Nowait: nowait})
 	}
 	if d.tagged.Load() {
 		if tq, ok := q.Queue.(plugin.TaggedQueue); ok {
@@ -240,8 +242,8 @@ func (d *Device) beginOn(op string, q *cqueue, task uint64, nowait bool) *work {
 }
 
 // where is the tool events' position of w now.
-func (w *work) where() Where {
-	return Where{Time: time.Now(), Device: w.d.Num, Queue: w.cq.id, Task: w.task}
+func (w *work) where() tool.Where {
+	return tool.Where{Time: time.Now(), Device: w.d.Num, Queue: w.cq.id, Task: w.task}
 }
 
 func (w *work) err(e error) {
@@ -271,7 +273,7 @@ func (w *work) runAfter() {
 // finish synchronizes the queue, ends the uses and returns the first error.
 func (w *work) finish() error {
 	if err := w.q.Synchronize(); err != nil {
-		w.err(fmt.Errorf("goffload: %s: %s: %w", w.d.Label(), w.op, err))
+		w.err(Errorf("goffload: %s: %s: %w", w.d.Label(), w.op, err))
 	} else {
 		w.runAfter()
 	}
@@ -293,7 +295,7 @@ func (w *work) done(reuse bool) error {
 	}
 	d.release(w.cq, !reuse)
 	if d.tool != nil {
-		d.tool.TargetEnd(TargetEvent{Where: w.where(), Name: w.op, Nowait: w.nowait, Err: w.first})
+		d.tool.TargetEnd(tool.TargetEvent{Where: w.where(), Name: w.op, Nowait: w.nowait, Err: w.first})
 	}
 	if w.first != nil && d.log.On(InfoDumpTable) {
 		d.dumpTable(fmt.Sprintf("Host-device pointer mappings after a failed %s:", w.op))
@@ -503,7 +505,7 @@ func (d *Device) await(ctx context.Context, op string, fn func() error, cleanup 
 }
 
 func (d *Device) ctxErr(op string, err error) error {
-	return fmt.Errorf("goffload: %s: %s: stopped waiting: %w (the device finishes the construct in the background)", d.Label(), op, err)
+	return Errorf("goffload: %s: %s: stopped waiting: %w (the device finishes the construct in the background)", d.Label(), op, err)
 }
 
 // background returns the constructs going on after their caller gave up.
@@ -579,7 +581,7 @@ func (d *Device) Data(ctx context.Context, maps []MapItem, body func() error) er
 // construct's queues are tagged (and their operations timed) from the
 // start if the tool wants them, else once TimeOps asks.
 func (d *Device) traceOps() {
-	dt, want := d.tool.(DeviceOpTool)
+	dt, want := d.tool.(tool.DeviceOpTool)
 	if ts, multi := d.tool.(tools); multi {
 		want = ts.wantOps()
 	}
@@ -590,7 +592,7 @@ func (d *Device) traceOps() {
 	num := d.Num
 	tr.Trace(func(o plugin.OpTime) {
 		if want {
-			dt.DeviceOp(DeviceOpEvent{Where: Where{Time: o.Start, Device: num, Task: o.Tag},
+			dt.DeviceOp(tool.DeviceOpEvent{Where: tool.Where{Time: o.Start, Device: num, Task: o.Tag},
 				Kind: o.Kind, Kernel: o.Kernel, Bytes: o.Bytes, End: o.End, Failed: o.Err})
 		}
 		if f := d.opSink.Load(); f != nil {

@@ -1,11 +1,11 @@
 package core
 
 import (
-	"fmt"
 	"sync"
 	"time"
 
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/tool"
 )
 
 // canWait reports whether d's queues can wait on p's event themselves.
@@ -74,7 +74,7 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 	}
 	w := d.beginOn(op.Name, cq, t.ID, true)
 	if followed != nil && d.tool != nil { // it waits by queue order
-		d.tool.Wait(WaitEvent{Where: w.where(), For: followed.ID, ForName: followed.Name, OnDevice: true})
+		d.tool.Wait(tool.WaitEvent{Where: w.where(), For: followed.ID, ForName: followed.Name, OnDevice: true})
 	}
 	waitPreds(t, d, op.Name, w, rest, evs)
 	if w.first == nil {
@@ -127,7 +127,7 @@ func waitPreds(t *Task, d *Device, op string, w *work, preds []*Task, evs []plug
 			start := time.Now()
 			f := failedPred([]*Task{p})
 			if d.tool != nil {
-				d.tool.Wait(WaitEvent{Where: Where{Time: start, Device: d.Num, Queue: w.cq.id, Task: t.ID}, For: p.ID, ForName: p.Name, Dur: time.Since(start)})
+				d.tool.Wait(tool.WaitEvent{Where: tool.Where{Time: start, Device: d.Num, Queue: w.cq.id, Task: t.ID}, For: p.ID, ForName: p.Name, Dur: time.Since(start)})
 			}
 			if f != nil {
 				w.depErr(t, f)
@@ -135,10 +135,10 @@ func waitPreds(t *Task, d *Device, op string, w *work, preds []*Task, evs []plug
 			continue
 		}
 		if d.tool != nil {
-			d.tool.Wait(WaitEvent{Where: w.where(), For: p.ID, ForName: p.Name, OnDevice: true})
+			d.tool.Wait(tool.WaitEvent{Where: w.where(), For: p.ID, ForName: p.Name, OnDevice: true})
 		}
 		if err := w.q.Wait(ev); err != nil {
-			w.err(fmt.Errorf("goffload: %s: %s: waiting for task %d: %w", d.Label(), op, p.ID, err))
+			w.err(Errorf("goffload: %s: %s: waiting for task %d: %w", d.Label(), op, p.ID, err))
 		}
 	}
 }
@@ -156,7 +156,7 @@ func (t *Task) publish(d *Device, op string, w *work) plugin.Event {
 		}
 	}
 	if err != nil {
-		w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), op, err))
+		w.err(Errorf("goffload: %s: %s: %w", d.Label(), op, err))
 		ev = nil
 	}
 	publish := w.first == nil && len(w.after) == 0
@@ -183,7 +183,7 @@ func (r *Runtime) completion(t *Task, d *Device, op string, w *work, ev plugin.E
 	return func(background bool) {
 		err := ev.Synchronize()
 		if err != nil {
-			w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), op, err))
+			w.err(Errorf("goffload: %s: %s: %w", d.Label(), op, err))
 		} else {
 			w.runAfter()
 		}

@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/goffload/offload/plugin"
@@ -51,6 +52,18 @@ type reason struct {
 
 func (r *reason) Error() string { return r.text }
 func (r *reason) Unwrap() error { return r.is }
+
+// Errorf is fmt.Errorf for the runtime's messages, which start with
+// "goffload: ": each error among args is quoted (Quote), so that the
+// message says it once.
+func Errorf(format string, args ...any) error {
+	for i, a := range args {
+		if err, ok := a.(error); ok {
+			args[i] = Quote(err)
+		}
+	}
+	return fmt.Errorf(format, args...)
+}
 
 // errPrefix starts the runtime's error messages.
 const errPrefix = "goffload: "

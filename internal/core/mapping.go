@@ -12,6 +12,7 @@ import (
 
 	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/tool"
 )
 
 // refused is the error for an item of w's construct that the table refused
@@ -109,7 +110,7 @@ func (w *work) create(m MapItem, p *mapping.Plan) (*mapping.Entry, plugin.Ptr, e
 	if err != nil {
 		return fail(d.mapErr(w.op, m, err, "cannot allocate %d bytes of device memory", size))
 	}
-	w.data(MapCreate, m.Buf, tgt)
+	w.data(tool.MapCreate, m.Buf, tgt)
 	d.log.Taskf(InfoMappingChanged, d.Num, w.task, "Creating new map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=%d, HoldRefCount=%d, Name=%s",
 		m.Buf.Addr(), uint64(tgt), size, p.Dyn, p.Hold, nameOf(m.Buf.Name))
 	var ev plugin.Event
@@ -141,7 +142,7 @@ func (w *work) copyIn(m MapItem, tgt plugin.Ptr, e *mapping.Entry) error {
 // fires when it is done.
 func (w *work) submit(m MapItem, tgt plugin.Ptr) (plugin.Event, error) {
 	d := w.d
-	w.data(CopyToDevice, m.Buf, tgt)
+	w.data(tool.CopyToDevice, m.Buf, tgt)
 	d.log.Taskf(InfoCopies, d.Num, w.task, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
 		m.Buf.Addr(), uint64(tgt), m.Buf.Size, nameOf(m.Buf.Name))
 	if d.log.On(InfoCopies | InfoCheck) {
@@ -167,7 +168,7 @@ func (w *work) copyOut(m MapItem, tgt plugin.Ptr) error {
 	d := w.d
 	d.log.Taskf(InfoCopies, d.Num, w.task, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
 		uint64(tgt), m.Buf.Addr(), m.Buf.Size, nameOf(m.Buf.Name))
-	w.data(CopyFromDevice, m.Buf, tgt)
+	w.data(tool.CopyFromDevice, m.Buf, tgt)
 	if err := w.q.Retrieve(m.Buf.Bytes(), tgt); err != nil {
 		return d.mapErr(w.op, m, err, "cannot copy from the device")
 	}
@@ -274,7 +275,7 @@ func (w *work) release() {
 func (w *work) free(e *mapping.Entry, ev plugin.Event) {
 	d := w.d
 	if t := d.tool; t != nil {
-		t.DataOp(DataEvent{Where: w.where(), Kind: MapRemove, Name: e.Name, Host: e.HstBegin, Target: uint64(e.Tgt()), Bytes: e.Size()})
+		t.DataOp(tool.DataEvent{Where: w.where(), Kind: tool.MapRemove, Name: e.Name, Host: e.HstBegin, Target: uint64(e.Tgt()), Bytes: e.Size()})
 	}
 	if e.Owned() {
 		if err := d.Dev.Free(e.Tgt()); err != nil {
@@ -287,8 +288,8 @@ func (w *work) free(e *mapping.Entry, ev plugin.Event) {
 }
 
 // data tells the tool about a data operation of w.
-func (w *work) data(kind DataKind, b mapping.Buf, tgt plugin.Ptr) {
+func (w *work) data(kind tool.DataKind, b mapping.Buf, tgt plugin.Ptr) {
 	if t := w.d.tool; t != nil {
-		t.DataOp(DataEvent{Where: w.where(), Kind: kind, Name: b.Name, Host: b.Addr(), Target: uint64(tgt), Bytes: b.Size})
+		t.DataOp(tool.DataEvent{Where: w.where(), Kind: kind, Name: b.Name, Host: b.Addr(), Target: uint64(tgt), Bytes: b.Size})
 	}
 }

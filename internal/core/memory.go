@@ -8,6 +8,7 @@ import (
 
 	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/tool"
 )
 
 // The device memory routines: OpenMP's omp_target_alloc, omp_target_free,
@@ -18,12 +19,12 @@ import (
 // Alloc allocates size bytes of device memory.
 func (d *Device) Alloc(size int64) (plugin.Ptr, error) {
 	if size < 0 {
-		return 0, fmt.Errorf("goffload: %s: alloc of %d bytes: %w: negative size", d.Label(), size, ErrBadArgument)
+		return 0, Errorf("goffload: %s: alloc of %d bytes: %w: negative size", d.Label(), size, ErrBadArgument)
 	}
 	p, err := d.Dev.Alloc(size)
 	if err != nil {
 		d.noteLost(err)
-		return 0, fmt.Errorf("goffload: %s: alloc of %d bytes: %w", d.Label(), size, err)
+		return 0, Errorf("goffload: %s: alloc of %d bytes: %w", d.Label(), size, err)
 	}
 	return p, nil
 }
@@ -32,7 +33,7 @@ func (d *Device) Alloc(size int64) (plugin.Ptr, error) {
 func (d *Device) Free(p plugin.Ptr) error {
 	if err := d.Dev.Free(p); err != nil {
 		d.noteLost(err)
-		return fmt.Errorf("goffload: %s: free of %#x: %w", d.Label(), uint64(p), err)
+		return Errorf("goffload: %s: free of %#x: %w", d.Label(), uint64(p), err)
 	}
 	return nil
 }
@@ -72,25 +73,25 @@ func MemcpyOp(dst, src Loc, n int64) (*Device, Op) {
 		return nil, Op{}
 	case dst.onDevice() && !src.onDevice():
 		return dst.Dev, Op{Name: name, Enqueue: func(d *Device, w *work) {
-			w.data(CopyToDevice, mapping.Buf{Size: n, Name: name}, dst.Ptr)
+			w.data(tool.CopyToDevice, mapping.Buf{Size: n, Name: name}, dst.Ptr)
 			d.log.Taskf(InfoCopies, d.Num, w.task, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
 				hostAddr(src.Host), uint64(dst.Ptr), n, name)
 			if err := w.q.Submit(dst.Ptr, src.Host[:n]); err != nil {
-				w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), name, err))
+				w.err(Errorf("goffload: %s: %s: %w", d.Label(), name, err))
 			}
 		}}
 	case !dst.onDevice() && src.onDevice():
 		return src.Dev, Op{Name: name, Enqueue: func(d *Device, w *work) {
-			w.data(CopyFromDevice, mapping.Buf{Size: n, Name: name}, src.Ptr)
+			w.data(tool.CopyFromDevice, mapping.Buf{Size: n, Name: name}, src.Ptr)
 			d.log.Taskf(InfoCopies, d.Num, w.task, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
 				uint64(src.Ptr), hostAddr(dst.Host), n, name)
 			if err := w.q.Retrieve(dst.Host[:n], src.Ptr); err != nil {
-				w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), name, err))
+				w.err(Errorf("goffload: %s: %s: %w", d.Label(), name, err))
 			}
 		}}
 	}
 	return src.Dev, Op{Name: name, Enqueue: func(d *Device, w *work) {
-		w.data(CopyDeviceToDevice, mapping.Buf{Size: n, Name: name}, src.Ptr)
+		w.data(tool.CopyDeviceToDevice, mapping.Buf{Size: n, Name: name}, src.Ptr)
 		err := exchange(w.q, dst.Dev.Dev, dst.Ptr, src.Ptr, n)
 		how := ""
 		if errors.Is(err, plugin.ErrUnsupported) {
@@ -107,14 +108,14 @@ func MemcpyOp(dst, src Loc, n int64) (*Device, Op) {
 			if err = w.q.Retrieve(stage, src.Ptr); err == nil {
 				w.after = append(w.after, func() error {
 					if err := Memcpy(dst, Loc{Host: stage}, n); err != nil {
-						return fmt.Errorf("goffload: %s: %s: the copy in to %s: %w", d.Label(), name, dst.Dev.Label(), err)
+						return Errorf("goffload: %s: %s: the copy in to %s: %w", d.Label(), name, dst.Dev.Label(), err)
 					}
 					return nil
 				})
 			}
 		}
 		if err != nil {
-			w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), name, err))
+			w.err(Errorf("goffload: %s: %s: %w", d.Label(), name, err))
 		}
 	}}
 }

@@ -1,6 +1,10 @@
 package core
 
-import "time"
+import (
+	"time"
+
+	"github.com/goffload/offload/tool"
+)
 
 // A step is what a goroutine does for a task that is ready to go on: run
 // host work, enqueue device work. It returns the step of a task that its
@@ -71,7 +75,7 @@ func (r *Runtime) reportWaits(t *Task, d *Device, preds []*Task, start time.Time
 	return func() step {
 		dur := time.Since(start)
 		for _, p := range preds {
-			d.tool.Wait(WaitEvent{Where: Where{Time: start, Device: d.Num, Task: t.ID}, For: p.ID, ForName: p.Name, Dur: dur})
+			d.tool.Wait(tool.WaitEvent{Where: tool.Where{Time: start, Device: d.Num, Task: t.ID}, For: p.ID, ForName: p.Name, Dur: dur})
 		}
 		return cont()
 	}

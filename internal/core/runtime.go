@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/goffload/offload/internal/mapping"
 	"os"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/goffload/offload/internal/mapping"
 
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
@@ -145,7 +146,7 @@ func (r *Runtime) add(spec string, devs []plugin.Device, err error) error {
 			pd.Close()
 		}
 		if r.Cfg.Policy == PolicyMandatory && r.Cfg.DevicesSet {
-			return fmt.Errorf("goffload: GOFFLOAD_DEVICES item %q: %w: %w", spec, ErrMandatory, err)
+			return Errorf("goffload: GOFFLOAD_DEVICES item %q: %w: %w", spec, ErrMandatory, err)
 		}
 		r.Log.Printf(InfoOffload, -1, "%s: %v", spec, err)
 		return nil
@@ -169,7 +170,7 @@ func (r *Runtime) add(spec string, devs []plugin.Device, err error) error {
 func (r *Runtime) unavailable(d *Device, why error) error {
 	d.Unavailable = why
 	if r.Cfg.Policy == PolicyMandatory {
-		return fmt.Errorf("goffload: %s: %w: %w", d.Label(), ErrMandatory, why)
+		return Errorf("goffload: %s: %w: %w", d.Label(), ErrMandatory, why)
 	}
 	return nil
 }
@@ -185,7 +186,7 @@ func (r *Runtime) Resolve(num int) (d *Device, fallback bool, err error) {
 	case num < 0 || num > n:
 		why := fmt.Errorf("%w: device number %d: %s", ErrNoDevice, num, r.validNumbers())
 		if r.Cfg.Policy == PolicyMandatory {
-			return nil, false, fmt.Errorf("goffload: %w (OMP_TARGET_OFFLOAD=MANDATORY)", why)
+			return nil, false, Errorf("goffload: %w (OMP_TARGET_OFFLOAD=MANDATORY)", why)
 		}
 		r.Log.Printf(InfoOffload, num, "%v; running on the initial device", why)
 		return r.Initial, true, nil
@@ -193,7 +194,7 @@ func (r *Runtime) Resolve(num int) (d *Device, fallback bool, err error) {
 	d = r.Devices[num]
 	if d.Unavailable != nil {
 		if r.Cfg.Policy == PolicyMandatory {
-			return nil, false, fmt.Errorf("goffload: %s: %w: %w", d.Label(), ErrMandatory, d.Unavailable)
+			return nil, false, Errorf("goffload: %s: %w: %w", d.Label(), ErrMandatory, d.Unavailable)
 		}
 		r.Log.Printf(InfoOffload, num, "unavailable (%v); running on the initial device", d.Unavailable)
 		return r.Initial, true, nil
@@ -239,7 +240,7 @@ func (r *Runtime) StopContext(ctx context.Context) error {
 		d.queues = nil
 		d.qmu.Unlock()
 		if err := d.Dev.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("goffload: %s: close: %w", d.Label(), err))
+			errs = append(errs, Errorf("goffload: %s: close: %w", d.Label(), err))
 		}
 	}
 	if r.Initial != nil && !stuck[r.Initial] {
@@ -254,7 +255,7 @@ func (r *Runtime) StopContext(ctx context.Context) error {
 			r.trace.Name(r.Initial.Num, r.Initial.Label()+" (host tasks)")
 		}
 		if err := r.trace.WriteFile(r.Cfg.Profile); err != nil {
-			errs = append(errs, fmt.Errorf("goffload: GOFFLOAD_PROFILE: %w", err))
+			errs = append(errs, Errorf("goffload: GOFFLOAD_PROFILE: %w", err))
 		}
 	}
 	return errors.Join(errs...)

@@ -1,6 +1,10 @@
 package core
 
-import "time"
+import (
+	"time"
+
+	"github.com/goffload/offload/tool"
+)
 
 // Spawn runs op on d as a task that starts when the tasks deps name are done.
 // Predecessors whose events d's queues can wait on are waited for on the
@@ -99,7 +103,7 @@ func (r *Runtime) SpawnHost(name string, fn func() error, deps []Dep) *Task {
 		if f := failedPred(preds); f != nil { // they are all done
 			return r.completeThen(t, depErr(t, f), f)
 		}
-		ev := TargetEvent{Where: Where{Time: time.Now(), Device: r.Initial.Num, Task: t.ID}, Name: name, Nowait: true}
+		ev := tool.TargetEvent{Where: tool.Where{Time: time.Now(), Device: r.Initial.Num, Task: t.ID}, Name: name, Nowait: true}
 		if tool := r.Initial.tool; tool != nil {
 			tool.TargetBegin(ev)
 		}

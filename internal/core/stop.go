@@ -99,7 +99,7 @@ func (r *Runtime) endWork(ctx context.Context) (stuck map[*Device]bool, err erro
 	}
 	r.abandon(stuck, cause, why)
 	slices.Sort(msgs)
-	return stuck, fmt.Errorf("goffload: Stop: %w: %s: %s", cause, why, strings.Join(msgs, "; "))
+	return stuck, Errorf("goffload: Stop: %w: %s: %s", cause, why, strings.Join(msgs, "; "))
 }
 
 // abandon completes the tasks still live on the devices of stuck with an
@@ -130,7 +130,7 @@ func (r *Runtime) abandon(stuck map[*Device]bool, cause error, why string) {
 		if t.dev != nil {
 			where = t.dev.Label()
 		}
-		r.complete(t, fmt.Errorf("goffload: %s: task %d (%s) abandoned by Stop: %w: %w (%s): nothing it copies back reaches the program's memory",
+		r.complete(t, Errorf("goffload: %s: task %d (%s) abandoned by Stop: %w: %w (%s): nothing it copies back reaches the program's memory",
 			where, t.ID, t.Name, plugin.ErrDeviceLost, cause, why), nil)
 	}
 }

@@ -6,8 +6,10 @@ package core
 
 import (
 	"fmt"
-	"github.com/goffload/offload/internal/mapping"
 	"reflect"
+
+	"github.com/goffload/offload/internal/mapping"
+	"github.com/goffload/offload/tool"
 
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
@@ -64,14 +66,14 @@ func (d *Device) target(w *work, k *entries.Kernel, args []KernelArg, g plugin.G
 					bytes += int64(pargs[i].Len) * int64(p.Type.Size())
 				}
 			}
-			t.KernelLaunch(KernelEvent{Where: w.where(), Name: k.Name(), Args: len(args), ArgBytes: bytes})
+			t.KernelLaunch(tool.KernelEvent{Where: w.where(), Name: k.Name(), Args: len(args), ArgBytes: bytes})
 		}
 		var checks []*argCheck
 		if checking {
 			checks = d.checkBefore(w, k, args, pargs, fresh)
 		}
 		if err := launch(w.q, k, pargs, g, w.stop); err != nil {
-			w.err(fmt.Errorf("goffload: %s: %s: %w", d.Label(), w.op, err))
+			w.err(Errorf("goffload: %s: %s: %w", d.Label(), w.op, err))
 		} else if checking {
 			d.checkAfter(w, k, pargs, checks)
 		}
@@ -126,7 +128,7 @@ func (d *Device) runInitial(task uint64, k *entries.Kernel, args []KernelArg, fa
 		defer d.checkInitial(task, k, args)()
 	}
 	if err := k.Call(kctx, vals); err != nil {
-		return fmt.Errorf("goffload: %s: target %s: %w", d.Label(), k.Name(), err)
+		return Errorf("goffload: %s: target %s: %w", d.Label(), k.Name(), err)
 	}
 	return nil
 }

@@ -99,7 +99,7 @@ func (t *Task) Wait(ctx context.Context) error {
 		select {
 		case <-t.done:
 		case <-ctx.Done():
-			return fmt.Errorf("goffload: waiting for task %d (%s): %w", t.ID, t.Name, ctx.Err())
+			return Errorf("goffload: waiting for task %d (%s): %w", t.ID, t.Name, ctx.Err())
 		}
 	}
 	t.report()

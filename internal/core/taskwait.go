@@ -5,7 +5,6 @@ package core
 
 import (
 	"context"
-	"fmt"
 	"reflect"
 	"runtime"
 	"slices"
@@ -64,7 +63,7 @@ func InTask() bool {
 // wrapping ErrInTask.
 func (r *Runtime) Taskwait(ctx context.Context) error {
 	if InTask() {
-		return fmt.Errorf("goffload: taskwait: %w", ErrInTask)
+		return Errorf("goffload: taskwait: %w", ErrInTask)
 	}
 	ts := &r.tasks
 	ts.mu.Lock()
@@ -87,7 +86,7 @@ func (r *Runtime) Taskwait(ctx context.Context) error {
 		select {
 		case <-c:
 		case <-ctx.Done():
-			return fmt.Errorf("goffload: taskwait: %w", ctx.Err())
+			return Errorf("goffload: taskwait: %w", ctx.Err())
 		}
 	}
 	return WaitAll(ctx, wait)
@@ -102,7 +101,7 @@ func WaitAll(ctx context.Context, ts []*Task) error {
 		select {
 		case <-t.done:
 		case <-ctx.Done():
-			return fmt.Errorf("goffload: waiting for tasks: %w", ctx.Err())
+			return Errorf("goffload: waiting for tasks: %w", ctx.Err())
 		}
 	}
 	var first error

@@ -3,14 +3,16 @@ package core
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/goffload/offload/plugin"
 	"os"
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/tool"
 )
 
-// Trace is a Tool that records events in Chrome's Trace Event Format, which
+// Trace is a tool.Tool that records events in Chrome's Trace Event Format, which
 // Perfetto and chrome://tracing open. Each device is a process with:
 //   - a track per queue ("queue N") with the operations as the device ran
 //     them (kernels, copies with bytes and buffer name, waits), with
@@ -29,8 +31,8 @@ type Trace struct {
 	start time.Time
 	names map[int]string
 	tasks map[uint64]*traceTask
-	ops   []DeviceOpEvent
-	waits []WaitEvent
+	ops   []tool.DeviceOpEvent
+	waits []tool.WaitEvent
 	marks []traceEvent // mapping changes, as instants
 }
 
@@ -43,11 +45,11 @@ type traceTask struct {
 	ended        bool
 	nowait       bool
 	err          string
-	copies       map[DataKind][]DataEvent // in enqueue order
-	launches     []KernelEvent
+	copies       map[tool.DataKind][]tool.DataEvent // in enqueue order
+	launches     []tool.KernelEvent
 	first, last  *traceEvent // its first device operation after its waits, and its last, once written
 	slice        *traceEvent // its span, once written
-	nextCopy     map[DataKind]int
+	nextCopy     map[tool.DataKind]int
 	nextLaunches int
 	notes        []string // the runtime's decisions about it (Note)
 }
@@ -81,7 +83,7 @@ func NewTrace() *Trace {
 func (tr *Trace) us(t time.Time) float64 { return float64(t.Sub(tr.start).Nanoseconds()) / 1e3 }
 
 // task returns the task id's record, under tr.mu.
-func (tr *Trace) task(w Where) *traceTask {
+func (tr *Trace) task(w tool.Where) *traceTask {
 	t := tr.tasks[w.Task]
 	if t == nil {
 		t = &traceTask{id: w.Task, dev: w.Device, queue: w.Queue}
@@ -95,13 +97,13 @@ func (tr *Trace) task(w Where) *traceTask {
 // device was lost): the task's span carries them in args.runtime.
 func (tr *Trace) Note(task uint64, text string) {
 	tr.mu.Lock()
-	t := tr.task(Where{Task: task})
+	t := tr.task(tool.Where{Task: task})
 	t.notes = append(t.notes, text)
 	tr.mu.Unlock()
 }
 
 // TargetBegin opens a construct's span.
-func (tr *Trace) TargetBegin(e TargetEvent) {
+func (tr *Trace) TargetBegin(e tool.TargetEvent) {
 	tr.mu.Lock()
 	t := tr.task(e.Where)
 	t.name, t.begin, t.dev, t.queue, t.nowait = e.Name, e.Time, e.Device, e.Queue, e.Nowait
@@ -109,7 +111,7 @@ func (tr *Trace) TargetBegin(e TargetEvent) {
 }
 
 // TargetEnd closes it.
-func (tr *Trace) TargetEnd(e TargetEvent) {
+func (tr *Trace) TargetEnd(e tool.TargetEvent) {
 	tr.mu.Lock()
 	t := tr.task(e.Where)
 	t.end, t.ended, t.nowait = e.Time, true, e.Nowait
@@ -121,26 +123,26 @@ func (tr *Trace) TargetEnd(e TargetEvent) {
 
 // DataOp keeps a copy's buffer name for the device's copy, and marks a
 // mapping change.
-func (tr *Trace) DataOp(e DataEvent) {
+func (tr *Trace) DataOp(e tool.DataEvent) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	args := map[string]any{"task": e.Task, "kind": e.Kind.String(), "buffer": e.Name, "bytes": e.Bytes,
 		"host": fmt.Sprintf("%#x", e.Host), "target": fmt.Sprintf("%#x", e.Target)}
 	switch e.Kind {
-	case MapCreate, MapRemove:
+	case tool.MapCreate, tool.MapRemove:
 		tr.marks = append(tr.marks, traceEvent{Name: fmt.Sprintf("%s %s", e.Kind, e.Name), Cat: "data", Ph: "i", Scope: "t",
 			Ts: tr.us(e.Time), Pid: e.Device, Tid: e.Queue, Args: args})
 	default:
 		t := tr.task(e.Where)
 		if t.copies == nil {
-			t.copies = map[DataKind][]DataEvent{}
+			t.copies = map[tool.DataKind][]tool.DataEvent{}
 		}
 		t.copies[e.Kind] = append(t.copies[e.Kind], e)
 	}
 }
 
 // KernelLaunch keeps a launch's arguments for the device's kernel span.
-func (tr *Trace) KernelLaunch(e KernelEvent) {
+func (tr *Trace) KernelLaunch(e tool.KernelEvent) {
 	tr.mu.Lock()
 	t := tr.task(e.Where)
 	t.launches = append(t.launches, e)
@@ -149,14 +151,14 @@ func (tr *Trace) KernelLaunch(e KernelEvent) {
 
 // Wait keeps a wait: an arrow from the task waited for, and a span of its
 // own for a host wait.
-func (tr *Trace) Wait(e WaitEvent) {
+func (tr *Trace) Wait(e tool.WaitEvent) {
 	tr.mu.Lock()
 	tr.waits = append(tr.waits, e)
 	tr.mu.Unlock()
 }
 
 // DeviceOp keeps an operation as the device ran it.
-func (tr *Trace) DeviceOp(e DeviceOpEvent) {
+func (tr *Trace) DeviceOp(e tool.DeviceOpEvent) {
 	tr.mu.Lock()
 	tr.ops = append(tr.ops, e)
 	tr.mu.Unlock()
@@ -186,12 +188,12 @@ func (tr *Trace) events() []traceEvent {
 	out := make([]*traceEvent, 0, len(tr.ops)+2*len(tr.tasks)+len(tr.marks))
 	threads := map[[2]int]string{}
 	for _, t := range tr.tasks {
-		t.first, t.last, t.slice, t.nextCopy, t.nextLaunches = nil, nil, nil, map[DataKind]int{}, 0
+		t.first, t.last, t.slice, t.nextCopy, t.nextLaunches = nil, nil, nil, map[tool.DataKind]int{}, 0
 	}
 	// Device operations, on their task's queue track; a track is in order,
 	// so an operation starts once the one before it ended (clock estimates
 	// may disagree by a little between records).
-	ops := append([]DeviceOpEvent(nil), tr.ops...)
+	ops := append([]tool.DeviceOpEvent(nil), tr.ops...)
 	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Time.Before(ops[j].Time) })
 	trackEnd := map[[2]int]time.Time{}
 	for _, o := range ops {
@@ -315,7 +317,7 @@ func (tr *Trace) events() []traceEvent {
 // nameOp names a device operation, with what the host said of it: the
 // kernel's arguments, the copied buffer's name (the task's copies of a
 // kind are in the order the device ran them).
-func (tr *Trace) nameOp(e *traceEvent, t *traceTask, o DeviceOpEvent) {
+func (tr *Trace) nameOp(e *traceEvent, t *traceTask, o tool.DeviceOpEvent) {
 	switch o.Kind {
 	case plugin.OpLaunch:
 		e.Name, e.Cat = "kernel "+o.Kernel, "kernel"
@@ -346,7 +348,7 @@ func (tr *Trace) nameOp(e *traceEvent, t *traceTask, o DeviceOpEvent) {
 }
 
 // copyKinds are the data operations the tools saw for the device's copies.
-var copyKinds = map[plugin.OpKind]DataKind{plugin.OpSubmit: CopyToDevice, plugin.OpRetrieve: CopyFromDevice, plugin.OpExchange: CopyDeviceToDevice}
+var copyKinds = map[plugin.OpKind]tool.DataKind{plugin.OpSubmit: tool.CopyToDevice, plugin.OpRetrieve: tool.CopyFromDevice, plugin.OpExchange: tool.CopyDeviceToDevice}
 
 // inside is a time inside slice e for an arrow to bind to: near its end
 // (an arrow's source) or its start.
