@@ -71,6 +71,12 @@ type device struct {
 	// transfers and allocations, under mu.
 	st *state.Host[chan proto.Reply, *event, *incoming]
 	nq uint32
+	// closing are queues closed since the device's last operation: their
+	// CloseQueue frames go out before its next one (putClosing). A Stop
+	// closes every queue the core pooled, thousands after many tasks at
+	// once, then the device, whose process ends them all with the session:
+	// nothing goes out for them then.
+	closing []uint32
 
 	reading    bool
 	readerDone chan struct{}
@@ -455,6 +461,18 @@ func (d *device) Free(p plugin.Ptr) error {
 	}
 	d.mu.Unlock()
 	return err
+}
+
+// putClosing queues the CloseQueue frames of the queues closed since the
+// last operation, under d.mu, before the operation that comes now.
+func (d *device) putClosing() error {
+	for _, id := range d.closing {
+		if err := d.l.put(&proto.CloseQueue{Queue: id}); err != nil {
+			return err
+		}
+	}
+	d.closing = d.closing[:0]
+	return nil
 }
 
 func (d *device) NewQueue() (plugin.Queue, error) {
