@@ -52,6 +52,10 @@ type device struct {
 	kill func()
 	// closeFn releases what the transport holds (the process, the socket).
 	closeFn func(lost bool) error
+	// startup is the least time the device's hello may take, where its
+	// process was just started (a process's start-up on a loaded machine),
+	// if more than the device timeout.
+	startup time.Duration
 	// setNum, if set, tells the transport the device's number.
 	setNum func(int)
 	// side is the channel the host introduces device processes to each
@@ -108,12 +112,23 @@ func (d *device) setName(s string) { d.life.SetLabel(s) }
 
 // hello greets the device process and checks that it runs our code.
 func (d *device) hello(img *plugin.Image, num int) error {
+	// The heartbeat starts after hello: until then, the device timeout
+	// bounds the wait for the device's hello (a process stopped or hung
+	// before it serves, a tcp:// device that proved the secret and says
+	// nothing).
+	_, timeout := timing()
+	if timeout > 0 {
+		timeout = max(timeout, d.startup)
+	}
+	stop := d.l.within(timeout, "hello from the device")
+	defer stop()
 	if err := d.l.send(&proto.Hello{Num: uint32(max(num, 0)), Status: proto.Status{Text: helloText(img)}}); err != nil {
-		return err
+		return d.l.readErr(err)
 	}
 	m, err := d.l.r.ReadMsg()
+	stop()
 	if err != nil {
-		return fmt.Errorf("reading the device's hello: %w", err)
+		return fmt.Errorf("reading the device's hello: %w", d.l.readErr(err))
 	}
 	if m.Type != proto.THello {
 		return fmt.Errorf("%w: want hello, got %s", proto.ErrFrame, m.Type)

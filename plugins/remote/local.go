@@ -183,6 +183,7 @@ func spawn(exe, cores string, crowded bool) (*device, error) {
 	}
 	d := newDevice(l, "local", fmt.Sprintf("local device (pid %d)", pid))
 	d.setNum = func(n int) { num.Store(int64(n)) }
+	d.startup = processStartup
 	d.side = side
 	d.onLost = func(cause error) error {
 		if errors.Is(cause, ErrSilent) {

@@ -339,6 +339,7 @@ func (s *tcpServer) handle(conn net.Conn, e *list.Element) {
 	conn.SetDeadline(time.Time{})
 	ss := newSession(sessionLink(c), s.img, s.cores)
 	ss.kind = "tcp"
+	_, ss.helloLimit = timing()
 	if err := ss.serve(); err != nil && err != errSessionOver {
 		fmt.Fprintf(os.Stderr, "goffload device: session with %s: %v\n", conn.RemoteAddr(), err)
 	}

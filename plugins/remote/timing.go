@@ -15,6 +15,12 @@ const envTimeout = "GOFFLOAD_DEVICE_TIMEOUT"
 // learns of a hung device in well under a minute.
 const defaultTimeout = 30 * time.Second
 
+// processStartup is the least time a device's hello may take where its
+// process may still be starting (exec, the Go runtime, package inits: 10–20
+// ms under -race on a loaded two-core machine for a local device), if more
+// than the device timeout: a local device, an MPI rank.
+const processStartup = time.Second
+
 // closeTimeout bounds how long closing a link waits for its queued frames
 // to be written.
 const closeTimeout = 2 * time.Second
