@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -53,8 +54,8 @@ func (e configError) Unwrap() error { return plugin.ErrBadSpec }
 var hostHandshakeTimeout = 10 * time.Second
 
 func openTCP(addr string) ([]plugin.Device, error) {
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return nil, fmt.Errorf("%w: tcp://%s: want tcp://HOST:PORT: %v", plugin.ErrBadSpec, addr, err)
+	if err := checkTCPAddr(addr); err != nil {
+		return nil, err
 	}
 	secret := os.Getenv(envSecret)
 	if secret == "" {
@@ -88,6 +89,20 @@ func openTCP(addr string) ([]plugin.Device, error) {
 	d.addr = "tcp://" + addr
 	d.closeFn = func(bool) error { return nil }
 	return []plugin.Device{d}, nil
+}
+
+// checkTCPAddr checks a tcp:// item's HOST:PORT: a malformed one is an
+// error at Start (plugin.ErrBadSpec), not a device that cannot be reached
+// (which DEFAULT's policy would replace with the host, silently).
+func checkTCPAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w: tcp://%s: want tcp://HOST:PORT: %v", plugin.ErrBadSpec, addr, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || port[0] == '+' {
+		return fmt.Errorf("%w: the port of tcp://%s is %q; want tcp://HOST:PORT with PORT a number from 1 to 65535", plugin.ErrBadSpec, addr, port)
+	}
+	return nil
 }
 
 // sessionLink starts the link of an authenticated TCP session.
