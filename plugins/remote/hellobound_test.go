@@ -87,7 +87,7 @@ func TestTCPDeviceSilentAfterProof(t *testing.T) {
 			return
 		}
 		c.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := sec.deviceHandshake(c); err != nil {
+		if _, err := sec.deviceHandshake(c, nil); err != nil {
 			c.Close()
 			return
 		}

@@ -207,8 +207,9 @@ func authHost(conn io.ReadWriter, secret string) error {
 	return nil
 }
 
-// authDevice challenges a host; on failure it tells the host why.
-func authDevice(conn io.ReadWriter, secret string) error {
+// authDevice challenges a host; on failure it tells the host why. gate is
+// deviceHandshake's.
+func authDevice(conn io.ReadWriter, secret string, gate *proofGate) error {
 	nd := nonce()
 	if err := writeAuth(conn, &proto.Auth{Status: proto.Status{Text: hex.EncodeToString(nd)}}); err != nil {
 		return err
@@ -217,6 +218,10 @@ func authDevice(conn io.ReadWriter, secret string) error {
 	if err != nil {
 		return fmt.Errorf("reading the host's proof: %w", err)
 	}
+	if err := gate.allow(); err != nil {
+		writeAuth(conn, &proto.Auth{Status: statusOf(err)})
+		return err
+	}
 	f := strings.Fields(m.Text)
 	var proof, nh []byte
 	if len(f) == 2 {
@@ -224,6 +229,7 @@ func authDevice(conn io.ReadWriter, secret string) error {
 		nh, _ = hex.DecodeString(f[1])
 	}
 	if len(nh) != 32 || !hmac.Equal(proof, mac(secret, "host", nd)) {
+		gate.failed()
 		err := fmt.Errorf("%w: the host did not prove the shared secret (GOFFLOAD_SECRET differs or is unset)", ErrAuth)
 		writeAuth(conn, &proto.Auth{Status: statusOf(err)})
 		return err
@@ -261,6 +267,7 @@ type tcpServer struct {
 	maxHandshakes int
 	timeout       time.Duration
 	log           *rateLog
+	guesses       *guessLimiter // failed proofs per source address
 
 	mu      sync.Mutex
 	pending list.List // of *handshake, oldest first
@@ -277,7 +284,8 @@ func newTCPServer(ln net.Listener, sec *tcpSecurity, img *plugin.Image, cores in
 	return &tcpServer{
 		ln: ln, sec: sec, img: img, cores: cores,
 		maxHandshakes: maxHandshakes, timeout: handshakeTimeout,
-		log: &rateLog{w: os.Stderr, every: time.Second, burst: 10},
+		log:     &rateLog{w: os.Stderr, every: time.Second, burst: 10},
+		guesses: newGuessLimiter(),
 	}
 }
 
@@ -338,7 +346,8 @@ func (s *tcpServer) handshaking() int {
 // handle authenticates the host on conn and serves it.
 func (s *tcpServer) handle(conn net.Conn, e *list.Element) {
 	conn.SetDeadline(time.Now().Add(s.timeout))
-	c, err := s.sec.deviceHandshake(conn)
+	src := sourceOf(conn.RemoteAddr())
+	c, err := s.sec.deviceHandshake(conn, &proofGate{lim: s.guesses, src: src})
 	if !s.leave(e) {
 		conn.Close() // admit said why
 		return
@@ -351,6 +360,7 @@ func (s *tcpServer) handle(conn net.Conn, e *list.Element) {
 		conn.Close()
 		return
 	}
+	s.guesses.proved(src)
 	conn.SetDeadline(time.Time{})
 	ss := newSession(sessionLink(c), s.img, s.cores)
 	ss.kind = "tcp"

@@ -20,7 +20,7 @@ import (
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
-const limitSecret = "limits-s3cret"
+const limitSecret = "limits-s3cret-0123456789"
 
 // lockedBuffer collects a TCP server's log lines.
 type lockedBuffer struct {
@@ -84,10 +84,16 @@ func listenLoopback(t *testing.T) net.Listener {
 }
 
 // openHonest opens the TCP device at addr as a host that knows the secret.
+// Where hosts of this address just failed their proofs, it is refused
+// until their pause is over (guessLimiter), and tries again meanwhile.
 func openHonest(t *testing.T, addr string) plugin.Device {
 	t.Helper()
 	t.Setenv(envSecret, limitSecret)
 	devs, err := openTCP(addr)
+	for deadline := time.Now().Add(2 * failPauseMax); err != nil && strings.Contains(err.Error(), "too many failed proofs") && time.Now().Before(deadline); {
+		time.Sleep(failPause / 4)
+		devs, err = openTCP(addr)
+	}
 	if err != nil {
 		t.Fatalf("honest host: %v", err)
 	}
