@@ -241,11 +241,12 @@ func authDevice(conn io.ReadWriter, secret string, gate *proofGate) error {
 // secret yet.
 const (
 	// maxHandshakes is how many connections a TCP device holds in the
-	// handshake at once. When another arrives, the oldest is closed: a
+	// handshake at once, maxHandshakesPerSource of them from one address.
+	// When another arrives, an older one is closed (handshakeSlots): a
 	// flood of connections costs the device at most this many descriptors
-	// and goroutines, and an honest host, whose handshake takes one round
-	// trip, gets through unless maxHandshakes connections arrive within
-	// that round trip.
+	// and goroutines, and evicts only the flooder's own connections while
+	// it comes from fewer than maxHandshakes/maxHandshakesPerSource
+	// addresses.
 	maxHandshakes = 64
 	// handshakeTimeout bounds a whole handshake, however the host sends
 	// (nothing, or a byte at a time).
@@ -264,28 +265,22 @@ type tcpServer struct {
 	img   *plugin.Image
 	cores int
 
-	maxHandshakes int
-	timeout       time.Duration
-	log           *rateLog
-	guesses       *guessLimiter // failed proofs per source address
+	timeout time.Duration
+	log     *rateLog
+	guesses *guessLimiter // failed proofs per source address
 
 	mu      sync.Mutex
-	pending list.List // of *handshake, oldest first
-	evicted int       // handshakes closed to make room, in all
-}
-
-// handshake is a connection whose host has not proved the secret yet.
-type handshake struct {
-	conn    net.Conn
-	evicted bool // closed to make room for a newer one (under mu)
+	slots   *handshakeSlots // under mu
+	evicted int             // handshakes closed to make room, in all
 }
 
 func newTCPServer(ln net.Listener, sec *tcpSecurity, img *plugin.Image, cores int) *tcpServer {
 	return &tcpServer{
 		ln: ln, sec: sec, img: img, cores: cores,
-		maxHandshakes: maxHandshakes, timeout: handshakeTimeout,
+		timeout: handshakeTimeout,
 		log:     &rateLog{w: os.Stderr, every: time.Second, burst: 10},
 		guesses: newGuessLimiter(),
+		slots:   newHandshakeSlots(maxHandshakes, maxHandshakesPerSource),
 	}
 }
 
@@ -308,20 +303,22 @@ func (s *tcpServer) serve() error {
 	}
 }
 
-// admit enters conn among the handshakes, closing the oldest if there are
-// too many.
+// admit enters conn among the handshakes, closing an older one if there
+// are too many (handshakeSlots: its source's own, if it holds its share).
 func (s *tcpServer) admit(conn net.Conn) *list.Element {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.pending.Len() >= s.maxHandshakes {
-		old := s.pending.Remove(s.pending.Front()).(*handshake)
-		old.evicted = true
+	e, old := s.slots.admit(&handshake{conn: conn, src: sourceOf(conn.RemoteAddr())})
+	if old != nil {
 		old.conn.Close()
 		s.evicted++
-		s.log.printf("goffload device: %d hosts in the handshake: closed the oldest connection, from %s (%d closed so far)",
-			s.maxHandshakes, old.conn.RemoteAddr(), s.evicted)
+		why := fmt.Sprintf("%d hosts in the handshake: closed the oldest connection of the address that holds the most", s.slots.max)
+		if old.src == e.Value.(*handshake).src {
+			why = fmt.Sprintf("%d connections from %s in the handshake: closed its oldest", s.slots.perSource, old.src)
+		}
+		s.log.printf("goffload device: %s, from %s (%d closed so far)", why, old.conn.RemoteAddr(), s.evicted)
 	}
-	return s.pending.PushBack(&handshake{conn: conn})
+	return e
 }
 
 // leave takes e out of the handshakes; it reports false if e was closed to
@@ -329,18 +326,14 @@ func (s *tcpServer) admit(conn net.Conn) *list.Element {
 func (s *tcpServer) leave(e *list.Element) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e.Value.(*handshake).evicted {
-		return false
-	}
-	s.pending.Remove(e)
-	return true
+	return s.slots.leave(e)
 }
 
 // handshaking is how many connections are in the handshake.
 func (s *tcpServer) handshaking() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.pending.Len()
+	return s.slots.len()
 }
 
 // handle authenticates the host on conn and serves it.

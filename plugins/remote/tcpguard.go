@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"container/list"
 	"fmt"
 	"net"
 	"os"
@@ -153,3 +154,82 @@ func sourceOf(addr net.Addr) string {
 	}
 	return host
 }
+
+// handshakeSlots are a TCP device's connections whose hosts have not proved
+// the secret yet: at most max at once, at most perSource of them from one
+// source address. A connection beyond either bound closes an older one:
+// its own source's oldest if that source holds perSource, else the oldest
+// of the source that holds the most. So a party that opens connections
+// faster than a handshake ends evicts only its own, and other sources keep
+// theirs. It is plain state: the caller closes what it evicts.
+type handshakeSlots struct {
+	max, perSource int
+	all            list.List // of *handshake, oldest first
+	bySrc          map[string]int
+}
+
+// handshake is a connection whose host has not proved the secret yet.
+type handshake struct {
+	conn    net.Conn
+	src     string
+	evicted bool // closed to make room for a newer one
+}
+
+func newHandshakeSlots(max, perSource int) *handshakeSlots {
+	return &handshakeSlots{max: max, perSource: perSource, bySrc: map[string]int{}}
+}
+
+// admit enters h and returns the handshake it evicts to make room, if any.
+func (s *handshakeSlots) admit(h *handshake) (*list.Element, *handshake) {
+	var out *list.Element
+	switch {
+	case s.bySrc[h.src] >= s.perSource:
+		out = s.oldestOf(h.src)
+	case s.all.Len() >= s.max:
+		most := 0
+		for _, n := range s.bySrc {
+			most = max(most, n)
+		}
+		for e := s.all.Front(); e != nil && out == nil; e = e.Next() {
+			if s.bySrc[e.Value.(*handshake).src] == most {
+				out = e // the oldest of the sources that hold the most
+			}
+		}
+	}
+	var old *handshake
+	if out != nil {
+		old = out.Value.(*handshake)
+		old.evicted = true
+		s.remove(out)
+	}
+	s.bySrc[h.src]++
+	return s.all.PushBack(h), old
+}
+
+// leave takes e out; it reports false if e was evicted.
+func (s *handshakeSlots) leave(e *list.Element) bool {
+	if e.Value.(*handshake).evicted {
+		return false
+	}
+	s.remove(e)
+	return true
+}
+
+func (s *handshakeSlots) remove(e *list.Element) {
+	h := s.all.Remove(e).(*handshake)
+	if s.bySrc[h.src]--; s.bySrc[h.src] == 0 {
+		delete(s.bySrc, h.src)
+	}
+}
+
+func (s *handshakeSlots) oldestOf(src string) *list.Element {
+	for e := s.all.Front(); e != nil; e = e.Next() {
+		if e.Value.(*handshake).src == src {
+			return e
+		}
+	}
+	return nil
+}
+
+// len is how many connections are in the handshake.
+func (s *handshakeSlots) len() int { return s.all.Len() }

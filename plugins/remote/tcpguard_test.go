@@ -92,3 +92,61 @@ func TestSecretTooShort(t *testing.T) {
 		t.Errorf("a secret of 16 bytes: %v; want it taken (and the device unavailable)", err)
 	}
 }
+
+// TestHandshakeSlotsFair drives the handshake slots without sockets: one
+// address opening connections without end holds at most its share and
+// evicts only its own, the honest addresses keep theirs; with every slot
+// taken by addresses of one connection each, the oldest goes first.
+func TestHandshakeSlotsFair(t *testing.T) {
+	s := newHandshakeSlots(64, 8)
+	var honest []*handshake
+	for i := range 20 {
+		h := &handshake{src: fmt.Sprintf("10.0.1.%d", i)}
+		if _, old := s.admit(h); old != nil {
+			t.Fatalf("an honest host was admitted by evicting %s", old.src)
+		}
+		honest = append(honest, h)
+	}
+	for i := range 1000 {
+		_, old := s.admit(&handshake{src: "10.6.6.6"})
+		if old != nil && old.src != "10.6.6.6" {
+			t.Fatalf("flood connection %d evicted %s's", i, old.src)
+		}
+	}
+	if n := s.bySrc["10.6.6.6"]; n != 8 {
+		t.Errorf("the flooder holds %d slots, want 8", n)
+	}
+	for _, h := range honest {
+		if h.evicted {
+			t.Fatalf("%s was evicted by the flood", h.src)
+		}
+	}
+	// 36 more addresses fill the 64 slots; newcomers then evict the
+	// flooder's down to one, then the oldest of those that hold one each.
+	for i := range 36 {
+		if _, old := s.admit(&handshake{src: fmt.Sprintf("10.0.2.%d", i)}); old != nil {
+			t.Fatalf("address %d of 36 evicted %s, with %d slots taken", i, old.src, s.len())
+		}
+	}
+	for i := range 7 {
+		if _, old := s.admit(&handshake{src: fmt.Sprintf("10.0.3.%d", i)}); old == nil || old.src != "10.6.6.6" {
+			t.Fatalf("with every slot taken, newcomer %d evicted %v, want the flooder's", i, old)
+		}
+	}
+	if _, old := s.admit(&handshake{src: "10.0.4.1"}); old != honest[0] {
+		t.Fatalf("with every address holding one, the newcomer evicted %v, want the oldest (%s)", old, honest[0].src)
+	}
+	if s.len() != 64 {
+		t.Fatalf("%d in the handshake, want 64", s.len())
+	}
+	for e := s.all.Front(); e != nil; {
+		next := e.Next()
+		if !s.leave(e) {
+			t.Fatal("a handshake in the list counts as evicted")
+		}
+		e = next
+	}
+	if s.len() != 0 || len(s.bySrc) != 0 {
+		t.Fatalf("after every handshake left: %d in the list, %d addresses counted", s.len(), len(s.bySrc))
+	}
+}
