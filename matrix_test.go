@@ -107,7 +107,7 @@ var tcpDeviceAddr string
 // it.
 func startTCPDevice(t testing.TB) {
 	t.Helper()
-	const secret = "matrix-s3cret"
+	const secret = "matrix-s3cret-0123456789"
 	t.Setenv("GOFFLOAD_SECRET", secret)
 	exe, err := os.Executable()
 	if err != nil {

@@ -36,6 +36,7 @@ func TestEnvOutOfRange(t *testing.T) {
 		{"GOFFLOAD_DEVICE_TIMEOUT", "abc", "at least 10ms"},
 		{"GOFFLOAD_DEVICE_TIMEOUT", "1ms", "at least 10ms"},
 		{"GOFFLOAD_DEVICE_TIMEOUT", "-5s", "at least 10ms"},
+		{"GOFFLOAD_DEVICE_TIMEOUT", "8761h", "at most 8760h"},
 		{"GOFFLOAD_STOP_GRACE", "soon", "at least 1ms"},
 		{"GOFFLOAD_STOP_GRACE", "0", "at least 1ms"},
 	}

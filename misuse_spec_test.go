@@ -39,6 +39,31 @@ func TestDeviceSpecsStrict(t *testing.T) {
 	}
 }
 
+// TestTCPPortMalformed: a tcp:// item whose port is out of range, negative
+// or empty is an error at Start naming the item and what a port is, under
+// the default policy too, where it was an unavailable device (the program
+// ran on the host, silently).
+func TestTCPPortMalformed(t *testing.T) {
+	t.Setenv("GOFFLOAD_SECRET", "a secret of more than sixteen bytes")
+	t.Setenv("OMP_TARGET_OFFLOAD", "")
+	cases := []struct{ devices, want string }{
+		{"tcp://127.0.0.1:99999", `item "tcp://127.0.0.1:99999": malformed device spec: the port of tcp://127.0.0.1:99999 is "99999"; want tcp://HOST:PORT with PORT a number from 1 to 65535`},
+		{"tcp://127.0.0.1:-1", `item "tcp://127.0.0.1:-1": malformed device spec: the port of tcp://127.0.0.1:-1 is "-1"; want`},
+		{"tcp://127.0.0.1:", `item "tcp://127.0.0.1:": malformed device spec: the port of tcp://127.0.0.1: is ""; want`},
+	}
+	for _, c := range cases {
+		err := offload.Start(offload.WithDevices(c.devices))
+		if err == nil {
+			offload.Stop()
+			t.Errorf("Start with devices %q succeeded", c.devices)
+			continue
+		}
+		if !errors.Is(err, offload.ErrConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("devices %q: %v; want ErrConfig saying %q", c.devices, err, c.want)
+		}
+	}
+}
+
 // TestTCPWithoutSecret: a tcp:// item without GOFFLOAD_SECRET says the
 // secret is missing and how to give it, and shows the item as written.
 func TestTCPWithoutSecret(t *testing.T) {

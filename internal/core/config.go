@@ -187,6 +187,10 @@ func knownKinds() string {
 // spins a core for up to that long per read.
 const MaxRemoteSpin = time.Second
 
+// MaxDeviceTimeout is the largest GOFFLOAD_DEVICE_TIMEOUT accepted (a year):
+// a device's hello says its timeout, and a longer one is no hello at all.
+const MaxDeviceTimeout = 8760 * time.Hour
+
 // CheckDeviceEnv checks the environment variables that the device kinds read
 // when they open devices (and device processes when they start), so that a
 // value out of range is an error at Start wrapping ErrConfig — naming the
@@ -197,8 +201,8 @@ const MaxRemoteSpin = time.Second
 //   - GOFFLOAD_HOST_POOL_THRESHOLD: 0 to the machine's memory, in bytes;
 //   - GOFFLOAD_REMOTE_SPIN: a Go duration from 0 to MaxRemoteSpin ("0" turns
 //     spinning off);
-//   - GOFFLOAD_DEVICE_TIMEOUT: a Go duration of at least 10ms, or 0 for none
-//     (plugins/remote parses it with the same rule).
+//   - GOFFLOAD_DEVICE_TIMEOUT: a Go duration from 10ms to MaxDeviceTimeout,
+//     or 0 for none (plugins/remote parses it with the same rule).
 //
 // The kinds check their variables again themselves (a program can open
 // devices without Start, and a TCP device process is started by hand).
@@ -216,8 +220,8 @@ func CheckDeviceEnv() error {
 		}
 	}
 	if s := os.Getenv("GOFFLOAD_DEVICE_TIMEOUT"); s != "" && s != "0" {
-		if d, err := time.ParseDuration(s); err != nil || d < 10*time.Millisecond {
-			return fmt.Errorf("%w: GOFFLOAD_DEVICE_TIMEOUT=%q: want a duration of at least 10ms (like 30s), or 0 for none", ErrConfig, s)
+		if d, err := time.ParseDuration(s); err != nil || d < 10*time.Millisecond || d > MaxDeviceTimeout {
+			return fmt.Errorf("%w: GOFFLOAD_DEVICE_TIMEOUT=%q: want a duration of at least 10ms and at most 8760h (like 30s), or 0 for none", ErrConfig, s)
 		}
 	}
 	if s := os.Getenv("GOFFLOAD_LOCAL_LINK"); s != "" && s != "shm" && s != "socket" {

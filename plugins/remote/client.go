@@ -52,6 +52,10 @@ type device struct {
 	kill func()
 	// closeFn releases what the transport holds (the process, the socket).
 	closeFn func(lost bool) error
+	// startup is the least time the device's hello may take, where its
+	// process was just started (a process's start-up on a loaded machine),
+	// if more than the device timeout.
+	startup time.Duration
 	// setNum, if set, tells the transport the device's number.
 	setNum func(int)
 	// side is the channel the host introduces device processes to each
@@ -71,6 +75,12 @@ type device struct {
 	// transfers and allocations, under mu.
 	st *state.Host[chan proto.Reply, *event, *incoming]
 	nq uint32
+	// closing are queues closed since the device's last operation: their
+	// CloseQueue frames go out before its next one (putClosing). A Stop
+	// closes every queue the core pooled, thousands after many tasks at
+	// once, then the device, whose process ends them all with the session:
+	// nothing goes out for them then.
+	closing []uint32
 
 	reading    bool
 	readerDone chan struct{}
@@ -102,12 +112,23 @@ func (d *device) setName(s string) { d.life.SetLabel(s) }
 
 // hello greets the device process and checks that it runs our code.
 func (d *device) hello(img *plugin.Image, num int) error {
+	// The heartbeat starts after hello: until then, the device timeout
+	// bounds the wait for the device's hello (a process stopped or hung
+	// before it serves, a tcp:// device that proved the secret and says
+	// nothing).
+	_, timeout := timing()
+	if timeout > 0 {
+		timeout = max(timeout, d.startup)
+	}
+	stop := d.l.within(timeout, "hello from the device")
+	defer stop()
 	if err := d.l.send(&proto.Hello{Num: uint32(max(num, 0)), Status: proto.Status{Text: helloText(img)}}); err != nil {
-		return err
+		return d.l.readErr(err)
 	}
 	m, err := d.l.r.ReadMsg()
+	stop()
 	if err != nil {
-		return fmt.Errorf("reading the device's hello: %w", err)
+		return fmt.Errorf("reading the device's hello: %w", d.l.readErr(err))
 	}
 	if m.Type != proto.THello {
 		return fmt.Errorf("%w: want hello, got %s", proto.ErrFrame, m.Type)
@@ -455,6 +476,18 @@ func (d *device) Free(p plugin.Ptr) error {
 	}
 	d.mu.Unlock()
 	return err
+}
+
+// putClosing queues the CloseQueue frames of the queues closed since the
+// last operation, under d.mu, before the operation that comes now.
+func (d *device) putClosing() error {
+	for _, id := range d.closing {
+		if err := d.l.put(&proto.CloseQueue{Queue: id}); err != nil {
+			return err
+		}
+	}
+	d.closing = d.closing[:0]
+	return nil
 }
 
 func (d *device) NewQueue() (plugin.Queue, error) {

@@ -239,7 +239,7 @@ func FuzzTCPHandshake(f *testing.F) {
 			host.(*net.UnixConn).CloseWrite()
 			io.Copy(io.Discard, host)
 		}()
-		if c, err := sec.deviceHandshake(dev); err == nil {
+		if c, err := sec.deviceHandshake(dev, nil); err == nil {
 			t.Fatalf("%x: let in as %T", data, c)
 		} else if errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Fatalf("%x: the handshake hung", data)

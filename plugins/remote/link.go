@@ -451,6 +451,28 @@ func (l *link) live(interval, timeout time.Duration) {
 	}()
 }
 
+// within fails the link with ErrSilent if stop is not called within
+// timeout (0: never), for a phase before the heartbeat runs: a hello that
+// does not come. what says what did not come ("the device's hello").
+func (l *link) within(timeout time.Duration, what string) (stop func()) {
+	if timeout <= 0 {
+		return func() {}
+	}
+	t := time.AfterFunc(timeout, func() {
+		l.fail(fmt.Errorf("%w: no %s within %v (%s=%v)", ErrSilent, what, timeout, envTimeout, timeout))
+	})
+	return func() { t.Stop() }
+}
+
+// readErr is the error of a read that failed with err: the link's own, if
+// it failed first (within, live), else err.
+func (l *link) readErr(err error) error {
+	if lerr := l.failed(); lerr != nil && errors.Is(lerr, ErrSilent) {
+		return lerr
+	}
+	return err
+}
+
 // isClosedErr reports whether err is the normal end of a connection.
 func isClosedErr(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, errLinkClosed)

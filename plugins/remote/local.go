@@ -150,15 +150,12 @@ func spawn(exe, cores string, crowded bool) (*device, error) {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, shmFile)
 		cmd.Env = append(cmd.Env, envShm+"=5")
 	}
-	// The device dies with the host, also when the host is killed.
+	// The device dies with the host, also when the host is killed: with
+	// the process, as the forker thread lives as long (startOnForker).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stdout = &prefixWriter{w: os.Stdout, num: num}
 	cmd.Stderr = &prefixWriter{w: os.Stderr, num: num}
-	// Pdeathsig follows the thread that forks: keep it for the fork.
-	runtime.LockOSThread()
-	err = cmd.Start()
-	runtime.UnlockOSThread()
-	if err != nil {
+	if err := startOnForker(cmd); err != nil {
 		conn.Close()
 		side.Close()
 		return nil, fmt.Errorf("starting a device process: %w", err)
@@ -186,6 +183,7 @@ func spawn(exe, cores string, crowded bool) (*device, error) {
 	}
 	d := newDevice(l, "local", fmt.Sprintf("local device (pid %d)", pid))
 	d.setNum = func(n int) { num.Store(int64(n)) }
+	d.startup = processStartup
 	d.side = side
 	d.onLost = func(cause error) error {
 		if errors.Is(cause, ErrSilent) {
@@ -230,6 +228,43 @@ func spawn(exe, cores string, crowded bool) (*device, error) {
 		return nil
 	}
 	return d, nil
+}
+
+// forkReqs takes the device processes to start to the forker, whose
+// thread forks them all (startOnForker).
+var (
+	forkOnce sync.Once
+	forkReqs chan forkReq
+)
+
+type forkReq struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// startOnForker starts cmd from the forker: a goroutine locked to a thread
+// of its own that never returns, so the thread lives as long as the
+// process. Linux sends a child its Pdeathsig when the thread that forked it
+// ends, not the process: Go ends a thread whenever a goroutine that locked
+// it returns without unlocking, and a device forked by such a caller's
+// thread (or by any thread Go retires) died with it.
+func startOnForker(cmd *exec.Cmd) error {
+	forkOnce.Do(func() {
+		forkReqs = make(chan forkReq)
+		go forker()
+	})
+	done := make(chan error, 1)
+	forkReqs <- forkReq{cmd, done}
+	return <-done
+}
+
+// forker starts the commands it is sent, on its own locked thread, for the
+// life of the process.
+func forker() {
+	runtime.LockOSThread() // never unlocked: the thread is the devices' parent
+	for r := range forkReqs {
+		r.done <- r.cmd.Start()
+	}
 }
 
 // SocketPair returns a connected pair of Unix stream sockets (close-on-exec

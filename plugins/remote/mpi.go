@@ -207,6 +207,7 @@ func openMPI(arg string) ([]plugin.Device, error) {
 		t := w.addLocked(r, ctrl, data)
 		d := newDevice(startLink(t), "mpi", fmt.Sprintf("mpi device (rank %d)", r))
 		d.rank = r
+		d.startup = processStartup
 		d.onLost = func(cause error) error {
 			w.mu.Lock()
 			w.lost[r] = cause

@@ -22,6 +22,10 @@ type queue struct {
 	// mark a Query sent, if it has not been answered; held is an error a
 	// mark answered that is not reported yet.
 	dirty bool
+	// rec is the event of the queue's last Record, if nothing was queued
+	// after it: once it fired without error, every operation sent on the
+	// queue is done, and a Synchronize needs no mark.
+	rec   *event
 	query chan proto.Reply
 	held  error
 	// waited says a wait or a retrieve was sent since the last
@@ -64,15 +68,18 @@ func (q *queue) enqueue(f proto.Frame, reg func(d *device)) error {
 		d.mu.Unlock()
 		return err
 	}
-	if reg != nil {
+	err := d.putClosing()
+	if reg != nil && err == nil {
 		reg(d)
 	}
-	err := d.l.put(f)
+	if err == nil {
+		err = d.l.put(f)
+	}
 	d.mu.Unlock()
 	if err != nil {
 		return d.linkLost(err)
 	}
-	q.dirty = true
+	q.dirty, q.rec = true, nil
 	return nil
 }
 
@@ -197,6 +204,7 @@ func (q *queue) Record(e plugin.Event) error {
 		ev.ev.Fire(err) // recorded, and will never fire otherwise
 		return err
 	}
+	q.rec = ev
 	q.d.l.flush() // the writer's: several tasks' frames go out together
 	return nil
 }
@@ -221,7 +229,7 @@ func (q *queue) Wait(e plugin.Event) error {
 		if skip || err != nil {
 			return err
 		}
-		q.waited, q.dirty = true, true
+		q.waited, q.dirty, q.rec = true, true, nil
 		// Queued under d.mu after the check: the batch that makes the device
 		// forget the event goes out after this wait.
 		return d.l.put(f)
@@ -263,8 +271,32 @@ func (q *queue) mark() (chan proto.Reply, error) {
 		return nil, err
 	}
 	q.xfers = nil
-	q.dirty = false
+	q.dirty, q.rec = false, nil
 	return ch, nil
+}
+
+// pastRecord clears q.dirty if q's last operation was a Record whose event
+// the device said fired, without error: the device did everything before
+// it, and what it sent before (a retrieve's data) is in, so a mark would
+// say only that. (An event fired early, because another queue got past
+// it, does not count: its device's data may still be on its way.) A queue
+// the core pooled after its task is done closes without a round trip then.
+// Launches bound to stop signals still need the mark, which makes the
+// device forget their numbers.
+func (q *queue) pastRecord() {
+	if !q.dirty || q.rec == nil || len(q.stops) > 0 {
+		return
+	}
+	if fired, err := q.rec.ev.Query(); !fired || err != nil {
+		return
+	}
+	d := q.d
+	d.mu.Lock()
+	heard := d.st.HeardOf(q.rec.id)
+	d.mu.Unlock()
+	if heard {
+		q.dirty, q.rec = false, nil
+	}
 }
 
 // releaseStops ends the bindings of the launches before the mark just
@@ -289,6 +321,7 @@ func (q *queue) Synchronize() error {
 		q.hold(answer(q.d.await(q.query)))
 		q.query = nil
 	}
+	q.pastRecord()
 	if q.dirty {
 		waited := q.waitedOn
 		q.waitedOn = nil
@@ -319,6 +352,7 @@ func (q *queue) Query() (bool, error) {
 			return false, nil
 		}
 	}
+	q.pastRecord()
 	if q.dirty {
 		ch, err := q.mark()
 		if err != nil {
@@ -341,7 +375,9 @@ func (q *queue) Close() error {
 	err := q.Synchronize()
 	q.d.mu.Lock()
 	if q.d.st.Alive() == nil {
-		q.d.l.send(&proto.CloseQueue{Queue: q.id})
+		// Said before the device's next operation, if it has one
+		// (device.closing).
+		q.d.closing = append(q.d.closing, q.id)
 	} else if errors.Is(err, plugin.ErrDeviceLost) {
 		err = nil // the loss was reported by the operations it failed
 	}

@@ -275,22 +275,36 @@ func startTCPDevice(t *testing.T, secret string) (addr string, stderr *bufio.Sca
 // TestTCPSecret: a wrong or missing secret is refused on both sides, and the
 // device goes on serving hosts that know it.
 func TestTCPSecret(t *testing.T) {
-	addr, stderr := startTCPDevice(t, "s3cret")
+	addr, stderr := startTCPDevice(t, "s3cret-0123456789")
 	k, _ := plugin.LookupKind("tcp")
 
 	t.Setenv("GOFFLOAD_SECRET", "")
 	if _, err := k.Open(addr); !errors.Is(err, plugin.ErrBadSpec) || !strings.Contains(err.Error(), "GOFFLOAD_SECRET") {
 		t.Errorf("no secret: %v", err)
 	}
-	t.Setenv("GOFFLOAD_SECRET", "wrong")
+	t.Setenv("GOFFLOAD_SECRET", "wrong-0123456789")
 	if _, err := k.Open(addr); !errors.Is(err, remote.ErrAuth) {
 		t.Errorf("wrong secret: %v, want ErrAuth", err)
 	}
 	if !stderr.Scan() || !strings.Contains(stderr.Text(), "refused host") || !strings.Contains(stderr.Text(), "shared secret") {
 		t.Errorf("device side: %q", stderr.Text())
 	}
-	t.Setenv("GOFFLOAD_SECRET", "s3cret")
+	// Over a real socket: the failed proof pauses this address's next
+	// ones, refused unchecked (the right secret too), until the pause is over.
+	t.Setenv("GOFFLOAD_SECRET", "s3cret-0123456789")
 	devs, err := k.Open(addr)
+	if !errors.Is(err, remote.ErrAuth) || !strings.Contains(err.Error(), "too many failed proofs from 127.0.0.1: try again in") {
+		t.Errorf("the right secret right after a wrong one: %v, want ErrAuth saying to try again later", err)
+		if err == nil {
+			devs[0].Close()
+		}
+	}
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		if devs, err = k.Open(addr); err == nil || !strings.Contains(err.Error(), "too many failed proofs") {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

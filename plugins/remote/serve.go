@@ -131,7 +131,8 @@ func serve(img *plugin.Image) error {
 // CA besides the secret). A host that fails the proof is refused and
 // the device goes on serving others. Until a host has proved the secret,
 // its connection is bounded: at most 64 connections are in the handshake at
-// once (a newer one closes the oldest), a handshake must end within 5
+// once, 8 from one address (a newer one closes its address's oldest, or
+// the oldest of the address that holds the most), a handshake must end within 5
 // seconds, and a handshake frame is at most a few hundred bytes. Errors
 // accepting a connection (out of descriptors) pause the device, 5 ms
 // doubling up to 1 s, rather than end it. Refusals go to stderr, at most 10

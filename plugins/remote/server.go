@@ -57,6 +57,11 @@ type session struct {
 	// hostTimeout is the host's device timeout, from its hello (-1: it
 	// did not say): the link's heartbeat keeps to it (timingFor).
 	hostTimeout time.Duration
+	// helloLimit bounds the wait for the host's hello (0: none): a tcp://
+	// session's host proved the secret, and the heartbeat starts after
+	// hello. A local device's host is its parent, which may open other
+	// devices between this one's start and its hello.
+	helloLimit time.Duration
 
 	role readerRole // who reads the link (see role.go)
 	end  chan error // how the session ended, from its last reader
@@ -183,9 +188,11 @@ var errExitFirst = fmt.Errorf("exit before hello")
 // hello checks the host's protocol version and image, and answers with the
 // device's.
 func (s *session) hello() error {
+	stop := s.l.within(s.helloLimit, "hello from the host")
 	m, err := s.l.r.ReadMsg()
+	stop()
 	if err != nil {
-		return fmt.Errorf("reading hello: %w", err)
+		return fmt.Errorf("reading hello: %w", s.l.readErr(err))
 	}
 	mine := helloText(s.img)
 	if m.Type == proto.TExit {

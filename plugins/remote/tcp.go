@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -53,8 +54,8 @@ func (e configError) Unwrap() error { return plugin.ErrBadSpec }
 var hostHandshakeTimeout = 10 * time.Second
 
 func openTCP(addr string) ([]plugin.Device, error) {
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return nil, fmt.Errorf("%w: tcp://%s: want tcp://HOST:PORT: %v", plugin.ErrBadSpec, addr, err)
+	if err := checkTCPAddr(addr); err != nil {
+		return nil, err
 	}
 	secret := os.Getenv(envSecret)
 	if secret == "" {
@@ -88,6 +89,20 @@ func openTCP(addr string) ([]plugin.Device, error) {
 	d.addr = "tcp://" + addr
 	d.closeFn = func(bool) error { return nil }
 	return []plugin.Device{d}, nil
+}
+
+// checkTCPAddr checks a tcp:// item's HOST:PORT: a malformed one is an
+// error at Start (plugin.ErrBadSpec), not a device that cannot be reached
+// (which DEFAULT's policy would replace with the host, silently).
+func checkTCPAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w: tcp://%s: want tcp://HOST:PORT: %v", plugin.ErrBadSpec, addr, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || port[0] == '+' {
+		return fmt.Errorf("%w: the port of tcp://%s is %q; want tcp://HOST:PORT with PORT a number from 1 to 65535", plugin.ErrBadSpec, addr, port)
+	}
+	return nil
 }
 
 // sessionLink starts the link of an authenticated TCP session.
@@ -192,8 +207,9 @@ func authHost(conn io.ReadWriter, secret string) error {
 	return nil
 }
 
-// authDevice challenges a host; on failure it tells the host why.
-func authDevice(conn io.ReadWriter, secret string) error {
+// authDevice challenges a host; on failure it tells the host why. gate is
+// deviceHandshake's.
+func authDevice(conn io.ReadWriter, secret string, gate *proofGate) error {
 	nd := nonce()
 	if err := writeAuth(conn, &proto.Auth{Status: proto.Status{Text: hex.EncodeToString(nd)}}); err != nil {
 		return err
@@ -202,6 +218,10 @@ func authDevice(conn io.ReadWriter, secret string) error {
 	if err != nil {
 		return fmt.Errorf("reading the host's proof: %w", err)
 	}
+	if err := gate.allow(); err != nil {
+		writeAuth(conn, &proto.Auth{Status: statusOf(err)})
+		return err
+	}
 	f := strings.Fields(m.Text)
 	var proof, nh []byte
 	if len(f) == 2 {
@@ -209,6 +229,7 @@ func authDevice(conn io.ReadWriter, secret string) error {
 		nh, _ = hex.DecodeString(f[1])
 	}
 	if len(nh) != 32 || !hmac.Equal(proof, mac(secret, "host", nd)) {
+		gate.failed()
 		err := fmt.Errorf("%w: the host did not prove the shared secret (GOFFLOAD_SECRET differs or is unset)", ErrAuth)
 		writeAuth(conn, &proto.Auth{Status: statusOf(err)})
 		return err
@@ -220,11 +241,12 @@ func authDevice(conn io.ReadWriter, secret string) error {
 // secret yet.
 const (
 	// maxHandshakes is how many connections a TCP device holds in the
-	// handshake at once. When another arrives, the oldest is closed: a
+	// handshake at once, maxHandshakesPerSource of them from one address.
+	// When another arrives, an older one is closed (handshakeSlots): a
 	// flood of connections costs the device at most this many descriptors
-	// and goroutines, and an honest host, whose handshake takes one round
-	// trip, gets through unless maxHandshakes connections arrive within
-	// that round trip.
+	// and goroutines, and evicts only the flooder's own connections while
+	// it comes from fewer than maxHandshakes/maxHandshakesPerSource
+	// addresses.
 	maxHandshakes = 64
 	// handshakeTimeout bounds a whole handshake, however the host sends
 	// (nothing, or a byte at a time).
@@ -243,26 +265,22 @@ type tcpServer struct {
 	img   *plugin.Image
 	cores int
 
-	maxHandshakes int
-	timeout       time.Duration
-	log           *rateLog
+	timeout time.Duration
+	log     *rateLog
+	guesses *guessLimiter // failed proofs per source address
 
 	mu      sync.Mutex
-	pending list.List // of *handshake, oldest first
-	evicted int       // handshakes closed to make room, in all
-}
-
-// handshake is a connection whose host has not proved the secret yet.
-type handshake struct {
-	conn    net.Conn
-	evicted bool // closed to make room for a newer one (under mu)
+	slots   *handshakeSlots // under mu
+	evicted int             // handshakes closed to make room, in all
 }
 
 func newTCPServer(ln net.Listener, sec *tcpSecurity, img *plugin.Image, cores int) *tcpServer {
 	return &tcpServer{
 		ln: ln, sec: sec, img: img, cores: cores,
-		maxHandshakes: maxHandshakes, timeout: handshakeTimeout,
-		log: &rateLog{w: os.Stderr, every: time.Second, burst: 10},
+		timeout: handshakeTimeout,
+		log:     &rateLog{w: os.Stderr, every: time.Second, burst: 10},
+		guesses: newGuessLimiter(),
+		slots:   newHandshakeSlots(maxHandshakes, maxHandshakesPerSource),
 	}
 }
 
@@ -285,20 +303,22 @@ func (s *tcpServer) serve() error {
 	}
 }
 
-// admit enters conn among the handshakes, closing the oldest if there are
-// too many.
+// admit enters conn among the handshakes, closing an older one if there
+// are too many (handshakeSlots: its source's own, if it holds its share).
 func (s *tcpServer) admit(conn net.Conn) *list.Element {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.pending.Len() >= s.maxHandshakes {
-		old := s.pending.Remove(s.pending.Front()).(*handshake)
-		old.evicted = true
+	e, old := s.slots.admit(&handshake{conn: conn, src: sourceOf(conn.RemoteAddr())})
+	if old != nil {
 		old.conn.Close()
 		s.evicted++
-		s.log.printf("goffload device: %d hosts in the handshake: closed the oldest connection, from %s (%d closed so far)",
-			s.maxHandshakes, old.conn.RemoteAddr(), s.evicted)
+		why := fmt.Sprintf("%d hosts in the handshake: closed the oldest connection of the address that holds the most", s.slots.max)
+		if old.src == e.Value.(*handshake).src {
+			why = fmt.Sprintf("%d connections from %s in the handshake: closed its oldest", s.slots.perSource, old.src)
+		}
+		s.log.printf("goffload device: %s, from %s (%d closed so far)", why, old.conn.RemoteAddr(), s.evicted)
 	}
-	return s.pending.PushBack(&handshake{conn: conn})
+	return e
 }
 
 // leave takes e out of the handshakes; it reports false if e was closed to
@@ -306,24 +326,21 @@ func (s *tcpServer) admit(conn net.Conn) *list.Element {
 func (s *tcpServer) leave(e *list.Element) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e.Value.(*handshake).evicted {
-		return false
-	}
-	s.pending.Remove(e)
-	return true
+	return s.slots.leave(e)
 }
 
 // handshaking is how many connections are in the handshake.
 func (s *tcpServer) handshaking() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.pending.Len()
+	return s.slots.len()
 }
 
 // handle authenticates the host on conn and serves it.
 func (s *tcpServer) handle(conn net.Conn, e *list.Element) {
 	conn.SetDeadline(time.Now().Add(s.timeout))
-	c, err := s.sec.deviceHandshake(conn)
+	src := sourceOf(conn.RemoteAddr())
+	c, err := s.sec.deviceHandshake(conn, &proofGate{lim: s.guesses, src: src})
 	if !s.leave(e) {
 		conn.Close() // admit said why
 		return
@@ -336,9 +353,11 @@ func (s *tcpServer) handle(conn net.Conn, e *list.Element) {
 		conn.Close()
 		return
 	}
+	s.guesses.proved(src)
 	conn.SetDeadline(time.Time{})
 	ss := newSession(sessionLink(c), s.img, s.cores)
 	ss.kind = "tcp"
+	_, ss.helloLimit = timing()
 	if err := ss.serve(); err != nil && err != errSessionOver {
 		fmt.Fprintf(os.Stderr, "goffload device: session with %s: %v\n", conn.RemoteAddr(), err)
 	}

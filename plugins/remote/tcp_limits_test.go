@@ -20,7 +20,7 @@ import (
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
-const limitSecret = "limits-s3cret"
+const limitSecret = "limits-s3cret-0123456789"
 
 // lockedBuffer collects a TCP server's log lines.
 type lockedBuffer struct {
@@ -84,10 +84,16 @@ func listenLoopback(t *testing.T) net.Listener {
 }
 
 // openHonest opens the TCP device at addr as a host that knows the secret.
+// Where hosts of this address just failed their proofs, it is refused
+// until their pause is over (guessLimiter), and tries again meanwhile.
 func openHonest(t *testing.T, addr string) plugin.Device {
 	t.Helper()
 	t.Setenv(envSecret, limitSecret)
 	devs, err := openTCP(addr)
+	for deadline := time.Now().Add(2 * failPauseMax); err != nil && strings.Contains(err.Error(), "too many failed proofs") && time.Now().Before(deadline); {
+		time.Sleep(failPause / 4)
+		devs, err = openTCP(addr)
+	}
 	if err != nil {
 		t.Fatalf("honest host: %v", err)
 	}
@@ -129,12 +135,13 @@ func waitClosed(conn net.Conn) error {
 	return nil // EOF, or a reset: closed
 }
 
-// TestTCPLimitIdleFlood opens 500 idle connections, far more than the 64 a
-// device holds in the handshake: an honest host that comes after them is
-// admitted (the oldest idle connection is closed for it) and served at
-// once, every idle connection is closed (the last 63 by the handshake
-// deadline), the device says so in a few rate-limited lines, and the honest
-// host's session outlives the deadline.
+// TestTCPLimitIdleFlood opens 500 idle connections from one address, far
+// more than the 8 a device holds in the handshake for one address (and the
+// 64 for all): an honest host from the same address that comes after them
+// is admitted (the address's oldest idle connection is closed for it) and
+// served at once, every idle connection is closed (the last 7 by the
+// handshake deadline), the device says so in a few rate-limited lines,
+// and the honest host's session outlives the deadline.
 func TestTCPLimitIdleFlood(t *testing.T) {
 	const idle = 500
 	ln := listenLoopback(t)
@@ -154,9 +161,9 @@ func TestTCPLimitIdleFlood(t *testing.T) {
 	srv.mu.Lock()
 	evicted := srv.evicted
 	srv.mu.Unlock()
-	if want := idle + 1 - srv.maxHandshakes; evicted != want {
-		t.Errorf("%d connections closed to make room, want %d: the honest host did not come in while %d idle ones held the handshake",
-			evicted, want, srv.maxHandshakes)
+	if want := idle + 1 - srv.slots.perSource; evicted != want {
+		t.Errorf("%d connections closed to make room, want %d: the honest host did not come in while %d idle ones of its address held the handshake",
+			evicted, want, srv.slots.perSource)
 	}
 
 	errs := make(chan error, idle)
@@ -175,7 +182,7 @@ func TestTCPLimitIdleFlood(t *testing.T) {
 
 	lines := logs.lines()
 	all := strings.Join(lines, "\n")
-	if len(lines) > 4*srv.log.burst || !strings.Contains(all, "closed the oldest") ||
+	if len(lines) > 4*srv.log.burst || !strings.Contains(all, "closed its oldest") ||
 		!strings.Contains(all, "no handshake within 2s") || !strings.Contains(all, "dropped") {
 		t.Errorf("%d log lines, want a few saying connections were closed to make room or timed out, and how many lines were dropped:\n%s", len(lines), all)
 	}
@@ -427,5 +434,46 @@ func TestTCPLimitHostSide(t *testing.T) {
 				t.Errorf("got %v, want ErrFrame for a 4 GiB handshake frame", err)
 			}
 		})
+	}
+}
+
+// TestTCPLimitFloodKeepsOthers: an honest host from one address holds a
+// handshake slot, not yet proved, while another address opens 200
+// connections; its slot is kept (only the flood's own are closed), and
+// its handshake then succeeds. The newest closed the oldest whatever its
+// address, so the flood cut the honest host off.
+func TestTCPLimitFloodKeepsOthers(t *testing.T) {
+	const flood = 200
+	ln := listenLoopback(t)
+	srv, _ := startTCP(t, ln, 10*time.Second, security(t, false))
+	addr := ln.Addr().String()
+	honest, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer honest.Close()
+	for srv.handshaking() != 1 { // admitted
+		runtime.Gosched()
+	}
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	for i := range flood {
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("flood connection %d: %v", i, err)
+		}
+		defer c.Close()
+	}
+	for { // every connection admitted: in the handshake, or closed for room
+		srv.mu.Lock()
+		evicted := srv.evicted
+		srv.mu.Unlock()
+		if evicted+srv.handshaking() == flood+1 {
+			break
+		}
+		runtime.Gosched()
+	}
+	honest.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := security(t, false).hostHandshake(honest, addr); err != nil {
+		t.Fatalf("the honest host's handshake after the flood from another address: %v", err)
 	}
 }

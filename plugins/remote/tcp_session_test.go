@@ -134,7 +134,7 @@ func openTCPDevice(t *testing.T, addr string) (plugin.Device, error) {
 // error that names the device and says what happened — never a wrong
 // result — and the device serves other hosts on.
 func TestTCPTamper(t *testing.T) {
-	const secret = "tamper-s3cret"
+	const secret = "tamper-s3cret-0123456789"
 	addr, _ := startTCPDevice(t, secret)
 	t.Setenv("GOFFLOAD_SECRET", secret)
 	for _, c := range []struct {
@@ -208,7 +208,7 @@ func TestTCPTamper(t *testing.T) {
 func TestTCPConformance(t *testing.T) {
 	for _, plain := range []string{"", "1"} {
 		t.Run(map[string]string{"": "tls", "1": "plain"}[plain], func(t *testing.T) {
-			const secret = "conformance-s3cret"
+			const secret = "conformance-s3cret-0123"
 			t.Setenv("GOFFLOAD_TCP_PLAIN", plain)
 			addr, _ := startTCPDevice(t, secret)
 			t.Setenv("GOFFLOAD_SECRET", secret)
@@ -234,7 +234,7 @@ func TestTCPConformance(t *testing.T) {
 // GOFFLOAD_DEVICE_TIMEOUT (a TLS write waiting for room that never comes,
 // a read waiting inside a record), and nothing hangs.
 func TestTCPDeviceStoppedMidTransfer(t *testing.T) {
-	const secret = "stopped-s3cret"
+	const secret = "stopped-s3cret-0123456789"
 	buf := make([]byte, 64<<20)
 	for _, dir := range []string{"submit", "retrieve"} {
 		t.Run(dir, func(t *testing.T) {
@@ -284,7 +284,7 @@ func TestTCPDeviceStoppedMidTransfer(t *testing.T) {
 // by cutting a link in the testbed: the other device, idle while the lost
 // one's work was redone, was lost too).
 func TestTCPIdleDeviceLongerTimeout(t *testing.T) {
-	const secret = "idle-s3cret"
+	const secret = "idle-s3cret-0123456789"
 	t.Setenv("GOFFLOAD_DEVICE_TIMEOUT", "") // the default: 30s, a ping a second
 	addr, _ := startTCPDevice(t, secret)
 	const host = 500 * time.Millisecond

@@ -75,6 +75,9 @@ type tcpSecurity struct {
 // securityFromEnv reads the protection of TCP sessions from the
 // environment, for a side that knows the secret.
 func securityFromEnv(secret string) (*tcpSecurity, error) {
+	if err := checkSecret(secret); err != nil {
+		return nil, err
+	}
 	s := &tcpSecurity{secret: secret}
 	switch v := strings.TrimSpace(os.Getenv(envPlain)); v {
 	case "", "0":
@@ -289,13 +292,15 @@ func (s *tcpSecurity) hostHandshake(conn net.Conn, addr string) (net.Conn, error
 }
 
 // deviceHandshake is the device's side of hostHandshake; on a failure
-// that the host could be told of, it tells it why.
-func (s *tcpSecurity) deviceHandshake(conn net.Conn) (net.Conn, error) {
+// that the host could be told of, it tells it why. gate says whether the
+// host's proof may be checked now, and hears of a failed one (nil: always,
+// and nobody).
+func (s *tcpSecurity) deviceHandshake(conn net.Conn, gate *proofGate) (net.Conn, error) {
 	if err := s.exchangePreface(conn, "device"); err != nil {
 		return nil, err
 	}
 	if s.plain {
-		return conn, authDevice(conn, s.secret)
+		return conn, authDevice(conn, s.secret, gate)
 	}
 	under := &underTLS{Conn: conn}
 	tc := s.server(under)
@@ -307,12 +312,17 @@ func (s *tcpSecurity) deviceHandshake(conn net.Conn) (net.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the host's proof: %w", explainTLS(err, s.ca != nil))
 	}
+	if err := gate.allow(); err != nil {
+		writeAuth(tc, &proto.Auth{Status: statusOf(err)})
+		return nil, err
+	}
 	want, err := s.proof("host", cs)
 	if err != nil {
 		return nil, err
 	}
 	got, derr := hex.DecodeString(m.Text)
 	if derr != nil || !hmac.Equal(got, want) {
+		gate.failed()
 		err := fmt.Errorf("%w: the host did not prove the shared secret over this TLS session (GOFFLOAD_SECRET differs or is unset, or a relay stands between)", ErrAuth)
 		writeAuth(tc, &proto.Auth{Status: statusOf(err)})
 		return nil, err

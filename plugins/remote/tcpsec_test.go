@@ -206,7 +206,7 @@ func TestTCPSecRelayedProof(t *testing.T) {
 func TestTCPSecWrongSecret(t *testing.T) {
 	ln := listenLoopback(t)
 	srv, logs := startTCP(t, ln, 5*time.Second, security(t, false))
-	t.Setenv(envSecret, "another secret")
+	t.Setenv(envSecret, "another secret, long enough")
 	refused(t, ln.Addr().String(), ErrAuth, "the device refused the host", "GOFFLOAD_SECRET differs")
 	logged(t, srv, logs, "refused host", "did not prove the shared secret")
 	checkServed(t, openHonest(t, ln.Addr().String()))

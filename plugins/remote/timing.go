@@ -15,12 +15,20 @@ const envTimeout = "GOFFLOAD_DEVICE_TIMEOUT"
 // learns of a hung device in well under a minute.
 const defaultTimeout = 30 * time.Second
 
+// processStartup is the least time a device's hello may take where its
+// process may still be starting (exec, the Go runtime, package inits: 10–20
+// ms under -race on a loaded two-core machine for a local device), if more
+// than the device timeout: a local device, an MPI rank.
+const processStartup = time.Second
+
 // closeTimeout bounds how long closing a link waits for its queued frames
 // to be written.
 const closeTimeout = 2 * time.Second
 
-// parseTimeout reads GOFFLOAD_DEVICE_TIMEOUT: a Go duration of at least
-// 10ms, or 0 for no timeout (a hung device then hangs its callers).
+// parseTimeout reads GOFFLOAD_DEVICE_TIMEOUT: a Go duration from 10ms to
+// maxHelloTimeout (a year, 8760h: the most a hello may say), or 0 for no
+// timeout (a hung device then hangs its callers). internal/core's
+// CheckDeviceEnv checks it with the same rule at Start.
 func parseTimeout(s string) (time.Duration, error) {
 	if s == "" {
 		return defaultTimeout, nil
@@ -29,8 +37,8 @@ func parseTimeout(s string) (time.Duration, error) {
 	if s == "0" {
 		d, err = 0, nil
 	}
-	if err != nil || d < 0 || (d > 0 && d < 10*time.Millisecond) {
-		return 0, fmt.Errorf("%s=%q: want a duration of at least 10ms (like 30s), or 0 for none", envTimeout, s)
+	if err != nil || d < 0 || (d > 0 && d < 10*time.Millisecond) || d > maxHelloTimeout {
+		return 0, fmt.Errorf("%s=%q: want a duration of at least 10ms and at most 8760h (like 30s), or 0 for none", envTimeout, s)
 	}
 	return d, nil
 }

@@ -157,6 +157,14 @@ func (h *Host[C, E, P]) Heard(id uint64, err error) (e E, implies []E, forget *p
 	return ev.h, implies, forget, nil
 }
 
+// HeardOf reports whether the device's word that event id fired has come.
+// An event the table forgot (heard, then closed) counts as heard: only an
+// event recorded and not yet heard stays in the table unheard.
+func (h *Host[C, E, P]) HeardOf(id uint64) bool {
+	ev := h.events[id]
+	return ev == nil || ev.heard
+}
+
 // Close says the host closed event id: no queue will wait on it again
 // once it fired. It returns a Forget to send if the batch is full.
 func (h *Host[C, E, P]) Close(id uint64) *proto.Forget {

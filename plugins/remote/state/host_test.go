@@ -415,3 +415,31 @@ func FuzzHost(f *testing.F) {
 		}
 	})
 }
+
+// TestHeardOf: an event is heard of once the device said it fired, and
+// still after the host closed it and the table forgot it; an event
+// recorded and not heard is not, closed or not.
+func TestHeardOf(t *testing.T) {
+	h := newTestHost()
+	a, _ := h.NewEvent(1)
+	b, _ := h.NewEvent(2)
+	h.Record(a, nil, nil)
+	h.Record(b, nil, nil)
+	if h.HeardOf(a) || h.HeardOf(b) {
+		t.Fatal("recorded events heard of before the device said so")
+	}
+	h.Close(b)
+	if h.HeardOf(b) {
+		t.Fatal("a closed event not heard yet counts as heard of")
+	}
+	if _, _, _, err := h.Heard(a, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !h.HeardOf(a) {
+		t.Fatal("a heard event is not heard of")
+	}
+	h.Close(a)
+	if !h.HeardOf(a) {
+		t.Fatal("a heard, closed and forgotten event is not heard of")
+	}
+}
