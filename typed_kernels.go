@@ -5,35 +5,29 @@ package offload
 import "github.com/goffload/offload/plugin"
 
 // Kernel0 is a kernel of 0 parameters after its Ctx, launched with
-// arguments the compiler checks. Make one with NewKernel0 or MustKernel0.
+// arguments the compiler checks. Make one with MustKernel0.
 type Kernel0 struct {
 	k *Kernel
 	o launchOpts
 }
 
-// NewKernel0 registers fn as the kernel called name, as NewKernel does:
-// call it at package init. A parameter of type In, Out, InOut or Scratch
+// MustKernel0 registers fn as the kernel called name, as NewKernel does, for
+// a package-level variable: it panics if fn cannot be a kernel or the
+// runtime is started. A parameter of type In, Out, InOut or Scratch
 // declares the buffer's map direction for every launch.
-func NewKernel0(name string, fn func(Ctx)) (Kernel0, error) {
+func MustKernel0(name string, fn func(Ctx)) Kernel0 {
 	k, err := NewKernel(name, fn)
-	if err == nil && k.k.Directable() {
+	if err != nil {
+		panic(err)
+	}
+	if k.k.Directable() {
 		pk := k.k
 		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
 			_ = args
 			return func() { fn(kernelCtx{ctx}) }, nil
 		})
 	}
-	return Kernel0{k: k}, err
-}
-
-// MustKernel0 is NewKernel0 that panics if fn cannot be a kernel, for
-// package-level variables.
-func MustKernel0(name string, fn func(Ctx)) Kernel0 {
-	k, err := NewKernel0(name, fn)
-	if err != nil {
-		panic(err)
-	}
-	return k
+	return Kernel0{k: k}
 }
 
 // Run runs the kernel on device dev (the target construct) and returns when
@@ -87,18 +81,22 @@ func (k Kernel0) OpenCL(src []byte, entry string) Kernel0 {
 func (k Kernel0) Kernel() *Kernel { return k.k }
 
 // Kernel1 is a kernel of 1 parameter after its Ctx, launched with
-// arguments the compiler checks. Make one with NewKernel1 or MustKernel1.
+// arguments the compiler checks. Make one with MustKernel1.
 type Kernel1[A any] struct {
 	k *Kernel
 	o launchOpts
 }
 
-// NewKernel1 registers fn as the kernel called name, as NewKernel does:
-// call it at package init. A parameter of type In, Out, InOut or Scratch
+// MustKernel1 registers fn as the kernel called name, as NewKernel does, for
+// a package-level variable: it panics if fn cannot be a kernel or the
+// runtime is started. A parameter of type In, Out, InOut or Scratch
 // declares the buffer's map direction for every launch.
-func NewKernel1[A any](name string, fn func(Ctx, A)) (Kernel1[A], error) {
+func MustKernel1[A any](name string, fn func(Ctx, A)) Kernel1[A] {
 	k, err := NewKernel(name, fn)
-	if err == nil && k.k.Directable() {
+	if err != nil {
+		panic(err)
+	}
+	if k.k.Directable() {
 		pk := k.k
 		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
 			a, err := argOf[A](pk, 0, args[0], mem)
@@ -108,17 +106,7 @@ func NewKernel1[A any](name string, fn func(Ctx, A)) (Kernel1[A], error) {
 			return func() { fn(kernelCtx{ctx}, a) }, nil
 		})
 	}
-	return Kernel1[A]{k: k}, err
-}
-
-// MustKernel1 is NewKernel1 that panics if fn cannot be a kernel, for
-// package-level variables.
-func MustKernel1[A any](name string, fn func(Ctx, A)) Kernel1[A] {
-	k, err := NewKernel1(name, fn)
-	if err != nil {
-		panic(err)
-	}
-	return k
+	return Kernel1[A]{k: k}
 }
 
 // Run runs the kernel on device dev (the target construct) and returns when
@@ -172,18 +160,22 @@ func (k Kernel1[A]) OpenCL(src []byte, entry string) Kernel1[A] {
 func (k Kernel1[A]) Kernel() *Kernel { return k.k }
 
 // Kernel2 is a kernel of 2 parameters after its Ctx, launched with
-// arguments the compiler checks. Make one with NewKernel2 or MustKernel2.
+// arguments the compiler checks. Make one with MustKernel2.
 type Kernel2[A, B any] struct {
 	k *Kernel
 	o launchOpts
 }
 
-// NewKernel2 registers fn as the kernel called name, as NewKernel does:
-// call it at package init. A parameter of type In, Out, InOut or Scratch
+// MustKernel2 registers fn as the kernel called name, as NewKernel does, for
+// a package-level variable: it panics if fn cannot be a kernel or the
+// runtime is started. A parameter of type In, Out, InOut or Scratch
 // declares the buffer's map direction for every launch.
-func NewKernel2[A, B any](name string, fn func(Ctx, A, B)) (Kernel2[A, B], error) {
+func MustKernel2[A, B any](name string, fn func(Ctx, A, B)) Kernel2[A, B] {
 	k, err := NewKernel(name, fn)
-	if err == nil && k.k.Directable() {
+	if err != nil {
+		panic(err)
+	}
+	if k.k.Directable() {
 		pk := k.k
 		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
 			a, err := argOf[A](pk, 0, args[0], mem)
@@ -197,17 +189,7 @@ func NewKernel2[A, B any](name string, fn func(Ctx, A, B)) (Kernel2[A, B], error
 			return func() { fn(kernelCtx{ctx}, a, b) }, nil
 		})
 	}
-	return Kernel2[A, B]{k: k}, err
-}
-
-// MustKernel2 is NewKernel2 that panics if fn cannot be a kernel, for
-// package-level variables.
-func MustKernel2[A, B any](name string, fn func(Ctx, A, B)) Kernel2[A, B] {
-	k, err := NewKernel2(name, fn)
-	if err != nil {
-		panic(err)
-	}
-	return k
+	return Kernel2[A, B]{k: k}
 }
 
 // Run runs the kernel on device dev (the target construct) and returns when
@@ -261,18 +243,22 @@ func (k Kernel2[A, B]) OpenCL(src []byte, entry string) Kernel2[A, B] {
 func (k Kernel2[A, B]) Kernel() *Kernel { return k.k }
 
 // Kernel3 is a kernel of 3 parameters after its Ctx, launched with
-// arguments the compiler checks. Make one with NewKernel3 or MustKernel3.
+// arguments the compiler checks. Make one with MustKernel3.
 type Kernel3[A, B, C any] struct {
 	k *Kernel
 	o launchOpts
 }
 
-// NewKernel3 registers fn as the kernel called name, as NewKernel does:
-// call it at package init. A parameter of type In, Out, InOut or Scratch
+// MustKernel3 registers fn as the kernel called name, as NewKernel does, for
+// a package-level variable: it panics if fn cannot be a kernel or the
+// runtime is started. A parameter of type In, Out, InOut or Scratch
 // declares the buffer's map direction for every launch.
-func NewKernel3[A, B, C any](name string, fn func(Ctx, A, B, C)) (Kernel3[A, B, C], error) {
+func MustKernel3[A, B, C any](name string, fn func(Ctx, A, B, C)) Kernel3[A, B, C] {
 	k, err := NewKernel(name, fn)
-	if err == nil && k.k.Directable() {
+	if err != nil {
+		panic(err)
+	}
+	if k.k.Directable() {
 		pk := k.k
 		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
 			a, err := argOf[A](pk, 0, args[0], mem)
@@ -290,17 +276,7 @@ func NewKernel3[A, B, C any](name string, fn func(Ctx, A, B, C)) (Kernel3[A, B, 
 			return func() { fn(kernelCtx{ctx}, a, b, c) }, nil
 		})
 	}
-	return Kernel3[A, B, C]{k: k}, err
-}
-
-// MustKernel3 is NewKernel3 that panics if fn cannot be a kernel, for
-// package-level variables.
-func MustKernel3[A, B, C any](name string, fn func(Ctx, A, B, C)) Kernel3[A, B, C] {
-	k, err := NewKernel3(name, fn)
-	if err != nil {
-		panic(err)
-	}
-	return k
+	return Kernel3[A, B, C]{k: k}
 }
 
 // Run runs the kernel on device dev (the target construct) and returns when
@@ -356,18 +332,22 @@ func (k Kernel3[A, B, C]) OpenCL(src []byte, entry string) Kernel3[A, B, C] {
 func (k Kernel3[A, B, C]) Kernel() *Kernel { return k.k }
 
 // Kernel4 is a kernel of 4 parameters after its Ctx, launched with
-// arguments the compiler checks. Make one with NewKernel4 or MustKernel4.
+// arguments the compiler checks. Make one with MustKernel4.
 type Kernel4[A, B, C, D any] struct {
 	k *Kernel
 	o launchOpts
 }
 
-// NewKernel4 registers fn as the kernel called name, as NewKernel does:
-// call it at package init. A parameter of type In, Out, InOut or Scratch
+// MustKernel4 registers fn as the kernel called name, as NewKernel does, for
+// a package-level variable: it panics if fn cannot be a kernel or the
+// runtime is started. A parameter of type In, Out, InOut or Scratch
 // declares the buffer's map direction for every launch.
-func NewKernel4[A, B, C, D any](name string, fn func(Ctx, A, B, C, D)) (Kernel4[A, B, C, D], error) {
+func MustKernel4[A, B, C, D any](name string, fn func(Ctx, A, B, C, D)) Kernel4[A, B, C, D] {
 	k, err := NewKernel(name, fn)
-	if err == nil && k.k.Directable() {
+	if err != nil {
+		panic(err)
+	}
+	if k.k.Directable() {
 		pk := k.k
 		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
 			a, err := argOf[A](pk, 0, args[0], mem)
@@ -389,17 +369,7 @@ func NewKernel4[A, B, C, D any](name string, fn func(Ctx, A, B, C, D)) (Kernel4[
 			return func() { fn(kernelCtx{ctx}, a, b, c, d) }, nil
 		})
 	}
-	return Kernel4[A, B, C, D]{k: k}, err
-}
-
-// MustKernel4 is NewKernel4 that panics if fn cannot be a kernel, for
-// package-level variables.
-func MustKernel4[A, B, C, D any](name string, fn func(Ctx, A, B, C, D)) Kernel4[A, B, C, D] {
-	k, err := NewKernel4(name, fn)
-	if err != nil {
-		panic(err)
-	}
-	return k
+	return Kernel4[A, B, C, D]{k: k}
 }
 
 // Run runs the kernel on device dev (the target construct) and returns when
@@ -457,18 +427,22 @@ func (k Kernel4[A, B, C, D]) OpenCL(src []byte, entry string) Kernel4[A, B, C, D
 func (k Kernel4[A, B, C, D]) Kernel() *Kernel { return k.k }
 
 // Kernel5 is a kernel of 5 parameters after its Ctx, launched with
-// arguments the compiler checks. Make one with NewKernel5 or MustKernel5.
+// arguments the compiler checks. Make one with MustKernel5.
 type Kernel5[A, B, C, D, E any] struct {
 	k *Kernel
 	o launchOpts
 }
 
-// NewKernel5 registers fn as the kernel called name, as NewKernel does:
-// call it at package init. A parameter of type In, Out, InOut or Scratch
+// MustKernel5 registers fn as the kernel called name, as NewKernel does, for
+// a package-level variable: it panics if fn cannot be a kernel or the
+// runtime is started. A parameter of type In, Out, InOut or Scratch
 // declares the buffer's map direction for every launch.
-func NewKernel5[A, B, C, D, E any](name string, fn func(Ctx, A, B, C, D, E)) (Kernel5[A, B, C, D, E], error) {
+func MustKernel5[A, B, C, D, E any](name string, fn func(Ctx, A, B, C, D, E)) Kernel5[A, B, C, D, E] {
 	k, err := NewKernel(name, fn)
-	if err == nil && k.k.Directable() {
+	if err != nil {
+		panic(err)
+	}
+	if k.k.Directable() {
 		pk := k.k
 		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
 			a, err := argOf[A](pk, 0, args[0], mem)
@@ -494,17 +468,7 @@ func NewKernel5[A, B, C, D, E any](name string, fn func(Ctx, A, B, C, D, E)) (Ke
 			return func() { fn(kernelCtx{ctx}, a, b, c, d, e) }, nil
 		})
 	}
-	return Kernel5[A, B, C, D, E]{k: k}, err
-}
-
-// MustKernel5 is NewKernel5 that panics if fn cannot be a kernel, for
-// package-level variables.
-func MustKernel5[A, B, C, D, E any](name string, fn func(Ctx, A, B, C, D, E)) Kernel5[A, B, C, D, E] {
-	k, err := NewKernel5(name, fn)
-	if err != nil {
-		panic(err)
-	}
-	return k
+	return Kernel5[A, B, C, D, E]{k: k}
 }
 
 // Run runs the kernel on device dev (the target construct) and returns when
@@ -562,18 +526,22 @@ func (k Kernel5[A, B, C, D, E]) OpenCL(src []byte, entry string) Kernel5[A, B, C
 func (k Kernel5[A, B, C, D, E]) Kernel() *Kernel { return k.k }
 
 // Kernel6 is a kernel of 6 parameters after its Ctx, launched with
-// arguments the compiler checks. Make one with NewKernel6 or MustKernel6.
+// arguments the compiler checks. Make one with MustKernel6.
 type Kernel6[A, B, C, D, E, F any] struct {
 	k *Kernel
 	o launchOpts
 }
 
-// NewKernel6 registers fn as the kernel called name, as NewKernel does:
-// call it at package init. A parameter of type In, Out, InOut or Scratch
+// MustKernel6 registers fn as the kernel called name, as NewKernel does, for
+// a package-level variable: it panics if fn cannot be a kernel or the
+// runtime is started. A parameter of type In, Out, InOut or Scratch
 // declares the buffer's map direction for every launch.
-func NewKernel6[A, B, C, D, E, F any](name string, fn func(Ctx, A, B, C, D, E, F)) (Kernel6[A, B, C, D, E, F], error) {
+func MustKernel6[A, B, C, D, E, F any](name string, fn func(Ctx, A, B, C, D, E, F)) Kernel6[A, B, C, D, E, F] {
 	k, err := NewKernel(name, fn)
-	if err == nil && k.k.Directable() {
+	if err != nil {
+		panic(err)
+	}
+	if k.k.Directable() {
 		pk := k.k
 		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
 			a, err := argOf[A](pk, 0, args[0], mem)
@@ -603,17 +571,7 @@ func NewKernel6[A, B, C, D, E, F any](name string, fn func(Ctx, A, B, C, D, E, F
 			return func() { fn(kernelCtx{ctx}, a, b, c, d, e, f) }, nil
 		})
 	}
-	return Kernel6[A, B, C, D, E, F]{k: k}, err
-}
-
-// MustKernel6 is NewKernel6 that panics if fn cannot be a kernel, for
-// package-level variables.
-func MustKernel6[A, B, C, D, E, F any](name string, fn func(Ctx, A, B, C, D, E, F)) Kernel6[A, B, C, D, E, F] {
-	k, err := NewKernel6(name, fn)
-	if err != nil {
-		panic(err)
-	}
-	return k
+	return Kernel6[A, B, C, D, E, F]{k: k}
 }
 
 // Run runs the kernel on device dev (the target construct) and returns when
@@ -671,18 +629,22 @@ func (k Kernel6[A, B, C, D, E, F]) OpenCL(src []byte, entry string) Kernel6[A, B
 func (k Kernel6[A, B, C, D, E, F]) Kernel() *Kernel { return k.k }
 
 // Kernel7 is a kernel of 7 parameters after its Ctx, launched with
-// arguments the compiler checks. Make one with NewKernel7 or MustKernel7.
+// arguments the compiler checks. Make one with MustKernel7.
 type Kernel7[A, B, C, D, E, F, G any] struct {
 	k *Kernel
 	o launchOpts
 }
 
-// NewKernel7 registers fn as the kernel called name, as NewKernel does:
-// call it at package init. A parameter of type In, Out, InOut or Scratch
+// MustKernel7 registers fn as the kernel called name, as NewKernel does, for
+// a package-level variable: it panics if fn cannot be a kernel or the
+// runtime is started. A parameter of type In, Out, InOut or Scratch
 // declares the buffer's map direction for every launch.
-func NewKernel7[A, B, C, D, E, F, G any](name string, fn func(Ctx, A, B, C, D, E, F, G)) (Kernel7[A, B, C, D, E, F, G], error) {
+func MustKernel7[A, B, C, D, E, F, G any](name string, fn func(Ctx, A, B, C, D, E, F, G)) Kernel7[A, B, C, D, E, F, G] {
 	k, err := NewKernel(name, fn)
-	if err == nil && k.k.Directable() {
+	if err != nil {
+		panic(err)
+	}
+	if k.k.Directable() {
 		pk := k.k
 		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
 			a, err := argOf[A](pk, 0, args[0], mem)
@@ -716,17 +678,7 @@ func NewKernel7[A, B, C, D, E, F, G any](name string, fn func(Ctx, A, B, C, D, E
 			return func() { fn(kernelCtx{ctx}, a, b, c, d, e, f, g) }, nil
 		})
 	}
-	return Kernel7[A, B, C, D, E, F, G]{k: k}, err
-}
-
-// MustKernel7 is NewKernel7 that panics if fn cannot be a kernel, for
-// package-level variables.
-func MustKernel7[A, B, C, D, E, F, G any](name string, fn func(Ctx, A, B, C, D, E, F, G)) Kernel7[A, B, C, D, E, F, G] {
-	k, err := NewKernel7(name, fn)
-	if err != nil {
-		panic(err)
-	}
-	return k
+	return Kernel7[A, B, C, D, E, F, G]{k: k}
 }
 
 // Run runs the kernel on device dev (the target construct) and returns when
@@ -784,18 +736,22 @@ func (k Kernel7[A, B, C, D, E, F, G]) OpenCL(src []byte, entry string) Kernel7[A
 func (k Kernel7[A, B, C, D, E, F, G]) Kernel() *Kernel { return k.k }
 
 // Kernel8 is a kernel of 8 parameters after its Ctx, launched with
-// arguments the compiler checks. Make one with NewKernel8 or MustKernel8.
+// arguments the compiler checks. Make one with MustKernel8.
 type Kernel8[A, B, C, D, E, F, G, H any] struct {
 	k *Kernel
 	o launchOpts
 }
 
-// NewKernel8 registers fn as the kernel called name, as NewKernel does:
-// call it at package init. A parameter of type In, Out, InOut or Scratch
+// MustKernel8 registers fn as the kernel called name, as NewKernel does, for
+// a package-level variable: it panics if fn cannot be a kernel or the
+// runtime is started. A parameter of type In, Out, InOut or Scratch
 // declares the buffer's map direction for every launch.
-func NewKernel8[A, B, C, D, E, F, G, H any](name string, fn func(Ctx, A, B, C, D, E, F, G, H)) (Kernel8[A, B, C, D, E, F, G, H], error) {
+func MustKernel8[A, B, C, D, E, F, G, H any](name string, fn func(Ctx, A, B, C, D, E, F, G, H)) Kernel8[A, B, C, D, E, F, G, H] {
 	k, err := NewKernel(name, fn)
-	if err == nil && k.k.Directable() {
+	if err != nil {
+		panic(err)
+	}
+	if k.k.Directable() {
 		pk := k.k
 		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
 			a, err := argOf[A](pk, 0, args[0], mem)
@@ -833,17 +789,7 @@ func NewKernel8[A, B, C, D, E, F, G, H any](name string, fn func(Ctx, A, B, C, D
 			return func() { fn(kernelCtx{ctx}, a, b, c, d, e, f, g, h) }, nil
 		})
 	}
-	return Kernel8[A, B, C, D, E, F, G, H]{k: k}, err
-}
-
-// MustKernel8 is NewKernel8 that panics if fn cannot be a kernel, for
-// package-level variables.
-func MustKernel8[A, B, C, D, E, F, G, H any](name string, fn func(Ctx, A, B, C, D, E, F, G, H)) Kernel8[A, B, C, D, E, F, G, H] {
-	k, err := NewKernel8(name, fn)
-	if err != nil {
-		panic(err)
-	}
-	return k
+	return Kernel8[A, B, C, D, E, F, G, H]{k: k}
 }
 
 // Run runs the kernel on device dev (the target construct) and returns when

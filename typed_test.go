@@ -161,9 +161,15 @@ func TestKernelAfterStart(t *testing.T) {
 	if k != nil || !errors.Is(err, offload.ErrKernelSignature) || !strings.Contains(err.Error(), `kernel "typed.late" registered after offload.Start`) {
 		t.Fatalf("NewKernel after Start = %v, %v; want an error naming the kernel and Start", k, err)
 	}
-	if _, err := offload.NewKernel1("typed.late1", func(offload.Ctx, []int32) {}); err == nil {
-		t.Fatal("NewKernel1 after Start succeeded")
-	}
+	func() {
+		defer func() {
+			err, _ := recover().(error)
+			if !errors.Is(err, offload.ErrKernelSignature) {
+				t.Fatalf("MustKernel1 after Start panicked with %v; want an error wrapping ErrKernelSignature", err)
+			}
+		}()
+		offload.MustKernel1("typed.late1", func(offload.Ctx, []int32) {})
+	}()
 }
 
 // Named gives a typed kernel's buffers their names in info output and

@@ -82,35 +82,29 @@ func write(b *bytes.Buffer, n int) {
 	}
 	fmt.Fprintf(b, `
 // %[1]s is a kernel of %[2]d parameter%[3]s after its Ctx, launched with
-// arguments the compiler checks. Make one with New%[1]s or Must%[1]s.
+// arguments the compiler checks. Make one with Must%[1]s.
 type %[1]s%[4]s struct {
 	k *Kernel
 	o launchOpts
 }
 
-// New%[1]s registers fn as the kernel called name, as NewKernel does:
-// call it at package init. A parameter of type In, Out, InOut or Scratch
+// Must%[1]s registers fn as the kernel called name, as NewKernel does, for
+// a package-level variable: it panics if fn cannot be a kernel or the
+// runtime is started. A parameter of type In, Out, InOut or Scratch
 // declares the buffer's map direction for every launch.
-func New%[1]s%[4]s(name string, fn %[5]s) (%[1]s%[6]s, error) {
+func Must%[1]s%[4]s(name string, fn %[5]s) %[1]s%[6]s {
 	k, err := NewKernel(name, fn)
-	if err == nil && k.k.Directable() {
+	if err != nil {
+		panic(err)
+	}
+	if k.k.Directable() {
 		pk := k.k
 		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
 			%[10]s
 			return func() { fn(%[11]s) }, nil
 		})
 	}
-	return %[1]s%[6]s{k: k}, err
-}
-
-// Must%[1]s is New%[1]s that panics if fn cannot be a kernel, for
-// package-level variables.
-func Must%[1]s%[4]s(name string, fn %[5]s) %[1]s%[6]s {
-	k, err := New%[1]s(name, fn)
-	if err != nil {
-		panic(err)
-	}
-	return k
+	return %[1]s%[6]s{k: k}
 }
 
 // Run runs the kernel on device dev (the target construct) and returns when
