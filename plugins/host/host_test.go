@@ -189,6 +189,7 @@ func TestConfigFromEnv(t *testing.T) {
 	t.Run("Defaults", func(t *testing.T) {
 		t.Setenv("GOFFLOAD_HOST_CORES", "")
 		t.Setenv("GOFFLOAD_HOST_POOL_THRESHOLD", "")
+		t.Setenv("GOFFLOAD_HOST_MEMORY", "")
 		cfg, err := host.ConfigFromEnv()
 		if err != nil {
 			t.Fatal(err)
@@ -200,6 +201,7 @@ func TestConfigFromEnv(t *testing.T) {
 	t.Run("Set", func(t *testing.T) {
 		t.Setenv("GOFFLOAD_HOST_CORES", "3")
 		t.Setenv("GOFFLOAD_HOST_POOL_THRESHOLD", "0")
+		t.Setenv("GOFFLOAD_HOST_MEMORY", "")
 		cfg, err := host.ConfigFromEnv()
 		if err != nil {
 			t.Fatal(err)
