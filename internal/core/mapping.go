@@ -105,15 +105,22 @@ func (w *work) create(m MapItem, p *mapping.Plan) (*mapping.Entry, plugin.Ptr, e
 		return nil, 0, err
 	}
 	size := m.Buf.Size
-	tgt, err := d.Dev.Alloc(size)
-	if err != nil {
+	sh := d.sharer()
+	var tgt plugin.Ptr
+	var err error
+	if sh != nil {
+		tgt, err = sh.ShareHost(m.Buf.Bytes())
+		if err != nil {
+			return fail(d.mapErr(w.op, m, err, "cannot share the buffer with the device"))
+		}
+	} else if tgt, err = d.Dev.Alloc(size); err != nil {
 		return fail(d.mapErr(w.op, m, err, "cannot allocate %d bytes of device memory", size))
 	}
 	w.data(MapCreate, m.Buf, tgt)
 	d.log.Taskf(InfoMappingChanged, d.Num, w.task, "Creating new map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=%d, HoldRefCount=%d, Name=%s",
 		m.Buf.Addr(), uint64(tgt), size, p.Dyn, p.Hold, nameOf(m.Buf.Name))
 	var ev plugin.Event
-	if p.Do&mapping.CopyIn != 0 {
+	if p.Do&mapping.CopyIn != 0 && sh == nil {
 		if ev, err = w.submit(m, tgt); err != nil {
 			_ = d.Dev.Free(tgt)
 			return fail(err)
@@ -123,10 +130,22 @@ func (w *work) create(m MapItem, p *mapping.Plan) (*mapping.Entry, plugin.Ptr, e
 	return e, tgt, nil
 }
 
+// sharer is d's device as a plugin.HostSharer, or nil: its kernels work on
+// the host's buffers, so maps neither allocate nor copy (OpenMP's unified
+// shared memory).
+func (d *Device) sharer() plugin.HostSharer {
+	sh, _ := d.Dev.(plugin.HostSharer)
+	return sh
+}
+
 // copyIn enqueues the copy of m's buffer to tgt, in entry e that exists,
 // and hands the table its event, so that users of the entry on other
-// queues wait for it.
+// queues wait for it. On a device that shares the host's memory there is
+// nothing to copy.
 func (w *work) copyIn(m MapItem, tgt plugin.Ptr, e *mapping.Entry) error {
+	if w.d.sharer() != nil {
+		return nil
+	}
 	ev, err := w.submit(m, tgt)
 	if err != nil {
 		return err
@@ -162,9 +181,13 @@ func (w *work) submit(m MapItem, tgt plugin.Ptr) (plugin.Event, error) {
 	return ev, nil
 }
 
-// copyOut enqueues the copy of tgt back to m's buffer.
+// copyOut enqueues the copy of tgt back to m's buffer (nothing on a device
+// that shares the host's memory).
 func (w *work) copyOut(m MapItem, tgt plugin.Ptr) error {
 	d := w.d
+	if d.sharer() != nil {
+		return nil
+	}
 	d.log.Taskf(InfoCopies, d.Num, w.task, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
 		uint64(tgt), m.Buf.Addr(), m.Buf.Size, nameOf(m.Buf.Name))
 	w.data(CopyFromDevice, m.Buf, tgt)
