@@ -144,3 +144,28 @@ func TestHostMemoryEnv(t *testing.T) {
 		t.Errorf("Start: %v; want ErrConfig naming the variable, the value and the choices", err)
 	}
 }
+
+// TestHostSharedDeclareTarget: on host devices that share the program's
+// memory, declare target variables still have a copy per device, which
+// target update moves (only a HostSharer's entries are copied by nothing).
+func TestHostSharedDeclareTarget(t *testing.T) {
+	t.Setenv("GOFFLOAD_HOST_MEMORY", "shared")
+	declCounter.Host()[0] = 7
+	start(t, offload.WithDevices("host:2"), offload.WithOffload("MANDATORY"))
+	declRun(t, offload.On(0), declAdd, int64(10))
+	if v := readCounter(t, offload.On(1)); v != 7 {
+		t.Errorf("device 1's counter %d after device 0 added 10, want its own 7", v)
+	}
+	if declCounter.Host()[0] != 7 {
+		t.Errorf("host counter %d after a device's kernel, want 7", declCounter.Host()[0])
+	}
+	declUpdate(t, offload.On(0), offload.From(declCounter.Host()))
+	if declCounter.Host()[0] != 17 {
+		t.Errorf("host counter %d after Update(From) of device 0, want 17", declCounter.Host()[0])
+	}
+	declCounter.Host()[0] = 100
+	declUpdate(t, offload.On(1), offload.To(declCounter.Host()))
+	if v := readCounter(t, offload.On(1)); v != 100 {
+		t.Errorf("device 1's counter %d after Update(To) of 100", v)
+	}
+}

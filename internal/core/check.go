@@ -122,7 +122,6 @@ type argCheck struct {
 // pattern and copies its In buffers back, on w's queue before the launch;
 // fresh says which arguments' mappings the construct made.
 func (d *Device) checkBefore(w *work, k *entries.Kernel, args []KernelArg, pargs []plugin.Arg, fresh []bool) []*argCheck {
-	shared := d.sharer() != nil // the buffers are the host's: none is fresh memory to fill
 	var cs []*argCheck
 	for i, a := range args {
 		p := k.Params()[i]
@@ -133,7 +132,7 @@ func (d *Device) checkBefore(w *work, k *entries.Kernel, args []KernelArg, pargs
 		t := a.Map.Type
 		c := &argCheck{param: i, name: a.Map.Buf.Name, elem: int(p.Type.Size()), after: make([]byte, size)}
 		switch {
-		case t&mapping.MapTo == 0 && fresh[i] && !shared: // Out (from) or Scratch (alloc): fresh memory
+		case t&mapping.MapTo == 0 && fresh[i] && uint64(pargs[i].Ptr) != uint64(a.Map.Buf.Addr()): // Out (from) or Scratch (alloc): fresh memory, not the program's buffer itself (a HostSharer's)
 			if err := w.q.Submit(pargs[i].Ptr, bytes.Repeat([]byte{checkByte}, int(size))); err != nil {
 				continue
 			}

@@ -138,12 +138,17 @@ func (d *Device) sharer() plugin.HostSharer {
 	return sh
 }
 
+// inPlace reports whether tgt is m's buffer itself: an entry that a
+// HostSharer made (the device pointer is the host address), which no copy
+// moves. Declare target variables and associations keep memory of their
+// own on such a device too.
+func inPlace(m MapItem, tgt plugin.Ptr) bool { return uint64(tgt) == uint64(m.Buf.Addr()) }
+
 // copyIn enqueues the copy of m's buffer to tgt, in entry e that exists,
 // and hands the table its event, so that users of the entry on other
-// queues wait for it. On a device that shares the host's memory there is
-// nothing to copy.
+// queues wait for it; a buffer in place needs none.
 func (w *work) copyIn(m MapItem, tgt plugin.Ptr, e *mapping.Entry) error {
-	if w.d.sharer() != nil {
+	if inPlace(m, tgt) {
 		return nil
 	}
 	ev, err := w.submit(m, tgt)
@@ -181,11 +186,11 @@ func (w *work) submit(m MapItem, tgt plugin.Ptr) (plugin.Event, error) {
 	return ev, nil
 }
 
-// copyOut enqueues the copy of tgt back to m's buffer (nothing on a device
-// that shares the host's memory).
+// copyOut enqueues the copy of tgt back to m's buffer (none for a buffer
+// in place).
 func (w *work) copyOut(m MapItem, tgt plugin.Ptr) error {
 	d := w.d
-	if d.sharer() != nil {
+	if inPlace(m, tgt) {
 		return nil
 	}
 	d.log.Taskf(InfoCopies, d.Num, w.task, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
