@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"unsafe"
 
@@ -239,5 +240,52 @@ func TestParseSharing(t *testing.T) {
 		if _, err := ParseSharing("X", s); err == nil || !strings.Contains(err.Error(), `X="`+s+`"`) {
 			t.Errorf("%q: %v, want an error naming the variable and the value", s, err)
 		}
+	}
+}
+
+// TestShareConcurrent: goroutines lend overlapping sections of one buffer,
+// resolve them and end them at once; each sees its own bytes throughout,
+// and nothing is left lent at the end (run under -race).
+func TestShareConcurrent(t *testing.T) {
+	m := NewMapped(0)
+	buf := make([]byte, 1<<16)
+	own, err := m.Alloc(2 * MapMin) // a mapped block beside the lent ones
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				lo := (g*977 + i*131) % (len(buf) - 512)
+				s := buf[lo : lo+256+i%256]
+				p, err := m.Share(s)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				b, err := m.Bytes(p+1, int64(len(s)-1))
+				if err != nil || &b[0] != &s[1] {
+					t.Errorf("goroutine %d: Bytes inside its lent section: %v", g, err)
+					return
+				}
+				m.Pin()
+				if _, err := m.Bytes(own, 2*MapMin); err != nil {
+					t.Error(err)
+				}
+				m.Unpin()
+				if err := m.Free(p); err != nil {
+					t.Errorf("goroutine %d: Free: %v", g, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := m.SharedBytes(); n != 0 {
+		t.Errorf("%d bytes still lent", n)
+	}
+	if err := m.Free(own); err != nil {
+		t.Fatal(err)
 	}
 }
