@@ -21,8 +21,9 @@ import (
 //     each of the two devices, both waited for, against the same to one
 //     device alone; rounds alternate, and each round's buffers are deleted
 //     untimed after it. The two copies run on the devices' own queues:
-//     with two free cores they overlap. Goal: ≤ 1.2 (a copy that held the
-//     garbage collector's stop of the world made it 1.5–2.8).
+//     with two free cores they overlap. Goal: ≤ 1.2 (1.87–1.89 before
+//     issue 47, when a copy held the garbage collector's stop of the world
+//     and the two ran one after the other).
 //   - host_shared.lookup_vs_goroutines (suite host_shared: host:2 with
 //     GOFFLOAD_HOST_MEMORY=shared): XSBench-like lookups — a random energy,
 //     a binary search in a sorted grid of hostLookupGrid points, five
