@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	// Suite host's stencil, 512² × 100, takes seconds under -race: the
 	// suite's tests run 4 iterations of it.
 	hostStencilIters = 4
+	// Suites host2 and host_shared copy 200 MiB and look up in 192 MiB:
+	// small sizes here.
+	hostEnterBytes, hostLookupGrid, hostLookupBatch = 4<<20, 1<<12, 1<<14
 	os.Exit(m.Run())
 }
 
@@ -48,6 +51,14 @@ func TestHostSuiteTSV(t *testing.T) {
 		"host.stencil_512_vs_goroutines": true,
 	})
 	checkSuiteTSV(t, "host", want)
+}
+
+// TestHostMemorySuitesTSV runs suites host2 and host_shared (host:2 with
+// memory of each device's own, and sharing the program's) with a tiny time
+// budget.
+func TestHostMemorySuitesTSV(t *testing.T) {
+	checkSuiteTSV(t, "host2", map[string]bool{"host2.enter_200MiB_two_vs_one": true})
+	checkSuiteTSV(t, "host_shared", map[string]bool{"host_shared.lookup_vs_goroutines": true})
 }
 
 // beyondWant is the launch_beyond_kernel_* metrics of prefix, one per

@@ -40,7 +40,8 @@
 // timing of operations), [Canceler] (ask running kernels to stop),
 // [Killer] (end kernels that did not stop), [Abandoner] (give up on
 // kernels that cannot be ended: nothing after them runs), [AddrResolver]
-// (a device address as kernels see it). On a [Queue]: [Exchanger] (device-to-device
+// (a device address as kernels see it), [HostSharer] (kernels work on the
+// host's buffers in place: maps neither allocate nor copy). On a [Queue]: [Exchanger] (device-to-device
 // copies), [GeometryLauncher] (a launch with a grid), [StopLauncher] (a
 // launch with its own stop signal), [InlineQueue] (run on the enqueuing
 // goroutine), [TaggedQueue] (tags for a Tracer). On an [Event]:

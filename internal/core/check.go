@@ -133,7 +133,7 @@ func (d *Device) checkBefore(w *work, k *entries.Kernel, args []KernelArg, pargs
 		t := a.Map.Type
 		c := &argCheck{param: i, name: a.Map.Buf.Name, elem: int(p.Type.Size()), after: make([]byte, size)}
 		switch {
-		case t&mapping.MapTo == 0 && fresh[i]: // Out (from) or Scratch (alloc): fresh memory
+		case t&mapping.MapTo == 0 && fresh[i] && uint64(pargs[i].Ptr) != uint64(a.Map.Buf.Addr()): // Out (from) or Scratch (alloc): fresh memory, not the program's buffer itself (a HostSharer's)
 			if err := w.q.Submit(pargs[i].Ptr, bytes.Repeat([]byte{checkByte}, int(size))); err != nil {
 				continue
 			}

@@ -199,6 +199,7 @@ const MaxDeviceTimeout = 8760 * time.Hour
 //   - GOFFLOAD_HOST_CORES, GOFFLOAD_DEVICE_CORES: 1 to workpool.MaxWorkers()
 //     (4 × the CPUs, at least 64, at most 4096);
 //   - GOFFLOAD_HOST_POOL_THRESHOLD: 0 to the machine's memory, in bytes;
+//   - GOFFLOAD_HOST_MEMORY: separate or shared;
 //   - GOFFLOAD_REMOTE_SPIN: a Go duration from 0 to MaxRemoteSpin ("0" turns
 //     spinning off);
 //   - GOFFLOAD_DEVICE_TIMEOUT: a Go duration from 10ms to MaxDeviceTimeout,
@@ -216,6 +217,11 @@ func CheckDeviceEnv() error {
 	}
 	if s := os.Getenv("GOFFLOAD_HOST_POOL_THRESHOLD"); s != "" {
 		if _, err := hostmem.ParseThreshold("GOFFLOAD_HOST_POOL_THRESHOLD", s); err != nil {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+	}
+	if s := os.Getenv("GOFFLOAD_HOST_MEMORY"); s != "" {
+		if _, err := hostmem.ParseSharing("GOFFLOAD_HOST_MEMORY", s); err != nil {
 			return fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 	}

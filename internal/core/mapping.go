@@ -106,15 +106,22 @@ func (w *work) create(m MapItem, p *mapping.Plan) (*mapping.Entry, plugin.Ptr, e
 		return nil, 0, err
 	}
 	size := m.Buf.Size
-	tgt, err := d.Dev.Alloc(size)
-	if err != nil {
+	sh := d.sharer()
+	var tgt plugin.Ptr
+	var err error
+	if sh != nil {
+		tgt, err = sh.ShareHost(m.Buf.Bytes())
+		if err != nil {
+			return fail(d.mapErr(w.op, m, err, "cannot share the buffer with the device"))
+		}
+	} else if tgt, err = d.Dev.Alloc(size); err != nil {
 		return fail(d.mapErr(w.op, m, err, "cannot allocate %d bytes of device memory", size))
 	}
 	w.data(tool.MapCreate, m.Buf, tgt)
 	d.log.Taskf(InfoMappingChanged, d.Num, w.task, "Creating new map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=%d, HoldRefCount=%d, Name=%s",
 		m.Buf.Addr(), uint64(tgt), size, p.Dyn, p.Hold, nameOf(m.Buf.Name))
 	var ev plugin.Event
-	if p.Do&mapping.CopyIn != 0 {
+	if p.Do&mapping.CopyIn != 0 && sh == nil {
 		if ev, err = w.submit(m, tgt); err != nil {
 			_ = d.Dev.Free(tgt)
 			return fail(err)
@@ -124,10 +131,27 @@ func (w *work) create(m MapItem, p *mapping.Plan) (*mapping.Entry, plugin.Ptr, e
 	return e, tgt, nil
 }
 
+// sharer is d's device as a plugin.HostSharer, or nil: its kernels work on
+// the host's buffers, so maps neither allocate nor copy (OpenMP's unified
+// shared memory).
+func (d *Device) sharer() plugin.HostSharer {
+	sh, _ := d.Dev.(plugin.HostSharer)
+	return sh
+}
+
+// inPlace reports whether tgt is m's buffer itself: an entry that a
+// HostSharer made (the device pointer is the host address), which no copy
+// moves. Declare target variables and associations keep memory of their
+// own on such a device too.
+func inPlace(m MapItem, tgt plugin.Ptr) bool { return uint64(tgt) == uint64(m.Buf.Addr()) }
+
 // copyIn enqueues the copy of m's buffer to tgt, in entry e that exists,
 // and hands the table its event, so that users of the entry on other
-// queues wait for it.
+// queues wait for it; a buffer in place needs none.
 func (w *work) copyIn(m MapItem, tgt plugin.Ptr, e *mapping.Entry) error {
+	if inPlace(m, tgt) {
+		return nil
+	}
 	ev, err := w.submit(m, tgt)
 	if err != nil {
 		return err
@@ -163,9 +187,13 @@ func (w *work) submit(m MapItem, tgt plugin.Ptr) (plugin.Event, error) {
 	return ev, nil
 }
 
-// copyOut enqueues the copy of tgt back to m's buffer.
+// copyOut enqueues the copy of tgt back to m's buffer (none for a buffer
+// in place).
 func (w *work) copyOut(m MapItem, tgt plugin.Ptr) error {
 	d := w.d
+	if inPlace(m, tgt) {
+		return nil
+	}
 	d.log.Taskf(InfoCopies, d.Num, w.task, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
 		uint64(tgt), m.Buf.Addr(), m.Buf.Size, nameOf(m.Buf.Name))
 	w.data(tool.CopyFromDevice, m.Buf, tgt)

@@ -1,8 +1,21 @@
-// Package hostmem is device memory made of Go memory, as CPU devices have
-// it: allocations by address, interior pointers resolved to bytes, and a
-// pool of freed blocks kept for reuse (libomptarget's memory manager does the
-// same): blocks up to a size threshold are cached, at most four times the
-// threshold in all, so a repeated large map does not fault fresh pages.
+// Package hostmem is device memory made of the process's memory, as CPU
+// devices have it: allocations by address, interior pointers resolved to
+// bytes, and a pool of freed blocks kept for reuse (libomptarget's memory
+// manager does the same): blocks up to a size threshold are cached, at most
+// four times the threshold in all, so a repeated large map does not fault
+// fresh pages.
+//
+// Memory from New is Go memory. Memory from NewMapped keeps its blocks of
+// MapMin bytes and more outside the Go heap, in anonymous mappings: they
+// start no garbage collection, count toward no GOMEMLIMIT, and the race
+// detector does not see them. Its user brackets every use of the bytes
+// Bytes returned with Pin and Unpin, so that a block freed meanwhile is
+// unmapped only once no use is left (see Pin). Copy copies in chunks, so a
+// big copy never holds up the garbage collector's stop of the world.
+//
+// Share lends a Memory a buffer of the host's own: Bytes then resolves its
+// host address to the buffer itself (a device that shares the host's
+// memory, as OpenMP's unified shared memory has it).
 package hostmem
 
 import (
@@ -31,23 +44,37 @@ type allocation struct {
 type Memory struct {
 	mu        sync.RWMutex
 	live      *btree.BTreeG[*allocation]
-	pool      map[int64][][]byte // size class -> free blocks
-	pooled    int64              // bytes in pool
+	shared    *btree.BTreeG[*region] // the host's buffers lent by Share
+	pool      map[int64][][]byte     // size class -> free blocks
+	pooled    int64                  // bytes in pool
 	threshold int64
 	limit     int64
 	inUse     int64
+
+	mapped bool // blocks of MapMin bytes and more are mappings (NewMapped)
+	unmaps unmapper
 }
 
-// New returns an empty memory whose pool keeps freed blocks up to threshold
-// bytes (0: no pool; at most Limit()).
+// New returns an empty memory of Go memory whose pool keeps freed blocks up
+// to threshold bytes (0: no pool; at most Limit()).
 func New(threshold int64) *Memory {
 	threshold = min(max(threshold, 0), Limit())
 	return &Memory{
 		live:      btree.NewG(16, func(a, b *allocation) bool { return a.base < b.base }),
+		shared:    btree.NewG(16, func(a, b *region) bool { return a.lo < b.lo }),
 		pool:      map[int64][][]byte{},
 		threshold: threshold,
 		limit:     4 * threshold,
 	}
+}
+
+// NewMapped is New, but blocks of MapMin bytes and more are anonymous
+// mappings outside the Go heap. Its user must bracket every use of the bytes
+// Bytes returns with Pin and Unpin.
+func NewMapped(threshold int64) *Memory {
+	m := New(threshold)
+	m.mapped = true
+	return m
 }
 
 // sizeClass rounds n up to the block size the pool keeps it under: powers of
@@ -93,7 +120,12 @@ func (m *Memory) Alloc(size int64) (plugin.Ptr, error) {
 	m.mu.Unlock()
 	if buf == nil {
 		var err error
-		if buf, err = makeBlock(class); err != nil {
+		if m.mapped && class >= MapMin {
+			buf, err = mapBlock(class)
+		} else {
+			buf, err = makeBlock(class)
+		}
+		if err != nil {
 			return 0, err
 		}
 	}
@@ -227,12 +259,16 @@ func makeBlock(n int64) (buf []byte, err error) {
 	return make([]byte, n), nil
 }
 
-// Free releases the allocation that starts at p.
+// Free releases the allocation that starts at p, or ends the lending of
+// the shared buffer that starts at p (Share).
 func (m *Memory) Free(p plugin.Ptr) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	a, ok := m.live.Get(&allocation{base: p})
 	if !ok {
+		if m.unshare(p) {
+			return nil
+		}
 		return fmt.Errorf("%w: free of %#x, which is not the start of a live allocation", plugin.ErrBadPointer, uint64(p))
 	}
 	m.live.Delete(a)
@@ -244,6 +280,8 @@ func (m *Memory) Free(p plugin.Ptr) error {
 	if class <= m.threshold && m.pooled+class <= m.limit {
 		m.pool[class] = append(m.pool[class], a.buf)
 		m.pooled += class
+	} else if m.isMapped(a.buf) {
+		m.unmaps.unmap(a.buf)
 	}
 	return nil
 }
@@ -268,6 +306,9 @@ func (m *Memory) Bytes(p plugin.Ptr, size int64) ([]byte, error) {
 	keys.Put(key)
 	a := &c
 	if !found || p >= a.base+plugin.Ptr(max(a.size, 1)) {
+		if b, ok := m.sharedBytes(p, size); ok {
+			return b, nil
+		}
 		return nil, fmt.Errorf("%w: %#x is not inside a live allocation", plugin.ErrBadPointer, uint64(p))
 	}
 	if a.err != nil {
@@ -283,10 +324,26 @@ func (m *Memory) Bytes(p plugin.Ptr, size int64) ([]byte, error) {
 	return a.buf[off : off+size : off+size], nil
 }
 
-// Reset drops every allocation and the pool.
+// Reset drops every allocation, every shared buffer and the pool. Mapped
+// blocks are unmapped once no Pin is left (a kernel that never returns
+// keeps them).
 func (m *Memory) Reset() {
 	m.mu.Lock()
+	m.live.Ascend(func(a *allocation) bool {
+		if m.isMapped(a.buf) {
+			m.unmaps.unmap(a.buf)
+		}
+		return true
+	})
+	for _, free := range m.pool {
+		for _, b := range free {
+			if m.isMapped(b) {
+				m.unmaps.unmap(b)
+			}
+		}
+	}
 	m.live.Clear(false)
+	m.shared.Clear(false)
 	m.pool = map[int64][][]byte{}
 	m.pooled, m.inUse = 0, 0
 	m.mu.Unlock()

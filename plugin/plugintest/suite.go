@@ -68,6 +68,7 @@ func Run(t *testing.T, open func(t *testing.T) []plugin.Device) {
 	t.Run("FireNotifier", e.testFireNotifier)
 	t.Run("CancelKernels", e.testCancelKernels)
 	t.Run("StopLaunch", e.testStopLaunch)
+	t.Run("HostSharer", e.testHostSharer)
 }
 
 // env is the state the subtests share: the loaded devices and the image.

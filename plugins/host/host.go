@@ -1,7 +1,15 @@
 // Package host is the host device kind: CPU devices inside the calling
-// process. Device memory is Go memory of its own, separate from the program's
-// buffers, so copy semantics are real (a missing "from" is visible). Kernels
-// run on the device's worker pool, one worker per core.
+// process. By default a device's memory is its own, separate from the
+// program's buffers, so copy semantics are real (a missing "from" is
+// visible). Blocks of a MiB and more are mapped outside the Go heap, and
+// copies are made in chunks: a big copy never holds up the garbage
+// collector, nor with it the program. Kernels run on the device's worker
+// pool, one worker per core.
+//
+// With GOFFLOAD_HOST_MEMORY=shared (Config.Shared) a device shares the
+// program's memory instead, as OpenMP's unified shared memory has it: it
+// implements plugin.HostSharer, so maps neither allocate nor copy and
+// kernels work on the program's buffers in place.
 //
 // Spec in GOFFLOAD_DEVICES: "host" (one device) or "host:N". When
 // GOFFLOAD_DEVICES is unset, one host device is discovered.
@@ -63,12 +71,16 @@ type Config struct {
 	// PoolThreshold is the largest freed block kept for reuse; 0 disables
 	// the pool.
 	PoolThreshold int64
+	// Shared makes the device share the program's memory: the device is a
+	// plugin.HostSharer, whose kernels work on mapped buffers in place.
+	Shared bool
 }
 
 // ConfigFromEnv reads GOFFLOAD_HOST_CORES (default: the number of CPUs;
-// from 1 to workpool.MaxWorkers()) and GOFFLOAD_HOST_POOL_THRESHOLD (bytes,
-// default DefaultPoolThreshold; from 0 to the machine's memory). A value out
-// of range is an error naming the variable, the value and the range.
+// from 1 to workpool.MaxWorkers()), GOFFLOAD_HOST_POOL_THRESHOLD (bytes,
+// default DefaultPoolThreshold; from 0 to the machine's memory) and
+// GOFFLOAD_HOST_MEMORY (separate, the default, or shared). A value out of
+// range is an error naming the variable, the value and the range.
 func ConfigFromEnv() (Config, error) {
 	cfg := Config{Cores: min(runtime.NumCPU(), workpool.MaxWorkers()), PoolThreshold: DefaultPoolThreshold}
 	if s := os.Getenv("GOFFLOAD_HOST_CORES"); s != "" {
@@ -85,6 +97,13 @@ func ConfigFromEnv() (Config, error) {
 		}
 		cfg.PoolThreshold = v
 	}
+	if s := os.Getenv("GOFFLOAD_HOST_MEMORY"); s != "" {
+		v, err := hostmem.ParseSharing("GOFFLOAD_HOST_MEMORY", s)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Shared = v
+	}
 	return cfg, nil
 }
 
@@ -92,9 +111,12 @@ type device struct {
 	st    devstate.State // label ("host device 1"), closed
 	num   int
 	cores int
-	mem   *hostmem.Memory
-	bytes plugin.Mem // mem.Bytes, made once (a method value allocates)
-	pool  *plugin.Pool
+	// mem is the device's memory: kernels and copies pin it while they
+	// touch it (hostmem.Memory.Pin), as its big blocks are mappings.
+	mem    *hostmem.Memory
+	bytes  plugin.Mem // mem.Bytes, made once (a method value allocates)
+	pool   *plugin.Pool
+	shared bool // a sharedDevice: maps lend it the program's buffers
 
 	// tr is where timed operations are reported (see Trace).
 	tr optrace.Tracer
@@ -111,7 +133,8 @@ type device struct {
 func (d *device) Trace(f func(plugin.OpTime)) { d.tr.Trace(f) }
 
 // New returns a host device. Cores below 1 mean the number of CPUs; more
-// than workpool.MaxWorkers() are cut to that.
+// than workpool.MaxWorkers() are cut to that. With cfg.Shared the device
+// is also a plugin.HostSharer.
 func New(cfg Config) plugin.Device {
 	if cfg.Cores < 1 {
 		cfg.Cores = runtime.NumCPU()
@@ -120,25 +143,64 @@ func New(cfg Config) plugin.Device {
 	d := &device{
 		num:   -1,
 		cores: cfg.Cores,
-		mem:   hostmem.New(cfg.PoolThreshold),
+		mem:   hostmem.NewMapped(cfg.PoolThreshold),
 		pool:  plugin.NewPool(cfg.Cores),
 	}
 	d.bytes = d.mem.Bytes
 	d.st.SetLabel("host device")
+	if cfg.Shared {
+		d.shared = true
+		return &sharedDevice{d}
+	}
 	return d
+}
+
+// sharedDevice is a host device that shares the program's memory.
+type sharedDevice struct{ *device }
+
+// ShareHost lends the device the program's buffer b (plugin.HostSharer):
+// the device address is b's own, and Free of it ends the lending.
+func (d *sharedDevice) ShareHost(b []byte) (plugin.Ptr, error) {
+	if err := d.st.Alive(); err != nil {
+		return 0, err
+	}
+	p, err := d.mem.Share(b)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", d.st.Label(), err)
+	}
+	return p, nil
+}
+
+// hostDevice returns the host device that d is, if it is one.
+func hostDevice(d plugin.Device) (*device, bool) {
+	switch d := d.(type) {
+	case *device:
+		return d, true
+	case *sharedDevice:
+		return d.device, true
+	}
+	return nil, false
 }
 
 func (d *device) Info() plugin.Info {
 	host, _ := os.Hostname()
 	return plugin.Info{
 		Kind:   "host",
-		Name:   fmt.Sprintf("Go host device (%d cores)", d.cores),
+		Name:   fmt.Sprintf("Go host device (%d cores%s)", d.cores, d.memoryNote()),
 		Cores:  d.cores,
 		Memory: hostmem.MachineMemory(),
 		Arch:   runtime.GOARCH,
 		Host:   host,
 		PID:    os.Getpid(),
 	}
+}
+
+// memoryNote says in the device's name whether it shares the host's memory.
+func (d *device) memoryNote() string {
+	if d.shared {
+		return ", shared memory"
+	}
+	return ""
 }
 
 func (d *device) Load(img *plugin.Image, num int) error {

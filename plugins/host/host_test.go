@@ -19,6 +19,17 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceShared runs the suite on devices that share the host's
+// memory (GOFFLOAD_HOST_MEMORY=shared): their Alloc memory is still their
+// own, and the suite checks what their plugin.HostSharer promises.
+func TestConformanceShared(t *testing.T) {
+	cfg := testConfig
+	cfg.Shared = true
+	plugintest.Run(t, func(t *testing.T) []plugin.Device {
+		return []plugin.Device{host.New(cfg), host.New(cfg)}
+	})
+}
+
 // TestConformanceOneCore runs the suite on single-core devices, where a
 // kernel's parallel loop runs on one goroutine.
 func TestConformanceOneCore(t *testing.T) {
@@ -189,6 +200,7 @@ func TestConfigFromEnv(t *testing.T) {
 	t.Run("Defaults", func(t *testing.T) {
 		t.Setenv("GOFFLOAD_HOST_CORES", "")
 		t.Setenv("GOFFLOAD_HOST_POOL_THRESHOLD", "")
+		t.Setenv("GOFFLOAD_HOST_MEMORY", "")
 		cfg, err := host.ConfigFromEnv()
 		if err != nil {
 			t.Fatal(err)
@@ -200,6 +212,7 @@ func TestConfigFromEnv(t *testing.T) {
 	t.Run("Set", func(t *testing.T) {
 		t.Setenv("GOFFLOAD_HOST_CORES", "3")
 		t.Setenv("GOFFLOAD_HOST_POOL_THRESHOLD", "0")
+		t.Setenv("GOFFLOAD_HOST_MEMORY", "")
 		cfg, err := host.ConfigFromEnv()
 		if err != nil {
 			t.Fatal(err)
@@ -228,6 +241,30 @@ func TestConfigFromEnv(t *testing.T) {
 				t.Errorf("device from host:2 with GOFFLOAD_HOST_CORES=3 has %d cores", c)
 			}
 			d.Close()
+		}
+	})
+	t.Run("Memory", func(t *testing.T) {
+		t.Setenv("GOFFLOAD_HOST_CORES", "")
+		t.Setenv("GOFFLOAD_HOST_POOL_THRESHOLD", "")
+		for s, want := range map[string]bool{"": false, "separate": false, "shared": true} {
+			t.Setenv("GOFFLOAD_HOST_MEMORY", s)
+			cfg, err := host.ConfigFromEnv()
+			if err != nil || cfg.Shared != want {
+				t.Errorf("GOFFLOAD_HOST_MEMORY=%q: %+v, %v; want Shared %v", s, cfg, err, want)
+			}
+			k, _ := plugin.LookupKind("host")
+			devs, err := k.Open("1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := devs[0].(plugin.HostSharer); ok != want {
+				t.Errorf("GOFFLOAD_HOST_MEMORY=%q: device is a HostSharer: %v, want %v", s, ok, want)
+			}
+			devs[0].Close()
+		}
+		t.Setenv("GOFFLOAD_HOST_MEMORY", "unified")
+		if _, err := host.ConfigFromEnv(); err == nil || !strings.Contains(err.Error(), `GOFFLOAD_HOST_MEMORY="unified"`) {
+			t.Errorf("GOFFLOAD_HOST_MEMORY=unified: %v, want an error naming the variable and the value", err)
 		}
 	})
 	for _, c := range []struct{ name, cores, threshold string }{

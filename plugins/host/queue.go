@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/hostmem"
 	"github.com/goffload/offload/plugin/opqueue"
 	"github.com/goffload/offload/plugin/optrace"
 )
@@ -42,52 +43,77 @@ func (q *queue) doTimed(fn func() error, timed func(start, end time.Time, err er
 	return nil
 }
 
+// Submit, Retrieve and Exchange check their device ranges when they are
+// enqueued and resolve them again when the copy runs, with the memory
+// pinned: a block freed meanwhile is an error, never unmapped memory.
 func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
-	b, err := q.d.mem.Bytes(dst, int64(len(src)))
-	if err != nil {
+	mem := q.d.mem
+	if _, err := mem.Bytes(dst, int64(len(src))); err != nil {
 		return fmt.Errorf("%s: submit of %d bytes: %w", q.d.st.Label(), len(src), err)
 	}
 	return q.doTimed(func() error {
 		if err := q.d.st.Lost(); err != nil { // abandoned while it waited (Abandon)
 			return err
 		}
-		copy(b, src)
+		mem.Pin()
+		defer mem.Unpin()
+		b, err := mem.Bytes(dst, int64(len(src)))
+		if err != nil {
+			return fmt.Errorf("submit of %d bytes: %w", len(src), err)
+		}
+		hostmem.Copy(b, src)
 		return nil
 	}, q.timed(plugin.OpSubmit, "", int64(len(src))))
 }
 
 func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
-	b, err := q.d.mem.Bytes(src, int64(len(dst)))
-	if err != nil {
+	mem := q.d.mem
+	if _, err := mem.Bytes(src, int64(len(dst))); err != nil {
 		return fmt.Errorf("%s: retrieve of %d bytes: %w", q.d.st.Label(), len(dst), err)
 	}
 	return q.doTimed(func() error {
 		if err := q.d.st.Lost(); err != nil {
 			return err
 		}
-		copy(dst, b)
+		mem.Pin()
+		defer mem.Unpin()
+		b, err := mem.Bytes(src, int64(len(dst)))
+		if err != nil {
+			return fmt.Errorf("retrieve of %d bytes: %w", len(dst), err)
+		}
+		hostmem.Copy(dst, b)
 		return nil
 	}, q.timed(plugin.OpRetrieve, "", int64(len(dst))))
 }
 
 func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) error {
-	other, ok := dst.(*device)
+	other, ok := hostDevice(dst)
 	if !ok {
 		return fmt.Errorf("%s: exchange to a %s device: %w", q.d.st.Label(), dst.Info().Kind, plugin.ErrUnsupported)
 	}
-	s, err := q.d.mem.Bytes(src, size)
-	if err != nil {
+	if _, err := q.d.mem.Bytes(src, size); err != nil {
 		return fmt.Errorf("%s: exchange source: %w", q.d.st.Label(), err)
 	}
-	d, err := other.mem.Bytes(dstPtr, size)
-	if err != nil {
+	if _, err := other.mem.Bytes(dstPtr, size); err != nil {
 		return fmt.Errorf("%s: exchange destination: %w", other.st.Label(), err)
 	}
 	return q.doTimed(func() error {
 		if err := q.d.st.Lost(); err != nil {
 			return err
 		}
-		copy(d, s)
+		q.d.mem.Pin()
+		defer q.d.mem.Unpin()
+		other.mem.Pin()
+		defer other.mem.Unpin()
+		s, err := q.d.mem.Bytes(src, size)
+		if err != nil {
+			return fmt.Errorf("exchange source: %w", err)
+		}
+		d, err := other.mem.Bytes(dstPtr, size)
+		if err != nil {
+			return fmt.Errorf("exchange destination on %s: %w", other.st.Label(), err)
+		}
+		hostmem.Copy(d, s)
 		return nil
 	}, q.timed(plugin.OpExchange, "", size))
 }
@@ -117,6 +143,8 @@ func (q *queue) LaunchStop(k plugin.Kernel, args []plugin.Arg, stop *plugin.Stop
 		if own != nil { // linked only while it runs: a skipped launch leaves nothing behind
 			defer own.StopWith(devStop, stop)()
 		}
+		q.d.mem.Pin() // kernels touch device memory until they return
+		defer q.d.mem.Unpin()
 		if err := k.Launch(ctx, args, q.d.bytes); err != nil {
 			return fmt.Errorf("%s: %w", q.d.st.Label(), err)
 		}
