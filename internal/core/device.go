@@ -157,18 +157,26 @@ func (d *Device) follow(p *Task) *cqueue {
 	return q
 }
 
-// release drops one user of q; the last one gives it back to the pool, or
-// closes it if an operation on it failed.
+// maxIdleQueues is how many idle queues a device keeps for later
+// constructs. A burst of tasks makes as many queues as it has tasks in
+// flight; once it is over, the queues past this many are closed, so the
+// pool shrinks with the work.
+const maxIdleQueues = 64
+
+// release drops one user of q. The last one gives it back to the pool, or
+// closes it if an operation on it failed or the pool is full.
 func (d *Device) release(q *cqueue, failed bool) {
 	d.qmu.Lock()
 	q.users--
 	q.failed = q.failed || failed
 	last := q.users == 0
-	closeIt := last && q.failed
+	closeIt := false
 	if last {
 		q.last = nil
-		if !q.failed {
+		if !q.failed && len(d.queues) < maxIdleQueues {
 			d.queues = append(d.queues, q)
+		} else {
+			closeIt = true // failed, or past what the pool keeps
 		}
 	}
 	d.qmu.Unlock()
