@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/gpukind"
 )
 
 // blockSize is the threads per block of a launch.
@@ -156,12 +157,7 @@ func grid(k plugin.Kernel, args []plugin.Arg, geo plugin.Geometry) (g, b [3]uint
 	}
 	teams := geo.Teams
 	if teams == ([3]int{}) {
-		n := 0
-		for i, p := range k.Params() {
-			if p.Kind == plugin.Slice && i < len(args) {
-				n = max(n, args[i].Len)
-			}
-		}
+		n := gpukind.LongestSlice(k, args)
 		teams = [3]int{int(min(max((int64(n)+int64(block[0])-1)/int64(block[0]), 1), int64(maxGrid[0]))), 1, 1}
 	}
 	threads := 1

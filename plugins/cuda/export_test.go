@@ -16,7 +16,7 @@ func OpenWith(drv cudadrv.Driver, ord int, emulate bool) ([]plugin.Device, error
 	}
 	devs, err := openDevices(s, ord)
 	for _, d := range devs {
-		d.(*device).emulate = emulate
+		d.(*device).Emulate = emulate
 	}
 	return devs, err
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/goffload/offload/internal/cldrv"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/gpukind"
 )
 
 // argVal is one argument of a launch as the kernel object takes it.
@@ -150,23 +151,23 @@ func (d *device) checkEntry(k plugin.Kernel, kf *kernelFn) error {
 	if n != len(ps) {
 		var goTypes []string
 		for i := range ps {
-			goTypes = append(goTypes, goType(ps[i]))
+			goTypes = append(goTypes, gpukind.GoType(ps[i]))
 		}
 		which := ""
 		if n < len(ps) {
-			which = fmt.Sprintf("the Go parameter %s has none in the entry", goParam(k, n))
+			which = fmt.Sprintf("the Go parameter %s has none in the entry", gpukind.GoParam(k, n))
 		} else {
 			which = fmt.Sprintf("OpenCL C parameter %d (%s) has no Go parameter", len(ps), types[len(ps)])
 		}
 		return fmt.Errorf("OpenCL C entry %s has %s (%s), the Go kernel %s (%s): %s", kf.entry,
-			plural(n, "parameter"), strings.Join(types, ", "), plural(len(ps), "parameter"), strings.Join(goTypes, ", "), which)
+			gpukind.Plural(n, "parameter"), strings.Join(types, ", "), gpukind.Plural(len(ps), "parameter"), strings.Join(goTypes, ", "), which)
 	}
 	kf.ptrs = make([]bool, n)
 	for i, p := range ps {
 		cl := types[i]
 		side := fmt.Sprintf("OpenCL C entry %s parameter %d is %s", kf.entry, i, cl)
 		mismatch := func(goSide string) error {
-			return fmt.Errorf("%s, the Go parameter %s %s: declare it %s (or take %s in Go)", side, goParam(k, i), goSide, clDecl(p), goFor(cl))
+			return fmt.Errorf("%s, the Go parameter %s %s: declare it %s (or take %s in Go)", side, gpukind.GoParam(k, i), goSide, openCL.Decl(p), goFor(cl))
 		}
 		isPtr := strings.HasSuffix(cl, "*")
 		kf.ptrs[i] = p.Kind == plugin.Slice
@@ -177,7 +178,7 @@ func (d *device) checkEntry(k plugin.Kernel, kf *kernelFn) error {
 			case p.Kind == plugin.Slice && (!isPtr || quals[i] == cldrv.AddressPrivate):
 				return mismatch("is a slice, a __global pointer")
 			case p.Kind != plugin.Slice && isPtr:
-				return mismatch(fmt.Sprintf("is a %s by value", goType(p)))
+				return mismatch(fmt.Sprintf("is a %s by value", gpukind.GoType(p)))
 			}
 			elem := strings.TrimSuffix(cl, "*")
 			if scalar, size, ok := clType(elem); ok {
@@ -189,7 +190,7 @@ func (d *device) checkEntry(k plugin.Kernel, kf *kernelFn) error {
 				float := scalar == "float" || scalar == "double" || scalar == "half"
 				switch {
 				case size != goSize:
-					return mismatch(fmt.Sprintf("%s %s", what, plural(goSize, "byte")))
+					return mismatch(fmt.Sprintf("%s %s", what, gpukind.Plural(goSize, "byte")))
 				case float && !isFloatType(p.Type):
 					return mismatch(fmt.Sprintf("%s not floats", what))
 				case !float && isFloatType(p.Type):
@@ -200,21 +201,14 @@ func (d *device) checkEntry(k plugin.Kernel, kf *kernelFn) error {
 		if p.Kind != plugin.Slice {
 			zero := make([]byte, p.Type.Size())
 			if len(zero) == 0 {
-				return fmt.Errorf("the Go parameter %s has size 0: an OpenCL C entry has no parameter of size 0", goParam(k, i))
+				return fmt.Errorf("the Go parameter %s has size 0: an OpenCL C entry has no parameter of size 0", gpukind.GoParam(k, i))
 			}
 			if err := d.lib.SetKernelArg(kf.k, i, uintptr(len(zero)), unsafe.Pointer(&zero[0])); cldrv.Code(err) == cldrv.InvalidArgSize {
-				return fmt.Errorf("%s, whose size is not the Go parameter %s's %s (%v): declare it %s", side, goParam(k, i), plural(len(zero), "byte"), err, clDecl(p))
+				return fmt.Errorf("%s, whose size is not the Go parameter %s's %s (%v): declare it %s", side, gpukind.GoParam(k, i), gpukind.Plural(len(zero), "byte"), err, openCL.Decl(p))
 			}
 		}
 	}
 	return nil
-}
-
-func plural(n int, what string) string {
-	if n == 1 {
-		return "1 " + what
-	}
-	return strconv.Itoa(n) + " " + what + "s"
 }
 
 func isFloatType(t reflect.Type) bool {
@@ -228,59 +222,22 @@ func isFloatType(t reflect.Type) bool {
 	return false
 }
 
-// goType names p's Go type: a slice's own type (offload.In[float32]).
-func goType(p plugin.Param) string {
-	switch {
-	case p.Kind == plugin.Slice && p.SliceType != nil:
-		return p.SliceType.String()
-	case p.Kind == plugin.Slice && p.Type != nil:
-		return "[]" + p.Type.String()
-	case p.Type != nil:
-		return p.Type.String()
-	}
-	return "?"
-}
-
-// goParam names k's parameter i, as the cuda kind's errors do.
-func goParam(k plugin.Kernel, i int) string {
-	p := k.Params()[i]
-	if p.Field >= 0 {
-		if t := p.Struct; t != nil && t.Kind() == reflect.Struct && p.Field < t.NumField() {
-			return fmt.Sprintf("%d (field %s %s of parameter %d, a %s)", i, t.Field(p.Field).Name, goType(p), p.Top, t)
+// openCL is how an OpenCL C entry declares parameters.
+var openCL = gpukind.Dialect{
+	Types: map[reflect.Kind]string{
+		reflect.Int8: "char", reflect.Bool: "uchar", reflect.Uint8: "uchar", // OpenCL C has no bool parameters
+		reflect.Int16: "short", reflect.Uint16: "ushort",
+		reflect.Int32: "int", reflect.Uint32: "uint", reflect.Float32: "float",
+		reflect.Int: "long", reflect.Int64: "long", // Go's int is 64 bits
+		reflect.Uint: "ulong", reflect.Uint64: "ulong", reflect.Uintptr: "ulong",
+		reflect.Float64: "double", reflect.Complex64: "float2", reflect.Complex128: "double2",
+	},
+	Pointer: func(elem string) string {
+		if elem == "" {
+			return "a global pointer to a struct of the same layout"
 		}
-	}
-	return fmt.Sprintf("%d (%s)", i, goType(p))
-}
-
-// clTypes are the OpenCL C types of Go's basic kinds.
-var clTypes = map[reflect.Kind]string{
-	reflect.Bool: "uchar", reflect.Int8: "char", reflect.Uint8: "uchar",
-	reflect.Int16: "short", reflect.Uint16: "ushort", reflect.Int32: "int", reflect.Uint32: "uint",
-	reflect.Int: "long", reflect.Int64: "long", reflect.Uint: "ulong", reflect.Uint64: "ulong",
-	reflect.Uintptr: "ulong", reflect.Float32: "float", reflect.Float64: "double",
-	reflect.Complex64: "float2", reflect.Complex128: "double2",
-}
-
-// clDecl says how an OpenCL C entry declares a parameter that takes p.
-func clDecl(p plugin.Param) string {
-	if p.Type == nil {
-		return "as the Go parameter"
-	}
-	if p.Kind == plugin.Slice {
-		if c, ok := clTypes[p.Type.Kind()]; ok {
-			return "global " + c + " *"
-		}
-		return "a global pointer to a struct of the same layout"
-	}
-	if c, ok := clTypes[p.Type.Kind()]; ok {
-		return c
-	}
-	if p.Type.Kind() == reflect.Array {
-		if c, ok := clTypes[p.Type.Elem().Kind()]; ok {
-			return fmt.Sprintf("a struct holding %s[%d]", c, p.Type.Len())
-		}
-	}
-	return fmt.Sprintf("a struct of the same fields (%s, aligned %d)", plural(int(p.Type.Size()), "byte"), p.Type.Align())
+		return "global " + elem + " *"
+	},
 }
 
 // goFor says what Go type takes an OpenCL C parameter of type cl.
@@ -293,7 +250,7 @@ func goFor(cl string) string {
 		return "a struct of the same layout"
 	}
 	if size != clSizes[scalar] {
-		return fmt.Sprintf("an array or struct of %s", plural(size, "byte"))
+		return fmt.Sprintf("an array or struct of %s", gpukind.Plural(size, "byte"))
 	}
 	gos := map[string]string{"char": "int8", "uchar": "uint8 or bool", "short": "int16", "ushort": "uint16",
 		"int": "int32", "uint": "uint32", "long": "int or int64", "ulong": "uint or uint64",
@@ -301,5 +258,5 @@ func goFor(cl string) string {
 	if g, ok := gos[scalar]; ok {
 		return g
 	}
-	return fmt.Sprintf("a type of %s", plural(size, "byte"))
+	return fmt.Sprintf("a type of %s", gpukind.Plural(size, "byte"))
 }

@@ -5,8 +5,8 @@ import "github.com/goffload/offload/plugin"
 // OnDriver reports whether k runs its OpenCL C on d (not emulated, not
 // failing).
 func OnDriver(d plugin.Device, k plugin.Kernel) bool {
-	kf, err := d.(*device).kernel(k)
-	return err == nil && kf.k != 0
+	kf, err := d.(*device).Kernel(k)
+	return err == nil && kf.Fn != nil
 }
 
 // UsesSVM reports whether d's memory is SVM.

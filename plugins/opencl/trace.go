@@ -37,18 +37,12 @@ type tracing struct {
 
 // qtiming is a queue's tag and the order of its reports.
 type qtiming struct {
-	tag   optrace.Tag
 	order optrace.Order // under the queue's pendingList.mu
 }
 
 // Trace makes the device report its tagged queues' operations to f
 // (plugin.Tracer); nil stops the reports.
 func (d *device) Trace(f func(plugin.OpTime)) { d.tr.Trace(f) }
-
-// Tag sets the tag of the operations enqueued after it (plugin.TaggedQueue).
-func (q *queue) Tag(tag uint64) { q.t.tag.Tag(tag) }
-
-func (q *queue) tagged() uint64 { return q.d.tr.Tagged(&q.t.tag) }
 
 // timed returns the pending command of operation o, timed if o is.
 func (q *queue) timed(o *op, kind plugin.OpKind, kernel string, bytes int64) *pending {
