@@ -56,6 +56,9 @@ func checkEntry(k plugin.Kernel, entry string, params []ptx.Param) error {
 		switch {
 		case size != p.Size:
 		case align != p.Align && !(p.Count > 0 && p.Align > align):
+		case gp.Kind == plugin.Slice && p.Ptr && p.PtrAlign > 1 && int(gp.Type.Size())%p.PtrAlign != 0:
+			return fmt.Errorf("PTX entry %s parameter %d is %s, a pointer to memory aligned %d; the Go parameter %s has elements (%s) of %s, which cannot all be aligned %d: give the Go type the size of the .cu file's element type",
+				entry, i, p.Type, p.PtrAlign, gpukind.GoParam(k, i), gp.Type, gpukind.Plural(int(gp.Type.Size()), "byte"), p.PtrAlign)
 		case (p.Elem == ".f32" || p.Elem == ".f64") && p.Count == 0 && !isFloat(gp):
 			ptxSide = fmt.Sprintf("PTX entry %s parameter %d is %s, a float", entry, i, p.Type)
 			goSide = fmt.Sprintf("the Go parameter %s is not", gpukind.GoParam(k, i))

@@ -33,6 +33,7 @@ const checkPTX = `
 .visible .entry vectors(.param .align 8 .b8 p0[8], .param .align 16 .b8 p1[16], .param .align 16 .b8 p2[16], .param .u64 p3) { ret; }
 .visible .entry fields(.param .u64 p0, .param .u32 p1, .param .u64 p2) { ret; }
 .visible .entry _Z7mangledPf(.param .u64 p0) { ret; }
+.visible .entry aligned(.param .u64 .ptr .global .align 16 p0) { ret; }
 `
 
 // A kernel with fields of its struct parameter as parameters of its own.
@@ -192,6 +193,7 @@ func TestPTXCheck(t *testing.T) {
 		}},
 		{"cudatest.check.missing", func(x []float32) {}, img, "nosuch", nil},
 		{"cudatest.check.mangled", func(x []float32) {}, img, "mangled", nil},
+		{"cudatest.check.aligned", func(x [][3]float32) {}, img, "aligned", nil},
 	}
 	image := imageOf(kernels...)
 	k := func(name string) plugin.Kernel {
@@ -233,8 +235,12 @@ func TestPTXCheck(t *testing.T) {
 		{"int", []plugin.Arg{{Scalar: float32(1)}}, []string{"PTX entry integer parameter 0 is .u32, an integer, the Go parameter 0 (float32) is a float: declare it float"}},
 		{"fields", []plugin.Arg{{Scalar: 1}, {Scalar: float32(1)}, {Ptr: x, Len: 4}},
 			[]string{"PTX entry fields parameter 1 is .u32, an integer, the Go parameter 1 (field Scale float32 of parameter 0, a cuda_test.opts) is a float"}},
-		{"missing", []plugin.Arg{{Ptr: x, Len: 4}}, []string{`entry "nosuch" of its PTX`, "CUDA_ERROR_NOT_FOUND", "the PTX has entries _Z7mangledPf, fields, five, good"}},
+		{"missing", []plugin.Arg{{Ptr: x, Len: 4}}, []string{`entry "nosuch" of its PTX`, "CUDA_ERROR_NOT_FOUND", "the PTX has entries _Z7mangledPf, aligned, fields, five, good"}},
 		{"mangled", []plugin.Arg{{Ptr: x, Len: 4}}, []string{`entry "mangled" of its PTX`, `is _Z7mangledPf the C++ name of mangled? declare it extern "C"`}},
+		// PTX gives a pointer's alignment, not its element type: 12-byte
+		// elements cannot all be aligned 16.
+		{"aligned", []plugin.Arg{{Ptr: x, Len: 4}}, []string{"PTX entry aligned parameter 0 is .u64 .ptr .global .align 16, a pointer to memory aligned 16",
+			"the Go parameter 0 ([][3]float32) has elements ([3]float32) of 12 bytes, which cannot all be aligned 16"}},
 	} {
 		k := k(c.k)
 		err := q.Launch(k, c.args)

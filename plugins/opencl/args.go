@@ -130,7 +130,7 @@ func clType(name string) (scalar string, size int, ok bool) {
 // clGetKernelArgInfo names a type the kind knows, its size and whether it
 // is a float; and the size of every by-value parameter with clSetKernelArg
 // (which refuses a size that is not the entry's).
-func (d *device) checkEntry(k plugin.Kernel, kf *kernelFn) error {
+func (d *device) checkEntry(k plugin.Kernel, kf *kernelFn, sizes map[string]int) error {
 	ps := k.Params()
 	n, err := d.lib.KernelNumArgs(kf.k)
 	if err != nil {
@@ -196,6 +196,8 @@ func (d *device) checkEntry(k plugin.Kernel, kf *kernelFn) error {
 				case !float && isFloatType(p.Type):
 					return mismatch(fmt.Sprintf("%s floats", what))
 				}
+			} else if size, ok := sizes[elemType(cl)]; ok && size != int(p.Type.Size()) {
+				return sizeMismatch(k, i, kf.entry, cl, size)
 			}
 		}
 		if p.Kind != plugin.Slice {
@@ -209,6 +211,19 @@ func (d *device) checkEntry(k plugin.Kernel, kf *kernelFn) error {
 		}
 	}
 	return nil
+}
+
+// sizeMismatch is the error of k's parameter i, whose Go type's size is
+// not that of the entry's type cl (a struct, a typedef), size bytes.
+func sizeMismatch(k plugin.Kernel, i int, entry, cl string, size int) error {
+	p := k.Params()[i]
+	t := elemType(cl)
+	if p.Kind == plugin.Slice {
+		return fmt.Errorf("OpenCL C entry %s parameter %d is %s, a pointer to %s of %s; the Go parameter %s has elements (%s) of %s: give %s and the Go type the same fields, in the same order",
+			entry, i, cl, t, gpukind.Plural(size, "byte"), gpukind.GoParam(k, i), p.Type, gpukind.Plural(int(p.Type.Size()), "byte"), t)
+	}
+	return fmt.Errorf("OpenCL C entry %s parameter %d is %s, %s; the Go parameter %s is %s: give %s and the Go type the same fields, in the same order",
+		entry, i, cl, gpukind.Plural(size, "byte"), gpukind.GoParam(k, i), gpukind.Plural(int(p.Type.Size()), "byte"), t)
 }
 
 func isFloatType(t reflect.Type) bool {

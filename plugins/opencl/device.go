@@ -215,6 +215,10 @@ type program struct {
 	pr      cldrv.Program
 	err     error
 	entries []string
+	opts    string // what it was built with
+
+	sizesOnce sync.Once
+	sizes     map[string]int // typeSizes'
 }
 
 type progKey struct {
@@ -252,6 +256,7 @@ func (d *device) program(src []byte) *program {
 			if pr, err2 := d.lib.CreateProgram(d.ctx, src); err2 == nil {
 				if d.lib.BuildProgram(pr, []cldrv.Device{d.cd.id}, "") == nil {
 					p.pr = pr
+					p.opts = ""
 					p.entries, _ = d.lib.KernelNames(pr)
 					return
 				}
@@ -260,7 +265,7 @@ func (d *device) program(src []byte) *program {
 			p.err = fmt.Errorf("%w; build log:\n%s", err, log)
 			return
 		}
-		p.pr = pr
+		p.pr, p.opts = pr, opts
 		p.entries, _ = d.lib.KernelNames(pr)
 	})
 	return p
@@ -293,7 +298,7 @@ func (d *device) loadKernel(k plugin.Kernel, code plugin.DeviceCode) gpukind.Ker
 		return gpukind.Kernel[*kernelFn]{Err: fmt.Errorf("%s: %w: kernel %q: entry %q of its OpenCL C: %w (the program %s)", d.label(), plugin.ErrBadKernel, k.Name(), code.Entry, err, has)}
 	}
 	kf := &kernelFn{k: ck, entry: code.Entry}
-	if err := d.checkEntry(k, kf); err != nil {
+	if err := d.checkEntry(k, kf, d.typeSizes(p, code.Image)); err != nil {
 		d.lib.ReleaseKernel(ck)
 		return gpukind.Kernel[*kernelFn]{Err: fmt.Errorf("%s: %w: kernel %q: %w", d.label(), plugin.ErrBadKernel, k.Name(), err)}
 	}

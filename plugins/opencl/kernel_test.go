@@ -301,3 +301,112 @@ func TestLostQueue(t *testing.T) {
 	}
 	q.Close()
 }
+
+// structCL takes structs and a typedef'd float through pointers.
+const structCL = `
+typedef struct { double a, b, c, d; long e; } P5; // 40 bytes
+struct Q { int x; float y; };                      // 8 bytes
+typedef float real;
+
+kernel void p5(global const P5 *in, global long *out, long n) {
+	size_t i = get_global_id(0);
+	if (i < n) out[i] = in[i].e;
+}
+
+kernel void q8(global struct Q *q, long n) {
+	size_t i = get_global_id(0);
+	if (i < n) q[i].x += 1;
+}
+
+kernel void reals(global real *x, long n) {
+	size_t i = get_global_id(0);
+	if (i < n) x[i] *= 2;
+}
+
+kernel void p5val(P5 v, global long *out) { out[0] = v.e; }
+`
+
+// p5 is structCL's P5; p5wide has a field more (48 bytes).
+type (
+	p5 struct {
+		A, B, C, D float64
+		E          int64
+	}
+	p5wide struct {
+		A, B, C, D float64
+		E, F       int64
+	}
+	q8 struct {
+		X int32
+		Y float32
+	}
+)
+
+var (
+	kP5      = register("opencltest.p5", func(in []p5, out []int64, n int) {}, structCL, "p5")
+	kP5Wide  = register("opencltest.p5wide", func(in []p5wide, out []int64, n int) {}, structCL, "p5")
+	kQ8      = register("opencltest.q8", func(q []q8, n int) {}, structCL, "q8")
+	kReals   = register("opencltest.reals", func(x []float64, n int) {}, structCL, "reals")
+	kP5Value = register("opencltest.p5value", func(v p5wide, out []int64) {}, structCL, "p5val")
+)
+
+// TestStructSizes: a slice's elements must have the size of the structs
+// (or typedefs) the entry's pointer points to, and a value the size of
+// the entry's struct, or the launch is refused with an error naming the
+// kernel, the parameter and both sizes (issue 47: a []T of a 48-byte Go
+// struct passed to a 40-byte P5* ran and gave zeros); a Go struct of the
+// same layout runs.
+func TestStructSizes(t *testing.T) {
+	d := loaded(t)
+	q := mustQueue(t, d)
+	in := []p5{{E: 0}, {E: 10}, {E: 20}, {E: 30}}
+	pin := mustAlloc(t, d, int64(unsafe.Sizeof(p5{}))*4)
+	pout := mustAlloc(t, d, 8*4)
+	if err := q.Submit(pin, unsafe.Slice((*byte)(unsafe.Pointer(&in[0])), int(unsafe.Sizeof(p5{}))*4)); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Launch(kP5, []plugin.Arg{{Ptr: pin, Len: 4}, {Ptr: pout, Len: 4}, {Scalar: 4}}); err != nil {
+		t.Fatalf("a Go struct of P5's layout: %v", err)
+	}
+	out := make([]int64, 4)
+	if err := q.Retrieve(unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 32), pout); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if out[0] != 0 || out[1] != 10 || out[2] != 20 || out[3] != 30 {
+		t.Fatalf("out = %v, want [0 10 20 30]", out)
+	}
+	wide := mustAlloc(t, d, 48*4)
+	x := mustAlloc(t, d, 64)
+	for _, c := range []struct {
+		k    plugin.Kernel
+		args []plugin.Arg
+		want []string
+	}{
+		{kP5Wide, []plugin.Arg{{Ptr: wide, Len: 4}, {Ptr: pout, Len: 4}, {Scalar: 4}},
+			[]string{`kernel "opencltest.p5wide"`, "entry p5 parameter 0 is P5*", "P5 of 40 bytes", "parameter 0 ([]opencl_test.p5wide)", "of 48 bytes"}},
+		{kReals, []plugin.Arg{{Ptr: x, Len: 8}, {Scalar: 8}},
+			[]string{`kernel "opencltest.reals"`, "parameter 0 is real*", "real of 4 bytes", "(float64) of 8 bytes"}},
+		{kP5Value, []plugin.Arg{{Scalar: p5wide{}}, {Ptr: pout, Len: 1}},
+			[]string{`kernel "opencltest.p5value"`, "parameter 0 is P5, 40 bytes", "is 48 bytes"}},
+	} {
+		err := q.Launch(c.k, c.args)
+		if !errors.Is(err, plugin.ErrBadKernel) {
+			t.Errorf("%s: %v, want ErrBadKernel", c.k.Name(), err)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %v\ndoes not say %q", c.k.Name(), err, w)
+			}
+		}
+	}
+	if err := q.Launch(kQ8, []plugin.Arg{{Ptr: x, Len: 8}, {Scalar: 8}}); err != nil {
+		t.Errorf("a Go struct of struct Q's size: %v", err)
+	}
+	if err := q.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+}

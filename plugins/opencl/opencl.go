@@ -42,8 +42,10 @@
 // log (which names the line) in the error; so does an entry the program
 // lacks, or whose parameters do not take the kernel's Go parameters
 // (checked against clGetKernelArgInfo and by clSetKernelArg with each
-// by-value parameter's size): the error names the kernel, the entry, the
-// parameter and both types, wrapping plugin.ErrBadKernel. A kernel with no
+// by-value parameter's size; the size of a struct or typedef the argument
+// info names is measured by a probe kernel's sizeof, sizes.go): the error
+// names the kernel, the entry, the parameter and both types, wrapping
+// plugin.ErrBadKernel. A kernel with no
 // OpenCL C fails its launches likewise (plugin.ErrUnsupported).
 //
 // A launch passes the kernel's parameters in order: a slice as a
