@@ -125,13 +125,52 @@ func CheckSlices(k plugin.Kernel, args []plugin.Arg, in func(p plugin.Ptr, size 
 	return nil
 }
 
-// LongestSlice is the length of k's longest slice argument in args, 0 if
-// it has none.
-func LongestSlice(k plugin.Kernel, args []plugin.Arg) int {
-	n := 0
+// Extent is the number of work-items a launch of k with args runs when
+// the program gives neither a global size nor num_teams: one per element
+// of the longest slice argument k may write (any but offload.In), or of
+// its longest slice if it writes none; at least 1. A kernel's inputs
+// (lookup tables, grids) are often longer than the work: XSBench's
+// kernel got 52 million work-items for 2 million lookups when the
+// longest slice set the size.
+func Extent(k plugin.Kernel, args []plugin.Arg) int {
+	written, any := 0, 0
 	for i, p := range k.Params() {
-		if p.Kind == plugin.Slice && i < len(args) {
-			n = max(n, args[i].Len)
+		if p.Kind != plugin.Slice || i >= len(args) {
+			continue
+		}
+		any = max(any, args[i].Len)
+		if !p.ReadOnly() {
+			written = max(written, args[i].Len)
+		}
+	}
+	if written > 0 {
+		return written
+	}
+	return max(any, 1)
+}
+
+// Work is the global size of a launch of k with args in geometry g, in
+// work-items per dimension: g's Size; else g's Teams times local; else
+// Extent in the first dimension. local is the work-group (block) the
+// launch runs in: g's Threads, or the kind's; a size that is not a
+// multiple of it is rounded up, and the kernel checks its index against
+// its length. A zero local (the driver's choice) rounds nothing.
+func Work(k plugin.Kernel, args []plugin.Arg, g plugin.Geometry, local [3]int) [3]int {
+	var n [3]int
+	switch {
+	case g.Size != [3]int{}:
+		n = g.Size
+	case g.Teams != [3]int{}:
+		for i := range 3 {
+			n[i] = g.Teams[i] * max(local[i], 1)
+		}
+		return n
+	default:
+		n = [3]int{Extent(k, args), 1, 1}
+	}
+	for i := range 3 {
+		if l := local[i]; l > 1 && n[i]%l != 0 {
+			n[i] += l - n[i]%l
 		}
 	}
 	return n

@@ -44,10 +44,16 @@
 //     ".param .align A .b8 name[S]" with A and S Go's alignment and size of
 //     the type (complex64: align 4, size 8; complex128: 8, 16).
 //
-// A parameter of size 0 cannot be passed (PTX has none). The grid is
-// one-dimensional: blocks of 256 threads, and as many blocks as needed for
-// one thread per element of the longest slice argument (at least one
-// block). The kernel must check its index against its length parameter.
+// A parameter of size 0 cannot be passed (PTX has none). By default the
+// grid is one-dimensional: blocks of 256 threads, and as many blocks as
+// needed for one thread per element of the longest slice argument the
+// kernel may write (not offload.In; its longest slice if it writes none),
+// at least one block. num_teams and thread_limit give the grid and block;
+// a global size, the threads (in whole blocks). The kernel must check its
+// index against its length parameter. CUDA has no global offset: an entry
+// with one or three .u64 or .s64 parameters after the Go parameters' takes
+// the launch's offset there (x, or x, y and z; 0 without one), and an
+// offset for an entry without them is an error.
 //
 // # Memory and queues
 //

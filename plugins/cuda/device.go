@@ -40,7 +40,7 @@ type device struct {
 
 	// Device is the state (label, closed, lost: a sticky error), the
 	// events and the loaded image (under Mu, with mods).
-	gpukind.Device[cudadrv.Event, cudadrv.Function]
+	gpukind.Device[cudadrv.Event, *ptxFn]
 	evmu   sync.Mutex
 	evFree []cudadrv.Event // CUDA events to reuse
 
@@ -151,7 +151,7 @@ func (d *device) Load(img *plugin.Image, num int) error {
 	}
 	mods := map[string]loaded{}
 	return d.with(func() error {
-		return d.Device.Load(img, num, fmt.Sprintf("cuda device %d (GPU %d)", num, d.ord), ptxFormat, func(k plugin.Kernel, code plugin.DeviceCode) gpukind.Kernel[cudadrv.Function] {
+		return d.Device.Load(img, num, fmt.Sprintf("cuda device %d (GPU %d)", num, d.ord), ptxFormat, func(k plugin.Kernel, code plugin.DeviceCode) gpukind.Kernel[*ptxFn] {
 			m, ok := mods[string(code.Image)]
 			if !ok {
 				mod, err := d.drv.ModuleLoadData(code.Image)
@@ -165,20 +165,30 @@ func (d *device) Load(img *plugin.Image, num int) error {
 				mods[string(code.Image)] = m
 			}
 			if m.err != nil {
-				return gpukind.Kernel[cudadrv.Function]{Err: fmt.Errorf("%s: kernel %q: its PTX does not load: %w", d.label(), k.Name(), m.err)}
+				return gpukind.Kernel[*ptxFn]{Err: fmt.Errorf("%s: kernel %q: its PTX does not load: %w", d.label(), k.Name(), m.err)}
 			}
 			fn, err := d.drv.ModuleGetFunction(m.mod, code.Entry)
 			if err != nil {
-				return gpukind.Kernel[cudadrv.Function]{Err: noEntry(fmt.Errorf("%s: kernel %q: entry %q of its PTX: %w", d.label(), k.Name(), code.Entry, d.wrap(err)), code.Entry, m.entries)}
+				return gpukind.Kernel[*ptxFn]{Err: noEntry(fmt.Errorf("%s: kernel %q: entry %q of its PTX: %w", d.label(), k.Name(), code.Entry, d.wrap(err)), code.Entry, m.entries)}
 			}
+			pf := &ptxFn{fn: fn, entry: code.Entry}
 			if params, ok := m.entries[code.Entry]; ok {
-				if err := checkEntry(k, code.Entry, params); err != nil {
-					return gpukind.Kernel[cudadrv.Function]{Err: fmt.Errorf("%s: %w: kernel %q: %w", d.label(), plugin.ErrBadKernel, k.Name(), err)}
+				if pf.offsets, err = checkEntry(k, code.Entry, params); err != nil {
+					return gpukind.Kernel[*ptxFn]{Err: fmt.Errorf("%s: %w: kernel %q: %w", d.label(), plugin.ErrBadKernel, k.Name(), err)}
 				}
 			}
-			return gpukind.Kernel[cudadrv.Function]{Fn: fn}
+			return gpukind.Kernel[*ptxFn]{Fn: pf}
 		})
 	})
+}
+
+// ptxFn is a kernel's PTX entry as the device launches it.
+type ptxFn struct {
+	fn    cudadrv.Function
+	entry string
+	// offsets is how many global offsets the entry takes after the Go
+	// parameters: 0, 1 (x) or 3 (x, y, z) (see offsetParams).
+	offsets int
 }
 
 // ptxFormat is the cuda kind's device code.

@@ -28,7 +28,10 @@ import (
 // float4, double2 and cuComplex types are aligned 8 or 16, which Go cannot
 // declare, and the driver copies each parameter's bytes into its aligned
 // place, so the value arrives whole.
-func checkEntry(k plugin.Kernel, entry string, params []ptx.Param) error {
+func checkEntry(k plugin.Kernel, entry string, params []ptx.Param) (offsets int, err error) {
+	if offsets = offsetParams(params[min(len(k.Params()), len(params)):]); offsets > 0 {
+		params = params[:len(k.Params())]
+	}
 	if len(params) != len(k.Params()) {
 		var goTypes, ptxTypes []string
 		for i := range k.Params() {
@@ -44,7 +47,7 @@ func checkEntry(k plugin.Kernel, entry string, params []ptx.Param) error {
 			n := len(k.Params())
 			which = fmt.Sprintf("PTX parameter %d (%s) has no Go parameter", n, params[n].Type)
 		}
-		return fmt.Errorf("PTX entry %s has %s (%s), the Go kernel %s (%s): %s",
+		return 0, fmt.Errorf("PTX entry %s has %s (%s), the Go kernel %s (%s): %s",
 			entry, gpukind.Plural(len(params), "parameter"), strings.Join(ptxTypes, ", "),
 			gpukind.Plural(len(k.Params()), "parameter"), strings.Join(goTypes, ", "), which)
 	}
@@ -57,7 +60,7 @@ func checkEntry(k plugin.Kernel, entry string, params []ptx.Param) error {
 		case size != p.Size:
 		case align != p.Align && !(p.Count > 0 && p.Align > align):
 		case gp.Kind == plugin.Slice && p.Ptr && p.PtrAlign > 1 && int(gp.Type.Size())%p.PtrAlign != 0:
-			return fmt.Errorf("PTX entry %s parameter %d is %s, a pointer to memory aligned %d; the Go parameter %s has elements (%s) of %s, which cannot all be aligned %d: give the Go type the size of the .cu file's element type",
+			return 0, fmt.Errorf("PTX entry %s parameter %d is %s, a pointer to memory aligned %d; the Go parameter %s has elements (%s) of %s, which cannot all be aligned %d: give the Go type the size of the .cu file's element type",
 				entry, i, p.Type, p.PtrAlign, gpukind.GoParam(k, i), gp.Type, gpukind.Plural(int(gp.Type.Size()), "byte"), p.PtrAlign)
 		case (p.Elem == ".f32" || p.Elem == ".f64") && p.Count == 0 && !isFloat(gp):
 			ptxSide = fmt.Sprintf("PTX entry %s parameter %d is %s, a float", entry, i, p.Type)
@@ -68,9 +71,24 @@ func checkEntry(k plugin.Kernel, entry string, params []ptx.Param) error {
 		default:
 			continue
 		}
-		return fmt.Errorf("%s, %s: declare it %s (or take %s in Go)", ptxSide, goSide, cuda.Decl(gp), goFor(p))
+		return 0, fmt.Errorf("%s, %s: declare it %s (or take %s in Go)", ptxSide, goSide, cuda.Decl(gp), goFor(p))
 	}
-	return nil
+	return offsets, nil
+}
+
+// offsetParams is how many global offsets (1: x; 3: x, y, z) an entry
+// takes in extra, the parameters after those of its Go kernel: one or
+// three 64-bit integers, not pointers; 0 for any other extra.
+func offsetParams(extra []ptx.Param) int {
+	if n := len(extra); n != 1 && n != 3 {
+		return 0
+	}
+	for _, p := range extra {
+		if p.Ptr || !p.Integer() || p.Size != 8 {
+			return 0
+		}
+	}
+	return len(extra)
 }
 
 // noEntry adds to err, the driver's for an entry the image has not, the

@@ -28,9 +28,9 @@ import (
 // Synchronize or Query returns it. A failure the GPU reports later (a
 // faulting kernel) is sticky: the device is lost.
 type queue struct {
-	gpukind.Queue[op, cudadrv.Event, cudadrv.Function] // the operations, issued in order; the error state; Record, Wait
-	d                                                  *device
-	stream                                             cudadrv.Stream
+	gpukind.Queue[op, cudadrv.Event, *ptxFn] // the operations, issued in order; the error state; Record, Wait
+	d                                        *device
+	stream                                   cudadrv.Stream
 	// ctxErr is why the device's context could not be made current on
 	// the goroutine that issues operations (see issuer.Bind); the issuing
 	// goroutine's.
@@ -210,7 +210,7 @@ func (q *queue) launch(o *op) error {
 
 // emulate runs o's kernel's Go body on the host once the stream is done,
 // over copies of the allocations its slice arguments lie in (the device's
-// emulate mode, for tests: gpukind.OpEmulate); t, if not nil, times the
+// emulate mode, for tests: gpukind.Emulate); t, if not nil, times the
 // body on the host's clock.
 func (q *queue) emulate(o *op, t *opTiming) error {
 	d := q.d
@@ -227,7 +227,7 @@ func (q *queue) emulate(o *op, t *opTiming) error {
 	return nil
 }
 
-// emuMemory is the queue's device memory as gpukind.OpEmulate copies it, on
+// emuMemory is the queue's device memory as gpukind.Emulate copies it, on
 // the issuing goroutine.
 type emuMemory queue
 
@@ -293,12 +293,6 @@ func (q *queue) LaunchGeometry(k plugin.Kernel, args []plugin.Arg, geo plugin.Ge
 		return err // nothing to do on a GPU for the bind kernel (see gpukind.Kernel.Bind)
 	}
 	d := q.d
-	var prm *params
-	if !kf.Emulate {
-		if prm, err = pack(k, args); err != nil {
-			return fmt.Errorf("%s: %w", d.label(), err)
-		}
-	}
 	g, b, err := grid(k, args, geo) // checked in the emulate mode too
 	if err != nil {
 		return fmt.Errorf("%s: %w", d.label(), err)
@@ -306,7 +300,15 @@ func (q *queue) LaunchGeometry(k plugin.Kernel, args []plugin.Arg, geo plugin.Ge
 	if kf.Emulate {
 		return q.enqueue(op{kind: gpukind.OpEmulate, k: k, args: append([]plugin.Arg(nil), args...)})
 	}
-	return q.enqueue(op{kind: gpukind.OpLaunch, k: k, fn: kf.Fn, prm: prm, grid: g, block: b})
+	offs, err := offsets(k, kf.Fn, geo)
+	if err != nil {
+		return fmt.Errorf("%s: %w", d.label(), err)
+	}
+	prm, err := pack(k, args, offs)
+	if err != nil {
+		return fmt.Errorf("%s: %w", d.label(), err)
+	}
+	return q.enqueue(op{kind: gpukind.OpLaunch, k: k, fn: kf.Fn.fn, prm: prm, grid: g, block: b})
 }
 
 // Synchronize waits until every operation is issued and the stream is

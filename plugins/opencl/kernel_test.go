@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/goffload/offload"
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/opencltest"
 	"github.com/goffload/offload/plugin"
@@ -408,5 +409,75 @@ func TestStructSizes(t *testing.T) {
 	}
 	if err := q.Synchronize(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// rangeCL writes each work-item's global id, size and offset.
+const rangeCL = `
+kernel void ids(global long *out, long n) {
+	size_t i = get_global_id(0) - get_global_offset(0);
+	if (i < n) {
+		out[3*i] = get_global_id(0);
+		out[3*i+1] = get_global_size(0);
+		out[3*i+2] = get_global_offset(0);
+	}
+}
+
+kernel void sizes(global const long *grid, global long *out, long n) {
+	size_t i = get_global_id(0);
+	if (i < n) out[i] = get_global_size(0);
+}
+`
+
+var (
+	kIDs   = register("opencltest.ids", func(out []int64, n int) {}, rangeCL, "ids")
+	kSizes = register("opencltest.sizes", func(grid offload.In[int64], out []int64, n int) {}, rangeCL, "sizes")
+)
+
+// TestGlobalSizeOffset: a launch's global size and offset reach the
+// NDRange, a size is rounded up to whole work-groups of thread_limit, and
+// by default a launch runs one work-item per element of the longest slice
+// the kernel may write, not of a longer one it only reads (issue 47 item
+// 9: XSBench got 52 million work-items for 2 million lookups).
+func TestGlobalSizeOffset(t *testing.T) {
+	d := loaded(t)
+	q := mustQueue(t, d)
+	gl := q.(plugin.GeometryLauncher)
+	const n = 8
+	out := mustAlloc(t, d, 8*3*n)
+	grid := mustAlloc(t, d, 8*1000)
+	got := make([]int64, 3*n)
+	read := func() {
+		t.Helper()
+		if err := q.Retrieve(unsafe.Slice((*byte)(unsafe.Pointer(&got[0])), 8*len(got)), out); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []plugin.Arg{{Ptr: out, Len: 3 * n}, {Scalar: n}}
+	if err := gl.LaunchGeometry(kIDs, args, plugin.Geometry{Size: [3]int{n, 1, 1}, Offset: [3]int{100, 0, 0}}); err != nil {
+		t.Fatal(err)
+	}
+	read()
+	for i := range n {
+		if w := []int64{100 + int64(i), n, 100}; got[3*i] != w[0] || got[3*i+1] != w[1] || got[3*i+2] != w[2] {
+			t.Fatalf("work-item %d: id, size, offset %v, want %v", i, got[3*i:3*i+3], w)
+		}
+	}
+	if err := gl.LaunchGeometry(kIDs, args, plugin.Geometry{Size: [3]int{5, 1, 1}, Threads: [3]int{4, 1, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	read()
+	if got[1] != 8 {
+		t.Errorf("global_size(5) thread_limit(4): a global size of %d, want 8 (two work-groups)", got[1])
+	}
+	if err := q.Launch(kSizes, []plugin.Arg{{Ptr: grid, Len: 1000}, {Ptr: out, Len: n}, {Scalar: n}}); err != nil {
+		t.Fatal(err)
+	}
+	read()
+	if got[0] != n {
+		t.Errorf("by default: a global size of %d, want %d (the slice written, not the 1000 read)", got[0], n)
 	}
 }

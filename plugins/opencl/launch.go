@@ -8,53 +8,65 @@ import (
 	"github.com/goffload/offload/plugin/gpukind"
 )
 
-// workSize is a launch's NDRange: from geo where it sets the teams or
-// threads (thread_limit is the work-group, num_teams×thread_limit the
-// global size), else one work-item per element of the longest slice
-// argument, in work-groups of the driver's choice. A work-group beyond
-// the device's or the kernel's limits is an error naming the kernel.
-func (d *device) workSize(k plugin.Kernel, wg int, args []plugin.Arg, geo plugin.Geometry) (dims int, global [3]uintptr, local *[3]uintptr, err error) {
-	if geo.IsZero() {
-		n := max(gpukind.LongestSlice(k, args), 1)
-		return 1, [3]uintptr{uintptr(n), 1, 1}, nil, nil
-	}
-	block := geo.Threads
-	if block == ([3]int{}) {
+// An ndRange is a launch's work as clEnqueueNDRangeKernel takes it.
+type ndRange struct {
+	dims           int
+	offset, global [3]uintptr
+	local          *[3]uintptr // nil: work-groups of the driver's choice
+}
+
+// workSize is a launch's NDRange: the global size geo gives, else
+// num_teams×thread_limit, else gpukind.Extent (one work-item per element
+// of the longest slice the kernel may write), from geo's offset. The
+// work-groups are thread_limit, or with num_teams alone the kind's
+// default; else (and the global size is then not rounded up) the driver's
+// choice. A work-group beyond the device's or the kernel's limits is an
+// error naming the kernel.
+func (d *device) workSize(k plugin.Kernel, wg int, args []plugin.Arg, geo plugin.Geometry) (r ndRange, err error) {
+	var block [3]int
+	switch {
+	case geo.Threads != [3]int{}:
+		block = geo.Threads
+	case geo.Teams != [3]int{}:
 		block = [3]int{min(256, d.maxWG), 1, 1}
 		if wg > 0 {
 			block[0] = min(block[0], wg)
 		}
 	}
-	teams := geo.Teams
-	if teams == ([3]int{}) {
-		n := max(gpukind.LongestSlice(k, args), 1)
-		teams = [3]int{(n + block[0] - 1) / block[0], 1, 1}
+	n := gpukind.Work(k, args, geo, block)
+	if block != ([3]int{}) {
+		threads := 1
+		for i := range 3 {
+			if block[i] < 1 || block[i] > d.maxItems[i] {
+				return r, fmt.Errorf("%w: kernel %q: %s: this OpenCL device takes work-groups of at most %v work-items", plugin.ErrBadKernel, k.Name(), plugin.Geometry{Teams: geo.Teams, Threads: block}, d.maxItems)
+			}
+			threads *= block[i]
+		}
+		limit := d.maxWG
+		if wg > 0 {
+			limit = min(limit, wg)
+		}
+		if threads > limit {
+			return r, fmt.Errorf("%w: kernel %q: thread_limit(%d,%d,%d) is %d work-items per work-group, more than the %d this kernel takes on this OpenCL device", plugin.ErrBadKernel, k.Name(), block[0], block[1], block[2], threads, limit)
+		}
+		r.local = &[3]uintptr{uintptr(block[0]), uintptr(block[1]), uintptr(block[2])}
 	}
-	threads := 1
-	var l [3]uintptr
 	for i := range 3 {
-		if block[i] < 1 || block[i] > d.maxItems[i] || teams[i] < 1 {
-			return 0, global, nil, fmt.Errorf("%w: kernel %q: %s: this OpenCL device takes work-groups of at most %v work-items", plugin.ErrBadKernel, k.Name(), plugin.Geometry{Teams: teams, Threads: block}, d.maxItems)
+		if n[i] < 1 {
+			return r, fmt.Errorf("%w: kernel %q: %s: a global size of %v work-items", plugin.ErrBadKernel, k.Name(), geo, n)
 		}
-		threads *= block[i]
-		global[i], l[i] = uintptr(teams[i]*block[i]), uintptr(block[i])
-		if teams[i] > 1 || block[i] > 1 {
-			dims = i + 1
+		r.global[i], r.offset[i] = uintptr(n[i]), uintptr(geo.Offset[i])
+		if n[i] > 1 || block[i] > 1 || geo.Offset[i] > 0 {
+			r.dims = i + 1
 		}
 	}
-	limit := d.maxWG
-	if wg > 0 {
-		limit = min(limit, wg)
-	}
-	if threads > limit {
-		return 0, global, nil, fmt.Errorf("%w: kernel %q: thread_limit(%d,%d,%d) is %d work-items per work-group, more than the %d this kernel takes on this OpenCL device", plugin.ErrBadKernel, k.Name(), block[0], block[1], block[2], threads, limit)
-	}
-	return max(dims, 1), global, &l, nil
+	r.dims = max(r.dims, 1)
+	return r, nil
 }
 
 // emulate runs o's kernel's Go body on the host over copies of the
 // allocations its slice arguments lie in, once the command queue is done
-// (the emulate mode, for tests: gpukind.OpEmulate).
+// (the emulate mode, for tests: gpukind.Emulate).
 func (q *queue) emulate(o *op) error {
 	d := q.d
 	if err := d.lib.Finish(q.cq); err != nil {
@@ -73,7 +85,7 @@ func (q *queue) emulate(o *op) error {
 	return nil
 }
 
-// emuMemory is the queue's device memory as gpukind.OpEmulate copies it:
+// emuMemory is the queue's device memory as gpukind.Emulate copies it:
 // blocking reads and writes on the command queue.
 type emuMemory queue
 

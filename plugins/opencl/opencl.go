@@ -53,10 +53,13 @@
 // scalar by value as its bytes in Go's layout (Go's int is OpenCL C's
 // long; bool is uchar, OpenCL C has no bool parameters); a struct or array
 // by value as a struct of the same layout. Work-items: one per element of
-// the longest slice argument in one dimension, work-groups of the
-// driver's choice, unless the launch gives num_teams/thread_limit (then
-// thread_limit is the work-group and num_teams×thread_limit the global
-// size).
+// the longest slice argument the kernel may write (not offload.In; its
+// longest slice if it writes none) in one dimension, work-groups of the
+// driver's choice, unless the launch gives a global size (the work-items),
+// num_teams/thread_limit (then thread_limit is the work-group and
+// num_teams×thread_limit the global size), or both a global size and
+// thread_limit (the size rounded up to whole work-groups). A global offset
+// is clEnqueueNDRangeKernel's global_work_offset.
 //
 // # Memory and queues
 //

@@ -38,21 +38,19 @@ const opLose = gpukind.OpKindOps
 
 // op is an operation waiting to be issued.
 type op struct {
-	kind   gpukind.Op
-	dst    devRange
-	src    devRange
-	host   []byte
-	size   int64
-	peer   *device
-	k      plugin.Kernel
-	kf     *kernelFn
-	vals   []argVal
-	dims   int
-	global [3]uintptr
-	local  *[3]uintptr
-	args   []plugin.Arg // gpukind.OpEmulate
-	ev     *event
-	tag    uint64 // the queue's tag when it was enqueued: timed unless 0
+	kind gpukind.Op
+	dst  devRange
+	src  devRange
+	host []byte
+	size int64
+	peer *device
+	k    plugin.Kernel
+	kf   *kernelFn
+	vals []argVal
+	nd   ndRange
+	args []plugin.Arg // gpukind.OpEmulate
+	ev   *event
+	tag  uint64 // the queue's tag when it was enqueued: timed unless 0
 }
 
 // enqueue enqueues o with the queue's tag.
@@ -181,7 +179,7 @@ func (q *queue) issue(o *op, failed error) error {
 		kf.mu.Lock()
 		err := d.setArgs(kf, o.vals)
 		if err == nil {
-			err = d.lib.EnqueueKernel(q.cq, kf.k, o.dims, &o.global, o.local, nil, &pe.ev)
+			err = d.lib.EnqueueKernelAt(q.cq, kf.k, o.nd.dims, &o.nd.offset, &o.nd.global, o.nd.local, nil, &pe.ev)
 		}
 		kf.mu.Unlock()
 		if err != nil {
@@ -257,7 +255,7 @@ func (q *queue) LaunchGeometry(k plugin.Kernel, args []plugin.Arg, geo plugin.Ge
 		wg = kf.Fn.wg
 	}
 	o := op{kind: gpukind.OpLaunch, k: k, kf: kf.Fn}
-	if o.dims, o.global, o.local, err = d.workSize(k, wg, args, geo); err != nil {
+	if o.nd, err = d.workSize(k, wg, args, geo); err != nil {
 		return fmt.Errorf("%s: %w", d.label(), err)
 	}
 	if kf.Emulate {
