@@ -51,7 +51,7 @@ type Dialect struct {
 	Types map[reflect.Kind]string
 	// Pointer is how the language declares a pointer to elements of type
 	// elem, one of Types' values; elem is "" for elements of any other
-	// type (a struct).
+	// type ("a pointer to structs"), which Decl follows with their size.
 	Pointer func(elem string) string
 }
 
@@ -62,7 +62,11 @@ func (l Dialect) Decl(p plugin.Param) string {
 	}
 	t := p.Type
 	if p.Kind == plugin.Slice {
-		return l.Pointer(l.Types[t.Kind()])
+		c, ok := l.Types[t.Kind()]
+		if !ok {
+			return fmt.Sprintf("%s of the same fields (%s, aligned %d)", l.Pointer(""), Plural(int(t.Size()), "byte"), t.Align())
+		}
+		return l.Pointer(c)
 	}
 	if c, ok := l.Types[t.Kind()]; ok {
 		return c

@@ -53,7 +53,7 @@ func pack(k plugin.Kernel, args []plugin.Arg, extra []uint64) (*params, error) {
 	for i, prm := range k.Params() {
 		size, align := paramLayout(prm)
 		if size == 0 {
-			return nil, fmt.Errorf("%w: kernel %q parameter %d (%s) has size 0: a PTX entry has no parameter of size 0", plugin.ErrBadKernel, k.Name(), i, prm.Type)
+			return nil, fmt.Errorf("%w: kernel %q: the Go parameter %s has size 0, and a PTX entry has no parameter of size 0: leave it out", plugin.ErrBadKernel, k.Name(), gpukind.GoParam(k, i))
 		}
 		off = (off + align - 1) &^ (align - 1)
 		p.offs[i], p.size[i] = off, size

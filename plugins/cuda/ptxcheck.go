@@ -45,9 +45,9 @@ func checkEntry(k plugin.Kernel, entry string, params []ptx.Param) (offsets int,
 			which = fmt.Sprintf("the Go parameter %s has none in the entry", gpukind.GoParam(k, n))
 		} else {
 			n := len(k.Params())
-			which = fmt.Sprintf("PTX parameter %d (%s) has no Go parameter", n, params[n].Type)
+			which = fmt.Sprintf("PTX parameter %d (%s) has no Go parameter (after the Go parameters an entry may take only the global offset: one or three 64-bit integers)", n, params[n].Type)
 		}
-		return 0, fmt.Errorf("PTX entry %s has %s (%s), the Go kernel %s (%s): %s",
+		return 0, fmt.Errorf("PTX entry %s has %s (%s); the Go kernel has %s (%s): %s",
 			entry, gpukind.Plural(len(params), "parameter"), strings.Join(ptxTypes, ", "),
 			gpukind.Plural(len(k.Params()), "parameter"), strings.Join(goTypes, ", "), which)
 	}
@@ -60,18 +60,21 @@ func checkEntry(k plugin.Kernel, entry string, params []ptx.Param) (offsets int,
 		case size != p.Size:
 		case align != p.Align && !(p.Count > 0 && p.Align > align):
 		case gp.Kind == plugin.Slice && p.Ptr && p.PtrAlign > 1 && int(gp.Type.Size())%p.PtrAlign != 0:
-			return 0, fmt.Errorf("PTX entry %s parameter %d is %s, a pointer to memory aligned %d; the Go parameter %s has elements (%s) of %s, which cannot all be aligned %d: give the Go type the size of the .cu file's element type",
-				entry, i, p.Type, p.PtrAlign, gpukind.GoParam(k, i), gp.Type, gpukind.Plural(int(gp.Type.Size()), "byte"), p.PtrAlign)
+			return 0, fmt.Errorf("PTX entry %s parameter %d is %s, a pointer to memory aligned %d; the Go parameter %s has elements of %s, which cannot all be aligned %d: give them the .cu file's element type (a multiple of %s)",
+				entry, i, p.Type, p.PtrAlign, gpukind.GoParam(k, i), gpukind.Plural(int(gp.Type.Size()), "byte"), p.PtrAlign, gpukind.Plural(p.PtrAlign, "byte"))
 		case (p.Elem == ".f32" || p.Elem == ".f64") && p.Count == 0 && !isFloat(gp):
 			ptxSide = fmt.Sprintf("PTX entry %s parameter %d is %s, a float", entry, i, p.Type)
-			goSide = fmt.Sprintf("the Go parameter %s is not", gpukind.GoParam(k, i))
+			goSide = fmt.Sprintf("the Go parameter %s is not a float", gpukind.GoParam(k, i))
+			if isInteger(gp) {
+				goSide = fmt.Sprintf("the Go parameter %s is an integer", gpukind.GoParam(k, i))
+			}
 		case p.Integer() && isFloat(gp):
 			ptxSide = fmt.Sprintf("PTX entry %s parameter %d is %s, an integer", entry, i, p.Type)
 			goSide = fmt.Sprintf("the Go parameter %s is a float", gpukind.GoParam(k, i))
 		default:
 			continue
 		}
-		return 0, fmt.Errorf("%s, %s: declare it %s (or take %s in Go)", ptxSide, goSide, cuda.Decl(gp), goFor(p))
+		return 0, fmt.Errorf("%s; %s: declare it %s in the .cu file, or take %s in Go", ptxSide, goSide, cuda.Decl(gp), goFor(p))
 	}
 	return offsets, nil
 }
@@ -120,6 +123,19 @@ func noEntry(err error, entry string, entries map[string][]ptx.Param) error {
 	return fmt.Errorf("%w (the PTX %s)", err, has)
 }
 
+// isInteger reports whether p is a scalar of an integer kind.
+func isInteger(p plugin.Param) bool {
+	if p.Kind != plugin.Scalar || p.Type == nil {
+		return false
+	}
+	switch p.Type.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return true
+	}
+	return false
+}
+
 func isFloat(p plugin.Param) bool {
 	if p.Kind != plugin.Scalar || p.Type == nil {
 		return false
@@ -139,7 +155,7 @@ var cuda = gpukind.Dialect{
 	},
 	Pointer: func(elem string) string {
 		if elem == "" {
-			return "a pointer"
+			return "a pointer to structs"
 		}
 		elem, _, _ = strings.Cut(elem, " (")
 		return elem + " *"

@@ -214,9 +214,9 @@ func TestKernelFaults(t *testing.T) {
 		want []string
 	}{
 		{kBroken, []plugin.Arg{{Ptr: x, Len: 1}}, []string{"opencltest.broken", "does not build", "CL_BUILD_PROGRAM_FAILURE", ":3:", "y"}},
-		{kNarrow, []plugin.Arg{{Ptr: x, Len: 1}, {Scalar: 1}}, []string{"opencltest.narrow", "entry narrow parameter 1 is int", "8 bytes", "declare it long"}},
-		{kPtr, []plugin.Arg{{Scalar: float32(1)}, {Scalar: float32(1)}, {Scalar: 1}}, []string{"opencltest.ptr", "parameter 0 is float*", "float32 by value"}},
-		{kCount, []plugin.Arg{{Ptr: x, Len: 1}, {Scalar: float32(1)}, {Scalar: 1}, {Scalar: 1}}, []string{"opencltest.count", "3 parameters", "4 parameters", "has none in the entry"}},
+		{kNarrow, []plugin.Arg{{Ptr: x, Len: 1}, {Scalar: 1}}, []string{"opencltest.narrow", "entry narrow parameter 1 is int, 4 bytes; the Go parameter 1 (int) is 8 bytes: declare it long, or take int32 in Go"}},
+		{kPtr, []plugin.Arg{{Scalar: float32(1)}, {Scalar: float32(1)}, {Scalar: 1}}, []string{"opencltest.ptr", "parameter 0 is float*, a pointer; the Go parameter 0 (float32) is a value: declare it float, or take []float32 in Go"}},
+		{kCount, []plugin.Arg{{Ptr: x, Len: 1}, {Scalar: float32(1)}, {Scalar: 1}, {Scalar: 1}}, []string{"opencltest.count", "entry addf has 3 parameters (float*, float, long); the Go kernel has 4 parameters ([]float32, float32, int, int): the Go parameter 3 (int) has none in the entry"}},
 		{kMissing, []plugin.Arg{{Ptr: x, Len: 1}}, []string{"opencltest.missing", `"nosuch"`, "CL_INVALID_KERNEL_NAME", "addf"}},
 		{kNoCode, []plugin.Arg{{Ptr: x, Len: 1}}, []string{"opencltest.nocode", "has no OpenCL C"}},
 	}
@@ -387,11 +387,11 @@ func TestStructSizes(t *testing.T) {
 		want []string
 	}{
 		{kP5Wide, []plugin.Arg{{Ptr: wide, Len: 4}, {Ptr: pout, Len: 4}, {Scalar: 4}},
-			[]string{`kernel "opencltest.p5wide"`, "entry p5 parameter 0 is P5*", "P5 of 40 bytes", "parameter 0 ([]opencl_test.p5wide)", "of 48 bytes"}},
+			[]string{`kernel "opencltest.p5wide": OpenCL C entry p5 parameter 0 is P5*, whose elements are 40 bytes (sizeof(P5)); the Go parameter 0 ([]opencl_test.p5wide) has elements of 48 bytes: make the Go type match P5`}},
 		{kReals, []plugin.Arg{{Ptr: x, Len: 8}, {Scalar: 8}},
-			[]string{`kernel "opencltest.reals"`, "parameter 0 is real*", "real of 4 bytes", "(float64) of 8 bytes"}},
+			[]string{`kernel "opencltest.reals": OpenCL C entry reals parameter 0 is real*, whose elements are 4 bytes (sizeof(real)); the Go parameter 0 ([]float64) has elements of 8 bytes`}},
 		{kP5Value, []plugin.Arg{{Scalar: p5wide{}}, {Ptr: pout, Len: 1}},
-			[]string{`kernel "opencltest.p5value"`, "parameter 0 is P5, 40 bytes", "is 48 bytes"}},
+			[]string{`kernel "opencltest.p5value": OpenCL C entry p5val parameter 0 is P5, 40 bytes; the Go parameter 0 (opencl_test.p5wide) is 48 bytes`}},
 	} {
 		err := q.Launch(c.k, c.args)
 		if !errors.Is(err, plugin.ErrBadKernel) {
