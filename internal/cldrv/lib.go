@@ -529,12 +529,21 @@ func (l *Lib) KernelWorkGroupSize(k Kernel, d Device) (int, error) {
 // EnqueueKernel enqueues k over dims dimensions of global work-items, in
 // work-groups of local (nil: the driver's choice).
 func (l *Lib) EnqueueKernel(q Queue, k Kernel, dims int, global, local *[3]uintptr, wait []Event, ev *Event) error {
+	return l.EnqueueKernelAt(q, k, dims, nil, global, local, wait, ev)
+}
+
+// EnqueueKernelAt is EnqueueKernel with the work-items numbered from
+// offset (clEnqueueNDRangeKernel's global_work_offset; nil: from 0).
+func (l *Lib) EnqueueKernelAt(q Queue, k Kernel, dims int, offset, global, local *[3]uintptr, wait []Event, ev *Event) error {
 	n, w := waitList(wait)
-	var la unsafe.Pointer
+	var la, oa unsafe.Pointer
 	if local != nil {
 		la = unsafe.Pointer(local)
 	}
-	return check("clEnqueueNDRangeKernel", call(l.clEnqueueNDRangeKernel, uintptr(q), uintptr(k), uintptr(dims), 0, uintptr(unsafe.Pointer(global)), uintptr(la), n, uintptr(w), uintptr(evAddr(ev))))
+	if offset != nil {
+		oa = unsafe.Pointer(offset)
+	}
+	return check("clEnqueueNDRangeKernel", call(l.clEnqueueNDRangeKernel, uintptr(q), uintptr(k), uintptr(dims), uintptr(oa), uintptr(unsafe.Pointer(global)), uintptr(la), n, uintptr(w), uintptr(evAddr(ev))))
 }
 
 // Marker enqueues a marker, which completes when everything enqueued on q

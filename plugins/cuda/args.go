@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/gpukind"
 )
 
 // blockSize is the threads per block of a launch.
@@ -39,21 +40,29 @@ func paramLayout(p plugin.Param) (size, align int) {
 }
 
 // pack lays out args, checked against k's parameters (plugin.CheckArgs),
-// in parameter order. It does not check slices' memory.
-func pack(k plugin.Kernel, args []plugin.Arg) (*params, error) {
+// in parameter order, then extra: 64-bit values after the Go parameters
+// (the global offsets of an entry that takes them). It does not check
+// slices' memory.
+func pack(k plugin.Kernel, args []plugin.Arg, extra []uint64) (*params, error) {
 	if err := plugin.CheckArgs(k, args); err != nil {
 		return nil, err
 	}
-	p := &params{offs: make([]int, len(args)), size: make([]int, len(args))}
+	n := len(args) + len(extra)
+	p := &params{offs: make([]int, n), size: make([]int, n)}
 	off := 0
 	for i, prm := range k.Params() {
 		size, align := paramLayout(prm)
 		if size == 0 {
-			return nil, fmt.Errorf("%w: kernel %q parameter %d (%s) has size 0: a PTX entry has no parameter of size 0", plugin.ErrBadKernel, k.Name(), i, prm.Type)
+			return nil, fmt.Errorf("%w: kernel %q: the Go parameter %s has size 0, and a PTX entry has no parameter of size 0: leave it out", plugin.ErrBadKernel, k.Name(), gpukind.GoParam(k, i))
 		}
 		off = (off + align - 1) &^ (align - 1)
 		p.offs[i], p.size[i] = off, size
 		off += size
+	}
+	for i := range extra {
+		off = (off + 7) &^ 7
+		p.offs[len(args)+i], p.size[len(args)+i] = off, 8
+		off += 8
 	}
 	p.buf = make([]uint64, (off+7)/8)
 	if len(p.buf) == 0 {
@@ -69,6 +78,9 @@ func pack(k plugin.Kernel, args []plugin.Arg) (*params, error) {
 		if !putScalar(at, prm.Type, a.Scalar) {
 			return nil, plugin.CheckArg(k, i, a)
 		}
+	}
+	for i, v := range extra {
+		*(*uint64)(unsafe.Add(base, p.offs[len(args)+i])) = v
 	}
 	return p, nil
 }
@@ -144,11 +156,11 @@ var (
 	maxGrid         = [3]int{1<<31 - 1, 65535, 65535}
 )
 
-// grid is a launch's grid and block: geo's where it sets them; else a
-// block of blockSize threads, and one thread per element of the longest
-// slice argument (the trip count) in blocks of the block's x dimension, at
-// least one block. A geometry beyond the GPU's limits is an error naming
-// the kernel.
+// grid is a launch's grid and block: geo's block (thread_limit), else
+// blockSize threads; geo's teams, else as many blocks as the global size
+// (geo's, else gpukind.Extent: one thread per element of the longest slice
+// the kernel may write) needs, at least one. A geometry beyond the GPU's
+// limits is an error naming the kernel.
 func grid(k plugin.Kernel, args []plugin.Arg, geo plugin.Geometry) (g, b [3]uint32, err error) {
 	block := [3]int{blockSize, 1, 1}
 	if geo.Threads != ([3]int{}) {
@@ -156,13 +168,10 @@ func grid(k plugin.Kernel, args []plugin.Arg, geo plugin.Geometry) (g, b [3]uint
 	}
 	teams := geo.Teams
 	if teams == ([3]int{}) {
-		n := 0
-		for i, p := range k.Params() {
-			if p.Kind == plugin.Slice && i < len(args) {
-				n = max(n, args[i].Len)
-			}
+		n := gpukind.Work(k, args, geo, block)
+		for i := range 3 {
+			teams[i] = max(n[i]/max(block[i], 1), 1) // n is a multiple of block
 		}
-		teams = [3]int{int(min(max((int64(n)+int64(block[0])-1)/int64(block[0]), 1), int64(maxGrid[0]))), 1, 1}
 	}
 	threads := 1
 	for i := range 3 {
@@ -176,4 +185,25 @@ func grid(k plugin.Kernel, args []plugin.Arg, geo plugin.Geometry) (g, b [3]uint
 		return g, b, fmt.Errorf("%w: kernel %q: thread_limit(%d,%d,%d) is %d threads per block, more than the %d a CUDA block has", plugin.ErrBadKernel, k.Name(), block[0], block[1], block[2], threads, maxBlockThreads)
 	}
 	return g, b, nil
+}
+
+// offsets is what a launch of k in geo passes an entry that takes global
+// offsets (ptxFn.offsets), after its Go parameters: geo's offset, x or x,
+// y and z. An offset for an entry that takes none, or takes x only, is an
+// error naming the kernel: CUDA has no global offset of its own.
+func offsets(k plugin.Kernel, f *ptxFn, geo plugin.Geometry) ([]uint64, error) {
+	o := geo.Offset
+	switch {
+	case f.offsets == 3:
+		return []uint64{uint64(o[0]), uint64(o[1]), uint64(o[2])}, nil
+	case f.offsets == 1 && o[1] == 0 && o[2] == 0:
+		return []uint64{uint64(o[0])}, nil
+	case o == [3]int{}:
+		return nil, nil
+	}
+	what := "no global offset"
+	if f.offsets == 1 {
+		what = "the x offset only"
+	}
+	return nil, fmt.Errorf("%w: kernel %q: %s: its PTX entry %s takes %s: declare one long long after the Go parameters for x, or three for x, y and z, and add them to the thread's index", plugin.ErrBadKernel, k.Name(), plugin.Geometry{Offset: o}, f.entry, what)
 }

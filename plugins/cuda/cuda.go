@@ -44,10 +44,16 @@
 //     ".param .align A .b8 name[S]" with A and S Go's alignment and size of
 //     the type (complex64: align 4, size 8; complex128: 8, 16).
 //
-// A parameter of size 0 cannot be passed (PTX has none). The grid is
-// one-dimensional: blocks of 256 threads, and as many blocks as needed for
-// one thread per element of the longest slice argument (at least one
-// block). The kernel must check its index against its length parameter.
+// A parameter of size 0 cannot be passed (PTX has none). By default the
+// grid is one-dimensional: blocks of 256 threads, and as many blocks as
+// needed for one thread per element of the longest slice argument the
+// kernel may write (not offload.In; its longest slice if it writes none),
+// at least one block. num_teams and thread_limit give the grid and block;
+// a global size, the threads (in whole blocks). The kernel must check its
+// index against its length parameter. CUDA has no global offset: an entry
+// with one or three .u64 or .s64 parameters after the Go parameters' takes
+// the launch's offset there (x, or x, y and z; 0 without one), and an
+// offset for an entry without them is an error.
 //
 // # Memory and queues
 //
@@ -74,15 +80,12 @@
 package cuda
 
 import (
-	"errors"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/goffload/offload/internal/cudadrv"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/gpukind"
 )
 
 func init() {
@@ -100,12 +103,7 @@ func init() {
 const LibraryEnv = "GOFFLOAD_CUDA_LIBRARY"
 
 // library is the driver library to load.
-func library() string {
-	if p := strings.TrimSpace(os.Getenv(LibraryEnv)); p != "" {
-		return p
-	}
-	return cudadrv.DefaultLibrary
-}
+func library() string { return gpukind.LibraryPath(LibraryEnv, cudadrv.DefaultLibrary) }
 
 // loadDriver loads the driver library at path; tests replace it.
 var loadDriver = func(path string) (cudadrv.Driver, error) { return cudadrv.Load(path) }
@@ -119,40 +117,31 @@ type driverState struct {
 	emulate bool // UseEmulatedDriverForTests: devices run Go bodies of kernels without PTX
 }
 
-var drivers struct {
+var drivers gpukind.Drivers[driverState]
+
+// override is the driver UseDriverForTests gives, if not nil.
+var override struct {
 	sync.Mutex
-	byPath   map[string]*driverState
-	override *driverState // UseDriverForTests
+	s *driverState
 }
 
 // getDriver loads and initializes the driver library at path once per
 // process (cuInit cannot be undone). A driver with no GPU is not an error:
 // count is 0 and err says why.
 func getDriver(path string) *driverState {
-	drivers.Lock()
-	defer drivers.Unlock()
-	if drivers.override != nil {
-		return drivers.override
-	}
-	if s, ok := drivers.byPath[path]; ok {
+	override.Lock()
+	s := override.s
+	override.Unlock()
+	if s != nil {
 		return s
 	}
-	s := initDriver(path)
-	if drivers.byPath == nil {
-		drivers.byPath = map[string]*driverState{}
-	}
-	drivers.byPath[path] = s
-	return s
+	return drivers.Get(path, initDriver)
 }
 
 func initDriver(path string) *driverState {
 	drv, err := loadDriver(path)
 	if err != nil {
-		var le *cudadrv.LoadError
-		if errors.As(err, &le) && strings.Contains(le.Err.Error(), "No such file") {
-			return &driverState{err: fmt.Errorf("no NVIDIA driver (%s not found)", path)}
-		}
-		return &driverState{err: fmt.Errorf("no usable NVIDIA driver: %w", err)}
+		return &driverState{err: gpukind.LoadFailure(err, path, "NVIDIA driver", "NVIDIA driver")}
 	}
 	return initWith(drv)
 }
@@ -183,20 +172,13 @@ func initWith(drv cudadrv.Driver) *driverState {
 
 // openSpec opens the devices of "cuda" (arg "": every GPU) or "cuda:N".
 func openSpec(arg string) ([]plugin.Device, error) {
-	ord := -1
-	if arg != "" {
-		v, err := strconv.Atoi(arg)
-		if err != nil || v < 0 {
-			return nil, fmt.Errorf("%w: cuda:%s: want cuda (every GPU) or cuda:N with N a GPU number from 0", plugin.ErrBadSpec, arg)
-		}
-		ord = v
+	ord, err := gpukind.SpecNumber("cuda", arg, "cuda (every GPU) or cuda:N with N a GPU number from 0")
+	if err != nil {
+		return nil, err
 	}
 	s := getDriver(library())
 	if s.err != nil {
-		if ord < 0 {
-			return nil, fmt.Errorf("%w: %v", plugin.ErrNoDevices, s.err)
-		}
-		return nil, s.err
+		return nil, gpukind.NoDriver(s.err, ord < 0)
 	}
 	return openDevices(s, ord)
 }
@@ -236,14 +218,14 @@ func UseEmulatedDriverForTests(drv cudadrv.Driver) (restore func()) {
 
 // useDriver makes the kind use s until restore is called.
 func useDriver(s *driverState) (restore func()) {
-	drivers.Lock()
-	old := drivers.override
-	drivers.override = s
-	drivers.Unlock()
+	override.Lock()
+	old := override.s
+	override.s = s
+	override.Unlock()
 	return func() {
-		drivers.Lock()
-		drivers.override = old
-		drivers.Unlock()
+		override.Lock()
+		override.s = old
+		override.Unlock()
 	}
 }
 
@@ -265,7 +247,7 @@ func openDevices(s *driverState, ord int) ([]plugin.Device, error) {
 		if err != nil {
 			return devs, err
 		}
-		d.emulate = s.emulate
+		d.Emulate = s.emulate
 		devs = append(devs, d)
 	}
 	return devs, nil

@@ -10,11 +10,9 @@ import (
 	"github.com/google/btree"
 
 	"github.com/goffload/offload/internal/cudadrv"
-	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/ptx"
 	"github.com/goffload/offload/plugin"
-	"github.com/goffload/offload/plugin/devstate"
-	"github.com/goffload/offload/plugin/firepoll"
+	"github.com/goffload/offload/plugin/gpukind"
 )
 
 // Sizes of the device memory pool.
@@ -28,50 +26,25 @@ const (
 
 // device is one CUDA device: a GPU's primary context.
 type device struct {
-	drv  cudadrv.Driver
-	ord  int // the GPU's ordinal
-	cu   cudadrv.Device
-	ctx  cudadrv.Context
-	info plugin.Info
+	drv cudadrv.Driver
+	ord int // the GPU's ordinal
+	cu  cudadrv.Device
+	ctx cudadrv.Context
 
 	mem     memory
 	staging stagingPool
-	poller  firepoll.Poller // OnFire's
-	tr      tracing         // the timing of queue operations (trace.go)
+	tr      tracing // the timing of queue operations (trace.go)
 
 	peerMu sync.Mutex
 	peers  map[*device]bool // whether this context may access a device's memory directly (peer.go)
 
+	// Device is the state (label, closed, lost: a sticky error), the
+	// events and the loaded image (under Mu, with mods).
+	gpukind.Device[cudadrv.Event, *ptxFn]
 	evmu   sync.Mutex
-	evFree []cudadrv.Event     // CUDA events to reuse
-	evLive map[*event]struct{} // events whose CUDA event is not released
+	evFree []cudadrv.Event // CUDA events to reuse
 
-	st devstate.State // label (read without d.mu), closed, lost (a sticky error: see Lost)
-
-	// emulate makes kernels without PTX run their Go bodies on the host,
-	// over copies of their arguments' allocations: for the tests only
-	// (the conformance suite's kernels have no PTX).
-	emulate bool
-	pool    *plugin.Pool
-
-	mu   sync.RWMutex
-	num  int
-	img  *plugin.Image
-	kfns []kernelFn // by kernel index
 	mods []cudadrv.Module
-	kctx *plugin.KernelCtx // emulation's
-}
-
-// kernelFn is a kernel as the device launches it.
-type kernelFn struct {
-	fn  cudadrv.Function
-	err error // why it cannot be launched (fn is 0)
-	emu bool  // run the Go body (emulate)
-	// bind is the declare target bind kernel (entries.BindKernelName),
-	// which a GPU takes as done: a variable's device copy is present
-	// memory that PTX kernels are given as an argument (its Go body tells
-	// Go kernels the address, and no Go kernel runs on a GPU).
-	bind bool
 }
 
 // newDevice opens GPU ord: it retains the GPU's primary context.
@@ -107,28 +80,25 @@ func newDevice(drv cudadrv.Driver, ord, version int) (*device, error) {
 	host, _ := os.Hostname()
 	d := &device{
 		drv: drv, ord: ord, cu: cu, ctx: ctx,
-		info: plugin.Info{
-			Kind: "cuda",
-			Name: fmt.Sprintf("%s (GPU %d, sm_%d%d, %d SMs, CUDA driver %d.%d)", name, ord, major, minor, sms,
-				version/1000, version%1000/10),
-			Cores:  max(sms, 1),
-			Memory: total,
-			Arch:   fmt.Sprintf("sm_%d%d", major, minor),
-			Host:   host,
-			PID:    os.Getpid(),
-		},
-		num:    -1,
-		evLive: map[*event]struct{}{},
 	}
-	d.st.SetLabel(fmt.Sprintf("cuda device (GPU %d)", ord))
-	d.mem.init(total)
+	d.Desc = plugin.Info{
+		Kind: "cuda",
+		Name: fmt.Sprintf("%s (GPU %d, sm_%d%d, %d SMs, CUDA driver %d.%d)", name, ord, major, minor, sms,
+			version/1000, version%1000/10),
+		Cores:  max(sms, 1),
+		Memory: total,
+		Arch:   fmt.Sprintf("sm_%d%d", major, minor),
+		Host:   host,
+		PID:    os.Getpid(),
+	}
+	d.Init(&d.mem, (*events)(d), drv) // cuStreamWaitEvent waits across contexts and GPUs
+	d.St.SetLabel(fmt.Sprintf("cuda device (GPU %d)", ord))
+	d.mem.init(d, total)
 	return d, nil
 }
 
-func (d *device) Info() plugin.Info { return d.info }
-
 // label names the device in errors.
-func (d *device) label() string { return d.st.Label() }
+func (d *device) label() string { return d.St.Label() }
 
 // with runs f with the device's context current on the calling goroutine's
 // OS thread, locked to it meanwhile.
@@ -141,12 +111,8 @@ func (d *device) with(f func() error) error {
 	return f()
 }
 
-// Lost reports the sticky error that made the device unusable
-// (plugin.LostReporter).
-func (d *device) Lost() error { return d.st.Lost() }
-
 // alive returns an error if the device is closed or lost.
-func (d *device) alive() error { return d.st.Alive() }
+func (d *device) alive() error { return d.St.Alive() }
 
 // wrap turns a driver error into the plugin's: it wraps the plugin error
 // that matches the CUDA error, and marks the device lost on a sticky one.
@@ -157,7 +123,7 @@ func (d *device) wrap(err error) error {
 	switch r := cudadrv.Code(err); {
 	case r.Sticky():
 		lost := fmt.Errorf("%s: %w: %w: %w (a kernel faulted: the GPU's context is unusable until the program restarts)", d.label(), plugin.ErrDeviceLost, plugin.ErrKernelFailed, err)
-		return d.st.Lose(lost)
+		return d.St.Lose(lost)
 	case r == cudadrv.ErrOutOfMemory:
 		return fmt.Errorf("%w: %w", plugin.ErrOutOfMemory, err)
 	case r == cudadrv.ErrInvalidPTX || r == cudadrv.ErrUnsupportedPTX || r == cudadrv.ErrNoBinaryForGPU ||
@@ -176,22 +142,6 @@ func (d *device) wrap(err error) error {
 // PTX, whose PTX does not load, or whose entry does not take its
 // parameters fails when it is launched, not here.
 func (d *device) Load(img *plugin.Image, num int) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.st.Closed() {
-		return fmt.Errorf("%s: %w: device is closed", d.label(), plugin.ErrBadHandle)
-	}
-	if d.img != nil {
-		return fmt.Errorf("%s: %w: the image is loaded already", d.label(), plugin.ErrBadKernel)
-	}
-	d.num, d.img = num, img
-	d.st.SetLabel(fmt.Sprintf("cuda device %d (GPU %d)", num, d.ord))
-	if d.emulate {
-		d.pool = plugin.NewPool(d.info.Cores)
-		d.info.Cores = d.pool.Workers() // what the emulated kernels' loops split over
-		d.kctx = plugin.NewKernelCtx(num, d.pool)
-	}
-	d.kfns = make([]kernelFn, len(img.Kernels))
 	type loaded struct {
 		mod cudadrv.Module
 		err error
@@ -201,22 +151,13 @@ func (d *device) Load(img *plugin.Image, num int) error {
 	}
 	mods := map[string]loaded{}
 	return d.with(func() error {
-		for i, k := range img.Kernels {
-			code, ok := k.Code("ptx")
-			switch {
-			case !ok && k.Name() == entries.BindKernelName && !d.emulate:
-				d.kfns[i] = kernelFn{bind: true}
-				continue
-			case !ok:
-				d.kfns[i] = kernelFn{emu: d.emulate, err: d.noCode(k)}
-				continue
-			}
+		return d.Device.Load(img, num, fmt.Sprintf("cuda device %d (GPU %d)", num, d.ord), ptxFormat, func(k plugin.Kernel, code plugin.DeviceCode) gpukind.Kernel[*ptxFn] {
 			m, ok := mods[string(code.Image)]
 			if !ok {
 				mod, err := d.drv.ModuleLoadData(code.Image)
 				m = loaded{mod: mod, err: d.wrap(err)}
 				if err == nil {
-					d.mods = append(d.mods, mod)
+					d.mods = append(d.mods, mod) // under d.Mu
 					// An image the driver loads and ptx cannot read
 					// (all of it or an entry) goes unchecked.
 					m.entries, _ = ptx.Entries(code.Image)
@@ -224,80 +165,34 @@ func (d *device) Load(img *plugin.Image, num int) error {
 				mods[string(code.Image)] = m
 			}
 			if m.err != nil {
-				d.kfns[i] = kernelFn{err: fmt.Errorf("%s: kernel %q: its PTX does not load: %w", d.label(), k.Name(), m.err)}
-				continue
+				return gpukind.Kernel[*ptxFn]{Err: fmt.Errorf("%s: kernel %q: its PTX does not load: %w", d.label(), k.Name(), m.err)}
 			}
 			fn, err := d.drv.ModuleGetFunction(m.mod, code.Entry)
 			if err != nil {
-				d.kfns[i] = kernelFn{err: noEntry(fmt.Errorf("%s: kernel %q: entry %q of its PTX: %w", d.label(), k.Name(), code.Entry, d.wrap(err)), code.Entry, m.entries)}
-				continue
+				return gpukind.Kernel[*ptxFn]{Err: noEntry(fmt.Errorf("%s: kernel %q: entry %q of its PTX: %w", d.label(), k.Name(), code.Entry, d.wrap(err)), code.Entry, m.entries)}
 			}
+			pf := &ptxFn{fn: fn, entry: code.Entry}
 			if params, ok := m.entries[code.Entry]; ok {
-				if err := checkEntry(k, code.Entry, params); err != nil {
-					d.kfns[i] = kernelFn{err: fmt.Errorf("%s: %w: kernel %q: %w", d.label(), plugin.ErrBadKernel, k.Name(), err)}
-					continue
+				if pf.offsets, err = checkEntry(k, code.Entry, params); err != nil {
+					return gpukind.Kernel[*ptxFn]{Err: fmt.Errorf("%s: %w: kernel %q: %w", d.label(), plugin.ErrBadKernel, k.Name(), err)}
 				}
 			}
-			d.kfns[i] = kernelFn{fn: fn}
-		}
-		return nil
+			return gpukind.Kernel[*ptxFn]{Fn: pf}
+		})
 	})
 }
 
-// noCode is the error of launching k, which has no PTX; under d.mu.
-func (d *device) noCode(k plugin.Kernel) error {
-	return fmt.Errorf("%s: %w: kernel %q has no PTX: a GPU cannot run its Go body (give it device code with offload.Kernel.PTX, or run it on a CPU device): %w", d.label(), plugin.ErrBadKernel, k.Name(), plugin.ErrUnsupported)
+// ptxFn is a kernel's PTX entry as the device launches it.
+type ptxFn struct {
+	fn    cudadrv.Function
+	entry string
+	// offsets is how many global offsets the entry takes after the Go
+	// parameters: 0, 1 (x) or 3 (x, y, z) (see offsetParams).
+	offsets int
 }
 
-// kernel returns how the device launches k.
-func (d *device) kernel(k plugin.Kernel) (kernelFn, error) {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if err := d.img.Has(k); err != nil {
-		return kernelFn{}, fmt.Errorf("%s: %w", d.label(), err)
-	}
-	kf := d.kfns[k.Index()]
-	if kf.fn == 0 && !kf.emu && !kf.bind {
-		return kf, kf.err
-	}
-	return kf, nil
-}
-
-// CanLaunch reports whether the device can launch k: it has PTX the
-// device loaded (or the emulate mode runs its Go body): plugin.KernelChecker.
-func (d *device) CanLaunch(k plugin.Kernel) error {
-	_, err := d.kernel(k)
-	return err
-}
-
-func (d *device) Alloc(size int64) (plugin.Ptr, error) {
-	if err := d.alive(); err != nil {
-		return 0, err
-	}
-	p, err := d.mem.alloc(d, size)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", d.label(), err)
-	}
-	return p, nil
-}
-
-func (d *device) Free(p plugin.Ptr) error {
-	if err := d.alive(); err != nil {
-		return err
-	}
-	if err := d.mem.free(d, p); err != nil {
-		return fmt.Errorf("%s: %w", d.label(), err)
-	}
-	return nil
-}
-
-// CanWait reports whether the device's queues can wait on ev: an event of
-// any CUDA device of the same driver (cuStreamWaitEvent waits across
-// contexts and GPUs).
-func (d *device) CanWait(ev plugin.Event) bool {
-	e, ok := ev.(*event)
-	return ok && e.d.drv == d.drv
-}
+// ptxFormat is the cuda kind's device code.
+var ptxFormat = gpukind.Format{Key: "ptx", Name: "PTX", Device: "a GPU", Method: "offload.Kernel.PTX"}
 
 func (d *device) NewQueue() (plugin.Queue, error) {
 	if err := d.alive(); err != nil {
@@ -311,65 +206,21 @@ func (d *device) NewQueue() (plugin.Queue, error) {
 		return nil, fmt.Errorf("%s: cannot create a queue: %w", d.label(), d.wrap(err))
 	}
 	q := &queue{d: d, stream: s}
-	q.l.Init((*issuer)(q))
+	q.Init(&d.Device, (*issuer)(q), q, &d.tr.Tracer)
 	return q, nil
-}
-
-func (d *device) NewEvent() (plugin.Event, error) {
-	if err := d.alive(); err != nil {
-		return nil, err
-	}
-	d.evmu.Lock()
-	var cu cudadrv.Event
-	if n := len(d.evFree); n > 0 {
-		cu = d.evFree[n-1]
-		d.evFree = d.evFree[:n-1]
-	}
-	d.evmu.Unlock()
-	if cu == 0 {
-		if err := d.with(func() (err error) {
-			cu, err = d.drv.EventCreate(cudadrv.EventDisableTiming)
-			return err
-		}); err != nil {
-			return nil, fmt.Errorf("%s: cannot create an event: %w", d.label(), d.wrap(err))
-		}
-	}
-	e := &event{d: d, cu: cu, issued: make(chan struct{})}
-	d.evmu.Lock()
-	d.evLive[e] = struct{}{}
-	d.evmu.Unlock()
-	return e, nil
-}
-
-// maxFreeEvents bounds the CUDA events kept for reuse.
-const maxFreeEvents = 256
-
-// releaseEvent takes back e's CUDA event, which nothing enqueued refers to
-// any more.
-func (d *device) releaseEvent(e *event, cu cudadrv.Event) {
-	d.evmu.Lock()
-	delete(d.evLive, e)
-	keep := len(d.evFree) < maxFreeEvents && d.evLive != nil
-	if keep {
-		d.evFree = append(d.evFree, cu)
-	}
-	d.evmu.Unlock()
-	if !keep && d.alive() == nil {
-		_ = d.drv.EventDestroy(cu)
-	}
 }
 
 // Close frees everything the device allocated and releases the GPU's
 // primary context.
 func (d *device) Close() error {
-	if !d.st.Close() {
+	if !d.St.Close() {
 		return nil
 	}
-	d.mu.Lock() // Load adds modules under it once it has seen the device open
+	d.Mu.Lock() // Load adds modules under it once it has seen the device open
 	mods := d.mods
 	d.mods = nil
-	pool := d.pool
-	d.mu.Unlock()
+	_, pool := d.Kernels.Close()
+	d.Mu.Unlock()
 	if pool != nil {
 		pool.Close() // and with it the declare target variables' bindings
 	}
@@ -380,22 +231,15 @@ func (d *device) Close() error {
 			errs = append(errs, err)
 		}
 	}
+	evs := d.Events.Close() // destroyed below
 	d.evmu.Lock()
-	evs := d.evFree
-	for e := range d.evLive {
-		e.mu.Lock()
-		if e.cu != 0 {
-			evs = append(evs, e.cu)
-			e.cu = 0 // destroyed below
-		}
-		e.mu.Unlock()
-	}
-	d.evFree, d.evLive = nil, nil
+	evs = append(evs, d.evFree...)
+	d.evFree = nil
 	d.evmu.Unlock()
 	timers, clock := d.tr.close()
 	keep(d.with(func() error {
 		keep(d.staging.close(d))
-		keep(d.mem.close(d))
+		keep(d.mem.close())
 		for _, cu := range evs {
 			keep(d.drv.EventDestroy(cu))
 		}
@@ -419,6 +263,7 @@ func (d *device) Close() error {
 
 // memory is a device's allocations and its pool of freed blocks.
 type memory struct {
+	d      *device
 	mu     sync.Mutex
 	total  int64
 	live   *btree.BTreeG[allocation] // by base
@@ -434,14 +279,16 @@ type allocation struct {
 	size, block int64
 }
 
-func (m *memory) init(total int64) {
-	m.total = total
+func (m *memory) init(d *device, total int64) {
+	m.d, m.total = d, total
 	m.live = btree.NewG(16, func(a, b allocation) bool { return a.base < b.base })
 	m.pool = map[int64][]cudadrv.DevPtr{}
 	m.cap = max(total/4, 1<<20)
 }
 
-func (m *memory) alloc(d *device, size int64) (plugin.Ptr, error) {
+// Alloc allocates size bytes (gpukind.Memory).
+func (m *memory) Alloc(size int64) (plugin.Ptr, error) {
+	d := m.d
 	if size < 0 {
 		return 0, fmt.Errorf("%w: allocation of %d bytes", plugin.ErrBadPointer, size)
 	}
@@ -493,7 +340,9 @@ func (m *memory) drain(d *device) bool {
 	return any
 }
 
-func (m *memory) free(d *device, p plugin.Ptr) error {
+// Free frees the allocation at p (gpukind.Memory).
+func (m *memory) Free(p plugin.Ptr) error {
+	d := m.d
 	m.mu.Lock()
 	a, ok := m.live.Get(allocation{base: p})
 	if !ok {
@@ -511,9 +360,9 @@ func (m *memory) free(d *device, p plugin.Ptr) error {
 	return d.wrap(d.with(func() error { return d.drv.MemFree(cudadrv.DevPtr(p)) }))
 }
 
-// check returns an error unless [p, p+size) lies inside one live
-// allocation.
-func (m *memory) check(p plugin.Ptr, size int64) error {
+// Check returns an error unless [p, p+size) lies inside one live
+// allocation (gpukind.Memory).
+func (m *memory) Check(p plugin.Ptr, size int64) error {
 	if _, err := m.find(p, size); err != nil {
 		return err
 	}
@@ -537,7 +386,8 @@ func (m *memory) find(p plugin.Ptr, size int64) (allocation, error) {
 }
 
 // close frees every allocation and pooled block, with the context current.
-func (m *memory) close(d *device) error {
+func (m *memory) close() error {
+	d := m.d
 	m.drain(d)
 	m.mu.Lock()
 	var ps []plugin.Ptr

@@ -16,7 +16,7 @@ func OpenWith(drv cudadrv.Driver, ord int, emulate bool) ([]plugin.Device, error
 	}
 	devs, err := openDevices(s, ord)
 	for _, d := range devs {
-		d.(*device).emulate = emulate
+		d.(*device).Emulate = emulate
 	}
 	return devs, err
 }
@@ -30,7 +30,7 @@ var Library = library
 // Pack returns the bytes of k's parameters packed for args, and each
 // parameter's offset in them.
 func Pack(k plugin.Kernel, args []plugin.Arg) ([]byte, []int, error) {
-	p, err := pack(k, args)
+	p, err := pack(k, args, nil)
 	if err != nil {
 		return nil, nil, err
 	}

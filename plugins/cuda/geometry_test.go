@@ -2,6 +2,7 @@ package cuda_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"strings"
 	"sync"
@@ -114,5 +115,93 @@ func TestGeometryClauses(t *testing.T) {
 	// And so does the initial device, which If(false) makes it.
 	if err := geoK.Run(gpu.NumTeams(2).If(false), x, n); err != nil || x[n-1] != 2 {
 		t.Fatalf("initial device: %v, x[%d] = %d", err, n-1, x[n-1])
+	}
+}
+
+// geoAt takes the global offset after its Go parameters (addoneat's
+// p_offset); geoLookup reads a grid longer than the work it writes.
+var (
+	geoAt = offload.MustKernel2("cudatest.geoat", func(ctx offload.Ctx, x offload.InOut[int64], n int) {
+		for i := range n {
+			x[i]++
+		}
+	}).PTX([]byte(testPTX), "addoneat")
+	geoLookup = offload.MustKernel3("cudatest.geolookup", func(ctx offload.Ctx, grid offload.In[int64], out offload.Out[int64], n int) {
+	}).PTX([]byte(testPTX), "lookup")
+)
+
+// TestGlobalSizeOffset: GlobalSize sets the threads a PTX launch runs
+// (rounded up to whole blocks), GlobalOffset reaches an entry that takes
+// it after its Go parameters and is refused by one that does not, and by
+// default a launch runs one thread per element of the longest slice the
+// kernel writes, not of a longer one it only reads (issue 47 item 9).
+func TestGlobalSizeOffset(t *testing.T) {
+	drv := cudafake.New(cudafake.Config{GPUs: []cudafake.GPU{cudafake.H100}})
+	type launch struct {
+		entry       string
+		grid, block [3]uint32
+		offset      uint64
+	}
+	var mu sync.Mutex
+	var got []launch
+	record := func(l *cudafake.Launch) error {
+		mu.Lock()
+		defer mu.Unlock()
+		r := launch{entry: l.Entry, grid: l.Grid, block: l.Block}
+		if l.Entry == "addoneat" {
+			r.offset = binary.LittleEndian.Uint64(l.Params[2])
+		}
+		got = append(got, r)
+		return nil
+	}
+	for _, e := range []string{"addone", "addoneat", "lookup"} {
+		drv.SetKernel(e, record)
+	}
+	defer cuda.UseDriverForTests(drv)()
+	if err := offload.Start(offload.WithDevices("cuda"), offload.WithOffload("MANDATORY")); err != nil {
+		t.Fatal(err)
+	}
+	defer offload.Stop()
+	gpu := offload.On(0)
+	const n = 1000
+	x := make([]int64, n)
+	grid := make([]int64, 100*n)
+	for _, c := range []struct {
+		run  func() error
+		want launch
+	}{
+		{func() error { return geoK.Run(gpu.GlobalSize(300), x, n) }, launch{"addone", [3]uint32{2, 1, 1}, [3]uint32{256, 1, 1}, 0}},
+		{func() error { return geoK.Run(gpu.GlobalSize(300).ThreadLimit(100), x, n) }, launch{"addone", [3]uint32{3, 1, 1}, [3]uint32{100, 1, 1}, 0}},
+		{func() error { return geoAt.Run(gpu.GlobalOffset(500).GlobalSize(500), x, n) }, launch{"addoneat", [3]uint32{2, 1, 1}, [3]uint32{256, 1, 1}, 500}},
+		{func() error { return geoAt.Run(gpu, x, n) }, launch{"addoneat", [3]uint32{4, 1, 1}, [3]uint32{256, 1, 1}, 0}},
+		// 1000 elements written, 100000 read: ceil(1000/256) blocks.
+		{func() error { return geoLookup.Run(gpu, grid, x, n) }, launch{"lookup", [3]uint32{4, 1, 1}, [3]uint32{256, 1, 1}, 0}},
+	} {
+		mu.Lock()
+		got = nil
+		mu.Unlock()
+		if err := c.run(); err != nil {
+			t.Fatalf("%+v: %v", c.want, err)
+		}
+		mu.Lock()
+		if len(got) != 1 || got[0] != c.want {
+			t.Errorf("launches %+v, want %+v", got, c.want)
+		}
+		mu.Unlock()
+	}
+	for _, c := range []struct {
+		err    error
+		target error
+		says   string
+	}{
+		{geoK.Run(gpu.GlobalOffset(5), x, n), plugin.ErrBadKernel, `kernel "cudatest.geo": global_offset(5): its PTX entry addone takes no global offset: declare one long long after the Go parameters`},
+		{geoAt.Run(gpu.GlobalOffset(5, 1), x, n), plugin.ErrBadKernel, "its PTX entry addoneat takes the x offset only"},
+		{geoK.Run(gpu.GlobalOffset(-1), x, n), offload.ErrBadArgument, "global_offset(-1): invalid argument: dimension 0 is -1, want 0 to"},
+		{geoK.Run(gpu.GlobalSize(0), x, n), offload.ErrBadArgument, "global_size(0): invalid argument"},
+		{geoK.Run(gpu.GlobalSize(8).NumTeams(2), x, n), offload.ErrBadArgument, "num_teams and global_size both give the number of work-items"},
+	} {
+		if !errors.Is(c.err, c.target) || !strings.Contains(c.err.Error(), c.says) {
+			t.Errorf("error %v, want one wrapping %q that says %q", c.err, c.target, c.says)
+		}
 	}
 }

@@ -69,6 +69,24 @@ const testPTX = `
 {
 	ret;
 }
+
+.visible .entry addoneat(
+	.param .u64 .ptr .align 1 p_x,
+	.param .s64 p_n,
+	.param .u64 p_offset
+)
+{
+	ret;
+}
+
+.visible .entry lookup(
+	.param .u64 .ptr .align 1 p_grid,
+	.param .u64 .ptr .align 1 p_out,
+	.param .s64 p_n
+)
+{
+	ret;
+}
 `
 
 var (

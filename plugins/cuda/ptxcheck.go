@@ -10,6 +10,7 @@ import (
 	"github.com/goffload/offload/internal/cudadrv"
 	"github.com/goffload/offload/internal/ptx"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/gpukind"
 )
 
 // The check of a kernel's Go parameters against its PTX entry's, when the
@@ -27,46 +28,70 @@ import (
 // float4, double2 and cuComplex types are aligned 8 or 16, which Go cannot
 // declare, and the driver copies each parameter's bytes into its aligned
 // place, so the value arrives whole.
-func checkEntry(k plugin.Kernel, entry string, params []ptx.Param) error {
+func checkEntry(k plugin.Kernel, entry string, params []ptx.Param) (offsets int, err error) {
+	if offsets = offsetParams(params[min(len(k.Params()), len(params)):]); offsets > 0 {
+		params = params[:len(k.Params())]
+	}
 	if len(params) != len(k.Params()) {
 		var goTypes, ptxTypes []string
 		for i := range k.Params() {
-			goTypes = append(goTypes, goType(k.Params()[i]))
+			goTypes = append(goTypes, gpukind.GoType(k.Params()[i]))
 		}
 		for _, p := range params {
 			ptxTypes = append(ptxTypes, p.Type)
 		}
 		which := ""
 		if n := len(params); n < len(k.Params()) {
-			which = fmt.Sprintf("the Go parameter %s has none in the entry", goParam(k, n))
+			which = fmt.Sprintf("the Go parameter %s has none in the entry", gpukind.GoParam(k, n))
 		} else {
 			n := len(k.Params())
-			which = fmt.Sprintf("PTX parameter %d (%s) has no Go parameter", n, params[n].Type)
+			which = fmt.Sprintf("PTX parameter %d (%s) has no Go parameter (after the Go parameters an entry may take only the global offset: one or three 64-bit integers)", n, params[n].Type)
 		}
-		return fmt.Errorf("PTX entry %s has %s (%s), the Go kernel %s (%s): %s",
-			entry, plural(len(params), "parameter"), strings.Join(ptxTypes, ", "),
-			plural(len(k.Params()), "parameter"), strings.Join(goTypes, ", "), which)
+		return 0, fmt.Errorf("PTX entry %s has %s (%s); the Go kernel has %s (%s): %s",
+			entry, gpukind.Plural(len(params), "parameter"), strings.Join(ptxTypes, ", "),
+			gpukind.Plural(len(k.Params()), "parameter"), strings.Join(goTypes, ", "), which)
 	}
 	for i, gp := range k.Params() {
 		p := params[i]
 		size, align := paramLayout(gp)
-		ptxSide := fmt.Sprintf("PTX entry %s parameter %d is %s (%s, align %d)", entry, i, p.Type, plural(p.Size, "byte"), p.Align)
-		goSide := fmt.Sprintf("the Go parameter %s is %s, align %d", goParam(k, i), plural(size, "byte"), align)
+		ptxSide := fmt.Sprintf("PTX entry %s parameter %d is %s (%s, align %d)", entry, i, p.Type, gpukind.Plural(p.Size, "byte"), p.Align)
+		goSide := fmt.Sprintf("the Go parameter %s is %s, align %d", gpukind.GoParam(k, i), gpukind.Plural(size, "byte"), align)
 		switch {
 		case size != p.Size:
 		case align != p.Align && !(p.Count > 0 && p.Align > align):
+		case gp.Kind == plugin.Slice && p.Ptr && p.PtrAlign > 1 && int(gp.Type.Size())%p.PtrAlign != 0:
+			return 0, fmt.Errorf("PTX entry %s parameter %d is %s, a pointer to memory aligned %d; the Go parameter %s has elements of %s, which cannot all be aligned %d: give them the .cu file's element type (a multiple of %s)",
+				entry, i, p.Type, p.PtrAlign, gpukind.GoParam(k, i), gpukind.Plural(int(gp.Type.Size()), "byte"), p.PtrAlign, gpukind.Plural(p.PtrAlign, "byte"))
 		case (p.Elem == ".f32" || p.Elem == ".f64") && p.Count == 0 && !isFloat(gp):
 			ptxSide = fmt.Sprintf("PTX entry %s parameter %d is %s, a float", entry, i, p.Type)
-			goSide = fmt.Sprintf("the Go parameter %s is not", goParam(k, i))
+			goSide = fmt.Sprintf("the Go parameter %s is not a float", gpukind.GoParam(k, i))
+			if isInteger(gp) {
+				goSide = fmt.Sprintf("the Go parameter %s is an integer", gpukind.GoParam(k, i))
+			}
 		case p.Integer() && isFloat(gp):
 			ptxSide = fmt.Sprintf("PTX entry %s parameter %d is %s, an integer", entry, i, p.Type)
-			goSide = fmt.Sprintf("the Go parameter %s is a float", goParam(k, i))
+			goSide = fmt.Sprintf("the Go parameter %s is a float", gpukind.GoParam(k, i))
 		default:
 			continue
 		}
-		return fmt.Errorf("%s, %s: declare it %s (or take %s in Go)", ptxSide, goSide, cDecl(gp), goFor(p))
+		return 0, fmt.Errorf("%s; %s: declare it %s in the .cu file, or take %s in Go", ptxSide, goSide, cuda.Decl(gp), goFor(p))
 	}
-	return nil
+	return offsets, nil
+}
+
+// offsetParams is how many global offsets (1: x; 3: x, y, z) an entry
+// takes in extra, the parameters after those of its Go kernel: one or
+// three 64-bit integers, not pointers; 0 for any other extra.
+func offsetParams(extra []ptx.Param) int {
+	if n := len(extra); n != 1 && n != 3 {
+		return 0
+	}
+	for _, p := range extra {
+		if p.Ptr || !p.Integer() || p.Size != 8 {
+			return 0
+		}
+	}
+	return len(extra)
 }
 
 // noEntry adds to err, the driver's for an entry the image has not, the
@@ -98,11 +123,17 @@ func noEntry(err error, entry string, entries map[string][]ptx.Param) error {
 	return fmt.Errorf("%w (the PTX %s)", err, has)
 }
 
-func plural(n int, what string) string {
-	if n == 1 {
-		return "1 " + what
+// isInteger reports whether p is a scalar of an integer kind.
+func isInteger(p plugin.Param) bool {
+	if p.Kind != plugin.Scalar || p.Type == nil {
+		return false
 	}
-	return strconv.Itoa(n) + " " + what + "s"
+	switch p.Type.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return true
+	}
+	return false
 }
 
 func isFloat(p plugin.Param) bool {
@@ -113,62 +144,22 @@ func isFloat(p plugin.Param) bool {
 	return k == reflect.Float32 || k == reflect.Float64
 }
 
-// goType names p's Go type: a slice's own type (offload.In[float32]).
-func goType(p plugin.Param) string {
-	switch {
-	case p.Kind == plugin.Slice && p.SliceType != nil:
-		return p.SliceType.String()
-	case p.Kind == plugin.Slice && p.Type != nil:
-		return "[]" + p.Type.String()
-	case p.Type != nil:
-		return p.Type.String()
-	}
-	return "?"
-}
-
-// goParam names k's parameter i: "2 (offload.In[float32])", or for a field
-// of a struct parameter "3 (field Scale float32 of parameter 1)".
-func goParam(k plugin.Kernel, i int) string {
-	p := k.Params()[i]
-	if p.Field >= 0 {
-		if t := p.Struct; t != nil && t.Kind() == reflect.Struct && p.Field < t.NumField() {
-			return fmt.Sprintf("%d (field %s %s of parameter %d, a %s)", i, t.Field(p.Field).Name, goType(p), p.Top, t)
+// cuda is how a .cu file declares parameters.
+var cuda = gpukind.Dialect{
+	Types: map[reflect.Kind]string{
+		reflect.Bool: "bool", reflect.Int8: "signed char", reflect.Uint8: "unsigned char",
+		reflect.Int16: "short", reflect.Uint16: "unsigned short", reflect.Int32: "int", reflect.Uint32: "unsigned int",
+		reflect.Int: "long long", reflect.Int64: "long long", reflect.Uint: "unsigned long long", reflect.Uint64: "unsigned long long",
+		reflect.Uintptr: "unsigned long long", reflect.Float32: "float", reflect.Float64: "double",
+		reflect.Complex64: "cuFloatComplex (float2)", reflect.Complex128: "cuDoubleComplex (double2)",
+	},
+	Pointer: func(elem string) string {
+		if elem == "" {
+			return "a pointer to structs"
 		}
-	}
-	return fmt.Sprintf("%d (%s)", i, goType(p))
-}
-
-// cTypes are the C types of Go's basic kinds.
-var cTypes = map[reflect.Kind]string{
-	reflect.Bool: "bool", reflect.Int8: "signed char", reflect.Uint8: "unsigned char",
-	reflect.Int16: "short", reflect.Uint16: "unsigned short", reflect.Int32: "int", reflect.Uint32: "unsigned int",
-	reflect.Int: "long long", reflect.Int64: "long long", reflect.Uint: "unsigned long long", reflect.Uint64: "unsigned long long",
-	reflect.Uintptr: "unsigned long long", reflect.Float32: "float", reflect.Float64: "double",
-	reflect.Complex64: "cuFloatComplex (float2)", reflect.Complex128: "cuDoubleComplex (double2)",
-}
-
-// cDecl says how a .cu file declares a parameter that takes p.
-func cDecl(p plugin.Param) string {
-	if p.Type == nil {
-		return "as the Go parameter"
-	}
-	if p.Kind == plugin.Slice {
-		if c, ok := cTypes[p.Type.Kind()]; ok {
-			c, _, _ = strings.Cut(c, " (")
-			return c + " *"
-		}
-		return "a pointer"
-	}
-	t := p.Type
-	if c, ok := cTypes[t.Kind()]; ok {
-		return c
-	}
-	if t.Kind() == reflect.Array {
-		if c, ok := cTypes[t.Elem().Kind()]; ok {
-			return fmt.Sprintf("a struct holding %s[%d]", c, t.Len())
-		}
-	}
-	return fmt.Sprintf("a struct of the same fields (%s, aligned %d)", plural(int(t.Size()), "byte"), t.Align())
+		elem, _, _ = strings.Cut(elem, " (")
+		return elem + " *"
+	},
 }
 
 // goTypes are the Go types for PTX's scalar types.
@@ -185,10 +176,10 @@ func goFor(p ptx.Param) string {
 	case p.Ptr:
 		return "a slice"
 	case p.Count > 0:
-		return fmt.Sprintf("an array or struct of %s aligned %d", plural(p.Size, "byte"), p.Align)
+		return fmt.Sprintf("an array or struct of %s aligned %d", gpukind.Plural(p.Size, "byte"), p.Align)
 	}
 	if t, ok := goTypes[p.Elem]; ok {
 		return t
 	}
-	return fmt.Sprintf("a type of %s aligned %d", plural(p.Size, "byte"), p.Align)
+	return fmt.Sprintf("a type of %s aligned %d", gpukind.Plural(p.Size, "byte"), p.Align)
 }

@@ -33,6 +33,7 @@ const checkPTX = `
 .visible .entry vectors(.param .align 8 .b8 p0[8], .param .align 16 .b8 p1[16], .param .align 16 .b8 p2[16], .param .u64 p3) { ret; }
 .visible .entry fields(.param .u64 p0, .param .u32 p1, .param .u64 p2) { ret; }
 .visible .entry _Z7mangledPf(.param .u64 p0) { ret; }
+.visible .entry aligned(.param .u64 .ptr .global .align 16 p0) { ret; }
 `
 
 // A kernel with fields of its struct parameter as parameters of its own.
@@ -192,6 +193,7 @@ func TestPTXCheck(t *testing.T) {
 		}},
 		{"cudatest.check.missing", func(x []float32) {}, img, "nosuch", nil},
 		{"cudatest.check.mangled", func(x []float32) {}, img, "mangled", nil},
+		{"cudatest.check.aligned", func(x [][3]float32) {}, img, "aligned", nil},
 	}
 	image := imageOf(kernels...)
 	k := func(name string) plugin.Kernel {
@@ -221,20 +223,24 @@ func TestPTXCheck(t *testing.T) {
 		args []plugin.Arg
 		want []string
 	}{
-		{"count", args, []string{"PTX entry three has 3 parameters (.u64, .f32, .u64 .ptr .align 1), the Go kernel 4 parameters (int, float32, []float32, []float32)",
+		{"count", args, []string{"PTX entry three has 3 parameters (.u64, .f32, .u64 .ptr .align 1); the Go kernel has 4 parameters (int, float32, []float32, []float32)",
 			"the Go parameter 3 ([]float32) has none in the entry"}},
-		{"count5", args, []string{"PTX entry five has 5 parameters", "PTX parameter 4 (.u32) has no Go parameter"}},
-		{"size", args, []string{"PTX entry intn parameter 0 is .u32 (4 bytes, align 4), the Go parameter 0 (int) is 8 bytes, align 8: declare it long long (or take int32 or uint32 in Go)"}},
+		{"count5", args, []string{"PTX entry five has 5 parameters", "PTX parameter 4 (.u32) has no Go parameter (after the Go parameters an entry may take only the global offset: one or three 64-bit integers)"}},
+		{"size", args, []string{"PTX entry intn parameter 0 is .u32 (4 bytes, align 4); the Go parameter 0 (int) is 8 bytes, align 8: declare it long long in the .cu file, or take int32 or uint32 in Go"}},
 		{"align", []plugin.Arg{{Scalar: int64(1)}, {Ptr: x, Len: 4}},
-			[]string{"PTX entry pair parameter 0 is .align 4 .b8[8] (8 bytes, align 4), the Go parameter 0 (int64) is 8 bytes, align 8", "an array or struct of 8 bytes aligned 4"}},
+			[]string{"PTX entry pair parameter 0 is .align 4 .b8[8] (8 bytes, align 4); the Go parameter 0 (int64) is 8 bytes, align 8", "or take an array or struct of 8 bytes aligned 4 in Go"}},
 		{"align2", []plugin.Arg{{Scalar: [2]int32{}}, {Ptr: x, Len: 4}},
-			[]string{"PTX entry wide parameter 0 is .s64 (8 bytes, align 8), the Go parameter 0 ([2]int32) is 8 bytes, align 4: declare it a struct holding int[2] (or take int or int64 in Go)"}},
-		{"float", []plugin.Arg{{Scalar: int64(1)}}, []string{"PTX entry real parameter 0 is .f64, a float, the Go parameter 0 (int64) is not: declare it long long (or take float64 in Go)"}},
-		{"int", []plugin.Arg{{Scalar: float32(1)}}, []string{"PTX entry integer parameter 0 is .u32, an integer, the Go parameter 0 (float32) is a float: declare it float"}},
+			[]string{"PTX entry wide parameter 0 is .s64 (8 bytes, align 8); the Go parameter 0 ([2]int32) is 8 bytes, align 4: declare it a struct holding int[2] in the .cu file, or take int or int64 in Go"}},
+		{"float", []plugin.Arg{{Scalar: int64(1)}}, []string{"PTX entry real parameter 0 is .f64, a float; the Go parameter 0 (int64) is an integer: declare it long long in the .cu file, or take float64 in Go"}},
+		{"int", []plugin.Arg{{Scalar: float32(1)}}, []string{"PTX entry integer parameter 0 is .u32, an integer; the Go parameter 0 (float32) is a float: declare it float in the .cu file, or take int32 or uint32 in Go"}},
 		{"fields", []plugin.Arg{{Scalar: 1}, {Scalar: float32(1)}, {Ptr: x, Len: 4}},
-			[]string{"PTX entry fields parameter 1 is .u32, an integer, the Go parameter 1 (field Scale float32 of parameter 0, a cuda_test.opts) is a float"}},
-		{"missing", []plugin.Arg{{Ptr: x, Len: 4}}, []string{`entry "nosuch" of its PTX`, "CUDA_ERROR_NOT_FOUND", "the PTX has entries _Z7mangledPf, fields, five, good"}},
+			[]string{"PTX entry fields parameter 1 is .u32, an integer; the Go parameter 1 (field Scale float32 of parameter 0, a cuda_test.opts) is a float"}},
+		{"missing", []plugin.Arg{{Ptr: x, Len: 4}}, []string{`entry "nosuch" of its PTX`, "CUDA_ERROR_NOT_FOUND", "the PTX has entries _Z7mangledPf, aligned, fields, five, good"}},
 		{"mangled", []plugin.Arg{{Ptr: x, Len: 4}}, []string{`entry "mangled" of its PTX`, `is _Z7mangledPf the C++ name of mangled? declare it extern "C"`}},
+		// PTX gives a pointer's alignment, not its element type: 12-byte
+		// elements cannot all be aligned 16.
+		{"aligned", []plugin.Arg{{Ptr: x, Len: 4}}, []string{"PTX entry aligned parameter 0 is .u64 .ptr .global .align 16, a pointer to memory aligned 16",
+			"the Go parameter 0 ([][3]float32) has elements of 12 bytes, which cannot all be aligned 16: give them the .cu file's element type (a multiple of 16 bytes)"}},
 	} {
 		k := k(c.k)
 		err := q.Launch(k, c.args)
@@ -307,8 +313,8 @@ func TestPTXCheckRepo(t *testing.T) {
 		t.Errorf("bench.empty: %v", err)
 	}
 	err = q.Launch(image.Kernels[2], []plugin.Arg{{Scalar: int32(1)}, {Scalar: float32(1)}, {}, {}})
-	const want = `cuda device 0 (GPU 0): invalid kernel launch: kernel "cudatest.repo.saxpy32": PTX entry saxpy parameter 0 is .u64 (8 bytes, align 8), ` +
-		`the Go parameter 0 (int32) is 4 bytes, align 4: declare it int (or take int, int64, uint64 or a slice in Go)`
+	const want = `cuda device 0 (GPU 0): invalid kernel launch: kernel "cudatest.repo.saxpy32": PTX entry saxpy parameter 0 is .u64 (8 bytes, align 8); ` +
+		`the Go parameter 0 (int32) is 4 bytes, align 4: declare it int in the .cu file, or take int, int64, uint64 or a slice in Go`
 	if !errors.Is(err, plugin.ErrBadKernel) || err.Error() != want {
 		t.Errorf("saxpy with an int32 n:\n\t%v\nwant\n\t%s", err, want)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/goffload/offload/internal/cudadrv"
 	"github.com/goffload/offload/plugin"
-	"github.com/goffload/offload/plugin/opqueue"
+	"github.com/goffload/offload/plugin/gpukind"
 )
 
 // A queue is a CUDA stream and the operations waiting to be issued to it.
@@ -28,10 +28,9 @@ import (
 // Synchronize or Query returns it. A failure the GPU reports later (a
 // faulting kernel) is sticky: the device is lost.
 type queue struct {
-	d      *device
-	stream cudadrv.Stream
-
-	l opqueue.Loop[op] // the operations, issued in order; the error state
+	gpukind.Queue[op, cudadrv.Event, *ptxFn] // the operations, issued in order; the error state; Record, Wait
+	d                                        *device
+	stream                                   cudadrv.Stream
 	// ctxErr is why the device's context could not be made current on
 	// the goroutine that issues operations (see issuer.Bind); the issuing
 	// goroutine's.
@@ -42,21 +41,9 @@ type queue struct {
 	tm qtimes // timing of tagged operations (trace.go)
 }
 
-type opKind uint8
-
-const (
-	opSubmit opKind = iota + 1
-	opRetrieve
-	opExchange
-	opLaunch
-	opEmulate
-	opRecord
-	opWait
-)
-
 // op is an operation waiting to be issued.
 type op struct {
-	kind     opKind
+	kind     gpukind.Op
 	dst, src plugin.Ptr
 	host     []byte
 	size     int64
@@ -66,34 +53,20 @@ type op struct {
 	prm      *params
 	grid     [3]uint32
 	block    [3]uint32
-	args     []plugin.Arg // opEmulate
+	args     []plugin.Arg // gpukind.OpEmulate
 	ev       *event
 	tag      uint64 // the queue's tag when o was enqueued: o is timed unless 0
 }
 
-// usable returns an error if the queue or its device cannot take work.
-func (q *queue) usable() error {
-	if q.l.Closed() {
-		return fmt.Errorf("%s: %w: queue is closed", q.d.label(), plugin.ErrBadHandle)
-	}
-	return q.d.alive()
-}
-
+// enqueue enqueues o, tagged with the queue's tag.
 func (q *queue) enqueue(o op) error {
-	o.tag = q.tagged()
-	if _, err := q.l.Put(o, opqueue.Queued, false); err != nil {
-		return fmt.Errorf("%s: %w", q.d.label(), err)
-	}
-	return nil
+	o.tag = q.Tagged()
+	return q.Put(o)
 }
 
-// SetInline makes operations enqueued on the idle queue be issued by the
-// enqueueing goroutine (plugin.InlineQueue).
-func (q *queue) SetInline(on bool) { q.l.SetInline(on) }
-
-// issuer is the queue as its Loop's Runner and Binder: a goroutine that
-// issues operations is locked to its OS thread with the device's context
-// current.
+// issuer is the queue as its Loop's Runner and Binder (gpukind.Issuer): a
+// goroutine that issues operations is locked to its OS thread with the
+// device's context current.
 type issuer queue
 
 // Bind locks the goroutine to its OS thread and makes the device's
@@ -109,6 +82,14 @@ func (i *issuer) Unbind() { runtime.UnlockOSThread() }
 // Run issues o (opqueue.Runner).
 func (i *issuer) Run(o op, failed error) error { return (*queue)(i).issue(&o, failed) }
 
+// RecordOp is the operation that records ev (gpukind.Issuer).
+func (i *issuer) RecordOp(ev *event, tag uint64) op {
+	return op{kind: gpukind.OpRecord, ev: ev, tag: tag}
+}
+
+// WaitOp is the operation that waits for ev (gpukind.Issuer).
+func (i *issuer) WaitOp(ev *event, tag uint64) op { return op{kind: gpukind.OpWait, ev: ev, tag: tag} }
+
 // issue issues o on the stream with the queue's error state failed, and
 // returns the error that puts the queue in the error state. The device's
 // context is current, unless q.ctxErr says why not.
@@ -120,10 +101,10 @@ func (q *queue) issue(o *op, failed error) error {
 		qerr = failed
 	}
 	switch o.kind {
-	case opRecord:
+	case gpukind.OpRecord:
 		err := failed
 		if err == nil {
-			if e := d.drv.EventRecord(o.ev.handle(), q.stream); e != nil {
+			if e := d.drv.EventRecord(o.ev.Handle(), q.stream); e != nil {
 				err = fmt.Errorf("%s: record: %w", d.label(), d.wrap(e))
 				qerr = err
 			}
@@ -131,22 +112,22 @@ func (q *queue) issue(o *op, failed error) error {
 		if err != nil {
 			q.settle() // the event fires at once: the timed operations before it must be done
 		}
-		q.markRecord(o.ev)
-		o.ev.fire(err)
-		o.ev.unref()
+		rep, pos := q.recordMark()
+		o.ev.Fire(err, rep, pos)
+		o.ev.Unref()
 		return qerr
-	case opWait:
+	case gpukind.OpWait:
 		var t *opTiming
 		if failed == nil {
 			t = q.timer(o)
 		}
-		t.begin(q)    // the stream's wait starts where the queue reaches it
-		<-o.ev.issued // the other queue has issued the record (a DAG: it was enqueued first)
+		t.begin(q)      // the stream's wait starts where the queue reaches it
+		<-o.ev.Issued() // the other queue has issued the record (a DAG: it was enqueued first)
 		var err error
 		if failed == nil {
-			if o.ev.err != nil {
-				err = fmt.Errorf("%s: waited-for event failed: %w", d.label(), o.ev.err)
-			} else if cu, done := o.ev.waitable(); !done {
+			if e := o.ev.Err(); e != nil {
+				err = fmt.Errorf("%s: waited-for event failed: %w", d.label(), e)
+			} else if cu, done := o.ev.Waitable(); !done {
 				if e := d.drv.StreamWaitEvent(q.stream, cu, 0); e != nil {
 					err = fmt.Errorf("%s: wait: %w", d.label(), d.wrap(e))
 				}
@@ -155,7 +136,7 @@ func (q *queue) issue(o *op, failed error) error {
 		}
 		t.finish(q)
 		t.done(q, err)
-		o.ev.unref()
+		o.ev.Unref()
 		return qerr
 	}
 	if failed != nil {
@@ -164,27 +145,27 @@ func (q *queue) issue(o *op, failed error) error {
 	t := q.timer(o)
 	var err error
 	switch o.kind {
-	case opSubmit:
+	case gpukind.OpSubmit:
 		if err = q.submit(o.dst, o.host, t); err != nil {
 			err = fmt.Errorf("%s: submit of %d bytes: %w", d.label(), len(o.host), d.wrap(err))
 		}
-	case opRetrieve:
+	case gpukind.OpRetrieve:
 		if err = q.retrieve(o.host, o.src, t); err != nil {
 			err = fmt.Errorf("%s: retrieve of %d bytes: %w", d.label(), len(o.host), d.wrap(err))
 		}
-	case opExchange:
+	case gpukind.OpExchange:
 		t.begin(q)
 		if err = q.exchange(o); err != nil {
 			err = fmt.Errorf("%s: exchange of %d bytes: %w", d.label(), o.size, d.wrap(err))
 		}
 		t.finish(q)
-	case opLaunch:
+	case gpukind.OpLaunch:
 		t.begin(q)
 		if err = q.launch(o); err != nil {
 			err = fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name(), d.wrap(err))
 		}
 		t.finish(q)
-	case opEmulate:
+	case gpukind.OpEmulate:
 		err = q.emulate(o, t)
 	}
 	t.done(q, err)
@@ -227,242 +208,115 @@ func (q *queue) launch(o *op) error {
 	return err
 }
 
-// emulate runs o's kernel's Go body on the host, over copies of the
-// allocations its slice arguments lie in (the device's emulate mode, for
-// tests); t, if not nil, times the body on the host's clock. Only the
-// arguments' own bytes are copied in, and only those of the arguments it
-// may write are copied back: the rest of their allocations may be another
-// task's meanwhile (depend clauses order tasks by the sections they name,
-// and a task on one half of a buffer runs beside a copy into the other).
+// emulate runs o's kernel's Go body on the host once the stream is done,
+// over copies of the allocations its slice arguments lie in (the device's
+// emulate mode, for tests: gpukind.Emulate); t, if not nil, times the
+// body on the host's clock.
 func (q *queue) emulate(o *op, t *opTiming) error {
 	d := q.d
 	if err := d.drv.StreamSynchronize(q.stream); err != nil {
 		return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name(), d.wrap(err))
 	}
-	type hostCopy struct {
-		a allocation
-		b []byte
-	}
-	var copies []*hostCopy
-	params := o.k.Params()
-	// section is slice argument i's bytes, or false if it has none.
-	section := func(i int) (plugin.Ptr, int64, bool) {
-		n := int64(o.args[i].Len) * int64(params[i].Type.Size())
-		return o.args[i].Ptr, n, n > 0
-	}
-	for i, p := range params {
-		if p.Kind != plugin.Slice {
-			continue
-		}
-		a, err := d.mem.find(o.args[i].Ptr, 0)
-		if err != nil {
-			continue // an empty slice with no address
-		}
-		var c *hostCopy
-		for _, h := range copies {
-			if h.a.base == a.base {
-				c = h
-			}
-		}
-		if c == nil {
-			c = &hostCopy{a: a, b: make([]byte, max(a.size, 1))}
-			copies = append(copies, c)
-		}
-		ptr, n, ok := section(i)
-		if !ok {
-			continue
-		}
-		off := uint64(ptr - a.base)
-		if off > uint64(a.size) || uint64(n) > uint64(a.size)-off {
-			return fmt.Errorf("%s: kernel %q: %w: argument %d, [%#x, +%d bytes), runs past its allocation", d.label(), o.k.Name(), plugin.ErrBadPointer, i, uint64(ptr), n)
-		}
-		if err := q.retrieve(c.b[off:off+uint64(n)], ptr, nil); err != nil {
-			return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name(), d.wrap(err))
-		}
-	}
-	mem := func(p plugin.Ptr, size int64) ([]byte, error) {
-		for _, c := range copies {
-			off := uint64(p - c.a.base)
-			if p >= c.a.base && off <= uint64(c.a.size) && size >= 0 && uint64(size) <= uint64(c.a.size)-off {
-				return c.b[off : off+uint64(size) : len(c.b)], nil
-			}
-		}
-		return nil, fmt.Errorf("%w: [%#x, +%d bytes) is not inside a live allocation", plugin.ErrBadPointer, uint64(p), size)
-	}
-	d.mu.RLock()
-	kctx := d.kctx
-	d.mu.RUnlock()
-	start := time.Now()
-	err := o.k.Launch(kctx, o.args, mem)
-	t.hostTimes(start, time.Now())
-	if err != nil {
+	d.Mu.RLock()
+	kctx := d.Kernels.Ctx
+	d.Mu.RUnlock()
+	timed := func(start, end time.Time, _ error) { t.hostTimes(start, end) }
+	if err := gpukind.Emulate(o.k, o.args, kctx, (*emuMemory)(q), timed); err != nil {
 		return fmt.Errorf("%s: %w", d.label(), err)
-	}
-	for i, p := range params {
-		ptr, n, ok := section(i)
-		if p.Kind != plugin.Slice || p.ReadOnly() || !ok {
-			continue
-		}
-		b, err := mem(ptr, n)
-		if err != nil {
-			continue // not in an allocation: the launch refused it already
-		}
-		if err := q.submit(ptr, b, nil); err != nil {
-			return fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name(), d.wrap(err))
-		}
 	}
 	return nil
 }
 
+// emuMemory is the queue's device memory as gpukind.Emulate copies it, on
+// the issuing goroutine.
+type emuMemory queue
+
+func (m *emuMemory) Allocation(p plugin.Ptr) (plugin.Ptr, int64, bool) {
+	a, err := m.d.mem.find(p, 0)
+	return a.base, a.size, err == nil
+}
+
+func (m *emuMemory) Read(dst []byte, src plugin.Ptr) error {
+	return m.d.wrap((*queue)(m).retrieve(dst, src, nil))
+}
+
+func (m *emuMemory) Write(dst plugin.Ptr, src []byte) error {
+	return m.d.wrap((*queue)(m).submit(dst, src, nil))
+}
+
 func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
-	if err := q.usable(); err != nil {
+	if err := q.Usable(); err != nil {
 		return err
 	}
-	if err := q.d.mem.check(dst, int64(len(src))); err != nil {
+	if err := q.d.mem.Check(dst, int64(len(src))); err != nil {
 		return fmt.Errorf("%s: submit of %d bytes: %w", q.d.label(), len(src), err)
 	}
-	return q.enqueue(op{kind: opSubmit, dst: dst, host: src})
+	return q.enqueue(op{kind: gpukind.OpSubmit, dst: dst, host: src})
 }
 
 func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
-	if err := q.usable(); err != nil {
+	if err := q.Usable(); err != nil {
 		return err
 	}
-	if err := q.d.mem.check(src, int64(len(dst))); err != nil {
+	if err := q.d.mem.Check(src, int64(len(dst))); err != nil {
 		return fmt.Errorf("%s: retrieve of %d bytes: %w", q.d.label(), len(dst), err)
 	}
-	return q.enqueue(op{kind: opRetrieve, src: src, host: dst})
+	return q.enqueue(op{kind: gpukind.OpRetrieve, src: src, host: dst})
 }
 
 // Exchange copies between this device and another CUDA device of the same
 // driver (or within this one); other kinds are ErrUnsupported.
 func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) error {
-	if err := q.usable(); err != nil {
+	other, err := gpukind.Peer(&q.Queue, dst, func(o *device) bool { return o.drv == q.d.drv })
+	if err != nil {
 		return err
 	}
-	other, ok := dst.(*device)
-	if !ok || other.drv != q.d.drv {
-		return fmt.Errorf("%s: exchange to a %s device: %w", q.d.label(), dst.Info().Kind, plugin.ErrUnsupported)
-	}
-	if err := other.alive(); err != nil {
-		return err
-	}
-	if err := q.d.mem.check(src, size); err != nil {
+	if err := q.d.mem.Check(src, size); err != nil {
 		return fmt.Errorf("%s: exchange source: %w", q.d.label(), err)
 	}
-	if err := other.mem.check(dstPtr, size); err != nil {
+	if err := other.mem.Check(dstPtr, size); err != nil {
 		return fmt.Errorf("%s: exchange destination: %w", other.label(), err)
 	}
-	return q.enqueue(op{kind: opExchange, dst: dstPtr, src: src, size: size, peer: other})
-}
-
-// Launch enqueues kernel k with args: its PTX entry, or in the emulate
-// mode its Go body for a kernel without PTX. The arguments are checked
-// and packed here.
-func (q *queue) Launch(k plugin.Kernel, args []plugin.Arg) error {
-	return q.LaunchGeometry(k, args, plugin.Geometry{})
+	return q.enqueue(op{kind: gpukind.OpExchange, dst: dstPtr, src: src, size: size, peer: other})
 }
 
 // LaunchGeometry is Launch with the grid and block of g (the num_teams
 // and thread_limit clauses); what g leaves unset comes from the trip
 // count (see grid).
+//
+// Launch (gpukind.Queue's) is LaunchGeometry with no geometry: a PTX
+// entry, or in the emulate mode the Go body of a kernel without PTX. The
+// arguments are checked and packed here.
 func (q *queue) LaunchGeometry(k plugin.Kernel, args []plugin.Arg, geo plugin.Geometry) error {
-	if err := q.usable(); err != nil {
-		return err
+	kf, run, err := q.Launchable(k, args)
+	if !run || err != nil {
+		return err // nothing to do on a GPU for the bind kernel (see gpukind.Kernel.Bind)
 	}
 	d := q.d
-	kf, err := d.kernel(k)
-	if err != nil {
-		return err
-	}
-	if kf.bind {
-		if err := plugin.CheckArgs(k, args); err != nil {
-			return fmt.Errorf("%s: %w", d.label(), err)
-		}
-		return nil // nothing to do on a GPU (see kernelFn.bind)
-	}
-	var prm *params
-	if kf.emu {
-		err = plugin.CheckArgs(k, args)
-	} else {
-		prm, err = pack(k, args)
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", d.label(), err)
-	}
-	for i, p := range k.Params() {
-		a := args[i]
-		if p.Kind != plugin.Slice {
-			continue
-		}
-		if a.Len < 0 {
-			return fmt.Errorf("%s: %w: kernel %q argument %d: negative length %d", d.label(), plugin.ErrBadKernel, k.Name(), i, a.Len)
-		}
-		if a.Len == 0 {
-			continue
-		}
-		size := int64(a.Len) * int64(p.Type.Size())
-		if size/int64(a.Len) != int64(p.Type.Size()) {
-			return fmt.Errorf("%s: %w: kernel %q argument %d: %d elements of %s do not fit in memory", d.label(), plugin.ErrBadPointer, k.Name(), i, a.Len, p.Type)
-		}
-		if err := d.mem.check(a.Ptr, size); err != nil {
-			return fmt.Errorf("%s: kernel %q argument %d ([]%s, %d elements at %#x): %w", d.label(), k.Name(), i, p.Type, a.Len, uint64(a.Ptr), err)
-		}
-	}
 	g, b, err := grid(k, args, geo) // checked in the emulate mode too
 	if err != nil {
 		return fmt.Errorf("%s: %w", d.label(), err)
 	}
-	if kf.emu {
-		return q.enqueue(op{kind: opEmulate, k: k, args: append([]plugin.Arg(nil), args...)})
+	if kf.Emulate {
+		return q.enqueue(op{kind: gpukind.OpEmulate, k: k, args: append([]plugin.Arg(nil), args...)})
 	}
-	return q.enqueue(op{kind: opLaunch, k: k, fn: kf.fn, prm: prm, grid: g, block: b})
-}
-
-func (q *queue) Record(e plugin.Event) error {
-	ev, ok := e.(*event)
-	if err := q.d.st.Mine("record", e, ok && ev.d == q.d); err != nil {
-		return err
+	offs, err := offsets(k, kf.Fn, geo)
+	if err != nil {
+		return fmt.Errorf("%s: %w", d.label(), err)
 	}
-	if err := q.usable(); err != nil {
-		return err
+	prm, err := pack(k, args, offs)
+	if err != nil {
+		return fmt.Errorf("%s: %w", d.label(), err)
 	}
-	if err := ev.arm(); err != nil {
-		return fmt.Errorf("%s: record: %w", q.d.label(), err)
-	}
-	if err := q.enqueue(op{kind: opRecord, ev: ev}); err != nil {
-		ev.disarm()
-		return err
-	}
-	return nil
-}
-
-// Wait makes the stream wait for an event of any CUDA device of the same
-// driver (cuStreamWaitEvent); other events are ErrUnsupported.
-func (q *queue) Wait(e plugin.Event) error {
-	ev, ok := e.(*event)
-	if err := q.d.st.Waitable(e, ok && q.d.CanWait(e)); err != nil {
-		return err
-	}
-	if err := q.usable(); err != nil {
-		return err
-	}
-	if err := ev.ref(); err != nil {
-		return fmt.Errorf("%s: wait: %w", q.d.label(), err)
-	}
-	if err := q.enqueue(op{kind: opWait, ev: ev}); err != nil {
-		ev.unref()
-		return err
-	}
-	return nil
+	return q.enqueue(op{kind: gpukind.OpLaunch, k: k, fn: kf.Fn.fn, prm: prm, grid: g, block: b})
 }
 
 // Synchronize waits until every operation is issued and the stream is
 // done, reports the timed operations, and returns (and clears) the error
 // state.
 func (q *queue) Synchronize() error {
-	defer q.report(reportAll)
-	err := q.l.Synchronize()
+	defer q.Report(reportAll)
+	err := q.L.Synchronize()
 	if aerr := q.d.alive(); aerr != nil {
 		if err == nil {
 			err = aerr
@@ -480,7 +334,7 @@ func (q *queue) Synchronize() error {
 // it reports the timed operations and returns (and clears) the error
 // state.
 func (q *queue) Query() (bool, error) {
-	if !q.l.Idle() {
+	if !q.L.Idle() {
 		return false, nil
 	}
 	qerr := q.d.alive()
@@ -493,18 +347,18 @@ func (q *queue) Query() (bool, error) {
 			qerr = fmt.Errorf("%s: %w", q.d.label(), q.d.wrap(qerr))
 		}
 	}
-	err := q.l.TakeErr()
+	err := q.L.TakeErr()
 	if err == nil {
 		err = qerr
 	}
-	q.report(reportAll)
+	q.Report(reportAll)
 	return true, err
 }
 
 // Close refuses new work, synchronizes what was enqueued, then destroys
 // the stream.
 func (q *queue) Close() error {
-	if !q.l.Close() { // before the synchronization: nothing is issued after it
+	if !q.L.Close() { // before the synchronization: nothing is issued after it
 		return fmt.Errorf("%s: %w: queue closed twice", q.d.label(), plugin.ErrBadHandle)
 	}
 	err := q.Synchronize()

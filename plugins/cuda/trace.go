@@ -6,6 +6,7 @@ import (
 
 	"github.com/goffload/offload/internal/cudadrv"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/gpukind"
 	"github.com/goffload/offload/plugin/optrace"
 )
 
@@ -76,8 +77,7 @@ type tracing struct {
 
 // qtimes is a queue's timing of its tagged operations.
 type qtimes struct {
-	tag optrace.Tag // see Tag
-	cur opTiming    // the operation being issued: the issuing goroutine's
+	cur opTiming // the operation being issued: the issuing goroutine's
 
 	drain sync.Mutex // held while reporting (see above)
 	batch []opTiming // reused under drain
@@ -107,31 +107,19 @@ type opTiming struct {
 // the host's clock (plugin.Tracer); nil stops the reports.
 func (d *device) Trace(f func(plugin.OpTime)) { d.tr.Trace(f) }
 
-// Tag sets the tag of the operations enqueued after it: the device times
-// them if it is traced, unless tag is 0 (plugin.TaggedQueue).
-func (q *queue) Tag(tag uint64) { q.tm.tag.Tag(tag) }
-
-// tagged is the tag of an operation enqueued now.
-func (q *queue) tagged() uint64 { return q.d.tr.Tagged(&q.tm.tag) }
-
 // timer starts timing o, on the issuing goroutine; nil if o is not timed.
 func (q *queue) timer(o *op) *opTiming {
-	var kind plugin.OpKind
 	var kernel string
 	var bytes int64
 	switch o.kind {
-	case opSubmit:
-		kind, bytes = plugin.OpSubmit, int64(len(o.host))
-	case opRetrieve:
-		kind, bytes = plugin.OpRetrieve, int64(len(o.host))
-	case opExchange:
-		kind, bytes = plugin.OpExchange, o.size
-	case opLaunch, opEmulate:
-		kind, kernel = plugin.OpLaunch, o.k.Name()
-	case opWait:
-		kind = plugin.OpWait
+	case gpukind.OpSubmit, gpukind.OpRetrieve:
+		bytes = int64(len(o.host))
+	case gpukind.OpExchange:
+		bytes = o.size
+	case gpukind.OpLaunch, gpukind.OpEmulate:
+		kernel = o.k.Name()
 	}
-	desc, ok := optrace.Op(o.tag, kind, kernel, bytes)
+	desc, ok := optrace.Op(o.tag, o.kind.Traced(), kernel, bytes)
 	if !ok {
 		return nil
 	}
@@ -216,15 +204,16 @@ func (t *opTiming) done(q *queue, err error) {
 	*t = opTiming{}
 }
 
-// markRecord notes in ev, which q records, how many timed operations q
-// issued before it; on the issuing goroutine, before ev fires.
-func (q *queue) markRecord(ev *event) {
+// recordMark is what an event that q records notes (gpukind.Event.Fire):
+// q, and how many timed operations q issued before it; nil if the device
+// is not traced. On the issuing goroutine.
+func (q *queue) recordMark() (gpukind.Reporter, uint64) {
 	if !q.d.tr.On() {
-		return
+		return nil, 0
 	}
 	q.tm.mu.Lock()
-	ev.rq, ev.rpos = q, q.tm.next
-	q.tm.mu.Unlock()
+	defer q.tm.mu.Unlock()
+	return q, q.tm.next
 }
 
 // settle waits until the stream has done the timed operations issued
@@ -239,18 +228,10 @@ func (q *queue) settle() {
 	}
 }
 
-// reportTimes reports the timed operations of the queue that recorded e
-// before it; e has fired.
-func (e *event) reportTimes() {
-	if e.rq != nil {
-		e.rq.report(e.rpos)
-	}
-}
-
-// report reports the queue's timings before position upto (reportAll:
+// Report reports the queue's timings before position upto (reportAll:
 // every one) that are done, in order. It calls the tracer's function
 // holding only q.tm.drain.
-func (q *queue) report(upto uint64) {
+func (q *queue) Report(upto uint64) {
 	tm := &q.tm
 	tm.drain.Lock()
 	defer tm.drain.Unlock()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/goffload/offload/internal/cldrv"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/gpukind"
 )
 
 // argVal is one argument of a launch as the kernel object takes it.
@@ -129,7 +130,7 @@ func clType(name string) (scalar string, size int, ok bool) {
 // clGetKernelArgInfo names a type the kind knows, its size and whether it
 // is a float; and the size of every by-value parameter with clSetKernelArg
 // (which refuses a size that is not the entry's).
-func (d *device) checkEntry(k plugin.Kernel, kf *kernelFn) error {
+func (d *device) checkEntry(k plugin.Kernel, kf *kernelFn, sizes map[string]int) error {
 	ps := k.Params()
 	n, err := d.lib.KernelNumArgs(kf.k)
 	if err != nil {
@@ -150,71 +151,96 @@ func (d *device) checkEntry(k plugin.Kernel, kf *kernelFn) error {
 	if n != len(ps) {
 		var goTypes []string
 		for i := range ps {
-			goTypes = append(goTypes, goType(ps[i]))
+			goTypes = append(goTypes, gpukind.GoType(ps[i]))
 		}
 		which := ""
 		if n < len(ps) {
-			which = fmt.Sprintf("the Go parameter %s has none in the entry", goParam(k, n))
+			which = fmt.Sprintf("the Go parameter %s has none in the entry", gpukind.GoParam(k, n))
 		} else {
 			which = fmt.Sprintf("OpenCL C parameter %d (%s) has no Go parameter", len(ps), types[len(ps)])
 		}
-		return fmt.Errorf("OpenCL C entry %s has %s (%s), the Go kernel %s (%s): %s", kf.entry,
-			plural(n, "parameter"), strings.Join(types, ", "), plural(len(ps), "parameter"), strings.Join(goTypes, ", "), which)
+		return fmt.Errorf("OpenCL C entry %s has %s (%s); the Go kernel has %s (%s): %s", kf.entry,
+			gpukind.Plural(n, "parameter"), strings.Join(types, ", "), gpukind.Plural(len(ps), "parameter"), strings.Join(goTypes, ", "), which)
 	}
 	kf.ptrs = make([]bool, n)
 	for i, p := range ps {
-		cl := types[i]
-		side := fmt.Sprintf("OpenCL C entry %s parameter %d is %s", kf.entry, i, cl)
-		mismatch := func(goSide string) error {
-			return fmt.Errorf("%s, the Go parameter %s %s: declare it %s (or take %s in Go)", side, goParam(k, i), goSide, clDecl(p), goFor(cl))
-		}
-		isPtr := strings.HasSuffix(cl, "*")
 		kf.ptrs[i] = p.Kind == plugin.Slice
+		if p.Kind != plugin.Slice && p.Type.Size() == 0 {
+			return fmt.Errorf("the Go parameter %s has size 0, and an OpenCL C entry has no parameter of size 0: leave it out", gpukind.GoParam(k, i))
+		}
 		if info {
-			switch {
-			case quals[i] == cldrv.AddressLocal:
-				return fmt.Errorf("%s, a __local parameter: the kind passes only __global pointers and values", side)
-			case p.Kind == plugin.Slice && (!isPtr || quals[i] == cldrv.AddressPrivate):
-				return mismatch("is a slice, a __global pointer")
-			case p.Kind != plugin.Slice && isPtr:
-				return mismatch(fmt.Sprintf("is a %s by value", goType(p)))
-			}
-			elem := strings.TrimSuffix(cl, "*")
-			if scalar, size, ok := clType(elem); ok {
-				goSize := int(p.Type.Size())
-				what := "its elements are"
-				if p.Kind != plugin.Slice {
-					what = "it is"
-				}
-				float := scalar == "float" || scalar == "double" || scalar == "half"
-				switch {
-				case size != goSize:
-					return mismatch(fmt.Sprintf("%s %s", what, plural(goSize, "byte")))
-				case float && !isFloatType(p.Type):
-					return mismatch(fmt.Sprintf("%s not floats", what))
-				case !float && isFloatType(p.Type):
-					return mismatch(fmt.Sprintf("%s floats", what))
-				}
+			if err := checkArg(k, i, kf.entry, types[i], quals[i], sizes); err != nil {
+				return err
 			}
 		}
 		if p.Kind != plugin.Slice {
 			zero := make([]byte, p.Type.Size())
-			if len(zero) == 0 {
-				return fmt.Errorf("the Go parameter %s has size 0: an OpenCL C entry has no parameter of size 0", goParam(k, i))
-			}
 			if err := d.lib.SetKernelArg(kf.k, i, uintptr(len(zero)), unsafe.Pointer(&zero[0])); cldrv.Code(err) == cldrv.InvalidArgSize {
-				return fmt.Errorf("%s, whose size is not the Go parameter %s's %s (%v): declare it %s", side, goParam(k, i), plural(len(zero), "byte"), err, clDecl(p))
+				return fmt.Errorf("OpenCL C entry %s parameter %d is %s, whose size is not the %s of the Go parameter %s (clSetKernelArg: %v): declare it %s",
+					kf.entry, i, types[i], gpukind.Plural(len(zero), "byte"), gpukind.GoParam(k, i), err, openCL.Decl(p))
 			}
 		}
 	}
 	return nil
 }
 
-func plural(n int, what string) string {
-	if n == 1 {
-		return "1 " + what
+// checkArg checks k's parameter i against its entry's, of type cl in
+// address space qual (from the argument info): pointer or value, and the
+// size of a value or of a pointer's elements (sizes has those of structs
+// and typedefs), and whether they are floats.
+func checkArg(k plugin.Kernel, i int, entry, cl string, qual uint32, sizes map[string]int) error {
+	p := k.Params()[i]
+	side := fmt.Sprintf("OpenCL C entry %s parameter %d is %s", entry, i, cl)
+	fix := fmt.Sprintf("declare it %s, or take %s in Go", openCL.Decl(p), goFor(cl))
+	isPtr := strings.HasSuffix(cl, "*")
+	switch {
+	case qual == cldrv.AddressLocal:
+		return fmt.Errorf("%s, a local pointer: the kind passes only global pointers and values", side)
+	case p.Kind == plugin.Slice && (!isPtr || qual == cldrv.AddressPrivate):
+		return fmt.Errorf("%s, a value; the Go parameter %s is a slice, which the kind passes as a global pointer: %s", side, gpukind.GoParam(k, i), fix)
+	case p.Kind != plugin.Slice && isPtr:
+		return fmt.Errorf("%s, a pointer; the Go parameter %s is a value: %s", side, gpukind.GoParam(k, i), fix)
 	}
-	return strconv.Itoa(n) + " " + what + "s"
+	scalar, size, ok := clType(elemType(cl))
+	if !ok {
+		if size, ok := sizes[elemType(cl)]; ok && size != int(p.Type.Size()) {
+			return sizeMismatch(k, i, entry, cl, size)
+		}
+		return nil // a struct as big as the Go type, or one the probe could not measure
+	}
+	goSize := int(p.Type.Size())
+	float := scalar == "float" || scalar == "double" || scalar == "half"
+	var clIs, goIs, clElems, goElems string // of a value; of a pointer's and a slice's elements
+	switch {
+	case size != goSize:
+		clIs, goIs = gpukind.Plural(size, "byte"), gpukind.Plural(goSize, "byte")
+		clElems, goElems = clIs, "of "+goIs
+	case float && !isFloatType(p.Type):
+		clIs, goIs, clElems, goElems = "a float", "an integer", "floats", "that are integers"
+	case !float && isFloatType(p.Type):
+		clIs, goIs, clElems, goElems = "an integer", "a float", "integers", "that are floats"
+	default:
+		return nil
+	}
+	if p.Kind == plugin.Slice {
+		return fmt.Errorf("%s, whose elements are %s; the Go parameter %s has elements %s: %s", side, clElems, gpukind.GoParam(k, i), goElems, fix)
+	}
+	return fmt.Errorf("%s, %s; the Go parameter %s is %s: %s", side, clIs, gpukind.GoParam(k, i), goIs, fix)
+}
+
+// sizeMismatch is the error of k's parameter i, whose Go type's size is
+// not that of the entry's type cl (a struct, a typedef), size bytes.
+func sizeMismatch(k plugin.Kernel, i int, entry, cl string, size int) error {
+	p := k.Params()[i]
+	t := elemType(cl)
+	goSize := gpukind.Plural(int(p.Type.Size()), "byte")
+	fix := fmt.Sprintf("make the Go type match %s: the same size, and a struct's fields in the same order", t)
+	if p.Kind == plugin.Slice {
+		return fmt.Errorf("OpenCL C entry %s parameter %d is %s, whose elements are %s (sizeof(%s)); the Go parameter %s has elements of %s: %s",
+			entry, i, cl, gpukind.Plural(size, "byte"), t, gpukind.GoParam(k, i), goSize, fix)
+	}
+	return fmt.Errorf("OpenCL C entry %s parameter %d is %s, %s; the Go parameter %s is %s: %s",
+		entry, i, cl, gpukind.Plural(size, "byte"), gpukind.GoParam(k, i), goSize, fix)
 }
 
 func isFloatType(t reflect.Type) bool {
@@ -228,78 +254,55 @@ func isFloatType(t reflect.Type) bool {
 	return false
 }
 
-// goType names p's Go type: a slice's own type (offload.In[float32]).
-func goType(p plugin.Param) string {
-	switch {
-	case p.Kind == plugin.Slice && p.SliceType != nil:
-		return p.SliceType.String()
-	case p.Kind == plugin.Slice && p.Type != nil:
-		return "[]" + p.Type.String()
-	case p.Type != nil:
-		return p.Type.String()
-	}
-	return "?"
-}
-
-// goParam names k's parameter i, as the cuda kind's errors do.
-func goParam(k plugin.Kernel, i int) string {
-	p := k.Params()[i]
-	if p.Field >= 0 {
-		if t := p.Struct; t != nil && t.Kind() == reflect.Struct && p.Field < t.NumField() {
-			return fmt.Sprintf("%d (field %s %s of parameter %d, a %s)", i, t.Field(p.Field).Name, goType(p), p.Top, t)
+// openCL is how an OpenCL C entry declares parameters.
+var openCL = gpukind.Dialect{
+	Types: map[reflect.Kind]string{
+		reflect.Int8: "char", reflect.Bool: "uchar", reflect.Uint8: "uchar", // OpenCL C has no bool parameters
+		reflect.Int16: "short", reflect.Uint16: "ushort",
+		reflect.Int32: "int", reflect.Uint32: "uint", reflect.Float32: "float",
+		reflect.Int: "long", reflect.Int64: "long", // Go's int is 64 bits
+		reflect.Uint: "ulong", reflect.Uint64: "ulong", reflect.Uintptr: "ulong",
+		reflect.Float64: "double", reflect.Complex64: "float2", reflect.Complex128: "double2",
+	},
+	Pointer: func(elem string) string {
+		if elem == "" {
+			return "a global pointer to structs"
 		}
-	}
-	return fmt.Sprintf("%d (%s)", i, goType(p))
+		return "global " + elem + " *"
+	},
 }
 
-// clTypes are the OpenCL C types of Go's basic kinds.
-var clTypes = map[reflect.Kind]string{
-	reflect.Bool: "uchar", reflect.Int8: "char", reflect.Uint8: "uchar",
-	reflect.Int16: "short", reflect.Uint16: "ushort", reflect.Int32: "int", reflect.Uint32: "uint",
-	reflect.Int: "long", reflect.Int64: "long", reflect.Uint: "ulong", reflect.Uint64: "ulong",
-	reflect.Uintptr: "ulong", reflect.Float32: "float", reflect.Float64: "double",
-	reflect.Complex64: "float2", reflect.Complex128: "double2",
-}
-
-// clDecl says how an OpenCL C entry declares a parameter that takes p.
-func clDecl(p plugin.Param) string {
-	if p.Type == nil {
-		return "as the Go parameter"
-	}
-	if p.Kind == plugin.Slice {
-		if c, ok := clTypes[p.Type.Kind()]; ok {
-			return "global " + c + " *"
-		}
-		return "a global pointer to a struct of the same layout"
-	}
-	if c, ok := clTypes[p.Type.Kind()]; ok {
-		return c
-	}
-	if p.Type.Kind() == reflect.Array {
-		if c, ok := clTypes[p.Type.Elem().Kind()]; ok {
-			return fmt.Sprintf("a struct holding %s[%d]", c, p.Type.Len())
-		}
-	}
-	return fmt.Sprintf("a struct of the same fields (%s, aligned %d)", plural(int(p.Type.Size()), "byte"), p.Type.Align())
-}
-
-// goFor says what Go type takes an OpenCL C parameter of type cl.
+// goFor says what Go type takes an OpenCL C parameter of type cl: "int32",
+// "[]float32", "[4]float32" (a float4), "a Go struct with P5's fields".
 func goFor(cl string) string {
-	if strings.HasSuffix(cl, "*") {
-		return "a slice of " + strings.TrimSuffix(cl, "*") + "'s Go type"
-	}
-	scalar, size, ok := clType(cl)
-	if !ok {
-		return "a struct of the same layout"
-	}
-	if size != clSizes[scalar] {
-		return fmt.Sprintf("an array or struct of %s", plural(size, "byte"))
-	}
-	gos := map[string]string{"char": "int8", "uchar": "uint8 or bool", "short": "int16", "ushort": "uint16",
-		"int": "int32", "uint": "uint32", "long": "int or int64", "ulong": "uint or uint64",
-		"float": "float32", "double": "float64", "half": "uint16 (its bits)"}
-	if g, ok := gos[scalar]; ok {
+	elem := elemType(cl)
+	scalar, size, ok := clType(elem)
+	var g string
+	switch {
+	case !ok:
+		g = "a Go struct with " + elem + "'s fields"
+		if strings.HasSuffix(cl, "*") {
+			return "a slice of " + g
+		}
 		return g
+	case size != clSizes[scalar]: // a vector
+		g = fmt.Sprintf("[%d]%s", size/clSizes[scalar], goScalars[scalar][0])
+	default:
+		g = strings.Join(goScalars[scalar], " or ")
 	}
-	return fmt.Sprintf("a type of %s", plural(size, "byte"))
+	if strings.HasSuffix(cl, "*") {
+		if alts := goScalars[scalar]; ok && size == clSizes[scalar] && len(alts) > 1 {
+			return "[]" + alts[0] + " or []" + alts[1]
+		}
+		return "[]" + g
+	}
+	return g
+}
+
+// goScalars are the Go types of OpenCL C's scalar types, the usual first.
+var goScalars = map[string][]string{
+	"char": {"int8"}, "uchar": {"uint8", "bool"}, "short": {"int16"}, "ushort": {"uint16"},
+	"int": {"int32"}, "uint": {"uint32"}, "long": {"int", "int64"}, "ulong": {"uint64", "uint"},
+	"float": {"float32"}, "double": {"float64"}, "half": {"uint16"}, "bool": {"bool"},
+	"unsigned char": {"uint8", "bool"}, "unsigned short": {"uint16"}, "unsigned int": {"uint32"}, "unsigned long": {"uint64", "uint"},
 }

@@ -9,10 +9,8 @@ import (
 	"sync/atomic"
 
 	"github.com/goffload/offload/internal/cldrv"
-	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
-	"github.com/goffload/offload/plugin/devstate"
-	"github.com/goffload/offload/plugin/firepoll"
+	"github.com/goffload/offload/plugin/gpukind"
 )
 
 // buildOptions are the options every program is built with: the argument
@@ -26,11 +24,10 @@ var firstBuildOptions = buildOptions
 
 // device is one OpenCL device of the kind.
 type device struct {
-	cd   *clDevice
-	lib  *cldrv.Lib
-	pl   *platform
-	ctx  cldrv.Context
-	info plugin.Info
+	cd  *clDevice
+	lib *cldrv.Lib
+	pl  *platform
+	ctx cldrv.Context
 
 	svm      bool  // memory is SVM (else buffers)
 	align    int64 // CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: a sub-buffer's origin
@@ -39,41 +36,23 @@ type device struct {
 	maxItems [3]int
 	props    bool // OpenCL 2.0 or later: queues made with properties
 
-	mem    memory
-	poller firepoll.Poller
-	tr     tracing
+	// Device is the state (label, closed, lost), the events and the
+	// loaded image (under Mu).
+	gpukind.Device[cldrv.Event, *kernelFn]
+	mem memory
+	tr  tracing
 
-	evmu   sync.Mutex
-	evLive map[*event]struct{} // events whose cl_event is not released
-
-	st devstate.State
-
-	// emulate makes kernels without OpenCL C run their Go bodies on the
-	// host over copies of their arguments' allocations, in queue order:
-	// for the tests only (UseEmulationForTests).
-	emulate bool
 	// stage makes submits copy their host memory when they are issued
 	// and write from the copy, as NVIDIA's driver does: for the tests only
 	// (StageWritesForTests).
 	stage bool
-	pool  *plugin.Pool
-	stop  *plugin.StopSignal
-
-	mu   sync.RWMutex
-	num  int
-	img  *plugin.Image
-	kfns []*kernelFn // by kernel index
-	kctx *plugin.KernelCtx
 }
 
-// kernelFn is a kernel as the device launches it.
+// kernelFn is a kernel object as the device launches it.
 type kernelFn struct {
 	k     cldrv.Kernel
 	entry string
 	mu    sync.Mutex // held while its arguments are set and it is enqueued
-	err   error      // why it cannot be launched (k is 0)
-	emu   bool       // run the Go body (emulate)
-	bind  bool       // the declare target bind kernel (see launch)
 	wg    int        // CL_KERNEL_WORK_GROUP_SIZE
 	ptrs  []bool     // by parameter: passed as a pointer
 }
@@ -163,33 +142,31 @@ func newDevice(cd *clDevice) (*device, error) {
 	typ := [...]string{classGPU: "GPU", classAccelerator: "accelerator", classCPU: "CPU"}[classOf(cd.typ)]
 	d := &device{
 		cd: cd, lib: lib, pl: cd.pl, ctx: ctx,
-		info: plugin.Info{
-			Kind: "opencl",
-			Name: fmt.Sprintf("%s (%s, OpenCL device %d: %s on %s, driver %s, %d compute units)", cd.name, typ, cd.ord,
-				strings.TrimSpace(version), cd.pl.name, driver, cus),
-			Cores:  int(max(cus, 1)),
-			Memory: int64(mem),
-			Arch:   "opencl-" + strings.ToLower(typ),
-			Host:   host,
-			PID:    os.Getpid(),
-		},
 		svm:      svm,
 		align:    int64(max(alignBits/8, 1)),
 		maxAlloc: int64(maxAlloc),
 		maxWG:    int(max(maxWG, 1)),
 		maxItems: [3]int{int(max(maxWG, 1)), int(max(maxWG, 1)), int(max(maxWG, 1))},
 		props:    major >= 2,
-		num:      -1,
-		evLive:   map[*event]struct{}{},
-		emulate:  emulation.Load(),
 		stage:    staging.Load(),
-		stop:     plugin.NewStopSignal(),
 	}
+	d.Desc = plugin.Info{
+		Kind: "opencl",
+		Name: fmt.Sprintf("%s (%s, OpenCL device %d: %s on %s, driver %s, %d compute units)", cd.name, typ, cd.ord,
+			strings.TrimSpace(version), cd.pl.name, driver, cus),
+		Cores:  int(max(cus, 1)),
+		Memory: int64(mem),
+		Arch:   "opencl-" + strings.ToLower(typ),
+		Host:   host,
+		PID:    os.Getpid(),
+	}
+	d.Emulate, d.Stop = emulation.Load(), plugin.NewStopSignal()
 	for i := range min(len(items), 3) {
 		d.maxItems[i] = int(max(items[i], 1))
 	}
-	d.st.SetLabel(fmt.Sprintf("opencl device (OpenCL device %d)", cd.ord))
-	d.mem.init()
+	d.Init(&d.mem, (*events)(d), d.pl) // one context: barriers wait across its devices
+	d.St.SetLabel(fmt.Sprintf("opencl device (OpenCL device %d)", cd.ord))
+	d.mem.init(d)
 	return d, nil
 }
 
@@ -200,19 +177,14 @@ func openCLMajor(v string) int {
 	return maj
 }
 
-func (d *device) Info() plugin.Info { return d.info }
+func (d *device) label() string { return d.St.Label() }
 
-func (d *device) label() string { return d.st.Label() }
-
-// Lost reports why the device became unusable (plugin.LostReporter).
-func (d *device) Lost() error { return d.st.Lost() }
-
-func (d *device) alive() error { return d.st.Alive() }
+func (d *device) alive() error { return d.St.Alive() }
 
 // CancelKernels closes the Done channel of the emulated Go bodies'
 // contexts (plugin.Canceler). OpenCL has no way to stop a kernel that
 // runs: OpenCL C kernels run to their end.
-func (d *device) CancelKernels() { d.stop.Stop() }
+func (d *device) CancelKernels() { d.Stop.Stop() }
 
 // wrap turns a driver error of an enqueue into the plugin's.
 func (d *device) wrap(err error) error {
@@ -234,7 +206,7 @@ func (d *device) wrap(err error) error {
 // lose marks the device lost with err, a failure of work on the device:
 // on a GPU driver the context is unusable after one.
 func (d *device) lose(err error) error {
-	return d.st.Lose(fmt.Errorf("%s: %w: %w (the OpenCL device failed work it ran: the device is unusable until the program restarts)", d.label(), plugin.ErrDeviceLost, err))
+	return d.St.Lose(fmt.Errorf("%s: %w: %w (the OpenCL device failed work it ran: the device is unusable until the program restarts)", d.label(), plugin.ErrDeviceLost, err))
 }
 
 // A program is a source built for one OpenCL device, kept for the process.
@@ -243,6 +215,10 @@ type program struct {
 	pr      cldrv.Program
 	err     error
 	entries []string
+	opts    string // what it was built with
+
+	sizesOnce sync.Once
+	sizes     map[string]int // typeSizes'
 }
 
 type progKey struct {
@@ -280,6 +256,7 @@ func (d *device) program(src []byte) *program {
 			if pr, err2 := d.lib.CreateProgram(d.ctx, src); err2 == nil {
 				if d.lib.BuildProgram(pr, []cldrv.Device{d.cd.id}, "") == nil {
 					p.pr = pr
+					p.opts = ""
 					p.entries, _ = d.lib.KernelNames(pr)
 					return
 				}
@@ -288,7 +265,7 @@ func (d *device) program(src []byte) *program {
 			p.err = fmt.Errorf("%w; build log:\n%s", err, log)
 			return
 		}
-		p.pr = pr
+		p.pr, p.opts = pr, opts
 		p.entries, _ = d.lib.KernelNames(pr)
 	})
 	return p
@@ -300,42 +277,17 @@ func (d *device) program(src []byte) *program {
 // whose entry does not take its parameters fails when it is launched, not
 // here.
 func (d *device) Load(img *plugin.Image, num int) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.st.Closed() {
-		return fmt.Errorf("%s: %w: device is closed", d.label(), plugin.ErrBadHandle)
-	}
-	if d.img != nil {
-		return fmt.Errorf("%s: %w: the image is loaded already", d.label(), plugin.ErrBadKernel)
-	}
-	d.num, d.img = num, img
-	d.st.SetLabel(fmt.Sprintf("opencl device %d (OpenCL device %d)", num, d.cd.ord))
-	if d.emulate {
-		d.pool = plugin.NewPool(d.info.Cores)
-		d.info.Cores = d.pool.Workers()
-		d.kctx = plugin.NewKernelCtx(num, d.pool).WithStop(d.stop)
-	}
-	d.kfns = make([]*kernelFn, len(img.Kernels))
-	for i, k := range img.Kernels {
-		d.kfns[i] = d.loadKernel(k)
-	}
-	return nil
+	return d.Device.Load(img, num, fmt.Sprintf("opencl device %d (OpenCL device %d)", num, d.cd.ord), openCLFormat, d.loadKernel)
 }
 
-// loadKernel makes k's kernel object; under d.mu.
-func (d *device) loadKernel(k plugin.Kernel) *kernelFn {
-	code, ok := k.Code("opencl")
-	switch {
-	case !ok && k.Name() == entries.BindKernelName && !d.emulate:
-		// A declare target variable's device copy is present memory that
-		// OpenCL C kernels take as an argument; no Go kernel runs here.
-		return &kernelFn{bind: true}
-	case !ok:
-		return &kernelFn{emu: d.emulate, err: fmt.Errorf("%s: %w: kernel %q has no OpenCL C: an OpenCL device cannot run its Go body (give it device code with offload.Kernel.OpenCL, or run it on a CPU device): %w", d.label(), plugin.ErrBadKernel, k.Name(), plugin.ErrUnsupported)}
-	}
+// openCLFormat is the opencl kind's device code.
+var openCLFormat = gpukind.Format{Key: "opencl", Name: "OpenCL C", Device: "an OpenCL device", Method: "offload.Kernel.OpenCL"}
+
+// loadKernel makes the kernel object of k's code; under d.Mu.
+func (d *device) loadKernel(k plugin.Kernel, code plugin.DeviceCode) gpukind.Kernel[*kernelFn] {
 	p := d.program(code.Image)
 	if p.err != nil {
-		return &kernelFn{err: fmt.Errorf("%s: %w: kernel %q: its OpenCL C does not build for %s: %w", d.label(), plugin.ErrBadKernel, k.Name(), d.cd.name, p.err)}
+		return gpukind.Kernel[*kernelFn]{Err: fmt.Errorf("%s: %w: kernel %q: its OpenCL C does not build for %s: %w", d.label(), plugin.ErrBadKernel, k.Name(), d.cd.name, p.err)}
 	}
 	ck, err := d.lib.CreateKernel(p.pr, code.Entry)
 	if err != nil {
@@ -343,65 +295,15 @@ func (d *device) loadKernel(k plugin.Kernel) *kernelFn {
 		if len(p.entries) > 0 {
 			has = "has kernels " + strings.Join(p.entries, ", ")
 		}
-		return &kernelFn{err: fmt.Errorf("%s: %w: kernel %q: entry %q of its OpenCL C: %w (the program %s)", d.label(), plugin.ErrBadKernel, k.Name(), code.Entry, err, has)}
+		return gpukind.Kernel[*kernelFn]{Err: fmt.Errorf("%s: %w: kernel %q: entry %q of its OpenCL C: %w (the program %s)", d.label(), plugin.ErrBadKernel, k.Name(), code.Entry, err, has)}
 	}
 	kf := &kernelFn{k: ck, entry: code.Entry}
-	if err := d.checkEntry(k, kf); err != nil {
+	if err := d.checkEntry(k, kf, d.typeSizes(p, code.Image)); err != nil {
 		d.lib.ReleaseKernel(ck)
-		return &kernelFn{err: fmt.Errorf("%s: %w: kernel %q: %w", d.label(), plugin.ErrBadKernel, k.Name(), err)}
+		return gpukind.Kernel[*kernelFn]{Err: fmt.Errorf("%s: %w: kernel %q: %w", d.label(), plugin.ErrBadKernel, k.Name(), err)}
 	}
 	kf.wg, _ = d.lib.KernelWorkGroupSize(ck, d.cd.id)
-	return kf
-}
-
-// kernel returns how the device launches k.
-func (d *device) kernel(k plugin.Kernel) (*kernelFn, error) {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if err := d.img.Has(k); err != nil {
-		return nil, fmt.Errorf("%s: %w", d.label(), err)
-	}
-	kf := d.kfns[k.Index()]
-	if kf.k == 0 && !kf.emu && !kf.bind {
-		return nil, kf.err
-	}
-	return kf, nil
-}
-
-// CanLaunch reports whether the device can launch k: it has OpenCL C
-// the device built (or the emulate mode runs its Go body):
-// plugin.KernelChecker.
-func (d *device) CanLaunch(k plugin.Kernel) error {
-	_, err := d.kernel(k)
-	return err
-}
-
-func (d *device) Alloc(size int64) (plugin.Ptr, error) {
-	if err := d.alive(); err != nil {
-		return 0, err
-	}
-	p, err := d.mem.alloc(d, size)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", d.label(), err)
-	}
-	return p, nil
-}
-
-func (d *device) Free(p plugin.Ptr) error {
-	if err := d.alive(); err != nil {
-		return err
-	}
-	if err := d.mem.free(d, p); err != nil {
-		return fmt.Errorf("%s: %w", d.label(), err)
-	}
-	return nil
-}
-
-// CanWait reports whether the device's queues can wait on ev: an event of
-// any OpenCL device of the same platform (one context).
-func (d *device) CanWait(ev plugin.Event) bool {
-	e, ok := ev.(*event)
-	return ok && e.d.pl == d.pl
+	return gpukind.Kernel[*kernelFn]{Fn: kf}
 }
 
 func (d *device) NewQueue() (plugin.Queue, error) {
@@ -413,48 +315,30 @@ func (d *device) NewQueue() (plugin.Queue, error) {
 		return nil, fmt.Errorf("%s: cannot create a queue: %w", d.label(), d.wrap(err))
 	}
 	q := &queue{d: d, cq: cq, own: cq}
-	q.l.Init((*issuer)(q))
+	q.Init(&d.Device, (*issuer)(q), q, &d.tr.Tracer)
 	return q, nil
-}
-
-func (d *device) NewEvent() (plugin.Event, error) {
-	if err := d.alive(); err != nil {
-		return nil, err
-	}
-	e := &event{d: d, issued: make(chan struct{})}
-	d.evmu.Lock()
-	d.evLive[e] = struct{}{}
-	d.evmu.Unlock()
-	return e, nil
 }
 
 // Close releases the device's memory, kernels and events. The platform's
 // context and its built programs stay for the process.
 func (d *device) Close() error {
-	if !d.st.Close() {
+	if !d.St.Close() {
 		return nil
 	}
-	d.mu.Lock()
-	kfns := d.kfns
-	d.kfns = nil
-	pool := d.pool
-	d.mu.Unlock()
-	d.stop.Stop()
+	d.Mu.Lock()
+	kfns, pool := d.Kernels.Close()
+	d.Mu.Unlock()
+	d.Stop.Stop()
 	if pool != nil {
 		pool.Close()
 	}
 	var errs []error
 	for _, kf := range kfns {
-		if kf != nil && kf.k != 0 {
-			errs = append(errs, d.lib.ReleaseKernel(kf.k))
-		}
+		errs = append(errs, d.lib.ReleaseKernel(kf.k))
 	}
-	d.evmu.Lock()
-	for e := range d.evLive {
-		e.release()
+	for _, cl := range d.Events.Close() {
+		d.lib.ReleaseEvent(cl)
 	}
-	d.evLive = nil
-	d.evmu.Unlock()
 	errs = append(errs, d.tr.close(d), d.mem.close(d))
 	if err := errors.Join(errs...); err != nil && d.Lost() == nil {
 		return fmt.Errorf("%s: close: %w", d.label(), err)

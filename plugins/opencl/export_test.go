@@ -1,12 +1,16 @@
 package opencl
 
-import "github.com/goffload/offload/plugin"
+import (
+	"time"
+
+	"github.com/goffload/offload/plugin"
+)
 
 // OnDriver reports whether k runs its OpenCL C on d (not emulated, not
 // failing).
 func OnDriver(d plugin.Device, k plugin.Kernel) bool {
-	kf, err := d.(*device).kernel(k)
-	return err == nil && kf.k != 0
+	kf, err := d.(*device).Kernel(k)
+	return err == nil && kf.Fn != nil
 }
 
 // UsesSVM reports whether d's memory is SVM.
@@ -21,4 +25,16 @@ func FailFirstBuildForTests() (restore func()) {
 	old := firstBuildOptions
 	firstBuildOptions = buildOptions + " -DGOFFLOAD_FAIL_FIRST_BUILD"
 	return func() { firstBuildOptions = old }
+}
+
+// SkewTraceClock makes d's clock reference place device times dt late
+// until its next refresh (a second on), as a reference whose end the host
+// saw dt late does on a loaded machine.
+func SkewTraceClock(d plugin.Device, dt time.Duration) {
+	dev := d.(*device)
+	tr := &dev.tr
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.refresh(dev)
+	tr.offset += int64(dt)
 }

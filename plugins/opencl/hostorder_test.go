@@ -69,7 +69,7 @@ func TestHostWritesBeforeSubmit(t *testing.T) {
 							t.Fatal(err)
 						}
 						issued := make(chan error, 1)
-						go func() { issued <- q.l.Synchronize() }() // issued, not done: the barrier holds the queue
+						go func() { issued <- q.L.Synchronize() }() // issued, not done: the barrier holds the queue
 						select {
 						case err := <-issued:
 							if err != nil {
@@ -94,7 +94,7 @@ func TestHostWritesBeforeSubmit(t *testing.T) {
 					// the held retrieve completes once the submit waits for it, or
 					// was issued without waiting (then it sends what it read then)
 					issued := make(chan error, 1)
-					go func() { issued <- q.l.Synchronize() }()
+					go func() { issued <- q.L.Synchronize() }()
 					select {
 					case <-waits:
 					case err := <-issued:

@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/goffload/offload"
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/opencltest"
 	"github.com/goffload/offload/plugin"
@@ -213,9 +214,9 @@ func TestKernelFaults(t *testing.T) {
 		want []string
 	}{
 		{kBroken, []plugin.Arg{{Ptr: x, Len: 1}}, []string{"opencltest.broken", "does not build", "CL_BUILD_PROGRAM_FAILURE", ":3:", "y"}},
-		{kNarrow, []plugin.Arg{{Ptr: x, Len: 1}, {Scalar: 1}}, []string{"opencltest.narrow", "entry narrow parameter 1 is int", "8 bytes", "declare it long"}},
-		{kPtr, []plugin.Arg{{Scalar: float32(1)}, {Scalar: float32(1)}, {Scalar: 1}}, []string{"opencltest.ptr", "parameter 0 is float*", "float32 by value"}},
-		{kCount, []plugin.Arg{{Ptr: x, Len: 1}, {Scalar: float32(1)}, {Scalar: 1}, {Scalar: 1}}, []string{"opencltest.count", "3 parameters", "4 parameters", "has none in the entry"}},
+		{kNarrow, []plugin.Arg{{Ptr: x, Len: 1}, {Scalar: 1}}, []string{"opencltest.narrow", "entry narrow parameter 1 is int, 4 bytes; the Go parameter 1 (int) is 8 bytes: declare it long, or take int32 in Go"}},
+		{kPtr, []plugin.Arg{{Scalar: float32(1)}, {Scalar: float32(1)}, {Scalar: 1}}, []string{"opencltest.ptr", "parameter 0 is float*, a pointer; the Go parameter 0 (float32) is a value: declare it float, or take []float32 in Go"}},
+		{kCount, []plugin.Arg{{Ptr: x, Len: 1}, {Scalar: float32(1)}, {Scalar: 1}, {Scalar: 1}}, []string{"opencltest.count", "entry addf has 3 parameters (float*, float, long); the Go kernel has 4 parameters ([]float32, float32, int, int): the Go parameter 3 (int) has none in the entry"}},
 		{kMissing, []plugin.Arg{{Ptr: x, Len: 1}}, []string{"opencltest.missing", `"nosuch"`, "CL_INVALID_KERNEL_NAME", "addf"}},
 		{kNoCode, []plugin.Arg{{Ptr: x, Len: 1}}, []string{"opencltest.nocode", "has no OpenCL C"}},
 	}
@@ -300,4 +301,183 @@ func TestLostQueue(t *testing.T) {
 		t.Errorf("Alloc on the lost device = %v, want ErrDeviceLost", err)
 	}
 	q.Close()
+}
+
+// structCL takes structs and a typedef'd float through pointers.
+const structCL = `
+typedef struct { double a, b, c, d; long e; } P5; // 40 bytes
+struct Q { int x; float y; };                      // 8 bytes
+typedef float real;
+
+kernel void p5(global const P5 *in, global long *out, long n) {
+	size_t i = get_global_id(0);
+	if (i < n) out[i] = in[i].e;
+}
+
+kernel void q8(global struct Q *q, long n) {
+	size_t i = get_global_id(0);
+	if (i < n) q[i].x += 1;
+}
+
+kernel void reals(global real *x, long n) {
+	size_t i = get_global_id(0);
+	if (i < n) x[i] *= 2;
+}
+
+kernel void p5val(P5 v, global long *out) { out[0] = v.e; }
+`
+
+// p5 is structCL's P5; p5wide has a field more (48 bytes).
+type (
+	p5 struct {
+		A, B, C, D float64
+		E          int64
+	}
+	p5wide struct {
+		A, B, C, D float64
+		E, F       int64
+	}
+	q8 struct {
+		X int32
+		Y float32
+	}
+)
+
+var (
+	kP5      = register("opencltest.p5", func(in []p5, out []int64, n int) {}, structCL, "p5")
+	kP5Wide  = register("opencltest.p5wide", func(in []p5wide, out []int64, n int) {}, structCL, "p5")
+	kQ8      = register("opencltest.q8", func(q []q8, n int) {}, structCL, "q8")
+	kReals   = register("opencltest.reals", func(x []float64, n int) {}, structCL, "reals")
+	kP5Value = register("opencltest.p5value", func(v p5wide, out []int64) {}, structCL, "p5val")
+)
+
+// TestStructSizes: a slice's elements must have the size of the structs
+// (or typedefs) the entry's pointer points to, and a value the size of
+// the entry's struct, or the launch is refused with an error naming the
+// kernel, the parameter and both sizes (issue 47: a []T of a 48-byte Go
+// struct passed to a 40-byte P5* ran and gave zeros); a Go struct of the
+// same layout runs.
+func TestStructSizes(t *testing.T) {
+	d := loaded(t)
+	q := mustQueue(t, d)
+	in := []p5{{E: 0}, {E: 10}, {E: 20}, {E: 30}}
+	pin := mustAlloc(t, d, int64(unsafe.Sizeof(p5{}))*4)
+	pout := mustAlloc(t, d, 8*4)
+	if err := q.Submit(pin, unsafe.Slice((*byte)(unsafe.Pointer(&in[0])), int(unsafe.Sizeof(p5{}))*4)); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Launch(kP5, []plugin.Arg{{Ptr: pin, Len: 4}, {Ptr: pout, Len: 4}, {Scalar: 4}}); err != nil {
+		t.Fatalf("a Go struct of P5's layout: %v", err)
+	}
+	out := make([]int64, 4)
+	if err := q.Retrieve(unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 32), pout); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if out[0] != 0 || out[1] != 10 || out[2] != 20 || out[3] != 30 {
+		t.Fatalf("out = %v, want [0 10 20 30]", out)
+	}
+	wide := mustAlloc(t, d, 48*4)
+	x := mustAlloc(t, d, 64)
+	for _, c := range []struct {
+		k    plugin.Kernel
+		args []plugin.Arg
+		want []string
+	}{
+		{kP5Wide, []plugin.Arg{{Ptr: wide, Len: 4}, {Ptr: pout, Len: 4}, {Scalar: 4}},
+			[]string{`kernel "opencltest.p5wide": OpenCL C entry p5 parameter 0 is P5*, whose elements are 40 bytes (sizeof(P5)); the Go parameter 0 ([]opencl_test.p5wide) has elements of 48 bytes: make the Go type match P5`}},
+		{kReals, []plugin.Arg{{Ptr: x, Len: 8}, {Scalar: 8}},
+			[]string{`kernel "opencltest.reals": OpenCL C entry reals parameter 0 is real*, whose elements are 4 bytes (sizeof(real)); the Go parameter 0 ([]float64) has elements of 8 bytes`}},
+		{kP5Value, []plugin.Arg{{Scalar: p5wide{}}, {Ptr: pout, Len: 1}},
+			[]string{`kernel "opencltest.p5value": OpenCL C entry p5val parameter 0 is P5, 40 bytes; the Go parameter 0 (opencl_test.p5wide) is 48 bytes`}},
+	} {
+		err := q.Launch(c.k, c.args)
+		if !errors.Is(err, plugin.ErrBadKernel) {
+			t.Errorf("%s: %v, want ErrBadKernel", c.k.Name(), err)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %v\ndoes not say %q", c.k.Name(), err, w)
+			}
+		}
+	}
+	if err := q.Launch(kQ8, []plugin.Arg{{Ptr: x, Len: 8}, {Scalar: 8}}); err != nil {
+		t.Errorf("a Go struct of struct Q's size: %v", err)
+	}
+	if err := q.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rangeCL writes each work-item's global id, size and offset.
+const rangeCL = `
+kernel void ids(global long *out, long n) {
+	size_t i = get_global_id(0) - get_global_offset(0);
+	if (i < n) {
+		out[3*i] = get_global_id(0);
+		out[3*i+1] = get_global_size(0);
+		out[3*i+2] = get_global_offset(0);
+	}
+}
+
+kernel void sizes(global const long *grid, global long *out, long n) {
+	size_t i = get_global_id(0);
+	if (i < n) out[i] = get_global_size(0);
+}
+`
+
+var (
+	kIDs   = register("opencltest.ids", func(out []int64, n int) {}, rangeCL, "ids")
+	kSizes = register("opencltest.sizes", func(grid offload.In[int64], out []int64, n int) {}, rangeCL, "sizes")
+)
+
+// TestGlobalSizeOffset: a launch's global size and offset reach the
+// NDRange, a size is rounded up to whole work-groups of thread_limit, and
+// by default a launch runs one work-item per element of the longest slice
+// the kernel may write, not of a longer one it only reads (issue 47 item
+// 9: XSBench got 52 million work-items for 2 million lookups).
+func TestGlobalSizeOffset(t *testing.T) {
+	d := loaded(t)
+	q := mustQueue(t, d)
+	gl := q.(plugin.GeometryLauncher)
+	const n = 8
+	out := mustAlloc(t, d, 8*3*n)
+	grid := mustAlloc(t, d, 8*1000)
+	got := make([]int64, 3*n)
+	read := func() {
+		t.Helper()
+		if err := q.Retrieve(unsafe.Slice((*byte)(unsafe.Pointer(&got[0])), 8*len(got)), out); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []plugin.Arg{{Ptr: out, Len: 3 * n}, {Scalar: n}}
+	if err := gl.LaunchGeometry(kIDs, args, plugin.Geometry{Size: [3]int{n, 1, 1}, Offset: [3]int{100, 0, 0}}); err != nil {
+		t.Fatal(err)
+	}
+	read()
+	for i := range n {
+		if w := []int64{100 + int64(i), n, 100}; got[3*i] != w[0] || got[3*i+1] != w[1] || got[3*i+2] != w[2] {
+			t.Fatalf("work-item %d: id, size, offset %v, want %v", i, got[3*i:3*i+3], w)
+		}
+	}
+	if err := gl.LaunchGeometry(kIDs, args, plugin.Geometry{Size: [3]int{5, 1, 1}, Threads: [3]int{4, 1, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	read()
+	if got[1] != 8 {
+		t.Errorf("global_size(5) thread_limit(4): a global size of %d, want 8 (two work-groups)", got[1])
+	}
+	if err := q.Launch(kSizes, []plugin.Arg{{Ptr: grid, Len: 1000}, {Ptr: out, Len: n}, {Scalar: n}}); err != nil {
+		t.Fatal(err)
+	}
+	read()
+	if got[0] != n {
+		t.Errorf("by default: a global size of %d, want %d (the slice written, not the 1000 read)", got[0], n)
+	}
 }

@@ -16,6 +16,7 @@ import (
 // memory is a device's allocations: SVM pointers, or buffers at addresses
 // the kind makes up.
 type memory struct {
+	d    *device
 	mu   sync.Mutex
 	live *btree.BTreeG[*allocation] // by base
 }
@@ -36,11 +37,14 @@ var nextAddr atomic.Uint64
 
 const bufferSpace = 0x7e00_0000_0000
 
-func (m *memory) init() {
+func (m *memory) init(d *device) {
+	m.d = d
 	m.live = btree.NewG(16, func(a, b *allocation) bool { return a.base < b.base })
 }
 
-func (m *memory) alloc(d *device, size int64) (plugin.Ptr, error) {
+// Alloc allocates size bytes: SVM, or a buffer (gpukind.Memory).
+func (m *memory) Alloc(size int64) (plugin.Ptr, error) {
+	d := m.d
 	if size < 0 {
 		return 0, fmt.Errorf("%w: allocation of %d bytes", plugin.ErrBadPointer, size)
 	}
@@ -70,7 +74,9 @@ func (m *memory) alloc(d *device, size int64) (plugin.Ptr, error) {
 	return a.base, nil
 }
 
-func (m *memory) free(d *device, p plugin.Ptr) error {
+// Free frees the allocation at p (gpukind.Memory).
+func (m *memory) Free(p plugin.Ptr) error {
+	d := m.d
 	m.mu.Lock()
 	a, ok := m.live.Get(&allocation{base: p})
 	if ok {
@@ -111,6 +117,13 @@ func (m *memory) find(p plugin.Ptr, size int64) (*allocation, int64, error) {
 		return nil, 0, fmt.Errorf("%w: [%#x, +%d bytes) is not inside a live allocation", plugin.ErrBadPointer, uint64(p), size)
 	}
 	return a, int64(p - a.base), nil
+}
+
+// Check returns an error unless [p, p+size) lies inside one live
+// allocation (gpukind.Memory).
+func (m *memory) Check(p plugin.Ptr, size int64) error {
+	_, _, err := m.find(p, size)
+	return err
 }
 
 // argBuffer returns the buffer a kernel gets for a slice at off in a (a

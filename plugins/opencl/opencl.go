@@ -42,8 +42,10 @@
 // log (which names the line) in the error; so does an entry the program
 // lacks, or whose parameters do not take the kernel's Go parameters
 // (checked against clGetKernelArgInfo and by clSetKernelArg with each
-// by-value parameter's size): the error names the kernel, the entry, the
-// parameter and both types, wrapping plugin.ErrBadKernel. A kernel with no
+// by-value parameter's size; the size of a struct or typedef the argument
+// info names is measured by a probe kernel's sizeof, sizes.go): the error
+// names the kernel, the entry, the parameter and both types, wrapping
+// plugin.ErrBadKernel. A kernel with no
 // OpenCL C fails its launches likewise (plugin.ErrUnsupported).
 //
 // A launch passes the kernel's parameters in order: a slice as a
@@ -51,10 +53,13 @@
 // scalar by value as its bytes in Go's layout (Go's int is OpenCL C's
 // long; bool is uchar, OpenCL C has no bool parameters); a struct or array
 // by value as a struct of the same layout. Work-items: one per element of
-// the longest slice argument in one dimension, work-groups of the
-// driver's choice, unless the launch gives num_teams/thread_limit (then
-// thread_limit is the work-group and num_teams×thread_limit the global
-// size).
+// the longest slice argument the kernel may write (not offload.In; its
+// longest slice if it writes none) in one dimension, work-groups of the
+// driver's choice, unless the launch gives a global size (the work-items),
+// num_teams/thread_limit (then thread_limit is the work-group and
+// num_teams×thread_limit the global size), or both a global size and
+// thread_limit (the size rounded up to whole work-groups). A global offset
+// is clEnqueueNDRangeKernel's global_work_offset.
 //
 // # Memory and queues
 //
@@ -85,16 +90,14 @@
 package opencl
 
 import (
-	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/goffload/offload/internal/cldrv"
 	"github.com/goffload/offload/internal/cudadrv"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/gpukind"
 )
 
 func init() {
@@ -118,12 +121,7 @@ const (
 	SVMEnv = "GOFFLOAD_OPENCL_SVM"
 )
 
-func library() string {
-	if p := strings.TrimSpace(os.Getenv(LibraryEnv)); p != "" {
-		return p
-	}
-	return cldrv.DefaultLibrary
-}
+func library() string { return gpukind.LibraryPath(LibraryEnv, cldrv.DefaultLibrary) }
 
 // A driverState is a loaded library and its platforms and devices, or why
 // there are none.
@@ -156,35 +154,16 @@ type clDevice struct {
 	vendor uint32
 }
 
-var drivers struct {
-	sync.Mutex
-	byPath map[string]*driverState
-}
+var drivers gpukind.Drivers[driverState]
 
 // getDriver loads the library at path and lists its devices, once per
 // process.
-func getDriver(path string) *driverState {
-	drivers.Lock()
-	defer drivers.Unlock()
-	if s, ok := drivers.byPath[path]; ok {
-		return s
-	}
-	s := initDriver(path)
-	if drivers.byPath == nil {
-		drivers.byPath = map[string]*driverState{}
-	}
-	drivers.byPath[path] = s
-	return s
-}
+func getDriver(path string) *driverState { return drivers.Get(path, initDriver) }
 
 func initDriver(path string) *driverState {
 	lib, err := cldrv.Load(path)
 	if err != nil {
-		var le *cldrv.LoadError
-		if errors.As(err, &le) && strings.Contains(le.Err.Error(), "No such file") {
-			return &driverState{err: fmt.Errorf("no OpenCL ICD loader (%s not found)", path)}
-		}
-		return &driverState{err: fmt.Errorf("no usable OpenCL library: %w", err)}
+		return &driverState{err: gpukind.LoadFailure(err, path, "OpenCL ICD loader", "OpenCL library")}
 	}
 	s := &driverState{lib: lib}
 	pls, err := lib.Platforms()
@@ -284,19 +263,15 @@ func openSpec(arg string) ([]plugin.Device, error) {
 			}
 		}
 		if class < 0 {
-			v, err := strconv.Atoi(arg)
-			if err != nil || v < 0 {
-				return nil, fmt.Errorf("%w: opencl:%s: want opencl (every OpenCL device), opencl:N with N a device number from 0, or opencl:gpu, opencl:accelerator or opencl:cpu (every device of the type)", plugin.ErrBadSpec, arg)
+			var err error
+			if ord, err = gpukind.SpecNumber("opencl", arg, "opencl (every OpenCL device), opencl:N with N a device number from 0, or opencl:gpu, opencl:accelerator or opencl:cpu (every device of the type)"); err != nil {
+				return nil, err
 			}
-			ord = v
 		}
 	}
 	s := getDriver(library())
 	if s.err != nil {
-		if ord < 0 {
-			return nil, fmt.Errorf("%w: %v", plugin.ErrNoDevices, s.err)
-		}
-		return nil, s.err
+		return nil, gpukind.NoDriver(s.err, ord < 0)
 	}
 	if ord >= len(s.devs) {
 		return nil, fmt.Errorf("opencl:%d: there is no OpenCL device %d: the platforms have %d (0 to %d)", ord, ord, len(s.devs), len(s.devs)-1)
@@ -329,11 +304,7 @@ var cudaGPUs = func() int {
 	if _, ok := plugin.LookupKind("cuda"); !ok {
 		return 0
 	}
-	path := strings.TrimSpace(os.Getenv("GOFFLOAD_CUDA_LIBRARY"))
-	if path == "" {
-		path = cudadrv.DefaultLibrary
-	}
-	drv, err := cudadrv.Load(path)
+	drv, err := cudadrv.Load(gpukind.LibraryPath("GOFFLOAD_CUDA_LIBRARY", cudadrv.DefaultLibrary))
 	if err != nil || drv.Init() != nil {
 		return 0
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/goffload/offload/internal/cldrv"
 	"github.com/goffload/offload/plugin"
-	"github.com/goffload/offload/plugin/opqueue"
+	"github.com/goffload/offload/plugin/gpukind"
 )
 
 // A queue is an in-order OpenCL command queue and the operations waiting
@@ -21,81 +21,68 @@ import (
 // work on the device (a negative event status, a failing clFinish)
 // loses the device.
 type queue struct {
+	gpukind.Queue[op, cldrv.Event, *kernelFn] // the operations, issued in order; the error state; Record, Wait
+
 	d  *device
 	cq cldrv.Queue // the issuing goroutine's (LoseQueueForTests zeroes it)
 	// own is the command queue to release at Close.
 	own cldrv.Queue
-
-	l opqueue.Loop[op]
 
 	p  pendingList // commands the driver works on that hold Go memory or are timed
 	t  qtiming     // the tag and the order of timed operations (trace.go)
 	hw hostWrites  // commands that may write host memory a submit reads (hostorder.go)
 }
 
-type opKind uint8
-
-const (
-	opSubmit opKind = iota + 1
-	opRetrieve
-	opExchange
-	opLaunch
-	opEmulate
-	opRecord
-	opWait
-	opLose
-)
+// opLose is LoseQueueForTests's operation.
+const opLose = gpukind.OpKindOps
 
 // op is an operation waiting to be issued.
 type op struct {
-	kind   opKind
-	dst    devRange
-	src    devRange
-	host   []byte
-	size   int64
-	peer   *device
-	k      plugin.Kernel
-	kf     *kernelFn
-	vals   []argVal
-	dims   int
-	global [3]uintptr
-	local  *[3]uintptr
-	args   []plugin.Arg // opEmulate
-	ev     *event
-	tag    uint64 // the queue's tag when it was enqueued: timed unless 0
+	kind gpukind.Op
+	dst  devRange
+	src  devRange
+	host []byte
+	size int64
+	peer *device
+	k    plugin.Kernel
+	kf   *kernelFn
+	vals []argVal
+	nd   ndRange
+	args []plugin.Arg // gpukind.OpEmulate
+	ev   *event
+	tag  uint64 // the queue's tag when it was enqueued: timed unless 0
 }
 
-func (q *queue) usable() error {
-	if q.l.Closed() {
-		return fmt.Errorf("%s: %w: queue is closed", q.d.label(), plugin.ErrBadHandle)
-	}
-	return q.d.alive()
-}
-
+// enqueue enqueues o with the queue's tag.
 func (q *queue) enqueue(o op) error {
-	o.tag = q.tagged()
-	if _, err := q.l.Put(o, opqueue.Queued, false); err != nil {
-		return fmt.Errorf("%s: %w", q.d.label(), err)
-	}
-	return nil
+	o.tag = q.Tagged()
+	return q.Put(o)
 }
 
-// SetInline makes operations enqueued on the idle queue be issued by the
-// enqueueing goroutine (plugin.InlineQueue).
-func (q *queue) SetInline(on bool) { q.l.SetInline(on) }
-
-// issuer is the queue as its Loop's Runner.
+// issuer is the queue as its Loop's Runner (gpukind.Issuer).
 type issuer queue
 
 // Run issues o (opqueue.Runner).
 func (i *issuer) Run(o op, failed error) error { return (*queue)(i).issue(&o, failed) }
+
+// RecordOp is a marker's operation (gpukind.Issuer).
+func (i *issuer) RecordOp(ev *event, tag uint64) op {
+	return op{kind: gpukind.OpRecord, ev: ev, tag: tag}
+}
+
+// WaitOp is a barrier's operation (gpukind.Issuer).
+func (i *issuer) WaitOp(ev *event, tag uint64) op { return op{kind: gpukind.OpWait, ev: ev, tag: tag} }
+
+// Report retires the commands before position upto that are complete,
+// reporting the timed ones (gpukind.Reporter).
+func (q *queue) Report(upto uint64) { q.p.drain(q, upto, false) }
 
 // issue issues o with the queue's error state failed, and returns the
 // error that puts the queue in the error state.
 func (q *queue) issue(o *op, failed error) error {
 	d := q.d
 	switch o.kind {
-	case opRecord:
+	case gpukind.OpRecord:
 		err := failed
 		var qerr error
 		if err == nil {
@@ -103,7 +90,7 @@ func (q *queue) issue(o *op, failed error) error {
 				ev, e := d.lib.Marker(q.cq, nil)
 				if e == nil {
 					e = d.lib.Flush(q.cq) // a driver that batches commands (NVIDIA's) starts them
-					o.ev.setCL(ev)
+					o.ev.SetHandle(ev)
 				}
 				if e != nil {
 					err = fmt.Errorf("%s: record: %w", d.label(), d.wrap(e))
@@ -111,20 +98,19 @@ func (q *queue) issue(o *op, failed error) error {
 			}
 			qerr = err
 		}
-		o.ev.rq, o.ev.rpos = q, q.p.mark()
-		o.ev.fire(err)
-		o.ev.unref()
+		o.ev.Fire(err, q, q.p.mark())
+		o.ev.Unref()
 		return qerr
-	case opWait:
-		<-o.ev.issued // the other queue has issued the record (a DAG: it was enqueued first)
+	case gpukind.OpWait:
+		<-o.ev.Issued() // the other queue has issued the record (a DAG: it was enqueued first)
 		if failed != nil {
-			o.ev.unref()
+			o.ev.Unref()
 			return nil
 		}
 		var err error
-		if o.ev.err != nil {
-			err = fmt.Errorf("%s: waited-for event failed: %w", d.label(), o.ev.err)
-		} else if cl := o.ev.waitable(); cl != 0 {
+		if e := o.ev.Err(); e != nil {
+			err = fmt.Errorf("%s: waited-for event failed: %w", d.label(), e)
+		} else if cl, done := o.ev.Waitable(); !done && cl != 0 {
 			pe := q.timed(o, plugin.OpWait, "", 0)
 			if e := d.lib.Barrier(q.cq, []cldrv.Event{cl}, &pe.ev); e != nil {
 				err = fmt.Errorf("%s: wait: %w", d.label(), d.wrap(e))
@@ -136,7 +122,7 @@ func (q *queue) issue(o *op, failed error) error {
 				q.p.push(q, *pe)
 			}
 		}
-		o.ev.unref()
+		o.ev.Unref()
 		return err
 	case opLose:
 		q.cq = 0
@@ -149,38 +135,37 @@ func (q *queue) issue(o *op, failed error) error {
 		return err
 	}
 	switch o.kind {
-	case opSubmit, opRetrieve:
-		pe := q.timed(o, map[opKind]plugin.OpKind{opSubmit: plugin.OpSubmit, opRetrieve: plugin.OpRetrieve}[o.kind], "", int64(len(o.host)))
-		if o.kind == opSubmit {
+	case gpukind.OpSubmit, gpukind.OpRetrieve:
+		pe := q.timed(o, o.kind.Traced(), "", int64(len(o.host)))
+		if o.kind == gpukind.OpSubmit {
 			if err := q.hw.before(d, o.host); err != nil {
 				return fmt.Errorf("submit of %d bytes: waiting for the commands before it that write its host memory: %w", len(o.host), d.lose(err))
 			}
 		}
 		host := o.host
-		if o.kind == opSubmit && d.stage {
+		if o.kind == gpukind.OpSubmit && d.stage {
 			host = bytes.Clone(host) // read now, as an eager driver does (StageWritesForTests)
 		}
 		pe.pin = new(runtime.Pinner)
 		pe.pin.Pin(&host[0]) // until the driver is done with it
 		var err error
-		if o.kind == opSubmit {
+		if o.kind == gpukind.OpSubmit {
 			err = d.write(q.cq, o.dst, host, false, &pe.ev)
 		} else {
 			err = d.read(q.cq, o.host, o.src, false, &pe.ev)
 		}
 		if err != nil {
 			pe.pin.Unpin()
-			what := map[opKind]string{opSubmit: "submit", opRetrieve: "retrieve"}[o.kind]
-			return fmt.Errorf("%s: %s of %d bytes: %w", d.label(), what, len(o.host), d.wrap(err))
+			return fmt.Errorf("%s: %s of %d bytes: %w", d.label(), o.kind, len(o.host), d.wrap(err))
 		}
-		if o.kind == opRetrieve {
+		if o.kind == gpukind.OpRetrieve {
 			err = q.hw.add(d, o.host, pe.ev) // before push, which may release pe.ev
 		}
 		q.p.push(q, *pe)
 		if err != nil {
 			return fmt.Errorf("retrieve of %d bytes: %w", len(o.host), d.lose(err))
 		}
-	case opExchange:
+	case gpukind.OpExchange:
 		pe := q.timed(o, plugin.OpExchange, "", o.size)
 		if err := d.copyRange(q.cq, o.dst, o.src, o.size, &pe.ev); err != nil {
 			return fmt.Errorf("%s: exchange of %d bytes: %w", d.label(), o.size, d.wrap(err))
@@ -188,27 +173,27 @@ func (q *queue) issue(o *op, failed error) error {
 		if pe.ev != 0 {
 			q.p.push(q, *pe)
 		}
-	case opLaunch:
+	case gpukind.OpLaunch:
 		pe := q.timed(o, plugin.OpLaunch, o.k.Name(), 0)
 		kf := o.kf
 		kf.mu.Lock()
 		err := d.setArgs(kf, o.vals)
 		if err == nil {
-			err = d.lib.EnqueueKernel(q.cq, kf.k, o.dims, &o.global, o.local, nil, &pe.ev)
+			err = d.lib.EnqueueKernelAt(q.cq, kf.k, o.nd.dims, &o.nd.offset, &o.nd.global, o.nd.local, nil, &pe.ev)
 		}
 		kf.mu.Unlock()
 		if err != nil {
 			return fmt.Errorf("%s: kernel %q (entry %s): %w", d.label(), o.k.Name(), kf.entry, d.wrap(err))
 		}
 		q.p.push(q, *pe)
-	case opEmulate:
+	case gpukind.OpEmulate:
 		return q.emulate(o)
 	}
 	return nil
 }
 
 func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
-	if err := q.usable(); err != nil {
+	if err := q.Usable(); err != nil {
 		return err
 	}
 	r, err := q.d.rangeOf(dst, int64(len(src)))
@@ -218,11 +203,11 @@ func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
-	return q.enqueue(op{kind: opSubmit, dst: r, host: src})
+	return q.enqueue(op{kind: gpukind.OpSubmit, dst: r, host: src})
 }
 
 func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
-	if err := q.usable(); err != nil {
+	if err := q.Usable(); err != nil {
 		return err
 	}
 	r, err := q.d.rangeOf(src, int64(len(dst)))
@@ -232,20 +217,14 @@ func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	return q.enqueue(op{kind: opRetrieve, src: r, host: dst})
+	return q.enqueue(op{kind: gpukind.OpRetrieve, src: r, host: dst})
 }
 
 // Exchange copies between this device and another OpenCL device of the
 // same platform (or within this one); other devices are ErrUnsupported.
 func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) error {
-	if err := q.usable(); err != nil {
-		return err
-	}
-	other, ok := dst.(*device)
-	if !ok || other.pl != q.d.pl {
-		return fmt.Errorf("%s: exchange to a %s device: %w", q.d.label(), dst.Info().Kind, plugin.ErrUnsupported)
-	}
-	if err := other.alive(); err != nil {
+	other, err := gpukind.Peer(&q.Queue, dst, func(o *device) bool { return o.pl == q.d.pl })
+	if err != nil {
 		return err
 	}
 	s, err := q.d.rangeOf(src, size)
@@ -256,47 +235,31 @@ func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) 
 	if err != nil {
 		return fmt.Errorf("%s: exchange destination: %w", other.label(), err)
 	}
-	return q.enqueue(op{kind: opExchange, dst: t, src: s, size: size, peer: other})
-}
-
-// Launch enqueues kernel k with args: its OpenCL C entry, or in the
-// emulate mode its Go body for a kernel without OpenCL C.
-func (q *queue) Launch(k plugin.Kernel, args []plugin.Arg) error {
-	return q.LaunchGeometry(k, args, plugin.Geometry{})
+	return q.enqueue(op{kind: gpukind.OpExchange, dst: t, src: s, size: size, peer: other})
 }
 
 // LaunchGeometry is Launch with the work-groups of g (num_teams and
 // thread_limit).
+//
+// Launch (gpukind.Queue's) is LaunchGeometry with no geometry: the
+// kernel's OpenCL C entry, or in the emulate mode the Go body of a kernel
+// without OpenCL C.
 func (q *queue) LaunchGeometry(k plugin.Kernel, args []plugin.Arg, geo plugin.Geometry) error {
-	if err := q.usable(); err != nil {
-		return err
+	kf, run, err := q.Launchable(k, args)
+	if !run || err != nil {
+		return err // nothing to do on an OpenCL device for the bind kernel (see loadKernel)
 	}
 	d := q.d
-	kf, err := d.kernel(k)
-	if err != nil {
-		return err
+	wg := 0
+	if kf.Fn != nil {
+		wg = kf.Fn.wg
 	}
-	if kf.bind || kf.emu {
-		if err := plugin.CheckArgs(k, args); err != nil {
-			return fmt.Errorf("%s: %w", d.label(), err)
-		}
-		for i, p := range k.Params() {
-			if p.Kind == plugin.Slice && args[i].Len > 0 {
-				if _, _, err := d.mem.find(args[i].Ptr, int64(args[i].Len)*int64(p.Type.Size())); err != nil {
-					return fmt.Errorf("%s: kernel %q argument %d ([]%s, %d elements at %#x): %w", d.label(), k.Name(), i, p.Type, args[i].Len, uint64(args[i].Ptr), err)
-				}
-			}
-		}
-		if kf.bind {
-			return nil // nothing to do on an OpenCL device (see loadKernel)
-		}
-	}
-	o := op{kind: opLaunch, k: k, kf: kf}
-	if o.dims, o.global, o.local, err = d.workSize(k, kf, args, geo); err != nil {
+	o := op{kind: gpukind.OpLaunch, k: k, kf: kf.Fn}
+	if o.nd, err = d.workSize(k, wg, args, geo); err != nil {
 		return fmt.Errorf("%s: %w", d.label(), err)
 	}
-	if kf.emu {
-		return q.enqueue(op{kind: opEmulate, k: k, args: append([]plugin.Arg(nil), args...)})
+	if kf.Emulate {
+		return q.enqueue(op{kind: gpukind.OpEmulate, k: k, args: append([]plugin.Arg(nil), args...)})
 	}
 	if o.vals, err = d.packArgs(k, args); err != nil {
 		return fmt.Errorf("%s: %w", d.label(), err)
@@ -304,49 +267,11 @@ func (q *queue) LaunchGeometry(k plugin.Kernel, args []plugin.Arg, geo plugin.Ge
 	return q.enqueue(o)
 }
 
-func (q *queue) Record(e plugin.Event) error {
-	ev, ok := e.(*event)
-	if err := q.d.st.Mine("record", e, ok && ev.d == q.d); err != nil {
-		return err
-	}
-	if err := q.usable(); err != nil {
-		return err
-	}
-	if err := ev.arm(); err != nil {
-		return fmt.Errorf("%s: record: %w", q.d.label(), err)
-	}
-	if err := q.enqueue(op{kind: opRecord, ev: ev}); err != nil {
-		ev.disarm()
-		return err
-	}
-	return nil
-}
-
-// Wait makes the queue wait for an event of any OpenCL device of the same
-// platform, with a barrier; other events are ErrUnsupported.
-func (q *queue) Wait(e plugin.Event) error {
-	ev, ok := e.(*event)
-	if err := q.d.st.Waitable(e, ok && q.d.CanWait(e)); err != nil {
-		return err
-	}
-	if err := q.usable(); err != nil {
-		return err
-	}
-	if err := ev.ref(); err != nil {
-		return fmt.Errorf("%s: wait: %w", q.d.label(), err)
-	}
-	if err := q.enqueue(op{kind: opWait, ev: ev}); err != nil {
-		ev.unref()
-		return err
-	}
-	return nil
-}
-
 // Synchronize waits until every operation is issued and the command
 // queue is done, reports the timed operations, and returns (and clears)
 // the error state.
 func (q *queue) Synchronize() error {
-	err := q.l.Synchronize()
+	err := q.L.Synchronize()
 	defer q.hw.reset(q.d) // the commands are done, or the device lost
 	if aerr := q.d.alive(); aerr != nil {
 		q.p.drop(q.d)
@@ -371,7 +296,7 @@ func (q *queue) Synchronize() error {
 // it reports the timed operations and returns (and clears) the error
 // state.
 func (q *queue) Query() (bool, error) {
-	if !q.l.Idle() {
+	if !q.L.Idle() {
 		return false, nil
 	}
 	if q.d.alive() == nil {
@@ -386,7 +311,7 @@ func (q *queue) Query() (bool, error) {
 	} else {
 		q.p.drain(q, ^uint64(0), true)
 	}
-	err := q.l.TakeErr()
+	err := q.L.TakeErr()
 	if err == nil {
 		err = q.d.alive()
 	}
@@ -396,7 +321,7 @@ func (q *queue) Query() (bool, error) {
 // Close refuses new work, synchronizes what was enqueued, then releases
 // the command queue.
 func (q *queue) Close() error {
-	if !q.l.Close() {
+	if !q.L.Close() {
 		return fmt.Errorf("%s: %w: queue closed twice", q.d.label(), plugin.ErrBadHandle)
 	}
 	err := q.Synchronize()

@@ -16,8 +16,9 @@ import (
 // with an event, and their CL_PROFILING_COMMAND_START and _END times are
 // read once the command is complete, placed on the host's clock by a
 // reference (a marker on a queue of the device's own, finished, whose end
-// the host saw just after: times are early, if anything, by that
-// latency), refreshed every second. They are reported in each queue's
+// the host saw just after: times are late, if anything, by that latency,
+// and bounded by when the host issued the command and when it saw it
+// complete), refreshed every second. They are reported in each queue's
 // order when the commands are retired: by the queue's Synchronize or
 // Query, or before an event recorded after them fires (Synchronize, Query,
 // OnFire). An emulated kernel is timed on the host's clock.
@@ -37,7 +38,6 @@ type tracing struct {
 
 // qtiming is a queue's tag and the order of its reports.
 type qtiming struct {
-	tag   optrace.Tag
 	order optrace.Order // under the queue's pendingList.mu
 }
 
@@ -45,15 +45,14 @@ type qtiming struct {
 // (plugin.Tracer); nil stops the reports.
 func (d *device) Trace(f func(plugin.OpTime)) { d.tr.Trace(f) }
 
-// Tag sets the tag of the operations enqueued after it (plugin.TaggedQueue).
-func (q *queue) Tag(tag uint64) { q.t.tag.Tag(tag) }
-
-func (q *queue) tagged() uint64 { return q.d.tr.Tagged(&q.t.tag) }
-
 // timed returns the pending command of operation o, timed if o is.
 func (q *queue) timed(o *op, kind plugin.OpKind, kernel string, bytes int64) *pending {
 	t, ok := optrace.Op(o.tag, kind, kernel, bytes)
-	return &pending{timed: ok && q.d.tr.On(), op: t}
+	pe := &pending{timed: ok && q.d.tr.On(), op: t}
+	if pe.timed {
+		pe.issued = time.Now()
+	}
+	return pe
 }
 
 // hostTimed adds an operation timed on the host's clock.
@@ -116,11 +115,12 @@ func (t *tracing) close(d *device) error {
 // A pending command is one the driver works on that holds Go memory
 // (pinned) or is timed.
 type pending struct {
-	ev    cldrv.Event
-	pin   *runtime.Pinner
-	timed bool
-	host  bool // op's times are the host's (no ev)
-	op    plugin.OpTime
+	ev     cldrv.Event
+	pin    *runtime.Pinner
+	timed  bool
+	host   bool      // op's times are the host's (no ev)
+	issued time.Time // when a timed command was issued: it started after
+	op     plugin.OpTime
 }
 
 // pendingList is a queue's pending commands, in order.
@@ -200,10 +200,16 @@ func (p *pendingList) drain(q *queue, upto uint64, all bool) {
 			if !e.host {
 				s, err1 := d.lib.ProfilingInfo(e.ev, cldrv.ProfilingStart)
 				en, err2 := d.lib.ProfilingInfo(e.ev, cldrv.ProfilingEnd)
+				now := time.Now() // the command is complete: it ended before
 				if err1 == nil && err2 == nil {
-					o.Start, o.End = d.tr.toHost(d, s), d.tr.toHost(d, en)
+					// The reference places the device's times late by the
+					// host's latency in seeing it done, which a loaded
+					// machine makes milliseconds: what the host knows
+					// bounds them.
+					o.Start = clampTime(d.tr.toHost(d, s), e.issued, now)
+					o.End = clampTime(d.tr.toHost(d, en), o.Start, now)
 				} else {
-					o.Start, o.End, o.Err = time.Now(), time.Now(), true
+					o.Start, o.End, o.Err = now, now, true
 				}
 			}
 			q.t.order.Place(&o)
@@ -212,6 +218,17 @@ func (p *pendingList) drain(q *queue, upto uint64, all bool) {
 		p.retire(d, e)
 	}
 	p.compact()
+}
+
+// clampTime is t, or lo if t is before it, or hi if t is after it.
+func clampTime(t, lo, hi time.Time) time.Time {
+	if t.Before(lo) {
+		t = lo
+	}
+	if t.After(hi) {
+		t = hi
+	}
+	return t
 }
 
 // retire unpins and releases e; under p.mu.
