@@ -147,7 +147,10 @@ func (d *device) checkEntry(k plugin.Kernel, kf *kernelFn) error {
 			info = false // a driver without argument info: sizes only
 		}
 	}
-	if n != len(ps) {
+	if hidden := hiddenParams(k, kf.gen); n != len(ps)+hidden {
+		if hidden > 0 {
+			return fmt.Errorf("generated OpenCL C entry %s has %s, the Go kernel %s and %d hidden ones (slice lengths and a fault record): generate it again (go generate)", kf.entry, plural(n, "parameter"), plural(len(ps), "parameter"), hidden)
+		}
 		var goTypes []string
 		for i := range ps {
 			goTypes = append(goTypes, goType(ps[i]))

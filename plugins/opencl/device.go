@@ -76,6 +76,8 @@ type kernelFn struct {
 	bind  bool       // the declare target bind kernel (see launch)
 	wg    int        // CL_KERNEL_WORK_GROUP_SIZE
 	ptrs  []bool     // by parameter: passed as a pointer
+	gen   bool       // generated code (gocode.go)
+	sites []string   // generated code's checks
 }
 
 // emulation is UseEmulationForTests's switch.
@@ -253,9 +255,12 @@ type progKey struct {
 
 // program returns src built for the device: built once per OpenCL device
 // in the process (PoCL's builds take seconds).
-func (d *device) program(src []byte) *program {
+func (d *device) program(src []byte, generated bool) *program {
 	pl := d.pl
 	opts := firstBuildOptions
+	if generated {
+		opts += genBuildOptions
+	}
 	key := progKey{d.cd.id, string(src), opts}
 	pl.mu.Lock()
 	p, ok := pl.progs[key]
@@ -333,7 +338,7 @@ func (d *device) loadKernel(k plugin.Kernel) *kernelFn {
 	case !ok:
 		return &kernelFn{emu: d.emulate, err: fmt.Errorf("%s: %w: kernel %q has no OpenCL C: an OpenCL device cannot run its Go body (give it device code with offload.Kernel.OpenCL, or run it on a CPU device): %w", d.label(), plugin.ErrBadKernel, k.Name(), plugin.ErrUnsupported)}
 	}
-	p := d.program(code.Image)
+	p := d.program(code.Image, code.Generated)
 	if p.err != nil {
 		return &kernelFn{err: fmt.Errorf("%s: %w: kernel %q: its OpenCL C does not build for %s: %w", d.label(), plugin.ErrBadKernel, k.Name(), d.cd.name, p.err)}
 	}
@@ -345,7 +350,7 @@ func (d *device) loadKernel(k plugin.Kernel) *kernelFn {
 		}
 		return &kernelFn{err: fmt.Errorf("%s: %w: kernel %q: entry %q of its OpenCL C: %w (the program %s)", d.label(), plugin.ErrBadKernel, k.Name(), code.Entry, err, has)}
 	}
-	kf := &kernelFn{k: ck, entry: code.Entry}
+	kf := &kernelFn{k: ck, entry: code.Entry, gen: code.Generated, sites: code.Sites}
 	if err := d.checkEntry(k, kf); err != nil {
 		d.lib.ReleaseKernel(ck)
 		return &kernelFn{err: fmt.Errorf("%s: %w: kernel %q: %w", d.label(), plugin.ErrBadKernel, k.Name(), err)}

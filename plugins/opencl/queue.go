@@ -31,6 +31,8 @@ type queue struct {
 	p  pendingList // commands the driver works on that hold Go memory or are timed
 	t  qtiming     // the tag and the order of timed operations (trace.go)
 	hw hostWrites  // commands that may write host memory a submit reads (hostorder.go)
+
+	fault cldrv.Mem // generated code's fault record, made on first use (gocode.go)
 }
 
 type opKind uint8
@@ -61,6 +63,7 @@ type op struct {
 	global [3]uintptr
 	local  *[3]uintptr
 	args   []plugin.Arg // opEmulate
+	lens   []int64      // generated code's slice lengths (gocode.go)
 	ev     *event
 	tag    uint64 // the queue's tag when it was enqueued: timed unless 0
 }
@@ -193,6 +196,9 @@ func (q *queue) issue(o *op, failed error) error {
 		kf := o.kf
 		kf.mu.Lock()
 		err := d.setArgs(kf, o.vals)
+		if err == nil && kf.gen {
+			err = q.setHidden(kf, len(o.vals), o.lens)
+		}
 		if err == nil {
 			err = d.lib.EnqueueKernel(q.cq, kf.k, o.dims, &o.global, o.local, nil, &pe.ev)
 		}
@@ -201,6 +207,9 @@ func (q *queue) issue(o *op, failed error) error {
 			return fmt.Errorf("%s: kernel %q (entry %s): %w", d.label(), o.k.Name(), kf.entry, d.wrap(err))
 		}
 		q.p.push(q, *pe)
+		if len(kf.sites) > 0 {
+			return q.checkFault(o)
+		}
 	case opEmulate:
 		return q.emulate(o)
 	}
@@ -301,6 +310,9 @@ func (q *queue) LaunchGeometry(k plugin.Kernel, args []plugin.Arg, geo plugin.Ge
 	if o.vals, err = d.packArgs(k, args); err != nil {
 		return fmt.Errorf("%s: %w", d.label(), err)
 	}
+	if kf.gen {
+		o.lens = sliceLens(k, args)
+	}
 	return q.enqueue(o)
 }
 
@@ -400,6 +412,9 @@ func (q *queue) Close() error {
 		return fmt.Errorf("%s: %w: queue closed twice", q.d.label(), plugin.ErrBadHandle)
 	}
 	err := q.Synchronize()
+	if q.fault != 0 {
+		q.d.lib.ReleaseMem(q.fault)
+	}
 	q.d.lib.ReleaseQueue(q.own)
 	return err
 }
