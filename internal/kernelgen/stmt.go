@@ -117,16 +117,16 @@ func (f *fn) fail(site int, a, b string) string {
 		}
 		return fmt.Sprintf("{ go_fault(go_f, %d, (long)(%s), (long)(%s), %d); return; }", site, a, b, flags)
 	}
-	return fmt.Sprintf("{ go_fault(go_f, %d, (long)(%s), (long)(%s), 0); *go_fl = 1; return%s; }", site, a, b, f.retZero())
+	return fmt.Sprintf("{ go_fault(go_f, %d, (long)(%s), (long)(%s), *go_fl >> 1); *go_fl |= 1; return%s; }", site, a, b, f.retZero())
 }
 
 // afterCall is the C statement that leaves when a called function failed.
 func (f *fn) afterCall() string {
 	if f.kernel {
 		f.usesFl = true
-		return "if (go_fl) return;"
+		return "if (go_fl & 1) return;"
 	}
-	return fmt.Sprintf("if (*go_fl) return%s;", f.retZero())
+	return fmt.Sprintf("if (*go_fl & 1) return%s;", f.retZero())
 }
 
 func (f *fn) retZero() string {
@@ -178,6 +178,8 @@ func (f *fn) kernelBody(b *ast.BlockStmt) string {
 	}
 	body := f.out.String()
 	if f.usesFl {
+		// go_fl's bit 0: a called function failed a check; bit 1: in a
+		// ctx.For chunk (the fault record's flags).
 		body = "\tint go_fl = 0;\n" + body
 	}
 	return body
@@ -218,6 +220,10 @@ func (f *fn) chunkLoop(call *ast.CallExpr) {
 		f.outer[v] = true
 	}
 	f.inChunk = true
+	if f.g.checks {
+		f.line("go_fl = 2;")
+		f.usesFl = true
+	}
 	f.line("for (long go_i = (long)get_global_id(0); go_i < %s; go_i += (long)get_global_size(0)) {", n)
 	f.indent++
 	sig := f.info().TypeOf(lit).(*types.Signature)
