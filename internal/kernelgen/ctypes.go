@@ -47,6 +47,13 @@ func intOf(t types.Type) (intInfo, bool) {
 	return intInfo{64, true}, true // int, int64, untyped int
 }
 
+// isScalar reports whether t is in the subset's scalars: bool, an
+// integer, float32 or float64.
+func isScalar(t types.Type) bool {
+	b := basicOf(t)
+	return b != nil && b.Info()&(types.IsBoolean|types.IsInteger|types.IsFloat) != 0 && b.Kind() != types.UnsafePointer
+}
+
 func isFloat(t types.Type) bool {
 	b := basicOf(t)
 	return b != nil && b.Info()&types.IsFloat != 0

@@ -428,6 +428,7 @@ func (f *fn) builtin(e *ast.CallExpr) string {
 		if _, ok := f.info().TypeOf(e.Args[0]).Underlying().(*types.Slice); ok {
 			return f.sliceOf(e.Args[0]).len
 		}
+		f.refuse(e, "len of a %s: not in the subset (len of a slice)", f.info().TypeOf(e.Args[0]))
 	case "min", "max":
 		t := f.typeOf(e)
 		v := f.expr(e.Args[0])

@@ -214,7 +214,7 @@ func (g *gen) kernel(k *kernelDecl) (entry, code string, err error) {
 			f.slices[v] = sliceRef{ptr: name, len: ln, elem: st.Elem()}
 			continue
 		}
-		if basicOf(v.Type()) == nil {
+		if !isScalar(v.Type()) {
 			panic(g.p.errorf(paramNode(k, i), "parameter %d (%s): not in the subset (scalars and slices of them)", i-first, v.Type()))
 		}
 		params = append(params, f.storeType(v.Type(), at)+" "+name)
@@ -307,7 +307,7 @@ func (g *gen) function(fn *types.Func, call ast.Node) *cfunc {
 			f.slices[v] = sliceRef{ptr: name, len: "go_len_" + name, elem: st.Elem()}
 			continue
 		}
-		if basicOf(v.Type()) == nil {
+		if !isScalar(v.Type()) {
 			panic(g.p.errorf(fd.Type.Params, "function %s: parameter %s (%s): not in the subset (scalars and slices of them)", fn.Name(), v.Name(), v.Type()))
 		}
 		params = append(params, f.ctype(v.Type(), fd)+" "+name)
