@@ -44,7 +44,7 @@ func (f *fn) expr(e ast.Expr) string {
 		}
 		f.refuse(e, "a field or method %s: not in the subset (no structs yet)", e.Sel.Name)
 	case *ast.SliceExpr:
-		f.refuse(e, "a slice expression: not in the subset (index the slice, pass offsets as scalars)")
+		f.refuse(e, "a slice expression used as a value: only a variable's definition, a function's argument and indexing are in the subset")
 	}
 	f.refuse(e, "a %s: not in the subset", nodeName(e))
 	return ""
@@ -263,6 +263,49 @@ func (f *fn) unary(e *ast.UnaryExpr) string {
 	return ""
 }
 
+// sliceValue translates a slice-typed expression: a slice variable, or a
+// slice expression of one, checked as Go checks it (0 ≤ lo ≤ hi ≤ the
+// length: a device knows no capacity beyond the length).
+func (f *fn) sliceValue(e ast.Expr) sliceRef {
+	se, ok := ast.Unparen(e).(*ast.SliceExpr)
+	if !ok {
+		return f.sliceOf(e)
+	}
+	if se.Slice3 {
+		f.refuse(se, "a three-index slice expression: not in the subset")
+	}
+	if _, ok := f.info().TypeOf(se.X).Underlying().(*types.Slice); !ok {
+		f.refuse(se, "slicing a %s: not in the subset (slices)", f.info().TypeOf(se.X))
+	}
+	base := f.sliceValue(se.X)
+	lo, hi := "0L", base.len
+	if se.Low != nil {
+		lo = f.expr(se.Low)
+		if !simpleC.MatchString(lo) {
+			lo = f.temp("long", "(long)("+lo+")")
+		}
+	}
+	if se.High != nil {
+		hi = f.expr(se.High)
+		if !simpleC.MatchString(hi) {
+			hi = f.temp("long", "(long)("+hi+")")
+		}
+	}
+	if f.g.checks {
+		if se.High != nil {
+			f.line("if ((ulong)(%s) > (ulong)(%s)) %s", hi, base.len, f.fail(f.g.site(se, "slice high"), hi, base.len))
+		}
+		if se.Low != nil {
+			f.line("if ((ulong)(%s) > (ulong)(%s)) %s", lo, hi, f.fail(f.g.site(se, "slice low"), lo, hi))
+		}
+	}
+	f.tmp++
+	ref := sliceRef{ptr: fmt.Sprintf("go_s%d", f.tmp), len: fmt.Sprintf("go_len_s%d", f.tmp), elem: base.elem}
+	f.line("global %s *%s = %s + %s;", f.storeType(base.elem, se), ref.ptr, base.ptr, lo)
+	f.line("long %s = %s - %s;", ref.len, hi, lo)
+	return ref
+}
+
 // sliceOf returns the slice variable e names.
 func (f *fn) sliceOf(e ast.Expr) sliceRef {
 	if id, ok := ast.Unparen(e).(*ast.Ident); ok {
@@ -274,6 +317,9 @@ func (f *fn) sliceOf(e ast.Expr) sliceRef {
 				f.refuse(e, "package-level slice %s: a kernel's buffers are its arguments (pass it as one)", id.Name)
 			}
 		}
+	}
+	if _, ok := ast.Unparen(e).(*ast.CallExpr); ok {
+		f.refuse(e, "a slice made in the kernel (%s): not in the subset (pass it as a Scratch buffer)", types.ExprString(e))
 	}
 	f.refuse(e, "a slice that is not a parameter (%s): not in the subset", nodeName(e))
 	return sliceRef{}
@@ -298,7 +344,7 @@ func (f *fn) arrayBase(e ast.Expr) string {
 func (f *fn) index(e *ast.IndexExpr) string {
 	switch t := f.info().TypeOf(e.X).Underlying().(type) {
 	case *types.Slice:
-		ref := f.sliceOf(e.X)
+		ref := f.sliceValue(e.X)
 		return ref.ptr + "[" + f.checkedIndex(e.Index, ref.len, e, false) + "]"
 	case *types.Array:
 		base := f.arrayBase(e.X)
@@ -367,7 +413,7 @@ func (f *fn) call(e *ast.CallExpr, stmt bool) string {
 			if f.setup {
 				f.refuse(a, "a buffer passed to a function before ctx.For: every work-item runs the code before ctx.For, so only scalar setup may be there")
 			}
-			r := f.sliceOf(a)
+			r := f.sliceValue(a)
 			args = append(args, r.ptr, r.len)
 			continue
 		}

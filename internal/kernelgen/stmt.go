@@ -403,6 +403,9 @@ func (f *fn) assign(s *ast.AssignStmt) {
 		f.line("%s = %s;", lv, f.store(v, t))
 		return
 	}
+	if f.defineSlices(s) {
+		return
+	}
 	if len(s.Lhs) == 1 {
 		f.assign1(s, s.Lhs[0], f.expr(s.Rhs[0]))
 		return
@@ -415,6 +418,38 @@ func (f *fn) assign(s *ast.AssignStmt) {
 	for i, l := range s.Lhs {
 		f.assign1(s, l, vals[i])
 	}
+}
+
+// defineSlices translates row, up := x[a:b], x[c:d]: new slice variables,
+// views of a parameter's elements. It reports whether s was that.
+func (f *fn) defineSlices(s *ast.AssignStmt) bool {
+	if s.Tok != token.DEFINE {
+		return false
+	}
+	for _, r := range s.Rhs {
+		if _, ok := f.info().TypeOf(r).Underlying().(*types.Slice); !ok {
+			return false
+		}
+	}
+	refs := make([]sliceRef, len(s.Rhs))
+	for i, r := range s.Rhs {
+		refs[i] = f.sliceValue(r)
+	}
+	for i, l := range s.Lhs {
+		id := l.(*ast.Ident)
+		v, ok := f.info().Defs[id].(*types.Var)
+		if !ok || id.Name == "_" {
+			if id.Name != "_" {
+				f.refuse(l, "assignment to slice %s: slices are not variables in the subset (define a new one)", id.Name)
+			}
+			continue
+		}
+		name := f.define(v, "go_v")
+		f.line("global %s *%s = %s;", f.storeType(refs[i].elem, l), name, refs[i].ptr)
+		f.line("long go_len_%s = %s;", name, refs[i].len)
+		f.slices[v] = sliceRef{ptr: name, len: "go_len_" + name, elem: refs[i].elem}
+	}
+	return true
 }
 
 // assign1 assigns val to l (defining it for :=).

@@ -126,6 +126,10 @@ func faultPanic(kernel string, sites []string, w [faultWords]int64) *plugin.Kern
 		v = fmt.Sprintf("runtime error: index out of range [%d] with length %d", w[1], w[2])
 	case "divide":
 		v = "runtime error: integer divide by zero"
+	case "slice high":
+		v = fmt.Sprintf("runtime error: slice bounds out of range [:%d] with capacity %d", w[1], w[2])
+	case "slice low":
+		v = fmt.Sprintf("runtime error: slice bounds out of range [%d:%d]", w[1], w[2])
 	case "shift":
 		v = "runtime error: negative shift amount"
 	default:

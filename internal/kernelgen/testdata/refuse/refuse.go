@@ -76,12 +76,14 @@ var Print = offload.MustKernel1("print", func(ctx offload.Ctx, out offload.Out[i
 })
 
 var SliceExpr = offload.MustKernel1("sliceexpr", func(ctx offload.Ctx, out offload.Out[int]) {
-	s := out[1:] // want "a slice expression: not in the subset"
+	out[1:][0] = 1
+	s := out[1:]
+	s = out // want "slice out used as a value"
 	s[0] = 1
 })
 
 var SliceVar = offload.MustKernel1("slicevar", func(ctx offload.Ctx, out offload.Out[int]) {
-	s := make([]int, 3) // want "builtin make: not in the subset"
+	s := make([]int, 3) // want "a slice made in the kernel (make([]int, 3))"
 	out[0] = s[0]
 })
 
