@@ -16,7 +16,7 @@ static void go_fault(global long *f, int site, long a, long b, long flags)
 	}
 }
 
-// pipeline_step is kernel "pipeline.step" (main.go:44).
+// pipeline_step is kernel "pipeline.step" (main.go:45).
 kernel void pipeline_step(long n, global double *next, global double *cur, long go_len_next, long go_len_cur, global long *go_f)
 {
 	int go_fl = 0;
@@ -44,11 +44,11 @@ kernel void pipeline_step(long n, global double *next, global double *cur, long 
 
 // zzOffloadSites are its Go checks: a failed one names its file and line.
 var zzOffloadSites = []string{
-	"main.go:47: index",
-	"main.go:47: index",
-	"main.go:47: index",
-	"main.go:47: index",
-	"main.go:47: index",
+	"main.go:48: index",
+	"main.go:48: index",
+	"main.go:48: index",
+	"main.go:48: index",
+	"main.go:48: index",
 }
 
 func init() {

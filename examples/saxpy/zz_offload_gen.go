@@ -15,29 +15,25 @@ static void go_fault(global long *f, int site, long a, long b, long flags)
 	}
 }
 
-// saxpy is kernel "saxpy" (main.go:43).
+// saxpy is kernel "saxpy" (main.go:44).
 kernel void saxpy(long n, float a, global float *x, global float *y, long go_len_x, long go_len_y, global long *go_f)
 {
+	int go_fl = 0;
 	long go_t1 = n;
+	go_fl = 2;
 	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long lo = go_i;
-		long hi = go_i + 1;
-		{
-			long i = lo;
-			for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-				if ((ulong)(i) >= (ulong)(go_len_y)) { go_fault(go_f, 1, (long)(i), (long)(go_len_y), 1); return; }
-				if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 2, (long)(i), (long)(go_len_x), 1); return; }
-				y[i] = (y[i] + (a * x[i]));
-			}
-		}
+		long i = go_i;
+		if ((ulong)(i) >= (ulong)(go_len_y)) { go_fault(go_f, 1, (long)(i), (long)(go_len_y), 1); return; }
+		if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 2, (long)(i), (long)(go_len_x), 1); return; }
+		y[i] = (y[i] + (a * x[i]));
 	}
 }
 `
 
 // zzOffloadSites are its Go checks: a failed one names its file and line.
 var zzOffloadSites = []string{
-	"main.go:46: index",
-	"main.go:46: index",
+	"main.go:47: index",
+	"main.go:47: index",
 }
 
 func init() {

@@ -60,3 +60,34 @@ func TestRefusals(t *testing.T) {
 		t.Errorf("the OpenCL C has a refused kernel's code, or lacks fine's:\n%s", res.OpenCL)
 	}
 }
+
+// TestGeneratedFilesUpToDate: the tree's committed zz_offload_gen.go files
+// are what goffload-gen makes of their packages now (run go generate in a
+// package whose file is stale), and every kernel there was translated.
+func TestGeneratedFilesUpToDate(t *testing.T) {
+	for _, c := range []struct {
+		dir       string
+		unchecked bool
+	}{
+		{"../../examples/saxpy", false},
+		{"../../examples/pipeline", false},
+		{"../../examples/apps/jacobi", false},
+		{"gentest", false},
+		{"gentest/unchecked", true},
+	} {
+		res, err := Generate(c.dir, Options{Unchecked: c.unchecked})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res.Refused {
+			t.Errorf("%s: refused: %v", c.dir, r)
+		}
+		old, err := os.ReadFile(c.dir + "/" + DefaultOutput)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(old) != string(res.Go) {
+			t.Errorf("%s/%s is stale: run go generate there", c.dir, DefaultOutput)
+		}
+	}
+}

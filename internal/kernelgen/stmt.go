@@ -229,15 +229,81 @@ func (f *fn) chunkLoop(call *ast.CallExpr) {
 	sig := f.info().TypeOf(lit).(*types.Signature)
 	lo := f.define(sig.Params().At(0), "go_lo")
 	hi := f.define(sig.Params().At(1), "go_hi")
-	f.line("long %s = go_i;", lo)
-	f.line("long %s = go_i + 1;", hi)
-	f.block(lit.Body.List)
+	if v, body := f.elementLoop(lit, sig); v != nil {
+		// for i := lo; i < hi; i++ over a chunk of one element: i is go_i
+		f.line("long %s = go_i;", f.define(v, "go_e"))
+		f.block(body)
+	} else {
+		f.line("long %s = go_i;", lo)
+		f.line("long %s = go_i + 1;", hi)
+		f.block(lit.Body.List)
+	}
 	if f.chunkNext {
 		f.line("go_next: ;")
 	}
 	f.indent--
 	f.line("}")
 	f.inChunk = false
+}
+
+// elementLoop recognizes a ctx.For body that is one loop for i := lo;
+// i < hi; i++ whose body neither assigns i nor breaks or continues: over a
+// chunk of one element it runs once with i = lo, and is translated so
+// (drivers vectorize a work-item without a loop better).
+func (f *fn) elementLoop(lit *ast.FuncLit, sig *types.Signature) (*types.Var, []ast.Stmt) {
+	if len(lit.Body.List) != 1 {
+		return nil, nil
+	}
+	fs, ok := lit.Body.List[0].(*ast.ForStmt)
+	if !ok || fs.Init == nil || fs.Cond == nil || fs.Post == nil {
+		return nil, nil
+	}
+	info := f.info()
+	init, ok := fs.Init.(*ast.AssignStmt)
+	if !ok || init.Tok != token.DEFINE || len(init.Lhs) != 1 || len(init.Rhs) != 1 {
+		return nil, nil
+	}
+	id, _ := init.Lhs[0].(*ast.Ident)
+	lo, _ := init.Rhs[0].(*ast.Ident)
+	if id == nil || lo == nil || info.Uses[lo] != sig.Params().At(0) {
+		return nil, nil
+	}
+	v, _ := info.Defs[id].(*types.Var)
+	cond, ok := fs.Cond.(*ast.BinaryExpr)
+	if v == nil || !ok || cond.Op != token.LSS {
+		return nil, nil
+	}
+	cx, _ := cond.X.(*ast.Ident)
+	cy, _ := cond.Y.(*ast.Ident)
+	if cx == nil || cy == nil || info.Uses[cx] != v || info.Uses[cy] != sig.Params().At(1) {
+		return nil, nil
+	}
+	post, ok := fs.Post.(*ast.IncDecStmt)
+	if pi, _ := post.X.(*ast.Ident); !ok || post.Tok != token.INC || pi == nil || info.Uses[pi] != v {
+		return nil, nil
+	}
+	plain := true
+	ast.Inspect(fs.Body, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.BranchStmt, *ast.FuncLit:
+			plain = false
+		case *ast.AssignStmt:
+			for _, l := range n.Lhs {
+				if li, ok := l.(*ast.Ident); ok && info.Uses[li] == v {
+					plain = false
+				}
+			}
+		case *ast.IncDecStmt:
+			if li, ok := n.X.(*ast.Ident); ok && info.Uses[li] == v {
+				plain = false
+			}
+		}
+		return plain
+	})
+	if !plain {
+		return nil, nil
+	}
+	return v, fs.Body.List
 }
 
 func (f *fn) block(list []ast.Stmt) {

@@ -95,56 +95,50 @@ kernel void jacobi_band(global double *next, global double *cur, long cols, long
 	long go_t1 = (cols == -1 ? (long)(-(ulong)(go_len_next)) : (long)(go_len_next / cols));
 	go_fl = 2;
 	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long a = go_i;
-		long b = go_i + 1;
+		long r = go_i;
+		long go_t2 = (long)(((long)((ulong)(r) * (ulong)(cols))));
+		long go_t3 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(1L)))) * (ulong)(cols))));
+		if ((ulong)(go_t3) > (ulong)(go_len_cur)) { go_fault(go_f, 2, (long)(go_t3), (long)(go_len_cur), 1); return; }
+		if ((ulong)(go_t2) > (ulong)(go_t3)) { go_fault(go_f, 3, (long)(go_t2), (long)(go_t3), 1); return; }
+		global double *go_s4 = cur + go_t2;
+		long go_len_s4 = go_t3 - go_t2;
+		long go_t5 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(1L)))) * (ulong)(cols))));
+		long go_t6 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(2L)))) * (ulong)(cols))));
+		if ((ulong)(go_t6) > (ulong)(go_len_cur)) { go_fault(go_f, 4, (long)(go_t6), (long)(go_len_cur), 1); return; }
+		if ((ulong)(go_t5) > (ulong)(go_t6)) { go_fault(go_f, 5, (long)(go_t5), (long)(go_t6), 1); return; }
+		global double *go_s7 = cur + go_t5;
+		long go_len_s7 = go_t6 - go_t5;
+		long go_t8 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(2L)))) * (ulong)(cols))));
+		long go_t9 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(3L)))) * (ulong)(cols))));
+		if ((ulong)(go_t9) > (ulong)(go_len_cur)) { go_fault(go_f, 6, (long)(go_t9), (long)(go_len_cur), 1); return; }
+		if ((ulong)(go_t8) > (ulong)(go_t9)) { go_fault(go_f, 7, (long)(go_t8), (long)(go_t9), 1); return; }
+		global double *go_s10 = cur + go_t8;
+		long go_len_s10 = go_t9 - go_t8;
+		global double *up = go_s4;
+		long go_len_up = go_len_s4;
+		global double *row = go_s7;
+		long go_len_row = go_len_s7;
+		global double *down = go_s10;
+		long go_len_down = go_len_s10;
+		long go_t11 = (long)(((long)((ulong)(r) * (ulong)(cols))));
+		long go_t12 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(1L)))) * (ulong)(cols))));
+		if ((ulong)(go_t12) > (ulong)(go_len_next)) { go_fault(go_f, 8, (long)(go_t12), (long)(go_len_next), 1); return; }
+		if ((ulong)(go_t11) > (ulong)(go_t12)) { go_fault(go_f, 9, (long)(go_t11), (long)(go_t12), 1); return; }
+		global double *go_s13 = next + go_t11;
+		long go_len_s13 = go_t12 - go_t11;
+		global double *out = go_s13;
+		long go_len_out = go_len_s13;
 		{
-			long r = a;
-			for (; (r < b); r = ((long)((ulong)(r) + (ulong)(1)))) {
-				long go_t4 = (long)(((long)((ulong)(r) * (ulong)(cols))));
-				long go_t5 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(1L)))) * (ulong)(cols))));
-				if ((ulong)(go_t5) > (ulong)(go_len_cur)) { go_fault(go_f, 2, (long)(go_t5), (long)(go_len_cur), 1); return; }
-				if ((ulong)(go_t4) > (ulong)(go_t5)) { go_fault(go_f, 3, (long)(go_t4), (long)(go_t5), 1); return; }
-				global double *go_s6 = cur + go_t4;
-				long go_len_s6 = go_t5 - go_t4;
-				long go_t7 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(1L)))) * (ulong)(cols))));
-				long go_t8 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(2L)))) * (ulong)(cols))));
-				if ((ulong)(go_t8) > (ulong)(go_len_cur)) { go_fault(go_f, 4, (long)(go_t8), (long)(go_len_cur), 1); return; }
-				if ((ulong)(go_t7) > (ulong)(go_t8)) { go_fault(go_f, 5, (long)(go_t7), (long)(go_t8), 1); return; }
-				global double *go_s9 = cur + go_t7;
-				long go_len_s9 = go_t8 - go_t7;
-				long go_t10 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(2L)))) * (ulong)(cols))));
-				long go_t11 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(3L)))) * (ulong)(cols))));
-				if ((ulong)(go_t11) > (ulong)(go_len_cur)) { go_fault(go_f, 6, (long)(go_t11), (long)(go_len_cur), 1); return; }
-				if ((ulong)(go_t10) > (ulong)(go_t11)) { go_fault(go_f, 7, (long)(go_t10), (long)(go_t11), 1); return; }
-				global double *go_s12 = cur + go_t10;
-				long go_len_s12 = go_t11 - go_t10;
-				global double *up = go_s6;
-				long go_len_up = go_len_s6;
-				global double *row = go_s9;
-				long go_len_row = go_len_s9;
-				global double *down = go_s12;
-				long go_len_down = go_len_s12;
-				long go_t13 = (long)(((long)((ulong)(r) * (ulong)(cols))));
-				long go_t14 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(1L)))) * (ulong)(cols))));
-				if ((ulong)(go_t14) > (ulong)(go_len_next)) { go_fault(go_f, 8, (long)(go_t14), (long)(go_len_next), 1); return; }
-				if ((ulong)(go_t13) > (ulong)(go_t14)) { go_fault(go_f, 9, (long)(go_t13), (long)(go_t14), 1); return; }
-				global double *go_s15 = next + go_t13;
-				long go_len_s15 = go_t14 - go_t13;
-				global double *out = go_s15;
-				long go_len_out = go_len_s15;
-				{
-					long c = 1L;
-					for (; (c < ((long)((ulong)(cols) - (ulong)(1L)))); c = ((long)((ulong)(c) + (ulong)(1)))) {
-						if ((ulong)(c) >= (ulong)(go_len_up)) { go_fault(go_f, 10, (long)(c), (long)(go_len_up), 1); return; }
-						if ((ulong)(c) >= (ulong)(go_len_down)) { go_fault(go_f, 11, (long)(c), (long)(go_len_down), 1); return; }
-						long go_t18 = (long)(((long)((ulong)(c) - (ulong)(1L))));
-						if ((ulong)(go_t18) >= (ulong)(go_len_row)) { go_fault(go_f, 12, (long)(go_t18), (long)(go_len_row), 1); return; }
-						long go_t19 = (long)(((long)((ulong)(c) + (ulong)(1L))));
-						if ((ulong)(go_t19) >= (ulong)(go_len_row)) { go_fault(go_f, 13, (long)(go_t19), (long)(go_len_row), 1); return; }
-						if ((ulong)(c) >= (ulong)(go_len_out)) { go_fault(go_f, 14, (long)(c), (long)(go_len_out), 1); return; }
-						out[c] = (0.25 * (((up[c] + down[c]) + row[go_t18]) + row[go_t19]));
-					}
-				}
+			long c = 1L;
+			for (; (c < ((long)((ulong)(cols) - (ulong)(1L)))); c = ((long)((ulong)(c) + (ulong)(1)))) {
+				if ((ulong)(c) >= (ulong)(go_len_up)) { go_fault(go_f, 10, (long)(c), (long)(go_len_up), 1); return; }
+				if ((ulong)(c) >= (ulong)(go_len_down)) { go_fault(go_f, 11, (long)(c), (long)(go_len_down), 1); return; }
+				long go_t16 = (long)(((long)((ulong)(c) - (ulong)(1L))));
+				if ((ulong)(go_t16) >= (ulong)(go_len_row)) { go_fault(go_f, 12, (long)(go_t16), (long)(go_len_row), 1); return; }
+				long go_t17 = (long)(((long)((ulong)(c) + (ulong)(1L))));
+				if ((ulong)(go_t17) >= (ulong)(go_len_row)) { go_fault(go_f, 13, (long)(go_t17), (long)(go_len_row), 1); return; }
+				if ((ulong)(c) >= (ulong)(go_len_out)) { go_fault(go_f, 14, (long)(c), (long)(go_len_out), 1); return; }
+				out[c] = (0.25 * (((up[c] + down[c]) + row[go_t16]) + row[go_t17]));
 			}
 		}
 	}
@@ -158,33 +152,27 @@ kernel void jacobi_fill2(global double *u, global double *v, long first, long n,
 	long go_t1 = (n == -1 ? (long)(-(ulong)(go_len_u)) : (long)(go_len_u / n));
 	go_fl = 2;
 	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long a = go_i;
-		long b = go_i + 1;
+		long r = go_i;
 		{
-			long r = a;
-			for (; (r < b); r = ((long)((ulong)(r) + (ulong)(1)))) {
-				{
-					long go_t4 = n;
-					for (long go_k7 = 0; go_k7 < go_t4; go_k7++) {
-						long c = go_k7;
-						double go_t8 = go_fn_Initial(((long)((ulong)(first) + (ulong)(r))), c, n, go_f, &go_fl);
-						if (go_fl & 1) return;
-						long go_t9 = (long)(((long)((ulong)(((long)((ulong)(r) * (ulong)(n)))) + (ulong)(c))));
-						if ((ulong)(go_t9) >= (ulong)(go_len_u)) { go_fault(go_f, 16, (long)(go_t9), (long)(go_len_u), 1); return; }
-						u[go_t9] = go_t8;
-						long go_t10 = (long)(((long)((ulong)(((long)((ulong)(r) * (ulong)(n)))) + (ulong)(c))));
-						if ((ulong)(go_t10) >= (ulong)(go_len_u)) { go_fault(go_f, 17, (long)(go_t10), (long)(go_len_u), 1); return; }
-						long go_t11 = (long)(((long)((ulong)(((long)((ulong)(r) * (ulong)(n)))) + (ulong)(c))));
-						if ((ulong)(go_t11) >= (ulong)(go_len_v)) { go_fault(go_f, 18, (long)(go_t11), (long)(go_len_v), 1); return; }
-						v[go_t11] = u[go_t10];
-					}
-				}
+			long go_t2 = n;
+			for (long go_k5 = 0; go_k5 < go_t2; go_k5++) {
+				long c = go_k5;
+				double go_t6 = go_fn_Initial(((long)((ulong)(first) + (ulong)(r))), c, n, go_f, &go_fl);
+				if (go_fl & 1) return;
+				long go_t7 = (long)(((long)((ulong)(((long)((ulong)(r) * (ulong)(n)))) + (ulong)(c))));
+				if ((ulong)(go_t7) >= (ulong)(go_len_u)) { go_fault(go_f, 16, (long)(go_t7), (long)(go_len_u), 1); return; }
+				u[go_t7] = go_t6;
+				long go_t8 = (long)(((long)((ulong)(((long)((ulong)(r) * (ulong)(n)))) + (ulong)(c))));
+				if ((ulong)(go_t8) >= (ulong)(go_len_u)) { go_fault(go_f, 17, (long)(go_t8), (long)(go_len_u), 1); return; }
+				long go_t9 = (long)(((long)((ulong)(((long)((ulong)(r) * (ulong)(n)))) + (ulong)(c))));
+				if ((ulong)(go_t9) >= (ulong)(go_len_v)) { go_fault(go_f, 18, (long)(go_t9), (long)(go_len_v), 1); return; }
+				v[go_t9] = u[go_t8];
 			}
 		}
 	}
 }
 
-// jacobi_step is kernel "jacobi.step" (jacobi.go:32).
+// jacobi_step is kernel "jacobi.step" (jacobi.go:34).
 kernel void jacobi_step(global double *next, global double *cur, long cols, long rows, long go_len_next, long go_len_cur, global long *go_f)
 {
 	int go_fl = 0;
@@ -198,7 +186,7 @@ kernel void jacobi_step(global double *next, global double *cur, long cols, long
 	}
 }
 
-// jacobi_steprows is kernel "jacobi.steprows" (jacobi.go:39).
+// jacobi_steprows is kernel "jacobi.steprows" (jacobi.go:41).
 kernel void jacobi_steprows(global double *next, global double *cur, long cols, long lo, long hi, long go_len_next, long go_len_cur, global long *go_f)
 {
 	int go_fl = 0;
@@ -233,19 +221,19 @@ var zzOffloadSites = []string{
 	"any.go:32: index",
 	"any.go:33: index",
 	"any.go:33: index",
-	"jacobi.go:54: slice high",
-	"jacobi.go:54: slice low",
-	"jacobi.go:54: slice high",
-	"jacobi.go:54: slice low",
-	"jacobi.go:54: slice high",
-	"jacobi.go:54: slice low",
-	"jacobi.go:55: slice high",
-	"jacobi.go:55: slice low",
-	"jacobi.go:57: index",
-	"jacobi.go:57: index",
-	"jacobi.go:57: index",
-	"jacobi.go:57: index",
-	"jacobi.go:57: index",
+	"jacobi.go:56: slice high",
+	"jacobi.go:56: slice low",
+	"jacobi.go:56: slice high",
+	"jacobi.go:56: slice low",
+	"jacobi.go:56: slice high",
+	"jacobi.go:56: slice low",
+	"jacobi.go:57: slice high",
+	"jacobi.go:57: slice low",
+	"jacobi.go:59: index",
+	"jacobi.go:59: index",
+	"jacobi.go:59: index",
+	"jacobi.go:59: index",
+	"jacobi.go:59: index",
 }
 
 func init() {

@@ -5,19 +5,17 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"testing"
 	"unsafe"
 
 	"github.com/goffload/offload"
-	"github.com/goffload/offload/internal/kernelgen"
 	"github.com/goffload/offload/internal/opencltest"
 )
 
 // start starts a host device (0) and an OpenCL device (1), mandatory: the
 // OpenCL device runs no Go, so a kernel that ran there ran its generated C.
-func start(t *testing.T) (host, cl offload.Device) {
+func start(t testing.TB) (host, cl offload.Device) {
 	t.Helper()
 	opencltest.Need(t)
 	if err := offload.Start(offload.WithDevices("host,opencl:0"), offload.WithOffload("MANDATORY")); err != nil {
@@ -29,25 +27,6 @@ func start(t *testing.T) (host, cl offload.Device) {
 		}
 	})
 	return offload.On(0), offload.On(1)
-}
-
-// TestGeneratedUpToDate: the committed zz_offload_gen.go is what
-// goffload-gen makes of kernels.go now, and every kernel was translated.
-func TestGeneratedUpToDate(t *testing.T) {
-	res, err := kernelgen.Generate(".", kernelgen.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range res.Refused {
-		t.Errorf("refused: %v", r)
-	}
-	old, err := os.ReadFile(kernelgen.DefaultOutput)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(old, res.Go) {
-		t.Errorf("%s is stale: run go generate in internal/kernelgen/gentest", kernelgen.DefaultOutput)
-	}
 }
 
 func bytesOf[T any](s []T) []byte {

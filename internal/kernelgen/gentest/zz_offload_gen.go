@@ -25,9 +25,64 @@ static inline long go_shl_long(long x, ulong s) { return s >= 64 ? (long)0 : (lo
 static inline int go_shr_int(int x, ulong s) { return (int)(x >> (s >= 32 ? 31 : s)); }
 static inline long go_shr_long(long x, ulong s) { return (long)(x >> (s >= 64 ? 63 : s)); }
 static inline ushort go_shr_ushort(ushort x, ulong s) { return s >= 16 ? (ushort)0 : (ushort)(x >> s); }
+static void go_fn_stepRows(global double *next, long go_len_next, global double *cur, long go_len_cur, long cols, long lo, long hi, global long *go_f, int *go_fl);
 static int go_fn_collatz(long x, int limit, global long *go_f, int *go_fl);
 static long go_fn_mandel(double re, double im, long limit, global long *go_f, int *go_fl);
 static float go_fn_at(global float *x, long go_len_x, long i, global long *go_f, int *go_fl);
+
+static void go_fn_stepRows(global double *next, long go_len_next, global double *cur, long go_len_cur, long cols, long lo, long hi, global long *go_f, int *go_fl)
+{
+	{
+		long r = lo;
+		for (; (r < hi); r = ((long)((ulong)(r) + (ulong)(1)))) {
+			long go_t3 = (long)(((long)((ulong)(r) * (ulong)(cols))));
+			long go_t4 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(1L)))) * (ulong)(cols))));
+			if ((ulong)(go_t4) > (ulong)(go_len_cur)) { go_fault(go_f, 3, (long)(go_t4), (long)(go_len_cur), *go_fl >> 1); *go_fl |= 1; return; }
+			if ((ulong)(go_t3) > (ulong)(go_t4)) { go_fault(go_f, 4, (long)(go_t3), (long)(go_t4), *go_fl >> 1); *go_fl |= 1; return; }
+			global double *go_s5 = cur + go_t3;
+			long go_len_s5 = go_t4 - go_t3;
+			long go_t6 = (long)(((long)((ulong)(((long)((ulong)(r) - (ulong)(1L)))) * (ulong)(cols))));
+			long go_t7 = (long)(((long)((ulong)(r) * (ulong)(cols))));
+			if ((ulong)(go_t7) > (ulong)(go_len_cur)) { go_fault(go_f, 5, (long)(go_t7), (long)(go_len_cur), *go_fl >> 1); *go_fl |= 1; return; }
+			if ((ulong)(go_t6) > (ulong)(go_t7)) { go_fault(go_f, 6, (long)(go_t6), (long)(go_t7), *go_fl >> 1); *go_fl |= 1; return; }
+			global double *go_s8 = cur + go_t6;
+			long go_len_s8 = go_t7 - go_t6;
+			long go_t9 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(1L)))) * (ulong)(cols))));
+			long go_t10 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(2L)))) * (ulong)(cols))));
+			if ((ulong)(go_t10) > (ulong)(go_len_cur)) { go_fault(go_f, 7, (long)(go_t10), (long)(go_len_cur), *go_fl >> 1); *go_fl |= 1; return; }
+			if ((ulong)(go_t9) > (ulong)(go_t10)) { go_fault(go_f, 8, (long)(go_t9), (long)(go_t10), *go_fl >> 1); *go_fl |= 1; return; }
+			global double *go_s11 = cur + go_t9;
+			long go_len_s11 = go_t10 - go_t9;
+			global double *row = go_s5;
+			long go_len_row = go_len_s5;
+			global double *up = go_s8;
+			long go_len_up = go_len_s8;
+			global double *down = go_s11;
+			long go_len_down = go_len_s11;
+			long go_t12 = (long)(((long)((ulong)(r) * (ulong)(cols))));
+			long go_t13 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(1L)))) * (ulong)(cols))));
+			if ((ulong)(go_t13) > (ulong)(go_len_next)) { go_fault(go_f, 9, (long)(go_t13), (long)(go_len_next), *go_fl >> 1); *go_fl |= 1; return; }
+			if ((ulong)(go_t12) > (ulong)(go_t13)) { go_fault(go_f, 10, (long)(go_t12), (long)(go_t13), *go_fl >> 1); *go_fl |= 1; return; }
+			global double *go_s14 = next + go_t12;
+			long go_len_s14 = go_t13 - go_t12;
+			global double *out = go_s14;
+			long go_len_out = go_len_s14;
+			{
+				long c = 1L;
+				for (; (c < ((long)((ulong)(cols) - (ulong)(1L)))); c = ((long)((ulong)(c) + (ulong)(1)))) {
+					if ((ulong)(c) >= (ulong)(go_len_up)) { go_fault(go_f, 11, (long)(c), (long)(go_len_up), *go_fl >> 1); *go_fl |= 1; return; }
+					if ((ulong)(c) >= (ulong)(go_len_down)) { go_fault(go_f, 12, (long)(c), (long)(go_len_down), *go_fl >> 1); *go_fl |= 1; return; }
+					long go_t17 = (long)(((long)((ulong)(c) - (ulong)(1L))));
+					if ((ulong)(go_t17) >= (ulong)(go_len_row)) { go_fault(go_f, 13, (long)(go_t17), (long)(go_len_row), *go_fl >> 1); *go_fl |= 1; return; }
+					long go_t18 = (long)(((long)((ulong)(c) + (ulong)(1L))));
+					if ((ulong)(go_t18) >= (ulong)(go_len_row)) { go_fault(go_f, 14, (long)(go_t18), (long)(go_len_row), *go_fl >> 1); *go_fl |= 1; return; }
+					if ((ulong)(c) >= (ulong)(go_len_out)) { go_fault(go_f, 15, (long)(c), (long)(go_len_out), *go_fl >> 1); *go_fl |= 1; return; }
+					out[c] = (0.25 * (((up[c] + down[c]) + row[go_t17]) + row[go_t18]));
+				}
+			}
+		}
+	}
+}
 
 static int go_fn_collatz(long x, int limit, global long *go_f, int *go_fl)
 {
@@ -83,8 +138,36 @@ static long go_fn_mandel(double re, double im, long limit, global long *go_f, in
 
 static float go_fn_at(global float *x, long go_len_x, long i, global long *go_f, int *go_fl)
 {
-	if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 84, (long)(i), (long)(go_len_x), *go_fl >> 1); *go_fl |= 1; return 0.0f; }
+	if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 99, (long)(i), (long)(go_len_x), *go_fl >> 1); *go_fl |= 1; return 0.0f; }
 	return x[i];
+}
+
+// gentest_saxpy is kernel "gentest.saxpy" (costs.go:7).
+kernel void gentest_saxpy(long n, float a, global float *x, global float *y, long go_len_x, long go_len_y, global long *go_f)
+{
+	int go_fl = 0;
+	long go_t1 = n;
+	go_fl = 2;
+	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+		long i = go_i;
+		if ((ulong)(i) >= (ulong)(go_len_y)) { go_fault(go_f, 1, (long)(i), (long)(go_len_y), 1); return; }
+		if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 2, (long)(i), (long)(go_len_x), 1); return; }
+		y[i] = (y[i] + (a * x[i]));
+	}
+}
+
+// gentest_jacobi is kernel "gentest.jacobi" (costs.go:16).
+kernel void gentest_jacobi(global double *next, global double *cur, long cols, long rows, long go_len_next, long go_len_cur, global long *go_f)
+{
+	int go_fl = 0;
+	long go_t1 = rows;
+	go_fl = 2;
+	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+		long lo = go_i;
+		long hi = go_i + 1;
+		go_fn_stepRows(next, go_len_next, cur, go_len_cur, cols, ((long)((ulong)(lo) + (ulong)(1L))), ((long)((ulong)(hi) + (ulong)(1L))), go_f, &go_fl);
+		if (go_fl & 1) return;
+	}
 }
 
 // int32ops is kernel "int32ops" (kernels.go:17).
@@ -94,59 +177,53 @@ kernel void int32ops(global int *a, global int *b, global int *out, long go_len_
 	long go_t1 = go_len_a;
 	go_fl = 2;
 	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long lo = go_i;
-		long hi = go_i + 1;
+		long i = go_i;
+		if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 16, (long)(i), (long)(go_len_a), 1); return; }
+		int go_t2 = a[i];
+		if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 17, (long)(i), (long)(go_len_b), 1); return; }
+		int go_t3 = b[i];
+		int x = go_t2;
+		int y = go_t3;
+		long go_t4 = (long)(((long)((ulong)(8L) * (ulong)(i))));
+		if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 18, (long)(go_t4), (long)(go_len_out), 1); return; }
+		out[go_t4] = ((int)((uint)(x) + (uint)(y)));
+		long go_t5 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
+		if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 19, (long)(go_t5), (long)(go_len_out), 1); return; }
+		out[go_t5] = ((int)((uint)(x) - (uint)(((int)((uint)(y) * (uint)(3))))));
+		long go_t6 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
+		if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 20, (long)(go_t6), (long)(go_len_out), 1); return; }
+		out[go_t6] = ((int)((uint)(x) * (uint)(y)));
 		{
-			long i = lo;
-			for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-				if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 1, (long)(i), (long)(go_len_a), 1); return; }
-				int go_t4 = a[i];
-				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 2, (long)(i), (long)(go_len_b), 1); return; }
-				int go_t5 = b[i];
-				int x = go_t4;
-				int y = go_t5;
-				long go_t6 = (long)(((long)((ulong)(8L) * (ulong)(i))));
-				if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 3, (long)(go_t6), (long)(go_len_out), 1); return; }
-				out[go_t6] = ((int)((uint)(x) + (uint)(y)));
-				long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
-				if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 4, (long)(go_t7), (long)(go_len_out), 1); return; }
-				out[go_t7] = ((int)((uint)(x) - (uint)(((int)((uint)(y) * (uint)(3))))));
-				long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
-				if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 5, (long)(go_t8), (long)(go_len_out), 1); return; }
-				out[go_t8] = ((int)((uint)(x) * (uint)(y)));
-				{
-					if ((y != 0)) {
-						if (y == 0) { go_fault(go_f, 6, (long)(0), (long)(0), 1); return; }
-						long go_t9 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-						if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 7, (long)(go_t9), (long)(go_len_out), 1); return; }
-						out[go_t9] = (y == -1 ? (int)(-(uint)(x)) : (int)(x / y));
-						if (y == 0) { go_fault(go_f, 8, (long)(0), (long)(0), 1); return; }
-						long go_t10 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-						if ((ulong)(go_t10) >= (ulong)(go_len_out)) { go_fault(go_f, 9, (long)(go_t10), (long)(go_len_out), 1); return; }
-						out[go_t10] = (y == -1 ? (int)0 : (int)(x % y));
-					} else {
-						int go_t11 = 0;
-						int go_t12 = 0;
-						long go_t13 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-						if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 10, (long)(go_t13), (long)(go_len_out), 1); return; }
-						out[go_t13] = go_t11;
-						long go_t14 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-						if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 11, (long)(go_t14), (long)(go_len_out), 1); return; }
-						out[go_t14] = go_t12;
-					}
-				}
-				ulong s = ((ulong)(((int)(y & 63))));
-				long go_t15 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
-				if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 12, (long)(go_t15), (long)(go_len_out), 1); return; }
-				out[go_t15] = go_shl_int(x, (ulong)(s));
-				long go_t16 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
-				if ((ulong)(go_t16) >= (ulong)(go_len_out)) { go_fault(go_f, 13, (long)(go_t16), (long)(go_len_out), 1); return; }
-				out[go_t16] = go_shr_int(x, (ulong)(s));
-				long go_t17 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
-				if ((ulong)(go_t17) >= (ulong)(go_len_out)) { go_fault(go_f, 14, (long)(go_t17), (long)(go_len_out), 1); return; }
-				out[go_t17] = ((int)((uint)(((int)(((int)(x & ~y)) ^ ((int)(x | y))))) + (uint)(((int)(-(uint)(x))))));
+			if ((y != 0)) {
+				if (y == 0) { go_fault(go_f, 21, (long)(0), (long)(0), 1); return; }
+				long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
+				if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 22, (long)(go_t7), (long)(go_len_out), 1); return; }
+				out[go_t7] = (y == -1 ? (int)(-(uint)(x)) : (int)(x / y));
+				if (y == 0) { go_fault(go_f, 23, (long)(0), (long)(0), 1); return; }
+				long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
+				if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 24, (long)(go_t8), (long)(go_len_out), 1); return; }
+				out[go_t8] = (y == -1 ? (int)0 : (int)(x % y));
+			} else {
+				int go_t9 = 0;
+				int go_t10 = 0;
+				long go_t11 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
+				if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 25, (long)(go_t11), (long)(go_len_out), 1); return; }
+				out[go_t11] = go_t9;
+				long go_t12 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
+				if ((ulong)(go_t12) >= (ulong)(go_len_out)) { go_fault(go_f, 26, (long)(go_t12), (long)(go_len_out), 1); return; }
+				out[go_t12] = go_t10;
 			}
 		}
+		ulong s = ((ulong)(((int)(y & 63))));
+		long go_t13 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
+		if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 27, (long)(go_t13), (long)(go_len_out), 1); return; }
+		out[go_t13] = go_shl_int(x, (ulong)(s));
+		long go_t14 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
+		if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 28, (long)(go_t14), (long)(go_len_out), 1); return; }
+		out[go_t14] = go_shr_int(x, (ulong)(s));
+		long go_t15 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
+		if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 29, (long)(go_t15), (long)(go_len_out), 1); return; }
+		out[go_t15] = ((int)((uint)(((int)(((int)(x & ~y)) ^ ((int)(x | y))))) + (uint)(((int)(-(uint)(x))))));
 	}
 }
 
@@ -157,63 +234,57 @@ kernel void int64ops(global long *a, global long *b, global long *out, long go_l
 	long go_t1 = go_len_a;
 	go_fl = 2;
 	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long lo = go_i;
-		long hi = go_i + 1;
+		long i = go_i;
+		if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 30, (long)(i), (long)(go_len_a), 1); return; }
+		long go_t2 = a[i];
+		if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 31, (long)(i), (long)(go_len_b), 1); return; }
+		long go_t3 = b[i];
+		long x = go_t2;
+		long y = go_t3;
+		long go_t4 = (long)(((long)((ulong)(8L) * (ulong)(i))));
+		if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 32, (long)(go_t4), (long)(go_len_out), 1); return; }
+		out[go_t4] = ((long)((ulong)(x) + (ulong)(y)));
+		long go_t5 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
+		if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 33, (long)(go_t5), (long)(go_len_out), 1); return; }
+		out[go_t5] = ((long)((ulong)(x) - (ulong)(y)));
+		long go_t6 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
+		if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 34, (long)(go_t6), (long)(go_len_out), 1); return; }
+		out[go_t6] = ((long)((ulong)(x) * (ulong)(y)));
 		{
-			long i = lo;
-			for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-				if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 15, (long)(i), (long)(go_len_a), 1); return; }
-				long go_t4 = a[i];
-				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 16, (long)(i), (long)(go_len_b), 1); return; }
-				long go_t5 = b[i];
-				long x = go_t4;
-				long y = go_t5;
-				long go_t6 = (long)(((long)((ulong)(8L) * (ulong)(i))));
-				if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 17, (long)(go_t6), (long)(go_len_out), 1); return; }
-				out[go_t6] = ((long)((ulong)(x) + (ulong)(y)));
-				long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
-				if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 18, (long)(go_t7), (long)(go_len_out), 1); return; }
-				out[go_t7] = ((long)((ulong)(x) - (ulong)(y)));
-				long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
-				if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 19, (long)(go_t8), (long)(go_len_out), 1); return; }
-				out[go_t8] = ((long)((ulong)(x) * (ulong)(y)));
-				{
-					if ((y != 0L)) {
-						if (y == 0) { go_fault(go_f, 20, (long)(0), (long)(0), 1); return; }
-						long go_t9 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-						if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 21, (long)(go_t9), (long)(go_len_out), 1); return; }
-						out[go_t9] = (y == -1 ? (long)(-(ulong)(x)) : (long)(x / y));
-						if (y == 0) { go_fault(go_f, 22, (long)(0), (long)(0), 1); return; }
-						long go_t10 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-						if ((ulong)(go_t10) >= (ulong)(go_len_out)) { go_fault(go_f, 23, (long)(go_t10), (long)(go_len_out), 1); return; }
-						out[go_t10] = (y == -1 ? (long)0 : (long)(x % y));
-					} else {
-						long go_t11 = 0L;
-						long go_t12 = 0L;
-						long go_t13 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-						if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 24, (long)(go_t13), (long)(go_len_out), 1); return; }
-						out[go_t13] = go_t11;
-						long go_t14 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-						if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 25, (long)(go_t14), (long)(go_len_out), 1); return; }
-						out[go_t14] = go_t12;
-					}
-				}
-				long s = ((long)(y & 127L));
-				if (s < 0) { go_fault(go_f, 26, (long)(s), (long)(0), 1); return; }
-				long go_t15 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
-				if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 27, (long)(go_t15), (long)(go_len_out), 1); return; }
-				out[go_t15] = go_shl_long(x, (ulong)(s));
-				if (s < 0) { go_fault(go_f, 28, (long)(s), (long)(0), 1); return; }
-				long go_t16 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
-				if ((ulong)(go_t16) >= (ulong)(go_len_out)) { go_fault(go_f, 29, (long)(go_t16), (long)(go_len_out), 1); return; }
-				out[go_t16] = go_shr_long(x, (ulong)(s));
-				long go_t17 = ((long)((ulong)(s) + (ulong)(60L)));
-				if (go_t17 < 0) { go_fault(go_f, 30, (long)(go_t17), (long)(0), 1); return; }
-				long go_t18 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
-				if ((ulong)(go_t18) >= (ulong)(go_len_out)) { go_fault(go_f, 31, (long)(go_t18), (long)(go_len_out), 1); return; }
-				out[go_t18] = ((long)(((long)(((long)(~x)) ^ ((long)((ulong)(y) << 3)))) ^ go_shr_long(y, (ulong)(go_t17))));
+			if ((y != 0L)) {
+				if (y == 0) { go_fault(go_f, 35, (long)(0), (long)(0), 1); return; }
+				long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
+				if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 36, (long)(go_t7), (long)(go_len_out), 1); return; }
+				out[go_t7] = (y == -1 ? (long)(-(ulong)(x)) : (long)(x / y));
+				if (y == 0) { go_fault(go_f, 37, (long)(0), (long)(0), 1); return; }
+				long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
+				if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 38, (long)(go_t8), (long)(go_len_out), 1); return; }
+				out[go_t8] = (y == -1 ? (long)0 : (long)(x % y));
+			} else {
+				long go_t9 = 0L;
+				long go_t10 = 0L;
+				long go_t11 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
+				if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 39, (long)(go_t11), (long)(go_len_out), 1); return; }
+				out[go_t11] = go_t9;
+				long go_t12 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
+				if ((ulong)(go_t12) >= (ulong)(go_len_out)) { go_fault(go_f, 40, (long)(go_t12), (long)(go_len_out), 1); return; }
+				out[go_t12] = go_t10;
 			}
 		}
+		long s = ((long)(y & 127L));
+		if (s < 0) { go_fault(go_f, 41, (long)(s), (long)(0), 1); return; }
+		long go_t13 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
+		if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 42, (long)(go_t13), (long)(go_len_out), 1); return; }
+		out[go_t13] = go_shl_long(x, (ulong)(s));
+		if (s < 0) { go_fault(go_f, 43, (long)(s), (long)(0), 1); return; }
+		long go_t14 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
+		if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 44, (long)(go_t14), (long)(go_len_out), 1); return; }
+		out[go_t14] = go_shr_long(x, (ulong)(s));
+		long go_t15 = ((long)((ulong)(s) + (ulong)(60L)));
+		if (go_t15 < 0) { go_fault(go_f, 45, (long)(go_t15), (long)(0), 1); return; }
+		long go_t16 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
+		if ((ulong)(go_t16) >= (ulong)(go_len_out)) { go_fault(go_f, 46, (long)(go_t16), (long)(go_len_out), 1); return; }
+		out[go_t16] = ((long)(((long)(((long)(~x)) ^ ((long)((ulong)(y) << 3)))) ^ go_shr_long(y, (ulong)(go_t15))));
 	}
 }
 
@@ -224,42 +295,36 @@ kernel void smallops(global char *a, global ushort *b, global long *out, long go
 	long go_t1 = go_len_a;
 	go_fl = 2;
 	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long lo = go_i;
-		long hi = go_i + 1;
+		long i = go_i;
+		if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 47, (long)(i), (long)(go_len_a), 1); return; }
+		char go_t2 = a[i];
+		if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 48, (long)(i), (long)(go_len_b), 1); return; }
+		ushort go_t3 = b[i];
+		char x = go_t2;
+		ushort y = go_t3;
+		char x2 = ((char)((uint)(((char)((uint)(x) * (uint)(x)))) * (uint)(((char)3))));
+		ushort y2 = ((ushort)((uint)(((ushort)((uint)(y) * (uint)(y)))) * (uint)(((ushort)7U))));
+		char q = ((char)-128);
 		{
-			long i = lo;
-			for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-				if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 32, (long)(i), (long)(go_len_a), 1); return; }
-				char go_t4 = a[i];
-				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 33, (long)(i), (long)(go_len_b), 1); return; }
-				ushort go_t5 = b[i];
-				char x = go_t4;
-				ushort y = go_t5;
-				char x2 = ((char)((uint)(((char)((uint)(x) * (uint)(x)))) * (uint)(((char)3))));
-				ushort y2 = ((ushort)((uint)(((ushort)((uint)(y) * (uint)(y)))) * (uint)(((ushort)7U))));
-				char q = ((char)-128);
-				{
-					if ((x != ((char)0))) {
-						if (x == 0) { go_fault(go_f, 34, (long)(0), (long)(0), 1); return; }
-						q = (x == -1 ? (char)(-(uint)(q)) : (char)(q / x));
-					}
-				}
-				long go_t6 = (long)(((long)((ulong)(4L) * (ulong)(i))));
-				if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 35, (long)(go_t6), (long)(go_len_out), 1); return; }
-				out[go_t6] = ((long)(x2));
-				long go_t7 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(1L))));
-				if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 36, (long)(go_t7), (long)(go_len_out), 1); return; }
-				out[go_t7] = ((long)(y2));
-				ulong go_t8 = ((ulong)(((ulong)(y)) & 15UL));
-				long go_t9 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(2L))));
-				if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 37, (long)(go_t9), (long)(go_len_out), 1); return; }
-				out[go_t9] = ((long)((ulong)(((long)(q))) + (ulong)(((long)(go_shl_char(x, (ulong)(go_t8)))))));
-				ulong go_t10 = ((ulong)(((ulong)(x)) & 31UL));
-				long go_t11 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(3L))));
-				if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 38, (long)(go_t11), (long)(go_len_out), 1); return; }
-				out[go_t11] = ((long)((ulong)(((long)(((uchar)(((uchar)(x)) >> 3))))) + (ulong)(((long)(go_shr_ushort(y, (ulong)(go_t10)))))));
+			if ((x != ((char)0))) {
+				if (x == 0) { go_fault(go_f, 49, (long)(0), (long)(0), 1); return; }
+				q = (x == -1 ? (char)(-(uint)(q)) : (char)(q / x));
 			}
 		}
+		long go_t4 = (long)(((long)((ulong)(4L) * (ulong)(i))));
+		if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 50, (long)(go_t4), (long)(go_len_out), 1); return; }
+		out[go_t4] = ((long)(x2));
+		long go_t5 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(1L))));
+		if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 51, (long)(go_t5), (long)(go_len_out), 1); return; }
+		out[go_t5] = ((long)(y2));
+		ulong go_t6 = ((ulong)(((ulong)(y)) & 15UL));
+		long go_t7 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(2L))));
+		if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 52, (long)(go_t7), (long)(go_len_out), 1); return; }
+		out[go_t7] = ((long)((ulong)(((long)(q))) + (ulong)(((long)(go_shl_char(x, (ulong)(go_t6)))))));
+		ulong go_t8 = ((ulong)(((ulong)(x)) & 31UL));
+		long go_t9 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(3L))));
+		if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 53, (long)(go_t9), (long)(go_len_out), 1); return; }
+		out[go_t9] = ((long)((ulong)(((long)(((uchar)(((uchar)(x)) >> 3))))) + (ulong)(((long)(go_shr_ushort(y, (ulong)(go_t8)))))));
 	}
 }
 
@@ -270,43 +335,37 @@ kernel void floatops(global float *a, global float *b, global float *out, long g
 	long go_t1 = go_len_a;
 	go_fl = 2;
 	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long lo = go_i;
-		long hi = go_i + 1;
-		{
-			long i = lo;
-			for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-				if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 39, (long)(i), (long)(go_len_a), 1); return; }
-				float go_t4 = a[i];
-				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 40, (long)(i), (long)(go_len_b), 1); return; }
-				float go_t5 = b[i];
-				float x = go_t4;
-				float y = go_t5;
-				long go_t6 = (long)(((long)((ulong)(8L) * (ulong)(i))));
-				if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 41, (long)(go_t6), (long)(go_len_out), 1); return; }
-				out[go_t6] = (x + y);
-				long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
-				if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 42, (long)(go_t7), (long)(go_len_out), 1); return; }
-				out[go_t7] = (x - y);
-				long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
-				if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 43, (long)(go_t8), (long)(go_len_out), 1); return; }
-				out[go_t8] = (x * y);
-				long go_t9 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-				if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 44, (long)(go_t9), (long)(go_len_out), 1); return; }
-				out[go_t9] = (x / y);
-				long go_t10 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-				if ((ulong)(go_t10) >= (ulong)(go_len_out)) { go_fault(go_f, 45, (long)(go_t10), (long)(go_len_out), 1); return; }
-				out[go_t10] = ((float)(sqrt(((double)(x)))));
-				long go_t11 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
-				if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 46, (long)(go_t11), (long)(go_len_out), 1); return; }
-				out[go_t11] = go_min_float(x, y);
-				long go_t12 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
-				if ((ulong)(go_t12) >= (ulong)(go_len_out)) { go_fault(go_f, 47, (long)(go_t12), (long)(go_len_out), 1); return; }
-				out[go_t12] = go_max_float(go_max_float(x, y), 0.5f);
-				long go_t13 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
-				if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 48, (long)(go_t13), (long)(go_len_out), 1); return; }
-				out[go_t13] = ((x * y) + x);
-			}
-		}
+		long i = go_i;
+		if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 54, (long)(i), (long)(go_len_a), 1); return; }
+		float go_t2 = a[i];
+		if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 55, (long)(i), (long)(go_len_b), 1); return; }
+		float go_t3 = b[i];
+		float x = go_t2;
+		float y = go_t3;
+		long go_t4 = (long)(((long)((ulong)(8L) * (ulong)(i))));
+		if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 56, (long)(go_t4), (long)(go_len_out), 1); return; }
+		out[go_t4] = (x + y);
+		long go_t5 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
+		if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 57, (long)(go_t5), (long)(go_len_out), 1); return; }
+		out[go_t5] = (x - y);
+		long go_t6 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
+		if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 58, (long)(go_t6), (long)(go_len_out), 1); return; }
+		out[go_t6] = (x * y);
+		long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
+		if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 59, (long)(go_t7), (long)(go_len_out), 1); return; }
+		out[go_t7] = (x / y);
+		long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
+		if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 60, (long)(go_t8), (long)(go_len_out), 1); return; }
+		out[go_t8] = ((float)(sqrt(((double)(x)))));
+		long go_t9 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
+		if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 61, (long)(go_t9), (long)(go_len_out), 1); return; }
+		out[go_t9] = go_min_float(x, y);
+		long go_t10 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
+		if ((ulong)(go_t10) >= (ulong)(go_len_out)) { go_fault(go_f, 62, (long)(go_t10), (long)(go_len_out), 1); return; }
+		out[go_t10] = go_max_float(go_max_float(x, y), 0.5f);
+		long go_t11 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
+		if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 63, (long)(go_t11), (long)(go_len_out), 1); return; }
+		out[go_t11] = ((x * y) + x);
 	}
 }
 
@@ -317,43 +376,37 @@ kernel void doubleops(global double *a, global double *b, global double *out, lo
 	long go_t1 = go_len_a;
 	go_fl = 2;
 	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long lo = go_i;
-		long hi = go_i + 1;
-		{
-			long i = lo;
-			for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-				if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 49, (long)(i), (long)(go_len_a), 1); return; }
-				double go_t4 = a[i];
-				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 50, (long)(i), (long)(go_len_b), 1); return; }
-				double go_t5 = b[i];
-				double x = go_t4;
-				double y = go_t5;
-				long go_t6 = (long)(((long)((ulong)(8L) * (ulong)(i))));
-				if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 51, (long)(go_t6), (long)(go_len_out), 1); return; }
-				out[go_t6] = ((x * y) - (x / y));
-				long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
-				if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 52, (long)(go_t7), (long)(go_len_out), 1); return; }
-				out[go_t7] = sqrt(fabs(x));
-				long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
-				if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 53, (long)(go_t8), (long)(go_len_out), 1); return; }
-				out[go_t8] = ((floor(x) + (ceil(y) * 2.0)) + trunc((x * y)));
-				long go_t9 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-				if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 54, (long)(go_t9), (long)(go_len_out), 1); return; }
-				out[go_t9] = ((isinf(x) && x > 0) || (isinf(y) && y > 0) ? INFINITY : go_max_double(x, y));
-				long go_t10 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-				if ((ulong)(go_t10) >= (ulong)(go_len_out)) { go_fault(go_f, 55, (long)(go_t10), (long)(go_len_out), 1); return; }
-				out[go_t10] = ((isinf(x) && x < 0) || (isinf(y) && y < 0) ? (-INFINITY) : go_min_double(x, y));
-				long go_t11 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
-				if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 56, (long)(go_t11), (long)(go_len_out), 1); return; }
-				out[go_t11] = copysign(x, y);
-				long go_t12 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
-				if ((ulong)(go_t12) >= (ulong)(go_len_out)) { go_fault(go_f, 57, (long)(go_t12), (long)(go_len_out), 1); return; }
-				out[go_t12] = as_double(((ulong)(as_ulong(x) ^ 1UL)));
-				long go_t13 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
-				if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 58, (long)(go_t13), (long)(go_len_out), 1); return; }
-				out[go_t13] = (((double)(((float)(x)))) + ((double)(((int)(y)))));
-			}
-		}
+		long i = go_i;
+		if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 64, (long)(i), (long)(go_len_a), 1); return; }
+		double go_t2 = a[i];
+		if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 65, (long)(i), (long)(go_len_b), 1); return; }
+		double go_t3 = b[i];
+		double x = go_t2;
+		double y = go_t3;
+		long go_t4 = (long)(((long)((ulong)(8L) * (ulong)(i))));
+		if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 66, (long)(go_t4), (long)(go_len_out), 1); return; }
+		out[go_t4] = ((x * y) - (x / y));
+		long go_t5 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
+		if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 67, (long)(go_t5), (long)(go_len_out), 1); return; }
+		out[go_t5] = sqrt(fabs(x));
+		long go_t6 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
+		if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 68, (long)(go_t6), (long)(go_len_out), 1); return; }
+		out[go_t6] = ((floor(x) + (ceil(y) * 2.0)) + trunc((x * y)));
+		long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
+		if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 69, (long)(go_t7), (long)(go_len_out), 1); return; }
+		out[go_t7] = ((isinf(x) && x > 0) || (isinf(y) && y > 0) ? INFINITY : go_max_double(x, y));
+		long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
+		if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 70, (long)(go_t8), (long)(go_len_out), 1); return; }
+		out[go_t8] = ((isinf(x) && x < 0) || (isinf(y) && y < 0) ? (-INFINITY) : go_min_double(x, y));
+		long go_t9 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
+		if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 71, (long)(go_t9), (long)(go_len_out), 1); return; }
+		out[go_t9] = copysign(x, y);
+		long go_t10 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
+		if ((ulong)(go_t10) >= (ulong)(go_len_out)) { go_fault(go_f, 72, (long)(go_t10), (long)(go_len_out), 1); return; }
+		out[go_t10] = as_double(((ulong)(as_ulong(x) ^ 1UL)));
+		long go_t11 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
+		if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 73, (long)(go_t11), (long)(go_len_out), 1); return; }
+		out[go_t11] = (((double)(((float)(x)))) + ((double)(((int)(y)))));
 	}
 }
 
@@ -364,18 +417,12 @@ kernel void collatz(int limit, global long *x, global int *steps, long go_len_x,
 	long go_t1 = go_len_x;
 	go_fl = 2;
 	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long lo = go_i;
-		long hi = go_i + 1;
-		{
-			long i = lo;
-			for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-				if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 59, (long)(i), (long)(go_len_x), 1); return; }
-				int go_t4 = go_fn_collatz(x[i], limit, go_f, &go_fl);
-				if (go_fl & 1) return;
-				if ((ulong)(i) >= (ulong)(go_len_steps)) { go_fault(go_f, 60, (long)(i), (long)(go_len_steps), 1); return; }
-				steps[i] = go_t4;
-			}
-		}
+		long i = go_i;
+		if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 74, (long)(i), (long)(go_len_x), 1); return; }
+		int go_t2 = go_fn_collatz(x[i], limit, go_f, &go_fl);
+		if (go_fl & 1) return;
+		if ((ulong)(i) >= (ulong)(go_len_steps)) { go_fault(go_f, 75, (long)(i), (long)(go_len_steps), 1); return; }
+		steps[i] = go_t2;
 	}
 }
 
@@ -386,21 +433,15 @@ kernel void mandelbrot(long w, long h, long limit, global int *out, long go_len_
 	long go_t1 = ((long)((ulong)(w) * (ulong)(h)));
 	go_fl = 2;
 	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long lo = go_i;
-		long hi = go_i + 1;
-		{
-			long p = lo;
-			for (; (p < hi); p = ((long)((ulong)(p) + (ulong)(1)))) {
-				if (w == 0) { go_fault(go_f, 61, (long)(0), (long)(0), 1); return; }
-				double re = ((-2.0) + ((3.0 * ((double)((w == -1 ? (long)0 : (long)(p % w))))) / ((double)(w))));
-				if (w == 0) { go_fault(go_f, 62, (long)(0), (long)(0), 1); return; }
-				double im = ((-1.0) + ((2.0 * ((double)((w == -1 ? (long)(-(ulong)(p)) : (long)(p / w))))) / ((double)(h))));
-				long go_t4 = go_fn_mandel(re, im, limit, go_f, &go_fl);
-				if (go_fl & 1) return;
-				if ((ulong)(p) >= (ulong)(go_len_out)) { go_fault(go_f, 63, (long)(p), (long)(go_len_out), 1); return; }
-				out[p] = ((int)(go_t4));
-			}
-		}
+		long p = go_i;
+		if (w == 0) { go_fault(go_f, 76, (long)(0), (long)(0), 1); return; }
+		double re = ((-2.0) + ((3.0 * ((double)((w == -1 ? (long)0 : (long)(p % w))))) / ((double)(w))));
+		if (w == 0) { go_fault(go_f, 77, (long)(0), (long)(0), 1); return; }
+		double im = ((-1.0) + ((2.0 * ((double)((w == -1 ? (long)(-(ulong)(p)) : (long)(p / w))))) / ((double)(h))));
+		long go_t2 = go_fn_mandel(re, im, limit, go_f, &go_fl);
+		if (go_fl & 1) return;
+		if ((ulong)(p) >= (ulong)(go_len_out)) { go_fault(go_f, 78, (long)(p), (long)(go_len_out), 1); return; }
+		out[p] = ((int)(go_t2));
 	}
 }
 
@@ -427,12 +468,12 @@ kernel void histogram(global uchar *x, global int *out, long go_len_x, long go_l
 				}
 			}
 			long go_t8 = (long)(((uchar)(v & ((uchar)15U))));
-			if ((ulong)(go_t8) >= (ulong)(16L)) { go_fault(go_f, 64, (long)(go_t8), (long)(16L), 0); return; }
+			if ((ulong)(go_t8) >= (ulong)(16L)) { go_fault(go_f, 79, (long)(go_t8), (long)(16L), 0); return; }
 			counts[go_t8] = ((int)((uint)(counts[go_t8]) + (uint)(1)));
 			long go_t9 = (long)(((uchar)(v & ((uchar)3U))));
-			if ((ulong)(go_t9) >= (ulong)(4L)) { go_fault(go_f, 65, (long)(go_t9), (long)(4L), 0); return; }
+			if ((ulong)(go_t9) >= (ulong)(4L)) { go_fault(go_f, 80, (long)(go_t9), (long)(4L), 0); return; }
 			long go_t10 = (long)(((long)(i & 3L)));
-			if ((ulong)(go_t10) >= (ulong)(4L)) { go_fault(go_f, 66, (long)(go_t10), (long)(4L), 0); return; }
+			if ((ulong)(go_t10) >= (ulong)(4L)) { go_fault(go_f, 81, (long)(go_t10), (long)(4L), 0); return; }
 			pairs[go_t9][go_t10] = ((int)((uint)(pairs[go_t9][go_t10]) + (uint)(((int)(((uchar)(v >> 4)))))));
 			go_cont2: ;
 		}
@@ -441,7 +482,7 @@ kernel void histogram(global uchar *x, global int *out, long go_len_x, long go_l
 		for (long go_k13 = 0; go_k13 < 16L; go_k13++) {
 			long k = go_k13;
 			int c = counts[go_k13];
-			if ((ulong)(k) >= (ulong)(go_len_out)) { go_fault(go_f, 67, (long)(k), (long)(go_len_out), 0); return; }
+			if ((ulong)(k) >= (ulong)(go_len_out)) { go_fault(go_f, 82, (long)(k), (long)(go_len_out), 0); return; }
 			out[k] = c;
 		}
 	}
@@ -452,10 +493,10 @@ kernel void histogram(global uchar *x, global int *out, long go_len_x, long go_l
 			{
 				long b = 0L;
 				for (; (b < 4L); b = ((long)((ulong)(b) + (ulong)(1)))) {
-					if ((ulong)(a) >= (ulong)(4L)) { go_fault(go_f, 68, (long)(a), (long)(4L), 0); return; }
-					if ((ulong)(b) >= (ulong)(4L)) { go_fault(go_f, 69, (long)(b), (long)(4L), 0); return; }
+					if ((ulong)(a) >= (ulong)(4L)) { go_fault(go_f, 83, (long)(a), (long)(4L), 0); return; }
+					if ((ulong)(b) >= (ulong)(4L)) { go_fault(go_f, 84, (long)(b), (long)(4L), 0); return; }
 					long go_t20 = (long)(((long)((ulong)(((long)((ulong)(16L) + (ulong)(((long)((ulong)(4L) * (ulong)(a))))))) + (ulong)(b))));
-					if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 70, (long)(go_t20), (long)(go_len_out), 0); return; }
+					if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 85, (long)(go_t20), (long)(go_len_out), 0); return; }
 					out[go_t20] = pairs[a][b];
 				}
 			}
@@ -470,35 +511,29 @@ kernel void convert(uchar neg, global double *a, global uchar *flags, global lon
 	long go_t1 = go_len_a;
 	go_fl = 2;
 	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long lo = go_i;
-		long hi = go_i + 1;
+		long i = go_i;
+		if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 86, (long)(i), (long)(go_len_a), 1); return; }
+		double x = a[i];
 		{
-			long i = lo;
-			for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-				if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 71, (long)(i), (long)(go_len_a), 1); return; }
-				double x = a[i];
-				{
-					if (neg) {
-						x = (-x);
-					}
-				}
-				long n = ((long)(x));
-				long go_t4 = (long)(((long)((ulong)(4L) * (ulong)(i))));
-				if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 72, (long)(go_t4), (long)(go_len_out), 1); return; }
-				out[go_t4] = n;
-				long go_t5 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(1L))));
-				if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 73, (long)(go_t5), (long)(go_len_out), 1); return; }
-				out[go_t5] = ((long)((ulong)(((long)(((char)(n))))) + (ulong)(((long)(((ushort)(n)))))));
-				long go_t6 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(2L))));
-				if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 74, (long)(go_t6), (long)(go_len_out), 1); return; }
-				out[go_t6] = ((long)((((uint)(n)) * 3U)));
-				long go_t7 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(3L))));
-				if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 75, (long)(go_t7), (long)(go_len_out), 1); return; }
-				out[go_t7] = ((long)((((float)(x)) * 1000.0f)));
-				if ((ulong)(i) >= (ulong)(go_len_flags)) { go_fault(go_f, 76, (long)(i), (long)(go_len_flags), 1); return; }
-				flags[i] = ((((n > 0L) && (x != ((double)(n)))) || (n == 0L)));
+			if (neg) {
+				x = (-x);
 			}
 		}
+		long n = ((long)(x));
+		long go_t2 = (long)(((long)((ulong)(4L) * (ulong)(i))));
+		if ((ulong)(go_t2) >= (ulong)(go_len_out)) { go_fault(go_f, 87, (long)(go_t2), (long)(go_len_out), 1); return; }
+		out[go_t2] = n;
+		long go_t3 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(1L))));
+		if ((ulong)(go_t3) >= (ulong)(go_len_out)) { go_fault(go_f, 88, (long)(go_t3), (long)(go_len_out), 1); return; }
+		out[go_t3] = ((long)((ulong)(((long)(((char)(n))))) + (ulong)(((long)(((ushort)(n)))))));
+		long go_t4 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(2L))));
+		if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 89, (long)(go_t4), (long)(go_len_out), 1); return; }
+		out[go_t4] = ((long)((((uint)(n)) * 3U)));
+		long go_t5 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(3L))));
+		if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 90, (long)(go_t5), (long)(go_len_out), 1); return; }
+		out[go_t5] = ((long)((((float)(x)) * 1000.0f)));
+		if ((ulong)(i) >= (ulong)(go_len_flags)) { go_fault(go_f, 91, (long)(i), (long)(go_len_flags), 1); return; }
+		flags[i] = ((((n > 0L) && (x != ((double)(n)))) || (n == 0L)));
 	}
 }
 
@@ -509,18 +544,12 @@ kernel void gather(global long *idx, global float *x, global float *out, long go
 	long go_t1 = go_len_idx;
 	go_fl = 2;
 	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long lo = go_i;
-		long hi = go_i + 1;
-		{
-			long i = lo;
-			for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-				if ((ulong)(i) >= (ulong)(go_len_idx)) { go_fault(go_f, 77, (long)(i), (long)(go_len_idx), 1); return; }
-				long go_t4 = (long)(idx[i]);
-				if ((ulong)(go_t4) >= (ulong)(go_len_x)) { go_fault(go_f, 78, (long)(go_t4), (long)(go_len_x), 1); return; }
-				if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 79, (long)(i), (long)(go_len_out), 1); return; }
-				out[i] = x[go_t4];
-			}
-		}
+		long i = go_i;
+		if ((ulong)(i) >= (ulong)(go_len_idx)) { go_fault(go_f, 92, (long)(i), (long)(go_len_idx), 1); return; }
+		long go_t2 = (long)(idx[i]);
+		if ((ulong)(go_t2) >= (ulong)(go_len_x)) { go_fault(go_f, 93, (long)(go_t2), (long)(go_len_x), 1); return; }
+		if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 94, (long)(i), (long)(go_len_out), 1); return; }
+		out[i] = x[go_t2];
 	}
 }
 
@@ -531,19 +560,13 @@ kernel void divide(global long *a, global long *b, global long *out, long go_len
 	long go_t1 = go_len_a;
 	go_fl = 2;
 	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long lo = go_i;
-		long hi = go_i + 1;
-		{
-			long i = lo;
-			for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-				if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 80, (long)(i), (long)(go_len_a), 1); return; }
-				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 81, (long)(i), (long)(go_len_b), 1); return; }
-				long go_t4 = b[i];
-				if (go_t4 == 0) { go_fault(go_f, 82, (long)(0), (long)(0), 1); return; }
-				if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 83, (long)(i), (long)(go_len_out), 1); return; }
-				out[i] = (go_t4 == -1 ? (long)(-(ulong)(a[i])) : (long)(a[i] / go_t4));
-			}
-		}
+		long i = go_i;
+		if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 95, (long)(i), (long)(go_len_a), 1); return; }
+		if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 96, (long)(i), (long)(go_len_b), 1); return; }
+		long go_t2 = b[i];
+		if (go_t2 == 0) { go_fault(go_f, 97, (long)(0), (long)(0), 1); return; }
+		if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 98, (long)(i), (long)(go_len_out), 1); return; }
+		out[i] = (go_t2 == -1 ? (long)(-(ulong)(a[i])) : (long)(a[i] / go_t2));
 	}
 }
 
@@ -554,24 +577,33 @@ kernel void gathercall(global long *idx, global float *x, global float *out, lon
 	long go_t1 = go_len_idx;
 	go_fl = 2;
 	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long lo = go_i;
-		long hi = go_i + 1;
-		{
-			long i = lo;
-			for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-				if ((ulong)(i) >= (ulong)(go_len_idx)) { go_fault(go_f, 85, (long)(i), (long)(go_len_idx), 1); return; }
-				float go_t4 = go_fn_at(x, go_len_x, idx[i], go_f, &go_fl);
-				if (go_fl & 1) return;
-				if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 86, (long)(i), (long)(go_len_out), 1); return; }
-				out[i] = go_t4;
-			}
-		}
+		long i = go_i;
+		if ((ulong)(i) >= (ulong)(go_len_idx)) { go_fault(go_f, 100, (long)(i), (long)(go_len_idx), 1); return; }
+		float go_t2 = go_fn_at(x, go_len_x, idx[i], go_f, &go_fl);
+		if (go_fl & 1) return;
+		if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 101, (long)(i), (long)(go_len_out), 1); return; }
+		out[i] = go_t2;
 	}
 }
 `
 
 // zzOffloadSites are its Go checks: a failed one names its file and line.
 var zzOffloadSites = []string{
+	"costs.go:10: index",
+	"costs.go:10: index",
+	"costs.go:22: slice high",
+	"costs.go:22: slice low",
+	"costs.go:22: slice high",
+	"costs.go:22: slice low",
+	"costs.go:22: slice high",
+	"costs.go:22: slice low",
+	"costs.go:23: slice high",
+	"costs.go:23: slice low",
+	"costs.go:25: index",
+	"costs.go:25: index",
+	"costs.go:25: index",
+	"costs.go:25: index",
+	"costs.go:25: index",
 	"kernels.go:20: index",
 	"kernels.go:20: index",
 	"kernels.go:21: index",
@@ -661,6 +693,8 @@ var zzOffloadSites = []string{
 }
 
 func init() {
+	Saxpy.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_saxpy", zzOffloadSites)
+	JacobiStep.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_jacobi", zzOffloadSites)
 	Int32Ops.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "int32ops", zzOffloadSites)
 	Int64Ops.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "int64ops", zzOffloadSites)
 	SmallOps.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "smallops", zzOffloadSites)
