@@ -208,6 +208,7 @@ type Refusal struct {
 	What string
 }
 
+// Error is "file.go:line:col: construct".
 func (r *Refusal) Error() string {
 	return fmt.Sprintf("%s:%d:%d: %s", filepath.Base(r.Pos.Filename), r.Pos.Line, r.Pos.Column, r.What)
 }
