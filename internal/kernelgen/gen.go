@@ -155,7 +155,6 @@ type cfunc struct {
 	proto string
 	body  string
 	state int // 1 while being translated (a call then is recursion), 2 done
-	err   error
 }
 
 // site records a check at n of kind what ("index", "divide", "shift") and

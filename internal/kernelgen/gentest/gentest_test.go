@@ -99,6 +99,10 @@ func TestIntegers(t *testing.T) {
 			out := make([]int64, 4*n)
 			return bytesOf(out), SmallOps.Run(d, convert[int8](a), convert[uint16](b), out)
 		}},
+		{"overflow", func(d offload.Device) ([]byte, error) {
+			out := make([]int32, n)
+			return bytesOf(out), Overflow.Run(d, convert[int32](a), a, out)
+		}},
 		{"collatz", func(d offload.Device) ([]byte, error) {
 			out := make([]int32, n)
 			x := make([]int64, n)
@@ -228,13 +232,13 @@ func TestFaults(t *testing.T) {
 		name, want string
 		run        func(d offload.Device) error
 	}{
-		{"gather", "kernels.go:218: runtime error: index out of range [7] with length 5", func(d offload.Device) error {
+		{"gather", "kernels.go:219: runtime error: index out of range [7] with length 5", func(d offload.Device) error {
 			return Gather.Run(d, idx, x, make([]float32, len(idx)))
 		}},
-		{"gathercall", "kernels.go:233: runtime error: index out of range [7] with length 5", func(d offload.Device) error {
+		{"gathercall", "kernels.go:234: runtime error: index out of range [7] with length 5", func(d offload.Device) error {
 			return GatherCall.Run(d, idx, x, make([]float32, len(idx)))
 		}},
-		{"divide", "kernels.go:227: runtime error: integer divide by zero", func(d offload.Device) error {
+		{"divide", "kernels.go:228: runtime error: integer divide by zero", func(d offload.Device) error {
 			return Divide.Run(d, []int{8, 8, 8, 8}, zero, make([]int, 4))
 		}},
 	} {

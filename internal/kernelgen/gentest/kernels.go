@@ -182,6 +182,7 @@ outer:
 		counts[v&15]++
 		pairs[v&3][i&3] += int32(v >> 4)
 	}
+	//lint:ignore S1001 copy is not in the subset goffload-gen translates
 	for k, c := range counts {
 		out[k] = c
 	}
@@ -237,6 +238,24 @@ var GatherCall = offload.MustKernel3("gathercall", func(ctx offload.Ctx, idx off
 	ctx.For(len(idx), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			out[i] = at(x, idx[i])
+		}
+	})
+})
+
+// Overflow compares x+1 with x: false at MaxInt32 and MaxInt64 in Go,
+// where C's compilers take signed overflow for impossible and fold the
+// comparison to true.
+var Overflow = offload.MustKernel3("overflow", func(ctx offload.Ctx, a offload.In[int32], b offload.In[int64], out offload.Out[int32]) {
+	ctx.For(len(a), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			r := int32(0)
+			if a[i]+1 > a[i] {
+				r |= 1
+			}
+			if b[i]*2/2 == b[i] {
+				r |= 2
+			}
+			out[i] = r
 		}
 	})
 })

@@ -504,7 +504,7 @@ kernel void histogram(global uchar *x, global int *out, long go_len_x, long go_l
 	}
 }
 
-// convert is kernel "convert" (kernels.go:197).
+// convert is kernel "convert" (kernels.go:198).
 kernel void convert(uchar neg, global double *a, global uchar *flags, global long *out, long go_len_a, long go_len_flags, long go_len_out, global long *go_f)
 {
 	int go_fl = 0;
@@ -537,7 +537,7 @@ kernel void convert(uchar neg, global double *a, global uchar *flags, global lon
 	}
 }
 
-// gather is kernel "gather" (kernels.go:215).
+// gather is kernel "gather" (kernels.go:216).
 kernel void gather(global long *idx, global float *x, global float *out, long go_len_idx, long go_len_x, long go_len_out, global long *go_f)
 {
 	int go_fl = 0;
@@ -553,7 +553,7 @@ kernel void gather(global long *idx, global float *x, global float *out, long go
 	}
 }
 
-// divide is kernel "divide" (kernels.go:224).
+// divide is kernel "divide" (kernels.go:225).
 kernel void divide(global long *a, global long *b, global long *out, long go_len_a, long go_len_b, long go_len_out, global long *go_f)
 {
 	int go_fl = 0;
@@ -570,7 +570,7 @@ kernel void divide(global long *a, global long *b, global long *out, long go_len
 	}
 }
 
-// gathercall is kernel "gathercall" (kernels.go:236).
+// gathercall is kernel "gathercall" (kernels.go:237).
 kernel void gathercall(global long *idx, global float *x, global float *out, long go_len_idx, long go_len_x, long go_len_out, global long *go_f)
 {
 	int go_fl = 0;
@@ -583,6 +583,34 @@ kernel void gathercall(global long *idx, global float *x, global float *out, lon
 		if (go_fl & 1) return;
 		if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 101, (long)(i), (long)(go_len_out), 1); return; }
 		out[i] = go_t2;
+	}
+}
+
+// overflow is kernel "overflow" (kernels.go:248).
+kernel void overflow(global int *a, global long *b, global int *out, long go_len_a, long go_len_b, long go_len_out, global long *go_f)
+{
+	int go_fl = 0;
+	long go_t1 = go_len_a;
+	go_fl = 2;
+	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+		long i = go_i;
+		int r = 0;
+		{
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 102, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 103, (long)(i), (long)(go_len_a), 1); return; }
+			if ((((int)((uint)(a[i]) + (uint)(1))) > a[i])) {
+				r = ((int)(r | 1));
+			}
+		}
+		{
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 104, (long)(i), (long)(go_len_b), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 105, (long)(i), (long)(go_len_b), 1); return; }
+			if ((((long)(((long)((ulong)(b[i]) * (ulong)(2L))) / 2L)) == b[i])) {
+				r = ((int)(r | 2));
+			}
+		}
+		if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 106, (long)(i), (long)(go_len_out), 1); return; }
+		out[i] = r;
 	}
 }
 `
@@ -670,26 +698,31 @@ var zzOffloadSites = []string{
 	"kernels.go:182: index",
 	"kernels.go:183: index",
 	"kernels.go:183: index",
-	"kernels.go:186: index",
-	"kernels.go:190: index",
-	"kernels.go:190: index",
-	"kernels.go:190: index",
-	"kernels.go:200: index",
-	"kernels.go:205: index",
+	"kernels.go:187: index",
+	"kernels.go:191: index",
+	"kernels.go:191: index",
+	"kernels.go:191: index",
+	"kernels.go:201: index",
 	"kernels.go:206: index",
 	"kernels.go:207: index",
 	"kernels.go:208: index",
 	"kernels.go:209: index",
-	"kernels.go:218: index",
-	"kernels.go:218: index",
-	"kernels.go:218: index",
-	"kernels.go:227: index",
-	"kernels.go:227: index",
-	"kernels.go:227: divide",
-	"kernels.go:227: index",
-	"kernels.go:233: index",
-	"kernels.go:239: index",
-	"kernels.go:239: index",
+	"kernels.go:210: index",
+	"kernels.go:219: index",
+	"kernels.go:219: index",
+	"kernels.go:219: index",
+	"kernels.go:228: index",
+	"kernels.go:228: index",
+	"kernels.go:228: divide",
+	"kernels.go:228: index",
+	"kernels.go:234: index",
+	"kernels.go:240: index",
+	"kernels.go:240: index",
+	"kernels.go:252: index",
+	"kernels.go:252: index",
+	"kernels.go:255: index",
+	"kernels.go:255: index",
+	"kernels.go:258: index",
 }
 
 func init() {
@@ -707,4 +740,5 @@ func init() {
 	Gather.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gather", zzOffloadSites)
 	Divide.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "divide", zzOffloadSites)
 	GatherCall.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gathercall", zzOffloadSites)
+	Overflow.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "overflow", zzOffloadSites)
 }
