@@ -227,6 +227,20 @@ func (k *Kernel) OpenCL(src []byte, entry string) *Kernel {
 	return k
 }
 
+// GeneratedOpenCL gives the kernel OpenCL C that cmd/goffload-gen made
+// from its Go body; the generated file calls it at package init, and a
+// program does not. sites are the code's Go checks ("main.go:12: index"):
+// where there are any, its entry takes the slice lengths and a fault
+// record after the kernel's parameters, and a failed check fails the
+// launch as the Go body's panic would (see docs/kernels.md). It panics as
+// OpenCL does.
+func (k *Kernel) GeneratedOpenCL(src []byte, entry string, sites []string) *Kernel {
+	if err := k.k.SetCode(plugin.DeviceCode{Format: "opencl", Image: src, Entry: entry, Generated: true, Sites: sites}); err != nil {
+		panic(err)
+	}
+	return k
+}
+
 // PTX gives the kernel device code for NVIDIA GPUs: a PTX image and the
 // name of its entry point, which takes the kernel's parameters after the
 // Ctx in order (scalars by value, slices as device pointers; pass lengths

@@ -157,4 +157,16 @@ type DeviceCode struct {
 	Format string
 	Image  []byte
 	Entry  string
+	// Generated says the code is OpenCL C that cmd/goffload-gen made
+	// from the kernel's Go body. Its entry then takes more parameters
+	// after the kernel's: the length of each slice parameter, in order, as
+	// a long, then a fault record (a global long *, four words).
+	Generated bool
+	// Sites are generated code's Go checks: "file.go:12: index" (or
+	// "divide", "shift"). A failed check writes the fault record: word 0
+	// is its site, i+1 for Sites[i], words 1 and 2 the index and the
+	// length, word 3 is 1 inside a ctx.For chunk. The kind reads the
+	// record after a launch of code with sites and fails the launch with a
+	// KernelPanic naming the site, as the Go body's panic would.
+	Sites []string
 }

@@ -6,12 +6,13 @@ import (
 	"github.com/goffload/offload/internal/opencltest"
 )
 
-// TestJacobiOpenCL runs the example on the machine's OpenCL driver (PoCL in CI: a
-// real driver, which builds jacobi.cl (examples/apps/jacobi) when the program starts): on one
-// OpenCL device, on two devices that share it, and beside a host device,
-// the devices mandatory, so the kernels ran their OpenCL C; run verifies
-// the result (opencltest.RunExample). It skips without an OpenCL device,
-// unless GOFFLOAD_REQUIRE_OPENCL is set.
+// TestJacobiOpenCL runs the example on the machine's OpenCL driver (PoCL
+// in CI: a real driver, which builds the OpenCL C generated from the Go
+// bodies in examples/apps/jacobi, zz_offload_gen.go, when the program
+// starts): on one OpenCL device, on two devices that share it, and beside
+// a host device, the devices mandatory, so the kernels ran their OpenCL C;
+// run verifies the result (opencltest.RunExample). It skips without an
+// OpenCL device, unless GOFFLOAD_REQUIRE_OPENCL is set.
 func TestJacobiOpenCL(t *testing.T) {
 	opencltest.RunExample(t, func() error { return run(67, 30, false) })
 }

@@ -12,6 +12,7 @@
 //	GOFFLOAD_PROFILE=trace.json go run ./examples/pipeline   # then open trace.json in Perfetto
 package main
 
+//go:generate go run github.com/goffload/offload/cmd/goffload-gen
 //go:generate clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_50 -nocudainc -nocudalib -O3 -ffp-contract=off -S step.cu -o step.ptx
 
 import (
@@ -34,8 +35,9 @@ const alpha = 0.25
 // Both are resident on the device (entered once), so their directions only
 // say what the kernel does with them; next is InOut rather than Out because
 // the kernel leaves its halo cells alone, and an Out buffer that was not
-// present would bring the device's uninitialized halos back. On a GPU it
-// runs step.ptx instead (step.cu is its source), which takes the same
+// present would bring the device's uninitialized halos back. On an OpenCL
+// device it runs the OpenCL C that go generate made from this body
+// (zz_offload_gen.go); on a GPU it runs step.ptx instead (step.cu is its source), which takes the same
 // parameters: n is there for the GPU, which gets no slice lengths. Both
 // compute each cell with the same operations in the same order, and
 // step.ptx is made without fused multiply-adds, so every device's cells
@@ -46,15 +48,10 @@ var Step = offload.MustKernel3("pipeline.step", func(ctx offload.Ctx, n int, nex
 			next[i] = cur[i] + alpha*(cur[i-1]-2*cur[i]+cur[i+1])
 		}
 	})
-}).Named("n", "next", "cur").PTX(stepPTX, "step").OpenCL(stepCL, "heat_step")
+}).Named("n", "next", "cur").PTX(stepPTX, "step")
 
 //go:embed step.ptx
 var stepPTX []byte
-
-// stepCL is Step for OpenCL devices (step.cl).
-//
-//go:embed step.cl
-var stepCL []byte
 
 func main() {
 	cells := flag.Int("n", 1<<20, "cells")

@@ -10,7 +10,7 @@
 //	GOFFLOAD_DEVICES=host,local:2 go run ./examples/saxpy
 //	GOFFLOAD_INFO=copies go run ./examples/saxpy   # shows the copies both ways
 //	GOFFLOAD_DEVICES=cuda go run ./examples/saxpy  # on the GPUs, with the PTX in saxpy.ptx
-//	GOFFLOAD_DEVICES=opencl go run ./examples/saxpy  # on OpenCL devices (PoCL too), with saxpy.cl
+//	GOFFLOAD_DEVICES=opencl go run ./examples/saxpy  # on OpenCL devices (PoCL too), with the OpenCL C goffload-gen made from the Go body (zz_offload_gen.go)
 //
 // Where a device named in GOFFLOAD_DEVICES cannot be used (no GPU, say),
 // OpenMP's default is to run its part on the host; the output then shows
@@ -18,6 +18,7 @@
 // instead, which says why the device is unavailable.
 package main
 
+//go:generate go run github.com/goffload/offload/cmd/goffload-gen
 //go:generate clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_50 -nocudainc -nocudalib -O3 -ffp-contract=off -S saxpy.cu -o saxpy.ptx
 
 import (
@@ -36,24 +37,20 @@ import (
 // Saxpy is y[i] += a*x[i] for i < n (BLAS's saxpy), split over the
 // device's cores: x is copied to the device, y to it and back (the
 // parameter types say so); Named gives the buffers their names in
-// GOFFLOAD_INFO output and errors. On a GPU it runs saxpy.ptx instead,
-// which takes the same parameters (saxpy.cu is its source): n is there for
-// the GPU, which gets no slice lengths.
+// GOFFLOAD_INFO output and errors. On an OpenCL device it runs the OpenCL
+// C that go generate made from this body (zz_offload_gen.go); on a GPU
+// it runs saxpy.ptx, which takes the same parameters (saxpy.cu is its
+// source): n is there for the GPU, which gets no slice lengths.
 var Saxpy = offload.MustKernel4("saxpy", func(ctx offload.Ctx, n int, a float32, x offload.In[float32], y offload.InOut[float32]) {
 	ctx.For(n, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			y[i] += a * x[i]
 		}
 	})
-}).Named("n", "a", "x", "y").PTX(saxpyPTX, "saxpy").OpenCL(saxpyCL, "saxpy")
+}).Named("n", "a", "x", "y").PTX(saxpyPTX, "saxpy")
 
 //go:embed saxpy.ptx
 var saxpyPTX []byte
-
-// saxpyCL is the kernel for OpenCL devices (saxpy.cl).
-//
-//go:embed saxpy.cl
-var saxpyCL []byte
 
 func main() {
 	n := flag.Int("n", 1<<22, "vector length")

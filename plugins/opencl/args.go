@@ -148,7 +148,10 @@ func (d *device) checkEntry(k plugin.Kernel, kf *kernelFn, sizes map[string]int)
 			info = false // a driver without argument info: sizes only
 		}
 	}
-	if n != len(ps) {
+	if hidden := hiddenParams(k, kf.gen); n != len(ps)+hidden {
+		if hidden > 0 {
+			return fmt.Errorf("generated OpenCL C entry %s has %s, the Go kernel %s and %d hidden ones (slice lengths and a fault record): generate it again (go generate)", kf.entry, gpukind.Plural(n, "parameter"), gpukind.Plural(len(ps), "parameter"), hidden)
+		}
 		var goTypes []string
 		for i := range ps {
 			goTypes = append(goTypes, gpukind.GoType(ps[i]))

@@ -55,6 +55,8 @@ type kernelFn struct {
 	mu    sync.Mutex // held while its arguments are set and it is enqueued
 	wg    int        // CL_KERNEL_WORK_GROUP_SIZE
 	ptrs  []bool     // by parameter: passed as a pointer
+	gen   bool       // generated code (gocode.go)
+	sites []string   // generated code's checks
 }
 
 // emulation is UseEmulationForTests's switch.
@@ -229,9 +231,12 @@ type progKey struct {
 
 // program returns src built for the device: built once per OpenCL device
 // in the process (PoCL's builds take seconds).
-func (d *device) program(src []byte) *program {
+func (d *device) program(src []byte, generated bool) *program {
 	pl := d.pl
 	opts := firstBuildOptions
+	if generated {
+		opts += genBuildOptions
+	}
 	key := progKey{d.cd.id, string(src), opts}
 	pl.mu.Lock()
 	p, ok := pl.progs[key]
@@ -285,7 +290,7 @@ var openCLFormat = gpukind.Format{Key: "opencl", Name: "OpenCL C", Device: "an O
 
 // loadKernel makes the kernel object of k's code; under d.Mu.
 func (d *device) loadKernel(k plugin.Kernel, code plugin.DeviceCode) gpukind.Kernel[*kernelFn] {
-	p := d.program(code.Image)
+	p := d.program(code.Image, code.Generated)
 	if p.err != nil {
 		return gpukind.Kernel[*kernelFn]{Err: fmt.Errorf("%s: %w: kernel %q: its OpenCL C does not build for %s: %w", d.label(), plugin.ErrBadKernel, k.Name(), d.cd.name, p.err)}
 	}
@@ -297,7 +302,7 @@ func (d *device) loadKernel(k plugin.Kernel, code plugin.DeviceCode) gpukind.Ker
 		}
 		return gpukind.Kernel[*kernelFn]{Err: fmt.Errorf("%s: %w: kernel %q: entry %q of its OpenCL C: %w (the program %s)", d.label(), plugin.ErrBadKernel, k.Name(), code.Entry, err, has)}
 	}
-	kf := &kernelFn{k: ck, entry: code.Entry}
+	kf := &kernelFn{k: ck, entry: code.Entry, gen: code.Generated, sites: code.Sites}
 	if err := d.checkEntry(k, kf, d.typeSizes(p, code.Image)); err != nil {
 		d.lib.ReleaseKernel(ck)
 		return gpukind.Kernel[*kernelFn]{Err: fmt.Errorf("%s: %w: kernel %q: %w", d.label(), plugin.ErrBadKernel, k.Name(), err)}

@@ -31,6 +31,8 @@ type queue struct {
 	p  pendingList // commands the driver works on that hold Go memory or are timed
 	t  qtiming     // the tag and the order of timed operations (trace.go)
 	hw hostWrites  // commands that may write host memory a submit reads (hostorder.go)
+
+	fault cldrv.Mem // generated code's fault record, made on first use (gocode.go)
 }
 
 // opLose is LoseQueueForTests's operation.
@@ -49,6 +51,7 @@ type op struct {
 	vals []argVal
 	nd   ndRange
 	args []plugin.Arg // gpukind.OpEmulate
+	lens []int64      // generated code's slice lengths (gocode.go)
 	ev   *event
 	tag  uint64 // the queue's tag when it was enqueued: timed unless 0
 }
@@ -178,6 +181,9 @@ func (q *queue) issue(o *op, failed error) error {
 		kf := o.kf
 		kf.mu.Lock()
 		err := d.setArgs(kf, o.vals)
+		if err == nil && kf.gen {
+			err = q.setHidden(kf, len(o.vals), o.lens)
+		}
 		if err == nil {
 			err = d.lib.EnqueueKernelAt(q.cq, kf.k, o.nd.dims, &o.nd.offset, &o.nd.global, o.nd.local, nil, &pe.ev)
 		}
@@ -186,6 +192,9 @@ func (q *queue) issue(o *op, failed error) error {
 			return fmt.Errorf("%s: kernel %q (entry %s): %w", d.label(), o.k.Name(), kf.entry, d.wrap(err))
 		}
 		q.p.push(q, *pe)
+		if len(kf.sites) > 0 {
+			return q.checkFault(o)
+		}
 	case gpukind.OpEmulate:
 		return q.emulate(o)
 	}
@@ -264,6 +273,9 @@ func (q *queue) LaunchGeometry(k plugin.Kernel, args []plugin.Arg, geo plugin.Ge
 	if o.vals, err = d.packArgs(k, args); err != nil {
 		return fmt.Errorf("%s: %w", d.label(), err)
 	}
+	if kf.Fn != nil && kf.Fn.gen {
+		o.lens = sliceLens(k, args)
+	}
 	return q.enqueue(o)
 }
 
@@ -325,6 +337,9 @@ func (q *queue) Close() error {
 		return fmt.Errorf("%s: %w: queue closed twice", q.d.label(), plugin.ErrBadHandle)
 	}
 	err := q.Synchronize()
+	if q.fault != 0 {
+		q.d.lib.ReleaseMem(q.fault)
+	}
 	q.d.lib.ReleaseQueue(q.own)
 	return err
 }

@@ -7,6 +7,7 @@
 // jacobi.ptx.
 package jacobi
 
+//go:generate go run github.com/goffload/offload/cmd/goffload-gen
 //go:generate clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_50 -nocudainc -nocudalib -O3 -ffp-contract=off -S jacobi.cu -o jacobi.ptx
 
 import (
@@ -25,19 +26,21 @@ import (
 // rows+2 rows of cols columns, with a halo row above and below; the first
 // and last columns are fixed boundary cells. Both buffers stay on their
 // device for the whole run; next is InOut, not Out, because the kernel
-// leaves its halo rows and boundary columns alone. On a GPU it runs
+// leaves its halo rows and boundary columns alone. On an OpenCL device it
+// runs the OpenCL C that go generate made from this body and stepRows
+// (zz_offload_gen.go), one work-item per row; on a GPU it runs
 // jacobi.ptx's step (jacobi.cu is its source), which takes the same
 // parameters: rows is there for the GPU, which gets no slice lengths.
 var Step = offload.MustKernel4("jacobi.step", func(ctx offload.Ctx, next offload.InOut[float64], cur offload.In[float64], cols, rows int) {
 	ctx.For(rows, func(lo, hi int) { stepRows(next, cur, cols, lo+1, hi+1) })
-}).Named("next", "cur", "cols", "rows").PTX(jacobiPTX, "step").OpenCL(jacobiCL, "jacobi_step")
+}).Named("next", "cur", "cols", "rows").PTX(jacobiPTX, "step")
 
 // StepRows computes rows [lo, hi) of next from cur, blocks of cols
 // columns as Step's; with lo ≥ 1 and hi ≤ rows+1. On a GPU it runs
 // jacobi.ptx's steprows.
 var StepRows = offload.MustKernel5("jacobi.steprows", func(ctx offload.Ctx, next offload.InOut[float64], cur offload.In[float64], cols, lo, hi int) {
 	ctx.For(hi-lo, func(a, b int) { stepRows(next, cur, cols, lo+a, lo+b) })
-}).Named("next", "cur", "cols", "lo", "hi").PTX(jacobiPTX, "steprows").OpenCL(jacobiCL, "steprows")
+}).Named("next", "cur", "cols", "lo", "hi").PTX(jacobiPTX, "steprows")
 
 // jacobiPTX is the GPU code of Step and StepRows: one thread per cell, each
 // computed with stepRows' operations in its order and without fused
@@ -45,11 +48,6 @@ var StepRows = offload.MustKernel5("jacobi.steprows", func(ctx offload.Ctx, next
 //
 //go:embed jacobi.ptx
 var jacobiPTX []byte
-
-// jacobiCL is Step and StepRows for OpenCL devices (jacobi.cl).
-//
-//go:embed jacobi.cl
-var jacobiCL []byte
 
 // stepRows computes rows [lo, hi) of next from cur, both grids of cols
 // columns: the kernel's loop and the plain-Go reference's.

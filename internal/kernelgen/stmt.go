@@ -1,0 +1,924 @@
+package kernelgen
+
+import (
+	"fmt"
+	"go/ast"
+	"go/token"
+	"go/types"
+	"strings"
+)
+
+// sliceRef is how a slice variable is reached in C: its pointer and the
+// expression of its length.
+type sliceRef struct {
+	ptr, len string
+	elem     types.Type
+}
+
+// target is a loop or switch that break or continue may leave.
+type target struct {
+	loop              bool
+	brk, cont         string // C labels
+	brkUsed, contUsed bool
+	contGoto          bool // continue must jump to cont (a loop whose post is not C's)
+	label             string
+}
+
+// fn is the translation of one function: the kernel's entry or a
+// package-level function it calls.
+type fn struct {
+	g          *gen
+	kernel     bool
+	ret        types.Type // a function's result type (nil: none)
+	names      map[types.Object]string
+	used       map[string]bool
+	slices     map[*types.Var]sliceRef
+	ctx        *types.Var
+	boolParams []string
+	out        *strings.Builder
+	indent     int
+	tmp        int
+	setup      bool                  // before the kernel's ctx.For
+	inChunk    bool                  // in the ctx.For body
+	outer      map[types.Object]bool // variables from outside the ctx.For body
+	chunkNext  bool                  // a return in the chunk jumps to go_next
+	usesFl     bool                  // the kernel calls functions (go_fl)
+	targets    []*target
+}
+
+func newFn(g *gen, kernel bool) *fn {
+	return &fn{g: g, kernel: kernel, names: map[types.Object]string{}, used: map[string]bool{},
+		slices: map[*types.Var]sliceRef{}, out: &strings.Builder{}}
+}
+
+func (f *fn) info() *types.Info { return f.g.p.info }
+
+func (f *fn) refuse(n ast.Node, format string, args ...any) {
+	panic(f.g.p.errorf(n, format, args...))
+}
+
+// line writes one line of C at the current indentation.
+func (f *fn) line(format string, args ...any) {
+	f.out.WriteString(strings.Repeat("\t", f.indent))
+	fmt.Fprintf(f.out, format, args...)
+	f.out.WriteByte('\n')
+}
+
+// capture runs do with the output redirected, one level deeper, and
+// returns what it wrote and its result.
+func (f *fn) capture(do func() string) (pre, val string) {
+	old := f.out
+	f.out = &strings.Builder{}
+	f.indent++
+	val = do()
+	f.indent--
+	pre = f.out.String()
+	f.out = old
+	return pre, val
+}
+
+// temp declares a temporary of C type ct holding expr and returns its name.
+func (f *fn) temp(ct, expr string) string {
+	f.tmp++
+	name := fmt.Sprintf("go_t%d", f.tmp)
+	f.line("%s %s = %s;", ct, name, expr)
+	return name
+}
+
+func (f *fn) label(what string) string {
+	f.tmp++
+	return fmt.Sprintf("go_%s%d", what, f.tmp)
+}
+
+// define gives variable v its C name.
+func (f *fn) define(v types.Object, fallback string) string {
+	base := v.Name()
+	if base == "" || base == "_" {
+		base = fallback
+	}
+	if reserved[base] || strings.HasPrefix(base, "go_") {
+		base += "_"
+	}
+	name := base
+	for n := 2; f.used[name]; n++ {
+		name = fmt.Sprintf("%s_%d", base, n)
+	}
+	f.used[name] = true
+	f.names[v] = name
+	return name
+}
+
+// fail is the C statement that records a failed check at site and leaves.
+func (f *fn) fail(site int, a, b string) string {
+	if f.kernel {
+		flags := 0
+		if f.inChunk {
+			flags = 1
+		}
+		return fmt.Sprintf("{ go_fault(go_f, %d, (long)(%s), (long)(%s), %d); return; }", site, a, b, flags)
+	}
+	return fmt.Sprintf("{ go_fault(go_f, %d, (long)(%s), (long)(%s), *go_fl >> 1); *go_fl |= 1; return%s; }", site, a, b, f.retZero())
+}
+
+// afterCall is the C statement that leaves when a called function failed.
+func (f *fn) afterCall() string {
+	if f.kernel {
+		f.usesFl = true
+		return "if (go_fl & 1) return;"
+	}
+	return fmt.Sprintf("if (*go_fl & 1) return%s;", f.retZero())
+}
+
+func (f *fn) retZero() string {
+	if f.ret == nil {
+		return ""
+	}
+	return " " + f.zero(f.ret)
+}
+
+// zero is the zero value of scalar type t.
+func (f *fn) zero(t types.Type) string {
+	switch {
+	case isBool(t):
+		return "false"
+	case isFloat32(t):
+		return "0.0f"
+	case isFloat(t):
+		return "0.0"
+	}
+	return "(" + f.ctype(t, nil) + ")0"
+}
+
+// kernelBody translates the kernel's body: scalar setup, then at most one
+// ctx.For at its top level, whose body every work-item runs for its own
+// elements; a body without ctx.For runs on one work-item.
+func (f *fn) kernelBody(b *ast.BlockStmt) string {
+	f.indent = 1
+	at := -1
+	for i, s := range b.List {
+		if f.isFor(s) != nil {
+			if at >= 0 {
+				f.refuse(s, "a second ctx.For: one ctx.For a kernel (split the kernel, or join the loops)")
+			}
+			at = i
+		}
+	}
+	if at < 0 {
+		f.line("if (get_global_id(0) != 0)")
+		f.line("\treturn; /* no ctx.For: one work-item runs the body */")
+		f.block(b.List)
+	} else {
+		if at+1 < len(b.List) {
+			f.refuse(b.List[at+1], "a statement after ctx.For: only scalar setup before it, and nothing after, is in the subset")
+		}
+		f.setup = true
+		f.block(b.List[:at])
+		f.setup = false
+		f.chunkLoop(f.isFor(b.List[at]))
+	}
+	body := f.out.String()
+	if f.usesFl {
+		// go_fl's bit 0: a called function failed a check; bit 1: in a
+		// ctx.For chunk (the fault record's flags).
+		body = "\tint go_fl = 0;\n" + body
+	}
+	return body
+}
+
+// isFor returns the call if s is ctx.For(n, func(lo, hi int) {…}).
+func (f *fn) isFor(s ast.Stmt) *ast.CallExpr {
+	es, ok := s.(*ast.ExprStmt)
+	if !ok || f.ctx == nil {
+		return nil
+	}
+	call, ok := es.X.(*ast.CallExpr)
+	if !ok {
+		return nil
+	}
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != "For" {
+		return nil
+	}
+	if id, ok := sel.X.(*ast.Ident); ok && f.info().Uses[id] == f.ctx {
+		return call
+	}
+	return nil
+}
+
+// chunkLoop translates ctx.For(n, body): each work-item runs body over
+// chunks of one element, [i, i+1), for i from its global id in steps of
+// the global size (so any NDRange covers [0, n)).
+func (f *fn) chunkLoop(call *ast.CallExpr) {
+	lit, ok := call.Args[1].(*ast.FuncLit)
+	if !ok {
+		f.refuse(call.Args[1], "ctx.For's body is not a function literal")
+	}
+	n := f.expr(call.Args[0])
+	n = f.temp("long", n)
+	f.outer = map[types.Object]bool{}
+	for v := range f.names {
+		f.outer[v] = true
+	}
+	f.inChunk = true
+	if f.g.checks {
+		f.line("go_fl = 2;")
+		f.usesFl = true
+	}
+	f.line("for (long go_i = (long)get_global_id(0); go_i < %s; go_i += (long)get_global_size(0)) {", n)
+	f.indent++
+	sig := f.info().TypeOf(lit).(*types.Signature)
+	lo := f.define(sig.Params().At(0), "go_lo")
+	hi := f.define(sig.Params().At(1), "go_hi")
+	if v, body := f.elementLoop(lit, sig); v != nil {
+		// for i := lo; i < hi; i++ over a chunk of one element: i is go_i
+		f.line("long %s = go_i;", f.define(v, "go_e"))
+		f.block(body)
+	} else {
+		f.line("long %s = go_i;", lo)
+		f.line("long %s = go_i + 1;", hi)
+		f.block(lit.Body.List)
+	}
+	if f.chunkNext {
+		f.line("go_next: ;")
+	}
+	f.indent--
+	f.line("}")
+	f.inChunk = false
+}
+
+// elementLoop recognizes a ctx.For body that is one loop for i := lo;
+// i < hi; i++ whose body neither assigns i nor breaks or continues: over a
+// chunk of one element it runs once with i = lo, and is translated so
+// (drivers vectorize a work-item without a loop better).
+func (f *fn) elementLoop(lit *ast.FuncLit, sig *types.Signature) (*types.Var, []ast.Stmt) {
+	if len(lit.Body.List) != 1 {
+		return nil, nil
+	}
+	fs, ok := lit.Body.List[0].(*ast.ForStmt)
+	if !ok || fs.Init == nil || fs.Cond == nil || fs.Post == nil {
+		return nil, nil
+	}
+	info := f.info()
+	init, ok := fs.Init.(*ast.AssignStmt)
+	if !ok || init.Tok != token.DEFINE || len(init.Lhs) != 1 || len(init.Rhs) != 1 {
+		return nil, nil
+	}
+	id, _ := init.Lhs[0].(*ast.Ident)
+	lo, _ := init.Rhs[0].(*ast.Ident)
+	if id == nil || lo == nil || info.Uses[lo] != sig.Params().At(0) {
+		return nil, nil
+	}
+	v, _ := info.Defs[id].(*types.Var)
+	cond, ok := fs.Cond.(*ast.BinaryExpr)
+	if v == nil || !ok || cond.Op != token.LSS {
+		return nil, nil
+	}
+	cx, _ := cond.X.(*ast.Ident)
+	cy, _ := cond.Y.(*ast.Ident)
+	if cx == nil || cy == nil || info.Uses[cx] != v || info.Uses[cy] != sig.Params().At(1) {
+		return nil, nil
+	}
+	post, ok := fs.Post.(*ast.IncDecStmt)
+	if pi, _ := post.X.(*ast.Ident); !ok || post.Tok != token.INC || pi == nil || info.Uses[pi] != v {
+		return nil, nil
+	}
+	plain := true
+	ast.Inspect(fs.Body, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.BranchStmt, *ast.FuncLit:
+			plain = false
+		case *ast.AssignStmt:
+			for _, l := range n.Lhs {
+				if li, ok := l.(*ast.Ident); ok && info.Uses[li] == v {
+					plain = false
+				}
+			}
+		case *ast.IncDecStmt:
+			if li, ok := n.X.(*ast.Ident); ok && info.Uses[li] == v {
+				plain = false
+			}
+		}
+		return plain
+	})
+	if !plain {
+		return nil, nil
+	}
+	return v, fs.Body.List
+}
+
+func (f *fn) block(list []ast.Stmt) {
+	for _, s := range list {
+		f.stmt(s)
+	}
+}
+
+func (f *fn) stmt(s ast.Stmt) {
+	switch s := s.(type) {
+	case *ast.BlockStmt:
+		f.line("{")
+		f.indent++
+		f.block(s.List)
+		f.indent--
+		f.line("}")
+	case *ast.EmptyStmt:
+	case *ast.ExprStmt:
+		call, ok := ast.Unparen(s.X).(*ast.CallExpr)
+		if !ok {
+			f.refuse(s, "an expression statement that is not a call")
+		}
+		if f.isFor(s) != nil {
+			f.refuse(s, "ctx.For inside a statement: only a ctx.For at the top level of the kernel's body is in the subset")
+		}
+		if v := f.call(call, true); v != "" {
+			f.line("(void)(%s);", v)
+		}
+	case *ast.DeclStmt:
+		f.decl(s)
+	case *ast.AssignStmt:
+		f.assign(s)
+	case *ast.IncDecStmt:
+		op := token.ADD
+		if s.Tok == token.DEC {
+			op = token.SUB
+		}
+		lv, t := f.lvalue(s.X)
+		f.line("%s = %s;", lv, f.arith(op, lv, "1", t, s.X))
+	case *ast.IfStmt:
+		f.ifStmt(s)
+	case *ast.ForStmt:
+		f.forStmt(s, "")
+	case *ast.RangeStmt:
+		f.rangeStmt(s, "")
+	case *ast.SwitchStmt:
+		f.switchStmt(s, "")
+	case *ast.LabeledStmt:
+		switch t := s.Stmt.(type) {
+		case *ast.ForStmt:
+			f.forStmt(t, s.Label.Name)
+		case *ast.RangeStmt:
+			f.rangeStmt(t, s.Label.Name)
+		case *ast.SwitchStmt:
+			f.switchStmt(t, s.Label.Name)
+		default:
+			f.refuse(s, "a label on a statement other than for, range or switch (goto is not in the subset)")
+		}
+	case *ast.BranchStmt:
+		f.branch(s)
+	case *ast.ReturnStmt:
+		f.returnStmt(s)
+	case *ast.GoStmt:
+		f.refuse(s, "a go statement: not in the subset")
+	case *ast.DeferStmt:
+		f.refuse(s, "defer: not in the subset")
+	case *ast.SelectStmt, *ast.SendStmt:
+		f.refuse(s, "a channel operation: not in the subset")
+	case *ast.TypeSwitchStmt:
+		f.refuse(s, "a type switch: not in the subset (no interfaces)")
+	default:
+		f.refuse(s, "a %T: not in the subset", s)
+	}
+}
+
+func (f *fn) decl(s *ast.DeclStmt) {
+	gd := s.Decl.(*ast.GenDecl)
+	switch gd.Tok {
+	case token.CONST:
+		return // constants are folded where they are used
+	case token.TYPE:
+		f.refuse(s, "a type declaration in a kernel: not in the subset")
+	}
+	for _, sp := range gd.Specs {
+		vs := sp.(*ast.ValueSpec)
+		if len(vs.Values) != 0 && len(vs.Values) != len(vs.Names) {
+			f.refuse(vs, "a declaration of several variables from one call: not in the subset")
+		}
+		vals := make([]string, len(vs.Values))
+		for i, v := range vs.Values {
+			vals[i] = f.expr(v)
+		}
+		for i, id := range vs.Names {
+			v := f.info().Defs[id].(*types.Var)
+			if len(vals) == 0 {
+				f.declZero(v, id)
+				continue
+			}
+			f.declare(v, id, vals[i])
+		}
+	}
+}
+
+// declZero declares v with its zero value: a scalar or a fixed-size
+// array of scalars.
+func (f *fn) declZero(v *types.Var, at ast.Node) {
+	if arr, ok := v.Type().Underlying().(*types.Array); ok {
+		dims := ""
+		var t types.Type = arr
+		for {
+			a, ok := t.Underlying().(*types.Array)
+			if !ok {
+				break
+			}
+			dims += fmt.Sprintf("[%d]", a.Len())
+			t = a.Elem()
+		}
+		ct := f.ctype(t, at)
+		f.line("%s %s%s = {0};", ct, f.define(v, "go_v"), dims)
+		return
+	}
+	f.checkScalarVar(v, at)
+	f.line("%s %s = %s;", f.ctype(v.Type(), at), f.define(v, "go_v"), f.zero(v.Type()))
+}
+
+func (f *fn) checkScalarVar(v *types.Var, at ast.Node) {
+	switch v.Type().Underlying().(type) {
+	case *types.Slice:
+		f.refuse(at, "a slice variable %s: only parameters are slices in the subset (index the parameter)", v.Name())
+	case *types.Basic:
+		return
+	}
+	f.refuse(at, "a variable %s of type %s: not in the subset (scalars and fixed-size arrays of them)", v.Name(), v.Type())
+}
+
+// declare declares v with the value val.
+func (f *fn) declare(v *types.Var, at ast.Node, val string) {
+	f.checkScalarVar(v, at)
+	ct := f.ctype(v.Type(), at)
+	f.line("%s %s = %s;", ct, f.define(v, "go_v"), val)
+}
+
+func (f *fn) assign(s *ast.AssignStmt) {
+	if len(s.Lhs) != len(s.Rhs) {
+		f.refuse(s, "an assignment of several values from one call: not in the subset (functions have one result)")
+	}
+	switch s.Tok {
+	case token.DEFINE, token.ASSIGN:
+	default:
+		// x op= y
+		op := map[token.Token]token.Token{token.ADD_ASSIGN: token.ADD, token.SUB_ASSIGN: token.SUB, token.MUL_ASSIGN: token.MUL,
+			token.QUO_ASSIGN: token.QUO, token.REM_ASSIGN: token.REM, token.AND_ASSIGN: token.AND, token.OR_ASSIGN: token.OR,
+			token.XOR_ASSIGN: token.XOR, token.SHL_ASSIGN: token.SHL, token.SHR_ASSIGN: token.SHR, token.AND_NOT_ASSIGN: token.AND_NOT}[s.Tok]
+		lv, t := f.lvalue(s.Lhs[0])
+		y := f.expr(s.Rhs[0])
+		var v string
+		switch op {
+		case token.SHL, token.SHR:
+			v = f.shift(op, lv, y, t, s.Rhs[0], s)
+		default:
+			v = f.arith(op, lv, y, t, s.Rhs[0])
+		}
+		f.line("%s = %s;", lv, f.store(v, t))
+		return
+	}
+	if f.defineSlices(s) {
+		return
+	}
+	if len(s.Lhs) == 1 {
+		f.assign1(s, s.Lhs[0], f.expr(s.Rhs[0]))
+		return
+	}
+	// a, b = b, a: the values first, then the assignments in order
+	vals := make([]string, len(s.Rhs))
+	for i, r := range s.Rhs {
+		vals[i] = f.temp(f.ctype(f.info().TypeOf(r), r), f.expr(r))
+	}
+	for i, l := range s.Lhs {
+		f.assign1(s, l, vals[i])
+	}
+}
+
+// defineSlices translates row, up := x[a:b], x[c:d]: new slice variables,
+// views of a parameter's elements. It reports whether s was that.
+func (f *fn) defineSlices(s *ast.AssignStmt) bool {
+	if s.Tok != token.DEFINE {
+		return false
+	}
+	for _, r := range s.Rhs {
+		if _, ok := f.info().TypeOf(r).Underlying().(*types.Slice); !ok {
+			return false
+		}
+	}
+	refs := make([]sliceRef, len(s.Rhs))
+	for i, r := range s.Rhs {
+		refs[i] = f.sliceValue(r)
+	}
+	for i, l := range s.Lhs {
+		id := l.(*ast.Ident)
+		v, ok := f.info().Defs[id].(*types.Var)
+		if !ok || id.Name == "_" {
+			if id.Name != "_" {
+				f.refuse(l, "assignment to slice %s: slices are not variables in the subset (define a new one)", id.Name)
+			}
+			continue
+		}
+		name := f.define(v, "go_v")
+		f.line("global %s *%s = %s;", f.storeType(refs[i].elem, l), name, refs[i].ptr)
+		f.line("long go_len_%s = %s;", name, refs[i].len)
+		f.slices[v] = sliceRef{ptr: name, len: "go_len_" + name, elem: refs[i].elem}
+	}
+	return true
+}
+
+// assign1 assigns val to l (defining it for :=).
+func (f *fn) assign1(s *ast.AssignStmt, l ast.Expr, val string) {
+	if id, ok := l.(*ast.Ident); ok {
+		if id.Name == "_" {
+			f.line("(void)(%s);", val)
+			return
+		}
+		if s.Tok == token.DEFINE {
+			if v, ok := f.info().Defs[id].(*types.Var); ok {
+				f.declare(v, id, val)
+				return
+			}
+		}
+	}
+	lv, t := f.lvalue(l)
+	f.line("%s = %s;", lv, f.store(val, t))
+}
+
+// store converts val for storing in a location of type t (a bool in a
+// buffer is a uchar).
+func (f *fn) store(val string, t types.Type) string {
+	if isBool(t) {
+		return "(" + val + ")"
+	}
+	return val
+}
+
+// lvalue translates an assignable expression: a variable or an element
+// of a slice or array. It returns the C lvalue and its Go type.
+func (f *fn) lvalue(e ast.Expr) (string, types.Type) {
+	e = ast.Unparen(e)
+	t := f.info().TypeOf(e)
+	switch e := e.(type) {
+	case *ast.Ident:
+		obj := f.info().Uses[e]
+		name, ok := f.names[obj]
+		if !ok {
+			if v, ok := obj.(*types.Var); ok && v.Parent() == f.g.p.types.Scope() {
+				f.refuse(e, "assignment to package-level variable %s: a kernel's outputs are its buffers", e.Name)
+			}
+			f.refuse(e, "assignment to %s: not in the subset", e.Name)
+		}
+		if v, ok := obj.(*types.Var); ok {
+			if _, isSlice := f.slices[v]; isSlice {
+				f.refuse(e, "assignment to slice %s: slices are the kernel's buffers, not variables, in the subset", e.Name)
+			}
+			if _, isArr := v.Type().Underlying().(*types.Array); isArr {
+				f.refuse(e, "assignment to array %s as a whole: assign its elements", e.Name)
+			}
+		}
+		if f.inChunk && f.outer[obj] {
+			f.refuse(e, "assignment to %s, a variable from outside ctx.For's body: chunks run at once, each on its own copy on a device (write a buffer)", e.Name)
+		}
+		return name, t
+	case *ast.IndexExpr:
+		if _, ok := f.info().TypeOf(e.X).Underlying().(*types.Slice); ok && f.setup {
+			f.refuse(e, "a buffer written before ctx.For: every work-item runs the code before ctx.For, so only scalar setup may be there")
+		}
+		return f.index(e), t
+	}
+	f.refuse(e, "assignment to a %s: not in the subset", nodeName(e))
+	return "", nil
+}
+
+func (f *fn) ifStmt(s *ast.IfStmt) {
+	f.line("{")
+	f.indent++
+	if s.Init != nil {
+		f.stmt(s.Init)
+	}
+	c := f.expr(s.Cond)
+	f.line("if (%s) {", c)
+	f.indent++
+	f.block(s.Body.List)
+	f.indent--
+	if s.Else == nil {
+		f.line("}")
+	} else {
+		f.line("} else {")
+		f.indent++
+		if b, ok := s.Else.(*ast.BlockStmt); ok {
+			f.block(b.List)
+		} else {
+			f.stmt(s.Else)
+		}
+		f.indent--
+		f.line("}")
+	}
+	f.indent--
+	f.line("}")
+}
+
+func (f *fn) push(loop bool, label string) *target {
+	t := &target{loop: loop, brk: f.label("brk"), cont: f.label("cont"), label: label}
+	f.targets = append(f.targets, t)
+	return t
+}
+
+func (f *fn) pop() { f.targets = f.targets[:len(f.targets)-1] }
+
+// continuedTo reports whether body has a continue with label.
+func continuedTo(body ast.Node, label string) bool {
+	found := false
+	ast.Inspect(body, func(n ast.Node) bool {
+		if b, ok := n.(*ast.BranchStmt); ok && b.Tok == token.CONTINUE && b.Label != nil && b.Label.Name == label {
+			found = true
+		}
+		_, lit := n.(*ast.FuncLit)
+		return !found && !lit
+	})
+	return found
+}
+
+func (f *fn) forStmt(s *ast.ForStmt, label string) {
+	f.line("{")
+	f.indent++
+	if s.Init != nil {
+		f.stmt(s.Init)
+	}
+	condPre, cond := "", ""
+	if s.Cond != nil {
+		condPre, cond = f.capture(func() string { return f.expr(s.Cond) })
+	}
+	postPre := ""
+	if s.Post != nil {
+		postPre, _ = f.capture(func() string { f.stmt(s.Post); return "" })
+	}
+	post, simplePost := "", true
+	if postPre != "" {
+		l := strings.TrimSpace(postPre)
+		if strings.Count(l, "\n") == 0 && strings.HasSuffix(l, ";") && !strings.HasPrefix(l, "{") {
+			post = strings.TrimSuffix(l, ";")
+		} else {
+			simplePost = false
+		}
+	}
+	t := f.push(true, label)
+	canonical := condPre == "" && simplePost && (label == "" || !continuedTo(s.Body, label))
+	if canonical {
+		f.line("for (; %s; %s) {", cond, post)
+	} else {
+		t.contGoto = s.Post != nil
+		f.line("for (;;) {")
+		if s.Cond != nil {
+			f.out.WriteString(condPre)
+			f.line("\tif (!(%s))", cond)
+			f.line("\t\tbreak;")
+		}
+	}
+	f.indent++
+	f.block(s.Body.List)
+	if !canonical {
+		if t.contUsed {
+			f.line("%s: ;", t.cont)
+		}
+		f.indent--
+		f.out.WriteString(postPre)
+		f.indent++
+	}
+	f.indent--
+	f.line("}")
+	f.pop()
+	if t.brkUsed {
+		f.line("%s: ;", t.brk)
+	}
+	f.indent--
+	f.line("}")
+}
+
+func (f *fn) rangeStmt(s *ast.RangeStmt, label string) {
+	f.line("{")
+	f.indent++
+	xt := f.info().TypeOf(s.X)
+	var n, elem string
+	var keyType types.Type = types.Typ[types.Int]
+	switch u := xt.Underlying().(type) {
+	case *types.Basic:
+		if u.Info()&types.IsInteger == 0 {
+			f.refuse(s.X, "range over a %s: not in the subset (a slice, an array or an integer)", xt)
+		}
+		keyType = xt
+		if u.Info()&types.IsUntyped != 0 {
+			keyType = types.Typ[types.Int]
+		}
+		n = f.temp(f.ctype(keyType, s.X), f.expr(s.X))
+	case *types.Slice:
+		ref := f.sliceOf(s.X)
+		n, elem = ref.len, ref.ptr
+	case *types.Array:
+		n = fmt.Sprintf("%dL", u.Len())
+		elem = f.arrayBase(s.X)
+	default:
+		f.refuse(s.X, "range over a %s: not in the subset (a slice, an array or an integer)", xt)
+	}
+	t := f.push(true, label)
+	k := f.label("k")
+	f.line("for (%s %s = 0; %s < %s; %s++) {", f.ctype(keyType, s), k, k, n, k)
+	f.indent++
+	bind := func(e ast.Expr, val string) {
+		if e == nil {
+			return
+		}
+		if id, ok := e.(*ast.Ident); ok && id.Name == "_" {
+			return
+		}
+		if s.Tok == token.DEFINE {
+			f.declare(f.info().Defs[e.(*ast.Ident)].(*types.Var), e, val)
+			return
+		}
+		lv, lt := f.lvalue(e)
+		f.line("%s = %s;", lv, f.store(val, lt))
+	}
+	bind(s.Key, k)
+	if s.Value != nil {
+		bind(s.Value, elem+"["+k+"]")
+	}
+	f.block(s.Body.List)
+	if t.contUsed {
+		f.line("%s: ;", t.cont)
+	}
+	f.indent--
+	f.line("}")
+	f.pop()
+	if t.brkUsed {
+		f.line("%s: ;", t.brk)
+	}
+	f.indent--
+	f.line("}")
+}
+
+func (f *fn) switchStmt(s *ast.SwitchStmt, label string) {
+	f.line("{")
+	f.indent++
+	if s.Init != nil {
+		f.stmt(s.Init)
+	}
+	tag := ""
+	if s.Tag != nil {
+		tt := f.info().TypeOf(s.Tag)
+		tag = f.temp(f.ctype(tt, s.Tag), f.expr(s.Tag))
+	}
+	t := f.push(false, label)
+	var def *ast.CaseClause
+	open := 0
+	first := true
+	body := func(cc *ast.CaseClause) {
+		f.indent++
+		for _, st := range cc.Body {
+			if b, ok := st.(*ast.BranchStmt); ok && b.Tok == token.FALLTHROUGH {
+				f.refuse(b, "fallthrough: not in the subset")
+			}
+		}
+		f.block(cc.Body)
+		f.indent--
+	}
+	for _, c := range s.Body.List {
+		cc := c.(*ast.CaseClause)
+		if cc.List == nil {
+			def = cc
+			continue
+		}
+		if !first {
+			f.line("else {")
+			f.indent++
+			open++
+		}
+		first = false
+		cond := ""
+		for _, e := range cc.List {
+			pre, c := f.capture(func() string {
+				if tag != "" {
+					return "(" + tag + " == " + f.expr(e) + ")"
+				}
+				return f.expr(e)
+			})
+			switch {
+			case cond == "" && pre == "":
+				cond = c
+			case cond == "":
+				f.indent++
+				f.out.WriteString(strings.ReplaceAll(pre, "\n\t", "\n"))
+				f.indent--
+				cond = c
+			case pre == "":
+				cond = cond + " || " + c
+			default:
+				tv := f.temp("bool", cond)
+				f.line("if (!%s) {", tv)
+				f.out.WriteString(pre)
+				f.line("\t%s = %s;", tv, c)
+				f.line("}")
+				cond = tv
+			}
+		}
+		f.line("if (%s) {", cond)
+		body(cc)
+		f.line("}")
+	}
+	if def != nil {
+		if first {
+			f.line("{")
+		} else {
+			f.line("else {")
+		}
+		body(def)
+		f.line("}")
+	}
+	for ; open > 0; open-- {
+		f.indent--
+		f.line("}")
+	}
+	f.pop()
+	if t.brkUsed {
+		f.line("%s: ;", t.brk)
+	}
+	f.indent--
+	f.line("}")
+}
+
+func (f *fn) branch(s *ast.BranchStmt) {
+	var t *target
+	innerLoop := -1
+	for i := len(f.targets) - 1; i >= 0; i-- {
+		if f.targets[i].loop {
+			innerLoop = i
+			break
+		}
+	}
+	find := func(loopOnly bool) (*target, int) {
+		for i := len(f.targets) - 1; i >= 0; i-- {
+			tt := f.targets[i]
+			if s.Label != nil {
+				if tt.label == s.Label.Name {
+					return tt, i
+				}
+				continue
+			}
+			if tt.loop || !loopOnly {
+				return tt, i
+			}
+		}
+		f.refuse(s, "%s outside a loop", s.Tok)
+		return nil, 0
+	}
+	switch s.Tok {
+	case token.BREAK:
+		var i int
+		t, i = find(false)
+		if t.loop && i == innerLoop {
+			f.line("break;")
+			return
+		}
+		t.brkUsed = true
+		f.line("goto %s;", t.brk)
+	case token.CONTINUE:
+		var i int
+		t, i = find(true)
+		if i == innerLoop && !t.contGoto {
+			f.line("continue;")
+			return
+		}
+		t.contUsed = true
+		f.line("goto %s;", t.cont)
+	default:
+		f.refuse(s, "%s: not in the subset", s.Tok)
+	}
+}
+
+func (f *fn) returnStmt(s *ast.ReturnStmt) {
+	switch {
+	case f.kernel && f.inChunk:
+		f.chunkNext = true
+		f.line("goto go_next; /* return: the chunk is done */")
+	case f.kernel:
+		f.line("return;")
+	case len(s.Results) == 0:
+		f.line("return;")
+	case len(s.Results) == 1:
+		f.line("return %s;", f.expr(s.Results[0]))
+	default:
+		f.refuse(s, "a return of several results: not in the subset")
+	}
+}
+
+// nodeName names an expression's kind for a refusal.
+func nodeName(e ast.Node) string {
+	switch e := e.(type) {
+	case *ast.SliceExpr:
+		return "slice expression"
+	case *ast.StarExpr:
+		return "pointer indirection"
+	case *ast.SelectorExpr:
+		return "selector " + e.Sel.Name
+	case *ast.CompositeLit:
+		return "composite literal"
+	case *ast.FuncLit:
+		return "function literal (a closure)"
+	case *ast.TypeAssertExpr:
+		return "type assertion"
+	case *ast.BasicLit:
+		return "literal"
+	}
+	return strings.TrimPrefix(fmt.Sprintf("%T", e), "*ast.")
+}

@@ -1,0 +1,142 @@
+package opencl
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"unsafe"
+
+	"github.com/goffload/offload/internal/cldrv"
+	"github.com/goffload/offload/plugin"
+)
+
+// Generated code: OpenCL C that cmd/goffload-gen made from a kernel's Go
+// body (plugin.DeviceCode.Generated). Its entry takes, after the kernel's
+// parameters, each slice parameter's length as a long and a fault record
+// of four longs that a failed check writes (the first check to fail
+// wins). The kind passes them and, for code with checks, reads the record
+// when the launch is done: such a launch is synchronous on its queue's
+// issuing goroutine, which waits for the kernel to read the record.
+
+// genBuildOptions are added to the build options of generated code: Go's
+// float32 division is correctly rounded.
+const genBuildOptions = " -cl-fp32-correctly-rounded-divide-sqrt"
+
+// faultWords is the size of the fault record in longs.
+const faultWords = 4
+
+// hiddenParams is how many parameters the entry of k's code takes after
+// the kernel's own: 0 for hand-written code.
+func hiddenParams(k plugin.Kernel, generated bool) int {
+	if !generated {
+		return 0
+	}
+	n := 1
+	for _, p := range k.Params() {
+		if p.Kind == plugin.Slice {
+			n++
+		}
+	}
+	return n
+}
+
+// sliceLens are the lengths of args' slices, in order, for generated code.
+func sliceLens(k plugin.Kernel, args []plugin.Arg) []int64 {
+	var lens []int64
+	for i, p := range k.Params() {
+		if p.Kind == plugin.Slice {
+			lens = append(lens, int64(args[i].Len))
+		}
+	}
+	return lens
+}
+
+// faultBuffer returns q's fault record, made and zeroed on first use.
+func (q *queue) faultBuffer() (cldrv.Mem, error) {
+	if q.fault != 0 {
+		return q.fault, nil
+	}
+	d := q.d
+	m, err := d.lib.CreateBuffer(d.ctx, 8*faultWords)
+	if err != nil {
+		return 0, err
+	}
+	zero := make([]byte, 8*faultWords)
+	if err := d.lib.WriteBuffer(q.cq, m, true, 0, int64(len(zero)), unsafe.Pointer(&zero[0]), nil, nil); err != nil {
+		d.lib.ReleaseMem(m)
+		return 0, err
+	}
+	q.fault = m
+	return m, nil
+}
+
+// setHidden sets the parameters of generated code after the kernel's:
+// the slice lengths and q's fault record; under kf.mu.
+func (q *queue) setHidden(kf *kernelFn, first int, lens []int64) error {
+	d := q.d
+	for j, n := range lens {
+		if err := d.lib.SetKernelArg(kf.k, first+j, unsafe.Sizeof(n), unsafe.Pointer(&n)); err != nil {
+			return fmt.Errorf("argument %d (the length of slice %d): %w", first+j, j, err)
+		}
+	}
+	m, err := q.faultBuffer()
+	if err != nil {
+		return fmt.Errorf("the fault record: %w", err)
+	}
+	if err := d.lib.SetKernelArg(kf.k, first+len(lens), unsafe.Sizeof(m), unsafe.Pointer(&m)); err != nil {
+		return fmt.Errorf("argument %d (the fault record): %w", first+len(lens), err)
+	}
+	return nil
+}
+
+// checkFault waits for the launch of o, reads q's fault record and, where
+// a check failed, zeroes it and returns the kernel's panic: the Go file and
+// line of the check, and the value Go's panic would have had.
+func (q *queue) checkFault(o *op) error {
+	d := q.d
+	rec := make([]byte, 8*faultWords)
+	if err := d.lib.ReadBuffer(q.cq, q.fault, true, 0, int64(len(rec)), unsafe.Pointer(&rec[0]), nil, nil); err != nil {
+		return fmt.Errorf("%s: kernel %q: reading its fault record: %w", d.label(), o.k.Name(), d.lose(err))
+	}
+	var w [faultWords]int64
+	for i := range w {
+		w[i] = int64(binary.LittleEndian.Uint64(rec[8*i:]))
+	}
+	if w[0] == 0 {
+		return nil
+	}
+	clear(rec)
+	if err := d.lib.WriteBuffer(q.cq, q.fault, true, 0, int64(len(rec)), unsafe.Pointer(&rec[0]), nil, nil); err != nil {
+		return fmt.Errorf("%s: kernel %q: zeroing its fault record: %w", d.label(), o.k.Name(), d.lose(err))
+	}
+	return fmt.Errorf("%s: %w", d.label(), faultPanic(o.k.Name(), o.kf.sites, w))
+}
+
+// faultPanic is the KernelPanic of fault record w of a kernel whose checks
+// are sites ("file.go:12: index").
+func faultPanic(kernel string, sites []string, w [faultWords]int64) *plugin.KernelPanic {
+	site := "?: ?"
+	if w[0] >= 1 && w[0] <= int64(len(sites)) {
+		site = sites[w[0]-1]
+	}
+	at, what, _ := strings.Cut(site, ": ")
+	var v string
+	switch what {
+	case "index":
+		v = fmt.Sprintf("runtime error: index out of range [%d] with length %d", w[1], w[2])
+	case "divide":
+		v = "runtime error: integer divide by zero"
+	case "slice high":
+		v = fmt.Sprintf("runtime error: slice bounds out of range [:%d] with capacity %d", w[1], w[2])
+	case "slice low":
+		v = fmt.Sprintf("runtime error: slice bounds out of range [%d:%d]", w[1], w[2])
+	case "shift":
+		v = "runtime error: negative shift amount"
+	default:
+		v = fmt.Sprintf("check %q failed (%d, %d)", what, w[1], w[2])
+	}
+	e := plugin.NewKernelPanic(kernel, v, false, w[3]&1 != 0, nil)
+	e.At = at
+	e.Stack = at + " (generated OpenCL C: no stack)\n"
+	return e
+}
