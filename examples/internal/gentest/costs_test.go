@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/goffload/offload"
-	"github.com/goffload/offload/internal/kernelgen/gentest/unchecked"
+	"github.com/goffload/offload/examples/internal/gentest/unchecked"
 )
 
 // handSaxpy and handJacobi are the hand-written OpenCL C the examples had
