@@ -10,43 +10,47 @@ import (
 // anyNum is the device number Any stands for: no device has it.
 const anyNum = -1 << 30
 
-// Any returns the device that means "a device the runtime picks", for
-// target tasks: Any().Nowait(deps...) with Run or a typed kernel's Nowait,
-// and Any().Run for a synchronous launch. The runtime places each such
-// task (an Any-task) when it is created, on the device where it is
-// expected to finish first: the work already placed there, the copies its
-// inputs need there, and the kernel's time there, learned per kernel, per
-// device and per size from the tasks that ran (see docs/tasks.md).
+// Any returns the device that means "a device the runtime picks".
+// It is for target tasks: Any().Nowait(deps...) with Run or a typed
+// kernel's Nowait, and Any().Run for a synchronous launch.
+// The runtime places each such task (an Any-task) when it is created.
+// It picks the device where the task is expected to finish first.
+// It weighs the work already placed there, the copies the task's inputs
+// need there, and the kernel's time there.
+// It learns the kernel's time per kernel, per device and per size from the
+// tasks that ran (see docs/tasks.md).
 //
-// The data follows the tasks. The kernel's parameters say what it does
-// with each buffer (In, Out, InOut, Scratch; a bare slice as the
-// Defaultmap says); the runtime keeps copies of the buffers on the devices
-// that use them, copies a task's inputs from the nearest valid copy
-// (device to device where the kinds allow) and makes its outputs the one
-// valid copy. An Any-task also depends on its buffers as its parameters
-// say (in for In, inout for the others), beside its own depend clauses.
-// The program's own copy of a buffer is valid again when it could look
-// at it: after Taskwait (which also frees the device copies and gives the
-// buffers back to the program), after a task's Wait or its group's Wait
-// for what those tasks wrote, and after Any().Update(From(x)).
+// The data follows the tasks.
+// The kernel's parameters say what it does with each buffer: In, Out,
+// InOut or Scratch, and a bare slice as the Defaultmap says.
+// The runtime keeps copies of the buffers on the devices that use them.
+// It copies a task's inputs from the nearest valid copy, device to device
+// where the kinds allow, and makes the task's outputs the one valid copy.
+// An Any-task also depends on its buffers as its parameters say (in for In,
+// inout for the others), beside its own depend clauses.
+// The program's own copy of a buffer is valid again when it could look at it:
+//   - after Taskwait, which also frees the device copies and gives the
+//     buffers back to the program;
+//   - after a task's Wait or its group's Wait, for what those tasks wrote;
+//   - after Any().Update(From(x)).
 //
-// Until Taskwait gives them back, the buffers Any-tasks use belong to
-// the runtime: a construct placed by hand that maps one of them fails
-// with an error wrapping ErrBadMap that says so, rather than read a stale
-// copy. The first section of a buffer that an Any-task uses is the extent
-// the runtime tracks: later sections must lie inside it or not overlap it
-// (two halves, say); a section that partly overlaps one in use is refused
+// Until Taskwait gives them back, the buffers Any-tasks use belong to the
+// runtime. A construct placed by hand that maps one of them fails rather
+// than read a stale copy; its error wraps ErrBadMap and says so.
+// The first section of a buffer that an Any-task uses is the extent the
+// runtime tracks. Later sections must lie inside it or not overlap it
+// (two halves, say). A section that partly overlaps one in use is refused
 // the same way. Any().EnterData(To(x)) names all of x first, so that its
-// sections may then be any parts of it: a task per band, then tasks that
-// read rows across the bands.
+// sections may then be any parts of it. For example: a task per band, then
+// tasks that read rows across the bands.
 //
-// A kernel of an Any-task should compute its outputs from its inputs
-// only: when a device is lost, its Any-tasks run again on the devices left
-// (their inputs read from a device that still holds them, or recomputed
-// from the tasks that wrote them, back to each buffer's first version,
-// which the runtime keeps until Taskwait), and their dependents wait for
-// them; see docs/tasks.md. Kernel.Once opts a
-// kernel out, and GOFFLOAD_ANY_RERUN=0 the whole runtime.
+// A kernel of an Any-task should compute its outputs from its inputs only.
+// When a device is lost, its Any-tasks run again on the devices left, and
+// their dependents wait for them. Their inputs are read from a device that
+// still holds them, or recomputed from the tasks that wrote them.
+// Recomputing can go back to each buffer's first version, which the runtime
+// keeps until Taskwait. See docs/tasks.md.
+// Kernel.Once opts a kernel out, and GOFFLOAD_ANY_RERUN=0 the whole runtime.
 func Any() Device { return Device{num: anyNum} }
 
 // IsAny reports whether d is Any().

@@ -10,17 +10,19 @@ import (
 	"github.com/goffload/offload/internal/core"
 )
 
-// A Dep is a depend clause: a buffer (or any object) a task reads (DependIn)
-// or writes (DependOut, DependInOut). Tasks are ordered by OpenMP's rules: a
-// task that reads waits for the last task that wrote the same object; one
-// that writes waits for that task and for every task that read it since.
-// Tasks that only read the same object run concurrently. The object is
-// the memory a slice covers (an array section), or what a pointer points
-// to. Objects that overlap are ordered as if they were one, whatever their
-// start addresses — beyond OpenMP, which leaves overlapping sections that
-// start at different addresses unspecified: a task that writes x[0:10] and
-// one that reads x[5:15] are ordered, so a halo exchange written with the
-// sections it moves is correct.
+// A Dep is a depend clause: a buffer (or any object) that a task reads
+// (DependIn) or writes (DependOut, DependInOut).
+// Tasks are ordered by OpenMP's rules. A task that reads waits for the last
+// task that wrote the same object. A task that writes waits for that task
+// and for every task that read the object since. Tasks that only read the
+// same object run concurrently.
+//
+// The object is the memory a slice covers (an array section), or what a
+// pointer points to. Objects that overlap are ordered as if they were one,
+// whatever their start addresses. This goes beyond OpenMP, which leaves
+// overlapping sections that start at different addresses unspecified.
+// A task that writes x[0:10] and one that reads x[5:15] are ordered, so a
+// halo exchange written with the sections it moves is correct.
 type Dep struct {
 	dep core.Dep
 	err error
@@ -55,15 +57,15 @@ type Task struct {
 	err error // a task that could not be created
 }
 
-// Wait waits for the task and returns its error: the construct's own, or,
-// for a task that did not run because a task it depends on failed, an error
-// that wraps ErrDependency and the error of the task that failed by itself,
-// naming both tasks (once, however many tasks lie between them). Returning
-// a failure reports it (see Taskwait).
+// Wait waits for the task and returns its error, the construct's own.
+// A task may not run because a task it depends on failed. Its error then
+// wraps ErrDependency and the error of the task that failed by itself.
+// It names both tasks, once, however many tasks lie between them.
+// Returning a failure reports it (see Taskwait).
 func (t *Task) Wait() error { return t.WaitContext(context.Background()) }
 
 // WaitContext is Wait that gives up when ctx is done, returning ctx's
-// error; the task itself goes on.
+// error. The task itself goes on.
 func (t *Task) WaitContext(ctx context.Context) error {
 	if ctx == nil {
 		return nilCtx("Task.WaitContext")
@@ -89,8 +91,8 @@ func (t *Task) Done() <-chan struct{} {
 	return t.t.Done()
 }
 
-// ID numbers tasks in the order they were created (0 for one that could not
-// be created).
+// ID numbers tasks in the order they were created.
+// It is 0 for a task that could not be created.
 func (t *Task) ID() uint64 {
 	if t.t == nil {
 		return 0
@@ -103,11 +105,12 @@ func (t *Task) ID() uint64 {
 var ErrDependency = core.ErrDependency
 
 // ErrInTask is wrapped by the error of Taskwait or Stop called from inside a
-// task — the function of Async.Go, or a kernel of a task on the initial
-// device — which would wait for the task calling it. It wraps
-// ErrBadArgument. The runtime knows a task's goroutine by the task's frame
-// on its stack, so a goroutine that a task starts is not inside it (and
-// must not call Taskwait or Stop while the task waits for it).
+// task, which would wait for the task calling it. Inside a task means in the
+// function of Async.Go, or in a kernel of a task on the initial device.
+// ErrInTask wraps ErrBadArgument.
+// The runtime knows a task's goroutine by the task's frame on its stack.
+// So a goroutine that a task starts is not inside it. That goroutine must
+// not call Taskwait or Stop while the task waits for it.
 var ErrInTask = core.ErrInTask
 
 // Async makes constructs tasks: target nowait, with depend clauses.
@@ -118,8 +121,9 @@ type Async struct {
 	group *Group
 }
 
-// Nowait returns the device's constructs as tasks that wait for the tasks
-// deps name and return at once: OpenMP's nowait with depend clauses.
+// Nowait returns the device's constructs as tasks: OpenMP's nowait with
+// depend clauses. The tasks wait for the tasks deps name; the constructs
+// return at once.
 func (d Device) Nowait(deps ...Dep) Async { return Async{dev: d, deps: deps} }
 
 // Nowait is Default().Nowait(deps...).
@@ -205,8 +209,8 @@ func (a Async) data(op func([]core.MapItem) core.Op, maps []Map) *Task {
 // EnterData maps buffers as a task (target enter data nowait).
 func (a Async) EnterData(maps ...Map) *Task { return a.data(core.EnterDataOp, maps) }
 
-// ExitData unmaps buffers as a task (target exit data nowait); the copies
-// back are done when the task completes.
+// ExitData unmaps buffers as a task (target exit data nowait).
+// The copies back are done when the task completes.
 func (a Async) ExitData(maps ...Map) *Task { return a.data(core.ExitDataOp, maps) }
 
 // Update copies mapped buffers as a task (target update nowait).
@@ -219,9 +223,9 @@ func (a Async) Update(maps ...Map) *Task {
 	}, maps)
 }
 
-// Memcpy copies n bytes from src to dst as a task; it runs on the queue of
-// the source's device (the destination's if the source is host memory), and
-// the device of a is not used.
+// Memcpy copies n bytes from src to dst as a task.
+// It runs on the queue of the source's device, or of the destination's if
+// the source is host memory. The device of a is not used.
 func (a Async) Memcpy(dst, src DevicePtr, n int64) *Task {
 	return a.start(func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
 		if n < 0 {
@@ -244,31 +248,33 @@ func (a Async) Memcpy(dst, src DevicePtr, n int64) *Task {
 }
 
 // Go runs fn on the host as a task in the same dependence graph as the
-// constructs (the device of a is not used): a task that depends on a
-// device task waits for it on the host, and device tasks that depend on fn's
-// task wait for fn.
+// constructs. The device of a is not used. A task that depends on a device
+// task waits for it on the host. Device tasks that depend on fn's task wait
+// for fn.
 func (a Async) Go(name string, fn func() error) *Task {
 	return a.start(func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
 		return rt.SpawnHostAny(name, fn, deps)
 	})
 }
 
-// Taskwait waits for every task created so far (and for synchronous
-// constructs going on in the background after their context was done; see
-// Device.WithContext), and returns the first error in creation order among
-// those tasks and the failures not reported yet, or ctx's error if ctx is
-// done first. A task that could not be created (its arguments refused) is
-// among them until its Wait or its group's Wait returns its error.
+// Taskwait waits for every task created so far. It also waits for
+// synchronous constructs going on in the background after their context was
+// done (see Device.WithContext). It returns the first error in creation
+// order among those tasks and the failures not reported yet, or ctx's error
+// if ctx is done first. A task that could not be created (its arguments
+// refused) is among them until its Wait or its group's Wait returns its
+// error.
 //
-// Failures and dependencies: a task that fails makes fail every task that
-// depends on it and was created while the failed task was still in the
-// dependence history of an object (its last writer, or a reader since);
-// their errors wrap ErrDependency and the failed task's error. A failure is
-// reported when Taskwait, Group.Wait or the Wait of the failed task or of
-// a task it made fail returns it. A reported failure is forgotten: Taskwait
-// does not return it again, and tasks created afterwards on the same
-// objects run normally (tasks created before still fail). Called from
-// inside a task, Taskwait returns an error wrapping ErrInTask.
+// A task that fails makes fail every task that depends on it and was created
+// while the failed task was still in an object's dependence history (its
+// last writer, or a reader since). Their errors wrap ErrDependency and the
+// failed task's error. A failure is reported when it is returned by
+// Taskwait, Group.Wait, or the Wait of the failed task or of a task it made
+// fail. A reported failure is forgotten: Taskwait does not return it again.
+// Tasks created afterwards on the same objects run normally; tasks created
+// before still fail.
+//
+// Called from inside a task, Taskwait returns an error wrapping ErrInTask.
 func Taskwait(ctx context.Context) error {
 	if core.InTask() { // first: inside a kernel of a device process too, where no runtime is
 		return core.Errorf("goffload: taskwait: %w", ErrInTask)
@@ -310,11 +316,11 @@ func (g *Group) Add(ts ...*Task) {
 	g.mu.Unlock()
 }
 
-// Wait waits for every task of g and returns the first error among them in
-// creation order, with all of them finished (it reports their failures, see
-// Taskwait); or ctx's error if ctx is done first. The tasks it waited for
-// leave the group; after a Wait that ctx cut short they stay in it, so the
-// next Wait waits for them. Wait on a nil *Group returns an error wrapping
+// Wait waits for every task of g to finish. It returns the first error among
+// them in creation order, or ctx's error if ctx is done first. It reports
+// their failures (see Taskwait). The tasks it waited for leave the
+// group. After a Wait that ctx cut short they stay in it, so the next Wait
+// waits for them. Wait on a nil *Group returns an error wrapping
 // ErrBadArgument.
 func (g *Group) Wait(ctx context.Context) error {
 	if g == nil {

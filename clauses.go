@@ -10,11 +10,11 @@ import (
 	"github.com/goffload/offload/plugin"
 )
 
-// If returns d when cond is true and the initial device otherwise: OpenMP's
-// if clause on target constructs (if(target: cond)). On the initial device
-// a kernel runs on the program's own memory and data constructs do
-// nothing, as when the clause is false in OpenMP. The context and the
-// other clauses of d carry over.
+// If returns d when cond is true and the initial device otherwise.
+// It is OpenMP's if clause on target constructs (if(target: cond)).
+// On the initial device a kernel runs on the program's own memory and data
+// constructs do nothing, as when the clause is false in OpenMP.
+// The context and the other clauses of d carry over.
 //
 //	offload.On(0).If(n > 10000).Run(k, …) // small problems stay on the host
 func (d Device) If(cond bool) Device {
@@ -25,11 +25,12 @@ func (d Device) If(cond bool) Device {
 	return d
 }
 
-// Defaultmap says how the target constructs of a device map a bare slice
-// argument of a parameter that declares no direction (a []T parameter, not
-// In, Out, InOut or Scratch): OpenMP's defaultmap clause for aggregates and
-// pointers. Scalars are always passed by value (firstprivate). Map clauses
-// and declared directions are not affected.
+// Defaultmap says how the target constructs of a device map a bare slice.
+// A bare slice is the argument of a parameter that declares no direction:
+// a []T parameter, not In, Out, InOut or Scratch.
+// It is OpenMP's defaultmap clause for aggregates and pointers.
+// Scalars are always passed by value (firstprivate).
+// Map clauses and declared directions are not affected.
 type Defaultmap int
 
 const (
@@ -44,12 +45,13 @@ const (
 	DefaultmapToFrom
 	// DefaultmapAlloc maps them without copies: defaultmap(alloc).
 	DefaultmapAlloc
-	// DefaultmapPresent demands that they be mapped already (alloc with
-	// the present modifier): defaultmap(present). One that is not fails the
-	// construct with ErrNotPresent.
+	// DefaultmapPresent demands that they be mapped already:
+	// defaultmap(present), alloc with the present modifier.
+	// One that is not fails the construct with ErrNotPresent.
 	DefaultmapPresent
-	// DefaultmapNone refuses bare slices: every buffer needs a map clause
-	// (or a declared direction): defaultmap(none). The error wraps ErrBadMap.
+	// DefaultmapNone refuses bare slices: defaultmap(none).
+	// Every buffer needs a map clause or a declared direction.
+	// The error wraps ErrBadMap.
 	DefaultmapNone
 )
 
@@ -88,23 +90,26 @@ func (m Defaultmap) mapType() (mapping.MapType, error) {
 	return 0, fmt.Errorf("%w: unknown defaultmap %d", ErrBadMap, int(m))
 }
 
-// UseDevicePtr is OpenMP's use_device_ptr clause for Device.Data: inside
-// the region's body, *p is the device address of slice s on the region's
-// device, to hand to code that takes device memory (Memcpy, a kernel's
-// is_device_ptr argument, a vendor library through DevicePtr.Addr). A
-// slice that is not mapped (by the region's clauses or already) keeps its
-// host address, as OpenMP 5.1 says: *p is then s's own memory, a pointer
-// of the initial device (p.Device() says so), as it is on the initial
-// device. When the body returns, *p is reset to the zero DevicePtr: the
-// address is the region's.
+// UseDevicePtr is OpenMP's use_device_ptr clause for Device.Data.
+// Inside the region's body, *p is the device address of slice s on the
+// region's device. Hand it to code that takes device memory: Memcpy, a
+// kernel's is_device_ptr argument, or a vendor library through
+// DevicePtr.Addr.
+//
+// A slice that is not mapped, by the region's clauses or already, keeps its
+// host address, as OpenMP 5.1 says. Then *p is s's own memory, a pointer of
+// the initial device (p.Device() says so), as it is on the initial device.
+// When the body returns, *p is reset to the zero DevicePtr: the address
+// belongs to the region.
 //
 //	var px offload.DevicePtr
 //	err := dev.Data(func() error { return vendorLib(px.Addr(), n) },
 //		offload.ToFrom(x), offload.UseDevicePtr(x, &px))
 func UseDevicePtr(s any, p *DevicePtr) Map { return useClause(s, p, "use_device_ptr") }
 
-// UseDeviceAddr is OpenMP's use_device_addr clause; for a Go slice (or
-// a sub-slice: an array section) it is the same as UseDevicePtr.
+// UseDeviceAddr is OpenMP's use_device_addr clause.
+// For a Go slice, or a sub-slice (an array section), it is the same as
+// UseDevicePtr.
 func UseDeviceAddr(s any, p *DevicePtr) Map { return useClause(s, p, "use_device_addr") }
 
 func useClause(s any, p *DevicePtr, clause string) Map {
@@ -117,11 +122,11 @@ func useClause(s any, p *DevicePtr, clause string) Map {
 }
 
 // Addr is the address of the memory p points to, as the device's kernels
-// see it: for a host device or the initial device, an address in this
-// process; for a device process, an address in that process (meaningful
-// only to code running there), which the device tells: a round trip to it.
-// It is 0 for a nil pointer, and for one the device cannot resolve (the
-// device is lost, the memory freed, the runtime stopped).
+// see it. For a host device or the initial device, it is an address in this
+// process. For a device process, it is an address in that process,
+// meaningful only to code running there; asking for it is a round trip to
+// the device. It is 0 for a nil pointer, and for one the device cannot
+// resolve: the device is lost, the memory freed, or the runtime stopped.
 func (p DevicePtr) Addr() uintptr {
 	if p.host || p.ptr == 0 {
 		return uintptr(p.ptr)

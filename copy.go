@@ -7,13 +7,13 @@ import (
 )
 
 // Copy copies the elements of src, as mapped on device from, to the
-// mapping of dst on device to: a device-to-device copy of a buffer's
-// copies, counted in elements rather than bytes. On the initial device a
-// slice is its own memory (so Copy(offload.Initial(), x, dev, x) is
-// target update from(x) without the present table's counts). dst and src
-// must have the same length (sub-slice them for sections); on any other
-// device they must be mapped there, as for MappedPtr. It is
-// omp_target_memcpy with the addresses found for you:
+// mapping of dst on device to. It is a device-to-device copy of a buffer's
+// copies, counted in elements rather than bytes.
+// On the initial device a slice is its own memory. So
+// Copy(offload.Initial(), x, dev, x) is target update from(x) without the
+// present table's counts. dst and src must have the same length; sub-slice
+// them for sections. On any other device they must be mapped there, as for
+// MappedPtr. Copy is omp_target_memcpy with the addresses found for you:
 //
 //	offload.Copy(offload.On(1), x[:n], offload.On(0), x[:n]) // halo from device 0 to 1
 func Copy[T any](to Device, dst []T, from Device, src []T) error {
@@ -24,10 +24,10 @@ func Copy[T any](to Device, dst []T, from Device, src []T) error {
 	return Memcpy(dp, sp, n)
 }
 
-// CopyNowait is Copy as a task of nw, with nw's depend clauses (the device
-// of nw is not used; the copy runs on the source's queue, as Async.Memcpy
-// does). The mappings are looked up when CopyNowait is called: a mapping
-// that a task not yet enqueued will make is not found.
+// CopyNowait is Copy as a task of nw, with nw's depend clauses.
+// The device of nw is not used: the copy runs on the source's queue, as
+// Async.Memcpy does. The mappings are looked up when CopyNowait is called.
+// A mapping that a task not yet enqueued will make is not found.
 func CopyNowait[T any](nw Async, to Device, dst []T, from Device, src []T) *Task {
 	dp, sp, n, err := copyPtrs(to, dst, from, src)
 	if err != nil {

@@ -7,13 +7,13 @@ import (
 	"github.com/goffload/offload/internal/core"
 )
 
-// A task that could not be created (its arguments refused, a device not
-// there, an Any-task's section refused) carries its error, which its Wait
-// returns; Taskwait returns it too, once, unless a Wait or a Group's Wait
-// reported it first: a program that waits only with Taskwait must not read
-// results that a refused task never wrote. Only the first such failure
-// since the last report is kept, with a count of the others: a program
-// that never waits does not make the record grow.
+// A task that could not be created carries its error: its arguments were
+// refused, a device was not there, or an Any-task's section was refused.
+// Its Wait returns the error. Taskwait returns it too, once, unless a Wait
+// or a Group's Wait reported it first. A program that waits only with
+// Taskwait must not read results that a refused task never wrote.
+// Only the first such failure since the last report is kept, with a count
+// of the others. A program that never waits does not make the record grow.
 var notCreated struct {
 	mu     sync.Mutex
 	rt     *core.Runtime // the runtime the record is of

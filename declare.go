@@ -9,36 +9,38 @@ import (
 	"github.com/goffload/offload/internal/entries"
 )
 
-// ErrDeclareTarget: a declare target variable that cannot be declared (a
-// name taken, an empty variable, elements that are not plain data, host
-// memory shared with another variable, or a declaration while the runtime
-// is started).
+// ErrDeclareTarget is wrapped by the error of a declare target variable
+// that cannot be declared. Its name may be taken, or it is empty, or its
+// elements are not plain data. Its host memory may be shared with another
+// variable, or the runtime is started.
 var ErrDeclareTarget = entries.ErrDeclareTarget
 
 // A Global is a declare target variable: a slice of plain data that kernels
-// use on every device without passing it as an argument (OpenMP's
-// `#pragma omp declare target to(x)` and `declare target link(x)`). A scalar
-// is a slice of length 1.
+// use on every device without passing it as an argument. It is OpenMP's
+// `#pragma omp declare target to(x)` and `declare target link(x)`.
+// A scalar is a slice of length 1.
 //
 // Declare variables at package init, in package-level vars, as kernels are
-// registered: every process of the program declares the same variables in
+// registered. Every process of the program declares the same variables in
 // the same order, so a device process finds each by its index.
 //
 // A "to" variable (DeclareTarget) has its own copy on every device from
-// Start on, holding the host value of then: a present-table entry with an
-// infinite reference count, like libomptarget's global entries. Map clauses
-// find it present (they never copy it nor free it), Update(To(g.Host()))
-// and Update(From(g.Host())) copy it, and a kernel reads and writes the copy
-// of the device it runs on with g.On(ctx). The copies go with the devices at
-// Stop; the next Start makes new ones from the host value.
+// Start on, holding the host value of then. The copy is a present-table
+// entry with an infinite reference count, like libomptarget's global
+// entries. Map clauses find it present; they never copy it nor free it.
+// Update(To(g.Host())) and Update(From(g.Host())) copy it. A kernel reads
+// and writes the copy of the device it runs on with g.On(ctx). The copies
+// go with the devices at Stop. The next Start makes new ones from the host
+// value.
 //
-// A "link" variable (DeclareTargetLink) has no device memory of its own: a
-// kernel sees, through g.On(ctx), the device copy that the program mapped
-// (EnterData, Data or a map clause of g.Host(), or of a slice that contains
-// it) when the kernel was launched. A kernel that calls On where the
-// variable is not mapped fails with an error wrapping ErrKernelFailed that
-// names the variable and the device. A task that uses a link variable while
-// other constructs map or unmap it should depend on g.Host() (DependIn).
+// A "link" variable (DeclareTargetLink) has no device memory of its own.
+// Through g.On(ctx), a kernel sees the device copy that the program mapped
+// when the kernel was launched. The program maps it with EnterData, Data or
+// a map clause of g.Host(), or of a slice that contains it.
+// A kernel that calls On where the variable is not mapped fails with an
+// error wrapping ErrKernelFailed. The error names the variable and the
+// device. A task that uses a link variable while other constructs map or
+// unmap it should depend on g.Host() (DependIn).
 //
 // On the initial device, g.On(ctx) is g.Host() for both kinds.
 type Global[T any] struct {
@@ -46,9 +48,9 @@ type Global[T any] struct {
 	host []T
 }
 
-// DeclareTarget declares a "to" variable whose host copy is init (not a copy
-// of it: the program's slice is the host copy). It panics if the variable
-// cannot be declared; see NewDeclareTarget.
+// DeclareTarget declares a "to" variable whose host copy is init.
+// The program's slice is the host copy, not a copy of it.
+// It panics if the variable cannot be declared; see NewDeclareTarget.
 //
 //	var Coeffs = offload.DeclareTarget("coeffs", []float64{1, 2, 1})
 func DeclareTarget[T any](name string, init []T) *Global[T] {
@@ -69,11 +71,12 @@ func DeclareTargetLink[T any](name string, host []T) *Global[T] {
 	return g
 }
 
-// NewDeclareTarget is DeclareTarget returning an error, wrapping
-// ErrDeclareTarget and naming the variable, instead of panicking: for a name
-// declared already, an empty init, elements that are not plain data, memory
-// that another variable uses, or a declaration while the runtime is started
-// (between Start and Stop).
+// NewDeclareTarget is DeclareTarget returning an error instead of
+// panicking. The error wraps ErrDeclareTarget and names the variable.
+// It is returned for a name declared already, an empty init, elements that
+// are not plain data, or memory that another variable uses. It is returned
+// too for a declaration while the runtime is started (between Start and
+// Stop).
 func NewDeclareTarget[T any](name string, init []T) (*Global[T], error) {
 	return declare(name, init, false)
 }
@@ -105,11 +108,11 @@ func (g *Global[T]) Host() []T { return g.host }
 // String describes the variable: `declare target to variable "x" ([]float64, 4 elements)`.
 func (g *Global[T]) String() string { return "declare target " + g.g.Describe() }
 
-// On returns the variable's copy on the device the kernel with ctx runs on:
-// g.Host() on the initial device. It is for kernel bodies; where the
-// variable has no copy (a link variable not mapped on the device) it panics,
-// which fails the kernel with an error wrapping ErrKernelFailed that names
-// the variable and the device.
+// On returns the variable's copy on the device the kernel with ctx runs on.
+// On the initial device it is g.Host(). On is for kernel bodies.
+// Where the variable has no copy (a link variable not mapped on the
+// device), it panics. That fails the kernel with an error wrapping
+// ErrKernelFailed that names the variable and the device.
 func (g *Global[T]) On(ctx Ctx) []T {
 	kc := kindCtx(ctx)
 	if kc == nil {

@@ -52,20 +52,21 @@ var (
 )
 
 // MapError is the error of a map clause or data routine that cannot be
-// done: it names the device, the buffer and what was expected. errors.As
-// finds one in the error of the construct or routine, in a task's error,
-// and in the Err of a tool.TargetEvent; errors.Is matches its cause.
+// done. It names the device, the buffer and what was expected.
+// errors.As finds one in the error of the construct or routine, in a task's
+// error, and in the Err of a tool.TargetEvent. errors.Is matches its cause.
 // Package plugin declares it, beside the errors it wraps.
 type MapError = plugin.MapError
 
 // KernelPanic is the error of a kernel that panicked, or called
 // runtime.Goexit, on its device: the initial device, a host device or a
-// device process. errors.As finds one. Its text is one line: the kernel,
-// where it panicked and the panic value. Its Stack field holds the stack
-// of the goroutine that panicked, without the runtime's, reflect's and
-// goffload's frames. It wraps ErrKernelFailed, and the panic value where
-// that is an error and the kernel ran in this process (Recovered returns
-// that value).
+// device process. errors.As finds one.
+// Its text is one line: the kernel, where it panicked and the panic value.
+// Its Stack field holds the stack of the goroutine that panicked, without
+// the runtime's, reflect's and goffload's frames.
+// It wraps ErrKernelFailed. Where the kernel ran in this process and the
+// panic value is an error, it wraps that value too; Recovered returns the
+// value.
 type KernelPanic = plugin.KernelPanic
 
 // nilCtx is the error of a call given a nil context.Context: every call

@@ -13,15 +13,16 @@ import (
 // Ctx is the optional first parameter of a kernel. It tells where the kernel
 // runs and splits loops over that device's cores.
 //
-// A loop over [0, n) is split as OpenMP's schedule(static) splits it: into
-// Chunks(n) = min(n, Cores()) contiguous chunks (none when n <= 0), in
-// order, chunk i starting where chunk i-1 ends; with k chunks, the first
-// n mod k have n/k + 1 elements and the others n/k. So a chunk's number and
-// range depend only on n and Cores(), never on which goroutine runs it or
-// when: a kernel can keep per-chunk results in a slice of Chunks(n)
-// elements, written without a lock and combined in chunk order afterwards
-// (Reduce does that). The chunks run concurrently, each exactly once, and
-// the loop returns when all are done; a loop in a chunk is split again.
+// A loop over [0, n) is split as OpenMP's schedule(static) splits it.
+// It makes Chunks(n) = min(n, Cores()) contiguous chunks, none when n <= 0.
+// They are in order: chunk i starts where chunk i-1 ends. With k chunks, the
+// first n mod k have n/k + 1 elements and the others n/k.
+// So a chunk's number and range depend only on n and Cores(), never on
+// which goroutine runs it or when. A kernel can keep per-chunk results in a
+// slice of Chunks(n) elements, written without a lock and combined in chunk
+// order afterwards (Reduce does that).
+// The chunks run concurrently, each exactly once, and the loop returns when
+// all are done. A loop in a chunk is split again.
 type Ctx interface {
 	// Device is the number of the device the kernel runs on.
 	Device() int
@@ -33,18 +34,19 @@ type Ctx interface {
 	// Chunks is how many chunks For(n, ...) and ForChunks(n, ...) make:
 	// min(n, Cores()), or 0 when n <= 0.
 	Chunks(n int) int
-	// ForChunks is For with the chunk's number: it runs body once for
-	// each chunk c of [0, n), c.Index from 0 to c.Count-1 = Chunks(n)-1,
-	// over [c.Lo, c.Hi), and returns when all are done.
+	// ForChunks is For with the chunk's number. It runs body once for
+	// each chunk c of [0, n), over [c.Lo, c.Hi), and returns when all are
+	// done. c.Index goes from 0 to c.Count-1 = Chunks(n)-1.
 	ForChunks(n int, body func(c Chunk))
 	// Done is closed when the kernel should stop early: the context of
-	// its construct ended (Device.WithContext), or Stop has begun (on the
-	// CPU kinds: host, the initial device, device processes over shared
-	// memory, the default link of local devices, over sockets and over
-	// MPI). Nil where nothing will ask (a GPU's CPU stand-in).
-	// A kernel that can run long checks it, or Err, in its loops and
-	// returns; nothing forces it (see Stop for what happens to one that
-	// does not).
+	// its construct ended (Device.WithContext), or Stop has begun.
+	// The CPU kinds close it: host, the initial device, and device
+	// processes over shared memory (the default link of local devices),
+	// over sockets and over MPI. Done is nil where nothing will ask, as in
+	// a GPU's CPU stand-in.
+	// A kernel that can run long checks Done, or Err, in its loops and
+	// returns. Nothing forces it; see Stop for what happens to one that
+	// does not.
 	Done() <-chan struct{}
 	// Err is context.Canceled once Done is closed, nil before.
 	Err() error
@@ -55,7 +57,7 @@ type Ctx interface {
 type Kernel struct {
 	k *entries.Kernel
 	// dirs holds, per parameter after the Ctx, the map clause a bare slice
-	// argument gets: the declared direction of an In, Out, InOut or
+	// argument gets. It is the declared direction of an In, Out, InOut or
 	// Scratch parameter, or an implicit tofrom.
 	dirs []paramMap
 	// names are the flattened parameters' default buffer names:
@@ -66,12 +68,13 @@ type Kernel struct {
 	once bool
 }
 
-// Once returns a copy of k whose Any-tasks are never run again: where the
-// device running one is lost, the task fails with an error wrapping
-// ErrDeviceLost, as a task placed by hand does. By default the runtime
-// re-runs a lost device's Any-tasks elsewhere (see Any), taking their
-// kernels to compute their outputs from their inputs alone; a kernel with
-// effects beyond its buffers (it counts, it sends) should be Once.
+// Once returns a copy of k whose Any-tasks are never run again.
+// When the device running one is lost, the task fails with an error
+// wrapping ErrDeviceLost, as a task placed by hand does.
+// By default the runtime re-runs a lost device's Any-tasks elsewhere
+// (see Any). It takes their kernels to compute their outputs from their
+// inputs alone. A kernel with effects beyond its buffers (it counts, it
+// sends) should be Once.
 func (k *Kernel) Once() *Kernel {
 	c := *k
 	c.once = true
@@ -89,13 +92,13 @@ type paramMap struct {
 // (in a package-level var), so that every process of the program registers
 // the same kernels in the same order.
 //
-// fn must return nothing. Its first parameter may be a Ctx. Every other
-// parameter is a scalar — bool, an integer, float or complex type, or an
-// array or struct made only of those — passed by value, or a slice of such
-// elements, which is a device buffer. A string, map, pointer, channel,
-// function or interface parameter is refused with an error naming the kernel
-// and the parameter, as is a name registered twice; the error wraps
-// ErrKernelSignature.
+// fn must return nothing. Its first parameter may be a Ctx.
+// Every other parameter is a scalar, passed by value, or a slice of
+// scalars, which is a device buffer. A scalar is a bool, an integer, float
+// or complex type, or an array or struct made only of those.
+// A string, map, pointer, channel, function or interface parameter is
+// refused, as is a name registered twice. The error names the kernel and
+// the parameter, and wraps ErrKernelSignature.
 func NewKernel(name string, fn any) (*Kernel, error) {
 	k, err := newKernel(name, fn)
 	return k, err
@@ -207,15 +210,18 @@ func checkTags(name string, fn any) error {
 }
 
 // OpenCL gives the kernel device code for OpenCL devices: OpenCL C source
-// and the name of its kernel function, which takes the kernel's parameters
-// after the Ctx in order (a slice as a __global pointer to its element
-// type, a scalar by value: Go's int is OpenCL C's long, bool is uchar; a
-// struct by value as a struct of the same layout; pass lengths as scalar
-// parameters). An OpenCL device builds it when it loads the program and
-// runs it instead of the Go body, which CPU devices keep running; a
-// kernel may have PTX too. Call it at package init, with the
-// registration; it panics if the runtime is started or the source is
-// empty. See docs/opencl.md.
+// and the name of its kernel function. The function takes the kernel's
+// parameters after the Ctx, in order:
+//   - a slice as a __global pointer to its element type;
+//   - a scalar by value (Go's int is OpenCL C's long, bool is uchar);
+//   - a struct by value, as a struct of the same layout.
+//
+// Pass lengths as scalar parameters.
+// An OpenCL device builds the source when it loads the program, and runs
+// it instead of the Go body. CPU devices keep running the Go body.
+// A kernel may have PTX too.
+// Call OpenCL at package init, with the registration. It panics if the
+// runtime is started or the source is empty. See docs/opencl.md.
 //
 //	//go:embed saxpy.cl
 //	var saxpyCL []byte
@@ -242,11 +248,13 @@ func (k *Kernel) GeneratedOpenCL(src []byte, entry string, sites []string) *Kern
 }
 
 // PTX gives the kernel device code for NVIDIA GPUs: a PTX image and the
-// name of its entry point, which takes the kernel's parameters after the
-// Ctx in order (scalars by value, slices as device pointers; pass lengths
-// as scalar parameters). A CUDA device launches it instead of the Go body,
-// which the other devices keep running. Call it at package init, with the
-// registration; it panics if the runtime is started or the code is empty.
+// name of its entry point. The entry point takes the kernel's parameters
+// after the Ctx, in order: scalars by value, slices as device pointers.
+// Pass lengths as scalar parameters.
+// A CUDA device launches it instead of the Go body, which the other
+// devices keep running.
+// Call PTX at package init, with the registration. It panics if the
+// runtime is started or the code is empty.
 //
 //	//go:embed saxpy.ptx
 //	var saxpyPTX []byte

@@ -9,9 +9,10 @@ import (
 	"github.com/goffload/offload/internal/core"
 )
 
-// Map is a map clause on one buffer: a slice of plain data (a sub-slice is an
-// array section) with a map type and modifiers. Build one with To, From,
-// ToFrom, Alloc, Release or Delete, then add modifiers:
+// Map is a map clause on one buffer, with a map type and modifiers.
+// The buffer is a slice of plain data; a sub-slice is an array section.
+// Build a Map with To, From, ToFrom, Alloc, Release or Delete, then add
+// modifiers:
 //
 //	offload.To(x).Always().Named("x")
 type Map struct {
@@ -82,9 +83,9 @@ func (m Map) Always() Map { m.item.Type |= mapping.MapAlways; return m }
 // construct fails with an error wrapping ErrNotPresent.
 func (m Map) Present() Map { m.item.Type |= mapping.MapPresent; return m }
 
-// Hold counts the map in the hold reference count (LLVM's ompx_hold): the
-// mapping survives Release and Delete until the region that holds it ends.
-// It is allowed on target regions and target data regions.
+// Hold counts the map in the hold reference count (LLVM's ompx_hold).
+// The mapping survives Release and Delete until the region that holds it
+// ends. Hold is allowed on target regions and target data regions.
 func (m Map) Hold() Map { m.item.Type |= mapping.MapHold; return m }
 
 // Named gives the buffer a name for info output and error messages.

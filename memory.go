@@ -14,30 +14,31 @@ import (
 	"github.com/goffload/offload/plugin/hostmem"
 )
 
-// ErrOutOfMemory: an allocation the device cannot hold, such as one larger
-// than the machine's memory (which Go could not survive trying).
+// ErrOutOfMemory is wrapped by the error of an allocation the device cannot
+// hold, such as one larger than the machine's memory. Go could not survive
+// trying it.
 var ErrOutOfMemory = plugin.ErrOutOfMemory
 
 // DevicePtr is a range of memory on one device: what Alloc returns
-// (omp_target_alloc), or host memory named by HostPtr. It can be passed to a
-// kernel on its device as a slice argument (is_device_ptr), copied with
-// Memcpy, and associated with a host buffer.
+// (omp_target_alloc), or host memory named by HostPtr.
+// It can be passed to a kernel on its device as a slice argument
+// (is_device_ptr), copied with Memcpy, and associated with a host buffer.
 //
 // A DevicePtr into memory from Alloc on a device other than the initial one
-// remembers its allocation: once that is freed, every use of the pointer (or
-// of pointers derived from it with Offset) is refused with an error wrapping
-// ErrBadPointer and ErrBadArgument, even where a later allocation reuses the
-// memory. Memory of the initial device belongs to the garbage collector and
-// stays valid while a DevicePtr refers to it.
+// remembers its allocation. Once that is freed, every use of the pointer,
+// or of pointers derived from it with Offset, is refused. The error wraps
+// ErrBadPointer and ErrBadArgument, even where a later allocation reuses
+// the memory. Memory of the initial device belongs to the garbage collector
+// and stays valid while a DevicePtr refers to it.
 type DevicePtr struct {
 	dev  int        // device number
 	ptr  plugin.Ptr // device address
 	size int64      // bytes from ptr
-	// keep is the host memory of a pointer on the initial device: at ptr
-	// while size > 0; a pointer at the end of its memory (size 0) keeps the
-	// address it was derived from, since a Go pointer one past the end of an
-	// allocation would point into another object or nowhere (which the
-	// garbage collector treats as a fatal error).
+	// keep is the host memory of a pointer on the initial device, at ptr
+	// while size > 0. A pointer at the end of its memory (size 0) keeps the
+	// address it was derived from. A Go pointer one past the end of an
+	// allocation would point into another object or nowhere, which the
+	// garbage collector treats as a fatal error.
 	keep unsafe.Pointer
 	host bool       // the memory is host memory
 	base plugin.Ptr // start of the allocation from Alloc
@@ -56,8 +57,8 @@ func (p DevicePtr) Size() int64 { return p.size }
 func (p DevicePtr) IsNil() bool { return p.ptr == 0 && p.keep == nil }
 
 // Offset returns the pointer off bytes further, its size shrunk to match.
-// An offset outside [0, Size()] gives a nil DevicePtr that every routine
-// refuses with an error saying which offset was out of range.
+// An offset outside [0, Size()] gives a nil DevicePtr. Every routine
+// refuses it with an error saying which offset was out of range.
 func (p DevicePtr) Offset(off int64) DevicePtr {
 	if p.bad != "" {
 		return p
@@ -130,9 +131,9 @@ func (p DevicePtr) check() error {
 	return nil
 }
 
-// HostPtr names the memory of slice s as a DevicePtr on the initial device,
-// for Memcpy between host and device memory (omp_target_memcpy with the
-// initial device on one side).
+// HostPtr names the memory of slice s as a DevicePtr on the initial device.
+// It is for Memcpy between host and device memory: omp_target_memcpy with
+// the initial device on one side.
 func HostPtr(s any) DevicePtr {
 	v := reflect.ValueOf(s)
 	if !v.IsValid() || v.Kind() != reflect.Slice || checkPlain(v.Type().Elem()) != nil {
@@ -143,11 +144,12 @@ func HostPtr(s any) DevicePtr {
 }
 
 // Alloc allocates size bytes of device memory (omp_target_alloc). On the
-// initial device it allocates host memory. Free it with Free. A size larger
-// than the machine's memory is refused with an error wrapping ErrOutOfMemory
-// (on the initial device, and on CPU devices, which allocate Go memory: Go
-// ends the process when memory runs out, so such sizes are refused before
-// trying); a negative size with one wrapping ErrBadArgument.
+// initial device it allocates host memory. Free it with Free.
+// A negative size is refused with an error wrapping ErrBadArgument.
+// A size larger than the machine's memory is refused with an error wrapping
+// ErrOutOfMemory. That is so on the initial device and on CPU devices,
+// which allocate Go memory: Go ends the process when memory runs out, so
+// such sizes are refused before trying.
 func (d Device) Alloc(size int64) (DevicePtr, error) {
 	p, err := d.alloc(size)
 	return p, err
@@ -176,9 +178,9 @@ func (d Device) alloc(size int64) (DevicePtr, error) {
 }
 
 // Free releases memory from Alloc (omp_target_free). Freeing host memory is
-// left to the garbage collector. Freeing a pointer twice, a pointer that
-// Offset moved, or device memory that did not come from Alloc (MappedPtr's)
-// is an error wrapping ErrBadPointer.
+// left to the garbage collector. It is an error wrapping ErrBadPointer to
+// free a pointer twice, a pointer that Offset moved, or device memory that
+// did not come from Alloc (MappedPtr's).
 func Free(p DevicePtr) error {
 	return free(p)
 }
@@ -305,8 +307,8 @@ func (d Device) mappedPtr(s any) (DevicePtr, error) {
 }
 
 // Associate maps slice s to device memory p that the caller allocated
-// (omp_target_associate_ptr): constructs then find s present at p, never
-// copy it in on their own or free p. Undo it with Disassociate.
+// (omp_target_associate_ptr). Constructs then find s present at p.
+// They never copy it in on their own or free p. Undo it with Disassociate.
 func (d Device) Associate(s any, p DevicePtr, name string) error {
 	return d.associate(s, p, name)
 }

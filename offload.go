@@ -51,35 +51,37 @@ func WithDefaultDevice(n int) Option {
 	}}
 }
 
-// WithInfo sets what the info output shows, overriding GOFFLOAD_INFO: names
-// such as "copies,mapping" or "all", or a number of LIBOMPTARGET_INFO bits.
+// WithInfo sets what the info output shows, overriding GOFFLOAD_INFO.
+// flags holds names such as "copies,mapping" or "all", or a number of
+// LIBOMPTARGET_INFO bits.
 func WithInfo(flags string) Option {
 	return Option{func(c *core.Config) (err error) { c.Info, err = core.ParseInfo(flags); return err }}
 }
 
-// WithTool makes t receive the runtime's events, the role OMPT plays:
-// constructs beginning and ending, copies and mapping changes, kernel
-// launches and waits. A tool.DeviceOpTool also gets the devices' own
-// times of their operations. Package tool declares the events.
+// WithTool makes t receive the runtime's events, the role OMPT plays.
+// The events are constructs beginning and ending, copies and mapping
+// changes, and kernel launches and waits. A tool.DeviceOpTool also gets the
+// devices' own times of their operations. Package tool declares the events.
 func WithTool(t tool.Tool) Option {
 	return Option{func(c *core.Config) error { c.Tool = t; return nil }}
 }
 
 // WithProfile writes a trace of the run to path at Stop, overriding
-// GOFFLOAD_PROFILE (Chrome's Trace Event Format: open it in Perfetto or
-// chrome://tracing). A path that cannot be written fails Start.
+// GOFFLOAD_PROFILE. The trace is in Chrome's Trace Event Format: open it in
+// Perfetto or chrome://tracing. A path that cannot be written fails Start.
 func WithProfile(path string) Option {
 	return Option{func(c *core.Config) error { c.Profile = path; return nil }}
 }
 
 // WithDeviceTasks bounds how many tasks (kernels) run at once on one
-// device, overriding GOFFLOAD_DEVICE_TASKS: "N" for every kind, or
-// KIND=N items ("host=2", "4,host=1"); "" for no bound, the default. A
-// launch beyond the bound waits on its device's queue for a running
-// kernel to end, not in the program. The host kind takes it from here;
-// device processes take GOFFLOAD_DEVICE_TASKS from their own environment
-// (local devices inherit this process's). See docs/environment.md for
-// why there is no bound by default.
+// device, overriding GOFFLOAD_DEVICE_TASKS. The spec is "N" for every kind,
+// or KIND=N items ("host=2", "4,host=1"). The default, "", sets no bound.
+// A launch beyond the bound waits on its device's queue for a running
+// kernel to end, not in the program.
+// The host kind takes the bound from here. Device processes take
+// GOFFLOAD_DEVICE_TASKS from their own environment; local devices inherit
+// this process's. See docs/environment.md for why there is no bound by
+// default.
 func WithDeviceTasks(spec string) Option {
 	return Option{func(c *core.Config) (err error) { c.DeviceTasks, err = core.ParseDeviceTasks(spec); return err }}
 }
@@ -93,9 +95,9 @@ func WithInfoOutput(w io.Writer) Option {
 // devices and loads the kernels on them. It is the first call in main.
 // Calling it again before Stop is an error.
 //
-// In a device process (one that a host started, or one started with
-// GOFFLOAD_ROLE=device) Start does not return: it serves the host, then ends
-// the process.
+// In a device process Start does not return: it serves the host, then ends
+// the process. A device process is one that a host started, or one started
+// with GOFFLOAD_ROLE=device.
 func Start(opts ...Option) error {
 	core.ServeDevice()
 	startMu.Lock()
@@ -126,39 +128,45 @@ func Start(opts ...Option) error {
 	return nil
 }
 
-// Stop asks running kernels to stop (their Ctx's Done channel closes),
-// waits for the work going on — tasks, and constructs that went on after
-// their context ended —, releases every device and ends the runtime;
-// constructs after it return ErrNotStarted. Start may be called again
+// Stop ends the runtime. It asks running kernels to stop: their Ctx's Done
+// channel closes. It waits for the work going on: tasks, and constructs
+// that went on after their context ended. Then it releases every device.
+// Constructs after Stop return ErrNotStarted. Start may be called again
 // after Stop.
 //
-// Stop cannot hang on a kernel that does not stop: when work is still
-// going on GOFFLOAD_STOP_GRACE (10s by default) after Stop began, it kills
-// the device processes that still have work (their pending operations fail
-// with ErrDeviceLost) and returns an error wrapping
-// context.DeadlineExceeded that names them. A kernel on a goroutine of this
-// process (a host device, the initial device) cannot be killed: Stop
-// returns the same error naming it, leaves it running and does not close
-// its device, but abandons it: its task's Wait returns an error wrapping
-// ErrDeviceLost and context.DeadlineExceeded, and nothing queued behind
-// the kernel runs, so that no copy writes into the program's memory once
-// Stop has returned (only the kernel goes on, on its device's memory). StopContext is Stop with a context that ends the wait
-// sooner.
+// Stop cannot hang on a kernel that does not stop. Work may still be going
+// on GOFFLOAD_STOP_GRACE (10s by default) after Stop began. Stop then kills
+// the device processes that still have work, and their pending operations
+// fail with ErrDeviceLost. It returns an error that wraps
+// context.DeadlineExceeded and names them.
 //
-// On the host rank of an MPI job, Stop also tells the device ranks to exit
-// and finalizes MPI, as an MPI program must before it exits: MPI cannot
-// start again, so a later Start that would open MPI devices (by default
-// under the launcher, or naming mpi) fails with an error wrapping
-// ErrConfig, under every offload policy but DISABLED (falling back to the
-// initial device would run the job's work on the host rank without a
-// word); a Start naming other devices (WithDevices("host:2")) works. Called from inside a task (host work, see Async.Go),
-// Stop returns an error wrapping ErrInTask and stops nothing.
+// A kernel on a goroutine of this process (a host device, the initial
+// device) cannot be killed. Stop returns the same error naming it and
+// leaves it running. It does not close the kernel's device, but abandons
+// it: the task's Wait returns an error wrapping ErrDeviceLost and
+// context.DeadlineExceeded, and nothing queued behind the kernel runs.
+// So no copy writes into the program's memory once Stop has returned; only
+// the kernel goes on, on its device's memory. StopContext is Stop with a
+// context that ends the wait sooner.
+//
+// On the host rank of an MPI job, Stop also tells the device ranks to exit.
+// It finalizes MPI, as an MPI program must before it exits. MPI cannot
+// start again, so a later Start that would open MPI devices fails with an
+// error wrapping ErrConfig. Such a Start is one under the launcher with
+// the default devices, or one naming mpi. It fails under every offload policy but
+// DISABLED: falling back to the initial device would run the job's work on
+// the host rank without a word. A Start naming other devices
+// (WithDevices("host:2")) works.
+//
+// Called from inside a task (host work, see Async.Go), Stop returns an
+// error wrapping ErrInTask and stops nothing.
 func Stop() error { return StopContext(context.Background()) }
 
-// StopContext is Stop that also stops waiting when ctx ends: the work still
-// going on then is ended as at the end of the grace period (device
-// processes killed, kernels of this process left running), and the error
-// wraps ctx's error and names what was still running, on which devices.
+// StopContext is Stop that also stops waiting when ctx ends.
+// The work still going on then is ended as at the end of the grace period:
+// device processes are killed, and kernels of this process left running.
+// The error wraps ctx's error. It names what was still running, on which
+// devices.
 func StopContext(ctx context.Context) error {
 	if core.InTask() {
 		return core.Errorf("goffload: Stop: %w", ErrInTask)
@@ -216,9 +224,10 @@ func NumDevices() int {
 	return len(rt.Devices)
 }
 
-// Device is a device by number. A number that does not name a device is
-// resolved when it is used, following OMP_TARGET_OFFLOAD: an error under
-// MANDATORY, the initial device under DEFAULT and DISABLED.
+// Device is a device by number.
+// A number that does not name a device is resolved when it is used,
+// following OMP_TARGET_OFFLOAD. It is an error under MANDATORY, and the
+// initial device under DEFAULT and DISABLED.
 type Device struct {
 	num    int
 	ctx    context.Context // see WithContext
@@ -286,13 +295,15 @@ type DeviceInfo struct {
 	Initial bool   // it is the initial device
 }
 
-// Info describes the device. For a number that is not a device it returns
-// an error wrapping ErrNoDevice, whatever the offload policy; for a device
-// that could not be opened, one wrapping ErrMandatory with the cause under
-// OMP_TARGET_OFFLOAD=MANDATORY, and ErrUnavailable otherwise (its
-// constructs run on the initial device); for a
-// device that was lost (its process died, its link broke), the description
-// and an error wrapping ErrDeviceLost with the cause.
+// Info describes the device. Its error depends on the device:
+//   - for a number that is not a device, it wraps ErrNoDevice, whatever the
+//     offload policy;
+//   - for a device that could not be opened, it wraps ErrMandatory with the
+//     cause under OMP_TARGET_OFFLOAD=MANDATORY, and ErrUnavailable otherwise
+//     (the device's constructs run on the initial device);
+//   - for a device that was lost (its process died, its link broke), Info
+//     returns the description and an error wrapping ErrDeviceLost with the
+//     cause.
 func (d Device) Info() (DeviceInfo, error) {
 	info, err := d.info()
 	return info, err

@@ -16,18 +16,19 @@ type Chunk struct {
 	Lo, Hi int
 }
 
-// Op is a reduction operator: one of OpenMP's reduction identifiers (Sum,
-// Prod, Min, Max, BitAnd, BitOr, BitXor, LogicalAnd, LogicalOr) or one of
-// the program's own, as `#pragma omp declare reduction` declares it.
+// Op is a reduction operator. It is one of OpenMP's reduction identifiers
+// (Sum, Prod, Min, Max, BitAnd, BitOr, BitXor, LogicalAnd, LogicalOr), or
+// one of the program's own, as `#pragma omp declare reduction` declares it.
 //
-// Combine must be associative, and Identity an identity of it
-// (Combine(Identity, x) == x == Combine(x, Identity)), as OpenMP requires
-// of the initializer: every chunk starts from Identity. Combine need not be
-// commutative: Reduce combines the chunks' results in chunk order.
+// Combine must be associative, and Identity an identity of it:
+// Combine(Identity, x) == x == Combine(x, Identity). OpenMP requires the
+// same of the initializer, since every chunk starts from Identity.
+// Combine need not be commutative: Reduce combines the chunks' results in
+// chunk order.
 //
-// Identity is given to every chunk by value: a T that holds a slice, map or
-// pointer would share what it points to between chunks running at once. Use
-// values (numbers, arrays, structs of them), or keep per-chunk storage
+// Identity is given to every chunk by value. A T that holds a slice, map or
+// pointer would share what it points to between chunks running at once.
+// Use values (numbers, arrays, structs of them), or keep per-chunk storage
 // yourself with Ctx.Chunks and Ctx.ForChunks.
 type Op[T any] struct {
 	Identity T
@@ -128,22 +129,22 @@ func extreme[T ordered](largest bool) T {
 	return v
 }
 
-// Reduce is a parallel loop with OpenMP's reduction clause, for a kernel:
-// it splits [0, n) as ctx.For does, calls body(lo, hi, op.Identity) once per
-// chunk, which returns the chunk's partial result (acc combined with the
-// values of [lo, hi)), and returns the chunks' results combined in chunk
-// order with op.Combine — op.Identity when n <= 0. Each chunk writes its
+// Reduce is a parallel loop with OpenMP's reduction clause, for a kernel.
+// It splits [0, n) as ctx.For does and calls body(lo, hi, op.Identity) once
+// per chunk. body returns the chunk's partial result: acc combined with the
+// values of [lo, hi). Reduce returns the chunks' results combined in chunk
+// order with op.Combine, or op.Identity when n <= 0. Each chunk writes its
 // result to its own slot, so neither body nor Reduce takes a lock.
 //
-// The result depends only on n, ctx.Cores() and the values: the same on
-// every run. With a floating-point Sum it is the sum in the chunks'
-// grouping, which may differ in the last bits from a sequential loop's, or
+// The result depends only on n, ctx.Cores() and the values: it is the same
+// on every run. With a floating-point Sum it is the sum in the chunks'
+// grouping. That may differ in the last bits from a sequential loop's, or
 // from a device's with another number of cores.
 //
 // A kernel shares no variables with the host, so it writes the result to
 // an output slice. OpenMP's reduction(+:sum) also combines the result with
-// sum's value before the construct; with the slice mapped ToFrom,
-// out[0] = op.Combine(out[0], r) does the same; with it mapped From,
+// sum's value before the construct. With the slice mapped ToFrom,
+// out[0] = op.Combine(out[0], r) does the same. With it mapped From,
 // out[0] = r overwrites it:
 //
 //	var Total = offload.MustKernel("total", func(ctx offload.Ctx, x []float64, out []float64) {

@@ -140,14 +140,22 @@ func TestStopContext(t *testing.T) {
 	}
 }
 
-// TestContextStopsKernel: a construct whose context ends stops waiting,
-// and its kernel's Ctx.Done closes then, so a kernel that watches it ends
-// and the construct finishes in the background, copying back what the
-// kernel wrote.
+// TestContextStopsKernel checks what Device.WithContext and Ctx.Done
+// promise: a construct whose context ends stops waiting, and its kernel is
+// asked to stop (its Ctx.Done closes). A kernel that watches Done ends, and
+// the construct finishes in the background, copying back what the kernel
+// wrote. It runs on the CPU kinds that Ctx.Done names, MPI aside: a host
+// device, the initial device, and a local device over shared memory (the
+// default link) and over a socket.
 func TestContextStopsKernel(t *testing.T) {
 	t.Setenv("GOFFLOAD_STOP_GRACE", "1m")
-	for _, devices := range []string{"host:1", "local:1"} {
-		if err := offload.Start(offload.WithDevices(devices)); err != nil {
+	for _, c := range []struct{ devices, link string }{{"host:1", ""}, {"local:1", "shm"}, {"local:1", "socket"}} {
+		devices := c.devices
+		if c.link != "" {
+			t.Setenv("GOFFLOAD_LOCAL_LINK", c.link)
+			devices += " (" + c.link + ")"
+		}
+		if err := offload.Start(offload.WithDevices(c.devices)); err != nil {
 			t.Fatal(err)
 		}
 		for _, dev := range []offload.Device{offload.On(0), offload.Initial()} {

@@ -10,23 +10,25 @@ import (
 	"github.com/goffload/offload/plugin"
 )
 
-// WithContext returns d bound to ctx: its synchronous constructs (Run,
-// Data, EnterData, ExitData, Update) stop waiting when ctx is done and
-// return an error wrapping ctx's error (context.Canceled or
-// context.DeadlineExceeded) that names the device and the construct. The
-// construct itself goes on in the background and cleans up as it would
-// have — its kernel is asked to stop (its Ctx's Done closes; a kernel that
-// checks it returns early, one that ignores it goes on), copies back
-// are done, mappings are released and memory freed — and Taskwait and
-// Stop wait for it. A construct
-// whose ctx is done before it starts does not start (the end of a Data
-// region always runs). Tasks (Nowait) do not use ctx: use
+// WithContext returns d bound to ctx. Its synchronous constructs (Run,
+// Data, EnterData, ExitData, Update) stop waiting when ctx is done.
+// They return an error that wraps ctx's error (context.Canceled or
+// context.DeadlineExceeded) and names the device and the construct.
+//
+// The construct itself goes on in the background and cleans up as it
+// would have. Its kernel is asked to stop: its Ctx's Done closes. A kernel
+// that checks Done returns early; one that ignores it goes on. Copies back
+// are done, mappings are released and memory freed. Taskwait and Stop wait
+// for the construct.
+//
+// A construct whose ctx is done before it starts does not start. The end
+// of a Data region always runs. Tasks (Nowait) do not use ctx: use
 // Task.WaitContext. See also MemcpyContext.
 //
 // A nil ctx is a mistake, not "no context": every construct of the device
-// returns an error wrapping ErrBadArgument, as every call that takes a
-// context does for a nil one (Task.WaitContext, Group.Wait, Taskwait,
-// StopContext, MemcpyContext).
+// returns an error wrapping ErrBadArgument. So does every call that takes a
+// context, for a nil one: Task.WaitContext, Group.Wait, Taskwait,
+// StopContext, MemcpyContext.
 func (d Device) WithContext(ctx context.Context) Device { d.ctx, d.ctxSet = ctx, true; return d }
 
 // ctxErr is the error of a construct on a device bound to a nil context.
@@ -67,13 +69,15 @@ func memcpyContext(ctx context.Context, dst, src DevicePtr, n int64) error {
 	return core.MemcpyContext(ctx, dl, sl, n)
 }
 
-// Run runs kernel k on the device with args, one per parameter after the
-// optional Ctx: the target construct. A scalar parameter takes a value of
-// its type (an untyped constant's value converts when it fits). A slice
-// parameter takes a slice — mapped tofrom for the region unless it is
-// present already — or a map clause (To(x), From(y), ToFrom(z), Alloc(w)
-// with modifiers), or a DevicePtr of this device (is_device_ptr). Run
-// returns when the kernel is done and the results are copied back.
+// Run runs kernel k on the device with args: the target construct.
+// There is one argument per parameter after the optional Ctx.
+// A scalar parameter takes a value of its type; an untyped constant's value
+// converts when it fits. A slice parameter takes one of:
+//   - a slice, mapped tofrom for the region unless it is present already;
+//   - a map clause (To(x), From(y), ToFrom(z), Alloc(w) with modifiers);
+//   - a DevicePtr of this device (is_device_ptr).
+//
+// Run returns when the kernel is done and the results are copied back.
 func (d Device) Run(k *Kernel, args ...any) error { return d.launch(k, launchOpts{}, args) }
 
 // launch is the target construct of k with args and what a typed kernel
@@ -137,11 +141,11 @@ func (d Device) data(body func() error, maps []Map) error {
 // Data runs a target data region on the default device; see Device.Data.
 func Data(body func() error, maps ...Map) error { return Default().Data(body, maps...) }
 
-// EnterData maps buffers (To or Alloc clauses): target enter data. On
-// Any() it maps nothing: it names whole buffers as Any-tasks' (a program
-// that fills a buffer band by band with Any-tasks, then reads rows across
-// the bands, names it first; see Any), and the runtime copies what the
-// tasks need when they are placed.
+// EnterData maps buffers (To or Alloc clauses): target enter data.
+// On Any() it maps nothing. It names whole buffers as Any-tasks', and the
+// runtime copies what the tasks need when they are placed. A program that
+// fills a buffer band by band with Any-tasks, then reads rows across the
+// bands, names the buffer first (see Any).
 func (d Device) EnterData(maps ...Map) error {
 	return d.enterData(maps)
 }

@@ -12,11 +12,12 @@ import (
 const maxDim = 1<<31 - 1
 
 // NumTeams returns d with OpenMP's num_teams clause: the kernels it
-// launches run as dims teams — on a GPU, the grid of thread blocks, in one
-// to three dimensions (the 3-D form is the ompx_bare extension's). Without
-// it (or GlobalSize) a GPU runs one thread per element of the longest
-// slice argument the kernel may write, in blocks of its default size. CPU
-// devices take the clause as the hint OpenMP allows it to be: their
+// launches run as dims teams. On a GPU, the teams are the grid of thread
+// blocks, in one to three dimensions (the 3-D form is the ompx_bare
+// extension's). Without the clause (or GlobalSize), a GPU runs one thread
+// per element of the longest slice argument the kernel may write, in
+// blocks of its default size.
+// CPU devices take the clause as the hint OpenMP allows it to be: their
 // kernels split loops over their cores.
 //
 //	Saxpy.Run(offload.On(0).NumTeams(n/128).ThreadLimit(128), n, a, x, y)
@@ -29,10 +30,11 @@ func (d Device) NumTeams(dims ...int) Device {
 }
 
 // ThreadLimit returns d with OpenMP's thread_limit clause: each team of
-// the kernels it launches has dims threads — on a GPU, the thread block,
-// in one to three dimensions. A GPU refuses a block larger than it can run
-// (1024 threads on NVIDIA GPUs), naming the kernel; CPU devices take the
-// clause as a hint. Bad dimensions fail the launch as NumTeams's do.
+// the kernels it launches has dims threads. On a GPU, a team is the thread
+// block, in one to three dimensions. A GPU refuses a block larger than it
+// can run (1024 threads on NVIDIA GPUs), naming the kernel. CPU devices
+// take the clause as a hint. Bad dimensions fail the launch as NumTeams's
+// do.
 func (d Device) ThreadLimit(dims ...int) Device {
 	d.geo.Threads, d.geoErr = dims3("thread_limit", dims, d.geoErr)
 	return d

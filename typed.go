@@ -13,26 +13,26 @@ import (
 
 //go:generate go run ./internal/gen/typed
 
-// In is a kernel parameter that is a buffer the kernel only reads: a slice
-// passed to it is mapped to the device (map(to:)) unless a clause given
-// with the kernel's With says otherwise, or it is present already. It is a
-// slice: index it, range over it and take len as usual. A []T converts to
-// In[T] implicitly, so a launch passes plain slices.
+// In is a kernel parameter that is a buffer the kernel only reads.
+// A slice passed to it is mapped to the device (map(to:)), unless it is
+// present already or a clause given with the kernel's With says otherwise.
+// It is a slice: index it, range over it and take len as usual.
+// A []T converts to In[T] implicitly, so a launch passes plain slices.
 type In[T any] []T
 
-// Out is a kernel parameter that is a buffer the kernel only writes: a
-// slice passed to it is mapped from the device (map(from:)); its device
-// memory starts uninitialized when the mapping is created.
+// Out is a kernel parameter that is a buffer the kernel only writes.
+// A slice passed to it is mapped from the device (map(from:)).
+// Its device memory starts uninitialized when the mapping is created.
 type Out[T any] []T
 
-// InOut is a kernel parameter that is a buffer the kernel reads and writes:
-// a slice passed to it is mapped tofrom (map(tofrom:)). A plain []T
-// parameter is mapped the same way, but as an implicit map (see
-// Device.Run): InOut says it outright.
+// InOut is a kernel parameter that is a buffer the kernel reads and writes.
+// A slice passed to it is mapped tofrom (map(tofrom:)).
+// A plain []T parameter is mapped the same way, but as an implicit map
+// (see Device.Run). InOut says it outright.
 type InOut[T any] []T
 
-// Scratch is a kernel parameter that is device work space: a slice passed
-// to it is mapped without copies either way (map(alloc:)).
+// Scratch is a kernel parameter that is device work space.
+// A slice passed to it is mapped without copies either way (map(alloc:)).
 type Scratch[T any] []T
 
 // mapDir is implemented by the direction types; it gives the map type of

@@ -4,17 +4,19 @@ package offload
 
 import "github.com/goffload/offload/plugin"
 
-// Kernel0 is a kernel of 0 parameters after its Ctx, launched with
-// arguments the compiler checks. Make one with MustKernel0.
+// Kernel0 is a kernel of 0 parameters after its Ctx.
+// The compiler checks the arguments of its launches.
+// Make one with MustKernel0.
 type Kernel0 struct {
 	k *Kernel
 	o launchOpts
 }
 
-// MustKernel0 registers fn as the kernel called name, as NewKernel does, for
-// a package-level variable: it panics if fn cannot be a kernel or the
-// runtime is started. A parameter of type In, Out, InOut or Scratch
-// declares the buffer's map direction for every launch.
+// MustKernel0 registers fn as the kernel called name, as NewKernel does.
+// It is meant for a package-level variable.
+// It panics if fn cannot be a kernel or the runtime is started.
+// A parameter of type In, Out, InOut or Scratch declares the buffer's
+// map direction for every launch.
 func MustKernel0(name string, fn func(Ctx)) Kernel0 {
 	k, err := NewKernel(name, fn)
 	if err != nil {
@@ -30,34 +32,38 @@ func MustKernel0(name string, fn func(Ctx)) Kernel0 {
 	return Kernel0{k: k}
 }
 
-// Run runs the kernel on device dev (the target construct) and returns when
-// it is done and its buffers are copied back; see Device.Run.
+// Run runs the kernel on device dev (the target construct).
+// It returns when the kernel is done and its buffers are copied back.
+// See Device.Run.
 func (k Kernel0) Run(dev Device) error { return k.k.launch(dev, k.o) }
 
-// Nowait runs the kernel as a task of nw (target nowait, with nw's depend
-// clauses); see Async.Run.
+// Nowait runs the kernel as a task of nw, with nw's depend clauses
+// (target nowait). See Async.Run.
 func (k Kernel0) Nowait(nw Async) *Task { return k.k.launchNowait(nw, k.o) }
 
-// With returns the kernel with map clauses that replace, for the launch's
-// slice argument with the same first element and length, the declared
-// direction: k.With(offload.From(y).Named("y")).Run(d, …). A clause that
-// names no argument makes the launch fail.
+// With returns the kernel with map clauses that replace declared directions.
+// A clause replaces the direction of the launch's slice argument with the
+// same first element and length: k.With(offload.From(y).Named("y")).Run(d, …).
+// A clause that names no argument makes the launch fail.
 func (k Kernel0) With(maps ...Map) Kernel0 {
 	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
 	return k
 }
 
-// Once returns the kernel marked as one whose Any-tasks must not run
-// again when their device is lost (see Kernel.Once).
+// Once returns the kernel marked as run-once.
+// Its Any-tasks must not run again when their device is lost.
+// See Kernel.Once.
 func (k Kernel0) Once() Kernel0 {
 	k.k = k.k.Once()
 	return k
 }
 
-// Named returns the kernel with names for its parameters, in order, used
-// for their buffers in info output and errors (a clause of With with its
-// own name wins; a struct's fields are "name.Field"): Go keeps no
-// parameter names at run time. Keep it in the package-level variable:
+// Named returns the kernel with names for its parameters, in order.
+// Info output and errors use them for the parameters' buffers.
+// A clause of With with its own name wins.
+// A struct's fields are named "name.Field".
+// Go keeps no parameter names at run time, so they must be given here.
+// Keep the result in the package-level variable:
 //
 //	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
 func (k Kernel0) Named(names ...string) Kernel0 {
@@ -80,17 +86,19 @@ func (k Kernel0) OpenCL(src []byte, entry string) Kernel0 {
 // Kernel is the kernel's untyped form, for Device.Run and Async.Run.
 func (k Kernel0) Kernel() *Kernel { return k.k }
 
-// Kernel1 is a kernel of 1 parameter after its Ctx, launched with
-// arguments the compiler checks. Make one with MustKernel1.
+// Kernel1 is a kernel of 1 parameter after its Ctx.
+// The compiler checks the arguments of its launches.
+// Make one with MustKernel1.
 type Kernel1[A any] struct {
 	k *Kernel
 	o launchOpts
 }
 
-// MustKernel1 registers fn as the kernel called name, as NewKernel does, for
-// a package-level variable: it panics if fn cannot be a kernel or the
-// runtime is started. A parameter of type In, Out, InOut or Scratch
-// declares the buffer's map direction for every launch.
+// MustKernel1 registers fn as the kernel called name, as NewKernel does.
+// It is meant for a package-level variable.
+// It panics if fn cannot be a kernel or the runtime is started.
+// A parameter of type In, Out, InOut or Scratch declares the buffer's
+// map direction for every launch.
 func MustKernel1[A any](name string, fn func(Ctx, A)) Kernel1[A] {
 	k, err := NewKernel(name, fn)
 	if err != nil {
@@ -109,34 +117,38 @@ func MustKernel1[A any](name string, fn func(Ctx, A)) Kernel1[A] {
 	return Kernel1[A]{k: k}
 }
 
-// Run runs the kernel on device dev (the target construct) and returns when
-// it is done and its buffers are copied back; see Device.Run.
+// Run runs the kernel on device dev (the target construct).
+// It returns when the kernel is done and its buffers are copied back.
+// See Device.Run.
 func (k Kernel1[A]) Run(dev Device, a A) error { return k.k.launch(dev, k.o, a) }
 
-// Nowait runs the kernel as a task of nw (target nowait, with nw's depend
-// clauses); see Async.Run.
+// Nowait runs the kernel as a task of nw, with nw's depend clauses
+// (target nowait). See Async.Run.
 func (k Kernel1[A]) Nowait(nw Async, a A) *Task { return k.k.launchNowait(nw, k.o, a) }
 
-// With returns the kernel with map clauses that replace, for the launch's
-// slice argument with the same first element and length, the declared
-// direction: k.With(offload.From(y).Named("y")).Run(d, …). A clause that
-// names no argument makes the launch fail.
+// With returns the kernel with map clauses that replace declared directions.
+// A clause replaces the direction of the launch's slice argument with the
+// same first element and length: k.With(offload.From(y).Named("y")).Run(d, …).
+// A clause that names no argument makes the launch fail.
 func (k Kernel1[A]) With(maps ...Map) Kernel1[A] {
 	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
 	return k
 }
 
-// Once returns the kernel marked as one whose Any-tasks must not run
-// again when their device is lost (see Kernel.Once).
+// Once returns the kernel marked as run-once.
+// Its Any-tasks must not run again when their device is lost.
+// See Kernel.Once.
 func (k Kernel1[A]) Once() Kernel1[A] {
 	k.k = k.k.Once()
 	return k
 }
 
-// Named returns the kernel with names for its parameters, in order, used
-// for their buffers in info output and errors (a clause of With with its
-// own name wins; a struct's fields are "name.Field"): Go keeps no
-// parameter names at run time. Keep it in the package-level variable:
+// Named returns the kernel with names for its parameters, in order.
+// Info output and errors use them for the parameters' buffers.
+// A clause of With with its own name wins.
+// A struct's fields are named "name.Field".
+// Go keeps no parameter names at run time, so they must be given here.
+// Keep the result in the package-level variable:
 //
 //	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
 func (k Kernel1[A]) Named(names ...string) Kernel1[A] {
@@ -159,17 +171,19 @@ func (k Kernel1[A]) OpenCL(src []byte, entry string) Kernel1[A] {
 // Kernel is the kernel's untyped form, for Device.Run and Async.Run.
 func (k Kernel1[A]) Kernel() *Kernel { return k.k }
 
-// Kernel2 is a kernel of 2 parameters after its Ctx, launched with
-// arguments the compiler checks. Make one with MustKernel2.
+// Kernel2 is a kernel of 2 parameters after its Ctx.
+// The compiler checks the arguments of its launches.
+// Make one with MustKernel2.
 type Kernel2[A, B any] struct {
 	k *Kernel
 	o launchOpts
 }
 
-// MustKernel2 registers fn as the kernel called name, as NewKernel does, for
-// a package-level variable: it panics if fn cannot be a kernel or the
-// runtime is started. A parameter of type In, Out, InOut or Scratch
-// declares the buffer's map direction for every launch.
+// MustKernel2 registers fn as the kernel called name, as NewKernel does.
+// It is meant for a package-level variable.
+// It panics if fn cannot be a kernel or the runtime is started.
+// A parameter of type In, Out, InOut or Scratch declares the buffer's
+// map direction for every launch.
 func MustKernel2[A, B any](name string, fn func(Ctx, A, B)) Kernel2[A, B] {
 	k, err := NewKernel(name, fn)
 	if err != nil {
@@ -192,34 +206,38 @@ func MustKernel2[A, B any](name string, fn func(Ctx, A, B)) Kernel2[A, B] {
 	return Kernel2[A, B]{k: k}
 }
 
-// Run runs the kernel on device dev (the target construct) and returns when
-// it is done and its buffers are copied back; see Device.Run.
+// Run runs the kernel on device dev (the target construct).
+// It returns when the kernel is done and its buffers are copied back.
+// See Device.Run.
 func (k Kernel2[A, B]) Run(dev Device, a A, b B) error { return k.k.launch(dev, k.o, a, b) }
 
-// Nowait runs the kernel as a task of nw (target nowait, with nw's depend
-// clauses); see Async.Run.
+// Nowait runs the kernel as a task of nw, with nw's depend clauses
+// (target nowait). See Async.Run.
 func (k Kernel2[A, B]) Nowait(nw Async, a A, b B) *Task { return k.k.launchNowait(nw, k.o, a, b) }
 
-// With returns the kernel with map clauses that replace, for the launch's
-// slice argument with the same first element and length, the declared
-// direction: k.With(offload.From(y).Named("y")).Run(d, …). A clause that
-// names no argument makes the launch fail.
+// With returns the kernel with map clauses that replace declared directions.
+// A clause replaces the direction of the launch's slice argument with the
+// same first element and length: k.With(offload.From(y).Named("y")).Run(d, …).
+// A clause that names no argument makes the launch fail.
 func (k Kernel2[A, B]) With(maps ...Map) Kernel2[A, B] {
 	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
 	return k
 }
 
-// Once returns the kernel marked as one whose Any-tasks must not run
-// again when their device is lost (see Kernel.Once).
+// Once returns the kernel marked as run-once.
+// Its Any-tasks must not run again when their device is lost.
+// See Kernel.Once.
 func (k Kernel2[A, B]) Once() Kernel2[A, B] {
 	k.k = k.k.Once()
 	return k
 }
 
-// Named returns the kernel with names for its parameters, in order, used
-// for their buffers in info output and errors (a clause of With with its
-// own name wins; a struct's fields are "name.Field"): Go keeps no
-// parameter names at run time. Keep it in the package-level variable:
+// Named returns the kernel with names for its parameters, in order.
+// Info output and errors use them for the parameters' buffers.
+// A clause of With with its own name wins.
+// A struct's fields are named "name.Field".
+// Go keeps no parameter names at run time, so they must be given here.
+// Keep the result in the package-level variable:
 //
 //	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
 func (k Kernel2[A, B]) Named(names ...string) Kernel2[A, B] {
@@ -242,17 +260,19 @@ func (k Kernel2[A, B]) OpenCL(src []byte, entry string) Kernel2[A, B] {
 // Kernel is the kernel's untyped form, for Device.Run and Async.Run.
 func (k Kernel2[A, B]) Kernel() *Kernel { return k.k }
 
-// Kernel3 is a kernel of 3 parameters after its Ctx, launched with
-// arguments the compiler checks. Make one with MustKernel3.
+// Kernel3 is a kernel of 3 parameters after its Ctx.
+// The compiler checks the arguments of its launches.
+// Make one with MustKernel3.
 type Kernel3[A, B, C any] struct {
 	k *Kernel
 	o launchOpts
 }
 
-// MustKernel3 registers fn as the kernel called name, as NewKernel does, for
-// a package-level variable: it panics if fn cannot be a kernel or the
-// runtime is started. A parameter of type In, Out, InOut or Scratch
-// declares the buffer's map direction for every launch.
+// MustKernel3 registers fn as the kernel called name, as NewKernel does.
+// It is meant for a package-level variable.
+// It panics if fn cannot be a kernel or the runtime is started.
+// A parameter of type In, Out, InOut or Scratch declares the buffer's
+// map direction for every launch.
 func MustKernel3[A, B, C any](name string, fn func(Ctx, A, B, C)) Kernel3[A, B, C] {
 	k, err := NewKernel(name, fn)
 	if err != nil {
@@ -279,36 +299,40 @@ func MustKernel3[A, B, C any](name string, fn func(Ctx, A, B, C)) Kernel3[A, B, 
 	return Kernel3[A, B, C]{k: k}
 }
 
-// Run runs the kernel on device dev (the target construct) and returns when
-// it is done and its buffers are copied back; see Device.Run.
+// Run runs the kernel on device dev (the target construct).
+// It returns when the kernel is done and its buffers are copied back.
+// See Device.Run.
 func (k Kernel3[A, B, C]) Run(dev Device, a A, b B, c C) error { return k.k.launch(dev, k.o, a, b, c) }
 
-// Nowait runs the kernel as a task of nw (target nowait, with nw's depend
-// clauses); see Async.Run.
+// Nowait runs the kernel as a task of nw, with nw's depend clauses
+// (target nowait). See Async.Run.
 func (k Kernel3[A, B, C]) Nowait(nw Async, a A, b B, c C) *Task {
 	return k.k.launchNowait(nw, k.o, a, b, c)
 }
 
-// With returns the kernel with map clauses that replace, for the launch's
-// slice argument with the same first element and length, the declared
-// direction: k.With(offload.From(y).Named("y")).Run(d, …). A clause that
-// names no argument makes the launch fail.
+// With returns the kernel with map clauses that replace declared directions.
+// A clause replaces the direction of the launch's slice argument with the
+// same first element and length: k.With(offload.From(y).Named("y")).Run(d, …).
+// A clause that names no argument makes the launch fail.
 func (k Kernel3[A, B, C]) With(maps ...Map) Kernel3[A, B, C] {
 	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
 	return k
 }
 
-// Once returns the kernel marked as one whose Any-tasks must not run
-// again when their device is lost (see Kernel.Once).
+// Once returns the kernel marked as run-once.
+// Its Any-tasks must not run again when their device is lost.
+// See Kernel.Once.
 func (k Kernel3[A, B, C]) Once() Kernel3[A, B, C] {
 	k.k = k.k.Once()
 	return k
 }
 
-// Named returns the kernel with names for its parameters, in order, used
-// for their buffers in info output and errors (a clause of With with its
-// own name wins; a struct's fields are "name.Field"): Go keeps no
-// parameter names at run time. Keep it in the package-level variable:
+// Named returns the kernel with names for its parameters, in order.
+// Info output and errors use them for the parameters' buffers.
+// A clause of With with its own name wins.
+// A struct's fields are named "name.Field".
+// Go keeps no parameter names at run time, so they must be given here.
+// Keep the result in the package-level variable:
 //
 //	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
 func (k Kernel3[A, B, C]) Named(names ...string) Kernel3[A, B, C] {
@@ -331,17 +355,19 @@ func (k Kernel3[A, B, C]) OpenCL(src []byte, entry string) Kernel3[A, B, C] {
 // Kernel is the kernel's untyped form, for Device.Run and Async.Run.
 func (k Kernel3[A, B, C]) Kernel() *Kernel { return k.k }
 
-// Kernel4 is a kernel of 4 parameters after its Ctx, launched with
-// arguments the compiler checks. Make one with MustKernel4.
+// Kernel4 is a kernel of 4 parameters after its Ctx.
+// The compiler checks the arguments of its launches.
+// Make one with MustKernel4.
 type Kernel4[A, B, C, D any] struct {
 	k *Kernel
 	o launchOpts
 }
 
-// MustKernel4 registers fn as the kernel called name, as NewKernel does, for
-// a package-level variable: it panics if fn cannot be a kernel or the
-// runtime is started. A parameter of type In, Out, InOut or Scratch
-// declares the buffer's map direction for every launch.
+// MustKernel4 registers fn as the kernel called name, as NewKernel does.
+// It is meant for a package-level variable.
+// It panics if fn cannot be a kernel or the runtime is started.
+// A parameter of type In, Out, InOut or Scratch declares the buffer's
+// map direction for every launch.
 func MustKernel4[A, B, C, D any](name string, fn func(Ctx, A, B, C, D)) Kernel4[A, B, C, D] {
 	k, err := NewKernel(name, fn)
 	if err != nil {
@@ -372,38 +398,42 @@ func MustKernel4[A, B, C, D any](name string, fn func(Ctx, A, B, C, D)) Kernel4[
 	return Kernel4[A, B, C, D]{k: k}
 }
 
-// Run runs the kernel on device dev (the target construct) and returns when
-// it is done and its buffers are copied back; see Device.Run.
+// Run runs the kernel on device dev (the target construct).
+// It returns when the kernel is done and its buffers are copied back.
+// See Device.Run.
 func (k Kernel4[A, B, C, D]) Run(dev Device, a A, b B, c C, d D) error {
 	return k.k.launch(dev, k.o, a, b, c, d)
 }
 
-// Nowait runs the kernel as a task of nw (target nowait, with nw's depend
-// clauses); see Async.Run.
+// Nowait runs the kernel as a task of nw, with nw's depend clauses
+// (target nowait). See Async.Run.
 func (k Kernel4[A, B, C, D]) Nowait(nw Async, a A, b B, c C, d D) *Task {
 	return k.k.launchNowait(nw, k.o, a, b, c, d)
 }
 
-// With returns the kernel with map clauses that replace, for the launch's
-// slice argument with the same first element and length, the declared
-// direction: k.With(offload.From(y).Named("y")).Run(d, …). A clause that
-// names no argument makes the launch fail.
+// With returns the kernel with map clauses that replace declared directions.
+// A clause replaces the direction of the launch's slice argument with the
+// same first element and length: k.With(offload.From(y).Named("y")).Run(d, …).
+// A clause that names no argument makes the launch fail.
 func (k Kernel4[A, B, C, D]) With(maps ...Map) Kernel4[A, B, C, D] {
 	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
 	return k
 }
 
-// Once returns the kernel marked as one whose Any-tasks must not run
-// again when their device is lost (see Kernel.Once).
+// Once returns the kernel marked as run-once.
+// Its Any-tasks must not run again when their device is lost.
+// See Kernel.Once.
 func (k Kernel4[A, B, C, D]) Once() Kernel4[A, B, C, D] {
 	k.k = k.k.Once()
 	return k
 }
 
-// Named returns the kernel with names for its parameters, in order, used
-// for their buffers in info output and errors (a clause of With with its
-// own name wins; a struct's fields are "name.Field"): Go keeps no
-// parameter names at run time. Keep it in the package-level variable:
+// Named returns the kernel with names for its parameters, in order.
+// Info output and errors use them for the parameters' buffers.
+// A clause of With with its own name wins.
+// A struct's fields are named "name.Field".
+// Go keeps no parameter names at run time, so they must be given here.
+// Keep the result in the package-level variable:
 //
 //	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
 func (k Kernel4[A, B, C, D]) Named(names ...string) Kernel4[A, B, C, D] {
@@ -426,17 +456,19 @@ func (k Kernel4[A, B, C, D]) OpenCL(src []byte, entry string) Kernel4[A, B, C, D
 // Kernel is the kernel's untyped form, for Device.Run and Async.Run.
 func (k Kernel4[A, B, C, D]) Kernel() *Kernel { return k.k }
 
-// Kernel5 is a kernel of 5 parameters after its Ctx, launched with
-// arguments the compiler checks. Make one with MustKernel5.
+// Kernel5 is a kernel of 5 parameters after its Ctx.
+// The compiler checks the arguments of its launches.
+// Make one with MustKernel5.
 type Kernel5[A, B, C, D, E any] struct {
 	k *Kernel
 	o launchOpts
 }
 
-// MustKernel5 registers fn as the kernel called name, as NewKernel does, for
-// a package-level variable: it panics if fn cannot be a kernel or the
-// runtime is started. A parameter of type In, Out, InOut or Scratch
-// declares the buffer's map direction for every launch.
+// MustKernel5 registers fn as the kernel called name, as NewKernel does.
+// It is meant for a package-level variable.
+// It panics if fn cannot be a kernel or the runtime is started.
+// A parameter of type In, Out, InOut or Scratch declares the buffer's
+// map direction for every launch.
 func MustKernel5[A, B, C, D, E any](name string, fn func(Ctx, A, B, C, D, E)) Kernel5[A, B, C, D, E] {
 	k, err := NewKernel(name, fn)
 	if err != nil {
@@ -471,38 +503,42 @@ func MustKernel5[A, B, C, D, E any](name string, fn func(Ctx, A, B, C, D, E)) Ke
 	return Kernel5[A, B, C, D, E]{k: k}
 }
 
-// Run runs the kernel on device dev (the target construct) and returns when
-// it is done and its buffers are copied back; see Device.Run.
+// Run runs the kernel on device dev (the target construct).
+// It returns when the kernel is done and its buffers are copied back.
+// See Device.Run.
 func (k Kernel5[A, B, C, D, E]) Run(dev Device, a A, b B, c C, d D, e E) error {
 	return k.k.launch(dev, k.o, a, b, c, d, e)
 }
 
-// Nowait runs the kernel as a task of nw (target nowait, with nw's depend
-// clauses); see Async.Run.
+// Nowait runs the kernel as a task of nw, with nw's depend clauses
+// (target nowait). See Async.Run.
 func (k Kernel5[A, B, C, D, E]) Nowait(nw Async, a A, b B, c C, d D, e E) *Task {
 	return k.k.launchNowait(nw, k.o, a, b, c, d, e)
 }
 
-// With returns the kernel with map clauses that replace, for the launch's
-// slice argument with the same first element and length, the declared
-// direction: k.With(offload.From(y).Named("y")).Run(d, …). A clause that
-// names no argument makes the launch fail.
+// With returns the kernel with map clauses that replace declared directions.
+// A clause replaces the direction of the launch's slice argument with the
+// same first element and length: k.With(offload.From(y).Named("y")).Run(d, …).
+// A clause that names no argument makes the launch fail.
 func (k Kernel5[A, B, C, D, E]) With(maps ...Map) Kernel5[A, B, C, D, E] {
 	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
 	return k
 }
 
-// Once returns the kernel marked as one whose Any-tasks must not run
-// again when their device is lost (see Kernel.Once).
+// Once returns the kernel marked as run-once.
+// Its Any-tasks must not run again when their device is lost.
+// See Kernel.Once.
 func (k Kernel5[A, B, C, D, E]) Once() Kernel5[A, B, C, D, E] {
 	k.k = k.k.Once()
 	return k
 }
 
-// Named returns the kernel with names for its parameters, in order, used
-// for their buffers in info output and errors (a clause of With with its
-// own name wins; a struct's fields are "name.Field"): Go keeps no
-// parameter names at run time. Keep it in the package-level variable:
+// Named returns the kernel with names for its parameters, in order.
+// Info output and errors use them for the parameters' buffers.
+// A clause of With with its own name wins.
+// A struct's fields are named "name.Field".
+// Go keeps no parameter names at run time, so they must be given here.
+// Keep the result in the package-level variable:
 //
 //	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
 func (k Kernel5[A, B, C, D, E]) Named(names ...string) Kernel5[A, B, C, D, E] {
@@ -525,17 +561,19 @@ func (k Kernel5[A, B, C, D, E]) OpenCL(src []byte, entry string) Kernel5[A, B, C
 // Kernel is the kernel's untyped form, for Device.Run and Async.Run.
 func (k Kernel5[A, B, C, D, E]) Kernel() *Kernel { return k.k }
 
-// Kernel6 is a kernel of 6 parameters after its Ctx, launched with
-// arguments the compiler checks. Make one with MustKernel6.
+// Kernel6 is a kernel of 6 parameters after its Ctx.
+// The compiler checks the arguments of its launches.
+// Make one with MustKernel6.
 type Kernel6[A, B, C, D, E, F any] struct {
 	k *Kernel
 	o launchOpts
 }
 
-// MustKernel6 registers fn as the kernel called name, as NewKernel does, for
-// a package-level variable: it panics if fn cannot be a kernel or the
-// runtime is started. A parameter of type In, Out, InOut or Scratch
-// declares the buffer's map direction for every launch.
+// MustKernel6 registers fn as the kernel called name, as NewKernel does.
+// It is meant for a package-level variable.
+// It panics if fn cannot be a kernel or the runtime is started.
+// A parameter of type In, Out, InOut or Scratch declares the buffer's
+// map direction for every launch.
 func MustKernel6[A, B, C, D, E, F any](name string, fn func(Ctx, A, B, C, D, E, F)) Kernel6[A, B, C, D, E, F] {
 	k, err := NewKernel(name, fn)
 	if err != nil {
@@ -574,38 +612,42 @@ func MustKernel6[A, B, C, D, E, F any](name string, fn func(Ctx, A, B, C, D, E, 
 	return Kernel6[A, B, C, D, E, F]{k: k}
 }
 
-// Run runs the kernel on device dev (the target construct) and returns when
-// it is done and its buffers are copied back; see Device.Run.
+// Run runs the kernel on device dev (the target construct).
+// It returns when the kernel is done and its buffers are copied back.
+// See Device.Run.
 func (k Kernel6[A, B, C, D, E, F]) Run(dev Device, a A, b B, c C, d D, e E, f F) error {
 	return k.k.launch(dev, k.o, a, b, c, d, e, f)
 }
 
-// Nowait runs the kernel as a task of nw (target nowait, with nw's depend
-// clauses); see Async.Run.
+// Nowait runs the kernel as a task of nw, with nw's depend clauses
+// (target nowait). See Async.Run.
 func (k Kernel6[A, B, C, D, E, F]) Nowait(nw Async, a A, b B, c C, d D, e E, f F) *Task {
 	return k.k.launchNowait(nw, k.o, a, b, c, d, e, f)
 }
 
-// With returns the kernel with map clauses that replace, for the launch's
-// slice argument with the same first element and length, the declared
-// direction: k.With(offload.From(y).Named("y")).Run(d, …). A clause that
-// names no argument makes the launch fail.
+// With returns the kernel with map clauses that replace declared directions.
+// A clause replaces the direction of the launch's slice argument with the
+// same first element and length: k.With(offload.From(y).Named("y")).Run(d, …).
+// A clause that names no argument makes the launch fail.
 func (k Kernel6[A, B, C, D, E, F]) With(maps ...Map) Kernel6[A, B, C, D, E, F] {
 	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
 	return k
 }
 
-// Once returns the kernel marked as one whose Any-tasks must not run
-// again when their device is lost (see Kernel.Once).
+// Once returns the kernel marked as run-once.
+// Its Any-tasks must not run again when their device is lost.
+// See Kernel.Once.
 func (k Kernel6[A, B, C, D, E, F]) Once() Kernel6[A, B, C, D, E, F] {
 	k.k = k.k.Once()
 	return k
 }
 
-// Named returns the kernel with names for its parameters, in order, used
-// for their buffers in info output and errors (a clause of With with its
-// own name wins; a struct's fields are "name.Field"): Go keeps no
-// parameter names at run time. Keep it in the package-level variable:
+// Named returns the kernel with names for its parameters, in order.
+// Info output and errors use them for the parameters' buffers.
+// A clause of With with its own name wins.
+// A struct's fields are named "name.Field".
+// Go keeps no parameter names at run time, so they must be given here.
+// Keep the result in the package-level variable:
 //
 //	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
 func (k Kernel6[A, B, C, D, E, F]) Named(names ...string) Kernel6[A, B, C, D, E, F] {
@@ -628,17 +670,19 @@ func (k Kernel6[A, B, C, D, E, F]) OpenCL(src []byte, entry string) Kernel6[A, B
 // Kernel is the kernel's untyped form, for Device.Run and Async.Run.
 func (k Kernel6[A, B, C, D, E, F]) Kernel() *Kernel { return k.k }
 
-// Kernel7 is a kernel of 7 parameters after its Ctx, launched with
-// arguments the compiler checks. Make one with MustKernel7.
+// Kernel7 is a kernel of 7 parameters after its Ctx.
+// The compiler checks the arguments of its launches.
+// Make one with MustKernel7.
 type Kernel7[A, B, C, D, E, F, G any] struct {
 	k *Kernel
 	o launchOpts
 }
 
-// MustKernel7 registers fn as the kernel called name, as NewKernel does, for
-// a package-level variable: it panics if fn cannot be a kernel or the
-// runtime is started. A parameter of type In, Out, InOut or Scratch
-// declares the buffer's map direction for every launch.
+// MustKernel7 registers fn as the kernel called name, as NewKernel does.
+// It is meant for a package-level variable.
+// It panics if fn cannot be a kernel or the runtime is started.
+// A parameter of type In, Out, InOut or Scratch declares the buffer's
+// map direction for every launch.
 func MustKernel7[A, B, C, D, E, F, G any](name string, fn func(Ctx, A, B, C, D, E, F, G)) Kernel7[A, B, C, D, E, F, G] {
 	k, err := NewKernel(name, fn)
 	if err != nil {
@@ -681,38 +725,42 @@ func MustKernel7[A, B, C, D, E, F, G any](name string, fn func(Ctx, A, B, C, D, 
 	return Kernel7[A, B, C, D, E, F, G]{k: k}
 }
 
-// Run runs the kernel on device dev (the target construct) and returns when
-// it is done and its buffers are copied back; see Device.Run.
+// Run runs the kernel on device dev (the target construct).
+// It returns when the kernel is done and its buffers are copied back.
+// See Device.Run.
 func (k Kernel7[A, B, C, D, E, F, G]) Run(dev Device, a A, b B, c C, d D, e E, f F, g G) error {
 	return k.k.launch(dev, k.o, a, b, c, d, e, f, g)
 }
 
-// Nowait runs the kernel as a task of nw (target nowait, with nw's depend
-// clauses); see Async.Run.
+// Nowait runs the kernel as a task of nw, with nw's depend clauses
+// (target nowait). See Async.Run.
 func (k Kernel7[A, B, C, D, E, F, G]) Nowait(nw Async, a A, b B, c C, d D, e E, f F, g G) *Task {
 	return k.k.launchNowait(nw, k.o, a, b, c, d, e, f, g)
 }
 
-// With returns the kernel with map clauses that replace, for the launch's
-// slice argument with the same first element and length, the declared
-// direction: k.With(offload.From(y).Named("y")).Run(d, …). A clause that
-// names no argument makes the launch fail.
+// With returns the kernel with map clauses that replace declared directions.
+// A clause replaces the direction of the launch's slice argument with the
+// same first element and length: k.With(offload.From(y).Named("y")).Run(d, …).
+// A clause that names no argument makes the launch fail.
 func (k Kernel7[A, B, C, D, E, F, G]) With(maps ...Map) Kernel7[A, B, C, D, E, F, G] {
 	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
 	return k
 }
 
-// Once returns the kernel marked as one whose Any-tasks must not run
-// again when their device is lost (see Kernel.Once).
+// Once returns the kernel marked as run-once.
+// Its Any-tasks must not run again when their device is lost.
+// See Kernel.Once.
 func (k Kernel7[A, B, C, D, E, F, G]) Once() Kernel7[A, B, C, D, E, F, G] {
 	k.k = k.k.Once()
 	return k
 }
 
-// Named returns the kernel with names for its parameters, in order, used
-// for their buffers in info output and errors (a clause of With with its
-// own name wins; a struct's fields are "name.Field"): Go keeps no
-// parameter names at run time. Keep it in the package-level variable:
+// Named returns the kernel with names for its parameters, in order.
+// Info output and errors use them for the parameters' buffers.
+// A clause of With with its own name wins.
+// A struct's fields are named "name.Field".
+// Go keeps no parameter names at run time, so they must be given here.
+// Keep the result in the package-level variable:
 //
 //	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
 func (k Kernel7[A, B, C, D, E, F, G]) Named(names ...string) Kernel7[A, B, C, D, E, F, G] {
@@ -735,17 +783,19 @@ func (k Kernel7[A, B, C, D, E, F, G]) OpenCL(src []byte, entry string) Kernel7[A
 // Kernel is the kernel's untyped form, for Device.Run and Async.Run.
 func (k Kernel7[A, B, C, D, E, F, G]) Kernel() *Kernel { return k.k }
 
-// Kernel8 is a kernel of 8 parameters after its Ctx, launched with
-// arguments the compiler checks. Make one with MustKernel8.
+// Kernel8 is a kernel of 8 parameters after its Ctx.
+// The compiler checks the arguments of its launches.
+// Make one with MustKernel8.
 type Kernel8[A, B, C, D, E, F, G, H any] struct {
 	k *Kernel
 	o launchOpts
 }
 
-// MustKernel8 registers fn as the kernel called name, as NewKernel does, for
-// a package-level variable: it panics if fn cannot be a kernel or the
-// runtime is started. A parameter of type In, Out, InOut or Scratch
-// declares the buffer's map direction for every launch.
+// MustKernel8 registers fn as the kernel called name, as NewKernel does.
+// It is meant for a package-level variable.
+// It panics if fn cannot be a kernel or the runtime is started.
+// A parameter of type In, Out, InOut or Scratch declares the buffer's
+// map direction for every launch.
 func MustKernel8[A, B, C, D, E, F, G, H any](name string, fn func(Ctx, A, B, C, D, E, F, G, H)) Kernel8[A, B, C, D, E, F, G, H] {
 	k, err := NewKernel(name, fn)
 	if err != nil {
@@ -792,38 +842,42 @@ func MustKernel8[A, B, C, D, E, F, G, H any](name string, fn func(Ctx, A, B, C, 
 	return Kernel8[A, B, C, D, E, F, G, H]{k: k}
 }
 
-// Run runs the kernel on device dev (the target construct) and returns when
-// it is done and its buffers are copied back; see Device.Run.
+// Run runs the kernel on device dev (the target construct).
+// It returns when the kernel is done and its buffers are copied back.
+// See Device.Run.
 func (k Kernel8[A, B, C, D, E, F, G, H]) Run(dev Device, a A, b B, c C, d D, e E, f F, g G, h H) error {
 	return k.k.launch(dev, k.o, a, b, c, d, e, f, g, h)
 }
 
-// Nowait runs the kernel as a task of nw (target nowait, with nw's depend
-// clauses); see Async.Run.
+// Nowait runs the kernel as a task of nw, with nw's depend clauses
+// (target nowait). See Async.Run.
 func (k Kernel8[A, B, C, D, E, F, G, H]) Nowait(nw Async, a A, b B, c C, d D, e E, f F, g G, h H) *Task {
 	return k.k.launchNowait(nw, k.o, a, b, c, d, e, f, g, h)
 }
 
-// With returns the kernel with map clauses that replace, for the launch's
-// slice argument with the same first element and length, the declared
-// direction: k.With(offload.From(y).Named("y")).Run(d, …). A clause that
-// names no argument makes the launch fail.
+// With returns the kernel with map clauses that replace declared directions.
+// A clause replaces the direction of the launch's slice argument with the
+// same first element and length: k.With(offload.From(y).Named("y")).Run(d, …).
+// A clause that names no argument makes the launch fail.
 func (k Kernel8[A, B, C, D, E, F, G, H]) With(maps ...Map) Kernel8[A, B, C, D, E, F, G, H] {
 	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
 	return k
 }
 
-// Once returns the kernel marked as one whose Any-tasks must not run
-// again when their device is lost (see Kernel.Once).
+// Once returns the kernel marked as run-once.
+// Its Any-tasks must not run again when their device is lost.
+// See Kernel.Once.
 func (k Kernel8[A, B, C, D, E, F, G, H]) Once() Kernel8[A, B, C, D, E, F, G, H] {
 	k.k = k.k.Once()
 	return k
 }
 
-// Named returns the kernel with names for its parameters, in order, used
-// for their buffers in info output and errors (a clause of With with its
-// own name wins; a struct's fields are "name.Field"): Go keeps no
-// parameter names at run time. Keep it in the package-level variable:
+// Named returns the kernel with names for its parameters, in order.
+// Info output and errors use them for the parameters' buffers.
+// A clause of With with its own name wins.
+// A struct's fields are named "name.Field".
+// Go keeps no parameter names at run time, so they must be given here.
+// Keep the result in the package-level variable:
 //
 //	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
 func (k Kernel8[A, B, C, D, E, F, G, H]) Named(names ...string) Kernel8[A, B, C, D, E, F, G, H] {

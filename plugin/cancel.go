@@ -60,9 +60,9 @@ func (s *StopSignal) OnStop(f func()) (release func()) {
 	}
 }
 
-// StopWith makes s stop when any of parents stops (at once if one has;
-// nil parents are ignored), until release is called: a launch's signal
-// stops with its device's and with its own caller's.
+// StopWith makes s stop when any of parents stops, until release is called.
+// If one has stopped already, s stops at once. Nil parents are ignored.
+// So a launch's signal stops with its device's and with its own caller's.
 func (s *StopSignal) StopWith(parents ...*StopSignal) (release func()) {
 	var rels []func()
 	for _, p := range parents {
@@ -94,8 +94,9 @@ func (c *KernelCtx) WithStop(s *StopSignal) *KernelCtx {
 	return &c2
 }
 
-// Done returns a channel that is closed when the kernel should stop (the
-// runtime is stopping; see Canceler), or nil if nothing will ask it to.
+// Done returns a channel that is closed when the kernel should stop, as
+// when the runtime is stopping (see Canceler). It returns nil if nothing
+// will ask the kernel to stop.
 func (c *KernelCtx) Done() <-chan struct{} {
 	if c.stop == nil {
 		return nil
@@ -112,59 +113,61 @@ func (c *KernelCtx) Err() error {
 }
 
 // Canceler is implemented by devices whose running kernels can be asked to
-// stop: CancelKernels closes the Done channel of their contexts (on the
-// device, in its process). The runtime calls it when Stop begins. It must
-// not block.
+// stop. CancelKernels closes the Done channel of their contexts, on the
+// device, in its process. The runtime calls it when Stop begins.
+// It must not block.
 type Canceler interface {
 	CancelKernels()
 }
 
 // StopLauncher is implemented by queues whose kernels can be asked to stop
-// one launch at a time: LaunchStop is Launch whose kernel's Ctx.Done also
-// closes when stop stops (the runtime stops it when the construct's
-// context ends). A queue without it launches with Launch: its kernels stop
-// only with their device's (Canceler).
+// one launch at a time. LaunchStop is Launch whose kernel's Ctx.Done also
+// closes when stop stops. The runtime stops it when the construct's context
+// ends. A queue without it launches with Launch, and its kernels stop only
+// with their device's (Canceler).
 type StopLauncher interface {
 	LaunchStop(k Kernel, args []Arg, stop *StopSignal) error
 }
 
 // AddrResolver is implemented by devices whose Ptrs are not the addresses
-// their kernels see: a device process's memory is named by numbers the
-// host assigns (so that allocating never waits for the device).
-// DeviceAddr returns the address in the device's process of the byte at
-// p, as its kernels see it.
+// their kernels see. A device process's memory, for one, is named by
+// numbers the host assigns, so that allocating never waits for the device.
+// DeviceAddr returns the address in the device's process of the byte at p,
+// as its kernels see it.
 type AddrResolver interface {
 	DeviceAddr(p Ptr) (uintptr, error)
 }
 
-// Killer is implemented by devices whose work can be ended by force: a
-// device process, which Kill kills (or whose link it cuts, for a process
-// of another machine), so that every operation pending on the device fails
-// with an error wrapping ErrDeviceLost that says why. The runtime calls it
-// at Stop for a device whose work did not end within the grace period
-// after its kernels were cancelled. It must not block for long.
+// Killer is implemented by devices whose work can be ended by force, such
+// as a device process. Kill kills the process, or cuts its link for a
+// process of another machine. Every operation pending on the device then
+// fails with an error wrapping ErrDeviceLost that says why.
+// The runtime calls Kill at Stop for a device whose work did not end within
+// the grace period after its kernels were cancelled. It must not block for
+// long.
 type Killer interface {
 	Kill(why error)
 }
 
 // TaskLimiter is implemented by devices that can bound how many of their
-// kernels run at once (GOFFLOAD_DEVICE_TASKS, offload.WithDeviceTasks):
+// kernels run at once (GOFFLOAD_DEVICE_TASKS, offload.WithDeviceTasks).
 // LimitTasks(n) makes a launch wait, on its queue, until fewer than n
-// kernels of the device run (Pool.SetKernelLimit does it for a CPU kind's
-// pool). The runtime calls it after Load, with n >= 1.
+// kernels of the device run. Pool.SetKernelLimit does it for a CPU kind's
+// pool. The runtime calls LimitTasks after Load, with n >= 1.
 type TaskLimiter interface {
 	LimitTasks(n int)
 }
 
 // Abandoner is implemented by devices whose running kernels cannot be
 // ended by force, as they run on goroutines of this process (the host
-// kind): Abandon makes every operation of the device's queues that has
-// not begun fail with why (which wraps ErrDeviceLost) instead of running,
-// as well as every operation enqueued later, so that once it returns no
-// copy of the device writes into host memory; a kernel running goes on,
-// on its device memory only, which the device keeps until it returns. The
-// runtime calls it at Stop for a device whose work it gives up on. It
-// must not block.
+// kind). Abandon makes the device's operations fail with why, which wraps
+// ErrDeviceLost, instead of running. That holds for every operation of the
+// device's queues that has not begun, and every operation enqueued later.
+// So once Abandon returns, no copy of the device writes into host memory.
+// A kernel running goes on, on its device memory only. The device keeps
+// that memory until the kernel returns.
+// The runtime calls Abandon at Stop for a device whose work it gives up on.
+// It must not block.
 type Abandoner interface {
 	Abandon(why error)
 }

@@ -35,7 +35,7 @@ func (c *KernelCtx) For(n int, body func(lo, hi int)) { c.pool.For(n, body) }
 // into: min(n, Cores()), or 0 when n <= 0.
 func (c *KernelCtx) Chunks(n int) int { return c.pool.Chunks(n) }
 
-// ForChunks runs body once for each chunk of [0, n), concurrently, with the
-// chunk's number and range (see Chunk), and returns when every chunk is
-// done.
+// ForChunks runs body once for each chunk of [0, n), concurrently, and
+// returns when every chunk is done. body gets the chunk's number and range
+// (see Chunk).
 func (c *KernelCtx) ForChunks(n int, body func(Chunk)) { c.pool.ForChunks(n, body) }

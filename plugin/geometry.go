@@ -2,10 +2,11 @@ package plugin
 
 import "fmt"
 
-// Geometry is the shape a program asks a kernel launch to have: the
-// number of teams (a GPU's grid of thread blocks) and the threads of each
-// team (a block), as OpenMP's num_teams and thread_limit clauses give
-// them, in up to three dimensions as the ompx_bare extension has them.
+// Geometry is the shape a program asks a kernel launch to have.
+// Teams is the number of teams (a GPU's grid of thread blocks), and Threads
+// the threads of each team (a block). OpenMP's num_teams and thread_limit
+// clauses give them. They have up to three dimensions, as in the ompx_bare
+// extension.
 //
 // Size and Offset are the global size and offset of kernels in device
 // code (OpenCL C's global_work_size and global_work_offset): Size work-items
@@ -15,10 +16,10 @@ import "fmt"
 // neither.
 //
 // A zero Teams (all three zero) means the program left the number of teams
-// to the kind, which chooses it from the trip count; so for Threads and
-// Size. A set Teams, Threads or Size has every dimension at least 1; an
-// Offset's dimensions are at least 0. The program does not set both Teams
-// and Size.
+// to the kind, which chooses it from the trip count. So it is for Threads
+// and Size. A set Teams, Threads or Size has every dimension at least 1.
+// An Offset's dimensions are at least 0. The program does not set both
+// Teams and Size.
 type Geometry struct {
 	Teams   [3]int
 	Threads [3]int
@@ -60,15 +61,15 @@ func dimString(d [3]int) string {
 
 // GeometryLauncher is implemented by a [Queue] whose launches take a
 // geometry (a GPU's grid and block). The core calls LaunchGeometry instead
-// of Launch when the program gave num_teams, thread_limit, a global size or
-// offset; a kind without it gets Launch, and the geometry is a hint it does
-// not need (OpenMP lets an implementation run fewer teams and threads than
-// asked for).
+// of Launch when the program gave num_teams, thread_limit, a global size
+// or an offset. A kind without it gets Launch, and the geometry is a hint
+// it does not need: OpenMP lets an implementation run fewer teams and
+// threads than asked for.
 //
-// LaunchGeometry is Launch with g; a dimension of g that the device cannot
+// LaunchGeometry is Launch with g. A dimension of g that the device cannot
 // run (beyond its maximum block size, say) is an error wrapping
-// [ErrBadKernel] that names the kernel, when the launch is enqueued or at
-// the next Synchronize.
+// [ErrBadKernel] that names the kernel. The error comes when the launch is
+// enqueued or at the next Synchronize.
 type GeometryLauncher interface {
 	LaunchGeometry(k Kernel, args []Arg, g Geometry) error
 }

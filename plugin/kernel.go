@@ -11,7 +11,7 @@ import (
 
 // Kernel is one kernel of the program's image: a Go function that every
 // process of the program registers under the same name at the same index.
-// The runtime makes kernels; a kind receives them in the Image that Load
+// The runtime makes kernels. A kind receives them in the Image that Load
 // gets and in Queue.Launch, and only reads them. Its methods are safe for
 // concurrent use.
 type Kernel interface {
@@ -28,28 +28,33 @@ type Kernel interface {
 	// that cannot run Go; false if it has none.
 	Code(format string) (DeviceCode, bool)
 	// Launch runs the kernel's Go body with ctx and args over the device's
-	// memory mem, and returns when it is done: nil, an error wrapping
-	// ErrBadKernel or ErrBadPointer for arguments that do not match Params
-	// (nothing ran), or a *KernelPanic (wrapping ErrKernelFailed) if the
-	// body panicked or called runtime.Goexit. The body runs on a goroutine
-	// of the runtime's, so a Goexit does not end the caller's.
+	// memory mem, and returns when it is done. It returns one of:
+	//   - nil;
+	//   - an error wrapping ErrBadKernel or ErrBadPointer for arguments that
+	//     do not match Params (nothing ran);
+	//   - a *KernelPanic (wrapping ErrKernelFailed) if the body panicked or
+	//     called runtime.Goexit.
+	//
+	// The body runs on a goroutine of the runtime's, so a Goexit does not
+	// end the caller's.
 	Launch(ctx *KernelCtx, args []Arg, mem Mem) error
 	// LaunchHere is Launch with the body called on the calling goroutine,
-	// not handed to another (a hand-off, and on a machine with few cores
-	// often a thread woken for it): for a device's reader that runs short
-	// kernels to completion. A panic is returned as Launch returns it.
-	// runtime.Goexit in the body cannot be stopped, though: the calling
-	// goroutine ends, after every deferred call on its stack has run. So
-	// the caller must clean up in deferred calls (its queue's state, its
-	// role), and learns the kernel's error from exited, which LaunchHere
-	// calls, from a deferred call, before the goroutine unwinds past it.
+	// not handed to another. A hand-off costs, and on a machine with few
+	// cores it often wakes a thread. LaunchHere is for a device's reader
+	// that runs short kernels to completion.
+	// A panic is returned as Launch returns it. But runtime.Goexit in the
+	// body cannot be stopped: the calling goroutine ends, after every
+	// deferred call on its stack has run. So the caller must clean up in
+	// deferred calls (its queue's state, its role). It learns the kernel's
+	// error from exited. LaunchHere calls exited from a deferred call,
+	// before the goroutine unwinds past it.
 	LaunchHere(ctx *KernelCtx, args []Arg, mem Mem, exited func(error)) error
 }
 
-// CheckArgs checks a launch's arguments against k's parameters, as a kind
-// that decodes them itself must (Kernel.Launch checks them too): one
-// argument per parameter, each as CheckArg says. Its error wraps
-// ErrBadKernel and names the kernel and the argument.
+// CheckArgs checks a launch's arguments against k's parameters.
+// A kind that decodes them itself must call it; Kernel.Launch checks them
+// too. There must be one argument per parameter, each as CheckArg says.
+// Its error wraps ErrBadKernel and names the kernel and the argument.
 func CheckArgs(k Kernel, args []Arg) error {
 	ps := k.Params()
 	if len(args) != len(ps) {
@@ -79,8 +84,8 @@ func CheckArg(k Kernel, i int, a Arg) error {
 }
 
 // Mem returns the bytes of device range [p, p+size), or an error if the
-// range is not inside a live allocation: how a device lends its memory to
-// kernel arguments.
+// range is not inside a live allocation. It is how a device lends its
+// memory to kernel arguments.
 type Mem func(p Ptr, size int64) ([]byte, error)
 
 // Image is the kernel table as loaded on devices, with its digest. The
@@ -93,9 +98,9 @@ type Image struct {
 	Digest string
 }
 
-// Has returns nil if k is one of the image's kernels, else an error
-// wrapping ErrBadKernel that says why; a nil image is one that was not
-// loaded. The device kinds check a launch's kernel with it.
+// Has returns nil if k is one of the image's kernels. Otherwise it returns
+// an error wrapping ErrBadKernel that says why. A nil image is one that was
+// not loaded. The device kinds check a launch's kernel with Has.
 func (img *Image) Has(k Kernel) error {
 	switch {
 	case k == nil:
@@ -120,16 +125,16 @@ const (
 
 // Param describes one kernel parameter (the context parameter excluded).
 // A struct parameter whose fields are scalars and slices is passed field by
-// field: each field is a Param of its own (Field ≥ 0), its slices are
-// device buffers, and the kernel gets the struct rebuilt with its slices
+// field. Each field is a Param of its own (Field ≥ 0), and its slices are
+// device buffers. The kernel gets the struct rebuilt with its slices
 // attached to device memory (OpenMP's pointer attachment).
 type Param struct {
 	Kind ParamKind
 	// Type is the scalar's type, or the slice's element type.
 	Type reflect.Type
-	// Top is the function parameter (counted after the context) the
-	// parameter is, or is a field of; Field is the field's index in that
-	// struct parameter, -1 for a parameter that is not a field.
+	// Top is the function parameter (counted after the context) that the
+	// parameter is, or is a field of. Field is the field's index in that
+	// struct parameter, or -1 for a parameter that is not a field.
 	Top, Field int
 	// SliceType is a slice parameter's own type ([]T, or a named slice
 	// type such as offload.In[T]).
@@ -140,19 +145,20 @@ type Param struct {
 }
 
 // ReadOnly reports whether the parameter is a slice the kernel only reads:
-// its type is offload.In[T]. A device that copies a kernel's buffers back
-// after running it (the cuda kind's emulation) need not copy these, and
-// must not, where other kernels may read the same buffer at once.
+// its type is offload.In[T]. Some devices copy a kernel's buffers back
+// after running it, as the cuda kind's emulation does. They need not copy
+// these, and must not where other kernels may read the same buffer at
+// once.
 func (p Param) ReadOnly() bool {
 	t := p.SliceType
 	return p.Kind == Slice && t != nil && t.PkgPath() == "github.com/goffload/offload" && strings.HasPrefix(t.Name(), "In[")
 }
 
 // DeviceCode is a kernel's code for one kind of device: an image in a
-// format the device loads (PTX text for "ptx") and the name of the entry
+// format the device loads (PTX text for "ptx"), and the name of the entry
 // point in it. The entry takes the kernel's parameters in order: a scalar
-// by value, a slice as a device pointer (a slice's length is not passed:
-// give it as a scalar parameter).
+// by value, a slice as a device pointer. A slice's length is not passed:
+// give it as a scalar parameter.
 type DeviceCode struct {
 	Format string
 	Image  []byte

@@ -7,12 +7,13 @@ import (
 )
 
 // KernelPanic is the error of a kernel that panicked on its device, or
-// called runtime.Goexit: the kernel, the panic value and the stack of the
-// goroutine that panicked, trimmed to the program's own frames. Its text
-// is one line (the kernel, where it panicked and the value); the stack is
-// in Stack. It wraps ErrKernelFailed (and the panic value, where that is an error
-// and the kernel ran in this process). A device process sends its fields to
-// the host, so errors.As finds a KernelPanic whatever device ran the kernel.
+// called runtime.Goexit. It holds the kernel, the panic value and the stack
+// of the goroutine that panicked, trimmed to the program's own frames.
+// Its text is one line: the kernel, where it panicked and the value.
+// The stack is in Stack. It wraps ErrKernelFailed. Where the kernel ran in
+// this process and the panic value is an error, it wraps that value too.
+// A device process sends its fields to the host, so errors.As finds a
+// KernelPanic whatever device ran the kernel.
 type KernelPanic struct {
 	// Kernel is the kernel's name.
 	Kernel string
@@ -28,17 +29,17 @@ type KernelPanic struct {
 	// code, "file.go:123"; empty if there is none.
 	At string
 	// Stack is the goroutine's stack, as runtime/debug.Stack prints it,
-	// without the runtime's, reflect's and goffload's own frames: the
-	// kernel's frames and what they called. It is the whole stack where
-	// that would leave nothing.
+	// without the runtime's, reflect's and goffload's own frames. What is
+	// left is the kernel's frames and what they called. It is the whole
+	// stack where that would leave nothing.
 	Stack string
 
 	// value is the recovered value, where the kernel ran in this process.
 	value any
 }
 
-// NewKernelPanic is the error of kernel k's panic with value v (nil for a
-// runtime.Goexit) and stack, the stack of the goroutine that panicked as
+// NewKernelPanic is the error of kernel k's panic with value v, nil for a
+// runtime.Goexit. stack is the stack of the goroutine that panicked, as
 // runtime/debug.Stack returned it.
 func NewKernelPanic(kernel string, v any, goexit, chunk bool, stack []byte) *KernelPanic {
 	e := &KernelPanic{Kernel: kernel, Goexit: goexit, Chunk: chunk, value: v}

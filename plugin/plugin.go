@@ -1,20 +1,22 @@
 // Package plugin is the contract between the goffload runtime core and the
-// device kinds (host, remote, cuda, …), in the way database/sql/driver is
-// the contract between database/sql and its drivers. Programs use package
-// offload; this package is for those who write a device kind, in this
-// module or outside it.
+// device kinds (host, remote, cuda, …). It is to goffload what
+// database/sql/driver is to database/sql. Programs use package offload.
+// This package is for those who write a device kind, in this module or
+// outside it.
 //
 // # Writing a device kind
 //
 // A kind registers itself with [RegisterKind] from an init function of its
-// package, which programs import for its side effect (as database/sql
-// drivers are imported). Its [Kind] says how devices are opened: Open for
-// the items of GOFFLOAD_DEVICES that name the kind ("mykind" or
-// "mykind:ARG"), Discover for the devices found when GOFFLOAD_DEVICES is
-// unset; a kind that acts for the whole process (serving as a device
-// process, finalizing MPI) gives its process hooks there too
-// (ServeIfDevice, Serving, Finish). The core then loads the kernel image on each device ([Device.Load])
-// and drives it through [Device], [Queue] and [Event]:
+// package. Programs import that package for its side effect, as
+// database/sql drivers are imported. The kind's [Kind] says how devices are
+// opened. Open opens the items of GOFFLOAD_DEVICES that name the kind
+// ("mykind" or "mykind:ARG"). Discover finds devices when GOFFLOAD_DEVICES
+// is unset. A kind that acts for the whole process (serving as a device
+// process, finalizing MPI) gives its process hooks there too: ServeIfDevice,
+// Serving and Finish.
+//
+// The core then loads the kernel image on each device ([Device.Load]).
+// It drives the device through [Device], [Queue] and [Event]:
 //
 //   - Memory: Alloc and Free, device addresses as [Ptr]; any address inside
 //     a live allocation must be accepted.
@@ -23,29 +25,39 @@
 //     error state that Synchronize or Query returns and clears.
 //   - Events: recorded on a queue, waited on by other queues of the device
 //     (of other devices, with [ForeignEventWaiter]) and by the host.
-//   - Kernels: the [Image] holds the program's kernels, read-only [Kernel]
-//     handles in the same order in every process; a queue runs one with
-//     [Kernel.Launch], which decodes the [Arg]s over the device's memory (a
-//     [Mem]) and calls the Go body with a [KernelCtx] (made with
-//     [NewKernelCtx] over a [Pool]). A kind that cannot run Go code (a GPU)
-//     launches the kernel's device code ([Kernel.Code]) instead, and
-//     refuses kernels that have none.
+//   - Kernels: the [Image] holds the program's kernels, as read-only
+//     [Kernel] handles in the same order in every process. A queue runs one
+//     with [Kernel.Launch]. Launch decodes the [Arg]s over the device's
+//     memory (a [Mem]) and calls the Go body with a [KernelCtx], made with
+//     [NewKernelCtx] over a [Pool]. A kind that cannot run Go code (a GPU)
+//     launches the kernel's device code ([Kernel.Code]) instead. It refuses
+//     kernels that have none.
 //
 // Optional capabilities are separate interfaces found by type assertion, as
-// database/sql/driver's are; this is the only way a capability is offered
-// (no required method answers "unsupported" for a whole capability). A kind
-// implements those it can do better than the core's fallback. On a
-// [Device]: [ForeignEventWaiter] (its queues wait on other devices'
-// events), [LostReporter] (why it stopped working), [Tracer] (device-side
-// timing of operations), [Canceler] (ask running kernels to stop),
-// [Killer] (end kernels that did not stop), [Abandoner] (give up on
-// kernels that cannot be ended: nothing after them runs), [AddrResolver]
-// (a device address as kernels see it), [HostSharer] (kernels work on the
-// host's buffers in place: maps neither allocate nor copy). On a [Queue]: [Exchanger] (device-to-device
-// copies), [GeometryLauncher] (a launch with a grid), [StopLauncher] (a
-// launch with its own stop signal), [InlineQueue] (run on the enqueuing
-// goroutine), [TaggedQueue] (tags for a Tracer). On an [Event]:
-// [FireNotifier] (a callback when it fires).
+// database/sql/driver's are. This is the only way a capability is offered:
+// no required method answers "unsupported" for a whole capability.
+// A kind implements those it can do better than the core's fallback.
+//
+// On a [Device]:
+//   - [ForeignEventWaiter]: its queues wait on other devices' events;
+//   - [LostReporter]: why it stopped working;
+//   - [Tracer]: device-side timing of operations;
+//   - [Canceler]: ask running kernels to stop;
+//   - [Killer]: end kernels that did not stop;
+//   - [Abandoner]: give up on kernels that cannot be ended (nothing after
+//     them runs);
+//   - [AddrResolver]: a device address as kernels see it;
+//   - [HostSharer]: kernels work on the host's buffers in place (maps
+//     neither allocate nor copy).
+//
+// On a [Queue]:
+//   - [Exchanger]: device-to-device copies;
+//   - [GeometryLauncher]: a launch with a grid;
+//   - [StopLauncher]: a launch with its own stop signal;
+//   - [InlineQueue]: run on the enqueuing goroutine;
+//   - [TaggedQueue]: tags for a Tracer.
+//
+// On an [Event]: [FireNotifier], a callback when it fires.
 //
 // Every kind must pass the conformance suite in package plugintest: its
 // tests call plugintest.Run with a function that opens devices of the kind.
@@ -56,26 +68,33 @@
 //
 // # What a kind uses
 //
-// A CPU kind (one that runs the Go bodies) needs: [RegisterKind]; [NewPool]
-// (one per device, closed with the device: what the runtime keeps for the
-// device in this process goes with it); [NewKernelCtx] in Load;
-// [Kernel.Launch] with a [Mem] over its memory; the Err variables, wrapped
-// with detail. What kinds repeat is in packages beside this one:
-// plugin/hostmem (Go memory as device memory), plugin/opqueue (in-order
-// queues that run Go functions on a goroutine of their own, one-shot
-// events, the error state), plugin/devstate (a device's label, closed and
-// lost state) and plugin/optrace (timing for Tracer), as the host kind and
-// testdata/outside use them. A kind that runs device code reads
-// [Kernel.Code] and [Kernel.Params], and checks a launch's arguments with
-// [CheckArgs] before it packs them. A kind whose kernels run in another
-// process of the program sends a [KernelPanic]'s fields back so that the
-// host rebuilds the error ([NewKernelPanic]).
+// A CPU kind (one that runs the Go bodies) needs:
+//   - [RegisterKind];
+//   - [NewPool], one per device, closed with the device (what the runtime
+//     keeps for the device in this process goes with it);
+//   - [NewKernelCtx] in Load;
+//   - [Kernel.Launch] with a [Mem] over its memory;
+//   - the Err variables, wrapped with detail.
 //
-// Everything here is for kinds. The runtime's own side of the kernel
-// table (registration, sealing at Start, declare target variables, the
-// goroutines that call kernel bodies) is internal to goffload: a kind
-// never registers, seals or binds anything, and gets kernels only as the
-// handles of an Image.
+// What kinds repeat is in packages beside this one, as the host kind and
+// testdata/outside use them:
+//   - plugin/hostmem: Go memory as device memory;
+//   - plugin/opqueue: in-order queues that run Go functions on a goroutine
+//     of their own, one-shot events, the error state;
+//   - plugin/devstate: a device's label, closed and lost state;
+//   - plugin/optrace: timing for Tracer.
+//
+// A kind that runs device code reads [Kernel.Code] and [Kernel.Params].
+// It checks a launch's arguments with [CheckArgs] before it packs them.
+// A kind whose kernels run in another process of the program sends a
+// [KernelPanic]'s fields back. The host then rebuilds the error
+// ([NewKernelPanic]).
+//
+// Everything here is for kinds. The runtime's own side of the kernel table
+// is internal to goffload: registration, sealing at Start, declare target
+// variables, the goroutines that call kernel bodies. A kind never
+// registers, seals or binds anything. It gets kernels only as the handles
+// of an Image.
 package plugin
 
 import (
@@ -107,12 +126,12 @@ type Device interface {
 	// called once, before any launch.
 	Load(img *Image, num int) error
 	// Alloc allocates size bytes of device memory. A zero size is allowed and
-	// returns a distinct address that holds no bytes. The core calls it when
-	// a task maps a buffer, in the goroutine that creates the task: it
-	// should not wait for the device where it can avoid it (the remote kind
-	// numbers allocations itself and tells the device in order with the
-	// operations that use them; a failure there is reported by the first of
-	// those).
+	// returns a distinct address that holds no bytes.
+	// The core calls Alloc when a task maps a buffer, in the goroutine that
+	// creates the task. So it should not wait for the device where it can
+	// avoid it. The remote kind, for one, numbers allocations itself and
+	// tells the device in order with the operations that use them. A failure
+	// there is reported by the first of those operations.
 	Alloc(size int64) (Ptr, error)
 	// Free releases an allocation by its base address.
 	Free(p Ptr) error
@@ -124,21 +143,22 @@ type Device interface {
 	Close() error
 }
 
-// Queue is an ordered stream of operations on one device. Enqueueing methods
-// return once the operation is accepted; their errors report only bad
-// arguments detected at once. An operation that fails later puts the queue in
-// an error state: the operations after it are skipped, events recorded after it
-// carry the error, and Synchronize returns it and clears the state.
+// Queue is an ordered stream of operations on one device.
+// Enqueueing methods return once the operation is accepted. Their errors
+// report only bad arguments detected at once.
+// An operation that fails later puts the queue in an error state.
+// The operations after it are skipped, and events recorded after it carry
+// the error. Synchronize returns the error and clears the state.
 //
 // Buffers passed to Submit and Retrieve must stay untouched until the queue
-// has been synchronized (or an event recorded after them has fired).
+// has been synchronized, or an event recorded after them has fired.
 //
-// Host memory is read and written in queue order, as seen from every device:
-// a Submit enqueued after a Wait reads the host memory once the wait is over
-// (not when it was enqueued), and an event recorded after a Retrieve fires,
-// for the host and for other devices waiting on it, only once the data is in
-// host memory. Dependent tasks on different devices that pass data through
-// host memory rely on this.
+// Host memory is read and written in queue order, as seen from every device.
+// A Submit enqueued after a Wait reads the host memory once the wait is
+// over, not when it was enqueued. An event recorded after a Retrieve fires
+// only once the data is in host memory, for the host and for other devices
+// waiting on it. Dependent tasks on different devices that pass data
+// through host memory rely on this.
 //
 // A Queue is used by one goroutine at a time.
 type Queue interface {
@@ -150,9 +170,9 @@ type Queue interface {
 	Launch(k Kernel, args []Arg) error
 	// Record makes ev fire when every operation enqueued before it is done.
 	Record(ev Event) error
-	// Wait holds back the operations after it until ev has fired. ev is an
-	// event of this queue's device, or one that the device's
-	// ForeignEventWaiter.CanWait accepted: the core asks CanWait first and
+	// Wait holds back the operations after it until ev has fired.
+	// ev is an event of this queue's device, or one that the device's
+	// ForeignEventWaiter.CanWait accepted. The core asks CanWait first, and
 	// waits on the host for any other event. Wait refuses any other event
 	// with an error wrapping ErrUnsupported.
 	Wait(ev Event) error
@@ -160,7 +180,7 @@ type Queue interface {
 	// the first error since the last Synchronize.
 	Synchronize() error
 	// Query reports whether every enqueued operation is done, without
-	// blocking; once it reports true it also returns (and clears) the error
+	// blocking. Once it reports true, it also returns and clears the error
 	// state, like Synchronize.
 	Query() (done bool, err error)
 	// Close releases the queue. It synchronizes first.
@@ -182,17 +202,17 @@ type Event interface {
 // Exchanger is implemented by queues that copy device memory themselves,
 // within their device or to another device, without the host in between.
 // Exchange copies size bytes from src on this queue's device to dstPtr on
-// dst, which may be this device, in queue order. For a dst it cannot reach
-// it returns an error wrapping ErrUnsupported, at once; the core then stages
-// the copy through host memory, as it does for queues that do not implement
-// Exchanger.
+// dst, in queue order; dst may be this device. For a dst it cannot reach,
+// it returns an error wrapping ErrUnsupported at once. The core then stages
+// the copy through host memory, as it does for queues that do not
+// implement Exchanger.
 type Exchanger interface {
 	Exchange(dst Device, dstPtr, src Ptr, size int64) error
 }
 
 // ForeignEventWaiter is implemented by devices whose queues can wait on
-// events of other devices themselves, without the host in between: CanWait
-// reports whether Queue.Wait accepts ev.
+// events of other devices themselves, without the host in between.
+// CanWait reports whether Queue.Wait accepts ev.
 type ForeignEventWaiter interface {
 	CanWait(ev Event) bool
 }
@@ -205,10 +225,10 @@ type LostReporter interface {
 }
 
 // KernelChecker is implemented by devices that cannot launch every kernel
-// of the image (a GPU needs the kernel's code in its format). CanLaunch
-// returns nil if the device can launch k, else why not; the runtime asks
-// before it places a task there itself (offload.Any). Devices that run
-// every kernel's Go body need not implement it.
+// of the image; a GPU needs the kernel's code in its format.
+// CanLaunch returns nil if the device can launch k, else why not.
+// The runtime asks before it places a task there itself (offload.Any).
+// Devices that run every kernel's Go body need not implement it.
 type KernelChecker interface {
 	CanLaunch(k Kernel) error
 }
@@ -294,15 +314,15 @@ type Kind struct {
 
 	// ServeIfDevice, if set, serves as one of the kind's devices and ends
 	// the process when this process was started as one (a device process,
-	// an MPI rank); in any other process it returns at once. img is the
-	// program's kernel image as this process registered it (the same as
-	// the host's, if both run the same build): what the device's kernels
-	// run. offload.Start and role.ServeDevice call it first, before
-	// anything else.
+	// an MPI rank). In any other process it returns at once.
+	// img is the program's kernel image as this process registered it:
+	// what the device's kernels run. It is the same as the host's if both
+	// run the same build. offload.Start and role.ServeDevice call
+	// ServeIfDevice first, before anything else.
 	ServeIfDevice func(img *Image)
 	// Serving, if set, reports whether this process serves as one of the
-	// kind's devices: code running here is then a kernel, not the
-	// program's host side, and the runtime's errors say so.
+	// kind's devices. Code running here is then a kernel, not the program's
+	// host side, and the runtime's errors say so.
 	Serving func() bool
 	// Finish, if set, ends what the kind holds for the whole process once
 	// the runtime has stopped (MPI, which a process finalizes once).
@@ -353,19 +373,19 @@ func LookupKind(name string) (*Kind, bool) {
 
 // InlineQueue is implemented by queues that can run operations on the
 // goroutine that enqueues them. While SetInline(true) holds, an operation
-// enqueued on an idle queue may run before the enqueueing call returns (a
-// Wait may then block it). The core sets it for synchronous constructs,
-// whose caller waits for the queue right after enqueueing, and clears it
-// before the queue is used for anything else.
+// enqueued on an idle queue may run before the enqueueing call returns.
+// A Wait may then block that call. The core sets it for synchronous
+// constructs, whose caller waits for the queue right after enqueueing.
+// It clears it before the queue is used for anything else.
 type InlineQueue interface {
 	SetInline(on bool)
 }
 
 // FireNotifier is implemented by events that can run a function when they
-// fire, so that the core needs no goroutine waiting on each. OnFire makes f
-// run once the event has fired — on the goroutine that fires it, or at once
-// if it has — so f must not block. The core calls it only on recorded
-// events.
+// fire, so that the core needs no goroutine waiting on each.
+// OnFire makes f run once the event has fired: on the goroutine that fires
+// it, or at once if it has fired. So f must not block. The core calls
+// OnFire only on recorded events.
 type FireNotifier interface {
 	OnFire(f func())
 }

@@ -32,10 +32,10 @@ func (k OpKind) String() string {
 }
 
 // OpTime is when one operation of a traced queue ran on the device, in the
-// host's clock (a device with a clock of its own aligns it first).
+// host's clock. A device with a clock of its own aligns it first.
 type OpTime struct {
 	// Tag is the queue's tag when the operation was enqueued (see
-	// TaggedQueue): the core tags a queue with the task whose operations
+	// TaggedQueue). The core tags a queue with the task whose operations
 	// follow.
 	Tag        uint64
 	Kind       OpKind
@@ -46,18 +46,20 @@ type OpTime struct {
 }
 
 // Tracer is implemented by devices that can time their queues' operations
-// on the device. Trace sets the function the device reports each timed
-// operation to, in order per queue, before anything recorded after the
-// operation fires (nil stops the reports). It is called once, before any
-// queue is tagged; f must not block. Package plugin/optrace holds what
-// every kind's timing shares (the Tracer, the queues' tags, operations
-// timed where they run, reports in queue order): a kind adds its clock.
+// on the device. Trace sets the function f the device reports each timed
+// operation to; nil stops the reports. Reports come in order per queue,
+// before anything recorded after the operation fires. Trace is called
+// once, before any queue is tagged. f must not block.
+//
+// Package plugin/optrace holds what every kind's timing shares: the Tracer,
+// the queues' tags, operations timed where they run, and reports in queue
+// order. A kind adds its clock.
 type Tracer interface {
 	Trace(f func(OpTime))
 }
 
-// TaggedQueue is implemented by the queues of a Tracer: Tag sets the tag of
-// the operations enqueued after it (0: do not time them).
+// TaggedQueue is implemented by the queues of a Tracer. Tag sets the tag of
+// the operations enqueued after it; 0 means do not time them.
 type TaggedQueue interface {
 	Tag(tag uint64)
 }

@@ -1,9 +1,10 @@
-// Package role tells a goffload process which part it plays: the host,
-// which runs the program, or a device process, which serves a host.
+// Package role tells a goffload process which part it plays.
+// The host runs the program; a device process serves a host.
 //
 // offload.Start finds the role itself. A program needs this package only
-// where it starts before Start: a test binary whose tests start device
-// processes, and a main that chooses its devices by how it was launched.
+// where it starts before Start. That is a test binary whose tests start
+// device processes, or a main that chooses its devices by how it was
+// launched.
 package role
 
 import (
@@ -12,12 +13,14 @@ import (
 	"github.com/goffload/offload/internal/mpi"
 )
 
-// ServeDevice serves as a device and ends the process if this process is
-// a device process (GOFFLOAD_ROLE=device, or a device rank under an MPI
-// launcher); otherwise it returns at once. offload.Start calls it first.
+// ServeDevice serves as a device and ends the process if this process is a
+// device process. Otherwise it returns at once. A device process is one
+// started with GOFFLOAD_ROLE=device, or a device rank under an MPI launcher.
+// offload.Start calls ServeDevice first.
+//
 // A test binary whose tests start device processes (GOFFLOAD_DEVICES=
-// local:N) calls it at the top of TestMain, so that its device processes
-// serve instead of running the tests:
+// local:N) calls it at the top of TestMain. Its device processes then serve
+// instead of running the tests:
 //
 //	func TestMain(m *testing.M) {
 //		role.ServeDevice()
@@ -29,8 +32,8 @@ import (
 func ServeDevice() { core.ServeDevice() }
 
 // UnderMPI reports whether an MPI launcher (mpirun, mpiexec, srun) started
-// this process. In a program built with the mpi build tag, the devices
-// are then by default the job's ranks other than the host's
-// (GOFFLOAD_HOST_RANK, default 0), one device each, and Start serves on
-// those ranks.
+// this process. In a program built with the mpi build tag, the devices are
+// then by default the job's ranks other than the host's, one device each.
+// GOFFLOAD_HOST_RANK names the host's rank (default 0). Start serves on the
+// other ranks.
 func UnderMPI() bool { return mpi.Launched() }

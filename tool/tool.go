@@ -1,6 +1,6 @@
 // Package tool is goffload's tool interface, the role OMPT plays for
-// OpenMP: a Tool given to offload.WithTool receives the runtime's events
-// as they happen.
+// OpenMP. A Tool given to offload.WithTool receives the runtime's events as
+// they happen.
 //
 // The runtime calls a Tool's methods from many goroutines at once. They
 // must not block. The trace that GOFFLOAD_PROFILE writes comes from a Tool
@@ -148,10 +148,10 @@ const (
 	OpWait     = plugin.OpWait     // the queue waited for an event
 )
 
-// DeviceOpEvent is one queue operation as the device ran it. Time (in
-// Where) is its start and End its end, on the host's clock: a device
-// process's clock is aligned to the host's. Task is the construct it
-// belongs to, whose TargetBegin names its queue.
+// DeviceOpEvent is one queue operation as the device ran it.
+// Time (in Where) is its start and End its end, on the host's clock.
+// A device process's clock is aligned to the host's. Task is the construct
+// it belongs to, whose TargetBegin names its queue.
 type DeviceOpEvent struct {
 	Where
 	Kind OpKind

@@ -64,9 +64,9 @@ func (d *Device) TrackAlloc(p plugin.Ptr, size int64) uint64 {
 }
 
 // CheckAlloc reports an error wrapping plugin.ErrBadPointer if the
-// allocation that starts at base with generation gen is no longer live: it
-// was freed (and its memory may belong to another allocation now), or it
-// belongs to a runtime that was stopped.
+// allocation that starts at base with generation gen is no longer live.
+// It was freed, and its memory may belong to another allocation now.
+// Or it belongs to a runtime that was stopped.
 func (d *Device) CheckAlloc(base plugin.Ptr, gen uint64) error {
 	if t := d.allocs(false); t != nil {
 		t.mu.RLock()

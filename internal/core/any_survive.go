@@ -36,8 +36,8 @@ import (
 // read checks the same way.
 
 // anyHeld says that device dev's copy of buf held what the task wrote,
-// once the task or a copy there completed; mods is the count of
-// placements on dev's copy of buf's region, stamp its value that the
+// once the task or a copy there completed. mods is the count of
+// placements on dev's copy of buf's region. stamp is its value that the
 // placement left.
 type anyHeld struct {
 	buf   placement.Buf

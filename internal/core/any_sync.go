@@ -110,9 +110,9 @@ func (s *anySched) handback(ctx context.Context, release bool) error {
 }
 
 // SpawnHostAny is SpawnHost for a host task (Async.Go) whose depend
-// clauses may name memory that Any-tasks use: it runs on the program's
-// memory, so the parts it reads are copied back first from the devices
-// that hold the valid copies, and what it writes is then valid on the
+// clauses may name memory that Any-tasks use. The task runs on the
+// program's memory. So the parts it reads are copied back first, from the
+// devices that hold the valid copies. What it writes is then valid on the
 // host only. An error means no task was made.
 func (r *Runtime) SpawnHostAny(name string, fn func() error, deps []Dep) (*Task, error) {
 	s := r.anys.Load()

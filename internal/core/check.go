@@ -48,9 +48,9 @@ const repeatHint = 8
 const repeatRanges = 64
 
 // copyRepeats counts a device's copies in by host range (address and
-// size), for the data-region hint: any range copied again and again,
-// whatever is copied between (axpy's x and y alternate), for the
-// repeatRanges ranges copied most recently.
+// size), for the data-region hint. The hint is about any range copied
+// again and again, whatever is copied between (axpy's x and y alternate).
+// It counts the repeatRanges ranges copied most recently.
 type copyRepeats struct {
 	ranges map[copyRange]*copyCount
 	clock  uint64

@@ -1,7 +1,7 @@
-// Package core is goffload's device-agnostic runtime: the configuration, the
-// device table, and the lowering of target constructs and tasks to plugin
-// queue operations (issuing what each device's present table, package
-// mapping, plans).
+// Package core is goffload's device-agnostic runtime. It holds the
+// configuration and the device table. It lowers target constructs and
+// tasks to plugin queue operations, issuing what each device's present
+// table (package mapping) plans.
 package core
 
 import (
@@ -191,10 +191,11 @@ const MaxRemoteSpin = time.Second
 // a device's hello says its timeout, and a longer one is no hello at all.
 const MaxDeviceTimeout = 8760 * time.Hour
 
-// CheckDeviceEnv checks the environment variables that the device kinds read
-// when they open devices (and device processes when they start), so that a
-// value out of range is an error at Start wrapping ErrConfig — naming the
-// variable, the value and the accepted range — whichever devices are named:
+// CheckDeviceEnv checks the environment variables that the device kinds
+// read when they open devices, and device processes when they start.
+// A value out of range is then an error at Start, whichever devices are
+// named. The error wraps ErrConfig and names the variable, the value and
+// the accepted range:
 //
 //   - GOFFLOAD_HOST_CORES, GOFFLOAD_DEVICE_CORES: 1 to workpool.MaxWorkers()
 //     (4 × the CPUs, at least 64, at most 4096);

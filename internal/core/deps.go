@@ -54,15 +54,16 @@ type depState struct {
 type depIn struct {
 	t   *Task
 	end uintptr
-	// by is, for each address other than the history's own where writers
-	// waited for t (their objects overlap t's), the latest of them: a
-	// writer there that comes after it is after t already and needs no
-	// edge to t. A history with no writer at its own address keeps its
-	// readers until they finish; where tasks are created far ahead of
-	// their running, every writer would otherwise wait for every reader
-	// left there, of every step created before (the rows a stencil's edge
+	// by holds, for each address other than the history's own where
+	// writers waited for t (their objects overlap t's), the latest of
+	// them. A writer there that comes after it is after t already, and
+	// needs no edge to t.
+	// A history with no writer at its own address keeps its readers until
+	// they finish. Tasks may be created far ahead of their running. Then
+	// every writer would otherwise wait for every reader left there, of
+	// every step created before. An example is the rows a stencil's edge
 	// task reads, which the tasks on the rows beside it write from other
-	// addresses).
+	// addresses.
 	by []depBy
 }
 

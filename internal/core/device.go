@@ -110,10 +110,11 @@ func (d *Device) Label() string {
 	return fmt.Sprintf("device %d (%s)", d.Num, d.Info.Kind)
 }
 
-// cqueue is a plugin queue with the number its trace track shows. A task
-// whose predecessor on the same device was the last thing enqueued on a
-// queue follows it on that queue, with no wait at all (the queue is in
-// order); the queue goes back to the pool when its last user is done.
+// cqueue is a plugin queue with the number its trace track shows.
+// A task's predecessor on the same device may be the last thing enqueued
+// on a queue. The task then follows it on that queue, with no wait at all,
+// since the queue is in order. The queue goes back to the pool when its
+// last user is done.
 type cqueue struct {
 	plugin.Queue
 	id int
@@ -393,24 +394,24 @@ type Op struct {
 	// is nothing to do there (data constructs: host memory is the data).
 	Initial func(d *Device, task uint64, fallback bool, stop *plugin.StopSignal) error
 	// Done, if set, is called once the task Spawn makes of the construct
-	// has completed, with its error, on the goroutine that completed it:
-	// it must not block (the runtime's placement of Any-tasks learns
-	// from it).
+	// has completed, with its error, on the goroutine that completed it.
+	// It must not block. The runtime's placement of Any-tasks learns from
+	// it.
 	//
-	// ready is when the last of the task's predecessors completed (zero
-	// if none did, or none had a recovery: the predecessors' completion
-	// is kept for tasks with one, Recover): the task could not start
-	// before.
+	// ready is when the last of the task's predecessors completed: the
+	// task could not start before. It is zero if none did, or none had a
+	// recovery. The predecessors' completion is kept only for tasks with
+	// one (Recover).
 	Done func(err error, ready time.Time)
 	// Recover, if set, is called instead of completing the task Spawn
-	// makes of the construct when it fails: on a goroutine of its own,
-	// once the task's predecessors are done, with its error. The task
-	// completes with what it returns (the error itself where it can do
-	// nothing), and its dependents wait for it meanwhile: the runtime's
-	// placement of Any-tasks re-runs a lost device's work elsewhere with
-	// it. used says whether a task enqueued on a device behind the
-	// task's event ran well: what the task did may have reached it, though
-	// the task's completion never reached the host. It is called at most
+	// makes of the construct when it fails. It is called on a goroutine of
+	// its own, once the task's predecessors are done, with the task's
+	// error. The task completes with what it returns: the error itself
+	// where it can do nothing. Its dependents wait for it meanwhile.
+	// The runtime's placement of Any-tasks re-runs a lost device's work
+	// elsewhere with it. used says whether a task enqueued on a device
+	// behind the task's event ran well. What the task did may have reached
+	// that task, though the task's completion never reached the host. It is called at most
 	// once per task.
 	Recover func(err error, used bool) error
 }
@@ -423,9 +424,10 @@ func (op Op) check(d *Device) error {
 	return d.CheckMaps(op.Name, op.Maps)
 }
 
-// Run runs op on d and waits for it, or for ctx to be done: then it returns
-// an error wrapping ctx's and the construct goes on in the background,
-// unmapping and freeing as it would (Taskwait and Stop wait for it).
+// Run runs op on d and waits for it, or for ctx to be done. In that case
+// it returns an error wrapping ctx's, and the construct goes on in the
+// background, unmapping and freeing as it would. Taskwait and Stop wait
+// for it.
 func (d *Device) Run(ctx context.Context, op Op, fallback bool) error {
 	if err := op.check(d); err != nil {
 		return err
@@ -612,10 +614,10 @@ func (d *Device) traceOps() {
 }
 
 // TimeOps makes the device time the queue operations of every construct
-// from now on and report them to f too (it must not block): the
-// placement of Any-tasks learns kernels' times on the device from them.
-// It reports whether the device can (its plugin is a plugin.Tracer); it
-// is set once.
+// from now on, and report them to f too. f must not block. The placement
+// of Any-tasks learns kernels' times on the device from them. TimeOps
+// reports whether the device can: its plugin is a plugin.Tracer. It is
+// set once.
 func (d *Device) TimeOps(f func(plugin.OpTime)) bool {
 	if !d.tracer {
 		return false

@@ -38,12 +38,12 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		}
 	}
 	// A predecessor whose event is gone and which has not completed is
-	// finishing, or its work failed and is being done again (a recovery),
-	// which may take as long as a re-run: t is enqueued once it completes,
-	// off the caller, which may be the program creating t (or a placement
-	// holding its lock). The others' events are taken first, so that one
-	// failing after this is waited for on the device, where the wait
-	// fails (see devSuccs).
+	// finishing. Or its work failed and is being done again (a recovery),
+	// which may take as long as a re-run. Then t is enqueued once it
+	// completes, off the caller. The caller may be the program creating t,
+	// or a placement holding its lock. The others' events are taken first.
+	// So one failing after this is waited for on the device, where the
+	// wait fails (see devSuccs).
 	var buf [4]plugin.Event
 	evs := buf[:0]
 	for i, p := range preds {
@@ -204,8 +204,8 @@ func (r *Runtime) completion(t *Task, d *Device, op string, w *work, ev plugin.E
 }
 
 // completer runs the completions of a device's tasks, in the order their
-// events fired, on a goroutine of its own while it has work: an event that
-// fires hands its task's completion over without a goroutine waiting on
+// events fired, on a goroutine of its own while it has work. An event that
+// fires hands its task's completion over, with no goroutine waiting on
 // each event. A completion must not block on another's.
 type completer struct {
 	mu      sync.Mutex

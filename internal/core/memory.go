@@ -184,9 +184,9 @@ func (d *Device) Associate(buf mapping.Buf, p plugin.Ptr) error {
 }
 
 // Disassociate removes an association made by Associate. As libomptarget
-// does, it refuses a mapping made by map clauses, and an association that a
-// region holds (a Hold map on it, HoldRefCount > 0): the region's
-// constructs use the device memory until it ends.
+// does, it refuses a mapping made by map clauses. It refuses an
+// association that a region holds (a Hold map on it, HoldRefCount > 0):
+// the region's constructs use the device memory until it ends.
 func (d *Device) Disassociate(buf mapping.Buf) error {
 	const op = opDisassociate
 	m := MapItem{Buf: buf}

@@ -8,9 +8,9 @@ import (
 
 // A step is what a goroutine does for a task that is ready to go on: run
 // host work, enqueue device work. It returns the step of a task that its
-// own task's completion made ready, if any, so that a chain of dependent
-// tasks runs on one goroutine, one after the other, with no goroutine woken
-// per task (a park and a wake-up cost 5–50 µs on a small machine).
+// own task's completion made ready, if any. So a chain of dependent tasks
+// runs on one goroutine, one after the other, with no goroutine woken per
+// task. A park and a wake-up cost 5–50 µs on a small machine.
 type step func() step
 
 // drive runs s and the steps it hands on, one after the other.

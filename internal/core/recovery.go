@@ -16,9 +16,9 @@ type recovery struct {
 	fn    func(err error, used bool) error
 	preds []*Task
 	// Set by Spawn under the runtime's tasks.mu, before the task is
-	// enqueued: settled is closed (under the task's mu, at its first
-	// completion, before any recovery) with rawErr set, to say how its
-	// work itself ended.
+	// enqueued. settled is closed, with rawErr set, to say how the task's
+	// work itself ended. It is closed under the task's mu, at its first
+	// completion, before any recovery.
 	settled chan struct{}
 	// Guarded by the task's mu: rawErr and isSettled (see settled); and
 	// devSuccs, the tasks enqueued behind its event on a device, which

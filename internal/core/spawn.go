@@ -8,8 +8,8 @@ import (
 
 // Spawn runs op on d as a task that starts when the tasks deps name are done.
 // Predecessors whose events d's queues can wait on are waited for on the
-// device (the host never sits between them); others are waited for on the
-// host, first by polling with bounded yielding, then blocking. It never
+// device; the host never sits between them. Others are waited for on the
+// host, first by polling with bounded yielding, then blocking. Spawn never
 // blocks on other tasks' work: what would is done on a goroutine. How it
 // waits for each predecessor is spawnWait's decision.
 func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {

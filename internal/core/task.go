@@ -37,10 +37,10 @@ type Task struct {
 	err  error    // its error
 	fail *failure // with err: the failure it reports (its own or a predecessor's)
 
-	// Guarded by mu: ev fires when the device work is done (nil until
-	// enqueued, or if never); enqueued says the device work is enqueued
-	// (ev set) or never will be (t completed); enqWait are the tasks
-	// waiting for that.
+	// Guarded by mu. ev fires when the device work is done; it is nil
+	// until enqueued, or if never. enqueued says the device work is
+	// enqueued (ev set) or never will be (t completed). enqWait are the
+	// tasks waiting for that.
 	mu       sync.Mutex
 	ev       plugin.Event
 	enqueued bool
@@ -56,17 +56,16 @@ type Task struct {
 	laterCont step
 
 	// Guarded by the runtime's tasks.mu, the dependence graph's part
-	// (deps.go): addrs are the addresses it depends on; direct are its
-	// predecessors by their own edges (register), until it completes;
-	// completed is set when it completes (before done is closed).
+	// (deps.go). addrs are the addresses it depends on. direct are its
+	// predecessors by their own edges (register), until it completes.
+	// completed is set when it completes, before done is closed.
 	addrs     []uintptr
 	direct    []*Task
 	completed bool
-	// Guarded by the runtime's tasks.mu, the host waits' part (ready.go):
-	// succs are the tasks waiting on the host for t, each with pending,
-	// the number of its predecessors not completed; cont is what a
-	// waiting task does once pending reaches 0, and light says it never
-	// blocks.
+	// Guarded by the runtime's tasks.mu, the host waits' part (ready.go).
+	// succs are the tasks waiting on the host for t. Each has pending, the
+	// number of its predecessors not completed. cont is what a waiting
+	// task does once pending reaches 0, and light says it never blocks.
 	succs   []*Task
 	pending int
 	cont    step

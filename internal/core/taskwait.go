@@ -22,10 +22,10 @@ func runAsTask(fn func() error) error { return fn() }
 
 var runAsTaskName = runtime.FuncForPC(reflect.ValueOf(runAsTask).Pointer()).Name()
 
-// A kernel's body, and the chunks of its loops, run below these functions
-// (the entries table's kernel runners, a device process's reader that
-// calls the body itself with LaunchHere, the worker pool): inside a kernel
-// is inside a task too. The names come from the functions themselves.
+// A kernel's body, and the chunks of its loops, run below these functions:
+// the entries table's kernel runners, a device process's reader that calls
+// the body itself with LaunchHere, and the worker pool. Inside a kernel is
+// inside a task too. The names come from the functions themselves.
 var taskFrames = append([]string{runAsTaskName, workpool.WorkerFrame()}, entries.BodyFrames()...)
 
 // InTask reports whether the calling goroutine runs a task's body: host
@@ -55,11 +55,11 @@ func InTask() bool {
 // Taskwait waits for every task not completed yet, and for the synchronous
 // constructs that went on in the background after their context was done.
 // It returns the first error (by task number) among those tasks and the
-// failures not reported yet, or ctx's error if it is done first. A failure
-// is reported when Taskwait, Task.Wait or WaitAll returns it (or an error
-// of a task it made fail); once reported it is forgotten: Taskwait does
-// not return it again, and tasks created afterwards do not depend on the
-// failed task. Called from inside a task, Taskwait returns an error
+// failures not reported yet, or ctx's error if it is done first.
+// A failure is reported when Taskwait, Task.Wait or WaitAll returns it, or
+// an error of a task it made fail. Once reported it is forgotten: Taskwait
+// does not return it again, and tasks created afterwards do not depend on
+// the failed task. Called from inside a task, Taskwait returns an error
 // wrapping ErrInTask.
 func (r *Runtime) Taskwait(ctx context.Context) error {
 	if InTask() {

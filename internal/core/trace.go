@@ -92,9 +92,10 @@ func (tr *Trace) task(w tool.Where) *traceTask {
 	return t
 }
 
-// Note records a decision of the runtime's about task number task (where
-// an Any-task went and why, the copies its data needed, a re-run after a
-// device was lost): the task's span carries them in args.runtime.
+// Note records a decision of the runtime's about task number task. It may
+// say where an Any-task went and why, the copies its data needed, or a
+// re-run after a device was lost. The task's span carries the notes in
+// args.runtime.
 func (tr *Trace) Note(task uint64, text string) {
 	tr.mu.Lock()
 	t := tr.task(tool.Where{Task: task})

@@ -42,9 +42,10 @@ func (k *Kernel) ArgValues(args []plugin.Arg, mem plugin.Mem) ([]reflect.Value, 
 }
 
 // SliceArg returns the device memory that slice argument a of parameter i
-// starts at, once plugin.CheckArg has passed it: nil for an empty slice
-// with no address (a zero-length section inside a mapping keeps its
-// address) and for elements of size 0; an error if mem has no such range.
+// starts at, once plugin.CheckArg has passed it. It returns nil for an
+// empty slice with no address, and for elements of size 0. A zero-length
+// section inside a mapping keeps its address. The error says mem has no
+// such range.
 func (k *Kernel) SliceArg(i int, a plugin.Arg, mem plugin.Mem) (unsafe.Pointer, error) {
 	p := k.params[i]
 	if p.Type.Size() == 0 {

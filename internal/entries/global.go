@@ -90,10 +90,11 @@ var globals struct {
 }
 
 // RegisterGlobal adds the variable name, n elements of elem at host, to the
-// entries table. It is refused (an error wrapping ErrDeclareTarget) while a runtime
-// is started (between FreezeGlobals and ThawGlobals: its devices set the
-// variables up at Start, and a device process has only the variables of its
-// own package init), and for an empty name, a name taken, an empty variable,
+// entries table. A refusal is an error wrapping ErrDeclareTarget.
+// It is refused while a runtime is started, between FreezeGlobals and
+// ThawGlobals. The runtime's devices set the variables up at Start, and a
+// device process has only the variables of its own package init.
+// It is refused too for an empty name, a name taken, an empty variable,
 // elements that are not plain data, and host memory that overlaps another
 // variable's.
 func RegisterGlobal(name string, elem reflect.Type, host unsafe.Pointer, n int, link bool) (*Global, error) {
@@ -176,11 +177,11 @@ func registeredGlobals() []*Global {
 	return globals.list
 }
 
-// BindArgs are the arguments of the bind kernel for g: op, and for BindOp
-// the device memory (Len bytes at Ptr) that holds g's copy; gen orders the
-// binds of one variable on one device (a bind with a lower generation than
-// the one in place does nothing, so binds enqueued on different queues may
-// run in any order).
+// BindArgs are the arguments of the bind kernel for g. They are op, and for
+// BindOp the device memory (Len bytes at Ptr) that holds g's copy.
+// gen orders the binds of one variable on one device. A bind with a lower
+// generation than the one in place does nothing, so binds enqueued on
+// different queues may run in any order.
 func BindArgs(g *Global, op int, gen uint64, p plugin.Ptr) []plugin.Arg {
 	mem := plugin.Arg{}
 	if op == BindOp {

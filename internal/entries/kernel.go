@@ -1,11 +1,12 @@
-// Package entries is the program's offload entries table: the kernels and
-// declare target variables that every process registers at package init,
-// in the same order, sealed while a runtime runs; and the code that calls
-// a kernel's Go body (argument decoding, runner goroutines, panics).
+// Package entries is the program's offload entries table, and the code
+// that calls a kernel's Go body. The table holds the kernels and declare
+// target variables that every process registers at package init, in the
+// same order. It is sealed while a runtime runs. Calling a body means
+// argument decoding, runner goroutines and panics.
 //
-// It is the runtime's side of what package plugin shows kinds: a kind sees
-// a kernel as a read-only plugin.Kernel in a plugin.Image and never calls
-// this package; the root package registers entries here, and the core seals
+// It is the runtime's side of what package plugin shows kinds. A kind sees
+// a kernel as a read-only plugin.Kernel in a plugin.Image, and never calls
+// this package. The root package registers entries here. The core seals
 // the table at Start and binds the variables on each device.
 package entries
 
@@ -125,9 +126,9 @@ var frontCtx struct {
 }
 
 // SetContext makes bodies whose context parameter t implements get
-// wrap(ctx) instead of the kind's *plugin.KernelCtx: package offload calls
-// it from its init, before any package that imports it registers kernels,
-// so that its kernels get a context of its own type. Kernels whose context
+// wrap(ctx) instead of the kind's *plugin.KernelCtx. Package offload calls
+// it from its init, before any package that imports it registers kernels.
+// So its kernels get a context of its own type. Kernels whose context
 // parameter only *plugin.KernelCtx implements still get that.
 func SetContext(t reflect.Type, wrap func(*plugin.KernelCtx) reflect.Value) {
 	frontCtx.typ, frontCtx.wrap = t, wrap
@@ -153,9 +154,9 @@ var registry struct {
 }
 
 // ErrSealed is wrapped by the error of a registration made while a runtime
-// is started: its devices loaded the table as it was at Start (device
-// processes register the kernels of their own package init), so a later
-// entry could not run on them.
+// is started. The runtime's devices loaded the table as it was at Start;
+// device processes register the kernels of their own package init. So a
+// later entry could not run on them.
 var ErrSealed = errors.New("registered after offload.Start")
 
 // Seal takes the entries table for a runtime that starts now: until
@@ -193,10 +194,10 @@ func checkUnsealed(what string) error {
 }
 
 // RegisterKernel adds fn to the entries table under name. The first
-// parameter may be an interface that *KernelCtx implements (the kernel
-// context); every other parameter must be a plain-data scalar (bool, integer,
-// float, complex, or an array or struct made only of those) or a slice of
-// one. fn must return nothing.
+// parameter may be an interface that *KernelCtx implements: the kernel
+// context. Every other parameter must be a plain-data scalar or a slice of
+// one. A plain-data scalar is a bool, integer, float or complex, or an
+// array or struct made only of those. fn must return nothing.
 func RegisterKernel(name string, fn any) (*Kernel, error) {
 	if name == "" {
 		return nil, fmt.Errorf("%w: kernel name is empty", ErrKernelSignature)

@@ -62,14 +62,15 @@ func (k *Kernel) slot(ctx *plugin.KernelCtx) (release func(), err error) {
 }
 
 // LaunchHere is Launch with the body called on the calling goroutine, not
-// handed to a runner (a hand-off, and on a machine with few cores often a
-// thread woken for it): for a device's reader that runs short kernels to
-// completion. A panic is returned as Launch returns it. runtime.Goexit in
-// the body cannot be stopped, though: the calling goroutine ends, after
-// every deferred call on its stack has run. So the caller must clean up in
-// deferred calls (its queue's state, its role), and learns the kernel's
-// error from exited, which LaunchHere calls, from a deferred call, before
-// the goroutine unwinds past it.
+// handed to a runner. A hand-off costs, and on a machine with few cores it
+// often wakes a thread. LaunchHere is for a device's reader that runs
+// short kernels to completion.
+// A panic is returned as Launch returns it. But runtime.Goexit in the body
+// cannot be stopped: the calling goroutine ends, after every deferred call
+// on its stack has run. So the caller must clean up in deferred calls (its
+// queue's state, its role). It learns the kernel's error from exited.
+// LaunchHere calls exited from a deferred call, before the goroutine
+// unwinds past it.
 func (k *Kernel) LaunchHere(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem, exited func(error)) error {
 	call, in, err := k.bind(ctx, args, mem)
 	if err != nil {

@@ -17,13 +17,13 @@ import (
 	"github.com/goffload/offload/plugin"
 )
 
-// Call runs k with ctx and args, which must match k's parameters: a slice
-// argument is a reflect slice value of the element type (made with
-// reflect.SliceAt over device memory), a scalar is a value of the parameter's
-// type. A panic in the body or in its loop chunks is returned as an error
-// wrapping ErrKernelFailed, with the panic value and stack; so is a call to
-// runtime.Goexit, which cannot end the caller's goroutine: the body runs on a
-// runner goroutine (see runner).
+// Call runs k with ctx and args, which must match k's parameters.
+// A slice argument is a reflect slice value of the element type, made with
+// reflect.SliceAt over device memory. A scalar is a value of the
+// parameter's type. A panic in the body or in its loop chunks is returned
+// as an error wrapping ErrKernelFailed, with the panic value and stack.
+// So is a call to runtime.Goexit, which cannot end the caller's goroutine:
+// the body runs on a runner goroutine (see runner).
 func (k *Kernel) Call(ctx *plugin.KernelCtx, args []reflect.Value) error {
 	return k.onRunner(job{k: k, in: k.callValues(ctx, args)})
 }
@@ -70,11 +70,11 @@ func (k *Kernel) onRunner(j job) error {
 	return res.err
 }
 
-// A runner is a goroutine that runs kernel bodies, so that a body calling
-// runtime.Goexit (which nothing can stop) ends the runner, not the caller:
-// the host's goroutine on the initial device, or a device queue's. Idle
-// runners wait for work, which costs less than a goroutine per call; one that
-// a Goexit ends is not reused.
+// A runner is a goroutine that runs kernel bodies. A body calling
+// runtime.Goexit, which nothing can stop, then ends the runner, not the
+// caller. The caller is the host's goroutine on the initial device, or a
+// device queue's. Idle runners wait for work, which costs less than a
+// goroutine per call. One that a Goexit ends is not reused.
 type runner struct {
 	jobs    chan job
 	done    chan result
@@ -82,8 +82,9 @@ type runner struct {
 }
 
 // lingerAfter is how long a kernel must have run for its runner to poll
-// for the next job afterwards: long enough for an idle thread to have gone
-// to sleep, which the next job's hand-off to a parked runner would wake.
+// for the next job afterwards. It is long enough for an idle thread to
+// have gone to sleep, which the next job's hand-off to a parked runner
+// would wake.
 const lingerAfter = 20 * time.Microsecond
 
 // answerSpins is how many polls a caller makes, without yielding, for the

@@ -34,11 +34,11 @@ func (t *Table) Associate(p *Plan, b *Buf, tgt plugin.Ptr) {
 	p.Entry, p.Dyn = e, -1
 }
 
-// Disassociate removes the association that begins at addr. As
-// libomptarget does, it refuses an entry made by map clauses
-// (NotAssociated) and an association that a region holds (Held, a hold map
-// on it): the region's constructs use the device memory until it ends. The
-// plan's Entry is the removed entry (it holds no use).
+// Disassociate removes the association that begins at addr.
+// As libomptarget does, it refuses an entry made by map clauses
+// (NotAssociated). It refuses an association that a region holds with a
+// hold map (Held): the region's constructs use the device memory until it
+// ends. The plan's Entry is the removed entry, and it holds no use.
 func (t *Table) Disassociate(p *Plan, addr uintptr) {
 	*p = Plan{}
 	t.mu.Lock()
@@ -62,9 +62,9 @@ func (t *Table) Disassociate(p *Plan, addr uintptr) {
 }
 
 // Static returns a live entry, in no table yet, that maps host buffer b to
-// device memory at tgt, with an infinite dynamic count: a declare target
-// variable's (owned: its memory is the device's, freed with it) or an
-// association's.
+// device memory at tgt, with an infinite dynamic count. It is a declare
+// target variable's entry or an association's. A declare target
+// variable's is owned: its memory is the device's, freed with it.
 func Static(b Buf, tgt plugin.Ptr, owned bool) *Entry {
 	addr := b.Addr()
 	return &Entry{HstBegin: addr, HstEnd: addr + uintptr(b.Size), Name: b.Name, keep: b.Ptr,

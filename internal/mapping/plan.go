@@ -95,10 +95,10 @@ func (f Fault) String() string {
 // holds a use of it: the entry's memory stays until its caller reports
 // Done(Entry), once the construct's queued work is over.
 //
-// The table writes a plan into the caller's *Plan (every field, each call)
-// and reads the item through a *Buf, rather than taking and returning
-// them by value: a map of a present buffer is a target region's hot path,
-// and that way it copies no struct.
+// The table writes a plan into the caller's *Plan, every field on each
+// call. It reads the item through a *Buf. It does not take and return them
+// by value: a map of a present buffer is a target region's hot path, and
+// this way it copies no struct.
 type Plan struct {
 	Do    Action
 	Entry *Entry
@@ -113,15 +113,16 @@ type Plan struct {
 }
 
 // Enter plans the map of buffer b with map type typ (an item) at a
-// construct's start (target, target data, enter data): it finds or makes
-// the entry and moves its count (the hold count for a hold map, else the
-// dynamic count unless infinite). A new
-// entry is planned Alloc (and CopyIn for to); an entry that exists is
-// copied to again only with always (CopyIn), else the construct waits for
-// the last copy into it (WaitCopy). Enter never waits for other
-// constructs: an entry being deleted has left the table already, so a new
-// map of the same memory makes a new entry. A zero-length item moves
-// nothing and returns an empty plan: its address translates as Lookup says.
+// construct's start (target, target data, enter data). It finds or makes
+// the entry and moves its count: the hold count for a hold map, else the
+// dynamic count unless infinite.
+// A new entry is planned Alloc, and CopyIn for to. An entry that exists is
+// copied to again only with always (CopyIn). Otherwise the construct waits
+// for the last copy into it (WaitCopy).
+// Enter never waits for other constructs. An entry being deleted has left
+// the table already, so a new map of the same memory makes a new entry.
+// A zero-length item moves nothing and returns an empty plan. Its address
+// translates as Lookup says.
 func (t *Table) Enter(p *Plan, b *Buf, typ MapType) {
 	r, ok := t.begin(p, b)
 	if !ok {
@@ -174,9 +175,9 @@ func (t *Table) Enter(p *Plan, b *Buf, typ MapType) {
 	}
 }
 
-// Created reports that a new entry's allocation at tgt and its copy in
-// (whose event is ev; nil if there was none) are enqueued: the entry is
-// live, and constructs waiting for it to settle go on.
+// Created reports that a new entry's allocation at tgt and its copy in are
+// enqueued. ev is the copy's event, or nil if there was none. The entry is
+// then live, and constructs waiting for it to settle go on.
 func (t *Table) Created(e *Entry, tgt plugin.Ptr, ev plugin.Event) {
 	t.mu.Lock()
 	e.tgt, e.ev, e.state = tgt, ev, live
@@ -212,8 +213,8 @@ func (t *Table) Event(e *Entry) plugin.Event {
 }
 
 // Unref takes back the reference that Enter moved for a construct that
-// failed, while the construct still holds its use of e (so a last
-// reference makes the entry leave the table, and Done frees it).
+// failed, while the construct still holds its use of e. So a last
+// reference makes the entry leave the table, and Done frees it.
 func (t *Table) Unref(e *Entry, hold bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -239,9 +240,9 @@ func (t *Table) retire(e *Entry) {
 }
 
 // Done ends a use of e (a plan's). It reports whether that was the last
-// use of an entry that left the table: then its caller frees the entry's
-// memory if it is Owned, and closes ev, the event of its last copy in (if
-// any). It reports that once per entry.
+// use of an entry that left the table. Then its caller frees the entry's
+// memory if it is Owned, and closes ev, the event of its last copy in, if
+// any. Done reports that once per entry.
 func (t *Table) Done(e *Entry) (last bool, ev plugin.Event) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -255,12 +256,13 @@ func (t *Table) Done(e *Entry) (last bool, ev plugin.Event) {
 }
 
 // Exit plans the unmap of b with map type typ at a construct's end
-// (target, target data, exit data): it moves the entry's count (delete zeroes the dynamic count;
-// an infinite one does not move) and plans the copy out (CopyOut) when
-// from is given and the count reached zero, or always is given too. An
-// item that finds no mapping is a no-op, unless present is given; one that
-// finds an entry being created is planned Retry. A zero-length item is a
-// no-op.
+// (target, target data, exit data). It moves the entry's count: delete
+// zeroes the dynamic count, and an infinite one does not move.
+// It plans the copy out (CopyOut) when from is given and the count reached
+// zero, or when always is given too.
+// An item that finds no mapping is a no-op, unless present is given.
+// One that finds an entry being created is planned Retry.
+// A zero-length item is a no-op.
 func (t *Table) Exit(p *Plan, b *Buf, typ MapType) {
 	r, ok := t.begin(p, b)
 	if !ok {

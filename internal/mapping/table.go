@@ -1,24 +1,31 @@
-// Package mapping is a device's present table as plain state: it answers
-// each map item of a construct with a plan, the actions to take on the
-// device, and learns from its caller when they are done; it calls no device.
+// Package mapping is a device's present table as plain state.
+// It answers each map item of a construct with a plan: the actions to take
+// on the device. It learns from its caller when they are done. It calls no
+// device.
 //
-// The table follows OpenMP and libomptarget (whose MappingInfoTy is kept
-// apart from the device for the same reason): entries are keyed by host
-// address range; a range inside an entry is present; a range that partly
-// overlaps one is a conflict; the first map of a range allocates and copies
-// in (to), the last unmap copies out (from) and frees; always forces the
-// copy; present demands presence; hold maps (ompx_hold) have a count of
-// their own; an association (omp_target_associate_ptr) and a declare target
-// variable have an infinite dynamic count that maps never move.
+// The table follows OpenMP and libomptarget, whose MappingInfoTy is kept
+// apart from the device for the same reason:
+//   - entries are keyed by host address range;
+//   - a range inside an entry is present;
+//   - a range that partly overlaps one is a conflict;
+//   - the first map of a range allocates and copies in (to), and the last
+//     unmap copies out (from) and frees;
+//   - always forces the copy, and present demands presence;
+//   - hold maps (ompx_hold) have a count of their own;
+//   - an association (omp_target_associate_ptr) and a declare target
+//     variable have an infinite dynamic count that maps never move.
 //
 // Its caller, the issuer, turns a Plan into queue operations and reports
-// back: Created or Failed once a new entry's allocation and copy in are
-// enqueued (or could not be), Copied when it recorded a copy into an entry,
-// Unref to take back a reference of a construct that failed, and Done when
-// a construct's queued work that used an entry is over. The table owns its
-// lock: every method may be called from any goroutine, and none blocks
-// except Lookup, which waits for an entry's creation to settle. The host
-// memory of an entry is kept alive while it is mapped.
+// back:
+//   - Created or Failed once a new entry's allocation and copy in are
+//     enqueued, or could not be;
+//   - Copied when it recorded a copy into an entry;
+//   - Unref to take back a reference of a construct that failed;
+//   - Done when a construct's queued work that used an entry is over.
+//
+// The table owns its lock: every method may be called from any goroutine.
+// None blocks except Lookup, which waits for an entry's creation to
+// settle. The host memory of an entry is kept alive while it is mapped.
 package mapping
 
 import (

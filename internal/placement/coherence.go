@@ -1,8 +1,8 @@
-// Package placement is the plain state behind Any-tasks (offload.Any):
-// where the valid copies of each buffer are (Table), and which device a
-// task should run on (Model). It does no I/O and starts nothing; the
-// offload package lowers its decisions to ordinary constructs (copies,
-// updates, target tasks), and tests drive it without processes.
+// Package placement is the plain state behind Any-tasks (offload.Any).
+// Table says where the valid copies of each buffer are. Model says which
+// device a task should run on. The package does no I/O and starts nothing.
+// The runtime lowers its decisions to ordinary constructs: copies, updates,
+// target tasks. Tests drive it without processes.
 package placement
 
 import (
@@ -29,10 +29,10 @@ func (b Buf) Overlaps(c Buf) bool { return b.Addr < c.end() && c.Addr < b.end() 
 // Inside reports whether every byte of b is in c.
 func (b Buf) Inside(c Buf) bool { return b.Addr >= c.Addr && b.end() <= c.end() }
 
-// Access is what a task does with a buffer: reads it (its copy on the
-// task's device must be valid before it runs), writes it (the task's
-// device holds the one valid copy after it), or neither (scratch: it only
-// needs memory there).
+// Access is what a task does with a buffer. A task that reads it needs its
+// copy on the task's device valid before it runs. After a task that writes
+// it, the task's device holds the one valid copy. A task that does neither
+// (scratch) only needs memory there.
 type Access struct {
 	Buf         Buf
 	Read, Write bool
@@ -71,12 +71,12 @@ type Piece struct {
 }
 
 // Table is the coherence state of the buffers Any-tasks use, in the order
-// their tasks are created: a copy is valid on a device once a task there
-// wrote it or a copy to it was planned (the tasks that use it are ordered
-// after that copy), and a write leaves one valid copy. Its state moves in
-// program order, not in execution order: the offload package orders every
-// task and copy on a buffer by depend clauses on it, so the order tasks are
-// created in is the order their effects land in.
+// their tasks are created. A copy is valid on a device once a task there
+// wrote it, or once a copy to it was planned: the tasks that use it are
+// ordered after that copy. A write leaves one valid copy.
+// The state moves in program order, not in execution order. The runtime
+// orders every task and copy on a buffer by depend clauses on it. So the
+// order tasks are created in is the order their effects land in.
 //
 // A buffer's first section that Any-tasks use is its region: later
 // sections must lie inside it, or not overlap it at all.
@@ -171,11 +171,12 @@ func (p *pieces) add(lo, hi uintptr, from int) {
 	p.out = append(p.out, Copy{Buf: Buf{Addr: lo, Size: hi - lo}, Region: p.region, From: from, To: p.to})
 }
 
-// Track makes b a region, valid on the host only, before any task uses it
-// (a program that names a whole buffer first, so that later sections of
-// it may be any parts: a band each, then rows across bands). It returns
-// the region b lies in and whether Track made it; b overlapping a region
-// without lying inside it is refused, as Plan refuses it.
+// Track makes b a region, valid on the host only, before any task uses it.
+// It is for a program that names a whole buffer first, so that later
+// sections of it may be any parts: a band each, then rows across bands.
+// It returns the region b lies in and whether Track made it. A b that
+// overlaps a region without lying inside it is refused, as Plan refuses
+// it.
 func (t *Table) Track(b Buf) (Buf, bool, error) {
 	base, r, err := t.find(b)
 	if err != nil {
@@ -188,11 +189,12 @@ func (t *Table) Track(b Buf) (Buf, bool, error) {
 	return b, true, nil
 }
 
-// Plan returns what running a task with accesses acc on device d needs:
-// the copies (for each section it reads, the parts whose copy on d is not
-// valid, each from the cheapest valid copy by cost, which takes the source,
-// Host or a device) and the regions d holds no memory for yet. A buffer the
-// table has not seen is valid on the host only, and becomes a region.
+// Plan returns what running a task with accesses acc on device d needs.
+// It returns the copies, and the regions d holds no memory for yet.
+// The copies are, for each section the task reads, the parts whose copy on
+// d is not valid. Each comes from the cheapest valid copy by cost, which
+// takes the source (Host or a device). A buffer the table has not seen is
+// valid on the host only, and becomes a region.
 func (t *Table) Plan(d int, acc []Access, cost func(from, to int, b Buf) float64) (copies []Copy, alloc []Buf, err error) {
 	if d < 0 || d >= MaxDevices {
 		return nil, nil, fmt.Errorf("placement: device %d out of range", d)
@@ -276,10 +278,11 @@ func sameRead(acc []Access, a Access) bool {
 	return true
 }
 
-// Commit records that task by (an id the caller gives, not 0) with
-// accesses acc was placed on d, after the copies Plan gave: d holds memory
-// for each region and a valid copy of what the task reads, and a write
-// leaves d's the only valid copy of what it writes, whose writer is by.
+// Commit records that task by, with accesses acc, was placed on d after
+// the copies Plan gave. by is an id the caller gives, not 0. Then d holds
+// memory for each region and a valid copy of what the task reads.
+// A write leaves d's the only valid copy of what it writes, whose writer
+// is by.
 func (t *Table) Commit(d int, acc []Access, by int64) {
 	bit := uint64(1) << d
 	for _, a := range acc {
@@ -307,11 +310,11 @@ func (t *Table) Commit(d int, acc []Access, by int64) {
 	}
 }
 
-// PlanHost returns the copies a host task with accesses acc needs (it
-// runs on the program's memory): for each section it reads, the parts
-// whose host copy is not valid, each from a device with a valid one. A
-// section that is not in a region needs nothing; one that overlaps a region
-// without lying inside it is refused.
+// PlanHost returns the copies a host task with accesses acc needs; the
+// task runs on the program's memory. For each section it reads, they are
+// the parts whose host copy is not valid, each from a device with a valid
+// one. A section that is not in a region needs nothing. One that overlaps
+// a region without lying inside it is refused.
 func (t *Table) PlanHost(acc []Access) ([]Copy, error) {
 	var copies []Copy
 	for _, a := range acc {
@@ -333,9 +336,9 @@ func (t *Table) PlanHost(acc []Access) ([]Copy, error) {
 	return copies, nil
 }
 
-// CommitHost records that host task by with accesses acc was made, after
-// the copies PlanHost gave: the host's copy of what it reads is valid, and
-// of what it writes the only valid one, whose writer is by.
+// CommitHost records that host task by, with accesses acc, was made after
+// the copies PlanHost gave. The host's copy of what it reads is then valid.
+// Its copy of what it writes is the only valid one, whose writer is by.
 func (t *Table) CommitHost(acc []Access, by int64) {
 	for _, a := range acc {
 		_, r, err := t.find(a.Buf)
@@ -447,9 +450,10 @@ func (t *Table) Valid(b Buf) (devs []int, host bool) {
 }
 
 // Writers returns the parts of b and the task that wrote each last, in
-// the order tasks were made (Commit's by; 0 for a part no task wrote since
-// its region was made): a task's lineage. Adjacent parts with one writer
-// are one piece. A b outside every region is one piece written by none.
+// the order tasks were made: a task's lineage. A writer is Commit's by, or
+// 0 for a part no task wrote since its region was made. Adjacent parts with
+// one writer are one piece. A b outside every region is one piece written
+// by none.
 func (t *Table) Writers(b Buf) []Piece {
 	_, r, err := t.find(b)
 	if err != nil || r == nil {
@@ -467,9 +471,9 @@ func (t *Table) Writers(b Buf) []Piece {
 }
 
 // Evictable returns the regions whose memory on device d may be freed
-// without losing data: mapped there, none of keep, and every part of them
-// that is valid on d valid somewhere else too (another device, or the
-// host). Largest first.
+// without losing data, largest first. Such a region is mapped there and is
+// none of keep. Every part of it that is valid on d is valid somewhere else
+// too: on another device, or on the host.
 func (t *Table) Evictable(d int, keep []Buf) []Buf {
 	bit := uint64(1) << d
 	var out []Buf

@@ -9,16 +9,18 @@ import (
 )
 
 // Model chooses a device for each task by its expected finish time, as
-// HEFT and StarPU's dmda scheduler do: for each device, the task starts
-// once the device has done the work placed there before it and its inputs
-// are there (each once the task that writes it is expected to end, and
-// copied if the device's copy is not valid), and ends the kernel's
-// expected time later; the
-// earliest end wins. Kernel times are learned per kernel, per device and
-// per size (a power of two of the bytes the task uses), as the median of
-// what the latest tasks took; copies' costs as a latency and a bandwidth
-// per pair of places (CopyCost). A kernel not yet timed on a device is tried there first (one
-// task at a time), so that every device gets measured.
+// HEFT and StarPU's dmda scheduler do. On each device, the task starts once
+// the device has done the work placed there before it and its inputs are
+// there. An input is there once the task that writes it is expected to
+// end, and once it is copied if the device's copy is not valid. The task
+// ends the kernel's expected time later. The earliest end wins.
+//
+// Kernel times are learned per kernel, per device and per size, as the
+// median of what the latest tasks took. The size is a power of two of the
+// bytes the task uses. Copies' costs are learned as a latency and a
+// bandwidth per pair of places (CopyCost). A kernel not yet timed on a
+// device is tried there first, one task at a time, so that every device
+// gets measured.
 //
 // A Model is not safe for concurrent use.
 type Model struct {
@@ -83,7 +85,7 @@ type span struct{ start, end time.Time }
 const spansKept = 32
 
 // medianOf is how many of a kernel's latest times on a device its
-// estimate is the median of: a time that includes a wait (the device
+// estimate is the median of. A time that includes a wait (the device
 // shared with another kernel, a late notice of the end) moves a median
 // little, where it moved a mean.
 const medianOf = 7
@@ -129,15 +131,18 @@ func SizeClass(n int64) int {
 }
 
 // CopyCost is the expected time of a copy of n bytes between two places
-// (Host or a device): a latency and a time per byte, learned from the
-// copies between them (either way) as the medians of the latest: of small
-// copies' times for the latency, and of larger copies' times beyond it for
-// the bandwidth; until then 30 µs and 4 GB/s. A copy's time is counted
-// from when it could start to its end as the program saw it (what a task
-// that waits for the copy waits: the hand-offs on both sides and the
-// link). A latency and a bandwidth, not a time per size: a copy of more
-// bytes never looks cheaper, which the placement's choices between
-// devices that need copies of a few rows each turn on.
+// (Host or a device): a latency and a time per byte.
+// They are learned from the copies between the places, either way, as the
+// medians of the latest. The latency is the median of small copies' times.
+// The bandwidth comes from larger copies' times beyond the latency.
+// Until copies are timed, they are 30 µs and 4 GB/s.
+//
+// A copy's time is counted from when it could start to its end as the
+// program saw it. That is what a task that waits for the copy waits: the
+// hand-offs on both sides and the link. The cost is a latency and a
+// bandwidth, not a time per size, so a copy of more bytes never looks
+// cheaper. The placement's choices between devices that need copies of a
+// few rows each turn on that.
 func (m *Model) CopyCost(from, to int, n int64) time.Duration {
 	l := m.links[linkOf(from, to)]
 	perMiB := time.Duration(float64(1<<20) / copyBPS * float64(time.Second))
@@ -151,12 +156,13 @@ func (m *Model) CopyCost(from, to int, n int64) time.Duration {
 // it) and its bandwidth (larger ones).
 const smallCopy = 64 << 10
 
-// Copied records that a copy of n bytes from one place to another (Host
-// or a device), made at placed, whose inputs were written at ready (zero
-// if unknown), ended at end. A device's copies to others run in its queue:
-// a copy's time is counted from when the source's tasks that could start
-// before it ended (Done's rule), not from when its data was written, for
-// a copy that waited behind the source's next kernel is not a slow link.
+// Copied records a copy of n bytes from one place to another (Host or a
+// device). The copy was made at placed, its inputs were written at ready
+// (zero if unknown), and it ended at end.
+// A device's copies to others run in its queue. So a copy's time is
+// counted from when the source's tasks that could start before it ended
+// (Done's rule), not from when its data was written. A copy that waited
+// behind the source's next kernel is not a slow link.
 func (m *Model) Copied(from, to int, n int64, placed, ready, end time.Time) {
 	start := later(placed, ready)
 	if from >= 0 && from < m.ndev {
@@ -211,27 +217,27 @@ func (c Choice) String() string {
 }
 
 // Choose returns the device where a task of kernel, of size class size,
-// is expected to finish first; copies(d) is the cost of the copies it
-// needs on d, and inputs when the tasks that write its inputs are
-// expected to end (Inputs; zero: written). Choice's times are from now.
-// Devices for which ok(d) is false are left out (lost ones); it returns -1
-// if none is left.
+// is expected to finish first. copies(d) is the cost of the copies it
+// needs on d. inputs is when the tasks that write its inputs are expected
+// to end (Inputs; zero: written). Choice's times are from now.
+// Devices for which ok(d) is false, such as lost ones, are left out.
+// Choose returns -1 if none is left.
 //
-// A task starts on d when d has done the work placed there before it
-// (its queue) and its inputs are there: written, then copied. That is
-// HEFT's earliest start time (without its insertion into gaps): where
-// tasks are placed far ahead of their completion (a program that makes
-// every iteration's tasks at once), a queue counted as the sum of its
+// A task starts on d when d has done the work placed there before it (its
+// queue) and its inputs are there: written, then copied. That is HEFT's
+// earliest start time, without its insertion into gaps. Tasks may be
+// placed far ahead of their completion, as by a program that makes every
+// iteration's tasks at once. There, a queue counted as the sum of its
 // tasks' kernel times, as dmda counts it, grows though the devices wait
-// for each other's results, and the device whose kernel times were learned
-// a little shorter looked free ever sooner, until tasks left their data
-// for it.
+// for each other's results. The device whose kernel times were learned a
+// little shorter looked free ever sooner, until tasks left their data for
+// it.
 //
 // Kernel times within sameSpeed (25%) of the fastest device's count as the
-// fastest's: devices of one speed, whose learned times differ by noise,
-// would otherwise see their queued work drift apart by that noise with
-// every task placed ahead, until moving the data looked worth it (the
-// bands of a stencil would hop between two equal devices).
+// fastest's. Devices of one speed have learned times that differ by noise.
+// Otherwise their queued work would drift apart by that noise with every
+// task placed ahead, until moving the data looked worth it. The bands of a
+// stencil would hop between two equal devices.
 func (m *Model) Choose(now time.Time, kernel string, size int, inputs time.Time, copies func(d int) time.Duration, ok func(d int) bool) Choice {
 	return m.ChooseReady(now, kernel, size, func(d int) (time.Time, time.Duration) {
 		c := copies(d)
@@ -240,14 +246,15 @@ func (m *Model) Choose(now time.Time, kernel string, size int, inputs time.Time,
 }
 
 // ChooseReady is Choose with the time a task's inputs are on each device
-// given input by input: ready(d) returns when they all are there (each
-// written, then copied where d's copy is not valid: a copy starts when
-// the tasks that write its part end, not when the last of all the task's
-// inputs is written) and the copies' summed cost. It is HEFT's data-ready
-// time, a communication per predecessor: a task that reads a large part
-// written late and a small part written early is ready, on the device
-// that holds the large one, when the large one is written; on another
-// device, only once the large one is copied too.
+// given input by input. ready(d) returns when they all are there, and the
+// copies' summed cost. Each input is written, then copied where d's copy
+// is not valid. A copy starts when the tasks that write its part end, not
+// when the last of all the task's inputs is written.
+// It is HEFT's data-ready time, a communication per predecessor.
+// Take a task that reads a large part written late and a small part
+// written early. On the device that holds the large part, it is ready when
+// that part is written. On another device, it is ready only once the large
+// part is copied too.
 func (m *Model) ChooseReady(now time.Time, kernel string, size int, ready func(d int) (time.Time, time.Duration), ok func(d int) bool) Choice {
 	best := Choice{Dev: -1, Finish: math.MaxInt64}
 	ests := make([]time.Duration, m.ndev)
@@ -318,9 +325,9 @@ func (m *Model) guess(kernel string, size int) time.Duration {
 	return sum / time.Duration(n)
 }
 
-// Expect records that task id (a number the caller gives each task) is
-// expected to end c.Finish after now, for the tasks that read what it
-// writes (Inputs), until Forget.
+// Expect records that task id is expected to end c.Finish after now, for
+// the tasks that read what it writes (Inputs). id is a number the caller
+// gives each task. The record holds until Forget.
 func (m *Model) Expect(id int64, now time.Time, c Choice) {
 	if !c.Trial && c.Dev >= 0 {
 		m.ends[id] = now.Add(c.Finish)
@@ -342,12 +349,12 @@ func (m *Model) Inputs(ids []int64) time.Time {
 	return in
 }
 
-// Ready is when a task that reads reads (its inputs' parts, with the
-// tasks that wrote them: Table.Writers) has them on a device it needs
-// copies on to (copies, Table.Plan's): each part that is not copied once
-// its writer is expected to end (Inputs), each copy once the writers of
-// its part are and the copy is made (CopyCost); and the copies' summed
-// cost. ChooseReady's ready.
+// Ready is when a task has its inputs on a device, and the copies' summed
+// cost: ChooseReady's ready. reads are the task's inputs' parts, with the
+// tasks that wrote them (Table.Writers). copies are the copies it needs on
+// the device (Table.Plan's). A part that is not copied is there once its
+// writer is expected to end (Inputs). A copied part is there once the
+// writers of its part have ended and the copy is made (CopyCost).
 func (m *Model) Ready(now time.Time, reads [][]Piece, copies []Copy) (time.Time, time.Duration) {
 	at, sum := now, time.Duration(0)
 	var ws []int64
@@ -386,9 +393,9 @@ func (m *Model) Placed(now time.Time, c Choice) {
 	}
 }
 
-// startOn is when a task of device d that could start at s and ended at
-// end started by the device's latest tasks: at the latest end, before end,
-// of those that could start at s or before (it waited behind them).
+// startOn is when a task of device d, which could start at s and ended at
+// end, started by the device's latest tasks. It is the latest end, before
+// end, of those that could start at s or before: it waited behind them.
 func (m *Model) startOn(d int, s, end time.Time) time.Time {
 	start := s
 	for _, r := range m.ran[d] {
@@ -401,23 +408,25 @@ func (m *Model) startOn(d int, s, end time.Time) time.Time {
 
 // Done records that a task of kernel, size class size, placed on d at
 // time placed, finished at end. Its time on the device is counted from
-// when it could start there at the earliest: when it was placed or when
-// the last task it waited for finished (ready, zero if unknown), whichever
-// is later, or when a task of d that could start before it ended, if
-// later: a task that waits for its inputs, or behind another in the
-// device's queue, must not teach the model that its kernel is slow. A task
-// that could start only after it and ended first ran beside it (a device
-// runs tasks that do not wait for each other at once) and does not move
-// its start: a long kernel that short ones ran beside is not taken for a
-// short one.
+// when it could start there at the earliest. That is the latest of:
+//   - when it was placed;
+//   - when the last task it waited for finished (ready, zero if unknown);
+//   - when a task of d that could start before it ended.
+//
+// A task that waits for its inputs, or behind another in the device's
+// queue, must not teach the model that its kernel is slow.
+// A task that could start only after it and ended first ran beside it: a
+// device runs tasks that do not wait for each other at once. Such a task
+// does not move its start. So a long kernel that short ones ran beside is
+// not taken for a short one.
 func (m *Model) Done(kernel string, d, size int, placed, ready, end time.Time) {
 	m.Ran(kernel, d, size, placed, ready, end, 0)
 }
 
-// Ran is Done with the kernel's time as the device measured it (took; 0
-// if it did not, and Done's rule counts it): where a device reports its
-// tasks' ends together, or late, only its own clock says how long a
-// short kernel ran.
+// Ran is Done with the kernel's time as the device measured it (took).
+// took is 0 if the device did not measure it; then Done's rule counts it.
+// A device may report its tasks' ends together, or late. Then only its own
+// clock says how long a short kernel ran.
 func (m *Model) Ran(kernel string, d, size int, placed, ready, end time.Time, took time.Duration) {
 	m.busy[d]--
 	s := later(placed, ready)

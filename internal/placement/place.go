@@ -23,12 +23,12 @@ type Plan struct {
 }
 
 // Place plans a task of kernel, whose arguments span size bytes, with
-// accesses acc, at now: the device where the model expects it to end
-// first of those ok says can run it, counting the copies t says its
-// inputs need there. It changes neither t nor m (Commit and Model.Placed
-// record a placement once it is made). The error is the table's refusal
-// of the chosen device's plan (ErrOverlap: a section that partly overlaps
-// one in use).
+// accesses acc, at now. It picks, of the devices ok says can run the task,
+// the one where the model expects it to end first. It counts the copies t
+// says the task's inputs need there. Place changes neither t nor m: Commit
+// and Model.Placed record a placement once it is made. The error is the
+// table's refusal of the chosen device's plan: ErrOverlap, for a section
+// that partly overlaps one in use.
 func Place(t *Table, m *Model, now time.Time, kernel string, size int64, acc []Access, ok func(d int) bool) (Plan, error) {
 	cost := func(from, to int, b Buf) float64 { return float64(m.CopyCost(from, to, int64(b.Size))) }
 	type devPlan struct {
@@ -72,16 +72,17 @@ func Place(t *Table, m *Model, now time.Time, kernel string, size int64, acc []A
 	return p, nil
 }
 
-// Known says what the runtime holds of region r: whether it has r's
-// slice (a task used r before, or Any().EnterData named it), and whether
-// r's first version is still to be kept (named, and no task read it).
+// Known says what the runtime holds of region r. The first result says
+// whether it has r's slice: a task used r before, or Any().EnterData named
+// it. The second says whether r's first version is still to be kept: r was
+// named, and no task read it.
 type Known func(r Buf) (known, first bool)
 
 // FirstVersions returns the regions whose first version a task with
-// accesses acc, placed by p, must keep for re-runs before it runs: each
-// new region it reads (one it only writes is never read as the program
-// left it), and each named region of which it reads a part no task wrote.
-// Each region comes once.
+// accesses acc, placed by p, must keep for re-runs before it runs.
+// They are each new region it reads, and each named region of which it
+// reads a part no task wrote. A region it only writes is never read as the
+// program left it. Each region comes once.
 func FirstVersions(acc []Access, p Plan, known Known) []Buf {
 	var keep, seen []Buf
 	for i := range acc {

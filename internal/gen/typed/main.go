@@ -81,17 +81,19 @@ func write(b *bytes.Buffer, n int) {
 		ps = ", " + ps
 	}
 	fmt.Fprintf(b, `
-// %[1]s is a kernel of %[2]d parameter%[3]s after its Ctx, launched with
-// arguments the compiler checks. Make one with Must%[1]s.
+// %[1]s is a kernel of %[2]d parameter%[3]s after its Ctx.
+// The compiler checks the arguments of its launches.
+// Make one with Must%[1]s.
 type %[1]s%[4]s struct {
 	k *Kernel
 	o launchOpts
 }
 
-// Must%[1]s registers fn as the kernel called name, as NewKernel does, for
-// a package-level variable: it panics if fn cannot be a kernel or the
-// runtime is started. A parameter of type In, Out, InOut or Scratch
-// declares the buffer's map direction for every launch.
+// Must%[1]s registers fn as the kernel called name, as NewKernel does.
+// It is meant for a package-level variable.
+// It panics if fn cannot be a kernel or the runtime is started.
+// A parameter of type In, Out, InOut or Scratch declares the buffer's
+// map direction for every launch.
 func Must%[1]s%[4]s(name string, fn %[5]s) %[1]s%[6]s {
 	k, err := NewKernel(name, fn)
 	if err != nil {
@@ -107,34 +109,38 @@ func Must%[1]s%[4]s(name string, fn %[5]s) %[1]s%[6]s {
 	return %[1]s%[6]s{k: k}
 }
 
-// Run runs the kernel on device dev (the target construct) and returns when
-// it is done and its buffers are copied back; see Device.Run.
+// Run runs the kernel on device dev (the target construct).
+// It returns when the kernel is done and its buffers are copied back.
+// See Device.Run.
 func (k %[1]s%[6]s) Run(dev Device%[7]s) error { return k.k.launch(%[8]s) }
 
-// Nowait runs the kernel as a task of nw (target nowait, with nw's depend
-// clauses); see Async.Run.
+// Nowait runs the kernel as a task of nw, with nw's depend clauses
+// (target nowait). See Async.Run.
 func (k %[1]s%[6]s) Nowait(nw Async%[7]s) *Task { return k.k.launchNowait(%[9]s) }
 
-// With returns the kernel with map clauses that replace, for the launch's
-// slice argument with the same first element and length, the declared
-// direction: k.With(offload.From(y).Named("y")).Run(d, …). A clause that
-// names no argument makes the launch fail.
+// With returns the kernel with map clauses that replace declared directions.
+// A clause replaces the direction of the launch's slice argument with the
+// same first element and length: k.With(offload.From(y).Named("y")).Run(d, …).
+// A clause that names no argument makes the launch fail.
 func (k %[1]s%[6]s) With(maps ...Map) %[1]s%[6]s {
 	k.o.with = append(k.o.with[:len(k.o.with):len(k.o.with)], maps...)
 	return k
 }
 
-// Once returns the kernel marked as one whose Any-tasks must not run
-// again when their device is lost (see Kernel.Once).
+// Once returns the kernel marked as run-once.
+// Its Any-tasks must not run again when their device is lost.
+// See Kernel.Once.
 func (k %[1]s%[6]s) Once() %[1]s%[6]s {
 	k.k = k.k.Once()
 	return k
 }
 
-// Named returns the kernel with names for its parameters, in order, used
-// for their buffers in info output and errors (a clause of With with its
-// own name wins; a struct's fields are "name.Field"): Go keeps no
-// parameter names at run time. Keep it in the package-level variable:
+// Named returns the kernel with names for its parameters, in order.
+// Info output and errors use them for the parameters' buffers.
+// A clause of With with its own name wins.
+// A struct's fields are named "name.Field".
+// Go keeps no parameter names at run time, so they must be given here.
+// Keep the result in the package-level variable:
 //
 //	var Saxpy = offload.MustKernel3("saxpy", …).Named("a", "x", "y")
 func (k %[1]s%[6]s) Named(names ...string) %[1]s%[6]s {
