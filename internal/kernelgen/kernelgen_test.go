@@ -73,6 +73,7 @@ func TestGeneratedFilesUpToDate(t *testing.T) {
 		{"../../examples/pipeline", false},
 		{"../../examples/apps/jacobi", false},
 		{"gentest", false},
+		{"fuzz", false},
 		{"gentest/unchecked", true},
 	} {
 		res, err := Generate(c.dir, Options{Unchecked: c.unchecked})
