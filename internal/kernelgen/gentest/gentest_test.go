@@ -326,3 +326,27 @@ func TestStructs(t *testing.T) {
 		t.Fatalf("chunks: out[5] = %d, want %d", hc[5], int64(x[5])*3+1)
 	}
 }
+
+// TestDim: math.Dim of infinities, NaNs and ±0 on PoCL as on the host.
+func TestDim(t *testing.T) {
+	host, cl := start(t)
+	v := []float64{math.Inf(1), math.Inf(-1), math.NaN(), 0, math.Copysign(0, -1), 1, -2.5}
+	var a, b []float64
+	for _, x := range v {
+		for _, y := range v {
+			a, b = append(a, x), append(b, y)
+		}
+	}
+	ho, co := make([]float64, len(a)), make([]float64, len(a))
+	if err := Dim.Run(host, a, b, ho); err != nil {
+		t.Fatal(err)
+	}
+	if err := Dim.Run(cl, a, b, co); err != nil {
+		t.Fatal(err)
+	}
+	for i := range ho {
+		if math.Float64bits(ho[i]) != math.Float64bits(co[i]) && !(math.IsNaN(ho[i]) && math.IsNaN(co[i])) {
+			t.Fatalf("math.Dim(%v, %v): host %v, PoCL %v", a[i], b[i], ho[i], co[i])
+		}
+	}
+}

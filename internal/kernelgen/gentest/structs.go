@@ -1,6 +1,10 @@
 package gentest
 
-import "github.com/goffload/offload"
+import (
+	"math"
+
+	"github.com/goffload/offload"
+)
 
 // Particle is a struct of scalars in a buffer: its C struct has Go's
 // layout (the bool a byte, the padding where Go has it).
@@ -69,6 +73,16 @@ var Chunks = offload.MustKernel2("chunks", func(ctx offload.Ctx, x offload.In[in
 		}
 		for i := c.Lo; i < c.Hi; i++ {
 			out[i] = int64(x[i])*3 + 1
+		}
+	})
+})
+
+// Dim is math.Dim, which is Go's on the device: Dim(Inf, Inf) is NaN
+// (C's fdim gives 0; the differential fuzz target found it).
+var Dim = offload.MustKernel3("dim", func(ctx offload.Ctx, a, b offload.In[float64], out offload.Out[float64]) {
+	ctx.For(len(a), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			out[i] = math.Dim(a[i], b[i])
 		}
 	})
 })

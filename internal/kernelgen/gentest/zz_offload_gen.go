@@ -36,6 +36,7 @@ typedef struct {
 	long Hi;
 } go_T_offload_Chunk;
 static inline go_T_offload_Chunk go_zero_go_T_offload_Chunk(void) { go_T_offload_Chunk z = {0}; return z; }
+static inline double go_dim(double x, double y) { double v = x - y; return v <= 0 ? 0.0 : v; }
 static inline double go_max_double(double a, double b) { return isnan(a) || isnan(b) ? a + b : a == b ? (signbit(a) ? b : a) : (a > b ? a : b); }
 static inline float go_max_float(float a, float b) { return isnan(a) || isnan(b) ? a + b : a == b ? (signbit(a) ? b : a) : (a > b ? a : b); }
 static inline double go_min_double(double a, double b) { return isnan(a) || isnan(b) ? a + b : a == b ? (signbit(a) ? a : b) : (a < b ? a : b); }
@@ -975,7 +976,7 @@ kernel void overflow(global int *a, global long *b, global int *out, long go_len
 	}
 }
 
-// structs is kernel "structs" (structs.go:40).
+// structs is kernel "structs" (structs.go:44).
 kernel void structs(go_T_Params prm, global go_T_Particle *ps, global double *out, long go_len_ps, long go_len_out, global long *go_f)
 {
 	int go_fl = 0;
@@ -1033,7 +1034,7 @@ kernel void structs(go_T_Params prm, global go_T_Particle *ps, global double *ou
 	}
 }
 
-// fields is kernel "fields" (structs.go:56).
+// fields is kernel "fields" (structs.go:60).
 kernel void fields(long g_N, global double *g_In, global double *g_Out, long go_len_g_In, long go_len_g_Out, global long *go_f)
 {
 	int go_fl = 0;
@@ -1055,7 +1056,7 @@ kernel void fields(long g_N, global double *g_In, global double *g_Out, long go_
 	}
 }
 
-// chunks is kernel "chunks" (structs.go:65).
+// chunks is kernel "chunks" (structs.go:69).
 kernel void chunks(global int *x, global long *out, long go_len_x, long go_len_out, global long *go_f)
 {
 	int go_fl = 0;
@@ -1099,6 +1100,29 @@ kernel void chunks(global int *x, global long *out, long go_len_x, long go_len_o
 				}
 			}
 			go_next_l: ;
+		}
+	}
+}
+
+// dim is kernel "dim" (structs.go:82).
+kernel void dim(global double *a, global double *b, global double *out, long go_len_a, long go_len_b, long go_len_out, global long *go_f)
+{
+	int go_fl = 0;
+	long go_t1 = go_len_a;
+	go_fl = 2;
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_a && go_t1 <= go_len_b && go_t1 <= go_len_out) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			out[i_2] = go_dim(a[i_2], b[i_2]);
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 171, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 172, (long)(i), (long)(go_len_b), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 173, (long)(i), (long)(go_len_out), 1); return; }
+			out[i] = go_dim(a[i], b[i]);
 		}
 	}
 }
@@ -1268,14 +1292,17 @@ var zzOffloadSites = []string{
 	"kernels.go:255: index",
 	"kernels.go:255: index",
 	"kernels.go:258: index",
-	"structs.go:43: index",
-	"structs.go:48: index",
-	"structs.go:49: index",
-	"structs.go:50: index",
-	"structs.go:59: index",
-	"structs.go:59: index",
-	"structs.go:71: index",
-	"structs.go:71: index",
+	"structs.go:47: index",
+	"structs.go:52: index",
+	"structs.go:53: index",
+	"structs.go:54: index",
+	"structs.go:63: index",
+	"structs.go:63: index",
+	"structs.go:75: index",
+	"structs.go:75: index",
+	"structs.go:85: index",
+	"structs.go:85: index",
+	"structs.go:85: index",
 }
 
 func init() {
@@ -1297,4 +1324,5 @@ func init() {
 	Structs.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "structs", zzOffloadSites)
 	Fields.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "fields", zzOffloadSites)
 	Chunks.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "chunks", zzOffloadSites)
+	Dim.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "dim", zzOffloadSites)
 }
