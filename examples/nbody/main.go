@@ -10,7 +10,13 @@
 //	go run ./examples/nbody
 //	GOFFLOAD_DEVICES=host:2 go run ./examples/nbody -n 4096 -steps 20
 //	GOFFLOAD_INFO=placement go run ./examples/nbody   # every placement, and why
+//	GOFFLOAD_DEVICES=opencl,host go run ./examples/nbody   # PoCL and the host, by measured speed
+//
+// Its kernels' OpenCL C is made from their Go bodies by goffload-gen
+// (zz_offload_gen.go), so offload.Any may place them on OpenCL devices.
 package main
+
+//go:generate go run github.com/goffload/offload/cmd/goffload-gen
 
 import (
 	"context"

@@ -31,7 +31,8 @@ func TestNBody(t *testing.T) {
 // TestNBodyBesideGPU runs the example on a fake GPU beside the host
 // device (as scripts/gpu-run does on a real one): the kernels have only
 // Go bodies, so the runtime places every task on the host device and the
-// GPU launches nothing; run verifies the result.
+// GPU launches nothing (their generated code is OpenCL C, not PTX); run
+// verifies the result.
 func TestNBodyBesideGPU(t *testing.T) {
 	drv := cudafake.New(cudafake.Config{GPUs: []cudafake.GPU{cudafake.H100}})
 	defer cuda.UseDriverForTests(drv)()

@@ -22,20 +22,41 @@ kernel void pipeline_step(long n, global double *next, global double *cur, long 
 	int go_fl = 0;
 	long go_t1 = n;
 	go_fl = 2;
-	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long lo = go_i;
-		long hi = go_i + 1;
-		{
-			long i = ((long)((ulong)(lo) + (ulong)(1L)));
-			for (; (i <= hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-				if ((ulong)(i) >= (ulong)(go_len_cur)) { go_fault(go_f, 1, (long)(i), (long)(go_len_cur), 1); return; }
-				long go_t4 = (long)(((long)((ulong)(i) - (ulong)(1L))));
-				if ((ulong)(go_t4) >= (ulong)(go_len_cur)) { go_fault(go_f, 2, (long)(go_t4), (long)(go_len_cur), 1); return; }
-				if ((ulong)(i) >= (ulong)(go_len_cur)) { go_fault(go_f, 3, (long)(i), (long)(go_len_cur), 1); return; }
-				long go_t5 = (long)(((long)((ulong)(i) + (ulong)(1L))));
-				if ((ulong)(go_t5) >= (ulong)(go_len_cur)) { go_fault(go_f, 4, (long)(go_t5), (long)(go_len_cur), 1); return; }
-				if ((ulong)(i) >= (ulong)(go_len_next)) { go_fault(go_f, 5, (long)(i), (long)(go_len_next), 1); return; }
-				next[i] = (cur[i] + (0.25 * ((cur[go_t4] - (2.0 * cur[i])) + cur[go_t5])));
+	if ((long)get_global_size(0) >= go_t1) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long lo = go_i;
+			long hi = go_i + 1;
+			{
+				long i = ((long)((ulong)(lo) + (ulong)(1L)));
+				for (; (i <= hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+					if ((ulong)(i) >= (ulong)(go_len_cur)) { go_fault(go_f, 1, (long)(i), (long)(go_len_cur), 1); return; }
+					long go_t4 = (long)(((long)((ulong)(i) - (ulong)(1L))));
+					if ((ulong)(go_t4) >= (ulong)(go_len_cur)) { go_fault(go_f, 2, (long)(go_t4), (long)(go_len_cur), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_cur)) { go_fault(go_f, 3, (long)(i), (long)(go_len_cur), 1); return; }
+					long go_t5 = (long)(((long)((ulong)(i) + (ulong)(1L))));
+					if ((ulong)(go_t5) >= (ulong)(go_len_cur)) { go_fault(go_f, 4, (long)(go_t5), (long)(go_len_cur), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_next)) { go_fault(go_f, 5, (long)(i), (long)(go_len_next), 1); return; }
+					next[i] = (cur[i] + (0.25 * ((cur[go_t4] - (2.0 * cur[i])) + cur[go_t5])));
+				}
+			}
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long lo = go_i;
+			long hi = go_i + 1;
+			{
+				long i = ((long)((ulong)(lo) + (ulong)(1L)));
+				for (; (i <= hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+					if ((ulong)(i) >= (ulong)(go_len_cur)) { go_fault(go_f, 1, (long)(i), (long)(go_len_cur), 1); return; }
+					long go_t4 = (long)(((long)((ulong)(i) - (ulong)(1L))));
+					if ((ulong)(go_t4) >= (ulong)(go_len_cur)) { go_fault(go_f, 2, (long)(go_t4), (long)(go_len_cur), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_cur)) { go_fault(go_f, 3, (long)(i), (long)(go_len_cur), 1); return; }
+					long go_t5 = (long)(((long)((ulong)(i) + (ulong)(1L))));
+					if ((ulong)(go_t5) >= (ulong)(go_len_cur)) { go_fault(go_f, 4, (long)(go_t5), (long)(go_len_cur), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_next)) { go_fault(go_f, 5, (long)(i), (long)(go_len_next), 1); return; }
+					next[i] = (cur[i] + (0.25 * ((cur[go_t4] - (2.0 * cur[i])) + cur[go_t5])));
+				}
 			}
 		}
 	}

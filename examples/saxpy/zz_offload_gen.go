@@ -21,11 +21,19 @@ kernel void saxpy(long n, float a, global float *x, global float *y, long go_len
 	int go_fl = 0;
 	long go_t1 = n;
 	go_fl = 2;
-	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long i = go_i;
-		if ((ulong)(i) >= (ulong)(go_len_y)) { go_fault(go_f, 1, (long)(i), (long)(go_len_y), 1); return; }
-		if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 2, (long)(i), (long)(go_len_x), 1); return; }
-		y[i] = (y[i] + (a * x[i]));
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_y && go_t1 <= go_len_x) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			y[i_2] = (y[i_2] + (a * x[i_2]));
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_y)) { go_fault(go_f, 1, (long)(i), (long)(go_len_y), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 2, (long)(i), (long)(go_len_x), 1); return; }
+			y[i] = (y[i] + (a * x[i]));
+		}
 	}
 }
 `

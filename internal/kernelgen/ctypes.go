@@ -113,6 +113,8 @@ func (f *fn) ctype(t types.Type, at ast.Node) string {
 		return "double"
 	case b != nil && b.Info()&types.IsBoolean != 0:
 		return "bool"
+	case isStruct(t):
+		return f.structType(t, at)
 	}
 	panic(f.g.p.errorf(at, "a value of type %s: not in the subset (the scalar types are bool, the integers, float32 and float64)", t))
 }
@@ -149,7 +151,7 @@ func (f *fn) literal(v constant.Value, t types.Type, at ast.Node) string {
 	case isFloat(t):
 		if isFloat32(t) {
 			x, _ := constant.Float32Val(constant.ToFloat(v))
-			return floatLit(float64(x), 32) + "f"
+			return floatLit(float64(x), 32)
 		}
 		f.g.double = true
 		x, _ := constant.Float64Val(constant.ToFloat(v))
@@ -187,11 +189,15 @@ func (f *fn) literal(v constant.Value, t types.Type, at ast.Node) string {
 }
 
 // floatLit is x as a C floating literal that reads back exactly: the
-// shortest decimal that does at the given precision.
+// shortest decimal that does at the given precision (with an f suffix
+// for float32's 32).
 func floatLit(x float64, bits int) string {
 	s := strconv.FormatFloat(x, 'g', -1, bits)
 	if !strings.ContainsAny(s, ".eE") {
 		s += ".0"
+	}
+	if bits == 32 {
+		s += "f"
 	}
 	if x < 0 {
 		return "(" + s + ")"

@@ -7,6 +7,7 @@ import (
 	"go/token"
 	"go/types"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -42,7 +43,12 @@ func (f *fn) expr(e ast.Expr) string {
 		if id, ok := e.X.(*ast.Ident); ok && f.ctx != nil && f.info().Uses[id] == f.ctx {
 			f.refuse(e, "ctx.%s: only ctx.For, at the top level of the kernel's body, is in the subset", e.Sel.Name)
 		}
-		f.refuse(e, "a field or method %s: not in the subset (no structs yet)", e.Sel.Name)
+		if v := f.selector(e); v != "" {
+			return v
+		}
+		f.refuse(e, "a method value %s: not in the subset", e.Sel.Name)
+	case *ast.CompositeLit:
+		return f.composite(e)
 	case *ast.SliceExpr:
 		f.refuse(e, "a slice expression used as a value: only a variable's definition, a function's argument and indexing are in the subset")
 	}
@@ -308,6 +314,9 @@ func (f *fn) sliceValue(e ast.Expr) sliceRef {
 
 // sliceOf returns the slice variable e names.
 func (f *fn) sliceOf(e ast.Expr) sliceRef {
+	if r, ok := f.fieldSlice(e); ok {
+		return r
+	}
 	if id, ok := ast.Unparen(e).(*ast.Ident); ok {
 		if v, ok := f.info().Uses[id].(*types.Var); ok {
 			if r, ok := f.slices[v]; ok {
@@ -363,6 +372,12 @@ func (f *fn) checkedIndex(ie ast.Expr, n string, at ast.Node, array bool) string
 		return f.literal(c, types.Typ[types.Int], ie) // the compiler checked it
 	}
 	i := f.expr(ie)
+	if id, ok := ast.Unparen(ie).(*ast.Ident); ok && f.hoist != nil && !array && f.paramLens[n] && f.info().Uses[id] == f.hoist {
+		if !slices.Contains(f.hoisted, n) {
+			f.hoisted = append(f.hoisted, n)
+		}
+		return i
+	}
 	if !simpleC.MatchString(i) {
 		i = f.temp("long", "(long)("+i+")")
 	}
@@ -483,7 +498,11 @@ func (f *fn) builtin(e *ast.CallExpr) string {
 			if isFloat(t) {
 				v = f.fminmax(name, f.ctype(t, e), v, y)
 			} else {
-				v = fmt.Sprintf("%s(%s, %s)", name, v, y)
+				// each operand in the type: C promotes a narrow one (in a
+				// ?: or an operation) to int, and OpenCL's min of a short
+				// and an int is ambiguous
+				ct := f.ctype(t, e)
+				v = fmt.Sprintf("%s((%s)(%s), (%s)(%s))", name, ct, v, ct, y)
 			}
 		}
 		return v
@@ -517,7 +536,7 @@ var mathFuncs = map[string]string{
 	"Acos": "acos", "Atan": "atan", "Atan2": "atan2", "Sinh": "sinh", "Cosh": "cosh", "Tanh": "tanh",
 	"Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh", "Hypot": "hypot", "Cbrt": "cbrt", "Mod": "fmod",
 	"Copysign": "copysign", "Erf": "erf", "Erfc": "erfc", "Gamma": "tgamma", "FMA": "fma",
-	"Remainder": "remainder", "Dim": "fdim",
+	"Remainder": "remainder",
 }
 
 func (f *fn) math(name string, e *ast.CallExpr) string {
@@ -545,6 +564,13 @@ func (f *fn) math(name string, e *ast.CallExpr) string {
 		}
 		return fmt.Sprintf("((isinf(%s) && %s %s 0) || (isinf(%s) && %s %s 0) ? %s : %s)", x, x, cmp, y, y, cmp, inf,
 			f.fminmax(strings.ToLower(name), "double", x, y))
+	case "Dim":
+		// Go's x - y where it is above 0, else 0: Dim(Inf, Inf) is NaN,
+		// where C's fdim gives 0
+		if _, ok := f.g.helpers["go_dim"]; !ok {
+			f.g.helpers["go_dim"] = "static inline double go_dim(double x, double y) { double v = x - y; return v <= 0 ? 0.0 : v; }\n"
+		}
+		return "go_dim(" + args[0] + ", " + args[1] + ")"
 	case "IsNaN":
 		return "(isnan(" + args[0] + ") != 0)"
 	case "Signbit":

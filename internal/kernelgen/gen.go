@@ -76,6 +76,9 @@ func Generate(dir string, opt Options) (*Result, error) {
 		cl.WriteString("#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n")
 	}
 	cl.WriteString(prelude)
+	for _, s := range g.structOrder {
+		cl.WriteString(s)
+	}
 	names := make([]string, 0, len(g.helpers))
 	for n := range g.helpers {
 		names = append(names, n)
@@ -147,6 +150,10 @@ type gen struct {
 	funcs   map[*types.Func]*cfunc
 	order   []*cfunc // translated functions, callees first
 	entries map[string]bool
+	// structs are the struct types' C typedefs, by type; structOrder
+	// their declarations, in the order they must be written.
+	structs     map[*types.Named]string
+	structOrder []string
 }
 
 // cfunc is a package-level Go function translated to OpenCL C.
@@ -169,8 +176,8 @@ func (g *gen) site(n ast.Node, what string) int {
 func (g *gen) kernel(k *kernelDecl) (entry, code string, err error) {
 	// A kernel's failed translation leaves the package's sites, functions
 	// and helpers as they were.
-	nsites, nfuncs := len(g.sites), len(g.order)
-	funcs, helpers, double := maps.Clone(g.funcs), maps.Clone(g.helpers), g.double
+	nsites, nfuncs, nstructs := len(g.sites), len(g.order), len(g.structOrder)
+	funcs, helpers, double, structs := maps.Clone(g.funcs), maps.Clone(g.helpers), g.double, maps.Clone(g.structs)
 	defer func() {
 		if r := recover(); r != nil {
 			ref, ok := r.(*Refusal)
@@ -182,6 +189,7 @@ func (g *gen) kernel(k *kernelDecl) (entry, code string, err error) {
 		if err != nil {
 			g.sites, g.order = g.sites[:nsites], g.order[:nfuncs]
 			g.funcs, g.helpers, g.double = funcs, helpers, double
+			g.structOrder, g.structs = g.structOrder[:nstructs], structs
 		}
 	}()
 	f := newFn(g, true)
@@ -211,10 +219,17 @@ func (g *gen) kernel(k *kernelDecl) (entry, code string, err error) {
 			ln := "go_len_" + name
 			lens = append(lens, "long "+ln)
 			f.slices[v] = sliceRef{ptr: name, len: ln, elem: st.Elem()}
+			f.paramLens[ln] = true
+			continue
+		}
+		if _, st := structOf(v.Type()); st != nil {
+			// a struct parameter is its fields, as the kinds pass it
+			ps, ls := f.structParam(v, name, st, paramNode(k, i))
+			params, lens = append(params, ps...), append(lens, ls...)
 			continue
 		}
 		if !isScalar(v.Type()) {
-			panic(g.p.errorf(paramNode(k, i), "parameter %d (%s): not in the subset (scalars and slices of them)", i-first, v.Type()))
+			panic(g.p.errorf(paramNode(k, i), "parameter %d (%s): not in the subset (scalars, structs and slices of them)", i-first, v.Type()))
 		}
 		params = append(params, f.storeType(v.Type(), at)+" "+name)
 		if isBool(v.Type()) {
@@ -306,8 +321,8 @@ func (g *gen) function(fn *types.Func, call ast.Node) *cfunc {
 			f.slices[v] = sliceRef{ptr: name, len: "go_len_" + name, elem: st.Elem()}
 			continue
 		}
-		if !isScalar(v.Type()) {
-			panic(g.p.errorf(fd.Type.Params, "function %s: parameter %s (%s): not in the subset (scalars and slices of them)", fn.Name(), v.Name(), v.Type()))
+		if !isScalar(v.Type()) && !isStruct(v.Type()) {
+			panic(g.p.errorf(fd.Type.Params, "function %s: parameter %s (%s): not in the subset (scalars, structs of them and slices)", fn.Name(), v.Name(), v.Type()))
 		}
 		params = append(params, f.ctype(v.Type(), fd)+" "+name)
 	}

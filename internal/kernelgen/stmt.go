@@ -5,6 +5,7 @@ import (
 	"go/ast"
 	"go/token"
 	"go/types"
+	"regexp"
 	"strings"
 )
 
@@ -27,12 +28,22 @@ type target struct {
 // fn is the translation of one function: the kernel's entry or a
 // package-level function it calls.
 type fn struct {
-	g          *gen
-	kernel     bool
-	ret        types.Type // a function's result type (nil: none)
-	names      map[types.Object]string
-	used       map[string]bool
-	slices     map[*types.Var]sliceRef
+	g      *gen
+	kernel bool
+	ret    types.Type // a function's result type (nil: none)
+	names  map[types.Object]string
+	used   map[string]bool
+	slices map[*types.Var]sliceRef
+	// fields are the C names of the plain fields of a struct parameter
+	// with slices, by field index, and fieldSlices its slice fields.
+	fields      map[*types.Var][]string
+	fieldSlices map[*types.Var]map[int]sliceRef
+	// paramLens are the lengths of the kernel's slice parameters; hoist is
+	// the element variable whose checks x[i] of them are left to the
+	// caller (hoisted, their lengths), while translating the fast path.
+	paramLens  map[string]bool
+	hoist      *types.Var
+	hoisted    []string
 	ctx        *types.Var
 	boolParams []string
 	out        *strings.Builder
@@ -48,7 +59,8 @@ type fn struct {
 
 func newFn(g *gen, kernel bool) *fn {
 	return &fn{g: g, kernel: kernel, names: map[types.Object]string{}, used: map[string]bool{},
-		slices: map[*types.Var]sliceRef{}, out: &strings.Builder{}}
+		slices: map[*types.Var]sliceRef{}, out: &strings.Builder{},
+		fields: map[*types.Var][]string{}, fieldSlices: map[*types.Var]map[int]sliceRef{}, paramLens: map[string]bool{}}
 }
 
 func (f *fn) info() *types.Info { return f.g.p.info }
@@ -145,6 +157,8 @@ func (f *fn) zero(t types.Type) string {
 		return "0.0f"
 	case isFloat(t):
 		return "0.0"
+	case isStruct(t):
+		return "go_zero_" + f.ctype(t, nil) + "()"
 	}
 	return "(" + f.ctype(t, nil) + ")0"
 }
@@ -196,7 +210,7 @@ func (f *fn) isFor(s ast.Stmt) *ast.CallExpr {
 		return nil
 	}
 	sel, ok := call.Fun.(*ast.SelectorExpr)
-	if !ok || sel.Sel.Name != "For" {
+	if !ok || sel.Sel.Name != "For" && sel.Sel.Name != "ForChunks" {
 		return nil
 	}
 	if id, ok := sel.X.(*ast.Ident); ok && f.info().Uses[id] == f.ctx {
@@ -224,27 +238,112 @@ func (f *fn) chunkLoop(call *ast.CallExpr) {
 		f.line("go_fl = 2;")
 		f.usesFl = true
 	}
-	f.line("for (long go_i = (long)get_global_id(0); go_i < %s; go_i += (long)get_global_size(0)) {", n)
-	f.indent++
 	sig := f.info().TypeOf(lit).(*types.Signature)
+	f.indent++ // the body is written at the depth of the ifs elements writes
+	if sig.Params().Len() == 1 {
+		// ctx.ForChunks(n, func(c offload.Chunk) {…}): chunk go_i of n,
+		// [go_i, go_i+1)
+		c := sig.Params().At(0)
+		ct := f.ctype(c.Type(), lit)
+		body, _ := f.capture(func() string {
+			name := f.define(c, "go_c")
+			f.line("%s %s;", ct, name)
+			f.line("%s.Index = go_i; %s.Count = %s; %s.Lo = go_i; %s.Hi = go_i + 1;", name, name, n, name, name)
+			f.block(lit.Body.List)
+			if f.chunkNext {
+				f.line("go_next: ;")
+			}
+			return ""
+		})
+		f.indent--
+		f.elements(n, body, "", nil)
+		f.inChunk = false
+		return
+	}
 	lo := f.define(sig.Params().At(0), "go_lo")
 	hi := f.define(sig.Params().At(1), "go_hi")
-	if v, body := f.elementLoop(lit, sig); v != nil {
-		// for i := lo; i < hi; i++ over a chunk of one element: i is go_i
-		f.line("long %s = go_i;", f.define(v, "go_e"))
-		f.block(body)
-	} else {
-		f.line("long %s = go_i;", lo)
-		f.line("long %s = go_i + 1;", hi)
-		f.block(lit.Body.List)
+	v, elems := f.elementLoop(lit, sig)
+	translate := func(hoist *types.Var) string {
+		f.chunkNext = false
+		f.hoist, f.hoisted = hoist, nil
+		body, _ := f.capture(func() string {
+			if v != nil {
+				// for i := lo; i < hi; i++ over a chunk of one element: i is go_i
+				f.line("long %s = go_i;", f.define(v, "go_e"))
+				f.block(elems)
+			} else {
+				f.line("long %s = go_i;", lo)
+				f.line("long %s = go_i + 1;", hi)
+				f.block(lit.Body.List)
+			}
+			if f.chunkNext {
+				f.line("go_next: ;")
+			}
+			return ""
+		})
+		f.hoist = nil
+		return body
 	}
-	if f.chunkNext {
-		f.line("go_next: ;")
+	slow := translate(nil)
+	var fast string
+	var conds []string
+	if v != nil && f.g.checks && len(slow) <= maxTwice {
+		// The element's own index checks, x[i] of a parameter x, hold for
+		// every i < n where n <= len(x): the one-element path checks that
+		// once instead, and takes the loop's (every check) where it fails.
+		fast = translate(v)
+		for _, l := range f.hoisted {
+			conds = append(conds, n+" <= "+l)
+		}
 	}
 	f.indent--
-	f.line("}")
+	f.elements(n, slow, fast, conds)
 	f.inChunk = false
 }
+
+// elements writes the work-items' loop over [0, n) around body (which
+// defines its variables from go_i). Where the NDRange covers [0, n), as
+// the kinds' default does (a work-item per element of the slices a kernel
+// writes), a work-item runs one element, without a loop, which drivers
+// vectorize across work-items (PoCL does not vectorize a work-item's
+// loop); else it loops in steps of the global size. A small body is
+// written twice for this (the one-element path fast, if given, where
+// conds hold); a large one only in the loop.
+func (f *fn) elements(n, body, fast string, conds []string) {
+	loop := func(body string) {
+		f.line("for (long go_i = (long)get_global_id(0); go_i < %s; go_i += (long)get_global_size(0)) {", n)
+		f.out.WriteString(body)
+		f.line("}")
+	}
+	if len(body) > maxTwice {
+		loop(strings.ReplaceAll(body, "\n\t", "\n")[1:])
+		return
+	}
+	one := body
+	if fast != "" {
+		one = fast
+	}
+	f.line("if (%s) {", strings.Join(append([]string{"(long)get_global_size(0) >= " + n}, conds...), " && "))
+	f.indent++
+	f.line("long go_i = (long)get_global_id(0);")
+	f.line("if (go_i < %s) {", n)
+	f.out.WriteString(one)
+	f.line("}")
+	f.indent--
+	f.line("} else {")
+	f.indent++
+	// the second copy's labels are its own
+	loop(labels.ReplaceAllString(body, "${1}_l"))
+	f.indent--
+	f.line("}")
+}
+
+// maxTwice is the size in bytes of the largest chunk body that elements
+// writes twice.
+const maxTwice = 4096
+
+// labels matches the C labels a translated body defines and jumps to.
+var labels = regexp.MustCompile(`\b(go_(?:brk|cont|next)[0-9]*)\b`)
 
 // elementLoop recognizes a ctx.For body that is one loop for i := lo;
 // i < hi; i++ whose body neither assigns i nor breaks or continues: over a
@@ -430,7 +529,13 @@ func (f *fn) declZero(v *types.Var, at ast.Node) {
 }
 
 func (f *fn) checkScalarVar(v *types.Var, at ast.Node) {
+	if isStruct(v.Type()) {
+		f.ctype(v.Type(), at) // its fields in the subset
+		return
+	}
 	switch v.Type().Underlying().(type) {
+	case *types.Struct:
+		f.refuse(at, "a variable %s of an unnamed struct type: not in the subset (declare the struct type)", v.Name())
 	case *types.Slice:
 		f.refuse(at, "a slice variable %s: only parameters are slices in the subset (index the parameter)", v.Name())
 	case *types.Basic:
@@ -577,6 +682,16 @@ func (f *fn) lvalue(e ast.Expr) (string, types.Type) {
 			f.refuse(e, "a buffer written before ctx.For: every work-item runs the code before ctx.For, so only scalar setup may be there")
 		}
 		return f.index(e), t
+	case *ast.SelectorExpr:
+		if sel, ok := f.info().Selections[e]; ok && sel.Kind() == types.FieldVal && isStruct(f.info().TypeOf(e.X)) {
+			if id, ok := ast.Unparen(e.X).(*ast.Ident); ok {
+				if v, ok := f.info().Uses[id].(*types.Var); ok && f.fields[v] != nil {
+					f.refuse(e, "assignment to field %s of a struct parameter with slices: not in the subset (copy it to a variable)", e.Sel.Name)
+				}
+			}
+			x, _ := f.lvalue(e.X)
+			return x + "." + fieldName(e.Sel.Name), t
+		}
 	}
 	f.refuse(e, "assignment to a %s: not in the subset", nodeName(e))
 	return "", nil

@@ -40,20 +40,20 @@ static void go_fn_stepRows(global double *next, long go_len_next, global double 
 		for (; (r < hi); r = ((long)((ulong)(r) + (ulong)(1)))) {
 			long go_t3 = (long)(((long)((ulong)(r) * (ulong)(cols))));
 			long go_t4 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(1L)))) * (ulong)(cols))));
-			if ((ulong)(go_t4) > (ulong)(go_len_cur)) { go_fault(go_f, 19, (long)(go_t4), (long)(go_len_cur), *go_fl >> 1); *go_fl |= 1; return; }
-			if ((ulong)(go_t3) > (ulong)(go_t4)) { go_fault(go_f, 20, (long)(go_t3), (long)(go_t4), *go_fl >> 1); *go_fl |= 1; return; }
+			if ((ulong)(go_t4) > (ulong)(go_len_cur)) { go_fault(go_f, 35, (long)(go_t4), (long)(go_len_cur), *go_fl >> 1); *go_fl |= 1; return; }
+			if ((ulong)(go_t3) > (ulong)(go_t4)) { go_fault(go_f, 36, (long)(go_t3), (long)(go_t4), *go_fl >> 1); *go_fl |= 1; return; }
 			global double *go_s5 = cur + go_t3;
 			long go_len_s5 = go_t4 - go_t3;
 			long go_t6 = (long)(((long)((ulong)(((long)((ulong)(r) - (ulong)(1L)))) * (ulong)(cols))));
 			long go_t7 = (long)(((long)((ulong)(r) * (ulong)(cols))));
-			if ((ulong)(go_t7) > (ulong)(go_len_cur)) { go_fault(go_f, 21, (long)(go_t7), (long)(go_len_cur), *go_fl >> 1); *go_fl |= 1; return; }
-			if ((ulong)(go_t6) > (ulong)(go_t7)) { go_fault(go_f, 22, (long)(go_t6), (long)(go_t7), *go_fl >> 1); *go_fl |= 1; return; }
+			if ((ulong)(go_t7) > (ulong)(go_len_cur)) { go_fault(go_f, 37, (long)(go_t7), (long)(go_len_cur), *go_fl >> 1); *go_fl |= 1; return; }
+			if ((ulong)(go_t6) > (ulong)(go_t7)) { go_fault(go_f, 38, (long)(go_t6), (long)(go_t7), *go_fl >> 1); *go_fl |= 1; return; }
 			global double *go_s8 = cur + go_t6;
 			long go_len_s8 = go_t7 - go_t6;
 			long go_t9 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(1L)))) * (ulong)(cols))));
 			long go_t10 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(2L)))) * (ulong)(cols))));
-			if ((ulong)(go_t10) > (ulong)(go_len_cur)) { go_fault(go_f, 23, (long)(go_t10), (long)(go_len_cur), *go_fl >> 1); *go_fl |= 1; return; }
-			if ((ulong)(go_t9) > (ulong)(go_t10)) { go_fault(go_f, 24, (long)(go_t9), (long)(go_t10), *go_fl >> 1); *go_fl |= 1; return; }
+			if ((ulong)(go_t10) > (ulong)(go_len_cur)) { go_fault(go_f, 39, (long)(go_t10), (long)(go_len_cur), *go_fl >> 1); *go_fl |= 1; return; }
+			if ((ulong)(go_t9) > (ulong)(go_t10)) { go_fault(go_f, 40, (long)(go_t9), (long)(go_t10), *go_fl >> 1); *go_fl |= 1; return; }
 			global double *go_s11 = cur + go_t9;
 			long go_len_s11 = go_t10 - go_t9;
 			global double *row = go_s5;
@@ -64,8 +64,8 @@ static void go_fn_stepRows(global double *next, long go_len_next, global double 
 			long go_len_down = go_len_s11;
 			long go_t12 = (long)(((long)((ulong)(r) * (ulong)(cols))));
 			long go_t13 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(1L)))) * (ulong)(cols))));
-			if ((ulong)(go_t13) > (ulong)(go_len_next)) { go_fault(go_f, 25, (long)(go_t13), (long)(go_len_next), *go_fl >> 1); *go_fl |= 1; return; }
-			if ((ulong)(go_t12) > (ulong)(go_t13)) { go_fault(go_f, 26, (long)(go_t12), (long)(go_t13), *go_fl >> 1); *go_fl |= 1; return; }
+			if ((ulong)(go_t13) > (ulong)(go_len_next)) { go_fault(go_f, 41, (long)(go_t13), (long)(go_len_next), *go_fl >> 1); *go_fl |= 1; return; }
+			if ((ulong)(go_t12) > (ulong)(go_t13)) { go_fault(go_f, 42, (long)(go_t12), (long)(go_t13), *go_fl >> 1); *go_fl |= 1; return; }
 			global double *go_s14 = next + go_t12;
 			long go_len_s14 = go_t13 - go_t12;
 			global double *out = go_s14;
@@ -73,13 +73,13 @@ static void go_fn_stepRows(global double *next, long go_len_next, global double 
 			{
 				long c = 1L;
 				for (; (c < ((long)((ulong)(cols) - (ulong)(1L)))); c = ((long)((ulong)(c) + (ulong)(1)))) {
-					if ((ulong)(c) >= (ulong)(go_len_up)) { go_fault(go_f, 27, (long)(c), (long)(go_len_up), *go_fl >> 1); *go_fl |= 1; return; }
-					if ((ulong)(c) >= (ulong)(go_len_down)) { go_fault(go_f, 28, (long)(c), (long)(go_len_down), *go_fl >> 1); *go_fl |= 1; return; }
+					if ((ulong)(c) >= (ulong)(go_len_up)) { go_fault(go_f, 43, (long)(c), (long)(go_len_up), *go_fl >> 1); *go_fl |= 1; return; }
+					if ((ulong)(c) >= (ulong)(go_len_down)) { go_fault(go_f, 44, (long)(c), (long)(go_len_down), *go_fl >> 1); *go_fl |= 1; return; }
 					long go_t17 = (long)(((long)((ulong)(c) - (ulong)(1L))));
-					if ((ulong)(go_t17) >= (ulong)(go_len_row)) { go_fault(go_f, 29, (long)(go_t17), (long)(go_len_row), *go_fl >> 1); *go_fl |= 1; return; }
+					if ((ulong)(go_t17) >= (ulong)(go_len_row)) { go_fault(go_f, 45, (long)(go_t17), (long)(go_len_row), *go_fl >> 1); *go_fl |= 1; return; }
 					long go_t18 = (long)(((long)((ulong)(c) + (ulong)(1L))));
-					if ((ulong)(go_t18) >= (ulong)(go_len_row)) { go_fault(go_f, 30, (long)(go_t18), (long)(go_len_row), *go_fl >> 1); *go_fl |= 1; return; }
-					if ((ulong)(c) >= (ulong)(go_len_out)) { go_fault(go_f, 31, (long)(c), (long)(go_len_out), *go_fl >> 1); *go_fl |= 1; return; }
+					if ((ulong)(go_t18) >= (ulong)(go_len_row)) { go_fault(go_f, 46, (long)(go_t18), (long)(go_len_row), *go_fl >> 1); *go_fl |= 1; return; }
+					if ((ulong)(c) >= (ulong)(go_len_out)) { go_fault(go_f, 47, (long)(c), (long)(go_len_out), *go_fl >> 1); *go_fl |= 1; return; }
 					out[c] = (0.25 * (((up[c] + down[c]) + row[go_t17]) + row[go_t18]));
 				}
 			}
@@ -94,51 +94,103 @@ kernel void jacobi_band(global double *next, global double *cur, long cols, long
 	if (cols == 0) { go_fault(go_f, 1, (long)(0), (long)(0), 0); return; }
 	long go_t1 = (cols == -1 ? (long)(-(ulong)(go_len_next)) : (long)(go_len_next / cols));
 	go_fl = 2;
-	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long r = go_i;
-		long go_t2 = (long)(((long)((ulong)(r) * (ulong)(cols))));
-		long go_t3 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(1L)))) * (ulong)(cols))));
-		if ((ulong)(go_t3) > (ulong)(go_len_cur)) { go_fault(go_f, 2, (long)(go_t3), (long)(go_len_cur), 1); return; }
-		if ((ulong)(go_t2) > (ulong)(go_t3)) { go_fault(go_f, 3, (long)(go_t2), (long)(go_t3), 1); return; }
-		global double *go_s4 = cur + go_t2;
-		long go_len_s4 = go_t3 - go_t2;
-		long go_t5 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(1L)))) * (ulong)(cols))));
-		long go_t6 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(2L)))) * (ulong)(cols))));
-		if ((ulong)(go_t6) > (ulong)(go_len_cur)) { go_fault(go_f, 4, (long)(go_t6), (long)(go_len_cur), 1); return; }
-		if ((ulong)(go_t5) > (ulong)(go_t6)) { go_fault(go_f, 5, (long)(go_t5), (long)(go_t6), 1); return; }
-		global double *go_s7 = cur + go_t5;
-		long go_len_s7 = go_t6 - go_t5;
-		long go_t8 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(2L)))) * (ulong)(cols))));
-		long go_t9 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(3L)))) * (ulong)(cols))));
-		if ((ulong)(go_t9) > (ulong)(go_len_cur)) { go_fault(go_f, 6, (long)(go_t9), (long)(go_len_cur), 1); return; }
-		if ((ulong)(go_t8) > (ulong)(go_t9)) { go_fault(go_f, 7, (long)(go_t8), (long)(go_t9), 1); return; }
-		global double *go_s10 = cur + go_t8;
-		long go_len_s10 = go_t9 - go_t8;
-		global double *up = go_s4;
-		long go_len_up = go_len_s4;
-		global double *row = go_s7;
-		long go_len_row = go_len_s7;
-		global double *down = go_s10;
-		long go_len_down = go_len_s10;
-		long go_t11 = (long)(((long)((ulong)(r) * (ulong)(cols))));
-		long go_t12 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(1L)))) * (ulong)(cols))));
-		if ((ulong)(go_t12) > (ulong)(go_len_next)) { go_fault(go_f, 8, (long)(go_t12), (long)(go_len_next), 1); return; }
-		if ((ulong)(go_t11) > (ulong)(go_t12)) { go_fault(go_f, 9, (long)(go_t11), (long)(go_t12), 1); return; }
-		global double *go_s13 = next + go_t11;
-		long go_len_s13 = go_t12 - go_t11;
-		global double *out = go_s13;
-		long go_len_out = go_len_s13;
-		{
-			long c = 1L;
-			for (; (c < ((long)((ulong)(cols) - (ulong)(1L)))); c = ((long)((ulong)(c) + (ulong)(1)))) {
-				if ((ulong)(c) >= (ulong)(go_len_up)) { go_fault(go_f, 10, (long)(c), (long)(go_len_up), 1); return; }
-				if ((ulong)(c) >= (ulong)(go_len_down)) { go_fault(go_f, 11, (long)(c), (long)(go_len_down), 1); return; }
-				long go_t16 = (long)(((long)((ulong)(c) - (ulong)(1L))));
-				if ((ulong)(go_t16) >= (ulong)(go_len_row)) { go_fault(go_f, 12, (long)(go_t16), (long)(go_len_row), 1); return; }
-				long go_t17 = (long)(((long)((ulong)(c) + (ulong)(1L))));
-				if ((ulong)(go_t17) >= (ulong)(go_len_row)) { go_fault(go_f, 13, (long)(go_t17), (long)(go_len_row), 1); return; }
-				if ((ulong)(c) >= (ulong)(go_len_out)) { go_fault(go_f, 14, (long)(c), (long)(go_len_out), 1); return; }
-				out[c] = (0.25 * (((up[c] + down[c]) + row[go_t16]) + row[go_t17]));
+	if ((long)get_global_size(0) >= go_t1) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long r_2 = go_i;
+			long go_t18 = (long)(((long)((ulong)(r_2) * (ulong)(cols))));
+			long go_t19 = (long)(((long)((ulong)(((long)((ulong)(r_2) + (ulong)(1L)))) * (ulong)(cols))));
+			if ((ulong)(go_t19) > (ulong)(go_len_cur)) { go_fault(go_f, 15, (long)(go_t19), (long)(go_len_cur), 1); return; }
+			if ((ulong)(go_t18) > (ulong)(go_t19)) { go_fault(go_f, 16, (long)(go_t18), (long)(go_t19), 1); return; }
+			global double *go_s20 = cur + go_t18;
+			long go_len_s20 = go_t19 - go_t18;
+			long go_t21 = (long)(((long)((ulong)(((long)((ulong)(r_2) + (ulong)(1L)))) * (ulong)(cols))));
+			long go_t22 = (long)(((long)((ulong)(((long)((ulong)(r_2) + (ulong)(2L)))) * (ulong)(cols))));
+			if ((ulong)(go_t22) > (ulong)(go_len_cur)) { go_fault(go_f, 17, (long)(go_t22), (long)(go_len_cur), 1); return; }
+			if ((ulong)(go_t21) > (ulong)(go_t22)) { go_fault(go_f, 18, (long)(go_t21), (long)(go_t22), 1); return; }
+			global double *go_s23 = cur + go_t21;
+			long go_len_s23 = go_t22 - go_t21;
+			long go_t24 = (long)(((long)((ulong)(((long)((ulong)(r_2) + (ulong)(2L)))) * (ulong)(cols))));
+			long go_t25 = (long)(((long)((ulong)(((long)((ulong)(r_2) + (ulong)(3L)))) * (ulong)(cols))));
+			if ((ulong)(go_t25) > (ulong)(go_len_cur)) { go_fault(go_f, 19, (long)(go_t25), (long)(go_len_cur), 1); return; }
+			if ((ulong)(go_t24) > (ulong)(go_t25)) { go_fault(go_f, 20, (long)(go_t24), (long)(go_t25), 1); return; }
+			global double *go_s26 = cur + go_t24;
+			long go_len_s26 = go_t25 - go_t24;
+			global double *up_2 = go_s20;
+			long go_len_up_2 = go_len_s20;
+			global double *row_2 = go_s23;
+			long go_len_row_2 = go_len_s23;
+			global double *down_2 = go_s26;
+			long go_len_down_2 = go_len_s26;
+			long go_t27 = (long)(((long)((ulong)(r_2) * (ulong)(cols))));
+			long go_t28 = (long)(((long)((ulong)(((long)((ulong)(r_2) + (ulong)(1L)))) * (ulong)(cols))));
+			if ((ulong)(go_t28) > (ulong)(go_len_next)) { go_fault(go_f, 21, (long)(go_t28), (long)(go_len_next), 1); return; }
+			if ((ulong)(go_t27) > (ulong)(go_t28)) { go_fault(go_f, 22, (long)(go_t27), (long)(go_t28), 1); return; }
+			global double *go_s29 = next + go_t27;
+			long go_len_s29 = go_t28 - go_t27;
+			global double *out_2 = go_s29;
+			long go_len_out_2 = go_len_s29;
+			{
+				long c_2 = 1L;
+				for (; (c_2 < ((long)((ulong)(cols) - (ulong)(1L)))); c_2 = ((long)((ulong)(c_2) + (ulong)(1)))) {
+					if ((ulong)(c_2) >= (ulong)(go_len_up_2)) { go_fault(go_f, 23, (long)(c_2), (long)(go_len_up_2), 1); return; }
+					if ((ulong)(c_2) >= (ulong)(go_len_down_2)) { go_fault(go_f, 24, (long)(c_2), (long)(go_len_down_2), 1); return; }
+					long go_t32 = (long)(((long)((ulong)(c_2) - (ulong)(1L))));
+					if ((ulong)(go_t32) >= (ulong)(go_len_row_2)) { go_fault(go_f, 25, (long)(go_t32), (long)(go_len_row_2), 1); return; }
+					long go_t33 = (long)(((long)((ulong)(c_2) + (ulong)(1L))));
+					if ((ulong)(go_t33) >= (ulong)(go_len_row_2)) { go_fault(go_f, 26, (long)(go_t33), (long)(go_len_row_2), 1); return; }
+					if ((ulong)(c_2) >= (ulong)(go_len_out_2)) { go_fault(go_f, 27, (long)(c_2), (long)(go_len_out_2), 1); return; }
+					out_2[c_2] = (0.25 * (((up_2[c_2] + down_2[c_2]) + row_2[go_t32]) + row_2[go_t33]));
+				}
+			}
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long r = go_i;
+			long go_t2 = (long)(((long)((ulong)(r) * (ulong)(cols))));
+			long go_t3 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(1L)))) * (ulong)(cols))));
+			if ((ulong)(go_t3) > (ulong)(go_len_cur)) { go_fault(go_f, 2, (long)(go_t3), (long)(go_len_cur), 1); return; }
+			if ((ulong)(go_t2) > (ulong)(go_t3)) { go_fault(go_f, 3, (long)(go_t2), (long)(go_t3), 1); return; }
+			global double *go_s4 = cur + go_t2;
+			long go_len_s4 = go_t3 - go_t2;
+			long go_t5 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(1L)))) * (ulong)(cols))));
+			long go_t6 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(2L)))) * (ulong)(cols))));
+			if ((ulong)(go_t6) > (ulong)(go_len_cur)) { go_fault(go_f, 4, (long)(go_t6), (long)(go_len_cur), 1); return; }
+			if ((ulong)(go_t5) > (ulong)(go_t6)) { go_fault(go_f, 5, (long)(go_t5), (long)(go_t6), 1); return; }
+			global double *go_s7 = cur + go_t5;
+			long go_len_s7 = go_t6 - go_t5;
+			long go_t8 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(2L)))) * (ulong)(cols))));
+			long go_t9 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(3L)))) * (ulong)(cols))));
+			if ((ulong)(go_t9) > (ulong)(go_len_cur)) { go_fault(go_f, 6, (long)(go_t9), (long)(go_len_cur), 1); return; }
+			if ((ulong)(go_t8) > (ulong)(go_t9)) { go_fault(go_f, 7, (long)(go_t8), (long)(go_t9), 1); return; }
+			global double *go_s10 = cur + go_t8;
+			long go_len_s10 = go_t9 - go_t8;
+			global double *up = go_s4;
+			long go_len_up = go_len_s4;
+			global double *row = go_s7;
+			long go_len_row = go_len_s7;
+			global double *down = go_s10;
+			long go_len_down = go_len_s10;
+			long go_t11 = (long)(((long)((ulong)(r) * (ulong)(cols))));
+			long go_t12 = (long)(((long)((ulong)(((long)((ulong)(r) + (ulong)(1L)))) * (ulong)(cols))));
+			if ((ulong)(go_t12) > (ulong)(go_len_next)) { go_fault(go_f, 8, (long)(go_t12), (long)(go_len_next), 1); return; }
+			if ((ulong)(go_t11) > (ulong)(go_t12)) { go_fault(go_f, 9, (long)(go_t11), (long)(go_t12), 1); return; }
+			global double *go_s13 = next + go_t11;
+			long go_len_s13 = go_t12 - go_t11;
+			global double *out = go_s13;
+			long go_len_out = go_len_s13;
+			{
+				long c = 1L;
+				for (; (c < ((long)((ulong)(cols) - (ulong)(1L)))); c = ((long)((ulong)(c) + (ulong)(1)))) {
+					if ((ulong)(c) >= (ulong)(go_len_up)) { go_fault(go_f, 10, (long)(c), (long)(go_len_up), 1); return; }
+					if ((ulong)(c) >= (ulong)(go_len_down)) { go_fault(go_f, 11, (long)(c), (long)(go_len_down), 1); return; }
+					long go_t16 = (long)(((long)((ulong)(c) - (ulong)(1L))));
+					if ((ulong)(go_t16) >= (ulong)(go_len_row)) { go_fault(go_f, 12, (long)(go_t16), (long)(go_len_row), 1); return; }
+					long go_t17 = (long)(((long)((ulong)(c) + (ulong)(1L))));
+					if ((ulong)(go_t17) >= (ulong)(go_len_row)) { go_fault(go_f, 13, (long)(go_t17), (long)(go_len_row), 1); return; }
+					if ((ulong)(c) >= (ulong)(go_len_out)) { go_fault(go_f, 14, (long)(c), (long)(go_len_out), 1); return; }
+					out[c] = (0.25 * (((up[c] + down[c]) + row[go_t16]) + row[go_t17]));
+				}
 			}
 		}
 	}
@@ -148,25 +200,48 @@ kernel void jacobi_band(global double *next, global double *cur, long cols, long
 kernel void jacobi_fill2(global double *u, global double *v, long first, long n, long go_len_u, long go_len_v, global long *go_f)
 {
 	int go_fl = 0;
-	if (n == 0) { go_fault(go_f, 15, (long)(0), (long)(0), 0); return; }
+	if (n == 0) { go_fault(go_f, 28, (long)(0), (long)(0), 0); return; }
 	long go_t1 = (n == -1 ? (long)(-(ulong)(go_len_u)) : (long)(go_len_u / n));
 	go_fl = 2;
-	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long r = go_i;
-		{
-			long go_t2 = n;
-			for (long go_k5 = 0; go_k5 < go_t2; go_k5++) {
-				long c = go_k5;
-				double go_t6 = go_fn_Initial(((long)((ulong)(first) + (ulong)(r))), c, n, go_f, &go_fl);
-				if (go_fl & 1) return;
-				long go_t7 = (long)(((long)((ulong)(((long)((ulong)(r) * (ulong)(n)))) + (ulong)(c))));
-				if ((ulong)(go_t7) >= (ulong)(go_len_u)) { go_fault(go_f, 16, (long)(go_t7), (long)(go_len_u), 1); return; }
-				u[go_t7] = go_t6;
-				long go_t8 = (long)(((long)((ulong)(((long)((ulong)(r) * (ulong)(n)))) + (ulong)(c))));
-				if ((ulong)(go_t8) >= (ulong)(go_len_u)) { go_fault(go_f, 17, (long)(go_t8), (long)(go_len_u), 1); return; }
-				long go_t9 = (long)(((long)((ulong)(((long)((ulong)(r) * (ulong)(n)))) + (ulong)(c))));
-				if ((ulong)(go_t9) >= (ulong)(go_len_v)) { go_fault(go_f, 18, (long)(go_t9), (long)(go_len_v), 1); return; }
-				v[go_t9] = u[go_t8];
+	if ((long)get_global_size(0) >= go_t1) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long r_2 = go_i;
+			{
+				long go_t10 = n;
+				for (long go_k13 = 0; go_k13 < go_t10; go_k13++) {
+					long c_2 = go_k13;
+					double go_t14 = go_fn_Initial(((long)((ulong)(first) + (ulong)(r_2))), c_2, n, go_f, &go_fl);
+					if (go_fl & 1) return;
+					long go_t15 = (long)(((long)((ulong)(((long)((ulong)(r_2) * (ulong)(n)))) + (ulong)(c_2))));
+					if ((ulong)(go_t15) >= (ulong)(go_len_u)) { go_fault(go_f, 32, (long)(go_t15), (long)(go_len_u), 1); return; }
+					u[go_t15] = go_t14;
+					long go_t16 = (long)(((long)((ulong)(((long)((ulong)(r_2) * (ulong)(n)))) + (ulong)(c_2))));
+					if ((ulong)(go_t16) >= (ulong)(go_len_u)) { go_fault(go_f, 33, (long)(go_t16), (long)(go_len_u), 1); return; }
+					long go_t17 = (long)(((long)((ulong)(((long)((ulong)(r_2) * (ulong)(n)))) + (ulong)(c_2))));
+					if ((ulong)(go_t17) >= (ulong)(go_len_v)) { go_fault(go_f, 34, (long)(go_t17), (long)(go_len_v), 1); return; }
+					v[go_t17] = u[go_t16];
+				}
+			}
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long r = go_i;
+			{
+				long go_t2 = n;
+				for (long go_k5 = 0; go_k5 < go_t2; go_k5++) {
+					long c = go_k5;
+					double go_t6 = go_fn_Initial(((long)((ulong)(first) + (ulong)(r))), c, n, go_f, &go_fl);
+					if (go_fl & 1) return;
+					long go_t7 = (long)(((long)((ulong)(((long)((ulong)(r) * (ulong)(n)))) + (ulong)(c))));
+					if ((ulong)(go_t7) >= (ulong)(go_len_u)) { go_fault(go_f, 29, (long)(go_t7), (long)(go_len_u), 1); return; }
+					u[go_t7] = go_t6;
+					long go_t8 = (long)(((long)((ulong)(((long)((ulong)(r) * (ulong)(n)))) + (ulong)(c))));
+					if ((ulong)(go_t8) >= (ulong)(go_len_u)) { go_fault(go_f, 30, (long)(go_t8), (long)(go_len_u), 1); return; }
+					long go_t9 = (long)(((long)((ulong)(((long)((ulong)(r) * (ulong)(n)))) + (ulong)(c))));
+					if ((ulong)(go_t9) >= (ulong)(go_len_v)) { go_fault(go_f, 31, (long)(go_t9), (long)(go_len_v), 1); return; }
+					v[go_t9] = u[go_t8];
+				}
 			}
 		}
 	}
@@ -178,11 +253,21 @@ kernel void jacobi_step(global double *next, global double *cur, long cols, long
 	int go_fl = 0;
 	long go_t1 = rows;
 	go_fl = 2;
-	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long lo = go_i;
-		long hi = go_i + 1;
-		go_fn_stepRows(next, go_len_next, cur, go_len_cur, cols, ((long)((ulong)(lo) + (ulong)(1L))), ((long)((ulong)(hi) + (ulong)(1L))), go_f, &go_fl);
-		if (go_fl & 1) return;
+	if ((long)get_global_size(0) >= go_t1) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long lo = go_i;
+			long hi = go_i + 1;
+			go_fn_stepRows(next, go_len_next, cur, go_len_cur, cols, ((long)((ulong)(lo) + (ulong)(1L))), ((long)((ulong)(hi) + (ulong)(1L))), go_f, &go_fl);
+			if (go_fl & 1) return;
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long lo = go_i;
+			long hi = go_i + 1;
+			go_fn_stepRows(next, go_len_next, cur, go_len_cur, cols, ((long)((ulong)(lo) + (ulong)(1L))), ((long)((ulong)(hi) + (ulong)(1L))), go_f, &go_fl);
+			if (go_fl & 1) return;
+		}
 	}
 }
 
@@ -192,11 +277,21 @@ kernel void jacobi_steprows(global double *next, global double *cur, long cols, 
 	int go_fl = 0;
 	long go_t1 = ((long)((ulong)(hi) - (ulong)(lo)));
 	go_fl = 2;
-	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long a = go_i;
-		long b = go_i + 1;
-		go_fn_stepRows(next, go_len_next, cur, go_len_cur, cols, ((long)((ulong)(lo) + (ulong)(a))), ((long)((ulong)(lo) + (ulong)(b))), go_f, &go_fl);
-		if (go_fl & 1) return;
+	if ((long)get_global_size(0) >= go_t1) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long a = go_i;
+			long b = go_i + 1;
+			go_fn_stepRows(next, go_len_next, cur, go_len_cur, cols, ((long)((ulong)(lo) + (ulong)(a))), ((long)((ulong)(lo) + (ulong)(b))), go_f, &go_fl);
+			if (go_fl & 1) return;
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long a = go_i;
+			long b = go_i + 1;
+			go_fn_stepRows(next, go_len_next, cur, go_len_cur, cols, ((long)((ulong)(lo) + (ulong)(a))), ((long)((ulong)(lo) + (ulong)(b))), go_f, &go_fl);
+			if (go_fl & 1) return;
+		}
 	}
 }
 `
@@ -217,7 +312,23 @@ var zzOffloadSites = []string{
 	"any.go:20: index",
 	"any.go:20: index",
 	"any.go:20: index",
+	"any.go:17: slice high",
+	"any.go:17: slice low",
+	"any.go:17: slice high",
+	"any.go:17: slice low",
+	"any.go:17: slice high",
+	"any.go:17: slice low",
+	"any.go:18: slice high",
+	"any.go:18: slice low",
+	"any.go:20: index",
+	"any.go:20: index",
+	"any.go:20: index",
+	"any.go:20: index",
+	"any.go:20: index",
 	"any.go:29: divide",
+	"any.go:32: index",
+	"any.go:33: index",
+	"any.go:33: index",
 	"any.go:32: index",
 	"any.go:33: index",
 	"any.go:33: index",

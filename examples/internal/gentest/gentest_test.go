@@ -273,3 +273,80 @@ func TestFaults(t *testing.T) {
 		t.Fatalf("gather after faults: %v, %v", out, err)
 	}
 }
+
+// TestStructs: structs of scalars in buffers, by value, as parameters
+// (their fields the entry's) and local variables, a struct parameter with
+// slices, and ctx.ForChunks, on PoCL as on the host, bit for bit.
+func TestStructs(t *testing.T) {
+	host, cl := start(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	n := 1000
+	ps := make([]Particle, n)
+	for i := range ps {
+		ps[i] = Particle{X: r.NormFloat64(), Y: r.NormFloat64() * 1e3, M: float32(r.Float64()), Alive: i%3 != 0, ID: int32(r.IntN(2000) - 1000)}
+	}
+	prm := Params{DT: 0.01, Scale: 1.5, Steps: 3}
+	hp, cp := append([]Particle(nil), ps...), append([]Particle(nil), ps...)
+	ho, co := make([]float64, n), make([]float64, n)
+	if err := Structs.Run(host, prm, hp, ho); err != nil {
+		t.Fatal(err)
+	}
+	if err := Structs.Run(cl, prm, cp, co); err != nil {
+		t.Fatal(err)
+	}
+	same(t, "particles", hp, cp)
+	same(t, "structs' out", ho, co)
+	if hp[1] == ps[1] {
+		t.Fatal("the kernel changed no particle")
+	}
+
+	in := make([]float64, n)
+	for i := range in {
+		in[i] = r.Float64()
+	}
+	hg, cg := Grid{N: n, In: in, Out: make([]float64, n)}, Grid{N: n, In: in, Out: make([]float64, n)}
+	if err := Fields.Run(host, hg); err != nil {
+		t.Fatal(err)
+	}
+	if err := Fields.Run(cl, cg); err != nil {
+		t.Fatal(err)
+	}
+	same(t, "fields", hg.Out, cg.Out)
+
+	x := convert[int32](ints(n, r))
+	hc, cc := make([]int64, n), make([]int64, n)
+	if err := Chunks.Run(host, x, hc); err != nil {
+		t.Fatal(err)
+	}
+	if err := Chunks.Run(cl, x, cc); err != nil {
+		t.Fatal(err)
+	}
+	same(t, "chunks", hc, cc)
+	if hc[5] != int64(x[5])*3+1 {
+		t.Fatalf("chunks: out[5] = %d, want %d", hc[5], int64(x[5])*3+1)
+	}
+}
+
+// TestDim: math.Dim of infinities, NaNs and ±0 on PoCL as on the host.
+func TestDim(t *testing.T) {
+	host, cl := start(t)
+	v := []float64{math.Inf(1), math.Inf(-1), math.NaN(), 0, math.Copysign(0, -1), 1, -2.5}
+	var a, b []float64
+	for _, x := range v {
+		for _, y := range v {
+			a, b = append(a, x), append(b, y)
+		}
+	}
+	ho, co := make([]float64, len(a)), make([]float64, len(a))
+	if err := Dim.Run(host, a, b, ho); err != nil {
+		t.Fatal(err)
+	}
+	if err := Dim.Run(cl, a, b, co); err != nil {
+		t.Fatal(err)
+	}
+	for i := range ho {
+		if math.Float64bits(ho[i]) != math.Float64bits(co[i]) && !(math.IsNaN(ho[i]) && math.IsNaN(co[i])) {
+			t.Fatalf("math.Dim(%v, %v): host %v, PoCL %v", a[i], b[i], ho[i], co[i])
+		}
+	}
+}

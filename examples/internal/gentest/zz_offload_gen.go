@@ -15,6 +15,28 @@ static void go_fault(global long *f, int site, long a, long b, long flags)
 		f[3] = flags;
 	}
 }
+typedef struct {
+	double DT;
+	float Scale;
+	long Steps;
+} go_T_Params;
+static inline go_T_Params go_zero_go_T_Params(void) { go_T_Params z = {0}; return z; }
+typedef struct {
+	double X;
+	double Y;
+	float M;
+	uchar Alive;
+	int ID;
+} go_T_Particle;
+static inline go_T_Particle go_zero_go_T_Particle(void) { go_T_Particle z = {0}; return z; }
+typedef struct {
+	long Index;
+	long Count;
+	long Lo;
+	long Hi;
+} go_T_offload_Chunk;
+static inline go_T_offload_Chunk go_zero_go_T_offload_Chunk(void) { go_T_offload_Chunk z = {0}; return z; }
+static inline double go_dim(double x, double y) { double v = x - y; return v <= 0 ? 0.0 : v; }
 static inline double go_max_double(double a, double b) { return isnan(a) || isnan(b) ? a + b : a == b ? (signbit(a) ? b : a) : (a > b ? a : b); }
 static inline float go_max_float(float a, float b) { return isnan(a) || isnan(b) ? a + b : a == b ? (signbit(a) ? b : a) : (a > b ? a : b); }
 static inline double go_min_double(double a, double b) { return isnan(a) || isnan(b) ? a + b : a == b ? (signbit(a) ? a : b) : (a < b ? a : b); }
@@ -29,6 +51,7 @@ static void go_fn_stepRows(global double *next, long go_len_next, global double 
 static int go_fn_collatz(long x, int limit, global long *go_f, int *go_fl);
 static long go_fn_mandel(double re, double im, long limit, global long *go_f, int *go_fl);
 static float go_fn_at(global float *x, long go_len_x, long i, global long *go_f, int *go_fl);
+static go_T_Particle go_fn_kick(go_T_Particle p, double dt, global long *go_f, int *go_fl);
 
 static void go_fn_stepRows(global double *next, long go_len_next, global double *cur, long go_len_cur, long cols, long lo, long hi, global long *go_f, int *go_fl)
 {
@@ -138,8 +161,19 @@ static long go_fn_mandel(double re, double im, long limit, global long *go_f, in
 
 static float go_fn_at(global float *x, long go_len_x, long i, global long *go_f, int *go_fl)
 {
-	if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 99, (long)(i), (long)(go_len_x), *go_fl >> 1); *go_fl |= 1; return 0.0f; }
+	if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 155, (long)(i), (long)(go_len_x), *go_fl >> 1); *go_fl |= 1; return 0.0f; }
 	return x[i];
+}
+
+static go_T_Particle go_fn_kick(go_T_Particle p, double dt, global long *go_f, int *go_fl)
+{
+	p.X = (p.X + ((p).Y * dt));
+	{
+		if ((!((p).Alive != 0))) {
+			p.ID = ((int)(-(uint)((p).ID)));
+		}
+	}
+	return p;
 }
 
 // gentest_saxpy is kernel "gentest.saxpy" (costs.go:7).
@@ -148,11 +182,19 @@ kernel void gentest_saxpy(long n, float a, global float *x, global float *y, lon
 	int go_fl = 0;
 	long go_t1 = n;
 	go_fl = 2;
-	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long i = go_i;
-		if ((ulong)(i) >= (ulong)(go_len_y)) { go_fault(go_f, 1, (long)(i), (long)(go_len_y), 1); return; }
-		if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 2, (long)(i), (long)(go_len_x), 1); return; }
-		y[i] = (y[i] + (a * x[i]));
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_y && go_t1 <= go_len_x) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			y[i_2] = (y[i_2] + (a * x[i_2]));
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_y)) { go_fault(go_f, 1, (long)(i), (long)(go_len_y), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 2, (long)(i), (long)(go_len_x), 1); return; }
+			y[i] = (y[i] + (a * x[i]));
+		}
 	}
 }
 
@@ -162,11 +204,21 @@ kernel void gentest_jacobi(global double *next, global double *cur, long cols, l
 	int go_fl = 0;
 	long go_t1 = rows;
 	go_fl = 2;
-	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long lo = go_i;
-		long hi = go_i + 1;
-		go_fn_stepRows(next, go_len_next, cur, go_len_cur, cols, ((long)((ulong)(lo) + (ulong)(1L))), ((long)((ulong)(hi) + (ulong)(1L))), go_f, &go_fl);
-		if (go_fl & 1) return;
+	if ((long)get_global_size(0) >= go_t1) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long lo = go_i;
+			long hi = go_i + 1;
+			go_fn_stepRows(next, go_len_next, cur, go_len_cur, cols, ((long)((ulong)(lo) + (ulong)(1L))), ((long)((ulong)(hi) + (ulong)(1L))), go_f, &go_fl);
+			if (go_fl & 1) return;
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long lo = go_i;
+			long hi = go_i + 1;
+			go_fn_stepRows(next, go_len_next, cur, go_len_cur, cols, ((long)((ulong)(lo) + (ulong)(1L))), ((long)((ulong)(hi) + (ulong)(1L))), go_f, &go_fl);
+			if (go_fl & 1) return;
+		}
 	}
 }
 
@@ -176,54 +228,105 @@ kernel void int32ops(global int *a, global int *b, global int *out, long go_len_
 	int go_fl = 0;
 	long go_t1 = go_len_a;
 	go_fl = 2;
-	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long i = go_i;
-		if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 16, (long)(i), (long)(go_len_a), 1); return; }
-		int go_t2 = a[i];
-		if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 17, (long)(i), (long)(go_len_b), 1); return; }
-		int go_t3 = b[i];
-		int x = go_t2;
-		int y = go_t3;
-		long go_t4 = (long)(((long)((ulong)(8L) * (ulong)(i))));
-		if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 18, (long)(go_t4), (long)(go_len_out), 1); return; }
-		out[go_t4] = ((int)((uint)(x) + (uint)(y)));
-		long go_t5 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
-		if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 19, (long)(go_t5), (long)(go_len_out), 1); return; }
-		out[go_t5] = ((int)((uint)(x) - (uint)(((int)((uint)(y) * (uint)(3))))));
-		long go_t6 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
-		if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 20, (long)(go_t6), (long)(go_len_out), 1); return; }
-		out[go_t6] = ((int)((uint)(x) * (uint)(y)));
-		{
-			if ((y != 0)) {
-				if (y == 0) { go_fault(go_f, 21, (long)(0), (long)(0), 1); return; }
-				long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-				if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 22, (long)(go_t7), (long)(go_len_out), 1); return; }
-				out[go_t7] = (y == -1 ? (int)(-(uint)(x)) : (int)(x / y));
-				if (y == 0) { go_fault(go_f, 23, (long)(0), (long)(0), 1); return; }
-				long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-				if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 24, (long)(go_t8), (long)(go_len_out), 1); return; }
-				out[go_t8] = (y == -1 ? (int)0 : (int)(x % y));
-			} else {
-				int go_t9 = 0;
-				int go_t10 = 0;
-				long go_t11 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-				if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 25, (long)(go_t11), (long)(go_len_out), 1); return; }
-				out[go_t11] = go_t9;
-				long go_t12 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-				if ((ulong)(go_t12) >= (ulong)(go_len_out)) { go_fault(go_f, 26, (long)(go_t12), (long)(go_len_out), 1); return; }
-				out[go_t12] = go_t10;
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_a && go_t1 <= go_len_b) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			int go_t16 = a[i_2];
+			int go_t17 = b[i_2];
+			int x_2 = go_t16;
+			int y_2 = go_t17;
+			long go_t18 = (long)(((long)((ulong)(8L) * (ulong)(i_2))));
+			if ((ulong)(go_t18) >= (ulong)(go_len_out)) { go_fault(go_f, 30, (long)(go_t18), (long)(go_len_out), 1); return; }
+			out[go_t18] = ((int)((uint)(x_2) + (uint)(y_2)));
+			long go_t19 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(1L))));
+			if ((ulong)(go_t19) >= (ulong)(go_len_out)) { go_fault(go_f, 31, (long)(go_t19), (long)(go_len_out), 1); return; }
+			out[go_t19] = ((int)((uint)(x_2) - (uint)(((int)((uint)(y_2) * (uint)(3))))));
+			long go_t20 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(2L))));
+			if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 32, (long)(go_t20), (long)(go_len_out), 1); return; }
+			out[go_t20] = ((int)((uint)(x_2) * (uint)(y_2)));
+			{
+				if ((y_2 != 0)) {
+					if (y_2 == 0) { go_fault(go_f, 33, (long)(0), (long)(0), 1); return; }
+					long go_t21 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(3L))));
+					if ((ulong)(go_t21) >= (ulong)(go_len_out)) { go_fault(go_f, 34, (long)(go_t21), (long)(go_len_out), 1); return; }
+					out[go_t21] = (y_2 == -1 ? (int)(-(uint)(x_2)) : (int)(x_2 / y_2));
+					if (y_2 == 0) { go_fault(go_f, 35, (long)(0), (long)(0), 1); return; }
+					long go_t22 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(4L))));
+					if ((ulong)(go_t22) >= (ulong)(go_len_out)) { go_fault(go_f, 36, (long)(go_t22), (long)(go_len_out), 1); return; }
+					out[go_t22] = (y_2 == -1 ? (int)0 : (int)(x_2 % y_2));
+				} else {
+					int go_t23 = 0;
+					int go_t24 = 0;
+					long go_t25 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(3L))));
+					if ((ulong)(go_t25) >= (ulong)(go_len_out)) { go_fault(go_f, 37, (long)(go_t25), (long)(go_len_out), 1); return; }
+					out[go_t25] = go_t23;
+					long go_t26 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(4L))));
+					if ((ulong)(go_t26) >= (ulong)(go_len_out)) { go_fault(go_f, 38, (long)(go_t26), (long)(go_len_out), 1); return; }
+					out[go_t26] = go_t24;
+				}
 			}
+			ulong s_2 = ((ulong)(((int)(y_2 & 63))));
+			long go_t27 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(5L))));
+			if ((ulong)(go_t27) >= (ulong)(go_len_out)) { go_fault(go_f, 39, (long)(go_t27), (long)(go_len_out), 1); return; }
+			out[go_t27] = go_shl_int(x_2, (ulong)(s_2));
+			long go_t28 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(6L))));
+			if ((ulong)(go_t28) >= (ulong)(go_len_out)) { go_fault(go_f, 40, (long)(go_t28), (long)(go_len_out), 1); return; }
+			out[go_t28] = go_shr_int(x_2, (ulong)(s_2));
+			long go_t29 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(7L))));
+			if ((ulong)(go_t29) >= (ulong)(go_len_out)) { go_fault(go_f, 41, (long)(go_t29), (long)(go_len_out), 1); return; }
+			out[go_t29] = ((int)((uint)(((int)(((int)(x_2 & ~y_2)) ^ ((int)(x_2 | y_2))))) + (uint)(((int)(-(uint)(x_2))))));
 		}
-		ulong s = ((ulong)(((int)(y & 63))));
-		long go_t13 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
-		if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 27, (long)(go_t13), (long)(go_len_out), 1); return; }
-		out[go_t13] = go_shl_int(x, (ulong)(s));
-		long go_t14 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
-		if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 28, (long)(go_t14), (long)(go_len_out), 1); return; }
-		out[go_t14] = go_shr_int(x, (ulong)(s));
-		long go_t15 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
-		if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 29, (long)(go_t15), (long)(go_len_out), 1); return; }
-		out[go_t15] = ((int)((uint)(((int)(((int)(x & ~y)) ^ ((int)(x | y))))) + (uint)(((int)(-(uint)(x))))));
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 16, (long)(i), (long)(go_len_a), 1); return; }
+			int go_t2 = a[i];
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 17, (long)(i), (long)(go_len_b), 1); return; }
+			int go_t3 = b[i];
+			int x = go_t2;
+			int y = go_t3;
+			long go_t4 = (long)(((long)((ulong)(8L) * (ulong)(i))));
+			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 18, (long)(go_t4), (long)(go_len_out), 1); return; }
+			out[go_t4] = ((int)((uint)(x) + (uint)(y)));
+			long go_t5 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
+			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 19, (long)(go_t5), (long)(go_len_out), 1); return; }
+			out[go_t5] = ((int)((uint)(x) - (uint)(((int)((uint)(y) * (uint)(3))))));
+			long go_t6 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
+			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 20, (long)(go_t6), (long)(go_len_out), 1); return; }
+			out[go_t6] = ((int)((uint)(x) * (uint)(y)));
+			{
+				if ((y != 0)) {
+					if (y == 0) { go_fault(go_f, 21, (long)(0), (long)(0), 1); return; }
+					long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
+					if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 22, (long)(go_t7), (long)(go_len_out), 1); return; }
+					out[go_t7] = (y == -1 ? (int)(-(uint)(x)) : (int)(x / y));
+					if (y == 0) { go_fault(go_f, 23, (long)(0), (long)(0), 1); return; }
+					long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
+					if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 24, (long)(go_t8), (long)(go_len_out), 1); return; }
+					out[go_t8] = (y == -1 ? (int)0 : (int)(x % y));
+				} else {
+					int go_t9 = 0;
+					int go_t10 = 0;
+					long go_t11 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
+					if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 25, (long)(go_t11), (long)(go_len_out), 1); return; }
+					out[go_t11] = go_t9;
+					long go_t12 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
+					if ((ulong)(go_t12) >= (ulong)(go_len_out)) { go_fault(go_f, 26, (long)(go_t12), (long)(go_len_out), 1); return; }
+					out[go_t12] = go_t10;
+				}
+			}
+			ulong s = ((ulong)(((int)(y & 63))));
+			long go_t13 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
+			if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 27, (long)(go_t13), (long)(go_len_out), 1); return; }
+			out[go_t13] = go_shl_int(x, (ulong)(s));
+			long go_t14 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
+			if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 28, (long)(go_t14), (long)(go_len_out), 1); return; }
+			out[go_t14] = go_shr_int(x, (ulong)(s));
+			long go_t15 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
+			if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 29, (long)(go_t15), (long)(go_len_out), 1); return; }
+			out[go_t15] = ((int)((uint)(((int)(((int)(x & ~y)) ^ ((int)(x | y))))) + (uint)(((int)(-(uint)(x))))));
+		}
 	}
 }
 
@@ -233,58 +336,113 @@ kernel void int64ops(global long *a, global long *b, global long *out, long go_l
 	int go_fl = 0;
 	long go_t1 = go_len_a;
 	go_fl = 2;
-	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long i = go_i;
-		if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 30, (long)(i), (long)(go_len_a), 1); return; }
-		long go_t2 = a[i];
-		if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 31, (long)(i), (long)(go_len_b), 1); return; }
-		long go_t3 = b[i];
-		long x = go_t2;
-		long y = go_t3;
-		long go_t4 = (long)(((long)((ulong)(8L) * (ulong)(i))));
-		if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 32, (long)(go_t4), (long)(go_len_out), 1); return; }
-		out[go_t4] = ((long)((ulong)(x) + (ulong)(y)));
-		long go_t5 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
-		if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 33, (long)(go_t5), (long)(go_len_out), 1); return; }
-		out[go_t5] = ((long)((ulong)(x) - (ulong)(y)));
-		long go_t6 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
-		if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 34, (long)(go_t6), (long)(go_len_out), 1); return; }
-		out[go_t6] = ((long)((ulong)(x) * (ulong)(y)));
-		{
-			if ((y != 0L)) {
-				if (y == 0) { go_fault(go_f, 35, (long)(0), (long)(0), 1); return; }
-				long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-				if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 36, (long)(go_t7), (long)(go_len_out), 1); return; }
-				out[go_t7] = (y == -1 ? (long)(-(ulong)(x)) : (long)(x / y));
-				if (y == 0) { go_fault(go_f, 37, (long)(0), (long)(0), 1); return; }
-				long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-				if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 38, (long)(go_t8), (long)(go_len_out), 1); return; }
-				out[go_t8] = (y == -1 ? (long)0 : (long)(x % y));
-			} else {
-				long go_t9 = 0L;
-				long go_t10 = 0L;
-				long go_t11 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-				if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 39, (long)(go_t11), (long)(go_len_out), 1); return; }
-				out[go_t11] = go_t9;
-				long go_t12 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-				if ((ulong)(go_t12) >= (ulong)(go_len_out)) { go_fault(go_f, 40, (long)(go_t12), (long)(go_len_out), 1); return; }
-				out[go_t12] = go_t10;
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_a && go_t1 <= go_len_b) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			long go_t17 = a[i_2];
+			long go_t18 = b[i_2];
+			long x_2 = go_t17;
+			long y_2 = go_t18;
+			long go_t19 = (long)(((long)((ulong)(8L) * (ulong)(i_2))));
+			if ((ulong)(go_t19) >= (ulong)(go_len_out)) { go_fault(go_f, 59, (long)(go_t19), (long)(go_len_out), 1); return; }
+			out[go_t19] = ((long)((ulong)(x_2) + (ulong)(y_2)));
+			long go_t20 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(1L))));
+			if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 60, (long)(go_t20), (long)(go_len_out), 1); return; }
+			out[go_t20] = ((long)((ulong)(x_2) - (ulong)(y_2)));
+			long go_t21 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(2L))));
+			if ((ulong)(go_t21) >= (ulong)(go_len_out)) { go_fault(go_f, 61, (long)(go_t21), (long)(go_len_out), 1); return; }
+			out[go_t21] = ((long)((ulong)(x_2) * (ulong)(y_2)));
+			{
+				if ((y_2 != 0L)) {
+					if (y_2 == 0) { go_fault(go_f, 62, (long)(0), (long)(0), 1); return; }
+					long go_t22 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(3L))));
+					if ((ulong)(go_t22) >= (ulong)(go_len_out)) { go_fault(go_f, 63, (long)(go_t22), (long)(go_len_out), 1); return; }
+					out[go_t22] = (y_2 == -1 ? (long)(-(ulong)(x_2)) : (long)(x_2 / y_2));
+					if (y_2 == 0) { go_fault(go_f, 64, (long)(0), (long)(0), 1); return; }
+					long go_t23 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(4L))));
+					if ((ulong)(go_t23) >= (ulong)(go_len_out)) { go_fault(go_f, 65, (long)(go_t23), (long)(go_len_out), 1); return; }
+					out[go_t23] = (y_2 == -1 ? (long)0 : (long)(x_2 % y_2));
+				} else {
+					long go_t24 = 0L;
+					long go_t25 = 0L;
+					long go_t26 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(3L))));
+					if ((ulong)(go_t26) >= (ulong)(go_len_out)) { go_fault(go_f, 66, (long)(go_t26), (long)(go_len_out), 1); return; }
+					out[go_t26] = go_t24;
+					long go_t27 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(4L))));
+					if ((ulong)(go_t27) >= (ulong)(go_len_out)) { go_fault(go_f, 67, (long)(go_t27), (long)(go_len_out), 1); return; }
+					out[go_t27] = go_t25;
+				}
 			}
+			long s_2 = ((long)(y_2 & 127L));
+			if (s_2 < 0) { go_fault(go_f, 68, (long)(s_2), (long)(0), 1); return; }
+			long go_t28 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(5L))));
+			if ((ulong)(go_t28) >= (ulong)(go_len_out)) { go_fault(go_f, 69, (long)(go_t28), (long)(go_len_out), 1); return; }
+			out[go_t28] = go_shl_long(x_2, (ulong)(s_2));
+			if (s_2 < 0) { go_fault(go_f, 70, (long)(s_2), (long)(0), 1); return; }
+			long go_t29 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(6L))));
+			if ((ulong)(go_t29) >= (ulong)(go_len_out)) { go_fault(go_f, 71, (long)(go_t29), (long)(go_len_out), 1); return; }
+			out[go_t29] = go_shr_long(x_2, (ulong)(s_2));
+			long go_t30 = ((long)((ulong)(s_2) + (ulong)(60L)));
+			if (go_t30 < 0) { go_fault(go_f, 72, (long)(go_t30), (long)(0), 1); return; }
+			long go_t31 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(7L))));
+			if ((ulong)(go_t31) >= (ulong)(go_len_out)) { go_fault(go_f, 73, (long)(go_t31), (long)(go_len_out), 1); return; }
+			out[go_t31] = ((long)(((long)(((long)(~x_2)) ^ ((long)((ulong)(y_2) << 3)))) ^ go_shr_long(y_2, (ulong)(go_t30))));
 		}
-		long s = ((long)(y & 127L));
-		if (s < 0) { go_fault(go_f, 41, (long)(s), (long)(0), 1); return; }
-		long go_t13 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
-		if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 42, (long)(go_t13), (long)(go_len_out), 1); return; }
-		out[go_t13] = go_shl_long(x, (ulong)(s));
-		if (s < 0) { go_fault(go_f, 43, (long)(s), (long)(0), 1); return; }
-		long go_t14 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
-		if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 44, (long)(go_t14), (long)(go_len_out), 1); return; }
-		out[go_t14] = go_shr_long(x, (ulong)(s));
-		long go_t15 = ((long)((ulong)(s) + (ulong)(60L)));
-		if (go_t15 < 0) { go_fault(go_f, 45, (long)(go_t15), (long)(0), 1); return; }
-		long go_t16 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
-		if ((ulong)(go_t16) >= (ulong)(go_len_out)) { go_fault(go_f, 46, (long)(go_t16), (long)(go_len_out), 1); return; }
-		out[go_t16] = ((long)(((long)(((long)(~x)) ^ ((long)((ulong)(y) << 3)))) ^ go_shr_long(y, (ulong)(go_t15))));
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 42, (long)(i), (long)(go_len_a), 1); return; }
+			long go_t2 = a[i];
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 43, (long)(i), (long)(go_len_b), 1); return; }
+			long go_t3 = b[i];
+			long x = go_t2;
+			long y = go_t3;
+			long go_t4 = (long)(((long)((ulong)(8L) * (ulong)(i))));
+			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 44, (long)(go_t4), (long)(go_len_out), 1); return; }
+			out[go_t4] = ((long)((ulong)(x) + (ulong)(y)));
+			long go_t5 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
+			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 45, (long)(go_t5), (long)(go_len_out), 1); return; }
+			out[go_t5] = ((long)((ulong)(x) - (ulong)(y)));
+			long go_t6 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
+			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 46, (long)(go_t6), (long)(go_len_out), 1); return; }
+			out[go_t6] = ((long)((ulong)(x) * (ulong)(y)));
+			{
+				if ((y != 0L)) {
+					if (y == 0) { go_fault(go_f, 47, (long)(0), (long)(0), 1); return; }
+					long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
+					if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 48, (long)(go_t7), (long)(go_len_out), 1); return; }
+					out[go_t7] = (y == -1 ? (long)(-(ulong)(x)) : (long)(x / y));
+					if (y == 0) { go_fault(go_f, 49, (long)(0), (long)(0), 1); return; }
+					long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
+					if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 50, (long)(go_t8), (long)(go_len_out), 1); return; }
+					out[go_t8] = (y == -1 ? (long)0 : (long)(x % y));
+				} else {
+					long go_t9 = 0L;
+					long go_t10 = 0L;
+					long go_t11 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
+					if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 51, (long)(go_t11), (long)(go_len_out), 1); return; }
+					out[go_t11] = go_t9;
+					long go_t12 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
+					if ((ulong)(go_t12) >= (ulong)(go_len_out)) { go_fault(go_f, 52, (long)(go_t12), (long)(go_len_out), 1); return; }
+					out[go_t12] = go_t10;
+				}
+			}
+			long s = ((long)(y & 127L));
+			if (s < 0) { go_fault(go_f, 53, (long)(s), (long)(0), 1); return; }
+			long go_t13 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
+			if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 54, (long)(go_t13), (long)(go_len_out), 1); return; }
+			out[go_t13] = go_shl_long(x, (ulong)(s));
+			if (s < 0) { go_fault(go_f, 55, (long)(s), (long)(0), 1); return; }
+			long go_t14 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
+			if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 56, (long)(go_t14), (long)(go_len_out), 1); return; }
+			out[go_t14] = go_shr_long(x, (ulong)(s));
+			long go_t15 = ((long)((ulong)(s) + (ulong)(60L)));
+			if (go_t15 < 0) { go_fault(go_f, 57, (long)(go_t15), (long)(0), 1); return; }
+			long go_t16 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
+			if ((ulong)(go_t16) >= (ulong)(go_len_out)) { go_fault(go_f, 58, (long)(go_t16), (long)(go_len_out), 1); return; }
+			out[go_t16] = ((long)(((long)(((long)(~x)) ^ ((long)((ulong)(y) << 3)))) ^ go_shr_long(y, (ulong)(go_t15))));
+		}
 	}
 }
 
@@ -294,37 +452,71 @@ kernel void smallops(global char *a, global ushort *b, global long *out, long go
 	int go_fl = 0;
 	long go_t1 = go_len_a;
 	go_fl = 2;
-	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long i = go_i;
-		if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 47, (long)(i), (long)(go_len_a), 1); return; }
-		char go_t2 = a[i];
-		if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 48, (long)(i), (long)(go_len_b), 1); return; }
-		ushort go_t3 = b[i];
-		char x = go_t2;
-		ushort y = go_t3;
-		char x2 = ((char)((uint)(((char)((uint)(x) * (uint)(x)))) * (uint)(((char)3))));
-		ushort y2 = ((ushort)((uint)(((ushort)((uint)(y) * (uint)(y)))) * (uint)(((ushort)7U))));
-		char q = ((char)-128);
-		{
-			if ((x != ((char)0))) {
-				if (x == 0) { go_fault(go_f, 49, (long)(0), (long)(0), 1); return; }
-				q = (x == -1 ? (char)(-(uint)(q)) : (char)(q / x));
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_a && go_t1 <= go_len_b) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			char go_t10 = a[i_2];
+			ushort go_t11 = b[i_2];
+			char x_2 = go_t10;
+			ushort y_2 = go_t11;
+			char x2_2 = ((char)((uint)(((char)((uint)(x_2) * (uint)(x_2)))) * (uint)(((char)3))));
+			ushort y2_2 = ((ushort)((uint)(((ushort)((uint)(y_2) * (uint)(y_2)))) * (uint)(((ushort)7U))));
+			char q_2 = ((char)-128);
+			{
+				if ((x_2 != ((char)0))) {
+					if (x_2 == 0) { go_fault(go_f, 81, (long)(0), (long)(0), 1); return; }
+					q_2 = (x_2 == -1 ? (char)(-(uint)(q_2)) : (char)(q_2 / x_2));
+				}
 			}
+			long go_t12 = (long)(((long)((ulong)(4L) * (ulong)(i_2))));
+			if ((ulong)(go_t12) >= (ulong)(go_len_out)) { go_fault(go_f, 82, (long)(go_t12), (long)(go_len_out), 1); return; }
+			out[go_t12] = ((long)(x2_2));
+			long go_t13 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i_2)))) + (ulong)(1L))));
+			if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 83, (long)(go_t13), (long)(go_len_out), 1); return; }
+			out[go_t13] = ((long)(y2_2));
+			ulong go_t14 = ((ulong)(((ulong)(y_2)) & 15UL));
+			long go_t15 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i_2)))) + (ulong)(2L))));
+			if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 84, (long)(go_t15), (long)(go_len_out), 1); return; }
+			out[go_t15] = ((long)((ulong)(((long)(q_2))) + (ulong)(((long)(go_shl_char(x_2, (ulong)(go_t14)))))));
+			ulong go_t16 = ((ulong)(((ulong)(x_2)) & 31UL));
+			long go_t17 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i_2)))) + (ulong)(3L))));
+			if ((ulong)(go_t17) >= (ulong)(go_len_out)) { go_fault(go_f, 85, (long)(go_t17), (long)(go_len_out), 1); return; }
+			out[go_t17] = ((long)((ulong)(((long)(((uchar)(((uchar)(x_2)) >> 3))))) + (ulong)(((long)(go_shr_ushort(y_2, (ulong)(go_t16)))))));
 		}
-		long go_t4 = (long)(((long)((ulong)(4L) * (ulong)(i))));
-		if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 50, (long)(go_t4), (long)(go_len_out), 1); return; }
-		out[go_t4] = ((long)(x2));
-		long go_t5 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(1L))));
-		if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 51, (long)(go_t5), (long)(go_len_out), 1); return; }
-		out[go_t5] = ((long)(y2));
-		ulong go_t6 = ((ulong)(((ulong)(y)) & 15UL));
-		long go_t7 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(2L))));
-		if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 52, (long)(go_t7), (long)(go_len_out), 1); return; }
-		out[go_t7] = ((long)((ulong)(((long)(q))) + (ulong)(((long)(go_shl_char(x, (ulong)(go_t6)))))));
-		ulong go_t8 = ((ulong)(((ulong)(x)) & 31UL));
-		long go_t9 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(3L))));
-		if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 53, (long)(go_t9), (long)(go_len_out), 1); return; }
-		out[go_t9] = ((long)((ulong)(((long)(((uchar)(((uchar)(x)) >> 3))))) + (ulong)(((long)(go_shr_ushort(y, (ulong)(go_t8)))))));
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 74, (long)(i), (long)(go_len_a), 1); return; }
+			char go_t2 = a[i];
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 75, (long)(i), (long)(go_len_b), 1); return; }
+			ushort go_t3 = b[i];
+			char x = go_t2;
+			ushort y = go_t3;
+			char x2 = ((char)((uint)(((char)((uint)(x) * (uint)(x)))) * (uint)(((char)3))));
+			ushort y2 = ((ushort)((uint)(((ushort)((uint)(y) * (uint)(y)))) * (uint)(((ushort)7U))));
+			char q = ((char)-128);
+			{
+				if ((x != ((char)0))) {
+					if (x == 0) { go_fault(go_f, 76, (long)(0), (long)(0), 1); return; }
+					q = (x == -1 ? (char)(-(uint)(q)) : (char)(q / x));
+				}
+			}
+			long go_t4 = (long)(((long)((ulong)(4L) * (ulong)(i))));
+			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 77, (long)(go_t4), (long)(go_len_out), 1); return; }
+			out[go_t4] = ((long)(x2));
+			long go_t5 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(1L))));
+			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 78, (long)(go_t5), (long)(go_len_out), 1); return; }
+			out[go_t5] = ((long)(y2));
+			ulong go_t6 = ((ulong)(((ulong)(y)) & 15UL));
+			long go_t7 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(2L))));
+			if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 79, (long)(go_t7), (long)(go_len_out), 1); return; }
+			out[go_t7] = ((long)((ulong)(((long)(q))) + (ulong)(((long)(go_shl_char(x, (ulong)(go_t6)))))));
+			ulong go_t8 = ((ulong)(((ulong)(x)) & 31UL));
+			long go_t9 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(3L))));
+			if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 80, (long)(go_t9), (long)(go_len_out), 1); return; }
+			out[go_t9] = ((long)((ulong)(((long)(((uchar)(((uchar)(x)) >> 3))))) + (ulong)(((long)(go_shr_ushort(y, (ulong)(go_t8)))))));
+		}
 	}
 }
 
@@ -334,38 +526,73 @@ kernel void floatops(global float *a, global float *b, global float *out, long g
 	int go_fl = 0;
 	long go_t1 = go_len_a;
 	go_fl = 2;
-	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long i = go_i;
-		if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 54, (long)(i), (long)(go_len_a), 1); return; }
-		float go_t2 = a[i];
-		if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 55, (long)(i), (long)(go_len_b), 1); return; }
-		float go_t3 = b[i];
-		float x = go_t2;
-		float y = go_t3;
-		long go_t4 = (long)(((long)((ulong)(8L) * (ulong)(i))));
-		if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 56, (long)(go_t4), (long)(go_len_out), 1); return; }
-		out[go_t4] = (x + y);
-		long go_t5 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
-		if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 57, (long)(go_t5), (long)(go_len_out), 1); return; }
-		out[go_t5] = (x - y);
-		long go_t6 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
-		if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 58, (long)(go_t6), (long)(go_len_out), 1); return; }
-		out[go_t6] = (x * y);
-		long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-		if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 59, (long)(go_t7), (long)(go_len_out), 1); return; }
-		out[go_t7] = (x / y);
-		long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-		if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 60, (long)(go_t8), (long)(go_len_out), 1); return; }
-		out[go_t8] = ((float)(sqrt(((double)(x)))));
-		long go_t9 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
-		if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 61, (long)(go_t9), (long)(go_len_out), 1); return; }
-		out[go_t9] = go_min_float(x, y);
-		long go_t10 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
-		if ((ulong)(go_t10) >= (ulong)(go_len_out)) { go_fault(go_f, 62, (long)(go_t10), (long)(go_len_out), 1); return; }
-		out[go_t10] = go_max_float(go_max_float(x, y), 0.5f);
-		long go_t11 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
-		if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 63, (long)(go_t11), (long)(go_len_out), 1); return; }
-		out[go_t11] = ((x * y) + x);
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_a && go_t1 <= go_len_b) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			float go_t12 = a[i_2];
+			float go_t13 = b[i_2];
+			float x_2 = go_t12;
+			float y_2 = go_t13;
+			long go_t14 = (long)(((long)((ulong)(8L) * (ulong)(i_2))));
+			if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 96, (long)(go_t14), (long)(go_len_out), 1); return; }
+			out[go_t14] = (x_2 + y_2);
+			long go_t15 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(1L))));
+			if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 97, (long)(go_t15), (long)(go_len_out), 1); return; }
+			out[go_t15] = (x_2 - y_2);
+			long go_t16 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(2L))));
+			if ((ulong)(go_t16) >= (ulong)(go_len_out)) { go_fault(go_f, 98, (long)(go_t16), (long)(go_len_out), 1); return; }
+			out[go_t16] = (x_2 * y_2);
+			long go_t17 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(3L))));
+			if ((ulong)(go_t17) >= (ulong)(go_len_out)) { go_fault(go_f, 99, (long)(go_t17), (long)(go_len_out), 1); return; }
+			out[go_t17] = (x_2 / y_2);
+			long go_t18 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(4L))));
+			if ((ulong)(go_t18) >= (ulong)(go_len_out)) { go_fault(go_f, 100, (long)(go_t18), (long)(go_len_out), 1); return; }
+			out[go_t18] = ((float)(sqrt(((double)(x_2)))));
+			long go_t19 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(5L))));
+			if ((ulong)(go_t19) >= (ulong)(go_len_out)) { go_fault(go_f, 101, (long)(go_t19), (long)(go_len_out), 1); return; }
+			out[go_t19] = go_min_float(x_2, y_2);
+			long go_t20 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(6L))));
+			if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 102, (long)(go_t20), (long)(go_len_out), 1); return; }
+			out[go_t20] = go_max_float(go_max_float(x_2, y_2), 0.5f);
+			long go_t21 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(7L))));
+			if ((ulong)(go_t21) >= (ulong)(go_len_out)) { go_fault(go_f, 103, (long)(go_t21), (long)(go_len_out), 1); return; }
+			out[go_t21] = ((x_2 * y_2) + x_2);
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 86, (long)(i), (long)(go_len_a), 1); return; }
+			float go_t2 = a[i];
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 87, (long)(i), (long)(go_len_b), 1); return; }
+			float go_t3 = b[i];
+			float x = go_t2;
+			float y = go_t3;
+			long go_t4 = (long)(((long)((ulong)(8L) * (ulong)(i))));
+			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 88, (long)(go_t4), (long)(go_len_out), 1); return; }
+			out[go_t4] = (x + y);
+			long go_t5 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
+			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 89, (long)(go_t5), (long)(go_len_out), 1); return; }
+			out[go_t5] = (x - y);
+			long go_t6 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
+			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 90, (long)(go_t6), (long)(go_len_out), 1); return; }
+			out[go_t6] = (x * y);
+			long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
+			if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 91, (long)(go_t7), (long)(go_len_out), 1); return; }
+			out[go_t7] = (x / y);
+			long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
+			if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 92, (long)(go_t8), (long)(go_len_out), 1); return; }
+			out[go_t8] = ((float)(sqrt(((double)(x)))));
+			long go_t9 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
+			if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 93, (long)(go_t9), (long)(go_len_out), 1); return; }
+			out[go_t9] = go_min_float(x, y);
+			long go_t10 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
+			if ((ulong)(go_t10) >= (ulong)(go_len_out)) { go_fault(go_f, 94, (long)(go_t10), (long)(go_len_out), 1); return; }
+			out[go_t10] = go_max_float(go_max_float(x, y), 0.5f);
+			long go_t11 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
+			if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 95, (long)(go_t11), (long)(go_len_out), 1); return; }
+			out[go_t11] = ((x * y) + x);
+		}
 	}
 }
 
@@ -375,38 +602,73 @@ kernel void doubleops(global double *a, global double *b, global double *out, lo
 	int go_fl = 0;
 	long go_t1 = go_len_a;
 	go_fl = 2;
-	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long i = go_i;
-		if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 64, (long)(i), (long)(go_len_a), 1); return; }
-		double go_t2 = a[i];
-		if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 65, (long)(i), (long)(go_len_b), 1); return; }
-		double go_t3 = b[i];
-		double x = go_t2;
-		double y = go_t3;
-		long go_t4 = (long)(((long)((ulong)(8L) * (ulong)(i))));
-		if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 66, (long)(go_t4), (long)(go_len_out), 1); return; }
-		out[go_t4] = ((x * y) - (x / y));
-		long go_t5 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
-		if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 67, (long)(go_t5), (long)(go_len_out), 1); return; }
-		out[go_t5] = sqrt(fabs(x));
-		long go_t6 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
-		if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 68, (long)(go_t6), (long)(go_len_out), 1); return; }
-		out[go_t6] = ((floor(x) + (ceil(y) * 2.0)) + trunc((x * y)));
-		long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-		if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 69, (long)(go_t7), (long)(go_len_out), 1); return; }
-		out[go_t7] = ((isinf(x) && x > 0) || (isinf(y) && y > 0) ? INFINITY : go_max_double(x, y));
-		long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-		if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 70, (long)(go_t8), (long)(go_len_out), 1); return; }
-		out[go_t8] = ((isinf(x) && x < 0) || (isinf(y) && y < 0) ? (-INFINITY) : go_min_double(x, y));
-		long go_t9 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
-		if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 71, (long)(go_t9), (long)(go_len_out), 1); return; }
-		out[go_t9] = copysign(x, y);
-		long go_t10 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
-		if ((ulong)(go_t10) >= (ulong)(go_len_out)) { go_fault(go_f, 72, (long)(go_t10), (long)(go_len_out), 1); return; }
-		out[go_t10] = as_double(((ulong)(as_ulong(x) ^ 1UL)));
-		long go_t11 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
-		if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 73, (long)(go_t11), (long)(go_len_out), 1); return; }
-		out[go_t11] = (((double)(((float)(x)))) + ((double)(((int)(y)))));
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_a && go_t1 <= go_len_b) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			double go_t12 = a[i_2];
+			double go_t13 = b[i_2];
+			double x_2 = go_t12;
+			double y_2 = go_t13;
+			long go_t14 = (long)(((long)((ulong)(8L) * (ulong)(i_2))));
+			if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 114, (long)(go_t14), (long)(go_len_out), 1); return; }
+			out[go_t14] = ((x_2 * y_2) - (x_2 / y_2));
+			long go_t15 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(1L))));
+			if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 115, (long)(go_t15), (long)(go_len_out), 1); return; }
+			out[go_t15] = sqrt(fabs(x_2));
+			long go_t16 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(2L))));
+			if ((ulong)(go_t16) >= (ulong)(go_len_out)) { go_fault(go_f, 116, (long)(go_t16), (long)(go_len_out), 1); return; }
+			out[go_t16] = ((floor(x_2) + (ceil(y_2) * 2.0)) + trunc((x_2 * y_2)));
+			long go_t17 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(3L))));
+			if ((ulong)(go_t17) >= (ulong)(go_len_out)) { go_fault(go_f, 117, (long)(go_t17), (long)(go_len_out), 1); return; }
+			out[go_t17] = ((isinf(x_2) && x_2 > 0) || (isinf(y_2) && y_2 > 0) ? INFINITY : go_max_double(x_2, y_2));
+			long go_t18 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(4L))));
+			if ((ulong)(go_t18) >= (ulong)(go_len_out)) { go_fault(go_f, 118, (long)(go_t18), (long)(go_len_out), 1); return; }
+			out[go_t18] = ((isinf(x_2) && x_2 < 0) || (isinf(y_2) && y_2 < 0) ? (-INFINITY) : go_min_double(x_2, y_2));
+			long go_t19 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(5L))));
+			if ((ulong)(go_t19) >= (ulong)(go_len_out)) { go_fault(go_f, 119, (long)(go_t19), (long)(go_len_out), 1); return; }
+			out[go_t19] = copysign(x_2, y_2);
+			long go_t20 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(6L))));
+			if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 120, (long)(go_t20), (long)(go_len_out), 1); return; }
+			out[go_t20] = as_double(((ulong)(as_ulong(x_2) ^ 1UL)));
+			long go_t21 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(7L))));
+			if ((ulong)(go_t21) >= (ulong)(go_len_out)) { go_fault(go_f, 121, (long)(go_t21), (long)(go_len_out), 1); return; }
+			out[go_t21] = (((double)(((float)(x_2)))) + ((double)(((int)(y_2)))));
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 104, (long)(i), (long)(go_len_a), 1); return; }
+			double go_t2 = a[i];
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 105, (long)(i), (long)(go_len_b), 1); return; }
+			double go_t3 = b[i];
+			double x = go_t2;
+			double y = go_t3;
+			long go_t4 = (long)(((long)((ulong)(8L) * (ulong)(i))));
+			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 106, (long)(go_t4), (long)(go_len_out), 1); return; }
+			out[go_t4] = ((x * y) - (x / y));
+			long go_t5 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
+			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 107, (long)(go_t5), (long)(go_len_out), 1); return; }
+			out[go_t5] = sqrt(fabs(x));
+			long go_t6 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
+			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 108, (long)(go_t6), (long)(go_len_out), 1); return; }
+			out[go_t6] = ((floor(x) + (ceil(y) * 2.0)) + trunc((x * y)));
+			long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
+			if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 109, (long)(go_t7), (long)(go_len_out), 1); return; }
+			out[go_t7] = ((isinf(x) && x > 0) || (isinf(y) && y > 0) ? INFINITY : go_max_double(x, y));
+			long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
+			if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 110, (long)(go_t8), (long)(go_len_out), 1); return; }
+			out[go_t8] = ((isinf(x) && x < 0) || (isinf(y) && y < 0) ? (-INFINITY) : go_min_double(x, y));
+			long go_t9 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
+			if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 111, (long)(go_t9), (long)(go_len_out), 1); return; }
+			out[go_t9] = copysign(x, y);
+			long go_t10 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
+			if ((ulong)(go_t10) >= (ulong)(go_len_out)) { go_fault(go_f, 112, (long)(go_t10), (long)(go_len_out), 1); return; }
+			out[go_t10] = as_double(((ulong)(as_ulong(x) ^ 1UL)));
+			long go_t11 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
+			if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 113, (long)(go_t11), (long)(go_len_out), 1); return; }
+			out[go_t11] = (((double)(((float)(x)))) + ((double)(((int)(y)))));
+		}
 	}
 }
 
@@ -416,13 +678,23 @@ kernel void collatz(int limit, global long *x, global int *steps, long go_len_x,
 	int go_fl = 0;
 	long go_t1 = go_len_x;
 	go_fl = 2;
-	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long i = go_i;
-		if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 74, (long)(i), (long)(go_len_x), 1); return; }
-		int go_t2 = go_fn_collatz(x[i], limit, go_f, &go_fl);
-		if (go_fl & 1) return;
-		if ((ulong)(i) >= (ulong)(go_len_steps)) { go_fault(go_f, 75, (long)(i), (long)(go_len_steps), 1); return; }
-		steps[i] = go_t2;
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_x && go_t1 <= go_len_steps) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			int go_t3 = go_fn_collatz(x[i_2], limit, go_f, &go_fl);
+			if (go_fl & 1) return;
+			steps[i_2] = go_t3;
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 122, (long)(i), (long)(go_len_x), 1); return; }
+			int go_t2 = go_fn_collatz(x[i], limit, go_f, &go_fl);
+			if (go_fl & 1) return;
+			if ((ulong)(i) >= (ulong)(go_len_steps)) { go_fault(go_f, 123, (long)(i), (long)(go_len_steps), 1); return; }
+			steps[i] = go_t2;
+		}
 	}
 }
 
@@ -432,16 +704,30 @@ kernel void mandelbrot(long w, long h, long limit, global int *out, long go_len_
 	int go_fl = 0;
 	long go_t1 = ((long)((ulong)(w) * (ulong)(h)));
 	go_fl = 2;
-	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long p = go_i;
-		if (w == 0) { go_fault(go_f, 76, (long)(0), (long)(0), 1); return; }
-		double re = ((-2.0) + ((3.0 * ((double)((w == -1 ? (long)0 : (long)(p % w))))) / ((double)(w))));
-		if (w == 0) { go_fault(go_f, 77, (long)(0), (long)(0), 1); return; }
-		double im = ((-1.0) + ((2.0 * ((double)((w == -1 ? (long)(-(ulong)(p)) : (long)(p / w))))) / ((double)(h))));
-		long go_t2 = go_fn_mandel(re, im, limit, go_f, &go_fl);
-		if (go_fl & 1) return;
-		if ((ulong)(p) >= (ulong)(go_len_out)) { go_fault(go_f, 78, (long)(p), (long)(go_len_out), 1); return; }
-		out[p] = ((int)(go_t2));
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_out) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long p_2 = go_i;
+			if (w == 0) { go_fault(go_f, 127, (long)(0), (long)(0), 1); return; }
+			double re_2 = ((-2.0) + ((3.0 * ((double)((w == -1 ? (long)0 : (long)(p_2 % w))))) / ((double)(w))));
+			if (w == 0) { go_fault(go_f, 128, (long)(0), (long)(0), 1); return; }
+			double im_2 = ((-1.0) + ((2.0 * ((double)((w == -1 ? (long)(-(ulong)(p_2)) : (long)(p_2 / w))))) / ((double)(h))));
+			long go_t3 = go_fn_mandel(re_2, im_2, limit, go_f, &go_fl);
+			if (go_fl & 1) return;
+			out[p_2] = ((int)(go_t3));
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long p = go_i;
+			if (w == 0) { go_fault(go_f, 124, (long)(0), (long)(0), 1); return; }
+			double re = ((-2.0) + ((3.0 * ((double)((w == -1 ? (long)0 : (long)(p % w))))) / ((double)(w))));
+			if (w == 0) { go_fault(go_f, 125, (long)(0), (long)(0), 1); return; }
+			double im = ((-1.0) + ((2.0 * ((double)((w == -1 ? (long)(-(ulong)(p)) : (long)(p / w))))) / ((double)(h))));
+			long go_t2 = go_fn_mandel(re, im, limit, go_f, &go_fl);
+			if (go_fl & 1) return;
+			if ((ulong)(p) >= (ulong)(go_len_out)) { go_fault(go_f, 126, (long)(p), (long)(go_len_out), 1); return; }
+			out[p] = ((int)(go_t2));
+		}
 	}
 }
 
@@ -468,12 +754,12 @@ kernel void histogram(global uchar *x, global int *out, long go_len_x, long go_l
 				}
 			}
 			long go_t8 = (long)(((uchar)(v & ((uchar)15U))));
-			if ((ulong)(go_t8) >= (ulong)(16L)) { go_fault(go_f, 79, (long)(go_t8), (long)(16L), 0); return; }
+			if ((ulong)(go_t8) >= (ulong)(16L)) { go_fault(go_f, 129, (long)(go_t8), (long)(16L), 0); return; }
 			counts[go_t8] = ((int)((uint)(counts[go_t8]) + (uint)(1)));
 			long go_t9 = (long)(((uchar)(v & ((uchar)3U))));
-			if ((ulong)(go_t9) >= (ulong)(4L)) { go_fault(go_f, 80, (long)(go_t9), (long)(4L), 0); return; }
+			if ((ulong)(go_t9) >= (ulong)(4L)) { go_fault(go_f, 130, (long)(go_t9), (long)(4L), 0); return; }
 			long go_t10 = (long)(((long)(i & 3L)));
-			if ((ulong)(go_t10) >= (ulong)(4L)) { go_fault(go_f, 81, (long)(go_t10), (long)(4L), 0); return; }
+			if ((ulong)(go_t10) >= (ulong)(4L)) { go_fault(go_f, 131, (long)(go_t10), (long)(4L), 0); return; }
 			pairs[go_t9][go_t10] = ((int)((uint)(pairs[go_t9][go_t10]) + (uint)(((int)(((uchar)(v >> 4)))))));
 			go_cont2: ;
 		}
@@ -482,7 +768,7 @@ kernel void histogram(global uchar *x, global int *out, long go_len_x, long go_l
 		for (long go_k13 = 0; go_k13 < 16L; go_k13++) {
 			long k = go_k13;
 			int c = counts[go_k13];
-			if ((ulong)(k) >= (ulong)(go_len_out)) { go_fault(go_f, 82, (long)(k), (long)(go_len_out), 0); return; }
+			if ((ulong)(k) >= (ulong)(go_len_out)) { go_fault(go_f, 132, (long)(k), (long)(go_len_out), 0); return; }
 			out[k] = c;
 		}
 	}
@@ -493,10 +779,10 @@ kernel void histogram(global uchar *x, global int *out, long go_len_x, long go_l
 			{
 				long b = 0L;
 				for (; (b < 4L); b = ((long)((ulong)(b) + (ulong)(1)))) {
-					if ((ulong)(a) >= (ulong)(4L)) { go_fault(go_f, 83, (long)(a), (long)(4L), 0); return; }
-					if ((ulong)(b) >= (ulong)(4L)) { go_fault(go_f, 84, (long)(b), (long)(4L), 0); return; }
+					if ((ulong)(a) >= (ulong)(4L)) { go_fault(go_f, 133, (long)(a), (long)(4L), 0); return; }
+					if ((ulong)(b) >= (ulong)(4L)) { go_fault(go_f, 134, (long)(b), (long)(4L), 0); return; }
 					long go_t20 = (long)(((long)((ulong)(((long)((ulong)(16L) + (ulong)(((long)((ulong)(4L) * (ulong)(a))))))) + (ulong)(b))));
-					if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 85, (long)(go_t20), (long)(go_len_out), 0); return; }
+					if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 135, (long)(go_t20), (long)(go_len_out), 0); return; }
 					out[go_t20] = pairs[a][b];
 				}
 			}
@@ -510,30 +796,57 @@ kernel void convert(uchar neg, global double *a, global uchar *flags, global lon
 	int go_fl = 0;
 	long go_t1 = go_len_a;
 	go_fl = 2;
-	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long i = go_i;
-		if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 86, (long)(i), (long)(go_len_a), 1); return; }
-		double x = a[i];
-		{
-			if (neg) {
-				x = (-x);
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_a && go_t1 <= go_len_flags) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			double x_2 = a[i_2];
+			{
+				if (neg) {
+					x_2 = (-x_2);
+				}
 			}
+			long n_2 = ((long)(x_2));
+			long go_t6 = (long)(((long)((ulong)(4L) * (ulong)(i_2))));
+			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 142, (long)(go_t6), (long)(go_len_out), 1); return; }
+			out[go_t6] = n_2;
+			long go_t7 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i_2)))) + (ulong)(1L))));
+			if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 143, (long)(go_t7), (long)(go_len_out), 1); return; }
+			out[go_t7] = ((long)((ulong)(((long)(((char)(n_2))))) + (ulong)(((long)(((ushort)(n_2)))))));
+			long go_t8 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i_2)))) + (ulong)(2L))));
+			if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 144, (long)(go_t8), (long)(go_len_out), 1); return; }
+			out[go_t8] = ((long)((((uint)(n_2)) * 3U)));
+			long go_t9 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i_2)))) + (ulong)(3L))));
+			if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 145, (long)(go_t9), (long)(go_len_out), 1); return; }
+			out[go_t9] = ((long)((((float)(x_2)) * 1000.0f)));
+			flags[i_2] = ((((n_2 > 0L) && (x_2 != ((double)(n_2)))) || (n_2 == 0L)));
 		}
-		long n = ((long)(x));
-		long go_t2 = (long)(((long)((ulong)(4L) * (ulong)(i))));
-		if ((ulong)(go_t2) >= (ulong)(go_len_out)) { go_fault(go_f, 87, (long)(go_t2), (long)(go_len_out), 1); return; }
-		out[go_t2] = n;
-		long go_t3 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(1L))));
-		if ((ulong)(go_t3) >= (ulong)(go_len_out)) { go_fault(go_f, 88, (long)(go_t3), (long)(go_len_out), 1); return; }
-		out[go_t3] = ((long)((ulong)(((long)(((char)(n))))) + (ulong)(((long)(((ushort)(n)))))));
-		long go_t4 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(2L))));
-		if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 89, (long)(go_t4), (long)(go_len_out), 1); return; }
-		out[go_t4] = ((long)((((uint)(n)) * 3U)));
-		long go_t5 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(3L))));
-		if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 90, (long)(go_t5), (long)(go_len_out), 1); return; }
-		out[go_t5] = ((long)((((float)(x)) * 1000.0f)));
-		if ((ulong)(i) >= (ulong)(go_len_flags)) { go_fault(go_f, 91, (long)(i), (long)(go_len_flags), 1); return; }
-		flags[i] = ((((n > 0L) && (x != ((double)(n)))) || (n == 0L)));
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 136, (long)(i), (long)(go_len_a), 1); return; }
+			double x = a[i];
+			{
+				if (neg) {
+					x = (-x);
+				}
+			}
+			long n = ((long)(x));
+			long go_t2 = (long)(((long)((ulong)(4L) * (ulong)(i))));
+			if ((ulong)(go_t2) >= (ulong)(go_len_out)) { go_fault(go_f, 137, (long)(go_t2), (long)(go_len_out), 1); return; }
+			out[go_t2] = n;
+			long go_t3 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(1L))));
+			if ((ulong)(go_t3) >= (ulong)(go_len_out)) { go_fault(go_f, 138, (long)(go_t3), (long)(go_len_out), 1); return; }
+			out[go_t3] = ((long)((ulong)(((long)(((char)(n))))) + (ulong)(((long)(((ushort)(n)))))));
+			long go_t4 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(2L))));
+			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 139, (long)(go_t4), (long)(go_len_out), 1); return; }
+			out[go_t4] = ((long)((((uint)(n)) * 3U)));
+			long go_t5 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(3L))));
+			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 140, (long)(go_t5), (long)(go_len_out), 1); return; }
+			out[go_t5] = ((long)((((float)(x)) * 1000.0f)));
+			if ((ulong)(i) >= (ulong)(go_len_flags)) { go_fault(go_f, 141, (long)(i), (long)(go_len_flags), 1); return; }
+			flags[i] = ((((n > 0L) && (x != ((double)(n)))) || (n == 0L)));
+		}
 	}
 }
 
@@ -543,13 +856,23 @@ kernel void gather(global long *idx, global float *x, global float *out, long go
 	int go_fl = 0;
 	long go_t1 = go_len_idx;
 	go_fl = 2;
-	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long i = go_i;
-		if ((ulong)(i) >= (ulong)(go_len_idx)) { go_fault(go_f, 92, (long)(i), (long)(go_len_idx), 1); return; }
-		long go_t2 = (long)(idx[i]);
-		if ((ulong)(go_t2) >= (ulong)(go_len_x)) { go_fault(go_f, 93, (long)(go_t2), (long)(go_len_x), 1); return; }
-		if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 94, (long)(i), (long)(go_len_out), 1); return; }
-		out[i] = x[go_t2];
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_idx && go_t1 <= go_len_out) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			long go_t3 = (long)(idx[i_2]);
+			if ((ulong)(go_t3) >= (ulong)(go_len_x)) { go_fault(go_f, 149, (long)(go_t3), (long)(go_len_x), 1); return; }
+			out[i_2] = x[go_t3];
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_idx)) { go_fault(go_f, 146, (long)(i), (long)(go_len_idx), 1); return; }
+			long go_t2 = (long)(idx[i]);
+			if ((ulong)(go_t2) >= (ulong)(go_len_x)) { go_fault(go_f, 147, (long)(go_t2), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 148, (long)(i), (long)(go_len_out), 1); return; }
+			out[i] = x[go_t2];
+		}
 	}
 }
 
@@ -559,14 +882,24 @@ kernel void divide(global long *a, global long *b, global long *out, long go_len
 	int go_fl = 0;
 	long go_t1 = go_len_a;
 	go_fl = 2;
-	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long i = go_i;
-		if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 95, (long)(i), (long)(go_len_a), 1); return; }
-		if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 96, (long)(i), (long)(go_len_b), 1); return; }
-		long go_t2 = b[i];
-		if (go_t2 == 0) { go_fault(go_f, 97, (long)(0), (long)(0), 1); return; }
-		if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 98, (long)(i), (long)(go_len_out), 1); return; }
-		out[i] = (go_t2 == -1 ? (long)(-(ulong)(a[i])) : (long)(a[i] / go_t2));
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_a && go_t1 <= go_len_b && go_t1 <= go_len_out) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			long go_t3 = b[i_2];
+			if (go_t3 == 0) { go_fault(go_f, 154, (long)(0), (long)(0), 1); return; }
+			out[i_2] = (go_t3 == -1 ? (long)(-(ulong)(a[i_2])) : (long)(a[i_2] / go_t3));
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 150, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 151, (long)(i), (long)(go_len_b), 1); return; }
+			long go_t2 = b[i];
+			if (go_t2 == 0) { go_fault(go_f, 152, (long)(0), (long)(0), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 153, (long)(i), (long)(go_len_out), 1); return; }
+			out[i] = (go_t2 == -1 ? (long)(-(ulong)(a[i])) : (long)(a[i] / go_t2));
+		}
 	}
 }
 
@@ -576,13 +909,23 @@ kernel void gathercall(global long *idx, global float *x, global float *out, lon
 	int go_fl = 0;
 	long go_t1 = go_len_idx;
 	go_fl = 2;
-	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long i = go_i;
-		if ((ulong)(i) >= (ulong)(go_len_idx)) { go_fault(go_f, 100, (long)(i), (long)(go_len_idx), 1); return; }
-		float go_t2 = go_fn_at(x, go_len_x, idx[i], go_f, &go_fl);
-		if (go_fl & 1) return;
-		if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 101, (long)(i), (long)(go_len_out), 1); return; }
-		out[i] = go_t2;
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_idx && go_t1 <= go_len_out) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			float go_t3 = go_fn_at(x, go_len_x, idx[i_2], go_f, &go_fl);
+			if (go_fl & 1) return;
+			out[i_2] = go_t3;
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_idx)) { go_fault(go_f, 156, (long)(i), (long)(go_len_idx), 1); return; }
+			float go_t2 = go_fn_at(x, go_len_x, idx[i], go_f, &go_fl);
+			if (go_fl & 1) return;
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 157, (long)(i), (long)(go_len_out), 1); return; }
+			out[i] = go_t2;
+		}
 	}
 }
 
@@ -592,25 +935,195 @@ kernel void overflow(global int *a, global long *b, global int *out, long go_len
 	int go_fl = 0;
 	long go_t1 = go_len_a;
 	go_fl = 2;
-	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long i = go_i;
-		int r = 0;
-		{
-			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 102, (long)(i), (long)(go_len_a), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 103, (long)(i), (long)(go_len_a), 1); return; }
-			if ((((int)((uint)(a[i]) + (uint)(1))) > a[i])) {
-				r = ((int)(r | 1));
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_a && go_t1 <= go_len_b && go_t1 <= go_len_out) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			int r_2 = 0;
+			{
+				if ((((int)((uint)(a[i_2]) + (uint)(1))) > a[i_2])) {
+					r_2 = ((int)(r_2 | 1));
+				}
 			}
-		}
-		{
-			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 104, (long)(i), (long)(go_len_b), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 105, (long)(i), (long)(go_len_b), 1); return; }
-			if ((((long)(((long)((ulong)(b[i]) * (ulong)(2L))) / 2L)) == b[i])) {
-				r = ((int)(r | 2));
+			{
+				if ((((long)(((long)((ulong)(b[i_2]) * (ulong)(2L))) / 2L)) == b[i_2])) {
+					r_2 = ((int)(r_2 | 2));
+				}
 			}
+			out[i_2] = r_2;
 		}
-		if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 106, (long)(i), (long)(go_len_out), 1); return; }
-		out[i] = r;
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			int r = 0;
+			{
+				if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 158, (long)(i), (long)(go_len_a), 1); return; }
+				if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 159, (long)(i), (long)(go_len_a), 1); return; }
+				if ((((int)((uint)(a[i]) + (uint)(1))) > a[i])) {
+					r = ((int)(r | 1));
+				}
+			}
+			{
+				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 160, (long)(i), (long)(go_len_b), 1); return; }
+				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 161, (long)(i), (long)(go_len_b), 1); return; }
+				if ((((long)(((long)((ulong)(b[i]) * (ulong)(2L))) / 2L)) == b[i])) {
+					r = ((int)(r | 2));
+				}
+			}
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 162, (long)(i), (long)(go_len_out), 1); return; }
+			out[i] = r;
+		}
+	}
+}
+
+// structs is kernel "structs" (structs.go:44).
+kernel void structs(go_T_Params prm, global go_T_Particle *ps, global double *out, long go_len_ps, long go_len_out, global long *go_f)
+{
+	int go_fl = 0;
+	long go_t1 = go_len_ps;
+	go_fl = 2;
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_ps && go_t1 <= go_len_out) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			go_T_Particle p_2 = ps[i_2];
+			{
+				long go_t8 = (prm).Steps;
+				for (long go_k11 = 0; go_k11 < go_t8; go_k11++) {
+					go_T_Particle go_t12 = go_fn_kick(p_2, (prm).DT, go_f, &go_fl);
+					if (go_fl & 1) return;
+					p_2 = go_t12;
+				}
+			}
+			go_T_Particle go_t13 = go_zero_go_T_Particle();
+			go_t13.X = ((p_2).X * 2.0);
+			go_t13.M = ((p_2).M * (prm).Scale);
+			go_t13.Alive = ((p_2).ID > 0);
+			go_t13.ID = ((int)((uint)((p_2).ID) + (uint)(1)));
+			go_T_Particle q_2 = go_t13;
+			ps[i_2] = q_2;
+			ps[i_2].Y = ((p_2).Y - 1.0);
+			out[i_2] = ((q_2).X + ((double)((q_2).M)));
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 163, (long)(i), (long)(go_len_ps), 1); return; }
+			go_T_Particle p = ps[i];
+			{
+				long go_t2 = (prm).Steps;
+				for (long go_k5 = 0; go_k5 < go_t2; go_k5++) {
+					go_T_Particle go_t6 = go_fn_kick(p, (prm).DT, go_f, &go_fl);
+					if (go_fl & 1) return;
+					p = go_t6;
+				}
+			}
+			go_T_Particle go_t7 = go_zero_go_T_Particle();
+			go_t7.X = ((p).X * 2.0);
+			go_t7.M = ((p).M * (prm).Scale);
+			go_t7.Alive = ((p).ID > 0);
+			go_t7.ID = ((int)((uint)((p).ID) + (uint)(1)));
+			go_T_Particle q = go_t7;
+			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 164, (long)(i), (long)(go_len_ps), 1); return; }
+			ps[i] = q;
+			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 165, (long)(i), (long)(go_len_ps), 1); return; }
+			ps[i].Y = ((p).Y - 1.0);
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 166, (long)(i), (long)(go_len_out), 1); return; }
+			out[i] = ((q).X + ((double)((q).M)));
+		}
+	}
+}
+
+// fields is kernel "fields" (structs.go:60).
+kernel void fields(long g_N, global double *g_In, global double *g_Out, long go_len_g_In, long go_len_g_Out, global long *go_f)
+{
+	int go_fl = 0;
+	long go_t1 = g_N;
+	go_fl = 2;
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_g_In && go_t1 <= go_len_g_Out) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			g_Out[i_2] = (g_In[i_2] * ((double)(go_len_g_In)));
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_g_In)) { go_fault(go_f, 167, (long)(i), (long)(go_len_g_In), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_g_Out)) { go_fault(go_f, 168, (long)(i), (long)(go_len_g_Out), 1); return; }
+			g_Out[i] = (g_In[i] * ((double)(go_len_g_In)));
+		}
+	}
+}
+
+// chunks is kernel "chunks" (structs.go:69).
+kernel void chunks(global int *x, global long *out, long go_len_x, long go_len_out, global long *go_f)
+{
+	int go_fl = 0;
+	long go_t1 = go_len_x;
+	go_fl = 2;
+	if ((long)get_global_size(0) >= go_t1) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			go_T_offload_Chunk c;
+			c.Index = go_i; c.Count = go_t1; c.Lo = go_i; c.Hi = go_i + 1;
+			{
+				if (((((c).Index < 0L) || ((c).Index >= (c).Count)) || ((c).Lo > (c).Hi))) {
+					goto go_next; /* return: the chunk is done */
+				}
+			}
+			{
+				long i = (c).Lo;
+				for (; (i < (c).Hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+					if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 169, (long)(i), (long)(go_len_x), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 170, (long)(i), (long)(go_len_out), 1); return; }
+					out[i] = ((long)((ulong)(((long)((ulong)(((long)(x[i]))) * (ulong)(3L)))) + (ulong)(1L)));
+				}
+			}
+			go_next: ;
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			go_T_offload_Chunk c;
+			c.Index = go_i; c.Count = go_t1; c.Lo = go_i; c.Hi = go_i + 1;
+			{
+				if (((((c).Index < 0L) || ((c).Index >= (c).Count)) || ((c).Lo > (c).Hi))) {
+					goto go_next_l; /* return: the chunk is done */
+				}
+			}
+			{
+				long i = (c).Lo;
+				for (; (i < (c).Hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+					if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 169, (long)(i), (long)(go_len_x), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 170, (long)(i), (long)(go_len_out), 1); return; }
+					out[i] = ((long)((ulong)(((long)((ulong)(((long)(x[i]))) * (ulong)(3L)))) + (ulong)(1L)));
+				}
+			}
+			go_next_l: ;
+		}
+	}
+}
+
+// dim is kernel "dim" (structs.go:82).
+kernel void dim(global double *a, global double *b, global double *out, long go_len_a, long go_len_b, long go_len_out, global long *go_f)
+{
+	int go_fl = 0;
+	long go_t1 = go_len_a;
+	go_fl = 2;
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_a && go_t1 <= go_len_b && go_t1 <= go_len_out) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			out[i_2] = go_dim(a[i_2], b[i_2]);
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 171, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 172, (long)(i), (long)(go_len_b), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 173, (long)(i), (long)(go_len_out), 1); return; }
+			out[i] = go_dim(a[i], b[i]);
+		}
 	}
 }
 `
@@ -646,8 +1159,35 @@ var zzOffloadSites = []string{
 	"kernels.go:31: index",
 	"kernels.go:32: index",
 	"kernels.go:33: index",
+	"kernels.go:21: index",
+	"kernels.go:22: index",
+	"kernels.go:23: index",
+	"kernels.go:25: divide",
+	"kernels.go:25: index",
+	"kernels.go:26: divide",
+	"kernels.go:26: index",
+	"kernels.go:28: index",
+	"kernels.go:28: index",
+	"kernels.go:31: index",
+	"kernels.go:32: index",
+	"kernels.go:33: index",
 	"kernels.go:42: index",
 	"kernels.go:42: index",
+	"kernels.go:43: index",
+	"kernels.go:44: index",
+	"kernels.go:45: index",
+	"kernels.go:47: divide",
+	"kernels.go:47: index",
+	"kernels.go:48: divide",
+	"kernels.go:48: index",
+	"kernels.go:50: index",
+	"kernels.go:50: index",
+	"kernels.go:53: shift",
+	"kernels.go:53: index",
+	"kernels.go:54: shift",
+	"kernels.go:54: index",
+	"kernels.go:55: shift",
+	"kernels.go:55: index",
 	"kernels.go:43: index",
 	"kernels.go:44: index",
 	"kernels.go:45: index",
@@ -670,8 +1210,21 @@ var zzOffloadSites = []string{
 	"kernels.go:73: index",
 	"kernels.go:74: index",
 	"kernels.go:75: index",
+	"kernels.go:70: divide",
+	"kernels.go:72: index",
+	"kernels.go:73: index",
+	"kernels.go:74: index",
+	"kernels.go:75: index",
 	"kernels.go:86: index",
 	"kernels.go:86: index",
+	"kernels.go:87: index",
+	"kernels.go:88: index",
+	"kernels.go:89: index",
+	"kernels.go:90: index",
+	"kernels.go:91: index",
+	"kernels.go:92: index",
+	"kernels.go:93: index",
+	"kernels.go:94: index",
 	"kernels.go:87: index",
 	"kernels.go:88: index",
 	"kernels.go:89: index",
@@ -690,11 +1243,21 @@ var zzOffloadSites = []string{
 	"kernels.go:110: index",
 	"kernels.go:111: index",
 	"kernels.go:112: index",
+	"kernels.go:105: index",
+	"kernels.go:106: index",
+	"kernels.go:107: index",
+	"kernels.go:108: index",
+	"kernels.go:109: index",
+	"kernels.go:110: index",
+	"kernels.go:111: index",
+	"kernels.go:112: index",
 	"kernels.go:142: index",
 	"kernels.go:142: index",
 	"kernels.go:163: divide",
 	"kernels.go:164: divide",
 	"kernels.go:165: index",
+	"kernels.go:163: divide",
+	"kernels.go:164: divide",
 	"kernels.go:182: index",
 	"kernels.go:183: index",
 	"kernels.go:183: index",
@@ -708,6 +1271,11 @@ var zzOffloadSites = []string{
 	"kernels.go:208: index",
 	"kernels.go:209: index",
 	"kernels.go:210: index",
+	"kernels.go:206: index",
+	"kernels.go:207: index",
+	"kernels.go:208: index",
+	"kernels.go:209: index",
+	"kernels.go:219: index",
 	"kernels.go:219: index",
 	"kernels.go:219: index",
 	"kernels.go:219: index",
@@ -715,6 +1283,7 @@ var zzOffloadSites = []string{
 	"kernels.go:228: index",
 	"kernels.go:228: divide",
 	"kernels.go:228: index",
+	"kernels.go:228: divide",
 	"kernels.go:234: index",
 	"kernels.go:240: index",
 	"kernels.go:240: index",
@@ -723,6 +1292,17 @@ var zzOffloadSites = []string{
 	"kernels.go:255: index",
 	"kernels.go:255: index",
 	"kernels.go:258: index",
+	"structs.go:47: index",
+	"structs.go:52: index",
+	"structs.go:53: index",
+	"structs.go:54: index",
+	"structs.go:63: index",
+	"structs.go:63: index",
+	"structs.go:75: index",
+	"structs.go:75: index",
+	"structs.go:85: index",
+	"structs.go:85: index",
+	"structs.go:85: index",
 }
 
 func init() {
@@ -741,4 +1321,8 @@ func init() {
 	Divide.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "divide", zzOffloadSites)
 	GatherCall.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gathercall", zzOffloadSites)
 	Overflow.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "overflow", zzOffloadSites)
+	Structs.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "structs", zzOffloadSites)
+	Fields.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "fields", zzOffloadSites)
+	Chunks.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "chunks", zzOffloadSites)
+	Dim.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "dim", zzOffloadSites)
 }

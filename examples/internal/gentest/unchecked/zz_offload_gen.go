@@ -62,9 +62,17 @@ static void go_fn_stepRows(global double *next, long go_len_next, global double 
 kernel void unchecked_saxpy(long n, float a, global float *x, global float *y, long go_len_x, long go_len_y, global long *go_f)
 {
 	long go_t1 = n;
-	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long i = go_i;
-		y[i] = (y[i] + (a * x[i]));
+	if ((long)get_global_size(0) >= go_t1) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i = go_i;
+			y[i] = (y[i] + (a * x[i]));
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			y[i] = (y[i] + (a * x[i]));
+		}
 	}
 }
 
@@ -72,10 +80,19 @@ kernel void unchecked_saxpy(long n, float a, global float *x, global float *y, l
 kernel void unchecked_jacobi(global double *next, global double *cur, long cols, long rows, long go_len_next, long go_len_cur, global long *go_f)
 {
 	long go_t1 = rows;
-	for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
-		long lo = go_i;
-		long hi = go_i + 1;
-		go_fn_stepRows(next, go_len_next, cur, go_len_cur, cols, ((long)((ulong)(lo) + (ulong)(1L))), ((long)((ulong)(hi) + (ulong)(1L))));
+	if ((long)get_global_size(0) >= go_t1) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long lo = go_i;
+			long hi = go_i + 1;
+			go_fn_stepRows(next, go_len_next, cur, go_len_cur, cols, ((long)((ulong)(lo) + (ulong)(1L))), ((long)((ulong)(hi) + (ulong)(1L))));
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long lo = go_i;
+			long hi = go_i + 1;
+			go_fn_stepRows(next, go_len_next, cur, go_len_cur, cols, ((long)((ulong)(lo) + (ulong)(1L))), ((long)((ulong)(hi) + (ulong)(1L))));
+		}
 	}
 }
 `

@@ -48,7 +48,7 @@ var Strings = offload.MustKernel1("strings", func(ctx offload.Ctx, out offload.O
 })
 
 var Maps = offload.MustKernel1("maps", func(ctx offload.Ctx, out offload.Out[int]) {
-	m := map[int]int{} // want "a composite literal: not in the subset"
+	m := map[int]int{} // want "a composite literal of map[int]int: not in the subset (of a struct type)"
 	out[0] = m[1]
 })
 
@@ -61,8 +61,8 @@ var Closure = offload.MustKernel1("closure", func(ctx offload.Ctx, out offload.O
 	out[0] = f()
 })
 
-var Method = offload.MustKernel2("method", func(ctx offload.Ctx, p pair, out offload.Out[float32]) { // want "parameter 0 (refuse.pair): not in the subset"
-	out[0] = p.sum()
+var Method = offload.MustKernel2("method", func(ctx offload.Ctx, p pair, out offload.Out[float32]) {
+	out[0] = p.sum() // want "a method call (sum): not in the subset"
 })
 
 var Pointer = offload.MustKernel1("pointer", func(ctx offload.Ctx, out offload.Out[int]) {
@@ -163,4 +163,16 @@ var Fine = offload.MustKernel2("fine", func(ctx offload.Ctx, a float32, out offl
 			out[i] = a * float32(i)
 		}
 	})
+})
+
+var Anonymous = offload.MustKernel1("anonymous", func(ctx offload.Ctx, out offload.Out[int]) {
+	var s struct{ a int } // want "a variable s of an unnamed struct type: not in the subset"
+	out[0] = s.a
+})
+
+type holder struct{ p *int }
+
+var PointerField = offload.MustKernel1("pointerfield", func(ctx offload.Ctx, out offload.Out[int]) {
+	var h holder // want "struct holder: field p of type *int: not in the subset"
+	out[0] = *h.p
 })
