@@ -137,7 +137,7 @@ func (d *device) hello(img *plugin.Image, num int) error {
 	if err != nil {
 		return err
 	}
-	if err := statusErr(f.Status); err != nil {
+	if err := f.Status.Err(); err != nil {
 		return fmt.Errorf("the device refused the host: %w", err)
 	}
 	h, err := parseHello(f.Text)
@@ -185,7 +185,7 @@ func (d *device) dispatch(m *proto.Msg) error {
 	case *proto.SyncDone:
 		return d.answer(f.Seq, proto.Reply{Req: f.Seq, Status: f.Status}, m.Type)
 	case *proto.Event:
-		err := statusErr(f.Status)
+		err := f.Status.Err()
 		d.mu.Lock()
 		ev, implies, forget, ferr := d.st.Heard(f.Event, err)
 		if forget != nil {
@@ -271,7 +271,7 @@ func (d *device) lose(cause error) {
 	d.l.fail(err)
 	// What was registered is ours now: nothing registers after a loss.
 	for _, ch := range calls {
-		ch <- proto.Reply{Status: statusOf(err)}
+		ch <- proto.Reply{Status: proto.StatusOf(err)}
 	}
 	for _, ev := range events {
 		ev.ev.Fire(err)
@@ -365,7 +365,7 @@ func (d *device) call(frame func(id uint64) proto.Frame) (proto.Reply, error) {
 		return proto.Reply{}, err
 	}
 	r := d.await(ch)
-	if err := statusErr(r.Status); err != nil {
+	if err := r.Status.Err(); err != nil {
 		if errors.Is(err, plugin.ErrDeviceLost) {
 			return proto.Reply{}, err
 		}

@@ -1,7 +1,6 @@
 package remote
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -80,4 +79,4 @@ func checkImage(peer hello, img *plugin.Image, self string) error {
 
 // ErrMismatch is wrapped when a host and a device process run different code
 // (kernel tables or protocol versions differ); they are refused at hello.
-var ErrMismatch = errors.New("host and device do not match")
+var ErrMismatch = proto.ErrMismatch

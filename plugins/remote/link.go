@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
@@ -477,69 +476,3 @@ func (l *link) readErr(err error) error {
 func isClosedErr(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, errLinkClosed)
 }
-
-// Error codes carry plugin errors across the wire so errors.Is works on the
-// other side.
-var codes = []error{
-	nil,
-	plugin.ErrKernelFailed,
-	plugin.ErrBadPointer,
-	plugin.ErrBadKernel,
-	plugin.ErrOutOfMemory,
-	plugin.ErrBadHandle,
-	plugin.ErrUnsupported,
-	plugin.ErrNotRecorded,
-	plugin.ErrDeviceLost,
-	proto.ErrFrame,
-	ErrMismatch,
-	ErrAuth,
-}
-
-const codeOther = 255
-
-func errCode(err error) uint8 {
-	if err == nil {
-		return 0
-	}
-	for i, c := range codes {
-		if c != nil && errors.Is(err, c) {
-			return uint8(i)
-		}
-	}
-	return codeOther
-}
-
-// wireError is an error that came from the other side of a link.
-type wireError struct {
-	text  string
-	cause error
-}
-
-func (e *wireError) Error() string { return e.text }
-func (e *wireError) Unwrap() error { return e.cause }
-
-func decodeErr(code uint8, text string) error {
-	if code == 0 {
-		return nil
-	}
-	var cause error
-	if int(code) < len(codes) {
-		cause = codes[code]
-	}
-	text, kp := splitPanic(text)
-	if kp != nil && cause == plugin.ErrKernelFailed {
-		cause = kp // wraps ErrKernelFailed
-	}
-	return &wireError{text: text, cause: cause}
-}
-
-// statusOf is err as an answer carries it.
-func statusOf(err error) proto.Status {
-	if err == nil {
-		return proto.Status{}
-	}
-	return proto.Status{Code: errCode(err), Text: errText(err)} // Text: at most proto.MaxText
-}
-
-// statusErr is the error an answer's status carries, or nil.
-func statusErr(st proto.Status) error { return decodeErr(st.Code, st.Text) }

@@ -174,7 +174,7 @@ func TestUnknownEventsNotKept(t *testing.T) {
 	}
 	l.send(&proto.Sync{Queue: 1, Seq: 1})
 	m, err := l.r.ReadMsg()
-	if err != nil || m.Type != proto.TSyncDone || !errors.Is(decodeErr(m.Code, m.Text), plugin.ErrNotRecorded) {
+	if err != nil || m.Type != proto.TSyncDone || !errors.Is(proto.Status{Code: m.Code, Text: m.Text}.Err(), plugin.ErrNotRecorded) {
 		t.Fatalf("got %+v %v, want a sync answer with ErrNotRecorded", m, err)
 	}
 	s.emu.Lock()

@@ -108,7 +108,7 @@ func TestSessionBadLaunchArguments(t *testing.T) {
 	if err != nil || m.Type != proto.TSyncDone || m.ID != 7 {
 		t.Fatalf("got %+v, %v", m, err)
 	}
-	if err := decodeErr(m.Code, m.Text); !errors.Is(err, proto.ErrFrame) || !strings.Contains(err.Error(), "remote.malformed.k") {
+	if err := (proto.Status{Code: m.Code, Text: m.Text}).Err(); !errors.Is(err, proto.ErrFrame) || !strings.Contains(err.Error(), "remote.malformed.k") {
 		t.Errorf("sync error = %v, want the arguments' ErrFrame", err)
 	}
 	l.send(&proto.Info{Req: 8})
@@ -146,7 +146,7 @@ func TestSessionPushedSubmit(t *testing.T) {
 		if err != nil || m.Type != proto.TSyncDone || m.ID != id {
 			t.Fatalf("round %d: got %+v, %v", round, m, err)
 		}
-		err = decodeErr(m.Code, m.Text)
+		err = proto.Status{Code: m.Code, Text: m.Text}.Err()
 		if round == 0 && err != nil {
 			t.Fatalf("a pushed submit failed: %v", err)
 		}

@@ -251,7 +251,7 @@ func (ps *peers) tell(num int, id uint64, err error) {
 // without blocking (the waiting device hears a hand-off sooner), else by
 // the writer.
 func (ps *peers) send(p *peer, num int, id uint64, err error) {
-	if err2 := p.l.sendSoon(&proto.PeerEvent{Wait: id, Status: statusOf(err)}); err2 != nil {
+	if err2 := p.l.sendSoon(&proto.PeerEvent{Wait: id, Status: proto.StatusOf(err)}); err2 != nil {
 		ps.cannotTell(num, id, err2)
 	}
 }
@@ -368,7 +368,7 @@ func (ps *peers) serve(p *peer) error {
 				in = &incoming{size: int(f.Size), err: err, done: make(chan struct{})}
 			}
 			if f.Size == 0 {
-				p.l.sendSoon(&proto.XferDone{Xfer: f.Xfer, Status: statusOf(in.err)})
+				p.l.sendSoon(&proto.XferDone{Xfer: f.Xfer, Status: proto.StatusOf(in.err)})
 				continue
 			}
 			p.mu.Lock()
@@ -380,16 +380,16 @@ func (ps *peers) serve(p *peer) error {
 				return err
 			}
 			if in != nil { // written at once where the link takes it: no writer woken
-				p.l.sendSoon(&proto.XferDone{Xfer: f.Xfer, Status: statusOf(in.err)})
+				p.l.sendSoon(&proto.XferDone{Xfer: f.Xfer, Status: proto.StatusOf(in.err)})
 			}
 		case *proto.PeerEvent:
-			ps.fired(p.num, f.Wait, statusErr(f.Status))
+			ps.fired(p.num, f.Wait, f.Status.Err())
 		case *proto.XferDone:
 			ch, _ := take(&p.mu, p.waiting, f.Xfer)
 			if ch == nil {
 				return fmt.Errorf("%w: confirmation of unknown exchange %d", proto.ErrFrame, f.Xfer)
 			}
-			ch <- statusErr(f.Status)
+			ch <- f.Status.Err()
 		default:
 			return fmt.Errorf("%w: unexpected %s frame from device %d", proto.ErrFrame, m.Type, p.num)
 		}

@@ -314,7 +314,7 @@ func (q *queue) hold(err error) {
 	}
 }
 
-func answer(r proto.Reply) error { return statusErr(r.Status) }
+func answer(r proto.Reply) error { return r.Status.Err() }
 
 func (q *queue) Synchronize() error {
 	if q.query != nil { // a Query's mark is out: its answer comes first

@@ -222,7 +222,7 @@ func (s *session) hello() error {
 }
 
 func (s *session) refuse(err error) error {
-	s.l.send(&proto.Hello{Status: statusOf(err)})
+	s.l.send(&proto.Hello{Status: proto.StatusOf(err)})
 	return err
 }
 
@@ -247,7 +247,7 @@ func (s *session) event(id uint64) *opqueue.Event {
 }
 
 func (s *session) reply(id uint64, value uint64, text string, err error) error {
-	st := statusOf(err)
+	st := proto.StatusOf(err)
 	if err == nil {
 		st.Text = text
 	}
@@ -363,7 +363,7 @@ func (s *session) handle(m *proto.Msg, gen uint64) error {
 		qid, seq := f.Queue, f.Seq
 		answer := func(failed error) error {
 			s.forgetStops(qid)
-			return s.l.sendSoon(&proto.SyncDone{Queue: qid, Seq: seq, Status: statusOf(failed)})
+			return s.l.sendSoon(&proto.SyncDone{Queue: qid, Seq: seq, Status: proto.StatusOf(failed)})
 		}
 		return s.queue(qid).MarkHere(true, answer)
 	}
@@ -418,7 +418,7 @@ func (s *session) record(f *proto.Record) error {
 		s.emu.Unlock()
 		ev.Fire(failed)
 		s.tell(now)
-		return s.l.sendSoon(&proto.Event{Event: id, Status: statusOf(failed)})
+		return s.l.sendSoon(&proto.Event{Event: id, Status: proto.StatusOf(failed)})
 	}
 	return s.queue(f.Queue).MarkHere(false, fire)
 }

@@ -30,7 +30,7 @@ const (
 )
 
 // ErrAuth is wrapped when a host and a TCP device do not share the secret.
-var ErrAuth = errors.New("authentication failed")
+var ErrAuth = proto.ErrAuth
 
 func init() {
 	plugin.RegisterKind(plugin.Kind{
@@ -197,7 +197,7 @@ func authHost(conn io.ReadWriter, secret string) error {
 	if err != nil {
 		return fmt.Errorf("%w: the device closed the connection: %v", ErrAuth, err)
 	}
-	if err := statusErr(m.Status); err != nil {
+	if err := m.Status.Err(); err != nil {
 		return fmt.Errorf("the device refused the host: %w", err)
 	}
 	got, err := hex.DecodeString(m.Text)
@@ -219,7 +219,7 @@ func authDevice(conn io.ReadWriter, secret string, gate *proofGate) error {
 		return fmt.Errorf("reading the host's proof: %w", err)
 	}
 	if err := gate.allow(); err != nil {
-		writeAuth(conn, &proto.Auth{Status: statusOf(err)})
+		writeAuth(conn, &proto.Auth{Status: proto.StatusOf(err)})
 		return err
 	}
 	f := strings.Fields(m.Text)
@@ -231,7 +231,7 @@ func authDevice(conn io.ReadWriter, secret string, gate *proofGate) error {
 	if len(nh) != 32 || !hmac.Equal(proof, mac(secret, "host", nd)) {
 		gate.failed()
 		err := fmt.Errorf("%w: the host did not prove the shared secret (GOFFLOAD_SECRET differs or is unset)", ErrAuth)
-		writeAuth(conn, &proto.Auth{Status: statusOf(err)})
+		writeAuth(conn, &proto.Auth{Status: proto.StatusOf(err)})
 		return err
 	}
 	return writeAuth(conn, &proto.Auth{Status: proto.Status{Text: hex.EncodeToString(mac(secret, "device", nh))}})

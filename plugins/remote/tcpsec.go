@@ -276,7 +276,7 @@ func (s *tcpSecurity) hostHandshake(conn net.Conn, addr string) (net.Conn, error
 		}
 		return nil, fmt.Errorf("reading the device's proof: %w", explainTLS(err, s.ca != nil))
 	}
-	if err := statusErr(m.Status); err != nil {
+	if err := m.Status.Err(); err != nil {
 		return nil, fmt.Errorf("the device refused the host: %w", err)
 	}
 	want, err := s.proof("device", cs)
@@ -313,7 +313,7 @@ func (s *tcpSecurity) deviceHandshake(conn net.Conn, gate *proofGate) (net.Conn,
 		return nil, fmt.Errorf("reading the host's proof: %w", explainTLS(err, s.ca != nil))
 	}
 	if err := gate.allow(); err != nil {
-		writeAuth(tc, &proto.Auth{Status: statusOf(err)})
+		writeAuth(tc, &proto.Auth{Status: proto.StatusOf(err)})
 		return nil, err
 	}
 	want, err := s.proof("host", cs)
@@ -324,7 +324,7 @@ func (s *tcpSecurity) deviceHandshake(conn net.Conn, gate *proofGate) (net.Conn,
 	if derr != nil || !hmac.Equal(got, want) {
 		gate.failed()
 		err := fmt.Errorf("%w: the host did not prove the shared secret over this TLS session (GOFFLOAD_SECRET differs or is unset, or a relay stands between)", ErrAuth)
-		writeAuth(tc, &proto.Auth{Status: statusOf(err)})
+		writeAuth(tc, &proto.Auth{Status: proto.StatusOf(err)})
 		return nil, err
 	}
 	mine, err := s.proof("device", cs)

@@ -1,4 +1,4 @@
-package remote
+package proto
 
 import (
 	"errors"
@@ -8,7 +8,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/goffload/offload/plugin"
-	"github.com/goffload/offload/plugins/remote/proto"
 )
 
 // TestPanicOnTheWire: a kernel panic crosses a link with its fields, so the
@@ -19,8 +18,8 @@ func TestPanicOnTheWire(t *testing.T) {
 	for _, stack := range []string{kp.Stack, strings.Repeat("main.k()\n\t/src/k.go:3 +0x1\n", 10000)} {
 		kp.Stack = stack
 		sent := fmt.Errorf("local device 0 (pid 1): %w", kp)
-		m := statusOf(sent)
-		if len(m.Text) > proto.MaxText {
+		m := StatusOf(sent)
+		if len(m.Text) > MaxText {
 			t.Fatalf("text of %d bytes, over MaxText", len(m.Text))
 		}
 		got := decodeErr(m.Code, m.Text)
@@ -45,7 +44,7 @@ func TestPanicOnTheWire(t *testing.T) {
 // the text, and the error's own text never holds the marker.
 func FuzzDecodeErr(f *testing.F) {
 	kp := &plugin.KernelPanic{Kernel: "k", Value: "v", At: "k.go:3", Stack: "main.k()\n"}
-	f.Add(uint8(0), statusOf(fmt.Errorf("device 1: %w", kp)).Text)
+	f.Add(uint8(0), StatusOf(fmt.Errorf("device 1: %w", kp)).Text)
 	f.Add(uint8(1), "plain text")
 	f.Add(uint8(2), "x"+panicMark+"{\"kernel\":")
 	f.Add(uint8(3), panicMark+panicMark+"{}")
