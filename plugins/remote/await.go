@@ -10,7 +10,7 @@ package remote
 // ring (internal/waitpoll's budget, parking at once when preempted), and
 // when the ring holds frames it takes the read lock and reads and
 // dispatches them itself, its own answer among them; the link's reader,
-// which waits between frames without the lock (shmConn.awaitReadable),
+// which waits between frames without the lock (transport.Poller's AwaitReadable),
 // parks at once meanwhile, so that one goroutine of the process polls. The
 // reader is never woken for the caller: it stays parked on the doorbell,
 // which the other side does not ring while the caller polls (rPolled), and
@@ -21,6 +21,7 @@ import (
 
 	"github.com/goffload/offload/internal/waitpoll"
 	"github.com/goffload/offload/plugins/remote/proto"
+	"github.com/goffload/offload/plugins/remote/transport"
 )
 
 // await waits for the answer ch brings: on a shared-memory link by
@@ -31,7 +32,7 @@ func (d *device) await(ch chan proto.Reply) proto.Reply {
 	if sc == nil || !d.polling.CompareAndSwap(false, true) {
 		return <-ch
 	}
-	sc.setPolled(true)
+	sc.SetPolled(true)
 	var r proto.Reply
 	// The caller reads until its own answer is in (ch has room for one),
 	// not until the link is drained: behind it may come a bulk transfer's
@@ -53,7 +54,7 @@ func (d *device) await(ch chan proto.Reply) proto.Reply {
 	})
 	// The doorbell rings again for frames written from now on; what came
 	// before, unrung, is the reader's: it is woken for it.
-	sc.setPolled(false)
+	sc.SetPolled(false)
 	d.polling.Store(false)
 	if !got {
 		d.readIfAny(answered)
@@ -74,13 +75,13 @@ func (d *device) handBack() {
 		if d.l.br.Buffered() {
 			d.readHere(func() bool { return !d.l.br.Buffered() })
 		}
-		left := d.sc.readable()
+		left := d.sc.Readable()
 		d.readMu.Unlock()
 		if !left {
 			return
 		}
 	}
-	d.sc.kick()
+	d.sc.Kick()
 }
 
 // readIfAny reads and dispatches what the link holds, if anything and if
@@ -89,11 +90,11 @@ func (d *device) handBack() {
 // (the rest of the frame came while the doorbell was off, rPolled), and it
 // polls when kicked.
 func (d *device) readIfAny(stop func() bool) {
-	if !d.sc.readable() {
+	if !d.sc.Readable() {
 		return
 	}
 	if !d.readMu.TryLock() {
-		d.sc.kick()
+		d.sc.Kick()
 		return
 	}
 	d.readHere(stop)
@@ -105,9 +106,9 @@ func (d *device) readIfAny(stop func() bool) {
 // reads poll rather than park on the doorbell (the reader may be parked
 // there).
 func (d *device) readHere(stop func() bool) {
-	d.sc.pollOnly = true
-	defer func() { d.sc.pollOnly = false }()
-	for d.l.br.Buffered() || d.sc.readable() {
+	d.sc.SetPollOnly(true)
+	defer d.sc.SetPollOnly(false)
+	for d.l.br.Buffered() || d.sc.Readable() {
 		m, err := d.l.r.ReadMsg()
 		if err == nil {
 			err = d.dispatch(m)
@@ -137,18 +138,17 @@ func (d *device) readFailed(err error) {
 // (waited for without the lock, so that a polling caller can read it).
 func (d *device) awaitFrame() {
 	d.readMu.Lock()
-	for d.sc != nil && !d.l.br.Buffered() && !d.sc.readable() {
+	for d.sc != nil && !d.l.br.Buffered() && !d.sc.Readable() {
 		d.l.release() // before waiting, as linkReader.ReadMsg does
 		d.readMu.Unlock()
-		d.sc.awaitReadable(d.polling.Load)
+		d.sc.AwaitReadable(d.polling.Load)
 		d.readMu.Lock()
 	}
 }
 
-// shmOf is l's shared memory, or nil if l is not a shared-memory link.
-func shmOf(l *link) *shmConn {
-	if st, ok := l.t.(*streamTransport); ok {
-		return st.shm
-	}
-	return nil
+// pollerOf is l's transport if it can be polled by any goroutine
+// (transport.Poller: a shared-memory link), else nil.
+func pollerOf(l *link) transport.Poller {
+	p, _ := l.t.(transport.Poller)
+	return p
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/goffload/offload/plugin/optrace"
 	"github.com/goffload/offload/plugins/remote/proto"
 	"github.com/goffload/offload/plugins/remote/state"
+	"github.com/goffload/offload/plugins/remote/transport"
 )
 
 // device is the host side of a remote device: it turns plugin calls into
@@ -89,7 +90,7 @@ type device struct {
 	// waiting for an answer polls it and reads (await). readMu is held by
 	// whoever reads and dispatches frames: the reader, or such a caller;
 	// polling says a caller polls.
-	sc      *shmConn
+	sc      transport.Poller
 	readMu  sync.Mutex
 	polling atomic.Bool
 }
@@ -97,7 +98,7 @@ type device struct {
 func newDevice(l *link, kind, name string) *device {
 	d := &device{
 		l:          l,
-		sc:         shmOf(l),
+		sc:         pollerOf(l),
 		kind:       kind,
 		rank:       -1,
 		readerDone: make(chan struct{}),

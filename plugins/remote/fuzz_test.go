@@ -6,8 +6,10 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -106,7 +108,7 @@ func FuzzSession(f *testing.F) {
 				}
 			}
 		}()
-		conn := l.t.(*streamTransport).conn
+		conn := hostConn(l)
 		conn.Write(tame(data))
 		conn.(*net.UnixConn).CloseWrite()
 		select {
@@ -261,6 +263,50 @@ func FuzzParseHello(f *testing.F) {
 		}
 		if h.count < 0 || len(h.digest) != 16 || h.timeout < -1 || h.timeout > maxHelloTimeout {
 			t.Fatalf("parseHello(%q) = %+v", s, h)
+		}
+	})
+}
+
+// FuzzParseIntro: an introduction from the host, any text with one or two
+// descriptors, is accepted only in its two forms, and a refused one closes
+// the descriptors it came with.
+func FuzzParseIntro(f *testing.F) {
+	f.Add([]byte("peer 3"), false)
+	f.Add([]byte("peer 3 shm 1"), true)
+	f.Add([]byte("peer 3 shm 2"), true)
+	f.Add([]byte("peer -1"), false)
+	f.Add([]byte("peer 3 shm 0"), false)
+	f.Fuzz(func(t *testing.T, text []byte, two bool) {
+		var fds []int
+		for range map[bool]int{false: 1, true: 2}[two] {
+			fd, err := syscall.Open("/dev/null", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+			if err != nil {
+				t.Skip(err)
+			}
+			fds = append(fds, fd)
+		}
+		in, err := parseIntro(text, syscall.UnixRights(fds...))
+		open := func(fd int) bool {
+			_, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0)
+			return errno != syscall.EBADF
+		}
+		if err != nil {
+			for _, fd := range fds {
+				if open(fd) {
+					syscall.Close(fd)
+					t.Fatalf("%q refused (%v) but descriptor %d left open", text, err, fd)
+				}
+			}
+			return
+		}
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
+		s, ok := strings.CutPrefix(string(text), "peer ")
+		num, _, _ := strings.Cut(s, " ")
+		n, nerr := strconv.Atoi(num)
+		if !ok || nerr != nil || n != in.num || in.num < 0 || (in.shm >= 0) != two || in.fd != fds[0] || (two && (in.shmFD != fds[1] || in.shm > 1)) {
+			t.Fatalf("%q with %d descriptors: accepted as %+v", text, len(fds), in)
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload/plugins/remote/proto"
+	"github.com/goffload/offload/plugins/remote/stream"
 )
 
 // TestReaderAnswersABatchInOneWrite: frames that arrive together are
@@ -24,7 +25,7 @@ func TestReaderAnswersABatchInOneWrite(t *testing.T) {
 	}
 	// The whole batch is in the socket before the device reads any of it:
 	// a reader that raced the write could find it in pieces.
-	host := newStreamTransport(b)
+	host := stream.New(b)
 	before := dev.writes.Load()
 	if err := host.WriteFrames(batch); err != nil {
 		t.Fatal(err)

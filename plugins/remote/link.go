@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/goffload/offload/plugins/remote/proto"
+	"github.com/goffload/offload/plugins/remote/stream"
+	"github.com/goffload/offload/plugins/remote/transport"
 )
 
 // A link is one connection between two processes of the program (host and
@@ -26,12 +28,13 @@ import (
 // that has written nothing for a while, and the link fails when nothing at
 // all came from the other side for the device timeout.
 type link struct {
-	t    Transport
-	frag int            // the largest data fragment: proto.Fragment, or what t asks
-	tw   tryWriter      // t, if it can write without blocking; else nil
-	hw   holdingWriter  // t, if its tries may hold bytes back for the writer; else nil
-	br   bufferedReader // t, if it can tell that it read frames ahead; else nil
-	r    linkReader     // reads frames, skipping pings: the reader's only way in
+	t    transport.Transport
+	frag int                 // the largest data fragment: proto.Fragment, or what t asks
+	tw   transport.TryWriter // t, if it can write without blocking; else nil
+	hw   transport.Holder    // t, if its tries may hold bytes back for the writer; else nil
+	br   transport.Buffered  // t, if it can tell that it read frames ahead; else nil
+	kr   transport.Kicker    // t, if its parked reader can be kicked; else nil
+	r    linkReader          // reads frames, skipping pings: the reader's only way in
 
 	mu      sync.Mutex
 	wake    *sync.Cond
@@ -58,14 +61,15 @@ type outgoing struct {
 }
 
 // startLink starts a link on t.
-func startLink(t Transport) *link {
+func startLink(t transport.Transport) *link {
 	l := &link{t: t, closed: make(chan struct{}), frag: proto.Fragment}
-	if f, ok := t.(interface{ FragmentSize() int }); ok {
+	if f, ok := t.(transport.FragmentSizer); ok {
 		l.frag = f.FragmentSize()
 	}
-	l.tw, _ = t.(tryWriter)
-	l.hw, _ = t.(holdingWriter)
-	l.br, _ = t.(bufferedReader)
+	l.tw, _ = t.(transport.TryWriter)
+	l.hw, _ = t.(transport.Holder)
+	l.br, _ = t.(transport.Buffered)
+	l.kr, _ = t.(transport.Kicker)
 	l.r = linkReader{l}
 	l.wake = sync.NewCond(&l.mu)
 	go l.write()
@@ -73,7 +77,7 @@ func startLink(t Transport) *link {
 }
 
 // newLink starts a link on a socket.
-func newLink(conn net.Conn) *link { return startLink(newStreamTransport(conn)) }
+func newLink(conn net.Conn) *link { return startLink(stream.New(conn)) }
 
 // put queues f, without waking the writer: a queue's operations go out
 // together when it records an event or sends a mark.
@@ -206,20 +210,15 @@ func (l *link) wakeIfWork() {
 	}
 }
 
-// holdingWriter is a tryWriter whose TryWriteFrames may take frames whole
-// but hold back some of their bytes (a TLS record that the socket had no
-// room for all of): the link's writer writes them, with WriteFrames, before
-// anything else.
-type holdingWriter interface{ held() bool }
-
 // held reports whether the transport holds bytes back for the writer.
-func (l *link) held() bool { return l.hw != nil && l.hw.held() }
+func (l *link) held() bool { return l.hw != nil && l.hw.Held() }
 
 // kick makes the link's reader, if it parked waiting for a frame, poll for
-// its spin budget again (a shared-memory link; a no-op on others).
+// its spin budget again (a transport.Kicker: a shared-memory link; a
+// no-op on others).
 func (l *link) kick() {
-	if st, ok := l.t.(*streamTransport); ok && st.shm != nil {
-		st.shm.kick()
+	if l.kr != nil {
+		l.kr.Kick()
 	}
 }
 

@@ -38,11 +38,6 @@ func (r linkReader) ReadMsg() (*proto.Msg, error) {
 	}
 }
 
-// bufferedReader is a Transport that can tell whether its next ReadMsg
-// returns without waiting: frames it read already. Only its reader calls
-// Buffered.
-type bufferedReader interface{ Buffered() bool }
-
 // hold makes sendSoon leave what it is asked to write queued, until
 // release: the link's reader calls it while it has more frames to handle.
 func (l *link) hold() {

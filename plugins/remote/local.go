@@ -18,6 +18,8 @@ import (
 	"github.com/goffload/offload/internal/waitpoll"
 	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugins/remote/shm"
+	"github.com/goffload/offload/plugins/remote/stream"
 )
 
 // Environment of a device process, set by the host that starts it.
@@ -108,7 +110,7 @@ func procsChanged(delta int64) {
 
 // spawn starts a device process of exe connected by an inherited socket.
 func spawn(exe, cores string, crowded bool) (*device, error) {
-	fds, err := socketpair()
+	fds, err := stream.SocketPair()
 	if err != nil {
 		return nil, fmt.Errorf("socketpair: %w", err)
 	}
@@ -130,7 +132,7 @@ func spawn(exe, cores string, crowded bool) (*device, error) {
 	if localLink() == "shm" {
 		// Where memfd_create is refused (an old kernel, a seccomp filter),
 		// the device's link stays on the socket.
-		if shmFile, err = newShmFile(); err == nil {
+		if shmFile, err = shm.NewFile(); err == nil {
 			defer shmFile.Close()
 		}
 	}
@@ -267,30 +269,10 @@ func forker() {
 	}
 }
 
-// SocketPair returns a connected pair of Unix stream sockets (close-on-exec
-// descriptors) set up as a local device's link is: buffers of 4 MiB (the
-// default ~200 KiB makes a large transfer sleep and wake hundreds of
-// times). bench's raw baselines use it, so that they measure the same
-// sockets as the transport.
-func SocketPair() ([2]int, error) { return socketpair() }
-
-// socketpair is SocketPair.
-func socketpair() ([2]int, error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fds, err
-	}
-	for _, fd := range fds {
-		syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_SNDBUF, 4<<20)
-		syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<20)
-	}
-	return fds, nil
-}
-
 // unixPair returns a connected pair of Unix sockets: ours as a UnixConn, the
 // other as a file to hand to a child.
 func unixPair() (*net.UnixConn, *os.File, error) {
-	fds, err := socketpair()
+	fds, err := stream.SocketPair()
 	if err != nil {
 		return nil, nil, fmt.Errorf("socketpair: %w", err)
 	}
@@ -337,4 +319,14 @@ func (p *prefixWriter) emit(line []byte) {
 		prefix = "[device " + strconv.FormatInt(n, 10) + "] "
 	}
 	p.w.Write(append([]byte(prefix), line...))
+}
+
+// newShmLink starts a link over the shared memory of file fd, as side, with
+// bell its doorbell (shm.New).
+func newShmLink(fd, side int, bell net.Conn, endWhat string) (*link, error) {
+	t, err := shm.New(fd, side, bell, endWhat)
+	if err != nil {
+		return nil, err
+	}
+	return startLink(t), nil
 }

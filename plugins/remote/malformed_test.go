@@ -5,12 +5,14 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
+	"github.com/goffload/offload/plugins/remote/stream"
 )
 
 var (
@@ -21,7 +23,7 @@ var (
 // socketPair returns two connected Unix stream sockets.
 func socketPair(t *testing.T) (net.Conn, net.Conn) {
 	t.Helper()
-	fds, err := socketpair()
+	fds, err := stream.SocketPair()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,6 +35,16 @@ func socketPair(t *testing.T) (net.Conn, net.Conn) {
 // startSession serves a device session on one end of a socket pair and
 // greets it from the other; it returns the host's link and the session's
 // result.
+// hostConns holds the host's socket of each link startSessionOf made, for
+// tests that write the device raw bytes.
+var hostConns sync.Map // *link → net.Conn
+
+// hostConn is the host's socket under l, a link of startSessionOf.
+func hostConn(l *link) net.Conn {
+	c, _ := hostConns.Load(l)
+	return c.(net.Conn)
+}
+
 func startSession(t *testing.T) (*link, chan error) {
 	_, l, done := startSessionOf(t)
 	return l, done
@@ -47,6 +59,7 @@ func startSessionOf(t *testing.T) (*session, *link, chan error) {
 	done := make(chan error, 1)
 	go func() { done <- s.serve() }()
 	l := newLink(host)
+	hostConns.Store(l, host)
 	if err := l.send(&proto.Hello{Status: proto.Status{Text: helloText(img)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +94,7 @@ func TestSessionRefusesMalformedFrames(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			l, done := startSession(t)
-			if _, err := l.t.(*streamTransport).conn.Write(frame); err != nil {
+			if _, err := hostConn(l).Write(frame); err != nil {
 				t.Fatal(err)
 			}
 			select {

@@ -14,6 +14,7 @@ import (
 	"github.com/goffload/offload/internal/mpi"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
+	"github.com/goffload/offload/plugins/remote/transport"
 )
 
 // The tags of raw MPI baselines for benchmarks (MPIRaw): the host's request
@@ -71,7 +72,7 @@ func mpiWorldInit() (*mpiWorld, error) {
 			world.err = fmt.Errorf("starting MPI: %w", err)
 			return
 		}
-		e.SetQuiet(func() bool { return computing.Load() > 0 })
+		e.SetQuiet(transport.Computing)
 		host, err := parseHostRank(os.Getenv(envHostRank), e.Size())
 		if err != nil {
 			world.err = err

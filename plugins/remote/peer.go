@@ -14,6 +14,8 @@ import (
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/opqueue"
 	"github.com/goffload/offload/plugins/remote/proto"
+	"github.com/goffload/offload/plugins/remote/shm"
+	"github.com/goffload/offload/plugins/remote/stream"
 )
 
 // Device-to-device transfers go straight between the two device processes.
@@ -423,7 +425,7 @@ func introduce(a, b *device) error {
 	if introductions.done[key] {
 		return nil
 	}
-	fds, err := socketpair()
+	fds, err := stream.SocketPair()
 	if err != nil {
 		return err
 	}
@@ -435,7 +437,7 @@ func introduce(a, b *device) error {
 	introA, introB := fmt.Sprintf("peer %d", b.num), fmt.Sprintf("peer %d", a.num)
 	rightsA, rightsB := syscall.UnixRights(fds[0]), syscall.UnixRights(fds[1])
 	if localLink() == "shm" {
-		if f, err := newShmFile(); err == nil {
+		if f, err := shm.NewFile(); err == nil {
 			defer f.Close()
 			introA, introB = introA+" shm 0", introB+" shm 1"
 			rightsA, rightsB = syscall.UnixRights(fds[0], int(f.Fd())), syscall.UnixRights(fds[1], int(f.Fd()))

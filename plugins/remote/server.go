@@ -17,6 +17,7 @@ import (
 	"github.com/goffload/offload/plugin/opqueue"
 	"github.com/goffload/offload/plugins/remote/proto"
 	"github.com/goffload/offload/plugins/remote/state"
+	"github.com/goffload/offload/plugins/remote/transport"
 )
 
 // session serves one host on one link: the device side of the protocol.
@@ -465,9 +466,9 @@ func (s *session) launch(f *proto.Launch, gen uint64) error {
 	// (the reader that ran it kicks once it has answered what was queued
 	// behind it: a kick wakes a goroutine, and with it a sleeping thread).
 	call := func(launch func() error, idle *bool) error {
-		computing.Add(1)
+		transport.KernelStarted()
 		defer func() {
-			if computing.Add(-1) == 0 {
+			if transport.KernelEnded() {
 				// The host's next frame comes soon: a reader that
 				// parked while the kernel computed polls for it, rather
 				// than pay a wake-up from the doorbell.

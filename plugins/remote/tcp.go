@@ -5,7 +5,6 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
+	"github.com/goffload/offload/plugins/remote/stream"
 )
 
 // Environment of TCP devices.
@@ -106,12 +106,7 @@ func checkTCPAddr(addr string) error {
 }
 
 // sessionLink starts the link of an authenticated TCP session.
-func sessionLink(c net.Conn) *link {
-	if tc, ok := c.(*tls.Conn); ok {
-		return startLink(newTLSTransport(tc))
-	}
-	return newLink(c)
-}
+func sessionLink(c net.Conn) *link { return startLink(stream.Session(c)) }
 
 // plainNotice says on stderr that the session with what goes in the
 // clear, as the user asked.

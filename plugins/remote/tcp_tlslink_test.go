@@ -8,6 +8,8 @@ import (
 
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
+	"github.com/goffload/offload/plugins/remote/stream"
+	"github.com/goffload/offload/plugins/remote/transport"
 )
 
 // TestTLSLinkBusyBothWays: over a protected session, 8 MiB transfers
@@ -20,7 +22,7 @@ func TestTLSLinkBusyBothWays(t *testing.T) {
 	ln := listenLoopback(t)
 	startTCP(t, ln, 5*time.Second, security(t, false))
 	d := openHonest(t, ln.Addr().String())
-	if _, ok := d.(*device).l.t.(*tlsTransport); !ok {
+	if _, ok := d.(*device).l.t.(transport.Holder); !ok {
 		t.Fatalf("not a TLS link: %T", d.(*device).l.t)
 	}
 	const big = 8 << 20
@@ -87,11 +89,11 @@ func TestTLSLinkBusyBothWays(t *testing.T) {
 }
 
 // tlsPair is a TLS session over a socket pair, both ends' transports.
-func tlsPair(t *testing.T) (host, dev *tlsTransport) {
+func tlsPair(t *testing.T) (host, dev transport.Transport) {
 	t.Helper()
 	a, b := socketPair(t)
 	sec := security(t, false)
-	ua, ub := &underTLS{Conn: a}, &underTLS{Conn: b}
+	ua, ub := stream.Under(a), stream.Under(b)
 	ca, cb := sec.client(ua, "pair:0"), sec.server(ub)
 	errs := make(chan error, 1)
 	go func() { errs <- cb.Handshake() }()
@@ -101,9 +103,9 @@ func tlsPair(t *testing.T) (host, dev *tlsTransport) {
 	if err := <-errs; err != nil {
 		t.Fatal(err)
 	}
-	ua.spin()
-	ub.spin()
-	return newTLSTransport(ca), newTLSTransport(cb)
+	ua.Spin()
+	ub.Spin()
+	return stream.NewTLS(ca), stream.NewTLS(cb)
 }
 
 // TestTLSLinkHoldsBack: a link whose other side reads nothing answers

@@ -39,11 +39,10 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/goffload/offload/plugins/remote/proto"
+	"github.com/goffload/offload/plugins/remote/stream"
 )
 
 // Environment of TCP sessions' protection.
@@ -251,10 +250,10 @@ func (s *tcpSecurity) hostHandshake(conn net.Conn, addr string) (net.Conn, error
 	if s.plain {
 		return conn, authHost(conn, s.secret)
 	}
-	under := &underTLS{Conn: conn}
+	under := stream.Under(conn)
 	tc := s.client(under, addr)
 	if err := tc.Handshake(); err != nil {
-		return nil, fmt.Errorf("TLS handshake: %w", explainTLS(err, s.ca != nil))
+		return nil, fmt.Errorf("TLS handshake: %w", stream.ExplainTLS(err, s.ca != nil))
 	}
 	cs := tc.ConnectionState()
 	mine, err := s.proof("host", cs)
@@ -272,9 +271,9 @@ func (s *tcpSecurity) hostHandshake(conn net.Conn, addr string) (net.Conn, error
 		var op *net.OpError
 		if errors.As(err, &op) && op.Op == "remote error" {
 			// In TLS 1.3 a device refuses a host's certificate after the host's handshake is done.
-			return nil, fmt.Errorf("TLS handshake: %w", explainTLS(err, s.ca != nil))
+			return nil, fmt.Errorf("TLS handshake: %w", stream.ExplainTLS(err, s.ca != nil))
 		}
-		return nil, fmt.Errorf("reading the device's proof: %w", explainTLS(err, s.ca != nil))
+		return nil, fmt.Errorf("reading the device's proof: %w", stream.ExplainTLS(err, s.ca != nil))
 	}
 	if err := m.Status.Err(); err != nil {
 		return nil, fmt.Errorf("the device refused the host: %w", err)
@@ -287,7 +286,7 @@ func (s *tcpSecurity) hostHandshake(conn net.Conn, addr string) (net.Conn, error
 	if err != nil || !hmac.Equal(got, want) {
 		return nil, fmt.Errorf("%w: the device did not prove the shared secret over this TLS session (GOFFLOAD_SECRET differs, or a relay stands between)", ErrAuth)
 	}
-	under.spin()
+	under.Spin()
 	return tc, nil
 }
 
@@ -302,15 +301,15 @@ func (s *tcpSecurity) deviceHandshake(conn net.Conn, gate *proofGate) (net.Conn,
 	if s.plain {
 		return conn, authDevice(conn, s.secret, gate)
 	}
-	under := &underTLS{Conn: conn}
+	under := stream.Under(conn)
 	tc := s.server(under)
 	if err := tc.Handshake(); err != nil {
-		return nil, fmt.Errorf("TLS handshake: %w", explainTLS(err, s.ca != nil))
+		return nil, fmt.Errorf("TLS handshake: %w", stream.ExplainTLS(err, s.ca != nil))
 	}
 	cs := tc.ConnectionState()
 	m, err := readAuth(tc)
 	if err != nil {
-		return nil, fmt.Errorf("reading the host's proof: %w", explainTLS(err, s.ca != nil))
+		return nil, fmt.Errorf("reading the host's proof: %w", stream.ExplainTLS(err, s.ca != nil))
 	}
 	if err := gate.allow(); err != nil {
 		writeAuth(tc, &proto.Auth{Status: proto.StatusOf(err)})
@@ -334,124 +333,6 @@ func (s *tcpSecurity) deviceHandshake(conn net.Conn, gate *proofGate) (net.Conn,
 	if err := writeAuth(tc, &proto.Auth{Status: proto.Status{Text: hex.EncodeToString(mine)}}); err != nil {
 		return nil, err
 	}
-	under.spin()
+	under.Spin()
 	return tc, nil
-}
-
-// underTLS is the TCP connection under a TLS session: once the session is
-// set up, its reads poll before they park, as a plain link's do (spin.go);
-// during the handshake they park at once (a flood of handshakes costs no
-// polling). Only the session's reader reads it. A write while try is set
-// (tlsTransport.TryWriteFrames) never blocks: what the socket has no room
-// for is held back, and every write writes what is held back first.
-type underTLS struct {
-	net.Conn
-	r   io.Reader
-	raw syscall.RawConn // for writes that must not block; nil if none
-
-	try   atomic.Bool
-	mu    sync.Mutex   // over hold, held across a blocking write
-	hold  []byte       // ciphertext a try could not write yet
-	nhold atomic.Int64 // len(hold), read without mu: a blocking write holds mu
-}
-
-func (u *underTLS) spin() {
-	u.r = spinning(u.Conn)
-	if sc, ok := u.Conn.(syscall.Conn); ok {
-		u.raw, _ = sc.SyscallConn()
-	}
-}
-
-func (u *underTLS) Write(p []byte) (int, error) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.try.Load() {
-		n := 0
-		if len(u.hold) == 0 {
-			var err error
-			if n, err = tryWrite(u.raw, p); err != nil {
-				return 0, err
-			}
-		}
-		u.hold = append(u.hold, p[n:]...)
-		u.nhold.Store(int64(len(u.hold)))
-		return len(p), nil
-	}
-	if err := u.writeHeldLocked(); err != nil {
-		return 0, err
-	}
-	return u.Conn.Write(p)
-}
-
-// held reports whether bytes are held back. It never waits: the link
-// asks under its lock.
-func (u *underTLS) held() bool { return u.nhold.Load() > 0 }
-
-// writeHeld writes what is held back, waiting for room.
-func (u *underTLS) writeHeld() error {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.writeHeldLocked()
-}
-
-func (u *underTLS) writeHeldLocked() error {
-	if len(u.hold) == 0 {
-		return nil
-	}
-	_, err := u.Conn.Write(u.hold)
-	if cap(u.hold) > 1<<20 {
-		u.hold = nil
-	} else {
-		u.hold = u.hold[:0]
-	}
-	u.nhold.Store(0)
-	return err
-}
-
-func (u *underTLS) Read(p []byte) (int, error) {
-	if u.r != nil {
-		return u.r.Read(p)
-	}
-	return u.Conn.Read(p)
-}
-
-// explainTLS says what a TLS error means for a session: a record that
-// failed its integrity check was altered (or corrupted) on the way, a
-// certificate refused is the PKI's. pki says whether this side checks
-// certificates.
-func explainTLS(err error, pki bool) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("the connection was cut inside a TLS record: %w", err)
-	}
-	var op *net.OpError
-	if !errors.As(err, &op) || (op.Op != "local error" && op.Op != "remote error") {
-		var rh tls.RecordHeaderError
-		if errors.As(err, &rh) {
-			return fmt.Errorf("the peer does not speak TLS: %w", err)
-		}
-		var ce *tls.CertificateVerificationError
-		if errors.As(err, &ce) {
-			return fmt.Errorf("the peer's certificate does not verify against %s: %w", envTLSCA, err)
-		}
-		return err
-	}
-	text := op.Err.Error()
-	side := "this side"
-	if op.Op == "remote error" {
-		side = "the other side"
-	}
-	switch {
-	case strings.Contains(text, "bad record MAC"):
-		return fmt.Errorf("a TLS record failed its integrity check at %s: the bytes were altered (or corrupted) on the way: %w", side, err)
-	case strings.Contains(text, "certificate") || strings.Contains(text, "unknown certificate authority"):
-		if pki {
-			return fmt.Errorf("%s refused a certificate (expired, or not from the CA in %s): %w", side, envTLSCA, err)
-		}
-		return fmt.Errorf("%s refused a certificate: the peer checks certificates (%s, %s, %s set there) and this side has none of its CA: %w",
-			side, envTLSCert, envTLSKey, envTLSCA, err)
-	}
-	return err
 }

@@ -441,11 +441,11 @@ func TestTCPSecEphemeral(t *testing.T) {
 	}
 	d := openHonest(t, ln.Addr().String())
 	checkServed(t, d)
-	st, ok := d.(*device).l.t.(*tlsTransport)
+	st, ok := d.(*device).l.t.(interface{ ConnectionState() tls.ConnectionState })
 	if !ok {
 		t.Fatalf("the link's transport is a %T, want TLS", d.(*device).l.t)
 	}
-	if v := st.s.conn.(*tls.Conn).ConnectionState().Version; v != tls.VersionTLS13 {
+	if v := st.ConnectionState().Version; v != tls.VersionTLS13 {
 		t.Errorf("TLS version %x, want 1.3", v)
 	}
 	a, _ := ephemeralCert()

@@ -1,6 +1,8 @@
-package remote
+package transport
 
 import (
+	"net"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -86,4 +88,24 @@ func TestOneReaderSpins(t *testing.T) {
 	if spinner.Load() {
 		t.Error("no reader reads, and the spinner role is still held")
 	}
+}
+
+// socketPair is a connected pair of Unix stream sockets.
+func socketPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c [2]net.Conn
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "test-socket")
+		c[i], err = net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c[i].Close() })
+	}
+	return c[0], c[1]
 }

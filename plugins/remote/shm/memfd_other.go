@@ -1,6 +1,6 @@
 //go:build !amd64 && !arm64
 
-package remote
+package shm
 
 // sysMemfdCreate is unknown here: newShmFile fails, and local devices'
 // links stay on their sockets.

@@ -1,4 +1,4 @@
-package remote
+package transport
 
 import (
 	"fmt"
@@ -44,8 +44,28 @@ var spinBudget = func() time.Duration {
 }()
 
 // SpinBudget is how long a link's reader polls before parking
-// (GOFFLOAD_REMOTE_SPIN): bench's spinning raw baseline polls as long.
+// (GOFFLOAD_REMOTE_SPIN): every transport's reader polls as long, and so
+// do raw baselines that mean to wait as the transports do.
 func SpinBudget() time.Duration { return spinBudget }
+
+// KernelStarted counts a kernel that starts running in this process:
+// until it ends, readers park at once rather than spin (see computing).
+func KernelStarted() { computing.Add(1) }
+
+// KernelEnded counts a kernel's end; it reports whether it was the last
+// one running.
+func KernelEnded() (last bool) { return computing.Add(-1) == 0 }
+
+// Computing reports whether a kernel runs in this process.
+func Computing() bool { return computing.Load() > 0 }
+
+// TakeSpinner takes the role of the process's one spinning reader, if no
+// other reader holds it, and reports whether it did. Its holder gives it
+// back with DropSpinner when its wait ends.
+func TakeSpinner() bool { return spinner.CompareAndSwap(false, true) }
+
+// DropSpinner gives the spinner's role back.
+func DropSpinner() { spinner.Store(false) }
 
 const maxBackoff = 64
 
@@ -63,15 +83,15 @@ var computing atomic.Int32
 // device processes: 5–10% faster per task with one spinner).
 var spinner atomic.Bool
 
-// readBackoff is a link reader's backoff, the socket's (spinConn) and the
-// shared-memory ring's (waiter) alike: a read that waited idle makes the
+// Backoff is a link reader's backoff, the socket's (SpinReader) and the
+// shared-memory ring's alike: a read that waited idle makes the
 // next reads park at once, twice as many each time in a row (up to
 // maxBackoff), and a read that found data while polling, or soon after
 // parking, ends it.
-type readBackoff struct{ skip, backoff int }
+type Backoff struct{ skip, backoff int }
 
-// skipping reports whether this read parks at once, and counts it.
-func (b *readBackoff) skipping() bool {
+// Skipping reports whether this read parks at once, and counts it.
+func (b *Backoff) Skipping() bool {
 	if b.skip > 0 {
 		b.skip--
 		return true
@@ -79,9 +99,13 @@ func (b *readBackoff) skipping() bool {
 	return false
 }
 
-// after takes what a read that could poll did: whether it parked and
+// Wake ends the parking at once that an idle link earned: the next read
+// polls again (a reader that was kicked).
+func (b *Backoff) Wake() { b.skip = 0 }
+
+// After takes what a read that could poll did: whether it parked and
 // whether it polled, and when it began to wait.
-func (b *readBackoff) after(parked, spun bool, start time.Time) {
+func (b *Backoff) After(parked, spun bool, start time.Time) {
 	switch {
 	case parked && time.Since(start) > idleAfter:
 		// The link was idle: park at once for the next few reads.
@@ -98,16 +122,13 @@ func (b *readBackoff) after(parked, spun bool, start time.Time) {
 // as idle, which makes the next reads park at once.
 const idleAfter = time.Millisecond
 
-// spinning returns a reader of conn that spins before parking, or conn
-// itself when it cannot (or spinning is off).
-func spinning(conn net.Conn) io.Reader { return SpinReader(conn, spinBudget) }
-
 // SpinReader returns a reader of conn that waits for data as a link's
 // reader does, polling for up to budget before it parks (with the same
 // backoff on an idle link), or conn itself for a budget of 0 or a conn
-// without a descriptor to poll. bench's raw baselines read with it, so that
-// they wait exactly as the transport does. The reader's Stats method counts
-// its reads and those that spun out their budget and parked.
+// without a descriptor to poll. Package stream's socket links read with it
+// (SpinBudget), and so can raw baselines that mean to wait exactly as the
+// transport does. The reader's Stats method counts its reads and those
+// that spun out their budget and parked.
 func SpinReader(conn net.Conn, budget time.Duration) io.Reader {
 	sc, ok := conn.(syscall.Conn)
 	if !ok || budget <= 0 {
@@ -128,7 +149,7 @@ func SpinReader(conn net.Conn, budget time.Duration) io.Reader {
 type spinConn struct {
 	rc            syscall.RawConn
 	spin          time.Duration
-	bo            readBackoff
+	bo            Backoff
 	reads, parked int64 // see Stats
 	r             readState
 	tryRead       func(fd uintptr) bool // c.read, bound once
@@ -144,7 +165,7 @@ func (c *spinConn) Read(p []byte) (int, error) {
 	}
 	c.reads++
 	budget := c.spin
-	if c.bo.skipping() {
+	if c.bo.Skipping() {
 		budget = 0
 	}
 	r := &c.r
@@ -155,7 +176,7 @@ func (c *spinConn) Read(p []byte) (int, error) {
 	}
 	n, rerr := r.n, r.rerr
 	if r.budget > 0 { // it may spin, and was the spinner
-		c.bo.after(r.parked, r.spun, r.start)
+		c.bo.After(r.parked, r.spun, r.start)
 	}
 	*r = readState{} // not the caller's buffer past the call
 	switch {

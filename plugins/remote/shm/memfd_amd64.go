@@ -1,5 +1,5 @@
-package remote
+package shm
 
 // sysMemfdCreate is memfd_create(2)'s number (the syscall package predates
 // it).
-const sysMemfdCreate = 279
+const sysMemfdCreate = 319

@@ -1,4 +1,4 @@
-package remote
+package shm
 
 import (
 	"bytes"
@@ -6,23 +6,25 @@ import (
 	"io"
 	"math/rand"
 	"net"
-	"strconv"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/goffload/offload/plugins/remote/transport"
 )
 
 // shmPair is both sides of one shared-memory link, in this process, with
 // a doorbell socket as local devices' links have.
-func shmPair(t *testing.T) (*shmConn, *shmConn) { return shmPairOf(t, true) }
+func shmPair(t *testing.T) (*conn, *conn) { return shmPairOf(t, true) }
 
 // shmPairOf is shmPair, with a doorbell or (bells false) parking on the
 // futex as bench's raw links do.
-func shmPairOf(t *testing.T, bells bool) (*shmConn, *shmConn) {
+func shmPairOf(t *testing.T, bells bool) (*conn, *conn) {
 	t.Helper()
-	f, err := newShmFile()
+	f, err := newFile()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,11 +33,11 @@ func shmPairOf(t *testing.T, bells bool) (*shmConn, *shmConn) {
 	if bells {
 		bellA, bellB = socketPair(t)
 	}
-	a, err := newShmConn(int(f.Fd()), 0, bellA, "side 0's socket closed")
+	a, err := newConn(int(f.Fd()), 0, bellA, "side 0's socket closed")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := newShmConn(int(f.Fd()), 1, bellB, "side 1's socket closed")
+	b, err := newConn(int(f.Fd()), 1, bellB, "side 1's socket closed")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +123,7 @@ func TestShmParkedReaderWakes(t *testing.T) {
 	for _, bells := range []bool{true, false} {
 		t.Run(map[bool]string{true: "doorbell", false: "futex"}[bells], func(t *testing.T) {
 			a, b := shmPairOf(t, bells)
-			b.bo.skip = 1 << 30 // park at once
+			parkAtOnce(&b.bo) // park at once
 			got := make(chan error, 1)
 			read := func(want string) {
 				buf := make([]byte, 4)
@@ -158,7 +160,7 @@ func TestShmParkedReaderWakes(t *testing.T) {
 	}
 	t.Run("doorbell closed", func(t *testing.T) {
 		a, b := shmPair(t)
-		b.bo.skip = 1 << 30
+		parkAtOnce(&b.bo)
 		got := make(chan error, 1)
 		go func() {
 			_, err := b.Read(make([]byte, 1))
@@ -181,7 +183,7 @@ func TestShmParkedReaderWakes(t *testing.T) {
 // and still reads what comes after.
 func TestShmKick(t *testing.T) {
 	a, b := shmPair(t)
-	b.bo.skip = 1 << 30 // park at once
+	parkAtOnce(&b.bo) // park at once
 	got := make(chan error, 1)
 	go func() {
 		buf := make([]byte, 4)
@@ -192,7 +194,7 @@ func TestShmKick(t *testing.T) {
 		got <- err
 	}()
 	waitFor(t, func() bool { return b.rx.h.rParked.Load() != 0 }, "the reader to park")
-	b.kick()
+	b.Kick()
 	waitFor(t, func() bool { return b.kicked.Load() == 1 }, "the kick to wake the reader")
 	if _, err := a.Write([]byte("next")); err != nil {
 		t.Fatal(err)
@@ -212,14 +214,14 @@ func TestShmKick(t *testing.T) {
 // for the next frame that came, a heartbeat up to a second later.
 func TestShmKickEndsAwaitReadable(t *testing.T) {
 	_, b := shmPair(t)
-	b.abo.skip = 1 << 30 // park at once
+	parkAtOnce(&b.abo)
 	done := make(chan struct{})
 	go func() {
-		b.awaitReadable(func() bool { return true })
+		b.AwaitReadable(func() bool { return true })
 		close(done)
 	}()
 	waitFor(t, func() bool { return b.rx.h.rParked.Load() != 0 }, "the reader to park")
-	b.kick()
+	b.Kick()
 	select {
 	case <-done:
 	case <-time.After(20 * time.Second):
@@ -278,50 +280,6 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 	}
 }
 
-// FuzzParseIntro: an introduction from the host, any text with one or two
-// descriptors, is accepted only in its two forms, and a refused one closes
-// the descriptors it came with.
-func FuzzParseIntro(f *testing.F) {
-	f.Add([]byte("peer 3"), false)
-	f.Add([]byte("peer 3 shm 1"), true)
-	f.Add([]byte("peer 3 shm 2"), true)
-	f.Add([]byte("peer -1"), false)
-	f.Add([]byte("peer 3 shm 0"), false)
-	f.Fuzz(func(t *testing.T, text []byte, two bool) {
-		var fds []int
-		for range map[bool]int{false: 1, true: 2}[two] {
-			fd, err := syscall.Open("/dev/null", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-			if err != nil {
-				t.Skip(err)
-			}
-			fds = append(fds, fd)
-		}
-		in, err := parseIntro(text, syscall.UnixRights(fds...))
-		open := func(fd int) bool {
-			_, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0)
-			return errno != syscall.EBADF
-		}
-		if err != nil {
-			for _, fd := range fds {
-				if open(fd) {
-					syscall.Close(fd)
-					t.Fatalf("%q refused (%v) but descriptor %d left open", text, err, fd)
-				}
-			}
-			return
-		}
-		for _, fd := range fds {
-			syscall.Close(fd)
-		}
-		s, ok := strings.CutPrefix(string(text), "peer ")
-		num, _, _ := strings.Cut(s, " ")
-		n, nerr := strconv.Atoi(num)
-		if !ok || nerr != nil || n != in.num || in.num < 0 || (in.shm >= 0) != two || in.fd != fds[0] || (two && (in.shmFD != fds[1] || in.shm > 1)) {
-			t.Fatalf("%q with %d descriptors: accepted as %+v", text, len(fds), in)
-		}
-	})
-}
-
 // FuzzShmRing: whatever the other process leaves in a ring's shared words
 // (head, tail, closed), a read and a write return data or an error, never
 // touch memory outside the ring, and a ring said to hold more than it can
@@ -356,4 +314,32 @@ func FuzzShmRing(f *testing.F) {
 			t.Fatalf("head %d tail %d: read %d bytes", head, tail, n)
 		}
 	})
+}
+
+// socketPair is a connected pair of Unix stream sockets.
+func socketPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c [2]net.Conn
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "test-socket")
+		c[i], err = net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c[i].Close() })
+	}
+	return c[0], c[1]
+}
+
+// parkAtOnce makes the next reads by bo park at once, as after an idle
+// link (the backoff at its longest: 64 reads).
+func parkAtOnce(bo *transport.Backoff) {
+	for range 8 {
+		bo.After(true, false, time.Now().Add(-time.Hour))
+	}
 }

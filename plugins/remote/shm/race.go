@@ -1,6 +1,6 @@
 //go:build race
 
-package remote
+package shm
 
 import "syscall"
 

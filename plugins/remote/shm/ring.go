@@ -1,4 +1,30 @@
-package remote
+// Package shm is the transport of a local device's link: shared memory,
+// two rings, one each
+// way, in an anonymous memory file (memfd) that the host creates and hands
+// to the device process, so nothing has a name another process could open.
+// A ring is a byte stream with one writer and one reader: the writer copies
+// into it and publishes its head, the reader copies out and publishes its
+// tail. Neither makes a system call while the other keeps up. A reader with
+// nothing to read polls for a short while (the spin budget and backoff of
+// package transport, one polling reader per process, none while a kernel computes)
+// and then parks reading the socket the two processes share (the one the
+// device process inherits, or a peer pair's), on which the writer writes a
+// byte only when the reader said it parks: the socket is the doorbell. A
+// goroutine parked on a socket holds no processor (one blocked in a futex
+// system call would hold its P until the runtime's monitor took it back,
+// and a kernel's parallel loop would wait for that P), and the socket's
+// end is the other process's end: a reader parked on it hears of a death at
+// once. A writer that finds the ring full polls, then sleeps a little
+// longer each time, until the reader makes room. A ring small enough to
+// stay in the cache makes its two copies cost about one copy through
+// memory: the writer's bytes are still in the cache when the reader takes
+// them.
+//
+// New makes a link's transport over such memory (the kind's local
+// devices and their peers); NewFile and Open are the same rings for a
+// raw baseline, which parks on a futex instead of a doorbell. Links
+// reports the links this process has mapped.
+package shm
 
 import (
 	"errors"
@@ -14,28 +40,8 @@ import (
 	"unsafe"
 
 	"github.com/goffload/offload/internal/waitpoll"
+	"github.com/goffload/offload/plugins/remote/transport"
 )
-
-// A local device's link goes through shared memory: two rings, one each
-// way, in an anonymous memory file (memfd) that the host creates and hands
-// to the device process, so nothing has a name another process could open.
-// A ring is a byte stream with one writer and one reader: the writer copies
-// into it and publishes its head, the reader copies out and publishes its
-// tail. Neither makes a system call while the other keeps up. A reader with
-// nothing to read polls for a short while (the spin budget and backoff of
-// spin.go, one polling reader per process, none while a kernel computes)
-// and then parks reading the socket the two processes share (the one the
-// device process inherits, or a peer pair's), on which the writer writes a
-// byte only when the reader said it parks: the socket is the doorbell. A
-// goroutine parked on a socket holds no processor (one blocked in a futex
-// system call would hold its P until the runtime's monitor took it back,
-// and a kernel's parallel loop would wait for that P), and the socket's
-// end is the other process's end: a reader parked on it hears of a death at
-// once. A writer that finds the ring full polls, then sleeps a little
-// longer each time, until the reader makes room. A ring small enough to
-// stay in the cache makes its two copies cost about one copy through
-// memory: the writer's bytes are still in the cache when the reader takes
-// them.
 
 // shmRingSize is the bytes of data in each ring: large enough for a
 // fragment of bulk data and the frames around it, small enough to stay in
@@ -51,7 +57,7 @@ type ringHdr struct {
 	_       [56]byte
 	dataSeq atomic.Uint32 // bumped when data comes for a reader parked on the futex (no doorbell)
 	rParked atomic.Uint32 // the reader parks, or is about to
-	rPolled atomic.Uint32 // a caller of the reading side polls the ring (device.await): no doorbell while it does
+	rPolled atomic.Uint32 // a caller of the reading side polls the ring (the engine's await): no doorbell while it does
 	_       [52]byte
 	closed  atomic.Uint32 // either side closed the link
 	_       [60]byte
@@ -73,10 +79,10 @@ func ringAt(mem []byte, i int) ring {
 	return ring{h: (*ringHdr)(unsafe.Pointer(&mem[base])), data: mem[base+ringHdrSize : base+ringHdrSize+shmRingSize]}
 }
 
-// shmConn is one side of a shared-memory link: it writes one ring and
+// conn is one side of a shared-memory link: it writes one ring and
 // reads the other. It is a Transport's byte stream (streamTransport): one
 // goroutine at a time reads, one at a time writes.
-type shmConn struct {
+type conn struct {
 	mem     []byte
 	tx, rx  ring
 	bell    net.Conn        // the socket shared with the other process: the doorbell; nil: the futex
@@ -89,14 +95,14 @@ type shmConn struct {
 	once   sync.Once
 	unmap  sync.Once
 
-	bo     readBackoff // Read's, as spinConn's
-	abo    readBackoff // awaitReadable's
-	reads  int64       // Read calls (one goroutine at a time reads)
+	bo     transport.Backoff // Read's, as spinConn's
+	abo    transport.Backoff // awaitReadable's
+	reads  int64             // Read calls (one goroutine at a time reads)
 	parked atomic.Int64
 	kicked atomic.Int64 // parked reads that kick woke
 	// pollOnly makes Read poll instead of parking while it waits (for
 	// the rest of a frame): set by a caller that reads its own answer
-	// (device.readHere) while the link's reader may be parked on the
+	// (the engine's await) while the link's reader may be parked on the
 	// doorbell, which only one goroutine reads.
 	pollOnly bool
 }
@@ -104,16 +110,16 @@ type shmConn struct {
 // shmLinks counts this process's shared-memory links still mapped.
 var shmLinks atomic.Int64
 
-// newShmConn maps the memory file fd (shmSize bytes) as side 0 (the host)
+// newConn maps the memory file fd (shmSize bytes) as side 0 (the host)
 // or 1 (the device). bell is the socket both processes hold, the doorbell
 // (closed with the conn), whose end means endWhat; without one, a reader
 // parks on a futex in the shared page (bench's raw baselines).
-func newShmConn(fd int, side int, bell net.Conn, endWhat string) (*shmConn, error) {
+func newConn(fd int, side int, bell net.Conn, endWhat string) (*conn, error) {
 	mem, err := syscall.Mmap(fd, 0, shmSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("mapping the link's shared memory: %w", err)
 	}
-	c := &shmConn{mem: mem, tx: ringAt(mem, side), rx: ringAt(mem, 1-side), bell: bell, endWhat: endWhat}
+	c := &conn{mem: mem, tx: ringAt(mem, side), rx: ringAt(mem, 1-side), bell: bell, endWhat: endWhat}
 	if bell != nil {
 		sc, ok := bell.(syscall.Conn)
 		if !ok {
@@ -129,19 +135,9 @@ func newShmConn(fd int, side int, bell net.Conn, endWhat string) (*shmConn, erro
 	return c, nil
 }
 
-// newShmLink starts a link over the shared memory of file fd, as side, with
-// bell its doorbell (see newShmConn).
-func newShmLink(fd, side int, bell net.Conn, endWhat string) (*link, error) {
-	c, err := newShmConn(fd, side, bell, endWhat)
-	if err != nil {
-		return nil, err
-	}
-	return startLink(newShmTransport(c)), nil
-}
-
-// newShmFile creates the memory of a shared-memory link: an anonymous,
+// newFile creates the memory of a shared-memory link: an anonymous,
 // close-on-exec memory file of shmSize bytes.
-func newShmFile() (*os.File, error) {
+func newFile() (*os.File, error) {
 	name := []byte("goffload-link\x00")
 	const mfdCloexec = 1
 	fd, _, errno := syscall.Syscall(sysMemfdCreate, uintptr(unsafe.Pointer(&name[0])), mfdCloexec, 0)
@@ -155,7 +151,7 @@ func newShmFile() (*os.File, error) {
 	return os.NewFile(fd, "goffload-link"), nil
 }
 
-func (c *shmConn) enter() bool {
+func (c *conn) enter() bool {
 	c.active.Add(1)
 	if c.closed.Load() {
 		c.leave()
@@ -164,13 +160,13 @@ func (c *shmConn) enter() bool {
 	return true
 }
 
-func (c *shmConn) leave() {
+func (c *conn) leave() {
 	if c.active.Add(-1) == 0 && c.closed.Load() {
 		c.release()
 	}
 }
 
-func (c *shmConn) release() {
+func (c *conn) release() {
 	c.unmap.Do(func() {
 		syscall.Munmap(c.mem)
 		shmLinks.Add(-1)
@@ -178,7 +174,7 @@ func (c *shmConn) release() {
 }
 
 // errShm is the error of a read or write after the link closed here.
-func (c *shmConn) errShm() error {
+func (c *conn) errShm() error {
 	if p := c.cause.Load(); p != nil {
 		return *p
 	}
@@ -187,7 +183,7 @@ func (c *shmConn) errShm() error {
 
 // Read reads what the other side wrote, waiting for at least one byte; io.EOF
 // once the other side closed and everything it wrote was read.
-func (c *shmConn) Read(p []byte) (int, error) {
+func (c *conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -197,7 +193,7 @@ func (c *shmConn) Read(p []byte) (int, error) {
 	defer c.leave()
 	c.reads++
 	r := c.rx
-	w := waiter{c: c, bo: &c.bo, skipping: c.bo.skipping()}
+	w := waiter{c: c, bo: &c.bo, skipping: c.bo.Skipping()}
 	var polled time.Time
 	for {
 		head, tail := r.h.head.Load(), r.h.tail.Load()
@@ -241,10 +237,10 @@ func (c *shmConn) Read(p []byte) (int, error) {
 }
 
 // setPolled says whether a goroutine of this side polls the ring it reads
-// (device.await): while one does, the other side rings no doorbell for the
+// (the engine's await): while one does, the other side rings no doorbell for the
 // parked reader. Whoever clears it reads what came meanwhile, or leaves
-// it to a reader that is not parked (see device.await).
-func (c *shmConn) setPolled(on bool) {
+// it to a reader that is not parked (see the engine's await).
+func (c *conn) SetPolled(on bool) {
 	if !c.enter() {
 		return
 	}
@@ -258,7 +254,7 @@ func (c *shmConn) setPolled(on bool) {
 
 // readable reports whether a Read would return without waiting: the ring
 // holds data, or the link ended.
-func (c *shmConn) readable() bool {
+func (c *conn) Readable() bool {
 	if !c.enter() {
 		return true // closed: a Read fails at once
 	}
@@ -267,7 +263,7 @@ func (c *shmConn) readable() bool {
 }
 
 // ready is readable while c is entered (its memory mapped).
-func (c *shmConn) ready() bool {
+func (c *conn) ready() bool {
 	h := c.rx.h
 	return h.head.Load() != h.tail.Load() || h.closed.Load() != 0 || c.closed.Load()
 }
@@ -275,18 +271,18 @@ func (c *shmConn) ready() bool {
 // awaitReadable waits as a Read waits (polling, then parked on the
 // doorbell) until the link is readable, without reading: the host's link
 // reader waits here between frames, holding nothing, so that a caller
-// polling for its answer may read it itself (device.await). While quiet
+// polling for its answer may read it itself (the engine's await). While quiet
 // says so (such a caller polls), it parks at once rather than poll too: one
 // poller per process. A kick (see kick) makes it return even if the ring is
 // empty: the frames it was kicked for may be in the link's read buffer
 // already (a polling caller read them from the ring with its own answer and
 // left them there), which only the caller of awaitReadable can see.
-func (c *shmConn) awaitReadable(quiet func() bool) {
+func (c *conn) AwaitReadable(quiet func() bool) {
 	if !c.enter() {
 		return
 	}
 	defer c.leave()
-	w := waiter{c: c, bo: &c.abo, skipping: c.abo.skipping(), quiet: quiet}
+	w := waiter{c: c, bo: &c.abo, skipping: c.abo.Skipping(), quiet: quiet}
 	for !c.ready() && !w.kicked {
 		w.wait(c.rx.h.tail.Load())
 	}
@@ -294,7 +290,7 @@ func (c *shmConn) awaitReadable(quiet func() bool) {
 }
 
 // Write writes all of p, waiting for room as the reader makes it.
-func (c *shmConn) Write(p []byte) (int, error) {
+func (c *conn) Write(p []byte) (int, error) {
 	if !c.enter() {
 		return 0, c.errShm()
 	}
@@ -332,7 +328,7 @@ func (c *shmConn) Write(p []byte) (int, error) {
 const writerSpin = 200 * time.Microsecond
 
 // TryWriteFrames writes as much of frames as the ring has room for now.
-func (c *shmConn) TryWriteFrames(frames []byte) (int, error) {
+func (c *conn) TryWriteFrames(frames []byte) (int, error) {
 	if !c.enter() {
 		return 0, c.errShm()
 	}
@@ -341,7 +337,7 @@ func (c *shmConn) TryWriteFrames(frames []byte) (int, error) {
 }
 
 // put copies as much of p as fits into the ring and publishes it.
-func (c *shmConn) put(p []byte) (int, error) {
+func (c *conn) put(p []byte) (int, error) {
 	if c.closed.Load() {
 		return 0, c.errShm()
 	}
@@ -372,7 +368,7 @@ func (c *shmConn) put(p []byte) (int, error) {
 // again: a kernel of this process ended, and the other side's next frame
 // is likely on its way. The wake-up is in this process (the read's
 // deadline), not a system call.
-func (c *shmConn) kick() {
+func (c *conn) Kick() {
 	if !c.enter() {
 		return
 	}
@@ -388,7 +384,7 @@ var longAgo = time.Unix(1, 0)
 // ring wakes the other side's reader, which said it parks: a byte on the
 // doorbell (a write that never waits: a full socket already holds bytes
 // that wake it), or the futex.
-func (c *shmConn) ring(r ring) {
+func (c *conn) ring(r ring) {
 	if c.bell == nil {
 		r.h.dataSeq.Add(1)
 		futexWake(&r.h.dataSeq)
@@ -405,7 +401,7 @@ func (c *shmConn) ring(r ring) {
 
 // corrupt ends the link whose ring says more is in it than it holds: the
 // other process wrote its shared memory out of turn.
-func (c *shmConn) corrupt(head, tail uint64) error {
+func (c *conn) corrupt(head, tail uint64) error {
 	err := fmt.Errorf("%w: shared-memory ring out of order (head %d, tail %d, size %d)", errShmCorrupt, head, tail, shmRingSize)
 	c.closeWith(err)
 	return err
@@ -413,11 +409,11 @@ func (c *shmConn) corrupt(head, tail uint64) error {
 
 // Close ends the link on both sides: the other side reads what was written
 // and then io.EOF.
-func (c *shmConn) Close() error { return c.closeWith(nil) }
+func (c *conn) Close() error { return c.closeWith(nil) }
 
 // closeWith ends the link; reads and writes here fail with cause (nil: a
 // clean close).
-func (c *shmConn) closeWith(cause error) error {
+func (c *conn) closeWith(cause error) error {
 	c.once.Do(func() {
 		if cause != nil {
 			c.cause.Store(&cause)
@@ -444,10 +440,10 @@ func (c *shmConn) closeWith(cause error) error {
 // polling reader and no kernel computes, then parks on the doorbell (or the
 // futex).
 type waiter struct {
-	c        *shmConn
-	bo       *readBackoff // c's that this wait goes by
-	quiet    func() bool  // if set and true: park at once (another goroutine polls)
-	skipping bool         // the backoff makes this read park at once
+	c        *conn
+	bo       *transport.Backoff // c's that this wait goes by
+	quiet    func() bool        // if set and true: park at once (another goroutine polls)
+	skipping bool               // the backoff makes this read park at once
 	start    time.Time
 	holding  bool
 	spun     bool
@@ -462,20 +458,20 @@ func (w *waiter) wait(tail uint64) {
 	c, h := w.c, w.c.rx.h
 	if w.start.IsZero() {
 		w.start = time.Now()
-		if !w.skipping && spinBudget > 0 && spinner.CompareAndSwap(false, true) {
+		if !w.skipping && transport.SpinBudget() > 0 && transport.TakeSpinner() {
 			w.holding = true
 		}
 	}
-	if w.holding && w.parkedN == 0 && computing.Load() == 0 && (w.quiet == nil || !w.quiet()) {
+	if w.holding && w.parkedN == 0 && !transport.Computing() && (w.quiet == nil || !w.quiet()) {
 		w.polls++
-		if w.polls%8 != 0 || time.Since(w.start) < spinBudget { // the clock is read every 8th poll
+		if w.polls%8 != 0 || time.Since(w.start) < transport.SpinBudget() { // the clock is read every 8th poll
 			w.spun = true
 			waitpoll.Pause(w.polls)
 			return
 		}
 	}
 	if w.holding {
-		spinner.Store(false)
+		transport.DropSpinner()
 		w.holding = false
 	}
 	s := h.dataSeq.Load()
@@ -492,7 +488,7 @@ func (w *waiter) wait(tail uint64) {
 			c.bell.SetReadDeadline(time.Time{})
 			h.rParked.Store(0)
 			w.start, w.parkedN, w.polls, w.skipping = time.Time{}, 0, 0, false
-			w.bo.skip = 0
+			w.bo.Wake()
 			return
 		} else if err != nil && !c.closed.Load() {
 			// The other process is gone: what it wrote before is still
@@ -509,16 +505,16 @@ func (w *waiter) wait(tail uint64) {
 // the next reads park at once, a busy one keeps spinning).
 func (w *waiter) done() {
 	if w.holding {
-		spinner.Store(false)
+		transport.DropSpinner()
 		w.holding = false
 	}
 	if !w.skipping {
-		w.bo.after(w.parkedN > 0, w.spun, w.start)
+		w.bo.After(w.parkedN > 0, w.spun, w.start)
 	}
 }
 
 // Stats returns how many reads the conn made, and how many of them parked.
-func (c *shmConn) Stats() (reads, parked int64) { return c.reads, c.parked.Load() }
+func (c *conn) Stats() (reads, parked int64) { return c.reads, c.parked.Load() }
 
 // copyOut copies as copy does, but as a socket's read(2) and write(2) do,
 // out of the race detector's sight: the buffers on the other end of a link
@@ -557,21 +553,60 @@ func futexWake(addr *atomic.Uint32) {
 // left in a state its writer and reader never make.
 var errShmCorrupt = errors.New("corrupt link")
 
-// NewShmLink creates the memory of a shared-memory link, as a local device's
-// link has: a file to map with OpenShmLink here (side 0) and, handed to a
-// child process (exec.Cmd.ExtraFiles), there (side 1). bench's raw
-// baselines use it, so that they measure the same rings as the transport.
-func NewShmLink() (*os.File, error) { return newShmFile() }
+// NewFile creates the memory of a shared-memory link: an anonymous,
+// close-on-exec memory file, to map with New or Open here (side 0) and,
+// handed to another process (exec.Cmd.ExtraFiles), there (side 1).
+func NewFile() (*os.File, error) { return newFile() }
 
-// OpenShmLink maps the link memory f as side 0 (the process that created it)
-// or side 1 (the other). The stream it returns reads and writes as a local
-// device's link does: a read polls for the spin budget (SpinBudget) and
-// then parks (on a futex in the shared page: the link has no doorbell
-// socket); Close ends it on both sides (the other side reads io.EOF). One
-// goroutine at a time may read it and one write it.
-func OpenShmLink(f *os.File, side int) (io.ReadWriteCloser, error) {
+// New makes the transport of a link over the memory file fd (from
+// NewFile), as side 0 (the process that created it) or 1. bell is the
+// socket both processes hold, the doorbell, closed with the link; its end
+// means the other process ended, which endWhat says. The transport can
+// write without blocking, and be polled and kicked (transport.TryWriter,
+// transport.Poller).
+func New(fd, side int, bell net.Conn, endWhat string) (transport.Transport, error) {
+	if bell == nil {
+		return nil, fmt.Errorf("shared-memory link: no doorbell")
+	}
+	c, err := newConn(fd, side, bell, endWhat)
+	if err != nil {
+		return nil, err
+	}
+	return &link{Stream: transport.NewStream(c, nil), c: c}, nil
+}
+
+// Open maps the link memory f (from NewFile) as side 0 or side 1, for a
+// raw baseline that means to measure the same rings as a local device's
+// link. The stream it returns reads and writes as the link does: a read
+// polls for transport.SpinBudget and then parks (on a futex in the shared
+// page: the stream has no doorbell socket); Close ends it on both sides
+// (the other side reads io.EOF). One goroutine at a time may read it and
+// one write it.
+func Open(f *os.File, side int) (io.ReadWriteCloser, error) {
 	if side != 0 && side != 1 {
 		return nil, fmt.Errorf("shared-memory link: side %d, want 0 or 1", side)
 	}
-	return newShmConn(int(f.Fd()), side, nil, "")
+	return newConn(int(f.Fd()), side, nil, "")
 }
+
+// Links reports how many shared-memory links this process has mapped.
+func Links() int64 { return shmLinks.Load() }
+
+// link is a shared-memory link's transport: the stream framing over the
+// rings, with the rings' capabilities.
+type link struct {
+	*transport.Stream
+	c *conn
+}
+
+func (l *link) TryWriteFrames(frames []byte) (int, error) { return l.c.TryWriteFrames(frames) }
+func (l *link) Readable() bool                            { return l.c.Readable() }
+func (l *link) SetPolled(on bool)                         { l.c.SetPolled(on) }
+func (l *link) SetPollOnly(on bool)                       { l.c.pollOnly = on }
+func (l *link) Kick()                                     { l.c.Kick() }
+func (l *link) AwaitReadable(quiet func() bool)           { l.c.AwaitReadable(quiet) }
+
+var (
+	_ transport.TryWriter = (*link)(nil)
+	_ transport.Poller    = (*link)(nil)
+)
