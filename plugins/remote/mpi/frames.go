@@ -1,19 +1,15 @@
-package remote
-
-import (
-	"encoding/binary"
-	"fmt"
-	"strconv"
-
-	"github.com/goffload/offload/plugins/remote/proto"
-)
-
-// How the MPI transport lays the protocol on MPI messages (the transport
-// itself is in mpi.go, built with the mpi tag). Each link is a pair of
-// ranks. Control frames travel as messages of tag mpiTagCtrl, each message
+// Package mpi is the transport of an MPI job's links (built with -tags
+// mpi; the layout of frames on MPI messages is here in every build, for
+// its tests). World is this process's part of the job: its ranks, and its
+// links to other ranks by tag, each a transport.Transport (Link) that can
+// try writes and reads ahead (transport.TryWriter, transport.Buffered).
+// Raw is the raw MPI baseline of the bench.
+//
+// Each link is a pair of ranks. Control frames travel as messages of the
+// link's control tag, each message
 // one or more whole frames, in the socket transport's framing. A data
 // fragment of at most proto.MaxInline bytes is a frame like any other; a
-// larger one (up to mpiFragment bytes: fewer, larger messages cost MPI less
+// larger one (up to fragment bytes: fewer, larger messages cost MPI less
 // than the socket transport's fragments would) is its frame's header alone
 // on the control tag, with no payload and the payload's length in Size,
 // followed by the payload as one message on the link's data tag, received
@@ -28,21 +24,33 @@ import (
 // use tags of their own, so that they wait inside MPI until the device rank
 // has read the announcement. Links between two device ranks in the same
 // session use that session's peer tags.
-const mpiTagOpen = 3
+package mpi
 
-// mpiSessionTags are session gen's tags: control and data between host and
+import (
+	"encoding/binary"
+	"fmt"
+	"strconv"
+
+	"github.com/goffload/offload/plugins/remote/proto"
+)
+
+// TagOpen is the tag the host announces sessions on, and ends a device
+// rank's service with an exit frame.
+const TagOpen = 3
+
+// SessionTags are session gen's tags: control and data between host and
 // device, control and data between devices (MPI promises tags up to 32767).
-func mpiSessionTags(gen int) (ctrl, data, peerCtrl, peerData int) {
+func SessionTags(gen int) (ctrl, data, peerCtrl, peerData int) {
 	g := 16 + 4*(gen%8000)
 	return g, g + 1, g + 2, g + 3
 }
 
-// mpiFragment is the largest data fragment on an MPI link.
-const mpiFragment = 8 << 20
+// fragment is the largest data fragment on an MPI link.
+const fragment = 8 << 20
 
-// appendMPIData appends what carries data fragment off of transfer id on the
+// appendData appends what carries data fragment off of transfer id on the
 // control tag, and says whether data goes as a message of its own.
-func appendMPIData(b []byte, id uint64, off int, data []byte) ([]byte, bool) {
+func appendData(b []byte, id uint64, off int, data []byte) ([]byte, bool) {
 	m := proto.Msg{Type: proto.TData, ID: id, Ptr: uint64(off)}
 	if len(data) <= proto.MaxInline {
 		return proto.AppendFrame(b, &m, data), false
@@ -56,9 +64,9 @@ func outOfBand(m *proto.Msg) bool {
 	return m.Type == proto.TData && m.Payload == nil
 }
 
-// parseMPIFrame decodes the frame at the start of b, a control message's
+// parseFrame decodes the frame at the start of b, a control message's
 // rest: m, and how many bytes of b it took. An inline payload aliases b.
-func parseMPIFrame(b []byte) (*proto.Msg, int, error) {
+func parseFrame(b []byte) (*proto.Msg, int, error) {
 	if len(b) < 4 {
 		return nil, 0, fmt.Errorf("%w: %d bytes left in a message, want a length word", proto.ErrFrame, len(b))
 	}
@@ -75,7 +83,7 @@ func parseMPIFrame(b []byte) (*proto.Msg, int, error) {
 		return nil, 0, err
 	}
 	if m.Type == proto.TData && m.Size != 0 {
-		if m.PayloadLen != 0 || m.Size <= proto.MaxInline || m.Size > mpiFragment {
+		if m.PayloadLen != 0 || m.Size <= proto.MaxInline || m.Size > fragment {
 			return nil, 0, fmt.Errorf("%w: data fragment of %d bytes, %d of them inline", proto.ErrFrame, m.Size, m.PayloadLen)
 		}
 		m.PayloadLen, m.Payload = int(m.Size), nil
@@ -87,39 +95,39 @@ func parseMPIFrame(b []byte) (*proto.Msg, int, error) {
 	return m, 4 + n, nil
 }
 
-// mpiRanks maps device numbers to ranks and back: every rank but the host's
+// Ranks maps device numbers to ranks and back: every rank but the host's
 // is a device, numbered in rank order from base (the number of the first).
-type mpiRanks struct {
-	host, size, base int
+type Ranks struct {
+	Host, Size, Base int
 }
 
 // index is the place of device rank r among the device ranks.
-func (m mpiRanks) index(r int) int {
-	if r > m.host {
+func (m Ranks) Index(r int) int {
+	if r > m.Host {
 		return r - 1
 	}
 	return r
 }
 
 // rankAt is the rank of the i-th device rank (index's inverse).
-func (m mpiRanks) rankAt(i int) int {
-	if i >= m.host {
+func (m Ranks) RankAt(i int) int {
+	if i >= m.Host {
 		return i + 1
 	}
 	return i
 }
 
 // rankOf is the rank of device num.
-func (m mpiRanks) rankOf(num int) (int, error) {
-	i := num - m.base
-	if i < 0 || i >= m.size-1 {
-		return 0, fmt.Errorf("device %d is not an MPI device of this job (devices %d to %d)", num, m.base, m.base+m.size-2)
+func (m Ranks) RankOf(num int) (int, error) {
+	i := num - m.Base
+	if i < 0 || i >= m.Size-1 {
+		return 0, fmt.Errorf("device %d is not an MPI device of this job (devices %d to %d)", num, m.Base, m.Base+m.Size-2)
 	}
-	return m.rankAt(i), nil
+	return m.RankAt(i), nil
 }
 
 // numOf is the device number of rank r.
-func (m mpiRanks) numOf(r int) int { return m.base + m.index(r) }
+func (m Ranks) NumOf(r int) int { return m.Base + m.Index(r) }
 
 // parseHostRank reads GOFFLOAD_HOST_RANK ("" is rank 0) for a job of size
 // ranks.

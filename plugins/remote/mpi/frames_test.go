@@ -1,4 +1,4 @@
-package remote
+package mpi
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 // mpiMessage is what the MPI transport sends for frames and a data
 // fragment: the control message and, for a large fragment, its payload.
 func mpiMessage(frames []byte, id uint64, data []byte) (ctrl, oob []byte) {
-	ctrl, sep := appendMPIData(frames, id, 7, data)
+	ctrl, sep := appendData(frames, id, 7, data)
 	if sep {
 		oob = data
 	}
@@ -28,7 +28,7 @@ func TestParseMPIFrames(t *testing.T) {
 	}
 	var got []*proto.Msg
 	for len(ctrl) > 0 {
-		m, n, err := parseMPIFrame(ctrl)
+		m, n, err := parseFrame(ctrl)
 		if err != nil {
 			t.Fatalf("frame %d: %v", len(got), err)
 		}
@@ -46,10 +46,10 @@ func TestParseMPIFrames(t *testing.T) {
 	}
 	// A frame cut short, and a length word alone, are errors.
 	whole := proto.AppendFrame(nil, &proto.Msg{Type: proto.TPing}, []byte("abc"))
-	bad, _ := appendMPIData(nil, 1, 0, make([]byte, mpiFragment+1))
+	bad, _ := appendData(nil, 1, 0, make([]byte, fragment+1))
 	for _, b := range [][]byte{whole[:len(whole)-1], whole[:3], {0xff, 0xff, 0xff, 0x7f}, bad} {
-		if _, _, err := parseMPIFrame(b); err == nil {
-			t.Errorf("parseMPIFrame(%x) = nil error", b)
+		if _, _, err := parseFrame(b); err == nil {
+			t.Errorf("parseFrame(%x) = nil error", b)
 		}
 	}
 }
@@ -62,7 +62,7 @@ func FuzzMPIFrames(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for len(b) > 0 {
-			m, n, err := parseMPIFrame(b)
+			m, n, err := parseFrame(b)
 			if err != nil {
 				return
 			}
@@ -79,26 +79,26 @@ func FuzzMPIFrames(f *testing.F) {
 
 func TestMPIRanks(t *testing.T) {
 	for _, host := range []int{0, 1, 3} {
-		m := mpiRanks{host: host, size: 4, base: 5}
+		m := Ranks{Host: host, Size: 4, Base: 5}
 		seen := map[int]bool{}
 		for r := 0; r < 4; r++ {
 			if r == host {
 				continue
 			}
-			num := m.numOf(r)
+			num := m.NumOf(r)
 			if num < 5 || num > 7 || seen[num] {
 				t.Fatalf("host %d: rank %d is device %d", host, r, num)
 			}
 			seen[num] = true
-			if back, err := m.rankOf(num); err != nil || back != r {
+			if back, err := m.RankOf(num); err != nil || back != r {
 				t.Fatalf("host %d: device %d is rank %d, %v; want %d", host, num, back, err, r)
 			}
-			if at := m.rankAt(m.index(r)); at != r {
+			if at := m.RankAt(m.Index(r)); at != r {
 				t.Fatalf("host %d: rankAt(index(%d)) = %d", host, r, at)
 			}
 		}
 		for _, num := range []int{4, 8} {
-			if _, err := m.rankOf(num); err == nil {
+			if _, err := m.RankOf(num); err == nil {
 				t.Errorf("host %d: device %d has a rank", host, num)
 			}
 		}
@@ -111,9 +111,9 @@ func TestMPIRanks(t *testing.T) {
 	if r, err := parseHostRank("3", 4); r != 3 || err != nil {
 		t.Errorf("GOFFLOAD_HOST_RANK=3: %d, %v", r, err)
 	}
-	c0, d0, p0, q0 := mpiSessionTags(0)
-	c1, _, _, q1 := mpiSessionTags(7999)
-	if c0 <= mpiTagOpen || d0 == c0 || p0 == d0 || q0 == p0 || c1 <= q0 || q1 > 32767 {
+	c0, d0, p0, q0 := SessionTags(0)
+	c1, _, _, q1 := SessionTags(7999)
+	if c0 <= TagOpen || d0 == c0 || p0 == d0 || q0 == p0 || c1 <= q0 || q1 > 32767 {
 		t.Errorf("session tags overlap or exceed 32767: %d %d %d %d .. %d", c0, d0, p0, q0, q1)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build mpi
 
-package remote
+package mpi
 
 import (
 	"bytes"
@@ -10,33 +10,33 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/goffload/offload/internal/mpi"
+	cmpi "github.com/goffload/offload/internal/mpi"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
-// mpiTransport is a Transport between this rank and another: see
-// mpiframes.go for the layout.
-type mpiTransport struct {
-	w          *mpiWorld
+// Link is a transport.Transport between this rank and another: see
+// the package doc for the layout.
+type Link struct {
+	w          *World
 	rank       int
 	ctrl, data int // tags
 	closed     chan struct{}
 	once       sync.Once
 
 	mu     sync.Mutex
-	inbox  []*mpi.Req // control messages, in the order MPI matched them
+	inbox  []*cmpi.Req // control messages, in the order MPI matched them
 	queued atomic.Int64
 	more   chan struct{}
 
 	smu  sync.Mutex
-	soon []*mpi.Req // sends of TryWriteFrames under way
+	soon []*cmpi.Req // sends of TryWriteFrames under way
 
 	cur     []byte // the reader's: the rest of the message being read
 	scratch []byte // the reader's: discarded payloads
 	hdr     []byte // the writer's
 }
 
-func (t *mpiTransport) push(r *mpi.Req) {
+func (t *Link) push(r *cmpi.Req) {
 	t.mu.Lock()
 	t.inbox = append(t.inbox, r)
 	t.queued.Add(1)
@@ -55,7 +55,7 @@ func (t *mpiTransport) push(r *mpi.Req) {
 // processes that want to spin, the poller that must give way is the one
 // that just got its message, and the progress goroutine's naps then
 // preempt it.)
-func (t *mpiTransport) next() ([]byte, error) {
+func (t *Link) next() ([]byte, error) {
 	for {
 		if t.queued.Load() > 0 {
 			t.mu.Lock()
@@ -77,8 +77,8 @@ func (t *mpiTransport) next() ([]byte, error) {
 	}
 }
 
-func (t *mpiTransport) wrap(err error) error {
-	if errors.Is(err, mpi.ErrAborted) {
+func (t *Link) wrap(err error) error {
+	if errors.Is(err, cmpi.ErrAborted) {
 		return net.ErrClosed
 	}
 	if err != nil {
@@ -89,9 +89,9 @@ func (t *mpiTransport) wrap(err error) error {
 
 // Buffered reports whether the next ReadMsg returns without waiting: the
 // rest of a message is left, or another has come.
-func (t *mpiTransport) Buffered() bool { return len(t.cur) > 0 || t.queued.Load() > 0 }
+func (t *Link) Buffered() bool { return len(t.cur) > 0 || t.queued.Load() > 0 }
 
-func (t *mpiTransport) ReadMsg() (*proto.Msg, error) {
+func (t *Link) ReadMsg() (*proto.Msg, error) {
 	for len(t.cur) == 0 {
 		b, err := t.next()
 		if err != nil {
@@ -99,7 +99,7 @@ func (t *mpiTransport) ReadMsg() (*proto.Msg, error) {
 		}
 		t.cur = b
 	}
-	m, n, err := parseMPIFrame(t.cur)
+	m, n, err := parseFrame(t.cur)
 	if err != nil {
 		t.cur = nil
 		return nil, err
@@ -108,7 +108,7 @@ func (t *mpiTransport) ReadMsg() (*proto.Msg, error) {
 	return m, nil
 }
 
-func (t *mpiTransport) ReadPayload(m *proto.Msg, dst []byte) error {
+func (t *Link) ReadPayload(m *proto.Msg, dst []byte) error {
 	if len(dst) != m.PayloadLen {
 		return fmt.Errorf("%w: payload of %d bytes into %d", proto.ErrFrame, m.PayloadLen, len(dst))
 	}
@@ -119,7 +119,7 @@ func (t *mpiTransport) ReadPayload(m *proto.Msg, dst []byte) error {
 	return t.wrap(t.w.e.Recv(t.rank, t.data, dst).Wait(t.closed))
 }
 
-func (t *mpiTransport) Discard(m *proto.Msg) error {
+func (t *Link) Discard(m *proto.Msg) error {
 	if !outOfBand(m) {
 		return nil
 	}
@@ -129,7 +129,7 @@ func (t *mpiTransport) Discard(m *proto.Msg) error {
 	return t.ReadPayload(m, t.scratch[:m.PayloadLen])
 }
 
-func (t *mpiTransport) WriteFrames(frames []byte) error {
+func (t *Link) WriteFrames(frames []byte) error {
 	if err := t.reap(); err != nil {
 		return err
 	}
@@ -140,7 +140,7 @@ func (t *mpiTransport) WriteFrames(frames []byte) error {
 // the MPI call now (mpi.Engine.TrySend), from a copy, as the link may
 // reuse frames once it returns; the send completes later. It returns 0 if
 // it cannot: the link's writer sends them.
-func (t *mpiTransport) TryWriteFrames(frames []byte) (int, error) {
+func (t *Link) TryWriteFrames(frames []byte) (int, error) {
 	if err := t.reap(); err != nil {
 		return 0, err
 	}
@@ -159,7 +159,7 @@ func (t *mpiTransport) TryWriteFrames(frames []byte) (int, error) {
 
 // reap forgets the sends of TryWriteFrames that completed, and returns
 // the first error among them.
-func (t *mpiTransport) reap() error {
+func (t *Link) reap() error {
 	t.smu.Lock()
 	defer t.smu.Unlock()
 	var err error
@@ -177,9 +177,9 @@ func (t *mpiTransport) reap() error {
 	return err
 }
 
-func (t *mpiTransport) WriteData(id uint64, off int, data []byte) error {
+func (t *Link) WriteData(id uint64, off int, data []byte) error {
 	var oob bool
-	t.hdr, oob = appendMPIData(t.hdr[:0], id, off, data)
+	t.hdr, oob = appendData(t.hdr[:0], id, off, data)
 	if !oob {
 		return t.WriteFrames(t.hdr)
 	}
@@ -193,9 +193,9 @@ func (t *mpiTransport) WriteData(id uint64, off int, data []byte) error {
 }
 
 // FragmentSize is the largest data fragment the link should write.
-func (t *mpiTransport) FragmentSize() int { return mpiFragment }
+func (t *Link) FragmentSize() int { return fragment }
 
-func (t *mpiTransport) Close() error {
+func (t *Link) Close() error {
 	t.once.Do(func() { close(t.closed) })
 	return nil
 }
