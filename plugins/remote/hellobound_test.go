@@ -13,6 +13,7 @@ import (
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/proctest"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugins/remote/engine"
 )
 
 // loadWithin loads d on another goroutine and returns its error, failing
@@ -56,8 +57,8 @@ func TestLocalStoppedBeforeHello(t *testing.T) {
 	}
 	d := devs[0]
 	var pid int
-	if _, err := fmt.Sscanf(d.(*device).name(), "local device (pid %d)", &pid); err != nil {
-		t.Fatalf("no pid in %q: %v", d.(*device).name(), err)
+	if _, err := fmt.Sscanf(d.(*engine.Device).Name(), "local device (pid %d)", &pid); err != nil {
+		t.Fatalf("no pid in %q: %v", d.(*engine.Device).Name(), err)
 	}
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)

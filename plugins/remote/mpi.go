@@ -13,6 +13,7 @@ import (
 
 	cmpi "github.com/goffload/offload/internal/mpi"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugins/remote/engine"
 	"github.com/goffload/offload/plugins/remote/mpi"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
@@ -76,7 +77,7 @@ func discoverMPI() ([]plugin.Device, error) {
 
 // openMPI opens the device ranks, all or the first N, on the host rank.
 func openMPI(arg string) ([]plugin.Device, error) {
-	if err := timeoutErr(); err != nil {
+	if err := engine.CheckTimeout(); err != nil {
 		return nil, fmt.Errorf("%w: %w", plugin.ErrBadSpec, err)
 	}
 	if !cmpi.Launched() {
@@ -114,25 +115,26 @@ func openMPI(arg string) ([]plugin.Device, error) {
 		r := w.ranks.RankAt(i)
 		w.Post(r, mpi.TagOpen, announce) // waited for by the session's first frames
 		t := w.Link(r, ctrl, data)
-		d := newDevice(startLink(t), "mpi", fmt.Sprintf("mpi device (rank %d)", r))
-		d.rank = r
-		d.startup = processStartup
-		d.onLost = func(cause error) error {
+		d := engine.NewDevice(t, "mpi", fmt.Sprintf("mpi device (rank %d)", r))
+		d.Rank = r
+		d.Intro = mpiPeers
+		d.Startup = engine.ProcessStartup
+		d.OnLost = func(cause error) error {
 			w.mu.Lock()
 			w.lost[r] = cause
 			w.mu.Unlock()
 			return fmt.Errorf("MPI rank %d: %w", r, cause)
 		}
-		d.closeFn = func(bool) error {
+		d.CloseFn = func(bool) error {
 			w.Drop(t)
 			return nil
 		}
-		d.kill = func() {
+		d.Killer = func() {
 			// Stop gave up on the rank's kernel: the rank itself is well
 			// and takes the exit at FinishMPI without it (serve), so MPI
 			// can still be finalized.
 			w.mu.Lock()
-			w.killed[r] = d.name()
+			w.killed[r] = d.Name()
 			w.mu.Unlock()
 		}
 		devs = append(devs, d)
@@ -171,7 +173,7 @@ func serveMPIIfDevice(img *plugin.Image) {
 // own goroutine, until the host says exit; then it waits for the sessions
 // still running.
 func (w *mpiWorld) serve(img *plugin.Image) error {
-	if err := timeoutErr(); err != nil {
+	if err := engine.CheckTimeout(); err != nil {
 		return err
 	}
 	cores, err := deviceCores()
@@ -204,11 +206,11 @@ func (w *mpiWorld) serve(img *plugin.Image) error {
 		ctrl, data, ms.peerCtrl, ms.peerData = mpi.SessionTags(ms.gen)
 		t := w.Link(w.ranks.Host, ctrl, data)
 		w.Accept(ms.peerCtrl, ms.peerData, ms.accepted)
-		ms.s = newSession(startLink(t), img, cores)
-		ms.s.rank = w.Rank()
-		ms.s.kind = "mpi"
-		ms.s.helloed = func(num int) { ms.base.Store(int64(num - w.ranks.Index(w.Rank()))) }
-		ms.s.peers.connect = ms.connect
+		ms.s = engine.NewSession(t, img, cores)
+		ms.s.Rank = w.Rank()
+		ms.s.Kind = "mpi"
+		ms.s.Helloed = func(num int) { ms.base.Store(int64(num - w.ranks.Index(w.Rank()))) }
+		ms.s.ConnectPeers(ms.connect)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -240,18 +242,27 @@ func (w *mpiWorld) endSessions(wg *sync.WaitGroup) {
 	}
 }
 
+// mpiPeers is the MPI devices' engine.Introducer: ranks reach each other
+// themselves (mpiSession.connect), so there is nothing to introduce.
+var mpiPeers engine.Introducer = mpiIntro{}
+
+type mpiIntro struct{}
+
+func (mpiIntro) Introduce(a, b *engine.Device) error { return nil }
+func (mpiIntro) Forget(*engine.Device)               {}
+
 // mpiSession is a device rank's session with the host.
 type mpiSession struct {
 	w                  *mpiWorld
 	gen                int
-	s                  *session
+	s                  *engine.Session
 	base               atomic.Int64 // the number of the first device rank, once the host said hello
 	peerCtrl, peerData int
 }
 
 func (ms *mpiSession) serve(t *mpi.Link) {
 	w := ms.w
-	if err := ms.s.serve(); err != nil {
+	if err := ms.s.Serve(); err != nil {
 		fmt.Fprintf(os.Stderr, "goffload device (MPI rank %d): session %d: %v\n", w.Rank(), ms.gen, err)
 	}
 	for _, pt := range w.Unaccept(ms.peerCtrl) {
@@ -284,7 +295,7 @@ func (ms *mpiSession) connect(num int) error {
 		return fmt.Errorf("device %d is this device", num)
 	}
 	if pt, created := ms.w.PeerLink(r, ms.peerCtrl, ms.peerData); created {
-		ms.s.peers.add(num, startLink(pt))
+		ms.s.AddPeer(num, pt)
 	}
 	return nil
 }
@@ -296,7 +307,7 @@ func (ms *mpiSession) accepted(r int, pt *mpi.Link) {
 		ms.w.Drop(pt)
 		return
 	}
-	ms.s.peers.add(ranks.NumOf(r), startLink(pt))
+	ms.s.AddPeer(ranks.NumOf(r), pt)
 }
 
 // FinishMPI ends MPI on the host rank of an MPI job: every device rank is

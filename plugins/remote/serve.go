@@ -11,7 +11,20 @@ import (
 	"github.com/goffload/offload/internal/waitpoll"
 	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugins/remote/engine"
+	"github.com/goffload/offload/plugins/remote/proto"
+	"github.com/goffload/offload/plugins/remote/shm"
+	"github.com/goffload/offload/plugins/remote/stream"
+	"github.com/goffload/offload/plugins/remote/transport"
 )
+
+// ErrSilent is wrapped by the error of a link on which nothing came for
+// longer than the device timeout (GOFFLOAD_DEVICE_TIMEOUT).
+var ErrSilent = engine.ErrSilent
+
+// ErrMismatch is wrapped when a host and a device process run different code
+// (kernel tables or protocol versions differ); they are refused at hello.
+var ErrMismatch = proto.ErrMismatch
 
 // IsDevice reports whether this process was started as a device.
 func IsDevice() bool { return os.Getenv(envRole) != "" }
@@ -62,7 +75,7 @@ func deviceCores() (int, error) {
 }
 
 func serve(img *plugin.Image) error {
-	if err := timeoutErr(); err != nil {
+	if err := engine.CheckTimeout(); err != nil {
 		return err
 	}
 	cores, err := deviceCores()
@@ -80,25 +93,25 @@ func serve(img *plugin.Image) error {
 		if err != nil {
 			return fmt.Errorf("inherited socket: %w", err)
 		}
-		l, err := localDeviceLink(conn)
+		t, err := localDeviceLink(conn)
 		if err != nil {
 			conn.Close()
 			return err
 		}
-		s := newSession(l, img, cores)
-		s.kind = "local"
+		s := engine.NewSession(t, img, cores)
+		s.Kind = "local"
 		if side := os.Getenv(envSide); side != "" {
 			if n, err := strconv.Atoi(side); err == nil && n >= 3 {
 				f := os.NewFile(uintptr(n), "goffload-side")
 				if c, err := net.FileConn(f); err == nil {
 					if uc, ok := c.(*net.UnixConn); ok {
-						go s.peers.receive(uc)
+						go receivePeers(s, uc)
 					}
 				}
 				f.Close()
 			}
 		}
-		return s.serve()
+		return s.Serve()
 	}
 	addr := os.Getenv(envListen)
 	if addr == "" {
@@ -148,10 +161,10 @@ func ServeTCP(ln net.Listener, secret string, img *plugin.Image, cores int) erro
 // localDeviceLink is a local device's link to its host: through the shared
 // memory the host handed over (GOFFLOAD_SHM_FD), with conn only telling
 // that the host is gone, or through conn itself.
-func localDeviceLink(conn net.Conn) (*link, error) {
+func localDeviceLink(conn net.Conn) (transport.Transport, error) {
 	fd := os.Getenv(envShm)
 	if fd == "" {
-		return newLink(conn), nil
+		return stream.New(conn), nil
 	}
 	n, err := strconv.Atoi(fd)
 	if err != nil || n < 3 {
@@ -159,5 +172,5 @@ func localDeviceLink(conn net.Conn) (*link, error) {
 	}
 	f := os.NewFile(uintptr(n), "goffload-link")
 	defer f.Close()
-	return newShmLink(int(f.Fd()), 1, conn, "the host ended (its socket closed)")
+	return shm.New(int(f.Fd()), 1, conn, "the host ended (its socket closed)")
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugins/remote/engine"
 	"github.com/goffload/offload/plugins/remote/proto"
 	"github.com/goffload/offload/plugins/remote/stream"
 )
@@ -65,7 +66,7 @@ func openTCP(addr string) ([]plugin.Device, error) {
 	if err != nil {
 		return nil, configError(fmt.Sprintf("tcp://%s: %v", addr, err))
 	}
-	if err := timeoutErr(); err != nil {
+	if err := engine.CheckTimeout(); err != nil {
 		return nil, fmt.Errorf("%w: %w", plugin.ErrBadSpec, err)
 	}
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
@@ -85,9 +86,9 @@ func openTCP(addr string) ([]plugin.Device, error) {
 	if sec.plain {
 		plainNotice("tcp://" + addr)
 	}
-	d := newDevice(sessionLink(c), "tcp", "tcp device tcp://"+addr)
-	d.addr = "tcp://" + addr
-	d.closeFn = func(bool) error { return nil }
+	d := engine.NewDevice(stream.Session(c), "tcp", "tcp device tcp://"+addr)
+	d.Addr = "tcp://" + addr
+	d.CloseFn = func(bool) error { return nil }
 	return []plugin.Device{d}, nil
 }
 
@@ -104,9 +105,6 @@ func checkTCPAddr(addr string) error {
 	}
 	return nil
 }
-
-// sessionLink starts the link of an authenticated TCP session.
-func sessionLink(c net.Conn) *link { return startLink(stream.Session(c)) }
 
 // plainNotice says on stderr that the session with what goes in the
 // clear, as the user asked.
@@ -350,10 +348,10 @@ func (s *tcpServer) handle(conn net.Conn, e *list.Element) {
 	}
 	s.guesses.proved(src)
 	conn.SetDeadline(time.Time{})
-	ss := newSession(sessionLink(c), s.img, s.cores)
-	ss.kind = "tcp"
-	_, ss.helloLimit = timing()
-	if err := ss.serve(); err != nil && err != errSessionOver {
+	ss := engine.NewSession(stream.Session(c), s.img, s.cores)
+	ss.Kind = "tcp"
+	ss.HelloLimit = engine.DeviceTimeout()
+	if err := ss.Serve(); err != nil && err != engine.ErrSessionOver {
 		fmt.Fprintf(os.Stderr, "goffload device: session with %s: %v\n", conn.RemoteAddr(), err)
 	}
 }

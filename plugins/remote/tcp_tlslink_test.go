@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload/plugin"
-	"github.com/goffload/offload/plugins/remote/proto"
-	"github.com/goffload/offload/plugins/remote/stream"
+	"github.com/goffload/offload/plugins/remote/engine"
 	"github.com/goffload/offload/plugins/remote/transport"
 )
 
@@ -22,8 +21,8 @@ func TestTLSLinkBusyBothWays(t *testing.T) {
 	ln := listenLoopback(t)
 	startTCP(t, ln, 5*time.Second, security(t, false))
 	d := openHonest(t, ln.Addr().String())
-	if _, ok := d.(*device).l.t.(transport.Holder); !ok {
-		t.Fatalf("not a TLS link: %T", d.(*device).l.t)
+	if _, ok := d.(*engine.Device).Transport().(transport.Holder); !ok {
+		t.Fatalf("not a TLS link: %T", d.(*engine.Device).Transport())
 	}
 	const big = 8 << 20
 	var wg sync.WaitGroup
@@ -85,62 +84,5 @@ func TestTLSLinkBusyBothWays(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
-	}
-}
-
-// tlsPair is a TLS session over a socket pair, both ends' transports.
-func tlsPair(t *testing.T) (host, dev transport.Transport) {
-	t.Helper()
-	a, b := socketPair(t)
-	sec := security(t, false)
-	ua, ub := stream.Under(a), stream.Under(b)
-	ca, cb := sec.client(ua, "pair:0"), sec.server(ub)
-	errs := make(chan error, 1)
-	go func() { errs <- cb.Handshake() }()
-	if err := ca.Handshake(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-errs; err != nil {
-		t.Fatal(err)
-	}
-	ua.Spin()
-	ub.Spin()
-	return stream.NewTLS(ca), stream.NewTLS(cb)
-}
-
-// TestTLSLinkHoldsBack: a link whose other side reads nothing answers
-// without blocking until the socket is full, the rest of the last TLS
-// record held back; once the other side reads, the link's writer writes
-// what was held back first, and every frame arrives, in order.
-func TestTLSLinkHoldsBack(t *testing.T) {
-	ht, dt := tlsPair(t)
-	l := startLink(ht)
-	defer l.fail(errLinkClosed)
-	sent := 0
-	for ; !l.held() && sent < 1<<20; sent++ {
-		if err := l.sendSoon(&proto.Data{Xfer: uint64(sent)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if !l.held() {
-		t.Fatalf("%d frames sent without holding any bytes back", sent)
-	}
-	for i := range 100 { // queued behind what is held back
-		if err := l.sendSoon(&proto.Data{Xfer: uint64(sent + i)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sent += 100
-	for i := range sent {
-		m, err := dt.ReadMsg()
-		if err != nil {
-			t.Fatalf("frame %d of %d: %v", i, sent, err)
-		}
-		if m.Type != proto.TData || m.ID != uint64(i) {
-			t.Fatalf("frame %d of %d: %s %d", i, sent, m.Type, m.ID)
-		}
-	}
-	if l.held() {
-		t.Error("bytes still held back after every frame came")
 	}
 }

@@ -265,7 +265,7 @@ func (s *tcpSecurity) hostHandshake(conn net.Conn, addr string) (net.Conn, error
 	}
 	m, err := readAuth(tc)
 	if err != nil {
-		if isClosedErr(err) {
+		if isClosed(err) {
 			return nil, fmt.Errorf("%w: the device closed the connection: %w", ErrAuth, err)
 		}
 		var op *net.OpError
@@ -335,4 +335,9 @@ func (s *tcpSecurity) deviceHandshake(conn net.Conn, gate *proofGate) (net.Conn,
 	}
 	under.Spin()
 	return tc, nil
+}
+
+// isClosed reports whether err is the normal end of a connection.
+func isClosed(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
 }

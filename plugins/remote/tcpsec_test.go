@@ -22,6 +22,7 @@ import (
 
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugins/remote/engine"
 )
 
 // Bad input at the handshake of a protected TCP session: each is refused
@@ -441,9 +442,9 @@ func TestTCPSecEphemeral(t *testing.T) {
 	}
 	d := openHonest(t, ln.Addr().String())
 	checkServed(t, d)
-	st, ok := d.(*device).l.t.(interface{ ConnectionState() tls.ConnectionState })
+	st, ok := d.(*engine.Device).Transport().(interface{ ConnectionState() tls.ConnectionState })
 	if !ok {
-		t.Fatalf("the link's transport is a %T, want TLS", d.(*device).l.t)
+		t.Fatalf("the link's transport is a %T, want TLS", d.(*engine.Device).Transport())
 	}
 	if v := st.ConnectionState().Version; v != tls.VersionTLS13 {
 		t.Errorf("TLS version %x, want 1.3", v)

@@ -1,4 +1,4 @@
-package remote
+package engine
 
 // A caller that waits for its answer on a shared-memory link polls for it
 // and reads it itself: whoever waits polls. Waking a parked goroutine
@@ -27,7 +27,7 @@ import (
 // await waits for the answer ch brings: on a shared-memory link by
 // polling (one caller of the device at a time; the others park), else
 // parked.
-func (d *device) await(ch chan proto.Reply) proto.Reply {
+func (d *Device) await(ch chan proto.Reply) proto.Reply {
 	sc := d.sc
 	if sc == nil || !d.polling.CompareAndSwap(false, true) {
 		return <-ch
@@ -70,7 +70,7 @@ func (d *device) await(ch chan proto.Reply) proto.Reply {
 // itself: the reader, parked on the ring, would not see them (no doorbell
 // rings for them, and a kick only makes it look at the ring again) until
 // the next frame came, a heartbeat seconds later.
-func (d *device) handBack() {
+func (d *Device) handBack() {
 	if d.readMu.TryLock() {
 		if d.l.br.Buffered() {
 			d.readHere(func() bool { return !d.l.br.Buffered() })
@@ -89,7 +89,7 @@ func (d *device) handBack() {
 // read lock, it kicks the reader: it may be parked inside a frame's read
 // (the rest of the frame came while the doorbell was off, rPolled), and it
 // polls when kicked.
-func (d *device) readIfAny(stop func() bool) {
+func (d *Device) readIfAny(stop func() bool) {
 	if !d.sc.Readable() {
 		return
 	}
@@ -105,7 +105,7 @@ func (d *device) readIfAny(stop func() bool) {
 // reader would, under d.readMu, until stop reports true after a frame; its
 // reads poll rather than park on the doorbell (the reader may be parked
 // there).
-func (d *device) readHere(stop func() bool) {
+func (d *Device) readHere(stop func() bool) {
 	d.sc.SetPollOnly(true)
 	defer d.sc.SetPollOnly(false)
 	for d.l.br.Buffered() || d.sc.Readable() {
@@ -126,7 +126,7 @@ func (d *device) readHere(stop func() bool) {
 
 // readFailed fails the device for err, a read or dispatch's error, as the
 // reader does when its read fails.
-func (d *device) readFailed(err error) {
+func (d *Device) readFailed(err error) {
 	if lerr := d.l.failed(); lerr != nil && !isClosedErr(lerr) {
 		err = lerr // the link failed first (silence, a write error): that is why
 	}
@@ -136,7 +136,7 @@ func (d *device) readFailed(err error) {
 // awaitFrame returns, holding d.readMu, once the reader's next ReadMsg has
 // something to read: a frame read ahead, or data on a shared-memory link
 // (waited for without the lock, so that a polling caller can read it).
-func (d *device) awaitFrame() {
+func (d *Device) awaitFrame() {
 	d.readMu.Lock()
 	for d.sc != nil && !d.l.br.Buffered() && !d.sc.Readable() {
 		d.l.release() // before waiting, as linkReader.ReadMsg does

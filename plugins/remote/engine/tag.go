@@ -1,4 +1,4 @@
-package remote
+package engine
 
 import (
 	"fmt"
@@ -33,7 +33,7 @@ type qtag struct {
 }
 
 // tag handles a Tag frame, on the reader's goroutine.
-func (s *session) tag(f *proto.Tag) {
+func (s *Session) tag(f *proto.Tag) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if f.Tag == 0 {
@@ -46,7 +46,7 @@ func (s *session) tag(f *proto.Tag) {
 // timer returns what reports the times of an operation of kind (a launch
 // of kernel) enqueued on queue qid if the queue is tagged, or nil. The
 // reader calls it as it enqueues the operation.
-func (s *session) timer(qid uint32, kind plugin.OpKind, kernel uint32, bytes int64) func(start, end time.Time, err error) {
+func (s *Session) timer(qid uint32, kind plugin.OpKind, kernel uint32, bytes int64) func(start, end time.Time, err error) {
 	s.mu.Lock()
 	t := s.tags[qid]
 	s.mu.Unlock()
@@ -60,7 +60,7 @@ func (s *session) timer(qid uint32, kind plugin.OpKind, kernel uint32, bytes int
 // timesTo is where a timed operation's times go: to the host, as a record
 // of queue's with kernel's index and the tag's clock readings.
 type timesTo struct {
-	s      *session
+	s      *Session
 	queue  uint32
 	kernel uint32
 	t      qtag
@@ -97,7 +97,7 @@ type clock struct {
 const probes = 8
 
 // probe measures the device's clock against the host's.
-func (d *device) probe() error {
+func (d *Device) probe() error {
 	lo, hi := int64(-1<<63), int64(1<<63-1)
 	for range probes {
 		h0 := deviceClock(time.Now())
@@ -140,7 +140,7 @@ func (c *clock) place(r proto.OpRecord, devSent, now int64) (start, end time.Tim
 
 // Trace makes the device report its tagged queues' operations to f, on
 // the host's clock (plugin.Tracer).
-func (d *device) Trace(f func(plugin.OpTime)) {
+func (d *Device) Trace(f func(plugin.OpTime)) {
 	if f != nil && d.probe() != nil {
 		return // a lost device: its operations fail, with nothing to time
 	}
@@ -148,7 +148,7 @@ func (d *device) Trace(f func(plugin.OpTime)) {
 }
 
 // times handles a Times frame, on the reader's goroutine.
-func (d *device) times(m *proto.Times) error {
+func (d *Device) times(m *proto.Times) error {
 	now := deviceClock(time.Now())
 	recs, err := proto.ParseTimes(m.Ops, uint8(plugin.OpWait))
 	if err != nil {

@@ -1,10 +1,9 @@
-package remote
+package engine
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +18,7 @@ import (
 	"github.com/goffload/offload/plugins/remote/transport"
 )
 
-// device is the host side of a remote device: it turns plugin calls into
+// Device is the host side of a remote device (a plugin.Device): it turns plugin calls into
 // frames and frames back into results. One goroutine reads the link; the
 // link's writer writes what the others queue.
 //
@@ -31,7 +30,7 @@ import (
 // registers and nothing registered is forgotten. Frames whose order matters (a wait and the forgetting of its
 // event, a notify and the same) are queued on the link under d.mu as well,
 // in the order d.st returns them.
-type device struct {
+type Device struct {
 	l *link
 	// life is the device's label ("local device 1 (pid 1234)"), its
 	// closing once and its loss, as every kind keeps them: d.st reads
@@ -39,31 +38,34 @@ type device struct {
 	life devstate.State
 	num  int // device number, from Load
 	info plugin.Info
-	// kind is the device kind as GOFFLOAD_DEVICES names it ("local",
+	// Kind is the device kind as GOFFLOAD_DEVICES names it ("local",
 	// "tcp", "mpi"): Info().Kind, and the start of the name.
-	kind string
-	// addr is where a TCP device serves ("tcp://HOST:PORT"); empty for others.
-	addr string
+	Kind string
+	// Addr is where a TCP device serves ("tcp://HOST:PORT"); empty for others.
+	Addr string
 	// count is how many kernels the device process has (a prefix of ours).
 	count int
-	// onLost, if set, explains a broken link (the process's exit status).
-	onLost func(error) error
-	// kill, if set, kills the device's process (Kill); a device without
+	// The kind that opens the device sets what follows before Load.
+
+	// OnLost, if set, explains a broken link (the process's exit status).
+	OnLost func(error) error
+	// Killer, if set, kills the device's process (Kill); a device without
 	// one (a process of another machine) has its link cut instead.
-	kill func()
-	// closeFn releases what the transport holds (the process, the socket).
-	closeFn func(lost bool) error
-	// startup is the least time the device's hello may take, where its
+	Killer func()
+	// CloseFn releases what the transport holds (the process, the socket).
+	CloseFn func(lost bool) error
+	// Startup is the least time the device's hello may take, where its
 	// process was just started (a process's start-up on a loaded machine),
 	// if more than the device timeout.
-	startup time.Duration
-	// setNum, if set, tells the transport the device's number.
-	setNum func(int)
-	// side is the channel the host introduces device processes to each
-	// other on (nil for devices that are not processes of this machine).
-	side *net.UnixConn
-	// rank is the device's MPI rank, or -1: MPI devices reach each other.
-	rank int
+	Startup time.Duration
+	// SetNum, if set, tells the transport the device's number.
+	SetNum func(int)
+	// Intro, if set, links the device to the others it introduces
+	// (device processes of this machine, an MPI job's ranks): their
+	// queues wait on each other's events and exchange data directly.
+	Intro Introducer
+	// Rank is the device's MPI rank, or -1 (it names the device).
+	Rank int
 	// img is the image Load loaded (set before the link's reader starts).
 	img *plugin.Image
 	// tr is where timed operations go (Trace), clock how their device
@@ -95,12 +97,28 @@ type device struct {
 	polling atomic.Bool
 }
 
-func newDevice(l *link, kind, name string) *device {
-	d := &device{
+// NewDevice is the host side of the device process at the other end of t:
+// kind names its kind ("local", "tcp", "mpi") and name the device until
+// Load names it by its number. The link starts at once.
+func NewDevice(t transport.Transport, kind, name string) *Device {
+	return newDevice(startLink(t), kind, name)
+}
+
+// Num is the device's number, as Load gave it.
+func (d *Device) Num() int { return d.num }
+
+// Transport is what carries the device's link.
+func (d *Device) Transport() transport.Transport { return d.l.t }
+
+// Name is the device's name, as its errors say it.
+func (d *Device) Name() string { return d.name() }
+
+func newDevice(l *link, kind, name string) *Device {
+	d := &Device{
 		l:          l,
 		sc:         pollerOf(l),
-		kind:       kind,
-		rank:       -1,
+		Kind:       kind,
+		Rank:       -1,
 		readerDone: make(chan struct{}),
 	}
 	d.st = state.NewHost[chan proto.Reply, *event, *incoming](&d.life)
@@ -108,18 +126,18 @@ func newDevice(l *link, kind, name string) *device {
 	return d
 }
 
-func (d *device) name() string     { return d.life.Label() }
-func (d *device) setName(s string) { d.life.SetLabel(s) }
+func (d *Device) name() string     { return d.life.Label() }
+func (d *Device) setName(s string) { d.life.SetLabel(s) }
 
 // hello greets the device process and checks that it runs our code.
-func (d *device) hello(img *plugin.Image, num int) error {
+func (d *Device) hello(img *plugin.Image, num int) error {
 	// The heartbeat starts after hello: until then, the device timeout
 	// bounds the wait for the device's hello (a process stopped or hung
 	// before it serves, a tcp:// device that proved the secret and says
 	// nothing).
 	_, timeout := timing()
 	if timeout > 0 {
-		timeout = max(timeout, d.startup)
+		timeout = max(timeout, d.Startup)
 	}
 	stop := d.l.within(timeout, "hello from the device")
 	defer stop()
@@ -159,7 +177,7 @@ func (d *device) hello(img *plugin.Image, num int) error {
 }
 
 // read dispatches the device's frames until the link ends.
-func (d *device) read() {
+func (d *Device) read() {
 	defer close(d.readerDone)
 	for {
 		d.awaitFrame()
@@ -175,7 +193,7 @@ func (d *device) read() {
 	}
 }
 
-func (d *device) dispatch(m *proto.Msg) error {
+func (d *Device) dispatch(m *proto.Msg) error {
 	fr, err := proto.Parse(m)
 	if err != nil {
 		return err
@@ -240,7 +258,7 @@ func (d *device) dispatch(m *proto.Msg) error {
 }
 
 // answer completes the call req with r.
-func (d *device) answer(req uint64, r proto.Reply, t proto.Type) error {
+func (d *Device) answer(req uint64, r proto.Reply, t proto.Type) error {
 	d.mu.Lock()
 	ch, err := d.st.Answer(req)
 	d.mu.Unlock()
@@ -253,14 +271,14 @@ func (d *device) answer(req uint64, r proto.Reply, t proto.Type) error {
 
 // lose fails the device: every pending and later operation returns an
 // error naming the device and the cause.
-func (d *device) lose(cause error) {
+func (d *Device) lose(cause error) {
 	if d.life.Lost() != nil {
 		return
 	}
 	if d.life.Closed() {
 		cause = errors.New("device closed")
-	} else if d.onLost != nil {
-		cause = d.onLost(cause) // may wait a moment for the process's exit status
+	} else if d.OnLost != nil {
+		cause = d.OnLost(cause) // may wait a moment for the process's exit status
 	}
 	err := fmt.Errorf("%s: %w: %w", d.name(), plugin.ErrDeviceLost, cause)
 	d.mu.Lock()
@@ -284,7 +302,7 @@ func (d *device) lose(cause error) {
 // (it soon does, the link having failed), so that the error says why the
 // device went (a process's exit status, a signal) and not only how the
 // link noticed (a broken pipe).
-func (d *device) linkLost(err error) error {
+func (d *Device) linkLost(err error) error {
 	d.mu.Lock()
 	reading := d.reading
 	d.mu.Unlock()
@@ -303,7 +321,7 @@ func (d *device) linkLost(err error) error {
 // CancelKernels asks the device's kernels to stop: their Ctx's Done
 // channel closes in the device process (plugin.Canceler). It does not
 // wait.
-func (d *device) CancelKernels() {
+func (d *Device) CancelKernels() {
 	if d.Lost() == nil {
 		d.l.send(&proto.Cancel{}) // a failure is the link's, seen by the reader
 	}
@@ -312,21 +330,21 @@ func (d *device) CancelKernels() {
 // Kill ends the device by force (plugin.Killer): its process is killed, or
 // for one of another machine its link is cut, and everything pending on
 // it fails with an error that says why.
-func (d *device) Kill(why error) {
-	if d.kill != nil {
-		d.kill()
+func (d *Device) Kill(why error) {
+	if d.Killer != nil {
+		d.Killer()
 	}
 	d.l.fail(why)
 }
 
 // Lost reports why the device stopped working, or nil while it works.
-func (d *device) Lost() error { return d.life.Lost() }
+func (d *Device) Lost() error { return d.life.Lost() }
 
 // request registers a call for the answer to the frame that frame(id)
 // makes and queues the frame, under the lock loss takes, then writes it
 // (flushNow: the caller is not a reader); xfers are transfers the answer
 // ends.
-func (d *device) request(frame func(id uint64) proto.Frame, xfers []uint64) (chan proto.Reply, error) {
+func (d *Device) request(frame func(id uint64) proto.Frame, xfers []uint64) (chan proto.Reply, error) {
 	ch := make(chan proto.Reply, 1)
 	d.mu.Lock()
 	id := d.st.ID()
@@ -346,7 +364,7 @@ func (d *device) request(frame func(id uint64) proto.Frame, xfers []uint64) (cha
 // DeviceAddr asks the device process for the address, in its memory, of
 // the byte at p (plugin.AddrResolver): the host names device memory with
 // numbers of its own.
-func (d *device) DeviceAddr(p plugin.Ptr) (uintptr, error) {
+func (d *Device) DeviceAddr(p plugin.Ptr) (uintptr, error) {
 	r, err := d.call(func(id uint64) proto.Frame { return &proto.Addr{Req: id, Ptr: uint64(p)} })
 	if err != nil {
 		return 0, err
@@ -360,7 +378,7 @@ func clockReq(id uint64) proto.Frame { return &proto.Clock{Req: id} }
 
 // call sends a request (infoReq, clockReq) and waits for its reply, or
 // for the device's loss.
-func (d *device) call(frame func(id uint64) proto.Frame) (proto.Reply, error) {
+func (d *Device) call(frame func(id uint64) proto.Frame) (proto.Reply, error) {
 	ch, err := d.request(frame, nil)
 	if err != nil {
 		return proto.Reply{}, err
@@ -375,9 +393,9 @@ func (d *device) call(frame func(id uint64) proto.Frame) (proto.Reply, error) {
 	return r, nil
 }
 
-func (d *device) Info() plugin.Info { return d.info }
+func (d *Device) Info() plugin.Info { return d.info }
 
-func (d *device) fetchInfo() error {
+func (d *Device) fetchInfo() error {
 	r, err := d.call(infoReq)
 	if err != nil {
 		return err
@@ -385,16 +403,16 @@ func (d *device) fetchInfo() error {
 	if err := json.Unmarshal([]byte(r.Text), &d.info); err != nil {
 		return fmt.Errorf("%s: %w: info: %v", d.name(), proto.ErrFrame, err)
 	}
-	d.info.Kind = d.kind
+	d.info.Kind = d.Kind
 	return nil
 }
 
 // Load greets the device process, which checks that both run the same code,
 // and asks it to describe itself.
-func (d *device) Load(img *plugin.Image, num int) error {
+func (d *Device) Load(img *plugin.Image, num int) error {
 	d.num, d.img = num, img
-	if d.setNum != nil {
-		d.setNum(num)
+	if d.SetNum != nil {
+		d.SetNum(num)
 	}
 	if err := d.hello(img, num); err != nil {
 		err = fmt.Errorf("%s: %w", d.name(), err)
@@ -405,12 +423,12 @@ func (d *device) Load(img *plugin.Image, num int) error {
 		return err
 	}
 	switch {
-	case d.rank >= 0:
-		d.setName(fmt.Sprintf("mpi device %d (rank %d, pid %d on %s)", num, d.rank, d.info.PID, d.info.Host))
-	case d.addr != "":
-		d.setName(fmt.Sprintf("%s device %d (%s, pid %d on %s)", d.kind, num, d.addr, d.info.PID, d.info.Host))
+	case d.Rank >= 0:
+		d.setName(fmt.Sprintf("mpi device %d (rank %d, pid %d on %s)", num, d.Rank, d.info.PID, d.info.Host))
+	case d.Addr != "":
+		d.setName(fmt.Sprintf("%s device %d (%s, pid %d on %s)", d.Kind, num, d.Addr, d.info.PID, d.info.Host))
 	default:
-		d.setName(fmt.Sprintf("%s device %d (pid %d)", d.kind, num, d.info.PID))
+		d.setName(fmt.Sprintf("%s device %d (pid %d)", d.Kind, num, d.info.PID))
 	}
 	return nil
 }
@@ -421,7 +439,7 @@ func (d *device) Load(img *plugin.Image, num int) error {
 // what this host holds there) are refused here; a failure on the device
 // (its memory is shared with other hosts and the pool) is reported by the
 // first operation that uses the allocation.
-func (d *device) Alloc(size int64) (plugin.Ptr, error) {
+func (d *Device) Alloc(size int64) (plugin.Ptr, error) {
 	limit := d.info.Memory
 	if limit <= 0 {
 		limit = hostmem.Limit()
@@ -442,7 +460,7 @@ func (d *device) Alloc(size int64) (plugin.Ptr, error) {
 // seeAllocs makes sure the device has read the allocations queued for it,
 // with one round trip if it may not have: a peer's exchange into them
 // travels another link, which nothing orders with this one.
-func (d *device) seeAllocs() error {
+func (d *Device) seeAllocs() error {
 	d.mu.Lock()
 	n, mark := d.st.Unseen(), d.st.Allocs()
 	d.mu.Unlock()
@@ -465,7 +483,7 @@ func (d *device) seeAllocs() error {
 // so no operation of the device's queues uses it any more when the frame
 // comes. (A synchronous free cost a round trip on the goroutine that
 // completes nowait tasks, one task after the other.)
-func (d *device) Free(p plugin.Ptr) error {
+func (d *Device) Free(p plugin.Ptr) error {
 	d.mu.Lock()
 	f, err := d.st.Free(p)
 	if err == nil {
@@ -481,7 +499,7 @@ func (d *device) Free(p plugin.Ptr) error {
 
 // putClosing queues the CloseQueue frames of the queues closed since the
 // last operation, under d.mu, before the operation that comes now.
-func (d *device) putClosing() error {
+func (d *Device) putClosing() error {
 	for _, id := range d.closing {
 		if err := d.l.put(&proto.CloseQueue{Queue: id}); err != nil {
 			return err
@@ -491,7 +509,7 @@ func (d *device) putClosing() error {
 	return nil
 }
 
-func (d *device) NewQueue() (plugin.Queue, error) {
+func (d *Device) NewQueue() (plugin.Queue, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.st.Alive(); err != nil {
@@ -504,12 +522,12 @@ func (d *device) NewQueue() (plugin.Queue, error) {
 // CanWait reports whether d's queues can wait on ev themselves: events of d,
 // and of other device processes on this machine, which tell d directly when
 // they fire.
-func (d *device) CanWait(ev plugin.Event) bool {
+func (d *Device) CanWait(ev plugin.Event) bool {
 	e, ok := ev.(*event)
-	return ok && (e.d == d || (e.d.side != nil && d.side != nil) || (e.d.rank >= 0 && d.rank >= 0))
+	return ok && (e.d == d || (d.Intro != nil && e.d.Intro == d.Intro))
 }
 
-func (d *device) NewEvent() (plugin.Event, error) {
+func (d *Device) NewEvent() (plugin.Event, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	ev := &event{d: d, ev: opqueue.NewEvent()}
@@ -522,7 +540,7 @@ func (d *device) NewEvent() (plugin.Event, error) {
 }
 
 // Close tells the device process to exit and releases the transport.
-func (d *device) Close() error {
+func (d *Device) Close() error {
 	if !d.life.Close() {
 		return nil
 	}
@@ -533,13 +551,12 @@ func (d *device) Close() error {
 	d.mu.Unlock()
 	d.l.send(&proto.Exit{})
 	d.l.close(closeTimeout)
-	forgetIntroductions(d)
-	if d.side != nil {
-		d.side.Close()
+	if d.Intro != nil {
+		d.Intro.Forget(d)
 	}
 	var err error
-	if d.closeFn != nil {
-		err = d.closeFn(lost)
+	if d.CloseFn != nil {
+		err = d.CloseFn(lost)
 	}
 	if lost {
 		err = nil // the loss was reported by the operations it failed
@@ -551,4 +568,4 @@ func (d *device) Close() error {
 	return err
 }
 
-var _ plugin.LostReporter = (*device)(nil)
+var _ plugin.LostReporter = (*Device)(nil)

@@ -1,21 +1,15 @@
-package remote
+package engine
 
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/opqueue"
 	"github.com/goffload/offload/plugins/remote/proto"
-	"github.com/goffload/offload/plugins/remote/shm"
-	"github.com/goffload/offload/plugins/remote/stream"
 )
 
 // Device-to-device transfers go straight between the two device processes.
@@ -27,7 +21,7 @@ import (
 
 // peers is a device process's links to other devices, by device number.
 type peers struct {
-	s    *session
+	s    *Session
 	mu   sync.Mutex
 	cond *sync.Cond
 	by   map[int]*peer
@@ -61,97 +55,10 @@ type peer struct {
 	lost    error
 }
 
-func newPeers(s *session) *peers {
+func newPeers(s *Session) *peers {
 	p := &peers{s: s, by: map[int]*peer{}, events: map[[2]uint64]*standIn{}, dead: map[int]error{}}
 	p.cond = sync.NewCond(&p.mu)
 	return p
-}
-
-// receive reads introductions from the host's side channel until it closes.
-func (ps *peers) receive(ch *net.UnixConn) {
-	defer ch.Close()
-	buf, oob := make([]byte, 64), make([]byte, syscall.CmsgSpace(8))
-	for {
-		n, oobn, _, _, err := ch.ReadMsgUnix(buf, oob)
-		if err != nil {
-			return
-		}
-		in, err := parseIntro(buf[:n], oob[:oobn])
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "goffload device %d: bad introduction: %v\n", ps.s.num, err)
-			continue
-		}
-		f := os.NewFile(uintptr(in.fd), "goffload-peer")
-		conn, err := net.FileConn(f)
-		f.Close()
-		if err != nil {
-			if in.shm >= 0 {
-				syscall.Close(in.shmFD)
-			}
-			continue
-		}
-		if in.shm < 0 {
-			ps.add(in.num, newLink(conn))
-			continue
-		}
-		l, err := newShmLink(in.shmFD, in.shm, conn, fmt.Sprintf("device %d's process ended (its socket closed)", in.num))
-		syscall.Close(in.shmFD)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "goffload device %d: link to device %d: %v\n", ps.s.num, in.num, err)
-			conn.Close()
-			continue
-		}
-		ps.add(in.num, l)
-	}
-}
-
-// intro is the host's introduction of a peer: "peer N" with a socket, or
-// "peer N shm S" with a socket and the memory file of a shared-memory link,
-// of which this device is side S.
-type intro struct {
-	fd, num int
-	shm     int // the side, or -1 for a link on the socket
-	shmFD   int
-}
-
-func parseIntro(b, oob []byte) (intro, error) {
-	bad := intro{fd: -1, shm: -1, shmFD: -1}
-	msgs, err := syscall.ParseSocketControlMessage(oob)
-	if err != nil || len(msgs) != 1 {
-		return bad, fmt.Errorf("no descriptor")
-	}
-	fds, err := syscall.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) < 1 || len(fds) > 2 {
-		for _, fd := range fds {
-			syscall.Close(fd)
-		}
-		return bad, fmt.Errorf("no descriptor")
-	}
-	fail := func() (intro, error) {
-		for _, fd := range fds {
-			syscall.Close(fd)
-		}
-		return bad, fmt.Errorf("%q", b)
-	}
-	s, ok := strings.CutPrefix(string(b), "peer ")
-	if !ok {
-		return fail()
-	}
-	in := intro{fd: fds[0], shm: -1, shmFD: -1}
-	if num, side, shm := strings.Cut(s, " shm "); shm {
-		if len(fds) != 2 || (side != "0" && side != "1") {
-			return fail()
-		}
-		s, in.shm, in.shmFD = num, int(side[0]-'0'), fds[1]
-	} else if len(fds) != 1 {
-		return fail()
-	}
-	num, err := strconv.Atoi(s)
-	if err != nil || num < 0 {
-		return fail()
-	}
-	in.num = num
-	return in, nil
 }
 
 func (ps *peers) add(num int, l *link) {
@@ -214,7 +121,7 @@ func (ps *peers) event(num int, wait uint64) *opqueue.Event {
 		if err := ps.dead[num]; err != nil {
 			si.ev.Fire(err)
 		} else if ps.done {
-			si.ev.Fire(errSessionOver)
+			si.ev.Fire(ErrSessionOver)
 		}
 	}
 	if si.touched++; si.touched == 2 {
@@ -279,10 +186,10 @@ func (ps *peers) close() {
 	ps.cond.Broadcast()
 	ps.mu.Unlock()
 	for _, p := range by {
-		p.l.fail(errSessionOver)
+		p.l.fail(ErrSessionOver)
 	}
 	for _, si := range events { // no peer will tell: the queues must not wait forever
-		si.ev.Fire(errSessionOver)
+		si.ev.Fire(ErrSessionOver)
 	}
 }
 
@@ -398,78 +305,23 @@ func (ps *peers) serve(p *peer) error {
 	}
 }
 
-// introductions is the host's record of which device processes it has
-// introduced to each other.
-var introductions struct {
-	sync.Mutex
-	done map[[2]*device]bool
+// An Introducer links the devices it opened to each other (Device.Intro),
+// so that their queues wait on each other's events and exchange data
+// directly: device processes of this machine, an MPI job's ranks. The
+// engine calls Introduce before a's queue first depends on b, and Forget
+// when a device closes.
+type Introducer interface {
+	// Introduce makes sure a and b have a link between them, or are
+	// introduced to each other: it returns once each will find the other.
+	Introduce(a, b *Device) error
+	// Forget drops d's introductions: d closed.
+	Forget(d *Device)
 }
 
-// introduce hands a and b the two ends of a new socket pair, once.
-func introduce(a, b *device) error {
-	if a.rank >= 0 && b.rank >= 0 {
-		return nil // MPI ranks link themselves
-	}
-	if a.side == nil || b.side == nil {
+// introduce introduces a and b to each other, if their kind can.
+func introduce(a, b *Device) error {
+	if a.Intro == nil || a.Intro != b.Intro {
 		return fmt.Errorf("%w: devices %d and %d are not both processes of this machine", plugin.ErrUnsupported, a.num, b.num)
 	}
-	key := [2]*device{a, b}
-	if a.num > b.num {
-		key = [2]*device{b, a}
-	}
-	introductions.Lock()
-	defer introductions.Unlock()
-	if introductions.done == nil {
-		introductions.done = map[[2]*device]bool{}
-	}
-	if introductions.done[key] {
-		return nil
-	}
-	fds, err := stream.SocketPair()
-	if err != nil {
-		return err
-	}
-	defer syscall.Close(fds[0])
-	defer syscall.Close(fds[1])
-	// Two local devices link through shared memory as each does with the
-	// host, the socket only telling each of the other's end; a memory file
-	// refused leaves them on the socket.
-	introA, introB := fmt.Sprintf("peer %d", b.num), fmt.Sprintf("peer %d", a.num)
-	rightsA, rightsB := syscall.UnixRights(fds[0]), syscall.UnixRights(fds[1])
-	if localLink() == "shm" {
-		if f, err := shm.NewFile(); err == nil {
-			defer f.Close()
-			introA, introB = introA+" shm 0", introB+" shm 1"
-			rightsA, rightsB = syscall.UnixRights(fds[0], int(f.Fd())), syscall.UnixRights(fds[1], int(f.Fd()))
-		}
-	}
-	if _, _, err := a.side.WriteMsgUnix([]byte(introA), rightsA, nil); err != nil {
-		return introErr(a, b, err)
-	}
-	if _, _, err := b.side.WriteMsgUnix([]byte(introB), rightsB, nil); err != nil {
-		return introErr(b, a, err)
-	}
-	introductions.done[key] = true
-	return nil
-}
-
-// introErr is the error of introducing b to a, whose side channel
-// refused the introduction with err: a's process is gone where the channel
-// broke (ErrDeviceLost, naming a), which its link says soon too.
-func introErr(a, b *device, err error) error {
-	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed) {
-		return fmt.Errorf("introducing device %d to %d: %w: device %d's process is gone: %w", b.num, a.num, plugin.ErrDeviceLost, a.num, err)
-	}
-	return fmt.Errorf("introducing device %d to %d: %w", b.num, a.num, err)
-}
-
-// forgetIntroductions drops d's introductions when it closes.
-func forgetIntroductions(d *device) {
-	introductions.Lock()
-	defer introductions.Unlock()
-	for k := range introductions.done {
-		if k[0] == d || k[1] == d {
-			delete(introductions.done, k)
-		}
-	}
+	return a.Intro.Introduce(a, b)
 }

@@ -1,4 +1,4 @@
-package remote
+package engine
 
 import (
 	"errors"
@@ -121,17 +121,7 @@ func TestCountedTransfersNumberedInWireOrder(t *testing.T) {
 // failure in their queue give the caller's buffers back once the queue's
 // mark or record comes back (issue 7, 11: they were kept for good).
 func TestSkippedTransfersForgotten(t *testing.T) {
-	k, _ := plugin.LookupKind("local")
-	devs, err := k.Open("1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pd := devs[0]
-	defer pd.Close()
-	if err := pd.Load(entries.Current(), 0); err != nil {
-		t.Fatal(err)
-	}
-	d := pd.(*device)
+	d := sessionDevice(t)
 	p, err := d.Alloc(1 << 20)
 	if err != nil {
 		t.Fatal(err)
@@ -246,5 +236,18 @@ func TestParseHelloTimeout(t *testing.T) {
 		if got, _ := timingFor(other); got != want {
 			t.Errorf("timingFor(%v) with %s=250ms: interval %v, want %v", other, envTimeout, got, want)
 		}
+	}
+}
+
+// TestTimeoutAtMostAYear: GOFFLOAD_DEVICE_TIMEOUT up to 8760h is taken, and
+// a device reads the hello that says it (issue 47; the kind's test of the
+// same name checks that a longer one is refused).
+func TestTimeoutAtMostAYear(t *testing.T) {
+	t.Setenv(envTimeout, "8760h")
+	if d, err := parseTimeout("8760h"); err != nil || d != 8760*time.Hour {
+		t.Fatalf("parseTimeout(8760h) = %v, %v", d, err)
+	}
+	if h, err := parseHello(helloText(entries.Current())); err != nil || h.timeout != 8760*time.Hour {
+		t.Fatalf("the hello of a host with 8760h: %+v, %v", h, err)
 	}
 }

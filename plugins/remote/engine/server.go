@@ -1,4 +1,4 @@
-package remote
+package engine
 
 import (
 	"encoding/json"
@@ -20,23 +20,23 @@ import (
 	"github.com/goffload/offload/plugins/remote/transport"
 )
 
-// session serves one host on one link: the device side of the protocol.
+// Session serves one host on one link: the device side of the protocol.
 // Frames are read by one goroutine; queue operations run on the queues'
 // goroutines, in order per queue and concurrently across queues.
-type session struct {
+type Session struct {
 	l     *link
 	img   *plugin.Image
 	mem   *hostmem.Memory
 	pool  *plugin.Pool
 	cores int
 	num   int // device number, from the host's hello
-	// helloed, if set, is told the device number the host gave.
-	helloed func(num int)
-	// rank is the device's MPI rank, or -1.
-	rank int
-	// kind is how the host reached the device, as GOFFLOAD_DEVICES names
+	// Helloed, if set, is told the device number the host gave.
+	Helloed func(num int)
+	// Rank is the device's MPI rank, or -1.
+	Rank int
+	// Kind is how the host reached the device, as GOFFLOAD_DEVICES names
 	// it: "local" (a process the host started), "tcp" or "mpi".
-	kind string
+	Kind string
 
 	peers *peers
 
@@ -58,11 +58,11 @@ type session struct {
 	// hostTimeout is the host's device timeout, from its hello (-1: it
 	// did not say): the link's heartbeat keeps to it (timingFor).
 	hostTimeout time.Duration
-	// helloLimit bounds the wait for the host's hello (0: none): a tcp://
+	// HelloLimit bounds the wait for the host's hello (0: none): a tcp://
 	// session's host proved the secret, and the heartbeat starts after
 	// hello. A local device's host is its parent, which may open other
 	// devices between this one's start and its hello.
-	helloLimit time.Duration
+	HelloLimit time.Duration
 
 	role readerRole // who reads the link (see role.go)
 	end  chan error // how the session ended, from its last reader
@@ -73,9 +73,30 @@ type session struct {
 	kctx *plugin.KernelCtx
 }
 
-func newSession(l *link, img *plugin.Image, cores int) *session {
-	s := &session{
-		l: l, img: img, cores: cores, num: -1, rank: -1, hostTimeout: -1,
+// NewSession serves the host at the other end of t (Serve), with the
+// kernels of img, splitting loops over cores. The kind that serves sets
+// its fields before Serve.
+func NewSession(t transport.Transport, img *plugin.Image, cores int) *Session {
+	return newSession(startLink(t), img, cores)
+}
+
+// Num is the device's number, from the host's hello (-1 before).
+func (s *Session) Num() int { return s.num }
+
+// AddPeer links the session to device num over t (a link the host
+// introduced, or one an MPI rank began): exchanges with device num go
+// over it. A link to num already there is replaced.
+func (s *Session) AddPeer(num int, t transport.Transport) { s.peers.add(num, startLink(t)) }
+
+// ConnectPeers has the session start its links to other devices itself,
+// with connect(num), when it first needs one (MPI ranks reach each other
+// without the host's introduction); connect adds the link with AddPeer,
+// unless the other side's first frame did.
+func (s *Session) ConnectPeers(connect func(num int) error) { s.peers.connect = connect }
+
+func newSession(l *link, img *plugin.Image, cores int) *Session {
+	s := &Session{
+		l: l, img: img, cores: cores, num: -1, Rank: -1, hostTimeout: -1,
 		mem:    hostmem.New(256 << 20),
 		pool:   plugin.NewPool(cores),
 		queues: map[uint32]*opqueue.Queue{},
@@ -91,11 +112,12 @@ func newSession(l *link, img *plugin.Image, cores int) *session {
 	return s
 }
 
-// serve runs the session until the host says exit or the link ends. It
-// returns nil for a normal end.
-func (s *session) serve() error {
+// Serve runs the session until the host says exit or the link ends. It
+// returns nil for a normal end (or ErrSessionOver, where the session's
+// link ended under it).
+func (s *Session) Serve() error {
 	defer s.close()
-	s.pool.SetKernelLimit(deviceTasks(os.Getenv("GOFFLOAD_DEVICE_TASKS"), s.kind))
+	s.pool.SetKernelLimit(deviceTasks(os.Getenv("GOFFLOAD_DEVICE_TASKS"), s.Kind))
 	if err := s.hello(); err != nil {
 		if err == errExitFirst {
 			return nil // a host that had no use for this device
@@ -105,7 +127,7 @@ func (s *session) serve() error {
 	return s.serveFrames()
 }
 
-func (s *session) serveFrames() error {
+func (s *Session) serveFrames() error {
 	s.l.live(timingFor(s.hostTimeout))
 	s.end = make(chan error, 1)
 	s.role.init(s.read)
@@ -120,7 +142,7 @@ func (s *session) serveFrames() error {
 // read serves frames while the goroutine holds the reader's role as
 // generation gen (see role.go); the one that reads the session's last
 // frame says how it ended on s.end.
-func (s *session) read(gen uint64) {
+func (s *Session) read(gen uint64) {
 	ended := false
 	defer func() {
 		if !ended { // a kernel run here called runtime.Goexit
@@ -158,7 +180,7 @@ func (s *session) read(gen uint64) {
 	}
 }
 
-func (s *session) close() {
+func (s *Session) close() {
 	s.l.close(closeTimeout) // what is queued (a refusal, the last replies) goes out first
 	s.mu.Lock()
 	qs := s.queues
@@ -168,7 +190,7 @@ func (s *session) close() {
 	}
 	s.pulls = map[uint64]*incoming{}
 	s.mu.Unlock()
-	s.l.fail(errSessionOver)
+	s.l.fail(ErrSessionOver)
 	s.emu.Lock()
 	held := s.evs.End()
 	s.emu.Unlock()
@@ -181,15 +203,17 @@ func (s *session) close() {
 	s.mem.Reset()
 }
 
-var errSessionOver = fmt.Errorf("session over")
+// ErrSessionOver is the error of a session's link, its peers' and its
+// stand-in events once the session ended.
+var ErrSessionOver = fmt.Errorf("session over")
 
 // errExitFirst: the host said exit before hello.
 var errExitFirst = fmt.Errorf("exit before hello")
 
 // hello checks the host's protocol version and image, and answers with the
 // device's.
-func (s *session) hello() error {
-	stop := s.l.within(s.helloLimit, "hello from the host")
+func (s *Session) hello() error {
+	stop := s.l.within(s.HelloLimit, "hello from the host")
 	m, err := s.l.r.ReadMsg()
 	stop()
 	if err != nil {
@@ -216,18 +240,18 @@ func (s *session) hello() error {
 	s.num = int(f.Num)
 	s.hostTimeout = h.timeout
 	s.kctx = plugin.NewKernelCtx(s.num, s.pool).WithStop(s.stop)
-	if s.helloed != nil {
-		s.helloed(s.num)
+	if s.Helloed != nil {
+		s.Helloed(s.num)
 	}
 	return s.l.send(&proto.Hello{Status: proto.Status{Text: mine}})
 }
 
-func (s *session) refuse(err error) error {
+func (s *Session) refuse(err error) error {
 	s.l.send(&proto.Hello{Status: proto.StatusOf(err)})
 	return err
 }
 
-func (s *session) queue(id uint32) *opqueue.Queue {
+func (s *Session) queue(id uint32) *opqueue.Queue {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q := s.queues[id]
@@ -240,14 +264,14 @@ func (s *session) queue(id uint32) *opqueue.Queue {
 
 // event returns the event id the host recorded, or nil if there is none
 // (an id the host never recorded, or one it told us to forget).
-func (s *session) event(id uint64) *opqueue.Event {
+func (s *Session) event(id uint64) *opqueue.Event {
 	s.emu.Lock()
 	defer s.emu.Unlock()
 	ev, _ := s.evs.Event(id)
 	return ev
 }
 
-func (s *session) reply(id uint64, value uint64, text string, err error) error {
+func (s *Session) reply(id uint64, value uint64, text string, err error) error {
 	st := proto.StatusOf(err)
 	if err == nil {
 		st.Text = text
@@ -258,7 +282,7 @@ func (s *session) reply(id uint64, value uint64, text string, err error) error {
 // handle serves one frame for the reader of generation gen. Its error
 // ends the session (a broken stream); errors of operations go back to the
 // host.
-func (s *session) handle(m *proto.Msg, gen uint64) error {
+func (s *Session) handle(m *proto.Msg, gen uint64) error {
 	fr, err := proto.Parse(m)
 	if err != nil {
 		return err
@@ -372,7 +396,7 @@ func (s *session) handle(m *proto.Msg, gen uint64) error {
 }
 
 // exchange copies within the device, or to a peer device.
-func (s *session) exchange(f *proto.Exchange) error {
+func (s *Session) exchange(f *proto.Exchange) error {
 	q, src, dst, size := s.queue(f.Queue), plugin.Ptr(f.Src), plugin.Ptr(f.Dst), int64(f.Size)
 	timed := s.timer(f.Queue, plugin.OpExchange, 0, size)
 	if peer := int(f.Peer); peer != s.num {
@@ -404,7 +428,7 @@ func (s *session) exchange(f *proto.Exchange) error {
 // record records an event at the end of a queue: when the queue reaches
 // it, the event fires, the peers waiting on it hear of it (once the host
 // has the retrieves sent before), and so does the host.
-func (s *session) record(f *proto.Record) error {
+func (s *Session) record(f *proto.Record) error {
 	ev, id := opqueue.NewEvent(), f.Event
 	s.emu.Lock()
 	err := s.evs.Record(id, ev)
@@ -425,14 +449,14 @@ func (s *session) record(f *proto.Record) error {
 }
 
 // notify has a peer told when an event of ours fires.
-func (s *session) notify(f *proto.Notify) {
+func (s *Session) notify(f *proto.Notify) {
 	s.emu.Lock()
 	now := s.evs.Notify(f.Event, state.Notify{Peer: int(f.Peer), Wait: f.Wait}, s.num)
 	s.emu.Unlock()
 	s.tell(now)
 }
 
-func (s *session) launch(f *proto.Launch, gen uint64) error {
+func (s *Session) launch(f *proto.Launch, gen uint64) error {
 	q := s.queue(f.Queue)
 	if int(f.Kernel) >= len(s.img.Kernels) {
 		n := f.Kernel
@@ -532,7 +556,7 @@ func (s *session) launch(f *proto.Launch, gen uint64) error {
 // forgetStops forgets the numbered launches of queue qid: its Sync mark
 // is answered, so they are done (or skipped), and the host will not ask
 // them to stop any more.
-func (s *session) forgetStops(qid uint32) {
+func (s *Session) forgetStops(qid uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, id := range s.queueStops[qid] {
@@ -542,27 +566,27 @@ func (s *session) forgetStops(qid uint32) {
 }
 
 // name is the device as errors name it.
-func (s *session) name() string {
-	if s.rank >= 0 {
-		return fmt.Sprintf("mpi device %d (rank %d, pid %d)", s.num, s.rank, os.Getpid())
+func (s *Session) name() string {
+	if s.Rank >= 0 {
+		return fmt.Sprintf("mpi device %d (rank %d, pid %d)", s.num, s.Rank, os.Getpid())
 	}
 	return fmt.Sprintf("%s device %d (pid %d)", s.kindName(), s.num, os.Getpid())
 }
 
 // kindName is the device's kind; a session made without one (by tests) is
 // a "remote" device.
-func (s *session) kindName() string {
-	if s.kind == "" {
+func (s *Session) kindName() string {
+	if s.Kind == "" {
 		return "remote"
 	}
-	return s.kind
+	return s.Kind
 }
 
-func (s *session) info() plugin.Info {
+func (s *Session) info() plugin.Info {
 	host, _ := os.Hostname()
 	kind, name := s.kindName(), fmt.Sprintf("Go CPU device process (%d cores)", s.cores)
-	if s.rank >= 0 {
-		kind, name = "mpi", fmt.Sprintf("Go CPU device, MPI rank %d (%d cores)", s.rank, s.cores)
+	if s.Rank >= 0 {
+		kind, name = "mpi", fmt.Sprintf("Go CPU device, MPI rank %d (%d cores)", s.Rank, s.cores)
 	}
 	return plugin.Info{Kind: kind, Name: name, Cores: s.cores,
 		Memory: hostmem.MachineMemory(), Arch: runtime.GOARCH, Host: host, PID: os.Getpid()}

@@ -1,4 +1,4 @@
-package remote
+package engine
 
 import (
 	"errors"
@@ -35,6 +35,25 @@ func socketPair(t *testing.T) (net.Conn, net.Conn) {
 // startSession serves a device session on one end of a socket pair and
 // greets it from the other; it returns the host's link and the session's
 // result.
+// sessionDevice is a device loaded over a socket pair whose other end a
+// session of this process serves, as a device process would.
+func sessionDevice(t *testing.T) *Device {
+	t.Helper()
+	host, dev := socketPair(t)
+	img := entries.Current()
+	s := newSession(newLink(dev), img, 1)
+	go s.Serve()
+	d := newDevice(newLink(host), "local", "session device")
+	t.Cleanup(func() { d.Close() })
+	if err := d.Load(img, 0); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// newLink starts a link on a socket.
+func newLink(conn net.Conn) *link { return startLink(stream.New(conn)) }
+
 // hostConns holds the host's socket of each link startSessionOf made, for
 // tests that write the device raw bytes.
 var hostConns sync.Map // *link → net.Conn
@@ -52,12 +71,12 @@ func startSession(t *testing.T) (*link, chan error) {
 
 // startSessionOf is startSession that returns the session too, for tests
 // that look into its tables.
-func startSessionOf(t *testing.T) (*session, *link, chan error) {
+func startSessionOf(t *testing.T) (*Session, *link, chan error) {
 	host, dev := socketPair(t)
 	img := entries.Current()
 	s := newSession(newLink(dev), img, 1)
 	done := make(chan error, 1)
-	go func() { done <- s.serve() }()
+	go func() { done <- s.Serve() }()
 	l := newLink(host)
 	hostConns.Store(l, host)
 	if err := l.send(&proto.Hello{Status: proto.Status{Text: helloText(img)}}); err != nil {

@@ -1,4 +1,4 @@
-package remote
+package engine
 
 import (
 	"errors"
@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/goffload/offload/plugins/remote/proto"
-	"github.com/goffload/offload/plugins/remote/stream"
 	"github.com/goffload/offload/plugins/remote/transport"
 )
 
@@ -75,9 +74,6 @@ func startLink(t transport.Transport) *link {
 	go l.write()
 	return l
 }
-
-// newLink starts a link on a socket.
-func newLink(conn net.Conn) *link { return startLink(stream.New(conn)) }
 
 // put queues f, without waking the writer: a queue's operations go out
 // together when it records an event or sends a mark.

@@ -1,4 +1,4 @@
-package remote
+package engine
 
 import (
 	"fmt"
@@ -15,11 +15,11 @@ const envTimeout = "GOFFLOAD_DEVICE_TIMEOUT"
 // learns of a hung device in well under a minute.
 const defaultTimeout = 30 * time.Second
 
-// processStartup is the least time a device's hello may take where its
+// ProcessStartup is the least time a device's hello may take where its
 // process may still be starting (exec, the Go runtime, package inits: 10–20
 // ms under -race on a loaded two-core machine for a local device), if more
 // than the device timeout: a local device, an MPI rank.
-const processStartup = time.Second
+const ProcessStartup = time.Second
 
 // closeTimeout bounds how long closing a link waits for its queued frames
 // to be written.
@@ -43,9 +43,9 @@ func parseTimeout(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// timeoutErr explains a bad GOFFLOAD_DEVICE_TIMEOUT (a plugin's Open
+// CheckTimeout explains a bad GOFFLOAD_DEVICE_TIMEOUT (a kind's Open
 // returns it, so Start fails), or is nil.
-func timeoutErr() error {
+func CheckTimeout() error {
 	_, err := parseTimeout(os.Getenv(envTimeout))
 	return err
 }
@@ -78,4 +78,12 @@ func timingFor(other time.Duration) (interval, timeout time.Duration) {
 		interval = max(other/4, 2*time.Millisecond)
 	}
 	return interval, timeout
+}
+
+// DeviceTimeout is how long a live link may stay silent before the
+// process at its other end counts as lost (GOFFLOAD_DEVICE_TIMEOUT; 0:
+// never).
+func DeviceTimeout() time.Duration {
+	_, timeout := timing()
+	return timeout
 }

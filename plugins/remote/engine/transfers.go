@@ -1,4 +1,4 @@
-package remote
+package engine
 
 // The device side of copies: submits (inline, pulled, pushed), retrieves,
 // and the host's acknowledgements of retrieves that tells to peers wait for.
@@ -14,7 +14,7 @@ import (
 
 // tell sends peers the word that state.Session says is due. It never
 // blocks.
-func (s *session) tell(now []state.Tell) {
+func (s *Session) tell(now []state.Tell) {
 	for _, t := range now {
 		s.peers.tell(t.Peer, t.Wait, t.Err)
 	}
@@ -23,7 +23,7 @@ func (s *session) tell(now []state.Tell) {
 // ack counts an acknowledgement from the host and sends the tells that
 // waited for it, on the reader (peers.tell never blocks): no goroutine to
 // wake.
-func (s *session) ack() {
+func (s *Session) ack() {
 	s.emu.Lock()
 	now := s.evs.Acked()
 	s.emu.Unlock()
@@ -31,7 +31,7 @@ func (s *session) ack() {
 }
 
 // submitInline copies a submit's data, carried in its frame.
-func (s *session) submitInline(f *proto.Submit) error {
+func (s *Session) submitInline(f *proto.Submit) error {
 	q, dst, size := s.queue(f.Queue), plugin.Ptr(f.Dst), int64(len(f.Data))
 	timed := s.timer(f.Queue, plugin.OpSubmit, 0, size)
 	copyFrom := func(data []byte) func() error {
@@ -63,7 +63,7 @@ func (s *session) submitInline(f *proto.Submit) error {
 
 // submitPulled asks for a submit's data when its queue reaches it, and
 // reads it straight into device memory.
-func (s *session) submitPulled(f *proto.SubmitPulled) error {
+func (s *Session) submitPulled(f *proto.SubmitPulled) error {
 	q, qid, id, dst, size := s.queue(f.Queue), f.Queue, f.Xfer, plugin.Ptr(f.Dst), int64(f.Size)
 	timed := s.timer(f.Queue, plugin.OpSubmit, 0, size)
 	return q.DoTimed(func() error {
@@ -87,7 +87,7 @@ func (s *session) submitPulled(f *proto.SubmitPulled) error {
 // when the queue has nothing before it), and the queue's operation ends
 // when all of it is in. A submit to memory that is not the device's is
 // skipped on arrival and fails in the queue.
-func (s *session) submitPushed(f *proto.SubmitPushed) error {
+func (s *Session) submitPushed(f *proto.SubmitPushed) error {
 	q, dst, size := s.queue(f.Queue), plugin.Ptr(f.Dst), int64(f.Size)
 	timed := s.timer(f.Queue, plugin.OpSubmit, 0, size)
 	p := &incoming{size: int(size), done: make(chan struct{})}
@@ -110,7 +110,7 @@ func (s *session) submitPushed(f *proto.SubmitPushed) error {
 // counted transfers (the order the host acknowledges them in): in one
 // frame written at once if now (link.sendDataSoon), else streamed by the
 // writer.
-func (s *session) retrieve(id uint64, src plugin.Ptr, size int64, now bool) error {
+func (s *Session) retrieve(id uint64, src plugin.Ptr, size int64, now bool) error {
 	b, err := s.mem.Bytes(src, size)
 	if err != nil {
 		return err
@@ -135,7 +135,7 @@ func (s *session) retrieve(id uint64, src plugin.Ptr, size int64, now bool) erro
 var inlineBufs = sync.Pool{New: func() any { b := make([]byte, proto.MaxInline); return &b }}
 
 // data reads a fragment of a pulled submit straight into device memory.
-func (s *session) data(m *proto.Msg) error {
+func (s *Session) data(m *proto.Msg) error {
 	in, err := receive(&s.mu, s.pulls, s.l, m)
 	if in != nil {
 		close(in.done)

@@ -1,15 +1,9 @@
-package remote
+package engine
 
 import (
 	"encoding/binary"
-	"errors"
-	"io"
 	"net"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -204,51 +198,6 @@ func FuzzHostDispatch(f *testing.F) {
 	})
 }
 
-// FuzzTCPHandshake feeds a TCP device's handshake (device side, in the mode
-// of the input's first byte: odd plain, even TLS) what a host that has not
-// proved the secret may send, after the device's preface: it must refuse
-// it with an error, never panic or hang, and never let it in. What a host
-// sends once in is read by the session's handlers (FuzzSession) through
-// the same frame reader, whether the link is plain or TLS.
-func FuzzTCPHandshake(f *testing.F) {
-	hello := func(plain bool) []byte {
-		if plain {
-			return append([]byte(prefacePlain), frames(&proto.Msg{Type: proto.TAuth, Text: strings.Repeat("ab", 32) + " " + strings.Repeat("cd", 32)})...)
-		}
-		return append([]byte(prefaceTLS), clientHello(f)...)
-	}
-	f.Add(append([]byte{1}, hello(true)...))
-	f.Add(append([]byte{0}, hello(false)...))
-	f.Add(append([]byte{0}, prefacePlain...))
-	f.Add([]byte{0, 0x16, 3, 1, 0xff, 0xff})
-	secs := map[bool]*tcpSecurity{}
-	for _, plain := range []bool{false, true} {
-		s := &tcpSecurity{secret: limitSecret, plain: plain}
-		if !plain {
-			s.cert, _ = ephemeralCert()
-		}
-		secs[plain] = s
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		if len(data) == 0 {
-			return
-		}
-		sec := secs[data[0]%2 == 1]
-		host, dev := socketPair(t)
-		dev.SetDeadline(time.Now().Add(20 * time.Second))
-		go func() {
-			host.Write(data[1:])
-			host.(*net.UnixConn).CloseWrite()
-			io.Copy(io.Discard, host)
-		}()
-		if c, err := sec.deviceHandshake(dev, nil); err == nil {
-			t.Fatalf("%x: let in as %T", data, c)
-		} else if errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Fatalf("%x: the handshake hung", data)
-		}
-	})
-}
-
 // FuzzParseHello: a hello from the other side never panics its reader,
 // and what it accepts is a hello of sane fields.
 func FuzzParseHello(f *testing.F) {
@@ -263,50 +212,6 @@ func FuzzParseHello(f *testing.F) {
 		}
 		if h.count < 0 || len(h.digest) != 16 || h.timeout < -1 || h.timeout > maxHelloTimeout {
 			t.Fatalf("parseHello(%q) = %+v", s, h)
-		}
-	})
-}
-
-// FuzzParseIntro: an introduction from the host, any text with one or two
-// descriptors, is accepted only in its two forms, and a refused one closes
-// the descriptors it came with.
-func FuzzParseIntro(f *testing.F) {
-	f.Add([]byte("peer 3"), false)
-	f.Add([]byte("peer 3 shm 1"), true)
-	f.Add([]byte("peer 3 shm 2"), true)
-	f.Add([]byte("peer -1"), false)
-	f.Add([]byte("peer 3 shm 0"), false)
-	f.Fuzz(func(t *testing.T, text []byte, two bool) {
-		var fds []int
-		for range map[bool]int{false: 1, true: 2}[two] {
-			fd, err := syscall.Open("/dev/null", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-			if err != nil {
-				t.Skip(err)
-			}
-			fds = append(fds, fd)
-		}
-		in, err := parseIntro(text, syscall.UnixRights(fds...))
-		open := func(fd int) bool {
-			_, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0)
-			return errno != syscall.EBADF
-		}
-		if err != nil {
-			for _, fd := range fds {
-				if open(fd) {
-					syscall.Close(fd)
-					t.Fatalf("%q refused (%v) but descriptor %d left open", text, err, fd)
-				}
-			}
-			return
-		}
-		for _, fd := range fds {
-			syscall.Close(fd)
-		}
-		s, ok := strings.CutPrefix(string(text), "peer ")
-		num, _, _ := strings.Cut(s, " ")
-		n, nerr := strconv.Atoi(num)
-		if !ok || nerr != nil || n != in.num || in.num < 0 || (in.shm >= 0) != two || in.fd != fds[0] || (two && (in.shmFD != fds[1] || in.shm > 1)) {
-			t.Fatalf("%q with %d descriptors: accepted as %+v", text, len(fds), in)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package remote
+package engine
 
 // The reading side of a link: its reader's frames, the answers it holds
 // back while a batch lasts, and transfers arriving in fragments.

@@ -1,4 +1,4 @@
-package remote
+package engine
 
 import (
 	"errors"
@@ -14,7 +14,7 @@ import (
 // mark; they run in order on the device. Synchronize sends a mark and
 // waits for it to come back.
 type queue struct {
-	d      *device
+	d      *Device
 	id     uint32
 	closed bool
 	tag    uint64 // the tag the device has for the queue (see Tag)
@@ -58,7 +58,7 @@ func pastWaits(evs []*event) {
 // enqueue queues f, an operation of q, for the device under d.mu, after
 // reg (if set), which registers what f's answer needs (and may number f),
 // without waking the link's writer.
-func (q *queue) enqueue(f proto.Frame, reg func(d *device)) error {
+func (q *queue) enqueue(f proto.Frame, reg func(d *Device)) error {
 	if q.closed {
 		return fmt.Errorf("%s: %w: queue is closed", q.d.name(), plugin.ErrBadHandle)
 	}
@@ -84,7 +84,7 @@ func (q *queue) enqueue(f proto.Frame, reg func(d *device)) error {
 }
 
 // xfer numbers a transfer of q, under d.mu.
-func (q *queue) xfer(d *device) uint64 {
+func (q *queue) xfer(d *Device) uint64 {
 	id := d.st.ID()
 	q.xfers = append(q.xfers, id)
 	return id
@@ -102,7 +102,7 @@ func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
 		// may be read now: the data follows the frame at once, and the
 		// device reads it straight into place.
 		f := &proto.SubmitPushed{Queue: q.id, Dst: uint64(dst), Size: uint64(len(src))}
-		if err := q.enqueue(f, func(d *device) { f.Xfer = q.xfer(d) }); err != nil {
+		if err := q.enqueue(f, func(d *Device) { f.Xfer = q.xfer(d) }); err != nil {
 			return err
 		}
 		q.d.l.stream(f.Xfer, src, false, func(uint64, error) {}) // a failure is the link's, seen by the reader
@@ -110,7 +110,7 @@ func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
 	}
 	// Pulled when the device's queue reaches it.
 	f := &proto.SubmitPulled{Queue: q.id, Dst: uint64(dst), Size: uint64(len(src))}
-	return q.enqueue(f, func(d *device) {
+	return q.enqueue(f, func(d *Device) {
 		f.Xfer = q.xfer(d)
 		d.st.Push(f.Xfer, src)
 	})
@@ -127,14 +127,14 @@ func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
 	}
 	f := &proto.Retrieve{Queue: q.id, Src: uint64(src), Size: uint64(len(dst))}
 	q.waited = true // a later submit may read what this writes
-	return q.enqueue(f, func(d *device) {
+	return q.enqueue(f, func(d *Device) {
 		f.Xfer = q.xfer(d)
 		d.st.Expect(f.Xfer, &incoming{dst: dst, size: len(dst)})
 	})
 }
 
 func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) error {
-	other, ok := dst.(*device)
+	other, ok := dst.(*Device)
 	if !ok {
 		return fmt.Errorf("%s: exchange to a %s device: %w", q.d.name(), dst.Info().Kind, plugin.ErrUnsupported)
 	}
@@ -177,7 +177,7 @@ func (q *queue) LaunchStop(k plugin.Kernel, args []plugin.Arg, stop *plugin.Stop
 	if stop == nil {
 		return q.enqueue(f, nil)
 	}
-	if err := q.enqueue(f, func(d *device) { f.Stop = d.st.ID() }); err != nil {
+	if err := q.enqueue(f, func(d *Device) { f.Stop = d.st.ID() }); err != nil {
 		return err
 	}
 	l, id := q.d.l, f.Stop
@@ -196,7 +196,7 @@ func (q *queue) Record(e plugin.Event) error {
 	if err := ev.ev.Arm(); err != nil {
 		return fmt.Errorf("%s: %w", q.d.name(), err)
 	}
-	err := q.enqueue(&proto.Record{Queue: q.id, Event: ev.id}, func(d *device) {
+	err := q.enqueue(&proto.Record{Queue: q.id, Event: ev.id}, func(d *Device) {
 		d.st.Record(ev.id, q.waitedOn, q.xfers)
 		q.waitedOn, q.xfers = nil, nil
 	})
@@ -389,7 +389,7 @@ func (q *queue) Close() error {
 // event is a remote event: the device fires it and says so. What the host
 // knows of it beyond that is in its device's table (state.Host).
 type event struct {
-	d  *device
+	d  *Device
 	id uint64
 	ev *opqueue.Event
 }
