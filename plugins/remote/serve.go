@@ -1,3 +1,26 @@
+// Package remote is the device kind whose devices are CPU processes of the
+// program: local device processes on this machine (local:N, linked through
+// shared memory), processes on other machines over TCP (tcp://host:port,
+// TLS 1.3 by default, the shared secret proved over each session: package
+// stream),
+// and the ranks of an MPI job (mpi); the host drives each through a link
+// that carries typed frames (package proto) in the order package state
+// rules.
+//
+// The same binary is the host and the device: a process started as a
+// device serves from offload.Start or role.ServeDevice (the kind's
+// ServeIfDevice hook) and never returns to the program.
+//
+// The kind is in layers. This package opens devices and serves as one:
+// local.go starts local device processes and introduces them to each
+// other, tcp.go opens tcp:// devices and serves hosts on a TCP device
+// (admission, the handshake's limits), mpi.go the ranks of an MPI job,
+// serve.go a process's role. Package engine is the protocol (link, host
+// and device sides, peers), the same over every transport; packages shm,
+// stream and mpi are the transports, behind package transport's
+// interface (stream also protects TCP sessions: TLS 1.3 and the secret's
+// proofs); packages proto and state are the frames and their rules, as
+// plain encoding and state.
 package remote
 
 import (
@@ -121,7 +144,7 @@ func serve(img *plugin.Image) error {
 	if secret == "" {
 		return fmt.Errorf("%s=%s needs %s: TCP devices serve only hosts that prove the shared secret", envListen, addr, envSecret)
 	}
-	sec, err := securityFromEnv(secret)
+	sec, err := stream.SecurityFromEnv(secret)
 	if err != nil {
 		return err
 	}
@@ -129,7 +152,7 @@ func serve(img *plugin.Image) error {
 	if err != nil {
 		return err
 	}
-	if sec.plain {
+	if sec.Plain() {
 		plainNotice(fmt.Sprintf("device (pid %d) on %s", os.Getpid(), ln.Addr()))
 	}
 	fmt.Fprintf(os.Stderr, "goffload device (pid %d) serving on %s\n", os.Getpid(), ln.Addr())
@@ -151,7 +174,7 @@ func serve(img *plugin.Image) error {
 // doubling up to 1 s, rather than end it. Refusals go to stderr, at most 10
 // lines a second.
 func ServeTCP(ln net.Listener, secret string, img *plugin.Image, cores int) error {
-	sec, err := securityFromEnv(secret)
+	sec, err := stream.SecurityFromEnv(secret)
 	if err != nil {
 		return err
 	}

@@ -1,3 +1,19 @@
+// Package engine is the remote device kind's protocol, the same whatever
+// carries its frames: the link (one writer, one reader goroutine) over a
+// transport.Transport, the host's side of a device (Device, a
+// plugin.Device) and the device process's side (Session), the peers that
+// link device processes to each other, and the transfers between them.
+// It uses a transport only through the interface and its optional
+// capabilities, and never opens one: the kind (package remote) opens the
+// transports, starts the processes, and sets the hooks Device and
+// Session have for them. Frames are package proto's, their order package
+// state's rules.
+//
+// Where things are: client.go, await.go and queue.go are the host's side
+// of a device; server.go, role.go and peer.go the device process's (peer.go
+// also its copies); link.go and linkread.go the link; hello.go the
+// session's opening and the heartbeat's timing; tag.go times operations
+// for traces.
 package engine
 
 import (

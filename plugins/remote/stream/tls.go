@@ -192,13 +192,6 @@ func (u *UnderTLS) Read(p []byte) (int, error) {
 	return u.Conn.Read(p)
 }
 
-// Environment of TCP sessions' certificates, as errors name it.
-const (
-	envTLSCert = "GOFFLOAD_TLS_CERT"
-	envTLSKey  = "GOFFLOAD_TLS_KEY"
-	envTLSCA   = "GOFFLOAD_TLS_CA"
-)
-
 // ExplainTLS says what a TLS error means for a session: a record that
 // failed its integrity check was altered (or corrupted) on the way, a
 // certificate refused is the PKI's. pki says whether this side checks

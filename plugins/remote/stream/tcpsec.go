@@ -1,6 +1,6 @@
-package remote
+package stream
 
-// How a tcp:// session is protected. By default it is TLS 1.3 (crypto/tls),
+// How a tcp:// session is protected (Security). By default it is TLS 1.3 (crypto/tls),
 // and the two sides authenticate each other by the shared secret bound to
 // that very session: after the TLS handshake, each proves GOFFLOAD_SECRET
 // with an HMAC over the session's exported keying material (RFC 8446
@@ -15,7 +15,7 @@ package remote
 // checks the device's name (the HOST of tcp://HOST:PORT) as HTTPS does.
 //
 // GOFFLOAD_TCP_PLAIN=1, on both sides, keeps a session in the clear after
-// the older challenge–response (tcp.go), for a fabric the user trusts. The
+// the older challenge–response (authHost, authDevice), for a fabric the user trusts. The
 // mode is never negotiated: each side opens with a fixed preface that says
 // what it wants, and refuses a peer that wants otherwise, saying which side
 // wants what; a relay that rewrites a preface gets the session refused, not
@@ -30,6 +30,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -42,11 +43,11 @@ import (
 	"time"
 
 	"github.com/goffload/offload/plugins/remote/proto"
-	"github.com/goffload/offload/plugins/remote/stream"
 )
 
 // Environment of TCP sessions' protection.
 const (
+	envSecret  = "GOFFLOAD_SECRET"    // the shared secret of hosts and TCP devices
 	envPlain   = "GOFFLOAD_TCP_PLAIN" // "1": sessions in the clear (both sides)
 	envTLSCert = "GOFFLOAD_TLS_CERT"  // PEM certificate (chain) of this side
 	envTLSKey  = "GOFFLOAD_TLS_KEY"   // PEM private key of this side
@@ -63,8 +64,8 @@ const (
 // ekmLabel is the exporter label of the secret's proofs.
 const ekmLabel = "EXPORTER-goffload-secret-proof"
 
-// tcpSecurity is how this process protects its TCP sessions.
-type tcpSecurity struct {
+// Security is how this process protects its TCP sessions.
+type Security struct {
 	secret string
 	plain  bool
 	cert   tls.Certificate // this side's: the user's, or an ephemeral self-signed one
@@ -73,11 +74,39 @@ type tcpSecurity struct {
 
 // securityFromEnv reads the protection of TCP sessions from the
 // environment, for a side that knows the secret.
-func securityFromEnv(secret string) (*tcpSecurity, error) {
+// SecurityFromEnv is the protection the environment asks for, with secret
+// the shared secret (GOFFLOAD_SECRET): TLS 1.3 and the secret's proofs,
+// with certificates checked against a CA if GOFFLOAD_TLS_CERT, _KEY and
+// _CA say so, or plain TCP (GOFFLOAD_TCP_PLAIN=1). It refuses a secret
+// too short to resist guessing, and a half-configured PKI.
+func SecurityFromEnv(secret string) (*Security, error) { return securityFromEnv(secret) }
+
+// Plain reports whether sessions go in the clear (GOFFLOAD_TCP_PLAIN=1).
+func (s *Security) Plain() bool { return s.plain }
+
+// HostHandshake opens a session with the device at addr on conn (see
+// hostHandshake) and returns the connection its frames go over: for
+// Session's transport.
+func (s *Security) HostHandshake(conn net.Conn, addr string) (net.Conn, error) {
+	return s.hostHandshake(conn, addr)
+}
+
+// DeviceHandshake admits the host on conn, from source address src, if it
+// proves the secret, and returns the connection the session's frames go
+// over. lim, if not nil, pauses a source whose proofs failed.
+func (s *Security) DeviceHandshake(conn net.Conn, lim *GuessLimiter, src string) (net.Conn, error) {
+	var gate *proofGate
+	if lim != nil {
+		gate = &proofGate{lim: lim, src: src}
+	}
+	return s.deviceHandshake(conn, gate)
+}
+
+func securityFromEnv(secret string) (*Security, error) {
 	if err := checkSecret(secret); err != nil {
 		return nil, err
 	}
-	s := &tcpSecurity{secret: secret}
+	s := &Security{secret: secret}
 	switch v := strings.TrimSpace(os.Getenv(envPlain)); v {
 	case "", "0":
 	case "1":
@@ -149,14 +178,14 @@ var ephemeralCert = sync.OnceValues(func() (tls.Certificate, error) {
 })
 
 // mode is what this side's preface says it wants, in words.
-func (s *tcpSecurity) mode() string {
+func (s *Security) mode() string {
 	if s.plain {
 		return "plain TCP (" + envPlain + "=1)"
 	}
 	return "TLS 1.3 (" + envPlain + " unset)"
 }
 
-func (s *tcpSecurity) preface() string {
+func (s *Security) preface() string {
 	if s.plain {
 		return prefacePlain
 	}
@@ -165,8 +194,8 @@ func (s *tcpSecurity) preface() string {
 
 // exchangePreface writes this side's preface on conn and reads the
 // peer's; self is "host" or "device". A peer that wants the other mode is
-// an error wrapping ErrMismatch that says which side wants what.
-func (s *tcpSecurity) exchangePreface(conn net.Conn, self string) error {
+// an error wrapping proto.ErrMismatch that says which side wants what.
+func (s *Security) exchangePreface(conn net.Conn, self string) error {
 	if _, err := io.WriteString(conn, s.preface()); err != nil {
 		return err
 	}
@@ -181,12 +210,12 @@ func (s *tcpSecurity) exchangePreface(conn net.Conn, self string) error {
 	if got == s.preface() {
 		return nil
 	}
-	peer := &tcpSecurity{plain: !s.plain}
+	peer := &Security{plain: !s.plain}
 	if got != peer.preface() {
 		return fmt.Errorf("%w: not a goffload %s (it opened with %q)", proto.ErrFrame, other(self), got)
 	}
 	return fmt.Errorf("%w: the %s wants %s, the %s wants %s: set %s=1 on both sides (a fabric you trust) or on neither",
-		ErrMismatch, other(self), peer.mode(), self, s.mode(), envPlain)
+		proto.ErrMismatch, other(self), peer.mode(), self, s.mode(), envPlain)
 }
 
 func other(self string) string {
@@ -197,7 +226,7 @@ func other(self string) string {
 }
 
 // proof is who's proof of the secret for the TLS session cs.
-func (s *tcpSecurity) proof(who string, cs tls.ConnectionState) ([]byte, error) {
+func (s *Security) proof(who string, cs tls.ConnectionState) ([]byte, error) {
 	ekm, err := cs.ExportKeyingMaterial(ekmLabel, nil, 32)
 	if err != nil {
 		return nil, err
@@ -208,7 +237,7 @@ func (s *tcpSecurity) proof(who string, cs tls.ConnectionState) ([]byte, error) 
 	return h.Sum(nil), nil
 }
 
-func (s *tcpSecurity) tlsConfig() *tls.Config {
+func (s *Security) tlsConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion:                  tls.VersionTLS13,
 		Certificates:                []tls.Certificate{s.cert},
@@ -217,7 +246,7 @@ func (s *tcpSecurity) tlsConfig() *tls.Config {
 }
 
 // client is the host's TLS side of conn to the device at addr.
-func (s *tcpSecurity) client(conn net.Conn, addr string) *tls.Conn {
+func (s *Security) client(conn net.Conn, addr string) *tls.Conn {
 	cfg := s.tlsConfig()
 	if s.ca != nil {
 		cfg.RootCAs = s.ca
@@ -230,7 +259,7 @@ func (s *tcpSecurity) client(conn net.Conn, addr string) *tls.Conn {
 }
 
 // server is the device's TLS side of conn.
-func (s *tcpSecurity) server(conn net.Conn) *tls.Conn {
+func (s *Security) server(conn net.Conn) *tls.Conn {
 	cfg := s.tlsConfig()
 	cfg.SessionTicketsDisabled = true
 	if s.ca != nil {
@@ -243,17 +272,17 @@ func (s *tcpSecurity) server(conn net.Conn) *tls.Conn {
 // hostHandshake opens a session to the device at addr on conn: prefaces,
 // then the TLS handshake and the proofs, or the plain challenge–response.
 // It returns the connection the session's frames go over.
-func (s *tcpSecurity) hostHandshake(conn net.Conn, addr string) (net.Conn, error) {
+func (s *Security) hostHandshake(conn net.Conn, addr string) (net.Conn, error) {
 	if err := s.exchangePreface(conn, "host"); err != nil {
 		return nil, err
 	}
 	if s.plain {
 		return conn, authHost(conn, s.secret)
 	}
-	under := stream.Under(conn)
+	under := Under(conn)
 	tc := s.client(under, addr)
 	if err := tc.Handshake(); err != nil {
-		return nil, fmt.Errorf("TLS handshake: %w", stream.ExplainTLS(err, s.ca != nil))
+		return nil, fmt.Errorf("TLS handshake: %w", explainTLS(err, s.ca != nil))
 	}
 	cs := tc.ConnectionState()
 	mine, err := s.proof("host", cs)
@@ -266,14 +295,14 @@ func (s *tcpSecurity) hostHandshake(conn net.Conn, addr string) (net.Conn, error
 	m, err := readAuth(tc)
 	if err != nil {
 		if isClosed(err) {
-			return nil, fmt.Errorf("%w: the device closed the connection: %w", ErrAuth, err)
+			return nil, fmt.Errorf("%w: the device closed the connection: %w", proto.ErrAuth, err)
 		}
 		var op *net.OpError
 		if errors.As(err, &op) && op.Op == "remote error" {
 			// In TLS 1.3 a device refuses a host's certificate after the host's handshake is done.
-			return nil, fmt.Errorf("TLS handshake: %w", stream.ExplainTLS(err, s.ca != nil))
+			return nil, fmt.Errorf("TLS handshake: %w", explainTLS(err, s.ca != nil))
 		}
-		return nil, fmt.Errorf("reading the device's proof: %w", stream.ExplainTLS(err, s.ca != nil))
+		return nil, fmt.Errorf("reading the device's proof: %w", explainTLS(err, s.ca != nil))
 	}
 	if err := m.Status.Err(); err != nil {
 		return nil, fmt.Errorf("the device refused the host: %w", err)
@@ -284,7 +313,7 @@ func (s *tcpSecurity) hostHandshake(conn net.Conn, addr string) (net.Conn, error
 	}
 	got, err := hex.DecodeString(m.Text)
 	if err != nil || !hmac.Equal(got, want) {
-		return nil, fmt.Errorf("%w: the device did not prove the shared secret over this TLS session (GOFFLOAD_SECRET differs, or a relay stands between)", ErrAuth)
+		return nil, fmt.Errorf("%w: the device did not prove the shared secret over this TLS session (GOFFLOAD_SECRET differs, or a relay stands between)", proto.ErrAuth)
 	}
 	under.Spin()
 	return tc, nil
@@ -294,22 +323,22 @@ func (s *tcpSecurity) hostHandshake(conn net.Conn, addr string) (net.Conn, error
 // that the host could be told of, it tells it why. gate says whether the
 // host's proof may be checked now, and hears of a failed one (nil: always,
 // and nobody).
-func (s *tcpSecurity) deviceHandshake(conn net.Conn, gate *proofGate) (net.Conn, error) {
+func (s *Security) deviceHandshake(conn net.Conn, gate *proofGate) (net.Conn, error) {
 	if err := s.exchangePreface(conn, "device"); err != nil {
 		return nil, err
 	}
 	if s.plain {
 		return conn, authDevice(conn, s.secret, gate)
 	}
-	under := stream.Under(conn)
+	under := Under(conn)
 	tc := s.server(under)
 	if err := tc.Handshake(); err != nil {
-		return nil, fmt.Errorf("TLS handshake: %w", stream.ExplainTLS(err, s.ca != nil))
+		return nil, fmt.Errorf("TLS handshake: %w", explainTLS(err, s.ca != nil))
 	}
 	cs := tc.ConnectionState()
 	m, err := readAuth(tc)
 	if err != nil {
-		return nil, fmt.Errorf("reading the host's proof: %w", stream.ExplainTLS(err, s.ca != nil))
+		return nil, fmt.Errorf("reading the host's proof: %w", explainTLS(err, s.ca != nil))
 	}
 	if err := gate.allow(); err != nil {
 		writeAuth(tc, &proto.Auth{Status: proto.StatusOf(err)})
@@ -322,7 +351,7 @@ func (s *tcpSecurity) deviceHandshake(conn net.Conn, gate *proofGate) (net.Conn,
 	got, derr := hex.DecodeString(m.Text)
 	if derr != nil || !hmac.Equal(got, want) {
 		gate.failed()
-		err := fmt.Errorf("%w: the host did not prove the shared secret over this TLS session (GOFFLOAD_SECRET differs or is unset, or a relay stands between)", ErrAuth)
+		err := fmt.Errorf("%w: the host did not prove the shared secret over this TLS session (GOFFLOAD_SECRET differs or is unset, or a relay stands between)", proto.ErrAuth)
 		writeAuth(tc, &proto.Auth{Status: proto.StatusOf(err)})
 		return nil, err
 	}
@@ -340,4 +369,122 @@ func (s *tcpSecurity) deviceHandshake(conn net.Conn, gate *proofGate) (net.Conn,
 // isClosed reports whether err is the normal end of a connection.
 func isClosed(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
+}
+
+func mac(secret, who string, nonce []byte) []byte {
+	h := hmac.New(sha256.New, []byte(secret))
+	h.Write([]byte("goffload " + who + " "))
+	h.Write(nonce)
+	return h.Sum(nil)
+}
+
+func nonce() []byte {
+	b := make([]byte, 32)
+	rand.Read(b)
+	return b
+}
+
+// The handshake is read straight from the connection, frame by frame with
+// no read-ahead, before the link (and its buffers) exist: a party that has
+// not proved the secret can make the other side read at most maxAuthFrame
+// bytes a frame, and allocate no more. The longest handshake frame is the
+// host's proof (two hex strings) or a refusal with its reason.
+const maxAuthFrame = proto.HeaderSize + 512
+
+// readAuth reads one handshake frame: a TAuth frame without payload, of at
+// most maxAuthFrame bytes.
+func readAuth(r io.Reader) (*proto.Auth, error) {
+	var lw [4]byte
+	if _, err := io.ReadFull(r, lw[:]); err != nil {
+		return nil, err
+	}
+	n := int(binary.LittleEndian.Uint32(lw[:]))
+	if n < proto.HeaderSize || n > maxAuthFrame {
+		return nil, fmt.Errorf("%w: a handshake frame of %d bytes; want [%d, %d] before authentication", proto.ErrFrame, n, proto.HeaderSize, maxAuthFrame)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	m, err := proto.ParseHeader(body, n)
+	if err != nil {
+		return nil, err
+	}
+	if m.Type != proto.TAuth || m.PayloadLen != 0 {
+		return nil, fmt.Errorf("%w: want an auth frame without payload, got %s with %d payload bytes", proto.ErrFrame, m.Type, m.PayloadLen)
+	}
+	f, err := proto.As[proto.Auth](m)
+	return &f, err
+}
+
+// writeAuth writes one handshake frame.
+func writeAuth(w io.Writer, f *proto.Auth) error {
+	if len(f.Text) > maxAuthFrame-proto.HeaderSize {
+		f.Text = f.Text[:maxAuthFrame-proto.HeaderSize]
+	}
+	_, err := w.Write(proto.AppendFrame(nil, proto.Encode(f), nil))
+	return err
+}
+
+// authHost proves the secret to a device and checks the device's proof; the
+// secret itself never crosses the wire.
+func authHost(conn io.ReadWriter, secret string) error {
+	m, err := readAuth(conn)
+	if err != nil {
+		return fmt.Errorf("reading the device's challenge: %w", err)
+	}
+	nd, err := hex.DecodeString(m.Text)
+	if err != nil || len(nd) != 32 {
+		return fmt.Errorf("%w: malformed challenge", proto.ErrFrame)
+	}
+	nh := nonce()
+	proof := hex.EncodeToString(mac(secret, "host", nd)) + " " + hex.EncodeToString(nh)
+	if err := writeAuth(conn, &proto.Auth{Status: proto.Status{Text: proof}}); err != nil {
+		return err
+	}
+	m, err = readAuth(conn)
+	if err != nil {
+		return fmt.Errorf("%w: the device closed the connection: %v", proto.ErrAuth, err)
+	}
+	if err := m.Status.Err(); err != nil {
+		return fmt.Errorf("the device refused the host: %w", err)
+	}
+	got, err := hex.DecodeString(m.Text)
+	if err != nil || !hmac.Equal(got, mac(secret, "device", nh)) {
+		return fmt.Errorf("%w: the device did not prove the shared secret (GOFFLOAD_SECRET differs)", proto.ErrAuth)
+	}
+	return nil
+}
+
+// authDevice challenges a host; on failure it tells the host why. gate is
+// deviceHandshake's.
+func authDevice(conn io.ReadWriter, secret string, gate *proofGate) error {
+	nd := nonce()
+	if err := writeAuth(conn, &proto.Auth{Status: proto.Status{Text: hex.EncodeToString(nd)}}); err != nil {
+		return err
+	}
+	m, err := readAuth(conn)
+	if err != nil {
+		return fmt.Errorf("reading the host's proof: %w", err)
+	}
+	if err := gate.allow(); err != nil {
+		writeAuth(conn, &proto.Auth{Status: proto.StatusOf(err)})
+		return err
+	}
+	f := strings.Fields(m.Text)
+	var proof, nh []byte
+	if len(f) == 2 {
+		proof, _ = hex.DecodeString(f[0])
+		nh, _ = hex.DecodeString(f[1])
+	}
+	if len(nh) != 32 || !hmac.Equal(proof, mac(secret, "host", nd)) {
+		gate.failed()
+		err := fmt.Errorf("%w: the host did not prove the shared secret (GOFFLOAD_SECRET differs or is unset)", proto.ErrAuth)
+		writeAuth(conn, &proto.Auth{Status: proto.StatusOf(err)})
+		return err
+	}
+	return writeAuth(conn, &proto.Auth{Status: proto.Status{Text: hex.EncodeToString(mac(secret, "device", nh))}})
 }

@@ -1,12 +1,13 @@
-package remote
+package stream
 
 import (
-	"container/list"
 	"fmt"
 	"net"
 	"os"
 	"sync"
 	"time"
+
+	"github.com/goffload/offload/plugins/remote/proto"
 )
 
 // Secrets and guesses (issue 47's hardening 12 and 13).
@@ -24,9 +25,6 @@ const (
 	failForget   = 10 * time.Minute
 	// maxFailSources bounds the sources the device remembers failures of.
 	maxFailSources = 4096
-	// maxHandshakesPerSource is how many of the device's handshake slots
-	// one source address may hold at once.
-	maxHandshakesPerSource = 8
 )
 
 // checkSecret refuses a secret shorter than minSecret unless the user
@@ -39,11 +37,11 @@ func checkSecret(secret string) error {
 		envSecret, len(secret), minSecret, envWeakSecret)
 }
 
-// guessLimiter slows guessing of the secret down per source address: after
+// GuessLimiter slows guessing of the secret down per source address: after
 // a failed proof, the source's next proofs are refused unchecked until its
 // pause is over, so that it learns nothing from them. It is plain state:
 // the caller says what time it is.
-type guessLimiter struct {
+type GuessLimiter struct {
 	mu  sync.Mutex
 	src map[string]*guesses
 }
@@ -54,11 +52,12 @@ type guesses struct {
 	last  time.Time // of the last failure
 }
 
-func newGuessLimiter() *guessLimiter { return &guessLimiter{src: map[string]*guesses{}} }
+// NewGuessLimiter is a limiter that knows no failures yet.
+func NewGuessLimiter() *GuessLimiter { return &GuessLimiter{src: map[string]*guesses{}} }
 
 // allow reports how long src must wait before a proof of its is checked
 // (0: check it now).
-func (g *guessLimiter) allow(src string, now time.Time) time.Duration {
+func (g *GuessLimiter) allow(src string, now time.Time) time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s := g.src[src]
@@ -70,7 +69,7 @@ func (g *guessLimiter) allow(src string, now time.Time) time.Duration {
 
 // failed notes a failed proof of src and returns the pause before its
 // next proof is checked.
-func (g *guessLimiter) failed(src string, now time.Time) time.Duration {
+func (g *GuessLimiter) failed(src string, now time.Time) time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s := g.src[src]
@@ -94,8 +93,8 @@ func (g *guessLimiter) failed(src string, now time.Time) time.Duration {
 	return pause
 }
 
-// proved forgets src's failures: it knows the secret.
-func (g *guessLimiter) proved(src string) {
+// Proved forgets src's failures: it knows the secret.
+func (g *GuessLimiter) Proved(src string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	delete(g.src, src)
@@ -103,7 +102,7 @@ func (g *guessLimiter) proved(src string) {
 
 // sweep drops the sources that were quiet for failForget and, if there
 // are still maxFailSources, the one that failed least recently.
-func (g *guessLimiter) sweep(now time.Time) {
+func (g *GuessLimiter) sweep(now time.Time) {
 	var oldest string
 	for k, s := range g.src {
 		if now.Sub(s.last) >= failForget {
@@ -120,18 +119,18 @@ func (g *guessLimiter) sweep(now time.Time) {
 // proofGate is what a device's handshake asks before it checks a host's
 // proof, and tells when the proof fails. A nil *proofGate allows all.
 type proofGate struct {
-	lim *guessLimiter
+	lim *GuessLimiter
 	src string
 }
 
-// allow returns an error (wrapping ErrAuth) if the source's proofs are
+// allow returns an error (wrapping proto.ErrAuth) if the source's proofs are
 // refused unchecked for now.
 func (p *proofGate) allow() error {
 	if p == nil {
 		return nil
 	}
 	if wait := p.lim.allow(p.src, time.Now()); wait > 0 {
-		return fmt.Errorf("%w: too many failed proofs from %s: try again in %v", ErrAuth, p.src, wait.Round(time.Millisecond))
+		return fmt.Errorf("%w: too many failed proofs from %s: try again in %v", proto.ErrAuth, p.src, wait.Round(time.Millisecond))
 	}
 	return nil
 }
@@ -142,9 +141,9 @@ func (p *proofGate) failed() {
 	}
 }
 
-// sourceOf is the address a connection's guesses and handshake slots are
+// Source is the address a connection's guesses and handshake slots are
 // counted under: its IP, without the port.
-func sourceOf(addr net.Addr) string {
+func Source(addr net.Addr) string {
 	if a, ok := addr.(*net.TCPAddr); ok {
 		return a.IP.String()
 	}
@@ -154,82 +153,3 @@ func sourceOf(addr net.Addr) string {
 	}
 	return host
 }
-
-// handshakeSlots are a TCP device's connections whose hosts have not proved
-// the secret yet: at most max at once, at most perSource of them from one
-// source address. A connection beyond either bound closes an older one:
-// its own source's oldest if that source holds perSource, else the oldest
-// of the source that holds the most. So a party that opens connections
-// faster than a handshake ends evicts only its own, and other sources keep
-// theirs. It is plain state: the caller closes what it evicts.
-type handshakeSlots struct {
-	max, perSource int
-	all            list.List // of *handshake, oldest first
-	bySrc          map[string]int
-}
-
-// handshake is a connection whose host has not proved the secret yet.
-type handshake struct {
-	conn    net.Conn
-	src     string
-	evicted bool // closed to make room for a newer one
-}
-
-func newHandshakeSlots(max, perSource int) *handshakeSlots {
-	return &handshakeSlots{max: max, perSource: perSource, bySrc: map[string]int{}}
-}
-
-// admit enters h and returns the handshake it evicts to make room, if any.
-func (s *handshakeSlots) admit(h *handshake) (*list.Element, *handshake) {
-	var out *list.Element
-	switch {
-	case s.bySrc[h.src] >= s.perSource:
-		out = s.oldestOf(h.src)
-	case s.all.Len() >= s.max:
-		most := 0
-		for _, n := range s.bySrc {
-			most = max(most, n)
-		}
-		for e := s.all.Front(); e != nil && out == nil; e = e.Next() {
-			if s.bySrc[e.Value.(*handshake).src] == most {
-				out = e // the oldest of the sources that hold the most
-			}
-		}
-	}
-	var old *handshake
-	if out != nil {
-		old = out.Value.(*handshake)
-		old.evicted = true
-		s.remove(out)
-	}
-	s.bySrc[h.src]++
-	return s.all.PushBack(h), old
-}
-
-// leave takes e out; it reports false if e was evicted.
-func (s *handshakeSlots) leave(e *list.Element) bool {
-	if e.Value.(*handshake).evicted {
-		return false
-	}
-	s.remove(e)
-	return true
-}
-
-func (s *handshakeSlots) remove(e *list.Element) {
-	h := s.all.Remove(e).(*handshake)
-	if s.bySrc[h.src]--; s.bySrc[h.src] == 0 {
-		delete(s.bySrc, h.src)
-	}
-}
-
-func (s *handshakeSlots) oldestOf(src string) *list.Element {
-	for e := s.all.Front(); e != nil; e = e.Next() {
-		if e.Value.(*handshake).src == src {
-			return e
-		}
-	}
-	return nil
-}
-
-// len is how many connections are in the handshake.
-func (s *handshakeSlots) len() int { return s.all.Len() }
