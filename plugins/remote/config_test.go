@@ -71,36 +71,6 @@ func TestTCPItemMalformed(t *testing.T) {
 // envTimeout names the device timeout, as the engine reads it.
 const envTimeout = "GOFFLOAD_DEVICE_TIMEOUT"
 
-// socketPair is a connected pair of Unix stream sockets, as a local
-// device's link has.
-func socketPair(t *testing.T) (net.Conn, net.Conn) {
-	t.Helper()
-	fds, err := stream.SocketPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c [2]net.Conn
-	for i, fd := range fds {
-		f := os.NewFile(uintptr(fd), "test-socket")
-		c[i], err = net.FileConn(f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() { c[0].Close(); c[1].Close() })
-	return c[0], c[1]
-}
-
-// frames encodes ms, one after the other.
-func frames(ms ...*proto.Msg) []byte {
-	var b []byte
-	for _, m := range ms {
-		b = proto.AppendFrame(b, m, m.Payload)
-	}
-	return b
-}
-
 // FuzzParseIntro: an introduction from the host, any text with one or two
 // descriptors, is accepted only in its two forms, and a refused one closes
 // the descriptors it came with.

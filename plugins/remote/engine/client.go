@@ -393,6 +393,7 @@ func (d *Device) call(frame func(id uint64) proto.Frame) (proto.Reply, error) {
 	return r, nil
 }
 
+// Info describes the device, as its process said at Load.
 func (d *Device) Info() plugin.Info { return d.info }
 
 func (d *Device) fetchInfo() error {
@@ -509,6 +510,7 @@ func (d *Device) putClosing() error {
 	return nil
 }
 
+// NewQueue makes a queue of the device; its operations go out in order.
 func (d *Device) NewQueue() (plugin.Queue, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -527,6 +529,7 @@ func (d *Device) CanWait(ev plugin.Event) bool {
 	return ok && (e.d == d || (d.Intro != nil && e.d.Intro == d.Intro))
 }
 
+// NewEvent makes an event of the device, to record in its queues.
 func (d *Device) NewEvent() (plugin.Event, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

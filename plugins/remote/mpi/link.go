@@ -91,6 +91,7 @@ func (t *Link) wrap(err error) error {
 // rest of a message is left, or another has come.
 func (t *Link) Buffered() bool { return len(t.cur) > 0 || t.queued.Load() > 0 }
 
+// ReadMsg reads the next frame (transport.Transport).
 func (t *Link) ReadMsg() (*proto.Msg, error) {
 	for len(t.cur) == 0 {
 		b, err := t.next()
@@ -108,6 +109,8 @@ func (t *Link) ReadMsg() (*proto.Msg, error) {
 	return m, nil
 }
 
+// ReadPayload reads m's payload into dst: from its control message, or
+// from the data message that follows a large fragment's header.
 func (t *Link) ReadPayload(m *proto.Msg, dst []byte) error {
 	if len(dst) != m.PayloadLen {
 		return fmt.Errorf("%w: payload of %d bytes into %d", proto.ErrFrame, m.PayloadLen, len(dst))
@@ -119,6 +122,7 @@ func (t *Link) ReadPayload(m *proto.Msg, dst []byte) error {
 	return t.wrap(t.w.e.Recv(t.rank, t.data, dst).Wait(t.closed))
 }
 
+// Discard skips m's payload.
 func (t *Link) Discard(m *proto.Msg) error {
 	if !outOfBand(m) {
 		return nil
@@ -129,6 +133,7 @@ func (t *Link) Discard(m *proto.Msg) error {
 	return t.ReadPayload(m, t.scratch[:m.PayloadLen])
 }
 
+// WriteFrames sends frames as one control message and waits for the send.
 func (t *Link) WriteFrames(frames []byte) error {
 	if err := t.reap(); err != nil {
 		return err
@@ -177,6 +182,8 @@ func (t *Link) reap() error {
 	return err
 }
 
+// WriteData sends a data fragment: inline in a control message, or its
+// header there and its payload as a message on the data tag.
 func (t *Link) WriteData(id uint64, off int, data []byte) error {
 	var oob bool
 	t.hdr, oob = appendData(t.hdr[:0], id, off, data)
@@ -195,6 +202,7 @@ func (t *Link) WriteData(id uint64, off int, data []byte) error {
 // FragmentSize is the largest data fragment the link should write.
 func (t *Link) FragmentSize() int { return fragment }
 
+// Close ends the link: blocked reads and writes return errors.
 func (t *Link) Close() error {
 	t.once.Do(func() { close(t.closed) })
 	return nil

@@ -139,6 +139,8 @@ func (u *UnderTLS) Spin() {
 	}
 }
 
+// Write writes p, or during a try holds back what the socket has no room
+// for; what is held back goes first.
 func (u *UnderTLS) Write(p []byte) (int, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -185,18 +187,13 @@ func (u *UnderTLS) writeHeldLocked() error {
 	return err
 }
 
+// Read reads what came, polling first once Spin was called.
 func (u *UnderTLS) Read(p []byte) (int, error) {
 	if u.r != nil {
 		return u.r.Read(p)
 	}
 	return u.Conn.Read(p)
 }
-
-// ExplainTLS says what a TLS error means for a session: a record that
-// failed its integrity check was altered (or corrupted) on the way, a
-// certificate refused is the PKI's. pki says whether this side checks
-// certificates.
-func ExplainTLS(err error, pki bool) error { return explainTLS(err, pki) }
 
 // explainTLS says what a TLS error means for a session: a record that
 // failed its integrity check was altered (or corrupted) on the way, a
