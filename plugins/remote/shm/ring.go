@@ -80,7 +80,7 @@ func ringAt(mem []byte, i int) ring {
 }
 
 // conn is one side of a shared-memory link: it writes one ring and
-// reads the other. It is a Transport's byte stream (streamTransport): one
+// reads the other. It is a link's byte stream (transport.Stream): one
 // goroutine at a time reads, one at a time writes.
 type conn struct {
 	mem     []byte
@@ -95,7 +95,7 @@ type conn struct {
 	once   sync.Once
 	unmap  sync.Once
 
-	bo     transport.Backoff // Read's, as spinConn's
+	bo     transport.Backoff // Read's, as transport.SpinReader's
 	abo    transport.Backoff // awaitReadable's
 	reads  int64             // Read calls (one goroutine at a time reads)
 	parked atomic.Int64
@@ -501,8 +501,9 @@ func (w *waiter) wait(tail uint64) {
 	h.rParked.Store(0)
 }
 
-// done ends a read's wait: the backoff of spinConn.Read (an idle link makes
-// the next reads park at once, a busy one keeps spinning).
+// done ends a read's wait with the backoff of transport.SpinReader's
+// reads: an idle link makes the next reads park at once, a busy one keeps
+// spinning.
 func (w *waiter) done() {
 	if w.holding {
 		transport.DropSpinner()
