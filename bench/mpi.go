@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/goffload/offload"
-	"github.com/goffload/offload/plugins/remote"
+	"github.com/goffload/offload/plugins/remote/mpi"
 	"github.com/goffload/offload/role"
 )
 
@@ -16,7 +16,7 @@ import (
 // built with -tags mpi: go build -tags mpi -o bench ./bench &&
 // mpirun -np 3 ./bench -suite mpi), each figure against a raw MPI baseline
 // between the same ranks in the same job: blocking MPI_Send and MPI_Recv
-// on both sides, with nothing of goffload in between (remote.MPIRaw). Then
+// on both sides, with nothing of goffload in between (mpi.Raw). Then
 // (unless -taskbench-mpi=false) Task Bench's METG with the device ranks as
 // kind mpiN against goroutines on the host rank, as suite taskbench
 // measures the other kinds (taskbench.go; plots taskbench_mpi_PATTERN.png).
@@ -40,7 +40,7 @@ func runMPI(env *Env) error {
 		return err
 	}
 	raw := func(size int, stream bool) func(n int) error {
-		return func(n int) error { return remote.MPIRaw(0, n, size, stream) }
+		return func(n int) error { return mpi.Raw(0, n, size, stream) }
 	}
 	ping := raw(8, false)
 	if err := ping(100); err != nil { // warm up

@@ -14,7 +14,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/goffload/offload/plugins/remote"
+	"github.com/goffload/offload/plugins/remote/stream"
+	"github.com/goffload/offload/plugins/remote/transport"
 )
 
 // The raw baselines of suite remote talk to a peer process over the kind of
@@ -191,7 +192,7 @@ func endOfStream(err error) error {
 // spin says how a sockReader waits for data: with a zero budget it reads
 // plainly (conn.Read: the goroutine parks in the netpoller until the socket
 // is readable); otherwise as a remote link's reader does
-// (remote.SpinReader): it polls the non-blocking socket with read(2) for up
+// (transport.SpinReader): it polls the non-blocking socket with read(2) for up
 // to budget, yielding the P between polls, then parks the same way.
 type spin struct {
 	budget time.Duration
@@ -218,7 +219,7 @@ type sockReader struct {
 }
 
 func newSockReader(conn net.Conn, sp spin) (*sockReader, error) {
-	return &sockReader{r: remote.SpinReader(conn, sp.budget)}, nil
+	return &sockReader{r: transport.SpinReader(conn, sp.budget)}, nil
 }
 
 // readFull fills p; io.EOF means the stream ended before the first byte,
@@ -256,7 +257,7 @@ type peer struct {
 // startPeer starts this executable as a peer in role, both sides reading
 // as sp says; size is an xfer peer's largest message.
 func startPeer(role string, sp spin, size int) (*peer, error) {
-	fds, err := remote.SocketPair() // the transport's own set-up
+	fds, err := stream.SocketPair() // the transport's own set-up
 	if err != nil {
 		return nil, fmt.Errorf("socketpair: %w", err)
 	}

@@ -244,5 +244,5 @@ func (e *Env) peerWhere() string {
 	if e.Peer != "" {
 		return fmt.Sprintf("bench -serve-peer at %s, over TCP (-peer; connections set up as the tcp transport's: net.Dial, TCP_NODELAY)", e.Peer)
 	}
-	return fmt.Sprintf("this executable started again with %s=echo|xfer, on an inherited AF_UNIX SOCK_STREAM socketpair (the transport's socket set-up, remote.SocketPair)", envPeerRole)
+	return fmt.Sprintf("this executable started again with %s=echo|xfer, on an inherited AF_UNIX SOCK_STREAM socketpair (the transport's socket set-up, stream.SocketPair)", envPeerRole)
 }

@@ -6,7 +6,8 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
-	"github.com/goffload/offload/plugins/remote"
+	"github.com/goffload/offload/plugins/remote/shm"
+	"github.com/goffload/offload/plugins/remote/transport"
 )
 
 // Suite remote: one local remote device (device 0), a process of this same
@@ -85,10 +86,10 @@ type remoteRun struct {
 }
 
 // spinPeer opens the peer of r's spinning raw baselines (reads polling
-// remote.SpinBudget as the transport's), runs f with it and closes it.
+// transport.SpinBudget as the transport's), runs f with it and closes it.
 func (r remoteRun) spinPeer(env *Env, role string, size int, f func(p *peer) error) (err error) {
 	if !r.shm {
-		return withPeer(env, role, spin{budget: remote.SpinBudget()}, size, f)
+		return withPeer(env, role, spin{budget: transport.SpinBudget()}, size, f)
 	}
 	p, err := startShmPeer(role, size)
 	return usePeer(p, err, f)
@@ -126,7 +127,7 @@ func runRemote(env *Env, socket bool) error {
 	if env.Peer == "" && info.Kind == "local" && os.Getenv(envLocalLink) != "socket" {
 		// Where memory files are refused, the device's link stays on its
 		// socket (remote's spawn), and so do the baselines.
-		if f, err := remote.NewShmLink(); err != nil {
+		if f, err := shm.NewFile(); err != nil {
 			env.Comment("%s*: no shared memory here (%v): the local device's link is its socket, and so is every raw baseline's", r.prefix, err)
 		} else {
 			f.Close()
@@ -134,13 +135,13 @@ func runRemote(env *Env, socket bool) error {
 		}
 	}
 	if r.shm {
-		env.Comment("%[1]slaunch_rtt_vs_spin, %[1]ssubmit_SIZE, %[1]sretrieve_SIZE: raw baselines over a shared-memory ring pair, as the local device's link (remote.NewShmLink, remote.OpenShmLink; the peer inherits the memory file as descriptor 3, %[2]s), reads polling %[3]v then parking on a futex as the transport's; %[1]slaunch_rtt's blocking ping-pong goes over the socketpair", r.prefix, envPeerShm, remote.SpinBudget())
+		env.Comment("%[1]slaunch_rtt_vs_spin, %[1]ssubmit_SIZE, %[1]sretrieve_SIZE: raw baselines over a shared-memory ring pair, as the local device's link (shm.NewFile, shm.Open; the peer inherits the memory file as descriptor 3, %[2]s), reads polling %[3]v then parking on a futex as the transport's; %[1]slaunch_rtt's blocking ping-pong goes over the socketpair", r.prefix, envPeerShm, transport.SpinBudget())
 	} else {
 		env.Comment("%[1]s*: every raw baseline goes over %[2]s (the raw baselines' peer above)", r.prefix, r.over())
 	}
 	ms := []func(*Env, offload.Device, remoteRun) error{remoteLaunch, remoteSweep, remoteVsCopy}
 	if !socket {
-		env.Comment("raw.pingpong_*: not goffload figures: the goffload column is the raw 8-byte ping-pong over the socket with both sides polling read(2) for up to N µs before parking as the transport's socket reader does (remote.SpinReader: yielding the P between polls, runtime.Gosched); the baseline is the blocking ping-pong; ratio = spin / block")
+		env.Comment("raw.pingpong_*: not goffload figures: the goffload column is the raw 8-byte ping-pong over the socket with both sides polling read(2) for up to N µs before parking as the transport's socket reader does (transport.SpinReader: yielding the P between polls, runtime.Gosched); the baseline is the blocking ping-pong; ratio = spin / block")
 		ms = append(ms, rawSpin)
 	}
 	for _, m := range ms {
@@ -185,7 +186,7 @@ func remoteLaunch(env *Env, dev offload.Device, r remoteRun) error {
 	if err := withPeer(env, "echo", spin{}, 0, measure("launch_rtt", fmt.Sprintf("empty kernel, synchronous vs 8-byte ping-pong over %s, blocking reads", remoteRun{tcp: r.tcp}.over()))); err != nil {
 		return err
 	}
-	note := fmt.Sprintf("empty kernel, synchronous vs 8-byte ping-pong over %s, reads polling %v as the transport's (goal ≤ 1.2)", r.over(), remote.SpinBudget())
+	note := fmt.Sprintf("empty kernel, synchronous vs 8-byte ping-pong over %s, reads polling %v as the transport's (goal ≤ 1.2)", r.over(), transport.SpinBudget())
 	if err := r.spinPeer(env, "echo", 0, measure("launch_rtt_vs_spin", note)); err != nil {
 		return err
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
-	"github.com/goffload/offload/plugins/remote"
+	"github.com/goffload/offload/plugins/remote/transport"
 )
 
 // The transfers of suites remote and remote-socket (remote.go): the sweep of
@@ -81,7 +81,7 @@ func memcpyFrom(dst []byte, d offload.DevicePtr, src []byte, metric string) func
 // host memory to device memory allocated beforehand (submit_SIZE) and back
 // (retrieve_SIZE), against the same bytes sent raw over r's spinning link
 // (a shared-memory ring pair, or the socket) to an xfer peer whose reads,
-// like ours, wait as the transport's do (remote.SpinBudget): a message
+// like ours, wait as the transport's do (transport.SpinBudget): a message
 // written and a one-byte answer, or a one-byte request and a message read.
 // Each point measures for -time/sweepShare.
 func remoteSweep(env *Env, dev offload.Device, r remoteRun) error {
@@ -95,7 +95,7 @@ func remoteSweep(env *Env, dev offload.Device, r remoteRun) error {
 	defer offload.Free(d)
 	defer func(b time.Duration) { env.Budget = b }(env.Budget)
 	env.Budget = max(env.Budget/sweepShare, 1)
-	env.Comment("%[1]ssubmit_SIZE, %[1]sretrieve_SIZE: synchronous omp_target_memcpy host→device and device→host vs the same bytes over %[2]s to a raw peer, reads polling %[3]v as the transport's; each point measured for -time/%[4]d", r.prefix, r.over(), remote.SpinBudget(), sweepShare)
+	env.Comment("%[1]ssubmit_SIZE, %[1]sretrieve_SIZE: synchronous omp_target_memcpy host→device and device→host vs the same bytes over %[2]s to a raw peer, reads polling %[3]v as the transport's; each point measured for -time/%[4]d", r.prefix, r.over(), transport.SpinBudget(), sweepShare)
 	submit := memcpyTo(d, src)
 	retrieve := memcpyFrom(dst, d, src, r.prefix+"retrieve_")
 	return r.spinPeer(env, "xfer", int(largest), func(p *peer) error {

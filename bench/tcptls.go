@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
-	"github.com/goffload/offload/plugins/remote"
+	"github.com/goffload/offload/plugins/remote/transport"
 )
 
 // Suite tcp-tls (issue 33): what protecting a tcp:// session costs. Two
@@ -25,7 +25,7 @@ import (
 // executable at the other end of a loopback TCP connection, both sides
 // speaking crypto/tls as the transport does (TLS 1.3, ephemeral
 // certificates, full-size records from the start) and reading as its
-// links do (remote.SpinReader beneath the TLS layer).
+// links do (transport.SpinReader beneath the TLS layer).
 //
 //   - tcp_tls.launch_vs_tls: an empty kernel's synchronous launch over the
 //     protected session vs an 8-byte ping-pong over raw TLS (goal ≤ 1.3).
@@ -89,7 +89,7 @@ func serveTLSPeer(conn net.Conn, role string, sp spin, size int) error {
 	if err != nil {
 		return err
 	}
-	tc := tls.Server(spinUnder{conn, remote.SpinReader(conn, sp.budget)}, cfg)
+	tc := tls.Server(spinUnder{conn, transport.SpinReader(conn, sp.budget)}, cfg)
 	if err := tc.Handshake(); err != nil {
 		return fmt.Errorf("TLS handshake: %w", err)
 	}
@@ -136,7 +136,7 @@ func startTLSPeer(role string, sp spin, size int) (*peer, error) {
 		conn.Close()
 		return nil, err
 	}
-	tc := tls.Client(spinUnder{conn, remote.SpinReader(conn, sp.budget)}, cfg)
+	tc := tls.Client(spinUnder{conn, transport.SpinReader(conn, sp.budget)}, cfg)
 	p := &peer{w: tc, r: &sockReader{r: tc}, conn: tc}
 	if err := p.start(role, size, theirs, envPeerSpin+"="+sp.String(), envPeerTLS+"=1"); err != nil {
 		conn.Close()
@@ -190,7 +190,7 @@ func runTCPTLS(env *Env) error {
 	}
 	defer stopPlain()
 	back := suiteDevices(env, "host:1")
-	sp := spin{budget: remote.SpinBudget()}
+	sp := spin{budget: transport.SpinBudget()}
 	env.Comment("tcp-tls: TCP devices on 127.0.0.1 (protected: %s; plain, GOFFLOAD_TCP_PLAIN=1: %s); raw baselines: a child process of this executable over loopback TCP, TLS 1.3 (crypto/tls, ephemeral certificates, full records) or plain, reads polling %v beneath TLS as the transport's", tlsAddr, plainAddr, sp.budget)
 
 	src := fill(make([]byte, size64MiB))

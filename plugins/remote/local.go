@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -18,6 +19,10 @@ import (
 	"github.com/goffload/offload/internal/waitpoll"
 	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugins/remote/engine"
+	"github.com/goffload/offload/plugins/remote/shm"
+	"github.com/goffload/offload/plugins/remote/stream"
+	"github.com/goffload/offload/plugins/remote/transport"
 )
 
 // Environment of a device process, set by the host that starts it.
@@ -55,7 +60,7 @@ func init() {
 }
 
 func openLocal(arg string) ([]plugin.Device, error) {
-	if err := timeoutErr(); err != nil {
+	if err := engine.CheckTimeout(); err != nil {
 		return nil, fmt.Errorf("%w: %w", plugin.ErrBadSpec, err)
 	}
 	n := 1
@@ -107,8 +112,8 @@ func procsChanged(delta int64) {
 }
 
 // spawn starts a device process of exe connected by an inherited socket.
-func spawn(exe, cores string, crowded bool) (*device, error) {
-	fds, err := socketpair()
+func spawn(exe, cores string, crowded bool) (*engine.Device, error) {
+	fds, err := stream.SocketPair()
 	if err != nil {
 		return nil, fmt.Errorf("socketpair: %w", err)
 	}
@@ -130,7 +135,7 @@ func spawn(exe, cores string, crowded bool) (*device, error) {
 	if localLink() == "shm" {
 		// Where memfd_create is refused (an old kernel, a seccomp filter),
 		// the device's link stays on the socket.
-		if shmFile, err = newShmFile(); err == nil {
+		if shmFile, err = shm.NewFile(); err == nil {
 			defer shmFile.Close()
 		}
 	}
@@ -169,9 +174,9 @@ func spawn(exe, cores string, crowded bool) (*device, error) {
 		procsChanged(-1)
 		close(exited)
 	}()
-	var l *link
+	var t transport.Transport
 	if shmFile != nil {
-		if l, err = newShmLink(int(shmFile.Fd()), 0, conn, "the device process ended (its socket closed)"); err != nil {
+		if t, err = shm.New(int(shmFile.Fd()), 0, conn, "the device process ended (its socket closed)"); err != nil {
 			cmd.Process.Kill()
 			conn.Close()
 			side.Close()
@@ -179,13 +184,14 @@ func spawn(exe, cores string, crowded bool) (*device, error) {
 			return nil, err
 		}
 	} else {
-		l = newLink(conn)
+		t = stream.New(conn)
 	}
-	d := newDevice(l, "local", fmt.Sprintf("local device (pid %d)", pid))
-	d.setNum = func(n int) { num.Store(int64(n)) }
-	d.startup = processStartup
-	d.side = side
-	d.onLost = func(cause error) error {
+	d := engine.NewDevice(t, "local", fmt.Sprintf("local device (pid %d)", pid))
+	d.SetNum = func(n int) { num.Store(int64(n)) }
+	d.Startup = engine.ProcessStartup
+	d.Intro = localPeers
+	localPeers.add(d, side)
+	d.OnLost = func(cause error) error {
 		if errors.Is(cause, ErrSilent) {
 			// Hung or stopped: it will not exit by itself (a stopped
 			// process not even when sent SIGTERM), and a lost device is
@@ -204,8 +210,9 @@ func spawn(exe, cores string, crowded bool) (*device, error) {
 		}
 		return fmt.Errorf("device process %d: %v (%v)", pid, waitErr, cause)
 	}
-	d.kill = func() { cmd.Process.Kill() }
-	d.closeFn = func(lost bool) error {
+	d.Killer = func() { cmd.Process.Kill() }
+	d.CloseFn = func(lost bool) error {
+		side.Close()
 		if lost { // it may be hung: it had its chance
 			cmd.Process.Kill()
 			<-exited
@@ -267,30 +274,10 @@ func forker() {
 	}
 }
 
-// SocketPair returns a connected pair of Unix stream sockets (close-on-exec
-// descriptors) set up as a local device's link is: buffers of 4 MiB (the
-// default ~200 KiB makes a large transfer sleep and wake hundreds of
-// times). bench's raw baselines use it, so that they measure the same
-// sockets as the transport.
-func SocketPair() ([2]int, error) { return socketpair() }
-
-// socketpair is SocketPair.
-func socketpair() ([2]int, error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fds, err
-	}
-	for _, fd := range fds {
-		syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_SNDBUF, 4<<20)
-		syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<20)
-	}
-	return fds, nil
-}
-
 // unixPair returns a connected pair of Unix sockets: ours as a UnixConn, the
 // other as a file to hand to a child.
 func unixPair() (*net.UnixConn, *os.File, error) {
-	fds, err := socketpair()
+	fds, err := stream.SocketPair()
 	if err != nil {
 		return nil, nil, fmt.Errorf("socketpair: %w", err)
 	}
@@ -337,4 +324,181 @@ func (p *prefixWriter) emit(line []byte) {
 		prefix = "[device " + strconv.FormatInt(n, 10) + "] "
 	}
 	p.w.Write(append([]byte(prefix), line...))
+}
+
+// Device-to-device transfers go straight between the two device processes
+// (the engine's peers). The host only introduces local devices: it makes
+// a socket pair (and a memory file, for a shared-memory link) and hands
+// one end to each device over its side channel, a Unix socket that
+// carries descriptors. MPI ranks reach each other themselves (mpi.go).
+
+// localPeers introduces this process's local devices to each other
+// (engine.Introducer): the host's record of their side channels and of
+// which it has introduced to each other.
+var localPeers = &localIntro{sides: map[*engine.Device]*net.UnixConn{}, done: map[[2]*engine.Device]bool{}}
+
+type localIntro struct {
+	sync.Mutex
+	sides map[*engine.Device]*net.UnixConn // the channel each device is introduced to others on
+	done  map[[2]*engine.Device]bool
+}
+
+// add enters d, whose side channel is side.
+func (li *localIntro) add(d *engine.Device, side *net.UnixConn) {
+	li.Lock()
+	defer li.Unlock()
+	li.sides[d] = side
+}
+
+// Introduce hands a and b the two ends of a new socket pair, once.
+func (li *localIntro) Introduce(a, b *engine.Device) error {
+	key := [2]*engine.Device{a, b}
+	if a.Num() > b.Num() {
+		key = [2]*engine.Device{b, a}
+	}
+	li.Lock()
+	defer li.Unlock()
+	if li.done[key] {
+		return nil
+	}
+	sa, sb := li.sides[a], li.sides[b]
+	if sa == nil || sb == nil {
+		return fmt.Errorf("%w: devices %d and %d are not both processes of this machine", plugin.ErrUnsupported, a.Num(), b.Num())
+	}
+	fds, err := stream.SocketPair()
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fds[0])
+	defer syscall.Close(fds[1])
+	// Two local devices link through shared memory as each does with the
+	// host, the socket only telling each of the other's end; a memory file
+	// refused leaves them on the socket.
+	introA, introB := fmt.Sprintf("peer %d", b.Num()), fmt.Sprintf("peer %d", a.Num())
+	rightsA, rightsB := syscall.UnixRights(fds[0]), syscall.UnixRights(fds[1])
+	if localLink() == "shm" {
+		if f, err := shm.NewFile(); err == nil {
+			defer f.Close()
+			introA, introB = introA+" shm 0", introB+" shm 1"
+			rightsA, rightsB = syscall.UnixRights(fds[0], int(f.Fd())), syscall.UnixRights(fds[1], int(f.Fd()))
+		}
+	}
+	if _, _, err := sa.WriteMsgUnix([]byte(introA), rightsA, nil); err != nil {
+		return introErr(a, b, err)
+	}
+	if _, _, err := sb.WriteMsgUnix([]byte(introB), rightsB, nil); err != nil {
+		return introErr(b, a, err)
+	}
+	li.done[key] = true
+	return nil
+}
+
+// introErr is the error of introducing b to a, whose side channel
+// refused the introduction with err: a's process is gone where the channel
+// broke (ErrDeviceLost, naming a), which its link says soon too.
+func introErr(a, b *engine.Device, err error) error {
+	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("introducing device %d to %d: %w: device %d's process is gone: %w", b.Num(), a.Num(), plugin.ErrDeviceLost, a.Num(), err)
+	}
+	return fmt.Errorf("introducing device %d to %d: %w", b.Num(), a.Num(), err)
+}
+
+// Forget drops d's introductions and its side channel: d closed.
+func (li *localIntro) Forget(d *engine.Device) {
+	li.Lock()
+	defer li.Unlock()
+	delete(li.sides, d)
+	for k := range li.done {
+		if k[0] == d || k[1] == d {
+			delete(li.done, k)
+		}
+	}
+}
+
+// receivePeers reads the host's introductions for session s from its side
+// channel until it closes, and links s to each peer introduced.
+func receivePeers(s *engine.Session, ch *net.UnixConn) {
+	defer ch.Close()
+	buf, oob := make([]byte, 64), make([]byte, syscall.CmsgSpace(8))
+	for {
+		n, oobn, _, _, err := ch.ReadMsgUnix(buf, oob)
+		if err != nil {
+			return
+		}
+		in, err := parseIntro(buf[:n], oob[:oobn])
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "goffload device %d: bad introduction: %v\n", s.Num(), err)
+			continue
+		}
+		f := os.NewFile(uintptr(in.fd), "goffload-peer")
+		conn, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			if in.shm >= 0 {
+				syscall.Close(in.shmFD)
+			}
+			continue
+		}
+		if in.shm < 0 {
+			s.AddPeer(in.num, stream.New(conn))
+			continue
+		}
+		t, err := shm.New(in.shmFD, in.shm, conn, fmt.Sprintf("device %d's process ended (its socket closed)", in.num))
+		syscall.Close(in.shmFD)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "goffload device %d: link to device %d: %v\n", s.Num(), in.num, err)
+			conn.Close()
+			continue
+		}
+		s.AddPeer(in.num, t)
+	}
+}
+
+// intro is the host's introduction of a peer: "peer N" with a socket, or
+// "peer N shm S" with a socket and the memory file of a shared-memory link,
+// of which this device is side S.
+type intro struct {
+	fd, num int
+	shm     int // the side, or -1 for a link on the socket
+	shmFD   int
+}
+
+func parseIntro(b, oob []byte) (intro, error) {
+	bad := intro{fd: -1, shm: -1, shmFD: -1}
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil || len(msgs) != 1 {
+		return bad, fmt.Errorf("no descriptor")
+	}
+	fds, err := syscall.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) < 1 || len(fds) > 2 {
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
+		return bad, fmt.Errorf("no descriptor")
+	}
+	fail := func() (intro, error) {
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
+		return bad, fmt.Errorf("%q", b)
+	}
+	s, ok := strings.CutPrefix(string(b), "peer ")
+	if !ok {
+		return fail()
+	}
+	in := intro{fd: fds[0], shm: -1, shmFD: -1}
+	if num, side, shm := strings.Cut(s, " shm "); shm {
+		if len(fds) != 2 || (side != "0" && side != "1") {
+			return fail()
+		}
+		s, in.shm, in.shmFD = num, int(side[0]-'0'), fds[1]
+	} else if len(fds) != 1 {
+		return fail()
+	}
+	num, err := strconv.Atoi(s)
+	if err != nil || num < 0 {
+		return fail()
+	}
+	in.num = num
+	return in, nil
 }

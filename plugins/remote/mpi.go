@@ -11,22 +11,17 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/goffload/offload/internal/mpi"
+	cmpi "github.com/goffload/offload/internal/mpi"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugins/remote/engine"
+	"github.com/goffload/offload/plugins/remote/mpi"
 	"github.com/goffload/offload/plugins/remote/proto"
-)
-
-// The tags of raw MPI baselines for benchmarks (MPIRaw): the host's request
-// to a device rank, and the exchange itself.
-const (
-	mpiTagBench   = 4
-	mpiTagRawData = 5
 )
 
 // MPI devices: the program runs as one SPMD job (mpirun -np 3 ./prog); one
 // rank is the host (GOFFLOAD_HOST_RANK, default 0) and every other rank
 // serves as a device, numbered in rank order. The engine is the socket
-// transport's; only the transport below it differs (mpiframes.go says how
+// transport's; only the transport below it differs (package mpi says how
 // frames travel on MPI messages).
 
 func init() {
@@ -34,27 +29,24 @@ func init() {
 		Name:     "mpi",
 		Open:     openMPI,
 		Discover: discoverMPI,
-		Sole:     mpi.Launched,
+		Sole:     cmpi.Launched,
 		Order:    40,
 		Help:     "mpi[:N]  the ranks of this MPI job other than the host's, one device each (all, or the first N)",
 		Finish:   FinishMPI,
 	})
 }
 
-// mpiWorld is this process's part of the MPI job: its engine and its links
-// to other ranks.
+// mpiWorld is this process's part of the MPI job (a *mpi.World), with
+// the host rank's account of its device ranks.
 type mpiWorld struct {
-	e     *mpi.Engine
-	ranks mpiRanks
+	*mpi.World
+	ranks mpi.Ranks
 
 	mu     sync.Mutex
-	links  map[[2]int]*mpiTransport // by rank and control tag
-	tags   map[int]int              // control tags listened for, with their links
-	accept map[int]*mpiSession      // a device's sessions, by peer control tag
-	gen    int                      // the host's: sessions begun
-	lost   map[int]error            // the host's: device ranks lost
-	killed map[int]string           // the host's: device ranks killed by Stop (their kernel did not end), with their devices' names
-	done   bool                     // the host's: MPI ended
+	gen    int            // the host's: sessions begun
+	lost   map[int]error  // the host's: device ranks lost
+	killed map[int]string // the host's: device ranks killed by Stop (their kernel did not end), with their devices' names
+	done   bool           // the host's: MPI ended
 }
 
 var world struct {
@@ -66,100 +58,18 @@ var world struct {
 // mpiWorldInit starts MPI once per process.
 func mpiWorldInit() (*mpiWorld, error) {
 	world.once.Do(func() {
-		e, err := mpi.Init()
-		if err != nil {
-			world.err = fmt.Errorf("starting MPI: %w", err)
-			return
-		}
-		e.SetQuiet(func() bool { return computing.Load() > 0 })
-		host, err := parseHostRank(os.Getenv(envHostRank), e.Size())
+		w, err := mpi.Start()
 		if err != nil {
 			world.err = err
 			return
 		}
-		world.w.Store(&mpiWorld{e: e, ranks: mpiRanks{host: host, size: e.Size()}, links: map[[2]int]*mpiTransport{},
-			tags: map[int]int{}, accept: map[int]*mpiSession{}, lost: map[int]error{}, killed: map[int]string{}})
+		world.w.Store(&mpiWorld{World: w, ranks: w.Ranks(), lost: map[int]error{}, killed: map[int]string{}})
 	})
 	return world.w.Load(), world.err
 }
 
-// listenLocked tells the engine which control tags to receive.
-func (w *mpiWorld) listenLocked() {
-	tags := make([]int, 0, len(w.tags))
-	for t := range w.tags {
-		tags = append(tags, t)
-	}
-	w.e.Listen(w.deliver, tags...)
-}
-
-// addLocked registers a link to rank on its tags; w.mu is held.
-func (w *mpiWorld) addLocked(rank, ctrl, data int) *mpiTransport {
-	t := &mpiTransport{w: w, rank: rank, ctrl: ctrl, data: data, closed: make(chan struct{}), more: make(chan struct{}, 1)}
-	w.links[[2]int{rank, ctrl}] = t
-	w.listenTagLocked(ctrl, 1)
-	return t
-}
-
-// listenTagLocked counts a use of tag, or ends one (n = -1).
-func (w *mpiWorld) listenTagLocked(tag, n int) {
-	w.tags[tag] += n
-	switch w.tags[tag] {
-	case 0:
-		delete(w.tags, tag)
-		w.listenLocked()
-	case 1:
-		if n > 0 {
-			w.listenLocked()
-		}
-	}
-}
-
-// drop forgets t: messages for it that come later are dropped.
-func (w *mpiWorld) drop(t *mpiTransport) {
-	t.Close()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	key := [2]int{t.rank, t.ctrl}
-	if w.links[key] == t {
-		delete(w.links, key)
-		w.listenTagLocked(t.ctrl, -1)
-	}
-}
-
-// deliver hands a control message to its link (on MPI's progress
-// goroutine: it must not block). A device's first message from another
-// device rank starts their peer link.
-func (w *mpiWorld) deliver(r *mpi.Req) {
-	w.mu.Lock()
-	t := w.links[[2]int{r.Src, r.Tag}]
-	var ms *mpiSession
-	if t == nil && r.Src != w.ranks.host {
-		if ms = w.accept[r.Tag]; ms != nil {
-			t = w.addLocked(r.Src, ms.peerCtrl, ms.peerData)
-		}
-	}
-	w.mu.Unlock()
-	if t == nil {
-		return // for a link that ended: dropped
-	}
-	t.push(r)
-	if ms != nil {
-		go ms.accepted(r.Src, t)
-	}
-}
-
-// peerLink returns the link to device rank on tags, and whether it is new.
-func (w *mpiWorld) peerLink(rank, ctrl, data int) (*mpiTransport, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if t := w.links[[2]int{rank, ctrl}]; t != nil {
-		return t, false
-	}
-	return w.addLocked(rank, ctrl, data), true
-}
-
 func discoverMPI() ([]plugin.Device, error) {
-	if !mpi.Launched() {
+	if !cmpi.Launched() {
 		return nil, nil
 	}
 	return openMPI("")
@@ -167,20 +77,20 @@ func discoverMPI() ([]plugin.Device, error) {
 
 // openMPI opens the device ranks, all or the first N, on the host rank.
 func openMPI(arg string) ([]plugin.Device, error) {
-	if err := timeoutErr(); err != nil {
+	if err := engine.CheckTimeout(); err != nil {
 		return nil, fmt.Errorf("%w: %w", plugin.ErrBadSpec, err)
 	}
-	if !mpi.Launched() {
+	if !cmpi.Launched() {
 		return nil, fmt.Errorf("this program was not started by an MPI launcher: run it as mpirun -np 3 %s (one host rank and two device ranks)", os.Args[0])
 	}
 	w, err := mpiWorldInit()
 	if err != nil {
 		return nil, err
 	}
-	if w.e.Rank() != w.ranks.host {
-		return nil, fmt.Errorf("rank %d is a device rank (the host is rank %d): offload.Start serves there and never returns", w.e.Rank(), w.ranks.host)
+	if !w.IsHost() {
+		return nil, fmt.Errorf("rank %d is a device rank (the host is rank %d): offload.Start serves there and never returns", w.Rank(), w.ranks.Host)
 	}
-	n := w.ranks.size - 1
+	n := w.ranks.Size - 1
 	if arg != "" {
 		v, err := strconv.Atoi(arg)
 		if err != nil || v < 1 || v > n {
@@ -198,32 +108,33 @@ func openMPI(arg string) ([]plugin.Device, error) {
 	}
 	gen := w.gen
 	w.gen++
-	ctrl, data, _, _ := mpiSessionTags(gen)
+	ctrl, data, _, _ := mpi.SessionTags(gen)
 	announce := proto.AppendFrame(nil, proto.Encode(&proto.Announce{Gen: uint64(gen)}), nil)
 	var devs []plugin.Device
 	for i := 0; i < n; i++ {
-		r := w.ranks.rankAt(i)
-		w.e.Send(r, mpiTagOpen, announce) // waited for by the session's first frames
-		t := w.addLocked(r, ctrl, data)
-		d := newDevice(startLink(t), "mpi", fmt.Sprintf("mpi device (rank %d)", r))
-		d.rank = r
-		d.startup = processStartup
-		d.onLost = func(cause error) error {
+		r := w.ranks.RankAt(i)
+		w.Post(r, mpi.TagOpen, announce) // waited for by the session's first frames
+		t := w.Link(r, ctrl, data)
+		d := engine.NewDevice(t, "mpi", fmt.Sprintf("mpi device (rank %d)", r))
+		d.Rank = r
+		d.Intro = mpiPeers
+		d.Startup = engine.ProcessStartup
+		d.OnLost = func(cause error) error {
 			w.mu.Lock()
 			w.lost[r] = cause
 			w.mu.Unlock()
 			return fmt.Errorf("MPI rank %d: %w", r, cause)
 		}
-		d.closeFn = func(bool) error {
-			w.drop(t)
+		d.CloseFn = func(bool) error {
+			w.Drop(t)
 			return nil
 		}
-		d.kill = func() {
+		d.Killer = func() {
 			// Stop gave up on the rank's kernel: the rank itself is well
 			// and takes the exit at FinishMPI without it (serve), so MPI
 			// can still be finalized.
 			w.mu.Lock()
-			w.killed[r] = d.name()
+			w.killed[r] = d.Name()
 			w.mu.Unlock()
 		}
 		devs = append(devs, d)
@@ -234,16 +145,16 @@ func openMPI(arg string) ([]plugin.Device, error) {
 // serveMPIIfDevice serves as a device and ends the process on a device rank
 // of an MPI job; on the host rank, and outside MPI, it returns.
 func serveMPIIfDevice(img *plugin.Image) {
-	if !mpi.Launched() {
+	if !cmpi.Launched() {
 		return
 	}
 	w, err := mpiWorldInit()
-	rank, _ := mpi.LaunchRank()
+	rank, _ := cmpi.LaunchRank()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "goffload (MPI rank %s): %v\n", rank, err)
 		os.Exit(1)
 	}
-	if w.e.Rank() == w.ranks.host {
+	if w.IsHost() {
 		return
 	}
 	servingRank.Store(true)
@@ -252,7 +163,7 @@ func serveMPIIfDevice(img *plugin.Image) {
 		err = ferr
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "goffload device (MPI rank %d, pid %d): %v\n", w.e.Rank(), os.Getpid(), err)
+		fmt.Fprintf(os.Stderr, "goffload device (MPI rank %d, pid %d): %v\n", w.Rank(), os.Getpid(), err)
 		os.Exit(1)
 	}
 	os.Exit(0)
@@ -262,19 +173,15 @@ func serveMPIIfDevice(img *plugin.Image) {
 // own goroutine, until the host says exit; then it waits for the sessions
 // still running.
 func (w *mpiWorld) serve(img *plugin.Image) error {
-	if err := timeoutErr(); err != nil {
+	if err := engine.CheckTimeout(); err != nil {
 		return err
 	}
 	cores, err := deviceCores()
 	if err != nil {
 		return err
 	}
-	w.mu.Lock()
-	opens := w.addLocked(w.ranks.host, mpiTagOpen, mpiTagOpen)
-	bench := w.addLocked(w.ranks.host, mpiTagBench, mpiTagBench)
-	w.mu.Unlock()
-	defer w.drop(bench)
-	go w.serveRaw(bench)
+	opens := w.Link(w.ranks.Host, mpi.TagOpen, mpi.TagOpen)
+	defer w.ServeRaw()()
 	var wg sync.WaitGroup
 	for {
 		m, err := opens.ReadMsg()
@@ -296,17 +203,14 @@ func (w *mpiWorld) serve(img *plugin.Image) error {
 		ms := &mpiSession{w: w, gen: int(a.Gen)}
 		ms.base.Store(-1)
 		var ctrl, data int
-		ctrl, data, ms.peerCtrl, ms.peerData = mpiSessionTags(ms.gen)
-		w.mu.Lock()
-		t := w.addLocked(w.ranks.host, ctrl, data)
-		w.accept[ms.peerCtrl] = ms
-		w.listenTagLocked(ms.peerCtrl, 1)
-		w.mu.Unlock()
-		ms.s = newSession(startLink(t), img, cores)
-		ms.s.rank = w.e.Rank()
-		ms.s.kind = "mpi"
-		ms.s.helloed = func(num int) { ms.base.Store(int64(num - w.ranks.index(w.e.Rank()))) }
-		ms.s.peers.connect = ms.connect
+		ctrl, data, ms.peerCtrl, ms.peerData = mpi.SessionTags(ms.gen)
+		t := w.Link(w.ranks.Host, ctrl, data)
+		w.Accept(ms.peerCtrl, ms.peerData, ms.accepted)
+		ms.s = engine.NewSession(t, img, cores)
+		ms.s.Rank = w.Rank()
+		ms.s.Kind = "mpi"
+		ms.s.Helloed = func(num int) { ms.base.Store(int64(num - w.ranks.Index(w.Rank()))) }
+		ms.s.ConnectPeers(ms.connect)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -334,85 +238,46 @@ func (w *mpiWorld) endSessions(wg *sync.WaitGroup) {
 	select {
 	case <-done:
 	case <-time.After(exitGrace):
-		fmt.Fprintf(os.Stderr, "goffload device (MPI rank %d, pid %d): exiting with a kernel still running: the host's Stop gave up on it\n", w.e.Rank(), os.Getpid())
+		fmt.Fprintf(os.Stderr, "goffload device (MPI rank %d, pid %d): exiting with a kernel still running: the host's Stop gave up on it\n", w.Rank(), os.Getpid())
 	}
 }
 
-// serveRaw answers the host's raw baselines (MPIRaw).
-func (w *mpiWorld) serveRaw(t *mpiTransport) {
-	for {
-		m, err := t.ReadMsg()
-		if err != nil {
-			return
-		}
-		f, err := proto.As[proto.RawBench](m)
-		if err == nil {
-			err = w.e.Raw(w.ranks.host, mpiTagRawData, int(f.N), int(f.Size), f.Stream, false)
-		}
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "goffload device (MPI rank %d): raw baseline: %v\n", w.e.Rank(), err)
-		}
-	}
-}
+// mpiPeers is the MPI devices' engine.Introducer: ranks reach each other
+// themselves (mpiSession.connect), so there is nothing to introduce.
+var mpiPeers engine.Introducer = mpiIntro{}
 
-// MPIRaw runs a raw MPI baseline for benchmarks between the host rank and
-// device rank i (counting device ranks only, in rank order): n rounds of a
-// ping-pong of size bytes, or with stream size bytes to the device and one
-// byte back, with blocking MPI_Send and MPI_Recv on both sides and nothing
-// of goffload in between.
-func MPIRaw(i, n, size int, stream bool) error {
-	w := world.w.Load()
-	if w == nil || w.e.Rank() != w.ranks.host {
-		return fmt.Errorf("MPIRaw: not the host rank of an MPI job")
-	}
-	if i < 0 || i >= w.ranks.size-1 {
-		return fmt.Errorf("MPIRaw: no device rank %d in a job of %d ranks", i, w.ranks.size)
-	}
-	r := w.ranks.rankAt(i)
-	cmd := proto.AppendFrame(nil, proto.Encode(&proto.RawBench{N: uint64(n), Size: uint64(size), Stream: stream}), nil)
-	if err := w.e.Send(r, mpiTagBench, cmd).Wait(nil); err != nil {
-		return err
-	}
-	return w.e.Raw(r, mpiTagRawData, n, size, stream, true)
-}
+type mpiIntro struct{}
+
+func (mpiIntro) Introduce(a, b *engine.Device) error { return nil }
+func (mpiIntro) Forget(*engine.Device)               {}
 
 // mpiSession is a device rank's session with the host.
 type mpiSession struct {
 	w                  *mpiWorld
 	gen                int
-	s                  *session
+	s                  *engine.Session
 	base               atomic.Int64 // the number of the first device rank, once the host said hello
 	peerCtrl, peerData int
 }
 
-func (ms *mpiSession) serve(t *mpiTransport) {
+func (ms *mpiSession) serve(t *mpi.Link) {
 	w := ms.w
-	if err := ms.s.serve(); err != nil {
-		fmt.Fprintf(os.Stderr, "goffload device (MPI rank %d): session %d: %v\n", w.e.Rank(), ms.gen, err)
+	if err := ms.s.Serve(); err != nil {
+		fmt.Fprintf(os.Stderr, "goffload device (MPI rank %d): session %d: %v\n", w.Rank(), ms.gen, err)
 	}
-	w.mu.Lock()
-	delete(w.accept, ms.peerCtrl)
-	w.listenTagLocked(ms.peerCtrl, -1)
-	var peers []*mpiTransport
-	for k, pt := range w.links {
-		if k[1] == ms.peerCtrl {
-			peers = append(peers, pt)
-		}
+	for _, pt := range w.Unaccept(ms.peerCtrl) {
+		w.Drop(pt)
 	}
-	w.mu.Unlock()
-	for _, pt := range peers {
-		w.drop(pt)
-	}
-	w.drop(t)
+	w.Drop(t)
 }
 
-func (ms *mpiSession) ranks() (mpiRanks, error) {
+func (ms *mpiSession) ranks() (mpi.Ranks, error) {
 	base := ms.base.Load()
 	if base < 0 {
-		return mpiRanks{}, fmt.Errorf("no device number yet")
+		return mpi.Ranks{}, fmt.Errorf("no device number yet")
 	}
 	r := ms.w.ranks
-	r.base = int(base)
+	r.Base = int(base)
 	return r, nil
 }
 
@@ -422,27 +287,27 @@ func (ms *mpiSession) connect(num int) error {
 	if err != nil {
 		return err
 	}
-	r, err := ranks.rankOf(num)
+	r, err := ranks.RankOf(num)
 	if err != nil {
 		return err
 	}
-	if r == ms.w.e.Rank() {
+	if r == ms.w.Rank() {
 		return fmt.Errorf("device %d is this device", num)
 	}
-	if pt, created := ms.w.peerLink(r, ms.peerCtrl, ms.peerData); created {
-		ms.s.peers.add(num, startLink(pt))
+	if pt, created := ms.w.PeerLink(r, ms.peerCtrl, ms.peerData); created {
+		ms.s.AddPeer(num, pt)
 	}
 	return nil
 }
 
 // accepted starts the link that device rank r began with a frame.
-func (ms *mpiSession) accepted(r int, pt *mpiTransport) {
+func (ms *mpiSession) accepted(r int, pt *mpi.Link) {
 	ranks, err := ms.ranks()
 	if err != nil {
-		ms.w.drop(pt)
+		ms.w.Drop(pt)
 		return
 	}
-	ms.s.peers.add(ranks.numOf(r), startLink(pt))
+	ms.s.AddPeer(ranks.NumOf(r), pt)
 }
 
 // FinishMPI ends MPI on the host rank of an MPI job: every device rank is
@@ -452,7 +317,7 @@ func (ms *mpiSession) accepted(r int, pt *mpiTransport) {
 // does nothing.
 func FinishMPI() error {
 	w := world.w.Load()
-	if w == nil || w.e.Rank() != w.ranks.host {
+	if w == nil || !w.IsHost() {
 		return nil
 	}
 	w.mu.Lock()
@@ -461,11 +326,11 @@ func FinishMPI() error {
 		return nil
 	}
 	w.done = true
-	var exits []*mpi.Req
+	var exits []func(<-chan struct{}) error
 	exit := proto.AppendFrame(nil, proto.Encode(&proto.Exit{}), nil)
-	for r := 0; r < w.ranks.size; r++ {
-		if r != w.ranks.host {
-			exits = append(exits, w.e.Send(r, mpiTagOpen, exit))
+	for r := 0; r < w.ranks.Size; r++ {
+		if r != w.ranks.Host {
+			exits = append(exits, w.Post(r, mpi.TagOpen, exit))
 		}
 	}
 	var lost error
@@ -492,8 +357,8 @@ func FinishMPI() error {
 	timeout := make(chan struct{})
 	timer := time.AfterFunc(5*time.Second, func() { close(timeout) })
 	defer timer.Stop()
-	for _, x := range exits {
-		if err := x.Wait(timeout); err != nil {
+	for _, wait := range exits {
+		if err := wait(timeout); err != nil {
 			return fmt.Errorf("telling the device ranks to exit: %w", err)
 		}
 	}
@@ -507,7 +372,7 @@ func FinishMPI() error {
 // every rank, also one that died where the launcher let the job go on.
 func (w *mpiWorld) finalize() error {
 	done := make(chan error, 1)
-	go func() { done <- w.e.Finalize() }()
+	go func() { done <- w.Finalize() }()
 	select {
 	case err := <-done:
 		return err

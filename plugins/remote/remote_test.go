@@ -2,18 +2,26 @@ package remote_test
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/goffload/offload/internal/entries"
+	"github.com/goffload/offload/internal/mpi"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/plugintest"
 	"github.com/goffload/offload/plugins/remote"
 )
 
@@ -532,4 +540,618 @@ func startBigCopy(t *testing.T, dir string, buf []byte) ([]plugin.Device, plugin
 		t.Fatal(err)
 	}
 	return devs, q
+}
+
+func f64bytes(x []float64) []byte {
+	if len(x) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), len(x)*8)
+}
+
+var nopK = mustKernel("remotetest.nop", func() {})
+
+// TestWaitNotOvertakenByForget: a wait still queued on the host must reach
+// the device before the batch that makes the device forget its event
+// (issue 7, 3: the batch overtook it, and the device failed the wait as
+// "event not recorded").
+func TestWaitNotOvertakenByForget(t *testing.T) {
+	d := openLocal(t, 1)[0]
+	q1, _ := d.NewQueue()
+	q2, _ := d.NewQueue()
+	q3, _ := d.NewQueue()
+	ev, _ := d.NewEvent()
+	if err := q1.Launch(sleepK, []plugin.Arg{{Scalar: int64(100)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q1.Record(ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := q2.Wait(ev); err != nil { // queued, not written: q2 writes at its next mark
+		t.Fatal(err)
+	}
+	if err := ev.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	ev.Close()
+	for i := 0; i < 600; i++ { // enough closed events for a forget batch
+		e, _ := d.NewEvent()
+		if err := q3.Record(e); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		e.Close()
+	}
+	if err := q2.Launch(nopK, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := q2.Synchronize(); err != nil {
+		t.Fatalf("the queue that waited: %v", err)
+	}
+}
+
+// TestCallsRacingLoss: calls made while the device process dies all return
+// (issue 7, 5: a call that registered after the loss drained the pending
+// set waited forever).
+func TestCallsRacingLoss(t *testing.T) {
+	for round := 0; round < 3; round++ {
+		d := openLocal(t, 1)[0]
+		pid := d.Info().PID
+		var wg sync.WaitGroup
+		started := make(chan struct{}, 8)
+		for g := 0; g < 8; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					if i == 20 {
+						started <- struct{}{}
+					}
+					var err error
+					switch i % 3 {
+					case 0:
+						var p plugin.Ptr
+						if p, err = d.Alloc(64); err == nil {
+							err = d.Free(p)
+						}
+					case 1:
+						var ev plugin.Event
+						if ev, err = d.NewEvent(); err == nil {
+							ev.Close()
+						}
+					case 2:
+						var q plugin.Queue
+						if q, err = d.NewQueue(); err == nil {
+							err = q.Launch(nopK, nil)
+							if err == nil {
+								err = q.Synchronize()
+							}
+						}
+					}
+					if err != nil {
+						if !errors.Is(err, plugin.ErrDeviceLost) || !strings.Contains(err.Error(), "local device 0") {
+							t.Errorf("got %v, want ErrDeviceLost naming the device", err)
+						}
+						return
+					}
+				}
+			}()
+		}
+		for g := 0; g < 8; g++ {
+			<-started
+		}
+		syscall.Kill(pid, syscall.SIGKILL)
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Fatal("calls racing the device's loss hung")
+		}
+	}
+}
+
+// mpiFlavor is an MPI implementation as Debian installs it.
+type mpiFlavor struct {
+	name     string
+	cc       string // the compiler wrapper that must exist; CC for the build when wrap is set
+	tags     string // the build tags
+	wrap     bool   // built with CC=cc (-tags mpi,mpicc), not with pkg-config's flags
+	launcher string
+	args     []string // before -np
+	env      []string
+	pkgs     string
+}
+
+// openmpiEnv lets Open MPI's launcher run as root and place three ranks on
+// two cores; MPICH's ignores it.
+var openmpiEnv = []string{"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_pml=ob1", "OMPI_MCA_rmaps_base_oversubscribe=1"}
+
+// mpiFlavors builds Open MPI's jobs with pkg-config's flags and MPICH's
+// with its compiler wrapper, so that both ways of building are run.
+var mpiFlavors = []mpiFlavor{
+	{name: "openmpi", cc: "mpicc.openmpi", tags: "mpi,openmpi", launcher: "mpirun.openmpi",
+		env: openmpiEnv, pkgs: "libopenmpi-dev openmpi-bin pkgconf"},
+	{name: "mpich", cc: "mpicc.mpich", tags: "mpi,mpicc", wrap: true, launcher: "mpiexec.mpich", pkgs: "libmpich-dev mpich"},
+}
+
+// buildEnv is the environment of a go build for f.
+func (f mpiFlavor) buildEnv() []string {
+	env := append(os.Environ(), "CGO_ENABLED=1")
+	if f.wrap {
+		env = append(env, "CC="+f.cc)
+	}
+	return env
+}
+
+// need skips t, or fails it under GOFFLOAD_REQUIRE_MPI, when a program of
+// f's is missing.
+func (f mpiFlavor) need(t *testing.T, progs ...string) {
+	t.Helper()
+	for _, p := range progs {
+		if _, err := exec.LookPath(p); err != nil {
+			if os.Getenv("GOFFLOAD_REQUIRE_MPI") != "" {
+				t.Fatalf("%s is missing (apt-get install -y %s) and GOFFLOAD_REQUIRE_MPI is set", p, f.pkgs)
+			}
+			t.Skipf("%s is not installed (apt-get install -y %s)", p, f.pkgs)
+		}
+	}
+}
+
+// goBuild runs the go command with f's build environment.
+func (f mpiFlavor) goBuild(t *testing.T, args ...string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(goRoot(t), "bin", "go"), args...)
+	cmd.Env = f.buildEnv()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// TestMPIJobs builds this package's tests and the examples with MPI support
+// against OpenMPI and against MPICH, and runs them as jobs of three ranks
+// under each one's launcher: the conformance suite and a kernel panic on
+// MPI devices (the tests named MPIRank), saxpy, the pipeline with its
+// device-to-device halos, and a device rank that exits in a kernel. An MPI
+// that is not installed is skipped, unless GOFFLOAD_REQUIRE_MPI is set (as
+// .ci/run does, after installing both).
+func TestMPIJobs(t *testing.T) {
+	if mpi.Launched() {
+		t.Skip("inside an MPI job: this test starts the jobs")
+	}
+	if testing.Short() {
+		t.Skip("-short: builds and runs MPI jobs")
+	}
+	for _, f := range mpiFlavors {
+		t.Run(f.name, func(t *testing.T) {
+			f.need(t, f.cc, f.launcher)
+			dir := t.TempDir()
+			test := filepath.Join(dir, "remote.test")
+			f.goBuild(t, "test", "-c", "-race", "-tags", f.tags, "-o", test, ".")
+			f.goBuild(t, "build", "-tags", f.tags, "-o", filepath.Join(dir, "saxpy"), "../../examples/saxpy")
+			f.goBuild(t, "build", "-tags", f.tags, "-o", filepath.Join(dir, "pipeline"), "../../examples/pipeline")
+
+			t.Run("conformance", func(t *testing.T) {
+				out, err := f.run(t, nil, nil, test, "-test.run", "MPIRank", "-test.v")
+				if err != nil || !strings.Contains(out, "--- PASS: TestMPIRankConformance") || !strings.Contains(out, "--- PASS: TestMPIRankKernelPanic") {
+					t.Fatalf("%v\n%s", err, out)
+				}
+			})
+			t.Run("saxpy", func(t *testing.T) {
+				out, err := f.run(t, nil, nil, filepath.Join(dir, "saxpy"), "-n", "1000000")
+				if err != nil || !strings.Contains(out, "on 2 device(s): verified") || !strings.Contains(out, "(mpi, ") {
+					t.Fatalf("%v\n%s", err, out)
+				}
+			})
+			t.Run("pipeline", func(t *testing.T) {
+				out, err := f.run(t, nil, nil, filepath.Join(dir, "pipeline"), "-n", "100000", "-steps", "100")
+				if err != nil || !strings.Contains(out, "on 2 device(s)") || !strings.Contains(out, "verified") {
+					t.Fatalf("%v\n%s", err, out)
+				}
+			})
+			t.Run("host and mpi", func(t *testing.T) {
+				// An MPI device beside a host device: dependencies and
+				// halos between them go through this process (issue 4's
+				// fallback), those between the MPI devices straight.
+				env := []string{"GOFFLOAD_DEVICES=host,mpi"}
+				out, err := f.run(t, nil, env, filepath.Join(dir, "pipeline"), "-n", "30000", "-steps", "50")
+				if err != nil || !strings.Contains(out, "on 3 device(s)") || !strings.Contains(out, "verified") {
+					t.Fatalf("%v\n%s", err, out)
+				}
+				out, err = f.run(t, nil, env, filepath.Join(dir, "saxpy"), "-n", "30000")
+				if err != nil || !strings.Contains(out, "on 3 device(s): verified") {
+					t.Fatalf("%v\n%s", err, out)
+				}
+			})
+			t.Run("rank stops", func(t *testing.T) {
+				// A device rank stopped (SIGSTOP) is lost after
+				// GOFFLOAD_DEVICE_TIMEOUT; the host goes on with the other.
+				env := []string{"GOFFLOAD_TEST_RANK_STOP=1", "GOFFLOAD_DEVICE_TIMEOUT=1s"}
+				out, _ := f.run(t, nil, env, test, "-test.run", "MPIRankStop", "-test.v")
+				if !strings.Contains(out, "the other device rank went on") {
+					t.Fatalf("the host did not lose the stopped device rank and go on:\n%s", out)
+				}
+			})
+			t.Run("rank stubborn", func(t *testing.T) {
+				// Stop kills a device whose kernel never returns (issue
+				// 34): it says so on stderr, the rank exits without its
+				// kernel, MPI is finalized, and the job's exit status is
+				// the program's own (3).
+				env := []string{"GOFFLOAD_TEST_RANK_STUBBORN=1"}
+				out, err := f.run(t, nil, env, test, "-test.run", "MPIRankStubborn", "-test.v")
+				var ee *exec.ExitError
+				if !errors.As(err, &ee) || ee.ExitCode() != 3 || !strings.Contains(out, "stubborn: MPI finalized") ||
+					!strings.Contains(out, "goffload: Stop: mpi device 0 (rank 1, pid ") {
+					t.Fatalf("%s: %v; want exit status 3, MPI finalized and goffload's line on stderr:\n%s", f.launcher, err, out)
+				}
+			})
+			t.Run("rank exits", func(t *testing.T) {
+				// OpenMPI's mpirun ends the whole job when a rank exits
+				// without MPI_Finalize; MPICH's mpiexec does too, unless
+				// told -disable-auto-cleanup: then the host loses the
+				// device after GOFFLOAD_DEVICE_TIMEOUT and goes on.
+				var extra []string
+				if f.name == "mpich" {
+					extra = []string{"-disable-auto-cleanup"}
+				}
+				env := []string{"GOFFLOAD_TEST_RANK_EXIT=1", "GOFFLOAD_DEVICE_TIMEOUT=2s"}
+				out, err := f.run(t, extra, env, test, "-test.run", "MPIRankExit", "-test.v")
+				if err == nil {
+					t.Fatalf("the job of a rank that exited ended with success:\n%s", out)
+				}
+				if f.name == "mpich" && !strings.Contains(out, "--- PASS: TestMPIRankExit") {
+					t.Fatalf("the host did not report the lost device rank:\n%s", out)
+				}
+				t.Logf("%s: %v", f.launcher, err)
+			})
+		})
+	}
+}
+
+// TestMPIBuildDefault builds saxpy as a user first would, `go build -tags
+// mpi` with no CC: pkg-config's "mpi" names the system's default MPI, the
+// one Debian's plain mpirun starts. And a program built for Open MPI and
+// started by MPICH's launcher says so, instead of running three singletons
+// that quietly keep every kernel on the host.
+func TestMPIBuildDefault(t *testing.T) {
+	if mpi.Launched() {
+		t.Skip("inside an MPI job: this test starts the jobs")
+	}
+	if testing.Short() {
+		t.Skip("-short: builds and runs MPI jobs")
+	}
+	openmpi, mpich := mpiFlavors[0], mpiFlavors[1]
+	openmpi.need(t, "pkg-config", "mpirun", openmpi.launcher)
+	mpich.need(t, mpich.launcher)
+	dir := t.TempDir()
+	plain := mpiFlavor{name: "default", tags: "mpi", launcher: "mpirun", env: openmpiEnv}
+	plain.goBuild(t, "build", "-tags", "mpi", "-o", filepath.Join(dir, "saxpy"), "../../examples/saxpy")
+	out, err := plain.run(t, nil, nil, filepath.Join(dir, "saxpy"), "-n", "100000")
+	if err != nil || !strings.Contains(out, "on 2 device(s): verified") || !strings.Contains(out, "(mpi, ") {
+		t.Fatalf("saxpy built with -tags mpi alone, under mpirun: %v\n%s", err, out)
+	}
+
+	openmpi.goBuild(t, "build", "-tags", openmpi.tags, "-o", filepath.Join(dir, "saxpy-openmpi"), "../../examples/saxpy")
+	out, err = mpich.run(t, nil, nil, filepath.Join(dir, "saxpy-openmpi"), "-n", "1000")
+	if err == nil || !strings.Contains(out, "the launcher started 3 ranks but MPI sees this process alone") || !strings.Contains(out, "Open MPI") {
+		t.Fatalf("an Open MPI program under MPICH's launcher: want an error naming the mismatch, got %v\n%s", err, out)
+	}
+}
+
+// run runs a job of three ranks, for two minutes at most.
+func (f mpiFlavor) run(t *testing.T, extra, env []string, prog string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	argv := append(append(append([]string{}, f.args...), extra...), "-np", "3", prog)
+	cmd := exec.CommandContext(ctx, f.launcher, append(argv, args...)...)
+	cmd.Env = append(append(os.Environ(), f.env...), env...)
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %s did not end within 2 minutes:\n%s", f.launcher, strings.Join(append(argv, args...), " "), out)
+	}
+	return string(out), err
+}
+
+func goRoot(t *testing.T) string {
+	out, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		t.Fatalf("go env GOROOT: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// A relay stands between a host and a TCP device, as anyone on the path
+// can: it forwards every connection to the device, both ways, and when
+// armed it alters the next chunk of at least tamperMin bytes that it
+// forwards in one direction, once: it flips one bit of the chunk's last
+// byte, or forwards the first half of the chunk and cuts both connections
+// (a truncated record).
+type relay struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	armed string // "" (forward untouched), "flip" or "cut"
+	toDev bool   // alter host→device bytes, else device→host
+	hits  int    // chunks altered
+}
+
+// tamperData is what the test's transfers carry.
+var tamperData = bytes.Repeat([]byte("0123456789abcdef"), 256) // 4 KiB
+
+// tamperMin is the smallest chunk the relay alters: the data of the test's
+// transfers, not a heartbeat or an answer.
+const tamperMin = 1024
+
+func startRelay(t *testing.T, target string) *relay {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{ln: ln, target: target}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			d, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			wg.Go(func() { r.pipe(d, c, true) })
+			wg.Go(func() { r.pipe(c, d, false) })
+		}
+	})
+	return r
+}
+
+func (r *relay) addr() string { return r.ln.Addr().String() }
+
+func (r *relay) arm(mode string, toDev bool) {
+	r.mu.Lock()
+	r.armed, r.toDev = mode, toDev
+	r.mu.Unlock()
+}
+
+// pipe copies from src to dst (toDev: host→device) until either ends, and
+// then closes both.
+func (r *relay) pipe(dst, src net.Conn, toDev bool) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			chunk := buf[:n]
+			r.mu.Lock()
+			mode := ""
+			if r.armed != "" && r.toDev == toDev && n >= tamperMin {
+				mode, r.armed = r.armed, ""
+				r.hits++
+			}
+			r.mu.Unlock()
+			switch mode {
+			case "flip":
+				// Where it can read the data (a plain session), the
+				// relay flips a bit of the data itself; else one of the
+				// chunk's last byte.
+				at := n - 1
+				if i := bytes.Index(chunk, tamperData[:32]); i >= 0 {
+					at = i + 5
+				}
+				chunk[at] ^= 0x10
+			case "cut":
+				dst.Write(chunk[:n/2])
+				return
+			}
+			if _, werr := dst.Write(chunk); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// openTCPDevice opens and loads the TCP device at addr.
+func openTCPDevice(t *testing.T, addr string) (plugin.Device, error) {
+	t.Helper()
+	k, _ := plugin.LookupKind("tcp")
+	devs, err := k.Open(addr)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { devs[0].Close() })
+	if err := devs[0].Load(entries.Current(), 0); err != nil {
+		return nil, err
+	}
+	return devs[0], nil
+}
+
+// TestTCPTamper: a relay on the path flips one bit of a transfer's bytes,
+// either way, or cuts the connection in the middle of them. Each must be an
+// error that names the device and says what happened — never a wrong
+// result — and the device serves other hosts on.
+func TestTCPTamper(t *testing.T) {
+	const secret = "tamper-s3cret-0123456789"
+	addr, _ := startTCPDevice(t, secret)
+	t.Setenv("GOFFLOAD_SECRET", secret)
+	for _, c := range []struct {
+		name  string
+		mode  string
+		toDev bool
+		cause string // in the error, besides the device's name
+	}{
+		{"flip-to-device", "flip", true, "altered"},
+		{"flip-to-host", "flip", false, "altered"},
+		{"cut-to-device", "cut", true, ""},
+		{"cut-to-host", "cut", false, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := startRelay(t, addr)
+			d, err := openTCPDevice(t, r.addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := tamperData
+			p, err := d.Alloc(int64(len(in)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, _ := d.NewQueue()
+			if !c.toDev { // put the data in place first, untouched
+				q.Submit(p, in)
+				if err := q.Synchronize(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.arm(c.mode, c.toDev)
+			out := make([]byte, len(in))
+			if c.toDev {
+				q.Submit(p, in)
+			}
+			q.Retrieve(out, p)
+			err = q.Synchronize()
+			r.mu.Lock()
+			hits := r.hits
+			r.mu.Unlock()
+			if hits != 1 {
+				t.Fatalf("the relay altered %d chunks, want 1 (err %v)", hits, err)
+			}
+			switch {
+			case err == nil && !bytes.Equal(in, out):
+				t.Fatalf("%s: a wrong result and no error", c.name)
+			case err == nil:
+				t.Fatalf("%s: no error", c.name)
+			}
+			msg := err.Error()
+			t.Logf("%s: %v", c.name, err)
+			if !errors.Is(err, plugin.ErrDeviceLost) || !strings.Contains(msg, "tcp://"+r.addr()) || !strings.Contains(msg, c.cause) {
+				t.Errorf("got %v; want ErrDeviceLost naming tcp://%s and saying %q", err, r.addr(), c.cause)
+			}
+			// The device serves others on, and this one is gone for good.
+			other, err := openTCPDevice(t, addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkAlive(t, other)
+			if _, err := d.Alloc(8); err == nil {
+				t.Error("the altered session went on")
+			}
+		})
+	}
+}
+
+// TestTCPConformance: the conformance suite over two protected sessions
+// with one TCP device process, and over two plain ones.
+func TestTCPConformance(t *testing.T) {
+	for _, plain := range []string{"", "1"} {
+		t.Run(map[string]string{"": "tls", "1": "plain"}[plain], func(t *testing.T) {
+			const secret = "conformance-s3cret-0123"
+			t.Setenv("GOFFLOAD_TCP_PLAIN", plain)
+			addr, _ := startTCPDevice(t, secret)
+			t.Setenv("GOFFLOAD_SECRET", secret)
+			plugintest.Run(t, func(t *testing.T) []plugin.Device {
+				k, _ := plugin.LookupKind("tcp")
+				var devs []plugin.Device
+				for range 2 {
+					d, err := k.Open(addr)
+					if err != nil {
+						t.Fatal(err)
+					}
+					devs = append(devs, d...)
+				}
+				return devs
+			})
+		})
+	}
+}
+
+// TestTCPDeviceStoppedMidTransfer stops (SIGSTOP) a TCP device process
+// while 64 MiB stream to it, and while they stream back, over a protected
+// session: the copy fails with the device's silence after
+// GOFFLOAD_DEVICE_TIMEOUT (a TLS write waiting for room that never comes,
+// a read waiting inside a record), and nothing hangs.
+func TestTCPDeviceStoppedMidTransfer(t *testing.T) {
+	const secret = "stopped-s3cret-0123456789"
+	buf := make([]byte, 64<<20)
+	for _, dir := range []string{"submit", "retrieve"} {
+		t.Run(dir, func(t *testing.T) {
+			t.Setenv("GOFFLOAD_DEVICE_TIMEOUT", "1s")
+			addr, _ := startTCPDevice(t, secret)
+			t.Setenv("GOFFLOAD_SECRET", secret)
+			d, err := openTCPDevice(t, addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := d.Alloc(int64(len(buf)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, _ := d.NewQueue()
+			if dir == "submit" {
+				q.Submit(p, buf)
+			} else {
+				q.Retrieve(buf, p)
+			}
+			pid := d.Info().PID
+			syscall.Kill(pid, syscall.SIGSTOP)
+			defer syscall.Kill(pid, syscall.SIGCONT)
+			done := make(chan error, 1)
+			go func() { done <- q.Synchronize() }()
+			select {
+			case err = <-done:
+			case <-time.After(time.Minute):
+				t.Fatal("a copy to a stopped TCP device hangs")
+			}
+			if err == nil { // done before the stop landed
+				q.Launch(nopK, nil)
+				err = q.Synchronize()
+			}
+			if !errors.Is(err, plugin.ErrDeviceLost) || !strings.Contains(err.Error(), "nothing heard") || !strings.Contains(err.Error(), "tcp://"+addr) {
+				t.Fatalf("after SIGSTOP: %v, want ErrDeviceLost for the silence, naming tcp://%s", err, addr)
+			}
+		})
+	}
+}
+
+// TestTCPIdleDeviceLongerTimeout: a host whose GOFFLOAD_DEVICE_TIMEOUT is
+// shorter than its tcp:// device's keeps the device through a long idle
+// spell. Each side pings an idle link by its own timeout (once a second at
+// the default), so the device, told the host's timeout at hello, pings
+// often enough for it; before, the host lost a healthy idle device (found
+// by cutting a link in the testbed: the other device, idle while the lost
+// one's work was redone, was lost too).
+func TestTCPIdleDeviceLongerTimeout(t *testing.T) {
+	const secret = "idle-s3cret-0123456789"
+	t.Setenv("GOFFLOAD_DEVICE_TIMEOUT", "") // the default: 30s, a ping a second
+	addr, _ := startTCPDevice(t, secret)
+	const host = 500 * time.Millisecond
+	t.Setenv("GOFFLOAD_DEVICE_TIMEOUT", host.String())
+	t.Setenv("GOFFLOAD_SECRET", secret)
+	d, err := openTCPDevice(t, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The link idles for four of the host's timeouts: only the two
+	// heartbeats cross it. (Idle time is what is tested: a sleep.)
+	time.Sleep(4 * host)
+	q, err := d.NewQueue()
+	if err != nil {
+		t.Fatalf("after %v idle (host timeout %v, device's the default): %v", 4*host, host, err)
+	}
+	q.Launch(nopK, nil)
+	if err := q.Synchronize(); err != nil {
+		t.Fatalf("after %v idle (host timeout %v, device's the default): %v", 4*host, host, err)
+	}
 }

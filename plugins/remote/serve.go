@@ -1,3 +1,26 @@
+// Package remote is the device kind whose devices are CPU processes of the
+// program: local device processes on this machine (local:N, linked through
+// shared memory), processes on other machines over TCP (tcp://host:port,
+// TLS 1.3 by default, the shared secret proved over each session: package
+// stream),
+// and the ranks of an MPI job (mpi); the host drives each through a link
+// that carries typed frames (package proto) in the order package state
+// rules.
+//
+// The same binary is the host and the device: a process started as a
+// device serves from offload.Start or role.ServeDevice (the kind's
+// ServeIfDevice hook) and never returns to the program.
+//
+// The kind is in layers. This package opens devices and serves as one:
+// local.go starts local device processes and introduces them to each
+// other, tcp.go opens tcp:// devices and serves hosts on a TCP device
+// (admission, the handshake's limits), mpi.go the ranks of an MPI job,
+// serve.go a process's role. Package engine is the protocol (link, host
+// and device sides, peers), the same over every transport; packages shm,
+// stream and mpi are the transports, behind package transport's
+// interface (stream also protects TCP sessions: TLS 1.3 and the secret's
+// proofs); packages proto and state are the frames and their rules, as
+// plain encoding and state.
 package remote
 
 import (
@@ -11,7 +34,20 @@ import (
 	"github.com/goffload/offload/internal/waitpoll"
 	"github.com/goffload/offload/internal/workpool"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugins/remote/engine"
+	"github.com/goffload/offload/plugins/remote/proto"
+	"github.com/goffload/offload/plugins/remote/shm"
+	"github.com/goffload/offload/plugins/remote/stream"
+	"github.com/goffload/offload/plugins/remote/transport"
 )
+
+// ErrSilent is wrapped by the error of a link on which nothing came for
+// longer than the device timeout (GOFFLOAD_DEVICE_TIMEOUT).
+var ErrSilent = engine.ErrSilent
+
+// ErrMismatch is wrapped when a host and a device process run different code
+// (kernel tables or protocol versions differ); they are refused at hello.
+var ErrMismatch = proto.ErrMismatch
 
 // IsDevice reports whether this process was started as a device.
 func IsDevice() bool { return os.Getenv(envRole) != "" }
@@ -62,7 +98,7 @@ func deviceCores() (int, error) {
 }
 
 func serve(img *plugin.Image) error {
-	if err := timeoutErr(); err != nil {
+	if err := engine.CheckTimeout(); err != nil {
 		return err
 	}
 	cores, err := deviceCores()
@@ -80,25 +116,25 @@ func serve(img *plugin.Image) error {
 		if err != nil {
 			return fmt.Errorf("inherited socket: %w", err)
 		}
-		l, err := localDeviceLink(conn)
+		t, err := localDeviceLink(conn)
 		if err != nil {
 			conn.Close()
 			return err
 		}
-		s := newSession(l, img, cores)
-		s.kind = "local"
+		s := engine.NewSession(t, img, cores)
+		s.Kind = "local"
 		if side := os.Getenv(envSide); side != "" {
 			if n, err := strconv.Atoi(side); err == nil && n >= 3 {
 				f := os.NewFile(uintptr(n), "goffload-side")
 				if c, err := net.FileConn(f); err == nil {
 					if uc, ok := c.(*net.UnixConn); ok {
-						go s.peers.receive(uc)
+						go receivePeers(s, uc)
 					}
 				}
 				f.Close()
 			}
 		}
-		return s.serve()
+		return s.Serve()
 	}
 	addr := os.Getenv(envListen)
 	if addr == "" {
@@ -108,7 +144,7 @@ func serve(img *plugin.Image) error {
 	if secret == "" {
 		return fmt.Errorf("%s=%s needs %s: TCP devices serve only hosts that prove the shared secret", envListen, addr, envSecret)
 	}
-	sec, err := securityFromEnv(secret)
+	sec, err := stream.SecurityFromEnv(secret)
 	if err != nil {
 		return err
 	}
@@ -116,7 +152,7 @@ func serve(img *plugin.Image) error {
 	if err != nil {
 		return err
 	}
-	if sec.plain {
+	if sec.Plain() {
 		plainNotice(fmt.Sprintf("device (pid %d) on %s", os.Getpid(), ln.Addr()))
 	}
 	fmt.Fprintf(os.Stderr, "goffload device (pid %d) serving on %s\n", os.Getpid(), ln.Addr())
@@ -138,7 +174,7 @@ func serve(img *plugin.Image) error {
 // doubling up to 1 s, rather than end it. Refusals go to stderr, at most 10
 // lines a second.
 func ServeTCP(ln net.Listener, secret string, img *plugin.Image, cores int) error {
-	sec, err := securityFromEnv(secret)
+	sec, err := stream.SecurityFromEnv(secret)
 	if err != nil {
 		return err
 	}
@@ -148,10 +184,10 @@ func ServeTCP(ln net.Listener, secret string, img *plugin.Image, cores int) erro
 // localDeviceLink is a local device's link to its host: through the shared
 // memory the host handed over (GOFFLOAD_SHM_FD), with conn only telling
 // that the host is gone, or through conn itself.
-func localDeviceLink(conn net.Conn) (*link, error) {
+func localDeviceLink(conn net.Conn) (transport.Transport, error) {
 	fd := os.Getenv(envShm)
 	if fd == "" {
-		return newLink(conn), nil
+		return stream.New(conn), nil
 	}
 	n, err := strconv.Atoi(fd)
 	if err != nil || n < 3 {
@@ -159,5 +195,5 @@ func localDeviceLink(conn net.Conn) (*link, error) {
 	}
 	f := os.NewFile(uintptr(n), "goffload-link")
 	defer f.Close()
-	return newShmLink(int(f.Fd()), 1, conn, "the host ended (its socket closed)")
+	return shm.New(int(f.Fd()), 1, conn, "the host ended (its socket closed)")
 }

@@ -2,35 +2,31 @@ package remote
 
 import (
 	"container/list"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/tls"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugins/remote/engine"
 	"github.com/goffload/offload/plugins/remote/proto"
+	"github.com/goffload/offload/plugins/remote/stream"
 )
 
 // Environment of TCP devices.
 const (
-	envListen = "GOFFLOAD_LISTEN" // address a device process serves hosts on
-	envSecret = "GOFFLOAD_SECRET" // shared secret of hosts and TCP devices
+	envPlain  = "GOFFLOAD_TCP_PLAIN" // "1": sessions in the clear (both sides)
+	envListen = "GOFFLOAD_LISTEN"    // address a device process serves hosts on
+	envSecret = "GOFFLOAD_SECRET"    // shared secret of hosts and TCP devices
 )
 
 // ErrAuth is wrapped when a host and a TCP device do not share the secret.
-var ErrAuth = errors.New("authentication failed")
+var ErrAuth = proto.ErrAuth
 
 func init() {
 	plugin.RegisterKind(plugin.Kind{
@@ -61,11 +57,11 @@ func openTCP(addr string) ([]plugin.Device, error) {
 	if secret == "" {
 		return nil, configError(fmt.Sprintf("tcp://%s: the shared secret is missing: set %s in this program's environment to the secret the device process was started with (GOFFLOAD_ROLE=device GOFFLOAD_LISTEN=HOST:PORT %s=… on the device's machine); TCP devices serve only hosts that prove it", addr, envSecret, envSecret))
 	}
-	sec, err := securityFromEnv(secret)
+	sec, err := stream.SecurityFromEnv(secret)
 	if err != nil {
 		return nil, configError(fmt.Sprintf("tcp://%s: %v", addr, err))
 	}
-	if err := timeoutErr(); err != nil {
+	if err := engine.CheckTimeout(); err != nil {
 		return nil, fmt.Errorf("%w: %w", plugin.ErrBadSpec, err)
 	}
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
@@ -73,7 +69,7 @@ func openTCP(addr string) ([]plugin.Device, error) {
 		return nil, err
 	}
 	conn.SetDeadline(time.Now().Add(hostHandshakeTimeout))
-	c, err := sec.hostHandshake(conn, addr)
+	c, err := sec.HostHandshake(conn, addr)
 	if err != nil {
 		conn.Close()
 		if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -82,12 +78,12 @@ func openTCP(addr string) ([]plugin.Device, error) {
 		return nil, fmt.Errorf("tcp://%s: %w", addr, err)
 	}
 	conn.SetDeadline(time.Time{})
-	if sec.plain {
+	if sec.Plain() {
 		plainNotice("tcp://" + addr)
 	}
-	d := newDevice(sessionLink(c), "tcp", "tcp device tcp://"+addr)
-	d.addr = "tcp://" + addr
-	d.closeFn = func(bool) error { return nil }
+	d := engine.NewDevice(stream.Session(c), "tcp", "tcp device tcp://"+addr)
+	d.Addr = "tcp://" + addr
+	d.CloseFn = func(bool) error { return nil }
 	return []plugin.Device{d}, nil
 }
 
@@ -105,136 +101,10 @@ func checkTCPAddr(addr string) error {
 	return nil
 }
 
-// sessionLink starts the link of an authenticated TCP session.
-func sessionLink(c net.Conn) *link {
-	if tc, ok := c.(*tls.Conn); ok {
-		return startLink(newTLSTransport(tc))
-	}
-	return newLink(c)
-}
-
 // plainNotice says on stderr that the session with what goes in the
 // clear, as the user asked.
 func plainNotice(what string) {
 	fmt.Fprintf(os.Stderr, "goffload: %s: plain TCP (%s=1): frames and data go unencrypted and unauthenticated, for a fabric you trust\n", what, envPlain)
-}
-
-func mac(secret, who string, nonce []byte) []byte {
-	h := hmac.New(sha256.New, []byte(secret))
-	h.Write([]byte("goffload " + who + " "))
-	h.Write(nonce)
-	return h.Sum(nil)
-}
-
-func nonce() []byte {
-	b := make([]byte, 32)
-	rand.Read(b)
-	return b
-}
-
-// The handshake is read straight from the connection, frame by frame with
-// no read-ahead, before the link (and its buffers) exist: a party that has
-// not proved the secret can make the other side read at most maxAuthFrame
-// bytes a frame, and allocate no more. The longest handshake frame is the
-// host's proof (two hex strings) or a refusal with its reason.
-const maxAuthFrame = proto.HeaderSize + 512
-
-// readAuth reads one handshake frame: a TAuth frame without payload, of at
-// most maxAuthFrame bytes.
-func readAuth(r io.Reader) (*proto.Auth, error) {
-	var lw [4]byte
-	if _, err := io.ReadFull(r, lw[:]); err != nil {
-		return nil, err
-	}
-	n := int(binary.LittleEndian.Uint32(lw[:]))
-	if n < proto.HeaderSize || n > maxAuthFrame {
-		return nil, fmt.Errorf("%w: a handshake frame of %d bytes; want [%d, %d] before authentication", proto.ErrFrame, n, proto.HeaderSize, maxAuthFrame)
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, err
-	}
-	m, err := proto.ParseHeader(body, n)
-	if err != nil {
-		return nil, err
-	}
-	if m.Type != proto.TAuth || m.PayloadLen != 0 {
-		return nil, fmt.Errorf("%w: want an auth frame without payload, got %s with %d payload bytes", proto.ErrFrame, m.Type, m.PayloadLen)
-	}
-	f, err := proto.As[proto.Auth](m)
-	return &f, err
-}
-
-// writeAuth writes one handshake frame.
-func writeAuth(w io.Writer, f *proto.Auth) error {
-	if len(f.Text) > maxAuthFrame-proto.HeaderSize {
-		f.Text = f.Text[:maxAuthFrame-proto.HeaderSize]
-	}
-	_, err := w.Write(proto.AppendFrame(nil, proto.Encode(f), nil))
-	return err
-}
-
-// authHost proves the secret to a device and checks the device's proof; the
-// secret itself never crosses the wire.
-func authHost(conn io.ReadWriter, secret string) error {
-	m, err := readAuth(conn)
-	if err != nil {
-		return fmt.Errorf("reading the device's challenge: %w", err)
-	}
-	nd, err := hex.DecodeString(m.Text)
-	if err != nil || len(nd) != 32 {
-		return fmt.Errorf("%w: malformed challenge", proto.ErrFrame)
-	}
-	nh := nonce()
-	proof := hex.EncodeToString(mac(secret, "host", nd)) + " " + hex.EncodeToString(nh)
-	if err := writeAuth(conn, &proto.Auth{Status: proto.Status{Text: proof}}); err != nil {
-		return err
-	}
-	m, err = readAuth(conn)
-	if err != nil {
-		return fmt.Errorf("%w: the device closed the connection: %v", ErrAuth, err)
-	}
-	if err := statusErr(m.Status); err != nil {
-		return fmt.Errorf("the device refused the host: %w", err)
-	}
-	got, err := hex.DecodeString(m.Text)
-	if err != nil || !hmac.Equal(got, mac(secret, "device", nh)) {
-		return fmt.Errorf("%w: the device did not prove the shared secret (GOFFLOAD_SECRET differs)", ErrAuth)
-	}
-	return nil
-}
-
-// authDevice challenges a host; on failure it tells the host why. gate is
-// deviceHandshake's.
-func authDevice(conn io.ReadWriter, secret string, gate *proofGate) error {
-	nd := nonce()
-	if err := writeAuth(conn, &proto.Auth{Status: proto.Status{Text: hex.EncodeToString(nd)}}); err != nil {
-		return err
-	}
-	m, err := readAuth(conn)
-	if err != nil {
-		return fmt.Errorf("reading the host's proof: %w", err)
-	}
-	if err := gate.allow(); err != nil {
-		writeAuth(conn, &proto.Auth{Status: statusOf(err)})
-		return err
-	}
-	f := strings.Fields(m.Text)
-	var proof, nh []byte
-	if len(f) == 2 {
-		proof, _ = hex.DecodeString(f[0])
-		nh, _ = hex.DecodeString(f[1])
-	}
-	if len(nh) != 32 || !hmac.Equal(proof, mac(secret, "host", nd)) {
-		gate.failed()
-		err := fmt.Errorf("%w: the host did not prove the shared secret (GOFFLOAD_SECRET differs or is unset)", ErrAuth)
-		writeAuth(conn, &proto.Auth{Status: statusOf(err)})
-		return err
-	}
-	return writeAuth(conn, &proto.Auth{Status: proto.Status{Text: hex.EncodeToString(mac(secret, "device", nh))}})
 }
 
 // Limits of a TCP device on connections whose host has not proved the
@@ -248,6 +118,9 @@ const (
 	// it comes from fewer than maxHandshakes/maxHandshakesPerSource
 	// addresses.
 	maxHandshakes = 64
+	// maxHandshakesPerSource is how many of the device's handshake slots
+	// one source address may hold at once.
+	maxHandshakesPerSource = 8
 	// handshakeTimeout bounds a whole handshake, however the host sends
 	// (nothing, or a byte at a time).
 	handshakeTimeout = 5 * time.Second
@@ -261,25 +134,25 @@ const (
 // tcpServer serves hosts on a listener.
 type tcpServer struct {
 	ln    net.Listener
-	sec   *tcpSecurity
+	sec   *stream.Security
 	img   *plugin.Image
 	cores int
 
 	timeout time.Duration
 	log     *rateLog
-	guesses *guessLimiter // failed proofs per source address
+	guesses *stream.GuessLimiter // failed proofs per source address
 
 	mu      sync.Mutex
 	slots   *handshakeSlots // under mu
 	evicted int             // handshakes closed to make room, in all
 }
 
-func newTCPServer(ln net.Listener, sec *tcpSecurity, img *plugin.Image, cores int) *tcpServer {
+func newTCPServer(ln net.Listener, sec *stream.Security, img *plugin.Image, cores int) *tcpServer {
 	return &tcpServer{
 		ln: ln, sec: sec, img: img, cores: cores,
 		timeout: handshakeTimeout,
 		log:     &rateLog{w: os.Stderr, every: time.Second, burst: 10},
-		guesses: newGuessLimiter(),
+		guesses: stream.NewGuessLimiter(),
 		slots:   newHandshakeSlots(maxHandshakes, maxHandshakesPerSource),
 	}
 }
@@ -308,7 +181,7 @@ func (s *tcpServer) serve() error {
 func (s *tcpServer) admit(conn net.Conn) *list.Element {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, old := s.slots.admit(&handshake{conn: conn, src: sourceOf(conn.RemoteAddr())})
+	e, old := s.slots.admit(&handshake{conn: conn, src: stream.Source(conn.RemoteAddr())})
 	if old != nil {
 		old.conn.Close()
 		s.evicted++
@@ -339,8 +212,8 @@ func (s *tcpServer) handshaking() int {
 // handle authenticates the host on conn and serves it.
 func (s *tcpServer) handle(conn net.Conn, e *list.Element) {
 	conn.SetDeadline(time.Now().Add(s.timeout))
-	src := sourceOf(conn.RemoteAddr())
-	c, err := s.sec.deviceHandshake(conn, &proofGate{lim: s.guesses, src: src})
+	src := stream.Source(conn.RemoteAddr())
+	c, err := s.sec.DeviceHandshake(conn, s.guesses, src)
 	if !s.leave(e) {
 		conn.Close() // admit said why
 		return
@@ -353,12 +226,12 @@ func (s *tcpServer) handle(conn net.Conn, e *list.Element) {
 		conn.Close()
 		return
 	}
-	s.guesses.proved(src)
+	s.guesses.Proved(src)
 	conn.SetDeadline(time.Time{})
-	ss := newSession(sessionLink(c), s.img, s.cores)
-	ss.kind = "tcp"
-	_, ss.helloLimit = timing()
-	if err := ss.serve(); err != nil && err != errSessionOver {
+	ss := engine.NewSession(stream.Session(c), s.img, s.cores)
+	ss.Kind = "tcp"
+	ss.HelloLimit = engine.DeviceTimeout()
+	if err := ss.Serve(); err != nil && err != engine.ErrSessionOver {
 		fmt.Fprintf(os.Stderr, "goffload device: session with %s: %v\n", conn.RemoteAddr(), err)
 	}
 }
@@ -412,3 +285,82 @@ func (r *rateLog) printf(format string, args ...any) {
 	}
 	fmt.Fprintln(r.w, line)
 }
+
+// handshakeSlots are a TCP device's connections whose hosts have not proved
+// the secret yet: at most max at once, at most perSource of them from one
+// source address. A connection beyond either bound closes an older one:
+// its own source's oldest if that source holds perSource, else the oldest
+// of the source that holds the most. So a party that opens connections
+// faster than a handshake ends evicts only its own, and other sources keep
+// theirs. It is plain state: the caller closes what it evicts.
+type handshakeSlots struct {
+	max, perSource int
+	all            list.List // of *handshake, oldest first
+	bySrc          map[string]int
+}
+
+// handshake is a connection whose host has not proved the secret yet.
+type handshake struct {
+	conn    net.Conn
+	src     string
+	evicted bool // closed to make room for a newer one
+}
+
+func newHandshakeSlots(max, perSource int) *handshakeSlots {
+	return &handshakeSlots{max: max, perSource: perSource, bySrc: map[string]int{}}
+}
+
+// admit enters h and returns the handshake it evicts to make room, if any.
+func (s *handshakeSlots) admit(h *handshake) (*list.Element, *handshake) {
+	var out *list.Element
+	switch {
+	case s.bySrc[h.src] >= s.perSource:
+		out = s.oldestOf(h.src)
+	case s.all.Len() >= s.max:
+		most := 0
+		for _, n := range s.bySrc {
+			most = max(most, n)
+		}
+		for e := s.all.Front(); e != nil && out == nil; e = e.Next() {
+			if s.bySrc[e.Value.(*handshake).src] == most {
+				out = e // the oldest of the sources that hold the most
+			}
+		}
+	}
+	var old *handshake
+	if out != nil {
+		old = out.Value.(*handshake)
+		old.evicted = true
+		s.remove(out)
+	}
+	s.bySrc[h.src]++
+	return s.all.PushBack(h), old
+}
+
+// leave takes e out; it reports false if e was evicted.
+func (s *handshakeSlots) leave(e *list.Element) bool {
+	if e.Value.(*handshake).evicted {
+		return false
+	}
+	s.remove(e)
+	return true
+}
+
+func (s *handshakeSlots) remove(e *list.Element) {
+	h := s.all.Remove(e).(*handshake)
+	if s.bySrc[h.src]--; s.bySrc[h.src] == 0 {
+		delete(s.bySrc, h.src)
+	}
+}
+
+func (s *handshakeSlots) oldestOf(src string) *list.Element {
+	for e := s.all.Front(); e != nil; e = e.Next() {
+		if e.Value.(*handshake).src == src {
+			return e
+		}
+	}
+	return nil
+}
+
+// len is how many connections are in the handshake.
+func (s *handshakeSlots) len() int { return s.all.Len() }

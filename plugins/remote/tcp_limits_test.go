@@ -2,6 +2,7 @@ package remote
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
+	"github.com/goffload/offload/plugins/remote/stream"
 )
 
 const limitSecret = "limits-s3cret-0123456789"
@@ -42,7 +44,7 @@ func (b *lockedBuffer) lines() []string {
 
 // startTCP serves hosts on ln in this process, with a handshake deadline of
 // timeout; it stops at cleanup and checks that only closing ln stopped it.
-func startTCP(t *testing.T, ln net.Listener, timeout time.Duration, sec *tcpSecurity) (*tcpServer, *lockedBuffer) {
+func startTCP(t *testing.T, ln net.Listener, timeout time.Duration, sec *stream.Security) (*tcpServer, *lockedBuffer) {
 	t.Helper()
 	srv := newTCPServer(ln, sec, entries.Current(), 1)
 	srv.timeout = timeout
@@ -61,13 +63,13 @@ func startTCP(t *testing.T, ln net.Listener, timeout time.Duration, sec *tcpSecu
 
 // security is the protection of a TCP server or host that knows
 // limitSecret: TLS with ephemeral certificates, or plain TCP.
-func security(t *testing.T, plain bool) *tcpSecurity {
+func security(t *testing.T, plain bool) *stream.Security {
 	t.Helper()
 	t.Setenv(envPlain, "")
 	if plain {
 		t.Setenv(envPlain, "1")
 	}
-	s, err := securityFromEnv(limitSecret)
+	s, err := stream.SecurityFromEnv(limitSecret)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +252,7 @@ func testSlowHost(t *testing.T, plain bool) {
 // readPreface reads a device's preface.
 func readPreface(t *testing.T, c net.Conn) string {
 	t.Helper()
-	b := make([]byte, prefaceLen)
+	b := make([]byte, len(prefaceTLS))
 	if _, err := io.ReadFull(c, b); err != nil {
 		t.Fatalf("the device's preface: %v", err)
 	}
@@ -280,9 +282,8 @@ func (c *captureConn) SetDeadline(time.Time) error { return nil }
 // clientHello is the first flight of a host's TLS handshake.
 func clientHello(t testing.TB) []byte {
 	t.Helper()
-	sec := &tcpSecurity{secret: limitSecret}
 	cc := &captureConn{}
-	sec.client(cc, "127.0.0.1:1").Handshake()
+	tls.Client(cc, &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true}).Handshake()
 	if cc.b.Len() == 0 {
 		t.Fatal("no ClientHello")
 	}
@@ -416,11 +417,11 @@ func TestTCPLimitHostSide(t *testing.T) {
 					return
 				}
 				defer c.Close()
-				c.Write([]byte(sec.preface()))
+				c.Write([]byte(prefaceOf(sec)))
 				var w io.Writer = c
 				if !plain {
-					io.ReadFull(c, make([]byte, prefaceLen))
-					tc := sec.server(c)
+					io.ReadFull(c, make([]byte, len(prefaceTLS)))
+					tc := tlsServer(t, c)
 					if tc.Handshake() != nil {
 						return
 					}
@@ -473,7 +474,177 @@ func TestTCPLimitFloodKeepsOthers(t *testing.T) {
 		runtime.Gosched()
 	}
 	honest.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := security(t, false).hostHandshake(honest, addr); err != nil {
+	if _, err := security(t, false).HostHandshake(honest, addr); err != nil {
 		t.Fatalf("the honest host's handshake after the flood from another address: %v", err)
 	}
+}
+
+// TestHandshakeSlotsFair drives the handshake slots without sockets: one
+// address opening connections without end holds at most its share and
+// evicts only its own, the honest addresses keep theirs; with every slot
+// taken by addresses of one connection each, the oldest goes first.
+func TestHandshakeSlotsFair(t *testing.T) {
+	s := newHandshakeSlots(64, 8)
+	var honest []*handshake
+	for i := range 20 {
+		h := &handshake{src: fmt.Sprintf("10.0.1.%d", i)}
+		if _, old := s.admit(h); old != nil {
+			t.Fatalf("an honest host was admitted by evicting %s", old.src)
+		}
+		honest = append(honest, h)
+	}
+	for i := range 1000 {
+		_, old := s.admit(&handshake{src: "10.6.6.6"})
+		if old != nil && old.src != "10.6.6.6" {
+			t.Fatalf("flood connection %d evicted %s's", i, old.src)
+		}
+	}
+	if n := s.bySrc["10.6.6.6"]; n != 8 {
+		t.Errorf("the flooder holds %d slots, want 8", n)
+	}
+	for _, h := range honest {
+		if h.evicted {
+			t.Fatalf("%s was evicted by the flood", h.src)
+		}
+	}
+	// 36 more addresses fill the 64 slots; newcomers then evict the
+	// flooder's down to one, then the oldest of those that hold one each.
+	for i := range 36 {
+		if _, old := s.admit(&handshake{src: fmt.Sprintf("10.0.2.%d", i)}); old != nil {
+			t.Fatalf("address %d of 36 evicted %s, with %d slots taken", i, old.src, s.len())
+		}
+	}
+	for i := range 7 {
+		if _, old := s.admit(&handshake{src: fmt.Sprintf("10.0.3.%d", i)}); old == nil || old.src != "10.6.6.6" {
+			t.Fatalf("with every slot taken, newcomer %d evicted %v, want the flooder's", i, old)
+		}
+	}
+	if _, old := s.admit(&handshake{src: "10.0.4.1"}); old != honest[0] {
+		t.Fatalf("with every address holding one, the newcomer evicted %v, want the oldest (%s)", old, honest[0].src)
+	}
+	if s.len() != 64 {
+		t.Fatalf("%d in the handshake, want 64", s.len())
+	}
+	for e := s.all.Front(); e != nil; {
+		next := e.Next()
+		if !s.leave(e) {
+			t.Fatal("a handshake in the list counts as evicted")
+		}
+		e = next
+	}
+	if s.len() != 0 || len(s.bySrc) != 0 {
+		t.Fatalf("after every handshake left: %d in the list, %d addresses counted", s.len(), len(s.bySrc))
+	}
+}
+
+// TestSecretTooShort: a secret shorter than 16 bytes is refused by a host
+// opening a tcp:// device (ErrBadSpec: Start fails) and by a TCP device
+// starting, saying how to make one, unless GOFFLOAD_WEAK_SECRET=1.
+func TestSecretTooShort(t *testing.T) {
+	ln := listenLoopback(t)
+	addr := ln.Addr().String()
+	ln.Close() // nothing serves there
+	t.Setenv("GOFFLOAD_WEAK_SECRET", "")
+	for _, secret := range []string{"x", "s3cret", "fifteen bytes!!"} {
+		t.Setenv(envSecret, secret)
+		_, err := openTCP(addr)
+		if !errors.Is(err, plugin.ErrBadSpec) || !strings.Contains(err.Error(), "openssl rand -hex 32") || !strings.Contains(err.Error(), "GOFFLOAD_WEAK_SECRET=1") || !strings.Contains(err.Error(), fmt.Sprintf("%d bytes, shorter than 16", len(secret))) {
+			t.Errorf("host, secret %q: %v; want ErrBadSpec saying how to make one and how to opt out", secret, err)
+		}
+		t.Setenv(envRole, "device")
+		t.Setenv(envFD, "")
+		t.Setenv(envListen, "127.0.0.1:0")
+		if err := serve(entries.Current()); err == nil || !strings.Contains(err.Error(), "openssl rand -hex 32") {
+			t.Errorf("device, secret %q: %v; want a refusal saying how to make one", secret, err)
+		}
+		t.Setenv("GOFFLOAD_WEAK_SECRET", "1")
+		if _, err := openTCP(addr); err == nil || errors.Is(err, plugin.ErrBadSpec) {
+			t.Errorf("host, secret %q with %s=1: %v; want it taken (and the device unavailable)", secret, "GOFFLOAD_WEAK_SECRET", err)
+		}
+		t.Setenv("GOFFLOAD_WEAK_SECRET", "")
+	}
+	t.Setenv(envSecret, "sixteen bytes!!!")
+	if _, err := openTCP(addr); err == nil || errors.Is(err, plugin.ErrBadSpec) {
+		t.Errorf("a secret of 16 bytes: %v; want it taken (and the device unavailable)", err)
+	}
+}
+
+// TestTCPLimitGarbageTLS sends a TLS device what no host sends: garbage
+// instead of the preface, instead of TLS after it, and inside the TLS
+// session instead of the proof (where the limits on handshake frames hold
+// as on a plain session). Each connection is refused at once with a line
+// that says why, the device allocates nothing near the sizes claimed, and
+// an honest host is served after.
+func TestTCPLimitGarbageTLS(t *testing.T) {
+	ln := listenLoopback(t)
+	sec := security(t, false)
+	srv, logs := startTCP(t, ln, time.Minute, sec)
+	srv.log.mu.Lock()
+	srv.log.burst = 1 << 20 // every refusal's line, to check each
+	srv.log.mu.Unlock()
+	addr := ln.Addr().String()
+	length := func(n uint32, rest []byte) []byte { return append(binary.LittleEndian.AppendUint32(nil, n), rest...) }
+	http := []byte("GET / HTTP/1.1\r\nHost: device\r\n\r\n")
+	cases := []struct {
+		name    string
+		preface bool   // send the TLS preface first
+		inTLS   bool   // and set up the TLS session, and send garbage inside
+		garbage []byte // what is sent then
+		says    string // in the device's line
+	}{
+		{"http", false, false, http, "not a goffload host"},
+		{"http after the preface", true, false, http, "does not speak TLS"},
+		{"4 GiB frame", true, true, length(0xffffffff, nil), "malformed frame"},
+		{"largest frame", true, true, length(proto.MaxFrame, make([]byte, proto.HeaderSize)), "malformed frame"},
+		{"short frame", true, true, length(3, []byte{byte(proto.TAuth), 0, 0}), "malformed frame"},
+		{"payload", true, true, proto.AppendFrame(nil, &proto.Msg{Type: proto.TAuth, Text: "a b"}, []byte{1, 2, 3}), "malformed frame"},
+		{"hello, not auth", true, true, proto.AppendFrame(nil, &proto.Msg{Type: proto.THello, Text: helloText(entries.Current())}, nil), "malformed frame"},
+	}
+	const rounds = 10
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for _, c := range cases {
+		for range rounds {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			readPreface(t, conn)
+			var w net.Conn = conn
+			if c.preface {
+				conn.Write([]byte(prefaceTLS))
+			}
+			if c.inTLS {
+				tc := tlsClient(conn)
+				if err := tc.Handshake(); err != nil {
+					t.Fatalf("%s: %v", c.name, err)
+				}
+				w = tc
+			}
+			w.Write(c.garbage)
+			if err := waitClosed(conn); err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			conn.Close()
+		}
+		if all := strings.Join(logs.lines(), "\n"); !strings.Contains(all, c.says) {
+			t.Errorf("%s: no refusal saying %q:\n%s", c.name, c.says, all)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	// Both sides of the connections are in this process: a TLS handshake
+	// each, the host's included.
+	n := uint64(rounds * len(cases))
+	if per := (after.TotalAlloc - before.TotalAlloc) / n; per > 256<<10 {
+		t.Errorf("%d bytes allocated per refused connection, want some tens of KiB", per)
+	} else {
+		t.Logf("%d bytes allocated per refused connection, both sides", per)
+	}
+	for _, l := range logs.lines() {
+		if !strings.Contains(l, "refused host") {
+			t.Errorf("log line %q, want a refusal", l)
+		}
+	}
+	checkServed(t, openHonest(t, addr))
 }

@@ -1,0 +1,165 @@
+package engine
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goffload/offload/internal/entries"
+	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugins/remote/proto"
+)
+
+// hello is what each side says about itself at the start of a session.
+type hello struct {
+	version int
+	digest  string // of the whole kernel table
+	count   int    // kernels in the table
+	// timeout is the sender's device timeout (GOFFLOAD_DEVICE_TIMEOUT: how
+	// long it lets the link stay silent; 0 for none), or -1 where its
+	// hello does not say: this side pings often enough for it (timingFor).
+	timeout time.Duration
+}
+
+// helloText is this process's hello: the magic, the protocol version, the
+// kernel table's digest and size, and the device timeout in microseconds.
+func helloText(img *plugin.Image) string {
+	_, timeout := timing()
+	return fmt.Sprintf("%s %d %s %d %d", proto.Magic, proto.Version, img.Digest, len(img.Kernels), timeout.Microseconds())
+}
+
+func parseHello(s string) (hello, error) {
+	f := strings.Fields(s)
+	if (len(f) != 4 && len(f) != 5) || f[0] != proto.Magic {
+		return hello{}, fmt.Errorf("%w: not a goffload hello: %.40q", proto.ErrFrame, s)
+	}
+	v, err1 := strconv.Atoi(f[1])
+	n, err2 := strconv.Atoi(f[3])
+	if err1 != nil || err2 != nil || n < 0 || len(f[2]) != 16 {
+		return hello{}, fmt.Errorf("%w: malformed hello %.60q", proto.ErrFrame, s)
+	}
+	h := hello{version: v, digest: f[2], count: n, timeout: -1}
+	if len(f) == 5 {
+		us, err := strconv.ParseInt(f[4], 10, 64)
+		if err != nil || us < 0 || us > int64(maxHelloTimeout/time.Microsecond) {
+			return hello{}, fmt.Errorf("%w: malformed hello %.60q: bad device timeout", proto.ErrFrame, s)
+		}
+		h.timeout = time.Duration(us) * time.Microsecond
+	}
+	return h, nil
+}
+
+// maxHelloTimeout bounds the device timeout a hello may say (a year: any
+// more is taken as a malformed hello, not a wish to wait).
+const maxHelloTimeout = 365 * 24 * time.Hour
+
+// checkImage compares the peer's hello with our image. Both sides must run
+// the same code: the protocol version must match, and the shorter kernel
+// table must be a prefix of the longer one (a host may register kernels its
+// device processes have not, and cannot launch those remotely). The side
+// with the longer table does the check.
+func checkImage(peer hello, img *plugin.Image, self string) error {
+	other := "host"
+	if self == "host" {
+		other = "device"
+	}
+	if peer.version != proto.Version {
+		return fmt.Errorf("%w: protocol version %d on the %s, %d on the %s", ErrMismatch, peer.version, other, proto.Version, self)
+	}
+	if peer.count > len(img.Kernels) {
+		return nil // the peer checks
+	}
+	if entries.Digest(img.Kernels[:peer.count]) != peer.digest {
+		return fmt.Errorf("%w: host and device were built from different code: %s image %s (%d kernels), %s image %s (%d kernels)",
+			ErrMismatch, self, img.Digest, len(img.Kernels), other, peer.digest, peer.count)
+	}
+	return nil
+}
+
+// ErrMismatch is wrapped when a host and a device process run different code
+// (kernel tables or protocol versions differ); they are refused at hello.
+var ErrMismatch = proto.ErrMismatch
+
+// envTimeout names how long a link may stay silent before the process at
+// the other end counts as lost.
+const envTimeout = "GOFFLOAD_DEVICE_TIMEOUT"
+
+// defaultTimeout is the device timeout when GOFFLOAD_DEVICE_TIMEOUT is
+// unset: long enough for a loaded machine's pauses, short enough that a job
+// learns of a hung device in well under a minute.
+const defaultTimeout = 30 * time.Second
+
+// ProcessStartup is the least time a device's hello may take where its
+// process may still be starting (exec, the Go runtime, package inits: 10–20
+// ms under -race on a loaded two-core machine for a local device), if more
+// than the device timeout: a local device, an MPI rank.
+const ProcessStartup = time.Second
+
+// closeTimeout bounds how long closing a link waits for its queued frames
+// to be written.
+const closeTimeout = 2 * time.Second
+
+// parseTimeout reads GOFFLOAD_DEVICE_TIMEOUT: a Go duration from 10ms to
+// maxHelloTimeout (a year, 8760h: the most a hello may say), or 0 for no
+// timeout (a hung device then hangs its callers). internal/core's
+// CheckDeviceEnv checks it with the same rule at Start.
+func parseTimeout(s string) (time.Duration, error) {
+	if s == "" {
+		return defaultTimeout, nil
+	}
+	d, err := time.ParseDuration(s)
+	if s == "0" {
+		d, err = 0, nil
+	}
+	if err != nil || d < 0 || (d > 0 && d < 10*time.Millisecond) || d > maxHelloTimeout {
+		return 0, fmt.Errorf("%s=%q: want a duration of at least 10ms and at most 8760h (like 30s), or 0 for none", envTimeout, s)
+	}
+	return d, nil
+}
+
+// CheckTimeout explains a bad GOFFLOAD_DEVICE_TIMEOUT (a kind's Open
+// returns it, so Start fails), or is nil.
+func CheckTimeout() error {
+	_, err := parseTimeout(os.Getenv(envTimeout))
+	return err
+}
+
+// timing returns a live link's heartbeat interval and timeout
+// (GOFFLOAD_DEVICE_TIMEOUT, read when the link goes live): a ping at least
+// four times per timeout, and at least every second.
+func timing() (interval, timeout time.Duration) {
+	timeout, err := parseTimeout(os.Getenv(envTimeout))
+	if err != nil {
+		timeout = defaultTimeout
+	}
+	interval = time.Second
+	if timeout > 0 && timeout/4 < interval {
+		interval = max(timeout/4, 2*time.Millisecond)
+	}
+	return interval, timeout
+}
+
+// timingFor is timing for a link whose other side lets it stay silent for
+// other (its device timeout, from its hello; 0 for none, -1 unknown): the
+// heartbeat is also at least four times per other, so that a side with a
+// shorter timeout than this one's hears from an idle link in time, whatever
+// this side's own GOFFLOAD_DEVICE_TIMEOUT says. A host started with 500ms
+// beside a tcp:// device started with the default (a ping a second) would
+// otherwise find the idle device silent and lose it.
+func timingFor(other time.Duration) (interval, timeout time.Duration) {
+	interval, timeout = timing()
+	if other > 0 && other/4 < interval {
+		interval = max(other/4, 2*time.Millisecond)
+	}
+	return interval, timeout
+}
+
+// DeviceTimeout is how long a live link may stay silent before the
+// process at its other end counts as lost (GOFFLOAD_DEVICE_TIMEOUT; 0:
+// never).
+func DeviceTimeout() time.Duration {
+	_, timeout := timing()
+	return timeout
+}

@@ -1,0 +1,462 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/opqueue"
+	"github.com/goffload/offload/plugins/remote/proto"
+	"github.com/goffload/offload/plugins/remote/state"
+)
+
+// Device-to-device transfers go straight between the two device processes.
+// The host only introduces them: it makes a socket pair and hands one end to
+// each device over a side channel (a Unix socket that carries descriptors).
+// Each device then writes exchanges into the other's memory over the pair,
+// and the writer's queue operation completes when the receiver says the data
+// is in place.
+
+// peers is a device process's links to other devices, by device number.
+type peers struct {
+	s    *Session
+	mu   sync.Mutex
+	cond *sync.Cond
+	by   map[int]*peer
+	done bool
+	// events stand in for other devices' events that our queues wait on, by
+	// device and wait id (one per wait the host asked for): the other device
+	// fires them over the peer link. Each is touched twice, by the wait and
+	// by the firing, in either order, and forgotten at the second touch.
+	events map[[2]uint64]*standIn
+	// dead holds why the link to a device broke: its events never fire.
+	dead map[int]error
+	// connect, if set, starts the link to device num itself (MPI ranks
+	// reach each other without the host's introduction); it adds the link
+	// unless the other side's first frame did.
+	connect func(num int) error
+}
+
+type standIn struct {
+	ev      *opqueue.Event
+	touched int
+}
+
+type peer struct {
+	num int
+	l   *link
+
+	mu      sync.Mutex
+	next    uint64
+	waiting map[uint64]chan error // our exchanges, until the peer confirms
+	in      map[uint64]*incoming  // exchanges into our memory
+	lost    error
+}
+
+func newPeers(s *Session) *peers {
+	p := &peers{s: s, by: map[int]*peer{}, events: map[[2]uint64]*standIn{}, dead: map[int]error{}}
+	p.cond = sync.NewCond(&p.mu)
+	return p
+}
+
+func (ps *peers) add(num int, l *link) {
+	p := &peer{num: num, l: l, waiting: map[uint64]chan error{}, in: map[uint64]*incoming{}}
+	ps.mu.Lock()
+	delete(ps.dead, num)
+	if old := ps.by[num]; old != nil {
+		old.l.fail(fmt.Errorf("replaced"))
+	}
+	ps.by[num] = p
+	ps.cond.Broadcast()
+	ps.mu.Unlock()
+	l.live(timing())
+	go ps.read(p)
+}
+
+// get returns the link to device num, waiting a while for the host's
+// introduction, which may still be on its way; if the link broke, the
+// error that broke it (which wraps plugin.ErrDeviceLost) at once.
+func (ps *peers) get(num int) (*peer, error) {
+	ps.mu.Lock()
+	p, dead := ps.by[num], ps.dead[num]
+	ps.mu.Unlock()
+	if p != nil {
+		return p, nil
+	}
+	if dead != nil { // it was linked, and the link broke: no introduction is coming
+		return nil, dead
+	}
+	if ps.connect != nil {
+		if err := ps.connect(num); err != nil {
+			return nil, fmt.Errorf("%w: no link to device %d: %w", plugin.ErrUnsupported, num, err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	timer := time.AfterFunc(5*time.Second, func() { ps.mu.Lock(); ps.cond.Broadcast(); ps.mu.Unlock() })
+	defer timer.Stop()
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for ps.by[num] == nil && !ps.done && time.Now().Before(deadline) {
+		ps.cond.Wait()
+	}
+	if p := ps.by[num]; p != nil {
+		return p, nil
+	}
+	return nil, fmt.Errorf("%w: no link to device %d", plugin.ErrUnsupported, num)
+}
+
+// event returns the stand-in for wait id on device num's event, recorded:
+// it fires when that device says so.
+func (ps *peers) event(num int, wait uint64) *opqueue.Event {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	k := [2]uint64{uint64(num), wait}
+	si := ps.events[k]
+	if si == nil {
+		si = &standIn{ev: opqueue.NewEvent()}
+		si.ev.Arm()
+		ps.events[k] = si
+		if err := ps.dead[num]; err != nil {
+			si.ev.Fire(err)
+		} else if ps.done {
+			si.ev.Fire(ErrSessionOver)
+		}
+	}
+	if si.touched++; si.touched == 2 {
+		delete(ps.events, k)
+	}
+	return si.ev
+}
+
+// fired fires the stand-in for wait id on device num's event.
+func (ps *peers) fired(num int, wait uint64, err error) {
+	ps.event(num, wait).Fire(err)
+}
+
+// tell lets device num know that our event id fired. It never blocks: if
+// the host's introduction to num is still on its way, a goroutine waits
+// for it.
+func (ps *peers) tell(num int, id uint64, err error) {
+	ps.mu.Lock()
+	p := ps.by[num]
+	ps.mu.Unlock()
+	if p != nil {
+		ps.send(p, num, id, err)
+		return
+	}
+	go func() {
+		p, err2 := ps.get(num)
+		if err2 != nil {
+			ps.cannotTell(num, id, err2)
+			return
+		}
+		ps.send(p, num, id, err)
+	}()
+}
+
+// send writes the firing on p's link: at once if the link can take it
+// without blocking (the waiting device hears a hand-off sooner), else by
+// the writer.
+func (ps *peers) send(p *peer, num int, id uint64, err error) {
+	if err2 := p.l.sendSoon(&proto.PeerEvent{Wait: id, Status: proto.StatusOf(err)}); err2 != nil {
+		ps.cannotTell(num, id, err2)
+	}
+}
+
+// cannotTell says on stderr that device num could not be told that our
+// event id fired, unless num is lost (err wraps ErrDeviceLost): then
+// nothing there waits for it any more, and the host reports the loss (a
+// lost peer made a line per event its queues had waited on).
+func (ps *peers) cannotTell(num int, id uint64, err error) {
+	if errors.Is(err, plugin.ErrDeviceLost) {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "goffload device %d: cannot tell device %d that event %d fired: %v\n", ps.s.num, num, id, err)
+}
+
+func (ps *peers) close() {
+	ps.mu.Lock()
+	ps.done = true
+	by := ps.by
+	ps.by = map[int]*peer{}
+	events := ps.events
+	ps.events = map[[2]uint64]*standIn{}
+	ps.cond.Broadcast()
+	ps.mu.Unlock()
+	for _, p := range by {
+		p.l.fail(ErrSessionOver)
+	}
+	for _, si := range events { // no peer will tell: the queues must not wait forever
+		si.ev.Fire(ErrSessionOver)
+	}
+}
+
+// exchange copies src to dst in device num's memory and waits until the
+// data is in place there.
+func (ps *peers) exchange(num int, dst plugin.Ptr, src []byte) error {
+	p, err := ps.get(num)
+	if err != nil {
+		return err
+	}
+	ch := make(chan error, 1)
+	p.mu.Lock()
+	if p.lost != nil {
+		p.mu.Unlock()
+		return p.lost
+	}
+	p.next++
+	id := p.next
+	p.waiting[id] = ch
+	p.mu.Unlock()
+	put := &proto.PeerPut{Xfer: id, Dst: uint64(dst), Size: uint64(len(src))}
+	if len(src) > 0 && len(src) <= proto.MaxInline && p.l.canTryWrite() {
+		// Small: the data goes in a control frame behind the put, both
+		// written at once by this goroutine where the link takes them
+		// without blocking (no hand-off to the writer and back).
+		err = p.l.put(put)
+		if err == nil {
+			_, err = p.l.sendDataSoon(id, src)
+		}
+	} else if err = p.l.send(put); err == nil {
+		_, err = p.l.sendData(id, src, false)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: link to device %d: %v", plugin.ErrDeviceLost, num, err)
+	}
+	return <-ch
+}
+
+// read serves a peer link: exchanges into our memory, and confirmations of
+// ours.
+func (ps *peers) read(p *peer) {
+	err := ps.serve(p)
+	lost := fmt.Errorf("%w: link to device %d: %v", plugin.ErrDeviceLost, p.num, err)
+	p.l.fail(lost)
+	p.mu.Lock()
+	p.lost = lost
+	waiting := p.waiting
+	p.waiting = map[uint64]chan error{}
+	p.mu.Unlock()
+	for _, ch := range waiting {
+		ch <- lost
+	}
+	ps.mu.Lock()
+	if ps.by[p.num] == p {
+		delete(ps.by, p.num)
+	}
+	ps.dead[p.num] = lost
+	var orphans []*opqueue.Event
+	for k, si := range ps.events {
+		if k[0] == uint64(p.num) {
+			orphans = append(orphans, si.ev)
+		}
+	}
+	ps.mu.Unlock()
+	for _, ev := range orphans { // their device cannot tell us any more
+		ev.Fire(lost)
+	}
+}
+
+func (ps *peers) serve(p *peer) error {
+	for {
+		m, err := p.l.r.ReadMsg()
+		if err != nil {
+			return err
+		}
+		fr, err := proto.Parse(m)
+		if err != nil {
+			return err
+		}
+		switch f := fr.(type) {
+		case *proto.PeerPut:
+			b, err := ps.s.mem.Bytes(plugin.Ptr(f.Dst), int64(f.Size))
+			in := &incoming{dst: b, size: int(f.Size), done: make(chan struct{})}
+			if err != nil { // skip the data as it comes, then refuse it
+				in = &incoming{size: int(f.Size), err: err, done: make(chan struct{})}
+			}
+			if f.Size == 0 {
+				p.l.sendSoon(&proto.XferDone{Xfer: f.Xfer, Status: proto.StatusOf(in.err)})
+				continue
+			}
+			p.mu.Lock()
+			p.in[f.Xfer] = in
+			p.mu.Unlock()
+		case *proto.Data:
+			in, err := receive(&p.mu, p.in, p.l, m)
+			if err != nil {
+				return err
+			}
+			if in != nil { // written at once where the link takes it: no writer woken
+				p.l.sendSoon(&proto.XferDone{Xfer: f.Xfer, Status: proto.StatusOf(in.err)})
+			}
+		case *proto.PeerEvent:
+			ps.fired(p.num, f.Wait, f.Status.Err())
+		case *proto.XferDone:
+			ch, _ := take(&p.mu, p.waiting, f.Xfer)
+			if ch == nil {
+				return fmt.Errorf("%w: confirmation of unknown exchange %d", proto.ErrFrame, f.Xfer)
+			}
+			ch <- f.Status.Err()
+		default:
+			return fmt.Errorf("%w: unexpected %s frame from device %d", proto.ErrFrame, m.Type, p.num)
+		}
+	}
+}
+
+// An Introducer links the devices it opened to each other (Device.Intro),
+// so that their queues wait on each other's events and exchange data
+// directly: device processes of this machine, an MPI job's ranks. The
+// engine calls Introduce before a's queue first depends on b, and Forget
+// when a device closes.
+type Introducer interface {
+	// Introduce makes sure a and b have a link between them, or are
+	// introduced to each other: it returns once each will find the other.
+	Introduce(a, b *Device) error
+	// Forget drops d's introductions: d closed.
+	Forget(d *Device)
+}
+
+// introduce introduces a and b to each other, if their kind can.
+func introduce(a, b *Device) error {
+	if a.Intro == nil || a.Intro != b.Intro {
+		return fmt.Errorf("%w: devices %d and %d are not both processes of this machine", plugin.ErrUnsupported, a.num, b.num)
+	}
+	return a.Intro.Introduce(a, b)
+}
+
+// The device side of copies: submits (inline, pulled, pushed), retrieves,
+// and the host's acknowledgements of retrieves that tells to peers wait for.
+
+// tell sends peers the word that state.Session says is due. It never
+// blocks.
+func (s *Session) tell(now []state.Tell) {
+	for _, t := range now {
+		s.peers.tell(t.Peer, t.Wait, t.Err)
+	}
+}
+
+// ack counts an acknowledgement from the host and sends the tells that
+// waited for it, on the reader (peers.tell never blocks): no goroutine to
+// wake.
+func (s *Session) ack() {
+	s.emu.Lock()
+	now := s.evs.Acked()
+	s.emu.Unlock()
+	s.tell(now)
+}
+
+// submitInline copies a submit's data, carried in its frame.
+func (s *Session) submitInline(f *proto.Submit) error {
+	q, dst, size := s.queue(f.Queue), plugin.Ptr(f.Dst), int64(len(f.Data))
+	timed := s.timer(f.Queue, plugin.OpSubmit, 0, size)
+	copyFrom := func(data []byte) func() error {
+		return func() error {
+			b, err := s.mem.Bytes(dst, size)
+			if err != nil {
+				return err
+			}
+			copy(b, data)
+			return nil
+		}
+	}
+	// On an idle queue the reader copies the payload straight into
+	// device memory.
+	if ran, err := q.RunHere(copyFrom(f.Data), timed); ran || err != nil {
+		return nil
+	}
+	// Otherwise the data waits for its turn in a buffer of the pool: a
+	// fresh allocation each time costs page faults once the heap is
+	// large.
+	buf := inlineBufs.Get().(*[]byte)
+	data := append((*buf)[:0], f.Data...)
+	run := copyFrom(data)
+	return q.DoTimed(func() error {
+		defer inlineBufs.Put(buf) // not if the copy is skipped: the buffer is garbage then
+		return run()
+	}, timed)
+}
+
+// submitPulled asks for a submit's data when its queue reaches it, and
+// reads it straight into device memory.
+func (s *Session) submitPulled(f *proto.SubmitPulled) error {
+	q, qid, id, dst, size := s.queue(f.Queue), f.Queue, f.Xfer, plugin.Ptr(f.Dst), int64(f.Size)
+	timed := s.timer(f.Queue, plugin.OpSubmit, 0, size)
+	return q.DoTimed(func() error {
+		b, err := s.mem.Bytes(dst, size)
+		if err != nil {
+			return err
+		}
+		p := &incoming{dst: b, size: len(b), done: make(chan struct{})}
+		s.mu.Lock()
+		s.pulls[id] = p
+		s.mu.Unlock()
+		if err := s.l.sendNow(&proto.Pull{Queue: qid, Xfer: id}); err != nil { // a queue's goroutine
+			return err
+		}
+		return p.wait()
+	}, timed)
+}
+
+// submitPushed takes a submit whose data follows at once: the reader reads
+// it straight into device memory as it comes (the host sends it so only
+// when the queue has nothing before it), and the queue's operation ends
+// when all of it is in. A submit to memory that is not the device's is
+// skipped on arrival and fails in the queue.
+func (s *Session) submitPushed(f *proto.SubmitPushed) error {
+	q, dst, size := s.queue(f.Queue), plugin.Ptr(f.Dst), int64(f.Size)
+	timed := s.timer(f.Queue, plugin.OpSubmit, 0, size)
+	p := &incoming{size: int(size), done: make(chan struct{})}
+	p.dst, p.err = s.mem.Bytes(dst, size)
+	s.mu.Lock()
+	if s.pulls[f.Xfer] != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: submit reuses transfer %d", proto.ErrFrame, f.Xfer)
+	}
+	s.pulls[f.Xfer] = p
+	s.mu.Unlock()
+	if size == 0 { // no data comes
+		take(&s.mu, s.pulls, f.Xfer)
+		close(p.done)
+	}
+	return q.DoTimed(p.wait, timed)
+}
+
+// retrieve sends size bytes at src as transfer id, numbered among the
+// counted transfers (the order the host acknowledges them in): in one
+// frame written at once if now (link.sendDataSoon), else streamed by the
+// writer.
+func (s *Session) retrieve(id uint64, src plugin.Ptr, size int64, now bool) error {
+	b, err := s.mem.Bytes(src, size)
+	if err != nil {
+		return err
+	}
+	var seq uint64
+	if now {
+		seq, err = s.l.sendDataSoon(id, b)
+	} else {
+		seq, err = s.l.sendData(id, b, true)
+	}
+	if err != nil {
+		return err
+	}
+	s.emu.Lock()
+	s.evs.Sent(seq)
+	s.emu.Unlock()
+	return nil
+}
+
+// inlineBufs holds the buffers inline submits wait in, proto.MaxInline
+// bytes each.
+var inlineBufs = sync.Pool{New: func() any { b := make([]byte, proto.MaxInline); return &b }}
+
+// data reads a fragment of a pulled submit straight into device memory.
+func (s *Session) data(m *proto.Msg) error {
+	in, err := receive(&s.mu, s.pulls, s.l, m)
+	if in != nil {
+		close(in.done)
+	}
+	return err
+}

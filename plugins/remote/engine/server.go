@@ -1,0 +1,635 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/hostmem"
+	"github.com/goffload/offload/plugin/opqueue"
+	"github.com/goffload/offload/plugins/remote/proto"
+	"github.com/goffload/offload/plugins/remote/state"
+	"github.com/goffload/offload/plugins/remote/transport"
+)
+
+// Session serves one host on one link: the device side of the protocol.
+// Frames are read by one goroutine; queue operations run on the queues'
+// goroutines, in order per queue and concurrently across queues.
+type Session struct {
+	l     *link
+	img   *plugin.Image
+	mem   *hostmem.Memory
+	pool  *plugin.Pool
+	cores int
+	num   int // device number, from the host's hello
+	// Helloed, if set, is told the device number the host gave.
+	Helloed func(num int)
+	// Rank is the device's MPI rank, or -1.
+	Rank int
+	// Kind is how the host reached the device, as GOFFLOAD_DEVICES names
+	// it: "local" (a process the host started), "tcp" or "mpi".
+	Kind string
+
+	peers *peers
+
+	// evs are the events the host recorded, the peers waiting on them and
+	// the retrieves they wait for (see package state), under emu.
+	emu sync.Mutex
+	evs *state.Session[*opqueue.Event]
+
+	mu     sync.Mutex
+	queues map[uint32]*opqueue.Queue
+	pulls  map[uint64]*incoming
+	// launchStops are the stop signals of numbered launches (Launch.Stop),
+	// by number, and the numbers by queue: a queue's are forgotten at its
+	// next Sync.
+	launchStops map[uint64]*plugin.StopSignal
+	queueStops  map[uint32][]uint64
+	tags        map[uint32]qtag // tagged queues: their operations are timed (see tag.go)
+
+	// hostTimeout is the host's device timeout, from its hello (-1: it
+	// did not say): the link's heartbeat keeps to it (timingFor).
+	hostTimeout time.Duration
+	// HelloLimit bounds the wait for the host's hello (0: none): a tcp://
+	// session's host proved the secret, and the heartbeat starts after
+	// hello. A local device's host is its parent, which may open other
+	// devices between this one's start and its hello.
+	HelloLimit time.Duration
+
+	role readerRole // who reads the link (see role.go)
+	end  chan error // how the session ended, from its last reader
+
+	// stop is what the kernels' ctx.Done() says: the host's Cancel closes
+	// it; kctx is the context kernels get (set at hello).
+	stop *plugin.StopSignal
+	kctx *plugin.KernelCtx
+}
+
+// NewSession serves the host at the other end of t (Serve), with the
+// kernels of img, splitting loops over cores. The kind that serves sets
+// its fields before Serve.
+func NewSession(t transport.Transport, img *plugin.Image, cores int) *Session {
+	return newSession(startLink(t), img, cores)
+}
+
+// Num is the device's number, from the host's hello (-1 before).
+func (s *Session) Num() int { return s.num }
+
+// AddPeer links the session to device num over t (a link the host
+// introduced, or one an MPI rank began): exchanges with device num go
+// over it. A link to num already there is replaced.
+func (s *Session) AddPeer(num int, t transport.Transport) { s.peers.add(num, startLink(t)) }
+
+// ConnectPeers has the session start its links to other devices itself,
+// with connect(num), when it first needs one (MPI ranks reach each other
+// without the host's introduction); connect adds the link with AddPeer,
+// unless the other side's first frame did.
+func (s *Session) ConnectPeers(connect func(num int) error) { s.peers.connect = connect }
+
+func newSession(l *link, img *plugin.Image, cores int) *Session {
+	s := &Session{
+		l: l, img: img, cores: cores, num: -1, Rank: -1, hostTimeout: -1,
+		mem:    hostmem.New(256 << 20),
+		pool:   plugin.NewPool(cores),
+		queues: map[uint32]*opqueue.Queue{},
+		evs:    state.NewSession[*opqueue.Event](),
+		pulls:  map[uint64]*incoming{},
+		tags:   map[uint32]qtag{},
+		stop:   plugin.NewStopSignal(),
+
+		launchStops: map[uint64]*plugin.StopSignal{},
+		queueStops:  map[uint32][]uint64{},
+	}
+	s.peers = newPeers(s)
+	return s
+}
+
+// Serve runs the session until the host says exit or the link ends. It
+// returns nil for a normal end (or ErrSessionOver, where the session's
+// link ended under it).
+func (s *Session) Serve() error {
+	defer s.close()
+	s.pool.SetKernelLimit(deviceTasks(os.Getenv("GOFFLOAD_DEVICE_TASKS"), s.Kind))
+	if err := s.hello(); err != nil {
+		if err == errExitFirst {
+			return nil // a host that had no use for this device
+		}
+		return err
+	}
+	return s.serveFrames()
+}
+
+func (s *Session) serveFrames() error {
+	s.l.live(timingFor(s.hostTimeout))
+	s.end = make(chan error, 1)
+	s.role.init(s.read)
+	defer s.role.stop()
+	// The reader has a goroutine of its own: a kernel it runs may end it
+	// (runtime.Goexit), and then a new one reads (session.read), while
+	// this one waits for the end.
+	go s.read(0)
+	return <-s.end
+}
+
+// read serves frames while the goroutine holds the reader's role as
+// generation gen (see role.go); the one that reads the session's last
+// frame says how it ended on s.end.
+func (s *Session) read(gen uint64) {
+	ended := false
+	defer func() {
+		if !ended { // a kernel run here called runtime.Goexit
+			s.role.exited(gen)
+		}
+	}()
+	for {
+		m, err := s.l.r.ReadMsg()
+		if err != nil {
+			if lerr := s.l.failed(); lerr != nil && !isClosedErr(lerr) {
+				err = lerr // the link failed first: the host went silent
+			} else if isClosedErr(err) {
+				err = nil // the host went away: the device's work is over
+			} else {
+				err = s.l.fail(err)
+			}
+			ended = true
+			s.end <- err
+			return
+		}
+		if m.Type == proto.TExit {
+			ended = true
+			s.end <- nil
+			return
+		}
+		if err := s.handle(m, gen); err != nil {
+			ended = true
+			s.end <- s.l.fail(err)
+			return
+		}
+		if !s.role.holds(gen) {
+			ended = true
+			return // a standby reads now
+		}
+	}
+}
+
+func (s *Session) close() {
+	s.l.close(closeTimeout) // what is queued (a refusal, the last replies) goes out first
+	s.mu.Lock()
+	qs := s.queues
+	s.queues = map[uint32]*opqueue.Queue{}
+	for _, p := range s.pulls {
+		close(p.done)
+	}
+	s.pulls = map[uint64]*incoming{}
+	s.mu.Unlock()
+	s.l.fail(ErrSessionOver)
+	s.emu.Lock()
+	held := s.evs.End()
+	s.emu.Unlock()
+	s.tell(held)
+	s.peers.close()
+	for _, q := range qs {
+		q.Close()
+	}
+	s.pool.Close() // and with it the declare target variables' bindings
+	s.mem.Reset()
+}
+
+// ErrSessionOver is the error of a session's link, its peers' and its
+// stand-in events once the session ended.
+var ErrSessionOver = fmt.Errorf("session over")
+
+// errExitFirst: the host said exit before hello.
+var errExitFirst = fmt.Errorf("exit before hello")
+
+// hello checks the host's protocol version and image, and answers with the
+// device's.
+func (s *Session) hello() error {
+	stop := s.l.within(s.HelloLimit, "hello from the host")
+	m, err := s.l.r.ReadMsg()
+	stop()
+	if err != nil {
+		return fmt.Errorf("reading hello: %w", s.l.readErr(err))
+	}
+	mine := helloText(s.img)
+	if m.Type == proto.TExit {
+		return errExitFirst
+	}
+	if m.Type != proto.THello {
+		return s.refuse(fmt.Errorf("want hello, got %s", m.Type))
+	}
+	f, err := proto.As[proto.Hello](m)
+	if err != nil {
+		return s.refuse(err)
+	}
+	h, err := parseHello(f.Text)
+	if err != nil {
+		return s.refuse(err)
+	}
+	if err := checkImage(h, s.img, "device"); err != nil {
+		return s.refuse(err)
+	}
+	s.num = int(f.Num)
+	s.hostTimeout = h.timeout
+	s.kctx = plugin.NewKernelCtx(s.num, s.pool).WithStop(s.stop)
+	if s.Helloed != nil {
+		s.Helloed(s.num)
+	}
+	return s.l.send(&proto.Hello{Status: proto.Status{Text: mine}})
+}
+
+func (s *Session) refuse(err error) error {
+	s.l.send(&proto.Hello{Status: proto.StatusOf(err)})
+	return err
+}
+
+func (s *Session) queue(id uint32) *opqueue.Queue {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queues[id]
+	if q == nil {
+		q = opqueue.New()
+		s.queues[id] = q
+	}
+	return q
+}
+
+// event returns the event id the host recorded, or nil if there is none
+// (an id the host never recorded, or one it told us to forget).
+func (s *Session) event(id uint64) *opqueue.Event {
+	s.emu.Lock()
+	defer s.emu.Unlock()
+	ev, _ := s.evs.Event(id)
+	return ev
+}
+
+func (s *Session) reply(id uint64, value uint64, text string, err error) error {
+	st := proto.StatusOf(err)
+	if err == nil {
+		st.Text = text
+	}
+	return s.l.send(&proto.Reply{Req: id, Value: value, Status: st})
+}
+
+// handle serves one frame for the reader of generation gen. Its error
+// ends the session (a broken stream); errors of operations go back to the
+// host.
+func (s *Session) handle(m *proto.Msg, gen uint64) error {
+	fr, err := proto.Parse(m)
+	if err != nil {
+		return err
+	}
+	switch f := fr.(type) {
+	case *proto.Alloc: // at the address the host chose; no answer: a failure shows where the memory is used
+		if err := s.mem.AllocAt(plugin.Ptr(f.Ptr), int64(f.Size)); err != nil && !errors.Is(err, plugin.ErrOutOfMemory) {
+			return fmt.Errorf("%w: %w", proto.ErrFrame, err)
+		}
+		return nil
+	case *proto.Free: // no answer: the host frees only the allocations it made
+		if err := s.mem.Free(plugin.Ptr(f.Ptr)); err != nil {
+			return fmt.Errorf("%w: %w", proto.ErrFrame, err)
+		}
+		return nil
+	case *proto.Info:
+		b, _ := json.Marshal(s.info())
+		return s.reply(f.Req, 0, string(b), nil)
+	case *proto.CloseQueue:
+		s.mu.Lock()
+		q := s.queues[f.Queue]
+		delete(s.queues, f.Queue)
+		delete(s.tags, f.Queue)
+		s.mu.Unlock()
+		s.forgetStops(f.Queue)
+		if q != nil {
+			go q.Close()
+		}
+		return nil
+	case *proto.Submit:
+		return s.submitInline(f)
+	case *proto.SubmitPulled:
+		return s.submitPulled(f)
+	case *proto.SubmitPushed:
+		return s.submitPushed(f)
+	case *proto.Data:
+		return s.data(m)
+	case *proto.Retrieve:
+		q, id, src, size := s.queue(f.Queue), f.Xfer, plugin.Ptr(f.Src), int64(f.Size)
+		timed := s.timer(f.Queue, plugin.OpRetrieve, 0, size)
+		// A small retrieve's data goes in one frame, written without
+		// blocking by whoever runs it: on an idle queue the reader itself,
+		// else the queue's goroutine (not the writer, after a hand-off).
+		small := size <= proto.MaxInline && s.l.canTryWrite()
+		if small {
+			ran, err := q.RunHere(func() error { return s.retrieve(id, src, size, true) }, timed)
+			if ran || err != nil {
+				return nil
+			}
+		}
+		return q.DoTimed(func() error { return s.retrieve(id, src, size, small) }, timed)
+	case *proto.XferDone: // the host has a retrieve's data
+		s.ack()
+		return nil
+	case *proto.Exchange:
+		return s.exchange(f)
+	case *proto.Launch:
+		return s.launch(f, gen)
+	case *proto.Record:
+		return s.record(f)
+	case *proto.Wait:
+		q, id := s.queue(f.Queue), f.Event
+		timed := s.timer(f.Queue, plugin.OpWait, 0, 0)
+		ev := s.event(id)
+		if ev == nil {
+			return q.Do(func() error { return fmt.Errorf("wait on event %d: %w", id, plugin.ErrNotRecorded) })
+		}
+		return q.WaitTimed(ev, timed)
+	case *proto.WaitPeer: // another device's event: that device tells us when it fires
+		timed := s.timer(f.Queue, plugin.OpWait, 0, 0)
+		return s.queue(f.Queue).WaitTimed(s.peers.event(int(f.Peer), f.Wait), timed)
+	case *proto.Notify:
+		s.notify(f)
+		return nil
+	case *proto.Forget:
+		s.emu.Lock()
+		s.evs.Forget(f.Events)
+		s.emu.Unlock()
+		return nil
+	case *proto.Tag:
+		s.tag(f)
+		return nil
+	case *proto.Cancel: // the host's Stop began: kernels should end
+		s.stop.Stop()
+		return nil
+	case *proto.StopLaunch: // a construct's context ended: its kernel should end
+		s.mu.Lock()
+		sig := s.launchStops[f.Stop]
+		s.mu.Unlock()
+		if sig != nil {
+			sig.Stop()
+		}
+		return nil
+	case *proto.Addr:
+		b, err := s.mem.Bytes(plugin.Ptr(f.Ptr), 0)
+		if err != nil {
+			return s.reply(f.Req, 0, "", err)
+		}
+		return s.reply(f.Req, uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))), "", nil)
+	case *proto.Clock:
+		return s.reply(f.Req, uint64(deviceClock(time.Now())), "", nil)
+	case *proto.Sync:
+		qid, seq := f.Queue, f.Seq
+		answer := func(failed error) error {
+			s.forgetStops(qid)
+			return s.l.sendSoon(&proto.SyncDone{Queue: qid, Seq: seq, Status: proto.StatusOf(failed)})
+		}
+		return s.queue(qid).MarkHere(true, answer)
+	}
+	return fmt.Errorf("%w: unexpected %s frame from the host", proto.ErrFrame, m.Type)
+}
+
+// exchange copies within the device, or to a peer device.
+func (s *Session) exchange(f *proto.Exchange) error {
+	q, src, dst, size := s.queue(f.Queue), plugin.Ptr(f.Src), plugin.Ptr(f.Dst), int64(f.Size)
+	timed := s.timer(f.Queue, plugin.OpExchange, 0, size)
+	if peer := int(f.Peer); peer != s.num {
+		return q.DoTimed(func() error {
+			from, err := s.mem.Bytes(src, size)
+			if err != nil {
+				return err
+			}
+			if err := s.peers.exchange(peer, dst, from); err != nil {
+				return fmt.Errorf("exchange to device %d: %w", peer, err)
+			}
+			return nil
+		}, timed)
+	}
+	return q.DoTimed(func() error {
+		from, err := s.mem.Bytes(src, size)
+		if err != nil {
+			return err
+		}
+		to, err := s.mem.Bytes(dst, size)
+		if err != nil {
+			return err
+		}
+		copy(to, from)
+		return nil
+	}, timed)
+}
+
+// record records an event at the end of a queue: when the queue reaches
+// it, the event fires, the peers waiting on it hear of it (once the host
+// has the retrieves sent before), and so does the host.
+func (s *Session) record(f *proto.Record) error {
+	ev, id := opqueue.NewEvent(), f.Event
+	s.emu.Lock()
+	err := s.evs.Record(id, ev)
+	s.emu.Unlock()
+	if err != nil {
+		return s.queue(f.Queue).Do(func() error { return err })
+	}
+	ev.Arm()
+	fire := func(failed error) error {
+		s.emu.Lock()
+		now := s.evs.Fire(id, failed)
+		s.emu.Unlock()
+		ev.Fire(failed)
+		s.tell(now)
+		return s.l.sendSoon(&proto.Event{Event: id, Status: proto.StatusOf(failed)})
+	}
+	return s.queue(f.Queue).MarkHere(false, fire)
+}
+
+// notify has a peer told when an event of ours fires.
+func (s *Session) notify(f *proto.Notify) {
+	s.emu.Lock()
+	now := s.evs.Notify(f.Event, state.Notify{Peer: int(f.Peer), Wait: f.Wait}, s.num)
+	s.emu.Unlock()
+	s.tell(now)
+}
+
+func (s *Session) launch(f *proto.Launch, gen uint64) error {
+	q := s.queue(f.Queue)
+	if int(f.Kernel) >= len(s.img.Kernels) {
+		n := f.Kernel
+		return q.Do(func() error {
+			return fmt.Errorf("%w: kernel index %d, the device has %d kernels", plugin.ErrBadKernel, n, len(s.img.Kernels))
+		})
+	}
+	k := s.img.Kernels[f.Kernel]
+	args, err := proto.DecodeArgs(f.Args, k)
+	if err != nil {
+		return q.Do(func() error { return err })
+	}
+	ctx := s.kctx
+	if ctx == nil { // a session driven without hello (tests)
+		ctx = plugin.NewKernelCtx(s.num, s.pool).WithStop(s.stop)
+	}
+	var sig *plugin.StopSignal
+	if f.Stop != 0 { // its own signal, which stops with the session's too while the kernel runs
+		sig = plugin.NewStopSignal()
+		s.mu.Lock()
+		if s.launchStops[f.Stop] == nil {
+			s.launchStops[f.Stop] = sig
+			s.queueStops[f.Queue] = append(s.queueStops[f.Queue], f.Stop)
+		}
+		s.mu.Unlock()
+		ctx = ctx.WithStop(sig)
+	}
+	// call runs the kernel as launch does it, counted among the kernels
+	// computing, its stop signal linked to the session's meanwhile. The
+	// last kernel to end kicks the reader, or with idle set says so there
+	// (the reader that ran it kicks once it has answered what was queued
+	// behind it: a kick wakes a goroutine, and with it a sleeping thread).
+	call := func(launch func() error, idle *bool) error {
+		transport.KernelStarted()
+		defer func() {
+			if transport.KernelEnded() {
+				// The host's next frame comes soon: a reader that
+				// parked while the kernel computed polls for it, rather
+				// than pay a wake-up from the doorbell.
+				if idle != nil {
+					*idle = true
+				} else {
+					s.l.kick()
+				}
+			}
+		}()
+		if sig != nil {
+			defer sig.StopWith(s.stop)()
+		}
+		if err := launch(); err != nil {
+			return fmt.Errorf("%s: %w", s.name(), err)
+		}
+		return nil
+	}
+	timed := s.timer(f.Queue, plugin.OpLaunch, f.Kernel, 0)
+	// On an idle queue the reader runs the kernel itself, calling its body
+	// (no runner goroutine in between). The kernel is in the queue's order
+	// once it runs (the queue is busy), so from then on a standby may take
+	// over reading if it runs long: what it reads goes behind the kernel. A
+	// body that calls runtime.Goexit ends the reader: the queue fails with
+	// the kernel's error, and the reader's role goes to a new goroutine
+	// (session.read). Otherwise the queue's goroutine runs it, on a runner.
+	// If a standby took the role over, this goroutine ends after the
+	// kernel: it answers what was queued behind the kernel meanwhile (the
+	// host's sync mark) itself, rather than hand it to a new goroutine (a
+	// thread's wake-up, after a kernel long enough for the other threads
+	// to sleep), and only then kicks the reader (idle).
+	var exited error
+	idle := false
+	ran, err := q.RunHereExitDrain(func() error {
+		s.role.arm()
+		return call(func() error {
+			return k.LaunchHere(ctx, args, s.mem.Bytes, func(err error) { exited = fmt.Errorf("%s: %w", s.name(), err) })
+		}, &idle)
+	}, &exited, timed, func() bool { return !s.role.holds(gen) })
+	if ran {
+		s.role.disarm(gen)
+	}
+	if idle {
+		s.l.kick()
+	}
+	if ran || err != nil {
+		return nil
+	}
+	return q.DoTimed(func() error {
+		// This queue's goroutine may just have readied another queue's
+		// (a copy out of the kernel before this one, whose event it
+		// fired), which waits on this processor as the next to run: let
+		// it run first. Once the kernel computes, it waits for another
+		// processor's thread to take it, and where the devices' kernels
+		// fill every core, for the kernel's end.
+		runtime.Gosched()
+		return call(func() error { return k.Launch(ctx, args, s.mem.Bytes) }, nil)
+	}, timed)
+}
+
+// forgetStops forgets the numbered launches of queue qid: its Sync mark
+// is answered, so they are done (or skipped), and the host will not ask
+// them to stop any more.
+func (s *Session) forgetStops(qid uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range s.queueStops[qid] {
+		delete(s.launchStops, id)
+	}
+	delete(s.queueStops, qid)
+}
+
+// name is the device as errors name it.
+func (s *Session) name() string {
+	if s.Rank >= 0 {
+		return fmt.Sprintf("mpi device %d (rank %d, pid %d)", s.num, s.Rank, os.Getpid())
+	}
+	return fmt.Sprintf("%s device %d (pid %d)", s.kindName(), s.num, os.Getpid())
+}
+
+// kindName is the device's kind; a session made without one (by tests) is
+// a "remote" device.
+func (s *Session) kindName() string {
+	if s.Kind == "" {
+		return "remote"
+	}
+	return s.Kind
+}
+
+func (s *Session) info() plugin.Info {
+	host, _ := os.Hostname()
+	kind, name := s.kindName(), fmt.Sprintf("Go CPU device process (%d cores)", s.cores)
+	if s.Rank >= 0 {
+		kind, name = "mpi", fmt.Sprintf("Go CPU device, MPI rank %d (%d cores)", s.Rank, s.cores)
+	}
+	return plugin.Info{Kind: kind, Name: name, Cores: s.cores,
+		Memory: hostmem.MachineMemory(), Arch: runtime.GOARCH, Host: host, PID: os.Getpid()}
+}
+
+// wait waits for a submit's data to be in (or the session to end), and
+// says whether all of it came.
+func (in *incoming) wait() error {
+	<-in.done
+	switch {
+	case in.err != nil:
+		return in.err
+	case in.got != in.size:
+		return fmt.Errorf("%w: submit ended after %d of %d bytes", plugin.ErrDeviceLost, in.got, in.size)
+	}
+	return nil
+}
+
+// deviceTasks is the bound on kernels running at once that
+// GOFFLOAD_DEVICE_TASKS (in this device process's environment) gives a
+// device of kind: its KIND=N item, else its plain N, else 0 (none). The
+// host's Start checks the variable's form; a malformed item is ignored
+// here.
+func deviceTasks(spec, kind string) int {
+	all, mine := 0, 0
+	for _, item := range strings.Split(spec, ",") {
+		k, num, named := strings.Cut(strings.TrimSpace(item), "=")
+		if !named {
+			num, k = k, ""
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(num))
+		if err != nil || n < 1 {
+			continue
+		}
+		switch strings.TrimSpace(k) {
+		case "":
+			all = n
+		case kind:
+			mine = n
+		}
+	}
+	if mine > 0 {
+		return mine
+	}
+	return all
+}

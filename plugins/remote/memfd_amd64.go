@@ -1,5 +1,0 @@
-package remote
-
-// sysMemfdCreate is memfd_create(2)'s number (the syscall package predates
-// it).
-const sysMemfdCreate = 319

@@ -1,7 +1,0 @@
-//go:build !amd64 && !arm64
-
-package remote
-
-// sysMemfdCreate is unknown here: newShmFile fails, and local devices'
-// links stay on their sockets.
-const sysMemfdCreate = ^uintptr(0)

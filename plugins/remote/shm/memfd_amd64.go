@@ -1,0 +1,5 @@
+package shm
+
+// sysMemfdCreate is memfd_create(2)'s number (the syscall package predates
+// it).
+const sysMemfdCreate = 319

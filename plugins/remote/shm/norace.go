@@ -1,0 +1,6 @@
+//go:build !race
+
+package shm
+
+func shmReleased() {}
+func shmAcquired() {}
