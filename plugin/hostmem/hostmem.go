@@ -53,6 +53,7 @@ type Memory struct {
 
 	mapped bool // blocks of MapMin bytes and more are mappings (NewMapped)
 	unmaps unmapper
+	budget *Budget // charged with inUse, if set (SetBudget)
 }
 
 // New returns an empty memory of Go memory whose pool keeps freed blocks up
@@ -102,11 +103,16 @@ func (m *Memory) Alloc(size int64) (plugin.Ptr, error) {
 		return 0, err
 	}
 	m.mu.RLock()
-	inUse := m.inUse
+	inUse, budget := m.inUse, m.budget
 	m.mu.RUnlock()
 	if limit := Limit(); size > limit-inUse {
 		return 0, fmt.Errorf("%w: %d bytes (%s) with %d bytes (%s) in use is more than the machine's memory (%d bytes, %s)",
 			plugin.ErrOutOfMemory, size, human(size), inUse, human(inUse), limit, human(limit))
+	}
+	if budget != nil {
+		if err := budget.take(size); err != nil {
+			return 0, err
+		}
 	}
 	class := sizeClass(size)
 	m.mu.Lock()
@@ -126,6 +132,7 @@ func (m *Memory) Alloc(size int64) (plugin.Ptr, error) {
 			buf, err = makeBlock(class)
 		}
 		if err != nil {
+			budget.give(size)
 			return 0, err
 		}
 	}
@@ -276,6 +283,7 @@ func (m *Memory) Free(p plugin.Ptr) error {
 		return nil // a failed AllocAt: nothing to give back
 	}
 	m.inUse -= a.size
+	m.budget.give(a.size)
 	class := int64(len(a.buf))
 	if class <= m.threshold && m.pooled+class <= m.limit {
 		m.pool[class] = append(m.pool[class], a.buf)
@@ -345,6 +353,7 @@ func (m *Memory) Reset() {
 	m.live.Clear(false)
 	m.shared.Clear(false)
 	m.pool = map[int64][][]byte{}
+	m.budget.give(m.inUse)
 	m.pooled, m.inUse = 0, 0
 	m.mu.Unlock()
 }

@@ -260,11 +260,12 @@ func TestImageMismatch(t *testing.T) {
 
 // startTCPDevice starts a device process listening on a loopback port and
 // returns its address.
-func startTCPDevice(t *testing.T, secret string) (addr string, stderr *bufio.Scanner) {
+func startTCPDevice(t *testing.T, secret string, env ...string) (addr string, stderr *bufio.Scanner) {
 	t.Helper()
 	exe, _ := os.Executable()
 	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), "GOFFLOAD_ROLE=device", "GOFFLOAD_LISTEN=127.0.0.1:0", "GOFFLOAD_SECRET="+secret)
+	cmd.Env = append(cmd.Env, env...)
 	pipe, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -1153,5 +1154,72 @@ func TestTCPIdleDeviceLongerTimeout(t *testing.T) {
 	q.Launch(nopK, nil)
 	if err := q.Synchronize(); err != nil {
 		t.Fatalf("after %v idle (host timeout %v, device's the default): %v", 4*host, host, err)
+	}
+}
+
+// TestTCPDeviceMemoryAcrossHosts (issue 47 item 14): the hosts of one TCP
+// device hold together at most GOFFLOAD_DEVICE_MEMORY. The host past it
+// gets an error that names the device and the limit, and gets the memory
+// once the other host has freed it.
+func TestTCPDeviceMemoryAcrossHosts(t *testing.T) {
+	const secret = "s3cret-0123456789abcdef"
+	const limit, size = 64 << 20, 40 << 20
+	addr, _ := startTCPDevice(t, secret, fmt.Sprintf("GOFFLOAD_DEVICE_MEMORY=%d", limit))
+	t.Setenv("GOFFLOAD_SECRET", secret)
+	k, _ := plugin.LookupKind("tcp")
+	open := func() plugin.Device {
+		devs, err := k.Open(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { devs[0].Close() })
+		if err := devs[0].Load(entries.Current(), 0); err != nil {
+			t.Fatal(err)
+		}
+		return devs[0]
+	}
+	// fill allocates size bytes on d and writes them: nil once the device
+	// has the memory.
+	fill := func(d plugin.Device) (plugin.Ptr, error) {
+		p, err := d.Alloc(size)
+		if err != nil {
+			return 0, err
+		}
+		q, err := d.NewQueue()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer q.Close()
+		if err := q.Submit(p, make([]byte, size)); err != nil {
+			return p, err
+		}
+		return p, q.Synchronize()
+	}
+	a, b := open(), open()
+	pa, err := fill(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := fill(b)
+	if !errors.Is(err, plugin.ErrOutOfMemory) || !strings.Contains(err.Error(), fmt.Sprintf("GOFFLOAD_DEVICE_MEMORY=%d", limit)) || !strings.Contains(err.Error(), "tcp device") {
+		t.Fatalf("a second host past the device's memory: %v, want ErrOutOfMemory naming the device and the limit", err)
+	}
+	if err := b.Free(pb); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Free(pa); err != nil {
+		t.Fatal(err)
+	}
+	var last error
+	for range 50 { // a's Free and b's allocation come over two links
+		var p plugin.Ptr
+		if p, last = fill(b); last == nil {
+			break
+		}
+		b.Free(p)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if last != nil {
+		t.Fatalf("the second host once the first freed its memory: %v", last)
 	}
 }

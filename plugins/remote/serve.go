@@ -156,7 +156,7 @@ func serve(img *plugin.Image) error {
 		plainNotice(fmt.Sprintf("device (pid %d) on %s", os.Getpid(), ln.Addr()))
 	}
 	fmt.Fprintf(os.Stderr, "goffload device (pid %d) serving on %s\n", os.Getpid(), ln.Addr())
-	return newTCPServer(ln, sec, img, cores).serve()
+	return serveTCPOn(ln, sec, img, cores)
 }
 
 // ServeTCP serves hosts that connect to ln and prove secret, each in its own
@@ -178,7 +178,7 @@ func ServeTCP(ln net.Listener, secret string, img *plugin.Image, cores int) erro
 	if err != nil {
 		return err
 	}
-	return newTCPServer(ln, sec, img, cores).serve()
+	return serveTCPOn(ln, sec, img, cores)
 }
 
 // localDeviceLink is a local device's link to its host: through the shared

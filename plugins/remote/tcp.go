@@ -8,11 +8,13 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/hostmem"
 	"github.com/goffload/offload/plugins/remote/engine"
 	"github.com/goffload/offload/plugins/remote/proto"
 	"github.com/goffload/offload/plugins/remote/stream"
@@ -20,9 +22,10 @@ import (
 
 // Environment of TCP devices.
 const (
-	envPlain  = "GOFFLOAD_TCP_PLAIN" // "1": sessions in the clear (both sides)
-	envListen = "GOFFLOAD_LISTEN"    // address a device process serves hosts on
-	envSecret = "GOFFLOAD_SECRET"    // shared secret of hosts and TCP devices
+	envPlain  = "GOFFLOAD_TCP_PLAIN"     // "1": sessions in the clear (both sides)
+	envListen = "GOFFLOAD_LISTEN"        // address a device process serves hosts on
+	envMemory = "GOFFLOAD_DEVICE_MEMORY" // bytes a TCP device's hosts may hold together
+	envSecret = "GOFFLOAD_SECRET"        // shared secret of hosts and TCP devices
 )
 
 // ErrAuth is wrapped when a host and a TCP device do not share the secret.
@@ -142,6 +145,8 @@ type tcpServer struct {
 	log     *rateLog
 	guesses *stream.GuessLimiter // failed proofs per source address
 
+	budget *hostmem.Budget // every session's memory together (GOFFLOAD_DEVICE_MEMORY)
+
 	mu      sync.Mutex
 	slots   *handshakeSlots // under mu
 	evicted int             // handshakes closed to make room, in all
@@ -151,6 +156,7 @@ func newTCPServer(ln net.Listener, sec *stream.Security, img *plugin.Image, core
 	return &tcpServer{
 		ln: ln, sec: sec, img: img, cores: cores,
 		timeout: handshakeTimeout,
+		budget:  hostmem.NewBudget(hostmem.Limit(), "the machine's memory"),
 		log:     &rateLog{w: os.Stderr, every: time.Second, burst: 10},
 		guesses: stream.NewGuessLimiter(),
 		slots:   newHandshakeSlots(maxHandshakes, maxHandshakesPerSource),
@@ -229,6 +235,7 @@ func (s *tcpServer) handle(conn net.Conn, e *list.Element) {
 	s.guesses.Proved(src)
 	conn.SetDeadline(time.Time{})
 	ss := engine.NewSession(stream.Session(c), s.img, s.cores)
+	ss.ShareMemory(s.budget)
 	ss.Kind = "tcp"
 	ss.HelloLimit = engine.DeviceTimeout()
 	if err := ss.Serve(); err != nil && err != engine.ErrSessionOver {
@@ -364,3 +371,21 @@ func (s *handshakeSlots) oldestOf(src string) *list.Element {
 
 // len is how many connections are in the handshake.
 func (s *handshakeSlots) len() int { return s.all.Len() }
+
+// serveTCPOn serves hosts on ln as newTCPServer's server does, with the
+// device's memory bounded for all its hosts together by
+// GOFFLOAD_DEVICE_MEMORY (the machine's memory if unset).
+func serveTCPOn(ln net.Listener, sec *stream.Security, img *plugin.Image, cores int) error {
+	srv := newTCPServer(ln, sec, img, cores)
+	dev := fmt.Sprintf("tcp device on %s, pid %d", ln.Addr(), os.Getpid())
+	srv.budget = hostmem.NewBudget(hostmem.Limit(), "the machine's memory; "+dev)
+	if v, ok := os.LookupEnv(envMemory); ok {
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil || n <= 0 || n > hostmem.Limit() {
+			ln.Close()
+			return fmt.Errorf("%s=%q: want the bytes of memory the device's hosts may hold together, from 1 to %d (this machine's memory)", envMemory, v, hostmem.Limit())
+		}
+		srv.budget = hostmem.NewBudget(n, fmt.Sprintf("%s=%d; %s", envMemory, n, dev))
+	}
+	return srv.serve()
+}

@@ -94,6 +94,11 @@ func (s *Session) AddPeer(num int, t transport.Transport) { s.peers.add(num, sta
 // unless the other side's first frame did.
 func (s *Session) ConnectPeers(connect func(num int) error) { s.peers.connect = connect }
 
+// ShareMemory charges the session's device memory to b, which other
+// sessions of the device share: a TCP device bounds what all its hosts
+// hold together. Call it before Serve.
+func (s *Session) ShareMemory(b *hostmem.Budget) { s.mem.SetBudget(b) }
+
 func newSession(l *link, img *plugin.Image, cores int) *Session {
 	s := &Session{
 		l: l, img: img, cores: cores, num: -1, Rank: -1, hostTimeout: -1,
