@@ -1,0 +1,287 @@
+package offload_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/goffload/offload"
+)
+
+// Mix is dst[i] = dst[i]*3 + src[i] + v: its result depends on the order
+// of the tasks on dst and src, and on its scalar.
+var Mix = offload.MustKernel3("graph.mix", func(_ offload.Ctx, v int32, dst offload.InOut[int32], src offload.In[int32]) {
+	for i := range dst {
+		dst[i] = dst[i]*3 + src[i] + v
+	}
+})
+
+// AddN is AddTo as a typed kernel: x[i] += v.
+var AddN = offload.MustKernel2("graph.addn", func(_ offload.Ctx, v int32, x offload.InOut[int32]) {
+	for i := range x {
+		x[i] += v
+	}
+})
+
+// SubN is x[i] -= v: another kernel of AddN's type.
+var SubN = offload.MustKernel2("graph.subn", func(_ offload.Ctx, v int32, x offload.InOut[int32]) {
+	for i := range x {
+		x[i] -= v
+	}
+})
+
+// gop is one task of a random graph: a kernel on a device over buffers,
+// or a copy of a buffer between two devices.
+type gop struct {
+	kind     int // 0: AddN, 1: Mix, 2: copy from dev to to
+	dev, to  int
+	dst, src int // buffers
+	dk       offload.Dep
+	scale    int32 // the scalar is scale*iteration + dst
+}
+
+// randomGraph makes n tasks over nb buffers on nd devices.
+func randomGraph(rng *rand.Rand, n, nb, nd int) []gop {
+	ops := make([]gop, n)
+	for i := range ops {
+		o := gop{kind: rng.IntN(3), dev: rng.IntN(nd), dst: rng.IntN(nb), src: rng.IntN(nb), scale: int32(rng.IntN(5))}
+		if o.kind == 2 {
+			o.to = (o.dev + 1 + rng.IntN(nd-1)) % nd
+		}
+		if o.kind == 1 && o.src == o.dst {
+			o.src = (o.dst + 1) % nb
+		}
+		ops[i] = o
+	}
+	return ops
+}
+
+// build makes ops's tasks on bufs with nowait (Device.Nowait, or a
+// Recorder's), the scalars from iteration it.
+func build(ops []gop, bufs [][]int32, it int32, nowait func(d offload.Device, deps ...offload.Dep) offload.Async) {
+	for _, o := range ops {
+		d := offload.On(o.dev)
+		switch o.kind {
+		case 0:
+			AddN.Nowait(nowait(d, offload.DependInOut(bufs[o.dst])), o.scale*it+int32(o.dst), bufs[o.dst])
+		case 1:
+			Mix.Nowait(nowait(d, offload.DependInOut(bufs[o.dst]), offload.DependIn(bufs[o.src])), o.scale*it-int32(o.src), bufs[o.dst], bufs[o.src])
+		case 2:
+			// The buffer's copy on to takes its copy on dev: both are
+			// named by the host address, so the copy is inout on it.
+			offload.CopyNowait(nowait(d, offload.DependInOut(bufs[o.dst])), offload.On(o.to), bufs[o.dst], d, bufs[o.dst])
+		}
+	}
+}
+
+// mapAll maps each buffer of bufs on devices 0 to nd-1, unmapped at the
+// test's end.
+func mapAll(t *testing.T, bufs [][]int32, nd int) {
+	t.Helper()
+	for d := range nd {
+		for _, b := range bufs {
+			if err := offload.On(d).EnterData(offload.To(b)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		for d := range nd {
+			for _, b := range bufs {
+				_ = offload.On(d).ExitData(offload.Delete(b))
+			}
+		}
+	})
+}
+
+// snapshot is every buffer's copy on every device.
+func snapshot(t *testing.T, bufs [][]int32, nd int) [][]int32 {
+	t.Helper()
+	var out [][]int32
+	for d := range nd {
+		for _, b := range bufs {
+			out = append(out, deviceCopy(t, offload.On(d), b))
+		}
+	}
+	return out
+}
+
+func newBufs(nb, n int, seed int32) [][]int32 {
+	bufs := make([][]int32, nb)
+	for i := range bufs {
+		bufs[i] = make([]int32, n)
+		for j := range bufs[i] {
+			bufs[i][j] = seed + int32(i*n+j)
+		}
+	}
+	return bufs
+}
+
+// setContents writes new contents into bufs and onto every device: the
+// contents may change between replays.
+func setContents(t *testing.T, bufs [][]int32, nd int, v int32) {
+	t.Helper()
+	for i, b := range bufs {
+		for j := range b {
+			b[j] = v*7 + int32(i-j)
+		}
+		for d := range nd {
+			if err := offload.On(d).Update(offload.To(b)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestTaskgraphRandom records random graphs of kernels and copies over
+// buffers on two devices, and replays them with new scalars and new
+// contents, against the same tasks run afresh on buffers of their own.
+func TestTaskgraphRandom(t *testing.T) {
+	for _, devs := range []string{"host:2", "local:2"} {
+		t.Run(devs, func(t *testing.T) {
+			start(t, offload.WithDevices(devs), offload.WithOffload("MANDATORY"))
+			const nd, nb, n = 2, 4, 64
+			graphs, tasks := 6, 40
+			if devs == "local:2" {
+				graphs = 3
+			}
+			for seed := range graphs {
+				rng := rand.New(rand.NewPCG(uint64(seed), 44))
+				ops := randomGraph(rng, tasks, nb, nd)
+				fresh, rec := newBufs(nb, n, 1), newBufs(nb, n, 1)
+				mapAll(t, fresh, nd)
+				mapAll(t, rec, nd)
+				var it int32
+				tg := offload.NewTaskgraph(func(r *offload.Recorder) error {
+					build(ops, rec, it, r.Nowait)
+					return nil
+				})
+				for it = range 4 {
+					if it == 2 {
+						setContents(t, fresh, nd, it)
+						setContents(t, rec, nd, it)
+					}
+					if got, want := tg.Recorded(), it > 0; got != want {
+						t.Fatalf("graph %d, run %d: Recorded() = %v, want %v", seed, it, got, want)
+					}
+					build(ops, fresh, it, offload.Device.Nowait)
+					task := tg.Run()
+					if err := task.Wait(); err != nil {
+						t.Fatalf("graph %d, run %d: %v", seed, it, err)
+					}
+					if err := offload.Taskwait(context.Background()); err != nil {
+						t.Fatalf("graph %d, run %d: Taskwait: %v", seed, it, err)
+					}
+					want, got := snapshot(t, fresh, nd), snapshot(t, rec, nd)
+					for i := range want {
+						if !slices.Equal(got[i], want[i]) {
+							t.Fatalf("graph %d, run %d (replay: %v): device %d buffer %d:\n got %v\nwant %v", seed, it, it > 0, i/nb, i%nb, got[i][:8], want[i][:8])
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestTaskgraphRules: a replay that breaks a rule fails with
+// ErrGraphChanged and runs nothing; what cannot be recorded is refused
+// at the record, with an error that says what.
+func TestTaskgraphRules(t *testing.T) {
+	start(t, offload.WithDevices("host:2"), offload.WithOffload("MANDATORY"))
+	x, y := filled(16, 1), filled(16, 2)
+	mapAll(t, [][]int32{x, y}, 2)
+	dev := offload.On(0)
+	buf, v, tasks, kernel := x, int32(1), 1, AddN
+	tg := offload.NewTaskgraph(func(r *offload.Recorder) error {
+		for range tasks {
+			kernel.Nowait(r.Nowait(dev, offload.DependInOut(x)), v, buf)
+		}
+		return nil
+	})
+	if err := tg.Run().Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.Run().Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := deviceCopy(t, dev, x); !allEqual(got, 3) {
+		t.Fatalf("after a record and a replay: %v, want 3s", got)
+	}
+	broken := func(name string, undo func()) {
+		t.Helper()
+		err := tg.Run().Wait()
+		undo()
+		if !errors.Is(err, offload.ErrGraphChanged) {
+			t.Errorf("%s: %v, want ErrGraphChanged", name, err)
+		}
+		if got := deviceCopy(t, dev, x); !allEqual(got, 3) {
+			t.Errorf("%s: x on the device is %v: a broken replay ran", name, got)
+		}
+	}
+	buf = y
+	broken("another buffer", func() { buf = x })
+	buf = x[:8]
+	broken("another length", func() { buf = x })
+	tasks = 2
+	broken("another number of tasks", func() { tasks = 1 })
+	kernel = SubN
+	broken("another kernel", func() { kernel = AddN })
+	dev = offload.On(1)
+	broken("another device", func() { dev = offload.On(0) })
+
+	// x unmapped and mapped again: another mapping, whatever its address.
+	if err := dev.ExitData(offload.From(x)); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.EnterData(offload.To(x)); err != nil {
+		t.Fatal(err)
+	}
+	broken("x mapped again", func() {})
+	tg.Reset()
+	if err := tg.Run().Wait(); err != nil {
+		t.Fatalf("record after Reset: %v", err)
+	}
+	if got := deviceCopy(t, dev, x); !allEqual(got, 4) {
+		t.Fatalf("after Reset's record: %v, want 4s", got)
+	}
+
+	// Refused at the record.
+	z := filled(16, 0) // mapped nowhere
+	for _, c := range []struct {
+		name string
+		fn   func(r *offload.Recorder)
+		want string
+	}{
+		{"Any()", func(r *offload.Recorder) { AddN.Nowait(r.Nowait(offload.Any()), 1, x) }, "Any()"},
+		{"not present", func(r *offload.Recorder) { AddN.Nowait(r.Nowait(dev), 1, z) }, "mapped before the graph"},
+		{"always", func(r *offload.Recorder) {
+			AddN.With(offload.ToFrom(x).Always()).Nowait(r.Nowait(dev), 1, x)
+		}, "always"},
+		{"EnterData", func(r *offload.Recorder) { r.Nowait(dev).EnterData(offload.To(z)) }, "not EnterData"},
+		{"Go", func(r *offload.Recorder) { r.Nowait(dev).Go("host", func() error { return nil }) }, "not EnterData"},
+		{"initial device", func(r *offload.Recorder) { AddN.Nowait(r.Nowait(offload.Initial()), 1, x) }, "initial"},
+	} {
+		g := offload.NewTaskgraph(func(r *offload.Recorder) error { c.fn(r); return nil })
+		err := g.Run().Wait()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
+		}
+		if g.Recorded() {
+			t.Errorf("%s: recorded", c.name)
+		}
+	}
+	// The function's own error fails the record, and then the replay.
+	fail := fmt.Errorf("the function's own")
+	g := offload.NewTaskgraph(func(r *offload.Recorder) error { return fail })
+	if err := g.Run().Wait(); !errors.Is(err, fail) {
+		t.Errorf("a failing function's record: %v, want its error", err)
+	}
+	if err := offload.Taskwait(context.Background()); err != nil {
+		t.Errorf("Taskwait: %v", err)
+	}
+}
