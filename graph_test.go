@@ -285,3 +285,39 @@ func TestTaskgraphRules(t *testing.T) {
 		t.Errorf("Taskwait: %v", err)
 	}
 }
+
+// TestTaskgraphAllocs measures the heap allocations of a nowait task on
+// present buffers, made afresh and replayed (issue 44's yardstick), and
+// checks that a replayed task allocates less than a fresh one.
+func TestTaskgraphAllocs(t *testing.T) {
+	start(t, offload.WithDevices("host:2"), offload.WithOffload("MANDATORY"))
+	x := filled(16, 0)
+	mapAll(t, [][]int32{x}, 1)
+	dev := offload.On(0)
+	v := int32(1)
+	fresh := testing.AllocsPerRun(200, func() {
+		if err := AddN.Nowait(dev.Nowait(offload.DependInOut(x)), v, x).Wait(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	const n = 100
+	tg := offload.NewTaskgraph(func(r *offload.Recorder) error {
+		for range n {
+			AddN.Nowait(r.Nowait(dev, offload.DependInOut(x)), v, x)
+		}
+		return nil
+	})
+	if err := tg.Run().Wait(); err != nil {
+		t.Fatal(err)
+	}
+	replay := testing.AllocsPerRun(50, func() {
+		v++
+		if err := tg.Run().Wait(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Logf("heap allocations: %.1f a fresh nowait task on a present buffer (with its Wait); %.2f a replayed task (%.0f a replay of %d)", fresh, replay/n, replay, n)
+	if replay/n >= fresh {
+		t.Errorf("a replayed task allocates %.2f, a fresh one %.1f: want fewer", replay/n, fresh)
+	}
+}
