@@ -39,8 +39,7 @@ var SubN = offload.MustKernel2("graph.subn", func(_ offload.Ctx, v int32, x offl
 type gop struct {
 	kind     int // 0: AddN, 1: Mix, 2: copy from dev to to
 	dev, to  int
-	dst, src int // buffers
-	dk       offload.Dep
+	dst, src int   // buffers
 	scale    int32 // the scalar is scale*iteration + dst
 }
 
