@@ -33,7 +33,8 @@ var ErrGraphChanged = core.ErrGraphChanged
 // buffers (address and length) and their map clauses, the depend clauses
 // and the number of tasks, and the mappings the buffers lie in. A replay
 // that breaks a rule fails with ErrGraphChanged, and none of its tasks
-// runs; Reset records the graph again (graph_reset).
+// runs; Reset records the graph again (graph_reset). Replay replays the
+// last Run's scalars without calling the function.
 //
 // A recorded task is a kernel launch (Async.Run, a typed kernel's Nowait)
 // or a copy (Async.Memcpy, CopyNowait) on a device that is not the
@@ -51,6 +52,7 @@ type Taskgraph struct {
 	// against; rec is the recorder each Run hands fn.
 	nodes []recNode
 	rec   Recorder
+	args  []plugin.Arg // the last Run's arguments, which Replay replays
 }
 
 // NewTaskgraph returns the graph of the tasks fn makes, to record at its
@@ -159,6 +161,24 @@ func (tg *Taskgraph) Run() *Task {
 	return tg.record(rt)
 }
 
+// Replay runs the graph again as its last Run did, without calling the
+// function: the same scalars, on the same buffers, whose contents may have
+// changed; the mappings are checked as at each replay. It is the replay
+// of CUDA Graphs' launch: no host work per task. A graph not recorded
+// (under this runtime) is an error; Run records it.
+func (tg *Taskgraph) Replay() *Task {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	rt, err := runtimeOrErr()
+	if err == nil && (tg.g == nil || tg.rt != rt) {
+		err = core.Errorf("goffload: taskgraph: %w: the graph is not recorded: Run records it", ErrBadArgument)
+	}
+	if err != nil {
+		return Async{}.failed(err)
+	}
+	return &Task{t: tg.g.Replay(tg.args)}
+}
+
 // errInGraph is the error of waiting, inside a graph's function, for the
 // task a construct returned.
 var errInGraph = core.Errorf("goffload: taskgraph: %w: a construct's task inside the graph's function is the whole graph's: wait for Run's", ErrBadArgument)
@@ -179,7 +199,7 @@ func (tg *Taskgraph) record(rt *core.Runtime) *Task {
 	t.err = nil
 	t.t = r.g.Join(r.tasks, err)
 	if err == nil {
-		tg.g, tg.rt = r.g, rt
+		tg.g, tg.rt, tg.args = r.g, rt, r.g.Args()
 	} else {
 		tg.nodes = nil
 	}
@@ -206,7 +226,7 @@ func (tg *Taskgraph) replay() *Task {
 	}
 	t.err = nil
 	t.t = tg.g.Replay(r.args)
-	r.args = nil
+	tg.args, r.args = r.args, nil // read by Replay, never written again
 	return t
 }
 

@@ -167,18 +167,28 @@ func TestTaskgraphRandom(t *testing.T) {
 					if got, want := tg.Recorded(), it > 0; got != want {
 						t.Fatalf("graph %d, run %d: Recorded() = %v, want %v", seed, it, got, want)
 					}
-					build(ops, fresh, it, offload.Device.Nowait)
-					task := tg.Run()
-					if err := task.Wait(); err != nil {
-						t.Fatalf("graph %d, run %d: %v", seed, it, err)
-					}
-					if err := offload.Taskwait(context.Background()); err != nil {
-						t.Fatalf("graph %d, run %d: Taskwait: %v", seed, it, err)
-					}
-					want, got := snapshot(t, fresh, nd), snapshot(t, rec, nd)
-					for i := range want {
-						if !slices.Equal(got[i], want[i]) {
-							t.Fatalf("graph %d, run %d (replay: %v): device %d buffer %d:\n got %v\nwant %v", seed, it, it > 0, i/nb, i%nb, got[i][:8], want[i][:8])
+					// Run (a record, then replays with the new scalars),
+					// then Replay (the same scalars, the function not
+					// called), each against a fresh run.
+					for _, again := range []bool{false, true} {
+						build(ops, fresh, it, offload.Device.Nowait)
+						var task *offload.Task
+						if again {
+							task = tg.Replay()
+						} else {
+							task = tg.Run()
+						}
+						if err := task.Wait(); err != nil {
+							t.Fatalf("graph %d, run %d (Replay %v): %v", seed, it, again, err)
+						}
+						if err := offload.Taskwait(context.Background()); err != nil {
+							t.Fatalf("graph %d, run %d: Taskwait: %v", seed, it, err)
+						}
+						want, got := snapshot(t, fresh, nd), snapshot(t, rec, nd)
+						for i := range want {
+							if !slices.Equal(got[i], want[i]) {
+								t.Fatalf("graph %d, run %d (replay: %v, Replay: %v): device %d buffer %d:\n got %v\nwant %v", seed, it, it > 0, again, i/nb, i%nb, got[i][:8], want[i][:8])
+							}
 						}
 					}
 				}
@@ -249,6 +259,10 @@ func TestTaskgraphRules(t *testing.T) {
 		t.Fatalf("after Reset's record: %v, want 4s", got)
 	}
 
+	if err := offload.NewTaskgraph(func(*offload.Recorder) error { return nil }).Replay().Wait(); err == nil || !strings.Contains(err.Error(), "not recorded") {
+		t.Errorf("Replay before a record: %v, want an error saying it is not recorded", err)
+	}
+
 	// Refused at the record.
 	z := filled(16, 0) // mapped nowhere
 	for _, c := range []struct {
@@ -315,8 +329,50 @@ func TestTaskgraphAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	t.Logf("heap allocations: %.1f a fresh nowait task on a present buffer (with its Wait); %.2f a replayed task (%.0f a replay of %d)", fresh, replay/n, replay, n)
-	if replay/n >= fresh {
-		t.Errorf("a replayed task allocates %.2f, a fresh one %.1f: want fewer", replay/n, fresh)
+	same := testing.AllocsPerRun(50, func() {
+		if err := tg.Replay().Wait(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Logf("heap allocations: %.1f a fresh nowait task on a present buffer (with its Wait); %.2f a task of Run's replay (%.0f a replay of %d), %.2f of Replay's (%.0f)", fresh, replay/n, replay, n, same/n, same)
+	if replay/n >= fresh || same >= replay {
+		t.Errorf("a task of Run's replay allocates %.2f, of Replay's %.2f, a fresh one %.1f: want fewer, then fewer", replay/n, same/n, fresh)
 	}
+}
+
+// BenchmarkTaskgraphReplay replays Task Bench's trivial graph at width 2
+// on host:2 (each point's tasks write its two buffers by parity): the
+// time per replayed task.
+func BenchmarkTaskgraphReplay(b *testing.B) {
+	start(b, offload.WithDevices("host:2"), offload.WithOffload("MANDATORY"))
+	const steps, width = 500, 2
+	var out [2][width][]int32
+	for par := range 2 {
+		for p := range width {
+			out[par][p] = make([]int32, 2)
+			if err := offload.On(p).EnterData(offload.To(out[par][p])); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	v := int32(0)
+	tg := offload.NewTaskgraph(func(r *offload.Recorder) error {
+		for t := range steps {
+			for p := range width {
+				AddN.Nowait(r.Nowait(offload.On(p), offload.DependOut(out[t%2][p])), v, out[t%2][p])
+			}
+		}
+		return nil
+	})
+	if err := tg.Run().Wait(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		v++
+		if err := tg.Run().Wait(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*steps*width), "ns/task")
 }
