@@ -376,3 +376,102 @@ func BenchmarkTaskgraphReplay(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*steps*width), "ns/task")
 }
+
+// AddOrPanic is AddN that panics for v == 42.
+var AddOrPanic = offload.MustKernel2("graph.addorpanic", func(_ offload.Ctx, v int32, x offload.InOut[int32]) {
+	if v == 42 {
+		panic("graph: 42")
+	}
+	for i := range x {
+		x[i] += v
+	}
+})
+
+// TestTaskgraphOrder: a replay comes after the tasks made before it that
+// its clauses name, and before those made after it; a node's failure is
+// the replay's (ErrKernelFailed), its dependents' ErrDependency, and the
+// next replay runs again on fresh queues. On host:2 and local:2.
+func TestTaskgraphOrder(t *testing.T) {
+	for _, devs := range []string{"host:2", "local:2"} {
+		t.Run(devs, func(t *testing.T) {
+			start(t, offload.WithDevices(devs), offload.WithOffload("MANDATORY"))
+			x := filled(32, 0)
+			mapAll(t, [][]int32{x}, 2)
+			d0, d1 := offload.On(0), offload.On(1)
+			v := int32(1)
+			tg := offload.NewTaskgraph(func(r *offload.Recorder) error {
+				AddOrPanic.Nowait(r.Nowait(d0, offload.DependInOut(x)), v, x)
+				offload.CopyNowait(r.Nowait(d1, offload.DependInOut(x)), d1, x, d0, x)
+				AddN.Nowait(r.Nowait(d1, offload.DependInOut(x)), 10, x)
+				return nil
+			})
+			if err := tg.Run().Wait(); err != nil {
+				t.Fatal(err)
+			}
+			want := int32(11) // d1's copy: d0's 1, plus 10
+			for range 5 {
+				// Before: d0's x set to 100 by a task the replay must
+				// wait for; after: d1's x doubled by one that waits for
+				// the replay.
+				d0.Nowait(offload.DependOut(x)).Run(Fill, int32(100), x)
+				rt := tg.Replay()
+				AddN.Nowait(d1.Nowait(offload.DependInOut(x)), int32(1000), x)
+				if err := offload.Taskwait(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				if err := rt.Wait(); err != nil {
+					t.Fatal(err)
+				}
+				want = 100 + 1 + 10 + 1000
+				if got := deviceCopy(t, d1, x); !allEqual(got, want) {
+					t.Fatalf("d1's x after fill, replay, add: %v, want %d", got[:4], want)
+				}
+			}
+			if devs == "host:2" {
+				// A task the replay waits for, held at a gate: the
+				// replay does not run, nor the task after it, until
+				// the gate opens.
+				id, g := newGate(t)
+				d0.Nowait(offload.DependInOut(x)).Run(Fill, int32(7), x)
+				held := d0.Nowait(offload.DependInOut(x)).Run(Hold, id, x)
+				rt := tg.Replay()
+				<-g.started
+				select {
+				case <-rt.Done():
+					t.Fatal("the replay completed before the task it waits for")
+				default:
+				}
+				g.release()
+				if err := held.Wait(); err != nil {
+					t.Fatal(err)
+				}
+				if err := rt.Wait(); err != nil {
+					t.Fatal(err)
+				}
+				if got, want := deviceCopy(t, d1, x), int32(7+1+1+10); !allEqual(got, want) {
+					t.Fatalf("d1's x after fill, held add, replay: %v, want %d", got[:4], want)
+				}
+			}
+			v = 42
+			failed := tg.Run()
+			after := AddN.Nowait(d1.Nowait(offload.DependInOut(x)), int32(1), x)
+			if err := failed.Wait(); !errors.Is(err, offload.ErrKernelFailed) {
+				t.Fatalf("a replay whose kernel panics: %v, want ErrKernelFailed", err)
+			}
+			if err := after.Wait(); !errors.Is(err, offload.ErrDependency) {
+				t.Fatalf("a task after a failed replay: %v, want ErrDependency", err)
+			}
+			v = 2
+			d0.Nowait(offload.DependOut(x)).Run(Fill, int32(0), x)
+			if err := tg.Run().Wait(); err != nil {
+				t.Fatalf("a replay after a failed one: %v", err)
+			}
+			if got := deviceCopy(t, d1, x); !allEqual(got, 12) {
+				t.Fatalf("d1's x after the replay that follows a failed one: %v, want 12", got[:4])
+			}
+			if err := offload.Taskwait(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
