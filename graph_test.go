@@ -7,7 +7,9 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/goffload/offload"
 )
@@ -205,10 +207,10 @@ func TestTaskgraphRules(t *testing.T) {
 	x, y := filled(16, 1), filled(16, 2)
 	mapAll(t, [][]int32{x, y}, 2)
 	dev := offload.On(0)
-	buf, v, tasks, kernel := x, int32(1), 1, AddN
+	buf, v, tasks, kernel, on := x, int32(1), 1, AddN, x
 	tg := offload.NewTaskgraph(func(r *offload.Recorder) error {
 		for range tasks {
-			kernel.Nowait(r.Nowait(dev, offload.DependInOut(x)), v, buf)
+			kernel.Nowait(r.Nowait(dev, offload.DependInOut(on)), v, buf)
 		}
 		return nil
 	})
@@ -242,6 +244,10 @@ func TestTaskgraphRules(t *testing.T) {
 	broken("another kernel", func() { kernel = AddN })
 	dev = offload.On(1)
 	broken("another device", func() { dev = offload.On(0) })
+	on = y
+	broken("another depend clause", func() { on = x })
+	kernel = AddN.With(offload.ToFrom(x))
+	broken("a With clause", func() { kernel = AddN })
 
 	// x unmapped and mapped again: another mapping, whatever its address.
 	if err := dev.ExitData(offload.From(x)); err != nil {
@@ -473,5 +479,58 @@ func TestTaskgraphOrder(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestTaskgraphDeviceLost: a replay on local:2 whose device process is
+// killed, before it or while it runs, fails with ErrDeviceLost; nothing
+// hangs, and the other device goes on.
+func TestTaskgraphDeviceLost(t *testing.T) {
+	if err := offload.Start(offload.WithDevices("local:2"), offload.WithOffload("MANDATORY")); err != nil {
+		t.Fatal(err)
+	}
+	defer offload.Stop() // its error is the device's death
+	x := filled(1<<12, 0)
+	d0, d1 := offload.On(0), offload.On(1)
+	for _, d := range []offload.Device{d0, d1} {
+		if err := d.EnterData(offload.To(x)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tg := offload.NewTaskgraph(func(r *offload.Recorder) error {
+		for range 200 {
+			AddN.Nowait(r.Nowait(d0, offload.DependInOut(x)), 1, x)
+			offload.CopyNowait(r.Nowait(d1, offload.DependInOut(x)), d1, x, d0, x)
+			AddN.Nowait(r.Nowait(d1, offload.DependInOut(x)), 1, x)
+		}
+		return nil
+	})
+	if err := tg.Run().Wait(); err != nil {
+		t.Fatal(err)
+	}
+	info, err := d1.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	running := tg.Replay()
+	if err := syscall.Kill(info.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The replay running as the device died fails, unless it was done
+	// already; the next one fails.
+	err = running.WaitContext(ctx)
+	t.Logf("the replay running as the device died: %v", err)
+	if err != nil && !errors.Is(err, offload.ErrDeviceLost) {
+		t.Fatalf("the replay running as the device died: %v, want ErrDeviceLost", err)
+	}
+	if err := tg.Replay().WaitContext(ctx); !errors.Is(err, offload.ErrDeviceLost) {
+		t.Fatalf("a replay after the device died: %v, want ErrDeviceLost", err)
+	}
+	_ = offload.Taskwait(ctx)
+	// The other device goes on.
+	if err := AddN.Nowait(d0.Nowait(), 1, x).WaitContext(ctx); err != nil {
+		t.Errorf("a task on device 0 after device 1 died: %v", err)
 	}
 }
