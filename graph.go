@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/goffload/offload/internal/core"
@@ -44,8 +45,9 @@ var ErrGraphChanged = core.ErrGraphChanged
 // are refused, with an error naming what was refused. A Taskgraph is for
 // one goroutine at a time.
 type Taskgraph struct {
-	fn func(r *Recorder) error
-	mu sync.Mutex
+	fn   func(r *Recorder) error
+	inFn atomic.Bool // fn is running: a Run or Replay from it would wait for itself
+	mu   sync.Mutex
 	g  *core.Graph   // nil until recorded
 	rt *core.Runtime // the runtime g was recorded under
 	// nodes are the recorded constructs, which a replay's are checked
@@ -149,17 +151,26 @@ func (tg *Taskgraph) Recorded() bool {
 // be recorded or replayed. Inside the function, each construct returns
 // the Run's task, which is not to be waited for there.
 func (tg *Taskgraph) Run() *Task {
+	if tg.inFn.Load() {
+		return Async{}.failed(errRunInFn)
+	}
 	tg.mu.Lock()
 	defer tg.mu.Unlock()
 	rt, err := runtimeOrErr()
 	if err != nil {
 		return Async{}.failed(err)
 	}
+	tg.inFn.Store(true)
+	defer tg.inFn.Store(false)
 	if tg.g != nil && tg.rt == rt {
 		return tg.replay()
 	}
 	return tg.record(rt)
 }
+
+// errRunInFn is the error of a Run or Replay of a graph from its own
+// function.
+var errRunInFn = core.Errorf("goffload: taskgraph: %w: Run or Replay called from the graph's own function", ErrBadArgument)
 
 // Replay runs the graph again as its last Run did, without calling the
 // function: the same scalars, on the same buffers, whose contents may have
@@ -167,6 +178,9 @@ func (tg *Taskgraph) Run() *Task {
 // of CUDA Graphs' launch: no host work per task. A graph not recorded
 // (under this runtime) is an error; Run records it.
 func (tg *Taskgraph) Replay() *Task {
+	if tg.inFn.Load() {
+		return Async{}.failed(errRunInFn)
+	}
 	tg.mu.Lock()
 	defer tg.mu.Unlock()
 	rt, err := runtimeOrErr()

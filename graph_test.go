@@ -294,7 +294,14 @@ func TestTaskgraphRules(t *testing.T) {
 			t.Errorf("%s: recorded", c.name)
 		}
 	}
-	// The function's own error fails the record, and then the replay.
+	// A Run from the graph's own function would wait for itself.
+	var self *offload.Taskgraph
+	var inner error
+	self = offload.NewTaskgraph(func(r *offload.Recorder) error { inner = self.Run().Wait(); return nil })
+	if err := self.Run().Wait(); err != nil || inner == nil || !strings.Contains(inner.Error(), "own function") {
+		t.Errorf("Run from the graph's function: %v (the outer Run: %v), want an error saying so", inner, err)
+	}
+	// The function's own error fails the record.
 	fail := fmt.Errorf("the function's own")
 	g := offload.NewTaskgraph(func(r *offload.Recorder) error { return fail })
 	if err := g.Run().Wait(); !errors.Is(err, fail) {
@@ -532,5 +539,40 @@ func TestTaskgraphDeviceLost(t *testing.T) {
 	// The other device goes on.
 	if err := AddN.Nowait(d0.Nowait(), 1, x).WaitContext(ctx); err != nil {
 		t.Errorf("a task on device 0 after device 1 died: %v", err)
+	}
+}
+
+// TestTaskgraphRestart: a graph recorded under a runtime since stopped
+// records again under the next one.
+func TestTaskgraphRestart(t *testing.T) {
+	x := filled(8, 0)
+	tg := offload.NewTaskgraph(func(r *offload.Recorder) error {
+		AddN.Nowait(r.Nowait(offload.On(0), offload.DependInOut(x)), 1, x)
+		return nil
+	})
+	for i := range 2 {
+		if err := offload.Start(offload.WithDevices("host:1"), offload.WithOffload("MANDATORY")); err != nil {
+			t.Fatal(err)
+		}
+		if tg.Recorded() {
+			t.Errorf("start %d: recorded under a stopped runtime", i)
+		}
+		err := offload.Data(func() error {
+			for range 2 {
+				if err := tg.Run().Wait(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, offload.ToFrom(x))
+		if err != nil {
+			t.Errorf("start %d: %v", i, err)
+		}
+		if err := offload.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !allEqual(x, 4) {
+		t.Errorf("x = %v, want 4s: two records and two replays", x)
 	}
 }
