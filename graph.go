@@ -48,8 +48,8 @@ type Taskgraph struct {
 	fn   func(r *Recorder) error
 	inFn atomic.Bool // fn is running: a Run or Replay from it would wait for itself
 	mu   sync.Mutex
-	g  *core.Graph   // nil until recorded
-	rt *core.Runtime // the runtime g was recorded under
+	g    *core.Graph   // nil until recorded
+	rt   *core.Runtime // the runtime g was recorded under
 	// nodes are the recorded constructs, which a replay's are checked
 	// against; rec is the recorder each Run hands fn.
 	nodes []recNode
