@@ -354,8 +354,8 @@ func TestTaskgraphAllocs(t *testing.T) {
 }
 
 // BenchmarkTaskgraphReplay replays Task Bench's trivial graph at width 2
-// on host:2 (each point's tasks write its two buffers by parity): the
-// time per replayed task.
+// on host:2 (each point's tasks write its two buffers by parity), by Run
+// (the function called, new scalars) and by Replay: the time per task.
 func BenchmarkTaskgraphReplay(b *testing.B) {
 	start(b, offload.WithDevices("host:2"), offload.WithOffload("MANDATORY"))
 	const steps, width = 500, 2
@@ -380,14 +380,23 @@ func BenchmarkTaskgraphReplay(b *testing.B) {
 	if err := tg.Run().Wait(); err != nil {
 		b.Fatal(err)
 	}
-	b.ResetTimer()
-	for range b.N {
-		v++
-		if err := tg.Run().Wait(); err != nil {
-			b.Fatal(err)
-		}
+	for _, how := range []string{"Run", "Replay"} {
+		b.Run(how, func(b *testing.B) {
+			for range b.N {
+				var t *offload.Task
+				if how == "Run" {
+					v++
+					t = tg.Run()
+				} else {
+					t = tg.Replay()
+				}
+				if err := t.Wait(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*steps*width), "ns/task")
+		})
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*steps*width), "ns/task")
 }
 
 // AddOrPanic is AddN that panics for v == 42.
