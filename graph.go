@@ -43,7 +43,8 @@ var ErrGraphChanged = core.ErrGraphChanged
 // EnterData) without the always modifier, made with an Async of the
 // Recorder. Any(), struct arguments, EnterData, ExitData, Update and Go
 // are refused, with an error naming what was refused. A Taskgraph is for
-// one goroutine at a time.
+// one goroutine at a time: a Run or Replay while its function runs, from
+// it or from another goroutine, is an error.
 type Taskgraph struct {
 	fn   func(r *Recorder) error
 	inFn atomic.Bool // fn is running: a Run or Replay from it would wait for itself
