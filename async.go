@@ -226,6 +226,9 @@ func (a Async) ExitData(maps ...Map) *Task { return a.data(core.ExitDataOp, maps
 
 // Update copies mapped buffers as a task (target update nowait).
 func (a Async) Update(maps ...Map) *Task {
+	if a.rec != nil {
+		return a.rec.update(a, maps)
+	}
 	return a.data(func(its []core.MapItem) core.Op {
 		for i := range its {
 			its[i].Exit = false

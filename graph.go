@@ -37,12 +37,12 @@ var ErrGraphChanged = core.ErrGraphChanged
 // runs; Reset records the graph again (graph_reset). Replay replays the
 // last Run's scalars without calling the function.
 //
-// A recorded task is a kernel launch (Async.Run, a typed kernel's Nowait)
-// or a copy (Async.Memcpy, CopyNowait) on a device that is not the
-// initial one, whose buffers are mapped before the graph is (Data,
-// EnterData) without the always modifier, made with an Async of the
-// Recorder. Any(), struct arguments, EnterData, ExitData, Update and Go
-// are refused, with an error naming what was refused. A Taskgraph is for
+// A recorded task is a kernel launch (Async.Run, a typed kernel's Nowait),
+// a copy (Async.Memcpy, CopyNowait) or an update (Async.Update) on a
+// device that is not the initial one, whose buffers are mapped before the
+// graph is (Data, EnterData) without the always modifier, made with an
+// Async of the Recorder. Any(), struct arguments, EnterData, ExitData and
+// Go are refused, with an error naming what was refused. A Taskgraph is for
 // one goroutine at a time: a Run or Replay while its function runs, from
 // it or from another goroutine, is an error.
 type Taskgraph struct {
@@ -81,15 +81,16 @@ type Recorder struct {
 // deps: Device.Nowait inside a Taskgraph's function.
 func (r *Recorder) Nowait(d Device, deps ...Dep) Async { return Async{dev: d, deps: deps, rec: r} }
 
-// recNode is a recorded construct: a launch of k or a copy.
+// recNode is a recorded construct: a launch of k, an update or a copy.
 type recNode struct {
-	k    *Kernel // nil for a copy
-	num  int
-	dm   Defaultmap
-	geo  plugin.Geometry
-	deps []core.Dep
-	keys []argKey // a launch's arguments
-	with []argKey // its With clauses
+	k      *Kernel // nil for an update or a copy
+	update bool
+	num    int
+	dm     Defaultmap
+	geo    plugin.Geometry
+	deps   []core.Dep
+	keys   []argKey // a launch's arguments
+	with   []argKey // its With clauses
 	// A copy's.
 	dst, src DevicePtr
 	n        int64
@@ -247,7 +248,7 @@ func (tg *Taskgraph) replay() *Task {
 
 // refuse is a construct the recorder does not record.
 func (r *Recorder) refuse() *Task {
-	return r.fail(core.Errorf("goffload: taskgraph: %w: a graph records kernel launches (Run, a typed kernel's Nowait) and copies (Memcpy, CopyNowait), not EnterData, ExitData, Update or Go", ErrBadArgument))
+	return r.fail(core.Errorf("goffload: taskgraph: %w: a graph records kernel launches (Run, a typed kernel's Nowait) and copies (Memcpy, CopyNowait) and updates (Update), not EnterData, ExitData or Go", ErrBadArgument))
 }
 
 // fail notes err, the first construct that broke a rule, and returns the
@@ -441,7 +442,7 @@ func (r *Recorder) memcpy(a Async, dst, src DevicePtr, n int64) *Task {
 			return r.fail(changed(i, "more tasks than the %d recorded", len(r.tg.nodes)))
 		}
 		rn := &r.tg.nodes[i]
-		if rn.k != nil || rn.dst != dst || rn.src != src || rn.n != n {
+		if rn.k != nil || rn.update || rn.dst != dst || rn.src != src || rn.n != n {
 			return r.fail(changed(i, "a copy of %d bytes from %v to %v differs from the recorded task", n, src, dst))
 		}
 		if err := rn.sameDeps(a); err != nil {
@@ -478,5 +479,69 @@ func (r *Recorder) memcpy(a Async, dst, src DevicePtr, n int64) *Task {
 		return r.fail(err)
 	}
 	r.tg.nodes = append(r.tg.nodes, recNode{deps: deps, dst: dst, src: src, n: n})
+	return r.task
+}
+
+// update records or replays target update of maps.
+func (r *Recorder) update(a Async, maps []Map) *Task {
+	const op = "target update"
+	if !r.active {
+		return r.fail(fmt.Errorf("an update"))
+	}
+	if r.replay {
+		i := r.i
+		r.i++
+		if r.err != nil {
+			return r.task
+		}
+		if i >= len(r.tg.nodes) {
+			return r.fail(changed(i, "more tasks than the %d recorded", len(r.tg.nodes)))
+		}
+		rn := &r.tg.nodes[i]
+		if !rn.update || a.dev.num != rn.num || a.group != nil || len(maps) != len(rn.keys) {
+			return r.fail(changed(i, "%s of %d buffers on %v differs from the recorded task", op, len(maps), a.dev))
+		}
+		for j, m := range maps {
+			if keyOf(m, false) != rn.keys[j] {
+				return r.fail(changed(i, "%s: clause %d differs from the recorded one", op, j))
+			}
+		}
+		if err := rn.sameDeps(a); err != nil {
+			return r.fail(changed(i, "%s: %v", op, err))
+		}
+		return r.task
+	}
+	if r.err != nil { // the record failed: nothing after runs
+		return r.task
+	}
+	cd, err := r.device(a, op)
+	if err != nil {
+		return r.fail(err)
+	}
+	deps, err := coreDeps(a)
+	if err != nil {
+		return r.fail(err)
+	}
+	its, err := items(maps)
+	if err != nil {
+		return r.fail(err)
+	}
+	for i := range its {
+		its[i].Exit = false
+	}
+	a.rec = nil
+	t := a.Update(maps...)
+	if t.t == nil {
+		return r.fail(t.err)
+	}
+	r.tasks = append(r.tasks, t.t)
+	if err := r.g.AddUpdate(cd, its, deps); err != nil {
+		return r.fail(err)
+	}
+	n := recNode{update: true, num: a.dev.num, deps: deps, keys: make([]argKey, len(maps))}
+	for j, m := range maps {
+		n.keys[j] = keyOf(m, false)
+	}
+	r.tg.nodes = append(r.tg.nodes, n)
 	return r.task
 }

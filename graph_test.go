@@ -39,7 +39,7 @@ var SubN = offload.MustKernel2("graph.subn", func(_ offload.Ctx, v int32, x offl
 // gop is one task of a random graph: a kernel on a device over buffers,
 // or a copy of a buffer between two devices.
 type gop struct {
-	kind     int // 0: AddN, 1: Mix, 2: copy from dev to to
+	kind     int // 0: AddN, 1: Mix, 2: copy from dev to to, 3: update from dev, 4: update to dev
 	dev, to  int
 	dst, src int   // buffers
 	scale    int32 // the scalar is scale*iteration + dst
@@ -49,7 +49,7 @@ type gop struct {
 func randomGraph(rng *rand.Rand, n, nb, nd int) []gop {
 	ops := make([]gop, n)
 	for i := range ops {
-		o := gop{kind: rng.IntN(3), dev: rng.IntN(nd), dst: rng.IntN(nb), src: rng.IntN(nb), scale: int32(rng.IntN(5))}
+		o := gop{kind: rng.IntN(5), dev: rng.IntN(nd), dst: rng.IntN(nb), src: rng.IntN(nb), scale: int32(rng.IntN(5))}
 		if o.kind == 2 {
 			o.to = (o.dev + 1 + rng.IntN(nd-1)) % nd
 		}
@@ -75,6 +75,10 @@ func build(ops []gop, bufs [][]int32, it int32, nowait func(d offload.Device, de
 			// The buffer's copy on to takes its copy on dev: both are
 			// named by the host address, so the copy is inout on it.
 			offload.CopyNowait(nowait(d, offload.DependInOut(bufs[o.dst])), offload.On(o.to), bufs[o.dst], d, bufs[o.dst])
+		case 3:
+			nowait(d, offload.DependInOut(bufs[o.dst])).Update(offload.From(bufs[o.dst]))
+		case 4:
+			nowait(d, offload.DependInOut(bufs[o.dst])).Update(offload.To(bufs[o.dst]))
 		}
 	}
 }
@@ -99,7 +103,8 @@ func mapAll(t *testing.T, bufs [][]int32, nd int) {
 	})
 }
 
-// snapshot is every buffer's copy on every device.
+// snapshot is every buffer's copy on every device, then in the
+// program's memory.
 func snapshot(t *testing.T, bufs [][]int32, nd int) [][]int32 {
 	t.Helper()
 	var out [][]int32
@@ -107,6 +112,9 @@ func snapshot(t *testing.T, bufs [][]int32, nd int) [][]int32 {
 		for _, b := range bufs {
 			out = append(out, deviceCopy(t, offload.On(d), b))
 		}
+	}
+	for _, b := range bufs {
+		out = append(out, slices.Clone(b))
 	}
 	return out
 }
@@ -189,7 +197,7 @@ func TestTaskgraphRandom(t *testing.T) {
 						want, got := snapshot(t, fresh, nd), snapshot(t, rec, nd)
 						for i := range want {
 							if !slices.Equal(got[i], want[i]) {
-								t.Fatalf("graph %d, run %d (replay: %v, Replay: %v): device %d buffer %d:\n got %v\nwant %v", seed, it, it > 0, again, i/nb, i%nb, got[i][:8], want[i][:8])
+								t.Fatalf("graph %d, run %d (replay: %v, Replay: %v): device %d (%d: the program's memory) buffer %d:\n got %v\nwant %v", seed, it, it > 0, again, i/nb, nd, i%nb, got[i][:8], want[i][:8])
 							}
 						}
 					}

@@ -43,16 +43,17 @@ type Graph struct {
 }
 
 // gnode is one recorded task, lowered: a launch of k with args (device
-// addresses fixed; scalars the replay's own), or a copy.
+// addresses fixed; scalars the replay's own), or copies (a copy's one, an
+// update's one per item).
 type gnode struct {
-	dev  *Device
-	name string
-	k    *entries.Kernel
-	geo  plugin.Geometry
-	off  int // its arguments in the graph's: [off, off+len(args))
-	args []plugin.Arg
-	copy *gcopy
-	deps []Dep
+	dev    *Device
+	name   string
+	k      *entries.Kernel
+	geo    plugin.Geometry
+	off    int // its arguments in the graph's: [off, off+len(args))
+	args   []plugin.Arg
+	copies []gcopy // a copy's, or an update's (nil k)
+	deps   []Dep
 
 	lane   int
 	waits  []int // nodes on other lanes it comes after
@@ -118,6 +119,7 @@ func (g *Graph) AddLaunch(d *Device, k *entries.Kernel, args []KernelArg, geo pl
 	if err := g.adding(d, k.Name()); err != nil {
 		return err
 	}
+	target := "target " + k.Name()
 	pargs := make([]plugin.Arg, len(args))
 	for i, a := range args {
 		p := k.Params()[i]
@@ -132,7 +134,7 @@ func (g *Graph) AddLaunch(d *Device, k *entries.Kernel, args []KernelArg, geo pl
 				return Errorf("goffload: %s: taskgraph: target %s: argument %d (%s): %w: map(always, %s) is not recorded: update the buffer with a task outside the graph",
 					d.Label(), k.Name(), i, nameOf(m.Buf.Name), ErrBadArgument, m.Kind())
 			}
-			tgt, err := g.present(d, k.Name(), m)
+			tgt, err := g.present(d, target, m)
 			if err != nil {
 				return err
 			}
@@ -159,7 +161,39 @@ func (g *Graph) AddCopy(dst, src Loc, n int64, deps []Dep) error {
 	if err := g.adding(d, "omp_target_memcpy"); err != nil {
 		return err
 	}
-	g.nodes = append(g.nodes, gnode{dev: d, name: "omp_target_memcpy", copy: &gcopy{dst: dst, src: src, n: n}, deps: deps})
+	g.nodes = append(g.nodes, gnode{dev: d, name: "omp_target_memcpy", copies: []gcopy{{dst: dst, src: src, n: n}}, deps: deps})
+	return nil
+}
+
+// AddUpdate records target update of items on d under deps: each item's
+// buffer must be present on d, and is copied to (to) or from (from) its
+// recorded device address at each replay.
+func (g *Graph) AddUpdate(d *Device, items []MapItem, deps []Dep) error {
+	const op = "target update"
+	if err := g.adding(d, op); err != nil {
+		return err
+	}
+	n := gnode{dev: d, name: op, deps: deps}
+	for _, m := range items {
+		if m.Unmappable != "" || m.Type&(mapping.MapTo|mapping.MapFrom) == 0 {
+			return Errorf("goffload: %s: taskgraph: %s: %w: map(%s) of %s: an update copies to or from the device", d.Label(), op, ErrBadMap, m.Kind(), nameOf(m.Buf.Name))
+		}
+		if m.Buf.Size == 0 {
+			continue
+		}
+		tgt, err := g.present(d, op, m)
+		if err != nil {
+			return err
+		}
+		host := Loc{Host: m.Buf.Bytes()}
+		dev := Loc{Dev: d, Ptr: tgt}
+		if m.Type&mapping.MapTo != 0 {
+			n.copies = append(n.copies, gcopy{dst: dev, src: host, n: m.Buf.Size})
+		} else {
+			n.copies = append(n.copies, gcopy{dst: host, src: dev, n: m.Buf.Size})
+		}
+	}
+	g.nodes = append(g.nodes, n)
 	return nil
 }
 
@@ -171,15 +205,15 @@ func (g *Graph) adding(d *Device, what string) error {
 }
 
 // present finds the mapping of m's buffer on d, which a recorded node
-// uses, and returns the buffer's device address.
-func (g *Graph) present(d *Device, kernel string, m MapItem) (plugin.Ptr, error) {
+// (construct op) uses, and returns the buffer's device address.
+func (g *Graph) present(d *Device, op string, m MapItem) (plugin.Ptr, error) {
 	addr, size := m.Buf.Addr(), m.Buf.Size
 	e, tgt := d.table.Lookup(addr, size)
 	if size == 0 {
 		return tgt, nil
 	}
 	if e == nil {
-		return 0, d.mapErr("taskgraph: target "+kernel, m, ErrNotPresent,
+		return 0, d.mapErr("taskgraph: "+op, m, ErrNotPresent,
 			"a recorded task's buffers are mapped before the graph (Data, EnterData): it replays no map")
 	}
 	for _, u := range g.uses {

@@ -113,8 +113,12 @@ func (g *Graph) start(t *Task, args []plugin.Arg) {
 				note(n.lane, Errorf("goffload: %s: taskgraph: node %d (%s): waiting for node %d: %w", n.dev.Label(), i, n.name, p, err))
 			}
 		}
-		if n.copy != nil {
-			err = n.copy.enqueue(q.Queue)
+		if n.k == nil {
+			for j := range n.copies {
+				if err = n.copies[j].enqueue(q.Queue); err != nil {
+					break
+				}
+			}
 		} else {
 			err = launch(q.Queue, n.k, args[n.off:n.off+len(n.args)], n.geo, nil)
 		}
