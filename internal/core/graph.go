@@ -9,6 +9,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/mapping"
@@ -235,6 +236,7 @@ func (g *Graph) Seal() error {
 	}
 	g.seal = true
 	var dg depGraph
+	var kn known
 	ts := make([]*Task, len(g.nodes))
 	index := make(map[*Task]int, len(g.nodes))
 	seen := map[Dep]bool{}
@@ -243,7 +245,7 @@ func (g *Graph) Seal() error {
 		t := &Task{done: make(chan struct{})}
 		ts[i], index[t] = t, i
 		preds := dg.add(t, n.deps)
-		g.place(i, preds, index)
+		g.place(i, preds, index, &kn)
 		for _, d := range n.deps {
 			key := Dep{Kind: d.Kind, Addr: d.Addr, Size: d.Size}
 			if !seen[key] {
@@ -266,8 +268,9 @@ func (g *Graph) Seal() error {
 // device's lanes that holds a predecessor already (queue order is the
 // wait), the one holding most; else a new lane, while the device has
 // fewer than maxLanes; else the device's lane whose last node is oldest.
-// The predecessors on other lanes are waited for by event.
-func (g *Graph) place(i int, preds []*Task, index map[*Task]int) {
+// The predecessors on other lanes are waited for by event, but for those
+// the lane knows are done already (kn).
+func (g *Graph) place(i int, preds []*Task, index map[*Task]int, kn *known) {
 	n := &g.nodes[i]
 	count := map[int]int{}
 	for _, p := range preds {
@@ -301,13 +304,70 @@ func (g *Graph) place(i int, preds []*Task, index map[*Task]int) {
 	}
 	n.lane = lane
 	g.lanes[lane].last = i
+	ps := make([]int, 0, len(preds))
 	for _, p := range preds {
-		pi := index[p]
-		if g.nodes[pi].lane != lane {
+		ps = append(ps, index[p])
+	}
+	slices.Sort(ps) // the latest first, below: waiting for it may imply the others
+	for k := len(ps) - 1; k >= 0; k-- {
+		pi := ps[k]
+		if m := g.nodes[pi].lane; m != lane && !kn.done(lane, m, pi) {
 			n.waits = append(n.waits, pi)
 			g.nodes[pi].signal = true
+			kn.wait(lane, pi)
 		}
 	}
+	kn.at(lane, i)
+}
+
+// known is, for each lane, the last node of each lane it knows is done
+// when its next node runs: queue order tells it its own; waiting for a
+// node of another lane tells it what that lane knew there (vector
+// clocks). A predecessor known done needs no wait: on local devices, a
+// wait and its event are messages.
+type known struct {
+	now  [][]int // by lane, by lane: a node index, -1 for none
+	seen [][]int // by node: its lane's now once it ran
+}
+
+func (kn *known) lane(l int) []int {
+	for len(kn.now) <= l {
+		kn.now = append(kn.now, nil)
+	}
+	return kn.now[l]
+}
+
+// done reports whether lane l knows node p of lane m is done.
+func (kn *known) done(l, m, p int) bool {
+	v := kn.lane(l)
+	return m < len(v) && v[m] >= p
+}
+
+// wait records that lane l waits for node p: what p's lane knew then is
+// known to l too.
+func (kn *known) wait(l, p int) {
+	v := kn.lane(l)
+	for m, q := range kn.seen[p] {
+		for len(v) <= m {
+			v = append(v, -1)
+		}
+		v[m] = max(v[m], q)
+	}
+	kn.now[l] = v
+}
+
+// at records node i running on lane l.
+func (kn *known) at(l, i int) {
+	v := kn.lane(l)
+	for len(v) <= l {
+		v = append(v, -1)
+	}
+	v[l] = i
+	kn.now[l] = v
+	for len(kn.seen) <= i {
+		kn.seen = append(kn.seen, nil)
+	}
+	kn.seen[i] = slices.Clone(v)
 }
 
 // canWaitOn reports why d's queues cannot wait on p's events, or nil.

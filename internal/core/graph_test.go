@@ -55,6 +55,14 @@ func TestGraphLanes(t *testing.T) {
 	if n.lane > 1 || !slices.Equal(n.waits, []int{other}) || !join.nodes[other].signal {
 		t.Errorf("join: lane %d, waits %v, node %d signals %v; want a writer's lane, waiting for the other", n.lane, n.waits, other, join.nodes[other].signal)
 	}
+	// A wait the lane knows is done is left out: n4 (after n3 on n2's
+	// lane) needs n1, which n2 waited for.
+	ds := func(ds ...[]Dep) []Dep { return slices.Concat(ds...) }
+	implied := sealed(t, d, dep(DepOut, 8), dep(DepOut, 16), ds(dep(DepIn, 8), dep(DepIn, 16), dep(DepOut, 24)),
+		ds(dep(DepIn, 24), dep(DepOut, 32)), ds(dep(DepIn, 32), dep(DepIn, 16), dep(DepOut, 40)))
+	if n2, n4 := implied.nodes[2], implied.nodes[4]; n4.lane != n2.lane || !slices.Equal(n2.waits, []int{1}) || len(n4.waits) != 0 {
+		t.Errorf("implied: n2 on lane %d waits %v, n4 on lane %d waits %v; want n4 on n2's lane, waiting for none", n2.lane, n2.waits, n4.lane, n4.waits)
+	}
 	if len(join.deps) != 4 {
 		t.Errorf("join's clauses %v, want the 4 distinct ones", join.deps)
 	}
