@@ -1,8 +1,11 @@
 package core
 
 import (
+	"time"
+
 	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/tool"
 )
 
 // Replay runs g's nodes again as one task, with args (a slice from Args,
@@ -93,6 +96,17 @@ func (g *Graph) start(t *Task, args []plugin.Arg) {
 			first = err
 			break
 		}
+		// The replay's span (on its first lane), opened before the tags go
+		// out (as beginOn's): the devices' times of its operations lie
+		// inside it.
+		if l == 0 && d.tool != nil {
+			d.tool.TargetBegin(tool.TargetEvent{Where: tool.Where{Time: time.Now(), Device: d.Num, Queue: qs[l].id, Task: t.ID}, Name: "taskgraph", Nowait: true})
+		}
+		if d.tagged.Load() { // its operations' times are the replay's, not the queue's last task's
+			if tq, ok := qs[l].Queue.(plugin.TaggedQueue); ok {
+				tq.Tag(t.ID)
+			}
+		}
 		for _, p := range pend {
 			if p.dev == d {
 				if err := qs[l].Wait(p.ev); err != nil {
@@ -168,9 +182,14 @@ func (g *Graph) start(t *Task, args []plugin.Arg) {
 			}
 		}
 		for l, q := range qs {
-			if q != nil {
-				g.lanes[l].dev.release(q, failed[l])
+			if q == nil {
+				continue
 			}
+			d := g.lanes[l].dev
+			if l == 0 && d.tool != nil { // every lane's end was waited for above
+				d.tool.TargetEnd(tool.TargetEvent{Where: tool.Where{Time: time.Now(), Device: d.Num, Queue: q.id, Task: t.ID}, Name: "taskgraph", Nowait: true, Err: first})
+			}
+			d.release(q, failed[l])
 		}
 		g.unhold(held)
 		r.complete(t, first, nil)
