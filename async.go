@@ -146,7 +146,7 @@ func (a Async) spawn(make func(cd *core.Device) (core.Op, error)) *Task {
 }
 
 func (a Async) start(spawn func(rt *core.Runtime, deps []core.Dep) (*core.Task, error)) *Task {
-	if a.rec != nil { // launches and copies go to the recorder first
+	if a.rec != nil { // a recorder's: launches, copies and updates went to it, the rest is refused
 		return a.rec.refuse()
 	}
 	t := &Task{}
