@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/goffload/offload/internal/core"
+	"github.com/goffload/offload/plugin"
 )
 
 // A Dep is a depend clause: a buffer (or any object) that a task reads
@@ -119,6 +120,7 @@ type Async struct {
 	dev   Device
 	deps  []Dep
 	group *Group
+	rec   *Recorder // the taskgraph recording or replaying it (Recorder.Nowait)
 }
 
 // Nowait returns the device's constructs as tasks: OpenMP's nowait with
@@ -148,6 +150,9 @@ func (a Async) spawn(make func(cd *core.Device) (core.Op, error)) *Task {
 }
 
 func (a Async) start(spawn func(rt *core.Runtime, deps []core.Dep) (*core.Task, error)) *Task {
+	if a.rec != nil { // a recorder's: launches, copies and updates went to it, the rest is refused
+		return a.rec.refuse()
+	}
 	t := &Task{}
 	rt, err := runtimeOrErr()
 	if err == nil {
@@ -177,23 +182,33 @@ func (a Async) start(spawn func(rt *core.Runtime, deps []core.Dep) (*core.Task, 
 func (a Async) Run(k *Kernel, args ...any) *Task { return a.run(k, launchOpts{}, args) }
 
 func (a Async) run(k *Kernel, o launchOpts, args []any) *Task {
+	if a.rec != nil {
+		return a.rec.launch(a, k, o, args)
+	}
 	if a.dev.IsAny() {
 		return a.runAny(k, o, args)
 	}
 	return a.spawn(func(cd *core.Device) (core.Op, error) {
-		if k == nil || k.k == nil {
-			return core.Op{}, core.Errorf("goffload: %s: target: %w: nil kernel", cd.Label(), ErrBadArgument)
-		}
-		geo, err := a.dev.geometry()
-		if err != nil {
-			return core.Op{}, core.Errorf("goffload: %s: target %s: %w", cd.Label(), k.k.Name(), err)
-		}
-		kargs, err := handArgs(cd, k, a.dev.dm, o, args)
-		if err != nil {
-			return core.Op{}, err
-		}
-		return core.TargetOpWith(k.k, kargs, geo), nil
+		op, _, _, err := a.targetOp(cd, k, o, args)
+		return op, err
 	})
+}
+
+// targetOp lowers the launch of k with args on cd, and returns the
+// arguments and geometry it lowered them to.
+func (a Async) targetOp(cd *core.Device, k *Kernel, o launchOpts, args []any) (core.Op, []core.KernelArg, plugin.Geometry, error) {
+	if k == nil || k.k == nil {
+		return core.Op{}, nil, plugin.Geometry{}, core.Errorf("goffload: %s: target: %w: nil kernel", cd.Label(), ErrBadArgument)
+	}
+	geo, err := a.dev.geometry()
+	if err != nil {
+		return core.Op{}, nil, geo, core.Errorf("goffload: %s: target %s: %w", cd.Label(), k.k.Name(), err)
+	}
+	kargs, err := handArgs(cd, k, a.dev.dm, o, args)
+	if err != nil {
+		return core.Op{}, nil, geo, err
+	}
+	return core.TargetOpWith(k.k, kargs, geo), kargs, geo, nil
 }
 
 func (a Async) data(op func([]core.MapItem) core.Op, maps []Map) *Task {
@@ -215,6 +230,9 @@ func (a Async) ExitData(maps ...Map) *Task { return a.data(core.ExitDataOp, maps
 
 // Update copies mapped buffers as a task (target update nowait).
 func (a Async) Update(maps ...Map) *Task {
+	if a.rec != nil {
+		return a.rec.update(a, maps)
+	}
 	return a.data(func(its []core.MapItem) core.Op {
 		for i := range its {
 			its[i].Exit = false
@@ -227,6 +245,9 @@ func (a Async) Update(maps ...Map) *Task {
 // It runs on the queue of the source's device, or of the destination's if
 // the source is host memory. The device of a is not used.
 func (a Async) Memcpy(dst, src DevicePtr, n int64) *Task {
+	if a.rec != nil {
+		return a.rec.memcpy(a, dst, src, n)
+	}
 	return a.start(func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
 		if n < 0 {
 			return nil, core.Errorf("goffload: omp_target_memcpy: %w: negative size %d", ErrBadArgument, n)

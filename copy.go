@@ -69,5 +69,8 @@ func addrOf[T any](s []T) uintptr {
 
 // failed is a task that failed before it was created.
 func (a Async) failed(err error) *Task {
+	if a.rec != nil {
+		return a.rec.fail(err)
+	}
 	return a.start(func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) { return nil, err })
 }

@@ -34,6 +34,7 @@ var publicErrors = map[string]error{
 	"ErrDependency":      offload.ErrDependency,
 	"ErrInTask":          offload.ErrInTask,
 	"ErrDeclareTarget":   offload.ErrDeclareTarget,
+	"ErrGraphChanged":    offload.ErrGraphChanged,
 }
 
 // TestSentinelsAreTheRuntimes (issue 46): each of the package's errors is
@@ -59,6 +60,7 @@ func TestSentinelsAreTheRuntimes(t *testing.T) {
 		"ErrDependency":      core.ErrDependency,
 		"ErrInTask":          core.ErrInTask,
 		"ErrDeclareTarget":   entries.ErrDeclareTarget,
+		"ErrGraphChanged":    core.ErrGraphChanged,
 	}
 	_, files := rootFiles(t, 0)
 	for name, f := range files {

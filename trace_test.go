@@ -291,3 +291,41 @@ func errors2(a, b error) error {
 	}
 	return b
 }
+
+// TestProfileTraceReplay: a recorded Jacobi's replays show in the profile
+// as spans per queue under their task numbers, with their kernels and
+// exchanges inside (checkTrace), on local:2.
+func TestProfileTraceReplay(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "trace.json")
+	t.Setenv("GOFFLOAD_PROFILE", path)
+	if err := offload.Start(offload.WithDevices("local:2")); err != nil {
+		t.Fatal(err)
+	}
+	grid, _, err := jacobi.SolveRecorded([]offload.Device{offload.On(0), offload.On(1)}, 40, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := offload.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := jacobi.Reference(40, 8)
+	if err := jacobi.Check(grid, want, 40); err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, e := range checkTrace(t, path) {
+		if e.Ph == "X" {
+			kinds[e.Cat]++
+			if e.Cat == "task" && strings.Contains(e.Name, "taskgraph") {
+				kinds["replay"]++
+			}
+		}
+		if e.Ph == "X" && e.Args["kind"] == "copy device to device" {
+			kinds["exchange"]++
+		}
+	}
+	// 2 recorded iterations, 6 replayed (a span each), on 2 devices.
+	if kinds["kernel"] < 16 || kinds["exchange"] < 14 || kinds["replay"] != 6 {
+		t.Errorf("8 iterations, 6 replayed, on 2 devices show %v", kinds)
+	}
+}

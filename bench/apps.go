@@ -21,6 +21,10 @@ import (
 //     Goal: ≤ 0.59 (two devices at least 1.7× as fast as one).
 //   - apps.jacobi_2dev_vs_goroutines: the same against plain goroutines
 //     (GOMAXPROCS of them).
+//   - apps.jacobi_2dev_recorded_vs_goroutines and
+//     apps.jacobi_2dev_recorded_vs_unrecorded: the same iteration recorded
+//     once per parity as an offload.Taskgraph and replayed
+//     (jacobi.SolveRecorded), against plain goroutines and against Solve.
 //   - apps.jacobi_any_vs_hand: the same iteration with every task an
 //     Any-task (jacobi.SolveAny: a band per device and iteration, the
 //     runtime placing them and moving the halo rows) against Solve's hand
@@ -80,7 +84,7 @@ func runApps(env *Env) error {
 	two := []offload.Device{offload.On(0), offload.On(1)}
 	n, iters := appsN, appsIters
 	env.Comment("apps.jacobi_*: %d² grid, %d iterations; %d rounds, median; each round checked against plain Go", n, iters, max(env.Rounds, 1))
-	var t2, t1, tg []float64
+	var t2, t1, tg, tr []float64
 	for round := range max(env.Rounds, 1) + 1 { // the first round warms up
 		want, goTime := jacobi.Reference(n, iters)
 		times := make([]time.Duration, 2)
@@ -94,17 +98,29 @@ func runApps(env *Env) error {
 			}
 			times[i] = t
 		}
+		grid, trec, err := jacobi.SolveRecorded(two, n, iters)
+		if err != nil {
+			return err
+		}
+		if err := jacobi.Check(grid, want, n); err != nil {
+			return fmt.Errorf("recorded: %w", err)
+		}
 		if round > 0 {
+			tr = append(tr, float64(trec.Nanoseconds()))
 			t2 = append(t2, float64(times[0].Nanoseconds()))
 			t1 = append(t1, float64(times[1].Nanoseconds()))
 			tg = append(tg, float64(goTime.Nanoseconds()))
 		}
 	}
-	m2, m1, mg := median(t2), median(t1), median(tg)
+	m2, m1, mg, mr := median(t2), median(t1), median(tg), median(tr)
 	env.Report(Result{Metric: "apps.jacobi_2dev_vs_1dev", Goffload: m2, Baseline: m1,
 		Note: fmt.Sprintf("%d² × %d: devices 0,1 vs device 0 alone (goal ≤ 0.59)", n, iters)})
 	env.Report(Result{Metric: "apps.jacobi_2dev_vs_goroutines", Goffload: m2, Baseline: mg,
 		Note: fmt.Sprintf("%d² × %d: devices 0,1 vs plain goroutines", n, iters)})
+	env.Report(Result{Metric: "apps.jacobi_2dev_recorded_vs_goroutines", Goffload: mr, Baseline: mg,
+		Note: fmt.Sprintf("%d² × %d: devices 0,1, each parity's iteration recorded once and replayed, vs plain goroutines (goal ≤ 1.0)", n, iters)})
+	env.Report(Result{Metric: "apps.jacobi_2dev_recorded_vs_unrecorded", Goffload: mr, Baseline: m2,
+		Note: fmt.Sprintf("%d² × %d: devices 0,1, recorded and replayed vs the same tasks made each iteration", n, iters)})
 	if err := appsJacobiAny(env, two); err != nil {
 		return err
 	}

@@ -206,14 +206,16 @@ func TestPeerSuiteTSV(t *testing.T) {
 func TestAppsSuiteTSV(t *testing.T) {
 	defer restoreAppsSizes()()
 	want := map[string]bool{
-		"apps.jacobi_2dev_vs_1dev":           true,
-		"apps.jacobi_2dev_vs_goroutines":     true,
-		"apps.jacobi_any_vs_hand":            true,
-		"apps.cholesky_vs_goroutines":        true,
-		"apps.cholesky_any_vs_hand":          true,
-		"apps.cholesky_any_killed_vs_clean":  true,
-		"apps.cholesky_any_stopped_vs_clean": true,
-		"apps.cg_local1_vs_host":             true,
+		"apps.jacobi_2dev_vs_1dev":                true,
+		"apps.jacobi_2dev_vs_goroutines":          true,
+		"apps.jacobi_2dev_recorded_vs_goroutines": true,
+		"apps.jacobi_2dev_recorded_vs_unrecorded": true,
+		"apps.jacobi_any_vs_hand":                 true,
+		"apps.cholesky_vs_goroutines":             true,
+		"apps.cholesky_any_vs_hand":               true,
+		"apps.cholesky_any_killed_vs_clean":       true,
+		"apps.cholesky_any_stopped_vs_clean":      true,
+		"apps.cg_local1_vs_host":                  true,
 	}
 	why := cpuLimitable(t)
 	if why == "" {

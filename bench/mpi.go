@@ -136,5 +136,11 @@ func runMPI(env *Env) error {
 	if err != nil {
 		return err
 	}
-	return measureTaskbench(env, "mpi", pats, []tbRunner{k})
+	// And recorded (each point's graph recorded once and replayed), on
+	// the same ranks, the kinds' runs alternating.
+	kg, err := tbGraphKind(env, "mpi", fmt.Sprintf("mpi%d-graph", nd), 0, nd)
+	if err != nil {
+		return err
+	}
+	return measureTaskbench(env, "mpi", pats, []tbRunner{k, kg})
 }

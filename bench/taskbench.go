@@ -59,7 +59,7 @@ func init() {
 	register("taskbench", Suite{Devices: "host:2", Run: runTaskbench})
 	suiteFlags = append(suiteFlags, func(fs *flag.FlagSet) {
 		fs.StringVar(&tbPatternList, "taskbench-patterns", tbPatternList, "suites taskbench and mpi: Task Bench patterns, comma-separated: trivial, no_comm, stencil_1d, nearest_rR, spread_rR, all_to_all")
-		fs.StringVar(&tbKindList, "taskbench-kinds", tbKindList, "suite taskbench: kinds to measure, comma-separated: goroutines (always measured: the baseline), host2, local2, tcp2")
+		fs.StringVar(&tbKindList, "taskbench-kinds", tbKindList, "suite taskbench: kinds to measure, comma-separated: goroutines (always measured: the baseline), host2, local2, tcp2, host2-graph, local2-graph and tcp2-graph (each point's graph recorded once and replayed)")
 		fs.Int64Var(&tbMaxIters, "taskbench-max-iters", tbMaxIters, "suites taskbench and mpi: compute_bound iterations of the largest tasks (the sweep doubles from 1 up to it)")
 		fs.BoolVar(&tbInMPI, "taskbench-mpi", tbInMPI, "suite mpi: also measure Task Bench's METG on the device ranks")
 		fs.Float64Var(&tbPeak, "taskbench-peak", tbPeak, "suites taskbench and mpi: the peak FLOP/s efficiency is measured against, in GFLOP/s (Task Bench's rule: the machine's, measured apart); 0: per pattern, the goroutines' plateau in the same run")
@@ -118,7 +118,7 @@ func runTaskbench(env *Env) error {
 	}
 	type part struct{ name, devices string }
 	var parts []part
-	tcp := false
+	tcp := 0 // TCP kinds, two devices each
 	for _, k := range strings.Split(tbKindList, ",") {
 		switch k = strings.TrimSpace(k); k {
 		case "goroutines", "":
@@ -126,11 +126,15 @@ func runTaskbench(env *Env) error {
 			parts = append(parts, part{k, "host:2"})
 		case "local2":
 			parts = append(parts, part{k, "local:2"})
-		case "tcp2":
+		case "host2-graph":
+			parts = append(parts, part{k, "host:2"})
+		case "local2-graph":
+			parts = append(parts, part{k, "local:2"})
+		case "tcp2", "tcp2-graph":
 			parts = append(parts, part{k, ""}) // once started
-			tcp = true
+			tcp++
 		default:
-			return fmt.Errorf("-taskbench-kinds: unknown kind %q: want goroutines, host2, local2, tcp2", k)
+			return fmt.Errorf("-taskbench-kinds: unknown kind %q: want goroutines, host2, local2, tcp2, host2-graph, local2-graph, tcp2-graph", k)
 		}
 	}
 	measure := func(tcpDevices string) error {
@@ -138,9 +142,10 @@ func runTaskbench(env *Env) error {
 			return measureTaskbench(env, "taskbench", pats, nil)
 		}
 		var list []string
+		tcpList := strings.Split(tcpDevices, ",")
 		for _, p := range parts {
-			if p.name == "tcp2" {
-				p.devices = tcpDevices
+			if strings.HasPrefix(p.name, "tcp2") { // the next two
+				p.devices, tcpList = strings.Join(tcpList[:2], ","), tcpList[2:]
 			}
 			list = append(list, p.devices)
 		}
@@ -152,7 +157,11 @@ func runTaskbench(env *Env) error {
 			env.Comment("taskbench: runtime restarted with devices %q", devices)
 			var kinds []tbRunner
 			for i, p := range parts {
-				k, err := tbDeviceKind(env, "taskbench", p.name, 2*i, 2)
+				kind := tbDeviceKind
+				if strings.HasSuffix(p.name, "-graph") {
+					kind = tbGraphKind
+				}
+				k, err := kind(env, "taskbench", p.name, 2*i, 2)
 				if err != nil {
 					return err
 				}
@@ -161,8 +170,8 @@ func runTaskbench(env *Env) error {
 			return measureTaskbench(env, "taskbench", pats, kinds)
 		})
 	}
-	if tcp {
-		return withTCPDevices(2, measure)
+	if tcp > 0 {
+		return withTCPDevices(2*tcp, measure)
 	}
 	return measure("")
 }

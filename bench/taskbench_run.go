@@ -168,92 +168,139 @@ func runTBGoroutines(g tbGraph) (time.Duration, error) {
 // the pairs of its dependency at t-1; after the run the last timestep's
 // outputs are brought back and checked as well.
 func runTBDevices(ctx context.Context, g tbGraph, devs []offload.Device) (d time.Duration, err error) {
-	if err := g.check(); err != nil {
+	st, err := tbSetUp(g, devs)
+	if err != nil {
 		return 0, err
 	}
+	defer func() {
+		if xerr := st.unmap(); err == nil {
+			err = xerr
+		}
+	}()
+	t0 := time.Now()
+	if err := st.tasks(offload.Device.Nowait); err != nil {
+		return 0, err
+	}
+	if err := offload.Taskwait(ctx); err != nil {
+		return 0, err
+	}
+	d = time.Since(t0)
+	return d, st.check()
+}
+
+// tbState is a run's buffers on the devices: the outputs by parity and
+// point, the tokens of their copies on other devices by parity, point and
+// device, the points' scratch, and the devices other than its own that
+// read each point's output.
+type tbState struct {
+	g         tbGraph
+	devs      []offload.Device
+	out       [2][][]int64
+	tok       [2][][]*int64
+	scratch   [][]int64
+	readersOn [][]int
+	mapped    []tbMapped
+}
+
+// tbMapped is a buffer mapped on a device for a run.
+type tbMapped struct {
+	dev offload.Device
+	x   []int64
+}
+
+func (st *tbState) owner(p int) int { return p % len(st.devs) }
+
+// tbSetUp makes g's buffers and maps them: outputs on their devices and
+// readers' devices, scratch on the point's device. On error, what it
+// mapped is unmapped.
+func tbSetUp(g tbGraph, devs []offload.Device) (*tbState, error) {
+	if err := g.check(); err != nil {
+		return nil, err
+	}
+	st := &tbState{g: g, devs: devs}
 	nd := len(devs)
-	owner := func(p int) int { return p % nd }
-	out := [2][][]int64{}
-	tok := [2][][]*int64{} // [parity][point][device]
-	readersOn := make([][]int, g.Width)
+	st.readersOn = make([][]int, g.Width)
 	var buf []int
 	for p := range g.Width {
 		set := map[int]bool{}
 		for d := range g.Pattern.dsets() {
 			for _, r := range g.Pattern.rdeps(buf[:0], g.Width, d, p) {
-				if owner(r) != owner(p) {
-					set[owner(r)] = true
+				if st.owner(r) != st.owner(p) {
+					set[st.owner(r)] = true
 				}
 			}
 		}
 		for e := range set {
-			readersOn[p] = append(readersOn[p], e)
+			st.readersOn[p] = append(st.readersOn[p], e)
 		}
-		slices.Sort(readersOn[p])
+		slices.Sort(st.readersOn[p])
 	}
-	scratch := make([][]int64, g.Width)
+	st.scratch = make([][]int64, g.Width)
 	for par := range 2 {
-		out[par] = make([][]int64, g.Width)
-		tok[par] = make([][]*int64, g.Width)
+		st.out[par] = make([][]int64, g.Width)
+		st.tok[par] = make([][]*int64, g.Width)
 		for p := range g.Width {
-			out[par][p] = make([]int64, 2)
-			tok[par][p] = make([]*int64, nd)
+			st.out[par][p] = make([]int64, 2)
+			st.tok[par][p] = make([]*int64, nd)
 			for e := range nd {
-				tok[par][p][e] = new(int64)
+				st.tok[par][p][e] = new(int64)
 			}
 		}
 	}
-	// Map: outputs on their devices and readers' devices, scratch on the
-	// point's device; unmapped at the end whatever happened.
-	type mapping struct {
-		dev offload.Device
-		x   []int64
-	}
-	var mapped []mapping
-	defer func() {
-		for _, m := range mapped {
-			if xerr := m.dev.ExitData(offload.Delete(m.x)); err == nil && xerr != nil {
-				err = xerr
-			}
-		}
-	}()
 	enter := func(dev offload.Device, m offload.Map, x []int64) error {
 		if err := dev.EnterData(m); err != nil {
 			return err
 		}
-		mapped = append(mapped, mapping{dev, x})
+		st.mapped = append(st.mapped, tbMapped{dev, x})
 		return nil
 	}
 	for p := range g.Width {
-		scratch[p] = g.scratch()
-		if err := enter(devs[owner(p)], offload.To(scratch[p]).Named("scratch"), scratch[p]); err != nil {
-			return 0, err
+		st.scratch[p] = g.scratch()
+		if err := enter(devs[st.owner(p)], offload.To(st.scratch[p]).Named("scratch"), st.scratch[p]); err != nil {
+			return nil, errors.Join(err, st.unmap())
 		}
 		for par := range 2 {
-			for _, e := range append([]int{owner(p)}, readersOn[p]...) {
-				if err := enter(devs[e], offload.Alloc(out[par][p]).Named("output"), out[par][p]); err != nil {
-					return 0, err
+			for _, e := range append([]int{st.owner(p)}, st.readersOn[p]...) {
+				if err := enter(devs[e], offload.Alloc(st.out[par][p]).Named("output"), st.out[par][p]); err != nil {
+					return nil, errors.Join(err, st.unmap())
 				}
 			}
 		}
 	}
+	return st, nil
+}
 
+// unmap unmaps what tbSetUp mapped.
+func (st *tbState) unmap() error {
+	var err error
+	for _, m := range st.mapped {
+		if xerr := m.dev.ExitData(offload.Delete(m.x)); err == nil && xerr != nil {
+			err = xerr
+		}
+	}
+	st.mapped = nil
+	return err
+}
+
+// tasks makes the run's tasks with nowait: Device.Nowait, or a
+// Taskgraph Recorder's.
+func (st *tbState) tasks(nowait func(d offload.Device, deps ...offload.Dep) offload.Async) error {
+	g, devs, out, tok, scratch := st.g, st.devs, st.out, st.tok, st.scratch
 	var deps []offload.Dep
 	var in [][]int64
 	var points, readers []int
-	t0 := time.Now()
 	for t := range g.Steps {
 		cur, last := t%2, (t+1)%2
 		for p := range g.Width {
-			dev := owner(p)
+			dev := st.owner(p)
 			deps, in = deps[:0], in[:0]
 			points = g.Pattern.inputs(points[:0], g.Width, t, p)
 			if len(points) > tbMaxInputs {
-				return 0, fmt.Errorf("taskbench: %s at width %d: task (t=%d, p=%d) has %d inputs, the device kinds' kernels take at most %d", g.Pattern.Name(), g.Width, t, p, len(points), tbMaxInputs)
+				return fmt.Errorf("taskbench: %s at width %d: task (t=%d, p=%d) has %d inputs, the device kinds' kernels take at most %d", g.Pattern.Name(), g.Width, t, p, len(points), tbMaxInputs)
 			}
 			for _, q := range points {
 				in = append(in, out[last][q])
-				if owner(q) == dev {
+				if st.owner(q) == dev {
 					deps = append(deps, offload.DependIn(out[last][q]))
 				} else {
 					deps = append(deps, offload.DependIn(tok[last][q][dev]))
@@ -263,33 +310,36 @@ func runTBDevices(ctx context.Context, g tbGraph, devs []offload.Device) (d time
 			if g.Kernel == tbMemoryBound {
 				deps = append(deps, offload.DependInOut(scratch[p]))
 			}
-			tbLaunch(devs[dev].Nowait(deps...), g.args(t, p), out[cur][p], scratch[p], in)
-			if t+1 == g.Steps || len(readersOn[p]) == 0 {
+			tbLaunch(nowait(devs[dev], deps...), g.args(t, p), out[cur][p], scratch[p], in)
+			if t+1 == g.Steps || len(st.readersOn[p]) == 0 {
 				continue
 			}
 			// The copies to the devices that read (t, p) at t+1.
 			readers = g.Pattern.rdeps(readers[:0], g.Width, g.Pattern.dset(t+1), p)
-			for _, e := range readersOn[p] {
-				if !slices.ContainsFunc(readers, func(r int) bool { return owner(r) == e }) {
+			for _, e := range st.readersOn[p] {
+				if !slices.ContainsFunc(readers, func(r int) bool { return st.owner(r) == e }) {
 					continue
 				}
-				offload.CopyNowait(devs[e].Nowait(offload.DependIn(out[cur][p]), offload.DependOut(tok[cur][p][e])),
+				offload.CopyNowait(nowait(devs[e], offload.DependIn(out[cur][p]), offload.DependOut(tok[cur][p][e])),
 					devs[e], out[cur][p], devs[dev], out[cur][p])
 			}
 		}
 	}
-	if err := offload.Taskwait(ctx); err != nil {
-		return 0, err
-	}
-	d = time.Since(t0)
+	return nil
+}
+
+// check brings the last timestep's outputs back and checks them.
+func (st *tbState) check() error {
+	g := st.g
 	final := (g.Steps - 1) % 2
 	for p := range g.Width {
-		if err := devs[owner(p)].Update(offload.From(out[final][p])); err != nil {
-			return 0, err
+		dev := st.devs[st.owner(p)]
+		if err := dev.Update(offload.From(st.out[final][p])); err != nil {
+			return err
 		}
-		if got := out[final][p]; got[0] != int64(g.Steps-1) || got[1] != int64(p) {
-			return 0, fmt.Errorf("taskbench: after the run, the output of point %d on %s holds (t=%d, p=%d), want (t=%d, p=%d)", p, devs[owner(p)], got[0], got[1], g.Steps-1, p)
+		if got := st.out[final][p]; got[0] != int64(g.Steps-1) || got[1] != int64(p) {
+			return fmt.Errorf("taskbench: after the run, the output of point %d on %s holds (t=%d, p=%d), want (t=%d, p=%d)", p, dev, got[0], got[1], g.Steps-1, p)
 		}
 	}
-	return d, nil
+	return nil
 }

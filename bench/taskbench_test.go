@@ -22,7 +22,7 @@ func restoreTaskbench() func() {
 	return func() { tbPatternList, tbKindList, tbMaxIters, tbInMPI, tbPeak = pats, kinds, iters, inMPI, peak }
 }
 
-func mustPattern(t *testing.T, s string) tbPattern {
+func mustPattern(t testing.TB, s string) tbPattern {
 	t.Helper()
 	p, err := parseTBPattern(s)
 	if err != nil {

@@ -97,6 +97,21 @@ type block struct {
 // each, and returns the grid and the time from the first enqueued task to
 // the end of the last.
 func Solve(devs []offload.Device, n, iters int) ([]float64, time.Duration, error) {
+	return solve(devs, n, iters, false)
+}
+
+// SolveRecorded is Solve with each parity's iteration recorded once, at
+// its first run, as an offload.Taskgraph, and replayed at the others
+// (Replay: the same tasks on the same buffers, no host work per task).
+func SolveRecorded(devs []offload.Device, n, iters int) ([]float64, time.Duration, error) {
+	return solve(devs, n, iters, true)
+}
+
+// nowaitFn makes a task's Async on a device with depend clauses:
+// Device.Nowait in a Group, or a Taskgraph Recorder's Nowait.
+type nowaitFn = func(d offload.Device, deps ...offload.Dep) offload.Async
+
+func solve(devs []offload.Device, n, iters int, recorded bool) ([]float64, time.Duration, error) {
 	if err := CheckSize(n, iters); err != nil {
 		return nil, 0, err
 	}
@@ -129,37 +144,28 @@ func Solve(devs []offload.Device, n, iters int) ([]float64, time.Duration, error
 	}
 	start := time.Now()
 	var g offload.Group
+	inGroup := func(d offload.Device, deps ...offload.Dep) offload.Async { return d.Nowait(deps...).In(&g) }
+	var graphs [2]*offload.Taskgraph // by parity, recorded
 	for it := 0; it < iters; it++ {
-		cur, next := it%2, (it+1)%2
-		for _, b := range blocks {
-			step(&g, b, b.buf[cur], b.buf[next], n)
-		}
-		// Halo rows, device to device: a block's first and last rows of the
-		// next iteration go to its neighbours' halo rows.
-		for p, b := range blocks {
-			x := b.buf[next]
-			rows := len(x)/n - 2
-			if p > 0 {
-				up := blocks[p-1].buf[next]
-				if err := halo(&g, b, x, 1, blocks[p-1], up, len(up)/n-1, n); err != nil {
-					return nil, 0, err
-				}
+		cur := it % 2
+		if !recorded {
+			if err := iteration(inGroup, blocks, cur, n); err != nil {
+				return nil, 0, err
 			}
-			if p < parts-1 {
-				if err := halo(&g, b, x, rows, blocks[p+1], blocks[p+1].buf[next], 0, n); err != nil {
-					return nil, 0, err
-				}
-			}
+			continue
 		}
-		for _, b := range blocks {
-			stepInterior(&g, b, b.buf[cur], b.buf[next], n)
+		if graphs[cur] == nil {
+			graphs[cur] = offload.NewTaskgraph(func(r *offload.Recorder) error { return iteration(r.Nowait, blocks, cur, n) })
+			g.Add(graphs[cur].Run())
+		} else {
+			g.Add(graphs[cur].Replay())
 		}
 	}
 	final := iters % 2
 	for p, b := range blocks {
 		u := b.buf[final]
 		rows := len(u)/n - 2
-		b.dev.Nowait(append(rowDeps(b, u, n, offload.DependIn), offload.DependIn(u[n:(rows+1)*n]))...).In(&g).Update(offload.From(u[n : (rows+1)*n]).Named(fmt.Sprintf("u%d", p)))
+		inGroup(b.dev, append(rowDeps(b, u, n, offload.DependIn), offload.DependIn(u[n:(rows+1)*n]))...).Update(offload.From(u[n : (rows+1)*n]).Named(fmt.Sprintf("u%d", p)))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -175,6 +181,36 @@ func Solve(devs []offload.Device, n, iters int) ([]float64, time.Duration, error
 		copy(grid[b.lo*n:b.hi*n], b.buf[final][n:(b.hi-b.lo+1)*n])
 	}
 	return grid, elapsed, nil
+}
+
+// iteration enqueues one iteration of blocks, from buffer cur to the
+// other, with nw.
+func iteration(nw nowaitFn, blocks []*block, cur, n int) error {
+	next := 1 - cur
+	for _, b := range blocks {
+		step(nw, b, b.buf[cur], b.buf[next], n)
+	}
+	// Halo rows, device to device: a block's first and last rows of the
+	// next iteration go to its neighbours' halo rows.
+	for p, b := range blocks {
+		x := b.buf[next]
+		rows := len(x)/n - 2
+		if p > 0 {
+			up := blocks[p-1].buf[next]
+			if err := halo(nw, b, x, 1, blocks[p-1], up, len(up)/n-1, n); err != nil {
+				return err
+			}
+		}
+		if p < len(blocks)-1 {
+			if err := halo(nw, b, x, rows, blocks[p+1], blocks[p+1].buf[next], 0, n); err != nil {
+				return err
+			}
+		}
+	}
+	for _, b := range blocks {
+		stepInterior(nw, b, b.buf[cur], b.buf[next], n)
+	}
+	return nil
 }
 
 // A block's rows are named, for the depend clauses, by the address of their
@@ -197,29 +233,29 @@ func rowDeps(b *block, buf []float64, n int, dep func(any) offload.Dep) []offloa
 // wait for: its first and last rows of next (the whole block if it cannot
 // be split). The rows between go after the halos (stepInterior), so that
 // they are computed while the halos travel.
-func step(g *offload.Group, b *block, cur, next []float64, n int) {
+func step(nw nowaitFn, b *block, cur, next []float64, n int) {
 	rows := len(cur)/n - 2
 	deps := append(rowDeps(b, cur, n, offload.DependIn), offload.DependIn(&cur[0]), offload.DependIn(&cur[(rows+1)*n]))
 	if !b.split {
-		Step.Nowait(b.dev.Nowait(append(deps, offload.DependOut(&next[n]))...).In(g), next, cur, n, rows)
+		Step.Nowait(nw(b.dev, append(deps, offload.DependOut(&next[n]))...), next, cur, n, rows)
 		return
 	}
-	StepRows.Nowait(b.dev.Nowait(append(deps, offload.DependOut(&next[n]))...).In(g), next, cur, n, 1, 2)
-	StepRows.Nowait(b.dev.Nowait(append(deps, offload.DependOut(&next[rows*n]))...).In(g), next, cur, n, rows, rows+1)
+	StepRows.Nowait(nw(b.dev, append(deps, offload.DependOut(&next[n]))...), next, cur, n, 1, 2)
+	StepRows.Nowait(nw(b.dev, append(deps, offload.DependOut(&next[rows*n]))...), next, cur, n, rows, rows+1)
 }
 
 // stepInterior enqueues the rows of next between block b's first and last.
-func stepInterior(g *offload.Group, b *block, cur, next []float64, n int) {
+func stepInterior(nw nowaitFn, b *block, cur, next []float64, n int) {
 	if !b.split {
 		return
 	}
 	rows := len(cur)/n - 2
-	StepRows.Nowait(b.dev.Nowait(append(rowDeps(b, cur, n, offload.DependIn), offload.DependOut(&next[2*n]))...).In(g), next, cur, n, 2, rows)
+	StepRows.Nowait(nw(b.dev, append(rowDeps(b, cur, n, offload.DependIn), offload.DependOut(&next[2*n]))...), next, cur, n, 2, rows)
 }
 
 // halo copies row i of src (block from) to row j of dst (block to) as a
 // task, device to device.
-func halo(g *offload.Group, from *block, src []float64, i int, to *block, dst []float64, j, n int) error {
+func halo(nw nowaitFn, from *block, src []float64, i int, to *block, dst []float64, j, n int) error {
 	sp, err := from.dev.MappedPtr(src[i*n : (i+1)*n])
 	if err != nil {
 		return err
@@ -232,7 +268,7 @@ func halo(g *offload.Group, from *block, src []float64, i int, to *block, dst []
 	if !from.split {
 		row = &src[n]
 	}
-	from.dev.Nowait(offload.DependIn(row), offload.DependOut(&dst[j*n])).In(g).Memcpy(dp, sp, int64(8*n))
+	nw(from.dev, offload.DependIn(row), offload.DependOut(&dst[j*n])).Memcpy(dp, sp, int64(8*n))
 	return nil
 }
 

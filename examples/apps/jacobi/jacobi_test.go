@@ -43,6 +43,32 @@ func TestSolve(t *testing.T) {
 	}
 }
 
+// TestSolveRecorded runs the iteration recorded and replayed, on host:2
+// and local:2, for grids that split evenly and not, odd and even numbers
+// of iterations, and checks every cell against Reference.
+func TestSolveRecorded(t *testing.T) {
+	for _, spec := range []string{"host:2", "local:2"} {
+		t.Run(spec, func(t *testing.T) {
+			if err := offload.Start(offload.WithDevices(spec), offload.WithOffload("MANDATORY")); err != nil {
+				t.Fatal(err)
+			}
+			defer offload.Stop()
+			for _, c := range []struct{ n, iters int }{{3, 1}, {10, 7}, {33, 20}, {40, 0}} {
+				want, _ := Reference(c.n, c.iters)
+				for _, devs := range [][]offload.Device{{offload.On(0), offload.On(1)}, {offload.On(1)}} {
+					grid, _, err := SolveRecorded(devs, c.n, c.iters)
+					if err != nil {
+						t.Fatalf("n=%d iters=%d on %d devices: %v", c.n, c.iters, len(devs), err)
+					}
+					if err := Check(grid, want, c.n); err != nil {
+						t.Errorf("n=%d iters=%d on %d devices: %v", c.n, c.iters, len(devs), err)
+					}
+				}
+			}
+		})
+	}
+}
+
 // TestCheck: a grid that differs in one cell is named in the error.
 func TestCheck(t *testing.T) {
 	want, _ := Reference(8, 3)

@@ -1,0 +1,281 @@
+package core
+
+import (
+	"time"
+
+	"github.com/goffload/offload/internal/mapping"
+	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/tool"
+)
+
+// Replay runs g's nodes again as one task, with args (a slice from Args,
+// the replay's scalars set in it; the nodes' device addresses as
+// recorded). The task comes after the tasks that g's depend clauses name
+// (as a task with all of them would) and after g's last replay; tasks made
+// later that name them come after it. When its predecessors are done, it
+// checks that the mappings the nodes' buffers lie in are the recorded ones
+// (else it fails with ErrGraphChanged, and nothing runs), then enqueues
+// every node on its lane behind event waits for its predecessors on other
+// lanes, and completes once every lane's work is done, with the first
+// error any of them had. It makes no task per node: a node's failure is
+// the replay's, and the nodes after it run on what it left.
+func (g *Graph) Replay(args []plugin.Arg) *Task {
+	r := g.rt
+	t := &Task{Name: "taskgraph", dev: r.Initial, done: make(chan struct{})}
+	preds := r.register(t, g.deps)
+	ts := &r.tasks
+	ts.mu.Lock()
+	last := g.last
+	g.last = t
+	ts.mu.Unlock()
+	wait := preds
+	if last != nil {
+		wait = append(preds[:len(preds):len(preds)], last)
+	}
+	body := func() step {
+		if !g.seal {
+			return r.completeThen(t, errNotSealed, nil)
+		}
+		if f := failedPred(preds); f != nil { // they are all done
+			return r.completeThen(t, depErr(t, f), f)
+		}
+		if len(args) != g.nargs {
+			return r.completeThen(t, Errorf("goffload: taskgraph: %w: %d arguments, want %d", ErrBadArgument, len(args), g.nargs), nil)
+		}
+		g.start(t, args)
+		return nil
+	}
+	runHere(r.afterHost(t, r.Initial, wait, body))
+	return t
+}
+
+// Join returns a task that completes once every task of ts has, failing
+// with the first failure among them (a dependency error), else with err:
+// the record's task. It comes after them and before g's first replay, and
+// tasks made later that name g's clauses come after it.
+func (g *Graph) Join(ts []*Task, err error) *Task {
+	r := g.rt
+	t := &Task{Name: "taskgraph", dev: r.Initial, done: make(chan struct{})}
+	preds := r.register(t, g.deps)
+	r.tasks.mu.Lock()
+	g.last = t
+	r.tasks.mu.Unlock()
+	all := append(preds[:len(preds):len(preds)], ts...)
+	body := func() step {
+		if f := failedPred(all); f != nil {
+			return r.completeThen(t, depErr(t, f), f)
+		}
+		return r.completeThen(t, err, nil)
+	}
+	runHere(r.afterHost(t, r.Initial, all, body))
+	return t
+}
+
+// start enqueues a replay's nodes and completes t when they are done.
+func (g *Graph) start(t *Task, args []plugin.Arg) {
+	r := g.rt
+	held, pend, err := g.hold()
+	if err != nil {
+		g.unhold(held)
+		r.complete(t, err, nil)
+		return
+	}
+	qs := make([]*cqueue, len(g.lanes))
+	failed := make([]bool, len(g.lanes))
+	var first error
+	note := func(l int, err error) {
+		failed[l] = true
+		g.lanes[l].dev.noteLost(err)
+		if first == nil {
+			first = err
+		}
+	}
+	for l := range g.lanes {
+		d := g.lanes[l].dev
+		if qs[l], err = d.getQueue("taskgraph"); err != nil {
+			first = err
+			break
+		}
+		// The replay's span (on its first lane), opened before the tags go
+		// out (as beginOn's): the devices' times of its operations lie
+		// inside it.
+		if l == 0 && d.tool != nil {
+			d.tool.TargetBegin(tool.TargetEvent{Where: tool.Where{Time: time.Now(), Device: d.Num, Queue: qs[l].id, Task: t.ID}, Name: "taskgraph", Nowait: true})
+		}
+		if d.tagged.Load() { // its operations' times are the replay's, not the queue's last task's
+			if tq, ok := qs[l].Queue.(plugin.TaggedQueue); ok {
+				tq.Tag(t.ID)
+			}
+		}
+		for _, p := range pend {
+			if p.dev == d {
+				if err := qs[l].Wait(p.ev); err != nil {
+					note(l, Errorf("goffload: %s: taskgraph: waiting for the copy into a buffer: %w", d.Label(), err))
+				}
+			}
+		}
+	}
+	evs := make([]plugin.Event, len(g.nodes))
+	for i := range g.nodes {
+		if first != nil {
+			break
+		}
+		n := &g.nodes[i]
+		q := qs[n.lane]
+		for _, p := range n.waits {
+			if err := q.Wait(evs[p]); err != nil {
+				note(n.lane, Errorf("goffload: %s: taskgraph: node %d (%s): waiting for node %d: %w", n.dev.Label(), i, n.name, p, err))
+			}
+		}
+		if n.k == nil {
+			for j := range n.copies {
+				if err = n.copies[j].enqueue(q.Queue); err != nil {
+					break
+				}
+			}
+		} else {
+			err = launch(q.Queue, n.k, args[n.off:n.off+len(n.args)], n.geo, nil)
+		}
+		if err != nil {
+			note(n.lane, Errorf("goffload: %s: taskgraph: node %d (%s): %w", n.dev.Label(), i, n.name, err))
+			break
+		}
+		if n.signal {
+			ev, err := recordOn(n.dev, q.Queue)
+			if err != nil {
+				note(n.lane, Errorf("goffload: %s: taskgraph: node %d (%s): %w", n.dev.Label(), i, n.name, err))
+				break
+			}
+			evs[i] = ev
+		}
+	}
+	ends := make([]plugin.Event, len(qs))
+	for l, q := range qs {
+		if q == nil {
+			continue
+		}
+		ev, err := recordOn(g.lanes[l].dev, q.Queue)
+		if err != nil {
+			note(l, Errorf("goffload: %s: taskgraph: %w", g.lanes[l].dev.Label(), err))
+			continue
+		}
+		ends[l] = ev
+	}
+	go func() {
+		for l, ev := range ends {
+			if ev == nil {
+				if qs[l] != nil { // no event: the queue itself
+					if err := qs[l].Synchronize(); err != nil {
+						note(l, Errorf("goffload: %s: taskgraph: %w", g.lanes[l].dev.Label(), err))
+					}
+				}
+				continue
+			}
+			if err := ev.Synchronize(); err != nil {
+				note(l, Errorf("goffload: %s: taskgraph: %w", g.lanes[l].dev.Label(), err))
+			}
+			_ = ev.Close()
+		}
+		for _, ev := range evs {
+			if ev != nil {
+				_ = ev.Close()
+			}
+		}
+		for l, q := range qs {
+			if q == nil {
+				continue
+			}
+			d := g.lanes[l].dev
+			if l == 0 && d.tool != nil { // every lane's end was waited for above
+				d.tool.TargetEnd(tool.TargetEvent{Where: tool.Where{Time: time.Now(), Device: d.Num, Queue: q.id, Task: t.ID}, Name: "taskgraph", Nowait: true, Err: first})
+			}
+			d.release(q, failed[l])
+		}
+		g.unhold(held)
+		r.complete(t, first, nil)
+	}()
+}
+
+// pendingCopy is a copy into a mapping that a replay's lanes on dev wait
+// for: the mapping's last copy in had not fired when the replay began.
+type pendingCopy struct {
+	dev *Device
+	ev  plugin.Event
+}
+
+// hold takes a use of each mapping g's nodes use, checking that it is the
+// recorded one: its memory stays until unhold. It returns the uses taken
+// (for unhold, also on error) and the copies into them still in flight.
+func (g *Graph) hold() ([]*mapping.Entry, []pendingCopy, error) {
+	held := make([]*mapping.Entry, 0, len(g.uses))
+	var pend []pendingCopy
+	for i := range g.uses {
+		u := &g.uses[i]
+		var p mapping.Plan
+		u.dev.table.Use(&p, u.addr, u.size)
+		if p.Entry != u.e {
+			if p.Entry != nil {
+				u.dev.done(p.Entry)
+			}
+			return held, nil, Errorf("goffload: %s: taskgraph: buffer %s (%d bytes at %#x): %w: its mapping is not the one recorded (it was unmapped, or mapped again): record the graph again",
+				u.dev.Label(), nameOf(u.name), u.size, u.addr, ErrGraphChanged)
+		}
+		held = append(held, u.e)
+		if p.Do&mapping.WaitCopy != 0 && p.Event != nil {
+			if fired, _ := p.Event.Query(); !fired {
+				pend = append(pend, pendingCopy{u.dev, p.Event})
+			}
+		}
+	}
+	return held, pend, nil
+}
+
+// unhold ends the uses hold took.
+func (g *Graph) unhold(held []*mapping.Entry) {
+	for i, e := range held {
+		g.uses[i].dev.done(e)
+	}
+}
+
+// done ends a use of e that no work holds, freeing it if that was the
+// last use of an entry that left the table (as work.release does).
+func (d *Device) done(e *mapping.Entry) {
+	last, ev := d.table.Done(e)
+	if !last {
+		return
+	}
+	if e.Owned() {
+		if err := d.Dev.Free(e.Tgt()); err != nil {
+			d.log.Printf(InfoMappingChanged, d.Num, "Freeing TgtPtrBegin=%#x failed: %v", uint64(e.Tgt()), err)
+		}
+	}
+	if ev != nil {
+		_ = ev.Close()
+	}
+}
+
+// recordOn records a new event of d on q.
+func recordOn(d *Device, q plugin.Queue) (plugin.Event, error) {
+	ev, err := d.Dev.NewEvent()
+	if err != nil {
+		return nil, err
+	}
+	if err := q.Record(ev); err != nil {
+		_ = ev.Close()
+		return nil, err
+	}
+	return ev, nil
+}
+
+// enqueue enqueues the copy on q, as MemcpyOp lowers it; a copy between
+// devices that q cannot make itself is an error (a staged copy is host
+// work, which a replay does not do).
+func (c *gcopy) enqueue(q plugin.Queue) error {
+	switch {
+	case c.dst.onDevice() && !c.src.onDevice():
+		return q.Submit(c.dst.Ptr, c.src.Host[:c.n])
+	case !c.dst.onDevice() && c.src.onDevice():
+		return q.Retrieve(c.dst.Host[:c.n], c.src.Ptr)
+	}
+	return exchange(q, c.dst.Dev.Dev, c.dst.Ptr, c.src.Ptr, c.n)
+}
