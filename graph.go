@@ -374,19 +374,28 @@ func (r *Recorder) launch(a Async, k *Kernel, o launchOpts, args []any) *Task {
 	return r.task
 }
 
-// replayLaunch checks a replay's launch against the recorded one and sets
-// its scalars.
-func (r *Recorder) replayLaunch(a Async, k *Kernel, o launchOpts, args []any) *Task {
+// next returns the recorded node that the replay's next construct must
+// match, and its index. A nil node comes with the task to return: the
+// replay failed already, or it makes more constructs than were recorded.
+func (r *Recorder) next() (*recNode, int, *Task) {
 	i := r.i
 	r.i++
 	if r.err != nil {
-		return r.task
+		return nil, i, r.task
 	}
-	nodes := r.tg.nodes
-	if i >= len(nodes) {
-		return r.fail(changed(i, "more tasks than the %d recorded", len(nodes)))
+	if i >= len(r.tg.nodes) {
+		return nil, i, r.fail(changed(i, "more tasks than the %d recorded", len(r.tg.nodes)))
 	}
-	n := &nodes[i]
+	return &r.tg.nodes[i], i, nil
+}
+
+// replayLaunch checks a replay's launch against the recorded one and sets
+// its scalars.
+func (r *Recorder) replayLaunch(a Async, k *Kernel, o launchOpts, args []any) *Task {
+	n, i, t := r.next()
+	if n == nil {
+		return t
+	}
 	if k == nil || n.k != k {
 		return r.fail(changed(i, "another kernel than %s", n.k.k.Name()))
 	}
@@ -433,15 +442,10 @@ func (r *Recorder) memcpy(a Async, dst, src DevicePtr, n int64) *Task {
 		return r.fail(fmt.Errorf("a copy"))
 	}
 	if r.replay {
-		i := r.i
-		r.i++
-		if r.err != nil {
-			return r.task
+		rn, i, t := r.next()
+		if rn == nil {
+			return t
 		}
-		if i >= len(r.tg.nodes) {
-			return r.fail(changed(i, "more tasks than the %d recorded", len(r.tg.nodes)))
-		}
-		rn := &r.tg.nodes[i]
 		if rn.k != nil || rn.update || rn.dst != dst || rn.src != src || rn.n != n {
 			return r.fail(changed(i, "a copy of %d bytes from %v to %v differs from the recorded task", n, src, dst))
 		}
@@ -489,15 +493,10 @@ func (r *Recorder) update(a Async, maps []Map) *Task {
 		return r.fail(fmt.Errorf("an update"))
 	}
 	if r.replay {
-		i := r.i
-		r.i++
-		if r.err != nil {
-			return r.task
+		rn, i, t := r.next()
+		if rn == nil {
+			return t
 		}
-		if i >= len(r.tg.nodes) {
-			return r.fail(changed(i, "more tasks than the %d recorded", len(r.tg.nodes)))
-		}
-		rn := &r.tg.nodes[i]
 		if !rn.update || a.dev.num != rn.num || a.group != nil || len(maps) != len(rn.keys) {
 			return r.fail(changed(i, "%s of %d buffers on %v differs from the recorded task", op, len(maps), a.dev))
 		}
