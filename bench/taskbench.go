@@ -176,17 +176,27 @@ func runTaskbench(env *Env) error {
 	return measure("")
 }
 
-// tbDeviceKind is kind name: goffload on devices first to first+n-1, which
-// it describes in comments.
-func tbDeviceKind(env *Env, suite, name string, first, n int) (tbRunner, error) {
+// tbDevices returns devices first to first+n-1 of kind name, which it
+// describes in comments, each ending with note.
+func tbDevices(env *Env, suite, name string, first, n int, note string) ([]offload.Device, error) {
 	devs := make([]offload.Device, n)
 	for d := range devs {
 		devs[d] = offload.On(first + d)
 		info, err := devs[d].Info()
 		if err != nil {
-			return tbRunner{}, err
+			return nil, err
 		}
-		env.Comment("%s: kind %s: device %d: %s (%s), %d cores", suite, name, first+d, info.Kind, info.Name, info.Cores)
+		env.Comment("%s: kind %s: device %d: %s (%s), %d cores%s", suite, name, first+d, info.Kind, info.Name, info.Cores, note)
+	}
+	return devs, nil
+}
+
+// tbDeviceKind is kind name: goffload on devices first to first+n-1, which
+// it describes in comments.
+func tbDeviceKind(env *Env, suite, name string, first, n int) (tbRunner, error) {
+	devs, err := tbDevices(env, suite, name, first, n, "")
+	if err != nil {
+		return tbRunner{}, err
 	}
 	ctx := context.Background()
 	return tbRunner{Name: name, Width: n, Run: func(g tbGraph) (time.Duration, error) { return runTBDevices(ctx, g, devs) }}, nil

@@ -23,14 +23,9 @@ type tbRecorded struct {
 // tbGraphKind is kind name: goffload on devices first to first+n-1, each
 // point's graph recorded at its first run (not timed) and replayed.
 func tbGraphKind(env *Env, suite, name string, first, n int) (tbRunner, error) {
-	devs := make([]offload.Device, n)
-	for d := range devs {
-		devs[d] = offload.On(first + d)
-		info, err := devs[d].Info()
-		if err != nil {
-			return tbRunner{}, err
-		}
-		env.Comment("%s: kind %s: device %d: %s (%s), %d cores; each point's graph recorded once (offload.Taskgraph) and replayed", suite, name, first+d, info.Kind, info.Name, info.Cores)
+	devs, err := tbDevices(env, suite, name, first, n, "; each point's graph recorded once (offload.Taskgraph) and replayed")
+	if err != nil {
+		return tbRunner{}, err
 	}
 	recs := map[string]*tbRecorded{}
 	pattern := ""
