@@ -273,11 +273,16 @@ func TestLostQueue(t *testing.T) {
 	}
 	x := mustAlloc(t, d, 64)
 	buf := make([]byte, 64)
+	// The event is made first: the device may be lost as soon as the
+	// submit reaches the broken queue, and a lost device makes none.
+	ev, err := d.NewEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := opencl.LoseQueueForTests(q); err != nil {
 		t.Fatal(err)
 	}
 	q.Submit(x, buf)
-	ev, _ := d.NewEvent()
 	if err := q.Record(ev); err != nil && !errors.Is(err, plugin.ErrDeviceLost) {
 		t.Fatal(err)
 	}
