@@ -143,20 +143,23 @@ func run(t *testing.T, d offload.Device, in input, base, n int) result {
 	return r
 }
 
-// ulps is the distance of a and b in units of the last place, for
-// floats of the same sign; MaxInt64 where the signs differ.
+// ulps is the distance of a and b in units of the last place, also
+// across zero (saturating at MaxInt64).
 func ulps(a, b float64) int64 {
-	if math.Signbit(a) != math.Signbit(b) {
-		if a == 0 && b == 0 {
-			return 0
-		}
-		return math.MaxInt64
+	// The distance on the line of floats in the order of their values,
+	// where -0 and +0 are one point: a value either side of zero is as
+	// many ulps from the other as both are from zero.
+	ka, kb := math.Float64bits(math.Abs(a)), math.Float64bits(math.Abs(b))
+	var d uint64
+	switch {
+	case math.Signbit(a) != math.Signbit(b):
+		d = ka + kb
+	case ka > kb:
+		d = ka - kb
+	default:
+		d = kb - ka
 	}
-	d := int64(math.Float64bits(a)) - int64(math.Float64bits(b))
-	if d < 0 {
-		d = -d
-	}
-	return d
+	return int64(min(d, math.MaxInt64))
 }
 
 // sameFloat reports whether a and b are the same float (NaNs all alike).
