@@ -21,18 +21,30 @@ type hello struct {
 	// long it lets the link stay silent; 0 for none), or -1 where its
 	// hello does not say: this side pings often enough for it (timingFor).
 	timeout time.Duration
+	// The sender's architecture and layouts (see layout.go), where its
+	// hello says them (hasArch, hasGlobals).
+	hasArch, hasGlobals bool
+	arch                archFacts
+	types, globals      sumList
 }
 
 // helloText is this process's hello: the magic, the protocol version, the
-// kernel table's digest and size, and the device timeout in microseconds.
+// kernel table's digest and size, and the device timeout in microseconds;
+// then, as key=value fields, the architecture (arch=amd64/8/8/le: GOARCH,
+// word size, alignment of 8-byte values, byte order), the layout hashes of
+// the kernels' parameter types (kt=) and of the declare target variables'
+// elements (gt=). A reader ignores keys it does not know.
 func helloText(img *plugin.Image) string {
 	_, timeout := timing()
-	return fmt.Sprintf("%s %d %s %d %d", proto.Magic, proto.Version, img.Digest, len(img.Kernels), timeout.Microseconds())
+	gs, _ := entries.Globals()
+	l := layoutOf(img.Kernels, gs)
+	return fmt.Sprintf("%s %d %s %d %d arch=%s kt=%s gt=%s", proto.Magic, proto.Version, img.Digest, len(img.Kernels), timeout.Microseconds(),
+		l.arch, sumsText(l.sums), sumsText(l.gsums))
 }
 
 func parseHello(s string) (hello, error) {
 	f := strings.Fields(s)
-	if (len(f) != 4 && len(f) != 5) || f[0] != proto.Magic {
+	if len(f) < 4 || f[0] != proto.Magic {
 		return hello{}, fmt.Errorf("%w: not a goffload hello: %.40q", proto.ErrFrame, s)
 	}
 	v, err1 := strconv.Atoi(f[1])
@@ -41,14 +53,52 @@ func parseHello(s string) (hello, error) {
 		return hello{}, fmt.Errorf("%w: malformed hello %.60q", proto.ErrFrame, s)
 	}
 	h := hello{version: v, digest: f[2], count: n, timeout: -1}
-	if len(f) == 5 {
+	if len(f) >= 5 {
 		us, err := strconv.ParseInt(f[4], 10, 64)
 		if err != nil || us < 0 || us > int64(maxHelloTimeout/time.Microsecond) {
 			return hello{}, fmt.Errorf("%w: malformed hello %.60q: bad device timeout", proto.ErrFrame, s)
 		}
 		h.timeout = time.Duration(us) * time.Microsecond
 	}
+	if len(f) > 5 {
+		if err := h.parseFields(f[5:]); err != nil {
+			return hello{}, fmt.Errorf("%w: malformed hello %.60q: %v", proto.ErrFrame, s, err)
+		}
+	}
 	return h, nil
+}
+
+// parseFields reads a hello's key=value fields into h.
+func (h *hello) parseFields(f []string) error {
+	seen := map[string]bool{}
+	for _, kv := range f {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("field %.20q is not key=value", kv)
+		}
+		if seen[k] {
+			return fmt.Errorf("field %.20q twice", k)
+		}
+		seen[k] = true
+		switch k {
+		case "arch":
+			if h.arch, h.hasArch = parseArch(v); !h.hasArch {
+				return fmt.Errorf("bad architecture %.40q", v)
+			}
+		case "kt":
+			if h.types, ok = parseSums(v); !ok {
+				return fmt.Errorf("bad parameter type layouts")
+			}
+		case "gt":
+			if h.globals, h.hasGlobals = parseSums(v); !h.hasGlobals {
+				return fmt.Errorf("bad declare target variable layouts")
+			}
+		}
+	}
+	if h.hasArch != seen["kt"] {
+		return fmt.Errorf("an architecture without parameter type layouts, or layouts without an architecture")
+	}
+	return nil
 }
 
 // maxHelloTimeout bounds the device timeout a hello may say (a year: any
@@ -59,8 +109,17 @@ const maxHelloTimeout = 365 * 24 * time.Hour
 // the same code: the protocol version must match, and the shorter kernel
 // table must be a prefix of the longer one (a host may register kernels its
 // device processes have not, and cannot launch those remotely). The side
-// with the longer table does the check.
+// with the longer table does the check. It checks too that the memory of
+// the kernels' parameters and the declare target variables is laid out
+// alike on both sides (checkLayout): a peer of another architecture may
+// serve where it is, and is refused naming what differs where it is not.
 func checkImage(peer hello, img *plugin.Image, self string) error {
+	gs, _ := entries.Globals()
+	return checkImageWith(peer, img, gs, self)
+}
+
+// checkImageWith is checkImage with the declare target variables gs.
+func checkImageWith(peer hello, img *plugin.Image, gs []*entries.Global, self string) error {
 	other := "host"
 	if self == "host" {
 		other = "device"
@@ -75,7 +134,7 @@ func checkImage(peer hello, img *plugin.Image, self string) error {
 		return fmt.Errorf("%w: host and device were built from different code: %s image %s (%d kernels), %s image %s (%d kernels)",
 			ErrMismatch, self, img.Digest, len(img.Kernels), other, peer.digest, peer.count)
 	}
-	return nil
+	return checkLayout(peer, layoutOf(img.Kernels[:peer.count], gs), self)
 }
 
 // ErrMismatch is wrapped when a host and a device process run different code

@@ -444,13 +444,24 @@ func FuzzParseHello(f *testing.F) {
 	f.Add(proto.Magic + " 1 0123456789abcdef 3")
 	f.Add(proto.Magic + " 1 0123456789abcdef 3 500000")
 	f.Add(proto.Magic + " 1 0123456789abcdef 3 -5")
+	f.Add(proto.Magic + " 1 0123456789abcdef 3 500000 arch=s390x/8/8/be kt=0000000100000002 gt=#01020304")
+	f.Add(proto.Magic + " 1 0123456789abcdef 3 500000 arch=386/4/4/le kt=000000 gt=")
 	f.Fuzz(func(t *testing.T, s string) {
 		h, err := parseHello(s)
 		if err != nil {
+			if !errors.Is(err, proto.ErrFrame) {
+				t.Fatalf("parseHello(%q): %v, not a frame error", s, err)
+			}
 			return
 		}
 		if h.count < 0 || len(h.digest) != 16 || h.timeout < -1 || h.timeout > maxHelloTimeout {
 			t.Fatalf("parseHello(%q) = %+v", s, h)
 		}
+		a := h.arch
+		if h.hasArch && (a.arch == "" || (a.word != 4 && a.word != 8) || (a.align8 != 4 && a.align8 != 8) || len(h.types.sums) > maxSums) {
+			t.Fatalf("parseHello(%q) = %+v: bad architecture or layouts", s, h)
+		}
+		// What it accepts, the check reads without panicking.
+		checkImage(h, entries.Current(), "host")
 	})
 }
