@@ -88,9 +88,14 @@ func parseArch(s string) (archFacts, bool) {
 // the kernels' parameters (slice elements, scalars, a struct's fields), each
 // once, in the order they first appear in the table, and the element type
 // of each declare target variable, each with the hash of its layout here.
+//
+// A slice's elements cross as bytes: their sizes, offsets and byte order
+// must agree. A scalar crosses field by field (proto.AppendArgs), so only
+// the sizes of its values must: a type is listed once as each.
 type layout struct {
 	arch    archFacts
 	types   []reflect.Type
+	scalar  []bool   // of types: listed as a scalar's type, not as memory
 	uses    []string // where each type is first taken: `kernel "k", its []int parameter`
 	sums    []uint32 // of types
 	globals []*entries.Global
@@ -100,14 +105,29 @@ type layout struct {
 // layoutOf is the layout of kernels ks and variables gs in this process.
 func layoutOf(ks []plugin.Kernel, gs []*entries.Global) *layout {
 	l := &layout{arch: thisArch(), globals: gs}
-	seen := map[reflect.Type]bool{}
+	type key struct {
+		t      reflect.Type
+		scalar bool
+	}
+	seen := map[key]bool{}
 	for _, k := range ks {
+		if k.Name() == entries.BindKernelName {
+			// Its scalars are small numbers of the runtime's; the
+			// variables it binds are checked as variables.
+			continue
+		}
 		for _, p := range k.Params() {
-			if !seen[p.Type] {
-				seen[p.Type] = true
+			kk := key{p.Type, p.Kind == plugin.Scalar}
+			if !seen[kk] {
+				seen[kk] = true
 				l.types = append(l.types, p.Type)
+				l.scalar = append(l.scalar, kk.scalar)
 				l.uses = append(l.uses, fmt.Sprintf("kernel %q, %s", k.Name(), paramText(p)))
-				l.sums = append(l.sums, layoutSum(p.Type))
+				if kk.scalar {
+					l.sums = append(l.sums, sum(valueText(p.Type)))
+				} else {
+					l.sums = append(l.sums, layoutSum(p.Type))
+				}
 			}
 		}
 	}
@@ -120,10 +140,40 @@ func layoutOf(ks []plugin.Kernel, gs []*entries.Global) *layout {
 // layoutSum hashes t's layout in this process: its size, and each field's
 // offset, kind, size and byte order, recursively. Alignment is left out:
 // where it matters, it moves an offset or changes a size.
-func layoutSum(t reflect.Type) uint32 {
+func layoutSum(t reflect.Type) uint32 { return sum(layoutText(t, thisArch())) }
+
+func sum(s string) uint32 {
 	h := fnv.New32a()
-	h.Write([]byte(layoutText(t, thisArch())))
+	h.Write([]byte(s))
 	return h.Sum32()
+}
+
+// valueText describes the values of scalar type t as they cross: each
+// field's kind and size, in order ("{i4 i8}"), without offsets or byte
+// order, which the wire's encoding hides.
+func valueText(t reflect.Type) string {
+	var b strings.Builder
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		switch t.Kind() {
+		case reflect.Struct:
+			b.WriteByte('{')
+			for i := 0; i < t.NumField(); i++ {
+				if i > 0 {
+					b.WriteByte(' ')
+				}
+				walk(t.Field(i).Type)
+			}
+			b.WriteByte('}')
+		case reflect.Array:
+			fmt.Fprintf(&b, "[%d]", t.Len())
+			walk(t.Elem())
+		default:
+			fmt.Fprintf(&b, "%c%d", kindLetter(t.Kind()), t.Size())
+		}
+	}
+	walk(t)
+	return b.String()
 }
 
 // layoutText describes t's layout in this process (which has arch a), as
@@ -295,12 +345,25 @@ func checkLayout(peer hello, mine *layout, self string) error {
 			more++
 		}
 	}
-	idx, ok := peer.types.differ(mine.sums, func(i int) bool { return explain(mine.types[i], hostA, devA) != "" })
+	scalarFacts := func(i int) (archFacts, archFacts) {
+		if !mine.scalar[i] {
+			return hostA, devA
+		}
+		// Only the word size shows in a scalar's values.
+		h, d := hostA, devA
+		h.align8, h.big = d.align8, d.big
+		return h, d
+	}
+	idx, ok := peer.types.differ(mine.sums, func(i int) bool {
+		h, d := scalarFacts(i)
+		return explain(mine.types[i], h, d) != ""
+	})
 	if !ok {
 		return fmt.Errorf("%w: the %s's hello lists %d parameter types, the %s's table %d: host and device were built from different code", ErrMismatch, other, len(peer.types.sums), self, len(mine.sums))
 	}
 	for _, i := range idx {
-		name(fmt.Sprintf("%s: %s", mine.uses[i], why(mine.types[i], hostA, devA)))
+		h, d := scalarFacts(i)
+		name(fmt.Sprintf("%s: %s", mine.uses[i], why(mine.types[i], h, d)))
 	}
 	if len(mine.globals) > 0 && peer.hasGlobals {
 		n := min(len(mine.globals), len(peer.globals.sums))
@@ -321,7 +384,7 @@ func checkLayout(peer hello, mine *layout, self string) error {
 		if more > 0 {
 			s += fmt.Sprintf("; and %d more", more)
 		}
-		return fmt.Errorf("%w: the host (%s) and the device (%s) lay out memory differently, and its values would cross wrong: %s", ErrMismatch, hostA.describe(), devA.describe(), s)
+		return fmt.Errorf("%w: the host (%s) and the device (%s) lay out memory differently, so values would cross wrong: %s", ErrMismatch, hostA.describe(), devA.describe(), s)
 	}
 	if hostA.word != devA.word {
 		return fmt.Errorf("%w: the host is %s and the device %s: device addresses, lengths and int are 64-bit on the wire and in kernels' memory, so host and device must have the same word size", ErrMismatch, hostA.describe(), devA.describe())

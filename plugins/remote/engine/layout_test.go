@@ -45,10 +45,11 @@ func archImage(ks ...*entries.Kernel) *plugin.Image {
 	return img
 }
 
-// peerHello is the hello of a peer with arch, whose process describes its
-// types as texts says (a type texts leaves out: as this process does) and
-// the elements of its variables as gtexts says.
-func peerHello(t *testing.T, img *plugin.Image, arch string, texts map[reflect.Type]string, gs []*entries.Global, gtexts map[string]string) hello {
+// peerHello is the hello of a peer with arch, whose process describes the
+// memory of its types as texts says and their values as scalars as vtexts
+// says (a type they leave out: as this process does), and the elements of
+// its variables as gtexts says.
+func peerHello(t *testing.T, img *plugin.Image, arch string, texts, vtexts map[reflect.Type]string, gs []*entries.Global, gtexts map[string]string) hello {
 	t.Helper()
 	sum := func(s string) uint32 {
 		h := fnv.New32a()
@@ -57,10 +58,15 @@ func peerHello(t *testing.T, img *plugin.Image, arch string, texts map[reflect.T
 	}
 	l := layoutOf(img.Kernels, nil)
 	var sums, gsums []uint32
-	for _, typ := range l.types {
+	for i, typ := range l.types {
 		s, ok := texts[typ]
 		if !ok {
 			s = layoutText(typ, thisArch())
+		}
+		if l.scalar[i] {
+			if s, ok = vtexts[typ]; !ok {
+				s = valueText(typ)
+			}
 		}
 		sums = append(sums, sum(s))
 	}
@@ -103,6 +109,10 @@ func TestLayoutText(t *testing.T) {
 			t.Errorf("%s: %q, want %q", typ, got, want)
 		}
 	}
+	// A scalar's values, as they cross field by field.
+	if got := valueText(reflect.TypeFor[[2]archPair]()); got != "[2]{i4 i8}" {
+		t.Errorf("values of [2]archPair: %q", got)
+	}
 }
 
 // TestLayoutSameArch: a peer of the same layouts passes, whatever its
@@ -114,7 +124,7 @@ func TestLayoutSameArch(t *testing.T) {
 	gs := []*entries.Global{{Index: 0, Name: "table", Elem: reflect.TypeFor[archPair](), Len: 4}}
 	for _, arch := range []string{"amd64/8/8/le", "arm64/8/8/le", "riscv64/8/8/le", "ppc64le/8/8/le"} {
 		for _, self := range []string{"host", "device"} {
-			if err := checkImageWith(peerHello(t, img, arch, nil, gs, nil), img, gs, self); err != nil {
+			if err := checkImageWith(peerHello(t, img, arch, nil, nil, gs, nil), img, gs, self); err != nil {
 				t.Errorf("%s peer of a %s: %v", arch, self, err)
 			}
 		}
@@ -145,14 +155,16 @@ func Test32Bit(t *testing.T) {
 		reflect.TypeFor[int]():      "i4<",
 		reflect.TypeFor[archPair](): "{12 i4<@0 i8<@4}",
 	}
+	val386 := map[reflect.Type]string{reflect.TypeFor[int](): "i4"}
 	// Checked on the host: the peer is the 386 device.
 	{
 		self := "host"
-		err := checkImageWith(peerHello(t, img, "386/4/4/le", on386, nil, nil), img, nil, self)
+		err := checkImageWith(peerHello(t, img, "386/4/4/le", on386, val386, nil, nil), img, nil, self)
 		msg := fmt.Sprint(err)
 		for _, want := range []string{
 			"the host (amd64: 64-bit, little-endian) and the device (386: 32-bit, little-endian) lay out memory differently",
 			`kernel "remote.arch.ints", its int parameter: int is 8 bytes on the host (amd64), 4 on the device (386)`,
+			`kernel "remote.arch.ints", its []int parameter: int is 8 bytes on the host (amd64), 4 on the device (386)`,
 			`kernel "remote.arch.pairs", its []engine.archPair parameter: engine.archPair holds 8-byte values (field B, int64, at offset 8 on amd64), which the host (amd64) aligns to 8 bytes and the device (386) to 4`,
 		} {
 			if !errors.Is(err, ErrMismatch) || !strings.Contains(msg, want) {
@@ -164,14 +176,14 @@ func Test32Bit(t *testing.T) {
 		}
 	}
 	// Checked on the device: the peer is a 386 host.
-	err := checkImageWith(peerHello(t, img, "386/4/4/le", on386, nil, nil), img, nil, "device")
+	err := checkImageWith(peerHello(t, img, "386/4/4/le", on386, val386, nil, nil), img, nil, "device")
 	if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), `kernel "remote.arch.ints", its int parameter: int is 4 bytes on the host (386), 8 on the device (amd64)`) {
 		t.Errorf("checked on the device: %v", err)
 	}
 	// Kernels of float32 and float64 only lay out alike on 386: the word
 	// size refuses it still (addresses and lengths).
 	floats := archImage(kArchFloats)
-	err = checkImageWith(peerHello(t, floats, "386/4/4/le", nil, nil, nil), floats, nil, "host")
+	err = checkImageWith(peerHello(t, floats, "386/4/4/le", nil, nil, nil, nil), floats, nil, "host")
 	if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "the host is amd64: 64-bit, little-endian and the device 386: 32-bit, little-endian") || !strings.Contains(err.Error(), "same word size") {
 		t.Errorf("float kernels on 386: %v", err)
 	}
@@ -188,26 +200,29 @@ func TestBigEndian(t *testing.T) {
 	}
 	gs := []*entries.Global{{Index: 0, Name: "flags", Elem: reflect.TypeFor[uint8](), Len: 8}, {Index: 1, Name: "table", Elem: reflect.TypeFor[[2]float64](), Len: 4, Link: true}}
 	gbe := map[string]string{"table": "[2]f8>"}
-	err := checkImageWith(peerHello(t, img, "s390x/8/8/be", be, gs, gbe), img, gs, "host")
+	err := checkImageWith(peerHello(t, img, "s390x/8/8/be", be, nil, gs, gbe), img, gs, "host")
 	msg := fmt.Sprint(err)
 	for _, want := range []string{
 		"the device (s390x: 64-bit, big-endian)",
-		`kernel "remote.arch.floats", its float32 parameter: float32 is little-endian (amd64) on the host and big-endian (s390x) on the device`,
+		`kernel "remote.arch.floats", its []float32 parameter: float32 is little-endian (amd64) on the host and big-endian (s390x) on the device`,
 		`kernel "remote.arch.floats", its []float64 parameter: float64 is little-endian`,
-		`kernel "remote.arch.ints", its int parameter`,
-		"; and 3 more", // archPair, int32 (of archAttach) and the variable "table"; byte is alike
+		`kernel "remote.arch.ints", its []int parameter`,
+		"; and 2 more", // []archPair and the variable "table"; bytes are alike
 	} {
 		if !errors.Is(err, ErrMismatch) || !strings.Contains(msg, want) {
 			t.Errorf("%v\nwant ErrMismatch saying %q", err, want)
 		}
 	}
+	// Scalars cross field by field, little-endian on the wire.
+	if strings.Contains(msg, "its float32 parameter") || strings.Contains(msg, "its int parameter") {
+		t.Errorf("%v names a scalar parameter, whose values cross alike", err)
+	}
 	// The variables are named too, once the kernels leave room.
 	floats := archImage(kArchAttach)
 	be = map[reflect.Type]string{reflect.TypeFor[int32](): "i4>", reflect.TypeFor[float32](): "f4>"}
-	err = checkImageWith(peerHello(t, floats, "s390x/8/8/be", be, gs, gbe), floats, gs, "host")
+	err = checkImageWith(peerHello(t, floats, "s390x/8/8/be", be, nil, gs, gbe), floats, gs, "host")
 	msg = fmt.Sprint(err)
 	for _, want := range []string{
-		`kernel "remote.arch.attach", field N (int32) of its engine.archAttach parameter: int32 is little-endian (amd64) on the host and big-endian (s390x) on the device`,
 		`kernel "remote.arch.attach", field Xs ([]float32) of its engine.archAttach parameter: float32 is little-endian`,
 		`link variable "table" ([][2]float64, 4 elements): float64 is little-endian (amd64) on the host and big-endian (s390x) on the device`,
 	} {
@@ -215,8 +230,8 @@ func TestBigEndian(t *testing.T) {
 			t.Errorf("%v\nwant ErrMismatch saying %q", err, want)
 		}
 	}
-	if strings.Contains(msg, `"flags"`) {
-		t.Errorf("%v names a variable of bytes, which crosses alike", err)
+	if strings.Contains(msg, `"flags"`) || strings.Contains(msg, "field N") {
+		t.Errorf("%v names a variable of bytes or a scalar field, which cross alike", err)
 	}
 }
 
