@@ -121,14 +121,14 @@ func check(dev offload.Device) (fused int, err error) {
 	m := Mixed{B: true, I8: -128, I16: -32768, I32: math.MinInt32, I64: math.MinInt64, I: math.MaxInt,
 		U8: 255, U16: 65535, U32: math.MaxUint32, U64: math.MaxUint64, U: math.MaxUint - 1,
 		F32: -math.MaxFloat32, F64: math.Nextafter(1, 2), C64: complex(1.5, -math.SmallestNonzeroFloat32), C128: complex(math.Inf(-1), math.MaxFloat64),
-		A: [3]int16{-1, 2, -3}, P: Pad{X: -7, Y: -0.0, Z: 1234}}
+		A: [3]int16{-1, 2, -3}, P: Pad{X: -7, Y: math.Copysign(0, -1), Z: 1234}}
 	b, i, u, c, a, p := true, math.MinInt+1, uint(math.MaxUint/2+5), complex(-2.5, 1e-310), [3]int16{7, -8, 9}, Pad{X: 5, Y: math.NaN(), Z: -2}
 	out := make([]Mixed, 2)
 	if err := dev.Run(Scalars, m, b, i, u, c, a, p, offload.From(out)); err != nil {
 		return 0, err
 	}
 	want1 := Mixed{B: b, I: i, U: u, C128: c, A: a, P: p}
-	if !reflect.DeepEqual(out[0], m) {
+	if !reflect.DeepEqual(out[0], m) || !math.Signbit(out[0].P.Y) {
 		return 0, fmt.Errorf("a struct of every kind crossed as %+v, want %+v", out[0], m)
 	}
 	if got := out[1]; !math.IsNaN(got.P.Y) || got.P.X != p.X || got.P.Z != p.Z {
