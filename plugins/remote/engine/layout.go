@@ -235,19 +235,17 @@ const maxSums = 2048
 // sumsText is a hello's field value for sums: their hex digits, or "#"
 // and the hash of them all.
 func sumsText(sums []uint32) string {
+	if len(sums) > maxSums {
+		return "#" + hex.EncodeToString(binary.BigEndian.AppendUint32(nil, sumsOf(sums)))
+	}
 	b := make([]byte, 0, 4*len(sums))
 	for _, s := range sums {
 		b = binary.BigEndian.AppendUint32(b, s)
 	}
-	if len(sums) > maxSums {
-		h := fnv.New32a()
-		h.Write(b)
-		return "#" + hex.EncodeToString(h.Sum(nil))
-	}
 	return hex.EncodeToString(b)
 }
 
-// sumList is the sums a hello listed (all: false for one hash of all).
+// sumList is the sums a hello listed, or the one hash of all it sent.
 type sumList struct {
 	sums []uint32
 	all  uint32
@@ -319,9 +317,9 @@ func sumsOf(sums []uint32) uint32 {
 // maxNamed is how many differing types a refusal names.
 const maxNamed = 3
 
-// checkLayout compares the peer's layout (from its hello) with mine, for a
-// table whose kernels (ks, the first peer.count of mine) already match by
-// digest. It names each kernel parameter and declare target variable whose
+// checkLayout compares the peer's layout (from its hello) with mine, the
+// layout of the first peer.count kernels of this side's table, which
+// already match the peer's by digest. It names each kernel parameter and declare target variable whose
 // type is laid out differently (the first maxNamed), and refuses a peer of
 // another word size or byte order even where no type shows it. self is
 // "host" or "device". A peer whose hello says no architecture (a build from
@@ -363,7 +361,7 @@ func checkLayout(peer hello, mine *layout, self string) error {
 	}
 	for _, i := range idx {
 		h, d := scalarFacts(i)
-		name(fmt.Sprintf("%s: %s", mine.uses[i], why(mine.types[i], h, d)))
+		name(fmt.Sprintf("%s: %s", mine.uses[i], why(mine.types[i], mine.scalar[i], h, d)))
 	}
 	if len(mine.globals) > 0 && peer.hasGlobals {
 		n := min(len(mine.globals), len(peer.globals.sums))
@@ -375,7 +373,7 @@ func checkLayout(peer hello, mine *layout, self string) error {
 		if ok {
 			for _, i := range gidx {
 				g := mine.globals[i]
-				name(fmt.Sprintf("%s: %s", g.Describe(), why(g.Elem, hostA, devA)))
+				name(fmt.Sprintf("%s: %s", g.Describe(), why(g.Elem, false, hostA, devA)))
 			}
 		}
 	}
@@ -387,7 +385,7 @@ func checkLayout(peer hello, mine *layout, self string) error {
 		return fmt.Errorf("%w: the host (%s) and the device (%s) lay out memory differently, so values would cross wrong: %s", ErrMismatch, hostA.describe(), devA.describe(), s)
 	}
 	if hostA.word != devA.word {
-		return fmt.Errorf("%w: the host is %s and the device %s: device addresses, lengths and int are 64-bit on the wire and in kernels' memory, so host and device must have the same word size", ErrMismatch, hostA.describe(), devA.describe())
+		return fmt.Errorf("%w: the host is %s and the device %s: device addresses and lengths are 64-bit on the wire, more than a 32-bit process holds, so host and device must have the same word size", ErrMismatch, hostA.describe(), devA.describe())
 	}
 	if hostA.big != devA.big {
 		return fmt.Errorf("%w: the host is %s and the device %s: device memory crosses as bytes, so every value of more than one byte would arrive byte-swapped", ErrMismatch, hostA.describe(), devA.describe())
@@ -412,11 +410,15 @@ func paramText(p plugin.Param) string {
 
 // why says what differs about t between the host (h) and the device (d),
 // or that its layout differs (with this process's description of it).
-func why(t reflect.Type, h, d archFacts) string {
+func why(t reflect.Type, scalar bool, h, d archFacts) string {
 	if s := explain(t, h, d); s != "" {
 		return s
 	}
-	return fmt.Sprintf("%s is laid out differently (here, on %s, %s)", t, thisArch().arch, layoutText(t, thisArch()))
+	desc := layoutText(t, thisArch())
+	if scalar {
+		desc = valueText(t)
+	}
+	return fmt.Sprintf("%s is laid out differently (here, on %s, %s)", t, thisArch().arch, desc)
 }
 
 // explain says what about t depends on the architectures h and d: a value
