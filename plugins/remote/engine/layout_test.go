@@ -303,3 +303,20 @@ func TestHelloFieldsMalformed(t *testing.T) {
 		t.Errorf("a hello with a key from later: %+v, %v", h, err)
 	}
 }
+
+// TestLayoutPrefix: a host may register kernels its device processes have
+// not. The side with the longer table checks the layouts of the kernels
+// both have, and the other leaves the check to it.
+func TestLayoutPrefix(t *testing.T) {
+	need64LE(t)
+	long := archImage(kArchFloats, kArchPairs, kArchInts)
+	short := archImage(kArchFloats, kArchPairs)
+	on386 := map[reflect.Type]string{reflect.TypeFor[archPair](): "{12 i4<@0 i8<@4}"}
+	err := checkImageWith(peerHello(t, short, "386/4/4/le", on386, nil, nil, nil), long, nil, "host")
+	if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), `kernel "remote.arch.pairs"`) || strings.Contains(err.Error(), "remote.arch.ints") {
+		t.Errorf("the longer table's side: %v; want ErrMismatch naming remote.arch.pairs only", err)
+	}
+	if err := checkImageWith(peerHello(t, long, "386/4/4/le", on386, nil, nil, nil), short, nil, "device"); err != nil {
+		t.Errorf("the shorter table's side: %v; want nil (the other side checks)", err)
+	}
+}
