@@ -243,7 +243,12 @@ func kernelArgs(cd *core.Device, kk *Kernel, dm Defaultmap, o launchOpts, args [
 		return nil, core.Errorf("goffload: %s: target %s%s: %w: got %d arguments, want %d",
 			cd.Label(), k.Name(), k.Describe(), ErrBadArgument, len(args), len(k.Tops()))
 	}
-	out := make([]core.KernelArg, len(k.Params()))
+	out := o.kargs[:0]
+	if n := len(k.Params()); n <= cap(out) {
+		out = out[:n]
+	} else {
+		out = make([]core.KernelArg, n)
+	}
 	li := 0 // the flattened parameter
 	for i, a := range args {
 		if p := k.Params()[li]; p.Field < 0 {

@@ -156,7 +156,8 @@ func (g *depGraph) add(t *Task, deps []Dep) []*Task {
 		g.hist = map[uintptr]*depState{}
 		g.byAddr = btree.NewG(16, func(a, b *depState) bool { return a.addr < b.addr })
 	}
-	ps := predSet{t: t}
+	ps := predSet{t: t, list: t.directBuf[:0]}
+	t.addrs = t.addrBuf[:0]
 	var covered []*depState // other addresses' histories a write may replace
 	for _, d := range deps {
 		covered = g.addDep(&ps, d, covered)

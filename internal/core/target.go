@@ -17,7 +17,12 @@ import (
 
 // target enqueues a target region on w: maps, launch, unmaps.
 func (d *Device) target(w *work, k *entries.Kernel, args []KernelArg, g plugin.Geometry) {
-	pargs := make([]plugin.Arg, len(args))
+	pargs := w.argBuf[:0:0]
+	if len(args) <= len(w.argBuf) {
+		pargs = w.argBuf[:len(args)]
+	} else {
+		pargs = make([]plugin.Arg, len(args))
+	}
 	var mappedBuf [4]MapItem // a few buffers: no allocation
 	mapped := mappedBuf[:0]
 	checking := d.log.On(InfoCheck)

@@ -62,6 +62,11 @@ type Task struct {
 	addrs     []uintptr
 	direct    []*Task
 	completed bool
+	// addrBuf and directBuf hold addrs and direct for a task of a few
+	// depend clauses and predecessors: no allocation of their own. What
+	// register writes there is only read afterwards.
+	addrBuf   [2]uintptr
+	directBuf [2]*Task
 	// Guarded by the runtime's tasks.mu, the host waits' part (ready.go).
 	// succs are the tasks waiting on the host for t. Each has pending, the
 	// number of its predecessors not completed. cont is what a waiting
@@ -72,6 +77,23 @@ type Task struct {
 	light   bool
 
 	rec recovery // for a task with Op.Recover only
+
+	// spare is the work its enqueueing takes (takeWork): a device task's
+	// own, allocated with it (Spawn).
+	spare *work
+}
+
+// deviceTask is a task on a device with its work, allocated together.
+type deviceTask struct {
+	Task
+	w work
+}
+
+// takeWork returns t's spare work, once, or nil.
+func (t *Task) takeWork() *work {
+	w := t.spare
+	t.spare = nil
+	return w
 }
 
 // failure is one task's failure, shared by the dependents it made fail: a

@@ -134,9 +134,8 @@ func (r *runner) Run(o op, failed error) error {
 	case o.record != nil:
 		o.record.Fire(failed)
 	case o.wait != nil:
-		<-o.wait.done
-		if o.wait.err != nil && failed == nil {
-			err = fmt.Errorf("waited-for event failed: %w", o.wait.err)
+		if werr := o.wait.wait(); werr != nil && failed == nil {
+			err = fmt.Errorf("waited-for event failed: %w", werr)
 		}
 		if o.timed != nil {
 			o.timed(start, time.Now(), err)
@@ -299,19 +298,24 @@ func (q *Queue) Close() error {
 
 // Event fires once, with an error or none. It is recorded (armed) before
 // it fires: by [Queue.Record], or by [Event.Arm] for an event that
-// something other than a queue fires. Make one with [NewEvent]: the zero
-// Event is not ready for use. Its methods are safe for concurrent use.
+// something other than a queue fires. Make one with [NewEvent], or use
+// the zero Event (a field of a kind's own event: one allocation for both).
+// Its methods are safe for concurrent use. An event that nobody waits on
+// with Done or Synchronize before it fires, and that has one OnFire, costs
+// no allocation but its own.
 type Event struct {
 	mu     sync.Mutex
 	armed  bool
 	closed bool
-	done   chan struct{}
-	err    error    // written before done is closed
-	then   []func() // run when it fires (OnFire)
+	fired  bool
+	done   chan struct{} // made by the first wait (Done), closed when it fires
+	err    error         // written before fired is set
+	then   []func()      // run when it fires (OnFire)
+	then1  [1]func()     // then's first
 }
 
 // NewEvent returns an event that is not recorded yet.
-func NewEvent() *Event { return &Event{done: make(chan struct{})} }
+func NewEvent() *Event { return new(Event) }
 
 func (e *Event) arm() error {
 	e.mu.Lock()
@@ -354,22 +358,23 @@ func (e *Event) Recorded() bool {
 // with [Event.Arm], and for firing an event early on purpose.
 func (e *Event) Fire(err error) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	select {
-	case <-e.done:
+	if e.fired {
+		e.mu.Unlock()
 		return
-	default:
 	}
 	e.armed = true
 	e.err = err
-	close(e.done)
+	e.fired = true
+	if e.done != nil {
+		close(e.done)
+	}
 	then := e.then
 	e.then = nil
 	e.mu.Unlock()
-	for _, f := range then {
+	for i, f := range then {
+		then[i] = nil
 		f()
 	}
-	e.mu.Lock() // for the deferred unlock
 }
 
 // OnFire makes f run when the event fires, on the goroutine that fires it
@@ -377,12 +382,13 @@ func (e *Event) Fire(err error) {
 // fired (plugin.FireNotifier). f must not block.
 func (e *Event) OnFire(f func()) {
 	e.mu.Lock()
-	select {
-	case <-e.done:
+	if e.fired {
 		e.mu.Unlock()
 		f()
 		return
-	default:
+	}
+	if e.then == nil {
+		e.then = e.then1[:0]
 	}
 	e.then = append(e.then, f)
 	e.mu.Unlock()
@@ -390,30 +396,51 @@ func (e *Event) OnFire(f func()) {
 
 // Done is closed when the event fires. It is never closed for an event
 // that is not recorded (and not fired).
-func (e *Event) Done() <-chan struct{} { return e.done }
+func (e *Event) Done() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.done == nil {
+		e.done = make(chan struct{})
+		if e.fired {
+			close(e.done)
+		}
+	}
+	return e.done
+}
 
 // Synchronize waits for the event and returns its error; an event never
 // recorded returns plugin.ErrNotRecorded.
 func (e *Event) Synchronize() error {
-	if !e.Recorded() {
+	e.mu.Lock()
+	armed, fired, err := e.armed, e.fired, e.err
+	e.mu.Unlock()
+	switch {
+	case fired:
+		return err
+	case !armed:
 		return plugin.ErrNotRecorded
 	}
-	<-e.done
+	return e.wait()
+}
+
+// wait waits for the event to fire, recorded or not yet, and returns its
+// error.
+func (e *Event) wait() error {
+	<-e.Done()
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	return e.err
 }
 
 // Query reports whether the event fired, and its error if so; an event
 // never recorded returns plugin.ErrNotRecorded.
 func (e *Event) Query() (bool, error) {
-	if !e.Recorded() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.armed {
 		return false, plugin.ErrNotRecorded
 	}
-	select {
-	case <-e.done:
-		return true, e.err
-	default:
-		return false, nil
-	}
+	return e.fired, e.err
 }
 
 // Close releases the event: it can no longer be recorded, and closing it

@@ -192,8 +192,9 @@ func (q *queue) Close() error { return q.q.Close() }
 
 // event is a host device's event.
 type event struct {
-	d  *device
-	ev *opqueue.Event
+	d   *device
+	ev  *opqueue.Event // own, or another's
+	own opqueue.Event
 }
 
 func (e *event) Synchronize() error { return e.ev.Synchronize() }

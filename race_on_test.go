@@ -1,0 +1,7 @@
+//go:build race
+
+package offload_test
+
+// raceAllocs is what the race detector adds to a task's heap allocations
+// (its instrumentation allocates): the allocation tests allow for it.
+const raceAllocs = 3
