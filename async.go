@@ -135,11 +135,12 @@ func Nowait(deps ...Dep) Async { return Default().Nowait(deps...) }
 func (a Async) In(g *Group) Async { a.group = g; return a }
 
 func (a Async) spawn(make func(cd *core.Device) (core.Op, error)) *Task {
-	return a.spawnIn(nil, make)
+	return a.spawnIn(nil, nil, make)
 }
 
-// spawnIn is spawn into box (see start).
-func (a Async) spawnIn(box *depTask, make func(cd *core.Device) (core.Op, error)) *Task {
+// spawnIn is spawn into box (see start), its core task into room (nil:
+// rooms of their own).
+func (a Async) spawnIn(box *depTask, room *core.TaskRoom, make func(cd *core.Device) (core.Op, error)) *Task {
 	t := a.startIn(box, func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
 		cd, fallback, err := a.dev.resolve()
 		if err != nil {
@@ -149,7 +150,10 @@ func (a Async) spawnIn(box *depTask, make func(cd *core.Device) (core.Op, error)
 		if err != nil {
 			return nil, err
 		}
-		return rt.Spawn(cd, op, deps, fallback), nil
+		if room == nil {
+			room = new(core.TaskRoom)
+		}
+		return rt.SpawnIn(room, cd, op, deps, fallback), nil
 	})
 	return t
 }
@@ -161,10 +165,12 @@ type depTask struct {
 	deps [2]core.Dep
 }
 
-// launchTask is a depTask with room for a launch's few arguments.
+// launchTask is a depTask with room for a launch's few arguments and its
+// core task: one allocation for a launch's records.
 type launchTask struct {
 	depTask
 	kargs [3]core.KernelArg
+	room  core.TaskRoom
 }
 
 func (a Async) start(spawn func(rt *core.Runtime, deps []core.Dep) (*core.Task, error)) *Task {
@@ -221,7 +227,7 @@ func (a Async) run(k *Kernel, o launchOpts, args []any) *Task {
 	}
 	box := new(launchTask)
 	o.kargs = box.kargs[:0]
-	return a.spawnIn(&box.depTask, func(cd *core.Device) (core.Op, error) {
+	return a.spawnIn(&box.depTask, &box.room, func(cd *core.Device) (core.Op, error) {
 		op, _, _, err := a.targetOp(cd, k, o, args)
 		return op, err
 	})

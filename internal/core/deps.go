@@ -118,14 +118,7 @@ type depGraph struct {
 	lo, hi depState // the bounds of a search, kept to allocate nothing
 }
 
-func finished(t *Task) bool {
-	select {
-	case <-t.done:
-		return true
-	default:
-		return false
-	}
-}
+func finished(t *Task) bool { return t.fin.Load() }
 
 // holds reports whether a finished task must stay in a history: it failed
 // and its failure was not reported yet. Called with tasks.mu held.

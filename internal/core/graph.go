@@ -232,7 +232,7 @@ func (g *Graph) Seal() error {
 	seen := map[Dep]bool{}
 	for i := range g.nodes {
 		n := &g.nodes[i]
-		t := &Task{done: make(chan struct{})}
+		t := &Task{}
 		ts[i], index[t] = t, i
 		preds := dg.add(t, n.deps)
 		g.place(i, preds, index, &kn)

@@ -13,9 +13,14 @@ import (
 // blocks on other tasks' work: what would is done on a goroutine. How it
 // waits for each predecessor is spawnWait's decision.
 func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
-	dt := &deviceTask{Task: Task{Name: op.Name, dev: d, done: make(chan struct{}), onDone: op.Done}}
-	t := &dt.Task
-	t.spare = &dt.w
+	return r.SpawnIn(new(TaskRoom), d, op, deps, fallback)
+}
+
+// SpawnIn is Spawn that makes the task in room, a new one.
+func (r *Runtime) SpawnIn(room *TaskRoom, d *Device, op Op, deps []Dep, fallback bool) *Task {
+	room.t = Task{Name: op.Name, dev: d, onDone: op.Done}
+	t := &room.t
+	t.spare = &room.w
 	preds := r.register(t, deps)
 	if op.Recover != nil {
 		r.tasks.mu.Lock()
@@ -121,7 +126,7 @@ func (r *Runtime) ready(t *Task, d *Device, op Op, preds, onHost, onDevice []*Ta
 // It runs on a goroutine of its own if it is ready at once, and otherwise
 // on the goroutine that completes its last predecessor (see step).
 func (r *Runtime) SpawnHost(name string, fn func() error, deps []Dep) *Task {
-	t := &Task{Name: name, dev: r.Initial, done: make(chan struct{})}
+	t := &Task{Name: name, dev: r.Initial}
 	preds := r.register(t, deps)
 	body := func() step {
 		if f := failedPred(preds); f != nil { // they are all done

@@ -29,8 +29,13 @@ type Task struct {
 	Name   string
 	dev    *Device // nil for host work
 	rt     *Runtime
-	done   chan struct{}
 	onDone func(err error, ready time.Time) // Op.Done
+
+	// fin is set as the task completes, after err and fail (finished).
+	// done is made by the first that waits for it (Done), under mu, and
+	// closed as fin is set: a task nobody waits on allocates none.
+	fin  atomic.Bool
+	done chan struct{}
 
 	// Set under the runtime's tasks.mu as it completes (holds reads them
 	// there), before done is closed; read by anyone after.
@@ -83,9 +88,11 @@ type Task struct {
 	spare *work
 }
 
-// deviceTask is a task on a device with its work, allocated together.
-type deviceTask struct {
-	Task
+// TaskRoom is room for a task on a device and its work: Spawn's caller
+// may allocate it with its own record of the task (SpawnIn), one
+// allocation for all of them. A room holds one task.
+type TaskRoom struct {
+	t Task
 	w work
 }
 
@@ -106,7 +113,35 @@ type failure struct {
 }
 
 // Done is closed when the task has completed.
-func (t *Task) Done() <-chan struct{} { return t.done }
+func (t *Task) Done() <-chan struct{} {
+	if t.fin.Load() {
+		return closedDone
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.fin.Load() {
+		return closedDone
+	}
+	if t.done == nil {
+		t.done = make(chan struct{})
+	}
+	return t.done
+}
+
+// closedDone is the Done of every task that completed before anyone
+// asked for it.
+var closedDone = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// finish marks t completed: finished from now on, its Done closed.
+func (t *Task) finish() {
+	t.mu.Lock()
+	t.fin.Store(true)
+	c := t.done
+	t.mu.Unlock()
+	if c != nil {
+		close(c)
+	}
+}
 
 // Err is the task's error, once Done is closed.
 func (t *Task) Err() error { return t.err }
@@ -114,11 +149,9 @@ func (t *Task) Err() error { return t.err }
 // Wait waits for the task, or for ctx to be done, and returns the task's
 // error or ctx's. Returning the task's failure reports it (see Taskwait).
 func (t *Task) Wait(ctx context.Context) error {
-	select {
-	case <-t.done:
-	default:
+	if !t.fin.Load() {
 		select {
-		case <-t.done:
+		case <-t.Done():
 		case <-ctx.Done():
 			return Errorf("goffload: waiting for task %d (%s): %w", t.ID, t.Name, ctx.Err())
 		}
