@@ -90,7 +90,9 @@ import (
 )
 
 type op struct {
-	run    func() error      // a normal operation, skipped after a failure
+	run    func() error     // a normal operation, skipped after a failure
+	call   func(Call) error // or one called with c (DoCallTimed)
+	c      Call
 	mark   func(error) error // runs whatever happened before; gets the error state
 	wait   *Event
 	record *Event
@@ -143,9 +145,12 @@ func (r *runner) Run(o op, failed error) error {
 	case o.mark != nil:
 		err = o.mark(failed)
 	case failed == nil:
-		if o.exited != nil {
+		switch {
+		case o.exited != nil:
 			err = r.runExit(o)
-		} else {
+		case o.call != nil:
+			err = o.call(o.c)
+		default:
 			err = o.run()
 		}
 		if o.timed != nil {
@@ -196,6 +201,21 @@ func (q *Queue) Do(fn func() error) error { return q.enqueue(op{run: fn}) }
 // A nil timed is Do.
 func (q *Queue) DoTimed(fn func() error, timed func(start, end time.Time, err error)) error {
 	return q.enqueue(op{run: fn, timed: timed})
+}
+
+// A Call is what an operation enqueued with DoCallTimed is called with:
+// the values it needs, held by the queue rather than by a closure.
+type Call struct {
+	X, Y, Z any
+	Args    []plugin.Arg
+}
+
+// DoCallTimed is DoTimed of fn called with c. An operation whose state
+// is pointers and interfaces (a kernel, its arguments, its device) costs
+// no allocation this way: fn is a function of the package that enqueues
+// it, not a closure.
+func (q *Queue) DoCallTimed(fn func(Call) error, c Call, timed func(start, end time.Time, err error)) error {
+	return q.enqueue(op{call: fn, c: c, timed: timed})
 }
 
 // RunHere runs fn on the calling goroutine, before RunHere returns, if
