@@ -188,7 +188,7 @@ func (a Async) startIn(box *depTask, spawn func(rt *core.Runtime, deps []core.De
 	t := &box.Task
 	rt, err := runtimeOrErr()
 	if err == nil {
-		deps := box.deps[:0]
+		var deps []core.Dep
 		if len(a.deps) <= len(box.deps) {
 			deps = box.deps[:len(a.deps)]
 		} else {

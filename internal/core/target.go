@@ -17,7 +17,7 @@ import (
 
 // target enqueues a target region on w: maps, launch, unmaps.
 func (d *Device) target(w *work, k *entries.Kernel, args []KernelArg, g plugin.Geometry) {
-	pargs := w.argBuf[:0:0]
+	var pargs []plugin.Arg
 	if len(args) <= len(w.argBuf) {
 		pargs = w.argBuf[:len(args)]
 	} else {
