@@ -237,13 +237,13 @@ func (d *Device) newID() uint64 {
 
 // beginOn starts the work of construct op, with id task, on q; nowait says
 // it is a task's (not a synchronous construct's). into, if not nil, is
-// where the work goes (a task's own, see Task.takeWork).
+// where the work goes: a zero work of the task's own (Task.takeWork).
 func (d *Device) beginOn(op string, q *cqueue, task uint64, nowait bool, into *work) *work {
-	w := into
+	w := into // zero: a new one, or a task's own (takeWork)
 	if w == nil {
 		w = new(work)
 	}
-	*w = work{d: d, cq: q, q: q.Queue, op: op, task: task, nowait: nowait}
+	w.d, w.cq, w.q, w.op, w.task, w.nowait = d, q, q.Queue, op, task, nowait
 	w.used = w.usedBuf[:0]
 	// The span opens before the tag goes out: a device places its
 	// operations' times no earlier than the tag's sending (TaggedQueue),
