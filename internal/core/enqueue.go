@@ -93,6 +93,10 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		return wake
 	}
 	w.completing = completing{r: r, t: t, ev: ev, all: all}
+	if fc, ok := ev.(fireCaller); ok && len(w.after) == 0 {
+		fc.OnFireCall(fired, w) // as below, without a closure
+		return wake
+	}
 	if fn, ok := ev.(plugin.FireNotifier); ok && len(w.after) == 0 {
 		// No goroutine per task: the event's firing hands the completion
 		// to the device's completer.
@@ -176,6 +180,20 @@ func (t *Task) publish(d *Device, op string, w *work) plugin.Event {
 		t.mu.Unlock()
 	}
 	return ev
+}
+
+// fireCaller is a plugin.FireNotifier that also runs f(x) when the event
+// fires (opqueue.Event.OnFireCall): a completion handed over that way
+// allocates no closure.
+type fireCaller interface {
+	OnFireCall(f func(x any), x any)
+}
+
+// fired hands the completion of x, a *work whose event fired, to its
+// device's completer.
+func fired(x any) {
+	w := x.(*work)
+	w.d.completer.add(w)
 }
 
 // completing is what a task's completion needs of it, in its work: the

@@ -330,8 +330,8 @@ type Event struct {
 	fired  bool
 	done   chan struct{} // made by the first wait (Done), closed when it fires
 	err    error         // written before fired is set
-	then   []func()      // run when it fires (OnFire)
-	then1  [1]func()     // then's first
+	then   []fireCall    // run when it fires (OnFire, OnFireCall)
+	then1  [1]fireCall   // then's first
 }
 
 // NewEvent returns an event that is not recorded yet.
@@ -391,26 +391,47 @@ func (e *Event) Fire(err error) {
 	then := e.then
 	e.then = nil
 	e.mu.Unlock()
-	for i, f := range then {
-		then[i] = nil
-		f()
+	for i, c := range then {
+		then[i] = fireCall{}
+		c.run()
 	}
 }
 
 // OnFire makes f run when the event fires, on the goroutine that fires it
 // (a queue's, for a recorded event), or at once on the caller's if it has
 // fired (plugin.FireNotifier). f must not block.
-func (e *Event) OnFire(f func()) {
+func (e *Event) OnFire(f func()) { e.onFire(fireCall{f: f}) }
+
+// OnFireCall is OnFire of f(x): a caller whose f would be a closure over
+// x passes a function and x instead, and allocates nothing (x a pointer).
+func (e *Event) OnFireCall(f func(x any), x any) { e.onFire(fireCall{fx: f, x: x}) }
+
+// fireCall is what an event runs when it fires: f, or fx(x).
+type fireCall struct {
+	f  func()
+	fx func(any)
+	x  any
+}
+
+func (c fireCall) run() {
+	if c.f != nil {
+		c.f()
+		return
+	}
+	c.fx(c.x)
+}
+
+func (e *Event) onFire(c fireCall) {
 	e.mu.Lock()
 	if e.fired {
 		e.mu.Unlock()
-		f()
+		c.run()
 		return
 	}
 	if e.then == nil {
 		e.then = e.then1[:0]
 	}
-	e.then = append(e.then, f)
+	e.then = append(e.then, c)
 	e.mu.Unlock()
 }
 

@@ -229,3 +229,7 @@ func (e *event) Close() error { return e.ev.Close() }
 
 // OnFire runs f when the event fires (plugin.FireNotifier).
 func (e *event) OnFire(f func()) { e.ev.OnFire(f) }
+
+// OnFireCall runs f(x) when the event fires: OnFire without a closure
+// (the core's completions use it where an event has it).
+func (e *event) OnFireCall(f func(any), x any) { e.ev.OnFireCall(f, x) }
