@@ -11,9 +11,9 @@ import (
 // buffer may cost on a host device, from its creation to its completion
 // (issue 44's yardstick; 25 before its records shared one allocation,
 // and the host queue's launch and the typed kernel's call had closures).
-// The 5 left: the program's own, the launch's slice and the depend
-// clause's object boxed in interfaces and the clauses' variadic slice
-// (3); the public task with its core task, work and arguments (1); the
+// The 5 left: the arguments' way in, the launch's slice boxed in an any
+// by the typed Nowait, the depend clause's object by DependInOut, and
+// the clauses' variadic slice (3); the public task with its core task, work and arguments (1); the
 // host event (1). The completion is handed to the event without a
 // closure (OnFireCall).
 const maxNowaitAllocs = 5.5
