@@ -135,7 +135,13 @@ func Nowait(deps ...Dep) Async { return Default().Nowait(deps...) }
 func (a Async) In(g *Group) Async { a.group = g; return a }
 
 func (a Async) spawn(make func(cd *core.Device) (core.Op, error)) *Task {
-	t := a.start(func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
+	return a.spawnIn(nil, nil, make)
+}
+
+// spawnIn is spawn into box (see start), its core task into room (nil:
+// rooms of their own).
+func (a Async) spawnIn(box *depTask, room *core.TaskRoom, make func(cd *core.Device) (core.Op, error)) *Task {
+	t := a.startIn(box, func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
 		cd, fallback, err := a.dev.resolve()
 		if err != nil {
 			return nil, err
@@ -144,19 +150,50 @@ func (a Async) spawn(make func(cd *core.Device) (core.Op, error)) *Task {
 		if err != nil {
 			return nil, err
 		}
-		return rt.Spawn(cd, op, deps, fallback), nil
+		if room == nil {
+			room = new(core.TaskRoom)
+		}
+		return rt.SpawnIn(room, cd, op, deps, fallback), nil
 	})
 	return t
 }
 
+// depTask is a Task with room for a few depend clauses: one allocation
+// for both (start).
+type depTask struct {
+	Task
+	deps [2]core.Dep
+}
+
+// launchTask is a depTask with room for a launch's few arguments and its
+// core task: one allocation for a launch's records.
+type launchTask struct {
+	depTask
+	kargs [3]core.KernelArg
+	room  core.TaskRoom
+}
+
 func (a Async) start(spawn func(rt *core.Runtime, deps []core.Dep) (*core.Task, error)) *Task {
+	return a.startIn(nil, spawn)
+}
+
+// startIn is start into box, a new task's own, or a new one if nil.
+func (a Async) startIn(box *depTask, spawn func(rt *core.Runtime, deps []core.Dep) (*core.Task, error)) *Task {
 	if a.rec != nil { // a recorder's: launches, copies and updates went to it, the rest is refused
 		return a.rec.refuse()
 	}
-	t := &Task{}
+	if box == nil {
+		box = new(depTask)
+	}
+	t := &box.Task
 	rt, err := runtimeOrErr()
 	if err == nil {
-		deps := make([]core.Dep, len(a.deps))
+		var deps []core.Dep
+		if len(a.deps) <= len(box.deps) {
+			deps = box.deps[:len(a.deps)]
+		} else {
+			deps = make([]core.Dep, len(a.deps))
+		}
 		for i, d := range a.deps {
 			if d.err != nil {
 				err = d.err
@@ -188,7 +225,9 @@ func (a Async) run(k *Kernel, o launchOpts, args []any) *Task {
 	if a.dev.IsAny() {
 		return a.runAny(k, o, args)
 	}
-	return a.spawn(func(cd *core.Device) (core.Op, error) {
+	box := new(launchTask)
+	o.kargs = box.kargs[:0]
+	return a.spawnIn(&box.depTask, &box.room, func(cd *core.Device) (core.Op, error) {
 		op, _, _, err := a.targetOp(cd, k, o, args)
 		return op, err
 	})

@@ -359,6 +359,26 @@ func TestTaskgraphAllocs(t *testing.T) {
 	if replay/n >= fresh || same >= replay {
 		t.Errorf("a task of Run's replay allocates %.2f, of Replay's %.2f, a fresh one %.1f: want fewer, then fewer", replay/n, same/n, fresh)
 	}
+	// A Replay allocates per replay, not per node: a graph of twice the
+	// nodes costs the same (it was 2 a node: the host queue's launch
+	// closure and the typed kernel's bound call).
+	double := offload.NewTaskgraph(func(r *offload.Recorder) error {
+		for range 2 * n {
+			AddN.Nowait(r.Nowait(dev, offload.DependInOut(x)), v, x)
+		}
+		return nil
+	})
+	if err := double.Run().Wait(); err != nil {
+		t.Fatal(err)
+	}
+	twice := testing.AllocsPerRun(50, func() {
+		if err := double.Replay().Wait(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if (twice-same)/n > 0.02+raceNodeAllocs {
+		t.Errorf("a Replay of %d nodes allocates %.0f times, of %d nodes %.0f: want no allocation per node", n, same, 2*n, twice)
+	}
 }
 
 // BenchmarkTaskgraphReplay replays Task Bench's trivial graph at width 2

@@ -243,7 +243,12 @@ func kernelArgs(cd *core.Device, kk *Kernel, dm Defaultmap, o launchOpts, args [
 		return nil, core.Errorf("goffload: %s: target %s%s: %w: got %d arguments, want %d",
 			cd.Label(), k.Name(), k.Describe(), ErrBadArgument, len(args), len(k.Tops()))
 	}
-	out := make([]core.KernelArg, len(k.Params()))
+	out := o.kargs[:0]
+	if n := len(k.Params()); n <= cap(out) {
+		out = out[:n]
+	} else {
+		out = make([]core.KernelArg, n)
+	}
 	li := 0 // the flattened parameter
 	for i, a := range args {
 		if p := k.Params()[li]; p.Field < 0 {
@@ -339,7 +344,6 @@ func (lf *leafer) arg(li int, a any, defName string) (core.KernelArg, error) {
 		}
 		return core.KernelArg{Scalar: v, Name: name}, nil
 	}
-	st := reflect.SliceOf(p.Type)
 	switch a := a.(type) {
 	case Map:
 		if err := a.unmappable(cd, defName); err != nil {
@@ -372,7 +376,7 @@ func (lf *leafer) arg(li int, a any, defName string) (core.KernelArg, error) {
 		n := int(a.size / int64(max(p.Type.Size(), 1)))
 		ka := core.KernelArg{DevPtr: true, Ptr: a.ptr, Len: n}
 		if cd.IsInitial() {
-			ka.Slice = reflect.MakeSlice(st, 0, 0)
+			ka.Slice = reflect.MakeSlice(reflect.SliceOf(p.Type), 0, 0) // SliceOf only here: it costs a cache lookup
 			if n > 0 {
 				ka.Slice = reflect.SliceAt(p.Type, a.keep, n)
 			}

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"unsafe"
 
+	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/mapping"
 
 	"github.com/goffload/offload/internal/entries"
@@ -73,6 +74,9 @@ func (k *Kernel) launchNowait(nw Async, o launchOpts, args ...any) *Task {
 type launchOpts struct {
 	with  []Map    // clauses that replace the declared maps (With)
 	names []string // the parameters' names (Named)
+	// kargs, if its capacity is enough, is where the lowered arguments
+	// go (kernelArgs): a task's own room (launchTask).
+	kargs []core.KernelArg
 }
 
 // argOf decodes argument a of parameter i of k, of type A, for a typed

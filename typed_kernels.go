@@ -24,9 +24,10 @@ func MustKernel0(name string, fn func(Ctx)) Kernel0 {
 	}
 	if k.k.Directable() {
 		pk := k.k
-		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) error {
 			_ = args
-			return func() { fn(kernelCtx{ctx}) }, nil
+			fn(kernelCtx{ctx})
+			return nil
 		})
 	}
 	return Kernel0{k: k}
@@ -106,12 +107,13 @@ func MustKernel1[A any](name string, fn func(Ctx, A)) Kernel1[A] {
 	}
 	if k.k.Directable() {
 		pk := k.k
-		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) error {
 			a, err := argOf[A](pk, 0, args[0], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			return func() { fn(kernelCtx{ctx}, a) }, nil
+			fn(kernelCtx{ctx}, a)
+			return nil
 		})
 	}
 	return Kernel1[A]{k: k}
@@ -191,16 +193,17 @@ func MustKernel2[A, B any](name string, fn func(Ctx, A, B)) Kernel2[A, B] {
 	}
 	if k.k.Directable() {
 		pk := k.k
-		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) error {
 			a, err := argOf[A](pk, 0, args[0], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			b, err := argOf[B](pk, 1, args[1], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			return func() { fn(kernelCtx{ctx}, a, b) }, nil
+			fn(kernelCtx{ctx}, a, b)
+			return nil
 		})
 	}
 	return Kernel2[A, B]{k: k}
@@ -280,20 +283,21 @@ func MustKernel3[A, B, C any](name string, fn func(Ctx, A, B, C)) Kernel3[A, B, 
 	}
 	if k.k.Directable() {
 		pk := k.k
-		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) error {
 			a, err := argOf[A](pk, 0, args[0], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			b, err := argOf[B](pk, 1, args[1], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			c, err := argOf[C](pk, 2, args[2], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			return func() { fn(kernelCtx{ctx}, a, b, c) }, nil
+			fn(kernelCtx{ctx}, a, b, c)
+			return nil
 		})
 	}
 	return Kernel3[A, B, C]{k: k}
@@ -375,24 +379,25 @@ func MustKernel4[A, B, C, D any](name string, fn func(Ctx, A, B, C, D)) Kernel4[
 	}
 	if k.k.Directable() {
 		pk := k.k
-		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) error {
 			a, err := argOf[A](pk, 0, args[0], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			b, err := argOf[B](pk, 1, args[1], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			c, err := argOf[C](pk, 2, args[2], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			d, err := argOf[D](pk, 3, args[3], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			return func() { fn(kernelCtx{ctx}, a, b, c, d) }, nil
+			fn(kernelCtx{ctx}, a, b, c, d)
+			return nil
 		})
 	}
 	return Kernel4[A, B, C, D]{k: k}
@@ -476,28 +481,29 @@ func MustKernel5[A, B, C, D, E any](name string, fn func(Ctx, A, B, C, D, E)) Ke
 	}
 	if k.k.Directable() {
 		pk := k.k
-		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) error {
 			a, err := argOf[A](pk, 0, args[0], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			b, err := argOf[B](pk, 1, args[1], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			c, err := argOf[C](pk, 2, args[2], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			d, err := argOf[D](pk, 3, args[3], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			e, err := argOf[E](pk, 4, args[4], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			return func() { fn(kernelCtx{ctx}, a, b, c, d, e) }, nil
+			fn(kernelCtx{ctx}, a, b, c, d, e)
+			return nil
 		})
 	}
 	return Kernel5[A, B, C, D, E]{k: k}
@@ -581,32 +587,33 @@ func MustKernel6[A, B, C, D, E, F any](name string, fn func(Ctx, A, B, C, D, E, 
 	}
 	if k.k.Directable() {
 		pk := k.k
-		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) error {
 			a, err := argOf[A](pk, 0, args[0], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			b, err := argOf[B](pk, 1, args[1], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			c, err := argOf[C](pk, 2, args[2], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			d, err := argOf[D](pk, 3, args[3], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			e, err := argOf[E](pk, 4, args[4], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			f, err := argOf[F](pk, 5, args[5], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			return func() { fn(kernelCtx{ctx}, a, b, c, d, e, f) }, nil
+			fn(kernelCtx{ctx}, a, b, c, d, e, f)
+			return nil
 		})
 	}
 	return Kernel6[A, B, C, D, E, F]{k: k}
@@ -690,36 +697,37 @@ func MustKernel7[A, B, C, D, E, F, G any](name string, fn func(Ctx, A, B, C, D, 
 	}
 	if k.k.Directable() {
 		pk := k.k
-		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) error {
 			a, err := argOf[A](pk, 0, args[0], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			b, err := argOf[B](pk, 1, args[1], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			c, err := argOf[C](pk, 2, args[2], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			d, err := argOf[D](pk, 3, args[3], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			e, err := argOf[E](pk, 4, args[4], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			f, err := argOf[F](pk, 5, args[5], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			g, err := argOf[G](pk, 6, args[6], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			return func() { fn(kernelCtx{ctx}, a, b, c, d, e, f, g) }, nil
+			fn(kernelCtx{ctx}, a, b, c, d, e, f, g)
+			return nil
 		})
 	}
 	return Kernel7[A, B, C, D, E, F, G]{k: k}
@@ -803,40 +811,41 @@ func MustKernel8[A, B, C, D, E, F, G, H any](name string, fn func(Ctx, A, B, C, 
 	}
 	if k.k.Directable() {
 		pk := k.k
-		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) error {
 			a, err := argOf[A](pk, 0, args[0], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			b, err := argOf[B](pk, 1, args[1], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			c, err := argOf[C](pk, 2, args[2], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			d, err := argOf[D](pk, 3, args[3], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			e, err := argOf[E](pk, 4, args[4], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			f, err := argOf[F](pk, 5, args[5], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			g, err := argOf[G](pk, 6, args[6], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			h, err := argOf[H](pk, 7, args[7], mem)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			return func() { fn(kernelCtx{ctx}, a, b, c, d, e, f, g, h) }, nil
+			fn(kernelCtx{ctx}, a, b, c, d, e, f, g, h)
+			return nil
 		})
 	}
 	return Kernel8[A, B, C, D, E, F, G, H]{k: k}

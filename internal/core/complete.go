@@ -64,7 +64,7 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy s
 		light, heavy, spawn = handOn(succs)
 	}
 	ts.mu.Unlock()
-	close(t.done) // after the history: a waiter sees it settled
+	t.finish() // after the history: a waiter sees it settled
 	if t.onDone != nil {
 		t.onDone(err, ready)
 	}
@@ -97,7 +97,9 @@ func failedPred(preds []*Task) *failure {
 // failure is reported (which depend on nothing), rely on that order.
 func waitDone(ts []*Task) {
 	for _, p := range ts {
-		<-p.done
+		if !p.fin.Load() {
+			<-p.Done()
+		}
 	}
 }
 

@@ -118,14 +118,7 @@ type depGraph struct {
 	lo, hi depState // the bounds of a search, kept to allocate nothing
 }
 
-func finished(t *Task) bool {
-	select {
-	case <-t.done:
-		return true
-	default:
-		return false
-	}
-}
+func finished(t *Task) bool { return t.fin.Load() }
 
 // holds reports whether a finished task must stay in a history: it failed
 // and its failure was not reported yet. Called with tasks.mu held.
@@ -156,7 +149,8 @@ func (g *depGraph) add(t *Task, deps []Dep) []*Task {
 		g.hist = map[uintptr]*depState{}
 		g.byAddr = btree.NewG(16, func(a, b *depState) bool { return a.addr < b.addr })
 	}
-	ps := predSet{t: t}
+	ps := predSet{t: t, list: t.directBuf[:0]}
+	t.addrs = t.addrBuf[:0]
 	var covered []*depState // other addresses' histories a write may replace
 	for _, d := range deps {
 		covered = g.addDep(&ps, d, covered)

@@ -205,6 +205,10 @@ type work struct {
 	dep     *failure // the predecessor's failure, if first is a dependency error
 	// inline is the queue, if it runs the work inline (begin), until done.
 	inline plugin.InlineQueue
+	// completing is a task's, from its enqueueing to its completion.
+	completing completing
+	// argBuf holds a launch's arguments for a kernel of a few (target).
+	argBuf [4]plugin.Arg
 }
 
 // begin starts a synchronous construct's work: its caller waits for the
@@ -214,7 +218,7 @@ func (d *Device) begin(op string) (*work, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := d.beginOn(op, q, d.newID(), false)
+	w := d.beginOn(op, q, d.newID(), false, nil)
 	if iq, ok := q.Queue.(plugin.InlineQueue); ok {
 		iq.SetInline(true)
 		w.inline = iq
@@ -232,9 +236,14 @@ func (d *Device) newID() uint64 {
 }
 
 // beginOn starts the work of construct op, with id task, on q; nowait says
-// it is a task's (not a synchronous construct's).
-func (d *Device) beginOn(op string, q *cqueue, task uint64, nowait bool) *work {
-	w := &work{d: d, cq: q, q: q.Queue, op: op, task: task, nowait: nowait}
+// it is a task's (not a synchronous construct's). into, if not nil, is
+// where the work goes: a zero work of the task's own (Task.takeWork).
+func (d *Device) beginOn(op string, q *cqueue, task uint64, nowait bool, into *work) *work {
+	w := into // zero: a new one, or a task's own (takeWork)
+	if w == nil {
+		w = new(work)
+	}
+	w.d, w.cq, w.q, w.op, w.task, w.nowait = d, q, q.Queue, op, task, nowait
 	w.used = w.usedBuf[:0]
 	// The span opens before the tag goes out: a device places its
 	// operations' times no earlier than the tag's sending (TaggedQueue),
@@ -342,23 +351,36 @@ func TargetOp(k *entries.Kernel, args []KernelArg) Op {
 }
 
 // TargetOpWith is the target construct with the launch geometry g (the
-// num_teams and thread_limit clauses; zero: the device chooses).
+// num_teams and thread_limit clauses; zero: the device chooses). The Op
+// holds k, args and g itself: making it allocates nothing.
 func TargetOpWith(k *entries.Kernel, args []KernelArg, g plugin.Geometry) Op {
-	return Op{
-		Name: k.OpName(),
-		Initial: func(d *Device, task uint64, fallback bool, stop *plugin.StopSignal) error {
-			if d.log.On(InfoKernelArgs) {
-				d.logArgs(task, k, args)
-			}
-			return d.runInitial(task, k, args, fallback, stop)
-		},
-		Enqueue: func(d *Device, w *work) {
-			if d.log.On(InfoKernelArgs) {
-				d.logArgs(w.task, k, args)
-			}
-			d.target(w, k, args, g)
-		},
+	return Op{Name: k.OpName(), kernel: k, kargs: args, geo: g}
+}
+
+// enqueue enqueues op's work on w: its target region, or its Enqueue.
+func (op *Op) enqueue(d *Device, w *work) {
+	if op.kernel == nil {
+		op.Enqueue(d, w)
+		return
 	}
+	if d.log.On(InfoKernelArgs) {
+		d.logArgs(w.task, op.kernel, op.kargs)
+	}
+	d.target(w, op.kernel, op.kargs, op.geo)
+}
+
+// hasInitial reports whether op does something on the initial device.
+func (op *Op) hasInitial() bool { return op.kernel != nil || op.Initial != nil }
+
+// initial runs op on the initial device: its kernel, or its Initial.
+func (op *Op) initial(d *Device, task uint64, fallback bool, stop *plugin.StopSignal) error {
+	if op.kernel == nil {
+		return op.Initial(d, task, fallback, stop)
+	}
+	if d.log.On(InfoKernelArgs) {
+		d.logArgs(task, op.kernel, op.kargs)
+	}
+	return d.runInitial(task, op.kernel, op.kargs, fallback, stop)
 }
 
 // EnterData maps buffers: target enter data.
@@ -414,6 +436,12 @@ type Op struct {
 	// that task, though the task's completion never reached the host. It is called at most
 	// once per task.
 	Recover func(err error, used bool) error
+
+	// A target region (TargetOpWith) in place of Enqueue and Initial: its
+	// kernel, arguments and geometry.
+	kernel *entries.Kernel
+	kargs  []KernelArg
+	geo    plugin.Geometry
 }
 
 // check validates op's clauses on d.
@@ -433,13 +461,13 @@ func (d *Device) Run(ctx context.Context, op Op, fallback bool) error {
 		return err
 	}
 	if d.IsInitial() {
-		if op.Initial == nil {
+		if !op.hasInitial() {
 			return nil
 		}
 		task := d.newID()
 		stop, release := constructStop(ctx)
 		defer release()
-		err, _ := d.wait(ctx, op.Name, func() error { return op.Initial(d, task, fallback, stop) }, nil)
+		err, _ := d.wait(ctx, op.Name, func() error { return op.initial(d, task, fallback, stop) }, nil)
 		return err
 	}
 	stop, release := constructStop(ctx)
@@ -450,7 +478,7 @@ func (d *Device) Run(ctx context.Context, op Op, fallback bool) error {
 			return err
 		}
 		w.stop = stop
-		op.Enqueue(d, w)
+		op.enqueue(d, w)
 		return w.finish()
 	}, nil)
 	return err

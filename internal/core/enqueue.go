@@ -29,10 +29,11 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		return nil
 	}
 	if d.IsInitial() {
+		op := op // a copy of its own: the common path's stays on the stack
 		return func() step {
 			var err error
-			if op.Initial != nil {
-				err = runAsTask(func() error { return op.Initial(d, t.ID, fallback, nil) })
+			if op.hasInitial() {
+				err = runAsTask(func() error { return op.initial(d, t.ID, fallback, nil) })
 			}
 			return r.completeThen(t, err, nil)
 		}
@@ -55,6 +56,7 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 			for _, q := range preds[:i] {
 				q.dropDevSucc(t)
 			}
+			op := op
 			go func() {
 				waitDone([]*Task{p})
 				drive(r.enqueue(t, d, op, preds, fallback))
@@ -72,13 +74,13 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 			return nil
 		}
 	}
-	w := d.beginOn(op.Name, cq, t.ID, true)
+	w := d.beginOn(op.Name, cq, t.ID, true, t.takeWork())
 	if followed != nil && d.tool != nil { // it waits by queue order
 		d.tool.Wait(tool.WaitEvent{Where: w.where(), For: followed.ID, ForName: followed.Name, OnDevice: true})
 	}
 	waitPreds(t, d, op.Name, w, rest, evs)
 	if w.first == nil {
-		op.Enqueue(d, w)
+		op.enqueue(d, w)
 	}
 	ev := t.publish(d, op.Name, w)
 	wake := t.markEnqueued() // the tasks that waited for t to be enqueued
@@ -90,14 +92,18 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		}()
 		return wake
 	}
-	complete := r.completion(t, d, op.Name, w, ev, all)
+	w.completing = completing{r: r, t: t, ev: ev, all: all}
+	if fc, ok := ev.(fireCaller); ok && len(w.after) == 0 {
+		fc.OnFireCall(fired, w) // as below, without a closure
+		return wake
+	}
 	if fn, ok := ev.(plugin.FireNotifier); ok && len(w.after) == 0 {
 		// No goroutine per task: the event's firing hands the completion
 		// to the device's completer.
-		fn.OnFire(func() { d.completer.add(complete) })
+		fn.OnFire(func() { d.completer.add(w) })
 		return wake
 	}
-	go complete(true)
+	go w.complete(true)
 	return wake
 }
 
@@ -176,31 +182,55 @@ func (t *Task) publish(d *Device, op string, w *work) plugin.Event {
 	return ev
 }
 
-// completion returns what completes t, whose work on d is w and whose
-// predecessors are all, once ev fired; it blocks only where it must wait
-// for t's predecessors (failedPred), or has work after the queue's.
-func (r *Runtime) completion(t *Task, d *Device, op string, w *work, ev plugin.Event, all []*Task) func(background bool) {
-	return func(background bool) {
-		err := ev.Synchronize()
-		if err != nil {
-			w.err(Errorf("goffload: %s: %s: %w", d.Label(), op, err))
-		} else {
-			w.runAfter()
-		}
-		err = w.done(err == nil)
-		t.settle(err)
-		// Dependents created from now on see the task finishing (enqueued,
-		// with no event) and wait for it on the host; those that took the
-		// event already may still wait on it, closed (it fired: no wait).
-		t.retire(ev)
-		if !background && w.dep == nil && !allFinished(all) {
-			// Not on the device's completer: it must not block. The
-			// completion of its last predecessor finishes it.
-			drive(r.waitFor(t, all, true, func() step { return r.finishNext(t, err, w.dep, all) }))
-			return
-		}
-		r.finishTask(t, err, w.dep, all)
+// fireCaller is a plugin.FireNotifier that also runs f(x) when the event
+// fires (opqueue.Event.OnFireCall): a completion handed over that way
+// allocates no closure.
+type fireCaller interface {
+	OnFireCall(f func(x any), x any)
+}
+
+// fired hands the completion of x, a *work whose event fired, to its
+// device's completer.
+func fired(x any) {
+	w := x.(*work)
+	w.d.completer.add(w)
+}
+
+// completing is what a task's completion needs of it, in its work: the
+// runtime, the task, the event that ends its work and its predecessors.
+type completing struct {
+	r   *Runtime
+	t   *Task
+	ev  plugin.Event
+	all []*Task
+}
+
+// complete completes w's task once its event fired; it blocks only where
+// it must wait for the task's predecessors (failedPred), or has work after
+// the queue's. background says it is not on the device's completer.
+func (w *work) complete(background bool) {
+	r, t, d, ev, all := w.completing.r, w.completing.t, w.d, w.completing.ev, w.completing.all
+	w.completing = completing{}
+	err := ev.Synchronize()
+	if err != nil {
+		w.err(Errorf("goffload: %s: %s: %w", d.Label(), w.op, err))
+	} else {
+		w.runAfter()
 	}
+	err = w.done(err == nil)
+	t.settle(err)
+	// Dependents created from now on see the task finishing (enqueued,
+	// with no event) and wait for it on the host; those that took the
+	// event already may still wait on it, closed (it fired: no wait).
+	t.retire(ev)
+	if !background && w.dep == nil && !allFinished(all) {
+		// Not on the device's completer: it must not block. The
+		// completion of its last predecessor finishes it.
+		dep := w.dep
+		drive(r.waitFor(t, all, true, func() step { return r.finishNext(t, err, dep, all) }))
+		return
+	}
+	r.finishTask(t, err, w.dep, all)
 }
 
 // completer runs the completions of a device's tasks, in the order their
@@ -209,13 +239,13 @@ func (r *Runtime) completion(t *Task, d *Device, op string, w *work, ev plugin.E
 // each event. A completion must not block on another's.
 type completer struct {
 	mu      sync.Mutex
-	fns     []func(background bool) // each called with false
+	fns     []*work // each completed with background false
 	running bool
 }
 
-func (c *completer) add(f func(background bool)) {
+func (c *completer) add(w *work) {
 	c.mu.Lock()
-	c.fns = append(c.fns, f)
+	c.fns = append(c.fns, w)
 	start := !c.running
 	c.running = true
 	c.mu.Unlock()
@@ -232,10 +262,10 @@ func (c *completer) run() {
 			c.mu.Unlock()
 			return
 		}
-		f := c.fns[0]
+		w := c.fns[0]
 		c.fns[0] = nil
 		c.fns = c.fns[1:]
 		c.mu.Unlock()
-		f(false)
+		w.complete(false)
 	}
 }

@@ -122,25 +122,15 @@ func (g *Graph) AddLaunch(d *Device, k *entries.Kernel, args []KernelArg, geo pl
 	}
 	target := "target " + k.Name()
 	pargs := make([]plugin.Arg, len(args))
-	for i, a := range args {
-		p := k.Params()[i]
-		switch {
-		case p.Kind == plugin.Scalar:
-			pargs[i].Scalar = a.Scalar
-		case a.DevPtr:
-			pargs[i] = plugin.Arg{Ptr: a.Ptr, Len: a.Len}
-		default:
-			m := a.Map
-			if m.Type&mapping.MapAlways != 0 {
-				return Errorf("goffload: %s: taskgraph: target %s: argument %d (%s): %w: map(always, %s) is not recorded: update the buffer with a task outside the graph",
-					d.Label(), k.Name(), i, nameOf(m.Buf.Name), ErrBadArgument, m.Kind())
-			}
-			tgt, err := g.present(d, target, m)
-			if err != nil {
-				return err
-			}
-			pargs[i] = plugin.Arg{Ptr: tgt, Len: a.Len}
+	err := lowerArgs(k, args, pargs, func(i int, m MapItem) (plugin.Ptr, error) {
+		if m.Type&mapping.MapAlways != 0 {
+			return 0, Errorf("goffload: %s: taskgraph: target %s: argument %d (%s): %w: map(always, %s) is not recorded: update the buffer with a task outside the graph",
+				d.Label(), k.Name(), i, nameOf(m.Buf.Name), ErrBadArgument, m.Kind())
 		}
+		return g.present(d, target, m)
+	})
+	if err != nil {
+		return err
 	}
 	g.nodes = append(g.nodes, gnode{dev: d, name: k.OpName(), k: k, geo: geo, off: g.nargs, args: pargs, deps: deps})
 	g.nargs += len(pargs)
@@ -242,7 +232,7 @@ func (g *Graph) Seal() error {
 	seen := map[Dep]bool{}
 	for i := range g.nodes {
 		n := &g.nodes[i]
-		t := &Task{done: make(chan struct{})}
+		t := &Task{}
 		ts[i], index[t] = t, i
 		preds := dg.add(t, n.deps)
 		g.place(i, preds, index, &kn)

@@ -21,7 +21,7 @@ import (
 // the replay's, and the nodes after it run on what it left.
 func (g *Graph) Replay(args []plugin.Arg) *Task {
 	r := g.rt
-	t := &Task{Name: "taskgraph", dev: r.Initial, done: make(chan struct{})}
+	t := &Task{Name: "taskgraph", dev: r.Initial}
 	preds := r.register(t, g.deps)
 	ts := &r.tasks
 	ts.mu.Lock()
@@ -55,7 +55,7 @@ func (g *Graph) Replay(args []plugin.Arg) *Task {
 // tasks made later that name g's clauses come after it.
 func (g *Graph) Join(ts []*Task, err error) *Task {
 	r := g.rt
-	t := &Task{Name: "taskgraph", dev: r.Initial, done: make(chan struct{})}
+	t := &Task{Name: "taskgraph", dev: r.Initial}
 	preds := r.register(t, g.deps)
 	r.tasks.mu.Lock()
 	g.last = t

@@ -13,13 +13,43 @@ import (
 // blocks on other tasks' work: what would is done on a goroutine. How it
 // waits for each predecessor is spawnWait's decision.
 func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
-	t := &Task{Name: op.Name, dev: d, done: make(chan struct{}), onDone: op.Done}
+	return r.SpawnIn(new(TaskRoom), d, op, deps, fallback)
+}
+
+// SpawnIn is Spawn that makes the task in room, a new one.
+func (r *Runtime) SpawnIn(room *TaskRoom, d *Device, op Op, deps []Dep, fallback bool) *Task {
+	room.t = Task{Name: op.Name, dev: d, onDone: op.Done}
+	t := &room.t
+	t.spare = &room.w
 	preds := r.register(t, deps)
 	if op.Recover != nil {
 		r.tasks.mu.Lock()
 		t.rec.fn, t.rec.preds, t.rec.settled = op.Recover, preds, make(chan struct{})
 		r.tasks.mu.Unlock()
 	}
+	if allDeviceWaits(d, preds) { // the device waits for them all
+		if next := r.enqueue(t, d, op, preds, fallback); next != nil {
+			go drive(next) // the initial device's work
+		}
+		return t
+	}
+	r.spawnWaiting(t, d, op, preds, fallback)
+	return t
+}
+
+// allDeviceWaits reports whether d waits for each of preds itself.
+func allDeviceWaits(d *Device, preds []*Task) bool {
+	for _, p := range preds {
+		if spawnWait(d.spawnView(p)) != deviceWait {
+			return false
+		}
+	}
+	return true
+}
+
+// spawnWaiting is Spawn for a task t, made on d to run op, some of whose
+// predecessors preds are waited for on the host, or are not enqueued yet.
+func (r *Runtime) spawnWaiting(t *Task, d *Device, op Op, preds []*Task, fallback bool) {
 	var onHost, onDevice, later []*Task
 	for _, p := range preds {
 		switch spawnWait(d.spawnView(p)) {
@@ -31,15 +61,15 @@ func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 			onHost = append(onHost, p)
 		}
 	}
-	if len(later) == 0 && len(onHost) == 0 { // the device waits for them all
+	if len(later) == 0 && len(onHost) == 0 { // they were enqueued meanwhile
 		if next := r.enqueue(t, d, op, onDevice, fallback); next != nil {
-			go drive(next) // the initial device's work
+			go drive(next)
 		}
-		return t
+		return
 	}
 	if len(later) == 0 {
 		runHere(r.afterHost(t, d, onHost, r.readyStep(t, d, op, preds, onHost, onDevice, fallback)))
-		return t
+		return
 	}
 	// A device predecessor that was not enqueued yet (it waits on the host
 	// itself) may be waited for on the device once it is.
@@ -58,7 +88,6 @@ func (r *Runtime) Spawn(d *Device, op Op, deps []Dep, fallback bool) *Task {
 		// events retired): classifying them and waiting does not block.
 		runHere(s())
 	}
-	return t
 }
 
 // runHere runs s, a step that does not block (enqueueing), on the caller,
@@ -97,7 +126,7 @@ func (r *Runtime) ready(t *Task, d *Device, op Op, preds, onHost, onDevice []*Ta
 // It runs on a goroutine of its own if it is ready at once, and otherwise
 // on the goroutine that completes its last predecessor (see step).
 func (r *Runtime) SpawnHost(name string, fn func() error, deps []Dep) *Task {
-	t := &Task{Name: name, dev: r.Initial, done: make(chan struct{})}
+	t := &Task{Name: name, dev: r.Initial}
 	preds := r.register(t, deps)
 	body := func() step {
 		if f := failedPred(preds); f != nil { // they are all done

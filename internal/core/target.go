@@ -17,7 +17,12 @@ import (
 
 // target enqueues a target region on w: maps, launch, unmaps.
 func (d *Device) target(w *work, k *entries.Kernel, args []KernelArg, g plugin.Geometry) {
-	pargs := make([]plugin.Arg, len(args))
+	var pargs []plugin.Arg
+	if len(args) <= len(w.argBuf) {
+		pargs = w.argBuf[:len(args)]
+	} else {
+		pargs = make([]plugin.Arg, len(args))
+	}
 	var mappedBuf [4]MapItem // a few buffers: no allocation
 	mapped := mappedBuf[:0]
 	checking := d.log.On(InfoCheck)
@@ -25,28 +30,21 @@ func (d *Device) target(w *work, k *entries.Kernel, args []KernelArg, g plugin.G
 	if checking {
 		fresh = make([]bool, len(args))
 	}
-	for i, a := range args {
-		p := k.Params()[i]
-		switch {
-		case p.Kind == plugin.Scalar:
-			pargs[i].Scalar = a.Scalar
-		case a.DevPtr:
-			pargs[i] = plugin.Arg{Ptr: a.Ptr, Len: a.Len}
-		default:
-			if checking {
-				fresh[i] = !d.IsPresent(a.Map.Buf)
-			}
-			_, tgt, err := w.enter(a.Map)
-			if err != nil {
-				w.err(err)
-				break
-			}
-			mapped = append(mapped, a.Map)
-			pargs[i] = plugin.Arg{Ptr: tgt, Len: a.Len}
+	err := lowerArgs(k, args, pargs, func(i int, m MapItem) (plugin.Ptr, error) {
+		if w.first != nil { // an earlier buffer's copy failed on the queue
+			return 0, w.first
 		}
-		if w.first != nil {
-			break
+		if checking {
+			fresh[i] = !d.IsPresent(m.Buf)
 		}
+		_, tgt, err := w.enter(m)
+		if err == nil {
+			mapped = append(mapped, m)
+		}
+		return tgt, err
+	})
+	if err != nil {
+		w.err(err)
 	}
 	if w.first == nil && d.globals != nil {
 		d.bindLinks(w) // declare target link variables (declare.go)
@@ -87,6 +85,28 @@ func (d *Device) target(w *work, k *entries.Kernel, args []KernelArg, g plugin.G
 			w.err(err)
 		}
 	}
+}
+
+// lowerArgs lowers args, kernel k's, into pargs: a scalar as it is, a
+// device pointer as its address, a buffer as the device address buffer
+// gives for its map clause (mapping it, or finding it present). It stops
+// at buffer's first error.
+func lowerArgs(k *entries.Kernel, args []KernelArg, pargs []plugin.Arg, buffer func(i int, m MapItem) (plugin.Ptr, error)) error {
+	for i, a := range args {
+		switch {
+		case k.Params()[i].Kind == plugin.Scalar:
+			pargs[i] = plugin.Arg{Scalar: a.Scalar}
+		case a.DevPtr:
+			pargs[i] = plugin.Arg{Ptr: a.Ptr, Len: a.Len}
+		default:
+			tgt, err := buffer(i, a.Map)
+			if err != nil {
+				return err
+			}
+			pargs[i] = plugin.Arg{Ptr: tgt, Len: a.Len}
+		}
+	}
+	return nil
 }
 
 // launch enqueues k on q with g, if g is set and q takes a geometry, and

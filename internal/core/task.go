@@ -29,8 +29,13 @@ type Task struct {
 	Name   string
 	dev    *Device // nil for host work
 	rt     *Runtime
-	done   chan struct{}
 	onDone func(err error, ready time.Time) // Op.Done
+
+	// fin is set as the task completes, after err and fail (finished).
+	// done is made by the first that waits for it (Done), under mu, and
+	// closed as fin is set: a task nobody waits on allocates none.
+	fin  atomic.Bool
+	done chan struct{}
 
 	// Set under the runtime's tasks.mu as it completes (holds reads them
 	// there), before done is closed; read by anyone after.
@@ -62,6 +67,11 @@ type Task struct {
 	addrs     []uintptr
 	direct    []*Task
 	completed bool
+	// addrBuf and directBuf hold addrs and direct for a task of a few
+	// depend clauses and predecessors: no allocation of their own. What
+	// register writes there is only read afterwards.
+	addrBuf   [2]uintptr
+	directBuf [2]*Task
 	// Guarded by the runtime's tasks.mu, the host waits' part (ready.go).
 	// succs are the tasks waiting on the host for t. Each has pending, the
 	// number of its predecessors not completed. cont is what a waiting
@@ -72,6 +82,25 @@ type Task struct {
 	light   bool
 
 	rec recovery // for a task with Op.Recover only
+
+	// spare is the work its enqueueing takes (takeWork): a device task's
+	// own, allocated with it (Spawn).
+	spare *work
+}
+
+// TaskRoom is room for a task on a device and its work: Spawn's caller
+// may allocate it with its own record of the task (SpawnIn), one
+// allocation for all of them. A room holds one task.
+type TaskRoom struct {
+	t Task
+	w work
+}
+
+// takeWork returns t's spare work, once, or nil.
+func (t *Task) takeWork() *work {
+	w := t.spare
+	t.spare = nil
+	return w
 }
 
 // failure is one task's failure, shared by the dependents it made fail: a
@@ -84,7 +113,35 @@ type failure struct {
 }
 
 // Done is closed when the task has completed.
-func (t *Task) Done() <-chan struct{} { return t.done }
+func (t *Task) Done() <-chan struct{} {
+	if t.fin.Load() {
+		return closedDone
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.fin.Load() {
+		return closedDone
+	}
+	if t.done == nil {
+		t.done = make(chan struct{})
+	}
+	return t.done
+}
+
+// closedDone is the Done of every task that completed before anyone
+// asked for it.
+var closedDone = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// finish marks t completed: finished from now on, its Done closed.
+func (t *Task) finish() {
+	t.mu.Lock()
+	t.fin.Store(true)
+	c := t.done
+	t.mu.Unlock()
+	if c != nil {
+		close(c)
+	}
+}
 
 // Err is the task's error, once Done is closed.
 func (t *Task) Err() error { return t.err }
@@ -92,11 +149,9 @@ func (t *Task) Err() error { return t.err }
 // Wait waits for the task, or for ctx to be done, and returns the task's
 // error or ctx's. Returning the task's failure reports it (see Taskwait).
 func (t *Task) Wait(ctx context.Context) error {
-	select {
-	case <-t.done:
-	default:
+	if !t.fin.Load() {
 		select {
-		case <-t.done:
+		case <-t.Done():
 		case <-ctx.Done():
 			return Errorf("goffload: waiting for task %d (%s): %w", t.ID, t.Name, ctx.Err())
 		}

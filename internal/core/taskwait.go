@@ -98,8 +98,11 @@ func (r *Runtime) Taskwait(ctx context.Context) error {
 func WaitAll(ctx context.Context, ts []*Task) error {
 	sort.Slice(ts, func(i, j int) bool { return ts[i].ID < ts[j].ID })
 	for _, t := range ts {
+		if t.fin.Load() {
+			continue
+		}
 		select {
-		case <-t.done:
+		case <-t.Done():
 		case <-ctx.Done():
 			return Errorf("goffload: waiting for tasks: %w", ctx.Err())
 		}

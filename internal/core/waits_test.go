@@ -119,7 +119,7 @@ func TestTaskSpawnView(t *testing.T) {
 		t.Errorf("a task with a recovery: %+v, followed", v)
 	}
 	p.ev = nil
-	close(p.done)
+	p.finish()
 	if v := b.spawnView(p); !v.finished || spawnWait(v) != hostWait || enqueueWait(v) != hostWait {
 		t.Errorf("a completed task: %+v, want on the host", v)
 	}

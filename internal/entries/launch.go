@@ -5,16 +5,17 @@ package entries
 
 import (
 	"fmt"
-	"reflect"
 
 	"github.com/goffload/offload/plugin"
 )
 
-// A DirectFunc decodes a launch's arguments for a kernel and returns its
-// body bound to them, to be called without reflection (the typed kernels
-// of the offload package set one). The arguments are checked
-// (plugin.CheckArgs) before it is called; it checks the slices' memory.
-type DirectFunc func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (call func(), err error)
+// A DirectFunc decodes a launch's arguments for a kernel and calls its
+// body with them, without reflection (the typed kernels of the offload
+// package set one). The arguments are checked (plugin.CheckArgs) before
+// it is called; it checks the slices' memory, and returns that error
+// without calling the body. Decoding and calling in one function lets a
+// launch allocate nothing: no closure holds the decoded arguments.
+type DirectFunc func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) error
 
 // Directable reports whether k's arguments can be decoded by a DirectFunc
 // indexed like the function's parameters: no struct parameter holding
@@ -35,7 +36,7 @@ func (k *Kernel) Directable() bool {
 // its DirectFunc if it has one, through reflection otherwise; see Call for
 // panics and runtime.Goexit.
 func (k *Kernel) Launch(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) error {
-	call, in, err := k.bind(ctx, args, mem)
+	j, err := k.bind(ctx, args, mem)
 	if err != nil {
 		return err
 	}
@@ -44,7 +45,7 @@ func (k *Kernel) Launch(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem
 		return err
 	}
 	defer release()
-	return k.onRunner(job{k: k, in: in, call: call})
+	return k.onRunner(j)
 }
 
 // slot waits for one of the device's kernel slots (plugin.Pool's
@@ -72,7 +73,7 @@ func (k *Kernel) slot(ctx *plugin.KernelCtx) (release func(), err error) {
 // LaunchHere calls exited from a deferred call, before the goroutine
 // unwinds past it.
 func (k *Kernel) LaunchHere(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem, exited func(error)) error {
-	call, in, err := k.bind(ctx, args, mem)
+	j, err := k.bind(ctx, args, mem)
 	if err != nil {
 		return err
 	}
@@ -88,25 +89,26 @@ func (k *Kernel) LaunchHere(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin
 			exited((<-done).err)
 		}
 	}()
-	k.run(in, call, done)
+	k.run(j, done)
 	returned = true
 	return (<-done).err
 }
 
-// bind checks a launch's arguments and binds the body to them: call, its
-// DirectFunc's, or else in, the values of a call through reflection (the
-// context first).
-func (k *Kernel) bind(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (call func(), in []reflect.Value, err error) {
+// bind checks a launch's arguments and returns the job of the call: with
+// the arguments as they are, for its DirectFunc to decode where the body
+// runs (its slices' memory is checked there, before the body is called),
+// or else with the values of a call through reflection (the context
+// first).
+func (k *Kernel) bind(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (job, error) {
 	if k.direct == nil {
 		vals, err := k.ArgValues(args, mem)
 		if err != nil {
-			return nil, nil, err
+			return job{}, err
 		}
-		return nil, k.callValues(ctx, vals), nil
+		return job{k: k, in: k.callValues(ctx, vals)}, nil
 	}
 	if err := plugin.CheckArgs(k, args); err != nil {
-		return nil, nil, err
+		return job{}, err
 	}
-	call, err = k.direct(ctx, args, mem)
-	return call, nil, err
+	return job{k: k, direct: true, ctx: ctx, args: args, mem: mem}, nil
 }

@@ -92,9 +92,14 @@ const lingerAfter = 20 * time.Microsecond
 const answerSpins = 256
 
 type job struct {
-	k    *Kernel
-	in   []reflect.Value
-	call func() // the body with its arguments bound (Direct); in is unused then
+	k  *Kernel
+	in []reflect.Value // a call through reflection
+	// direct says the call is the kernel's DirectFunc's, of ctx, args and
+	// mem; in is unused then.
+	direct bool
+	ctx    *plugin.KernelCtx
+	args   []plugin.Arg
+	mem    plugin.Mem
 }
 
 type result struct {
@@ -139,7 +144,7 @@ func putRunner(r *runner) {
 func (r *runner) loop() {
 	for j, ok := <-r.jobs; ok; {
 		start := time.Now()
-		j.k.run(j.in, j.call, r.done)
+		j.k.run(j, r.done)
 		long := time.Since(start) >= lingerAfter
 		if j.k.long.Load() != long {
 			j.k.long.Store(long)
@@ -162,11 +167,12 @@ func (r *runner) loop() {
 // run calls the body and sends what became of it on done: nil, or an error
 // for a panic or a runtime.Goexit (which a deferred function sees as a
 // return with nothing to recover).
-func (k *Kernel) run(in []reflect.Value, call func(), done chan<- result) {
+func (k *Kernel) run(j job, done chan<- result) {
 	returned := false
+	var err error // the DirectFunc's: its arguments' memory was wrong
 	defer func() {
 		if returned {
-			done <- result{}
+			done <- result{err: err}
 			return
 		}
 		// A *KernelPanic: one line of text, the trimmed stack in its Stack.
@@ -180,10 +186,10 @@ func (k *Kernel) run(in []reflect.Value, call func(), done chan<- result) {
 			done <- result{err: plugin.NewKernelPanic(k.name, r, false, false, debug.Stack())}
 		}
 	}()
-	if call != nil {
-		call()
+	if j.direct {
+		err = k.direct(j.ctx, j.args, j.mem)
 	} else {
-		k.fn.Call(in)
+		k.fn.Call(j.in)
 	}
 	returned = true
 }

@@ -25,7 +25,7 @@ import (
 type Loop[T any] struct {
 	mu      sync.Mutex
 	idle    sync.Cond // running became false
-	ops     []entry[T]
+	ops     ring[T]
 	running bool // an operation runs, or the goroutine is about to take one
 	closed  bool
 	inline  bool  // see SetInline
@@ -40,6 +40,54 @@ type Loop[T any] struct {
 type entry[T any] struct {
 	o     T
 	clear bool
+}
+
+// ring is a FIFO of entries whose storage is reused: once it has grown to
+// a backlog's size, enqueueing allocates and copies nothing (a slice
+// taken from the front would be copied whole each time it is full).
+type ring[T any] struct {
+	buf  []entry[T]
+	head int // the first entry
+	n    int
+}
+
+// keptRing is the most entries an idle ring keeps room for.
+const keptRing = 1024
+
+func (r *ring[T]) len() int { return r.n }
+
+func (r *ring[T]) push(e entry[T]) {
+	if r.n == len(r.buf) {
+		nb := make([]entry[T], max(8, 2*len(r.buf)))
+		k := copy(nb, r.buf[r.head:])
+		copy(nb[k:], r.buf[:r.head])
+		r.buf, r.head = nb, 0
+	}
+	i := r.head + r.n
+	if i >= len(r.buf) {
+		i -= len(r.buf)
+	}
+	r.buf[i] = e
+	r.n++
+}
+
+// pop takes the first entry; the ring is not empty.
+func (r *ring[T]) pop() entry[T] {
+	e := r.buf[r.head]
+	r.buf[r.head] = entry[T]{}
+	r.n--
+	if r.head++; r.head == len(r.buf) || r.n == 0 {
+		r.head = 0
+	}
+	return e
+}
+
+// idle drops the room of a ring that grew large, now empty.
+func (r *ring[T]) idle() {
+	if len(r.buf) > keptRing {
+		r.buf = nil
+	}
+	r.head = 0
 }
 
 // Runner runs the operations of a [Loop]. Run runs o with failed, the
@@ -127,7 +175,7 @@ func (l *Loop[T]) Put(o T, w Where, clear bool) (bool, error) {
 		l.mu.Unlock()
 		return false, nil
 	}
-	l.ops = append(l.ops, entry[T]{o, clear})
+	l.ops.push(entry[T]{o, clear})
 	if !l.running {
 		l.running = true
 		go l.start()
@@ -147,7 +195,7 @@ func (l *Loop[T]) here(o T, failed error, drain bool) {
 		if !ran && l.err == nil {
 			l.err = fmt.Errorf("%w: an operation ended its goroutine (runtime.Goexit)", plugin.ErrKernelFailed)
 		}
-		if drain && ran && len(l.ops) > 0 && l.drains(o) {
+		if drain && ran && l.ops.len() > 0 && l.drains(o) {
 			l.mu.Unlock()
 			l.loop() // the Loop stays running; loop makes it idle
 			return
@@ -183,7 +231,7 @@ type Drainer[T any] interface {
 // meanwhile (by it, or by another goroutine) goes to the Loop's goroutine,
 // which stays running, or else the Loop is idle. Under l.mu.
 func (l *Loop[T]) handOn() {
-	if len(l.ops) > 0 {
+	if l.ops.len() > 0 {
 		go l.start()
 	} else {
 		l.running = false
@@ -209,16 +257,14 @@ func (l *Loop[T]) loop() {
 	}
 	for {
 		l.mu.Lock()
-		if len(l.ops) == 0 {
+		if l.ops.len() == 0 {
 			l.running = false
-			l.ops = l.ops[:0]
+			l.ops.idle()
 			l.idle.Broadcast()
 			l.mu.Unlock()
 			return
 		}
-		e := l.ops[0]
-		l.ops[0] = entry[T]{}
-		l.ops = l.ops[1:]
+		e := l.ops.pop()
 		failed := l.take(e.clear)
 		l.mu.Unlock()
 		// Run is called here and in here, not through a function of

@@ -280,3 +280,30 @@ func TestLoopGoexit(t *testing.T) {
 		t.Errorf("ran %v, want [1]", got)
 	}
 }
+
+// TestLoopBacklogReusesRoom: a queue that holds a backlog of operations
+// again and again keeps its room, allocating nothing per batch (a slice
+// taken from the front grew again after each drain, copying the backlog).
+func TestLoopBacklogReusesRoom(t *testing.T) {
+	q := New()
+	defer q.Close()
+	gate := make(chan struct{}, 1)
+	held := func() error { <-gate; return nil }
+	batch := func() {
+		if err := q.Do(held); err != nil {
+			t.Fatal(err)
+		}
+		for range 1000 {
+			if err := q.Do(nop); err != nil {
+				t.Fatal(err)
+			}
+		}
+		gate <- struct{}{}
+		if err := q.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := testing.AllocsPerRun(10, batch); n > 0 {
+		t.Errorf("a batch of 1000 operations behind a held one allocates %.1f times, want none", n)
+	}
+}

@@ -90,7 +90,9 @@ import (
 )
 
 type op struct {
-	run    func() error      // a normal operation, skipped after a failure
+	run    func() error     // a normal operation, skipped after a failure
+	call   func(Call) error // or one called with c (DoCallTimed)
+	c      Call
 	mark   func(error) error // runs whatever happened before; gets the error state
 	wait   *Event
 	record *Event
@@ -134,9 +136,8 @@ func (r *runner) Run(o op, failed error) error {
 	case o.record != nil:
 		o.record.Fire(failed)
 	case o.wait != nil:
-		<-o.wait.done
-		if o.wait.err != nil && failed == nil {
-			err = fmt.Errorf("waited-for event failed: %w", o.wait.err)
+		if werr := o.wait.wait(); werr != nil && failed == nil {
+			err = fmt.Errorf("waited-for event failed: %w", werr)
 		}
 		if o.timed != nil {
 			o.timed(start, time.Now(), err)
@@ -144,9 +145,12 @@ func (r *runner) Run(o op, failed error) error {
 	case o.mark != nil:
 		err = o.mark(failed)
 	case failed == nil:
-		if o.exited != nil {
+		switch {
+		case o.exited != nil:
 			err = r.runExit(o)
-		} else {
+		case o.call != nil:
+			err = o.call(o.c)
+		default:
 			err = o.run()
 		}
 		if o.timed != nil {
@@ -197,6 +201,21 @@ func (q *Queue) Do(fn func() error) error { return q.enqueue(op{run: fn}) }
 // A nil timed is Do.
 func (q *Queue) DoTimed(fn func() error, timed func(start, end time.Time, err error)) error {
 	return q.enqueue(op{run: fn, timed: timed})
+}
+
+// A Call is what an operation enqueued with DoCallTimed is called with:
+// the values it needs, held by the queue rather than by a closure.
+type Call struct {
+	X, Y, Z any
+	Args    []plugin.Arg
+}
+
+// DoCallTimed is DoTimed of fn called with c. An operation whose state
+// is pointers and interfaces (a kernel, its arguments, its device) costs
+// no allocation this way: fn is a function of the package that enqueues
+// it, not a closure.
+func (q *Queue) DoCallTimed(fn func(Call) error, c Call, timed func(start, end time.Time, err error)) error {
+	return q.enqueue(op{call: fn, c: c, timed: timed})
 }
 
 // RunHere runs fn on the calling goroutine, before RunHere returns, if
@@ -299,19 +318,24 @@ func (q *Queue) Close() error {
 
 // Event fires once, with an error or none. It is recorded (armed) before
 // it fires: by [Queue.Record], or by [Event.Arm] for an event that
-// something other than a queue fires. Make one with [NewEvent]: the zero
-// Event is not ready for use. Its methods are safe for concurrent use.
+// something other than a queue fires. Make one with [NewEvent], or use
+// the zero Event (a field of a kind's own event: one allocation for both).
+// Its methods are safe for concurrent use. An event that nobody waits on
+// with Done or Synchronize before it fires, and that has one OnFire, costs
+// no allocation but its own.
 type Event struct {
 	mu     sync.Mutex
 	armed  bool
 	closed bool
-	done   chan struct{}
-	err    error    // written before done is closed
-	then   []func() // run when it fires (OnFire)
+	fired  bool
+	done   chan struct{} // made by the first wait (Done), closed when it fires
+	err    error         // written before fired is set
+	then   []fireCall    // run when it fires (OnFire, OnFireCall)
+	then1  [1]fireCall   // then's first
 }
 
 // NewEvent returns an event that is not recorded yet.
-func NewEvent() *Event { return &Event{done: make(chan struct{})} }
+func NewEvent() *Event { return new(Event) }
 
 func (e *Event) arm() error {
 	e.mu.Lock()
@@ -354,66 +378,110 @@ func (e *Event) Recorded() bool {
 // with [Event.Arm], and for firing an event early on purpose.
 func (e *Event) Fire(err error) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	select {
-	case <-e.done:
+	if e.fired {
+		e.mu.Unlock()
 		return
-	default:
 	}
 	e.armed = true
 	e.err = err
-	close(e.done)
+	e.fired = true
+	if e.done != nil {
+		close(e.done)
+	}
 	then := e.then
 	e.then = nil
 	e.mu.Unlock()
-	for _, f := range then {
-		f()
+	for i, c := range then {
+		then[i] = fireCall{}
+		c.run()
 	}
-	e.mu.Lock() // for the deferred unlock
 }
 
 // OnFire makes f run when the event fires, on the goroutine that fires it
 // (a queue's, for a recorded event), or at once on the caller's if it has
 // fired (plugin.FireNotifier). f must not block.
-func (e *Event) OnFire(f func()) {
-	e.mu.Lock()
-	select {
-	case <-e.done:
-		e.mu.Unlock()
-		f()
+func (e *Event) OnFire(f func()) { e.onFire(fireCall{f: f}) }
+
+// OnFireCall is OnFire of f(x): a caller whose f would be a closure over
+// x passes a function and x instead, and allocates nothing (x a pointer).
+func (e *Event) OnFireCall(f func(x any), x any) { e.onFire(fireCall{fx: f, x: x}) }
+
+// fireCall is what an event runs when it fires: f, or fx(x).
+type fireCall struct {
+	f  func()
+	fx func(any)
+	x  any
+}
+
+func (c fireCall) run() {
+	if c.f != nil {
+		c.f()
 		return
-	default:
 	}
-	e.then = append(e.then, f)
+	c.fx(c.x)
+}
+
+func (e *Event) onFire(c fireCall) {
+	e.mu.Lock()
+	if e.fired {
+		e.mu.Unlock()
+		c.run()
+		return
+	}
+	if e.then == nil {
+		e.then = e.then1[:0]
+	}
+	e.then = append(e.then, c)
 	e.mu.Unlock()
 }
 
 // Done is closed when the event fires. It is never closed for an event
 // that is not recorded (and not fired).
-func (e *Event) Done() <-chan struct{} { return e.done }
+func (e *Event) Done() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.done == nil {
+		e.done = make(chan struct{})
+		if e.fired {
+			close(e.done)
+		}
+	}
+	return e.done
+}
 
 // Synchronize waits for the event and returns its error; an event never
 // recorded returns plugin.ErrNotRecorded.
 func (e *Event) Synchronize() error {
-	if !e.Recorded() {
+	e.mu.Lock()
+	armed, fired, err := e.armed, e.fired, e.err
+	e.mu.Unlock()
+	switch {
+	case fired:
+		return err
+	case !armed:
 		return plugin.ErrNotRecorded
 	}
-	<-e.done
+	return e.wait()
+}
+
+// wait waits for the event to fire, recorded or not yet, and returns its
+// error.
+func (e *Event) wait() error {
+	<-e.Done()
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	return e.err
 }
 
 // Query reports whether the event fired, and its error if so; an event
 // never recorded returns plugin.ErrNotRecorded.
 func (e *Event) Query() (bool, error) {
-	if !e.Recorded() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.armed {
 		return false, plugin.ErrNotRecorded
 	}
-	select {
-	case <-e.done:
-		return true, e.err
-	default:
-		return false, nil
-	}
+	return e.fired, e.err
 }
 
 // Close releases the event: it can no longer be recorded, and closing it

@@ -3,6 +3,7 @@ package opqueue
 import (
 	"errors"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -300,5 +301,32 @@ func TestRunHereExitSurvivesGoexit(t *testing.T) {
 	}
 	if _, err := q.RunHereExit(func() error { after = append(after, 2); return nil }, nil, nil); err != nil || len(after) != 1 {
 		t.Errorf("the queue after a Goexit: %v %v", err, after)
+	}
+}
+
+// TestOnFireCall: f(x) runs when the event fires, after OnFire's in the
+// order given, or at once on an event that fired; handing it over
+// allocates nothing.
+func TestOnFireCall(t *testing.T) {
+	var got []int
+	add := func(x any) { got = append(got, *x.(*int)) }
+	one, two := 1, 2
+	e := NewEvent()
+	e.OnFire(func() { got = append(got, 0) })
+	e.OnFireCall(add, &one)
+	e.Fire(nil)
+	e.OnFireCall(add, &two) // fired: at once
+	if want := []int{0, 1, 2}; !slices.Equal(got, want) {
+		t.Errorf("ran %v, want %v", got, want)
+	}
+	nothing := func(any) {}
+	evs := make([]Event, 101) // AllocsPerRun's warm-up and its runs
+	i := 0
+	if n := testing.AllocsPerRun(100, func() {
+		evs[i].OnFireCall(nothing, &one)
+		evs[i].Fire(nil)
+		i++
+	}); n > 0 {
+		t.Errorf("OnFireCall and Fire allocate %.1f times, want none", n)
 	}
 }

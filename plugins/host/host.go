@@ -282,7 +282,9 @@ func (d *device) NewEvent() (plugin.Event, error) {
 	if err := d.st.Alive(); err != nil {
 		return nil, err
 	}
-	return &event{d: d, ev: opqueue.NewEvent()}, nil
+	e := &event{d: d}
+	e.ev = &e.own
+	return e, nil
 }
 
 // CanWait reports whether this device's queues can wait on ev: any host

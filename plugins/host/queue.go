@@ -131,6 +131,15 @@ func (q *queue) LaunchStop(k plugin.Kernel, args []plugin.Arg, stop *plugin.Stop
 	q.d.mu.RLock()
 	ctx, devStop := q.d.ctx, q.d.stop
 	q.d.mu.RUnlock()
+	if stop == nil { // no closure: what it needs goes with the operation
+		if err := q.d.st.Alive(); err != nil {
+			return err
+		}
+		if err := q.q.DoCallTimed(launchCall, opqueue.Call{X: q, Y: k, Z: ctx, Args: args}, q.timed(plugin.OpLaunch, k.Name(), 0)); err != nil {
+			return fmt.Errorf("%s: %w", q.d.st.Label(), err)
+		}
+		return nil
+	}
 	var own *plugin.StopSignal
 	if stop != nil {
 		own = plugin.NewStopSignal()
@@ -150,6 +159,21 @@ func (q *queue) LaunchStop(k plugin.Kernel, args []plugin.Arg, stop *plugin.Stop
 		}
 		return nil
 	}, q.timed(plugin.OpLaunch, k.Name(), 0))
+}
+
+// launchCall runs a launch enqueued without a stop signal of its own
+// (LaunchStop): c holds its queue, kernel and context, and its arguments.
+func launchCall(c opqueue.Call) error {
+	q, k, ctx := c.X.(*queue), c.Y.(plugin.Kernel), c.Z.(*plugin.KernelCtx)
+	if err := q.d.st.Lost(); err != nil {
+		return err
+	}
+	q.d.mem.Pin() // kernels touch device memory until they return
+	defer q.d.mem.Unpin()
+	if err := k.Launch(ctx, c.Args, q.d.bytes); err != nil {
+		return fmt.Errorf("%s: %w", q.d.st.Label(), err)
+	}
+	return nil
 }
 
 func (q *queue) Record(e plugin.Event) error {
@@ -192,8 +216,9 @@ func (q *queue) Close() error { return q.q.Close() }
 
 // event is a host device's event.
 type event struct {
-	d  *device
-	ev *opqueue.Event
+	d   *device
+	ev  *opqueue.Event // own, or another's
+	own opqueue.Event
 }
 
 func (e *event) Synchronize() error { return e.ev.Synchronize() }
@@ -204,3 +229,7 @@ func (e *event) Close() error { return e.ev.Close() }
 
 // OnFire runs f when the event fires (plugin.FireNotifier).
 func (e *event) OnFire(f func()) { e.ev.OnFire(f) }
+
+// OnFireCall runs f(x) when the event fires: OnFire without a closure
+// (the core's completions use it where an event has it).
+func (e *event) OnFireCall(f func(any), x any) { e.ev.OnFireCall(f, x) }

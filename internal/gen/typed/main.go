@@ -70,7 +70,7 @@ func write(b *bytes.Buffer, n int) {
 	callA := strings.Join(append([]string{"nw", "k.o"}, args...), ", ")
 	var decode []string
 	for i := 0; i < n; i++ {
-		decode = append(decode, fmt.Sprintf("%s, err := argOf[%s](pk, %d, args[%d], mem)\nif err != nil {\nreturn nil, err\n}", args[i], tnames[i], i, i))
+		decode = append(decode, fmt.Sprintf("%s, err := argOf[%s](pk, %d, args[%d], mem)\nif err != nil {\nreturn err\n}", args[i], tnames[i], i, i))
 	}
 	if n == 0 {
 		decode = append(decode, "_ = args")
@@ -101,9 +101,10 @@ func Must%[1]s%[4]s(name string, fn %[5]s) %[1]s%[6]s {
 	}
 	if k.k.Directable() {
 		pk := k.k
-		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) (func(), error) {
+		pk.SetDirect(func(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin.Mem) error {
 			%[10]s
-			return func() { fn(%[11]s) }, nil
+			fn(%[11]s)
+			return nil
 		})
 	}
 	return %[1]s%[6]s{k: k}
