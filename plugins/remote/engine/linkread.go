@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
@@ -70,6 +71,7 @@ type incoming struct {
 	got  int
 	done chan struct{} // closed when complete, if the receiver waits on it
 	err  error         // the data is refused and skipped (peer exchanges)
+	at   plugin.Ptr    // where a peer's exchange goes (on a served device)
 }
 
 // take reads fragment m into place (or skips it, for a refused transfer).

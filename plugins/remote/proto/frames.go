@@ -90,6 +90,7 @@ var newFrame = [tMax]func() Frame{
 	TPing:         func() Frame { return new(Ping) },
 	TTag:          func() Frame { return new(Tag) },
 	TClock:        func() Frame { return new(Clock) },
+	TServe:        func() Frame { return new(Serve) },
 	TTimes:        func() Frame { return new(Times) },
 	TSubmitPulled: func() Frame { return new(SubmitPulled) },
 	TSubmitPushed: func() Frame { return new(SubmitPushed) },
@@ -180,6 +181,15 @@ type Addr struct {
 
 // Clock (→d) asks for the device's clock: a Reply with it in Value.
 type Clock struct{ Req uint64 }
+
+// Serve (→d, before hello) picks device Index of those the process serves
+// (its GOFFLOAD_DEVICES) for the session: a Reply whose Value is how many
+// it serves and whose Text names the one picked. A process that serves
+// its own CPUs serves one. An index past the last is refused.
+type Serve struct {
+	Req   uint64 // id
+	Index uint32 // queue
+}
 
 // CloseQueue (→d) ends Queue once its operations are done.
 type CloseQueue struct{ Queue uint32 }

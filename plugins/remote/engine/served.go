@@ -1,0 +1,360 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugins/remote/state"
+)
+
+// A proxied device: a session that serves a device of another kind (a
+// GPU, an OpenCL device, a host device of this process) drives it through
+// the plugin contract, where the Go CPU device's memory and kernels would
+// be.
+//
+// The host chooses the addresses of its allocations (a mapping never
+// waits for the device), and the served device chooses its own: the
+// session translates the host's ranges into the served device's
+// pointers (state.Ranges), base plus offset.
+//
+// Each of the host's queues is one queue of the served device. The
+// session's own queues (opqueue) keep the protocol's order, waits and
+// marks as for a CPU device; their operations enqueue on the served
+// queue without waiting for it. A retrieve, a record and a sync mark
+// drain it first (Synchronize): its data must be in, its event fire
+// after everything before it. So nowait and depend keep the host out of
+// the way, and a task's copies and kernels pipeline on the served device.
+
+// served is the device a proxying session drives.
+type served struct {
+	dev   plugin.Device
+	label string // the served device as errors name it: its kind and name
+
+	mu  sync.Mutex
+	mem state.Ranges
+	qs  map[uint32]*servedQueue
+	// put is the queue peers' exchanges into this device's memory use, under putMu.
+	putMu sync.Mutex
+	put   *servedQueue
+}
+
+// servedQueue is one of the host's queues on the served device. Its
+// methods are called in the session queue's order, by one goroutine at a
+// time.
+type servedQueue struct {
+	q   plugin.Queue
+	err error // the queue could not be made
+	// pending says operations were enqueued since the last drain; keep
+	// holds their buffers until then. failed is a failure a drain found,
+	// which the operations after it report until the host's sync clears it.
+	pending bool
+	keep    [][]byte
+	failed  error
+}
+
+// Proxy makes the session serve dev, a device of kind, in place of the
+// process's Go CPU device; dev is loaded at hello and closed when the
+// session ends. Call it before Serve.
+func (s *Session) Proxy(dev plugin.Device, kind string) {
+	in := dev.Info()
+	s.srv = &served{dev: dev, label: fmt.Sprintf("%s device %q", kind, in.Name), qs: map[uint32]*servedQueue{}}
+}
+
+// Proxied reports whether the session serves a device of another kind.
+func (s *Session) Proxied() bool { return s.srv != nil }
+
+// errorf wraps err with the session's device and the served one.
+func (s *Session) servedErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %s: %w", s.name(), s.srv.label, err)
+}
+
+func (sv *served) queue(id uint32) *servedQueue {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	w := sv.qs[id]
+	if w == nil {
+		w = &servedQueue{}
+		w.q, w.err = sv.dev.NewQueue()
+		sv.qs[id] = w
+	}
+	return w
+}
+
+// closeQueue closes the served queue of the host's queue id (after the
+// session's queue drained).
+func (sv *served) closeQueue(id uint32) {
+	sv.mu.Lock()
+	w := sv.qs[id]
+	delete(sv.qs, id)
+	sv.mu.Unlock()
+	if w != nil && w.q != nil {
+		w.q.Close()
+	}
+}
+
+// addr is the served device's address of the host's [p, p+size).
+func (sv *served) addr(p plugin.Ptr, size int64) (plugin.Ptr, error) {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	return sv.mem.Lookup(uint64(p), uint64(size))
+}
+
+// alloc allocates size bytes on the served device for the host's range
+// at p. A failure is kept for the operations that use the range.
+func (sv *served) alloc(p plugin.Ptr, size int64) error {
+	to, err := sv.dev.Alloc(size)
+	if err != nil {
+		err = fmt.Errorf("%s: allocation of %d bytes: %w", sv.label, size, err)
+	}
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	if aerr := sv.mem.Add(uint64(p), uint64(size), to, err); aerr != nil {
+		if err == nil {
+			sv.dev.Free(to)
+		}
+		return aerr
+	}
+	return nil
+}
+
+// free frees the allocation at the host's p; false if there is none.
+func (sv *served) free(p plugin.Ptr) bool {
+	sv.mu.Lock()
+	to, err, ok := sv.mem.Remove(uint64(p))
+	sv.mu.Unlock()
+	if ok && err == nil {
+		if ferr := sv.dev.Free(to); ferr != nil {
+			fmt.Fprintf(os.Stderr, "goffload device (pid %d): %s: free: %v\n", os.Getpid(), sv.label, ferr)
+		}
+	}
+	return ok
+}
+
+// do enqueues an operation on w's served queue, unless an earlier drain
+// failed: that failure is the operation's, as a queue's error state has it.
+func (w *servedQueue) do(op func(q plugin.Queue) error, keep []byte) error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.failed != nil {
+		return w.failed
+	}
+	w.pending = true
+	if keep != nil {
+		w.keep = append(w.keep, keep)
+	}
+	return op(w.q)
+}
+
+// drain waits for everything enqueued on w's served queue and returns the
+// first failure since the host's last sync.
+func (w *servedQueue) drain() error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.failed != nil || !w.pending {
+		return w.failed
+	}
+	w.failed = w.q.Synchronize()
+	w.pending, w.keep = false, nil
+	return w.failed
+}
+
+// settle is a record's or a sync mark's failure: the session queue's, else
+// the served queue's once drained. clear (a sync mark) forgets it after.
+func (w *servedQueue) settle(failed error, clear bool) error {
+	err := w.drain()
+	if failed == nil {
+		failed = err
+	}
+	if clear {
+		w.failed = nil
+	}
+	return failed
+}
+
+// submit copies data to the host's dst on queue qid, in its order. data
+// must stay as it is: the served queue reads it until drained.
+func (s *Session) servedSubmit(qid uint32, dst plugin.Ptr, data []byte) error {
+	to, err := s.srv.addr(dst, int64(len(data)))
+	if err != nil {
+		return s.servedErr(err)
+	}
+	return s.servedErr(s.srv.queue(qid).do(func(q plugin.Queue) error { return q.Submit(to, data) }, data))
+}
+
+// servedRetrieve reads size bytes at the host's src on queue qid, in its
+// order, and returns them once they are in.
+func (s *Session) servedRetrieve(qid uint32, src plugin.Ptr, size int64) ([]byte, error) {
+	from, err := s.srv.addr(src, size)
+	if err != nil {
+		return nil, s.servedErr(err)
+	}
+	b := make([]byte, size)
+	w := s.srv.queue(qid)
+	if err := w.do(func(q plugin.Queue) error { return q.Retrieve(b, from) }, nil); err != nil {
+		return nil, s.servedErr(err)
+	}
+	if err := w.drain(); err != nil {
+		return nil, s.servedErr(err)
+	}
+	return b, nil
+}
+
+// servedLaunch runs kernel k with args (the host's addresses) on queue
+// qid, in its order; sync waits for it (a timed launch: its time is the
+// kernel's).
+func (s *Session) servedLaunch(qid uint32, k plugin.Kernel, args []plugin.Arg, stop *plugin.StopSignal, sync bool) error {
+	args = append([]plugin.Arg(nil), args...)
+	for i, p := range k.Params() {
+		if p.Kind != plugin.Slice || (args[i].Ptr == 0 && args[i].Len == 0) {
+			continue
+		}
+		to, err := s.srv.addr(args[i].Ptr, 0)
+		if err != nil {
+			return s.servedErr(fmt.Errorf("kernel %q argument %d: %w", k.Name(), i, err))
+		}
+		args[i].Ptr = to
+	}
+	w := s.srv.queue(qid)
+	err := w.do(func(q plugin.Queue) error {
+		if sl, ok := q.(plugin.StopLauncher); ok && stop != nil {
+			return sl.LaunchStop(k, args, stop)
+		}
+		return q.Launch(k, args)
+	}, nil)
+	if err == nil && sync {
+		err = w.drain()
+	}
+	return s.servedErr(err)
+}
+
+// servedExchange copies size bytes from the host's src to dst on this
+// device (peer < 0), on the served queue when it can copy within its
+// device, else through this process's memory; or to device peer, whose
+// process puts them in its memory.
+func (s *Session) servedExchange(qid uint32, dst, src plugin.Ptr, size int64, peer int) error {
+	if peer < 0 {
+		to, err := s.srv.addr(dst, size)
+		if err != nil {
+			return s.servedErr(err)
+		}
+		from, err := s.srv.addr(src, size)
+		if err != nil {
+			return s.servedErr(err)
+		}
+		w := s.srv.queue(qid)
+		if ex, ok := w.q.(plugin.Exchanger); ok && w.err == nil {
+			err := w.do(func(plugin.Queue) error { return ex.Exchange(s.srv.dev, to, from, size) }, nil)
+			if !errors.Is(err, plugin.ErrUnsupported) {
+				return s.servedErr(err)
+			}
+		}
+	}
+	b, err := s.servedRetrieve(qid, src, size)
+	if err != nil {
+		return err
+	}
+	if peer < 0 {
+		return s.servedSubmit(qid, dst, b)
+	}
+	if err := s.peers.exchange(peer, dst, b); err != nil {
+		return fmt.Errorf("exchange to device %d: %w", peer, err)
+	}
+	return nil
+}
+
+// servedPut writes a peer's exchange into the host's dst and waits until
+// it is in.
+func (s *Session) servedPut(dst plugin.Ptr, data []byte) error {
+	to, err := s.srv.addr(dst, int64(len(data)))
+	if err != nil {
+		return s.servedErr(err)
+	}
+	s.srv.putMu.Lock()
+	defer s.srv.putMu.Unlock()
+	if s.srv.put == nil {
+		s.srv.put = &servedQueue{}
+		s.srv.put.q, s.srv.put.err = s.srv.dev.NewQueue()
+	}
+	w := s.srv.put
+	if err := w.do(func(q plugin.Queue) error { return q.Submit(to, data) }, nil); err != nil {
+		return s.servedErr(err)
+	}
+	return s.servedErr(w.settle(nil, true))
+}
+
+// settle is the failure a record (clear false) or a sync mark (clear true)
+// of queue qid reports, once the served queue is drained.
+func (s *Session) servedSettle(qid uint32, failed error, clear bool) error {
+	err := s.srv.queue(qid).settle(failed, clear)
+	if err != failed {
+		return s.servedErr(err)
+	}
+	return err
+}
+
+// servedInfo is the served device's description, as the host sees it:
+// the served kind's own, with the process that serves it.
+func (s *Session) servedInfo() plugin.Info {
+	in := s.srv.dev.Info()
+	host, _ := os.Hostname()
+	in.Serves = in.Kind
+	in.Kind = s.kindName()
+	in.Host, in.PID = host, os.Getpid()
+	return in
+}
+
+// servedInfoJSON is the Info reply of a proxying session: the served
+// device's description, and the kernels it cannot launch (with why), by
+// index, so that the host's placement can leave them out.
+func (s *Session) servedInfoJSON() []byte {
+	type info struct {
+		plugin.Info
+		Refused map[int]string `json:",omitempty"`
+		NoStop  bool           `json:",omitempty"`
+	}
+	v := info{Info: s.servedInfo()}
+	if q, err := s.srv.dev.NewQueue(); err == nil {
+		_, stops := q.(plugin.StopLauncher)
+		v.NoStop = !stops
+		q.Close()
+	}
+	if kc, ok := s.srv.dev.(plugin.KernelChecker); ok && s.img != nil {
+		for i, k := range s.img.Kernels {
+			if err := kc.CanLaunch(k); err != nil {
+				if v.Refused == nil {
+					v.Refused = map[int]string{}
+				}
+				v.Refused[i] = err.Error()
+			}
+		}
+	}
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// close closes the served device's queues and the device.
+func (sv *served) close() {
+	sv.mu.Lock()
+	qs := sv.qs
+	sv.qs = map[uint32]*servedQueue{}
+	sv.mem.Each(func(plugin.Ptr) {}) // the device's Close frees them
+	sv.mu.Unlock()
+	for _, w := range qs {
+		if w.q != nil {
+			w.q.Close()
+		}
+	}
+	if sv.put != nil && sv.put.q != nil {
+		sv.put.q.Close()
+	}
+	sv.dev.Close()
+}
