@@ -4,7 +4,9 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/opencltest"
@@ -96,4 +98,100 @@ func TestProxyBadSpec(t *testing.T) {
 			t.Errorf("local:%s: %v; want ErrBadSpec naming it", arg, err)
 		}
 	}
+}
+
+// TestProxyTCP: a TCP device process whose own GOFFLOAD_DEVICES names two
+// OpenCL devices (PoCL's, twice) gives a host that names it once two
+// devices, one session each, and the conformance suite passes on them.
+func TestProxyTCP(t *testing.T) {
+	opencltest.Need(t)
+	const secret = "proxy-s3cret-0123456789"
+	addr, _ := startTCPDevice(t, secret, "GOFFLOAD_DEVICES=opencl:0,opencl:0", envEmulate+"=1")
+	t.Setenv("GOFFLOAD_SECRET", secret)
+	plugintest.Run(t, func(t *testing.T) []plugin.Device {
+		k, _ := plugin.LookupKind("tcp")
+		devs, err := k.Open(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(devs) != 2 {
+			t.Fatalf("tcp://%s gave %d devices, want the 2 its process serves", addr, len(devs))
+		}
+		return devs
+	})
+}
+
+// TestProxyFaults: a kernel without OpenCL C on a proxied OpenCL device
+// fails naming the device and the kernel (and CanLaunch says so first);
+// a device process killed while its kernel runs fails the queue with
+// ErrDeviceLost naming the device, without a hang.
+func TestProxyFaults(t *testing.T) {
+	opencltest.Need(t)
+	t.Run("no OpenCL C", func(t *testing.T) {
+		d := openProxied(t, "1[opencl]")[0]
+		kc, ok := d.(plugin.KernelChecker)
+		if !ok {
+			t.Fatal("a proxied device is no plugin.KernelChecker")
+		}
+		if err := kc.CanLaunch(addK); err == nil || !strings.Contains(err.Error(), "remotetest.add") {
+			t.Errorf("CanLaunch(remotetest.add) = %v, want why not", err)
+		}
+		p, err := d.Alloc(8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := d.NewQueue()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer q.Close()
+		if err := q.Launch(addK, []plugin.Arg{{Scalar: 1.0}, {Ptr: p, Len: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		err = q.Synchronize()
+		for _, want := range []string{"local device 0", "opencl", "remotetest.add", "OpenCL C"} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("launch without OpenCL C: %v; want an error saying %q", err, want)
+			}
+		}
+		// The device goes on.
+		if err := q.Submit(p, make([]byte, 8)); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Synchronize(); err != nil {
+			t.Errorf("after the failure: %v", err)
+		}
+	})
+	t.Run("killed", func(t *testing.T) {
+		t.Setenv(envEmulate, "1")
+		d := openProxied(t, "1[opencl]")[0]
+		q, err := d.NewQueue()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Launch(sleepK, []plugin.Arg{{Scalar: int64(20_000)}}); err != nil {
+			t.Fatal(err)
+		}
+		ev, err := d.NewEvent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Record(ev); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(d.Info().PID, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		err = ev.Synchronize()
+		if !errors.Is(err, plugin.ErrDeviceLost) || !strings.Contains(err.Error(), "local device 0") || !strings.Contains(err.Error(), "opencl") {
+			t.Errorf("killed mid-kernel: %v; want ErrDeviceLost naming local device 0 (opencl)", err)
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Errorf("the loss took %v to show", time.Since(start))
+		}
+		if err := q.Synchronize(); !errors.Is(err, plugin.ErrDeviceLost) {
+			t.Errorf("queue after the loss: %v", err)
+		}
+	})
 }

@@ -235,7 +235,7 @@ var errExitFirst = fmt.Errorf("exit before hello")
 // device's.
 func (s *Session) hello() error {
 	var m *proto.Msg
-	for {
+	for picked := false; ; picked = true {
 		stop := s.l.within(s.HelloLimit, "hello from the host")
 		var err error
 		m, err = s.l.r.ReadMsg()
@@ -245,6 +245,9 @@ func (s *Session) hello() error {
 		}
 		if m.Type != proto.TServe {
 			break
+		}
+		if picked {
+			return s.refuse(fmt.Errorf("%w: a second serve frame before hello", proto.ErrFrame))
 		}
 		if err := s.pick(m); err != nil {
 			return err
