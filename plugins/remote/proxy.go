@@ -3,11 +3,16 @@ package remote
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
+	"sync"
+	"syscall"
 
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote/engine"
+	"github.com/goffload/offload/plugins/remote/stream"
+	"github.com/goffload/offload/plugins/remote/transport"
 )
 
 // Proxied devices: a device process serves the devices that its own
@@ -144,4 +149,91 @@ func specOf(it [2]string) string {
 		return it[0]
 	}
 	return it[0] + ":" + it[1]
+}
+
+// Sessions of one TCP device process that serve devices of this host are
+// siblings: the host introduces them to each other, and they link inside
+// their process (engine.Device.Sibling), so that a copy or a wait between
+// two of its devices never crosses the network.
+
+// siblingIntros are the introducers of the device processes this host
+// has sessions with, by process number: devices of one process share one.
+var siblingIntros = struct {
+	sync.Mutex
+	by map[uint64]*siblingIntro
+}{by: map[uint64]*siblingIntro{}}
+
+// siblingsOf is the introducer of process proc's devices, or nil for a
+// process that serves its CPUs (0): those sessions have no siblings.
+func siblingsOf(proc uint64) engine.Introducer {
+	if proc == 0 {
+		return nil
+	}
+	siblingIntros.Lock()
+	defer siblingIntros.Unlock()
+	si := siblingIntros.by[proc]
+	if si == nil {
+		si = &siblingIntro{done: map[[2]*engine.Device]bool{}}
+		siblingIntros.by[proc] = si
+	}
+	return si
+}
+
+// siblingIntro introduces the devices of one process to each other, once
+// a pair.
+type siblingIntro struct {
+	mu   sync.Mutex
+	done map[[2]*engine.Device]bool
+}
+
+func (si *siblingIntro) Introduce(a, b *engine.Device) error {
+	key := [2]*engine.Device{a, b}
+	if a.Num() > b.Num() {
+		key = [2]*engine.Device{b, a}
+	}
+	si.mu.Lock()
+	defer si.mu.Unlock()
+	if si.done[key] {
+		return nil
+	}
+	if err := key[0].Sibling(key[1]); err != nil {
+		return err
+	}
+	si.done[key] = true
+	return nil
+}
+
+func (si *siblingIntro) Forget(d *engine.Device) {
+	si.mu.Lock()
+	defer si.mu.Unlock()
+	for k := range si.done {
+		if k[0] == d || k[1] == d {
+			delete(si.done, k)
+		}
+	}
+}
+
+// pairLinks makes a link inside this process: the two ends of a socket
+// pair, for two sibling sessions.
+func pairLinks() (transport.Transport, transport.Transport, error) {
+	fds, err := stream.SocketPair()
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	var ts [2]transport.Transport
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "goffload-sibling")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			if i == 1 {
+				ts[0].Close()
+			} else {
+				syscall.Close(fds[1])
+			}
+			return nil, nil, err
+		}
+		ts[i] = stream.New(c)
+	}
+	return ts[0], ts[1], nil
 }

@@ -1,6 +1,7 @@
 package remote_test
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"strings"
@@ -194,4 +195,83 @@ func TestProxyFaults(t *testing.T) {
 			t.Errorf("queue after the loss: %v", err)
 		}
 	})
+}
+
+// TestProxySiblings: two devices that one TCP device process serves copy
+// to each other and wait on each other's events inside that process (the
+// host introduces their sessions): Exchange is accepted, not refused as
+// between processes of another machine, and the data arrives.
+func TestProxySiblings(t *testing.T) {
+	opencltest.Need(t)
+	const secret = "siblings-s3cret-0123456789"
+	addr, _ := startTCPDevice(t, secret, "GOFFLOAD_DEVICES=opencl:0+host")
+	t.Setenv("GOFFLOAD_SECRET", secret)
+	k, _ := plugin.LookupKind("tcp")
+	devs, err := k.Open(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, d := range devs {
+			d.Close()
+		}
+	})
+	if len(devs) != 2 {
+		t.Fatalf("%d devices, want 2", len(devs))
+	}
+	for i, d := range devs {
+		if err := d.Load(entries.Current(), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a, b := devs[0].Info().Serves, devs[1].Info().Serves; a != "opencl" || b != "host" {
+		t.Fatalf("the devices serve %q and %q, want opencl and host", a, b)
+	}
+	const n = 1 << 20
+	src := make([]byte, n)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	for _, dir := range [][2]int{{0, 1}, {1, 0}} {
+		from, to := devs[dir[0]], devs[dir[1]]
+		pf, err := from.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pt, err := to.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qf, _ := from.NewQueue()
+		qt, _ := to.NewQueue()
+		ev, _ := from.NewEvent()
+		if err := qf.Submit(pf, src); err != nil {
+			t.Fatal(err)
+		}
+		if err := qf.(plugin.Exchanger).Exchange(to, pt, pf, n); err != nil {
+			t.Fatalf("exchange %d to %d: %v", dir[0], dir[1], err)
+		}
+		if err := qf.Record(ev); err != nil {
+			t.Fatal(err)
+		}
+		if !to.(plugin.ForeignEventWaiter).CanWait(ev) {
+			t.Fatalf("device %d cannot wait on its sibling's event", dir[1])
+		}
+		got := make([]byte, n)
+		if err := qt.Wait(ev); err != nil {
+			t.Fatal(err)
+		}
+		if err := qt.Retrieve(got, pt); err != nil {
+			t.Fatal(err)
+		}
+		if err := qt.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, src) {
+			t.Errorf("exchange %d to %d: the data differs", dir[0], dir[1])
+		}
+		qf.Close()
+		qt.Close()
+		ev.Close()
+	}
 }

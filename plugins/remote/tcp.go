@@ -83,6 +83,7 @@ func openTCP(addr string) ([]plugin.Device, error) {
 	if err != nil {
 		return fail(err)
 	}
+	d.Intro = siblingsOf(d.Process())
 	for i := 1; i < n; i++ {
 		d, err := dialTCP(addr, sec)
 		if err != nil {
@@ -95,6 +96,7 @@ func openTCP(addr string) ([]plugin.Device, error) {
 		if _, _, err := d.Serve(i); err != nil {
 			return fail(err)
 		}
+		d.Intro = siblingsOf(d.Process())
 	}
 	return devs, nil
 }
@@ -274,6 +276,7 @@ func (s *tcpServer) handle(conn net.Conn, e *list.Element) {
 	ss.ShareMemory(s.budget)
 	ss.Kind = "tcp"
 	ss.Serves = s.serves
+	ss.PairLinks = pairLinks
 	ss.HelloLimit = engine.DeviceTimeout()
 	if err := ss.Serve(); err != nil && err != engine.ErrSessionOver {
 		fmt.Fprintf(os.Stderr, "goffload device: session with %s: %v\n", conn.RemoteAddr(), err)

@@ -71,6 +71,9 @@ type Device struct {
 	refused map[int]string
 	// noStop says a proxied device's queues cannot stop one launch.
 	noStop bool
+	// token and process are the session's and its process's numbers,
+	// from Serve (0 for a process that serves its CPUs).
+	token, process uint64
 	// img is the image Load loaded (set before the link's reader starts).
 	img *plugin.Image
 	// tr is where timed operations go (Trace), clock how their device
@@ -185,6 +188,43 @@ func (d *Device) hello(img *plugin.Image, num int) error {
 // Load, and returns how many it serves and the one picked (its kind and
 // name). Without it, a proxying process serves its first device.
 func (d *Device) Serve(index int) (count int, name string, err error) {
+	count, text, err := d.serve(index)
+	if err != nil || text == "Go CPU device" {
+		return count, text, err
+	}
+	var v struct {
+		Name           string
+		Token, Process uint64
+	}
+	if err := json.Unmarshal([]byte(text), &v); err != nil {
+		return 0, "", fmt.Errorf("%s: %w: serve: %v", d.name(), proto.ErrFrame, err)
+	}
+	d.token, d.process = v.Token, v.Process
+	return count, v.Name, nil
+}
+
+// Process is the device process's number (0 for one that serves its
+// CPUs): sessions with one process of the same number are siblings.
+func (d *Device) Process() uint64 { return d.process }
+
+// Sibling tells d that o is served by the same device process: the two
+// link inside it (a Sibling frame to d). Both are loaded.
+func (d *Device) Sibling(o *Device) error {
+	if d.process == 0 || d.process != o.process {
+		return fmt.Errorf("%w: devices %d and %d are not served by one process", plugin.ErrUnsupported, d.num, o.num)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.st.Alive(); err != nil {
+		return err
+	}
+	if err := d.l.send(&proto.Sibling{Peer: uint32(o.num), Token: o.token}); err != nil {
+		return d.linkLost(err)
+	}
+	return nil
+}
+
+func (d *Device) serve(index int) (count int, text string, err error) {
 	_, timeout := timing()
 	if timeout > 0 {
 		timeout = max(timeout, d.Startup)

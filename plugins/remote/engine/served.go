@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,6 +68,82 @@ func (s *Session) Proxy(dev plugin.Device, kind string) {
 
 // Proxied reports whether the session serves a device of another kind.
 func (s *Session) Proxied() bool { return s.srv != nil }
+
+// Sessions of one process that serve devices of one host link to each
+// other inside the process when the host introduces them (Sibling): the
+// session has a token, which its Serve answer tells the host, and the
+// host tells each the other's.
+
+// processToken tells the host which sessions share a process.
+var processToken = randomToken()
+
+// siblings are the process's proxying sessions, by token.
+var siblings = struct {
+	sync.Mutex
+	by map[uint64]*Session
+}{by: map[uint64]*Session{}}
+
+func randomToken() uint64 {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return binary.LittleEndian.Uint64(b[:]) | 1
+}
+
+// enlist gives the session its token, among the process's siblings.
+func (s *Session) enlist() uint64 {
+	siblings.Lock()
+	defer siblings.Unlock()
+	if s.token == 0 {
+		s.token = randomToken()
+		siblings.by[s.token] = s
+	}
+	return s.token
+}
+
+// unlist takes the session out of its process's siblings.
+func (s *Session) unlist() {
+	siblings.Lock()
+	defer siblings.Unlock()
+	if s.token != 0 {
+		delete(siblings.by, s.token)
+	}
+}
+
+// linkSibling links the session and the process's session token (the
+// host's device peer) with a link inside the process: their exchanges and
+// waits go over it, and exchanges straight between their served devices
+// where the kind can copy so (servedExchange).
+func (s *Session) linkSibling(peer int, token uint64) {
+	siblings.Lock()
+	o := siblings.by[token]
+	siblings.Unlock()
+	if o == nil || o == s || s.PairLinks == nil {
+		fmt.Fprintf(os.Stderr, "goffload device %d (pid %d): no session %#x in this process to link to as device %d\n", s.num, os.Getpid(), token, peer)
+		return
+	}
+	a, b, err := s.PairLinks()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "goffload device %d (pid %d): link to device %d: %v\n", s.num, os.Getpid(), peer, err)
+		return
+	}
+	s.mu.Lock()
+	s.sibs[peer] = o
+	s.mu.Unlock()
+	o.mu.Lock()
+	o.sibs[s.num] = s
+	o.mu.Unlock()
+	s.AddPeer(peer, a)
+	o.AddPeer(s.num, b)
+}
+
+// sibling is the session of this process that serves device peer, or nil.
+func (s *Session) sibling(peer int) *Session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sibs[peer]
+}
 
 // errorf wraps err with the session's device and the served one.
 func (s *Session) servedErr(err error) error {
@@ -257,6 +335,30 @@ func (s *Session) servedExchange(qid uint32, dst, src plugin.Ptr, size int64, pe
 				return s.servedErr(err)
 			}
 		}
+	}
+	if o := s.sibling(peer); peer >= 0 && o != nil && o.srv != nil {
+		// A device of this process: the copy stays in it, straight
+		// between the devices where their kind can.
+		to, err := o.srv.addr(dst, size)
+		if err != nil {
+			return o.servedErr(err)
+		}
+		from, err := s.srv.addr(src, size)
+		if err != nil {
+			return s.servedErr(err)
+		}
+		w := s.srv.queue(qid)
+		if ex, ok := w.q.(plugin.Exchanger); ok && w.err == nil {
+			err := w.do(func(plugin.Queue) error { return ex.Exchange(o.srv.dev, to, from, size) }, nil)
+			if !errors.Is(err, plugin.ErrUnsupported) {
+				return s.servedErr(err)
+			}
+		}
+		b, err := s.servedRetrieve(qid, src, size)
+		if err != nil {
+			return err
+		}
+		return o.servedPut(dst, b)
 	}
 	b, err := s.servedRetrieve(qid, src, size)
 	if err != nil {

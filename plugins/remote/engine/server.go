@@ -79,6 +79,15 @@ type Session struct {
 	// Go CPU device: device index of those the process serves. The host
 	// picks one with a Serve frame before hello; device 0 otherwise.
 	Serves Opener
+	// PairLinks, if set, makes the two ends of a link inside the process,
+	// for two sessions of it that serve one host (Sibling).
+	PairLinks func() (transport.Transport, transport.Transport, error)
+
+	// token is the session's number among the process's proxying
+	// sessions (siblings), sibs the sessions of this process that serve
+	// other devices of the same host, by device number (under mu).
+	token uint64
+	sibs  map[int]*Session
 }
 
 // An Opener opens device index of those a proxying process serves (its
@@ -121,6 +130,7 @@ func newSession(l *link, img *plugin.Image, cores int) *Session {
 		evs:    state.NewSession[*opqueue.Event](),
 		pulls:  map[uint64]*incoming{},
 		tags:   map[uint32]qtag{},
+		sibs:   map[int]*Session{},
 		stop:   plugin.NewStopSignal(),
 
 		launchStops: map[uint64]*plugin.StopSignal{},
@@ -220,6 +230,7 @@ func (s *Session) close() {
 	s.pool.Close() // and with it the declare target variables' bindings
 	s.mem.Reset()
 	if s.srv != nil {
+		s.unlist()
 		s.srv.close()
 	}
 }
@@ -313,7 +324,11 @@ func (s *Session) pick(m *proto.Msg) error {
 		s.srv.dev.Close()
 	}
 	s.Proxy(dev, kind)
-	return s.reply(f.Req, uint64(count), s.srv.label, nil)
+	b, _ := json.Marshal(struct {
+		Name           string
+		Token, Process uint64
+	}{s.srv.label, s.enlist(), processToken})
+	return s.reply(f.Req, uint64(count), string(b), nil)
 }
 
 func (s *Session) refuse(err error) error {
@@ -463,6 +478,9 @@ func (s *Session) handle(m *proto.Msg, gen uint64) error {
 		return nil
 	case *proto.Tag:
 		s.tag(f)
+		return nil
+	case *proto.Sibling:
+		s.linkSibling(int(f.Peer), f.Token)
 		return nil
 	case *proto.Cancel: // the host's Stop began: kernels should end
 		s.stop.Stop()
