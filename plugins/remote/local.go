@@ -74,8 +74,6 @@ func openLocal(arg string) ([]plugin.Device, error) {
 			return nil, fmt.Errorf("%w: local:%s: want local:N with N a process count from 1 to 256", plugin.ErrBadSpec, arg)
 		}
 		n = v
-	} else if arg != "" {
-		return nil, fmt.Errorf("%w: local:%s: want local:N with N a process count from 1 to 256", plugin.ErrBadSpec, arg)
 	}
 	exe, err := os.Executable()
 	if err != nil {
