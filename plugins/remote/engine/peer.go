@@ -269,7 +269,7 @@ func (ps *peers) putBytes(dst plugin.Ptr, size int64) ([]byte, error) {
 	if _, err := ps.s.srv.addr(dst, size); err != nil {
 		return nil, ps.s.servedErr(err)
 	}
-	return make([]byte, size), nil
+	return ps.s.srv.stage.get(size), nil
 }
 
 func (ps *peers) serve(p *peer) error {
@@ -304,6 +304,7 @@ func (ps *peers) serve(p *peer) error {
 			if in != nil { // written at once where the link takes it: no writer woken
 				if ps.s.srv != nil && in.err == nil {
 					in.err = ps.s.servedPut(in.at, in.dst)
+					ps.s.srv.stage.put(in.dst)
 				}
 				p.l.sendSoon(&proto.XferDone{Xfer: f.Xfer, Status: proto.StatusOf(in.err)})
 			}
@@ -412,7 +413,7 @@ func (s *Session) submitPulled(f *proto.SubmitPulled) error {
 		var err error
 		if s.srv != nil {
 			if _, err = s.srv.addr(dst, size); err == nil {
-				b = make([]byte, size)
+				b = s.srv.stage.get(size)
 			}
 		} else {
 			b, err = s.mem.Bytes(dst, size)
@@ -421,16 +422,19 @@ func (s *Session) submitPulled(f *proto.SubmitPulled) error {
 			return err
 		}
 		p := &incoming{dst: b, size: len(b), done: make(chan struct{})}
+		if s.srv != nil {
+			p.prog = make(chan struct{}, 1)
+		}
 		s.mu.Lock()
 		s.pulls[id] = p
 		s.mu.Unlock()
 		if err := s.l.sendNow(&proto.Pull{Queue: qid, Xfer: id}); err != nil { // a queue's goroutine
 			return err
 		}
-		if err := p.wait(); err != nil || s.srv == nil {
-			return err
+		if s.srv != nil {
+			return s.servedSubmitAsItComes(qid, dst, p)
 		}
-		return s.servedSubmit(qid, dst, b)
+		return p.wait()
 	}, timed)
 }
 
@@ -444,8 +448,9 @@ func (s *Session) submitPushed(f *proto.SubmitPushed) error {
 	timed := s.timer(f.Queue, plugin.OpSubmit, 0, size)
 	p := &incoming{size: int(size), done: make(chan struct{})}
 	if s.srv != nil {
+		p.prog = make(chan struct{}, 1)
 		if _, p.err = s.srv.addr(dst, size); p.err == nil {
-			p.dst = make([]byte, size)
+			p.dst = s.srv.stage.get(size)
 		}
 	} else {
 		p.dst, p.err = s.mem.Bytes(dst, size)
@@ -463,12 +468,7 @@ func (s *Session) submitPushed(f *proto.SubmitPushed) error {
 	}
 	if s.srv != nil {
 		qid := f.Queue
-		return q.DoTimed(func() error {
-			if err := p.wait(); err != nil {
-				return err
-			}
-			return s.servedSubmit(qid, dst, p.dst)
-		}, timed)
+		return q.DoTimed(func() error { return s.servedSubmitAsItComes(qid, dst, p) }, timed)
 	}
 	return q.DoTimed(p.wait, timed)
 }

@@ -42,12 +42,67 @@ type served struct {
 	// put is the queue peers' exchanges into this device's memory use, under putMu.
 	putMu sync.Mutex
 	put   *servedQueue
+	// stage holds the buffers copies go through, for the next ones: a
+	// fresh one costs its page faults each time.
+	stage stager
+}
+
+// stager keeps a few large staging buffers for reuse.
+type stager struct {
+	mu   sync.Mutex
+	free [][]byte
+}
+
+// Buffers below stageMin are not kept; at most stageKeep are, of
+// stageMax bytes together.
+const (
+	stageMin  = 1 << 20
+	stageKeep = 4
+	stageMax  = 1 << 30
+)
+
+// get returns a buffer of size bytes, a kept one if one is large enough.
+func (st *stager) get(size int64) []byte {
+	if size >= stageMin {
+		st.mu.Lock()
+		best := -1
+		for i, b := range st.free {
+			if int64(cap(b)) >= size && (best < 0 || cap(b) < cap(st.free[best])) {
+				best = i
+			}
+		}
+		if best >= 0 {
+			b := st.free[best]
+			st.free = append(st.free[:best], st.free[best+1:]...)
+			st.mu.Unlock()
+			return b[:size]
+		}
+		st.mu.Unlock()
+	}
+	return make([]byte, size)
+}
+
+// put keeps b for a later get, if it is large and there is room.
+func (st *stager) put(b []byte) {
+	if cap(b) < stageMin {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	total := cap(b)
+	for _, k := range st.free {
+		total += cap(k)
+	}
+	if len(st.free) < stageKeep && total <= stageMax {
+		st.free = append(st.free, b[:cap(b)])
+	}
 }
 
 // servedQueue is one of the host's queues on the served device. Its
 // methods are called in the session queue's order, by one goroutine at a
 // time.
 type servedQueue struct {
+	st  *stager // where its buffers go back once drained
 	q   plugin.Queue
 	err error // the queue could not be made
 	// pending says operations were enqueued since the last drain; keep
@@ -158,7 +213,7 @@ func (sv *served) queue(id uint32) *servedQueue {
 	defer sv.mu.Unlock()
 	w := sv.qs[id]
 	if w == nil {
-		w = &servedQueue{}
+		w = &servedQueue{st: &sv.stage}
 		w.q, w.err = sv.dev.NewQueue()
 		sv.qs[id] = w
 	}
@@ -241,6 +296,9 @@ func (w *servedQueue) drain() error {
 		return w.failed
 	}
 	w.failed = w.q.Synchronize()
+	for _, b := range w.keep {
+		w.st.put(b)
+	}
 	w.pending, w.keep = false, nil
 	return w.failed
 }
@@ -268,14 +326,61 @@ func (s *Session) servedSubmit(qid uint32, dst plugin.Ptr, data []byte) error {
 	return s.servedErr(s.srv.queue(qid).do(func(q plugin.Queue) error { return q.Submit(to, data) }, data))
 }
 
+// submitPart is how many bytes of a submit arriving in fragments go to
+// the served device at once: the device copies a part while the next
+// arrives.
+const submitPart = 4 << 20
+
+// servedSubmitAsItComes copies a submit's data arriving in p (pulled or
+// pushed) to the host's dst on queue qid, a part at a time as it comes.
+func (s *Session) servedSubmitAsItComes(qid uint32, dst plugin.Ptr, p *incoming) error {
+	if p.err != nil {
+		return p.wait()
+	}
+	to, err := s.srv.addr(dst, int64(p.size))
+	if err != nil {
+		return s.servedErr(err)
+	}
+	w := s.srv.queue(qid)
+	kept := false
+	for done := 0; done < p.size; {
+		ended := false
+		select {
+		case <-p.prog:
+		case <-p.done:
+			ended = true
+		}
+		got := int(p.avail.Load())
+		if got-done >= submitPart || (got > done && (got == p.size || ended)) {
+			part := p.dst[done:got]
+			var keep []byte
+			if !kept {
+				keep, kept = p.dst, true // back to the stager once drained
+			}
+			at := to + plugin.Ptr(done)
+			if err := w.do(func(q plugin.Queue) error { return q.Submit(at, part) }, keep); err != nil {
+				return s.servedErr(err)
+			}
+			done = got
+		}
+		if ended && done < p.size {
+			if err := p.wait(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // servedRetrieve reads size bytes at the host's src on queue qid, in its
-// order, and returns them once they are in.
+// order, and returns them once they are in, in a staging buffer the
+// caller gives back (s.srv.stage.put) when done with it.
 func (s *Session) servedRetrieve(qid uint32, src plugin.Ptr, size int64) ([]byte, error) {
 	from, err := s.srv.addr(src, size)
 	if err != nil {
 		return nil, s.servedErr(err)
 	}
-	b := make([]byte, size)
+	b := s.srv.stage.get(size)
 	w := s.srv.queue(qid)
 	if err := w.do(func(q plugin.Queue) error { return q.Retrieve(b, from) }, nil); err != nil {
 		return nil, s.servedErr(err)
@@ -358,6 +463,7 @@ func (s *Session) servedExchange(qid uint32, dst, src plugin.Ptr, size int64, pe
 		if err != nil {
 			return err
 		}
+		defer s.srv.stage.put(b)
 		return o.servedPut(dst, b)
 	}
 	b, err := s.servedRetrieve(qid, src, size)
@@ -365,8 +471,9 @@ func (s *Session) servedExchange(qid uint32, dst, src plugin.Ptr, size int64, pe
 		return err
 	}
 	if peer < 0 {
-		return s.servedSubmit(qid, dst, b)
+		return s.servedSubmit(qid, dst, b) // b goes back once drained
 	}
+	defer s.srv.stage.put(b)
 	if err := s.peers.exchange(peer, dst, b); err != nil {
 		return fmt.Errorf("exchange to device %d: %w", peer, err)
 	}

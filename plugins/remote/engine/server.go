@@ -438,6 +438,7 @@ func (s *Session) handle(m *proto.Msg, gen uint64) error {
 				if err != nil {
 					return err
 				}
+				defer s.srv.stage.put(b) // sendRetrieved returns once b is written
 				return s.sendRetrieved(id, b, small)
 			}, timed)
 		}
