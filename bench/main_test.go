@@ -589,4 +589,5 @@ func TestProxySuiteTSV(t *testing.T) {
 		t.Skip(why)
 	}
 	checkSuiteTSV(t, "proxy", map[string]bool{"proxy.empty_launch": true, "proxy.submit_64MiB": true, "proxy.retrieve_64MiB": true})
+	checkSuiteTSV(t, "proxy2", map[string]bool{"proxy2.jacobi_2048": true})
 }

@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/examples/apps/jacobi"
 	"github.com/goffload/offload/plugins/opencl"
 )
 
@@ -16,13 +18,24 @@ import (
 //     shared-memory ring pair, as the device's link (goal ≤ 1.3);
 //   - proxy.submit_64MiB, proxy.retrieve_64MiB: synchronous 64 MiB
 //     omp_target_memcpy to and from device 0 vs device 1 (goal ≤ 1.2).
+//
+// Suite proxy2: the device served by two local device processes
+// (local:2[opencl], devices 0 and 1) against it in this process (device 2):
+//
+//   - proxy2.jacobi_2048: 2048² Jacobi, 20 iterations, OpenCL C on
+//     devices 0 and 1 (halos between the two processes) vs on device 2
+//     alone (report: on two cores it measures the overhead).
 func init() {
-	register("proxy", Suite{Devices: "local:1[opencl],opencl:0", Run: runProxy, Skip: func() string {
-		if _, _, err := opencl.Library(); err != nil {
-			return err.Error()
-		}
-		return ""
-	}})
+	register("proxy", Suite{Devices: "local:1[opencl],opencl:0", Run: runProxy, Skip: noOpenCL})
+	register("proxy2", Suite{Devices: "local:2[opencl],opencl:0", Run: runProxy2, Skip: noOpenCL})
+}
+
+// noOpenCL says why there is no OpenCL driver here, or "".
+func noOpenCL() string {
+	if _, _, err := opencl.Library(); err != nil {
+		return err.Error()
+	}
+	return ""
 }
 
 func runProxy(env *Env) error {
@@ -110,5 +123,29 @@ func runProxy(env *Env) error {
 	}
 	env.Report(Result{Metric: "proxy.retrieve_64MiB", Goffload: t, Baseline: b, Bytes: size,
 		Note: fmt.Sprintf("device→host, synchronous: proxied %s vs direct %s (goal ≤ 1.2)", gbps(size, t), gbps(size, b))})
+	return nil
+}
+
+func runProxy2(env *Env) error {
+	if err := describeDevicesOf(env, 3, "two local device processes serving opencl, then opencl", "local", "opencl"); err != nil {
+		return err
+	}
+	const n, iters = 2048, 20
+	want, _ := jacobi.Reference(n, iters)
+	solve := func(devs ...offload.Device) func() (time.Duration, error) {
+		return func() (time.Duration, error) {
+			grid, t, err := jacobi.Solve(devs, n, iters)
+			if err == nil {
+				err = jacobi.Check(grid, want, n)
+			}
+			return t, err
+		}
+	}
+	ts, err := env.CompareSelfTimed(solve(offload.On(0), offload.On(1)), solve(offload.On(2)))
+	if err != nil {
+		return fmt.Errorf("proxy2.jacobi_2048: %w", err)
+	}
+	env.Report(Result{Metric: "proxy2.jacobi_2048", Goffload: ts[0], Baseline: ts[1],
+		Note: "2048² Jacobi, 20 iterations, OpenCL C: on PoCL served by two local device processes vs on PoCL in this process (report)"})
 	return nil
 }
