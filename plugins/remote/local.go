@@ -53,7 +53,7 @@ func init() {
 		Name:          "local",
 		Open:          openLocal,
 		Order:         50,
-		Help:          "local[:N[KIND]]  N device processes of this program on this machine (default 1), each serving its CPUs or a device of KIND (local:2[opencl])",
+		Help:          "local[:N]  N device processes of this program on this machine (default 1); local:N[KIND] has each serve a device of KIND (local:2[opencl]) instead of its CPUs",
 		ServeIfDevice: ServeIfDevice,
 		Serving:       Serving,
 	})

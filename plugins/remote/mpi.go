@@ -31,7 +31,7 @@ func init() {
 		Discover: discoverMPI,
 		Sole:     cmpi.Launched,
 		Order:    40,
-		Help:     "mpi[:N]  the ranks of this MPI job other than the host's, one device each (all, or the first N)",
+		Help:     "mpi[:N]  the ranks of this MPI job other than the host's, one device each (all, or the first N); mpi[KIND] has each serve a device of KIND instead of its CPUs",
 		Finish:   FinishMPI,
 	})
 }

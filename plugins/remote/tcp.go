@@ -36,7 +36,7 @@ func init() {
 		Name:  "tcp",
 		Open:  openTCP,
 		Order: 60,
-		Help:  "tcp://HOST:PORT  a device process serving on HOST:PORT (GOFFLOAD_ROLE=device GOFFLOAD_LISTEN=…), with GOFFLOAD_SECRET on both sides; TLS 1.3 unless GOFFLOAD_TCP_PLAIN=1 on both",
+		Help:  "tcp://HOST:PORT  a device process serving on HOST:PORT (GOFFLOAD_ROLE=device GOFFLOAD_LISTEN=…), with GOFFLOAD_SECRET on both sides; TLS 1.3 unless GOFFLOAD_TCP_PLAIN=1 on both; a device for each it serves (its GOFFLOAD_DEVICES, else its CPUs)",
 	})
 }
 
