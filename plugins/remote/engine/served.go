@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/opqueue"
 	"github.com/goffload/offload/plugins/remote/state"
 )
 
@@ -45,6 +47,19 @@ type served struct {
 	// stage holds the buffers copies go through, for the next ones: a
 	// fresh one costs its page faults each time.
 	stage stager
+	// evs are the host's events recorded on served queues, by id, under
+	// mu: a wait of another queue of the device waits on the served
+	// kind's event, inside the served device.
+	evs map[uint64]*servedEvent
+}
+
+// servedEvent is a host's event as the served device has it: ev, the
+// served kind's event recorded in the queue's place, once ready is closed
+// (nil where the record did not reach the served queue: the queue had
+// failed, and waits take the session's event and its error).
+type servedEvent struct {
+	ready chan struct{}
+	ev    plugin.Event
 }
 
 // stager keeps a few large staging buffers for reuse.
@@ -118,7 +133,7 @@ type servedQueue struct {
 // session ends. Call it before Serve.
 func (s *Session) Proxy(dev plugin.Device, kind string) {
 	in := dev.Info()
-	s.srv = &served{dev: dev, label: fmt.Sprintf("%s device %q", kind, in.Name), qs: map[uint32]*servedQueue{}}
+	s.srv = &served{dev: dev, label: fmt.Sprintf("%s device %q", kind, in.Name), qs: map[uint32]*servedQueue{}, evs: map[uint64]*servedEvent{}}
 }
 
 // Proxied reports whether the session serves a device of another kind.
@@ -480,6 +495,77 @@ func (s *Session) servedExchange(qid uint32, dst, src plugin.Ptr, size int64, pe
 	return nil
 }
 
+// servedRecord records event id on the served queue qid, in q's order
+// (before the session's own record of it, which drains the queue and tells
+// the host): waits of the device's other queues wait on it there.
+func (s *Session) servedRecord(q *opqueue.Queue, qid uint32, id uint64) error {
+	se := &servedEvent{ready: make(chan struct{})}
+	s.srv.mu.Lock()
+	s.srv.evs[id] = se
+	s.srv.mu.Unlock()
+	return q.MarkHere(false, func(failed error) error {
+		defer close(se.ready)
+		w := s.srv.queue(qid)
+		if failed != nil || w.err != nil || w.failed != nil {
+			return nil
+		}
+		ev, err := s.srv.dev.NewEvent()
+		if err != nil {
+			return nil
+		}
+		if err := w.q.Record(ev); err != nil {
+			ev.Close()
+			return nil
+		}
+		w.pending = true
+		se.ev = ev
+		return nil
+	})
+}
+
+// servedWait makes queue qid wait for event id, recorded on another queue
+// of this device (ev is the session's event): the served queue waits on
+// the served kind's event, so what comes after is enqueued there once the
+// other queue has reached the record, not once it is done. It reports
+// false if id was not recorded on a served queue.
+func (s *Session) servedWait(q *opqueue.Queue, qid uint32, id uint64, ev *opqueue.Event, timed func(start, end time.Time, err error)) (bool, error) {
+	s.srv.mu.Lock()
+	se := s.srv.evs[id]
+	s.srv.mu.Unlock()
+	if se == nil {
+		return false, nil
+	}
+	return true, q.DoTimed(func() error {
+		<-se.ready
+		if se.ev == nil { // its queue had failed: the session's event says how
+			if err := ev.Synchronize(); err != nil {
+				return fmt.Errorf("waited-for event failed: %w", err)
+			}
+			return nil
+		}
+		return s.servedErr(s.srv.queue(qid).do(func(q plugin.Queue) error { return q.Wait(se.ev) }, nil))
+	}, timed)
+}
+
+// forgetEvents closes the served events of the host's events ids: the
+// host forgot them.
+func (sv *served) forgetEvents(ids []uint64) {
+	for _, id := range ids {
+		sv.mu.Lock()
+		se := sv.evs[id]
+		delete(sv.evs, id)
+		sv.mu.Unlock()
+		if se != nil {
+			go func() { // once its record has run; waits enqueued on it still work
+				<-se.ready
+				if se.ev != nil {
+					se.ev.Close()
+				}
+			}()
+		}
+	}
+}
+
 // servedPut writes a peer's exchange into the host's dst and waits until
 // it is in.
 func (s *Session) servedPut(dst plugin.Ptr, data []byte) error {
@@ -556,6 +642,7 @@ func (sv *served) close() {
 	qs := sv.qs
 	sv.qs = map[uint32]*servedQueue{}
 	sv.mem.Each(func(plugin.Ptr) {}) // the device's Close frees them
+	sv.evs = map[uint64]*servedEvent{}
 	sv.mu.Unlock()
 	for _, w := range qs {
 		if w.q != nil {

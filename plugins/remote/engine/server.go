@@ -465,6 +465,11 @@ func (s *Session) handle(m *proto.Msg, gen uint64) error {
 		if ev == nil {
 			return q.Do(func() error { return fmt.Errorf("wait on event %d: %w", id, plugin.ErrNotRecorded) })
 		}
+		if s.srv != nil {
+			if ok, err := s.servedWait(q, f.Queue, id, ev, timed); ok {
+				return err
+			}
+		}
 		return q.WaitTimed(ev, timed)
 	case *proto.WaitPeer: // another device's event: that device tells us when it fires
 		timed := s.timer(f.Queue, plugin.OpWait, 0, 0)
@@ -476,6 +481,9 @@ func (s *Session) handle(m *proto.Msg, gen uint64) error {
 		s.emu.Lock()
 		s.evs.Forget(f.Events)
 		s.emu.Unlock()
+		if s.srv != nil {
+			s.srv.forgetEvents(f.Events)
+		}
 		return nil
 	case *proto.Tag:
 		s.tag(f)
@@ -572,6 +580,11 @@ func (s *Session) record(f *proto.Record) error {
 	}
 	ev.Arm()
 	qid := f.Queue
+	if s.srv != nil {
+		if err := s.servedRecord(s.queue(qid), qid, id); err != nil {
+			return err
+		}
+	}
 	fire := func(failed error) error {
 		if s.srv != nil {
 			failed = s.servedSettle(qid, failed, false)
