@@ -338,7 +338,22 @@ func (s *Session) servedSubmit(qid uint32, dst plugin.Ptr, data []byte) error {
 	if err != nil {
 		return s.servedErr(err)
 	}
-	return s.servedErr(s.srv.queue(qid).do(func(q plugin.Queue) error { return q.Submit(to, data) }, data))
+	w := s.srv.queue(qid)
+	err = w.do(func(q plugin.Queue) error { return q.Submit(to, data) }, data)
+	if err == nil && s.tagged(qid) {
+		err = w.drain() // timed: its time is the copy's
+	}
+	return s.servedErr(err)
+}
+
+// tagged reports whether queue qid's operations are timed (Tag): a
+// proxied device then waits for each, so that its time is the served
+// device's work, not its enqueueing.
+func (s *Session) tagged(qid uint32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.tags[qid]
+	return ok
 }
 
 // submitPart is how many bytes of a submit arriving in fragments go to
@@ -383,6 +398,9 @@ func (s *Session) servedSubmitAsItComes(qid uint32, dst plugin.Ptr, p *incoming)
 				return err
 			}
 		}
+	}
+	if s.tagged(qid) {
+		return s.servedErr(w.drain()) // timed: its time is the copy's
 	}
 	return nil
 }
@@ -451,6 +469,9 @@ func (s *Session) servedExchange(qid uint32, dst, src plugin.Ptr, size int64, pe
 		w := s.srv.queue(qid)
 		if ex, ok := w.q.(plugin.Exchanger); ok && w.err == nil {
 			err := w.do(func(plugin.Queue) error { return ex.Exchange(s.srv.dev, to, from, size) }, nil)
+			if err == nil && s.tagged(qid) {
+				err = w.drain()
+			}
 			if !errors.Is(err, plugin.ErrUnsupported) {
 				return s.servedErr(err)
 			}

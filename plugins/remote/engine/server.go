@@ -507,7 +507,8 @@ func (s *Session) handle(m *proto.Msg, gen uint64) error {
 		return nil
 	case *proto.Addr:
 		if s.srv != nil {
-			return s.reply(f.Req, 0, "", s.servedAddr(plugin.Ptr(f.Ptr)))
+			a, err := s.servedAddr(plugin.Ptr(f.Ptr))
+			return s.reply(f.Req, uint64(a), "", err)
 		}
 		b, err := s.mem.Bytes(plugin.Ptr(f.Ptr), 0)
 		if err != nil {
@@ -765,10 +766,20 @@ func (s *Session) servedDev() plugin.Device {
 	return s.srv.dev
 }
 
-// servedAddr is a proxied device's answer to an address request: none,
-// since a served device's memory is its own kind's.
-func (s *Session) servedAddr(p plugin.Ptr) error {
-	return s.servedErr(fmt.Errorf("address of %#x: %w", uint64(p), plugin.ErrUnsupported))
+// servedAddr is a proxied device's answer to an address request: the
+// served device's, where its kind resolves addresses
+// (plugin.AddrResolver).
+func (s *Session) servedAddr(p plugin.Ptr) (uintptr, error) {
+	r, ok := s.srv.dev.(plugin.AddrResolver)
+	if !ok {
+		return 0, s.servedErr(fmt.Errorf("address of %#x: %w", uint64(p), plugin.ErrUnsupported))
+	}
+	to, err := s.srv.addr(p, 0)
+	if err != nil {
+		return 0, s.servedErr(err)
+	}
+	a, err := r.DeviceAddr(to)
+	return a, s.servedErr(err)
 }
 
 func (s *Session) info() plugin.Info {
