@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -402,4 +403,20 @@ func (w *mpiWorld) finalize() error {
 	case <-time.After(10 * time.Second):
 		return fmt.Errorf("MPI_Finalize did not return within 10s (is a rank lost?)")
 	}
+}
+
+// mpiServed is what a device rank serves: the brackets of the mpi item of
+// the job's GOFFLOAD_DEVICES (mpi[opencl], mpi:2[cuda]), which every rank
+// has alike; empty (its CPUs) where there are none.
+func mpiServed(devices string) string {
+	for _, item := range strings.Split(devices, ",") {
+		item = strings.TrimSpace(item)
+		if len(item) < 3 || !strings.EqualFold(item[:3], "mpi") {
+			continue
+		}
+		if _, spec, err := splitServed("mpi", item[3:]); err == nil {
+			return spec
+		}
+	}
+	return ""
 }

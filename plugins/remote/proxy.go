@@ -237,19 +237,3 @@ func pairLinks() (transport.Transport, transport.Transport, error) {
 	}
 	return ts[0], ts[1], nil
 }
-
-// mpiServed is what a device rank serves: the brackets of the mpi item of
-// the job's GOFFLOAD_DEVICES (mpi[opencl], mpi:2[cuda]), which every rank
-// has alike; empty (its CPUs) where there are none.
-func mpiServed(devices string) string {
-	for _, item := range strings.Split(devices, ",") {
-		item = strings.TrimSpace(item)
-		if len(item) < 3 || !strings.EqualFold(item[:3], "mpi") {
-			continue
-		}
-		if _, spec, err := splitServed("mpi", item[3:]); err == nil {
-			return spec
-		}
-	}
-	return ""
-}
