@@ -229,7 +229,7 @@ func (d *Device) serve(index int) (count int, text string, err error) {
 	if timeout > 0 {
 		timeout = max(timeout, d.Startup)
 	}
-	stop := d.l.within(timeout, "the device's answer to serve")
+	stop := d.l.within(timeout, "answer to serve from the device")
 	defer stop()
 	if err := d.l.send(&proto.Serve{Req: 1, Index: uint32(index)}); err != nil {
 		return 0, "", fmt.Errorf("%s: %w", d.name(), d.l.readErr(err))
