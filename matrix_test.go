@@ -80,6 +80,9 @@ var kinds = []testKind{
 	{name: "opencl", label: "opencl", spec: func(n int) string {
 		return strings.TrimSuffix(strings.Repeat("opencl:0,", n), ",") // PoCL has one device: n devices on it
 	}, setup: useOpenCL, inProcess: true},
+	{name: "local-opencl", label: "local", spec: func(n int) string {
+		return fmt.Sprintf("local:%d[opencl]", n) // PoCL's device, served by n device processes
+	}, setup: useProxiedOpenCL},
 	{name: "tcp", label: "tcp", spec: func(n int) string {
 		return strings.TrimSuffix(strings.Repeat("tcp://"+tcpDeviceAddr+",", n), ",")
 	}, setup: startTCPDevice},
@@ -95,6 +98,25 @@ func useOpenCL(t testing.TB) {
 	t.Helper()
 	opencltest.Need(t)
 	t.Cleanup(opencl.UseEmulationForTests())
+}
+
+// envEmulateOpenCL, set to 1 in a device process of this test binary,
+// makes its OpenCL devices emulate kernels without OpenCL C, as useOpenCL
+// makes this process's.
+const envEmulateOpenCL = "GOFFLOAD_TEST_OPENCL_EMULATION"
+
+func init() {
+	if os.Getenv(envEmulateOpenCL) == "1" {
+		opencl.UseEmulationForTests()
+	}
+}
+
+// useProxiedOpenCL makes the local device processes started in the test
+// serve the machine's OpenCL device in the emulate mode useOpenCL sets.
+func useProxiedOpenCL(t testing.TB) {
+	t.Helper()
+	opencltest.Need(t)
+	t.Setenv(envEmulateOpenCL, "1")
 }
 
 // tcpDeviceAddr is where the tcp kind's device process serves, for the

@@ -291,6 +291,7 @@ type DeviceInfo struct {
 	Arch    string // GOARCH of the device, or the GPU architecture
 	Host    string // host name of the machine it is on
 	PID     int    // process serving it, 0 if none
+	Serves  string // the kind of device that process drives for it ("opencl"), empty if its CPUs
 	Spec    string // the GOFFLOAD_DEVICES item it came from
 	Initial bool   // it is the initial device
 }
@@ -332,7 +333,7 @@ func (d Device) info() (DeviceInfo, error) {
 	}
 	i := cd.Info
 	info := DeviceInfo{Num: cd.Num, Kind: i.Kind, Name: i.Name, Cores: i.Cores, Memory: i.Memory, Arch: i.Arch,
-		Host: i.Host, PID: i.PID, Spec: cd.Spec, Initial: cd.IsInitial()}
+		Host: i.Host, PID: i.PID, Serves: i.Serves, Spec: cd.Spec, Initial: cd.IsInitial()}
 	if !cd.IsInitial() {
 		if lost := cd.Lost(); lost != nil {
 			if errors.Is(lost, plugin.ErrDeviceLost) {

@@ -581,3 +581,13 @@ func TestTCPTLSSuiteTSV(t *testing.T) {
 		t.Errorf("output lacks the devices' comment:\n%s", out)
 	}
 }
+
+// TestProxySuiteTSV: suite proxy reports its three figures, where the
+// machine has an OpenCL driver (PoCL in CI).
+func TestProxySuiteTSV(t *testing.T) {
+	if why := suites["proxy"].Skip(); why != "" {
+		t.Skip(why)
+	}
+	checkSuiteTSV(t, "proxy", map[string]bool{"proxy.empty_launch": true, "proxy.submit_64MiB": true, "proxy.retrieve_64MiB": true})
+	checkSuiteTSV(t, "proxy2", map[string]bool{"proxy2.jacobi_2048": true})
+}

@@ -115,6 +115,10 @@ type Info struct {
 	Arch   string // architecture, e.g. "amd64"
 	Host   string // host name of the machine the device is on
 	PID    int    // process that serves the device (0 if not a process)
+	// Serves is the kind of the device that a device process drives for
+	// the host ("opencl" for local:1[opencl]); empty where the device is
+	// the process's own CPUs, or not a process at all.
+	Serves string
 }
 
 // Device is one device of a kind. All methods are safe for concurrent use.

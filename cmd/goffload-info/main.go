@@ -36,11 +36,14 @@ func run(out io.Writer) error {
 			fmt.Fprintf(w, "%d\t-\tunavailable: %v\t\t\t\t\t\t\n", i, err)
 			continue
 		}
-		spec := info.Spec
+		spec, kind := info.Spec, info.Kind
 		if info.Initial {
 			spec = "(initial device)"
 		}
-		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", info.Num, info.Kind, info.Name, info.Cores,
+		if info.Serves != "" { // a device process's device of another kind
+			kind += "[" + info.Serves + "]"
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", info.Num, kind, info.Name, info.Cores,
 			bytes(info.Memory), info.Arch, info.Host, info.PID, spec)
 	}
 	return w.Flush()

@@ -63,3 +63,21 @@ func TestListsRemoteDevices(t *testing.T) {
 		pids[pid] = true
 	}
 }
+
+// TestListsProxiedDevices: a device process serving a device of another
+// kind is listed with the kind it serves and its own pid.
+func TestListsProxiedDevices(t *testing.T) {
+	t.Setenv("GOFFLOAD_DEVICES", "local:1[host]")
+	var out strings.Builder
+	if err := run(&out); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 5 {
+		t.Fatalf("got %d lines, want 5:\n%s", len(lines), out.String())
+	}
+	f := strings.Fields(lines[3])
+	if f[1] != "local[host]" || f[len(f)-2] == fmt.Sprint(os.Getpid()) || f[len(f)-1] != "local:1[host]" {
+		t.Errorf("device line %q, want kind local[host], another pid and its spec", lines[3])
+	}
+}

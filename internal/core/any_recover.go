@@ -494,6 +494,9 @@ func (s *anySched) rerunDevice(e *anyEntry, tried map[int]bool) int {
 	for d, cd := range s.rt.Devices {
 		switch cd.Info.Kind {
 		case "host", "local", "tcp", "mpi":
+			if cd.Info.Serves != "" && cd.Info.Serves != "host" {
+				continue // a device process serving a GPU or an OpenCL device: no CPU's time
+			}
 			if est, ok := s.model.Estimate(name, d, class); ok && (!timed || est < cpu) {
 				cpu, timed = est, true
 			}

@@ -119,7 +119,7 @@ func ConfigFromEnv() (Config, error) {
 }
 
 // Spec is one item of GOFFLOAD_DEVICES: a kind and its argument, written
-// KIND, KIND:ARG or KIND://ARG (URL).
+// KIND, KIND:ARG, KIND[ARG] (Arg keeps the brackets) or KIND://ARG (URL).
 type Spec struct {
 	Kind string
 	Arg  string
@@ -134,6 +134,8 @@ func (s Spec) String() string {
 		return s.Kind
 	case s.URL || strings.Contains(s.Arg, "/"):
 		return s.Kind + "://" + s.Arg
+	case strings.HasPrefix(s.Arg, "["):
+		return s.Kind + s.Arg
 	}
 	return s.Kind + ":" + s.Arg
 }
@@ -156,6 +158,8 @@ func ParseDevices(s string) ([]Spec, error) {
 		var sp Spec
 		if i := strings.Index(item, "://"); i >= 0 {
 			sp = Spec{Kind: item[:i], Arg: item[i+3:], URL: true}
+		} else if i := strings.IndexAny(item, ":["); i >= 0 && item[i] == '[' {
+			sp = Spec{Kind: item[:i], Arg: item[i:]} // local[opencl]: what a device process serves
 		} else if i := strings.IndexByte(item, ':'); i >= 0 {
 			sp = Spec{Kind: item[:i], Arg: item[i+1:]}
 		} else {

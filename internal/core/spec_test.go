@@ -15,7 +15,7 @@ import (
 // lower case): goffload-info and errors show tcp://HOST:PORT, not
 // tcp:HOST:PORT.
 func TestSpecsAsWritten(t *testing.T) {
-	specs, err := ParseDevices(" host , Local:2,tcp://127.0.0.1:7070 ")
+	specs, err := ParseDevices(" host , Local:2,tcp://127.0.0.1:7070,local[host],local:2[host+host] ")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +23,7 @@ func TestSpecsAsWritten(t *testing.T) {
 	for _, sp := range specs {
 		got = append(got, sp.String())
 	}
-	want := []string{"host", "local:2", "tcp://127.0.0.1:7070"}
+	want := []string{"host", "local:2", "tcp://127.0.0.1:7070", "local[host]", "local:2[host+host]"}
 	if len(got) != len(want) {
 		t.Fatalf("got %q, want %q", got, want)
 	}

@@ -63,15 +63,16 @@ func Need(t testing.TB) {
 
 // RunExample runs an example's run function on the machine's OpenCL
 // driver: on one OpenCL device, on two devices that share it (what goes
-// between them is the driver's copies and barriers), and beside a host
-// device. The devices are mandatory (OMP_TARGET_OFFLOAD=MANDATORY), and
+// between them is the driver's copies and barriers), beside a host
+// device, and proxied: served by a local device process
+// (local:1[opencl]), and by two of them beside it in the program. The devices are mandatory (OMP_TARGET_OFFLOAD=MANDATORY), and
 // OpenCL devices run no Go bodies, so the kernels run their OpenCL C; run
 // verifies its result. Without an OpenCL device it skips, as Need does.
 func RunExample(t *testing.T, run func() error) {
 	t.Helper()
 	Need(t)
 	t.Setenv("OMP_TARGET_OFFLOAD", "MANDATORY")
-	for _, devices := range []string{"opencl:0", "opencl:0,opencl:0", "opencl:0,host"} {
+	for _, devices := range []string{"opencl:0", "opencl:0,opencl:0", "opencl:0,host", "local:1[opencl]", "local:2[opencl],opencl:0"} {
 		t.Setenv("GOFFLOAD_DEVICES", devices)
 		if err := run(); err != nil {
 			t.Fatalf("GOFFLOAD_DEVICES=%q: %v", devices, err)

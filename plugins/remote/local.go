@@ -53,7 +53,7 @@ func init() {
 		Name:          "local",
 		Open:          openLocal,
 		Order:         50,
-		Help:          "local[:N]  N device processes of this program on this machine (default 1)",
+		Help:          "local[:N]  N device processes of this program on this machine (default 1); local:N[KIND] has each serve a device of KIND (local:2[opencl]) instead of its CPUs",
 		ServeIfDevice: ServeIfDevice,
 		Serving:       Serving,
 	})
@@ -63,9 +63,13 @@ func openLocal(arg string) ([]plugin.Device, error) {
 	if err := engine.CheckTimeout(); err != nil {
 		return nil, fmt.Errorf("%w: %w", plugin.ErrBadSpec, err)
 	}
+	count, served, err := splitServed("local", arg)
+	if err != nil {
+		return nil, err
+	}
 	n := 1
-	if arg != "" {
-		v, err := strconv.Atoi(arg)
+	if count != "" {
+		v, err := strconv.Atoi(count)
 		if err != nil || v < 1 || v > 256 {
 			return nil, fmt.Errorf("%w: local:%s: want local:N with N a process count from 1 to 256", plugin.ErrBadSpec, arg)
 		}
@@ -88,15 +92,28 @@ func openLocal(arg string) ([]plugin.Device, error) {
 		waitpoll.SetCrowded(true)
 	}
 	var devs []plugin.Device
+	fail := func(err error) ([]plugin.Device, error) {
+		for _, d := range devs {
+			d.Close()
+		}
+		return nil, err
+	}
 	for i := 0; i < n; i++ {
-		d, err := spawn(exe, cores, crowded)
+		d, err := spawn(exe, cores, crowded, served)
 		if err != nil {
-			for _, d := range devs {
-				d.Close()
-			}
-			return nil, err
+			return fail(err)
 		}
 		devs = append(devs, d)
+	}
+	// Process i serves device i (modulo how many the process has) of
+	// those served names: one process per GPU, or several on one device.
+	for i, d := range devs {
+		if served == "" {
+			break
+		}
+		if _, _, err := d.(*engine.Device).Serve(i); err != nil {
+			return fail(fmt.Errorf("local:%s: %w", arg, err))
+		}
 	}
 	return devs, nil
 }
@@ -112,7 +129,9 @@ func procsChanged(delta int64) {
 }
 
 // spawn starts a device process of exe connected by an inherited socket.
-func spawn(exe, cores string, crowded bool) (*engine.Device, error) {
+// The process serves served's devices (GOFFLOAD_DEVICES items), or its
+// CPUs if served is empty.
+func spawn(exe, cores string, crowded bool, served string) (*engine.Device, error) {
 	fds, err := stream.SocketPair()
 	if err != nil {
 		return nil, fmt.Errorf("socketpair: %w", err)
@@ -142,7 +161,7 @@ func spawn(exe, cores string, crowded bool) (*engine.Device, error) {
 	num := &atomic.Int64{}
 	num.Store(-1)
 	cmd := exec.Command(exe, os.Args[1:]...)
-	cmd.Env = append(os.Environ(), envRole+"=device", envFD+"=3", envSide+"=4", envCores+"="+cores)
+	cmd.Env = append(os.Environ(), envRole+"=device", envFD+"=3", envSide+"=4", envCores+"="+cores, envServe+"="+served)
 	if crowded {
 		cmd.Env = append(cmd.Env, envCrowd+"=1")
 	}

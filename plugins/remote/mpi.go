@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +32,7 @@ func init() {
 		Discover: discoverMPI,
 		Sole:     cmpi.Launched,
 		Order:    40,
-		Help:     "mpi[:N]  the ranks of this MPI job other than the host's, one device each (all, or the first N)",
+		Help:     "mpi[:N]  the ranks of this MPI job other than the host's, one device each (all, or the first N); mpi[KIND] has each serve a device of KIND instead of its CPUs",
 		Finish:   FinishMPI,
 	})
 }
@@ -91,8 +92,12 @@ func openMPI(arg string) ([]plugin.Device, error) {
 		return nil, fmt.Errorf("rank %d is a device rank (the host is rank %d): offload.Start serves there and never returns", w.Rank(), w.ranks.Host)
 	}
 	n := w.ranks.Size - 1
-	if arg != "" {
-		v, err := strconv.Atoi(arg)
+	count, served, err := splitServed("mpi", arg)
+	if err != nil {
+		return nil, err
+	}
+	if count != "" {
+		v, err := strconv.Atoi(count)
 		if err != nil || v < 1 || v > n {
 			return nil, fmt.Errorf("%w: mpi:%s: want mpi:N with N from 1 to %d, the device ranks of this job", plugin.ErrBadSpec, arg, n)
 		}
@@ -139,6 +144,20 @@ func openMPI(arg string) ([]plugin.Device, error) {
 		}
 		devs = append(devs, d)
 	}
+	// Each device rank serves what the mpi item's brackets name, which
+	// its own GOFFLOAD_DEVICES holds as ours does: rank i of the device
+	// ranks its device i (modulo how many it has).
+	for i, d := range devs {
+		if served == "" {
+			break
+		}
+		if _, _, err := d.(*engine.Device).Serve(i); err != nil {
+			for _, d := range devs {
+				d.Close()
+			}
+			return nil, fmt.Errorf("mpi:%s: %w", arg, err)
+		}
+	}
 	return devs, nil
 }
 
@@ -180,6 +199,10 @@ func (w *mpiWorld) serve(img *plugin.Image) error {
 	if err != nil {
 		return err
 	}
+	serves, err := servedOpener(mpiServed(os.Getenv(envServe)), true)
+	if err != nil {
+		return err
+	}
 	opens := w.Link(w.ranks.Host, mpi.TagOpen, mpi.TagOpen)
 	defer w.ServeRaw()()
 	var wg sync.WaitGroup
@@ -209,6 +232,7 @@ func (w *mpiWorld) serve(img *plugin.Image) error {
 		ms.s = engine.NewSession(t, img, cores)
 		ms.s.Rank = w.Rank()
 		ms.s.Kind = "mpi"
+		ms.s.Serves = serves
 		ms.s.Helloed = func(num int) { ms.base.Store(int64(num - w.ranks.Index(w.Rank()))) }
 		ms.s.ConnectPeers(ms.connect)
 		wg.Add(1)
@@ -379,4 +403,20 @@ func (w *mpiWorld) finalize() error {
 	case <-time.After(10 * time.Second):
 		return fmt.Errorf("MPI_Finalize did not return within 10s (is a rank lost?)")
 	}
+}
+
+// mpiServed is what a device rank serves: the brackets of the mpi item of
+// the job's GOFFLOAD_DEVICES (mpi[opencl], mpi:2[cuda]), which every rank
+// has alike; empty (its CPUs) where there are none.
+func mpiServed(devices string) string {
+	for _, item := range strings.Split(devices, ",") {
+		item = strings.TrimSpace(item)
+		if len(item) < 3 || !strings.EqualFold(item[:3], "mpi") {
+			continue
+		}
+		if _, spec, err := splitServed("mpi", item[3:]); err == nil {
+			return spec
+		}
+	}
+	return ""
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/mpi"
+	"github.com/goffload/offload/internal/opencltest"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/plugintest"
 	"github.com/goffload/offload/plugins/remote"
@@ -763,6 +764,22 @@ func TestMPIJobs(t *testing.T) {
 				}
 				out, err = f.run(t, nil, env, filepath.Join(dir, "saxpy"), "-n", "30000")
 				if err != nil || !strings.Contains(out, "on 3 device(s): verified") {
+					t.Fatalf("%v\n%s", err, out)
+				}
+			})
+			t.Run("proxied", func(t *testing.T) {
+				// Device ranks that serve PoCL's OpenCL device (issue
+				// 45): the mpi item's brackets, which every rank's
+				// GOFFLOAD_DEVICES holds. saxpy runs its OpenCL C there;
+				// the suite's Go-only kernels are emulated.
+				opencltest.Need(t)
+				env := []string{"GOFFLOAD_DEVICES=mpi[opencl]", "OMP_TARGET_OFFLOAD=MANDATORY"}
+				out, err := f.run(t, nil, env, filepath.Join(dir, "saxpy"), "-n", "100000")
+				if err != nil || !strings.Contains(out, "on 2 device(s): verified") || !strings.Contains(out, "OpenCL device 0") {
+					t.Fatalf("%v\n%s", err, out)
+				}
+				out, err = f.run(t, nil, append(env, envEmulate+"=1"), test, "-test.run", "MPIRankConformance", "-test.v")
+				if err != nil || !strings.Contains(out, "--- PASS: TestMPIRankConformance") {
 					t.Fatalf("%v\n%s", err, out)
 				}
 			})

@@ -123,6 +123,10 @@ func serve(img *plugin.Image) error {
 		}
 		s := engine.NewSession(t, img, cores)
 		s.Kind = "local"
+		if s.Serves, err = servedOpener(os.Getenv(envServe), true); err != nil {
+			conn.Close()
+			return err
+		}
 		if side := os.Getenv(envSide); side != "" {
 			if n, err := strconv.Atoi(side); err == nil && n >= 3 {
 				f := os.NewFile(uintptr(n), "goffload-side")

@@ -36,7 +36,7 @@ func init() {
 		Name:  "tcp",
 		Open:  openTCP,
 		Order: 60,
-		Help:  "tcp://HOST:PORT  a device process serving on HOST:PORT (GOFFLOAD_ROLE=device GOFFLOAD_LISTEN=…), with GOFFLOAD_SECRET on both sides; TLS 1.3 unless GOFFLOAD_TCP_PLAIN=1 on both",
+		Help:  "tcp://HOST:PORT  a device process serving on HOST:PORT (GOFFLOAD_ROLE=device GOFFLOAD_LISTEN=…), with GOFFLOAD_SECRET on both sides; TLS 1.3 unless GOFFLOAD_TCP_PLAIN=1 on both; a device for each it serves (its GOFFLOAD_DEVICES, else its CPUs)",
 	})
 }
 
@@ -67,6 +67,43 @@ func openTCP(addr string) ([]plugin.Device, error) {
 	if err := engine.CheckTimeout(); err != nil {
 		return nil, fmt.Errorf("%w: %w", plugin.ErrBadSpec, err)
 	}
+	// One session per device the process serves: the first says how many.
+	d, err := dialTCP(addr, sec)
+	if err != nil {
+		return nil, err
+	}
+	devs := []plugin.Device{d}
+	fail := func(err error) ([]plugin.Device, error) {
+		for _, d := range devs {
+			d.Close()
+		}
+		return nil, fmt.Errorf("tcp://%s: %w", addr, err)
+	}
+	n, _, err := d.Serve(0)
+	if err != nil {
+		return fail(err)
+	}
+	d.Intro = siblingsOf(d.Process())
+	for i := 1; i < n; i++ {
+		d, err := dialTCP(addr, sec)
+		if err != nil {
+			for _, d := range devs {
+				d.Close()
+			}
+			return nil, err
+		}
+		devs = append(devs, d)
+		if _, _, err := d.Serve(i); err != nil {
+			return fail(err)
+		}
+		d.Intro = siblingsOf(d.Process())
+	}
+	return devs, nil
+}
+
+// dialTCP opens a session with the TCP device at addr: the host's side of
+// a device it serves, picked with Serve before Load.
+func dialTCP(addr string, sec *stream.Security) (*engine.Device, error) {
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		return nil, err
@@ -87,7 +124,7 @@ func openTCP(addr string) ([]plugin.Device, error) {
 	d := engine.NewDevice(stream.Session(c), "tcp", "tcp device tcp://"+addr)
 	d.Addr = "tcp://" + addr
 	d.CloseFn = func(bool) error { return nil }
-	return []plugin.Device{d}, nil
+	return d, nil
 }
 
 // checkTCPAddr checks a tcp:// item's HOST:PORT: a malformed one is an
@@ -146,6 +183,7 @@ type tcpServer struct {
 	guesses *stream.GuessLimiter // failed proofs per source address
 
 	budget *hostmem.Budget // every session's memory together (GOFFLOAD_DEVICE_MEMORY)
+	serves engine.Opener   // the devices the process serves (GOFFLOAD_DEVICES), nil for its CPUs
 
 	mu      sync.Mutex
 	slots   *handshakeSlots // under mu
@@ -237,6 +275,8 @@ func (s *tcpServer) handle(conn net.Conn, e *list.Element) {
 	ss := engine.NewSession(stream.Session(c), s.img, s.cores)
 	ss.ShareMemory(s.budget)
 	ss.Kind = "tcp"
+	ss.Serves = s.serves
+	ss.PairLinks = pairLinks
 	ss.HelloLimit = engine.DeviceTimeout()
 	if err := ss.Serve(); err != nil && err != engine.ErrSessionOver {
 		fmt.Fprintf(os.Stderr, "goffload device: session with %s: %v\n", conn.RemoteAddr(), err)
@@ -377,6 +417,11 @@ func (s *handshakeSlots) len() int { return s.all.Len() }
 // GOFFLOAD_DEVICE_MEMORY (the machine's memory if unset).
 func serveTCPOn(ln net.Listener, sec *stream.Security, img *plugin.Image, cores int) error {
 	srv := newTCPServer(ln, sec, img, cores)
+	var err error
+	if srv.serves, err = servedOpener(os.Getenv(envServe), false); err != nil {
+		ln.Close()
+		return err
+	}
 	dev := fmt.Sprintf("tcp device on %s, pid %d", ln.Addr(), os.Getpid())
 	srv.budget = hostmem.NewBudget(hostmem.Limit(), "the machine's memory; "+dev)
 	if v, ok := os.LookupEnv(envMemory); ok {

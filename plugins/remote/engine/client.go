@@ -66,6 +66,14 @@ type Device struct {
 	Intro Introducer
 	// Rank is the device's MPI rank, or -1 (it names the device).
 	Rank int
+	// refused are the kernels a proxied device cannot launch, by index,
+	// with why (from its Info).
+	refused map[int]string
+	// noStop says a proxied device's queues cannot stop one launch.
+	noStop bool
+	// token and process are the session's and its process's numbers,
+	// from Serve (0 for a process that serves its CPUs).
+	token, process uint64
 	// img is the image Load loaded (set before the link's reader starts).
 	img *plugin.Image
 	// tr is where timed operations go (Trace), clock how their device
@@ -174,6 +182,70 @@ func (d *Device) hello(img *plugin.Image, num int) error {
 	d.l.live(timingFor(h.timeout))
 	go d.read()
 	return nil
+}
+
+// Serve picks device index of those the device process serves, before
+// Load, and returns how many it serves and the one picked (its kind and
+// name). Without it, a proxying process serves its first device.
+func (d *Device) Serve(index int) (count int, name string, err error) {
+	count, text, err := d.serve(index)
+	if err != nil || text == "Go CPU device" {
+		return count, text, err
+	}
+	var v struct {
+		Name           string
+		Token, Process uint64
+	}
+	if err := json.Unmarshal([]byte(text), &v); err != nil {
+		return 0, "", fmt.Errorf("%s: %w: serve: %v", d.name(), proto.ErrFrame, err)
+	}
+	d.token, d.process = v.Token, v.Process
+	return count, v.Name, nil
+}
+
+// Process is the device process's number (0 for one that serves its
+// CPUs): sessions with one process of the same number are siblings.
+func (d *Device) Process() uint64 { return d.process }
+
+// Sibling tells d that o is served by the same device process: the two
+// link inside it (a Sibling frame to d). Both are loaded.
+func (d *Device) Sibling(o *Device) error {
+	if d.process == 0 || d.process != o.process {
+		return fmt.Errorf("%w: devices %d and %d are not served by one process", plugin.ErrUnsupported, d.num, o.num)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.st.Alive(); err != nil {
+		return err
+	}
+	if err := d.l.send(&proto.Sibling{Peer: uint32(o.num), Token: o.token}); err != nil {
+		return d.linkLost(err)
+	}
+	return nil
+}
+
+func (d *Device) serve(index int) (count int, text string, err error) {
+	_, timeout := timing()
+	if timeout > 0 {
+		timeout = max(timeout, d.Startup)
+	}
+	stop := d.l.within(timeout, "answer to serve from the device")
+	defer stop()
+	if err := d.l.send(&proto.Serve{Req: 1, Index: uint32(index)}); err != nil {
+		return 0, "", fmt.Errorf("%s: %w", d.name(), d.l.readErr(err))
+	}
+	m, err := d.l.r.ReadMsg()
+	if err != nil {
+		return 0, "", fmt.Errorf("%s: reading the answer to serve: %w", d.name(), d.l.readErr(err))
+	}
+	r, err := proto.As[proto.Reply](m)
+	if err != nil {
+		return 0, "", fmt.Errorf("%s: %w", d.name(), err)
+	}
+	if err := r.Status.Err(); err != nil {
+		return int(r.Value), "", fmt.Errorf("%s: %w", d.name(), err)
+	}
+	return int(r.Value), r.Status.Text, nil
 }
 
 // read dispatches the device's frames until the link ends.
@@ -401,9 +473,17 @@ func (d *Device) fetchInfo() error {
 	if err != nil {
 		return err
 	}
+	var extra struct {
+		Refused map[int]string
+		NoStop  bool
+	}
 	if err := json.Unmarshal([]byte(r.Text), &d.info); err != nil {
 		return fmt.Errorf("%s: %w: info: %v", d.name(), proto.ErrFrame, err)
 	}
+	if err := json.Unmarshal([]byte(r.Text), &extra); err != nil {
+		return fmt.Errorf("%s: %w: info: %v", d.name(), proto.ErrFrame, err)
+	}
+	d.refused, d.noStop = extra.Refused, extra.NoStop
 	d.info.Kind = d.Kind
 	return nil
 }
@@ -423,13 +503,27 @@ func (d *Device) Load(img *plugin.Image, num int) error {
 	if err := d.fetchInfo(); err != nil {
 		return err
 	}
+	serves := ""
+	if d.info.Serves != "" {
+		serves = ", " + d.info.Serves
+	}
 	switch {
 	case d.Rank >= 0:
-		d.setName(fmt.Sprintf("mpi device %d (rank %d, pid %d on %s)", num, d.Rank, d.info.PID, d.info.Host))
+		d.setName(fmt.Sprintf("mpi device %d (rank %d, pid %d on %s%s)", num, d.Rank, d.info.PID, d.info.Host, serves))
 	case d.Addr != "":
-		d.setName(fmt.Sprintf("%s device %d (%s, pid %d on %s)", d.Kind, num, d.Addr, d.info.PID, d.info.Host))
+		d.setName(fmt.Sprintf("%s device %d (%s, pid %d on %s%s)", d.Kind, num, d.Addr, d.info.PID, d.info.Host, serves))
 	default:
-		d.setName(fmt.Sprintf("%s device %d (pid %d)", d.Kind, num, d.info.PID))
+		d.setName(fmt.Sprintf("%s device %d (pid %d%s)", d.Kind, num, d.info.PID, serves))
+	}
+	return nil
+}
+
+// CanLaunch reports whether the device can launch k (plugin.KernelChecker):
+// a proxied device names the kernels its kind cannot run (an OpenCL device
+// those without OpenCL C) when it describes itself.
+func (d *Device) CanLaunch(k plugin.Kernel) error {
+	if why, ok := d.refused[k.Index()]; ok {
+		return fmt.Errorf("%s: %w: kernel %q: %s", d.name(), plugin.ErrBadKernel, k.Name(), why)
 	}
 	return nil
 }
@@ -518,7 +612,11 @@ func (d *Device) NewQueue() (plugin.Queue, error) {
 		return nil, err
 	}
 	d.nq++
-	return &queue{d: d, id: d.nq}, nil
+	q := &queue{d: d, id: d.nq}
+	if d.noStop {
+		return unstoppable{q}, nil
+	}
+	return q, nil
 }
 
 // CanWait reports whether d's queues can wait on ev themselves: events of d,

@@ -6,7 +6,9 @@ package engine
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
+	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
@@ -70,6 +72,12 @@ type incoming struct {
 	got  int
 	done chan struct{} // closed when complete, if the receiver waits on it
 	err  error         // the data is refused and skipped (peer exchanges)
+	at   plugin.Ptr    // where a peer's exchange goes (on a served device)
+	// prog, if set, hears of each fragment as it is in (a served device's
+	// submit passes each part on as it comes), and avail says how many
+	// bytes are.
+	prog  chan struct{}
+	avail atomic.Int64
 }
 
 // take reads fragment m into place (or skips it, for a refused transfer).
@@ -94,6 +102,13 @@ func (in *incoming) take(l *link, m *proto.Msg) (complete bool, err error) {
 		}
 	}
 	in.got += m.PayloadLen
+	if in.prog != nil {
+		in.avail.Store(int64(in.got))
+		select {
+		case in.prog <- struct{}{}:
+		default:
+		}
+	}
 	return in.got == in.size, nil
 }
 

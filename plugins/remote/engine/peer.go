@@ -260,6 +260,18 @@ func (ps *peers) read(p *peer) {
 	}
 }
 
+// putBytes is where a peer's exchange into dst lands: the device's memory,
+// or a buffer for a served device's (servedPut writes it there).
+func (ps *peers) putBytes(dst plugin.Ptr, size int64) ([]byte, error) {
+	if ps.s.srv == nil {
+		return ps.s.mem.Bytes(dst, size)
+	}
+	if _, err := ps.s.srv.addr(dst, size); err != nil {
+		return nil, ps.s.servedErr(err)
+	}
+	return ps.s.srv.stage.get(size), nil
+}
+
 func (ps *peers) serve(p *peer) error {
 	for {
 		m, err := p.l.r.ReadMsg()
@@ -272,8 +284,8 @@ func (ps *peers) serve(p *peer) error {
 		}
 		switch f := fr.(type) {
 		case *proto.PeerPut:
-			b, err := ps.s.mem.Bytes(plugin.Ptr(f.Dst), int64(f.Size))
-			in := &incoming{dst: b, size: int(f.Size), done: make(chan struct{})}
+			b, err := ps.putBytes(plugin.Ptr(f.Dst), int64(f.Size))
+			in := &incoming{dst: b, size: int(f.Size), done: make(chan struct{}), at: plugin.Ptr(f.Dst)}
 			if err != nil { // skip the data as it comes, then refuse it
 				in = &incoming{size: int(f.Size), err: err, done: make(chan struct{})}
 			}
@@ -290,6 +302,10 @@ func (ps *peers) serve(p *peer) error {
 				return err
 			}
 			if in != nil { // written at once where the link takes it: no writer woken
+				if ps.s.srv != nil && in.err == nil {
+					in.err = ps.s.servedPut(in.at, in.dst)
+					ps.s.srv.stage.put(in.dst)
+				}
 				p.l.sendSoon(&proto.XferDone{Xfer: f.Xfer, Status: proto.StatusOf(in.err)})
 			}
 		case *proto.PeerEvent:
@@ -352,6 +368,14 @@ func (s *Session) ack() {
 func (s *Session) submitInline(f *proto.Submit) error {
 	q, dst, size := s.queue(f.Queue), plugin.Ptr(f.Dst), int64(len(f.Data))
 	timed := s.timer(f.Queue, plugin.OpSubmit, 0, size)
+	if s.srv != nil { // the served queue reads its own copy until drained
+		qid, data := f.Queue, append([]byte(nil), f.Data...)
+		run := func() error { return s.servedSubmit(qid, dst, data) }
+		if ran, err := q.RunHere(run, timed); ran || err != nil {
+			return nil
+		}
+		return q.DoTimed(run, timed)
+	}
 	copyFrom := func(data []byte) func() error {
 		return func() error {
 			b, err := s.mem.Bytes(dst, size)
@@ -385,16 +409,30 @@ func (s *Session) submitPulled(f *proto.SubmitPulled) error {
 	q, qid, id, dst, size := s.queue(f.Queue), f.Queue, f.Xfer, plugin.Ptr(f.Dst), int64(f.Size)
 	timed := s.timer(f.Queue, plugin.OpSubmit, 0, size)
 	return q.DoTimed(func() error {
-		b, err := s.mem.Bytes(dst, size)
+		var b []byte
+		var err error
+		if s.srv != nil {
+			if _, err = s.srv.addr(dst, size); err == nil {
+				b = s.srv.stage.get(size)
+			}
+		} else {
+			b, err = s.mem.Bytes(dst, size)
+		}
 		if err != nil {
 			return err
 		}
 		p := &incoming{dst: b, size: len(b), done: make(chan struct{})}
+		if s.srv != nil {
+			p.prog = make(chan struct{}, 1)
+		}
 		s.mu.Lock()
 		s.pulls[id] = p
 		s.mu.Unlock()
 		if err := s.l.sendNow(&proto.Pull{Queue: qid, Xfer: id}); err != nil { // a queue's goroutine
 			return err
+		}
+		if s.srv != nil {
+			return s.servedSubmitAsItComes(qid, dst, p)
 		}
 		return p.wait()
 	}, timed)
@@ -409,7 +447,14 @@ func (s *Session) submitPushed(f *proto.SubmitPushed) error {
 	q, dst, size := s.queue(f.Queue), plugin.Ptr(f.Dst), int64(f.Size)
 	timed := s.timer(f.Queue, plugin.OpSubmit, 0, size)
 	p := &incoming{size: int(size), done: make(chan struct{})}
-	p.dst, p.err = s.mem.Bytes(dst, size)
+	if s.srv != nil {
+		p.prog = make(chan struct{}, 1)
+		if _, p.err = s.srv.addr(dst, size); p.err == nil {
+			p.dst = s.srv.stage.get(size)
+		}
+	} else {
+		p.dst, p.err = s.mem.Bytes(dst, size)
+	}
 	s.mu.Lock()
 	if s.pulls[f.Xfer] != nil {
 		s.mu.Unlock()
@@ -420,6 +465,10 @@ func (s *Session) submitPushed(f *proto.SubmitPushed) error {
 	if size == 0 { // no data comes
 		take(&s.mu, s.pulls, f.Xfer)
 		close(p.done)
+	}
+	if s.srv != nil {
+		qid := f.Queue
+		return q.DoTimed(func() error { return s.servedSubmitAsItComes(qid, dst, p) }, timed)
 	}
 	return q.DoTimed(p.wait, timed)
 }
@@ -433,7 +482,16 @@ func (s *Session) retrieve(id uint64, src plugin.Ptr, size int64, now bool) erro
 	if err != nil {
 		return err
 	}
-	var seq uint64
+	return s.sendRetrieved(id, b, now)
+}
+
+// sendRetrieved sends b as transfer id, numbered among the counted
+// transfers, as retrieve does.
+func (s *Session) sendRetrieved(id uint64, b []byte, now bool) error {
+	var (
+		seq uint64
+		err error
+	)
 	if now {
 		seq, err = s.l.sendDataSoon(id, b)
 	} else {

@@ -386,6 +386,24 @@ func (q *queue) Close() error {
 	return err
 }
 
+// unstoppable is a queue of a proxied device whose kind cannot stop one
+// launch (its queues are no plugin.StopLauncher): it is *queue without
+// LaunchStop, so that the core stops its kernels by other means.
+type unstoppable struct{ q *queue }
+
+func (u unstoppable) Submit(dst plugin.Ptr, src []byte) error         { return u.q.Submit(dst, src) }
+func (u unstoppable) Retrieve(dst []byte, src plugin.Ptr) error       { return u.q.Retrieve(dst, src) }
+func (u unstoppable) Launch(k plugin.Kernel, args []plugin.Arg) error { return u.q.Launch(k, args) }
+func (u unstoppable) Record(e plugin.Event) error                     { return u.q.Record(e) }
+func (u unstoppable) Wait(e plugin.Event) error                       { return u.q.Wait(e) }
+func (u unstoppable) Synchronize() error                              { return u.q.Synchronize() }
+func (u unstoppable) Query() (bool, error)                            { return u.q.Query() }
+func (u unstoppable) Close() error                                    { return u.q.Close() }
+func (u unstoppable) Tag(tag uint64)                                  { u.q.Tag(tag) }
+func (u unstoppable) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) error {
+	return u.q.Exchange(dst, dstPtr, src, size)
+}
+
 // event is a remote event: the device fires it and says so. What the host
 // knows of it beyond that is in its device's table (state.Host).
 type event struct {

@@ -71,7 +71,29 @@ type Session struct {
 	// it; kctx is the context kernels get (set at hello).
 	stop *plugin.StopSignal
 	kctx *plugin.KernelCtx
+
+	// srv is the device of another kind the session drives (Proxy), or
+	// nil: then the device is this process's Go CPU device (mem, pool).
+	srv *served
+	// Serves, if set, opens the device the session drives in place of the
+	// Go CPU device: device index of those the process serves. The host
+	// picks one with a Serve frame before hello; device 0 otherwise.
+	Serves Opener
+	// PairLinks, if set, makes the two ends of a link inside the process,
+	// for two sessions of it that serve one host (Sibling).
+	PairLinks func() (transport.Transport, transport.Transport, error)
+
+	// token is the session's number among the process's proxying
+	// sessions (siblings), sibs the sessions of this process that serve
+	// other devices of the same host, by device number (under mu).
+	token uint64
+	sibs  map[int]*Session
 }
+
+// An Opener opens device index of those a proxying process serves (its
+// GOFFLOAD_DEVICES), for one session: the device, its kind and how many
+// devices the process serves. An index past the last is an error.
+type Opener func(index int) (dev plugin.Device, kind string, count int, err error)
 
 // NewSession serves the host at the other end of t (Serve), with the
 // kernels of img, splitting loops over cores. The kind that serves sets
@@ -108,6 +130,7 @@ func newSession(l *link, img *plugin.Image, cores int) *Session {
 		evs:    state.NewSession[*opqueue.Event](),
 		pulls:  map[uint64]*incoming{},
 		tags:   map[uint32]qtag{},
+		sibs:   map[int]*Session{},
 		stop:   plugin.NewStopSignal(),
 
 		launchStops: map[uint64]*plugin.StopSignal{},
@@ -206,6 +229,10 @@ func (s *Session) close() {
 	}
 	s.pool.Close() // and with it the declare target variables' bindings
 	s.mem.Reset()
+	if s.srv != nil {
+		s.unlist()
+		s.srv.close()
+	}
 }
 
 // ErrSessionOver is the error of a session's link, its peers' and its
@@ -218,11 +245,24 @@ var errExitFirst = fmt.Errorf("exit before hello")
 // hello checks the host's protocol version and image, and answers with the
 // device's.
 func (s *Session) hello() error {
-	stop := s.l.within(s.HelloLimit, "hello from the host")
-	m, err := s.l.r.ReadMsg()
-	stop()
-	if err != nil {
-		return fmt.Errorf("reading hello: %w", s.l.readErr(err))
+	var m *proto.Msg
+	for picked := false; ; picked = true {
+		stop := s.l.within(s.HelloLimit, "hello from the host")
+		var err error
+		m, err = s.l.r.ReadMsg()
+		stop()
+		if err != nil {
+			return fmt.Errorf("reading hello: %w", s.l.readErr(err))
+		}
+		if m.Type != proto.TServe {
+			break
+		}
+		if picked {
+			return s.refuse(fmt.Errorf("%w: a second serve frame before hello", proto.ErrFrame))
+		}
+		if err := s.pick(m); err != nil {
+			return err
+		}
 	}
 	mine := helloText(s.img)
 	if m.Type == proto.TExit {
@@ -244,11 +284,51 @@ func (s *Session) hello() error {
 	}
 	s.num = int(f.Num)
 	s.hostTimeout = h.timeout
+	if s.srv == nil && s.Serves != nil {
+		dev, kind, _, err := s.Serves(0)
+		if err != nil {
+			return s.refuse(fmt.Errorf("%s: %w", s.name(), err))
+		}
+		s.Proxy(dev, kind)
+	}
+	if s.srv != nil {
+		if err := s.srv.dev.Load(s.img, s.num); err != nil {
+			return s.refuse(fmt.Errorf("%s: loading the kernels on %s: %w", s.name(), s.srv.label, err))
+		}
+	}
 	s.kctx = plugin.NewKernelCtx(s.num, s.pool).WithStop(s.stop)
 	if s.Helloed != nil {
 		s.Helloed(s.num)
 	}
 	return s.l.send(&proto.Hello{Status: proto.Status{Text: mine}})
+}
+
+// pick answers a Serve frame: the session will drive the device it names.
+func (s *Session) pick(m *proto.Msg) error {
+	f, err := proto.As[proto.Serve](m)
+	if err != nil {
+		return err
+	}
+	if s.Serves == nil {
+		if f.Index != 0 {
+			err = fmt.Errorf("%w: device %d of a process that serves its CPUs alone", plugin.ErrBadSpec, f.Index)
+		}
+		return s.reply(f.Req, 1, "Go CPU device", err)
+	}
+	dev, kind, count, err := s.Serves(int(f.Index))
+	if err != nil {
+		s.reply(f.Req, uint64(count), "", err)
+		return err
+	}
+	if s.srv != nil {
+		s.srv.dev.Close()
+	}
+	s.Proxy(dev, kind)
+	b, _ := json.Marshal(struct {
+		Name           string
+		Token, Process uint64
+	}{s.srv.label, s.enlist(), processToken})
+	return s.reply(f.Req, uint64(count), string(b), nil)
 }
 
 func (s *Session) refuse(err error) error {
@@ -294,16 +374,31 @@ func (s *Session) handle(m *proto.Msg, gen uint64) error {
 	}
 	switch f := fr.(type) {
 	case *proto.Alloc: // at the address the host chose; no answer: a failure shows where the memory is used
+		if s.srv != nil {
+			if err := s.srv.alloc(plugin.Ptr(f.Ptr), int64(f.Size)); err != nil {
+				return fmt.Errorf("%w: %w", proto.ErrFrame, err)
+			}
+			return nil
+		}
 		if err := s.mem.AllocAt(plugin.Ptr(f.Ptr), int64(f.Size)); err != nil && !errors.Is(err, plugin.ErrOutOfMemory) {
 			return fmt.Errorf("%w: %w", proto.ErrFrame, err)
 		}
 		return nil
 	case *proto.Free: // no answer: the host frees only the allocations it made
+		if s.srv != nil {
+			if !s.srv.free(plugin.Ptr(f.Ptr)) {
+				return fmt.Errorf("%w: free of %#x, which is no allocation", proto.ErrFrame, f.Ptr)
+			}
+			return nil
+		}
 		if err := s.mem.Free(plugin.Ptr(f.Ptr)); err != nil {
 			return fmt.Errorf("%w: %w", proto.ErrFrame, err)
 		}
 		return nil
 	case *proto.Info:
+		if s.srv != nil {
+			return s.reply(f.Req, 0, string(s.servedInfoJSON()), nil)
+		}
 		b, _ := json.Marshal(s.info())
 		return s.reply(f.Req, 0, string(b), nil)
 	case *proto.CloseQueue:
@@ -314,7 +409,11 @@ func (s *Session) handle(m *proto.Msg, gen uint64) error {
 		s.mu.Unlock()
 		s.forgetStops(f.Queue)
 		if q != nil {
-			go q.Close()
+			if s.srv != nil {
+				go func() { q.Close(); s.srv.closeQueue(f.Queue) }()
+			} else {
+				go q.Close()
+			}
 		}
 		return nil
 	case *proto.Submit:
@@ -332,6 +431,17 @@ func (s *Session) handle(m *proto.Msg, gen uint64) error {
 		// blocking by whoever runs it: on an idle queue the reader itself,
 		// else the queue's goroutine (not the writer, after a hand-off).
 		small := size <= proto.MaxInline && s.l.canTryWrite()
+		if s.srv != nil { // the served queue may hold work: never on the reader
+			qid := f.Queue
+			return q.DoTimed(func() error {
+				b, err := s.servedRetrieve(qid, src, size)
+				if err != nil {
+					return err
+				}
+				defer s.srv.stage.put(b) // sendRetrieved returns once b is written
+				return s.sendRetrieved(id, b, small)
+			}, timed)
+		}
 		if small {
 			ran, err := q.RunHere(func() error { return s.retrieve(id, src, size, true) }, timed)
 			if ran || err != nil {
@@ -355,6 +465,11 @@ func (s *Session) handle(m *proto.Msg, gen uint64) error {
 		if ev == nil {
 			return q.Do(func() error { return fmt.Errorf("wait on event %d: %w", id, plugin.ErrNotRecorded) })
 		}
+		if s.srv != nil {
+			if ok, err := s.servedWait(q, f.Queue, id, ev, timed); ok {
+				return err
+			}
+		}
 		return q.WaitTimed(ev, timed)
 	case *proto.WaitPeer: // another device's event: that device tells us when it fires
 		timed := s.timer(f.Queue, plugin.OpWait, 0, 0)
@@ -366,12 +481,21 @@ func (s *Session) handle(m *proto.Msg, gen uint64) error {
 		s.emu.Lock()
 		s.evs.Forget(f.Events)
 		s.emu.Unlock()
+		if s.srv != nil {
+			s.srv.forgetEvents(f.Events)
+		}
 		return nil
 	case *proto.Tag:
 		s.tag(f)
 		return nil
+	case *proto.Sibling:
+		s.linkSibling(int(f.Peer), f.Token)
+		return nil
 	case *proto.Cancel: // the host's Stop began: kernels should end
 		s.stop.Stop()
+		if c, ok := s.servedDev().(plugin.Canceler); ok {
+			c.CancelKernels()
+		}
 		return nil
 	case *proto.StopLaunch: // a construct's context ended: its kernel should end
 		s.mu.Lock()
@@ -382,6 +506,10 @@ func (s *Session) handle(m *proto.Msg, gen uint64) error {
 		}
 		return nil
 	case *proto.Addr:
+		if s.srv != nil {
+			a, err := s.servedAddr(plugin.Ptr(f.Ptr))
+			return s.reply(f.Req, uint64(a), "", err)
+		}
 		b, err := s.mem.Bytes(plugin.Ptr(f.Ptr), 0)
 		if err != nil {
 			return s.reply(f.Req, 0, "", err)
@@ -392,6 +520,9 @@ func (s *Session) handle(m *proto.Msg, gen uint64) error {
 	case *proto.Sync:
 		qid, seq := f.Queue, f.Seq
 		answer := func(failed error) error {
+			if s.srv != nil {
+				failed = s.servedSettle(qid, failed, true)
+			}
 			s.forgetStops(qid)
 			return s.l.sendSoon(&proto.SyncDone{Queue: qid, Seq: seq, Status: proto.StatusOf(failed)})
 		}
@@ -404,6 +535,13 @@ func (s *Session) handle(m *proto.Msg, gen uint64) error {
 func (s *Session) exchange(f *proto.Exchange) error {
 	q, src, dst, size := s.queue(f.Queue), plugin.Ptr(f.Src), plugin.Ptr(f.Dst), int64(f.Size)
 	timed := s.timer(f.Queue, plugin.OpExchange, 0, size)
+	if s.srv != nil {
+		qid, peer := f.Queue, int(f.Peer)
+		if peer == s.num {
+			peer = -1
+		}
+		return q.DoTimed(func() error { return s.servedExchange(qid, dst, src, size, peer) }, timed)
+	}
 	if peer := int(f.Peer); peer != s.num {
 		return q.DoTimed(func() error {
 			from, err := s.mem.Bytes(src, size)
@@ -442,7 +580,16 @@ func (s *Session) record(f *proto.Record) error {
 		return s.queue(f.Queue).Do(func() error { return err })
 	}
 	ev.Arm()
+	qid := f.Queue
+	if s.srv != nil {
+		if err := s.servedRecord(s.queue(qid), qid, id); err != nil {
+			return err
+		}
+	}
 	fire := func(failed error) error {
+		if s.srv != nil {
+			failed = s.servedSettle(qid, failed, false)
+		}
 		s.emu.Lock()
 		now := s.evs.Fire(id, failed)
 		s.emu.Unlock()
@@ -473,6 +620,9 @@ func (s *Session) launch(f *proto.Launch, gen uint64) error {
 	args, err := proto.DecodeArgs(f.Args, k)
 	if err != nil {
 		return q.Do(func() error { return err })
+	}
+	if s.srv != nil {
+		return s.launchServed(q, f, k, args)
 	}
 	ctx := s.kctx
 	if ctx == nil { // a session driven without hello (tests)
@@ -585,6 +735,51 @@ func (s *Session) kindName() string {
 		return "remote"
 	}
 	return s.Kind
+}
+
+// launchServed enqueues a launch on the served device, in q's order; a
+// numbered launch gets its own stop signal, as on the CPU device.
+func (s *Session) launchServed(q *opqueue.Queue, f *proto.Launch, k plugin.Kernel, args []plugin.Arg) error {
+	var sig *plugin.StopSignal
+	if f.Stop != 0 {
+		sig = plugin.NewStopSignal()
+		s.mu.Lock()
+		if s.launchStops[f.Stop] == nil {
+			s.launchStops[f.Stop] = sig
+			s.queueStops[f.Queue] = append(s.queueStops[f.Queue], f.Stop)
+		}
+		s.mu.Unlock()
+	}
+	qid, timed := f.Queue, s.timer(f.Queue, plugin.OpLaunch, f.Kernel, 0)
+	run := func() error { return s.servedLaunch(qid, k, args, sig, timed != nil) }
+	if ran, err := q.RunHere(run, timed); ran || err != nil {
+		return nil
+	}
+	return q.DoTimed(run, timed)
+}
+
+// servedDev is the served device, or nil.
+func (s *Session) servedDev() plugin.Device {
+	if s.srv == nil {
+		return nil
+	}
+	return s.srv.dev
+}
+
+// servedAddr is a proxied device's answer to an address request: the
+// served device's, where its kind resolves addresses
+// (plugin.AddrResolver).
+func (s *Session) servedAddr(p plugin.Ptr) (uintptr, error) {
+	r, ok := s.srv.dev.(plugin.AddrResolver)
+	if !ok {
+		return 0, s.servedErr(fmt.Errorf("address of %#x: %w", uint64(p), plugin.ErrUnsupported))
+	}
+	to, err := s.srv.addr(p, 0)
+	if err != nil {
+		return 0, s.servedErr(err)
+	}
+	a, err := r.DeviceAddr(to)
+	return a, s.servedErr(err)
 }
 
 func (s *Session) info() plugin.Info {

@@ -29,6 +29,12 @@ func (Info) Type() Type { return TInfo }
 // Type is TClock.
 func (Clock) Type() Type { return TClock }
 
+// Type is TServe.
+func (Serve) Type() Type { return TServe }
+
+// Type is TSibling.
+func (Sibling) Type() Type { return TSibling }
+
 // Type is TCloseQueue.
 func (CloseQueue) Type() Type { return TCloseQueue }
 
@@ -163,6 +169,18 @@ func (f *Info) get(m *Msg) error {
 func (f *Addr) put(m *Msg) { m.ID, m.Ptr = f.Req, f.Ptr }
 func (f *Addr) get(m *Msg) error {
 	f.Req, f.Ptr = m.ID, m.Ptr
+	return noPayload(m)
+}
+
+func (f *Sibling) put(m *Msg) { m.ID, m.Queue = f.Token, f.Peer }
+func (f *Sibling) get(m *Msg) error {
+	f.Token, f.Peer = m.ID, m.Queue
+	return noPayload(m)
+}
+
+func (f *Serve) put(m *Msg) { m.ID, m.Queue = f.Req, f.Index }
+func (f *Serve) get(m *Msg) error {
+	f.Req, f.Index = m.ID, m.Queue
 	return noPayload(m)
 }
 

@@ -90,6 +90,8 @@ var newFrame = [tMax]func() Frame{
 	TPing:         func() Frame { return new(Ping) },
 	TTag:          func() Frame { return new(Tag) },
 	TClock:        func() Frame { return new(Clock) },
+	TServe:        func() Frame { return new(Serve) },
+	TSibling:      func() Frame { return new(Sibling) },
 	TTimes:        func() Frame { return new(Times) },
 	TSubmitPulled: func() Frame { return new(SubmitPulled) },
 	TSubmitPushed: func() Frame { return new(SubmitPushed) },
@@ -180,6 +182,25 @@ type Addr struct {
 
 // Clock (→d) asks for the device's clock: a Reply with it in Value.
 type Clock struct{ Req uint64 }
+
+// Serve (→d, before hello) picks device Index of those the process serves
+// (its GOFFLOAD_DEVICES) for the session: a Reply whose Value is how many
+// it serves and whose Text is the JSON of the one picked ({"Name", and
+// "Token", the session's number in its process, for Sibling}). A process
+// that serves its own CPUs serves one. An index past the last is refused.
+type Serve struct {
+	Req   uint64 // id
+	Index uint32 // queue
+}
+
+// Sibling (→d) says that device Peer of the host is another session of
+// the same device process, the one whose Serve answer gave Token: the two
+// link to each other inside the process, so that their exchanges and
+// waits never leave it. No answer.
+type Sibling struct {
+	Peer  uint32 // queue
+	Token uint64 // id
+}
 
 // CloseQueue (→d) ends Queue once its operations are done.
 type CloseQueue struct{ Queue uint32 }

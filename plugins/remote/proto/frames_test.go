@@ -18,6 +18,8 @@ func everyFrame() []Frame {
 		&Free{Ptr: 1 << 52},
 		&Info{Req: 9},
 		&Clock{Req: 10},
+		&Serve{Req: 11, Index: 3},
+		&Sibling{Peer: 2, Token: 1<<63 + 5},
 		&Addr{Req: 11, Ptr: 1<<52 + 8},
 		&CloseQueue{Queue: 4},
 		&Submit{Queue: 1, Dst: 1 << 20, Data: []byte("data")},

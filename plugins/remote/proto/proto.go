@@ -95,12 +95,14 @@ const (
 	TCancel                       // →d Cancel
 	TStopLaunch                   // →d StopLaunch
 	TAddr                         // →d Addr
+	TServe                        // →d Serve
+	TSibling                      // →d Sibling
 	tMax
 )
 
 var typeNames = [...]string{"", "hello", "auth", "reply", "alloc", "free", "info", "closequeue", "submit", "pull",
 	"data", "retrieve", "xferdone", "exchange", "launch", "record", "wait", "sync", "syncdone", "event", "notify", "exit", "forget", "ping", "tag", "clock", "times",
-	"submitpulled", "submitpushed", "waitpeer", "peerput", "peerevent", "announce", "rawbench", "cancel", "stoplaunch", "addr"}
+	"submitpulled", "submitpushed", "waitpeer", "peerput", "peerevent", "announce", "rawbench", "cancel", "stoplaunch", "addr", "serve", "sibling"}
 
 // String is the type's name.
 func (t Type) String() string {

@@ -1,0 +1,677 @@
+package engine
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/opqueue"
+	"github.com/goffload/offload/plugins/remote/state"
+)
+
+// A proxied device: a session that serves a device of another kind (a
+// GPU, an OpenCL device, a host device of this process) drives it through
+// the plugin contract, where the Go CPU device's memory and kernels would
+// be.
+//
+// The host chooses the addresses of its allocations (a mapping never
+// waits for the device), and the served device chooses its own: the
+// session translates the host's ranges into the served device's
+// pointers (state.Ranges), base plus offset.
+//
+// Each of the host's queues is one queue of the served device. The
+// session's own queues (opqueue) keep the protocol's order, waits and
+// marks as for a CPU device; their operations enqueue on the served
+// queue without waiting for it. A retrieve, a record and a sync mark
+// drain it first (Synchronize): its data must be in, its event fire
+// after everything before it. So nowait and depend keep the host out of
+// the way, and a task's copies and kernels pipeline on the served device.
+
+// served is the device a proxying session drives.
+type served struct {
+	dev   plugin.Device
+	label string // the served device as errors name it: its kind and name
+
+	mu  sync.Mutex
+	mem state.Ranges
+	qs  map[uint32]*servedQueue
+	// put is the queue peers' exchanges into this device's memory use, under putMu.
+	putMu sync.Mutex
+	put   *servedQueue
+	// stage holds the buffers copies go through, for the next ones: a
+	// fresh one costs its page faults each time.
+	stage stager
+	// evs are the host's events recorded on served queues, by id, under
+	// mu: a wait of another queue of the device waits on the served
+	// kind's event, inside the served device.
+	evs map[uint64]*servedEvent
+}
+
+// servedEvent is a host's event as the served device has it: ev, the
+// served kind's event recorded in the queue's place, once ready is closed
+// (nil where the record did not reach the served queue: the queue had
+// failed, and waits take the session's event and its error).
+type servedEvent struct {
+	ready chan struct{}
+	ev    plugin.Event
+}
+
+// stager keeps a few large staging buffers for reuse.
+type stager struct {
+	mu   sync.Mutex
+	free [][]byte
+}
+
+// Buffers below stageMin are not kept; at most stageKeep are, of
+// stageMax bytes together.
+const (
+	stageMin  = 1 << 20
+	stageKeep = 4
+	stageMax  = 1 << 30
+)
+
+// get returns a buffer of size bytes, a kept one if one is large enough.
+func (st *stager) get(size int64) []byte {
+	if size >= stageMin {
+		st.mu.Lock()
+		best := -1
+		for i, b := range st.free {
+			if int64(cap(b)) >= size && (best < 0 || cap(b) < cap(st.free[best])) {
+				best = i
+			}
+		}
+		if best >= 0 {
+			b := st.free[best]
+			st.free = append(st.free[:best], st.free[best+1:]...)
+			st.mu.Unlock()
+			return b[:size]
+		}
+		st.mu.Unlock()
+	}
+	return make([]byte, size)
+}
+
+// put keeps b for a later get, if it is large and there is room.
+func (st *stager) put(b []byte) {
+	if cap(b) < stageMin {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	total := cap(b)
+	for _, k := range st.free {
+		total += cap(k)
+	}
+	if len(st.free) < stageKeep && total <= stageMax {
+		st.free = append(st.free, b[:cap(b)])
+	}
+}
+
+// servedQueue is one of the host's queues on the served device. Its
+// methods are called in the session queue's order, by one goroutine at a
+// time.
+type servedQueue struct {
+	st  *stager // where its buffers go back once drained
+	q   plugin.Queue
+	err error // the queue could not be made
+	// pending says operations were enqueued since the last drain; keep
+	// holds their buffers until then. failed is a failure a drain found,
+	// which the operations after it report until the host's sync clears it.
+	pending bool
+	keep    [][]byte
+	failed  error
+}
+
+// Proxy makes the session serve dev, a device of kind, in place of the
+// process's Go CPU device; dev is loaded at hello and closed when the
+// session ends. Call it before Serve.
+func (s *Session) Proxy(dev plugin.Device, kind string) {
+	in := dev.Info()
+	s.srv = &served{dev: dev, label: fmt.Sprintf("%s device %q", kind, in.Name), qs: map[uint32]*servedQueue{}, evs: map[uint64]*servedEvent{}}
+}
+
+// Proxied reports whether the session serves a device of another kind.
+func (s *Session) Proxied() bool { return s.srv != nil }
+
+// Sessions of one process that serve devices of one host link to each
+// other inside the process when the host introduces them (Sibling): the
+// session has a token, which its Serve answer tells the host, and the
+// host tells each the other's.
+
+// processToken tells the host which sessions share a process.
+var processToken = randomToken()
+
+// siblings are the process's proxying sessions, by token.
+var siblings = struct {
+	sync.Mutex
+	by map[uint64]*Session
+}{by: map[uint64]*Session{}}
+
+func randomToken() uint64 {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return binary.LittleEndian.Uint64(b[:]) | 1
+}
+
+// enlist gives the session its token, among the process's siblings.
+func (s *Session) enlist() uint64 {
+	siblings.Lock()
+	defer siblings.Unlock()
+	if s.token == 0 {
+		s.token = randomToken()
+		siblings.by[s.token] = s
+	}
+	return s.token
+}
+
+// unlist takes the session out of its process's siblings.
+func (s *Session) unlist() {
+	siblings.Lock()
+	defer siblings.Unlock()
+	if s.token != 0 {
+		delete(siblings.by, s.token)
+	}
+}
+
+// linkSibling links the session and the process's session token (the
+// host's device peer) with a link inside the process: their exchanges and
+// waits go over it, and exchanges straight between their served devices
+// where the kind can copy so (servedExchange).
+func (s *Session) linkSibling(peer int, token uint64) {
+	siblings.Lock()
+	o := siblings.by[token]
+	siblings.Unlock()
+	if o == nil || o == s || s.PairLinks == nil {
+		fmt.Fprintf(os.Stderr, "goffload device %d (pid %d): no session %#x in this process to link to as device %d\n", s.num, os.Getpid(), token, peer)
+		return
+	}
+	a, b, err := s.PairLinks()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "goffload device %d (pid %d): link to device %d: %v\n", s.num, os.Getpid(), peer, err)
+		return
+	}
+	s.mu.Lock()
+	s.sibs[peer] = o
+	s.mu.Unlock()
+	o.mu.Lock()
+	o.sibs[s.num] = s
+	o.mu.Unlock()
+	s.AddPeer(peer, a)
+	o.AddPeer(s.num, b)
+}
+
+// sibling is the session of this process that serves device peer, or nil.
+func (s *Session) sibling(peer int) *Session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sibs[peer]
+}
+
+// errorf wraps err with the session's device and the served one.
+func (s *Session) servedErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %s: %w", s.name(), s.srv.label, err)
+}
+
+func (sv *served) queue(id uint32) *servedQueue {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	w := sv.qs[id]
+	if w == nil {
+		w = &servedQueue{st: &sv.stage}
+		w.q, w.err = sv.dev.NewQueue()
+		sv.qs[id] = w
+	}
+	return w
+}
+
+// closeQueue closes the served queue of the host's queue id (after the
+// session's queue drained).
+func (sv *served) closeQueue(id uint32) {
+	sv.mu.Lock()
+	w := sv.qs[id]
+	delete(sv.qs, id)
+	sv.mu.Unlock()
+	if w != nil && w.q != nil {
+		w.q.Close()
+	}
+}
+
+// addr is the served device's address of the host's [p, p+size).
+func (sv *served) addr(p plugin.Ptr, size int64) (plugin.Ptr, error) {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	return sv.mem.Lookup(uint64(p), uint64(size))
+}
+
+// alloc allocates size bytes on the served device for the host's range
+// at p. A failure is kept for the operations that use the range.
+func (sv *served) alloc(p plugin.Ptr, size int64) error {
+	to, err := sv.dev.Alloc(size)
+	if err != nil {
+		err = fmt.Errorf("%s: allocation of %d bytes: %w", sv.label, size, err)
+	}
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	if aerr := sv.mem.Add(uint64(p), uint64(size), to, err); aerr != nil {
+		if err == nil {
+			sv.dev.Free(to)
+		}
+		return aerr
+	}
+	return nil
+}
+
+// free frees the allocation at the host's p; false if there is none.
+func (sv *served) free(p plugin.Ptr) bool {
+	sv.mu.Lock()
+	to, err, ok := sv.mem.Remove(uint64(p))
+	sv.mu.Unlock()
+	if ok && err == nil {
+		if ferr := sv.dev.Free(to); ferr != nil {
+			fmt.Fprintf(os.Stderr, "goffload device (pid %d): %s: free: %v\n", os.Getpid(), sv.label, ferr)
+		}
+	}
+	return ok
+}
+
+// do enqueues an operation on w's served queue, unless an earlier drain
+// failed: that failure is the operation's, as a queue's error state has it.
+func (w *servedQueue) do(op func(q plugin.Queue) error, keep []byte) error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.failed != nil {
+		return w.failed
+	}
+	w.pending = true
+	if keep != nil {
+		w.keep = append(w.keep, keep)
+	}
+	return op(w.q)
+}
+
+// drain waits for everything enqueued on w's served queue and returns the
+// first failure since the host's last sync.
+func (w *servedQueue) drain() error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.failed != nil || !w.pending {
+		return w.failed
+	}
+	w.failed = w.q.Synchronize()
+	for _, b := range w.keep {
+		w.st.put(b)
+	}
+	w.pending, w.keep = false, nil
+	return w.failed
+}
+
+// settle is a record's or a sync mark's failure: the session queue's, else
+// the served queue's once drained. clear (a sync mark) forgets it after.
+func (w *servedQueue) settle(failed error, clear bool) error {
+	err := w.drain()
+	if failed == nil {
+		failed = err
+	}
+	if clear {
+		w.failed = nil
+	}
+	return failed
+}
+
+// submit copies data to the host's dst on queue qid, in its order. data
+// must stay as it is: the served queue reads it until drained.
+func (s *Session) servedSubmit(qid uint32, dst plugin.Ptr, data []byte) error {
+	to, err := s.srv.addr(dst, int64(len(data)))
+	if err != nil {
+		return s.servedErr(err)
+	}
+	w := s.srv.queue(qid)
+	err = w.do(func(q plugin.Queue) error { return q.Submit(to, data) }, data)
+	if err == nil && s.tagged(qid) {
+		err = w.drain() // timed: its time is the copy's
+	}
+	return s.servedErr(err)
+}
+
+// tagged reports whether queue qid's operations are timed (Tag): a
+// proxied device then waits for each, so that its time is the served
+// device's work, not its enqueueing.
+func (s *Session) tagged(qid uint32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.tags[qid]
+	return ok
+}
+
+// submitPart is how many bytes of a submit arriving in fragments go to
+// the served device at once: the device copies a part while the next
+// arrives.
+const submitPart = 4 << 20
+
+// servedSubmitAsItComes copies a submit's data arriving in p (pulled or
+// pushed) to the host's dst on queue qid, a part at a time as it comes.
+func (s *Session) servedSubmitAsItComes(qid uint32, dst plugin.Ptr, p *incoming) error {
+	if p.err != nil {
+		return p.wait()
+	}
+	to, err := s.srv.addr(dst, int64(p.size))
+	if err != nil {
+		return s.servedErr(err)
+	}
+	w := s.srv.queue(qid)
+	kept := false
+	for done := 0; done < p.size; {
+		ended := false
+		select {
+		case <-p.prog:
+		case <-p.done:
+			ended = true
+		}
+		got := int(p.avail.Load())
+		if got-done >= submitPart || (got > done && (got == p.size || ended)) {
+			part := p.dst[done:got]
+			var keep []byte
+			if !kept {
+				keep, kept = p.dst, true // back to the stager once drained
+			}
+			at := to + plugin.Ptr(done)
+			if err := w.do(func(q plugin.Queue) error { return q.Submit(at, part) }, keep); err != nil {
+				return s.servedErr(err)
+			}
+			done = got
+		}
+		if ended && done < p.size {
+			if err := p.wait(); err != nil {
+				return err
+			}
+		}
+	}
+	if s.tagged(qid) {
+		return s.servedErr(w.drain()) // timed: its time is the copy's
+	}
+	return nil
+}
+
+// servedRetrieve reads size bytes at the host's src on queue qid, in its
+// order, and returns them once they are in, in a staging buffer the
+// caller gives back (s.srv.stage.put) when done with it.
+func (s *Session) servedRetrieve(qid uint32, src plugin.Ptr, size int64) ([]byte, error) {
+	from, err := s.srv.addr(src, size)
+	if err != nil {
+		return nil, s.servedErr(err)
+	}
+	b := s.srv.stage.get(size)
+	w := s.srv.queue(qid)
+	if err := w.do(func(q plugin.Queue) error { return q.Retrieve(b, from) }, nil); err != nil {
+		return nil, s.servedErr(err)
+	}
+	if err := w.drain(); err != nil {
+		return nil, s.servedErr(err)
+	}
+	return b, nil
+}
+
+// servedLaunch runs kernel k with args (the host's addresses) on queue
+// qid, in its order; sync waits for it (a timed launch: its time is the
+// kernel's).
+func (s *Session) servedLaunch(qid uint32, k plugin.Kernel, args []plugin.Arg, stop *plugin.StopSignal, sync bool) error {
+	args = append([]plugin.Arg(nil), args...)
+	for i, p := range k.Params() {
+		if p.Kind != plugin.Slice || (args[i].Ptr == 0 && args[i].Len == 0) {
+			continue
+		}
+		to, err := s.srv.addr(args[i].Ptr, 0)
+		if err != nil {
+			return s.servedErr(fmt.Errorf("kernel %q argument %d: %w", k.Name(), i, err))
+		}
+		args[i].Ptr = to
+	}
+	w := s.srv.queue(qid)
+	err := w.do(func(q plugin.Queue) error {
+		if sl, ok := q.(plugin.StopLauncher); ok && stop != nil {
+			return sl.LaunchStop(k, args, stop)
+		}
+		return q.Launch(k, args)
+	}, nil)
+	if err == nil && sync {
+		err = w.drain()
+	}
+	return s.servedErr(err)
+}
+
+// servedExchange copies size bytes from the host's src to dst on this
+// device (peer < 0), on the served queue when it can copy within its
+// device, else through this process's memory; or to device peer, whose
+// process puts them in its memory.
+func (s *Session) servedExchange(qid uint32, dst, src plugin.Ptr, size int64, peer int) error {
+	if peer < 0 {
+		to, err := s.srv.addr(dst, size)
+		if err != nil {
+			return s.servedErr(err)
+		}
+		from, err := s.srv.addr(src, size)
+		if err != nil {
+			return s.servedErr(err)
+		}
+		w := s.srv.queue(qid)
+		if ex, ok := w.q.(plugin.Exchanger); ok && w.err == nil {
+			err := w.do(func(plugin.Queue) error { return ex.Exchange(s.srv.dev, to, from, size) }, nil)
+			if err == nil && s.tagged(qid) {
+				err = w.drain()
+			}
+			if !errors.Is(err, plugin.ErrUnsupported) {
+				return s.servedErr(err)
+			}
+		}
+	}
+	if o := s.sibling(peer); peer >= 0 && o != nil && o.srv != nil {
+		// A device of this process: the copy stays in it, straight
+		// between the devices where their kind can.
+		to, err := o.srv.addr(dst, size)
+		if err != nil {
+			return o.servedErr(err)
+		}
+		from, err := s.srv.addr(src, size)
+		if err != nil {
+			return s.servedErr(err)
+		}
+		w := s.srv.queue(qid)
+		if ex, ok := w.q.(plugin.Exchanger); ok && w.err == nil {
+			err := w.do(func(plugin.Queue) error { return ex.Exchange(o.srv.dev, to, from, size) }, nil)
+			if !errors.Is(err, plugin.ErrUnsupported) {
+				return s.servedErr(err)
+			}
+		}
+		b, err := s.servedRetrieve(qid, src, size)
+		if err != nil {
+			return err
+		}
+		defer s.srv.stage.put(b)
+		return o.servedPut(dst, b)
+	}
+	b, err := s.servedRetrieve(qid, src, size)
+	if err != nil {
+		return err
+	}
+	if peer < 0 {
+		return s.servedSubmit(qid, dst, b) // b goes back once drained
+	}
+	defer s.srv.stage.put(b)
+	if err := s.peers.exchange(peer, dst, b); err != nil {
+		return fmt.Errorf("exchange to device %d: %w", peer, err)
+	}
+	return nil
+}
+
+// servedRecord records event id on the served queue qid, in q's order
+// (before the session's own record of it, which drains the queue and tells
+// the host): waits of the device's other queues wait on it there.
+func (s *Session) servedRecord(q *opqueue.Queue, qid uint32, id uint64) error {
+	se := &servedEvent{ready: make(chan struct{})}
+	s.srv.mu.Lock()
+	s.srv.evs[id] = se
+	s.srv.mu.Unlock()
+	return q.MarkHere(false, func(failed error) error {
+		defer close(se.ready)
+		w := s.srv.queue(qid)
+		if failed != nil || w.err != nil || w.failed != nil {
+			return nil
+		}
+		ev, err := s.srv.dev.NewEvent()
+		if err != nil {
+			return nil
+		}
+		if err := w.q.Record(ev); err != nil {
+			ev.Close()
+			return nil
+		}
+		w.pending = true
+		se.ev = ev
+		return nil
+	})
+}
+
+// servedWait makes queue qid wait for event id, recorded on another queue
+// of this device (ev is the session's event): the served queue waits on
+// the served kind's event, so what comes after is enqueued there once the
+// other queue has reached the record, not once it is done. It reports
+// false if id was not recorded on a served queue.
+func (s *Session) servedWait(q *opqueue.Queue, qid uint32, id uint64, ev *opqueue.Event, timed func(start, end time.Time, err error)) (bool, error) {
+	s.srv.mu.Lock()
+	se := s.srv.evs[id]
+	s.srv.mu.Unlock()
+	if se == nil {
+		return false, nil
+	}
+	return true, q.DoTimed(func() error {
+		<-se.ready
+		if se.ev == nil { // its queue had failed: the session's event says how
+			if err := ev.Synchronize(); err != nil {
+				return fmt.Errorf("waited-for event failed: %w", err)
+			}
+			return nil
+		}
+		return s.servedErr(s.srv.queue(qid).do(func(q plugin.Queue) error { return q.Wait(se.ev) }, nil))
+	}, timed)
+}
+
+// forgetEvents closes the served events of the host's events ids: the
+// host forgot them.
+func (sv *served) forgetEvents(ids []uint64) {
+	for _, id := range ids {
+		sv.mu.Lock()
+		se := sv.evs[id]
+		delete(sv.evs, id)
+		sv.mu.Unlock()
+		if se != nil {
+			go func() { // once its record has run; waits enqueued on it still work
+				<-se.ready
+				if se.ev != nil {
+					se.ev.Close()
+				}
+			}()
+		}
+	}
+}
+
+// servedPut writes a peer's exchange into the host's dst and waits until
+// it is in.
+func (s *Session) servedPut(dst plugin.Ptr, data []byte) error {
+	to, err := s.srv.addr(dst, int64(len(data)))
+	if err != nil {
+		return s.servedErr(err)
+	}
+	s.srv.putMu.Lock()
+	defer s.srv.putMu.Unlock()
+	if s.srv.put == nil {
+		s.srv.put = &servedQueue{}
+		s.srv.put.q, s.srv.put.err = s.srv.dev.NewQueue()
+	}
+	w := s.srv.put
+	if err := w.do(func(q plugin.Queue) error { return q.Submit(to, data) }, nil); err != nil {
+		return s.servedErr(err)
+	}
+	return s.servedErr(w.settle(nil, true))
+}
+
+// settle is the failure a record (clear false) or a sync mark (clear true)
+// of queue qid reports, once the served queue is drained.
+func (s *Session) servedSettle(qid uint32, failed error, clear bool) error {
+	err := s.srv.queue(qid).settle(failed, clear)
+	if err != failed {
+		return s.servedErr(err)
+	}
+	return err
+}
+
+// servedInfo is the served device's description, as the host sees it:
+// the served kind's own, with the process that serves it.
+func (s *Session) servedInfo() plugin.Info {
+	in := s.srv.dev.Info()
+	host, _ := os.Hostname()
+	in.Serves = in.Kind
+	in.Kind = s.kindName()
+	in.Host, in.PID = host, os.Getpid()
+	return in
+}
+
+// servedInfoJSON is the Info reply of a proxying session: the served
+// device's description, and the kernels it cannot launch (with why), by
+// index, so that the host's placement can leave them out.
+func (s *Session) servedInfoJSON() []byte {
+	type info struct {
+		plugin.Info
+		Refused map[int]string `json:",omitempty"`
+		NoStop  bool           `json:",omitempty"`
+	}
+	v := info{Info: s.servedInfo()}
+	if q, err := s.srv.dev.NewQueue(); err == nil {
+		_, stops := q.(plugin.StopLauncher)
+		v.NoStop = !stops
+		q.Close()
+	}
+	if kc, ok := s.srv.dev.(plugin.KernelChecker); ok && s.img != nil {
+		for i, k := range s.img.Kernels {
+			if err := kc.CanLaunch(k); err != nil {
+				if v.Refused == nil {
+					v.Refused = map[int]string{}
+				}
+				v.Refused[i] = err.Error()
+			}
+		}
+	}
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// close closes the served device's queues and the device.
+func (sv *served) close() {
+	sv.mu.Lock()
+	qs := sv.qs
+	sv.qs = map[uint32]*servedQueue{}
+	sv.mem.Each(func(plugin.Ptr) {}) // the device's Close frees them
+	sv.evs = map[uint64]*servedEvent{}
+	sv.mu.Unlock()
+	for _, w := range qs {
+		if w.q != nil {
+			w.q.Close()
+		}
+	}
+	if sv.put != nil && sv.put.q != nil {
+		sv.put.q.Close()
+	}
+	sv.dev.Close()
+}
