@@ -43,6 +43,9 @@ func (f *fn) expr(e ast.Expr) string {
 		if id, ok := e.X.(*ast.Ident); ok && f.ctx != nil && f.info().Uses[id] == f.ctx {
 			f.refuse(e, "ctx.%s: only ctx.For, at the top level of the kernel's body, is in the subset", e.Sel.Name)
 		}
+		if v, ok := f.opMember(e, nil); ok {
+			return v
+		}
 		if v := f.selector(e); v != "" {
 			return v
 		}
@@ -395,6 +398,14 @@ func (f *fn) call(e *ast.CallExpr, stmt bool) string {
 		return f.builtin(e)
 	}
 	fun := ast.Unparen(e.Fun)
+	switch name := f.offloadFunc(e); {
+	case name == "Reduce":
+		f.refuse(e, "offload.Reduce inside an expression or statement: only r := offload.Reduce(…) (or r = …, out[0] = …) at the top level of the kernel's body is in the subset")
+	case builtinOps[name]:
+		f.refuse(e, "offload.%s used other than to define an Op variable or as Reduce's op: not in the subset", name)
+	case name != "":
+		f.refuse(e, "offload.%s: not in the subset", name)
+	}
 	if e.Ellipsis.IsValid() {
 		f.refuse(e, "a variadic call: not in the subset")
 	}
@@ -403,6 +414,9 @@ func (f *fn) call(e *ast.CallExpr, stmt bool) string {
 	case *ast.SelectorExpr:
 		if id, ok := x.X.(*ast.Ident); ok && f.ctx != nil && info.Uses[id] == f.ctx {
 			f.refuse(e, "ctx.%s: only ctx.For, at the top level of the kernel's body, is in the subset", x.Sel.Name)
+		}
+		if v, ok := f.opMember(x, e); ok {
+			return v
 		}
 		obj, _ = info.Uses[x.Sel].(*types.Func)
 		if obj != nil && obj.Pkg() != nil && obj.Pkg().Path() == "math" && obj.Type().(*types.Signature).Recv() == nil {

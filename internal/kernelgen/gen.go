@@ -192,7 +192,6 @@ func (g *gen) kernel(k *kernelDecl) (entry, code string, err error) {
 			g.structOrder, g.structs = g.structOrder[:nstructs], structs
 		}
 	}()
-	f := newFn(g, true)
 	entry = cIdent(k.name)
 	if g.entries == nil {
 		g.entries = map[string]bool{}
@@ -200,6 +199,28 @@ func (g *gen) kernel(k *kernelDecl) (entry, code string, err error) {
 	for g.entries[entry] {
 		entry += "_"
 	}
+	f, params := g.entryFn(k)
+	pos := g.p.fset.Position(k.pos)
+	head := fmt.Sprintf("// %s is kernel %q (%s:%d).\n", entry, k.name, filepath.Base(pos.Filename), pos.Line)
+	if red := f.reduceIndex(k.fnBody); red >= 0 {
+		code = head + g.reduceKernel(k, entry, params, red)
+		g.entries[entry] = true
+		return entry, code, nil
+	}
+	body := f.kernelBody(k.fnBody)
+	var b strings.Builder
+	b.WriteString(head)
+	fmt.Fprintf(&b, "kernel void %s(%s)\n{\n", entry, strings.Join(params, ", "))
+	b.WriteString(body)
+	b.WriteString("}\n")
+	g.entries[entry] = true
+	return entry, b.String(), nil
+}
+
+// entryFn returns a translation of kernel k's body with its parameters
+// defined, and the C parameters of its entry.
+func (g *gen) entryFn(k *kernelDecl) (*fn, []string) {
+	f := newFn(g, true)
 	sig := k.fnType
 	var params []string
 	var lens []string
@@ -239,15 +260,7 @@ func (g *gen) kernel(k *kernelDecl) (entry, code string, err error) {
 	params = append(params, lens...)
 	params = append(params, "global long *go_f")
 	f.ctx = ctxVar
-	body := f.kernelBody(k.fnBody)
-	var b strings.Builder
-	pos := g.p.fset.Position(k.pos)
-	fmt.Fprintf(&b, "// %s is kernel %q (%s:%d).\n", entry, k.name, filepath.Base(pos.Filename), pos.Line)
-	fmt.Fprintf(&b, "kernel void %s(%s)\n{\n", entry, strings.Join(params, ", "))
-	b.WriteString(body)
-	b.WriteString("}\n")
-	g.entries[entry] = true
-	return entry, b.String(), nil
+	return f, params
 }
 
 func paramNode(k *kernelDecl, i int) ast.Node {

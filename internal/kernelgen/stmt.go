@@ -48,18 +48,21 @@ type fn struct {
 	out        *strings.Builder
 	indent     int
 	tmp        int
-	setup      bool                  // before the kernel's ctx.For
-	inChunk    bool                  // in the ctx.For body
-	outer      map[types.Object]bool // variables from outside the ctx.For body
-	chunkNext  bool                  // a return in the chunk jumps to go_next
-	usesFl     bool                  // the kernel calls functions (go_fl)
+	setup      bool                   // before the kernel's ctx.For
+	inChunk    bool                   // in the ctx.For body
+	outer      map[types.Object]bool  // variables from outside the ctx.For body
+	chunkNext  bool                   // a return in the chunk jumps to go_next
+	usesFl     bool                   // the kernel calls functions (go_fl)
+	ops        map[types.Object]redOp // Op variables, by variable
+	inReduce   bool                   // in an offload.Reduce body
 	targets    []*target
 }
 
 func newFn(g *gen, kernel bool) *fn {
 	return &fn{g: g, kernel: kernel, names: map[types.Object]string{}, used: map[string]bool{},
 		slices: map[*types.Var]sliceRef{}, out: &strings.Builder{},
-		fields: map[*types.Var][]string{}, fieldSlices: map[*types.Var]map[int]sliceRef{}, paramLens: map[string]bool{}}
+		fields: map[*types.Var][]string{}, fieldSlices: map[*types.Var]map[int]sliceRef{}, paramLens: map[string]bool{},
+		ops: map[types.Object]redOp{}}
 }
 
 func (f *fn) info() *types.Info { return f.g.p.info }
@@ -245,6 +248,13 @@ func (f *fn) decl(s *ast.DeclStmt) {
 	}
 	for _, sp := range gd.Specs {
 		vs := sp.(*ast.ValueSpec)
+		lhs := make([]ast.Expr, len(vs.Names))
+		for i, id := range vs.Names {
+			lhs[i] = id
+		}
+		if f.defineOp(lhs, vs.Values, token.VAR, vs) {
+			continue
+		}
 		if len(vs.Values) != 0 && len(vs.Values) != len(vs.Names) {
 			f.refuse(vs, "a declaration of several variables from one call: not in the subset")
 		}
@@ -331,7 +341,7 @@ func (f *fn) assign(s *ast.AssignStmt) {
 		f.line("%s = %s;", lv, f.store(v, t))
 		return
 	}
-	if f.defineSlices(s) {
+	if f.defineSlices(s) || f.defineOp(s.Lhs, s.Rhs, s.Tok, s) {
 		return
 	}
 	if len(s.Lhs) == 1 {

@@ -44,6 +44,7 @@ static inline float go_min_float(float a, float b) { return isnan(a) || isnan(b)
 static inline char go_shl_char(char x, ulong s) { return s >= 8 ? (char)0 : (char)((uint)x << s); }
 static inline int go_shl_int(int x, ulong s) { return s >= 32 ? (int)0 : (int)((uint)x << s); }
 static inline long go_shl_long(long x, ulong s) { return s >= 64 ? (long)0 : (long)((ulong)x << s); }
+static inline ulong go_shl_ulong(ulong x, ulong s) { return s >= 64 ? (ulong)0 : (ulong)((ulong)x << s); }
 static inline int go_shr_int(int x, ulong s) { return (int)(x >> (s >= 32 ? 31 : s)); }
 static inline long go_shr_long(long x, ulong s) { return (long)(x >> (s >= 64 ? 63 : s)); }
 static inline ushort go_shr_ushort(ushort x, ulong s) { return s >= 16 ? (ushort)0 : (ushort)(x >> s); }
@@ -51,6 +52,7 @@ static void go_fn_stepRows(global double *next, long go_len_next, global double 
 static int go_fn_collatz(long x, int limit, global long *go_f, int *go_fl);
 static long go_fn_mandel(double re, double im, long limit, global long *go_f, int *go_fl);
 static float go_fn_at(global float *x, long go_len_x, long i, global long *go_f, int *go_fl);
+static float go_fn_scaled(float v, float s, global long *go_f, int *go_fl);
 static go_T_Particle go_fn_kick(go_T_Particle p, double dt, global long *go_f, int *go_fl);
 
 static void go_fn_stepRows(global double *next, long go_len_next, global double *cur, long go_len_cur, long cols, long lo, long hi, global long *go_f, int *go_fl)
@@ -163,6 +165,11 @@ static float go_fn_at(global float *x, long go_len_x, long i, global long *go_f,
 {
 	if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 155, (long)(i), (long)(go_len_x), *go_fl >> 1); *go_fl |= 1; return 0.0f; }
 	return x[i];
+}
+
+static float go_fn_scaled(float v, float s, global long *go_f, int *go_fl)
+{
+	return (v * s);
 }
 
 static go_T_Particle go_fn_kick(go_T_Particle p, double dt, global long *go_f, int *go_fl)
@@ -976,6 +983,675 @@ kernel void overflow(global int *a, global long *b, global int *out, long go_len
 	}
 }
 
+// gentest_sumf64 is kernel "gentest.sumf64" (reduce.go:7).
+static void gentest_sumf64_chunk(global double *x, global double *out, long go_len_x, long go_len_out, global long *go_f, long go_rl, long *go_rk, double *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_x);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	double acc = 0.0;
+	go_fl = 2;
+	{
+		if ((ulong)(hi) > (ulong)(go_len_x)) { go_fault(go_f, 163, (long)(hi), (long)(go_len_x), 1); return; }
+		if ((ulong)(lo) > (ulong)(hi)) { go_fault(go_f, 164, (long)(lo), (long)(hi), 1); return; }
+		global double *go_s2 = x + lo;
+		long go_len_s2 = hi - lo;
+		for (long go_k5 = 0; go_k5 < go_len_s2; go_k5++) {
+			double v = go_s2[go_k5];
+			acc = (acc + v);
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_sumf64_tail(global double *x, global double *out, long go_len_x, long go_len_out, global long *go_f, double go_r)
+{
+	double r = go_r;
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 165, (long)(0L), (long)(go_len_out), 0); return; }
+	double go_t1 = out[0L];
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 166, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = (go_t1 + r);
+}
+
+kernel void gentest_sumf64(global double *x, global double *out, long go_len_x, long go_len_out, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	double go_r = 0.0;
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		double go_part = 0.0;
+		gentest_sumf64_chunk(x, out, go_len_x, go_len_out, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : (go_r + go_part);
+	}
+	gentest_sumf64_tail(x, out, go_len_x, go_len_out, go_f, go_r);
+}
+
+// gentest_sumf32 is kernel "gentest.sumf32" (reduce.go:19).
+static void gentest_sumf32_chunk(float scale, global float *x, global float *out, long go_len_x, long go_len_out, global long *go_f, long go_rl, long *go_rk, float *go_part)
+{
+	int go_fl = 0;
+	long n = ((long)((ulong)(go_len_x) - (ulong)(1L)));
+	float r = 0.0f;
+	long go_t1 = (long)(n);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	float acc = 0.0f;
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			long go_t4 = (long)(((long)((ulong)(i) + (ulong)(1L))));
+			if ((ulong)(go_t4) >= (ulong)(go_len_x)) { go_fault(go_f, 167, (long)(go_t4), (long)(go_len_x), 1); return; }
+			float go_t5 = go_fn_scaled(x[go_t4], scale, go_f, &go_fl);
+			if (go_fl & 1) return;
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 168, (long)(i), (long)(go_len_x), 1); return; }
+			acc = (acc + (go_t5 - x[i]));
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_sumf32_tail(float scale, global float *x, global float *out, long go_len_x, long go_len_out, global long *go_f, float go_r)
+{
+	long n = ((long)((ulong)(go_len_x) - (ulong)(1L)));
+	float r = 0.0f;
+	r = go_r;
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 169, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = r;
+	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 170, (long)(1L), (long)(go_len_out), 0); return; }
+	out[1L] = ((float)(n));
+}
+
+kernel void gentest_sumf32(float scale, global float *x, global float *out, long go_len_x, long go_len_out, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	float go_r = 0.0f;
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		float go_part = 0.0f;
+		gentest_sumf32_chunk(scale, x, out, go_len_x, go_len_out, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : (go_r + go_part);
+	}
+	gentest_sumf32_tail(scale, x, out, go_len_x, go_len_out, go_f, go_r);
+}
+
+// gentest_sumi32 is kernel "gentest.sumi32" (reduce.go:35).
+static void gentest_sumi32_chunk(global int *x, global long *out, long go_len_x, long go_len_out, global long *go_f, long go_rl, long *go_rk, int *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_x);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	int acc = 0;
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 171, (long)(i), (long)(go_len_x), 1); return; }
+			acc = ((int)((uint)(acc) + (uint)(((int)((uint)(x[i]) * (uint)(7))))));
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_sumi32_tail(global int *x, global long *out, long go_len_x, long go_len_out, global long *go_f, int go_r)
+{
+	int s = go_r;
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 172, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = ((long)(s));
+}
+
+kernel void gentest_sumi32(global int *x, global long *out, long go_len_x, long go_len_out, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	int go_r = 0;
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		int go_part = 0;
+		gentest_sumi32_chunk(x, out, go_len_x, go_len_out, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : ((int)((uint)(go_r) + (uint)(go_part)));
+	}
+	gentest_sumi32_tail(x, out, go_len_x, go_len_out, go_f, go_r);
+}
+
+// gentest_prodi8 is kernel "gentest.prodi8" (reduce.go:46).
+static void gentest_prodi8_chunk(global char *y, global long *out, long go_len_y, long go_len_out, global long *go_f, long go_rl, long *go_rk, char *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_y);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	char acc = ((char)1);
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			if ((ulong)(i) >= (ulong)(go_len_y)) { go_fault(go_f, 173, (long)(i), (long)(go_len_y), 1); return; }
+			acc = ((char)((uint)(acc) * (uint)(((char)(y[i] | ((char)1))))));
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_prodi8_tail(global char *y, global long *out, long go_len_y, long go_len_out, global long *go_f, char go_r)
+{
+	char p = go_r;
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 174, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = ((long)(p));
+}
+
+kernel void gentest_prodi8(global char *y, global long *out, long go_len_y, long go_len_out, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	char go_r = ((char)1);
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		char go_part = ((char)1);
+		gentest_prodi8_chunk(y, out, go_len_y, go_len_out, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : ((char)((uint)(go_r) * (uint)(go_part)));
+	}
+	gentest_prodi8_tail(y, out, go_len_y, go_len_out, go_f, go_r);
+}
+
+// gentest_minf64 is kernel "gentest.minf64" (reduce.go:59).
+static void gentest_minf64_chunk(global double *x, global double *out, long go_len_x, long go_len_out, global long *go_f, long go_rl, long *go_rk, double *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_x);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	double acc = ((double)INFINITY);
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 175, (long)(i), (long)(go_len_x), 1); return; }
+			acc = go_min_double(acc, x[i]);
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_minf64_tail(global double *x, global double *out, long go_len_x, long go_len_out, global long *go_f, double go_r)
+{
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 176, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = go_r;
+	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 177, (long)(1L), (long)(go_len_out), 0); return; }
+	out[1L] = ((double)INFINITY);
+}
+
+kernel void gentest_minf64(global double *x, global double *out, long go_len_x, long go_len_out, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	double go_r = ((double)INFINITY);
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		double go_part = ((double)INFINITY);
+		gentest_minf64_chunk(x, out, go_len_x, go_len_out, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : go_min_double(go_r, go_part);
+	}
+	gentest_minf64_tail(x, out, go_len_x, go_len_out, go_f, go_r);
+}
+
+// gentest_maxf64 is kernel "gentest.maxf64" (reduce.go:70).
+static void gentest_maxf64_chunk(global double *x, global double *out, long go_len_x, long go_len_out, global long *go_f, long go_rl, long *go_rk, double *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_x);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	double acc = ((double)(-INFINITY));
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 178, (long)(i), (long)(go_len_x), 1); return; }
+			acc = go_max_double(acc, x[i]);
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_maxf64_tail(global double *x, global double *out, long go_len_x, long go_len_out, global long *go_f, double go_r)
+{
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 179, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = go_r;
+}
+
+kernel void gentest_maxf64(global double *x, global double *out, long go_len_x, long go_len_out, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	double go_r = ((double)(-INFINITY));
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		double go_part = ((double)(-INFINITY));
+		gentest_maxf64_chunk(x, out, go_len_x, go_len_out, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : go_max_double(go_r, go_part);
+	}
+	gentest_maxf64_tail(x, out, go_len_x, go_len_out, go_f, go_r);
+}
+
+// gentest_minmaxu16 is kernel "gentest.minmaxu16" (reduce.go:79).
+static void gentest_minmaxu16_chunk(global ushort *x, global ushort *out, long go_len_x, long go_len_out, global long *go_f, long go_rl, long *go_rk, ushort *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_x);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	ushort acc = ((ushort)65535U);
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 180, (long)(i), (long)(go_len_x), 1); return; }
+			acc = min((ushort)(acc), (ushort)(x[i]));
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_minmaxu16_tail(global ushort *x, global ushort *out, long go_len_x, long go_len_out, global long *go_f, ushort go_r)
+{
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 181, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = go_r;
+	ushort go_t1 = ((ushort)65535U);
+	ushort go_t2 = ((ushort)0U);
+	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 182, (long)(1L), (long)(go_len_out), 0); return; }
+	out[1L] = go_t1;
+	if ((ulong)(2L) >= (ulong)(go_len_out)) { go_fault(go_f, 183, (long)(2L), (long)(go_len_out), 0); return; }
+	out[2L] = go_t2;
+}
+
+kernel void gentest_minmaxu16(global ushort *x, global ushort *out, long go_len_x, long go_len_out, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	ushort go_r = ((ushort)65535U);
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		ushort go_part = ((ushort)65535U);
+		gentest_minmaxu16_chunk(x, out, go_len_x, go_len_out, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : min((ushort)(go_r), (ushort)(go_part));
+	}
+	gentest_minmaxu16_tail(x, out, go_len_x, go_len_out, go_f, go_r);
+}
+
+// gentest_bits is kernel "gentest.bits" (reduce.go:90).
+static void gentest_bits_chunk(global ulong *x, global ulong *out, long go_len_x, long go_len_out, global long *go_f, long go_rl, long *go_rk, ulong *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_x);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	ulong acc = 18446744073709551615UL;
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 184, (long)(i), (long)(go_len_x), 1); return; }
+			long go_t4 = ((long)(i % 64L));
+			if (go_t4 < 0) { go_fault(go_f, 185, (long)(go_t4), (long)(0), 1); return; }
+			acc = ((ulong)(acc & ((ulong)(x[i] | go_shl_ulong(1UL, (ulong)(go_t4))))));
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_bits_tail(global ulong *x, global ulong *out, long go_len_x, long go_len_out, global long *go_f, ulong go_r)
+{
+	ulong r = go_r;
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 186, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = r;
+	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 187, (long)(1L), (long)(go_len_out), 0); return; }
+	out[1L] = 18446744073709551615UL;
+}
+
+kernel void gentest_bits(global ulong *x, global ulong *out, long go_len_x, long go_len_out, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	ulong go_r = 18446744073709551615UL;
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		ulong go_part = 18446744073709551615UL;
+		gentest_bits_chunk(x, out, go_len_x, go_len_out, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : ((ulong)(go_r & go_part));
+	}
+	gentest_bits_tail(x, out, go_len_x, go_len_out, go_f, go_r);
+}
+
+// gentest_bitor is kernel "gentest.bitor" (reduce.go:102).
+static void gentest_bitor_chunk(global ulong *x, global ulong *out, long go_len_x, long go_len_out, global long *go_f, long go_rl, long *go_rk, ulong *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_x);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	ulong acc = 0UL;
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 188, (long)(i), (long)(go_len_x), 1); return; }
+			acc = ((ulong)(acc | ((ulong)(x[i] & 61680UL))));
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_bitor_tail(global ulong *x, global ulong *out, long go_len_x, long go_len_out, global long *go_f, ulong go_r)
+{
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 189, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = go_r;
+}
+
+kernel void gentest_bitor(global ulong *x, global ulong *out, long go_len_x, long go_len_out, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	ulong go_r = 0UL;
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		ulong go_part = 0UL;
+		gentest_bitor_chunk(x, out, go_len_x, go_len_out, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : ((ulong)(go_r | go_part));
+	}
+	gentest_bitor_tail(x, out, go_len_x, go_len_out, go_f, go_r);
+}
+
+// gentest_bitxor is kernel "gentest.bitxor" (reduce.go:112).
+static void gentest_bitxor_chunk(global ulong *x, global ulong *out, long go_len_x, long go_len_out, global long *go_f, long go_rl, long *go_rk, ulong *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_x);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	ulong acc = 0UL;
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 190, (long)(i), (long)(go_len_x), 1); return; }
+			acc = ((ulong)(acc ^ x[i]));
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_bitxor_tail(global ulong *x, global ulong *out, long go_len_x, long go_len_out, global long *go_f, ulong go_r)
+{
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 191, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = go_r;
+}
+
+kernel void gentest_bitxor(global ulong *x, global ulong *out, long go_len_x, long go_len_out, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	ulong go_r = 0UL;
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		ulong go_part = 0UL;
+		gentest_bitxor_chunk(x, out, go_len_x, go_len_out, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : ((ulong)(go_r ^ go_part));
+	}
+	gentest_bitxor_tail(x, out, go_len_x, go_len_out, go_f, go_r);
+}
+
+// gentest_logical is kernel "gentest.logical" (reduce.go:123).
+static void gentest_logical_chunk(global uchar *b, global uchar *out, long go_len_b, long go_len_out, global long *go_f, long go_rl, long *go_rk, bool *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_b);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	bool acc = true;
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			bool go_t4 = acc;
+			if (go_t4) {
+				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 192, (long)(i), (long)(go_len_b), 1); return; }
+				go_t4 = (b[i] != 0);
+			}
+			acc = (go_t4);
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_logical_tail(global uchar *b, global uchar *out, long go_len_b, long go_len_out, global long *go_f, bool go_r)
+{
+	bool all = go_r;
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 193, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = (all);
+}
+
+kernel void gentest_logical(global uchar *b, global uchar *out, long go_len_b, long go_len_out, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	bool go_r = true;
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		bool go_part = true;
+		gentest_logical_chunk(b, out, go_len_b, go_len_out, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : (go_r && go_part);
+	}
+	gentest_logical_tail(b, out, go_len_b, go_len_out, go_f, go_r);
+}
+
+// gentest_logicalor is kernel "gentest.logicalor" (reduce.go:133).
+static void gentest_logicalor_chunk(global uchar *b, global uchar *out, long go_len_b, long go_len_out, global long *go_f, long go_rl, long *go_rk, bool *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_b);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	bool acc = false;
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			{
+				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 194, (long)(i), (long)(go_len_b), 1); return; }
+				if ((b[i] != 0)) {
+					*go_part = true;
+					return;
+				}
+			}
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_logicalor_tail(global uchar *b, global uchar *out, long go_len_b, long go_len_out, global long *go_f, bool go_r)
+{
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 195, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = (go_r);
+	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 196, (long)(1L), (long)(go_len_out), 0); return; }
+	out[1L] = (false);
+}
+
+kernel void gentest_logicalor(global uchar *b, global uchar *out, long go_len_b, long go_len_out, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	bool go_r = false;
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		bool go_part = false;
+		gentest_logicalor_chunk(b, out, go_len_b, go_len_out, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : (go_r || go_part);
+	}
+	gentest_logicalor_tail(b, out, go_len_b, go_len_out, go_f, go_r);
+}
+
+// gentest_reducefault is kernel "gentest.reducefault" (reduce.go:148).
+static void gentest_reducefault_chunk(global long *x, global long *out, long go_len_x, long go_len_out, global long *go_f, long go_rl, long *go_rk, long *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_x);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	long acc = 0L;
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			long go_t4 = (long)(((long)((ulong)(i) + (ulong)(1L))));
+			if ((ulong)(go_t4) >= (ulong)(go_len_x)) { go_fault(go_f, 197, (long)(go_t4), (long)(go_len_x), 1); return; }
+			acc = ((long)((ulong)(acc) + (ulong)(x[go_t4])));
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_reducefault_tail(global long *x, global long *out, long go_len_x, long go_len_out, global long *go_f, long go_r)
+{
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 198, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = go_r;
+}
+
+kernel void gentest_reducefault(global long *x, global long *out, long go_len_x, long go_len_out, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	long go_r = 0L;
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		long go_part = 0L;
+		gentest_reducefault_chunk(x, out, go_len_x, go_len_out, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : ((long)((ulong)(go_r) + (ulong)(go_part)));
+	}
+	gentest_reducefault_tail(x, out, go_len_x, go_len_out, go_f, go_r);
+}
+
 // structs is kernel "structs" (structs.go:44).
 kernel void structs(go_T_Params prm, global go_T_Particle *ps, global double *out, long go_len_ps, long go_len_out, global long *go_f)
 {
@@ -1008,7 +1684,7 @@ kernel void structs(go_T_Params prm, global go_T_Particle *ps, global double *ou
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 163, (long)(i), (long)(go_len_ps), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 199, (long)(i), (long)(go_len_ps), 1); return; }
 			go_T_Particle p = ps[i];
 			{
 				long go_t2 = (prm).Steps;
@@ -1024,11 +1700,11 @@ kernel void structs(go_T_Params prm, global go_T_Particle *ps, global double *ou
 			go_t7.Alive = ((p).ID > 0);
 			go_t7.ID = ((int)((uint)((p).ID) + (uint)(1)));
 			go_T_Particle q = go_t7;
-			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 164, (long)(i), (long)(go_len_ps), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 200, (long)(i), (long)(go_len_ps), 1); return; }
 			ps[i] = q;
-			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 165, (long)(i), (long)(go_len_ps), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 201, (long)(i), (long)(go_len_ps), 1); return; }
 			ps[i].Y = ((p).Y - 1.0);
-			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 166, (long)(i), (long)(go_len_out), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 202, (long)(i), (long)(go_len_out), 1); return; }
 			out[i] = ((q).X + ((double)((q).M)));
 		}
 	}
@@ -1049,8 +1725,8 @@ kernel void fields(long g_N, global double *g_In, global double *g_Out, long go_
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_g_In)) { go_fault(go_f, 167, (long)(i), (long)(go_len_g_In), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_g_Out)) { go_fault(go_f, 168, (long)(i), (long)(go_len_g_Out), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_g_In)) { go_fault(go_f, 203, (long)(i), (long)(go_len_g_In), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_g_Out)) { go_fault(go_f, 204, (long)(i), (long)(go_len_g_Out), 1); return; }
 			g_Out[i] = (g_In[i] * ((double)(go_len_g_In)));
 		}
 	}
@@ -1075,8 +1751,8 @@ kernel void chunks(global int *x, global long *out, long go_len_x, long go_len_o
 			{
 				long i = (c).Lo;
 				for (; (i < (c).Hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-					if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 169, (long)(i), (long)(go_len_x), 1); return; }
-					if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 170, (long)(i), (long)(go_len_out), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 205, (long)(i), (long)(go_len_x), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 206, (long)(i), (long)(go_len_out), 1); return; }
 					out[i] = ((long)((ulong)(((long)((ulong)(((long)(x[i]))) * (ulong)(3L)))) + (ulong)(1L)));
 				}
 			}
@@ -1094,8 +1770,8 @@ kernel void chunks(global int *x, global long *out, long go_len_x, long go_len_o
 			{
 				long i = (c).Lo;
 				for (; (i < (c).Hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-					if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 169, (long)(i), (long)(go_len_x), 1); return; }
-					if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 170, (long)(i), (long)(go_len_out), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 205, (long)(i), (long)(go_len_x), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 206, (long)(i), (long)(go_len_out), 1); return; }
 					out[i] = ((long)((ulong)(((long)((ulong)(((long)(x[i]))) * (ulong)(3L)))) + (ulong)(1L)));
 				}
 			}
@@ -1119,9 +1795,9 @@ kernel void dim(global double *a, global double *b, global double *out, long go_
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 171, (long)(i), (long)(go_len_a), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 172, (long)(i), (long)(go_len_b), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 173, (long)(i), (long)(go_len_out), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 207, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 208, (long)(i), (long)(go_len_b), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 209, (long)(i), (long)(go_len_out), 1); return; }
 			out[i] = go_dim(a[i], b[i]);
 		}
 	}
@@ -1292,6 +1968,42 @@ var zzOffloadSites = []string{
 	"kernels.go:255: index",
 	"kernels.go:255: index",
 	"kernels.go:258: index",
+	"reduce.go:10: slice high",
+	"reduce.go:10: slice low",
+	"reduce.go:15: index",
+	"reduce.go:15: index",
+	"reduce.go:24: index",
+	"reduce.go:24: index",
+	"reduce.go:28: index",
+	"reduce.go:29: index",
+	"reduce.go:38: index",
+	"reduce.go:42: index",
+	"reduce.go:50: index",
+	"reduce.go:54: index",
+	"reduce.go:63: index",
+	"reduce.go:61: index",
+	"reduce.go:67: index",
+	"reduce.go:73: index",
+	"reduce.go:71: index",
+	"reduce.go:83: index",
+	"reduce.go:81: index",
+	"reduce.go:87: index",
+	"reduce.go:87: index",
+	"reduce.go:94: index",
+	"reduce.go:94: shift",
+	"reduce.go:98: index",
+	"reduce.go:99: index",
+	"reduce.go:106: index",
+	"reduce.go:104: index",
+	"reduce.go:116: index",
+	"reduce.go:114: index",
+	"reduce.go:126: index",
+	"reduce.go:130: index",
+	"reduce.go:137: index",
+	"reduce.go:135: index",
+	"reduce.go:143: index",
+	"reduce.go:151: index",
+	"reduce.go:149: index",
 	"structs.go:47: index",
 	"structs.go:52: index",
 	"structs.go:53: index",
@@ -1321,6 +2033,19 @@ func init() {
 	Divide.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "divide", zzOffloadSites)
 	GatherCall.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gathercall", zzOffloadSites)
 	Overflow.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "overflow", zzOffloadSites)
+	SumF64.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_sumf64", zzOffloadSites)
+	SumF32.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_sumf32", zzOffloadSites)
+	SumI32.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_sumi32", zzOffloadSites)
+	ProdI8.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_prodi8", zzOffloadSites)
+	MinF64.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_minf64", zzOffloadSites)
+	MaxF64.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_maxf64", zzOffloadSites)
+	MinMaxU16.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_minmaxu16", zzOffloadSites)
+	Bits.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_bits", zzOffloadSites)
+	BitOr.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_bitor", zzOffloadSites)
+	BitXor.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_bitxor", zzOffloadSites)
+	Logical.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_logical", zzOffloadSites)
+	LogicalOr.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_logicalor", zzOffloadSites)
+	ReduceFault.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_reducefault", zzOffloadSites)
 	Structs.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "structs", zzOffloadSites)
 	Fields.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "fields", zzOffloadSites)
 	Chunks.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "chunks", zzOffloadSites)
