@@ -258,7 +258,7 @@ func (g *gen) entryFn(k *kernelDecl) (*fn, []string) {
 		}
 	}
 	params = append(params, lens...)
-	params = append(params, "global long *go_f")
+	params = append(params, "long go_dev", "global long *go_f")
 	f.ctx = ctxVar
 	return f, params
 }

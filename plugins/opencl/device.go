@@ -57,6 +57,7 @@ type kernelFn struct {
 	ptrs  []bool     // by parameter: passed as a pointer
 	gen   bool       // generated code (gocode.go)
 	sites []string   // generated code's checks
+	dev   int        // the device's number, for generated code (ctx.Device())
 }
 
 // emulation is UseEmulationForTests's switch.
@@ -302,7 +303,7 @@ func (d *device) loadKernel(k plugin.Kernel, code plugin.DeviceCode) gpukind.Ker
 		}
 		return gpukind.Kernel[*kernelFn]{Err: fmt.Errorf("%s: %w: kernel %q: entry %q of its OpenCL C: %w (the program %s)", d.label(), plugin.ErrBadKernel, k.Name(), code.Entry, err, has)}
 	}
-	kf := &kernelFn{k: ck, entry: code.Entry, gen: code.Generated, sites: code.Sites}
+	kf := &kernelFn{k: ck, entry: code.Entry, gen: code.Generated, sites: code.Sites, dev: d.Kernels.Num}
 	if err := d.checkEntry(k, kf, d.typeSizes(p, code.Image)); err != nil {
 		d.lib.ReleaseKernel(ck)
 		return gpukind.Kernel[*kernelFn]{Err: fmt.Errorf("%s: %w: kernel %q: %w", d.label(), plugin.ErrBadKernel, k.Name(), err)}

@@ -12,9 +12,9 @@ import (
 
 // Generated code: OpenCL C that cmd/goffload-gen made from a kernel's Go
 // body (plugin.DeviceCode.Generated). Its entry takes, after the kernel's
-// parameters, each slice parameter's length as a long and a fault record
-// of four longs that a failed check writes (the first check to fail
-// wins). The kind passes them and, for code with checks, reads the record
+// parameters, each slice parameter's length as a long, the device's
+// number as a long (ctx.Device()) and a fault record of four longs that a
+// failed check writes (the first check to fail wins). The kind passes them and, for code with checks, reads the record
 // when the launch is done: such a launch is synchronous on its queue's
 // issuing goroutine, which waits for the kernel to read the record.
 
@@ -31,7 +31,7 @@ func hiddenParams(k plugin.Kernel, generated bool) int {
 	if !generated {
 		return 0
 	}
-	n := 1
+	n := 2 // the device number and the fault record
 	for _, p := range k.Params() {
 		if p.Kind == plugin.Slice {
 			n++
@@ -71,7 +71,7 @@ func (q *queue) faultBuffer() (cldrv.Mem, error) {
 }
 
 // setHidden sets the parameters of generated code after the kernel's:
-// the slice lengths and q's fault record; under kf.mu.
+// the slice lengths, the device number and q's fault record; under kf.mu.
 func (q *queue) setHidden(kf *kernelFn, first int, lens []int64) error {
 	d := q.d
 	for j, n := range lens {
@@ -79,12 +79,16 @@ func (q *queue) setHidden(kf *kernelFn, first int, lens []int64) error {
 			return fmt.Errorf("argument %d (the length of slice %d): %w", first+j, j, err)
 		}
 	}
+	dev := int64(kf.dev)
+	if err := d.lib.SetKernelArg(kf.k, first+len(lens), unsafe.Sizeof(dev), unsafe.Pointer(&dev)); err != nil {
+		return fmt.Errorf("argument %d (the device number): %w", first+len(lens), err)
+	}
 	m, err := q.faultBuffer()
 	if err != nil {
 		return fmt.Errorf("the fault record: %w", err)
 	}
-	if err := d.lib.SetKernelArg(kf.k, first+len(lens), unsafe.Sizeof(m), unsafe.Pointer(&m)); err != nil {
-		return fmt.Errorf("argument %d (the fault record): %w", first+len(lens), err)
+	if err := d.lib.SetKernelArg(kf.k, first+len(lens)+1, unsafe.Sizeof(m), unsafe.Pointer(&m)); err != nil {
+		return fmt.Errorf("argument %d (the fault record): %w", first+len(lens)+1, err)
 	}
 	return nil
 }

@@ -54,8 +54,7 @@ var ProdI8 = offload.MustKernel2("gentest.prodi8", func(ctx offload.Ctx, y offlo
 	out[0] = int64(p)
 })
 
-// MinMax is Min and Max of float64 (NaN and ±0 as Go's min and max) and
-// of uint16, and the bit operators of uint64, one kernel each.
+// MinF64 is Min of float64 (NaN and ±0 as Go's min), and its identity.
 var MinF64 = offload.MustKernel2("gentest.minf64", func(ctx offload.Ctx, x offload.In[float64], out offload.Out[float64]) {
 	mn := offload.Min[float64]()
 	out[0] = offload.Reduce(ctx, len(x), mn, func(lo, hi int, acc float64) float64 {
@@ -67,6 +66,7 @@ var MinF64 = offload.MustKernel2("gentest.minf64", func(ctx offload.Ctx, x offlo
 	out[1] = mn.Identity
 })
 
+// MaxF64 is Max of float64, with the builtin max in the body.
 var MaxF64 = offload.MustKernel2("gentest.maxf64", func(ctx offload.Ctx, x offload.In[float64], out offload.Out[float64]) {
 	out[0] = offload.Reduce(ctx, len(x), offload.Max[float64](), func(lo, hi int, acc float64) float64 {
 		for i := lo; i < hi; i++ {
@@ -76,6 +76,7 @@ var MaxF64 = offload.MustKernel2("gentest.maxf64", func(ctx offload.Ctx, x offlo
 	})
 })
 
+// MinMaxU16 is Min of uint16, and Min's and Max's identities.
 var MinMaxU16 = offload.MustKernel2("gentest.minmaxu16", func(ctx offload.Ctx, x offload.In[uint16], out offload.Out[uint16]) {
 	mn, mx := offload.Min[uint16](), offload.Max[uint16]()
 	out[0] = offload.Reduce(ctx, len(x), mn, func(lo, hi int, acc uint16) uint16 {
@@ -87,6 +88,7 @@ var MinMaxU16 = offload.MustKernel2("gentest.minmaxu16", func(ctx offload.Ctx, x
 	out[1], out[2] = mn.Identity, mx.Identity
 })
 
+// Bits is BitAnd of uint64, and its identity.
 var Bits = offload.MustKernel2("gentest.bits", func(ctx offload.Ctx, x offload.In[uint64], out offload.Out[uint64]) {
 	and := offload.BitAnd[uint64]()
 	r := offload.Reduce(ctx, len(x), and, func(lo, hi int, acc uint64) uint64 {
@@ -99,6 +101,7 @@ var Bits = offload.MustKernel2("gentest.bits", func(ctx offload.Ctx, x offload.I
 	out[1] = and.Identity
 })
 
+// BitOr is BitOr of uint64.
 var BitOr = offload.MustKernel2("gentest.bitor", func(ctx offload.Ctx, x offload.In[uint64], out offload.Out[uint64]) {
 	or := offload.BitOr[uint64]()
 	out[0] = offload.Reduce(ctx, len(x), or, func(lo, hi int, acc uint64) uint64 {
@@ -109,6 +112,7 @@ var BitOr = offload.MustKernel2("gentest.bitor", func(ctx offload.Ctx, x offload
 	})
 })
 
+// BitXor is BitXor of uint64, with ^= in the body.
 var BitXor = offload.MustKernel2("gentest.bitxor", func(ctx offload.Ctx, x offload.In[uint64], out offload.Out[uint64]) {
 	xor := offload.BitXor[uint64]()
 	out[0] = offload.Reduce(ctx, len(x), xor, func(lo, hi int, acc uint64) uint64 {
@@ -119,7 +123,7 @@ var BitXor = offload.MustKernel2("gentest.bitxor", func(ctx offload.Ctx, x offlo
 	})
 })
 
-// Logical is LogicalAnd and LogicalOr over b.
+// Logical is LogicalAnd over b.
 var Logical = offload.MustKernel2("gentest.logical", func(ctx offload.Ctx, b offload.In[bool], out offload.Out[bool]) {
 	all := offload.Reduce(ctx, len(b), offload.LogicalAnd(), func(lo, hi int, acc bool) bool {
 		for i := lo; i < hi; i++ {
@@ -130,6 +134,7 @@ var Logical = offload.MustKernel2("gentest.logical", func(ctx offload.Ctx, b off
 	out[0] = all
 })
 
+// LogicalOr is LogicalOr over b, with an early return, and its identity.
 var LogicalOr = offload.MustKernel2("gentest.logicalor", func(ctx offload.Ctx, b offload.In[bool], out offload.Out[bool]) {
 	any := offload.LogicalOr()
 	out[0] = offload.Reduce(ctx, len(b), any, func(lo, hi int, acc bool) bool {
@@ -152,4 +157,25 @@ var ReduceFault = offload.MustKernel2("gentest.reducefault", func(ctx offload.Ct
 		}
 		return acc
 	})
+})
+
+// DeviceNum writes ctx.Device() (before ctx.For and inside it) into out.
+var DeviceNum = offload.MustKernel1("gentest.devicenum", func(ctx offload.Ctx, out offload.Out[int64]) {
+	d := int64(ctx.Device())
+	ctx.For(len(out), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			out[i] = d*1000 + int64(i) + int64(ctx.Device())*1000000
+		}
+	})
+})
+
+// DeviceSum is a Reduce whose tail uses ctx.Device().
+var DeviceSum = offload.MustKernel2("gentest.devicesum", func(ctx offload.Ctx, x offload.In[int64], out offload.Out[int64]) {
+	s := offload.Reduce(ctx, len(x), offload.Sum[int64](), func(lo, hi int, acc int64) int64 {
+		for i := lo; i < hi; i++ {
+			acc += x[i] + int64(ctx.Device())
+		}
+		return acc
+	})
+	out[0] = s + int64(ctx.Device())*1000000
 })

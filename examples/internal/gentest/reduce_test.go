@@ -193,7 +193,7 @@ func TestReduceFault(t *testing.T) {
 		if !errors.Is(err, offload.ErrKernelFailed) || !errors.As(err, &kp) || !kp.Chunk {
 			t.Fatalf("device %d: %v, want a KernelPanic in a chunk", d.Num(), err)
 		}
-		if d == cl && !strings.Contains(err.Error(), "reduce.go:151: runtime error: index out of range [1000] with length 1000") {
+		if d == cl && !strings.Contains(err.Error(), "reduce.go:156: runtime error: index out of range [1000] with length 1000") {
 			t.Errorf("PoCL: %v", err)
 		}
 		msgs = append(msgs, kp.Value)
@@ -204,5 +204,32 @@ func TestReduceFault(t *testing.T) {
 	out := make([]float64, 1)
 	if err := SumF64.Run(cl, []float64{1, 2, 3}, out); err != nil || out[0] != 6 {
 		t.Fatalf("sum after the fault: %v, %v", out, err)
+	}
+}
+
+// TestDevice: ctx.Device() in a generated kernel (its setup, a ctx.For
+// body, a Reduce body and what follows it) is the device's number on
+// PoCL, as on the host.
+func TestDevice(t *testing.T) {
+	host, cl := start(t)
+	for _, d := range []offload.Device{host, cl} {
+		out := make([]int64, 300)
+		if err := DeviceNum.Run(d, out); err != nil {
+			t.Fatal(err)
+		}
+		n := int64(d.Num())
+		for i, v := range out {
+			if want := n*1000 + int64(i) + n*1000000; v != want {
+				t.Fatalf("device %d: out[%d] = %d, want %d", n, i, v, want)
+			}
+		}
+		x := []int64{1, 2, 3, 4, 5}
+		s := make([]int64, 1)
+		if err := DeviceSum.Run(d, x, s); err != nil {
+			t.Fatal(err)
+		}
+		if want := 15 + 5*n + n*1000000; s[0] != want {
+			t.Fatalf("device %d: sum %d, want %d", n, s[0], want)
+		}
 	}
 }

@@ -184,7 +184,7 @@ static go_T_Particle go_fn_kick(go_T_Particle p, double dt, global long *go_f, i
 }
 
 // gentest_saxpy is kernel "gentest.saxpy" (costs.go:7).
-kernel void gentest_saxpy(long n, float a, global float *x, global float *y, long go_len_x, long go_len_y, global long *go_f)
+kernel void gentest_saxpy(long n, float a, global float *x, global float *y, long go_len_x, long go_len_y, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -206,7 +206,7 @@ kernel void gentest_saxpy(long n, float a, global float *x, global float *y, lon
 }
 
 // gentest_jacobi is kernel "gentest.jacobi" (costs.go:16).
-kernel void gentest_jacobi(global double *next, global double *cur, long cols, long rows, long go_len_next, long go_len_cur, global long *go_f)
+kernel void gentest_jacobi(global double *next, global double *cur, long cols, long rows, long go_len_next, long go_len_cur, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = rows;
@@ -230,7 +230,7 @@ kernel void gentest_jacobi(global double *next, global double *cur, long cols, l
 }
 
 // int32ops is kernel "int32ops" (kernels.go:17).
-kernel void int32ops(global int *a, global int *b, global int *out, long go_len_a, long go_len_b, long go_len_out, global long *go_f)
+kernel void int32ops(global int *a, global int *b, global int *out, long go_len_a, long go_len_b, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_a;
@@ -338,7 +338,7 @@ kernel void int32ops(global int *a, global int *b, global int *out, long go_len_
 }
 
 // int64ops is kernel "int64ops" (kernels.go:39).
-kernel void int64ops(global long *a, global long *b, global long *out, long go_len_a, long go_len_b, long go_len_out, global long *go_f)
+kernel void int64ops(global long *a, global long *b, global long *out, long go_len_a, long go_len_b, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_a;
@@ -454,7 +454,7 @@ kernel void int64ops(global long *a, global long *b, global long *out, long go_l
 }
 
 // smallops is kernel "smallops" (kernels.go:62).
-kernel void smallops(global char *a, global ushort *b, global long *out, long go_len_a, long go_len_b, long go_len_out, global long *go_f)
+kernel void smallops(global char *a, global ushort *b, global long *out, long go_len_a, long go_len_b, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_a;
@@ -528,7 +528,7 @@ kernel void smallops(global char *a, global ushort *b, global long *out, long go
 }
 
 // floatops is kernel "floatops" (kernels.go:83).
-kernel void floatops(global float *a, global float *b, global float *out, long go_len_a, long go_len_b, long go_len_out, global long *go_f)
+kernel void floatops(global float *a, global float *b, global float *out, long go_len_a, long go_len_b, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_a;
@@ -604,7 +604,7 @@ kernel void floatops(global float *a, global float *b, global float *out, long g
 }
 
 // doubleops is kernel "doubleops" (kernels.go:101).
-kernel void doubleops(global double *a, global double *b, global double *out, long go_len_a, long go_len_b, long go_len_out, global long *go_f)
+kernel void doubleops(global double *a, global double *b, global double *out, long go_len_a, long go_len_b, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_a;
@@ -680,7 +680,7 @@ kernel void doubleops(global double *a, global double *b, global double *out, lo
 }
 
 // collatz is kernel "collatz" (kernels.go:139).
-kernel void collatz(int limit, global long *x, global int *steps, long go_len_x, long go_len_steps, global long *go_f)
+kernel void collatz(int limit, global long *x, global int *steps, long go_len_x, long go_len_steps, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_x;
@@ -706,7 +706,7 @@ kernel void collatz(int limit, global long *x, global int *steps, long go_len_x,
 }
 
 // mandelbrot is kernel "mandelbrot" (kernels.go:160).
-kernel void mandelbrot(long w, long h, long limit, global int *out, long go_len_out, global long *go_f)
+kernel void mandelbrot(long w, long h, long limit, global int *out, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = ((long)((ulong)(w) * (ulong)(h)));
@@ -739,7 +739,7 @@ kernel void mandelbrot(long w, long h, long limit, global int *out, long go_len_
 }
 
 // histogram is kernel "histogram" (kernels.go:172).
-kernel void histogram(global uchar *x, global int *out, long go_len_x, long go_len_out, global long *go_f)
+kernel void histogram(global uchar *x, global int *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
 {
 	if (get_global_id(0) != 0)
 		return; /* no ctx.For: one work-item runs the body */
@@ -798,7 +798,7 @@ kernel void histogram(global uchar *x, global int *out, long go_len_x, long go_l
 }
 
 // convert is kernel "convert" (kernels.go:198).
-kernel void convert(uchar neg, global double *a, global uchar *flags, global long *out, long go_len_a, long go_len_flags, long go_len_out, global long *go_f)
+kernel void convert(uchar neg, global double *a, global uchar *flags, global long *out, long go_len_a, long go_len_flags, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_a;
@@ -858,7 +858,7 @@ kernel void convert(uchar neg, global double *a, global uchar *flags, global lon
 }
 
 // gather is kernel "gather" (kernels.go:216).
-kernel void gather(global long *idx, global float *x, global float *out, long go_len_idx, long go_len_x, long go_len_out, global long *go_f)
+kernel void gather(global long *idx, global float *x, global float *out, long go_len_idx, long go_len_x, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_idx;
@@ -884,7 +884,7 @@ kernel void gather(global long *idx, global float *x, global float *out, long go
 }
 
 // divide is kernel "divide" (kernels.go:225).
-kernel void divide(global long *a, global long *b, global long *out, long go_len_a, long go_len_b, long go_len_out, global long *go_f)
+kernel void divide(global long *a, global long *b, global long *out, long go_len_a, long go_len_b, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_a;
@@ -911,7 +911,7 @@ kernel void divide(global long *a, global long *b, global long *out, long go_len
 }
 
 // gathercall is kernel "gathercall" (kernels.go:237).
-kernel void gathercall(global long *idx, global float *x, global float *out, long go_len_idx, long go_len_x, long go_len_out, global long *go_f)
+kernel void gathercall(global long *idx, global float *x, global float *out, long go_len_idx, long go_len_x, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_idx;
@@ -937,7 +937,7 @@ kernel void gathercall(global long *idx, global float *x, global float *out, lon
 }
 
 // overflow is kernel "overflow" (kernels.go:248).
-kernel void overflow(global int *a, global long *b, global int *out, long go_len_a, long go_len_b, long go_len_out, global long *go_f)
+kernel void overflow(global int *a, global long *b, global int *out, long go_len_a, long go_len_b, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_a;
@@ -984,7 +984,7 @@ kernel void overflow(global int *a, global long *b, global int *out, long go_len
 }
 
 // gentest_sumf64 is kernel "gentest.sumf64" (reduce.go:7).
-static void gentest_sumf64_chunk(global double *x, global double *out, long go_len_x, long go_len_out, global long *go_f, long go_rl, long *go_rk, double *go_part)
+static void gentest_sumf64_chunk(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, double *go_part)
 {
 	int go_fl = 0;
 	long go_t1 = (long)(go_len_x);
@@ -1010,7 +1010,7 @@ static void gentest_sumf64_chunk(global double *x, global double *out, long go_l
 	return;
 }
 
-static void gentest_sumf64_tail(global double *x, global double *out, long go_len_x, long go_len_out, global long *go_f, double go_r)
+static void gentest_sumf64_tail(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, double go_r)
 {
 	double r = go_r;
 	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 165, (long)(0L), (long)(go_len_out), 0); return; }
@@ -1019,7 +1019,7 @@ static void gentest_sumf64_tail(global double *x, global double *out, long go_le
 	out[0L] = (go_t1 + r);
 }
 
-kernel void gentest_sumf64(global double *x, global double *out, long go_len_x, long go_len_out, global long *go_f)
+kernel void gentest_sumf64(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
 {
 	if (get_global_id(0) != 0)
 		return; /* offload.Reduce: one work-item reduces the chunks in order */
@@ -1027,18 +1027,18 @@ kernel void gentest_sumf64(global double *x, global double *out, long go_len_x, 
 	double go_r = 0.0;
 	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
 		double go_part = 0.0;
-		gentest_sumf64_chunk(x, out, go_len_x, go_len_out, go_f, go_c, &go_rk, &go_part);
+		gentest_sumf64_chunk(x, out, go_len_x, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
 		if (*(volatile global int *)go_f != 0)
 			return; /* a chunk failed a check */
 		if (go_c >= go_rk)
 			break; /* n <= 0: no chunks */
 		go_r = go_c == 0 ? go_part : (go_r + go_part);
 	}
-	gentest_sumf64_tail(x, out, go_len_x, go_len_out, go_f, go_r);
+	gentest_sumf64_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
 // gentest_sumf32 is kernel "gentest.sumf32" (reduce.go:19).
-static void gentest_sumf32_chunk(float scale, global float *x, global float *out, long go_len_x, long go_len_out, global long *go_f, long go_rl, long *go_rk, float *go_part)
+static void gentest_sumf32_chunk(float scale, global float *x, global float *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, float *go_part)
 {
 	int go_fl = 0;
 	long n = ((long)((ulong)(go_len_x) - (ulong)(1L)));
@@ -1067,7 +1067,7 @@ static void gentest_sumf32_chunk(float scale, global float *x, global float *out
 	return;
 }
 
-static void gentest_sumf32_tail(float scale, global float *x, global float *out, long go_len_x, long go_len_out, global long *go_f, float go_r)
+static void gentest_sumf32_tail(float scale, global float *x, global float *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, float go_r)
 {
 	long n = ((long)((ulong)(go_len_x) - (ulong)(1L)));
 	float r = 0.0f;
@@ -1078,7 +1078,7 @@ static void gentest_sumf32_tail(float scale, global float *x, global float *out,
 	out[1L] = ((float)(n));
 }
 
-kernel void gentest_sumf32(float scale, global float *x, global float *out, long go_len_x, long go_len_out, global long *go_f)
+kernel void gentest_sumf32(float scale, global float *x, global float *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
 {
 	if (get_global_id(0) != 0)
 		return; /* offload.Reduce: one work-item reduces the chunks in order */
@@ -1086,18 +1086,18 @@ kernel void gentest_sumf32(float scale, global float *x, global float *out, long
 	float go_r = 0.0f;
 	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
 		float go_part = 0.0f;
-		gentest_sumf32_chunk(scale, x, out, go_len_x, go_len_out, go_f, go_c, &go_rk, &go_part);
+		gentest_sumf32_chunk(scale, x, out, go_len_x, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
 		if (*(volatile global int *)go_f != 0)
 			return; /* a chunk failed a check */
 		if (go_c >= go_rk)
 			break; /* n <= 0: no chunks */
 		go_r = go_c == 0 ? go_part : (go_r + go_part);
 	}
-	gentest_sumf32_tail(scale, x, out, go_len_x, go_len_out, go_f, go_r);
+	gentest_sumf32_tail(scale, x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
 // gentest_sumi32 is kernel "gentest.sumi32" (reduce.go:35).
-static void gentest_sumi32_chunk(global int *x, global long *out, long go_len_x, long go_len_out, global long *go_f, long go_rl, long *go_rk, int *go_part)
+static void gentest_sumi32_chunk(global int *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, int *go_part)
 {
 	int go_fl = 0;
 	long go_t1 = (long)(go_len_x);
@@ -1120,14 +1120,14 @@ static void gentest_sumi32_chunk(global int *x, global long *out, long go_len_x,
 	return;
 }
 
-static void gentest_sumi32_tail(global int *x, global long *out, long go_len_x, long go_len_out, global long *go_f, int go_r)
+static void gentest_sumi32_tail(global int *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, int go_r)
 {
 	int s = go_r;
 	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 172, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = ((long)(s));
 }
 
-kernel void gentest_sumi32(global int *x, global long *out, long go_len_x, long go_len_out, global long *go_f)
+kernel void gentest_sumi32(global int *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
 {
 	if (get_global_id(0) != 0)
 		return; /* offload.Reduce: one work-item reduces the chunks in order */
@@ -1135,18 +1135,18 @@ kernel void gentest_sumi32(global int *x, global long *out, long go_len_x, long 
 	int go_r = 0;
 	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
 		int go_part = 0;
-		gentest_sumi32_chunk(x, out, go_len_x, go_len_out, go_f, go_c, &go_rk, &go_part);
+		gentest_sumi32_chunk(x, out, go_len_x, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
 		if (*(volatile global int *)go_f != 0)
 			return; /* a chunk failed a check */
 		if (go_c >= go_rk)
 			break; /* n <= 0: no chunks */
 		go_r = go_c == 0 ? go_part : ((int)((uint)(go_r) + (uint)(go_part)));
 	}
-	gentest_sumi32_tail(x, out, go_len_x, go_len_out, go_f, go_r);
+	gentest_sumi32_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
 // gentest_prodi8 is kernel "gentest.prodi8" (reduce.go:46).
-static void gentest_prodi8_chunk(global char *y, global long *out, long go_len_y, long go_len_out, global long *go_f, long go_rl, long *go_rk, char *go_part)
+static void gentest_prodi8_chunk(global char *y, global long *out, long go_len_y, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, char *go_part)
 {
 	int go_fl = 0;
 	long go_t1 = (long)(go_len_y);
@@ -1169,14 +1169,14 @@ static void gentest_prodi8_chunk(global char *y, global long *out, long go_len_y
 	return;
 }
 
-static void gentest_prodi8_tail(global char *y, global long *out, long go_len_y, long go_len_out, global long *go_f, char go_r)
+static void gentest_prodi8_tail(global char *y, global long *out, long go_len_y, long go_len_out, long go_dev, global long *go_f, char go_r)
 {
 	char p = go_r;
 	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 174, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = ((long)(p));
 }
 
-kernel void gentest_prodi8(global char *y, global long *out, long go_len_y, long go_len_out, global long *go_f)
+kernel void gentest_prodi8(global char *y, global long *out, long go_len_y, long go_len_out, long go_dev, global long *go_f)
 {
 	if (get_global_id(0) != 0)
 		return; /* offload.Reduce: one work-item reduces the chunks in order */
@@ -1184,18 +1184,18 @@ kernel void gentest_prodi8(global char *y, global long *out, long go_len_y, long
 	char go_r = ((char)1);
 	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
 		char go_part = ((char)1);
-		gentest_prodi8_chunk(y, out, go_len_y, go_len_out, go_f, go_c, &go_rk, &go_part);
+		gentest_prodi8_chunk(y, out, go_len_y, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
 		if (*(volatile global int *)go_f != 0)
 			return; /* a chunk failed a check */
 		if (go_c >= go_rk)
 			break; /* n <= 0: no chunks */
 		go_r = go_c == 0 ? go_part : ((char)((uint)(go_r) * (uint)(go_part)));
 	}
-	gentest_prodi8_tail(y, out, go_len_y, go_len_out, go_f, go_r);
+	gentest_prodi8_tail(y, out, go_len_y, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_minf64 is kernel "gentest.minf64" (reduce.go:59).
-static void gentest_minf64_chunk(global double *x, global double *out, long go_len_x, long go_len_out, global long *go_f, long go_rl, long *go_rk, double *go_part)
+// gentest_minf64 is kernel "gentest.minf64" (reduce.go:58).
+static void gentest_minf64_chunk(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, double *go_part)
 {
 	int go_fl = 0;
 	long go_t1 = (long)(go_len_x);
@@ -1218,7 +1218,7 @@ static void gentest_minf64_chunk(global double *x, global double *out, long go_l
 	return;
 }
 
-static void gentest_minf64_tail(global double *x, global double *out, long go_len_x, long go_len_out, global long *go_f, double go_r)
+static void gentest_minf64_tail(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, double go_r)
 {
 	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 176, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = go_r;
@@ -1226,7 +1226,7 @@ static void gentest_minf64_tail(global double *x, global double *out, long go_le
 	out[1L] = ((double)INFINITY);
 }
 
-kernel void gentest_minf64(global double *x, global double *out, long go_len_x, long go_len_out, global long *go_f)
+kernel void gentest_minf64(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
 {
 	if (get_global_id(0) != 0)
 		return; /* offload.Reduce: one work-item reduces the chunks in order */
@@ -1234,18 +1234,18 @@ kernel void gentest_minf64(global double *x, global double *out, long go_len_x, 
 	double go_r = ((double)INFINITY);
 	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
 		double go_part = ((double)INFINITY);
-		gentest_minf64_chunk(x, out, go_len_x, go_len_out, go_f, go_c, &go_rk, &go_part);
+		gentest_minf64_chunk(x, out, go_len_x, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
 		if (*(volatile global int *)go_f != 0)
 			return; /* a chunk failed a check */
 		if (go_c >= go_rk)
 			break; /* n <= 0: no chunks */
 		go_r = go_c == 0 ? go_part : go_min_double(go_r, go_part);
 	}
-	gentest_minf64_tail(x, out, go_len_x, go_len_out, go_f, go_r);
+	gentest_minf64_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
 // gentest_maxf64 is kernel "gentest.maxf64" (reduce.go:70).
-static void gentest_maxf64_chunk(global double *x, global double *out, long go_len_x, long go_len_out, global long *go_f, long go_rl, long *go_rk, double *go_part)
+static void gentest_maxf64_chunk(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, double *go_part)
 {
 	int go_fl = 0;
 	long go_t1 = (long)(go_len_x);
@@ -1268,13 +1268,13 @@ static void gentest_maxf64_chunk(global double *x, global double *out, long go_l
 	return;
 }
 
-static void gentest_maxf64_tail(global double *x, global double *out, long go_len_x, long go_len_out, global long *go_f, double go_r)
+static void gentest_maxf64_tail(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, double go_r)
 {
 	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 179, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = go_r;
 }
 
-kernel void gentest_maxf64(global double *x, global double *out, long go_len_x, long go_len_out, global long *go_f)
+kernel void gentest_maxf64(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
 {
 	if (get_global_id(0) != 0)
 		return; /* offload.Reduce: one work-item reduces the chunks in order */
@@ -1282,18 +1282,18 @@ kernel void gentest_maxf64(global double *x, global double *out, long go_len_x, 
 	double go_r = ((double)(-INFINITY));
 	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
 		double go_part = ((double)(-INFINITY));
-		gentest_maxf64_chunk(x, out, go_len_x, go_len_out, go_f, go_c, &go_rk, &go_part);
+		gentest_maxf64_chunk(x, out, go_len_x, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
 		if (*(volatile global int *)go_f != 0)
 			return; /* a chunk failed a check */
 		if (go_c >= go_rk)
 			break; /* n <= 0: no chunks */
 		go_r = go_c == 0 ? go_part : go_max_double(go_r, go_part);
 	}
-	gentest_maxf64_tail(x, out, go_len_x, go_len_out, go_f, go_r);
+	gentest_maxf64_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_minmaxu16 is kernel "gentest.minmaxu16" (reduce.go:79).
-static void gentest_minmaxu16_chunk(global ushort *x, global ushort *out, long go_len_x, long go_len_out, global long *go_f, long go_rl, long *go_rk, ushort *go_part)
+// gentest_minmaxu16 is kernel "gentest.minmaxu16" (reduce.go:80).
+static void gentest_minmaxu16_chunk(global ushort *x, global ushort *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, ushort *go_part)
 {
 	int go_fl = 0;
 	long go_t1 = (long)(go_len_x);
@@ -1316,7 +1316,7 @@ static void gentest_minmaxu16_chunk(global ushort *x, global ushort *out, long g
 	return;
 }
 
-static void gentest_minmaxu16_tail(global ushort *x, global ushort *out, long go_len_x, long go_len_out, global long *go_f, ushort go_r)
+static void gentest_minmaxu16_tail(global ushort *x, global ushort *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, ushort go_r)
 {
 	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 181, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = go_r;
@@ -1328,7 +1328,7 @@ static void gentest_minmaxu16_tail(global ushort *x, global ushort *out, long go
 	out[2L] = go_t2;
 }
 
-kernel void gentest_minmaxu16(global ushort *x, global ushort *out, long go_len_x, long go_len_out, global long *go_f)
+kernel void gentest_minmaxu16(global ushort *x, global ushort *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
 {
 	if (get_global_id(0) != 0)
 		return; /* offload.Reduce: one work-item reduces the chunks in order */
@@ -1336,18 +1336,18 @@ kernel void gentest_minmaxu16(global ushort *x, global ushort *out, long go_len_
 	ushort go_r = ((ushort)65535U);
 	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
 		ushort go_part = ((ushort)65535U);
-		gentest_minmaxu16_chunk(x, out, go_len_x, go_len_out, go_f, go_c, &go_rk, &go_part);
+		gentest_minmaxu16_chunk(x, out, go_len_x, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
 		if (*(volatile global int *)go_f != 0)
 			return; /* a chunk failed a check */
 		if (go_c >= go_rk)
 			break; /* n <= 0: no chunks */
 		go_r = go_c == 0 ? go_part : min((ushort)(go_r), (ushort)(go_part));
 	}
-	gentest_minmaxu16_tail(x, out, go_len_x, go_len_out, go_f, go_r);
+	gentest_minmaxu16_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_bits is kernel "gentest.bits" (reduce.go:90).
-static void gentest_bits_chunk(global ulong *x, global ulong *out, long go_len_x, long go_len_out, global long *go_f, long go_rl, long *go_rk, ulong *go_part)
+// gentest_bits is kernel "gentest.bits" (reduce.go:92).
+static void gentest_bits_chunk(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, ulong *go_part)
 {
 	int go_fl = 0;
 	long go_t1 = (long)(go_len_x);
@@ -1372,7 +1372,7 @@ static void gentest_bits_chunk(global ulong *x, global ulong *out, long go_len_x
 	return;
 }
 
-static void gentest_bits_tail(global ulong *x, global ulong *out, long go_len_x, long go_len_out, global long *go_f, ulong go_r)
+static void gentest_bits_tail(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, ulong go_r)
 {
 	ulong r = go_r;
 	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 186, (long)(0L), (long)(go_len_out), 0); return; }
@@ -1381,7 +1381,7 @@ static void gentest_bits_tail(global ulong *x, global ulong *out, long go_len_x,
 	out[1L] = 18446744073709551615UL;
 }
 
-kernel void gentest_bits(global ulong *x, global ulong *out, long go_len_x, long go_len_out, global long *go_f)
+kernel void gentest_bits(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
 {
 	if (get_global_id(0) != 0)
 		return; /* offload.Reduce: one work-item reduces the chunks in order */
@@ -1389,18 +1389,18 @@ kernel void gentest_bits(global ulong *x, global ulong *out, long go_len_x, long
 	ulong go_r = 18446744073709551615UL;
 	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
 		ulong go_part = 18446744073709551615UL;
-		gentest_bits_chunk(x, out, go_len_x, go_len_out, go_f, go_c, &go_rk, &go_part);
+		gentest_bits_chunk(x, out, go_len_x, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
 		if (*(volatile global int *)go_f != 0)
 			return; /* a chunk failed a check */
 		if (go_c >= go_rk)
 			break; /* n <= 0: no chunks */
 		go_r = go_c == 0 ? go_part : ((ulong)(go_r & go_part));
 	}
-	gentest_bits_tail(x, out, go_len_x, go_len_out, go_f, go_r);
+	gentest_bits_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_bitor is kernel "gentest.bitor" (reduce.go:102).
-static void gentest_bitor_chunk(global ulong *x, global ulong *out, long go_len_x, long go_len_out, global long *go_f, long go_rl, long *go_rk, ulong *go_part)
+// gentest_bitor is kernel "gentest.bitor" (reduce.go:105).
+static void gentest_bitor_chunk(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, ulong *go_part)
 {
 	int go_fl = 0;
 	long go_t1 = (long)(go_len_x);
@@ -1423,13 +1423,13 @@ static void gentest_bitor_chunk(global ulong *x, global ulong *out, long go_len_
 	return;
 }
 
-static void gentest_bitor_tail(global ulong *x, global ulong *out, long go_len_x, long go_len_out, global long *go_f, ulong go_r)
+static void gentest_bitor_tail(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, ulong go_r)
 {
 	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 189, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = go_r;
 }
 
-kernel void gentest_bitor(global ulong *x, global ulong *out, long go_len_x, long go_len_out, global long *go_f)
+kernel void gentest_bitor(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
 {
 	if (get_global_id(0) != 0)
 		return; /* offload.Reduce: one work-item reduces the chunks in order */
@@ -1437,18 +1437,18 @@ kernel void gentest_bitor(global ulong *x, global ulong *out, long go_len_x, lon
 	ulong go_r = 0UL;
 	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
 		ulong go_part = 0UL;
-		gentest_bitor_chunk(x, out, go_len_x, go_len_out, go_f, go_c, &go_rk, &go_part);
+		gentest_bitor_chunk(x, out, go_len_x, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
 		if (*(volatile global int *)go_f != 0)
 			return; /* a chunk failed a check */
 		if (go_c >= go_rk)
 			break; /* n <= 0: no chunks */
 		go_r = go_c == 0 ? go_part : ((ulong)(go_r | go_part));
 	}
-	gentest_bitor_tail(x, out, go_len_x, go_len_out, go_f, go_r);
+	gentest_bitor_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_bitxor is kernel "gentest.bitxor" (reduce.go:112).
-static void gentest_bitxor_chunk(global ulong *x, global ulong *out, long go_len_x, long go_len_out, global long *go_f, long go_rl, long *go_rk, ulong *go_part)
+// gentest_bitxor is kernel "gentest.bitxor" (reduce.go:116).
+static void gentest_bitxor_chunk(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, ulong *go_part)
 {
 	int go_fl = 0;
 	long go_t1 = (long)(go_len_x);
@@ -1471,13 +1471,13 @@ static void gentest_bitxor_chunk(global ulong *x, global ulong *out, long go_len
 	return;
 }
 
-static void gentest_bitxor_tail(global ulong *x, global ulong *out, long go_len_x, long go_len_out, global long *go_f, ulong go_r)
+static void gentest_bitxor_tail(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, ulong go_r)
 {
 	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 191, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = go_r;
 }
 
-kernel void gentest_bitxor(global ulong *x, global ulong *out, long go_len_x, long go_len_out, global long *go_f)
+kernel void gentest_bitxor(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
 {
 	if (get_global_id(0) != 0)
 		return; /* offload.Reduce: one work-item reduces the chunks in order */
@@ -1485,18 +1485,18 @@ kernel void gentest_bitxor(global ulong *x, global ulong *out, long go_len_x, lo
 	ulong go_r = 0UL;
 	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
 		ulong go_part = 0UL;
-		gentest_bitxor_chunk(x, out, go_len_x, go_len_out, go_f, go_c, &go_rk, &go_part);
+		gentest_bitxor_chunk(x, out, go_len_x, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
 		if (*(volatile global int *)go_f != 0)
 			return; /* a chunk failed a check */
 		if (go_c >= go_rk)
 			break; /* n <= 0: no chunks */
 		go_r = go_c == 0 ? go_part : ((ulong)(go_r ^ go_part));
 	}
-	gentest_bitxor_tail(x, out, go_len_x, go_len_out, go_f, go_r);
+	gentest_bitxor_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_logical is kernel "gentest.logical" (reduce.go:123).
-static void gentest_logical_chunk(global uchar *b, global uchar *out, long go_len_b, long go_len_out, global long *go_f, long go_rl, long *go_rk, bool *go_part)
+// gentest_logical is kernel "gentest.logical" (reduce.go:127).
+static void gentest_logical_chunk(global uchar *b, global uchar *out, long go_len_b, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, bool *go_part)
 {
 	int go_fl = 0;
 	long go_t1 = (long)(go_len_b);
@@ -1523,14 +1523,14 @@ static void gentest_logical_chunk(global uchar *b, global uchar *out, long go_le
 	return;
 }
 
-static void gentest_logical_tail(global uchar *b, global uchar *out, long go_len_b, long go_len_out, global long *go_f, bool go_r)
+static void gentest_logical_tail(global uchar *b, global uchar *out, long go_len_b, long go_len_out, long go_dev, global long *go_f, bool go_r)
 {
 	bool all = go_r;
 	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 193, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = (all);
 }
 
-kernel void gentest_logical(global uchar *b, global uchar *out, long go_len_b, long go_len_out, global long *go_f)
+kernel void gentest_logical(global uchar *b, global uchar *out, long go_len_b, long go_len_out, long go_dev, global long *go_f)
 {
 	if (get_global_id(0) != 0)
 		return; /* offload.Reduce: one work-item reduces the chunks in order */
@@ -1538,18 +1538,18 @@ kernel void gentest_logical(global uchar *b, global uchar *out, long go_len_b, l
 	bool go_r = true;
 	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
 		bool go_part = true;
-		gentest_logical_chunk(b, out, go_len_b, go_len_out, go_f, go_c, &go_rk, &go_part);
+		gentest_logical_chunk(b, out, go_len_b, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
 		if (*(volatile global int *)go_f != 0)
 			return; /* a chunk failed a check */
 		if (go_c >= go_rk)
 			break; /* n <= 0: no chunks */
 		go_r = go_c == 0 ? go_part : (go_r && go_part);
 	}
-	gentest_logical_tail(b, out, go_len_b, go_len_out, go_f, go_r);
+	gentest_logical_tail(b, out, go_len_b, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_logicalor is kernel "gentest.logicalor" (reduce.go:133).
-static void gentest_logicalor_chunk(global uchar *b, global uchar *out, long go_len_b, long go_len_out, global long *go_f, long go_rl, long *go_rk, bool *go_part)
+// gentest_logicalor is kernel "gentest.logicalor" (reduce.go:138).
+static void gentest_logicalor_chunk(global uchar *b, global uchar *out, long go_len_b, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, bool *go_part)
 {
 	int go_fl = 0;
 	long go_t1 = (long)(go_len_b);
@@ -1577,7 +1577,7 @@ static void gentest_logicalor_chunk(global uchar *b, global uchar *out, long go_
 	return;
 }
 
-static void gentest_logicalor_tail(global uchar *b, global uchar *out, long go_len_b, long go_len_out, global long *go_f, bool go_r)
+static void gentest_logicalor_tail(global uchar *b, global uchar *out, long go_len_b, long go_len_out, long go_dev, global long *go_f, bool go_r)
 {
 	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 195, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = (go_r);
@@ -1585,7 +1585,7 @@ static void gentest_logicalor_tail(global uchar *b, global uchar *out, long go_l
 	out[1L] = (false);
 }
 
-kernel void gentest_logicalor(global uchar *b, global uchar *out, long go_len_b, long go_len_out, global long *go_f)
+kernel void gentest_logicalor(global uchar *b, global uchar *out, long go_len_b, long go_len_out, long go_dev, global long *go_f)
 {
 	if (get_global_id(0) != 0)
 		return; /* offload.Reduce: one work-item reduces the chunks in order */
@@ -1593,18 +1593,18 @@ kernel void gentest_logicalor(global uchar *b, global uchar *out, long go_len_b,
 	bool go_r = false;
 	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
 		bool go_part = false;
-		gentest_logicalor_chunk(b, out, go_len_b, go_len_out, go_f, go_c, &go_rk, &go_part);
+		gentest_logicalor_chunk(b, out, go_len_b, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
 		if (*(volatile global int *)go_f != 0)
 			return; /* a chunk failed a check */
 		if (go_c >= go_rk)
 			break; /* n <= 0: no chunks */
 		go_r = go_c == 0 ? go_part : (go_r || go_part);
 	}
-	gentest_logicalor_tail(b, out, go_len_b, go_len_out, go_f, go_r);
+	gentest_logicalor_tail(b, out, go_len_b, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_reducefault is kernel "gentest.reducefault" (reduce.go:148).
-static void gentest_reducefault_chunk(global long *x, global long *out, long go_len_x, long go_len_out, global long *go_f, long go_rl, long *go_rk, long *go_part)
+// gentest_reducefault is kernel "gentest.reducefault" (reduce.go:153).
+static void gentest_reducefault_chunk(global long *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, long *go_part)
 {
 	int go_fl = 0;
 	long go_t1 = (long)(go_len_x);
@@ -1628,13 +1628,13 @@ static void gentest_reducefault_chunk(global long *x, global long *out, long go_
 	return;
 }
 
-static void gentest_reducefault_tail(global long *x, global long *out, long go_len_x, long go_len_out, global long *go_f, long go_r)
+static void gentest_reducefault_tail(global long *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_r)
 {
 	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 198, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = go_r;
 }
 
-kernel void gentest_reducefault(global long *x, global long *out, long go_len_x, long go_len_out, global long *go_f)
+kernel void gentest_reducefault(global long *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
 {
 	if (get_global_id(0) != 0)
 		return; /* offload.Reduce: one work-item reduces the chunks in order */
@@ -1642,18 +1642,89 @@ kernel void gentest_reducefault(global long *x, global long *out, long go_len_x,
 	long go_r = 0L;
 	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
 		long go_part = 0L;
-		gentest_reducefault_chunk(x, out, go_len_x, go_len_out, go_f, go_c, &go_rk, &go_part);
+		gentest_reducefault_chunk(x, out, go_len_x, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
 		if (*(volatile global int *)go_f != 0)
 			return; /* a chunk failed a check */
 		if (go_c >= go_rk)
 			break; /* n <= 0: no chunks */
 		go_r = go_c == 0 ? go_part : ((long)((ulong)(go_r) + (ulong)(go_part)));
 	}
-	gentest_reducefault_tail(x, out, go_len_x, go_len_out, go_f, go_r);
+	gentest_reducefault_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
+}
+
+// gentest_devicenum is kernel "gentest.devicenum" (reduce.go:163).
+kernel void gentest_devicenum(global long *out, long go_len_out, long go_dev, global long *go_f)
+{
+	int go_fl = 0;
+	long d = go_dev;
+	long go_t1 = go_len_out;
+	go_fl = 2;
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_out) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			out[i_2] = ((long)((ulong)(((long)((ulong)(((long)((ulong)(d) * (ulong)(1000L)))) + (ulong)(i_2)))) + (ulong)(((long)((ulong)(go_dev) * (ulong)(1000000L))))));
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 199, (long)(i), (long)(go_len_out), 1); return; }
+			out[i] = ((long)((ulong)(((long)((ulong)(((long)((ulong)(d) * (ulong)(1000L)))) + (ulong)(i)))) + (ulong)(((long)((ulong)(go_dev) * (ulong)(1000000L))))));
+		}
+	}
+}
+
+// gentest_devicesum is kernel "gentest.devicesum" (reduce.go:173).
+static void gentest_devicesum_chunk(global long *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, long *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_x);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	long acc = 0L;
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 200, (long)(i), (long)(go_len_x), 1); return; }
+			acc = ((long)((ulong)(acc) + (ulong)(((long)((ulong)(x[i]) + (ulong)(go_dev))))));
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_devicesum_tail(global long *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_r)
+{
+	long s = go_r;
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 201, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = ((long)((ulong)(s) + (ulong)(((long)((ulong)(go_dev) * (ulong)(1000000L))))));
+}
+
+kernel void gentest_devicesum(global long *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	long go_r = 0L;
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		long go_part = 0L;
+		gentest_devicesum_chunk(x, out, go_len_x, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : ((long)((ulong)(go_r) + (ulong)(go_part)));
+	}
+	gentest_devicesum_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
 // structs is kernel "structs" (structs.go:44).
-kernel void structs(go_T_Params prm, global go_T_Particle *ps, global double *out, long go_len_ps, long go_len_out, global long *go_f)
+kernel void structs(go_T_Params prm, global go_T_Particle *ps, global double *out, long go_len_ps, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_ps;
@@ -1684,7 +1755,7 @@ kernel void structs(go_T_Params prm, global go_T_Particle *ps, global double *ou
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 199, (long)(i), (long)(go_len_ps), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 202, (long)(i), (long)(go_len_ps), 1); return; }
 			go_T_Particle p = ps[i];
 			{
 				long go_t2 = (prm).Steps;
@@ -1700,18 +1771,18 @@ kernel void structs(go_T_Params prm, global go_T_Particle *ps, global double *ou
 			go_t7.Alive = ((p).ID > 0);
 			go_t7.ID = ((int)((uint)((p).ID) + (uint)(1)));
 			go_T_Particle q = go_t7;
-			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 200, (long)(i), (long)(go_len_ps), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 203, (long)(i), (long)(go_len_ps), 1); return; }
 			ps[i] = q;
-			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 201, (long)(i), (long)(go_len_ps), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 204, (long)(i), (long)(go_len_ps), 1); return; }
 			ps[i].Y = ((p).Y - 1.0);
-			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 202, (long)(i), (long)(go_len_out), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 205, (long)(i), (long)(go_len_out), 1); return; }
 			out[i] = ((q).X + ((double)((q).M)));
 		}
 	}
 }
 
 // fields is kernel "fields" (structs.go:60).
-kernel void fields(long g_N, global double *g_In, global double *g_Out, long go_len_g_In, long go_len_g_Out, global long *go_f)
+kernel void fields(long g_N, global double *g_In, global double *g_Out, long go_len_g_In, long go_len_g_Out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = g_N;
@@ -1725,15 +1796,15 @@ kernel void fields(long g_N, global double *g_In, global double *g_Out, long go_
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_g_In)) { go_fault(go_f, 203, (long)(i), (long)(go_len_g_In), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_g_Out)) { go_fault(go_f, 204, (long)(i), (long)(go_len_g_Out), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_g_In)) { go_fault(go_f, 206, (long)(i), (long)(go_len_g_In), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_g_Out)) { go_fault(go_f, 207, (long)(i), (long)(go_len_g_Out), 1); return; }
 			g_Out[i] = (g_In[i] * ((double)(go_len_g_In)));
 		}
 	}
 }
 
 // chunks is kernel "chunks" (structs.go:69).
-kernel void chunks(global int *x, global long *out, long go_len_x, long go_len_out, global long *go_f)
+kernel void chunks(global int *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_x;
@@ -1751,8 +1822,8 @@ kernel void chunks(global int *x, global long *out, long go_len_x, long go_len_o
 			{
 				long i = (c).Lo;
 				for (; (i < (c).Hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-					if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 205, (long)(i), (long)(go_len_x), 1); return; }
-					if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 206, (long)(i), (long)(go_len_out), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 208, (long)(i), (long)(go_len_x), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 209, (long)(i), (long)(go_len_out), 1); return; }
 					out[i] = ((long)((ulong)(((long)((ulong)(((long)(x[i]))) * (ulong)(3L)))) + (ulong)(1L)));
 				}
 			}
@@ -1770,8 +1841,8 @@ kernel void chunks(global int *x, global long *out, long go_len_x, long go_len_o
 			{
 				long i = (c).Lo;
 				for (; (i < (c).Hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-					if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 205, (long)(i), (long)(go_len_x), 1); return; }
-					if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 206, (long)(i), (long)(go_len_out), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 208, (long)(i), (long)(go_len_x), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 209, (long)(i), (long)(go_len_out), 1); return; }
 					out[i] = ((long)((ulong)(((long)((ulong)(((long)(x[i]))) * (ulong)(3L)))) + (ulong)(1L)));
 				}
 			}
@@ -1781,7 +1852,7 @@ kernel void chunks(global int *x, global long *out, long go_len_x, long go_len_o
 }
 
 // dim is kernel "dim" (structs.go:82).
-kernel void dim(global double *a, global double *b, global double *out, long go_len_a, long go_len_b, long go_len_out, global long *go_f)
+kernel void dim(global double *a, global double *b, global double *out, long go_len_a, long go_len_b, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_a;
@@ -1795,9 +1866,9 @@ kernel void dim(global double *a, global double *b, global double *out, long go_
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 207, (long)(i), (long)(go_len_a), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 208, (long)(i), (long)(go_len_b), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 209, (long)(i), (long)(go_len_out), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 210, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 211, (long)(i), (long)(go_len_b), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 212, (long)(i), (long)(go_len_out), 1); return; }
 			out[i] = go_dim(a[i], b[i]);
 		}
 	}
@@ -1980,30 +2051,33 @@ var zzOffloadSites = []string{
 	"reduce.go:42: index",
 	"reduce.go:50: index",
 	"reduce.go:54: index",
-	"reduce.go:63: index",
-	"reduce.go:61: index",
-	"reduce.go:67: index",
+	"reduce.go:62: index",
+	"reduce.go:60: index",
+	"reduce.go:66: index",
 	"reduce.go:73: index",
 	"reduce.go:71: index",
-	"reduce.go:83: index",
-	"reduce.go:81: index",
-	"reduce.go:87: index",
-	"reduce.go:87: index",
-	"reduce.go:94: index",
-	"reduce.go:94: shift",
-	"reduce.go:98: index",
-	"reduce.go:99: index",
-	"reduce.go:106: index",
-	"reduce.go:104: index",
-	"reduce.go:116: index",
-	"reduce.go:114: index",
-	"reduce.go:126: index",
+	"reduce.go:84: index",
+	"reduce.go:82: index",
+	"reduce.go:88: index",
+	"reduce.go:88: index",
+	"reduce.go:96: index",
+	"reduce.go:96: shift",
+	"reduce.go:100: index",
+	"reduce.go:101: index",
+	"reduce.go:109: index",
+	"reduce.go:107: index",
+	"reduce.go:120: index",
+	"reduce.go:118: index",
 	"reduce.go:130: index",
-	"reduce.go:137: index",
-	"reduce.go:135: index",
-	"reduce.go:143: index",
-	"reduce.go:151: index",
-	"reduce.go:149: index",
+	"reduce.go:134: index",
+	"reduce.go:142: index",
+	"reduce.go:140: index",
+	"reduce.go:148: index",
+	"reduce.go:156: index",
+	"reduce.go:154: index",
+	"reduce.go:167: index",
+	"reduce.go:176: index",
+	"reduce.go:180: index",
 	"structs.go:47: index",
 	"structs.go:52: index",
 	"structs.go:53: index",
@@ -2046,6 +2120,8 @@ func init() {
 	Logical.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_logical", zzOffloadSites)
 	LogicalOr.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_logicalor", zzOffloadSites)
 	ReduceFault.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_reducefault", zzOffloadSites)
+	DeviceNum.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_devicenum", zzOffloadSites)
+	DeviceSum.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_devicesum", zzOffloadSites)
 	Structs.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "structs", zzOffloadSites)
 	Fields.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "fields", zzOffloadSites)
 	Chunks.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "chunks", zzOffloadSites)

@@ -110,7 +110,7 @@ var Captured = offload.MustKernel1("captured", func(ctx offload.Ctx, out offload
 })
 
 var Cores = offload.MustKernel1("cores", func(ctx offload.Ctx, out offload.Out[int]) {
-	out[0] = ctx.Cores() // want "ctx.Cores: only ctx.For, at the top level of the kernel's body, is in the subset"
+	out[0] = ctx.Cores() // want "ctx.Cores: only ctx.For, ctx.ForChunks and ctx.Device, and offload.Reduce(ctx, …), are in the subset"
 })
 
 var Nested = offload.MustKernel1("nested", func(ctx offload.Ctx, out offload.Out[int]) {
