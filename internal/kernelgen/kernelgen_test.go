@@ -73,6 +73,7 @@ func TestGeneratedFilesUpToDate(t *testing.T) {
 		{"../../examples/pipeline", false},
 		{"../../examples/apps/jacobi", false},
 		{"../../examples/nbody", false},
+		{"../../examples/apps/cg", false},
 		{"../../examples/internal/gentest", false},
 		{"../../examples/internal/gentest/fuzz", false},
 		{"../../examples/internal/gentest/unchecked", true},
