@@ -136,6 +136,8 @@ func faultPanic(kernel string, sites []string, w [faultWords]int64) *plugin.Kern
 		v = fmt.Sprintf("runtime error: slice bounds out of range [%d:%d]", w[1], w[2])
 	case "shift":
 		v = "runtime error: negative shift amount"
+	case "panic":
+		v = "panic (its value is not evaluated on an OpenCL device)"
 	default:
 		v = fmt.Sprintf("check %q failed (%d, %d)", what, w[1], w[2])
 	}

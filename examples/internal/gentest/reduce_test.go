@@ -233,3 +233,25 @@ func TestDevice(t *testing.T) {
 		}
 	}
 }
+
+// TestPanic: a panic in a generated kernel (its value a fmt.Sprintf,
+// which the device does not evaluate) fails the launch on PoCL with a
+// KernelPanic naming the line; a kernel without one runs.
+func TestPanic(t *testing.T) {
+	host, cl := start(t)
+	x := []float64{1, 2, -3, 4}
+	for _, d := range []offload.Device{host, cl} {
+		err := Sqrts.Run(d, x, make([]float64, 4))
+		var kp *offload.KernelPanic
+		if !errors.Is(err, offload.ErrKernelFailed) || !errors.As(err, &kp) || !kp.Chunk {
+			t.Fatalf("device %d: %v, want a KernelPanic in a chunk", d.Num(), err)
+		}
+		if d == cl && (kp.At != "panic.go:21" || !strings.Contains(kp.Value, "panic")) {
+			t.Errorf("PoCL: %v (at %q, value %q), want panic.go:21", err, kp.At, kp.Value)
+		}
+	}
+	out := make([]float64, 2)
+	if err := Sqrts.Run(cl, []float64{2, 3}, out); err != nil || out[1] != 9 {
+		t.Fatalf("after the panic: %v, %v", out, err)
+	}
+}

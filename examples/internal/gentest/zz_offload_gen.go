@@ -52,6 +52,7 @@ static void go_fn_stepRows(global double *next, long go_len_next, global double 
 static int go_fn_collatz(long x, int limit, global long *go_f, int *go_fl);
 static long go_fn_mandel(double re, double im, long limit, global long *go_f, int *go_fl);
 static float go_fn_at(global float *x, long go_len_x, long i, global long *go_f, int *go_fl);
+static double go_fn_checkedSqrt(double v, long i, global long *go_f, int *go_fl);
 static float go_fn_scaled(float v, float s, global long *go_f, int *go_fl);
 static go_T_Particle go_fn_kick(go_T_Particle p, double dt, global long *go_f, int *go_fl);
 
@@ -165,6 +166,16 @@ static float go_fn_at(global float *x, long go_len_x, long i, global long *go_f,
 {
 	if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 155, (long)(i), (long)(go_len_x), *go_fl >> 1); *go_fl |= 1; return 0.0f; }
 	return x[i];
+}
+
+static double go_fn_checkedSqrt(double v, long i, global long *go_f, int *go_fl)
+{
+	{
+		if ((v < 0.0)) {
+			{ go_fault(go_f, 163, (long)(0), (long)(0), *go_fl >> 1); *go_fl |= 1; return 0.0; }
+		}
+	}
+	return (v * v);
 }
 
 static float go_fn_scaled(float v, float s, global long *go_f, int *go_fl)
@@ -983,6 +994,32 @@ kernel void overflow(global int *a, global long *b, global int *out, long go_len
 	}
 }
 
+// gentest_sqrts is kernel "gentest.sqrts" (panic.go:11).
+kernel void gentest_sqrts(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
+{
+	int go_fl = 0;
+	long go_t1 = go_len_x;
+	go_fl = 2;
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_x && go_t1 <= go_len_out) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			double go_t3 = go_fn_checkedSqrt(x[i_2], i_2, go_f, &go_fl);
+			if (go_fl & 1) return;
+			out[i_2] = go_t3;
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 164, (long)(i), (long)(go_len_x), 1); return; }
+			double go_t2 = go_fn_checkedSqrt(x[i], i, go_f, &go_fl);
+			if (go_fl & 1) return;
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 165, (long)(i), (long)(go_len_out), 1); return; }
+			out[i] = go_t2;
+		}
+	}
+}
+
 // gentest_sumf64 is kernel "gentest.sumf64" (reduce.go:7).
 static void gentest_sumf64_chunk(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, double *go_part)
 {
@@ -997,8 +1034,8 @@ static void gentest_sumf64_chunk(global double *x, global double *out, long go_l
 	double acc = 0.0;
 	go_fl = 2;
 	{
-		if ((ulong)(hi) > (ulong)(go_len_x)) { go_fault(go_f, 163, (long)(hi), (long)(go_len_x), 1); return; }
-		if ((ulong)(lo) > (ulong)(hi)) { go_fault(go_f, 164, (long)(lo), (long)(hi), 1); return; }
+		if ((ulong)(hi) > (ulong)(go_len_x)) { go_fault(go_f, 166, (long)(hi), (long)(go_len_x), 1); return; }
+		if ((ulong)(lo) > (ulong)(hi)) { go_fault(go_f, 167, (long)(lo), (long)(hi), 1); return; }
 		global double *go_s2 = x + lo;
 		long go_len_s2 = hi - lo;
 		for (long go_k5 = 0; go_k5 < go_len_s2; go_k5++) {
@@ -1013,9 +1050,9 @@ static void gentest_sumf64_chunk(global double *x, global double *out, long go_l
 static void gentest_sumf64_tail(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, double go_r)
 {
 	double r = go_r;
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 165, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 168, (long)(0L), (long)(go_len_out), 0); return; }
 	double go_t1 = out[0L];
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 166, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 169, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = (go_t1 + r);
 }
 
@@ -1056,10 +1093,10 @@ static void gentest_sumf32_chunk(float scale, global float *x, global float *out
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
 			long go_t4 = (long)(((long)((ulong)(i) + (ulong)(1L))));
-			if ((ulong)(go_t4) >= (ulong)(go_len_x)) { go_fault(go_f, 167, (long)(go_t4), (long)(go_len_x), 1); return; }
+			if ((ulong)(go_t4) >= (ulong)(go_len_x)) { go_fault(go_f, 170, (long)(go_t4), (long)(go_len_x), 1); return; }
 			float go_t5 = go_fn_scaled(x[go_t4], scale, go_f, &go_fl);
 			if (go_fl & 1) return;
-			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 168, (long)(i), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 171, (long)(i), (long)(go_len_x), 1); return; }
 			acc = (acc + (go_t5 - x[i]));
 		}
 	}
@@ -1072,9 +1109,9 @@ static void gentest_sumf32_tail(float scale, global float *x, global float *out,
 	long n = ((long)((ulong)(go_len_x) - (ulong)(1L)));
 	float r = 0.0f;
 	r = go_r;
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 169, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 172, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = r;
-	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 170, (long)(1L), (long)(go_len_out), 0); return; }
+	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 173, (long)(1L), (long)(go_len_out), 0); return; }
 	out[1L] = ((float)(n));
 }
 
@@ -1112,7 +1149,7 @@ static void gentest_sumi32_chunk(global int *x, global long *out, long go_len_x,
 	{
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 171, (long)(i), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 174, (long)(i), (long)(go_len_x), 1); return; }
 			acc = ((int)((uint)(acc) + (uint)(((int)((uint)(x[i]) * (uint)(7))))));
 		}
 	}
@@ -1123,7 +1160,7 @@ static void gentest_sumi32_chunk(global int *x, global long *out, long go_len_x,
 static void gentest_sumi32_tail(global int *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, int go_r)
 {
 	int s = go_r;
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 172, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 175, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = ((long)(s));
 }
 
@@ -1161,7 +1198,7 @@ static void gentest_prodi8_chunk(global char *y, global long *out, long go_len_y
 	{
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-			if ((ulong)(i) >= (ulong)(go_len_y)) { go_fault(go_f, 173, (long)(i), (long)(go_len_y), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_y)) { go_fault(go_f, 176, (long)(i), (long)(go_len_y), 1); return; }
 			acc = ((char)((uint)(acc) * (uint)(((char)(y[i] | ((char)1))))));
 		}
 	}
@@ -1172,7 +1209,7 @@ static void gentest_prodi8_chunk(global char *y, global long *out, long go_len_y
 static void gentest_prodi8_tail(global char *y, global long *out, long go_len_y, long go_len_out, long go_dev, global long *go_f, char go_r)
 {
 	char p = go_r;
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 174, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 177, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = ((long)(p));
 }
 
@@ -1210,7 +1247,7 @@ static void gentest_minf64_chunk(global double *x, global double *out, long go_l
 	{
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 175, (long)(i), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 178, (long)(i), (long)(go_len_x), 1); return; }
 			acc = go_min_double(acc, x[i]);
 		}
 	}
@@ -1220,9 +1257,9 @@ static void gentest_minf64_chunk(global double *x, global double *out, long go_l
 
 static void gentest_minf64_tail(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, double go_r)
 {
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 176, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 179, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = go_r;
-	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 177, (long)(1L), (long)(go_len_out), 0); return; }
+	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 180, (long)(1L), (long)(go_len_out), 0); return; }
 	out[1L] = ((double)INFINITY);
 }
 
@@ -1260,7 +1297,7 @@ static void gentest_maxf64_chunk(global double *x, global double *out, long go_l
 	{
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 178, (long)(i), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 181, (long)(i), (long)(go_len_x), 1); return; }
 			acc = go_max_double(acc, x[i]);
 		}
 	}
@@ -1270,7 +1307,7 @@ static void gentest_maxf64_chunk(global double *x, global double *out, long go_l
 
 static void gentest_maxf64_tail(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, double go_r)
 {
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 179, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 182, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = go_r;
 }
 
@@ -1308,7 +1345,7 @@ static void gentest_minmaxu16_chunk(global ushort *x, global ushort *out, long g
 	{
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 180, (long)(i), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 183, (long)(i), (long)(go_len_x), 1); return; }
 			acc = min((ushort)(acc), (ushort)(x[i]));
 		}
 	}
@@ -1318,13 +1355,13 @@ static void gentest_minmaxu16_chunk(global ushort *x, global ushort *out, long g
 
 static void gentest_minmaxu16_tail(global ushort *x, global ushort *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, ushort go_r)
 {
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 181, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 184, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = go_r;
 	ushort go_t1 = ((ushort)65535U);
 	ushort go_t2 = ((ushort)0U);
-	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 182, (long)(1L), (long)(go_len_out), 0); return; }
+	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 185, (long)(1L), (long)(go_len_out), 0); return; }
 	out[1L] = go_t1;
-	if ((ulong)(2L) >= (ulong)(go_len_out)) { go_fault(go_f, 183, (long)(2L), (long)(go_len_out), 0); return; }
+	if ((ulong)(2L) >= (ulong)(go_len_out)) { go_fault(go_f, 186, (long)(2L), (long)(go_len_out), 0); return; }
 	out[2L] = go_t2;
 }
 
@@ -1362,9 +1399,9 @@ static void gentest_bits_chunk(global ulong *x, global ulong *out, long go_len_x
 	{
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 184, (long)(i), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 187, (long)(i), (long)(go_len_x), 1); return; }
 			long go_t4 = ((long)(i % 64L));
-			if (go_t4 < 0) { go_fault(go_f, 185, (long)(go_t4), (long)(0), 1); return; }
+			if (go_t4 < 0) { go_fault(go_f, 188, (long)(go_t4), (long)(0), 1); return; }
 			acc = ((ulong)(acc & ((ulong)(x[i] | go_shl_ulong(1UL, (ulong)(go_t4))))));
 		}
 	}
@@ -1375,9 +1412,9 @@ static void gentest_bits_chunk(global ulong *x, global ulong *out, long go_len_x
 static void gentest_bits_tail(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, ulong go_r)
 {
 	ulong r = go_r;
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 186, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 189, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = r;
-	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 187, (long)(1L), (long)(go_len_out), 0); return; }
+	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 190, (long)(1L), (long)(go_len_out), 0); return; }
 	out[1L] = 18446744073709551615UL;
 }
 
@@ -1415,7 +1452,7 @@ static void gentest_bitor_chunk(global ulong *x, global ulong *out, long go_len_
 	{
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 188, (long)(i), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 191, (long)(i), (long)(go_len_x), 1); return; }
 			acc = ((ulong)(acc | ((ulong)(x[i] & 61680UL))));
 		}
 	}
@@ -1425,7 +1462,7 @@ static void gentest_bitor_chunk(global ulong *x, global ulong *out, long go_len_
 
 static void gentest_bitor_tail(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, ulong go_r)
 {
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 189, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 192, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = go_r;
 }
 
@@ -1463,7 +1500,7 @@ static void gentest_bitxor_chunk(global ulong *x, global ulong *out, long go_len
 	{
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 190, (long)(i), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 193, (long)(i), (long)(go_len_x), 1); return; }
 			acc = ((ulong)(acc ^ x[i]));
 		}
 	}
@@ -1473,7 +1510,7 @@ static void gentest_bitxor_chunk(global ulong *x, global ulong *out, long go_len
 
 static void gentest_bitxor_tail(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, ulong go_r)
 {
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 191, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 194, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = go_r;
 }
 
@@ -1513,7 +1550,7 @@ static void gentest_logical_chunk(global uchar *b, global uchar *out, long go_le
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
 			bool go_t4 = acc;
 			if (go_t4) {
-				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 192, (long)(i), (long)(go_len_b), 1); return; }
+				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 195, (long)(i), (long)(go_len_b), 1); return; }
 				go_t4 = (b[i] != 0);
 			}
 			acc = (go_t4);
@@ -1526,7 +1563,7 @@ static void gentest_logical_chunk(global uchar *b, global uchar *out, long go_le
 static void gentest_logical_tail(global uchar *b, global uchar *out, long go_len_b, long go_len_out, long go_dev, global long *go_f, bool go_r)
 {
 	bool all = go_r;
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 193, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 196, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = (all);
 }
 
@@ -1565,7 +1602,7 @@ static void gentest_logicalor_chunk(global uchar *b, global uchar *out, long go_
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
 			{
-				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 194, (long)(i), (long)(go_len_b), 1); return; }
+				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 197, (long)(i), (long)(go_len_b), 1); return; }
 				if ((b[i] != 0)) {
 					*go_part = true;
 					return;
@@ -1579,9 +1616,9 @@ static void gentest_logicalor_chunk(global uchar *b, global uchar *out, long go_
 
 static void gentest_logicalor_tail(global uchar *b, global uchar *out, long go_len_b, long go_len_out, long go_dev, global long *go_f, bool go_r)
 {
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 195, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 198, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = (go_r);
-	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 196, (long)(1L), (long)(go_len_out), 0); return; }
+	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 199, (long)(1L), (long)(go_len_out), 0); return; }
 	out[1L] = (false);
 }
 
@@ -1620,7 +1657,7 @@ static void gentest_reducefault_chunk(global long *x, global long *out, long go_
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
 			long go_t4 = (long)(((long)((ulong)(i) + (ulong)(1L))));
-			if ((ulong)(go_t4) >= (ulong)(go_len_x)) { go_fault(go_f, 197, (long)(go_t4), (long)(go_len_x), 1); return; }
+			if ((ulong)(go_t4) >= (ulong)(go_len_x)) { go_fault(go_f, 200, (long)(go_t4), (long)(go_len_x), 1); return; }
 			acc = ((long)((ulong)(acc) + (ulong)(x[go_t4])));
 		}
 	}
@@ -1630,7 +1667,7 @@ static void gentest_reducefault_chunk(global long *x, global long *out, long go_
 
 static void gentest_reducefault_tail(global long *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_r)
 {
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 198, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 201, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = go_r;
 }
 
@@ -1668,7 +1705,7 @@ kernel void gentest_devicenum(global long *out, long go_len_out, long go_dev, gl
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 199, (long)(i), (long)(go_len_out), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 202, (long)(i), (long)(go_len_out), 1); return; }
 			out[i] = ((long)((ulong)(((long)((ulong)(((long)((ulong)(d) * (ulong)(1000L)))) + (ulong)(i)))) + (ulong)(((long)((ulong)(go_dev) * (ulong)(1000000L))))));
 		}
 	}
@@ -1690,7 +1727,7 @@ static void gentest_devicesum_chunk(global long *x, global long *out, long go_le
 	{
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 200, (long)(i), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 203, (long)(i), (long)(go_len_x), 1); return; }
 			acc = ((long)((ulong)(acc) + (ulong)(((long)((ulong)(x[i]) + (ulong)(go_dev))))));
 		}
 	}
@@ -1701,7 +1738,7 @@ static void gentest_devicesum_chunk(global long *x, global long *out, long go_le
 static void gentest_devicesum_tail(global long *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_r)
 {
 	long s = go_r;
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 201, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 204, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = ((long)((ulong)(s) + (ulong)(((long)((ulong)(go_dev) * (ulong)(1000000L))))));
 }
 
@@ -1755,7 +1792,7 @@ kernel void structs(go_T_Params prm, global go_T_Particle *ps, global double *ou
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 202, (long)(i), (long)(go_len_ps), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 205, (long)(i), (long)(go_len_ps), 1); return; }
 			go_T_Particle p = ps[i];
 			{
 				long go_t2 = (prm).Steps;
@@ -1771,11 +1808,11 @@ kernel void structs(go_T_Params prm, global go_T_Particle *ps, global double *ou
 			go_t7.Alive = ((p).ID > 0);
 			go_t7.ID = ((int)((uint)((p).ID) + (uint)(1)));
 			go_T_Particle q = go_t7;
-			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 203, (long)(i), (long)(go_len_ps), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 206, (long)(i), (long)(go_len_ps), 1); return; }
 			ps[i] = q;
-			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 204, (long)(i), (long)(go_len_ps), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 207, (long)(i), (long)(go_len_ps), 1); return; }
 			ps[i].Y = ((p).Y - 1.0);
-			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 205, (long)(i), (long)(go_len_out), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 208, (long)(i), (long)(go_len_out), 1); return; }
 			out[i] = ((q).X + ((double)((q).M)));
 		}
 	}
@@ -1796,8 +1833,8 @@ kernel void fields(long g_N, global double *g_In, global double *g_Out, long go_
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_g_In)) { go_fault(go_f, 206, (long)(i), (long)(go_len_g_In), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_g_Out)) { go_fault(go_f, 207, (long)(i), (long)(go_len_g_Out), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_g_In)) { go_fault(go_f, 209, (long)(i), (long)(go_len_g_In), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_g_Out)) { go_fault(go_f, 210, (long)(i), (long)(go_len_g_Out), 1); return; }
 			g_Out[i] = (g_In[i] * ((double)(go_len_g_In)));
 		}
 	}
@@ -1822,8 +1859,8 @@ kernel void chunks(global int *x, global long *out, long go_len_x, long go_len_o
 			{
 				long i = (c).Lo;
 				for (; (i < (c).Hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-					if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 208, (long)(i), (long)(go_len_x), 1); return; }
-					if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 209, (long)(i), (long)(go_len_out), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 211, (long)(i), (long)(go_len_x), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 212, (long)(i), (long)(go_len_out), 1); return; }
 					out[i] = ((long)((ulong)(((long)((ulong)(((long)(x[i]))) * (ulong)(3L)))) + (ulong)(1L)));
 				}
 			}
@@ -1841,8 +1878,8 @@ kernel void chunks(global int *x, global long *out, long go_len_x, long go_len_o
 			{
 				long i = (c).Lo;
 				for (; (i < (c).Hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-					if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 208, (long)(i), (long)(go_len_x), 1); return; }
-					if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 209, (long)(i), (long)(go_len_out), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 211, (long)(i), (long)(go_len_x), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 212, (long)(i), (long)(go_len_out), 1); return; }
 					out[i] = ((long)((ulong)(((long)((ulong)(((long)(x[i]))) * (ulong)(3L)))) + (ulong)(1L)));
 				}
 			}
@@ -1866,9 +1903,9 @@ kernel void dim(global double *a, global double *b, global double *out, long go_
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 210, (long)(i), (long)(go_len_a), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 211, (long)(i), (long)(go_len_b), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 212, (long)(i), (long)(go_len_out), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 213, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 214, (long)(i), (long)(go_len_b), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 215, (long)(i), (long)(go_len_out), 1); return; }
 			out[i] = go_dim(a[i], b[i]);
 		}
 	}
@@ -2039,6 +2076,9 @@ var zzOffloadSites = []string{
 	"kernels.go:255: index",
 	"kernels.go:255: index",
 	"kernels.go:258: index",
+	"panic.go:21: panic",
+	"panic.go:14: index",
+	"panic.go:14: index",
 	"reduce.go:10: slice high",
 	"reduce.go:10: slice low",
 	"reduce.go:15: index",
@@ -2107,6 +2147,7 @@ func init() {
 	Divide.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "divide", zzOffloadSites)
 	GatherCall.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gathercall", zzOffloadSites)
 	Overflow.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "overflow", zzOffloadSites)
+	Sqrts.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_sqrts", zzOffloadSites)
 	SumF64.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_sumf64", zzOffloadSites)
 	SumF32.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_sumf32", zzOffloadSites)
 	SumI32.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_sumi32", zzOffloadSites)
