@@ -5,6 +5,7 @@ import (
 	"go/ast"
 	"go/token"
 	"go/types"
+	"slices"
 	"strings"
 )
 
@@ -359,21 +360,35 @@ func (f *fn) assign(s *ast.AssignStmt) {
 }
 
 // defineSlices translates row, up := x[a:b], x[c:d]: new slice variables,
-// views of a parameter's elements. It reports whether s was that.
+// views of a parameter's elements (and scalars defined beside them, as in
+// t, row := 0.0, x[a:b]). It reports whether s was that.
 func (f *fn) defineSlices(s *ast.AssignStmt) bool {
 	if s.Tok != token.DEFINE {
 		return false
 	}
-	for _, r := range s.Rhs {
-		if _, ok := f.info().TypeOf(r).Underlying().(*types.Slice); !ok {
-			return false
-		}
+	isSlice := func(r ast.Expr) bool {
+		_, ok := f.info().TypeOf(r).Underlying().(*types.Slice)
+		return ok
 	}
+	if !slices.ContainsFunc(s.Rhs, isSlice) || len(s.Lhs) != len(s.Rhs) {
+		return false
+	}
+	// the values first, in order (a scalar among them in a temporary),
+	// then the definitions
 	refs := make([]sliceRef, len(s.Rhs))
+	vals := make([]string, len(s.Rhs))
 	for i, r := range s.Rhs {
-		refs[i] = f.sliceValue(r)
+		if isSlice(r) {
+			refs[i] = f.sliceValue(r)
+			continue
+		}
+		vals[i] = f.temp(f.ctype(f.typeOf(r), r), f.expr(r))
 	}
 	for i, l := range s.Lhs {
+		if !isSlice(s.Rhs[i]) {
+			f.assign1(s, l, vals[i])
+			continue
+		}
 		id := l.(*ast.Ident)
 		v, ok := f.info().Defs[id].(*types.Var)
 		if !ok || id.Name == "_" {
