@@ -75,6 +75,8 @@ func TestGeneratedFilesUpToDate(t *testing.T) {
 		{"../../examples/nbody", false},
 		{"../../examples/apps/cg", false},
 		{"../../examples/apps/cholesky", false},
+		{"../../bench/internal/genk", false},
+		{"../../bench/internal/genk/unchecked", true},
 		{"../../examples/internal/gentest", false},
 		{"../../examples/internal/gentest/fuzz", false},
 		{"../../examples/internal/gentest/unchecked", true},
