@@ -15,10 +15,11 @@ var SumF64 = offload.MustKernel2("gentest.sumf64", func(ctx offload.Ctx, x offlo
 	out[0] = op.Combine(out[0], r)
 })
 
-// SumF32 sums a function of x's elements in float32, from scale on.
+// SumF32 sums a function of x's elements in float32, into a variable
+// declared before the Reduce (r = offload.Reduce(…)).
 var SumF32 = offload.MustKernel3("gentest.sumf32", func(ctx offload.Ctx, scale float32, x offload.In[float32], out offload.Out[float32]) {
-	n := len(x) - 1
 	var r float32
+	n := len(x) - 1
 	r = offload.Reduce(ctx, n, offload.Sum[float32](), func(lo, hi int, acc float32) float32 {
 		for i := lo; i < hi; i++ {
 			acc += scaled(x[i+1], scale) - x[i]

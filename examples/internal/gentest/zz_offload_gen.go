@@ -1074,12 +1074,12 @@ kernel void gentest_sumf64(global double *x, global double *out, long go_len_x, 
 	gentest_sumf64_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_sumf32 is kernel "gentest.sumf32" (reduce.go:19).
+// gentest_sumf32 is kernel "gentest.sumf32" (reduce.go:20).
 static void gentest_sumf32_chunk(float scale, global float *x, global float *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, float *go_part)
 {
 	int go_fl = 0;
-	long n = ((long)((ulong)(go_len_x) - (ulong)(1L)));
 	float r = 0.0f;
+	long n = ((long)((ulong)(go_len_x) - (ulong)(1L)));
 	long go_t1 = (long)(n);
 	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
 	if (go_rl >= *go_rk)
@@ -1106,8 +1106,8 @@ static void gentest_sumf32_chunk(float scale, global float *x, global float *out
 
 static void gentest_sumf32_tail(float scale, global float *x, global float *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, float go_r)
 {
-	long n = ((long)((ulong)(go_len_x) - (ulong)(1L)));
 	float r = 0.0f;
+	long n = ((long)((ulong)(go_len_x) - (ulong)(1L)));
 	r = go_r;
 	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 172, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = r;
@@ -1133,7 +1133,7 @@ kernel void gentest_sumf32(float scale, global float *x, global float *out, long
 	gentest_sumf32_tail(scale, x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_sumi32 is kernel "gentest.sumi32" (reduce.go:35).
+// gentest_sumi32 is kernel "gentest.sumi32" (reduce.go:36).
 static void gentest_sumi32_chunk(global int *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, int *go_part)
 {
 	int go_fl = 0;
@@ -1182,7 +1182,7 @@ kernel void gentest_sumi32(global int *x, global long *out, long go_len_x, long 
 	gentest_sumi32_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_prodi8 is kernel "gentest.prodi8" (reduce.go:46).
+// gentest_prodi8 is kernel "gentest.prodi8" (reduce.go:47).
 static void gentest_prodi8_chunk(global char *y, global long *out, long go_len_y, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, char *go_part)
 {
 	int go_fl = 0;
@@ -1231,7 +1231,7 @@ kernel void gentest_prodi8(global char *y, global long *out, long go_len_y, long
 	gentest_prodi8_tail(y, out, go_len_y, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_minf64 is kernel "gentest.minf64" (reduce.go:58).
+// gentest_minf64 is kernel "gentest.minf64" (reduce.go:59).
 static void gentest_minf64_chunk(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, double *go_part)
 {
 	int go_fl = 0;
@@ -1281,7 +1281,7 @@ kernel void gentest_minf64(global double *x, global double *out, long go_len_x, 
 	gentest_minf64_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_maxf64 is kernel "gentest.maxf64" (reduce.go:70).
+// gentest_maxf64 is kernel "gentest.maxf64" (reduce.go:71).
 static void gentest_maxf64_chunk(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, double *go_part)
 {
 	int go_fl = 0;
@@ -1329,7 +1329,7 @@ kernel void gentest_maxf64(global double *x, global double *out, long go_len_x, 
 	gentest_maxf64_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_minmaxu16 is kernel "gentest.minmaxu16" (reduce.go:80).
+// gentest_minmaxu16 is kernel "gentest.minmaxu16" (reduce.go:81).
 static void gentest_minmaxu16_chunk(global ushort *x, global ushort *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, ushort *go_part)
 {
 	int go_fl = 0;
@@ -1383,7 +1383,7 @@ kernel void gentest_minmaxu16(global ushort *x, global ushort *out, long go_len_
 	gentest_minmaxu16_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_bits is kernel "gentest.bits" (reduce.go:92).
+// gentest_bits is kernel "gentest.bits" (reduce.go:93).
 static void gentest_bits_chunk(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, ulong *go_part)
 {
 	int go_fl = 0;
@@ -1436,7 +1436,7 @@ kernel void gentest_bits(global ulong *x, global ulong *out, long go_len_x, long
 	gentest_bits_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_bitor is kernel "gentest.bitor" (reduce.go:105).
+// gentest_bitor is kernel "gentest.bitor" (reduce.go:106).
 static void gentest_bitor_chunk(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, ulong *go_part)
 {
 	int go_fl = 0;
@@ -1484,7 +1484,7 @@ kernel void gentest_bitor(global ulong *x, global ulong *out, long go_len_x, lon
 	gentest_bitor_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_bitxor is kernel "gentest.bitxor" (reduce.go:116).
+// gentest_bitxor is kernel "gentest.bitxor" (reduce.go:117).
 static void gentest_bitxor_chunk(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, ulong *go_part)
 {
 	int go_fl = 0;
@@ -1532,7 +1532,7 @@ kernel void gentest_bitxor(global ulong *x, global ulong *out, long go_len_x, lo
 	gentest_bitxor_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_logical is kernel "gentest.logical" (reduce.go:127).
+// gentest_logical is kernel "gentest.logical" (reduce.go:128).
 static void gentest_logical_chunk(global uchar *b, global uchar *out, long go_len_b, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, bool *go_part)
 {
 	int go_fl = 0;
@@ -1585,7 +1585,7 @@ kernel void gentest_logical(global uchar *b, global uchar *out, long go_len_b, l
 	gentest_logical_tail(b, out, go_len_b, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_logicalor is kernel "gentest.logicalor" (reduce.go:138).
+// gentest_logicalor is kernel "gentest.logicalor" (reduce.go:139).
 static void gentest_logicalor_chunk(global uchar *b, global uchar *out, long go_len_b, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, bool *go_part)
 {
 	int go_fl = 0;
@@ -1640,7 +1640,7 @@ kernel void gentest_logicalor(global uchar *b, global uchar *out, long go_len_b,
 	gentest_logicalor_tail(b, out, go_len_b, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_reducefault is kernel "gentest.reducefault" (reduce.go:153).
+// gentest_reducefault is kernel "gentest.reducefault" (reduce.go:154).
 static void gentest_reducefault_chunk(global long *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, long *go_part)
 {
 	int go_fl = 0;
@@ -1689,7 +1689,7 @@ kernel void gentest_reducefault(global long *x, global long *out, long go_len_x,
 	gentest_reducefault_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_devicenum is kernel "gentest.devicenum" (reduce.go:163).
+// gentest_devicenum is kernel "gentest.devicenum" (reduce.go:164).
 kernel void gentest_devicenum(global long *out, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
@@ -1711,7 +1711,7 @@ kernel void gentest_devicenum(global long *out, long go_len_out, long go_dev, gl
 	}
 }
 
-// gentest_devicesum is kernel "gentest.devicesum" (reduce.go:173).
+// gentest_devicesum is kernel "gentest.devicesum" (reduce.go:174).
 static void gentest_devicesum_chunk(global long *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, long *go_part)
 {
 	int go_fl = 0;
@@ -2083,41 +2083,41 @@ var zzOffloadSites = []string{
 	"reduce.go:10: slice low",
 	"reduce.go:15: index",
 	"reduce.go:15: index",
-	"reduce.go:24: index",
-	"reduce.go:24: index",
-	"reduce.go:28: index",
+	"reduce.go:25: index",
+	"reduce.go:25: index",
 	"reduce.go:29: index",
-	"reduce.go:38: index",
-	"reduce.go:42: index",
-	"reduce.go:50: index",
-	"reduce.go:54: index",
-	"reduce.go:62: index",
-	"reduce.go:60: index",
-	"reduce.go:66: index",
-	"reduce.go:73: index",
-	"reduce.go:71: index",
-	"reduce.go:84: index",
-	"reduce.go:82: index",
-	"reduce.go:88: index",
-	"reduce.go:88: index",
-	"reduce.go:96: index",
-	"reduce.go:96: shift",
-	"reduce.go:100: index",
+	"reduce.go:30: index",
+	"reduce.go:39: index",
+	"reduce.go:43: index",
+	"reduce.go:51: index",
+	"reduce.go:55: index",
+	"reduce.go:63: index",
+	"reduce.go:61: index",
+	"reduce.go:67: index",
+	"reduce.go:74: index",
+	"reduce.go:72: index",
+	"reduce.go:85: index",
+	"reduce.go:83: index",
+	"reduce.go:89: index",
+	"reduce.go:89: index",
+	"reduce.go:97: index",
+	"reduce.go:97: shift",
 	"reduce.go:101: index",
-	"reduce.go:109: index",
-	"reduce.go:107: index",
-	"reduce.go:120: index",
-	"reduce.go:118: index",
-	"reduce.go:130: index",
-	"reduce.go:134: index",
-	"reduce.go:142: index",
-	"reduce.go:140: index",
-	"reduce.go:148: index",
-	"reduce.go:156: index",
-	"reduce.go:154: index",
-	"reduce.go:167: index",
-	"reduce.go:176: index",
-	"reduce.go:180: index",
+	"reduce.go:102: index",
+	"reduce.go:110: index",
+	"reduce.go:108: index",
+	"reduce.go:121: index",
+	"reduce.go:119: index",
+	"reduce.go:131: index",
+	"reduce.go:135: index",
+	"reduce.go:143: index",
+	"reduce.go:141: index",
+	"reduce.go:149: index",
+	"reduce.go:157: index",
+	"reduce.go:155: index",
+	"reduce.go:168: index",
+	"reduce.go:177: index",
+	"reduce.go:181: index",
 	"structs.go:47: index",
 	"structs.go:52: index",
 	"structs.go:53: index",
