@@ -315,9 +315,12 @@ func (f *fn) sliceValue(e ast.Expr) sliceRef {
 	return ref
 }
 
-// sliceOf returns the slice variable e names.
+// sliceOf returns the slice variable e names (or X.On(ctx)).
 func (f *fn) sliceOf(e ast.Expr) sliceRef {
 	if r, ok := f.fieldSlice(e); ok {
+		return r
+	}
+	if r, ok := f.globalOn(e); ok {
 		return r
 	}
 	if id, ok := ast.Unparen(e).(*ast.Ident); ok {

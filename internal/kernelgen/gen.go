@@ -49,9 +49,10 @@ func Generate(dir string, opt Options) (*Result, error) {
 	g := &gen{p: p, checks: !opt.Unchecked, funcs: map[*types.Func]*cfunc{}, helpers: map[string]string{}}
 	res := &Result{Refused: errs}
 	type done struct {
-		k     *kernelDecl
-		entry string
-		code  string
+		k       *kernelDecl
+		entry   string
+		code    string
+		globals []kernelGlobal
 	}
 	var ok []done
 	for _, k := range ks {
@@ -64,7 +65,7 @@ func Generate(dir string, opt Options) (*Result, error) {
 			res.Refused = append(res.Refused, fmt.Errorf("%w (kernel %q stays CPU-only)", err, k.name))
 			continue
 		}
-		ok = append(ok, done{k, entry, code})
+		ok = append(ok, done{k, entry, code, g.lastGlobals})
 	}
 	if len(ok) == 0 {
 		return res, nil
@@ -118,7 +119,11 @@ func Generate(dir string, opt Options) (*Result, error) {
 		if d.k.typed {
 			k += ".Kernel()"
 		}
-		fmt.Fprintf(&src, "\t%s.GeneratedOpenCL([]byte(zzOffloadOpenCL), %q, %s)\n", k, d.entry, sites)
+		gs := ""
+		for _, gl := range d.globals {
+			gs += fmt.Sprintf(", %q", gl.name)
+		}
+		fmt.Fprintf(&src, "\t%s.GeneratedOpenCL([]byte(zzOffloadOpenCL), %q, %s%s)\n", k, d.entry, sites, gs)
 	}
 	src.WriteString("}\n")
 	res.Go, err = format.Source([]byte(src.String()))
@@ -150,6 +155,9 @@ type gen struct {
 	funcs   map[*types.Func]*cfunc
 	order   []*cfunc // translated functions, callees first
 	entries map[string]bool
+	// lastGlobals are the declare target variables of the kernel last
+	// translated.
+	lastGlobals []kernelGlobal
 	// structs are the struct types' C typedefs, by type; structOrder
 	// their declarations, in the order they must be written.
 	structs     map[*types.Named]string
@@ -199,6 +207,7 @@ func (g *gen) kernel(k *kernelDecl) (entry, code string, err error) {
 	for g.entries[entry] {
 		entry += "_"
 	}
+	g.lastGlobals = nil
 	f, params := g.entryFn(k)
 	pos := g.p.fset.Position(k.pos)
 	head := fmt.Sprintf("// %s is kernel %q (%s:%d).\n", entry, k.name, filepath.Base(pos.Filename), pos.Line)
@@ -208,6 +217,8 @@ func (g *gen) kernel(k *kernelDecl) (entry, code string, err error) {
 		return entry, code, nil
 	}
 	body := f.kernelBody(k.fnBody)
+	params = withGlobals(params, f.globalParams())
+	g.lastGlobals = f.globals
 	var b strings.Builder
 	b.WriteString(head)
 	fmt.Fprintf(&b, "kernel void %s(%s)\n{\n", entry, strings.Join(params, ", "))
@@ -215,6 +226,13 @@ func (g *gen) kernel(k *kernelDecl) (entry, code string, err error) {
 	b.WriteString("}\n")
 	g.entries[entry] = true
 	return entry, b.String(), nil
+}
+
+// withGlobals is params with the declare target variables' parameters
+// gs before the last two (the device number and the fault record).
+func withGlobals(params, gs []string) []string {
+	n := len(params) - 2
+	return append(append(append([]string(nil), params[:n]...), gs...), params[n:]...)
 }
 
 // entryFn returns a translation of kernel k's body with its parameters

@@ -16,6 +16,7 @@ import (
 	"go/types"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -258,11 +259,6 @@ var lastIdent = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*$`)
 func (g *gen) reduceKernel(k *kernelDecl, entry string, params []string, red int) string {
 	list := k.fnBody.List
 	var args []string
-	for _, p := range params {
-		args = append(args, lastIdent.FindString(p))
-	}
-	pl, al := strings.Join(params, ", "), strings.Join(args, ", ")
-
 	f, _ := g.entryFn(k)
 	for i, s := range list {
 		if f.isFor(s) != nil {
@@ -311,12 +307,8 @@ func (g *gen) reduceKernel(k *kernelDecl, entry string, params []string, red int
 	}
 	f.block(lit.Body.List)
 	f.inChunk, f.inReduce = false, false
-	var b strings.Builder
-	fmt.Fprintf(&b, "static void %s_chunk(%s, long go_rl, long *go_rk, %s *go_part)\n{\n", entry, pl, ct)
-	if f.usesFl {
-		b.WriteString("\tint go_fl = 0;\n")
-	}
-	b.WriteString(f.out.String() + "}\n\n")
+	chunkBody := f.out.String()
+	chunkFl := f.usesFl
 
 	t, _ := g.entryFn(k)
 	t.indent = 1
@@ -331,6 +323,25 @@ func (g *gen) reduceKernel(k *kernelDecl, entry string, params []string, red int
 		t.declare(t.info().Defs[vs.Names[0]].(*types.Var), vs, "go_r")
 	}
 	t.block(list[red+1:])
+	// the entry's and both functions' parameters: the variables of both
+	for _, tg := range t.globals {
+		if !slices.ContainsFunc(f.globals, func(fg kernelGlobal) bool { return fg.name == tg.name }) {
+			f.globals = append(f.globals, tg)
+		}
+	}
+	g.lastGlobals = f.globals
+	params = withGlobals(params, f.globalParams())
+	args = args[:0]
+	for _, p := range params {
+		args = append(args, lastIdent.FindString(p))
+	}
+	pl, al := strings.Join(params, ", "), strings.Join(args, ", ")
+	var b strings.Builder
+	fmt.Fprintf(&b, "static void %s_chunk(%s, long go_rl, long *go_rk, %s *go_part)\n{\n", entry, pl, ct)
+	if chunkFl {
+		b.WriteString("\tint go_fl = 0;\n")
+	}
+	b.WriteString(chunkBody + "}\n\n")
 	fmt.Fprintf(&b, "static void %s_tail(%s, %s go_r)\n{\n", entry, pl, ct)
 	if t.usesFl {
 		b.WriteString("\tint go_fl = 0;\n")

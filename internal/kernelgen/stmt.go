@@ -56,6 +56,7 @@ type fn struct {
 	usesFl     bool                   // the kernel calls functions (go_fl)
 	ops        map[types.Object]redOp // Op variables, by variable
 	inReduce   bool                   // in an offload.Reduce body
+	globals    []kernelGlobal         // declare target variables used
 	targets    []*target
 }
 

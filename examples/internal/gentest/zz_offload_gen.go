@@ -164,7 +164,7 @@ static long go_fn_mandel(double re, double im, long limit, global long *go_f, in
 
 static float go_fn_at(global float *x, long go_len_x, long i, global long *go_f, int *go_fl)
 {
-	if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 155, (long)(i), (long)(go_len_x), *go_fl >> 1); *go_fl |= 1; return 0.0f; }
+	if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 163, (long)(i), (long)(go_len_x), *go_fl >> 1); *go_fl |= 1; return 0.0f; }
 	return x[i];
 }
 
@@ -172,7 +172,7 @@ static double go_fn_checkedSqrt(double v, long i, global long *go_f, int *go_fl)
 {
 	{
 		if ((v < 0.0)) {
-			{ go_fault(go_f, 163, (long)(0), (long)(0), *go_fl >> 1); *go_fl |= 1; return 0.0; }
+			{ go_fault(go_f, 171, (long)(0), (long)(0), *go_fl >> 1); *go_fl |= 1; return 0.0; }
 		}
 	}
 	return (v * v);
@@ -240,6 +240,58 @@ kernel void gentest_jacobi(global double *next, global double *cur, long cols, l
 	}
 }
 
+// gentest_usecoeffs is kernel "gentest.usecoeffs" (globals.go:13).
+kernel void gentest_usecoeffs(global double *x, global double *out, long go_len_x, long go_len_out, global double *go_g_gentest_coeffs, long go_len_go_g_gentest_coeffs, long go_dev, global long *go_f)
+{
+	int go_fl = 0;
+	global double *c = go_g_gentest_coeffs;
+	long go_len_c = go_len_go_g_gentest_coeffs;
+	long go_t1 = go_len_x;
+	go_fl = 2;
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_x && go_t1 <= go_len_out) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			if (go_len_c == 0) { go_fault(go_f, 20, (long)(0), (long)(0), 1); return; }
+			long go_t3 = (long)((go_len_c == -1 ? (long)0 : (long)(i_2 % go_len_c)));
+			if ((ulong)(go_t3) >= (ulong)(go_len_c)) { go_fault(go_f, 21, (long)(go_t3), (long)(go_len_c), 1); return; }
+			out[i_2] = (x[i_2] * c[go_t3]);
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 16, (long)(i), (long)(go_len_x), 1); return; }
+			if (go_len_c == 0) { go_fault(go_f, 17, (long)(0), (long)(0), 1); return; }
+			long go_t2 = (long)((go_len_c == -1 ? (long)0 : (long)(i % go_len_c)));
+			if ((ulong)(go_t2) >= (ulong)(go_len_c)) { go_fault(go_f, 18, (long)(go_t2), (long)(go_len_c), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 19, (long)(i), (long)(go_len_out), 1); return; }
+			out[i] = (x[i] * c[go_t2]);
+		}
+	}
+}
+
+// gentest_bumptable is kernel "gentest.bumptable" (globals.go:23).
+kernel void gentest_bumptable(long n, global long *go_g_gentest_table, long go_len_go_g_gentest_table, long go_dev, global long *go_f)
+{
+	int go_fl = 0;
+	long go_t1 = n;
+	go_fl = 2;
+	if ((long)get_global_size(0) >= go_t1) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			if ((ulong)(i_2) >= (ulong)(go_len_go_g_gentest_table)) { go_fault(go_f, 23, (long)(i_2), (long)(go_len_go_g_gentest_table), 1); return; }
+			go_g_gentest_table[i_2] = ((long)((ulong)(go_g_gentest_table[i_2]) + (ulong)(i_2)));
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_go_g_gentest_table)) { go_fault(go_f, 22, (long)(i), (long)(go_len_go_g_gentest_table), 1); return; }
+			go_g_gentest_table[i] = ((long)((ulong)(go_g_gentest_table[i]) + (ulong)(i)));
+		}
+	}
+}
+
 // int32ops is kernel "int32ops" (kernels.go:17).
 kernel void int32ops(global int *a, global int *b, global int *out, long go_len_a, long go_len_b, long go_len_out, long go_dev, global long *go_f)
 {
@@ -255,94 +307,94 @@ kernel void int32ops(global int *a, global int *b, global int *out, long go_len_
 			int x_2 = go_t16;
 			int y_2 = go_t17;
 			long go_t18 = (long)(((long)((ulong)(8L) * (ulong)(i_2))));
-			if ((ulong)(go_t18) >= (ulong)(go_len_out)) { go_fault(go_f, 30, (long)(go_t18), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t18) >= (ulong)(go_len_out)) { go_fault(go_f, 38, (long)(go_t18), (long)(go_len_out), 1); return; }
 			out[go_t18] = ((int)((uint)(x_2) + (uint)(y_2)));
 			long go_t19 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(1L))));
-			if ((ulong)(go_t19) >= (ulong)(go_len_out)) { go_fault(go_f, 31, (long)(go_t19), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t19) >= (ulong)(go_len_out)) { go_fault(go_f, 39, (long)(go_t19), (long)(go_len_out), 1); return; }
 			out[go_t19] = ((int)((uint)(x_2) - (uint)(((int)((uint)(y_2) * (uint)(3))))));
 			long go_t20 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(2L))));
-			if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 32, (long)(go_t20), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 40, (long)(go_t20), (long)(go_len_out), 1); return; }
 			out[go_t20] = ((int)((uint)(x_2) * (uint)(y_2)));
 			{
 				if ((y_2 != 0)) {
-					if (y_2 == 0) { go_fault(go_f, 33, (long)(0), (long)(0), 1); return; }
+					if (y_2 == 0) { go_fault(go_f, 41, (long)(0), (long)(0), 1); return; }
 					long go_t21 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(3L))));
-					if ((ulong)(go_t21) >= (ulong)(go_len_out)) { go_fault(go_f, 34, (long)(go_t21), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t21) >= (ulong)(go_len_out)) { go_fault(go_f, 42, (long)(go_t21), (long)(go_len_out), 1); return; }
 					out[go_t21] = (y_2 == -1 ? (int)(-(uint)(x_2)) : (int)(x_2 / y_2));
-					if (y_2 == 0) { go_fault(go_f, 35, (long)(0), (long)(0), 1); return; }
+					if (y_2 == 0) { go_fault(go_f, 43, (long)(0), (long)(0), 1); return; }
 					long go_t22 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(4L))));
-					if ((ulong)(go_t22) >= (ulong)(go_len_out)) { go_fault(go_f, 36, (long)(go_t22), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t22) >= (ulong)(go_len_out)) { go_fault(go_f, 44, (long)(go_t22), (long)(go_len_out), 1); return; }
 					out[go_t22] = (y_2 == -1 ? (int)0 : (int)(x_2 % y_2));
 				} else {
 					int go_t23 = 0;
 					int go_t24 = 0;
 					long go_t25 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(3L))));
-					if ((ulong)(go_t25) >= (ulong)(go_len_out)) { go_fault(go_f, 37, (long)(go_t25), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t25) >= (ulong)(go_len_out)) { go_fault(go_f, 45, (long)(go_t25), (long)(go_len_out), 1); return; }
 					out[go_t25] = go_t23;
 					long go_t26 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(4L))));
-					if ((ulong)(go_t26) >= (ulong)(go_len_out)) { go_fault(go_f, 38, (long)(go_t26), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t26) >= (ulong)(go_len_out)) { go_fault(go_f, 46, (long)(go_t26), (long)(go_len_out), 1); return; }
 					out[go_t26] = go_t24;
 				}
 			}
 			ulong s_2 = ((ulong)(((int)(y_2 & 63))));
 			long go_t27 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(5L))));
-			if ((ulong)(go_t27) >= (ulong)(go_len_out)) { go_fault(go_f, 39, (long)(go_t27), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t27) >= (ulong)(go_len_out)) { go_fault(go_f, 47, (long)(go_t27), (long)(go_len_out), 1); return; }
 			out[go_t27] = go_shl_int(x_2, (ulong)(s_2));
 			long go_t28 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(6L))));
-			if ((ulong)(go_t28) >= (ulong)(go_len_out)) { go_fault(go_f, 40, (long)(go_t28), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t28) >= (ulong)(go_len_out)) { go_fault(go_f, 48, (long)(go_t28), (long)(go_len_out), 1); return; }
 			out[go_t28] = go_shr_int(x_2, (ulong)(s_2));
 			long go_t29 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(7L))));
-			if ((ulong)(go_t29) >= (ulong)(go_len_out)) { go_fault(go_f, 41, (long)(go_t29), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t29) >= (ulong)(go_len_out)) { go_fault(go_f, 49, (long)(go_t29), (long)(go_len_out), 1); return; }
 			out[go_t29] = ((int)((uint)(((int)(((int)(x_2 & ~y_2)) ^ ((int)(x_2 | y_2))))) + (uint)(((int)(-(uint)(x_2))))));
 		}
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 16, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 24, (long)(i), (long)(go_len_a), 1); return; }
 			int go_t2 = a[i];
-			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 17, (long)(i), (long)(go_len_b), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 25, (long)(i), (long)(go_len_b), 1); return; }
 			int go_t3 = b[i];
 			int x = go_t2;
 			int y = go_t3;
 			long go_t4 = (long)(((long)((ulong)(8L) * (ulong)(i))));
-			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 18, (long)(go_t4), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 26, (long)(go_t4), (long)(go_len_out), 1); return; }
 			out[go_t4] = ((int)((uint)(x) + (uint)(y)));
 			long go_t5 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
-			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 19, (long)(go_t5), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 27, (long)(go_t5), (long)(go_len_out), 1); return; }
 			out[go_t5] = ((int)((uint)(x) - (uint)(((int)((uint)(y) * (uint)(3))))));
 			long go_t6 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
-			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 20, (long)(go_t6), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 28, (long)(go_t6), (long)(go_len_out), 1); return; }
 			out[go_t6] = ((int)((uint)(x) * (uint)(y)));
 			{
 				if ((y != 0)) {
-					if (y == 0) { go_fault(go_f, 21, (long)(0), (long)(0), 1); return; }
+					if (y == 0) { go_fault(go_f, 29, (long)(0), (long)(0), 1); return; }
 					long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-					if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 22, (long)(go_t7), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 30, (long)(go_t7), (long)(go_len_out), 1); return; }
 					out[go_t7] = (y == -1 ? (int)(-(uint)(x)) : (int)(x / y));
-					if (y == 0) { go_fault(go_f, 23, (long)(0), (long)(0), 1); return; }
+					if (y == 0) { go_fault(go_f, 31, (long)(0), (long)(0), 1); return; }
 					long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-					if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 24, (long)(go_t8), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 32, (long)(go_t8), (long)(go_len_out), 1); return; }
 					out[go_t8] = (y == -1 ? (int)0 : (int)(x % y));
 				} else {
 					int go_t9 = 0;
 					int go_t10 = 0;
 					long go_t11 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-					if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 25, (long)(go_t11), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 33, (long)(go_t11), (long)(go_len_out), 1); return; }
 					out[go_t11] = go_t9;
 					long go_t12 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-					if ((ulong)(go_t12) >= (ulong)(go_len_out)) { go_fault(go_f, 26, (long)(go_t12), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t12) >= (ulong)(go_len_out)) { go_fault(go_f, 34, (long)(go_t12), (long)(go_len_out), 1); return; }
 					out[go_t12] = go_t10;
 				}
 			}
 			ulong s = ((ulong)(((int)(y & 63))));
 			long go_t13 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
-			if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 27, (long)(go_t13), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 35, (long)(go_t13), (long)(go_len_out), 1); return; }
 			out[go_t13] = go_shl_int(x, (ulong)(s));
 			long go_t14 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
-			if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 28, (long)(go_t14), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 36, (long)(go_t14), (long)(go_len_out), 1); return; }
 			out[go_t14] = go_shr_int(x, (ulong)(s));
 			long go_t15 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
-			if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 29, (long)(go_t15), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 37, (long)(go_t15), (long)(go_len_out), 1); return; }
 			out[go_t15] = ((int)((uint)(((int)(((int)(x & ~y)) ^ ((int)(x | y))))) + (uint)(((int)(-(uint)(x))))));
 		}
 	}
@@ -363,102 +415,102 @@ kernel void int64ops(global long *a, global long *b, global long *out, long go_l
 			long x_2 = go_t17;
 			long y_2 = go_t18;
 			long go_t19 = (long)(((long)((ulong)(8L) * (ulong)(i_2))));
-			if ((ulong)(go_t19) >= (ulong)(go_len_out)) { go_fault(go_f, 59, (long)(go_t19), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t19) >= (ulong)(go_len_out)) { go_fault(go_f, 67, (long)(go_t19), (long)(go_len_out), 1); return; }
 			out[go_t19] = ((long)((ulong)(x_2) + (ulong)(y_2)));
 			long go_t20 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(1L))));
-			if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 60, (long)(go_t20), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 68, (long)(go_t20), (long)(go_len_out), 1); return; }
 			out[go_t20] = ((long)((ulong)(x_2) - (ulong)(y_2)));
 			long go_t21 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(2L))));
-			if ((ulong)(go_t21) >= (ulong)(go_len_out)) { go_fault(go_f, 61, (long)(go_t21), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t21) >= (ulong)(go_len_out)) { go_fault(go_f, 69, (long)(go_t21), (long)(go_len_out), 1); return; }
 			out[go_t21] = ((long)((ulong)(x_2) * (ulong)(y_2)));
 			{
 				if ((y_2 != 0L)) {
-					if (y_2 == 0) { go_fault(go_f, 62, (long)(0), (long)(0), 1); return; }
+					if (y_2 == 0) { go_fault(go_f, 70, (long)(0), (long)(0), 1); return; }
 					long go_t22 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(3L))));
-					if ((ulong)(go_t22) >= (ulong)(go_len_out)) { go_fault(go_f, 63, (long)(go_t22), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t22) >= (ulong)(go_len_out)) { go_fault(go_f, 71, (long)(go_t22), (long)(go_len_out), 1); return; }
 					out[go_t22] = (y_2 == -1 ? (long)(-(ulong)(x_2)) : (long)(x_2 / y_2));
-					if (y_2 == 0) { go_fault(go_f, 64, (long)(0), (long)(0), 1); return; }
+					if (y_2 == 0) { go_fault(go_f, 72, (long)(0), (long)(0), 1); return; }
 					long go_t23 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(4L))));
-					if ((ulong)(go_t23) >= (ulong)(go_len_out)) { go_fault(go_f, 65, (long)(go_t23), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t23) >= (ulong)(go_len_out)) { go_fault(go_f, 73, (long)(go_t23), (long)(go_len_out), 1); return; }
 					out[go_t23] = (y_2 == -1 ? (long)0 : (long)(x_2 % y_2));
 				} else {
 					long go_t24 = 0L;
 					long go_t25 = 0L;
 					long go_t26 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(3L))));
-					if ((ulong)(go_t26) >= (ulong)(go_len_out)) { go_fault(go_f, 66, (long)(go_t26), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t26) >= (ulong)(go_len_out)) { go_fault(go_f, 74, (long)(go_t26), (long)(go_len_out), 1); return; }
 					out[go_t26] = go_t24;
 					long go_t27 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(4L))));
-					if ((ulong)(go_t27) >= (ulong)(go_len_out)) { go_fault(go_f, 67, (long)(go_t27), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t27) >= (ulong)(go_len_out)) { go_fault(go_f, 75, (long)(go_t27), (long)(go_len_out), 1); return; }
 					out[go_t27] = go_t25;
 				}
 			}
 			long s_2 = ((long)(y_2 & 127L));
-			if (s_2 < 0) { go_fault(go_f, 68, (long)(s_2), (long)(0), 1); return; }
+			if (s_2 < 0) { go_fault(go_f, 76, (long)(s_2), (long)(0), 1); return; }
 			long go_t28 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(5L))));
-			if ((ulong)(go_t28) >= (ulong)(go_len_out)) { go_fault(go_f, 69, (long)(go_t28), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t28) >= (ulong)(go_len_out)) { go_fault(go_f, 77, (long)(go_t28), (long)(go_len_out), 1); return; }
 			out[go_t28] = go_shl_long(x_2, (ulong)(s_2));
-			if (s_2 < 0) { go_fault(go_f, 70, (long)(s_2), (long)(0), 1); return; }
+			if (s_2 < 0) { go_fault(go_f, 78, (long)(s_2), (long)(0), 1); return; }
 			long go_t29 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(6L))));
-			if ((ulong)(go_t29) >= (ulong)(go_len_out)) { go_fault(go_f, 71, (long)(go_t29), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t29) >= (ulong)(go_len_out)) { go_fault(go_f, 79, (long)(go_t29), (long)(go_len_out), 1); return; }
 			out[go_t29] = go_shr_long(x_2, (ulong)(s_2));
 			long go_t30 = ((long)((ulong)(s_2) + (ulong)(60L)));
-			if (go_t30 < 0) { go_fault(go_f, 72, (long)(go_t30), (long)(0), 1); return; }
+			if (go_t30 < 0) { go_fault(go_f, 80, (long)(go_t30), (long)(0), 1); return; }
 			long go_t31 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(7L))));
-			if ((ulong)(go_t31) >= (ulong)(go_len_out)) { go_fault(go_f, 73, (long)(go_t31), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t31) >= (ulong)(go_len_out)) { go_fault(go_f, 81, (long)(go_t31), (long)(go_len_out), 1); return; }
 			out[go_t31] = ((long)(((long)(((long)(~x_2)) ^ ((long)((ulong)(y_2) << 3)))) ^ go_shr_long(y_2, (ulong)(go_t30))));
 		}
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 42, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 50, (long)(i), (long)(go_len_a), 1); return; }
 			long go_t2 = a[i];
-			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 43, (long)(i), (long)(go_len_b), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 51, (long)(i), (long)(go_len_b), 1); return; }
 			long go_t3 = b[i];
 			long x = go_t2;
 			long y = go_t3;
 			long go_t4 = (long)(((long)((ulong)(8L) * (ulong)(i))));
-			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 44, (long)(go_t4), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 52, (long)(go_t4), (long)(go_len_out), 1); return; }
 			out[go_t4] = ((long)((ulong)(x) + (ulong)(y)));
 			long go_t5 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
-			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 45, (long)(go_t5), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 53, (long)(go_t5), (long)(go_len_out), 1); return; }
 			out[go_t5] = ((long)((ulong)(x) - (ulong)(y)));
 			long go_t6 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
-			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 46, (long)(go_t6), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 54, (long)(go_t6), (long)(go_len_out), 1); return; }
 			out[go_t6] = ((long)((ulong)(x) * (ulong)(y)));
 			{
 				if ((y != 0L)) {
-					if (y == 0) { go_fault(go_f, 47, (long)(0), (long)(0), 1); return; }
+					if (y == 0) { go_fault(go_f, 55, (long)(0), (long)(0), 1); return; }
 					long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-					if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 48, (long)(go_t7), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 56, (long)(go_t7), (long)(go_len_out), 1); return; }
 					out[go_t7] = (y == -1 ? (long)(-(ulong)(x)) : (long)(x / y));
-					if (y == 0) { go_fault(go_f, 49, (long)(0), (long)(0), 1); return; }
+					if (y == 0) { go_fault(go_f, 57, (long)(0), (long)(0), 1); return; }
 					long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-					if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 50, (long)(go_t8), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 58, (long)(go_t8), (long)(go_len_out), 1); return; }
 					out[go_t8] = (y == -1 ? (long)0 : (long)(x % y));
 				} else {
 					long go_t9 = 0L;
 					long go_t10 = 0L;
 					long go_t11 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-					if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 51, (long)(go_t11), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 59, (long)(go_t11), (long)(go_len_out), 1); return; }
 					out[go_t11] = go_t9;
 					long go_t12 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-					if ((ulong)(go_t12) >= (ulong)(go_len_out)) { go_fault(go_f, 52, (long)(go_t12), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t12) >= (ulong)(go_len_out)) { go_fault(go_f, 60, (long)(go_t12), (long)(go_len_out), 1); return; }
 					out[go_t12] = go_t10;
 				}
 			}
 			long s = ((long)(y & 127L));
-			if (s < 0) { go_fault(go_f, 53, (long)(s), (long)(0), 1); return; }
+			if (s < 0) { go_fault(go_f, 61, (long)(s), (long)(0), 1); return; }
 			long go_t13 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
-			if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 54, (long)(go_t13), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 62, (long)(go_t13), (long)(go_len_out), 1); return; }
 			out[go_t13] = go_shl_long(x, (ulong)(s));
-			if (s < 0) { go_fault(go_f, 55, (long)(s), (long)(0), 1); return; }
+			if (s < 0) { go_fault(go_f, 63, (long)(s), (long)(0), 1); return; }
 			long go_t14 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
-			if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 56, (long)(go_t14), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 64, (long)(go_t14), (long)(go_len_out), 1); return; }
 			out[go_t14] = go_shr_long(x, (ulong)(s));
 			long go_t15 = ((long)((ulong)(s) + (ulong)(60L)));
-			if (go_t15 < 0) { go_fault(go_f, 57, (long)(go_t15), (long)(0), 1); return; }
+			if (go_t15 < 0) { go_fault(go_f, 65, (long)(go_t15), (long)(0), 1); return; }
 			long go_t16 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
-			if ((ulong)(go_t16) >= (ulong)(go_len_out)) { go_fault(go_f, 58, (long)(go_t16), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t16) >= (ulong)(go_len_out)) { go_fault(go_f, 66, (long)(go_t16), (long)(go_len_out), 1); return; }
 			out[go_t16] = ((long)(((long)(((long)(~x)) ^ ((long)((ulong)(y) << 3)))) ^ go_shr_long(y, (ulong)(go_t15))));
 		}
 	}
@@ -483,31 +535,31 @@ kernel void smallops(global char *a, global ushort *b, global long *out, long go
 			char q_2 = ((char)-128);
 			{
 				if ((x_2 != ((char)0))) {
-					if (x_2 == 0) { go_fault(go_f, 81, (long)(0), (long)(0), 1); return; }
+					if (x_2 == 0) { go_fault(go_f, 89, (long)(0), (long)(0), 1); return; }
 					q_2 = (x_2 == -1 ? (char)(-(uint)(q_2)) : (char)(q_2 / x_2));
 				}
 			}
 			long go_t12 = (long)(((long)((ulong)(4L) * (ulong)(i_2))));
-			if ((ulong)(go_t12) >= (ulong)(go_len_out)) { go_fault(go_f, 82, (long)(go_t12), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t12) >= (ulong)(go_len_out)) { go_fault(go_f, 90, (long)(go_t12), (long)(go_len_out), 1); return; }
 			out[go_t12] = ((long)(x2_2));
 			long go_t13 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i_2)))) + (ulong)(1L))));
-			if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 83, (long)(go_t13), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 91, (long)(go_t13), (long)(go_len_out), 1); return; }
 			out[go_t13] = ((long)(y2_2));
 			ulong go_t14 = ((ulong)(((ulong)(y_2)) & 15UL));
 			long go_t15 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i_2)))) + (ulong)(2L))));
-			if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 84, (long)(go_t15), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 92, (long)(go_t15), (long)(go_len_out), 1); return; }
 			out[go_t15] = ((long)((ulong)(((long)(q_2))) + (ulong)(((long)(go_shl_char(x_2, (ulong)(go_t14)))))));
 			ulong go_t16 = ((ulong)(((ulong)(x_2)) & 31UL));
 			long go_t17 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i_2)))) + (ulong)(3L))));
-			if ((ulong)(go_t17) >= (ulong)(go_len_out)) { go_fault(go_f, 85, (long)(go_t17), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t17) >= (ulong)(go_len_out)) { go_fault(go_f, 93, (long)(go_t17), (long)(go_len_out), 1); return; }
 			out[go_t17] = ((long)((ulong)(((long)(((uchar)(((uchar)(x_2)) >> 3))))) + (ulong)(((long)(go_shr_ushort(y_2, (ulong)(go_t16)))))));
 		}
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 74, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 82, (long)(i), (long)(go_len_a), 1); return; }
 			char go_t2 = a[i];
-			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 75, (long)(i), (long)(go_len_b), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 83, (long)(i), (long)(go_len_b), 1); return; }
 			ushort go_t3 = b[i];
 			char x = go_t2;
 			ushort y = go_t3;
@@ -516,23 +568,23 @@ kernel void smallops(global char *a, global ushort *b, global long *out, long go
 			char q = ((char)-128);
 			{
 				if ((x != ((char)0))) {
-					if (x == 0) { go_fault(go_f, 76, (long)(0), (long)(0), 1); return; }
+					if (x == 0) { go_fault(go_f, 84, (long)(0), (long)(0), 1); return; }
 					q = (x == -1 ? (char)(-(uint)(q)) : (char)(q / x));
 				}
 			}
 			long go_t4 = (long)(((long)((ulong)(4L) * (ulong)(i))));
-			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 77, (long)(go_t4), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 85, (long)(go_t4), (long)(go_len_out), 1); return; }
 			out[go_t4] = ((long)(x2));
 			long go_t5 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(1L))));
-			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 78, (long)(go_t5), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 86, (long)(go_t5), (long)(go_len_out), 1); return; }
 			out[go_t5] = ((long)(y2));
 			ulong go_t6 = ((ulong)(((ulong)(y)) & 15UL));
 			long go_t7 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(2L))));
-			if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 79, (long)(go_t7), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 87, (long)(go_t7), (long)(go_len_out), 1); return; }
 			out[go_t7] = ((long)((ulong)(((long)(q))) + (ulong)(((long)(go_shl_char(x, (ulong)(go_t6)))))));
 			ulong go_t8 = ((ulong)(((ulong)(x)) & 31UL));
 			long go_t9 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(3L))));
-			if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 80, (long)(go_t9), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 88, (long)(go_t9), (long)(go_len_out), 1); return; }
 			out[go_t9] = ((long)((ulong)(((long)(((uchar)(((uchar)(x)) >> 3))))) + (ulong)(((long)(go_shr_ushort(y, (ulong)(go_t8)))))));
 		}
 	}
@@ -553,62 +605,62 @@ kernel void floatops(global float *a, global float *b, global float *out, long g
 			float x_2 = go_t12;
 			float y_2 = go_t13;
 			long go_t14 = (long)(((long)((ulong)(8L) * (ulong)(i_2))));
-			if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 96, (long)(go_t14), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 104, (long)(go_t14), (long)(go_len_out), 1); return; }
 			out[go_t14] = (x_2 + y_2);
 			long go_t15 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(1L))));
-			if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 97, (long)(go_t15), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 105, (long)(go_t15), (long)(go_len_out), 1); return; }
 			out[go_t15] = (x_2 - y_2);
 			long go_t16 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(2L))));
-			if ((ulong)(go_t16) >= (ulong)(go_len_out)) { go_fault(go_f, 98, (long)(go_t16), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t16) >= (ulong)(go_len_out)) { go_fault(go_f, 106, (long)(go_t16), (long)(go_len_out), 1); return; }
 			out[go_t16] = (x_2 * y_2);
 			long go_t17 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(3L))));
-			if ((ulong)(go_t17) >= (ulong)(go_len_out)) { go_fault(go_f, 99, (long)(go_t17), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t17) >= (ulong)(go_len_out)) { go_fault(go_f, 107, (long)(go_t17), (long)(go_len_out), 1); return; }
 			out[go_t17] = (x_2 / y_2);
 			long go_t18 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(4L))));
-			if ((ulong)(go_t18) >= (ulong)(go_len_out)) { go_fault(go_f, 100, (long)(go_t18), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t18) >= (ulong)(go_len_out)) { go_fault(go_f, 108, (long)(go_t18), (long)(go_len_out), 1); return; }
 			out[go_t18] = ((float)(sqrt(((double)(x_2)))));
 			long go_t19 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(5L))));
-			if ((ulong)(go_t19) >= (ulong)(go_len_out)) { go_fault(go_f, 101, (long)(go_t19), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t19) >= (ulong)(go_len_out)) { go_fault(go_f, 109, (long)(go_t19), (long)(go_len_out), 1); return; }
 			out[go_t19] = go_min_float(x_2, y_2);
 			long go_t20 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(6L))));
-			if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 102, (long)(go_t20), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 110, (long)(go_t20), (long)(go_len_out), 1); return; }
 			out[go_t20] = go_max_float(go_max_float(x_2, y_2), 0.5f);
 			long go_t21 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(7L))));
-			if ((ulong)(go_t21) >= (ulong)(go_len_out)) { go_fault(go_f, 103, (long)(go_t21), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t21) >= (ulong)(go_len_out)) { go_fault(go_f, 111, (long)(go_t21), (long)(go_len_out), 1); return; }
 			out[go_t21] = ((x_2 * y_2) + x_2);
 		}
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 86, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 94, (long)(i), (long)(go_len_a), 1); return; }
 			float go_t2 = a[i];
-			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 87, (long)(i), (long)(go_len_b), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 95, (long)(i), (long)(go_len_b), 1); return; }
 			float go_t3 = b[i];
 			float x = go_t2;
 			float y = go_t3;
 			long go_t4 = (long)(((long)((ulong)(8L) * (ulong)(i))));
-			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 88, (long)(go_t4), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 96, (long)(go_t4), (long)(go_len_out), 1); return; }
 			out[go_t4] = (x + y);
 			long go_t5 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
-			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 89, (long)(go_t5), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 97, (long)(go_t5), (long)(go_len_out), 1); return; }
 			out[go_t5] = (x - y);
 			long go_t6 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
-			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 90, (long)(go_t6), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 98, (long)(go_t6), (long)(go_len_out), 1); return; }
 			out[go_t6] = (x * y);
 			long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-			if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 91, (long)(go_t7), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 99, (long)(go_t7), (long)(go_len_out), 1); return; }
 			out[go_t7] = (x / y);
 			long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-			if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 92, (long)(go_t8), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 100, (long)(go_t8), (long)(go_len_out), 1); return; }
 			out[go_t8] = ((float)(sqrt(((double)(x)))));
 			long go_t9 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
-			if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 93, (long)(go_t9), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 101, (long)(go_t9), (long)(go_len_out), 1); return; }
 			out[go_t9] = go_min_float(x, y);
 			long go_t10 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
-			if ((ulong)(go_t10) >= (ulong)(go_len_out)) { go_fault(go_f, 94, (long)(go_t10), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t10) >= (ulong)(go_len_out)) { go_fault(go_f, 102, (long)(go_t10), (long)(go_len_out), 1); return; }
 			out[go_t10] = go_max_float(go_max_float(x, y), 0.5f);
 			long go_t11 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
-			if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 95, (long)(go_t11), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 103, (long)(go_t11), (long)(go_len_out), 1); return; }
 			out[go_t11] = ((x * y) + x);
 		}
 	}
@@ -629,62 +681,62 @@ kernel void doubleops(global double *a, global double *b, global double *out, lo
 			double x_2 = go_t12;
 			double y_2 = go_t13;
 			long go_t14 = (long)(((long)((ulong)(8L) * (ulong)(i_2))));
-			if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 114, (long)(go_t14), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 122, (long)(go_t14), (long)(go_len_out), 1); return; }
 			out[go_t14] = ((x_2 * y_2) - (x_2 / y_2));
 			long go_t15 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(1L))));
-			if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 115, (long)(go_t15), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 123, (long)(go_t15), (long)(go_len_out), 1); return; }
 			out[go_t15] = sqrt(fabs(x_2));
 			long go_t16 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(2L))));
-			if ((ulong)(go_t16) >= (ulong)(go_len_out)) { go_fault(go_f, 116, (long)(go_t16), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t16) >= (ulong)(go_len_out)) { go_fault(go_f, 124, (long)(go_t16), (long)(go_len_out), 1); return; }
 			out[go_t16] = ((floor(x_2) + (ceil(y_2) * 2.0)) + trunc((x_2 * y_2)));
 			long go_t17 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(3L))));
-			if ((ulong)(go_t17) >= (ulong)(go_len_out)) { go_fault(go_f, 117, (long)(go_t17), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t17) >= (ulong)(go_len_out)) { go_fault(go_f, 125, (long)(go_t17), (long)(go_len_out), 1); return; }
 			out[go_t17] = ((isinf(x_2) && x_2 > 0) || (isinf(y_2) && y_2 > 0) ? INFINITY : go_max_double(x_2, y_2));
 			long go_t18 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(4L))));
-			if ((ulong)(go_t18) >= (ulong)(go_len_out)) { go_fault(go_f, 118, (long)(go_t18), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t18) >= (ulong)(go_len_out)) { go_fault(go_f, 126, (long)(go_t18), (long)(go_len_out), 1); return; }
 			out[go_t18] = ((isinf(x_2) && x_2 < 0) || (isinf(y_2) && y_2 < 0) ? (-INFINITY) : go_min_double(x_2, y_2));
 			long go_t19 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(5L))));
-			if ((ulong)(go_t19) >= (ulong)(go_len_out)) { go_fault(go_f, 119, (long)(go_t19), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t19) >= (ulong)(go_len_out)) { go_fault(go_f, 127, (long)(go_t19), (long)(go_len_out), 1); return; }
 			out[go_t19] = copysign(x_2, y_2);
 			long go_t20 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(6L))));
-			if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 120, (long)(go_t20), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 128, (long)(go_t20), (long)(go_len_out), 1); return; }
 			out[go_t20] = as_double(((ulong)(as_ulong(x_2) ^ 1UL)));
 			long go_t21 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(7L))));
-			if ((ulong)(go_t21) >= (ulong)(go_len_out)) { go_fault(go_f, 121, (long)(go_t21), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t21) >= (ulong)(go_len_out)) { go_fault(go_f, 129, (long)(go_t21), (long)(go_len_out), 1); return; }
 			out[go_t21] = (((double)(((float)(x_2)))) + ((double)(((int)(y_2)))));
 		}
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 104, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 112, (long)(i), (long)(go_len_a), 1); return; }
 			double go_t2 = a[i];
-			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 105, (long)(i), (long)(go_len_b), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 113, (long)(i), (long)(go_len_b), 1); return; }
 			double go_t3 = b[i];
 			double x = go_t2;
 			double y = go_t3;
 			long go_t4 = (long)(((long)((ulong)(8L) * (ulong)(i))));
-			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 106, (long)(go_t4), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 114, (long)(go_t4), (long)(go_len_out), 1); return; }
 			out[go_t4] = ((x * y) - (x / y));
 			long go_t5 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
-			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 107, (long)(go_t5), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 115, (long)(go_t5), (long)(go_len_out), 1); return; }
 			out[go_t5] = sqrt(fabs(x));
 			long go_t6 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
-			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 108, (long)(go_t6), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 116, (long)(go_t6), (long)(go_len_out), 1); return; }
 			out[go_t6] = ((floor(x) + (ceil(y) * 2.0)) + trunc((x * y)));
 			long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-			if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 109, (long)(go_t7), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 117, (long)(go_t7), (long)(go_len_out), 1); return; }
 			out[go_t7] = ((isinf(x) && x > 0) || (isinf(y) && y > 0) ? INFINITY : go_max_double(x, y));
 			long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-			if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 110, (long)(go_t8), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 118, (long)(go_t8), (long)(go_len_out), 1); return; }
 			out[go_t8] = ((isinf(x) && x < 0) || (isinf(y) && y < 0) ? (-INFINITY) : go_min_double(x, y));
 			long go_t9 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
-			if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 111, (long)(go_t9), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 119, (long)(go_t9), (long)(go_len_out), 1); return; }
 			out[go_t9] = copysign(x, y);
 			long go_t10 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
-			if ((ulong)(go_t10) >= (ulong)(go_len_out)) { go_fault(go_f, 112, (long)(go_t10), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t10) >= (ulong)(go_len_out)) { go_fault(go_f, 120, (long)(go_t10), (long)(go_len_out), 1); return; }
 			out[go_t10] = as_double(((ulong)(as_ulong(x) ^ 1UL)));
 			long go_t11 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
-			if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 113, (long)(go_t11), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 121, (long)(go_t11), (long)(go_len_out), 1); return; }
 			out[go_t11] = (((double)(((float)(x)))) + ((double)(((int)(y)))));
 		}
 	}
@@ -707,10 +759,10 @@ kernel void collatz(int limit, global long *x, global int *steps, long go_len_x,
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 122, (long)(i), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 130, (long)(i), (long)(go_len_x), 1); return; }
 			int go_t2 = go_fn_collatz(x[i], limit, go_f, &go_fl);
 			if (go_fl & 1) return;
-			if ((ulong)(i) >= (ulong)(go_len_steps)) { go_fault(go_f, 123, (long)(i), (long)(go_len_steps), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_steps)) { go_fault(go_f, 131, (long)(i), (long)(go_len_steps), 1); return; }
 			steps[i] = go_t2;
 		}
 	}
@@ -726,9 +778,9 @@ kernel void mandelbrot(long w, long h, long limit, global int *out, long go_len_
 		long go_i = (long)get_global_id(0);
 		if (go_i < go_t1) {
 			long p_2 = go_i;
-			if (w == 0) { go_fault(go_f, 127, (long)(0), (long)(0), 1); return; }
+			if (w == 0) { go_fault(go_f, 135, (long)(0), (long)(0), 1); return; }
 			double re_2 = ((-2.0) + ((3.0 * ((double)((w == -1 ? (long)0 : (long)(p_2 % w))))) / ((double)(w))));
-			if (w == 0) { go_fault(go_f, 128, (long)(0), (long)(0), 1); return; }
+			if (w == 0) { go_fault(go_f, 136, (long)(0), (long)(0), 1); return; }
 			double im_2 = ((-1.0) + ((2.0 * ((double)((w == -1 ? (long)(-(ulong)(p_2)) : (long)(p_2 / w))))) / ((double)(h))));
 			long go_t3 = go_fn_mandel(re_2, im_2, limit, go_f, &go_fl);
 			if (go_fl & 1) return;
@@ -737,13 +789,13 @@ kernel void mandelbrot(long w, long h, long limit, global int *out, long go_len_
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long p = go_i;
-			if (w == 0) { go_fault(go_f, 124, (long)(0), (long)(0), 1); return; }
+			if (w == 0) { go_fault(go_f, 132, (long)(0), (long)(0), 1); return; }
 			double re = ((-2.0) + ((3.0 * ((double)((w == -1 ? (long)0 : (long)(p % w))))) / ((double)(w))));
-			if (w == 0) { go_fault(go_f, 125, (long)(0), (long)(0), 1); return; }
+			if (w == 0) { go_fault(go_f, 133, (long)(0), (long)(0), 1); return; }
 			double im = ((-1.0) + ((2.0 * ((double)((w == -1 ? (long)(-(ulong)(p)) : (long)(p / w))))) / ((double)(h))));
 			long go_t2 = go_fn_mandel(re, im, limit, go_f, &go_fl);
 			if (go_fl & 1) return;
-			if ((ulong)(p) >= (ulong)(go_len_out)) { go_fault(go_f, 126, (long)(p), (long)(go_len_out), 1); return; }
+			if ((ulong)(p) >= (ulong)(go_len_out)) { go_fault(go_f, 134, (long)(p), (long)(go_len_out), 1); return; }
 			out[p] = ((int)(go_t2));
 		}
 	}
@@ -772,12 +824,12 @@ kernel void histogram(global uchar *x, global int *out, long go_len_x, long go_l
 				}
 			}
 			long go_t8 = (long)(((uchar)(v & ((uchar)15U))));
-			if ((ulong)(go_t8) >= (ulong)(16L)) { go_fault(go_f, 129, (long)(go_t8), (long)(16L), 0); return; }
+			if ((ulong)(go_t8) >= (ulong)(16L)) { go_fault(go_f, 137, (long)(go_t8), (long)(16L), 0); return; }
 			counts[go_t8] = ((int)((uint)(counts[go_t8]) + (uint)(1)));
 			long go_t9 = (long)(((uchar)(v & ((uchar)3U))));
-			if ((ulong)(go_t9) >= (ulong)(4L)) { go_fault(go_f, 130, (long)(go_t9), (long)(4L), 0); return; }
+			if ((ulong)(go_t9) >= (ulong)(4L)) { go_fault(go_f, 138, (long)(go_t9), (long)(4L), 0); return; }
 			long go_t10 = (long)(((long)(i & 3L)));
-			if ((ulong)(go_t10) >= (ulong)(4L)) { go_fault(go_f, 131, (long)(go_t10), (long)(4L), 0); return; }
+			if ((ulong)(go_t10) >= (ulong)(4L)) { go_fault(go_f, 139, (long)(go_t10), (long)(4L), 0); return; }
 			pairs[go_t9][go_t10] = ((int)((uint)(pairs[go_t9][go_t10]) + (uint)(((int)(((uchar)(v >> 4)))))));
 			go_cont2: ;
 		}
@@ -786,7 +838,7 @@ kernel void histogram(global uchar *x, global int *out, long go_len_x, long go_l
 		for (long go_k13 = 0; go_k13 < 16L; go_k13++) {
 			long k = go_k13;
 			int c = counts[go_k13];
-			if ((ulong)(k) >= (ulong)(go_len_out)) { go_fault(go_f, 132, (long)(k), (long)(go_len_out), 0); return; }
+			if ((ulong)(k) >= (ulong)(go_len_out)) { go_fault(go_f, 140, (long)(k), (long)(go_len_out), 0); return; }
 			out[k] = c;
 		}
 	}
@@ -797,10 +849,10 @@ kernel void histogram(global uchar *x, global int *out, long go_len_x, long go_l
 			{
 				long b = 0L;
 				for (; (b < 4L); b = ((long)((ulong)(b) + (ulong)(1)))) {
-					if ((ulong)(a) >= (ulong)(4L)) { go_fault(go_f, 133, (long)(a), (long)(4L), 0); return; }
-					if ((ulong)(b) >= (ulong)(4L)) { go_fault(go_f, 134, (long)(b), (long)(4L), 0); return; }
+					if ((ulong)(a) >= (ulong)(4L)) { go_fault(go_f, 141, (long)(a), (long)(4L), 0); return; }
+					if ((ulong)(b) >= (ulong)(4L)) { go_fault(go_f, 142, (long)(b), (long)(4L), 0); return; }
 					long go_t20 = (long)(((long)((ulong)(((long)((ulong)(16L) + (ulong)(((long)((ulong)(4L) * (ulong)(a))))))) + (ulong)(b))));
-					if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 135, (long)(go_t20), (long)(go_len_out), 0); return; }
+					if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 143, (long)(go_t20), (long)(go_len_out), 0); return; }
 					out[go_t20] = pairs[a][b];
 				}
 			}
@@ -826,23 +878,23 @@ kernel void convert(uchar neg, global double *a, global uchar *flags, global lon
 			}
 			long n_2 = ((long)(x_2));
 			long go_t6 = (long)(((long)((ulong)(4L) * (ulong)(i_2))));
-			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 142, (long)(go_t6), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 150, (long)(go_t6), (long)(go_len_out), 1); return; }
 			out[go_t6] = n_2;
 			long go_t7 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i_2)))) + (ulong)(1L))));
-			if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 143, (long)(go_t7), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 151, (long)(go_t7), (long)(go_len_out), 1); return; }
 			out[go_t7] = ((long)((ulong)(((long)(((char)(n_2))))) + (ulong)(((long)(((ushort)(n_2)))))));
 			long go_t8 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i_2)))) + (ulong)(2L))));
-			if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 144, (long)(go_t8), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 152, (long)(go_t8), (long)(go_len_out), 1); return; }
 			out[go_t8] = ((long)((((uint)(n_2)) * 3U)));
 			long go_t9 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i_2)))) + (ulong)(3L))));
-			if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 145, (long)(go_t9), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 153, (long)(go_t9), (long)(go_len_out), 1); return; }
 			out[go_t9] = ((long)((((float)(x_2)) * 1000.0f)));
 			flags[i_2] = ((((n_2 > 0L) && (x_2 != ((double)(n_2)))) || (n_2 == 0L)));
 		}
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 136, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 144, (long)(i), (long)(go_len_a), 1); return; }
 			double x = a[i];
 			{
 				if (neg) {
@@ -851,18 +903,18 @@ kernel void convert(uchar neg, global double *a, global uchar *flags, global lon
 			}
 			long n = ((long)(x));
 			long go_t2 = (long)(((long)((ulong)(4L) * (ulong)(i))));
-			if ((ulong)(go_t2) >= (ulong)(go_len_out)) { go_fault(go_f, 137, (long)(go_t2), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t2) >= (ulong)(go_len_out)) { go_fault(go_f, 145, (long)(go_t2), (long)(go_len_out), 1); return; }
 			out[go_t2] = n;
 			long go_t3 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(1L))));
-			if ((ulong)(go_t3) >= (ulong)(go_len_out)) { go_fault(go_f, 138, (long)(go_t3), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t3) >= (ulong)(go_len_out)) { go_fault(go_f, 146, (long)(go_t3), (long)(go_len_out), 1); return; }
 			out[go_t3] = ((long)((ulong)(((long)(((char)(n))))) + (ulong)(((long)(((ushort)(n)))))));
 			long go_t4 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(2L))));
-			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 139, (long)(go_t4), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 147, (long)(go_t4), (long)(go_len_out), 1); return; }
 			out[go_t4] = ((long)((((uint)(n)) * 3U)));
 			long go_t5 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(3L))));
-			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 140, (long)(go_t5), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 148, (long)(go_t5), (long)(go_len_out), 1); return; }
 			out[go_t5] = ((long)((((float)(x)) * 1000.0f)));
-			if ((ulong)(i) >= (ulong)(go_len_flags)) { go_fault(go_f, 141, (long)(i), (long)(go_len_flags), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_flags)) { go_fault(go_f, 149, (long)(i), (long)(go_len_flags), 1); return; }
 			flags[i] = ((((n > 0L) && (x != ((double)(n)))) || (n == 0L)));
 		}
 	}
@@ -879,16 +931,16 @@ kernel void gather(global long *idx, global float *x, global float *out, long go
 		if (go_i < go_t1) {
 			long i_2 = go_i;
 			long go_t3 = (long)(idx[i_2]);
-			if ((ulong)(go_t3) >= (ulong)(go_len_x)) { go_fault(go_f, 149, (long)(go_t3), (long)(go_len_x), 1); return; }
+			if ((ulong)(go_t3) >= (ulong)(go_len_x)) { go_fault(go_f, 157, (long)(go_t3), (long)(go_len_x), 1); return; }
 			out[i_2] = x[go_t3];
 		}
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_idx)) { go_fault(go_f, 146, (long)(i), (long)(go_len_idx), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_idx)) { go_fault(go_f, 154, (long)(i), (long)(go_len_idx), 1); return; }
 			long go_t2 = (long)(idx[i]);
-			if ((ulong)(go_t2) >= (ulong)(go_len_x)) { go_fault(go_f, 147, (long)(go_t2), (long)(go_len_x), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 148, (long)(i), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t2) >= (ulong)(go_len_x)) { go_fault(go_f, 155, (long)(go_t2), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 156, (long)(i), (long)(go_len_out), 1); return; }
 			out[i] = x[go_t2];
 		}
 	}
@@ -905,17 +957,17 @@ kernel void divide(global long *a, global long *b, global long *out, long go_len
 		if (go_i < go_t1) {
 			long i_2 = go_i;
 			long go_t3 = b[i_2];
-			if (go_t3 == 0) { go_fault(go_f, 154, (long)(0), (long)(0), 1); return; }
+			if (go_t3 == 0) { go_fault(go_f, 162, (long)(0), (long)(0), 1); return; }
 			out[i_2] = (go_t3 == -1 ? (long)(-(ulong)(a[i_2])) : (long)(a[i_2] / go_t3));
 		}
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 150, (long)(i), (long)(go_len_a), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 151, (long)(i), (long)(go_len_b), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 158, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 159, (long)(i), (long)(go_len_b), 1); return; }
 			long go_t2 = b[i];
-			if (go_t2 == 0) { go_fault(go_f, 152, (long)(0), (long)(0), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 153, (long)(i), (long)(go_len_out), 1); return; }
+			if (go_t2 == 0) { go_fault(go_f, 160, (long)(0), (long)(0), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 161, (long)(i), (long)(go_len_out), 1); return; }
 			out[i] = (go_t2 == -1 ? (long)(-(ulong)(a[i])) : (long)(a[i] / go_t2));
 		}
 	}
@@ -938,10 +990,10 @@ kernel void gathercall(global long *idx, global float *x, global float *out, lon
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_idx)) { go_fault(go_f, 156, (long)(i), (long)(go_len_idx), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_idx)) { go_fault(go_f, 164, (long)(i), (long)(go_len_idx), 1); return; }
 			float go_t2 = go_fn_at(x, go_len_x, idx[i], go_f, &go_fl);
 			if (go_fl & 1) return;
-			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 157, (long)(i), (long)(go_len_out), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 165, (long)(i), (long)(go_len_out), 1); return; }
 			out[i] = go_t2;
 		}
 	}
@@ -975,20 +1027,20 @@ kernel void overflow(global int *a, global long *b, global int *out, long go_len
 			long i = go_i;
 			int r = 0;
 			{
-				if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 158, (long)(i), (long)(go_len_a), 1); return; }
-				if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 159, (long)(i), (long)(go_len_a), 1); return; }
+				if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 166, (long)(i), (long)(go_len_a), 1); return; }
+				if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 167, (long)(i), (long)(go_len_a), 1); return; }
 				if ((((int)((uint)(a[i]) + (uint)(1))) > a[i])) {
 					r = ((int)(r | 1));
 				}
 			}
 			{
-				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 160, (long)(i), (long)(go_len_b), 1); return; }
-				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 161, (long)(i), (long)(go_len_b), 1); return; }
+				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 168, (long)(i), (long)(go_len_b), 1); return; }
+				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 169, (long)(i), (long)(go_len_b), 1); return; }
 				if ((((long)(((long)((ulong)(b[i]) * (ulong)(2L))) / 2L)) == b[i])) {
 					r = ((int)(r | 2));
 				}
 			}
-			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 162, (long)(i), (long)(go_len_out), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 170, (long)(i), (long)(go_len_out), 1); return; }
 			out[i] = r;
 		}
 	}
@@ -1011,10 +1063,10 @@ kernel void gentest_sqrts(global double *x, global double *out, long go_len_x, l
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 164, (long)(i), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 172, (long)(i), (long)(go_len_x), 1); return; }
 			double go_t2 = go_fn_checkedSqrt(x[i], i, go_f, &go_fl);
 			if (go_fl & 1) return;
-			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 165, (long)(i), (long)(go_len_out), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 173, (long)(i), (long)(go_len_out), 1); return; }
 			out[i] = go_t2;
 		}
 	}
@@ -1034,8 +1086,8 @@ static void gentest_sumf64_chunk(global double *x, global double *out, long go_l
 	double acc = 0.0;
 	go_fl = 2;
 	{
-		if ((ulong)(hi) > (ulong)(go_len_x)) { go_fault(go_f, 166, (long)(hi), (long)(go_len_x), 1); return; }
-		if ((ulong)(lo) > (ulong)(hi)) { go_fault(go_f, 167, (long)(lo), (long)(hi), 1); return; }
+		if ((ulong)(hi) > (ulong)(go_len_x)) { go_fault(go_f, 174, (long)(hi), (long)(go_len_x), 1); return; }
+		if ((ulong)(lo) > (ulong)(hi)) { go_fault(go_f, 175, (long)(lo), (long)(hi), 1); return; }
 		global double *go_s2 = x + lo;
 		long go_len_s2 = hi - lo;
 		for (long go_k5 = 0; go_k5 < go_len_s2; go_k5++) {
@@ -1050,9 +1102,9 @@ static void gentest_sumf64_chunk(global double *x, global double *out, long go_l
 static void gentest_sumf64_tail(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, double go_r)
 {
 	double r = go_r;
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 168, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 176, (long)(0L), (long)(go_len_out), 0); return; }
 	double go_t1 = out[0L];
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 169, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 177, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = (go_t1 + r);
 }
 
@@ -1093,10 +1145,10 @@ static void gentest_sumf32_chunk(float scale, global float *x, global float *out
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
 			long go_t4 = (long)(((long)((ulong)(i) + (ulong)(1L))));
-			if ((ulong)(go_t4) >= (ulong)(go_len_x)) { go_fault(go_f, 170, (long)(go_t4), (long)(go_len_x), 1); return; }
+			if ((ulong)(go_t4) >= (ulong)(go_len_x)) { go_fault(go_f, 178, (long)(go_t4), (long)(go_len_x), 1); return; }
 			float go_t5 = go_fn_scaled(x[go_t4], scale, go_f, &go_fl);
 			if (go_fl & 1) return;
-			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 171, (long)(i), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 179, (long)(i), (long)(go_len_x), 1); return; }
 			acc = (acc + (go_t5 - x[i]));
 		}
 	}
@@ -1109,9 +1161,9 @@ static void gentest_sumf32_tail(float scale, global float *x, global float *out,
 	float r = 0.0f;
 	long n = ((long)((ulong)(go_len_x) - (ulong)(1L)));
 	r = go_r;
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 172, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 180, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = r;
-	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 173, (long)(1L), (long)(go_len_out), 0); return; }
+	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 181, (long)(1L), (long)(go_len_out), 0); return; }
 	out[1L] = ((float)(n));
 }
 
@@ -1149,7 +1201,7 @@ static void gentest_sumi32_chunk(global int *x, global long *out, long go_len_x,
 	{
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 174, (long)(i), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 182, (long)(i), (long)(go_len_x), 1); return; }
 			acc = ((int)((uint)(acc) + (uint)(((int)((uint)(x[i]) * (uint)(7))))));
 		}
 	}
@@ -1160,7 +1212,7 @@ static void gentest_sumi32_chunk(global int *x, global long *out, long go_len_x,
 static void gentest_sumi32_tail(global int *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, int go_r)
 {
 	int s = go_r;
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 175, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 183, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = ((long)(s));
 }
 
@@ -1198,7 +1250,7 @@ static void gentest_prodi8_chunk(global char *y, global long *out, long go_len_y
 	{
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-			if ((ulong)(i) >= (ulong)(go_len_y)) { go_fault(go_f, 176, (long)(i), (long)(go_len_y), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_y)) { go_fault(go_f, 184, (long)(i), (long)(go_len_y), 1); return; }
 			acc = ((char)((uint)(acc) * (uint)(((char)(y[i] | ((char)1))))));
 		}
 	}
@@ -1209,7 +1261,7 @@ static void gentest_prodi8_chunk(global char *y, global long *out, long go_len_y
 static void gentest_prodi8_tail(global char *y, global long *out, long go_len_y, long go_len_out, long go_dev, global long *go_f, char go_r)
 {
 	char p = go_r;
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 177, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 185, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = ((long)(p));
 }
 
@@ -1247,7 +1299,7 @@ static void gentest_minf64_chunk(global double *x, global double *out, long go_l
 	{
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 178, (long)(i), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 186, (long)(i), (long)(go_len_x), 1); return; }
 			acc = go_min_double(acc, x[i]);
 		}
 	}
@@ -1257,9 +1309,9 @@ static void gentest_minf64_chunk(global double *x, global double *out, long go_l
 
 static void gentest_minf64_tail(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, double go_r)
 {
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 179, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 187, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = go_r;
-	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 180, (long)(1L), (long)(go_len_out), 0); return; }
+	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 188, (long)(1L), (long)(go_len_out), 0); return; }
 	out[1L] = ((double)INFINITY);
 }
 
@@ -1297,7 +1349,7 @@ static void gentest_maxf64_chunk(global double *x, global double *out, long go_l
 	{
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 181, (long)(i), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 189, (long)(i), (long)(go_len_x), 1); return; }
 			acc = go_max_double(acc, x[i]);
 		}
 	}
@@ -1307,7 +1359,7 @@ static void gentest_maxf64_chunk(global double *x, global double *out, long go_l
 
 static void gentest_maxf64_tail(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, double go_r)
 {
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 182, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 190, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = go_r;
 }
 
@@ -1345,7 +1397,7 @@ static void gentest_minmaxu16_chunk(global ushort *x, global ushort *out, long g
 	{
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 183, (long)(i), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 191, (long)(i), (long)(go_len_x), 1); return; }
 			acc = min((ushort)(acc), (ushort)(x[i]));
 		}
 	}
@@ -1355,13 +1407,13 @@ static void gentest_minmaxu16_chunk(global ushort *x, global ushort *out, long g
 
 static void gentest_minmaxu16_tail(global ushort *x, global ushort *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, ushort go_r)
 {
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 184, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 192, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = go_r;
 	ushort go_t1 = ((ushort)65535U);
 	ushort go_t2 = ((ushort)0U);
-	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 185, (long)(1L), (long)(go_len_out), 0); return; }
+	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 193, (long)(1L), (long)(go_len_out), 0); return; }
 	out[1L] = go_t1;
-	if ((ulong)(2L) >= (ulong)(go_len_out)) { go_fault(go_f, 186, (long)(2L), (long)(go_len_out), 0); return; }
+	if ((ulong)(2L) >= (ulong)(go_len_out)) { go_fault(go_f, 194, (long)(2L), (long)(go_len_out), 0); return; }
 	out[2L] = go_t2;
 }
 
@@ -1399,9 +1451,9 @@ static void gentest_bits_chunk(global ulong *x, global ulong *out, long go_len_x
 	{
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 187, (long)(i), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 195, (long)(i), (long)(go_len_x), 1); return; }
 			long go_t4 = ((long)(i % 64L));
-			if (go_t4 < 0) { go_fault(go_f, 188, (long)(go_t4), (long)(0), 1); return; }
+			if (go_t4 < 0) { go_fault(go_f, 196, (long)(go_t4), (long)(0), 1); return; }
 			acc = ((ulong)(acc & ((ulong)(x[i] | go_shl_ulong(1UL, (ulong)(go_t4))))));
 		}
 	}
@@ -1412,9 +1464,9 @@ static void gentest_bits_chunk(global ulong *x, global ulong *out, long go_len_x
 static void gentest_bits_tail(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, ulong go_r)
 {
 	ulong r = go_r;
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 189, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 197, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = r;
-	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 190, (long)(1L), (long)(go_len_out), 0); return; }
+	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 198, (long)(1L), (long)(go_len_out), 0); return; }
 	out[1L] = 18446744073709551615UL;
 }
 
@@ -1452,7 +1504,7 @@ static void gentest_bitor_chunk(global ulong *x, global ulong *out, long go_len_
 	{
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 191, (long)(i), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 199, (long)(i), (long)(go_len_x), 1); return; }
 			acc = ((ulong)(acc | ((ulong)(x[i] & 61680UL))));
 		}
 	}
@@ -1462,7 +1514,7 @@ static void gentest_bitor_chunk(global ulong *x, global ulong *out, long go_len_
 
 static void gentest_bitor_tail(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, ulong go_r)
 {
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 192, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 200, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = go_r;
 }
 
@@ -1500,7 +1552,7 @@ static void gentest_bitxor_chunk(global ulong *x, global ulong *out, long go_len
 	{
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 193, (long)(i), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 201, (long)(i), (long)(go_len_x), 1); return; }
 			acc = ((ulong)(acc ^ x[i]));
 		}
 	}
@@ -1510,7 +1562,7 @@ static void gentest_bitxor_chunk(global ulong *x, global ulong *out, long go_len
 
 static void gentest_bitxor_tail(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, ulong go_r)
 {
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 194, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 202, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = go_r;
 }
 
@@ -1550,7 +1602,7 @@ static void gentest_logical_chunk(global uchar *b, global uchar *out, long go_le
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
 			bool go_t4 = acc;
 			if (go_t4) {
-				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 195, (long)(i), (long)(go_len_b), 1); return; }
+				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 203, (long)(i), (long)(go_len_b), 1); return; }
 				go_t4 = (b[i] != 0);
 			}
 			acc = (go_t4);
@@ -1563,7 +1615,7 @@ static void gentest_logical_chunk(global uchar *b, global uchar *out, long go_le
 static void gentest_logical_tail(global uchar *b, global uchar *out, long go_len_b, long go_len_out, long go_dev, global long *go_f, bool go_r)
 {
 	bool all = go_r;
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 196, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 204, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = (all);
 }
 
@@ -1602,7 +1654,7 @@ static void gentest_logicalor_chunk(global uchar *b, global uchar *out, long go_
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
 			{
-				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 197, (long)(i), (long)(go_len_b), 1); return; }
+				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 205, (long)(i), (long)(go_len_b), 1); return; }
 				if ((b[i] != 0)) {
 					*go_part = true;
 					return;
@@ -1616,9 +1668,9 @@ static void gentest_logicalor_chunk(global uchar *b, global uchar *out, long go_
 
 static void gentest_logicalor_tail(global uchar *b, global uchar *out, long go_len_b, long go_len_out, long go_dev, global long *go_f, bool go_r)
 {
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 198, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 206, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = (go_r);
-	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 199, (long)(1L), (long)(go_len_out), 0); return; }
+	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 207, (long)(1L), (long)(go_len_out), 0); return; }
 	out[1L] = (false);
 }
 
@@ -1657,7 +1709,7 @@ static void gentest_reducefault_chunk(global long *x, global long *out, long go_
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
 			long go_t4 = (long)(((long)((ulong)(i) + (ulong)(1L))));
-			if ((ulong)(go_t4) >= (ulong)(go_len_x)) { go_fault(go_f, 200, (long)(go_t4), (long)(go_len_x), 1); return; }
+			if ((ulong)(go_t4) >= (ulong)(go_len_x)) { go_fault(go_f, 208, (long)(go_t4), (long)(go_len_x), 1); return; }
 			acc = ((long)((ulong)(acc) + (ulong)(x[go_t4])));
 		}
 	}
@@ -1667,7 +1719,7 @@ static void gentest_reducefault_chunk(global long *x, global long *out, long go_
 
 static void gentest_reducefault_tail(global long *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_r)
 {
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 201, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 209, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = go_r;
 }
 
@@ -1705,7 +1757,7 @@ kernel void gentest_devicenum(global long *out, long go_len_out, long go_dev, gl
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 202, (long)(i), (long)(go_len_out), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 210, (long)(i), (long)(go_len_out), 1); return; }
 			out[i] = ((long)((ulong)(((long)((ulong)(((long)((ulong)(d) * (ulong)(1000L)))) + (ulong)(i)))) + (ulong)(((long)((ulong)(go_dev) * (ulong)(1000000L))))));
 		}
 	}
@@ -1727,7 +1779,7 @@ static void gentest_devicesum_chunk(global long *x, global long *out, long go_le
 	{
 		long i = lo;
 		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 203, (long)(i), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 211, (long)(i), (long)(go_len_x), 1); return; }
 			acc = ((long)((ulong)(acc) + (ulong)(((long)((ulong)(x[i]) + (ulong)(go_dev))))));
 		}
 	}
@@ -1738,7 +1790,7 @@ static void gentest_devicesum_chunk(global long *x, global long *out, long go_le
 static void gentest_devicesum_tail(global long *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_r)
 {
 	long s = go_r;
-	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 204, (long)(0L), (long)(go_len_out), 0); return; }
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 212, (long)(0L), (long)(go_len_out), 0); return; }
 	out[0L] = ((long)((ulong)(s) + (ulong)(((long)((ulong)(go_dev) * (ulong)(1000000L))))));
 }
 
@@ -1792,7 +1844,7 @@ kernel void structs(go_T_Params prm, global go_T_Particle *ps, global double *ou
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 205, (long)(i), (long)(go_len_ps), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 213, (long)(i), (long)(go_len_ps), 1); return; }
 			go_T_Particle p = ps[i];
 			{
 				long go_t2 = (prm).Steps;
@@ -1808,11 +1860,11 @@ kernel void structs(go_T_Params prm, global go_T_Particle *ps, global double *ou
 			go_t7.Alive = ((p).ID > 0);
 			go_t7.ID = ((int)((uint)((p).ID) + (uint)(1)));
 			go_T_Particle q = go_t7;
-			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 206, (long)(i), (long)(go_len_ps), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 214, (long)(i), (long)(go_len_ps), 1); return; }
 			ps[i] = q;
-			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 207, (long)(i), (long)(go_len_ps), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 215, (long)(i), (long)(go_len_ps), 1); return; }
 			ps[i].Y = ((p).Y - 1.0);
-			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 208, (long)(i), (long)(go_len_out), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 216, (long)(i), (long)(go_len_out), 1); return; }
 			out[i] = ((q).X + ((double)((q).M)));
 		}
 	}
@@ -1833,8 +1885,8 @@ kernel void fields(long g_N, global double *g_In, global double *g_Out, long go_
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_g_In)) { go_fault(go_f, 209, (long)(i), (long)(go_len_g_In), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_g_Out)) { go_fault(go_f, 210, (long)(i), (long)(go_len_g_Out), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_g_In)) { go_fault(go_f, 217, (long)(i), (long)(go_len_g_In), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_g_Out)) { go_fault(go_f, 218, (long)(i), (long)(go_len_g_Out), 1); return; }
 			g_Out[i] = (g_In[i] * ((double)(go_len_g_In)));
 		}
 	}
@@ -1859,8 +1911,8 @@ kernel void chunks(global int *x, global long *out, long go_len_x, long go_len_o
 			{
 				long i = (c).Lo;
 				for (; (i < (c).Hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-					if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 211, (long)(i), (long)(go_len_x), 1); return; }
-					if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 212, (long)(i), (long)(go_len_out), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 219, (long)(i), (long)(go_len_x), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 220, (long)(i), (long)(go_len_out), 1); return; }
 					out[i] = ((long)((ulong)(((long)((ulong)(((long)(x[i]))) * (ulong)(3L)))) + (ulong)(1L)));
 				}
 			}
@@ -1878,8 +1930,8 @@ kernel void chunks(global int *x, global long *out, long go_len_x, long go_len_o
 			{
 				long i = (c).Lo;
 				for (; (i < (c).Hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-					if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 211, (long)(i), (long)(go_len_x), 1); return; }
-					if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 212, (long)(i), (long)(go_len_out), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 219, (long)(i), (long)(go_len_x), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 220, (long)(i), (long)(go_len_out), 1); return; }
 					out[i] = ((long)((ulong)(((long)((ulong)(((long)(x[i]))) * (ulong)(3L)))) + (ulong)(1L)));
 				}
 			}
@@ -1903,9 +1955,9 @@ kernel void dim(global double *a, global double *b, global double *out, long go_
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 213, (long)(i), (long)(go_len_a), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 214, (long)(i), (long)(go_len_b), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 215, (long)(i), (long)(go_len_out), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 221, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 222, (long)(i), (long)(go_len_b), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 223, (long)(i), (long)(go_len_out), 1); return; }
 			out[i] = go_dim(a[i], b[i]);
 		}
 	}
@@ -1929,6 +1981,14 @@ var zzOffloadSites = []string{
 	"costs.go:25: index",
 	"costs.go:25: index",
 	"costs.go:25: index",
+	"globals.go:17: index",
+	"globals.go:17: divide",
+	"globals.go:17: index",
+	"globals.go:17: index",
+	"globals.go:17: divide",
+	"globals.go:17: index",
+	"globals.go:26: index",
+	"globals.go:26: index",
 	"kernels.go:20: index",
 	"kernels.go:20: index",
 	"kernels.go:21: index",
@@ -2134,6 +2194,8 @@ var zzOffloadSites = []string{
 func init() {
 	Saxpy.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_saxpy", zzOffloadSites)
 	JacobiStep.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_jacobi", zzOffloadSites)
+	UseCoeffs.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_usecoeffs", zzOffloadSites, "gentest.coeffs")
+	BumpTable.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_bumptable", zzOffloadSites, "gentest.table")
 	Int32Ops.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "int32ops", zzOffloadSites)
 	Int64Ops.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "int64ops", zzOffloadSites)
 	SmallOps.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "smallops", zzOffloadSites)
