@@ -238,10 +238,11 @@ func (k *Kernel) OpenCL(src []byte, entry string) *Kernel {
 // program does not. sites are the code's Go checks ("main.go:12: index"):
 // where there are any, its entry takes the slice lengths and a fault
 // record after the kernel's parameters, and a failed check fails the
-// launch as the Go body's panic would (see docs/kernels.md). It panics as
-// OpenCL does.
-func (k *Kernel) GeneratedOpenCL(src []byte, entry string, sites []string) *Kernel {
-	if err := k.k.SetCode(plugin.DeviceCode{Format: "opencl", Image: src, Entry: entry, Generated: true, Sites: sites}); err != nil {
+// launch as the Go body's panic would (see docs/kernels.md). globals are
+// the declare target variables its body uses (X.On(ctx)), by name. It
+// panics as OpenCL does.
+func (k *Kernel) GeneratedOpenCL(src []byte, entry string, sites []string, globals ...string) *Kernel {
+	if err := k.k.SetCode(plugin.DeviceCode{Format: "opencl", Image: src, Entry: entry, Generated: true, Sites: sites, Globals: globals}); err != nil {
 		panic(err)
 	}
 	return k

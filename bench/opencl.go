@@ -33,7 +33,10 @@ import (
 //     C is the yardstick: peer suite, where LLVM 22 is installed);
 //   - opencl.chain_per_op: a chain of 256 dependent nowait empty kernels on
 //     device 0, per kernel, vs 256 clEnqueueNDRangeKernel on one in-order
-//     queue and a clFinish (goal ≤ 2).
+//     queue and a clFinish (goal ≤ 2);
+//   - opencl.gen_vs_hand_* and opencl.checked_vs_unchecked_*: kernels'
+//     generated OpenCL C against hand-written, and without Go's checks
+//     (opencl_gen.go).
 func init() {
 	register("opencl", Suite{Devices: "opencl:0,host:1", Run: runOpenCL, Skip: func() string {
 		if _, _, err := opencl.Library(); err != nil {
@@ -301,5 +304,5 @@ func runOpenCL(env *Env) error {
 		}
 		env.Report(Result{Metric: c.metric, Goffload: ts[0], Baseline: ts[1], Note: c.note})
 	}
-	return nil
+	return runOpenCLGenerated(env, dev)
 }

@@ -166,8 +166,13 @@ type DeviceCode struct {
 	// Generated says the code is OpenCL C that cmd/goffload-gen made
 	// from the kernel's Go body. Its entry then takes more parameters
 	// after the kernel's: the length of each slice parameter, in order, as
-	// a long, then a fault record (a global long *, four words).
+	// a long, for each of Globals its device copy (a global pointer) and
+	// its length (a long), the device's number as a long (ctx.Device()),
+	// then a fault record (a global long *, four words).
 	Generated bool
+	// Globals are the declare target variables generated code uses, by
+	// the names they were declared with.
+	Globals []string
 	// Sites are generated code's Go checks: "file.go:12: index" (or
 	// "divide", "shift"). A failed check writes the fault record: word 0
 	// is its site, i+1 for Sites[i], words 1 and 2 the index and the

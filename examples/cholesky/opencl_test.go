@@ -7,7 +7,8 @@ import (
 )
 
 // TestCholeskyOpenCL runs the example on the machine's OpenCL driver (PoCL in CI: a
-// real driver, which builds cholesky.cl (examples/apps/cholesky) when the program starts): on one
+// real driver, which builds the OpenCL C that goffload-gen made from
+// examples/apps/cholesky's Go bodies when the program starts): on one
 // OpenCL device, on two devices that share it, and beside a host device,
 // the devices mandatory, so the kernels ran their OpenCL C; run verifies
 // the result (opencltest.RunExample). It skips without an OpenCL device,

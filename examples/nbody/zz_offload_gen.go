@@ -17,7 +17,7 @@ static void go_fault(global long *f, int site, long a, long b, long flags)
 }
 
 // nbody_accel is kernel "nbody.accel" (main.go:36).
-kernel void nbody_accel(long lo, global double *x, global double *y, global double *m, global double *ax, global double *ay, long go_len_x, long go_len_y, long go_len_m, long go_len_ax, long go_len_ay, global long *go_f)
+kernel void nbody_accel(long lo, global double *x, global double *y, global double *m, global double *ax, global double *ay, long go_len_x, long go_len_y, long go_len_m, long go_len_ax, long go_len_ay, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_ax;
@@ -97,7 +97,7 @@ kernel void nbody_accel(long lo, global double *x, global double *y, global doub
 }
 
 // nbody_move is kernel "nbody.move" (main.go:54).
-kernel void nbody_move(global double *ax, global double *ay, global double *vx, global double *vy, global double *x, global double *y, long go_len_ax, long go_len_ay, long go_len_vx, long go_len_vy, long go_len_x, long go_len_y, global long *go_f)
+kernel void nbody_move(global double *ax, global double *ay, global double *vx, global double *vy, global double *x, global double *y, long go_len_ax, long go_len_ay, long go_len_vx, long go_len_vy, long go_len_x, long go_len_y, long go_dev, global long *go_f)
 {
 	if (get_global_id(0) != 0)
 		return; /* no ctx.For: one work-item runs the body */

@@ -17,7 +17,7 @@ static void go_fault(global long *f, int site, long a, long b, long flags)
 }
 
 // pipeline_step is kernel "pipeline.step" (main.go:45).
-kernel void pipeline_step(long n, global double *next, global double *cur, long go_len_next, long go_len_cur, global long *go_f)
+kernel void pipeline_step(long n, global double *next, global double *cur, long go_len_next, long go_len_cur, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;

@@ -16,7 +16,7 @@ static void go_fault(global long *f, int site, long a, long b, long flags)
 }
 
 // saxpy is kernel "saxpy" (main.go:44).
-kernel void saxpy(long n, float a, global float *x, global float *y, long go_len_x, long go_len_y, global long *go_f)
+kernel void saxpy(long n, float a, global float *x, global float *y, long go_len_x, long go_len_y, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;

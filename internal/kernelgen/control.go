@@ -105,7 +105,7 @@ func (f *fn) rangeStmt(s *ast.RangeStmt, label string) {
 		}
 		n = f.temp(f.ctype(keyType, s.X), f.expr(s.X))
 	case *types.Slice:
-		ref := f.sliceOf(s.X)
+		ref := f.sliceValue(s.X)
 		n, elem = ref.len, ref.ptr
 	case *types.Array:
 		n = fmt.Sprintf("%dL", u.Len())
@@ -289,6 +289,8 @@ func (f *fn) branch(s *ast.BranchStmt) {
 
 func (f *fn) returnStmt(s *ast.ReturnStmt) {
 	switch {
+	case f.kernel && f.inReduce:
+		f.redReturn(s)
 	case f.kernel && f.inChunk:
 		f.chunkNext = true
 		f.line("goto go_next; /* return: the chunk is done */")

@@ -43,6 +43,9 @@ func (f *fn) expr(e ast.Expr) string {
 		if id, ok := e.X.(*ast.Ident); ok && f.ctx != nil && f.info().Uses[id] == f.ctx {
 			f.refuse(e, "ctx.%s: only ctx.For, at the top level of the kernel's body, is in the subset", e.Sel.Name)
 		}
+		if v, ok := f.opMember(e, nil); ok {
+			return v
+		}
 		if v := f.selector(e); v != "" {
 			return v
 		}
@@ -312,9 +315,12 @@ func (f *fn) sliceValue(e ast.Expr) sliceRef {
 	return ref
 }
 
-// sliceOf returns the slice variable e names.
+// sliceOf returns the slice variable e names (or X.On(ctx)).
 func (f *fn) sliceOf(e ast.Expr) sliceRef {
 	if r, ok := f.fieldSlice(e); ok {
+		return r
+	}
+	if r, ok := f.globalOn(e); ok {
 		return r
 	}
 	if id, ok := ast.Unparen(e).(*ast.Ident); ok {
@@ -395,6 +401,14 @@ func (f *fn) call(e *ast.CallExpr, stmt bool) string {
 		return f.builtin(e)
 	}
 	fun := ast.Unparen(e.Fun)
+	switch name := f.offloadFunc(e); {
+	case name == "Reduce":
+		f.refuse(e, "offload.Reduce inside an expression or statement: only r := offload.Reduce(…) (or r = …, out[0] = …) at the top level of the kernel's body is in the subset")
+	case builtinOps[name]:
+		f.refuse(e, "offload.%s used other than to define an Op variable or as Reduce's op: not in the subset", name)
+	case name != "":
+		f.refuse(e, "offload.%s: not in the subset", name)
+	}
 	if e.Ellipsis.IsValid() {
 		f.refuse(e, "a variadic call: not in the subset")
 	}
@@ -402,7 +416,13 @@ func (f *fn) call(e *ast.CallExpr, stmt bool) string {
 	switch x := fun.(type) {
 	case *ast.SelectorExpr:
 		if id, ok := x.X.(*ast.Ident); ok && f.ctx != nil && info.Uses[id] == f.ctx {
-			f.refuse(e, "ctx.%s: only ctx.For, at the top level of the kernel's body, is in the subset", x.Sel.Name)
+			if x.Sel.Name == "Device" {
+				return "go_dev" // the kind passes it
+			}
+			f.refuse(e, "ctx.%s: only ctx.For, ctx.ForChunks and ctx.Device, and offload.Reduce(ctx, …), are in the subset", x.Sel.Name)
+		}
+		if v, ok := f.opMember(x, e); ok {
+			return v
 		}
 		obj, _ = info.Uses[x.Sel].(*types.Func)
 		if obj != nil && obj.Pkg() != nil && obj.Pkg().Path() == "math" && obj.Type().(*types.Signature).Recv() == nil {
@@ -506,8 +526,13 @@ func (f *fn) builtin(e *ast.CallExpr) string {
 			}
 		}
 		return v
+	case "panic":
+		// the launch fails naming this line; the value is not evaluated
+		// (a device formats no strings)
+		f.line("%s", f.fail(f.g.site(e, "panic"), "0", "0"))
+		return ""
 	}
-	f.refuse(e, "builtin %s: not in the subset (len of a slice, min, max)", name)
+	f.refuse(e, "builtin %s: not in the subset (len of a slice, min, max, panic)", name)
 	return ""
 }
 

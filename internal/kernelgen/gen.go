@@ -49,9 +49,10 @@ func Generate(dir string, opt Options) (*Result, error) {
 	g := &gen{p: p, checks: !opt.Unchecked, funcs: map[*types.Func]*cfunc{}, helpers: map[string]string{}}
 	res := &Result{Refused: errs}
 	type done struct {
-		k     *kernelDecl
-		entry string
-		code  string
+		k       *kernelDecl
+		entry   string
+		code    string
+		globals []kernelGlobal
 	}
 	var ok []done
 	for _, k := range ks {
@@ -64,7 +65,7 @@ func Generate(dir string, opt Options) (*Result, error) {
 			res.Refused = append(res.Refused, fmt.Errorf("%w (kernel %q stays CPU-only)", err, k.name))
 			continue
 		}
-		ok = append(ok, done{k, entry, code})
+		ok = append(ok, done{k, entry, code, g.lastGlobals})
 	}
 	if len(ok) == 0 {
 		return res, nil
@@ -118,7 +119,11 @@ func Generate(dir string, opt Options) (*Result, error) {
 		if d.k.typed {
 			k += ".Kernel()"
 		}
-		fmt.Fprintf(&src, "\t%s.GeneratedOpenCL([]byte(zzOffloadOpenCL), %q, %s)\n", k, d.entry, sites)
+		gs := ""
+		for _, gl := range d.globals {
+			gs += fmt.Sprintf(", %q", gl.name)
+		}
+		fmt.Fprintf(&src, "\t%s.GeneratedOpenCL([]byte(zzOffloadOpenCL), %q, %s%s)\n", k, d.entry, sites, gs)
 	}
 	src.WriteString("}\n")
 	res.Go, err = format.Source([]byte(src.String()))
@@ -150,6 +155,9 @@ type gen struct {
 	funcs   map[*types.Func]*cfunc
 	order   []*cfunc // translated functions, callees first
 	entries map[string]bool
+	// lastGlobals are the declare target variables of the kernel last
+	// translated.
+	lastGlobals []kernelGlobal
 	// structs are the struct types' C typedefs, by type; structOrder
 	// their declarations, in the order they must be written.
 	structs     map[*types.Named]string
@@ -192,7 +200,6 @@ func (g *gen) kernel(k *kernelDecl) (entry, code string, err error) {
 			g.structOrder, g.structs = g.structOrder[:nstructs], structs
 		}
 	}()
-	f := newFn(g, true)
 	entry = cIdent(k.name)
 	if g.entries == nil {
 		g.entries = map[string]bool{}
@@ -200,6 +207,38 @@ func (g *gen) kernel(k *kernelDecl) (entry, code string, err error) {
 	for g.entries[entry] {
 		entry += "_"
 	}
+	g.lastGlobals = nil
+	f, params := g.entryFn(k)
+	pos := g.p.fset.Position(k.pos)
+	head := fmt.Sprintf("// %s is kernel %q (%s:%d).\n", entry, k.name, filepath.Base(pos.Filename), pos.Line)
+	if red := f.reduceIndex(k.fnBody); red >= 0 {
+		code = head + g.reduceKernel(k, entry, params, red)
+		g.entries[entry] = true
+		return entry, code, nil
+	}
+	body := f.kernelBody(k.fnBody)
+	params = withGlobals(params, f.globalParams())
+	g.lastGlobals = f.globals
+	var b strings.Builder
+	b.WriteString(head)
+	fmt.Fprintf(&b, "kernel void %s(%s)\n{\n", entry, strings.Join(params, ", "))
+	b.WriteString(body)
+	b.WriteString("}\n")
+	g.entries[entry] = true
+	return entry, b.String(), nil
+}
+
+// withGlobals is params with the declare target variables' parameters
+// gs before the last two (the device number and the fault record).
+func withGlobals(params, gs []string) []string {
+	n := len(params) - 2
+	return append(append(append([]string(nil), params[:n]...), gs...), params[n:]...)
+}
+
+// entryFn returns a translation of kernel k's body with its parameters
+// defined, and the C parameters of its entry.
+func (g *gen) entryFn(k *kernelDecl) (*fn, []string) {
+	f := newFn(g, true)
 	sig := k.fnType
 	var params []string
 	var lens []string
@@ -237,17 +276,9 @@ func (g *gen) kernel(k *kernelDecl) (entry, code string, err error) {
 		}
 	}
 	params = append(params, lens...)
-	params = append(params, "global long *go_f")
+	params = append(params, "long go_dev", "global long *go_f")
 	f.ctx = ctxVar
-	body := f.kernelBody(k.fnBody)
-	var b strings.Builder
-	pos := g.p.fset.Position(k.pos)
-	fmt.Fprintf(&b, "// %s is kernel %q (%s:%d).\n", entry, k.name, filepath.Base(pos.Filename), pos.Line)
-	fmt.Fprintf(&b, "kernel void %s(%s)\n{\n", entry, strings.Join(params, ", "))
-	b.WriteString(body)
-	b.WriteString("}\n")
-	g.entries[entry] = true
-	return entry, b.String(), nil
+	return f, params
 }
 
 func paramNode(k *kernelDecl, i int) ast.Node {

@@ -14,7 +14,8 @@ import (
 
 // kernelBody translates the kernel's body: scalar setup, then at most one
 // ctx.For at its top level, whose body every work-item runs for its own
-// elements; a body without ctx.For runs on one work-item.
+// elements; a body without ctx.For runs on one work-item. (A kernel with
+// offload.Reduce is reduce.go's.)
 func (f *fn) kernelBody(b *ast.BlockStmt) string {
 	f.indent = 1
 	at := -1
@@ -26,11 +27,12 @@ func (f *fn) kernelBody(b *ast.BlockStmt) string {
 			at = i
 		}
 	}
-	if at < 0 {
+	switch {
+	case at < 0:
 		f.line("if (get_global_id(0) != 0)")
 		f.line("\treturn; /* no ctx.For: one work-item runs the body */")
 		f.block(b.List)
-	} else {
+	default:
 		if at+1 < len(b.List) {
 			f.refuse(b.List[at+1], "a statement after ctx.For: only scalar setup before it, and nothing after, is in the subset")
 		}

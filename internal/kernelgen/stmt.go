@@ -5,6 +5,7 @@ import (
 	"go/ast"
 	"go/token"
 	"go/types"
+	"slices"
 	"strings"
 )
 
@@ -48,18 +49,22 @@ type fn struct {
 	out        *strings.Builder
 	indent     int
 	tmp        int
-	setup      bool                  // before the kernel's ctx.For
-	inChunk    bool                  // in the ctx.For body
-	outer      map[types.Object]bool // variables from outside the ctx.For body
-	chunkNext  bool                  // a return in the chunk jumps to go_next
-	usesFl     bool                  // the kernel calls functions (go_fl)
+	setup      bool                   // before the kernel's ctx.For
+	inChunk    bool                   // in the ctx.For body
+	outer      map[types.Object]bool  // variables from outside the ctx.For body
+	chunkNext  bool                   // a return in the chunk jumps to go_next
+	usesFl     bool                   // the kernel calls functions (go_fl)
+	ops        map[types.Object]redOp // Op variables, by variable
+	inReduce   bool                   // in an offload.Reduce body
+	globals    []kernelGlobal         // declare target variables used
 	targets    []*target
 }
 
 func newFn(g *gen, kernel bool) *fn {
 	return &fn{g: g, kernel: kernel, names: map[types.Object]string{}, used: map[string]bool{},
 		slices: map[*types.Var]sliceRef{}, out: &strings.Builder{},
-		fields: map[*types.Var][]string{}, fieldSlices: map[*types.Var]map[int]sliceRef{}, paramLens: map[string]bool{}}
+		fields: map[*types.Var][]string{}, fieldSlices: map[*types.Var]map[int]sliceRef{}, paramLens: map[string]bool{},
+		ops: map[types.Object]redOp{}}
 }
 
 func (f *fn) info() *types.Info { return f.g.p.info }
@@ -245,6 +250,13 @@ func (f *fn) decl(s *ast.DeclStmt) {
 	}
 	for _, sp := range gd.Specs {
 		vs := sp.(*ast.ValueSpec)
+		lhs := make([]ast.Expr, len(vs.Names))
+		for i, id := range vs.Names {
+			lhs[i] = id
+		}
+		if f.defineOp(lhs, vs.Values, token.VAR, vs) {
+			continue
+		}
 		if len(vs.Values) != 0 && len(vs.Values) != len(vs.Names) {
 			f.refuse(vs, "a declaration of several variables from one call: not in the subset")
 		}
@@ -331,7 +343,7 @@ func (f *fn) assign(s *ast.AssignStmt) {
 		f.line("%s = %s;", lv, f.store(v, t))
 		return
 	}
-	if f.defineSlices(s) {
+	if f.defineSlices(s) || f.defineOp(s.Lhs, s.Rhs, s.Tok, s) {
 		return
 	}
 	if len(s.Lhs) == 1 {
@@ -349,21 +361,35 @@ func (f *fn) assign(s *ast.AssignStmt) {
 }
 
 // defineSlices translates row, up := x[a:b], x[c:d]: new slice variables,
-// views of a parameter's elements. It reports whether s was that.
+// views of a parameter's elements (and scalars defined beside them, as in
+// t, row := 0.0, x[a:b]). It reports whether s was that.
 func (f *fn) defineSlices(s *ast.AssignStmt) bool {
 	if s.Tok != token.DEFINE {
 		return false
 	}
-	for _, r := range s.Rhs {
-		if _, ok := f.info().TypeOf(r).Underlying().(*types.Slice); !ok {
-			return false
-		}
+	isSlice := func(r ast.Expr) bool {
+		_, ok := f.info().TypeOf(r).Underlying().(*types.Slice)
+		return ok
 	}
+	if !slices.ContainsFunc(s.Rhs, isSlice) || len(s.Lhs) != len(s.Rhs) {
+		return false
+	}
+	// the values first, in order (a scalar among them in a temporary),
+	// then the definitions
 	refs := make([]sliceRef, len(s.Rhs))
+	vals := make([]string, len(s.Rhs))
 	for i, r := range s.Rhs {
-		refs[i] = f.sliceValue(r)
+		if isSlice(r) {
+			refs[i] = f.sliceValue(r)
+			continue
+		}
+		vals[i] = f.temp(f.ctype(f.typeOf(r), r), f.expr(r))
 	}
 	for i, l := range s.Lhs {
+		if !isSlice(s.Rhs[i]) {
+			f.assign1(s, l, vals[i])
+			continue
+		}
 		id := l.(*ast.Ident)
 		v, ok := f.info().Defs[id].(*types.Var)
 		if !ok || id.Name == "_" {

@@ -66,23 +66,25 @@ func (d *device) packArgs(k plugin.Kernel, args []plugin.Arg) ([]argVal, error) 
 // setArgs sets the kernel object's arguments; under kf.mu.
 func (d *device) setArgs(kf *kernelFn, vals []argVal) error {
 	for i, v := range vals {
-		var err error
-		switch {
-		case v.ptr && v.buf != 0:
-			err = d.lib.SetKernelArg(kf.k, i, unsafe.Sizeof(v.buf), unsafe.Pointer(&v.buf))
-		case v.ptr && d.svm:
-			err = d.lib.SetKernelArgSVM(kf.k, i, v.svm)
-		case v.ptr:
-			var null cldrv.Mem
-			err = d.lib.SetKernelArg(kf.k, i, unsafe.Sizeof(null), unsafe.Pointer(&null))
-		default:
-			err = d.lib.SetKernelArg(kf.k, i, uintptr(len(v.bytes)), unsafe.Pointer(&v.bytes[0]))
-		}
-		if err != nil {
+		if err := d.setArg(kf, i, v); err != nil {
 			return fmt.Errorf("argument %d: %w", i, err)
 		}
 	}
 	return nil
+}
+
+// setArg sets argument i of the kernel object to v; under kf.mu.
+func (d *device) setArg(kf *kernelFn, i int, v argVal) error {
+	switch {
+	case v.ptr && v.buf != 0:
+		return d.lib.SetKernelArg(kf.k, i, unsafe.Sizeof(v.buf), unsafe.Pointer(&v.buf))
+	case v.ptr && d.svm:
+		return d.lib.SetKernelArgSVM(kf.k, i, v.svm)
+	case v.ptr:
+		var null cldrv.Mem
+		return d.lib.SetKernelArg(kf.k, i, unsafe.Sizeof(null), unsafe.Pointer(&null))
+	}
+	return d.lib.SetKernelArg(kf.k, i, uintptr(len(v.bytes)), unsafe.Pointer(&v.bytes[0]))
 }
 
 // scalarBytes returns v's bytes in Go's layout (which is C's for plain
@@ -148,7 +150,7 @@ func (d *device) checkEntry(k plugin.Kernel, kf *kernelFn, sizes map[string]int)
 			info = false // a driver without argument info: sizes only
 		}
 	}
-	if hidden := hiddenParams(k, kf.gen); n != len(ps)+hidden {
+	if hidden := hiddenParams(k, kf); n != len(ps)+hidden {
 		if hidden > 0 {
 			return fmt.Errorf("generated OpenCL C entry %s has %s, the Go kernel %s and %d hidden ones (slice lengths and a fault record): generate it again (go generate)", kf.entry, gpukind.Plural(n, "parameter"), gpukind.Plural(len(ps), "parameter"), hidden)
 		}

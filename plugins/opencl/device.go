@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/goffload/offload/internal/cldrv"
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/gpukind"
 )
@@ -41,6 +42,8 @@ type device struct {
 	gpukind.Device[cldrv.Event, *kernelFn]
 	mem memory
 	tr  tracing
+	// globals are where the declare target variables are (gocode.go).
+	globals globals
 
 	// stage makes submits copy their host memory when they are issued
 	// and write from the copy, as NVIDIA's driver does: for the tests only
@@ -57,6 +60,9 @@ type kernelFn struct {
 	ptrs  []bool     // by parameter: passed as a pointer
 	gen   bool       // generated code (gocode.go)
 	sites []string   // generated code's checks
+	dev   int        // the device's number, for generated code (ctx.Device())
+	// globals are the declare target variables generated code uses.
+	globals []*entries.Global
 }
 
 // emulation is UseEmulationForTests's switch.
@@ -302,7 +308,11 @@ func (d *device) loadKernel(k plugin.Kernel, code plugin.DeviceCode) gpukind.Ker
 		}
 		return gpukind.Kernel[*kernelFn]{Err: fmt.Errorf("%s: %w: kernel %q: entry %q of its OpenCL C: %w (the program %s)", d.label(), plugin.ErrBadKernel, k.Name(), code.Entry, err, has)}
 	}
-	kf := &kernelFn{k: ck, entry: code.Entry, gen: code.Generated, sites: code.Sites}
+	kf := &kernelFn{k: ck, entry: code.Entry, gen: code.Generated, sites: code.Sites, dev: d.Kernels.Num}
+	if kf.globals, err = globalIndexes(code.Globals); err != nil {
+		d.lib.ReleaseKernel(ck)
+		return gpukind.Kernel[*kernelFn]{Err: fmt.Errorf("%s: %w: kernel %q: %w", d.label(), plugin.ErrBadKernel, k.Name(), err)}
+	}
 	if err := d.checkEntry(k, kf, d.typeSizes(p, code.Image)); err != nil {
 		d.lib.ReleaseKernel(ck)
 		return gpukind.Kernel[*kernelFn]{Err: fmt.Errorf("%s: %w: kernel %q: %w", d.label(), plugin.ErrBadKernel, k.Name(), err)}

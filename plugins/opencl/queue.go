@@ -6,6 +6,7 @@ import (
 	"runtime"
 
 	"github.com/goffload/offload/internal/cldrv"
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/gpukind"
 )
@@ -52,8 +53,11 @@ type op struct {
 	nd   ndRange
 	args []plugin.Arg // gpukind.OpEmulate
 	lens []int64      // generated code's slice lengths (gocode.go)
-	ev   *event
-	tag  uint64 // the queue's tag when it was enqueued: timed unless 0
+	// gvals and glens are generated code's declare target variables.
+	gvals []argVal
+	glens []int64
+	ev    *event
+	tag   uint64 // the queue's tag when it was enqueued: timed unless 0
 }
 
 // enqueue enqueues o with the queue's tag.
@@ -182,7 +186,7 @@ func (q *queue) issue(o *op, failed error) error {
 		kf.mu.Lock()
 		err := d.setArgs(kf, o.vals)
 		if err == nil && kf.gen {
-			err = q.setHidden(kf, len(o.vals), o.lens)
+			err = q.setHidden(kf, len(o.vals), o.lens, o.gvals, o.glens)
 		}
 		if err == nil {
 			err = d.lib.EnqueueKernelAt(q.cq, kf.k, o.nd.dims, &o.nd.offset, &o.nd.global, o.nd.local, nil, &pe.ev)
@@ -256,7 +260,10 @@ func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) 
 func (q *queue) LaunchGeometry(k plugin.Kernel, args []plugin.Arg, geo plugin.Geometry) error {
 	kf, run, err := q.Launchable(k, args)
 	if !run || err != nil {
-		return err // nothing to do on an OpenCL device for the bind kernel (see loadKernel)
+		if err == nil && k.Name() == entries.BindKernelName {
+			q.d.bind(args) // the bind kernel: where a variable's copy is (gocode.go)
+		}
+		return err
 	}
 	d := q.d
 	wg := 0
@@ -275,6 +282,9 @@ func (q *queue) LaunchGeometry(k plugin.Kernel, args []plugin.Arg, geo plugin.Ge
 	}
 	if kf.Fn != nil && kf.Fn.gen {
 		o.lens = sliceLens(k, args)
+		if o.gvals, o.glens, err = d.globalArgs(k, kf.Fn); err != nil {
+			return fmt.Errorf("%s: %w", d.label(), err)
+		}
 	}
 	return q.enqueue(o)
 }

@@ -6,8 +6,11 @@
 // three kernels on that device, of which two bring back one number each
 // (the dot products that the iteration's step sizes are made of). bench
 // -suite apps times it. Every process of a program that uses it registers
-// its kernels (the package's init).
+// its kernels (the package's init). Their OpenCL C is generated from the
+// Go bodies (goffload-gen).
 package cg
+
+//go:generate go run github.com/goffload/offload/cmd/goffload-gen
 
 import (
 	"errors"

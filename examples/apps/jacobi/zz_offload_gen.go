@@ -88,7 +88,7 @@ static void go_fn_stepRows(global double *next, long go_len_next, global double 
 }
 
 // jacobi_band is kernel "jacobi.band" (any.go:14).
-kernel void jacobi_band(global double *next, global double *cur, long cols, long go_len_next, long go_len_cur, global long *go_f)
+kernel void jacobi_band(global double *next, global double *cur, long cols, long go_len_next, long go_len_cur, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	if (cols == 0) { go_fault(go_f, 1, (long)(0), (long)(0), 0); return; }
@@ -197,7 +197,7 @@ kernel void jacobi_band(global double *next, global double *cur, long cols, long
 }
 
 // jacobi_fill2 is kernel "jacobi.fill2" (any.go:28).
-kernel void jacobi_fill2(global double *u, global double *v, long first, long n, long go_len_u, long go_len_v, global long *go_f)
+kernel void jacobi_fill2(global double *u, global double *v, long first, long n, long go_len_u, long go_len_v, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	if (n == 0) { go_fault(go_f, 28, (long)(0), (long)(0), 0); return; }
@@ -248,7 +248,7 @@ kernel void jacobi_fill2(global double *u, global double *v, long first, long n,
 }
 
 // jacobi_step is kernel "jacobi.step" (jacobi.go:34).
-kernel void jacobi_step(global double *next, global double *cur, long cols, long rows, long go_len_next, long go_len_cur, global long *go_f)
+kernel void jacobi_step(global double *next, global double *cur, long cols, long rows, long go_len_next, long go_len_cur, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = rows;
@@ -272,7 +272,7 @@ kernel void jacobi_step(global double *next, global double *cur, long cols, long
 }
 
 // jacobi_steprows is kernel "jacobi.steprows" (jacobi.go:41).
-kernel void jacobi_steprows(global double *next, global double *cur, long cols, long lo, long hi, long go_len_next, long go_len_cur, global long *go_f)
+kernel void jacobi_steprows(global double *next, global double *cur, long cols, long lo, long hi, long go_len_next, long go_len_cur, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = ((long)((ulong)(hi) - (ulong)(lo)));

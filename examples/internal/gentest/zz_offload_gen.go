@@ -44,6 +44,7 @@ static inline float go_min_float(float a, float b) { return isnan(a) || isnan(b)
 static inline char go_shl_char(char x, ulong s) { return s >= 8 ? (char)0 : (char)((uint)x << s); }
 static inline int go_shl_int(int x, ulong s) { return s >= 32 ? (int)0 : (int)((uint)x << s); }
 static inline long go_shl_long(long x, ulong s) { return s >= 64 ? (long)0 : (long)((ulong)x << s); }
+static inline ulong go_shl_ulong(ulong x, ulong s) { return s >= 64 ? (ulong)0 : (ulong)((ulong)x << s); }
 static inline int go_shr_int(int x, ulong s) { return (int)(x >> (s >= 32 ? 31 : s)); }
 static inline long go_shr_long(long x, ulong s) { return (long)(x >> (s >= 64 ? 63 : s)); }
 static inline ushort go_shr_ushort(ushort x, ulong s) { return s >= 16 ? (ushort)0 : (ushort)(x >> s); }
@@ -51,6 +52,8 @@ static void go_fn_stepRows(global double *next, long go_len_next, global double 
 static int go_fn_collatz(long x, int limit, global long *go_f, int *go_fl);
 static long go_fn_mandel(double re, double im, long limit, global long *go_f, int *go_fl);
 static float go_fn_at(global float *x, long go_len_x, long i, global long *go_f, int *go_fl);
+static double go_fn_checkedSqrt(double v, long i, global long *go_f, int *go_fl);
+static float go_fn_scaled(float v, float s, global long *go_f, int *go_fl);
 static go_T_Particle go_fn_kick(go_T_Particle p, double dt, global long *go_f, int *go_fl);
 
 static void go_fn_stepRows(global double *next, long go_len_next, global double *cur, long go_len_cur, long cols, long lo, long hi, global long *go_f, int *go_fl)
@@ -161,8 +164,23 @@ static long go_fn_mandel(double re, double im, long limit, global long *go_f, in
 
 static float go_fn_at(global float *x, long go_len_x, long i, global long *go_f, int *go_fl)
 {
-	if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 155, (long)(i), (long)(go_len_x), *go_fl >> 1); *go_fl |= 1; return 0.0f; }
+	if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 163, (long)(i), (long)(go_len_x), *go_fl >> 1); *go_fl |= 1; return 0.0f; }
 	return x[i];
+}
+
+static double go_fn_checkedSqrt(double v, long i, global long *go_f, int *go_fl)
+{
+	{
+		if ((v < 0.0)) {
+			{ go_fault(go_f, 171, (long)(0), (long)(0), *go_fl >> 1); *go_fl |= 1; return 0.0; }
+		}
+	}
+	return (v * v);
+}
+
+static float go_fn_scaled(float v, float s, global long *go_f, int *go_fl)
+{
+	return (v * s);
 }
 
 static go_T_Particle go_fn_kick(go_T_Particle p, double dt, global long *go_f, int *go_fl)
@@ -177,7 +195,7 @@ static go_T_Particle go_fn_kick(go_T_Particle p, double dt, global long *go_f, i
 }
 
 // gentest_saxpy is kernel "gentest.saxpy" (costs.go:7).
-kernel void gentest_saxpy(long n, float a, global float *x, global float *y, long go_len_x, long go_len_y, global long *go_f)
+kernel void gentest_saxpy(long n, float a, global float *x, global float *y, long go_len_x, long go_len_y, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -199,7 +217,7 @@ kernel void gentest_saxpy(long n, float a, global float *x, global float *y, lon
 }
 
 // gentest_jacobi is kernel "gentest.jacobi" (costs.go:16).
-kernel void gentest_jacobi(global double *next, global double *cur, long cols, long rows, long go_len_next, long go_len_cur, global long *go_f)
+kernel void gentest_jacobi(global double *next, global double *cur, long cols, long rows, long go_len_next, long go_len_cur, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = rows;
@@ -222,8 +240,60 @@ kernel void gentest_jacobi(global double *next, global double *cur, long cols, l
 	}
 }
 
+// gentest_usecoeffs is kernel "gentest.usecoeffs" (globals.go:13).
+kernel void gentest_usecoeffs(global double *x, global double *out, long go_len_x, long go_len_out, global double *go_g_gentest_coeffs, long go_len_go_g_gentest_coeffs, long go_dev, global long *go_f)
+{
+	int go_fl = 0;
+	global double *c = go_g_gentest_coeffs;
+	long go_len_c = go_len_go_g_gentest_coeffs;
+	long go_t1 = go_len_x;
+	go_fl = 2;
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_x && go_t1 <= go_len_out) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			if (go_len_c == 0) { go_fault(go_f, 20, (long)(0), (long)(0), 1); return; }
+			long go_t3 = (long)((go_len_c == -1 ? (long)0 : (long)(i_2 % go_len_c)));
+			if ((ulong)(go_t3) >= (ulong)(go_len_c)) { go_fault(go_f, 21, (long)(go_t3), (long)(go_len_c), 1); return; }
+			out[i_2] = (x[i_2] * c[go_t3]);
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 16, (long)(i), (long)(go_len_x), 1); return; }
+			if (go_len_c == 0) { go_fault(go_f, 17, (long)(0), (long)(0), 1); return; }
+			long go_t2 = (long)((go_len_c == -1 ? (long)0 : (long)(i % go_len_c)));
+			if ((ulong)(go_t2) >= (ulong)(go_len_c)) { go_fault(go_f, 18, (long)(go_t2), (long)(go_len_c), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 19, (long)(i), (long)(go_len_out), 1); return; }
+			out[i] = (x[i] * c[go_t2]);
+		}
+	}
+}
+
+// gentest_bumptable is kernel "gentest.bumptable" (globals.go:23).
+kernel void gentest_bumptable(long n, global long *go_g_gentest_table, long go_len_go_g_gentest_table, long go_dev, global long *go_f)
+{
+	int go_fl = 0;
+	long go_t1 = n;
+	go_fl = 2;
+	if ((long)get_global_size(0) >= go_t1) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			if ((ulong)(i_2) >= (ulong)(go_len_go_g_gentest_table)) { go_fault(go_f, 23, (long)(i_2), (long)(go_len_go_g_gentest_table), 1); return; }
+			go_g_gentest_table[i_2] = ((long)((ulong)(go_g_gentest_table[i_2]) + (ulong)(i_2)));
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_go_g_gentest_table)) { go_fault(go_f, 22, (long)(i), (long)(go_len_go_g_gentest_table), 1); return; }
+			go_g_gentest_table[i] = ((long)((ulong)(go_g_gentest_table[i]) + (ulong)(i)));
+		}
+	}
+}
+
 // int32ops is kernel "int32ops" (kernels.go:17).
-kernel void int32ops(global int *a, global int *b, global int *out, long go_len_a, long go_len_b, long go_len_out, global long *go_f)
+kernel void int32ops(global int *a, global int *b, global int *out, long go_len_a, long go_len_b, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_a;
@@ -237,101 +307,101 @@ kernel void int32ops(global int *a, global int *b, global int *out, long go_len_
 			int x_2 = go_t16;
 			int y_2 = go_t17;
 			long go_t18 = (long)(((long)((ulong)(8L) * (ulong)(i_2))));
-			if ((ulong)(go_t18) >= (ulong)(go_len_out)) { go_fault(go_f, 30, (long)(go_t18), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t18) >= (ulong)(go_len_out)) { go_fault(go_f, 38, (long)(go_t18), (long)(go_len_out), 1); return; }
 			out[go_t18] = ((int)((uint)(x_2) + (uint)(y_2)));
 			long go_t19 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(1L))));
-			if ((ulong)(go_t19) >= (ulong)(go_len_out)) { go_fault(go_f, 31, (long)(go_t19), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t19) >= (ulong)(go_len_out)) { go_fault(go_f, 39, (long)(go_t19), (long)(go_len_out), 1); return; }
 			out[go_t19] = ((int)((uint)(x_2) - (uint)(((int)((uint)(y_2) * (uint)(3))))));
 			long go_t20 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(2L))));
-			if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 32, (long)(go_t20), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 40, (long)(go_t20), (long)(go_len_out), 1); return; }
 			out[go_t20] = ((int)((uint)(x_2) * (uint)(y_2)));
 			{
 				if ((y_2 != 0)) {
-					if (y_2 == 0) { go_fault(go_f, 33, (long)(0), (long)(0), 1); return; }
+					if (y_2 == 0) { go_fault(go_f, 41, (long)(0), (long)(0), 1); return; }
 					long go_t21 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(3L))));
-					if ((ulong)(go_t21) >= (ulong)(go_len_out)) { go_fault(go_f, 34, (long)(go_t21), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t21) >= (ulong)(go_len_out)) { go_fault(go_f, 42, (long)(go_t21), (long)(go_len_out), 1); return; }
 					out[go_t21] = (y_2 == -1 ? (int)(-(uint)(x_2)) : (int)(x_2 / y_2));
-					if (y_2 == 0) { go_fault(go_f, 35, (long)(0), (long)(0), 1); return; }
+					if (y_2 == 0) { go_fault(go_f, 43, (long)(0), (long)(0), 1); return; }
 					long go_t22 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(4L))));
-					if ((ulong)(go_t22) >= (ulong)(go_len_out)) { go_fault(go_f, 36, (long)(go_t22), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t22) >= (ulong)(go_len_out)) { go_fault(go_f, 44, (long)(go_t22), (long)(go_len_out), 1); return; }
 					out[go_t22] = (y_2 == -1 ? (int)0 : (int)(x_2 % y_2));
 				} else {
 					int go_t23 = 0;
 					int go_t24 = 0;
 					long go_t25 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(3L))));
-					if ((ulong)(go_t25) >= (ulong)(go_len_out)) { go_fault(go_f, 37, (long)(go_t25), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t25) >= (ulong)(go_len_out)) { go_fault(go_f, 45, (long)(go_t25), (long)(go_len_out), 1); return; }
 					out[go_t25] = go_t23;
 					long go_t26 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(4L))));
-					if ((ulong)(go_t26) >= (ulong)(go_len_out)) { go_fault(go_f, 38, (long)(go_t26), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t26) >= (ulong)(go_len_out)) { go_fault(go_f, 46, (long)(go_t26), (long)(go_len_out), 1); return; }
 					out[go_t26] = go_t24;
 				}
 			}
 			ulong s_2 = ((ulong)(((int)(y_2 & 63))));
 			long go_t27 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(5L))));
-			if ((ulong)(go_t27) >= (ulong)(go_len_out)) { go_fault(go_f, 39, (long)(go_t27), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t27) >= (ulong)(go_len_out)) { go_fault(go_f, 47, (long)(go_t27), (long)(go_len_out), 1); return; }
 			out[go_t27] = go_shl_int(x_2, (ulong)(s_2));
 			long go_t28 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(6L))));
-			if ((ulong)(go_t28) >= (ulong)(go_len_out)) { go_fault(go_f, 40, (long)(go_t28), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t28) >= (ulong)(go_len_out)) { go_fault(go_f, 48, (long)(go_t28), (long)(go_len_out), 1); return; }
 			out[go_t28] = go_shr_int(x_2, (ulong)(s_2));
 			long go_t29 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(7L))));
-			if ((ulong)(go_t29) >= (ulong)(go_len_out)) { go_fault(go_f, 41, (long)(go_t29), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t29) >= (ulong)(go_len_out)) { go_fault(go_f, 49, (long)(go_t29), (long)(go_len_out), 1); return; }
 			out[go_t29] = ((int)((uint)(((int)(((int)(x_2 & ~y_2)) ^ ((int)(x_2 | y_2))))) + (uint)(((int)(-(uint)(x_2))))));
 		}
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 16, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 24, (long)(i), (long)(go_len_a), 1); return; }
 			int go_t2 = a[i];
-			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 17, (long)(i), (long)(go_len_b), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 25, (long)(i), (long)(go_len_b), 1); return; }
 			int go_t3 = b[i];
 			int x = go_t2;
 			int y = go_t3;
 			long go_t4 = (long)(((long)((ulong)(8L) * (ulong)(i))));
-			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 18, (long)(go_t4), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 26, (long)(go_t4), (long)(go_len_out), 1); return; }
 			out[go_t4] = ((int)((uint)(x) + (uint)(y)));
 			long go_t5 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
-			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 19, (long)(go_t5), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 27, (long)(go_t5), (long)(go_len_out), 1); return; }
 			out[go_t5] = ((int)((uint)(x) - (uint)(((int)((uint)(y) * (uint)(3))))));
 			long go_t6 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
-			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 20, (long)(go_t6), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 28, (long)(go_t6), (long)(go_len_out), 1); return; }
 			out[go_t6] = ((int)((uint)(x) * (uint)(y)));
 			{
 				if ((y != 0)) {
-					if (y == 0) { go_fault(go_f, 21, (long)(0), (long)(0), 1); return; }
+					if (y == 0) { go_fault(go_f, 29, (long)(0), (long)(0), 1); return; }
 					long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-					if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 22, (long)(go_t7), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 30, (long)(go_t7), (long)(go_len_out), 1); return; }
 					out[go_t7] = (y == -1 ? (int)(-(uint)(x)) : (int)(x / y));
-					if (y == 0) { go_fault(go_f, 23, (long)(0), (long)(0), 1); return; }
+					if (y == 0) { go_fault(go_f, 31, (long)(0), (long)(0), 1); return; }
 					long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-					if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 24, (long)(go_t8), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 32, (long)(go_t8), (long)(go_len_out), 1); return; }
 					out[go_t8] = (y == -1 ? (int)0 : (int)(x % y));
 				} else {
 					int go_t9 = 0;
 					int go_t10 = 0;
 					long go_t11 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-					if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 25, (long)(go_t11), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 33, (long)(go_t11), (long)(go_len_out), 1); return; }
 					out[go_t11] = go_t9;
 					long go_t12 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-					if ((ulong)(go_t12) >= (ulong)(go_len_out)) { go_fault(go_f, 26, (long)(go_t12), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t12) >= (ulong)(go_len_out)) { go_fault(go_f, 34, (long)(go_t12), (long)(go_len_out), 1); return; }
 					out[go_t12] = go_t10;
 				}
 			}
 			ulong s = ((ulong)(((int)(y & 63))));
 			long go_t13 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
-			if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 27, (long)(go_t13), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 35, (long)(go_t13), (long)(go_len_out), 1); return; }
 			out[go_t13] = go_shl_int(x, (ulong)(s));
 			long go_t14 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
-			if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 28, (long)(go_t14), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 36, (long)(go_t14), (long)(go_len_out), 1); return; }
 			out[go_t14] = go_shr_int(x, (ulong)(s));
 			long go_t15 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
-			if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 29, (long)(go_t15), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 37, (long)(go_t15), (long)(go_len_out), 1); return; }
 			out[go_t15] = ((int)((uint)(((int)(((int)(x & ~y)) ^ ((int)(x | y))))) + (uint)(((int)(-(uint)(x))))));
 		}
 	}
 }
 
 // int64ops is kernel "int64ops" (kernels.go:39).
-kernel void int64ops(global long *a, global long *b, global long *out, long go_len_a, long go_len_b, long go_len_out, global long *go_f)
+kernel void int64ops(global long *a, global long *b, global long *out, long go_len_a, long go_len_b, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_a;
@@ -345,109 +415,109 @@ kernel void int64ops(global long *a, global long *b, global long *out, long go_l
 			long x_2 = go_t17;
 			long y_2 = go_t18;
 			long go_t19 = (long)(((long)((ulong)(8L) * (ulong)(i_2))));
-			if ((ulong)(go_t19) >= (ulong)(go_len_out)) { go_fault(go_f, 59, (long)(go_t19), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t19) >= (ulong)(go_len_out)) { go_fault(go_f, 67, (long)(go_t19), (long)(go_len_out), 1); return; }
 			out[go_t19] = ((long)((ulong)(x_2) + (ulong)(y_2)));
 			long go_t20 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(1L))));
-			if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 60, (long)(go_t20), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 68, (long)(go_t20), (long)(go_len_out), 1); return; }
 			out[go_t20] = ((long)((ulong)(x_2) - (ulong)(y_2)));
 			long go_t21 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(2L))));
-			if ((ulong)(go_t21) >= (ulong)(go_len_out)) { go_fault(go_f, 61, (long)(go_t21), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t21) >= (ulong)(go_len_out)) { go_fault(go_f, 69, (long)(go_t21), (long)(go_len_out), 1); return; }
 			out[go_t21] = ((long)((ulong)(x_2) * (ulong)(y_2)));
 			{
 				if ((y_2 != 0L)) {
-					if (y_2 == 0) { go_fault(go_f, 62, (long)(0), (long)(0), 1); return; }
+					if (y_2 == 0) { go_fault(go_f, 70, (long)(0), (long)(0), 1); return; }
 					long go_t22 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(3L))));
-					if ((ulong)(go_t22) >= (ulong)(go_len_out)) { go_fault(go_f, 63, (long)(go_t22), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t22) >= (ulong)(go_len_out)) { go_fault(go_f, 71, (long)(go_t22), (long)(go_len_out), 1); return; }
 					out[go_t22] = (y_2 == -1 ? (long)(-(ulong)(x_2)) : (long)(x_2 / y_2));
-					if (y_2 == 0) { go_fault(go_f, 64, (long)(0), (long)(0), 1); return; }
+					if (y_2 == 0) { go_fault(go_f, 72, (long)(0), (long)(0), 1); return; }
 					long go_t23 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(4L))));
-					if ((ulong)(go_t23) >= (ulong)(go_len_out)) { go_fault(go_f, 65, (long)(go_t23), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t23) >= (ulong)(go_len_out)) { go_fault(go_f, 73, (long)(go_t23), (long)(go_len_out), 1); return; }
 					out[go_t23] = (y_2 == -1 ? (long)0 : (long)(x_2 % y_2));
 				} else {
 					long go_t24 = 0L;
 					long go_t25 = 0L;
 					long go_t26 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(3L))));
-					if ((ulong)(go_t26) >= (ulong)(go_len_out)) { go_fault(go_f, 66, (long)(go_t26), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t26) >= (ulong)(go_len_out)) { go_fault(go_f, 74, (long)(go_t26), (long)(go_len_out), 1); return; }
 					out[go_t26] = go_t24;
 					long go_t27 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(4L))));
-					if ((ulong)(go_t27) >= (ulong)(go_len_out)) { go_fault(go_f, 67, (long)(go_t27), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t27) >= (ulong)(go_len_out)) { go_fault(go_f, 75, (long)(go_t27), (long)(go_len_out), 1); return; }
 					out[go_t27] = go_t25;
 				}
 			}
 			long s_2 = ((long)(y_2 & 127L));
-			if (s_2 < 0) { go_fault(go_f, 68, (long)(s_2), (long)(0), 1); return; }
+			if (s_2 < 0) { go_fault(go_f, 76, (long)(s_2), (long)(0), 1); return; }
 			long go_t28 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(5L))));
-			if ((ulong)(go_t28) >= (ulong)(go_len_out)) { go_fault(go_f, 69, (long)(go_t28), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t28) >= (ulong)(go_len_out)) { go_fault(go_f, 77, (long)(go_t28), (long)(go_len_out), 1); return; }
 			out[go_t28] = go_shl_long(x_2, (ulong)(s_2));
-			if (s_2 < 0) { go_fault(go_f, 70, (long)(s_2), (long)(0), 1); return; }
+			if (s_2 < 0) { go_fault(go_f, 78, (long)(s_2), (long)(0), 1); return; }
 			long go_t29 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(6L))));
-			if ((ulong)(go_t29) >= (ulong)(go_len_out)) { go_fault(go_f, 71, (long)(go_t29), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t29) >= (ulong)(go_len_out)) { go_fault(go_f, 79, (long)(go_t29), (long)(go_len_out), 1); return; }
 			out[go_t29] = go_shr_long(x_2, (ulong)(s_2));
 			long go_t30 = ((long)((ulong)(s_2) + (ulong)(60L)));
-			if (go_t30 < 0) { go_fault(go_f, 72, (long)(go_t30), (long)(0), 1); return; }
+			if (go_t30 < 0) { go_fault(go_f, 80, (long)(go_t30), (long)(0), 1); return; }
 			long go_t31 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(7L))));
-			if ((ulong)(go_t31) >= (ulong)(go_len_out)) { go_fault(go_f, 73, (long)(go_t31), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t31) >= (ulong)(go_len_out)) { go_fault(go_f, 81, (long)(go_t31), (long)(go_len_out), 1); return; }
 			out[go_t31] = ((long)(((long)(((long)(~x_2)) ^ ((long)((ulong)(y_2) << 3)))) ^ go_shr_long(y_2, (ulong)(go_t30))));
 		}
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 42, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 50, (long)(i), (long)(go_len_a), 1); return; }
 			long go_t2 = a[i];
-			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 43, (long)(i), (long)(go_len_b), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 51, (long)(i), (long)(go_len_b), 1); return; }
 			long go_t3 = b[i];
 			long x = go_t2;
 			long y = go_t3;
 			long go_t4 = (long)(((long)((ulong)(8L) * (ulong)(i))));
-			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 44, (long)(go_t4), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 52, (long)(go_t4), (long)(go_len_out), 1); return; }
 			out[go_t4] = ((long)((ulong)(x) + (ulong)(y)));
 			long go_t5 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
-			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 45, (long)(go_t5), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 53, (long)(go_t5), (long)(go_len_out), 1); return; }
 			out[go_t5] = ((long)((ulong)(x) - (ulong)(y)));
 			long go_t6 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
-			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 46, (long)(go_t6), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 54, (long)(go_t6), (long)(go_len_out), 1); return; }
 			out[go_t6] = ((long)((ulong)(x) * (ulong)(y)));
 			{
 				if ((y != 0L)) {
-					if (y == 0) { go_fault(go_f, 47, (long)(0), (long)(0), 1); return; }
+					if (y == 0) { go_fault(go_f, 55, (long)(0), (long)(0), 1); return; }
 					long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-					if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 48, (long)(go_t7), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 56, (long)(go_t7), (long)(go_len_out), 1); return; }
 					out[go_t7] = (y == -1 ? (long)(-(ulong)(x)) : (long)(x / y));
-					if (y == 0) { go_fault(go_f, 49, (long)(0), (long)(0), 1); return; }
+					if (y == 0) { go_fault(go_f, 57, (long)(0), (long)(0), 1); return; }
 					long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-					if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 50, (long)(go_t8), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 58, (long)(go_t8), (long)(go_len_out), 1); return; }
 					out[go_t8] = (y == -1 ? (long)0 : (long)(x % y));
 				} else {
 					long go_t9 = 0L;
 					long go_t10 = 0L;
 					long go_t11 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-					if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 51, (long)(go_t11), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 59, (long)(go_t11), (long)(go_len_out), 1); return; }
 					out[go_t11] = go_t9;
 					long go_t12 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-					if ((ulong)(go_t12) >= (ulong)(go_len_out)) { go_fault(go_f, 52, (long)(go_t12), (long)(go_len_out), 1); return; }
+					if ((ulong)(go_t12) >= (ulong)(go_len_out)) { go_fault(go_f, 60, (long)(go_t12), (long)(go_len_out), 1); return; }
 					out[go_t12] = go_t10;
 				}
 			}
 			long s = ((long)(y & 127L));
-			if (s < 0) { go_fault(go_f, 53, (long)(s), (long)(0), 1); return; }
+			if (s < 0) { go_fault(go_f, 61, (long)(s), (long)(0), 1); return; }
 			long go_t13 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
-			if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 54, (long)(go_t13), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 62, (long)(go_t13), (long)(go_len_out), 1); return; }
 			out[go_t13] = go_shl_long(x, (ulong)(s));
-			if (s < 0) { go_fault(go_f, 55, (long)(s), (long)(0), 1); return; }
+			if (s < 0) { go_fault(go_f, 63, (long)(s), (long)(0), 1); return; }
 			long go_t14 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
-			if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 56, (long)(go_t14), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 64, (long)(go_t14), (long)(go_len_out), 1); return; }
 			out[go_t14] = go_shr_long(x, (ulong)(s));
 			long go_t15 = ((long)((ulong)(s) + (ulong)(60L)));
-			if (go_t15 < 0) { go_fault(go_f, 57, (long)(go_t15), (long)(0), 1); return; }
+			if (go_t15 < 0) { go_fault(go_f, 65, (long)(go_t15), (long)(0), 1); return; }
 			long go_t16 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
-			if ((ulong)(go_t16) >= (ulong)(go_len_out)) { go_fault(go_f, 58, (long)(go_t16), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t16) >= (ulong)(go_len_out)) { go_fault(go_f, 66, (long)(go_t16), (long)(go_len_out), 1); return; }
 			out[go_t16] = ((long)(((long)(((long)(~x)) ^ ((long)((ulong)(y) << 3)))) ^ go_shr_long(y, (ulong)(go_t15))));
 		}
 	}
 }
 
 // smallops is kernel "smallops" (kernels.go:62).
-kernel void smallops(global char *a, global ushort *b, global long *out, long go_len_a, long go_len_b, long go_len_out, global long *go_f)
+kernel void smallops(global char *a, global ushort *b, global long *out, long go_len_a, long go_len_b, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_a;
@@ -465,31 +535,31 @@ kernel void smallops(global char *a, global ushort *b, global long *out, long go
 			char q_2 = ((char)-128);
 			{
 				if ((x_2 != ((char)0))) {
-					if (x_2 == 0) { go_fault(go_f, 81, (long)(0), (long)(0), 1); return; }
+					if (x_2 == 0) { go_fault(go_f, 89, (long)(0), (long)(0), 1); return; }
 					q_2 = (x_2 == -1 ? (char)(-(uint)(q_2)) : (char)(q_2 / x_2));
 				}
 			}
 			long go_t12 = (long)(((long)((ulong)(4L) * (ulong)(i_2))));
-			if ((ulong)(go_t12) >= (ulong)(go_len_out)) { go_fault(go_f, 82, (long)(go_t12), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t12) >= (ulong)(go_len_out)) { go_fault(go_f, 90, (long)(go_t12), (long)(go_len_out), 1); return; }
 			out[go_t12] = ((long)(x2_2));
 			long go_t13 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i_2)))) + (ulong)(1L))));
-			if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 83, (long)(go_t13), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t13) >= (ulong)(go_len_out)) { go_fault(go_f, 91, (long)(go_t13), (long)(go_len_out), 1); return; }
 			out[go_t13] = ((long)(y2_2));
 			ulong go_t14 = ((ulong)(((ulong)(y_2)) & 15UL));
 			long go_t15 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i_2)))) + (ulong)(2L))));
-			if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 84, (long)(go_t15), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 92, (long)(go_t15), (long)(go_len_out), 1); return; }
 			out[go_t15] = ((long)((ulong)(((long)(q_2))) + (ulong)(((long)(go_shl_char(x_2, (ulong)(go_t14)))))));
 			ulong go_t16 = ((ulong)(((ulong)(x_2)) & 31UL));
 			long go_t17 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i_2)))) + (ulong)(3L))));
-			if ((ulong)(go_t17) >= (ulong)(go_len_out)) { go_fault(go_f, 85, (long)(go_t17), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t17) >= (ulong)(go_len_out)) { go_fault(go_f, 93, (long)(go_t17), (long)(go_len_out), 1); return; }
 			out[go_t17] = ((long)((ulong)(((long)(((uchar)(((uchar)(x_2)) >> 3))))) + (ulong)(((long)(go_shr_ushort(y_2, (ulong)(go_t16)))))));
 		}
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 74, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 82, (long)(i), (long)(go_len_a), 1); return; }
 			char go_t2 = a[i];
-			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 75, (long)(i), (long)(go_len_b), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 83, (long)(i), (long)(go_len_b), 1); return; }
 			ushort go_t3 = b[i];
 			char x = go_t2;
 			ushort y = go_t3;
@@ -498,30 +568,30 @@ kernel void smallops(global char *a, global ushort *b, global long *out, long go
 			char q = ((char)-128);
 			{
 				if ((x != ((char)0))) {
-					if (x == 0) { go_fault(go_f, 76, (long)(0), (long)(0), 1); return; }
+					if (x == 0) { go_fault(go_f, 84, (long)(0), (long)(0), 1); return; }
 					q = (x == -1 ? (char)(-(uint)(q)) : (char)(q / x));
 				}
 			}
 			long go_t4 = (long)(((long)((ulong)(4L) * (ulong)(i))));
-			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 77, (long)(go_t4), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 85, (long)(go_t4), (long)(go_len_out), 1); return; }
 			out[go_t4] = ((long)(x2));
 			long go_t5 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(1L))));
-			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 78, (long)(go_t5), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 86, (long)(go_t5), (long)(go_len_out), 1); return; }
 			out[go_t5] = ((long)(y2));
 			ulong go_t6 = ((ulong)(((ulong)(y)) & 15UL));
 			long go_t7 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(2L))));
-			if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 79, (long)(go_t7), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 87, (long)(go_t7), (long)(go_len_out), 1); return; }
 			out[go_t7] = ((long)((ulong)(((long)(q))) + (ulong)(((long)(go_shl_char(x, (ulong)(go_t6)))))));
 			ulong go_t8 = ((ulong)(((ulong)(x)) & 31UL));
 			long go_t9 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(3L))));
-			if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 80, (long)(go_t9), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 88, (long)(go_t9), (long)(go_len_out), 1); return; }
 			out[go_t9] = ((long)((ulong)(((long)(((uchar)(((uchar)(x)) >> 3))))) + (ulong)(((long)(go_shr_ushort(y, (ulong)(go_t8)))))));
 		}
 	}
 }
 
 // floatops is kernel "floatops" (kernels.go:83).
-kernel void floatops(global float *a, global float *b, global float *out, long go_len_a, long go_len_b, long go_len_out, global long *go_f)
+kernel void floatops(global float *a, global float *b, global float *out, long go_len_a, long go_len_b, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_a;
@@ -535,69 +605,69 @@ kernel void floatops(global float *a, global float *b, global float *out, long g
 			float x_2 = go_t12;
 			float y_2 = go_t13;
 			long go_t14 = (long)(((long)((ulong)(8L) * (ulong)(i_2))));
-			if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 96, (long)(go_t14), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 104, (long)(go_t14), (long)(go_len_out), 1); return; }
 			out[go_t14] = (x_2 + y_2);
 			long go_t15 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(1L))));
-			if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 97, (long)(go_t15), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 105, (long)(go_t15), (long)(go_len_out), 1); return; }
 			out[go_t15] = (x_2 - y_2);
 			long go_t16 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(2L))));
-			if ((ulong)(go_t16) >= (ulong)(go_len_out)) { go_fault(go_f, 98, (long)(go_t16), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t16) >= (ulong)(go_len_out)) { go_fault(go_f, 106, (long)(go_t16), (long)(go_len_out), 1); return; }
 			out[go_t16] = (x_2 * y_2);
 			long go_t17 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(3L))));
-			if ((ulong)(go_t17) >= (ulong)(go_len_out)) { go_fault(go_f, 99, (long)(go_t17), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t17) >= (ulong)(go_len_out)) { go_fault(go_f, 107, (long)(go_t17), (long)(go_len_out), 1); return; }
 			out[go_t17] = (x_2 / y_2);
 			long go_t18 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(4L))));
-			if ((ulong)(go_t18) >= (ulong)(go_len_out)) { go_fault(go_f, 100, (long)(go_t18), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t18) >= (ulong)(go_len_out)) { go_fault(go_f, 108, (long)(go_t18), (long)(go_len_out), 1); return; }
 			out[go_t18] = ((float)(sqrt(((double)(x_2)))));
 			long go_t19 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(5L))));
-			if ((ulong)(go_t19) >= (ulong)(go_len_out)) { go_fault(go_f, 101, (long)(go_t19), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t19) >= (ulong)(go_len_out)) { go_fault(go_f, 109, (long)(go_t19), (long)(go_len_out), 1); return; }
 			out[go_t19] = go_min_float(x_2, y_2);
 			long go_t20 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(6L))));
-			if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 102, (long)(go_t20), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 110, (long)(go_t20), (long)(go_len_out), 1); return; }
 			out[go_t20] = go_max_float(go_max_float(x_2, y_2), 0.5f);
 			long go_t21 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(7L))));
-			if ((ulong)(go_t21) >= (ulong)(go_len_out)) { go_fault(go_f, 103, (long)(go_t21), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t21) >= (ulong)(go_len_out)) { go_fault(go_f, 111, (long)(go_t21), (long)(go_len_out), 1); return; }
 			out[go_t21] = ((x_2 * y_2) + x_2);
 		}
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 86, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 94, (long)(i), (long)(go_len_a), 1); return; }
 			float go_t2 = a[i];
-			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 87, (long)(i), (long)(go_len_b), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 95, (long)(i), (long)(go_len_b), 1); return; }
 			float go_t3 = b[i];
 			float x = go_t2;
 			float y = go_t3;
 			long go_t4 = (long)(((long)((ulong)(8L) * (ulong)(i))));
-			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 88, (long)(go_t4), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 96, (long)(go_t4), (long)(go_len_out), 1); return; }
 			out[go_t4] = (x + y);
 			long go_t5 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
-			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 89, (long)(go_t5), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 97, (long)(go_t5), (long)(go_len_out), 1); return; }
 			out[go_t5] = (x - y);
 			long go_t6 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
-			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 90, (long)(go_t6), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 98, (long)(go_t6), (long)(go_len_out), 1); return; }
 			out[go_t6] = (x * y);
 			long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-			if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 91, (long)(go_t7), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 99, (long)(go_t7), (long)(go_len_out), 1); return; }
 			out[go_t7] = (x / y);
 			long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-			if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 92, (long)(go_t8), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 100, (long)(go_t8), (long)(go_len_out), 1); return; }
 			out[go_t8] = ((float)(sqrt(((double)(x)))));
 			long go_t9 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
-			if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 93, (long)(go_t9), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 101, (long)(go_t9), (long)(go_len_out), 1); return; }
 			out[go_t9] = go_min_float(x, y);
 			long go_t10 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
-			if ((ulong)(go_t10) >= (ulong)(go_len_out)) { go_fault(go_f, 94, (long)(go_t10), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t10) >= (ulong)(go_len_out)) { go_fault(go_f, 102, (long)(go_t10), (long)(go_len_out), 1); return; }
 			out[go_t10] = go_max_float(go_max_float(x, y), 0.5f);
 			long go_t11 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
-			if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 95, (long)(go_t11), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 103, (long)(go_t11), (long)(go_len_out), 1); return; }
 			out[go_t11] = ((x * y) + x);
 		}
 	}
 }
 
 // doubleops is kernel "doubleops" (kernels.go:101).
-kernel void doubleops(global double *a, global double *b, global double *out, long go_len_a, long go_len_b, long go_len_out, global long *go_f)
+kernel void doubleops(global double *a, global double *b, global double *out, long go_len_a, long go_len_b, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_a;
@@ -611,69 +681,69 @@ kernel void doubleops(global double *a, global double *b, global double *out, lo
 			double x_2 = go_t12;
 			double y_2 = go_t13;
 			long go_t14 = (long)(((long)((ulong)(8L) * (ulong)(i_2))));
-			if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 114, (long)(go_t14), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t14) >= (ulong)(go_len_out)) { go_fault(go_f, 122, (long)(go_t14), (long)(go_len_out), 1); return; }
 			out[go_t14] = ((x_2 * y_2) - (x_2 / y_2));
 			long go_t15 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(1L))));
-			if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 115, (long)(go_t15), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t15) >= (ulong)(go_len_out)) { go_fault(go_f, 123, (long)(go_t15), (long)(go_len_out), 1); return; }
 			out[go_t15] = sqrt(fabs(x_2));
 			long go_t16 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(2L))));
-			if ((ulong)(go_t16) >= (ulong)(go_len_out)) { go_fault(go_f, 116, (long)(go_t16), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t16) >= (ulong)(go_len_out)) { go_fault(go_f, 124, (long)(go_t16), (long)(go_len_out), 1); return; }
 			out[go_t16] = ((floor(x_2) + (ceil(y_2) * 2.0)) + trunc((x_2 * y_2)));
 			long go_t17 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(3L))));
-			if ((ulong)(go_t17) >= (ulong)(go_len_out)) { go_fault(go_f, 117, (long)(go_t17), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t17) >= (ulong)(go_len_out)) { go_fault(go_f, 125, (long)(go_t17), (long)(go_len_out), 1); return; }
 			out[go_t17] = ((isinf(x_2) && x_2 > 0) || (isinf(y_2) && y_2 > 0) ? INFINITY : go_max_double(x_2, y_2));
 			long go_t18 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(4L))));
-			if ((ulong)(go_t18) >= (ulong)(go_len_out)) { go_fault(go_f, 118, (long)(go_t18), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t18) >= (ulong)(go_len_out)) { go_fault(go_f, 126, (long)(go_t18), (long)(go_len_out), 1); return; }
 			out[go_t18] = ((isinf(x_2) && x_2 < 0) || (isinf(y_2) && y_2 < 0) ? (-INFINITY) : go_min_double(x_2, y_2));
 			long go_t19 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(5L))));
-			if ((ulong)(go_t19) >= (ulong)(go_len_out)) { go_fault(go_f, 119, (long)(go_t19), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t19) >= (ulong)(go_len_out)) { go_fault(go_f, 127, (long)(go_t19), (long)(go_len_out), 1); return; }
 			out[go_t19] = copysign(x_2, y_2);
 			long go_t20 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(6L))));
-			if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 120, (long)(go_t20), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 128, (long)(go_t20), (long)(go_len_out), 1); return; }
 			out[go_t20] = as_double(((ulong)(as_ulong(x_2) ^ 1UL)));
 			long go_t21 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i_2)))) + (ulong)(7L))));
-			if ((ulong)(go_t21) >= (ulong)(go_len_out)) { go_fault(go_f, 121, (long)(go_t21), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t21) >= (ulong)(go_len_out)) { go_fault(go_f, 129, (long)(go_t21), (long)(go_len_out), 1); return; }
 			out[go_t21] = (((double)(((float)(x_2)))) + ((double)(((int)(y_2)))));
 		}
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 104, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 112, (long)(i), (long)(go_len_a), 1); return; }
 			double go_t2 = a[i];
-			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 105, (long)(i), (long)(go_len_b), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 113, (long)(i), (long)(go_len_b), 1); return; }
 			double go_t3 = b[i];
 			double x = go_t2;
 			double y = go_t3;
 			long go_t4 = (long)(((long)((ulong)(8L) * (ulong)(i))));
-			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 106, (long)(go_t4), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 114, (long)(go_t4), (long)(go_len_out), 1); return; }
 			out[go_t4] = ((x * y) - (x / y));
 			long go_t5 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(1L))));
-			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 107, (long)(go_t5), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 115, (long)(go_t5), (long)(go_len_out), 1); return; }
 			out[go_t5] = sqrt(fabs(x));
 			long go_t6 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(2L))));
-			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 108, (long)(go_t6), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 116, (long)(go_t6), (long)(go_len_out), 1); return; }
 			out[go_t6] = ((floor(x) + (ceil(y) * 2.0)) + trunc((x * y)));
 			long go_t7 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(3L))));
-			if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 109, (long)(go_t7), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 117, (long)(go_t7), (long)(go_len_out), 1); return; }
 			out[go_t7] = ((isinf(x) && x > 0) || (isinf(y) && y > 0) ? INFINITY : go_max_double(x, y));
 			long go_t8 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(4L))));
-			if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 110, (long)(go_t8), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 118, (long)(go_t8), (long)(go_len_out), 1); return; }
 			out[go_t8] = ((isinf(x) && x < 0) || (isinf(y) && y < 0) ? (-INFINITY) : go_min_double(x, y));
 			long go_t9 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(5L))));
-			if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 111, (long)(go_t9), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 119, (long)(go_t9), (long)(go_len_out), 1); return; }
 			out[go_t9] = copysign(x, y);
 			long go_t10 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(6L))));
-			if ((ulong)(go_t10) >= (ulong)(go_len_out)) { go_fault(go_f, 112, (long)(go_t10), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t10) >= (ulong)(go_len_out)) { go_fault(go_f, 120, (long)(go_t10), (long)(go_len_out), 1); return; }
 			out[go_t10] = as_double(((ulong)(as_ulong(x) ^ 1UL)));
 			long go_t11 = (long)(((long)((ulong)(((long)((ulong)(8L) * (ulong)(i)))) + (ulong)(7L))));
-			if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 113, (long)(go_t11), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t11) >= (ulong)(go_len_out)) { go_fault(go_f, 121, (long)(go_t11), (long)(go_len_out), 1); return; }
 			out[go_t11] = (((double)(((float)(x)))) + ((double)(((int)(y)))));
 		}
 	}
 }
 
 // collatz is kernel "collatz" (kernels.go:139).
-kernel void collatz(int limit, global long *x, global int *steps, long go_len_x, long go_len_steps, global long *go_f)
+kernel void collatz(int limit, global long *x, global int *steps, long go_len_x, long go_len_steps, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_x;
@@ -689,17 +759,17 @@ kernel void collatz(int limit, global long *x, global int *steps, long go_len_x,
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 122, (long)(i), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 130, (long)(i), (long)(go_len_x), 1); return; }
 			int go_t2 = go_fn_collatz(x[i], limit, go_f, &go_fl);
 			if (go_fl & 1) return;
-			if ((ulong)(i) >= (ulong)(go_len_steps)) { go_fault(go_f, 123, (long)(i), (long)(go_len_steps), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_steps)) { go_fault(go_f, 131, (long)(i), (long)(go_len_steps), 1); return; }
 			steps[i] = go_t2;
 		}
 	}
 }
 
 // mandelbrot is kernel "mandelbrot" (kernels.go:160).
-kernel void mandelbrot(long w, long h, long limit, global int *out, long go_len_out, global long *go_f)
+kernel void mandelbrot(long w, long h, long limit, global int *out, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = ((long)((ulong)(w) * (ulong)(h)));
@@ -708,9 +778,9 @@ kernel void mandelbrot(long w, long h, long limit, global int *out, long go_len_
 		long go_i = (long)get_global_id(0);
 		if (go_i < go_t1) {
 			long p_2 = go_i;
-			if (w == 0) { go_fault(go_f, 127, (long)(0), (long)(0), 1); return; }
+			if (w == 0) { go_fault(go_f, 135, (long)(0), (long)(0), 1); return; }
 			double re_2 = ((-2.0) + ((3.0 * ((double)((w == -1 ? (long)0 : (long)(p_2 % w))))) / ((double)(w))));
-			if (w == 0) { go_fault(go_f, 128, (long)(0), (long)(0), 1); return; }
+			if (w == 0) { go_fault(go_f, 136, (long)(0), (long)(0), 1); return; }
 			double im_2 = ((-1.0) + ((2.0 * ((double)((w == -1 ? (long)(-(ulong)(p_2)) : (long)(p_2 / w))))) / ((double)(h))));
 			long go_t3 = go_fn_mandel(re_2, im_2, limit, go_f, &go_fl);
 			if (go_fl & 1) return;
@@ -719,20 +789,20 @@ kernel void mandelbrot(long w, long h, long limit, global int *out, long go_len_
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long p = go_i;
-			if (w == 0) { go_fault(go_f, 124, (long)(0), (long)(0), 1); return; }
+			if (w == 0) { go_fault(go_f, 132, (long)(0), (long)(0), 1); return; }
 			double re = ((-2.0) + ((3.0 * ((double)((w == -1 ? (long)0 : (long)(p % w))))) / ((double)(w))));
-			if (w == 0) { go_fault(go_f, 125, (long)(0), (long)(0), 1); return; }
+			if (w == 0) { go_fault(go_f, 133, (long)(0), (long)(0), 1); return; }
 			double im = ((-1.0) + ((2.0 * ((double)((w == -1 ? (long)(-(ulong)(p)) : (long)(p / w))))) / ((double)(h))));
 			long go_t2 = go_fn_mandel(re, im, limit, go_f, &go_fl);
 			if (go_fl & 1) return;
-			if ((ulong)(p) >= (ulong)(go_len_out)) { go_fault(go_f, 126, (long)(p), (long)(go_len_out), 1); return; }
+			if ((ulong)(p) >= (ulong)(go_len_out)) { go_fault(go_f, 134, (long)(p), (long)(go_len_out), 1); return; }
 			out[p] = ((int)(go_t2));
 		}
 	}
 }
 
 // histogram is kernel "histogram" (kernels.go:172).
-kernel void histogram(global uchar *x, global int *out, long go_len_x, long go_len_out, global long *go_f)
+kernel void histogram(global uchar *x, global int *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
 {
 	if (get_global_id(0) != 0)
 		return; /* no ctx.For: one work-item runs the body */
@@ -754,12 +824,12 @@ kernel void histogram(global uchar *x, global int *out, long go_len_x, long go_l
 				}
 			}
 			long go_t8 = (long)(((uchar)(v & ((uchar)15U))));
-			if ((ulong)(go_t8) >= (ulong)(16L)) { go_fault(go_f, 129, (long)(go_t8), (long)(16L), 0); return; }
+			if ((ulong)(go_t8) >= (ulong)(16L)) { go_fault(go_f, 137, (long)(go_t8), (long)(16L), 0); return; }
 			counts[go_t8] = ((int)((uint)(counts[go_t8]) + (uint)(1)));
 			long go_t9 = (long)(((uchar)(v & ((uchar)3U))));
-			if ((ulong)(go_t9) >= (ulong)(4L)) { go_fault(go_f, 130, (long)(go_t9), (long)(4L), 0); return; }
+			if ((ulong)(go_t9) >= (ulong)(4L)) { go_fault(go_f, 138, (long)(go_t9), (long)(4L), 0); return; }
 			long go_t10 = (long)(((long)(i & 3L)));
-			if ((ulong)(go_t10) >= (ulong)(4L)) { go_fault(go_f, 131, (long)(go_t10), (long)(4L), 0); return; }
+			if ((ulong)(go_t10) >= (ulong)(4L)) { go_fault(go_f, 139, (long)(go_t10), (long)(4L), 0); return; }
 			pairs[go_t9][go_t10] = ((int)((uint)(pairs[go_t9][go_t10]) + (uint)(((int)(((uchar)(v >> 4)))))));
 			go_cont2: ;
 		}
@@ -768,7 +838,7 @@ kernel void histogram(global uchar *x, global int *out, long go_len_x, long go_l
 		for (long go_k13 = 0; go_k13 < 16L; go_k13++) {
 			long k = go_k13;
 			int c = counts[go_k13];
-			if ((ulong)(k) >= (ulong)(go_len_out)) { go_fault(go_f, 132, (long)(k), (long)(go_len_out), 0); return; }
+			if ((ulong)(k) >= (ulong)(go_len_out)) { go_fault(go_f, 140, (long)(k), (long)(go_len_out), 0); return; }
 			out[k] = c;
 		}
 	}
@@ -779,10 +849,10 @@ kernel void histogram(global uchar *x, global int *out, long go_len_x, long go_l
 			{
 				long b = 0L;
 				for (; (b < 4L); b = ((long)((ulong)(b) + (ulong)(1)))) {
-					if ((ulong)(a) >= (ulong)(4L)) { go_fault(go_f, 133, (long)(a), (long)(4L), 0); return; }
-					if ((ulong)(b) >= (ulong)(4L)) { go_fault(go_f, 134, (long)(b), (long)(4L), 0); return; }
+					if ((ulong)(a) >= (ulong)(4L)) { go_fault(go_f, 141, (long)(a), (long)(4L), 0); return; }
+					if ((ulong)(b) >= (ulong)(4L)) { go_fault(go_f, 142, (long)(b), (long)(4L), 0); return; }
 					long go_t20 = (long)(((long)((ulong)(((long)((ulong)(16L) + (ulong)(((long)((ulong)(4L) * (ulong)(a))))))) + (ulong)(b))));
-					if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 135, (long)(go_t20), (long)(go_len_out), 0); return; }
+					if ((ulong)(go_t20) >= (ulong)(go_len_out)) { go_fault(go_f, 143, (long)(go_t20), (long)(go_len_out), 0); return; }
 					out[go_t20] = pairs[a][b];
 				}
 			}
@@ -791,7 +861,7 @@ kernel void histogram(global uchar *x, global int *out, long go_len_x, long go_l
 }
 
 // convert is kernel "convert" (kernels.go:198).
-kernel void convert(uchar neg, global double *a, global uchar *flags, global long *out, long go_len_a, long go_len_flags, long go_len_out, global long *go_f)
+kernel void convert(uchar neg, global double *a, global uchar *flags, global long *out, long go_len_a, long go_len_flags, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_a;
@@ -808,23 +878,23 @@ kernel void convert(uchar neg, global double *a, global uchar *flags, global lon
 			}
 			long n_2 = ((long)(x_2));
 			long go_t6 = (long)(((long)((ulong)(4L) * (ulong)(i_2))));
-			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 142, (long)(go_t6), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t6) >= (ulong)(go_len_out)) { go_fault(go_f, 150, (long)(go_t6), (long)(go_len_out), 1); return; }
 			out[go_t6] = n_2;
 			long go_t7 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i_2)))) + (ulong)(1L))));
-			if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 143, (long)(go_t7), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t7) >= (ulong)(go_len_out)) { go_fault(go_f, 151, (long)(go_t7), (long)(go_len_out), 1); return; }
 			out[go_t7] = ((long)((ulong)(((long)(((char)(n_2))))) + (ulong)(((long)(((ushort)(n_2)))))));
 			long go_t8 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i_2)))) + (ulong)(2L))));
-			if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 144, (long)(go_t8), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t8) >= (ulong)(go_len_out)) { go_fault(go_f, 152, (long)(go_t8), (long)(go_len_out), 1); return; }
 			out[go_t8] = ((long)((((uint)(n_2)) * 3U)));
 			long go_t9 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i_2)))) + (ulong)(3L))));
-			if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 145, (long)(go_t9), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t9) >= (ulong)(go_len_out)) { go_fault(go_f, 153, (long)(go_t9), (long)(go_len_out), 1); return; }
 			out[go_t9] = ((long)((((float)(x_2)) * 1000.0f)));
 			flags[i_2] = ((((n_2 > 0L) && (x_2 != ((double)(n_2)))) || (n_2 == 0L)));
 		}
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 136, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 144, (long)(i), (long)(go_len_a), 1); return; }
 			double x = a[i];
 			{
 				if (neg) {
@@ -833,25 +903,25 @@ kernel void convert(uchar neg, global double *a, global uchar *flags, global lon
 			}
 			long n = ((long)(x));
 			long go_t2 = (long)(((long)((ulong)(4L) * (ulong)(i))));
-			if ((ulong)(go_t2) >= (ulong)(go_len_out)) { go_fault(go_f, 137, (long)(go_t2), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t2) >= (ulong)(go_len_out)) { go_fault(go_f, 145, (long)(go_t2), (long)(go_len_out), 1); return; }
 			out[go_t2] = n;
 			long go_t3 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(1L))));
-			if ((ulong)(go_t3) >= (ulong)(go_len_out)) { go_fault(go_f, 138, (long)(go_t3), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t3) >= (ulong)(go_len_out)) { go_fault(go_f, 146, (long)(go_t3), (long)(go_len_out), 1); return; }
 			out[go_t3] = ((long)((ulong)(((long)(((char)(n))))) + (ulong)(((long)(((ushort)(n)))))));
 			long go_t4 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(2L))));
-			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 139, (long)(go_t4), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t4) >= (ulong)(go_len_out)) { go_fault(go_f, 147, (long)(go_t4), (long)(go_len_out), 1); return; }
 			out[go_t4] = ((long)((((uint)(n)) * 3U)));
 			long go_t5 = (long)(((long)((ulong)(((long)((ulong)(4L) * (ulong)(i)))) + (ulong)(3L))));
-			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 140, (long)(go_t5), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t5) >= (ulong)(go_len_out)) { go_fault(go_f, 148, (long)(go_t5), (long)(go_len_out), 1); return; }
 			out[go_t5] = ((long)((((float)(x)) * 1000.0f)));
-			if ((ulong)(i) >= (ulong)(go_len_flags)) { go_fault(go_f, 141, (long)(i), (long)(go_len_flags), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_flags)) { go_fault(go_f, 149, (long)(i), (long)(go_len_flags), 1); return; }
 			flags[i] = ((((n > 0L) && (x != ((double)(n)))) || (n == 0L)));
 		}
 	}
 }
 
 // gather is kernel "gather" (kernels.go:216).
-kernel void gather(global long *idx, global float *x, global float *out, long go_len_idx, long go_len_x, long go_len_out, global long *go_f)
+kernel void gather(global long *idx, global float *x, global float *out, long go_len_idx, long go_len_x, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_idx;
@@ -861,23 +931,23 @@ kernel void gather(global long *idx, global float *x, global float *out, long go
 		if (go_i < go_t1) {
 			long i_2 = go_i;
 			long go_t3 = (long)(idx[i_2]);
-			if ((ulong)(go_t3) >= (ulong)(go_len_x)) { go_fault(go_f, 149, (long)(go_t3), (long)(go_len_x), 1); return; }
+			if ((ulong)(go_t3) >= (ulong)(go_len_x)) { go_fault(go_f, 157, (long)(go_t3), (long)(go_len_x), 1); return; }
 			out[i_2] = x[go_t3];
 		}
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_idx)) { go_fault(go_f, 146, (long)(i), (long)(go_len_idx), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_idx)) { go_fault(go_f, 154, (long)(i), (long)(go_len_idx), 1); return; }
 			long go_t2 = (long)(idx[i]);
-			if ((ulong)(go_t2) >= (ulong)(go_len_x)) { go_fault(go_f, 147, (long)(go_t2), (long)(go_len_x), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 148, (long)(i), (long)(go_len_out), 1); return; }
+			if ((ulong)(go_t2) >= (ulong)(go_len_x)) { go_fault(go_f, 155, (long)(go_t2), (long)(go_len_x), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 156, (long)(i), (long)(go_len_out), 1); return; }
 			out[i] = x[go_t2];
 		}
 	}
 }
 
 // divide is kernel "divide" (kernels.go:225).
-kernel void divide(global long *a, global long *b, global long *out, long go_len_a, long go_len_b, long go_len_out, global long *go_f)
+kernel void divide(global long *a, global long *b, global long *out, long go_len_a, long go_len_b, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_a;
@@ -887,24 +957,24 @@ kernel void divide(global long *a, global long *b, global long *out, long go_len
 		if (go_i < go_t1) {
 			long i_2 = go_i;
 			long go_t3 = b[i_2];
-			if (go_t3 == 0) { go_fault(go_f, 154, (long)(0), (long)(0), 1); return; }
+			if (go_t3 == 0) { go_fault(go_f, 162, (long)(0), (long)(0), 1); return; }
 			out[i_2] = (go_t3 == -1 ? (long)(-(ulong)(a[i_2])) : (long)(a[i_2] / go_t3));
 		}
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 150, (long)(i), (long)(go_len_a), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 151, (long)(i), (long)(go_len_b), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 158, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 159, (long)(i), (long)(go_len_b), 1); return; }
 			long go_t2 = b[i];
-			if (go_t2 == 0) { go_fault(go_f, 152, (long)(0), (long)(0), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 153, (long)(i), (long)(go_len_out), 1); return; }
+			if (go_t2 == 0) { go_fault(go_f, 160, (long)(0), (long)(0), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 161, (long)(i), (long)(go_len_out), 1); return; }
 			out[i] = (go_t2 == -1 ? (long)(-(ulong)(a[i])) : (long)(a[i] / go_t2));
 		}
 	}
 }
 
 // gathercall is kernel "gathercall" (kernels.go:237).
-kernel void gathercall(global long *idx, global float *x, global float *out, long go_len_idx, long go_len_x, long go_len_out, global long *go_f)
+kernel void gathercall(global long *idx, global float *x, global float *out, long go_len_idx, long go_len_x, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_idx;
@@ -920,17 +990,17 @@ kernel void gathercall(global long *idx, global float *x, global float *out, lon
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_idx)) { go_fault(go_f, 156, (long)(i), (long)(go_len_idx), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_idx)) { go_fault(go_f, 164, (long)(i), (long)(go_len_idx), 1); return; }
 			float go_t2 = go_fn_at(x, go_len_x, idx[i], go_f, &go_fl);
 			if (go_fl & 1) return;
-			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 157, (long)(i), (long)(go_len_out), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 165, (long)(i), (long)(go_len_out), 1); return; }
 			out[i] = go_t2;
 		}
 	}
 }
 
 // overflow is kernel "overflow" (kernels.go:248).
-kernel void overflow(global int *a, global long *b, global int *out, long go_len_a, long go_len_b, long go_len_out, global long *go_f)
+kernel void overflow(global int *a, global long *b, global int *out, long go_len_a, long go_len_b, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_a;
@@ -957,27 +1027,793 @@ kernel void overflow(global int *a, global long *b, global int *out, long go_len
 			long i = go_i;
 			int r = 0;
 			{
-				if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 158, (long)(i), (long)(go_len_a), 1); return; }
-				if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 159, (long)(i), (long)(go_len_a), 1); return; }
+				if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 166, (long)(i), (long)(go_len_a), 1); return; }
+				if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 167, (long)(i), (long)(go_len_a), 1); return; }
 				if ((((int)((uint)(a[i]) + (uint)(1))) > a[i])) {
 					r = ((int)(r | 1));
 				}
 			}
 			{
-				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 160, (long)(i), (long)(go_len_b), 1); return; }
-				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 161, (long)(i), (long)(go_len_b), 1); return; }
+				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 168, (long)(i), (long)(go_len_b), 1); return; }
+				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 169, (long)(i), (long)(go_len_b), 1); return; }
 				if ((((long)(((long)((ulong)(b[i]) * (ulong)(2L))) / 2L)) == b[i])) {
 					r = ((int)(r | 2));
 				}
 			}
-			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 162, (long)(i), (long)(go_len_out), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 170, (long)(i), (long)(go_len_out), 1); return; }
 			out[i] = r;
 		}
 	}
 }
 
+// gentest_sqrts is kernel "gentest.sqrts" (panic.go:11).
+kernel void gentest_sqrts(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
+{
+	int go_fl = 0;
+	long go_t1 = go_len_x;
+	go_fl = 2;
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_x && go_t1 <= go_len_out) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			double go_t3 = go_fn_checkedSqrt(x[i_2], i_2, go_f, &go_fl);
+			if (go_fl & 1) return;
+			out[i_2] = go_t3;
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 172, (long)(i), (long)(go_len_x), 1); return; }
+			double go_t2 = go_fn_checkedSqrt(x[i], i, go_f, &go_fl);
+			if (go_fl & 1) return;
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 173, (long)(i), (long)(go_len_out), 1); return; }
+			out[i] = go_t2;
+		}
+	}
+}
+
+// gentest_sumf64 is kernel "gentest.sumf64" (reduce.go:7).
+static void gentest_sumf64_chunk(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, double *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_x);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	double acc = 0.0;
+	go_fl = 2;
+	{
+		if ((ulong)(hi) > (ulong)(go_len_x)) { go_fault(go_f, 174, (long)(hi), (long)(go_len_x), 1); return; }
+		if ((ulong)(lo) > (ulong)(hi)) { go_fault(go_f, 175, (long)(lo), (long)(hi), 1); return; }
+		global double *go_s2 = x + lo;
+		long go_len_s2 = hi - lo;
+		for (long go_k5 = 0; go_k5 < go_len_s2; go_k5++) {
+			double v = go_s2[go_k5];
+			acc = (acc + v);
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_sumf64_tail(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, double go_r)
+{
+	double r = go_r;
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 176, (long)(0L), (long)(go_len_out), 0); return; }
+	double go_t1 = out[0L];
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 177, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = (go_t1 + r);
+}
+
+kernel void gentest_sumf64(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	double go_r = 0.0;
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		double go_part = 0.0;
+		gentest_sumf64_chunk(x, out, go_len_x, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : (go_r + go_part);
+	}
+	gentest_sumf64_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
+}
+
+// gentest_sumf32 is kernel "gentest.sumf32" (reduce.go:20).
+static void gentest_sumf32_chunk(float scale, global float *x, global float *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, float *go_part)
+{
+	int go_fl = 0;
+	float r = 0.0f;
+	long n = ((long)((ulong)(go_len_x) - (ulong)(1L)));
+	long go_t1 = (long)(n);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	float acc = 0.0f;
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			long go_t4 = (long)(((long)((ulong)(i) + (ulong)(1L))));
+			if ((ulong)(go_t4) >= (ulong)(go_len_x)) { go_fault(go_f, 178, (long)(go_t4), (long)(go_len_x), 1); return; }
+			float go_t5 = go_fn_scaled(x[go_t4], scale, go_f, &go_fl);
+			if (go_fl & 1) return;
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 179, (long)(i), (long)(go_len_x), 1); return; }
+			acc = (acc + (go_t5 - x[i]));
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_sumf32_tail(float scale, global float *x, global float *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, float go_r)
+{
+	float r = 0.0f;
+	long n = ((long)((ulong)(go_len_x) - (ulong)(1L)));
+	r = go_r;
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 180, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = r;
+	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 181, (long)(1L), (long)(go_len_out), 0); return; }
+	out[1L] = ((float)(n));
+}
+
+kernel void gentest_sumf32(float scale, global float *x, global float *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	float go_r = 0.0f;
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		float go_part = 0.0f;
+		gentest_sumf32_chunk(scale, x, out, go_len_x, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : (go_r + go_part);
+	}
+	gentest_sumf32_tail(scale, x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
+}
+
+// gentest_sumi32 is kernel "gentest.sumi32" (reduce.go:36).
+static void gentest_sumi32_chunk(global int *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, int *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_x);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	int acc = 0;
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 182, (long)(i), (long)(go_len_x), 1); return; }
+			acc = ((int)((uint)(acc) + (uint)(((int)((uint)(x[i]) * (uint)(7))))));
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_sumi32_tail(global int *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, int go_r)
+{
+	int s = go_r;
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 183, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = ((long)(s));
+}
+
+kernel void gentest_sumi32(global int *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	int go_r = 0;
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		int go_part = 0;
+		gentest_sumi32_chunk(x, out, go_len_x, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : ((int)((uint)(go_r) + (uint)(go_part)));
+	}
+	gentest_sumi32_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
+}
+
+// gentest_prodi8 is kernel "gentest.prodi8" (reduce.go:47).
+static void gentest_prodi8_chunk(global char *y, global long *out, long go_len_y, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, char *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_y);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	char acc = ((char)1);
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			if ((ulong)(i) >= (ulong)(go_len_y)) { go_fault(go_f, 184, (long)(i), (long)(go_len_y), 1); return; }
+			acc = ((char)((uint)(acc) * (uint)(((char)(y[i] | ((char)1))))));
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_prodi8_tail(global char *y, global long *out, long go_len_y, long go_len_out, long go_dev, global long *go_f, char go_r)
+{
+	char p = go_r;
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 185, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = ((long)(p));
+}
+
+kernel void gentest_prodi8(global char *y, global long *out, long go_len_y, long go_len_out, long go_dev, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	char go_r = ((char)1);
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		char go_part = ((char)1);
+		gentest_prodi8_chunk(y, out, go_len_y, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : ((char)((uint)(go_r) * (uint)(go_part)));
+	}
+	gentest_prodi8_tail(y, out, go_len_y, go_len_out, go_dev, go_f, go_r);
+}
+
+// gentest_minf64 is kernel "gentest.minf64" (reduce.go:59).
+static void gentest_minf64_chunk(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, double *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_x);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	double acc = ((double)INFINITY);
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 186, (long)(i), (long)(go_len_x), 1); return; }
+			acc = go_min_double(acc, x[i]);
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_minf64_tail(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, double go_r)
+{
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 187, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = go_r;
+	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 188, (long)(1L), (long)(go_len_out), 0); return; }
+	out[1L] = ((double)INFINITY);
+}
+
+kernel void gentest_minf64(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	double go_r = ((double)INFINITY);
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		double go_part = ((double)INFINITY);
+		gentest_minf64_chunk(x, out, go_len_x, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : go_min_double(go_r, go_part);
+	}
+	gentest_minf64_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
+}
+
+// gentest_maxf64 is kernel "gentest.maxf64" (reduce.go:71).
+static void gentest_maxf64_chunk(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, double *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_x);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	double acc = ((double)(-INFINITY));
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 189, (long)(i), (long)(go_len_x), 1); return; }
+			acc = go_max_double(acc, x[i]);
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_maxf64_tail(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, double go_r)
+{
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 190, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = go_r;
+}
+
+kernel void gentest_maxf64(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	double go_r = ((double)(-INFINITY));
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		double go_part = ((double)(-INFINITY));
+		gentest_maxf64_chunk(x, out, go_len_x, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : go_max_double(go_r, go_part);
+	}
+	gentest_maxf64_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
+}
+
+// gentest_minmaxu16 is kernel "gentest.minmaxu16" (reduce.go:81).
+static void gentest_minmaxu16_chunk(global ushort *x, global ushort *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, ushort *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_x);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	ushort acc = ((ushort)65535U);
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 191, (long)(i), (long)(go_len_x), 1); return; }
+			acc = min((ushort)(acc), (ushort)(x[i]));
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_minmaxu16_tail(global ushort *x, global ushort *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, ushort go_r)
+{
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 192, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = go_r;
+	ushort go_t1 = ((ushort)65535U);
+	ushort go_t2 = ((ushort)0U);
+	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 193, (long)(1L), (long)(go_len_out), 0); return; }
+	out[1L] = go_t1;
+	if ((ulong)(2L) >= (ulong)(go_len_out)) { go_fault(go_f, 194, (long)(2L), (long)(go_len_out), 0); return; }
+	out[2L] = go_t2;
+}
+
+kernel void gentest_minmaxu16(global ushort *x, global ushort *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	ushort go_r = ((ushort)65535U);
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		ushort go_part = ((ushort)65535U);
+		gentest_minmaxu16_chunk(x, out, go_len_x, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : min((ushort)(go_r), (ushort)(go_part));
+	}
+	gentest_minmaxu16_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
+}
+
+// gentest_bits is kernel "gentest.bits" (reduce.go:93).
+static void gentest_bits_chunk(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, ulong *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_x);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	ulong acc = 18446744073709551615UL;
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 195, (long)(i), (long)(go_len_x), 1); return; }
+			long go_t4 = ((long)(i % 64L));
+			if (go_t4 < 0) { go_fault(go_f, 196, (long)(go_t4), (long)(0), 1); return; }
+			acc = ((ulong)(acc & ((ulong)(x[i] | go_shl_ulong(1UL, (ulong)(go_t4))))));
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_bits_tail(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, ulong go_r)
+{
+	ulong r = go_r;
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 197, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = r;
+	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 198, (long)(1L), (long)(go_len_out), 0); return; }
+	out[1L] = 18446744073709551615UL;
+}
+
+kernel void gentest_bits(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	ulong go_r = 18446744073709551615UL;
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		ulong go_part = 18446744073709551615UL;
+		gentest_bits_chunk(x, out, go_len_x, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : ((ulong)(go_r & go_part));
+	}
+	gentest_bits_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
+}
+
+// gentest_bitor is kernel "gentest.bitor" (reduce.go:106).
+static void gentest_bitor_chunk(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, ulong *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_x);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	ulong acc = 0UL;
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 199, (long)(i), (long)(go_len_x), 1); return; }
+			acc = ((ulong)(acc | ((ulong)(x[i] & 61680UL))));
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_bitor_tail(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, ulong go_r)
+{
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 200, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = go_r;
+}
+
+kernel void gentest_bitor(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	ulong go_r = 0UL;
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		ulong go_part = 0UL;
+		gentest_bitor_chunk(x, out, go_len_x, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : ((ulong)(go_r | go_part));
+	}
+	gentest_bitor_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
+}
+
+// gentest_bitxor is kernel "gentest.bitxor" (reduce.go:117).
+static void gentest_bitxor_chunk(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, ulong *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_x);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	ulong acc = 0UL;
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 201, (long)(i), (long)(go_len_x), 1); return; }
+			acc = ((ulong)(acc ^ x[i]));
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_bitxor_tail(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, ulong go_r)
+{
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 202, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = go_r;
+}
+
+kernel void gentest_bitxor(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	ulong go_r = 0UL;
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		ulong go_part = 0UL;
+		gentest_bitxor_chunk(x, out, go_len_x, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : ((ulong)(go_r ^ go_part));
+	}
+	gentest_bitxor_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
+}
+
+// gentest_logical is kernel "gentest.logical" (reduce.go:128).
+static void gentest_logical_chunk(global uchar *b, global uchar *out, long go_len_b, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, bool *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_b);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	bool acc = true;
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			bool go_t4 = acc;
+			if (go_t4) {
+				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 203, (long)(i), (long)(go_len_b), 1); return; }
+				go_t4 = (b[i] != 0);
+			}
+			acc = (go_t4);
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_logical_tail(global uchar *b, global uchar *out, long go_len_b, long go_len_out, long go_dev, global long *go_f, bool go_r)
+{
+	bool all = go_r;
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 204, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = (all);
+}
+
+kernel void gentest_logical(global uchar *b, global uchar *out, long go_len_b, long go_len_out, long go_dev, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	bool go_r = true;
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		bool go_part = true;
+		gentest_logical_chunk(b, out, go_len_b, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : (go_r && go_part);
+	}
+	gentest_logical_tail(b, out, go_len_b, go_len_out, go_dev, go_f, go_r);
+}
+
+// gentest_logicalor is kernel "gentest.logicalor" (reduce.go:139).
+static void gentest_logicalor_chunk(global uchar *b, global uchar *out, long go_len_b, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, bool *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_b);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	bool acc = false;
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			{
+				if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 205, (long)(i), (long)(go_len_b), 1); return; }
+				if ((b[i] != 0)) {
+					*go_part = true;
+					return;
+				}
+			}
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_logicalor_tail(global uchar *b, global uchar *out, long go_len_b, long go_len_out, long go_dev, global long *go_f, bool go_r)
+{
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 206, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = (go_r);
+	if ((ulong)(1L) >= (ulong)(go_len_out)) { go_fault(go_f, 207, (long)(1L), (long)(go_len_out), 0); return; }
+	out[1L] = (false);
+}
+
+kernel void gentest_logicalor(global uchar *b, global uchar *out, long go_len_b, long go_len_out, long go_dev, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	bool go_r = false;
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		bool go_part = false;
+		gentest_logicalor_chunk(b, out, go_len_b, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : (go_r || go_part);
+	}
+	gentest_logicalor_tail(b, out, go_len_b, go_len_out, go_dev, go_f, go_r);
+}
+
+// gentest_reducefault is kernel "gentest.reducefault" (reduce.go:154).
+static void gentest_reducefault_chunk(global long *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, long *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_x);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	long acc = 0L;
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			long go_t4 = (long)(((long)((ulong)(i) + (ulong)(1L))));
+			if ((ulong)(go_t4) >= (ulong)(go_len_x)) { go_fault(go_f, 208, (long)(go_t4), (long)(go_len_x), 1); return; }
+			acc = ((long)((ulong)(acc) + (ulong)(x[go_t4])));
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_reducefault_tail(global long *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_r)
+{
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 209, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = go_r;
+}
+
+kernel void gentest_reducefault(global long *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	long go_r = 0L;
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		long go_part = 0L;
+		gentest_reducefault_chunk(x, out, go_len_x, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : ((long)((ulong)(go_r) + (ulong)(go_part)));
+	}
+	gentest_reducefault_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
+}
+
+// gentest_devicenum is kernel "gentest.devicenum" (reduce.go:164).
+kernel void gentest_devicenum(global long *out, long go_len_out, long go_dev, global long *go_f)
+{
+	int go_fl = 0;
+	long d = go_dev;
+	long go_t1 = go_len_out;
+	go_fl = 2;
+	if ((long)get_global_size(0) >= go_t1 && go_t1 <= go_len_out) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long i_2 = go_i;
+			out[i_2] = ((long)((ulong)(((long)((ulong)(((long)((ulong)(d) * (ulong)(1000L)))) + (ulong)(i_2)))) + (ulong)(((long)((ulong)(go_dev) * (ulong)(1000000L))))));
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long i = go_i;
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 210, (long)(i), (long)(go_len_out), 1); return; }
+			out[i] = ((long)((ulong)(((long)((ulong)(((long)((ulong)(d) * (ulong)(1000L)))) + (ulong)(i)))) + (ulong)(((long)((ulong)(go_dev) * (ulong)(1000000L))))));
+		}
+	}
+}
+
+// gentest_devicesum is kernel "gentest.devicesum" (reduce.go:174).
+static void gentest_devicesum_chunk(global long *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, long *go_part)
+{
+	int go_fl = 0;
+	long go_t1 = (long)(go_len_x);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	long acc = 0L;
+	go_fl = 2;
+	{
+		long i = lo;
+		for (; (i < hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
+			if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 211, (long)(i), (long)(go_len_x), 1); return; }
+			acc = ((long)((ulong)(acc) + (ulong)(((long)((ulong)(x[i]) + (ulong)(go_dev))))));
+		}
+	}
+	*go_part = acc;
+	return;
+}
+
+static void gentest_devicesum_tail(global long *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_r)
+{
+	long s = go_r;
+	if ((ulong)(0L) >= (ulong)(go_len_out)) { go_fault(go_f, 212, (long)(0L), (long)(go_len_out), 0); return; }
+	out[0L] = ((long)((ulong)(s) + (ulong)(((long)((ulong)(go_dev) * (ulong)(1000000L))))));
+}
+
+kernel void gentest_devicesum(global long *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	long go_r = 0L;
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		long go_part = 0L;
+		gentest_devicesum_chunk(x, out, go_len_x, go_len_out, go_dev, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : ((long)((ulong)(go_r) + (ulong)(go_part)));
+	}
+	gentest_devicesum_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
+}
+
 // structs is kernel "structs" (structs.go:44).
-kernel void structs(go_T_Params prm, global go_T_Particle *ps, global double *out, long go_len_ps, long go_len_out, global long *go_f)
+kernel void structs(go_T_Params prm, global go_T_Particle *ps, global double *out, long go_len_ps, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_ps;
@@ -1008,7 +1844,7 @@ kernel void structs(go_T_Params prm, global go_T_Particle *ps, global double *ou
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 163, (long)(i), (long)(go_len_ps), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 213, (long)(i), (long)(go_len_ps), 1); return; }
 			go_T_Particle p = ps[i];
 			{
 				long go_t2 = (prm).Steps;
@@ -1024,18 +1860,18 @@ kernel void structs(go_T_Params prm, global go_T_Particle *ps, global double *ou
 			go_t7.Alive = ((p).ID > 0);
 			go_t7.ID = ((int)((uint)((p).ID) + (uint)(1)));
 			go_T_Particle q = go_t7;
-			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 164, (long)(i), (long)(go_len_ps), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 214, (long)(i), (long)(go_len_ps), 1); return; }
 			ps[i] = q;
-			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 165, (long)(i), (long)(go_len_ps), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_ps)) { go_fault(go_f, 215, (long)(i), (long)(go_len_ps), 1); return; }
 			ps[i].Y = ((p).Y - 1.0);
-			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 166, (long)(i), (long)(go_len_out), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 216, (long)(i), (long)(go_len_out), 1); return; }
 			out[i] = ((q).X + ((double)((q).M)));
 		}
 	}
 }
 
 // fields is kernel "fields" (structs.go:60).
-kernel void fields(long g_N, global double *g_In, global double *g_Out, long go_len_g_In, long go_len_g_Out, global long *go_f)
+kernel void fields(long g_N, global double *g_In, global double *g_Out, long go_len_g_In, long go_len_g_Out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = g_N;
@@ -1049,15 +1885,15 @@ kernel void fields(long g_N, global double *g_In, global double *g_Out, long go_
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_g_In)) { go_fault(go_f, 167, (long)(i), (long)(go_len_g_In), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_g_Out)) { go_fault(go_f, 168, (long)(i), (long)(go_len_g_Out), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_g_In)) { go_fault(go_f, 217, (long)(i), (long)(go_len_g_In), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_g_Out)) { go_fault(go_f, 218, (long)(i), (long)(go_len_g_Out), 1); return; }
 			g_Out[i] = (g_In[i] * ((double)(go_len_g_In)));
 		}
 	}
 }
 
 // chunks is kernel "chunks" (structs.go:69).
-kernel void chunks(global int *x, global long *out, long go_len_x, long go_len_out, global long *go_f)
+kernel void chunks(global int *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_x;
@@ -1075,8 +1911,8 @@ kernel void chunks(global int *x, global long *out, long go_len_x, long go_len_o
 			{
 				long i = (c).Lo;
 				for (; (i < (c).Hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-					if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 169, (long)(i), (long)(go_len_x), 1); return; }
-					if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 170, (long)(i), (long)(go_len_out), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 219, (long)(i), (long)(go_len_x), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 220, (long)(i), (long)(go_len_out), 1); return; }
 					out[i] = ((long)((ulong)(((long)((ulong)(((long)(x[i]))) * (ulong)(3L)))) + (ulong)(1L)));
 				}
 			}
@@ -1094,8 +1930,8 @@ kernel void chunks(global int *x, global long *out, long go_len_x, long go_len_o
 			{
 				long i = (c).Lo;
 				for (; (i < (c).Hi); i = ((long)((ulong)(i) + (ulong)(1)))) {
-					if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 169, (long)(i), (long)(go_len_x), 1); return; }
-					if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 170, (long)(i), (long)(go_len_out), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_x)) { go_fault(go_f, 219, (long)(i), (long)(go_len_x), 1); return; }
+					if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 220, (long)(i), (long)(go_len_out), 1); return; }
 					out[i] = ((long)((ulong)(((long)((ulong)(((long)(x[i]))) * (ulong)(3L)))) + (ulong)(1L)));
 				}
 			}
@@ -1105,7 +1941,7 @@ kernel void chunks(global int *x, global long *out, long go_len_x, long go_len_o
 }
 
 // dim is kernel "dim" (structs.go:82).
-kernel void dim(global double *a, global double *b, global double *out, long go_len_a, long go_len_b, long go_len_out, global long *go_f)
+kernel void dim(global double *a, global double *b, global double *out, long go_len_a, long go_len_b, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = go_len_a;
@@ -1119,9 +1955,9 @@ kernel void dim(global double *a, global double *b, global double *out, long go_
 	} else {
 		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
 			long i = go_i;
-			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 171, (long)(i), (long)(go_len_a), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 172, (long)(i), (long)(go_len_b), 1); return; }
-			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 173, (long)(i), (long)(go_len_out), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_a)) { go_fault(go_f, 221, (long)(i), (long)(go_len_a), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_b)) { go_fault(go_f, 222, (long)(i), (long)(go_len_b), 1); return; }
+			if ((ulong)(i) >= (ulong)(go_len_out)) { go_fault(go_f, 223, (long)(i), (long)(go_len_out), 1); return; }
 			out[i] = go_dim(a[i], b[i]);
 		}
 	}
@@ -1145,6 +1981,14 @@ var zzOffloadSites = []string{
 	"costs.go:25: index",
 	"costs.go:25: index",
 	"costs.go:25: index",
+	"globals.go:17: index",
+	"globals.go:17: divide",
+	"globals.go:17: index",
+	"globals.go:17: index",
+	"globals.go:17: divide",
+	"globals.go:17: index",
+	"globals.go:26: index",
+	"globals.go:26: index",
 	"kernels.go:20: index",
 	"kernels.go:20: index",
 	"kernels.go:21: index",
@@ -1292,6 +2136,48 @@ var zzOffloadSites = []string{
 	"kernels.go:255: index",
 	"kernels.go:255: index",
 	"kernels.go:258: index",
+	"panic.go:21: panic",
+	"panic.go:14: index",
+	"panic.go:14: index",
+	"reduce.go:10: slice high",
+	"reduce.go:10: slice low",
+	"reduce.go:15: index",
+	"reduce.go:15: index",
+	"reduce.go:25: index",
+	"reduce.go:25: index",
+	"reduce.go:29: index",
+	"reduce.go:30: index",
+	"reduce.go:39: index",
+	"reduce.go:43: index",
+	"reduce.go:51: index",
+	"reduce.go:55: index",
+	"reduce.go:63: index",
+	"reduce.go:61: index",
+	"reduce.go:67: index",
+	"reduce.go:74: index",
+	"reduce.go:72: index",
+	"reduce.go:85: index",
+	"reduce.go:83: index",
+	"reduce.go:89: index",
+	"reduce.go:89: index",
+	"reduce.go:97: index",
+	"reduce.go:97: shift",
+	"reduce.go:101: index",
+	"reduce.go:102: index",
+	"reduce.go:110: index",
+	"reduce.go:108: index",
+	"reduce.go:121: index",
+	"reduce.go:119: index",
+	"reduce.go:131: index",
+	"reduce.go:135: index",
+	"reduce.go:143: index",
+	"reduce.go:141: index",
+	"reduce.go:149: index",
+	"reduce.go:157: index",
+	"reduce.go:155: index",
+	"reduce.go:168: index",
+	"reduce.go:177: index",
+	"reduce.go:181: index",
 	"structs.go:47: index",
 	"structs.go:52: index",
 	"structs.go:53: index",
@@ -1308,6 +2194,8 @@ var zzOffloadSites = []string{
 func init() {
 	Saxpy.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_saxpy", zzOffloadSites)
 	JacobiStep.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_jacobi", zzOffloadSites)
+	UseCoeffs.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_usecoeffs", zzOffloadSites, "gentest.coeffs")
+	BumpTable.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_bumptable", zzOffloadSites, "gentest.table")
 	Int32Ops.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "int32ops", zzOffloadSites)
 	Int64Ops.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "int64ops", zzOffloadSites)
 	SmallOps.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "smallops", zzOffloadSites)
@@ -1321,6 +2209,22 @@ func init() {
 	Divide.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "divide", zzOffloadSites)
 	GatherCall.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gathercall", zzOffloadSites)
 	Overflow.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "overflow", zzOffloadSites)
+	Sqrts.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_sqrts", zzOffloadSites)
+	SumF64.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_sumf64", zzOffloadSites)
+	SumF32.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_sumf32", zzOffloadSites)
+	SumI32.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_sumi32", zzOffloadSites)
+	ProdI8.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_prodi8", zzOffloadSites)
+	MinF64.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_minf64", zzOffloadSites)
+	MaxF64.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_maxf64", zzOffloadSites)
+	MinMaxU16.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_minmaxu16", zzOffloadSites)
+	Bits.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_bits", zzOffloadSites)
+	BitOr.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_bitor", zzOffloadSites)
+	BitXor.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_bitxor", zzOffloadSites)
+	Logical.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_logical", zzOffloadSites)
+	LogicalOr.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_logicalor", zzOffloadSites)
+	ReduceFault.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_reducefault", zzOffloadSites)
+	DeviceNum.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_devicenum", zzOffloadSites)
+	DeviceSum.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "gentest_devicesum", zzOffloadSites)
 	Structs.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "structs", zzOffloadSites)
 	Fields.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "fields", zzOffloadSites)
 	Chunks.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "chunks", zzOffloadSites)

@@ -125,7 +125,7 @@ static int go_fn_quo(int a, int b, global long *go_f, int *go_fl)
 }
 
 // fuzz_k0 is kernel "fuzz.k0" (kernels.go:14).
-kernel void fuzz_k0(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k0(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -436,7 +436,7 @@ kernel void fuzz_k0(long base, long n, global long *iv, global uint *uv, global 
 }
 
 // fuzz_k1 is kernel "fuzz.k1" (kernels.go:98).
-kernel void fuzz_k1(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k1(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -619,7 +619,7 @@ kernel void fuzz_k1(long base, long n, global long *iv, global uint *uv, global 
 }
 
 // fuzz_k2 is kernel "fuzz.k2" (kernels.go:139).
-kernel void fuzz_k2(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k2(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -768,7 +768,7 @@ kernel void fuzz_k2(long base, long n, global long *iv, global uint *uv, global 
 }
 
 // fuzz_k3 is kernel "fuzz.k3" (kernels.go:182).
-kernel void fuzz_k3(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k3(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	if (get_global_id(0) != 0)
@@ -846,7 +846,7 @@ kernel void fuzz_k3(long base, long n, global long *iv, global uint *uv, global 
 }
 
 // fuzz_k4 is kernel "fuzz.k4" (kernels.go:203).
-kernel void fuzz_k4(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k4(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -1143,7 +1143,7 @@ kernel void fuzz_k4(long base, long n, global long *iv, global uint *uv, global 
 }
 
 // fuzz_k5 is kernel "fuzz.k5" (kernels.go:271).
-kernel void fuzz_k5(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k5(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -1274,7 +1274,7 @@ kernel void fuzz_k5(long base, long n, global long *iv, global uint *uv, global 
 }
 
 // fuzz_k6 is kernel "fuzz.k6" (kernels.go:300).
-kernel void fuzz_k6(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k6(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	if (get_global_id(0) != 0)
@@ -1357,7 +1357,7 @@ kernel void fuzz_k6(long base, long n, global long *iv, global uint *uv, global 
 }
 
 // fuzz_k7 is kernel "fuzz.k7" (kernels.go:324).
-kernel void fuzz_k7(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k7(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -1433,7 +1433,7 @@ kernel void fuzz_k7(long base, long n, global long *iv, global uint *uv, global 
 }
 
 // fuzz_k8 is kernel "fuzz.k8" (kernels.go:348).
-kernel void fuzz_k8(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k8(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -1627,7 +1627,7 @@ kernel void fuzz_k8(long base, long n, global long *iv, global uint *uv, global 
 }
 
 // fuzz_k9 is kernel "fuzz.k9" (kernels.go:400).
-kernel void fuzz_k9(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k9(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	if (get_global_id(0) != 0)
@@ -1885,7 +1885,7 @@ kernel void fuzz_k9(long base, long n, global long *iv, global uint *uv, global 
 }
 
 // fuzz_k10 is kernel "fuzz.k10" (kernels.go:456).
-kernel void fuzz_k10(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k10(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -2003,7 +2003,7 @@ kernel void fuzz_k10(long base, long n, global long *iv, global uint *uv, global
 }
 
 // fuzz_k11 is kernel "fuzz.k11" (kernels.go:482).
-kernel void fuzz_k11(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k11(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -2061,7 +2061,7 @@ kernel void fuzz_k11(long base, long n, global long *iv, global uint *uv, global
 }
 
 // fuzz_k12 is kernel "fuzz.k12" (kernels.go:501).
-kernel void fuzz_k12(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k12(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	if (get_global_id(0) != 0)
@@ -2175,7 +2175,7 @@ kernel void fuzz_k12(long base, long n, global long *iv, global uint *uv, global
 }
 
 // fuzz_k13 is kernel "fuzz.k13" (kernels.go:527).
-kernel void fuzz_k13(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k13(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -2404,7 +2404,7 @@ kernel void fuzz_k13(long base, long n, global long *iv, global uint *uv, global
 }
 
 // fuzz_k14 is kernel "fuzz.k14" (kernels.go:576).
-kernel void fuzz_k14(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k14(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -2537,7 +2537,7 @@ kernel void fuzz_k14(long base, long n, global long *iv, global uint *uv, global
 }
 
 // fuzz_k15 is kernel "fuzz.k15" (kernels.go:609).
-kernel void fuzz_k15(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k15(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	if (get_global_id(0) != 0)
@@ -2627,7 +2627,7 @@ kernel void fuzz_k15(long base, long n, global long *iv, global uint *uv, global
 }
 
 // fuzz_k16 is kernel "fuzz.k16" (kernels.go:630).
-kernel void fuzz_k16(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k16(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -2715,7 +2715,7 @@ kernel void fuzz_k16(long base, long n, global long *iv, global uint *uv, global
 }
 
 // fuzz_k17 is kernel "fuzz.k17" (kernels.go:651).
-kernel void fuzz_k17(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k17(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -2831,7 +2831,7 @@ kernel void fuzz_k17(long base, long n, global long *iv, global uint *uv, global
 }
 
 // fuzz_k18 is kernel "fuzz.k18" (kernels.go:672).
-kernel void fuzz_k18(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k18(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -2945,7 +2945,7 @@ kernel void fuzz_k18(long base, long n, global long *iv, global uint *uv, global
 }
 
 // fuzz_k19 is kernel "fuzz.k19" (kernels.go:703).
-kernel void fuzz_k19(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k19(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	if (get_global_id(0) != 0)
@@ -3047,7 +3047,7 @@ kernel void fuzz_k19(long base, long n, global long *iv, global uint *uv, global
 }
 
 // fuzz_k20 is kernel "fuzz.k20" (kernels.go:724).
-kernel void fuzz_k20(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k20(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	if (get_global_id(0) != 0)
@@ -3392,7 +3392,7 @@ kernel void fuzz_k20(long base, long n, global long *iv, global uint *uv, global
 }
 
 // fuzz_k21 is kernel "fuzz.k21" (kernels.go:817).
-kernel void fuzz_k21(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k21(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -3598,7 +3598,7 @@ kernel void fuzz_k21(long base, long n, global long *iv, global uint *uv, global
 }
 
 // fuzz_k22 is kernel "fuzz.k22" (kernels.go:880).
-kernel void fuzz_k22(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k22(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -3730,7 +3730,7 @@ kernel void fuzz_k22(long base, long n, global long *iv, global uint *uv, global
 }
 
 // fuzz_k23 is kernel "fuzz.k23" (kernels.go:919).
-kernel void fuzz_k23(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k23(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	if (get_global_id(0) != 0)
@@ -3802,7 +3802,7 @@ kernel void fuzz_k23(long base, long n, global long *iv, global uint *uv, global
 }
 
 // fuzz_k24 is kernel "fuzz.k24" (kernels.go:940).
-kernel void fuzz_k24(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k24(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -3974,7 +3974,7 @@ kernel void fuzz_k24(long base, long n, global long *iv, global uint *uv, global
 }
 
 // fuzz_k25 is kernel "fuzz.k25" (kernels.go:977).
-kernel void fuzz_k25(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k25(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -4039,7 +4039,7 @@ kernel void fuzz_k25(long base, long n, global long *iv, global uint *uv, global
 }
 
 // fuzz_k26 is kernel "fuzz.k26" (kernels.go:998).
-kernel void fuzz_k26(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k26(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -4303,7 +4303,7 @@ kernel void fuzz_k26(long base, long n, global long *iv, global uint *uv, global
 }
 
 // fuzz_k27 is kernel "fuzz.k27" (kernels.go:1051).
-kernel void fuzz_k27(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k27(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -4414,7 +4414,7 @@ kernel void fuzz_k27(long base, long n, global long *iv, global uint *uv, global
 }
 
 // fuzz_k28 is kernel "fuzz.k28" (kernels.go:1085).
-kernel void fuzz_k28(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k28(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -4522,7 +4522,7 @@ kernel void fuzz_k28(long base, long n, global long *iv, global uint *uv, global
 }
 
 // fuzz_k29 is kernel "fuzz.k29" (kernels.go:1124).
-kernel void fuzz_k29(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k29(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	if (get_global_id(0) != 0)
@@ -4622,7 +4622,7 @@ kernel void fuzz_k29(long base, long n, global long *iv, global uint *uv, global
 }
 
 // fuzz_k30 is kernel "fuzz.k30" (kernels.go:1148).
-kernel void fuzz_k30(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k30(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	long go_t1 = n;
@@ -4866,7 +4866,7 @@ kernel void fuzz_k30(long base, long n, global long *iv, global uint *uv, global
 }
 
 // fuzz_k31 is kernel "fuzz.k31" (kernels.go:1196).
-kernel void fuzz_k31(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, global long *go_f)
+kernel void fuzz_k31(long base, long n, global long *iv, global uint *uv, global double *fv, global ulong *out, global double *fo, global double *ap, long go_len_iv, long go_len_uv, long go_len_fv, long go_len_out, long go_len_fo, long go_len_ap, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
 	if (get_global_id(0) != 0)

@@ -59,7 +59,7 @@ static void go_fn_stepRows(global double *next, long go_len_next, global double 
 }
 
 // unchecked_saxpy is kernel "unchecked.saxpy" (unchecked.go:11).
-kernel void unchecked_saxpy(long n, float a, global float *x, global float *y, long go_len_x, long go_len_y, global long *go_f)
+kernel void unchecked_saxpy(long n, float a, global float *x, global float *y, long go_len_x, long go_len_y, long go_dev, global long *go_f)
 {
 	long go_t1 = n;
 	if ((long)get_global_size(0) >= go_t1) {
@@ -77,7 +77,7 @@ kernel void unchecked_saxpy(long n, float a, global float *x, global float *y, l
 }
 
 // unchecked_jacobi is kernel "unchecked.jacobi" (unchecked.go:20).
-kernel void unchecked_jacobi(global double *next, global double *cur, long cols, long rows, long go_len_next, long go_len_cur, global long *go_f)
+kernel void unchecked_jacobi(global double *next, global double *cur, long cols, long rows, long go_len_next, long go_len_cur, long go_dev, global long *go_f)
 {
 	long go_t1 = rows;
 	if ((long)get_global_size(0) >= go_t1) {

@@ -110,7 +110,7 @@ var Captured = offload.MustKernel1("captured", func(ctx offload.Ctx, out offload
 })
 
 var Cores = offload.MustKernel1("cores", func(ctx offload.Ctx, out offload.Out[int]) {
-	out[0] = ctx.Cores() // want "ctx.Cores: only ctx.For, at the top level of the kernel's body, is in the subset"
+	out[0] = ctx.Cores() // want "ctx.Cores: only ctx.For, ctx.ForChunks and ctx.Device, and offload.Reduce(ctx, …), are in the subset"
 })
 
 var Nested = offload.MustKernel1("nested", func(ctx offload.Ctx, out offload.Out[int]) {
@@ -138,8 +138,8 @@ var Complex = offload.MustKernel2("complex", func(ctx offload.Ctx, c complex128,
 	out[0] = real(c)
 })
 
-var Panic = offload.MustKernel1("panic", func(ctx offload.Ctx, out offload.Out[int]) {
-	panic("no") // want "builtin panic: not in the subset"
+var Recover = offload.MustKernel1("recover", func(ctx offload.Ctx, out offload.Out[int]) {
+	recover() // want "builtin recover: not in the subset"
 })
 
 var MathFunc = offload.MustKernel1("mathfunc", func(ctx offload.Ctx, out offload.Out[float64]) {
@@ -175,4 +175,18 @@ type holder struct{ p *int }
 var PointerField = offload.MustKernel1("pointerfield", func(ctx offload.Ctx, out offload.Out[int]) {
 	var h holder // want "struct holder: field p of type *int: not in the subset"
 	out[0] = *h.p
+})
+
+var UserOp = offload.MustKernel2("userop", func(ctx offload.Ctx, x offload.In[float64], out offload.Out[float64]) {
+	op := offload.Op[float64]{Combine: func(a, b float64) float64 { return a + b }} // want "a user-defined Op (offload.Op[float64]{…}): not in the subset (offload's built-in ops"
+	out[0] = offload.Reduce(ctx, len(x), op, func(lo, hi int, acc float64) float64 { return acc })
+})
+
+var NestedReduce = offload.MustKernel2("nestedreduce", func(ctx offload.Ctx, x offload.In[float64], out offload.Out[float64]) {
+	out[0] = 2 * offload.Reduce(ctx, len(x), offload.Sum[float64](), func(lo, hi int, acc float64) float64 { return acc }) // want "offload.Reduce inside an expression or statement"
+})
+
+var TwoReduces = offload.MustKernel2("tworeduces", func(ctx offload.Ctx, x offload.In[float64], out offload.Out[float64]) {
+	out[0] = offload.Reduce(ctx, len(x), offload.Sum[float64](), func(lo, hi int, acc float64) float64 { return acc })
+	out[1] = offload.Reduce(ctx, len(x), offload.Max[float64](), func(lo, hi int, acc float64) float64 { return acc }) // want "a second offload.Reduce"
 })
