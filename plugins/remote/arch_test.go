@@ -59,6 +59,32 @@ func archRunner(t *testing.T, arch string) []string {
 	return []string{path}
 }
 
+// sysrootFor is where Debian's cross libc packages put each GOARCH's
+// loader and libc (libc6-arm64-cross, libc6-riscv64-cross).
+var sysrootFor = map[string]string{
+	"arm64":   "/usr/aarch64-linux-gnu",
+	"riscv64": "/usr/riscv64-linux-gnu",
+}
+
+// dynamicRunner is archRunner for a program linked dynamically (one that
+// imports a GPU kind, through purego: this package's tests do, for the
+// proxied OpenCL devices): qemu-user is told the target's sysroot. It
+// skips t where the cross libc is missing, or fails it under
+// GOFFLOAD_REQUIRE_QEMU=1.
+func dynamicRunner(t *testing.T, arch string) []string {
+	t.Helper()
+	run := archRunner(t, arch)
+	root := sysrootFor[arch]
+	pkg := "libc6-" + map[string]string{"arm64": "arm64", "riscv64": "riscv64"}[arch] + "-cross"
+	if _, err := os.Stat(filepath.Join(root, "lib")); err != nil {
+		if os.Getenv("GOFFLOAD_REQUIRE_QEMU") == "1" {
+			t.Fatalf("the %s loader and libc are missing (apt-get install -y %s) and GOFFLOAD_REQUIRE_QEMU=1", arch, pkg)
+		}
+		t.Skipf("the %s loader and libc are not installed (apt-get install -y %s): %v", arch, pkg, err)
+	}
+	return append(run, "-L", root)
+}
+
 // staticTags leave out the GPU kinds, so that a CGO_ENABLED=0 build links
 // statically and runs under qemu-user without the target's libc.
 const staticTags = "goffload_nocuda,goffload_noopencl"
@@ -110,9 +136,14 @@ func startDeviceCmd(t *testing.T, secret string, argv ...string) string {
 func TestArchConformance(t *testing.T) {
 	for _, arch := range []string{"arm64", "riscv64"} {
 		t.Run(arch, func(t *testing.T) {
-			run := archRunner(t, arch)
+			run := dynamicRunner(t, arch)
 			test := filepath.Join(t.TempDir(), "remote.test-"+arch)
-			crossBuild(t, arch, "test", "-c", "-o", test, ".")
+			args := []string{"test", "-c", "-o", test}
+			if arch == "riscv64" {
+				// Go names /lib/ld.so.1 as riscv64's loader; Debian's cross libc has it under its ABI's name.
+				args = append(args, "-ldflags=-I=/lib/ld-linux-riscv64-lp64d.so.1")
+			}
+			crossBuild(t, arch, append(args, ".")...)
 			const secret = "arch-conformance-s3cret"
 			addr := startDeviceCmd(t, secret, append(run, test, "-test.run=^$")...)
 			t.Setenv("GOFFLOAD_SECRET", secret)
