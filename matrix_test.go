@@ -24,7 +24,9 @@ import (
 // give the same results.
 //
 // The matrix is a list of kinds and forEachKind, which runs a test's body
-// once per kind as subtests named host, local, cuda-fake, opencl and tcp;
+// once per kind as subtests named host, local, cuda-fake, opencl, tcp and
+// the proxied kinds local-opencl and tcp-opencl (PoCL served by device
+// processes; matrix_arch_test.go adds tcp-arm64 under qemu-user);
 // the body starts the runtime with k.start(t, n) (n devices of that kind) and reads
 // k.label where an error names the device. This keeps each test as it was
 // written, with its own setup and checks in one place, and shows a kind's
@@ -83,9 +85,23 @@ var kinds = []testKind{
 	{name: "local-opencl", label: "local", spec: func(n int) string {
 		return fmt.Sprintf("local:%d[opencl]", n) // PoCL's device, served by n device processes
 	}, setup: useProxiedOpenCL},
-	{name: "tcp", label: "tcp", spec: func(n int) string {
-		return strings.TrimSuffix(strings.Repeat("tcp://"+tcpDeviceAddr+",", n), ",")
-	}, setup: startTCPDevice},
+	{name: "tcp", label: "tcp", spec: tcpSpec, setup: startTCPDevice},
+	{name: "tcp-opencl", label: "tcp", spec: tcpSpec, setup: startTCPOpenCL},
+}
+
+// tcpSpec is n sessions with the tcp device process the test started.
+func tcpSpec(n int) string {
+	return strings.TrimSuffix(strings.Repeat("tcp://"+tcpDeviceAddr+",", n), ",")
+}
+
+// startTCPOpenCL starts a tcp device process, as startTCPDevice does,
+// that serves the machine's OpenCL device (PoCL in CI) in the emulate
+// mode useOpenCL sets: each of the kind's n sessions is a proxied PoCL
+// device, and the sessions are siblings in one process.
+func startTCPOpenCL(t testing.TB) {
+	t.Helper()
+	opencltest.Need(t)
+	startTCPDeviceWith(t, "GOFFLOAD_DEVICES=opencl", envEmulateOpenCL+"=1")
 }
 
 // useOpenCL makes the opencl kind's devices run the Go bodies of kernels
@@ -129,6 +145,13 @@ var tcpDeviceAddr string
 // it.
 func startTCPDevice(t testing.TB) {
 	t.Helper()
+	startTCPDeviceWith(t, "GOFFLOAD_DEVICES=")
+}
+
+// startTCPDeviceWith is startTCPDevice with env added to the device
+// process's environment.
+func startTCPDeviceWith(t testing.TB, env ...string) {
+	t.Helper()
 	const secret = "matrix-s3cret-0123456789"
 	t.Setenv("GOFFLOAD_SECRET", secret)
 	exe, err := os.Executable()
@@ -136,7 +159,7 @@ func startTCPDevice(t testing.TB) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), "GOFFLOAD_ROLE=device", "GOFFLOAD_LISTEN=127.0.0.1:0", "GOFFLOAD_DEVICE_CORES=2")
+	cmd.Env = append(append(os.Environ(), "GOFFLOAD_ROLE=device", "GOFFLOAD_LISTEN=127.0.0.1:0", "GOFFLOAD_DEVICE_CORES=2"), env...)
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
