@@ -41,10 +41,13 @@ var ErrGraphChanged = core.ErrGraphChanged
 // a copy (Async.Memcpy, CopyNowait) or an update (Async.Update) on a
 // device that is not the initial one, whose buffers are mapped before the
 // graph is (Data, EnterData) without the always modifier, made with an
-// Async of the Recorder. Any(), struct arguments, EnterData, ExitData and
-// Go are refused, with an error naming what was refused. A Taskgraph is for
-// one goroutine at a time: a Run or Replay while its function runs, from
-// it or from another goroutine, is an error.
+// Async of the Recorder, or a launch on Any(): it is placed at the record,
+// and replays reissue its device and copies while its buffers' valid
+// copies are where the record found them; else Run records again and
+// Replay fails with ErrGraphChanged (docs/tasks.md). Struct arguments,
+// EnterData, ExitData and Go are refused, with an error naming what was
+// refused. A Taskgraph is for one goroutine at a time: a Run or Replay
+// while its function runs, from it or from another goroutine, is an error.
 type Taskgraph struct {
 	fn   func(r *Recorder) error
 	inFn atomic.Bool // fn is running: a Run or Replay from it would wait for itself

@@ -517,9 +517,10 @@ func (t *Table) Drop(d int, b Buf) {
 
 // Digest is a summary of the state of regions (in the order given): per
 // region, its segments' valid copies and the devices holding its memory,
-// not who wrote them. Two tables with the same digest of the same regions
-// plan the same copies and allocations for the same accesses (but for a
-// collision of the hash). An absent region adds its absence.
+// not who wrote them. Where two tables have the same digest of the same
+// regions (but for a collision of the hash), a plan made in one is valid
+// in the other: its copies' sources hold valid copies, its allocations
+// are missing. An absent region adds its absence.
 func (t *Table) Digest(regions []Buf) uint64 {
 	return Combine(regions, func(b Buf) uint64 { return t.regionDigest(b) })
 }
