@@ -3,9 +3,12 @@ package offload_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/goffload/offload"
 )
@@ -182,5 +185,106 @@ func TestTaskgraphAnyMoved(t *testing.T) {
 	}
 	if err := offload.Taskwait(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// simulateAny runs ops's tasks on bufs in the program's memory.
+func simulateAny(ops []anyOp, bufs [][]int32, it int32) {
+	for _, o := range ops {
+		dst, src := bufs[o.dst], bufs[o.src]
+		if o.mix {
+			v := o.scale*it - int32(o.src)
+			for i := range dst {
+				dst[i] = dst[i]*3 + src[i] + v
+			}
+		} else {
+			for i := range dst {
+				dst[i] += o.scale*it + int32(o.dst)
+			}
+		}
+	}
+}
+
+// TestTaskgraphAnyDeviceLost: a device process SIGKILLed while a graph of
+// Any-tasks replays. The replay fails with ErrDeviceLost (or was done);
+// the next Replay is refused (the lost device's copies are gone from the
+// table); and Taskwait either reports the loss or gives back the right
+// values, never wrong ones.
+func TestTaskgraphAnyDeviceLost(t *testing.T) {
+	// During the replay; and after it ended (Done, not Wait, which would
+	// copy its outputs back): what only device 1 held is then lost.
+	for _, after := range []bool{false, true} {
+		t.Run(fmt.Sprintf("after=%v", after), func(t *testing.T) { anyDeviceLost(t, after) })
+	}
+}
+
+func anyDeviceLost(t *testing.T, after bool) {
+	if err := offload.Start(offload.WithDevices("local:2"), offload.WithOffload("MANDATORY")); err != nil {
+		t.Fatal(err)
+	}
+	defer offload.Stop() // its error is the device's death
+	const nb, n = 3, 1 << 10
+	rng := rand.New(rand.NewPCG(7, 44))
+	ops := randomAnyGraph(rng, 60, nb)
+	bufs, want := newBufs(nb, n, 1), newBufs(nb, n, 1)
+	var it int32
+	tg := offload.NewTaskgraph(func(r *offload.Recorder) error {
+		buildAny(ops, bufs, it, r.Nowait)
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for it = 0; it < 20; it++ { // until a Run replays
+		before := offload.TaskgraphRecords(tg)
+		if err := tg.Run().WaitContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+		simulateAny(ops, want, it)
+		if offload.TaskgraphRecords(tg) == before {
+			break
+		}
+	}
+	info, err := offload.On(1).Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := tg.Replay() // the last Run's scalars
+	if after {
+		<-running.Done()
+	}
+	if err := syscall.Kill(info.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err = running.WaitContext(ctx)
+	t.Logf("the replay running as the device died: %v", err)
+	if err != nil && !errors.Is(err, offload.ErrDeviceLost) {
+		t.Fatalf("the replay running as the device died: %v, want ErrDeviceLost", err)
+	}
+	ok := err == nil
+	simulateAny(ops, want, it) // Replay replays the last Run's scalars
+	for {                      // the runtime learns of the death
+		if _, err := offload.On(1).Info(); errors.Is(err, offload.ErrDeviceLost) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("device 1 was not lost 60 s after SIGKILL")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if err := tg.Replay().WaitContext(ctx); err == nil {
+		ok = false // ran on device 0 alone: the values below are not checked
+		t.Logf("a Replay after the loss ran (the graph used device 0 only)")
+	} else if !errors.Is(err, offload.ErrGraphChanged) && !errors.Is(err, offload.ErrDeviceLost) {
+		t.Fatalf("a Replay after the loss: %v, want ErrGraphChanged or ErrDeviceLost", err)
+	}
+	err = offload.Taskwait(ctx)
+	t.Logf("Taskwait: %v", err)
+	if err == nil && ok {
+		for i := range bufs {
+			if !slices.Equal(bufs[i], want[i]) {
+				t.Fatalf("Taskwait reported nothing, buffer %d: got %v, want %v", i, bufs[i][:4], want[i][:4])
+			}
+		}
 	}
 }
