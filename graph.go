@@ -41,10 +41,13 @@ var ErrGraphChanged = core.ErrGraphChanged
 // a copy (Async.Memcpy, CopyNowait) or an update (Async.Update) on a
 // device that is not the initial one, whose buffers are mapped before the
 // graph is (Data, EnterData) without the always modifier, made with an
-// Async of the Recorder. Any(), struct arguments, EnterData, ExitData and
-// Go are refused, with an error naming what was refused. A Taskgraph is for
-// one goroutine at a time: a Run or Replay while its function runs, from
-// it or from another goroutine, is an error.
+// Async of the Recorder, or a launch on Any(): it is placed at the record,
+// and replays reissue its device and copies while its buffers' valid
+// copies are where the record found them; else Run records again and
+// Replay fails with ErrGraphChanged (docs/tasks.md). Struct arguments,
+// EnterData, ExitData and Go are refused, with an error naming what was
+// refused. A Taskgraph is for one goroutine at a time: a Run or Replay
+// while its function runs, from it or from another goroutine, is an error.
 type Taskgraph struct {
 	fn   func(r *Recorder) error
 	inFn atomic.Bool // fn is running: a Run or Replay from it would wait for itself
@@ -56,6 +59,8 @@ type Taskgraph struct {
 	nodes []recNode
 	rec   Recorder
 	args  []plugin.Arg // the last Run's arguments, which Replay replays
+	// records counts the records made (tests: a Run that re-recorded).
+	records int
 }
 
 // NewTaskgraph returns the graph of the tasks fn makes, to record at its
@@ -94,6 +99,7 @@ type recNode struct {
 	// A copy's.
 	dst, src DevicePtr
 	n        int64
+	gi       int // a launch's node in the core graph (an Any-task's copies come before it)
 }
 
 // argKey is what a replay's argument must match: its type, and for a
@@ -164,7 +170,10 @@ func (tg *Taskgraph) Run() *Task {
 	}
 	tg.inFn.Store(true)
 	defer tg.inFn.Store(false)
-	if tg.g != nil && tg.rt == rt {
+	// A graph of Any-tasks whose buffers' valid copies are not where its
+	// record found them is recorded again (graph_reset): its plan's
+	// copies would be wrong.
+	if tg.g != nil && tg.rt == rt && !tg.g.AnyStale() {
 		return tg.replay()
 	}
 	return tg.record(rt)
@@ -192,7 +201,13 @@ func (tg *Taskgraph) Replay() *Task {
 	if err != nil {
 		return Async{}.failed(err)
 	}
-	return &Task{t: tg.g.Replay(tg.args)}
+	ct, err := tg.g.Replay(tg.args)
+	if err != nil {
+		t := &Task{err: err}
+		noteNotCreated(rt, t)
+		return t
+	}
+	return &Task{t: ct}
 }
 
 // errInGraph is the error of waiting, inside a graph's function, for the
@@ -214,6 +229,8 @@ func (tg *Taskgraph) record(rt *core.Runtime) *Task {
 	t := r.task
 	t.err = nil
 	t.t = r.g.Join(r.tasks, err)
+	r.g.AnyJoined(t.t)
+	tg.records++
 	if err == nil {
 		tg.g, tg.rt, tg.args = r.g, rt, r.g.Args()
 	} else {
@@ -240,8 +257,14 @@ func (tg *Taskgraph) replay() *Task {
 		noteNotCreated(tg.rt, t)
 		return t
 	}
+	ct, err := tg.g.Replay(r.args)
+	if err != nil {
+		t.err = err
+		noteNotCreated(tg.rt, t)
+		return t
+	}
 	t.err = nil
-	t.t = tg.g.Replay(r.args)
+	t.t = ct
 	tg.args, r.args = r.args, nil // read by Replay, never written again
 	return t
 }
@@ -334,6 +357,9 @@ func (r *Recorder) launch(a Async, k *Kernel, o launchOpts, args []any) *Task {
 	if k == nil || k.k == nil {
 		return r.fail(core.Errorf("goffload: taskgraph: target: %w: nil kernel", ErrBadArgument))
 	}
+	if a.dev.IsAny() {
+		return r.launchAny(a, k, o, args)
+	}
 	cd, err := r.device(a, "target "+k.k.Name())
 	if err != nil {
 		return r.fail(err)
@@ -363,7 +389,14 @@ func (r *Recorder) launch(a Async, k *Kernel, o launchOpts, args []any) *Task {
 	if err := r.g.AddLaunch(cd, k.k, kargs, geo, deps); err != nil {
 		return r.fail(err)
 	}
-	n := recNode{k: k, num: a.dev.num, dm: a.dev.dm, geo: geo, deps: deps, keys: make([]argKey, len(args))}
+	r.node(k, a, o, args, geo, deps)
+	return r.task
+}
+
+// node records the node of a launch of k with args, the graph's last.
+func (r *Recorder) node(k *Kernel, a Async, o launchOpts, args []any, geo plugin.Geometry, deps []core.Dep) {
+	ps := k.k.Params()
+	n := recNode{k: k, num: a.dev.num, dm: a.dev.dm, geo: geo, deps: deps, keys: make([]argKey, len(args)), gi: r.g.Len() - 1}
 	for i, x := range args {
 		n.keys[i] = keyOf(x, ps[i].Kind == plugin.Scalar)
 	}
@@ -371,6 +404,47 @@ func (r *Recorder) launch(a Async, k *Kernel, o launchOpts, args []any) *Task {
 		n.with = append(n.with, keyOf(m, false))
 	}
 	r.tg.nodes = append(r.tg.nodes, n)
+}
+
+// launchAny records the launch of k on Any(): it is placed as an
+// unrecorded one is, and the graph keeps its device, copies and
+// allocations (core.Runtime.AnyTargetIn), which replays reissue.
+func (r *Recorder) launchAny(a Async, k *Kernel, o launchOpts, args []any) *Task {
+	rt := current.Load()
+	if rt == nil || len(rt.Devices) == 0 {
+		return r.fail(core.Errorf("goffload: taskgraph: target %s on Any(): %w: there is no device to place it on (a recorded task runs on a device)", k.k.Name(), ErrBadArgument))
+	}
+	if a.group != nil {
+		return r.fail(core.Errorf("goffload: taskgraph: target %s: %w: a recorded task joins no Group (In): wait for Run's task", k.k.Name(), ErrBadArgument))
+	}
+	for _, p := range k.k.Params() {
+		if p.Field >= 0 {
+			return r.fail(core.Errorf("goffload: taskgraph: target %s on Any(): %w: struct arguments are not recorded yet", k.k.Name(), ErrBadArgument))
+		}
+	}
+	deps, err := coreDeps(a)
+	if err != nil {
+		return r.fail(err)
+	}
+	kargs, err := kernelArgs(rt.Initial, k, a.dev.dm, o, args)
+	if err != nil {
+		return r.fail(core.Errorf("goffload: Any(): %w", err))
+	}
+	geo, err := a.dev.geometry()
+	if err != nil {
+		return r.fail(core.Errorf("goffload: Any(): target %s%s: %w", k.k.Name(), k.k.Describe(), err))
+	}
+	n := r.g.Len()
+	t, err := rt.AnyTargetIn(r.g, core.AnyLaunch{Kernel: k.k, Args: kargs, Geo: geo, Deps: deps, Once: k.once,
+		Plain: len(kargs) == len(args) && len(o.with) == 0})
+	if err != nil {
+		return r.fail(err)
+	}
+	r.tasks = append(r.tasks, t)
+	if r.g.Len() == n { // its launch could not be recorded: Seal says why
+		return r.task
+	}
+	r.node(k, a, o, args, geo, deps)
 	return r.task
 }
 
@@ -413,7 +487,7 @@ func (r *Recorder) replayLaunch(a Async, k *Kernel, o launchOpts, args []any) *T
 			return r.fail(changed(i, "target %s: With clause %d differs from the recorded one", k.k.Name(), j))
 		}
 	}
-	from, _ := r.tg.g.ArgsOf(i)
+	from, _ := r.tg.g.ArgsOf(n.gi)
 	ps := k.k.Params()
 	for j, x := range args {
 		key := &n.keys[j]

@@ -284,7 +284,6 @@ func TestTaskgraphRules(t *testing.T) {
 		fn   func(r *offload.Recorder)
 		want string
 	}{
-		{"Any()", func(r *offload.Recorder) { AddN.Nowait(r.Nowait(offload.Any()), 1, x) }, "Any()"},
 		{"not present", func(r *offload.Recorder) { AddN.Nowait(r.Nowait(dev), 1, z) }, "mapped before the graph"},
 		{"always", func(r *offload.Recorder) {
 			AddN.With(offload.ToFrom(x).Always()).Nowait(r.Nowait(dev), 1, x)

@@ -23,6 +23,7 @@ type anyTask struct {
 	bufs  []anyBuf
 	argOf []int
 	size  int64
+	rec   *Graph // the graph being recorded it is a node of, or nil
 }
 
 // errAnyLost says that a device a placement chose, or copies from, was
@@ -65,6 +66,9 @@ func (s *anySched) place(t *anyTask) (*Task, error) {
 
 // placeOnce is one try of place, with s.mu held.
 func (s *anySched) placeOnce(t *anyTask) (*Task, error) {
+	if t.rec != nil {
+		t.rec.recordStart(s)
+	}
 	now := time.Now()
 	s.mmu.Lock()
 	p, err := placement.Place(s.table, s.model, now, t.Kernel.Name(), t.size, t.acc, func(d int) bool { return s.canRun(d, &t.AnyLaunch) })
@@ -83,7 +87,7 @@ func (s *anySched) placeOnce(t *anyTask) (*Task, error) {
 	if err := s.allocate(d, p.Alloc, p.Regions); err != nil {
 		return nil, err
 	}
-	why, err := s.copyIn(d, p.Copies)
+	why, err := s.copyIn(d, p.Copies, t.rec)
 	if err != nil {
 		return nil, err
 	}
@@ -144,8 +148,9 @@ func (s *anySched) allocate(d int, alloc, keep []placement.Buf) error {
 // copyIn makes the copies to d that a task's inputs need, each a task
 // ordered after the last writer of the section, the copy that made the
 // source valid (a copy back, where the source is the host), and the tasks
-// that use d's copy now. It returns what the trace says of them.
-func (s *anySched) copyIn(d int, copies []placement.Copy) (string, error) {
+// that use d's copy now. It returns what the trace says of them. Where
+// rec is not nil, each copy is a node of that graph too.
+func (s *anySched) copyIn(d int, copies []placement.Copy, rec *Graph) (string, error) {
 	var why strings.Builder
 	cd := s.rt.Devices[d]
 	for _, c := range copies {
@@ -159,15 +164,17 @@ func (s *anySched) copyIn(d int, copies []placement.Copy) (string, error) {
 		var h anyHeld
 		var op Op
 		var on *Device
+		var dst, src Loc
+		buf := sliceBuf(x, name)
 		if c.From == placement.Host {
-			on, op = cd, UpdateOp([]MapItem{{Buf: sliceBuf(x, name), Type: mapping.MapTo}})
+			on, op = cd, UpdateOp([]MapItem{{Buf: buf, Type: mapping.MapTo}})
 		} else {
-			buf := sliceBuf(x, name)
 			dp, err := cd.MappedPtr(buf)
 			if err == nil {
 				var sp plugin.Ptr
 				if sp, err = s.rt.Devices[c.From].MappedPtr(buf); err == nil {
-					on, op = MemcpyOp(Loc{Dev: cd, Ptr: dp}, Loc{Dev: s.rt.Devices[c.From], Ptr: sp}, n)
+					dst, src = Loc{Dev: cd, Ptr: dp}, Loc{Dev: s.rt.Devices[c.From], Ptr: sp}
+					on, op = MemcpyOp(dst, src, n)
 				}
 			}
 			if err != nil {
@@ -191,6 +198,9 @@ func (s *anySched) copyIn(d int, copies []placement.Copy) (string, error) {
 					s.heldBy(pieces, h)
 				}
 			}
+		}
+		if rec != nil {
+			rec.noteAny(rec.recordCopy(cd, c, buf, dst, src, deps))
 		}
 		s.rt.Spawn(on, op, deps, false)
 		fmt.Fprintf(&why, "; copies %q (%d bytes at %#x) from %s", name, c.Buf.Size, c.Buf.Addr, placeName(c.From))
@@ -261,6 +271,9 @@ func (s *anySched) spawn(t *anyTask, p placement.Plan, now time.Time, why string
 		if ac.Write {
 			writes = append(writes, ac.Buf)
 		}
+	}
+	if t.rec != nil {
+		t.rec.noteAny(t.rec.recordLaunch(t, d, present, deps))
 	}
 	task := s.rt.Spawn(cd, op, deps, false)
 	s.launching(task.ID)

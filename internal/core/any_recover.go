@@ -408,7 +408,7 @@ func (s *anySched) rerun(id int64, top bool) ([]anySaved, error) {
 	e := s.rr.entries[id]
 	s.rr.mu.Unlock()
 	if e == nil || e.t == nil {
-		return nil, fmt.Errorf("%w: the task that wrote it (%d) cannot run again (it was not kept: GOFFLOAD_ANY_RERUN=0, a struct argument, With clauses, or a host task that failed)", plugin.ErrDeviceLost, id)
+		return nil, fmt.Errorf("%w: the task that wrote it (%d) cannot run again (it was not kept: GOFFLOAD_ANY_RERUN=0, a struct argument, With clauses, a host task that failed, or a Taskgraph's replay)", plugin.ErrDeviceLost, id)
 	}
 	t := e.t
 	name := t.Kernel.Name()

@@ -38,6 +38,10 @@ type Graph struct {
 	deps  []Dep  // the nodes' clauses: the replay's own
 	nargs int    // the nodes' arguments, all together
 	seal  bool
+	// any is what the graph holds of its Any-tasks (any_graph.go), nil
+	// without; anyErr is the first of them that could not be recorded.
+	any    *graphAny
+	anyErr error
 	// Guarded by the runtime's tasks.mu: the last replay, which the next
 	// one comes after.
 	last *Task
@@ -102,6 +106,14 @@ func (g *Graph) Args() []plugin.Arg {
 func (g *Graph) ArgsOf(i int) (from, to int) {
 	n := &g.nodes[i]
 	return n.off, n.off + len(n.args)
+}
+
+// noteAny notes err, an Any-task's node that could not be recorded: the
+// task runs, and Seal fails with the first such error.
+func (g *Graph) noteAny(err error) {
+	if err != nil && g.anyErr == nil {
+		g.anyErr = err
+	}
 }
 
 // recordable reports why a task on d cannot be recorded, or nil.
@@ -224,7 +236,11 @@ func (g *Graph) Seal() error {
 	if g.seal {
 		return nil
 	}
+	if g.anyErr != nil {
+		return g.anyErr
+	}
 	g.seal = true
+	g.sealAny()
 	var dg depGraph
 	var kn known
 	ts := make([]*Task, len(g.nodes))

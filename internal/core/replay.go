@@ -19,7 +19,19 @@ import (
 // lanes, and completes once every lane's work is done, with the first
 // error any of them had. It makes no task per node: a node's failure is
 // the replay's, and the nodes after it run on what it left.
-func (g *Graph) Replay(args []plugin.Arg) *Task {
+//
+// A graph of Any-tasks is replayed only while the valid copies of its
+// buffers are where its record found them; else Replay makes no task and
+// returns an error wrapping ErrGraphChanged.
+func (g *Graph) Replay(args []plugin.Arg) (*Task, error) {
+	if g.any != nil && g.seal {
+		return g.replayAny(func() *Task { return g.replay(args) })
+	}
+	return g.replay(args), nil
+}
+
+// replay is Replay's task.
+func (g *Graph) replay(args []plugin.Arg) *Task {
 	r := g.rt
 	t := &Task{Name: "taskgraph", dev: r.Initial}
 	preds := r.register(t, g.deps)

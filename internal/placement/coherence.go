@@ -514,3 +514,60 @@ func (t *Table) Drop(d int, b Buf) {
 		r.segs[i].valid &^= bit
 	}
 }
+
+// Digest is a summary of the state of regions (in the order given): per
+// region, its segments' valid copies and the devices holding its memory,
+// not who wrote them. Where two tables have the same digest of the same
+// regions (but for a collision of the hash), a plan made in one is valid
+// in the other: its copies' sources hold valid copies, its allocations
+// are missing. An absent region adds its absence.
+func (t *Table) Digest(regions []Buf) uint64 {
+	return Combine(regions, func(b Buf) uint64 { return t.regionDigest(b) })
+}
+
+// Digests returns every region's digest.
+func (t *Table) Digests() map[Buf]uint64 {
+	out := make(map[Buf]uint64, len(t.regions))
+	for b := range t.regions {
+		out[b] = t.regionDigest(b)
+	}
+	return out
+}
+
+// Combine is the digest of regions whose own digests are of(region).
+func Combine(regions []Buf, of func(Buf) uint64) uint64 {
+	h := uint64(fnvBasis)
+	for _, b := range regions {
+		h = mix(mix(mix(h, uint64(b.Addr)), uint64(b.Size)), of(b))
+	}
+	return h
+}
+
+// regionDigest is b's digest, or 0 where b is not a region.
+func (t *Table) regionDigest(b Buf) uint64 {
+	r := t.regions[b]
+	if r == nil {
+		return 0
+	}
+	h := mix(uint64(fnvBasis), r.mapped)
+	for i, s := range r.segs {
+		v := s.valid << 1
+		if s.host {
+			v |= 1
+		}
+		h = mix(mix(h, uint64(r.cuts[i])), v)
+	}
+	return mix(h, uint64(r.cuts[len(r.cuts)-1])) | 1 // never 0: present
+}
+
+const fnvBasis = 14695981039346656037
+
+// mix folds v into the FNV-1a hash h, a byte at a time.
+func mix(h, v uint64) uint64 {
+	for range 8 {
+		h ^= v & 0xff
+		h *= 1099511628211
+		v >>= 8
+	}
+	return h
+}
