@@ -149,13 +149,22 @@ func setContents(t *testing.T, bufs [][]int32, nd int, v int32) {
 // TestTaskgraphRandom records random graphs of kernels and copies over
 // buffers on two devices, and replays them with new scalars and new
 // contents, against the same tasks run afresh on buffers of their own.
+//
+// The tcp case is two sessions with one tcp:// device process: they are
+// siblings, linked inside the process, so an edge between them waits on
+// the device (two processes have no link, and a graph refuses edges that
+// would wait on the host).
 func TestTaskgraphRandom(t *testing.T) {
-	for _, devs := range []string{"host:2", "local:2"} {
+	for _, devs := range []string{"host:2", "local:2", "tcp"} {
 		t.Run(devs, func(t *testing.T) {
+			if devs == "tcp" {
+				startTCPDevice(t)
+				devs = tcpSpec(2)
+			}
 			start(t, offload.WithDevices(devs), offload.WithOffload("MANDATORY"))
 			const nd, nb, n = 2, 4, 64
 			graphs, tasks := 6, 40
-			if devs == "local:2" {
+			if !strings.HasPrefix(devs, "host") {
 				graphs = 3
 			}
 			for seed := range graphs {

@@ -72,7 +72,7 @@ func init() {
 // The suite's settings (flags).
 var (
 	tbPatternList = "trivial,no_comm,stencil_1d,nearest_r3,nearest_r5,spread_r3,all_to_all"
-	tbKindList    = "goroutines,host2,local2,tcp2"
+	tbKindList    = "goroutines,host2,local2,tcp2,host2-graph,local2-graph,tcp2-graph"
 	tbMaxIters    = int64(1 << 16)
 	tbInMPI       = true
 	tbPeak        = 0.0 // GFLOP/s; 0: per pattern, the goroutines' plateau
@@ -118,7 +118,7 @@ func runTaskbench(env *Env) error {
 	}
 	type part struct{ name, devices string }
 	var parts []part
-	tcp := 0 // TCP kinds, two devices each
+	tcp := 0 // TCP device processes the kinds need
 	for _, k := range strings.Split(tbKindList, ",") {
 		switch k = strings.TrimSpace(k); k {
 		case "goroutines", "":
@@ -130,8 +130,15 @@ func runTaskbench(env *Env) error {
 			parts = append(parts, part{k, "host:2"})
 		case "local2-graph":
 			parts = append(parts, part{k, "local:2"})
-		case "tcp2", "tcp2-graph":
-			parts = append(parts, part{k, ""}) // once started
+		case "tcp2":
+			parts = append(parts, part{k, ""}) // once started: two processes
+			tcp += 2
+		case "tcp2-graph":
+			// Two sessions with one process: its sessions are siblings, which
+			// wait on each other's events in the process, as a recorded edge
+			// must. Two tcp:// processes have no link of their own, so an edge
+			// between them would wait on the host, which a graph refuses.
+			parts = append(parts, part{k, ""})
 			tcp++
 		default:
 			return fmt.Errorf("-taskbench-kinds: unknown kind %q: want goroutines, host2, local2, tcp2, host2-graph, local2-graph, tcp2-graph", k)
@@ -144,8 +151,11 @@ func runTaskbench(env *Env) error {
 		var list []string
 		tcpList := strings.Split(tcpDevices, ",")
 		for _, p := range parts {
-			if strings.HasPrefix(p.name, "tcp2") { // the next two
+			switch p.name {
+			case "tcp2": // the next two processes
 				p.devices, tcpList = strings.Join(tcpList[:2], ","), tcpList[2:]
+			case "tcp2-graph": // the next one, twice
+				p.devices, tcpList = tcpList[0]+","+tcpList[0], tcpList[1:]
 			}
 			list = append(list, p.devices)
 		}
@@ -171,7 +181,7 @@ func runTaskbench(env *Env) error {
 		})
 	}
 	if tcp > 0 {
-		return withTCPDevices(2*tcp, measure)
+		return withTCPDevices(tcp, measure)
 	}
 	return measure("")
 }

@@ -311,9 +311,11 @@ func (s *Session) pick(m *proto.Msg) error {
 	}
 	if s.Serves == nil {
 		if f.Index != 0 {
-			err = fmt.Errorf("%w: device %d of a process that serves its CPUs alone", plugin.ErrBadSpec, f.Index)
+			return s.reply(f.Req, 1, "", fmt.Errorf("%w: device %d of a process that serves its CPUs alone", plugin.ErrBadSpec, f.Index))
 		}
-		return s.reply(f.Req, 1, "Go CPU device", err)
+		// Its sessions with one host are siblings too: they link inside
+		// the process, so each waits on the other's events itself.
+		return s.reply(f.Req, 1, serveText("Go CPU device", s.enlist()), nil)
 	}
 	dev, kind, count, err := s.Serves(int(f.Index))
 	if err != nil {
@@ -324,11 +326,17 @@ func (s *Session) pick(m *proto.Msg) error {
 		s.srv.dev.Close()
 	}
 	s.Proxy(dev, kind)
+	return s.reply(f.Req, uint64(count), serveText(s.srv.label, s.enlist()), nil)
+}
+
+// serveText is a Serve answer's text: the served device's name, the
+// session's token among its process's siblings and the process's.
+func serveText(name string, token uint64) string {
 	b, _ := json.Marshal(struct {
 		Name           string
 		Token, Process uint64
-	}{s.srv.label, s.enlist(), processToken})
-	return s.reply(f.Req, uint64(count), string(b), nil)
+	}{name, token, processToken})
+	return string(b)
 }
 
 func (s *Session) refuse(err error) error {
