@@ -35,13 +35,14 @@ import (
 type graphStats struct {
 	records, runs, replays atomic.Int64 // epochs recorded, Runs that replayed, Replay calls
 	broken, brokenWrong    atomic.Int64 // replays that broke a rule; those not refused with ErrGraphChanged
+	rerecorded             atomic.Int64 // Any mode: broken Runs recorded afresh, as the buffers had moved
 	failed                 atomic.Int64 // replays or records that failed (faults)
 	lost                   atomic.Int64 // elements that differed from the model after a replay that returned nil
 }
 
 func (g *graphStats) summary() string {
-	return fmt.Sprintf("graph: records=%d run_replays=%d replays=%d broken=%d broken_not_refused=%d failed=%d lost=%d",
-		g.records.Load(), g.runs.Load(), g.replays.Load(), g.broken.Load(), g.brokenWrong.Load(), g.failed.Load(), g.lost.Load())
+	return fmt.Sprintf("graph: records=%d run_replays=%d replays=%d broken=%d broken_not_refused=%d broken_rerecorded=%d failed=%d lost=%d",
+		g.records.Load(), g.runs.Load(), g.replays.Load(), g.broken.Load(), g.brokenWrong.Load(), g.rerecorded.Load(), g.failed.Load(), g.lost.Load())
 }
 
 // Graph kernels: add v to the buffers whose bit is set in mask.
@@ -106,6 +107,9 @@ func randomGraph(rng *rand.Rand, nb int, any bool) []gop {
 			continue
 		}
 		k := 1 + rng.IntN(min(3, nb))
+		if firstLaunch(ops) < 0 {
+			k = min(k, nb-1) // leaves a buffer for broken rule 1 (other)
+		}
 		o := gop{scalarOf: int64(i)}
 		for len(o.bufs) < k {
 			b := rng.IntN(nb)
@@ -155,7 +159,7 @@ func build(r *offload.Recorder, d offload.Device, ops []gop, bufs [][]int64, it 
 		for j, x := range o.bufs {
 			b := bufs[x]
 			if broken == 1 && i == firstLaunch(ops) && j == 0 {
-				b = bufs[(x+1)%len(bufs)]
+				b = bufs[other(o, len(bufs))]
 			}
 			args = append(args, b)
 			deps[j] = offload.DependInOut(b)
@@ -168,6 +172,38 @@ func build(r *offload.Recorder, d offload.Device, ops []gop, bufs [][]int64, it 
 	if broken == 2 {
 		r.Nowait(d, offload.DependInOut(bufs[0])).Run(G1, int64(0), int64(0), bufs[0])
 	}
+}
+
+// brokenOps are the nodes build makes with broken, for the model.
+func brokenOps(ops []gop, broken, nb int) []gop {
+	switch broken {
+	case 1:
+		ops = append([]gop(nil), ops...)
+		i := firstLaunch(ops)
+		o := ops[i]
+		o.bufs = append([]int(nil), o.bufs...)
+		o.bufs[0] = other(o, nb)
+		ops[i] = o
+	case 3:
+		ops = ops[:len(ops)-1]
+	}
+	return ops // broken 2 adds a launch of scalar 0
+}
+
+// other is a buffer that launch o does not use (a buffer used twice would
+// be refused for its overlap, not for a changed graph). randomGraph leaves
+// one free in the first launch.
+func other(o gop, nb int) int {
+	for b := 0; b < nb; b++ {
+		used := false
+		for _, x := range o.bufs {
+			used = used || x == b
+		}
+		if !used {
+			return b
+		}
+	}
+	panic("goffload-stress: a graph's first launch uses every buffer")
 }
 
 func firstLaunch(ops []gop) int {
@@ -289,6 +325,7 @@ func (w *worker) graphEpoch(dn int) bool {
 		return true
 	}
 	last := it
+	fresh := false // Reset: the next is a Run (a Replay would be refused)
 	for rep := 10 + rng.IntN(90); rep > 0; rep-- {
 		if !any && rng.IntN(3) == 0 { // new contents in the program's memory, and maybe on the device
 			for b := range bufs {
@@ -310,6 +347,20 @@ func (w *worker) graphEpoch(dn int) bool {
 			s.graph.broken.Add(1)
 			err := g.Run().WaitContext(s.ctx)
 			broken = 0
+			if any && err == nil {
+				// Run records a graph of Any-tasks again when its
+				// buffers are not where the record found them (another
+				// worker's Taskwait): the broken function was recorded
+				// and ran, which is right. Record the real one next.
+				s.graph.rerecorded.Add(1)
+				m.run(brokenOps(ops, rule, nb), it, any)
+				g.Reset()
+				fresh = true
+				if !w.graphCheck(m, bufs, "re-recorded broken Run") {
+					return true
+				}
+				continue
+			}
 			if !errors.Is(err, offload.ErrGraphChanged) {
 				s.graph.brokenWrong.Add(1)
 				fmt.Fprintf(s.cfg.Errs, "goffload-stress: graph: a replay that broke rule %d gave %v, want ErrGraphChanged\n", rule, err)
@@ -326,12 +377,12 @@ func (w *worker) graphEpoch(dn int) bool {
 			break
 		}
 		var t *offload.Task
-		if rng.IntN(4) == 0 {
+		if !fresh && rng.IntN(4) == 0 {
 			t = g.Replay()
 			s.graph.replays.Add(1)
 		} else {
 			it++
-			last = it
+			last, fresh = it, false
 			t = g.Run()
 			s.graph.runs.Add(1)
 		}
