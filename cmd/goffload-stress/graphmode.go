@@ -230,15 +230,17 @@ func (w *worker) graphDevice() (int, bool) {
 	return live[w.rng.IntN(len(live))], true
 }
 
-// graphFailed accounts for a record or replay that failed with err on
-// device d; it reports whether the run goes on (a hang does not).
-func (w *worker) graphFailed(d int, err error) bool {
+// graphFailed accounts for a record, replay or data construct that failed
+// with err on device d; it reports whether the run goes on (a hang does
+// not).
+// n is the tasks it stood for.
+func (w *worker) graphFailed(d int, err error, n int64) bool {
 	s := w.s
 	if s.ctxErr(err) {
 		s.hang.Add(1)
 		return false
 	}
-	s.failed.Add(1)
+	s.failed.Add(n)
 	s.graph.failed.Add(1)
 	s.errs.add(err, s.cfg.Errs)
 	if errors.Is(err, offload.ErrDeviceLost) && d >= 0 {
@@ -305,7 +307,7 @@ func (w *worker) graphEpoch(dn int) bool {
 	if !any {
 		if err := d.EnterData(maps...); err != nil {
 			w.counted(n, false)
-			return w.graphFailed(dn, err)
+			return w.graphFailed(dn, err, n)
 		}
 	}
 	var it int64
@@ -317,7 +319,7 @@ func (w *worker) graphEpoch(dn int) bool {
 	s.graph.records.Add(1)
 	if err := g.Run().WaitContext(s.ctx); err != nil {
 		w.counted(n, false)
-		return w.graphFailed(dn, err)
+		return w.graphFailed(dn, err, n)
 	}
 	m.run(ops, it, any)
 	w.counted(n, true)
@@ -336,7 +338,7 @@ func (w *worker) graphEpoch(dn int) bool {
 			}
 			if rng.IntN(2) == 0 {
 				if err := d.Update(maps...); err != nil {
-					return w.graphFailed(dn, err)
+					return w.graphFailed(dn, err, 1)
 				}
 				copy(m.dev, m.host)
 			}
@@ -395,7 +397,7 @@ func (w *worker) graphEpoch(dn int) bool {
 		}
 		if err != nil {
 			w.counted(n, false)
-			return w.graphFailed(dn, err)
+			return w.graphFailed(dn, err, n)
 		}
 		m.run(ops, last, any)
 		w.counted(n, true)
@@ -409,7 +411,7 @@ func (w *worker) graphEpoch(dn int) bool {
 			outs = append(outs, offload.From(b))
 		}
 		if err := d.ExitData(outs...); err != nil {
-			return w.graphFailed(dn, err)
+			return w.graphFailed(dn, err, 1)
 		}
 		copy(m.host, m.dev)
 		w.graphCheck(m, bufs, "exit data")
