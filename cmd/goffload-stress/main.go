@@ -24,7 +24,18 @@
 // an element must lie between its successes and its successes plus its
 // failures, and every failed task's error must name its device.
 //
-// Exit status: 0 clean; 1 data loss, a half-updated buffer seen, an error
+// With -graph each goroutine instead records a random task graph over
+// buffers of its own (launches with depend clauses, updates; with -any,
+// Any-tasks), replays it many times with new scalars and contents, and
+// checks every element after each replay against a sequential model; a
+// replay that breaks a rule must fail with ErrGraphChanged and run
+// nothing. A replay failed by a lost device ends its graph; the next is
+// recorded on a surviving device (graphmode.go).
+//
+//	go run ./cmd/goffload-stress -graph -devices local:2 -kill 1s
+//
+// Exit status: 0 clean; 1 data loss, a half-updated buffer seen, a graph
+// replay that broke a rule and was not refused, an error
 // naming no device, or a failure with no fault injected; 2 a hang (the run
 // did not finish within -timeout: the goroutines are dumped to stderr); 3
 // host RSS past -max-rss (the run is stopped there, to spare the machine).
