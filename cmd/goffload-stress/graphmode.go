@@ -345,6 +345,9 @@ func (w *worker) graphEpoch(dn int) bool {
 		}
 		if rng.IntN(20) == 0 { // a broken rule: refused, nothing runs
 			it, broken = it+1, 1+rng.IntN(3)
+			if broken == 1 && firstLaunch(ops) < 0 {
+				broken = 3 // a graph of updates only: no launch to pass another buffer to
+			}
 			rule := broken
 			s.graph.broken.Add(1)
 			err := g.Run().WaitContext(s.ctx)
@@ -365,7 +368,7 @@ func (w *worker) graphEpoch(dn int) bool {
 			}
 			if !errors.Is(err, offload.ErrGraphChanged) {
 				s.graph.brokenWrong.Add(1)
-				fmt.Fprintf(s.cfg.Errs, "goffload-stress: graph: a replay that broke rule %d gave %v, want ErrGraphChanged\n", rule, err)
+				fmt.Fprintf(s.cfg.Errs, "goffload-stress: graph: a replay that broke rule %d gave %v, want ErrGraphChanged (device %d, %d buffers, nodes %+v)\n", rule, err, dn, nb, ops)
 			}
 			if !w.graphCheck(m, bufs, "refused replay") {
 				return true
