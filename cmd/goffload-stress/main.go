@@ -24,7 +24,18 @@
 // an element must lie between its successes and its successes plus its
 // failures, and every failed task's error must name its device.
 //
-// Exit status: 0 clean; 1 data loss, a half-updated buffer seen, an error
+// With -graph each goroutine instead records a random task graph over
+// buffers of its own (launches with depend clauses, updates; with -any,
+// Any-tasks), replays it many times with new scalars and contents, and
+// checks every element after each replay against a sequential model; a
+// replay that breaks a rule must fail with ErrGraphChanged and run
+// nothing. A replay failed by a lost device ends its graph; the next is
+// recorded on a surviving device (graphmode.go).
+//
+//	go run ./cmd/goffload-stress -graph -devices local:2 -kill 1s
+//
+// Exit status: 0 clean; 1 data loss, a half-updated buffer seen, a graph
+// replay that broke a rule and was not refused, an error
 // naming no device, or a failure with no fault injected; 2 a hang (the run
 // did not finish within -timeout: the goroutines are dumped to stderr); 3
 // host RSS past -max-rss (the run is stopped there, to spare the machine).
@@ -60,6 +71,7 @@ func main() {
 	flag.DurationVar(&cfg.StopFor, "stop-for", time.Second, "how long a stopped device process stays stopped (0: for the rest of the run)")
 	flag.DurationVar(&cfg.Taskwait, "taskwait", 0, "also call Taskwait every this long during the run (0: only at the end)")
 	flag.BoolVar(&cfg.Any, "any", false, "Any mode: Any-tasks and host tasks over the shared buffers, in epochs ended by Taskwait and an exact check (see anymode.go); -kill-max 0 then means all device processes but one per runtime, stops included")
+	flag.BoolVar(&cfg.Graph, "graph", false, "graph mode: each goroutine records random task graphs over buffers of its own and replays them with new scalars and contents, checked after each replay (see graphmode.go); with -any, graphs of Any() tasks")
 	flag.Int64Var(&cfg.AnyEpoch, "epoch", 2000, "Any mode: tasks per epoch")
 	flag.Float64Var(&cfg.AnyWait, "wait", 0.05, "Any mode: fraction of tasks waited for with Wait (which copies what they wrote back) rather than until done")
 	maxRSS := flag.Int64("max-rss", 4096, "MiB of host RSS past which the run stops with exit status 3 (0: no limit)")
@@ -83,6 +95,9 @@ func main() {
 	fmt.Println(res.summary())
 	if res.Any != nil {
 		fmt.Println(res.Any.summary())
+	}
+	if res.Graph != nil {
+		fmt.Println(res.Graph.summary())
 	}
 	code, why := res.verdict()
 	fmt.Println("goffload-stress:", why)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -230,5 +231,52 @@ func TestAnyCheckFindsLoss(t *testing.T) {
 	a.expect("read", 5, []int64{1, 2, 3}, []int64{1, 7, 3})
 	if n, notes := a.takeStale(); n != 1 || len(notes) != 1 || !strings.Contains(notes[0], "shared buffer 5 element 1 = 2, want 7") {
 		t.Errorf("stale reads %d %q, want 1 naming buffer 5 element 1", n, notes)
+	}
+}
+
+// Graph mode: recorded graphs replayed with new scalars and contents, every
+// replay checked exactly, every broken rule refused with ErrGraphChanged;
+// on host devices and on device processes, one of them SIGKILLed mid-run
+// (its replays fail with errors naming it, the run goes on on the other),
+// and graphs of Any() tasks.
+func TestStressGraph(t *testing.T) {
+	for _, tc := range []struct {
+		name, devices string
+		kill, any     bool
+	}{{"host", "host:2", false, false}, {"local", "local:2", false, false}, {"local-kill", "local:2", true, false}, {"any", "local:2", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := small(tc.devices)
+			cfg.Graph, cfg.Tasks, cfg.Any = true, 6000, tc.any
+			if tc.kill {
+				cfg.KillAfter, cfg.KillMax = 1500, 1
+			}
+			res := runOK(t, cfg)
+			g := res.Graph
+			t.Log(g.summary())
+			if g.runs.Load() == 0 || g.replays.Load() == 0 || g.broken.Load() == 0 {
+				t.Errorf("no Run replayed, Replay made or rule broken: %s", g.summary())
+			}
+			if tc.kill {
+				if res.Kills != 1 || g.failed.Load() == 0 {
+					t.Errorf("%d kills, %d graphs failed: want 1 kill that failed a graph", res.Kills, g.failed.Load())
+				}
+			} else if res.OK != res.Tasks {
+				t.Errorf("%d of %d tasks succeeded", res.OK, res.Tasks)
+			}
+		})
+	}
+}
+
+// The graph checker is not vacuous: a replay whose value is off is data
+// loss.
+func TestGraphCheckFindsLoss(t *testing.T) {
+	s := &state{cfg: config{Errs: io.Discard}}
+	w := &worker{s: s}
+	m := &gmodel{host: []int64{3}, dev: []int64{3}}
+	if !w.graphCheck(m, [][]int64{{3, 3}}, "replay") {
+		t.Fatal("equal buffer reported lost")
+	}
+	if w.graphCheck(m, [][]int64{{3, 4}}, "replay") || s.graph.lost.Load() != 1 {
+		t.Fatalf("an element off its model not found: lost=%d", s.graph.lost.Load())
 	}
 }

@@ -38,6 +38,7 @@ type config struct {
 	Any        bool          // Any mode (anymode.go): Any-tasks and host tasks, checked exactly at each epoch's end
 	AnyEpoch   int64         // Any mode: tasks per epoch (all goroutines together), ended by Taskwait
 	AnyWait    float64       // Any mode: fraction of the tasks a worker waits for with Wait (a copy back), not Done
+	Graph      bool          // graph mode (graphmode.go): recorded task graphs replayed and checked; with Any, of Any() tasks
 	// anyCheckHook, if not nil, is called after each epoch's Taskwait,
 	// before its check (tests).
 	anyCheckHook func(a *anyRun, epoch int)
@@ -76,6 +77,7 @@ type result struct {
 	Faults            bool
 	HeapMax           int64 // the monitor's largest sample
 	Any               *anyResult
+	Graph             *graphStats // graph mode only
 }
 
 // verdict is the exit status of a run and why: 0 clean, 1 data loss or
@@ -83,6 +85,9 @@ type result struct {
 func (r *result) verdict() (int, string) {
 	if r.Any != nil {
 		return r.anyVerdict()
+	}
+	if g := r.Graph; g != nil && g.brokenWrong.Load() > 0 {
+		return 1, fmt.Sprintf("GRAPH RULES: %d replays that broke a rule were not refused with ErrGraphChanged", g.brokenWrong.Load())
 	}
 	switch {
 	case r.Hang > 0:
@@ -158,6 +163,7 @@ type state struct {
 	runtime   int // the runtimes started before this one (Any mode starts new ones)
 	privMu    sync.Mutex
 	privs     []*private // every private buffer, for the final check
+	graph     graphStats // graph mode
 }
 
 // completed counts a task done, and starts the faults due after so many.
@@ -198,7 +204,7 @@ func run(cfg config) (*result, error) {
 	}
 	// The monitor, the faults and the run write lines at once.
 	cfg.Out, cfg.Errs = &lockedWriter{w: cfg.Out}, &lockedWriter{w: cfg.Errs}
-	if cfg.Any {
+	if cfg.Any && !cfg.Graph {
 		return runAny(cfg)
 	}
 	res := &result{Faults: cfg.faults(), RSSStart: rss()}
@@ -259,7 +265,12 @@ func run(cfg config) (*result, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.worker(g, rand.New(rand.NewPCG(cfg.Seed, uint64(g)+1)))
+			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(g)+1))
+			if cfg.Graph {
+				s.graphWorker(g, rng)
+				return
+			}
+			s.worker(g, rng)
 		}()
 	}
 	wg.Wait()
@@ -277,6 +288,13 @@ func run(cfg config) (*result, error) {
 	}
 	ch.release() // devices left stopped are killed, so that Stop can end them
 	s.check(res)
+	if cfg.Graph {
+		res.Graph = &s.graph
+		if l := s.graph.lost.Load(); l > 0 {
+			res.Lost += l
+			res.LostBuffers++
+		}
+	}
 	stopped = true
 	if err := offload.Stop(); err != nil && !res.Faults {
 		fmt.Fprintf(cfg.Errs, "goffload-stress: Stop: %v\n", err)
