@@ -1,6 +1,8 @@
 package remote_test
 
 import (
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -168,5 +170,68 @@ func TestProxyTraceServedTimes(t *testing.T) {
 	}
 	if db := b.End.Sub(b.Start); db > longTime/4 {
 		t.Errorf("B's short kernel took %v, A's long one %v: B's is not the device's time", db, longTime)
+	}
+}
+
+// TestProxyTraceFailed: on a traced proxied OpenCL device, a launch that
+// fails (a kernel without OpenCL C) is traced as failed, the operations it
+// makes the queue skip are not traced, and the queue's operations after
+// the sync are traced, in order: what the queue skipped holds back none
+// of their reports.
+func TestProxyTraceFailed(t *testing.T) {
+	opencltest.Need(t)
+	d := openProxied(t, "1[opencl]")[0]
+	var mu sync.Mutex
+	var ops []plugin.OpTime
+	d.(plugin.Tracer).Trace(func(o plugin.OpTime) {
+		mu.Lock()
+		ops = append(ops, o)
+		mu.Unlock()
+	})
+	p, err := d.Alloc(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := d.NewQueue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	q.(plugin.TaggedQueue).Tag(7)
+	data := make([]byte, 8)
+	if err := q.Launch(addK, []plugin.Arg{{Scalar: 1.0}, {Ptr: p, Len: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Submit(p, data); err != nil { // skipped
+		t.Fatal(err)
+	}
+	if err := q.Synchronize(); err == nil {
+		t.Fatal("a launch without OpenCL C succeeded")
+	}
+	q.(plugin.TaggedQueue).Tag(8)
+	if err := q.Launch(spinK, []plugin.Arg{{Scalar: int64(1000)}, {Ptr: p, Len: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Retrieve(data, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got := append([]plugin.OpTime(nil), ops...)
+	mu.Unlock()
+	var kinds []string
+	var last time.Time
+	for _, o := range got {
+		kinds = append(kinds, fmt.Sprintf("%d %s %s err=%v", o.Tag, o.Kind, o.Kernel, o.Err))
+		if o.Start.Before(last) || o.End.Before(o.Start) {
+			t.Errorf("tag %d %s: [%v, %v] out of order (the one before ended at %v)", o.Tag, o.Kind, o.Start, o.End, last)
+		}
+		last = o.End
+	}
+	want := []string{"7 launch remotetest.add err=true", "8 launch remotetest.spin err=false", "8 retrieve  err=false"}
+	if !slices.Equal(kinds, want) {
+		t.Errorf("traced %q, want %q", kinds, want)
 	}
 }

@@ -231,7 +231,11 @@ func (w *servedQueue) do(t *servedTimer, op func(q plugin.Queue) error, keep []b
 	if keep != nil {
 		w.keep = append(w.keep, keep)
 	}
-	return op(w.q)
+	err := op(w.q)
+	if err != nil && tag != 0 {
+		t.unpart()
+	}
+	return err
 }
 
 // tagAs tags w's served queue's next operations with tag (0: not timed),

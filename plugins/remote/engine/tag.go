@@ -36,14 +36,15 @@ type qtag struct {
 // tag handles a Tag frame, on the reader's goroutine.
 func (s *Session) tag(f *proto.Tag) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if f.Tag == 0 {
 		delete(s.tags, f.Queue)
+		s.mu.Unlock()
 		return
 	}
 	s.tags[f.Queue] = qtag{tag: f.Tag, sent: int64(f.HostClock), got: deviceClock(time.Now())}
+	s.mu.Unlock()
 	if s.srv != nil {
-		s.traceServed() // s.mu before the served kind's: Trace takes none of ours
+		s.traceServed()
 	}
 }
 
@@ -318,14 +319,21 @@ func (t *servedTimer) part() uint64 {
 	return t.id
 }
 
+// unpart uncounts a part that failed to enqueue: the served kind does
+// not report it.
+func (t *servedTimer) unpart() {
+	ts := &t.to.s.srv.times
+	ts.mu.Lock()
+	t.parts--
+	ts.mu.Unlock()
+}
+
 // ran is told by the session's queue that the operation ran.
 func (t *servedTimer) ran(start, end time.Time, err error) {
 	ts := &t.to.s.srv.times
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	t.hs, t.he, t.herr, t.ended = start, end, err != nil, true
-	// A part that failed to enqueue is never reported: the next drain
-	// settles it.
 	t.to.s.sendTimesLocked(t.to.queue)
 }
 
