@@ -370,11 +370,12 @@ func (s *Session) submitInline(f *proto.Submit) error {
 	timed := s.timer(f.Queue, plugin.OpSubmit, 0, size)
 	if s.srv != nil { // the served queue reads its own copy until drained
 		qid, data := f.Queue, append([]byte(nil), f.Data...)
-		run := func() error { return s.servedSubmit(qid, dst, data) }
-		if ran, err := q.RunHere(run, timed); ran || err != nil {
+		t := s.servedTimer(qid, plugin.OpSubmit, 0, size)
+		run := func() error { return s.servedSubmit(qid, dst, data, t) }
+		if ran, err := q.RunHere(run, t.timed()); ran || err != nil {
 			return nil
 		}
-		return q.DoTimed(run, timed)
+		return q.DoTimed(run, t.timed())
 	}
 	copyFrom := func(data []byte) func() error {
 		return func() error {
@@ -408,6 +409,11 @@ func (s *Session) submitInline(f *proto.Submit) error {
 func (s *Session) submitPulled(f *proto.SubmitPulled) error {
 	q, qid, id, dst, size := s.queue(f.Queue), f.Queue, f.Xfer, plugin.Ptr(f.Dst), int64(f.Size)
 	timed := s.timer(f.Queue, plugin.OpSubmit, 0, size)
+	var t *servedTimer
+	if s.srv != nil {
+		t = s.servedTimer(qid, plugin.OpSubmit, 0, size)
+		timed = t.timed()
+	}
 	return q.DoTimed(func() error {
 		var b []byte
 		var err error
@@ -432,7 +438,7 @@ func (s *Session) submitPulled(f *proto.SubmitPulled) error {
 			return err
 		}
 		if s.srv != nil {
-			return s.servedSubmitAsItComes(qid, dst, p)
+			return s.servedSubmitAsItComes(qid, dst, p, t)
 		}
 		return p.wait()
 	}, timed)
@@ -468,7 +474,8 @@ func (s *Session) submitPushed(f *proto.SubmitPushed) error {
 	}
 	if s.srv != nil {
 		qid := f.Queue
-		return q.DoTimed(func() error { return s.servedSubmitAsItComes(qid, dst, p) }, timed)
+		t := s.servedTimer(qid, plugin.OpSubmit, 0, size)
+		return q.DoTimed(func() error { return s.servedSubmitAsItComes(qid, dst, p, t) }, t.timed())
 	}
 	return q.DoTimed(p.wait, timed)
 }

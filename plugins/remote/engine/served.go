@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"time"
 
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/opqueue"
@@ -49,6 +48,8 @@ type served struct {
 	// mu: a wait of another queue of the device waits on the served
 	// kind's event, inside the served device.
 	evs map[uint64]*servedEvent
+	// times are the timed operations the served kind times (tag.go).
+	times servedTimers
 }
 
 // servedEvent is a host's event as the served device has it: ev, the
@@ -117,7 +118,9 @@ func (st *stager) put(b []byte) {
 type servedQueue struct {
 	st  *stager // where its buffers go back once drained
 	q   plugin.Queue
-	err error // the queue could not be made
+	tq  plugin.TaggedQueue // q, where its kind times its queues
+	cur uint64             // the tag q has
+	err error              // the queue could not be made
 	// pending says operations were enqueued since the last drain; keep
 	// holds their buffers until then. failed is a failure a drain found,
 	// which the operations after it report until the host's sync clears it.
@@ -152,6 +155,7 @@ func (sv *served) queue(id uint32) *servedQueue {
 	if w == nil {
 		w = &servedQueue{st: &sv.stage}
 		w.q, w.err = sv.dev.NewQueue()
+		w.tq, _ = w.q.(plugin.TaggedQueue)
 		sv.qs[id] = w
 	}
 	return w
@@ -167,6 +171,7 @@ func (sv *served) closeQueue(id uint32) {
 	if w != nil && w.q != nil {
 		w.q.Close()
 	}
+	sv.times.forget(id)
 }
 
 // addr is the served device's address of the host's [p, p+size).
@@ -209,18 +214,37 @@ func (sv *served) free(p plugin.Ptr) bool {
 
 // do enqueues an operation on w's served queue, unless an earlier drain
 // failed: that failure is the operation's, as a queue's error state has it.
-func (w *servedQueue) do(op func(q plugin.Queue) error, keep []byte) error {
+// t, if the served kind times it, tags it there.
+func (w *servedQueue) do(t *servedTimer, op func(q plugin.Queue) error, keep []byte) error {
 	if w.err != nil {
 		return w.err
 	}
 	if w.failed != nil {
 		return w.failed
 	}
+	var tag uint64
+	if w.tq != nil {
+		tag = t.part()
+	}
+	w.tagAs(tag)
 	w.pending = true
 	if keep != nil {
 		w.keep = append(w.keep, keep)
 	}
-	return op(w.q)
+	err := op(w.q)
+	if err != nil && tag != 0 {
+		t.unpart()
+	}
+	return err
+}
+
+// tagAs tags w's served queue's next operations with tag (0: not timed),
+// where its kind times them.
+func (w *servedQueue) tagAs(tag uint64) {
+	if w.tq != nil && w.cur != tag {
+		w.tq.Tag(tag)
+		w.cur = tag
+	}
 }
 
 // drain waits for everything enqueued on w's served queue and returns the
@@ -253,29 +277,27 @@ func (w *servedQueue) settle(failed error, clear bool) error {
 	return failed
 }
 
-// submit copies data to the host's dst on queue qid, in its order. data
-// must stay as it is: the served queue reads it until drained.
-func (s *Session) servedSubmit(qid uint32, dst plugin.Ptr, data []byte) error {
+// submit copies data to the host's dst on queue qid, in its order, timed
+// by t. data must stay as it is: the served queue reads it until drained.
+func (s *Session) servedSubmit(qid uint32, dst plugin.Ptr, data []byte, t *servedTimer) error {
 	to, err := s.srv.addr(dst, int64(len(data)))
 	if err != nil {
 		return s.servedErr(err)
 	}
 	w := s.srv.queue(qid)
-	err = w.do(func(q plugin.Queue) error { return q.Submit(to, data) }, data)
-	if err == nil && s.tagged(qid) {
-		err = w.drain() // timed: its time is the copy's
+	err = w.do(t, func(q plugin.Queue) error { return q.Submit(to, data) }, data)
+	if err == nil && t.sync() {
+		err = s.drainServed(qid, w) // timed here: its time is the copy's
 	}
 	return s.servedErr(err)
 }
 
-// tagged reports whether queue qid's operations are timed (Tag): a
-// proxied device then waits for each, so that its time is the served
-// device's work, not its enqueueing.
-func (s *Session) tagged(qid uint32) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.tags[qid]
-	return ok
+// drainServed drains w, queue qid's served queue, from one of its
+// operations: the timed operations before have all been reported.
+func (s *Session) drainServed(qid uint32, w *servedQueue) error {
+	err := w.drain()
+	s.settleTimes(qid, 0)
+	return err
 }
 
 // submitPart is how many bytes of a submit arriving in fragments go to
@@ -284,8 +306,9 @@ func (s *Session) tagged(qid uint32) bool {
 const submitPart = 4 << 20
 
 // servedSubmitAsItComes copies a submit's data arriving in p (pulled or
-// pushed) to the host's dst on queue qid, a part at a time as it comes.
-func (s *Session) servedSubmitAsItComes(qid uint32, dst plugin.Ptr, p *incoming) error {
+// pushed) to the host's dst on queue qid, a part at a time as it comes,
+// timed by t.
+func (s *Session) servedSubmitAsItComes(qid uint32, dst plugin.Ptr, p *incoming, t *servedTimer) error {
 	if p.err != nil {
 		return p.wait()
 	}
@@ -310,7 +333,7 @@ func (s *Session) servedSubmitAsItComes(qid uint32, dst plugin.Ptr, p *incoming)
 				keep, kept = p.dst, true // back to the stager once drained
 			}
 			at := to + plugin.Ptr(done)
-			if err := w.do(func(q plugin.Queue) error { return q.Submit(at, part) }, keep); err != nil {
+			if err := w.do(t, func(q plugin.Queue) error { return q.Submit(at, part) }, keep); err != nil {
 				return s.servedErr(err)
 			}
 			done = got
@@ -321,35 +344,35 @@ func (s *Session) servedSubmitAsItComes(qid uint32, dst plugin.Ptr, p *incoming)
 			}
 		}
 	}
-	if s.tagged(qid) {
-		return s.servedErr(w.drain()) // timed: its time is the copy's
+	if t.sync() {
+		return s.servedErr(s.drainServed(qid, w)) // timed here: its time is the copy's
 	}
 	return nil
 }
 
 // servedRetrieve reads size bytes at the host's src on queue qid, in its
 // order, and returns them once they are in, in a staging buffer the
-// caller gives back (s.srv.stage.put) when done with it.
-func (s *Session) servedRetrieve(qid uint32, src plugin.Ptr, size int64) ([]byte, error) {
+// caller gives back (s.srv.stage.put) when done with it; t times it.
+func (s *Session) servedRetrieve(qid uint32, src plugin.Ptr, size int64, t *servedTimer) ([]byte, error) {
 	from, err := s.srv.addr(src, size)
 	if err != nil {
 		return nil, s.servedErr(err)
 	}
 	b := s.srv.stage.get(size)
 	w := s.srv.queue(qid)
-	if err := w.do(func(q plugin.Queue) error { return q.Retrieve(b, from) }, nil); err != nil {
+	if err := w.do(t, func(q plugin.Queue) error { return q.Retrieve(b, from) }, nil); err != nil {
 		return nil, s.servedErr(err)
 	}
-	if err := w.drain(); err != nil {
+	if err := s.drainServed(qid, w); err != nil {
 		return nil, s.servedErr(err)
 	}
 	return b, nil
 }
 
 // servedLaunch runs kernel k with args (the host's addresses) on queue
-// qid, in its order; sync waits for it (a timed launch: its time is the
-// kernel's).
-func (s *Session) servedLaunch(qid uint32, k plugin.Kernel, args []plugin.Arg, stop *plugin.StopSignal, sync bool) error {
+// qid, in its order, timed by t: where t is timed here, it waits for the
+// kernel, whose time it is.
+func (s *Session) servedLaunch(qid uint32, k plugin.Kernel, args []plugin.Arg, stop *plugin.StopSignal, t *servedTimer) error {
 	args = append([]plugin.Arg(nil), args...)
 	for i, p := range k.Params() {
 		if p.Kind != plugin.Slice || (args[i].Ptr == 0 && args[i].Len == 0) {
@@ -362,14 +385,14 @@ func (s *Session) servedLaunch(qid uint32, k plugin.Kernel, args []plugin.Arg, s
 		args[i].Ptr = to
 	}
 	w := s.srv.queue(qid)
-	err := w.do(func(q plugin.Queue) error {
+	err := w.do(t, func(q plugin.Queue) error {
 		if sl, ok := q.(plugin.StopLauncher); ok && stop != nil {
 			return sl.LaunchStop(k, args, stop)
 		}
 		return q.Launch(k, args)
 	}, nil)
-	if err == nil && sync {
-		err = w.drain()
+	if err == nil && t.sync() {
+		err = s.drainServed(qid, w)
 	}
 	return s.servedErr(err)
 }
@@ -377,8 +400,9 @@ func (s *Session) servedLaunch(qid uint32, k plugin.Kernel, args []plugin.Arg, s
 // servedExchange copies size bytes from the host's src to dst on this
 // device (peer < 0), on the served queue when it can copy within its
 // device, else through this process's memory; or to device peer, whose
-// process puts them in its memory.
-func (s *Session) servedExchange(qid uint32, dst, src plugin.Ptr, size int64, peer int) error {
+// process puts them in its memory. t times it: through this process's
+// memory, here, as the copy ends.
+func (s *Session) servedExchange(qid uint32, dst, src plugin.Ptr, size int64, peer int, t *servedTimer) error {
 	if peer < 0 {
 		to, err := s.srv.addr(dst, size)
 		if err != nil {
@@ -390,9 +414,9 @@ func (s *Session) servedExchange(qid uint32, dst, src plugin.Ptr, size int64, pe
 		}
 		w := s.srv.queue(qid)
 		if ex, ok := w.q.(plugin.Exchanger); ok && w.err == nil {
-			err := w.do(func(plugin.Queue) error { return ex.Exchange(s.srv.dev, to, from, size) }, nil)
-			if err == nil && s.tagged(qid) {
-				err = w.drain()
+			err := w.do(t, func(plugin.Queue) error { return ex.Exchange(s.srv.dev, to, from, size) }, nil)
+			if err == nil && t.sync() {
+				err = s.drainServed(qid, w)
 			}
 			if !errors.Is(err, plugin.ErrUnsupported) {
 				return s.servedErr(err)
@@ -412,24 +436,28 @@ func (s *Session) servedExchange(qid uint32, dst, src plugin.Ptr, size int64, pe
 		}
 		w := s.srv.queue(qid)
 		if ex, ok := w.q.(plugin.Exchanger); ok && w.err == nil {
-			err := w.do(func(plugin.Queue) error { return ex.Exchange(o.srv.dev, to, from, size) }, nil)
+			err := w.do(t, func(plugin.Queue) error { return ex.Exchange(o.srv.dev, to, from, size) }, nil)
 			if !errors.Is(err, plugin.ErrUnsupported) {
 				return s.servedErr(err)
 			}
 		}
-		b, err := s.servedRetrieve(qid, src, size)
+		b, err := s.servedRetrieve(qid, src, size, nil)
 		if err != nil {
 			return err
 		}
 		defer s.srv.stage.put(b)
 		return o.servedPut(dst, b)
 	}
-	b, err := s.servedRetrieve(qid, src, size)
+	b, err := s.servedRetrieve(qid, src, size, nil)
 	if err != nil {
 		return err
 	}
 	if peer < 0 {
-		return s.servedSubmit(qid, dst, b) // b goes back once drained
+		err := s.servedSubmit(qid, dst, b, nil) // b goes back once drained
+		if err == nil && t != nil {
+			err = s.servedErr(s.drainServed(qid, s.srv.queue(qid))) // timed here: its time is the copy's
+		}
+		return err
 	}
 	defer s.srv.stage.put(b)
 	if err := s.peers.exchange(peer, dst, b); err != nil {
@@ -456,6 +484,7 @@ func (s *Session) servedRecord(q *opqueue.Queue, qid uint32, id uint64) error {
 		if err != nil {
 			return nil
 		}
+		w.tagAs(0)
 		if err := w.q.Record(ev); err != nil {
 			ev.Close()
 			return nil
@@ -471,7 +500,7 @@ func (s *Session) servedRecord(q *opqueue.Queue, qid uint32, id uint64) error {
 // the served kind's event, so what comes after is enqueued there once the
 // other queue has reached the record, not once it is done. It reports
 // false if id was not recorded on a served queue.
-func (s *Session) servedWait(q *opqueue.Queue, qid uint32, id uint64, ev *opqueue.Event, timed func(start, end time.Time, err error)) (bool, error) {
+func (s *Session) servedWait(q *opqueue.Queue, qid uint32, id uint64, ev *opqueue.Event, t *servedTimer) (bool, error) {
 	s.srv.mu.Lock()
 	se := s.srv.evs[id]
 	s.srv.mu.Unlock()
@@ -486,8 +515,8 @@ func (s *Session) servedWait(q *opqueue.Queue, qid uint32, id uint64, ev *opqueu
 			}
 			return nil
 		}
-		return s.servedErr(s.srv.queue(qid).do(func(q plugin.Queue) error { return q.Wait(se.ev) }, nil))
-	}, timed)
+		return s.servedErr(s.srv.queue(qid).do(t, func(q plugin.Queue) error { return q.Wait(se.ev) }, nil))
+	}, t.timed())
 }
 
 // forgetEvents closes the served events of the host's events ids: the
@@ -523,16 +552,18 @@ func (s *Session) servedPut(dst plugin.Ptr, data []byte) error {
 		s.srv.put.q, s.srv.put.err = s.srv.dev.NewQueue()
 	}
 	w := s.srv.put
-	if err := w.do(func(q plugin.Queue) error { return q.Submit(to, data) }, nil); err != nil {
+	if err := w.do(nil, func(q plugin.Queue) error { return q.Submit(to, data) }, nil); err != nil {
 		return s.servedErr(err)
 	}
 	return s.servedErr(w.settle(nil, true))
 }
 
 // settle is the failure a record (clear false) or a sync mark (clear true)
-// of queue qid reports, once the served queue is drained.
-func (s *Session) servedSettle(qid uint32, failed error, clear bool) error {
+// of queue qid reports, once the served queue is drained; upto is where
+// the mark stands among the queue's timed operations (timesMark).
+func (s *Session) servedSettle(qid uint32, failed error, clear bool, upto uint64) error {
 	err := s.srv.queue(qid).settle(failed, clear)
+	s.settleTimes(qid, upto)
 	if err != failed {
 		return s.servedErr(err)
 	}

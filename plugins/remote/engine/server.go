@@ -441,14 +441,15 @@ func (s *Session) handle(m *proto.Msg, gen uint64) error {
 		small := size <= proto.MaxInline && s.l.canTryWrite()
 		if s.srv != nil { // the served queue may hold work: never on the reader
 			qid := f.Queue
+			t := s.servedTimer(qid, plugin.OpRetrieve, 0, size)
 			return q.DoTimed(func() error {
-				b, err := s.servedRetrieve(qid, src, size)
+				b, err := s.servedRetrieve(qid, src, size, t)
 				if err != nil {
 					return err
 				}
 				defer s.srv.stage.put(b) // sendRetrieved returns once b is written
 				return s.sendRetrieved(id, b, small)
-			}, timed)
+			}, t.timed())
 		}
 		if small {
 			ran, err := q.RunHere(func() error { return s.retrieve(id, src, size, true) }, timed)
@@ -474,13 +475,18 @@ func (s *Session) handle(m *proto.Msg, gen uint64) error {
 			return q.Do(func() error { return fmt.Errorf("wait on event %d: %w", id, plugin.ErrNotRecorded) })
 		}
 		if s.srv != nil {
-			if ok, err := s.servedWait(q, f.Queue, id, ev, timed); ok {
+			t := s.servedTimer(f.Queue, plugin.OpWait, 0, 0)
+			if ok, err := s.servedWait(q, f.Queue, id, ev, t); ok {
 				return err
 			}
+			timed = t.timed() // in the queue's order of the served kind's reports
 		}
 		return q.WaitTimed(ev, timed)
 	case *proto.WaitPeer: // another device's event: that device tells us when it fires
 		timed := s.timer(f.Queue, plugin.OpWait, 0, 0)
+		if s.srv != nil {
+			timed = s.servedTimer(f.Queue, plugin.OpWait, 0, 0).timed()
+		}
 		return s.queue(f.Queue).WaitTimed(s.peers.event(int(f.Peer), f.Wait), timed)
 	case *proto.Notify:
 		s.notify(f)
@@ -527,9 +533,13 @@ func (s *Session) handle(m *proto.Msg, gen uint64) error {
 		return s.reply(f.Req, uint64(deviceClock(time.Now())), "", nil)
 	case *proto.Sync:
 		qid, seq := f.Queue, f.Seq
+		var upto uint64
+		if s.srv != nil {
+			upto = s.timesMark(qid)
+		}
 		answer := func(failed error) error {
 			if s.srv != nil {
-				failed = s.servedSettle(qid, failed, true)
+				failed = s.servedSettle(qid, failed, true, upto)
 			}
 			s.forgetStops(qid)
 			return s.l.sendSoon(&proto.SyncDone{Queue: qid, Seq: seq, Status: proto.StatusOf(failed)})

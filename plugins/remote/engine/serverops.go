@@ -19,14 +19,15 @@ import (
 // exchange copies within the device, or to a peer device.
 func (s *Session) exchange(f *proto.Exchange) error {
 	q, src, dst, size := s.queue(f.Queue), plugin.Ptr(f.Src), plugin.Ptr(f.Dst), int64(f.Size)
-	timed := s.timer(f.Queue, plugin.OpExchange, 0, size)
 	if s.srv != nil {
 		qid, peer := f.Queue, int(f.Peer)
 		if peer == s.num {
 			peer = -1
 		}
-		return q.DoTimed(func() error { return s.servedExchange(qid, dst, src, size, peer) }, timed)
+		t := s.servedTimer(qid, plugin.OpExchange, 0, size)
+		return q.DoTimed(func() error { return s.servedExchange(qid, dst, src, size, peer, t) }, t.timed())
 	}
+	timed := s.timer(f.Queue, plugin.OpExchange, 0, size)
 	if peer := int(f.Peer); peer != s.num {
 		return q.DoTimed(func() error {
 			from, err := s.mem.Bytes(src, size)
@@ -66,14 +67,16 @@ func (s *Session) record(f *proto.Record) error {
 	}
 	ev.Arm()
 	qid := f.Queue
+	var upto uint64
 	if s.srv != nil {
 		if err := s.servedRecord(s.queue(qid), qid, id); err != nil {
 			return err
 		}
+		upto = s.timesMark(qid)
 	}
 	fire := func(failed error) error {
 		if s.srv != nil {
-			failed = s.servedSettle(qid, failed, false)
+			failed = s.servedSettle(qid, failed, false, upto)
 		}
 		s.emu.Lock()
 		now := s.evs.Fire(id, failed)
@@ -235,12 +238,12 @@ func (s *Session) launchServed(q *opqueue.Queue, f *proto.Launch, k plugin.Kerne
 		}
 		s.mu.Unlock()
 	}
-	qid, timed := f.Queue, s.timer(f.Queue, plugin.OpLaunch, f.Kernel, 0)
-	run := func() error { return s.servedLaunch(qid, k, args, sig, timed != nil) }
-	if ran, err := q.RunHere(run, timed); ran || err != nil {
+	qid, t := f.Queue, s.servedTimer(f.Queue, plugin.OpLaunch, f.Kernel, 0)
+	run := func() error { return s.servedLaunch(qid, k, args, sig, t) }
+	if ran, err := q.RunHere(run, t.timed()); ran || err != nil {
 		return nil
 	}
-	return q.DoTimed(run, timed)
+	return q.DoTimed(run, t.timed())
 }
 
 // servedDev is the served device, or nil.

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goffload/offload/plugin"
@@ -35,12 +36,16 @@ type qtag struct {
 // tag handles a Tag frame, on the reader's goroutine.
 func (s *Session) tag(f *proto.Tag) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if f.Tag == 0 {
 		delete(s.tags, f.Queue)
+		s.mu.Unlock()
 		return
 	}
 	s.tags[f.Queue] = qtag{tag: f.Tag, sent: int64(f.HostClock), got: deviceClock(time.Now())}
+	s.mu.Unlock()
+	if s.srv != nil {
+		s.traceServed()
+	}
 }
 
 // timer returns what reports the times of an operation of kind (a launch
@@ -194,4 +199,248 @@ func (q *queue) Tag(tag uint64) {
 	if q.enqueue(&proto.Tag{Queue: q.id, Tag: tag, HostClock: uint64(deviceClock(time.Now()))}, nil) == nil {
 		q.tag = tag
 	}
+}
+
+// A proxied device whose served kind times its queues (plugin.Tracer)
+// reports the served device's own times: each timed operation goes to the
+// served queue tagged with an id of its own, and the served kind's report
+// of that id (its device's times, on this process's clock) is the one the
+// host gets. The served kind reports when its queue retires the
+// operation, so nothing waits for the served device per operation; a
+// queue's records go to the host in its order (servedTimers), at the
+// latest when a retrieve, a record or a sync mark drains the served
+// queue. A kind without a Tracer is timed here, as a CPU device is: each
+// timed operation then waits for the served device (servedTimer.sync).
+
+// servedTimer times one operation of a tagged queue of a proxied device.
+// Its fields after here are under the session's servedTimers' mutex.
+type servedTimer struct {
+	to   timesTo
+	o    plugin.OpTime // as the host is told it: tag, kind, bytes
+	seq  uint64        // its place among its queue's timed operations
+	here func(start, end time.Time, err error)
+	// id tags the operation on the served queue; 0 where the served kind
+	// does not time its queues (then here reports it).
+	id uint64
+	// parts is how many served operations carry id, and got how many the
+	// served kind reported, which merge into start, end and failed.
+	parts, got int
+	start, end time.Time
+	failed     bool
+	// The operation as the session's queue ran it: hs, he, herr; ended
+	// once it did. settled: the served queue was drained after it, so
+	// every report of it came.
+	hs, he         time.Time
+	herr           bool
+	ended, settled bool
+}
+
+// servedTimers is a proxied session's timed operations, in each queue's
+// order, until their records go to the host.
+type servedTimers struct {
+	on   atomic.Bool // the served kind times its queues (Trace was called)
+	once sync.Once
+
+	mu   sync.Mutex
+	next uint64 // the last id given
+	byID map[uint64]*servedTimer
+	fifo map[uint32][]*servedTimer
+	seq  map[uint32]uint64 // timed operations made, by queue
+}
+
+// servedTimer returns what times an operation of kind (a launch of kernel)
+// enqueued on queue qid of a proxied device, or nil if the queue is not
+// tagged. The reader calls it as it enqueues the operation.
+func (s *Session) servedTimer(qid uint32, kind plugin.OpKind, kernel uint32, bytes int64) *servedTimer {
+	s.mu.Lock()
+	tg, ok := s.tags[qid]
+	s.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	ts := &s.srv.times
+	if !ts.on.Load() {
+		return &servedTimer{here: s.timer(qid, kind, kernel, bytes)}
+	}
+	o, _ := optrace.Op(tg.tag, kind, "", bytes)
+	t := &servedTimer{to: timesTo{s, qid, kernel, tg}, o: o}
+	ts.mu.Lock()
+	ts.next++
+	t.id = ts.next
+	t.seq = ts.seq[qid]
+	ts.seq[qid]++
+	ts.byID[t.id] = t
+	ts.fifo[qid] = append(ts.fifo[qid], t)
+	ts.mu.Unlock()
+	return t
+}
+
+// traceServed makes the served kind time its queues, if it can: once,
+// before the first served queue is tagged (plugin.Tracer).
+func (s *Session) traceServed() {
+	ts := &s.srv.times
+	ts.once.Do(func() {
+		if tr, ok := s.srv.dev.(plugin.Tracer); ok {
+			ts.mu.Lock()
+			ts.byID, ts.fifo, ts.seq = map[uint64]*servedTimer{}, map[uint32][]*servedTimer{}, map[uint32]uint64{}
+			ts.mu.Unlock()
+			tr.Trace(s.servedTimes)
+			ts.on.Store(true)
+		}
+	})
+}
+
+// timed is what the session's queue tells when the operation ran: nil if
+// it is not timed.
+func (t *servedTimer) timed() func(start, end time.Time, err error) {
+	switch {
+	case t == nil:
+		return nil
+	case t.id == 0:
+		return t.here
+	}
+	return t.ran
+}
+
+// sync reports whether the operation waits for the served device: it is
+// timed here, and its time must be the served device's work.
+func (t *servedTimer) sync() bool { return t != nil && t.id == 0 }
+
+// part returns the tag of a served operation of t's: t's id, counted
+// among its parts; 0 if t is not timed by the served kind.
+func (t *servedTimer) part() uint64 {
+	if t == nil || t.id == 0 {
+		return 0
+	}
+	ts := &t.to.s.srv.times
+	ts.mu.Lock()
+	t.parts++
+	ts.mu.Unlock()
+	return t.id
+}
+
+// unpart uncounts a part that failed to enqueue: the served kind does
+// not report it.
+func (t *servedTimer) unpart() {
+	ts := &t.to.s.srv.times
+	ts.mu.Lock()
+	t.parts--
+	ts.mu.Unlock()
+}
+
+// ran is told by the session's queue that the operation ran.
+func (t *servedTimer) ran(start, end time.Time, err error) {
+	ts := &t.to.s.srv.times
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	t.hs, t.he, t.herr, t.ended = start, end, err != nil, true
+	t.to.s.sendTimesLocked(t.to.queue)
+}
+
+// servedTimes is the served kind's report of an operation (plugin.Tracer):
+// o.Tag is a servedTimer's id.
+func (s *Session) servedTimes(o plugin.OpTime) {
+	ts := &s.srv.times
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	t := ts.byID[o.Tag]
+	if t == nil {
+		return // an operation the session forgot (its queue closed)
+	}
+	if t.got == 0 || o.Start.Before(t.start) {
+		t.start = o.Start
+	}
+	if t.got == 0 || o.End.After(t.end) {
+		t.end = o.End
+	}
+	t.failed = t.failed || o.Err
+	t.got++
+	s.sendTimesLocked(t.to.queue)
+}
+
+// settleTimes is told that queue qid's served queue was drained: every
+// operation that ran before has been reported. Those made before the
+// queue's operation upto that never ran were skipped (a mark's upto: the
+// operations before it ran or were skipped); they are not timed.
+func (s *Session) settleTimes(qid uint32, upto uint64) {
+	ts := &s.srv.times
+	if !ts.on.Load() {
+		return
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	q := ts.fifo[qid][:0]
+	for _, t := range ts.fifo[qid] {
+		switch {
+		case t.ended:
+			t.settled = true
+		case t.seq < upto:
+			delete(ts.byID, t.id)
+			continue
+		}
+		q = append(q, t)
+	}
+	ts.fifo[qid] = q
+	s.sendTimesLocked(qid)
+}
+
+// timesMark is where a mark enqueued now on queue qid stands among its
+// timed operations (settleTimes).
+func (s *Session) timesMark(qid uint32) uint64 {
+	ts := &s.srv.times
+	if !ts.on.Load() {
+		return 0
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.seq[qid]
+}
+
+// forget forgets the timed operations of queue qid: it closed.
+func (ts *servedTimers) forget(qid uint32) {
+	if !ts.on.Load() {
+		return
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for _, t := range ts.fifo[qid] {
+		delete(ts.byID, t.id)
+	}
+	delete(ts.fifo, qid)
+	delete(ts.seq, qid)
+}
+
+// sendTimesLocked sends the host the records of queue qid's operations
+// that are ready, in its order, up to the first that is not: it has not
+// run, or the served kind has not reported all of it and the queue was
+// not drained since. A record holds the served kind's times where it
+// reported the operation, else the session's. Under the timers' mutex,
+// which keeps a queue's records in order.
+func (s *Session) sendTimesLocked(qid uint32) {
+	ts := &s.srv.times
+	q := ts.fifo[qid]
+	n := 0
+	var ops []byte
+	for ; n < len(q); n++ {
+		t := q[n]
+		if !t.ended || (t.got < t.parts && !t.settled) {
+			break
+		}
+		delete(ts.byID, t.id)
+		o := t.o
+		if t.got > 0 {
+			o.Start, o.End, o.Err = t.start, t.end, t.failed || t.herr
+		} else {
+			o.Start, o.End, o.Err = t.hs, t.he, t.herr
+		}
+		w := t.to
+		ops = proto.AppendTimes(ops, proto.OpRecord{Tag: o.Tag, Sent: w.t.sent, Got: w.t.got, Start: deviceClock(o.Start), End: deviceClock(o.End),
+			Bytes: o.Bytes, Kernel: w.kernel, Kind: uint8(o.Kind), Failed: o.Err})
+	}
+	if n == 0 {
+		return
+	}
+	clear(q[:n])
+	ts.fifo[qid] = q[n:]
+	s.l.send(&proto.Times{Queue: qid, DevClock: uint64(deviceClock(time.Now())), Ops: ops})
 }
