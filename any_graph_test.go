@@ -288,3 +288,37 @@ func anyDeviceLost(t *testing.T, after bool) {
 		}
 	}
 }
+
+// TestTaskgraphAnyAfterTaskwait records a graph of Any-tasks on buffers no
+// device held (its tasks' placements allocate them), and runs it after
+// each Taskwait, which frees that memory: the placement table is then in
+// the record's start state again, but the recorded mappings are gone, so
+// each Run records again (and Replay is refused), with the right values.
+func TestTaskgraphAnyAfterTaskwait(t *testing.T) {
+	start(t, offload.WithDevices("host:2"), offload.WithOffload("MANDATORY"))
+	x := make([]int32, 16)
+	var it int32
+	tg := offload.NewTaskgraph(func(r *offload.Recorder) error {
+		AddN.Nowait(r.Nowait(offload.Any(), offload.DependInOut(x)), it, x)
+		AddN.Nowait(r.Nowait(offload.Any(), offload.DependInOut(x)), 1, x)
+		return nil
+	})
+	want := int32(0)
+	for it = range 4 {
+		if err := tg.Run().Wait(); err != nil {
+			t.Fatalf("run %d: %v", it, err)
+		}
+		if err := offload.Taskwait(context.Background()); err != nil {
+			t.Fatalf("run %d: Taskwait: %v", it, err)
+		}
+		want += it + 1
+		for i, v := range x {
+			if v != want {
+				t.Fatalf("run %d: x[%d] = %d, want %d", it, i, v, want)
+			}
+		}
+		if err := tg.Replay().Wait(); !errors.Is(err, offload.ErrGraphChanged) {
+			t.Fatalf("run %d: Replay after Taskwait: %v, want ErrGraphChanged", it, err)
+		}
+	}
+}

@@ -125,7 +125,22 @@ func (g *Graph) AnyStale() bool {
 	}
 	a.s.mu.Lock()
 	defer a.s.mu.Unlock()
-	return a.s.table.Digest(a.regions) != a.start
+	return a.s.table.Digest(a.regions) != a.start || !g.usesMapped()
+}
+
+// usesMapped reports whether each mapping g's nodes use is still the
+// recorded one. The table's digest cannot say it: a record that starts on
+// buffers no device holds allocates them as it places its tasks, so after
+// Taskwait gave them back the digest is the start's again, but the memory
+// is gone. Checked with the placer's lock held, which the hand-back takes
+// too, before the replay commits its accesses to the table.
+func (g *Graph) usesMapped() bool {
+	for _, u := range g.uses {
+		if e, _ := u.dev.table.Lookup(u.addr, u.size); e != u.e {
+			return false
+		}
+	}
+	return true
 }
 
 // errAnyStale is the error of a replay whose Any-tasks' plan is stale.
@@ -143,7 +158,7 @@ func (g *Graph) replayAny(make func() *Task) (*Task, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.noteLost()
-	if s.table.Digest(a.regions) != a.start {
+	if s.table.Digest(a.regions) != a.start || !g.usesMapped() {
 		return nil, a.stale()
 	}
 	t := make()
