@@ -3,7 +3,6 @@
 package offload_test
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/goffload/offload/internal/proctest"
 )
 
 // The matrix's tcp-arm64 kind: a tcp:// device process that is this test
@@ -114,18 +115,12 @@ func startArm64Device() {
 		d.err = err
 		return
 	}
-	sc := bufio.NewScanner(pipe)
-	for sc.Scan() {
-		if _, a, ok := strings.Cut(sc.Text(), " serving on "); ok {
-			d.addr = a
-			go func() { // its later lines go where the tests' output goes
-				for sc.Scan() {
-					fmt.Fprintln(os.Stderr, "[tcp-arm64]", sc.Text())
-				}
-			}()
-			return
-		}
+	a, sc, err := proctest.ServingAddr(pipe)
+	if err != nil {
+		cmd.Process.Kill()
+		d.err = fmt.Errorf("the arm64 device process: %w", err)
+		return
 	}
-	cmd.Process.Kill()
-	d.err = fmt.Errorf("the arm64 device process did not say where it serves: %v", sc.Err())
+	d.addr = a
+	proctest.Relay(sc, "[tcp-arm64] ")
 }

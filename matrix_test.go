@@ -1,7 +1,6 @@
 package offload_test
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +10,7 @@ import (
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
 	"github.com/goffload/offload/internal/opencltest"
+	"github.com/goffload/offload/internal/proctest"
 	"github.com/goffload/offload/plugins/cuda"
 	"github.com/goffload/offload/plugins/opencl"
 )
@@ -168,19 +168,12 @@ func startTCPDeviceWith(t testing.TB, env ...string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	sc := bufio.NewScanner(pipe)
-	for sc.Scan() {
-		if _, a, ok := strings.Cut(sc.Text(), " serving on "); ok {
-			tcpDeviceAddr = a
-			go func() { // keep its stderr flowing, shown where the test's goes
-				for sc.Scan() {
-					fmt.Fprintln(os.Stderr, sc.Text())
-				}
-			}()
-			return
-		}
+	a, sc, err := proctest.ServingAddr(pipe)
+	if err != nil {
+		t.Fatalf("the tcp device process: %v", err)
 	}
-	t.Fatalf("the tcp device process did not say where it serves: %v", sc.Err())
+	tcpDeviceAddr = a
+	proctest.Relay(sc, "")
 }
 
 // matrixGPU is a fake GPU whose 2 multiprocessors are the cores the

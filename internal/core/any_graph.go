@@ -125,7 +125,14 @@ func (g *Graph) AnyStale() bool {
 	}
 	a.s.mu.Lock()
 	defer a.s.mu.Unlock()
-	return a.s.table.Digest(a.regions) != a.start || !g.usesMapped()
+	return g.anyStale()
+}
+
+// anyStale is AnyStale with the placer's lock held: the table's state of
+// g's regions is not the record's start, or the memory the record's
+// placements allocated is gone.
+func (g *Graph) anyStale() bool {
+	return g.any.s.table.Digest(g.any.regions) != g.any.start || !g.usesMapped()
 }
 
 // usesMapped reports whether each mapping g's nodes use is still the
@@ -158,7 +165,7 @@ func (g *Graph) replayAny(make func() *Task) (*Task, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.noteLost()
-	if s.table.Digest(a.regions) != a.start || !g.usesMapped() {
+	if g.anyStale() {
 		return nil, a.stale()
 	}
 	t := make()

@@ -1,9 +1,7 @@
 package remote_test
 
 import (
-	"bufio"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/goffload/offload/internal/proctest"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/plugintest"
 	"github.com/goffload/offload/plugins/remote"
@@ -114,19 +113,12 @@ func startDeviceCmd(t *testing.T, secret string, argv ...string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	sc := bufio.NewScanner(pipe)
-	for sc.Scan() {
-		if _, a, ok := strings.Cut(sc.Text(), " serving on "); ok {
-			go func() { // its later lines (a refused host) go where the test's output goes
-				for sc.Scan() {
-					fmt.Fprintln(os.Stderr, sc.Text())
-				}
-			}()
-			return a
-		}
+	a, sc, err := proctest.ServingAddr(pipe)
+	if err != nil {
+		t.Fatalf("%s: %v", strings.Join(argv, " "), err)
 	}
-	t.Fatalf("%s did not say where it serves: %v", strings.Join(argv, " "), sc.Err())
-	return ""
+	proctest.Relay(sc, "") // its later lines (a refused host)
+	return a
 }
 
 // TestArchConformance: the conformance suite on two sessions with a device

@@ -21,6 +21,7 @@ import (
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/mpi"
 	"github.com/goffload/offload/internal/opencltest"
+	"github.com/goffload/offload/internal/proctest"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/plugintest"
 	"github.com/goffload/offload/plugins/remote"
@@ -272,14 +273,11 @@ func startTCPDevice(t *testing.T, secret string, env ...string) (addr string, st
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	sc := bufio.NewScanner(pipe)
-	for sc.Scan() {
-		if _, a, ok := strings.Cut(sc.Text(), " serving on "); ok {
-			return a, sc
-		}
+	a, sc, err := proctest.ServingAddr(pipe)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("the device process did not say where it serves")
-	return "", nil
+	return a, sc
 }
 
 // TestTCPSecret: a wrong or missing secret is refused on both sides, and the
