@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"unsafe"
 
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/plugin"
@@ -33,24 +34,49 @@ func newDep(kind core.DepKind, x any) Dep {
 	v := reflect.ValueOf(x)
 	switch {
 	case v.IsValid() && v.Kind() == reflect.Slice && v.Len() > 0:
-		p := v.UnsafePointer()
-		size := uintptr(v.Len()) * v.Type().Elem().Size()
-		return Dep{dep: core.Dep{Kind: kind, Addr: uintptr(p), Size: size, Keep: p}}
+		return sliceDep(kind, v.UnsafePointer(), v.Len(), v.Type().Elem())
 	case v.IsValid() && v.Kind() == reflect.Pointer && !v.IsNil():
-		p := v.UnsafePointer()
-		return Dep{dep: core.Dep{Kind: kind, Addr: uintptr(p), Size: v.Type().Elem().Size(), Keep: p}}
+		return pointerDep(kind, v.UnsafePointer(), v.Type().Elem())
 	}
 	return Dep{err: core.Errorf("goffload: depend on a %T: %w: want a non-empty slice or a non-nil pointer", x, ErrBadArgument)}
 }
 
-// DependIn says the task reads x (depend(in: x)).
-func DependIn(x any) Dep { return newDep(core.DepIn, x) }
+// depOf is newDep without boxing x in an interface (which would cost a
+// heap allocation per clause): a slice's or pointer's address read from
+// x itself.
+func depOf[T any](kind core.DepKind, x *T) Dep {
+	switch t := reflect.TypeFor[T](); t.Kind() {
+	case reflect.Slice:
+		if h := (*sliceHeader)(unsafe.Pointer(x)); h.len > 0 {
+			return sliceDep(kind, h.data, h.len, t.Elem())
+		}
+	case reflect.Pointer:
+		if p := *(*unsafe.Pointer)(unsafe.Pointer(x)); p != nil {
+			return pointerDep(kind, p, t.Elem())
+		}
+	}
+	// An interface (T is any: x holds the object), or the error naming
+	// x's type.
+	return newDep(kind, *x)
+}
+
+func sliceDep(kind core.DepKind, p unsafe.Pointer, n int, elem reflect.Type) Dep {
+	return Dep{dep: core.Dep{Kind: kind, Addr: uintptr(p), Size: uintptr(n) * elem.Size(), Keep: p}}
+}
+
+func pointerDep(kind core.DepKind, p unsafe.Pointer, elem reflect.Type) Dep {
+	return Dep{dep: core.Dep{Kind: kind, Addr: uintptr(p), Size: elem.Size(), Keep: p}}
+}
+
+// DependIn says the task reads x (depend(in: x)): a non-empty slice or a
+// non-nil pointer.
+func DependIn[T any](x T) Dep { return depOf(core.DepIn, &x) }
 
 // DependOut says the task writes x (depend(out: x)).
-func DependOut(x any) Dep { return newDep(core.DepOut, x) }
+func DependOut[T any](x T) Dep { return depOf(core.DepOut, &x) }
 
 // DependInOut says the task reads and writes x (depend(inout: x)).
-func DependInOut(x any) Dep { return newDep(core.DepInOut, x) }
+func DependInOut[T any](x T) Dep { return depOf(core.DepInOut, &x) }
 
 // A Task is a construct or piece of host work running asynchronously.
 type Task struct {
@@ -118,7 +144,7 @@ var ErrInTask = core.ErrInTask
 // Create it with Device.Nowait or Nowait.
 type Async struct {
 	dev   Device
-	deps  []Dep
+	deps  depList
 	group *Group
 	rec   *Recorder // the taskgraph recording or replaying it (Recorder.Nowait)
 }
@@ -126,7 +152,35 @@ type Async struct {
 // Nowait returns the device's constructs as tasks: OpenMP's nowait with
 // depend clauses. The tasks wait for the tasks deps name; the constructs
 // return at once.
-func (d Device) Nowait(deps ...Dep) Async { return Async{dev: d, deps: deps} }
+func (d Device) Nowait(deps ...Dep) Async { return Async{dev: d, deps: listOf(deps)} }
+
+// A depList is an Async's depend clauses: up to two in the Async itself, so
+// that Nowait's variadic slice does not escape to the heap (a task's clauses
+// are one or two in most programs), more in a copy.
+type depList struct {
+	n    int
+	inl  [2]Dep
+	more []Dep // when n > len(inl)
+}
+
+// listOf holds deps, copied.
+func listOf(deps []Dep) depList {
+	l := depList{n: len(deps)}
+	if len(deps) > len(l.inl) {
+		l.more = append([]Dep(nil), deps...)
+	} else {
+		copy(l.inl[:], deps)
+	}
+	return l
+}
+
+// at is clause i.
+func (l *depList) at(i int) Dep {
+	if l.more != nil {
+		return l.more[i]
+	}
+	return l.inl[i]
+}
 
 // Nowait is Default().Nowait(deps...).
 func Nowait(deps ...Dep) Async { return Default().Nowait(deps...) }
@@ -189,12 +243,13 @@ func (a Async) startIn(box *depTask, spawn func(rt *core.Runtime, deps []core.De
 	rt, err := runtimeOrErr()
 	if err == nil {
 		var deps []core.Dep
-		if len(a.deps) <= len(box.deps) {
-			deps = box.deps[:len(a.deps)]
+		if a.deps.n <= len(box.deps) {
+			deps = box.deps[:a.deps.n]
 		} else {
-			deps = make([]core.Dep, len(a.deps))
+			deps = make([]core.Dep, a.deps.n)
 		}
-		for i, d := range a.deps {
+		for i := range a.deps.n {
+			d := a.deps.at(i)
 			if d.err != nil {
 				err = d.err
 				break
@@ -225,7 +280,16 @@ func (a Async) run(k *Kernel, o launchOpts, args []any) *Task {
 	if a.dev.IsAny() {
 		return a.runAny(k, o, args)
 	}
-	box := new(launchTask)
+	return a.runIn(new(launchTask), k, o, args)
+}
+
+// direct reports whether a's launches become tasks here (not a recorder's
+// nodes, nor Any-tasks): those run takes into a box of the caller's
+// (runIn).
+func (a Async) direct() bool { return a.rec == nil && !a.dev.IsAny() }
+
+// runIn is run of a direct Async into box, the new task's records.
+func (a Async) runIn(box *launchTask, k *Kernel, o launchOpts, args []any) *Task {
 	o.kargs = box.kargs[:0]
 	return a.spawnIn(&box.depTask, &box.room, func(cd *core.Device) (core.Op, error) {
 		op, _, _, err := a.targetOp(cd, k, o, args)

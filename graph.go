@@ -84,7 +84,9 @@ type Recorder struct {
 
 // Nowait returns d's constructs as tasks of the graph, with depend clauses
 // deps: Device.Nowait inside a Taskgraph's function.
-func (r *Recorder) Nowait(d Device, deps ...Dep) Async { return Async{dev: d, deps: deps, rec: r} }
+func (r *Recorder) Nowait(d Device, deps ...Dep) Async {
+	return Async{dev: d, deps: listOf(deps), rec: r}
+}
 
 // recNode is a recorded construct: a launch of k, an update or a copy.
 type recNode struct {
@@ -298,8 +300,9 @@ func changed(i int, what string, v ...any) error {
 
 // coreDeps are a's depend clauses for the core.
 func coreDeps(a Async) ([]core.Dep, error) {
-	deps := make([]core.Dep, len(a.deps))
-	for i, d := range a.deps {
+	deps := make([]core.Dep, a.deps.n)
+	for i := range a.deps.n {
+		d := a.deps.at(i)
 		if d.err != nil {
 			return nil, d.err
 		}
@@ -310,10 +313,11 @@ func coreDeps(a Async) ([]core.Dep, error) {
 
 // sameDeps reports whether a's depend clauses are n's.
 func (n *recNode) sameDeps(a Async) error {
-	if len(a.deps) != len(n.deps) {
-		return fmt.Errorf("%d depend clauses, %d recorded", len(a.deps), len(n.deps))
+	if a.deps.n != len(n.deps) {
+		return fmt.Errorf("%d depend clauses, %d recorded", a.deps.n, len(n.deps))
 	}
-	for i, d := range a.deps {
+	for i := range a.deps.n {
+		d := a.deps.at(i)
 		if d.err != nil {
 			return d.err
 		}

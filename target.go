@@ -251,6 +251,19 @@ func kernelArgs(cd *core.Device, kk *Kernel, dm Defaultmap, o launchOpts, args [
 	}
 	li := 0 // the flattened parameter
 	for i, a := range args {
+		if o.refs&(1<<i) != 0 { // a typed kernel's Nowait: a points to the slice
+			rv := reflect.ValueOf(a).Elem()
+			if p := k.Params()[li]; p.Field < 0 && p.Kind == plugin.Slice {
+				ka, err := lf.sliceRef(li, rv, kk.leafName(li, o.names))
+				if err != nil {
+					return nil, err
+				}
+				out[li] = ka
+				li++
+				continue
+			}
+			a = rv.Interface()
+		}
 		if p := k.Params()[li]; p.Field < 0 {
 			ka, err := lf.arg(li, a, kk.leafName(li, o.names))
 			if err != nil {
@@ -325,7 +338,7 @@ type leafer struct {
 // it is a bare slice.
 func (lf *leafer) arg(li int, a any, defName string) (core.KernelArg, error) {
 	bad := func(format string, v ...any) error { return lf.bad(li, format, v...) }
-	cd, kk, dm := lf.cd, lf.kk, lf.dm
+	cd, kk := lf.cd, lf.kk
 	p := kk.k.Params()[li]
 	if p.Kind == plugin.Slice && len(lf.with) > 0 {
 		if j := lf.match(a); j >= 0 {
@@ -387,17 +400,39 @@ func (lf *leafer) arg(li int, a any, defName string) (core.KernelArg, error) {
 		if !v.IsValid() || v.Kind() != reflect.Slice || v.Type().Elem() != p.Type {
 			return core.KernelArg{}, bad("got %T, want []%s, a map clause of one, or a DevicePtr", a, p.Type)
 		}
-		buf := bufOf(v)
-		buf.Name = defName
-		typ := kk.dirs[li].typ
-		if !kk.dirs[li].declared {
-			var err error
-			if typ, err = dm.mapType(); err != nil {
-				return core.KernelArg{}, bad("%w (%d elements at %#x)", err, v.Len(), buf.Addr())
-			}
-		}
-		return core.KernelArg{Slice: v, Len: v.Len(), Map: core.MapItem{Buf: buf, Type: typ}}, nil
+		return lf.slice(li, v, defName)
 	}
+}
+
+// sliceRef is arg of the slice in v for slice parameter li, which a typed
+// kernel's Nowait passed by reference (launchOpts.refs): a clause of With
+// that names it, or the slice with its declared or default map.
+func (lf *leafer) sliceRef(li int, v reflect.Value, defName string) (core.KernelArg, error) {
+	if len(lf.with) > 0 {
+		if j := lf.matchValue(v); j >= 0 {
+			lf.used[j] = true
+			return lf.arg(li, lf.with[j], defName)
+		}
+	}
+	if p := lf.kk.k.Params()[li]; v.Type().Elem() != p.Type {
+		return core.KernelArg{}, lf.bad(li, "got %s, want []%s", v.Type(), p.Type)
+	}
+	return lf.slice(li, v, defName)
+}
+
+// slice is arg of slice v for slice parameter li, with its declared map
+// direction or the defaultmap's.
+func (lf *leafer) slice(li int, v reflect.Value, defName string) (core.KernelArg, error) {
+	buf := bufOf(v)
+	buf.Name = defName
+	typ := lf.kk.dirs[li].typ
+	if !lf.kk.dirs[li].declared {
+		var err error
+		if typ, err = lf.dm.mapType(); err != nil {
+			return core.KernelArg{}, lf.bad(li, "%w (%d elements at %#x)", err, v.Len(), buf.Addr())
+		}
+	}
+	return core.KernelArg{Slice: v, Len: v.Len(), Map: core.MapItem{Buf: buf, Type: typ}}, nil
 }
 
 // scalarArg converts a to type t: the same type, or a number that t holds

@@ -77,6 +77,21 @@ type launchOpts struct {
 	// kargs, if its capacity is enough, is where the lowered arguments
 	// go (kernelArgs): a task's own room (launchTask).
 	kargs []core.KernelArg
+	// refs has bit i set where argument i is a pointer to the launch's
+	// slice argument, kept in the task's records by a typed kernel's
+	// Nowait, so that the slice is not boxed in an interface (a heap
+	// allocation) on its way in (argRef).
+	refs uint16
+}
+
+// argRef is how a typed kernel's Nowait passes argument i, at p in the
+// task's records: a slice by reference (refs gets bit i), anything else
+// by value.
+func argRef[T any](p *T, i int, refs uint16) (any, uint16) {
+	if reflect.TypeFor[T]().Kind() == reflect.Slice {
+		return p, refs | 1<<i
+	}
+	return *p, refs
 }
 
 // argOf decodes argument a of parameter i of k, of type A, for a typed
@@ -132,8 +147,10 @@ func checkWith(with []Map) ([]bool, error) {
 
 // match returns the clause of lf.with that names slice a (the same first
 // element and length, and element type), or -1.
-func (lf *leafer) match(a any) int {
-	v := reflect.ValueOf(a)
+func (lf *leafer) match(a any) int { return lf.matchValue(reflect.ValueOf(a)) }
+
+// matchValue is match of the slice in v.
+func (lf *leafer) matchValue(v reflect.Value) int {
 	if v.Kind() != reflect.Slice {
 		return -1
 	}

@@ -126,7 +126,15 @@ func (k Kernel1[A]) Run(dev Device, a A) error { return k.k.launch(dev, k.o, a) 
 
 // Nowait runs the kernel as a task of nw, with nw's depend clauses
 // (target nowait). See Async.Run.
-func (k Kernel1[A]) Nowait(nw Async, a A) *Task { return k.k.launchNowait(nw, k.o, a) }
+func (k Kernel1[A]) Nowait(nw Async, a A) *Task {
+	if !nw.direct() {
+		return k.k.launchNowait(nw, k.o, a)
+	}
+	t := &kernel1Task[A]{a: a}
+	o := k.o
+	t.refs[0], o.refs = argRef(&t.a, 0, o.refs)
+	return nw.runIn(&t.launchTask, k.k, o, t.refs[:])
+}
 
 // With returns the kernel with map clauses that replace declared directions.
 // A clause replaces the direction of the launch's slice argument with the
@@ -173,6 +181,15 @@ func (k Kernel1[A]) OpenCL(src []byte, entry string) Kernel1[A] {
 // Kernel is the kernel's untyped form, for Device.Run and Async.Run.
 func (k Kernel1[A]) Kernel() *Kernel { return k.k }
 
+// Kernel1Task is a task of Kernel1 with room for the launch's arguments,
+// which reach the lowering by reference (launchOpts.refs): a slice is not
+// boxed in an interface, a heap allocation, on its way in.
+type kernel1Task[A any] struct {
+	launchTask
+	a    A
+	refs [1]any
+}
+
 // Kernel2 is a kernel of 2 parameters after its Ctx.
 // The compiler checks the arguments of its launches.
 // Make one with MustKernel2.
@@ -216,7 +233,16 @@ func (k Kernel2[A, B]) Run(dev Device, a A, b B) error { return k.k.launch(dev, 
 
 // Nowait runs the kernel as a task of nw, with nw's depend clauses
 // (target nowait). See Async.Run.
-func (k Kernel2[A, B]) Nowait(nw Async, a A, b B) *Task { return k.k.launchNowait(nw, k.o, a, b) }
+func (k Kernel2[A, B]) Nowait(nw Async, a A, b B) *Task {
+	if !nw.direct() {
+		return k.k.launchNowait(nw, k.o, a, b)
+	}
+	t := &kernel2Task[A, B]{a: a, b: b}
+	o := k.o
+	t.refs[0], o.refs = argRef(&t.a, 0, o.refs)
+	t.refs[1], o.refs = argRef(&t.b, 1, o.refs)
+	return nw.runIn(&t.launchTask, k.k, o, t.refs[:])
+}
 
 // With returns the kernel with map clauses that replace declared directions.
 // A clause replaces the direction of the launch's slice argument with the
@@ -262,6 +288,16 @@ func (k Kernel2[A, B]) OpenCL(src []byte, entry string) Kernel2[A, B] {
 
 // Kernel is the kernel's untyped form, for Device.Run and Async.Run.
 func (k Kernel2[A, B]) Kernel() *Kernel { return k.k }
+
+// Kernel2Task is a task of Kernel2 with room for the launch's arguments,
+// which reach the lowering by reference (launchOpts.refs): a slice is not
+// boxed in an interface, a heap allocation, on its way in.
+type kernel2Task[A, B any] struct {
+	launchTask
+	a    A
+	b    B
+	refs [2]any
+}
 
 // Kernel3 is a kernel of 3 parameters after its Ctx.
 // The compiler checks the arguments of its launches.
@@ -311,7 +347,15 @@ func (k Kernel3[A, B, C]) Run(dev Device, a A, b B, c C) error { return k.k.laun
 // Nowait runs the kernel as a task of nw, with nw's depend clauses
 // (target nowait). See Async.Run.
 func (k Kernel3[A, B, C]) Nowait(nw Async, a A, b B, c C) *Task {
-	return k.k.launchNowait(nw, k.o, a, b, c)
+	if !nw.direct() {
+		return k.k.launchNowait(nw, k.o, a, b, c)
+	}
+	t := &kernel3Task[A, B, C]{a: a, b: b, c: c}
+	o := k.o
+	t.refs[0], o.refs = argRef(&t.a, 0, o.refs)
+	t.refs[1], o.refs = argRef(&t.b, 1, o.refs)
+	t.refs[2], o.refs = argRef(&t.c, 2, o.refs)
+	return nw.runIn(&t.launchTask, k.k, o, t.refs[:])
 }
 
 // With returns the kernel with map clauses that replace declared directions.
@@ -358,6 +402,17 @@ func (k Kernel3[A, B, C]) OpenCL(src []byte, entry string) Kernel3[A, B, C] {
 
 // Kernel is the kernel's untyped form, for Device.Run and Async.Run.
 func (k Kernel3[A, B, C]) Kernel() *Kernel { return k.k }
+
+// Kernel3Task is a task of Kernel3 with room for the launch's arguments,
+// which reach the lowering by reference (launchOpts.refs): a slice is not
+// boxed in an interface, a heap allocation, on its way in.
+type kernel3Task[A, B, C any] struct {
+	launchTask
+	a    A
+	b    B
+	c    C
+	refs [3]any
+}
 
 // Kernel4 is a kernel of 4 parameters after its Ctx.
 // The compiler checks the arguments of its launches.
@@ -413,7 +468,16 @@ func (k Kernel4[A, B, C, D]) Run(dev Device, a A, b B, c C, d D) error {
 // Nowait runs the kernel as a task of nw, with nw's depend clauses
 // (target nowait). See Async.Run.
 func (k Kernel4[A, B, C, D]) Nowait(nw Async, a A, b B, c C, d D) *Task {
-	return k.k.launchNowait(nw, k.o, a, b, c, d)
+	if !nw.direct() {
+		return k.k.launchNowait(nw, k.o, a, b, c, d)
+	}
+	t := &kernel4Task[A, B, C, D]{a: a, b: b, c: c, d: d}
+	o := k.o
+	t.refs[0], o.refs = argRef(&t.a, 0, o.refs)
+	t.refs[1], o.refs = argRef(&t.b, 1, o.refs)
+	t.refs[2], o.refs = argRef(&t.c, 2, o.refs)
+	t.refs[3], o.refs = argRef(&t.d, 3, o.refs)
+	return nw.runIn(&t.launchTask, k.k, o, t.refs[:])
 }
 
 // With returns the kernel with map clauses that replace declared directions.
@@ -460,6 +524,18 @@ func (k Kernel4[A, B, C, D]) OpenCL(src []byte, entry string) Kernel4[A, B, C, D
 
 // Kernel is the kernel's untyped form, for Device.Run and Async.Run.
 func (k Kernel4[A, B, C, D]) Kernel() *Kernel { return k.k }
+
+// Kernel4Task is a task of Kernel4 with room for the launch's arguments,
+// which reach the lowering by reference (launchOpts.refs): a slice is not
+// boxed in an interface, a heap allocation, on its way in.
+type kernel4Task[A, B, C, D any] struct {
+	launchTask
+	a    A
+	b    B
+	c    C
+	d    D
+	refs [4]any
+}
 
 // Kernel5 is a kernel of 5 parameters after its Ctx.
 // The compiler checks the arguments of its launches.
@@ -519,7 +595,17 @@ func (k Kernel5[A, B, C, D, E]) Run(dev Device, a A, b B, c C, d D, e E) error {
 // Nowait runs the kernel as a task of nw, with nw's depend clauses
 // (target nowait). See Async.Run.
 func (k Kernel5[A, B, C, D, E]) Nowait(nw Async, a A, b B, c C, d D, e E) *Task {
-	return k.k.launchNowait(nw, k.o, a, b, c, d, e)
+	if !nw.direct() {
+		return k.k.launchNowait(nw, k.o, a, b, c, d, e)
+	}
+	t := &kernel5Task[A, B, C, D, E]{a: a, b: b, c: c, d: d, e: e}
+	o := k.o
+	t.refs[0], o.refs = argRef(&t.a, 0, o.refs)
+	t.refs[1], o.refs = argRef(&t.b, 1, o.refs)
+	t.refs[2], o.refs = argRef(&t.c, 2, o.refs)
+	t.refs[3], o.refs = argRef(&t.d, 3, o.refs)
+	t.refs[4], o.refs = argRef(&t.e, 4, o.refs)
+	return nw.runIn(&t.launchTask, k.k, o, t.refs[:])
 }
 
 // With returns the kernel with map clauses that replace declared directions.
@@ -566,6 +652,19 @@ func (k Kernel5[A, B, C, D, E]) OpenCL(src []byte, entry string) Kernel5[A, B, C
 
 // Kernel is the kernel's untyped form, for Device.Run and Async.Run.
 func (k Kernel5[A, B, C, D, E]) Kernel() *Kernel { return k.k }
+
+// Kernel5Task is a task of Kernel5 with room for the launch's arguments,
+// which reach the lowering by reference (launchOpts.refs): a slice is not
+// boxed in an interface, a heap allocation, on its way in.
+type kernel5Task[A, B, C, D, E any] struct {
+	launchTask
+	a    A
+	b    B
+	c    C
+	d    D
+	e    E
+	refs [5]any
+}
 
 // Kernel6 is a kernel of 6 parameters after its Ctx.
 // The compiler checks the arguments of its launches.
@@ -629,7 +728,18 @@ func (k Kernel6[A, B, C, D, E, F]) Run(dev Device, a A, b B, c C, d D, e E, f F)
 // Nowait runs the kernel as a task of nw, with nw's depend clauses
 // (target nowait). See Async.Run.
 func (k Kernel6[A, B, C, D, E, F]) Nowait(nw Async, a A, b B, c C, d D, e E, f F) *Task {
-	return k.k.launchNowait(nw, k.o, a, b, c, d, e, f)
+	if !nw.direct() {
+		return k.k.launchNowait(nw, k.o, a, b, c, d, e, f)
+	}
+	t := &kernel6Task[A, B, C, D, E, F]{a: a, b: b, c: c, d: d, e: e, f: f}
+	o := k.o
+	t.refs[0], o.refs = argRef(&t.a, 0, o.refs)
+	t.refs[1], o.refs = argRef(&t.b, 1, o.refs)
+	t.refs[2], o.refs = argRef(&t.c, 2, o.refs)
+	t.refs[3], o.refs = argRef(&t.d, 3, o.refs)
+	t.refs[4], o.refs = argRef(&t.e, 4, o.refs)
+	t.refs[5], o.refs = argRef(&t.f, 5, o.refs)
+	return nw.runIn(&t.launchTask, k.k, o, t.refs[:])
 }
 
 // With returns the kernel with map clauses that replace declared directions.
@@ -676,6 +786,20 @@ func (k Kernel6[A, B, C, D, E, F]) OpenCL(src []byte, entry string) Kernel6[A, B
 
 // Kernel is the kernel's untyped form, for Device.Run and Async.Run.
 func (k Kernel6[A, B, C, D, E, F]) Kernel() *Kernel { return k.k }
+
+// Kernel6Task is a task of Kernel6 with room for the launch's arguments,
+// which reach the lowering by reference (launchOpts.refs): a slice is not
+// boxed in an interface, a heap allocation, on its way in.
+type kernel6Task[A, B, C, D, E, F any] struct {
+	launchTask
+	a    A
+	b    B
+	c    C
+	d    D
+	e    E
+	f    F
+	refs [6]any
+}
 
 // Kernel7 is a kernel of 7 parameters after its Ctx.
 // The compiler checks the arguments of its launches.
@@ -743,7 +867,19 @@ func (k Kernel7[A, B, C, D, E, F, G]) Run(dev Device, a A, b B, c C, d D, e E, f
 // Nowait runs the kernel as a task of nw, with nw's depend clauses
 // (target nowait). See Async.Run.
 func (k Kernel7[A, B, C, D, E, F, G]) Nowait(nw Async, a A, b B, c C, d D, e E, f F, g G) *Task {
-	return k.k.launchNowait(nw, k.o, a, b, c, d, e, f, g)
+	if !nw.direct() {
+		return k.k.launchNowait(nw, k.o, a, b, c, d, e, f, g)
+	}
+	t := &kernel7Task[A, B, C, D, E, F, G]{a: a, b: b, c: c, d: d, e: e, f: f, g: g}
+	o := k.o
+	t.refs[0], o.refs = argRef(&t.a, 0, o.refs)
+	t.refs[1], o.refs = argRef(&t.b, 1, o.refs)
+	t.refs[2], o.refs = argRef(&t.c, 2, o.refs)
+	t.refs[3], o.refs = argRef(&t.d, 3, o.refs)
+	t.refs[4], o.refs = argRef(&t.e, 4, o.refs)
+	t.refs[5], o.refs = argRef(&t.f, 5, o.refs)
+	t.refs[6], o.refs = argRef(&t.g, 6, o.refs)
+	return nw.runIn(&t.launchTask, k.k, o, t.refs[:])
 }
 
 // With returns the kernel with map clauses that replace declared directions.
@@ -790,6 +926,21 @@ func (k Kernel7[A, B, C, D, E, F, G]) OpenCL(src []byte, entry string) Kernel7[A
 
 // Kernel is the kernel's untyped form, for Device.Run and Async.Run.
 func (k Kernel7[A, B, C, D, E, F, G]) Kernel() *Kernel { return k.k }
+
+// Kernel7Task is a task of Kernel7 with room for the launch's arguments,
+// which reach the lowering by reference (launchOpts.refs): a slice is not
+// boxed in an interface, a heap allocation, on its way in.
+type kernel7Task[A, B, C, D, E, F, G any] struct {
+	launchTask
+	a    A
+	b    B
+	c    C
+	d    D
+	e    E
+	f    F
+	g    G
+	refs [7]any
+}
 
 // Kernel8 is a kernel of 8 parameters after its Ctx.
 // The compiler checks the arguments of its launches.
@@ -861,7 +1012,20 @@ func (k Kernel8[A, B, C, D, E, F, G, H]) Run(dev Device, a A, b B, c C, d D, e E
 // Nowait runs the kernel as a task of nw, with nw's depend clauses
 // (target nowait). See Async.Run.
 func (k Kernel8[A, B, C, D, E, F, G, H]) Nowait(nw Async, a A, b B, c C, d D, e E, f F, g G, h H) *Task {
-	return k.k.launchNowait(nw, k.o, a, b, c, d, e, f, g, h)
+	if !nw.direct() {
+		return k.k.launchNowait(nw, k.o, a, b, c, d, e, f, g, h)
+	}
+	t := &kernel8Task[A, B, C, D, E, F, G, H]{a: a, b: b, c: c, d: d, e: e, f: f, g: g, h: h}
+	o := k.o
+	t.refs[0], o.refs = argRef(&t.a, 0, o.refs)
+	t.refs[1], o.refs = argRef(&t.b, 1, o.refs)
+	t.refs[2], o.refs = argRef(&t.c, 2, o.refs)
+	t.refs[3], o.refs = argRef(&t.d, 3, o.refs)
+	t.refs[4], o.refs = argRef(&t.e, 4, o.refs)
+	t.refs[5], o.refs = argRef(&t.f, 5, o.refs)
+	t.refs[6], o.refs = argRef(&t.g, 6, o.refs)
+	t.refs[7], o.refs = argRef(&t.h, 7, o.refs)
+	return nw.runIn(&t.launchTask, k.k, o, t.refs[:])
 }
 
 // With returns the kernel with map clauses that replace declared directions.
@@ -908,3 +1072,19 @@ func (k Kernel8[A, B, C, D, E, F, G, H]) OpenCL(src []byte, entry string) Kernel
 
 // Kernel is the kernel's untyped form, for Device.Run and Async.Run.
 func (k Kernel8[A, B, C, D, E, F, G, H]) Kernel() *Kernel { return k.k }
+
+// Kernel8Task is a task of Kernel8 with room for the launch's arguments,
+// which reach the lowering by reference (launchOpts.refs): a slice is not
+// boxed in an interface, a heap allocation, on its way in.
+type kernel8Task[A, B, C, D, E, F, G, H any] struct {
+	launchTask
+	a    A
+	b    B
+	c    C
+	d    D
+	e    E
+	f    F
+	g    G
+	h    H
+	refs [8]any
+}

@@ -76,6 +76,26 @@ func write(b *bytes.Buffer, n int) {
 		decode = append(decode, "_ = args")
 	}
 	callArgs := strings.Join(append([]string{"kernelCtx{ctx}"}, args...), ", ")
+	nowait := "return k.k.launchNowait(" + callA + ")"
+	var fields, refs []string
+	if n > 0 {
+		for i := range n {
+			fields = append(fields, args[i]+" "+tnames[i])
+			refs = append(refs, fmt.Sprintf("t.refs[%d], o.refs = argRef(&t.%s, %d, o.refs)", i, args[i], i))
+		}
+		low := strings.ToLower(name[:1]) + name[1:]
+		var set []string
+		for i := range n {
+			set = append(set, args[i]+": "+args[i])
+		}
+		nowait = fmt.Sprintf(`if !nw.direct() {
+		return k.k.launchNowait(%s)
+	}
+	t := &%sTask%s{%s}
+	o := k.o
+	%s
+	return nw.runIn(&t.launchTask, k.k, o, t.refs[:])`, callA, low, inst, strings.Join(set, ", "), strings.Join(refs, "\n"))
+	}
 	ps := strings.Join(params, ", ")
 	if ps != "" {
 		ps = ", " + ps
@@ -117,7 +137,7 @@ func (k %[1]s%[6]s) Run(dev Device%[7]s) error { return k.k.launch(%[8]s) }
 
 // Nowait runs the kernel as a task of nw, with nw's depend clauses
 // (target nowait). See Async.Run.
-func (k %[1]s%[6]s) Nowait(nw Async%[7]s) *Task { return k.k.launchNowait(%[9]s) }
+func (k %[1]s%[6]s) Nowait(nw Async%[7]s) *Task { %[12]s }
 
 // With returns the kernel with map clauses that replace declared directions.
 // A clause replaces the direction of the launch's slice argument with the
@@ -163,5 +183,17 @@ func (k %[1]s%[6]s) OpenCL(src []byte, entry string) %[1]s%[6]s {
 
 // Kernel is the kernel's untyped form, for Device.Run and Async.Run.
 func (k %[1]s%[6]s) Kernel() *Kernel { return k.k }
-`, name, n, plural, typeParams, fn, inst, ps, call, callA, strings.Join(decode, "\n"), callArgs)
+`, name, n, plural, typeParams, fn, inst, ps, call, callA, strings.Join(decode, "\n"), callArgs, nowait)
+	if n > 0 {
+		fmt.Fprintf(b, `
+// %[1]sTask is a task of %[1]s with room for the launch's arguments,
+// which reach the lowering by reference (launchOpts.refs): a slice is not
+// boxed in an interface, a heap allocation, on its way in.
+type %[2]sTask%[3]s struct {
+	launchTask
+	%[4]s
+	refs [%[5]d]any
+}
+`, name, strings.ToLower(name[:1])+name[1:], typeParams, strings.Join(fields, "\n"), n)
+	}
 }
