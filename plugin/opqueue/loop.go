@@ -49,6 +49,7 @@ type ring[T any] struct {
 	buf  []entry[T]
 	head int // the first entry
 	n    int
+	peak int // the most entries since the ring was last idle
 }
 
 // keptRing is the most entries an idle ring keeps room for.
@@ -69,6 +70,7 @@ func (r *ring[T]) push(e entry[T]) {
 	}
 	r.buf[i] = e
 	r.n++
+	r.peak = max(r.peak, r.n)
 }
 
 // pop takes the first entry; the ring is not empty.
@@ -82,12 +84,16 @@ func (r *ring[T]) pop() entry[T] {
 	return e
 }
 
-// idle drops the room of a ring that grew large, now empty.
+// idle drops the room of a ring that grew large, now empty, unless the
+// work since it was last idle filled a quarter of it: a queue that takes a
+// replayed task graph's operations at once (thousands) each time keeps
+// its room, rather than growing it again by doubling, copying and zeroing
+// on every replay; once its work is smaller, its next idle drops it.
 func (r *ring[T]) idle() {
-	if len(r.buf) > keptRing {
+	if len(r.buf) > keptRing && r.peak < len(r.buf)/4 {
 		r.buf = nil
 	}
-	r.head = 0
+	r.head, r.peak = 0, 0
 }
 
 // Runner runs the operations of a [Loop]. Run runs o with failed, the

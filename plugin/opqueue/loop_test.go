@@ -307,3 +307,41 @@ func TestLoopBacklogReusesRoom(t *testing.T) {
 		t.Errorf("a batch of 1000 operations behind a held one allocates %.1f times, want none", n)
 	}
 }
+
+// TestLoopRepeatedBacklogKeepsRoom: a queue that takes a large backlog
+// again and again (a replayed task graph's operations, more than keptRing)
+// keeps its room between them, so a backlog allocates nothing once the
+// first has grown it; when the work shrinks, its next idle drops the room.
+func TestLoopRepeatedBacklogKeepsRoom(t *testing.T) {
+	q := New()
+	defer q.Close()
+	gate := make(chan struct{}, 1)
+	held := func() error { <-gate; return nil }
+	batch := func(n int) func() {
+		return func() {
+			if err := q.Do(held); err != nil {
+				t.Fatal(err)
+			}
+			for range n {
+				if err := q.Do(nop); err != nil {
+					t.Fatal(err)
+				}
+			}
+			gate <- struct{}{}
+			if err := q.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	big := 4 * keptRing
+	if n := testing.AllocsPerRun(10, batch(big)); n > 0 {
+		t.Errorf("a backlog of %d operations, again, allocates %.1f times, want none", big, n)
+	}
+	batch(10)()
+	q.l.mu.Lock()
+	room := len(q.l.ops.buf)
+	q.l.mu.Unlock()
+	if room > keptRing {
+		t.Errorf("after a backlog of 10 the idle ring keeps room for %d entries, want at most %d", room, keptRing)
+	}
+}

@@ -113,14 +113,38 @@ type op struct {
 // goroutines at once run in the order the queue got them.
 type Queue struct {
 	l Loop[op]
+	// wake is where an event the queue's wait operation waits for says it
+	// fired (await): one channel for the queue's life, as its operations
+	// run one at a time, so that a wait makes no channel of the event's.
+	wake chan struct{}
 }
 
 // New returns an empty, idle queue.
 func New() *Queue {
-	q := &Queue{}
+	q := &Queue{wake: make(chan struct{}, 1)}
 	q.l.Init((*runner)(q))
 	return q
 }
+
+// await waits for ev to fire, for the queue's wait operation, and returns
+// its error.
+func (q *Queue) await(ev *Event) error {
+	ev.mu.Lock()
+	if !ev.fired {
+		if ev.then == nil {
+			ev.then = ev.then1[:0]
+		}
+		ev.then = append(ev.then, fireCall{fx: wakeUp, x: q.wake})
+		ev.mu.Unlock()
+		<-q.wake
+		ev.mu.Lock()
+	}
+	defer ev.mu.Unlock()
+	return ev.err
+}
+
+// wakeUp tells a queue waiting in await (x is its wake channel).
+func wakeUp(x any) { x.(chan struct{}) <- struct{}{} }
 
 // runner is the Queue as its Loop's Runner.
 type runner Queue
@@ -136,7 +160,7 @@ func (r *runner) Run(o op, failed error) error {
 	case o.record != nil:
 		o.record.Fire(failed)
 	case o.wait != nil:
-		if werr := o.wait.wait(); werr != nil && failed == nil {
+		if werr := (*Queue)(r).await(o.wait); werr != nil && failed == nil {
 			err = fmt.Errorf("waited-for event failed: %w", werr)
 		}
 		if o.timed != nil {

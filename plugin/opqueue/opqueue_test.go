@@ -330,3 +330,37 @@ func TestOnFireCall(t *testing.T) {
 		t.Errorf("OnFireCall and Fire allocate %.1f times, want none", n)
 	}
 }
+
+// TestWaitAllocatesNothing: a queue's wait on another queue's event that
+// has not fired yet makes no channel of its own (the queue's wake channel
+// serves every wait), so a dependence between two queues costs no
+// allocation beyond its event.
+func TestWaitAllocatesNothing(t *testing.T) {
+	a, b := New(), New()
+	defer a.Close()
+	defer b.Close()
+	evs := make([]Event, 1000)
+	i := 0
+	gate := make(chan struct{}, 1)
+	held := func() error { <-gate; return nil }
+	step := func() {
+		ev := &evs[i]
+		i++
+		if err := a.Do(held); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Record(ev); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Wait(ev); err != nil {
+			t.Fatal(err)
+		}
+		gate <- struct{}{}
+		if err := b.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := testing.AllocsPerRun(100, step); n > 0 {
+		t.Errorf("a wait on another queue's event allocates %.1f times, want none", n)
+	}
+}
