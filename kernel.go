@@ -248,6 +248,19 @@ func (k *Kernel) GeneratedOpenCL(src []byte, entry string, sites []string, globa
 	return k
 }
 
+// GeneratedPTX gives the kernel PTX that cmd/goffload-gen had clang make
+// of the OpenCL C it generated from the kernel's Go body: its entry takes
+// the parameters GeneratedOpenCL's does, and a CUDA device passes them
+// and reads the fault record as an OpenCL device does. The generated file
+// calls it at package init, and a program does not. It panics as PTX
+// does.
+func (k *Kernel) GeneratedPTX(image []byte, entry string, sites []string, globals ...string) *Kernel {
+	if err := k.k.SetCode(plugin.DeviceCode{Format: "ptx", Image: image, Entry: entry, Generated: true, Sites: sites, Globals: globals}); err != nil {
+		panic(err)
+	}
+	return k
+}
+
 // PTX gives the kernel device code for NVIDIA GPUs: a PTX image and the
 // name of its entry point. The entry point takes the kernel's parameters
 // after the Ctx, in order: scalars by value, slices as device pointers.

@@ -164,7 +164,8 @@ type DeviceCode struct {
 	Image  []byte
 	Entry  string
 	// Generated says the code is OpenCL C that cmd/goffload-gen made
-	// from the kernel's Go body. Its entry then takes more parameters
+	// from the kernel's Go body, or PTX that clang made of that OpenCL C
+	// (format "ptx"). Its entry then takes more parameters
 	// after the kernel's: the length of each slice parameter, in order, as
 	// a long, for each of Globals its device copy (a global pointer) and
 	// its length (a long), the device's number as a long (ctx.Device()),

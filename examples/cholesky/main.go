@@ -9,7 +9,7 @@
 //	go run ./examples/cholesky                       # n=1024, 8×8 tiles, on local:2
 //	go run ./examples/cholesky -tiles 4 -b 64
 //	GOFFLOAD_DEVICES=host:2 go run ./examples/cholesky
-//	GOFFLOAD_DEVICES=cuda go run ./examples/cholesky        # every GPU (examples/apps/cholesky/cholesky.ptx)
+//	GOFFLOAD_DEVICES=cuda go run ./examples/cholesky        # every GPU (the PTX goffload-gen made from the Go bodies)
 //	GOFFLOAD_DEVICES=cuda,host go run ./examples/cholesky   # the GPUs and the host's cores
 //	GOFFLOAD_DEVICES=cuda,host go run ./examples/cholesky -any   # the runtime places every task
 //

@@ -10,7 +10,7 @@
 //	go run ./examples/jacobi                         # 2048², 200 iterations on local:2
 //	go run ./examples/jacobi -n 512 -iters 50
 //	GOFFLOAD_DEVICES=host:2 go run ./examples/jacobi
-//	GOFFLOAD_DEVICES=cuda go run ./examples/jacobi         # every GPU (examples/apps/jacobi/jacobi.ptx)
+//	GOFFLOAD_DEVICES=cuda go run ./examples/jacobi         # every GPU (the PTX goffload-gen made from the Go bodies)
 //	GOFFLOAD_DEVICES=cuda,host go run ./examples/jacobi    # the GPUs and the host's cores
 //	go build -tags mpi -o app ./examples/jacobi && mpirun -np 3 ./app
 package main

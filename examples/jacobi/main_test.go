@@ -1,12 +1,10 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
-	"github.com/goffload/offload/internal/ptxgen"
 	"github.com/goffload/offload/plugins/cuda"
 	"github.com/goffload/offload/role"
 )
@@ -40,10 +38,11 @@ func TestJacobiBadInput(t *testing.T) {
 
 // TestJacobiFakeGPU runs the iteration on fake GPUs
 // (internal/cudadrv/cudafake), alone and beside the host device: the cuda
-// kind loads jacobi.ptx (its .entry parameters parsed and checked against
-// Step's and StepRows'), packs the arguments as the entries declare them,
-// and the fake GPU runs each entry as the PTX would (fakeStep,
-// fakeStepRows); the halo rows go between GPUs, within one GPU shared by
+// kind loads the PTX goffload-gen made from the Go bodies (its .entry
+// parameters parsed and checked against Step's and StepRows' and the
+// hidden ones), packs the arguments as the entries declare them, and the
+// fake GPU runs each entry's Go body over them (cudafake.SetGenerated);
+// the halo rows go between GPUs, within one GPU shared by
 // two devices, and between a GPU and the host device. run checks the grid
 // against plain Go each time.
 func TestJacobiFakeGPU(t *testing.T) {
@@ -67,8 +66,7 @@ func TestJacobiFakeGPU(t *testing.T) {
 			gpus[i] = cudafake.H100
 		}
 		drv := cudafake.New(cudafake.Config{GPUs: gpus})
-		drv.SetKernel("step", fakeStep)
-		drv.SetKernel("steprows", fakeStepRows)
+		drv.SetGenerated()
 		restore := cuda.UseDriverForTests(drv)
 		t.Setenv("GOFFLOAD_DEVICES", c.devices)
 		t.Setenv("OMP_TARGET_OFFLOAD", "MANDATORY")
@@ -77,60 +75,11 @@ func TestJacobiFakeGPU(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%d fake GPUs, GOFFLOAD_DEVICES=%s: %v", c.gpus, c.devices, err)
 		}
-		if got := drv.Launches("step"); got != c.step {
+		if got := drv.Launches("jacobi_step"); got != c.step {
 			t.Errorf("%d fake GPUs, GOFFLOAD_DEVICES=%s: the fake GPUs ran step %d times, want %d", c.gpus, c.devices, got, c.step)
 		}
-		if got := drv.Launches("steprows"); got != c.stepRows {
+		if got := drv.Launches("jacobi_steprows"); got != c.stepRows {
 			t.Errorf("%d fake GPUs, GOFFLOAD_DEVICES=%s: the fake GPUs ran steprows %d times, want %d", c.gpus, c.devices, got, c.stepRows)
 		}
 	}
-}
-
-// fakeStep is jacobi.ptx's step on a fake GPU: parameters next and cur
-// (device addresses), cols and rows (8 bytes each).
-func fakeStep(l *cudafake.Launch) error {
-	return fakeCells(l, l.Int64(2), 1, l.Int64(3))
-}
-
-// fakeStepRows is jacobi.ptx's steprows: next, cur, cols, lo and hi.
-func fakeStepRows(l *cudafake.Launch) error {
-	lo := l.Int64(3)
-	return fakeCells(l, l.Int64(2), lo, l.Int64(4)-lo)
-}
-
-// fakeCells is jacobi.cu's cell, run by every thread of the launch: thread
-// i computes interior cell i of rows [lo, lo+count) of next. A launch with
-// fewer threads than cells is an error (the GPU would leave cells alone).
-func fakeCells(l *cudafake.Launch, cols, lo, count int64) error {
-	w := cols - 2
-	if w <= 0 || count <= 0 {
-		return nil
-	}
-	if l.Threads() < count*w {
-		return fmt.Errorf("%d threads for %d cells", l.Threads(), count*w)
-	}
-	n := (lo + count + 1) * cols // down to the halo row below the last
-	next, err := cudafake.Slice[float64](l, 0, n)
-	if err != nil {
-		return err
-	}
-	cur, err := cudafake.Slice[float64](l, 1, n)
-	if err != nil {
-		return err
-	}
-	for i := range l.Threads() {
-		if i < count*w {
-			r, c := lo+i/w, 1+i%w
-			row, up, down := cur[r*cols:], cur[(r-1)*cols:], cur[(r+1)*cols:]
-			next[r*cols+c] = 0.25 * (up[c] + down[c] + row[c-1] + row[c+1])
-		}
-	}
-	return nil
-}
-
-// TestJacobiPTXGenerated: examples/apps/jacobi's jacobi.ptx is what go
-// generate makes of jacobi.cu, where clang with the NVPTX target is
-// installed.
-func TestJacobiPTXGenerated(t *testing.T) {
-	ptxgen.UpToDate(t, "../apps/jacobi/jacobi.go")
 }

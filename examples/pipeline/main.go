@@ -8,16 +8,14 @@
 //	go run ./examples/pipeline
 //	go build -tags mpi -o app . && mpirun -np 3 ./app   # two MPI devices
 //	GOFFLOAD_DEVICES=host,local:2 go run ./examples/pipeline
-//	GOFFLOAD_DEVICES=cuda,host go run ./examples/pipeline   # the GPUs (step.ptx) and the host's cores
+//	GOFFLOAD_DEVICES=cuda,host go run ./examples/pipeline   # the GPUs (the PTX goffload-gen made) and the host's cores
 //	GOFFLOAD_PROFILE=trace.json go run ./examples/pipeline   # then open trace.json in Perfetto
 package main
 
 //go:generate go run github.com/goffload/offload/cmd/goffload-gen
-//go:generate clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_50 -nocudainc -nocudalib -O3 -ffp-contract=off -S step.cu -o step.ptx
 
 import (
 	"context"
-	_ "embed"
 	"flag"
 	"fmt"
 	"math"
@@ -36,22 +34,17 @@ const alpha = 0.25
 // say what the kernel does with them; next is InOut rather than Out because
 // the kernel leaves its halo cells alone, and an Out buffer that was not
 // present would bring the device's uninitialized halos back. On an OpenCL
-// device it runs the OpenCL C that go generate made from this body
-// (zz_offload_gen.go); on a GPU it runs step.ptx instead (step.cu is its source), which takes the same
-// parameters: n is there for the GPU, which gets no slice lengths. Both
-// compute each cell with the same operations in the same order, and
-// step.ptx is made without fused multiply-adds, so every device's cells
-// are bit for bit the host's.
+// device it runs the OpenCL C that go generate made from this body, and
+// on a GPU the PTX clang made of that (zz_offload_gen.go): both compute
+// each cell with the body's operations in its order, without fused
+// multiply-adds, so every device's cells are bit for bit the host's.
 var Step = offload.MustKernel3("pipeline.step", func(ctx offload.Ctx, n int, next offload.InOut[float64], cur offload.In[float64]) {
 	ctx.For(n, func(lo, hi int) {
 		for i := lo + 1; i <= hi; i++ {
 			next[i] = cur[i] + alpha*(cur[i-1]-2*cur[i]+cur[i+1])
 		}
 	})
-}).Named("n", "next", "cur").PTX(stepPTX, "step")
-
-//go:embed step.ptx
-var stepPTX []byte
+}).Named("n", "next", "cur")
 
 func main() {
 	cells := flag.Int("n", 1<<20, "cells")

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
 	"github.com/goffload/offload/internal/cudadrv/cudafake"
-	"github.com/goffload/offload/internal/ptxgen"
 	"github.com/goffload/offload/plugins/cuda"
 	"github.com/goffload/offload/role"
 )
@@ -33,9 +31,10 @@ func TestPipeline(t *testing.T) {
 
 // TestPipelineFakeGPU runs the stencil on fake GPUs
 // (internal/cudadrv/cudafake), alone and beside the host device: the cuda
-// kind loads step.ptx (its .entry parameters parsed), packs n, next and
-// cur as the entry declares them, and the fake GPU runs the entry as the
-// PTX would; the halos go between GPUs (cuMemcpyPeerAsync), within one
+// kind loads the PTX goffload-gen made from Step's body (its .entry
+// parameters parsed and checked), packs n, next and cur and the hidden
+// parameters as the entry declares them, and the fake GPU runs the entry's
+// Go body over them (cudafake.SetGenerated); the halos go between GPUs (cuMemcpyPeerAsync), within one
 // GPU shared by two devices (cuMemcpyDtoDAsync), and between a GPU and
 // the host device.
 func TestPipelineFakeGPU(t *testing.T) {
@@ -55,7 +54,7 @@ func TestPipelineFakeGPU(t *testing.T) {
 			gpus[i] = cudafake.H100
 		}
 		drv := cudafake.New(cudafake.Config{GPUs: gpus})
-		drv.SetKernel("step", fakeStep)
+		drv.SetGenerated()
 		restore := cuda.UseDriverForTests(drv)
 		t.Setenv("GOFFLOAD_DEVICES", c.devices)
 		t.Setenv("OMP_TARGET_OFFLOAD", "MANDATORY")
@@ -64,35 +63,8 @@ func TestPipelineFakeGPU(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%d fake GPUs, GOFFLOAD_DEVICES=%s: %v", c.gpus, c.devices, err)
 		}
-		if n := drv.Launches("step"); n != c.onGPU*steps {
+		if n := drv.Launches("pipeline_step"); n != c.onGPU*steps {
 			t.Errorf("%d fake GPUs, GOFFLOAD_DEVICES=%s: the fake GPUs ran step %d times, want %d (%d per GPU device)", c.gpus, c.devices, n, c.onGPU*steps, steps)
 		}
 	}
-}
-
-// fakeStep is step.ptx's entry on a fake GPU: parameters n (8 bytes),
-// next and cur (device addresses of n+2 float64s each).
-func fakeStep(l *cudafake.Launch) error {
-	n := l.Int64(0)
-	if l.Threads() < n {
-		return fmt.Errorf("%d threads for %d cells", l.Threads(), n)
-	}
-	next, err := cudafake.Slice[float64](l, 1, n+2)
-	if err != nil {
-		return err
-	}
-	cur, err := cudafake.Slice[float64](l, 2, n+2)
-	if err != nil {
-		return err
-	}
-	for i := int64(1); i <= n; i++ {
-		next[i] = cur[i] + alpha*(cur[i-1]-2*cur[i]+cur[i+1])
-	}
-	return nil
-}
-
-// TestPipelinePTXGenerated: step.ptx is what go generate makes of step.cu,
-// where clang with the NVPTX target is installed.
-func TestPipelinePTXGenerated(t *testing.T) {
-	ptxgen.UpToDate(t, "main.go")
 }

@@ -9,8 +9,8 @@
 //	go build -tags mpi -o app . && mpirun -np 3 ./app   # two MPI devices
 //	GOFFLOAD_DEVICES=host,local:2 go run ./examples/saxpy
 //	GOFFLOAD_INFO=copies go run ./examples/saxpy   # shows the copies both ways
-//	GOFFLOAD_DEVICES=cuda go run ./examples/saxpy  # on the GPUs, with the PTX in saxpy.ptx
-//	GOFFLOAD_DEVICES=opencl go run ./examples/saxpy  # on OpenCL devices (PoCL too), with the OpenCL C goffload-gen made from the Go body (zz_offload_gen.go)
+//	GOFFLOAD_DEVICES=cuda go run ./examples/saxpy  # on the GPUs, with the PTX goffload-gen made from the Go body (zz_offload_gen.go)
+//	GOFFLOAD_DEVICES=opencl go run ./examples/saxpy  # on OpenCL devices (PoCL too), with the OpenCL C goffload-gen made from the Go body
 //
 // Where a device named in GOFFLOAD_DEVICES cannot be used (no GPU, say),
 // OpenMP's default is to run its part on the host; the output then shows
@@ -19,10 +19,8 @@
 package main
 
 //go:generate go run github.com/goffload/offload/cmd/goffload-gen
-//go:generate clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_50 -nocudainc -nocudalib -O3 -ffp-contract=off -S saxpy.cu -o saxpy.ptx
 
 import (
-	_ "embed"
 	"flag"
 	"fmt"
 	"math"
@@ -38,19 +36,15 @@ import (
 // device's cores: x is copied to the device, y to it and back (the
 // parameter types say so); Named gives the buffers their names in
 // GOFFLOAD_INFO output and errors. On an OpenCL device it runs the OpenCL
-// C that go generate made from this body (zz_offload_gen.go); on a GPU
-// it runs saxpy.ptx, which takes the same parameters (saxpy.cu is its
-// source): n is there for the GPU, which gets no slice lengths.
+// C that go generate made from this body, and on a GPU the PTX clang made
+// of that (zz_offload_gen.go).
 var Saxpy = offload.MustKernel4("saxpy", func(ctx offload.Ctx, n int, a float32, x offload.In[float32], y offload.InOut[float32]) {
 	ctx.For(n, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			y[i] += a * x[i]
 		}
 	})
-}).Named("n", "a", "x", "y").PTX(saxpyPTX, "saxpy")
-
-//go:embed saxpy.ptx
-var saxpyPTX []byte
+}).Named("n", "a", "x", "y")
 
 func main() {
 	n := flag.Int("n", 1<<22, "vector length")

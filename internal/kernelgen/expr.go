@@ -571,6 +571,9 @@ func (f *fn) math(name string, e *ast.CallExpr) string {
 		args[i] = f.expr(a)
 	}
 	if c, ok := mathFuncs[name]; ok {
+		if !ptxMath[c] {
+			f.g.noPTXAt(e, "math.%s has no NVPTX instruction, and clang has no libdevice to call", name)
+		}
 		return c + "(" + strings.Join(args, ", ") + ")"
 	}
 	switch name {

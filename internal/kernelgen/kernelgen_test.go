@@ -61,39 +61,68 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
+// generatedDirs are the tree's packages with generated files, and how
+// their go:generate lines run goffload-gen.
+var generatedDirs = []struct {
+	dir       string
+	unchecked bool
+	noPTX     bool
+}{
+	{"../../examples/saxpy", false, false},
+	{"../../examples/pipeline", false, false},
+	{"../../examples/apps/jacobi", false, false},
+	{"../../examples/nbody", false, false},
+	{"../../examples/apps/cg", false, false},
+	{"../../examples/apps/cholesky", false, false},
+	{"../../bench/internal/genk", false, false},
+	{"../../bench/internal/genk/unchecked", true, true},
+	{"../../examples/internal/gentest", false, false},
+	{"../../examples/internal/gentest/fuzz", false, true},
+	{"../../examples/internal/gentest/unchecked", true, true},
+}
+
 // TestGeneratedFilesUpToDate: the tree's committed zz_offload_gen.go files
 // are what goffload-gen makes of their packages now (run go generate in a
 // package whose file is stale), and every kernel there was translated.
+// Where the clang that made a file's PTX is installed (scripts/test
+// installs clang-14) the PTX is compiled again and must be the committed
+// bytes; without it the committed PTX is kept only where it was made from
+// the same source, so a file whose kernels changed since is stale too.
+// Each file's PTX entries take what their C entries do (checkPTXParams).
 func TestGeneratedFilesUpToDate(t *testing.T) {
-	for _, c := range []struct {
-		dir       string
-		unchecked bool
-	}{
-		{"../../examples/saxpy", false},
-		{"../../examples/pipeline", false},
-		{"../../examples/apps/jacobi", false},
-		{"../../examples/nbody", false},
-		{"../../examples/apps/cg", false},
-		{"../../examples/apps/cholesky", false},
-		{"../../bench/internal/genk", false},
-		{"../../bench/internal/genk/unchecked", true},
-		{"../../examples/internal/gentest", false},
-		{"../../examples/internal/gentest/fuzz", false},
-		{"../../examples/internal/gentest/unchecked", true},
-	} {
-		res, err := Generate(c.dir, Options{Unchecked: c.unchecked})
+	compiled := 0
+	for _, c := range generatedDirs {
+		path := c.dir + "/" + DefaultOutput
+		opt := Options{Unchecked: c.unchecked, NoPTX: c.noPTX}
+		if v := ClangOf(path); v != "" {
+			if clang, err := FindClang(nil, v); err == nil && clang.Version == v {
+				opt.Clang = clang
+				compiled++
+			}
+		}
+		res, err := Generate(c.dir, opt)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, r := range res.Refused {
 			t.Errorf("%s: refused: %v", c.dir, r)
 		}
-		old, err := os.ReadFile(c.dir + "/" + DefaultOutput)
+		old, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if string(old) != string(res.Go) {
-			t.Errorf("%s/%s is stale: run go generate there", c.dir, DefaultOutput)
+			t.Errorf("%s is stale: run go generate there", path)
 		}
+		if !c.noPTX {
+			if res.PTX == nil {
+				t.Errorf("%s: no PTX: %s", c.dir, res.PTXNote)
+				continue
+			}
+			checkPTXParams(t, c.dir, res)
+		}
+	}
+	if compiled == 0 {
+		t.Log("the clang that made the committed PTX is not installed (Debian: apt-get install clang-14): the PTX was not compiled again")
 	}
 }

@@ -140,7 +140,7 @@ func TestRepoPTX(t *testing.T) {
 		entry string
 		types []string
 	}{
-		{"../../examples/saxpy/saxpy.ptx", "saxpy", []string{".u64", ".f32", ".u64 .ptr .align 1", ".u64 .ptr .align 1"}},
+		{"../../bench/internal/handptx/saxpy.ptx", "saxpy", []string{".u64", ".f32", ".u64 .ptr .align 1", ".u64 .ptr .align 1"}},
 		{"../../bench/cuda.ptx", "empty", nil},
 	} {
 		img, err := os.ReadFile(c.file)
@@ -172,7 +172,7 @@ func TestRepoPTX(t *testing.T) {
 // parameters it reads are sane.
 func FuzzEntries(f *testing.F) {
 	f.Add([]byte(sample))
-	for _, file := range []string{"../../examples/saxpy/saxpy.ptx", "../../bench/cuda.ptx"} {
+	for _, file := range []string{"../../bench/internal/handptx/saxpy.ptx", "../../bench/cuda.ptx"} {
 		img, err := os.ReadFile(file)
 		if err != nil {
 			f.Fatal(err)

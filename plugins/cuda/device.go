@@ -45,6 +45,10 @@ type device struct {
 	evFree []cudadrv.Event // CUDA events to reuse
 
 	mods []cudadrv.Module
+
+	// globals are where the declare target variables are, for generated
+	// PTX (gocode.go).
+	globals gpukind.Globals
 }
 
 // newDevice opens GPU ord: it retains the GPU's primary context.
@@ -172,8 +176,18 @@ func (d *device) Load(img *plugin.Image, num int) error {
 				return gpukind.Kernel[*ptxFn]{Err: noEntry(fmt.Errorf("%s: kernel %q: entry %q of its PTX: %w", d.label(), k.Name(), code.Entry, d.wrap(err)), code.Entry, m.entries)}
 			}
 			pf := &ptxFn{fn: fn, entry: code.Entry}
+			if code.Generated {
+				if pf.gen, err = gpukind.NewGenCode(code, num, "generated PTX"); err != nil {
+					return gpukind.Kernel[*ptxFn]{Err: fmt.Errorf("%s: %w: kernel %q: %w", d.label(), plugin.ErrBadKernel, k.Name(), err)}
+				}
+			}
 			if params, ok := m.entries[code.Entry]; ok {
-				if pf.offsets, err = checkEntry(k, code.Entry, params); err != nil {
+				if pf.gen != nil {
+					err = checkGenerated(k, code.Entry, pf.gen, params)
+				} else {
+					pf.offsets, err = checkEntry(k, code.Entry, params)
+				}
+				if err != nil {
 					return gpukind.Kernel[*ptxFn]{Err: fmt.Errorf("%s: %w: kernel %q: %w", d.label(), plugin.ErrBadKernel, k.Name(), err)}
 				}
 			}
@@ -189,6 +203,9 @@ type ptxFn struct {
 	// offsets is how many global offsets the entry takes after the Go
 	// parameters: 0, 1 (x) or 3 (x, y, z) (see offsetParams).
 	offsets int
+	// gen is generated PTX's sites, variables and device number (nil:
+	// hand-written PTX; gocode.go).
+	gen *gpukind.GenCode
 }
 
 // ptxFormat is the cuda kind's device code.

@@ -52,31 +52,59 @@ func checkEntry(k plugin.Kernel, entry string, params []ptx.Param) (offsets int,
 			gpukind.Plural(len(k.Params()), "parameter"), strings.Join(goTypes, ", "), which)
 	}
 	for i, gp := range k.Params() {
-		p := params[i]
-		size, align := paramLayout(gp)
-		ptxSide := fmt.Sprintf("PTX entry %s parameter %d is %s (%s, align %d)", entry, i, p.Type, gpukind.Plural(p.Size, "byte"), p.Align)
-		goSide := fmt.Sprintf("the Go parameter %s is %s, align %d", gpukind.GoParam(k, i), gpukind.Plural(size, "byte"), align)
-		switch {
-		case size != p.Size:
-		case align != p.Align && !(p.Count > 0 && p.Align > align):
-		case gp.Kind == plugin.Slice && p.Ptr && p.PtrAlign > 1 && int(gp.Type.Size())%p.PtrAlign != 0:
-			return 0, fmt.Errorf("PTX entry %s parameter %d is %s, a pointer to memory aligned %d; the Go parameter %s has elements of %s, which cannot all be aligned %d: give them the .cu file's element type (a multiple of %s)",
-				entry, i, p.Type, p.PtrAlign, gpukind.GoParam(k, i), gpukind.Plural(int(gp.Type.Size()), "byte"), p.PtrAlign, gpukind.Plural(p.PtrAlign, "byte"))
-		case (p.Elem == ".f32" || p.Elem == ".f64") && p.Count == 0 && !isFloat(gp):
-			ptxSide = fmt.Sprintf("PTX entry %s parameter %d is %s, a float", entry, i, p.Type)
-			goSide = fmt.Sprintf("the Go parameter %s is not a float", gpukind.GoParam(k, i))
-			if isInteger(gp) {
-				goSide = fmt.Sprintf("the Go parameter %s is an integer", gpukind.GoParam(k, i))
-			}
-		case p.Integer() && isFloat(gp):
-			ptxSide = fmt.Sprintf("PTX entry %s parameter %d is %s, an integer", entry, i, p.Type)
-			goSide = fmt.Sprintf("the Go parameter %s is a float", gpukind.GoParam(k, i))
-		default:
-			continue
+		if err := checkParam(k, entry, i, gp, params[i]); err != nil {
+			return 0, err
 		}
-		return 0, fmt.Errorf("%s; %s: declare it %s in the .cu file, or take %s in Go", ptxSide, goSide, cuda.Decl(gp), goFor(p))
 	}
 	return offsets, nil
+}
+
+// checkParam checks k's parameter i, gp, against p, its PTX entry's.
+func checkParam(k plugin.Kernel, entry string, i int, gp plugin.Param, p ptx.Param) error {
+	size, align := paramLayout(gp)
+	ptxSide := fmt.Sprintf("PTX entry %s parameter %d is %s (%s, align %d)", entry, i, p.Type, gpukind.Plural(p.Size, "byte"), p.Align)
+	goSide := fmt.Sprintf("the Go parameter %s is %s, align %d", gpukind.GoParam(k, i), gpukind.Plural(size, "byte"), align)
+	switch {
+	case size != p.Size:
+	case align != p.Align && !(p.Count > 0 && p.Align > align):
+	case gp.Kind == plugin.Slice && p.Ptr && p.PtrAlign > 1 && int(gp.Type.Size())%p.PtrAlign != 0:
+		return fmt.Errorf("PTX entry %s parameter %d is %s, a pointer to memory aligned %d; the Go parameter %s has elements of %s, which cannot all be aligned %d: give them the .cu file's element type (a multiple of %s)",
+			entry, i, p.Type, p.PtrAlign, gpukind.GoParam(k, i), gpukind.Plural(int(gp.Type.Size()), "byte"), p.PtrAlign, gpukind.Plural(p.PtrAlign, "byte"))
+	case (p.Elem == ".f32" || p.Elem == ".f64") && p.Count == 0 && !isFloat(gp):
+		ptxSide = fmt.Sprintf("PTX entry %s parameter %d is %s, a float", entry, i, p.Type)
+		goSide = fmt.Sprintf("the Go parameter %s is not a float", gpukind.GoParam(k, i))
+		if isInteger(gp) {
+			goSide = fmt.Sprintf("the Go parameter %s is an integer", gpukind.GoParam(k, i))
+		}
+	case p.Integer() && isFloat(gp):
+		ptxSide = fmt.Sprintf("PTX entry %s parameter %d is %s, an integer", entry, i, p.Type)
+		goSide = fmt.Sprintf("the Go parameter %s is a float", gpukind.GoParam(k, i))
+	default:
+		return nil
+	}
+	return fmt.Errorf("%s; %s: declare it %s in the .cu file, or take %s in Go", ptxSide, goSide, cuda.Decl(gp), goFor(p))
+}
+
+// checkGenerated checks the parameters of generated PTX's entry (the
+// kernel's, then hidden ones: gpukind.GenCode) against k's and the
+// hidden 64-bit ones gen says.
+func checkGenerated(k plugin.Kernel, entry string, gen *gpukind.GenCode, params []ptx.Param) error {
+	hidden := gen.Hidden(k)
+	if len(params) != len(k.Params())+hidden {
+		return fmt.Errorf("generated PTX entry %s has %s, the Go kernel %s and %d hidden ones (slice lengths, declare target variables, the device number and a fault record): generate it again (go generate)",
+			entry, gpukind.Plural(len(params), "parameter"), gpukind.Plural(len(k.Params()), "parameter"), hidden)
+	}
+	for i, gp := range k.Params() {
+		if err := checkParam(k, entry, i, gp, params[i]); err != nil {
+			return err
+		}
+	}
+	for i, p := range params[len(k.Params()):] {
+		if p.Size != 8 || p.Align != 8 || p.Float() || p.Count > 0 {
+			return fmt.Errorf("generated PTX entry %s parameter %d is %s; its hidden parameter %d should be 64 bits (a length, a pointer or the device number): generate it again (go generate)", entry, len(k.Params())+i, p.Type, i)
+		}
+	}
+	return nil
 }
 
 // offsetParams is how many global offsets (1: x; 3: x, y, z) an entry

@@ -106,13 +106,19 @@ func (k *ptxKernel) LaunchHere(ctx *plugin.KernelCtx, args []plugin.Arg, mem plu
 // loadImage opens GPU 0 of drv and loads img as device 0.
 func loadImage(t *testing.T, drv *cudafake.Driver, img *plugin.Image) plugin.Device {
 	t.Helper()
+	return loadImageAs(t, drv, img, 0)
+}
+
+// loadImageAs opens GPU 0 of drv and loads img as device num.
+func loadImageAs(t *testing.T, drv *cudafake.Driver, img *plugin.Image, num int) plugin.Device {
+	t.Helper()
 	devs, err := cuda.OpenWith(drv, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := devs[0]
 	t.Cleanup(func() { d.Close() })
-	if err := d.Load(img, 0); err != nil {
+	if err := d.Load(img, num); err != nil {
 		t.Fatalf("Load: %v", err)
 	}
 	return d
@@ -282,7 +288,7 @@ func TestPTXCheck(t *testing.T) {
 }
 
 // TestPTXCheckRepo: the repository's PTX takes the parameters of the
-// kernels that use it: examples/saxpy's saxpy (and runs it on the fake),
+// kernels that used it: the saxpy examples/saxpy had (and runs it on the fake),
 // bench's empty, and the registered kernels of this package's tests (a
 // mismatch there would make their tests fail, not this one). A saxpy
 // taking an int32 n is refused.
@@ -294,7 +300,7 @@ func TestPTXCheckRepo(t *testing.T) {
 		}
 		return b
 	}
-	saxpyPTX, benchPTX := read("../../examples/saxpy/saxpy.ptx"), read("../../bench/cuda.ptx")
+	saxpyPTX, benchPTX := read("../../bench/internal/handptx/saxpy.ptx"), read("../../bench/cuda.ptx")
 	image := imageOf(
 		testKernel{"cudatest.repo.saxpy", func(n int, a float32, x offload.In[float32], y offload.InOut[float32]) {}, saxpyPTX, "saxpy", nil},
 		testKernel{"cudatest.repo.empty", func() {}, benchPTX, "empty", nil},

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/goffload/offload/internal/cudadrv"
+	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/gpukind"
 )
@@ -38,6 +39,8 @@ type queue struct {
 
 	ptrs []unsafe.Pointer // kernelParams, reused by the issuing goroutine
 
+	fault faultRecord // generated PTX's fault record (gocode.go)
+
 	tm qtimes // timing of tagged operations (trace.go)
 }
 
@@ -53,7 +56,8 @@ type op struct {
 	prm      *params
 	grid     [3]uint32
 	block    [3]uint32
-	args     []plugin.Arg // gpukind.OpEmulate
+	args     []plugin.Arg     // gpukind.OpEmulate
+	gen      *gpukind.GenCode // generated PTX with checks: read the fault record after the launch
 	ev       *event
 	tag      uint64 // the queue's tag when o was enqueued: o is timed unless 0
 }
@@ -165,6 +169,9 @@ func (q *queue) issue(o *op, failed error) error {
 			err = fmt.Errorf("%s: kernel %q: %w", d.label(), o.k.Name(), d.wrap(err))
 		}
 		t.finish(q)
+		if err == nil && o.gen != nil {
+			err = q.checkFault(o)
+		}
 	case gpukind.OpEmulate:
 		err = q.emulate(o, t)
 	}
@@ -289,6 +296,9 @@ func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) 
 // arguments are checked and packed here.
 func (q *queue) LaunchGeometry(k plugin.Kernel, args []plugin.Arg, geo plugin.Geometry) error {
 	kf, run, err := q.Launchable(k, args)
+	if err == nil && k.Name() == entries.BindKernelName {
+		q.d.globals.Bind(args) // where a variable's copy is, for generated PTX (gocode.go)
+	}
 	if !run || err != nil {
 		return err // nothing to do on a GPU for the bind kernel (see gpukind.Kernel.Bind)
 	}
@@ -304,11 +314,20 @@ func (q *queue) LaunchGeometry(k plugin.Kernel, args []plugin.Arg, geo plugin.Ge
 	if err != nil {
 		return fmt.Errorf("%s: %w", d.label(), err)
 	}
+	var gen *gpukind.GenCode
+	if kf.Fn.gen != nil {
+		if offs, err = q.hidden(k, kf.Fn.gen, args); err != nil {
+			return fmt.Errorf("%s: %w", d.label(), err)
+		}
+		if len(kf.Fn.gen.Sites) > 0 {
+			gen = kf.Fn.gen
+		}
+	}
 	prm, err := pack(k, args, offs)
 	if err != nil {
 		return fmt.Errorf("%s: %w", d.label(), err)
 	}
-	return q.enqueue(op{kind: gpukind.OpLaunch, k: k, fn: kf.Fn.fn, prm: prm, grid: g, block: b})
+	return q.enqueue(op{kind: gpukind.OpLaunch, k: k, fn: kf.Fn.fn, prm: prm, grid: g, block: b, gen: gen})
 }
 
 // Synchronize waits until every operation is issued and the stream is
@@ -366,5 +385,6 @@ func (q *queue) Close() error {
 	if q.d.alive() == nil {
 		q.d.with(func() error { return q.d.drv.StreamDestroy(q.stream) })
 	}
+	q.fault.free(q.d)
 	return err
 }

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 
 	"github.com/goffload/offload/internal/cldrv"
-	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/gpukind"
 )
@@ -43,7 +42,7 @@ type device struct {
 	mem memory
 	tr  tracing
 	// globals are where the declare target variables are (gocode.go).
-	globals globals
+	globals gpukind.Globals
 
 	// stage makes submits copy their host memory when they are issued
 	// and write from the copy, as NVIDIA's driver does: for the tests only
@@ -58,11 +57,9 @@ type kernelFn struct {
 	mu    sync.Mutex // held while its arguments are set and it is enqueued
 	wg    int        // CL_KERNEL_WORK_GROUP_SIZE
 	ptrs  []bool     // by parameter: passed as a pointer
-	gen   bool       // generated code (gocode.go)
-	sites []string   // generated code's checks
-	dev   int        // the device's number, for generated code (ctx.Device())
-	// globals are the declare target variables generated code uses.
-	globals []*entries.Global
+	// gen is generated code's sites, variables and device number (nil:
+	// hand-written code; gocode.go).
+	gen *gpukind.GenCode
 }
 
 // emulation is UseEmulationForTests's switch.
@@ -308,10 +305,12 @@ func (d *device) loadKernel(k plugin.Kernel, code plugin.DeviceCode) gpukind.Ker
 		}
 		return gpukind.Kernel[*kernelFn]{Err: fmt.Errorf("%s: %w: kernel %q: entry %q of its OpenCL C: %w (the program %s)", d.label(), plugin.ErrBadKernel, k.Name(), code.Entry, err, has)}
 	}
-	kf := &kernelFn{k: ck, entry: code.Entry, gen: code.Generated, sites: code.Sites, dev: d.Kernels.Num}
-	if kf.globals, err = globalIndexes(code.Globals); err != nil {
-		d.lib.ReleaseKernel(ck)
-		return gpukind.Kernel[*kernelFn]{Err: fmt.Errorf("%s: %w: kernel %q: %w", d.label(), plugin.ErrBadKernel, k.Name(), err)}
+	kf := &kernelFn{k: ck, entry: code.Entry}
+	if code.Generated {
+		if kf.gen, err = gpukind.NewGenCode(code, d.Kernels.Num, "generated OpenCL C"); err != nil {
+			d.lib.ReleaseKernel(ck)
+			return gpukind.Kernel[*kernelFn]{Err: fmt.Errorf("%s: %w: kernel %q: %w", d.label(), plugin.ErrBadKernel, k.Name(), err)}
+		}
 	}
 	if err := d.checkEntry(k, kf, d.typeSizes(p, code.Image)); err != nil {
 		d.lib.ReleaseKernel(ck)

@@ -185,7 +185,7 @@ func (q *queue) issue(o *op, failed error) error {
 		kf := o.kf
 		kf.mu.Lock()
 		err := d.setArgs(kf, o.vals)
-		if err == nil && kf.gen {
+		if err == nil && kf.gen != nil {
 			err = q.setHidden(kf, len(o.vals), o.lens, o.gvals, o.glens)
 		}
 		if err == nil {
@@ -196,7 +196,7 @@ func (q *queue) issue(o *op, failed error) error {
 			return fmt.Errorf("%s: kernel %q (entry %s): %w", d.label(), o.k.Name(), kf.entry, d.wrap(err))
 		}
 		q.p.push(q, *pe)
-		if len(kf.sites) > 0 {
+		if kf.gen != nil && len(kf.gen.Sites) > 0 {
 			return q.checkFault(o)
 		}
 	case gpukind.OpEmulate:
@@ -261,7 +261,7 @@ func (q *queue) LaunchGeometry(k plugin.Kernel, args []plugin.Arg, geo plugin.Ge
 	kf, run, err := q.Launchable(k, args)
 	if !run || err != nil {
 		if err == nil && k.Name() == entries.BindKernelName {
-			q.d.bind(args) // the bind kernel: where a variable's copy is (gocode.go)
+			q.d.globals.Bind(args) // the bind kernel: where a variable's copy is (gocode.go)
 		}
 		return err
 	}
@@ -280,8 +280,8 @@ func (q *queue) LaunchGeometry(k plugin.Kernel, args []plugin.Arg, geo plugin.Ge
 	if o.vals, err = d.packArgs(k, args); err != nil {
 		return fmt.Errorf("%s: %w", d.label(), err)
 	}
-	if kf.Fn != nil && kf.Fn.gen {
-		o.lens = sliceLens(k, args)
+	if kf.Fn != nil && kf.Fn.gen != nil {
+		o.lens = gpukind.SliceLens(k, args)
 		if o.gvals, o.glens, err = d.globalArgs(k, kf.Fn); err != nil {
 			return fmt.Errorf("%s: %w", d.label(), err)
 		}

@@ -3,16 +3,14 @@
 // potrf, trsm, syrk and gemm tasks over tiles, spread over the devices with
 // depend clauses on the tiles. examples/cholesky runs it; bench -suite apps
 // times it. Every process of a program that uses it registers its kernels
-// (the package's init); on NVIDIA GPUs they run cholesky.ptx, on OpenCL
-// devices the OpenCL C that goffload-gen made from their Go bodies.
+// (the package's init); on OpenCL devices and NVIDIA GPUs they run the
+// OpenCL C and PTX that goffload-gen made from their Go bodies.
 package cholesky
 
 //go:generate go run github.com/goffload/offload/cmd/goffload-gen
-//go:generate clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_50 -nocudainc -nocudalib -O3 -ffp-contract=off -S cholesky.cu -o cholesky.ptx
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"math"
 	"sync"
@@ -24,35 +22,29 @@ import (
 // The kernels, on b×b tiles stored row by row; only the lower triangle of
 // diagonal tiles is read and written. The tiles are resident on their
 // devices (Factor enters them), so the parameters' directions say what a
-// kernel does with a tile rather than cause copies. On a GPU each runs its
-// entry of cholesky.ptx (cholesky.cu is its source), which takes the same
-// parameters and computes every element with the Go body's operations in
-// its order, without fused multiply-adds, so that a GPU's tiles are bit
-// for bit the host's. On an OpenCL device each runs its generated OpenCL
-// C (zz_offload_gen.go), Go's operations in Go's order, also bit for bit.
+// kernel does with a tile rather than cause copies. On an OpenCL device
+// each runs its generated OpenCL C, and on a GPU the PTX clang made of it
+// (zz_offload_gen.go): Go's operations in Go's order, without fused
+// multiply-adds, so that the tiles are bit for bit the host's.
 var (
 	// Potrf factors a diagonal tile in place: a = L Lᵀ. A pivot that is
 	// not positive (a matrix that is not positive definite) panics in the
-	// Go body and in its generated OpenCL C, failing the task; on a GPU
-	// (cholesky.ptx) it makes NaNs and infinities.
+	// Go body and in its generated code, failing the task.
 	Potrf = offload.MustKernel2("cholesky.potrf", func(_ offload.Ctx, a offload.InOut[float64], b int) { potrf(a, b) }).
-		Named("a", "b").PTX(choleskyPTX, "potrf")
+		Named("a", "b")
 	// Trsm solves x Lᵀ = a for x in place of a, l a factored diagonal tile.
 	Trsm = offload.MustKernel3("cholesky.trsm", func(ctx offload.Ctx, l offload.In[float64], a offload.InOut[float64], b int) {
 		ctx.For(b, func(lo, hi int) { trsm(l, a, b, lo, hi) })
-	}).Named("l", "a", "b").PTX(choleskyPTX, "trsm")
+	}).Named("l", "a", "b")
 	// Syrk updates a diagonal tile: c -= a aᵀ (lower triangle).
 	Syrk = offload.MustKernel3("cholesky.syrk", func(ctx offload.Ctx, a offload.In[float64], c offload.InOut[float64], b int) {
 		ctx.For(b, func(lo, hi int) { syrk(a, c, b, lo, hi) })
-	}).Named("a", "c", "b").PTX(choleskyPTX, "syrk")
+	}).Named("a", "c", "b")
 	// Gemm updates an off-diagonal tile: c -= a btᵀ.
 	Gemm = offload.MustKernel4("cholesky.gemm", func(ctx offload.Ctx, a, bt offload.In[float64], c offload.InOut[float64], b int) {
 		ctx.For(b, func(lo, hi int) { gemm(a, bt, c, b, lo, hi) })
-	}).Named("a", "bt", "c", "b").PTX(choleskyPTX, "gemm")
+	}).Named("a", "bt", "c", "b")
 )
-
-//go:embed cholesky.ptx
-var choleskyPTX []byte
 
 func potrf(a []float64, b int) {
 	for j := 0; j < b; j++ {

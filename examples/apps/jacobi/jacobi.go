@@ -3,16 +3,15 @@
 // stay on their devices for the whole run, with halo rows traded device to
 // device after every iteration under depend clauses. examples/jacobi runs
 // it; bench -suite apps times it. Every process of a program that uses it
-// registers its kernels (the package's init); on NVIDIA GPUs they run
-// jacobi.ptx.
+// registers its kernels (the package's init); on OpenCL devices and
+// NVIDIA GPUs they run the OpenCL C and PTX that go generate made from
+// their Go bodies (zz_offload_gen.go).
 package jacobi
 
 //go:generate go run github.com/goffload/offload/cmd/goffload-gen
-//go:generate clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_50 -nocudainc -nocudalib -O3 -ffp-contract=off -S jacobi.cu -o jacobi.ptx
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"math"
 	"runtime"
@@ -27,27 +26,19 @@ import (
 // and last columns are fixed boundary cells. Both buffers stay on their
 // device for the whole run; next is InOut, not Out, because the kernel
 // leaves its halo rows and boundary columns alone. On an OpenCL device it
-// runs the OpenCL C that go generate made from this body and stepRows
-// (zz_offload_gen.go), one work-item per row; on a GPU it runs
-// jacobi.ptx's step (jacobi.cu is its source), which takes the same
-// parameters: rows is there for the GPU, which gets no slice lengths.
+// runs the OpenCL C that go generate made from this body and stepRows,
+// and on a GPU the PTX clang made of that (zz_offload_gen.go): one
+// work-item per row, without fused multiply-adds, so that the cells are
+// bit for bit the host's.
 var Step = offload.MustKernel4("jacobi.step", func(ctx offload.Ctx, next offload.InOut[float64], cur offload.In[float64], cols, rows int) {
 	ctx.For(rows, func(lo, hi int) { stepRows(next, cur, cols, lo+1, hi+1) })
-}).Named("next", "cur", "cols", "rows").PTX(jacobiPTX, "step")
+}).Named("next", "cur", "cols", "rows")
 
 // StepRows computes rows [lo, hi) of next from cur, blocks of cols
-// columns as Step's; with lo ≥ 1 and hi ≤ rows+1. On a GPU it runs
-// jacobi.ptx's steprows.
+// columns as Step's; with lo ≥ 1 and hi ≤ rows+1.
 var StepRows = offload.MustKernel5("jacobi.steprows", func(ctx offload.Ctx, next offload.InOut[float64], cur offload.In[float64], cols, lo, hi int) {
 	ctx.For(hi-lo, func(a, b int) { stepRows(next, cur, cols, lo+a, lo+b) })
-}).Named("next", "cur", "cols", "lo", "hi").PTX(jacobiPTX, "steprows")
-
-// jacobiPTX is the GPU code of Step and StepRows: one thread per cell, each
-// computed with stepRows' operations in its order and without fused
-// multiply-adds, so that a GPU's cells are bit for bit the host's.
-//
-//go:embed jacobi.ptx
-var jacobiPTX []byte
+}).Named("next", "cur", "cols", "lo", "hi")
 
 // stepRows computes rows [lo, hi) of next from cur, both grids of cols
 // columns: the kernel's loop and the plain-Go reference's.

@@ -13,12 +13,21 @@ import (
 	"github.com/goffload/offload/internal/opencltest"
 )
 
+// gpu, where set ("cuda:0"), is the device the tests run the generated
+// code on instead of opencl:0: its PTX (cuda_test.go).
+var gpu string
+
 // start starts a host device (0) and an OpenCL device (1), mandatory: the
 // OpenCL device runs no Go, so a kernel that ran there ran its generated C.
+// Where gpu is set, device 1 is that GPU.
 func start(t testing.TB) (host, cl offload.Device) {
 	t.Helper()
-	opencltest.Need(t)
-	if err := offload.Start(offload.WithDevices("host,opencl:0"), offload.WithOffload("MANDATORY")); err != nil {
+	spec := gpu
+	if spec == "" {
+		spec = "opencl:0"
+		opencltest.Need(t)
+	}
+	if err := offload.Start(offload.WithDevices("host,"+spec), offload.WithOffload("MANDATORY")); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

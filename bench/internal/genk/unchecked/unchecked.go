@@ -3,7 +3,7 @@
 // what the checks cost.
 package unchecked
 
-//go:generate go run github.com/goffload/offload/cmd/goffload-gen -unchecked
+//go:generate go run github.com/goffload/offload/cmd/goffload-gen -unchecked -ptx off
 
 import (
 	"math"

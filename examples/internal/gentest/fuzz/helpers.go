@@ -9,7 +9,7 @@
 package fuzz
 
 //go:generate go test -run ^TestKernelsUpToDate$ -update .
-//go:generate go run github.com/goffload/offload/cmd/goffload-gen
+//go:generate go run github.com/goffload/offload/cmd/goffload-gen -ptx off
 
 // f2i is x as an int64 where it fits (Go leaves other conversions to the
 // implementation), -7 where it does not.

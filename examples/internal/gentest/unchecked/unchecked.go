@@ -2,7 +2,7 @@
 // Go's checks (goffload-gen -unchecked), for measuring what they cost.
 package unchecked
 
-//go:generate go run github.com/goffload/offload/cmd/goffload-gen -unchecked
+//go:generate go run github.com/goffload/offload/cmd/goffload-gen -unchecked -ptx off
 
 import "github.com/goffload/offload"
 

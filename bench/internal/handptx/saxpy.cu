@@ -1,5 +1,5 @@
 // saxpy.cu is the CUDA C source of saxpy.ptx, the GPU code of the saxpy
-// kernel in main.go: y[i] += a*x[i] for i < n, one thread per element. Its
+// kernel in examples/saxpy/main.go: y[i] += a*x[i] for i < n, one thread per element. Its
 // parameters are the Go kernel's after the Ctx, in order: Go's int is
 // 64 bits (long long), a slice is a device pointer. Regenerate the PTX with
 // `go generate` (clang with its NVPTX target — clang 22 made this one —

@@ -1,5 +1,5 @@
 // step.cu is the CUDA C source of step.ptx, the GPU code of the Step kernel
-// in main.go: one diffusion step of cells 1 to n of next from cur (cells 0
+// in examples/pipeline/main.go: one diffusion step of cells 1 to n of next from cur (cells 0
 // and n+1 are the halos), one thread per cell. Its parameters are the Go
 // kernel's after the Ctx, in order: Go's int is 64 bits (long long), a
 // slice is a device pointer. It computes each cell with the Go kernel's

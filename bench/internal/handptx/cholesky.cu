@@ -1,5 +1,5 @@
 // cholesky.cu is the CUDA C source of cholesky.ptx, the GPU code of the
-// Potrf, Trsm, Syrk and Gemm kernels in cholesky.go, on b×b tiles stored
+// Potrf, Trsm, Syrk and Gemm kernels in examples/apps/cholesky/cholesky.go, on b×b tiles stored
 // row by row. Their parameters are the Go kernels' after the Ctx, in order:
 // Go's int is 64 bits (long long), a slice is a device pointer. The default
 // launch has one thread per element of a tile (b×b, in blocks of 256):

@@ -1,5 +1,5 @@
 // jacobi.cu is the CUDA C source of jacobi.ptx, the GPU code of the Step
-// and StepRows kernels in jacobi.go: one Jacobi step of the interior cells
+// and StepRows kernels in examples/apps/jacobi/jacobi.go: one Jacobi step of the interior cells
 // of some rows of next from cur, blocks of cols columns stored row by row,
 // one thread per cell computed (the default launch has one thread per
 // element of cur, enough for every interior cell). Their parameters are
