@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -132,4 +133,21 @@ func lineOf(t *testing.T, file, s string) string {
 		t.Fatalf("%s: no line with %q", file, s)
 	}
 	return at
+}
+
+// TestTaskbenchOpenCL2: kind opencl2 measures a sweep and a METG row or
+// says why there is none.
+func TestTaskbenchOpenCL2(t *testing.T) {
+	opencltest.Need(t)
+	defer restoreTaskbench()()
+	var out, errOut bytes.Buffer
+	if err := run([]string{"-suite", "taskbench", "-format", "tsv", "-time", "10ms", "-rounds", "1",
+		"-taskbench-patterns", "stencil_1d", "-taskbench-kinds", "opencl2", "-taskbench-max-iters", "2"}, &out, &errOut); err != nil {
+		t.Fatalf("run: %v\n%s\n%s", err, errOut.String(), out.String())
+	}
+	const metric = "taskbench.stencil_1d.opencl2"
+	if !strings.Contains(out.String(), "\n# "+metric+" sweep (iterations:granularity/efficiency): 1:") ||
+		(!strings.Contains(out.String(), "\n"+metric+".metg\t") && !strings.Contains(out.String(), "\n# "+metric+".metg: not reported: ")) {
+		t.Errorf("no sweep line, or neither a row nor a reason, for %s:\n%s", metric, out.String())
+	}
 }
