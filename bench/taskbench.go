@@ -33,7 +33,10 @@ import (
 // runtime is started once with every kind's devices), a point's fastest
 // run counting. Width = number of
 // devices (2) for the device kinds; task (t, p) runs on device p mod 2
-// (taskbench_run.go says how outputs move between devices).
+// (taskbench_run.go says how outputs move between devices). Kind opencl2,
+// not in the default list, is two devices on OpenCL device 0 (PoCL on a
+// CPU), whose tasks run the OpenCL C that goffload-gen made of the
+// kernels' Go bodies (zz_offload_gen.go).
 //
 // Per point: granularity = wall × cores ÷ tasks (Task Bench's time per
 // task; cores = runtime.NumCPU()), FLOP/s = 2·64·iterations + 64 per task
@@ -59,7 +62,7 @@ func init() {
 	register("taskbench", Suite{Devices: "host:2", Run: runTaskbench})
 	suiteFlags = append(suiteFlags, func(fs *flag.FlagSet) {
 		fs.StringVar(&tbPatternList, "taskbench-patterns", tbPatternList, "suites taskbench and mpi: Task Bench patterns, comma-separated: trivial, no_comm, stencil_1d, nearest_rR, spread_rR, all_to_all")
-		fs.StringVar(&tbKindList, "taskbench-kinds", tbKindList, "suite taskbench: kinds to measure, comma-separated: goroutines (always measured: the baseline), host2, local2, tcp2, host2-graph, local2-graph and tcp2-graph (each point's graph recorded once and replayed)")
+		fs.StringVar(&tbKindList, "taskbench-kinds", tbKindList, "suite taskbench: kinds to measure, comma-separated: goroutines (always measured: the baseline), host2, local2, tcp2, host2-graph, local2-graph and tcp2-graph (each point's graph recorded once and replayed), opencl2 (two devices on OpenCL device 0: the kernels' generated OpenCL C; not in the default list)")
 		fs.Int64Var(&tbMaxIters, "taskbench-max-iters", tbMaxIters, "suites taskbench and mpi: compute_bound iterations of the largest tasks (the sweep doubles from 1 up to it)")
 		fs.BoolVar(&tbInMPI, "taskbench-mpi", tbInMPI, "suite mpi: also measure Task Bench's METG on the device ranks")
 		fs.Float64Var(&tbPeak, "taskbench-peak", tbPeak, "suites taskbench and mpi: the peak FLOP/s efficiency is measured against, in GFLOP/s (Task Bench's rule: the machine's, measured apart); 0: per pattern, the goroutines' plateau in the same run")
@@ -126,6 +129,11 @@ func runTaskbench(env *Env) error {
 			parts = append(parts, part{k, "host:2"})
 		case "local2":
 			parts = append(parts, part{k, "local:2"})
+		case "opencl2":
+			// Two devices sharing the first OpenCL device (PoCL on a
+			// CPU): the tasks run the OpenCL C made from the kernels'
+			// Go bodies. Not in the default list.
+			parts = append(parts, part{k, "opencl:0,opencl:0"})
 		case "host2-graph":
 			parts = append(parts, part{k, "host:2"})
 		case "local2-graph":
@@ -141,7 +149,7 @@ func runTaskbench(env *Env) error {
 			parts = append(parts, part{k, ""})
 			tcp++
 		default:
-			return fmt.Errorf("-taskbench-kinds: unknown kind %q: want goroutines, host2, local2, tcp2, host2-graph, local2-graph, tcp2-graph", k)
+			return fmt.Errorf("-taskbench-kinds: unknown kind %q: want goroutines, host2, local2, tcp2, host2-graph, local2-graph, tcp2-graph, opencl2", k)
 		}
 	}
 	measure := func(tcpDevices string) error {

@@ -115,49 +115,91 @@ func (g tbPattern) check(w int) error {
 
 // dsets is Task Bench's max_dependence_sets: how many dependence sets the
 // pattern cycles through (its period for spread, 1 for the others here).
-func (g tbPattern) dsets() int {
-	if g.Kind == tbSpread {
-		return g.Period
-	}
-	return 1
-}
+func (g tbPattern) dsets() int { return tbDsets(g) }
 
 // dset is Task Bench's dependence_set_at_timestep: t mod dsets.
-func (g tbPattern) dset(t int) int { return t % g.dsets() }
+func (g tbPattern) dset(t int) int { return tbDset(g, t) }
 
 // deps appends to buf the points of timestep t-1 that point p of width w
 // reads in dependence set dset, in Task Bench's order (a range in
 // increasing order; spread's in the order of i), and returns it. Task Bench
 // returns ranges (first, last); here they are expanded into points.
 func (g tbPattern) deps(buf []int, w, dset, p int) []int {
-	switch g.Kind {
-	case tbTrivial:
-	case tbNoComm:
-		buf = append(buf, p)
-	case tbStencil1D:
-		for q := max(0, p-1); q <= min(p+1, w-1); q++ {
-			buf = append(buf, q)
-		}
-	case tbNearest:
-		if g.Radix > 0 {
-			for q := max(0, p-g.Radix/2); q <= min(p+(g.Radix-1)/2, w-1); q++ {
-				buf = append(buf, q)
-			}
-		}
-	case tbSpread:
-		for i := range g.Radix {
-			q := p + i*w/g.Radix
-			if i > 0 {
-				q += dset
-			}
-			buf = append(buf, q%w)
-		}
-	case tbAllToAll:
-		for q := range w {
-			buf = append(buf, q)
-		}
+	for k := range tbDepCount(g, w, dset, p) {
+		buf = append(buf, tbDep(g, w, dset, p, k))
 	}
 	return buf
+}
+
+// The dependencies as the kernels compute them (in the subset that
+// goffload-gen translates: no methods, no append): tbDepCount points,
+// tbDep(…, k) the k-th, in deps's order.
+
+// tbDsets is g.dsets().
+func tbDsets(g tbPattern) int {
+	if g.Kind == tbSpread {
+		return g.Period
+	}
+	return 1
+}
+
+// tbDset is g.dset(t).
+func tbDset(g tbPattern, t int) int { return t % tbDsets(g) }
+
+// tbFirstDep is the first point of the range that point p of width w
+// reads, for the patterns whose dependencies are a range (no_comm,
+// stencil_1d, nearest, all_to_all); tbLastDep is its last.
+func tbFirstDep(g tbPattern, p int) int {
+	switch g.Kind {
+	case tbStencil1D:
+		return max(0, p-1)
+	case tbNearest:
+		return max(0, p-g.Radix/2)
+	case tbAllToAll:
+		return 0
+	}
+	return p
+}
+
+// tbLastDep: see tbFirstDep.
+func tbLastDep(g tbPattern, w, p int) int {
+	switch g.Kind {
+	case tbStencil1D:
+		return min(p+1, w-1)
+	case tbNearest:
+		return min(p+(g.Radix-1)/2, w-1)
+	case tbAllToAll:
+		return w - 1
+	}
+	return p
+}
+
+// tbDepCount is how many points of timestep t-1 point p of width w reads
+// in dependence set dset.
+func tbDepCount(g tbPattern, w, dset, p int) int {
+	switch g.Kind {
+	case tbTrivial:
+		return 0
+	case tbSpread:
+		return g.Radix
+	case tbNearest:
+		if g.Radix <= 0 {
+			return 0
+		}
+	}
+	return max(0, tbLastDep(g, w, p)-tbFirstDep(g, p)+1)
+}
+
+// tbDep is the k-th of them (0 ≤ k < tbDepCount).
+func tbDep(g tbPattern, w, dset, p, k int) int {
+	if g.Kind == tbSpread {
+		q := p + k*w/g.Radix
+		if k > 0 {
+			q += dset
+		}
+		return q % w
+	}
+	return tbFirstDep(g, p) + k
 }
 
 // rdeps appends to buf the points of timestep t+1 that read point p in
