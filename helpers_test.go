@@ -1,6 +1,7 @@
 package offload_test
 
 import (
+	"fmt"
 	"os"
 	"testing"
 	"unsafe"
@@ -13,7 +14,12 @@ import (
 // test binary: they serve before running any test.
 func TestMain(m *testing.M) {
 	role.ServeDevice()
-	os.Exit(m.Run())
+	code := m.Run()
+	if err := endMPIJob(); err != nil {
+		fmt.Fprintf(os.Stderr, "ending TestMatrixMPI's MPI job: %v\n", err)
+		code = 1
+	}
+	os.Exit(code)
 }
 
 // Kernels shared by the tests.

@@ -193,8 +193,11 @@ func useFakeGPUs(t testing.TB) {
 // forEachKind runs body as one subtest per kind of the matrix.
 func forEachKind(t *testing.T, body func(t *testing.T, k testKind)) {
 	t.Helper()
-	for _, k := range kinds {
-		t.Run(k.name, func(t *testing.T) { body(t, k) })
+	for _, k := range matrixKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			recordMPI(t)
+			body(t, k)
+		})
 	}
 }
 
@@ -229,6 +232,7 @@ func (k testKind) start(t testing.TB, n int, opts ...offload.Option) {
 func (k testKind) needInProcess(t *testing.T) {
 	t.Helper()
 	if !k.inProcess {
+		noteGated(t)
 		t.Skipf("%s devices run kernels in another process, which the test's in-process gate cannot hold", k.name)
 	}
 }
