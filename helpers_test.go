@@ -11,7 +11,8 @@ import (
 )
 
 // The device processes that tests start (GOFFLOAD_DEVICES=local:N) are this
-// test binary: they serve before running any test.
+// test binary: they serve before running any test, as the device ranks of
+// TestMatrixMPI's job do. Its host rank ends MPI after the tests.
 func TestMain(m *testing.M) {
 	role.ServeDevice()
 	code := m.Run()

@@ -151,7 +151,9 @@ func TestMatrixMPI(t *testing.T) {
 			f.Need(t, f.CC, f.Launcher)
 			tests := matrixTests(t, f.Tags)
 			exe := filepath.Join(dir, f.Name+".test")
+			began := time.Now()
 			f.GoBuild(t, "test", "-c", "-tags", f.Tags, "-o", exe, ".")
+			built := time.Now()
 			results := filepath.Join(dir, f.Name+".json")
 			env := []string{"GOFFLOAD_DEVICES=mpi[opencl]", envEmulateOpenCL + "=1", envMatrixMPI + "=" + results}
 			out, err := f.Run(t, 3, 4*time.Minute, nil, env, exe,
@@ -162,6 +164,7 @@ func TestMatrixMPI(t *testing.T) {
 			if msg := checkMatrixMPI(results, tests, want); msg != "" {
 				t.Fatalf("%s\n%s", msg, out)
 			}
+			t.Logf("%d tests on %v: built in %v, the job ran in %v", len(tests), want, built.Sub(began).Round(time.Millisecond), time.Since(built).Round(time.Millisecond))
 		})
 	}
 }
@@ -259,4 +262,37 @@ func haveOpenCL() bool {
 		d.Close()
 	}
 	return err == nil && len(ds) > 0
+}
+
+// TestMatrixMPICheck: TestMatrixMPI's check of a job's results fails a
+// test that did not run on a kind, failed, or was skipped other than by
+// the in-process gate, and passes the rest.
+func TestMatrixMPICheck(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "results.json")
+	rs := []matrixResult{
+		{Name: "TestA/mpi"}, {Name: "TestA/mpi-opencl"},
+		{Name: "TestB/mpi", Skipped: true, Gated: true}, {Name: "TestB/mpi-opencl", Skipped: true, Gated: true},
+		{Name: "TestC/mpi", Failed: true}, {Name: "TestC/mpi-opencl", Skipped: true},
+		{Name: "TestD/mpi"},
+	}
+	b, err := json.Marshal(rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kinds := []string{"mpi", "mpi-opencl"}
+	if msg := checkMatrixMPI(file, []string{"TestA", "TestB"}, kinds); msg != "" {
+		t.Errorf("passed and gated tests: %s", msg)
+	}
+	msg := checkMatrixMPI(file, []string{"TestA", "TestC", "TestD"}, kinds)
+	for _, want := range []string{"TestC/mpi failed", "TestC/mpi-opencl was skipped, not by the in-process gate", "TestD/mpi-opencl did not run"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the check says %q; want it to say %q", msg, want)
+		}
+	}
+	if msg := checkMatrixMPI(filepath.Join(t.TempDir(), "none.json"), []string{"TestA"}, kinds); !strings.Contains(msg, "the job's results") {
+		t.Errorf("no results file: the check says %q", msg)
+	}
 }

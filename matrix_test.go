@@ -26,7 +26,10 @@ import (
 // The matrix is a list of kinds and forEachKind, which runs a test's body
 // once per kind as subtests named host, local, cuda-fake, opencl, tcp and
 // the proxied kinds local-opencl and tcp-opencl (PoCL served by device
-// processes; matrix_arch_test.go adds tcp-arm64 under qemu-user);
+// processes; matrix_arch_test.go adds tcp-arm64 under qemu-user, and
+// matrix_mpi_test.go runs the tests on the MPI kinds mpi and mpi-opencl,
+// the ranks of an MPI job serving their CPUs and PoCL, in jobs under Open
+// MPI's and MPICH's launchers);
 // the body starts the runtime with k.start(t, n) (n devices of that kind) and reads
 // k.label where an error names the device. This keeps each test as it was
 // written, with its own setup and checks in one place, and shows a kind's
@@ -190,7 +193,8 @@ func useFakeGPUs(t testing.TB) {
 	t.Cleanup(cuda.UseEmulatedDriverForTests(cudafake.New(cudafake.Config{GPUs: gpus})))
 }
 
-// forEachKind runs body as one subtest per kind of the matrix.
+// forEachKind runs body as one subtest per kind of the matrix (the MPI
+// kinds alone inside TestMatrixMPI's job).
 func forEachKind(t *testing.T, body func(t *testing.T, k testKind)) {
 	t.Helper()
 	for _, k := range matrixKinds() {
