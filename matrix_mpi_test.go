@@ -24,19 +24,19 @@ import (
 // The matrix's MPI kinds (issue 45): mpi, the device ranks of an MPI job
 // serving their CPUs, and mpi-opencl, the same ranks serving the machine's
 // OpenCL device (PoCL in CI) through mpi:N[opencl]. A device rank serves
-// what the mpi item of its own GOFFLOAD_DEVICES names, so the job's ranks
-// have GOFFLOAD_DEVICES=mpi[opencl]: a host that opens mpi:N gets their
-// CPUs, one that opens mpi:N[opencl] their PoCL devices.
+// what the mpi item of its own GOFFLOAD_DEVICES names, whatever the host
+// opens, so each kind has a job of its own: GOFFLOAD_DEVICES=mpi, or
+// mpi[opencl], in every rank's environment.
 //
 // TestMatrixMPI builds this test binary with -tags mpi once per MPI (Open
 // MPI and MPICH) and runs the matrix tests, the tests that call
-// forEachKind (found in this package's sources), as one job of three ranks
-// under each one's launcher. Inside the job rank 0 runs them on the MPI
-// kinds alone (n devices are mpi:n of the two device ranks), and ranks 1
-// and 2 serve. MPI stays up across the tests' Stops
+// forEachKind (found in this package's sources), in a job of three ranks
+// per kind under each one's launcher. Inside a job rank 0 runs them on
+// the job's kind alone (n devices are mpi:n of the two device ranks), and
+// ranks 1 and 2 serve. MPI stays up across the tests' Stops
 // (remote.HoldMPIForTests) until TestMain ends it. Rank 0 writes each
 // subtest's result to a file, and TestMatrixMPI checks it: every matrix
-// test ran on both kinds, none failed, and a kind was skipped only by the
+// test ran on the kind, none failed, and a kind was skipped only by the
 // in-process gate (needInProcess), as local's and local-opencl's are.
 
 // mpiKinds are the kinds the matrix runs on inside an MPI job.
@@ -44,16 +44,23 @@ var mpiKinds = []testKind{
 	{name: "mpi", label: "mpi", spec: func(n int) string { return fmt.Sprintf("mpi:%d", n) }},
 	{name: "mpi-opencl", label: "mpi", spec: func(n int) string {
 		return fmt.Sprintf("mpi:%d[opencl]", n) // PoCL's device, served by n device ranks
-	}},
+	}, serves: "opencl"},
 }
 
-// envMatrixMPI, set in an MPI job of this test binary, is the file rank 0
-// writes the matrix's results to.
+// mpiKindEnv is every rank's environment in the job of an MPI kind.
+var mpiKindEnv = map[string][]string{
+	"mpi":        {"GOFFLOAD_DEVICES=mpi"},
+	"mpi-opencl": {"GOFFLOAD_DEVICES=mpi[opencl]", envEmulateOpenCL + "=1"},
+}
+
+// envMatrixMPI, set in an MPI job of this test binary, names the MPI kind
+// the matrix runs on and the file rank 0 writes its results to: KIND:FILE.
 const envMatrixMPI = "GOFFLOAD_TEST_MATRIX_MPI"
 
 // mpiJob is what rank 0 of TestMatrixMPI's job records.
 var mpiJob struct {
 	out    string       // the results file; empty outside the job
+	kind   testKind     // the kind the matrix runs on
 	finish func() error // ends MPI (remote.HoldMPIForTests)
 
 	mu      sync.Mutex
@@ -70,18 +77,24 @@ type matrixResult struct {
 }
 
 func init() {
-	if out := os.Getenv(envMatrixMPI); out != "" && mpi.Launched() {
-		mpiJob.out = out
-		mpiJob.gated = map[string]bool{}
-		mpiJob.finish = remote.HoldMPIForTests()
+	name, out, ok := strings.Cut(os.Getenv(envMatrixMPI), ":")
+	if !ok || !mpi.Launched() {
+		return
 	}
+	i := slices.IndexFunc(mpiKinds, func(k testKind) bool { return k.name == name })
+	if i < 0 {
+		panic(fmt.Sprintf("%s=%s: no MPI kind %q", envMatrixMPI, os.Getenv(envMatrixMPI), name))
+	}
+	mpiJob.out, mpiJob.kind = out, mpiKinds[i]
+	mpiJob.gated = map[string]bool{}
+	mpiJob.finish = remote.HoldMPIForTests()
 }
 
-// matrixKinds are the kinds forEachKind runs a test on: the MPI kinds in
-// TestMatrixMPI's job, the others elsewhere.
+// matrixKinds are the kinds forEachKind runs a test on: the MPI kind of
+// TestMatrixMPI's job in the job, the others elsewhere.
 func matrixKinds() []testKind {
 	if mpiJob.out != "" {
-		return mpiKinds
+		return []testKind{mpiJob.kind}
 	}
 	return kinds
 }
@@ -153,18 +166,23 @@ func TestMatrixMPI(t *testing.T) {
 			exe := filepath.Join(dir, f.Name+".test")
 			began := time.Now()
 			f.GoBuild(t, "test", "-c", "-tags", f.Tags, "-o", exe, ".")
-			built := time.Now()
-			results := filepath.Join(dir, f.Name+".json")
-			env := []string{"GOFFLOAD_DEVICES=mpi[opencl]", envEmulateOpenCL + "=1", envMatrixMPI + "=" + results}
-			out, err := f.Run(t, 3, 4*time.Minute, nil, env, exe,
-				"-test.run", "^("+strings.Join(tests, "|")+")$", "-test.v", "-test.timeout=3m")
-			if err != nil || strings.Contains(out, "--- FAIL") {
-				t.Fatalf("%s: %v\n%s", f.Launcher, err, out)
+			t.Logf("built in %v", time.Since(began).Round(time.Millisecond))
+			for _, kind := range want {
+				t.Run(kind, func(t *testing.T) {
+					began := time.Now()
+					results := filepath.Join(dir, f.Name+"-"+kind+".json")
+					env := append([]string{envMatrixMPI + "=" + kind + ":" + results}, mpiKindEnv[kind]...)
+					out, err := f.Run(t, 3, 4*time.Minute, nil, env, exe,
+						"-test.run", "^("+strings.Join(tests, "|")+")$", "-test.v", "-test.timeout=3m")
+					if err != nil || strings.Contains(out, "--- FAIL") {
+						t.Fatalf("%s: %v\n%s", f.Launcher, err, out)
+					}
+					if msg := checkMatrixMPI(results, tests, []string{kind}); msg != "" {
+						t.Fatalf("%s\n%s", msg, out)
+					}
+					t.Logf("%d tests: the job ran in %v", len(tests), time.Since(began).Round(time.Millisecond))
+				})
 			}
-			if msg := checkMatrixMPI(results, tests, want); msg != "" {
-				t.Fatalf("%s\n%s", msg, out)
-			}
-			t.Logf("%d tests on %v: built in %v, the job ran in %v", len(tests), want, built.Sub(began).Round(time.Millisecond), time.Since(built).Round(time.Millisecond))
 		})
 	}
 }

@@ -66,6 +66,10 @@ type testKind struct {
 	// inProcess: the kind's kernels run in this process (a fake GPU's
 	// emulated ones too), so they can meet the test's channels.
 	inProcess bool
+	// serves is the kind a device process drives for each device (its
+	// Info.Serves): empty where it serves its CPUs, or runs in this
+	// process.
+	serves string
 }
 
 // fakeGPUs is how many fake GPUs the cuda-fake kind's driver has: enough
@@ -87,9 +91,9 @@ var kinds = []testKind{
 	}, setup: useOpenCL, inProcess: true},
 	{name: "local-opencl", label: "local", spec: func(n int) string {
 		return fmt.Sprintf("local:%d[opencl]", n) // PoCL's device, served by n device processes
-	}, setup: useProxiedOpenCL},
+	}, setup: useProxiedOpenCL, serves: "opencl"},
 	{name: "tcp", label: "tcp", spec: tcpSpec, setup: startTCPDevice},
-	{name: "tcp-opencl", label: "tcp", spec: tcpSpec, setup: startTCPOpenCL},
+	{name: "tcp-opencl", label: "tcp", spec: tcpSpec, setup: startTCPOpenCL, serves: "opencl"},
 }
 
 // tcpSpec is n sessions with the tcp device process the test started.
@@ -224,8 +228,8 @@ func (k testKind) start(t testing.TB, n int, opts ...offload.Option) {
 		t.Fatalf("%s: %d devices, want %d", k.spec(n), got, n)
 	}
 	for i := range n {
-		if in, err := offload.On(i).Info(); err != nil || in.Kind != k.label {
-			t.Fatalf("%s: device %d is %+v, %v; want a %s device", k.spec(n), i, in, err, k.label)
+		if in, err := offload.On(i).Info(); err != nil || in.Kind != k.label || in.Serves != k.serves {
+			t.Fatalf("%s: device %d is %+v, %v; want a %s device serving %q", k.spec(n), i, in, err, k.label, k.serves)
 		}
 	}
 }
