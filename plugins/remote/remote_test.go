@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -663,7 +664,9 @@ var goRoot = mpitest.GoRoot
 // against OpenMPI and against MPICH, and runs them as jobs of three ranks
 // under each one's launcher: the conformance suite and a kernel panic on
 // MPI devices (the tests named MPIRank), saxpy, the pipeline with its
-// device-to-device halos, and a device rank that exits in a kernel. An MPI
+// device-to-device halos, and a device rank that exits in a kernel; and
+// saxpy, the pipeline, the suite and a rank's exit on ranks serving PoCL
+// (proxied). An MPI
 // that is not installed is skipped, unless GOFFLOAD_REQUIRE_MPI is set (as
 // .ci/run does, after installing both).
 func TestMPIJobs(t *testing.T) {
@@ -717,17 +720,31 @@ func TestMPIJobs(t *testing.T) {
 			t.Run("proxied", func(t *testing.T) {
 				// Device ranks that serve PoCL's OpenCL device (issue
 				// 45): the mpi item's brackets, which every rank's
-				// GOFFLOAD_DEVICES holds. saxpy runs its OpenCL C there;
-				// the suite's Go-only kernels are emulated.
+				// GOFFLOAD_DEVICES holds. saxpy and the pipeline (its
+				// halos between the ranks' PoCL devices) run their
+				// OpenCL C there; the suite's Go-only kernels are
+				// emulated.
 				opencltest.Need(t)
 				env := []string{"GOFFLOAD_DEVICES=mpi[opencl]", "OMP_TARGET_OFFLOAD=MANDATORY"}
 				out, err := f.Run(t, 3, 2*time.Minute, nil, env, filepath.Join(dir, "saxpy"), "-n", "100000")
 				if err != nil || !strings.Contains(out, "on 2 device(s): verified") || !strings.Contains(out, "OpenCL device 0") {
 					t.Fatalf("%v\n%s", err, out)
 				}
+				out, err = f.Run(t, 3, 2*time.Minute, nil, env, filepath.Join(dir, "pipeline"), "-n", "30000", "-steps", "50")
+				if err != nil || !strings.Contains(out, "on 2 device(s)") || !strings.Contains(out, "verified") {
+					t.Fatalf("%v\n%s", err, out)
+				}
 				out, err = f.Run(t, 3, 2*time.Minute, nil, append(env, envEmulate+"=1"), test, "-test.run", "MPIRankConformance", "-test.v")
 				if err != nil || !strings.Contains(out, "--- PASS: TestMPIRankConformance") {
 					t.Fatalf("%v\n%s", err, out)
+				}
+				// A rank serving PoCL that exits in a kernel (an emulated
+				// one's Go body), as in rank exits below: the host's
+				// error names the device and what it served. One device
+				// rank: a second would wait 10s for MPI_Finalize.
+				out = rankExits(t, f, test, 2, append(env, envEmulate+"=1"))
+				if f.Name == "mpich" && !regexp.MustCompile(`a device rank that exits: .*mpi device 0 \(rank 1, pid \d+ on [^,]+, opencl\)`).MatchString(out) {
+					t.Fatalf("the host's error does not name the lost device rank and its OpenCL device:\n%s", out)
 				}
 			})
 			t.Run("rank stops", func(t *testing.T) {
@@ -757,22 +774,32 @@ func TestMPIJobs(t *testing.T) {
 				// without MPI_Finalize; MPICH's mpiexec does too, unless
 				// told -disable-auto-cleanup: then the host loses the
 				// device after GOFFLOAD_DEVICE_TIMEOUT and goes on.
-				var extra []string
-				if f.Name == "mpich" {
-					extra = []string{"-disable-auto-cleanup"}
-				}
-				env := []string{"GOFFLOAD_TEST_RANK_EXIT=1", "GOFFLOAD_DEVICE_TIMEOUT=2s"}
-				out, err := f.Run(t, 3, 2*time.Minute, extra, env, test, "-test.run", "MPIRankExit", "-test.v")
-				if err == nil {
-					t.Fatalf("the job of a rank that exited ended with success:\n%s", out)
-				}
-				if f.Name == "mpich" && !strings.Contains(out, "--- PASS: TestMPIRankExit") {
-					t.Fatalf("the host did not report the lost device rank:\n%s", out)
-				}
-				t.Logf("%s: %v", f.Launcher, err)
+				rankExits(t, f, test, 3, nil)
 			})
 		})
 	}
+}
+
+// rankExits runs the job of TestMPIRankExit in test (this package's test
+// binary, built for f), of np ranks with env added: it must fail, and
+// under MPICH the host report the lost device rank. It returns the job's
+// output.
+func rankExits(t *testing.T, f mpitest.Flavor, test string, np int, env []string) string {
+	t.Helper()
+	var extra []string
+	if f.Name == "mpich" {
+		extra = []string{"-disable-auto-cleanup"}
+	}
+	env = append([]string{"GOFFLOAD_TEST_RANK_EXIT=1", "GOFFLOAD_DEVICE_TIMEOUT=2s"}, env...)
+	out, err := f.Run(t, np, 2*time.Minute, extra, env, test, "-test.run", "MPIRankExit", "-test.v")
+	if err == nil {
+		t.Fatalf("the job of a rank that exited ended with success:\n%s", out)
+	}
+	if f.Name == "mpich" && !strings.Contains(out, "--- PASS: TestMPIRankExit") {
+		t.Fatalf("the host did not report the lost device rank:\n%s", out)
+	}
+	t.Logf("%s: %v", f.Launcher, err)
+	return out
 }
 
 // TestMPIBuildDefault builds saxpy as a user first would, `go build -tags
