@@ -27,17 +27,24 @@ var (
 		time.Sleep(time.Duration(ms) * time.Millisecond)
 		copy(dst, src)
 	})
-	// Meet makes two kernels on the same device process meet: each arrives
-	// and waits for the other, so they must run at once.
-	Meet = offload.MustKernel("test.meet", func(who int32, out []int32) {
-		meetOnce.Do(func() { meetCh = [2]chan struct{}{make(chan struct{}), make(chan struct{})} })
-		close(meetCh[who])
+	// Meet makes two kernels of one round on the same device process
+	// meet: each arrives and waits for the other, so they must run at
+	// once. Rounds keep apart the meetings of tests that share a device
+	// process (an MPI job's ranks serve every test).
+	Meet = offload.MustKernel("test.meet", func(who int32, round int64, out []int32) {
+		m := meeting(round)
+		close(m.ch[who])
 		select {
-		case <-meetCh[1-who]:
+		case <-m.ch[1-who]:
 			out[0] = 1
 		case <-time.After(10 * time.Second):
 			out[0] = -1
 		}
+		meets.Lock()
+		if m.left--; m.left == 0 {
+			delete(meets.m, round)
+		}
+		meets.Unlock()
 	})
 	// Gate blocks until a file exists.
 	Gate = offload.MustKernel("test.gate", func(id int64) {
@@ -49,9 +56,36 @@ var (
 		}
 		panic("the gate never opened")
 	})
-	meetOnce sync.Once
-	meetCh   [2]chan struct{}
 )
+
+// meets are the device process's meetings in progress (Meet), by round.
+var meets struct {
+	sync.Mutex
+	m map[int64]*meet
+}
+
+type meet struct {
+	ch   [2]chan struct{}
+	left int // the kernels still to leave
+}
+
+// meetRound numbers the host's rounds of Meet.
+var meetRound atomic.Int64
+
+// meeting is the meeting of round, made by its first kernel.
+func meeting(round int64) *meet {
+	meets.Lock()
+	defer meets.Unlock()
+	if meets.m == nil {
+		meets.m = map[int64]*meet{}
+	}
+	m := meets.m[round]
+	if m == nil {
+		m = &meet{ch: [2]chan struct{}{make(chan struct{}), make(chan struct{})}, left: 2}
+		meets.m[round] = m
+	}
+	return m
+}
 
 // deviceSets are the device configurations the dependency tests run on
 // (started with startSet, matrix_test.go): two host devices, two device
@@ -124,11 +158,11 @@ func TestDependPatterns(t *testing.T) {
 func TestInsRunConcurrently(t *testing.T) {
 	forEachKind(t, func(t *testing.T, k testKind) {
 		k.start(t, 1)
-		meetOnce = sync.Once{}
+		round := meetRound.Add(1)
 		x := filled(4, 1)
 		o1, o2 := filled(1, 0), filled(1, 0)
-		t1 := offload.Nowait(offload.DependIn(x)).Run(Meet, int32(0), offload.From(o1))
-		t2 := offload.Nowait(offload.DependIn(x)).Run(Meet, int32(1), offload.From(o2))
+		t1 := offload.Nowait(offload.DependIn(x)).Run(Meet, int32(0), round, offload.From(o1))
+		t2 := offload.Nowait(offload.DependIn(x)).Run(Meet, int32(1), round, offload.From(o2))
 		if err := errors.Join(t1.Wait(), t2.Wait()); err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package offload_test
 
 import (
+	"fmt"
 	"os"
 	"testing"
 	"unsafe"
@@ -10,10 +11,16 @@ import (
 )
 
 // The device processes that tests start (GOFFLOAD_DEVICES=local:N) are this
-// test binary: they serve before running any test.
+// test binary: they serve before running any test, as the device ranks of
+// TestMatrixMPI's job do. Its host rank ends MPI after the tests.
 func TestMain(m *testing.M) {
 	role.ServeDevice()
-	os.Exit(m.Run())
+	code := m.Run()
+	if err := endMPIJob(); err != nil {
+		fmt.Fprintf(os.Stderr, "ending TestMatrixMPI's MPI job: %v\n", err)
+		code = 1
+	}
+	os.Exit(code)
 }
 
 // Kernels shared by the tests.

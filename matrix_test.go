@@ -26,7 +26,10 @@ import (
 // The matrix is a list of kinds and forEachKind, which runs a test's body
 // once per kind as subtests named host, local, cuda-fake, opencl, tcp and
 // the proxied kinds local-opencl and tcp-opencl (PoCL served by device
-// processes; matrix_arch_test.go adds tcp-arm64 under qemu-user);
+// processes; matrix_arch_test.go adds tcp-arm64 under qemu-user, and
+// matrix_mpi_test.go runs the tests on the MPI kinds mpi and mpi-opencl,
+// the ranks of an MPI job serving their CPUs and PoCL, in jobs under Open
+// MPI's and MPICH's launchers);
 // the body starts the runtime with k.start(t, n) (n devices of that kind) and reads
 // k.label where an error names the device. This keeps each test as it was
 // written, with its own setup and checks in one place, and shows a kind's
@@ -63,6 +66,10 @@ type testKind struct {
 	// inProcess: the kind's kernels run in this process (a fake GPU's
 	// emulated ones too), so they can meet the test's channels.
 	inProcess bool
+	// serves is the kind a device process drives for each device (its
+	// Info.Serves): empty where it serves its CPUs, or runs in this
+	// process.
+	serves string
 }
 
 // fakeGPUs is how many fake GPUs the cuda-fake kind's driver has: enough
@@ -84,9 +91,9 @@ var kinds = []testKind{
 	}, setup: useOpenCL, inProcess: true},
 	{name: "local-opencl", label: "local", spec: func(n int) string {
 		return fmt.Sprintf("local:%d[opencl]", n) // PoCL's device, served by n device processes
-	}, setup: useProxiedOpenCL},
+	}, setup: useProxiedOpenCL, serves: "opencl"},
 	{name: "tcp", label: "tcp", spec: tcpSpec, setup: startTCPDevice},
-	{name: "tcp-opencl", label: "tcp", spec: tcpSpec, setup: startTCPOpenCL},
+	{name: "tcp-opencl", label: "tcp", spec: tcpSpec, setup: startTCPOpenCL, serves: "opencl"},
 }
 
 // tcpSpec is n sessions with the tcp device process the test started.
@@ -190,11 +197,15 @@ func useFakeGPUs(t testing.TB) {
 	t.Cleanup(cuda.UseEmulatedDriverForTests(cudafake.New(cudafake.Config{GPUs: gpus})))
 }
 
-// forEachKind runs body as one subtest per kind of the matrix.
+// forEachKind runs body as one subtest per kind of the matrix (the MPI
+// kinds alone inside TestMatrixMPI's job).
 func forEachKind(t *testing.T, body func(t *testing.T, k testKind)) {
 	t.Helper()
-	for _, k := range kinds {
-		t.Run(k.name, func(t *testing.T) { body(t, k) })
+	for _, k := range matrixKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			recordMPI(t)
+			body(t, k)
+		})
 	}
 }
 
@@ -217,8 +228,8 @@ func (k testKind) start(t testing.TB, n int, opts ...offload.Option) {
 		t.Fatalf("%s: %d devices, want %d", k.spec(n), got, n)
 	}
 	for i := range n {
-		if in, err := offload.On(i).Info(); err != nil || in.Kind != k.label {
-			t.Fatalf("%s: device %d is %+v, %v; want a %s device", k.spec(n), i, in, err, k.label)
+		if in, err := offload.On(i).Info(); err != nil || in.Kind != k.label || in.Serves != k.serves {
+			t.Fatalf("%s: device %d is %+v, %v; want a %s device serving %q", k.spec(n), i, in, err, k.label, k.serves)
 		}
 	}
 }
@@ -229,6 +240,7 @@ func (k testKind) start(t testing.TB, n int, opts ...offload.Option) {
 func (k testKind) needInProcess(t *testing.T) {
 	t.Helper()
 	if !k.inProcess {
+		noteGated(t)
 		t.Skipf("%s devices run kernels in another process, which the test's in-process gate cannot hold", k.name)
 	}
 }

@@ -36,5 +36,5 @@ func SkewTraceClock(d plugin.Device, dt time.Duration) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	tr.refresh(dev)
-	tr.offset += int64(dt)
+	tr.ref = tr.ref.Add(dt)
 }

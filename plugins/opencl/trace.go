@@ -29,8 +29,11 @@ const refreshClock = time.Second
 type tracing struct {
 	optrace.Tracer
 
-	mu     sync.Mutex
-	offset int64 // host UnixNano minus the device's profiling clock
+	mu sync.Mutex
+	// The reference: the host's time ref (with its monotonic reading)
+	// was the device's profiling clock refDev; at is when it was taken.
+	ref    time.Time
+	refDev int64
 	at     time.Time
 	cq     cldrv.Queue // the reference's queue, made at the first
 	closed bool
@@ -65,14 +68,18 @@ func (q *queue) hostTimed(o *op, kind plugin.OpKind, kernel string, start, end t
 	q.p.push(q, *pe)
 }
 
-// toHost places a time of the device's profiling clock on the host's.
+// toHost places a time of the device's profiling clock on the host's. The
+// time has the reference's monotonic reading, as the host's other times
+// (time.Now) have theirs: a time on the wall clock alone would be compared
+// with them, and subtracted from them, on a clock that the system's
+// adjustments move apart from the monotonic one as the process ages.
 func (t *tracing) toHost(d *device, ns uint64) time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.closed && (t.at.IsZero() || time.Since(t.at) > refreshClock) {
 		t.refresh(d)
 	}
-	return time.Unix(0, int64(ns)+t.offset)
+	return t.ref.Add(time.Duration(int64(ns) - t.refDev))
 }
 
 // refresh takes a new reference; under t.mu.
@@ -97,7 +104,7 @@ func (t *tracing) refresh(d *device) {
 	if err != nil {
 		return
 	}
-	t.offset, t.at = now.UnixNano()-int64(end), now
+	t.ref, t.refDev, t.at = now, int64(end), now
 }
 
 func (t *tracing) close(d *device) error {

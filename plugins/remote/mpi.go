@@ -341,7 +341,7 @@ func (ms *mpiSession) accepted(r int, pt *mpi.Link) {
 // does nothing.
 func FinishMPI() error {
 	w := world.w.Load()
-	if w == nil || !w.IsHost() {
+	if w == nil || !w.IsHost() || mpiHeld.Load() {
 		return nil
 	}
 	w.mu.Lock()
@@ -390,6 +390,20 @@ func FinishMPI() error {
 		return lost
 	}
 	return w.finalize()
+}
+
+// mpiHeld makes FinishMPI do nothing (HoldMPIForTests).
+var mpiHeld atomic.Bool
+
+// HoldMPIForTests keeps MPI running across offload.Stop until finish is
+// called, so that the tests of one MPI job can start the runtime on its
+// device ranks again and again. finish ends MPI as FinishMPI does.
+func HoldMPIForTests() (finish func() error) {
+	mpiHeld.Store(true)
+	return func() error {
+		mpiHeld.Store(false)
+		return FinishMPI()
+	}
 }
 
 // finalize ends MPI, or gives up after a while: MPI_Finalize waits for

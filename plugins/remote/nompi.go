@@ -47,3 +47,7 @@ func serveMPIIfDevice(*plugin.Image) {
 
 // FinishMPI ends MPI on the host rank of an MPI job; this build has no MPI.
 func FinishMPI() error { return nil }
+
+// HoldMPIForTests keeps MPI running across offload.Stop; this build has no
+// MPI.
+func HoldMPIForTests() (finish func() error) { return FinishMPI }

@@ -3,13 +3,13 @@ package remote_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -20,6 +20,7 @@ import (
 
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/mpi"
+	"github.com/goffload/offload/internal/mpitest"
 	"github.com/goffload/offload/internal/opencltest"
 	"github.com/goffload/offload/internal/proctest"
 	"github.com/goffload/offload/plugin"
@@ -653,68 +654,19 @@ func TestCallsRacingLoss(t *testing.T) {
 	}
 }
 
-// mpiFlavor is an MPI implementation as Debian installs it.
-type mpiFlavor struct {
-	name     string
-	cc       string // the compiler wrapper that must exist; CC for the build when wrap is set
-	tags     string // the build tags
-	wrap     bool   // built with CC=cc (-tags mpi,mpicc), not with pkg-config's flags
-	launcher string
-	args     []string // before -np
-	env      []string
-	pkgs     string
-}
+// mpiFlavors are the MPIs the jobs are built against.
+var mpiFlavors = mpitest.Flavors
 
-// openmpiEnv lets Open MPI's launcher run as root and place three ranks on
-// two cores; MPICH's ignores it.
-var openmpiEnv = []string{"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_pml=ob1", "OMPI_MCA_rmaps_base_oversubscribe=1"}
-
-// mpiFlavors builds Open MPI's jobs with pkg-config's flags and MPICH's
-// with its compiler wrapper, so that both ways of building are run.
-var mpiFlavors = []mpiFlavor{
-	{name: "openmpi", cc: "mpicc.openmpi", tags: "mpi,openmpi", launcher: "mpirun.openmpi",
-		env: openmpiEnv, pkgs: "libopenmpi-dev openmpi-bin pkgconf"},
-	{name: "mpich", cc: "mpicc.mpich", tags: "mpi,mpicc", wrap: true, launcher: "mpiexec.mpich", pkgs: "libmpich-dev mpich"},
-}
-
-// buildEnv is the environment of a go build for f.
-func (f mpiFlavor) buildEnv() []string {
-	env := append(os.Environ(), "CGO_ENABLED=1")
-	if f.wrap {
-		env = append(env, "CC="+f.cc)
-	}
-	return env
-}
-
-// need skips t, or fails it under GOFFLOAD_REQUIRE_MPI, when a program of
-// f's is missing.
-func (f mpiFlavor) need(t *testing.T, progs ...string) {
-	t.Helper()
-	for _, p := range progs {
-		if _, err := exec.LookPath(p); err != nil {
-			if os.Getenv("GOFFLOAD_REQUIRE_MPI") != "" {
-				t.Fatalf("%s is missing (apt-get install -y %s) and GOFFLOAD_REQUIRE_MPI is set", p, f.pkgs)
-			}
-			t.Skipf("%s is not installed (apt-get install -y %s)", p, f.pkgs)
-		}
-	}
-}
-
-// goBuild runs the go command with f's build environment.
-func (f mpiFlavor) goBuild(t *testing.T, args ...string) {
-	t.Helper()
-	cmd := exec.Command(filepath.Join(goRoot(t), "bin", "go"), args...)
-	cmd.Env = f.buildEnv()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-}
+// goRoot is the GOROOT of the go command that runs the tests.
+var goRoot = mpitest.GoRoot
 
 // TestMPIJobs builds this package's tests and the examples with MPI support
 // against OpenMPI and against MPICH, and runs them as jobs of three ranks
 // under each one's launcher: the conformance suite and a kernel panic on
 // MPI devices (the tests named MPIRank), saxpy, the pipeline with its
-// device-to-device halos, and a device rank that exits in a kernel. An MPI
+// device-to-device halos, and a device rank that exits in a kernel; and
+// saxpy, the pipeline, the suite and a rank's exit on ranks serving PoCL
+// (proxied). An MPI
 // that is not installed is skipped, unless GOFFLOAD_REQUIRE_MPI is set (as
 // .ci/run does, after installing both).
 func TestMPIJobs(t *testing.T) {
@@ -725,28 +677,28 @@ func TestMPIJobs(t *testing.T) {
 		t.Skip("-short: builds and runs MPI jobs")
 	}
 	for _, f := range mpiFlavors {
-		t.Run(f.name, func(t *testing.T) {
-			f.need(t, f.cc, f.launcher)
+		t.Run(f.Name, func(t *testing.T) {
+			f.Need(t, f.CC, f.Launcher)
 			dir := t.TempDir()
 			test := filepath.Join(dir, "remote.test")
-			f.goBuild(t, "test", "-c", "-race", "-tags", f.tags, "-o", test, ".")
-			f.goBuild(t, "build", "-tags", f.tags, "-o", filepath.Join(dir, "saxpy"), "../../examples/saxpy")
-			f.goBuild(t, "build", "-tags", f.tags, "-o", filepath.Join(dir, "pipeline"), "../../examples/pipeline")
+			f.GoBuild(t, "test", "-c", "-race", "-tags", f.Tags, "-o", test, ".")
+			f.GoBuild(t, "build", "-tags", f.Tags, "-o", filepath.Join(dir, "saxpy"), "../../examples/saxpy")
+			f.GoBuild(t, "build", "-tags", f.Tags, "-o", filepath.Join(dir, "pipeline"), "../../examples/pipeline")
 
 			t.Run("conformance", func(t *testing.T) {
-				out, err := f.run(t, nil, nil, test, "-test.run", "MPIRank", "-test.v")
+				out, err := f.Run(t, 3, 2*time.Minute, nil, nil, test, "-test.run", "MPIRank", "-test.v")
 				if err != nil || !strings.Contains(out, "--- PASS: TestMPIRankConformance") || !strings.Contains(out, "--- PASS: TestMPIRankKernelPanic") {
 					t.Fatalf("%v\n%s", err, out)
 				}
 			})
 			t.Run("saxpy", func(t *testing.T) {
-				out, err := f.run(t, nil, nil, filepath.Join(dir, "saxpy"), "-n", "1000000")
+				out, err := f.Run(t, 3, 2*time.Minute, nil, nil, filepath.Join(dir, "saxpy"), "-n", "1000000")
 				if err != nil || !strings.Contains(out, "on 2 device(s): verified") || !strings.Contains(out, "(mpi, ") {
 					t.Fatalf("%v\n%s", err, out)
 				}
 			})
 			t.Run("pipeline", func(t *testing.T) {
-				out, err := f.run(t, nil, nil, filepath.Join(dir, "pipeline"), "-n", "100000", "-steps", "100")
+				out, err := f.Run(t, 3, 2*time.Minute, nil, nil, filepath.Join(dir, "pipeline"), "-n", "100000", "-steps", "100")
 				if err != nil || !strings.Contains(out, "on 2 device(s)") || !strings.Contains(out, "verified") {
 					t.Fatalf("%v\n%s", err, out)
 				}
@@ -756,11 +708,11 @@ func TestMPIJobs(t *testing.T) {
 				// halos between them go through this process (issue 4's
 				// fallback), those between the MPI devices straight.
 				env := []string{"GOFFLOAD_DEVICES=host,mpi"}
-				out, err := f.run(t, nil, env, filepath.Join(dir, "pipeline"), "-n", "30000", "-steps", "50")
+				out, err := f.Run(t, 3, 2*time.Minute, nil, env, filepath.Join(dir, "pipeline"), "-n", "30000", "-steps", "50")
 				if err != nil || !strings.Contains(out, "on 3 device(s)") || !strings.Contains(out, "verified") {
 					t.Fatalf("%v\n%s", err, out)
 				}
-				out, err = f.run(t, nil, env, filepath.Join(dir, "saxpy"), "-n", "30000")
+				out, err = f.Run(t, 3, 2*time.Minute, nil, env, filepath.Join(dir, "saxpy"), "-n", "30000")
 				if err != nil || !strings.Contains(out, "on 3 device(s): verified") {
 					t.Fatalf("%v\n%s", err, out)
 				}
@@ -768,24 +720,38 @@ func TestMPIJobs(t *testing.T) {
 			t.Run("proxied", func(t *testing.T) {
 				// Device ranks that serve PoCL's OpenCL device (issue
 				// 45): the mpi item's brackets, which every rank's
-				// GOFFLOAD_DEVICES holds. saxpy runs its OpenCL C there;
-				// the suite's Go-only kernels are emulated.
+				// GOFFLOAD_DEVICES holds. saxpy and the pipeline (its
+				// halos between the ranks' PoCL devices) run their
+				// OpenCL C there; the suite's Go-only kernels are
+				// emulated.
 				opencltest.Need(t)
 				env := []string{"GOFFLOAD_DEVICES=mpi[opencl]", "OMP_TARGET_OFFLOAD=MANDATORY"}
-				out, err := f.run(t, nil, env, filepath.Join(dir, "saxpy"), "-n", "100000")
+				out, err := f.Run(t, 3, 2*time.Minute, nil, env, filepath.Join(dir, "saxpy"), "-n", "100000")
 				if err != nil || !strings.Contains(out, "on 2 device(s): verified") || !strings.Contains(out, "OpenCL device 0") {
 					t.Fatalf("%v\n%s", err, out)
 				}
-				out, err = f.run(t, nil, append(env, envEmulate+"=1"), test, "-test.run", "MPIRankConformance", "-test.v")
+				out, err = f.Run(t, 3, 2*time.Minute, nil, env, filepath.Join(dir, "pipeline"), "-n", "30000", "-steps", "50")
+				if err != nil || !strings.Contains(out, "on 2 device(s)") || !strings.Contains(out, "verified") {
+					t.Fatalf("%v\n%s", err, out)
+				}
+				out, err = f.Run(t, 3, 2*time.Minute, nil, append(env, envEmulate+"=1"), test, "-test.run", "MPIRankConformance", "-test.v")
 				if err != nil || !strings.Contains(out, "--- PASS: TestMPIRankConformance") {
 					t.Fatalf("%v\n%s", err, out)
+				}
+				// A rank serving PoCL that exits in a kernel (an emulated
+				// one's Go body), as in rank exits below: the host's
+				// error names the device and what it served. One device
+				// rank: a second would wait 10s for MPI_Finalize.
+				out = rankExits(t, f, test, 2, append(env, envEmulate+"=1"))
+				if f.Name == "mpich" && !regexp.MustCompile(`a device rank that exits: .*mpi device 0 \(rank 1, pid \d+ on [^,]+, opencl\)`).MatchString(out) {
+					t.Fatalf("the host's error does not name the lost device rank and its OpenCL device:\n%s", out)
 				}
 			})
 			t.Run("rank stops", func(t *testing.T) {
 				// A device rank stopped (SIGSTOP) is lost after
 				// GOFFLOAD_DEVICE_TIMEOUT; the host goes on with the other.
 				env := []string{"GOFFLOAD_TEST_RANK_STOP=1", "GOFFLOAD_DEVICE_TIMEOUT=1s"}
-				out, _ := f.run(t, nil, env, test, "-test.run", "MPIRankStop", "-test.v")
+				out, _ := f.Run(t, 3, 2*time.Minute, nil, env, test, "-test.run", "MPIRankStop", "-test.v")
 				if !strings.Contains(out, "the other device rank went on") {
 					t.Fatalf("the host did not lose the stopped device rank and go on:\n%s", out)
 				}
@@ -796,11 +762,11 @@ func TestMPIJobs(t *testing.T) {
 				// kernel, MPI is finalized, and the job's exit status is
 				// the program's own (3).
 				env := []string{"GOFFLOAD_TEST_RANK_STUBBORN=1"}
-				out, err := f.run(t, nil, env, test, "-test.run", "MPIRankStubborn", "-test.v")
+				out, err := f.Run(t, 3, 2*time.Minute, nil, env, test, "-test.run", "MPIRankStubborn", "-test.v")
 				var ee *exec.ExitError
 				if !errors.As(err, &ee) || ee.ExitCode() != 3 || !strings.Contains(out, "stubborn: MPI finalized") ||
 					!strings.Contains(out, "goffload: Stop: mpi device 0 (rank 1, pid ") {
-					t.Fatalf("%s: %v; want exit status 3, MPI finalized and goffload's line on stderr:\n%s", f.launcher, err, out)
+					t.Fatalf("%s: %v; want exit status 3, MPI finalized and goffload's line on stderr:\n%s", f.Launcher, err, out)
 				}
 			})
 			t.Run("rank exits", func(t *testing.T) {
@@ -808,22 +774,32 @@ func TestMPIJobs(t *testing.T) {
 				// without MPI_Finalize; MPICH's mpiexec does too, unless
 				// told -disable-auto-cleanup: then the host loses the
 				// device after GOFFLOAD_DEVICE_TIMEOUT and goes on.
-				var extra []string
-				if f.name == "mpich" {
-					extra = []string{"-disable-auto-cleanup"}
-				}
-				env := []string{"GOFFLOAD_TEST_RANK_EXIT=1", "GOFFLOAD_DEVICE_TIMEOUT=2s"}
-				out, err := f.run(t, extra, env, test, "-test.run", "MPIRankExit", "-test.v")
-				if err == nil {
-					t.Fatalf("the job of a rank that exited ended with success:\n%s", out)
-				}
-				if f.name == "mpich" && !strings.Contains(out, "--- PASS: TestMPIRankExit") {
-					t.Fatalf("the host did not report the lost device rank:\n%s", out)
-				}
-				t.Logf("%s: %v", f.launcher, err)
+				rankExits(t, f, test, 3, nil)
 			})
 		})
 	}
+}
+
+// rankExits runs the job of TestMPIRankExit in test (this package's test
+// binary, built for f), of np ranks with env added: it must fail, and
+// under MPICH the host report the lost device rank. It returns the job's
+// output.
+func rankExits(t *testing.T, f mpitest.Flavor, test string, np int, env []string) string {
+	t.Helper()
+	var extra []string
+	if f.Name == "mpich" {
+		extra = []string{"-disable-auto-cleanup"}
+	}
+	env = append([]string{"GOFFLOAD_TEST_RANK_EXIT=1", "GOFFLOAD_DEVICE_TIMEOUT=2s"}, env...)
+	out, err := f.Run(t, np, 2*time.Minute, extra, env, test, "-test.run", "MPIRankExit", "-test.v")
+	if err == nil {
+		t.Fatalf("the job of a rank that exited ended with success:\n%s", out)
+	}
+	if f.Name == "mpich" && !strings.Contains(out, "--- PASS: TestMPIRankExit") {
+		t.Fatalf("the host did not report the lost device rank:\n%s", out)
+	}
+	t.Logf("%s: %v", f.Launcher, err)
+	return out
 }
 
 // TestMPIBuildDefault builds saxpy as a user first would, `go build -tags
@@ -839,45 +815,21 @@ func TestMPIBuildDefault(t *testing.T) {
 		t.Skip("-short: builds and runs MPI jobs")
 	}
 	openmpi, mpich := mpiFlavors[0], mpiFlavors[1]
-	openmpi.need(t, "pkg-config", "mpirun", openmpi.launcher)
-	mpich.need(t, mpich.launcher)
+	openmpi.Need(t, "pkg-config", "mpirun", openmpi.Launcher)
+	mpich.Need(t, mpich.Launcher)
 	dir := t.TempDir()
-	plain := mpiFlavor{name: "default", tags: "mpi", launcher: "mpirun", env: openmpiEnv}
-	plain.goBuild(t, "build", "-tags", "mpi", "-o", filepath.Join(dir, "saxpy"), "../../examples/saxpy")
-	out, err := plain.run(t, nil, nil, filepath.Join(dir, "saxpy"), "-n", "100000")
+	plain := mpitest.Flavor{Name: "default", Tags: "mpi", Launcher: "mpirun", Env: mpitest.OpenMPIEnv}
+	plain.GoBuild(t, "build", "-tags", "mpi", "-o", filepath.Join(dir, "saxpy"), "../../examples/saxpy")
+	out, err := plain.Run(t, 3, 2*time.Minute, nil, nil, filepath.Join(dir, "saxpy"), "-n", "100000")
 	if err != nil || !strings.Contains(out, "on 2 device(s): verified") || !strings.Contains(out, "(mpi, ") {
 		t.Fatalf("saxpy built with -tags mpi alone, under mpirun: %v\n%s", err, out)
 	}
 
-	openmpi.goBuild(t, "build", "-tags", openmpi.tags, "-o", filepath.Join(dir, "saxpy-openmpi"), "../../examples/saxpy")
-	out, err = mpich.run(t, nil, nil, filepath.Join(dir, "saxpy-openmpi"), "-n", "1000")
+	openmpi.GoBuild(t, "build", "-tags", openmpi.Tags, "-o", filepath.Join(dir, "saxpy-openmpi"), "../../examples/saxpy")
+	out, err = mpich.Run(t, 3, 2*time.Minute, nil, nil, filepath.Join(dir, "saxpy-openmpi"), "-n", "1000")
 	if err == nil || !strings.Contains(out, "the launcher started 3 ranks but MPI sees this process alone") || !strings.Contains(out, "Open MPI") {
 		t.Fatalf("an Open MPI program under MPICH's launcher: want an error naming the mismatch, got %v\n%s", err, out)
 	}
-}
-
-// run runs a job of three ranks, for two minutes at most.
-func (f mpiFlavor) run(t *testing.T, extra, env []string, prog string, args ...string) (string, error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	argv := append(append(append([]string{}, f.args...), extra...), "-np", "3", prog)
-	cmd := exec.CommandContext(ctx, f.launcher, append(argv, args...)...)
-	cmd.Env = append(append(os.Environ(), f.env...), env...)
-	cmd.WaitDelay = 5 * time.Second
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		t.Fatalf("%s %s did not end within 2 minutes:\n%s", f.launcher, strings.Join(append(argv, args...), " "), out)
-	}
-	return string(out), err
-}
-
-func goRoot(t *testing.T) string {
-	out, err := exec.Command("go", "env", "GOROOT").Output()
-	if err != nil {
-		t.Fatalf("go env GOROOT: %v", err)
-	}
-	return strings.TrimSpace(string(out))
 }
 
 // A relay stands between a host and a TCP device, as anyone on the path
