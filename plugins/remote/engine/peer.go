@@ -32,6 +32,8 @@ type peers struct {
 	// fires them over the peer link. Each is touched twice, by the wait and
 	// by the firing, in either order, and forgotten at the second touch.
 	events map[[2]uint64]*standIn
+	// gsigs stand in for other devices' graph signals (graphpeer.go).
+	gsigs map[gsigKey]*standIn
 	// dead holds why the link to a device broke: its events never fire.
 	dead map[int]error
 	// connect, if set, starts the link to device num itself (MPI ranks
@@ -184,8 +186,12 @@ func (ps *peers) close() {
 	ps.by = map[int]*peer{}
 	events := ps.events
 	ps.events = map[[2]uint64]*standIn{}
+	sigs := ps.endSignals()
 	ps.cond.Broadcast()
 	ps.mu.Unlock()
+	for _, ev := range sigs {
+		ev.Fire(ErrSessionOver)
+	}
 	for _, p := range by {
 		p.l.fail(ErrSessionOver)
 	}
@@ -254,6 +260,7 @@ func (ps *peers) read(p *peer) {
 			orphans = append(orphans, si.ev)
 		}
 	}
+	orphans = append(orphans, ps.signalOrphans(p.num)...)
 	ps.mu.Unlock()
 	for _, ev := range orphans { // their device cannot tell us any more
 		ev.Fire(lost)
@@ -310,6 +317,8 @@ func (ps *peers) serve(p *peer) error {
 			}
 		case *proto.PeerEvent:
 			ps.fired(p.num, f.Wait, f.Status.Err())
+		case *proto.PeerSignal:
+			ps.gevent(p.num, f.Graph, f.Gen, f.Signal).Fire(f.Status.Err())
 		case *proto.XferDone:
 			ch, _ := take(&p.mu, p.waiting, f.Xfer)
 			if ch == nil {
