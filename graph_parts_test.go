@@ -106,7 +106,12 @@ func TestTaskgraphDeviceParts(t *testing.T) {
 						}
 					}
 				}
-				tg.Reset()
+				tg.Reset() // its last replay is done: the parts go at once
+				for d := range nd {
+					if got := framesOf(t, d)["graphfree"]; got != uint64(seed+1) {
+						t.Errorf("graph %d: device %d got %d graphfree frames after %d resets", seed, d, got, seed+1)
+					}
+				}
 			}
 		})
 	}

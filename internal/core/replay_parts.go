@@ -205,6 +205,12 @@ func (g *Graph) Release() {
 		g.freeParts()
 		return
 	}
+	select {
+	case <-last.Done():
+		g.freeParts()
+		return
+	default:
+	}
 	go func() {
 		<-last.Done()
 		g.freeParts()

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/binary"
+	"errors"
 	"net"
 	"os"
 	"testing"
@@ -12,6 +13,9 @@ import (
 )
 
 var graphAddK, _ = entries.RegisterKernel("remote.graph.add", func(v int32, x []int32) {
+	if v < 0 {
+		panic("a negative scalar")
+	}
 	for i := range x {
 		x[i] += v
 	}
@@ -86,6 +90,22 @@ func TestGraphPartOnSession(t *testing.T) {
 	for i := range 4 {
 		if v := int32(binary.LittleEndian.Uint32(got[4*i:])); v != 6 {
 			t.Fatalf("y = %v, want 6s (1+2+3)", got)
+		}
+	}
+	// A run whose kernel fails fails, and the next one runs afresh.
+	for i, v := range []int32{-1, 0} {
+		args[0].Scalar = v
+		ev, err := run.Run(uint64(4+i), args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = ev.Synchronize()
+		ev.Close()
+		if v < 0 && !errors.Is(err, plugin.ErrKernelFailed) {
+			t.Errorf("a run whose kernel panics: %v, want ErrKernelFailed", err)
+		}
+		if v == 0 && err != nil {
+			t.Errorf("the run after a failed one: %v", err)
 		}
 	}
 	if n := s.GraphParts(); n != 1 {

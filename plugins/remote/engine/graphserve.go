@@ -33,6 +33,12 @@ type gpart struct {
 	// once a run however many lanes wait for it: their index in a run's
 	// stand-ins.
 	remote map[[2]uint32]int
+	// planned says which exchanges go on without waiting for their
+	// confirmation (plan), done at the first run; pend are each lane's
+	// exchanges unconfirmed, drain each lane's wait for them.
+	planned bool
+	pend    [][]chan error
+	drain   []func() error
 }
 
 // gsop is an operation of a part.
@@ -42,11 +48,17 @@ type gsop struct {
 	k    plugin.Kernel
 	args []plugin.Arg // a launch's, changed between runs (GraphSet)
 	run  func() error // a launch's or an exchange's work
-	peer int          // an exchange's destination, a wait's signalling device
-	sig  uint32
-	to   []int // a signal's other devices
-	ev   int   // a signal's or a wait's local event, or -1
-	rev  int   // a wait's stand-in for another device's signal, or -1
+	// async is an exchange to another device that does not wait for its
+	// confirmation (plan), nil for others.
+	async func() error
+	peer  int // an exchange's destination, a wait's signalling device
+	sig   uint32
+	to    []int // a signal's other devices
+	ev    int   // a signal's or a wait's local event, or -1
+	rev   int   // a wait's stand-in for another device's signal, or -1
+	// drainFirst says the lane's unconfirmed exchanges are waited for
+	// before the operation (plan).
+	drainFirst bool
 }
 
 func (s *Session) graphTable() *sgraphs {
@@ -133,6 +145,9 @@ func (s *Session) defineOps(p *gpart, lanes int, ops []proto.GraphOp) error {
 			g.args = args
 		case proto.GraphExchange:
 			g.run = s.graphExchange(int(o.Peer), plugin.Ptr(o.Dst), plugin.Ptr(o.Src), int64(o.Size))
+			if int(o.Peer) != s.num {
+				g.async = s.graphExchangeAsync(p, int(o.Lane), int(o.Peer), plugin.Ptr(o.Dst), plugin.Ptr(o.Src), int64(o.Size))
+			}
 		case proto.GraphSignal:
 			for _, t := range o.To {
 				if int(t) == s.num {
@@ -231,6 +246,23 @@ func (s *Session) graphExchange(peer int, dst, src plugin.Ptr, size int64) func(
 	}
 }
 
+// graphExchangeAsync is an exchange's work to device peer that leaves
+// the confirmation for lane's next drain.
+func (s *Session) graphExchangeAsync(p *gpart, lane, peer int, dst, src plugin.Ptr, size int64) func() error {
+	return func() error {
+		from, err := s.mem.Bytes(src, size)
+		if err != nil {
+			return err
+		}
+		ch, err := s.peers.exchangeStart(peer, dst, from)
+		if err != nil {
+			return fmt.Errorf("%s: exchange to device %d: %w", s.name(), peer, err)
+		}
+		p.pend[lane] = append(p.pend[lane], ch)
+		return nil
+	}
+}
+
 // grun is a run of a part in flight.
 type grun struct {
 	s    *Session
@@ -246,6 +278,9 @@ type grun struct {
 // runGraph enqueues run gen of p on its lanes; event is the host's event
 // that its end fires.
 func (s *Session) runGraph(p *gpart, gen, event uint64) error {
+	if !p.planned {
+		s.plan(p)
+	}
 	r := &grun{s: s, p: p, gen: gen, id: event, ev: opqueue.NewEvent(), left: len(p.lanes)}
 	s.emu.Lock()
 	err := s.evs.Record(event, r.ev)
@@ -259,6 +294,11 @@ func (s *Session) runGraph(p *gpart, gen, event uint64) error {
 	for _, op := range p.ops {
 		q := p.lanes[op.lane]
 		var err error
+		if op.drainFirst {
+			if err := q.Do(p.drain[op.lane]); err != nil {
+				return fmt.Errorf("graph %d: %w", p.id, err)
+			}
+		}
 		switch op.op {
 		case proto.GraphLaunch, proto.GraphExchange:
 			err = q.Do(op.run)
@@ -290,8 +330,8 @@ func (s *Session) runGraph(p *gpart, gen, event uint64) error {
 			return fmt.Errorf("graph %d: %w", p.id, err)
 		}
 	}
-	for _, q := range p.lanes {
-		if err := q.Mark(true, r.laneDone); err != nil {
+	for l, q := range p.lanes {
+		if err := q.Mark(true, func(failed error) error { return r.laneDone(l, failed) }); err != nil {
 			return fmt.Errorf("graph %d: %w", p.id, err)
 		}
 	}
@@ -300,7 +340,10 @@ func (s *Session) runGraph(p *gpart, gen, event uint64) error {
 
 // laneDone is a lane's end of the run, with the lane's first error: the
 // last one tells the host.
-func (r *grun) laneDone(failed error) error {
+func (r *grun) laneDone(lane int, failed error) error {
+	if err := r.p.drain[lane](); failed == nil {
+		failed = err
+	}
 	r.mu.Lock()
 	if r.err == nil {
 		r.err = failed
@@ -358,4 +401,46 @@ func (s *Session) GraphParts() int {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	return gs.t.Len()
+}
+
+// plan finds the exchanges to another device that are followed on their
+// lane by a signal for that device alone: the signal travels their link
+// behind the data, which the device puts in place before it reads the
+// signal, so the lane goes on without waiting for the confirmation. The
+// lane's next operation after the signal waits for it, and so does the
+// lane's end.
+func (s *Session) plan(p *gpart) {
+	p.planned = true
+	p.pend = make([][]chan error, len(p.lanes))
+	p.drain = make([]func() error, len(p.lanes))
+	for l := range p.lanes {
+		p.drain[l] = func() error {
+			var first error
+			for _, ch := range p.pend[l] {
+				if err := <-ch; err != nil && first == nil {
+					first = err
+				}
+			}
+			p.pend[l] = p.pend[l][:0]
+			if first != nil {
+				return fmt.Errorf("%s: exchange: %w", s.name(), first)
+			}
+			return nil
+		}
+	}
+	last := make([]*gsop, len(p.lanes)) // each lane's operation before
+	owed := make([]bool, len(p.lanes))  // the lane's next operation drains
+	for _, op := range p.ops {
+		l := op.lane
+		prev := last[l]
+		last[l] = op
+		if op.op == proto.GraphSignal && op.ev < 0 && len(op.to) == 1 && prev != nil && prev.op == proto.GraphExchange && prev.peer == op.to[0] && prev.async != nil {
+			prev.run = prev.async
+			owed[l] = true
+			continue
+		}
+		if owed[l] {
+			op.drainFirst, owed[l] = true, false
+		}
+	}
 }

@@ -203,15 +203,26 @@ func (ps *peers) close() {
 // exchange copies src to dst in device num's memory and waits until the
 // data is in place there.
 func (ps *peers) exchange(num int, dst plugin.Ptr, src []byte) error {
-	p, err := ps.get(num)
+	ch, err := ps.exchangeStart(num, dst, src)
 	if err != nil {
 		return err
+	}
+	return <-ch
+}
+
+// exchangeStart sends src to dst in device num's memory and returns
+// once it is written on their link (src may change then): the channel
+// says when the data is in place there.
+func (ps *peers) exchangeStart(num int, dst plugin.Ptr, src []byte) (chan error, error) {
+	p, err := ps.get(num)
+	if err != nil {
+		return nil, err
 	}
 	ch := make(chan error, 1)
 	p.mu.Lock()
 	if p.lost != nil {
 		p.mu.Unlock()
-		return p.lost
+		return nil, p.lost
 	}
 	p.next++
 	id := p.next
@@ -230,9 +241,9 @@ func (ps *peers) exchange(num int, dst plugin.Ptr, src []byte) error {
 		_, err = p.l.sendData(id, src, false)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: link to device %d: %v", plugin.ErrDeviceLost, num, err)
+		return nil, fmt.Errorf("%w: link to device %d: %v", plugin.ErrDeviceLost, num, err)
 	}
-	return <-ch
+	return ch, nil
 }
 
 // read serves a peer link: exchanges into our memory, and confirmations of
