@@ -3,7 +3,9 @@ package engine
 import (
 	"fmt"
 	"sync"
+	"time"
 
+	"github.com/goffload/offload/internal/waitpoll"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/opqueue"
 	"github.com/goffload/offload/plugins/remote/proto"
@@ -317,14 +319,16 @@ func (s *Session) runGraph(p *gpart, gen, event uint64) error {
 				})
 			}
 		case proto.GraphWait:
+			var ev *opqueue.Event
 			if op.ev >= 0 {
-				err = q.Wait(evs[op.ev])
+				ev = evs[op.ev]
 			} else {
 				if rem[op.rev] == nil { // one stand-in a run: it is touched by one wait
 					rem[op.rev] = s.peers.gevent(op.peer, p.id, gen, op.sig)
 				}
-				err = q.Wait(rem[op.rev])
+				ev = rem[op.rev]
 			}
+			err = q.Do(func() error { return spinWait(ev) })
 		}
 		if err != nil { // a lane closed under the run: the session is ending
 			return fmt.Errorf("graph %d: %w", p.id, err)
@@ -417,7 +421,7 @@ func (s *Session) plan(p *gpart) {
 		p.drain[l] = func() error {
 			var first error
 			for _, ch := range p.pend[l] {
-				if err := <-ch; err != nil && first == nil {
+				if err := spinRecv(ch); err != nil && first == nil {
 					first = err
 				}
 			}
@@ -442,5 +446,63 @@ func (s *Session) plan(p *gpart) {
 		if owed[l] {
 			op.drainFirst, owed[l] = true, false
 		}
+	}
+}
+
+// spinWait waits for ev on a lane's goroutine: it polls for the spin
+// budget while no kernel computes in the process, so that a signal that
+// comes soon (the other device's next step) is taken without the wake-up
+// of a parked goroutine, then parks.
+func spinWait(ev *opqueue.Event) error {
+	var err error
+	if spin(func() bool {
+		var fired bool
+		fired, err = ev.Query()
+		return fired
+	}) {
+		return err
+	}
+	return ev.Synchronize()
+}
+
+// spinRecv is spinWait for an exchange's confirmation.
+func spinRecv(ch chan error) error {
+	var err error
+	if spin(func() bool {
+		select {
+		case err = <-ch:
+			return true
+		default:
+			return false
+		}
+	}) {
+		return err
+	}
+	return <-ch
+}
+
+// spin polls done for the spin budget while no kernel computes in the
+// process, and reports whether it said done.
+func spin(done func() bool) bool {
+	budget := transport.SpinBudget()
+	if budget <= 0 {
+		return done()
+	}
+	var start time.Time
+	for i := 0; ; i++ {
+		if done() {
+			return true
+		}
+		if transport.Computing() {
+			return false
+		}
+		if i%8 == 0 {
+			if start.IsZero() {
+				start = time.Now()
+			} else if time.Since(start) > budget {
+				return false
+			}
+		}
+		waitpoll.Pause(i)
 	}
 }
