@@ -238,3 +238,55 @@ func sessionDeviceNum(t *testing.T, num int) (*Session, *Device) {
 	}
 	return s, d
 }
+
+// TestGraphArgsInSetFrames runs a part of 2500 launches whose scalars all
+// change between runs: more than one frame holds, so GraphSet frames go
+// before the GraphRun, and the runs' results are their scalars'.
+func TestGraphArgsInSetFrames(t *testing.T) {
+	s, d := sessionDeviceOf(t)
+	x, _ := d.Alloc(4)
+	q, _ := d.NewQueue()
+	defer q.Close()
+	q.Submit(x, make([]byte, 4))
+	const n = 2500 // 28 bytes of arguments each: 70 KB
+	args := make([]plugin.Arg, 0, 2*n)
+	var ops []plugin.GraphOp
+	for i := range n {
+		args = append(args, plugin.Arg{Scalar: int32(0)}, plugin.Arg{Ptr: x, Len: 1})
+		ops = append(ops, plugin.GraphOp{Op: plugin.GraphLaunch, Kernel: graphAddK, Args: args[2*i : 2*i+2], ArgAt: 2 * i})
+	}
+	run, err := d.DefineGraph(plugin.GraphPart{Key: 11, Lanes: 1, Ops: ops})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.Free()
+	for gen, v := range []int32{1, 1, 2} {
+		for i := range n {
+			args[2*i].Scalar = v
+		}
+		before := s.l.reads.Load()
+		ev, err := run.Run(uint64(gen+1), args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ev.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		ev.Close()
+		reads := s.l.reads.Load() - before
+		switch {
+		case gen == 0 && reads < 2: // a GraphSet frame and the GraphRun, after the GraphDef frames
+			t.Errorf("run %d: the session read %d frames, want GraphSet frames before the GraphRun", gen, reads)
+		case gen == 1 && reads != 1:
+			t.Errorf("run %d, the scalars unchanged: the session read %d frames, want 1", gen, reads)
+		}
+	}
+	got := make([]byte, 4)
+	q.Retrieve(got, x)
+	if err := q.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if v := int32(binary.LittleEndian.Uint32(got)); v != n*(1+1+2) {
+		t.Errorf("x = %d, want %d", v, n*4)
+	}
+}
