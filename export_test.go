@@ -46,3 +46,13 @@ func AnyDeviceTimed() int64 {
 	}
 	return 0
 }
+
+// PluginDevice is device dev's plugin device, for tests that look into a
+// kind's own counters.
+func PluginDevice(dev int) any {
+	rt := current.Load()
+	if rt == nil || dev < 0 || dev >= len(rt.Devices) {
+		return nil
+	}
+	return rt.Devices[dev].Dev
+}

@@ -138,8 +138,17 @@ func keyOf(a any, scalar bool) argKey {
 // Reset makes the next Run record the graph again (graph_reset).
 func (tg *Taskgraph) Reset() {
 	tg.mu.Lock()
+	tg.release()
 	tg.g, tg.nodes = nil, nil
 	tg.mu.Unlock()
+}
+
+// release lets the recorded graph's parts on devices go once its last
+// replay is done: it is recorded again, or dropped.
+func (tg *Taskgraph) release() {
+	if tg.g != nil {
+		tg.g.Release()
+	}
 }
 
 // Recorded reports whether the graph is recorded: the next Run replays it.
@@ -217,6 +226,7 @@ func (tg *Taskgraph) Replay() *Task {
 var errInGraph = core.Errorf("goffload: taskgraph: %w: a construct's task inside the graph's function is the whole graph's: wait for Run's", ErrBadArgument)
 
 func (tg *Taskgraph) record(rt *core.Runtime) *Task {
+	tg.release()
 	tg.g, tg.nodes = nil, nil
 	r := &tg.rec
 	*r = Recorder{tg: tg, active: true, task: &Task{err: errInGraph}, g: rt.NewGraph()}

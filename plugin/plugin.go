@@ -49,6 +49,8 @@
 //   - [AddrResolver]: a device address as kernels see it;
 //   - [HostSharer]: kernels work on the host's buffers in place (maps
 //     neither allocate nor copy).
+//   - [GraphDefiner]: keep a part of a recorded task graph and run it on
+//     one call a replay.
 //
 // On a [Queue]:
 //   - [Exchanger]: device-to-device copies;

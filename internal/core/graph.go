@@ -42,9 +42,15 @@ type Graph struct {
 	// without; anyErr is the first of them that could not be recorded.
 	any    *graphAny
 	anyErr error
+	// parts are the graph's parts on devices that keep them
+	// (replay_parts.go), defined at the first replay; noParts says they
+	// could not be. Set by replays, one at a time.
+	parts   *gparts
+	noParts bool
 	// Guarded by the runtime's tasks.mu: the last replay, which the next
-	// one comes after.
-	last *Task
+	// one comes after, and whether the graph was let go (Release).
+	last     *Task
+	released bool
 }
 
 // gnode is one recorded task, lowered: a launch of k with args (device

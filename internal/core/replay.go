@@ -92,6 +92,9 @@ func (g *Graph) start(t *Task, args []plugin.Arg) {
 		r.complete(t, err, nil)
 		return
 	}
+	if g.startParts(t, args, held, pend) {
+		return
+	}
 	qs := make([]*cqueue, len(g.lanes))
 	failed := make([]bool, len(g.lanes))
 	var first error

@@ -69,6 +69,7 @@ func Run(t *testing.T, open func(t *testing.T) []plugin.Device) {
 	t.Run("CancelKernels", e.testCancelKernels)
 	t.Run("StopLaunch", e.testStopLaunch)
 	t.Run("HostSharer", e.testHostSharer)
+	t.Run("GraphDefiner", e.testGraphDefiner)
 }
 
 // env is the state the subtests share: the loaded devices and the image.

@@ -62,8 +62,9 @@ type link struct {
 	err     error       // why the link failed; set before closed is closed
 	closed  chan struct{}
 
-	reads  atomic.Uint64 // frames read
-	writes atomic.Uint64 // writes done
+	reads  atomic.Uint64     // frames read
+	writes atomic.Uint64     // writes done
+	queued [64]atomic.Uint64 // control frames queued to go out, by type
 }
 
 // outgoing is a bulk transfer on its way out.
@@ -113,6 +114,7 @@ func (l *link) queue(m *proto.Msg, payload []byte, wake bool) error {
 		return l.err
 	}
 	l.ctrl = proto.AppendFrame(l.ctrl, m, payload)
+	l.queued[m.Type&63].Add(1)
 	if wake || len(l.ctrl) >= 1<<20 {
 		l.wake.Signal()
 	}
@@ -198,6 +200,7 @@ func (l *link) sendSoon(f proto.Frame) error {
 	}
 	if m != nil {
 		l.ctrl = proto.AppendFrame(l.ctrl, m, m.Payload)
+		l.queued[m.Type&63].Add(1)
 	}
 	if l.holding {
 		l.mu.Unlock()
@@ -258,6 +261,7 @@ func (l *link) sendDataSoon(id uint64, data []byte) (seq uint64, err error) {
 	l.seq++
 	seq = l.seq
 	l.ctrl = proto.AppendFrame(l.ctrl, proto.Encode(&proto.Data{Xfer: id}), data)
+	l.queued[proto.TData].Add(1)
 	l.mu.Unlock()
 	return seq, l.sendSoon(nil)
 }

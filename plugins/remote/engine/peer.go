@@ -32,6 +32,8 @@ type peers struct {
 	// fires them over the peer link. Each is touched twice, by the wait and
 	// by the firing, in either order, and forgotten at the second touch.
 	events map[[2]uint64]*standIn
+	// gsigs stand in for other devices' graph signals (graphpeer.go).
+	gsigs map[gsigKey]*standIn
 	// dead holds why the link to a device broke: its events never fire.
 	dead map[int]error
 	// connect, if set, starts the link to device num itself (MPI ranks
@@ -184,8 +186,12 @@ func (ps *peers) close() {
 	ps.by = map[int]*peer{}
 	events := ps.events
 	ps.events = map[[2]uint64]*standIn{}
+	sigs := ps.endSignals()
 	ps.cond.Broadcast()
 	ps.mu.Unlock()
+	for _, ev := range sigs {
+		ev.Fire(ErrSessionOver)
+	}
 	for _, p := range by {
 		p.l.fail(ErrSessionOver)
 	}
@@ -197,15 +203,26 @@ func (ps *peers) close() {
 // exchange copies src to dst in device num's memory and waits until the
 // data is in place there.
 func (ps *peers) exchange(num int, dst plugin.Ptr, src []byte) error {
-	p, err := ps.get(num)
+	ch, err := ps.exchangeStart(num, dst, src)
 	if err != nil {
 		return err
+	}
+	return <-ch
+}
+
+// exchangeStart sends src to dst in device num's memory and returns
+// once it is written on their link (src may change then): the channel
+// says when the data is in place there.
+func (ps *peers) exchangeStart(num int, dst plugin.Ptr, src []byte) (chan error, error) {
+	p, err := ps.get(num)
+	if err != nil {
+		return nil, err
 	}
 	ch := make(chan error, 1)
 	p.mu.Lock()
 	if p.lost != nil {
 		p.mu.Unlock()
-		return p.lost
+		return nil, p.lost
 	}
 	p.next++
 	id := p.next
@@ -224,9 +241,9 @@ func (ps *peers) exchange(num int, dst plugin.Ptr, src []byte) error {
 		_, err = p.l.sendData(id, src, false)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: link to device %d: %v", plugin.ErrDeviceLost, num, err)
+		return nil, fmt.Errorf("%w: link to device %d: %v", plugin.ErrDeviceLost, num, err)
 	}
-	return <-ch
+	return ch, nil
 }
 
 // read serves a peer link: exchanges into our memory, and confirmations of
@@ -254,6 +271,7 @@ func (ps *peers) read(p *peer) {
 			orphans = append(orphans, si.ev)
 		}
 	}
+	orphans = append(orphans, ps.signalOrphans(p.num)...)
 	ps.mu.Unlock()
 	for _, ev := range orphans { // their device cannot tell us any more
 		ev.Fire(lost)
@@ -310,6 +328,8 @@ func (ps *peers) serve(p *peer) error {
 			}
 		case *proto.PeerEvent:
 			ps.fired(p.num, f.Wait, f.Status.Err())
+		case *proto.PeerSignal:
+			ps.gevent(p.num, f.Graph, f.Gen, f.Signal).Fire(f.Status.Err())
 		case *proto.XferDone:
 			ch, _ := take(&p.mu, p.waiting, f.Xfer)
 			if ch == nil {

@@ -88,6 +88,8 @@ type Session struct {
 	// other devices of the same host, by device number (under mu).
 	token uint64
 	sibs  map[int]*Session
+
+	graphs *sgraphs // the graph parts the host defined (graphserve.go), made at the first
 }
 
 // An Opener opens device index of those a proxying process serves (its
@@ -224,6 +226,7 @@ func (s *Session) close() {
 	s.emu.Unlock()
 	s.tell(held)
 	s.peers.close()
+	s.endGraphs()
 	for _, q := range qs {
 		q.Close()
 	}
@@ -505,6 +508,8 @@ func (s *Session) handle(m *proto.Msg, gen uint64) error {
 	case *proto.Sibling:
 		s.linkSibling(int(f.Peer), f.Token)
 		return nil
+	case *proto.GraphDef, *proto.GraphSet, *proto.GraphRun, *proto.GraphFree:
+		return s.graphFrame(f)
 	case *proto.Cancel: // the host's Stop began: kernels should end
 		s.stop.Stop()
 		if c, ok := s.servedDev().(plugin.Canceler); ok {

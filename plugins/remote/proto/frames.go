@@ -103,6 +103,11 @@ var newFrame = [tMax]func() Frame{
 	TCancel:       func() Frame { return new(Cancel) },
 	TStopLaunch:   func() Frame { return new(StopLaunch) },
 	TAddr:         func() Frame { return new(Addr) },
+	TGraphDef:     func() Frame { return new(GraphDef) },
+	TGraphSet:     func() Frame { return new(GraphSet) },
+	TGraphRun:     func() Frame { return new(GraphRun) },
+	TGraphFree:    func() Frame { return new(GraphFree) },
+	TPeerSignal:   func() Frame { return new(PeerSignal) },
 }
 
 // MaxSize bounds every byte count a frame gives (allocations, copies):

@@ -49,6 +49,11 @@ func everyFrame() []Frame {
 		&Announce{Gen: 3},
 		&RawBench{N: 1000, Size: 8, Stream: true},
 		&Cancel{},
+		&GraphDef{Graph: 3, Lanes: 2, Ops: AppendGraphOp(nil, &GraphOp{Op: GraphWait, Lane: 1, Signal: 4, Peer: 2})},
+		&GraphSet{Graph: 3, Args: AppendGraphArgs(nil, GraphArgs{Op: 5, Args: []byte{7}})},
+		&GraphRun{Graph: 3, Gen: 9, Event: 19, Args: []byte{1, 2}},
+		&GraphFree{Graph: 3},
+		&PeerSignal{Graph: 3, Gen: 9, Signal: 4, Status: st},
 	}
 }
 

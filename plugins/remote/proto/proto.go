@@ -34,7 +34,7 @@ import (
 
 // Version is the protocol version; a peer with another version is refused at
 // hello.
-const Version = 6
+const Version = 7
 
 // Magic opens every hello.
 const Magic = "GOFFLOAD"
@@ -97,12 +97,18 @@ const (
 	TAddr                         // →d Addr
 	TServe                        // →d Serve
 	TSibling                      // →d Sibling
+	TGraphDef                     // →d GraphDef
+	TGraphSet                     // →d GraphSet
+	TGraphRun                     // →d GraphRun
+	TGraphFree                    // →d GraphFree
+	TPeerSignal                   // peer PeerSignal
 	tMax
 )
 
 var typeNames = [...]string{"", "hello", "auth", "reply", "alloc", "free", "info", "closequeue", "submit", "pull",
 	"data", "retrieve", "xferdone", "exchange", "launch", "record", "wait", "sync", "syncdone", "event", "notify", "exit", "forget", "ping", "tag", "clock", "times",
-	"submitpulled", "submitpushed", "waitpeer", "peerput", "peerevent", "announce", "rawbench", "cancel", "stoplaunch", "addr", "serve", "sibling"}
+	"submitpulled", "submitpushed", "waitpeer", "peerput", "peerevent", "announce", "rawbench", "cancel", "stoplaunch", "addr", "serve", "sibling",
+	"graphdef", "graphset", "graphrun", "graphfree", "peersignal"}
 
 // String is the type's name.
 func (t Type) String() string {

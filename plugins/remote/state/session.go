@@ -22,6 +22,9 @@
 //     reads host memory after the event must see that data. Retrieves are
 //     numbered in the order they went out on the wire (Session.Sent), and
 //     the host acknowledges them in that order.
+//   - A recorded graph's part is defined before its first run, its
+//     arguments change only between runs, each run has a new generation,
+//     and a free lets it go once its runs are done (Graphs).
 //   - Every table that grows with the work shrinks with it (Len).
 package state
 

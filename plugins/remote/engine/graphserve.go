@@ -1,0 +1,508 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/goffload/offload/internal/waitpoll"
+	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/plugin/opqueue"
+	"github.com/goffload/offload/plugins/remote/proto"
+	"github.com/goffload/offload/plugins/remote/state"
+	"github.com/goffload/offload/plugins/remote/transport"
+)
+
+// The device side of recorded graphs: the parts the host defined
+// (GraphDef), each with lanes of its own, and their runs (GraphRun): one
+// frame enqueues every operation of the part on its lanes, the lanes wait
+// on each other's signals by local events and on other devices' by their
+// PeerSignal frames, and the host hears of the run once, as an Event.
+
+// sgraphs is a session's graph parts (state.Graphs: the rules), under mu.
+type sgraphs struct {
+	mu sync.Mutex
+	t  *state.Graphs[*gpart]
+}
+
+// gpart is a defined part: its lanes and operations.
+type gpart struct {
+	id    uint64
+	lanes []*opqueue.Queue
+	ops   []*gsop
+	sigs  map[uint32]int // signals its own lanes wait for: their index in a run's events
+	// remote are the other devices' signals its lanes wait for, each
+	// once a run however many lanes wait for it: their index in a run's
+	// stand-ins.
+	remote map[[2]uint32]int
+	// planned says which exchanges go on without waiting for their
+	// confirmation (plan), done at the first run; pend are each lane's
+	// exchanges unconfirmed, drain each lane's wait for them.
+	planned bool
+	pend    [][]chan error
+	drain   []func() error
+}
+
+// gsop is an operation of a part.
+type gsop struct {
+	op   uint8
+	lane int
+	k    plugin.Kernel
+	args []plugin.Arg // a launch's, changed between runs (GraphSet)
+	run  func() error // a launch's or an exchange's work
+	// async is an exchange to another device that does not wait for its
+	// confirmation (plan), nil for others.
+	async func() error
+	peer  int // an exchange's destination, a wait's signalling device
+	sig   uint32
+	to    []int // a signal's other devices
+	ev    int   // a signal's or a wait's local event, or -1
+	rev   int   // a wait's stand-in for another device's signal, or -1
+	// drainFirst says the lane's unconfirmed exchanges are waited for
+	// before the operation (plan).
+	drainFirst bool
+}
+
+func (s *Session) graphTable() *sgraphs {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.graphs == nil {
+		s.graphs = &sgraphs{t: state.NewGraphs[*gpart]()}
+	}
+	return s.graphs
+}
+
+// graphFrame serves a GraphDef, GraphSet, GraphRun or GraphFree frame.
+func (s *Session) graphFrame(f proto.Frame) error {
+	gs := s.graphTable()
+	switch f := f.(type) {
+	case *proto.GraphDef:
+		if s.srv != nil {
+			return fmt.Errorf("%w: graph %d on a device that serves %s: a proxied device replays operation by operation", proto.ErrFrame, f.Graph, s.srv.label)
+		}
+		ops, err := proto.DecodeGraphOps(f.Ops, int(f.Lanes))
+		if err != nil {
+			return err
+		}
+		gs.mu.Lock()
+		p, err := gs.t.Define(f.Graph, func() *gpart { return &gpart{id: f.Graph, sigs: map[uint32]int{}, remote: map[[2]uint32]int{}} })
+		gs.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		return s.defineOps(p, int(f.Lanes), ops)
+	case *proto.GraphSet:
+		gs.mu.Lock()
+		p, err := gs.t.Set(f.Graph)
+		gs.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		return s.setArgs(p, f.Args)
+	case *proto.GraphRun:
+		gs.mu.Lock()
+		p, err := gs.t.Run(f.Graph, f.Gen, len(f.Args) > 0)
+		gs.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if err := s.setArgs(p, f.Args); err != nil {
+			return err
+		}
+		return s.runGraph(p, f.Gen, f.Event)
+	case *proto.GraphFree:
+		gs.mu.Lock()
+		p, drop, err := gs.t.Free(f.Graph)
+		gs.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if drop {
+			go p.close()
+		}
+	}
+	return nil
+}
+
+// defineOps adds ops to p, on lanes lanes.
+func (s *Session) defineOps(p *gpart, lanes int, ops []proto.GraphOp) error {
+	for len(p.lanes) < lanes {
+		p.lanes = append(p.lanes, opqueue.New())
+	}
+	for _, o := range ops {
+		if int(o.Lane) >= len(p.lanes) {
+			return fmt.Errorf("%w: graph %d: operation on lane %d of %d", proto.ErrFrame, p.id, o.Lane, len(p.lanes))
+		}
+		g := &gsop{op: o.Op, lane: int(o.Lane), peer: int(o.Peer), sig: o.Signal, ev: -1, rev: -1}
+		switch o.Op {
+		case proto.GraphLaunch:
+			if int(o.Kernel) >= len(s.img.Kernels) {
+				return fmt.Errorf("%w: graph %d: kernel index %d, the device has %d kernels", proto.ErrFrame, p.id, o.Kernel, len(s.img.Kernels))
+			}
+			g.k = s.img.Kernels[o.Kernel]
+			args, err := proto.DecodeArgs(o.Args, g.k)
+			if err != nil {
+				return fmt.Errorf("%w: graph %d: %w", proto.ErrFrame, p.id, err)
+			}
+			g.args = args
+		case proto.GraphExchange:
+			g.run = s.graphExchange(int(o.Peer), plugin.Ptr(o.Dst), plugin.Ptr(o.Src), int64(o.Size))
+			if int(o.Peer) != s.num {
+				g.async = s.graphExchangeAsync(p, int(o.Lane), int(o.Peer), plugin.Ptr(o.Dst), plugin.Ptr(o.Src), int64(o.Size))
+			}
+		case proto.GraphSignal:
+			for _, t := range o.To {
+				if int(t) == s.num {
+					g.ev = len(p.sigs)
+					p.sigs[o.Signal] = g.ev
+				} else {
+					g.to = append(g.to, int(t))
+				}
+			}
+		case proto.GraphWait:
+			if g.peer == s.num {
+				ev, ok := p.sigs[o.Signal]
+				if !ok {
+					return fmt.Errorf("%w: graph %d: a wait for signal %d, which no lane of the device gives before it", proto.ErrFrame, p.id, o.Signal)
+				}
+				g.ev = ev
+				break
+			}
+			k := [2]uint32{o.Peer, o.Signal}
+			i, ok := p.remote[k]
+			if !ok {
+				i = len(p.remote)
+				p.remote[k] = i
+			}
+			g.rev = i
+		}
+		if o.Op == proto.GraphLaunch {
+			g.run = func() error { return s.graphLaunch(g) }
+		}
+		p.ops = append(p.ops, g)
+	}
+	return nil
+}
+
+// setArgs changes the arguments of p's launches as b (EncodeGraphArgs)
+// says; no run of p is in flight.
+func (s *Session) setArgs(p *gpart, b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	sets, err := proto.DecodeGraphArgs(b)
+	if err != nil {
+		return err
+	}
+	for _, a := range sets {
+		if int(a.Op) >= len(p.ops) || p.ops[a.Op].op != proto.GraphLaunch {
+			return fmt.Errorf("%w: graph %d: arguments for operation %d, which is no launch", proto.ErrFrame, p.id, a.Op)
+		}
+		op := p.ops[a.Op]
+		args, err := proto.DecodeArgs(a.Args, op.k)
+		if err != nil {
+			return fmt.Errorf("%w: graph %d: %w", proto.ErrFrame, p.id, err)
+		}
+		op.args = args
+	}
+	return nil
+}
+
+// graphLaunch runs op's kernel, counted among the kernels computing.
+func (s *Session) graphLaunch(op *gsop) error {
+	ctx := s.kctx
+	if ctx == nil { // a session driven without hello (tests)
+		ctx = plugin.NewKernelCtx(s.num, s.pool).WithStop(s.stop)
+	}
+	transport.KernelStarted()
+	err := op.k.Launch(ctx, op.args, s.mem.Bytes)
+	if transport.KernelEnded() {
+		s.l.kick() // the host's next frame comes soon: a parked reader polls for it
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.name(), err)
+	}
+	return nil
+}
+
+// graphExchange is an exchange's work: within the device, or to device
+// peer over their link.
+func (s *Session) graphExchange(peer int, dst, src plugin.Ptr, size int64) func() error {
+	return func() error {
+		from, err := s.mem.Bytes(src, size)
+		if err != nil {
+			return err
+		}
+		if peer != s.num {
+			if err := s.peers.exchange(peer, dst, from); err != nil {
+				return fmt.Errorf("%s: exchange to device %d: %w", s.name(), peer, err)
+			}
+			return nil
+		}
+		to, err := s.mem.Bytes(dst, size)
+		if err != nil {
+			return err
+		}
+		copy(to, from)
+		return nil
+	}
+}
+
+// graphExchangeAsync is an exchange's work to device peer that leaves
+// the confirmation for lane's next drain.
+func (s *Session) graphExchangeAsync(p *gpart, lane, peer int, dst, src plugin.Ptr, size int64) func() error {
+	return func() error {
+		from, err := s.mem.Bytes(src, size)
+		if err != nil {
+			return err
+		}
+		ch, err := s.peers.exchangeStart(peer, dst, from)
+		if err != nil {
+			return fmt.Errorf("%s: exchange to device %d: %w", s.name(), peer, err)
+		}
+		p.pend[lane] = append(p.pend[lane], ch)
+		return nil
+	}
+}
+
+// grun is a run of a part in flight.
+type grun struct {
+	s    *Session
+	p    *gpart
+	gen  uint64
+	id   uint64 // the host's event for the run's end
+	ev   *opqueue.Event
+	mu   sync.Mutex
+	left int
+	err  error
+}
+
+// runGraph enqueues run gen of p on its lanes; event is the host's event
+// that its end fires.
+func (s *Session) runGraph(p *gpart, gen, event uint64) error {
+	if !p.planned {
+		s.plan(p)
+	}
+	r := &grun{s: s, p: p, gen: gen, id: event, ev: opqueue.NewEvent(), left: len(p.lanes)}
+	s.emu.Lock()
+	err := s.evs.Record(event, r.ev)
+	s.emu.Unlock()
+	if err != nil {
+		return fmt.Errorf("%w: graph %d: %w", proto.ErrFrame, p.id, err)
+	}
+	r.ev.Arm()
+	evs := make([]*opqueue.Event, len(p.sigs))
+	rem := make([]*opqueue.Event, len(p.remote))
+	for _, op := range p.ops {
+		q := p.lanes[op.lane]
+		var err error
+		if op.drainFirst {
+			if err := q.Do(p.drain[op.lane]); err != nil {
+				return fmt.Errorf("graph %d: %w", p.id, err)
+			}
+		}
+		switch op.op {
+		case proto.GraphLaunch, proto.GraphExchange:
+			err = q.Do(op.run)
+		case proto.GraphSignal:
+			if op.ev >= 0 {
+				evs[op.ev] = opqueue.NewEvent()
+				err = q.Record(evs[op.ev])
+			}
+			if len(op.to) > 0 && err == nil {
+				to, sig := op.to, op.sig
+				err = q.Mark(false, func(failed error) error {
+					for _, t := range to {
+						s.peers.signal(t, p.id, gen, sig, failed)
+					}
+					return nil
+				})
+			}
+		case proto.GraphWait:
+			var ev *opqueue.Event
+			if op.ev >= 0 {
+				ev = evs[op.ev]
+			} else {
+				if rem[op.rev] == nil { // one stand-in a run: it is touched by one wait
+					rem[op.rev] = s.peers.gevent(op.peer, p.id, gen, op.sig)
+				}
+				ev = rem[op.rev]
+			}
+			err = q.Do(func() error { return spinWait(ev) })
+		}
+		if err != nil { // a lane closed under the run: the session is ending
+			return fmt.Errorf("graph %d: %w", p.id, err)
+		}
+	}
+	for l, q := range p.lanes {
+		if err := q.Mark(true, func(failed error) error { return r.laneDone(l, failed) }); err != nil {
+			return fmt.Errorf("graph %d: %w", p.id, err)
+		}
+	}
+	return nil
+}
+
+// laneDone is a lane's end of the run, with the lane's first error: the
+// last one tells the host.
+func (r *grun) laneDone(lane int, failed error) error {
+	if err := r.p.drain[lane](); failed == nil {
+		failed = err
+	}
+	r.mu.Lock()
+	if r.err == nil {
+		r.err = failed
+	}
+	r.left--
+	last, err := r.left == 0, r.err
+	r.mu.Unlock()
+	if !last {
+		return nil
+	}
+	s := r.s
+	gs := s.graphTable()
+	gs.mu.Lock()
+	_, drop := gs.t.Done(r.p.id)
+	gs.mu.Unlock()
+	if drop {
+		go r.p.close() // not on a lane's own goroutine: Close waits for it
+	}
+	s.emu.Lock()
+	now := s.evs.Fire(r.id, err)
+	s.emu.Unlock()
+	r.ev.Fire(err)
+	s.tell(now)
+	s.l.sendSoon(&proto.Event{Event: r.id, Status: proto.StatusOf(err)}) // a failure is the link's, seen by the reader
+	return nil
+}
+
+// close ends p's lanes.
+func (p *gpart) close() {
+	for _, q := range p.lanes {
+		q.Close()
+	}
+}
+
+// endGraphs forgets the session's parts: it is over.
+func (s *Session) endGraphs() {
+	s.mu.Lock()
+	gs := s.graphs
+	s.mu.Unlock()
+	if gs == nil {
+		return
+	}
+	gs.mu.Lock()
+	all := gs.t.End()
+	gs.mu.Unlock()
+	for _, p := range all {
+		go p.close()
+	}
+}
+
+// GraphParts is how many graph parts the session holds (tests: the table
+// shrinks with the frees).
+func (s *Session) GraphParts() int {
+	gs := s.graphTable()
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	return gs.t.Len()
+}
+
+// plan finds the exchanges to another device that are followed on their
+// lane by a signal for that device alone: the signal travels their link
+// behind the data, which the device puts in place before it reads the
+// signal, so the lane goes on without waiting for the confirmation. The
+// lane's next operation after the signal waits for it, and so does the
+// lane's end.
+func (s *Session) plan(p *gpart) {
+	p.planned = true
+	p.pend = make([][]chan error, len(p.lanes))
+	p.drain = make([]func() error, len(p.lanes))
+	for l := range p.lanes {
+		p.drain[l] = func() error {
+			var first error
+			for _, ch := range p.pend[l] {
+				if err := spinRecv(ch); err != nil && first == nil {
+					first = err
+				}
+			}
+			p.pend[l] = p.pend[l][:0]
+			if first != nil {
+				return fmt.Errorf("%s: exchange: %w", s.name(), first)
+			}
+			return nil
+		}
+	}
+	last := make([]*gsop, len(p.lanes)) // each lane's operation before
+	owed := make([]bool, len(p.lanes))  // the lane's next operation drains
+	for _, op := range p.ops {
+		l := op.lane
+		prev := last[l]
+		last[l] = op
+		if op.op == proto.GraphSignal && op.ev < 0 && len(op.to) == 1 && prev != nil && prev.op == proto.GraphExchange && prev.peer == op.to[0] && prev.async != nil {
+			prev.run = prev.async
+			owed[l] = true
+			continue
+		}
+		if owed[l] {
+			op.drainFirst, owed[l] = true, false
+		}
+	}
+}
+
+// spinWait waits for ev on a lane's goroutine: it polls for the spin
+// budget while no kernel computes in the process, so that a signal that
+// comes soon (the other device's next step) is taken without the wake-up
+// of a parked goroutine, then parks.
+func spinWait(ev *opqueue.Event) error {
+	var err error
+	if spin(func() bool {
+		var fired bool
+		fired, err = ev.Query()
+		return fired
+	}) {
+		return err
+	}
+	return ev.Synchronize()
+}
+
+// spinRecv is spinWait for an exchange's confirmation.
+func spinRecv(ch chan error) error {
+	var err error
+	if spin(func() bool {
+		select {
+		case err = <-ch:
+			return true
+		default:
+			return false
+		}
+	}) {
+		return err
+	}
+	return <-ch
+}
+
+// spin polls done for the spin budget while no kernel computes in the
+// process, and reports whether it said done.
+func spin(done func() bool) bool {
+	budget := transport.SpinBudget()
+	if budget <= 0 {
+		return done()
+	}
+	var start time.Time
+	for i := 0; ; i++ {
+		if done() {
+			return true
+		}
+		if transport.Computing() {
+			return false
+		}
+		if i%8 == 0 {
+			if start.IsZero() {
+				start = time.Now()
+			} else if time.Since(start) > budget {
+				return false
+			}
+		}
+		waitpoll.Pause(i)
+	}
+}
