@@ -131,10 +131,7 @@ func New() *Queue {
 func (q *Queue) await(ev *Event) error {
 	ev.mu.Lock()
 	if !ev.fired {
-		if ev.then == nil {
-			ev.then = ev.then1[:0]
-		}
-		ev.then = append(ev.then, fireCall{fx: wakeUp, x: q.wake})
+		ev.thenLocked(fireCall{fx: wakeUp, x: q.wake})
 		ev.mu.Unlock()
 		<-q.wake
 		ev.mu.Lock()
@@ -452,11 +449,17 @@ func (e *Event) onFire(c fireCall) {
 		c.run()
 		return
 	}
+	e.thenLocked(c)
+	e.mu.Unlock()
+}
+
+// thenLocked adds c to what runs when e fires, which it has not; e.mu is
+// held.
+func (e *Event) thenLocked(c fireCall) {
 	if e.then == nil {
 		e.then = e.then1[:0]
 	}
 	e.then = append(e.then, c)
-	e.mu.Unlock()
 }
 
 // Done is closed when the event fires. It is never closed for an event
