@@ -21,11 +21,14 @@ import (
 // other architectures"): this amd64 host serves tcp:// devices that are
 // builds of the same code for arm64, riscv64 and ppc64le, run under
 // qemu-user on loopback, and is refused by builds whose memory differs
-// (386, natively; s390x, big-endian, under qemu). Without qemu-user the
+// (arm, 32-bit, and s390x, big-endian, under qemu). Without qemu-user the
 // tests skip, unless GOFFLOAD_REQUIRE_QEMU=1 (scripts/test installs it).
 
 // qemuFor is the qemu-user emulator of each GOARCH the tests build for.
+// The 32-bit device is arm, not 386: an amd64 kernel without IA32
+// emulation cannot exec 386 programs, and qemu-i386 crashes Go's.
 var qemuFor = map[string]string{
+	"arm":     "qemu-arm",
 	"arm64":   "qemu-aarch64",
 	"riscv64": "qemu-riscv64",
 	"ppc64le": "qemu-ppc64le",
@@ -33,7 +36,7 @@ var qemuFor = map[string]string{
 }
 
 // archRunner returns the command prefix that runs a GOARCH=arch program
-// here: nothing for 386 (amd64 runs it), qemu-user's emulator otherwise.
+// here: qemu-user's emulator for arch.
 // It skips t where this host is not amd64 or the emulator is missing; under
 // GOFFLOAD_REQUIRE_QEMU=1 a missing emulator fails t instead.
 func archRunner(t *testing.T, arch string) []string {
@@ -43,9 +46,6 @@ func archRunner(t *testing.T, arch string) []string {
 	}
 	if testing.Short() {
 		t.Skip("-short: builds for other architectures and runs them under qemu-user")
-	}
-	if arch == "386" {
-		return nil
 	}
 	q := qemuFor[arch]
 	path, err := exec.LookPath(q)
@@ -213,7 +213,7 @@ func TestArchValues(t *testing.T) {
 
 // TestArchRefused: device processes whose memory is laid out otherwise
 // are refused at hello, with an error that names the kernel, the
-// parameter and the type: a 386 build (int is 4 bytes) and an s390x one
+// parameter and the type: an arm build (32-bit: int is 4 bytes) and an s390x one
 // (big-endian). Nothing runs on them.
 func TestArchRefused(t *testing.T) {
 	dir := t.TempDir()
@@ -222,9 +222,9 @@ func TestArchRefused(t *testing.T) {
 		arch string
 		want []string
 	}{
-		{"386", []string{
-			"the device (386: 32-bit, little-endian)",
-			`kernel "archcheck.scalars", its int parameter: int is 8 bytes on the host (amd64), 4 on the device (386)`,
+		{"arm", []string{
+			"the device (arm: 32-bit, little-endian)",
+			`kernel "archcheck.scalars", its int parameter: int is 8 bytes on the host (amd64), 4 on the device (arm)`,
 		}},
 		{"s390x", []string{
 			"the device (s390x: 64-bit, big-endian)",
