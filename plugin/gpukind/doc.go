@@ -1,6 +1,6 @@
-// Package gpukind is the base a GPU device kind is built on: what the cuda
-// and opencl kinds would otherwise each write, so that a kind keeps only
-// its driver's calls. A third kind (HIP, Level Zero), in this module or
+// Package gpukind is the base a GPU device kind is built on. It holds what
+// the cuda and opencl kinds would otherwise each write, so that a kind keeps
+// only its driver's calls. A third kind (HIP, Level Zero), in this module or
 // another, can be written on it.
 //
 // It gives a kind:
@@ -25,13 +25,14 @@
 //   - GoParam, GoType, Plural and Dialect: the names that checks of device
 //     code against a kernel's Go parameters give in their errors.
 //
-// Who promises what: the kind implements EventDriver, Memory and Issuer
-// with its driver, and promises that their errors are already in the
-// plugin contract's terms; its issuer fires each recorded event once
-// (Event.Fire) and drops the references it was given (Event.Unref). This
-// package then keeps the contract's rules for events and queues: an event
-// fires once, a wait on an event never recorded is plugin.ErrNotRecorded,
-// a handle is released only when closed, unreferenced and complete, and
-// errors name the device. Types and functions are safe for concurrent use
-// unless they say otherwise.
+// Who promises what: the kind implements EventDriver, Memory and Issuer with
+// its driver. It promises that their errors are already in the plugin
+// contract's terms. Its issuer fires each recorded event once (Event.Fire).
+// It drops the references it was given (Event.Unref).
+//
+// This package then keeps the contract's rules for events and queues. An
+// event fires once. A wait on an event never recorded is
+// plugin.ErrNotRecorded. A handle is released only when closed, unreferenced
+// and complete. Errors name the device. Types and functions are safe for
+// concurrent use unless they say otherwise.
 package gpukind
