@@ -30,9 +30,9 @@
 // plugin.ErrBadKernel and plugin.ErrUnsupported). So does launching a kernel
 // whose PTX did not load.
 //
-// A launch passes the kernel's parameters in order, each as the PTX entry
-// declares it. (plugin.Kernel.Params: after the Ctx, a struct holding slices
-// as its fields.)
+// A launch passes the kernel's parameters in order (plugin.Kernel.Params:
+// after the Ctx, a struct holding slices as its fields). Each goes as the PTX
+// entry declares it:
 //
 //   - a slice: its device address, 8 bytes (.param .u64); its length is
 //     not passed (give it as a scalar parameter);
