@@ -6,16 +6,18 @@
 // enqueued, and [Op] describes it. What a kind does then depends on its
 // clock, the one part that is the kind's own:
 //
-//   - A kind whose queues run on the host's clock (the host kind, and a
-//     device process, whose clock is its own process's) times the
-//     operation where it runs, with the function [Timed] returns (opqueue's
-//     DoTimed takes it), which reports the operation's start, end and
-//     failure to the kind's report function: the Tracer's Report, for the
-//     host kind; a message to the host, for a device process.
-//   - A kind whose device has a clock of its own (a GPU, a device process
-//     seen from the host) reads the device's times when it can, places
-//     them on the host's clock by its own estimate, and reports them with
-//     [Tracer.Report] in each queue's order, kept by an [Order].
+//   - Some kinds' queues run on the host's clock: the host kind, and a
+//     device process, whose clock is its own process's. Such a kind times
+//     the operation where it runs, with the function [Timed] returns
+//     (opqueue's DoTimed takes it). That function reports the operation's
+//     start, end and failure to the kind's report function. For the host
+//     kind that is the Tracer's Report; for a device process, a message to
+//     the host.
+//   - Some kinds' devices have a clock of their own: a GPU, or a device
+//     process seen from the host. Such a kind reads the device's times when
+//     it can and places them on the host's clock by its own estimate. It
+//     reports them with [Tracer.Report] in each queue's order, kept by an
+//     [Order].
 //
 // Every type here is safe for concurrent use unless it says otherwise.
 package optrace

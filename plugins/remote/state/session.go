@@ -13,18 +13,18 @@
 //   - Loss fails everything registered (Host.Lose): after a loss nothing
 //     new registers, and nothing registered is forgotten.
 //   - A wait is never overtaken by the forgetting of its event
-//     (Host.Wait, Host.Close, Host.Heard): the device forgets an event only
-//     once the host heard it fired and closed it, and the forget goes out
-//     after every wait queued for it; a wait on a failed event the device
-//     may have forgotten fails on the host.
+//     (Host.Wait, Host.Close, Host.Heard). The device forgets an event only
+//     once the host heard it fired and closed it. The forget goes out after
+//     every wait queued for it. A wait on a failed event that the device may
+//     have forgotten fails on the host.
 //   - A peer hears of an event only once the host has every retrieve sent
-//     before the event fired (Session.Fire, Session.Acked): a peer that
+//     before the event fired (Session.Fire, Session.Acked). A peer that
 //     reads host memory after the event must see that data. Retrieves are
-//     numbered in the order they went out on the wire (Session.Sent), and
-//     the host acknowledges them in that order.
-//   - A recorded graph's part is defined before its first run, its
-//     arguments change only between runs, each run has a new generation,
-//     and a free lets it go once its runs are done (Graphs).
+//     numbered in the order they went out on the wire (Session.Sent). The
+//     host acknowledges them in that order.
+//   - A recorded graph's part is defined before its first run. Its
+//     arguments change only between runs. Each run has a new generation. A
+//     free lets the part go once its runs are done (Graphs).
 //   - Every table that grows with the work shrinks with it (Len).
 package state
 
