@@ -80,10 +80,10 @@ func (w timesTo) send(o plugin.OpTime) {
 
 // clock places the device's clock readings on the host's: host = device +
 // off. Probes (TClock round trips) and timed operations prove bounds on off.
-// Probes are sent when tracing starts and every second after. The device read
-// its clock after the host sent the probe, and before the answer came. An
-// operation's tag came after the host sent it. Its record was sent before it
-// came.
+// Probes are sent when tracing starts and every second after. The bounds rest
+// on three facts. The device read its clock after the host sent the probe,
+// and before the answer came. An operation's tag came after the host sent it.
+// Its record was sent before it came.
 //
 // off is the lower bound. It only grows, so that a device's operations keep
 // their order and durations on the host's clock. A queue's track never
