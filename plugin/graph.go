@@ -71,13 +71,12 @@ type GraphOp struct {
 
 // GraphRunner is a defined graph part.
 type GraphRunner interface {
-	// Run runs the part again as run gen of the graph (the same gen in
-	// every part of one replay, a new one each replay), with args: each
-	// launch's scalars are read from args at its ArgAt (its device
-	// addresses must be the defined ones). The returned event fires when
-	// every lane is done, with the first error of any. The core starts a
-	// graph's next run only once the last one's events fired on every
-	// device.
+	// Run runs the part again as run gen of the graph, with args. gen is the
+	// same in every part of one replay, and a new one each replay. Each
+	// launch's scalars are read from args at its ArgAt. Its device addresses
+	// must be the defined ones. The returned event fires when every lane is
+	// done, with the first error of any. The core starts a graph's next run
+	// only once the last one's events fired on every device.
 	Run(gen uint64, args []Arg) (Event, error)
 	// Free forgets the part on the device, once its runs are done. The
 	// runner is not used after.

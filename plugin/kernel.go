@@ -163,13 +163,13 @@ type DeviceCode struct {
 	Format string
 	Image  []byte
 	Entry  string
-	// Generated says the code is OpenCL C that cmd/goffload-gen made
-	// from the kernel's Go body, or PTX that clang made of that OpenCL C
-	// (format "ptx"). Its entry then takes more parameters
-	// after the kernel's: the length of each slice parameter, in order, as
-	// a long, for each of Globals its device copy (a global pointer) and
-	// its length (a long), the device's number as a long (ctx.Device()),
-	// then a fault record (a global long *, four words).
+	// Generated says the code is OpenCL C that cmd/goffload-gen made from the
+	// kernel's Go body, or PTX that clang made of that OpenCL C (format
+	// "ptx"). Its entry then takes more parameters after the kernel's. First
+	// comes the length of each slice parameter, in order, as a long. For each
+	// of Globals come its device copy (a global pointer) and its length (a
+	// long). Then comes the device's number as a long (ctx.Device()). Last is
+	// a fault record (a global long *, four words).
 	Generated bool
 	// Globals are the declare target variables generated code uses, by
 	// the names they were declared with.

@@ -1,9 +1,9 @@
 // Package firepoll fires the functions given to a driver event's OnFire
-// (plugin.FireNotifier) for device kinds whose driver can only be asked
-// whether an event is complete (CUDA's cuEventQuery, OpenCL's
-// clGetEventInfo): one goroutine per device polls the watched events while
-// there are any, so the core needs no goroutine, and no OS thread blocked
-// in the driver, per task.
+// (plugin.FireNotifier). It is for device kinds whose driver can only be
+// asked whether an event is complete. Examples are CUDA's cuEventQuery and
+// OpenCL's clGetEventInfo. One goroutine per device polls the watched events
+// while there are any. So the core needs no goroutine per task, and no OS
+// thread blocked in the driver.
 package firepoll
 
 import (
@@ -25,8 +25,8 @@ type watch struct {
 	f     func()
 }
 
-// Add runs f once fired reports true, on the poller's goroutine, which it
-// starts if none runs. fired must not block; it is called until it
+// Add runs f once fired reports true, on the poller's goroutine. It starts
+// that goroutine if none runs. fired must not block. It is called until it
 // reports true, and f once after that.
 func (p *Poller) Add(fired func() bool, f func()) {
 	p.mu.Lock()
@@ -38,9 +38,9 @@ func (p *Poller) Add(fired func() bool, f func()) {
 	p.mu.Unlock()
 }
 
-// loop polls the watched events until none is left: right away again
-// after a round that fired one, yielding for a while after rounds that did
-// not, then sleeping briefly between rounds.
+// loop polls the watched events until none is left. After a round that fired
+// one, it polls again right away. After rounds that did not, it yields for a
+// while, then sleeps briefly between rounds.
 func (p *Poller) loop() {
 	idle := 0
 	for {

@@ -10,8 +10,8 @@ import (
 )
 
 // Memory is a device's allocator, as Device's Alloc and Free call it. The
-// kind promises errors in the plugin contract's terms, without the
-// device's label (Device adds it).
+// kind promises errors in the plugin contract's terms. They lack the device's
+// label: Device adds it.
 type Memory interface {
 	Alloc(size int64) (plugin.Ptr, error)
 	Free(p plugin.Ptr) error
@@ -20,18 +20,18 @@ type Memory interface {
 	Check(p plugin.Ptr, size int64) error
 }
 
-// Device is what a GPU kind's devices share: the device's state, its
-// events, and its loaded image (Kernels, under Mu). A kind's device embeds
-// one, made ready by Init, and gets from it plugin.Device's Alloc, Free
-// and NewEvent, plugin.KernelChecker, plugin.ForeignEventWaiter and
-// plugin.LostReporter; it adds Info, Load, NewQueue and Close.
+// Device is what a GPU kind's devices share: the device's state, its events,
+// and its loaded image (Kernels, under Mu). A kind's device embeds one, made
+// ready by Init. From it the device gets plugin.Device's Alloc, Free and
+// NewEvent. It gets plugin.KernelChecker, plugin.ForeignEventWaiter and
+// plugin.LostReporter too. The kind adds Info, Load, NewQueue and Close.
 type Device[H, F comparable] struct {
 	St     devstate.State // the label, closed, lost
 	Desc   plugin.Info    // what Info returns
 	Events Events[H]
-	// Emulate makes Load run the Go bodies of kernels without device
-	// code on the host (Emulate), for tests; Stop, if not nil, is their
-	// contexts' stop signal (plugin.Canceler). Set before Load.
+	// Emulate makes Load run the Go bodies of kernels without device code on
+	// the host (Emulate), for tests. Stop, if not nil, is their contexts'
+	// stop signal (plugin.Canceler). Set both before Load.
 	Emulate bool
 	Stop    *plugin.StopSignal
 	// Mu guards Kernels, and what the kind loads with it.
@@ -41,9 +41,8 @@ type Device[H, F comparable] struct {
 	mem Memory
 }
 
-// Init makes d ready: mem allocates its memory, drv is its events'
-// driver, and domain says whose events its queues can wait on (see
-// Events.Init).
+// Init makes d ready. mem allocates its memory, and drv is its events'
+// driver. domain says whose events its queues can wait on (see Events.Init).
 func (d *Device[H, F]) Init(mem Memory, drv EventDriver[H], domain any) {
 	d.mem = mem
 	d.Kernels.Num = -1
@@ -61,15 +60,14 @@ type Format struct {
 	Method string // how a program gives it: "offload.Kernel.PTX"
 }
 
-// Load loads img as the device's image, for the kind's
-// plugin.Device.Load: the device is number num of the program, labelled
-// label from then on. Under Mu, it starts the emulate mode if Emulate is
-// set (Desc.Cores becomes its workers) and sets each kernel: one with code
-// of format f from load; the declare target bind kernel without code as
-// Bind (unless emulated); any other kernel without code as one that runs
-// its Go body in the emulate mode, and else fails its launches with an
-// error saying it has no code (wrapping plugin.ErrBadKernel and
-// plugin.ErrUnsupported).
+// Load loads img as the device's image, for the kind's plugin.Device.Load.
+// The device is number num of the program, labelled label from then on. Under
+// Mu, Load starts the emulate mode if Emulate is set; Desc.Cores becomes its
+// workers. Then it sets each kernel. One with code of format f gets it from
+// load. The declare target bind kernel without code is set as Bind (unless
+// emulated). Any other kernel without code runs its Go body in the emulate
+// mode. Else its launches fail with an error saying it has no code. That
+// error wraps plugin.ErrBadKernel and plugin.ErrUnsupported.
 func (d *Device[H, F]) Load(img *plugin.Image, num int, label string, f Format, load func(k plugin.Kernel, code plugin.DeviceCode) Kernel[F]) error {
 	d.Mu.Lock()
 	defer d.Mu.Unlock()
@@ -129,7 +127,8 @@ func (d *Device[H, F]) NewEvent() (plugin.Event, error) { return d.Events.NewEve
 func (d *Device[H, F]) Alive() error { return d.St.Alive() }
 
 // CanWait reports whether the device's queues can wait on ev
-// (plugin.ForeignEventWaiter): an event of a device of the same domain.
+// (plugin.ForeignEventWaiter). They can for an event of a device of the same
+// domain.
 func (d *Device[H, F]) CanWait(ev plugin.Event) bool { return d.Events.CanWait(ev) }
 
 // Kernel returns how the device launches k, or why it cannot.
@@ -139,9 +138,9 @@ func (d *Device[H, F]) Kernel(k plugin.Kernel) (Kernel[F], error) {
 	return d.Kernels.Lookup(&d.St, k)
 }
 
-// CanLaunch reports whether the device can launch k: it has device code
-// the device loaded, or the emulate mode runs its Go body
-// (plugin.KernelChecker).
+// CanLaunch reports whether the device can launch k (plugin.KernelChecker).
+// It can if it loaded device code for k, or if the emulate mode runs k's Go
+// body.
 func (d *Device[H, F]) CanLaunch(k plugin.Kernel) error {
 	_, err := d.Kernel(k)
 	return err

@@ -7,12 +7,12 @@ import (
 	"github.com/goffload/offload/plugin"
 )
 
-// EmulatedMemory is what Emulate asks of a device's memory. The kind
-// promises that Read and Write are done when they return, and that their
+// EmulatedMemory is what Emulate asks of a device's memory. The kind promises
+// that Read and Write are done when they return. It promises that their
 // errors are in the plugin contract's terms.
 type EmulatedMemory interface {
-	// Allocation returns the base and size of the live allocation that
-	// p lies in; false if there is none.
+	// Allocation returns the base and size of the live allocation that p lies
+	// in. It returns false if there is none.
 	Allocation(p plugin.Ptr) (base plugin.Ptr, size int64, ok bool)
 	// Read copies len(dst) bytes of device memory at src to dst.
 	Read(dst []byte, src plugin.Ptr) error
@@ -20,15 +20,17 @@ type EmulatedMemory interface {
 	Write(dst plugin.Ptr, src []byte) error
 }
 
-// Emulate runs k's Go body on the host with kctx, over copies of the
-// allocations its slice arguments lie in, for a kind's emulate mode (tests
-// that run kernels written in Go only on a driver's memory, queues and
-// events). The caller has waited for the queue's work before the launch.
-// Only the arguments' own bytes are copied in, and only those of the
-// arguments it may write are copied back: the rest of their allocations
-// may be another task's meanwhile (depend clauses order tasks by the
-// sections they name). timed, if not nil, gets the body's times on the
-// host's clock and its error. The errors name the kernel, not the device.
+// Emulate runs k's Go body on the host with kctx, for a kind's emulate mode.
+// It runs it over copies of the allocations its slice arguments lie in. The
+// mode is for tests that run kernels written in Go only on a driver's memory,
+// queues and events. The caller has waited for the queue's work before the
+// launch.
+//
+// Only the arguments' own bytes are copied in. Only those of the arguments it
+// may write are copied back. The rest of their allocations may be another
+// task's meanwhile: depend clauses order tasks by the sections they name.
+// timed, if not nil, gets the body's times on the host's clock and its error.
+// The errors name the kernel, not the device.
 func Emulate(k plugin.Kernel, args []plugin.Arg, kctx *plugin.KernelCtx, m EmulatedMemory, timed func(start, end time.Time, err error)) error {
 	type hostCopy struct {
 		base plugin.Ptr

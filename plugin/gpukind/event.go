@@ -9,40 +9,40 @@ import (
 	"github.com/goffload/offload/plugin/firepoll"
 )
 
-// EventDriver is what a device's events ask of the kind's driver about
-// their handles, of type H (a CUDA event, a cl_event). The kind promises
-// that its methods return errors already in the plugin contract's terms,
-// with the device's label: the events return them as they are.
+// EventDriver is what a device's events ask of the kind's driver about their
+// handles. The handles are of type H (a CUDA event, a cl_event). The kind
+// promises that its methods return errors already in the plugin contract's
+// terms, with the device's label. The events return them as they are.
 type EventDriver[H comparable] interface {
-	// Done reports whether the work before h is complete. After an
-	// error the event counts as fired, with that error.
+	// Done reports whether the work before h is complete. After an error the
+	// event counts as fired, with that error.
 	Done(h H) (bool, error)
-	// Wait blocks until the work before h is complete, and reports it
-	// as Done does.
+	// Wait blocks until the work before h is complete. It reports that as
+	// Done does.
 	Wait(h H) (bool, error)
 	// Release takes h back: nothing refers to it any more. The kind may
 	// keep it for a later NewHandle.
 	Release(h H)
 }
 
-// A HandleMaker is an EventDriver whose handles are made with the event
-// (a CUDA event), not when the record is issued (Event.SetHandle, as an
-// OpenCL marker's cl_event is).
+// A HandleMaker is an EventDriver whose handles are made with the event (a
+// CUDA event). Other handles are made when the record is issued
+// (Event.SetHandle), as an OpenCL marker's cl_event is.
 type HandleMaker[H comparable] interface {
 	// NewHandle returns a handle for a new event.
 	NewHandle() (H, error)
 }
 
-// A Reporter reports the timed operations that a queue issued before
-// position upto, once an event recorded there has fired. A kind whose
+// A Reporter reports the timed operations that a queue issued before position
+// upto. It reports them once an event recorded there has fired. A kind whose
 // queues time nothing passes nil.
 type Reporter interface {
 	Report(upto uint64)
 }
 
-// Events is a device's events: the driver they ask, the poller that fires
-// OnFire's functions, and the events whose handles are not released yet.
-// A device holds one, made ready by Init; its methods are safe for
+// Events is a device's events. It holds the driver they ask, the poller that
+// fires OnFire's functions, and the events whose handles are not released
+// yet. A device holds one, made ready by Init. Its methods are safe for
 // concurrent use.
 type Events[H comparable] struct {
 	drv    EventDriver[H]
@@ -54,16 +54,16 @@ type Events[H comparable] struct {
 	live map[*Event[H]]struct{} // nil once closed
 }
 
-// Init makes s ready: the events of the device whose state is st. Events
-// of sets with equal domains can be waited on by each other's queues (a
-// CUDA driver's, an OpenCL platform's).
+// Init makes s ready: the events of the device whose state is st. Events of
+// sets with equal domains can be waited on by each other's queues. A domain
+// is a CUDA driver's, or an OpenCL platform's.
 func (s *Events[H]) Init(drv EventDriver[H], st *devstate.State, domain any) {
 	s.drv, s.st, s.domain = drv, st, domain
 	s.live = map[*Event[H]]struct{}{}
 }
 
-// NewEvent returns a new event of the device (plugin.Device's NewEvent),
-// with a handle from NewHandle if the driver is a HandleMaker.
+// NewEvent returns a new event of the device (plugin.Device's NewEvent). If
+// the driver is a HandleMaker, the event gets a handle from NewHandle.
 func (s *Events[H]) NewEvent() (plugin.Event, error) {
 	if err := s.st.Alive(); err != nil {
 		return nil, err
@@ -95,15 +95,15 @@ func (s *Events[H]) Mine(ev plugin.Event) (*Event[H], bool) {
 	return e, ok && e.set == s
 }
 
-// CanWait reports whether a queue of s's device can wait on ev: an event
-// of a set of the same domain.
+// CanWait reports whether a queue of s's device can wait on ev. It can for an
+// event of a set of the same domain.
 func (s *Events[H]) CanWait(ev plugin.Event) bool {
 	e, ok := ev.(*Event[H])
 	return ok && e.set.domain == s.domain
 }
 
 // Close takes the handles of the events not released yet, for the device's
-// Close to destroy: those events count as done, and release nothing later.
+// Close to destroy. Those events count as done, and release nothing later.
 func (s *Events[H]) Close() []H {
 	var zero H
 	s.mu.Lock()
@@ -134,19 +134,20 @@ func (s *Events[H]) release(e *Event[H], h H) {
 	}
 }
 
-// An Event is a device's event (plugin.Event, plugin.FireNotifier): a
-// driver handle and what the host knows of it. Its record is issued by
-// the recording queue's goroutine (Fire), with the error the queue's
-// error state gives it instead of a record. The event counts the
-// records and waits enqueued on it and not issued yet (Arm, Ref): its
-// handle goes back to the driver once it is closed, nothing refers to
-// it, and its record is complete.
+// An Event is a device's event (plugin.Event, plugin.FireNotifier). It is a
+// driver handle and what the host knows of it. The recording queue's
+// goroutine issues its record (Fire). If the queue's error state has an
+// error, it fires with that error instead of a record.
+//
+// The event counts the records and waits enqueued on it and not issued yet
+// (Arm, Ref). Its handle goes back to the driver once three things hold. It
+// is closed, nothing refers to it, and its record is complete.
 type Event[H comparable] struct {
 	set    *Events[H]
 	issued chan struct{} // closed when the record was issued, or skipped
 	err    error         // written before issued is closed
-	// rep and rpos say which of a queue's timed operations come before
-	// the record; written before issued is closed.
+	// rep and rpos say which of a queue's timed operations come before the
+	// record. They are written before issued is closed.
 	rep  Reporter
 	rpos uint64
 
@@ -159,8 +160,8 @@ type Event[H comparable] struct {
 	done     bool // the driver reported the record complete
 }
 
-// Arm marks the event recorded, for a record about to be enqueued; the
-// record holds a reference until Fire.
+// Arm marks the event recorded, for a record about to be enqueued. The record
+// holds a reference until Fire.
 func (e *Event[H]) Arm() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -183,8 +184,8 @@ func (e *Event[H]) Disarm() {
 	e.mu.Unlock()
 }
 
-// Ref takes a reference for a wait about to be enqueued; ErrNotRecorded
-// if the event was never recorded.
+// Ref takes a reference for a wait about to be enqueued. It returns
+// ErrNotRecorded if the event was never recorded.
 func (e *Event[H]) Ref() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -195,8 +196,8 @@ func (e *Event[H]) Ref() error {
 	return nil
 }
 
-// Unref drops a reference that Arm or Ref took, once its record or wait
-// is issued.
+// Unref drops a reference that Arm or Ref took, once its record or wait is
+// issued.
 func (e *Event[H]) Unref() {
 	e.mu.Lock()
 	e.refs--
@@ -204,8 +205,8 @@ func (e *Event[H]) Unref() {
 	e.maybeRelease()
 }
 
-// SetHandle sets the event's handle, for a kind that makes it when the
-// record is issued; before Fire.
+// SetHandle sets the event's handle, for a kind that makes it when the record
+// is issued. It is called before Fire.
 func (e *Event[H]) SetHandle(h H) {
 	e.mu.Lock()
 	e.h = h
@@ -219,10 +220,10 @@ func (e *Event[H]) Handle() H {
 	return e.h
 }
 
-// Fire marks the record issued, with the error it carries; rep (if not
-// nil) reports the recording queue's timed operations before upto once
-// the event has fired. The recording queue's goroutine calls it once,
-// then Unref.
+// Fire marks the record issued, with the error it carries. If rep is not nil,
+// it reports the recording queue's timed operations before upto once the
+// event has fired. The recording queue's goroutine calls Fire once, then
+// Unref.
 func (e *Event[H]) Fire(err error, rep Reporter, upto uint64) {
 	e.err, e.rep, e.rpos = err, rep, upto
 	close(e.issued)
@@ -235,9 +236,9 @@ func (e *Event[H]) Issued() <-chan struct{} { return e.issued }
 // Err returns the error the record was issued with; after Issued.
 func (e *Event[H]) Err() error { return e.err }
 
-// Waitable returns the handle a queue waits on, and whether the record is
-// known complete (then there is nothing to wait for). The caller holds a
-// reference, and the record is issued.
+// Waitable returns the handle a queue waits on. It also says whether the
+// record is known complete; then there is nothing to wait for. The caller
+// holds a reference, and the record is issued.
 func (e *Event[H]) Waitable() (H, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -258,8 +259,8 @@ func (e *Event[H]) report() {
 	}
 }
 
-// driverCall runs f on the handle unless the record is known complete;
-// f's true result marks it complete.
+// driverCall runs f on the handle unless the record is known complete. f's
+// true result marks it complete.
 func (e *Event[H]) driverCall(f func(H) (bool, error)) (bool, error) {
 	var zero H
 	e.mu.Lock()
@@ -320,8 +321,8 @@ func (e *Event[H]) Query() (bool, error) {
 	return true, err
 }
 
-// Close releases the event; waits already enqueued on it still work, and
-// a wait enqueued after it on an event that fired does nothing.
+// Close releases the event. Waits already enqueued on it still work. A wait
+// enqueued after it on an event that fired does nothing.
 func (e *Event[H]) Close() error {
 	e.mu.Lock()
 	if e.closed {
@@ -334,9 +335,9 @@ func (e *Event[H]) Close() error {
 	return nil
 }
 
-// maybeRelease gives the handle back once the event is closed, nothing
-// refers to it, and its record (if issued without an error) is complete;
-// a handle whose record is not complete goes back at the device's Close.
+// maybeRelease gives the handle back once the event is closed and nothing
+// refers to it. Its record must be complete too, if issued without an error.
+// A handle whose record is not complete goes back at the device's Close.
 func (e *Event[H]) maybeRelease() {
 	var zero H
 	e.mu.Lock()
@@ -365,10 +366,10 @@ func (e *Event[H]) maybeRelease() {
 	e.set.release(e, h)
 }
 
-// fired reports whether the event has fired: its record was issued with
-// an error, or issued and complete (a device that is closed or lost fires
-// its events: their Query says why). Once it has, the timed operations
-// before it are reported.
+// fired reports whether the event has fired. It has if its record was issued
+// with an error, or issued and complete. A device that is closed or lost
+// fires its events, and their Query says why. Once the event has fired, the
+// timed operations before it are reported.
 func (e *Event[H]) fired() bool {
 	select {
 	case <-e.issued:
@@ -384,11 +385,11 @@ func (e *Event[H]) fired() bool {
 	return true
 }
 
-// OnFire runs f once the event has fired (plugin.FireNotifier): at once if
-// it has, else on the device's poller goroutine, which asks the driver
-// about the device's watched events while there are any, so that the
-// core needs no goroutine (and no OS thread blocked in the driver) per
-// task.
+// OnFire runs f once the event has fired (plugin.FireNotifier). If it has, f
+// runs at once. Else it runs on the device's poller goroutine. That goroutine
+// asks the driver about the device's watched events while there are any. So
+// the core needs no goroutine per task, and no OS thread blocked in the
+// driver.
 func (e *Event[H]) OnFire(f func()) {
 	if e.fired() {
 		f()

@@ -1,12 +1,14 @@
-// Generated device code (plugin.DeviceCode.Generated): what the GPU kinds
-// share of launching code that cmd/goffload-gen made from a kernel's Go
-// body — OpenCL C, or PTX that clang made of it. Its entry takes, after
-// the kernel's parameters, each slice parameter's length (a 64-bit
-// integer), each declare target variable's device copy and length, the
-// device's number (ctx.Device()) and a fault record of FaultWords 64-bit
-// words that a failed check writes (the first check to fail wins). The
-// kind passes them and, for code with checks, reads the record when the
-// launch is done.
+// Generated device code (plugin.DeviceCode.Generated) is launched here. This
+// is what the GPU kinds share of launching code that cmd/goffload-gen made
+// from a kernel's Go body. The code is OpenCL C, or PTX that clang made of
+// it.
+//
+// Its entry takes more parameters after the kernel's own. First comes each
+// slice parameter's length (a 64-bit integer). Then come each declare target
+// variable's device copy and length, and the device's number (ctx.Device()).
+// Last is a fault record of FaultWords 64-bit words that a failed check
+// writes. The first check to fail wins. The kind passes them. For code with
+// checks, it reads the record when the launch is done.
 
 package gpukind
 
@@ -33,8 +35,8 @@ type GenCode struct {
 	Lang string
 }
 
-// NewGenCode returns code, generated code for a device numbered dev, as
-// the device launches it: an error names a declare target variable the
+// NewGenCode returns code, generated code for a device numbered dev, as the
+// device launches it. Its error names a declare target variable that the
 // program does not declare.
 func NewGenCode(code plugin.DeviceCode, dev int, lang string) (*GenCode, error) {
 	all, _ := entries.Globals()
@@ -49,7 +51,7 @@ func NewGenCode(code plugin.DeviceCode, dev int, lang string) (*GenCode, error) 
 	return g, nil
 }
 
-// Hidden is how many parameters the entry of g takes after k's: the
+// Hidden is how many parameters the entry of g takes after k's. They are the
 // slice lengths, two for each variable, the device number and the fault
 // record.
 func (g *GenCode) Hidden(k plugin.Kernel) int {
@@ -73,10 +75,10 @@ func SliceLens(k plugin.Kernel, args []plugin.Arg) []int64 {
 	return lens
 }
 
-// Fault reads fault record rec (little-endian words, as a GPU writes
-// them): nil if no check failed, else the kernel k's panic as its Go body
-// would have had it: the Go file and line of the check, and the value
-// Go's panic would have had.
+// Fault reads fault record rec (little-endian words, as a GPU writes them).
+// It returns nil if no check failed. Else it returns kernel k's panic as its
+// Go body would have had it. That is the Go file and line of the check, and
+// the value Go's panic would have had.
 func (g *GenCode) Fault(k plugin.Kernel, rec []byte) *plugin.KernelPanic {
 	var w [FaultWords]int64
 	for i := range w {
@@ -113,10 +115,10 @@ func (g *GenCode) Fault(k plugin.Kernel, rec []byte) *plugin.KernelPanic {
 	return e
 }
 
-// Declare target variables in generated code (plugin.DeviceCode.Globals):
-// a GPU kind runs no bind kernel (Kernel.Bind), so the kind keeps what the
-// binds it is given say, by variable, and passes each variable's device
-// copy and length to the code that uses it.
+// Declare target variables in generated code (plugin.DeviceCode.Globals) are
+// kept here. A GPU kind runs no bind kernel (Kernel.Bind). So the kind keeps
+// what the binds it is given say, by variable. It passes each variable's
+// device copy and length to the code that uses it.
 
 // GlobalBind is where a declare target variable's copy is on the device.
 type GlobalBind struct {
@@ -132,8 +134,8 @@ type Globals struct {
 	m  map[int]GlobalBind
 }
 
-// Bind records a launch of the bind kernel (entries.BindArgs's
-// arguments): a later bind that came first wins.
+// Bind records a launch of the bind kernel (entries.BindArgs's arguments). Of
+// two binds, the later one wins.
 func (gs *Globals) Bind(args []plugin.Arg) {
 	if len(args) != 5 {
 		return
@@ -156,8 +158,8 @@ func (gs *Globals) Bind(args []plugin.Arg) {
 	gs.m[idx] = b
 }
 
-// Lookup returns where variable g's copy is, for a launch of k: an error
-// wrapping plugin.ErrKernelFailed if it has none on the device.
+// Lookup returns where variable g's copy is, for a launch of k. If g has none
+// on the device, it returns an error wrapping plugin.ErrKernelFailed.
 func (gs *Globals) Lookup(k plugin.Kernel, g *entries.Global) (GlobalBind, error) {
 	gs.mu.Lock()
 	b := gs.m[g.Index]

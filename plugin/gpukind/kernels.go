@@ -7,35 +7,35 @@ import (
 	"github.com/goffload/offload/plugin/devstate"
 )
 
-// Kernel is a kernel as a device launches it: the driver's function Fn
-// (a CUDA function, a kernel object), or else how the kernel runs, or
-// why it cannot.
+// Kernel is a kernel as a device launches it. It holds the driver's function
+// Fn (a CUDA function, a kernel object). Else it holds how the kernel runs,
+// or why it cannot.
 type Kernel[F comparable] struct {
 	Fn      F
 	Err     error // why the kernel cannot be launched, unless Fn, Emulate or Bind
 	Emulate bool  // run the Go body on the host (the emulate mode: Emulate)
-	// Bind marks the declare target bind kernel, which a GPU takes as
-	// done: a variable's device copy is present memory that device code
-	// is given as an argument, and no Go kernel runs on a GPU.
+	// Bind marks the declare target bind kernel, which a GPU takes as done. A
+	// variable's device copy is present memory that device code is given as
+	// an argument. No Go kernel runs on a GPU.
 	Bind bool
 }
 
-// Kernels is a device's loaded image: each kernel as the device launches
-// it, by index, and the emulate mode's worker pool and kernel context.
-// The kind guards it with its device's lock.
+// Kernels is a device's loaded image. It holds each kernel as the device
+// launches it, by index. It holds the emulate mode's worker pool and kernel
+// context too. The kind guards it with its device's lock.
 type Kernels[F comparable] struct {
 	Num int // the device's number, from Load
 	img *plugin.Image
 	fns []Kernel[F]
-	// Ctx is the context that emulated Go bodies run with: nil unless
-	// StartEmulation.
+	// Ctx is the context that emulated Go bodies run with. It is nil unless
+	// StartEmulation ran.
 	Ctx  *plugin.KernelCtx
 	pool *plugin.Pool
 }
 
-// Load takes img as the device's image, and num as its number, for the
-// kind's plugin.Device.Load: an error if the device is closed or has an
-// image. The kind then sets each kernel with Set.
+// Load takes img as the device's image, and num as its number, for the kind's
+// plugin.Device.Load. It fails if the device is closed or has an image. The
+// kind then sets each kernel with Set.
 func (t *Kernels[F]) Load(st *devstate.State, img *plugin.Image, num int) error {
 	if st.Closed() {
 		return fmt.Errorf("%s: %w: device is closed", st.Label(), plugin.ErrBadHandle)
@@ -49,8 +49,9 @@ func (t *Kernels[F]) Load(st *devstate.State, img *plugin.Image, num int) error 
 }
 
 // StartEmulation makes the worker pool of cores workers and the kernel
-// context that emulated Go bodies run with, stopped by stop (nil: never),
-// and returns the pool's workers (what emulated loops split over).
+// context that emulated Go bodies run with. The context is stopped by stop
+// (nil: never). It returns the pool's workers, which emulated loops split
+// over.
 func (t *Kernels[F]) StartEmulation(cores int, stop *plugin.StopSignal) int {
 	t.pool = plugin.NewPool(cores)
 	t.Ctx = plugin.NewKernelCtx(t.Num, t.pool)
@@ -63,8 +64,8 @@ func (t *Kernels[F]) StartEmulation(cores int, stop *plugin.StopSignal) int {
 // Set sets kernel i.
 func (t *Kernels[F]) Set(i int, k Kernel[F]) { t.fns[i] = k }
 
-// Lookup returns how the device launches k, or why it cannot: k is not of
-// the device's image, or the kernel's Err.
+// Lookup returns how the device launches k, or why it cannot. It cannot if k
+// is not of the device's image. Else the reason is the kernel's Err.
 func (t *Kernels[F]) Lookup(st *devstate.State, k plugin.Kernel) (Kernel[F], error) {
 	var zero F
 	if err := t.img.Has(k); err != nil {
@@ -80,11 +81,10 @@ func (t *Kernels[F]) Lookup(st *devstate.State, k plugin.Kernel) (Kernel[F], err
 	return kf, nil
 }
 
-// Close empties the table for the device's Close, under the kind's lock:
-// it returns the kernels' functions that were set, for the kind to
-// release, and the emulate mode's pool (nil if none), for the kind to
-// close outside its lock (which ends the declare target variables'
-// bindings too).
+// Close empties the table for the device's Close, under the kind's lock. It
+// returns the kernels' functions that were set, for the kind to release. It
+// returns the emulate mode's pool too (nil if none). The kind closes it
+// outside its lock, which ends the declare target variables' bindings too.
 func (t *Kernels[F]) Close() ([]F, *plugin.Pool) {
 	var zero F
 	var fns []F
@@ -97,11 +97,11 @@ func (t *Kernels[F]) Close() ([]F, *plugin.Pool) {
 	return fns, t.pool
 }
 
-// CheckSlices checks that each slice argument of a launch of k, checked
-// against k's parameters already, has a length that fits in memory and
-// lies in the device's memory: in returns an error unless
-// [p, p+size) lies inside a live allocation. An error names the kernel
-// and the argument, not the device.
+// CheckSlices checks each slice argument of a launch of k, checked against
+// k's parameters already. Its length must fit in memory, and it must lie in
+// the device's memory. in returns an error unless [p, p+size) lies inside a
+// live allocation. An error names the kernel and the argument, not the
+// device.
 func CheckSlices(k plugin.Kernel, args []plugin.Arg, in func(p plugin.Ptr, size int64) error) error {
 	for i, p := range k.Params() {
 		a := args[i]
@@ -125,13 +125,13 @@ func CheckSlices(k plugin.Kernel, args []plugin.Arg, in func(p plugin.Ptr, size 
 	return nil
 }
 
-// Extent is the number of work-items a launch of k with args runs when
-// the program gives neither a global size nor num_teams: one per element
-// of the longest slice argument k may write (any but offload.In), or of
-// its longest slice if it writes none; at least 1. A kernel's inputs
-// (lookup tables, grids) are often longer than the work: XSBench's
-// kernel got 52 million work-items for 2 million lookups when the
-// longest slice set the size.
+// Extent is the number of work-items a launch of k with args runs when the
+// program gives neither a global size nor num_teams. It is one per element of
+// the longest slice argument k may write (any but offload.In). If k writes
+// none, it is its longest slice. It is at least 1. A kernel's inputs (lookup
+// tables, grids) are often longer than the work. XSBench's kernel got 52
+// million work-items for 2 million lookups when the longest slice set the
+// size.
 func Extent(k plugin.Kernel, args []plugin.Arg) int {
 	written, any := 0, 0
 	for i, p := range k.Params() {
@@ -150,11 +150,11 @@ func Extent(k plugin.Kernel, args []plugin.Arg) int {
 }
 
 // Work is the global size of a launch of k with args in geometry g, in
-// work-items per dimension: g's Size; else g's Teams times local; else
-// Extent in the first dimension. local is the work-group (block) the
-// launch runs in: g's Threads, or the kind's; a size that is not a
-// multiple of it is rounded up, and the kernel checks its index against
-// its length. A zero local (the driver's choice) rounds nothing.
+// work-items per dimension. It is g's Size, else g's Teams times local. Else
+// it is Extent in the first dimension. local is the work-group (block) the
+// launch runs in: g's Threads, or the kind's. A size that is not a multiple
+// of it is rounded up. The kernel checks its index against its length. A zero
+// local (the driver's choice) rounds nothing.
 func Work(k plugin.Kernel, args []plugin.Arg, g plugin.Geometry, local [3]int) [3]int {
 	var n [3]int
 	switch {

@@ -16,9 +16,9 @@ func Plural(n int, what string) string {
 	return strconv.Itoa(n) + " " + what + "s"
 }
 
-// GoType names a kernel parameter's Go type as the program wrote it: a
-// slice's own type (offload.In[float32]), else the element's or the
-// scalar's.
+// GoType names a kernel parameter's Go type as the program wrote it. For a
+// slice it is the slice's own type (offload.In[float32]). Else it is the
+// element's or the scalar's.
 func GoType(p plugin.Param) string {
 	switch {
 	case p.Kind == plugin.Slice && p.SliceType != nil:
@@ -31,9 +31,9 @@ func GoType(p plugin.Param) string {
 	return "?"
 }
 
-// GoParam names k's parameter i for messages: "2 (offload.In[float32])",
-// or for a field of a struct parameter "3 (field Scale float32 of
-// parameter 1, a main.args)".
+// GoParam names k's parameter i for messages: "2 (offload.In[float32])". For
+// a field of a struct parameter it is "3 (field Scale float32 of parameter 1,
+// a main.args)".
 func GoParam(k plugin.Kernel, i int) string {
 	p := k.Params()[i]
 	if p.Field >= 0 {
@@ -44,14 +44,14 @@ func GoParam(k plugin.Kernel, i int) string {
 	return fmt.Sprintf("%d (%s)", i, GoType(p))
 }
 
-// A Dialect names a device language's types, for the messages that say
+// A Dialect names a device language's types. It is for the messages that say
 // how device code declares a parameter that takes a Go parameter.
 type Dialect struct {
 	// Types are the language's types for Go's basic kinds.
 	Types map[reflect.Kind]string
 	// Pointer is how the language declares a pointer to elements of type
-	// elem, one of Types' values; elem is "" for elements of any other
-	// type ("a pointer to structs"), which Decl follows with their size.
+	// elem, one of Types' values. elem is "" for elements of any other type
+	// ("a pointer to structs"). Decl follows those with their size.
 	Pointer func(elem string) string
 }
 

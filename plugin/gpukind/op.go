@@ -2,8 +2,8 @@ package gpukind
 
 import "github.com/goffload/offload/plugin"
 
-// Op is the kind of an operation that a GPU kind's queue issues: those
-// every kind's queues have, and the kind's own from OpKindOps on.
+// Op is the kind of an operation that a GPU kind's queue issues. It holds
+// those every kind's queues have, and the kind's own from OpKindOps on.
 type Op uint8
 
 // The operations of every GPU kind's queues.
@@ -18,9 +18,9 @@ const (
 	OpKindOps                // the first of the kind's own operations
 )
 
-// Traced is the kind of operation a trace reports o as
-// (plugin.OpTime.Kind); 0 for a record and the kind's own operations,
-// which a trace does not time.
+// Traced is the kind of operation a trace reports o as (plugin.OpTime.Kind).
+// It is 0 for a record and the kind's own operations, which a trace does not
+// time.
 func (o Op) Traced() plugin.OpKind {
 	switch o {
 	case OpSubmit:

@@ -9,27 +9,27 @@ import (
 	"github.com/goffload/offload/plugin/optrace"
 )
 
-// An Issuer is the kind's side of a queue: it issues the kind's
-// operations, of type O, to the driver (opqueue.Runner; also
-// opqueue.Binder where the goroutine that issues needs setting up), and
-// makes the operations that record and wait for an event.
+// An Issuer is the kind's side of a queue. It issues the kind's operations,
+// of type O, to the driver (opqueue.Runner). Where the goroutine that issues
+// needs setting up, it is an opqueue.Binder too. It makes the operations that
+// record and wait for an event.
 type Issuer[O any, H comparable] interface {
 	opqueue.Runner[O]
 	// RecordOp returns the operation that records ev, tagged tag (see
 	// Queue.Tagged). Issuing it calls ev.Fire, then ev.Unref.
 	RecordOp(ev *Event[H], tag uint64) O
-	// WaitOp returns the operation that waits for ev, tagged tag.
-	// Issuing it waits for ev.Issued, then makes the driver wait unless
-	// ev.Waitable says the record is complete, then calls ev.Unref.
+	// WaitOp returns the operation that waits for ev, tagged tag. Issuing it
+	// waits for ev.Issued. It then makes the driver wait, unless ev.Waitable
+	// says the record is complete. Last it calls ev.Unref.
 	WaitOp(ev *Event[H], tag uint64) O
 }
 
-// Queue is what a GPU kind's queues share: the in-order loop of the kind's
-// operations with its error state; plugin.Queue's Record, Wait and Launch;
-// SetInline (plugin.InlineQueue) and Tag (plugin.TaggedQueue); and the
-// checks of a launch (Launchable). A kind's queue embeds one, made ready
-// by Init, and adds its copies, LaunchGeometry, Synchronize, Query and
-// Close.
+// Queue is what a GPU kind's queues share. It holds the in-order loop of the
+// kind's operations, with its error state. It gives plugin.Queue's Record,
+// Wait and Launch. It gives SetInline (plugin.InlineQueue) and Tag
+// (plugin.TaggedQueue). And it makes the checks of a launch (Launchable). A
+// kind's queue embeds one, made ready by Init. The kind adds its copies,
+// LaunchGeometry, Synchronize, Query and Close.
 type Queue[O any, H, F comparable] struct {
 	L opqueue.Loop[O] // the operations, issued in order; the error state
 
@@ -42,17 +42,17 @@ type Queue[O any, H, F comparable] struct {
 	tag optrace.Tag
 }
 
-// Init makes q ready: a queue of d whose operations is issues, and whose
-// Launch is gl's LaunchGeometry without a geometry (gl is the kind's
-// queue). tr is the device's tracer, which says whether operations are
-// timed (Tagged); nil if the kind times none.
+// Init makes q ready: a queue of d whose operations is issues. Its Launch is
+// gl's LaunchGeometry without a geometry; gl is the kind's queue. tr is the
+// device's tracer, which says whether operations are timed (Tagged). It is
+// nil if the kind times none.
 func (q *Queue[O, H, F]) Init(d *Device[H, F], is Issuer[O, H], gl plugin.GeometryLauncher, tr *optrace.Tracer) {
 	q.d, q.st, q.evs, q.is, q.gl, q.tr = d, &d.St, &d.Events, is, gl, tr
 	q.L.Init(is)
 }
 
-// Tag sets the tag of the operations enqueued after it: the device times
-// them if it is traced, unless tag is 0 (plugin.TaggedQueue).
+// Tag sets the tag of the operations enqueued after it (plugin.TaggedQueue).
+// The device times them if it is traced, unless tag is 0.
 func (q *Queue[O, H, F]) Tag(tag uint64) { q.tag.Tag(tag) }
 
 // Tagged is the tag of an operation enqueued now: the queue's if the
@@ -70,11 +70,11 @@ func (q *Queue[O, H, F]) Launch(k plugin.Kernel, args []plugin.Arg) error {
 	return q.gl.LaunchGeometry(k, args, plugin.Geometry{})
 }
 
-// Launchable returns how the queue's device launches k with args, checked
-// as the contract asks before a launch is enqueued: the queue takes work,
-// the device has k, args are k's (plugin.CheckArgs), and each slice lies
-// in device memory (CheckSlices). run is false if there is nothing to
-// launch: the bind kernel (Kernel.Bind).
+// Launchable returns how the queue's device launches k with args. It checks
+// them as the contract asks before a launch is enqueued. The queue must take
+// work, and the device must have k. args must be k's (plugin.CheckArgs). Each
+// slice must lie in device memory (CheckSlices). run is false if there is
+// nothing to launch: the bind kernel (Kernel.Bind).
 func (q *Queue[O, H, F]) Launchable(k plugin.Kernel, args []plugin.Arg) (kf Kernel[F], run bool, err error) {
 	if err := q.Usable(); err != nil {
 		return kf, false, err
@@ -92,10 +92,10 @@ func (q *Queue[O, H, F]) Launchable(k plugin.Kernel, args []plugin.Arg) (kf Kern
 	return kf, !kf.Bind, nil
 }
 
-// Peer returns dst, the destination device of an exchange that q
-// enqueues, as a device of the kind, if same says q's device can copy to
-// it; else an error wrapping plugin.ErrUnsupported. It is an error too if
-// q cannot take work (Usable), or dst is closed or lost.
+// Peer returns dst, the destination device of an exchange that q enqueues, as
+// a device of the kind. It does so if same says q's device can copy to it.
+// Else it returns an error wrapping plugin.ErrUnsupported. It is an error too
+// if q cannot take work (Usable), or dst is closed or lost.
 func Peer[D interface {
 	plugin.Device
 	Alive() error
@@ -150,8 +150,9 @@ func (q *Queue[O, H, F]) Record(e plugin.Event) error {
 	return nil
 }
 
-// Wait enqueues a wait for e, an event of a device whose queues this one
-// can wait on (Events.CanWait); other events are plugin.ErrUnsupported.
+// Wait enqueues a wait for e. It must be an event of a device whose queues
+// this one can wait on (Events.CanWait). Other events are
+// plugin.ErrUnsupported.
 func (q *Queue[O, H, F]) Wait(e plugin.Event) error {
 	ev, _ := e.(*Event[H])
 	if err := q.st.Waitable(e, q.evs.CanWait(e)); err != nil {

@@ -8,9 +8,9 @@ import (
 )
 
 // Budget bounds the bytes that several Memories hold together. A device
-// process that serves several hosts gives each host's session a Memory of
-// its own (their addresses overlap) and charges them all to one Budget, so
-// that the hosts together cannot take more than the device allows.
+// process that serves several hosts gives each host's session a Memory of its
+// own; their addresses overlap. It charges them all to one Budget. So the
+// hosts together cannot take more than the device allows.
 type Budget struct {
 	limit int64
 	what  string // what the limit is, for errors

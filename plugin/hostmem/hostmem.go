@@ -1,21 +1,21 @@
 // Package hostmem is device memory made of the process's memory, as CPU
-// devices have it: allocations by address, interior pointers resolved to
-// bytes, and a pool of freed blocks kept for reuse (libomptarget's memory
-// manager does the same): blocks up to a size threshold are cached, at most
-// four times the threshold in all, so a repeated large map does not fault
-// fresh pages.
+// devices have it. It holds allocations by address and resolves interior
+// pointers to bytes. It keeps a pool of freed blocks for reuse, as
+// libomptarget's memory manager does. Blocks up to a size threshold are
+// cached, at most four times the threshold in all. So a repeated large map
+// does not fault fresh pages.
 //
 // Memory from New is Go memory. Memory from NewMapped keeps its blocks of
-// MapMin bytes and more outside the Go heap, in anonymous mappings: they
-// start no garbage collection, count toward no GOMEMLIMIT, and the race
-// detector does not see them. Its user brackets every use of the bytes
-// Bytes returned with Pin and Unpin, so that a block freed meanwhile is
-// unmapped only once no use is left (see Pin). Copy copies in chunks, so a
-// big copy never holds up the garbage collector's stop of the world.
+// MapMin bytes and more outside the Go heap, in anonymous mappings. They
+// start no garbage collection and count toward no GOMEMLIMIT, and the race
+// detector does not see them. Its user brackets every use of the bytes Bytes
+// returned with Pin and Unpin. So a block freed meanwhile is unmapped only
+// once no use is left (see Pin). Copy copies in chunks, so a big copy never
+// holds up the garbage collector's stop of the world.
 //
-// Share lends a Memory a buffer of the host's own: Bytes then resolves its
-// host address to the buffer itself (a device that shares the host's
-// memory, as OpenMP's unified shared memory has it).
+// Share lends a Memory a buffer of the host's own. Bytes then resolves its
+// host address to the buffer itself. That is a device that shares the host's
+// memory, as OpenMP's unified shared memory has it.
 package hostmem
 
 import (
@@ -144,11 +144,11 @@ func (m *Memory) Alloc(size int64) (plugin.Ptr, error) {
 	return a.base, nil
 }
 
-// AllocAt allocates size bytes at the address base that the caller chose
-// (a remote device's host numbers its allocations itself, so that mapping a
-// buffer never waits for the device). The range must not overlap a live
-// allocation. If the memory cannot be had, the range is still taken, and
-// every use of it (Bytes) reports the error, until it is freed: the host
+// AllocAt allocates size bytes at the address base that the caller chose. (A
+// remote device's host numbers its allocations itself, so that mapping a
+// buffer never waits for the device.) The range must not overlap a live
+// allocation. If the memory cannot be had, the range is still taken until it
+// is freed. Meanwhile every use of it (Bytes) reports the error. So the host
 // learns of the failure from the first operation that touches it.
 func (m *Memory) AllocAt(base plugin.Ptr, size int64) error {
 	if size < 0 || base == 0 || uint64(base)+uint64(max(size, 1)) < uint64(base) {
@@ -199,10 +199,11 @@ func MachineMemory() int64 {
 }
 
 // MaxUnknown is the largest block allowed where the machine's memory is
-// unknown: 64 TiB, which is also about what amd64 and arm64 can address.
+// unknown. It is 64 TiB, which is also about what amd64 and arm64 can
+// address.
 const MaxUnknown = 1 << 46
 
-// Limit is the largest block of Go memory the process may ask for: the
+// Limit is the largest block of Go memory the process may ask for. It is the
 // machine's memory (MaxUnknown if unknown), and at most what an int holds.
 func Limit() int64 {
 	limit := int64(MaxUnknown)
@@ -252,7 +253,7 @@ func human(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", f, units[i])
 }
 
-// makeBlock allocates a block, turning the runtime's out-of-memory panic for
+// makeBlock allocates a block. It turns the runtime's out-of-memory panic for
 // absurd sizes into an error.
 func makeBlock(n int64) (buf []byte, err error) {
 	defer func() {
@@ -294,12 +295,12 @@ func (m *Memory) Free(p plugin.Ptr) error {
 	return nil
 }
 
-// keys are the search keys of Bytes: a key escapes into the tree's search,
+// keys are the search keys of Bytes. A key escapes into the tree's search,
 // and one made per call would be an allocation per kernel argument.
 var keys = sync.Pool{New: func() any { return new(allocation) }}
 
 // Bytes returns the memory [p, p+size), which must lie inside one live
-// allocation; otherwise the error wraps plugin.ErrBadPointer.
+// allocation. Otherwise the error wraps plugin.ErrBadPointer.
 func (m *Memory) Bytes(p plugin.Ptr, size int64) ([]byte, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("%w: negative size %d at %#x", plugin.ErrBadPointer, size, uint64(p))

@@ -9,19 +9,18 @@ import (
 	"github.com/goffload/offload/plugin"
 )
 
-// MapMin is the smallest block that memory from NewMapped maps outside the
-// Go heap; smaller blocks are Go memory.
+// MapMin is the smallest block that memory from NewMapped maps outside the Go
+// heap. Smaller blocks are Go memory.
 const MapMin = 1 << 20
 
 // copyChunk is how many bytes Copy copies between two points where the
-// goroutine can be preempted: about 25 µs of memory bandwidth.
+// goroutine can be preempted. It is about 25 µs of memory bandwidth.
 const copyChunk = 256 << 10
 
 // Copy copies min(len(dst), len(src)) bytes from src to dst, as copy does,
-// and returns that count. It copies in chunks: Go's copy of a big slice is
-// one call that no stop of the world can interrupt, so a garbage collection
-// that begins meanwhile would hold every goroutine of the program until it
-// ends.
+// and returns that count. It copies in chunks. Go's copy of a big slice is
+// one call that no stop of the world can interrupt. A garbage collection that
+// begins meanwhile would hold every goroutine of the program until it ends.
 func Copy(dst, src []byte) int {
 	n := min(len(dst), len(src))
 	if n > 0 && &dst[0] == &src[0] {
@@ -35,9 +34,9 @@ func Copy(dst, src []byte) int {
 }
 
 // copyPart is one chunk of Copy. It is a call of its own on purpose: its
-// prologue is where a stop of the world preempts the copying goroutine
-// (asynchronous preemption, a signal, nearly always lands inside the
-// runtime's memmove, where it cannot stop).
+// prologue is where a stop of the world preempts the copying goroutine.
+// Asynchronous preemption, a signal, nearly always lands inside the runtime's
+// memmove, where it cannot stop.
 //
 //go:noinline
 func copyPart(dst, src []byte) { copy(dst, src) }
@@ -57,11 +56,11 @@ func mapBlock(n int64) ([]byte, error) {
 	return b, nil
 }
 
-// Pin holds off the unmapping of blocks freed from now on until the
-// matching Unpin. The user of memory from NewMapped pins before it calls
-// Bytes and unpins once it no longer touches the bytes it got: a kernel, a
-// copy. Pins nest and may be taken by many goroutines at once. Memory from
-// New needs none (its blocks are Go memory), but takes them.
+// Pin holds off the unmapping of blocks freed from now on until the matching
+// Unpin. The user of memory from NewMapped pins before it calls Bytes. It
+// unpins once it no longer touches the bytes it got: a kernel, a copy. Pins
+// nest and may be taken by many goroutines at once. Memory from New needs
+// none (its blocks are Go memory), but takes them.
 func (m *Memory) Pin() { m.unmaps.pins.Add(1) }
 
 // Unpin ends a Pin. The last one unmaps the blocks freed meanwhile.
@@ -77,8 +76,8 @@ func (m *Memory) Unpin() {
 // Pins is how many Pins are not yet ended, for tests.
 func (m *Memory) Pins() int64 { return m.unmaps.pins.Load() }
 
-// Mapped reports the bytes of m's blocks that are mappings, live and
-// pooled, and of those freed blocks whose unmapping waits for Unpin.
+// Mapped reports the bytes of m's blocks that are mappings, live and pooled.
+// It reports those of the freed blocks whose unmapping waits for Unpin too.
 func (m *Memory) Mapped() (mapped, waiting int64) {
 	m.mu.RLock()
 	m.live.Ascend(func(a *allocation) bool {

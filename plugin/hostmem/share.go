@@ -11,9 +11,9 @@ import (
 )
 
 // region is a range of host memory that buffers lent by Share cover: the
-// union of those that overlap. Overlapping buffers lie in one Go object
-// (distinct objects never overlap), so every byte of a region is memory of
-// that object, which the buffers keep alive.
+// union of those that overlap. Overlapping buffers lie in one Go object;
+// distinct objects never overlap. So every byte of a region is memory of that
+// object, which the buffers keep alive.
 type region struct {
 	lo, hi uintptr
 	bufs   [][]byte // the lent buffers, by address
@@ -24,11 +24,11 @@ var regionKeys = sync.Pool{New: func() any { return new(region) }}
 
 func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 
-// Share lends m the host buffer b: until Free of the address it returns,
-// Bytes resolves that address, and any inside b, to b's own memory, so the
+// Share lends m the host buffer b. Until Free of the address it returns,
+// Bytes resolves that address, and any inside b, to b's own memory. So the
 // device's kernels and copies work on it in place. The address is b's host
-// address. A buffer may be lent again, whole or in part, while it is lent:
-// each Share is ended by a Free of its address. b must not be empty.
+// address. A buffer may be lent again, whole or in part, while it is lent.
+// Each Share is ended by a Free of its address. b must not be empty.
 func (m *Memory) Share(b []byte) (plugin.Ptr, error) {
 	if len(b) == 0 {
 		return 0, fmt.Errorf("%w: sharing an empty buffer", plugin.ErrBadPointer)
@@ -67,9 +67,9 @@ func cmpAddr(a, b uintptr) int {
 	return 0
 }
 
-// unshare ends one lending of a buffer at p (the shortest, if several
-// start there: what is left covers at least what each lending needs);
-// m.mu is held. It reports whether there was one.
+// unshare ends one lending of a buffer at p, and reports whether there was
+// one. If several start there, it ends the shortest: what is left covers at
+// least what each lending needs. m.mu is held.
 func (m *Memory) unshare(p plugin.Ptr) bool {
 	lo := uintptr(p)
 	var r *region
@@ -137,10 +137,10 @@ func (m *Memory) SharedBytes() int64 {
 	return n
 }
 
-// ParseSharing parses the value s of the environment variable name, which
-// says whether host devices share the host's memory: "separate" (or empty)
-// for memory of their own, "shared" for the host's. The error names the
-// variable, the value and the two choices.
+// ParseSharing parses the value s of the environment variable name. It says
+// whether host devices share the host's memory. "separate" (or empty) is for
+// memory of their own, "shared" for the host's. The error names the variable,
+// the value and the two choices.
 func ParseSharing(name, s string) (shared bool, err error) {
 	switch strings.TrimSpace(s) {
 	case "", "separate":

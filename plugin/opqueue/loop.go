@@ -7,21 +7,23 @@ import (
 	"github.com/goffload/offload/plugin"
 )
 
-// Loop is the in-order loop under a [Queue], for a kind whose operations
-// are not Go functions: a GPU kind, whose operations are issued to a
-// stream by a goroutine locked to its OS thread, runs them on a Loop of
-// its own operation type T. It holds the operations enqueued, the queue's
-// error state and whether the queue is closed, and runs the operations
-// one at a time, in order, through the [Runner] given to [Loop.Init]: on a
-// goroutine of its own while it has work (an idle Loop holds no
-// goroutine), or on the goroutine that enqueues one while the Loop is idle
-// and inline ([Loop.SetInline]) or when asked ([Here], [HereOnly]). What is
-// enqueued while an operation runs on its caller goes to the Loop's
-// goroutine when it ends, after it: nothing is left behind or run ahead.
+// Loop is the in-order loop under a [Queue], for a kind whose operations are
+// not Go functions. A GPU kind is one: a goroutine locked to its OS thread
+// issues its operations to a stream. Such a kind runs them on a Loop of its
+// own operation type T.
+//
+// A Loop holds the operations enqueued, the queue's error state and whether
+// the queue is closed. It runs the operations one at a time, in order,
+// through the [Runner] given to [Loop.Init]. They run on a goroutine of its
+// own while it has work; an idle Loop holds no goroutine. An operation runs
+// on the goroutine that enqueues it instead when the Loop is idle and inline
+// ([Loop.SetInline]), or when asked ([Here], [HereOnly]). What is enqueued
+// while an operation runs on its caller goes to the Loop's goroutine when it
+// ends, after it. Nothing is left behind or run ahead.
 //
 // A Loop is a value to embed (or hold) in the kind's queue, made ready by
-// Init; the zero Loop is not ready for use, and a Loop must not be copied
-// after Init. Its methods are safe for concurrent use.
+// Init. The zero Loop is not ready for use. A Loop must not be copied after
+// Init. Its methods are safe for concurrent use.
 type Loop[T any] struct {
 	mu      sync.Mutex
 	idle    sync.Cond // running became false
@@ -32,7 +34,7 @@ type Loop[T any] struct {
 	err     error // first failure since the error state was last taken
 	r       Runner[T]
 	b       Binder // r's, if it is one
-	// start is l.loop, made once: a go statement that calls a func value
+	// start is l.loop, made once. A go statement that calls a func value
 	// without arguments allocates nothing for the call.
 	start func()
 }
@@ -42,9 +44,9 @@ type entry[T any] struct {
 	clear bool
 }
 
-// ring is a FIFO of entries whose storage is reused: once it has grown to
-// a backlog's size, enqueueing allocates and copies nothing (a slice
-// taken from the front would be copied whole each time it is full).
+// ring is a FIFO of entries whose storage is reused. Once it has grown to a
+// backlog's size, enqueueing allocates and copies nothing. (A slice taken
+// from the front would be copied whole each time it is full.)
 type ring[T any] struct {
 	buf  []entry[T]
 	head int // the first entry
@@ -84,11 +86,11 @@ func (r *ring[T]) pop() entry[T] {
 	return e
 }
 
-// idle drops the room of a ring that grew large, now empty, unless the
-// work since it was last idle filled a quarter of it: a queue that takes a
-// replayed task graph's operations at once (thousands) each time keeps
-// its room, rather than growing it again by doubling, copying and zeroing
-// on every replay; once its work is smaller, its next idle drops it.
+// idle drops the room of a ring that grew large and is now empty. It keeps it
+// if the work since the ring was last idle filled a quarter of it. So a queue
+// that takes a replayed task graph's operations at once (thousands) keeps its
+// room. It does not grow it again by doubling, copying and zeroing on every
+// replay. Once its work is smaller, its next idle drops it.
 func (r *ring[T]) idle() {
 	if len(r.buf) > keptRing && r.peak < len(r.buf)/4 {
 		r.buf = nil
@@ -96,23 +98,23 @@ func (r *ring[T]) idle() {
 	r.head, r.peak = 0, 0
 }
 
-// Runner runs the operations of a [Loop]. Run runs o with failed, the
-// Loop's error state (nil if none): it decides what o does in that state
-// (a normal operation is skipped; an event's record fires with the error).
-// An error it returns puts the Loop in the error state, unless it is in it
-// already. The Loop calls Run for one operation at a time, in order, on
-// its goroutine or on an enqueuing one; Run must not call its own Loop's
+// Runner runs the operations of a [Loop]. Run runs o with failed, the Loop's
+// error state (nil if none). It decides what o does in that state: a normal
+// operation is skipped, and an event's record fires with the error. An error
+// it returns puts the Loop in the error state, unless it is in it already.
+//
+// The Loop calls Run for one operation at a time, in order. It calls it on
+// its own goroutine or on an enqueuing one. Run must not call its own Loop's
 // Synchronize, and must not panic.
 type Runner[T any] interface {
 	Run(o T, failed error) error
 }
 
-// Binder is implemented by a [Runner] whose operations need the goroutine
-// that runs them set up first: a GPU kind locks it to its OS thread and
-// makes its device's context current. The Loop calls Bind on a goroutine
-// before it runs one or more operations there in a row (on its own
-// goroutine, once for all it runs), and Unbind after them, on the same
-// goroutine.
+// Binder is implemented by a [Runner] whose operations need their goroutine
+// set up first. A GPU kind locks it to its OS thread and makes its device's
+// context current. The Loop calls Bind on a goroutine before it runs one or
+// more operations there in a row. On its own goroutine it binds once for all
+// it runs. It calls Unbind after them, on the same goroutine.
 type Binder interface {
 	Bind()
 	Unbind()
@@ -123,23 +125,23 @@ type Where uint8
 
 const (
 	// Queued runs the operation on the Loop's goroutine, after everything
-	// enqueued before it; or, while the Loop is idle and inline
-	// (SetInline), on the caller's goroutine before Put returns.
+	// enqueued before it. While the Loop is idle and inline (SetInline), it
+	// runs it on the caller's goroutine before Put returns.
 	Queued Where = iota
 	// Here runs the operation on the caller's goroutine before Put
 	// returns if the Loop is idle, and as Queued otherwise.
 	Here
 	// HereOnly runs the operation on the caller's goroutine before Put
-	// returns if the Loop is idle, and otherwise leaves it: Put reports
-	// false and the caller enqueues it another way.
+	// returns if the Loop is idle. Otherwise it leaves it: Put reports false
+	// and the caller enqueues it another way.
 	HereOnly
 	// HereDrain is HereOnly whose caller, once the operation is done, also
-	// runs the operations enqueued meanwhile, as the Loop's goroutine
-	// would, until the Loop is idle, instead of handing them to a new
-	// goroutine (a hand-off that, after a long operation, wakes a sleeping
-	// thread first): for a caller with nothing else to do (a device
-	// process's reader whose role a standby took over while it ran a
-	// kernel).
+	// runs the operations enqueued meanwhile. It runs them as the Loop's
+	// goroutine would, until the Loop is idle. It does not hand them to a new
+	// goroutine, a hand-off that wakes a sleeping thread first after a long
+	// operation. It is for a caller with nothing else to do. An example is a
+	// device process's reader whose role a standby took over while it ran a
+	// kernel.
 	HereDrain
 )
 
@@ -153,15 +155,14 @@ func (l *Loop[T]) Init(r Runner[T]) {
 }
 
 // Put enqueues o, or runs it on the caller, as w says. With clear set, o
-// takes the error state: Run gets it, and it is cleared for the
-// operations after o. Put reports whether o ran on the caller. It fails
-// only on a closed Loop, with an error wrapping plugin.ErrBadHandle.
+// takes the error state: Run gets it, and it is cleared for the operations
+// after o. Put reports whether o ran on the caller. It fails only on a closed
+// Loop, with an error wrapping plugin.ErrBadHandle.
 //
 // An operation run on the caller may end the caller's goroutine
-// (runtime.Goexit, a kernel run there): the Loop then fails with an
-// error wrapping plugin.ErrKernelFailed, unless Run put it in the error
-// state first, and goes on with the operations after o on its own
-// goroutine.
+// (runtime.Goexit, a kernel run there). The Loop then fails with an error
+// wrapping plugin.ErrKernelFailed, unless Run put it in the error state
+// first. It goes on with the operations after o on its own goroutine.
 func (l *Loop[T]) Put(o T, w Where, clear bool) (bool, error) {
 	l.mu.Lock()
 	if l.closed {
@@ -190,10 +191,10 @@ func (l *Loop[T]) Put(o T, w Where, clear bool) (bool, error) {
 	return false, nil
 }
 
-// here runs o on the caller's goroutine, which has made the Loop running,
-// and hands the Loop on when o is done, or when o ended the goroutine; with
-// drain, it runs what was enqueued meanwhile itself (HereDrain) if o
-// returned.
+// here runs o on the caller's goroutine, which has made the Loop running. It
+// hands the Loop on when o is done, or when o ended the goroutine. With
+// drain, if o returned, it runs what was enqueued meanwhile itself
+// (HereDrain).
 func (l *Loop[T]) here(o T, failed error, drain bool) {
 	ran := false
 	defer func() {
@@ -220,22 +221,22 @@ func (l *Loop[T]) here(o T, failed error, drain bool) {
 }
 
 // drains says whether o's caller runs what was enqueued while o ran
-// (HereDrain): the Runner says, if it is a Drainer; else it does.
+// (HereDrain). The Runner says, if it is a Drainer; else it does.
 func (l *Loop[T]) drains(o T) bool {
 	d, ok := l.r.(Drainer[T])
 	return !ok || d.Drain(o)
 }
 
-// Drainer is implemented by a [Runner] that decides, per operation run
-// with [HereDrain], whether its caller goes on with the operations
-// enqueued meanwhile (Drain(o) true) or hands them to the Loop's goroutine.
+// Drainer is implemented by a [Runner] that decides per operation run with
+// [HereDrain]. Drain(o) true: its caller goes on with the operations enqueued
+// meanwhile. False: it hands them to the Loop's goroutine.
 type Drainer[T any] interface {
 	Drain(o T) bool
 }
 
-// handOn ends an operation run on a caller's goroutine: what was enqueued
+// handOn ends an operation run on a caller's goroutine. What was enqueued
 // meanwhile (by it, or by another goroutine) goes to the Loop's goroutine,
-// which stays running, or else the Loop is idle. Under l.mu.
+// which stays running. Else the Loop is idle. Under l.mu.
 func (l *Loop[T]) handOn() {
 	if l.ops.len() > 0 {
 		go l.start()
@@ -245,8 +246,8 @@ func (l *Loop[T]) handOn() {
 	}
 }
 
-// take returns the error state an operation runs with, clearing it if the
-// operation clears it; under l.mu.
+// take returns the error state an operation runs with. It clears it if the
+// operation clears it. Under l.mu.
 func (l *Loop[T]) take(clear bool) error {
 	failed := l.err
 	if clear {
@@ -292,8 +293,8 @@ func (l *Loop[T]) Fail(err error) {
 }
 
 // SetInline makes operations Put as [Queued] while the Loop is idle run on
-// the caller's goroutine, before Put returns: for a caller that waits for
-// the queue right after anyway, as plugin.InlineQueue describes.
+// the caller's goroutine, before Put returns. It is for a caller that waits
+// for the queue right after anyway, as plugin.InlineQueue describes.
 // Operations enqueued while earlier ones run still go to the Loop's
 // goroutine.
 func (l *Loop[T]) SetInline(on bool) {
@@ -302,9 +303,9 @@ func (l *Loop[T]) SetInline(on bool) {
 	l.mu.Unlock()
 }
 
-// Synchronize waits until every operation enqueued so far has run, and
-// returns (and clears) the error state. An operation of the Loop must not
-// call it: it would wait for itself.
+// Synchronize waits until every operation enqueued so far has run. It returns
+// (and clears) the error state. An operation of the Loop must not call it: it
+// would wait for itself.
 func (l *Loop[T]) Synchronize() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -325,9 +326,9 @@ func (l *Loop[T]) Query() (bool, error) {
 	return true, l.take(true)
 }
 
-// Idle reports whether nothing is queued or running. Unlike Query it
-// leaves the error state alone, for a kind whose queue is done only once
-// its device is done too (a GPU's stream), which it asks next.
+// Idle reports whether nothing is queued or running. Unlike Query it leaves
+// the error state alone. That is for a kind whose queue is done only once its
+// device is done too (a GPU's stream), which it asks next.
 func (l *Loop[T]) Idle() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -341,7 +342,7 @@ func (l *Loop[T]) TakeErr() error {
 	return l.take(true)
 }
 
-// Closed reports whether Close was called: for a kind that refuses work
+// Closed reports whether Close was called. It is for a kind that refuses work
 // for a closed queue before it checks the work's arguments.
 func (l *Loop[T]) Closed() bool {
 	l.mu.Lock()
@@ -350,9 +351,9 @@ func (l *Loop[T]) Closed() bool {
 }
 
 // Close refuses further operations: Put fails with an error wrapping
-// plugin.ErrBadHandle. What was enqueued before still runs (Synchronize
-// waits for it). Close reports whether the Loop was open; a second Close
-// reports false.
+// plugin.ErrBadHandle. What was enqueued before still runs (Synchronize waits
+// for it). Close reports whether the Loop was open. A second Close reports
+// false.
 func (l *Loop[T]) Close() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()

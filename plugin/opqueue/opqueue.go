@@ -1,40 +1,41 @@
-// Package opqueue gives a device kind the in-order queues and one-shot
-// events that the plugin contract asks for, so that a kind whose operations
-// are Go functions (a CPU kind, or the server side of a device process)
-// need not write its own, and the in-order loop under them ([Loop]) to a
-// kind whose operations are not. The host kind and the remote kind's device
-// processes are built on it, and so is the out-of-module example kind,
-// plugin/plugintest/testdata/outside; the CUDA kind's queues run on a Loop.
+// Package opqueue gives a device kind the in-order queues and one-shot events
+// that the plugin contract asks for. A kind whose operations are Go functions
+// need not write its own. Such a kind is a CPU kind, or the server side of a
+// device process. For a kind whose operations are not Go functions, it gives
+// the in-order loop under them ([Loop]). The host kind and the remote kind's
+// device processes are built on it. So is the out-of-module example kind,
+// plugin/plugintest/testdata/outside. The CUDA kind's queues run on a Loop.
 //
-// A [Queue] runs the functions enqueued on it in order, one at a time, on
-// a goroutine of its own that lives while the queue has work (an idle
-// queue holds no goroutine). An [Event] fires once, with an error or none:
-// a queue fires it when it gets to the point where it was recorded
-// ([Queue.Record]); other queues wait for it ([Queue.Wait]), and so can the
+// A [Queue] runs the functions enqueued on it in order, one at a time. It
+// runs them on a goroutine of its own that lives while the queue has work; an
+// idle queue holds no goroutine. An [Event] fires once, with an error or
+// none. A queue fires it when it gets to the point where it was recorded
+// ([Queue.Record]). Other queues wait for it ([Queue.Wait]), and so can the
 // host ([Event.Synchronize], [Event.Query], [Event.OnFire]).
 //
-// An operation that returns an error puts its queue in an error state: the
+// An operation that returns an error puts its queue in an error state. The
 // operations after it are skipped, and events recorded meanwhile fire with
-// the error, until a synchronising mark takes the error and clears it:
-// [Queue.Synchronize], [Queue.Query] once the queue is idle, or a
-// [Queue.Mark] with clear set. This is the error state that
+// the error. This lasts until a synchronising mark takes the error and clears
+// it. Such marks are [Queue.Synchronize], [Queue.Query] once the queue is
+// idle, and a [Queue.Mark] with clear set. This is the error state that
 // [plugin.Queue] describes.
 //
 // # Building a kind on it
 //
-// A kind's [plugin.Queue] holds a *Queue. Its Submit, Retrieve, Exchange
-// and Launch check their arguments and resolve device memory when they are
-// called, so that a bad pointer is an error at once, and enqueue with
-// [Queue.Do] (or [Queue.DoTimed], to report times to a [plugin.Tracer]) a
-// function that does the copy or runs the kernel. Its Record and Wait
-// unwrap the kind's event and call [Queue.Record] and [Queue.Wait]; its
-// Synchronize, Query and Close are the Queue's, and [Queue.SetInline] gives
-// it [plugin.InlineQueue].
+// A kind's [plugin.Queue] holds a *Queue. Its Submit, Retrieve, Exchange and
+// Launch check their arguments and resolve device memory when they are
+// called. So a bad pointer is an error at once. They then enqueue a function
+// that does the copy or runs the kernel. They enqueue it with [Queue.Do], or
+// [Queue.DoTimed] to report times to a [plugin.Tracer]. Its Record and Wait
+// unwrap the kind's event and call [Queue.Record] and [Queue.Wait]. Its
+// Synchronize, Query and Close are the Queue's. [Queue.SetInline] gives it
+// [plugin.InlineQueue].
 //
-// A kind's [plugin.Event] holds or embeds an *Event, whose Synchronize,
-// Query and Close are plugin.Event's and whose OnFire is
-// [plugin.FireNotifier]'s, beside what else the kind needs (the device the
-// event belongs to, so that a queue refuses another device's event):
+// A kind's [plugin.Event] holds or embeds an *Event. The Event's Synchronize,
+// Query and Close are plugin.Event's, and its OnFire is
+// [plugin.FireNotifier]'s. Beside it the kind keeps what else it needs. One
+// such thing is the device the event belongs to, so that a queue refuses
+// another device's event:
 //
 //	type queue struct {
 //		d *device
@@ -59,26 +60,26 @@
 // plugin/plugintest/testdata/outside/queue.go is a whole kind's queue and
 // event written this way, in a module of its own.
 //
-// Errors wrap the plugin contract's: work for a closed queue, and an event
-// recorded twice or after it was closed, wrap [plugin.ErrBadHandle]; a
-// wait for an event never recorded, and its Synchronize or Query, wrap
-// [plugin.ErrNotRecorded]. A kind adds its device's name.
+// Errors wrap the plugin contract's. Work for a closed queue wraps
+// [plugin.ErrBadHandle]. So does an event recorded twice or after it was
+// closed. A wait for an event never recorded wraps [plugin.ErrNotRecorded],
+// and so do its Synchronize and Query. A kind adds its device's name.
 //
 // # A kind whose operations are not Go functions
 //
-// A [Queue] is a [Loop] of Go functions. A kind whose operations are data
-// that it issues itself (a GPU kind, which issues them to a stream from a
-// goroutine locked to its OS thread) holds a Loop of its own operation
-// type and gives it a [Runner] (and a [Binder], to set up the goroutine
-// that issues): the same order, error state, inline running and hand-over
-// as a Queue's, with the kind's own issuing. plugins/cuda's queue is built
-// so.
+// A [Queue] is a [Loop] of Go functions. Some kinds' operations are data that
+// the kind issues itself. A GPU kind is one: it issues them to a stream from
+// a goroutine locked to its OS thread. Such a kind holds a Loop of its own
+// operation type and gives it a [Runner]. It may give a [Binder] too, to set
+// up the goroutine that issues. It gets the same order, error state, inline
+// running and hand-over as a Queue, with its own issuing. plugins/cuda's
+// queue is built so.
 //
-// Operations run on the queue's goroutine, one after another: one that
-// blocks holds up the queue; one must not call its own queue's Synchronize
-// or Close (it would wait for itself); and one must not panic
-// ([plugin.Kernel.Launch] turns a kernel's panic into an error; anything
-// else that may panic must recover).
+// Operations run on the queue's goroutine, one after another. One that blocks
+// holds up the queue. One must not call its own queue's Synchronize or Close:
+// it would wait for itself. And one must not panic. [plugin.Kernel.Launch]
+// turns a kernel's panic into an error; anything else that may panic must
+// recover.
 package opqueue
 
 import (
@@ -96,26 +97,27 @@ type op struct {
 	mark   func(error) error // runs whatever happened before; gets the error state
 	wait   *Event
 	record *Event
-	// timed, if set, is told when a run or wait operation ran, and how
-	// it ended (skipped operations are not told).
+	// timed, if set, is told when a run or wait operation ran, and how it
+	// ended. Skipped operations are not told.
 	timed func(start, end time.Time, err error)
-	// exited, if set, is why run ended its goroutine (runtime.Goexit),
-	// set by run before the goroutine unwinds (see RunHereExit).
+	// exited, if set, is why run ended its goroutine (runtime.Goexit). run
+	// sets it before the goroutine unwinds (see RunHereExit).
 	exited *error
-	// drain, if set, says whether the goroutine that ran the operation
-	// here runs what was enqueued meanwhile too (RunHereExitDrain).
+	// drain, if set, says whether the goroutine that ran the operation here
+	// runs what was enqueued meanwhile too (RunHereExitDrain).
 	drain func() bool
 }
 
 // Queue runs operations in order, on a goroutine of its own while it has
-// work. Make one with [New]: the zero Queue is not ready for use. Its
-// methods are safe for concurrent use; operations enqueued by different
-// goroutines at once run in the order the queue got them.
+// work. Make one with [New]: the zero Queue is not ready for use. Its methods
+// are safe for concurrent use. Operations enqueued by different goroutines at
+// once run in the order the queue got them.
 type Queue struct {
 	l Loop[op]
-	// wake is where an event the queue's wait operation waits for says it
-	// fired (await): one channel for the queue's life, as its operations
-	// run one at a time, so that a wait makes no channel of the event's.
+	// wake is where an event that the queue's wait operation waits for says
+	// it fired (await). There is one channel for the queue's life, as its
+	// operations run one at a time. So a wait makes no channel of the
+	// event's.
 	wake chan struct{}
 }
 
@@ -126,8 +128,8 @@ func New() *Queue {
 	return q
 }
 
-// await waits for ev to fire, for the queue's wait operation, and returns
-// its error.
+// await waits for ev to fire, for the queue's wait operation. It returns ev's
+// error.
 func (q *Queue) await(ev *Event) error {
 	ev.mu.Lock()
 	if !ev.fired {
@@ -185,8 +187,8 @@ func (r *runner) Run(o op, failed error) error {
 // enqueued meanwhile too (Drainer).
 func (r *runner) Drain(o op) bool { return o.drain != nil && o.drain() }
 
-// runExit runs o, which may end its goroutine (RunHereExit): if it does,
-// the queue fails with why o says (the Loop hands the queue on).
+// runExit runs o, which may end its goroutine (RunHereExit). If it does, the
+// queue fails with why o says. The Loop hands the queue on.
 func (r *runner) runExit(o op) error {
 	ran := false
 	defer func() {
@@ -205,95 +207,96 @@ func (q *Queue) enqueue(o op) error {
 }
 
 // SetInline makes operations enqueued while the queue is idle run on the
-// enqueueing goroutine, before the enqueueing call returns (a wait then
-// blocks it): for a caller that waits for the queue right after anyway, as
-// plugin.InlineQueue describes. Operations enqueued while earlier ones run
-// still go to the queue's goroutine.
+// enqueueing goroutine. They run before the enqueueing call returns, so a
+// wait then blocks it. It is for a caller that waits for the queue right
+// after anyway, as plugin.InlineQueue describes. Operations enqueued while
+// earlier ones run still go to the queue's goroutine.
 func (q *Queue) SetInline(on bool) { q.l.SetInline(on) }
 
-// Do enqueues fn. It runs after everything enqueued before it, unless one of
-// those failed since the last clearing mark, in which case it is skipped;
-// an error it returns puts the queue in the error state. Do fails only on a
-// closed queue.
+// Do enqueues fn. It runs after everything enqueued before it. It is skipped
+// if one of those failed since the last clearing mark. An error it returns
+// puts the queue in the error state. Do fails only on a closed queue.
 func (q *Queue) Do(fn func() error) error { return q.enqueue(op{run: fn}) }
 
-// DoTimed is Do that tells timed when fn started and ended, and its error,
-// on the queue's goroutine right after fn returns (not if fn is skipped).
-// A nil timed is Do.
+// DoTimed is Do that tells timed when fn started and ended, and its error. It
+// tells it on the queue's goroutine right after fn returns, and not if fn is
+// skipped. A nil timed is Do.
 func (q *Queue) DoTimed(fn func() error, timed func(start, end time.Time, err error)) error {
 	return q.enqueue(op{run: fn, timed: timed})
 }
 
-// A Call is what an operation enqueued with DoCallTimed is called with:
-// the values it needs, held by the queue rather than by a closure.
+// A Call is what an operation enqueued with DoCallTimed is called with. It
+// holds the values the operation needs, in the queue rather than in a
+// closure.
 type Call struct {
 	X, Y, Z any
 	Args    []plugin.Arg
 }
 
-// DoCallTimed is DoTimed of fn called with c. An operation whose state
-// is pointers and interfaces (a kernel, its arguments, its device) costs
-// no allocation this way: fn is a function of the package that enqueues
-// it, not a closure.
+// DoCallTimed is DoTimed of fn called with c. Some operations' state is
+// pointers and interfaces: a kernel, its arguments, its device. Such an
+// operation costs no allocation this way. fn is a function of the package
+// that enqueues it, not a closure.
 func (q *Queue) DoCallTimed(fn func(Call) error, c Call, timed func(start, end time.Time, err error)) error {
 	return q.enqueue(op{call: fn, c: c, timed: timed})
 }
 
-// RunHere runs fn on the calling goroutine, before RunHere returns, if
-// the queue is idle (nothing queued or running), exactly as the queue's
-// goroutine would have run it next, timed as DoTimed times it; it reports
-// whether it did. If the queue is busy it does nothing, and the caller
-// enqueues fn as usual (Do, DoTimed). It is for a caller that would
-// otherwise hand short work to the queue's goroutine: the goroutine that
-// has the work does it, with no hand-off, and may run it on data it holds
-// only for the call. fn must not wait for anything that only the caller
-// can bring about. Operations enqueued while fn runs go to the queue's
-// goroutine, after fn.
+// RunHere runs fn on the calling goroutine, before RunHere returns, if the
+// queue is idle (nothing queued or running). It runs it exactly as the
+// queue's goroutine would have run it next, timed as DoTimed times it. It
+// reports whether it did. If the queue is busy it does nothing, and the
+// caller enqueues fn as usual (Do, DoTimed).
+//
+// It is for a caller that would otherwise hand short work to the queue's
+// goroutine. The goroutine that has the work does it, with no hand-off. It
+// may run it on data it holds only for the call. fn must not wait for
+// anything that only the caller can bring about. Operations enqueued while fn
+// runs go to the queue's goroutine, after fn.
 func (q *Queue) RunHere(fn func() error, timed func(start, end time.Time, err error)) (bool, error) {
 	return q.l.Put(op{run: fn, timed: timed}, HereOnly, false)
 }
 
 // RunHereExit is RunHere for a fn that may end the calling goroutine with
-// runtime.Goexit (a kernel called on it): if it does, the queue fails with
-// *exited, which fn sets in a deferred call, and goes on with its next
-// operations on the queue's goroutine. Only RunHere's path runs fn so: a
-// fn enqueued (false) must not end its goroutine.
+// runtime.Goexit (a kernel called on it). If it does, the queue fails with
+// *exited, which fn sets in a deferred call. The queue goes on with its next
+// operations on the queue's goroutine. Only RunHere's path runs fn so. A fn
+// enqueued (false) must not end its goroutine.
 func (q *Queue) RunHereExit(fn func() error, exited *error, timed func(start, end time.Time, err error)) (bool, error) {
 	return q.l.Put(op{run: fn, timed: timed, exited: exited}, HereOnly, false)
 }
 
-// RunHereExitDrain is RunHereExit whose caller, if fn returns and drain
-// then reports true, also runs the operations enqueued while fn ran, until
-// the queue is idle ([HereDrain]), instead of handing them to a new
-// goroutine: a device process's reader that ran a long kernel, and whose
-// role a standby took over meanwhile (it has nothing else to do), answers
-// the sync mark queued behind the kernel itself.
+// RunHereExitDrain is RunHereExit whose caller may also run the operations
+// enqueued while fn ran. It does so if fn returns and drain then reports
+// true, until the queue is idle ([HereDrain]). It does not hand them to a new
+// goroutine. The case is a device process's reader that ran a long kernel
+// while a standby took over its role. It has nothing else to do, so it
+// answers the sync mark queued behind the kernel itself.
 func (q *Queue) RunHereExitDrain(fn func() error, exited *error, timed func(start, end time.Time, err error), drain func() bool) (bool, error) {
 	return q.l.Put(op{run: fn, timed: timed, exited: exited, drain: drain}, HereDrain, false)
 }
 
 // MarkHere is Mark that runs fn on the calling goroutine, before MarkHere
-// returns, if the queue is idle (as RunHere does), and enqueues it
-// otherwise: a mark's function is the same wherever it runs.
+// returns, if the queue is idle (as RunHere does). Otherwise it enqueues it.
+// A mark's function is the same wherever it runs.
 func (q *Queue) MarkHere(clear bool, fn func(failed error) error) error {
 	_, err := q.l.Put(op{mark: fn}, Here, clear)
 	return err
 }
 
-// Mark enqueues fn to run in order even after a failure: it receives the
-// first error since the last clearing mark (nil if none), and clears it if
-// clear is set. An error fn returns puts the queue in the error state.
-// Record is a mark that fires an event; a device process uses Mark to
-// answer a synchronize message in queue order.
+// Mark enqueues fn to run in order even after a failure. fn receives the
+// first error since the last clearing mark (nil if none). Mark clears it if
+// clear is set. An error fn returns puts the queue in the error state. Record
+// is a mark that fires an event. A device process uses Mark to answer a
+// synchronize message in queue order.
 func (q *Queue) Mark(clear bool, fn func(failed error) error) error {
 	_, err := q.l.Put(op{mark: fn}, Queued, clear)
 	return err
 }
 
-// Record makes ev fire, with the queue's error state if any, when
-// everything enqueued before it is done. An event is recorded once: a
-// second Record of it, or one of a closed event, fails with an error
-// wrapping plugin.ErrBadHandle.
+// Record makes ev fire when everything enqueued before it is done. It fires
+// with the queue's error state, if any. An event is recorded once. A second
+// Record of it, or one of a closed event, fails with an error wrapping
+// plugin.ErrBadHandle.
 func (q *Queue) Record(ev *Event) error {
 	if err := ev.arm(); err != nil {
 		return err
@@ -305,9 +308,9 @@ func (q *Queue) Record(ev *Event) error {
 	return nil
 }
 
-// Wait holds back everything enqueued after it until ev has fired; if ev
-// carries an error the queue enters the error state with it. ev may be
-// recorded on any queue (or armed with [Event.Arm]); one that is not yet
+// Wait holds back everything enqueued after it until ev has fired. If ev
+// carries an error, the queue enters the error state with it. ev may be
+// recorded on any queue (or armed with [Event.Arm]). One that is not yet
 // recorded is refused with an error wrapping plugin.ErrNotRecorded.
 func (q *Queue) Wait(ev *Event) error { return q.WaitTimed(ev, nil) }
 
@@ -320,7 +323,7 @@ func (q *Queue) WaitTimed(ev *Event, timed func(start, end time.Time, err error)
 	return q.enqueue(op{wait: ev, timed: timed})
 }
 
-// Synchronize waits for everything enqueued so far and returns (and clears)
+// Synchronize waits for everything enqueued so far. It returns (and clears)
 // the first error since the last clearing mark. An operation of the queue
 // must not call it.
 func (q *Queue) Synchronize() error { return q.l.Synchronize() }
@@ -337,13 +340,13 @@ func (q *Queue) Close() error {
 	return err
 }
 
-// Event fires once, with an error or none. It is recorded (armed) before
-// it fires: by [Queue.Record], or by [Event.Arm] for an event that
-// something other than a queue fires. Make one with [NewEvent], or use
-// the zero Event (a field of a kind's own event: one allocation for both).
-// Its methods are safe for concurrent use. An event that nobody waits on
-// with Done or Synchronize before it fires, and that has one OnFire, costs
-// no allocation but its own.
+// Event fires once, with an error or none. It is recorded (armed) before it
+// fires. [Queue.Record] records it, or [Event.Arm] for an event that
+// something other than a queue fires. Make one with [NewEvent], or use the
+// zero Event. (As a field of a kind's own event, it needs one allocation for
+// both.) Its methods are safe for concurrent use. Some events cost no
+// allocation but their own. Such an event has one OnFire, and nobody waits on
+// it with Done or Synchronize before it fires.
 type Event struct {
 	mu     sync.Mutex
 	armed  bool
@@ -377,12 +380,12 @@ func (e *Event) disarm() {
 	e.mu.Unlock()
 }
 
-// Arm marks the event recorded without a queue, for an event that
-// something else will fire with [Event.Fire] (a device in another process
-// that says when its event fired). It fails, as Record does, if the event
-// was recorded already or is closed. The caller then owns the firing: an
-// armed event that is never fired blocks its waiters for ever. A kind that
-// records its events on a Queue does not need Arm.
+// Arm marks the event recorded without a queue. It is for an event that
+// something else will fire with [Event.Fire]. An example is a device in
+// another process that says when its event fired. Arm fails, as Record does,
+// if the event was recorded already or is closed. The caller then owns the
+// firing: an armed event that is never fired blocks its waiters for ever. A
+// kind that records its events on a Queue does not need Arm.
 func (e *Event) Arm() error { return e.arm() }
 
 // Recorded reports whether the event was recorded (or armed, or fired).
@@ -392,11 +395,11 @@ func (e *Event) Recorded() bool {
 	return e.armed
 }
 
-// Fire fires the event with err (nil: without error), and marks it
-// recorded if it was not. Only the first firing counts: a queue that gets
-// to a Record of an event fired already leaves it as it is. A kind that
-// records its events on a Queue does not call Fire; it is for events armed
-// with [Event.Arm], and for firing an event early on purpose.
+// Fire fires the event with err (nil: without error), and marks it recorded
+// if it was not. Only the first firing counts. A queue that gets to a Record
+// of an event fired already leaves it as it is. A kind that records its
+// events on a Queue does not call Fire. It is for events armed with
+// [Event.Arm], and for firing an event early on purpose.
 func (e *Event) Fire(err error) {
 	e.mu.Lock()
 	if e.fired {
@@ -418,13 +421,13 @@ func (e *Event) Fire(err error) {
 	}
 }
 
-// OnFire makes f run when the event fires, on the goroutine that fires it
-// (a queue's, for a recorded event), or at once on the caller's if it has
-// fired (plugin.FireNotifier). f must not block.
+// OnFire makes f run when the event fires, on the goroutine that fires it.
+// For a recorded event, that is a queue's. If the event has fired, f runs at
+// once on the caller's goroutine (plugin.FireNotifier). f must not block.
 func (e *Event) OnFire(f func()) { e.onFire(fireCall{f: f}) }
 
-// OnFireCall is OnFire of f(x): a caller whose f would be a closure over
-// x passes a function and x instead, and allocates nothing (x a pointer).
+// OnFireCall is OnFire of f(x). A caller whose f would be a closure over x
+// passes a function and x instead. It allocates nothing (x a pointer).
 func (e *Event) OnFireCall(f func(x any), x any) { e.onFire(fireCall{fx: f, x: x}) }
 
 // fireCall is what an event runs when it fires: f, or fx(x).
@@ -453,7 +456,7 @@ func (e *Event) onFire(c fireCall) {
 	e.mu.Unlock()
 }
 
-// thenLocked adds c to what runs when e fires, which it has not; e.mu is
+// thenLocked adds c to what runs when e fires, which it has not. e.mu is
 // held.
 func (e *Event) thenLocked(c fireCall) {
 	if e.then == nil {
@@ -476,7 +479,7 @@ func (e *Event) Done() <-chan struct{} {
 	return e.done
 }
 
-// Synchronize waits for the event and returns its error; an event never
+// Synchronize waits for the event and returns its error. An event never
 // recorded returns plugin.ErrNotRecorded.
 func (e *Event) Synchronize() error {
 	e.mu.Lock()
@@ -491,7 +494,7 @@ func (e *Event) Synchronize() error {
 	return e.wait()
 }
 
-// wait waits for the event to fire, recorded or not yet, and returns its
+// wait waits for the event to fire, recorded or not yet. It returns its
 // error.
 func (e *Event) wait() error {
 	<-e.Done()
@@ -500,8 +503,8 @@ func (e *Event) wait() error {
 	return e.err
 }
 
-// Query reports whether the event fired, and its error if so; an event
-// never recorded returns plugin.ErrNotRecorded.
+// Query reports whether the event fired, and its error if so. An event never
+// recorded returns plugin.ErrNotRecorded.
 func (e *Event) Query() (bool, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -511,9 +514,9 @@ func (e *Event) Query() (bool, error) {
 	return e.fired, e.err
 }
 
-// Close releases the event: it can no longer be recorded, and closing it
-// again fails with an error wrapping plugin.ErrBadHandle. Waits already
-// enqueued, and a Record already enqueued, still see it fire.
+// Close releases the event: it can no longer be recorded. Closing it again
+// fails with an error wrapping plugin.ErrBadHandle. Waits already enqueued,
+// and a Record already enqueued, still see it fire.
 func (e *Event) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

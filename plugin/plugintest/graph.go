@@ -8,13 +8,13 @@ import (
 	"github.com/goffload/offload/plugin"
 )
 
-// testGraphDefiner checks plugin.GraphDefiner, where the kind's devices
-// have it: a part of two lanes on device 0 (a launch whose scalar is each
-// run's, its signal waited for by the other lane, which copies the result
-// within the device and, where device 1 takes a part too, to device 1,
-// whose part waits for device 0's signal and adds to its copy) run three
-// times with new scalars; each run's event fires once its lanes are done,
-// and the results are the runs'.
+// testGraphDefiner checks plugin.GraphDefiner, where the kind's devices have
+// it. Device 0 takes a part of two lanes. One lane is a launch whose scalar
+// is each run's. The other lane waits for its signal and copies the result
+// within the device. Where device 1 takes a part too, that lane copies it to
+// device 1 as well. Device 1's part waits for device 0's signal and adds to
+// its copy. The graph runs three times with new scalars. Each run's event
+// fires once its lanes are done, and the results are the runs'.
 func (e *env) testGraphDefiner(t *testing.T) {
 	d0, d1 := e.devs[0], e.devs[1]
 	g0, ok := d0.(plugin.GraphDefiner)

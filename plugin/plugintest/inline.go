@@ -8,11 +8,11 @@ import (
 	"github.com/goffload/offload/plugin"
 )
 
-// testInlineHandOver: on a queue that issues operations on the caller when
-// it is idle (plugin.InlineQueue), an operation another goroutine enqueues
-// while the caller issues one is done after it, not lost or run ahead:
-// the queue's goroutine takes over when the caller returns. (A queue that
-// marks itself idle when its caller returns leaves it behind.)
+// testInlineHandOver checks a queue that issues operations on the caller when
+// it is idle (plugin.InlineQueue). Another goroutine enqueues an operation
+// while the caller issues one. That operation is done after it, not lost or
+// run ahead: the queue's goroutine takes over when the caller returns. (A
+// queue that marks itself idle when its caller returns leaves it behind.)
 func (e *env) testInlineHandOver(t *testing.T) {
 	d := e.devs[0]
 	q := newQueue(t, d)

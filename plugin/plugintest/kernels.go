@@ -111,9 +111,9 @@ func lensKernel(out []int64, a []int32, b []float64) {
 	out[0], out[1] = int64(len(a)), int64(len(b))
 }
 
-// ctxFillKernel records the context's Device and Cores in info and adds 1
-// to every element of out in a parallel loop, so that a loop that covers an
-// index twice or not at all shows.
+// ctxFillKernel records the context's Device and Cores in info. It adds 1 to
+// every element of out in a parallel loop. So a loop that covers an index
+// twice or not at all shows.
 func ctxFillKernel(c kctx, out []int32, info []int64) {
 	info[0], info[1] = int64(c.Device()), int64(c.Cores())
 	c.For(len(out), func(lo, hi int) {
@@ -149,8 +149,8 @@ type cancelCtx interface {
 }
 
 // cancelKernel waits up to ms milliseconds for its context to say it should
-// stop, and writes what it saw: 1 cancelled (Err is context.Canceled), 2
-// not, -1 Done closed with Err nil.
+// stop. It writes what it saw: 1 cancelled (Err is context.Canceled), 2 not,
+// -1 Done closed with Err nil.
 func cancelKernel(c cancelCtx, out []int64, ms int64) {
 	select {
 	case <-c.Done():

@@ -7,18 +7,18 @@ import (
 	"github.com/goffload/offload/plugin"
 )
 
-// The OpenCL C of the suite's kernels that device code can express (those
-// that read no slice's length, or read it from the work size), so that a
-// kind that runs OpenCL C (plugins/opencl) runs them on its driver: their
-// scalar and pointer arguments cross its argument rules. The others (the
-// panics, sleeps, the context's loops) have Go bodies only, which such a
-// kind runs only in a test mode of its own, or refuses.
+// This is the OpenCL C of the suite's kernels that device code can express.
+// Those are the ones that read no slice's length, or read it from the work
+// size. A kind that runs OpenCL C (plugins/opencl) runs them on its driver,
+// so their scalar and pointer arguments cross its argument rules. The others
+// (the panics, sleeps, the context's loops) have Go bodies only. Such a kind
+// runs those only in a test mode of its own, or refuses them.
 const openCLKernels = `
 typedef struct { float a[3]; } arr3;
 typedef struct { short A; double B; uchar C[2]; uchar D; float E[2]; } plain;
 
-// scalars runs over scalarWords + len(in) work-items: the first writes the
-// scalars' bits, the ones after copy in.
+// scalars runs over scalarWords + len(in) work-items. The first writes the
+// scalars' bits, and the ones after copy in.
 kernel void scalars(global ulong *out, uchar b, char i8, short i16, int i32, long i64,
 		uchar u8, ushort u16, uint u32, ulong u64, long i, ulong u,
 		float f32, double f64, float2 c64, double2 c128, arr3 arr, plain s, global const int *in) {

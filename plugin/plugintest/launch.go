@@ -271,10 +271,10 @@ func (e *env) testKernelPanic(t *testing.T) {
 	}
 }
 
-// testLaunchGeometry checks plugin.GeometryLauncher: a launch with no
-// geometry is Launch, and one with a geometry the device can run runs the
-// kernel whole (the suite's kernels are loops over their slices, which a
-// kind runs as its launches run them, whatever the geometry).
+// testLaunchGeometry checks plugin.GeometryLauncher. A launch with no
+// geometry is Launch. One with a geometry the device can run runs the kernel
+// whole. (The suite's kernels are loops over their slices, which a kind runs
+// as its launches run them, whatever the geometry.)
 func (e *env) testLaunchGeometry(t *testing.T) {
 	d := e.devs[0]
 	q := newQueue(t, d)

@@ -259,9 +259,10 @@ func (e *env) testExchange(t *testing.T) {
 	})
 }
 
-// testHostMemoryOrder: host memory is read and written in queue order: a
-// Submit enqueued after a Retrieve of the same host bytes sends what the
-// Retrieve wrote there, not what was there when the Submit was enqueued.
+// testHostMemoryOrder checks that host memory is read and written in queue
+// order. A Submit enqueued after a Retrieve of the same host bytes sends what
+// the Retrieve wrote there. It does not send what was there when the Submit
+// was enqueued.
 func (e *env) testHostMemoryOrder(t *testing.T) {
 	d := e.devs[0]
 	q := newQueue(t, d)

@@ -123,9 +123,9 @@ func (e *env) testEvents(t *testing.T) {
 	mustSync(t, q)
 }
 
-// waitCase runs the wait test: on qa, a 50ms sleep, then x = val, then
-// record ev; on qb, wait for ev and read x, which must be val. closeEv
-// closes ev once the wait is enqueued (waits already enqueued still work).
+// waitCase runs the wait test. On qa: a 50ms sleep, then x = val, then record
+// ev. On qb: wait for ev and read x, which must be val. closeEv closes ev
+// once the wait is enqueued (waits already enqueued still work).
 func waitCase(t *testing.T, da plugin.Device, qa, qb plugin.Queue, val int64, closeEv bool) {
 	t.Helper()
 	x := alloc(t, da, 8)
@@ -175,9 +175,9 @@ func failedEvent(t *testing.T, da plugin.Device, qa plugin.Queue, code int64) pl
 	return ev
 }
 
-// waiterFails checks that qb, on device db, fails when it waits for ev
-// (which carries an ErrKernelFailed): the operations after the wait are skipped,
-// and qb works again after Synchronize.
+// waiterFails checks that qb, on device db, fails when it waits for ev, which
+// carries an ErrKernelFailed. The operations after the wait are skipped. qb
+// works again after Synchronize.
 func waiterFails(t *testing.T, db plugin.Device, qb plugin.Queue, ev plugin.Event) {
 	t.Helper()
 	y := alloc(t, db, 8)

@@ -8,12 +8,12 @@ import (
 	"github.com/goffload/offload/plugin"
 )
 
-// testHostSharer checks what a plugin.HostSharer promises: the device
-// address of a lent buffer is its host address; kernels and copies work on
-// the buffer in place; a copy of the buffer onto itself leaves it as it
-// is; ranges past it are refused; Free ends the lending and leaves the
-// buffer alone; memory from Alloc stays the device's own (the rest of the
-// suite checks its copies on the same devices).
+// testHostSharer checks what a plugin.HostSharer promises. The device address
+// of a lent buffer is its host address. Kernels and copies work on the buffer
+// in place. A copy of the buffer onto itself leaves it as it is. Ranges past
+// it are refused. Free ends the lending and leaves the buffer alone. Memory
+// from Alloc stays the device's own (the rest of the suite checks its copies
+// on the same devices).
 func (e *env) testHostSharer(t *testing.T) {
 	if _, ok := e.devs[0].(plugin.HostSharer); !ok {
 		t.Skip("the kind does not share the host's memory (plugin.HostSharer is optional)")

@@ -1,11 +1,11 @@
 // Package plugintest is the conformance suite that every device kind must
-// pass, in the spirit of golang.org/x/net/nettest.TestConn: a kind's tests
-// call [Run] with a function that opens devices of the kind, and the suite
-// checks the whole contract of package plugin against them — memory, copies,
+// pass. It is in the spirit of golang.org/x/net/nettest.TestConn. A kind's
+// tests call [Run] with a function that opens devices of the kind. The suite
+// checks the whole contract of package plugin against them: memory, copies,
 // kernel launches, queues, events, errors and concurrent use.
 //
 // The suite registers its own kernels at package init (names prefixed
-// "plugintest."), so a test binary that imports it has them in its image.
+// "plugintest."). So a test binary that imports it has them in its image.
 package plugintest
 
 import (
@@ -20,14 +20,14 @@ import (
 	"github.com/goffload/offload/plugin"
 )
 
-// timeout bounds every blocking call of the suite, so that a plugin that
-// hangs fails the test that hung instead of the whole binary.
+// timeout bounds every blocking call of the suite. So a plugin that hangs
+// fails the test that hung, not the whole binary.
 const timeout = 20 * time.Second
 
 // Run runs the conformance suite, each aspect of the contract as a subtest.
 //
 // open returns at least two fresh devices of the kind under test, constructed
-// but not loaded: the suite loads them with [entries.Current] as device
+// but not loaded. The suite loads them with [entries.Current] as device
 // numbers 0, 1, … and closes them when the test ends. The suite may call open
 // more than once (to test closing a device).
 func Run(t *testing.T, open func(t *testing.T) []plugin.Device) {
@@ -77,9 +77,9 @@ type env struct {
 	open func(t *testing.T) []plugin.Device
 	img  *plugin.Image
 	devs []plugin.Device
-	// closed holds the devices a subtest closed itself; closing them again
-	// at the end is not checked (the contract does not say what a second
-	// Close returns).
+	// closed holds the devices a subtest closed itself. Closing them again at
+	// the end is not checked: the contract does not say what a second Close
+	// returns.
 	closed sync.Map
 }
 
@@ -236,9 +236,9 @@ func launch(t *testing.T, q plugin.Queue, k plugin.Kernel, args ...plugin.Arg) {
 func scalar(v any) plugin.Arg              { return plugin.Arg{Scalar: v} }
 func slice(p plugin.Ptr, n int) plugin.Arg { return plugin.Arg{Ptr: p, Len: n} }
 
-// expectErr checks that an operation failed with an error wrapping target,
-// either when it was enqueued (enqErr) or at q's next Synchronize, and that
-// q is clean again afterwards.
+// expectErr checks that an operation failed with an error wrapping target. It
+// may fail when it was enqueued (enqErr) or at q's next Synchronize. Then q
+// must be clean again.
 func expectErr(t *testing.T, what string, q plugin.Queue, enqErr, target error) {
 	t.Helper()
 	err := enqErr
@@ -272,7 +272,7 @@ func fromBytes[T any](b []byte) []T {
 }
 
 // pattern returns n bytes that differ from any other seed's and repeat only
-// after a long period, so that a misplaced or shifted copy shows.
+// after a long period. So a misplaced or shifted copy shows.
 func pattern(n int, seed byte) []byte {
 	b := make([]byte, n)
 	x := uint32(seed)*2654435761 + 1

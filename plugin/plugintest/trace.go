@@ -11,10 +11,10 @@ import (
 )
 
 // testTracer checks the optional timing of queue operations (plugin.Tracer
-// and plugin.TaggedQueue) on fresh devices: tagged operations, and only
-// those, are reported in order with their kind, bytes, kernel and failure,
-// on the host's clock between their enqueueing and their completion, before
-// an event recorded after them fires.
+// and plugin.TaggedQueue) on fresh devices. Tagged operations, and only
+// those, are reported in order. Each has its kind, bytes, kernel and failure.
+// Its times are on the host's clock, between its enqueueing and its
+// completion. They are reported before an event recorded after them fires.
 func (e *env) testTracer(t *testing.T) {
 	if _, ok := e.devs[0].(plugin.Tracer); !ok {
 		t.Skip("the kind does not time queue operations (plugin.Tracer is optional)")
@@ -112,11 +112,8 @@ func (e *env) testTracer(t *testing.T) {
 	}
 }
 
-// testFireNotifier checks the optional plugin.FireNotifier of events: a
-// function given before the event fires runs once, after it fired (its
-// error is there to read); one given after it fired runs at once.
-// testCancelKernels: a device that can ask its kernels to stop
-// (plugin.Canceler) closes their contexts' Done channel, for a kernel
+// testCancelKernels checks a device that can ask its kernels to stop
+// (plugin.Canceler). It closes their contexts' Done channel, for a kernel
 // running and for those launched after, and only on that device.
 func (e *env) testCancelKernels(t *testing.T) {
 	devs := e.openLoaded(t)
@@ -134,7 +131,7 @@ func (e *env) testCancelKernels(t *testing.T) {
 	wantSaw(t, []sawCase{{"the running kernel", q, x, 1}, {"a later kernel", q, y, 1}, {"the other device's kernel", oq, z, 2}})
 }
 
-// sawCase is what one cancelKernel wrote at p, read through q: want 1 if
+// sawCase is what one cancelKernel wrote at p, read through q. want is 1 if
 // it was asked to stop, 2 if not.
 type sawCase struct {
 	name string
@@ -154,9 +151,10 @@ func wantSaw(t *testing.T, cs []sawCase) {
 	}
 }
 
-// testStopLaunch: a queue that can stop one launch (plugin.StopLauncher)
-// closes that kernel's Done channel when its signal stops, whether it
-// runs already or waits its turn, and no other kernel's.
+// testStopLaunch checks a queue that can stop one launch
+// (plugin.StopLauncher). It closes that kernel's Done channel when its signal
+// stops, and no other kernel's. It does so whether the kernel runs already or
+// waits its turn.
 func (e *env) testStopLaunch(t *testing.T) {
 	d := e.devs[0]
 	q := newQueue(t, d)
@@ -186,6 +184,9 @@ func (e *env) testStopLaunch(t *testing.T) {
 	mustSync(t, q)
 }
 
+// testFireNotifier checks the optional plugin.FireNotifier of events. A
+// function given before the event fires runs once, after it fired; its error
+// is there to read. One given after it fired runs at once.
 func (e *env) testFireNotifier(t *testing.T) {
 	d := e.devs[0]
 	ev := newEvent(t, d)

@@ -12,9 +12,9 @@ import (
 // blockSize is the threads per block of a launch.
 const blockSize = 256
 
-// params is a launch's parameters packed as cuLaunchKernel takes them:
-// each value at an offset aligned for its type in buf, and the pointers
-// to them (kernelParams) made from offs when the launch is issued.
+// params is a launch's parameters packed as cuLaunchKernel takes them. Each
+// value is at an offset aligned for its type in buf. The pointers to them
+// (kernelParams) are made from offs when the launch is issued.
 type params struct {
 	buf  []uint64 // 8-byte aligned storage
 	offs []int    // byte offset of each parameter's value
@@ -29,9 +29,9 @@ func (p *params) bytes() []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&p.buf[0])), 8*len(p.buf))
 }
 
-// paramLayout returns the size and alignment of parameter p's value as a
-// PTX entry takes it: a slice is its device address (8 bytes); a scalar is
-// its bytes in Go's layout.
+// paramLayout returns the size and alignment of parameter p's value as a PTX
+// entry takes it. A slice is its device address (8 bytes). A scalar is its
+// bytes in Go's layout.
 func paramLayout(p plugin.Param) (size, align int) {
 	if p.Kind == plugin.Slice {
 		return 8, 8
@@ -39,10 +39,10 @@ func paramLayout(p plugin.Param) (size, align int) {
 	return int(p.Type.Size()), p.Type.Align()
 }
 
-// pack lays out args, checked against k's parameters (plugin.CheckArgs),
-// in parameter order, then extra: 64-bit values after the Go parameters
-// (the global offsets of an entry that takes them). It does not check
-// slices' memory.
+// pack lays out args, checked against k's parameters (plugin.CheckArgs), in
+// parameter order. Then it lays out extra: 64-bit values after the Go
+// parameters, the global offsets of an entry that takes them. It does not
+// check slices' memory.
 func pack(k plugin.Kernel, args []plugin.Arg, extra []uint64) (*params, error) {
 	if err := plugin.CheckArgs(k, args); err != nil {
 		return nil, err
@@ -85,8 +85,8 @@ func pack(k plugin.Kernel, args []plugin.Arg, extra []uint64) (*params, error) {
 	return p, nil
 }
 
-// putScalar writes v, which must be of type t, at at; it reports false if
-// v is not of type t.
+// putScalar writes v, which must be of type t, at at. It reports false if v
+// is not of type t.
 func putScalar(at unsafe.Pointer, t reflect.Type, v any) bool {
 	switch x := v.(type) { // the common types without reflection
 	case float32:
@@ -129,8 +129,8 @@ func putScalar(at unsafe.Pointer, t reflect.Type, v any) bool {
 	if !rv.IsValid() || rv.Type() != t {
 		return false
 	}
-	// The value's bytes: copied into addressable memory of its type,
-	// then out as bytes (Go's layout of plain data is C's).
+	// The value's bytes are copied into addressable memory of its type, then
+	// out as bytes. (Go's layout of plain data is C's.)
 	c := reflect.New(t)
 	c.Elem().Set(rv)
 	copy(unsafe.Slice((*byte)(at), t.Size()), unsafe.Slice((*byte)(c.UnsafePointer()), t.Size()))
@@ -147,20 +147,20 @@ var (
 	typeUint64  = reflect.TypeFor[uint64]()
 )
 
-// The limits of a launch's geometry on every NVIDIA GPU since compute
-// capability 2.0: threads per block, and the block's and grid's
-// dimensions.
+// These are the limits of a launch's geometry on every NVIDIA GPU since
+// compute capability 2.0. They are the threads per block, and the block's and
+// grid's dimensions.
 var (
 	maxBlockThreads = 1024
 	maxBlock        = [3]int{1024, 1024, 64}
 	maxGrid         = [3]int{1<<31 - 1, 65535, 65535}
 )
 
-// grid is a launch's grid and block: geo's block (thread_limit), else
-// blockSize threads; geo's teams, else as many blocks as the global size
-// (geo's, else gpukind.Extent: one thread per element of the longest slice
-// the kernel may write) needs, at least one. A geometry beyond the GPU's
-// limits is an error naming the kernel.
+// grid is a launch's grid and block. The block is geo's (thread_limit), else
+// blockSize threads. The grid is geo's teams. Else it is as many blocks as
+// the global size needs, at least one. The global size is geo's, else
+// gpukind.Extent: one thread per element of the longest slice the kernel may
+// write. A geometry beyond the GPU's limits is an error naming the kernel.
 func grid(k plugin.Kernel, args []plugin.Arg, geo plugin.Geometry) (g, b [3]uint32, err error) {
 	block := [3]int{blockSize, 1, 1}
 	if geo.Threads != ([3]int{}) {
@@ -188,9 +188,9 @@ func grid(k plugin.Kernel, args []plugin.Arg, geo plugin.Geometry) (g, b [3]uint
 }
 
 // offsets is what a launch of k in geo passes an entry that takes global
-// offsets (ptxFn.offsets), after its Go parameters: geo's offset, x or x,
-// y and z. An offset for an entry that takes none, or takes x only, is an
-// error naming the kernel: CUDA has no global offset of its own.
+// offsets (ptxFn.offsets), after its Go parameters. It is geo's offset: x, or
+// x, y and z. An offset for an entry that takes none, or takes x only, is an
+// error naming the kernel. CUDA has no global offset of its own.
 func offsets(k plugin.Kernel, f *ptxFn, geo plugin.Geometry) ([]uint64, error) {
 	o := geo.Offset
 	switch {

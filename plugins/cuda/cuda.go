@@ -1,37 +1,37 @@
 // Package cuda is the CUDA device kind: NVIDIA GPUs through the CUDA driver
-// API, which it loads at run time (libcuda.so.1, with purego: no cgo, no
-// CUDA headers or toolkit to build). Programs get the kind by importing
+// API. It loads the driver at run time (libcuda.so.1, with purego): no cgo,
+// no CUDA headers or toolkit to build. Programs get the kind by importing
 // package offload, which imports this package.
 //
 // Spec in GOFFLOAD_DEVICES: "cuda" (every GPU) or "cuda:N" (GPU N, as the
-// driver numbers them; CUDA_VISIBLE_DEVICES applies). When
-// GOFFLOAD_DEVICES is unset, every GPU is discovered, before the host
-// device (Order 10). With no driver, or no GPU, the kind has no devices:
-// discovery, and the spec "cuda", say why in the info output
-// (GOFFLOAD_INFO=offload) and go on; under OMP_TARGET_OFFLOAD=MANDATORY a
-// spec naming cuda makes Start fail with the reason. GOFFLOAD_CUDA_LIBRARY
-// names another driver library than libcuda.so.1.
+// driver numbers them; CUDA_VISIBLE_DEVICES applies). When GOFFLOAD_DEVICES
+// is unset, every GPU is discovered, before the host device (Order 10). With
+// no driver, or no GPU, the kind has no devices. Discovery, and the spec
+// "cuda", say why in the info output (GOFFLOAD_INFO=offload) and go on. Under
+// OMP_TARGET_OFFLOAD=MANDATORY, a spec naming cuda makes Start fail with the
+// reason. GOFFLOAD_CUDA_LIBRARY names another driver library than
+// libcuda.so.1.
 //
 // # Devices
 //
-// Each device works in its GPU's primary context (the one the CUDA
-// runtime uses too), so two devices may share a GPU ("cuda:0,cuda:0").
-// Info gives the GPU's name, compute capability (Arch "sm_90"), memory,
-// multiprocessors (Cores) and the driver version (in Name).
+// Each device works in its GPU's primary context, the one the CUDA runtime
+// uses too. So two devices may share a GPU ("cuda:0,cuda:0"). Info gives the
+// GPU's name, compute capability (Arch "sm_90"), memory, multiprocessors
+// (Cores) and the driver version (in Name).
 //
 // # Kernels
 //
-// A GPU cannot run a kernel's Go body: it runs the kernel's PTX, which the
+// A GPU cannot run a kernel's Go body. It runs the kernel's PTX, which the
 // program registers with the kernel (offload.Kernel.PTX, plugin.Kernel.Code
 // "ptx"). Load loads each distinct PTX image once per device
-// (cuModuleLoadData) and looks each kernel's entry up (cuModuleGetFunction);
-// a kernel without PTX does not stop the device from loading, but
-// launching it on the device fails with an error naming the kernel
-// (wrapping plugin.ErrBadKernel and plugin.ErrUnsupported), as does a
-// kernel whose PTX did not load.
+// (cuModuleLoadData). It looks each kernel's entry up (cuModuleGetFunction).
+// A kernel without PTX does not stop the device from loading. But launching
+// it on the device fails with an error naming the kernel (wrapping
+// plugin.ErrBadKernel and plugin.ErrUnsupported). So does launching a kernel
+// whose PTX did not load.
 //
-// A launch passes the kernel's parameters (plugin.Kernel.Params: after the
-// Ctx, a struct holding slices as its fields) in order, each as the PTX
+// A launch passes the kernel's parameters in order (plugin.Kernel.Params:
+// after the Ctx, a struct holding slices as its fields). Each goes as the PTX
 // entry declares it:
 //
 //   - a slice: its device address, 8 bytes (.param .u64); its length is
@@ -44,38 +44,42 @@
 //     ".param .align A .b8 name[S]" with A and S Go's alignment and size of
 //     the type (complex64: align 4, size 8; complex128: 8, 16).
 //
-// A parameter of size 0 cannot be passed (PTX has none). By default the
-// grid is one-dimensional: blocks of 256 threads, and as many blocks as
-// needed for one thread per element of the longest slice argument the
-// kernel may write (not offload.In; its longest slice if it writes none),
-// at least one block. num_teams and thread_limit give the grid and block;
-// a global size, the threads (in whole blocks). The kernel must check its
-// index against its length parameter. CUDA has no global offset: an entry
-// with one or three .u64 or .s64 parameters after the Go parameters' takes
-// the launch's offset there (x, or x, y and z; 0 without one), and an
-// offset for an entry without them is an error.
+// A parameter of size 0 cannot be passed: PTX has none. By default the grid
+// is one-dimensional, with blocks of 256 threads. It has as many blocks as
+// needed for one thread per element of the longest slice argument the kernel
+// may write, and at least one. (That is any slice but offload.In, or its
+// longest slice if it writes none.) num_teams and thread_limit give the grid
+// and block. A global size gives the threads (in whole blocks). The kernel
+// must check its index against its length parameter.
+//
+// CUDA has no global offset. An entry may have one or three .u64 or .s64
+// parameters after the Go parameters' ones. It takes the launch's offset
+// there: x, or x, y and z; 0 without one. An offset for an entry without them
+// is an error.
 //
 // # Memory and queues
 //
 // Device memory comes from cuMemAlloc, through a pool of freed blocks by
-// size. A queue is a stream: copies, launches, event records and waits are
-// enqueued on it in order by a goroutine of the queue (or, for a
-// synchronous construct, by the caller, plugin.InlineQueue). Host memory
-// is copied through pinned staging buffers (cuMemHostAlloc), in chunks,
-// so that the program's Go memory is never handed to the driver: a Submit
-// reads the source when the queue reaches it, and a Retrieve has written
-// its destination before anything after it in the queue runs, so an event
-// recorded after a Retrieve fires once the data is in host memory. Exchange
-// copies within a GPU with cuMemcpyDtoDAsync and between GPUs with
-// cuMemcpyPeerAsync, direct where the GPUs allow peer access (enabled at
-// their first copy), else through host memory. Events are CUDA events; a queue waits for an event of
-// any CUDA device with cuStreamWaitEvent (plugin.ForeignEventWaiter). The
-// core learns that a task's event fired from one goroutine per device that
-// polls the watched events with cuEventQuery (plugin.FireNotifier), not
-// from a goroutine blocked in cuEventSynchronize per task.
+// size. A queue is a stream. A goroutine of the queue enqueues copies,
+// launches, event records and waits on it in order. (For a synchronous
+// construct, the caller does: plugin.InlineQueue.) Host memory is copied
+// through pinned staging buffers (cuMemHostAlloc), in chunks. So the
+// program's Go memory is never handed to the driver. A Submit reads the
+// source when the queue reaches it. A Retrieve has written its destination
+// before anything after it in the queue runs. So an event recorded after a
+// Retrieve fires once the data is in host memory.
+//
+// Exchange copies within a GPU with cuMemcpyDtoDAsync and between GPUs with
+// cuMemcpyPeerAsync. The copy is direct where the GPUs allow peer access,
+// enabled at their first copy. Else it goes through host memory. Events are
+// CUDA events. A queue waits for an event of any CUDA device with
+// cuStreamWaitEvent (plugin.ForeignEventWaiter). The core learns that a
+// task's event fired from one goroutine per device. It polls the watched
+// events with cuEventQuery (plugin.FireNotifier). No goroutine per task
+// blocks in cuEventSynchronize.
 //
 // A kernel that faults leaves the GPU's context unusable (a sticky CUDA
-// error): the device reports itself lost (plugin.LostReporter) with the
+// error). The device reports itself lost (plugin.LostReporter) with the
 // error, and every later operation on it fails.
 package cuda
 
@@ -126,7 +130,7 @@ var override struct {
 }
 
 // getDriver loads and initializes the driver library at path once per
-// process (cuInit cannot be undone). A driver with no GPU is not an error:
+// process: cuInit cannot be undone. A driver with no GPU is not an error:
 // count is 0 and err says why.
 func getDriver(path string) *driverState {
 	override.Lock()
@@ -183,10 +187,10 @@ func openSpec(arg string) ([]plugin.Device, error) {
 	return openDevices(s, ord)
 }
 
-// Driver returns the driver the kind uses (GOFFLOAD_CUDA_LIBRARY, or
-// libcuda.so.1; loaded and initialized once) and its number of GPUs, or
-// why there is no GPU to use. It is for this module's bench, whose raw
-// baselines call the driver API directly.
+// Driver returns the driver the kind uses and its number of GPUs, or why
+// there is no GPU to use. The driver is GOFFLOAD_CUDA_LIBRARY, or
+// libcuda.so.1, loaded and initialized once. It is for this module's bench,
+// whose raw baselines call the driver API directly.
 func Driver() (cudadrv.Driver, int, error) {
 	s := getDriver(library())
 	if s.err != nil {
@@ -196,20 +200,19 @@ func Driver() (cudadrv.Driver, int, error) {
 }
 
 // UseDriverForTests makes the kind use drv, initialized once, instead of
-// loading the driver library (GOFFLOAD_DEVICES=cuda then opens drv's
-// GPUs), until restore is called. It is for this module's tests, which
-// give it a fake driver (internal/cudadrv/cudafake); a program has no use
-// for it.
+// loading the driver library, until restore is called. GOFFLOAD_DEVICES=cuda
+// then opens drv's GPUs. It is for this module's tests, which give it a fake
+// driver (internal/cudadrv/cudafake). A program has no use for it.
 func UseDriverForTests(drv cudadrv.Driver) (restore func()) {
 	return useDriver(initWith(drv))
 }
 
 // UseEmulatedDriverForTests is UseDriverForTests with the devices in the
-// emulate mode: a kernel without PTX runs its Go body on the host over
-// copies of its arguments' device memory, in its queue's order, instead of
-// failing. It is for this module's tests that run the runtime's semantics
-// on fake GPUs with kernels written in Go only (the root package's device
-// matrix, matrix_test.go); a program has no use for it.
+// emulate mode. A kernel without PTX runs its Go body on the host over copies
+// of its arguments' device memory, in its queue's order, instead of failing.
+// It is for this module's tests that run the runtime's semantics on fake GPUs
+// with kernels written in Go only. (That is the root package's device matrix,
+// matrix_test.go.) A program has no use for it.
 func UseEmulatedDriverForTests(drv cudadrv.Driver) (restore func()) {
 	s := initWith(drv)
 	s.emulate = true

@@ -17,8 +17,8 @@ import (
 
 // Sizes of the device memory pool.
 const (
-	// blockAlign is what allocations are rounded up to (cuMemAlloc's
-	// alignment): the pool's size classes.
+	// blockAlign is what allocations are rounded up to: cuMemAlloc's
+	// alignment. These are the pool's size classes.
 	blockAlign = 512
 	// poolThreshold is the largest freed block kept for reuse.
 	poolThreshold = 256 << 20
@@ -38,8 +38,8 @@ type device struct {
 	peerMu sync.Mutex
 	peers  map[*device]bool // whether this context may access a device's memory directly (peer.go)
 
-	// Device is the state (label, closed, lost: a sticky error), the
-	// events and the loaded image (under Mu, with mods).
+	// Device is the state (label, closed, lost: a sticky error), the events
+	// and the loaded image. The image is under Mu, with mods.
 	gpukind.Device[cudadrv.Event, *ptxFn]
 	evmu   sync.Mutex
 	evFree []cudadrv.Event // CUDA events to reuse
@@ -104,8 +104,8 @@ func newDevice(drv cudadrv.Driver, ord, version int) (*device, error) {
 // label names the device in errors.
 func (d *device) label() string { return d.St.Label() }
 
-// with runs f with the device's context current on the calling goroutine's
-// OS thread, locked to it meanwhile.
+// with runs f with the device's context current on the calling goroutine's OS
+// thread. The goroutine is locked to the thread meanwhile.
 func (d *device) with(f func() error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -118,8 +118,8 @@ func (d *device) with(f func() error) error {
 // alive returns an error if the device is closed or lost.
 func (d *device) alive() error { return d.St.Alive() }
 
-// wrap turns a driver error into the plugin's: it wraps the plugin error
-// that matches the CUDA error, and marks the device lost on a sticky one.
+// wrap turns a driver error into the plugin's. It wraps the plugin error that
+// matches the CUDA error, and marks the device lost on a sticky one.
 func (d *device) wrap(err error) error {
 	if err == nil {
 		return nil
@@ -140,11 +140,11 @@ func (d *device) wrap(err error) error {
 	return err
 }
 
-// Load loads the PTX of the image's kernels: each distinct image once, in
-// the device's context, and each kernel's entry, whose parameter list it
-// checks against the kernel's Go parameters (checkEntry). A kernel with no
-// PTX, whose PTX does not load, or whose entry does not take its
-// parameters fails when it is launched, not here.
+// Load loads the PTX of the image's kernels: each distinct image once, in the
+// device's context. It loads each kernel's entry too. It checks the entry's
+// parameter list against the kernel's Go parameters (checkEntry). Some
+// kernels fail when they are launched, not here. They are those with no PTX,
+// whose PTX does not load, or whose entry does not take their parameters.
 func (d *device) Load(img *plugin.Image, num int) error {
 	type loaded struct {
 		mod cudadrv.Module
@@ -162,8 +162,8 @@ func (d *device) Load(img *plugin.Image, num int) error {
 				m = loaded{mod: mod, err: d.wrap(err)}
 				if err == nil {
 					d.mods = append(d.mods, mod) // under d.Mu
-					// An image the driver loads and ptx cannot read
-					// (all of it or an entry) goes unchecked.
+					// An image the driver loads and ptx cannot read goes
+					// unchecked, whether all of it or an entry.
 					m.entries, _ = ptx.Entries(code.Image)
 				}
 				mods[string(code.Image)] = m
@@ -201,10 +201,10 @@ type ptxFn struct {
 	fn    cudadrv.Function
 	entry string
 	// offsets is how many global offsets the entry takes after the Go
-	// parameters: 0, 1 (x) or 3 (x, y, z) (see offsetParams).
+	// parameters. It is 0, 1 (x) or 3 (x, y, z) (see offsetParams).
 	offsets int
-	// gen is generated PTX's sites, variables and device number (nil:
-	// hand-written PTX; gocode.go).
+	// gen is generated PTX's sites, variables and device number (gocode.go).
+	// It is nil for hand-written PTX.
 	gen *gpukind.GenCode
 }
 
@@ -340,8 +340,8 @@ func (m *memory) Alloc(size int64) (plugin.Ptr, error) {
 	return plugin.Ptr(p), nil
 }
 
-// drain frees the pooled blocks, with the context current; it reports
-// whether there were any.
+// drain frees the pooled blocks, with the context current. It reports whether
+// there were any.
 func (m *memory) drain(d *device) bool {
 	m.mu.Lock()
 	pool := m.pool

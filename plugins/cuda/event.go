@@ -7,10 +7,10 @@ import (
 	"github.com/goffload/offload/plugin/gpukind"
 )
 
-// An event is a CUDA event and what the host knows of it
-// (gpukind.Event): its CUDA event is made with the event (or taken from
-// the device's pool), and goes back to the pool when the event is closed,
-// nothing enqueued refers to it, and its record is complete.
+// An event is a CUDA event and what the host knows of it (gpukind.Event). Its
+// CUDA event is made with the event, or taken from the device's pool. It goes
+// back to the pool once three things hold. The event is closed, nothing
+// enqueued refers to it, and its record is complete.
 type event = gpukind.Event[cudadrv.Event]
 
 // events is the device as its events' driver (gpukind.EventDriver and
@@ -65,8 +65,8 @@ func (v *events) Wait(cu cudadrv.Event) (bool, error) {
 // maxFreeEvents bounds the CUDA events kept for reuse.
 const maxFreeEvents = 256
 
-// Release takes back a CUDA event that nothing enqueued refers to any
-// more, for reuse.
+// Release takes back a CUDA event that nothing enqueued refers to any more,
+// for reuse.
 func (v *events) Release(cu cudadrv.Event) {
 	d := (*device)(v)
 	d.evmu.Lock()

@@ -10,13 +10,13 @@ import (
 	"github.com/goffload/offload/plugin/gpukind"
 )
 
-// Generated PTX: what clang made of the OpenCL C that cmd/goffload-gen
-// generated from a kernel's Go body (plugin.DeviceCode.Generated). Its
-// entry takes the parameters the OpenCL C entry takes (gpukind.GenCode):
-// after the kernel's, 64-bit hidden ones, which pack lays out after them.
-// For code with checks the issuing goroutine reads the queue's fault
-// record once the launch is done (a synchronous copy on the stream), so
-// that a failed check fails the launch as the Go body's panic would.
+// Generated PTX is what clang made of the OpenCL C that cmd/goffload-gen
+// generated from a kernel's Go body (plugin.DeviceCode.Generated). Its entry
+// takes the parameters the OpenCL C entry takes (gpukind.GenCode). After the
+// kernel's come 64-bit hidden ones, which pack lays out after them. For code
+// with checks, the issuing goroutine reads the queue's fault record once the
+// launch is done. It reads it with a synchronous copy on the stream. So a
+// failed check fails the launch as the Go body's panic would.
 
 // faultRecord is a queue's fault record in device memory, made and
 // zeroed on first use.
@@ -61,8 +61,8 @@ func (f *faultRecord) free(d *device) {
 	f.ptr = 0
 }
 
-// hidden returns the hidden parameters of a launch of k's generated code
-// gen with args: the slice lengths, each declare target variable's
+// hidden returns the hidden parameters of a launch of k's generated code gen
+// with args. They are the slice lengths, each declare target variable's
 // device copy and length, the device number and q's fault record.
 func (q *queue) hidden(k plugin.Kernel, gen *gpukind.GenCode, args []plugin.Arg) ([]uint64, error) {
 	d := q.d
@@ -87,8 +87,8 @@ func (q *queue) hidden(k plugin.Kernel, gen *gpukind.GenCode, args []plugin.Arg)
 	return append(vals, uint64(gen.Dev), uint64(f)), nil
 }
 
-// checkFault waits for the launch of o, reads q's fault record and, where
-// a check failed, zeroes it and returns the kernel's panic; on the
+// checkFault waits for the launch of o and reads q's fault record. Where a
+// check failed, it zeroes it and returns the kernel's panic. It runs on the
 // issuing goroutine.
 func (q *queue) checkFault(o *op) error {
 	d := q.d

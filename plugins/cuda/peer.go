@@ -3,13 +3,13 @@ package cuda
 import "github.com/goffload/offload/internal/cudadrv"
 
 // peerAccess enables direct access from d's context to other's memory the
-// first time d copies to other, as libomptarget's CUDA plugin does, and
-// reports whether d has it: cuMemcpyPeerAsync between the two is then a
-// direct copy over NVLink or PCIe instead of one staged through host
-// memory. GPUs that cannot (cuDeviceCanAccessPeer says no, or enabling
-// fails) still copy, through host memory; the answer is kept, and asked
-// again only of a device opened anew. With d's context current (the
-// issuing goroutine).
+// first time d copies to other. libomptarget's CUDA plugin does the same. It
+// reports whether d has it. cuMemcpyPeerAsync between the two is then a
+// direct copy over NVLink or PCIe, not one staged through host memory. GPUs
+// that cannot still copy, through host memory. (cuDeviceCanAccessPeer says
+// no, or enabling fails.) The answer is kept, and asked again only of a
+// device opened anew. It runs with d's context current, on the issuing
+// goroutine.
 func (d *device) peerAccess(other *device) bool {
 	d.peerMu.Lock()
 	defer d.peerMu.Unlock()

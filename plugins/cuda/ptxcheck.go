@@ -13,21 +13,21 @@ import (
 	"github.com/goffload/offload/plugin/gpukind"
 )
 
-// The check of a kernel's Go parameters against its PTX entry's, when the
-// device loads the image. cuLaunchKernel reads each parameter's bytes from
-// its pointer at the size the entry declares, so a kernel whose .cu file
+// This is the check of a kernel's Go parameters against its PTX entry's, when
+// the device loads the image. cuLaunchKernel reads each parameter's bytes
+// from its pointer at the size the entry declares. So a kernel whose .cu file
 // declares `int n` where the Go kernel takes an int (8 bytes) would run on
-// garbage; the check makes that a launch error naming both sides.
+// garbage. The check makes that a launch error naming both sides.
 
 // checkEntry checks k's parameters, as pack lays them out (paramLayout),
-// against params, those of its PTX entry: the counts, then each
+// against params, those of its PTX entry. It checks the counts, then each
 // parameter's size, alignment, and float or integer kind.
 //
-// The alignments must match too, but for an array parameter (a struct or
-// vector by value) aligned more strictly than the Go type: CUDA's float2,
-// float4, double2 and cuComplex types are aligned 8 or 16, which Go cannot
-// declare, and the driver copies each parameter's bytes into its aligned
-// place, so the value arrives whole.
+// The alignments must match too, but for one case. An array parameter (a
+// struct or vector by value) may be aligned more strictly than the Go type.
+// CUDA's float2, float4, double2 and cuComplex types are aligned 8 or 16,
+// which Go cannot declare. The driver copies each parameter's bytes into its
+// aligned place, so the value arrives whole.
 func checkEntry(k plugin.Kernel, entry string, params []ptx.Param) (offsets int, err error) {
 	if offsets = offsetParams(params[min(len(k.Params()), len(params)):]); offsets > 0 {
 		params = params[:len(k.Params())]
@@ -85,9 +85,9 @@ func checkParam(k plugin.Kernel, entry string, i int, gp plugin.Param, p ptx.Par
 	return fmt.Errorf("%s; %s: declare it %s in the .cu file, or take %s in Go", ptxSide, goSide, cuda.Decl(gp), goFor(p))
 }
 
-// checkGenerated checks the parameters of generated PTX's entry (the
-// kernel's, then hidden ones: gpukind.GenCode) against k's and the
-// hidden 64-bit ones gen says.
+// checkGenerated checks the parameters of generated PTX's entry against k's
+// and the hidden 64-bit ones gen says. The entry's are the kernel's, then
+// hidden ones (gpukind.GenCode).
 func checkGenerated(k plugin.Kernel, entry string, gen *gpukind.GenCode, params []ptx.Param) error {
 	hidden := gen.Hidden(k)
 	if len(params) != len(k.Params())+hidden {
@@ -107,9 +107,9 @@ func checkGenerated(k plugin.Kernel, entry string, gen *gpukind.GenCode, params 
 	return nil
 }
 
-// offsetParams is how many global offsets (1: x; 3: x, y, z) an entry
-// takes in extra, the parameters after those of its Go kernel: one or
-// three 64-bit integers, not pointers; 0 for any other extra.
+// offsetParams is how many global offsets (1: x; 3: x, y, z) an entry takes
+// in extra, the parameters after those of its Go kernel. They are one or
+// three 64-bit integers, not pointers. It is 0 for any other extra.
 func offsetParams(extra []ptx.Param) int {
 	if n := len(extra); n != 1 && n != 3 {
 		return 0
@@ -123,8 +123,8 @@ func offsetParams(extra []ptx.Param) int {
 }
 
 // noEntry adds to err, the driver's for an entry the image has not, the
-// entries it has, and a hint if one of them is the entry's name mangled
-// (a .cu function not declared extern "C").
+// entries it has. If one of them is the entry's name mangled, it adds a hint.
+// (That is a .cu function not declared extern "C".)
 func noEntry(err error, entry string, entries map[string][]ptx.Param) error {
 	if entries == nil || cudadrv.Code(err) != cudadrv.ErrNotFound {
 		return err

@@ -13,27 +13,28 @@ import (
 )
 
 // A queue is a CUDA stream and the operations waiting to be issued to it.
-// Operations are checked when they are enqueued and issued in order by a
-// goroutine of the queue, locked to its OS thread with the device's
-// context current, that runs while the queue has work (or, while the core
-// has set the queue inline and it is idle, by the caller). Issuing is
-// asynchronous for the GPU's own work (copies between device memory,
-// launches, event records and waits); the host's part of a copy (into or
-// out of the staging buffers) is done by the issuing goroutine in queue
-// order, so a Retrieve has written its destination before anything after
-// it is issued.
+// Operations are checked when they are enqueued. A goroutine of the queue
+// issues them in order while the queue has work. It is locked to its OS
+// thread, with the device's context current. While the core has set the queue
+// inline and it is idle, the caller issues them instead.
 //
-// Errors follow the plugin contract: an operation that fails when it is
-// issued puts the queue in the error state — the operations after it are
-// skipped, events recorded after it fire with the error — until
+// Issuing is asynchronous for the GPU's own work: copies between device
+// memory, launches, event records and waits. The issuing goroutine does the
+// host's part of a copy (into or out of the staging buffers) in queue order.
+// So a Retrieve has written its destination before anything after it is
+// issued.
+//
+// Errors follow the plugin contract. An operation that fails when it is
+// issued puts the queue in the error state. The operations after it are
+// skipped, and events recorded after it fire with the error. That lasts until
 // Synchronize or Query returns it. A failure the GPU reports later (a
 // faulting kernel) is sticky: the device is lost.
 type queue struct {
 	gpukind.Queue[op, cudadrv.Event, *ptxFn] // the operations, issued in order; the error state; Record, Wait
 	d                                        *device
 	stream                                   cudadrv.Stream
-	// ctxErr is why the device's context could not be made current on
-	// the goroutine that issues operations (see issuer.Bind); the issuing
+	// ctxErr is why the device's context could not be made current on the
+	// goroutine that issues operations (see issuer.Bind). It is the issuing
 	// goroutine's.
 	ctxErr error
 
@@ -68,13 +69,13 @@ func (q *queue) enqueue(o op) error {
 	return q.Put(o)
 }
 
-// issuer is the queue as its Loop's Runner and Binder (gpukind.Issuer): a
+// issuer is the queue as its Loop's Runner and Binder (gpukind.Issuer). A
 // goroutine that issues operations is locked to its OS thread with the
 // device's context current.
 type issuer queue
 
-// Bind locks the goroutine to its OS thread and makes the device's
-// context current, noting why if it could not (opqueue.Binder).
+// Bind locks the goroutine to its OS thread and makes the device's context
+// current (opqueue.Binder). If it could not, it notes why.
 func (i *issuer) Bind() {
 	runtime.LockOSThread()
 	i.ctxErr = i.d.drv.CtxSetCurrent(i.d.ctx)
@@ -94,7 +95,7 @@ func (i *issuer) RecordOp(ev *event, tag uint64) op {
 // WaitOp is the operation that waits for ev (gpukind.Issuer).
 func (i *issuer) WaitOp(ev *event, tag uint64) op { return op{kind: gpukind.OpWait, ev: ev, tag: tag} }
 
-// issue issues o on the stream with the queue's error state failed, and
+// issue issues o on the stream with the queue's error state failed. It
 // returns the error that puts the queue in the error state. The device's
 // context is current, unless q.ctxErr says why not.
 func (q *queue) issue(o *op, failed error) error {
@@ -190,8 +191,8 @@ func (q *queue) exchange(o *op) error {
 	return q.d.drv.MemcpyPeerAsync(cudadrv.DevPtr(o.dst), o.peer.ctx, cudadrv.DevPtr(o.src), q.d.ctx, o.size, q.stream)
 }
 
-// launch issues o's kernel with its packed parameters. The parameter
-// values are Go memory, pinned for the call; the driver copies them before
+// launch issues o's kernel with its packed parameters. The parameter values
+// are Go memory, pinned for the call. The driver copies them before
 // cuLaunchKernel returns.
 func (q *queue) launch(o *op) error {
 	p := o.prm
@@ -215,10 +216,10 @@ func (q *queue) launch(o *op) error {
 	return err
 }
 
-// emulate runs o's kernel's Go body on the host once the stream is done,
-// over copies of the allocations its slice arguments lie in (the device's
-// emulate mode, for tests: gpukind.Emulate); t, if not nil, times the
-// body on the host's clock.
+// emulate runs o's kernel's Go body on the host once the stream is done. It
+// runs it over copies of the allocations its slice arguments lie in. That is
+// the device's emulate mode, for tests (gpukind.Emulate). t, if not nil,
+// times the body on the host's clock.
 func (q *queue) emulate(o *op, t *opTiming) error {
 	d := q.d
 	if err := d.drv.StreamSynchronize(q.stream); err != nil {
@@ -272,7 +273,7 @@ func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
 }
 
 // Exchange copies between this device and another CUDA device of the same
-// driver (or within this one); other kinds are ErrUnsupported.
+// driver, or within this one. Other kinds are ErrUnsupported.
 func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) error {
 	other, err := gpukind.Peer(&q.Queue, dst, func(o *device) bool { return o.drv == q.d.drv })
 	if err != nil {
@@ -287,11 +288,11 @@ func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) 
 	return q.enqueue(op{kind: gpukind.OpExchange, dst: dstPtr, src: src, size: size, peer: other})
 }
 
-// LaunchGeometry is Launch with the grid and block of g (the num_teams
-// and thread_limit clauses); what g leaves unset comes from the trip
-// count (see grid).
+// LaunchGeometry is Launch with the grid and block of g (the num_teams and
+// thread_limit clauses). What g leaves unset comes from the trip count (see
+// grid).
 //
-// Launch (gpukind.Queue's) is LaunchGeometry with no geometry: a PTX
+// Launch (gpukind.Queue's) is LaunchGeometry with no geometry. It runs a PTX
 // entry, or in the emulate mode the Go body of a kernel without PTX. The
 // arguments are checked and packed here.
 func (q *queue) LaunchGeometry(k plugin.Kernel, args []plugin.Arg, geo plugin.Geometry) error {
@@ -330,9 +331,8 @@ func (q *queue) LaunchGeometry(k plugin.Kernel, args []plugin.Arg, geo plugin.Ge
 	return q.enqueue(op{kind: gpukind.OpLaunch, k: k, fn: kf.Fn.fn, prm: prm, grid: g, block: b, gen: gen})
 }
 
-// Synchronize waits until every operation is issued and the stream is
-// done, reports the timed operations, and returns (and clears) the error
-// state.
+// Synchronize waits until every operation is issued and the stream is done.
+// It reports the timed operations, and returns (and clears) the error state.
 func (q *queue) Synchronize() error {
 	defer q.Report(reportAll)
 	err := q.L.Synchronize()
@@ -349,9 +349,8 @@ func (q *queue) Synchronize() error {
 	return err
 }
 
-// Query reports whether every operation is issued and done; once it is,
-// it reports the timed operations and returns (and clears) the error
-// state.
+// Query reports whether every operation is issued and done. Once it is, it
+// reports the timed operations and returns (and clears) the error state.
 func (q *queue) Query() (bool, error) {
 	if !q.L.Idle() {
 		return false, nil

@@ -10,12 +10,12 @@ import (
 	"github.com/goffload/offload/plugin"
 )
 
-// Host memory goes to and from the GPU through pinned staging buffers:
-// the driver copies asynchronously only from and to page-locked memory,
-// and the program's Go memory must never be handed to it (the garbage
-// collector could free it while a copy is pending). A copy is cut into
-// chunks of chunkSize, two buffers alternating so that the host's copy of
-// one chunk overlaps the DMA of the other.
+// Host memory goes to and from the GPU through pinned staging buffers. The
+// driver copies asynchronously only from and to page-locked memory. And the
+// program's Go memory must never be handed to it: the garbage collector could
+// free it while a copy is pending. A copy is cut into chunks of chunkSize.
+// Two buffers alternate, so that the host's copy of one chunk overlaps the
+// DMA of the other.
 
 // chunkSize is the size of a staging buffer.
 const chunkSize = 4 << 20
@@ -116,9 +116,8 @@ func (sp *stagingPool) close(d *device) error {
 	return errors.Join(errs...)
 }
 
-// submit copies src to dst through staging buffers; t, if not nil, times
-// the copy on the stream: from before the first chunk's DMA to after the
-// last's.
+// submit copies src to dst through staging buffers. t, if not nil, times the
+// copy on the stream, from before the first chunk's DMA to after the last's.
 func (q *queue) submit(dst plugin.Ptr, src []byte, t *opTiming) error {
 	d := q.d
 	var bufs [2]*stagingBuf
@@ -150,9 +149,9 @@ func (q *queue) submit(dst plugin.Ptr, src []byte, t *opTiming) error {
 }
 
 // retrieve copies src to dst through staging buffers, and returns once dst
-// holds the data; t, if not nil, times the copy on the stream: from before
-// the first chunk's DMA to after the last's (not the host's copy out of
-// the staging buffer after it).
+// holds the data. t, if not nil, times the copy on the stream, from before
+// the first chunk's DMA to after the last's. That leaves out the host's copy
+// out of the staging buffer after it.
 func (q *queue) retrieve(dst []byte, src plugin.Ptr, t *opTiming) error {
 	d := q.d
 	type part struct {
@@ -205,10 +204,10 @@ func (q *queue) retrieve(dst []byte, src plugin.Ptr, t *opTiming) error {
 	return nil
 }
 
-// dma issues one chunk's copy through staging buffer b on q's stream
-// (copy) and records b's event after it, so that b is reused only once the
-// copy is done; t, if not nil, times the copy from before the first
-// chunk's DMA to after the last's.
+// dma issues one chunk's copy through staging buffer b on q's stream (copy).
+// It records b's event after it, so that b is reused only once the copy is
+// done. t, if not nil, times the copy from before the first chunk's DMA to
+// after the last's.
 func (q *queue) dma(b *stagingBuf, t *opTiming, last bool, copy func() error) error {
 	t.begin(q)
 	if err := copy(); err != nil {
@@ -227,10 +226,10 @@ func (q *queue) dma(b *stagingBuf, t *opTiming, last bool, copy func() error) er
 // pcopyPiece is the smallest part of a copy pcopy gives a goroutine.
 const pcopyPiece = 512 << 10
 
-// pcopy copies src to dst (of the same length), splitting a large copy
-// over up to GOMAXPROCS goroutines (at most 8, at least 2): one core's
-// memory copy is slower than a PCIe 5 DMA (about 50 GB/s), which a server's
-// memory reaches with several cores.
+// pcopy copies src to dst (of the same length). It splits a large copy over
+// up to GOMAXPROCS goroutines, at most 8 and at least 2. One core's memory
+// copy is slower than a PCIe 5 DMA (about 50 GB/s). A server's memory reaches
+// that with several cores.
 func pcopy(dst, src []byte) {
 	n := len(src)
 	parts := min(n/pcopyPiece, max(2, min(runtime.GOMAXPROCS(0), 8)))

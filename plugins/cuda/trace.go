@@ -10,47 +10,50 @@ import (
 	"github.com/goffload/offload/plugin/optrace"
 )
 
-// Timing the operations of tagged queues (plugin.Tracer): the device times
-// a tagged queue's launches, copies and waits on the GPU with CUDA events
-// recorded on the stream before and after each (a copy through staging
-// buffers: before its first chunk's DMA and after its last's), and reports
-// them on the host's clock once the host has seen them done.
+// Timing the operations of tagged queues (plugin.Tracer): the device times a
+// tagged queue's launches, copies and waits on the GPU. It uses CUDA events
+// recorded on the stream before and after each. (A copy through staging
+// buffers records before its first chunk's DMA and after its last's.) It
+// reports them on the host's clock once the host has seen them done.
 //
 // The clock: a reference event is recorded on a stream of the device's own
-// and synchronized; an event's time is the reference's plus
-// cuEventElapsedTime from it. The reference completed after the host
-// issued its record, and each timing read proves more (its records
-// completed after the host issued them): its time is the latest the
-// proofs allow, so times are early, if anything, by the GPU's latency in
-// running an idle stream's record (not by the host's in seeing it done,
-// which a loaded machine makes milliseconds). A reference serves the
-// operations issued in the second after it (float32 milliseconds lose
-// precision, and the GPU's clock drifts from the host's). An operation
-// starts after the queue's operation before it ended (two references may
-// disagree a little), and ends before the host saw it done.
+// and synchronized. An event's time is the reference's plus
+// cuEventElapsedTime from it. The reference completed after the host issued
+// its record. Each timing read proves more: its records completed after the
+// host issued them. The reference's time is the latest the proofs allow. So
+// times are early, if anything, by the GPU's latency in running an idle
+// stream's record. They are not late by the host's latency in seeing it done,
+// which a loaded machine makes milliseconds. A reference serves the
+// operations issued in the second after it. (float32 milliseconds lose
+// precision, and the GPU's clock drifts from the host's.) An operation starts
+// after the queue's operation before it ended; two references may disagree a
+// little. It ends before the host saw it done.
 //
-// Issuing: an operation the queue's goroutine issues with a non-zero tag
-// (the queue's when it was enqueued) records its events on the stream and
-// appends its timing to the queue's FIFO (an emulated kernel, or an
-// operation that failed when issued, is timed with the host's clock). A
+// Issuing: the queue's goroutine may issue an operation with a non-zero tag,
+// the queue's when it was enqueued. Such an operation records its events on
+// the stream and appends its timing to the queue's FIFO. An emulated kernel,
+// or an operation that failed when issued, is timed with the host's clock. A
 // record notes the FIFO's length in its event (rq, rpos).
 //
-// Reporting: the goroutine that sees an event fire — in Event.Synchronize
-// or Query before they say so, in OnFire, or the device's poller before it
-// runs OnFire's function — reports the timings of the event's queue up to
-// the event's position; Queue.Synchronize, and a Queue.Query that says
-// done, report all of them (Queue.Close drops what is left). Reporting
-// takes the queue's drain mutex, copies the timings out of the FIFO under
-// its mutex, reads their times from the driver (under the device's
-// tracing.life, read) without the FIFO's mutex, removes them from the
-// FIFO, and calls the tracer's function holding only the drain mutex —
-// which nothing but another report of the same queue takes, so a queue's
-// reports go out in order, and nothing the function's caller or another
-// queue needs — then gives the timing events back to the device's pool. A
-// timing whose records are not complete stops the report; a later one
-// reports it. An event that fires with the queue's error, without a
-// record, first waits on the queue's goroutine for the stream to finish
-// the timed operations before it (settle).
+// Reporting: the goroutine that sees an event fire reports the timings of the
+// event's queue up to the event's position. That is in Event.Synchronize or
+// Query before they say so, in OnFire, or in the device's poller before it
+// runs OnFire's function. Queue.Synchronize, and a Queue.Query that says
+// done, report all of them. Queue.Close drops what is left.
+//
+// Reporting takes the queue's drain mutex. It copies the timings out of the
+// FIFO under the FIFO's mutex. It reads their times from the driver without
+// that mutex, under the device's tracing.life (read). It removes them from
+// the FIFO. It calls the tracer's function holding only the drain mutex.
+// Nothing but another report of the same queue takes that mutex. So a queue's
+// reports go out in order, and the function holds nothing its caller or
+// another queue needs. Then it gives the timing events back to the device's
+// pool.
+//
+// A timing whose records are not complete stops the report; a later one
+// reports it. An event may fire with the queue's error, without a record. It
+// first waits on the queue's goroutine for the stream to finish the timed
+// operations before it (settle).
 
 const (
 	refreshClock  = time.Second // how long a clock reference serves new operations
@@ -96,15 +99,15 @@ type opTiming struct {
 	ref   *clockRef
 	start cudadrv.Event // 0 until recorded
 	end   cudadrv.Event
-	// issued and ended are the host's clock just before the start and
-	// end records were issued; for a timing on the host's clock (host),
+	// issued and ended are the host's clock just before the start and end
+	// records were issued. For a timing on the host's clock (host), they are
 	// the operation's start and end.
 	issued, ended time.Time
 	host          bool
 }
 
-// Trace makes the device report its tagged queues' operations to f, on
-// the host's clock (plugin.Tracer); nil stops the reports.
+// Trace makes the device report its tagged queues' operations to f, on the
+// host's clock (plugin.Tracer). nil stops the reports.
 func (d *device) Trace(f func(plugin.OpTime)) { d.tr.Trace(f) }
 
 // timer starts timing o, on the issuing goroutine; nil if o is not timed.
@@ -128,9 +131,9 @@ func (q *queue) timer(o *op) *opTiming {
 	return t
 }
 
-// begin records t's start event on q's stream, once; with the device's
-// context current. Without a reference or an event, t is timed on the
-// host's clock.
+// begin records t's start event on q's stream, once, with the device's
+// context current. Without a reference or an event, t is timed on the host's
+// clock.
 func (t *opTiming) begin(q *queue) {
 	if t == nil || t.start != 0 || t.host {
 		return
@@ -153,9 +156,9 @@ func (t *opTiming) finish(q *queue) {
 	t.end = t.record(q, &t.ended)
 }
 
-// record records a timing event on q's stream, with *at the host's clock
-// just before, and returns it; without an event, or if the record fails,
-// it returns 0 and t is timed on the host's clock.
+// record records a timing event on q's stream, with *at the host's clock just
+// before, and returns it. Without an event, or if the record fails, it
+// returns 0, and t is timed on the host's clock.
 func (t *opTiming) record(q *queue, at *time.Time) cudadrv.Event {
 	d := q.d
 	ev := d.tr.get(d)
@@ -204,9 +207,9 @@ func (t *opTiming) done(q *queue, err error) {
 	*t = opTiming{}
 }
 
-// recordMark is what an event that q records notes (gpukind.Event.Fire):
-// q, and how many timed operations q issued before it; nil if the device
-// is not traced. On the issuing goroutine.
+// recordMark is what an event that q records notes (gpukind.Event.Fire). That
+// is q, and how many timed operations q issued before it. It is nil if the
+// device is not traced. On the issuing goroutine.
 func (q *queue) recordMark() (gpukind.Reporter, uint64) {
 	if !q.d.tr.On() {
 		return nil, 0
@@ -216,9 +219,9 @@ func (q *queue) recordMark() (gpukind.Reporter, uint64) {
 	return q, q.tm.next
 }
 
-// settle waits until the stream has done the timed operations issued
-// before an event that fires at once (with the queue's error); on the
-// issuing goroutine.
+// settle waits until the stream has done the timed operations issued before
+// an event that fires at once, with the queue's error. On the issuing
+// goroutine.
 func (q *queue) settle() {
 	q.tm.mu.Lock()
 	pending := q.tm.head < len(q.tm.fifo)
@@ -228,9 +231,9 @@ func (q *queue) settle() {
 	}
 }
 
-// Report reports the queue's timings before position upto (reportAll:
-// every one) that are done, in order. It calls the tracer's function
-// holding only q.tm.drain.
+// Report reports the queue's timings before position upto that are done, in
+// order (reportAll: every one). It calls the tracer's function holding only
+// q.tm.drain.
 func (q *queue) Report(upto uint64) {
 	tm := &q.tm
 	tm.drain.Lock()
@@ -280,8 +283,8 @@ func (q *queue) Report(upto uint64) {
 	}
 }
 
-// dropTimes drops the queue's timings that are left, unreported: the queue
-// is closed.
+// dropTimes drops the queue's timings that are left, unreported: the queue is
+// closed.
 func (q *queue) dropTimes() {
 	tm := &q.tm
 	tm.drain.Lock()
@@ -293,11 +296,11 @@ func (q *queue) dropTimes() {
 	q.d.tr.release(q.d, ts)
 }
 
-// times appends the host-clock times of the timings at the front of ts
-// whose records are complete to out, and returns how many there were: it
-// stops at the first whose records are not. On a closed device it drops
-// them all. order is the queue's operations reported: the next starts
-// after the last ended (a stream runs them one after the other).
+// times appends the host-clock times of the timings at the front of ts whose
+// records are complete to out. It returns how many there were, stopping at
+// the first whose records are not. On a closed device it drops them all.
+// order is the queue's operations reported. The next starts after the last
+// ended, as a stream runs them one after the other.
 func (tr *tracing) times(d *device, ts []opTiming, out []plugin.OpTime, order *optrace.Order) ([]plugin.OpTime, int) {
 	tr.life.RLock()
 	defer tr.life.RUnlock()

@@ -14,8 +14,9 @@ import (
 type clockRef struct {
 	ev   cudadrv.Event
 	base time.Time // just before its record was issued
-	// When it completed, in nanoseconds after base: lo is the latest the
-	// timings read prove (the estimate; it only grows), hi when seen done.
+	// When it completed, in nanoseconds after base. lo is the latest the
+	// timings read prove: the estimate, which only grows. hi is when it was
+	// seen done.
 	lo   atomic.Int64
 	hi   int64
 	refs int // timings that use it, and 1 while it is tracing.ref; under tracing.mu
@@ -48,9 +49,9 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-// clock returns the clock reference for an operation issued now, taking a
-// new one if the last is too old, with a reference for the caller; nil if
-// none can be had. With the device's context current.
+// clock returns the clock reference for an operation issued now, with a
+// reference for the caller. It takes a new one if the last is too old. It
+// returns nil if none can be had. With the device's context current.
 func (tr *tracing) clock(d *device) *clockRef {
 	tr.mu.Lock()
 	if r := tr.ref; r != nil && (tr.refreshing || time.Since(r.base) < refreshClock) {
@@ -87,9 +88,8 @@ func (tr *tracing) clock(d *device) *clockRef {
 	return r
 }
 
-// newRef records a reference event on the device's stream s (creating it
-// if 0) and waits for it; under tr.refMu, on a goroutine locked to its
-// thread.
+// newRef records a reference event on the device's stream s, creating it if
+// 0, and waits for it. Under tr.refMu, on a goroutine locked to its thread.
 func (tr *tracing) newRef(d *device, s cudadrv.Stream) *clockRef {
 	if s == 0 {
 		if err := d.with(func() (err error) {
@@ -121,8 +121,8 @@ func (tr *tracing) unref(r *clockRef) {
 	}
 }
 
-// get returns a timing event from the pool, or a new one; 0 if none can be
-// had.
+// get returns a timing event from the pool, or a new one. It returns 0 if
+// none can be had.
 func (tr *tracing) get(d *device) cudadrv.Event {
 	tr.mu.Lock()
 	if tr.closed {
@@ -159,8 +159,8 @@ func (tr *tracing) get(d *device) cudadrv.Event {
 // put gives a timing event back to the pool.
 func (tr *tracing) put(d *device, ev cudadrv.Event) { tr.release(d, []opTiming{{start: ev}}) }
 
-// release gives the events and references of reported (or dropped)
-// timings back.
+// release gives the events and references of reported (or dropped) timings
+// back.
 func (tr *tracing) release(d *device, ts []opTiming) {
 	tr.mu.Lock()
 	if tr.closed {
@@ -204,9 +204,9 @@ func (tr *tracing) trim(d *device) {
 	}
 }
 
-// close ends the timing at the device's Close: it returns every timing
-// event (idle, in the queues' FIFOs, or a reference) and the reference
-// stream, for the caller to destroy; reports after it drop their timings.
+// close ends the timing at the device's Close. It returns every timing event
+// (idle, in the queues' FIFOs, or a reference) and the reference stream, for
+// the caller to destroy. Reports after it drop their timings.
 func (tr *tracing) close() ([]cudadrv.Event, cudadrv.Stream) {
 	tr.Trace(nil)
 	tr.refMu.Lock()

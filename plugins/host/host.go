@@ -1,14 +1,14 @@
 // Package host is the host device kind: CPU devices inside the calling
 // process. By default a device's memory is its own, separate from the
-// program's buffers, so copy semantics are real (a missing "from" is
-// visible). Blocks of a MiB and more are mapped outside the Go heap, and
-// copies are made in chunks: a big copy never holds up the garbage
-// collector, nor with it the program. Kernels run on the device's worker
-// pool, one worker per core.
+// program's buffers. So copy semantics are real: a missing "from" is visible.
+// Blocks of a MiB and more are mapped outside the Go heap, and copies are
+// made in chunks. So a big copy never holds up the garbage collector, nor
+// with it the program. Kernels run on the device's worker pool, one worker
+// per core.
 //
-// With GOFFLOAD_HOST_MEMORY=shared (Config.Shared) a device shares the
-// program's memory instead, as OpenMP's unified shared memory has it: it
-// implements plugin.HostSharer, so maps neither allocate nor copy and
+// With GOFFLOAD_HOST_MEMORY=shared (Config.Shared), a device shares the
+// program's memory instead, as OpenMP's unified shared memory has it. It
+// implements plugin.HostSharer. So maps neither allocate nor copy, and
 // kernels work on the program's buffers in place.
 //
 // Spec in GOFFLOAD_DEVICES: "host" (one device) or "host:N". When
@@ -71,16 +71,17 @@ type Config struct {
 	// PoolThreshold is the largest freed block kept for reuse; 0 disables
 	// the pool.
 	PoolThreshold int64
-	// Shared makes the device share the program's memory: the device is a
-	// plugin.HostSharer, whose kernels work on mapped buffers in place.
+	// Shared makes the device share the program's memory. The device is then
+	// a plugin.HostSharer, whose kernels work on mapped buffers in place.
 	Shared bool
 }
 
-// ConfigFromEnv reads GOFFLOAD_HOST_CORES (default: the number of CPUs;
-// from 1 to workpool.MaxWorkers()), GOFFLOAD_HOST_POOL_THRESHOLD (bytes,
-// default DefaultPoolThreshold; from 0 to the machine's memory) and
-// GOFFLOAD_HOST_MEMORY (separate, the default, or shared). A value out of
-// range is an error naming the variable, the value and the range.
+// ConfigFromEnv reads three variables. GOFFLOAD_HOST_CORES defaults to the
+// number of CPUs and runs from 1 to workpool.MaxWorkers().
+// GOFFLOAD_HOST_POOL_THRESHOLD is in bytes, defaults to DefaultPoolThreshold,
+// and runs from 0 to the machine's memory. GOFFLOAD_HOST_MEMORY is separate
+// (the default) or shared. A value out of range is an error naming the
+// variable, the value and the range.
 func ConfigFromEnv() (Config, error) {
 	cfg := Config{Cores: min(runtime.NumCPU(), workpool.MaxWorkers()), PoolThreshold: DefaultPoolThreshold}
 	if s := os.Getenv("GOFFLOAD_HOST_CORES"); s != "" {
@@ -111,8 +112,8 @@ type device struct {
 	st    devstate.State // label ("host device 1"), closed
 	num   int
 	cores int
-	// mem is the device's memory: kernels and copies pin it while they
-	// touch it (hostmem.Memory.Pin), as its big blocks are mappings.
+	// mem is the device's memory. Kernels and copies pin it while they touch
+	// it (hostmem.Memory.Pin), as its big blocks are mappings.
 	mem    *hostmem.Memory
 	bytes  plugin.Mem // mem.Bytes, made once (a method value allocates)
 	pool   *plugin.Pool
@@ -128,8 +129,8 @@ type device struct {
 	stop *plugin.StopSignal
 }
 
-// Trace sets where the queues' tagged operations report their times: the
-// host device's clock is the host's.
+// Trace sets where the queues' tagged operations report their times. The host
+// device's clock is the host's.
 func (d *device) Trace(f func(plugin.OpTime)) { d.tr.Trace(f) }
 
 // New returns a host device. Cores below 1 mean the number of CPUs; more
@@ -158,8 +159,8 @@ func New(cfg Config) plugin.Device {
 // sharedDevice is a host device that shares the program's memory.
 type sharedDevice struct{ *device }
 
-// ShareHost lends the device the program's buffer b (plugin.HostSharer):
-// the device address is b's own, and Free of it ends the lending.
+// ShareHost lends the device the program's buffer b (plugin.HostSharer). The
+// device address is b's own, and Free of it ends the lending.
 func (d *sharedDevice) ShareHost(b []byte) (plugin.Ptr, error) {
 	if err := d.st.Alive(); err != nil {
 		return 0, err
@@ -228,13 +229,13 @@ func (d *device) CancelKernels() {
 }
 
 // LimitTasks bounds how many of the device's kernels run at once
-// (plugin.TaskLimiter): a launch beyond n waits on its queue for a slot.
+// (plugin.TaskLimiter). A launch beyond n waits on its queue for a slot.
 func (d *device) LimitTasks(n int) { d.pool.SetKernelLimit(n) }
 
-// Abandon makes every operation not begun fail with why, and every later
-// one (plugin.Abandoner): Stop gave up on a kernel of the device that does
-// not return, and nothing queued behind it may touch host memory once
-// Stop has returned. The kernel goes on, on device memory, which stays.
+// Abandon makes every operation not begun fail with why, and every later one
+// (plugin.Abandoner). Stop gave up on a kernel of the device that does not
+// return. Nothing queued behind it may touch host memory once Stop has
+// returned. The kernel goes on, on device memory, which stays.
 func (d *device) Abandon(why error) {
 	d.st.Lose(fmt.Errorf("%s: %w: %w", d.st.Label(), plugin.ErrDeviceLost, why))
 	d.CancelKernels()
@@ -287,8 +288,8 @@ func (d *device) NewEvent() (plugin.Event, error) {
 	return e, nil
 }
 
-// CanWait reports whether this device's queues can wait on ev: any host
-// device's event can, since they all live in this process.
+// CanWait reports whether this device's queues can wait on ev. Any host
+// device's event can be waited on, since they all live in this process.
 func (d *device) CanWait(ev plugin.Event) bool {
 	_, ok := ev.(*event)
 	return ok

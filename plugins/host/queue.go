@@ -11,7 +11,7 @@ import (
 )
 
 // queue is an in-order queue whose operations run on a goroutine of their
-// own, with device memory resolved (and checked) when they are enqueued.
+// own. Device memory is resolved (and checked) when they are enqueued.
 type queue struct {
 	d   *device
 	q   *opqueue.Queue
@@ -22,9 +22,9 @@ type queue struct {
 // device's tracer, with tag (0: not timed).
 func (q *queue) Tag(tag uint64) { q.tag.Tag(tag) }
 
-// timed returns what reports an operation's times (the host device's
-// clock is the host's), or nil if the queue is not tagged or the device
-// not traced.
+// timed returns what reports an operation's times; the host device's clock is
+// the host's. It returns nil if the queue is not tagged or the device not
+// traced.
 func (q *queue) timed(kind plugin.OpKind, kernel string, bytes int64) func(start, end time.Time, err error) {
 	o, ok := optrace.Op(q.d.tr.Tagged(&q.tag), kind, kernel, bytes)
 	if !ok {
@@ -44,8 +44,8 @@ func (q *queue) doTimed(fn func() error, timed func(start, end time.Time, err er
 }
 
 // Submit, Retrieve and Exchange check their device ranges when they are
-// enqueued and resolve them again when the copy runs, with the memory
-// pinned: a block freed meanwhile is an error, never unmapped memory.
+// enqueued. They resolve them again when the copy runs, with the memory
+// pinned. So a block freed meanwhile is an error, never unmapped memory.
 func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
 	mem := q.d.mem
 	if _, err := mem.Bytes(dst, int64(len(src))); err != nil {
@@ -122,8 +122,9 @@ func (q *queue) Launch(k plugin.Kernel, args []plugin.Arg) error {
 	return q.LaunchStop(k, args, nil)
 }
 
-// LaunchStop is Launch whose kernel's Ctx.Done closes when stop does, as
-// well as when the device's kernels are cancelled (plugin.StopLauncher).
+// LaunchStop is Launch whose kernel's Ctx.Done closes when stop does
+// (plugin.StopLauncher). It closes when the device's kernels are cancelled,
+// too.
 func (q *queue) LaunchStop(k plugin.Kernel, args []plugin.Arg, stop *plugin.StopSignal) error {
 	if err := q.d.loaded(k); err != nil {
 		return err
@@ -162,7 +163,7 @@ func (q *queue) LaunchStop(k plugin.Kernel, args []plugin.Arg, stop *plugin.Stop
 }
 
 // launchCall runs a launch enqueued without a stop signal of its own
-// (LaunchStop): c holds its queue, kernel and context, and its arguments.
+// (LaunchStop). c holds its queue, kernel and context, and its arguments.
 func launchCall(c opqueue.Call) error {
 	q, k, ctx := c.X.(*queue), c.Y.(plugin.Kernel), c.Z.(*plugin.KernelCtx)
 	if err := q.d.st.Lost(); err != nil {
@@ -230,6 +231,6 @@ func (e *event) Close() error { return e.ev.Close() }
 // OnFire runs f when the event fires (plugin.FireNotifier).
 func (e *event) OnFire(f func()) { e.ev.OnFire(f) }
 
-// OnFireCall runs f(x) when the event fires: OnFire without a closure
-// (the core's completions use it where an event has it).
+// OnFireCall runs f(x) when the event fires: OnFire without a closure. The
+// core's completions use it where an event has it.
 func (e *event) OnFireCall(f func(any), x any) { e.ev.OnFireCall(f, x) }

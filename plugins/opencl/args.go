@@ -21,8 +21,8 @@ type argVal struct {
 }
 
 // packArgs resolves args, checked against k's parameters, into what the
-// kernel object takes: slices as device memory (checked to lie in a live
-// allocation), scalars as their bytes in Go's layout.
+// kernel object takes. Slices become device memory, checked to lie in a live
+// allocation. Scalars become their bytes in Go's layout.
 func (d *device) packArgs(k plugin.Kernel, args []plugin.Arg) ([]argVal, error) {
 	if err := plugin.CheckArgs(k, args); err != nil {
 		return nil, err
@@ -87,8 +87,8 @@ func (d *device) setArg(kf *kernelFn, i int, v argVal) error {
 	return d.lib.SetKernelArg(kf.k, i, uintptr(len(v.bytes)), unsafe.Pointer(&v.bytes[0]))
 }
 
-// scalarBytes returns v's bytes in Go's layout (which is C's for plain
-// data); false if v is not of type t.
+// scalarBytes returns v's bytes in Go's layout, which is C's for plain data.
+// It returns false if v is not of type t.
 func scalarBytes(t reflect.Type, v any) ([]byte, bool) {
 	rv := reflect.ValueOf(v)
 	if !rv.IsValid() || rv.Type() != t || t.Size() == 0 {
@@ -106,8 +106,8 @@ var clSizes = map[string]int{
 	"unsigned char": 1, "unsigned short": 2, "unsigned int": 4, "unsigned long": 8,
 }
 
-// clType splits an OpenCL C type name ("float4", "uint") into its scalar
-// type and size; ok false for a type it does not know (a struct).
+// clType splits an OpenCL C type name ("float4", "uint") into its scalar type
+// and size. ok is false for a type it does not know (a struct).
 func clType(name string) (scalar string, size int, ok bool) {
 	name = strings.TrimSpace(strings.TrimPrefix(strings.TrimPrefix(name, "const "), "volatile "))
 	if s, ok := clSizes[name]; ok {
@@ -127,11 +127,11 @@ func clType(name string) (scalar string, size int, ok bool) {
 	return "", 0, false
 }
 
-// checkEntry checks k's Go parameters against its entry's (kf.k):
-// their count, then each one's kind (pointer or value), and where
-// clGetKernelArgInfo names a type the kind knows, its size and whether it
-// is a float; and the size of every by-value parameter with clSetKernelArg
-// (which refuses a size that is not the entry's).
+// checkEntry checks k's Go parameters against its entry's (kf.k). It checks
+// their count, then each one's kind (pointer or value). Where
+// clGetKernelArgInfo names a type the kind knows, it checks its size and
+// whether it is a float. It checks the size of every by-value parameter with
+// clSetKernelArg, which refuses a size that is not the entry's.
 func (d *device) checkEntry(k plugin.Kernel, kf *kernelFn, sizes map[string]int) error {
 	ps := k.Params()
 	n, err := d.lib.KernelNumArgs(kf.k)
@@ -189,10 +189,10 @@ func (d *device) checkEntry(k plugin.Kernel, kf *kernelFn, sizes map[string]int)
 	return nil
 }
 
-// checkArg checks k's parameter i against its entry's, of type cl in
-// address space qual (from the argument info): pointer or value, and the
-// size of a value or of a pointer's elements (sizes has those of structs
-// and typedefs), and whether they are floats.
+// checkArg checks k's parameter i against its entry's, of type cl in address
+// space qual (from the argument info). It checks pointer or value, and the
+// size of a value or of a pointer's elements. (sizes has those of structs and
+// typedefs.) It checks whether they are floats.
 func checkArg(k plugin.Kernel, i int, entry, cl string, qual uint32, sizes map[string]int) error {
 	p := k.Params()[i]
 	side := fmt.Sprintf("OpenCL C entry %s parameter %d is %s", entry, i, cl)
@@ -233,8 +233,8 @@ func checkArg(k plugin.Kernel, i int, entry, cl string, qual uint32, sizes map[s
 	return fmt.Errorf("%s, %s; the Go parameter %s is %s: %s", side, clIs, gpukind.GoParam(k, i), goIs, fix)
 }
 
-// sizeMismatch is the error of k's parameter i, whose Go type's size is
-// not that of the entry's type cl (a struct, a typedef), size bytes.
+// sizeMismatch is the error of k's parameter i, whose Go type's size is not
+// that of the entry's type cl. cl is a struct or a typedef, of size bytes.
 func sizeMismatch(k plugin.Kernel, i int, entry, cl string, size int) error {
 	p := k.Params()[i]
 	t := elemType(cl)
@@ -277,8 +277,9 @@ var openCL = gpukind.Dialect{
 	},
 }
 
-// goFor says what Go type takes an OpenCL C parameter of type cl: "int32",
-// "[]float32", "[4]float32" (a float4), "a Go struct with P5's fields".
+// goFor says what Go type takes an OpenCL C parameter of type cl. Examples:
+// "int32", "[]float32", "[4]float32" (a float4), "a Go struct with P5's
+// fields".
 func goFor(cl string) string {
 	elem := elemType(cl)
 	scalar, size, ok := clType(elem)

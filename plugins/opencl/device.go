@@ -13,13 +13,13 @@ import (
 	"github.com/goffload/offload/plugin/gpukind"
 )
 
-// buildOptions are the options every program is built with: the argument
-// info is what a launch's parameters are checked against.
+// buildOptions are the options every program is built with. The argument info
+// is what a launch's parameters are checked against.
 const buildOptions = "-cl-kernel-arg-info"
 
-// firstBuildOptions are the options a program is built with first; a
-// program that fails with them is built again without (see program).
-// Tests change it (FailFirstBuildForTests).
+// firstBuildOptions are the options a program is built with first. A program
+// that fails with them is built again without (see program). Tests change it
+// (FailFirstBuildForTests).
 var firstBuildOptions = buildOptions
 
 // device is one OpenCL device of the kind.
@@ -44,8 +44,8 @@ type device struct {
 	// globals are where the declare target variables are (gocode.go).
 	globals gpukind.Globals
 
-	// stage makes submits copy their host memory when they are issued
-	// and write from the copy, as NVIDIA's driver does: for the tests only
+	// stage makes submits copy their host memory when they are issued and
+	// write from the copy, as NVIDIA's driver does. It is for the tests only
 	// (StageWritesForTests).
 	stage bool
 }
@@ -65,24 +65,24 @@ type kernelFn struct {
 // emulation is UseEmulationForTests's switch.
 var emulation atomic.Bool
 
-// UseEmulationForTests makes the devices opened until restore is called
-// run the Go bodies of kernels without OpenCL C on the host, over copies
+// UseEmulationForTests makes the devices opened until restore is called run
+// the Go bodies of kernels without OpenCL C on the host. They run over copies
 // of their arguments' device memory, in their queues' order, instead of
-// failing them: for this module's tests, which run the conformance suite
-// and the runtime's semantics with kernels written in Go only on the
-// OpenCL driver's memory, queues and events. A program has no use for it.
+// failing. It is for this module's tests. They run the conformance suite and
+// the runtime's semantics with kernels written in Go only, on the OpenCL
+// driver's memory, queues and events. A program has no use for it.
 func UseEmulationForTests() (restore func()) {
 	old := emulation.Swap(true)
 	return func() { emulation.Store(old) }
 }
 
-// useSVM says whether a device's memory is SVM: where the device has
-// coarse-grained SVM buffers (caps), unless env (GOFFLOAD_OPENCL_SVM) is
-// 0, and on NVIDIA's platform only where env is 1. NVIDIA's OpenCL 3.0
-// driver reports SVM, but its clSVMAlloc failed small allocations made by
-// several goroutines at once as out of memory on an H100 with 80 GB free
-// (driver 580.159.04, the conformance suite's Concurrency), where buffers
-// passed the whole suite: buffers are the default there.
+// useSVM says whether a device's memory is SVM. It is where the device has
+// coarse-grained SVM buffers (caps), unless env (GOFFLOAD_OPENCL_SVM) is 0.
+// On NVIDIA's platform it is only where env is 1. NVIDIA's OpenCL 3.0 driver
+// reports SVM. But its clSVMAlloc failed small allocations made by several
+// goroutines at once as out of memory. That was on an H100 with 80 GB free
+// (driver 580.159.04, the conformance suite's Concurrency). Buffers passed
+// the whole suite there, so they are the default there.
 func useSVM(caps uint64, platform, env string) (bool, error) {
 	var on bool
 	switch strings.TrimSpace(env) {
@@ -101,11 +101,11 @@ func useSVM(caps uint64, platform, env string) (bool, error) {
 // staging is StageWritesForTests's switch.
 var staging atomic.Bool
 
-// StageWritesForTests makes the devices opened until restore is called
-// read a submit's host memory when the submit is issued, not when the
-// command queue reaches the write, as NVIDIA's OpenCL does: for this
-// module's tests, which check on any driver that the kind keeps the
-// order of host memory on such drivers. A program has no use for it.
+// StageWritesForTests makes the devices opened until restore is called read a
+// submit's host memory when the submit is issued. That is as NVIDIA's OpenCL
+// does, not when the command queue reaches the write. It is for this module's
+// tests. They check on any driver that the kind keeps the order of host
+// memory on such drivers. A program has no use for it.
 func StageWritesForTests() (restore func()) {
 	old := staging.Swap(true)
 	return func() { staging.Store(old) }
@@ -186,9 +186,9 @@ func (d *device) label() string { return d.St.Label() }
 
 func (d *device) alive() error { return d.St.Alive() }
 
-// CancelKernels closes the Done channel of the emulated Go bodies'
-// contexts (plugin.Canceler). OpenCL has no way to stop a kernel that
-// runs: OpenCL C kernels run to their end.
+// CancelKernels closes the Done channel of the emulated Go bodies' contexts
+// (plugin.Canceler). OpenCL has no way to stop a kernel that runs: OpenCL C
+// kernels run to their end.
 func (d *device) CancelKernels() { d.Stop.Stop() }
 
 // wrap turns a driver error of an enqueue into the plugin's.
@@ -208,8 +208,8 @@ func (d *device) wrap(err error) error {
 	return err
 }
 
-// lose marks the device lost with err, a failure of work on the device:
-// on a GPU driver the context is unusable after one.
+// lose marks the device lost with err, a failure of work on the device. On a
+// GPU driver the context is unusable after one.
 func (d *device) lose(err error) error {
 	return d.St.Lose(fmt.Errorf("%s: %w: %w (the OpenCL device failed work it ran: the device is unusable until the program restarts)", d.label(), plugin.ErrDeviceLost, err))
 }
@@ -232,8 +232,8 @@ type progKey struct {
 	opts string // firstBuildOptions
 }
 
-// program returns src built for the device: built once per OpenCL device
-// in the process (PoCL's builds take seconds).
+// program returns src built for the device. It is built once per OpenCL
+// device in the process, as PoCL's builds take seconds.
 func (d *device) program(src []byte, generated bool) *program {
 	pl := d.pl
 	opts := firstBuildOptions
@@ -258,8 +258,8 @@ func (d *device) program(src []byte, generated bool) *program {
 			log := strings.TrimSpace(d.lib.BuildLog(pr, d.cd.id))
 			d.lib.ReleaseProgram(pr)
 			// NVIDIA's compiler (driver 580) failed a program with a kernel
-			// without parameters in ptxas with -cl-kernel-arg-info, and built
-			// it without: the kind checks such a program's arguments by their
+			// without parameters in ptxas with -cl-kernel-arg-info. It built
+			// it without. The kind checks such a program's arguments by their
 			// count and sizes only (checkEntry).
 			if pr, err2 := d.lib.CreateProgram(d.ctx, src); err2 == nil {
 				if d.lib.BuildProgram(pr, []cldrv.Device{d.cd.id}, "") == nil {
@@ -280,10 +280,10 @@ func (d *device) program(src []byte, generated bool) *program {
 }
 
 // Load builds the OpenCL C of the image's kernels for the device and makes
-// each kernel's entry, whose parameters it checks against the kernel's Go
-// parameters. A kernel without OpenCL C, whose source does not build, or
-// whose entry does not take its parameters fails when it is launched, not
-// here.
+// each kernel's entry. It checks the entry's parameters against the kernel's
+// Go parameters. Some kernels fail when they are launched, not here. They are
+// those without OpenCL C, whose source does not build, or whose entry does
+// not take their parameters.
 func (d *device) Load(img *plugin.Image, num int) error {
 	return d.Device.Load(img, num, fmt.Sprintf("opencl device %d (OpenCL device %d)", num, d.cd.ord), openCLFormat, d.loadKernel)
 }

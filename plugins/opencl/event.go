@@ -8,10 +8,10 @@ import (
 )
 
 // An event is the cl_event of a marker and what the host knows of it
-// (gpukind.Event): the marker's cl_event is set when the record is issued
-// (0 until then), and released once the event is closed, nothing refers
-// to it, and the marker is complete; the device releases the others when
-// it closes.
+// (gpukind.Event). The marker's cl_event is set when the record is issued; it
+// is 0 until then. It is released once the event is closed, nothing refers to
+// it, and the marker is complete. The device releases the others when it
+// closes.
 type event = gpukind.Event[cldrv.Event]
 
 // events is the device as its events' driver (gpukind.EventDriver). An

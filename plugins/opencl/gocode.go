@@ -9,21 +9,21 @@ import (
 	"github.com/goffload/offload/plugin/gpukind"
 )
 
-// Generated code: OpenCL C that cmd/goffload-gen made from a kernel's Go
-// body (plugin.DeviceCode.Generated; gpukind.GenCode says what its entry
-// takes). For code with checks the kind reads the fault record when the
-// launch is done: such a launch is synchronous on its queue's issuing
-// goroutine, which waits for the kernel to read the record.
+// Generated code is OpenCL C that cmd/goffload-gen made from a kernel's Go
+// body (plugin.DeviceCode.Generated). gpukind.GenCode says what its entry
+// takes. For code with checks, the kind reads the fault record when the
+// launch is done. Such a launch is synchronous on its queue's issuing
+// goroutine. That goroutine waits for the kernel to read the record.
 
-// genBuildOptions are added to the build options of generated code: Go's
+// genBuildOptions are added to the build options of generated code. Go's
 // float32 division is correctly rounded.
 const genBuildOptions = " -cl-fp32-correctly-rounded-divide-sqrt"
 
 // faultWords is the size of the fault record in longs.
 const faultWords = gpukind.FaultWords
 
-// hiddenParams is how many parameters the entry of k's code takes after
-// the kernel's own: 0 for hand-written code.
+// hiddenParams is how many parameters the entry of k's code takes after the
+// kernel's own. It is 0 for hand-written code.
 func hiddenParams(k plugin.Kernel, kf *kernelFn) int {
 	if kf.gen == nil {
 		return 0
@@ -50,9 +50,9 @@ func (q *queue) faultBuffer() (cldrv.Mem, error) {
 	return m, nil
 }
 
-// setHidden sets the parameters of generated code after the kernel's:
-// the slice lengths, the declare target variables (gvals, glens), the
-// device number and q's fault record; under kf.mu.
+// setHidden sets the parameters of generated code after the kernel's. They
+// are the slice lengths, the declare target variables (gvals, glens), the
+// device number and q's fault record. Under kf.mu.
 func (q *queue) setHidden(kf *kernelFn, first int, lens []int64, gvals []argVal, glens []int64) error {
 	d := q.d
 	for j, n := range lens {
@@ -84,9 +84,9 @@ func (q *queue) setHidden(kf *kernelFn, first int, lens []int64, gvals []argVal,
 	return nil
 }
 
-// checkFault waits for the launch of o, reads q's fault record and, where
-// a check failed, zeroes it and returns the kernel's panic: the Go file and
-// line of the check, and the value Go's panic would have had.
+// checkFault waits for the launch of o and reads q's fault record. Where a
+// check failed, it zeroes it and returns the kernel's panic. That is the Go
+// file and line of the check, and the value Go's panic would have had.
 func (q *queue) checkFault(o *op) error {
 	d := q.d
 	rec := make([]byte, 8*faultWords)
@@ -104,12 +104,13 @@ func (q *queue) checkFault(o *op) error {
 	return fmt.Errorf("%s: %w", d.label(), kp)
 }
 
-// Declare target variables in generated code: the device keeps the
-// binds it is given (gpukind.Globals) and passes each variable's device
-// copy and length to the code that uses it.
+// Declare target variables in generated code: the device keeps the binds it
+// is given (gpukind.Globals). It passes each variable's device copy and
+// length to the code that uses it.
 
 // globalArgs are the arguments of kf's declare target variables on d, and
-// their lengths, or an error naming the variable that has no copy there.
+// their lengths. Else it is an error naming the variable that has no copy
+// there.
 func (d *device) globalArgs(k plugin.Kernel, kf *kernelFn) ([]argVal, []int64, error) {
 	var vals []argVal
 	var lens []int64

@@ -8,18 +8,19 @@ import (
 	"github.com/goffload/offload/internal/cldrv"
 )
 
-// hostWrites keeps the plugin contract's order of host memory on drivers
-// that read a non-blocking write's host memory when it is enqueued, not
-// when the queue reaches it (NVIDIA's OpenCL copies small writes into a
-// staging buffer at once): a Submit enqueued after a Retrieve into the
-// same host memory, or after a Wait on another queue (whose Retrieves may
-// write it), must send what they wrote. The issuing goroutine keeps the
-// events of such commands — retrieves with their host range, barriers for
-// any range — and, before it issues a submit whose host memory one of
-// them may write, waits on the host for the last such command (the queue
-// is in order: the commands before it are complete then). A submit that
-// overlaps none is issued at once, so copies of unrelated memory still
-// overlap.
+// hostWrites keeps the plugin contract's order of host memory on some
+// drivers. They read a non-blocking write's host memory when it is enqueued,
+// not when the queue reaches it. (NVIDIA's OpenCL copies small writes into a
+// staging buffer at once.) A Submit must send what earlier commands wrote
+// into the same host memory. Those are a Retrieve enqueued before it, or a
+// Wait on another queue, whose Retrieves may write it.
+//
+// The issuing goroutine keeps the events of such commands: retrieves with
+// their host range, and barriers for any range. Before it issues a submit
+// whose host memory one of them may write, it waits on the host for the last
+// such command. The queue is in order, so the commands before it are complete
+// then. A submit that overlaps none is issued at once, so copies of unrelated
+// memory still overlap.
 type hostWrites struct {
 	mu   sync.Mutex // the issuer adds and waits; Synchronize and Close clear
 	list []hostWrite
@@ -39,9 +40,9 @@ type hostWrite struct {
 // complete ones.
 const maxHostWrites = 32
 
-// add keeps the event of a command that may write host memory (host's, or
-// any with host nil). Without a reference to the event (the driver refused
-// one) it waits for the command at once, which keeps the order too.
+// add keeps the event of a command that may write host memory (host's, or any
+// with host nil). Without a reference to the event (the driver refused one),
+// it waits for the command at once. That keeps the order too.
 func (w *hostWrites) add(d *device, host []byte, ev cldrv.Event) error {
 	if ev == 0 {
 		return nil
@@ -63,8 +64,8 @@ func (w *hostWrites) add(d *device, host []byte, ev cldrv.Event) error {
 	return nil
 }
 
-// before waits until the commands that may write host (a submit's source)
-// are complete. An error is the driver's: the command failed, or the wait.
+// before waits until the commands that may write host (a submit's source) are
+// complete. An error is the driver's: the command failed, or the wait did.
 func (w *hostWrites) before(d *device, host []byte) error {
 	lo := uintptr(unsafe.Pointer(unsafe.SliceData(host)))
 	hi := lo + uintptr(len(host))
@@ -99,8 +100,8 @@ func waitCommand(d *device, ev cldrv.Event) error {
 	return err
 }
 
-// dropComplete releases the commands up to the last complete one (those
-// before it are complete too); under w.mu.
+// dropComplete releases the commands up to the last complete one; those
+// before it are complete too. Under w.mu.
 func (w *hostWrites) dropComplete(d *device) {
 	for i := len(w.list) - 1; i >= 0; i-- {
 		if st, err := d.lib.EventStatus(w.list[i].ev); err == nil && st == cldrv.Complete {
@@ -120,7 +121,7 @@ func (w *hostWrites) release(d *device, n int) {
 	w.list = w.list[:m]
 }
 
-// reset releases every command's event: the queue is done, or the device
+// reset releases every command's event. The queue is done, or the device
 // lost.
 func (w *hostWrites) reset(d *device) {
 	w.mu.Lock()

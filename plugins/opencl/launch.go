@@ -15,13 +15,13 @@ type ndRange struct {
 	local          *[3]uintptr // nil: work-groups of the driver's choice
 }
 
-// workSize is a launch's NDRange: the global size geo gives, else
-// num_teams×thread_limit, else gpukind.Extent (one work-item per element
-// of the longest slice the kernel may write), from geo's offset. The
-// work-groups are thread_limit, or with num_teams alone the kind's
-// default; else (and the global size is then not rounded up) the driver's
-// choice. A work-group beyond the device's or the kernel's limits is an
-// error naming the kernel.
+// workSize is a launch's NDRange, from geo's offset. The global size is the
+// one geo gives, else num_teams×thread_limit. Else it is gpukind.Extent: one
+// work-item per element of the longest slice the kernel may write. The
+// work-groups are thread_limit, or with num_teams alone the kind's default.
+// Else they are the driver's choice, and the global size is then not rounded
+// up. A work-group beyond the device's or the kernel's limits is an error
+// naming the kernel.
 func (d *device) workSize(k plugin.Kernel, wg int, args []plugin.Arg, geo plugin.Geometry) (r ndRange, err error) {
 	var block [3]int
 	switch {
@@ -65,8 +65,8 @@ func (d *device) workSize(k plugin.Kernel, wg int, args []plugin.Arg, geo plugin
 }
 
 // emulate runs o's kernel's Go body on the host over copies of the
-// allocations its slice arguments lie in, once the command queue is done
-// (the emulate mode, for tests: gpukind.Emulate).
+// allocations its slice arguments lie in. It does so once the command queue
+// is done. That is the emulate mode, for tests (gpukind.Emulate).
 func (q *queue) emulate(o *op) error {
 	d := q.d
 	if err := d.lib.Finish(q.cq); err != nil {
@@ -85,8 +85,8 @@ func (q *queue) emulate(o *op) error {
 	return nil
 }
 
-// emuMemory is the queue's device memory as gpukind.Emulate copies it:
-// blocking reads and writes on the command queue.
+// emuMemory is the queue's device memory as gpukind.Emulate copies it. Reads
+// and writes block on the command queue.
 type emuMemory queue
 
 func (m *emuMemory) Allocation(p plugin.Ptr) (plugin.Ptr, int64, bool) {

@@ -13,15 +13,15 @@ import (
 	"github.com/goffload/offload/plugin"
 )
 
-// memory is a device's allocations: SVM pointers, or buffers at addresses
-// the kind makes up.
+// memory is a device's allocations: SVM pointers, or buffers at addresses the
+// kind makes up.
 type memory struct {
 	d    *device
 	mu   sync.Mutex
 	live *btree.BTreeG[*allocation] // by base
 }
 
-// allocation is a live allocation of size bytes at base: an SVM pointer
+// allocation is a live allocation of size bytes at base. It is an SVM pointer
 // (buf 0), or a buffer and the sub-buffers made of it for launches.
 type allocation struct {
 	base plugin.Ptr
@@ -30,8 +30,8 @@ type allocation struct {
 	subs map[int64]cldrv.Mem // by origin; under memory.mu
 }
 
-// nextAddr is the next made-up address of a buffer: made-up addresses of
-// every device are distinct, far from Go's and SVM's, and have a page
+// nextAddr is the next made-up address of a buffer. Made-up addresses of
+// every device are distinct and far from Go's and SVM's. There is a page
 // between allocations.
 var nextAddr atomic.Uint64
 
@@ -126,10 +126,10 @@ func (m *memory) Check(p plugin.Ptr, size int64) error {
 	return err
 }
 
-// argBuffer returns the buffer a kernel gets for a slice at off in a (a
-// buffer allocation): the buffer itself at offset 0, else a sub-buffer
-// from off to the allocation's end, made once. A sub-buffer must start at
-// a multiple of the device's base address alignment.
+// argBuffer returns the buffer a kernel gets for a slice at off in a, a
+// buffer allocation. At offset 0 that is the buffer itself. Else it is a
+// sub-buffer from off to the allocation's end, made once. A sub-buffer must
+// start at a multiple of the device's base address alignment.
 func (m *memory) argBuffer(d *device, a *allocation, off int64) (cldrv.Mem, error) {
 	if off == 0 {
 		return a.buf, nil
@@ -187,7 +187,7 @@ func (d *device) rangeOf(p plugin.Ptr, size int64) (devRange, error) {
 	return devRange{buf: a.buf, off: off}, nil
 }
 
-// write enqueues a copy of host to r on q; blocking, or else host stays
+// write enqueues a copy of host to r on q. It blocks, or else host stays
 // pinned until ev (which it sets) is complete.
 func (d *device) write(q cldrv.Queue, r devRange, host []byte, blocking bool, ev *cldrv.Event) error {
 	if len(host) == 0 {

@@ -1,92 +1,98 @@
-// Package opencl is the OpenCL device kind: any vendor's OpenCL devices
-// (GPUs, accelerators, and CPUs such as PoCL's) through the ICD loader,
-// which it loads at run time (libOpenCL.so.1, with purego: no cgo, no
-// OpenCL headers to build). Programs get the kind by importing package
+// Package opencl is the OpenCL device kind. It reaches any vendor's OpenCL
+// devices (GPUs, accelerators, and CPUs such as PoCL's) through the ICD
+// loader. It loads the loader at run time (libOpenCL.so.1, with purego): no
+// cgo, no OpenCL headers to build. Programs get the kind by importing package
 // offload, which imports this package.
 //
 // The kind numbers the OpenCL devices of every platform GPUs first, then
-// accelerators, then CPUs (such as PoCL's), in the loader's platform order
-// and each platform's device order within a type: a machine with PoCL
-// beside a GPU's driver has the GPU as device 0. Spec in GOFFLOAD_DEVICES:
-// "opencl" (every device, in that order, CPUs included), "opencl:N"
-// (device N of that order), or "opencl:gpu", "opencl:accelerator",
-// "opencl:cpu" (every device of that type, in that order; none is no
-// devices, as "opencl" with none). When GOFFLOAD_DEVICES is unset,
-// the kind's GPUs and accelerators are discovered after the CUDA GPUs
-// (Order 20): an NVIDIA OpenCL device is left out while the cuda kind has
-// GPUs (it is one of them), and CPU devices are used only when named.
-// With no library, no platform or no device the kind has none: discovery,
-// and the spec "opencl", say why in the info output
-// (GOFFLOAD_INFO=offload). GOFFLOAD_OPENCL_LIBRARY names another library
-// than libOpenCL.so.1.
+// accelerators, then CPUs (such as PoCL's). Within a type, it follows the
+// loader's platform order and each platform's device order. So a machine with
+// PoCL beside a GPU's driver has the GPU as device 0.
+//
+// Spec in GOFFLOAD_DEVICES: "opencl" is every device, in that order, CPUs
+// included. "opencl:N" is device N of that order. "opencl:gpu",
+// "opencl:accelerator" and "opencl:cpu" are every device of that type, in
+// that order. None is no devices, as "opencl" with none.
+//
+// When GOFFLOAD_DEVICES is unset, the kind's GPUs and accelerators are
+// discovered after the CUDA GPUs (Order 20). An NVIDIA OpenCL device is left
+// out while the cuda kind has GPUs: it is one of them. CPU devices are used
+// only when named. With no library, no platform or no device, the kind has
+// none. Discovery, and the spec "opencl", say why in the info output
+// (GOFFLOAD_INFO=offload). GOFFLOAD_OPENCL_LIBRARY names another library than
+// libOpenCL.so.1.
 //
 // # Devices
 //
-// The devices of a platform share one OpenCL context (made when the first
-// of them opens, kept for the process), so that a queue of one waits on
-// another's events in the driver (clEnqueueBarrierWithWaitList) and copies
-// between them with the driver's copy; two devices may be one OpenCL
-// device ("opencl:0,opencl:0"). Info gives the device's name, platform,
-// OpenCL version, compute units (Cores) and global memory.
+// The devices of a platform share one OpenCL context, made when the first of
+// them opens and kept for the process. So a queue of one waits on another's
+// events in the driver (clEnqueueBarrierWithWaitList). It copies between them
+// with the driver's copy. Two devices may be one OpenCL device
+// ("opencl:0,opencl:0"). Info gives the device's name, platform, OpenCL
+// version, compute units (Cores) and global memory.
 //
 // # Kernels
 //
 // A kernel runs on an OpenCL device through its OpenCL C
-// (offload.Kernel.OpenCL, plugin.Kernel.Code "opencl"), built for the
-// device when it loads the image, with -cl-kernel-arg-info (or, where
-// that fails and a build without it passes, as NVIDIA's compiler did for
-// a kernel without parameters, without: its parameters are then checked
-// by count and size only); each distinct
-// source is built once per OpenCL device in the process, and kept. A
-// source that does not build fails its kernels' launches with the build
-// log (which names the line) in the error; so does an entry the program
-// lacks, or whose parameters do not take the kernel's Go parameters
-// (checked against clGetKernelArgInfo and by clSetKernelArg with each
-// by-value parameter's size; the size of a struct or typedef the argument
-// info names is measured by a probe kernel's sizeof, sizes.go): the error
-// names the kernel, the entry, the parameter and both types, wrapping
-// plugin.ErrBadKernel. A kernel with no
-// OpenCL C fails its launches likewise (plugin.ErrUnsupported).
+// (offload.Kernel.OpenCL, plugin.Kernel.Code "opencl"). It is built for the
+// device when it loads the image, with -cl-kernel-arg-info. Where that fails
+// and a build without it passes, it is built without. (NVIDIA's compiler did
+// so for a kernel without parameters.) Its parameters are then checked by
+// count and size only. Each distinct source is built once per OpenCL device
+// in the process, and kept.
 //
-// A launch passes the kernel's parameters in order: a slice as a
-// __global pointer to its element type (its length is not passed); a
-// scalar by value as its bytes in Go's layout (Go's int is OpenCL C's
-// long; bool is uchar, OpenCL C has no bool parameters); a struct or array
-// by value as a struct of the same layout. Work-items: one per element of
-// the longest slice argument the kernel may write (not offload.In; its
-// longest slice if it writes none) in one dimension, work-groups of the
-// driver's choice, unless the launch gives a global size (the work-items),
-// num_teams/thread_limit (then thread_limit is the work-group and
-// num_teams×thread_limit the global size), or both a global size and
-// thread_limit (the size rounded up to whole work-groups). A global offset
-// is clEnqueueNDRangeKernel's global_work_offset.
+// A source that does not build fails its kernels' launches with the build log
+// in the error; the log names the line. So does an entry the program lacks,
+// or one whose parameters do not take the kernel's Go parameters. They are
+// checked against clGetKernelArgInfo, and by clSetKernelArg with each
+// by-value parameter's size. The size of a struct or typedef that the
+// argument info names is measured by a probe kernel's sizeof (sizes.go). The
+// error names the kernel, the entry, the parameter and both types, wrapping
+// plugin.ErrBadKernel. A kernel with no OpenCL C fails its launches likewise
+// (plugin.ErrUnsupported).
+//
+// A launch passes the kernel's parameters in order. A slice goes as a
+// __global pointer to its element type; its length is not passed. A scalar
+// goes by value as its bytes in Go's layout. Go's int is OpenCL C's long.
+// bool is uchar, as OpenCL C has no bool parameters. A struct or array goes
+// by value as a struct of the same layout.
+//
+// Work-items: by default, one per element of the longest slice argument the
+// kernel may write, in one dimension. (That is any slice but offload.In, or
+// its longest slice if it writes none.) The work-groups are then of the
+// driver's choice. The launch may give a global size instead: the work-items.
+// It may give num_teams/thread_limit: then thread_limit is the work-group and
+// num_teams×thread_limit the global size. It may give both a global size and
+// thread_limit: then the size is rounded up to whole work-groups. A global
+// offset is clEnqueueNDRangeKernel's global_work_offset.
 //
 // # Memory and queues
 //
-// Device memory is shared virtual memory (clSVMAlloc) where the device
-// has it and GOFFLOAD_OPENCL_SVM is not 0 (on NVIDIA's platform, only
-// where it is 1: see useSVM): a device address is the SVM pointer, and a
-// slice inside an allocation is passed as its address. Elsewhere it is
-// buffers (clCreateBuffer), whose
-// addresses the kind makes up; a slice at an offset inside one is passed
-// as a sub-buffer, which must start at a multiple of the device's
-// CL_DEVICE_MEM_BASE_ADDR_ALIGN (a launch that needs one that does not is
-// refused with an error saying so).
+// Device memory is shared virtual memory (clSVMAlloc) where the device has it
+// and GOFFLOAD_OPENCL_SVM is not 0. On NVIDIA's platform it is so only where
+// the variable is 1 (see useSVM). A device address is then the SVM pointer,
+// and a slice inside an allocation is passed as its address. Elsewhere it is
+// buffers (clCreateBuffer), whose addresses the kind makes up. A slice at an
+// offset inside one is passed as a sub-buffer. A sub-buffer must start at a
+// multiple of the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN. A launch that needs
+// one that does not is refused with an error saying so.
 //
 // A queue is an in-order command queue (with profiling). Operations are
-// issued in order by a goroutine of the queue while it has work (or by the
-// caller, plugin.InlineQueue). Copies to and from Go memory are
-// asynchronous: the Go memory is pinned (runtime.Pinner) until the driver
-// is done with it; a submit whose host memory a retrieve before it (or
-// one before a waited-for event) may write waits for that first, as
-// drivers that read a write's host memory when it is enqueued (NVIDIA's)
-// need (hostWrites). Exchange copies within a platform's context
-// (clEnqueueSVMMemcpy, clEnqueueCopyBuffer). Events are cl_events of
-// markers; a queue waits on an event of any device of its platform with a
-// barrier (plugin.ForeignEventWaiter); a device's poller fires OnFire's
-// functions. A failure the driver reports when work runs (a negative
-// event status, a failing clFinish) leaves the device lost
-// (plugin.LostReporter): on GPU drivers the context is unusable then.
+// issued in order by a goroutine of the queue while it has work, or by the
+// caller (plugin.InlineQueue). Copies to and from Go memory are asynchronous.
+// The Go memory is pinned (runtime.Pinner) until the driver is done with it.
+// A retrieve before a submit may write the submit's host memory, and so may
+// one before a waited-for event. Such a submit waits for it first
+// (hostWrites). Drivers that read a write's host memory when it is enqueued
+// (NVIDIA's) need that.
+//
+// Exchange copies within a platform's context (clEnqueueSVMMemcpy,
+// clEnqueueCopyBuffer). Events are cl_events of markers. A queue waits on an
+// event of any device of its platform with a barrier
+// (plugin.ForeignEventWaiter). A device's poller fires OnFire's functions. A
+// failure the driver reports when work runs leaves the device lost
+// (plugin.LostReporter). Such a failure is a negative event status, or a
+// failing clFinish. On GPU drivers the context is unusable then.
 package opencl
 
 import (
@@ -115,9 +121,9 @@ const (
 	// LibraryEnv overrides the OpenCL library's path.
 	LibraryEnv = "GOFFLOAD_OPENCL_LIBRARY"
 	// SVMEnv set to 0 makes the devices use buffers even where they have
-	// shared virtual memory, as a device without it does; set to 1, it
-	// makes them use SVM wherever they have it, on NVIDIA's platform too
-	// (where the default is buffers).
+	// shared virtual memory, as a device without it does. Set to 1, it makes
+	// them use SVM wherever they have it. That includes NVIDIA's platform,
+	// where the default is buffers.
 	SVMEnv = "GOFFLOAD_OPENCL_SVM"
 )
 
@@ -223,9 +229,9 @@ const (
 // classNames are the classes' names in specs ("opencl:gpu") and in Info.
 var classNames = [...]string{classGPU: "gpu", classAccelerator: "accelerator", classCPU: "cpu"}
 
-// classOf is the class of a device of OpenCL type typ (CL_DEVICE_TYPE): a
-// GPU, else an accelerator, else a CPU (CL_DEVICE_TYPE_CPU, or a device
-// that says nothing more).
+// classOf is the class of a device of OpenCL type typ (CL_DEVICE_TYPE). It is
+// a GPU, else an accelerator, else a CPU. (A CPU is CL_DEVICE_TYPE_CPU, or a
+// device that says nothing more.)
 func classOf(typ uint64) int {
 	switch {
 	case typ&cldrv.TypeGPU != 0:
@@ -236,10 +242,10 @@ func classOf(typ uint64) int {
 	return classCPU
 }
 
-// orderByType returns the order the kind numbers devices of types typs
-// (listed platform by platform, in the loader's order) in: the indexes of
-// the GPUs, then of the accelerators, then of the CPUs, each in their
-// order in typs.
+// orderByType returns the order the kind numbers devices of types typs in.
+// typs are listed platform by platform, in the loader's order. The order is
+// the indexes of the GPUs, then of the accelerators, then of the CPUs, each
+// in their order in typs.
 func orderByType(typs []uint64) []int {
 	order := make([]int, 0, len(typs))
 	for c := range classNames {
@@ -253,7 +259,8 @@ func orderByType(typs []uint64) []int {
 }
 
 // openSpec opens the devices of "opencl" (arg "": every device), "opencl:N"
-// or "opencl:gpu" (and accelerator, cpu: every device of the class).
+// or "opencl:gpu". accelerator and cpu work as gpu: every device of the
+// class.
 func openSpec(arg string) ([]plugin.Device, error) {
 	ord, class := -1, -1
 	if arg != "" {
@@ -297,9 +304,9 @@ func openSpec(arg string) ([]plugin.Device, error) {
 	return openDevices(cds)
 }
 
-// cudaGPUs returns how many GPUs the cuda kind has, 0 if it is not in the
-// program or the CUDA driver has none: an NVIDIA OpenCL device is one of
-// them then.
+// cudaGPUs returns how many GPUs the cuda kind has. It is 0 if the kind is
+// not in the program or the CUDA driver has none. An NVIDIA OpenCL device is
+// one of those GPUs then.
 var cudaGPUs = func() int {
 	if _, ok := plugin.LookupKind("cuda"); !ok {
 		return 0
@@ -312,8 +319,8 @@ var cudaGPUs = func() int {
 	return n
 }
 
-// discover opens the GPUs and accelerators, less the NVIDIA devices that
-// the cuda kind has, and says why there are none.
+// discover opens the GPUs and accelerators, less the NVIDIA devices that the
+// cuda kind has. It says why there are none.
 func discover() ([]plugin.Device, error) {
 	s := getDriver(library())
 	if s.err != nil {
@@ -368,10 +375,10 @@ func (pl *platform) context() (cldrv.Context, error) {
 	return c, nil
 }
 
-// Library returns the OpenCL library the kind uses and its devices'
-// handles and contexts, in the kind's order (device N is "opencl:N"), or
-// why there is none: for this module's bench, whose raw baselines call the
-// API directly.
+// Library returns the OpenCL library the kind uses, and its devices' handles
+// and contexts. They are in the kind's order: device N is "opencl:N". Else it
+// returns why there is none. It is for this module's bench, whose raw
+// baselines call the API directly.
 func Library() (*cldrv.Lib, []RawDevice, error) {
 	s := getDriver(library())
 	if s.err != nil {

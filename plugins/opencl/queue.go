@@ -11,16 +11,16 @@ import (
 	"github.com/goffload/offload/plugin/gpukind"
 )
 
-// A queue is an in-order OpenCL command queue and the operations waiting
-// to be issued to it, by a goroutine of the queue while it has work (or
-// by the caller, while the core has set it inline and it is idle). Issuing
-// is asynchronous: copies, launches, markers and barriers are enqueued on
-// the command queue, and what the driver still works on is in pend.
+// A queue is an in-order OpenCL command queue and the operations waiting to
+// be issued to it. A goroutine of the queue issues them while it has work. Or
+// the caller does, while the core has set it inline and it is idle. Issuing
+// is asynchronous. Copies, launches, markers and barriers are enqueued on the
+// command queue. What the driver still works on is in pend.
 //
-// Errors follow the plugin contract: an operation that fails when it is
-// issued puts the queue in the error state (opqueue.Loop); a failure of
-// work on the device (a negative event status, a failing clFinish)
-// loses the device.
+// Errors follow the plugin contract. An operation that fails when it is
+// issued puts the queue in the error state (opqueue.Loop). A failure of work
+// on the device loses the device. (Such a failure is a negative event status,
+// or a failing clFinish.)
 type queue struct {
 	gpukind.Queue[op, cldrv.Event, *kernelFn] // the operations, issued in order; the error state; Record, Wait
 
@@ -80,12 +80,12 @@ func (i *issuer) RecordOp(ev *event, tag uint64) op {
 // WaitOp is a barrier's operation (gpukind.Issuer).
 func (i *issuer) WaitOp(ev *event, tag uint64) op { return op{kind: gpukind.OpWait, ev: ev, tag: tag} }
 
-// Report retires the commands before position upto that are complete,
-// reporting the timed ones (gpukind.Reporter).
+// Report retires the commands before position upto that are complete. It
+// reports the timed ones (gpukind.Reporter).
 func (q *queue) Report(upto uint64) { q.p.drain(q, upto, false) }
 
-// issue issues o with the queue's error state failed, and returns the
-// error that puts the queue in the error state.
+// issue issues o with the queue's error state failed. It returns the error
+// that puts the queue in the error state.
 func (q *queue) issue(o *op, failed error) error {
 	d := q.d
 	switch o.kind {
@@ -233,8 +233,8 @@ func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
 	return q.enqueue(op{kind: gpukind.OpRetrieve, src: r, host: dst})
 }
 
-// Exchange copies between this device and another OpenCL device of the
-// same platform (or within this one); other devices are ErrUnsupported.
+// Exchange copies between this device and another OpenCL device of the same
+// platform, or within this one. Other devices are ErrUnsupported.
 func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) error {
 	other, err := gpukind.Peer(&q.Queue, dst, func(o *device) bool { return o.pl == q.d.pl })
 	if err != nil {
@@ -254,9 +254,9 @@ func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) 
 // LaunchGeometry is Launch with the work-groups of g (num_teams and
 // thread_limit).
 //
-// Launch (gpukind.Queue's) is LaunchGeometry with no geometry: the
-// kernel's OpenCL C entry, or in the emulate mode the Go body of a kernel
-// without OpenCL C.
+// Launch (gpukind.Queue's) is LaunchGeometry with no geometry. It runs the
+// kernel's OpenCL C entry. In the emulate mode it runs the Go body of a
+// kernel without OpenCL C.
 func (q *queue) LaunchGeometry(k plugin.Kernel, args []plugin.Arg, geo plugin.Geometry) error {
 	kf, run, err := q.Launchable(k, args)
 	if !run || err != nil {
@@ -289,9 +289,9 @@ func (q *queue) LaunchGeometry(k plugin.Kernel, args []plugin.Arg, geo plugin.Ge
 	return q.enqueue(o)
 }
 
-// Synchronize waits until every operation is issued and the command
-// queue is done, reports the timed operations, and returns (and clears)
-// the error state.
+// Synchronize waits until every operation is issued and the command queue is
+// done. It reports the timed operations, and returns (and clears) the error
+// state.
 func (q *queue) Synchronize() error {
 	err := q.L.Synchronize()
 	defer q.hw.reset(q.d) // the commands are done, or the device lost
@@ -314,9 +314,8 @@ func (q *queue) Synchronize() error {
 	return err
 }
 
-// Query reports whether every operation is issued and done; once it is,
-// it reports the timed operations and returns (and clears) the error
-// state.
+// Query reports whether every operation is issued and done. Once it is, it
+// reports the timed operations and returns (and clears) the error state.
 func (q *queue) Query() (bool, error) {
 	if !q.L.Idle() {
 		return false, nil
@@ -355,8 +354,8 @@ func (q *queue) Close() error {
 }
 
 // LoseQueueForTests makes q's command queue invalid for the operations
-// enqueued after this call, as a driver whose queue broke would: they
-// fail, and the device is lost. It is for this module's tests.
+// enqueued after this call, as a driver whose queue broke would. They fail,
+// and the device is lost. It is for this module's tests.
 func LoseQueueForTests(q plugin.Queue) error {
 	return q.(*queue).enqueue(op{kind: opLose})
 }

@@ -10,14 +10,13 @@ import (
 	"github.com/goffload/offload/internal/cldrv"
 )
 
-// The sizes of the types that an entry's parameters name and the kind
-// does not know: structs, unions and typedefs. The argument info names a
-// parameter's type ("P5*") but not its size, so a slice of 48-byte Go
-// structs passed to a pointer to 40-byte OpenCL C structs would run on
-// misread memory. The kind builds the program's source once more with a
-// probe kernel that writes sizeof of each such type, runs it once, and
-// checks each slice's element size (and each value's size) against it
-// (checkEntry).
+// These are the sizes of the types that an entry's parameters name and the
+// kind does not know: structs, unions and typedefs. The argument info names a
+// parameter's type ("P5*") but not its size. So a slice of 48-byte Go structs
+// passed to a pointer to 40-byte OpenCL C structs would run on misread
+// memory. The kind builds the program's source once more with a probe kernel
+// that writes sizeof of each such type. It runs it once. It checks each
+// slice's element size (and each value's size) against it (checkEntry).
 
 // probeName is the probe kernel's entry.
 const probeName = "goffload_sizeof_probe"
@@ -26,8 +25,8 @@ const probeName = "goffload_sizeof_probe"
 // struct, union or enum and one.
 var typeName = regexp.MustCompile(`^((struct|union|enum) )?[A-Za-z_][A-Za-z0-9_]*$`)
 
-// elemType is the type an entry's parameter of type name cl points to, or
-// is: "P5" for "P5*", without qualifiers.
+// elemType is the type an entry's parameter of type name cl points to, or is.
+// It is "P5" for "P5*", without qualifiers.
 func elemType(cl string) string {
 	cl = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(cl), "*"))
 	for _, q := range []string{"const ", "volatile ", "restrict "} {
@@ -37,9 +36,9 @@ func elemType(cl string) string {
 }
 
 // typeSizes returns the sizes in bytes of the types that the parameters of
-// p's kernels name and clType does not know, by name (elemType). It probes
-// them once per program; a type it could not probe (the probe did not
-// build or run) is absent, and goes unchecked.
+// p's kernels name and clType does not know. They are by name (elemType). It
+// probes them once per program. A type it could not probe is absent, and goes
+// unchecked; the probe did not build or run.
 func (d *device) typeSizes(p *program, src []byte) map[string]int {
 	p.sizesOnce.Do(func() {
 		names := d.unknownTypes(p)
@@ -55,8 +54,8 @@ func (d *device) typeSizes(p *program, src []byte) map[string]int {
 	return p.sizes
 }
 
-// unknownTypes lists the type names of p's kernels' parameters that
-// clType does not know and a probe can take sizeof of.
+// unknownTypes lists the type names of p's kernels' parameters that clType
+// does not know and a probe can take sizeof of.
 func (d *device) unknownTypes(p *program) []string {
 	seen := map[string]bool{}
 	for _, entry := range p.entries {
@@ -85,7 +84,7 @@ func (d *device) unknownTypes(p *program) []string {
 	return names
 }
 
-// probe builds src with a kernel that writes sizeof of each of names, runs
+// probe builds src with a kernel that writes sizeof of each of names. It runs
 // it once on a queue of its own, and returns the sizes.
 func (d *device) probe(src []byte, opts string, names []string) (map[string]int, error) {
 	var b strings.Builder

@@ -11,17 +11,19 @@ import (
 	"github.com/goffload/offload/plugin/optrace"
 )
 
-// Timing the operations of tagged queues (plugin.Tracer): a tagged
-// queue's launches, copies and waits on a traced device are enqueued
-// with an event, and their CL_PROFILING_COMMAND_START and _END times are
-// read once the command is complete, placed on the host's clock by a
-// reference (a marker on a queue of the device's own, finished, whose end
-// the host saw just after: times are late, if anything, by that latency,
-// and bounded by when the host issued the command and when it saw it
-// complete), refreshed every second. They are reported in each queue's
-// order when the commands are retired: by the queue's Synchronize or
-// Query, or before an event recorded after them fires (Synchronize, Query,
-// OnFire). An emulated kernel is timed on the host's clock.
+// Timing the operations of tagged queues (plugin.Tracer): a tagged queue's
+// launches, copies and waits on a traced device are enqueued with an event.
+// Their CL_PROFILING_COMMAND_START and _END times are read once the command
+// is complete. They are placed on the host's clock by a reference, refreshed
+// every second. The reference is a marker on a queue of the device's own,
+// finished, whose end the host saw just after. So times are late, if
+// anything, by that latency. They are bounded by when the host issued the
+// command and when it saw it complete.
+//
+// They are reported in each queue's order when the commands are retired. That
+// is by the queue's Synchronize or Query, or before an event recorded after
+// them fires (Synchronize, Query, OnFire). An emulated kernel is timed on the
+// host's clock.
 
 const refreshClock = time.Second
 
@@ -30,8 +32,8 @@ type tracing struct {
 	optrace.Tracer
 
 	mu sync.Mutex
-	// The reference: the host's time ref (with its monotonic reading)
-	// was the device's profiling clock refDev; at is when it was taken.
+	// The reference: the host's time ref (with its monotonic reading) was the
+	// device's profiling clock refDev. at is when it was taken.
 	ref    time.Time
 	refDev int64
 	at     time.Time
@@ -45,7 +47,7 @@ type qtiming struct {
 }
 
 // Trace makes the device report its tagged queues' operations to f
-// (plugin.Tracer); nil stops the reports.
+// (plugin.Tracer). nil stops the reports.
 func (d *device) Trace(f func(plugin.OpTime)) { d.tr.Trace(f) }
 
 // timed returns the pending command of operation o, timed if o is.
@@ -70,9 +72,10 @@ func (q *queue) hostTimed(o *op, kind plugin.OpKind, kernel string, start, end t
 
 // toHost places a time of the device's profiling clock on the host's. The
 // time has the reference's monotonic reading, as the host's other times
-// (time.Now) have theirs: a time on the wall clock alone would be compared
-// with them, and subtracted from them, on a clock that the system's
-// adjustments move apart from the monotonic one as the process ages.
+// (time.Now) have theirs. A time on the wall clock alone would be compared
+// with them, and subtracted from them, on another clock. The system's
+// adjustments move that clock apart from the monotonic one as the process
+// ages.
 func (t *tracing) toHost(d *device, ns uint64) time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -119,8 +122,8 @@ func (t *tracing) close(d *device) error {
 	return nil
 }
 
-// A pending command is one the driver works on that holds Go memory
-// (pinned) or is timed.
+// A pending command is one the driver works on that holds Go memory (pinned)
+// or is timed.
 type pending struct {
 	ev     cldrv.Event
 	pin    *runtime.Pinner
@@ -146,8 +149,8 @@ func (p *pendingList) mark() uint64 {
 	return p.next
 }
 
-// push appends a command, and retires those at the head that are
-// complete when many are pending.
+// push appends a command. When many are pending, it retires those at the head
+// that are complete.
 func (p *pendingList) push(q *queue, e pending) {
 	p.mu.Lock()
 	p.list = append(p.list, e)
@@ -159,8 +162,8 @@ func (p *pendingList) push(q *queue, e pending) {
 	}
 }
 
-// lastDone reports whether the last command pushed is complete (then
-// every one is: the queue is in order), flushing the queue if it is not.
+// lastDone reports whether the last command pushed is complete. Then every
+// one is, as the queue is in order. If it is not, lastDone flushes the queue.
 func (p *pendingList) lastDone(q *queue) (bool, error) {
 	p.mu.Lock() // held while the event is asked: drain releases it
 	defer p.mu.Unlock()
@@ -183,9 +186,9 @@ func (p *pendingList) lastDone(q *queue) (bool, error) {
 	return true, nil
 }
 
-// drain retires the commands before position upto that are complete (all:
-// every one, which the caller knows to be complete), in order, reporting
-// the timed ones.
+// drain retires the commands before position upto that are complete, in
+// order, reporting the timed ones. all means every one, which the caller
+// knows to be complete.
 func (p *pendingList) drain(q *queue, upto uint64, all bool) {
 	d := q.d
 	p.mu.Lock()
@@ -210,9 +213,9 @@ func (p *pendingList) drain(q *queue, upto uint64, all bool) {
 				now := time.Now() // the command is complete: it ended before
 				if err1 == nil && err2 == nil {
 					// The reference places the device's times late by the
-					// host's latency in seeing it done, which a loaded
-					// machine makes milliseconds: what the host knows
-					// bounds them.
+					// host's latency in seeing it done. A loaded machine
+					// makes that milliseconds. What the host knows bounds
+					// them.
 					o.Start = clampTime(d.tr.toHost(d, s), e.issued, now)
 					o.End = clampTime(d.tr.toHost(d, en), o.Start, now)
 				} else {

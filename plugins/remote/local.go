@@ -118,12 +118,12 @@ func openLocal(arg string) ([]plugin.Device, error) {
 	return devs, nil
 }
 
-// localProcs counts the local device processes of this process that run,
-// for the count of the program's processes on the machine.
+// localProcs counts the local device processes of this process that run. It
+// is for the count of the program's processes on the machine.
 var localProcs atomic.Int64
 
-// procsChanged follows a device process's start (+1) or end (-1): the
-// host is crowded while it and its devices outnumber the cores.
+// procsChanged follows a device process's start (+1) or end (-1). The host is
+// crowded while it and its devices outnumber the cores.
 func procsChanged(delta int64) {
 	waitpoll.SetCrowded(int(localProcs.Add(delta))+1 > runtime.NumCPU())
 }
@@ -212,10 +212,10 @@ func spawn(exe, cores string, crowded bool, served string) (*engine.Device, erro
 	localPeers.add(d, side)
 	d.OnLost = func(cause error) error {
 		if errors.Is(cause, ErrSilent) {
-			// Hung or stopped: it will not exit by itself (a stopped
-			// process not even when sent SIGTERM), and a lost device is
-			// never used again, so it is killed now rather than waited
-			// for, as closeFn would kill it at Stop.
+			// Hung or stopped: it will not exit by itself. (A stopped process
+			// does not even when sent SIGTERM.) A lost device is never used
+			// again. So it is killed now rather than waited for, as closeFn
+			// would kill it at Stop.
 			cmd.Process.Kill()
 			return fmt.Errorf("device process %d (killed): %v", pid, cause)
 		}
@@ -256,8 +256,8 @@ func spawn(exe, cores string, crowded bool, served string) (*engine.Device, erro
 	return d, nil
 }
 
-// forkReqs takes the device processes to start to the forker, whose
-// thread forks them all (startOnForker).
+// forkReqs takes the device processes to start to the forker. Its thread
+// forks them all (startOnForker).
 var (
 	forkOnce sync.Once
 	forkReqs chan forkReq
@@ -268,12 +268,12 @@ type forkReq struct {
 	done chan error
 }
 
-// startOnForker starts cmd from the forker: a goroutine locked to a thread
-// of its own that never returns, so the thread lives as long as the
-// process. Linux sends a child its Pdeathsig when the thread that forked it
-// ends, not the process: Go ends a thread whenever a goroutine that locked
-// it returns without unlocking, and a device forked by such a caller's
-// thread (or by any thread Go retires) died with it.
+// startOnForker starts cmd from the forker. The forker is a goroutine locked
+// to a thread of its own that never returns, so the thread lives as long as
+// the process. Linux sends a child its Pdeathsig when the thread that forked
+// it ends, not the process. Go ends a thread whenever a goroutine that locked
+// it returns without unlocking. A device forked by such a caller's thread (or
+// by any thread Go retires) died with it.
 func startOnForker(cmd *exec.Cmd) error {
 	forkOnce.Do(func() {
 		forkReqs = make(chan forkReq)
@@ -284,8 +284,8 @@ func startOnForker(cmd *exec.Cmd) error {
 	return <-done
 }
 
-// forker starts the commands it is sent, on its own locked thread, for the
-// life of the process.
+// forker starts the commands it is sent, on its own locked thread. It runs
+// for the life of the process.
 func forker() {
 	runtime.LockOSThread() // never unlocked: the thread is the devices' parent
 	for r := range forkReqs {
@@ -293,8 +293,8 @@ func forker() {
 	}
 }
 
-// unixPair returns a connected pair of Unix sockets: ours as a UnixConn, the
-// other as a file to hand to a child.
+// unixPair returns a connected pair of Unix sockets. Ours is a UnixConn; the
+// other is a file to hand to a child.
 func unixPair() (*net.UnixConn, *os.File, error) {
 	fds, err := stream.SocketPair()
 	if err != nil {
@@ -346,13 +346,13 @@ func (p *prefixWriter) emit(line []byte) {
 }
 
 // Device-to-device transfers go straight between the two device processes
-// (the engine's peers). The host only introduces local devices: it makes
-// a socket pair (and a memory file, for a shared-memory link) and hands
-// one end to each device over its side channel, a Unix socket that
-// carries descriptors. MPI ranks reach each other themselves (mpi.go).
+// (the engine's peers). The host only introduces local devices. It makes a
+// socket pair, and a memory file for a shared-memory link. It hands one end
+// to each device over its side channel, a Unix socket that carries
+// descriptors. MPI ranks reach each other themselves (mpi.go).
 
 // localPeers introduces this process's local devices to each other
-// (engine.Introducer): the host's record of their side channels and of
+// (engine.Introducer). It is the host's record of their side channels, and of
 // which it has introduced to each other.
 var localPeers = &localIntro{sides: map[*engine.Device]*net.UnixConn{}, done: map[[2]*engine.Device]bool{}}
 
@@ -390,8 +390,8 @@ func (li *localIntro) Introduce(a, b *engine.Device) error {
 	}
 	defer syscall.Close(fds[0])
 	defer syscall.Close(fds[1])
-	// Two local devices link through shared memory as each does with the
-	// host, the socket only telling each of the other's end; a memory file
+	// Two local devices link through shared memory, as each does with the
+	// host. The socket only tells each of the other's end. A memory file
 	// refused leaves them on the socket.
 	introA, introB := fmt.Sprintf("peer %d", b.Num()), fmt.Sprintf("peer %d", a.Num())
 	rightsA, rightsB := syscall.UnixRights(fds[0]), syscall.UnixRights(fds[1])
@@ -412,9 +412,9 @@ func (li *localIntro) Introduce(a, b *engine.Device) error {
 	return nil
 }
 
-// introErr is the error of introducing b to a, whose side channel
-// refused the introduction with err: a's process is gone where the channel
-// broke (ErrDeviceLost, naming a), which its link says soon too.
+// introErr is the error of introducing b to a, whose side channel refused the
+// introduction with err. Where the channel broke, a's process is gone. The
+// error is then ErrDeviceLost, naming a, which its link says soon too.
 func introErr(a, b *engine.Device, err error) error {
 	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("introducing device %d to %d: %w: device %d's process is gone: %w", b.Num(), a.Num(), plugin.ErrDeviceLost, a.Num(), err)
@@ -435,7 +435,7 @@ func (li *localIntro) Forget(d *engine.Device) {
 }
 
 // receivePeers reads the host's introductions for session s from its side
-// channel until it closes, and links s to each peer introduced.
+// channel until it closes. It links s to each peer introduced.
 func receivePeers(s *engine.Session, ch *net.UnixConn) {
 	defer ch.Close()
 	buf, oob := make([]byte, 64), make([]byte, syscall.CmsgSpace(8))
@@ -473,9 +473,9 @@ func receivePeers(s *engine.Session, ch *net.UnixConn) {
 	}
 }
 
-// intro is the host's introduction of a peer: "peer N" with a socket, or
-// "peer N shm S" with a socket and the memory file of a shared-memory link,
-// of which this device is side S.
+// intro is the host's introduction of a peer. "peer N" comes with a socket.
+// "peer N shm S" comes with a socket and the memory file of a shared-memory
+// link, of which this device is side S.
 type intro struct {
 	fd, num int
 	shm     int // the side, or -1 for a link on the socket

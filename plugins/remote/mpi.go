@@ -19,11 +19,11 @@ import (
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
-// MPI devices: the program runs as one SPMD job (mpirun -np 3 ./prog); one
-// rank is the host (GOFFLOAD_HOST_RANK, default 0) and every other rank
-// serves as a device, numbered in rank order. The engine is the socket
-// transport's; only the transport below it differs (package mpi says how
-// frames travel on MPI messages).
+// MPI devices: the program runs as one SPMD job (mpirun -np 3 ./prog). One
+// rank is the host (GOFFLOAD_HOST_RANK, default 0). Every other rank serves
+// as a device, numbered in rank order. The engine is the socket transport's;
+// only the transport below it differs. Package mpi says how frames travel on
+// MPI messages.
 
 func init() {
 	plugin.RegisterKind(plugin.Kind{
@@ -37,8 +37,8 @@ func init() {
 	})
 }
 
-// mpiWorld is this process's part of the MPI job (a *mpi.World), with
-// the host rank's account of its device ranks.
+// mpiWorld is this process's part of the MPI job (a *mpi.World). It holds the
+// host rank's account of its device ranks.
 type mpiWorld struct {
 	*mpi.World
 	ranks mpi.Ranks
@@ -162,7 +162,7 @@ func openMPI(arg string) ([]plugin.Device, error) {
 }
 
 // serveMPIIfDevice serves as a device and ends the process on a device rank
-// of an MPI job; on the host rank, and outside MPI, it returns.
+// of an MPI job. On the host rank, and outside MPI, it returns.
 func serveMPIIfDevice(img *plugin.Image) {
 	if !cmpi.Launched() {
 		return
@@ -188,8 +188,8 @@ func serveMPIIfDevice(img *plugin.Image) {
 	os.Exit(0)
 }
 
-// serve runs a device rank: the sessions the host announces, each on its
-// own goroutine, until the host says exit; then it waits for the sessions
+// serve runs a device rank. It runs the sessions the host announces, each on
+// its own goroutine, until the host says exit. Then it waits for the sessions
 // still running.
 func (w *mpiWorld) serve(img *plugin.Image) error {
 	if err := engine.CheckTimeout(); err != nil {
@@ -243,16 +243,15 @@ func (w *mpiWorld) serve(img *plugin.Image) error {
 	}
 }
 
-// exitGrace is how long a device rank told to exit waits for its sessions
-// to end before it exits without them.
+// exitGrace is how long a device rank told to exit waits for its sessions to
+// end. After it, the rank exits without them.
 const exitGrace = 2 * time.Second
 
-// endSessions waits for the sessions still running when the host said
-// exit, for exitGrace at most. The host says it once it has closed every
-// device, so a session still running then has a kernel that Stop gave up
-// on (it killed the device): the rank exits without it, saying so, and
-// finalizes MPI with the host, so that the job ends as the host's program
-// chooses.
+// endSessions waits for the sessions still running when the host said exit,
+// for exitGrace at most. The host says it once it has closed every device. So
+// a session still running then has a kernel that Stop gave up on (it killed
+// the device). The rank exits without it, saying so. It finalizes MPI with
+// the host, so that the job ends as the host's program chooses.
 func (w *mpiWorld) endSessions(wg *sync.WaitGroup) {
 	done := make(chan struct{})
 	go func() {
@@ -266,7 +265,7 @@ func (w *mpiWorld) endSessions(wg *sync.WaitGroup) {
 	}
 }
 
-// mpiPeers is the MPI devices' engine.Introducer: ranks reach each other
+// mpiPeers is the MPI devices' engine.Introducer. Ranks reach each other
 // themselves (mpiSession.connect), so there is nothing to introduce.
 var mpiPeers engine.Introducer = mpiIntro{}
 
@@ -334,11 +333,11 @@ func (ms *mpiSession) accepted(r int, pt *mpi.Link) {
 	ms.s.AddPeer(ranks.NumOf(r), pt)
 }
 
-// FinishMPI ends MPI on the host rank of an MPI job: every device rank is
-// told to exit once its sessions end (offload.Stop closes them first), and
+// FinishMPI ends MPI on the host rank of an MPI job. Every device rank is
+// told to exit once its sessions end; offload.Stop closes them first. Then
 // MPI is finalized, as an MPI program must before it exits. offload.Stop
-// calls it; afterwards, MPI devices cannot be opened again. Elsewhere it
-// does nothing.
+// calls it. Afterwards, MPI devices cannot be opened again. Elsewhere it does
+// nothing.
 func FinishMPI() error {
 	w := world.w.Load()
 	if w == nil || !w.IsHost() || mpiHeld.Load() {
@@ -396,8 +395,8 @@ func FinishMPI() error {
 var mpiHeld atomic.Bool
 
 // HoldMPIForTests keeps MPI running across offload.Stop until finish is
-// called, so that the tests of one MPI job can start the runtime on its
-// device ranks again and again. finish ends MPI as FinishMPI does.
+// called. So the tests of one MPI job can start the runtime on its device
+// ranks again and again. finish ends MPI as FinishMPI does.
 func HoldMPIForTests() (finish func() error) {
 	mpiHeld.Store(true)
 	return func() error {
@@ -406,8 +405,8 @@ func HoldMPIForTests() (finish func() error) {
 	}
 }
 
-// finalize ends MPI, or gives up after a while: MPI_Finalize waits for
-// every rank, also one that died where the launcher let the job go on.
+// finalize ends MPI, or gives up after a while. MPI_Finalize waits for every
+// rank, also one that died where the launcher let the job go on.
 func (w *mpiWorld) finalize() error {
 	done := make(chan error, 1)
 	go func() { done <- w.Finalize() }()
@@ -419,9 +418,9 @@ func (w *mpiWorld) finalize() error {
 	}
 }
 
-// mpiServed is what a device rank serves: the brackets of the mpi item of
-// the job's GOFFLOAD_DEVICES (mpi[opencl], mpi:2[cuda]), which every rank
-// has alike; empty (its CPUs) where there are none.
+// mpiServed is what a device rank serves. It is the brackets of the mpi item
+// of the job's GOFFLOAD_DEVICES (mpi[opencl], mpi:2[cuda]), which every rank
+// has alike. It is empty (its CPUs) where there are none.
 func mpiServed(devices string) string {
 	for _, item := range strings.Split(devices, ",") {
 		item = strings.TrimSpace(item)

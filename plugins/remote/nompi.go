@@ -11,7 +11,7 @@ import (
 	"github.com/goffload/offload/plugin"
 )
 
-// Without the mpi build tag there are no MPI devices: the kind is there to
+// Without the mpi build tag there are no MPI devices. The kind is there to
 // say how to get them.
 func init() {
 	plugin.RegisterKind(plugin.Kind{
@@ -22,9 +22,9 @@ func init() {
 	})
 }
 
-// openMPI refuses: a program that names mpi devices and cannot have them
-// fails at Start (a configuration error), rather than running their work
-// on the host.
+// openMPI refuses. A program that names mpi devices and cannot have them
+// fails at Start, with a configuration error. It does not run their work on
+// the host.
 func openMPI(string) ([]plugin.Device, error) {
 	return nil, configError(errNoMPI.Error())
 }
@@ -33,8 +33,8 @@ var errNoMPI = fmt.Errorf("this program was built without MPI support: build it 
 
 var warnOnce sync.Once
 
-// serveMPIIfDevice warns, under an MPI launcher, that every rank of this
-// build runs as a host of its own.
+// serveMPIIfDevice warns under an MPI launcher. Every rank of this build runs
+// as a host of its own.
 func serveMPIIfDevice(*plugin.Image) {
 	rank, ok := mpi.LaunchRank()
 	if !ok || rank != "0" {
@@ -45,7 +45,7 @@ func serveMPIIfDevice(*plugin.Image) {
 	})
 }
 
-// FinishMPI ends MPI on the host rank of an MPI job; this build has no MPI.
+// FinishMPI ends MPI on the host rank of an MPI job. This build has no MPI.
 func FinishMPI() error { return nil }
 
 // HoldMPIForTests keeps MPI running across offload.Stop; this build has no

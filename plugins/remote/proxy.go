@@ -16,19 +16,19 @@ import (
 )
 
 // Proxied devices: a device process serves the devices that its own
-// GOFFLOAD_DEVICES names (GPUs, OpenCL devices, host devices), each to a
-// host as a device of the host's own, through the plugin contract of
-// their kind. A local device's host names them in brackets
-// (local:2[opencl]) and gives them to each process it starts; a TCP
-// device's process names them in its own environment; an MPI job's
-// device ranks read them from the mpi item's brackets (mpi[opencl]),
-// which every rank's GOFFLOAD_DEVICES holds alike.
+// GOFFLOAD_DEVICES names (GPUs, OpenCL devices, host devices). It serves each
+// to a host as a device of the host's own, through the plugin contract of
+// their kind. A local device's host names them in brackets (local:2[opencl])
+// and gives them to each process it starts. A TCP device's process names them
+// in its own environment. An MPI job's device ranks read them from the mpi
+// item's brackets (mpi[opencl]). Every rank's GOFFLOAD_DEVICES holds those
+// alike.
 
 // envServe is what a device process serves, as GOFFLOAD_DEVICES items.
 const envServe = "GOFFLOAD_DEVICES"
 
-// splitServed splits a spec argument "N[SPEC]" into "N" and SPEC, the
-// devices each process serves; an argument without brackets has none.
+// splitServed splits a spec argument "N[SPEC]" into "N" and SPEC, the devices
+// each process serves. An argument without brackets has none.
 func splitServed(kind, arg string) (string, string, error) {
 	i := strings.IndexByte(arg, '[')
 	if i < 0 {
@@ -50,8 +50,8 @@ func splitServed(kind, arg string) (string, string, error) {
 	return arg[:i], spec, nil
 }
 
-// servedItems splits spec into items ("opencl:0", "host"), each a kind
-// and its argument, as GOFFLOAD_DEVICES has them.
+// servedItems splits spec into items ("opencl:0", "host"), each a kind and
+// its argument. GOFFLOAD_DEVICES has them so.
 func servedItems(spec string) ([][2]string, error) {
 	var items [][2]string
 	for _, item := range strings.FieldsFunc(spec, func(r rune) bool { return r == '+' || r == ',' }) {
@@ -70,8 +70,8 @@ func servedItems(spec string) ([][2]string, error) {
 	return items, nil
 }
 
-// checkServedSpec checks spec's items on the host: each names a kind this
-// build has (the device processes are the same build).
+// checkServedSpec checks spec's items on the host. Each must name a kind this
+// build has; the device processes are the same build.
 func checkServedSpec(spec string) error {
 	items, err := servedItems(spec)
 	if err != nil {
@@ -86,10 +86,10 @@ func checkServedSpec(spec string) error {
 }
 
 // servedOpener is the engine's opener of the devices spec names, in this
-// device process: each session opens them anew and keeps device index,
-// closing the others. An empty spec serves the process's CPUs (nil).
-// wrap, if set, maps a session's index to the device it serves (local
-// processes serve device i mod count).
+// device process. Each session opens them anew and keeps device index,
+// closing the others. An empty spec serves the process's CPUs (nil). wrap, if
+// set, maps a session's index to the device it serves. (Local processes serve
+// device i mod count.)
 func servedOpener(spec string, wrap bool) (engine.Opener, error) {
 	if strings.TrimSpace(spec) == "" {
 		return nil, nil
@@ -152,18 +152,18 @@ func specOf(it [2]string) string {
 }
 
 // Sessions of one TCP device process that serve devices of this host are
-// siblings: the host introduces them to each other, and they link inside
-// their process (engine.Device.Sibling), so that a copy or a wait between
-// two of its devices never crosses the network.
+// siblings. The host introduces them to each other, and they link inside
+// their process (engine.Device.Sibling). So a copy or a wait between two of
+// its devices never crosses the network.
 
-// siblingIntros are the introducers of the device processes this host
-// has sessions with, by process number: devices of one process share one.
+// siblingIntros are the introducers of the device processes this host has
+// sessions with, by process number. Devices of one process share one.
 var siblingIntros = struct {
 	sync.Mutex
 	by map[uint64]*siblingIntro
 }{by: map[uint64]*siblingIntro{}}
 
-// siblingsOf is the introducer of process proc's devices, or nil for a
+// siblingsOf is the introducer of process proc's devices. It is nil for a
 // process that serves its CPUs (0): those sessions have no siblings.
 func siblingsOf(proc uint64) engine.Introducer {
 	if proc == 0 {
@@ -213,8 +213,8 @@ func (si *siblingIntro) Forget(d *engine.Device) {
 	}
 }
 
-// pairLinks makes a link inside this process: the two ends of a socket
-// pair, for two sibling sessions.
+// pairLinks makes a link inside this process, for two sibling sessions. It is
+// the two ends of a socket pair.
 func pairLinks() (transport.Transport, transport.Transport, error) {
 	fds, err := stream.SocketPair()
 	if err != nil {

@@ -1,26 +1,25 @@
 // Package remote is the device kind whose devices are CPU processes of the
-// program: local device processes on this machine (local:N, linked through
-// shared memory), processes on other machines over TCP (tcp://host:port,
-// TLS 1.3 by default, the shared secret proved over each session: package
-// stream),
-// and the ranks of an MPI job (mpi); the host drives each through a link
-// that carries typed frames (package proto) in the order package state
-// rules.
+// program. They are of three sorts. Local device processes run on this
+// machine (local:N), linked through shared memory. Processes on other
+// machines are reached over TCP (tcp://host:port). TCP is TLS 1.3 by default,
+// with the shared secret proved over each session (package stream). And the
+// ranks of an MPI job serve as devices (mpi). The host drives each through a
+// link that carries typed frames (package proto). The frames come in the
+// order package state rules.
 //
-// The same binary is the host and the device: a process started as a
-// device serves from offload.Start or role.ServeDevice (the kind's
-// ServeIfDevice hook) and never returns to the program.
+// The same binary is the host and the device. A process started as a device
+// serves from offload.Start or role.ServeDevice (the kind's ServeIfDevice
+// hook). It never returns to the program.
 //
-// The kind is in layers. This package opens devices and serves as one:
-// local.go starts local device processes and introduces them to each
-// other, tcp.go opens tcp:// devices and serves hosts on a TCP device
-// (admission, the handshake's limits), mpi.go the ranks of an MPI job,
-// serve.go a process's role. Package engine is the protocol (link, host
-// and device sides, peers), the same over every transport; packages shm,
-// stream and mpi are the transports, behind package transport's
-// interface (stream also protects TCP sessions: TLS 1.3 and the secret's
-// proofs); packages proto and state are the frames and their rules, as
-// plain encoding and state.
+// The kind is in layers. This package opens devices and serves as one.
+// local.go starts local device processes and introduces them to each other.
+// tcp.go opens tcp:// devices and serves hosts on a TCP device (admission,
+// the handshake's limits). mpi.go opens the ranks of an MPI job, and serve.go
+// sets a process's role. Package engine is the protocol (link, host and
+// device sides, peers), the same over every transport. Packages shm, stream
+// and mpi are the transports, behind package transport's interface. Stream
+// also protects TCP sessions: TLS 1.3 and the secret's proofs. Packages proto
+// and state are the frames and their rules, as plain encoding and state.
 package remote
 
 import (
@@ -41,12 +40,12 @@ import (
 	"github.com/goffload/offload/plugins/remote/transport"
 )
 
-// ErrSilent is wrapped by the error of a link on which nothing came for
-// longer than the device timeout (GOFFLOAD_DEVICE_TIMEOUT).
+// ErrSilent is wrapped by the error of a link on which nothing came for too
+// long. That is longer than the device timeout (GOFFLOAD_DEVICE_TIMEOUT).
 var ErrSilent = engine.ErrSilent
 
-// ErrMismatch is wrapped when a host and a device process run different code
-// (kernel tables or protocol versions differ); they are refused at hello.
+// ErrMismatch is wrapped when a host and a device process run different code:
+// their kernel tables or protocol versions differ. They are refused at hello.
 var ErrMismatch = proto.ErrMismatch
 
 // IsDevice reports whether this process was started as a device.
@@ -55,18 +54,20 @@ func IsDevice() bool { return os.Getenv(envRole) != "" }
 // servingRank says this process is an MPI job's device rank, serving.
 var servingRank atomic.Bool
 
-// Serving reports whether this process serves as a device: a process
-// started as one, or a device rank of an MPI job. Code that runs here (a
-// kernel) is not the program's host side: there is no runtime to launch,
-// map or wait with.
+// Serving reports whether this process serves as a device. It does if it was
+// started as one, or is a device rank of an MPI job. Code that runs here (a
+// kernel) is not the program's host side. There is no runtime to launch, map
+// or wait with.
 func Serving() bool { return IsDevice() || servingRank.Load() }
 
 // ServeIfDevice serves as a device and exits the process if the environment
-// says this process is one (GOFFLOAD_ROLE=device); otherwise it returns at
-// once. Under an MPI launcher (and built with -tags mpi), every rank but
-// the host's serves the host rank and exits. A device started by a host on this machine serves that host over
-// the inherited socket (GOFFLOAD_FD) and exits when the host says so or goes
-// away; one with GOFFLOAD_LISTEN serves every host that proves
+// says this process is one (GOFFLOAD_ROLE=device). Otherwise it returns at
+// once. Under an MPI launcher (and built with -tags mpi), every rank but the
+// host's serves the host rank and exits.
+//
+// A device started by a host on this machine serves that host over the
+// inherited socket (GOFFLOAD_FD). It exits when the host says so or goes
+// away. One with GOFFLOAD_LISTEN serves every host that proves
 // GOFFLOAD_SECRET, until it is killed. Its kernels are img's.
 func ServeIfDevice(img *plugin.Image) {
 	role := os.Getenv(envRole)
@@ -164,19 +165,20 @@ func serve(img *plugin.Image) error {
 }
 
 // ServeTCP serves hosts that connect to ln and prove secret, each in its own
-// session, until ln is closed. Sessions are TLS 1.3, the secret proved
-// over each session's keying material, unless the environment says
-// otherwise (GOFFLOAD_TCP_PLAIN=1 for plain TCP; GOFFLOAD_TLS_CERT,
-// GOFFLOAD_TLS_KEY and GOFFLOAD_TLS_CA for certificates checked against a
-// CA besides the secret). A host that fails the proof is refused and
-// the device goes on serving others. Until a host has proved the secret,
-// its connection is bounded: at most 64 connections are in the handshake at
-// once, 8 from one address (a newer one closes its address's oldest, or
-// the oldest of the address that holds the most), a handshake must end within 5
-// seconds, and a handshake frame is at most a few hundred bytes. Errors
-// accepting a connection (out of descriptors) pause the device, 5 ms
-// doubling up to 1 s, rather than end it. Refusals go to stderr, at most 10
-// lines a second.
+// session, until ln is closed. Sessions are TLS 1.3, with the secret proved
+// over each session's keying material. The environment may say otherwise.
+// GOFFLOAD_TCP_PLAIN=1 asks for plain TCP. GOFFLOAD_TLS_CERT,
+// GOFFLOAD_TLS_KEY and GOFFLOAD_TLS_CA ask for certificates checked against a
+// CA besides the secret. A host that fails the proof is refused, and the
+// device goes on serving others.
+//
+// Until a host has proved the secret, its connection is bounded. At most 64
+// connections are in the handshake at once, 8 from one address. A newer one
+// closes its address's oldest, or the oldest of the address that holds the
+// most. A handshake must end within 5 seconds. A handshake frame is at most a
+// few hundred bytes. Errors accepting a connection (out of descriptors) pause
+// the device rather than end it. The pause is 5 ms, doubling up to 1 s.
+// Refusals go to stderr, at most 10 lines a second.
 func ServeTCP(ln net.Listener, secret string, img *plugin.Image, cores int) error {
 	sec, err := stream.SecurityFromEnv(secret)
 	if err != nil {
@@ -185,9 +187,9 @@ func ServeTCP(ln net.Listener, secret string, img *plugin.Image, cores int) erro
 	return serveTCPOn(ln, sec, img, cores)
 }
 
-// localDeviceLink is a local device's link to its host: through the shared
-// memory the host handed over (GOFFLOAD_SHM_FD), with conn only telling
-// that the host is gone, or through conn itself.
+// localDeviceLink is a local device's link to its host. It goes through the
+// shared memory the host handed over (GOFFLOAD_SHM_FD), with conn only
+// telling that the host is gone. Else it goes through conn itself.
 func localDeviceLink(conn net.Conn) (transport.Transport, error) {
 	fd := os.Getenv(envShm)
 	if fd == "" {

@@ -40,10 +40,10 @@ func init() {
 	})
 }
 
-// configError is an error of a device item that is well formed but cannot
-// be used as the environment stands (a missing secret): it wraps
-// plugin.ErrBadSpec, so that Start fails with a configuration error, and
-// says only what is wrong.
+// configError is an error of a device item that is well formed but cannot be
+// used as the environment stands (a missing secret). It wraps
+// plugin.ErrBadSpec, so that Start fails with a configuration error. It says
+// only what is wrong.
 type configError string
 
 func (e configError) Error() string { return string(e) }
@@ -101,8 +101,8 @@ func openTCP(addr string) ([]plugin.Device, error) {
 	return devs, nil
 }
 
-// dialTCP opens a session with the TCP device at addr: the host's side of
-// a device it serves, picked with Serve before Load.
+// dialTCP opens a session with the TCP device at addr. It is the host's side
+// of a device it serves, picked with Serve before Load.
 func dialTCP(addr string, sec *stream.Security) (*engine.Device, error) {
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
@@ -127,9 +127,9 @@ func dialTCP(addr string, sec *stream.Security) (*engine.Device, error) {
 	return d, nil
 }
 
-// checkTCPAddr checks a tcp:// item's HOST:PORT: a malformed one is an
-// error at Start (plugin.ErrBadSpec), not a device that cannot be reached
-// (which DEFAULT's policy would replace with the host, silently).
+// checkTCPAddr checks a tcp:// item's HOST:PORT. A malformed one is an error
+// at Start (plugin.ErrBadSpec). It is not a device that cannot be reached,
+// which DEFAULT's policy would replace with the host, silently.
 func checkTCPAddr(addr string) error {
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -141,8 +141,8 @@ func checkTCPAddr(addr string) error {
 	return nil
 }
 
-// plainNotice says on stderr that the session with what goes in the
-// clear, as the user asked.
+// plainNotice says on stderr that the session with what goes in the clear, as
+// the user asked.
 func plainNotice(what string) {
 	fmt.Fprintf(os.Stderr, "goffload: %s: plain TCP (%s=1): frames and data go unencrypted and unauthenticated, for a fabric you trust\n", what, envPlain)
 }
@@ -151,21 +151,21 @@ func plainNotice(what string) {
 // secret yet.
 const (
 	// maxHandshakes is how many connections a TCP device holds in the
-	// handshake at once, maxHandshakesPerSource of them from one address.
-	// When another arrives, an older one is closed (handshakeSlots): a
-	// flood of connections costs the device at most this many descriptors
-	// and goroutines, and evicts only the flooder's own connections while
-	// it comes from fewer than maxHandshakes/maxHandshakesPerSource
-	// addresses.
+	// handshake at once. maxHandshakesPerSource of them may be from one
+	// address. When another arrives, an older one is closed (handshakeSlots).
+	// So a flood of connections costs the device at most this many
+	// descriptors and goroutines. It evicts only the flooder's own
+	// connections while it comes from fewer than
+	// maxHandshakes/maxHandshakesPerSource addresses.
 	maxHandshakes = 64
 	// maxHandshakesPerSource is how many of the device's handshake slots
 	// one source address may hold at once.
 	maxHandshakesPerSource = 8
-	// handshakeTimeout bounds a whole handshake, however the host sends
-	// (nothing, or a byte at a time).
+	// handshakeTimeout bounds a whole handshake, however the host sends:
+	// nothing, or a byte at a time.
 	handshakeTimeout = 5 * time.Second
 	// Accept errors other than a closed listener (out of descriptors, a
-	// connection aborted) are retried after a pause that doubles from
+	// connection aborted) are retried after a pause. The pause doubles from
 	// acceptBackoffMin up to acceptBackoffMax, as net/http does.
 	acceptBackoffMin = 5 * time.Millisecond
 	acceptBackoffMax = time.Second
@@ -220,8 +220,8 @@ func (s *tcpServer) serve() error {
 	}
 }
 
-// admit enters conn among the handshakes, closing an older one if there
-// are too many (handshakeSlots: its source's own, if it holds its share).
+// admit enters conn among the handshakes. If there are too many, it closes an
+// older one (handshakeSlots): its source's own, if it holds its share.
 func (s *tcpServer) admit(conn net.Conn) *list.Element {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -238,7 +238,7 @@ func (s *tcpServer) admit(conn net.Conn) *list.Element {
 	return e
 }
 
-// leave takes e out of the handshakes; it reports false if e was closed to
+// leave takes e out of the handshakes. It reports false if e was closed to
 // make room.
 func (s *tcpServer) leave(e *list.Element) bool {
 	s.mu.Lock()
@@ -283,8 +283,8 @@ func (s *tcpServer) handle(conn net.Conn, e *list.Element) {
 	}
 }
 
-// temporary reports whether an accept error may go away: anything but a
-// closed listener or a descriptor that is no listening socket.
+// temporary reports whether an accept error may go away. Anything but a
+// closed listener, or a descriptor that is no listening socket, may.
 func temporary(err error) bool {
 	if errors.Is(err, net.ErrClosed) {
 		return false
@@ -301,7 +301,7 @@ func temporary(err error) bool {
 	return errors.As(err, &t) && t.Timeout()
 }
 
-// rateLog writes lines, at most burst of them every interval; it counts the
+// rateLog writes lines, at most burst of them every interval. It counts the
 // lines it drops and says so in the next line it writes.
 type rateLog struct {
 	w     io.Writer
@@ -334,12 +334,12 @@ func (r *rateLog) printf(format string, args ...any) {
 }
 
 // handshakeSlots are a TCP device's connections whose hosts have not proved
-// the secret yet: at most max at once, at most perSource of them from one
-// source address. A connection beyond either bound closes an older one:
-// its own source's oldest if that source holds perSource, else the oldest
-// of the source that holds the most. So a party that opens connections
-// faster than a handshake ends evicts only its own, and other sources keep
-// theirs. It is plain state: the caller closes what it evicts.
+// the secret yet. At most max are held at once, at most perSource of them
+// from one source address. A connection beyond either bound closes an older
+// one. That is its own source's oldest if that source holds perSource. Else
+// it is the oldest of the source that holds the most. So a party that opens
+// connections faster than a handshake ends evicts only its own. Other sources
+// keep theirs. It is plain state: the caller closes what it evicts.
 type handshakeSlots struct {
 	max, perSource int
 	all            list.List // of *handshake, oldest first
@@ -412,9 +412,9 @@ func (s *handshakeSlots) oldestOf(src string) *list.Element {
 // len is how many connections are in the handshake.
 func (s *handshakeSlots) len() int { return s.all.Len() }
 
-// serveTCPOn serves hosts on ln as newTCPServer's server does, with the
-// device's memory bounded for all its hosts together by
-// GOFFLOAD_DEVICE_MEMORY (the machine's memory if unset).
+// serveTCPOn serves hosts on ln as newTCPServer's server does. The device's
+// memory for all its hosts together is bounded by GOFFLOAD_DEVICE_MEMORY (the
+// machine's memory if unset).
 func serveTCPOn(ln net.Listener, sec *stream.Security, img *plugin.Image, cores int) error {
 	srv := newTCPServer(ln, sec, img, cores)
 	var err error

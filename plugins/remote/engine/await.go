@@ -1,20 +1,23 @@
 package engine
 
-// A caller that waits for its answer on a shared-memory link polls for it
-// and reads it itself: whoever waits polls. Waking a parked goroutine
-// costs its waker a wake-up of an idle thread (a futex system call of
-// 10-15 µs on a virtual machine whose other CPU sleeps), and the link's
-// reader, once it had parked on the doorbell (any kernel longer than its
-// spin budget), heard of a kernel's end 60-100 µs late. So the caller of a
-// synchronous call (Synchronize, call) polls its answer's channel and the
-// ring (internal/waitpoll's budget, parking at once when preempted), and
-// when the ring holds frames it takes the read lock and reads and
-// dispatches them itself, its own answer among them; the link's reader,
-// which waits between frames without the lock (transport.Poller's AwaitReadable),
-// parks at once meanwhile, so that one goroutine of the process polls. The
-// reader is never woken for the caller: it stays parked on the doorbell,
-// which the other side does not ring while the caller polls (rPolled), and
-// a frame that comes when no caller polls wakes it as before.
+// A caller that waits for its answer on a shared-memory link polls for it and
+// reads it itself: whoever waits polls. Waking a parked goroutine costs its
+// waker a wake-up of an idle thread. That is a futex system call of 10-15 µs
+// on a virtual machine whose other CPU sleeps. And the link's reader, once it
+// had parked on the doorbell, heard of a kernel's end 60-100 µs late. (It
+// parks for any kernel longer than its spin budget.)
+//
+// So the caller of a synchronous call (Synchronize, call) polls its answer's
+// channel and the ring. It polls on internal/waitpoll's budget, parking at
+// once when preempted. When the ring holds frames, it takes the read lock and
+// reads and dispatches them itself, its own answer among them. The link's
+// reader waits between frames without the lock (transport.Poller's
+// AwaitReadable). It parks at once meanwhile, so that one goroutine of the
+// process polls.
+//
+// The reader is never woken for the caller. It stays parked on the doorbell,
+// which the other side does not ring while the caller polls (rPolled). A
+// frame that comes when no caller polls wakes it as before.
 
 import (
 	"time"
@@ -24,9 +27,8 @@ import (
 	"github.com/goffload/offload/plugins/remote/transport"
 )
 
-// await waits for the answer ch brings: on a shared-memory link by
-// polling (one caller of the device at a time; the others park), else
-// parked.
+// await waits for the answer ch brings. On a shared-memory link it polls (one
+// caller of the device at a time; the others park). Else it parks.
 func (d *Device) await(ch chan proto.Reply) proto.Reply {
 	sc := d.sc
 	if sc == nil || !d.polling.CompareAndSwap(false, true) {
@@ -64,12 +66,12 @@ func (d *Device) await(ch chan proto.Reply) proto.Reply {
 	return r
 }
 
-// handBack wakes the reader if the link holds frames that came while a
-// caller polled (the doorbell was off for them) and that it left unread.
-// Frames the caller's reads took ahead into the link's buffer it reads
-// itself: the reader, parked on the ring, would not see them (no doorbell
-// rings for them, and a kick only makes it look at the ring again) until
-// the next frame came, a heartbeat seconds later.
+// handBack wakes the reader if the link holds frames that came while a caller
+// polled and that it left unread. (The doorbell was off for them.) Frames the
+// caller's reads took ahead into the link's buffer, it reads itself. The
+// reader, parked on the ring, would not see them until the next frame came, a
+// heartbeat seconds later. No doorbell rings for them, and a kick only makes
+// it look at the ring again.
 func (d *Device) handBack() {
 	if d.readMu.TryLock() {
 		if d.l.br.Buffered() {
@@ -84,11 +86,11 @@ func (d *Device) handBack() {
 	d.sc.Kick()
 }
 
-// readIfAny reads and dispatches what the link holds, if anything and if
-// no other goroutine reads, until stop reports true. If another holds the
-// read lock, it kicks the reader: it may be parked inside a frame's read
-// (the rest of the frame came while the doorbell was off, rPolled), and it
-// polls when kicked.
+// readIfAny reads and dispatches what the link holds, if anything and if no
+// other goroutine reads. It stops when stop reports true. If another holds
+// the read lock, it kicks the reader. The reader may be parked inside a
+// frame's read: the rest of the frame came while the doorbell was off
+// (rPolled). It polls when kicked.
 func (d *Device) readIfAny(stop func() bool) {
 	if !d.sc.Readable() {
 		return
@@ -101,10 +103,10 @@ func (d *Device) readIfAny(stop func() bool) {
 	d.readMu.Unlock()
 }
 
-// readHere reads and dispatches the frames the link holds now, as the
-// reader would, under d.readMu, until stop reports true after a frame; its
-// reads poll rather than park on the doorbell (the reader may be parked
-// there).
+// readHere reads and dispatches the frames the link holds now, as the reader
+// would, under d.readMu. It stops when stop reports true after a frame. Its
+// reads poll rather than park on the doorbell, as the reader may be parked
+// there.
 func (d *Device) readHere(stop func() bool) {
 	d.sc.SetPollOnly(true)
 	defer d.sc.SetPollOnly(false)
@@ -134,8 +136,9 @@ func (d *Device) readFailed(err error) {
 }
 
 // awaitFrame returns, holding d.readMu, once the reader's next ReadMsg has
-// something to read: a frame read ahead, or data on a shared-memory link
-// (waited for without the lock, so that a polling caller can read it).
+// something to read. That is a frame read ahead, or data on a shared-memory
+// link. It waits for the data without the lock, so that a polling caller can
+// read it.
 func (d *Device) awaitFrame() {
 	d.readMu.Lock()
 	for d.sc != nil && !d.l.br.Buffered() && !d.sc.Readable() {
@@ -147,7 +150,7 @@ func (d *Device) awaitFrame() {
 }
 
 // pollerOf is l's transport if it can be polled by any goroutine
-// (transport.Poller: a shared-memory link), else nil.
+// (transport.Poller: a shared-memory link). Else it is nil.
 func pollerOf(l *link) transport.Poller {
 	p, _ := l.t.(transport.Poller)
 	return p

@@ -18,28 +18,30 @@ import (
 	"github.com/goffload/offload/plugins/remote/transport"
 )
 
-// Device is the host side of a remote device (a plugin.Device): it turns plugin calls into
-// frames and frames back into results. One goroutine reads the link; the
-// link's writer writes what the others queue.
+// Device is the host side of a remote device (a plugin.Device). It turns
+// plugin calls into frames and frames back into results. One goroutine reads
+// the link. The link's writer writes what the others queue.
 //
-// Everything that waits for the device — a call's reply, a sync mark, an
-// event, a transfer — is registered in d.st (a state.Host: the rules as
-// plain state) under d.mu, the lock that loss takes too: a registration
-// checks for a loss first, and loss (d.st.Lose, which marks d.life lost)
-// takes everything registered and fails it, so after a loss nothing new
-// registers and nothing registered is forgotten. Frames whose order matters (a wait and the forgetting of its
-// event, a notify and the same) are queued on the link under d.mu as well,
-// in the order d.st returns them.
+// Everything that waits for the device is registered in d.st: a call's reply,
+// a sync mark, an event, a transfer. d.st is a state.Host, the rules as plain
+// state. Registration is under d.mu, the lock that loss takes too. A
+// registration checks for a loss first. Loss (d.st.Lose, which marks d.life
+// lost) takes everything registered and fails it. So after a loss nothing new
+// registers, and nothing registered is forgotten.
+//
+// Frames whose order matters are queued on the link under d.mu as well, in
+// the order d.st returns them. Examples are a wait and the forgetting of its
+// event, or a notify and the same.
 type Device struct {
 	l *link
-	// life is the device's label ("local device 1 (pid 1234)"), its
-	// closing once and its loss, as every kind keeps them: d.st reads
-	// them there, and loses it (under mu).
+	// life is the device's label ("local device 1 (pid 1234)"), its closing
+	// once and its loss, as every kind keeps them. d.st reads them there, and
+	// loses it (under mu).
 	life devstate.State
 	num  int // device number, from Load
 	info plugin.Info
-	// Kind is the device kind as GOFFLOAD_DEVICES names it ("local",
-	// "tcp", "mpi"): Info().Kind, and the start of the name.
+	// Kind is the device kind as GOFFLOAD_DEVICES names it ("local", "tcp",
+	// "mpi"). It is Info().Kind, and the start of the name.
 	Kind string
 	// Addr is where a TCP device serves ("tcp://HOST:PORT"); empty for others.
 	Addr string
@@ -49,64 +51,64 @@ type Device struct {
 
 	// OnLost, if set, explains a broken link (the process's exit status).
 	OnLost func(error) error
-	// Killer, if set, kills the device's process (Kill); a device without
-	// one (a process of another machine) has its link cut instead.
+	// Killer, if set, kills the device's process (Kill). A device without one
+	// (a process of another machine) has its link cut instead.
 	Killer func()
 	// CloseFn releases what the transport holds (the process, the socket).
 	CloseFn func(lost bool) error
 	// Startup is the least time the device's hello may take, where its
-	// process was just started (a process's start-up on a loaded machine),
-	// if more than the device timeout.
+	// process was just started, if more than the device timeout. (A process's
+	// start-up on a loaded machine is slow.)
 	Startup time.Duration
 	// SetNum, if set, tells the transport the device's number.
 	SetNum func(int)
-	// Intro, if set, links the device to the others it introduces
-	// (device processes of this machine, an MPI job's ranks): their
-	// queues wait on each other's events and exchange data directly.
+	// Intro, if set, links the device to the others it introduces (device
+	// processes of this machine, an MPI job's ranks). Their queues wait on
+	// each other's events and exchange data directly.
 	Intro Introducer
 	// Rank is the device's MPI rank, or -1 (it names the device).
 	Rank int
-	// refused are the kernels a proxied device cannot launch, by index,
-	// with why (from its Info).
+	// refused are the kernels a proxied device cannot launch, by index, with
+	// why (from its Info).
 	refused map[int]string
 	// noStop says a proxied device's queues cannot stop one launch.
 	noStop bool
-	// token and process are the session's and its process's numbers,
-	// from Serve (0 for a process that serves its CPUs).
+	// token and process are the session's and its process's numbers, from
+	// Serve. They are 0 for a process that serves its CPUs.
 	token, process uint64
 	// img is the image Load loaded (set before the link's reader starts).
 	img *plugin.Image
-	// tr is where timed operations go (Trace), clock how their device
+	// tr is where timed operations go (Trace). clock is how their device
 	// times become host times.
 	tr    optrace.Tracer
 	clock clock
 
 	mu sync.Mutex
-	// st holds the calls (their answers go to a channel), events,
-	// transfers and allocations, under mu.
+	// st holds the calls, events, transfers and allocations, under mu. The
+	// calls' answers go to a channel.
 	st *state.Host[chan proto.Reply, *event, *incoming]
 	nq uint32
-	// closing are queues closed since the device's last operation: their
+	// closing are queues closed since the device's last operation. Their
 	// CloseQueue frames go out before its next one (putClosing). A Stop
-	// closes every queue the core pooled, thousands after many tasks at
-	// once, then the device, whose process ends them all with the session:
-	// nothing goes out for them then.
+	// closes every queue the core pooled, thousands after many tasks at once.
+	// Then it closes the device, whose process ends them all with the
+	// session. Nothing goes out for them then.
 	closing []uint32
 
 	reading    bool
 	readerDone chan struct{}
 
-	// sc is the link's shared memory (nil on other links): a caller
-	// waiting for an answer polls it and reads (await). readMu is held by
-	// whoever reads and dispatches frames: the reader, or such a caller;
-	// polling says a caller polls.
+	// sc is the link's shared memory (nil on other links). A caller waiting
+	// for an answer polls it and reads (await). readMu is held by whoever
+	// reads and dispatches frames: the reader, or such a caller. polling says
+	// a caller polls.
 	sc      transport.Poller
 	readMu  sync.Mutex
 	polling atomic.Bool
 }
 
-// NewDevice is the host side of the device process at the other end of t:
-// kind names its kind ("local", "tcp", "mpi") and name the device until
+// NewDevice is the host side of the device process at the other end of t.
+// kind names its kind ("local", "tcp", "mpi"). name names the device until
 // Load names it by its number. The link starts at once.
 func NewDevice(t transport.Transport, kind, name string) *Device {
 	return newDevice(startLink(t), kind, name)
@@ -208,8 +210,8 @@ func (d *Device) dispatch(m *proto.Msg) error {
 		d.mu.Lock()
 		d.st.Arrived(f.Xfer)
 		d.mu.Unlock()
-		// Tell the device the data is in host memory: it holds back telling
-		// other devices about events after this copy until then. These
+		// Tell the device the data is in host memory. Until then it holds
+		// back telling other devices about events after this copy. These
 		// acknowledgements go out in the order the data came.
 		return d.l.sendSoon(&proto.XferDone{Xfer: f.Xfer}) // the reader may: it never blocks
 	default:
@@ -230,8 +232,8 @@ func (d *Device) answer(req uint64, r proto.Reply, t proto.Type) error {
 	return nil
 }
 
-// lose fails the device: every pending and later operation returns an
-// error naming the device and the cause.
+// lose fails the device. Every pending and later operation returns an error
+// naming the device and the cause.
 func (d *Device) lose(cause error) {
 	if d.life.Lost() != nil {
 		return
@@ -259,10 +261,10 @@ func (d *Device) lose(cause error) {
 }
 
 // linkLost is the error of an operation that the link refused with err,
-// called without d.mu: the device's loss once the reader has reported it
-// (it soon does, the link having failed), so that the error says why the
-// device went (a process's exit status, a signal) and not only how the
-// link noticed (a broken pipe).
+// called without d.mu. Once the reader has reported the device's loss, it is
+// that loss. The reader soon does, the link having failed. So the error says
+// why the device went (a process's exit status, a signal). It does not only
+// say how the link noticed (a broken pipe).
 func (d *Device) linkLost(err error) error {
 	d.mu.Lock()
 	reading := d.reading
@@ -279,18 +281,17 @@ func (d *Device) linkLost(err error) error {
 	return fmt.Errorf("%s: %w: %w", d.name(), plugin.ErrDeviceLost, err)
 }
 
-// CancelKernels asks the device's kernels to stop: their Ctx's Done
-// channel closes in the device process (plugin.Canceler). It does not
-// wait.
+// CancelKernels asks the device's kernels to stop (plugin.Canceler). Their
+// Ctx's Done channel closes in the device process. It does not wait.
 func (d *Device) CancelKernels() {
 	if d.Lost() == nil {
 		d.l.send(&proto.Cancel{}) // a failure is the link's, seen by the reader
 	}
 }
 
-// Kill ends the device by force (plugin.Killer): its process is killed, or
-// for one of another machine its link is cut, and everything pending on
-// it fails with an error that says why.
+// Kill ends the device by force (plugin.Killer). Its process is killed; for
+// one of another machine, its link is cut. Everything pending on it fails
+// with an error that says why.
 func (d *Device) Kill(why error) {
 	if d.Killer != nil {
 		d.Killer()
@@ -301,10 +302,10 @@ func (d *Device) Kill(why error) {
 // Lost reports why the device stopped working, or nil while it works.
 func (d *Device) Lost() error { return d.life.Lost() }
 
-// request registers a call for the answer to the frame that frame(id)
-// makes and queues the frame, under the lock loss takes, then writes it
-// (flushNow: the caller is not a reader); xfers are transfers the answer
-// ends.
+// request registers a call for the answer to the frame that frame(id) makes,
+// and queues the frame. It does both under the lock loss takes. Then it
+// writes it (flushNow: the caller is not a reader). xfers are transfers the
+// answer ends.
 func (d *Device) request(frame func(id uint64) proto.Frame, xfers []uint64) (chan proto.Reply, error) {
 	ch := make(chan proto.Reply, 1)
 	d.mu.Lock()
@@ -322,9 +323,9 @@ func (d *Device) request(frame func(id uint64) proto.Frame, xfers []uint64) (cha
 	return ch, nil
 }
 
-// DeviceAddr asks the device process for the address, in its memory, of
-// the byte at p (plugin.AddrResolver): the host names device memory with
-// numbers of its own.
+// DeviceAddr asks the device process for the address, in its memory, of the
+// byte at p (plugin.AddrResolver). The host names device memory with numbers
+// of its own.
 func (d *Device) DeviceAddr(p plugin.Ptr) (uintptr, error) {
 	r, err := d.call(func(id uint64) proto.Frame { return &proto.Addr{Req: id, Ptr: uint64(p)} })
 	if err != nil {
@@ -337,8 +338,8 @@ func (d *Device) DeviceAddr(p plugin.Ptr) (uintptr, error) {
 func infoReq(id uint64) proto.Frame  { return &proto.Info{Req: id} }
 func clockReq(id uint64) proto.Frame { return &proto.Clock{Req: id} }
 
-// call sends a request (infoReq, clockReq) and waits for its reply, or
-// for the device's loss.
+// call sends a request (infoReq, clockReq) and waits for its reply, or for
+// the device's loss.
 func (d *Device) call(frame func(id uint64) proto.Frame) (proto.Reply, error) {
 	ch, err := d.request(frame, nil)
 	if err != nil {
@@ -377,8 +378,8 @@ func (d *Device) fetchInfo() error {
 	return nil
 }
 
-// Load greets the device process, which checks that both run the same code,
-// and asks it to describe itself.
+// Load greets the device process, which checks that both run the same code.
+// It asks it to describe itself.
 func (d *Device) Load(img *plugin.Image, num int) error {
 	d.num, d.img = num, img
 	if d.SetNum != nil {
@@ -407,9 +408,9 @@ func (d *Device) Load(img *plugin.Image, num int) error {
 	return nil
 }
 
-// CanLaunch reports whether the device can launch k (plugin.KernelChecker):
-// a proxied device names the kernels its kind cannot run (an OpenCL device
-// those without OpenCL C) when it describes itself.
+// CanLaunch reports whether the device can launch k (plugin.KernelChecker). A
+// proxied device names the kernels its kind cannot run when it describes
+// itself. (An OpenCL device names those without OpenCL C.)
 func (d *Device) CanLaunch(k plugin.Kernel) error {
 	if why, ok := d.refused[k.Index()]; ok {
 		return fmt.Errorf("%s: %w: kernel %q: %s", d.name(), plugin.ErrBadKernel, k.Name(), why)
@@ -417,12 +418,12 @@ func (d *Device) CanLaunch(k plugin.Kernel) error {
 	return nil
 }
 
-// Alloc numbers the allocation itself and tells the device in order with
-// everything else, without waiting for an answer: mapping a buffer never
-// waits for the device. Sizes that cannot fit in the device's memory (less
-// what this host holds there) are refused here; a failure on the device
-// (its memory is shared with other hosts and the pool) is reported by the
-// first operation that uses the allocation.
+// Alloc numbers the allocation itself. It tells the device in order with
+// everything else, without waiting for an answer. So mapping a buffer never
+// waits for the device. Sizes that cannot fit in the device's memory, less
+// what this host holds there, are refused here. The device's memory is shared
+// with other hosts and the pool. A failure there is reported by the first
+// operation that uses the allocation.
 func (d *Device) Alloc(size int64) (plugin.Ptr, error) {
 	limit := d.info.Memory
 	if limit <= 0 {
@@ -441,8 +442,8 @@ func (d *Device) Alloc(size int64) (plugin.Ptr, error) {
 	return p, err
 }
 
-// seeAllocs makes sure the device has read the allocations queued for it,
-// with one round trip if it may not have: a peer's exchange into them
+// seeAllocs makes sure the device has read the allocations queued for it. If
+// it may not have, that costs one round trip. A peer's exchange into them
 // travels another link, which nothing orders with this one.
 func (d *Device) seeAllocs() error {
 	d.mu.Lock()
@@ -460,13 +461,13 @@ func (d *Device) seeAllocs() error {
 	return nil
 }
 
-// Free gives an allocation back without waiting for the device: the host
-// knows its allocations (Alloc chose their addresses), so it checks p
-// itself, and the frame goes out with the next ones, before any later
-// allocation's. The core frees memory once the work that used it is done,
-// so no operation of the device's queues uses it any more when the frame
-// comes. (A synchronous free cost a round trip on the goroutine that
-// completes nowait tasks, one task after the other.)
+// Free gives an allocation back without waiting for the device. The host
+// knows its allocations (Alloc chose their addresses), so it checks p itself.
+// The frame goes out with the next ones, before any later allocation's. The
+// core frees memory once the work that used it is done. So no operation of
+// the device's queues uses it any more when the frame comes. (A synchronous
+// free cost a round trip on the goroutine that completes nowait tasks, one
+// task after the other.)
 func (d *Device) Free(p plugin.Ptr) error {
 	d.mu.Lock()
 	f, err := d.st.Free(p)
@@ -481,8 +482,8 @@ func (d *Device) Free(p plugin.Ptr) error {
 	return err
 }
 
-// putClosing queues the CloseQueue frames of the queues closed since the
-// last operation, under d.mu, before the operation that comes now.
+// putClosing queues the CloseQueue frames of the queues closed since the last
+// operation. It does so under d.mu, before the operation that comes now.
 func (d *Device) putClosing() error {
 	for _, id := range d.closing {
 		if err := d.l.put(&proto.CloseQueue{Queue: id}); err != nil {
@@ -508,9 +509,9 @@ func (d *Device) NewQueue() (plugin.Queue, error) {
 	return q, nil
 }
 
-// CanWait reports whether d's queues can wait on ev themselves: events of d,
-// and of other device processes on this machine, which tell d directly when
-// they fire.
+// CanWait reports whether d's queues can wait on ev themselves. They can for
+// events of d, and of other device processes on this machine. Those tell d
+// directly when they fire.
 func (d *Device) CanWait(ev plugin.Event) bool {
 	e, ok := ev.(*event)
 	return ok && (e.d == d || (d.Intro != nil && e.d.Intro == d.Intro))

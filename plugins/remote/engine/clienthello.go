@@ -10,10 +10,9 @@ import (
 
 // hello greets the device process and checks that it runs our code.
 func (d *Device) hello(img *plugin.Image, num int) error {
-	// The heartbeat starts after hello: until then, the device timeout
-	// bounds the wait for the device's hello (a process stopped or hung
-	// before it serves, a tcp:// device that proved the secret and says
-	// nothing).
+	// The heartbeat starts after hello. Until then, the device timeout bounds
+	// the wait for the device's hello. (A process may stop or hang before it
+	// serves. A tcp:// device may prove the secret and say nothing.)
 	_, timeout := timing()
 	if timeout > 0 {
 		timeout = max(timeout, d.Startup)
@@ -55,9 +54,9 @@ func (d *Device) hello(img *plugin.Image, num int) error {
 	return nil
 }
 
-// Serve picks device index of those the device process serves, before
-// Load, and returns how many it serves and the one picked (its kind and
-// name). Without it, a proxying process serves its first device.
+// Serve picks device index of those the device process serves, before Load.
+// It returns how many it serves and the one picked (its kind and name).
+// Without it, a proxying process serves its first device.
 func (d *Device) Serve(index int) (count int, name string, err error) {
 	count, text, err := d.serve(index)
 	if err != nil || text == "Go CPU device" {
@@ -74,12 +73,12 @@ func (d *Device) Serve(index int) (count int, name string, err error) {
 	return count, v.Name, nil
 }
 
-// Process is the device process's number (0 for one that serves its
-// CPUs): sessions with one process of the same number are siblings.
+// Process is the device process's number (0 for one that serves its CPUs).
+// Sessions with one process of the same number are siblings.
 func (d *Device) Process() uint64 { return d.process }
 
-// Sibling tells d that o is served by the same device process: the two
-// link inside it (a Sibling frame to d). Both are loaded.
+// Sibling tells d that o is served by the same device process. The two link
+// inside it (a Sibling frame to d). Both are loaded.
 func (d *Device) Sibling(o *Device) error {
 	if d.process == 0 || d.process != o.process {
 		return fmt.Errorf("%w: devices %d and %d are not served by one process", plugin.ErrUnsupported, d.num, o.num)

@@ -9,15 +9,15 @@ import (
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
-// The host side of recorded graphs (plugin.GraphDefiner): a device's part
-// goes to its process once, in GraphDef frames, and each run is one
-// GraphRun frame (with the launches' arguments that changed since the
-// last run), answered by one Event.
+// This is the host side of recorded graphs (plugin.GraphDefiner). A device's
+// part goes to its process once, in GraphDef frames. Each run is one GraphRun
+// frame, answered by one Event. The frame carries the launches' arguments
+// that changed since the last run.
 
-// DefineGraph sends part to the device process (plugin.GraphDefiner). A
-// proxied device's, and a part with an exchange, wait or signal that
-// involves a device the process has no link to, are refused with an error
-// wrapping ErrUnsupported before anything is sent.
+// DefineGraph sends part to the device process (plugin.GraphDefiner). Some
+// parts are refused with an error wrapping ErrUnsupported before anything is
+// sent. A proxied device's part is. So is a part with an exchange, wait or
+// signal that involves a device the process has no link to.
 func (d *Device) DefineGraph(part plugin.GraphPart) (plugin.GraphRunner, error) {
 	if d.info.Serves != "" {
 		return nil, fmt.Errorf("%s: %w: graphs on a device that serves %s", d.name(), plugin.ErrUnsupported, d.info.Serves)
@@ -111,8 +111,8 @@ func (d *Device) graphLaunch(w *proto.GraphOp, o *plugin.GraphOp) error {
 	return nil
 }
 
-// linked returns o as a device of this kind that d's process links to
-// (introducing them), or an error wrapping ErrUnsupported.
+// linked returns o as a device of this kind that d's process links to,
+// introducing them. Else it returns an error wrapping ErrUnsupported.
 func (d *Device) linked(o plugin.Device) (*Device, error) {
 	other, ok := o.(*Device)
 	if !ok {
@@ -135,8 +135,8 @@ type graphPart struct {
 	free     sync.Once
 }
 
-// glaunch is a launch of a part: its operation's index, where a run's
-// arguments for it are, and those the device has.
+// glaunch is a launch of a part. It holds its operation's index, where a
+// run's arguments for it are, and those the device has.
 type glaunch struct {
 	op   uint32
 	at   int
@@ -144,9 +144,9 @@ type glaunch struct {
 	last []plugin.Arg
 }
 
-// Run sends one GraphRun (plugin.GraphRunner): the arguments that differ
-// from the device's go with it, in GraphSet frames before it where they
-// are more than one frame holds.
+// Run sends one GraphRun (plugin.GraphRunner). The arguments that differ from
+// the device's go with it. Where they are more than one frame holds, they go
+// in GraphSet frames before it.
 func (g *graphPart) Run(gen uint64, args []plugin.Arg) (plugin.Event, error) {
 	d := g.d
 	var sets []*proto.GraphSet
@@ -209,7 +209,7 @@ func (g *graphPart) Run(gen uint64, args []plugin.Arg) (plugin.Event, error) {
 }
 
 // Free forgets the part on the device once its runs are done
-// (plugin.GraphRunner); a lost device has nothing to forget.
+// (plugin.GraphRunner). A lost device has nothing to forget.
 func (g *graphPart) Free() error {
 	g.free.Do(func() {
 		d := g.d
@@ -234,9 +234,9 @@ func sameArgs(a, last []plugin.Arg) bool {
 
 var _ plugin.GraphDefiner = (*Device)(nil)
 
-// FramesSent is how many control frames of each type the host has
-// queued for the device so far, by type name (tests: a replay is one
-// frame per device).
+// FramesSent is how many control frames of each type the host has queued for
+// the device so far, by type name. It is for tests: a replay is one frame per
+// device.
 func (d *Device) FramesSent() map[string]uint64 {
 	m := map[string]uint64{}
 	for t := range d.l.queued {

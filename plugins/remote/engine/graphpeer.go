@@ -5,12 +5,12 @@ import (
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
-// Graph signals between device processes: a run's lane that reaches a
-// signal tells the devices whose lanes wait for it with a PeerSignal on
-// their peer link; their waits stand in for it, by device, graph, run and
-// signal. Each stand-in is touched twice, by the wait and by the signal,
-// in either order, and forgotten at the second touch, as the stand-ins
-// of events are.
+// Graph signals between device processes: a run's lane that reaches a signal
+// tells the devices whose lanes wait for it. It tells them with a PeerSignal
+// on their peer link. Their waits stand in for it, by device, graph, run and
+// signal. Each stand-in is touched twice, by the wait and by the signal, in
+// either order. It is forgotten at the second touch, as the stand-ins of
+// events are.
 
 // gsigKey names a stand-in: signal sig of run gen of graph graph, from
 // device num.
@@ -20,8 +20,8 @@ type gsigKey struct {
 	sig        uint32
 }
 
-// gevent returns the stand-in for signal sig of run gen of graph graph
-// of device num, recorded: it fires when that device says so.
+// gevent returns the stand-in for signal sig of run gen of graph graph of
+// device num, recorded. It fires when that device says so.
 func (ps *peers) gevent(num int, graph, gen uint64, sig uint32) *opqueue.Event {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -46,9 +46,9 @@ func (ps *peers) gevent(num int, graph, gen uint64, sig uint32) *opqueue.Event {
 	return si.ev
 }
 
-// signal tells device num that signal sig of run gen of graph graph
-// fired, with err. It never blocks: if the link to num is still on its
-// way, a goroutine waits for it.
+// signal tells device num that signal sig of run gen of graph graph fired,
+// with err. It never blocks. If the link to num is still on its way, a
+// goroutine waits for it.
 func (ps *peers) signal(num int, graph, gen uint64, sig uint32, err error) {
 	f := &proto.PeerSignal{Graph: graph, Gen: gen, Signal: sig, Status: proto.StatusOf(err)}
 	ps.mu.Lock()
@@ -71,8 +71,8 @@ func (ps *peers) signal(num int, graph, gen uint64, sig uint32, err error) {
 	}()
 }
 
-// signalOrphans takes the stand-ins for device num's signals, under
-// ps.mu: its link broke, and they will never be told.
+// signalOrphans takes the stand-ins for device num's signals, under ps.mu.
+// Its link broke, and they will never be told.
 func (ps *peers) signalOrphans(num int) []*opqueue.Event {
 	var out []*opqueue.Event
 	for k, si := range ps.gsigs {
@@ -84,8 +84,8 @@ func (ps *peers) signalOrphans(num int) []*opqueue.Event {
 	return out
 }
 
-// endSignals takes every stand-in for signals, under ps.mu: the session
-// is over.
+// endSignals takes every stand-in for signals, under ps.mu. The session is
+// over.
 func (ps *peers) endSignals() []*opqueue.Event {
 	var out []*opqueue.Event
 	for _, si := range ps.gsigs {
@@ -95,8 +95,8 @@ func (ps *peers) endSignals() []*opqueue.Event {
 	return out
 }
 
-// Signals is how many stand-ins for other devices' graph signals the
-// session holds (tests: the table shrinks with the runs).
+// Signals is how many stand-ins for other devices' graph signals the session
+// holds. It is for tests: the table shrinks with the runs.
 func (s *Session) Signals() int {
 	s.peers.mu.Lock()
 	defer s.peers.mu.Unlock()

@@ -13,11 +13,12 @@ import (
 	"github.com/goffload/offload/plugins/remote/transport"
 )
 
-// The device side of recorded graphs: the parts the host defined
-// (GraphDef), each with lanes of its own, and their runs (GraphRun): one
-// frame enqueues every operation of the part on its lanes, the lanes wait
-// on each other's signals by local events and on other devices' by their
-// PeerSignal frames, and the host hears of the run once, as an Event.
+// This is the device side of recorded graphs. It holds the parts the host
+// defined (GraphDef), each with lanes of its own, and their runs (GraphRun).
+// One frame enqueues every operation of the part on its lanes. The lanes wait
+// on each other's signals by local events. They wait on other devices'
+// signals by their PeerSignal frames. The host hears of the run once, as an
+// Event.
 
 // sgraphs is a session's graph parts (state.Graphs: the rules), under mu.
 type sgraphs struct {
@@ -31,13 +32,13 @@ type gpart struct {
 	lanes []*opqueue.Queue
 	ops   []*gsop
 	sigs  map[uint32]int // signals its own lanes wait for: their index in a run's events
-	// remote are the other devices' signals its lanes wait for, each
-	// once a run however many lanes wait for it: their index in a run's
-	// stand-ins.
+	// remote are the other devices' signals its lanes wait for. Each is there
+	// once a run, however many lanes wait for it. The value is its index in a
+	// run's stand-ins.
 	remote map[[2]uint32]int
 	// planned says which exchanges go on without waiting for their
-	// confirmation (plan), done at the first run; pend are each lane's
-	// exchanges unconfirmed, drain each lane's wait for them.
+	// confirmation (plan). It is done at the first run. pend are each lane's
+	// exchanges unconfirmed, and drain each lane's wait for them.
 	planned bool
 	pend    [][]chan error
 	drain   []func() error
@@ -51,7 +52,7 @@ type gsop struct {
 	args []plugin.Arg // a launch's, changed between runs (GraphSet)
 	run  func() error // a launch's or an exchange's work
 	// async is an exchange to another device that does not wait for its
-	// confirmation (plan), nil for others.
+	// confirmation (plan). It is nil for others.
 	async func() error
 	peer  int // an exchange's destination, a wait's signalling device
 	sig   uint32
@@ -184,8 +185,8 @@ func (s *Session) defineOps(p *gpart, lanes int, ops []proto.GraphOp) error {
 	return nil
 }
 
-// setArgs changes the arguments of p's launches as b (EncodeGraphArgs)
-// says; no run of p is in flight.
+// setArgs changes the arguments of p's launches as b (EncodeGraphArgs) says.
+// No run of p is in flight.
 func (s *Session) setArgs(p *gpart, b []byte) error {
 	if len(b) == 0 {
 		return nil
@@ -225,8 +226,8 @@ func (s *Session) graphLaunch(op *gsop) error {
 	return nil
 }
 
-// graphExchange is an exchange's work: within the device, or to device
-// peer over their link.
+// graphExchange is an exchange's work: within the device, or to device peer
+// over their link.
 func (s *Session) graphExchange(peer int, dst, src plugin.Ptr, size int64) func() error {
 	return func() error {
 		from, err := s.mem.Bytes(src, size)
@@ -277,8 +278,8 @@ type grun struct {
 	err  error
 }
 
-// runGraph enqueues run gen of p on its lanes; event is the host's event
-// that its end fires.
+// runGraph enqueues run gen of p on its lanes. event is the host's event that
+// its end fires.
 func (s *Session) runGraph(p *gpart, gen, event uint64) error {
 	if !p.planned {
 		s.plan(p)
@@ -342,8 +343,8 @@ func (s *Session) runGraph(p *gpart, gen, event uint64) error {
 	return nil
 }
 
-// laneDone is a lane's end of the run, with the lane's first error: the
-// last one tells the host.
+// laneDone is a lane's end of the run, with the lane's first error. The last
+// one tells the host.
 func (r *grun) laneDone(lane int, failed error) error {
 	if err := r.p.drain[lane](); failed == nil {
 		failed = err
@@ -398,8 +399,8 @@ func (s *Session) endGraphs() {
 	}
 }
 
-// GraphParts is how many graph parts the session holds (tests: the table
-// shrinks with the frees).
+// GraphParts is how many graph parts the session holds. It is for tests: the
+// table shrinks with the frees.
 func (s *Session) GraphParts() int {
 	gs := s.graphTable()
 	gs.mu.Lock()
@@ -407,12 +408,11 @@ func (s *Session) GraphParts() int {
 	return gs.t.Len()
 }
 
-// plan finds the exchanges to another device that are followed on their
-// lane by a signal for that device alone: the signal travels their link
-// behind the data, which the device puts in place before it reads the
-// signal, so the lane goes on without waiting for the confirmation. The
-// lane's next operation after the signal waits for it, and so does the
-// lane's end.
+// plan finds the exchanges to another device that are followed on their lane
+// by a signal for that device alone. The signal travels their link behind the
+// data. The device puts the data in place before it reads the signal. So the
+// lane goes on without waiting for the confirmation. The lane's next
+// operation after the signal waits for it, and so does the lane's end.
 func (s *Session) plan(p *gpart) {
 	p.planned = true
 	p.pend = make([][]chan error, len(p.lanes))
@@ -449,10 +449,10 @@ func (s *Session) plan(p *gpart) {
 	}
 }
 
-// spinWait waits for ev on a lane's goroutine: it polls for the spin
-// budget while no kernel computes in the process, so that a signal that
-// comes soon (the other device's next step) is taken without the wake-up
-// of a parked goroutine, then parks.
+// spinWait waits for ev on a lane's goroutine. It polls for the spin budget
+// while no kernel computes in the process, then parks. So a signal that comes
+// soon (the other device's next step) is taken without the wake-up of a
+// parked goroutine.
 func spinWait(ev *opqueue.Event) error {
 	var err error
 	if spin(func() bool {
@@ -482,7 +482,7 @@ func spinRecv(ch chan error) error {
 }
 
 // spin polls done for the spin budget while no kernel computes in the
-// process, and reports whether it said done.
+// process. It reports whether done said so.
 func spin(done func() bool) bool {
 	budget := transport.SpinBudget()
 	if budget <= 0 {

@@ -17,9 +17,10 @@ type hello struct {
 	version int
 	digest  string // of the whole kernel table
 	count   int    // kernels in the table
-	// timeout is the sender's device timeout (GOFFLOAD_DEVICE_TIMEOUT: how
-	// long it lets the link stay silent; 0 for none), or -1 where its
-	// hello does not say: this side pings often enough for it (timingFor).
+	// timeout is the sender's device timeout (GOFFLOAD_DEVICE_TIMEOUT), 0 for
+	// none. It says how long the sender lets the link stay silent. It is -1
+	// where its hello does not say; this side then pings often enough for it
+	// (timingFor).
 	timeout time.Duration
 	// The sender's architecture and layouts (see layout.go), where its
 	// hello says them (hasArch, hasGlobals).
@@ -28,12 +29,13 @@ type hello struct {
 	types, globals      sumList
 }
 
-// helloText is this process's hello: the magic, the protocol version, the
-// kernel table's digest and size, and the device timeout in microseconds;
-// then, as key=value fields, the architecture (arch=amd64/8/8/le: GOARCH,
-// word size, alignment of 8-byte values, byte order), the layout hashes of
-// the kernels' parameter types (kt=) and of the declare target variables'
-// elements (gt=). A reader ignores keys it does not know.
+// helloText is this process's hello. It holds the magic, the protocol
+// version, the kernel table's digest and size, and the device timeout in
+// microseconds. Then come key=value fields. arch= is the architecture:
+// GOARCH, word size, alignment of 8-byte values, byte order
+// (arch=amd64/8/8/le). kt= is the layout hashes of the kernels' parameter
+// types. gt= is those of the declare target variables' elements. A reader
+// ignores keys it does not know.
 func helloText(img *plugin.Image) string {
 	_, timeout := timing()
 	gs, _ := entries.Globals()
@@ -101,18 +103,20 @@ func (h *hello) parseFields(f []string) error {
 	return nil
 }
 
-// maxHelloTimeout bounds the device timeout a hello may say (a year: any
-// more is taken as a malformed hello, not a wish to wait).
+// maxHelloTimeout bounds the device timeout a hello may say: a year. Any more
+// is taken as a malformed hello, not a wish to wait.
 const maxHelloTimeout = 365 * 24 * time.Hour
 
 // checkImage compares the peer's hello with our image. Both sides must run
-// the same code: the protocol version must match, and the shorter kernel
-// table must be a prefix of the longer one (a host may register kernels its
-// device processes have not, and cannot launch those remotely). The side
-// with the longer table does the check. It checks too that the memory of
-// the kernels' parameters and the declare target variables is laid out
-// alike on both sides (checkLayout): a peer of another architecture may
-// serve where it is, and is refused naming what differs where it is not.
+// the same code. The protocol version must match. The shorter kernel table
+// must be a prefix of the longer one. (A host may register kernels its device
+// processes have not, and cannot launch those remotely.) The side with the
+// longer table does the check.
+//
+// It checks too that the memory of the kernels' parameters and the declare
+// target variables is laid out alike on both sides (checkLayout). A peer of
+// another architecture may serve where it is. Where it is not, it is refused,
+// naming what differs.
 func checkImage(peer hello, img *plugin.Image, self string) error {
 	gs, _ := entries.Globals()
 	return checkImageWith(peer, img, gs, self)
@@ -137,32 +141,33 @@ func checkImageWith(peer hello, img *plugin.Image, gs []*entries.Global, self st
 	return checkLayout(peer, layoutOf(img.Kernels[:peer.count], gs), self)
 }
 
-// ErrMismatch is wrapped when a host and a device process run different code
-// (kernel tables or protocol versions differ); they are refused at hello.
+// ErrMismatch is wrapped when a host and a device process run different code:
+// their kernel tables or protocol versions differ. They are refused at hello.
 var ErrMismatch = proto.ErrMismatch
 
-// envTimeout names how long a link may stay silent before the process at
-// the other end counts as lost.
+// envTimeout names how long a link may stay silent before the process at the
+// other end counts as lost.
 const envTimeout = "GOFFLOAD_DEVICE_TIMEOUT"
 
-// defaultTimeout is the device timeout when GOFFLOAD_DEVICE_TIMEOUT is
-// unset: long enough for a loaded machine's pauses, short enough that a job
-// learns of a hung device in well under a minute.
+// defaultTimeout is the device timeout when GOFFLOAD_DEVICE_TIMEOUT is unset.
+// It is long enough for a loaded machine's pauses. It is short enough that a
+// job learns of a hung device in well under a minute.
 const defaultTimeout = 30 * time.Second
 
 // ProcessStartup is the least time a device's hello may take where its
-// process may still be starting (exec, the Go runtime, package inits: 10–20
-// ms under -race on a loaded two-core machine for a local device), if more
-// than the device timeout: a local device, an MPI rank.
+// process may still be starting, if more than the device timeout. That is a
+// local device, or an MPI rank. Starting is exec, the Go runtime and package
+// inits. It takes 10–20 ms under -race on a loaded two-core machine for a
+// local device.
 const ProcessStartup = time.Second
 
 // closeTimeout bounds how long closing a link waits for its queued frames
 // to be written.
 const closeTimeout = 2 * time.Second
 
-// parseTimeout reads GOFFLOAD_DEVICE_TIMEOUT: a Go duration from 10ms to
-// maxHelloTimeout (a year, 8760h: the most a hello may say), or 0 for no
-// timeout (a hung device then hangs its callers). internal/core's
+// parseTimeout reads GOFFLOAD_DEVICE_TIMEOUT. It is a Go duration from 10ms
+// to maxHelloTimeout (a year, 8760h: the most a hello may say). Or it is 0
+// for no timeout; a hung device then hangs its callers. internal/core's
 // CheckDeviceEnv checks it with the same rule at Start.
 func parseTimeout(s string) (time.Duration, error) {
 	if s == "" {
@@ -178,16 +183,16 @@ func parseTimeout(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// CheckTimeout explains a bad GOFFLOAD_DEVICE_TIMEOUT (a kind's Open
-// returns it, so Start fails), or is nil.
+// CheckTimeout explains a bad GOFFLOAD_DEVICE_TIMEOUT, or is nil. A kind's
+// Open returns it, so Start fails.
 func CheckTimeout() error {
 	_, err := parseTimeout(os.Getenv(envTimeout))
 	return err
 }
 
-// timing returns a live link's heartbeat interval and timeout
-// (GOFFLOAD_DEVICE_TIMEOUT, read when the link goes live): a ping at least
-// four times per timeout, and at least every second.
+// timing returns a live link's heartbeat interval and timeout. The timeout is
+// GOFFLOAD_DEVICE_TIMEOUT, read when the link goes live. The link pings at
+// least four times per timeout, and at least every second.
 func timing() (interval, timeout time.Duration) {
 	timeout, err := parseTimeout(os.Getenv(envTimeout))
 	if err != nil {
@@ -201,12 +206,12 @@ func timing() (interval, timeout time.Duration) {
 }
 
 // timingFor is timing for a link whose other side lets it stay silent for
-// other (its device timeout, from its hello; 0 for none, -1 unknown): the
-// heartbeat is also at least four times per other, so that a side with a
+// other. other is its device timeout, from its hello; 0 is none, -1 unknown.
+// The heartbeat is also at least four times per other. So a side with a
 // shorter timeout than this one's hears from an idle link in time, whatever
-// this side's own GOFFLOAD_DEVICE_TIMEOUT says. A host started with 500ms
-// beside a tcp:// device started with the default (a ping a second) would
-// otherwise find the idle device silent and lose it.
+// this side's own GOFFLOAD_DEVICE_TIMEOUT says. Take a host started with
+// 500ms beside a tcp:// device started with the default (a ping a second). It
+// would otherwise find the idle device silent and lose it.
 func timingFor(other time.Duration) (interval, timeout time.Duration) {
 	interval, timeout = timing()
 	if other > 0 && other/4 < interval {
@@ -215,9 +220,8 @@ func timingFor(other time.Duration) (interval, timeout time.Duration) {
 	return interval, timeout
 }
 
-// DeviceTimeout is how long a live link may stay silent before the
-// process at its other end counts as lost (GOFFLOAD_DEVICE_TIMEOUT; 0:
-// never).
+// DeviceTimeout is how long a live link may stay silent before the process at
+// its other end counts as lost. It is GOFFLOAD_DEVICE_TIMEOUT; 0 is never.
 func DeviceTimeout() time.Duration {
 	_, timeout := timing()
 	return timeout

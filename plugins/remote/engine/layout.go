@@ -24,9 +24,9 @@ import (
 	"github.com/goffload/offload/plugin"
 )
 
-// archFacts are what a process's architecture decides about memory: the
-// size of int, uint, uintptr and pointers (word), the alignment of 8-byte
-// values (align8: 4 on 386, arm and mips32), and the byte order.
+// archFacts are what a process's architecture decides about memory. word is
+// the size of int, uint, uintptr and pointers. align8 is the alignment of
+// 8-byte values (4 on 386, arm and mips32). The last is the byte order.
 type archFacts struct {
 	arch   string // GOARCH
 	word   int
@@ -84,14 +84,15 @@ func parseArch(s string) (archFacts, bool) {
 	return archFacts{arch: f[0], word: w, align8: a, big: f[3] == "be"}, true
 }
 
-// layout is what a hello says about a kernel table's memory: the types of
-// the kernels' parameters (slice elements, scalars, a struct's fields), each
-// once, in the order they first appear in the table, and the element type
-// of each declare target variable, each with the hash of its layout here.
+// layout is what a hello says about a kernel table's memory. It lists the
+// types of the kernels' parameters (slice elements, scalars, a struct's
+// fields). Each is listed once, in the order they first appear in the table.
+// It lists the element type of each declare target variable too. Each comes
+// with the hash of its layout here.
 //
-// A slice's elements cross as bytes: their sizes, offsets and byte order
-// must agree. A scalar crosses field by field (proto.AppendArgs), so only
-// the sizes of its values must: a type is listed once as each.
+// A slice's elements cross as bytes: their sizes, offsets and byte order must
+// agree. A scalar crosses field by field (proto.AppendArgs), so only the
+// sizes of its values must. A type is listed once as each.
 type layout struct {
 	arch    archFacts
 	types   []reflect.Type
@@ -138,8 +139,8 @@ func layoutOf(ks []plugin.Kernel, gs []*entries.Global) *layout {
 }
 
 // layoutSum hashes t's layout in this process: its size, and each field's
-// offset, kind, size and byte order, recursively. Alignment is left out:
-// where it matters, it moves an offset or changes a size.
+// offset, kind, size and byte order, recursively. Alignment is left out.
+// Where it matters, it moves an offset or changes a size.
 func layoutSum(t reflect.Type) uint32 { return sum(layoutText(t, thisArch())) }
 
 func sum(s string) uint32 {
@@ -148,9 +149,9 @@ func sum(s string) uint32 {
 	return h.Sum32()
 }
 
-// valueText describes the values of scalar type t as they cross: each
-// field's kind and size, in order ("{i4 i8}"), without offsets or byte
-// order, which the wire's encoding hides.
+// valueText describes the values of scalar type t as they cross: each field's
+// kind and size, in order ("{i4 i8}"). It leaves out offsets and byte order,
+// which the wire's encoding hides.
 func valueText(t reflect.Type) string {
 	var b strings.Builder
 	var walk func(t reflect.Type)
@@ -177,8 +178,8 @@ func valueText(t reflect.Type) string {
 }
 
 // layoutText describes t's layout in this process (which has arch a), as
-// layoutSum hashes it: "{16 f4<@0 i8<@8}" for struct{ A float32; B int64 }
-// on amd64, a multi-byte value with its byte order ("<": little-endian).
+// layoutSum hashes it. struct{ A float32; B int64 } on amd64 is "{16 f4<@0
+// i8<@8}". A multi-byte value has its byte order ("<": little-endian).
 func layoutText(t reflect.Type, a archFacts) string {
 	var b strings.Builder
 	writeLayout(&b, t, a)
@@ -228,12 +229,12 @@ func kindLetter(k reflect.Kind) byte {
 }
 
 // maxSums is the most hashes a hello lists one by one (8 hex digits each,
-// well inside proto.MaxText); a longer list travels as one hash of all
-// (then a mismatch names the first type that depends on the architecture).
+// well inside proto.MaxText). A longer list travels as one hash of all. A
+// mismatch then names the first type that depends on the architecture.
 const maxSums = 2048
 
-// sumsText is a hello's field value for sums: their hex digits, or "#"
-// and the hash of them all.
+// sumsText is a hello's field value for sums: their hex digits, or "#" and
+// the hash of them all.
 func sumsText(sums []uint32) string {
 	if len(sums) > maxSums {
 		return "#" + hex.EncodeToString(binary.BigEndian.AppendUint32(nil, sumsOf(sums)))
@@ -273,8 +274,8 @@ func parseSums(s string) (sumList, bool) {
 
 // differ lists the indexes at which the peer's sums differ from mine. With
 // one hash of all, it is every index of a type that depends on the
-// architectures (or every index, if none does: the hashes say the layouts
-// differ). ok is false where the lists cannot be compared (lengths differ).
+// architectures. If none does, it is every index: the hashes say the layouts
+// differ. ok is false where the lists cannot be compared (lengths differ).
 func (l sumList) differ(mine []uint32, depends func(i int) bool) (idx []int, ok bool) {
 	if l.one {
 		if sumsOf(mine) == l.all {
@@ -317,13 +318,13 @@ func sumsOf(sums []uint32) uint32 {
 // maxNamed is how many differing types a refusal names.
 const maxNamed = 3
 
-// checkLayout compares the peer's layout (from its hello) with mine, the
-// layout of the first peer.count kernels of this side's table, which
-// already match the peer's by digest. It names each kernel parameter and declare target variable whose
-// type is laid out differently (the first maxNamed), and refuses a peer of
-// another word size or byte order even where no type shows it. self is
-// "host" or "device". A peer whose hello says no architecture (a build from
-// before) is not checked.
+// checkLayout compares the peer's layout (from its hello) with mine. Mine is
+// the layout of the first peer.count kernels of this side's table, which
+// already match the peer's by digest. It names each kernel parameter and
+// declare target variable whose type is laid out differently (the first
+// maxNamed). It refuses a peer of another word size or byte order even where
+// no type shows it. self is "host" or "device". A peer whose hello says no
+// architecture (a build from before) is not checked.
 func checkLayout(peer hello, mine *layout, self string) error {
 	if !peer.hasArch {
 		return nil
@@ -393,8 +394,8 @@ func checkLayout(peer hello, mine *layout, self string) error {
 	return nil
 }
 
-// paramText names parameter p of a kernel: "its []int parameter", "its
-// int parameter", "field B (int) of its main.S parameter".
+// paramText names parameter p of a kernel: "its []int parameter", "its int
+// parameter", "field B (int) of its main.S parameter".
 func paramText(p plugin.Param) string {
 	switch {
 	case p.Field >= 0 && p.Struct != nil && p.Field < p.Struct.NumField():
@@ -408,8 +409,8 @@ func paramText(p plugin.Param) string {
 	return fmt.Sprintf("its %s parameter", p.Type)
 }
 
-// why says what differs about t between the host (h) and the device (d),
-// or that its layout differs (with this process's description of it).
+// why says what differs about t between the host (h) and the device (d). Else
+// it says that its layout differs, with this process's description of it.
 func why(t reflect.Type, scalar bool, h, d archFacts) string {
 	if s := explain(t, h, d); s != "" {
 		return s
@@ -421,9 +422,9 @@ func why(t reflect.Type, scalar bool, h, d archFacts) string {
 	return fmt.Sprintf("%s is laid out differently (here, on %s, %s)", t, thisArch().arch, desc)
 }
 
-// explain says what about t depends on the architectures h and d: a value
-// whose size is the word's, a byte order, an 8-byte field whose offset
-// depends on alignment. It is "" if nothing in t does.
+// explain says what about t depends on the architectures h and d. That is a
+// value whose size is the word's, a byte order, or an 8-byte field whose
+// offset depends on alignment. It is "" if nothing in t does.
 func explain(t reflect.Type, h, d archFacts) string {
 	return explainIn(t, t.String(), h, d)
 }
@@ -476,7 +477,7 @@ func where(path string, t reflect.Type) string {
 }
 
 // needs8 reports whether t holds a value aligned to 8 bytes on a 64-bit
-// architecture: an int64, uint64, float64 or complex (or int, uint or
+// architecture. That is an int64, uint64, float64 or complex (or int, uint or
 // uintptr), directly or in an array or struct.
 func needs8(t reflect.Type) bool {
 	switch t.Kind() {

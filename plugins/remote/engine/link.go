@@ -1,19 +1,19 @@
 // Package engine is the remote device kind's protocol, the same whatever
-// carries its frames: the link (one writer, one reader goroutine) over a
-// transport.Transport, the host's side of a device (Device, a
-// plugin.Device) and the device process's side (Session), the peers that
-// link device processes to each other, and the transfers between them.
+// carries its frames. It holds the link (one writer, one reader goroutine)
+// over a transport.Transport. It holds the host's side of a device (Device, a
+// plugin.Device) and the device process's side (Session). It holds the peers
+// that link device processes to each other, and the transfers between them.
 // It uses a transport only through the interface and its optional
-// capabilities, and never opens one: the kind (package remote) opens the
-// transports, starts the processes, and sets the hooks Device and
-// Session have for them. Frames are package proto's, their order package
+// capabilities, and never opens one. The kind (package remote) opens the
+// transports and starts the processes. It sets the hooks Device and Session
+// have for them. Frames are package proto's, and their order is package
 // state's rules.
 //
-// Where things are: client.go, await.go and queue.go are the host's side
-// of a device; server.go, role.go and peer.go the device process's (peer.go
-// also its copies); link.go and linkread.go the link; hello.go the
-// session's opening and the heartbeat's timing; tag.go times operations
-// for traces.
+// Where things are: client.go, await.go and queue.go are the host's side of a
+// device. server.go, role.go and peer.go are the device process's; peer.go
+// holds its copies too. link.go and linkread.go are the link. hello.go is the
+// session's opening and the heartbeat's timing. tag.go times operations for
+// traces.
 package engine
 
 import (
@@ -31,16 +31,16 @@ import (
 
 // A link is one connection between two processes of the program (host and
 // device, or two device peers), framed by a Transport. It has exactly one
-// writer: a goroutine of its own that writes what the other goroutines
-// queue, in the order they queued it — so the order of frames is decided in
-// one place, the queue, and no goroutine that reads the link ever writes
-// to it (a reader that wrote could block behind a full socket while the
-// other side's reader did the same: a deadlock). Control frames go out
-// between the fragments of bulk transfers, so a small frame waits for one
-// fragment at most, and several transfers interleave.
+// writer: a goroutine of its own that writes what the other goroutines queue.
+// It writes in the order they queued it. So the order of frames is decided in
+// one place, the queue. And no goroutine that reads the link ever writes to
+// it. A reader that wrote could block behind a full socket while the other
+// side's reader did the same: a deadlock. Control frames go out between the
+// fragments of bulk transfers. So a small frame waits for one fragment at
+// most, and several transfers interleave.
 //
-// Once the handshake is done, live starts the heartbeat: a ping on a link
-// that has written nothing for a while, and the link fails when nothing at
+// Once the handshake is done, live starts the heartbeat. A link that has
+// written nothing for a while sends a ping. The link fails when nothing at
 // all came from the other side for the device timeout.
 type link struct {
 	t    transport.Transport
@@ -92,7 +92,7 @@ func startLink(t transport.Transport) *link {
 	return l
 }
 
-// put queues f, without waking the writer: a queue's operations go out
+// put queues f, without waking the writer. A queue's operations go out
 // together when it records an event or sends a mark.
 func (l *link) put(f proto.Frame) error {
 	m := proto.Encode(f)
@@ -105,8 +105,8 @@ func (l *link) send(f proto.Frame) error {
 	return l.queue(m, m.Payload, true)
 }
 
-// queue appends m's frame to what the writer writes next, waking it if
-// wake is set or the frames pile up.
+// queue appends m's frame to what the writer writes next. It wakes the writer
+// if wake is set or the frames pile up.
 func (l *link) queue(m *proto.Msg, payload []byte, wake bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -129,11 +129,11 @@ func (l *link) flush() {
 }
 
 // flushNow writes what is queued from the calling goroutine if no one is
-// writing and no bulk transfer is under way (waking the writer goroutine
-// costs a hand-off that a small round trip feels), and otherwise wakes the
-// writer. Only goroutines that never read a link may call it, and never
-// with a lock that a reader takes: the write may wait for the other side
-// to read.
+// writing and no bulk transfer is under way. Otherwise it wakes the writer.
+// (Waking the writer goroutine costs a hand-off that a small round trip
+// feels.) Only goroutines that never read a link may call it. They must not
+// hold a lock that a reader takes: the write may wait for the other side to
+// read.
 func (l *link) flushNow() {
 	l.mu.Lock()
 	if l.busy || len(l.bulk) > 0 || l.err != nil || len(l.ctrl) == 0 {
@@ -144,10 +144,10 @@ func (l *link) flushNow() {
 	l.writeHere(false)
 }
 
-// writeHere writes the queued control frames on the calling goroutine:
-// all of them (flushNow), or without blocking as much as the other side has
-// room for (try, sendSoon), the rest going first by the writer. l.mu is
-// held, no one writes and no bulk transfer is under way; writeHere unlocks
+// writeHere writes the queued control frames on the calling goroutine. It
+// writes all of them (flushNow), or without blocking as much as the other
+// side has room for (try, sendSoon). The rest goes first by the writer. l.mu
+// is held, no one writes and no bulk transfer is under way. writeHere unlocks
 // it.
 func (l *link) writeHere(try bool) {
 	l.busy = true
@@ -181,13 +181,13 @@ func (l *link) writeHere(try bool) {
 	}
 }
 
-// sendSoon queues f (nothing if f is nil) and writes what is queued at once, without
-// blocking, if no one is writing and no bulk transfer is under way; what
-// the other side has no room for yet, and everything when the transport
-// cannot write without blocking, is left to the writer. Any goroutine may
-// call it, a reader of the link included (it never waits for the other
-// side), under any lock: it is how an answer goes out with no hand-off to
-// the writer.
+// sendSoon queues f (nothing if f is nil). It writes what is queued at once,
+// without blocking, if no one is writing and no bulk transfer is under way.
+// Some is left to the writer: what the other side has no room for yet.
+// Everything is, when the transport cannot write without blocking. Any
+// goroutine may call it, a reader of the link included; it never waits for
+// the other side. It may be called under any lock. It is how an answer goes
+// out with no hand-off to the writer.
 func (l *link) sendSoon(f proto.Frame) error {
 	var m *proto.Msg
 	if f != nil {
@@ -215,9 +215,9 @@ func (l *link) sendSoon(f proto.Frame) error {
 	return nil
 }
 
-// wakeIfWork wakes the writer if it has something to do now that a caller
-// of flushNow or sendSoon is done writing (while one writes, the writer
-// waits): what was queued meanwhile, or the end of the link. A writer
+// wakeIfWork wakes the writer if it has something to do now that a caller of
+// flushNow or sendSoon is done writing. (While one writes, the writer waits.)
+// The work is what was queued meanwhile, or the end of the link. A writer
 // woken for nothing costs a hand-off. Under l.mu.
 func (l *link) wakeIfWork() {
 	if len(l.ctrl) > 0 || len(l.bulk) > 0 || l.ending || l.held() {
@@ -229,8 +229,8 @@ func (l *link) wakeIfWork() {
 func (l *link) held() bool { return l.hw != nil && l.hw.Held() }
 
 // kick makes the link's reader, if it parked waiting for a frame, poll for
-// its spin budget again (a transport.Kicker: a shared-memory link; a
-// no-op on others).
+// its spin budget again. It works on a transport.Kicker (a shared-memory
+// link). On others it is a no-op.
 func (l *link) kick() {
 	if l.kr != nil {
 		l.kr.Kick()
@@ -241,11 +241,11 @@ func (l *link) kick() {
 // blocking, as sendSoon and sendDataSoon do when they can.
 func (l *link) canTryWrite() bool { return l.tw != nil }
 
-// sendDataSoon sends data (at most proto.MaxInline bytes) as the one
-// fragment of transfer id, inside a control frame, as sendSoon sends a
-// frame, and numbers it among counted transfers in the order it goes out
-// (see stream). Only for a link that canTryWrite: elsewhere the data may
-// not travel in a control frame.
+// sendDataSoon sends data (at most proto.MaxInline bytes) as the one fragment
+// of transfer id, inside a control frame. It sends it as sendSoon sends a
+// frame. It numbers it among counted transfers in the order it goes out (see
+// stream). It is only for a link that canTryWrite. Elsewhere the data may not
+// travel in a control frame.
 func (l *link) sendDataSoon(id uint64, data []byte) (seq uint64, err error) {
 	if len(data) > proto.MaxInline {
 		return 0, fmt.Errorf("%w: %d bytes of data in a control frame", proto.ErrFrame, len(data))
@@ -255,9 +255,9 @@ func (l *link) sendDataSoon(id uint64, data []byte) (seq uint64, err error) {
 		l.mu.Unlock()
 		return 0, l.err
 	}
-	// Numbered now: it is written after every transfer numbered before
-	// it (they are written, or their last fragment is being written, and
-	// the writer writes control frames first), before any numbered after.
+	// Numbered now: it is written after every transfer numbered before it,
+	// and before any numbered after. (Those are written, or their last
+	// fragment is being written, and the writer writes control frames first.)
 	l.seq++
 	seq = l.seq
 	l.ctrl = proto.AppendFrame(l.ctrl, proto.Encode(&proto.Data{Xfer: id}), data)
@@ -275,10 +275,10 @@ func (l *link) sendNow(f proto.Frame) error {
 	return nil
 }
 
-// stream queues data as fragments of transfer id, written straight from
-// data, which must stay untouched until done is called. done runs on the
-// writer's goroutine and must not block; seq numbers the counted transfers
-// in the order they were written in full (0 if not counted, or failed).
+// stream queues data as fragments of transfer id, written straight from data.
+// data must stay untouched until done is called. done runs on the writer's
+// goroutine and must not block. seq numbers the counted transfers in the
+// order they were written in full. It is 0 if not counted, or failed.
 func (l *link) stream(id uint64, data []byte, count bool, done func(seq uint64, err error)) {
 	if len(data) == 0 {
 		done(0, l.failed())
@@ -295,7 +295,7 @@ func (l *link) stream(id uint64, data []byte, count bool, done func(seq uint64, 
 	l.mu.Unlock()
 }
 
-// sendData streams data as transfer id and waits until it is written; seq
+// sendData streams data as transfer id and waits until it is written. seq
 // numbers it among counted transfers if count is set.
 func (l *link) sendData(id uint64, data []byte, count bool) (uint64, error) {
 	type result struct {
@@ -308,7 +308,7 @@ func (l *link) sendData(id uint64, data []byte, count bool) (uint64, error) {
 	return r.seq, r.err
 }
 
-// write is the writer: it writes the queued control frames and one fragment
+// write is the writer. It writes the queued control frames and one fragment
 // of the next transfer in turn, until the link fails.
 func (l *link) write() {
 	var frames []byte
@@ -397,7 +397,7 @@ func (l *link) close(timeout time.Duration) {
 	}
 }
 
-// fail marks the link broken with cause (the first cause wins), closes the
+// fail marks the link broken with cause; the first cause wins. It closes the
 // transport, fails the transfers not written yet and returns the link's
 // error.
 func (l *link) fail(cause error) error {
@@ -432,13 +432,13 @@ func (l *link) failed() error {
 	}
 }
 
-// ErrSilent is wrapped by the error of a link on which nothing came for
-// longer than the device timeout (GOFFLOAD_DEVICE_TIMEOUT).
+// ErrSilent is wrapped by the error of a link on which nothing came for too
+// long. That is longer than the device timeout (GOFFLOAD_DEVICE_TIMEOUT).
 var ErrSilent = errors.New("stopped answering")
 
-// live starts the heartbeat: a ping every interval on a link that wrote
-// nothing since the last, and failure when nothing was read for timeout (0:
-// never).
+// live starts the heartbeat. A link that wrote nothing since the last ping
+// sends one every interval. The link fails when nothing was read for timeout
+// (0: never).
 func (l *link) live(interval, timeout time.Duration) {
 	go func() {
 		t := time.NewTicker(interval)
@@ -465,9 +465,9 @@ func (l *link) live(interval, timeout time.Duration) {
 	}()
 }
 
-// within fails the link with ErrSilent if stop is not called within
-// timeout (0: never), for a phase before the heartbeat runs: a hello that
-// does not come. what says what did not come ("the device's hello").
+// within fails the link with ErrSilent if stop is not called within timeout
+// (0: never). It is for a phase before the heartbeat runs: a hello that does
+// not come. what says what did not come ("the device's hello").
 func (l *link) within(timeout time.Duration, what string) (stop func()) {
 	if timeout <= 0 {
 		return func() {}
@@ -478,8 +478,8 @@ func (l *link) within(timeout time.Duration, what string) (stop func()) {
 	return func() { t.Stop() }
 }
 
-// readErr is the error of a read that failed with err: the link's own, if
-// it failed first (within, live), else err.
+// readErr is the error of a read that failed with err. It is the link's own,
+// if the link failed first (within, live). Else it is err.
 func (l *link) readErr(err error) error {
 	if lerr := l.failed(); lerr != nil && errors.Is(lerr, ErrSilent) {
 		return lerr

@@ -12,14 +12,14 @@ import (
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
-// linkReader reads a link's frames for its one reader goroutine; pings are
+// linkReader reads a link's frames for its one reader goroutine. Pings are
 // counted as signs of life and skipped.
 type linkReader struct{ l *link }
 
-// ReadMsg reads the next frame that is not a ping. While the transport
-// holds more frames read already, what sendSoon is asked to write waits for
-// the reader to reach the end of them, and then goes out in one write (see
-// hold): a batch of launches is answered by a batch of completions.
+// ReadMsg reads the next frame that is not a ping. The transport may hold
+// more frames read already. Meanwhile what sendSoon is asked to write waits
+// for the reader to reach the end of them. Then it goes out in one write (see
+// hold). So a batch of launches is answered by a batch of completions.
 func (r linkReader) ReadMsg() (*proto.Msg, error) {
 	b := r.l.br
 	for {
@@ -40,15 +40,15 @@ func (r linkReader) ReadMsg() (*proto.Msg, error) {
 	}
 }
 
-// hold makes sendSoon leave what it is asked to write queued, until
-// release: the link's reader calls it while it has more frames to handle.
+// hold makes sendSoon leave what it is asked to write queued, until release.
+// The link's reader calls it while it has more frames to handle.
 func (l *link) hold() {
 	l.mu.Lock()
 	l.holding = true
 	l.mu.Unlock()
 }
 
-// release ends hold and writes what it held back, as sendSoon does; the
+// release ends hold and writes what it held back, as sendSoon does. The
 // link's reader calls it before it may wait for frames.
 func (l *link) release() {
 	l.mu.Lock()
@@ -64,8 +64,9 @@ func (l *link) release() {
 // ReadPayload reads m's payload into dst.
 func (r linkReader) ReadPayload(m *proto.Msg, dst []byte) error { return r.l.t.ReadPayload(m, dst) }
 
-// incoming is a transfer arriving in fragments straight into dst: a pulled
-// submit (device side), a retrieve (host side), an exchange (peer side).
+// incoming is a transfer arriving in fragments straight into dst. It is a
+// pulled submit (device side), a retrieve (host side), or an exchange (peer
+// side).
 type incoming struct {
 	dst  []byte
 	size int // bytes expected: len(dst), or the size of a refused transfer
@@ -73,15 +74,15 @@ type incoming struct {
 	done chan struct{} // closed when complete, if the receiver waits on it
 	err  error         // the data is refused and skipped (peer exchanges)
 	at   plugin.Ptr    // where a peer's exchange goes (on a served device)
-	// prog, if set, hears of each fragment as it is in (a served device's
-	// submit passes each part on as it comes), and avail says how many
-	// bytes are.
+	// prog, if set, hears of each fragment as it is in; a served device's
+	// submit passes each part on as it comes. avail says how many bytes are
+	// in.
 	prog  chan struct{}
 	avail atomic.Int64
 }
 
-// take reads fragment m into place (or skips it, for a refused transfer).
-// Fragments must come in order and stay inside the transfer; it reports
+// take reads fragment m into place, or skips it for a refused transfer.
+// Fragments must come in order and stay inside the transfer. It reports
 // whether the transfer is complete.
 func (in *incoming) take(l *link, m *proto.Msg) (complete bool, err error) {
 	if m.Ptr != uint64(in.got) || m.Ptr+uint64(m.PayloadLen) > uint64(in.size) {
@@ -113,8 +114,8 @@ func (in *incoming) take(l *link, m *proto.Msg) (complete bool, err error) {
 }
 
 // receive reads fragment m of its transfer, one of pending (guarded by mu),
-// straight into place. It returns the transfer once it is complete, and
-// removes it from pending; nil before.
+// straight into place. Once the transfer is complete, it returns it and
+// removes it from pending. Before, it returns nil.
 func receive(mu *sync.Mutex, pending map[uint64]*incoming, l *link, m *proto.Msg) (*incoming, error) {
 	mu.Lock()
 	in := pending[m.ID]

@@ -14,11 +14,11 @@ import (
 )
 
 // Device-to-device transfers go straight between the two device processes.
-// The host only introduces them: it makes a socket pair and hands one end to
-// each device over a side channel (a Unix socket that carries descriptors).
-// Each device then writes exchanges into the other's memory over the pair,
-// and the writer's queue operation completes when the receiver says the data
-// is in place.
+// The host only introduces them. It makes a socket pair and hands one end to
+// each device over a side channel, a Unix socket that carries descriptors.
+// Each device then writes exchanges into the other's memory over the pair.
+// The writer's queue operation completes when the receiver says the data is
+// in place.
 
 // peers is a device process's links to other devices, by device number.
 type peers struct {
@@ -27,18 +27,19 @@ type peers struct {
 	cond *sync.Cond
 	by   map[int]*peer
 	done bool
-	// events stand in for other devices' events that our queues wait on, by
-	// device and wait id (one per wait the host asked for): the other device
-	// fires them over the peer link. Each is touched twice, by the wait and
-	// by the firing, in either order, and forgotten at the second touch.
+	// events stand in for other devices' events that our queues wait on. They
+	// are by device and wait id, one per wait the host asked for. The other
+	// device fires them over the peer link. Each is touched twice, by the
+	// wait and by the firing, in either order. It is forgotten at the second
+	// touch.
 	events map[[2]uint64]*standIn
 	// gsigs stand in for other devices' graph signals (graphpeer.go).
 	gsigs map[gsigKey]*standIn
 	// dead holds why the link to a device broke: its events never fire.
 	dead map[int]error
-	// connect, if set, starts the link to device num itself (MPI ranks
-	// reach each other without the host's introduction); it adds the link
-	// unless the other side's first frame did.
+	// connect, if set, starts the link to device num itself. (MPI ranks reach
+	// each other without the host's introduction.) It adds the link unless
+	// the other side's first frame did.
 	connect func(num int) error
 }
 
@@ -78,9 +79,9 @@ func (ps *peers) add(num int, l *link) {
 	go ps.read(p)
 }
 
-// get returns the link to device num, waiting a while for the host's
-// introduction, which may still be on its way; if the link broke, the
-// error that broke it (which wraps plugin.ErrDeviceLost) at once.
+// get returns the link to device num. It waits a while for the host's
+// introduction, which may still be on its way. If the link broke, it returns
+// the error that broke it at once. That error wraps plugin.ErrDeviceLost.
 func (ps *peers) get(num int) (*peer, error) {
 	ps.mu.Lock()
 	p, dead := ps.by[num], ps.dead[num]
@@ -110,8 +111,8 @@ func (ps *peers) get(num int) (*peer, error) {
 	return nil, fmt.Errorf("%w: no link to device %d", plugin.ErrUnsupported, num)
 }
 
-// event returns the stand-in for wait id on device num's event, recorded:
-// it fires when that device says so.
+// event returns the stand-in for wait id on device num's event, recorded. It
+// fires when that device says so.
 func (ps *peers) event(num int, wait uint64) *opqueue.Event {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -138,9 +139,8 @@ func (ps *peers) fired(num int, wait uint64, err error) {
 	ps.event(num, wait).Fire(err)
 }
 
-// tell lets device num know that our event id fired. It never blocks: if
-// the host's introduction to num is still on its way, a goroutine waits
-// for it.
+// tell lets device num know that our event id fired. It never blocks. If the
+// host's introduction to num is still on its way, a goroutine waits for it.
 func (ps *peers) tell(num int, id uint64, err error) {
 	ps.mu.Lock()
 	p := ps.by[num]
@@ -159,19 +159,19 @@ func (ps *peers) tell(num int, id uint64, err error) {
 	}()
 }
 
-// send writes the firing on p's link: at once if the link can take it
-// without blocking (the waiting device hears a hand-off sooner), else by
-// the writer.
+// send writes the firing on p's link. If the link can take it without
+// blocking, it writes it at once; the waiting device then hears sooner than
+// after a hand-off. Else the writer writes it.
 func (ps *peers) send(p *peer, num int, id uint64, err error) {
 	if err2 := p.l.sendSoon(&proto.PeerEvent{Wait: id, Status: proto.StatusOf(err)}); err2 != nil {
 		ps.cannotTell(num, id, err2)
 	}
 }
 
-// cannotTell says on stderr that device num could not be told that our
-// event id fired, unless num is lost (err wraps ErrDeviceLost): then
-// nothing there waits for it any more, and the host reports the loss (a
-// lost peer made a line per event its queues had waited on).
+// cannotTell says on stderr that device num could not be told that our event
+// id fired. It says nothing if num is lost (err wraps ErrDeviceLost). Then
+// nothing there waits for it any more, and the host reports the loss. (A lost
+// peer made a line per event its queues had waited on.)
 func (ps *peers) cannotTell(num int, id uint64, err error) {
 	if errors.Is(err, plugin.ErrDeviceLost) {
 		return
@@ -210,9 +210,9 @@ func (ps *peers) exchange(num int, dst plugin.Ptr, src []byte) error {
 	return <-ch
 }
 
-// exchangeStart sends src to dst in device num's memory and returns
-// once it is written on their link (src may change then): the channel
-// says when the data is in place there.
+// exchangeStart sends src to dst in device num's memory. It returns once the
+// data is written on their link; src may change then. The channel says when
+// the data is in place there.
 func (ps *peers) exchangeStart(num int, dst plugin.Ptr, src []byte) (chan error, error) {
 	p, err := ps.get(num)
 	if err != nil {
@@ -230,9 +230,9 @@ func (ps *peers) exchangeStart(num int, dst plugin.Ptr, src []byte) (chan error,
 	p.mu.Unlock()
 	put := &proto.PeerPut{Xfer: id, Dst: uint64(dst), Size: uint64(len(src))}
 	if len(src) > 0 && len(src) <= proto.MaxInline && p.l.canTryWrite() {
-		// Small: the data goes in a control frame behind the put, both
-		// written at once by this goroutine where the link takes them
-		// without blocking (no hand-off to the writer and back).
+		// Small: the data goes in a control frame behind the put. This
+		// goroutine writes both at once where the link takes them without
+		// blocking. There is no hand-off to the writer and back.
 		err = p.l.put(put)
 		if err == nil {
 			_, err = p.l.sendDataSoon(id, src)
@@ -278,8 +278,8 @@ func (ps *peers) read(p *peer) {
 	}
 }
 
-// putBytes is where a peer's exchange into dst lands: the device's memory,
-// or a buffer for a served device's (servedPut writes it there).
+// putBytes is where a peer's exchange into dst lands. That is the device's
+// memory, or a buffer for a served device's (servedPut writes it there).
 func (ps *peers) putBytes(dst plugin.Ptr, size int64) ([]byte, error) {
 	if ps.s.srv == nil {
 		return ps.s.mem.Bytes(dst, size)
@@ -342,14 +342,14 @@ func (ps *peers) serve(p *peer) error {
 	}
 }
 
-// An Introducer links the devices it opened to each other (Device.Intro),
-// so that their queues wait on each other's events and exchange data
-// directly: device processes of this machine, an MPI job's ranks. The
-// engine calls Introduce before a's queue first depends on b, and Forget
-// when a device closes.
+// An Introducer links the devices it opened to each other (Device.Intro).
+// Their queues then wait on each other's events and exchange data directly.
+// The devices are device processes of this machine, or an MPI job's ranks.
+// The engine calls Introduce before a's queue first depends on b. It calls
+// Forget when a device closes.
 type Introducer interface {
 	// Introduce makes sure a and b have a link between them, or are
-	// introduced to each other: it returns once each will find the other.
+	// introduced to each other. It returns once each will find the other.
 	Introduce(a, b *Device) error
 	// Forget drops d's introductions: d closed.
 	Forget(d *Device)
@@ -363,8 +363,9 @@ func introduce(a, b *Device) error {
 	return a.Intro.Introduce(a, b)
 }
 
-// The device side of copies: submits (inline, pulled, pushed), retrieves,
-// and the host's acknowledgements of retrieves that tells to peers wait for.
+// The device side of copies: submits (inline, pulled, pushed), retrieves, and
+// the host's acknowledgements of retrieves. Tells to peers wait for those
+// acknowledgements.
 
 // tell sends peers the word that state.Session says is due. It never
 // blocks.
@@ -374,8 +375,8 @@ func (s *Session) tell(now []state.Tell) {
 	}
 }
 
-// ack counts an acknowledgement from the host and sends the tells that
-// waited for it, on the reader (peers.tell never blocks): no goroutine to
+// ack counts an acknowledgement from the host. It sends the tells that waited
+// for it, on the reader (peers.tell never blocks). There is no goroutine to
 // wake.
 func (s *Session) ack() {
 	s.emu.Lock()
@@ -412,9 +413,8 @@ func (s *Session) submitInline(f *proto.Submit) error {
 	if ran, err := q.RunHere(copyFrom(f.Data), timed); ran || err != nil {
 		return nil
 	}
-	// Otherwise the data waits for its turn in a buffer of the pool: a
-	// fresh allocation each time costs page faults once the heap is
-	// large.
+	// Otherwise the data waits for its turn in a buffer of the pool. A fresh
+	// allocation each time costs page faults once the heap is large.
 	buf := inlineBufs.Get().(*[]byte)
 	data := append((*buf)[:0], f.Data...)
 	run := copyFrom(data)
@@ -424,8 +424,8 @@ func (s *Session) submitInline(f *proto.Submit) error {
 	}, timed)
 }
 
-// submitPulled asks for a submit's data when its queue reaches it, and
-// reads it straight into device memory.
+// submitPulled asks for a submit's data when its queue reaches it. It reads
+// it straight into device memory.
 func (s *Session) submitPulled(f *proto.SubmitPulled) error {
 	q, qid, id, dst, size := s.queue(f.Queue), f.Queue, f.Xfer, plugin.Ptr(f.Dst), int64(f.Size)
 	timed := s.timer(f.Queue, plugin.OpSubmit, 0, size)
@@ -464,11 +464,11 @@ func (s *Session) submitPulled(f *proto.SubmitPulled) error {
 	}, timed)
 }
 
-// submitPushed takes a submit whose data follows at once: the reader reads
-// it straight into device memory as it comes (the host sends it so only
-// when the queue has nothing before it), and the queue's operation ends
-// when all of it is in. A submit to memory that is not the device's is
-// skipped on arrival and fails in the queue.
+// submitPushed takes a submit whose data follows at once. The reader reads it
+// straight into device memory as it comes. (The host sends it so only when
+// the queue has nothing before it.) The queue's operation ends when all of it
+// is in. A submit to memory that is not the device's is skipped on arrival
+// and fails in the queue.
 func (s *Session) submitPushed(f *proto.SubmitPushed) error {
 	q, dst, size := s.queue(f.Queue), plugin.Ptr(f.Dst), int64(f.Size)
 	timed := s.timer(f.Queue, plugin.OpSubmit, 0, size)
@@ -500,10 +500,10 @@ func (s *Session) submitPushed(f *proto.SubmitPushed) error {
 	return q.DoTimed(p.wait, timed)
 }
 
-// retrieve sends size bytes at src as transfer id, numbered among the
-// counted transfers (the order the host acknowledges them in): in one
-// frame written at once if now (link.sendDataSoon), else streamed by the
-// writer.
+// retrieve sends size bytes at src as transfer id. It numbers it among the
+// counted transfers, the order the host acknowledges them in. If now, it goes
+// in one frame written at once (link.sendDataSoon). Else the writer streams
+// it.
 func (s *Session) retrieve(id uint64, src plugin.Ptr, size int64, now bool) error {
 	b, err := s.mem.Bytes(src, size)
 	if err != nil {

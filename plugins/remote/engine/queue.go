@@ -9,55 +9,55 @@ import (
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
-// queue is a remote queue: operations are queued on the link at once, in
-// order, and go out together when the queue records an event or sends a
-// mark; they run in order on the device. Synchronize sends a mark and
-// waits for it to come back.
+// queue is a remote queue. Operations are queued on the link at once, in
+// order. They go out together when the queue records an event or sends a
+// mark. They run in order on the device. Synchronize sends a mark and waits
+// for it to come back.
 type queue struct {
 	d      *Device
 	id     uint32
 	closed bool
 	tag    uint64 // the tag the device has for the queue (see Tag)
-	// dirty says operations were sent since the last mark; query is the
-	// mark a Query sent, if it has not been answered; held is an error a
-	// mark answered that is not reported yet.
+	// dirty says operations were sent since the last mark. query is the mark
+	// a Query sent, if it has not been answered. held is an error a mark
+	// answered that is not reported yet.
 	dirty bool
 	// rec is the event of the queue's last Record, if nothing was queued
-	// after it: once it fired without error, every operation sent on the
-	// queue is done, and a Synchronize needs no mark.
+	// after it. Once it fired without error, every operation sent on the
+	// queue is done. A Synchronize then needs no mark.
 	rec   *event
 	query chan proto.Reply
 	held  error
-	// waited says a wait or a retrieve was sent since the last
-	// Synchronize: submits then are pulled, so they read host memory when
-	// the queue reaches them (after the wait, after the retrieve's data is
-	// in host memory), not now.
+	// waited says a wait or a retrieve was sent since the last Synchronize.
+	// Submits are then pulled: they read host memory when the queue reaches
+	// them, not now. That is after the wait, and after the retrieve's data is
+	// in host memory.
 	waited bool
-	// xfers are the transfers queued since the last record or mark: they
-	// are over (done, or skipped after a failure) once it comes back.
+	// xfers are the transfers queued since the last record or mark. They are
+	// over (done, or skipped after a failure) once it comes back.
 	xfers []uint64
 	// waitedOn are other devices' events this queue waited on since its last
-	// mark or record: once it is past them, they fired, whether or not their
-	// own device's word has reached the host yet.
+	// mark or record. Once it is past them, they fired. That holds whether or
+	// not their own device's word has reached the host yet.
 	waitedOn []*event
-	// stops are the bindings of launches to their stop signals
-	// (LaunchStop), released once a mark is answered: the device forgets
-	// the launches' numbers then.
+	// stops are the bindings of launches to their stop signals (LaunchStop).
+	// They are released once a mark is answered: the device forgets the
+	// launches' numbers then.
 	stops []func()
 }
 
-// pastWaits fires, on the host's side, the events q waited on: q got past
-// them on its device, so they fired (their own device's message may still be
-// on its way).
+// pastWaits fires, on the host's side, the events q waited on. q got past
+// them on its device, so they fired. Their own device's message may still be
+// on its way.
 func pastWaits(evs []*event) {
 	for _, ev := range evs {
 		ev.ev.Fire(nil) // the first firing counts; the device's own comes later
 	}
 }
 
-// enqueue queues f, an operation of q, for the device under d.mu, after
-// reg (if set), which registers what f's answer needs (and may number f),
-// without waking the link's writer.
+// enqueue queues f, an operation of q, for the device under d.mu, without
+// waking the link's writer. It does so after reg, if set. reg registers what
+// f's answer needs, and may number f.
 func (q *queue) enqueue(f proto.Frame, reg func(d *Device)) error {
 	if q.closed {
 		return fmt.Errorf("%s: %w: queue is closed", q.d.name(), plugin.ErrBadHandle)
@@ -98,9 +98,9 @@ func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
 		return q.enqueue(&proto.Submit{Queue: q.id, Dst: uint64(dst), Data: src}, nil)
 	}
 	if q.idle() {
-		// Every earlier operation of the queue is done, and host memory
-		// may be read now: the data follows the frame at once, and the
-		// device reads it straight into place.
+		// Every earlier operation of the queue is done, and host memory may
+		// be read now. The data follows the frame at once, and the device
+		// reads it straight into place.
 		f := &proto.SubmitPushed{Queue: q.id, Dst: uint64(dst), Size: uint64(len(src))}
 		if err := q.enqueue(f, func(d *Device) { f.Xfer = q.xfer(d) }); err != nil {
 			return err
@@ -116,9 +116,9 @@ func (q *queue) Submit(dst plugin.Ptr, src []byte) error {
 	})
 }
 
-// idle reports whether every operation sent on q is known done, and q
-// waited on nothing since: a Synchronize (or a Query that said done) was
-// the last word, and nothing was queued after it.
+// idle reports whether every operation sent on q is known done, and q waited
+// on nothing since. A Synchronize (or a Query that said done) was the last
+// word, and nothing was queued after it.
 func (q *queue) idle() bool { return !q.dirty && !q.waited && q.query == nil && q.held == nil }
 
 func (q *queue) Retrieve(dst []byte, src plugin.Ptr) error {
@@ -155,9 +155,9 @@ func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) 
 func (q *queue) Launch(k plugin.Kernel, args []plugin.Arg) error { return q.LaunchStop(k, args, nil) }
 
 // LaunchStop is Launch whose kernel's Ctx.Done closes when stop stops
-// (plugin.StopLauncher): the launch is numbered, and a StopLaunch frame
-// with its number goes to the device when stop stops, until the queue's
-// next mark is answered.
+// (plugin.StopLauncher). The launch is numbered. When stop stops, a
+// StopLaunch frame with its number goes to the device. That holds until the
+// queue's next mark is answered.
 func (q *queue) LaunchStop(k plugin.Kernel, args []plugin.Arg, stop *plugin.StopSignal) error {
 	if k == nil || k.Index() < 0 {
 		return fmt.Errorf("%s: %w: not a kernel of the image", q.d.name(), plugin.ErrBadKernel)
@@ -234,8 +234,8 @@ func (q *queue) Wait(e plugin.Event) error {
 		// forget the event goes out after this wait.
 		return d.l.put(f)
 	}
-	// Another device process's event: it tells ours over their peer link
-	// when it fires, and the host is not in between.
+	// Another device process's event tells ours over their peer link when it
+	// fires. The host is not in between.
 	if err := introduce(q.d, ev.d); err != nil {
 		return fmt.Errorf("%s: %w", q.d.name(), err)
 	}
@@ -276,13 +276,13 @@ func (q *queue) mark() (chan proto.Reply, error) {
 }
 
 // pastRecord clears q.dirty if q's last operation was a Record whose event
-// the device said fired, without error: the device did everything before
-// it, and what it sent before (a retrieve's data) is in, so a mark would
-// say only that. (An event fired early, because another queue got past
-// it, does not count: its device's data may still be on its way.) A queue
-// the core pooled after its task is done closes without a round trip then.
-// Launches bound to stop signals still need the mark, which makes the
-// device forget their numbers.
+// the device said fired, without error. The device did everything before it.
+// What it sent before (a retrieve's data) is in, so a mark would say only
+// that. (An event fired early, because another queue got past it, does not
+// count. Its device's data may still be on its way.) A queue the core pooled
+// after its task is done then closes without a round trip. Launches bound to
+// stop signals still need the mark, which makes the device forget their
+// numbers.
 func (q *queue) pastRecord() {
 	if !q.dirty || q.rec == nil || len(q.stops) > 0 {
 		return
@@ -300,7 +300,7 @@ func (q *queue) pastRecord() {
 }
 
 // releaseStops ends the bindings of the launches before the mark just
-// answered: they are done, and the device forgot their numbers.
+// answered. They are done, and the device forgot their numbers.
 func (q *queue) releaseStops() {
 	for _, r := range q.stops {
 		r()
@@ -387,7 +387,7 @@ func (q *queue) Close() error {
 }
 
 // unstoppable is a queue of a proxied device whose kind cannot stop one
-// launch (its queues are no plugin.StopLauncher): it is *queue without
+// launch; its queues are no plugin.StopLauncher. It is *queue without
 // LaunchStop, so that the core stops its kernels by other means.
 type unstoppable struct{ q *queue }
 
@@ -404,8 +404,8 @@ func (u unstoppable) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size in
 	return u.q.Exchange(dst, dstPtr, src, size)
 }
 
-// event is a remote event: the device fires it and says so. What the host
-// knows of it beyond that is in its device's table (state.Host).
+// event is a remote event: the device fires it and says so. What else the
+// host knows of it is in its device's table (state.Host).
 type event struct {
 	d  *Device
 	id uint64

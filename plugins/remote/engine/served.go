@@ -12,23 +12,23 @@ import (
 	"github.com/goffload/offload/plugins/remote/state"
 )
 
-// A proxied device: a session that serves a device of another kind (a
-// GPU, an OpenCL device, a host device of this process) drives it through
-// the plugin contract, where the Go CPU device's memory and kernels would
-// be.
+// A proxied device: a session that serves a device of another kind drives it
+// through the plugin contract. The device is a GPU, an OpenCL device, or a
+// host device of this process. It is driven where the Go CPU device's memory
+// and kernels would be.
 //
-// The host chooses the addresses of its allocations (a mapping never
-// waits for the device), and the served device chooses its own: the
-// session translates the host's ranges into the served device's
-// pointers (state.Ranges), base plus offset.
+// The host chooses the addresses of its allocations, so a mapping never waits
+// for the device. The served device chooses its own. The session translates
+// the host's ranges into the served device's pointers (state.Ranges), base
+// plus offset.
 //
-// Each of the host's queues is one queue of the served device. The
-// session's own queues (opqueue) keep the protocol's order, waits and
-// marks as for a CPU device; their operations enqueue on the served
-// queue without waiting for it. A retrieve, a record and a sync mark
-// drain it first (Synchronize): its data must be in, its event fire
-// after everything before it. So nowait and depend keep the host out of
-// the way, and a task's copies and kernels pipeline on the served device.
+// Each of the host's queues is one queue of the served device. The session's
+// own queues (opqueue) keep the protocol's order, waits and marks as for a
+// CPU device. Their operations enqueue on the served queue without waiting
+// for it. A retrieve, a record and a sync mark drain it first (Synchronize).
+// Its data must be in, and its event must fire after everything before it. So
+// nowait and depend keep the host out of the way. A task's copies and kernels
+// pipeline on the served device.
 
 // served is the device a proxying session drives.
 type served struct {
@@ -38,24 +38,25 @@ type served struct {
 	mu  sync.Mutex
 	mem state.Ranges
 	qs  map[uint32]*servedQueue
-	// put is the queue peers' exchanges into this device's memory use, under putMu.
+	// put is the queue that peers' exchanges into this device's memory use,
+	// under putMu.
 	putMu sync.Mutex
 	put   *servedQueue
-	// stage holds the buffers copies go through, for the next ones: a
-	// fresh one costs its page faults each time.
+	// stage holds the buffers copies go through, for the next ones. A fresh
+	// one costs its page faults each time.
 	stage stager
-	// evs are the host's events recorded on served queues, by id, under
-	// mu: a wait of another queue of the device waits on the served
-	// kind's event, inside the served device.
+	// evs are the host's events recorded on served queues, by id, under mu. A
+	// wait of another queue of the device waits on the served kind's event,
+	// inside the served device.
 	evs map[uint64]*servedEvent
 	// times are the timed operations the served kind times (tag.go).
 	times servedTimers
 }
 
-// servedEvent is a host's event as the served device has it: ev, the
-// served kind's event recorded in the queue's place, once ready is closed
-// (nil where the record did not reach the served queue: the queue had
-// failed, and waits take the session's event and its error).
+// servedEvent is a host's event as the served device has it. Once ready is
+// closed, ev is the served kind's event recorded in the queue's place. ev is
+// nil where the record did not reach the served queue. The queue had failed
+// then, and waits take the session's event and its error.
 type servedEvent struct {
 	ready chan struct{}
 	ev    plugin.Event
@@ -112,26 +113,25 @@ func (st *stager) put(b []byte) {
 	}
 }
 
-// servedQueue is one of the host's queues on the served device. Its
-// methods are called in the session queue's order, by one goroutine at a
-// time.
+// servedQueue is one of the host's queues on the served device. Its methods
+// are called in the session queue's order, by one goroutine at a time.
 type servedQueue struct {
 	st  *stager // where its buffers go back once drained
 	q   plugin.Queue
 	tq  plugin.TaggedQueue // q, where its kind times its queues
 	cur uint64             // the tag q has
 	err error              // the queue could not be made
-	// pending says operations were enqueued since the last drain; keep
-	// holds their buffers until then. failed is a failure a drain found,
-	// which the operations after it report until the host's sync clears it.
+	// pending says operations were enqueued since the last drain. keep holds
+	// their buffers until then. failed is a failure a drain found. The
+	// operations after it report it until the host's sync clears it.
 	pending bool
 	keep    [][]byte
 	failed  error
 }
 
 // Proxy makes the session serve dev, a device of kind, in place of the
-// process's Go CPU device; dev is loaded at hello and closed when the
-// session ends. Call it before Serve.
+// process's Go CPU device. dev is loaded at hello and closed when the session
+// ends. Call it before Serve.
 func (s *Session) Proxy(dev plugin.Device, kind string) {
 	in := dev.Info()
 	s.srv = &served{dev: dev, label: fmt.Sprintf("%s device %q", kind, in.Name), qs: map[uint32]*servedQueue{}, evs: map[uint64]*servedEvent{}}
@@ -161,8 +161,8 @@ func (sv *served) queue(id uint32) *servedQueue {
 	return w
 }
 
-// closeQueue closes the served queue of the host's queue id (after the
-// session's queue drained).
+// closeQueue closes the served queue of the host's queue id, after the
+// session's queue drained.
 func (sv *served) closeQueue(id uint32) {
 	sv.mu.Lock()
 	w := sv.qs[id]
@@ -213,7 +213,7 @@ func (sv *served) free(p plugin.Ptr) bool {
 }
 
 // do enqueues an operation on w's served queue, unless an earlier drain
-// failed: that failure is the operation's, as a queue's error state has it.
+// failed. That failure is the operation's, as a queue's error state has it.
 // t, if the served kind times it, tags it there.
 func (w *servedQueue) do(t *servedTimer, op func(q plugin.Queue) error, keep []byte) error {
 	if w.err != nil {
@@ -247,7 +247,7 @@ func (w *servedQueue) tagAs(tag uint64) {
 	}
 }
 
-// drain waits for everything enqueued on w's served queue and returns the
+// drain waits for everything enqueued on w's served queue. It returns the
 // first failure since the host's last sync.
 func (w *servedQueue) drain() error {
 	if w.err != nil {
@@ -264,8 +264,8 @@ func (w *servedQueue) drain() error {
 	return w.failed
 }
 
-// settle is a record's or a sync mark's failure: the session queue's, else
-// the served queue's once drained. clear (a sync mark) forgets it after.
+// settle is a record's or a sync mark's failure. It is the session queue's,
+// else the served queue's once drained. clear (a sync mark) forgets it after.
 func (w *servedQueue) settle(failed error, clear bool) error {
 	err := w.drain()
 	if failed == nil {
@@ -277,8 +277,8 @@ func (w *servedQueue) settle(failed error, clear bool) error {
 	return failed
 }
 
-// submit copies data to the host's dst on queue qid, in its order, timed
-// by t. data must stay as it is: the served queue reads it until drained.
+// submit copies data to the host's dst on queue qid, in its order, timed by
+// t. data must stay as it is: the served queue reads it until drained.
 func (s *Session) servedSubmit(qid uint32, dst plugin.Ptr, data []byte, t *servedTimer) error {
 	to, err := s.srv.addr(dst, int64(len(data)))
 	if err != nil {
@@ -292,22 +292,21 @@ func (s *Session) servedSubmit(qid uint32, dst plugin.Ptr, data []byte, t *serve
 	return s.servedErr(err)
 }
 
-// drainServed drains w, queue qid's served queue, from one of its
-// operations: the timed operations before have all been reported.
+// drainServed drains w, queue qid's served queue, from one of its operations.
+// The timed operations before have all been reported.
 func (s *Session) drainServed(qid uint32, w *servedQueue) error {
 	err := w.drain()
 	s.settleTimes(qid, 0)
 	return err
 }
 
-// submitPart is how many bytes of a submit arriving in fragments go to
-// the served device at once: the device copies a part while the next
-// arrives.
+// submitPart is how many bytes of a submit arriving in fragments go to the
+// served device at once. The device copies a part while the next arrives.
 const submitPart = 4 << 20
 
 // servedSubmitAsItComes copies a submit's data arriving in p (pulled or
-// pushed) to the host's dst on queue qid, a part at a time as it comes,
-// timed by t.
+// pushed) to the host's dst on queue qid. It copies a part at a time as it
+// comes, timed by t.
 func (s *Session) servedSubmitAsItComes(qid uint32, dst plugin.Ptr, p *incoming, t *servedTimer) error {
 	if p.err != nil {
 		return p.wait()
@@ -351,8 +350,8 @@ func (s *Session) servedSubmitAsItComes(qid uint32, dst plugin.Ptr, p *incoming,
 }
 
 // servedRetrieve reads size bytes at the host's src on queue qid, in its
-// order, and returns them once they are in, in a staging buffer the
-// caller gives back (s.srv.stage.put) when done with it; t times it.
+// order. It returns them once they are in, in a staging buffer. The caller
+// gives the buffer back (s.srv.stage.put) when done with it. t times it.
 func (s *Session) servedRetrieve(qid uint32, src plugin.Ptr, size int64, t *servedTimer) ([]byte, error) {
 	from, err := s.srv.addr(src, size)
 	if err != nil {
@@ -369,9 +368,9 @@ func (s *Session) servedRetrieve(qid uint32, src plugin.Ptr, size int64, t *serv
 	return b, nil
 }
 
-// servedLaunch runs kernel k with args (the host's addresses) on queue
-// qid, in its order, timed by t: where t is timed here, it waits for the
-// kernel, whose time it is.
+// servedLaunch runs kernel k with args (the host's addresses) on queue qid,
+// in its order, timed by t. Where t is timed here, it waits for the kernel,
+// whose time it is.
 func (s *Session) servedLaunch(qid uint32, k plugin.Kernel, args []plugin.Arg, stop *plugin.StopSignal, t *servedTimer) error {
 	args = append([]plugin.Arg(nil), args...)
 	for i, p := range k.Params() {
@@ -397,11 +396,11 @@ func (s *Session) servedLaunch(qid uint32, k plugin.Kernel, args []plugin.Arg, s
 	return s.servedErr(err)
 }
 
-// servedExchange copies size bytes from the host's src to dst on this
-// device (peer < 0), on the served queue when it can copy within its
-// device, else through this process's memory; or to device peer, whose
-// process puts them in its memory. t times it: through this process's
-// memory, here, as the copy ends.
+// servedExchange copies size bytes from the host's src to dst. For this
+// device (peer < 0), it copies on the served queue when that can copy within
+// its device. Else it copies through this process's memory. For device peer,
+// its process puts them in its memory. t times it; through this process's
+// memory, that is here, as the copy ends.
 func (s *Session) servedExchange(qid uint32, dst, src plugin.Ptr, size int64, peer int, t *servedTimer) error {
 	if peer < 0 {
 		to, err := s.srv.addr(dst, size)
@@ -424,7 +423,7 @@ func (s *Session) servedExchange(qid uint32, dst, src plugin.Ptr, size int64, pe
 		}
 	}
 	if o := s.sibling(peer); peer >= 0 && o != nil && o.srv != nil {
-		// A device of this process: the copy stays in it, straight
+		// A device of this process: the copy stays in it. It goes straight
 		// between the devices where their kind can.
 		to, err := o.srv.addr(dst, size)
 		if err != nil {
@@ -466,9 +465,9 @@ func (s *Session) servedExchange(qid uint32, dst, src plugin.Ptr, size int64, pe
 	return nil
 }
 
-// servedRecord records event id on the served queue qid, in q's order
-// (before the session's own record of it, which drains the queue and tells
-// the host): waits of the device's other queues wait on it there.
+// servedRecord records event id on the served queue qid, in q's order. That
+// is before the session's own record of it, which drains the queue and tells
+// the host. Waits of the device's other queues wait on it there.
 func (s *Session) servedRecord(q *opqueue.Queue, qid uint32, id uint64) error {
 	se := &servedEvent{ready: make(chan struct{})}
 	s.srv.mu.Lock()
@@ -495,11 +494,11 @@ func (s *Session) servedRecord(q *opqueue.Queue, qid uint32, id uint64) error {
 	})
 }
 
-// servedWait makes queue qid wait for event id, recorded on another queue
-// of this device (ev is the session's event): the served queue waits on
-// the served kind's event, so what comes after is enqueued there once the
-// other queue has reached the record, not once it is done. It reports
-// false if id was not recorded on a served queue.
+// servedWait makes queue qid wait for event id, recorded on another queue of
+// this device; ev is the session's event. The served queue waits on the
+// served kind's event. So what comes after is enqueued there once the other
+// queue has reached the record, not once it is done. It reports false if id
+// was not recorded on a served queue.
 func (s *Session) servedWait(q *opqueue.Queue, qid uint32, id uint64, ev *opqueue.Event, t *servedTimer) (bool, error) {
 	s.srv.mu.Lock()
 	se := s.srv.evs[id]
@@ -519,8 +518,8 @@ func (s *Session) servedWait(q *opqueue.Queue, qid uint32, id uint64, ev *opqueu
 	}, t.timed())
 }
 
-// forgetEvents closes the served events of the host's events ids: the
-// host forgot them.
+// forgetEvents closes the served events of the host's events ids. The host
+// forgot them.
 func (sv *served) forgetEvents(ids []uint64) {
 	for _, id := range ids {
 		sv.mu.Lock()
@@ -558,9 +557,9 @@ func (s *Session) servedPut(dst plugin.Ptr, data []byte) error {
 	return s.servedErr(w.settle(nil, true))
 }
 
-// settle is the failure a record (clear false) or a sync mark (clear true)
-// of queue qid reports, once the served queue is drained; upto is where
-// the mark stands among the queue's timed operations (timesMark).
+// settle is the failure a record (clear false) or a sync mark (clear true) of
+// queue qid reports, once the served queue is drained. upto is where the mark
+// stands among the queue's timed operations (timesMark).
 func (s *Session) servedSettle(qid uint32, failed error, clear bool, upto uint64) error {
 	err := s.srv.queue(qid).settle(failed, clear)
 	s.settleTimes(qid, upto)
@@ -570,7 +569,7 @@ func (s *Session) servedSettle(qid uint32, failed error, clear bool, upto uint64
 	return err
 }
 
-// servedInfo is the served device's description, as the host sees it:
+// servedInfo is the served device's description, as the host sees it. It is
 // the served kind's own, with the process that serves it.
 func (s *Session) servedInfo() plugin.Info {
 	in := s.srv.dev.Info()
@@ -581,9 +580,9 @@ func (s *Session) servedInfo() plugin.Info {
 	return in
 }
 
-// servedInfoJSON is the Info reply of a proxying session: the served
-// device's description, and the kernels it cannot launch (with why), by
-// index, so that the host's placement can leave them out.
+// servedInfoJSON is the Info reply of a proxying session. It holds the served
+// device's description and the kernels it cannot launch, with why, by index.
+// So the host's placement can leave them out.
 func (s *Session) servedInfoJSON() []byte {
 	type info struct {
 		plugin.Info

@@ -20,9 +20,9 @@ import (
 	"github.com/goffload/offload/plugins/remote/transport"
 )
 
-// Session serves one host on one link: the device side of the protocol.
-// Frames are read by one goroutine; queue operations run on the queues'
-// goroutines, in order per queue and concurrently across queues.
+// Session serves one host on one link: the device side of the protocol. One
+// goroutine reads frames. Queue operations run on the queues' goroutines, in
+// order per queue and concurrently across queues.
 type Session struct {
 	l     *link
 	img   *plugin.Image
@@ -34,58 +34,58 @@ type Session struct {
 	Helloed func(num int)
 	// Rank is the device's MPI rank, or -1.
 	Rank int
-	// Kind is how the host reached the device, as GOFFLOAD_DEVICES names
-	// it: "local" (a process the host started), "tcp" or "mpi".
+	// Kind is how the host reached the device, as GOFFLOAD_DEVICES names it.
+	// It is "local" (a process the host started), "tcp" or "mpi".
 	Kind string
 
 	peers *peers
 
-	// evs are the events the host recorded, the peers waiting on them and
-	// the retrieves they wait for (see package state), under emu.
+	// evs are the events the host recorded, the peers waiting on them and the
+	// retrieves they wait for (see package state). They are under emu.
 	emu sync.Mutex
 	evs *state.Session[*opqueue.Event]
 
 	mu     sync.Mutex
 	queues map[uint32]*opqueue.Queue
 	pulls  map[uint64]*incoming
-	// launchStops are the stop signals of numbered launches (Launch.Stop),
-	// by number, and the numbers by queue: a queue's are forgotten at its
-	// next Sync.
+	// launchStops are the stop signals of numbered launches (Launch.Stop), by
+	// number, and the numbers by queue. A queue's are forgotten at its next
+	// Sync.
 	launchStops map[uint64]*plugin.StopSignal
 	queueStops  map[uint32][]uint64
 	tags        map[uint32]qtag // tagged queues: their operations are timed (see tag.go)
 
-	// hostTimeout is the host's device timeout, from its hello (-1: it
-	// did not say): the link's heartbeat keeps to it (timingFor).
+	// hostTimeout is the host's device timeout, from its hello (-1: it did
+	// not say). The link's heartbeat keeps to it (timingFor).
 	hostTimeout time.Duration
-	// HelloLimit bounds the wait for the host's hello (0: none): a tcp://
-	// session's host proved the secret, and the heartbeat starts after
-	// hello. A local device's host is its parent, which may open other
-	// devices between this one's start and its hello.
+	// HelloLimit bounds the wait for the host's hello (0: none). A tcp://
+	// session's host proved the secret, and the heartbeat starts after hello.
+	// A local device's host is its parent. It may open other devices between
+	// this one's start and its hello.
 	HelloLimit time.Duration
 
 	role readerRole // who reads the link (see role.go)
 	end  chan error // how the session ended, from its last reader
 
-	// stop is what the kernels' ctx.Done() says: the host's Cancel closes
-	// it; kctx is the context kernels get (set at hello).
+	// stop is what the kernels' ctx.Done() says: the host's Cancel closes it.
+	// kctx is the context kernels get (set at hello).
 	stop *plugin.StopSignal
 	kctx *plugin.KernelCtx
 
-	// srv is the device of another kind the session drives (Proxy), or
-	// nil: then the device is this process's Go CPU device (mem, pool).
+	// srv is the device of another kind the session drives (Proxy), or nil.
+	// If nil, the device is this process's Go CPU device (mem, pool).
 	srv *served
-	// Serves, if set, opens the device the session drives in place of the
-	// Go CPU device: device index of those the process serves. The host
-	// picks one with a Serve frame before hello; device 0 otherwise.
+	// Serves, if set, opens the device the session drives in place of the Go
+	// CPU device. It opens device index of those the process serves. The host
+	// picks one with a Serve frame before hello; else it is device 0.
 	Serves Opener
 	// PairLinks, if set, makes the two ends of a link inside the process,
 	// for two sessions of it that serve one host (Sibling).
 	PairLinks func() (transport.Transport, transport.Transport, error)
 
-	// token is the session's number among the process's proxying
-	// sessions (siblings), sibs the sessions of this process that serve
-	// other devices of the same host, by device number (under mu).
+	// token is the session's number among the process's proxying sessions
+	// (siblings). sibs are the sessions of this process that serve other
+	// devices of the same host, by device number (under mu).
 	token uint64
 	sibs  map[int]*Session
 
@@ -93,13 +93,13 @@ type Session struct {
 }
 
 // An Opener opens device index of those a proxying process serves (its
-// GOFFLOAD_DEVICES), for one session: the device, its kind and how many
-// devices the process serves. An index past the last is an error.
+// GOFFLOAD_DEVICES), for one session. It returns the device, its kind and how
+// many devices the process serves. An index past the last is an error.
 type Opener func(index int) (dev plugin.Device, kind string, count int, err error)
 
-// NewSession serves the host at the other end of t (Serve), with the
-// kernels of img, splitting loops over cores. The kind that serves sets
-// its fields before Serve.
+// NewSession serves the host at the other end of t (Serve), with the kernels
+// of img. It splits loops over cores. The kind that serves sets its fields
+// before Serve.
 func NewSession(t transport.Transport, img *plugin.Image, cores int) *Session {
 	return newSession(startLink(t), img, cores)
 }
@@ -107,20 +107,20 @@ func NewSession(t transport.Transport, img *plugin.Image, cores int) *Session {
 // Num is the device's number, from the host's hello (-1 before).
 func (s *Session) Num() int { return s.num }
 
-// AddPeer links the session to device num over t (a link the host
-// introduced, or one an MPI rank began): exchanges with device num go
-// over it. A link to num already there is replaced.
+// AddPeer links the session to device num over t. t is a link the host
+// introduced, or one an MPI rank began. Exchanges with device num go over it.
+// A link to num already there is replaced.
 func (s *Session) AddPeer(num int, t transport.Transport) { s.peers.add(num, startLink(t)) }
 
-// ConnectPeers has the session start its links to other devices itself,
-// with connect(num), when it first needs one (MPI ranks reach each other
-// without the host's introduction); connect adds the link with AddPeer,
-// unless the other side's first frame did.
+// ConnectPeers has the session start its links to other devices itself, with
+// connect(num), when it first needs one. (MPI ranks reach each other without
+// the host's introduction.) connect adds the link with AddPeer, unless the
+// other side's first frame did.
 func (s *Session) ConnectPeers(connect func(num int) error) { s.peers.connect = connect }
 
-// ShareMemory charges the session's device memory to b, which other
-// sessions of the device share: a TCP device bounds what all its hosts
-// hold together. Call it before Serve.
+// ShareMemory charges the session's device memory to b, which other sessions
+// of the device share. So a TCP device bounds what all its hosts hold
+// together. Call it before Serve.
 func (s *Session) ShareMemory(b *hostmem.Budget) { s.mem.SetBudget(b) }
 
 func newSession(l *link, img *plugin.Image, cores int) *Session {
@@ -143,8 +143,8 @@ func newSession(l *link, img *plugin.Image, cores int) *Session {
 }
 
 // Serve runs the session until the host says exit or the link ends. It
-// returns nil for a normal end (or ErrSessionOver, where the session's
-// link ended under it).
+// returns nil for a normal end. It returns ErrSessionOver where the session's
+// link ended under it.
 func (s *Session) Serve() error {
 	defer s.close()
 	s.pool.SetKernelLimit(deviceTasks(os.Getenv("GOFFLOAD_DEVICE_TASKS"), s.Kind))
@@ -162,16 +162,16 @@ func (s *Session) serveFrames() error {
 	s.end = make(chan error, 1)
 	s.role.init(s.read)
 	defer s.role.stop()
-	// The reader has a goroutine of its own: a kernel it runs may end it
-	// (runtime.Goexit), and then a new one reads (session.read), while
+	// The reader has a goroutine of its own. A kernel it runs may end it
+	// (runtime.Goexit), and then a new one reads (session.read). Meanwhile
 	// this one waits for the end.
 	go s.read(0)
 	return <-s.end
 }
 
 // read serves frames while the goroutine holds the reader's role as
-// generation gen (see role.go); the one that reads the session's last
-// frame says how it ended on s.end.
+// generation gen (see role.go). The one that reads the session's last frame
+// says how it ended on s.end.
 func (s *Session) read(gen uint64) {
 	ended := false
 	defer func() {
@@ -316,8 +316,8 @@ func (s *Session) pick(m *proto.Msg) error {
 		if f.Index != 0 {
 			return s.reply(f.Req, 1, "", fmt.Errorf("%w: device %d of a process that serves its CPUs alone", plugin.ErrBadSpec, f.Index))
 		}
-		// Its sessions with one host are siblings too: they link inside
-		// the process, so each waits on the other's events itself.
+		// Its sessions with one host are siblings too. They link inside the
+		// process, so each waits on the other's events itself.
 		return s.reply(f.Req, 1, serveText("Go CPU device", s.enlist()), nil)
 	}
 	dev, kind, count, err := s.Serves(int(f.Index))
@@ -332,8 +332,8 @@ func (s *Session) pick(m *proto.Msg) error {
 	return s.reply(f.Req, uint64(count), serveText(s.srv.label, s.enlist()), nil)
 }
 
-// serveText is a Serve answer's text: the served device's name, the
-// session's token among its process's siblings and the process's.
+// serveText is a Serve answer's text. It holds the served device's name, the
+// session's token among its process's siblings, and the process's.
 func serveText(name string, token uint64) string {
 	b, _ := json.Marshal(struct {
 		Name           string
@@ -358,8 +358,8 @@ func (s *Session) queue(id uint32) *opqueue.Queue {
 	return q
 }
 
-// event returns the event id the host recorded, or nil if there is none
-// (an id the host never recorded, or one it told us to forget).
+// event returns the event id the host recorded. It returns nil if there is
+// none: an id the host never recorded, or one it told us to forget.
 func (s *Session) event(id uint64) *opqueue.Event {
 	s.emu.Lock()
 	defer s.emu.Unlock()
@@ -375,9 +375,8 @@ func (s *Session) reply(id uint64, value uint64, text string, err error) error {
 	return s.l.send(&proto.Reply{Req: id, Value: value, Status: st})
 }
 
-// handle serves one frame for the reader of generation gen. Its error
-// ends the session (a broken stream); errors of operations go back to the
-// host.
+// handle serves one frame for the reader of generation gen. Its error ends
+// the session (a broken stream). Errors of operations go back to the host.
 func (s *Session) handle(m *proto.Msg, gen uint64) error {
 	fr, err := proto.Parse(m)
 	if err != nil {
@@ -438,9 +437,9 @@ func (s *Session) handle(m *proto.Msg, gen uint64) error {
 	case *proto.Retrieve:
 		q, id, src, size := s.queue(f.Queue), f.Xfer, plugin.Ptr(f.Src), int64(f.Size)
 		timed := s.timer(f.Queue, plugin.OpRetrieve, 0, size)
-		// A small retrieve's data goes in one frame, written without
-		// blocking by whoever runs it: on an idle queue the reader itself,
-		// else the queue's goroutine (not the writer, after a hand-off).
+		// A small retrieve's data goes in one frame, written without blocking
+		// by whoever runs it. On an idle queue that is the reader itself.
+		// Else it is the queue's goroutine, not the writer after a hand-off.
 		small := size <= proto.MaxInline && s.l.canTryWrite()
 		if s.srv != nil { // the served queue may hold work: never on the reader
 			qid := f.Queue
@@ -564,8 +563,8 @@ func (s *Session) info() plugin.Info {
 		Memory: hostmem.MachineMemory(), Arch: runtime.GOARCH, Host: host, PID: os.Getpid()}
 }
 
-// wait waits for a submit's data to be in (or the session to end), and
-// says whether all of it came.
+// wait waits for a submit's data to be in, or the session to end. It says
+// whether all of it came.
 func (in *incoming) wait() error {
 	<-in.done
 	switch {
@@ -578,10 +577,10 @@ func (in *incoming) wait() error {
 }
 
 // deviceTasks is the bound on kernels running at once that
-// GOFFLOAD_DEVICE_TASKS (in this device process's environment) gives a
-// device of kind: its KIND=N item, else its plain N, else 0 (none). The
-// host's Start checks the variable's form; a malformed item is ignored
-// here.
+// GOFFLOAD_DEVICE_TASKS gives a device of kind. The variable is read from
+// this device process's environment. The bound is its KIND=N item, else its
+// plain N, else 0 (none). The host's Start checks the variable's form. A
+// malformed item is ignored here.
 func deviceTasks(spec, kind string) int {
 	all, mine := 0, 0
 	for _, item := range strings.Split(spec, ",") {

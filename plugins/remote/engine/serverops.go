@@ -12,9 +12,9 @@ import (
 	"github.com/goffload/offload/plugins/remote/transport"
 )
 
-// The operations a session carries out for the host: copies within the
-// device and to peers, records, launches on its own CPU device or on the
-// device it serves.
+// The operations a session carries out for the host: copies within the device
+// and to peers, records, and launches. Launches run on its own CPU device or
+// on the device it serves.
 
 // exchange copies within the device, or to a peer device.
 func (s *Session) exchange(f *proto.Exchange) error {
@@ -54,9 +54,9 @@ func (s *Session) exchange(f *proto.Exchange) error {
 	}, timed)
 }
 
-// record records an event at the end of a queue: when the queue reaches
-// it, the event fires, the peers waiting on it hear of it (once the host
-// has the retrieves sent before), and so does the host.
+// record records an event at the end of a queue. When the queue reaches it,
+// the event fires. The peers waiting on it hear of it, once the host has the
+// retrieves sent before. So does the host.
 func (s *Session) record(f *proto.Record) error {
 	ev, id := opqueue.NewEvent(), f.Event
 	s.emu.Lock()
@@ -128,17 +128,17 @@ func (s *Session) launch(f *proto.Launch, gen uint64) error {
 		ctx = ctx.WithStop(sig)
 	}
 	// call runs the kernel as launch does it, counted among the kernels
-	// computing, its stop signal linked to the session's meanwhile. The
-	// last kernel to end kicks the reader, or with idle set says so there
-	// (the reader that ran it kicks once it has answered what was queued
-	// behind it: a kick wakes a goroutine, and with it a sleeping thread).
+	// computing. Its stop signal is linked to the session's meanwhile. The
+	// last kernel to end kicks the reader, or with idle set says so there.
+	// The reader that ran it kicks once it has answered what was queued
+	// behind it. A kick wakes a goroutine, and with it a sleeping thread.
 	call := func(launch func() error, idle *bool) error {
 		transport.KernelStarted()
 		defer func() {
 			if transport.KernelEnded() {
-				// The host's next frame comes soon: a reader that
-				// parked while the kernel computed polls for it, rather
-				// than pay a wake-up from the doorbell.
+				// The host's next frame comes soon. A reader that parked
+				// while the kernel computed polls for it, rather than pay a
+				// wake-up from the doorbell.
 				if idle != nil {
 					*idle = true
 				} else {
@@ -157,16 +157,17 @@ func (s *Session) launch(f *proto.Launch, gen uint64) error {
 	timed := s.timer(f.Queue, plugin.OpLaunch, f.Kernel, 0)
 	// On an idle queue the reader runs the kernel itself, calling its body
 	// (no runner goroutine in between). The kernel is in the queue's order
-	// once it runs (the queue is busy), so from then on a standby may take
-	// over reading if it runs long: what it reads goes behind the kernel. A
-	// body that calls runtime.Goexit ends the reader: the queue fails with
+	// once it runs (the queue is busy). So from then on a standby may take
+	// over reading if it runs long. What it reads goes behind the kernel. A
+	// body that calls runtime.Goexit ends the reader. The queue fails with
 	// the kernel's error, and the reader's role goes to a new goroutine
 	// (session.read). Otherwise the queue's goroutine runs it, on a runner.
-	// If a standby took the role over, this goroutine ends after the
-	// kernel: it answers what was queued behind the kernel meanwhile (the
-	// host's sync mark) itself, rather than hand it to a new goroutine (a
-	// thread's wake-up, after a kernel long enough for the other threads
-	// to sleep), and only then kicks the reader (idle).
+	//
+	// If a standby took the role over, this goroutine ends after the kernel.
+	// First it answers what was queued behind the kernel meanwhile (the
+	// host's sync mark) itself. It does not hand it to a new goroutine. That
+	// would cost a thread's wake-up, after a kernel long enough for the other
+	// threads to sleep. Only then it kicks the reader (idle).
 	var exited error
 	idle := false
 	ran, err := q.RunHereExitDrain(func() error {
@@ -186,19 +187,19 @@ func (s *Session) launch(f *proto.Launch, gen uint64) error {
 	}
 	return q.DoTimed(func() error {
 		// This queue's goroutine may just have readied another queue's
-		// (a copy out of the kernel before this one, whose event it
-		// fired), which waits on this processor as the next to run: let
+		// goroutine. (That is a copy out of the kernel before this one, whose
+		// event it fired.) It waits on this processor as the next to run: let
 		// it run first. Once the kernel computes, it waits for another
-		// processor's thread to take it, and where the devices' kernels
-		// fill every core, for the kernel's end.
+		// processor's thread to take it. Where the devices' kernels fill
+		// every core, it waits for the kernel's end.
 		runtime.Gosched()
 		return call(func() error { return k.Launch(ctx, args, s.mem.Bytes) }, nil)
 	}, timed)
 }
 
-// forgetStops forgets the numbered launches of queue qid: its Sync mark
-// is answered, so they are done (or skipped), and the host will not ask
-// them to stop any more.
+// forgetStops forgets the numbered launches of queue qid. Its Sync mark is
+// answered, so they are done (or skipped). The host will not ask them to stop
+// any more.
 func (s *Session) forgetStops(qid uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -216,8 +217,8 @@ func (s *Session) name() string {
 	return fmt.Sprintf("%s device %d (pid %d)", s.kindName(), s.num, os.Getpid())
 }
 
-// kindName is the device's kind; a session made without one (by tests) is
-// a "remote" device.
+// kindName is the device's kind. A session made without one (by tests) is a
+// "remote" device.
 func (s *Session) kindName() string {
 	if s.Kind == "" {
 		return "remote"
@@ -225,7 +226,7 @@ func (s *Session) kindName() string {
 	return s.Kind
 }
 
-// launchServed enqueues a launch on the served device, in q's order; a
+// launchServed enqueues a launch on the served device, in q's order. A
 // numbered launch gets its own stop signal, as on the CPU device.
 func (s *Session) launchServed(q *opqueue.Queue, f *proto.Launch, k plugin.Kernel, args []plugin.Arg) error {
 	var sig *plugin.StopSignal
@@ -254,9 +255,8 @@ func (s *Session) servedDev() plugin.Device {
 	return s.srv.dev
 }
 
-// servedAddr is a proxied device's answer to an address request: the
-// served device's, where its kind resolves addresses
-// (plugin.AddrResolver).
+// servedAddr is a proxied device's answer to an address request. It is the
+// served device's, where its kind resolves addresses (plugin.AddrResolver).
 func (s *Session) servedAddr(p plugin.Ptr) (uintptr, error) {
 	r, ok := s.srv.dev.(plugin.AddrResolver)
 	if !ok {

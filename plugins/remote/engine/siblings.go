@@ -8,10 +8,10 @@ import (
 	"sync"
 )
 
-// Sessions of one process that serve devices of one host link to each
-// other inside the process when the host introduces them (Sibling): the
-// session has a token, which its Serve answer tells the host, and the
-// host tells each the other's.
+// Sessions of one process that serve devices of one host link to each other
+// inside the process. They do so when the host introduces them (Sibling). The
+// session has a token, which its Serve answer tells the host. The host tells
+// each the other's.
 
 // processToken tells the host which sessions share a process.
 var processToken = randomToken()
@@ -50,10 +50,10 @@ func (s *Session) unlist() {
 	}
 }
 
-// linkSibling links the session and the process's session token (the
-// host's device peer) with a link inside the process: their exchanges and
-// waits go over it, and exchanges straight between their served devices
-// where the kind can copy so (servedExchange).
+// linkSibling links the session and the process's session token (the host's
+// device peer) with a link inside the process. Their exchanges and waits go
+// over it. Exchanges go straight between their served devices where the kind
+// can copy so (servedExchange).
 func (s *Session) linkSibling(peer int, token uint64) {
 	siblings.Lock()
 	o := siblings.by[token]

@@ -11,22 +11,22 @@ import (
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
-// Timing the operations of tagged queues (plugin.Tracer), the way of
-// package optrace: the host tags a queue with a TTag frame that carries
-// the host's clock; the device times the queue's operations after it
-// where they run (optrace.Timed) and sends each as a TTimes record with
-// the clock readings the host needs to place it on its own clock (clock:
-// the kind's own part), where the device's optrace.Tracer reports it.
+// Timing the operations of tagged queues (plugin.Tracer), the way of package
+// optrace. The host tags a queue with a TTag frame that carries the host's
+// clock. The device times the queue's operations after it where they run
+// (optrace.Timed). It sends each as a TTimes record with the clock readings
+// the host needs. With them the host places it on its own clock (clock: the
+// kind's own part). There the device's optrace.Tracer reports it.
 
-// clockEpoch is where this process's clock readings (in TTag and TTimes
-// frames, and clock replies) count from: a monotonic clock, private to the
+// clockEpoch is where this process's clock readings count from, in TTag and
+// TTimes frames and clock replies. It is a monotonic clock, private to the
 // process.
 var clockEpoch = time.Now()
 
 // deviceClock is t on this process's clock, in nanoseconds.
 func deviceClock(t time.Time) int64 { return int64(t.Sub(clockEpoch)) }
 
-// qtag is a tagged queue's tag: who to say the operations are for, when the
+// qtag is a tagged queue's tag. It says who the operations are for, when the
 // host sent it (its clock) and when it came (ours).
 type qtag struct {
 	tag       uint64
@@ -48,9 +48,9 @@ func (s *Session) tag(f *proto.Tag) {
 	}
 }
 
-// timer returns what reports the times of an operation of kind (a launch
-// of kernel) enqueued on queue qid if the queue is tagged, or nil. The
-// reader calls it as it enqueues the operation.
+// timer returns what reports the times of an operation of kind (a launch of
+// kernel) enqueued on queue qid. It returns nil if the queue is not tagged.
+// The reader calls it as it enqueues the operation.
 func (s *Session) timer(qid uint32, kind plugin.OpKind, kernel uint32, bytes int64) func(start, end time.Time, err error) {
 	s.mu.Lock()
 	t := s.tags[qid]
@@ -62,8 +62,8 @@ func (s *Session) timer(qid uint32, kind plugin.OpKind, kernel uint32, bytes int
 	return optrace.Timed(o, timesTo{s, qid, kernel, t}, timesTo.send)
 }
 
-// timesTo is where a timed operation's times go: to the host, as a record
-// of queue's with kernel's index and the tag's clock readings.
+// timesTo is where a timed operation's times go: to the host. They go as a
+// record of queue's with kernel's index and the tag's clock readings.
 type timesTo struct {
 	s      *Session
 	queue  uint32
@@ -79,17 +79,18 @@ func (w timesTo) send(o plugin.OpTime) {
 }
 
 // clock places the device's clock readings on the host's: host = device +
-// off. Probes (TClock round trips) when tracing starts and every second
-// after, and every timed operation, prove bounds on off: the device read
-// its clock after the host sent the probe (and before the answer came), an
-// operation's tag came after the host sent it, and its record was sent
-// before it came. off is the lower bound: it only grows, so that a
-// device's operations keep their order and durations on the host's clock
-// (a queue's track never overlaps itself), and every operation shows after
-// its tag was sent and before its record came, inside its task's span. It
-// is early by at most the one-way latency of the best probe or record.
-// (Across machines whose clocks drift apart, the bound follows the device
-// clock that runs slower.)
+// off. Probes (TClock round trips) and timed operations prove bounds on off.
+// Probes are sent when tracing starts and every second after. The bounds rest
+// on three facts. The device read its clock after the host sent the probe,
+// and before the answer came. An operation's tag came after the host sent it.
+// Its record was sent before it came.
+//
+// off is the lower bound. It only grows, so that a device's operations keep
+// their order and durations on the host's clock. A queue's track never
+// overlaps itself. Every operation shows after its tag was sent and before
+// its record came, inside its task's span. It is early by at most the one-way
+// latency of the best probe or record. (Across machines whose clocks drift
+// apart, the bound follows the device clock that runs slower.)
 type clock struct {
 	mu      sync.Mutex
 	lo, hi  int64 // bounds on off the probes and records prove; lo is off
@@ -127,10 +128,10 @@ func (d *Device) probe() error {
 	return nil
 }
 
-// place returns r's start and end on the host's clock, with off first
-// raised to what r proves: r's tag came (got) after the host sent it (and
-// r's record, sent at devSent on the device's clock, came at now on the
-// host's, which bounds off from above).
+// place returns r's start and end on the host's clock, with off first raised
+// to what r proves. r's tag came (got) after the host sent it. r's record was
+// sent at devSent on the device's clock and came at now on the host's. That
+// bounds off from above.
 func (c *clock) place(r proto.OpRecord, devSent, now int64) (start, end time.Time) {
 	c.mu.Lock()
 	c.lo = max(c.lo, r.Sent-r.Got)
@@ -143,8 +144,8 @@ func (c *clock) place(r proto.OpRecord, devSent, now int64) (start, end time.Tim
 	return clockEpoch.Add(time.Duration(r.Start + off)), clockEpoch.Add(time.Duration(r.End + off))
 }
 
-// Trace makes the device report its tagged queues' operations to f, on
-// the host's clock (plugin.Tracer).
+// Trace makes the device report its tagged queues' operations to f, on the
+// host's clock (plugin.Tracer).
 func (d *Device) Trace(f func(plugin.OpTime)) {
 	if f != nil && d.probe() != nil {
 		return // a lost device: its operations fail, with nothing to time
@@ -190,7 +191,7 @@ func (d *Device) times(m *proto.Times) error {
 	return nil
 }
 
-// Tag tags the queue's next operations: the device times them
+// Tag tags the queue's next operations, and the device times them
 // (plugin.TaggedQueue). It does nothing unless the device is traced.
 func (q *queue) Tag(tag uint64) {
 	if q.tag == tag || (tag != 0 && !q.d.tr.On()) {
@@ -201,16 +202,16 @@ func (q *queue) Tag(tag uint64) {
 	}
 }
 
-// A proxied device whose served kind times its queues (plugin.Tracer)
-// reports the served device's own times: each timed operation goes to the
-// served queue tagged with an id of its own, and the served kind's report
-// of that id (its device's times, on this process's clock) is the one the
-// host gets. The served kind reports when its queue retires the
-// operation, so nothing waits for the served device per operation; a
-// queue's records go to the host in its order (servedTimers), at the
-// latest when a retrieve, a record or a sync mark drains the served
-// queue. A kind without a Tracer is timed here, as a CPU device is: each
-// timed operation then waits for the served device (servedTimer.sync).
+// A proxied device whose served kind times its queues (plugin.Tracer) reports
+// the served device's own times. Each timed operation goes to the served
+// queue tagged with an id of its own. The served kind's report of that id is
+// the one the host gets: its device's times, on this process's clock. The
+// served kind reports when its queue retires the operation. So nothing waits
+// for the served device per operation. A queue's records go to the host in
+// its order (servedTimers). They go at the latest when a retrieve, a record
+// or a sync mark drains the served queue. A kind without a Tracer is timed
+// here, as a CPU device is. Each timed operation then waits for the served
+// device (servedTimer.sync).
 
 // servedTimer times one operation of a tagged queue of a proxied device.
 // Its fields after here are under the session's servedTimers' mutex.
@@ -219,16 +220,16 @@ type servedTimer struct {
 	o    plugin.OpTime // as the host is told it: tag, kind, bytes
 	seq  uint64        // its place among its queue's timed operations
 	here func(start, end time.Time, err error)
-	// id tags the operation on the served queue; 0 where the served kind
-	// does not time its queues (then here reports it).
+	// id tags the operation on the served queue. It is 0 where the served
+	// kind does not time its queues; then here reports it.
 	id uint64
-	// parts is how many served operations carry id, and got how many the
-	// served kind reported, which merge into start, end and failed.
+	// parts is how many served operations carry id. got is how many of them
+	// the served kind reported. They merge into start, end and failed.
 	parts, got int
 	start, end time.Time
 	failed     bool
-	// The operation as the session's queue ran it: hs, he, herr; ended
-	// once it did. settled: the served queue was drained after it, so
+	// The operation as the session's queue ran it: hs, he, herr. ended is set
+	// once it did. settled says the served queue was drained after it, so
 	// every report of it came.
 	hs, he         time.Time
 	herr           bool
@@ -249,8 +250,8 @@ type servedTimers struct {
 }
 
 // servedTimer returns what times an operation of kind (a launch of kernel)
-// enqueued on queue qid of a proxied device, or nil if the queue is not
-// tagged. The reader calls it as it enqueues the operation.
+// enqueued on queue qid of a proxied device. It returns nil if the queue is
+// not tagged. The reader calls it as it enqueues the operation.
 func (s *Session) servedTimer(qid uint32, kind plugin.OpKind, kernel uint32, bytes int64) *servedTimer {
 	s.mu.Lock()
 	tg, ok := s.tags[qid]
@@ -275,8 +276,8 @@ func (s *Session) servedTimer(qid uint32, kind plugin.OpKind, kernel uint32, byt
 	return t
 }
 
-// traceServed makes the served kind time its queues, if it can: once,
-// before the first served queue is tagged (plugin.Tracer).
+// traceServed makes the served kind time its queues, if it can. It does so
+// once, before the first served queue is tagged (plugin.Tracer).
 func (s *Session) traceServed() {
 	ts := &s.srv.times
 	ts.once.Do(func() {
@@ -290,8 +291,8 @@ func (s *Session) traceServed() {
 	})
 }
 
-// timed is what the session's queue tells when the operation ran: nil if
-// it is not timed.
+// timed is what the session's queue tells when the operation ran. It is nil
+// if the operation is not timed.
 func (t *servedTimer) timed() func(start, end time.Time, err error) {
 	switch {
 	case t == nil:
@@ -302,12 +303,12 @@ func (t *servedTimer) timed() func(start, end time.Time, err error) {
 	return t.ran
 }
 
-// sync reports whether the operation waits for the served device: it is
-// timed here, and its time must be the served device's work.
+// sync reports whether the operation waits for the served device. It does if
+// it is timed here: its time must be the served device's work.
 func (t *servedTimer) sync() bool { return t != nil && t.id == 0 }
 
-// part returns the tag of a served operation of t's: t's id, counted
-// among its parts; 0 if t is not timed by the served kind.
+// part returns the tag of a served operation of t's: t's id, counted among
+// its parts. It returns 0 if t is not timed by the served kind.
 func (t *servedTimer) part() uint64 {
 	if t == nil || t.id == 0 {
 		return 0
@@ -319,8 +320,8 @@ func (t *servedTimer) part() uint64 {
 	return t.id
 }
 
-// unpart uncounts a part that failed to enqueue: the served kind does
-// not report it.
+// unpart uncounts a part that failed to enqueue. The served kind does not
+// report it.
 func (t *servedTimer) unpart() {
 	ts := &t.to.s.srv.times
 	ts.mu.Lock()
@@ -337,7 +338,7 @@ func (t *servedTimer) ran(start, end time.Time, err error) {
 	t.to.s.sendTimesLocked(t.to.queue)
 }
 
-// servedTimes is the served kind's report of an operation (plugin.Tracer):
+// servedTimes is the served kind's report of an operation (plugin.Tracer).
 // o.Tag is a servedTimer's id.
 func (s *Session) servedTimes(o plugin.OpTime) {
 	ts := &s.srv.times
@@ -358,10 +359,10 @@ func (s *Session) servedTimes(o plugin.OpTime) {
 	s.sendTimesLocked(t.to.queue)
 }
 
-// settleTimes is told that queue qid's served queue was drained: every
-// operation that ran before has been reported. Those made before the
-// queue's operation upto that never ran were skipped (a mark's upto: the
-// operations before it ran or were skipped); they are not timed.
+// settleTimes is told that queue qid's served queue was drained. Every
+// operation that ran before has been reported. Some made before the queue's
+// operation upto never ran. They were skipped and are not timed. (A mark's
+// upto: the operations before it ran or were skipped.)
 func (s *Session) settleTimes(qid uint32, upto uint64) {
 	ts := &s.srv.times
 	if !ts.on.Load() {
@@ -410,12 +411,12 @@ func (ts *servedTimers) forget(qid uint32) {
 	delete(ts.seq, qid)
 }
 
-// sendTimesLocked sends the host the records of queue qid's operations
-// that are ready, in its order, up to the first that is not: it has not
-// run, or the served kind has not reported all of it and the queue was
-// not drained since. A record holds the served kind's times where it
-// reported the operation, else the session's. Under the timers' mutex,
-// which keeps a queue's records in order.
+// sendTimesLocked sends the host the records of queue qid's operations that
+// are ready, in its order. It stops at the first that is not. That one has
+// not run, or the served kind has not reported all of it and the queue was
+// not drained since. A record holds the served kind's times where it reported
+// the operation, else the session's. It runs under the timers' mutex, which
+// keeps a queue's records in order.
 func (s *Session) sendTimesLocked(qid uint32) {
 	ts := &s.srv.times
 	q := ts.fifo[qid]

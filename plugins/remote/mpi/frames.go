@@ -1,27 +1,26 @@
-// Package mpi is the transport of an MPI job's links (built with -tags
-// mpi; the layout of frames on MPI messages is here in every build, for
-// its tests). World is this process's part of the job: its ranks, and its
-// links to other ranks by tag, each a transport.Transport (Link) that can
-// try writes and reads ahead (transport.TryWriter, transport.Buffered).
-// Raw is the raw MPI baseline of the bench.
+// Package mpi is the transport of an MPI job's links, built with -tags mpi.
+// The layout of frames on MPI messages is here in every build, for its tests.
+// World is this process's part of the job: its ranks, and its links to other
+// ranks by tag. Each link is a transport.Transport (Link) that can try writes
+// and read ahead (transport.TryWriter, transport.Buffered). Raw is the raw
+// MPI baseline of the bench.
 //
 // Each link is a pair of ranks. Control frames travel as messages of the
-// link's control tag, each message
-// one or more whole frames, in the socket transport's framing. A data
-// fragment of at most proto.MaxInline bytes is a frame like any other; a
-// larger one (up to fragment bytes: fewer, larger messages cost MPI less
-// than the socket transport's fragments would) is its frame's header alone
-// on the control tag, with no payload and the payload's length in Size,
-// followed by the payload as one message on the link's data tag, received
-// straight into the transfer's memory. MPI keeps the order of messages with
-// the same sender and tag, so the k-th such header goes with the k-th data
-// message.
+// link's control tag. Each message is one or more whole frames, in the socket
+// transport's framing. A data fragment of at most proto.MaxInline bytes is a
+// frame like any other. A larger one goes in two parts. First comes its
+// frame's header alone on the control tag, with no payload and the payload's
+// length in Size. Then comes the payload as one message on the link's data
+// tag, received straight into the transfer's memory. Such a fragment may be
+// up to fragment bytes: fewer, larger messages cost MPI less than the socket
+// transport's fragments would. MPI keeps the order of messages with the same
+// sender and tag. So the k-th such header goes with the k-th data message.
 //
-// A device rank serves host sessions (a device opened, used and closed),
-// several at once if the host opens it again before closing it. The host
-// announces each session on the open tag, with its number in a hello frame,
-// and ends the rank's service with an exit frame there; a session's frames
-// use tags of their own, so that they wait inside MPI until the device rank
+// A device rank serves host sessions (a device opened, used and closed). It
+// serves several at once if the host opens it again before closing it. The
+// host announces each session on the open tag, with its number in a hello
+// frame. It ends the rank's service with an exit frame there. A session's
+// frames use tags of their own. So they wait inside MPI until the device rank
 // has read the announcement. Links between two device ranks in the same
 // session use that session's peer tags.
 package mpi
@@ -34,12 +33,13 @@ import (
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
-// TagOpen is the tag the host announces sessions on, and ends a device
-// rank's service with an exit frame.
+// TagOpen is the tag the host announces sessions on. The host ends a device
+// rank's service with an exit frame on it.
 const TagOpen = 3
 
-// SessionTags are session gen's tags: control and data between host and
-// device, control and data between devices (MPI promises tags up to 32767).
+// SessionTags are session gen's tags. They are control and data between host
+// and device, and control and data between devices. (MPI promises tags up to
+// 32767.)
 func SessionTags(gen int) (ctrl, data, peerCtrl, peerData int) {
 	g := 16 + 4*(gen%8000)
 	return g, g + 1, g + 2, g + 3
@@ -49,7 +49,7 @@ func SessionTags(gen int) (ctrl, data, peerCtrl, peerData int) {
 const fragment = 8 << 20
 
 // appendData appends what carries data fragment off of transfer id on the
-// control tag, and says whether data goes as a message of its own.
+// control tag. It says whether data goes as a message of its own.
 func appendData(b []byte, id uint64, off int, data []byte) ([]byte, bool) {
 	m := proto.Msg{Type: proto.TData, ID: id, Ptr: uint64(off)}
 	if len(data) <= proto.MaxInline {
@@ -64,8 +64,8 @@ func outOfBand(m *proto.Msg) bool {
 	return m.Type == proto.TData && m.Payload == nil
 }
 
-// parseFrame decodes the frame at the start of b, a control message's
-// rest: m, and how many bytes of b it took. An inline payload aliases b.
+// parseFrame decodes the frame at the start of b, a control message's rest.
+// It returns m, and how many bytes of b it took. An inline payload aliases b.
 func parseFrame(b []byte) (*proto.Msg, int, error) {
 	if len(b) < 4 {
 		return nil, 0, fmt.Errorf("%w: %d bytes left in a message, want a length word", proto.ErrFrame, len(b))
@@ -95,8 +95,9 @@ func parseFrame(b []byte) (*proto.Msg, int, error) {
 	return m, 4 + n, nil
 }
 
-// Ranks maps device numbers to ranks and back: every rank but the host's
-// is a device, numbered in rank order from base (the number of the first).
+// Ranks maps device numbers to ranks and back. Every rank but the host's is a
+// device. Devices are numbered in rank order from base, the number of the
+// first.
 type Ranks struct {
 	Host, Size, Base int
 }

@@ -47,14 +47,13 @@ func (t *Link) push(r *cmpi.Req) {
 	}
 }
 
-// next waits for the next control message. It does not poll MPI itself
-// while it waits: the progress goroutine does, and hands it each message.
-// (Tried, with the reader taking the engine's poller role as Req.Wait
-// does: a synchronous launch took 20–30 µs instead of 14, with three to
-// four times the context switches — on a machine with fewer cores than
-// processes that want to spin, the poller that must give way is the one
-// that just got its message, and the progress goroutine's naps then
-// preempt it.)
+// next waits for the next control message. It does not poll MPI itself while
+// it waits. The progress goroutine does, and hands it each message. (This was
+// tried, with the reader taking the engine's poller role as Req.Wait does. A
+// synchronous launch took 20–30 µs instead of 14, with three to four times
+// the context switches. Some machines have fewer cores than processes that
+// want to spin. There the poller that must give way is the one that just got
+// its message. The progress goroutine's naps then preempt it.)
 func (t *Link) next() ([]byte, error) {
 	for {
 		if t.queued.Load() > 0 {
@@ -87,8 +86,8 @@ func (t *Link) wrap(err error) error {
 	return nil
 }
 
-// Buffered reports whether the next ReadMsg returns without waiting: the
-// rest of a message is left, or another has come.
+// Buffered reports whether the next ReadMsg returns without waiting. It does
+// if the rest of a message is left, or another has come.
 func (t *Link) Buffered() bool { return len(t.cur) > 0 || t.queued.Load() > 0 }
 
 // ReadMsg reads the next frame (transport.Transport).
@@ -109,8 +108,8 @@ func (t *Link) ReadMsg() (*proto.Msg, error) {
 	return m, nil
 }
 
-// ReadPayload reads m's payload into dst: from its control message, or
-// from the data message that follows a large fragment's header.
+// ReadPayload reads m's payload into dst. It reads it from its control
+// message, or from the data message that follows a large fragment's header.
 func (t *Link) ReadPayload(m *proto.Msg, dst []byte) error {
 	if len(dst) != m.PayloadLen {
 		return fmt.Errorf("%w: payload of %d bytes into %d", proto.ErrFrame, m.PayloadLen, len(dst))
@@ -141,10 +140,10 @@ func (t *Link) WriteFrames(frames []byte) error {
 	return t.wrap(t.w.e.Send(t.rank, t.ctrl, frames).Wait(t.closed))
 }
 
-// TryWriteFrames sends frames in one message if this goroutine can make
-// the MPI call now (mpi.Engine.TrySend), from a copy, as the link may
-// reuse frames once it returns; the send completes later. It returns 0 if
-// it cannot: the link's writer sends them.
+// TryWriteFrames sends frames in one message if this goroutine can make the
+// MPI call now (mpi.Engine.TrySend). It sends from a copy, as the link may
+// reuse frames once it returns. The send completes later. It returns 0 if it
+// cannot; the link's writer then sends them.
 func (t *Link) TryWriteFrames(frames []byte) (int, error) {
 	if err := t.reap(); err != nil {
 		return 0, err
@@ -162,8 +161,8 @@ func (t *Link) TryWriteFrames(frames []byte) (int, error) {
 	return len(frames), t.wrap(r.Wait(nil))
 }
 
-// reap forgets the sends of TryWriteFrames that completed, and returns
-// the first error among them.
+// reap forgets the sends of TryWriteFrames that completed. It returns the
+// first error among them.
 func (t *Link) reap() error {
 	t.smu.Lock()
 	defer t.smu.Unlock()
@@ -182,8 +181,8 @@ func (t *Link) reap() error {
 	return err
 }
 
-// WriteData sends a data fragment: inline in a control message, or its
-// header there and its payload as a message on the data tag.
+// WriteData sends a data fragment. It goes inline in a control message. Or
+// its header goes there and its payload as a message on the data tag.
 func (t *Link) WriteData(id uint64, off int, data []byte) error {
 	var oob bool
 	t.hdr, oob = appendData(t.hdr[:0], id, off, data)

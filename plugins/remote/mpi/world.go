@@ -13,8 +13,8 @@ import (
 	"github.com/goffload/offload/plugins/remote/transport"
 )
 
-// The tags of raw MPI baselines for benchmarks (Raw): the host's request
-// to a device rank, and the exchange itself.
+// These are the tags of raw MPI baselines for benchmarks (Raw). One is for
+// the host's request to a device rank, and one for the exchange itself.
 const (
 	tagBench   = 4
 	tagRawData = 5
@@ -79,7 +79,7 @@ func (w *World) Ranks() Ranks { return w.ranks }
 // IsHost reports whether this process is the host rank.
 func (w *World) IsHost() bool { return w.e.Rank() == w.ranks.Host }
 
-// Post sends b to rank on tag, and returns the wait for the send: it
+// Post sends b to rank on tag, and returns the wait for the send. The wait
 // returns once the send completed, or with an error once done is closed.
 func (w *World) Post(rank, tag int, b []byte) (wait func(done <-chan struct{}) error) {
 	return w.e.Send(rank, tag, b).Wait
@@ -126,8 +126,7 @@ func (w *World) listenTagLocked(tag, n int) {
 	}
 }
 
-// Drop closes t and forgets it: messages for it that come later are
-// dropped.
+// Drop closes t and forgets it. Messages for it that come later are dropped.
 func (w *World) Drop(t *Link) {
 	t.Close()
 	w.mu.Lock()
@@ -139,9 +138,9 @@ func (w *World) Drop(t *Link) {
 	}
 }
 
-// Accept has links begun by other device ranks on control tag ctrl (and
-// data tag data) handed to f, on a goroutine of their own, with the rank
-// that began them: a device rank's peers within a session.
+// Accept hands f the links that other device ranks begin on control tag ctrl
+// (and data tag data). Each goes on a goroutine of its own, with the rank
+// that began it. These are a device rank's peers within a session.
 func (w *World) Accept(ctrl, data int, f func(src int, l *Link)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -149,8 +148,8 @@ func (w *World) Accept(ctrl, data int, f func(src int, l *Link)) {
 	w.listenTagLocked(ctrl, 1)
 }
 
-// Unaccept ends Accept's for ctrl and returns the links on that tag,
-// for the caller to drop.
+// Unaccept ends Accept's for ctrl. It returns the links on that tag, for the
+// caller to drop.
 func (w *World) Unaccept(ctrl int) []*Link {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -165,8 +164,8 @@ func (w *World) Unaccept(ctrl int) []*Link {
 	return links
 }
 
-// deliver hands a control message to its link (on MPI's progress
-// goroutine: it must not block). A device's first message from another
+// deliver hands a control message to its link. It runs on MPI's progress
+// goroutine, so it must not block. A device's first message from another
 // device rank starts their peer link.
 func (w *World) deliver(r *cmpi.Req) {
 	w.mu.Lock()
@@ -219,10 +218,10 @@ func (w *World) ServeRaw() (stop func()) {
 	return func() { w.Drop(t) }
 }
 
-// Raw runs a raw MPI baseline between the host rank and device rank i
-// (counting device ranks only, in rank order): n rounds of a ping-pong
-// of size bytes, or with stream size bytes to the device and one byte
-// back, with blocking MPI_Send and MPI_Recv on both sides and nothing of
+// Raw runs a raw MPI baseline between the host rank and device rank i. (i
+// counts device ranks only, in rank order.) It runs n rounds of a ping-pong
+// of size bytes. With stream, it sends size bytes to the device and one byte
+// back. Both sides use blocking MPI_Send and MPI_Recv, with nothing of
 // goffload in between. The bench measures the transport against it.
 func Raw(i, n, size int, stream bool) error {
 	w := world.w.Load()

@@ -10,11 +10,11 @@ import (
 	"github.com/goffload/offload/plugin"
 )
 
-// AppendArgs encodes a launch's arguments for kernel k: each scalar as its
-// fields in order, little-endian, with no padding (bool as one byte, int and
-// uint as 8 bytes, complex as two floats), each slice as address and length
-// (8 bytes each). The encoding does not depend on the architecture.
-// The arguments are checked first (plugin.CheckArgs).
+// AppendArgs encodes a launch's arguments for kernel k. Each scalar goes as
+// its fields in order, little-endian, with no padding. bool is one byte, int
+// and uint are 8 bytes, and complex is two floats. Each slice goes as address
+// and length (8 bytes each). The encoding does not depend on the
+// architecture. The arguments are checked first (plugin.CheckArgs).
 func AppendArgs(b []byte, k plugin.Kernel, args []plugin.Arg) ([]byte, error) {
 	if err := plugin.CheckArgs(k, args); err != nil {
 		return nil, err

@@ -4,18 +4,18 @@ import (
 	"fmt"
 )
 
-// Typed frames: one Go type per message, with its fields named for what
-// they hold. A typed frame travels in the envelope Msg (the header the
-// package doc draws); which of the envelope's fields each type uses is
-// written beside its fields. Engines build frames with Encode and read
-// them with As, which checks the type and every field the type constrains
-// (sizes, payload lengths), so a handler sees only frames that make sense.
+// Typed frames: one Go type per message, with its fields named for what they
+// hold. A typed frame travels in the envelope Msg, the header the package doc
+// draws. Which of the envelope's fields each type uses is written beside its
+// fields. Engines build frames with Encode and read them with As. As checks
+// the type and every field the type constrains (sizes, payload lengths). So a
+// handler sees only frames that make sense.
 //
-// Versions before 6 overloaded the envelope: ptr2 said how a submit's data
-// came, whether an alloc or free was answered and whether a wait was on a
-// peer's event; kernel held a peer device; an exchange and an event meant
-// one thing from the host and another from a peer. Each of those is its own
-// type now.
+// Versions before 6 overloaded the envelope. ptr2 said how a submit's data
+// came, whether an alloc or free was answered, and whether a wait was on a
+// peer's event. kernel held a peer device. An exchange and an event meant one
+// thing from the host and another from a peer. Each of those is its own type
+// now.
 
 // Frame is a typed frame.
 type Frame interface {
@@ -34,8 +34,8 @@ func Encode(f Frame) *Msg {
 	return m
 }
 
-// As reads m as a frame of type T: an error wrapping ErrFrame if m is of
-// another type or breaks T's rules.
+// As reads m as a frame of type T. It returns an error wrapping ErrFrame if m
+// is of another type or breaks T's rules.
 func As[T any, P interface {
 	*T
 	Frame
@@ -51,8 +51,8 @@ func As[T any, P interface {
 	return f, nil
 }
 
-// Parse reads m as the typed frame its type says (a pointer: *Launch for
-// a TLaunch), checked as As checks it.
+// Parse reads m as the typed frame its type says, checked as As checks it.
+// The frame is a pointer: *Launch for a TLaunch.
 func Parse(m *Msg) (Frame, error) {
 	if m.Type == 0 || m.Type >= tMax {
 		return nil, fmt.Errorf("%w: unknown type %d", ErrFrame, uint8(m.Type))
@@ -137,16 +137,16 @@ func wholePayload(m *Msg) error {
 	return nil
 }
 
-// Status is an outcome carried by an answer: Code 0 is success; otherwise
-// Code classifies the error and Text says it. (A Reply's or Hello's Text
-// is its content when Code is 0.)
+// Status is an outcome carried by an answer. Code 0 is success. Otherwise
+// Code classifies the error and Text says it. (A Reply's or Hello's Text is
+// its content when Code is 0.)
 type Status struct {
 	Code uint8
 	Text string
 }
 
-// Hello (↔) opens a session: Text is magic, version and image digest; Num
-// (→d) the device's number. A refusal carries Code and the reason in Text.
+// Hello (↔) opens a session. Text is magic, version and image digest. Num
+// (→d) is the device's number. A refusal carries Code and the reason in Text.
 type Hello struct {
 	Num uint32 // kernel
 	Status
@@ -178,8 +178,8 @@ type Free struct{ Ptr uint64 }
 type Info struct{ Req uint64 }
 
 // Addr (→d) asks for the address, in the device's process, of the byte at
-// Ptr: a Reply with it in Value, or an error if Ptr is not inside a live
-// allocation (an allocation's end is inside it).
+// Ptr. The answer is a Reply with it in Value. It is an error if Ptr is not
+// inside a live allocation; an allocation's end is inside it.
 type Addr struct {
 	Req uint64 // id
 	Ptr uint64 // ptr
@@ -189,19 +189,19 @@ type Addr struct {
 type Clock struct{ Req uint64 }
 
 // Serve (→d, before hello) picks device Index of those the process serves
-// (its GOFFLOAD_DEVICES) for the session: a Reply whose Value is how many
-// it serves and whose Text is the JSON of the one picked ({"Name", and
-// "Token", the session's number in its process, for Sibling}). A process
-// that serves its own CPUs serves one. An index past the last is refused.
+// (its GOFFLOAD_DEVICES) for the session. The answer is a Reply whose Value
+// is how many it serves. Its Text is the JSON of the one picked: {"Name", and
+// "Token", the session's number in its process, for Sibling}. A process that
+// serves its own CPUs serves one. An index past the last is refused.
 type Serve struct {
 	Req   uint64 // id
 	Index uint32 // queue
 }
 
-// Sibling (→d) says that device Peer of the host is another session of
-// the same device process, the one whose Serve answer gave Token: the two
-// link to each other inside the process, so that their exchanges and
-// waits never leave it. No answer.
+// Sibling (→d) says that device Peer of the host is another session of the
+// same device process. It is the one whose Serve answer gave Token. The two
+// link to each other inside the process, so that their exchanges and waits
+// never leave it. No answer.
 type Sibling struct {
 	Peer  uint32 // queue
 	Token uint64 // id
@@ -218,9 +218,8 @@ type Submit struct {
 	Data  []byte // payload; size is its length
 }
 
-// SubmitPulled (→d) copies Size bytes to Dst in Queue's order: when the
-// queue reaches it the device sends Pull, and the data comes as transfer
-// Xfer.
+// SubmitPulled (→d) copies Size bytes to Dst in Queue's order. When the queue
+// reaches it, the device sends Pull. The data comes as transfer Xfer.
 type SubmitPulled struct {
 	Queue uint32
 	Xfer  uint64 // id
@@ -253,7 +252,7 @@ type Data struct {
 }
 
 // Retrieve (→d) sends Size bytes at Src to the host as transfer Xfer, in
-// Queue's order; the host acknowledges it with XferDone.
+// Queue's order. The host acknowledges it with XferDone.
 type Retrieve struct {
 	Queue uint32
 	Xfer  uint64 // id
@@ -261,16 +260,17 @@ type Retrieve struct {
 	Size  uint64
 }
 
-// XferDone says transfer Xfer is in place: →d, a retrieve's data reached
-// host memory; between peers, a PeerPut's data is in the receiver's
-// memory (or, with Code set, could not be put there).
+// XferDone says transfer Xfer is in place. Sent →d, it says a retrieve's
+// data reached host memory. Between peers, it says a PeerPut's data is in
+// the receiver's memory. With Code set, it says the data could not be put
+// there.
 type XferDone struct {
 	Xfer uint64 // id
 	Status
 }
 
 // Exchange (→d) copies Size bytes from Src on this device to Dst on device
-// Peer (which may be this device), in Queue's order.
+// Peer, in Queue's order. Peer may be this device.
 type Exchange struct {
 	Queue uint32
 	Src   uint64 // ptr
@@ -279,8 +279,8 @@ type Exchange struct {
 	Peer  uint32 // kernel
 }
 
-// PeerPut (between peers) says Size bytes for Dst follow as transfer Xfer;
-// the receiver answers XferDone once they are in place.
+// PeerPut (between peers) says Size bytes for Dst follow as transfer Xfer.
+// The receiver answers XferDone once they are in place.
 type PeerPut struct {
 	Xfer uint64 // id
 	Dst  uint64 // ptr2
@@ -317,8 +317,8 @@ type Wait struct {
 	Event uint64 // id
 }
 
-// WaitPeer (→d) makes Queue wait until device Peer says (PeerEvent) that
-// the event behind wait Wait fired; the host asked Peer with Notify.
+// WaitPeer (→d) makes Queue wait until device Peer says (PeerEvent) that the
+// event behind wait Wait fired. The host asked Peer with Notify.
 type WaitPeer struct {
 	Queue uint32
 	Peer  uint32 // kernel
@@ -381,8 +381,8 @@ type Tag struct {
 	HostClock uint64 // ptr
 }
 
-// Times (→h) carries timed operations of Queue (AppendTimes); DevClock is
-// the device's clock when it was sent.
+// Times (→h) carries timed operations of Queue (AppendTimes). DevClock is the
+// device's clock when it was sent.
 type Times struct {
 	Queue    uint32
 	DevClock uint64 // ptr
@@ -397,7 +397,8 @@ type Cancel struct{}
 type Announce struct{ Gen uint64 }
 
 // RawBench (MPI, host rank → a device rank) runs N raw round trips of Size
-// bytes (Stream: one way) between the two ranks, for the bench's baseline.
+// bytes between the two ranks. With Stream they go one way. It is for the
+// bench's baseline.
 type RawBench struct {
 	N, Size uint64
 	Stream  bool

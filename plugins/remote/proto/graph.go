@@ -5,12 +5,12 @@ import (
 	"fmt"
 )
 
-// Recorded task graphs on device processes: a device's part of a graph
-// (its operations on lanes, its waits on other devices' signals, its
-// signals to them) is defined once with GraphDef frames and run with one
-// GraphRun a replay; the devices tell each other of their signals with
-// PeerSignal frames on their peer links, and the host hears of a run once,
-// as the Event its GraphRun names.
+// Recorded task graphs on device processes: a device's part of a graph is
+// defined once with GraphDef frames. The part is its operations on lanes, its
+// waits on other devices' signals, and its signals to them. Each replay runs
+// it with one GraphRun. The devices tell each other of their signals with
+// PeerSignal frames on their peer links. The host hears of a run once, as the
+// Event its GraphRun names.
 
 // GraphDef (→d) adds Ops (EncodeGraphOps) to graph Graph, whose part runs
 // on Lanes queues of its own. A part too large for one frame comes in
@@ -22,16 +22,15 @@ type GraphDef struct {
 }
 
 // GraphSet (→d) changes the arguments of graph Graph's launches
-// (EncodeGraphArgs) for its later runs; it comes between runs.
+// (EncodeGraphArgs) for its later runs. It comes between runs.
 type GraphSet struct {
 	Graph uint64 // id
 	Args  []byte // payload
 }
 
-// GraphRun (→d) runs graph Graph as its run Gen, with the launches'
-// arguments changed as Args says (EncodeGraphArgs) from then on; the
-// device sends Event once every lane of the run is done, with the first
-// error of any.
+// GraphRun (→d) runs graph Graph as its run Gen. From then on the launches'
+// arguments are changed as Args says (EncodeGraphArgs). The device sends
+// Event once every lane of the run is done, with the first error of any.
 type GraphRun struct {
 	Graph uint64 // id
 	Gen   uint64 // ptr
@@ -142,8 +141,8 @@ type GraphOp struct {
 	To     []uint32
 }
 
-// AppendGraphOp encodes op at the end of b: its kind, lane and the fields
-// the kind uses, little-endian.
+// AppendGraphOp encodes op at the end of b: its kind, lane and the fields the
+// kind uses, little-endian.
 func AppendGraphOp(b []byte, op *GraphOp) []byte {
 	le := binary.LittleEndian
 	b = append(b, op.Op)
@@ -219,8 +218,8 @@ func DecodeGraphOps(b []byte, lanes int) ([]GraphOp, error) {
 	return ops, nil
 }
 
-// GraphArgs is a launch's new arguments: operation Op of the part (its
-// index among all the part's operations).
+// GraphArgs is a launch's new arguments. Op is the operation of the part, its
+// index among all the part's operations.
 type GraphArgs struct {
 	Op   uint32
 	Args []byte
@@ -250,8 +249,8 @@ func DecodeGraphArgs(b []byte) ([]GraphArgs, error) {
 	return out, nil
 }
 
-// reader reads little-endian fields off b; the first shortfall is err,
-// and the reads after it give zeros.
+// reader reads little-endian fields off b. The first shortfall is err, and
+// the reads after it give zeros.
 type reader struct {
 	b   []byte
 	err error

@@ -1,7 +1,7 @@
 // Package proto is the wire protocol between a goffload host and its remote
 // device processes: framed, binary, little-endian, versioned. It holds plain
-// encoding and decoding with no I/O policy, so it can be tested and fuzzed
-// on bytes.
+// encoding and decoding with no I/O policy, so it can be tested and fuzzed on
+// bytes.
 //
 // A frame is an envelope, the same for every type:
 //
@@ -17,9 +17,9 @@
 //	uint32 nt     length of text, then nt bytes of text
 //	…             payload: the rest of the frame
 //
-// Engines do not read the envelope's fields: each message has a typed frame
+// Engines do not read the envelope's fields. Each message has a typed frame
 // (frames.go) whose fields are named for what they hold and say where they
-// travel; Encode and As convert, and As checks what the type constrains.
+// travel. Encode and As convert, and As checks what the type constrains.
 //
 // Every length read from the wire is checked against the frame's own length
 // and the limits below before anything is allocated.
@@ -43,11 +43,11 @@ const Magic = "GOFFLOAD"
 const (
 	HeaderSize = 1 + 4 + 8 + 8 + 8 + 8 + 4 + 1 + 4 // after the length word
 	MaxText    = 64 << 10
-	// Fragment is the payload size of a transfer fragment; MaxFrame leaves
+	// Fragment is the payload size of a transfer fragment. MaxFrame leaves
 	// room for a header and text around it.
 	Fragment = 1 << 20
 	MaxFrame = Fragment + HeaderSize + MaxText
-	// MaxInline is the largest submit sent inside its request; larger ones
+	// MaxInline is the largest submit sent inside its request. Larger ones
 	// are pulled by the device in fragments when their turn comes.
 	MaxInline = 64 << 10
 )
@@ -118,9 +118,9 @@ func (t Type) String() string {
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
 
-// Msg is a decoded frame header; Payload is set by Decode and AppendFrame
-// users for small payloads, while stream readers read large payloads
-// themselves (PayloadLen bytes follow the header on the stream).
+// Msg is a decoded frame header. Decode sets Payload, and AppendFrame users
+// set it for small payloads. Stream readers read large payloads themselves:
+// PayloadLen bytes follow the header on the stream.
 type Msg struct {
 	Type       Type
 	Queue      uint32
@@ -146,8 +146,8 @@ func AppendFrame(b []byte, m *Msg, payload []byte) []byte {
 	return append(b, payload...)
 }
 
-// AppendHeader appends the frame's header (after the length word) without
-// the payload, for writers that send the payload from its own memory.
+// AppendHeader appends the frame's header (after the length word) without the
+// payload. It is for writers that send the payload from its own memory.
 func AppendHeader(b []byte, m *Msg, payloadLen int) []byte {
 	b = append(b, byte(m.Type))
 	b = binary.LittleEndian.AppendUint32(b, m.Queue)
@@ -166,9 +166,9 @@ func AppendHeader(b []byte, m *Msg, payloadLen int) []byte {
 func FrameLen(m *Msg, payloadLen int) int { return HeaderSize + len(m.Text) + payloadLen }
 
 // ParseHeader decodes a frame's header from body, the n bytes after the
-// length word (at least the header and text; the payload may follow or be
-// left on the stream). n is the length word. It sets PayloadLen and, if body
-// holds it, Payload (aliasing body).
+// length word. body holds at least the header and text; the payload may
+// follow or be left on the stream. n is the length word. It sets PayloadLen
+// and, if body holds it, Payload (aliasing body).
 func ParseHeader(body []byte, n int) (*Msg, error) {
 	if n < HeaderSize || n > MaxFrame {
 		return nil, fmt.Errorf("%w: length %d outside [%d, %d]", ErrFrame, n, HeaderSize, MaxFrame)
@@ -224,8 +224,8 @@ func Decode(b []byte) (*Msg, int, error) {
 }
 
 // Reader reads frames from a stream. Payloads up to small are read into an
-// internal buffer (valid until the next ReadMsg); larger payloads are left on
-// the stream for the caller to read with ReadPayload, straight into its own
+// internal buffer, valid until the next ReadMsg. Larger payloads are left on
+// the stream. The caller reads them with ReadPayload, straight into its own
 // memory.
 type Reader struct {
 	r   io.Reader
@@ -238,9 +238,9 @@ func NewReader(r io.Reader) *Reader {
 	return &Reader{r: r, hdr: make([]byte, 4+HeaderSize+MaxText)}
 }
 
-// ReadMsg reads the next frame's header. If the payload is at most
-// MaxInline it is read too and set in m.Payload; otherwise m.Payload is nil
-// and the caller must call ReadPayload (or Discard) before the next ReadMsg.
+// ReadMsg reads the next frame's header. If the payload is at most MaxInline,
+// it is read too and set in m.Payload. Otherwise m.Payload is nil. The caller
+// must then call ReadPayload (or Discard) before the next ReadMsg.
 func (r *Reader) ReadMsg() (*Msg, error) {
 	if _, err := io.ReadFull(r.r, r.hdr[:4]); err != nil {
 		return nil, err

@@ -8,11 +8,11 @@ import (
 	"github.com/goffload/offload/plugin"
 )
 
-// Errors cross a link as a Status: a code for the sentinel they wrap and
-// their text. A kernel's panic crosses a link as the error's text followed by panicMark
-// and the panic's fields in JSON, so the other side rebuilds the
-// *plugin.KernelPanic (errors.As finds it there as on a host device) and
-// shows the same text.
+// Errors cross a link as a Status: a code for the sentinel they wrap, and
+// their text. A kernel's panic crosses a link as the error's text followed by
+// panicMark and the panic's fields in JSON. So the other side rebuilds the
+// *plugin.KernelPanic and shows the same text. errors.As finds it there as on
+// a host device.
 const panicMark = "\x00goffload-kernel-panic\x00"
 
 // wirePanic is what crosses of a *plugin.KernelPanic.
@@ -25,9 +25,9 @@ type wirePanic struct {
 	Stack  string `json:"stack,omitempty"`
 }
 
-// errText is err's text for the wire: its Error, and the fields of the
-// kernel panic it wraps, if any, all within MaxText (the stack, then
-// the value, are cut to fit; the text alone is sent if nothing fits).
+// errText is err's text for the wire: its Error, and the fields of the kernel
+// panic it wraps, if any. All of it is within MaxText. The stack, then the
+// value, are cut to fit. The text alone is sent if nothing fits.
 func errText(err error) string {
 	text := err.Error()
 	if len(text) > MaxText {
@@ -57,8 +57,8 @@ func errText(err error) string {
 	}
 }
 
-// splitPanic takes the kernel panic's fields off a text from the wire: the
-// error's own text, and the panic (nil if the text carries none).
+// splitPanic takes the kernel panic's fields off a text from the wire. It
+// returns the error's own text, and the panic (nil if the text carries none).
 func splitPanic(text string) (string, *plugin.KernelPanic) {
 	i := strings.Index(text, panicMark)
 	if i < 0 {
@@ -126,9 +126,9 @@ func decodeErr(code uint8, text string) error {
 	return &wireError{text: text, cause: cause}
 }
 
-// StatusOf is err as a frame carries it: a code for the sentinel it
-// wraps (errors.Is finds it on the other side), and its text with the
-// fields of the kernel panic it wraps, if any.
+// StatusOf is err as a frame carries it. Its code is for the sentinel it
+// wraps, which errors.Is finds on the other side. Its text has the fields of
+// the kernel panic it wraps, if any.
 func StatusOf(err error) Status {
 	if err == nil {
 		return Status{}
@@ -136,12 +136,12 @@ func StatusOf(err error) Status {
 	return Status{Code: errCode(err), Text: errText(err)} // Text: at most proto.MaxText
 }
 
-// Err is the error st carries, or nil: it wraps the sentinel st's code
-// names, and a *plugin.KernelPanic when the text carries one.
+// Err is the error st carries, or nil. It wraps the sentinel st's code names,
+// and a *plugin.KernelPanic when the text carries one.
 func (st Status) Err() error { return decodeErr(st.Code, st.Text) }
 
-// ErrMismatch is wrapped when a host and a device process run different code
-// (kernel tables or protocol versions differ); they are refused at hello.
+// ErrMismatch is wrapped when a host and a device process run different code:
+// their kernel tables or protocol versions differ. They are refused at hello.
 var ErrMismatch = errors.New("host and device do not match")
 
 // ErrAuth is wrapped when a host and a TCP device do not share the secret.

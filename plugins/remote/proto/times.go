@@ -6,10 +6,10 @@ import (
 )
 
 // OpRecord is one timed operation of a tagged queue, as a TTimes frame
-// carries it. Times are nanoseconds of the device's clock, except Sent,
-// which is the host's clock as the TTag frame carried it: the host aligns
-// the two clocks with them (the device got the tag after the host sent it,
-// and the operation ran after that).
+// carries it. Times are nanoseconds of the device's clock, except Sent. Sent
+// is the host's clock as the TTag frame carried it. The host aligns the two
+// clocks with them. The device got the tag after the host sent it, and the
+// operation ran after that.
 type OpRecord struct {
 	Tag    uint64
 	Sent   int64 // host clock: when the tag was sent
@@ -40,8 +40,8 @@ func AppendTimes(b []byte, r OpRecord) []byte {
 	return append(b, r.Kind, failed)
 }
 
-// ParseTimes decodes a TTimes payload: whole records, each with its end no
-// earlier than its start, and a known kind (1 to maxKind).
+// ParseTimes decodes a TTimes payload. It takes whole records, each with its
+// end no earlier than its start, and a known kind (1 to maxKind).
 func ParseTimes(p []byte, maxKind uint8) ([]OpRecord, error) {
 	if len(p)%RecordSize != 0 {
 		return nil, fmt.Errorf("%w: times payload of %d bytes is not whole %d-byte records", ErrFrame, len(p), RecordSize)

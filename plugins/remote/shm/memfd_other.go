@@ -2,6 +2,6 @@
 
 package shm
 
-// sysMemfdCreate is unknown here: newShmFile fails, and local devices'
-// links stay on their sockets.
+// sysMemfdCreate is unknown here. newShmFile fails, and local devices' links
+// stay on their sockets.
 const sysMemfdCreate = ^uintptr(0)

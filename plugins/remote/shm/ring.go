@@ -1,29 +1,30 @@
-// Package shm is the transport of a local device's link: shared memory,
-// two rings, one each
-// way, in an anonymous memory file (memfd) that the host creates and hands
-// to the device process, so nothing has a name another process could open.
-// A ring is a byte stream with one writer and one reader: the writer copies
-// into it and publishes its head, the reader copies out and publishes its
-// tail. Neither makes a system call while the other keeps up. A reader with
-// nothing to read polls for a short while (the spin budget and backoff of
-// package transport, one polling reader per process, none while a kernel computes)
-// and then parks reading the socket the two processes share (the one the
-// device process inherits, or a peer pair's), on which the writer writes a
-// byte only when the reader said it parks: the socket is the doorbell. A
-// goroutine parked on a socket holds no processor (one blocked in a futex
-// system call would hold its P until the runtime's monitor took it back,
-// and a kernel's parallel loop would wait for that P), and the socket's
-// end is the other process's end: a reader parked on it hears of a death at
-// once. A writer that finds the ring full polls, then sleeps a little
-// longer each time, until the reader makes room. A ring small enough to
-// stay in the cache makes its two copies cost about one copy through
-// memory: the writer's bytes are still in the cache when the reader takes
-// them.
+// Package shm is the transport of a local device's link: shared memory, two
+// rings, one each way. They are in an anonymous memory file (memfd) that the
+// host creates and hands to the device process. So nothing has a name another
+// process could open. A ring is a byte stream with one writer and one reader.
+// The writer copies into it and publishes its head. The reader copies out and
+// publishes its tail. Neither makes a system call while the other keeps up.
 //
-// New makes a link's transport over such memory (the kind's local
-// devices and their peers); NewFile and Open are the same rings for a
-// raw baseline, which parks on a futex instead of a doorbell. Links
-// reports the links this process has mapped.
+// A reader with nothing to read polls for a short while. That follows the
+// spin budget and backoff of package transport: one polling reader per
+// process, none while a kernel computes. Then it parks reading the socket the
+// two processes share. That is the one the device process inherits, or a peer
+// pair's. The writer writes a byte on it only when the reader said it parks:
+// the socket is the doorbell.
+//
+// A goroutine parked on a socket holds no processor. (One blocked in a futex
+// system call would hold its P until the runtime's monitor took it back. A
+// kernel's parallel loop would wait for that P.) And the socket's end is the
+// other process's end: a reader parked on it hears of a death at once. A
+// writer that finds the ring full polls, then sleeps a little longer each
+// time, until the reader makes room. A ring small enough to stay in the cache
+// makes its two copies cost about one copy through memory. The writer's bytes
+// are still in the cache when the reader takes them.
+//
+// New makes a link's transport over such memory, for the kind's local devices
+// and their peers. NewFile and Open are the same rings for a raw baseline,
+// which parks on a futex instead of a doorbell. Links reports the links this
+// process has mapped.
 package shm
 
 import (
@@ -43,13 +44,13 @@ import (
 	"github.com/goffload/offload/plugins/remote/transport"
 )
 
-// shmRingSize is the bytes of data in each ring: large enough for a
-// fragment of bulk data and the frames around it, small enough to stay in
-// the cache.
+// shmRingSize is the bytes of data in each ring. It is large enough for a
+// fragment of bulk data and the frames around it. It is small enough to stay
+// in the cache.
 const shmRingSize = 2 << 20
 
-// ringHdr is the shared state of one ring, at the start of its region; each
-// side's words on a cache line of their own.
+// ringHdr is the shared state of one ring, at the start of its region. Each
+// side's words are on a cache line of their own.
 type ringHdr struct {
 	head    atomic.Uint64 // bytes written in all; the writer's
 	_       [56]byte
@@ -79,9 +80,9 @@ func ringAt(mem []byte, i int) ring {
 	return ring{h: (*ringHdr)(unsafe.Pointer(&mem[base])), data: mem[base+ringHdrSize : base+ringHdrSize+shmRingSize]}
 }
 
-// conn is one side of a shared-memory link: it writes one ring and
-// reads the other. It is a link's byte stream (transport.Stream): one
-// goroutine at a time reads, one at a time writes.
+// conn is one side of a shared-memory link: it writes one ring and reads the
+// other. It is a link's byte stream (transport.Stream). One goroutine at a
+// time reads, and one at a time writes.
 type conn struct {
 	mem     []byte
 	tx, rx  ring
@@ -100,9 +101,9 @@ type conn struct {
 	reads  int64             // Read calls (one goroutine at a time reads)
 	parked atomic.Int64
 	kicked atomic.Int64 // parked reads that kick woke
-	// pollOnly makes Read poll instead of parking while it waits (for
-	// the rest of a frame): set by a caller that reads its own answer
-	// (the engine's await) while the link's reader may be parked on the
+	// pollOnly makes Read poll instead of parking while it waits for the rest
+	// of a frame. A caller that reads its own answer (the engine's await)
+	// sets it. It does so while the link's reader may be parked on the
 	// doorbell, which only one goroutine reads.
 	pollOnly bool
 }
@@ -110,10 +111,10 @@ type conn struct {
 // shmLinks counts this process's shared-memory links still mapped.
 var shmLinks atomic.Int64
 
-// newConn maps the memory file fd (shmSize bytes) as side 0 (the host)
-// or 1 (the device). bell is the socket both processes hold, the doorbell
-// (closed with the conn), whose end means endWhat; without one, a reader
-// parks on a futex in the shared page (bench's raw baselines).
+// newConn maps the memory file fd (shmSize bytes) as side 0 (the host) or 1
+// (the device). bell is the socket both processes hold, the doorbell, closed
+// with the conn. Its end means endWhat. Without one, a reader parks on a
+// futex in the shared page (bench's raw baselines).
 func newConn(fd int, side int, bell net.Conn, endWhat string) (*conn, error) {
 	mem, err := syscall.Mmap(fd, 0, shmSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
@@ -181,8 +182,8 @@ func (c *conn) errShm() error {
 	return net.ErrClosed
 }
 
-// Read reads what the other side wrote, waiting for at least one byte; io.EOF
-// once the other side closed and everything it wrote was read.
+// Read reads what the other side wrote, waiting for at least one byte. It
+// returns io.EOF once the other side closed and everything it wrote was read.
 func (c *conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
@@ -237,8 +238,8 @@ func (c *conn) Read(p []byte) (int, error) {
 }
 
 // setPolled says whether a goroutine of this side polls the ring it reads
-// (the engine's await): while one does, the other side rings no doorbell for the
-// parked reader. Whoever clears it reads what came meanwhile, or leaves
+// (the engine's await). While one does, the other side rings no doorbell for
+// the parked reader. Whoever clears it reads what came meanwhile, or leaves
 // it to a reader that is not parked (see the engine's await).
 func (c *conn) SetPolled(on bool) {
 	if !c.enter() {
@@ -268,15 +269,16 @@ func (c *conn) ready() bool {
 	return h.head.Load() != h.tail.Load() || h.closed.Load() != 0 || c.closed.Load()
 }
 
-// awaitReadable waits as a Read waits (polling, then parked on the
-// doorbell) until the link is readable, without reading: the host's link
-// reader waits here between frames, holding nothing, so that a caller
-// polling for its answer may read it itself (the engine's await). While quiet
-// says so (such a caller polls), it parks at once rather than poll too: one
-// poller per process. A kick (see kick) makes it return even if the ring is
-// empty: the frames it was kicked for may be in the link's read buffer
-// already (a polling caller read them from the ring with its own answer and
-// left them there), which only the caller of awaitReadable can see.
+// awaitReadable waits as a Read waits (polling, then parked on the doorbell)
+// until the link is readable, without reading. The host's link reader waits
+// here between frames, holding nothing. So a caller polling for its answer
+// may read it itself (the engine's await). While quiet says so (such a caller
+// polls), it parks at once rather than poll too: one poller per process.
+//
+// A kick (see kick) makes it return even if the ring is empty. The frames it
+// was kicked for may be in the link's read buffer already. (A polling caller
+// read them from the ring with its own answer and left them there.) Only the
+// caller of awaitReadable can see those.
 func (c *conn) AwaitReadable(quiet func() bool) {
 	if !c.enter() {
 		return
@@ -324,7 +326,7 @@ func (c *conn) Write(p []byte) (int, error) {
 }
 
 // writerSpin is how long a writer that finds the ring full polls before it
-// sleeps: about the time the reader takes to empty a full ring.
+// sleeps. That is about the time the reader takes to empty a full ring.
 const writerSpin = 200 * time.Microsecond
 
 // TryWriteFrames writes as much of frames as the ring has room for now.
@@ -364,10 +366,10 @@ func (c *conn) put(p []byte) (int, error) {
 	return n, nil
 }
 
-// kick wakes this side's reader if it parked on the doorbell, to poll
-// again: a kernel of this process ended, and the other side's next frame
-// is likely on its way. The wake-up is in this process (the read's
-// deadline), not a system call.
+// kick wakes this side's reader if it parked on the doorbell, to poll again.
+// A kernel of this process ended, and the other side's next frame is likely
+// on its way. The wake-up is in this process (the read's deadline), not a
+// system call.
 func (c *conn) Kick() {
 	if !c.enter() {
 		return
@@ -381,9 +383,9 @@ func (c *conn) Kick() {
 // longAgo is a deadline in the past: a read waiting for it returns.
 var longAgo = time.Unix(1, 0)
 
-// ring wakes the other side's reader, which said it parks: a byte on the
-// doorbell (a write that never waits: a full socket already holds bytes
-// that wake it), or the futex.
+// ring wakes the other side's reader, which said it parks. It writes a byte
+// on the doorbell, or wakes the futex. The write never waits: a full socket
+// already holds bytes that wake it.
 func (c *conn) ring(r ring) {
 	if c.bell == nil {
 		r.h.dataSeq.Add(1)
@@ -399,7 +401,7 @@ func (c *conn) ring(r ring) {
 	})
 }
 
-// corrupt ends the link whose ring says more is in it than it holds: the
+// corrupt ends the link whose ring says more is in it than it holds. The
 // other process wrote its shared memory out of turn.
 func (c *conn) corrupt(head, tail uint64) error {
 	err := fmt.Errorf("%w: shared-memory ring out of order (head %d, tail %d, size %d)", errShmCorrupt, head, tail, shmRingSize)
@@ -411,7 +413,7 @@ func (c *conn) corrupt(head, tail uint64) error {
 // and then io.EOF.
 func (c *conn) Close() error { return c.closeWith(nil) }
 
-// closeWith ends the link; reads and writes here fail with cause (nil: a
+// closeWith ends the link. Reads and writes here fail with cause (nil: a
 // clean close).
 func (c *conn) closeWith(cause error) error {
 	c.once.Do(func() {
@@ -436,9 +438,9 @@ func (c *conn) closeWith(cause error) error {
 }
 
 // waiter is a read's wait for its ring, as a link's reader waits for its
-// socket: it polls while the budget lasts and this is the process's one
-// polling reader and no kernel computes, then parks on the doorbell (or the
-// futex).
+// socket. It polls while the budget lasts, while this is the process's one
+// polling reader and no kernel computes. Then it parks on the doorbell (or
+// the futex).
 type waiter struct {
 	c        *conn
 	bo       *transport.Backoff // c's that this wait goes by
@@ -501,9 +503,8 @@ func (w *waiter) wait(tail uint64) {
 	h.rParked.Store(0)
 }
 
-// done ends a read's wait with the backoff of transport.SpinReader's
-// reads: an idle link makes the next reads park at once, a busy one keeps
-// spinning.
+// done ends a read's wait with the backoff of transport.SpinReader's reads.
+// An idle link makes the next reads park at once. A busy one keeps spinning.
 func (w *waiter) done() {
 	if w.holding {
 		transport.DropSpinner()
@@ -517,11 +518,11 @@ func (w *waiter) done() {
 // Stats returns how many reads the conn made, and how many of them parked.
 func (c *conn) Stats() (reads, parked int64) { return c.reads, c.parked.Load() }
 
-// copyOut copies as copy does, but as a socket's read(2) and write(2) do,
-// out of the race detector's sight: the buffers on the other end of a link
-// are ordered by the other process, which the race detector cannot see,
-// and it would report the engine's reads of a buffer being sent against its
-// later writes of the same buffer received.
+// copyOut copies as copy does, but out of the race detector's sight, as a
+// socket's read(2) and write(2) do. The buffers on the other end of a link
+// are ordered by the other process, which the race detector cannot see. It
+// would report the engine's reads of a buffer being sent against its later
+// writes of the same buffer received.
 func copyOut(dst, src []byte) int {
 	n := min(len(dst), len(src))
 	if n > 0 {
@@ -555,16 +556,15 @@ func futexWake(addr *atomic.Uint32) {
 var errShmCorrupt = errors.New("corrupt link")
 
 // NewFile creates the memory of a shared-memory link: an anonymous,
-// close-on-exec memory file, to map with New or Open here (side 0) and,
-// handed to another process (exec.Cmd.ExtraFiles), there (side 1).
+// close-on-exec memory file. Map it with New or Open here (side 0). Hand it
+// to another process (exec.Cmd.ExtraFiles) and map it there (side 1).
 func NewFile() (*os.File, error) { return newFile() }
 
-// New makes the transport of a link over the memory file fd (from
-// NewFile), as side 0 (the process that created it) or 1. bell is the
-// socket both processes hold, the doorbell, closed with the link; its end
-// means the other process ended, which endWhat says. The transport can
-// write without blocking, and be polled and kicked (transport.TryWriter,
-// transport.Poller).
+// New makes the transport of a link over the memory file fd (from NewFile).
+// It is side 0 (the process that created it) or 1. bell is the socket both
+// processes hold, the doorbell, closed with the link. Its end means the other
+// process ended, which endWhat says. The transport can write without
+// blocking, and be polled and kicked (transport.TryWriter, transport.Poller).
 func New(fd, side int, bell net.Conn, endWhat string) (transport.Transport, error) {
 	if bell == nil {
 		return nil, fmt.Errorf("shared-memory link: no doorbell")
@@ -576,13 +576,13 @@ func New(fd, side int, bell net.Conn, endWhat string) (transport.Transport, erro
 	return &link{Stream: transport.NewStream(c, nil), c: c}, nil
 }
 
-// Open maps the link memory f (from NewFile) as side 0 or side 1, for a
-// raw baseline that means to measure the same rings as a local device's
-// link. The stream it returns reads and writes as the link does: a read
-// polls for transport.SpinBudget and then parks (on a futex in the shared
-// page: the stream has no doorbell socket); Close ends it on both sides
-// (the other side reads io.EOF). One goroutine at a time may read it and
-// one write it.
+// Open maps the link memory f (from NewFile) as side 0 or side 1. It is for a
+// raw baseline that means to measure the same rings as a local device's link.
+// The stream it returns reads and writes as the link does. A read polls for
+// transport.SpinBudget and then parks. It parks on a futex in the shared
+// page, as the stream has no doorbell socket. Close ends it on both sides;
+// the other side reads io.EOF. One goroutine at a time may read it, and one
+// write it.
 func Open(f *os.File, side int) (io.ReadWriteCloser, error) {
 	if side != 0 && side != 1 {
 		return nil, fmt.Errorf("shared-memory link: side %d, want 0 or 1", side)

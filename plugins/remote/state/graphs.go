@@ -20,8 +20,8 @@ import (
 //     or a change after it is a protocol error.
 //   - The table shrinks with the frees and ends with the session (End).
 
-// Graphs is a device session's table of the graph parts its host defined,
-// by the host's number for each. G is the engine's handle of a part.
+// Graphs is a device session's table of the graph parts its host defined, by
+// the host's number for each. G is the engine's handle of a part.
 type Graphs[G any] struct {
 	parts map[uint64]*graphEntry[G]
 }
@@ -41,7 +41,7 @@ func graphErr(id uint64, format string, a ...any) error {
 	return fmt.Errorf("%w: graph %d: %s", proto.ErrFrame, id, fmt.Sprintf(format, a...))
 }
 
-// Define returns the part a GraphDef for graph id adds to: the one
+// Define returns the part a GraphDef for graph id adds to. That is the one
 // defined so far, or a new one from make.
 func (gs *Graphs[G]) Define(id uint64, make func() G) (G, error) {
 	e := gs.parts[id]
@@ -72,8 +72,8 @@ func (gs *Graphs[G]) Set(id uint64) (G, error) {
 	return e.h, nil
 }
 
-// Run registers run gen of graph id, which changes its arguments first
-// if changes is set, and returns the part.
+// Run registers run gen of graph id and returns the part. If changes is set,
+// the run changes its arguments first.
 func (gs *Graphs[G]) Run(id, gen uint64, changes bool) (G, error) {
 	e, err := gs.live(id, "run")
 	if err != nil {
@@ -100,8 +100,8 @@ func (gs *Graphs[G]) live(id uint64, what string) (*graphEntry[G], error) {
 	return e, nil
 }
 
-// Done ends a run of graph id; drop says the part is to be let go now
-// (freed, and that was its last run in flight).
+// Done ends a run of graph id. drop says the part is to be let go now: it was
+// freed, and that was its last run in flight.
 func (gs *Graphs[G]) Done(id uint64) (h G, drop bool) {
 	e := gs.parts[id]
 	if e == nil || e.runs == 0 {
@@ -115,8 +115,8 @@ func (gs *Graphs[G]) Done(id uint64) (h G, drop bool) {
 	return e.h, false
 }
 
-// Free forgets graph id: drop says it is to be let go now, else its last
-// run in flight does (Done).
+// Free forgets graph id. drop says it is to be let go now. Else its last run
+// in flight does (Done).
 func (gs *Graphs[G]) Free(id uint64) (h G, drop bool, err error) {
 	e, err := gs.live(id, "freed")
 	if err != nil {

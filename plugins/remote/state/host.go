@@ -8,26 +8,26 @@ import (
 	"github.com/goffload/offload/plugins/remote/proto"
 )
 
-// Host is the host side's table of one remote device: the calls waiting
-// for answers, the events the device will fire, the transfers under way,
-// and the allocations the host numbered. C is the engine's handle of a
-// call (what its answer goes to), E of an event, P of an arriving
+// Host is the host side's table of one remote device. It holds the calls
+// waiting for answers, the events the device will fire, the transfers under
+// way, and the allocations the host numbered. C is the engine's handle of a
+// call (what its answer goes to). E is that of an event, and P of an arriving
 // transfer.
 //
-// Methods that return frames return them in the order they must go out;
-// the engine queues them on the link before it releases the lock it holds
-// around the call, so that frames from different callers keep the order
-// the table saw them in.
+// Methods that return frames return them in the order they must go out. The
+// engine queues them on the link before it releases the lock it holds around
+// the call. So frames from different callers keep the order the table saw
+// them in.
 //
-// Whether the device is closed or lost is its devstate.State's, as for
-// every kind: the table reads it there and keeps no copy. Its Lose is the
-// only one the State gets, under the engine's lock, so it knows which loss
-// is the first.
+// Whether the device is closed or lost is its devstate.State's, as for every
+// kind. The table reads it there and keeps no copy. Its Lose is the only one
+// the State gets, under the engine's lock. So it knows which loss is the
+// first.
 type Host[C, E, P any] struct {
 	life *devstate.State
 	next uint64
-	// calls wait for their answers; each answer ends the transfers the
-	// call lists.
+	// calls wait for their answers. Each answer ends the transfers the call
+	// lists.
 	calls  map[uint64]hostCall[C]
 	events map[uint64]*hostEvent[E]
 	pushes map[uint64][]byte // pulled submits: data the device will pull
@@ -37,10 +37,10 @@ type Host[C, E, P any] struct {
 	vnext plugin.Ptr
 	sizes map[plugin.Ptr]int64
 	inUse int64
-	// allocs counts the allocations made; the device has read the first
-	// seen of them (an answer came after them). Marks, not a count of
-	// unseen ones: two round trips begun for the same allocations both
-	// report them, which must not make later ones count as read.
+	// allocs counts the allocations made. The device has read the first seen
+	// of them: an answer came after them. These are marks, not a count of
+	// unseen ones. Two round trips begun for the same allocations both report
+	// them. That must not make later ones count as read.
 	allocs, seen uint64
 }
 
@@ -62,8 +62,8 @@ type hostEvent[E any] struct {
 // ForgetBatch is how many forgotten events go in one Forget frame.
 const ForgetBatch = 512
 
-// NewHost returns an empty table for the device whose label, closing and
-// loss life keeps: its label names the device in errors.
+// NewHost returns an empty table for the device whose label, closing and loss
+// life keeps. Its label names the device in errors.
 func NewHost[C, E, P any](life *devstate.State) *Host[C, E, P] {
 	return &Host[C, E, P]{
 		life:   life,
@@ -76,8 +76,8 @@ func NewHost[C, E, P any](life *devstate.State) *Host[C, E, P] {
 	}
 }
 
-// Alive returns why the device cannot take work: its loss (which comes
-// first: a device closed after its loss reports the loss), or its close.
+// Alive returns why the device cannot take work: its loss, or its close. The
+// loss comes first: a device closed after its loss reports the loss.
 func (h *Host[C, E, P]) Alive() error {
 	if err := h.life.Lost(); err != nil {
 		return err
@@ -104,7 +104,7 @@ func (h *Host[C, E, P]) Call(id uint64, c C, xfers []uint64) error {
 }
 
 // Answer takes the call that request id's answer completes, and ends its
-// transfers; an answer to no call is a protocol error.
+// transfers. An answer to no call is a protocol error.
 func (h *Host[C, E, P]) Answer(id uint64) (C, error) {
 	c, ok := h.calls[id]
 	if !ok {
@@ -126,9 +126,9 @@ func (h *Host[C, E, P]) NewEvent(e E) (uint64, error) {
 	return id, nil
 }
 
-// Record says a queue records event id after waiting on implies (other
-// devices' events: if id fires without error, they fired) and after
-// transfers xfers (over when it fires).
+// Record says a queue records event id after waiting on implies, and after
+// transfers xfers. implies are other devices' events: if id fires without
+// error, they fired. xfers are over when it fires.
 func (h *Host[C, E, P]) Record(id uint64, implies []E, xfers []uint64) {
 	if e := h.events[id]; e != nil {
 		e.recorded, e.implies, e.xfers = true, implies, xfers
@@ -136,8 +136,8 @@ func (h *Host[C, E, P]) Record(id uint64, implies []E, xfers []uint64) {
 }
 
 // Heard says the device fired event id with err. It returns the event's
-// handle, the events it implies (to fire if err is nil), and a Forget to
-// send if the batch is full. An event that is not in the table is a
+// handle and the events it implies, to fire if err is nil. It returns a
+// Forget to send if the batch is full. An event that is not in the table is a
 // protocol error.
 func (h *Host[C, E, P]) Heard(id uint64, err error) (e E, implies []E, forget *proto.Forget, ferr error) {
 	ev := h.events[id]
@@ -157,16 +157,16 @@ func (h *Host[C, E, P]) Heard(id uint64, err error) (e E, implies []E, forget *p
 	return ev.h, implies, forget, nil
 }
 
-// HeardOf reports whether the device's word that event id fired has come.
-// An event the table forgot (heard, then closed) counts as heard: only an
-// event recorded and not yet heard stays in the table unheard.
+// HeardOf reports whether the device's word that event id fired has come. An
+// event the table forgot (heard, then closed) counts as heard. Only an event
+// recorded and not yet heard stays in the table unheard.
 func (h *Host[C, E, P]) HeardOf(id uint64) bool {
 	ev := h.events[id]
 	return ev == nil || ev.heard
 }
 
-// Close says the host closed event id: no queue will wait on it again
-// once it fired. It returns a Forget to send if the batch is full.
+// Close says the host closed event id: no queue will wait on it again once it
+// fired. It returns a Forget to send if the batch is full.
 func (h *Host[C, E, P]) Close(id uint64) *proto.Forget {
 	ev := h.events[id]
 	if ev == nil || ev.closed {
@@ -194,14 +194,16 @@ func (h *Host[C, E, P]) forgetEvent(id uint64) *proto.Forget {
 	return f
 }
 
-// Wait returns the Wait frame that makes queue q wait on event id, or skip
-// if the wait is over at once. fired and firedErr are what the engine's
-// handle of the event says: it fires when the device says so, and without
-// error when a queue got past the event on its device (whose word may
-// still be on its way). A wait is over at once if the event fired without
-// error. A wait on an event that failed goes to the device, which fails
-// the queue, unless the device may have forgotten the event (the host
-// heard it and closed it): then the error comes back at once.
+// Wait returns the Wait frame that makes queue q wait on event id, or skip if
+// the wait is over at once. fired and firedErr are what the engine's handle
+// of the event says. It fires when the device says so. It fires without error
+// when a queue got past the event on its device, whose word may still be on
+// its way.
+//
+// A wait is over at once if the event fired without error. A wait on an event
+// that failed goes to the device, which fails the queue. But the device may
+// have forgotten the event: the host heard it and closed it. Then the error
+// comes back at once.
 func (h *Host[C, E, P]) Wait(q uint32, id uint64, fired bool, firedErr error) (f *proto.Wait, skip bool, err error) {
 	if err := h.Alive(); err != nil {
 		return nil, false, err
@@ -222,19 +224,19 @@ func (h *Host[C, E, P]) Wait(q uint32, id uint64, fired bool, firedErr error) (f
 	return &proto.Wait{Queue: q, Event: id}, false, nil
 }
 
-// Settled reports whether a wait on event id by a queue of another device
-// is over at once (skip), or fails at once (err), as Wait decides.
+// Settled reports whether a wait on event id by a queue of another device is
+// over at once (skip), or fails at once (err). It decides as Wait does.
 func (h *Host[C, E, P]) Settled(id uint64, fired bool, firedErr error) (skip bool, err error) {
 	_, skip, err = h.Wait(0, id, fired, firedErr)
 	return skip, err
 }
 
-// Push registers transfer id of a pulled submit: data, which the device
-// pulls when its queue reaches the submit.
+// Push registers transfer id of a pulled submit: data. The device pulls it
+// when its queue reaches the submit.
 func (h *Host[C, E, P]) Push(id uint64, data []byte) { h.pushes[id] = data }
 
-// Pulled takes the data of transfer id, which the device pulls; a pull of
-// no transfer is a protocol error.
+// Pulled takes the data of transfer id, which the device pulls. A pull of no
+// transfer is a protocol error.
 func (h *Host[C, E, P]) Pulled(id uint64) ([]byte, error) {
 	data, ok := h.pushes[id]
 	if !ok {
@@ -247,8 +249,8 @@ func (h *Host[C, E, P]) Pulled(id uint64) ([]byte, error) {
 // Expect registers transfer id of a retrieve: p, where its data goes.
 func (h *Host[C, E, P]) Expect(id uint64, p P) { h.pulls[id] = p }
 
-// Arriving returns where transfer id's data goes; data for no transfer is
-// a protocol error.
+// Arriving returns where transfer id's data goes. Data for no transfer is a
+// protocol error.
 func (h *Host[C, E, P]) Arriving(id uint64) (P, error) {
 	p, ok := h.pulls[id]
 	if !ok {
@@ -261,7 +263,7 @@ func (h *Host[C, E, P]) Arriving(id uint64) (P, error) {
 func (h *Host[C, E, P]) Arrived(id uint64) { delete(h.pulls, id) }
 
 // dropXfers forgets transfers that are over: done, or skipped by the device
-// after an earlier failure (their buffers are the caller's again).
+// after an earlier failure. Their buffers are the caller's again.
 func (h *Host[C, E, P]) dropXfers(ids []uint64) {
 	for _, id := range ids {
 		delete(h.pushes, id)
@@ -269,9 +271,8 @@ func (h *Host[C, E, P]) dropXfers(ids []uint64) {
 	}
 }
 
-// Alloc numbers an allocation of size bytes on a device whose memory is
-// limit bytes, and returns its address and the frame that tells the
-// device.
+// Alloc numbers an allocation of size bytes on a device whose memory is limit
+// bytes. It returns its address and the frame that tells the device.
 func (h *Host[C, E, P]) Alloc(size, limit int64) (plugin.Ptr, *proto.Alloc, error) {
 	if err := h.Alive(); err != nil {
 		return 0, nil, err
@@ -308,18 +309,17 @@ func (h *Host[C, E, P]) Free(p plugin.Ptr) (*proto.Free, error) {
 // Unseen is how many allocations the device may not have read yet.
 func (h *Host[C, E, P]) Unseen() int { return int(h.allocs - h.seen) }
 
-// Allocs is the mark of the allocations made so far, for SeenUpTo once an
-// answer to a frame sent after them came.
+// Allocs is the mark of the allocations made so far. It is for SeenUpTo once
+// an answer to a frame sent after them came.
 func (h *Host[C, E, P]) Allocs() uint64 { return h.allocs }
 
 // SeenUpTo says the device read the allocations made before Allocs
 // returned mark (an answer came after them).
 func (h *Host[C, E, P]) SeenUpTo(mark uint64) { h.seen = max(h.seen, min(mark, h.allocs)) }
 
-// Lose fails the device with err (the device's State is lost with it): it
-// returns every call and event registered, for the engine to fail, and
-// from then on nothing registers. It reports false if the device was lost
-// already.
+// Lose fails the device with err; the device's State is lost with it. It
+// returns every call and event registered, for the engine to fail. From then
+// on nothing registers. It reports false if the device was lost already.
 func (h *Host[C, E, P]) Lose(err error) (calls []C, events []E, first bool) {
 	if h.life.Lost() != nil {
 		return nil, nil, false
@@ -343,8 +343,8 @@ func (h *Host[C, E, P]) Lose(err error) (calls []C, events []E, first bool) {
 // Transfers is how many transfers are under way.
 func (h *Host[C, E, P]) Transfers() int { return len(h.pushes) + len(h.pulls) }
 
-// Len is how many calls, events, transfers, allocations and forgotten
-// events waiting for their batch the table holds.
+// Len is how many calls, events, transfers, allocations and forgotten events
+// the table holds. The forgotten events are those waiting for their batch.
 func (h *Host[C, E, P]) Len() int {
 	return len(h.calls) + len(h.events) + len(h.pushes) + len(h.pulls) + len(h.sizes) + len(h.forget)
 }

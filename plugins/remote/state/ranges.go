@@ -7,13 +7,13 @@ import (
 	"github.com/goffload/offload/plugin"
 )
 
-// Ranges is a proxied device's address translation, on the device
-// process's side: the ranges the host chose for its allocations (it
-// numbers them itself, so that a mapping never waits for the device), each
-// with the pointer that the served device returned for it. Lookup turns a
-// host address inside a range (base plus offset) into the served device's
+// Ranges is a proxied device's address translation, on the device process's
+// side. It holds the ranges the host chose for its allocations. (The host
+// numbers them itself, so that a mapping never waits for the device.) Each
+// comes with the pointer that the served device returned for it. Lookup turns
+// a host address inside a range (base plus offset) into the served device's
 // address at the same offset. A range whose allocation failed keeps the
-// failure: the first operation that uses it reports it.
+// failure. The first operation that uses it reports it.
 type Ranges struct {
 	r []span // sorted by base, disjoint
 }
@@ -30,9 +30,9 @@ func (m *Ranges) find(p uint64) int {
 }
 
 // Add enters the host's range [base, base+size) as the served device's
-// allocation to, or as an allocation that failed with err. A range that
-// overlaps one already there is the host's mistake: Add refuses it.
-// A zero size holds no bytes but still takes its base.
+// allocation to. Or it enters it as an allocation that failed with err. A
+// range that overlaps one already there is the host's mistake: Add refuses
+// it. A zero size holds no bytes but still takes its base.
 func (m *Ranges) Add(base, size uint64, to plugin.Ptr, err error) error {
 	if base+max(size, 1) < base {
 		return fmt.Errorf("%w: range %#x+%d wraps around", plugin.ErrBadPointer, base, size)
@@ -55,9 +55,8 @@ func (m *Ranges) Add(base, size uint64, to plugin.Ptr, err error) error {
 	return nil
 }
 
-// Remove forgets the range at base and returns the served device's
-// pointer for it (or the failure it kept). ok is false if no range starts
-// at base.
+// Remove forgets the range at base. It returns the served device's pointer
+// for it, or the failure it kept. ok is false if no range starts at base.
 func (m *Ranges) Remove(base uint64) (to plugin.Ptr, err error, ok bool) {
 	i := m.find(base)
 	if i < 0 || m.r[i].base != base {
@@ -68,9 +67,9 @@ func (m *Ranges) Remove(base uint64) (to plugin.Ptr, err error, ok bool) {
 	return s.to, s.err, true
 }
 
-// Lookup returns the served device's address of the host's [p, p+size),
-// which must lie inside one range (a zero size may sit at the range's
-// end). A range whose allocation failed returns its failure.
+// Lookup returns the served device's address of the host's [p, p+size). That
+// must lie inside one range; a zero size may sit at the range's end. A range
+// whose allocation failed returns its failure.
 func (m *Ranges) Lookup(p, size uint64) (plugin.Ptr, error) {
 	i := m.find(p)
 	if i < 0 {
@@ -90,8 +89,8 @@ func (m *Ranges) Lookup(p, size uint64) (plugin.Ptr, error) {
 // Len is how many ranges there are.
 func (m *Ranges) Len() int { return len(m.r) }
 
-// Each calls f with every range's served pointer, allocations that failed
-// left out, and forgets them all.
+// Each calls f with every range's served pointer, and forgets them all.
+// Allocations that failed are left out.
 func (m *Ranges) Each(f func(to plugin.Ptr)) {
 	for _, s := range m.r {
 		if s.err == nil {

@@ -1,11 +1,11 @@
 // Package state holds the ordering rules of goffload's remote protocol as
-// plain state: what each side of a link has registered, and what it may
-// send when. Its types take the protocol's inputs (a frame's content, a
-// local event such as a queue reaching a record or a retrieve's data
-// going out) and return what to do (frames to queue, in order; handles to
-// fire or fail), with no I/O, goroutines or locks inside: the engine in
-// package remote holds one lock around each call and performs what it
-// returns, and tests drive the rules directly, with no processes and no
+// plain state. They say what each side of a link has registered, and what it
+// may send when. Its types take the protocol's inputs: a frame's content, or
+// a local event. (A queue reaching a record, or a retrieve's data going out,
+// is such an event.) They return what to do: frames to queue, in order, and
+// handles to fire or fail. There is no I/O, goroutine or lock inside. The
+// engine in package remote holds one lock around each call and performs what
+// it returns. Tests drive the rules directly, with no processes and no
 // sleeps.
 //
 // The rules:
@@ -13,18 +13,18 @@
 //   - Loss fails everything registered (Host.Lose): after a loss nothing
 //     new registers, and nothing registered is forgotten.
 //   - A wait is never overtaken by the forgetting of its event
-//     (Host.Wait, Host.Close, Host.Heard): the device forgets an event only
-//     once the host heard it fired and closed it, and the forget goes out
-//     after every wait queued for it; a wait on a failed event the device
-//     may have forgotten fails on the host.
+//     (Host.Wait, Host.Close, Host.Heard). The device forgets an event only
+//     once the host heard it fired and closed it. The forget goes out after
+//     every wait queued for it. A wait on a failed event that the device may
+//     have forgotten fails on the host.
 //   - A peer hears of an event only once the host has every retrieve sent
-//     before the event fired (Session.Fire, Session.Acked): a peer that
+//     before the event fired (Session.Fire, Session.Acked). A peer that
 //     reads host memory after the event must see that data. Retrieves are
-//     numbered in the order they went out on the wire (Session.Sent), and
-//     the host acknowledges them in that order.
-//   - A recorded graph's part is defined before its first run, its
-//     arguments change only between runs, each run has a new generation,
-//     and a free lets it go once its runs are done (Graphs).
+//     numbered in the order they went out on the wire (Session.Sent). The
+//     host acknowledges them in that order.
+//   - A recorded graph's part is defined before its first run. Its
+//     arguments change only between runs. Each run has a new generation. A
+//     free lets the part go once its runs are done (Graphs).
 //   - Every table that grows with the work shrinks with it (Len).
 package state
 
@@ -34,8 +34,8 @@ import (
 	"github.com/goffload/offload/plugin"
 )
 
-// Notify is a peer device waiting to hear that an event fired: device
-// Peer, as its wait Wait.
+// Notify is a peer device waiting to hear that an event fired: device Peer,
+// as its wait Wait.
 type Notify struct {
 	Peer int
 	Wait uint64
@@ -47,13 +47,13 @@ type Tell struct {
 	Err error
 }
 
-// Session is the device side's table of the events the host recorded, and
-// of the word its peers wait for. E is the engine's handle of an event
-// (what its queues wait on).
+// Session is the device side's table of the events the host recorded, and of
+// the word its peers wait for. E is the engine's handle of an event (what its
+// queues wait on).
 type Session[E any] struct {
 	events map[uint64]*devEvent[E]
-	// sent counts the retrieves that went out, acked those the host
-	// acknowledged (in the same order).
+	// sent counts the retrieves that went out. acked counts those the host
+	// acknowledged, in the same order.
 	sent, acked uint64
 	// held are tells waiting for the host's acknowledgements.
 	held []heldTell
@@ -80,8 +80,8 @@ func NewSession[E any]() *Session[E] {
 	return &Session[E]{events: map[uint64]*devEvent[E]{}}
 }
 
-// Record registers event id, recorded by the host, with handle h. An id
-// that is taken is an error of the host's (the record fails in its queue).
+// Record registers event id, recorded by the host, with handle h. An id that
+// is taken is an error of the host's; the record fails in its queue.
 func (s *Session[E]) Record(id uint64, h E) error {
 	if s.events[id] != nil {
 		return fmt.Errorf("%w: record: event %d is recorded already", plugin.ErrBadHandle, id)
@@ -90,8 +90,8 @@ func (s *Session[E]) Record(id uint64, h E) error {
 	return nil
 }
 
-// Event returns event id's handle, for a wait; false if the host never
-// recorded it or told the device to forget it.
+// Event returns event id's handle, for a wait. It returns false if the host
+// never recorded it or told the device to forget it.
 func (s *Session[E]) Event(id uint64) (E, bool) {
 	e := s.events[id]
 	if e == nil {
@@ -101,13 +101,13 @@ func (s *Session[E]) Event(id uint64) (E, bool) {
 	return e.h, true
 }
 
-// Sent says the retrieve numbered seq (1, 2, …, in the order retrieves go
-// out on the wire) went out.
+// Sent says the retrieve numbered seq went out. Retrieves are numbered 1, 2,
+// …, in the order they go out on the wire.
 func (s *Session[E]) Sent(seq uint64) { s.sent = max(s.sent, seq) }
 
-// Fire says event id fired (its queue reached it) with err, and returns
-// the tells to send now; those that wait for the host's acknowledgements
-// are held (Acked returns them).
+// Fire says event id fired (its queue reached it) with err. It returns the
+// tells to send now. Those that wait for the host's acknowledgements are held
+// (Acked returns them).
 func (s *Session[E]) Fire(id uint64, err error) []Tell {
 	e := s.events[id]
 	if e == nil || e.fired {
@@ -123,8 +123,8 @@ func (s *Session[E]) Fire(id uint64, err error) []Tell {
 	return now
 }
 
-// tell appends t to now if the host has the first need retrieves, and
-// holds it otherwise.
+// tell appends t to now if the host has the first need retrieves. Otherwise
+// it holds it.
 func (s *Session[E]) tell(now []Tell, t Tell, need uint64) []Tell {
 	if s.acked < need && !s.over {
 		s.held = append(s.held, heldTell{t, need})
@@ -133,8 +133,9 @@ func (s *Session[E]) tell(now []Tell, t Tell, need uint64) []Tell {
 	return append(now, t)
 }
 
-// Notify registers peer n's wait for event id, and returns the tell to
-// send now if it fired already (with an error if the event is unknown).
+// Notify registers peer n's wait for event id. If the event fired already, it
+// returns the tell to send now. The tell has an error if the event is
+// unknown.
 func (s *Session[E]) Notify(id uint64, n Notify, device int) []Tell {
 	e := s.events[id]
 	if e == nil {
@@ -147,7 +148,7 @@ func (s *Session[E]) Notify(id uint64, n Notify, device int) []Tell {
 	return s.tell(nil, Tell{n, e.err}, e.need)
 }
 
-// Acked says the host acknowledged the next retrieve, and returns the tells
+// Acked says the host acknowledged the next retrieve. It returns the tells
 // that waited for it.
 func (s *Session[E]) Acked() []Tell {
 	s.acked++
@@ -166,8 +167,8 @@ func (s *Session[E]) Acked() []Tell {
 	return now
 }
 
-// End says the session is over: the held tells go now (the host will not
-// acknowledge anything any more), and none is held after.
+// End says the session is over. The held tells go now, as the host will not
+// acknowledge anything any more. None is held after.
 func (s *Session[E]) End() []Tell {
 	s.over = true
 	now := make([]Tell, 0, len(s.held))

@@ -1,13 +1,13 @@
-// Package stream is the transport of links over sockets: a Unix socket
-// (a local device's link where shared memory is refused, or
-// GOFFLOAD_LOCAL_LINK=socket), and a TCP session, plain or under TLS. Its
-// frames are transport.Stream's; its reads poll before they park
-// (transport.SpinReader), and its writes can be tried without blocking
+// Package stream is the transport of links over sockets. One is a Unix
+// socket: a local device's link where shared memory is refused, or with
+// GOFFLOAD_LOCAL_LINK=socket. The other is a TCP session, plain or under TLS.
+// Its frames are transport.Stream's. Its reads poll before they park
+// (transport.SpinReader). Its writes can be tried without blocking
 // (transport.TryWriter).
 //
-// New frames a socket, NewTLS a TLS session over Under's connection, and
-// Session either, as a TCP session was set up. SocketPair makes the
-// sockets a local device's link and its peers' go over; raw baselines
+// New frames a socket, and NewTLS a TLS session over Under's connection.
+// Session frames either, as a TCP session was set up. SocketPair makes the
+// sockets that a local device's link and its peers' go over. Raw baselines
 // use it to measure the same sockets as the transport.
 package stream
 
@@ -21,7 +21,7 @@ import (
 )
 
 // socket is a Transport over a socket: the stream framing, read through a
-// reader that spins before it parks, with writes that never wait.
+// reader that spins before it parks. Its writes never wait.
 type socket struct {
 	*transport.Stream
 	raw syscall.RawConn // conn's descriptor, for TryWriteFrames; nil if it has none
@@ -39,7 +39,7 @@ func New(conn net.Conn) transport.Transport {
 	return t
 }
 
-// Session makes the transport of an authenticated TCP session: a TLS
+// Session makes the transport of an authenticated TCP session. It is a TLS
 // session's (NewTLS) if c is one, else a plain socket's.
 func Session(c net.Conn) transport.Transport {
 	if tc, ok := c.(*tls.Conn); ok {
@@ -56,7 +56,7 @@ func (t *socket) TryWriteFrames(frames []byte) (int, error) {
 	return tryWrite(t.raw, frames)
 }
 
-// tryWrite makes one non-blocking write(2) of b on raw's descriptor and
+// tryWrite makes one non-blocking write(2) of b on raw's descriptor. It
 // returns how much it wrote.
 func tryWrite(raw syscall.RawConn, frames []byte) (int, error) {
 	var n int
@@ -81,9 +81,9 @@ func tryWrite(raw syscall.RawConn, frames []byte) (int, error) {
 }
 
 // SocketPair returns a connected pair of Unix stream sockets (close-on-exec
-// descriptors) set up as a local device's link is: buffers of 4 MiB (the
-// default ~200 KiB makes a large transfer sleep and wake hundreds of
-// times).
+// descriptors), set up as a local device's link is. Their buffers are 4 MiB.
+// The default ~200 KiB makes a large transfer sleep and wake hundreds of
+// times.
 func SocketPair() ([2]int, error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {

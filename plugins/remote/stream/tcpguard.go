@@ -17,9 +17,9 @@ const (
 	minSecret = 16
 	// envWeakSecret=1 lets a secret shorter than minSecret through.
 	envWeakSecret = "GOFFLOAD_WEAK_SECRET"
-	// A source address whose proof failed may not try again for
-	// failPause, doubling with each failure up to failPauseMax; a source
-	// that has not failed for failForget starts over.
+	// A source address whose proof failed may not try again for failPause.
+	// The pause doubles with each failure, up to failPauseMax. A source that
+	// has not failed for failForget starts over.
 	failPause    = 200 * time.Millisecond
 	failPauseMax = 10 * time.Second
 	failForget   = 10 * time.Minute
@@ -37,10 +37,10 @@ func checkSecret(secret string) error {
 		envSecret, len(secret), minSecret, envWeakSecret)
 }
 
-// GuessLimiter slows guessing of the secret down per source address: after
-// a failed proof, the source's next proofs are refused unchecked until its
-// pause is over, so that it learns nothing from them. It is plain state:
-// the caller says what time it is.
+// GuessLimiter slows guessing of the secret down per source address. After a
+// failed proof, the source's next proofs are refused unchecked until its
+// pause is over. So it learns nothing from them. It is plain state: the
+// caller says what time it is.
 type GuessLimiter struct {
 	mu  sync.Mutex
 	src map[string]*guesses
@@ -55,8 +55,8 @@ type guesses struct {
 // NewGuessLimiter is a limiter that knows no failures yet.
 func NewGuessLimiter() *GuessLimiter { return &GuessLimiter{src: map[string]*guesses{}} }
 
-// allow reports how long src must wait before a proof of its is checked
-// (0: check it now).
+// allow reports how long src must wait before a proof of its is checked (0:
+// check it now).
 func (g *GuessLimiter) allow(src string, now time.Time) time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -67,8 +67,8 @@ func (g *GuessLimiter) allow(src string, now time.Time) time.Duration {
 	return s.until.Sub(now)
 }
 
-// failed notes a failed proof of src and returns the pause before its
-// next proof is checked.
+// failed notes a failed proof of src. It returns the pause before its next
+// proof is checked.
 func (g *GuessLimiter) failed(src string, now time.Time) time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -100,8 +100,8 @@ func (g *GuessLimiter) Proved(src string) {
 	delete(g.src, src)
 }
 
-// sweep drops the sources that were quiet for failForget and, if there
-// are still maxFailSources, the one that failed least recently.
+// sweep drops the sources that were quiet for failForget. If there are still
+// maxFailSources, it drops the one that failed least recently.
 func (g *GuessLimiter) sweep(now time.Time) {
 	var oldest string
 	for k, s := range g.src {
@@ -117,7 +117,7 @@ func (g *GuessLimiter) sweep(now time.Time) {
 }
 
 // proofGate is what a device's handshake asks before it checks a host's
-// proof, and tells when the proof fails. A nil *proofGate allows all.
+// proof. It is told when the proof fails. A nil *proofGate allows all.
 type proofGate struct {
 	lim *GuessLimiter
 	src string

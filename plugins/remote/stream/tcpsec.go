@@ -1,25 +1,28 @@
 package stream
 
-// How a tcp:// session is protected (Security). By default it is TLS 1.3 (crypto/tls),
-// and the two sides authenticate each other by the shared secret bound to
-// that very session: after the TLS handshake, each proves GOFFLOAD_SECRET
-// with an HMAC over the session's exported keying material (RFC 8446
-// section 7.5, ConnectionState.ExportKeyingMaterial), the host first. A man
-// in the middle who terminates TLS on both sides holds two sessions with
-// different keying material, so a proof it relays from one to the other
-// fails; the secret itself never crosses the wire. Without a PKI each side's
-// certificate is an ephemeral self-signed one that nobody checks: the
-// proof, not the certificate, authenticates the peer. With one
-// (GOFFLOAD_TLS_CERT, GOFFLOAD_TLS_KEY, GOFFLOAD_TLS_CA on both sides), each
-// side also verifies the other's certificate against the CA, and the host
-// checks the device's name (the HOST of tcp://HOST:PORT) as HTTPS does.
+// How a tcp:// session is protected (Security). By default it is TLS 1.3
+// (crypto/tls). The two sides authenticate each other by the shared secret,
+// bound to that very session. After the TLS handshake, each proves
+// GOFFLOAD_SECRET with an HMAC over the session's exported keying material,
+// the host first. (That is RFC 8446 section 7.5,
+// ConnectionState.ExportKeyingMaterial.) A man in the middle who terminates
+// TLS on both sides holds two sessions with different keying material. So a
+// proof it relays from one to the other fails. The secret itself never
+// crosses the wire.
 //
-// GOFFLOAD_TCP_PLAIN=1, on both sides, keeps a session in the clear after
-// the older challenge–response (authHost, authDevice), for a fabric the user trusts. The
-// mode is never negotiated: each side opens with a fixed preface that says
-// what it wants, and refuses a peer that wants otherwise, saying which side
-// wants what; a relay that rewrites a preface gets the session refused, not
-// downgraded.
+// Without a PKI, each side's certificate is an ephemeral self-signed one that
+// nobody checks. The proof, not the certificate, authenticates the peer. With
+// a PKI, both sides set GOFFLOAD_TLS_CERT, GOFFLOAD_TLS_KEY and
+// GOFFLOAD_TLS_CA. Each side then also verifies the other's certificate
+// against the CA. The host checks the device's name (the HOST of
+// tcp://HOST:PORT) as HTTPS does.
+//
+// GOFFLOAD_TCP_PLAIN=1, on both sides, keeps a session in the clear, for a
+// fabric the user trusts. It uses the older challenge–response (authHost,
+// authDevice). The mode is never negotiated. Each side opens with a fixed
+// preface that says what it wants. It refuses a peer that wants otherwise,
+// saying which side wants what. A relay that rewrites a preface gets the
+// session refused, not downgraded.
 
 import (
 	"crypto/ecdsa"
@@ -72,28 +75,26 @@ type Security struct {
 	ca     *x509.CertPool  // the CA the peer's certificate must chain to; nil without a PKI
 }
 
-// securityFromEnv reads the protection of TCP sessions from the
-// environment, for a side that knows the secret.
-// SecurityFromEnv is the protection the environment asks for, with secret
-// the shared secret (GOFFLOAD_SECRET): TLS 1.3 and the secret's proofs,
-// with certificates checked against a CA if GOFFLOAD_TLS_CERT, _KEY and
-// _CA say so, or plain TCP (GOFFLOAD_TCP_PLAIN=1). It refuses a secret
-// too short to resist guessing, and a half-configured PKI.
+// SecurityFromEnv is the protection the environment asks for, with secret the
+// shared secret (GOFFLOAD_SECRET). By default it is TLS 1.3 and the secret's
+// proofs. Certificates are checked against a CA if GOFFLOAD_TLS_CERT, _KEY
+// and _CA say so. GOFFLOAD_TCP_PLAIN=1 asks for plain TCP. It refuses a
+// secret too short to resist guessing, and a half-configured PKI.
 func SecurityFromEnv(secret string) (*Security, error) { return securityFromEnv(secret) }
 
 // Plain reports whether sessions go in the clear (GOFFLOAD_TCP_PLAIN=1).
 func (s *Security) Plain() bool { return s.plain }
 
 // HostHandshake opens a session with the device at addr on conn (see
-// hostHandshake) and returns the connection its frames go over: for
-// Session's transport.
+// hostHandshake). It returns the connection its frames go over, for Session's
+// transport.
 func (s *Security) HostHandshake(conn net.Conn, addr string) (net.Conn, error) {
 	return s.hostHandshake(conn, addr)
 }
 
 // DeviceHandshake admits the host on conn, from source address src, if it
-// proves the secret, and returns the connection the session's frames go
-// over. lim, if not nil, pauses a source whose proofs failed.
+// proves the secret. It returns the connection the session's frames go over.
+// lim, if not nil, pauses a source whose proofs failed.
 func (s *Security) DeviceHandshake(conn net.Conn, lim *GuessLimiter, src string) (net.Conn, error) {
 	var gate *proofGate
 	if lim != nil {
@@ -102,6 +103,8 @@ func (s *Security) DeviceHandshake(conn net.Conn, lim *GuessLimiter, src string)
 	return s.deviceHandshake(conn, gate)
 }
 
+// securityFromEnv reads the protection of TCP sessions from the
+// environment, for a side that knows the secret.
 func securityFromEnv(secret string) (*Security, error) {
 	if err := checkSecret(secret); err != nil {
 		return nil, err
@@ -150,8 +153,8 @@ func securityFromEnv(secret string) (*Security, error) {
 	return s, nil
 }
 
-// ephemeralCert is this process's self-signed certificate, made once: a
-// fresh P-256 key that lives as long as the process.
+// ephemeralCert is this process's self-signed certificate, made once. Its key
+// is a fresh P-256 key that lives as long as the process.
 var ephemeralCert = sync.OnceValues(func() (tls.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -192,9 +195,9 @@ func (s *Security) preface() string {
 	return prefaceTLS
 }
 
-// exchangePreface writes this side's preface on conn and reads the
-// peer's; self is "host" or "device". A peer that wants the other mode is
-// an error wrapping proto.ErrMismatch that says which side wants what.
+// exchangePreface writes this side's preface on conn and reads the peer's.
+// self is "host" or "device". A peer that wants the other mode is an error
+// wrapping proto.ErrMismatch. The error says which side wants what.
 func (s *Security) exchangePreface(conn net.Conn, self string) error {
 	if _, err := io.WriteString(conn, s.preface()); err != nil {
 		return err
@@ -269,9 +272,9 @@ func (s *Security) server(conn net.Conn) *tls.Conn {
 	return tls.Server(conn, cfg)
 }
 
-// hostHandshake opens a session to the device at addr on conn: prefaces,
-// then the TLS handshake and the proofs, or the plain challenge–response.
-// It returns the connection the session's frames go over.
+// hostHandshake opens a session to the device at addr on conn. It exchanges
+// prefaces. Then comes the TLS handshake and the proofs, or the plain
+// challenge–response. It returns the connection the session's frames go over.
 func (s *Security) hostHandshake(conn net.Conn, addr string) (net.Conn, error) {
 	if err := s.exchangePreface(conn, "host"); err != nil {
 		return nil, err
@@ -319,10 +322,10 @@ func (s *Security) hostHandshake(conn net.Conn, addr string) (net.Conn, error) {
 	return tc, nil
 }
 
-// deviceHandshake is the device's side of hostHandshake; on a failure
-// that the host could be told of, it tells it why. gate says whether the
-// host's proof may be checked now, and hears of a failed one (nil: always,
-// and nobody).
+// deviceHandshake is the device's side of hostHandshake. On a failure that
+// the host could be told of, it tells it why. gate says whether the host's
+// proof may be checked now, and hears of a failed one. A nil gate means
+// always, and nobody.
 func (s *Security) deviceHandshake(conn net.Conn, gate *proofGate) (net.Conn, error) {
 	if err := s.exchangePreface(conn, "device"); err != nil {
 		return nil, err
@@ -384,8 +387,8 @@ func nonce() []byte {
 	return b
 }
 
-// The handshake is read straight from the connection, frame by frame with
-// no read-ahead, before the link (and its buffers) exist: a party that has
+// The handshake is read straight from the connection, frame by frame with no
+// read-ahead, before the link (and its buffers) exist. So a party that has
 // not proved the secret can make the other side read at most maxAuthFrame
 // bytes a frame, and allocate no more. The longest handshake frame is the
 // host's proof (two hex strings) or a refusal with its reason.
@@ -429,7 +432,7 @@ func writeAuth(w io.Writer, f *proto.Auth) error {
 	return err
 }
 
-// authHost proves the secret to a device and checks the device's proof; the
+// authHost proves the secret to a device and checks the device's proof. The
 // secret itself never crosses the wire.
 func authHost(conn io.ReadWriter, secret string) error {
 	m, err := readAuth(conn)
@@ -459,7 +462,7 @@ func authHost(conn io.ReadWriter, secret string) error {
 	return nil
 }
 
-// authDevice challenges a host; on failure it tells the host why. gate is
+// authDevice challenges a host. On failure it tells the host why. gate is
 // deviceHandshake's.
 func authDevice(conn io.ReadWriter, secret string, gate *proofGate) error {
 	nd := nonce()

@@ -16,13 +16,13 @@ import (
 	"github.com/goffload/offload/plugins/remote/transport"
 )
 
-// tlsTransport is a Transport over a TLS session (a tcp:// link): frames
-// as transport.Stream's, written through a buffer of one TLS record so that
-// small frames and a fragment's header share records with what follows
-// them rather than each costing one (and a write). It writes without
-// blocking (TryWriteFrames) as a plain socket does, but a record is
-// encrypted whole: what of it the socket has no room for is held back
-// (UnderTLS) and written by the link's writer before anything else.
+// tlsTransport is a Transport over a TLS session (a tcp:// link). Its frames
+// are transport.Stream's. They are written through a buffer of one TLS
+// record. So small frames and a fragment's header share records with what
+// follows them, rather than each costing one (and a write). It writes without
+// blocking (TryWriteFrames) as a plain socket does. But a record is encrypted
+// whole. What of it the socket has no room for is held back (UnderTLS). The
+// link's writer writes that before anything else.
 type tlsTransport struct {
 	s   *transport.Stream
 	bw  *bufio.Writer
@@ -34,12 +34,12 @@ type tlsTransport struct {
 // tlsRecord is the largest plaintext of a TLS record.
 const tlsRecord = 16 << 10
 
-// NewTLS makes the transport of a link over the TLS session tc, which
-// must run over Under's connection, spinning (UnderTLS.Spin) once the
-// handshake is done: its reads then poll before they park beneath the TLS
-// layer, as a plain link's do. Its tries to write never wait, holding
-// back for the writer what of a record the socket has no room for
-// (transport.TryWriter, transport.Holder).
+// NewTLS makes the transport of a link over the TLS session tc. tc must run
+// over Under's connection, spinning (UnderTLS.Spin) once the handshake is
+// done. Its reads then poll before they park beneath the TLS layer, as a
+// plain link's do. Its tries to write never wait. They hold back for the
+// writer what of a record the socket has no room for (transport.TryWriter,
+// transport.Holder).
 func NewTLS(tc *tls.Conn) transport.Transport {
 	u := tc.NetConn().(*UnderTLS)
 	return &tlsTransport{s: transport.NewStream(tc, nil), bw: bufio.NewWriterSize(tc, tlsRecord), raw: u, tc: tc}
@@ -57,8 +57,8 @@ func (t *tlsTransport) WriteFrames(frames []byte) error {
 }
 
 // TryWriteFrames encrypts frames into one record (or more) and writes what
-// the socket has room for now; the rest is held back for the writer. If
-// bytes are held back already, it writes nothing.
+// the socket has room for now. The rest is held back for the writer. If bytes
+// are held back already, it writes nothing.
 func (t *tlsTransport) TryWriteFrames(frames []byte) (int, error) {
 	if t.raw.raw == nil || t.Held() {
 		return 0, nil
@@ -103,22 +103,22 @@ func (t *tlsTransport) Discard(m *proto.Msg) error { return explainTLS(t.s.Disca
 // reads first (beyond those the TLS session holds).
 func (t *tlsTransport) Buffered() bool { return t.s.Buffered() }
 
-// Close closes the connection under the session without a close_notify
-// alert, which could wait for room to write it: the protocol's own frames
-// end a session, and a cut one is an error either way.
+// Close closes the connection under the session without a close_notify alert,
+// which could wait for room to write it. The protocol's own frames end a
+// session, and a cut one is an error either way.
 func (t *tlsTransport) Close() error { return t.raw.Close() }
 
-// Under returns the connection to set a TLS session up over, for NewTLS:
-// conn, whose reads park at once until Spin.
+// Under returns the connection to set a TLS session up over, for NewTLS. It
+// is conn, whose reads park at once until Spin.
 func Under(conn net.Conn) *UnderTLS { return &UnderTLS{Conn: conn} }
 
-// UnderTLS is the TCP connection under a TLS session: once the session is
-// set up, its reads poll before they park, as a plain link's do
-// (transport.SpinReader);
-// during the handshake they park at once (a flood of handshakes costs no
-// polling). Only the session's reader reads it. A write while try is set
-// (tlsTransport.TryWriteFrames) never blocks: what the socket has no room
-// for is held back, and every write writes what is held back first.
+// UnderTLS is the TCP connection under a TLS session. Once the session is set
+// up, its reads poll before they park, as a plain link's do
+// (transport.SpinReader). During the handshake they park at once, so a flood
+// of handshakes costs no polling. Only the session's reader reads it. A write
+// while try is set (tlsTransport.TryWriteFrames) never blocks. What the
+// socket has no room for is held back, and every write writes what is held
+// back first.
 type UnderTLS struct {
 	net.Conn
 	r   io.Reader
@@ -130,8 +130,8 @@ type UnderTLS struct {
 	nhold atomic.Int64 // len(hold), read without mu: a blocking write holds mu
 }
 
-// Spin makes the connection's reads poll before they park, as a plain
-// link's do: the session is set up.
+// Spin makes the connection's reads poll before they park, as a plain link's
+// do: the session is set up.
 func (u *UnderTLS) Spin() {
 	u.r = transport.SpinReader(u.Conn, transport.SpinBudget())
 	if sc, ok := u.Conn.(syscall.Conn); ok {
@@ -139,8 +139,8 @@ func (u *UnderTLS) Spin() {
 	}
 }
 
-// Write writes p, or during a try holds back what the socket has no room
-// for; what is held back goes first.
+// Write writes p, or during a try holds back what the socket has no room for.
+// What is held back goes first.
 func (u *UnderTLS) Write(p []byte) (int, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -195,10 +195,9 @@ func (u *UnderTLS) Read(p []byte) (int, error) {
 	return u.Conn.Read(p)
 }
 
-// explainTLS says what a TLS error means for a session: a record that
-// failed its integrity check was altered (or corrupted) on the way, a
-// certificate refused is the PKI's. pki says whether this side checks
-// certificates.
+// explainTLS says what a TLS error means for a session. A record that failed
+// its integrity check was altered (or corrupted) on the way. A certificate
+// refused is the PKI's. pki says whether this side checks certificates.
 func explainTLS(err error, pki bool) error {
 	if err == nil {
 		return nil

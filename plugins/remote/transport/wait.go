@@ -14,21 +14,22 @@ import (
 )
 
 // Waking a process that sleeps in the kernel costs tens of microseconds on
-// virtual machines — more than a whole message takes. So a link's reader
-// polls its socket briefly before it parks: measured on a 2-core VM, an
-// empty synchronous launch went from about 95 µs to about 20 µs (see the
-// raw.pingpong_* lines of go run ./bench -suite remote). Spinning costs a
-// core while it lasts, and when both processes share one core it delays the
-// very process it waits for; so a spin that finds nothing makes the next
-// reads park at once, twice as many each time in a row, and a spin that
+// virtual machines, more than a whole message takes. So a link's reader polls
+// its socket briefly before it parks. Measured on a 2-core VM, an empty
+// synchronous launch went from about 95 µs to about 20 µs. (See the
+// raw.pingpong_* lines of go run ./bench -suite remote.)
+//
+// Spinning costs a core while it lasts. When both processes share one core,
+// it delays the very process it waits for. So a spin that finds nothing makes
+// the next reads park at once, twice as many each time in a row. A spin that
 // finds data (or data that comes soon after parking) ends that backoff.
 
-// spinBudget is how long a read polls before parking:
-// GOFFLOAD_REMOTE_SPIN (a duration from 0 to 1s, "0" turns spinning off),
-// 100µs by default. Start refuses a value it cannot use (internal/core's
-// CheckDeviceEnv, with the same rule); a process that does not go through
-// Start (a device process started by hand) says so on stderr, once, and
-// spins for the default.
+// spinBudget is how long a read polls before parking. It is
+// GOFFLOAD_REMOTE_SPIN, a duration from 0 to 1s; "0" turns spinning off. It
+// is 100µs by default. Start refuses a value it cannot use (internal/core's
+// CheckDeviceEnv, with the same rule). Some processes do not go through
+// Start, such as a device process started by hand. Such a process says so on
+// stderr, once, and spins for the default.
 var spinBudget = func() time.Duration {
 	const def = 100 * time.Microsecond
 	s := os.Getenv("GOFFLOAD_REMOTE_SPIN")
@@ -44,24 +45,24 @@ var spinBudget = func() time.Duration {
 }()
 
 // SpinBudget is how long a link's reader polls before parking
-// (GOFFLOAD_REMOTE_SPIN): every transport's reader polls as long, and so
-// do raw baselines that mean to wait as the transports do.
+// (GOFFLOAD_REMOTE_SPIN). Every transport's reader polls as long. So do raw
+// baselines that mean to wait as the transports do.
 func SpinBudget() time.Duration { return spinBudget }
 
-// KernelStarted counts a kernel that starts running in this process:
-// until it ends, readers park at once rather than spin (see computing).
+// KernelStarted counts a kernel that starts running in this process. Until it
+// ends, readers park at once rather than spin (see computing).
 func KernelStarted() { computing.Add(1) }
 
-// KernelEnded counts a kernel's end; it reports whether it was the last
-// one running.
+// KernelEnded counts a kernel's end. It reports whether it was the last one
+// running.
 func KernelEnded() (last bool) { return computing.Add(-1) == 0 }
 
 // Computing reports whether a kernel runs in this process.
 func Computing() bool { return computing.Load() > 0 }
 
 // TakeSpinner takes the role of the process's one spinning reader, if no
-// other reader holds it, and reports whether it did. Its holder gives it
-// back with DropSpinner when its wait ends.
+// other reader holds it. It reports whether it did. Its holder gives it back
+// with DropSpinner when its wait ends.
 func TakeSpinner() bool { return spinner.CompareAndSwap(false, true) }
 
 // DropSpinner gives the spinner's role back.
@@ -70,24 +71,23 @@ func DropSpinner() { spinner.Store(false) }
 const maxBackoff = 64
 
 // computing counts the kernels running in this process. While one runs, a
-// reader does not spin (nor does MPI's progress goroutine): the kernel's
-// workers have the device's cores, and a poller would take one from them
-// for as long as it spins.
+// reader does not spin, nor does MPI's progress goroutine. The kernel's
+// workers have the device's cores. A poller would take one from them for as
+// long as it spins.
 var computing atomic.Int32
 
-// spinner is held by the one reader of this process that spins: the
-// others park at once. Two spinning readers keep both of a 2-core
-// machine's Go processors busy, and then no thread waits in the network
-// poller: a third reader, parked, hears of its data only when the runtime's
-// monitor polls, up to 10 ms later (8 goroutines × nowait tasks on two
-// device processes: 5–10% faster per task with one spinner).
+// spinner is held by the one reader of this process that spins; the others
+// park at once. Two spinning readers keep both of a 2-core machine's Go
+// processors busy. Then no thread waits in the network poller. A third
+// reader, parked, hears of its data only when the runtime's monitor polls, up
+// to 10 ms later. With 8 goroutines running nowait tasks on two device
+// processes, one spinner is 5–10% faster per task.
 var spinner atomic.Bool
 
 // Backoff is a link reader's backoff, the socket's (SpinReader) and the
-// shared-memory ring's alike: a read that waited idle makes the
-// next reads park at once, twice as many each time in a row (up to
-// maxBackoff), and a read that found data while polling, or soon after
-// parking, ends it.
+// shared-memory ring's alike. A read that waited idle makes the next reads
+// park at once. They are twice as many each time in a row, up to maxBackoff.
+// A read that found data while polling, or soon after parking, ends it.
 type Backoff struct{ skip, backoff int }
 
 // Skipping reports whether this read parks at once, and counts it.
@@ -99,11 +99,11 @@ func (b *Backoff) Skipping() bool {
 	return false
 }
 
-// Wake ends the parking at once that an idle link earned: the next read
-// polls again (a reader that was kicked).
+// Wake ends the parking at once that an idle link earned. The next read polls
+// again (a reader that was kicked).
 func (b *Backoff) Wake() { b.skip = 0 }
 
-// After takes what a read that could poll did: whether it parked and
+// After takes what a read that could poll did. That is whether it parked and
 // whether it polled, and when it began to wait.
 func (b *Backoff) After(parked, spun bool, start time.Time) {
 	switch {
@@ -119,16 +119,16 @@ func (b *Backoff) After(parked, spun bool, start time.Time) {
 }
 
 // idleAfter is how long a read must have waited in all for the link to count
-// as idle, which makes the next reads park at once.
+// as idle. That makes the next reads park at once.
 const idleAfter = time.Millisecond
 
-// SpinReader returns a reader of conn that waits for data as a link's
-// reader does, polling for up to budget before it parks (with the same
-// backoff on an idle link), or conn itself for a budget of 0 or a conn
-// without a descriptor to poll. Package stream's socket links read with it
-// (SpinBudget), and so can raw baselines that mean to wait exactly as the
-// transport does. The reader's Stats method counts its reads and those
-// that spun out their budget and parked.
+// SpinReader returns a reader of conn that waits for data as a link's reader
+// does. It polls for up to budget before it parks, with the same backoff on
+// an idle link. For a budget of 0, or a conn without a descriptor to poll, it
+// returns conn itself. Package stream's socket links read with it
+// (SpinBudget). So can raw baselines that mean to wait exactly as the
+// transport does. The reader's Stats method counts its reads, and those that
+// spun out their budget and parked.
 func SpinReader(conn net.Conn, budget time.Duration) io.Reader {
 	sc, ok := conn.(syscall.Conn)
 	if !ok || budget <= 0 {
@@ -143,9 +143,9 @@ func SpinReader(conn net.Conn, budget time.Duration) io.Reader {
 	return c
 }
 
-// spinConn polls read(2), yielding the goroutine between polls (the
-// goroutine the reader just handed a frame to must get to run), for up to
-// spin before parking in the netpoller.
+// spinConn polls read(2) for up to spin before parking in the netpoller. It
+// yields the goroutine between polls: the goroutine the reader just handed a
+// frame to must get to run.
 type spinConn struct {
 	rc            syscall.RawConn
 	spin          time.Duration
@@ -190,8 +190,8 @@ func (c *spinConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// readState is what one Read's polling keeps between tryRead's calls (in
-// the spinConn, so that a read allocates nothing).
+// readState is what one Read's polling keeps between tryRead's calls. It is
+// in the spinConn, so that a read allocates nothing.
 type readState struct {
 	p                     []byte
 	n                     int
@@ -203,8 +203,8 @@ type readState struct {
 }
 
 // read is the function RawConn.Read calls when the descriptor may be
-// readable: it reads, polling with yields while the budget lasts, and
-// returns false to park in the network poller.
+// readable. It reads, polling with yields while the budget lasts. It returns
+// false to park in the network poller.
 func (c *spinConn) read(fd uintptr) bool {
 	r := &c.r
 	for {
