@@ -36,10 +36,12 @@ func TestMain(m *testing.M) {
 	// Suites host2 and host_shared copy 200 MiB and look up in 192 MiB:
 	// small sizes here.
 	hostEnterBytes, hostLookupGrid, hostLookupBatch = 4<<20, 1<<12, 1<<14
-	os.Exit(m.Run())
+	code := m.Run()
+	removeAllRun()
+	os.Exit(code)
 }
 
-// TestHostSuiteTSV runs suite host with a tiny time budget and checks that
+// TestHostSuiteTSV checks suite host's part of the shared -suite all run:
 // every metric comes out as one well-formed tsv line.
 func TestHostSuiteTSV(t *testing.T) {
 	want := beyondWant("host.")
@@ -50,15 +52,14 @@ func TestHostSuiteTSV(t *testing.T) {
 		"host.lookup_1e5":                false,
 		"host.stencil_512_vs_goroutines": true,
 	})
-	checkSuiteTSV(t, "host", want)
+	checkSection(t, "host", want)
 }
 
-// TestHostMemorySuitesTSV runs suites host2 and host_shared (host:2 with
-// memory of each device's own, and sharing the program's) with a tiny time
-// budget.
+// TestHostMemorySuitesTSV checks suites host2 and host_shared (host:2 with
+// memory of each device's own, and sharing the program's) in the shared run.
 func TestHostMemorySuitesTSV(t *testing.T) {
-	checkSuiteTSV(t, "host2", map[string]bool{"host2.enter_200MiB_two_vs_one": true})
-	checkSuiteTSV(t, "host_shared", map[string]bool{"host_shared.lookup_vs_goroutines": true})
+	checkSection(t, "host2", map[string]bool{"host2.enter_200MiB_two_vs_one": true})
+	checkSection(t, "host_shared", map[string]bool{"host_shared.lookup_vs_goroutines": true})
 }
 
 // beyondWant is the launch_beyond_kernel_* metrics of prefix, one per
@@ -71,20 +72,23 @@ func beyondWant(prefix string) map[string]bool {
 	return want
 }
 
-// TestRemoteSuiteTSV runs suite remote, whose device process and raw peers
-// are this test binary started again, with a tiny time budget: the local
+// TestRemoteSuiteTSV checks suite remote in the shared run. Its device
+// process and raw peers are this test binary started again: the local
 // device on shared memory, and so the spinning raw baselines.
 func TestRemoteSuiteTSV(t *testing.T) {
-	want := remoteWant("remote.")
 	if len(spins) != 3 {
 		t.Errorf("%d spins, want 3 (raw.pingpong_*)", len(spins))
 	}
+	// The suite's own sweep; the shared run's is shorter.
+	full := remoteWant("remote.")
 	for _, m := range []string{"remote.submit_8B", "remote.submit_4KiB", "remote.retrieve_1MiB", "remote.submit_64MiB", "remote.submit_64MiB_vs_copy", "remote.retrieve_64MiB_vs_copy"} {
-		if !want[m] {
+		if !full[m] {
 			t.Errorf("the suite has no %s", m)
 		}
 	}
-	out := checkSuiteTSV(t, "remote", want)
+	defer func(sizes []int64) { sweepSizes = sizes }(sweepSizes)
+	sweepSizes = allSweepSizes
+	out := checkSection(t, "remote", remoteWant("remote."))
 	for _, line := range []string{
 		"\n# remote.launch_rtt_vs_spin, remote.submit_SIZE, remote.retrieve_SIZE: raw baselines over a shared-memory ring pair, ",
 		"\nremote.submit_64MiB_vs_copy\t",
@@ -95,16 +99,16 @@ func TestRemoteSuiteTSV(t *testing.T) {
 	}
 }
 
-// TestRemoteSocketSuiteTSV runs suite remote-socket, a shorter sweep: the
-// local device's link and every raw baseline on sockets, the suite's
+// TestRemoteSocketSuiteTSV checks suite remote-socket in the shared run:
+// the local device's link and every raw baseline on sockets, the suite's
 // environment set for Start and restored after.
 func TestRemoteSocketSuiteTSV(t *testing.T) {
 	defer func(sizes []int64) { sweepSizes = sizes }(sweepSizes)
-	sweepSizes = []int64{8, 64 << 10}
-	old, had := os.LookupEnv(envLocalLink)
-	out := checkSuiteTSV(t, "remote-socket", remoteWant("remote_socket."))
+	sweepSizes = allSweepSizes
+	out := checkSection(t, "remote-socket", remoteWant("remote_socket."))
+	old, had := allRun.localLink, allRun.hadLocalLink
 	for _, line := range []string{
-		"\n# suite remote-socket: devices \"local:1\", 1 device(s), with GOFFLOAD_LOCAL_LINK=socket\n",
+		"# suite remote-socket: devices \"local:1\", 1 device(s), with GOFFLOAD_LOCAL_LINK=socket\n",
 		"\n# remote_socket.*: every raw baseline goes over the socket",
 		"\nremote_socket.retrieve_64MiB_vs_copy\t",
 	} {
@@ -145,33 +149,25 @@ func remoteWant(prefix string) map[string]bool {
 
 // TestSuiteAll: -suite all runs the suites that can run here and says why
 // it skips the rest (mpi, without MPI support in this test binary); naming
-// a suite that cannot run is an error that says why.
+// a suite that cannot run is an error that says why. The other suites'
+// tests check their sections of the same run.
 func TestSuiteAll(t *testing.T) {
-	defer restoreAppsSizes()()
-	defer restoreTaskbench()() // TestTaskbenchSuite runs it longer
-	// Suite peer has its own test (where LLVM 22 is installed): skipped here.
-	peer := suites["peer"]
-	defer func() { suites["peer"] = peer }()
-	suites["peer"] = Suite{Devices: peer.Devices, Run: peer.Run, Skip: func() string { return "left to TestPeerSuiteTSV" }}
-	// Suite remote's sweep has its own test: a short one here, small plots.
-	defer func(sizes []int64, dpi int) { sweepSizes, plotDPI = sizes, dpi }(sweepSizes, plotDPI)
-	sweepSizes, plotDPI = []int64{8, 4 << 10, 1 << 20}, 48
-	var out, errOut bytes.Buffer
-	dir := filepath.Join(t.TempDir(), "plots") // -plot creates it
-	if err := run([]string{"-suite", "all", "-format", "tsv", "-time", "5ms", "-rounds", "1", "-apps-n", "24", "-apps-iters", "2", "-apps-tiles", "2", "-apps-b", "4", "-apps-cg-n", "16", "-apps-cg-iters", "4", "-apps-fault-timeout", "1s", "-taskbench-patterns", "stencil_1d", "-taskbench-kinds", "host2", "-taskbench-max-iters", "2", "-plot", dir}, &out, &errOut); err != nil {
-		t.Fatalf("run: %v\n%s", err, errOut.String())
-	}
+	out := suiteAll(t)
 	for _, want := range []string{"# suite mpi skipped: ", "\nhost.empty_region\t", "\nremote.launch_rtt\t", "\nremote.submit_4KiB\t", "\nremote.retrieve_1MiB\t", "\nremote_socket.launch_rtt\t", "\nremote_socket.submit_64MiB_vs_copy\t", "\nasync.chain_per_op\t", "\napps.jacobi_2dev_vs_1dev\t", "\n# taskbench.stencil_1d.host2 sweep ",
 		"\n# plot remote_latency.png: wrote ", "\n# plot remote_socket_bandwidth.png: wrote ", "\n# plot peer_ratios.png: not written, suite peer skipped: left to TestPeerSuiteTSV\n"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("-suite all output lacks %q:\n%s", want, out.String())
+		if !strings.Contains(out, want) {
+			t.Errorf("-suite all output lacks %q:\n%s", want, out)
 		}
 	}
+	defer func(dpi int) { plotDPI = dpi }(plotDPI)
+	plotDPI = allPlotDPI
+	dir := allRun.dir
 	checkPNGs(t, dir, "remote_latency.png", "remote_bandwidth.png", "remote_socket_latency.png", "remote_socket_bandwidth.png", "apps_ratios.png")
 	if _, err := os.Stat(filepath.Join(dir, "peer_ratios.png")); !os.IsNotExist(err) {
 		t.Errorf("peer_ratios.png of the skipped suite peer: %v, want none", err)
 	}
-	err := run([]string{"-suite", "mpi"}, &out, &errOut)
+	var o, errOut bytes.Buffer
+	err := run([]string{"-suite", "mpi"}, &o, &errOut)
 	if err == nil || !strings.Contains(err.Error(), "cannot run here") || !strings.Contains(err.Error(), "mpirun") {
 		t.Errorf("-suite mpi outside an MPI job: %v; want an error saying how to run it", err)
 	}
@@ -200,11 +196,10 @@ func TestPeerSuiteTSV(t *testing.T) {
 	})
 }
 
-// TestAppsSuiteTSV runs suite apps at tiny sizes; its rows of devices of
+// TestAppsSuiteTSV checks suite apps (tiny sizes) in the shared run; its rows of devices of
 // unequal speed come out where a cgroup can hold a device to part of a
 // CPU, and say why not elsewhere.
 func TestAppsSuiteTSV(t *testing.T) {
-	defer restoreAppsSizes()()
 	want := map[string]bool{
 		"apps.jacobi_2dev_vs_1dev":                true,
 		"apps.jacobi_2dev_vs_goroutines":          true,
@@ -222,17 +217,17 @@ func TestAppsSuiteTSV(t *testing.T) {
 		want["apps.cholesky_uneven_any_vs_rr"] = true
 		want["apps.cholesky_uneven_any_vs_hand"] = true
 	}
-	out := checkSuiteTSV(t, "apps", want, "-apps-n", "48", "-apps-iters", "6", "-apps-tiles", "3", "-apps-b", "8", "-apps-cg-n", "24", "-apps-cg-iters", "10", "-apps-fault-timeout", "1s")
+	out := checkSection(t, "apps", want)
 	if why != "" && !strings.Contains(out, "# apps.cholesky_uneven_*: left out: ") {
 		t.Errorf("without CPU limits (%s), the output does not say the rows of unequal speeds are left out", why)
 	}
 }
 
-// TestAsyncSuiteTSV runs suite async, whose device processes and raw peer
-// are this test binary started again, with a tiny time budget. The suite
+// TestAsyncSuiteTSV checks suite async in the shared run. Its device
+// processes and raw peer are this test binary started again. The suite
 // checks the compute kernel's results against the host's itself.
 func TestAsyncSuiteTSV(t *testing.T) {
-	checkSuiteTSV(t, "async", map[string]bool{
+	checkSection(t, "async", map[string]bool{
 		"async.chain_per_op":          true,
 		"async.cross_device_per_op":   true,
 		"async.two_devices":           true,
@@ -299,19 +294,32 @@ func TestComputeElem(t *testing.T) {
 	}
 }
 
-// checkSuiteTSV runs a suite with a tiny time budget and checks that every
-// metric of want (metric -> has a baseline) comes out as one well-formed tsv
-// line, and nothing else does. It returns the output.
+// checkSuiteTSV runs a suite with a tiny time budget and checks its output
+// as checkTSV does. It returns the output.
 func checkSuiteTSV(t *testing.T, suite string, want map[string]bool, args ...string) string {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	if err := run(append([]string{"-suite", suite, "-format", "tsv", "-time", "10ms", "-rounds", "1"}, args...), &out, &errOut); err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s\nstdout:\n%s", err, errOut.String(), out.String())
 	}
-	t.Logf("output:\n%s", out.String())
+	return checkTSV(t, out.String(), want)
+}
 
+// checkSection checks suite's section of the shared -suite all run as
+// checkTSV does. It returns the section.
+func checkSection(t *testing.T, suite string, want map[string]bool) string {
+	t.Helper()
+	return checkTSV(t, suiteSection(t, suite), want)
+}
+
+// checkTSV checks that every metric of want (metric -> has a baseline)
+// comes out of out as one well-formed tsv line, and nothing else does. It
+// returns out.
+func checkTSV(t *testing.T, out string, want map[string]bool) string {
+	t.Helper()
+	t.Logf("output:\n%s", out)
 	seen := map[string]bool{}
-	for _, line := range strings.Split(strings.TrimRight(out.String(), "\n"), "\n") {
+	for _, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
 		if strings.HasPrefix(line, "#") {
 			continue
 		}
@@ -362,7 +370,7 @@ func checkSuiteTSV(t *testing.T, suite string, want map[string]bool, args ...str
 			t.Errorf("metric %s missing from the output", m)
 		}
 	}
-	return out.String()
+	return out
 }
 
 // TestPeers starts this test binary as the raw baselines' peers, in both
@@ -564,10 +572,10 @@ func TestRemoteSuiteTCP(t *testing.T) {
 	}
 }
 
-// TestTCPTLSSuiteTSV runs suite tcp-tls, whose TCP devices and raw TLS
-// peers are this test binary started again, with a tiny time budget.
+// TestTCPTLSSuiteTSV checks suite tcp-tls in the shared run. Its TCP
+// devices and raw TLS peers are this test binary started again.
 func TestTCPTLSSuiteTSV(t *testing.T) {
-	out := checkSuiteTSV(t, "tcp-tls", map[string]bool{
+	out := checkSection(t, "tcp-tls", map[string]bool{
 		"tcp_tls.launch_vs_tls":           true,
 		"tcp_tls.submit_64MiB_vs_tls":     true,
 		"tcp_tls.retrieve_64MiB_vs_tls":   true,
@@ -588,6 +596,6 @@ func TestProxySuiteTSV(t *testing.T) {
 	if why := suites["proxy"].Skip(); why != "" {
 		t.Skip(why)
 	}
-	checkSuiteTSV(t, "proxy", map[string]bool{"proxy.empty_launch": true, "proxy.submit_64MiB": true, "proxy.retrieve_64MiB": true})
-	checkSuiteTSV(t, "proxy2", map[string]bool{"proxy2.jacobi_2048": true})
+	checkSection(t, "proxy", map[string]bool{"proxy.empty_launch": true, "proxy.submit_64MiB": true, "proxy.retrieve_64MiB": true})
+	checkSection(t, "proxy2", map[string]bool{"proxy2.jacobi_2048": true})
 }

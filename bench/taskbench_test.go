@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -329,30 +328,24 @@ func TestTBDevices(t *testing.T) {
 	}
 }
 
-// TestTaskbenchSuite runs the suite on one pattern with tiny tasks and
-// checks its output: a sweep line for every kind, and rows or the reason
-// there are none.
+// TestTaskbenchSuite checks suite taskbench in the shared run (two
+// patterns, every CPU kind, tiny tasks): a sweep line for every kind, and
+// rows or the reason there are none.
 func TestTaskbenchSuite(t *testing.T) {
-	defer restoreTaskbench()()
-	var out, errOut bytes.Buffer
-	dir := filepath.Join(t.TempDir(), "plots")
-	if err := run([]string{"-suite", "taskbench", "-format", "tsv", "-time", "10ms", "-rounds", "1", "-plot", dir,
-		"-taskbench-patterns", "stencil_1d,spread_r3", "-taskbench-kinds", "host2,local2,tcp2", "-taskbench-max-iters", "4"}, &out, &errOut); err != nil {
-		t.Fatalf("run: %v\n%s\n%s", err, errOut.String(), out.String())
-	}
-	t.Logf("output:\n%s", out.String())
+	out := suiteSection(t, "taskbench")
+	t.Logf("output:\n%s", out)
 	for _, pat := range []string{"stencil_1d", "spread_r3"} {
 		for _, kind := range []string{"goroutines", "host2", "local2", "tcp2"} {
 			metric := "taskbench." + pat + "." + kind
-			if !strings.Contains(out.String(), "\n# "+metric+" sweep (iterations:granularity/efficiency): 1:") {
+			if !strings.Contains(out, "\n# "+metric+" sweep (iterations:granularity/efficiency): 1:") {
 				t.Errorf("no sweep line for %s", metric)
 			}
-			if !strings.Contains(out.String(), "\n"+metric+".metg\t") && !strings.Contains(out.String(), "\n# "+metric+".metg: not reported: ") {
+			if !strings.Contains(out, "\n"+metric+".metg\t") && !strings.Contains(out, "\n# "+metric+".metg: not reported: ") {
 				t.Errorf("neither a row nor a reason for %s.metg", metric)
 			}
 		}
 	}
-	for _, line := range strings.Split(out.String(), "\n") {
+	for _, line := range strings.Split(out, "\n") {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
@@ -360,13 +353,16 @@ func TestTaskbenchSuite(t *testing.T) {
 			t.Errorf("line %q: want a taskbench.*.metg row of 4 fields", line)
 		}
 	}
-	checkPNGs(t, dir, "taskbench_stencil_1d.png", "taskbench_spread_r3.png")
+	defer func(dpi int) { plotDPI = dpi }(plotDPI)
+	plotDPI = allPlotDPI
+	checkPNGs(t, allRun.dir, "taskbench_stencil_1d.png", "taskbench_spread_r3.png")
+	var o, errOut bytes.Buffer
 	for _, args := range [][]string{
 		{"-suite", "taskbench", "-taskbench-patterns", "stencil"},
 		{"-suite", "taskbench", "-taskbench-kinds", "gpu"},
 		{"-suite", "taskbench", "-taskbench-max-iters", "0"},
 	} {
-		if err := run(args, &out, &errOut); err == nil {
+		if err := run(args, &o, &errOut); err == nil {
 			t.Errorf("run(%q) succeeded, want an error", args)
 		}
 	}
