@@ -232,11 +232,12 @@ type Device struct {
 	num    int
 	ctx    context.Context // see WithContext
 	ctxSet bool            // WithContext was called (with nil: an error at each construct)
-	dm     Defaultmap      // see Defaultmap
-	// geo is the num_teams and thread_limit clauses (teams.go), geoErr
-	// what was wrong with them.
-	geo    plugin.Geometry
-	geoErr error
+	dm     defaultmap      // see Defaultmap
+	// geo is the num_teams and thread_limit clauses (teams.go). clauseErr
+	// is the first of the launch clauses that cannot be used (teams.go's,
+	// Defaultmap's): it fails every launch.
+	geo       plugin.Geometry
+	clauseErr error
 }
 
 // On returns device number n (the device clause of OpenMP constructs).

@@ -231,7 +231,7 @@ func Update(maps ...Map) error { return Default().Update(maps...) }
 // argument per flattened parameter (a struct holding slices gives one per
 // field). dm is the device's defaultmap for bare slices of parameters with
 // no declared direction.
-func kernelArgs(cd *core.Device, kk *Kernel, dm Defaultmap, o launchOpts, args []any) ([]core.KernelArg, error) {
+func kernelArgs(cd *core.Device, kk *Kernel, dm defaultmap, o launchOpts, args []any) ([]core.KernelArg, error) {
 	with := o.with
 	k := kk.k
 	used, err := checkWith(with)
@@ -329,7 +329,7 @@ func (lf *leafer) bad(li int, format string, v ...any) error {
 type leafer struct {
 	cd   *core.Device
 	kk   *Kernel
-	dm   Defaultmap
+	dm   defaultmap
 	with []Map  // clauses that replace bare slices (Kernel1.With …)
 	used []bool // which of with matched an argument
 }
