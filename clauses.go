@@ -95,7 +95,9 @@ func (m defaultmap) mapType() (mapping.MapType, error) {
 	return 0, fmt.Errorf("%w: defaultmap(none): a bare slice needs a map clause (To, From, ToFrom, Alloc) or a parameter that declares its direction (In, Out, InOut, Scratch)", ErrBadMap)
 }
 
-// UseDevicePtr is OpenMP's use_device_ptr clause for Device.Data.
+// UseDevicePtr is OpenMP's use_device_ptr clause for Device.Data, and its
+// use_device_addr clause: for a Go slice, or a sub-slice (an array
+// section), the two are the same.
 // Inside the region's body, *p is the device address of slice s on the
 // region's device. Hand it to code that takes device memory: Memcpy, a
 // kernel's is_device_ptr argument, or a vendor library through
@@ -111,11 +113,6 @@ func (m defaultmap) mapType() (mapping.MapType, error) {
 //	err := dev.Data(func() error { return vendorLib(px.Addr(), n) },
 //		offload.ToFrom(x), offload.UseDevicePtr(x, &px))
 func UseDevicePtr(s any, p *DevicePtr) Map { return useClause(s, p, "use_device_ptr") }
-
-// UseDeviceAddr is OpenMP's use_device_addr clause.
-// For a Go slice, or a sub-slice (an array section), it is the same as
-// UseDevicePtr.
-func UseDeviceAddr(s any, p *DevicePtr) Map { return useClause(s, p, "use_device_addr") }
 
 func useClause(s any, p *DevicePtr, clause string) Map {
 	m := newMap(s, 0, false, clause)
@@ -155,8 +152,7 @@ func (p DevicePtr) Addr() uintptr {
 	return a
 }
 
-// splitUses takes the use_device_ptr and use_device_addr clauses out of
-// maps.
+// splitUses takes the use_device_ptr clauses out of maps.
 func splitUses(maps []Map) (rest, uses []Map) {
 	for _, m := range maps {
 		if m.useClause != "" {

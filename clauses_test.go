@@ -202,7 +202,7 @@ func TestUseDevicePtr(t *testing.T) {
 				return err
 			}
 			return dev.Run(bump.Kernel(), py)
-		}, offload.To(x), offload.From(y), offload.UseDevicePtr(x, &px), offload.UseDeviceAddr(y, &py))
+		}, offload.To(x), offload.From(y), offload.UseDevicePtr(x, &px), offload.UseDevicePtr(y, &py))
 		if err != nil {
 			t.Fatalf("device %d: %v", dev.Num(), err)
 		}
@@ -215,16 +215,16 @@ func TestUseDevicePtr(t *testing.T) {
 	}
 	// Not mapped: the list item keeps its host address (OpenMP 5.1, as
 	// LLVM does), a pointer of the initial device; the region runs.
-	for _, clause := range []func(any, *offload.DevicePtr) offload.Map{offload.UseDevicePtr, offload.UseDeviceAddr} {
+	{
 		x := []int32{1, 2}
 		var px offload.DevicePtr
 		var inside offload.DevicePtr
-		err := offload.On(0).Data(func() error { inside = px; return nil }, clause(x, &px))
+		err := offload.On(0).Data(func() error { inside = px; return nil }, offload.UseDevicePtr(x, &px))
 		if err != nil {
-			t.Fatalf("use_device_ptr/addr of an unmapped slice: %v, want the region to run with its host address", err)
+			t.Fatalf("use_device_ptr of an unmapped slice: %v, want the region to run with its host address", err)
 		}
 		if inside.Addr() != uintptr(unsafe.Pointer(&x[0])) || inside.Device() != offload.Initial().Num() {
-			t.Errorf("use_device_ptr/addr of an unmapped slice: %#x on device %d, want its host address %p on the initial device %d",
+			t.Errorf("use_device_ptr of an unmapped slice: %#x on device %d, want its host address %p on the initial device %d",
 				inside.Addr(), inside.Device(), &x[0], offload.Initial().Num())
 		}
 		if !px.IsNil() {

@@ -176,7 +176,7 @@ func TestKernelAfterStart(t *testing.T) {
 // errors; a With clause's own name wins.
 func TestTypedNamed(t *testing.T) {
 	var info strings.Builder
-	start(t, offload.WithDevices("host"), offload.WithInfo("kernel-args"), offload.WithInfoOutput(&info))
+	start(t, offload.WithDevices("host"), offload.WithInfo("kernel-args", &info))
 	k := typedSaxpy.Named("a", "x", "y")
 	x, y := []float32{1}, []float32{2}
 	if err := k.Run(offload.On(0), 1, x, y); err != nil {
