@@ -7,7 +7,7 @@
 //
 // A kernel is a Go function registered by name at package init.
 // Every process of the program registers the same table (the offload
-// entries table). The typed form, [MustKernel0] … [MustKernel8], has every
+// entries table). The typed form, [MustKernel1] … [MustKernel8], has every
 // launch checked by the compiler. Its parameter types say how each buffer
 // moves:
 //

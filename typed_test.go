@@ -32,7 +32,7 @@ var (
 			in[i] = -1
 		}
 	})
-	typedNone = offload.MustKernel0("typed.none", func(offload.Ctx) {})
+	typedNone = offload.MustKernel("typed.none", func(offload.Ctx) {})
 )
 
 func TestTypedKernels(t *testing.T) {
@@ -67,7 +67,7 @@ func TestTypedKernels(t *testing.T) {
 			// Out is map(from:): the device copy starts uninitialized, so a
 			// kernel that writes nothing still copies back device memory,
 			// not the host's 7s: checked by the override below instead.
-			if err := typedNone.Run(dev); err != nil {
+			if err := dev.Run(typedNone); err != nil {
 				t.Fatal(err)
 			}
 			if offload.On(dev.Num()).IsPresent(x) || dev.IsPresent(out) {
