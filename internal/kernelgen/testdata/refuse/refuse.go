@@ -191,3 +191,8 @@ var TwoReduces = offload.MustKernel2("tworeduces", func(ctx offload.Ctx, x offlo
 	out[0] = offload.Reduce(ctx, len(x), reduction.Sum[float64](), func(lo, hi int, acc float64) float64 { return acc })
 	out[1] = offload.Reduce(ctx, len(x), reduction.Max[float64](), func(lo, hi int, acc float64) float64 { return acc }) // want "a second offload.Reduce"
 })
+
+var OpStatement = offload.MustKernel1("opstatement", func(ctx offload.Ctx, out offload.Out[float64]) {
+	reduction.Sum[float64]() // want "reduction.Sum used other than to define an Op variable or as Reduce's op"
+	out[0] = 1
+})
