@@ -50,7 +50,7 @@ var defaultmapNames = [...]string{"default", "to", "from", "tofrom", "alloc", "p
 // In, Out, InOut or Scratch. Scalars are always passed by value
 // (firstprivate). Map clauses and declared directions are not affected.
 //
-// behavior is written as in OpenMP:
+// behavior is written as in OpenMP (in any case):
 //   - "default": the implicit map, tofrom; a slice mapped already is used
 //     as it is;
 //   - "to", "from", "tofrom": a map with that direction;

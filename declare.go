@@ -9,10 +9,11 @@ import (
 	"github.com/goffload/offload/internal/entries"
 )
 
-// ErrDeclareTarget is wrapped by the error of a declare target variable
-// that cannot be declared. Its name may be taken, or it is empty, or its
-// elements are not plain data. Its host memory may be shared with another
-// variable, or the runtime is started.
+// ErrDeclareTarget is wrapped by the error that DeclareTarget and
+// DeclareTargetLink panic with when a variable cannot be declared. Its name
+// may be taken, or it is empty, or its elements are not plain data. Its
+// host memory may be shared with another variable, or the runtime is
+// started.
 var ErrDeclareTarget = entries.ErrDeclareTarget
 
 // A Global is a declare target variable: a slice of plain data that kernels
