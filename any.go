@@ -67,7 +67,7 @@ func (a Async) runAny(k *Kernel, o launchOpts, args []any) *Task {
 		return a.failed(core.Errorf("goffload: Any(): target: %w: nil kernel", ErrBadArgument))
 	}
 	if len(rt.Devices) == 0 { // nothing to place on: the initial device, as for On(0)
-		a.dev = Device{num: 0, ctx: a.dev.ctx, dm: a.dev.dm, geo: a.dev.geo, geoErr: a.dev.geoErr}
+		a.dev = Device{num: 0, ctx: a.dev.ctx, dm: a.dev.dm, geo: a.dev.geo, clauseErr: a.dev.clauseErr}
 		return a.run(k, o, args)
 	}
 	kargs, err := kernelArgs(rt.Initial, k, a.dev.dm, o, args)
@@ -134,7 +134,7 @@ func anyOwns(b mapping.Buf) error {
 
 // handArgs is kernelArgs for a construct placed by hand: a buffer that
 // Any-tasks use is refused (anyOwns).
-func handArgs(cd *core.Device, kk *Kernel, dm Defaultmap, o launchOpts, args []any) ([]core.KernelArg, error) {
+func handArgs(cd *core.Device, kk *Kernel, dm defaultmap, o launchOpts, args []any) ([]core.KernelArg, error) {
 	kargs, err := kernelArgs(cd, kk, dm, o, args)
 	for _, a := range kargs {
 		if err == nil {

@@ -50,7 +50,7 @@ func TestAnyRerunAfterKill(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv("GOFFLOAD_ANY_RERUN_HOST", c.rerunHost)
 			var infoOut syncBuffer
-			pid := startTwoLocal(t, offload.WithInfo("placement"), offload.WithInfoOutput(&infoOut))
+			pid := startTwoLocal(t, offload.WithInfo("placement", &infoOut))
 			const nbuf, n, tasks = 6, 256, 160
 			r := rand.New(rand.NewPCG(3, 9))
 			bufs, model := make([][]int64, nbuf), make(anyModel, nbuf)
@@ -222,7 +222,7 @@ func TestAnyRestoreBeforeHandback(t *testing.T) {
 func restoreBeforeHandback(t *testing.T, round int) {
 	rs := &restoreSeen{}
 	var infoOut syncBuffer
-	pid := startTwoLocal(t, offload.WithTool(rs), offload.WithInfo("placement"), offload.WithInfoOutput(&infoOut))
+	pid := startTwoLocal(t, offload.WithTool(rs), offload.WithInfo("placement", &infoOut))
 	// b is large, so that its restore (a re-run and a copy of 32
 	// MiB) takes longer than the rest of the hand-back. Not timed
 	// on a device yet, the kernel is tried on each in turn: the

@@ -42,7 +42,7 @@ var (
 // results are those of the steps in program order.
 func TestAnyRerunReadsSurvivingVersions(t *testing.T) {
 	var info syncBuffer
-	pid := startTwoLocal(t, offload.WithInfo("placement"), offload.WithInfoOutput(&info))
+	pid := startTwoLocal(t, offload.WithInfo("placement", &info))
 	id := time.Now().UnixNano()
 	gate := filepath.Join(os.TempDir(), fmt.Sprintf("goffload-anygate-%d", id))
 	t.Cleanup(func() { os.Remove(gate) })

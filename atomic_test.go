@@ -15,7 +15,7 @@ import (
 // on it sees the whole copy (libomptarget needed "atomic maps" for this).
 func TestOneCopyPerNewEntry(t *testing.T) {
 	var info syncBuffer
-	start(t, offload.WithDevices("host"), offload.WithInfo("copies,mapping"), offload.WithInfoOutput(&info))
+	start(t, offload.WithDevices("host"), offload.WithInfo("copies,mapping", &info))
 	for round := 0; round < 20; round++ {
 		x := filled(1<<16, int32(round))
 		var wg sync.WaitGroup

@@ -167,14 +167,15 @@ func BenchmarkLaunch3(b *testing.B) {
 	})
 }
 
-var benchEmpty0 = offload.MustKernel0("benchtest.empty0", func(offload.Ctx) {})
+var benchEmpty0 = offload.MustKernel("benchtest.empty0", func(offload.Ctx) {})
 
-// BenchmarkEmptyRegionTyped is BenchmarkEmptyRegion with a typed kernel,
-// called without reflection.
+// BenchmarkEmptyRegionTyped is BenchmarkEmptyRegion with a func(Ctx)
+// kernel, called without reflection as a typed kernel is (Kernel0 was
+// its typed form).
 func BenchmarkEmptyRegionTyped(b *testing.B) {
 	dev := startBench(b)
 	for b.Loop() {
-		if err := benchEmpty0.Run(dev); err != nil {
+		if err := dev.Run(benchEmpty0); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -35,7 +35,7 @@ var (
 func TestCheckMaps(t *testing.T) {
 	t.Setenv("GOFFLOAD_CHECK", "maps")
 	var info syncBuffer
-	start(t, offload.WithDevices("host:1,local:1"), offload.WithInfoOutput(&info))
+	start(t, offload.WithDevices("host:1,local:1"), offload.WithInfo("", &info))
 	for _, dev := range []offload.Device{offload.On(0), offload.On(1), offload.Initial()} {
 		info.Reset()
 		x, y := []int32{1, 2, 3, 4, 5, 6, 7, 8}, make([]int32, 8)

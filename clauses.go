@@ -3,6 +3,7 @@ package offload
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/goffload/offload/internal/mapping"
 
@@ -25,72 +26,78 @@ func (d Device) If(cond bool) Device {
 	return d
 }
 
-// Defaultmap says how the target constructs of a device map a bare slice.
-// A bare slice is the argument of a parameter that declares no direction:
-// a []T parameter, not In, Out, InOut or Scratch.
-// It is OpenMP's defaultmap clause for aggregates and pointers.
-// Scalars are always passed by value (firstprivate).
-// Map clauses and declared directions are not affected.
-type Defaultmap int
+// defaultmap is how the launches of a device map a bare slice: the
+// argument of a parameter that declares no direction (a []T parameter, not
+// In, Out, InOut or Scratch). Its zero value is OpenMP's implicit map.
+type defaultmap int
 
 const (
-	// DefaultmapDefault is the implicit map: tofrom, and a slice that is
-	// mapped already is used as it is.
-	DefaultmapDefault Defaultmap = iota
-	// DefaultmapTo maps bare slices to the device only: defaultmap(to).
-	DefaultmapTo
-	// DefaultmapFrom maps them from the device only: defaultmap(from).
-	DefaultmapFrom
-	// DefaultmapToFrom maps them both ways: defaultmap(tofrom).
-	DefaultmapToFrom
-	// DefaultmapAlloc maps them without copies: defaultmap(alloc).
-	DefaultmapAlloc
-	// DefaultmapPresent demands that they be mapped already:
-	// defaultmap(present), alloc with the present modifier.
-	// One that is not fails the construct with ErrNotPresent.
-	DefaultmapPresent
-	// DefaultmapNone refuses bare slices: defaultmap(none).
-	// Every buffer needs a map clause or a declared direction.
-	// The error wraps ErrBadMap.
-	DefaultmapNone
+	dmDefault defaultmap = iota // tofrom, and a slice mapped already is used as it is
+	dmTo
+	dmFrom
+	dmToFrom
+	dmAlloc
+	dmPresent // alloc with the present modifier
+	dmNone    // refused: a map clause or a declared direction is needed
 )
 
+// defaultmapNames are the behaviours as OpenMP writes them, by defaultmap.
 var defaultmapNames = [...]string{"default", "to", "from", "tofrom", "alloc", "present", "none"}
 
-// String is the clause's implicit behaviour as OpenMP writes it.
-func (m Defaultmap) String() string {
-	if m < 0 || int(m) >= len(defaultmapNames) {
-		return fmt.Sprintf("Defaultmap(%d)", int(m))
+// Defaultmap returns d with bare slices mapped as behavior says: OpenMP's
+// defaultmap clause for aggregates and pointers. A bare slice is the
+// argument of a parameter that declares no direction: a []T parameter, not
+// In, Out, InOut or Scratch. Scalars are always passed by value
+// (firstprivate). Map clauses and declared directions are not affected.
+//
+// behavior is written as in OpenMP (in any case):
+//   - "default": the implicit map, tofrom; a slice mapped already is used
+//     as it is;
+//   - "to", "from", "tofrom": a map with that direction;
+//   - "alloc": a map without copies;
+//   - "present": the slice must be mapped already (alloc with the present
+//     modifier); one that is not fails the launch with ErrNotPresent;
+//   - "none": bare slices are refused with ErrBadMap: every buffer needs a
+//     map clause or a declared direction.
+//
+// Another value fails every launch on the device with an error wrapping
+// ErrBadMap that lists these.
+//
+//	err := Scale.Run(dev.Defaultmap("to"), 2, x) // x is only read
+func (d Device) Defaultmap(behavior string) Device {
+	for i, name := range defaultmapNames {
+		if strings.EqualFold(behavior, name) {
+			d.dm = defaultmap(i)
+			return d
+		}
 	}
-	return defaultmapNames[m]
+	if d.clauseErr == nil {
+		d.clauseErr = fmt.Errorf("defaultmap(%q): %w: want one of %s", behavior, ErrBadMap, strings.Join(defaultmapNames[:], ", "))
+	}
+	return d
 }
-
-// Defaultmap returns d with bare slices mapped as m says.
-func (d Device) Defaultmap(m Defaultmap) Device { d.dm = m; return d }
 
 // mapType is the map type of a bare slice under m.
-func (m Defaultmap) mapType() (mapping.MapType, error) {
+func (m defaultmap) mapType() (mapping.MapType, error) {
 	const implicit = mapping.MapImplicit
 	switch m {
-	case DefaultmapDefault:
+	case dmDefault, dmToFrom:
 		return mapping.MapTo | mapping.MapFrom | implicit, nil
-	case DefaultmapTo:
+	case dmTo:
 		return mapping.MapTo | implicit, nil
-	case DefaultmapFrom:
+	case dmFrom:
 		return mapping.MapFrom | implicit, nil
-	case DefaultmapToFrom:
-		return mapping.MapTo | mapping.MapFrom | implicit, nil
-	case DefaultmapAlloc:
+	case dmAlloc:
 		return implicit, nil
-	case DefaultmapPresent:
+	case dmPresent:
 		return mapping.MapPresent | implicit, nil
-	case DefaultmapNone:
-		return 0, fmt.Errorf("%w: defaultmap(none): a bare slice needs a map clause (To, From, ToFrom, Alloc) or a parameter that declares its direction (In, Out, InOut, Scratch)", ErrBadMap)
 	}
-	return 0, fmt.Errorf("%w: unknown defaultmap %d", ErrBadMap, int(m))
+	return 0, fmt.Errorf("%w: defaultmap(none): a bare slice needs a map clause (To, From, ToFrom, Alloc) or a parameter that declares its direction (In, Out, InOut, Scratch)", ErrBadMap)
 }
 
-// UseDevicePtr is OpenMP's use_device_ptr clause for Device.Data.
+// UseDevicePtr is OpenMP's use_device_ptr clause for Device.Data, and its
+// use_device_addr clause: for a Go slice, or a sub-slice (an array
+// section), the two are the same.
 // Inside the region's body, *p is the device address of slice s on the
 // region's device. Hand it to code that takes device memory: Memcpy, a
 // kernel's is_device_ptr argument, or a vendor library through
@@ -106,11 +113,6 @@ func (m Defaultmap) mapType() (mapping.MapType, error) {
 //	err := dev.Data(func() error { return vendorLib(px.Addr(), n) },
 //		offload.ToFrom(x), offload.UseDevicePtr(x, &px))
 func UseDevicePtr(s any, p *DevicePtr) Map { return useClause(s, p, "use_device_ptr") }
-
-// UseDeviceAddr is OpenMP's use_device_addr clause.
-// For a Go slice, or a sub-slice (an array section), it is the same as
-// UseDevicePtr.
-func UseDeviceAddr(s any, p *DevicePtr) Map { return useClause(s, p, "use_device_addr") }
 
 func useClause(s any, p *DevicePtr, clause string) Map {
 	m := newMap(s, 0, false, clause)
@@ -150,8 +152,7 @@ func (p DevicePtr) Addr() uintptr {
 	return a
 }
 
-// splitUses takes the use_device_ptr and use_device_addr clauses out of
-// maps.
+// splitUses takes the use_device_ptr clauses out of maps.
 func splitUses(maps []Map) (rest, uses []Map) {
 	for _, m := range maps {
 		if m.useClause != "" {

@@ -97,19 +97,19 @@ func TestDefaultmap(t *testing.T) {
 func testDefaultmap(t *testing.T, k testKind) {
 	k.start(t, 1)
 	dev := offload.On(0)
-	run := func(m offload.Defaultmap, x []int32) error { return bump.Run(dev.Defaultmap(m), x) }
+	run := func(m string, x []int32) error { return bump.Run(dev.Defaultmap(m), x) }
 
 	for _, c := range []struct {
-		m        offload.Defaultmap
+		m        string
 		bump     string // x after bump on [1 2]: shows whether it went in and came back
 		set      string // x after set on [1 2]: shows whether it came back
 		fromOnly bool   // bump read uninitialized device memory
 	}{
-		{offload.DefaultmapDefault, "[2 3]", "[9 9]", false},
-		{offload.DefaultmapToFrom, "[2 3]", "[9 9]", false},
-		{offload.DefaultmapTo, "[1 2]", "[1 2]", false},
-		{offload.DefaultmapFrom, "", "[9 9]", true},
-		{offload.DefaultmapAlloc, "[1 2]", "[1 2]", false},
+		{"default", "[2 3]", "[9 9]", false},
+		{"tofrom", "[2 3]", "[9 9]", false},
+		{"to", "[1 2]", "[1 2]", false},
+		{"from", "", "[9 9]", true},
+		{"alloc", "[1 2]", "[1 2]", false},
 	} {
 		x := []int32{1, 2}
 		if err := run(c.m, x); err != nil {
@@ -127,24 +127,58 @@ func testDefaultmap(t *testing.T, k testKind) {
 		}
 	}
 	x := []int32{1, 2}
-	if err := run(offload.DefaultmapPresent, x); !errors.Is(err, offload.ErrNotPresent) {
+	if err := run("present", x); !errors.Is(err, offload.ErrNotPresent) {
 		t.Errorf("defaultmap(present) of an unmapped slice: %v, want ErrNotPresent", err)
 	}
-	err := dev.Data(func() error { return run(offload.DefaultmapPresent, x) }, offload.ToFrom(x))
+	err := dev.Data(func() error { return run("present", x) }, offload.ToFrom(x))
 	if err != nil || fmt.Sprint(x) != "[2 3]" {
 		t.Errorf("defaultmap(present) of a mapped slice: %v, x = %v, want [2 3]", err, x)
 	}
-	err = run(offload.DefaultmapNone, x)
+	err = run("none", x)
 	if !errors.Is(err, offload.ErrBadMap) || !strings.Contains(err.Error(), "defaultmap(none)") || !strings.Contains(err.Error(), "clauses.bump") {
 		t.Errorf("defaultmap(none): %v, want ErrBadMap naming the kernel", err)
 	}
 	// An explicit clause or a declared direction is not a default.
-	if err := bump.With(offload.ToFrom(x)).Run(dev.Defaultmap(offload.DefaultmapNone), x); err != nil || fmt.Sprint(x) != "[3 4]" {
+	if err := bump.With(offload.ToFrom(x)).Run(dev.Defaultmap("none"), x); err != nil || fmt.Sprint(x) != "[3 4]" {
 		t.Errorf("defaultmap(none) with a clause: %v, x = %v", err, x)
 	}
 	out := []int32{-1}
-	if err := whereRan.Run(dev.Defaultmap(offload.DefaultmapNone), out); err != nil || out[0] != 0 {
+	if err := whereRan.Run(dev.Defaultmap("none"), out); err != nil || out[0] != 0 {
 		t.Errorf("defaultmap(none), declared Out: %v, out = %v", err, out)
+	}
+}
+
+// TestDefaultmapMisspelt: a behaviour that is not OpenMP's fails every
+// launch on the device (also one without a bare slice, and a task) with
+// ErrBadMap, naming the device, the kernel and the accepted values; the
+// device's other clauses and a Defaultmap after it do not hide it.
+func TestDefaultmapMisspelt(t *testing.T) {
+	start(t, offload.WithDevices("host"))
+	bad := offload.On(0).Defaultmap("tofro")
+	x, out := []int32{1, 2}, []int32{-1}
+	for what, err := range map[string]error{
+		"a bare slice":            bump.Run(bad, x),
+		"a declared Out":          whereRan.Run(bad, out),
+		"a task":                  bump.Nowait(bad.Nowait(), x).Wait(),
+		"then Defaultmap(\"to\")": bump.Run(bad.Defaultmap("to"), x),
+		"then NumTeams(2)":        bump.Run(bad.NumTeams(2), x),
+	} {
+		if !errors.Is(err, offload.ErrBadMap) {
+			t.Errorf("%s: %v, want ErrBadMap", what, err)
+			continue
+		}
+		for _, want := range []string{"device 0", "clauses.", `defaultmap("tofro")`, "to, from, tofrom, alloc, present, none"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: %v, want it to say %q", what, err, want)
+			}
+		}
+	}
+	if fmt.Sprint(x) != "[1 2]" || out[0] != -1 {
+		t.Errorf("x = %v, out = %v after refused launches, want them untouched", x, out)
+	}
+	// OpenMP's spellings in another case are the same behaviours.
+	if err := bump.Run(offload.On(0).Defaultmap("ToFrom"), x); err != nil || fmt.Sprint(x) != "[2 3]" {
+		t.Errorf(`Defaultmap("ToFrom"): %v, x = %v, want [2 3]`, err, x)
 	}
 }
 
@@ -168,7 +202,7 @@ func TestUseDevicePtr(t *testing.T) {
 				return err
 			}
 			return dev.Run(bump.Kernel(), py)
-		}, offload.To(x), offload.From(y), offload.UseDevicePtr(x, &px), offload.UseDeviceAddr(y, &py))
+		}, offload.To(x), offload.From(y), offload.UseDevicePtr(x, &px), offload.UseDevicePtr(y, &py))
 		if err != nil {
 			t.Fatalf("device %d: %v", dev.Num(), err)
 		}
@@ -181,16 +215,16 @@ func TestUseDevicePtr(t *testing.T) {
 	}
 	// Not mapped: the list item keeps its host address (OpenMP 5.1, as
 	// LLVM does), a pointer of the initial device; the region runs.
-	for _, clause := range []func(any, *offload.DevicePtr) offload.Map{offload.UseDevicePtr, offload.UseDeviceAddr} {
+	{
 		x := []int32{1, 2}
 		var px offload.DevicePtr
 		var inside offload.DevicePtr
-		err := offload.On(0).Data(func() error { inside = px; return nil }, clause(x, &px))
+		err := offload.On(0).Data(func() error { inside = px; return nil }, offload.UseDevicePtr(x, &px))
 		if err != nil {
-			t.Fatalf("use_device_ptr/addr of an unmapped slice: %v, want the region to run with its host address", err)
+			t.Fatalf("use_device_ptr of an unmapped slice: %v, want the region to run with its host address", err)
 		}
 		if inside.Addr() != uintptr(unsafe.Pointer(&x[0])) || inside.Device() != offload.Initial().Num() {
-			t.Errorf("use_device_ptr/addr of an unmapped slice: %#x on device %d, want its host address %p on the initial device %d",
+			t.Errorf("use_device_ptr of an unmapped slice: %#x on device %d, want its host address %p on the initial device %d",
 				inside.Addr(), inside.Device(), &x[0], offload.Initial().Num())
 		}
 		if !px.IsNil() {

@@ -9,10 +9,11 @@ import (
 	"github.com/goffload/offload/internal/entries"
 )
 
-// ErrDeclareTarget is wrapped by the error of a declare target variable
-// that cannot be declared. Its name may be taken, or it is empty, or its
-// elements are not plain data. Its host memory may be shared with another
-// variable, or the runtime is started.
+// ErrDeclareTarget is wrapped by the error that DeclareTarget and
+// DeclareTargetLink panic with when a variable cannot be declared. Its name
+// may be taken, or it is empty, or its elements are not plain data. Its
+// host memory may be shared with another variable, or the runtime is
+// started.
 var ErrDeclareTarget = entries.ErrDeclareTarget
 
 // A Global is a declare target variable: a slice of plain data that kernels
@@ -50,41 +51,31 @@ type Global[T any] struct {
 
 // DeclareTarget declares a "to" variable whose host copy is init.
 // The program's slice is the host copy, not a copy of it.
-// It panics if the variable cannot be declared; see NewDeclareTarget.
+// It is meant for a package-level variable, as MustKernel is:
 //
 //	var Coeffs = offload.DeclareTarget("coeffs", []float64{1, 2, 1})
+//
+// It panics if the variable cannot be declared, with an error that wraps
+// ErrDeclareTarget and names the variable. That is so for a name declared
+// already, an empty init, elements that are not plain data, or memory that
+// another variable uses. It is so too for a declaration while the runtime
+// is started (between Start and Stop).
 func DeclareTarget[T any](name string, init []T) *Global[T] {
-	g, err := NewDeclareTarget(name, init)
-	if err != nil {
-		panic(err)
-	}
-	return g
+	return mustDeclare(name, init, false)
 }
 
-// DeclareTargetLink declares a "link" variable whose host copy is host. It
-// panics if the variable cannot be declared; see NewDeclareTargetLink.
+// DeclareTargetLink declares a "link" variable whose host copy is host.
+// It panics as DeclareTarget does if the variable cannot be declared.
 func DeclareTargetLink[T any](name string, host []T) *Global[T] {
-	g, err := NewDeclareTargetLink(name, host)
+	return mustDeclare(name, host, true)
+}
+
+func mustDeclare[T any](name string, host []T, link bool) *Global[T] {
+	g, err := declare(name, host, link)
 	if err != nil {
 		panic(err)
 	}
 	return g
-}
-
-// NewDeclareTarget is DeclareTarget returning an error instead of
-// panicking. The error wraps ErrDeclareTarget and names the variable.
-// It is returned for a name declared already, an empty init, elements that
-// are not plain data, or memory that another variable uses. It is returned
-// too for a declaration while the runtime is started (between Start and
-// Stop).
-func NewDeclareTarget[T any](name string, init []T) (*Global[T], error) {
-	return declare(name, init, false)
-}
-
-// NewDeclareTargetLink is DeclareTargetLink returning an error instead of
-// panicking; see NewDeclareTarget.
-func NewDeclareTargetLink[T any](name string, host []T) (*Global[T], error) {
-	return declare(name, host, true)
 }
 
 func declare[T any](name string, host []T, link bool) (*Global[T], error) {

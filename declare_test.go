@@ -353,7 +353,7 @@ func TestDeclareLinkTasks(t *testing.T) {
 // binds of a link variable.
 func TestDeclareInfo(t *testing.T) {
 	var info bytes.Buffer
-	start(t, offload.WithDevices("host"), offload.WithInfo("mapping"), offload.WithInfoOutput(&info))
+	start(t, offload.WithDevices("host"), offload.WithInfo("mapping", &info))
 	d := offload.On(0)
 	if err := d.Data(func() error { return d.Run(declLinkAdd, int32(0)) }, offload.ToFrom(declLinked.Host())); err != nil {
 		t.Fatal(err)
@@ -376,39 +376,45 @@ func TestDeclareErrors(t *testing.T) {
 	}
 	var overlap = declCounter.Host()
 	cases := []result{
-		{declErr2(offload.NewDeclareTarget("declare.counter", []int64{1})), `"declare.counter" is declared twice`},
-		{declErr2(offload.NewDeclareTarget("declare.empty", []int64{})), "empty"},
-		{declErr2(offload.NewDeclareTarget("", []int64{1})), "name is empty"},
-		{declErr2(offload.NewDeclareTarget("declare.strings", []string{"x"})), "plain data"},
-		{declErr2(offload.NewDeclareTargetLink("declare.overlap", overlap)), `overlaps that of to variable "declare.counter"`},
+		{declErr(func() { offload.DeclareTarget("declare.counter", []int64{1}) }), `"declare.counter" is declared twice`},
+		{declErr(func() { offload.DeclareTarget("declare.empty", []int64{}) }), "empty"},
+		{declErr(func() { offload.DeclareTarget("", []int64{1}) }), "name is empty"},
+		{declErr(func() { offload.DeclareTarget("declare.strings", []string{"x"}) }), "plain data"},
+		{declErr(func() { offload.DeclareTargetLink("declare.overlap", overlap) }), `overlaps that of to variable "declare.counter"`},
 	}
 	for _, c := range cases {
 		if !errors.Is(c.err, offload.ErrDeclareTarget) || !strings.Contains(c.err.Error(), c.want) {
 			t.Errorf("got %v, want ErrDeclareTarget saying %q", c.err, c.want)
 		}
 	}
-	func() {
-		defer func() {
-			err, _ := recover().(error)
-			if !errors.Is(err, offload.ErrDeclareTarget) {
-				t.Errorf("DeclareTarget of a name taken: panic %v, want an error wrapping ErrDeclareTarget", err)
-			}
-		}()
-		offload.DeclareTarget("declare.table", []float64{1})
-	}()
+	if err := declErr(func() { offload.DeclareTarget("declare.table", []float64{1}) }); !errors.Is(err, offload.ErrDeclareTarget) {
+		t.Errorf("DeclareTarget of a name taken: panic %v, want an error wrapping ErrDeclareTarget", err)
+	}
 
 	start(t, offload.WithDevices("host"))
-	_, err := offload.NewDeclareTarget("declare.late", []int64{1})
+	err := declErr(func() { offload.DeclareTarget("declare.late", []int64{1}) })
 	if !errors.Is(err, offload.ErrDeclareTarget) || !strings.Contains(err.Error(), `"declare.late"`) || !strings.Contains(err.Error(), "after offload.Start") {
 		t.Fatalf("declaring while started: %v, want ErrDeclareTarget naming the variable", err)
 	}
-	_, err = offload.NewDeclareTargetLink("declare.late_link", []int64{1})
+	err = declErr(func() { offload.DeclareTargetLink("declare.late_link", []int64{1}) })
 	if !errors.Is(err, offload.ErrDeclareTarget) || !strings.Contains(err.Error(), `"declare.late_link"`) {
 		t.Fatalf("declaring a link variable while started: %v", err)
 	}
 }
 
-func declErr2[T any](_ T, err error) error { return err }
+// declErr is the error that declare panics with, nil if it does not.
+func declErr(declare func()) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err, _ = p.(error)
+			if err == nil {
+				err = fmt.Errorf("panic with a %T, not an error: %v", p, p)
+			}
+		}
+	}()
+	declare()
+	return nil
+}
 
 // TestDeclareStopDrops: Stop leaves no bindings in this process (the host
 // devices' and the initial device's copies are not kept).

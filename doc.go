@@ -7,7 +7,7 @@
 //
 // A kernel is a Go function registered by name at package init.
 // Every process of the program registers the same table (the offload
-// entries table). The typed form, [MustKernel0] … [MustKernel8], has every
+// entries table). The typed form, [MustKernel1] … [MustKernel8], has every
 // launch checked by the compiler. Its parameter types say how each buffer
 // moves:
 //
@@ -27,9 +27,10 @@
 // (alloc). A plain []T is an implicit tofrom, used as is when present.
 // A struct of scalars and slices is passed with its slices mapped and
 // attached. The first parameter, of type [Ctx], splits a loop over the
-// device's cores ([Reduce] for reductions). It also tells which device the
-// kernel runs on. [MustKernel] and [Device.Run] are the untyped form,
-// checked at run time, for generated or dynamic code.
+// device's cores ([Reduce] for reductions, with the operators of package
+// reduction). It also tells which device the kernel runs on. [MustKernel]
+// and [Device.Run] are the untyped form, checked at run time, for
+// generated or dynamic code, and for a kernel of no parameters.
 //
 // # Devices
 //

@@ -167,7 +167,7 @@ func testAssociateTexts(t *testing.T, k testKind) {
 // the mapping's name (an update of a section said Name=unknown).
 func TestBufferNameTexts(t *testing.T) {
 	var info syncBuffer
-	start(t, offload.WithDevices("host"), offload.WithInfo("copies"), offload.WithInfoOutput(&info))
+	start(t, offload.WithDevices("host"), offload.WithInfo("copies", &info))
 	d := offload.On(0)
 	x := filled(64, 1)
 	if err := d.EnterData(offload.To(x[8:24])); err != nil {

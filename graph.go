@@ -93,7 +93,7 @@ type recNode struct {
 	k      *Kernel // nil for an update or a copy
 	update bool
 	num    int
-	dm     Defaultmap
+	dm     defaultmap
 	geo    plugin.Geometry
 	deps   []core.Dep
 	keys   []argKey // a launch's arguments
@@ -487,7 +487,7 @@ func (r *Recorder) replayLaunch(a Async, k *Kernel, o launchOpts, args []any) *T
 	if k == nil || n.k != k {
 		return r.fail(changed(i, "another kernel than %s", n.k.k.Name()))
 	}
-	if a.dev.num != n.num || a.dev.dm != n.dm || a.dev.geo != n.geo || a.dev.geoErr != nil || a.group != nil {
+	if a.dev.num != n.num || a.dev.dm != n.dm || a.dev.geo != n.geo || a.dev.clauseErr != nil || a.group != nil {
 		return r.fail(changed(i, "target %s on %v, recorded on device %d (or its clauses differ)", k.k.Name(), a.dev, n.num))
 	}
 	if err := n.sameDeps(a); err != nil {

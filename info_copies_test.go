@@ -18,7 +18,7 @@ var scaleNamed = offload.MustKernel2("test.info.scale", func(_ offload.Ctx, alph
 // scalar parameter by its Named name (issue 20: both were missing).
 func TestInfoShowsEveryCopy(t *testing.T) {
 	var info syncBuffer
-	start(t, offload.WithDevices("host:2"), offload.WithInfo("copies,kernel-args"), offload.WithInfoOutput(&info))
+	start(t, offload.WithDevices("host:2"), offload.WithInfo("copies,kernel-args", &info))
 	d0, d1 := offload.On(0), offload.On(1)
 	x := make([]int32, 64)
 	if err := d0.EnterData(offload.To(x)); err != nil {
@@ -63,7 +63,7 @@ var axpyInfo = offload.MustKernel3("test.info.axpy", func(_ offload.Ctx, a int32
 // of two ranges alternate (axpy: In x, InOut y), once per range.
 func TestInfoSuggestsDataRegionAxpy(t *testing.T) {
 	var info syncBuffer
-	start(t, offload.WithDevices("host"), offload.WithInfo("copies"), offload.WithInfoOutput(&info))
+	start(t, offload.WithDevices("host"), offload.WithInfo("copies", &info))
 	x, y := make([]int32, 16), make([]int32, 16)
 	for range 10 {
 		if err := axpyInfo.Run(offload.On(0), 2, x, y); err != nil {
@@ -80,7 +80,7 @@ func TestInfoSuggestsDataRegionAxpy(t *testing.T) {
 // device many times gets one info line suggesting a data region.
 func TestInfoSuggestsDataRegion(t *testing.T) {
 	var info syncBuffer
-	start(t, offload.WithDevices("host"), offload.WithInfo("copies"), offload.WithInfoOutput(&info))
+	start(t, offload.WithDevices("host"), offload.WithInfo("copies", &info))
 	x := make([]int32, 16)
 	for range 20 {
 		if err := scaleNamed.Run(offload.On(0), 1, x); err != nil {

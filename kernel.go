@@ -113,6 +113,13 @@ func newKernel(name string, fn any) (*Kernel, error) {
 	if err != nil {
 		return nil, err
 	}
+	if body, ok := fn.(func(Ctx)); ok && k.Directable() {
+		// No parameters: called without reflection, as a typed kernel is.
+		k.SetDirect(func(ctx *plugin.KernelCtx, _ []plugin.Arg, _ plugin.Mem) error {
+			body(kernelCtx{ctx})
+			return nil
+		})
+	}
 	t := reflect.TypeOf(fn)
 	first := 0
 	if k.HasCtx() {

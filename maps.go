@@ -19,8 +19,8 @@ type Map struct {
 	item  core.MapItem
 	slice reflect.Value
 	err   error
-	// use is where a UseDevicePtr or UseDeviceAddr clause puts the device
-	// address; useClause is its OpenMP name.
+	// use is where a UseDevicePtr clause puts the device address;
+	// useClause is its OpenMP name.
 	use       *DevicePtr
 	useClause string
 }

@@ -253,8 +253,27 @@ func loc(p DevicePtr, n int64) (core.Loc, error) {
 // Memcpy copies n bytes from src to dst, each on any device, the initial
 // device included (omp_target_memcpy). A copy between two devices goes
 // straight between them where their kind allows.
+//
+// Memcpy waits for the copy. To stop waiting when a context ends, make the
+// copy a task and wait for that: the copy itself goes on.
+//
+//	err := offload.Nowait().Memcpy(dst, src, n).WaitContext(ctx)
 func Memcpy(dst, src DevicePtr, n int64) error {
-	return MemcpyContext(context.Background(), dst, src, n)
+	if n < 0 {
+		return core.Errorf("goffload: omp_target_memcpy: %w: negative size %d", ErrBadArgument, n)
+	}
+	if n == 0 {
+		return nil
+	}
+	dl, err := loc(dst, n)
+	if err != nil {
+		return err
+	}
+	sl, err := loc(src, n)
+	if err != nil {
+		return err
+	}
+	return core.MemcpyContext(context.Background(), dl, sl, n)
 }
 
 // hostBuf converts a slice for the mapping routines.

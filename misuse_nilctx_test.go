@@ -27,16 +27,16 @@ func TestNilContext(t *testing.T) {
 	var nilCtx context.Context
 	nilDev := offload.On(0).WithContext(nilCtx)
 	calls := map[string]func() error{
-		"Task.WaitContext(nil)":         func() error { return pending.WaitContext(nilCtx) },
-		"Group.Wait(nil)":               func() error { return g.Wait(nilCtx) },
-		"Taskwait(nil)":                 func() error { return offload.Taskwait(nilCtx) },
-		"MemcpyContext(nil, …)":         func() error { return offload.MemcpyContext(nilCtx, d, h, 64) },
-		"WithContext(nil).Run":          func() error { return nilDev.Run(benchTouch, make([]byte, 8)) },
-		"WithContext(nil).Data":         func() error { return nilDev.Data(func() error { return nil }, offload.To(x)) },
-		"WithContext(nil).EnterData":    func() error { return nilDev.EnterData(offload.To(x)) },
-		"WithContext(nil).ExitData":     func() error { return nilDev.ExitData(offload.Release(x)) },
-		"WithContext(nil).Update":       func() error { return nilDev.Update(offload.To(x)) },
-		"typed K.Run(WithContext(nil))": func() error { return benchTyped3.Run(nilDev, float32(1), make([]float32, 4), make([]float32, 4)) },
+		"Task.WaitContext(nil)":          func() error { return pending.WaitContext(nilCtx) },
+		"Group.Wait(nil)":                func() error { return g.Wait(nilCtx) },
+		"Taskwait(nil)":                  func() error { return offload.Taskwait(nilCtx) },
+		"Memcpy task's WaitContext(nil)": func() error { return offload.Nowait().Memcpy(d, h, 64).WaitContext(nilCtx) },
+		"WithContext(nil).Run":           func() error { return nilDev.Run(benchTouch, make([]byte, 8)) },
+		"WithContext(nil).Data":          func() error { return nilDev.Data(func() error { return nil }, offload.To(x)) },
+		"WithContext(nil).EnterData":     func() error { return nilDev.EnterData(offload.To(x)) },
+		"WithContext(nil).ExitData":      func() error { return nilDev.ExitData(offload.Release(x)) },
+		"WithContext(nil).Update":        func() error { return nilDev.Update(offload.To(x)) },
+		"typed K.Run(WithContext(nil))":  func() error { return benchTyped3.Run(nilDev, float32(1), make([]float32, 4), make([]float32, 4)) },
 	}
 	for name, call := range calls {
 		func() {

@@ -51,11 +51,19 @@ func WithDefaultDevice(n int) Option {
 	}}
 }
 
-// WithInfo sets what the info output shows, overriding GOFFLOAD_INFO.
-// flags holds names such as "copies,mapping" or "all", or a number of
-// LIBOMPTARGET_INFO bits.
-func WithInfo(flags string) Option {
-	return Option{func(c *core.Config) (err error) { c.Info, err = core.ParseInfo(flags); return err }}
+// WithInfo sets what the info output shows, overriding GOFFLOAD_INFO, and
+// where it goes: w, or standard error if w is nil. flags holds names such
+// as "copies,mapping" or "all", or a number of LIBOMPTARGET_INFO bits.
+// With "" it shows nothing; GOFFLOAD_CHECK's reports still go to w.
+//
+//	var info bytes.Buffer
+//	err := offload.Start(offload.WithInfo("copies", &info))
+func WithInfo(flags string, w io.Writer) Option {
+	return Option{func(c *core.Config) (err error) {
+		c.InfoOut = w
+		c.Info, err = core.ParseInfo(flags)
+		return err
+	}}
 }
 
 // WithTool makes t receive the runtime's events, the role OMPT plays.
@@ -84,11 +92,6 @@ func WithProfile(path string) Option {
 // default.
 func WithDeviceTasks(spec string) Option {
 	return Option{func(c *core.Config) (err error) { c.DeviceTasks, err = core.ParseDeviceTasks(spec); return err }}
-}
-
-// WithInfoOutput sends the info output to w instead of standard error.
-func WithInfoOutput(w io.Writer) Option {
-	return Option{func(c *core.Config) error { c.InfoOut = w; return nil }}
 }
 
 // Start reads the configuration from the environment (then opts), opens the
@@ -232,11 +235,12 @@ type Device struct {
 	num    int
 	ctx    context.Context // see WithContext
 	ctxSet bool            // WithContext was called (with nil: an error at each construct)
-	dm     Defaultmap      // see Defaultmap
-	// geo is the num_teams and thread_limit clauses (teams.go), geoErr
-	// what was wrong with them.
-	geo    plugin.Geometry
-	geoErr error
+	dm     defaultmap      // see Defaultmap
+	// geo is the num_teams and thread_limit clauses (teams.go). clauseErr
+	// is the first of the launch clauses that cannot be used (teams.go's,
+	// Defaultmap's): it fails every launch.
+	geo       plugin.Geometry
+	clauseErr error
 }
 
 // On returns device number n (the device clause of OpenMP constructs).

@@ -103,7 +103,7 @@ func TestOffloadMandatoryUnavailableDevice(t *testing.T) {
 func TestOffloadDefaultFallsBack(t *testing.T) {
 	var info syncBuffer
 	start(t, offload.WithDevices("host,broken:x"), offload.WithOffload("DEFAULT"),
-		offload.WithInfo("offload,kernels"), offload.WithInfoOutput(&info))
+		offload.WithInfo("offload,kernels", &info))
 	if n := offload.NumDevices(); n != 2 {
 		t.Fatalf("NumDevices = %d, want 2 (the broken device keeps its number)", n)
 	}
@@ -236,8 +236,7 @@ func TestDefaultDeviceFromEnv(t *testing.T) {
 // three constructs are numbered 1, 2, 3).
 func TestInfoOutput(t *testing.T) {
 	var info syncBuffer
-	t.Setenv("GOFFLOAD_INFO", "all")
-	start(t, offload.WithDevices("host"), offload.WithInfoOutput(&info))
+	start(t, offload.WithDevices("host"), offload.WithInfo("all", &info))
 	x := make([]float32, 1024)
 	if err := offload.EnterData(offload.To(x).Named("x")); err != nil {
 		t.Fatal(err)

@@ -5,11 +5,12 @@ import (
 	"math"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/reduction"
 )
 
 // Total is sum += x[i] over x: reduction(+:sum), with sum in total[0].
 var Total = offload.MustKernel("reduce.example.total", func(ctx offload.Ctx, x []float64, total []float64) {
-	op := offload.Sum[float64]()
+	op := reduction.Sum[float64]()
 	r := offload.Reduce(ctx, len(x), op, func(lo, hi int, acc float64) float64 {
 		for _, v := range x[lo:hi] {
 			acc += v
@@ -22,13 +23,13 @@ var Total = offload.MustKernel("reduce.example.total", func(ctx offload.Ctx, x [
 // Range is reduction(min:lo) reduction(max:hi), written to out (mapped
 // from: the kernel overwrites it).
 var Range = offload.MustKernel("reduce.example.range", func(ctx offload.Ctx, x []int32, out []int32) {
-	out[0] = offload.Reduce(ctx, len(x), offload.Min[int32](), func(lo, hi int, acc int32) int32 {
+	out[0] = offload.Reduce(ctx, len(x), reduction.Min[int32](), func(lo, hi int, acc int32) int32 {
 		for _, v := range x[lo:hi] {
 			acc = min(acc, v)
 		}
 		return acc
 	})
-	out[1] = offload.Reduce(ctx, len(x), offload.Max[int32](), func(lo, hi int, acc int32) int32 {
+	out[1] = offload.Reduce(ctx, len(x), reduction.Max[int32](), func(lo, hi int, acc int32) int32 {
 		for _, v := range x[lo:hi] {
 			acc = max(acc, v)
 		}
@@ -71,7 +72,7 @@ type Best struct {
 // ArgMax is a user-defined reduction (#pragma omp declare reduction): the
 // largest value and its first index. Combine keeps a on a tie: a comes from
 // the earlier chunk, so the first index wins.
-var ArgMax = offload.Op[Best]{
+var ArgMax = reduction.Op[Best]{
 	Identity: Best{Value: math.Inf(-1), Index: -1},
 	Combine: func(a, b Best) Best {
 		if b.Value > a.Value {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/reduction"
 )
 
 // reduceBest is an argmax: the largest value and the first index holding it.
@@ -18,7 +19,7 @@ type reduceBest struct {
 
 // argmax is a user-defined reduction (declare reduction): on equal values
 // it keeps a, the earlier chunk's, so the first index wins.
-var argmax = offload.Op[reduceBest]{
+var argmax = reduction.Op[reduceBest]{
 	Identity: reduceBest{Value: math.Inf(-1), Index: -1},
 	Combine: func(a, b reduceBest) reduceBest {
 		if b.Value > a.Value {
@@ -31,7 +32,7 @@ var argmax = offload.Op[reduceBest]{
 // reduceHist is an array reduction, OpenMP's reduction(+: hist[0:4]).
 type reduceHist [4]int64
 
-var histSum = offload.Op[reduceHist]{Combine: func(a, b reduceHist) reduceHist {
+var histSum = reduction.Op[reduceHist]{Combine: func(a, b reduceHist) reduceHist {
 	for i := range a {
 		a[i] += b[i]
 	}
@@ -85,31 +86,31 @@ func reduceAll(x []int64, lo, hi int, acc reduceResults) reduceResults {
 }
 
 // reduceOps is every Op of reduceResults, field by field.
-var reduceOps = offload.Op[reduceResults]{
+var reduceOps = reduction.Op[reduceResults]{
 	Identity: reduceResults{
-		Sum: offload.Sum[int64]().Identity, Prod: offload.Prod[int64]().Identity,
-		Min: offload.Min[int64]().Identity, Max: offload.Max[int64]().Identity,
-		Min8: offload.Min[int8]().Identity, Max8: offload.Max[int8]().Identity,
-		MinU: offload.Min[uint16]().Identity, MaxU: offload.Max[uint16]().Identity,
-		FSum: offload.Sum[float64]().Identity,
-		FMin: offload.Min[float64]().Identity, FMax: offload.Max[float64]().Identity,
-		F32Min: offload.Min[float32]().Identity, F32Max: offload.Max[float32]().Identity,
-		And: offload.BitAnd[uint64]().Identity, Or: offload.BitOr[uint64]().Identity, Xor: offload.BitXor[uint64]().Identity,
-		All: offload.LogicalAnd().Identity, Any: offload.LogicalOr().Identity,
+		Sum: reduction.Sum[int64]().Identity, Prod: reduction.Prod[int64]().Identity,
+		Min: reduction.Min[int64]().Identity, Max: reduction.Max[int64]().Identity,
+		Min8: reduction.Min[int8]().Identity, Max8: reduction.Max[int8]().Identity,
+		MinU: reduction.Min[uint16]().Identity, MaxU: reduction.Max[uint16]().Identity,
+		FSum: reduction.Sum[float64]().Identity,
+		FMin: reduction.Min[float64]().Identity, FMax: reduction.Max[float64]().Identity,
+		F32Min: reduction.Min[float32]().Identity, F32Max: reduction.Max[float32]().Identity,
+		And: reduction.BitAnd[uint64]().Identity, Or: reduction.BitOr[uint64]().Identity, Xor: reduction.BitXor[uint64]().Identity,
+		All: reduction.LogicalAnd().Identity, Any: reduction.LogicalOr().Identity,
 		Best: argmax.Identity, Hist: histSum.Identity,
 	},
 	Combine: func(a, b reduceResults) reduceResults {
 		return reduceResults{
-			Sum: offload.Sum[int64]().Combine(a.Sum, b.Sum), Prod: offload.Prod[int64]().Combine(a.Prod, b.Prod),
-			Min: offload.Min[int64]().Combine(a.Min, b.Min), Max: offload.Max[int64]().Combine(a.Max, b.Max),
-			Min8: offload.Min[int8]().Combine(a.Min8, b.Min8), Max8: offload.Max[int8]().Combine(a.Max8, b.Max8),
-			MinU: offload.Min[uint16]().Combine(a.MinU, b.MinU), MaxU: offload.Max[uint16]().Combine(a.MaxU, b.MaxU),
-			FSum: offload.Sum[float64]().Combine(a.FSum, b.FSum),
-			FMin: offload.Min[float64]().Combine(a.FMin, b.FMin), FMax: offload.Max[float64]().Combine(a.FMax, b.FMax),
-			F32Min: offload.Min[float32]().Combine(a.F32Min, b.F32Min), F32Max: offload.Max[float32]().Combine(a.F32Max, b.F32Max),
-			And: offload.BitAnd[uint64]().Combine(a.And, b.And), Or: offload.BitOr[uint64]().Combine(a.Or, b.Or),
-			Xor: offload.BitXor[uint64]().Combine(a.Xor, b.Xor),
-			All: offload.LogicalAnd().Combine(a.All, b.All), Any: offload.LogicalOr().Combine(a.Any, b.Any),
+			Sum: reduction.Sum[int64]().Combine(a.Sum, b.Sum), Prod: reduction.Prod[int64]().Combine(a.Prod, b.Prod),
+			Min: reduction.Min[int64]().Combine(a.Min, b.Min), Max: reduction.Max[int64]().Combine(a.Max, b.Max),
+			Min8: reduction.Min[int8]().Combine(a.Min8, b.Min8), Max8: reduction.Max[int8]().Combine(a.Max8, b.Max8),
+			MinU: reduction.Min[uint16]().Combine(a.MinU, b.MinU), MaxU: reduction.Max[uint16]().Combine(a.MaxU, b.MaxU),
+			FSum: reduction.Sum[float64]().Combine(a.FSum, b.FSum),
+			FMin: reduction.Min[float64]().Combine(a.FMin, b.FMin), FMax: reduction.Max[float64]().Combine(a.FMax, b.FMax),
+			F32Min: reduction.Min[float32]().Combine(a.F32Min, b.F32Min), F32Max: reduction.Max[float32]().Combine(a.F32Max, b.F32Max),
+			And: reduction.BitAnd[uint64]().Combine(a.And, b.And), Or: reduction.BitOr[uint64]().Combine(a.Or, b.Or),
+			Xor: reduction.BitXor[uint64]().Combine(a.Xor, b.Xor),
+			All: reduction.LogicalAnd().Combine(a.All, b.All), Any: reduction.LogicalOr().Combine(a.Any, b.Any),
 			Best: argmax.Combine(a.Best, b.Best), Hist: histSum.Combine(a.Hist, b.Hist),
 		}
 	},
@@ -128,7 +129,7 @@ var (
 	// reduce.into combines the sum and the minimum with out's values
 	// (mapped tofrom), as reduction(+:sum) and reduction(min:m) do.
 	reduceInto = offload.MustKernel("reduce.into", func(ctx offload.Ctx, x []int64, out []int64) {
-		sum, lo := offload.Sum[int64](), offload.Min[int64]()
+		sum, lo := reduction.Sum[int64](), reduction.Min[int64]()
 		s := offload.Reduce(ctx, len(x), sum, func(l, h int, acc int64) int64 {
 			for _, v := range x[l:h] {
 				acc += v
@@ -146,7 +147,7 @@ var (
 	})
 	// reduce.fsum sums x in the chunks' grouping.
 	reduceFSum = offload.MustKernel("reduce.fsum", func(ctx offload.Ctx, x []float64, out []float64) {
-		out[0] = offload.Reduce(ctx, len(x), offload.Sum[float64](), func(lo, hi int, acc float64) float64 {
+		out[0] = offload.Reduce(ctx, len(x), reduction.Sum[float64](), func(lo, hi int, acc float64) float64 {
 			for _, v := range x[lo:hi] {
 				acc += v
 			}

@@ -104,8 +104,8 @@ func TestSentinelsMatchRealErrors(t *testing.T) {
 	check("Run before Start", offload.Run(Nop), offload.ErrNotStarted)
 	_, err := offload.NewKernel("sentinel.bad", func(s string) {})
 	check("NewKernel of a string parameter", err, offload.ErrKernelSignature)
-	_, err = offload.NewDeclareTarget("sentinel.empty", []float64{})
-	check("NewDeclareTarget of an empty variable", err, offload.ErrDeclareTarget)
+	err = declErr(func() { offload.DeclareTarget("sentinel.empty", []float64{}) })
+	check("DeclareTarget of an empty variable (its panic)", err, offload.ErrDeclareTarget)
 	err = offload.Start(offload.WithOffload("sometimes"))
 	if err == nil {
 		offload.Stop()

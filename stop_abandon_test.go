@@ -60,7 +60,7 @@ func TestStopAbandonedTask(t *testing.T) {
 	gate := &lateGate{start: make(chan struct{}, 1), block: make(chan struct{})}
 	lateNow.Store(gate)
 	info := &lineWriter{want: "abandoned by Stop, ended", seen: make(chan struct{})}
-	if err := offload.Start(offload.WithDevices("host:2"), offload.WithInfo("offload"), offload.WithInfoOutput(info)); err != nil {
+	if err := offload.Start(offload.WithDevices("host:2"), offload.WithInfo("offload", info)); err != nil {
 		t.Fatal(err)
 	}
 	out := make([]int32, 4)

@@ -23,12 +23,13 @@ import (
 //
 // A construct whose ctx is done before it starts does not start. The end
 // of a Data region always runs. Tasks (Nowait) do not use ctx: use
-// Task.WaitContext. See also MemcpyContext.
+// Task.WaitContext (a Memcpy that can be given up on is a task too:
+// offload.Nowait().Memcpy(dst, src, n).WaitContext(ctx)).
 //
 // A nil ctx is a mistake, not "no context": every construct of the device
 // returns an error wrapping ErrBadArgument. So does every call that takes a
 // context, for a nil one: Task.WaitContext, Group.Wait, Taskwait,
-// StopContext, MemcpyContext.
+// StopContext.
 func (d Device) WithContext(ctx context.Context) Device { d.ctx, d.ctxSet = ctx, true; return d }
 
 // ctxErr is the error of a construct on a device bound to a nil context.
@@ -41,33 +42,6 @@ func (d Device) ctxErr(construct string) error {
 
 // Context is the context d is bound to (nil if none); see WithContext.
 func (d Device) Context() context.Context { return d.ctx }
-
-// MemcpyContext is Memcpy that stops waiting when ctx is done, as the
-// constructs of a device bound to ctx do (see Device.WithContext).
-func MemcpyContext(ctx context.Context, dst, src DevicePtr, n int64) error {
-	return memcpyContext(ctx, dst, src, n)
-}
-
-func memcpyContext(ctx context.Context, dst, src DevicePtr, n int64) error {
-	if ctx == nil {
-		return nilCtx("MemcpyContext")
-	}
-	if n < 0 {
-		return core.Errorf("goffload: omp_target_memcpy: %w: negative size %d", ErrBadArgument, n)
-	}
-	if n == 0 {
-		return nil
-	}
-	dl, err := loc(dst, n)
-	if err != nil {
-		return err
-	}
-	sl, err := loc(src, n)
-	if err != nil {
-		return err
-	}
-	return core.MemcpyContext(ctx, dl, sl, n)
-}
 
 // Run runs kernel k on the device with args: the target construct.
 // There is one argument per parameter after the optional Ctx.
@@ -231,7 +205,7 @@ func Update(maps ...Map) error { return Default().Update(maps...) }
 // argument per flattened parameter (a struct holding slices gives one per
 // field). dm is the device's defaultmap for bare slices of parameters with
 // no declared direction.
-func kernelArgs(cd *core.Device, kk *Kernel, dm Defaultmap, o launchOpts, args []any) ([]core.KernelArg, error) {
+func kernelArgs(cd *core.Device, kk *Kernel, dm defaultmap, o launchOpts, args []any) ([]core.KernelArg, error) {
 	with := o.with
 	k := kk.k
 	used, err := checkWith(with)
@@ -329,7 +303,7 @@ func (lf *leafer) bad(li int, format string, v ...any) error {
 type leafer struct {
 	cd   *core.Device
 	kk   *Kernel
-	dm   Defaultmap
+	dm   defaultmap
 	with []Map  // clauses that replace bare slices (Kernel1.With …)
 	used []bool // which of with matched an argument
 }

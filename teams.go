@@ -25,7 +25,7 @@ const maxDim = 1<<31 - 1
 // A dimension below 1 or above 2³¹−1, or more than three of them, fails
 // the launch with ErrBadArgument.
 func (d Device) NumTeams(dims ...int) Device {
-	d.geo.Teams, d.geoErr = dims3("num_teams", dims, d.geoErr)
+	d.geo.Teams, d.clauseErr = dims3("num_teams", dims, d.clauseErr)
 	return d
 }
 
@@ -36,7 +36,7 @@ func (d Device) NumTeams(dims ...int) Device {
 // take the clause as a hint. Bad dimensions fail the launch as NumTeams's
 // do.
 func (d Device) ThreadLimit(dims ...int) Device {
-	d.geo.Threads, d.geoErr = dims3("thread_limit", dims, d.geoErr)
+	d.geo.Threads, d.clauseErr = dims3("thread_limit", dims, d.clauseErr)
 	return d
 }
 
@@ -52,7 +52,7 @@ func (d Device) ThreadLimit(dims ...int) Device {
 //
 //	Lookup.Run(offload.On(0).GlobalSize(lookups), …)
 func (d Device) GlobalSize(dims ...int) Device {
-	d.geo.Size, d.geoErr = dims3("global_size", dims, d.geoErr)
+	d.geo.Size, d.clauseErr = dims3("global_size", dims, d.clauseErr)
 	return d
 }
 
@@ -64,7 +64,7 @@ func (d Device) GlobalSize(dims ...int) Device {
 // CPU devices ignore it. A dimension below 0 fails the launch with
 // ErrBadArgument.
 func (d Device) GlobalOffset(dims ...int) Device {
-	d.geo.Offset, d.geoErr = dimsFrom("global_offset", dims, 0, d.geoErr)
+	d.geo.Offset, d.clauseErr = dimsFrom("global_offset", dims, 0, d.clauseErr)
 	return d
 }
 
@@ -96,8 +96,8 @@ func dimsFrom(clause string, dims []int, least int, prev error) ([3]int, error) 
 
 // geometry is the launch geometry d's clauses ask for, or their error.
 func (d Device) geometry() (plugin.Geometry, error) {
-	if d.geoErr == nil && d.geo.Teams != ([3]int{}) && d.geo.Size != ([3]int{}) {
+	if d.clauseErr == nil && d.geo.Teams != ([3]int{}) && d.geo.Size != ([3]int{}) {
 		return d.geo, fmt.Errorf("%s: %w: num_teams and global_size both give the number of work-items: give one", d.geo, ErrBadArgument)
 	}
-	return d.geo, d.geoErr
+	return d.geo, d.clauseErr
 }

@@ -32,7 +32,7 @@ var (
 			in[i] = -1
 		}
 	})
-	typedNone = offload.MustKernel0("typed.none", func(offload.Ctx) {})
+	typedNone = offload.MustKernel("typed.none", func(offload.Ctx) {})
 )
 
 func TestTypedKernels(t *testing.T) {
@@ -67,7 +67,7 @@ func TestTypedKernels(t *testing.T) {
 			// Out is map(from:): the device copy starts uninitialized, so a
 			// kernel that writes nothing still copies back device memory,
 			// not the host's 7s: checked by the override below instead.
-			if err := typedNone.Run(dev); err != nil {
+			if err := dev.Run(typedNone); err != nil {
 				t.Fatal(err)
 			}
 			if offload.On(dev.Num()).IsPresent(x) || dev.IsPresent(out) {
@@ -176,7 +176,7 @@ func TestKernelAfterStart(t *testing.T) {
 // errors; a With clause's own name wins.
 func TestTypedNamed(t *testing.T) {
 	var info strings.Builder
-	start(t, offload.WithDevices("host"), offload.WithInfo("kernel-args"), offload.WithInfoOutput(&info))
+	start(t, offload.WithDevices("host"), offload.WithInfo("kernel-args", &info))
 	k := typedSaxpy.Named("a", "x", "y")
 	x, y := []float32{1}, []float32{2}
 	if err := k.Run(offload.On(0), 1, x, y); err != nil {

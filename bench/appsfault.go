@@ -143,7 +143,7 @@ func (r *faultRun) run(want *cholesky.Matrix) (pids [2]int, err error) {
 	}
 	restore := setEnv(vars)
 	err = offload.Start(offload.WithDevices(appsDevices), offload.WithOffload("MANDATORY"), offload.WithTool(&r.tool),
-		offload.WithInfo("placement"), offload.WithInfoOutput(&r.tool))
+		offload.WithInfo("placement", &r.tool))
 	restore()
 	if err != nil {
 		return pids, err

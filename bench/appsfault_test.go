@@ -40,7 +40,7 @@ func TestAppsFault(t *testing.T) {
 		t.Fatalf("%d devices afterwards, want the 2 of %q", n, appsDevices)
 	}
 	for d := range 2 {
-		if err := benchEmpty.Run(offload.On(d)); err != nil {
+		if err := offload.On(d).Run(benchEmpty); err != nil {
 			t.Errorf("device %d afterwards: %v", d, err)
 		}
 	}

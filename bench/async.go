@@ -229,7 +229,7 @@ func asyncChain(env *Env, base func(n int) error, metric string, dev func(i int)
 			t0 := time.Now()
 			last := uint64(0)
 			for i := range chainLen {
-				t := benchEmpty.Nowait(offload.On(dev(i)).Nowait(offload.DependInOut(x)))
+				t := offload.On(dev(i)).Nowait(offload.DependInOut(x)).Run(benchEmpty)
 				if t.ID() <= last { // created, in order
 					if err := t.Wait(); err != nil {
 						return err

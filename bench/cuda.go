@@ -118,7 +118,7 @@ func runCUDA(env *Env) error {
 func cudaEmptyLaunch(env *Env, dev offload.Device, raw *rawCUDA) error {
 	region := func(n int) error {
 		for range n {
-			if err := benchEmpty.Run(dev); err != nil {
+			if err := dev.Run(benchEmpty); err != nil {
 				return err
 			}
 		}

@@ -30,7 +30,7 @@ func init() { register("host", Suite{Devices: "host", Run: runHost}) }
 var (
 	// benchEmpty is the empty kernel of host.empty_region, and of
 	// cuda.empty_launch on a GPU (cuda.ptx's entry empty).
-	benchEmpty = offload.MustKernel0("bench.empty", func(offload.Ctx) {}).PTX(benchPTX, "empty").OpenCL([]byte(benchEmptyCL), "empty")
+	benchEmpty = offload.MustKernel("bench.empty", func(offload.Ctx) {}).PTX(benchPTX, "empty").OpenCL([]byte(benchEmptyCL), "empty")
 	// benchTouch increments the first byte of its buffer: the kernel of the
 	// mapping regions, cheap, and enough to check afterwards that the data
 	// really went to the device and back the expected number of times.
@@ -83,7 +83,7 @@ func launchBeyondKernel(env *Env, dev offload.Device, prefix string) error {
 		return time.Duration(took[0]), err
 	}
 	for i := range 200 { // warm up (and the device's first kernels)
-		if err := benchEmpty.Run(dev); err != nil {
+		if err := dev.Run(benchEmpty); err != nil {
 			return err
 		}
 		if i < 20 {
@@ -117,7 +117,7 @@ func launchBeyondKernel(env *Env, dev offload.Device, prefix string) error {
 			runtime.GC()
 			for range n {
 				t0 := time.Now()
-				if err := benchEmpty.Run(dev); err != nil {
+				if err := dev.Run(benchEmpty); err != nil {
 					return err
 				}
 				empty = append(empty, float64(time.Since(t0).Nanoseconds()))
@@ -162,7 +162,7 @@ func runHost(env *Env) error {
 func hostEmptyRegion(env *Env, dev offload.Device) error {
 	t, err := env.Measure(func(n int) error {
 		for range n {
-			if err := benchEmpty.Run(dev); err != nil {
+			if err := dev.Run(benchEmpty); err != nil {
 				return err
 			}
 		}

@@ -159,7 +159,7 @@ func timeOps(n int, op func() error) (float64, error) {
 
 var peerWorkloads = []peerWorkload{
 	{"empty_region", func(dev offload.Device, n int) (float64, error) {
-		return timeOps(n, func() error { return benchEmpty.Run(dev) })
+		return timeOps(n, func() error { return dev.Run(benchEmpty) })
 	}},
 	{"map_tofrom_64MiB", func(dev offload.Device, n int) (float64, error) {
 		buf := fill(make([]byte, size64MiB))

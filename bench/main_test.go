@@ -270,7 +270,7 @@ func TestAsyncComputeRestores(t *testing.T) {
 		if want := max(1, runtime.NumCPU()/2); info.Kind != "local" || (os.Getenv("GOFFLOAD_DEVICE_CORES") == "" && info.Cores != want) {
 			t.Errorf("device %d after asyncCompute: %s device with %d cores, want a local device with %d", d, info.Kind, info.Cores, want)
 		}
-		if err := benchEmpty.Run(offload.On(d)); err != nil {
+		if err := offload.On(d).Run(benchEmpty); err != nil {
 			t.Errorf("device %d after asyncCompute: %v", d, err)
 		}
 	}

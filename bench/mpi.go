@@ -48,7 +48,7 @@ func runMPI(env *Env) error {
 	}
 	// host_compute_idle_device: the host's own Go code with the MPI
 	// devices idle after a first launch (ping's warm-up was one).
-	if err := benchEmpty.Run(offload.On(0)); err != nil {
+	if err := offload.On(0).Run(benchEmpty); err != nil {
 		return err
 	}
 	if err := hostComputeRow(env, "mpi.host_compute_idle_device"); err != nil {
@@ -59,7 +59,7 @@ func runMPI(env *Env) error {
 	// launch_rtt: a synchronous target region with an empty kernel.
 	region := func(n int) error {
 		for range n {
-			if err := benchEmpty.Run(dev); err != nil {
+			if err := dev.Run(benchEmpty); err != nil {
 				return err
 			}
 		}

@@ -143,7 +143,7 @@ func runOpenCL(env *Env) error {
 	// Empty launch.
 	t, b, err := env.Compare(func(n int) error {
 		for range n {
-			if err := benchEmpty.Run(dev); err != nil {
+			if err := dev.Run(benchEmpty); err != nil {
 				return err
 			}
 		}
@@ -173,7 +173,7 @@ func runOpenCL(env *Env) error {
 	t, b, err = env.Compare(func(n int) error {
 		for range n {
 			for range chain {
-				benchEmpty.Nowait(dev.Nowait(offload.DependInOut(x)))
+				dev.Nowait(offload.DependInOut(x)).Run(benchEmpty)
 			}
 			if err := offload.Taskwait(context.Background()); err != nil {
 				return err

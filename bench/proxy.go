@@ -55,7 +55,7 @@ func runProxy(env *Env) error {
 	region := func(dev offload.Device) func(n int) error {
 		return func(n int) error {
 			for range n {
-				if err := benchEmpty.Run(dev); err != nil {
+				if err := dev.Run(benchEmpty); err != nil {
 					return err
 				}
 			}
@@ -74,7 +74,7 @@ func runProxy(env *Env) error {
 		}
 		t, b, err := env.Compare(region(proxied), func(n int) error {
 			for range n {
-				if err := benchEmpty.Run(direct); err != nil {
+				if err := direct.Run(benchEmpty); err != nil {
 					return err
 				}
 				if err := p.pingPong(1); err != nil {

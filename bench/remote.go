@@ -161,7 +161,7 @@ func runRemote(env *Env, socket bool) error {
 func remoteLaunch(env *Env, dev offload.Device, r remoteRun) error {
 	region := func(n int) error {
 		for range n {
-			if err := benchEmpty.Run(dev); err != nil {
+			if err := dev.Run(benchEmpty); err != nil {
 				return err
 			}
 		}

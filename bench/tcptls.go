@@ -203,7 +203,7 @@ func runTCPTLS(env *Env) error {
 		dev := offload.On(0)
 		region := func(n int) error {
 			for range n {
-				if err := benchEmpty.Run(dev); err != nil {
+				if err := dev.Run(benchEmpty); err != nil {
 					return err
 				}
 			}

@@ -111,7 +111,7 @@ func anyOptions(cfg config, ic *infoCount) []offload.Option {
 		}
 		ic.fwd = cfg.Errs
 	}
-	return append(opts, offload.WithInfo(flags), offload.WithInfoOutput(ic))
+	return append(opts, offload.WithInfo(flags, ic))
 }
 
 // runAny is run in Any mode.

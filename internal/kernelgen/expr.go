@@ -404,10 +404,11 @@ func (f *fn) call(e *ast.CallExpr, stmt bool) string {
 	switch name := f.offloadFunc(e); {
 	case name == "Reduce":
 		f.refuse(e, "offload.Reduce inside an expression or statement: only r := offload.Reduce(…) (or r = …, out[0] = …) at the top level of the kernel's body is in the subset")
-	case builtinOps[name]:
-		f.refuse(e, "offload.%s used other than to define an Op variable or as Reduce's op: not in the subset", name)
 	case name != "":
 		f.refuse(e, "offload.%s: not in the subset", name)
+	}
+	if name := f.builtinOp(e); name != "" {
+		f.refuse(e, "reduction.%s used other than to define an Op variable or as Reduce's op: not in the subset", name)
 	}
 	if e.Ellipsis.IsValid() {
 		f.refuse(e, "a variadic call: not in the subset")

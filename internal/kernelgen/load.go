@@ -26,6 +26,10 @@ import (
 // offloadPath is the import path of package offload.
 const offloadPath = "github.com/goffload/offload"
 
+// reductionPath is the import path of package reduction, whose identifiers
+// (reduction.Sum, …) offload.Reduce takes.
+const reductionPath = offloadPath + "/reduction"
+
 // pkg is a loaded, type-checked package.
 type pkg struct {
 	dir   string

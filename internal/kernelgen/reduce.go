@@ -23,7 +23,7 @@ import (
 // redChunks is the most chunks a Reduce on a device has.
 const redChunks = 256
 
-// builtinOps are offload's built-in reduction operators.
+// builtinOps are the reduction identifiers of package reduction.
 var builtinOps = map[string]bool{"Sum": true, "Prod": true, "Min": true, "Max": true, "BitAnd": true,
 	"BitOr": true, "BitXor": true, "LogicalAnd": true, "LogicalOr": true}
 
@@ -33,9 +33,9 @@ type redOp struct {
 	t    types.Type
 }
 
-// offloadFunc returns the name of the package-level function of package
-// offload that call calls, "" if it calls none.
-func (f *fn) offloadFunc(call *ast.CallExpr) string {
+// pkgFunc returns the package path and name of the package-level function
+// that call calls, "" and "" if it calls none.
+func (f *fn) pkgFunc(call *ast.CallExpr) (path, name string) {
 	fun := ast.Unparen(call.Fun)
 	switch x := fun.(type) {
 	case *ast.IndexExpr:
@@ -50,23 +50,41 @@ func (f *fn) offloadFunc(call *ast.CallExpr) string {
 	case *ast.Ident:
 		id = x
 	default:
-		return ""
+		return "", ""
 	}
 	obj, ok := f.info().Uses[id].(*types.Func)
-	if !ok || obj.Pkg() == nil || obj.Pkg().Path() != offloadPath || obj.Type().(*types.Signature).Recv() != nil {
-		return ""
+	if !ok || obj.Pkg() == nil || obj.Type().(*types.Signature).Recv() != nil {
+		return "", ""
 	}
-	return obj.Name()
+	return obj.Pkg().Path(), obj.Name()
 }
 
-// isOp reports whether t is offload.Op[T].
+// offloadFunc returns the name of the package-level function of package
+// offload that call calls, "" if it calls none.
+func (f *fn) offloadFunc(call *ast.CallExpr) string {
+	if path, name := f.pkgFunc(call); path == offloadPath {
+		return name
+	}
+	return ""
+}
+
+// builtinOp returns the name of the reduction identifier of package
+// reduction that call calls (reduction.Sum[float64]()), "" if none.
+func (f *fn) builtinOp(call *ast.CallExpr) string {
+	if path, name := f.pkgFunc(call); path == reductionPath && builtinOps[name] {
+		return name
+	}
+	return ""
+}
+
+// isOp reports whether t is reduction.Op[T].
 func isOp(t types.Type) bool {
 	n, ok := types.Unalias(t).(*types.Named)
-	return ok && n.Obj().Pkg() != nil && n.Obj().Pkg().Path() == offloadPath && n.Obj().Name() == "Op"
+	return ok && n.Obj().Pkg() != nil && n.Obj().Pkg().Path() == reductionPath && n.Obj().Name() == "Op"
 }
 
-// opOf returns the built-in operator that e is: a call of one of
-// offload's (offload.Sum[float64]()) or a variable defined from one.
+// opOf returns the built-in operator that e is: a call of a reduction
+// identifier (reduction.Sum[float64]()) or a variable defined from one.
 func (f *fn) opOf(e ast.Expr) redOp {
 	e = ast.Unparen(e)
 	if id, ok := e.(*ast.Ident); ok {
@@ -75,19 +93,19 @@ func (f *fn) opOf(e ast.Expr) redOp {
 		}
 	}
 	if call, ok := e.(*ast.CallExpr); ok {
-		if name := f.offloadFunc(call); builtinOps[name] {
+		if name := f.builtinOp(call); name != "" {
 			t := types.Unalias(f.info().TypeOf(e)).(*types.Named).TypeArgs().At(0)
 			if !isScalar(t) {
-				f.refuse(e, "offload.%s of %s: not in the subset (reductions of scalars)", name, t)
+				f.refuse(e, "reduction.%s of %s: not in the subset (reductions of scalars)", name, t)
 			}
 			return redOp{name: name, t: t}
 		}
 	}
-	f.refuse(e, "a user-defined Op (%s): not in the subset (offload's built-in ops: Sum, Prod, Min, Max, BitAnd, BitOr, BitXor, LogicalAnd, LogicalOr)", types.ExprString(e))
+	f.refuse(e, "a user-defined Op (%s): not in the subset (package reduction's identifiers: Sum, Prod, Min, Max, BitAnd, BitOr, BitXor, LogicalAnd, LogicalOr)", types.ExprString(e))
 	return redOp{}
 }
 
-// defineOp records op := offload.Sum[T]() (or var op = …, or several
+// defineOp records op := reduction.Sum[T]() (or var op = …, or several
 // such): an Op has no C. It reports whether s was that.
 func (f *fn) defineOp(lhs []ast.Expr, rhs []ast.Expr, tok token.Token, at ast.Node) bool {
 	ops := 0
@@ -100,7 +118,7 @@ func (f *fn) defineOp(lhs []ast.Expr, rhs []ast.Expr, tok token.Token, at ast.No
 		return false
 	}
 	if ops != len(rhs) || len(lhs) != len(rhs) {
-		f.refuse(at, "Ops defined among other values: define them on their own (op := offload.Sum[float64]())")
+		f.refuse(at, "Ops defined among other values: define them on their own (op := reduction.Sum[float64]())")
 	}
 	for i, l := range lhs {
 		id, ok := l.(*ast.Ident)
@@ -110,7 +128,7 @@ func (f *fn) defineOp(lhs []ast.Expr, rhs []ast.Expr, tok token.Token, at ast.No
 		op := f.opOf(rhs[i])
 		v := f.info().Defs[id]
 		if v == nil || tok != token.DEFINE && tok != token.VAR {
-			f.refuse(at, "assignment to Op %s: define it once (op := offload.Sum[float64]())", id.Name)
+			f.refuse(at, "assignment to Op %s: define it once (op := reduction.Sum[float64]())", id.Name)
 		}
 		f.ops[v] = op
 	}

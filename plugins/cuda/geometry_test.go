@@ -38,7 +38,7 @@ func TestGeometryClauses(t *testing.T) {
 	defer cuda.UseDriverForTests(drv)()
 	var info bytes.Buffer
 	if err := offload.Start(offload.WithDevices("cuda,host"), offload.WithOffload("MANDATORY"),
-		offload.WithInfo("kernels"), offload.WithInfoOutput(&info)); err != nil {
+		offload.WithInfo("kernels", &info)); err != nil {
 		t.Fatal(err)
 	}
 	defer offload.Stop()

@@ -36,7 +36,7 @@ func TestRuntimeFakeGPUs(t *testing.T) {
 	defer cuda.UseDriverForTests(drv)()
 	var info bytes.Buffer
 	if err := offload.Start(offload.WithDevices("cuda,host"), offload.WithOffload("MANDATORY"),
-		offload.WithInfo("offload"), offload.WithInfoOutput(&info)); err != nil {
+		offload.WithInfo("offload", &info)); err != nil {
 		t.Fatal(err)
 	}
 	defer offload.Stop()

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/reduction"
 )
 
 // The kernels of an iteration. The matrix is In (its rows' starts, columns
@@ -29,7 +30,7 @@ var (
 	// SpMVDot computes q = A p and out[0] = p·q, the dot product reduced
 	// over the device's cores (offload.Reduce).
 	SpMVDot = offload.MustKernel6("cg.spmvdot", func(ctx offload.Ctx, rowPtr, col offload.In[int32], val, p offload.In[float64], q, out offload.Out[float64]) {
-		out[0] = offload.Reduce(ctx, len(q), offload.Sum[float64](), func(lo, hi int, acc float64) float64 {
+		out[0] = offload.Reduce(ctx, len(q), reduction.Sum[float64](), func(lo, hi int, acc float64) float64 {
 			return spmvDot(rowPtr, col, val, p, q, lo, hi, acc)
 		})
 	}).Named("rowptr", "col", "val", "p", "q", "pq")
@@ -37,7 +38,7 @@ var (
 	// Update computes x += alpha p, r -= alpha q and out[0] = r·r, reduced
 	// over the device's cores.
 	Update = offload.MustKernel6("cg.update", func(ctx offload.Ctx, alpha float64, p, q offload.In[float64], x, r offload.InOut[float64], out offload.Out[float64]) {
-		out[0] = offload.Reduce(ctx, len(r), offload.Sum[float64](), func(lo, hi int, acc float64) float64 {
+		out[0] = offload.Reduce(ctx, len(r), reduction.Sum[float64](), func(lo, hi int, acc float64) float64 {
 			return update(alpha, p, q, x, r, lo, hi, acc)
 		})
 	}).Named("alpha", "p", "q", "x", "r", "rr")

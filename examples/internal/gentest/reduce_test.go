@@ -193,7 +193,7 @@ func TestReduceFault(t *testing.T) {
 		if !errors.Is(err, offload.ErrKernelFailed) || !errors.As(err, &kp) || !kp.Chunk {
 			t.Fatalf("device %d: %v, want a KernelPanic in a chunk", d.Num(), err)
 		}
-		if d == cl && !strings.Contains(err.Error(), "reduce.go:157: runtime error: index out of range [1000] with length 1000") {
+		if d == cl && !strings.Contains(err.Error(), "reduce.go:160: runtime error: index out of range [1000] with length 1000") {
 			t.Errorf("PoCL: %v", err)
 		}
 		msgs = append(msgs, kp.Value)

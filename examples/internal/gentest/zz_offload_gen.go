@@ -1072,7 +1072,7 @@ kernel void gentest_sqrts(global double *x, global double *out, long go_len_x, l
 	}
 }
 
-// gentest_sumf64 is kernel "gentest.sumf64" (reduce.go:7).
+// gentest_sumf64 is kernel "gentest.sumf64" (reduce.go:10).
 static void gentest_sumf64_chunk(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, double *go_part)
 {
 	int go_fl = 0;
@@ -1126,7 +1126,7 @@ kernel void gentest_sumf64(global double *x, global double *out, long go_len_x, 
 	gentest_sumf64_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_sumf32 is kernel "gentest.sumf32" (reduce.go:20).
+// gentest_sumf32 is kernel "gentest.sumf32" (reduce.go:23).
 static void gentest_sumf32_chunk(float scale, global float *x, global float *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, float *go_part)
 {
 	int go_fl = 0;
@@ -1185,7 +1185,7 @@ kernel void gentest_sumf32(float scale, global float *x, global float *out, long
 	gentest_sumf32_tail(scale, x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_sumi32 is kernel "gentest.sumi32" (reduce.go:36).
+// gentest_sumi32 is kernel "gentest.sumi32" (reduce.go:39).
 static void gentest_sumi32_chunk(global int *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, int *go_part)
 {
 	int go_fl = 0;
@@ -1234,7 +1234,7 @@ kernel void gentest_sumi32(global int *x, global long *out, long go_len_x, long 
 	gentest_sumi32_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_prodi8 is kernel "gentest.prodi8" (reduce.go:47).
+// gentest_prodi8 is kernel "gentest.prodi8" (reduce.go:50).
 static void gentest_prodi8_chunk(global char *y, global long *out, long go_len_y, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, char *go_part)
 {
 	int go_fl = 0;
@@ -1283,7 +1283,7 @@ kernel void gentest_prodi8(global char *y, global long *out, long go_len_y, long
 	gentest_prodi8_tail(y, out, go_len_y, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_minf64 is kernel "gentest.minf64" (reduce.go:59).
+// gentest_minf64 is kernel "gentest.minf64" (reduce.go:62).
 static void gentest_minf64_chunk(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, double *go_part)
 {
 	int go_fl = 0;
@@ -1333,7 +1333,7 @@ kernel void gentest_minf64(global double *x, global double *out, long go_len_x, 
 	gentest_minf64_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_maxf64 is kernel "gentest.maxf64" (reduce.go:71).
+// gentest_maxf64 is kernel "gentest.maxf64" (reduce.go:74).
 static void gentest_maxf64_chunk(global double *x, global double *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, double *go_part)
 {
 	int go_fl = 0;
@@ -1381,7 +1381,7 @@ kernel void gentest_maxf64(global double *x, global double *out, long go_len_x, 
 	gentest_maxf64_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_minmaxu16 is kernel "gentest.minmaxu16" (reduce.go:81).
+// gentest_minmaxu16 is kernel "gentest.minmaxu16" (reduce.go:84).
 static void gentest_minmaxu16_chunk(global ushort *x, global ushort *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, ushort *go_part)
 {
 	int go_fl = 0;
@@ -1435,7 +1435,7 @@ kernel void gentest_minmaxu16(global ushort *x, global ushort *out, long go_len_
 	gentest_minmaxu16_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_bits is kernel "gentest.bits" (reduce.go:93).
+// gentest_bits is kernel "gentest.bits" (reduce.go:96).
 static void gentest_bits_chunk(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, ulong *go_part)
 {
 	int go_fl = 0;
@@ -1488,7 +1488,7 @@ kernel void gentest_bits(global ulong *x, global ulong *out, long go_len_x, long
 	gentest_bits_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_bitor is kernel "gentest.bitor" (reduce.go:106).
+// gentest_bitor is kernel "gentest.bitor" (reduce.go:109).
 static void gentest_bitor_chunk(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, ulong *go_part)
 {
 	int go_fl = 0;
@@ -1536,7 +1536,7 @@ kernel void gentest_bitor(global ulong *x, global ulong *out, long go_len_x, lon
 	gentest_bitor_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_bitxor is kernel "gentest.bitxor" (reduce.go:117).
+// gentest_bitxor is kernel "gentest.bitxor" (reduce.go:120).
 static void gentest_bitxor_chunk(global ulong *x, global ulong *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, ulong *go_part)
 {
 	int go_fl = 0;
@@ -1584,7 +1584,7 @@ kernel void gentest_bitxor(global ulong *x, global ulong *out, long go_len_x, lo
 	gentest_bitxor_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_logical is kernel "gentest.logical" (reduce.go:128).
+// gentest_logical is kernel "gentest.logical" (reduce.go:131).
 static void gentest_logical_chunk(global uchar *b, global uchar *out, long go_len_b, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, bool *go_part)
 {
 	int go_fl = 0;
@@ -1637,7 +1637,7 @@ kernel void gentest_logical(global uchar *b, global uchar *out, long go_len_b, l
 	gentest_logical_tail(b, out, go_len_b, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_logicalor is kernel "gentest.logicalor" (reduce.go:139).
+// gentest_logicalor is kernel "gentest.logicalor" (reduce.go:142).
 static void gentest_logicalor_chunk(global uchar *b, global uchar *out, long go_len_b, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, bool *go_part)
 {
 	int go_fl = 0;
@@ -1692,7 +1692,7 @@ kernel void gentest_logicalor(global uchar *b, global uchar *out, long go_len_b,
 	gentest_logicalor_tail(b, out, go_len_b, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_reducefault is kernel "gentest.reducefault" (reduce.go:154).
+// gentest_reducefault is kernel "gentest.reducefault" (reduce.go:157).
 static void gentest_reducefault_chunk(global long *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, long *go_part)
 {
 	int go_fl = 0;
@@ -1741,7 +1741,7 @@ kernel void gentest_reducefault(global long *x, global long *out, long go_len_x,
 	gentest_reducefault_tail(x, out, go_len_x, go_len_out, go_dev, go_f, go_r);
 }
 
-// gentest_devicenum is kernel "gentest.devicenum" (reduce.go:164).
+// gentest_devicenum is kernel "gentest.devicenum" (reduce.go:167).
 kernel void gentest_devicenum(global long *out, long go_len_out, long go_dev, global long *go_f)
 {
 	int go_fl = 0;
@@ -1763,7 +1763,7 @@ kernel void gentest_devicenum(global long *out, long go_len_out, long go_dev, gl
 	}
 }
 
-// gentest_devicesum is kernel "gentest.devicesum" (reduce.go:174).
+// gentest_devicesum is kernel "gentest.devicesum" (reduce.go:177).
 static void gentest_devicesum_chunk(global long *x, global long *out, long go_len_x, long go_len_out, long go_dev, global long *go_f, long go_rl, long *go_rk, long *go_part)
 {
 	int go_fl = 0;
@@ -1966,7 +1966,7 @@ kernel void dim(global double *a, global double *b, global double *out, long go_
 
 // zzOffloadPTX is the PTX that clang made of the OpenCL C of the kernels
 // that can have it, for the cuda kind (docs/kernels.md); it was made by
-// goffload-gen PTX: clang="Debian clang version 14.0.6" arch=sm_50 source-sha256=e97dba22ebfcdb99364245cfae397dd937baa0b83bf2b81f7cded38ba4893153.
+// goffload-gen PTX: clang="Debian clang version 14.0.6" arch=sm_50 source-sha256=7f200079625da33cc9c504fe82aea8d4ccc0324777d1adefd31c024e34f30b75.
 const zzOffloadPTX = `//
 // Generated by LLVM NVPTX Back-End
 //
@@ -9952,45 +9952,45 @@ var zzOffloadSites = []string{
 	"panic.go:21: panic",
 	"panic.go:14: index",
 	"panic.go:14: index",
-	"reduce.go:10: slice high",
-	"reduce.go:10: slice low",
-	"reduce.go:15: index",
-	"reduce.go:15: index",
-	"reduce.go:25: index",
-	"reduce.go:25: index",
-	"reduce.go:29: index",
-	"reduce.go:30: index",
-	"reduce.go:39: index",
-	"reduce.go:43: index",
-	"reduce.go:51: index",
-	"reduce.go:55: index",
-	"reduce.go:63: index",
-	"reduce.go:61: index",
-	"reduce.go:67: index",
-	"reduce.go:74: index",
-	"reduce.go:72: index",
-	"reduce.go:85: index",
-	"reduce.go:83: index",
-	"reduce.go:89: index",
-	"reduce.go:89: index",
-	"reduce.go:97: index",
-	"reduce.go:97: shift",
-	"reduce.go:101: index",
-	"reduce.go:102: index",
-	"reduce.go:110: index",
-	"reduce.go:108: index",
-	"reduce.go:121: index",
-	"reduce.go:119: index",
-	"reduce.go:131: index",
-	"reduce.go:135: index",
-	"reduce.go:143: index",
-	"reduce.go:141: index",
-	"reduce.go:149: index",
-	"reduce.go:157: index",
-	"reduce.go:155: index",
-	"reduce.go:168: index",
-	"reduce.go:177: index",
-	"reduce.go:181: index",
+	"reduce.go:13: slice high",
+	"reduce.go:13: slice low",
+	"reduce.go:18: index",
+	"reduce.go:18: index",
+	"reduce.go:28: index",
+	"reduce.go:28: index",
+	"reduce.go:32: index",
+	"reduce.go:33: index",
+	"reduce.go:42: index",
+	"reduce.go:46: index",
+	"reduce.go:54: index",
+	"reduce.go:58: index",
+	"reduce.go:66: index",
+	"reduce.go:64: index",
+	"reduce.go:70: index",
+	"reduce.go:77: index",
+	"reduce.go:75: index",
+	"reduce.go:88: index",
+	"reduce.go:86: index",
+	"reduce.go:92: index",
+	"reduce.go:92: index",
+	"reduce.go:100: index",
+	"reduce.go:100: shift",
+	"reduce.go:104: index",
+	"reduce.go:105: index",
+	"reduce.go:113: index",
+	"reduce.go:111: index",
+	"reduce.go:124: index",
+	"reduce.go:122: index",
+	"reduce.go:134: index",
+	"reduce.go:138: index",
+	"reduce.go:146: index",
+	"reduce.go:144: index",
+	"reduce.go:152: index",
+	"reduce.go:160: index",
+	"reduce.go:158: index",
+	"reduce.go:171: index",
+	"reduce.go:180: index",
+	"reduce.go:184: index",
 	"structs.go:47: index",
 	"structs.go:52: index",
 	"structs.go:53: index",

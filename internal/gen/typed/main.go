@@ -1,7 +1,9 @@
 // Command typed writes typed_kernels.go in the offload package: the typed
-// kernel types Kernel0 … Kernel8 (Go has no variadic type parameters, so
-// there is one type per number of parameters). Run it with go generate in
-// the module's root.
+// kernel types Kernel1 … Kernel8 (Go has no variadic type parameters, so
+// there is one type per number of parameters). A kernel of no parameters
+// has no arguments to check: it is a *Kernel (MustKernel), which calls a
+// func(Ctx) body without reflection as the typed kernels do. Run it with
+// go generate in the module's root.
 package main
 
 import (
@@ -34,7 +36,7 @@ package offload
 
 import "github.com/goffload/offload/plugin"
 `)
-	for n := 0; n <= maxParams; n++ {
+	for n := 1; n <= maxParams; n++ {
 		write(&b, n)
 	}
 	src, err := format.Source(b.Bytes())

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/reduction"
 )
 
 var table = []float32{1, 2}
@@ -178,15 +179,20 @@ var PointerField = offload.MustKernel1("pointerfield", func(ctx offload.Ctx, out
 })
 
 var UserOp = offload.MustKernel2("userop", func(ctx offload.Ctx, x offload.In[float64], out offload.Out[float64]) {
-	op := offload.Op[float64]{Combine: func(a, b float64) float64 { return a + b }} // want "a user-defined Op (offload.Op[float64]{…}): not in the subset (offload's built-in ops"
+	op := reduction.Op[float64]{Combine: func(a, b float64) float64 { return a + b }} // want "a user-defined Op (reduction.Op[float64]{…}): not in the subset (package reduction's identifiers"
 	out[0] = offload.Reduce(ctx, len(x), op, func(lo, hi int, acc float64) float64 { return acc })
 })
 
 var NestedReduce = offload.MustKernel2("nestedreduce", func(ctx offload.Ctx, x offload.In[float64], out offload.Out[float64]) {
-	out[0] = 2 * offload.Reduce(ctx, len(x), offload.Sum[float64](), func(lo, hi int, acc float64) float64 { return acc }) // want "offload.Reduce inside an expression or statement"
+	out[0] = 2 * offload.Reduce(ctx, len(x), reduction.Sum[float64](), func(lo, hi int, acc float64) float64 { return acc }) // want "offload.Reduce inside an expression or statement"
 })
 
 var TwoReduces = offload.MustKernel2("tworeduces", func(ctx offload.Ctx, x offload.In[float64], out offload.Out[float64]) {
-	out[0] = offload.Reduce(ctx, len(x), offload.Sum[float64](), func(lo, hi int, acc float64) float64 { return acc })
-	out[1] = offload.Reduce(ctx, len(x), offload.Max[float64](), func(lo, hi int, acc float64) float64 { return acc }) // want "a second offload.Reduce"
+	out[0] = offload.Reduce(ctx, len(x), reduction.Sum[float64](), func(lo, hi int, acc float64) float64 { return acc })
+	out[1] = offload.Reduce(ctx, len(x), reduction.Max[float64](), func(lo, hi int, acc float64) float64 { return acc }) // want "a second offload.Reduce"
+})
+
+var OpStatement = offload.MustKernel1("opstatement", func(ctx offload.Ctx, out offload.Out[float64]) {
+	reduction.Sum[float64]() // want "reduction.Sum used other than to define an Op variable or as Reduce's op"
+	out[0] = 1
 })

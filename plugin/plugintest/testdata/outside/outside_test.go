@@ -8,6 +8,7 @@ import (
 	"github.com/goffload/offload"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/plugin/plugintest"
+	"github.com/goffload/offload/reduction"
 )
 
 func TestConformance(t *testing.T) {
@@ -67,7 +68,7 @@ var (
 
 	// sum writes the sum of x to out[0] and the device number to out[1].
 	sum = offload.MustKernel2("outside.sum", func(ctx offload.Ctx, x offload.In[float64], out offload.Out[float64]) {
-		out[0] = offload.Reduce(ctx, len(x), offload.Sum[float64](), func(lo, hi int, acc float64) float64 {
+		out[0] = offload.Reduce(ctx, len(x), reduction.Sum[float64](), func(lo, hi int, acc float64) float64 {
 			for _, v := range x[lo:hi] {
 				acc += v
 			}
