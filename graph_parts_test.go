@@ -93,6 +93,9 @@ func TestTaskgraphDeviceParts(t *testing.T) {
 									t.Errorf("graph %d, run %d (Replay %v): device %d got %d graphrun frames, want 1", seed, it, again, d, k)
 								case typ == "graphdef" && k > 0 && (it != 0 || !again):
 									t.Errorf("graph %d, run %d (Replay %v): device %d got %d graphdef frames after the first replay", seed, it, again, d, k)
+								case typ == "ping":
+									// The link's keepalives keep their own clock: a
+									// replay on a loaded machine can last past one.
 								case typ != "graphrun" && typ != "graphdef" && typ != "forget" && k > 0:
 									t.Errorf("graph %d, run %d (Replay %v): device %d got %d %s frames in a replay", seed, it, again, d, k, typ)
 								}
