@@ -1,6 +1,7 @@
 package offload
 
 import (
+	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
@@ -14,7 +15,7 @@ var (
 	// ErrNotStarted: a construct before Start or after Stop.
 	ErrNotStarted = core.ErrNotStarted
 	// ErrConfig: an environment variable or option that cannot be used.
-	ErrConfig = core.ErrConfig
+	ErrConfig = config.ErrConfig
 	// ErrNoDevice: a device number that does not exist.
 	ErrNoDevice = core.ErrNoDevice
 	// ErrMandatory: OMP_TARGET_OFFLOAD=MANDATORY and the device cannot run

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/plugin"
 	_ "github.com/goffload/offload/plugins/host"   // the host device kind
@@ -24,25 +25,25 @@ var (
 
 // An Option changes the configuration Start reads from the environment.
 type Option struct {
-	apply func(*core.Config) error
+	apply func(*config.Config) error
 }
 
 // WithDevices sets the device list, overriding GOFFLOAD_DEVICES: for
 // example "host" or "host:2". An empty string means no devices.
 func WithDevices(spec string) Option {
-	return Option{func(c *core.Config) error { c.Devices, c.DevicesSet = spec, true; return nil }}
+	return Option{func(c *config.Config) error { c.Devices, c.DevicesSet = spec, true; return nil }}
 }
 
 // WithOffload sets the offload policy, overriding OMP_TARGET_OFFLOAD:
 // "MANDATORY", "DISABLED" or "DEFAULT".
 func WithOffload(policy string) Option {
-	return Option{func(c *core.Config) (err error) { c.Policy, err = core.ParsePolicy(policy); return err }}
+	return Option{func(c *config.Config) (err error) { c.Policy, err = config.ParsePolicy(policy); return err }}
 }
 
 // WithDefaultDevice sets the default device number, overriding
 // OMP_DEFAULT_DEVICE.
 func WithDefaultDevice(n int) Option {
-	return Option{func(c *core.Config) error {
+	return Option{func(c *config.Config) error {
 		if n < 0 {
 			return fmt.Errorf("%w: default device %d: want a non-negative device number", ErrConfig, n)
 		}
@@ -59,9 +60,9 @@ func WithDefaultDevice(n int) Option {
 //	var info bytes.Buffer
 //	err := offload.Start(offload.WithInfo("copies", &info))
 func WithInfo(flags string, w io.Writer) Option {
-	return Option{func(c *core.Config) (err error) {
+	return Option{func(c *config.Config) (err error) {
 		c.InfoOut = w
-		c.Info, err = core.ParseInfo(flags)
+		c.Info, err = config.ParseInfo(flags)
 		return err
 	}}
 }
@@ -71,14 +72,14 @@ func WithInfo(flags string, w io.Writer) Option {
 // changes, and kernel launches and waits. A tool.DeviceOpTool also gets the
 // devices' own times of their operations. Package tool declares the events.
 func WithTool(t tool.Tool) Option {
-	return Option{func(c *core.Config) error { c.Tool = t; return nil }}
+	return Option{func(c *config.Config) error { c.Tool = t; return nil }}
 }
 
 // WithProfile writes a trace of the run to path at Stop, overriding
 // GOFFLOAD_PROFILE. The trace is in Chrome's Trace Event Format: open it in
 // Perfetto or chrome://tracing. A path that cannot be written fails Start.
 func WithProfile(path string) Option {
-	return Option{func(c *core.Config) error { c.Profile = path; return nil }}
+	return Option{func(c *config.Config) error { c.Profile = path; return nil }}
 }
 
 // WithDeviceTasks bounds how many tasks (kernels) run at once on one
@@ -91,7 +92,7 @@ func WithProfile(path string) Option {
 // this process's. See docs/environment.md for why there is no bound by
 // default.
 func WithDeviceTasks(spec string) Option {
-	return Option{func(c *core.Config) (err error) { c.DeviceTasks, err = core.ParseDeviceTasks(spec); return err }}
+	return Option{func(c *config.Config) (err error) { c.DeviceTasks, err = config.ParseDeviceTasks(spec); return err }}
 }
 
 // Start reads the configuration from the environment (then opts), opens the
@@ -108,7 +109,7 @@ func Start(opts ...Option) error {
 	if current.Load() != nil {
 		return core.Errorf("goffload: Start called twice: %w", ErrConfig)
 	}
-	cfg, err := core.ConfigFromEnv()
+	cfg, err := config.ConfigFromEnv()
 	if err != nil {
 		return core.Errorf("goffload: %w", err)
 	}
@@ -329,7 +330,7 @@ func (d Device) info() (DeviceInfo, error) {
 		cd = rt.Devices[d.num]
 		if cd.Unavailable != nil {
 			why := ErrUnavailable
-			if rt.Cfg.Policy == core.PolicyMandatory {
+			if rt.Cfg.Policy == config.PolicyMandatory {
 				why = ErrMandatory
 			}
 			return DeviceInfo{}, core.Errorf("goffload: %s: %w: %w", cd.Label(), why, cd.Unavailable)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
@@ -44,7 +45,7 @@ var publicErrors = map[string]error{
 func TestSentinelsAreTheRuntimes(t *testing.T) {
 	runtime := map[string]error{
 		"ErrNotStarted":      core.ErrNotStarted,
-		"ErrConfig":          core.ErrConfig,
+		"ErrConfig":          config.ErrConfig,
 		"ErrNoDevice":        core.ErrNoDevice,
 		"ErrMandatory":       core.ErrMandatory,
 		"ErrUnavailable":     core.ErrUnavailable,

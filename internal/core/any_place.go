@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/internal/placement"
 	"github.com/goffload/offload/plugin"
@@ -290,7 +291,7 @@ func (s *anySched) spawn(t *anyTask, p placement.Plan, now time.Time, why string
 		s.writes[task.ID] = writes
 		s.wmu.Unlock()
 	}
-	s.rt.Log.Taskf(InfoPlacement, d, task.ID, "Any(): %s on %s: %v%s", name, cd.Label(), choice, why)
+	s.rt.Log.Taskf(config.InfoPlacement, d, task.ID, "Any(): %s on %s: %v%s", name, cd.Label(), choice, why)
 	s.rt.Note(task.ID, fmt.Sprintf("Any(): on %s: %v%s", cd.Label(), choice, why))
 	if e != nil {
 		e.task.Store(task.ID)
@@ -314,11 +315,11 @@ func (s *anySched) evict(d int, keep []placement.Buf) bool {
 		op := ExitDataOp([]MapItem{{Buf: sliceBuf(x, name), Type: mapping.MapDelete}})
 		t := s.rt.Spawn(s.rt.Devices[d], op, []Dep{tokDep(DepInOut, s.token(b, d, b))}, false)
 		if err := t.Wait(context.Background()); err != nil {
-			s.rt.Log.Printf(InfoPlacement, d, "Any(): freeing %q (%d bytes) on device %d to make room failed: %v", name, b.Size, d, err)
+			s.rt.Log.Printf(config.InfoPlacement, d, "Any(): freeing %q (%d bytes) on device %d to make room failed: %v", name, b.Size, d, err)
 			return false
 		}
 		s.table.Drop(d, b)
-		s.rt.Log.Printf(InfoPlacement, d, "Any(): device %d's memory is full: freed its copy of %q (%d bytes at %#x), valid elsewhere too", d, name, b.Size, b.Addr)
+		s.rt.Log.Printf(config.InfoPlacement, d, "Any(): device %d's memory is full: freed its copy of %q (%d bytes at %#x), valid elsewhere too", d, name, b.Size, b.Addr)
 		return true
 	}
 	return false

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/internal/placement"
 	"github.com/goffload/offload/plugin"
 )
@@ -217,7 +218,7 @@ func (s *anySched) restoreTask(g placement.Buf) {
 	s.rr.restores = append(s.rr.restores, anyRestore{g, rt})
 	s.rt.Note(rt.ID, fmt.Sprintf("Any(): %q (%d bytes at %#x) had its only valid copy on a lost device: recomputed from the tasks that wrote it (last: task %d)", name, g.Size, g.Addr, pieces[len(pieces)-1].Writer))
 	s.table.HostValid(g)
-	s.rt.Log.Printf(InfoPlacement, -1, "Any(): %q (%d bytes at %#x) had its only valid copy on a lost device: recomputed into the program's memory", name, g.Size, g.Addr)
+	s.rt.Log.Printf(config.InfoPlacement, -1, "Any(): %q (%d bytes at %#x) had its only valid copy on a lost device: recomputed into the program's memory", name, g.Size, g.Addr)
 }
 
 // anyRestore is a restore task and the part of a buffer it recomputes.
@@ -450,7 +451,7 @@ func (s *anySched) rerun(id int64, top bool) ([]anySaved, error) {
 					out = append(out, anySaved{buf: a.Buf, data: sliceBytes(priv[i])})
 				}
 			}
-			s.rt.Log.Taskf(InfoPlacement, d, e.task.Load(), "Any(): %s ran again on %s, a device having been lost", name, s.rerunPlace(d))
+			s.rt.Log.Taskf(config.InfoPlacement, d, e.task.Load(), "Any(): %s ran again on %s, a device having been lost", name, s.rerunPlace(d))
 			s.rt.Note(e.task.Load(), fmt.Sprintf("Any(): ran again on %s, a device having been lost", s.rerunPlace(d)))
 			return out, nil
 		}

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"sync/atomic"
 
+	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/internal/placement"
 )
 
@@ -107,7 +108,7 @@ func (s *anySched) survivor(p placement.Piece, hs []placement.Holder, held []any
 		if err := Memcpy(Loc{Host: data}, Loc{Dev: cd, Ptr: dp}, int64(p.Buf.Size)); err != nil || s.rr.evicts.Load() != evicts || !h.intact(top) {
 			continue
 		}
-		s.rt.Log.Taskf(InfoPlacement, h.dev, e.task.Load(), "Any(): %s's output (%d bytes at %#x) read from device %d, which still holds it as the task left it: not run again", e.t.Kernel.Name(), p.Buf.Size, p.Buf.Addr, h.dev)
+		s.rt.Log.Taskf(config.InfoPlacement, h.dev, e.task.Load(), "Any(): %s's output (%d bytes at %#x) read from device %d, which still holds it as the task left it: not run again", e.t.Kernel.Name(), p.Buf.Size, p.Buf.Addr, h.dev)
 		s.rt.Note(e.task.Load(), fmt.Sprintf("Any(): its output (%d bytes at %#x) read from device %d after a loss, not run again", p.Buf.Size, p.Buf.Addr, h.dev))
 		return data
 	}

@@ -3,8 +3,8 @@ package core
 import (
 	"bytes"
 	"fmt"
-	"strings"
 
+	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/internal/mapping"
 
 	"github.com/goffload/offload/internal/entries"
@@ -22,22 +22,11 @@ import (
 
 // InfoCheck is the info output of GOFFLOAD_CHECK=maps (not a
 // LIBOMPTARGET_INFO bit).
-const InfoCheck InfoFlags = 0x10000
+const InfoCheck config.InfoFlags = 0x10000
 
 // checkByte fills Out and Scratch buffers: 0xA5A5A5A5 is an unlikely
 // int32, and a float64 of 0xA5… bytes an unlikely value.
 const checkByte = 0xA5
-
-// ParseCheck reads GOFFLOAD_CHECK: empty (off) or "maps".
-func ParseCheck(s string) (bool, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "":
-		return false, nil
-	case "maps":
-		return true, nil
-	}
-	return false, fmt.Errorf("%w: GOFFLOAD_CHECK=%q: want maps (or nothing)", ErrConfig, s)
-}
 
 // repeatHint is how many copies of the same host range to the same device
 // make the info output suggest a data region.
@@ -104,7 +93,7 @@ func (d *Device) noteCopyIn(task uint64, buf mapping.Buf) {
 	hint := d.repeats.count(copyRange{buf.Addr(), buf.Size})
 	d.qmu.Unlock()
 	if hint {
-		d.log.Taskf(InfoCopies|InfoCheck, d.Num, task, "hint: %s (HstPtr=%#x, Size=%d) was copied to %s %d times: map it once, with a data region (Device.Data, EnterData/ExitData) around the constructs that use it, and they find it present",
+		d.log.Taskf(config.InfoCopies|InfoCheck, d.Num, task, "hint: %s (HstPtr=%#x, Size=%d) was copied to %s %d times: map it once, with a data region (Device.Data, EnterData/ExitData) around the constructs that use it, and they find it present",
 			nameOf(buf.Name), buf.Addr(), buf.Size, d.Label(), repeatHint)
 	}
 }

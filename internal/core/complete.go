@@ -1,5 +1,7 @@
 package core
 
+import "github.com/goffload/offload/internal/config"
+
 // complete ends t with err; dep is the failure of the predecessor that made
 // it fail, if that is why it failed. Of the tasks that t's completion makes
 // ready, light ones go on here and the others on goroutines of their own.
@@ -30,7 +32,7 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy s
 	ts.mu.Lock()
 	if t.completed { // abandoned by Stop (abandon): its work's end changes nothing
 		ts.mu.Unlock()
-		r.Log.Printf(InfoOffload, -1, "task %d (%s), abandoned by Stop, ended: %v", t.ID, t.Name, err)
+		r.Log.Printf(config.InfoOffload, -1, "task %d (%s), abandoned by Stop, ended: %v", t.ID, t.Name, err)
 		return nil, nil
 	}
 	t.settle(err)

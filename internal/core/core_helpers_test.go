@@ -15,6 +15,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/internal/mapping"
 
 	"github.com/goffload/offload/internal/entries"
@@ -98,7 +99,7 @@ func newFakeRuntime(t *testing.T, n int, setup func(i int, d *fakeDevice)) (*Run
 	id := fakeSets.next
 	fakeSets.sets[id] = devs
 	fakeSets.Unlock()
-	cfg := Config{Policy: PolicyMandatory, Devices: "fake:" + strconv.Itoa(id), DevicesSet: true, InfoOut: io.Discard}
+	cfg := config.Config{Policy: config.PolicyMandatory, Devices: "fake:" + strconv.Itoa(id), DevicesSet: true, InfoOut: io.Discard}
 	r, err := Start(cfg)
 	if err != nil {
 		t.Fatalf("Start: %v", err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/plugin"
@@ -112,9 +113,9 @@ func (d *Device) setupGlobals() (err error) {
 			return fail(g, err)
 		}
 		e := mapping.Static(mapping.Buf{Ptr: g.Host, Size: g.Size, Name: g.Name}, tgt, true)
-		d.log.Printf(InfoMappingChanged, d.Num, "Creating new map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=INF, HoldRefCount=0, Name=%s (declare target)",
+		d.log.Printf(config.InfoMappingChanged, d.Num, "Creating new map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=INF, HoldRefCount=0, Name=%s (declare target)",
 			e.HstBegin, uint64(tgt), g.Size, g.Name)
-		d.log.Printf(InfoCopies, d.Num, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
+		d.log.Printf(config.InfoCopies, d.Num, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
 			e.HstBegin, uint64(tgt), g.Size, g.Name)
 		if err := q.Submit(tgt, mapping.Buf{Ptr: g.Host, Size: g.Size}.Bytes()); err != nil {
 			return fail(g, err)
@@ -213,9 +214,9 @@ func (d *Device) bindLink(w *work, bind *entries.Kernel, lb *linkBinding) error 
 	}
 	if lb.e != e {
 		if e != nil {
-			d.log.Taskf(InfoMappingChanged, d.Num, w.task, "Binding declare target link variable %s to TgtPtr=%#x (HstPtr=%#x, Size=%d)", g.Name, uint64(tgt), g.Addr(), g.Size)
+			d.log.Taskf(config.InfoMappingChanged, d.Num, w.task, "Binding declare target link variable %s to TgtPtr=%#x (HstPtr=%#x, Size=%d)", g.Name, uint64(tgt), g.Addr(), g.Size)
 		} else {
-			d.log.Taskf(InfoMappingChanged, d.Num, w.task, "Unbinding declare target link variable %s (HstPtr=%#x, Size=%d): not mapped", g.Name, g.Addr(), g.Size)
+			d.log.Taskf(config.InfoMappingChanged, d.Num, w.task, "Unbinding declare target link variable %s (HstPtr=%#x, Size=%d): not mapped", g.Name, g.Addr(), g.Size)
 		}
 	}
 	old := lb.ev

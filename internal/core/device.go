@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/tool"
 
@@ -32,7 +33,7 @@ type Device struct {
 	Spec string
 
 	table *mapping.Table
-	log   *Logger
+	log   *config.Logger
 	pool  *plugin.Pool // the initial device's workers
 
 	tool tool.Tool // nil: no tool
@@ -313,7 +314,7 @@ func (w *work) done(reuse bool) error {
 	if d.tool != nil {
 		d.tool.TargetEnd(tool.TargetEvent{Where: w.where(), Name: w.op, Nowait: w.nowait, Err: w.first})
 	}
-	if w.first != nil && d.log.On(InfoDumpTable) {
+	if w.first != nil && d.log.On(config.InfoDumpTable) {
 		d.dumpTable(fmt.Sprintf("Host-device pointer mappings after a failed %s:", w.op))
 	}
 	return w.first
@@ -323,7 +324,7 @@ func (d *Device) dumpTable(title string) {
 	var b strings.Builder
 	d.table.Dump(&b, title)
 	for _, line := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
-		d.log.Printf(InfoDumpTable, d.Num, "%s", line)
+		d.log.Printf(config.InfoDumpTable, d.Num, "%s", line)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -21,18 +22,18 @@ func init() {
 // falling back to the initial device would run a whole job's work on the
 // host without a word. DISABLED opens no device, so it starts.
 func TestStartKindEnded(t *testing.T) {
-	for _, p := range []Policy{PolicyDefault, PolicyMandatory} {
-		r, err := Start(Config{Devices: "ended", DevicesSet: true, Policy: p})
+	for _, p := range []config.Policy{config.PolicyDefault, config.PolicyMandatory} {
+		r, err := Start(config.Config{Devices: "ended", DevicesSet: true, Policy: p})
 		if err == nil {
 			r.Stop()
 			t.Errorf("policy %v: Start with an ended kind succeeded", p)
 			continue
 		}
-		if !errors.Is(err, ErrConfig) || !errors.Is(err, plugin.ErrKindEnded) {
-			t.Errorf("policy %v: Start: %v, want ErrConfig wrapping ErrKindEnded", p, err)
+		if !errors.Is(err, config.ErrConfig) || !errors.Is(err, plugin.ErrKindEnded) {
+			t.Errorf("policy %v: Start: %v, want config.ErrConfig wrapping ErrKindEnded", p, err)
 		}
 	}
-	r, err := Start(Config{Devices: "ended", DevicesSet: true, Policy: PolicyDisabled})
+	r, err := Start(config.Config{Devices: "ended", DevicesSet: true, Policy: config.PolicyDisabled})
 	if err != nil {
 		t.Fatalf("DISABLED: %v", err)
 	}

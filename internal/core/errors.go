@@ -11,7 +11,6 @@ import (
 // Errors of the runtime; every error it returns wraps one of these or a
 // plugin error, so callers can tell them apart with errors.Is.
 var (
-	ErrConfig      = errors.New("invalid configuration")
 	ErrNotStarted  = errors.New("runtime not started")
 	ErrNoDevice    = errors.New("no such device")
 	ErrMandatory   = errors.New("offload is mandatory and the device is unavailable")

@@ -10,6 +10,7 @@ package core
 import (
 	"strconv"
 
+	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/tool"
@@ -68,8 +69,8 @@ func (w *work) enter(m MapItem) (*mapping.Entry, plugin.Ptr, error) {
 		}
 	}
 	tgt := e.At(addr)
-	if d.log.On(InfoMappingExists) {
-		d.log.Taskf(InfoMappingExists, d.Num, w.task, "Mapping exists%s with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=%s%s, HoldRefCount=%s%s, Name=%s",
+	if d.log.On(config.InfoMappingExists) {
+		d.log.Taskf(config.InfoMappingExists, d.Num, w.task, "Mapping exists%s with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=%s%s, HoldRefCount=%s%s, Name=%s",
 			implicitNote(m), addr, uint64(tgt), size, refString(p.Dyn), incNote(!hold, p.Dyn), refString(p.Hold), incNote(hold, p.Hold), nameOf(m.Buf.Name))
 	}
 	if p.Do&mapping.CopyIn != 0 {
@@ -118,7 +119,7 @@ func (w *work) create(m MapItem, p *mapping.Plan) (*mapping.Entry, plugin.Ptr, e
 		return fail(d.mapErr(w.op, m, err, "cannot allocate %d bytes of device memory", size))
 	}
 	w.data(tool.MapCreate, m.Buf, tgt)
-	d.log.Taskf(InfoMappingChanged, d.Num, w.task, "Creating new map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=%d, HoldRefCount=%d, Name=%s",
+	d.log.Taskf(config.InfoMappingChanged, d.Num, w.task, "Creating new map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=%d, HoldRefCount=%d, Name=%s",
 		m.Buf.Addr(), uint64(tgt), size, p.Dyn, p.Hold, nameOf(m.Buf.Name))
 	var ev plugin.Event
 	if p.Do&mapping.CopyIn != 0 && sh == nil {
@@ -167,9 +168,9 @@ func (w *work) copyIn(m MapItem, tgt plugin.Ptr, e *mapping.Entry) error {
 func (w *work) submit(m MapItem, tgt plugin.Ptr) (plugin.Event, error) {
 	d := w.d
 	w.data(tool.CopyToDevice, m.Buf, tgt)
-	d.log.Taskf(InfoCopies, d.Num, w.task, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
+	d.log.Taskf(config.InfoCopies, d.Num, w.task, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
 		m.Buf.Addr(), uint64(tgt), m.Buf.Size, nameOf(m.Buf.Name))
-	if d.log.On(InfoCopies | InfoCheck) {
+	if d.log.On(config.InfoCopies | InfoCheck) {
 		d.noteCopyIn(w.task, m.Buf)
 	}
 	if err := w.q.Submit(tgt, m.Buf.Bytes()); err != nil {
@@ -194,7 +195,7 @@ func (w *work) copyOut(m MapItem, tgt plugin.Ptr) error {
 	if inPlace(m, tgt) {
 		return nil
 	}
-	d.log.Taskf(InfoCopies, d.Num, w.task, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
+	d.log.Taskf(config.InfoCopies, d.Num, w.task, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
 		uint64(tgt), m.Buf.Addr(), m.Buf.Size, nameOf(m.Buf.Name))
 	w.data(tool.CopyFromDevice, m.Buf, tgt)
 	if err := w.q.Retrieve(m.Buf.Bytes(), tgt); err != nil {
@@ -258,7 +259,7 @@ func (w *work) exit(m MapItem) error {
 		}
 	}
 	if p.Do&mapping.Unmapped != 0 {
-		d.log.Taskf(InfoMappingChanged, d.Num, w.task, "Removing map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, Name=%s",
+		d.log.Taskf(config.InfoMappingChanged, d.Num, w.task, "Removing map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, Name=%s",
 			e.HstBegin, uint64(e.Tgt()), e.Size(), nameOf(e.Name))
 	}
 	return nil
@@ -307,7 +308,7 @@ func (w *work) free(e *mapping.Entry, ev plugin.Event) {
 	}
 	if e.Owned() {
 		if err := d.Dev.Free(e.Tgt()); err != nil {
-			d.log.Printf(InfoMappingChanged, d.Num, "Freeing TgtPtrBegin=%#x failed: %v", uint64(e.Tgt()), err)
+			d.log.Printf(config.InfoMappingChanged, d.Num, "Freeing TgtPtrBegin=%#x failed: %v", uint64(e.Tgt()), err)
 		}
 	}
 	if ev != nil {

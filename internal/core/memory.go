@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/tool"
@@ -74,7 +75,7 @@ func MemcpyOp(dst, src Loc, n int64) (*Device, Op) {
 	case dst.onDevice() && !src.onDevice():
 		return dst.Dev, Op{Name: name, Enqueue: func(d *Device, w *work) {
 			w.data(tool.CopyToDevice, mapping.Buf{Size: n, Name: name}, dst.Ptr)
-			d.log.Taskf(InfoCopies, d.Num, w.task, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
+			d.log.Taskf(config.InfoCopies, d.Num, w.task, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
 				hostAddr(src.Host), uint64(dst.Ptr), n, name)
 			if err := w.q.Submit(dst.Ptr, src.Host[:n]); err != nil {
 				w.err(Errorf("goffload: %s: %s: %w", d.Label(), name, err))
@@ -83,7 +84,7 @@ func MemcpyOp(dst, src Loc, n int64) (*Device, Op) {
 	case !dst.onDevice() && src.onDevice():
 		return src.Dev, Op{Name: name, Enqueue: func(d *Device, w *work) {
 			w.data(tool.CopyFromDevice, mapping.Buf{Size: n, Name: name}, src.Ptr)
-			d.log.Taskf(InfoCopies, d.Num, w.task, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
+			d.log.Taskf(config.InfoCopies, d.Num, w.task, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
 				uint64(src.Ptr), hostAddr(dst.Host), n, name)
 			if err := w.q.Retrieve(dst.Host[:n], src.Ptr); err != nil {
 				w.err(Errorf("goffload: %s: %s: %w", d.Label(), name, err))
@@ -97,7 +98,7 @@ func MemcpyOp(dst, src Loc, n int64) (*Device, Op) {
 		if errors.Is(err, plugin.ErrUnsupported) {
 			how = " (staged through host memory)"
 		}
-		d.log.Taskf(InfoCopies, d.Num, w.task, "Copying data from device %d to device %d%s, SrcPtr=%#x, DstPtr=%#x, Size=%d, Name=%s",
+		d.log.Taskf(config.InfoCopies, d.Num, w.task, "Copying data from device %d to device %d%s, SrcPtr=%#x, DstPtr=%#x, Size=%d, Name=%s",
 			d.Num, dst.Dev.Num, how, uint64(src.Ptr), uint64(dst.Ptr), n, name)
 		if errors.Is(err, plugin.ErrUnsupported) {
 			// No direct path: stage through host memory. The copy out is on
@@ -177,7 +178,7 @@ func (d *Device) Associate(buf mapping.Buf, p plugin.Ptr) error {
 			e.HstBegin, e.HstEnd, e.Size(), mappingName(e.Name), how)
 	}
 	if pl.Entry != nil {
-		d.log.Printf(InfoMappingChanged, d.Num, "Creating new map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=INF, HoldRefCount=0, Name=%s",
+		d.log.Printf(config.InfoMappingChanged, d.Num, "Creating new map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, DynRefCount=INF, HoldRefCount=0, Name=%s",
 			buf.Addr(), uint64(p), buf.Size, nameOf(buf.Name))
 	}
 	return nil
@@ -207,7 +208,7 @@ func (d *Device) Disassociate(buf mapping.Buf) error {
 			"a target or target data region holds the association (DynRefCount=INF, HoldRefCount=%d); disassociate it after the region ends", p.Hold)
 	}
 	e := p.Entry
-	d.log.Printf(InfoMappingChanged, d.Num, "Removing map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, Name=%s",
+	d.log.Printf(config.InfoMappingChanged, d.Num, "Removing map entry with HstPtrBegin=%#x, TgtPtrBegin=%#x, Size=%d, Name=%s",
 		e.HstBegin, uint64(e.Tgt()), e.Size(), nameOf(e.Name))
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -48,23 +49,23 @@ func TestNoDevicesReason(t *testing.T) {
 	defer nodevOn.Store(false)
 	for _, c := range []struct {
 		name        string
-		cfg         Config
+		cfg         config.Config
 		devices     int
 		wantErr     bool
 		wantInfo    bool
 		unavailable bool
 	}{
-		{"discovered", Config{}, -1, false, true, false},
-		{"discovered, MANDATORY", Config{Policy: PolicyMandatory}, -1, false, true, false},
-		{"named", Config{Devices: "nodev", DevicesSet: true}, 0, false, true, false},
-		{"named, MANDATORY", Config{Devices: "nodev", DevicesSet: true, Policy: PolicyMandatory}, 0, true, false, false},
-		{"one named", Config{Devices: "nodev:0", DevicesSet: true}, 1, false, false, true},
-		{"one named, MANDATORY", Config{Devices: "nodev:0", DevicesSet: true, Policy: PolicyMandatory}, 0, true, false, false},
+		{"discovered", config.Config{}, -1, false, true, false},
+		{"discovered, MANDATORY", config.Config{Policy: config.PolicyMandatory}, -1, false, true, false},
+		{"named", config.Config{Devices: "nodev", DevicesSet: true}, 0, false, true, false},
+		{"named, MANDATORY", config.Config{Devices: "nodev", DevicesSet: true, Policy: config.PolicyMandatory}, 0, true, false, false},
+		{"one named", config.Config{Devices: "nodev:0", DevicesSet: true}, 1, false, false, true},
+		{"one named, MANDATORY", config.Config{Devices: "nodev:0", DevicesSet: true, Policy: config.PolicyMandatory}, 0, true, false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var out bytes.Buffer
 			cfg := c.cfg
-			cfg.Info, cfg.InfoOut = InfoOffload, &out
+			cfg.Info, cfg.InfoOut = config.InfoOffload, &out
 			r, err := Start(cfg)
 			if c.wantErr {
 				if err == nil {

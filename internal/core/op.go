@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
 )
@@ -43,7 +44,7 @@ func (op *Op) enqueue(d *Device, w *work) {
 		op.Enqueue(d, w)
 		return
 	}
-	if d.log.On(InfoKernelArgs) {
+	if d.log.On(config.InfoKernelArgs) {
 		d.logArgs(w.task, op.kernel, op.kargs)
 	}
 	d.target(w, op.kernel, op.kargs, op.geo)
@@ -57,7 +58,7 @@ func (op *Op) initial(d *Device, task uint64, fallback bool, stop *plugin.StopSi
 	if op.kernel == nil {
 		return op.Initial(d, task, fallback, stop)
 	}
-	if d.log.On(InfoKernelArgs) {
+	if d.log.On(config.InfoKernelArgs) {
 		d.logArgs(task, op.kernel, op.kargs)
 	}
 	return d.runInitial(task, op.kernel, op.kargs, fallback, stop)

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -79,7 +80,7 @@ func (r *Runtime) recoverTask(t *Task, rec func(error, bool) error, preds []*Tas
 	succs := t.rec.devSuccs
 	t.rec.devSuccs = nil
 	t.mu.Unlock()
-	r.Log.Printf(InfoOffload, -1, "task %d (%s) failed: %v: handed to its recovery", t.ID, t.Name, err)
+	r.Log.Printf(config.InfoOffload, -1, "task %d (%s) failed: %v: handed to its recovery", t.ID, t.Name, err)
 	go func() {
 		waitDone(preds)
 		used := false

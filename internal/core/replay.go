@@ -3,6 +3,7 @@ package core
 import (
 	"time"
 
+	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/plugin"
 	"github.com/goffload/offload/tool"
@@ -261,7 +262,7 @@ func (d *Device) done(e *mapping.Entry) {
 	}
 	if e.Owned() {
 		if err := d.Dev.Free(e.Tgt()); err != nil {
-			d.log.Printf(InfoMappingChanged, d.Num, "Freeing TgtPtrBegin=%#x failed: %v", uint64(e.Tgt()), err)
+			d.log.Printf(config.InfoMappingChanged, d.Num, "Freeing TgtPtrBegin=%#x failed: %v", uint64(e.Tgt()), err)
 		}
 	}
 	if ev != nil {

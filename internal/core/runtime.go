@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/internal/mapping"
 
 	"github.com/goffload/offload/internal/entries"
@@ -18,8 +19,8 @@ import (
 
 // Runtime is a started device table.
 type Runtime struct {
-	Cfg     Config
-	Log     *Logger
+	Cfg     config.Config
+	Log     *config.Logger
 	Image   *plugin.Image
 	Devices []*Device // numbered 0..n-1
 	Initial *Device   // number n
@@ -35,7 +36,7 @@ type Runtime struct {
 
 // Start opens the devices the configuration names and loads the kernel
 // image on them.
-func Start(cfg Config) (*Runtime, error) {
+func Start(cfg config.Config) (*Runtime, error) {
 	info := cfg.Info
 	if cfg.CheckMaps {
 		info |= InfoCheck
@@ -48,7 +49,7 @@ func Start(cfg Config) (*Runtime, error) {
 			return nil, err
 		}
 	}
-	r := &Runtime{Cfg: cfg, Log: NewLogger(info, cfg.InfoOut), Image: entries.Seal()}
+	r := &Runtime{Cfg: cfg, Log: config.NewLogger(info, cfg.InfoOut), Image: entries.Seal()}
 	if cfg.Profile != "" {
 		r.trace = NewTrace()
 		if cfg.Tool != nil {
@@ -58,7 +59,7 @@ func Start(cfg Config) (*Runtime, error) {
 		}
 	}
 	cfg = r.Cfg
-	if cfg.Policy != PolicyDisabled {
+	if cfg.Policy != config.PolicyDisabled {
 		if err := r.open(); err != nil {
 			r.Stop()
 			return nil, err
@@ -85,13 +86,13 @@ func Start(cfg Config) (*Runtime, error) {
 		r.Stop()
 		return nil, err
 	}
-	r.Log.Printf(InfoOffload, -1, "OMP_TARGET_OFFLOAD=%s, %d devices, default device %d, initial device %d, image %s with %d kernels",
+	r.Log.Printf(config.InfoOffload, -1, "OMP_TARGET_OFFLOAD=%s, %d devices, default device %d, initial device %d, image %s with %d kernels",
 		cfg.Policy, n, cfg.DefaultDevice, n, r.Image.Digest, len(r.Image.Kernels))
 	for _, d := range r.Devices {
 		if d.Unavailable != nil {
-			r.Log.Printf(InfoOffload, d.Num, "unavailable (%s): %v", d.Spec, d.Unavailable)
+			r.Log.Printf(config.InfoOffload, d.Num, "unavailable (%s): %v", d.Spec, d.Unavailable)
 		} else {
-			r.Log.Printf(InfoOffload, d.Num, "%s: %s, %d cores, host %s, pid %d", d.Spec, d.Info.Name, d.Info.Cores, d.Info.Host, d.Info.PID)
+			r.Log.Printf(config.InfoOffload, d.Num, "%s: %s, %d cores, host %s, pid %d", d.Spec, d.Info.Name, d.Info.Cores, d.Info.Host, d.Info.PID)
 		}
 	}
 	return r, nil
@@ -106,7 +107,7 @@ func initialInfo() plugin.Info {
 // open fills r.Devices from GOFFLOAD_DEVICES or by discovery.
 func (r *Runtime) open() error {
 	if r.Cfg.DevicesSet {
-		specs, err := ParseDevices(r.Cfg.Devices)
+		specs, err := config.ParseDevices(r.Cfg.Devices)
 		if err != nil {
 			return err
 		}
@@ -145,17 +146,17 @@ func (r *Runtime) add(spec string, devs []plugin.Device, err error) error {
 		for _, pd := range devs {
 			pd.Close()
 		}
-		if r.Cfg.Policy == PolicyMandatory && r.Cfg.DevicesSet {
+		if r.Cfg.Policy == config.PolicyMandatory && r.Cfg.DevicesSet {
 			return Errorf("goffload: GOFFLOAD_DEVICES item %q: %w: %w", spec, ErrMandatory, err)
 		}
-		r.Log.Printf(InfoOffload, -1, "%s: %v", spec, err)
+		r.Log.Printf(config.InfoOffload, -1, "%s: %v", spec, err)
 		return nil
 	}
 	for _, pd := range devs {
 		r.Devices = append(r.Devices, &Device{Num: len(r.Devices), Dev: pd, tool: r.Cfg.Tool, Info: plugin.Info{Kind: strings.SplitN(spec, ":", 2)[0]}, Spec: spec, table: mapping.NewTable(), log: r.Log, ids: &r.ids})
 	}
 	if errors.Is(err, plugin.ErrBadSpec) || errors.Is(err, plugin.ErrKindEnded) {
-		return fmt.Errorf("%w: GOFFLOAD_DEVICES item %q: %w", ErrConfig, spec, err)
+		return fmt.Errorf("%w: GOFFLOAD_DEVICES item %q: %w", config.ErrConfig, spec, err)
 	}
 	if err != nil {
 		d := &Device{Num: len(r.Devices), Spec: spec, Info: plugin.Info{Kind: strings.SplitN(spec, ":", 2)[0]}, log: r.Log, ids: &r.ids}
@@ -169,7 +170,7 @@ func (r *Runtime) add(spec string, devs []plugin.Device, err error) error {
 // initial device otherwise.
 func (r *Runtime) unavailable(d *Device, why error) error {
 	d.Unavailable = why
-	if r.Cfg.Policy == PolicyMandatory {
+	if r.Cfg.Policy == config.PolicyMandatory {
 		return Errorf("goffload: %s: %w: %w", d.Label(), ErrMandatory, why)
 	}
 	return nil
@@ -181,22 +182,22 @@ func (r *Runtime) unavailable(d *Device, why error) error {
 func (r *Runtime) Resolve(num int) (d *Device, fallback bool, err error) {
 	n := len(r.Devices)
 	switch {
-	case r.Cfg.Policy == PolicyDisabled || num == n:
+	case r.Cfg.Policy == config.PolicyDisabled || num == n:
 		return r.Initial, false, nil
 	case num < 0 || num > n:
 		why := fmt.Errorf("%w: device number %d: %s", ErrNoDevice, num, r.validNumbers())
-		if r.Cfg.Policy == PolicyMandatory {
+		if r.Cfg.Policy == config.PolicyMandatory {
 			return nil, false, Errorf("goffload: %w (OMP_TARGET_OFFLOAD=MANDATORY)", why)
 		}
-		r.Log.Printf(InfoOffload, num, "%v; running on the initial device", why)
+		r.Log.Printf(config.InfoOffload, num, "%v; running on the initial device", why)
 		return r.Initial, true, nil
 	}
 	d = r.Devices[num]
 	if d.Unavailable != nil {
-		if r.Cfg.Policy == PolicyMandatory {
+		if r.Cfg.Policy == config.PolicyMandatory {
 			return nil, false, Errorf("goffload: %s: %w: %w", d.Label(), ErrMandatory, d.Unavailable)
 		}
-		r.Log.Printf(InfoOffload, num, "unavailable (%v); running on the initial device", d.Unavailable)
+		r.Log.Printf(config.InfoOffload, num, "unavailable (%v); running on the initial device", d.Unavailable)
 		return r.Initial, true, nil
 	}
 	return d, false, nil
@@ -228,7 +229,7 @@ func (r *Runtime) StopContext(ctx context.Context) error {
 		if d.Dev == nil || stuck[d] {
 			continue // its kernels still run in this process: its memory stays
 		}
-		if r.Log.On(InfoDumpTable) {
+		if r.Log.On(config.InfoDumpTable) {
 			d.dumpTable("Host-device pointer mappings at Stop:")
 		}
 		d.qmu.Lock()
@@ -268,7 +269,7 @@ func checkWritable(path string) error {
 	_, statErr := os.Stat(path)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o666)
 	if err != nil {
-		return fmt.Errorf("%w: GOFFLOAD_PROFILE=%s: the trace could not be written at Stop: %w", ErrConfig, path, err)
+		return fmt.Errorf("%w: GOFFLOAD_PROFILE=%s: the trace could not be written at Stop: %w", config.ErrConfig, path, err)
 	}
 	f.Close()
 	if errors.Is(statErr, os.ErrNotExist) {

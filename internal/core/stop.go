@@ -8,30 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/plugin"
 )
 
-// DefaultStopGrace is how long Stop waits, after it has asked the kernels
-// to stop, for the work going on to end, before it kills the device
-// processes that still have some (GOFFLOAD_STOP_GRACE changes it).
-const DefaultStopGrace = 10 * time.Second
-
 // afterKill bounds the wait for the work of killed devices to fail.
 const afterKill = 5 * time.Second
-
-// ParseStopGrace reads GOFFLOAD_STOP_GRACE: a Go duration of at least 1ms;
-// empty is DefaultStopGrace.
-func ParseStopGrace(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return DefaultStopGrace, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < time.Millisecond {
-		return 0, fmt.Errorf("%w: GOFFLOAD_STOP_GRACE=%q: want a duration of at least 1ms, such as 10s", ErrConfig, s)
-	}
-	return d, nil
-}
 
 // endWork is how Stop gets out of the work going on. It asks every kernel
 // to stop (their Ctx's Done closes, plugin.Canceler), then waits for the
@@ -54,14 +36,14 @@ func (r *Runtime) endWork(ctx context.Context) (stuck map[*Device]bool, err erro
 	}
 	grace := r.Cfg.StopGrace // ConfigFromEnv read GOFFLOAD_STOP_GRACE
 	if grace <= 0 {
-		grace = DefaultStopGrace
+		grace = config.DefaultStopGrace
 	}
 	gctx, cancel := context.WithTimeout(ctx, grace)
 	defer cancel()
 	werr := r.Taskwait(gctx)
 	if gctx.Err() == nil {
 		if werr != nil {
-			r.Log.Printf(InfoOffload, -1, "a task ended with an error at Stop: %v", werr)
+			r.Log.Printf(config.InfoOffload, -1, "a task ended with an error at Stop: %v", werr)
 		}
 		return nil, nil
 	}

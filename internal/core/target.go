@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/tool"
 
@@ -50,11 +51,11 @@ func (d *Device) target(w *work, k *entries.Kernel, args []KernelArg, g plugin.G
 		d.bindLinks(w) // declare target link variables (declare.go)
 	}
 	if w.first == nil {
-		if d.log.On(InfoKernels) {
+		if d.log.On(config.InfoKernels) {
 			if g.IsZero() {
-				d.log.Taskf(InfoKernels, d.Num, w.task, "Launching kernel %s on %s", k.Name(), d.Label())
+				d.log.Taskf(config.InfoKernels, d.Num, w.task, "Launching kernel %s on %s", k.Name(), d.Label())
 			} else {
-				d.log.Taskf(InfoKernels, d.Num, w.task, "Launching kernel %s on %s with %s", k.Name(), d.Label(), g)
+				d.log.Taskf(config.InfoKernels, d.Num, w.task, "Launching kernel %s on %s with %s", k.Name(), d.Label(), g)
 			}
 		}
 		if t := d.tool; t != nil {
@@ -134,7 +135,7 @@ func (d *Device) runInitial(task uint64, k *entries.Kernel, args []KernelArg, fa
 	if fallback {
 		how = " (host fallback)"
 	}
-	d.log.Taskf(InfoKernels, d.Num, task, "Running kernel %s on %s%s", k.Name(), d.Label(), how)
+	d.log.Taskf(config.InfoKernels, d.Num, task, "Running kernel %s on %s%s", k.Name(), d.Label(), how)
 	kctx := plugin.NewKernelCtx(d.Num, d.pool)
 	switch {
 	case stop != nil: // the construct's own, which stops with the device's too
@@ -154,7 +155,7 @@ func (d *Device) runInitial(task uint64, k *entries.Kernel, args []KernelArg, fa
 }
 
 func (d *Device) logArgs(task uint64, k *entries.Kernel, args []KernelArg) {
-	d.log.Taskf(InfoKernelArgs, d.Num, task, "Entering kernel %s with %d arguments:", k.Name(), len(args))
+	d.log.Taskf(config.InfoKernelArgs, d.Num, task, "Entering kernel %s with %d arguments:", k.Name(), len(args))
 	for i, a := range args {
 		p := k.Params()[i]
 		switch {
@@ -163,11 +164,11 @@ func (d *Device) logArgs(task uint64, k *entries.Kernel, args []KernelArg) {
 			if name == "" {
 				name = fmt.Sprintf("arg%d", i)
 			}
-			d.log.Taskf(InfoKernelArgs, d.Num, task, "firstprivate(%s)[%d]", name, p.Type.Size())
+			d.log.Taskf(config.InfoKernelArgs, d.Num, task, "firstprivate(%s)[%d]", name, p.Type.Size())
 		case a.DevPtr:
-			d.log.Taskf(InfoKernelArgs, d.Num, task, "is_device_ptr(arg%d)[%d]", i, int64(a.Len)*int64(p.Type.Size()))
+			d.log.Taskf(config.InfoKernelArgs, d.Num, task, "is_device_ptr(arg%d)[%d]", i, int64(a.Len)*int64(p.Type.Size()))
 		default:
-			d.log.Taskf(InfoKernelArgs, d.Num, task, "%s(%s)[%d]%s", a.Map.Kind(), nameOf(a.Map.Buf.Name), a.Map.Buf.Size, implicitNote(a.Map))
+			d.log.Taskf(config.InfoKernelArgs, d.Num, task, "%s(%s)[%d]%s", a.Map.Kind(), nameOf(a.Map.Buf.Name), a.Map.Buf.Size, implicitNote(a.Map))
 		}
 	}
 }

@@ -1,10 +1,12 @@
-// Package core is goffload's device-agnostic runtime. It holds the
-// configuration and the device table. It lowers target constructs and
-// tasks to plugin queue operations, issuing what each device's present
-// table (package mapping) plans.
-package core
+// Package config holds goffload's settings: what the environment
+// (OMP_TARGET_OFFLOAD, OMP_DEFAULT_DEVICE, LIBOMPTARGET_INFO and the
+// GOFFLOAD_* variables) and Start's options say, read into a Config. It
+// also holds the info output: its flags and the Logger that writes it.
+// Every error it returns wraps ErrConfig.
+package config
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -244,4 +246,95 @@ func CheckDeviceEnv() error {
 		}
 	}
 	return nil
+}
+
+// ErrConfig is the error of a setting that cannot be read: every error
+// of this package wraps it.
+var ErrConfig = errors.New("invalid configuration")
+
+// DeviceTasks is GOFFLOAD_DEVICE_TASKS: how many tasks (kernels) run at
+// once on one device, for every kind (All) or per kind (Kind), 0 for no
+// bound. The bound is the device's (plugin.TaskLimiter): a launch beyond
+// it waits on its queue, not the program.
+type DeviceTasks struct {
+	All  int
+	Kind map[string]int
+}
+
+// For is the bound of a device of kind ("host"), 0 for none.
+func (t DeviceTasks) For(kind string) int {
+	if n, ok := t.Kind[kind]; ok {
+		return n
+	}
+	return t.All
+}
+
+// ParseDeviceTasks reads GOFFLOAD_DEVICE_TASKS: empty (no bound), a number
+// N for every kind, or comma-separated items KIND=N and N ("host=2,mpi=8",
+// "4,host=1"); N is at least 1.
+func ParseDeviceTasks(s string) (DeviceTasks, error) {
+	var t DeviceTasks
+	bad := func(why string) (DeviceTasks, error) {
+		return DeviceTasks{}, fmt.Errorf("%w: GOFFLOAD_DEVICE_TASKS=%q: %s: want N or KIND=N items separated by commas (like 2, or host=2,mpi=8), N at least 1", ErrConfig, s, why)
+	}
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		kind, num, named := strings.Cut(item, "=")
+		if !named {
+			num, kind = kind, ""
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(num))
+		if err != nil || n < 1 {
+			return bad(fmt.Sprintf("%q is not a number of at least 1", num))
+		}
+		kind = strings.TrimSpace(kind)
+		switch {
+		case !named:
+			t.All = n
+		case kind == "":
+			return bad("an item with no kind")
+		default:
+			if _, ok := plugin.LookupKind(kind); !ok {
+				return bad(fmt.Sprintf("no device kind %q", kind))
+			}
+			if t.Kind == nil {
+				t.Kind = map[string]int{}
+			}
+			t.Kind[kind] = n
+		}
+	}
+	return t, nil
+}
+
+// DefaultStopGrace is how long Stop waits, after it has asked the kernels
+// to stop, for the work going on to end, before it kills the device
+// processes that still have some (GOFFLOAD_STOP_GRACE changes it).
+const DefaultStopGrace = 10 * time.Second
+
+// ParseStopGrace reads GOFFLOAD_STOP_GRACE: a Go duration of at least 1ms;
+// empty is DefaultStopGrace.
+func ParseStopGrace(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return DefaultStopGrace, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < time.Millisecond {
+		return 0, fmt.Errorf("%w: GOFFLOAD_STOP_GRACE=%q: want a duration of at least 1ms, such as 10s", ErrConfig, s)
+	}
+	return d, nil
+}
+
+// ParseCheck reads GOFFLOAD_CHECK: empty (off) or "maps".
+func ParseCheck(s string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "":
+		return false, nil
+	case "maps":
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: GOFFLOAD_CHECK=%q: want maps (or nothing)", ErrConfig, s)
 }
