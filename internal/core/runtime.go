@@ -12,6 +12,7 @@ import (
 
 	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/internal/mapping"
+	"github.com/goffload/offload/internal/tracefile"
 
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/plugin"
@@ -26,8 +27,8 @@ type Runtime struct {
 	Initial *Device   // number n
 
 	tasks tasks
-	trace *Trace        // GOFFLOAD_PROFILE's
-	ids   atomic.Uint64 // numbers tasks and synchronous constructs
+	trace *tracefile.Trace // GOFFLOAD_PROFILE's
+	ids   atomic.Uint64    // numbers tasks and synchronous constructs
 
 	unseal sync.Once // Stop ends Start's entries.Seal once
 
@@ -51,7 +52,7 @@ func Start(cfg config.Config) (*Runtime, error) {
 	}
 	r := &Runtime{Cfg: cfg, Log: config.NewLogger(info, cfg.InfoOut), Image: entries.Seal()}
 	if cfg.Profile != "" {
-		r.trace = NewTrace()
+		r.trace = tracefile.NewTrace()
 		if cfg.Tool != nil {
 			r.Cfg.Tool = tools{cfg.Tool, r.trace}
 		} else {

@@ -1,5 +1,7 @@
-// Package tracefile reads the traces GOFFLOAD_PROFILE writes (Chrome's
-// Trace Event Format), for the tools and tests that look into them.
+// Package tracefile holds the traces of GOFFLOAD_PROFILE, in Chrome's
+// Trace Event Format. Trace writes one: it is the tool.Tool the runtime
+// adds for the profile. Read reads one back, for the tools and tests that
+// look into them.
 package tracefile
 
 import (

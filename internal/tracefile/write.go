@@ -1,4 +1,4 @@
-package core
+package tracefile
 
 import (
 	"encoding/json"
@@ -332,7 +332,7 @@ func (tr *Trace) nameOp(e *traceEvent, t *traceTask, o tool.DeviceOpEvent) {
 		dk := copyKinds[o.Kind]
 		e.Cat = "copy"
 		e.Args["kind"], e.Args["bytes"] = dk.String(), o.Bytes
-		name := unnamed
+		name := unnamedBuffer
 		if i := t.nextCopy[dk]; i < len(t.copies[dk]) {
 			c := t.copies[dk][i]
 			name = c.Name
@@ -381,3 +381,6 @@ func (l *lanes) place(dev int, start, end time.Time) int {
 	l.ends[dev] = append(ends, end)
 	return l.base + len(ends)
 }
+
+// unnamedBuffer is how a trace shows a buffer without a name, as errors do.
+const unnamedBuffer = "unnamed buffer"
