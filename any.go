@@ -3,6 +3,7 @@ package offload
 import (
 	"context"
 
+	"github.com/goffload/offload/internal/anyrun"
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/mapping"
 )
@@ -79,7 +80,7 @@ func (a Async) runAny(k *Kernel, o launchOpts, args []any) *Task {
 		return a.failed(core.Errorf("goffload: Any(): target %s%s: %w", k.k.Name(), k.k.Describe(), err))
 	}
 	return a.start(func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
-		return rt.AnyTarget(core.AnyLaunch{Kernel: k.k, Args: kargs, Geo: geo, Deps: deps, Once: k.once,
+		return anyrun.AnyTarget(rt, anyrun.AnyLaunch{Kernel: k.k, Args: kargs, Geo: geo, Deps: deps, Once: k.once,
 			Plain: len(kargs) == len(args) && len(o.with) == 0})
 	})
 }
@@ -91,7 +92,7 @@ func anyEnterData(maps []Map) error {
 	if err != nil {
 		return err
 	}
-	cs := make([]core.AnyClause, len(maps))
+	cs := make([]anyrun.AnyClause, len(maps))
 	for i, m := range maps {
 		if m.err != nil {
 			return m.err
@@ -99,9 +100,9 @@ func anyEnterData(maps []Map) error {
 		if !m.slice.IsValid() || m.item.Type&^(mapping.MapTo|mapping.MapImplicit) != 0 {
 			return core.Errorf("goffload: Any(): enter data: clause %d: %w: Any() takes To and Alloc clauses here (whole buffers for Any-tasks; the runtime copies what tasks need itself)", i, ErrBadMap)
 		}
-		cs[i] = core.AnyClause{Slice: m.slice, Buf: m.item.Buf}
+		cs[i] = anyrun.AnyClause{Slice: m.slice, Buf: m.item.Buf}
 	}
-	return rt.AnyEnterData(cs)
+	return anyrun.AnyEnterData(rt, cs)
 }
 
 // anyUpdate is Any().Update: From clauses make the host's copies valid.
@@ -120,14 +121,14 @@ func anyUpdate(maps []Map) error {
 		}
 		bufs[i] = m.item.Buf
 	}
-	return rt.AnyUpdate(context.Background(), bufs)
+	return anyrun.AnyUpdate(rt, context.Background(), bufs)
 }
 
 // anyOwns refuses a hand-placed construct's clause on b while Any-tasks
 // use it (core.Runtime.AnyOwns).
 func anyOwns(b mapping.Buf) error {
 	if rt := current.Load(); rt != nil {
-		return rt.AnyOwns(b)
+		return anyrun.AnyOwns(rt, b)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/goffload/offload/internal/anyrun"
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/plugin"
 )
@@ -103,7 +104,7 @@ func (t *Task) WaitContext(ctx context.Context) error {
 	}
 	err := t.t.Wait(ctx)
 	if err == nil { // an Any-task's outputs, valid in the program's memory
-		err = core.AnyWaited(ctx, []*core.Task{t.t})
+		err = anyrun.AnyWaited(ctx, []*core.Task{t.t})
 	}
 	return err
 }
@@ -377,7 +378,7 @@ func (a Async) Memcpy(dst, src DevicePtr, n int64) *Task {
 // for fn.
 func (a Async) Go(name string, fn func() error) *Task {
 	return a.start(func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
-		return rt.SpawnHostAny(name, fn, deps)
+		return anyrun.SpawnHostAny(rt, name, fn, deps)
 	})
 }
 
@@ -417,7 +418,7 @@ func Taskwait(ctx context.Context) error {
 	if err == nil || ctx.Err() == nil {
 		// The Any-tasks' buffers back to the program: host copies valid,
 		// device copies freed.
-		if herr := rt.AnyHandback(ctx, true); err == nil {
+		if herr := anyrun.AnyHandback(rt, ctx, true); err == nil {
 			err = herr
 		} else if herr != nil {
 			err = errors.Join(err, herr)
@@ -487,7 +488,7 @@ func (g *Group) Wait(ctx context.Context) error {
 		return first
 	}
 	if err == nil { // the Any-tasks' outputs, valid in the program's memory
-		err = core.AnyWaited(ctx, created)
+		err = anyrun.AnyWaited(ctx, created)
 	}
 	return err
 }

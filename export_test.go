@@ -1,6 +1,7 @@
 package offload
 
 import (
+	"github.com/goffload/offload/internal/anyrun"
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/mapping"
 )
@@ -42,7 +43,7 @@ func Enqueued(t *Task) bool { return t.t != nil && t.t.Enqueued() }
 // placement model learned from with their devices' own times.
 func AnyDeviceTimed() int64 {
 	if rt := current.Load(); rt != nil {
-		return rt.AnyDeviceTimed()
+		return anyrun.AnyDeviceTimed(rt)
 	}
 	return 0
 }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/goffload/offload/internal/anyrun"
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/plugin"
@@ -184,7 +185,7 @@ func (tg *Taskgraph) Run() *Task {
 	// A graph of Any-tasks whose buffers' valid copies are not where its
 	// record found them is recorded again (graph_reset): its plan's
 	// copies would be wrong.
-	if tg.g != nil && tg.rt == rt && !tg.g.AnyStale() {
+	if tg.g != nil && tg.rt == rt && !anyrun.AnyStale(tg.g) {
 		return tg.replay()
 	}
 	return tg.record(rt)
@@ -241,7 +242,7 @@ func (tg *Taskgraph) record(rt *core.Runtime) *Task {
 	t := r.task
 	t.err = nil
 	t.t = r.g.Join(r.tasks, err)
-	r.g.AnyJoined(t.t)
+	anyrun.AnyJoined(r.g, t.t)
 	tg.records++
 	if err == nil {
 		tg.g, tg.rt, tg.args = r.g, rt, r.g.Args()
@@ -449,7 +450,7 @@ func (r *Recorder) launchAny(a Async, k *Kernel, o launchOpts, args []any) *Task
 		return r.fail(core.Errorf("goffload: Any(): target %s%s: %w", k.k.Name(), k.k.Describe(), err))
 	}
 	n := r.g.Len()
-	t, err := rt.AnyTargetIn(r.g, core.AnyLaunch{Kernel: k.k, Args: kargs, Geo: geo, Deps: deps, Once: k.once,
+	t, err := anyrun.AnyTargetIn(rt, r.g, anyrun.AnyLaunch{Kernel: k.k, Args: kargs, Geo: geo, Deps: deps, Once: k.once,
 		Plain: len(kargs) == len(args) && len(o.with) == 0})
 	if err != nil {
 		return r.fail(err)

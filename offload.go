@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/goffload/offload/internal/anyrun"
 	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/plugin"
@@ -185,7 +186,7 @@ func StopContext(ctx context.Context) error {
 	if rt != nil {
 		// What Any-tasks wrote, back in the program's memory before the
 		// devices go.
-		err = rt.AnyHandback(ctx, false)
+		err = anyrun.AnyHandback(rt, ctx, false)
 	}
 	rt = current.Swap(nil)
 	if rt != nil {

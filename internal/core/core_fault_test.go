@@ -36,8 +36,8 @@ func wantClean(t *testing.T, d *Device, f *fakeDevice) {
 	if n := d.Table().Len(); n != 0 {
 		t.Errorf("%s: %d table entries left: %+v", d.Label(), n, d.Table().Snapshot())
 	}
-	if n := f.liveAllocs(); n != 0 {
-		t.Errorf("fake device %d: %d allocations never freed", f.idx, n)
+	if n := f.LiveAllocs(); n != 0 {
+		t.Errorf("fake device %d: %d allocations never freed", f.Idx, n)
 	}
 }
 
@@ -50,13 +50,13 @@ func TestSubmitFails(t *testing.T) {
 		name string
 		act  action
 	}{
-		{"at the call", action{err: errInjected, atCall: true}},
-		{"in the queue", action{err: errInjected}},
+		{"at the call", action{Err: errInjected, AtCall: true}},
+		{"in the queue", action{Err: errInjected}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, fs := newFakeRuntime(t, 1, nil)
 			d, f := r.Devices[0], fs[0]
-			f.on(fSubmit, 1, tc.act)
+			f.On(fSubmit, 1, tc.act)
 			a := filled(16, 1)
 			err := d.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", mapping.MapTo|mapping.MapFrom)}, false)
 			if !errors.Is(err, errInjected) {
@@ -92,7 +92,7 @@ func TestSubmitFails(t *testing.T) {
 func TestEnterDataSubmitFailsInQueue(t *testing.T) {
 	r, fs := newFakeRuntime(t, 1, nil)
 	d, f := r.Devices[0], fs[0]
-	f.fail(fSubmit, 1, errInjected)
+	f.Fail(fSubmit, 1, errInjected)
 	a := filled(16, 1)
 	err := d.EnterData(context.Background(), []MapItem{mapOf(a, "a", mapping.MapTo)})
 	if !errors.Is(err, errInjected) {
@@ -116,23 +116,23 @@ func TestLaunchFails(t *testing.T) {
 	}{
 		// The kernel writes its output, then fails: a Retrieve after it
 		// would bring back partial results.
-		{"after running", action{err: kernelErr, after: true}},
-		{"at the call", action{err: fmt.Errorf("%w: injected by the test", plugin.ErrBadKernel), atCall: true}},
+		{"after running", action{Err: kernelErr, After: true}},
+		{"at the call", action{Err: fmt.Errorf("%w: injected by the test", plugin.ErrBadKernel), AtCall: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, fs := newFakeRuntime(t, 1, nil)
 			d, f := r.Devices[0], fs[0]
-			f.on(fLaunch, 1, tc.act)
+			f.On(fLaunch, 1, tc.act)
 			a := filled(16, 1)
 			err := d.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", mapping.MapTo|mapping.MapFrom)}, false)
-			if !errors.Is(err, tc.act.err) {
+			if !errors.Is(err, tc.act.Err) {
 				t.Fatalf("Target with a failing launch: %v, want an error wrapping the cause", err)
 			}
 			wantNames(t, err, "device 0 (fake)", "coretest.add1")
 			if !allEqual(a, 1) {
 				t.Fatalf("host buffer got data from a failed kernel: %v", a)
 			}
-			if tc.act.atCall {
+			if tc.act.AtCall {
 				wantCount(t, f, fRetrieve, 0) // nothing ran: nothing is copied back
 			}
 			wantCount(t, f, fFree, 1)
@@ -147,14 +147,14 @@ func TestLaunchFails(t *testing.T) {
 func TestDeviceDiesDuringSynchronize(t *testing.T) {
 	r, fs := newFakeRuntime(t, 2, nil)
 	d0, f0 := r.Devices[0], fs[0]
-	s := f0.stallAt(fSynchronize, 1)
+	s := f0.StallAt(fSynchronize, 1)
 	a := filled(16, 1)
 	errc := make(chan error, 1)
 	go func() {
 		errc <- d0.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", mapping.MapTo|mapping.MapFrom)}, false)
 	}()
 	recv(t, "the construct's Synchronize", s.Reached())
-	f0.die()
+	f0.Die()
 	s.Release()
 	var err error
 	within(t, "Target on a device that died", func() { err = <-errc })
@@ -174,14 +174,14 @@ func TestDeviceDiesDuringSynchronize(t *testing.T) {
 func TestDeviceDiesWithPendingOperation(t *testing.T) {
 	r, fs := newFakeRuntime(t, 2, nil)
 	d0, f0 := r.Devices[0], fs[0]
-	s := f0.stallAt(fLaunch, 1)
+	s := f0.StallAt(fLaunch, 1)
 	a := filled(16, 1)
 	errc := make(chan error, 1)
 	go func() {
 		errc <- d0.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", mapping.MapTo|mapping.MapFrom)}, false)
 	}()
 	recv(t, "the launch", s.Reached())
-	f0.die()
+	f0.Die()
 	var err error
 	within(t, "Target with a pending launch on a device that died", func() { err = <-errc })
 	if !errors.Is(err, plugin.ErrDeviceLost) {
@@ -256,7 +256,7 @@ func TestDeviceCallFails(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r, fs := newFakeRuntime(t, 1, nil)
 			d, f := r.Devices[0], fs[0]
-			f.on(tc.op, tc.n, action{err: errInjected, atCall: true})
+			f.On(tc.op, tc.n, action{Err: errInjected, AtCall: true})
 			a := filled(16, 1)
 			op := TargetOp(kAdd1, []KernelArg{sliceArg(a, "a", mapping.MapTo|mapping.MapFrom)})
 			var err error

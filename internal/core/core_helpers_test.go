@@ -1,53 +1,48 @@
 package core
 
-// Helpers of internal/core's tests: the fake kind's registration, the
+// Helpers of internal/core's tests: the fake devices' names, the
 // kernels the tests launch, a runtime over fake devices, bounded waits, and
 // buffers.
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"reflect"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/goffload/offload/internal/config"
-	"github.com/goffload/offload/internal/mapping"
-
 	"github.com/goffload/offload/internal/entries"
-	"github.com/goffload/offload/plugin"
+	"github.com/goffload/offload/internal/fakedev"
+	"github.com/goffload/offload/internal/mapping"
 )
 
-// The fake kind: "fake:ID" opens the devices a test registered under ID.
-var fakeSets struct {
-	sync.Mutex
-	next int
-	sets map[int][]*fakeDevice
-}
+// The fake devices (internal/fakedev) under the names the tests use.
+type (
+	fakeDevice = fakedev.Device
+	fakeCall   = fakedev.Call
+	fakeOp     = fakedev.Op
+	stall      = fakedev.Stall
+	action     = fakedev.Action
+)
 
-func init() {
-	plugin.RegisterKind(plugin.Kind{Name: "fake", Open: openFakes, Order: 1000,
-		Help: "fake:ID  scripted devices of internal/core's tests"})
-}
+const (
+	fAlloc       = fakedev.OpAlloc
+	fFree        = fakedev.OpFree
+	fNewQueue    = fakedev.OpNewQueue
+	fNewEvent    = fakedev.OpNewEvent
+	fSubmit      = fakedev.OpSubmit
+	fRetrieve    = fakedev.OpRetrieve
+	fExchange    = fakedev.OpExchange
+	fLaunch      = fakedev.OpLaunch
+	fRecord      = fakedev.OpRecord
+	fWait        = fakedev.OpWait
+	fSynchronize = fakedev.OpSynchronize
+)
 
-func openFakes(arg string) ([]plugin.Device, error) {
-	id, err := strconv.Atoi(arg)
-	fakeSets.Lock()
-	set, ok := fakeSets.sets[id]
-	fakeSets.Unlock()
-	if err != nil || !ok {
-		return nil, fmt.Errorf("%w: fake:%s: no such set of fake devices", plugin.ErrBadSpec, arg)
-	}
-	out := make([]plugin.Device, len(set))
-	for i, d := range set {
-		out[i] = d
-	}
-	return out, nil
-}
+func newFakeDevice(i int) *fakeDevice { return fakedev.New(i) }
+func newStall() *stall                { return fakedev.NewStall() }
 
 // Kernels the tests launch.
 var (
@@ -91,27 +86,18 @@ func newFakeRuntime(t *testing.T, n int, setup func(i int, d *fakeDevice)) (*Run
 			setup(i, devs[i])
 		}
 	}
-	fakeSets.Lock()
-	if fakeSets.sets == nil {
-		fakeSets.sets = map[int][]*fakeDevice{}
-	}
-	fakeSets.next++
-	id := fakeSets.next
-	fakeSets.sets[id] = devs
-	fakeSets.Unlock()
-	cfg := config.Config{Policy: config.PolicyMandatory, Devices: "fake:" + strconv.Itoa(id), DevicesSet: true, InfoOut: io.Discard}
+	spec, forget := fakedev.Register(devs)
+	cfg := config.Config{Policy: config.PolicyMandatory, Devices: spec, DevicesSet: true, InfoOut: io.Discard}
 	r, err := Start(cfg)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(func() {
 		for _, d := range devs {
-			d.releaseAll()
+			d.ReleaseAll()
 		}
 		within(t, "Stop", func() { _ = r.Stop() })
-		fakeSets.Lock()
-		delete(fakeSets.sets, id)
-		fakeSets.Unlock()
+		forget()
 	})
 	return r, devs
 }

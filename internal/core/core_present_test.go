@@ -26,9 +26,9 @@ func entryOf(t *testing.T, d *Device, s []int32) mapping.EntryInfo {
 
 func wantCount(t *testing.T, f *fakeDevice, op fakeOp, n int) []fakeCall {
 	t.Helper()
-	cs := f.callsOf(op)
+	cs := f.CallsOf(op)
 	if len(cs) != n {
-		t.Fatalf("fake device %d got %d %s calls, want %d; calls: %+v", f.idx, len(cs), op, n, cs)
+		t.Fatalf("fake device %d got %d %s calls, want %d; calls: %+v", f.Idx, len(cs), op, n, cs)
 	}
 	return cs
 }
@@ -91,8 +91,8 @@ func TestPresentNestedMapsCopyOnce(t *testing.T) {
 	if fr := wantCount(t, f, fFree, 1)[0]; fr.Ptr != alloc.Ptr {
 		t.Fatalf("Free of %#x, want %#x", uint64(fr.Ptr), uint64(alloc.Ptr))
 	}
-	if n := d.Table().Len(); n != 0 || f.liveAllocs() != 0 {
-		t.Fatalf("after the last unmap: %d table entries, %d live allocations; want none", n, f.liveAllocs())
+	if n := d.Table().Len(); n != 0 || f.LiveAllocs() != 0 {
+		t.Fatalf("after the last unmap: %d table entries, %d live allocations; want none", n, f.LiveAllocs())
 	}
 	for i, v := range a {
 		want := int32(2)
@@ -143,8 +143,8 @@ func TestPresentRefCounts(t *testing.T) {
 	}
 	wantCount(t, f, fRetrieve, 1) // delete copies nothing
 	wantCount(t, f, fFree, 1)
-	if d.Table().Len() != 0 || d.IsPresent(bufOf(a, "a")) || f.liveAllocs() != 0 {
-		t.Fatalf("after delete: table %+v, %d live allocations; want none", d.Table().Snapshot(), f.liveAllocs())
+	if d.Table().Len() != 0 || d.IsPresent(bufOf(a, "a")) || f.LiveAllocs() != 0 {
+		t.Fatalf("after delete: table %+v, %d live allocations; want none", d.Table().Snapshot(), f.LiveAllocs())
 	}
 }
 

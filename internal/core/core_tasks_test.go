@@ -35,7 +35,7 @@ func spawnReturns(spawn func() *Task) (bool, func() *Task) {
 func TestNowaitReturnsWhileQueueStalls(t *testing.T) {
 	r, fs := newFakeRuntime(t, 1, nil)
 	d, f := r.Devices[0], fs[0]
-	s := f.stallAt(fLaunch, 1)
+	s := f.StallAt(fLaunch, 1)
 	a := filled(16, 1)
 	var tk *Task
 	within(t, "creating a nowait task", func() {
@@ -67,7 +67,7 @@ func TestNowaitReturnsWhileQueueStalls(t *testing.T) {
 func TestNowaitWaitsForAStalledAlloc(t *testing.T) {
 	r, fs := newFakeRuntime(t, 1, nil)
 	d, f := r.Devices[0], fs[0]
-	s := f.stallAt(fAlloc, 1)
+	s := f.StallAt(fAlloc, 1)
 	a := filled(16, 1)
 	ch := make(chan *Task, 1)
 	go func() {
@@ -94,7 +94,7 @@ func TestNowaitWaitsForAStalledAlloc(t *testing.T) {
 func TestNowaitReturnsWhileMappingIsDeleted(t *testing.T) {
 	r, fs := newFakeRuntime(t, 1, nil)
 	d, f := r.Devices[0], fs[0]
-	s := f.stallAt(fLaunch, 1)
+	s := f.StallAt(fLaunch, 1)
 	a := filled(16, 1)
 	first := r.Spawn(d, TargetOp(kAdd1, []KernelArg{sliceArg(a, "a", mapping.MapTo|mapping.MapFrom)}), nil, false)
 	recv(t, "the first task's launch", s.Reached())
@@ -121,9 +121,9 @@ func TestTaskDependencyAcrossDevices(t *testing.T) {
 	for _, foreign := range []bool{true, false} {
 		name := map[bool]string{true: "device wait", false: "host wait"}[foreign]
 		t.Run(name, func(t *testing.T) {
-			r, fs := newFakeRuntime(t, 2, func(i int, f *fakeDevice) { f.foreignWait = foreign })
+			r, fs := newFakeRuntime(t, 2, func(i int, f *fakeDevice) { f.ForeignWait = foreign })
 			d0, d1 := r.Devices[0], r.Devices[1]
-			s := fs[0].stallAt(fLaunch, 1)
+			s := fs[0].StallAt(fLaunch, 1)
 			x, y := filled(16, 1), filled(16, 0)
 			a := r.Spawn(d0, TargetOp(kAdd1, []KernelArg{sliceArg(x, "x", mapping.MapTo|mapping.MapFrom)}), []Dep{depOf(DepInOut, x)}, false)
 			recv(t, "the predecessor's launch", s.Reached())
@@ -132,15 +132,15 @@ func TestTaskDependencyAcrossDevices(t *testing.T) {
 				b = r.Spawn(d1, TargetOp(kCopyInc, []KernelArg{sliceArg(x, "x", mapping.MapTo), sliceArg(y, "y", mapping.MapFrom)}),
 					[]Dep{depOf(DepIn, x), depOf(DepOut, y)}, false)
 			})
-			waits := fs[1].callsOf(fWait)
+			waits := fs[1].CallsOf(fWait)
 			if foreign {
-				if len(waits) != 1 || waits[0].Event == nil || waits[0].Event.d != fs[0] || waits[0].Err != nil {
+				if len(waits) != 1 || waits[0].Event == nil || waits[0].Event.Device() != fs[0] || waits[0].Err != nil {
 					t.Fatalf("device 1 waits %+v, want one Wait on an event of device 0", waits)
 				}
-			} else if n := len(fs[1].allCalls()); n != 0 {
+			} else if n := len(fs[1].AllCalls()); n != 0 {
 				// The predecessor is held: the host wait has not let the
 				// dependent reach its device yet.
-				t.Fatalf("device 1 got %d calls before its predecessor finished: %+v", n, fs[1].allCalls())
+				t.Fatalf("device 1 got %d calls before its predecessor finished: %+v", n, fs[1].AllCalls())
 			}
 			s.Release()
 			if err := waitTask(t, a); err != nil {
@@ -153,17 +153,17 @@ func TestTaskDependencyAcrossDevices(t *testing.T) {
 				t.Fatalf("x = %v, y = %v; want all 2 and all 3 (the dependent read x before its predecessor wrote it)", x, y)
 			}
 			if foreign {
-				for _, c := range fs[1].allCalls() {
+				for _, c := range fs[1].AllCalls() {
 					if c.Op == fSubmit || c.Op == fLaunch {
-						t.Fatalf("device 1's %v came before its wait: %+v", c.Op, fs[1].allCalls())
+						t.Fatalf("device 1's %v came before its wait: %+v", c.Op, fs[1].AllCalls())
 					}
 					if c.Op == fWait {
 						break
 					}
 				}
 			}
-			if !foreign && len(fs[1].callsOf(fWait)) != 0 {
-				t.Fatalf("device 1 waited on device 0's event although it does not accept it: %+v", fs[1].callsOf(fWait))
+			if !foreign && len(fs[1].CallsOf(fWait)) != 0 {
+				t.Fatalf("device 1 waited on device 0's event although it does not accept it: %+v", fs[1].CallsOf(fWait))
 			}
 			wantClean(t, d0, fs[0])
 			wantClean(t, d1, fs[1])
@@ -186,10 +186,10 @@ func TestTaskDependencyFailure(t *testing.T) {
 		{"same device", false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, fs := newFakeRuntime(t, 2, func(i int, f *fakeDevice) { f.foreignWait = tc.foreign })
+			r, fs := newFakeRuntime(t, 2, func(i int, f *fakeDevice) { f.ForeignWait = tc.foreign })
 			d0, dd := r.Devices[0], r.Devices[tc.dep]
 			s := newStall()
-			fs[0].on(fLaunch, 1, action{stall: s, err: errInjected})
+			fs[0].On(fLaunch, 1, action{Stall: s, Err: errInjected})
 			x, z, y := filled(16, 1), filled(16, 0), filled(16, 0)
 			a := r.Spawn(d0, TargetOp(kCopyInc, []KernelArg{sliceArg(x, "x", mapping.MapTo), sliceArg(z, "z", mapping.MapTo|mapping.MapFrom)}),
 				[]Dep{depOf(DepInOut, x)}, false)
@@ -225,7 +225,7 @@ func TestTaskDependencyFailure(t *testing.T) {
 func TestTaskAfterReportedFailureRuns(t *testing.T) {
 	r, fs := newFakeRuntime(t, 1, nil)
 	d := r.Devices[0]
-	fs[0].fail(fLaunch, 1, errInjected)
+	fs[0].Fail(fLaunch, 1, errInjected)
 	x := filled(16, 1)
 	a := r.Spawn(d, TargetOp(kAdd1, []KernelArg{sliceArg(x, "x", mapping.MapTo|mapping.MapFrom)}), []Dep{depOf(DepInOut, x)}, false)
 	if err := waitTask(t, a); !errors.Is(err, errInjected) {
@@ -282,7 +282,7 @@ func TestTaskMapsEmptyAfterCompletion(t *testing.T) {
 		{"readers", DepIn},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, fs := newFakeRuntime(t, 2, func(i int, f *fakeDevice) { f.foreignWait = i == 1 })
+			r, fs := newFakeRuntime(t, 2, func(i int, f *fakeDevice) { f.ForeignWait = i == 1 })
 			bufs := [][]int32{filled(8, 0), filled(8, 0), filled(8, 0)}
 			tks := make([]*Task, 0, n)
 			for i := range n {
@@ -308,7 +308,7 @@ func TestTaskMapsEmptyAfterCompletion(t *testing.T) {
 			settle(t, r)
 			for i, d := range r.Devices {
 				wantClean(t, d, fs[i])
-				if ev := fs[i].liveEvents(); ev != 0 {
+				if ev := fs[i].LiveEvents(); ev != 0 {
 					t.Errorf("fake device %d: %d events never closed", i, ev)
 				}
 			}
@@ -337,12 +337,12 @@ func TestFailedTaskCompletesAfterPredecessors(t *testing.T) {
 	for _, deviceWait := range []bool{true, false} {
 		name := map[bool]string{true: "device wait", false: "host wait"}[deviceWait]
 		t.Run(name, func(t *testing.T) {
-			r, fs := newFakeRuntime(t, 2, func(i int, d *fakeDevice) { d.foreignWait = deviceWait })
-			s := fs[0].stallAt(fLaunch, 1)
+			r, fs := newFakeRuntime(t, 2, func(i int, d *fakeDevice) { d.ForeignWait = deviceWait })
+			s := fs[0].StallAt(fLaunch, 1)
 			a := filled(16, 1)
 			p := r.Spawn(r.Devices[0], TargetOp(kAdd1, []KernelArg{sliceArg(a, "a", mapping.MapTo|mapping.MapFrom)}), []Dep{depOf(DepInOut, a)}, false)
 			recv(t, "the predecessor's launch", s.Reached())
-			fs[1].die()
+			fs[1].Die()
 			tk := r.Spawn(r.Devices[1], TargetOp(kAdd1, []KernelArg{sliceArg(a, "a", mapping.MapTo|mapping.MapFrom)}), []Dep{depOf(DepInOut, a)}, false)
 			select {
 			case <-tk.Done():

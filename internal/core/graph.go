@@ -40,7 +40,7 @@ type Graph struct {
 	seal  bool
 	// any is what the graph holds of its Any-tasks (any_graph.go), nil
 	// without; anyErr is the first of them that could not be recorded.
-	any    *graphAny
+	any    GraphAny
 	anyErr error
 	// parts are the graph's parts on devices that keep them
 	// (replay_parts.go), defined at the first replay; noParts says they
@@ -114,9 +114,9 @@ func (g *Graph) ArgsOf(i int) (from, to int) {
 	return n.off, n.off + len(n.args)
 }
 
-// noteAny notes err, an Any-task's node that could not be recorded: the
+// NoteAny notes err, an Any-task's node that could not be recorded: the
 // task runs, and Seal fails with the first such error.
-func (g *Graph) noteAny(err error) {
+func (g *Graph) NoteAny(err error) {
 	if err != nil && g.anyErr == nil {
 		g.anyErr = err
 	}
@@ -246,7 +246,9 @@ func (g *Graph) Seal() error {
 		return g.anyErr
 	}
 	g.seal = true
-	g.sealAny()
+	if g.any != nil {
+		g.any.Seal()
+	}
 	var dg depGraph
 	var kn known
 	ts := make([]*Task, len(g.nodes))
@@ -404,3 +406,39 @@ func canWaitOn(d, p *Device) error {
 
 // errNotSealed is the error of a replay of a graph not sealed.
 var errNotSealed = errors.New("goffload: taskgraph: the graph is not sealed")
+
+// GraphAny is what a recorded graph keeps of its Any-tasks: their plan,
+// which package anyrun makes at the record and checks at each replay.
+type GraphAny interface {
+	// Seal notes the touched regions' states at the record's end.
+	Seal()
+	// Replay checks the plan against the placement's state and commits it
+	// again; make makes the replay's task, inside the placement's lock.
+	Replay(make func() *Task) (*Task, error)
+}
+
+// Any is what g keeps of its Any-tasks, or nil.
+func (g *Graph) Any() GraphAny { return g.any }
+
+// SetAny sets what g keeps of its Any-tasks (at its first Any-task).
+func (g *Graph) SetAny(a GraphAny) { g.any = a }
+
+// HasAny reports whether g holds Any-tasks.
+func (g *Graph) HasAny() bool { return g.any != nil }
+
+// Runtime is the runtime g records on.
+func (g *Graph) Runtime() *Runtime { return g.rt }
+
+// UsesMapped reports whether each mapping g's nodes use is still the
+// recorded one. The placement's digest cannot say it: a record that
+// starts on buffers no device holds allocates them as it places its
+// tasks. After Taskwait gave them back the digest is the start's again,
+// but the memory is gone.
+func (g *Graph) UsesMapped() bool {
+	for _, u := range g.uses {
+		if e, _ := u.dev.table.Lookup(u.addr, u.size); e != u.e {
+			return false
+		}
+	}
+	return true
+}

@@ -26,7 +26,7 @@ import (
 // returns an error wrapping ErrGraphChanged.
 func (g *Graph) Replay(args []plugin.Arg) (*Task, error) {
 	if g.any != nil && g.seal {
-		return g.replayAny(func() *Task { return g.replay(args) })
+		return g.any.Replay(func() *Task { return g.replay(args) })
 	}
 	return g.replay(args), nil
 }

@@ -32,7 +32,7 @@ type Runtime struct {
 
 	unseal sync.Once // Stop ends Start's entries.Seal once
 
-	anys atomic.Pointer[anySched] // Any-tasks' placement, made at the first (any.go)
+	anys atomic.Value // package anyrun's state: Any-tasks' placement, made at the first
 }
 
 // Start opens the devices the configuration names and loads the kernel
@@ -286,3 +286,7 @@ func (r *Runtime) Note(task uint64, text string) {
 		r.trace.Note(task, text)
 	}
 }
+
+// AnyState is the slot package anyrun keeps r's Any-tasks' placement in.
+// It is empty until the first Any-task.
+func (r *Runtime) AnyState() *atomic.Value { return &r.anys }

@@ -146,6 +146,9 @@ func (t *Task) finish() {
 // Err is the task's error, once Done is closed.
 func (t *Task) Err() error { return t.err }
 
+// Runtime is the runtime t runs on.
+func (t *Task) Runtime() *Runtime { return t.rt }
+
 // Wait waits for the task, or for ctx to be done, and returns the task's
 // error or ctx's. Returning the task's failure reports it (see Taskwait).
 func (t *Task) Wait(ctx context.Context) error {

@@ -104,7 +104,7 @@ func TestTaskSpawnView(t *testing.T) {
 	if v := b.spawnView(p); spawnWait(v) != hostWait {
 		t.Errorf("an event another device cannot wait on: %+v, want on the host", v)
 	}
-	fb.foreignWait = true
+	fb.ForeignWait = true
 	if v := b.spawnView(p); spawnWait(v) != deviceWait {
 		t.Errorf("an event another device can wait on: %+v, want on the device", v)
 	}

@@ -1,9 +1,10 @@
-package core
+package anyrun
 
 import (
 	"context"
 	"errors"
 
+	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/internal/placement"
 )
@@ -35,7 +36,7 @@ func (s *anySched) copyBack(ctx context.Context, c placement.Copy) error {
 		return err
 	}
 	if err := t.Wait(ctx); err != nil {
-		return Errorf("goffload: Any(): copying %q back from device %d: %w", name, c.From, err)
+		return core.Errorf("goffload: Any(): copying %q back from device %d: %w", name, c.From, err)
 	}
 	s.table.HostValid(c.Buf)
 	return nil
@@ -45,13 +46,13 @@ func (s *anySched) copyBack(ctx context.Context, c placement.Copy) error {
 // after the last task that writes it and the copy that made c.From's copy
 // valid, and before the host tasks that read it. It returns the section's
 // name too; s.mu is held.
-func (s *anySched) copyBackTask(c placement.Copy) (*Task, string, error) {
+func (s *anySched) copyBackTask(c placement.Copy) (*core.Task, string, error) {
 	x, name, err := s.section(c.Region, c.Buf)
 	if err != nil {
 		return nil, "", err
 	}
-	op := UpdateOp([]MapItem{{Buf: sliceBuf(x, name), Type: mapping.MapFrom}})
-	deps := []Dep{sliceDep(DepIn, x), tokDep(DepIn, s.token(c.Region, c.From, c.Buf)), tokDep(DepOut, s.token(c.Region, placement.Host, c.Buf))}
+	op := core.UpdateOp([]core.MapItem{{Buf: sliceBuf(x, name), Type: mapping.MapFrom}})
+	deps := []core.Dep{sliceDep(core.DepIn, x), tokDep(core.DepIn, s.token(c.Region, c.From, c.Buf)), tokDep(core.DepOut, s.token(c.Region, placement.Host, c.Buf))}
 	if s.rr.on {
 		b, from, pieces := c.Buf, c.From, s.table.Writers(c.Buf)
 		op.Recover = func(err error, used bool) error {
@@ -87,7 +88,7 @@ func (s *anySched) handback(ctx context.Context, release bool) error {
 			continue
 		}
 		for _, d := range devs {
-			m := []MapItem{{Buf: sliceBuf(x, name), Type: mapping.MapDelete}}
+			m := []core.MapItem{{Buf: sliceBuf(x, name), Type: mapping.MapDelete}}
 			if err := s.rt.Devices[d].ExitData(context.Background(), m); err != nil && s.usable(d) {
 				errs = append(errs, err)
 			}
@@ -114,8 +115,8 @@ func (s *anySched) handback(ctx context.Context, release bool) error {
 // program's memory. So the parts it reads are copied back first, from the
 // devices that hold the valid copies. What it writes is then valid on the
 // host only. An error means no task was made.
-func (r *Runtime) SpawnHostAny(name string, fn func() error, deps []Dep) (*Task, error) {
-	s := r.anys.Load()
+func SpawnHostAny(r *core.Runtime, name string, fn func() error, deps []core.Dep) (*core.Task, error) {
+	s := loadSched(r)
 	if s == nil || s.tracked.Load() == 0 {
 		return r.SpawnHost(name, fn, deps), nil
 	}
@@ -123,7 +124,7 @@ func (r *Runtime) SpawnHostAny(name string, fn func() error, deps []Dep) (*Task,
 }
 
 // hostTask is SpawnHostAny's task while Any-tasks use some memory.
-func (s *anySched) hostTask(name string, fn func() error, deps []Dep) (*Task, error) {
+func (s *anySched) hostTask(name string, fn func() error, deps []core.Dep) (*core.Task, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.noteLost()
@@ -136,20 +137,20 @@ func (s *anySched) hostTask(name string, fn func() error, deps []Dep) (*Task, er
 		if _, ok := s.table.Tracked(b); !ok {
 			continue
 		}
-		acc = append(acc, placement.Access{Buf: b, Read: d.Kind != DepOut, Write: d.Kind != DepIn})
+		acc = append(acc, placement.Access{Buf: b, Read: d.Kind != core.DepOut, Write: d.Kind != core.DepIn})
 	}
 	copies, err := s.table.PlanHost(acc)
 	if err != nil {
-		return nil, Errorf("goffload: task %q: %w: %w: call Taskwait, which gives Any-tasks' buffers back, first", name, ErrBadMap, err)
+		return nil, core.Errorf("goffload: task %q: %w: %w: call Taskwait, which gives Any-tasks' buffers back, first", name, core.ErrBadMap, err)
 	}
-	deps = append([]Dep(nil), deps...)
+	deps = append([]core.Dep(nil), deps...)
 	for _, c := range copies {
 		if _, _, err := s.copyBackTask(c); err != nil {
 			return nil, err
 		}
 	}
 	for _, ac := range acc {
-		deps = append(deps, tokDep(DepIn, s.token(s.table.Region(ac.Buf), placement.Host, ac.Buf)))
+		deps = append(deps, tokDep(core.DepIn, s.token(s.table.Region(ac.Buf), placement.Host, ac.Buf)))
 	}
 	s.rr.next++
 	id := s.rr.next

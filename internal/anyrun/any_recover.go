@@ -1,4 +1,4 @@
-package core
+package anyrun
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/goffload/offload/internal/config"
+	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/placement"
 	"github.com/goffload/offload/plugin"
 )
@@ -139,7 +140,7 @@ func sliceBytes(v reflect.Value) []byte {
 // write it are done, before any copy of it from the program's memory (the
 // copies wait on the host's token); s.mu is held.
 func (s *anySched) snapshotTask(region placement.Buf, v reflect.Value) {
-	deps := []Dep{sliceDep(DepIn, v), tokDep(DepOut, s.token(region, placement.Host, region))}
+	deps := []core.Dep{sliceDep(core.DepIn, v), tokDep(core.DepOut, s.token(region, placement.Host, region))}
 	s.rt.SpawnHost("Any(): snapshot", func() error {
 		b := slices.Clone(sliceBytes(v))
 		s.rr.mu.Lock()
@@ -211,7 +212,7 @@ func (s *anySched) restoreTask(g placement.Buf) {
 		return // not on its elements: no task can read it either
 	}
 	pieces := s.table.Writers(g)
-	deps := []Dep{sliceDep(DepIn, x), tokDep(DepOut, s.token(region, placement.Host, g))}
+	deps := []core.Dep{sliceDep(core.DepIn, x), tokDep(core.DepOut, s.token(region, placement.Host, g))}
 	rt := s.rt.SpawnHost("Any(): restore "+name, func() error {
 		return s.recovering(func() error { return s.install(anyDest{placement.Host, x}, g, pieces) })
 	}, deps)
@@ -224,7 +225,7 @@ func (s *anySched) restoreTask(g placement.Buf) {
 // anyRestore is a restore task and the part of a buffer it recomputes.
 type anyRestore struct {
 	buf placement.Buf
-	t   *Task
+	t   *core.Task
 }
 
 // waitRestores waits for the restore tasks made so far of the parts that
@@ -250,8 +251,8 @@ func (s *anySched) waitRestores(ctx context.Context, bufs []placement.Buf) error
 			if ctx.Err() != nil {
 				left = append(left, r)
 			}
-			if !errors.Is(err, ErrDependency) || ctx.Err() != nil {
-				errs = append(errs, Errorf("goffload: Any(): recomputing data whose only valid copy was on a lost device: %w", err))
+			if !errors.Is(err, core.ErrDependency) || ctx.Err() != nil {
+				errs = append(errs, core.Errorf("goffload: Any(): recomputing data whose only valid copy was on a lost device: %w", err))
 			}
 		}
 	}
@@ -273,7 +274,7 @@ func (s *anySched) install(to anyDest, b placement.Buf, pieces []placement.Piece
 	}
 	mem := sliceBytes(to.x)
 	if len(mem) != len(data) {
-		return fmt.Errorf("%w: [%#x, +%d) is not the part of a buffer it was", ErrBadMap, b.Addr, b.Size)
+		return fmt.Errorf("%w: [%#x, +%d) is not the part of a buffer it was", core.ErrBadMap, b.Addr, b.Size)
 	}
 	if to.dev == placement.Host {
 		copy(mem, data)
@@ -284,7 +285,7 @@ func (s *anySched) install(to anyDest, b placement.Buf, pieces []placement.Piece
 	if err != nil {
 		return err
 	}
-	return Memcpy(Loc{Dev: cd, Ptr: dp}, Loc{Host: data}, int64(b.Size))
+	return core.Memcpy(core.Loc{Dev: cd, Ptr: dp}, core.Loc{Host: data}, int64(b.Size))
 }
 
 // version returns p's bytes as its writer left them: from the snapshot if
@@ -443,7 +444,7 @@ func (s *anySched) rerun(id int64, top bool) ([]anySaved, error) {
 		if d < len(s.rt.Devices) {
 			cd = s.rt.Devices[d]
 		}
-		err := cd.Run(context.Background(), TargetOpWith(t.Kernel, args, t.Geo), false)
+		err := cd.Run(context.Background(), core.TargetOpWith(t.Kernel, args, t.Geo), false)
 		if err == nil {
 			var out []anySaved
 			for i, a := range t.acc {
@@ -461,7 +462,7 @@ func (s *anySched) rerun(id int64, top bool) ([]anySaved, error) {
 		}
 	}
 	if len(tries) == 0 {
-		return nil, fmt.Errorf("%w: task %d (%s): no device left to run it again", ErrNoDevice, id, name)
+		return nil, fmt.Errorf("%w: task %d (%s): no device left to run it again", core.ErrNoDevice, id, name)
 	}
 	return nil, fmt.Errorf("task %d (%s) could not run again: %w", id, name, errors.Join(tries...))
 }
@@ -532,13 +533,13 @@ func (s *anySched) recoverTask(e *anyEntry, d int, outs []reflect.Value, cause e
 func (s *anySched) recoverTaskNow(e *anyEntry, d int, outs []reflect.Value, cause error) error {
 	name := e.t.Kernel.Name()
 	if _, err := s.outputs(e.id, true); err != nil {
-		return Errorf("goffload: Any(): %s: %w (it failed first with: %w)", name, err, cause)
+		return core.Errorf("goffload: Any(): %s: %w (it failed first with: %w)", name, err, cause)
 	}
 	if s.usable(d) {
 		for i, a := range e.t.acc {
 			if a.Write {
 				if err := s.install(anyDest{d, outs[i]}, a.Buf, []placement.Piece{{Buf: a.Buf, Writer: e.id}}); err != nil && s.usable(d) {
-					return Errorf("goffload: Any(): %s ran again, but its outputs could not be put on device %d: %w", name, d, err)
+					return core.Errorf("goffload: Any(): %s ran again, but its outputs could not be put on device %d: %w", name, d, err)
 				}
 			}
 		}
@@ -567,7 +568,7 @@ func (s *anySched) recoverCopy(to anyDest, from int, b placement.Buf, pieces []p
 		if lost(to.dev) { // lost meanwhile: nothing reads its copy now
 			return nil
 		}
-		return Errorf("goffload: Any(): copying [%#x, +%d) to %s: %w (it failed first with: %w)", b.Addr, b.Size, placeName(to.dev), err, cause)
+		return core.Errorf("goffload: Any(): copying [%#x, +%d) to %s: %w (it failed first with: %w)", b.Addr, b.Size, placeName(to.dev), err, cause)
 	}
 	return nil
 }

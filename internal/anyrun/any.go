@@ -1,4 +1,4 @@
-package core
+package anyrun
 
 // Any-tasks (offload.Any): the runtime places each on a device, and keeps
 // the copies of its buffers coherent. The decisions are internal/placement's
@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/internal/placement"
@@ -23,7 +24,7 @@ import (
 // anySched is the runtime's placement of Any-tasks and the coherence of
 // their buffers. The runtime makes it at the first Any-task (Runtime.placer).
 type anySched struct {
-	rt *Runtime
+	rt *core.Runtime
 
 	// mu guards the table and what goes with it; a placement holds it
 	// while it makes the tasks its task needs, so that their order is
@@ -70,25 +71,31 @@ type anyTok struct {
 	dev int
 }
 
-// any returns r's placement state, made on first use.
-func (r *Runtime) placer() *anySched {
-	if s := r.anys.Load(); s != nil {
+// loadSched is r's placement state, or nil before the first Any-task.
+func loadSched(r *core.Runtime) *anySched {
+	s, _ := r.AnyState().Load().(*anySched)
+	return s
+}
+
+// placer returns r's placement state, made on first use.
+func placer(r *core.Runtime) *anySched {
+	if s := loadSched(r); s != nil {
 		return s
 	}
 	n := &anySched{rt: r, table: placement.NewTable(), bufs: map[placement.Buf]anyBuf{},
 		tokens: map[anyTok][]byte{}, mods: map[anyTok]*atomic.Uint64{}, writes: map[uint64][]placement.Buf{},
 		model: placement.NewModel(len(r.Devices)), rr: newRerun(len(r.Devices)), launched: map[uint64]time.Duration{}}
-	if r.anys.CompareAndSwap(nil, n) {
+	if r.AnyState().CompareAndSwap(nil, n) {
 		n.timeOps()
 		return n
 	}
-	return r.anys.Load()
+	return loadSched(r)
 }
 
 // AnyDeviceTimed is how many Any-tasks the placement model learned from
 // with their devices' own times.
-func (r *Runtime) AnyDeviceTimed() int64 {
-	if s := r.anys.Load(); s != nil {
+func AnyDeviceTimed(r *core.Runtime) int64 {
+	if s := loadSched(r); s != nil {
 		return s.devTimed.Load()
 	}
 	return 0
@@ -105,9 +112,9 @@ type AnyClause struct {
 // and its own depend clauses.
 type AnyLaunch struct {
 	Kernel *entries.Kernel
-	Args   []KernelArg
+	Args   []core.KernelArg
 	Geo    plugin.Geometry
-	Deps   []Dep
+	Deps   []core.Dep
 	Once   bool // Kernel.Once: not run again when its device is lost
 	// Plain says each argument is its parameter's (no struct holding
 	// slices, no With clauses): the task can be described for re-runs.
@@ -116,15 +123,15 @@ type AnyLaunch struct {
 
 // AnyTarget places l's task on a device and makes it, with the copies
 // its inputs need. An error means no task was made.
-func (r *Runtime) AnyTarget(l AnyLaunch) (*Task, error) {
+func AnyTarget(r *core.Runtime, l AnyLaunch) (*core.Task, error) {
 	fail := func(err error) error {
-		return Errorf("goffload: Any(): target %s%s: %w", l.Kernel.Name(), l.Kernel.Describe(), err)
+		return core.Errorf("goffload: Any(): target %s%s: %w", l.Kernel.Name(), l.Kernel.Describe(), err)
 	}
 	acc, bufs, argOf, size, err := anyArgs(l.Args)
 	if err != nil {
-		return nil, fail(fmt.Errorf("%w: %v", ErrBadArgument, err))
+		return nil, fail(fmt.Errorf("%w: %v", core.ErrBadArgument, err))
 	}
-	t, err := r.placer().place(&anyTask{AnyLaunch: l, acc: acc, bufs: bufs, argOf: argOf, size: size})
+	t, err := placer(r).place(&anyTask{AnyLaunch: l, acc: acc, bufs: bufs, argOf: argOf, size: size})
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -133,8 +140,8 @@ func (r *Runtime) AnyTarget(l AnyLaunch) (*Task, error) {
 
 // AnyOwns refuses a hand-placed construct's map of b while Any-tasks use
 // it: the hook the constructs' clauses pass through.
-func (r *Runtime) AnyOwns(b mapping.Buf) error {
-	s := r.anys.Load()
+func AnyOwns(r *core.Runtime, b mapping.Buf) error {
+	s := loadSched(r)
 	if s == nil || s.tracked.Load() == 0 || b.Size == 0 {
 		return nil
 	}
@@ -145,19 +152,19 @@ func (r *Runtime) AnyOwns(b mapping.Buf) error {
 	if !ok {
 		return nil
 	}
-	return Errorf("goffload: map of %q (%d bytes at %#x): %w: Any-tasks use [%#x, +%d) until Taskwait gives it back to the program: call offload.Taskwait first, or make this construct an Any-task too",
-		b.Name, b.Size, b.Addr(), ErrBadMap, c.Addr, c.Size)
+	return core.Errorf("goffload: map of %q (%d bytes at %#x): %w: Any-tasks use [%#x, +%d) until Taskwait gives it back to the program: call offload.Taskwait first, or make this construct an Any-task too",
+		b.Name, b.Size, b.Addr(), core.ErrBadMap, c.Addr, c.Size)
 }
 
 // AnyEnterData names whole buffers as Any-tasks' before a task uses a
 // part of them, so that their sections may then be any parts of them.
 // Nothing is copied or allocated: the program's copy stays the valid one
 // until tasks write parts of it.
-func (r *Runtime) AnyEnterData(cs []AnyClause) error {
+func AnyEnterData(r *core.Runtime, cs []AnyClause) error {
 	if len(r.Devices) == 0 { // Any-tasks run on the initial device, on the program's memory
 		return nil
 	}
-	s := r.placer()
+	s := placer(r)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, c := range cs {
@@ -167,7 +174,7 @@ func (r *Runtime) AnyEnterData(cs []AnyClause) error {
 		b := placement.Buf{Addr: c.Buf.Addr(), Size: uintptr(c.Buf.Size)}
 		region, made, err := s.table.Track(b)
 		if err != nil {
-			return Errorf("goffload: Any(): enter data: clause %d (%q): %w: %w: call Taskwait, which gives Any-tasks' buffers back, first", i, c.Buf.Name, ErrBadMap, err)
+			return core.Errorf("goffload: Any(): enter data: clause %d (%q): %w: %w: call Taskwait, which gives Any-tasks' buffers back, first", i, c.Buf.Name, core.ErrBadMap, err)
 		}
 		if made {
 			name := c.Buf.Name
@@ -182,8 +189,8 @@ func (r *Runtime) AnyEnterData(cs []AnyClause) error {
 }
 
 // AnyUpdate makes the host's copies of bufs valid (Any().Update(From(x))).
-func (r *Runtime) AnyUpdate(ctx context.Context, bufs []mapping.Buf) error {
-	s := r.anys.Load()
+func AnyUpdate(r *core.Runtime, ctx context.Context, bufs []mapping.Buf) error {
+	s := loadSched(r)
 	if s == nil {
 		return nil
 	}
@@ -196,14 +203,14 @@ func (r *Runtime) AnyUpdate(ctx context.Context, bufs []mapping.Buf) error {
 
 // AnyWaited makes the host's copies of what the Any-tasks among ts wrote
 // valid: their Wait, or their group's, returns once it is.
-func AnyWaited(ctx context.Context, ts []*Task) error {
+func AnyWaited(ctx context.Context, ts []*core.Task) error {
 	var s *anySched
 	var bufs []placement.Buf
 	for _, t := range ts {
-		if t == nil || t.rt == nil {
+		if t == nil || t.Runtime() == nil {
 			continue
 		}
-		as := t.rt.anys.Load()
+		as := loadSched(t.Runtime())
 		if as == nil {
 			continue
 		}
@@ -223,8 +230,8 @@ func AnyWaited(ctx context.Context, ts []*Task) error {
 // AnyHandback makes every Any-task buffer's host copy valid and, if
 // release, frees the device copies and gives the buffers back to the
 // program (Taskwait). Stop calls it with release false.
-func (r *Runtime) AnyHandback(ctx context.Context, release bool) error {
-	if s := r.anys.Load(); s != nil {
+func AnyHandback(r *core.Runtime, ctx context.Context, release bool) error {
+	if s := loadSched(r); s != nil {
 		return s.handback(ctx, release)
 	}
 	return nil
@@ -236,7 +243,7 @@ func (s *anySched) section(region, piece placement.Buf) (reflect.Value, string, 
 	es := v.v.Type().Elem().Size()
 	off := piece.Addr - region.Addr
 	if es == 0 || off%es != 0 || piece.Size%es != 0 {
-		return reflect.Value{}, "", fmt.Errorf("%w: [%#x, +%d) does not fall on the elements of %q, a []%s at %#x", ErrBadMap, piece.Addr, piece.Size, v.name, v.v.Type().Elem(), region.Addr)
+		return reflect.Value{}, "", fmt.Errorf("%w: [%#x, +%d) does not fall on the elements of %q, a []%s at %#x", core.ErrBadMap, piece.Addr, piece.Size, v.name, v.v.Type().Elem(), region.Addr)
 	}
 	return v.v.Slice(int(off/es), int((off+piece.Size)/es)), v.name, nil
 }
@@ -248,15 +255,15 @@ func sliceBuf(v reflect.Value, name string) mapping.Buf {
 
 // sliceDep is a depend clause of kind on the memory of v, a non-empty
 // slice.
-func sliceDep(kind DepKind, v reflect.Value) Dep {
+func sliceDep(kind core.DepKind, v reflect.Value) core.Dep {
 	p := v.UnsafePointer()
-	return Dep{Kind: kind, Addr: uintptr(p), Size: uintptr(v.Len()) * v.Type().Elem().Size(), Keep: p}
+	return core.Dep{Kind: kind, Addr: uintptr(p), Size: uintptr(v.Len()) * v.Type().Elem().Size(), Keep: p}
 }
 
 // tokDep is a depend clause of kind on t, a token (a section of a shadow).
-func tokDep(kind DepKind, t []byte) Dep {
+func tokDep(kind core.DepKind, t []byte) core.Dep {
 	p := unsafe.Pointer(unsafe.SliceData(t))
-	return Dep{Kind: kind, Addr: uintptr(p), Size: uintptr(len(t)), Keep: p}
+	return core.Dep{Kind: kind, Addr: uintptr(p), Size: uintptr(len(t)), Keep: p}
 }
 
 // token returns the depend object of section sec of region b's copy on
@@ -283,7 +290,7 @@ const maxShadow = 1 << 16
 
 // anyArgs are an Any-task's buffers, read from its lowered arguments,
 // and the argument each is.
-func anyArgs(kargs []KernelArg) (acc []placement.Access, bufs []anyBuf, argOf []int, size int64, err error) {
+func anyArgs(kargs []core.KernelArg) (acc []placement.Access, bufs []anyBuf, argOf []int, size int64, err error) {
 	for i, ka := range kargs {
 		if ka.DevPtr {
 			return nil, nil, nil, 0, fmt.Errorf("argument %d is a DevicePtr, which belongs to one device: launch on that device (On(n)) instead of Any()", i)

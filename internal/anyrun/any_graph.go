@@ -1,9 +1,10 @@
-package core
+package anyrun
 
 import (
 	"fmt"
 	"slices"
 
+	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/internal/placement"
 )
@@ -19,6 +20,7 @@ import (
 
 // graphAny is what a graph holds of its Any-tasks.
 type graphAny struct {
+	g *core.Graph
 	s *anySched
 	// all is every region's digest when the first Any-task was placed;
 	// start and end are the touched regions' at the record's start and
@@ -40,15 +42,15 @@ type anyCommit struct {
 // and made as AnyTarget makes it, and its copies and launch are added to
 // g as nodes. An error means no task was made (or the plan was not
 // recorded: the record fails then).
-func (r *Runtime) AnyTargetIn(g *Graph, l AnyLaunch) (*Task, error) {
+func AnyTargetIn(r *core.Runtime, g *core.Graph, l AnyLaunch) (*core.Task, error) {
 	fail := func(err error) error {
-		return Errorf("goffload: Any(): taskgraph: target %s%s: %w", l.Kernel.Name(), l.Kernel.Describe(), err)
+		return core.Errorf("goffload: Any(): taskgraph: target %s%s: %w", l.Kernel.Name(), l.Kernel.Describe(), err)
 	}
 	acc, bufs, argOf, size, err := anyArgs(l.Args)
 	if err != nil {
-		return nil, fail(fmt.Errorf("%w: %v", ErrBadArgument, err))
+		return nil, fail(fmt.Errorf("%w: %v", core.ErrBadArgument, err))
 	}
-	t, err := r.placer().place(&anyTask{AnyLaunch: l, acc: acc, bufs: bufs, argOf: argOf, size: size, rec: g})
+	t, err := placer(r).place(&anyTask{AnyLaunch: l, acc: acc, bufs: bufs, argOf: argOf, size: size, rec: g})
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -57,46 +59,40 @@ func (r *Runtime) AnyTargetIn(g *Graph, l AnyLaunch) (*Task, error) {
 
 // recordStart notes the table's state before the graph's first Any-task;
 // s.mu is held.
-func (g *Graph) recordStart(s *anySched) {
-	if g.any != nil {
+func recordStart(g *core.Graph, s *anySched) {
+	if g.Any() != nil {
 		return
 	}
-	g.any = &graphAny{s: s, all: s.table.Digests()}
+	g.SetAny(&graphAny{g: g, s: s, all: s.table.Digests()})
 }
 
 // recordCopy adds copy c, made on the queue of on, as a node: an update
 // to d from the host, or a copy between devices.
-func (g *Graph) recordCopy(d *Device, c placement.Copy, buf mapping.Buf, dst, src Loc, deps []Dep) error {
+func recordCopy(g *core.Graph, d *core.Device, c placement.Copy, buf mapping.Buf, dst, src core.Loc, deps []core.Dep) error {
 	if c.From == placement.Host {
-		return g.AddUpdate(d, []MapItem{{Buf: buf, Type: mapping.MapTo}}, deps)
+		return g.AddUpdate(d, []core.MapItem{{Buf: buf, Type: mapping.MapTo}}, deps)
 	}
 	return g.AddCopy(dst, src, int64(c.Buf.Size), deps)
 }
 
 // recordLaunch adds t's launch on device d, with its present arguments
 // and full depend clauses, and notes its accesses for replays.
-func (g *Graph) recordLaunch(t *anyTask, d int, args []KernelArg, deps []Dep) error {
-	if err := g.AddLaunch(g.rt.Devices[d], t.Kernel, args, t.Geo, deps); err != nil {
+func recordLaunch(g *core.Graph, t *anyTask, d int, args []core.KernelArg, deps []core.Dep) error {
+	if err := g.AddLaunch(g.Runtime().Devices[d], t.Kernel, args, t.Geo, deps); err != nil {
 		return err
 	}
-	g.any.commits = append(g.any.commits, anyCommit{dev: d, acc: slices.Clone(t.acc)})
-	for _, a := range t.acc {
-		if a.Write {
-			g.any.writes = append(g.any.writes, a.Buf)
+	a := g.Any().(*graphAny)
+	a.commits = append(a.commits, anyCommit{dev: d, acc: slices.Clone(t.acc)})
+	for _, ac := range t.acc {
+		if ac.Write {
+			a.writes = append(a.writes, ac.Buf)
 		}
 	}
 	return nil
 }
 
-// HasAny reports whether g holds Any-tasks.
-func (g *Graph) HasAny() bool { return g.any != nil }
-
-// sealAny notes the touched regions' states at the record's start and end.
-func (g *Graph) sealAny() {
-	a := g.any
-	if a == nil {
-		return
-	}
+// Seal notes the touched regions' states at the record's start and end.
+func (a *graphAny) Seal() {
 	s := a.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -118,54 +114,40 @@ func (g *Graph) sealAny() {
 
 // AnyStale reports whether the table's state of g's regions differs from
 // the one g's Any-tasks were placed in: a replay would fail then.
-func (g *Graph) AnyStale() bool {
-	a := g.any
+func AnyStale(g *core.Graph) bool {
+	a, _ := g.Any().(*graphAny)
 	if a == nil {
 		return false
 	}
 	a.s.mu.Lock()
 	defer a.s.mu.Unlock()
-	return g.anyStale()
+	return a.isStale()
 }
 
-// anyStale is AnyStale with the placer's lock held: the table's state of
-// g's regions is not the record's start, or the memory the record's
-// placements allocated is gone.
-func (g *Graph) anyStale() bool {
-	return g.any.s.table.Digest(g.any.regions) != g.any.start || !g.usesMapped()
-}
-
-// usesMapped reports whether each mapping g's nodes use is still the
-// recorded one. The table's digest cannot say it: a record that starts on
-// buffers no device holds allocates them as it places its tasks, so after
-// Taskwait gave them back the digest is the start's again, but the memory
-// is gone. Checked with the placer's lock held, which the hand-back takes
-// too, before the replay commits its accesses to the table.
-func (g *Graph) usesMapped() bool {
-	for _, u := range g.uses {
-		if e, _ := u.dev.table.Lookup(u.addr, u.size); e != u.e {
-			return false
-		}
-	}
-	return true
+// isStale is AnyStale with the placer's lock held: the table's state of
+// the graph's regions is not the record's start, or the memory the
+// record's placements allocated is gone (Graph.UsesMapped, checked with
+// the placer's lock held, which the hand-back takes too, before the replay
+// commits its accesses to the table).
+func (a *graphAny) isStale() bool {
+	return a.s.table.Digest(a.regions) != a.start || !a.g.UsesMapped()
 }
 
 // errAnyStale is the error of a replay whose Any-tasks' plan is stale.
 func (a *graphAny) stale() error {
-	return Errorf("goffload: Any(): taskgraph: %w: the valid copies of the graph's buffers are not where the record found them (a construct outside the graph moved, wrote or freed one, or the graph's end differs from its start): Run records the graph again", ErrGraphChanged)
+	return core.Errorf("goffload: Any(): taskgraph: %w: the valid copies of the graph's buffers are not where the record found them (a construct outside the graph moved, wrote or freed one, or the graph's end differs from its start): Run records the graph again", core.ErrGraphChanged)
 }
 
-// replayAny checks g's Any-tasks' plan against the table and commits it
+// Replay checks the graph's Any-tasks' plan against the table and commits it
 // again, with fresh numbers (a replayed task is not kept for re-runs);
 // make makes the replay's task, with s.mu held, so that its place among
 // the tasks on the buffers is the table's.
-func (g *Graph) replayAny(make func() *Task) (*Task, error) {
-	a := g.any
+func (a *graphAny) Replay(make func() *core.Task) (*core.Task, error) {
 	s := a.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.noteLost()
-	if g.anyStale() {
+	if a.isStale() {
 		return nil, a.stale()
 	}
 	t := make()
@@ -180,14 +162,14 @@ func (g *Graph) replayAny(make func() *Task) (*Task, error) {
 
 // AnyJoined makes the record's task t make the host's copies of what g's
 // Any-tasks wrote valid at its Wait, as their own Waits would.
-func (g *Graph) AnyJoined(t *Task) {
-	if g.any != nil && t != nil {
-		g.any.s.wrote(t, g.any.writes)
+func AnyJoined(g *core.Graph, t *core.Task) {
+	if a, _ := g.Any().(*graphAny); a != nil && t != nil {
+		a.s.wrote(t, a.writes)
 	}
 }
 
 // wrote records that task t's Wait makes bufs' host copies valid.
-func (s *anySched) wrote(t *Task, bufs []placement.Buf) {
+func (s *anySched) wrote(t *core.Task, bufs []placement.Buf) {
 	if len(bufs) == 0 {
 		return
 	}

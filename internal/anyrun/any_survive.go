@@ -1,4 +1,4 @@
-package core
+package anyrun
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/goffload/offload/internal/config"
+	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/placement"
 )
 
@@ -105,7 +106,7 @@ func (s *anySched) survivor(p placement.Piece, hs []placement.Holder, held []any
 			continue
 		}
 		data := make([]byte, p.Buf.Size)
-		if err := Memcpy(Loc{Host: data}, Loc{Dev: cd, Ptr: dp}, int64(p.Buf.Size)); err != nil || s.rr.evicts.Load() != evicts || !h.intact(top) {
+		if err := core.Memcpy(core.Loc{Host: data}, core.Loc{Dev: cd, Ptr: dp}, int64(p.Buf.Size)); err != nil || s.rr.evicts.Load() != evicts || !h.intact(top) {
 			continue
 		}
 		s.rt.Log.Taskf(config.InfoPlacement, h.dev, e.task.Load(), "Any(): %s's output (%d bytes at %#x) read from device %d, which still holds it as the task left it: not run again", e.t.Kernel.Name(), p.Buf.Size, p.Buf.Addr, h.dev)

@@ -1,17 +1,19 @@
-package core
+package anyrun
 
 import (
 	"context"
+	"github.com/goffload/offload/internal/core"
+	"github.com/goffload/offload/internal/fakedev"
 	"testing"
 
 	"github.com/goffload/offload/internal/mapping"
 )
 
 // anyInc places kCopyInc (y = x+1) as an Any-task on r.
-func anyInc(t *testing.T, r *Runtime, x, y []int32) *Task {
+func anyInc(t *testing.T, r *core.Runtime, x, y []int32) *core.Task {
 	t.Helper()
-	tk, err := r.AnyTarget(AnyLaunch{Kernel: kCopyInc, Plain: true,
-		Args: []KernelArg{sliceArg(x, "x", mapping.MapTo), sliceArg(y, "y", mapping.MapFrom)}})
+	tk, err := AnyTarget(r, AnyLaunch{Kernel: kCopyInc, Plain: true,
+		Args: []core.KernelArg{sliceArg(x, "x", mapping.MapTo), sliceArg(y, "y", mapping.MapFrom)}})
 	if err != nil {
 		t.Fatalf("AnyTarget: %v", err)
 	}
@@ -24,9 +26,9 @@ func anyInc(t *testing.T, r *Runtime, x, y []int32) *Task {
 // memory; a later task reads it there. No process is killed: the fake
 // device dies.
 func TestAnyRerunOnFakeLoss(t *testing.T) {
-	var stalls [2]*stall
-	r, fs := newFakeRuntime(t, 2, func(i int, d *fakeDevice) { stalls[i] = d.stallAt(fLaunch, 1) })
-	if !r.placer().rr.on {
+	var stalls [2]*fakedev.Stall
+	r, fs := newFakeRuntime(t, 2, func(i int, d *fakedev.Device) { stalls[i] = d.StallAt(fakedev.OpLaunch, 1) })
+	if !placer(r).rr.on {
 		t.Fatal("re-runs are off on two devices")
 	}
 	a, b, c := filled(64, 1), make([]int32, 64), make([]int32, 64)
@@ -41,12 +43,12 @@ func TestAnyRerunOnFakeLoss(t *testing.T) {
 		t.Fatalf("the task ended before its launch: %v", t1.Err())
 	}
 	stalls[1-lost].Release() // the re-run's launch goes through
-	fs[lost].die()
+	fs[lost].Die()
 	stalls[lost].Release()
 	if err := waitTask(t, t1); err != nil {
 		t.Fatalf("task on the lost device %d: %v, want it run again on the other", lost, err)
 	}
-	if err := AnyWaited(context.Background(), []*Task{t1}); err != nil {
+	if err := AnyWaited(context.Background(), []*core.Task{t1}); err != nil {
 		t.Fatalf("Wait's copy back: %v", err)
 	}
 	if !allEqual(b, 2) {
@@ -56,7 +58,7 @@ func TestAnyRerunOnFakeLoss(t *testing.T) {
 	if err := waitTask(t, t2); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.AnyHandback(context.Background(), true); err != nil {
+	if err := AnyHandback(r, context.Background(), true); err != nil {
 		t.Fatalf("hand-back: %v", err)
 	}
 	if !allEqual(c, 3) {
@@ -70,19 +72,19 @@ func TestAnyRerunOnFakeLoss(t *testing.T) {
 func TestAnyOwnsRefusesHandPlaced(t *testing.T) {
 	r, _ := newFakeRuntime(t, 2, nil)
 	a, b := filled(16, 1), make([]int32, 16)
-	if err := r.AnyOwns(bufOf(a, "a")); err != nil {
+	if err := AnyOwns(r, bufOf(a, "a")); err != nil {
 		t.Fatalf("before any Any-task: %v", err)
 	}
 	if err := waitTask(t, anyInc(t, r, a, b)); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.AnyOwns(bufOf(b[4:8], "b")); err == nil {
+	if err := AnyOwns(r, bufOf(b[4:8], "b")); err == nil {
 		t.Fatal("a section of an Any-task's buffer: not refused")
 	}
-	if err := r.AnyHandback(context.Background(), true); err != nil {
+	if err := AnyHandback(r, context.Background(), true); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.AnyOwns(bufOf(b, "b")); err != nil || !allEqual(b, 2) {
+	if err := AnyOwns(r, bufOf(b, "b")); err != nil || !allEqual(b, 2) {
 		t.Fatalf("after the hand-back: %v, b = %v…, want no error and 2s", err, b[:4])
 	}
 }

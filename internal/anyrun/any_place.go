@@ -1,4 +1,4 @@
-package core
+package anyrun
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload/internal/config"
+	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/internal/placement"
 	"github.com/goffload/offload/plugin"
@@ -24,7 +25,7 @@ type anyTask struct {
 	bufs  []anyBuf
 	argOf []int
 	size  int64
-	rec   *Graph // the graph being recorded it is a node of, or nil
+	rec   *core.Graph // the graph being recorded it is a node of, or nil
 }
 
 // errAnyLost says that a device a placement chose, or copies from, was
@@ -50,7 +51,7 @@ func (s *anySched) canRun(d int, t *AnyLaunch) bool {
 // place chooses t's device and makes its copies and its task. A device
 // found lost while it does (its memory or a copy from it refused) is left
 // out and the task placed again.
-func (s *anySched) place(t *anyTask) (*Task, error) {
+func (s *anySched) place(t *anyTask) (*core.Task, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for try := 0; ; try++ {
@@ -66,22 +67,22 @@ func (s *anySched) place(t *anyTask) (*Task, error) {
 }
 
 // placeOnce is one try of place, with s.mu held.
-func (s *anySched) placeOnce(t *anyTask) (*Task, error) {
+func (s *anySched) placeOnce(t *anyTask) (*core.Task, error) {
 	if t.rec != nil {
-		t.rec.recordStart(s)
+		recordStart(t.rec, s)
 	}
 	now := time.Now()
 	s.mmu.Lock()
 	p, err := placement.Place(s.table, s.model, now, t.Kernel.Name(), t.size, t.acc, func(d int) bool { return s.canRun(d, &t.AnyLaunch) })
 	s.mmu.Unlock()
 	if p.Choice.Dev < 0 {
-		return nil, fmt.Errorf("%w: no device can run it: every device is lost, unavailable, or has no code for the kernel (PTX, OpenCL C)", ErrNoDevice)
+		return nil, fmt.Errorf("%w: no device can run it: every device is lost, unavailable, or has no code for the kernel (PTX, OpenCL C)", core.ErrNoDevice)
 	}
 	if errors.Is(err, placement.ErrOverlap) {
-		return nil, fmt.Errorf("%w: %w: name the whole buffer first with Any().EnterData(To(x)), or call Taskwait, which gives Any-tasks' buffers back, before using another section", ErrBadMap, err)
+		return nil, fmt.Errorf("%w: %w: name the whole buffer first with Any().EnterData(To(x)), or call Taskwait, which gives Any-tasks' buffers back, before using another section", core.ErrBadMap, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadMap, err)
+		return nil, fmt.Errorf("%w: %w", core.ErrBadMap, err)
 	}
 	s.keepFirst(t, p)
 	d := p.Choice.Dev
@@ -128,7 +129,7 @@ func (s *anySched) allocate(d int, alloc, keep []placement.Buf) error {
 		if err != nil {
 			return err
 		}
-		m := []MapItem{{Buf: sliceBuf(x, name)}}
+		m := []core.MapItem{{Buf: sliceBuf(x, name)}}
 		err = cd.EnterData(context.Background(), m)
 		for err != nil && errors.Is(err, plugin.ErrOutOfMemory) {
 			if !s.evict(d, keep) {
@@ -151,7 +152,7 @@ func (s *anySched) allocate(d int, alloc, keep []placement.Buf) error {
 // source valid (a copy back, where the source is the host), and the tasks
 // that use d's copy now. It returns what the trace says of them. Where
 // rec is not nil, each copy is a node of that graph too.
-func (s *anySched) copyIn(d int, copies []placement.Copy, rec *Graph) (string, error) {
+func (s *anySched) copyIn(d int, copies []placement.Copy, rec *core.Graph) (string, error) {
 	var why strings.Builder
 	cd := s.rt.Devices[d]
 	for _, c := range copies {
@@ -159,23 +160,23 @@ func (s *anySched) copyIn(d int, copies []placement.Copy, rec *Graph) (string, e
 		if err != nil {
 			return "", err
 		}
-		deps := []Dep{sliceDep(DepIn, x), tokDep(DepOut, s.token(c.Region, d, c.Buf)), tokDep(DepIn, s.token(c.Region, c.From, c.Buf))}
+		deps := []core.Dep{sliceDep(core.DepIn, x), tokDep(core.DepOut, s.token(c.Region, d, c.Buf)), tokDep(core.DepIn, s.token(c.Region, c.From, c.Buf))}
 		from, n, made := c.From, int64(c.Buf.Size), time.Now()
 		var pieces []placement.Piece // what the copy brings, for re-runs
 		var h anyHeld
-		var op Op
-		var on *Device
-		var dst, src Loc
+		var op core.Op
+		var on *core.Device
+		var dst, src core.Loc
 		buf := sliceBuf(x, name)
 		if c.From == placement.Host {
-			on, op = cd, UpdateOp([]MapItem{{Buf: buf, Type: mapping.MapTo}})
+			on, op = cd, core.UpdateOp([]core.MapItem{{Buf: buf, Type: mapping.MapTo}})
 		} else {
 			dp, err := cd.MappedPtr(buf)
 			if err == nil {
 				var sp plugin.Ptr
 				if sp, err = s.rt.Devices[c.From].MappedPtr(buf); err == nil {
-					dst, src = Loc{Dev: cd, Ptr: dp}, Loc{Dev: s.rt.Devices[c.From], Ptr: sp}
-					on, op = MemcpyOp(dst, src, n)
+					dst, src = core.Loc{Dev: cd, Ptr: dp}, core.Loc{Dev: s.rt.Devices[c.From], Ptr: sp}
+					on, op = core.MemcpyOp(dst, src, n)
 				}
 			}
 			if err != nil {
@@ -201,7 +202,7 @@ func (s *anySched) copyIn(d int, copies []placement.Copy, rec *Graph) (string, e
 			}
 		}
 		if rec != nil {
-			rec.noteAny(rec.recordCopy(cd, c, buf, dst, src, deps))
+			rec.NoteAny(recordCopy(rec, cd, c, buf, dst, src, deps))
 		}
 		s.rt.Spawn(on, op, deps, false)
 		fmt.Fprintf(&why, "; copies %q (%d bytes at %#x) from %s", name, c.Buf.Size, c.Buf.Addr, placeName(c.From))
@@ -211,25 +212,25 @@ func (s *anySched) copyIn(d int, copies []placement.Copy, rec *Graph) (string, e
 
 // spawn makes t's task on the device p chose: its own depend clauses, its
 // buffers' as its parameters say, and the device's copies'.
-func (s *anySched) spawn(t *anyTask, p placement.Plan, now time.Time, why string) (*Task, error) {
+func (s *anySched) spawn(t *anyTask, p placement.Plan, now time.Time, why string) (*core.Task, error) {
 	d, choice := p.Choice.Dev, p.Choice
 	cd := s.rt.Devices[d]
-	deps := append([]Dep(nil), t.Deps...)
+	deps := append([]core.Dep(nil), t.Deps...)
 	for i, ac := range t.acc {
 		if ac.Write {
-			deps = append(deps, sliceDep(DepInOut, t.bufs[i].v), tokDep(DepInOut, s.token(p.Regions[i], d, ac.Buf)))
+			deps = append(deps, sliceDep(core.DepInOut, t.bufs[i].v), tokDep(core.DepInOut, s.token(p.Regions[i], d, ac.Buf)))
 		} else {
-			deps = append(deps, sliceDep(DepIn, t.bufs[i].v), tokDep(DepIn, s.token(p.Regions[i], d, ac.Buf)))
+			deps = append(deps, sliceDep(core.DepIn, t.bufs[i].v), tokDep(core.DepIn, s.token(p.Regions[i], d, ac.Buf)))
 		}
 	}
-	present := make([]KernelArg, len(t.Args))
+	present := make([]core.KernelArg, len(t.Args))
 	copy(present, t.Args)
 	for i := range present {
 		if present[i].Slice.IsValid() && !present[i].DevPtr {
 			present[i].Map.Type = mapping.MapType(0) // present: the copies are the tasks above
 		}
 	}
-	op := TargetOpWith(t.Kernel, present, t.Geo)
+	op := core.TargetOpWith(t.Kernel, present, t.Geo)
 	e := s.entry(t, p.Reads)
 	if e != nil && !t.Once {
 		outs := make([]reflect.Value, len(t.bufs))
@@ -274,7 +275,7 @@ func (s *anySched) spawn(t *anyTask, p placement.Plan, now time.Time, why string
 		}
 	}
 	if t.rec != nil {
-		t.rec.noteAny(t.rec.recordLaunch(t, d, present, deps))
+		t.rec.NoteAny(recordLaunch(t.rec, t, d, present, deps))
 	}
 	task := s.rt.Spawn(cd, op, deps, false)
 	s.launching(task.ID)
@@ -312,8 +313,8 @@ func (s *anySched) evict(d int, keep []placement.Buf) bool {
 		// After every task and copy that uses d's copy (each depends on
 		// its token); copies into d made later come after it.
 		s.rr.evicts.Add(1) // before it is freed: reads of it in flight fail their check
-		op := ExitDataOp([]MapItem{{Buf: sliceBuf(x, name), Type: mapping.MapDelete}})
-		t := s.rt.Spawn(s.rt.Devices[d], op, []Dep{tokDep(DepInOut, s.token(b, d, b))}, false)
+		op := core.ExitDataOp([]core.MapItem{{Buf: sliceBuf(x, name), Type: mapping.MapDelete}})
+		t := s.rt.Spawn(s.rt.Devices[d], op, []core.Dep{tokDep(core.DepInOut, s.token(b, d, b))}, false)
 		if err := t.Wait(context.Background()); err != nil {
 			s.rt.Log.Printf(config.InfoPlacement, d, "Any(): freeing %q (%d bytes) on device %d to make room failed: %v", name, b.Size, d, err)
 			return false
