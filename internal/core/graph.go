@@ -38,7 +38,7 @@ type Graph struct {
 	deps  []Dep  // the nodes' clauses: the replay's own
 	nargs int    // the nodes' arguments, all together
 	seal  bool
-	// any is what the graph holds of its Any-tasks (any_graph.go), nil
+	// any is what the graph holds of its Any-tasks (package anyrun), nil
 	// without; anyErr is the first of them that could not be recorded.
 	any    GraphAny
 	anyErr error

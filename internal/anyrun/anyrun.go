@@ -1,9 +1,13 @@
+// Package anyrun is offload.Any's mechanics. The runtime places each
+// Any-task on a device and keeps the copies of its buffers coherent. The
+// decisions are internal/placement's plain state; this package lowers them
+// to tasks, on core.Runtime.Spawn and the Op's Done and Recover hooks. Its
+// state lives in the runtime's slot (core.Runtime.AnyState), made at the
+// first Any-task. place.go: allocations, copies and the task a plan needs;
+// sync.go: copies back and the hand-back; recover.go and survive.go:
+// re-runs and restores after a loss; times.go: kernel times from the
+// devices' clocks; graph.go: Any-tasks in recorded graphs.
 package anyrun
-
-// Any-tasks (offload.Any): the runtime places each on a device, and keeps
-// the copies of its buffers coherent. The decisions are internal/placement's
-// plain state; this file and the other any_*.go files lower them to tasks,
-// on Spawn and Op's Done and Recover hooks.
 
 import (
 	"context"
@@ -33,7 +37,7 @@ type anySched struct {
 	table   *placement.Table
 	bufs    map[placement.Buf]anyBuf  // the regions' slices
 	tokens  map[anyTok][]byte         // depend objects of the copies on each device (token)
-	mods    map[anyTok]*atomic.Uint64 // per region and device, the writes and copies into its copy placed so far (any_survive.go)
+	mods    map[anyTok]*atomic.Uint64 // per region and device, the writes and copies into its copy placed so far (survive.go)
 	tracked atomic.Int64              // table.Len(): the hand-placed constructs' check is one load while it is 0
 
 	// writes holds, per Any-task (by its number), the buffers it writes,
@@ -47,12 +51,12 @@ type anySched struct {
 
 	// launched holds, per Any-task placed on a device that times its
 	// operations (by its task's number), its kernel's time there once the
-	// device reported it; from its making to its end (any_times.go).
+	// device reported it; from its making to its end (times.go).
 	tmu      sync.Mutex
 	launched map[uint64]time.Duration
 	devTimed atomic.Int64 // Any-tasks learned from with their devices' times
 
-	rr anyRerun // what re-runs need (any_recover.go)
+	rr anyRerun // what re-runs need (recover.go)
 }
 
 // anyBuf is a buffer's slice (kept alive while the table holds it) and

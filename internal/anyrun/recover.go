@@ -49,7 +49,7 @@ type anyEntry struct {
 	task  atomic.Uint64       // its task's number (Task.ID), for the trace's notes: set once the task is made, which its recovery may race
 	reads [][]placement.Piece // per access that reads: who wrote each part last
 	// at are the device copies that held what it wrote as it left it,
-	// once they did (any_survive.go); guarded by anyRerun.mu.
+	// once they did (survive.go); guarded by anyRerun.mu.
 	at []anyHeld
 }
 
@@ -79,7 +79,7 @@ type anyRerun struct {
 	// re-run), or a host task's own.
 	memo map[int64]*anyOutputs
 	// got holds, per task, parts of what it wrote read from a device
-	// that still held them as it left them (any_survive.go).
+	// that still held them as it left them (survive.go).
 	got map[int64][]anySaved
 	// evicts counts the device copies freed to make room: a read of a
 	// surviving version checks that none was freed meanwhile.

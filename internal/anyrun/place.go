@@ -250,7 +250,7 @@ func (s *anySched) spawn(t *anyTask, p placement.Plan, now time.Time, why string
 	}
 	name, class := t.Kernel.Name(), placement.SizeClass(t.size)
 	placed := time.Now()
-	var tid atomic.Uint64 // its task's number, once made: the device's time of it (any_times.go)
+	var tid atomic.Uint64 // its task's number, once made: the device's time of it (times.go)
 	op.Done = func(err error, ready time.Time) {
 		took := s.took(tid.Load())
 		if took > 0 {
