@@ -3,11 +3,13 @@ package offload
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
-
-	"github.com/goffload/offload/internal/mapping"
+	"unsafe"
 
 	"github.com/goffload/offload/internal/core"
+	"github.com/goffload/offload/internal/entries"
+	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -192,4 +194,326 @@ func withDevicePtrs(d Device, cd *core.Device, uses []Map, body func() error) er
 		*u.use = p
 	}
 	return body()
+}
+
+// maxDim is the largest dimension of num_teams and thread_limit: a CUDA
+// grid's x dimension (2³¹−1). A device checks its own limits beyond it.
+const maxDim = 1<<31 - 1
+
+// NumTeams returns d with OpenMP's num_teams clause: the kernels it
+// launches run as dims teams. On a GPU, the teams are the grid of thread
+// blocks, in one to three dimensions (the 3-D form is the ompx_bare
+// extension's). Without the clause (or GlobalSize), a GPU runs one thread
+// per element of the longest slice argument the kernel may write, in
+// blocks of its default size.
+// CPU devices take the clause as the hint OpenMP allows it to be: their
+// kernels split loops over their cores.
+//
+//	Saxpy.Run(offload.On(0).NumTeams(n/128).ThreadLimit(128), n, a, x, y)
+//
+// A dimension below 1 or above 2³¹−1, or more than three of them, fails
+// the launch with ErrBadArgument.
+func (d Device) NumTeams(dims ...int) Device {
+	d.geo.Teams, d.clauseErr = dims3("num_teams", dims, d.clauseErr)
+	return d
+}
+
+// ThreadLimit returns d with OpenMP's thread_limit clause: each team of
+// the kernels it launches has dims threads. On a GPU, a team is the thread
+// block, in one to three dimensions. A GPU refuses a block larger than it
+// can run (1024 threads on NVIDIA GPUs), naming the kernel. CPU devices
+// take the clause as a hint. Bad dimensions fail the launch as NumTeams's
+// do.
+func (d Device) ThreadLimit(dims ...int) Device {
+	d.geo.Threads, d.clauseErr = dims3("thread_limit", dims, d.clauseErr)
+	return d
+}
+
+// GlobalSize returns d with the global size of the kernels it launches in
+// device code (OpenCL C's global_work_size): dims work-items, or threads,
+// in one to three dimensions. Without it (and without NumTeams) a GPU runs
+// one work-item per element of the longest slice argument the kernel may
+// write (its Out, InOut and plain slices), or of its longest slice if it
+// writes none. A GPU rounds the size up to a multiple of its block
+// (ThreadLimit, or its default): the kernel checks its index against its
+// length. CPU devices, whose Go bodies have no work-items, ignore it.
+// Giving NumTeams too fails the launch with ErrBadArgument.
+//
+//	Lookup.Run(offload.On(0).GlobalSize(lookups), …)
+func (d Device) GlobalSize(dims ...int) Device {
+	d.geo.Size, d.clauseErr = dims3("global_size", dims, d.clauseErr)
+	return d
+}
+
+// GlobalOffset returns d with the global offset of the kernels it
+// launches in device code: their work-items are numbered from dims, in
+// one to three dimensions, so that a kernel that numbers its work from
+// get_global_id(0) can run a part of it (OpenCL C's global_work_offset;
+// a PTX entry takes the offset as an extra parameter, see docs/gpu.md).
+// CPU devices ignore it. A dimension below 0 fails the launch with
+// ErrBadArgument.
+func (d Device) GlobalOffset(dims ...int) Device {
+	d.geo.Offset, d.clauseErr = dimsFrom("global_offset", dims, 0, d.clauseErr)
+	return d
+}
+
+// dims3 is the 3-D form of a clause's dims, or the first error (prev, or
+// one for dims).
+func dims3(clause string, dims []int, prev error) ([3]int, error) {
+	return dimsFrom(clause, dims, 1, prev)
+}
+
+// dimsFrom is dims3 with dimensions from least up: the dimensions not
+// given are least too.
+func dimsFrom(clause string, dims []int, least int, prev error) ([3]int, error) {
+	if prev != nil {
+		return [3]int{}, prev
+	}
+	what := fmt.Sprintf("%s(%s)", clause, strings.Join(strings.Fields(strings.Trim(fmt.Sprint(dims), "[]")), ","))
+	if len(dims) < 1 || len(dims) > 3 {
+		return [3]int{}, fmt.Errorf("%s: %w: %d dimensions, want 1 to 3", what, ErrBadArgument, len(dims))
+	}
+	out := [3]int{least, least, least}
+	for i, v := range dims {
+		if v < least || v > maxDim {
+			return [3]int{}, fmt.Errorf("%s: %w: dimension %d is %d, want %d to %d", what, ErrBadArgument, i, v, least, maxDim)
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// geometry is the launch geometry d's clauses ask for, or their error.
+func (d Device) geometry() (plugin.Geometry, error) {
+	if d.clauseErr == nil && d.geo.Teams != ([3]int{}) && d.geo.Size != ([3]int{}) {
+		return d.geo, fmt.Errorf("%s: %w: num_teams and global_size both give the number of work-items: give one", d.geo, ErrBadArgument)
+	}
+	return d.geo, d.clauseErr
+}
+
+// Map is a map clause on one buffer, with a map type and modifiers.
+// The buffer is a slice of plain data; a sub-slice is an array section.
+// Build a Map with To, From, ToFrom, Alloc, Release or Delete, then add
+// modifiers:
+//
+//	offload.To(x).Always().Named("x")
+type Map struct {
+	item  core.MapItem
+	slice reflect.Value
+	err   error
+	// use is where a UseDevicePtr clause puts the device address;
+	// useClause is its OpenMP name.
+	use       *DevicePtr
+	useClause string
+}
+
+func newMap(s any, t mapping.MapType, exit bool, clause string) Map {
+	m := Map{item: core.MapItem{Type: t, Exit: exit}}
+	v := reflect.ValueOf(s)
+	if !v.IsValid() || v.Kind() != reflect.Slice {
+		m.err = core.Errorf("goffload: map(%s) of a %T: %w: want a slice of plain data", clause, s, ErrBadMap)
+		return m
+	}
+	if err := checkPlain(v.Type().Elem()); err != nil {
+		m.err = core.Errorf("goffload: map(%s) of a %s: %w: %v", clause, v.Type(), ErrBadMap, err)
+		// The construct refuses it with an error that names the device
+		// and the buffer (see items and unmappable).
+		m.item.Buf = bufOf(v)
+		m.item.Unmappable = fmt.Sprintf("the elements of a %s cannot be copied to a device: %v", v.Type(), err)
+		return m
+	}
+	m.slice = v
+	m.item.Buf = bufOf(v)
+	return m
+}
+
+// bufOf returns the memory of slice v.
+func bufOf(v reflect.Value) mapping.Buf {
+	return mapping.Buf{Ptr: v.UnsafePointer(), Size: int64(v.Len()) * int64(v.Type().Elem().Size())}
+}
+
+// To maps s to the device, copying it in when the mapping is created
+// (map(to: s)). On target enter data it maps and copies in.
+func To(s any) Map { return newMap(s, mapping.MapTo, false, "to") }
+
+// From maps s and copies it back to the host when the last reference is
+// released (map(from: s)). On target exit data it copies back and releases.
+func From(s any) Map { return newMap(s, mapping.MapFrom, false, "from") }
+
+// ToFrom maps s, copying it in on creation and back on release
+// (map(tofrom: s)).
+func ToFrom(s any) Map { return newMap(s, mapping.MapTo|mapping.MapFrom, false, "tofrom") }
+
+// Alloc maps s without copying (map(alloc: s)): the device memory starts
+// uninitialized.
+func Alloc(s any) Map { return newMap(s, 0, false, "alloc") }
+
+// Release drops one reference to s without copying back (map(release: s)),
+// for target exit data.
+func Release(s any) Map { return newMap(s, 0, true, "release") }
+
+// Delete removes s's mapping whatever its reference count, without copying
+// back (map(delete: s)), for target exit data. A mapping held by a region
+// (Hold) stays until that region ends.
+func Delete(s any) Map { return newMap(s, mapping.MapDelete, false, "delete") }
+
+// Always makes the clause copy whatever the reference count: to copies in on
+// every map, from copies back on every unmap.
+func (m Map) Always() Map { m.item.Type |= mapping.MapAlways; return m }
+
+// Present demands that the buffer be mapped already; if it is not, the
+// construct fails with an error wrapping ErrNotPresent.
+func (m Map) Present() Map { m.item.Type |= mapping.MapPresent; return m }
+
+// Hold counts the map in the hold reference count (LLVM's ompx_hold).
+// The mapping survives Release and Delete until the region that holds it
+// ends. Hold is allowed on target regions and target data regions.
+func (m Map) Hold() Map { m.item.Type |= mapping.MapHold; return m }
+
+// Named gives the buffer a name for info output and error messages.
+func (m Map) Named(name string) Map { m.item.Buf.Name = name; return m }
+
+// unmappable is the error of a clause on a slice that cannot be mapped (its
+// elements are not plain data), for a target construct on cd: it names the
+// device and the buffer (name, the argument's default name, if the clause
+// has none). It is nil for any other clause.
+func (m Map) unmappable(cd *core.Device, name string) error {
+	if m.item.Unmappable == "" {
+		return nil
+	}
+	it := m.item
+	if it.Buf.Name == "" {
+		it.Buf.Name = name
+	}
+	return cd.CheckMaps("target", []core.MapItem{it})
+}
+
+// items checks and converts clauses.
+func items(maps []Map) ([]core.MapItem, error) {
+	out := make([]core.MapItem, len(maps))
+	for i, m := range maps {
+		if m.err != nil && m.item.Unmappable == "" {
+			return nil, m.err
+		}
+		if m.item.Unmappable != "" {
+			// The construct refuses it, naming its device (CheckMaps).
+			out[i] = m.item
+			continue
+		}
+		if !m.slice.IsValid() {
+			return nil, core.Errorf("goffload: map clause %d is empty: %w: build clauses with To, From, ToFrom, Alloc, Release or Delete", i, ErrBadMap)
+		}
+		if err := anyOwns(m.item.Buf); err != nil {
+			return nil, err
+		}
+		out[i] = m.item
+	}
+	return out, nil
+}
+
+// ErrDeclareTarget is wrapped by the error that DeclareTarget and
+// DeclareTargetLink panic with when a variable cannot be declared. Its name
+// may be taken, or it is empty, or its elements are not plain data. Its
+// host memory may be shared with another variable, or the runtime is
+// started.
+var ErrDeclareTarget = entries.ErrDeclareTarget
+
+// A Global is a declare target variable: a slice of plain data that kernels
+// use on every device without passing it as an argument. It is OpenMP's
+// `#pragma omp declare target to(x)` and `declare target link(x)`.
+// A scalar is a slice of length 1.
+//
+// Declare variables at package init, in package-level vars, as kernels are
+// registered. Every process of the program declares the same variables in
+// the same order, so a device process finds each by its index.
+//
+// A "to" variable (DeclareTarget) has its own copy on every device from
+// Start on, holding the host value of then. The copy is a present-table
+// entry with an infinite reference count, like libomptarget's global
+// entries. Map clauses find it present; they never copy it nor free it.
+// Update(To(g.Host())) and Update(From(g.Host())) copy it. A kernel reads
+// and writes the copy of the device it runs on with g.On(ctx). The copies
+// go with the devices at Stop. The next Start makes new ones from the host
+// value.
+//
+// A "link" variable (DeclareTargetLink) has no device memory of its own.
+// Through g.On(ctx), a kernel sees the device copy that the program mapped
+// when the kernel was launched. The program maps it with EnterData, Data or
+// a map clause of g.Host(), or of a slice that contains it.
+// A kernel that calls On where the variable is not mapped fails with an
+// error wrapping ErrKernelFailed. The error names the variable and the
+// device. A task that uses a link variable while other constructs map or
+// unmap it should depend on g.Host() (DependIn).
+//
+// On the initial device, g.On(ctx) is g.Host() for both kinds.
+type Global[T any] struct {
+	g    *entries.Global
+	host []T
+}
+
+// DeclareTarget declares a "to" variable whose host copy is init.
+// The program's slice is the host copy, not a copy of it.
+// It is meant for a package-level variable, as MustKernel is:
+//
+//	var Coeffs = offload.DeclareTarget("coeffs", []float64{1, 2, 1})
+//
+// It panics if the variable cannot be declared, with an error that wraps
+// ErrDeclareTarget and names the variable. That is so for a name declared
+// already, an empty init, elements that are not plain data, or memory that
+// another variable uses. It is so too for a declaration while the runtime
+// is started (between Start and Stop).
+func DeclareTarget[T any](name string, init []T) *Global[T] {
+	return mustDeclare(name, init, false)
+}
+
+// DeclareTargetLink declares a "link" variable whose host copy is host.
+// It panics as DeclareTarget does if the variable cannot be declared.
+func DeclareTargetLink[T any](name string, host []T) *Global[T] {
+	return mustDeclare(name, host, true)
+}
+
+func mustDeclare[T any](name string, host []T, link bool) *Global[T] {
+	g, err := declare(name, host, link)
+	if err != nil {
+		panic(err)
+	}
+	return g
+}
+
+func declare[T any](name string, host []T, link bool) (*Global[T], error) {
+	g, err := entries.RegisterGlobal(name, reflect.TypeFor[T](), unsafe.Pointer(unsafe.SliceData(host)), len(host), link)
+	if err != nil {
+		return nil, core.Errorf("goffload: %w", err)
+	}
+	return &Global[T]{g: g, host: host}, nil
+}
+
+// Name is the name the variable was declared with.
+func (g *Global[T]) Name() string { return g.g.Name }
+
+// IsLink reports whether the variable was declared link.
+func (g *Global[T]) IsLink() bool { return g.g.Link }
+
+// Host is the host copy: the slice the variable was declared with. Map it
+// (link), or copy it with Update (both kinds), like any mapped slice.
+func (g *Global[T]) Host() []T { return g.host }
+
+// String describes the variable: `declare target to variable "x" ([]float64, 4 elements)`.
+func (g *Global[T]) String() string { return "declare target " + g.g.Describe() }
+
+// On returns the variable's copy on the device the kernel with ctx runs on.
+// On the initial device it is g.Host(). On is for kernel bodies.
+// Where the variable has no copy (a link variable not mapped on the
+// device), it panics. That fails the kernel with an error wrapping
+// ErrKernelFailed that names the variable and the device.
+func (g *Global[T]) On(ctx Ctx) []T {
+	kc := kindCtx(ctx)
+	if kc == nil {
+		panic(fmt.Sprintf("goffload: %s: On needs the context a kernel receives, not a %T", g, ctx))
+	}
+	p, err := entries.GlobalOn(kc, g.g)
+	if err != nil {
+		panic(err)
+	}
+	return unsafe.Slice((*T)(p), len(g.host))
 }

@@ -58,7 +58,7 @@ type Device struct {
 	bgmu sync.Mutex
 	bg   map[chan struct{}]string // constructs going on after their caller gave up, and what they are
 
-	globals *devGlobals // declare target variables (declare.go); nil if none
+	globals *devGlobals // declare target variables (memory.go); nil if none
 
 	// stop is what the initial device's kernels' ctx.Done() says; nil on
 	// other devices (their kinds say it, plugin.Canceler).

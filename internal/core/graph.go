@@ -43,7 +43,7 @@ type Graph struct {
 	any    GraphAny
 	anyErr error
 	// parts are the graph's parts on devices that keep them
-	// (replay_parts.go), defined at the first replay; noParts says they
+	// (replay.go), defined at the first replay; noParts says they
 	// could not be. Set by replays, one at a time.
 	parts   *gparts
 	noParts bool

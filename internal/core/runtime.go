@@ -103,7 +103,7 @@ func Start(cfg config.Config) (*Runtime, error) {
 		d.traceOps()
 	}
 	r.limitTasks()
-	if err := r.declareGlobals(); err != nil { // declare target variables (declare.go)
+	if err := r.declareGlobals(); err != nil { // declare target variables (memory.go)
 		r.Stop()
 		return nil, err
 	}

@@ -48,7 +48,7 @@ func (d *Device) target(w *work, k *entries.Kernel, args []KernelArg, g plugin.G
 		w.err(err)
 	}
 	if w.first == nil && d.globals != nil {
-		d.bindLinks(w) // declare target link variables (declare.go)
+		d.bindLinks(w) // declare target link variables (memory.go)
 	}
 	if w.first == nil {
 		if d.log.On(config.InfoKernels) {

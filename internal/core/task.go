@@ -74,7 +74,7 @@ type Task struct {
 	// register writes there is only read afterwards.
 	addrBuf   [2]uintptr
 	directBuf [2]*Task
-	// Guarded by the runtime's tasks.mu, the host waits' part (ready.go).
+	// Guarded by the runtime's tasks.mu, the host waits' part (complete.go).
 	// succs are the tasks waiting on the host for t. Each has pending, the
 	// number of its predecessors not completed. cont is what a waiting
 	// task does once pending reaches 0, and light says it never blocks.
