@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/goffload/offload/internal/entries"
@@ -225,4 +227,221 @@ func timingFor(other time.Duration) (interval, timeout time.Duration) {
 func DeviceTimeout() time.Duration {
 	_, timeout := timing()
 	return timeout
+}
+
+// The device side runs to completion. The goroutine that reads a frame does
+// the work it asks for when that work is short and its queue is idle. Such
+// work is a launch, a small copy, a record or a sync mark. It writes the
+// answer itself (link.sendSoon). So a synchronous launch crosses no goroutine
+// hand-off in the device process.
+//
+// A kernel may run long, though, and while the reader runs it nothing else is
+// read. Other queues' frames, peers' notices and the host's pings would wait
+// behind it. So a reader that runs work arms a standby timer first. If the
+// work is still running when it fires, a new goroutine takes the reader's
+// role over. The old one, once its work is done, ends instead of reading
+// again.
+
+// standbyAfter is how long a reader may run work before another goroutine
+// takes over reading. Tests shorten it (GOFFLOAD_TEST_STANDBY, a duration),
+// so that every kernel a reader runs is taken over.
+var standbyAfter = func() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("GOFFLOAD_TEST_STANDBY")); err == nil && d > 0 {
+		return d
+	}
+	return 200 * time.Microsecond
+}()
+
+// readerRole is the reader's role of a link's one reading side. It says which
+// goroutine holds it (by generation). It says whether that goroutine is
+// running work instead of reading.
+type readerRole struct {
+	mu    sync.Mutex
+	gen   uint64      // bumped when a standby takes the role over
+	busy  bool        // the holder runs work (see run)
+	t     *time.Timer // fires takeOver; stopped while the holder reads
+	start func(gen uint64)
+}
+
+// init makes the role's timer. start(gen) starts a new holder of generation
+// gen, on a goroutine of its own.
+func (r *readerRole) init(start func(gen uint64)) {
+	r.start = start
+	r.t = time.AfterFunc(time.Hour, r.takeOver)
+	r.t.Stop()
+}
+
+// arm starts the standby timer: the holder is about to run work. It has
+// already put the work in its queue's order. So a standby that takes over
+// then reads later frames, whose operations go behind it.
+func (r *readerRole) arm() {
+	r.mu.Lock()
+	r.busy = true
+	r.t.Reset(standbyAfter)
+	r.mu.Unlock()
+}
+
+// disarm stops the standby timer once the work that arm announced is done.
+// The goroutine of generation gen, which armed it, calls it. If a standby
+// took over meanwhile, it leaves the timer to the new holder.
+func (r *readerRole) disarm(gen uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gen == gen {
+		r.busy = false
+		r.t.Stop()
+	}
+}
+
+// holds reports whether generation gen still holds the role.
+func (r *readerRole) holds(gen uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gen == gen
+}
+
+// takeOver gives the role to a new goroutine if the holder is running work. A
+// timer that fires late, after the work, does nothing.
+func (r *readerRole) takeOver() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.busy {
+		return
+	}
+	r.busy = false
+	r.gen++
+	go r.start(r.gen)
+}
+
+// exited gives the role to a new goroutine, unless a standby took over
+// already. The holder of generation gen ends: a kernel it ran called
+// runtime.Goexit.
+func (r *readerRole) exited(gen uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gen != gen {
+		return
+	}
+	r.busy = false
+	r.t.Stop()
+	r.gen++
+	go r.start(r.gen)
+}
+
+// stop stops the timer for good.
+func (r *readerRole) stop() {
+	r.mu.Lock()
+	r.busy = false
+	r.t.Stop()
+	r.mu.Unlock()
+}
+
+// hello greets the device process and checks that it runs our code.
+func (d *Device) hello(img *plugin.Image, num int) error {
+	// The heartbeat starts after hello. Until then, the device timeout bounds
+	// the wait for the device's hello. (A process may stop or hang before it
+	// serves. A tcp:// device may prove the secret and say nothing.)
+	_, timeout := timing()
+	if timeout > 0 {
+		timeout = max(timeout, d.Startup)
+	}
+	stop := d.l.within(timeout, "hello from the device")
+	defer stop()
+	if err := d.l.send(&proto.Hello{Num: uint32(max(num, 0)), Status: proto.Status{Text: helloText(img)}}); err != nil {
+		return d.l.readErr(err)
+	}
+	m, err := d.l.r.ReadMsg()
+	stop()
+	if err != nil {
+		return fmt.Errorf("reading the device's hello: %w", d.l.readErr(err))
+	}
+	if m.Type != proto.THello {
+		return fmt.Errorf("%w: want hello, got %s", proto.ErrFrame, m.Type)
+	}
+	f, err := proto.As[proto.Hello](m)
+	if err != nil {
+		return err
+	}
+	if err := f.Status.Err(); err != nil {
+		return fmt.Errorf("the device refused the host: %w", err)
+	}
+	h, err := parseHello(f.Text)
+	if err != nil {
+		return err
+	}
+	if err := checkImage(h, img, "host"); err != nil {
+		d.l.send(&proto.Exit{})
+		return err
+	}
+	d.count = h.count
+	d.mu.Lock()
+	d.reading = true
+	d.mu.Unlock()
+	d.l.live(timingFor(h.timeout))
+	go d.read()
+	return nil
+}
+
+// Serve picks device index of those the device process serves, before Load.
+// It returns how many it serves and the one picked (its kind and name).
+// Without it, a proxying process serves its first device.
+func (d *Device) Serve(index int) (count int, name string, err error) {
+	count, text, err := d.serve(index)
+	if err != nil || text == "Go CPU device" {
+		return count, text, err
+	}
+	var v struct {
+		Name           string
+		Token, Process uint64
+	}
+	if err := json.Unmarshal([]byte(text), &v); err != nil {
+		return 0, "", fmt.Errorf("%s: %w: serve: %v", d.name(), proto.ErrFrame, err)
+	}
+	d.token, d.process = v.Token, v.Process
+	return count, v.Name, nil
+}
+
+// Process is the device process's number (0 for one that serves its CPUs).
+// Sessions with one process of the same number are siblings.
+func (d *Device) Process() uint64 { return d.process }
+
+// Sibling tells d that o is served by the same device process. The two link
+// inside it (a Sibling frame to d). Both are loaded.
+func (d *Device) Sibling(o *Device) error {
+	if d.process == 0 || d.process != o.process {
+		return fmt.Errorf("%w: devices %d and %d are not served by one process", plugin.ErrUnsupported, d.num, o.num)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.st.Alive(); err != nil {
+		return err
+	}
+	if err := d.l.send(&proto.Sibling{Peer: uint32(o.num), Token: o.token}); err != nil {
+		return d.linkLost(err)
+	}
+	return nil
+}
+
+func (d *Device) serve(index int) (count int, text string, err error) {
+	_, timeout := timing()
+	if timeout > 0 {
+		timeout = max(timeout, d.Startup)
+	}
+	stop := d.l.within(timeout, "answer to serve from the device")
+	defer stop()
+	if err := d.l.send(&proto.Serve{Req: 1, Index: uint32(index)}); err != nil {
+		return 0, "", fmt.Errorf("%s: %w", d.name(), d.l.readErr(err))
+	}
+	m, err := d.l.r.ReadMsg()
+	if err != nil {
+		return 0, "", fmt.Errorf("%s: reading the answer to serve: %w", d.name(), d.l.readErr(err))
+	}
+	r, err := proto.As[proto.Reply](m)
+	if err != nil {
+		return 0, "", fmt.Errorf("%s: %w", d.name(), err)
+	}
+	if err := r.Status.Err(); err != nil {
+		return int(r.Value), "", fmt.Errorf("%s: %w", d.name(), err)
+	}
+	return int(r.Value), r.Status.Text, nil
 }

@@ -64,7 +64,7 @@ type Session struct {
 	// this one's start and its hello.
 	HelloLimit time.Duration
 
-	role readerRole // who reads the link (see role.go)
+	role readerRole // who reads the link (see hello.go)
 	end  chan error // how the session ended, from its last reader
 
 	// stop is what the kernels' ctx.Done() says: the host's Cancel closes it.
@@ -170,7 +170,7 @@ func (s *Session) serveFrames() error {
 }
 
 // read serves frames while the goroutine holds the reader's role as
-// generation gen (see role.go). The one that reads the session's last frame
+// generation gen (see hello.go). The one that reads the session's last frame
 // says how it ended on s.end.
 func (s *Session) read(gen uint64) {
 	ended := false
