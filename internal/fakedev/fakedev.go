@@ -22,6 +22,7 @@ import (
 // Op is a kind of operation the fake counts, scripts and records.
 type Op int
 
+// The operations, one of each plugin call the fake counts.
 const (
 	OpAlloc Op = iota
 	OpFree
@@ -40,6 +41,7 @@ const (
 var opNames = [nOps]string{"Alloc", "Free", "NewQueue", "NewEvent", "Submit", "Retrieve",
 	"Exchange", "Launch", "Record", "Wait", "Synchronize"}
 
+// String is the operation's plugin method name.
 func (o Op) String() string { return opNames[o] }
 
 // Stall holds an operation until it is released.
@@ -48,6 +50,7 @@ type Stall struct {
 	once, relOnce    sync.Once
 }
 
+// NewStall makes a stall that holds its operation until released.
 func NewStall() *Stall { return &Stall{reached: make(chan struct{}), release: make(chan struct{})} }
 
 // Reached is closed once the operation has arrived at the Stall.
@@ -114,6 +117,7 @@ type Device struct {
 	closed bool
 }
 
+// New makes fake device idx, with nothing scripted.
 func New(Idx int) *Device {
 	return &Device{Idx: Idx, lostCh: make(chan struct{}), script: map[scriptKey]Action{},
 		mem: map[plugin.Ptr][]byte{}, next: 0x10000, events: map[*Event]struct{}{}, pool: plugin.NewPool(1)}
@@ -162,6 +166,7 @@ func (d *Device) Die() {
 	}
 }
 
+// LostErr is the error the device died with, or nil.
 func (d *Device) LostErr() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -262,10 +267,12 @@ func (d *Device) call(op Op, c *Call, fn func() error) error {
 	return err
 }
 
+// Info implements plugin.Device.
 func (d *Device) Info() plugin.Info {
 	return plugin.Info{Kind: "fake", Name: fmt.Sprintf("fake device %d", d.Idx), Cores: 1, Arch: "fake", Host: "test"}
 }
 
+// Load implements plugin.Device.
 func (d *Device) Load(img *plugin.Image, num int) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -273,6 +280,7 @@ func (d *Device) Load(img *plugin.Image, num int) error {
 	return nil
 }
 
+// Alloc implements plugin.Device, as scripted.
 func (d *Device) Alloc(size int64) (plugin.Ptr, error) {
 	var p plugin.Ptr
 	c := Call{Size: size}
@@ -292,6 +300,7 @@ func (d *Device) Alloc(size int64) (plugin.Ptr, error) {
 	return p, err
 }
 
+// Free implements plugin.Device, as scripted.
 func (d *Device) Free(p plugin.Ptr) error {
 	return d.call(OpFree, &Call{Ptr: p}, func() error {
 		d.mu.Lock()
@@ -317,6 +326,7 @@ func (d *Device) bytes(p plugin.Ptr, size int64) ([]byte, error) {
 	return nil, fmt.Errorf("fake device %d: %w: [%#x, +%d)", d.Idx, plugin.ErrBadPointer, uint64(p), size)
 }
 
+// NewQueue implements plugin.Device, as scripted.
 func (d *Device) NewQueue() (plugin.Queue, error) {
 	var q *queue
 	err := d.call(OpNewQueue, &Call{}, func() error {
@@ -332,6 +342,7 @@ func (d *Device) NewQueue() (plugin.Queue, error) {
 	return q, nil
 }
 
+// NewEvent implements plugin.Device, as scripted.
 func (d *Device) NewEvent() (plugin.Event, error) {
 	var ev *Event
 	err := d.call(OpNewEvent, &Call{}, func() error {
@@ -353,6 +364,7 @@ func (d *Device) CanWait(ev plugin.Event) bool {
 	return ok && (fe.d == d || d.ForeignWait)
 }
 
+// Close implements plugin.Device.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	d.closed = true
@@ -533,8 +545,13 @@ type Event struct {
 // Device is the device that made e.
 func (e *Event) Device() *Device { return e.d }
 
-func (e *Event) Synchronize() error   { return e.ev.Synchronize() }
+// Synchronize implements plugin.Event.
+func (e *Event) Synchronize() error { return e.ev.Synchronize() }
+
+// Query implements plugin.Event.
 func (e *Event) Query() (bool, error) { return e.ev.Query() }
+
+// Close implements plugin.Event.
 func (e *Event) Close() error {
 	e.d.mu.Lock()
 	delete(e.d.events, e)
