@@ -476,12 +476,12 @@ func TestDeviceOutputPrefixed(t *testing.T) {
 	}
 }
 
-// TestSmallMessagesPassBulk: while 256 MiB stream each way, a small request
-// is answered long before the transfer ends — it waits for one fragment, not
-// for the whole transfer.
 // smallK is the small round trip of TestSmallMessagesPassBulk.
 var smallK = mustKernel("remotetest.small", func() {})
 
+// TestSmallMessagesPassBulk: while 256 MiB stream each way, a small request
+// is answered before the transfer ends: it waits for one fragment, not for
+// the whole transfer.
 func TestSmallMessagesPassBulk(t *testing.T) {
 	const size = 256 << 20
 	d := openLocal(t, 1)[0]
@@ -509,14 +509,21 @@ func TestSmallMessagesPassBulk(t *testing.T) {
 			t.Fatal(err)
 		}
 		smallTook := time.Since(start)
+		bulkDone, err := q.Query()
+		if err != nil {
+			t.Fatal(err)
+		}
 		q2.Close()
 		if err := q.Synchronize(); err != nil {
 			t.Fatal(err)
 		}
 		total := time.Since(start)
 		t.Logf("%s: a small round trip took %v while the transfer took %v", dir, smallTook, total)
-		if smallTook*4 > total {
-			t.Errorf("%s: a small round trip took %v of the transfer's %v: it waited behind the bulk data", dir, smallTook, total)
+		// An order, not a ratio of times (a loaded machine under -race
+		// stretched the round trip to a third of the transfer): the answer
+		// came while the transfer was still going.
+		if bulkDone {
+			t.Errorf("%s: the small round trip (%v) was answered only after the transfer had ended: it waited behind the bulk data", dir, smallTook)
 		}
 	}
 }
