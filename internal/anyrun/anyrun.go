@@ -1,12 +1,12 @@
-// Package anyrun is offload.Any's mechanics. The runtime places each
-// Any-task on a device and keeps the copies of its buffers coherent. The
-// decisions are internal/placement's plain state; this package lowers them
-// to tasks, on core.Runtime.Spawn and the Op's Done and Recover hooks. Its
-// state lives in the runtime's slot (core.Runtime.AnyState), made at the
-// first Any-task. place.go: allocations, copies and the task a plan needs;
-// sync.go: copies back and the hand-back; recover.go and survive.go:
-// re-runs and restores after a loss; times.go: kernel times from the
-// devices' clocks; graph.go: Any-tasks in recorded graphs.
+// Package anyrun is offload.Any's mechanics. The runtime places each Any-task
+// on a device and keeps the copies of its buffers coherent. The decisions are
+// internal/placement's plain state. This package lowers them to tasks, on
+// core.Runtime.Spawn and the Op's Done and Recover hooks. Its state lives in
+// the runtime's slot (core.Runtime.AnyState), made at the first Any-task.
+// place.go holds the allocations, copies and task a plan needs. sync.go holds
+// the copies back and the hand-back. recover.go and survive.go hold re-runs
+// and restores after a loss. times.go takes kernel times from the devices'
+// clocks. graph.go handles Any-tasks in recorded graphs.
 package anyrun
 
 import (
@@ -30,9 +30,8 @@ import (
 type anySched struct {
 	rt *core.Runtime
 
-	// mu guards the table and what goes with it; a placement holds it
-	// while it makes the tasks its task needs, so that their order is
-	// the table's.
+	// mu guards the table and what goes with it. A placement holds it while it
+	// makes the tasks its task needs. So their order is the table's.
 	mu      sync.Mutex
 	table   *placement.Table
 	bufs    map[placement.Buf]anyBuf  // the regions' slices
@@ -40,18 +39,19 @@ type anySched struct {
 	mods    map[anyTok]*atomic.Uint64 // per region and device, the writes and copies into its copy placed so far (survive.go)
 	tracked atomic.Int64              // table.Len(): the hand-placed constructs' check is one load while it is 0
 
-	// writes holds, per Any-task (by its number), the buffers it writes,
-	// whose host copies its Wait makes valid (AnyWaited); guarded by
-	// wmu, a leaf, so that a Wait does not wait for a placement.
+	// writes holds the buffers each Any-task writes, by its number. Its Wait
+	// makes their host copies valid (AnyWaited). wmu guards it. wmu is a leaf,
+	// so a Wait does not wait for a placement.
 	wmu    sync.Mutex
 	writes map[uint64][]placement.Buf
 
 	mmu   sync.Mutex // the model: placements and completions
 	model *placement.Model
 
-	// launched holds, per Any-task placed on a device that times its
-	// operations (by its task's number), its kernel's time there once the
-	// device reported it; from its making to its end (times.go).
+	// launched holds a kernel time per Any-task, by its task's number. It
+	// covers tasks placed on a device that times its operations. The time is
+	// there once the device reported it. An entry lives from the task's making
+	// to its end (times.go).
 	tmu      sync.Mutex
 	launched map[uint64]time.Duration
 	devTimed atomic.Int64 // Any-tasks learned from with their devices' times
@@ -64,9 +64,9 @@ type anySched struct {
 type anyBuf struct {
 	v    reflect.Value
 	name string
-	// first says that its first version is still to be kept, by the
-	// first task that reads a part of it no task wrote (a region that
-	// AnyEnterData made).
+	// first says that its first version is still to be kept. The first task
+	// that reads a part no task wrote keeps it. Such a region is one
+	// AnyEnterData made.
 	first bool
 }
 
@@ -160,10 +160,10 @@ func AnyOwns(r *core.Runtime, b mapping.Buf) error {
 		b.Name, b.Size, b.Addr(), core.ErrBadMap, c.Addr, c.Size)
 }
 
-// AnyEnterData names whole buffers as Any-tasks' before a task uses a
-// part of them, so that their sections may then be any parts of them.
-// Nothing is copied or allocated: the program's copy stays the valid one
-// until tasks write parts of it.
+// AnyEnterData names whole buffers as Any-tasks' before a task uses a part of
+// them. Their sections may then be any parts of them. Nothing is copied or
+// allocated. The program's copy stays the valid one until tasks write parts of
+// it.
 func AnyEnterData(r *core.Runtime, cs []AnyClause) error {
 	if len(r.Devices) == 0 { // Any-tasks run on the initial device, on the program's memory
 		return nil
@@ -231,9 +231,9 @@ func AnyWaited(ctx context.Context, ts []*core.Task) error {
 	return s.flush(ctx, bufs)
 }
 
-// AnyHandback makes every Any-task buffer's host copy valid and, if
-// release, frees the device copies and gives the buffers back to the
-// program (Taskwait). Stop calls it with release false.
+// AnyHandback makes every Any-task buffer's host copy valid. If release, it
+// also frees the device copies and gives the buffers back to the program
+// (Taskwait). Stop calls it with release false.
 func AnyHandback(r *core.Runtime, ctx context.Context, release bool) error {
 	if s := loadSched(r); s != nil {
 		return s.handback(ctx, release)
@@ -270,11 +270,11 @@ func tokDep(kind core.DepKind, t []byte) core.Dep {
 	return core.Dep{Kind: kind, Addr: uintptr(p), Size: uintptr(len(t)), Keep: p}
 }
 
-// token returns the depend object of section sec of region b's copy on
-// dev: a section of a shadow of the region (a byte per tokenGrain bytes of
-// it, at most maxShadow bytes), so that copies and tasks on parts of a
-// copy that do not overlap are not ordered by it (a halo row copied in
-// does not wait for the tasks that read the rest).
+// token returns the depend object of section sec of region b's copy on dev.
+// The object is a section of a shadow of the region. The shadow has a byte per
+// tokenGrain bytes, at most maxShadow bytes. So copies and tasks on parts of a
+// copy that do not overlap are not ordered by it. A halo row copied in does
+// not wait for the tasks that read the rest.
 func (s *anySched) token(b placement.Buf, dev int, sec placement.Buf) []byte {
 	k := anyTok{b, dev}
 	t := s.tokens[k]
@@ -288,8 +288,8 @@ func (s *anySched) token(b placement.Buf, dev int, sec placement.Buf) []byte {
 	return t[lo:max(hi, lo+1)]
 }
 
-// maxShadow is the most bytes a region's shadow for its depend clauses
-// takes per device (a byte per byte of a region up to it; coarser past).
+// maxShadow is the most bytes a region's shadow for its depend clauses takes
+// per device. A region up to it gets a byte per byte; a larger one, coarser.
 const maxShadow = 1 << 16
 
 // anyArgs are an Any-task's buffers, read from its lowered arguments,

@@ -22,9 +22,9 @@ import (
 type graphAny struct {
 	g *core.Graph
 	s *anySched
-	// all is every region's digest when the first Any-task was placed;
-	// start and end are the touched regions' at the record's start and
-	// end, once sealed.
+	// all is every region's digest when the first Any-task was placed. start
+	// and end are the touched regions' digests at the record's start and end,
+	// once sealed.
 	all        map[placement.Buf]uint64
 	regions    []placement.Buf
 	start, end uint64
@@ -38,10 +38,10 @@ type anyCommit struct {
 	acc []placement.Access
 }
 
-// AnyTargetIn is AnyTarget inside a graph's record: the task is placed
-// and made as AnyTarget makes it, and its copies and launch are added to
-// g as nodes. An error means no task was made (or the plan was not
-// recorded: the record fails then).
+// AnyTargetIn is AnyTarget inside a graph's record. The task is placed and
+// made as AnyTarget makes it. Its copies and launch are added to g as nodes.
+// An error means no task was made, or the plan was not recorded. The record
+// fails then.
 func AnyTargetIn(r *core.Runtime, g *core.Graph, l AnyLaunch) (*core.Task, error) {
 	fail := func(err error) error {
 		return core.Errorf("goffload: Any(): taskgraph: target %s%s: %w", l.Kernel.Name(), l.Kernel.Describe(), err)
@@ -66,8 +66,8 @@ func recordStart(g *core.Graph, s *anySched) {
 	g.SetAny(&graphAny{g: g, s: s, all: s.table.Digests()})
 }
 
-// recordCopy adds copy c, made on the queue of on, as a node: an update
-// to d from the host, or a copy between devices.
+// recordCopy adds copy c, made on the queue of on, as a node. The node is an
+// update to d from the host, or a copy between devices.
 func recordCopy(g *core.Graph, d *core.Device, c placement.Copy, buf mapping.Buf, dst, src core.Loc, deps []core.Dep) error {
 	if c.From == placement.Host {
 		return g.AddUpdate(d, []core.MapItem{{Buf: buf, Type: mapping.MapTo}}, deps)
@@ -112,8 +112,9 @@ func (a *graphAny) Seal() {
 	a.all = nil
 }
 
-// AnyStale reports whether the table's state of g's regions differs from
-// the one g's Any-tasks were placed in: a replay would fail then.
+// AnyStale reports whether the table's state of g's regions has changed. It is
+// compared with the state g's Any-tasks were placed in. A replay would fail
+// then.
 func AnyStale(g *core.Graph) bool {
 	a, _ := g.Any().(*graphAny)
 	if a == nil {
@@ -124,11 +125,11 @@ func AnyStale(g *core.Graph) bool {
 	return a.isStale()
 }
 
-// isStale is AnyStale with the placer's lock held: the table's state of
-// the graph's regions is not the record's start, or the memory the
-// record's placements allocated is gone (Graph.UsesMapped, checked with
-// the placer's lock held, which the hand-back takes too, before the replay
-// commits its accesses to the table).
+// isStale is AnyStale with the placer's lock held. The graph is stale if the
+// table's state of its regions is not the record's start. It is also stale if
+// memory the record's placements allocated is gone (Graph.UsesMapped). That
+// check runs with the placer's lock held, which the hand-back takes too. It
+// comes before the replay commits its accesses to the table.
 func (a *graphAny) isStale() bool {
 	return a.s.table.Digest(a.regions) != a.start || !a.g.UsesMapped()
 }
@@ -139,9 +140,9 @@ func (a *graphAny) stale() error {
 }
 
 // Replay checks the graph's Any-tasks' plan against the table and commits it
-// again, with fresh numbers (a replayed task is not kept for re-runs);
-// make makes the replay's task, with s.mu held, so that its place among
-// the tasks on the buffers is the table's.
+// again, with fresh numbers. A replayed task is not kept for re-runs. make
+// makes the replay's task, with s.mu held. So its place among the tasks on the
+// buffers is the table's.
 func (a *graphAny) Replay(make func() *core.Task) (*core.Task, error) {
 	s := a.s
 	s.mu.Lock()
@@ -160,8 +161,8 @@ func (a *graphAny) Replay(make func() *core.Task) (*core.Task, error) {
 	return t, nil
 }
 
-// AnyJoined makes the record's task t make the host's copies of what g's
-// Any-tasks wrote valid at its Wait, as their own Waits would.
+// AnyJoined makes the record's task t validate the host's copies of what g's
+// Any-tasks wrote. It does so at its Wait, as their own Waits would.
 func AnyJoined(g *core.Graph, t *core.Task) {
 	if a, _ := g.Any().(*graphAny); a != nil && t != nil {
 		a.s.wrote(t, a.writes)

@@ -16,8 +16,8 @@ import (
 	"github.com/goffload/offload/plugin"
 )
 
-// anyTask is an Any-task being placed: its launch, and its accesses acc,
-// whose slices are bufs, each of the argument argOf names; size is the
+// anyTask is an Any-task being placed: its launch and its accesses acc. The
+// accesses' slices are bufs, each of the argument argOf names. size is the
 // bytes they span (the model's size class).
 type anyTask struct {
 	AnyLaunch
@@ -38,8 +38,8 @@ func (s *anySched) usable(d int) bool {
 	return cd.Unavailable == nil && cd.Lost() == nil
 }
 
-// canRun reports whether device d can run tasks of t's kernel: usable,
-// and with code for it where it needs its own (plugin.KernelChecker).
+// canRun reports whether device d can run tasks of t's kernel. d must be
+// usable, with code for it where it needs its own (plugin.KernelChecker).
 func (s *anySched) canRun(d int, t *AnyLaunch) bool {
 	if !s.usable(d) {
 		return false
@@ -48,8 +48,8 @@ func (s *anySched) canRun(d int, t *AnyLaunch) bool {
 	return !ok || kc.CanLaunch(t.Kernel) == nil
 }
 
-// place chooses t's device and makes its copies and its task. A device
-// found lost while it does (its memory or a copy from it refused) is left
+// place chooses t's device and makes its copies and its task. A device may be
+// found lost meanwhile: its memory or a copy from it refused. It is then left
 // out and the task placed again.
 func (s *anySched) place(t *anyTask) (*core.Task, error) {
 	s.mu.Lock()
@@ -96,8 +96,8 @@ func (s *anySched) placeOnce(t *anyTask) (*core.Task, error) {
 	return s.spawn(t, p, now, why)
 }
 
-// keepFirst records the regions t's accesses lie in that the runtime did
-// not hold yet, and keeps the first versions t's re-runs would read.
+// keepFirst records the regions of t's accesses that the runtime did not hold
+// yet. It keeps the first versions t's re-runs would read.
 func (s *anySched) keepFirst(t *anyTask, p placement.Plan) {
 	var keep []placement.Buf
 	if s.rr.on {
@@ -119,9 +119,9 @@ func (s *anySched) keepFirst(t *anyTask, p placement.Plan) {
 	}
 }
 
-// allocate maps memory on d for the regions alloc, which d has none for,
-// until Taskwait gives the buffers back; where d's memory is full, it
-// frees copies no task needs any more (but for keep's) first.
+// allocate maps memory on d for the regions alloc, which d has none for. The
+// memory stays until Taskwait gives the buffers back. Where d's memory is
+// full, it first frees copies no task needs any more, but for keep's.
 func (s *anySched) allocate(d int, alloc, keep []placement.Buf) error {
 	cd := s.rt.Devices[d]
 	for _, b := range alloc {
@@ -147,11 +147,12 @@ func (s *anySched) allocate(d int, alloc, keep []placement.Buf) error {
 	return nil
 }
 
-// copyIn makes the copies to d that a task's inputs need, each a task
-// ordered after the last writer of the section, the copy that made the
-// source valid (a copy back, where the source is the host), and the tasks
-// that use d's copy now. It returns what the trace says of them. Where
-// rec is not nil, each copy is a node of that graph too.
+// copyIn makes the copies to d that a task's inputs need. Each is a task
+// ordered after three things: the last writer of the section, and the copy
+// that made the source valid. That copy is a copy back where the source is the
+// host. The third is the tasks that use d's copy now. It returns what the
+// trace says of them. Where rec is not nil, each copy is a node of that graph
+// too.
 func (s *anySched) copyIn(d int, copies []placement.Copy, rec *core.Graph) (string, error) {
 	var why strings.Builder
 	cd := s.rt.Devices[d]
@@ -210,8 +211,8 @@ func (s *anySched) copyIn(d int, copies []placement.Copy, rec *core.Graph) (stri
 	return why.String(), nil
 }
 
-// spawn makes t's task on the device p chose: its own depend clauses, its
-// buffers' as its parameters say, and the device's copies'.
+// spawn makes t's task on the device p chose. Its depend clauses are its own,
+// its buffers' as its parameters say, and the device's copies'.
 func (s *anySched) spawn(t *anyTask, p placement.Plan, now time.Time, why string) (*core.Task, error) {
 	d, choice := p.Choice.Dev, p.Choice
 	cd := s.rt.Devices[d]
@@ -300,10 +301,11 @@ func (s *anySched) spawn(t *anyTask, p placement.Plan, now time.Time, why string
 	return task, nil
 }
 
-// evict frees the memory on device d of the largest region that d's copy
-// of no longer matters (its parts are valid elsewhere too), but for keep,
-// once the tasks and copies that use that copy are done; it reports
-// whether it freed one. s.mu is held: placements wait meanwhile.
+// evict frees the memory on device d of one region, but for keep. It picks the
+// largest region whose copy on d no longer matters: its parts are valid
+// elsewhere too. It frees it once the tasks and copies that use that copy are
+// done. It reports whether it freed one. s.mu is held: placements wait
+// meanwhile.
 func (s *anySched) evict(d int, keep []placement.Buf) bool {
 	for _, b := range s.table.Evictable(d, keep) {
 		x, name, err := s.section(b, b)

@@ -89,8 +89,8 @@ type anyRerun struct {
 	turns chan struct{}
 }
 
-// anyOutputs is what a task wrote, once done is closed: its re-run's (or
-// a host task's own) outputs, or the error its re-run ended with.
+// anyOutputs is what a task wrote, once done is closed. That is its re-run's
+// outputs (or a host task's own), or the error its re-run ended with.
 type anyOutputs struct {
 	done chan struct{}
 	out  []anySaved
@@ -104,7 +104,7 @@ type anyDest struct {
 	x   reflect.Value
 }
 
-// newRerun is the re-run state of a runtime of ndev devices: off where
+// newRerun is the re-run state of a runtime of ndev devices. It is off where
 // there is no other device to re-run on, or GOFFLOAD_ANY_RERUN=0.
 func newRerun(ndev int) anyRerun {
 	return anyRerun{on: ndev > 1 && os.Getenv("GOFFLOAD_ANY_RERUN") != "0", onHost: os.Getenv("GOFFLOAD_ANY_RERUN_HOST") != "0", entries: map[int64]*anyEntry{},
@@ -112,12 +112,12 @@ func newRerun(ndev int) anyRerun {
 		turns: make(chan struct{}, max(2, runtime.GOMAXPROCS(0)))}
 }
 
-// recovering runs f, a recovery (of a task, a copy, or data only a lost
-// device held), once fewer than rr.turns others run: re-runs happen on
-// the recovering goroutines, and a loss with many tasks pending would
-// otherwise run them all at once, each with its inputs in memory. A
-// recovery waits in its turn only for re-runs that other recoveries, in
-// theirs, make (anyRerun.memo): no cycle.
+// recovering runs f, a recovery, once fewer than rr.turns others run. A
+// recovery is of a task, a copy, or data only a lost device held. Re-runs
+// happen on the recovering goroutines. A loss with many tasks pending would
+// otherwise run them all at once, each with its inputs in memory. A recovery
+// waits in its turn only for re-runs that other recoveries make in theirs
+// (anyRerun.memo). So there is no cycle.
 func (s *anySched) recovering(f func() error) error {
 	s.rr.turns <- struct{}{}
 	defer func() { <-s.rr.turns }()
@@ -137,8 +137,8 @@ func sliceBytes(v reflect.Value) []byte {
 }
 
 // snapshotTask keeps region's first version once the tasks before it that
-// write it are done, before any copy of it from the program's memory (the
-// copies wait on the host's token); s.mu is held.
+// write it are done. It does so before any copy of it from the program's
+// memory; the copies wait on the host's token. s.mu is held.
 func (s *anySched) snapshotTask(region placement.Buf, v reflect.Value) {
 	deps := []core.Dep{sliceDep(core.DepIn, v), tokDep(core.DepOut, s.token(region, placement.Host, region))}
 	s.rt.SpawnHost("Any(): snapshot", func() error {
@@ -150,10 +150,10 @@ func (s *anySched) snapshotTask(region placement.Buf, v reflect.Value) {
 	}, deps)
 }
 
-// entry records Any-task t, whose accesses that read read what reads
-// says (the table's Writers, per access); s.mu is held. It returns nil
-// where the task cannot be re-run: re-runs are off, or its arguments are
-// not one per parameter (a struct holding slices, With clauses).
+// entry records Any-task t; s.mu is held. For its accesses that read, reads
+// says what they read (the table's Writers, per access). It returns nil where
+// the task cannot be re-run. That is where re-runs are off, or its arguments
+// are not one per parameter (a struct holding slices, With clauses).
 func (s *anySched) entry(t *anyTask, reads [][]placement.Piece) *anyEntry {
 	s.rr.next++
 	if !s.rr.on || !t.Plain {
@@ -166,9 +166,8 @@ func (s *anySched) entry(t *anyTask, reads [][]placement.Piece) *anyEntry {
 	return e
 }
 
-// keepHostOutputs records host task id's outputs, the parts of the
-// program's memory it wrote (outs, which are acc's writes), as it left
-// them.
+// keepHostOutputs records host task id's outputs as it left them. They are the
+// parts of the program's memory it wrote (outs, which are acc's writes).
 func (s *anySched) keepHostOutputs(id int64, acc []placement.Access, outs [][]byte) {
 	var out []anySaved
 	for i, a := range acc {
@@ -183,9 +182,8 @@ func (s *anySched) keepHostOutputs(id int64, acc []placement.Access, outs [][]by
 	s.rr.mu.Unlock()
 }
 
-// noteLost tells the table about devices lost since it last looked, and
-// makes the restore tasks of the data whose only valid copy they held;
-// s.mu is held.
+// noteLost tells the table about devices lost since it last looked. It makes
+// the restore tasks of the data whose only valid copy they held. s.mu is held.
 func (s *anySched) noteLost() {
 	if !s.rr.on {
 		return
@@ -202,9 +200,9 @@ func (s *anySched) noteLost() {
 	}
 }
 
-// restoreTask recomputes g, whose only valid copy was on a lost device,
-// into the program's memory, after the last task that writes it (as a copy
-// back would be), and records that the host's copy is valid; s.mu is held.
+// restoreTask recomputes g into the program's memory; g's only valid copy was
+// on a lost device. It runs after the last task that writes g, as a copy back
+// would. It records that the host's copy is valid; s.mu is held.
 func (s *anySched) restoreTask(g placement.Buf) {
 	region := s.table.Region(g)
 	x, name, err := s.section(region, g)
@@ -229,16 +227,16 @@ type anyRestore struct {
 }
 
 // waitRestores waits for the restore tasks made so far of the parts that
-// overlap bufs (all where bufs is nil) and returns their errors; s.mu is
-// held. The host's copy of what they restore counts as valid from their
-// making on (later tasks are ordered after them), so whatever gives the
-// program its memory back (Wait's copies back, Taskwait's hand-back,
-// which also drops the first versions they read) waits for them first: a
-// device lost just before then left them running.
+// overlap bufs (all where bufs is nil). It returns their errors; s.mu is held.
+// The host's copy of what they restore counts as valid from their making on.
+// Later tasks are ordered after them. So whatever gives the program its memory
+// back waits for them first. That is Wait's copies back, and Taskwait's
+// hand-back, which also drops the first versions they read. A device lost just
+// before then left them running.
 //
-// A restore that did not run because the task that wrote its data failed
-// (not re-run: a Once kernel) adds no error of its own: that task's
-// failure is reported, by its Wait or by Taskwait.
+// A restore may not run because the task that wrote its data failed (not
+// re-run: a Once kernel). It adds no error of its own. That task's failure is
+// reported, by its Wait or by Taskwait.
 func (s *anySched) waitRestores(ctx context.Context, bufs []placement.Buf) error {
 	var errs []error
 	left := s.rr.restores[:0]
@@ -288,11 +286,11 @@ func (s *anySched) install(to anyDest, b placement.Buf, pieces []placement.Piece
 	return core.Memcpy(core.Loc{Dev: cd, Ptr: dp}, core.Loc{Host: data}, int64(b.Size))
 }
 
-// version returns p's bytes as its writer left them: from the snapshot if
-// none wrote it, else from what the writer's re-run (or, for a host task,
-// the task itself) kept, else from a device copy that still holds them
-// (survivor; top says that no task that writes p runs before the caller
-// is done with it), re-running the writer if none does.
+// version returns p's bytes as its writer left them. If none wrote p, they
+// come from the snapshot. Else they come from what the writer's re-run kept
+// (or, for a host task, the task itself). Else they come from a device copy
+// that still holds them (survivor). Else it re-runs the writer. top says that
+// no task that writes p runs before the caller is done with it.
 func (s *anySched) version(p placement.Piece, top bool) ([]byte, error) {
 	w, held := s.writer(p, top)
 	src, hs := placement.SourceOf(p, w, s.usable)
@@ -331,9 +329,9 @@ func (s *anySched) version(p placement.Piece, top bool) ([]byte, error) {
 	return nil, fmt.Errorf("%w: task %d's outputs hold no [%#x, +%d)", plugin.ErrDeviceLost, p.Writer, p.Buf.Addr, p.Buf.Size)
 }
 
-// writer returns what the runtime holds of p's writer, for
-// placement.SourceOf, and its records of the device copies that held its
-// version (the holders' Ref); top as for version.
+// writer returns what the runtime holds of p's writer, for placement.SourceOf.
+// It also returns its records of the device copies that held its version (the
+// holders' Ref). top is as for version.
 func (s *anySched) writer(p placement.Piece, top bool) (placement.Writer, []anyHeld) {
 	var w placement.Writer
 	if p.Writer == 0 {
@@ -373,10 +371,10 @@ func savedPart(saved []anySaved, b placement.Buf) []byte {
 	return nil
 }
 
-// outputs returns what task id wrote: kept (a host task's, or its
-// re-run's), or from its re-run, which it makes unless another goroutine
-// is making it (it waits for that one then); top as for rerun. A re-run
-// that failed is forgotten (a later need tries again).
+// outputs returns what task id wrote. It is kept (a host task's, or its
+// re-run's), or it comes from its re-run. outputs makes that re-run unless
+// another goroutine is making it; then it waits for that one. top is as for
+// rerun. A re-run that failed is forgotten: a later need tries again.
 func (s *anySched) outputs(id int64, top bool) ([]anySaved, error) {
 	s.rr.mu.Lock()
 	o := s.rr.memo[id]
@@ -400,11 +398,10 @@ func (s *anySched) outputs(id int64, top bool) ([]anySaved, error) {
 	return o.out, o.err
 }
 
-// rerun runs entry id again privately: its inputs as their writers left
-// them, on fresh memory, on a device that works, keeping what it writes
-// in memo (outputs); top says that the task's own task is not done yet (a
-// recovery of it), so that no task that writes what it reads runs
-// meanwhile.
+// rerun runs entry id again privately, on fresh memory, on a device that
+// works. Its inputs are as their writers left them. It keeps what it writes in
+// memo (outputs). top says that the task's own task is not done yet, as in a
+// recovery of it. Then no task that writes what it reads runs meanwhile.
 func (s *anySched) rerun(id int64, top bool) ([]anySaved, error) {
 	s.rr.mu.Lock()
 	e := s.rr.entries[id]
@@ -467,16 +464,16 @@ func (s *anySched) rerun(id int64, top bool) ([]anySaved, error) {
 	return nil, fmt.Errorf("task %d (%s) could not run again: %w", id, name, errors.Join(tries...))
 }
 
-// rerunDevice is the device a re-run of e goes to, of those that can run
-// it and were not tried: where the model expects it to end first. The
-// program's own CPU (the initial device, numbered NumDevices) is one of
-// them: a re-run's inputs and outputs are in the program's memory, so
-// there it needs no copies and waits behind no queue, while the devices
-// left are busy with the lost device's share of the work besides their
-// own. Its kernel time there is taken to be the fastest learned on a CPU
-// device (host, local, tcp, mpi: the same Go code on like cores, lost
-// ones included); where none was timed, the host is chosen only if no
-// device can run it (an accelerator's time says nothing of the host's).
+// rerunDevice is the device a re-run of e goes to. It is chosen from those
+// that can run e and were not tried: where the model expects it to end first.
+// The program's own CPU is one of them: the initial device, numbered
+// NumDevices. A re-run's inputs and outputs are in the program's memory. So
+// there it needs no copies and waits behind no queue. The devices left are
+// busy with the lost device's share of the work besides their own. Its kernel
+// time there is taken to be the fastest learned on a CPU device. Those are
+// host, local, tcp and mpi: the same Go code on like cores, lost ones
+// included. Where none was timed, the host is chosen only if no device can run
+// it. An accelerator's time says nothing of the host's.
 func (s *anySched) rerunDevice(e *anyEntry, tried map[int]bool) int {
 	name, class := e.t.Kernel.Name(), placement.SizeClass(e.t.size)
 	s.mmu.Lock()
@@ -519,9 +516,9 @@ func (s *anySched) rerunPlace(d int) string {
 	return fmt.Sprintf("device %d", d)
 }
 
-// recoverTask is the Op.Recover of entry e's task on device d (a kernel):
-// the work is done again privately, and its outputs are put in d's copy if
-// d works (outs are the slices of e's accesses).
+// recoverTask is the Op.Recover of entry e's task on device d (a kernel). The
+// work is done again privately. Its outputs are put in d's copy if d works.
+// outs are the slices of e's accesses.
 func (s *anySched) recoverTask(e *anyEntry, d int, outs []reflect.Value, cause error) error {
 	if s.usable(d) && !errors.Is(cause, plugin.ErrDeviceLost) {
 		return cause // not a loss: it failed by itself
@@ -547,9 +544,10 @@ func (s *anySched) recoverTaskNow(e *anyEntry, d int, outs []reflect.Value, caus
 	return nil
 }
 
-// recoverCopy is the Op.Recover of a copy of b (whose parts pieces name)
-// from device from to to (Host: a copy back): the parts are put there from their writers'
-// re-runs, unless to is a lost device too (nothing reads its copy now).
+// recoverCopy is the Op.Recover of a copy of b from device from to to (Host: a
+// copy back). pieces name b's parts. The parts are put there from their
+// writers' re-runs. That is unless to is a lost device too: nothing reads its
+// copy now.
 func (s *anySched) recoverCopy(to anyDest, from int, b placement.Buf, pieces []placement.Piece, cause error, used bool) error {
 	lost := func(d int) bool { return d != placement.Host && !s.usable(d) }
 	if lost(to.dev) {

@@ -81,14 +81,14 @@ func (s *anySched) held(e *anyEntry, hs []anyHeld) {
 	e.at = append(e.at, hs...)
 }
 
-// intact reports whether h's copy still holds the version: nothing was
-// placed there since, or (top, as for version) nothing that writes it
-// runs before the reader is done.
+// intact reports whether h's copy still holds the version. It does if nothing
+// was placed there since. With top (as for version), it does if nothing that
+// writes it runs before the reader is done.
 func (h anyHeld) intact(top bool) bool { return top || h.mods.Load() == h.stamp }
 
-// survivor returns p's bytes as its writer left them, read from the first
-// of holders hs (placement.SourceOf's, their Refs in held) that still
-// holds them, or nil; top as for version.
+// survivor returns p's bytes as its writer left them, or nil. It reads them
+// from the first of holders hs that still holds them. hs are
+// placement.SourceOf's, their Refs in held. top is as for version.
 func (s *anySched) survivor(p placement.Piece, hs []placement.Holder, held []anyHeld, top bool) []byte {
 	s.rr.mu.Lock()
 	e := s.rr.entries[p.Writer]

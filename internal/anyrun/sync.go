@@ -9,9 +9,9 @@ import (
 	"github.com/goffload/offload/internal/placement"
 )
 
-// flush makes the host's copies of bufs valid: each whose valid copies are
-// on devices only is copied back from one, after the last task that
-// writes it.
+// flush makes the host's copies of bufs valid. A buffer whose valid copies are
+// on devices only is copied back from one. The copy comes after the last task
+// that writes it.
 func (s *anySched) flush(ctx context.Context, bufs []placement.Buf) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -29,7 +29,7 @@ func (s *anySched) flush(ctx context.Context, bufs []placement.Buf) error {
 }
 
 // copyBack copies c.Buf back from device c.From, after the last task that
-// writes it, and records that the host's copy is valid; s.mu is held.
+// writes it. It records that the host's copy is valid; s.mu is held.
 func (s *anySched) copyBack(ctx context.Context, c placement.Copy) error {
 	t, name, err := s.copyBackTask(c)
 	if err != nil {
@@ -42,10 +42,10 @@ func (s *anySched) copyBack(ctx context.Context, c placement.Copy) error {
 	return nil
 }
 
-// copyBackTask makes the task that copies c.Buf back from device c.From:
-// after the last task that writes it and the copy that made c.From's copy
-// valid, and before the host tasks that read it. It returns the section's
-// name too; s.mu is held.
+// copyBackTask makes the task that copies c.Buf back from device c.From. The
+// task comes after the last task that writes it and the copy that made
+// c.From's copy valid. It comes before the host tasks that read it. It returns
+// the section's name too; s.mu is held.
 func (s *anySched) copyBackTask(c placement.Copy) (*core.Task, string, error) {
 	x, name, err := s.section(c.Region, c.Buf)
 	if err != nil {
@@ -62,9 +62,9 @@ func (s *anySched) copyBackTask(c placement.Copy) (*core.Task, string, error) {
 	return s.rt.Spawn(s.rt.Devices[c.From], op, deps, false), name, nil
 }
 
-// handback makes every buffer's host copy valid and, if release, frees the
-// device copies and gives the buffers back to the program (Taskwait: no
-// task uses them any more).
+// handback makes every buffer's host copy valid. If release, it also frees the
+// device copies and gives the buffers back to the program. That is Taskwait:
+// no task uses them any more.
 func (s *anySched) handback(ctx context.Context, release bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

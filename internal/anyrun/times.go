@@ -8,16 +8,16 @@ import (
 
 // Kernel times as the devices measure them. The placement model learns a
 // kernel's time on a device from each Any-task's run there. Seen from the
-// host, a task ends when the device's notice of it arrives, and a device
-// sends the ends of several tasks together: a short kernel that ended in
-// the same notice as the one before it looks as if it took no time, and
-// one behind a late notice looks slow. So where a device can time its
-// queues' operations (plugin.Tracer: local, tcp, mpi, host, CUDA, OpenCL),
-// the runtime has it time every construct's from the first Any-task on
-// (core's Device.TimeOps: a tag per construct, and the times of its
-// operations beside its events), and an Any-task's kernel time is its
-// launch's on the device's clock. A device that does not time them is
-// learned from as before (placement.Model.Done's rule).
+// host, a task ends when the device's notice of it arrives. A device sends the
+// ends of several tasks together. A short kernel that ended in the same notice
+// as the one before it looks as if it took no time. One behind a late notice
+// looks slow. Some devices can time their queues' operations (plugin.Tracer:
+// local, tcp, mpi, host, CUDA, OpenCL). There the runtime has them time every
+// construct's operations from the first Any-task on. That is core's
+// Device.TimeOps: a tag per construct, and its operations' times beside its
+// events. An Any-task's kernel time is then its launch's on the device's
+// clock. A device that does not time them is learned from as before
+// (placement.Model.Done's rule).
 
 // timeOps asks every device to time its operations for s.
 func (s *anySched) timeOps() {
@@ -39,8 +39,8 @@ func (s *anySched) opTime(o plugin.OpTime) {
 	s.tmu.Unlock()
 }
 
-// launching records that task id's kernel time is wanted; the report may
-// have come before (a device that ran it at once), and is lost then.
+// launching records that task id's kernel time is wanted. The report may have
+// come before, from a device that ran it at once; it is lost then.
 func (s *anySched) launching(id uint64) {
 	s.tmu.Lock()
 	s.launched[id] = 0 // opTime fills in only the tasks here
