@@ -105,10 +105,10 @@ func failedPred(preds []*Task) *failure {
 	return nil
 }
 
-// waitDone waits until every task of ts is done. A task never completes
-// before a task it depends on, also when it fails early (its device was
-// lost, its enqueue failed): its dependents, and the tasks created once its
-// failure is reported (which depend on nothing), rely on that order.
+// waitDone waits until every task of ts is done. A task never completes before
+// a task it depends on. That holds also when it fails early: its device was
+// lost, or its enqueue failed. Its dependents rely on that order. So do the
+// tasks created once its failure is reported, which depend on nothing.
 func waitDone(ts []*Task) {
 	for _, p := range ts {
 		if !p.fin.Load() {

@@ -318,14 +318,14 @@ func (g *depGraph) forget(f *failure) {
 	f.addrs = nil
 }
 
-// split makes w, the last writer at an address whose object reaches to
-// until, the last writer of the part [at, until) that a new writer at
-// the address does not cover, in a history of its own at at, so that the
-// new writer need not stand for it there (tasks on that part would wait
-// for the new one, which does not touch it: the fill of a band's rows,
-// named from its first row, and the writes of that row step after step).
-// It reports false, the new writer standing for w, where at has a
-// history already. Called with tasks.mu held.
+// split handles w, the last writer at an address whose object reaches to
+// until. A new writer at the address does not cover the part [at, until).
+// split makes w the last writer of that part, in a history of its own at at.
+// So the new writer need not stand for it there. Else tasks on that part would
+// wait for the new one, which does not touch it. An example is the fill of a
+// band's rows, named from its first row, and the writes of that row step after
+// step. split reports false where at has a history already; the new writer
+// then stands for w. Called with tasks.mu held.
 func (g *depGraph) split(w *Task, at, until uintptr, keep unsafe.Pointer) bool {
 	if w.completed {
 		return !holds(w) // done: nothing to wait for, unless its failure is

@@ -82,10 +82,10 @@ func (d *Device) Lost() error {
 	return nil
 }
 
-// noteLost remembers err if it says the device is lost, for a plugin
-// device that does not say itself (plugin.LostReporter): one that does
-// knows its own loss from another device's, which an operation's error
-// may be (a wait on a lost device's event wraps ErrDeviceLost too).
+// noteLost remembers err if it says the device is lost. It is for a plugin
+// device that does not say itself (plugin.LostReporter). One that does knows
+// its own loss from another device's. An operation's error may be another
+// device's: a wait on a lost device's event wraps ErrDeviceLost too.
 func (d *Device) noteLost(err error) {
 	if _, ok := d.Dev.(plugin.LostReporter); ok {
 		return
@@ -372,9 +372,9 @@ func (d *Device) wait(ctx context.Context, op string, fn func() error, cleanup f
 	return d.await(ctx, op, fn, cleanup)
 }
 
-// await is wait for a construct that must run even if ctx is done already
-// (the end of a data region); if ctx is done already, it does not wait at
-// all: the construct runs in the background and the error is ctx's.
+// await is wait for a construct that must run even if ctx is done already,
+// such as the end of a data region. If ctx is done already, it does not wait
+// at all. The construct runs in the background and the error is ctx's.
 func (d *Device) await(ctx context.Context, op string, fn func() error, cleanup func()) (err error, gaveUp bool) {
 	if ctx == nil || ctx.Done() == nil {
 		return fn(), false
@@ -490,10 +490,10 @@ func (d *Device) Data(ctx context.Context, maps []MapItem, body func() error) er
 	return bodyErr
 }
 
-// traceOps makes d's plugin report the times of the queue operations it
-// times, for the tool if it wants them and for the sink TimeOps sets; the
-// construct's queues are tagged (and their operations timed) from the
-// start if the tool wants them, else once TimeOps asks.
+// traceOps makes d's plugin report the times of the queue operations it times.
+// They go to the tool if it wants them, and to the sink TimeOps sets. If the
+// tool wants them, the construct's queues are tagged from the start, and their
+// operations timed. Else that starts once TimeOps asks.
 func (d *Device) traceOps() {
 	dt, want := d.tool.(tool.DeviceOpTool)
 	if ts, multi := d.tool.(tools); multi {

@@ -234,10 +234,10 @@ func (g *Graph) present(d *Device, op string, m MapItem) (plugin.Ptr, error) {
 	return tgt, nil
 }
 
-// Seal ends the record: it finds the nodes' edges from their own depend
-// clauses (OpenMP's rules, as Spawn's), puts each node on a lane of its
-// device, and checks that each edge between devices can be waited for on
-// the device. The graph's clauses are the union of the nodes'.
+// Seal ends the record. It finds the nodes' edges from their own depend
+// clauses (OpenMP's rules, as Spawn's). It puts each node on a lane of its
+// device. It checks that each edge between devices can be waited for on the
+// device. The graph's clauses are the union of the nodes'.
 func (g *Graph) Seal() error {
 	if g.seal {
 		return nil
@@ -278,12 +278,12 @@ func (g *Graph) Seal() error {
 	return nil
 }
 
-// place puts node i, whose predecessors are preds, on a lane: one of its
-// device's lanes that holds a predecessor already (queue order is the
-// wait), the one holding most; else a new lane, while the device has
-// fewer than maxLanes; else the device's lane whose last node is oldest.
-// The predecessors on other lanes are waited for by event, but for those
-// the lane knows are done already (kn).
+// place puts node i, whose predecessors are preds, on a lane. It prefers the
+// device's lane that holds most predecessors already: queue order is the wait.
+// Else it takes a new lane, while the device has fewer than maxLanes. Else it
+// takes the device's lane whose last node is oldest. The predecessors on other
+// lanes are waited for by event. Those the lane knows are done already (kn)
+// are not.
 func (g *Graph) place(i int, preds []*Task, index map[*Task]int, kn *known) {
 	n := &g.nodes[i]
 	count := map[int]int{}
@@ -334,11 +334,11 @@ func (g *Graph) place(i int, preds []*Task, index map[*Task]int, kn *known) {
 	kn.at(lane, i)
 }
 
-// known is, for each lane, the last node of each lane it knows is done
-// when its next node runs: queue order tells it its own; waiting for a
-// node of another lane tells it what that lane knew there (vector
-// clocks). A predecessor known done needs no wait: on local devices, a
-// wait and its event are messages.
+// known holds, for each lane, the last node of each lane it knows is done when
+// its next node runs. Queue order tells it its own. Waiting for a node of
+// another lane tells it what that lane knew there (vector clocks). A
+// predecessor known done needs no wait. On local devices, a wait and its event
+// are messages.
 type known struct {
 	now  [][]int // by lane, by lane: a node index, -1 for none
 	seen [][]int // by node: its lane's now once it ran

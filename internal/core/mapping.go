@@ -28,20 +28,19 @@ func (w *work) refused(m MapItem, p *mapping.Plan) error {
 	return w.d.mapErr(w.op, m, ErrNotPresent, "the present modifier requires the buffer to be mapped, and no mapping contains it")
 }
 
-// use records that w's queue uses e until w finishes (a plan's use): the
-// entry's memory is not freed before then, even if another construct drops
-// the last reference meanwhile (references move when work is enqueued;
-// memory is freed when the work using it is done).
+// use records that w's queue uses e until w finishes (a plan's use). The
+// entry's memory is not freed before then. That holds even if another
+// construct drops the last reference meanwhile. References move when work is
+// enqueued; memory is freed when the work using it is done.
 func (w *work) use(e *mapping.Entry) { w.used = append(w.used, e) }
 
 // enter maps one buffer for a construct's start (target, target data, enter
-// data): it finds or creates the entry, moves its reference count and
-// enqueues the copy in on w's queue. It returns the entry whose count it
-// moved (nil if none) and the device address of the buffer. It never waits
-// for other constructs' queued work: an entry being deleted has left the
-// table already, so a new mapping of the same memory is made at once (its
-// copy in is ordered after the old one's copy out by the queues, when the
-// tasks depend on each other).
+// data). It finds or creates the entry, moves its reference count and enqueues
+// the copy in on w's queue. It returns the entry whose count it moved (nil if
+// none) and the device address of the buffer. It never waits for other
+// constructs' queued work. An entry being deleted has left the table already.
+// So a new mapping of the same memory is made at once. When the tasks depend
+// on each other, the queues order its copy in after the old one's copy out.
 func (w *work) enter(m MapItem) (*mapping.Entry, plugin.Ptr, error) {
 	d := w.d
 	addr, size := m.Buf.Addr(), m.Buf.Size
@@ -518,10 +517,10 @@ func allBytes(b []byte, v byte) bool {
 }
 
 // checkInitial is checkBefore and checkAfter for a kernel on the initial
-// device, whose arguments are host memory: it fills Out slices with the
-// pattern, snapshots In slices, and after the kernel reports, then puts
-// back what the kernel did not write into an Out slice (the host's data,
-// as without the check). It returns what to call after the kernel.
+// device, whose arguments are host memory. It fills Out slices with the
+// pattern and snapshots In slices. After the kernel reports, it puts back what
+// the kernel did not write into an Out slice. That is the host's data, as
+// without the check. It returns what to call after the kernel.
 func (d *Device) checkInitial(task uint64, k *entries.Kernel, args []KernelArg) func() {
 	type slot struct {
 		c    *argCheck

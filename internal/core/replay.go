@@ -12,21 +12,21 @@ import (
 	"github.com/goffload/offload/tool"
 )
 
-// Replay runs g's nodes again as one task, with args (a slice from Args,
-// the replay's scalars set in it; the nodes' device addresses as
-// recorded). The task comes after the tasks that g's depend clauses name
-// (as a task with all of them would) and after g's last replay; tasks made
-// later that name them come after it. When its predecessors are done, it
-// checks that the mappings the nodes' buffers lie in are the recorded ones
-// (else it fails with ErrGraphChanged, and nothing runs), then enqueues
-// every node on its lane behind event waits for its predecessors on other
-// lanes, and completes once every lane's work is done, with the first
-// error any of them had. It makes no task per node: a node's failure is
-// the replay's, and the nodes after it run on what it left.
+// Replay runs g's nodes again as one task, with args. args is a slice from
+// Args, with the replay's scalars set in it; the nodes' device addresses are
+// as recorded. The task comes after the tasks that g's depend clauses name, as
+// a task with all of them would. It also comes after g's last replay. Tasks
+// made later that name them come after it. When its predecessors are done, it
+// checks the mappings the nodes' buffers lie in. They must be the recorded
+// ones; else it fails with ErrGraphChanged, and nothing runs. Then it enqueues
+// every node on its lane, behind event waits for its predecessors on other
+// lanes. It completes once every lane's work is done, with the first error any
+// of them had. It makes no task per node. A node's failure is the replay's,
+// and the nodes after it run on what it left.
 //
-// A graph of Any-tasks is replayed only while the valid copies of its
-// buffers are where its record found them; else Replay makes no task and
-// returns an error wrapping ErrGraphChanged.
+// A graph of Any-tasks is replayed only while the valid copies of its buffers
+// are where its record found them. Else Replay makes no task and returns an
+// error wrapping ErrGraphChanged.
 func (g *Graph) Replay(args []plugin.Arg) (*Task, error) {
 	if g.any != nil && g.seal {
 		return g.any.Replay(func() *Task { return g.replay(args) })
@@ -286,9 +286,9 @@ func recordOn(d *Device, q plugin.Queue) (plugin.Event, error) {
 	return ev, nil
 }
 
-// enqueue enqueues the copy on q, as MemcpyOp lowers it; a copy between
-// devices that q cannot make itself is an error (a staged copy is host
-// work, which a replay does not do).
+// enqueue enqueues the copy on q, as MemcpyOp lowers it. A copy between
+// devices that q cannot make itself is an error. A staged copy is host work,
+// which a replay does not do.
 func (c *gcopy) enqueue(q plugin.Queue) error {
 	switch {
 	case c.dst.onDevice() && !c.src.onDevice():
@@ -329,10 +329,10 @@ func (p *gparts) free() {
 // graphKeys numbers the graphs defined on devices.
 var graphKeys atomic.Uint64
 
-// startParts runs the replay t on the graph's parts, defining them first
-// if this is the first replay, and reports whether it did; else the
-// caller replays operation by operation. held are the mappings the
-// replay holds, released at its end.
+// startParts runs the replay t on the graph's parts and reports whether it
+// did. It defines the parts first if this is the first replay. If it did not,
+// the caller replays operation by operation. held are the mappings the replay
+// holds, released at its end.
 func (g *Graph) startParts(t *Task, args []plugin.Arg, held []*mapping.Entry, pend []pendingCopy) bool {
 	if g.noParts || len(pend) > 0 {
 		return false

@@ -1,20 +1,19 @@
-// Package core is goffload's device-agnostic runtime. It holds the
-// device table. It lowers target constructs and tasks to plugin queue
-// operations, issuing what each device's present table (package mapping)
-// plans. Its settings are package config's; offload.Any's mechanics are
-// package anyrun's, on this package's exported API.
+// Package core is goffload's device-agnostic runtime. It holds the device
+// table. It lowers target constructs and tasks to plugin queue operations. It
+// issues what each device's present table (package mapping) plans. Its
+// settings are package config's. offload.Any's mechanics are package anyrun's,
+// on this package's exported API.
 //
-// Its files: runtime.go (Start, Stop, the tools, a process's roles),
-// device.go (a device and its queues), op.go (the Op a construct is
-// lowered to, and the errors), target.go (target constructs and their
-// clauses), mapping.go
-// (issuing the present table's plans; GOFFLOAD_CHECK), memory.go (device
-// memory routines, allocation, declare target variables), task.go (the
-// Task and what recovery keeps), spawn.go (making and enqueueing a task,
-// and how it waits for each predecessor), complete.go (a task's end, host
-// waits, taskwait), deps.go (the dependence history as plain state),
-// graph.go (a recorded task graph) and replay.go (its replays, as one task
-// or as one call per device).
+// runtime.go holds Start, Stop, the tools and a process's roles. device.go
+// holds a device and its queues. op.go holds the Op a construct is lowered to,
+// and the errors. target.go holds target constructs and their clauses.
+// mapping.go issues the present table's plans (and GOFFLOAD_CHECK). memory.go
+// holds device memory routines, allocation and declare target variables.
+// task.go holds the Task and what recovery keeps. spawn.go makes and enqueues
+// a task, and says how it waits for each predecessor. complete.go holds a
+// task's end, host waits and taskwait. deps.go holds the dependence history as
+// plain state. graph.go holds a recorded task graph. replay.go holds its
+// replays, as one task or as one call per device.
 package core
 
 import (
@@ -283,9 +282,9 @@ func (r *Runtime) StopContext(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// checkWritable fails Start for a GOFFLOAD_PROFILE path that Stop could
-// not write, so that the run is not wasted (issue 34): it opens the file
-// for writing, creating it, and removes it again if it was not there.
+// checkWritable fails Start for a GOFFLOAD_PROFILE path that Stop could not
+// write. So the run is not wasted (issue 34). It opens the file for writing,
+// creating it, and removes it again if it was not there.
 func checkWritable(path string) error {
 	_, statErr := os.Stat(path)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o666)
@@ -311,9 +310,9 @@ func (r *Runtime) Note(task uint64, text string) {
 // It is empty until the first Any-task.
 func (r *Runtime) AnyState() *atomic.Value { return &r.anys }
 
-// ServeDevice serves as a device of each kind that finds this process is
-// one of its device processes, and ends the process then; otherwise it
-// returns at once (offload.Start and role.ServeDevice call it).
+// ServeDevice serves as a device of each kind that finds this process is one
+// of its device processes. It ends the process then. Otherwise it returns at
+// once. offload.Start and role.ServeDevice call it.
 func ServeDevice() {
 	for _, k := range plugin.Kinds() {
 		if k.ServeIfDevice != nil {
@@ -387,16 +386,15 @@ func (ts tools) wantOps() bool {
 // afterKill bounds the wait for the work of killed devices to fail.
 const afterKill = 5 * time.Second
 
-// endWork is how Stop gets out of the work going on. It asks every kernel
-// to stop (their Ctx's Done closes, plugin.Canceler), then waits for the
-// tasks and the constructs that went on in the background, until ctx ends
-// or the grace period (Config.StopGrace) passes. Work that is still going
-// on then is ended by force where it can be: device processes are killed
-// (plugin.Killer), which fails their pending work. A kernel running on a
-// goroutine of this process (the host kind, the initial device) cannot be
-// ended: its device is reported in stuck, not closed (its memory stays
-// while the kernel may use it), and the error names it. The error also
-// names every device killed.
+// endWork is how Stop gets out of the work going on. It asks every kernel to
+// stop: their Ctx's Done closes (plugin.Canceler). Then it waits for the tasks
+// and the constructs that went on in the background. It waits until ctx ends
+// or the grace period (Config.StopGrace) passes. Work still going on then is
+// ended by force where it can be. Device processes are killed (plugin.Killer),
+// which fails their pending work. A kernel running on a goroutine of this
+// process cannot be ended (the host kind, the initial device). Its device is
+// reported in stuck, not closed: its memory stays while the kernel may use it.
+// The error names it. The error also names every device killed.
 func (r *Runtime) endWork(ctx context.Context) (stuck map[*Device]bool, err error) {
 	for _, d := range r.Devices {
 		if c, ok := d.Dev.(plugin.Canceler); ok && d.Dev != nil {
@@ -457,13 +455,12 @@ func (r *Runtime) endWork(ctx context.Context) (stuck map[*Device]bool, err erro
 }
 
 // abandon completes the tasks still live on the devices of stuck with an
-// error that says Stop gave up on them (wrapping cause and
-// plugin.ErrDeviceLost), so that their Wait returns it at once; their
-// work's own end, whenever it comes, changes nothing then (completeNext),
-// and their devices ran nothing after the kernel (plugin.Abandoner). Host
-// work and kernels of the initial device run on the program's memory:
-// their tasks fail the same way, but what they write themselves they
-// write.
+// error. The error says Stop gave up on them, wrapping cause and
+// plugin.ErrDeviceLost. So their Wait returns it at once. Their work's own
+// end, whenever it comes, changes nothing then (completeNext). Their devices
+// ran nothing after the kernel (plugin.Abandoner). Host work and kernels of
+// the initial device run on the program's memory. Their tasks fail the same
+// way, but what they write themselves they write.
 func (r *Runtime) abandon(stuck map[*Device]bool, cause error, why string) {
 	ts := &r.tasks
 	ts.mu.Lock()
@@ -489,9 +486,9 @@ func (r *Runtime) abandon(stuck map[*Device]bool, cause error, why string) {
 	}
 }
 
-// running returns the devices with work still going on, and what: the
-// synchronous constructs that went on in the background, and the tasks
-// not completed (host work counts on the initial device).
+// running returns the devices with work still going on, and what. That is the
+// synchronous constructs that went on in the background, and the tasks not
+// completed. Host work counts on the initial device.
 func (r *Runtime) running() map[*Device][]string {
 	out := map[*Device][]string{}
 	all := append(slices.Clone(r.Devices), r.Initial)

@@ -92,9 +92,9 @@ func (r *Runtime) spawnWaiting(t *Task, d *Device, op Op, preds []*Task, fallbac
 	}
 }
 
-// runHere runs s, a step that does not block (enqueueing), on the caller,
-// and starts what it hands on on a goroutine of its own: the caller is the
-// program, which must not run other tasks' work.
+// runHere runs s, a step that does not block (enqueueing), on the caller. It
+// starts what s hands on on a goroutine of its own. The caller is the program,
+// which must not run other tasks' work.
 func runHere(s step) {
 	if s == nil {
 		return
@@ -160,12 +160,12 @@ func (d *Device) canWait(p *Task, ev plugin.Event) bool {
 	return ok && fw.CanWait(ev)
 }
 
-// enqueue puts t's work on a queue of d behind waits for preds, records the
-// event dependents wait on, and completes t in the background. It returns
-// the steps of the tasks that waited for t to be enqueued; on the initial
-// device, the work itself as a step, for the caller to run where it does
-// not hold anyone up. How it waits for each of preds is enqueueWait's
-// decision, and which it follows on its queue mayFollow's.
+// enqueue puts t's work on a queue of d behind waits for preds. It records the
+// event dependents wait on, and completes t in the background. It returns the
+// steps of the tasks that waited for t to be enqueued. On the initial device
+// it also returns the work itself as a step. The caller runs it where it does
+// not hold anyone up. enqueueWait decides how it waits for each of preds.
+// mayFollow decides which it follows on its queue.
 func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback bool) step {
 	if err := op.check(d); err != nil {
 		r.completeAfter(t, err, preds)
@@ -267,8 +267,8 @@ func (d *Device) followOne(preds []*Task, evs []plugin.Event) (*cqueue, *Task, [
 }
 
 // waitPreds enqueues on w, t's work on d, the waits for preds, whose events
-// are evs: on the device where p has an event, else (it completed) on the
-// host, which looks at how it ended (see enqueueWait).
+// are evs. It waits on the device where p has an event. Else p completed, and
+// it waits on the host, which looks at how p ended (see enqueueWait).
 func waitPreds(t *Task, d *Device, op string, w *work, preds []*Task, evs []plugin.Event) {
 	for i, p := range preds {
 		ev := evs[i]
@@ -292,11 +292,11 @@ func waitPreds(t *Task, d *Device, op string, w *work, preds []*Task, evs []plug
 	}
 }
 
-// publish records the event that marks the end of t's work on w's queue,
-// and returns it; nil if the device failed to make or record it. Dependents
-// wait on it only if the work was all enqueued and ends on the queue; a
-// task that failed to enqueue, or that has work after the queue's (staged
-// copies), is waited for on the host.
+// publish records the event that marks the end of t's work on w's queue, and
+// returns it. It returns nil if the device failed to make or record it.
+// Dependents wait on it only if the work was all enqueued and ends on the
+// queue. Some tasks are waited for on the host: one that failed to enqueue, or
+// that has work after the queue's (staged copies).
 func (t *Task) publish(d *Device, op string, w *work) plugin.Event {
 	ev, err := d.Dev.NewEvent()
 	if err == nil {
@@ -469,9 +469,9 @@ func enqueuedWait(v predView) wait {
 	return hostWait
 }
 
-// enqueueWait is how enqueue waits for a predecessor that Spawn left to
-// the device, seen as v: an event is waited for on the device, and a
-// predecessor without one once it completes.
+// enqueueWait is how enqueue waits for a predecessor that Spawn left to the
+// device, seen as v. An event is waited for on the device. A predecessor
+// without one is waited for once it completes.
 func enqueueWait(v predView) wait {
 	switch {
 	case v.event:

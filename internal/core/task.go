@@ -17,9 +17,9 @@ import (
 // a task it depends on failed.
 var ErrDependency = errors.New("a task it depends on failed")
 
-// ErrInTask is wrapped by the error of Taskwait or Stop called from inside
-// a task (host work, or a kernel on the initial device), which would wait
-// for the task calling it. It wraps ErrBadArgument.
+// ErrInTask is wrapped by the error of Taskwait or Stop called from inside a
+// task. Such a task is host work, or a kernel on the initial device. The call
+// would wait for the task calling it. It wraps ErrBadArgument.
 var ErrInTask = fmt.Errorf("%w: called from inside a task, which would wait for itself", ErrBadArgument)
 
 // Task is an asynchronous construct or piece of host work. Its fields are
@@ -90,9 +90,9 @@ type Task struct {
 	spare *work
 }
 
-// TaskRoom is room for a task on a device and its work: Spawn's caller
-// may allocate it with its own record of the task (SpawnIn), one
-// allocation for all of them. A room holds one task.
+// TaskRoom is room for a task on a device and its work. Spawn's caller may
+// allocate it with its own record of the task (SpawnIn): one allocation for
+// all of them. A room holds one task.
 type TaskRoom struct {
 	t Task
 	w work
@@ -175,9 +175,9 @@ func (t *Task) report() {
 	}
 }
 
-// markEnqueued says t's device work is enqueued, or that it never will
-// be (t completed), and returns the steps of the tasks that waited for
-// that (see Spawn) and can go on now.
+// markEnqueued says t's device work is enqueued, or that it never will be (t
+// completed). It returns the steps of the tasks that waited for that (see
+// Spawn) and can go on now.
 func (t *Task) markEnqueued() step {
 	t.mu.Lock()
 	if t.enqueued {
@@ -260,9 +260,9 @@ type recovery struct {
 	doneAt time.Time
 }
 
-// eventFor returns p's event for t to wait on on a device, recording t
-// as p's device successor (see devSuccs); nil if p has none (it
-// completed, is about to, or is being recovered: the host waits).
+// eventFor returns p's event for t to wait on on a device. It records t as p's
+// device successor (see devSuccs). It returns nil if p has none: p completed,
+// is about to, or is being recovered. The host waits then.
 func (p *Task) eventFor(t *Task) plugin.Event {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -294,14 +294,15 @@ func (t *Task) settle(err error) {
 	}
 }
 
-// recoverTask hands t, which failed with err, to rec (its Op.Recover) on a goroutine of its own once preds are done,
-// and completes it with what rec returns. Until then t stays live: its
-// dependents wait for it, on the host (its event, on the lost device,
-// never fires: it is dropped so that new dependents do not wait on it).
+// recoverTask hands t, which failed with err, to rec (its Op.Recover) once
+// preds are done. rec runs on a goroutine of its own. recoverTask completes t
+// with what rec returns. Until then t stays live: its dependents wait for it,
+// on the host. Its event, on the lost device, never fires. So it is dropped,
+// and new dependents do not wait on it.
 //
 // used, given to rec, says whether a task enqueued behind t's event on a
-// device ran (its own work ended well): then what t did reached it, the
-// host not knowing (t's device stopped before it said so, say).
+// device ran, its own work ending well. Then what t did reached it, though the
+// host may not know. Say t's device stopped before it said so.
 func (r *Runtime) recoverTask(t *Task, rec func(error, bool) error, preds []*Task, err error) {
 	t.mu.Lock()
 	t.ev = nil // after this, no task is enqueued behind it (claim)
