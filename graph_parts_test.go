@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goffload/offload"
+	"github.com/goffload/offload/plugins/host"
 )
 
 // SleepMs sleeps ms milliseconds on its device, then adds 1 to x.
@@ -37,14 +38,25 @@ func framesOf(t *testing.T, dev int) map[string]uint64 {
 // the same (Replay): after the record, each replay is one GraphRun frame
 // per device and no other frame but the forgetting of events; the first
 // one defines the parts.
+//
+// On host:2 the host devices' parts replay it (host.GraphsDefined counts
+// them).
 func TestTaskgraphDeviceParts(t *testing.T) {
-	for _, devs := range []string{"local:2", "tcp"} {
+	for _, devs := range []string{"local:2", "tcp", "host:2"} {
 		t.Run(devs, func(t *testing.T) {
 			if devs == "tcp" {
 				startTCPDevice(t)
 				devs = tcpSpec(2)
 			}
 			start(t, offload.WithDevices(devs), offload.WithOffload("MANDATORY"))
+			hosts := devs == "host:2"
+			defined := host.GraphsDefined()
+			framesOf := func(t *testing.T, dev int) map[string]uint64 {
+				if hosts {
+					return nil
+				}
+				return framesOf(t, dev)
+			}
 			const nd, nb, n = 2, 4, 64
 			for seed := range 2 {
 				rng := rand.New(rand.NewPCG(uint64(seed), 45))
@@ -81,6 +93,11 @@ func TestTaskgraphDeviceParts(t *testing.T) {
 						if err := task.Wait(); err != nil {
 							t.Fatalf("graph %d, run %d (Replay %v): %v", seed, it, again, err)
 						}
+						if hosts && (it > 0 || again) {
+							if got := host.GraphsDefined() - defined; got != 1 {
+								t.Fatalf("graph %d, run %d (Replay %v): %d graphs defined on the host devices, want 1", seed, it, again, got)
+							}
+						}
 						for d := range nd {
 							after := framesOf(t, d)
 							if it == 0 && !again {
@@ -110,7 +127,13 @@ func TestTaskgraphDeviceParts(t *testing.T) {
 					}
 				}
 				tg.Reset() // its last replay is done: the parts go at once
+				if got := host.GraphsDefined(); got != defined {
+					t.Errorf("graph %d: %d graphs defined on host devices after Reset, want %d", seed, got, defined)
+				}
 				for d := range nd {
+					if hosts {
+						break
+					}
 					if got := framesOf(t, d)["graphfree"]; got != uint64(seed+1) {
 						t.Errorf("graph %d: device %d got %d graphfree frames after %d resets", seed, d, got, seed+1)
 					}

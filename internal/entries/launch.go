@@ -82,16 +82,16 @@ func (k *Kernel) LaunchHere(ctx *plugin.KernelCtx, args []plugin.Arg, mem plugin
 		return err
 	}
 	defer release()
-	done := make(chan result, 1)
+	var res result // set by run's deferred call, also on runtime.Goexit
 	returned := false
 	defer func() {
 		if !returned { // runtime.Goexit: run's deferred call said why
-			exited((<-done).err)
+			exited(res.err)
 		}
 	}()
-	k.run(j, done)
+	k.run(j, &res, nil)
 	returned = true
-	return (<-done).err
+	return res.err
 }
 
 // bind checks a launch's arguments and returns the job of the call: with

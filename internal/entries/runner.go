@@ -144,7 +144,7 @@ func putRunner(r *runner) {
 func (r *runner) loop() {
 	for j, ok := <-r.jobs; ok; {
 		start := time.Now()
-		j.k.run(j, r.done)
+		j.k.run(j, nil, r.done)
 		long := time.Since(start) >= lingerAfter
 		if j.k.long.Load() != long {
 			j.k.long.Store(long)
@@ -164,27 +164,34 @@ func (r *runner) loop() {
 	}
 }
 
-// run calls the body and sends what became of it on done: nil, or an error
-// for a panic or a runtime.Goexit (which a deferred function sees as a
-// return with nothing to recover).
-func (k *Kernel) run(j job, done chan<- result) {
+// run calls the body and says what became of it: nil, or an error for a
+// panic or a runtime.Goexit (which a deferred function sees as a return with
+// nothing to recover). It sends it on done, or stores it in res where done is
+// nil (a call on the caller's goroutine: no channel to make).
+func (k *Kernel) run(j job, res *result, done chan<- result) {
 	returned := false
 	var err error // the DirectFunc's: its arguments' memory was wrong
 	defer func() {
+		var out result
 		if returned {
-			done <- result{err: err}
+			out.err = err
+		} else {
+			// A *KernelPanic: one line of text, the trimmed stack in its Stack.
+			r := recover()
+			switch pe, _ := r.(*workpool.PanicError); {
+			case r == nil: // the stack still holds the frame that called Goexit
+				out = result{exited: true, err: plugin.NewKernelPanic(k.name, nil, true, false, debug.Stack())}
+			case pe != nil:
+				out.err = plugin.NewKernelPanic(k.name, pe.Value, pe.Goexit, true, pe.Stack)
+			default:
+				out.err = plugin.NewKernelPanic(k.name, r, false, false, debug.Stack())
+			}
+		}
+		if done == nil {
+			*res = out
 			return
 		}
-		// A *KernelPanic: one line of text, the trimmed stack in its Stack.
-		r := recover()
-		switch pe, _ := r.(*workpool.PanicError); {
-		case r == nil: // the stack still holds the frame that called Goexit
-			done <- result{exited: true, err: plugin.NewKernelPanic(k.name, nil, true, false, debug.Stack())}
-		case pe != nil:
-			done <- result{err: plugin.NewKernelPanic(k.name, pe.Value, pe.Goexit, true, pe.Stack)}
-		default:
-			done <- result{err: plugin.NewKernelPanic(k.name, r, false, false, debug.Stack())}
-		}
+		done <- out
 	}()
 	if j.direct {
 		err = k.direct(j.ctx, j.args, j.mem)
