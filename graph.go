@@ -81,6 +81,41 @@ type Recorder struct {
 	g     *core.Graph
 	tasks []*core.Task
 	args  []plugin.Arg
+	// rooms are where a replay's typed launches put their arguments, one
+	// per kernel, reused construct after construct (recRoom): a replay
+	// checks them and keeps only scalars.
+	rooms []recRoomOf
+}
+
+// recRoomOf is a kernel's room in a Recorder.
+type recRoomOf struct {
+	k    *Kernel
+	room any
+}
+
+// replaying returns a's Recorder if a's constructs are a replay's, inside
+// the graph's function; else nil.
+func (a Async) replaying() *Recorder {
+	if r := a.rec; r != nil && r.active && r.replay {
+		return r
+	}
+	return nil
+}
+
+// recRoom returns r's room for k's arguments, a T, made at k's first
+// construct of the Run. A replay's construct needs its arguments only until
+// it returns, so the next construct of k takes the same room.
+func recRoom[T any](r *Recorder, k *Kernel) *T {
+	for i := range r.rooms {
+		if r.rooms[i].k == k {
+			if t, ok := r.rooms[i].room.(*T); ok {
+				return t
+			}
+		}
+	}
+	t := new(T)
+	r.rooms = append(r.rooms, recRoomOf{k, t})
+	return t
 }
 
 // Nowait returns d's constructs as tasks of the graph, with depend clauses
@@ -133,6 +168,15 @@ func keyOf(a any, scalar bool) argKey {
 	if scalar || !v.IsValid() || v.Kind() != reflect.Slice {
 		return argKey{typ: reflect.TypeOf(a), scalar: true}
 	}
+	return argKey{typ: v.Type(), ptr: v.UnsafePointer(), n: v.Len()}
+}
+
+// keyOfRef is keyOf(a, false), or the key of the slice a points to (ref).
+func keyOfRef(a any, ref bool) argKey {
+	if !ref {
+		return keyOf(a, false)
+	}
+	v := reflect.ValueOf(a).Elem()
 	return argKey{typ: v.Type(), ptr: v.UnsafePointer(), n: v.Len()}
 }
 
@@ -255,7 +299,7 @@ func (tg *Taskgraph) record(rt *core.Runtime) *Task {
 
 func (tg *Taskgraph) replay() *Task {
 	r := &tg.rec
-	*r = Recorder{tg: tg, active: true, replay: true, task: &Task{err: errInGraph}, args: tg.g.Args()}
+	*r = Recorder{tg: tg, active: true, replay: true, task: &Task{err: errInGraph}, args: tg.g.Args(), rooms: r.rooms}
 	err := tg.fn(r)
 	r.active = false
 	if err == nil {
@@ -506,7 +550,11 @@ func (r *Recorder) replayLaunch(a Async, k *Kernel, o launchOpts, args []any) *T
 	ps := k.k.Params()
 	for j, x := range args {
 		key := &n.keys[j]
+		ref := o.refs&(1<<j) != 0 // a typed kernel's: x points to the slice
 		if key.scalar {
+			if ref {
+				x = reflect.ValueOf(x).Elem().Interface()
+			}
 			v := x
 			if reflect.TypeOf(x) != ps[j].Type {
 				var err error
@@ -517,7 +565,8 @@ func (r *Recorder) replayLaunch(a Async, k *Kernel, o launchOpts, args []any) *T
 			r.args[from+j].Scalar = v
 			continue
 		}
-		if got := keyOf(x, false); got != *key {
+		got := keyOfRef(x, ref)
+		if got != *key {
 			return r.fail(changed(i, "target %s: argument %d: a %v of %d elements at %p (map type %#x), recorded a %v of %d at %p (%#x)",
 				k.k.Name(), j, got.typ, got.n, got.ptr, got.mt, key.typ, key.n, key.ptr, key.mt))
 		}

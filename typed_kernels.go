@@ -44,6 +44,13 @@ func (k Kernel1[A]) Run(dev Device, a A) error { return k.k.launch(dev, k.o, a) 
 // Nowait runs the kernel as a task of nw, with nw's depend clauses
 // (target nowait). See Async.Run.
 func (k Kernel1[A]) Nowait(nw Async, a A) *Task {
+	if r := nw.replaying(); r != nil { // the arguments go in the recorder's room
+		t := recRoom[kernel1Task[A]](r, k.k)
+		t.a = a
+		o := k.o
+		t.refs[0], o.refs = argRef(&t.a, 0, o.refs)
+		return r.replayLaunch(nw, k.k, o, t.refs[:])
+	}
 	if !nw.direct() {
 		return k.k.launchNowait(nw, k.o, a)
 	}
@@ -151,6 +158,14 @@ func (k Kernel2[A, B]) Run(dev Device, a A, b B) error { return k.k.launch(dev, 
 // Nowait runs the kernel as a task of nw, with nw's depend clauses
 // (target nowait). See Async.Run.
 func (k Kernel2[A, B]) Nowait(nw Async, a A, b B) *Task {
+	if r := nw.replaying(); r != nil { // the arguments go in the recorder's room
+		t := recRoom[kernel2Task[A, B]](r, k.k)
+		t.a, t.b = a, b
+		o := k.o
+		t.refs[0], o.refs = argRef(&t.a, 0, o.refs)
+		t.refs[1], o.refs = argRef(&t.b, 1, o.refs)
+		return r.replayLaunch(nw, k.k, o, t.refs[:])
+	}
 	if !nw.direct() {
 		return k.k.launchNowait(nw, k.o, a, b)
 	}
@@ -264,6 +279,15 @@ func (k Kernel3[A, B, C]) Run(dev Device, a A, b B, c C) error { return k.k.laun
 // Nowait runs the kernel as a task of nw, with nw's depend clauses
 // (target nowait). See Async.Run.
 func (k Kernel3[A, B, C]) Nowait(nw Async, a A, b B, c C) *Task {
+	if r := nw.replaying(); r != nil { // the arguments go in the recorder's room
+		t := recRoom[kernel3Task[A, B, C]](r, k.k)
+		t.a, t.b, t.c = a, b, c
+		o := k.o
+		t.refs[0], o.refs = argRef(&t.a, 0, o.refs)
+		t.refs[1], o.refs = argRef(&t.b, 1, o.refs)
+		t.refs[2], o.refs = argRef(&t.c, 2, o.refs)
+		return r.replayLaunch(nw, k.k, o, t.refs[:])
+	}
 	if !nw.direct() {
 		return k.k.launchNowait(nw, k.o, a, b, c)
 	}
@@ -385,6 +409,16 @@ func (k Kernel4[A, B, C, D]) Run(dev Device, a A, b B, c C, d D) error {
 // Nowait runs the kernel as a task of nw, with nw's depend clauses
 // (target nowait). See Async.Run.
 func (k Kernel4[A, B, C, D]) Nowait(nw Async, a A, b B, c C, d D) *Task {
+	if r := nw.replaying(); r != nil { // the arguments go in the recorder's room
+		t := recRoom[kernel4Task[A, B, C, D]](r, k.k)
+		t.a, t.b, t.c, t.d = a, b, c, d
+		o := k.o
+		t.refs[0], o.refs = argRef(&t.a, 0, o.refs)
+		t.refs[1], o.refs = argRef(&t.b, 1, o.refs)
+		t.refs[2], o.refs = argRef(&t.c, 2, o.refs)
+		t.refs[3], o.refs = argRef(&t.d, 3, o.refs)
+		return r.replayLaunch(nw, k.k, o, t.refs[:])
+	}
 	if !nw.direct() {
 		return k.k.launchNowait(nw, k.o, a, b, c, d)
 	}
@@ -512,6 +546,17 @@ func (k Kernel5[A, B, C, D, E]) Run(dev Device, a A, b B, c C, d D, e E) error {
 // Nowait runs the kernel as a task of nw, with nw's depend clauses
 // (target nowait). See Async.Run.
 func (k Kernel5[A, B, C, D, E]) Nowait(nw Async, a A, b B, c C, d D, e E) *Task {
+	if r := nw.replaying(); r != nil { // the arguments go in the recorder's room
+		t := recRoom[kernel5Task[A, B, C, D, E]](r, k.k)
+		t.a, t.b, t.c, t.d, t.e = a, b, c, d, e
+		o := k.o
+		t.refs[0], o.refs = argRef(&t.a, 0, o.refs)
+		t.refs[1], o.refs = argRef(&t.b, 1, o.refs)
+		t.refs[2], o.refs = argRef(&t.c, 2, o.refs)
+		t.refs[3], o.refs = argRef(&t.d, 3, o.refs)
+		t.refs[4], o.refs = argRef(&t.e, 4, o.refs)
+		return r.replayLaunch(nw, k.k, o, t.refs[:])
+	}
 	if !nw.direct() {
 		return k.k.launchNowait(nw, k.o, a, b, c, d, e)
 	}
@@ -645,6 +690,18 @@ func (k Kernel6[A, B, C, D, E, F]) Run(dev Device, a A, b B, c C, d D, e E, f F)
 // Nowait runs the kernel as a task of nw, with nw's depend clauses
 // (target nowait). See Async.Run.
 func (k Kernel6[A, B, C, D, E, F]) Nowait(nw Async, a A, b B, c C, d D, e E, f F) *Task {
+	if r := nw.replaying(); r != nil { // the arguments go in the recorder's room
+		t := recRoom[kernel6Task[A, B, C, D, E, F]](r, k.k)
+		t.a, t.b, t.c, t.d, t.e, t.f = a, b, c, d, e, f
+		o := k.o
+		t.refs[0], o.refs = argRef(&t.a, 0, o.refs)
+		t.refs[1], o.refs = argRef(&t.b, 1, o.refs)
+		t.refs[2], o.refs = argRef(&t.c, 2, o.refs)
+		t.refs[3], o.refs = argRef(&t.d, 3, o.refs)
+		t.refs[4], o.refs = argRef(&t.e, 4, o.refs)
+		t.refs[5], o.refs = argRef(&t.f, 5, o.refs)
+		return r.replayLaunch(nw, k.k, o, t.refs[:])
+	}
 	if !nw.direct() {
 		return k.k.launchNowait(nw, k.o, a, b, c, d, e, f)
 	}
@@ -784,6 +841,19 @@ func (k Kernel7[A, B, C, D, E, F, G]) Run(dev Device, a A, b B, c C, d D, e E, f
 // Nowait runs the kernel as a task of nw, with nw's depend clauses
 // (target nowait). See Async.Run.
 func (k Kernel7[A, B, C, D, E, F, G]) Nowait(nw Async, a A, b B, c C, d D, e E, f F, g G) *Task {
+	if r := nw.replaying(); r != nil { // the arguments go in the recorder's room
+		t := recRoom[kernel7Task[A, B, C, D, E, F, G]](r, k.k)
+		t.a, t.b, t.c, t.d, t.e, t.f, t.g = a, b, c, d, e, f, g
+		o := k.o
+		t.refs[0], o.refs = argRef(&t.a, 0, o.refs)
+		t.refs[1], o.refs = argRef(&t.b, 1, o.refs)
+		t.refs[2], o.refs = argRef(&t.c, 2, o.refs)
+		t.refs[3], o.refs = argRef(&t.d, 3, o.refs)
+		t.refs[4], o.refs = argRef(&t.e, 4, o.refs)
+		t.refs[5], o.refs = argRef(&t.f, 5, o.refs)
+		t.refs[6], o.refs = argRef(&t.g, 6, o.refs)
+		return r.replayLaunch(nw, k.k, o, t.refs[:])
+	}
 	if !nw.direct() {
 		return k.k.launchNowait(nw, k.o, a, b, c, d, e, f, g)
 	}
@@ -929,6 +999,20 @@ func (k Kernel8[A, B, C, D, E, F, G, H]) Run(dev Device, a A, b B, c C, d D, e E
 // Nowait runs the kernel as a task of nw, with nw's depend clauses
 // (target nowait). See Async.Run.
 func (k Kernel8[A, B, C, D, E, F, G, H]) Nowait(nw Async, a A, b B, c C, d D, e E, f F, g G, h H) *Task {
+	if r := nw.replaying(); r != nil { // the arguments go in the recorder's room
+		t := recRoom[kernel8Task[A, B, C, D, E, F, G, H]](r, k.k)
+		t.a, t.b, t.c, t.d, t.e, t.f, t.g, t.h = a, b, c, d, e, f, g, h
+		o := k.o
+		t.refs[0], o.refs = argRef(&t.a, 0, o.refs)
+		t.refs[1], o.refs = argRef(&t.b, 1, o.refs)
+		t.refs[2], o.refs = argRef(&t.c, 2, o.refs)
+		t.refs[3], o.refs = argRef(&t.d, 3, o.refs)
+		t.refs[4], o.refs = argRef(&t.e, 4, o.refs)
+		t.refs[5], o.refs = argRef(&t.f, 5, o.refs)
+		t.refs[6], o.refs = argRef(&t.g, 6, o.refs)
+		t.refs[7], o.refs = argRef(&t.h, 7, o.refs)
+		return r.replayLaunch(nw, k.k, o, t.refs[:])
+	}
 	if !nw.direct() {
 		return k.k.launchNowait(nw, k.o, a, b, c, d, e, f, g, h)
 	}

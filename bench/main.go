@@ -59,6 +59,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strconv"
@@ -367,6 +368,7 @@ func run(args []string, out, errOut io.Writer) error {
 	rounds := fs.Int("rounds", 5, "timed rounds per figure; the median is reported")
 	plotDir := fs.String("plot", "", "after the suites, write PNG plots of their figures into this directory (created if missing)")
 	tsvFile := fs.String("tsv", "", "also write the results in the tsv format to this file")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the suites (go tool pprof) to this file")
 	for _, add := range suiteFlags {
 		add(fs)
 	}
@@ -401,6 +403,17 @@ func run(args []string, out, errOut io.Writer) error {
 	}
 	if *rounds < 1 {
 		return fmt.Errorf("-rounds %d: want at least 1", *rounds)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if err := jacobi.CheckSize(appsN, appsIters); err != nil {
 		return fmt.Errorf("-apps-n %d -apps-iters %d: %w", appsN, appsIters, err)

@@ -90,13 +90,24 @@ func write(b *bytes.Buffer, n int) {
 		for i := range n {
 			set = append(set, args[i]+": "+args[i])
 		}
-		nowait = fmt.Sprintf(`if !nw.direct() {
-		return k.k.launchNowait(%s)
+		var assign []string
+		for i := range n {
+			assign = append(assign, "t."+args[i])
+		}
+		nowait = fmt.Sprintf(`if r := nw.replaying(); r != nil { // the arguments go in the recorder's room
+		t := recRoom[%[3]sTask%[4]s](r, k.k)
+		%[7]s = %[8]s
+		o := k.o
+		%[6]s
+		return r.replayLaunch(nw, k.k, o, t.refs[:])
 	}
-	t := &%sTask%s{%s}
+	if !nw.direct() {
+		return k.k.launchNowait(%[1]s)
+	}
+	t := &%[3]sTask%[4]s{%[5]s}
 	o := k.o
-	%s
-	return nw.runIn(&t.launchTask, k.k, o, t.refs[:])`, callA, low, inst, strings.Join(set, ", "), strings.Join(refs, "\n"))
+	%[6]s
+	return nw.runIn(&t.launchTask, k.k, o, t.refs[:])`, callA, "", low, inst, strings.Join(set, ", "), strings.Join(refs, "\n"), strings.Join(assign, ", "), strings.Join(args[:n], ", "))
 	}
 	ps := strings.Join(params, ", ")
 	if ps != "" {
