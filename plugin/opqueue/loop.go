@@ -143,6 +143,13 @@ const (
 	// device process's reader whose role a standby took over while it ran a
 	// kernel.
 	HereDrain
+	// Own runs the operation on the Loop's goroutine, after everything
+	// enqueued before it, also while the Loop is inline. It is for an
+	// operation that may end its goroutine (runtime.Goexit, a kernel
+	// called on it): the Loop then fails with an error wrapping
+	// plugin.ErrKernelFailed, unless Run put it in the error state first,
+	// and goes on with the operations after it on a new goroutine.
+	Own
 )
 
 // Init makes the Loop ready to run operations with r: empty, idle, open
@@ -169,7 +176,7 @@ func (l *Loop[T]) Put(o T, w Where, clear bool) (bool, error) {
 		l.mu.Unlock()
 		return false, fmt.Errorf("%w: queue is closed", plugin.ErrBadHandle)
 	}
-	if (w != Queued || l.inline) && !l.running {
+	if (w == Here || w == HereOnly || w == HereDrain || w == Queued && l.inline) && !l.running {
 		// Nothing is queued or running: run o here, as the Loop's
 		// goroutine would, with the Loop marked running meanwhile.
 		l.running = true
@@ -256,12 +263,24 @@ func (l *Loop[T]) take(clear bool) error {
 	return failed
 }
 
-// loop runs the Loop's operations until there are none.
+// loop runs the Loop's operations until there are none. An operation that
+// ends the goroutine (Own) fails the Loop, which goes on on another one.
 func (l *Loop[T]) loop() {
 	if l.b != nil {
 		l.b.Bind()
 		defer l.b.Unbind()
 	}
+	exited := true
+	defer func() {
+		if exited {
+			l.mu.Lock()
+			if l.err == nil {
+				l.err = fmt.Errorf("%w: an operation ended its goroutine (runtime.Goexit)", plugin.ErrKernelFailed)
+			}
+			l.handOn()
+			l.mu.Unlock()
+		}
+	}()
 	for {
 		l.mu.Lock()
 		if l.ops.len() == 0 {
@@ -269,6 +288,7 @@ func (l *Loop[T]) loop() {
 			l.ops.idle()
 			l.idle.Broadcast()
 			l.mu.Unlock()
+			exited = false
 			return
 		}
 		e := l.ops.pop()

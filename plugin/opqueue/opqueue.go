@@ -187,8 +187,8 @@ func (r *runner) Run(o op, failed error) error {
 // enqueued meanwhile too (Drainer).
 func (r *runner) Drain(o op) bool { return o.drain != nil && o.drain() }
 
-// runExit runs o, which may end its goroutine (RunHereExit). If it does, the
-// queue fails with why o says. The Loop hands the queue on.
+// runExit runs o, which may end its goroutine (RunHereExit, DoCallExit). If
+// it does, the queue fails with why o says. The Loop hands the queue on.
 func (r *runner) runExit(o op) error {
 	ran := false
 	defer func() {
@@ -196,7 +196,12 @@ func (r *runner) runExit(o op) error {
 			r.l.Fail(*o.exited)
 		}
 	}()
-	err := o.run()
+	var err error
+	if o.call != nil {
+		err = o.call(o.c)
+	} else {
+		err = o.run()
+	}
 	ran = true
 	return err
 }
@@ -239,6 +244,17 @@ type Call struct {
 // that enqueues it, not a closure.
 func (q *Queue) DoCallTimed(fn func(Call) error, c Call, timed func(start, end time.Time, err error)) error {
 	return q.enqueue(op{call: fn, c: c, timed: timed})
+}
+
+// DoCallExit is DoCallTimed for an fn that may end its goroutine with
+// runtime.Goexit (a kernel called on it). fn runs on the queue's own
+// goroutine, also while the queue is inline. If it ends it, the queue fails
+// with *exited, which fn sets in a deferred call (else with an error
+// wrapping plugin.ErrKernelFailed), and goes on with its next operations
+// on a new goroutine.
+func (q *Queue) DoCallExit(fn func(Call) error, c Call, exited *error, timed func(start, end time.Time, err error)) error {
+	_, err := q.l.Put(op{call: fn, c: c, exited: exited, timed: timed}, Own, false)
+	return err
 }
 
 // RunHere runs fn on the calling goroutine, before RunHere returns, if the

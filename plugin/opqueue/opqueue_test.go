@@ -364,3 +364,47 @@ func TestWaitAllocatesNothing(t *testing.T) {
 		t.Errorf("a wait on another queue's event allocates %.1f times, want none", n)
 	}
 }
+
+// TestDoCallExitSurvivesGoexit: an operation of DoCallExit runs on the
+// queue's own goroutine, also on an inline queue, so that its
+// runtime.Goexit ends that goroutine and not the caller's. The queue fails
+// with the error it gave (with ErrKernelFailed where it gave none), skips
+// what was enqueued behind it until the error is taken, and runs on after.
+func TestDoCallExitSurvivesGoexit(t *testing.T) {
+	for _, inline := range []bool{false, true} {
+		q := New()
+		q.SetInline(inline)
+		why := errors.New("kernel k called runtime.Goexit")
+		var exited error
+		release := make(chan struct{})
+		exit := func(c Call) error {
+			<-release // an operation is enqueued behind this one meanwhile
+			exited, _ = c.X.(error)
+			runtime.Goexit()
+			return nil
+		}
+		var after []int
+		for _, give := range []error{why, nil} {
+			if err := q.DoCallExit(exit, Call{X: give}, &exited, nil); err != nil {
+				t.Fatal(err)
+			}
+			// Still here: the operation did not run on this goroutine.
+			q.Do(func() error { after = append(after, 1); return nil })
+			release <- struct{}{}
+			err := q.Synchronize()
+			if want := why; give != nil && !errors.Is(err, want) {
+				t.Fatalf("inline %v: Synchronize: %v, want the Goexit's error", inline, err)
+			}
+			if give == nil && !errors.Is(err, plugin.ErrKernelFailed) {
+				t.Fatalf("inline %v: Synchronize after a Goexit that gave no error: %v, want ErrKernelFailed", inline, err)
+			}
+			if len(after) != 0 {
+				t.Fatalf("inline %v: the operation behind the failed one ran: %v", inline, after)
+			}
+		}
+		q.Do(func() error { after = append(after, 2); return nil })
+		if err := q.Synchronize(); err != nil || !slices.Equal(after, []int{2}) {
+			t.Errorf("inline %v: the queue after a Goexit: %v %v", inline, err, after)
+		}
+	}
+}

@@ -276,7 +276,9 @@ func (d *device) NewQueue() (plugin.Queue, error) {
 	if err := d.st.Alive(); err != nil {
 		return nil, err
 	}
-	return &queue{d: d, q: opqueue.New()}, nil
+	q := &queue{d: d, q: opqueue.New()}
+	q.exited = q.setExited
+	return q, nil
 }
 
 func (d *device) NewEvent() (plugin.Event, error) {

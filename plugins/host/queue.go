@@ -2,6 +2,7 @@ package host
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/goffload/offload/plugin"
@@ -16,7 +17,16 @@ type queue struct {
 	d   *device
 	q   *opqueue.Queue
 	tag optrace.Tag // see Tag
+	// inline is what SetInline said: a launch may then run on the
+	// enqueueing goroutine, and its kernel goes to a runner.
+	inline atomic.Bool
+	// exitErr is why the last kernel called on the queue's goroutine ended
+	// it (runtime.Goexit); exited sets it, a method value made once.
+	exitErr error
+	exited  func(error)
 }
+
+func (q *queue) setExited(err error) { q.exitErr = fmt.Errorf("%s: %w", q.d.st.Label(), err) }
 
 // Tag makes the operations enqueued after it report their times to the
 // device's tracer, with tag (0: not timed).
@@ -136,7 +146,14 @@ func (q *queue) LaunchStop(k plugin.Kernel, args []plugin.Arg, stop *plugin.Stop
 		if err := q.d.st.Alive(); err != nil {
 			return err
 		}
-		if err := q.q.DoCallTimed(launchCall, opqueue.Call{X: q, Y: k, Z: ctx, Args: args}, q.timed(plugin.OpLaunch, k.Name(), 0)); err != nil {
+		c, timed := opqueue.Call{X: q, Y: k, Z: ctx, Args: args}, q.timed(plugin.OpLaunch, k.Name(), 0)
+		var err error
+		if q.inline.Load() { // it may run on the caller: the kernel goes to a runner
+			err = q.q.DoCallTimed(launchCall, c, timed)
+		} else { // on the queue's goroutine, which calls the kernel itself
+			err = q.q.DoCallExit(launchCallHere, c, &q.exitErr, timed)
+		}
+		if err != nil {
 			return fmt.Errorf("%s: %w", q.d.st.Label(), err)
 		}
 		return nil
@@ -177,6 +194,18 @@ func launchCall(c opqueue.Call) error {
 	return nil
 }
 
+// launchCallHere is launchCall with the kernel called on the queue's own
+// goroutine (opqueue's DoCallExit), not handed to a runner: a hand-off less
+// a launch. A kernel that ends the goroutine fails the queue with exitErr.
+func launchCallHere(c opqueue.Call) error {
+	q, k, ctx := c.X.(*queue), c.Y.(plugin.Kernel), c.Z.(*plugin.KernelCtx)
+	if err := q.d.st.Lost(); err != nil {
+		return err
+	}
+	q.exitErr = nil
+	return q.d.launchHere(k, ctx, c.Args, q.exited)
+}
+
 func (q *queue) Record(e plugin.Event) error {
 	ev, ok := e.(*event)
 	if err := q.d.st.Mine("record", e, ok && ev.d == q.d); err != nil {
@@ -207,7 +236,10 @@ func (q *queue) Wait(e plugin.Event) error {
 
 // SetInline makes operations enqueued on the idle queue run on the
 // enqueueing goroutine (plugin.InlineQueue).
-func (q *queue) SetInline(on bool) { q.q.SetInline(on) }
+func (q *queue) SetInline(on bool) {
+	q.inline.Store(on)
+	q.q.SetInline(on)
+}
 
 func (q *queue) Synchronize() error { return q.q.Synchronize() }
 
