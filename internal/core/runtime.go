@@ -267,6 +267,7 @@ func (r *Runtime) StopContext(ctx context.Context) error {
 	if r.Initial != nil && !stuck[r.Initial] {
 		r.Initial.pool.Close()
 	}
+	entries.ReleaseIdleRunners()
 	r.dropGlobals()
 	if r.trace != nil {
 		for _, d := range r.Devices {

@@ -141,6 +141,19 @@ func putRunner(r *runner) {
 	close(r.jobs)
 }
 
+// ReleaseIdleRunners ends the runners that wait for work. The runtime's
+// Stop calls it: a program that stopped offloading keeps no goroutine of
+// the pool. Runners are made again on demand.
+func ReleaseIdleRunners() {
+	runners.Lock()
+	idle := runners.idle
+	runners.idle = nil
+	runners.Unlock()
+	for _, r := range idle {
+		close(r.jobs)
+	}
+}
+
 func (r *runner) loop() {
 	for j, ok := <-r.jobs; ok; {
 		start := time.Now()
