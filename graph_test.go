@@ -364,7 +364,9 @@ func TestTaskgraphAllocs(t *testing.T) {
 		}
 	})
 	t.Logf("heap allocations: %.1f a fresh nowait task on a present buffer (with its Wait); %.2f a task of Run's replay (%.0f a replay of %d), %.2f of Replay's (%.0f)", fresh, replay/n, replay, n, same/n, same)
-	if replay/n >= fresh || same > replay {
+	// Under the race detector a replay's count moves by one or two from
+	// run to run (its instrumentation allocates): raceAllocs allows for it.
+	if replay/n >= fresh || same > replay+raceAllocs {
 		t.Errorf("a task of Run's replay allocates %.2f, of Replay's %.2f, a fresh one %.1f: want fewer, then no more", replay/n, same/n, fresh)
 	}
 	// A typed launch of Run's function puts its arguments in the
