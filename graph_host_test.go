@@ -32,9 +32,39 @@ var AddOrExit = offload.MustKernel2("graph.addorexit", func(_ offload.Ctx, v int
 // device's lane that waits for it does not hang, the task after the replay
 // fails with ErrDependency, and the next replay runs. The parts go with
 // Reset.
+//
+// On local:2 the device processes' parts replay the same graph (a
+// GraphRun frame per device and replay, no launch frame), their lanes
+// calling the kernels themselves: a panic or a runtime.Goexit there fails
+// the replay the same way and the device process goes on.
 func TestTaskgraphHostParts(t *testing.T) {
-	start(t, offload.WithDevices("host:2"), offload.WithOffload("MANDATORY"))
+	for _, devs := range []string{"host:2", "local:2"} {
+		t.Run(devs, func(t *testing.T) { testTaskgraphParts(t, devs) })
+	}
+}
+
+func testTaskgraphParts(t *testing.T, devs string) {
+	start(t, offload.WithDevices(devs), offload.WithOffload("MANDATORY"))
+	hosts := devs == "host:2"
 	before := host.GraphsDefined()
+	// replayed checks that the replay just made ran on the devices' parts.
+	var runs [2]uint64
+	replayed := func(i int) {
+		t.Helper()
+		if hosts {
+			if got := host.GraphsDefined() - before; got != 1 {
+				t.Fatalf("replay %d: %d graphs defined on host devices, want 1 (the replay ran operation by operation)", i, got)
+			}
+			return
+		}
+		for d := range runs {
+			fs := framesOf(t, d)
+			if fs["graphrun"] != runs[d]+1 {
+				t.Fatalf("replay %d: device %d got %d graphrun frames, want %d (the replay ran operation by operation)", i, d, fs["graphrun"], runs[d]+1)
+			}
+			runs[d] = fs["graphrun"]
+		}
+	}
 	x := filled(32, 0)
 	mapAll(t, [][]int32{x}, 2)
 	d0, d1 := offload.On(0), offload.On(1)
@@ -51,6 +81,9 @@ func TestTaskgraphHostParts(t *testing.T) {
 	if err := tg.Run().Wait(); err != nil {
 		t.Fatal(err)
 	}
+	if !hosts {
+		runs = [2]uint64{framesOf(t, 0)["graphrun"], framesOf(t, 1)["graphrun"]}
+	}
 	for i := range 4 {
 		d0.Nowait(offload.DependOut(x)).Run(Fill, int32(100), x)
 		var task *offload.Task
@@ -63,9 +96,7 @@ func TestTaskgraphHostParts(t *testing.T) {
 		if err := task.Wait(); err != nil {
 			t.Fatalf("replay %d: %v", i, err)
 		}
-		if got := host.GraphsDefined() - before; got != 1 {
-			t.Fatalf("replay %d: %d graphs defined on host devices, want 1 (the replay ran operation by operation)", i, got)
-		}
+		replayed(i)
 		want := 100 + 3*v + 10 // d1's copy of d0's last x, plus 10
 		if got := deviceCopy(t, d1, x); !allEqual(got, want) {
 			t.Fatalf("replay %d (v %d): d1's x %v, want %d", i, v, got[:4], want)
@@ -88,16 +119,25 @@ func TestTaskgraphHostParts(t *testing.T) {
 		if err := after.Wait(); !errors.Is(err, offload.ErrDependency) {
 			t.Fatalf("a task after a failed replay: %v, want ErrDependency", err)
 		}
+		replayed(int(bad))
 		v = 2
 		d0.Nowait(offload.DependOut(x)).Run(Fill, int32(0), x)
 		if err := tg.Run().Wait(); err != nil {
 			t.Fatalf("a replay after a failed one (v %d): %v", bad, err)
 		}
+		replayed(int(bad))
 		if got := deviceCopy(t, d1, x); !allEqual(got, 16) {
 			t.Fatalf("d1's x after the replay that follows a failed one: %v, want 16", got[:4])
 		}
 	}
 	tg.Reset() // its last replay is done: the parts go at once
+	if !hosts {
+		for d := range runs {
+			if got := framesOf(t, d)["graphfree"]; got != 1 {
+				t.Errorf("device %d got %d graphfree frames after Reset, want 1", d, got)
+			}
+		}
+	}
 	if got := host.GraphsDefined() - before; got != 0 {
 		t.Errorf("after Reset: %d graphs defined on host devices, want 0", got)
 	}

@@ -50,7 +50,12 @@ type gsop struct {
 	lane int
 	k    plugin.Kernel
 	args []plugin.Arg // a launch's, changed between runs (GraphSet)
-	run  func() error // a launch's or an exchange's work
+	run  func() error // an exchange's work
+	// exitErr is the error of a launch whose kernel ended the lane's
+	// goroutine (runtime.Goexit); exited sets it, as a method value made
+	// once.
+	exitErr error
+	exited  func(error)
 	// async is an exchange to another device that does not wait for its
 	// confirmation (plan). It is nil for others.
 	async func() error
@@ -178,7 +183,7 @@ func (s *Session) defineOps(p *gpart, lanes int, ops []proto.GraphOp) error {
 			g.rev = i
 		}
 		if o.Op == proto.GraphLaunch {
-			g.run = func() error { return s.graphLaunch(g) }
+			g.exited = func(err error) { g.exitErr = fmt.Errorf("%s: %w", s.name(), err) }
 		}
 		p.ops = append(p.ops, g)
 	}
@@ -209,14 +214,28 @@ func (s *Session) setArgs(p *gpart, b []byte) error {
 	return nil
 }
 
-// graphLaunch runs op's kernel, counted among the kernels computing.
-func (s *Session) graphLaunch(op *gsop) error {
+// graphLaunch runs a launch of a part (c holds its session and operation)
+// on its lane's own goroutine (opqueue's DoCallExit), which calls the
+// kernel itself: no runner, no hand-off a launch. The kernel is counted
+// among those computing. One that ends the goroutine (runtime.Goexit)
+// fails the lane with the operation's exitErr; the lane goes on on a new
+// goroutine.
+func graphLaunch(c opqueue.Call) error {
+	s, op := c.X.(*Session), c.Y.(*gsop)
 	ctx := s.kctx
 	if ctx == nil { // a session driven without hello (tests)
 		ctx = plugin.NewKernelCtx(s.num, s.pool).WithStop(s.stop)
 	}
+	op.exitErr = nil
 	transport.KernelStarted()
-	err := op.k.Launch(ctx, op.args, s.mem.Bytes)
+	ended := false
+	defer func() {
+		if !ended { // the kernel ended the goroutine
+			transport.KernelEnded()
+		}
+	}()
+	err := op.k.LaunchHere(ctx, op.args, s.mem.Bytes, op.exited)
+	ended = true
 	if transport.KernelEnded() {
 		s.l.kick() // the host's next frame comes soon: a parked reader polls for it
 	}
@@ -303,7 +322,9 @@ func (s *Session) runGraph(p *gpart, gen, event uint64) error {
 			}
 		}
 		switch op.op {
-		case proto.GraphLaunch, proto.GraphExchange:
+		case proto.GraphLaunch:
+			err = q.DoCallExit(graphLaunch, opqueue.Call{X: s, Y: op}, &op.exitErr, nil)
+		case proto.GraphExchange:
 			err = q.Do(op.run)
 		case proto.GraphSignal:
 			if op.ev >= 0 {
