@@ -52,8 +52,8 @@ type gsop struct {
 	args []plugin.Arg // a launch's, changed between runs (GraphSet)
 	run  func() error // an exchange's work
 	// exitErr is the error of a launch whose kernel ended the lane's
-	// goroutine (runtime.Goexit); exited sets it, as a method value made
-	// once.
+	// goroutine (runtime.Goexit); exited, made once at the definition,
+	// sets it.
 	exitErr error
 	exited  func(error)
 	// async is an exchange to another device that does not wait for its
@@ -228,18 +228,12 @@ func graphLaunch(c opqueue.Call) error {
 	}
 	op.exitErr = nil
 	transport.KernelStarted()
-	ended := false
-	defer func() {
-		if !ended { // the kernel ended the goroutine
-			transport.KernelEnded()
+	defer func() { // also when the kernel ends the goroutine
+		if transport.KernelEnded() {
+			s.l.kick() // the host's next frame comes soon: a parked reader polls for it
 		}
 	}()
-	err := op.k.LaunchHere(ctx, op.args, s.mem.Bytes, op.exited)
-	ended = true
-	if transport.KernelEnded() {
-		s.l.kick() // the host's next frame comes soon: a parked reader polls for it
-	}
-	if err != nil {
+	if err := op.k.LaunchHere(ctx, op.args, s.mem.Bytes, op.exited); err != nil {
 		return fmt.Errorf("%s: %w", s.name(), err)
 	}
 	return nil
