@@ -195,15 +195,15 @@ func (s *anySched) noteLost() {
 		}
 		s.rr.lost |= bit
 		for _, g := range s.table.Lost(d) {
-			s.restoreTask(g)
+			s.restoreTask(g, d)
 		}
 	}
 }
 
 // restoreTask recomputes g into the program's memory; g's only valid copy was
-// on a lost device. It runs after the last task that writes g, as a copy back
+// on device lost. It runs after the last task that writes g, as a copy back
 // would. It records that the host's copy is valid; s.mu is held.
-func (s *anySched) restoreTask(g placement.Buf) {
+func (s *anySched) restoreTask(g placement.Buf, lost int) {
 	region := s.table.Region(g)
 	x, name, err := s.section(region, g)
 	if err != nil {
@@ -214,16 +214,19 @@ func (s *anySched) restoreTask(g placement.Buf) {
 	rt := s.rt.SpawnHost("Any(): restore "+name, func() error {
 		return s.recovering(func() error { return s.install(anyDest{placement.Host, x}, g, pieces) })
 	}, deps)
-	s.rr.restores = append(s.rr.restores, anyRestore{g, rt})
+	s.rr.restores = append(s.rr.restores, anyRestore{buf: g, name: name, lost: lost, t: rt})
 	s.rt.Note(rt.ID, fmt.Sprintf("Any(): %q (%d bytes at %#x) had its only valid copy on a lost device: recomputed from the tasks that wrote it (last: task %d)", name, g.Size, g.Addr, pieces[len(pieces)-1].Writer))
 	s.table.HostValid(g)
 	s.rt.Log.Printf(config.InfoPlacement, -1, "Any(): %q (%d bytes at %#x) had its only valid copy on a lost device: recomputed into the program's memory", name, g.Size, g.Addr)
 }
 
-// anyRestore is a restore task and the part of a buffer it recomputes.
+// anyRestore is a restore task and the part of a buffer it recomputes: its
+// name, and the device that held its only valid copy.
 type anyRestore struct {
-	buf placement.Buf
-	t   *core.Task
+	buf  placement.Buf
+	name string
+	lost int
+	t    *core.Task
 }
 
 // waitRestores waits for the restore tasks made so far of the parts that
@@ -250,7 +253,7 @@ func (s *anySched) waitRestores(ctx context.Context, bufs []placement.Buf) error
 				left = append(left, r)
 			}
 			if !errors.Is(err, core.ErrDependency) || ctx.Err() != nil {
-				errs = append(errs, core.Errorf("goffload: Any(): recomputing data whose only valid copy was on a lost device: %w", err))
+				errs = append(errs, core.Errorf("goffload: Any(): recomputing %q (%d bytes at %#x), whose only valid copy was on lost device %d: %w", r.name, r.buf.Size, r.buf.Addr, r.lost, err))
 			}
 		}
 	}
