@@ -336,3 +336,6 @@ func ShmLinks() int64 { return shm.Links() }
 // LocalProcs is the number of local device processes of this process that
 // run (the count that says whether the machine is crowded).
 func LocalProcs() int64 { return localProcs.Load() }
+
+// LocalLink is what local devices' links go through: shm or socket.
+func LocalLink() string { return localLink() }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -236,18 +237,21 @@ func TestFreeDoesNotWaitForTheDevice(t *testing.T) {
 }
 
 // crowdedK writes 1 if the device process it runs in was told the machine
-// is crowded, else 0.
+// is crowded, else 0, and then the process's GOMAXPROCS.
 var crowdedK = mustKernel("remotetest.crowded", func(out []int64) {
 	out[0] = 0
 	if waitpoll.Crowded() {
 		out[0] = 1
 	}
+	out[1] = int64(runtime.GOMAXPROCS(0))
 })
 
 // TestCrowded: a host whose local devices and itself outnumber the cores
 // is crowded (its pollers yield their core, waitpoll.Pause), and so are
-// the devices it starts; with a core each, none is; when the devices end,
-// the host is no longer crowded.
+// the devices it starts, which then run on as many Go processors as their
+// cores (unless GOMAXPROCS says otherwise); with a core each, none is, and
+// they run on the runtime's default; when the devices end, the host is no
+// longer crowded.
 func TestCrowded(t *testing.T) {
 	for _, n := range []int{1, runtime.NumCPU()} {
 		waitGone(t)
@@ -257,19 +261,29 @@ func TestCrowded(t *testing.T) {
 			t.Errorf("local:%d on %d cores: host crowded = %v, want %v", n, runtime.NumCPU(), got, want)
 		}
 		for i, d := range devs {
-			p, err := d.Alloc(8)
+			p, err := d.Alloc(16)
 			if err != nil {
 				t.Fatal(err)
 			}
 			q, _ := d.NewQueue()
-			q.Launch(crowdedK, []plugin.Arg{{Ptr: p, Len: 1}})
-			out := make([]byte, 8)
+			q.Launch(crowdedK, []plugin.Arg{{Ptr: p, Len: 2}})
+			out := make([]byte, 16)
 			q.Retrieve(out, p)
 			if err := q.Synchronize(); err != nil {
 				t.Fatal(err)
 			}
 			if got := binary.LittleEndian.Uint64(out) == 1; got != want {
 				t.Errorf("local:%d on %d cores: device %d crowded = %v, want %v", n, runtime.NumCPU(), i, got, want)
+			}
+			wantProcs := runtime.NumCPU()
+			if want && remote.LocalLink() == "shm" {
+				wantProcs = max(1, runtime.NumCPU()/n)
+			}
+			if v, set := os.LookupEnv("GOMAXPROCS"); set {
+				wantProcs, _ = strconv.Atoi(v)
+			}
+			if got := int(binary.LittleEndian.Uint64(out[8:])); got != wantProcs {
+				t.Errorf("local:%d on %d cores: device %d runs on %d Go processors, want %d", n, runtime.NumCPU(), i, got, wantProcs)
 			}
 		}
 		for _, d := range devs {

@@ -89,6 +89,33 @@ func ServeIfDevice(img *plugin.Image) {
 	os.Exit(0)
 }
 
+// deviceProcs is how many Go processors a local device process runs on
+// where it is not the runtime's default (0: the default). On a crowded
+// machine (the host and its local devices outnumber the cores) it is the
+// device's cores. The process then runs one thread of Go code per core it
+// was given. With the default, a device that waits for another device's
+// signal polled on one processor while its link's reader polled on another:
+// two busy threads, which took the core of the device being waited for, and
+// a recorded stencil's kernels ran at 55–80% of their speed
+// (docs/tasks.md). On one processor, a goroutine that polls keeps the
+// runtime's network poller from running. So it is only for a link over
+// shared memory, whose parked reader a poller kicks (a graph lane's spin,
+// package engine). It is not for a process that serves an accelerator (its
+// driver's threads are not the device's cores), nor where the user set
+// GOMAXPROCS.
+func deviceProcs(cores int, t transport.Transport) int {
+	if os.Getenv(envCrowd) != "1" || os.Getenv(envServe) != "" {
+		return 0
+	}
+	if _, set := os.LookupEnv("GOMAXPROCS"); set {
+		return 0
+	}
+	if _, ok := t.(transport.Kicker); !ok {
+		return 0
+	}
+	return min(cores, runtime.NumCPU())
+}
+
 // deviceCores is GOFFLOAD_DEVICE_CORES, or every CPU when it is unset.
 func deviceCores() (int, error) {
 	s := os.Getenv(envCores)
@@ -121,6 +148,9 @@ func serve(img *plugin.Image) error {
 		if err != nil {
 			conn.Close()
 			return err
+		}
+		if procs := deviceProcs(cores, t); procs > 0 {
+			runtime.GOMAXPROCS(procs)
 		}
 		s := engine.NewSession(t, img, cores)
 		s.Kind = "local"

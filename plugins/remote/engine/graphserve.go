@@ -40,7 +40,7 @@ type gpart struct {
 	// confirmation (plan). It is done at the first run. pend are each lane's
 	// exchanges unconfirmed, and drain each lane's wait for them.
 	planned bool
-	pend    [][]chan error
+	pend    [][]pending
 	drain   []func() error
 }
 
@@ -274,7 +274,7 @@ func (s *Session) graphExchangeAsync(p *gpart, lane, peer int, dst, src plugin.P
 		if err != nil {
 			return fmt.Errorf("%s: exchange to device %d: %w", s.name(), peer, err)
 		}
-		p.pend[lane] = append(p.pend[lane], ch)
+		p.pend[lane] = append(p.pend[lane], pending{ch, peer})
 		return nil
 	}
 }
@@ -344,7 +344,12 @@ func (s *Session) runGraph(p *gpart, gen, event uint64) error {
 				}
 				ev = rem[op.rev]
 			}
-			err = q.Do(func() error { return spinWait(ev) })
+			if op.rev >= 0 {
+				peer := op.peer
+				err = q.Do(func() error { return spinWait(ev, s.peers.link(peer)) })
+			} else {
+				err = q.Do(func() error { return spinWait(ev, nil) })
+			}
 		}
 		if err != nil { // a lane closed under the run: the session is ending
 			return fmt.Errorf("graph %d: %w", p.id, err)
@@ -430,13 +435,13 @@ func (s *Session) GraphParts() int {
 // operation after the signal waits for it, and so does the lane's end.
 func (s *Session) plan(p *gpart) {
 	p.planned = true
-	p.pend = make([][]chan error, len(p.lanes))
+	p.pend = make([][]pending, len(p.lanes))
 	p.drain = make([]func() error, len(p.lanes))
 	for l := range p.lanes {
 		p.drain[l] = func() error {
 			var first error
-			for _, ch := range p.pend[l] {
-				if err := spinRecv(ch); err != nil && first == nil {
+			for _, pe := range p.pend[l] {
+				if err := spinRecv(pe.ch, s.peers.link(pe.peer)); err != nil && first == nil {
 					first = err
 				}
 			}
@@ -464,13 +469,20 @@ func (s *Session) plan(p *gpart) {
 	}
 }
 
-// spinWait waits for ev on a lane's goroutine. It polls for the spin budget
-// while no kernel computes in the process, then parks. So a signal that comes
-// soon (the other device's next step) is taken without the wake-up of a
-// parked goroutine.
-func spinWait(ev *opqueue.Event) error {
+// pending is an exchange to device peer, not yet confirmed.
+type pending struct {
+	ch   chan error
+	peer int
+}
+
+// spinWait waits for ev on a lane's goroutine. It polls while no kernel
+// computes in the process, then parks. So a signal that comes soon (the
+// other device's next step) is taken without the wake-up of a parked
+// goroutine. from is the link ev's signal comes by, or nil (spin says how
+// long it polls).
+func spinWait(ev *opqueue.Event, from *link) error {
 	var err error
-	if spin(func() bool {
+	if spin(from, func() bool {
 		var fired bool
 		fired, err = ev.Query()
 		return fired
@@ -480,10 +492,10 @@ func spinWait(ev *opqueue.Event) error {
 	return ev.Synchronize()
 }
 
-// spinRecv is spinWait for an exchange's confirmation.
-func spinRecv(ch chan error) error {
+// spinRecv is spinWait for an exchange's confirmation, which comes by from.
+func spinRecv(ch chan error, from *link) error {
 	var err error
-	if spin(func() bool {
+	if spin(from, func() bool {
 		select {
 		case err = <-ch:
 			return true
@@ -496,12 +508,24 @@ func spinRecv(ch chan error) error {
 	return <-ch
 }
 
-// spin polls done for the spin budget while no kernel computes in the
-// process. It reports whether done said so.
-func spin(done func() bool) bool {
+// spin polls done while no kernel computes in the process, and reports
+// whether done said so. It polls for the spin budget; a wait for another
+// device over a link whose reader can be kicked (shared memory) polls for
+// waitpoll's budget, as a synchronous caller does, and kicks that reader as
+// it goes. A crowded device process runs on one Go processor (see package
+// remote's deviceProcs): a goroutine that polls there keeps the network
+// poller from running, and the reader parked on its doorbell would hear of
+// the signal only when the lane parks or the runtime's monitor polls. Kicked,
+// it reads on the lane's processor between the lane's polls.
+func spin(from *link, done func() bool) bool {
 	budget := transport.SpinBudget()
 	if budget <= 0 {
 		return done()
+	}
+	if from != nil && from.kr != nil {
+		budget = max(budget, waitpoll.Budget)
+	} else {
+		from = nil
 	}
 	var start time.Time
 	for i := 0; ; i++ {
@@ -512,6 +536,9 @@ func spin(done func() bool) bool {
 			return false
 		}
 		if i%8 == 0 {
+			if from != nil {
+				from.kick()
+			}
 			if start.IsZero() {
 				start = time.Now()
 			} else if time.Since(start) > budget {

@@ -81,6 +81,16 @@ func (ps *peers) add(num int, l *link) {
 	go ps.read(p)
 }
 
+// link returns the link to device num, or nil if there is none yet.
+func (ps *peers) link(num int) *link {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if p := ps.by[num]; p != nil {
+		return p.l
+	}
+	return nil
+}
+
 // get returns the link to device num. It waits a while for the host's
 // introduction, which may still be on its way. If the link broke, it returns
 // the error that broke it at once. That error wraps plugin.ErrDeviceLost.
