@@ -270,11 +270,11 @@ func (s *Session) graphExchangeAsync(p *gpart, lane, peer int, dst, src plugin.P
 		if err != nil {
 			return err
 		}
-		ch, err := s.peers.exchangeStart(peer, dst, from)
+		ch, l, err := s.peers.exchangeStart(peer, dst, from)
 		if err != nil {
 			return fmt.Errorf("%s: exchange to device %d: %w", s.name(), peer, err)
 		}
-		p.pend[lane] = append(p.pend[lane], pending{ch, peer})
+		p.pend[lane] = append(p.pend[lane], pending{ch, l})
 		return nil
 	}
 }
@@ -344,12 +344,11 @@ func (s *Session) runGraph(p *gpart, gen, event uint64) error {
 				}
 				ev = rem[op.rev]
 			}
+			var from *link // a signal of another device comes by its link
 			if op.rev >= 0 {
-				peer := op.peer
-				err = q.Do(func() error { return spinWait(ev, s.peers.link(peer)) })
-			} else {
-				err = q.Do(func() error { return spinWait(ev, nil) })
+				from = s.peers.link(op.peer)
 			}
+			err = q.Do(func() error { return spinWait(ev, from) })
 		}
 		if err != nil { // a lane closed under the run: the session is ending
 			return fmt.Errorf("graph %d: %w", p.id, err)
@@ -441,7 +440,7 @@ func (s *Session) plan(p *gpart) {
 		p.drain[l] = func() error {
 			var first error
 			for _, pe := range p.pend[l] {
-				if err := spinRecv(pe.ch, s.peers.link(pe.peer)); err != nil && first == nil {
+				if err := spinRecv(pe.ch, pe.from); err != nil && first == nil {
 					first = err
 				}
 			}
@@ -469,10 +468,11 @@ func (s *Session) plan(p *gpart) {
 	}
 }
 
-// pending is an exchange to device peer, not yet confirmed.
+// pending is an exchange to another device, not yet confirmed. Its
+// confirmation comes by from.
 type pending struct {
 	ch   chan error
-	peer int
+	from *link
 }
 
 // spinWait waits for ev on a lane's goroutine. It polls while no kernel
@@ -512,8 +512,9 @@ func spinRecv(ch chan error, from *link) error {
 // whether done said so. It polls for the spin budget; a wait for another
 // device over a link whose reader can be kicked (shared memory) polls for
 // waitpoll's budget, as a synchronous caller does, and kicks that reader as
-// it goes. A crowded device process runs on one Go processor (see package
-// remote's deviceProcs): a goroutine that polls there keeps the network
+// it goes. A crowded device process runs on as many Go processors as its
+// cores, one on 2 cores with local:2 (see package remote's deviceProcs): a
+// goroutine that polls on the only one keeps the network
 // poller from running, and the reader parked on its doorbell would hear of
 // the signal only when the lane parks or the runtime's monitor polls. Kicked,
 // it reads on the lane's processor between the lane's polls.

@@ -215,7 +215,7 @@ func (ps *peers) close() {
 // exchange copies src to dst in device num's memory and waits until the
 // data is in place there.
 func (ps *peers) exchange(num int, dst plugin.Ptr, src []byte) error {
-	ch, err := ps.exchangeStart(num, dst, src)
+	ch, _, err := ps.exchangeStart(num, dst, src)
 	if err != nil {
 		return err
 	}
@@ -224,17 +224,17 @@ func (ps *peers) exchange(num int, dst plugin.Ptr, src []byte) error {
 
 // exchangeStart sends src to dst in device num's memory. It returns once the
 // data is written on their link; src may change then. The channel says when
-// the data is in place there.
-func (ps *peers) exchangeStart(num int, dst plugin.Ptr, src []byte) (chan error, error) {
+// the data is in place there. It comes by the link returned.
+func (ps *peers) exchangeStart(num int, dst plugin.Ptr, src []byte) (chan error, *link, error) {
 	p, err := ps.get(num)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ch := make(chan error, 1)
 	p.mu.Lock()
 	if p.lost != nil {
 		p.mu.Unlock()
-		return nil, p.lost
+		return nil, nil, p.lost
 	}
 	p.next++
 	id := p.next
@@ -253,9 +253,9 @@ func (ps *peers) exchangeStart(num int, dst plugin.Ptr, src []byte) (chan error,
 		_, err = p.l.sendData(id, src, false)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: link to device %d: %v", plugin.ErrDeviceLost, num, err)
+		return nil, nil, fmt.Errorf("%w: link to device %d: %v", plugin.ErrDeviceLost, num, err)
 	}
-	return ch, nil
+	return ch, p.l, nil
 }
 
 // read serves a peer link: exchanges into our memory, and confirmations of
