@@ -156,12 +156,12 @@ type Async struct {
 // return at once.
 func (d Device) Nowait(deps ...Dep) Async { return Async{dev: d, deps: listOf(deps)} }
 
-// A depList is an Async's depend clauses: up to two in the Async itself, so
-// that Nowait's variadic slice does not escape to the heap (a task's clauses
-// are one or two in most programs), more in a copy.
+// A depList is an Async's depend clauses: up to three in the Async itself,
+// so that Nowait's variadic slice does not escape to the heap (a task's
+// clauses are one to three in most programs: in, in, out), more in a copy.
 type depList struct {
 	n    int
-	inl  [2]Dep
+	inl  [3]Dep
 	more []Dep // when n > len(inl)
 }
 
@@ -218,14 +218,14 @@ func (a Async) spawnIn(box *depTask, room *core.TaskRoom, make func(cd *core.Dev
 // for both (start).
 type depTask struct {
 	Task
-	deps [2]core.Dep
+	deps [4]core.Dep
 }
 
 // launchTask is a depTask with room for a launch's few arguments and its
 // core task: one allocation for a launch's records.
 type launchTask struct {
 	depTask
-	kargs [3]core.KernelArg
+	kargs [5]core.KernelArg
 	room  core.TaskRoom
 }
 
@@ -353,7 +353,8 @@ func (a Async) Memcpy(dst, src DevicePtr, n int64) *Task {
 	if a.rec != nil {
 		return a.rec.memcpy(a, dst, src, n)
 	}
-	return a.start(func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
+	ct := new(copyTask)
+	return a.startIn(&ct.depTask, func(rt *core.Runtime, deps []core.Dep) (*core.Task, error) {
 		if n < 0 {
 			return nil, core.Errorf("goffload: omp_target_memcpy: %w: negative size %d", ErrBadArgument, n)
 		}
@@ -369,8 +370,15 @@ func (a Async) Memcpy(dst, src DevicePtr, n int64) *Task {
 		if cd == nil {
 			return rt.SpawnHost("omp_target_memcpy", func() error { return core.Memcpy(dl, sl, n) }, deps), nil
 		}
-		return rt.Spawn(cd, op, deps, false), nil
+		return rt.SpawnIn(&ct.room, cd, op, deps, false), nil
 	})
+}
+
+// copyTask is a depTask with room for a copy's core task: one allocation
+// for a copy's records (Memcpy).
+type copyTask struct {
+	depTask
+	room core.TaskRoom
 }
 
 // Go runs fn on the host as a task in the same dependence graph as the

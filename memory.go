@@ -301,11 +301,6 @@ func (d Device) IsPresent(s any) bool {
 // MappedPtr returns the device memory slice s is mapped to
 // (omp_get_mapped_ptr); on the initial device, s's own memory.
 func (d Device) MappedPtr(s any) (DevicePtr, error) {
-	p, err := d.mappedPtr(s)
-	return p, err
-}
-
-func (d Device) mappedPtr(s any) (DevicePtr, error) {
 	cd, _, err := d.resolve()
 	if err != nil {
 		return DevicePtr{}, err
@@ -314,6 +309,21 @@ func (d Device) mappedPtr(s any) (DevicePtr, error) {
 	if err != nil {
 		return DevicePtr{}, err
 	}
+	return mappedPtr(cd, b)
+}
+
+// mappedPtrOf is MappedPtr of a typed slice: it is not boxed.
+func mappedPtrOf[T any](d Device, s []T) (DevicePtr, error) {
+	cd, _, err := d.resolve()
+	if err != nil {
+		return DevicePtr{}, err
+	}
+	var zero T
+	return mappedPtr(cd, mapping.Buf{Ptr: unsafe.Pointer(unsafe.SliceData(s)), Size: int64(len(s)) * int64(unsafe.Sizeof(zero))})
+}
+
+// mappedPtr is MappedPtr of the host buffer b on cd.
+func mappedPtr(cd *core.Device, b mapping.Buf) (DevicePtr, error) {
 	if cd.IsInitial() {
 		return DevicePtr{dev: cd.Num, ptr: plugin.Ptr(b.Addr()), size: b.Size, keep: b.Ptr, host: true}, nil
 	}
@@ -423,11 +433,11 @@ func copyPtrs[T any](to Device, dst []T, from Device, src []T) (DevicePtr, Devic
 	if len(src) == 0 {
 		return DevicePtr{}, DevicePtr{}, 0, nil
 	}
-	dp, err := to.MappedPtr(dst)
+	dp, err := mappedPtrOf(to, dst)
 	if err != nil {
 		return DevicePtr{}, DevicePtr{}, 0, core.Errorf("goffload: omp_target_memcpy: destination: %w", core.Quote(err))
 	}
-	sp, err := from.MappedPtr(src)
+	sp, err := mappedPtrOf(from, src)
 	if err != nil {
 		return DevicePtr{}, DevicePtr{}, 0, core.Errorf("goffload: omp_target_memcpy: source: %w", core.Quote(err))
 	}

@@ -60,3 +60,63 @@ func TestNowaitAllocs(t *testing.T) {
 		}
 	}
 }
+
+// maxAcrossAllocs is the most heap allocations a task of a chain that
+// crosses between two host devices may cost, a launch or the copy of its
+// buffer to the other device, with depend clauses on the buffer and on a
+// token: the task's records (1) and the host event (1). It was 10.5 before
+// the dependence histories, predecessor lists, completers, copies and the
+// host queue's exchanges kept their room or held their state in place of
+// closures.
+const maxAcrossAllocs = 2.1
+
+// TestNowaitAllocsAcross pins the heap allocations of a chain that goes
+// back and forth between two host devices, as a stencil's timesteps do: a
+// launch on one device, the copy of its buffer to the other, a launch
+// there that waits for the copy, and back. Every launch adds 1, so the
+// buffer ends up holding the number of launches.
+func TestNowaitAllocsAcross(t *testing.T) {
+	start(t, offload.WithDevices("host:2"), offload.WithOffload("MANDATORY"))
+	x := filled(16, 0)
+	mapAll(t, [][]int32{x}, 2)
+	devs := []offload.Device{offload.On(0), offload.On(1)}
+	tok := []*int64{new(int64), new(int64)} // "x arrived on device i"
+	launches := 0
+	chainOf := func(n int) func() {
+		return func() {
+			var last *offload.Task
+			for i := range n {
+				here, there := i%2, (i+1)%2
+				AddN.Nowait(devs[here].Nowait(offload.DependIn(tok[here]), offload.DependInOut(x)), 1, x)
+				last = offload.CopyNowait(devs[there].Nowait(offload.DependIn(x), offload.DependOut(tok[there])),
+					devs[there], x, devs[here], x)
+			}
+			launches += n
+			if err := last.Wait(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	chainOf(n2)() // the queues and histories made once
+	per := (testing.AllocsPerRun(20, chainOf(2*n2)) - testing.AllocsPerRun(20, chainOf(n2))) / (2 * n2)
+	t.Logf("heap allocations: %.2f a task of a chain across two host devices (a launch or a copy), with its completion", per)
+	if per > maxAcrossAllocs+raceAllocs {
+		t.Errorf("a task across two devices allocates %.2f times, want at most %.1f", per, maxAcrossAllocs+raceAllocs)
+	}
+	if err := offload.Taskwait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for d, dev := range devs { // each chain ended with a launch on 1 and its copy to 0
+		if err := dev.Update(offload.From(x)); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range x {
+			if v != int32(launches) {
+				t.Fatalf("device %d: x[%d] = %d after %d launches that add 1, want %d", d, i, v, launches, launches)
+			}
+		}
+	}
+}
+
+// n2 is the chains' length in TestNowaitAllocsAcross.
+const n2 = 50

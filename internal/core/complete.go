@@ -224,6 +224,9 @@ func (r *Runtime) waitFor(t *Task, preds []*Task, light bool, cont step) step {
 	n := 0
 	for _, p := range preds {
 		if !p.completed {
+			if p.succs == nil {
+				p.succs = p.succBuf[:0]
+			}
 			p.succs = append(p.succs, t)
 			n++
 		}

@@ -272,7 +272,7 @@ func (g *depGraph) write(ps *predSet, st *depState, addr, end uintptr, prev *Tas
 	if w := st.out; w != nil && st.outEnd > end && !g.split(w, end, st.outEnd, st.keep) {
 		reach = st.outEnd
 	}
-	var kept []depIn
+	kept := st.ins[:0] // in place: the readers' room is kept for the next ones
 	for _, in := range st.ins {
 		if !in.after(addr, prev) {
 			ps.add(in.t)
@@ -281,6 +281,10 @@ func (g *depGraph) write(ps *predSet, st *depState, addr, end uintptr, prev *Tas
 			in.waited(addr, t)
 			kept = append(kept, in)
 		}
+	}
+	clear(st.ins[len(kept):])
+	if cap(kept) > keptReaders && len(kept) < cap(kept)/4 {
+		kept = slices.Clone(kept) // many readers once, few now
 	}
 	st.out, st.outEnd, st.ins, st.pruneAt = t, reach, kept, max(8, 2*len(kept))
 }
@@ -350,26 +354,31 @@ func reduce(preds []*Task) []*Task {
 	if len(preds) < 2 || len(preds) > maxReduce {
 		return preds
 	}
-	var kept []*Task
+	var implied uint32 // bit i: preds[i] is implied; found before any is dropped
 	for i, p := range preds {
-		implied := false
 		for _, q := range preds {
 			if q != p && slices.Contains(q.direct, p) {
-				implied = true
+				implied |= 1 << i
 				break
 			}
 		}
-		if implied && kept == nil {
-			kept = append(make([]*Task, 0, len(preds)-1), preds[:i]...)
-		} else if !implied && kept != nil {
+	}
+	if implied == 0 {
+		return preds
+	}
+	kept := preds[:0] // in place: preds is the new task's own list
+	for i, p := range preds {
+		if implied&(1<<i) == 0 {
 			kept = append(kept, p)
 		}
 	}
-	if kept == nil {
-		return preds
-	}
+	clear(preds[len(kept):])
 	return kept
 }
+
+// keptReaders is the most readers' room a history keeps after a write
+// that leaves few of them.
+const keptReaders = 64
 
 // maxReduce is the most predecessors reduce searches.
 const maxReduce = 16

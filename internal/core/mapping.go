@@ -170,8 +170,10 @@ func (w *work) copyIn(m MapItem, tgt plugin.Ptr, e *mapping.Entry) error {
 func (w *work) submit(m MapItem, tgt plugin.Ptr) (plugin.Event, error) {
 	d := w.d
 	w.data(tool.CopyToDevice, m.Buf, tgt)
-	d.log.Taskf(config.InfoCopies, d.Num, w.task, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
-		m.Buf.Addr(), uint64(tgt), m.Buf.Size, nameOf(m.Buf.Name))
+	if d.log.On(config.InfoCopies) { // its arguments are boxed only then
+		d.log.Taskf(config.InfoCopies, d.Num, w.task, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
+			m.Buf.Addr(), uint64(tgt), m.Buf.Size, nameOf(m.Buf.Name))
+	}
 	if d.log.On(config.InfoCopies | InfoCheck) {
 		d.noteCopyIn(w.task, m.Buf)
 	}
@@ -197,8 +199,10 @@ func (w *work) copyOut(m MapItem, tgt plugin.Ptr) error {
 	if inPlace(m, tgt) {
 		return nil
 	}
-	d.log.Taskf(config.InfoCopies, d.Num, w.task, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
-		uint64(tgt), m.Buf.Addr(), m.Buf.Size, nameOf(m.Buf.Name))
+	if d.log.On(config.InfoCopies) { // its arguments are boxed only then
+		d.log.Taskf(config.InfoCopies, d.Num, w.task, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
+			uint64(tgt), m.Buf.Addr(), m.Buf.Size, nameOf(m.Buf.Name))
+	}
 	w.data(tool.CopyFromDevice, m.Buf, tgt)
 	if err := w.q.Retrieve(m.Buf.Bytes(), tgt); err != nil {
 		return d.mapErr(w.op, m, err, "cannot copy from the device")

@@ -80,8 +80,10 @@ func MemcpyOp(dst, src Loc, n int64) (*Device, Op) {
 	case dst.onDevice() && !src.onDevice():
 		return dst.Dev, Op{Name: name, Enqueue: func(d *Device, w *work) {
 			w.data(tool.CopyToDevice, mapping.Buf{Size: n, Name: name}, dst.Ptr)
-			d.log.Taskf(config.InfoCopies, d.Num, w.task, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
-				hostAddr(src.Host), uint64(dst.Ptr), n, name)
+			if d.log.On(config.InfoCopies) { // its arguments are boxed only then
+				d.log.Taskf(config.InfoCopies, d.Num, w.task, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
+					hostAddr(src.Host), uint64(dst.Ptr), n, name)
+			}
 			if err := w.q.Submit(dst.Ptr, src.Host[:n]); err != nil {
 				w.err(Errorf("goffload: %s: %s: %w", d.Label(), name, err))
 			}
@@ -89,41 +91,59 @@ func MemcpyOp(dst, src Loc, n int64) (*Device, Op) {
 	case !dst.onDevice() && src.onDevice():
 		return src.Dev, Op{Name: name, Enqueue: func(d *Device, w *work) {
 			w.data(tool.CopyFromDevice, mapping.Buf{Size: n, Name: name}, src.Ptr)
-			d.log.Taskf(config.InfoCopies, d.Num, w.task, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
-				uint64(src.Ptr), hostAddr(dst.Host), n, name)
+			if d.log.On(config.InfoCopies) { // its arguments are boxed only then
+				d.log.Taskf(config.InfoCopies, d.Num, w.task, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
+					uint64(src.Ptr), hostAddr(dst.Host), n, name)
+			}
 			if err := w.q.Retrieve(dst.Host[:n], src.Ptr); err != nil {
 				w.err(Errorf("goffload: %s: %s: %w", d.Label(), name, err))
 			}
 		}}
 	}
-	return src.Dev, Op{Name: name, Enqueue: func(d *Device, w *work) {
-		w.data(tool.CopyDeviceToDevice, mapping.Buf{Size: n, Name: name}, src.Ptr)
-		err := exchange(w.q, dst.Dev.Dev, dst.Ptr, src.Ptr, n)
+	return src.Dev, Op{Name: name, x2x: exchangeArgs{dst: dst.Dev, dstPtr: dst.Ptr, srcPtr: src.Ptr, n: n}}
+}
+
+// exchangeArgs is a device-to-device copy's, held in its Op rather than in
+// a closure (MemcpyOp): n bytes from srcPtr on the Op's device to dstPtr
+// on dst.
+type exchangeArgs struct {
+	dst            *Device
+	dstPtr, srcPtr plugin.Ptr
+	n              int64
+}
+
+// enqueueExchange enqueues the device-to-device copy x on w, d's work.
+func (d *Device) enqueueExchange(w *work, x exchangeArgs) {
+	const name = "omp_target_memcpy"
+	dst, n := Loc{Dev: x.dst, Ptr: x.dstPtr}, x.n
+	w.data(tool.CopyDeviceToDevice, mapping.Buf{Size: n, Name: name}, x.srcPtr)
+	err := exchange(w.q, dst.Dev.Dev, dst.Ptr, x.srcPtr, n)
+	if d.log.On(config.InfoCopies) { // its arguments are boxed only then
 		how := ""
 		if errors.Is(err, plugin.ErrUnsupported) {
 			how = " (staged through host memory)"
 		}
 		d.log.Taskf(config.InfoCopies, d.Num, w.task, "Copying data from device %d to device %d%s, SrcPtr=%#x, DstPtr=%#x, Size=%d, Name=%s",
-			d.Num, dst.Dev.Num, how, uint64(src.Ptr), uint64(dst.Ptr), n, name)
-		if errors.Is(err, plugin.ErrUnsupported) {
-			// No direct path: stage through host memory. The copy out is on
-			// this queue; the copy in follows once it is done, off the
-			// caller's goroutine (a task with work after its queue's is
-			// waited for on the host by its dependents).
-			stage := make([]byte, n)
-			if err = w.q.Retrieve(stage, src.Ptr); err == nil {
-				w.after = append(w.after, func() error {
-					if err := Memcpy(dst, Loc{Host: stage}, n); err != nil {
-						return Errorf("goffload: %s: %s: the copy in to %s: %w", d.Label(), name, dst.Dev.Label(), err)
-					}
-					return nil
-				})
-			}
+			d.Num, dst.Dev.Num, how, uint64(x.srcPtr), uint64(dst.Ptr), n, name)
+	}
+	if errors.Is(err, plugin.ErrUnsupported) {
+		// No direct path: stage through host memory. The copy out is on
+		// this queue; the copy in follows once it is done, off the
+		// caller's goroutine (a task with work after its queue's is
+		// waited for on the host by its dependents).
+		stage := make([]byte, n)
+		if err = w.q.Retrieve(stage, x.srcPtr); err == nil {
+			w.after = append(w.after, func() error {
+				if err := Memcpy(dst, Loc{Host: stage}, n); err != nil {
+					return Errorf("goffload: %s: %s: the copy in to %s: %w", d.Label(), name, dst.Dev.Label(), err)
+				}
+				return nil
+			})
 		}
-		if err != nil {
-			w.err(Errorf("goffload: %s: %s: %w", d.Label(), name, err))
-		}
-	}}
+	}
+	if err != nil {
+		w.err(Errorf("goffload: %s: %s: %w", d.Label(), name, err))
+	}
 }
 
 // hostAddr is the address of b's memory, for the info output (0 if none).

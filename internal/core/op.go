@@ -43,7 +43,11 @@ func TargetOpWith(k *entries.Kernel, args []KernelArg, g plugin.Geometry) Op {
 
 // enqueue enqueues op's work on w: its target region, or its Enqueue.
 func (op *Op) enqueue(d *Device, w *work) {
-	if op.kernel == nil {
+	switch {
+	case op.x2x.dst != nil:
+		d.enqueueExchange(w, op.x2x)
+		return
+	case op.kernel == nil:
 		op.Enqueue(d, w)
 		return
 	}
@@ -126,6 +130,9 @@ type Op struct {
 	kernel *entries.Kernel
 	kargs  []KernelArg
 	geo    plugin.Geometry
+	// A device-to-device copy (MemcpyOp) in place of Enqueue, if x2x.dst
+	// is set.
+	x2x exchangeArgs
 }
 
 // check validates op's clauses on d.

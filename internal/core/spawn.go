@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -209,7 +210,8 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		evs = append(evs, ev)
 	}
 	all := preds // every predecessor the device waits for: their failure is t's
-	cq, followed, rest, evs := d.followOne(preds, evs)
+	var restBuf [4]*Task
+	cq, followed, rest, evs := d.followOne(preds, evs, restBuf[:0])
 	if cq == nil {
 		var err error
 		if cq, err = d.getQueue(op.Name); err != nil {
@@ -253,14 +255,16 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 // followOne follows one of preds, whose events are evs, on its own queue
 // if nothing came after it there: the queue's order is the wait. It
 // returns the queue, nil if it follows none, and the others with their
-// events.
-func (d *Device) followOne(preds []*Task, evs []plugin.Event) (*cqueue, *Task, []*Task, []plugin.Event) {
+// events: those in rest (appended to; preds is left as it is) and evs
+// (the caller's, changed in place).
+func (d *Device) followOne(preds []*Task, evs []plugin.Event, rest []*Task) (*cqueue, *Task, []*Task, []plugin.Event) {
 	for i, p := range preds {
 		if !mayFollow(d.followView(p)) {
 			continue
 		}
 		if cq := d.follow(p); cq != nil {
-			return cq, p, append(preds[:i:i], preds[i+1:]...), append(evs[:i:i], evs[i+1:]...)
+			rest = append(append(rest, preds[:i]...), preds[i+1:]...)
+			return cq, p, rest, slices.Delete(evs, i, i+1)
 		}
 	}
 	return nil, nil, preds, evs
@@ -382,32 +386,53 @@ func (w *work) complete(background bool) {
 // each event. A completion must not block on another's.
 type completer struct {
 	mu      sync.Mutex
-	fns     []*work // each completed with background false
+	fns     []*work // each completed with background false, from fns[head]
+	head    int
 	running bool
+	// start is c.run, made once: a go statement of a method value would
+	// allocate its closure each time.
+	start func()
 }
+
+// keptCompletions is the most completions an idle completer keeps room
+// for.
+const keptCompletions = 256
 
 func (c *completer) add(w *work) {
 	c.mu.Lock()
+	if len(c.fns) == cap(c.fns) && c.head >= len(c.fns)/2 && c.head > 0 {
+		// Full, and half of it done: the rest moves to the front, so a
+		// completer that never idles keeps to its backlog's room.
+		n := copy(c.fns, c.fns[c.head:])
+		clear(c.fns[n:])
+		c.fns, c.head = c.fns[:n], 0
+	}
 	c.fns = append(c.fns, w)
 	start := !c.running
 	c.running = true
+	if start && c.start == nil {
+		c.start = c.run
+	}
 	c.mu.Unlock()
 	if start {
-		go c.run()
+		go c.start()
 	}
 }
 
 func (c *completer) run() {
 	for {
 		c.mu.Lock()
-		if len(c.fns) == 0 {
-			c.fns, c.running = nil, false // the backing array goes too
+		if c.head == len(c.fns) {
+			c.fns, c.head, c.running = c.fns[:0], 0, false // its room is kept
+			if cap(c.fns) > keptCompletions {
+				c.fns = nil
+			}
 			c.mu.Unlock()
 			return
 		}
-		w := c.fns[0]
-		c.fns[0] = nil
-		c.fns = c.fns[1:]
+		w := c.fns[c.head]
+		c.fns[c.head] = nil
+		c.head++
 		c.mu.Unlock()
 		w.complete(false)
 	}

@@ -72,8 +72,8 @@ type Task struct {
 	// addrBuf and directBuf hold addrs and direct for a task of a few
 	// depend clauses and predecessors: no allocation of their own. What
 	// register writes there is only read afterwards.
-	addrBuf   [2]uintptr
-	directBuf [2]*Task
+	addrBuf   [4]uintptr
+	directBuf [4]*Task
 	// Guarded by the runtime's tasks.mu, the host waits' part (complete.go).
 	// succs are the tasks waiting on the host for t. Each has pending, the
 	// number of its predecessors not completed. cont is what a waiting
@@ -82,6 +82,8 @@ type Task struct {
 	pending int
 	cont    step
 	light   bool
+	// succBuf holds succs for a task of a few host-waiting successors.
+	succBuf [2]*Task
 
 	rec recovery // for a task with Op.Recover only
 

@@ -236,6 +236,8 @@ func (q *Queue) DoTimed(fn func() error, timed func(start, end time.Time, err er
 type Call struct {
 	X, Y, Z any
 	Args    []plugin.Arg
+	// Words are numbers the operation needs: device addresses, sizes.
+	Words [3]uint64
 }
 
 // DoCallTimed is DoTimed of fn called with c. Some operations' state is
@@ -371,7 +373,7 @@ type Event struct {
 	done   chan struct{} // made by the first wait (Done), closed when it fires
 	err    error         // written before fired is set
 	then   []fireCall    // run when it fires (OnFire, OnFireCall)
-	then1  [1]fireCall   // then's first
+	then1  [2]fireCall   // then's first
 }
 
 // NewEvent returns an event that is not recorded yet.

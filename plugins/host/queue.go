@@ -107,25 +107,39 @@ func (q *queue) Exchange(dst plugin.Device, dstPtr, src plugin.Ptr, size int64) 
 	if _, err := other.mem.Bytes(dstPtr, size); err != nil {
 		return fmt.Errorf("%s: exchange destination: %w", other.st.Label(), err)
 	}
-	return q.doTimed(func() error {
-		if err := q.d.st.Lost(); err != nil {
-			return err
-		}
-		q.d.mem.Pin()
-		defer q.d.mem.Unpin()
-		other.mem.Pin()
-		defer other.mem.Unpin()
-		s, err := q.d.mem.Bytes(src, size)
-		if err != nil {
-			return fmt.Errorf("exchange source: %w", err)
-		}
-		d, err := other.mem.Bytes(dstPtr, size)
-		if err != nil {
-			return fmt.Errorf("exchange destination on %s: %w", other.st.Label(), err)
-		}
-		hostmem.Copy(d, s)
-		return nil
-	}, q.timed(plugin.OpExchange, "", size))
+	if err := q.d.st.Alive(); err != nil {
+		return err
+	}
+	c := opqueue.Call{X: q, Y: other, Words: [3]uint64{uint64(dstPtr), uint64(src), uint64(size)}}
+	if err := q.q.DoCallTimed(exchangeCall, c, q.timed(plugin.OpExchange, "", size)); err != nil {
+		return fmt.Errorf("%s: %w", q.d.st.Label(), err)
+	}
+	return nil
+}
+
+// exchangeCall runs an Exchange: c holds its queue and the destination's
+// device, and the destination, source and size in its words. Its state is
+// in the queue, not in a closure.
+func exchangeCall(c opqueue.Call) error {
+	q, other := c.X.(*queue), c.Y.(*device)
+	dstPtr, src, size := plugin.Ptr(c.Words[0]), plugin.Ptr(c.Words[1]), int64(c.Words[2])
+	if err := q.d.st.Lost(); err != nil {
+		return err
+	}
+	q.d.mem.Pin()
+	defer q.d.mem.Unpin()
+	other.mem.Pin()
+	defer other.mem.Unpin()
+	s, err := q.d.mem.Bytes(src, size)
+	if err != nil {
+		return fmt.Errorf("exchange source: %w", err)
+	}
+	d, err := other.mem.Bytes(dstPtr, size)
+	if err != nil {
+		return fmt.Errorf("exchange destination on %s: %w", other.st.Label(), err)
+	}
+	hostmem.Copy(d, s)
+	return nil
 }
 
 func (q *queue) Launch(k plugin.Kernel, args []plugin.Arg) error {
