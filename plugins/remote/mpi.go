@@ -3,6 +3,7 @@
 package remote
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -178,6 +179,10 @@ func serveMPIIfDevice(img *plugin.Image) {
 	}
 	servingRank.Store(true)
 	err = w.serve(img)
+	if errors.Is(err, errUnfinalized) {
+		fmt.Fprintf(os.Stderr, "goffload device (MPI rank %d, pid %d): %v\n", w.Rank(), os.Getpid(), err)
+		os.Exit(1)
+	}
 	if ferr := w.finalize(); err == nil && ferr != nil {
 		err = ferr
 	}
@@ -213,7 +218,15 @@ func (w *mpiWorld) serve(img *plugin.Image) error {
 			return fmt.Errorf("reading the host's announcements: %w", err)
 		}
 		if m.Type == proto.TExit {
+			x, err := proto.As[proto.Exit](m)
+			if err != nil {
+				wg.Wait()
+				return fmt.Errorf("%w: the host's exit: %v", proto.ErrFrame, err)
+			}
 			w.endSessions(&wg)
+			if x.Unfinalized {
+				return errUnfinalized
+			}
 			return nil
 		}
 		if m.Type != proto.TAnnounce {
@@ -242,6 +255,11 @@ func (w *mpiWorld) serve(img *plugin.Image) error {
 		}()
 	}
 }
+
+// errUnfinalized is why a device rank exits without finalizing MPI: the
+// host said it does not (it lost a rank), and MPI_Finalize would wait for
+// the host and the lost rank forever.
+var errUnfinalized = errors.New("exiting without MPI_Finalize: the host lost a device rank and does not finalize MPI")
 
 // exitGrace is how long a device rank told to exit waits for its sessions to
 // end. After it, the rank exits without them.
@@ -349,19 +367,21 @@ func FinishMPI() error {
 		return nil
 	}
 	w.done = true
-	var exits []func(<-chan struct{}) error
-	exit := proto.AppendFrame(nil, proto.Encode(&proto.Exit{}), nil)
-	for r := 0; r < w.ranks.Size; r++ {
-		if r != w.ranks.Host {
-			exits = append(exits, w.Post(r, mpi.TagOpen, exit))
-		}
-	}
 	var lost error
 	for r, err := range w.lost {
 		if _, ok := w.killed[r]; ok {
 			continue
 		}
 		lost = fmt.Errorf("MPI rank %d was lost (%v): MPI_Finalize would wait for it forever, so MPI is not finalized and the launcher may report this rank's exit as a failure", r, err)
+	}
+	// The device ranks finalize with the host, or, where it does not,
+	// exit without (else each would wait for the lost rank in MPI_Finalize).
+	var exits []func(<-chan struct{}) error
+	exit := proto.AppendFrame(nil, proto.Encode(&proto.Exit{Unfinalized: lost != nil}), nil)
+	for r := 0; r < w.ranks.Size; r++ {
+		if r != w.ranks.Host {
+			exits = append(exits, w.Post(r, mpi.TagOpen, exit))
+		}
 	}
 	killed := make([]int, 0, len(w.killed))
 	for r := range w.killed {

@@ -364,8 +364,18 @@ func (f *Forget) get(m *Msg) error {
 	return nil
 }
 
-func (f *Exit) put(m *Msg)       {}
-func (f *Exit) get(m *Msg) error { return noPayload(m) }
+func (f *Exit) put(m *Msg) {
+	if f.Unfinalized {
+		m.ID = 1
+	}
+}
+func (f *Exit) get(m *Msg) error {
+	if m.ID > 1 {
+		return fmt.Errorf("exit with flags %#x, want 0 or 1", m.ID)
+	}
+	f.Unfinalized = m.ID == 1
+	return noPayload(m)
+}
 func (f *Ping) put(m *Msg)       {}
 func (f *Ping) get(m *Msg) error { return noPayload(m) }
 

@@ -367,8 +367,13 @@ type Forget struct {
 	Events []uint64 // payload, 8 bytes each
 }
 
-// Exit (→d) ends the session.
-type Exit struct{}
+// Exit (→d) ends the session. On an MPI job's announcement link it ends
+// the device rank; Unfinalized then says that the host does not finalize
+// MPI (it lost a rank, and MPI_Finalize would wait for that rank forever),
+// so the device rank exits without finalizing either.
+type Exit struct {
+	Unfinalized bool // sent as the ID's bit 0
+}
 
 // Ping (↔) says the link is alive (every frame counts as a sign of life).
 type Ping struct{}

@@ -43,6 +43,7 @@ func everyFrame() []Frame {
 		&SyncDone{Queue: 5, Seq: 15, Status: st},
 		&Forget{Events: []uint64{1, 2, 1 << 63}},
 		&Exit{},
+		&Exit{Unfinalized: true},
 		&Ping{},
 		&Tag{Queue: 6, Tag: 16, HostClock: 17},
 		&Times{Queue: 6, DevClock: 18, Ops: []byte{9, 9}},
