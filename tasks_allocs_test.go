@@ -14,7 +14,7 @@ import (
 // task with its core task, typed arguments, work and lowered arguments
 // (1), and the host event (1). The typed Nowait passes its slice by
 // reference, DependInOut reads the slice's address without boxing it, and
-// the clauses' variadic slice stays on the stack (Async holds two). The
+// the clauses' variadic slice stays on the stack (Async holds three). The
 // completion is handed to the event without a closure (OnFireCall).
 const maxNowaitAllocs = 2.1
 
