@@ -218,15 +218,22 @@ func (a Async) spawnIn(box *depTask, room *core.TaskRoom, make func(cd *core.Dev
 // for both (start).
 type depTask struct {
 	Task
-	deps [4]core.Dep
+	deps [3]core.Dep
 }
 
-// launchTask is a depTask with room for a launch's few arguments and its
-// core task: one allocation for a launch's records.
+// launchTask is a depTask with room for a launch's core task: one
+// allocation for a launch's records, with room for its lowered arguments
+// beside it (a typed kernel's task has one for each; runTask three).
 type launchTask struct {
 	depTask
-	kargs [5]core.KernelArg
-	room  core.TaskRoom
+	room core.TaskRoom
+}
+
+// runTask is an untyped launch's records (Async.Run), with room for three
+// lowered arguments.
+type runTask struct {
+	launchTask
+	kargs [3]core.KernelArg
 }
 
 func (a Async) start(spawn func(rt *core.Runtime, deps []core.Dep) (*core.Task, error)) *Task {
@@ -282,7 +289,8 @@ func (a Async) run(k *Kernel, o launchOpts, args []any) *Task {
 	if a.dev.IsAny() {
 		return a.runAny(k, o, args)
 	}
-	return a.runIn(new(launchTask), k, o, args)
+	t := new(runTask)
+	return a.runIn(&t.launchTask, t.kargs[:], k, o, args)
 }
 
 // direct reports whether a's launches become tasks here (not a recorder's
@@ -290,9 +298,10 @@ func (a Async) run(k *Kernel, o launchOpts, args []any) *Task {
 // (runIn).
 func (a Async) direct() bool { return a.rec == nil && !a.dev.IsAny() }
 
-// runIn is run of a direct Async into box, the new task's records.
-func (a Async) runIn(box *launchTask, k *Kernel, o launchOpts, args []any) *Task {
-	o.kargs = box.kargs[:0]
+// runIn is run of a direct Async into box, the new task's records, with
+// kargs the room for its lowered arguments.
+func (a Async) runIn(box *launchTask, kargs []core.KernelArg, k *Kernel, o launchOpts, args []any) *Task {
+	o.kargs = kargs[:0]
 	return a.spawnIn(&box.depTask, &box.room, func(cd *core.Device) (core.Op, error) {
 		op, _, _, err := a.targetOp(cd, k, o, args)
 		return op, err

@@ -2,7 +2,10 @@
 
 package offload
 
-import "github.com/goffload/offload/plugin"
+import (
+	"github.com/goffload/offload/internal/core"
+	"github.com/goffload/offload/plugin"
+)
 
 // Kernel1 is a kernel of 1 parameter after its Ctx.
 // The compiler checks the arguments of its launches.
@@ -57,7 +60,7 @@ func (k Kernel1[A]) Nowait(nw Async, a A) *Task {
 	t := &kernel1Task[A]{a: a}
 	o := k.o
 	t.refs[0], o.refs = argRef(&t.a, 0, o.refs)
-	return nw.runIn(&t.launchTask, k.k, o, t.refs[:])
+	return nw.runIn(&t.launchTask, t.kargs[:], k.k, o, t.refs[:])
 }
 
 // With returns the kernel with map clauses that replace declared directions.
@@ -107,11 +110,13 @@ func (k Kernel1[A]) Kernel() *Kernel { return k.k }
 
 // Kernel1Task is a task of Kernel1 with room for the launch's arguments,
 // which reach the lowering by reference (launchOpts.refs): a slice is not
-// boxed in an interface, a heap allocation, on its way in.
+// boxed in an interface, a heap allocation, on its way in. kargs is room
+// for them lowered, one for each (more only for a struct of slices).
 type kernel1Task[A any] struct {
 	launchTask
-	a    A
-	refs [1]any
+	a     A
+	refs  [1]any
+	kargs [1]core.KernelArg
 }
 
 // Kernel2 is a kernel of 2 parameters after its Ctx.
@@ -173,7 +178,7 @@ func (k Kernel2[A, B]) Nowait(nw Async, a A, b B) *Task {
 	o := k.o
 	t.refs[0], o.refs = argRef(&t.a, 0, o.refs)
 	t.refs[1], o.refs = argRef(&t.b, 1, o.refs)
-	return nw.runIn(&t.launchTask, k.k, o, t.refs[:])
+	return nw.runIn(&t.launchTask, t.kargs[:], k.k, o, t.refs[:])
 }
 
 // With returns the kernel with map clauses that replace declared directions.
@@ -223,12 +228,14 @@ func (k Kernel2[A, B]) Kernel() *Kernel { return k.k }
 
 // Kernel2Task is a task of Kernel2 with room for the launch's arguments,
 // which reach the lowering by reference (launchOpts.refs): a slice is not
-// boxed in an interface, a heap allocation, on its way in.
+// boxed in an interface, a heap allocation, on its way in. kargs is room
+// for them lowered, one for each (more only for a struct of slices).
 type kernel2Task[A, B any] struct {
 	launchTask
-	a    A
-	b    B
-	refs [2]any
+	a     A
+	b     B
+	refs  [2]any
+	kargs [2]core.KernelArg
 }
 
 // Kernel3 is a kernel of 3 parameters after its Ctx.
@@ -296,7 +303,7 @@ func (k Kernel3[A, B, C]) Nowait(nw Async, a A, b B, c C) *Task {
 	t.refs[0], o.refs = argRef(&t.a, 0, o.refs)
 	t.refs[1], o.refs = argRef(&t.b, 1, o.refs)
 	t.refs[2], o.refs = argRef(&t.c, 2, o.refs)
-	return nw.runIn(&t.launchTask, k.k, o, t.refs[:])
+	return nw.runIn(&t.launchTask, t.kargs[:], k.k, o, t.refs[:])
 }
 
 // With returns the kernel with map clauses that replace declared directions.
@@ -346,13 +353,15 @@ func (k Kernel3[A, B, C]) Kernel() *Kernel { return k.k }
 
 // Kernel3Task is a task of Kernel3 with room for the launch's arguments,
 // which reach the lowering by reference (launchOpts.refs): a slice is not
-// boxed in an interface, a heap allocation, on its way in.
+// boxed in an interface, a heap allocation, on its way in. kargs is room
+// for them lowered, one for each (more only for a struct of slices).
 type kernel3Task[A, B, C any] struct {
 	launchTask
-	a    A
-	b    B
-	c    C
-	refs [3]any
+	a     A
+	b     B
+	c     C
+	refs  [3]any
+	kargs [3]core.KernelArg
 }
 
 // Kernel4 is a kernel of 4 parameters after its Ctx.
@@ -428,7 +437,7 @@ func (k Kernel4[A, B, C, D]) Nowait(nw Async, a A, b B, c C, d D) *Task {
 	t.refs[1], o.refs = argRef(&t.b, 1, o.refs)
 	t.refs[2], o.refs = argRef(&t.c, 2, o.refs)
 	t.refs[3], o.refs = argRef(&t.d, 3, o.refs)
-	return nw.runIn(&t.launchTask, k.k, o, t.refs[:])
+	return nw.runIn(&t.launchTask, t.kargs[:], k.k, o, t.refs[:])
 }
 
 // With returns the kernel with map clauses that replace declared directions.
@@ -478,14 +487,16 @@ func (k Kernel4[A, B, C, D]) Kernel() *Kernel { return k.k }
 
 // Kernel4Task is a task of Kernel4 with room for the launch's arguments,
 // which reach the lowering by reference (launchOpts.refs): a slice is not
-// boxed in an interface, a heap allocation, on its way in.
+// boxed in an interface, a heap allocation, on its way in. kargs is room
+// for them lowered, one for each (more only for a struct of slices).
 type kernel4Task[A, B, C, D any] struct {
 	launchTask
-	a    A
-	b    B
-	c    C
-	d    D
-	refs [4]any
+	a     A
+	b     B
+	c     C
+	d     D
+	refs  [4]any
+	kargs [4]core.KernelArg
 }
 
 // Kernel5 is a kernel of 5 parameters after its Ctx.
@@ -567,7 +578,7 @@ func (k Kernel5[A, B, C, D, E]) Nowait(nw Async, a A, b B, c C, d D, e E) *Task 
 	t.refs[2], o.refs = argRef(&t.c, 2, o.refs)
 	t.refs[3], o.refs = argRef(&t.d, 3, o.refs)
 	t.refs[4], o.refs = argRef(&t.e, 4, o.refs)
-	return nw.runIn(&t.launchTask, k.k, o, t.refs[:])
+	return nw.runIn(&t.launchTask, t.kargs[:], k.k, o, t.refs[:])
 }
 
 // With returns the kernel with map clauses that replace declared directions.
@@ -617,15 +628,17 @@ func (k Kernel5[A, B, C, D, E]) Kernel() *Kernel { return k.k }
 
 // Kernel5Task is a task of Kernel5 with room for the launch's arguments,
 // which reach the lowering by reference (launchOpts.refs): a slice is not
-// boxed in an interface, a heap allocation, on its way in.
+// boxed in an interface, a heap allocation, on its way in. kargs is room
+// for them lowered, one for each (more only for a struct of slices).
 type kernel5Task[A, B, C, D, E any] struct {
 	launchTask
-	a    A
-	b    B
-	c    C
-	d    D
-	e    E
-	refs [5]any
+	a     A
+	b     B
+	c     C
+	d     D
+	e     E
+	refs  [5]any
+	kargs [5]core.KernelArg
 }
 
 // Kernel6 is a kernel of 6 parameters after its Ctx.
@@ -713,7 +726,7 @@ func (k Kernel6[A, B, C, D, E, F]) Nowait(nw Async, a A, b B, c C, d D, e E, f F
 	t.refs[3], o.refs = argRef(&t.d, 3, o.refs)
 	t.refs[4], o.refs = argRef(&t.e, 4, o.refs)
 	t.refs[5], o.refs = argRef(&t.f, 5, o.refs)
-	return nw.runIn(&t.launchTask, k.k, o, t.refs[:])
+	return nw.runIn(&t.launchTask, t.kargs[:], k.k, o, t.refs[:])
 }
 
 // With returns the kernel with map clauses that replace declared directions.
@@ -763,16 +776,18 @@ func (k Kernel6[A, B, C, D, E, F]) Kernel() *Kernel { return k.k }
 
 // Kernel6Task is a task of Kernel6 with room for the launch's arguments,
 // which reach the lowering by reference (launchOpts.refs): a slice is not
-// boxed in an interface, a heap allocation, on its way in.
+// boxed in an interface, a heap allocation, on its way in. kargs is room
+// for them lowered, one for each (more only for a struct of slices).
 type kernel6Task[A, B, C, D, E, F any] struct {
 	launchTask
-	a    A
-	b    B
-	c    C
-	d    D
-	e    E
-	f    F
-	refs [6]any
+	a     A
+	b     B
+	c     C
+	d     D
+	e     E
+	f     F
+	refs  [6]any
+	kargs [6]core.KernelArg
 }
 
 // Kernel7 is a kernel of 7 parameters after its Ctx.
@@ -866,7 +881,7 @@ func (k Kernel7[A, B, C, D, E, F, G]) Nowait(nw Async, a A, b B, c C, d D, e E, 
 	t.refs[4], o.refs = argRef(&t.e, 4, o.refs)
 	t.refs[5], o.refs = argRef(&t.f, 5, o.refs)
 	t.refs[6], o.refs = argRef(&t.g, 6, o.refs)
-	return nw.runIn(&t.launchTask, k.k, o, t.refs[:])
+	return nw.runIn(&t.launchTask, t.kargs[:], k.k, o, t.refs[:])
 }
 
 // With returns the kernel with map clauses that replace declared directions.
@@ -916,17 +931,19 @@ func (k Kernel7[A, B, C, D, E, F, G]) Kernel() *Kernel { return k.k }
 
 // Kernel7Task is a task of Kernel7 with room for the launch's arguments,
 // which reach the lowering by reference (launchOpts.refs): a slice is not
-// boxed in an interface, a heap allocation, on its way in.
+// boxed in an interface, a heap allocation, on its way in. kargs is room
+// for them lowered, one for each (more only for a struct of slices).
 type kernel7Task[A, B, C, D, E, F, G any] struct {
 	launchTask
-	a    A
-	b    B
-	c    C
-	d    D
-	e    E
-	f    F
-	g    G
-	refs [7]any
+	a     A
+	b     B
+	c     C
+	d     D
+	e     E
+	f     F
+	g     G
+	refs  [7]any
+	kargs [7]core.KernelArg
 }
 
 // Kernel8 is a kernel of 8 parameters after its Ctx.
@@ -1026,7 +1043,7 @@ func (k Kernel8[A, B, C, D, E, F, G, H]) Nowait(nw Async, a A, b B, c C, d D, e 
 	t.refs[5], o.refs = argRef(&t.f, 5, o.refs)
 	t.refs[6], o.refs = argRef(&t.g, 6, o.refs)
 	t.refs[7], o.refs = argRef(&t.h, 7, o.refs)
-	return nw.runIn(&t.launchTask, k.k, o, t.refs[:])
+	return nw.runIn(&t.launchTask, t.kargs[:], k.k, o, t.refs[:])
 }
 
 // With returns the kernel with map clauses that replace declared directions.
@@ -1076,16 +1093,18 @@ func (k Kernel8[A, B, C, D, E, F, G, H]) Kernel() *Kernel { return k.k }
 
 // Kernel8Task is a task of Kernel8 with room for the launch's arguments,
 // which reach the lowering by reference (launchOpts.refs): a slice is not
-// boxed in an interface, a heap allocation, on its way in.
+// boxed in an interface, a heap allocation, on its way in. kargs is room
+// for them lowered, one for each (more only for a struct of slices).
 type kernel8Task[A, B, C, D, E, F, G, H any] struct {
 	launchTask
-	a    A
-	b    B
-	c    C
-	d    D
-	e    E
-	f    F
-	g    G
-	h    H
-	refs [8]any
+	a     A
+	b     B
+	c     C
+	d     D
+	e     E
+	f     F
+	g     G
+	h     H
+	refs  [8]any
+	kargs [8]core.KernelArg
 }

@@ -77,6 +77,7 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy s
 	if len(succs) > 0 {
 		light, heavy, spawn = handOn(succs)
 	}
+	clear(t.succBuf[:]) // a completed task held by the program keeps none of them
 	ts.mu.Unlock()
 	t.finish() // after the history: a waiter sees it settled
 	if t.onDone != nil {

@@ -294,6 +294,7 @@ func (g *depGraph) write(ps *predSet, st *depState, addr, end uintptr, prev *Tas
 // failure stays in the histories until it is reported (forget).
 func (g *depGraph) complete(t *Task, keep bool) {
 	t.direct = nil
+	clear(t.directBuf[:]) // a completed task held by the program keeps no predecessor
 	f := t.fail
 	for _, addr := range t.addrs {
 		st := g.hist[addr]

@@ -200,7 +200,7 @@ type work struct {
 	undo   []func()           // if the construct fails, before the uses end (enter data)
 	// usedBuf holds used for a construct of a few buffers (each used twice:
 	// its map at the start and at the end).
-	usedBuf [8]*mapping.Entry
+	usedBuf [6]*mapping.Entry
 	first   error
 	dep     *failure // the predecessor's failure, if first is a dependency error
 	// inline is the queue, if it runs the work inline (begin), until done.
@@ -208,7 +208,7 @@ type work struct {
 	// completing is a task's, from its enqueueing to its completion.
 	completing completing
 	// argBuf holds a launch's arguments for a kernel of a few (target).
-	argBuf [6]plugin.Arg
+	argBuf [5]plugin.Arg
 }
 
 // begin starts a synchronous construct's work: its caller waits for the

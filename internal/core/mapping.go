@@ -303,6 +303,10 @@ func (w *work) release() {
 			w.free(e, ev)
 		}
 	}
+	// The work is over: a completed task that the program holds keeps
+	// no entry (nor its host buffer) alive.
+	clear(w.used)
+	w.used = nil
 }
 
 // free frees the memory of an entry that left the table, once no work uses

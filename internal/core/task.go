@@ -72,8 +72,8 @@ type Task struct {
 	// addrBuf and directBuf hold addrs and direct for a task of a few
 	// depend clauses and predecessors: no allocation of their own. What
 	// register writes there is only read afterwards.
-	addrBuf   [4]uintptr
-	directBuf [4]*Task
+	addrBuf   [3]uintptr
+	directBuf [3]*Task
 	// Guarded by the runtime's tasks.mu, the host waits' part (complete.go).
 	// succs are the tasks waiting on the host for t. Each has pending, the
 	// number of its predecessors not completed. cont is what a waiting
