@@ -84,9 +84,12 @@ package opqueue
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/goffload/offload/internal/waitpoll"
 	"github.com/goffload/offload/plugin"
 )
 
@@ -128,9 +131,22 @@ func New() *Queue {
 	return q
 }
 
+// awaitPoll is how long a queue's wait for an event that has not fired
+// polls for it before it parks: an event of another queue of the process,
+// which a goroutine running on another core fires within microseconds
+// where the two queues' work is small. A parked queue's goroutine is woken
+// by the firing one, a wake-up of an idle thread first (5-50 µs here).
+// Where the machine is crowded (waitpoll.Crowded), or the process runs on
+// one processor (the firing goroutine could not run meanwhile), the queue
+// parks at once.
+const awaitPoll = 50 * time.Microsecond
+
 // await waits for ev to fire, for the queue's wait operation. It returns ev's
 // error.
 func (q *Queue) await(ev *Event) error {
+	if !ev.fire.Load() && !waitpoll.Crowded() && runtime.GOMAXPROCS(0) > 1 {
+		waitpoll.Until(awaitPoll, 0, 64, ev.fire.Load)
+	}
 	ev.mu.Lock()
 	if !ev.fired {
 		ev.thenLocked(fireCall{fx: wakeUp, x: q.wake})
@@ -370,6 +386,7 @@ type Event struct {
 	armed  bool
 	closed bool
 	fired  bool
+	fire   atomic.Bool   // fired, for a wait that polls (await)
 	done   chan struct{} // made by the first wait (Done), closed when it fires
 	err    error         // written before fired is set
 	then   []fireCall    // run when it fires (OnFire, OnFireCall)
@@ -427,6 +444,7 @@ func (e *Event) Fire(err error) {
 	e.armed = true
 	e.err = err
 	e.fired = true
+	e.fire.Store(true)
 	if e.done != nil {
 		close(e.done)
 	}
