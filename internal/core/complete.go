@@ -66,7 +66,7 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy s
 	t.completed = true
 	succs := t.succs
 	t.succs = nil
-	delete(ts.live, t)
+	ts.live.remove(t)
 	f := t.fail
 	keep := f != nil && !f.reported
 	if keep && dep == nil {
@@ -340,8 +340,8 @@ func (r *Runtime) Taskwait(ctx context.Context) error {
 	}
 	ts := &r.tasks
 	ts.mu.Lock()
-	wait := make([]*Task, 0, len(ts.live)+len(ts.failed))
-	for t := range ts.live {
+	wait := make([]*Task, 0, ts.live.len()+len(ts.failed))
+	for t := range ts.live.all {
 		wait = append(wait, t)
 	}
 	for f := range ts.failed {

@@ -257,7 +257,7 @@ func settle(t *testing.T, r *Runtime) {
 	deadline := time.Now().Add(hangLimit)
 	for {
 		r.tasks.mu.Lock()
-		n := len(r.tasks.live)
+		n := r.tasks.live.len()
 		r.tasks.mu.Unlock()
 		if n == 0 {
 			return

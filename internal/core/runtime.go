@@ -466,7 +466,7 @@ func (r *Runtime) abandon(stuck map[*Device]bool, cause error, why string) {
 	ts := &r.tasks
 	ts.mu.Lock()
 	var live []*Task
-	for t := range ts.live {
+	for t := range ts.live.all {
 		d := t.dev
 		if d == nil {
 			d = r.Initial
@@ -509,7 +509,7 @@ func (r *Runtime) running() map[*Device][]string {
 	}
 	ts := &r.tasks
 	ts.mu.Lock()
-	for t := range ts.live {
+	for t := range ts.live.all {
 		d := t.dev
 		if d == nil {
 			d = r.Initial

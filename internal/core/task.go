@@ -36,8 +36,9 @@ type Task struct {
 	// fin is set as the task completes, after err and fail (finished).
 	// done is made by the first that waits for it (Done), under mu, and
 	// closed as fin is set: a task nobody waits on allocates none.
-	fin  atomic.Bool
-	done chan struct{}
+	fin       atomic.Bool
+	laterLeft atomic.Int32 // see laterCont below; beside fin: one word for both
+	done      chan struct{}
 
 	// Set under the runtime's tasks.mu as it completes (holds reads them
 	// there), before done is closed; read by anyone after.
@@ -59,21 +60,21 @@ type Task struct {
 	// Handed over by laterLeft's atomic count: a task whose device
 	// predecessors were not enqueued yet when it was made waits for
 	// laterLeft of them to be (see Spawn); laterCont is what it does then.
-	laterLeft atomic.Int32
 	laterCont step
 
 	// Guarded by the runtime's tasks.mu, the dependence graph's part
 	// (deps.go). addrs are the addresses it depends on. direct are its
 	// predecessors by their own edges (register), until it completes.
 	// completed is set when it completes, before done is closed.
-	addrs     []uintptr
-	direct    []*Task
-	completed bool
+	addrs  []uintptr
+	direct []*Task
 	// addrBuf and directBuf hold addrs and direct for a task of a few
 	// depend clauses and predecessors: no allocation of their own. What
 	// register writes there is only read afterwards.
 	addrBuf   [3]uintptr
 	directBuf [3]*Task
+	completed bool
+	light     bool // the host waits' part (below), beside completed: one word for both
 	// Guarded by the runtime's tasks.mu, the host waits' part (complete.go).
 	// succs are the tasks waiting on the host for t. Each has pending, the
 	// number of its predecessors not completed. cont is what a waiting
@@ -81,9 +82,11 @@ type Task struct {
 	succs   []*Task
 	pending int
 	cont    step
-	light   bool
 	// succBuf holds succs for a task of a few host-waiting successors.
 	succBuf [2]*Task
+	// Guarded by the runtime's tasks.mu: the live list's links (liveTasks),
+	// nil once the task completed.
+	livePrev, liveNext *Task
 
 	rec recovery // for a task with Op.Recover only
 
