@@ -179,12 +179,10 @@ func serveMPIIfDevice(img *plugin.Image) {
 	}
 	servingRank.Store(true)
 	err = w.serve(img)
-	if errors.Is(err, errUnfinalized) {
-		fmt.Fprintf(os.Stderr, "goffload device (MPI rank %d, pid %d): %v\n", w.Rank(), os.Getpid(), err)
-		os.Exit(1)
-	}
-	if ferr := w.finalize(); err == nil && ferr != nil {
-		err = ferr
+	if !errors.Is(err, errUnfinalized) { // else the host does not finalize either
+		if ferr := w.finalize(); err == nil && ferr != nil {
+			err = ferr
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "goffload device (MPI rank %d, pid %d): %v\n", w.Rank(), os.Getpid(), err)
