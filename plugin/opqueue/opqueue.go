@@ -144,11 +144,11 @@ const awaitPoll = 50 * time.Microsecond
 // await waits for ev to fire, for the queue's wait operation. It returns ev's
 // error.
 func (q *Queue) await(ev *Event) error {
-	if !ev.fire.Load() && !waitpoll.Crowded() && runtime.GOMAXPROCS(0) > 1 {
-		waitpoll.Until(awaitPoll, 0, 64, ev.fire.Load)
+	if !ev.fired.Load() && !waitpoll.Crowded() && runtime.GOMAXPROCS(0) > 1 {
+		waitpoll.Until(awaitPoll, 0, 64, ev.fired.Load)
 	}
 	ev.mu.Lock()
-	if !ev.fired {
+	if !ev.fired.Load() {
 		ev.thenLocked(fireCall{fx: wakeUp, x: q.wake})
 		ev.mu.Unlock()
 		<-q.wake
@@ -385,8 +385,7 @@ type Event struct {
 	mu     sync.Mutex
 	armed  bool
 	closed bool
-	fired  bool
-	fire   atomic.Bool   // fired, for a wait that polls (await)
+	fired  atomic.Bool   // set under mu; read without it by a wait that polls (await)
 	done   chan struct{} // made by the first wait (Done), closed when it fires
 	err    error         // written before fired is set
 	then   []fireCall    // run when it fires (OnFire, OnFireCall)
@@ -437,14 +436,13 @@ func (e *Event) Recorded() bool {
 // [Event.Arm], and for firing an event early on purpose.
 func (e *Event) Fire(err error) {
 	e.mu.Lock()
-	if e.fired {
+	if e.fired.Load() {
 		e.mu.Unlock()
 		return
 	}
 	e.armed = true
 	e.err = err
-	e.fired = true
-	e.fire.Store(true)
+	e.fired.Store(true)
 	if e.done != nil {
 		close(e.done)
 	}
@@ -483,7 +481,7 @@ func (c fireCall) run() {
 
 func (e *Event) onFire(c fireCall) {
 	e.mu.Lock()
-	if e.fired {
+	if e.fired.Load() {
 		e.mu.Unlock()
 		c.run()
 		return
@@ -508,7 +506,7 @@ func (e *Event) Done() <-chan struct{} {
 	defer e.mu.Unlock()
 	if e.done == nil {
 		e.done = make(chan struct{})
-		if e.fired {
+		if e.fired.Load() {
 			close(e.done)
 		}
 	}
@@ -519,7 +517,7 @@ func (e *Event) Done() <-chan struct{} {
 // recorded returns plugin.ErrNotRecorded.
 func (e *Event) Synchronize() error {
 	e.mu.Lock()
-	armed, fired, err := e.armed, e.fired, e.err
+	armed, fired, err := e.armed, e.fired.Load(), e.err
 	e.mu.Unlock()
 	switch {
 	case fired:
@@ -547,7 +545,7 @@ func (e *Event) Query() (bool, error) {
 	if !e.armed {
 		return false, plugin.ErrNotRecorded
 	}
-	return e.fired, e.err
+	return e.fired.Load(), e.err
 }
 
 // Close releases the event: it can no longer be recorded. Closing it again
