@@ -565,7 +565,10 @@ func runSuite(env *Env, name string, s Suite) (err error) {
 	if s.Remote {
 		env.Comment("suite %s: raw baselines' peer: %s", name, env.peerWhere())
 	}
-	return s.Run(env)
+	start := time.Now()
+	err = s.Run(env)
+	env.Comment("suite %s: %.1f s", name, time.Since(start).Seconds())
+	return err
 }
 
 // setEnv sets the environment vars says and returns what restores each as
