@@ -220,6 +220,13 @@ func (s *Session) setArgs(p *gpart, b []byte) error {
 // among those computing. One that ends the goroutine (runtime.Goexit)
 // fails the lane with the operation's exitErr; the lane goes on on a new
 // goroutine.
+//
+// Its end does not kick the host's link reader, as a queued launch's does:
+// the host sends nothing until the replay's end (laneDone kicks it then).
+// Kicked after each kernel, that reader took the process's one spinner's
+// role (transport.TakeSpinner) for a whole budget. Then the reader of the
+// peer link a lane waits on could not poll: each of the lane's kicks woke
+// it to a system call and a park, and the peer's signal was heard late.
 func graphLaunch(c opqueue.Call) error {
 	s, op := c.X.(*Session), c.Y.(*gsop)
 	ctx := s.kctx
@@ -228,11 +235,7 @@ func graphLaunch(c opqueue.Call) error {
 	}
 	op.exitErr = nil
 	transport.KernelStarted()
-	defer func() { // also when the kernel ends the goroutine
-		if transport.KernelEnded() {
-			s.l.kick() // the host's next frame comes soon: a parked reader polls for it
-		}
-	}()
+	defer transport.KernelEnded() // also when the kernel ends the goroutine
 	if err := op.k.LaunchHere(ctx, op.args, s.mem.Bytes, op.exited); err != nil {
 		return fmt.Errorf("%s: %w", s.name(), err)
 	}
@@ -392,6 +395,7 @@ func (r *grun) laneDone(lane int, failed error) error {
 	r.ev.Fire(err)
 	s.tell(now)
 	s.l.sendSoon(&proto.Event{Event: r.id, Status: proto.StatusOf(err)}) // a failure is the link's, seen by the reader
+	s.l.kick() // the host's next frame (its next replay) comes soon: a parked reader polls for it
 	return nil
 }
 
