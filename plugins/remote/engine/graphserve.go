@@ -36,12 +36,9 @@ type gpart struct {
 	// once a run, however many lanes wait for it. The value is its index in a
 	// run's stand-ins.
 	remote map[[2]uint32]int
-	// planned says which exchanges go on without waiting for their
-	// confirmation (plan). It is done at the first run. pend are each lane's
-	// exchanges unconfirmed, and drain each lane's wait for them.
+	// planned says which exchanges go on without a confirmation (plan). It
+	// is done at the first run.
 	planned bool
-	pend    [][]pending
-	drain   []func() error
 }
 
 // gsop is an operation of a part.
@@ -56,17 +53,14 @@ type gsop struct {
 	// sets it.
 	exitErr error
 	exited  func(error)
-	// async is an exchange to another device that does not wait for its
-	// confirmation (plan). It is nil for others.
+	// async is an exchange to another device that is not confirmed (plan).
+	// It is nil for others.
 	async func() error
 	peer  int // an exchange's destination, a wait's signalling device
 	sig   uint32
 	to    []int // a signal's other devices
 	ev    int   // a signal's or a wait's local event, or -1
 	rev   int   // a wait's stand-in for another device's signal, or -1
-	// drainFirst says the lane's unconfirmed exchanges are waited for
-	// before the operation (plan).
-	drainFirst bool
 }
 
 func (s *Session) graphTable() *sgraphs {
@@ -154,7 +148,7 @@ func (s *Session) defineOps(p *gpart, lanes int, ops []proto.GraphOp) error {
 		case proto.GraphExchange:
 			g.run = s.graphExchange(int(o.Peer), plugin.Ptr(o.Dst), plugin.Ptr(o.Src), int64(o.Size))
 			if int(o.Peer) != s.num {
-				g.async = s.graphExchangeAsync(p, int(o.Lane), int(o.Peer), plugin.Ptr(o.Dst), plugin.Ptr(o.Src), int64(o.Size))
+				g.async = s.graphExchangeAsync(int(o.Peer), plugin.Ptr(o.Dst), plugin.Ptr(o.Src), int64(o.Size))
 			}
 		case proto.GraphSignal:
 			for _, t := range o.To {
@@ -265,19 +259,17 @@ func (s *Session) graphExchange(peer int, dst, src plugin.Ptr, size int64) func(
 	}
 }
 
-// graphExchangeAsync is an exchange's work to device peer that leaves
-// the confirmation for lane's next drain.
-func (s *Session) graphExchangeAsync(p *gpart, lane, peer int, dst, src plugin.Ptr, size int64) func() error {
+// graphExchangeAsync is an exchange's work to device peer that is not
+// confirmed (a quiet put: see plan).
+func (s *Session) graphExchangeAsync(peer int, dst, src plugin.Ptr, size int64) func() error {
 	return func() error {
 		from, err := s.mem.Bytes(src, size)
 		if err != nil {
 			return err
 		}
-		ch, l, err := s.peers.exchangeStart(peer, dst, from)
-		if err != nil {
+		if err := s.peers.exchangeQuiet(peer, dst, from); err != nil {
 			return fmt.Errorf("%s: exchange to device %d: %w", s.name(), peer, err)
 		}
-		p.pend[lane] = append(p.pend[lane], pending{ch, l})
 		return nil
 	}
 }
@@ -313,11 +305,6 @@ func (s *Session) runGraph(p *gpart, gen, event uint64) error {
 	for _, op := range p.ops {
 		q := p.lanes[op.lane]
 		var err error
-		if op.drainFirst {
-			if err := q.Do(p.drain[op.lane]); err != nil {
-				return fmt.Errorf("graph %d: %w", p.id, err)
-			}
-		}
 		switch op.op {
 		case proto.GraphLaunch:
 			err = q.DoCallExit(graphLaunch, opqueue.Call{X: s, Y: op}, &op.exitErr, nil)
@@ -368,9 +355,6 @@ func (s *Session) runGraph(p *gpart, gen, event uint64) error {
 // laneDone is a lane's end of the run, with the lane's first error. The last
 // one tells the host.
 func (r *grun) laneDone(lane int, failed error) error {
-	if err := r.p.drain[lane](); failed == nil {
-		failed = err
-	}
 	r.mu.Lock()
 	if r.err == nil {
 		r.err = failed
@@ -433,50 +417,23 @@ func (s *Session) GraphParts() int {
 
 // plan finds the exchanges to another device that are followed on their lane
 // by a signal for that device alone. The signal travels their link behind the
-// data. The device puts the data in place before it reads the signal. So the
-// lane goes on without waiting for the confirmation. The lane's next
-// operation after the signal waits for it, and so does the lane's end.
+// data. The device puts the data in place before it reads the signal, and
+// what waits there for the signal waits for the data too. So the exchange
+// goes as a quiet put, which the device does not confirm: the lane goes on
+// at once, and neither link carries a confirmation nor the lane a wait for
+// one. A quiet put the device cannot place ends their link: the waits for
+// the signal fail, and with them the run.
 func (s *Session) plan(p *gpart) {
 	p.planned = true
-	p.pend = make([][]pending, len(p.lanes))
-	p.drain = make([]func() error, len(p.lanes))
-	for l := range p.lanes {
-		p.drain[l] = func() error {
-			var first error
-			for _, pe := range p.pend[l] {
-				if err := spinRecv(pe.ch, pe.from); err != nil && first == nil {
-					first = err
-				}
-			}
-			p.pend[l] = p.pend[l][:0]
-			if first != nil {
-				return fmt.Errorf("%s: exchange: %w", s.name(), first)
-			}
-			return nil
-		}
-	}
 	last := make([]*gsop, len(p.lanes)) // each lane's operation before
-	owed := make([]bool, len(p.lanes))  // the lane's next operation drains
 	for _, op := range p.ops {
 		l := op.lane
 		prev := last[l]
 		last[l] = op
 		if op.op == proto.GraphSignal && op.ev < 0 && len(op.to) == 1 && prev != nil && prev.op == proto.GraphExchange && prev.peer == op.to[0] && prev.async != nil {
 			prev.run = prev.async
-			owed[l] = true
-			continue
-		}
-		if owed[l] {
-			op.drainFirst, owed[l] = true, false
 		}
 	}
-}
-
-// pending is an exchange to another device, not yet confirmed. Its
-// confirmation comes by from.
-type pending struct {
-	ch   chan error
-	from *link
 }
 
 // spinWait waits for ev on a lane's goroutine. It polls while no kernel
@@ -494,22 +451,6 @@ func spinWait(ev *opqueue.Event, from *link) error {
 		return err
 	}
 	return ev.Synchronize()
-}
-
-// spinRecv is spinWait for an exchange's confirmation, which comes by from.
-func spinRecv(ch chan error, from *link) error {
-	var err error
-	if spin(from, func() bool {
-		select {
-		case err = <-ch:
-			return true
-		default:
-			return false
-		}
-	}) {
-		return err
-	}
-	return <-ch
 }
 
 // spin polls done while no kernel computes in the process, and reports

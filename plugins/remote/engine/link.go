@@ -561,6 +561,8 @@ type incoming struct {
 	done chan struct{} // closed when complete, if the receiver waits on it
 	err  error         // the data is refused and skipped (peer exchanges)
 	at   plugin.Ptr    // where a peer's exchange goes (on a served device)
+	// quiet: a peer's exchange that is not confirmed (proto.PeerPut.Quiet)
+	quiet bool
 	// prog, if set, hears of each fragment as it is in; a served device's
 	// submit passes each part on as it comes. avail says how many bytes are
 	// in.

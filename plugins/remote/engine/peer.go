@@ -226,11 +226,31 @@ func (ps *peers) exchange(num int, dst plugin.Ptr, src []byte) error {
 // data is written on their link; src may change then. The channel says when
 // the data is in place there. It comes by the link returned.
 func (ps *peers) exchangeStart(num int, dst plugin.Ptr, src []byte) (chan error, *link, error) {
+	return ps.exchangeOut(num, dst, src, false)
+}
+
+// exchangeQuiet sends src to dst in device num's memory as a quiet put
+// (proto.PeerPut.Quiet): the receiver does not confirm it. It returns once
+// the data is written on their link; src may change then. What the caller
+// sends that device next on the link comes after the data is in place there;
+// a put it cannot place ends the link. A graph's exchange that is followed by
+// a signal for its device goes this way (Session.plan).
+func (ps *peers) exchangeQuiet(num int, dst plugin.Ptr, src []byte) error {
+	_, _, err := ps.exchangeOut(num, dst, src, true)
+	return err
+}
+
+// exchangeOut is exchangeStart, or exchangeQuiet if quiet (its channel
+// then nil).
+func (ps *peers) exchangeOut(num int, dst plugin.Ptr, src []byte, quiet bool) (chan error, *link, error) {
 	p, err := ps.get(num)
 	if err != nil {
 		return nil, nil, err
 	}
-	ch := make(chan error, 1)
+	var ch chan error
+	if !quiet {
+		ch = make(chan error, 1)
+	}
 	p.mu.Lock()
 	if p.lost != nil {
 		p.mu.Unlock()
@@ -238,9 +258,11 @@ func (ps *peers) exchangeStart(num int, dst plugin.Ptr, src []byte) (chan error,
 	}
 	p.next++
 	id := p.next
-	p.waiting[id] = ch
+	if !quiet {
+		p.waiting[id] = ch
+	}
 	p.mu.Unlock()
-	put := &proto.PeerPut{Xfer: id, Dst: uint64(dst), Size: uint64(len(src))}
+	put := &proto.PeerPut{Xfer: id, Dst: uint64(dst), Size: uint64(len(src)), Quiet: quiet}
 	if len(src) > 0 && len(src) <= proto.MaxInline && p.l.canTryWrite() {
 		// Small: the data goes in a control frame behind the put. This
 		// goroutine writes both at once where the link takes them without
@@ -315,12 +337,14 @@ func (ps *peers) serve(p *peer) error {
 		switch f := fr.(type) {
 		case *proto.PeerPut:
 			b, err := ps.putBytes(plugin.Ptr(f.Dst), int64(f.Size))
-			in := &incoming{dst: b, size: int(f.Size), done: make(chan struct{}), at: plugin.Ptr(f.Dst)}
+			in := &incoming{dst: b, size: int(f.Size), done: make(chan struct{}), at: plugin.Ptr(f.Dst), quiet: f.Quiet}
 			if err != nil { // skip the data as it comes, then refuse it
-				in = &incoming{size: int(f.Size), err: err, done: make(chan struct{})}
+				in = &incoming{size: int(f.Size), err: err, done: make(chan struct{}), quiet: f.Quiet}
 			}
 			if f.Size == 0 {
-				p.l.sendSoon(&proto.XferDone{Xfer: f.Xfer, Status: proto.StatusOf(in.err)})
+				if err := ps.placed(p, f.Xfer, in); err != nil {
+					return err
+				}
 				continue
 			}
 			p.mu.Lock()
@@ -336,7 +360,9 @@ func (ps *peers) serve(p *peer) error {
 					in.err = ps.s.servedPut(in.at, in.dst)
 					ps.s.srv.stage.put(in.dst)
 				}
-				p.l.sendSoon(&proto.XferDone{Xfer: f.Xfer, Status: proto.StatusOf(in.err)})
+				if err := ps.placed(p, f.Xfer, in); err != nil {
+					return err
+				}
 			}
 		case *proto.PeerEvent:
 			ps.fired(p.num, f.Wait, f.Status.Err())
@@ -352,6 +378,19 @@ func (ps *peers) serve(p *peer) error {
 			return fmt.Errorf("%w: unexpected %s frame from device %d", proto.ErrFrame, m.Type, p.num)
 		}
 	}
+}
+
+// placed answers p's exchange xfer, whose data is in (or was refused: in.err).
+// A quiet one is not answered; refused, it ends the link, with why.
+func (ps *peers) placed(p *peer, xfer uint64, in *incoming) error {
+	if !in.quiet {
+		p.l.sendSoon(&proto.XferDone{Xfer: xfer, Status: proto.StatusOf(in.err)})
+		return nil
+	}
+	if in.err != nil {
+		return fmt.Errorf("exchange %d from device %d (not confirmed: the link ends): %w", xfer, p.num, in.err)
+	}
+	return nil
 }
 
 // An Introducer links the devices it opened to each other (Device.Intro).

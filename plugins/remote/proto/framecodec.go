@@ -268,9 +268,18 @@ func (f *Exchange) get(m *Msg) error { // any size: the device refuses what its 
 	return noPayload(m)
 }
 
-func (f *PeerPut) put(m *Msg) { m.ID, m.Ptr2, m.Size = f.Xfer, f.Dst, f.Size }
+func (f *PeerPut) put(m *Msg) {
+	m.ID, m.Ptr2, m.Size = f.Xfer, f.Dst, f.Size
+	if f.Quiet {
+		m.Kernel = 1
+	}
+}
 func (f *PeerPut) get(m *Msg) error {
 	f.Xfer, f.Dst, f.Size = m.ID, m.Ptr2, m.Size
+	if m.Kernel > 1 {
+		return fmt.Errorf("%w: peer put with flags %#x, want 0 or 1 (quiet)", ErrFrame, m.Kernel)
+	}
+	f.Quiet = m.Kernel == 1
 	if err := checkSize(f.Size); err != nil {
 		return err
 	}

@@ -280,11 +280,15 @@ type Exchange struct {
 }
 
 // PeerPut (between peers) says Size bytes for Dst follow as transfer Xfer.
-// The receiver answers XferDone once they are in place.
+// The receiver answers XferDone once they are in place. A Quiet put is not
+// answered: the sender does not wait for it, and what it sends the receiver
+// next on the link (a graph's PeerSignal) comes after the data is in place.
+// A quiet put the receiver cannot place ends the link, with why.
 type PeerPut struct {
-	Xfer uint64 // id
-	Dst  uint64 // ptr2
-	Size uint64
+	Xfer  uint64 // id
+	Dst   uint64 // ptr2
+	Size  uint64
+	Quiet bool // sent as the kernel field's bit 0
 }
 
 // Launch (→d) runs kernel Kernel of the image with Args (AppendArgs) in
