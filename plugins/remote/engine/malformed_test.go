@@ -364,6 +364,15 @@ func FuzzPeer(f *testing.F) {
 		&proto.Msg{Type: proto.TPeerPut, ID: 1, Ptr2: 0, Size: 1 << 62},
 		&proto.Msg{Type: proto.TData, ID: 1, Ptr: 5, Payload: []byte{1}},
 	))
+	// Quiet puts (a replay's copy that a signal follows): one in memory,
+	// one out of it, which ends the link.
+	f.Add(frames(
+		&proto.Msg{Type: proto.TPeerPut, ID: 2, Ptr2: 1 << 20, Size: 2, Kernel: 1},
+		&proto.Msg{Type: proto.TData, ID: 2, Payload: []byte{1, 2}},
+		&proto.Msg{Type: proto.TPeerSignal, ID: 3, Ptr: 1, Kernel: 2},
+		&proto.Msg{Type: proto.TPeerPut, ID: 4, Ptr2: 8, Size: 1, Kernel: 1},
+		&proto.Msg{Type: proto.TData, ID: 4, Payload: []byte{1}},
+	))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		a, _ := socketPair(t) // the session's host link: unused
 		s := newSession(newLink(a), entries.Current(), 1)
