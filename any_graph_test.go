@@ -51,17 +51,26 @@ func buildAny(ops []anyOp, bufs [][]int32, it int32, nowait func(d offload.Devic
 // them with new scalars, and after new contents, against the same tasks
 // run afresh; the program's memory is checked after each Run's Wait.
 func TestTaskgraphAnyRandom(t *testing.T) {
-	for _, devs := range []string{"host:2", "local:2"} {
+	// On "local:1,host" the devices' queues cannot wait on each other's
+	// events: a Run whose placement puts an edge between them runs its
+	// tasks unrecorded, and succeeds, and the next Run records again.
+	for _, devs := range []string{"host:2", "local:2", "local:1,host"} {
 		t.Run(devs, func(t *testing.T) {
 			start(t, offload.WithDevices(devs), offload.WithOffload("MANDATORY"))
 			const nb, n = 3, 32
 			graphs, runs := 4, 10
-			if devs == "local:2" {
+			if devs != "host:2" {
 				graphs = 2
+			}
+			if devs == "local:1,host" {
+				// Whether a placement crosses between the kinds depends on
+				// the model's timings: 24 graphs cross in most runs (4 of
+				// 5 failed before such Runs were allowed).
+				graphs = 24
 			}
 			total := 0
 			defer func() {
-				if total == 0 {
+				if total == 0 && devs != "local:1,host" {
 					t.Errorf("%d graphs, every Run recorded again: no replay was tested", graphs)
 				}
 			}()

@@ -1,6 +1,7 @@
 package offload
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"sync"
@@ -8,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/goffload/offload/internal/anyrun"
+	"github.com/goffload/offload/internal/config"
 	"github.com/goffload/offload/internal/core"
 	"github.com/goffload/offload/internal/mapping"
 	"github.com/goffload/offload/plugin"
@@ -285,7 +287,16 @@ func (tg *Taskgraph) record(rt *core.Runtime) *Task {
 	}
 	t := r.task
 	t.err = nil
-	t.t = r.g.Join(r.tasks, err)
+	joinErr := err
+	if err != nil && r.g.Any() != nil && errors.Is(err, core.ErrUnwaitableEdge) {
+		// The placement of its Any-tasks put an edge between devices
+		// that cannot wait on each other: the runtime's choice, not the
+		// program's. The tasks ran as unrecorded ones; the Run is theirs,
+		// and the next Run records again.
+		joinErr = nil
+		rt.Log.Printf(config.InfoPlacement, -1, "taskgraph not recorded: %v; its tasks ran unrecorded, and the next Run records again", err)
+	}
+	t.t = r.g.Join(r.tasks, joinErr)
 	anyrun.AnyJoined(r.g, t.t)
 	tg.records++
 	if err == nil {

@@ -22,6 +22,11 @@ import (
 // record. It wraps ErrBadArgument. Nothing of such a replay runs.
 var ErrGraphChanged = fmt.Errorf("%w: the task graph differs from the one recorded", ErrBadArgument)
 
+// ErrUnwaitableEdge is wrapped (with plugin.ErrUnsupported) by a record's
+// error where two of its nodes are on devices whose queues cannot wait on
+// each other's events: an edge between them would wait on the host.
+var ErrUnwaitableEdge = errors.New("a recorded edge between them would wait on the host")
+
 // maxLanes is how many queues a graph uses on one device at most:
 // independent nodes beyond that share them (in the graph's order).
 const maxLanes = 4
@@ -399,7 +404,7 @@ func canWaitOn(d, p *Device) error {
 		_ = ev.Close()
 	}
 	if !ok {
-		return Errorf("goffload: %s cannot wait on the events of %s: %w: a recorded edge between them would wait on the host", d.Label(), p.Label(), plugin.ErrUnsupported)
+		return Errorf("goffload: %s cannot wait on the events of %s: %w: %w", d.Label(), p.Label(), plugin.ErrUnsupported, ErrUnwaitableEdge)
 	}
 	return nil
 }
