@@ -379,7 +379,9 @@ func (r *grun) laneDone(lane int, failed error) error {
 	r.ev.Fire(err)
 	s.tell(now)
 	s.l.sendSoon(&proto.Event{Event: r.id, Status: proto.StatusOf(err)}) // a failure is the link's, seen by the reader
-	s.l.kick() // the host's next frame (its next replay) comes soon: a parked reader polls for it
+	// The host's next frame (its next replay) comes soon: a parked reader
+	// polls for it.
+	s.l.kick()
 	return nil
 }
 
