@@ -215,18 +215,11 @@ func (ps *peers) close() {
 // exchange copies src to dst in device num's memory and waits until the
 // data is in place there.
 func (ps *peers) exchange(num int, dst plugin.Ptr, src []byte) error {
-	ch, _, err := ps.exchangeStart(num, dst, src)
+	ch, err := ps.exchangeOut(num, dst, src, false)
 	if err != nil {
 		return err
 	}
 	return <-ch
-}
-
-// exchangeStart sends src to dst in device num's memory. It returns once the
-// data is written on their link; src may change then. The channel says when
-// the data is in place there. It comes by the link returned.
-func (ps *peers) exchangeStart(num int, dst plugin.Ptr, src []byte) (chan error, *link, error) {
-	return ps.exchangeOut(num, dst, src, false)
 }
 
 // exchangeQuiet sends src to dst in device num's memory as a quiet put
@@ -236,16 +229,17 @@ func (ps *peers) exchangeStart(num int, dst plugin.Ptr, src []byte) (chan error,
 // a put it cannot place ends the link. A graph's exchange that is followed by
 // a signal for its device goes this way (Session.plan).
 func (ps *peers) exchangeQuiet(num int, dst plugin.Ptr, src []byte) error {
-	_, _, err := ps.exchangeOut(num, dst, src, true)
+	_, err := ps.exchangeOut(num, dst, src, true)
 	return err
 }
 
-// exchangeOut is exchangeStart, or exchangeQuiet if quiet (its channel
-// then nil).
-func (ps *peers) exchangeOut(num int, dst plugin.Ptr, src []byte, quiet bool) (chan error, *link, error) {
+// exchangeOut sends src to dst in device num's memory. It returns once the
+// data is written on their link; src may change then. Unless quiet, the
+// channel says when the data is in place there; quiet, it is nil.
+func (ps *peers) exchangeOut(num int, dst plugin.Ptr, src []byte, quiet bool) (chan error, error) {
 	p, err := ps.get(num)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	var ch chan error
 	if !quiet {
@@ -254,7 +248,7 @@ func (ps *peers) exchangeOut(num int, dst plugin.Ptr, src []byte, quiet bool) (c
 	p.mu.Lock()
 	if p.lost != nil {
 		p.mu.Unlock()
-		return nil, nil, p.lost
+		return nil, p.lost
 	}
 	p.next++
 	id := p.next
@@ -275,9 +269,9 @@ func (ps *peers) exchangeOut(num int, dst plugin.Ptr, src []byte, quiet bool) (c
 		_, err = p.l.sendData(id, src, false)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: link to device %d: %v", plugin.ErrDeviceLost, num, err)
+		return nil, fmt.Errorf("%w: link to device %d: %v", plugin.ErrDeviceLost, num, err)
 	}
-	return ch, p.l, nil
+	return ch, nil
 }
 
 // read serves a peer link: exchanges into our memory, and confirmations of

@@ -15,9 +15,10 @@ import (
 
 // peerServe serves a peer link of a new session, as device 1's, on which
 // the test writes in; it returns the memory in's puts went to, the
-// confirmations the session queued on the link, the frames that came back
-// and serve's error, once in has been read and the link closed.
-func peerServe(t *testing.T, in func(dst uint64) []byte) (data []byte, dones uint64, back []*proto.Msg, err error) {
+// confirmations the session queued on the link, whether signal 2 of run 1
+// of graph 3 fired, the frames that came back and serve's error, once in
+// has been read and the link closed.
+func peerServe(t *testing.T, in func(dst uint64) []byte) (data []byte, dones uint64, signaled bool, back []*proto.Msg, err error) {
 	t.Helper()
 	a, _ := socketPair(t) // the session's host link: unused
 	s := newSession(newLink(a), entries.Current(), 1)
@@ -37,6 +38,7 @@ func peerServe(t *testing.T, in func(dst uint64) []byte) (data []byte, dones uin
 	}()
 	err = s.peers.serve(p) // returns at the end of in, or at an error
 	dones = p.l.queued[proto.TXferDone&63].Load()
+	signaled, _ = s.peers.gevent(1, 3, 1, 2).Query()
 	p.l.fail(errLinkClosed)
 	var b []byte
 	select {
@@ -55,12 +57,12 @@ func peerServe(t *testing.T, in func(dst uint64) []byte) (data []byte, dones uin
 		b = b[n:]
 	}
 	mem, _ := s.mem.Bytes(dst, 8)
-	return append([]byte(nil), mem...), dones, back, err
+	return append([]byte(nil), mem...), dones, signaled, back, err
 }
 
 // TestQuietPut: a peer's quiet put (a graph's exchange followed by a
-// signal for the same device) is put in place before the signal behind it
-// is read, and is not confirmed; a put that is not quiet is. A quiet put
+// signal for the same device) is in place once the signal behind it has
+// fired, and is not confirmed; a put that is not quiet is. A quiet put
 // the device cannot place ends the link with an error that says so.
 func TestQuietPut(t *testing.T) {
 	payload := []byte{1, 2, 3, 4, 5, 6, 7, 8}
@@ -78,9 +80,12 @@ func TestQuietPut(t *testing.T) {
 		}
 	}
 	for _, quiet := range []bool{true, false} {
-		data, dones, back, err := peerServe(t, put(quiet))
+		data, dones, signaled, back, err := peerServe(t, put(quiet))
 		if err != nil && !errors.Is(err, io.EOF) {
 			t.Errorf("quiet %v: serve: %v, want the end of the frames", quiet, err)
+		}
+		if !signaled {
+			t.Errorf("quiet %v: the signal behind the data did not fire", quiet)
 		}
 		if !bytes.Equal(data, payload) {
 			t.Errorf("quiet %v: memory holds %v, want %v", quiet, data, payload)
@@ -90,7 +95,7 @@ func TestQuietPut(t *testing.T) {
 		}
 	}
 	// Out of the device's memory: the quiet put ends the link.
-	_, dones, back, err := peerServe(t, func(dst uint64) []byte {
+	_, dones, _, back, err := peerServe(t, func(dst uint64) []byte {
 		return frames(
 			&proto.Msg{Type: proto.TPeerPut, ID: 9, Ptr2: dst + 1<<30, Size: 8, Kernel: 1},
 			&proto.Msg{Type: proto.TData, ID: 9, Payload: payload},
