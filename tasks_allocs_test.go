@@ -120,3 +120,101 @@ func TestNowaitAllocsAcross(t *testing.T) {
 
 // n2 is the chains' length in TestNowaitAllocsAcross.
 const n2 = 50
+
+// maxStencilAllocs is the most heap allocations a task of a stencil over
+// two host devices may cost: the records and the host event of a task of
+// a chain (maxAcrossAllocs), and about one in four tasks a continuation
+// (a closure): a launch whose kernel ended before the copy it waited for
+// on the other device completed there, so its completion waits for that
+// one (issue 44's goal is 2). It was 3.26 before tasks made while a
+// predecessor finished were enqueued at once and a work's room held the
+// uses of four buffers.
+const maxStencilAllocs = 2.3
+
+// stencilStep is a timestep of a width-2 stencil's point: next is one more
+// than the larger of its own and its neighbour's last values, and count
+// counts the point's steps.
+var stencilStep = offload.MustKernel4("test.allocs.stencil", func(_ offload.Ctx, own, other offload.In[int32], count offload.InOut[int32], next offload.Out[int32]) {
+	next[0] = max(own[0], other[0]) + 1
+	count[0]++
+})
+
+// TestNowaitAllocsStencil pins the heap allocations of a task of a
+// stencil over two host devices, as Task Bench's stencil_1d makes them: at
+// each timestep each point's launch of a 4-buffer kernel reads its own
+// last output and the copy of its neighbour's, and the copy of its new
+// output goes to the other device. The devices keep up with the program,
+// so tasks are made while their predecessors complete: before, such a task
+// waited for a predecessor that was finishing on the host, with closures
+// and lists of its own (2.5 allocations more a launch), and a launch of 4
+// buffers overflowed its work's room for their uses. Three depend clauses
+// a task, the room Async and a task's records have. Every value is
+// checked.
+func TestNowaitAllocsStencil(t *testing.T) {
+	start(t, offload.WithDevices("host:2"), offload.WithOffload("MANDATORY"))
+	devs := []offload.Device{offload.On(0), offload.On(1)}
+	var out [2][2][]int32 // parity, point
+	var count [2][]int32  // point
+	var tok [2][2]*int64  // parity, point: "its copy is on the other device"
+	var bufs [][]int32
+	for p := range 2 {
+		count[p] = filled(1, 0)
+		bufs = append(bufs, count[p])
+		for par := range 2 {
+			out[par][p] = filled(1, 0)
+			bufs = append(bufs, out[par][p])
+			tok[par][p] = new(int64)
+		}
+	}
+	mapAll(t, bufs, 2)
+	steps := 0
+	var deps []offload.Dep
+	run := func(n int) func() {
+		return func() {
+			var last *offload.Task
+			for range n {
+				cur, prev := (steps+1)%2, steps%2
+				for p := range 2 {
+					q := 1 - p
+					// count[p] needs no clause: the point's launches are
+					// ordered by its outputs'.
+					stencilStep.Nowait(devs[p].Nowait(offload.DependIn(out[prev][p]), offload.DependIn(tok[prev][q]), offload.DependOut(out[cur][p])),
+						out[prev][p], out[prev][q], count[p], out[cur][p])
+					deps = append(deps[:0], offload.DependIn(out[cur][p]), offload.DependOut(tok[cur][p]))
+					last = offload.CopyNowait(devs[q].Nowait(deps...), devs[q], out[cur][p], devs[p], out[cur][p])
+				}
+				steps++
+			}
+			if err := last.Wait(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	run(n2)()         // the queues and histories made once
+	const perStep = 4 // two launches and two copies
+	per := (testing.AllocsPerRun(20, run(2*n2)) - testing.AllocsPerRun(20, run(n2))) / (perStep * n2)
+	t.Logf("heap allocations: %.2f a task of a stencil over two host devices (a launch or a copy), with its completion", per)
+	if per > maxStencilAllocs+raceAllocs {
+		t.Errorf("a task of a stencil allocates %.2f times, want at most %.2f", per, maxStencilAllocs+raceAllocs)
+	}
+	if err := offload.Taskwait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	final := steps % 2
+	for d, dev := range devs {
+		for p := range 2 {
+			if err := dev.Update(offload.From(out[final][p])); err != nil {
+				t.Fatal(err)
+			}
+			if got := out[final][p][0]; got != int32(steps) {
+				t.Fatalf("device %d: point %d holds %d after %d steps, want %d", d, p, got, steps, steps)
+			}
+		}
+		if err := dev.Update(offload.From(count[d])); err != nil {
+			t.Fatal(err)
+		}
+		if count[d][0] != int32(steps) {
+			t.Fatalf("point %d counted %d steps on device %d, want %d", d, count[d][0], d, steps)
+		}
+	}
+}

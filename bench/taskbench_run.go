@@ -286,7 +286,7 @@ func (st *tbState) unmap() error {
 // Taskgraph Recorder's.
 func (st *tbState) tasks(nowait func(d offload.Device, deps ...offload.Dep) offload.Async) error {
 	g, devs, out, tok, scratch := st.g, st.devs, st.out, st.tok, st.scratch
-	var deps []offload.Dep
+	var deps, cdeps []offload.Dep // reused: nowait is a func value, so what it is passed escapes
 	var in [][]int64
 	var points, readers []int
 	for t := range g.Steps {
@@ -320,8 +320,8 @@ func (st *tbState) tasks(nowait func(d offload.Device, deps ...offload.Dep) offl
 				if !slices.ContainsFunc(readers, func(r int) bool { return st.owner(r) == e }) {
 					continue
 				}
-				offload.CopyNowait(nowait(devs[e], offload.DependIn(out[cur][p]), offload.DependOut(tok[cur][p][e])),
-					devs[e], out[cur][p], devs[dev], out[cur][p])
+				cdeps = append(cdeps[:0], offload.DependIn(out[cur][p]), offload.DependOut(tok[cur][p][e]))
+				offload.CopyNowait(nowait(devs[e], cdeps...), devs[e], out[cur][p], devs[dev], out[cur][p])
 			}
 		}
 	}

@@ -164,7 +164,16 @@ type depGraph struct {
 	byAddr *btree.BTreeG[*depState]
 	maxLen uintptr
 	lo, hi depState // the bounds of a search, kept to allocate nothing
+	// free holds up to keptHistories removed histories, with their
+	// readers' room, for the next new ones: a stencil's tokens come and
+	// go with every timestep.
+	free []*depState
+	// preds is where add collects a new task's predecessors.
+	preds [maxReduce]*Task
 }
+
+// keptHistories is the most removed histories a graph keeps for reuse.
+const keptHistories = 64
 
 func finished(t *Task) bool { return t.fin.Load() }
 
@@ -196,13 +205,24 @@ func (g *depGraph) add(t *Task, deps []Dep) []*Task {
 		g.hist = map[uintptr]*depState{}
 		g.byAddr = btree.NewG(16, func(a, b *depState) bool { return a.addr < b.addr })
 	}
-	ps := predSet{t: t, list: t.directBuf[:0]}
+	// The predecessors are collected in the graph's room, and reduced
+	// there: a task of a few ends with fewer than it first finds (a
+	// stencil's, the readers its write replaces, which its own
+	// predecessors wait for already).
+	ps := predSet{t: t, list: g.preds[:0]}
 	t.addrs = t.addrBuf[:0]
 	var covered []*depState // other addresses' histories a write may replace
 	for _, d := range deps {
 		covered = g.addDep(&ps, d, covered)
 	}
 	preds := reduce(ps.list)
+	switch {
+	case len(preds) <= len(t.directBuf):
+		preds = append(t.directBuf[:0], preds...)
+	case unsafe.SliceData(preds) == &g.preds[0]:
+		preds = slices.Clone(preds)
+	}
+	clear(g.preds[:])
 	t.direct = preds
 	return preds
 }
@@ -434,7 +454,13 @@ const maxReduce = 16
 // newHistory starts the empty history of addr, whose objects keep keeps
 // alive. Called with tasks.mu held.
 func (g *depGraph) newHistory(addr uintptr, keep unsafe.Pointer) *depState {
-	st := &depState{keep: keep, pruneAt: 8, addr: addr, end: addr}
+	var st *depState
+	if n := len(g.free); n > 0 {
+		st, g.free[n-1], g.free = g.free[n-1], nil, g.free[:n-1]
+		*st = depState{ins: st.ins, keep: keep, pruneAt: 8, addr: addr, end: addr}
+	} else {
+		st = &depState{keep: keep, pruneAt: 8, addr: addr, end: addr}
+	}
 	g.hist[addr] = st
 	g.byAddr.ReplaceOrInsert(st)
 	return st
@@ -455,6 +481,10 @@ func (g *depGraph) settle(addr uintptr, st *depState) {
 		g.byAddr.Delete(st)
 		if len(g.hist) == 0 {
 			g.maxLen = 0
+		}
+		if len(g.free) < keptHistories && cap(st.ins) <= keptReaders {
+			st.out, st.keep, st.ins = nil, nil, st.ins[:0]
+			g.free = append(g.free, st)
 		}
 	}
 }

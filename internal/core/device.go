@@ -189,8 +189,7 @@ func (d *Device) release(q *cqueue, failed bool) {
 // must run after the queue is synchronized (freeing unmapped entries).
 type work struct {
 	d      *Device
-	cq     *cqueue
-	q      plugin.Queue
+	cq     *cqueue // its queue (cq.Queue)
 	op     string
 	task   uint64
 	nowait bool               // a task's work, not a synchronous construct's
@@ -199,8 +198,8 @@ type work struct {
 	after  []func() error     // work after the queue's, before the uses end (staged copies)
 	undo   []func()           // if the construct fails, before the uses end (enter data)
 	// usedBuf holds used for a construct of a few buffers (each used twice:
-	// its map at the start and at the end).
-	usedBuf [6]*mapping.Entry
+	// its map at the start and at the end), a launch of four among them.
+	usedBuf [8]*mapping.Entry
 	first   error
 	dep     *failure // the predecessor's failure, if first is a dependency error
 	// inline is the queue, if it runs the work inline (begin), until done.
@@ -243,7 +242,7 @@ func (d *Device) beginOn(op string, q *cqueue, task uint64, nowait bool, into *w
 	if w == nil {
 		w = new(work)
 	}
-	w.d, w.cq, w.q, w.op, w.task, w.nowait = d, q, q.Queue, op, task, nowait
+	w.d, w.cq, w.op, w.task, w.nowait = d, q, op, task, nowait
 	w.used = w.usedBuf[:0]
 	// The span opens before the tag goes out: a device places its
 	// operations' times no earlier than the tag's sending (TaggedQueue),
@@ -290,7 +289,7 @@ func (w *work) runAfter() {
 
 // finish synchronizes the queue, ends the uses and returns the first error.
 func (w *work) finish() error {
-	if err := w.q.Synchronize(); err != nil {
+	if err := w.cq.Queue.Synchronize(); err != nil {
 		w.err(Errorf("goffload: %s: %s: %w", w.d.Label(), w.op, err))
 	} else {
 		w.runAfter()

@@ -89,7 +89,7 @@ func (w *work) enter(m MapItem) (*mapping.Entry, plugin.Ptr, error) {
 		}
 		if ev != nil {
 			if fired, _ := ev.Query(); !fired {
-				if err := w.q.Wait(ev); err != nil {
+				if err := w.cq.Queue.Wait(ev); err != nil {
 					d.table.Unref(e, hold)
 					return nil, 0, d.mapErr(w.op, m, err, "cannot wait for the copy into the existing mapping")
 				}
@@ -177,12 +177,12 @@ func (w *work) submit(m MapItem, tgt plugin.Ptr) (plugin.Event, error) {
 	if d.log.On(config.InfoCopies | InfoCheck) {
 		d.noteCopyIn(w.task, m.Buf)
 	}
-	if err := w.q.Submit(tgt, m.Buf.Bytes()); err != nil {
+	if err := w.cq.Queue.Submit(tgt, m.Buf.Bytes()); err != nil {
 		return nil, d.mapErr(w.op, m, err, "cannot copy to the device")
 	}
 	ev, err := d.Dev.NewEvent()
 	if err == nil {
-		if err = w.q.Record(ev); err != nil {
+		if err = w.cq.Queue.Record(ev); err != nil {
 			_ = ev.Close()
 		}
 	}
@@ -204,7 +204,7 @@ func (w *work) copyOut(m MapItem, tgt plugin.Ptr) error {
 			uint64(tgt), m.Buf.Addr(), m.Buf.Size, nameOf(m.Buf.Name))
 	}
 	w.data(tool.CopyFromDevice, m.Buf, tgt)
-	if err := w.q.Retrieve(m.Buf.Bytes(), tgt); err != nil {
+	if err := w.cq.Queue.Retrieve(m.Buf.Bytes(), tgt); err != nil {
 		return d.mapErr(w.op, m, err, "cannot copy from the device")
 	}
 	return nil
@@ -445,7 +445,7 @@ func (d *Device) checkBefore(w *work, k *entries.Kernel, args []KernelArg, pargs
 		c := &argCheck{param: i, name: a.Map.Buf.Name, elem: int(p.Type.Size()), after: make([]byte, size)}
 		switch {
 		case t&mapping.MapTo == 0 && fresh[i] && uint64(pargs[i].Ptr) != uint64(a.Map.Buf.Addr()): // Out (from) or Scratch (alloc): fresh memory, not the program's buffer itself (a HostSharer's)
-			if err := w.q.Submit(pargs[i].Ptr, bytes.Repeat([]byte{checkByte}, int(size))); err != nil {
+			if err := w.cq.Queue.Submit(pargs[i].Ptr, bytes.Repeat([]byte{checkByte}, int(size))); err != nil {
 				continue
 			}
 			if t&mapping.MapFrom == 0 {
@@ -454,7 +454,7 @@ func (d *Device) checkBefore(w *work, k *entries.Kernel, args []KernelArg, pargs
 			c.out = true
 		case t&mapping.MapTo != 0 && t&mapping.MapFrom == 0: // In
 			c.before = make([]byte, size)
-			if w.q.Retrieve(c.before, pargs[i].Ptr) != nil {
+			if w.cq.Queue.Retrieve(c.before, pargs[i].Ptr) != nil {
 				continue
 			}
 		default:
@@ -472,7 +472,7 @@ func (d *Device) checkAfter(w *work, k *entries.Kernel, pargs []plugin.Arg, cs [
 		return
 	}
 	for _, c := range cs {
-		w.q.Retrieve(c.after, pargs[c.param].Ptr)
+		w.cq.Queue.Retrieve(c.after, pargs[c.param].Ptr)
 	}
 	task := w.task
 	w.after = append(w.after, func() error {

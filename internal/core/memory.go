@@ -84,7 +84,7 @@ func MemcpyOp(dst, src Loc, n int64) (*Device, Op) {
 				d.log.Taskf(config.InfoCopies, d.Num, w.task, "Copying data from host to device, HstPtr=%#x, TgtPtr=%#x, Size=%d, Name=%s",
 					hostAddr(src.Host), uint64(dst.Ptr), n, name)
 			}
-			if err := w.q.Submit(dst.Ptr, src.Host[:n]); err != nil {
+			if err := w.cq.Queue.Submit(dst.Ptr, src.Host[:n]); err != nil {
 				w.err(Errorf("goffload: %s: %s: %w", d.Label(), name, err))
 			}
 		}}
@@ -95,7 +95,7 @@ func MemcpyOp(dst, src Loc, n int64) (*Device, Op) {
 				d.log.Taskf(config.InfoCopies, d.Num, w.task, "Copying data from device to host, TgtPtr=%#x, HstPtr=%#x, Size=%d, Name=%s",
 					uint64(src.Ptr), hostAddr(dst.Host), n, name)
 			}
-			if err := w.q.Retrieve(dst.Host[:n], src.Ptr); err != nil {
+			if err := w.cq.Queue.Retrieve(dst.Host[:n], src.Ptr); err != nil {
 				w.err(Errorf("goffload: %s: %s: %w", d.Label(), name, err))
 			}
 		}}
@@ -117,7 +117,7 @@ func (d *Device) enqueueExchange(w *work, x exchangeArgs) {
 	const name = "omp_target_memcpy"
 	dst, n := Loc{Dev: x.dst, Ptr: x.dstPtr}, x.n
 	w.data(tool.CopyDeviceToDevice, mapping.Buf{Size: n, Name: name}, x.srcPtr)
-	err := exchange(w.q, dst.Dev.Dev, dst.Ptr, x.srcPtr, n)
+	err := exchange(w.cq.Queue, dst.Dev.Dev, dst.Ptr, x.srcPtr, n)
 	if d.log.On(config.InfoCopies) { // its arguments are boxed only then
 		how := ""
 		if errors.Is(err, plugin.ErrUnsupported) {
@@ -132,7 +132,7 @@ func (d *Device) enqueueExchange(w *work, x exchangeArgs) {
 		// caller's goroutine (a task with work after its queue's is
 		// waited for on the host by its dependents).
 		stage := make([]byte, n)
-		if err = w.q.Retrieve(stage, x.srcPtr); err == nil {
+		if err = w.cq.Queue.Retrieve(stage, x.srcPtr); err == nil {
 			w.after = append(w.after, func() error {
 				if err := Memcpy(dst, Loc{Host: stage}, n); err != nil {
 					return Errorf("goffload: %s: %s: the copy in to %s: %w", d.Label(), name, dst.Dev.Label(), err)
@@ -513,7 +513,7 @@ func (d *Device) bindLink(w *work, bind *entries.Kernel, lb *linkBinding) error 
 		tgt = e.At(g.Addr())
 		if copied != nil {
 			if fired, _ := copied.Query(); !fired {
-				if err := w.q.Wait(copied); err != nil {
+				if err := w.cq.Queue.Wait(copied); err != nil {
 					return Errorf("goffload: %s: %s: declare target %s: cannot wait for the copy into its mapping: %w", d.Label(), w.op, g.Describe(), err)
 				}
 			}
@@ -537,12 +537,12 @@ func (d *Device) bindLink(w *work, bind *entries.Kernel, lb *linkBinding) error 
 		op = entries.UnbindOp
 	}
 	lb.gen++
-	if err := w.q.Launch(bind, entries.BindArgs(g, op, lb.gen, tgt)); err != nil {
+	if err := w.cq.Queue.Launch(bind, entries.BindArgs(g, op, lb.gen, tgt)); err != nil {
 		return Errorf("goffload: %s: %s: declare target %s: cannot bind it: %w", d.Label(), w.op, g.Describe(), err)
 	}
 	ev, err := d.Dev.NewEvent()
 	if err == nil {
-		if err = w.q.Record(ev); err != nil {
+		if err = w.cq.Queue.Record(ev); err != nil {
 			_ = ev.Close()
 		}
 	}

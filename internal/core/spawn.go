@@ -290,7 +290,7 @@ func waitPreds(t *Task, d *Device, op string, w *work, preds []*Task, evs []plug
 		if d.tool != nil {
 			d.tool.Wait(tool.WaitEvent{Where: w.where(), For: p.ID, ForName: p.Name, OnDevice: true})
 		}
-		if err := w.q.Wait(ev); err != nil {
+		if err := w.cq.Queue.Wait(ev); err != nil {
 			w.err(Errorf("goffload: %s: %s: waiting for task %d: %w", d.Label(), op, p.ID, err))
 		}
 	}
@@ -304,7 +304,7 @@ func waitPreds(t *Task, d *Device, op string, w *work, preds []*Task, evs []plug
 func (t *Task) publish(d *Device, op string, w *work) plugin.Event {
 	ev, err := d.Dev.NewEvent()
 	if err == nil {
-		if err = w.q.Record(ev); err != nil {
+		if err = w.cq.Queue.Record(ev); err != nil {
 			ev.Close()
 		}
 	}
@@ -366,18 +366,31 @@ func (w *work) complete(background bool) {
 	}
 	err = w.done(err == nil)
 	t.settle(err)
-	// Dependents created from now on see the task finishing (enqueued,
-	// with no event) and wait for it on the host; those that took the
-	// event already may still wait on it, closed (it fired: no wait).
-	t.retire(ev)
+	// Work that ended well keeps its event until t completes: a dependent
+	// made while t finishes waits on it, fired, on its device (no wait),
+	// and is enqueued at once, not by t's completion. Dependents made
+	// later see t completed. Those of work that failed (its device may be
+	// lost, its task recovered elsewhere) wait for t on the host from now
+	// on. Those that took the event may still wait on it, closed (it
+	// fired: no wait).
+	if err != nil {
+		t.retire(ev)
+		ev = nil
+	}
 	if !background && w.dep == nil && !allFinished(all) {
 		// Not on the device's completer: it must not block. The
 		// completion of its last predecessor finishes it.
 		dep := w.dep
-		drive(r.waitFor(t, all, true, func() step { return r.finishNext(t, err, dep, all) }))
+		drive(r.waitFor(t, all, true, func() step {
+			next := r.finishNext(t, err, dep, all)
+			t.retireIf(ev)
+			return next
+		}))
 		return
 	}
-	r.finishTask(t, err, w.dep, all)
+	next := r.finishNext(t, err, w.dep, all)
+	t.retireIf(ev)
+	drive(next)
 }
 
 // completer runs the completions of a device's tasks, in the order their

@@ -71,7 +71,7 @@ func (d *Device) target(w *work, k *entries.Kernel, args []KernelArg, g plugin.G
 		if checking {
 			checks = d.checkBefore(w, k, args, pargs, fresh)
 		}
-		if err := launch(w.q, k, pargs, g, w.stop); err != nil {
+		if err := launch(w.cq.Queue, k, pargs, g, w.stop); err != nil {
 			w.err(Errorf("goffload: %s: %s: %w", d.Label(), w.op, err))
 		} else if checking {
 			d.checkAfter(w, k, pargs, checks)

@@ -235,6 +235,13 @@ func (t *Task) retire(ev plugin.Event) {
 	ev.Close()
 }
 
+// retireIf is retire, if ev is not nil.
+func (t *Task) retireIf(ev plugin.Event) {
+	if ev != nil {
+		t.retire(ev)
+	}
+}
+
 func (t *Task) event() plugin.Event {
 	t.mu.Lock()
 	defer t.mu.Unlock()
