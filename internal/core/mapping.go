@@ -298,10 +298,9 @@ func (w *work) update(m MapItem) error {
 // release ends w's uses of the entries it used; an entry whose last use
 // that was, and that left the table, is freed.
 func (w *work) release() {
-	for _, e := range w.used {
-		if last, ev := w.d.table.Done(e); last {
-			w.free(e, ev)
-		}
+	var buf [2]mapping.Gone
+	for _, g := range w.d.table.DoneAll(w.used, buf[:0]) {
+		w.free(g.Entry, g.Event)
 	}
 	// The work is over: a completed task that the program holds keeps
 	// no entry (nor its host buffer) alive.

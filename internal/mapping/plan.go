@@ -255,6 +255,31 @@ func (t *Table) Done(e *Entry) (last bool, ev plugin.Event) {
 	return true, ev
 }
 
+// Gone is an entry whose last use DoneAll ended, with the event of its
+// last copy in: its caller frees it as Done's does.
+type Gone struct {
+	Entry *Entry
+	Event plugin.Event
+}
+
+// DoneAll is Done for each of es, under one lock: a construct's uses all
+// end together. It appends to out the entries whose last use that was,
+// each once, and returns it.
+func (t *Table) DoneAll(es []*Entry, out []Gone) []Gone {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range es {
+		e.busy--
+		if e.busy > 0 || e.state != deleting {
+			continue
+		}
+		e.state = gone
+		out = append(out, Gone{Entry: e, Event: e.ev})
+		e.ev = nil
+	}
+	return out
+}
+
 // Exit plans the unmap of b with map type typ at a construct's end
 // (target, target data, exit data). It moves the entry's count: delete
 // zeroes the dynamic count, and an infinite one does not move.

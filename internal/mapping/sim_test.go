@@ -152,12 +152,10 @@ func (s *sim) close() {
 
 // closeFrom ends the uses open[i:] (the constructs that took them are
 // over), freeing what the table says.
+// They end together (DoneAll), as a construct's do.
 func (s *sim) closeFrom(i int) {
-	for _, e := range s.open[i:] {
-		last, ev := s.t.Done(e)
-		if !last {
-			continue
-		}
+	for _, g := range s.t.DoneAll(s.open[i:], nil) {
+		e, ev := g.Entry, g.Event
 		if e.Owned() {
 			if _, ok := s.live[e.Tgt()]; !ok {
 				s.tb.Fatalf("entry [%#x, %#x) freed twice, or never allocated: Tgt=%#x", e.HstBegin, e.HstEnd, uint64(e.Tgt()))

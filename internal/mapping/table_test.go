@@ -281,6 +281,17 @@ func TestPresentMapAllocatesNothing(t *testing.T) {
 	if n != 0 {
 		t.Errorf("Enter, Exit and Done of a present entry: %v allocations, want 0", n)
 	}
+	var gone [2]Gone
+	n = testing.AllocsPerRun(100, func() {
+		s.t.Enter(&p, &b, tofrom)
+		s.t.Exit(&q, &b, from)
+		if g := s.t.DoneAll([]*Entry{p.Entry, q.Entry}, gone[:0]); len(g) != 0 {
+			t.Fatalf("DoneAll of a present entry's uses: %d entries gone, want 0", len(g))
+		}
+	})
+	if n != 0 {
+		t.Errorf("Enter, Exit and DoneAll of a present entry: %v allocations, want 0", n)
+	}
 }
 
 // BenchmarkPresentMap is the table's part of a target region's map of a
