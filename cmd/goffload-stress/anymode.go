@@ -60,6 +60,7 @@ type anyResult struct {
 	FailedAllLost          int64 // tasks that failed in those epochs
 	BadAllLost             int64 // of those, errors wrapping neither ErrDeviceLost nor ErrNoDevice
 	TaskwaitErrs           int   // Taskwaits that returned an error in epochs that kept a device
+	LostUnhit              int   // devices found lost at an epoch's end that no fault hit
 	HeapFirst, HeapLast    int64 // live heap after each epoch's Taskwait and a GC: the first and the last epoch's
 	HeapEpochMax           int64
 	RSSFirst, RSSLast      int64 // RSS at the same points
@@ -88,8 +89,8 @@ func (r *result) anyVerdict() (int, string) {
 }
 
 func (a *anyResult) summary() string {
-	return fmt.Sprintf("any: epochs=%d runtimes=%d kernels=%d host_tasks=%d placed=%d reruns=%d kept=%d restores=%d stale_reads=%d all_lost_epochs=%d failed_all_lost=%d stale_reads_all_lost=%d taskwait_errors=%d heap_epoch_first=%s heap_epoch_last=%s heap_epoch_max=%s rss_epoch_first=%s rss_epoch_last=%s goroutines_epoch_first=%d goroutines_epoch_last=%d restarts_took=%s checks_took=%s",
-		a.Epochs, a.Generations, a.Kernels, a.HostTasks, a.Placed, a.Reruns, a.Kept, a.Restores, a.Stale, a.AllLostEpochs, a.FailedAllLost, a.StaleAllLost, a.TaskwaitErrs,
+	return fmt.Sprintf("any: epochs=%d runtimes=%d kernels=%d host_tasks=%d placed=%d reruns=%d kept=%d restores=%d stale_reads=%d all_lost_epochs=%d failed_all_lost=%d stale_reads_all_lost=%d taskwait_errors=%d lost_unhit=%d heap_epoch_first=%s heap_epoch_last=%s heap_epoch_max=%s rss_epoch_first=%s rss_epoch_last=%s goroutines_epoch_first=%d goroutines_epoch_last=%d restarts_took=%s checks_took=%s",
+		a.Epochs, a.Generations, a.Kernels, a.HostTasks, a.Placed, a.Reruns, a.Kept, a.Restores, a.Stale, a.AllLostEpochs, a.FailedAllLost, a.StaleAllLost, a.TaskwaitErrs, a.LostUnhit,
 		mib(a.HeapFirst), mib(a.HeapLast), mib(a.HeapEpochMax), mib(a.RSSFirst), mib(a.RSSLast), a.GoroutinesFirst, a.GoroutinesLast,
 		a.RestartTime.Round(time.Millisecond), a.CheckTime.Round(time.Millisecond))
 }
@@ -270,8 +271,16 @@ func (a *anyRun) endEpoch(res *result, recs [][]anyRec, epoch int, faulted bool)
 	n := offload.NumDevices()
 	alive := 0
 	for d := range n {
-		if _, err := offload.On(d).Info(); err == nil {
+		_, err := offload.On(d).Info()
+		switch {
+		case err == nil:
 			alive++
+		case !s.dead[d].Load():
+			// Lost, though no fault hit it: another device's loss
+			// taken for its own.
+			if ar.LostUnhit++; ar.LostUnhit <= 3 {
+				fmt.Fprintf(a.cfg.Errs, "goffload-stress: epoch %d: device %d is lost, but no fault hit it: %v\n", epoch, d, err)
+			}
 		}
 	}
 	allLost := alive == 0 && n > 0

@@ -164,6 +164,43 @@ func TestStressAnyKill(t *testing.T) {
 	checkAnyRerun(t, res)
 }
 
+// Any mode, device processes and a host device, one device process
+// SIGKILLed mid-run: every task succeeds, every buffer equals the model,
+// host tasks find their buffers as the model has them, and only the killed
+// process is lost. (A copy from the host device to the killed process,
+// staged through the program's memory, once made the runtime take the
+// loss for the host device's own: the copies still due into it were then
+// skipped, its tasks ran on stale data, and host tasks found other
+// buffers than the model's.)
+func TestStressAnyKillMixed(t *testing.T) {
+	for _, seed := range []uint64{4, 5, 6} {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			cfg := smallAny()
+			cfg.Devices = "local:2,host"
+			cfg.Tasks, cfg.Goroutines, cfg.Buffers, cfg.Len, cfg.Seed = 1000, 1, 4, 16, seed
+			cfg.KillAfter, cfg.KillMax = 150, 1
+			res := runOK(t, cfg)
+			if res.Kills != 1 {
+				t.Errorf("%d device processes killed, want 1", res.Kills)
+			}
+			// Not checkAnyRerun: the process killed may have held
+			// nothing unfinished, the host device having taken its
+			// share.
+			a := res.Any
+			t.Log(a.summary())
+			if a.Placed != a.Kernels {
+				t.Errorf("the info output showed %d placements, want one per Any-task (%d)", a.Placed, a.Kernels)
+			}
+			if a.Generations < 2 {
+				t.Errorf("%d runtimes, want a new one after the epoch with the fault", a.Generations)
+			}
+			if n := a.LostUnhit; n != 0 {
+				t.Errorf("%d devices found lost that no fault hit, want 0 (only the killed process is lost)", n)
+			}
+		})
+	}
+}
+
 // Any mode, a device process SIGSTOPped for the rest of its runtime with
 // GOFFLOAD_DEVICE_TIMEOUT=1s: it is found lost, its work runs again on the
 // other, and nothing hangs.

@@ -288,3 +288,54 @@ func TestDeviceCallFails(t *testing.T) {
 		})
 	}
 }
+
+// A copy from a device to one that died, staged through host memory: the
+// copy fails with ErrDeviceLost, and only the device that died is lost. The
+// copy in runs on the host, after the source's queue; its error is the
+// destination's. The source works on. (Once, the source device took the
+// loss as its own: an Any() task's copy from a host device to a lost local
+// device made the runtime count the host device lost too.)
+func TestStagedCopyToLostDevice(t *testing.T) {
+	for _, nowait := range []bool{false, true} {
+		t.Run(fmt.Sprintf("nowait=%v", nowait), func(t *testing.T) {
+			r, fs := newFakeRuntime(t, 2, nil)
+			d0, d1 := r.Devices[0], r.Devices[1]
+			const n = 64
+			p0, err := d0.Alloc(n)
+			if err != nil {
+				t.Fatalf("Alloc on device 0: %v", err)
+			}
+			p1, err := d1.Alloc(n)
+			if err != nil {
+				t.Fatalf("Alloc on device 1: %v", err)
+			}
+			fs[1].Die()
+			dst, src := Loc{Dev: d1, Ptr: p1}, Loc{Dev: d0, Ptr: p0}
+			if nowait {
+				dev, op := MemcpyOp(dst, src, n)
+				err = waitTask(t, r.Spawn(dev, op, nil, false))
+			} else {
+				within(t, "Memcpy to a lost device", func() { err = Memcpy(dst, src, n) })
+			}
+			if !errors.Is(err, plugin.ErrDeviceLost) {
+				t.Fatalf("copy to a lost device: %v, want an error wrapping plugin.ErrDeviceLost", err)
+			}
+			if d1.Lost() == nil {
+				t.Errorf("device 1 died, but is not lost")
+			}
+			if err := d0.Lost(); err != nil {
+				t.Errorf("device 0, the copy's source, is lost: %v", err)
+			}
+			a := filled(16, 1)
+			if err := d0.Target(context.Background(), kAdd1, []KernelArg{sliceArg(a, "a", mapping.MapTo|mapping.MapFrom)}, false); err != nil {
+				t.Fatalf("Target on device 0 after the copy: %v", err)
+			}
+			if !allEqual(a, 2) {
+				t.Fatalf("Target on device 0 after the copy left %v, want all 2", a)
+			}
+			if err := d0.Free(p0); err != nil {
+				t.Errorf("Free on device 0: %v", err)
+			}
+		})
+	}
+}

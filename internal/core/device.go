@@ -278,10 +278,13 @@ func (w *work) depErr(t *Task, f *failure) {
 }
 
 // runAfter runs the work that follows the queue's, once that is done.
+// That work runs on the host, not on w's device: the copy in to another
+// device of a copy staged through host memory, which notes that device's
+// loss itself. So its error does not say w's device is lost.
 func (w *work) runAfter() {
 	for _, f := range w.after {
-		if err := f(); err != nil {
-			w.err(err)
+		if err := f(); err != nil && w.first == nil {
+			w.first = err
 		}
 	}
 	w.after = nil
