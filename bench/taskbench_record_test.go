@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"testing"
 
 	"github.com/goffload/offload"
@@ -62,5 +64,33 @@ func BenchmarkTBRecorded(b *testing.B) {
 			}
 			b.ReportMetric(wall/float64(b.N*g.Steps*g.Width), "ns/task")
 		})
+	}
+}
+
+// BenchmarkTBUnrecorded runs trivial and stencil_1d at width 2 on host:2,
+// 1000 timesteps of -iters iterations, their tasks made afresh each time
+// (the host2 kind): the time per task, at a fixed size, where METG's sweep
+// moves with the machine's noise.
+func BenchmarkTBUnrecorded(b *testing.B) {
+	if err := offload.Start(offload.WithDevices("host:2"), offload.WithOffload("MANDATORY")); err != nil {
+		b.Fatal(err)
+	}
+	defer offload.Stop()
+	devs := []offload.Device{offload.On(0), offload.On(1)}
+	for _, s := range []string{"trivial", "stencil_1d"} {
+		for _, iters := range []int64{1, 64} {
+			b.Run(fmt.Sprintf("%s/iters=%d", s, iters), func(b *testing.B) {
+				g := tbGraph{Pattern: tbForWidth(mustPattern(b, s), 2), Width: 2, Steps: 1000, Kernel: tbComputeBound, Iters: iters}
+				var wall float64
+				for range b.N {
+					d, err := runTBDevices(context.Background(), g, devs)
+					if err != nil {
+						b.Fatal(err)
+					}
+					wall += float64(d.Nanoseconds())
+				}
+				b.ReportMetric(wall/float64(b.N*g.Steps*g.Width), "ns/task")
+			})
+		}
 	}
 }

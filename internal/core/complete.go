@@ -180,12 +180,21 @@ func (r *Runtime) finishNext(t *Task, err error, dep *failure, preds []*Task) st
 // own task's completion made ready, if any. So a chain of dependent tasks
 // runs on one goroutine, one after the other, with no goroutine woken per
 // task. A park and a wake-up cost 5–50 µs on a small machine.
-type step func() step
+//
+// A step is an interface, not a func, so that a record that holds its
+// state (a work waiting for its task's predecessors) is a step without a
+// closure allocated for it; stepFunc makes a func one.
+type step interface{ next() step }
+
+// stepFunc is a func as a step.
+type stepFunc func() step
+
+func (f stepFunc) next() step { return f() }
 
 // drive runs s and the steps it hands on, one after the other.
 func drive(s step) {
 	for s != nil {
-		s = s()
+		s = s.next()
 	}
 }
 
@@ -197,7 +206,7 @@ func chain(a, b step) step {
 	case b == nil:
 		return a
 	}
-	return func() step { return chain(a(), b) }
+	return stepFunc(func() step { return chain(a.next(), b) })
 }
 
 // afterHost arranges for cont to run once every task of preds has
@@ -222,7 +231,7 @@ func (r *Runtime) waitFor(t *Task, preds []*Task, light bool, cont step) step {
 	}
 	ts := &r.tasks
 	ts.mu.Lock()
-	n := 0
+	n := int32(0)
 	for _, p := range preds {
 		if !p.completed {
 			if p.succs == nil {
@@ -244,13 +253,13 @@ func (r *Runtime) waitFor(t *Task, preds []*Task, light bool, cont step) step {
 // reportWaits wraps cont so that it first tells d's tool of t's host waits
 // for preds, which began at start.
 func (r *Runtime) reportWaits(t *Task, d *Device, preds []*Task, start time.Time, cont step) step {
-	return func() step {
+	return stepFunc(func() step {
 		dur := time.Since(start)
 		for _, p := range preds {
 			d.tool.Wait(tool.WaitEvent{Where: tool.Where{Time: start, Device: d.Num, Task: t.ID}, For: p.ID, ForName: p.Name, Dur: dur})
 		}
-		return cont()
-	}
+		return cont.next()
+	})
 }
 
 // handOn counts a completion in each of succs and returns the

@@ -48,7 +48,7 @@ func (g *Graph) replay(args []plugin.Arg) *Task {
 	if last != nil {
 		wait = append(preds[:len(preds):len(preds)], last)
 	}
-	body := func() step {
+	body := stepFunc(func() step {
 		if !g.seal {
 			return r.completeThen(t, errNotSealed, nil)
 		}
@@ -60,7 +60,7 @@ func (g *Graph) replay(args []plugin.Arg) *Task {
 		}
 		g.start(t, args)
 		return nil
-	}
+	})
 	runHere(r.afterHost(t, r.Initial, wait, body))
 	return t
 }
@@ -77,12 +77,12 @@ func (g *Graph) Join(ts []*Task, err error) *Task {
 	g.last = t
 	r.tasks.mu.Unlock()
 	all := append(preds[:len(preds):len(preds)], ts...)
-	body := func() step {
+	body := stepFunc(func() step {
 		if f := failedPred(all); f != nil {
 			return r.completeThen(t, depErr(t, f), f)
 		}
 		return r.completeThen(t, err, nil)
-	}
+	})
 	runHere(r.afterHost(t, r.Initial, all, body))
 	return t
 }

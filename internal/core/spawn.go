@@ -76,7 +76,7 @@ func (r *Runtime) spawnWaiting(t *Task, d *Device, op Op, preds []*Task, fallbac
 	}
 	// A device predecessor that was not enqueued yet (it waits on the host
 	// itself) may be waited for on the device once it is.
-	cont := func() step {
+	cont := stepFunc(func() step {
 		for _, p := range later {
 			if enqueuedWait(d.spawnView(p)) == deviceWait {
 				onDevice = append(onDevice, p)
@@ -85,11 +85,11 @@ func (r *Runtime) spawnWaiting(t *Task, d *Device, op Op, preds []*Task, fallbac
 			}
 		}
 		return r.afterHost(t, d, onHost, r.readyStep(t, d, op, preds, onHost, onDevice, fallback))
-	}
+	})
 	if s := t.waitEnqueued(later, cont); s != nil {
 		// They are all enqueued by now, or finishing (enqueued, their
 		// events retired): classifying them and waiting does not block.
-		runHere(s())
+		runHere(s.next())
 	}
 }
 
@@ -100,14 +100,14 @@ func runHere(s step) {
 	if s == nil {
 		return
 	}
-	if next := s(); next != nil {
+	if next := s.next(); next != nil {
 		go drive(next)
 	}
 }
 
 // readyStep is the step of ready.
 func (r *Runtime) readyStep(t *Task, d *Device, op Op, preds, onHost, onDevice []*Task, fallback bool) step {
-	return func() step { return r.ready(t, d, op, preds, onHost, onDevice, fallback) }
+	return stepFunc(func() step { return r.ready(t, d, op, preds, onHost, onDevice, fallback) })
 }
 
 // ready enqueues t's work behind waits for onDevice, once onHost, the
@@ -131,7 +131,7 @@ func (r *Runtime) ready(t *Task, d *Device, op Op, preds, onHost, onDevice []*Ta
 func (r *Runtime) SpawnHost(name string, fn func() error, deps []Dep) *Task {
 	t := &Task{Name: name, dev: r.Initial}
 	preds := r.register(t, deps)
-	body := func() step {
+	body := stepFunc(func() step {
 		if f := failedPred(preds); f != nil { // they are all done
 			return r.completeThen(t, depErr(t, f), f)
 		}
@@ -145,7 +145,7 @@ func (r *Runtime) SpawnHost(name string, fn func() error, deps []Dep) *Task {
 			tool.TargetEnd(ev)
 		}
 		return r.completeThen(t, err, nil)
-	}
+	})
 	if s := r.afterHost(t, r.Initial, preds, body); s != nil {
 		go drive(s)
 	}
@@ -174,13 +174,13 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 	}
 	if d.IsInitial() {
 		op := op // a copy of its own: the common path's stays on the stack
-		return func() step {
+		return stepFunc(func() step {
 			var err error
 			if op.hasInitial() {
 				err = runAsTask(func() error { return op.initial(d, t.ID, fallback, nil) })
 			}
 			return r.completeThen(t, err, nil)
-		}
+		})
 	}
 	// A predecessor whose event is gone and which has not completed is
 	// finishing. Or its work failed and is being done again (a recovery),
@@ -379,18 +379,26 @@ func (w *work) complete(background bool) {
 	}
 	if !background && w.dep == nil && !allFinished(all) {
 		// Not on the device's completer: it must not block. The
-		// completion of its last predecessor finishes it.
-		dep := w.dep
-		drive(r.waitFor(t, all, true, func() step {
-			next := r.finishNext(t, err, dep, all)
-			t.retireIf(ev)
-			return next
-		}))
+		// completion of its last predecessor finishes it: w is that
+		// step (next), its state kept in w.completing, its error in
+		// w.first (done returned it), with no closure allocated.
+		w.completing = completing{r: r, t: t, ev: ev, all: all}
+		drive(r.waitFor(t, all, true, w))
 		return
 	}
 	next := r.finishNext(t, err, w.dep, all)
 	t.retireIf(ev)
 	drive(next)
+}
+
+// next finishes w's task once the predecessors it waited for after its
+// work ended have completed (complete): the step waitFor hands on.
+func (w *work) next() step {
+	r, t, ev, all := w.completing.r, w.completing.t, w.completing.ev, w.completing.all
+	w.completing = completing{}
+	next := r.finishNext(t, w.first, nil, all)
+	t.retireIf(ev)
+	return next
 }
 
 // completer runs the completions of a device's tasks, in the order their

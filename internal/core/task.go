@@ -46,13 +46,12 @@ type Task struct {
 	fail *failure // with err: the failure it reports (its own or a predecessor's)
 
 	// Guarded by mu. ev fires when the device work is done; it is nil
-	// until enqueued, or if never. enqueued says the device work is
-	// enqueued (ev set) or never will be (t completed). enqWait are the
-	// tasks waiting for that.
-	mu       sync.Mutex
-	ev       plugin.Event
-	enqueued bool
-	enqWait  []*Task
+	// until enqueued, or if never. enqueued (below, beside completed)
+	// says the device work is enqueued (ev set) or never will be (t
+	// completed). enqWait are the tasks waiting for that.
+	mu      sync.Mutex
+	ev      plugin.Event
+	enqWait []*Task
 
 	// Guarded by its device's qmu: the queue it was enqueued on.
 	cq *cqueue
@@ -74,14 +73,17 @@ type Task struct {
 	addrBuf   [3]uintptr
 	directBuf [3]*Task
 	completed bool
-	light     bool // the host waits' part (below), beside completed: one word for both
+	// light and pending are the host waits' part (below); enqueued is
+	// guarded by mu (see ev). Beside completed: one word for the four.
+	light    bool
+	enqueued bool
+	pending  int32
 	// Guarded by the runtime's tasks.mu, the host waits' part (complete.go).
 	// succs are the tasks waiting on the host for t. Each has pending, the
 	// number of its predecessors not completed. cont is what a waiting
 	// task does once pending reaches 0, and light says it never blocks.
-	succs   []*Task
-	pending int
-	cont    step
+	succs []*Task
+	cont  step
 	// succBuf holds succs for a task of a few host-waiting successors.
 	succBuf [2]*Task
 	// Guarded by the runtime's tasks.mu: the live list's links (liveTasks),
