@@ -234,6 +234,7 @@ type launchTask struct {
 type runTask struct {
 	launchTask
 	kargs [3]core.KernelArg
+	pargs [3]plugin.Arg
 }
 
 func (a Async) start(spawn func(rt *core.Runtime, deps []core.Dep) (*core.Task, error)) *Task {
@@ -290,7 +291,7 @@ func (a Async) run(k *Kernel, o launchOpts, args []any) *Task {
 		return a.runAny(k, o, args)
 	}
 	t := new(runTask)
-	return a.runIn(&t.launchTask, t.kargs[:], k, o, args)
+	return a.runIn(&t.launchTask, t.kargs[:], t.pargs[:], k, o, args)
 }
 
 // direct reports whether a's launches become tasks here (not a recorder's
@@ -300,8 +301,8 @@ func (a Async) direct() bool { return a.rec == nil && !a.dev.IsAny() }
 
 // runIn is run of a direct Async into box, the new task's records, with
 // kargs the room for its lowered arguments.
-func (a Async) runIn(box *launchTask, kargs []core.KernelArg, k *Kernel, o launchOpts, args []any) *Task {
-	o.kargs = kargs[:0]
+func (a Async) runIn(box *launchTask, kargs []core.KernelArg, pargs []plugin.Arg, k *Kernel, o launchOpts, args []any) *Task {
+	o.kargs, o.pargs = kargs[:0], pargs
 	return a.spawnIn(&box.depTask, &box.room, func(cd *core.Device) (core.Op, error) {
 		op, _, _, err := a.targetOp(cd, k, o, args)
 		return op, err
@@ -322,7 +323,9 @@ func (a Async) targetOp(cd *core.Device, k *Kernel, o launchOpts, args []any) (c
 	if err != nil {
 		return core.Op{}, nil, geo, err
 	}
-	return core.TargetOpWith(k.k, kargs, geo), kargs, geo, nil
+	op := core.TargetOpWith(k.k, kargs, geo)
+	op.ArgRoom = o.pargs
+	return op, kargs, geo, nil
 }
 
 func (a Async) data(op func([]core.MapItem) core.Op, maps []Map) *Task {

@@ -457,6 +457,9 @@ type launchOpts struct {
 	// kargs, if its capacity is enough, is where the lowered arguments
 	// go (kernelArgs): a task's own room (launchTask).
 	kargs []core.KernelArg
+	// pargs is room for the arguments lowered for the launch itself
+	// (core.Op.ArgRoom), in the same records.
+	pargs []plugin.Arg
 	// refs has bit i set where argument i is a pointer to the launch's
 	// slice argument, kept in the task's records by a typed kernel's
 	// Nowait, so that the slice is not boxed in an interface (a heap

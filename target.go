@@ -329,7 +329,9 @@ func (lf *leafer) arg(li int, a any, defName string) (core.KernelArg, error) {
 		if defName != kk.names[li] { // named (Named): the info output shows it
 			name = defName
 		}
-		return core.KernelArg{Scalar: v, Name: name}, nil
+		ka := core.KernelArg{Scalar: v}
+		ka.Map.Buf.Name = name
+		return ka, nil
 	}
 	switch a := a.(type) {
 	case Map:

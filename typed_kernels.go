@@ -60,7 +60,7 @@ func (k Kernel1[A]) Nowait(nw Async, a A) *Task {
 	t := &kernel1Task[A]{a: a}
 	o := k.o
 	t.refs[0], o.refs = argRef(&t.a, 0, o.refs)
-	return nw.runIn(&t.launchTask, t.kargs[:], k.k, o, t.refs[:])
+	return nw.runIn(&t.launchTask, t.kargs[:], t.pargs[:], k.k, o, t.refs[:])
 }
 
 // With returns the kernel with map clauses that replace declared directions.
@@ -111,12 +111,14 @@ func (k Kernel1[A]) Kernel() *Kernel { return k.k }
 // Kernel1Task is a task of Kernel1 with room for the launch's arguments,
 // which reach the lowering by reference (launchOpts.refs): a slice is not
 // boxed in an interface, a heap allocation, on its way in. kargs is room
-// for them lowered, one for each (more only for a struct of slices).
+// for them lowered, one for each (more only for a struct of slices), and
+// pargs for them lowered for the launch itself (core.Op.ArgRoom).
 type kernel1Task[A any] struct {
 	launchTask
 	a     A
 	refs  [1]any
 	kargs [1]core.KernelArg
+	pargs [1]plugin.Arg
 }
 
 // Kernel2 is a kernel of 2 parameters after its Ctx.
@@ -178,7 +180,7 @@ func (k Kernel2[A, B]) Nowait(nw Async, a A, b B) *Task {
 	o := k.o
 	t.refs[0], o.refs = argRef(&t.a, 0, o.refs)
 	t.refs[1], o.refs = argRef(&t.b, 1, o.refs)
-	return nw.runIn(&t.launchTask, t.kargs[:], k.k, o, t.refs[:])
+	return nw.runIn(&t.launchTask, t.kargs[:], t.pargs[:], k.k, o, t.refs[:])
 }
 
 // With returns the kernel with map clauses that replace declared directions.
@@ -229,13 +231,15 @@ func (k Kernel2[A, B]) Kernel() *Kernel { return k.k }
 // Kernel2Task is a task of Kernel2 with room for the launch's arguments,
 // which reach the lowering by reference (launchOpts.refs): a slice is not
 // boxed in an interface, a heap allocation, on its way in. kargs is room
-// for them lowered, one for each (more only for a struct of slices).
+// for them lowered, one for each (more only for a struct of slices), and
+// pargs for them lowered for the launch itself (core.Op.ArgRoom).
 type kernel2Task[A, B any] struct {
 	launchTask
 	a     A
 	b     B
 	refs  [2]any
 	kargs [2]core.KernelArg
+	pargs [2]plugin.Arg
 }
 
 // Kernel3 is a kernel of 3 parameters after its Ctx.
@@ -303,7 +307,7 @@ func (k Kernel3[A, B, C]) Nowait(nw Async, a A, b B, c C) *Task {
 	t.refs[0], o.refs = argRef(&t.a, 0, o.refs)
 	t.refs[1], o.refs = argRef(&t.b, 1, o.refs)
 	t.refs[2], o.refs = argRef(&t.c, 2, o.refs)
-	return nw.runIn(&t.launchTask, t.kargs[:], k.k, o, t.refs[:])
+	return nw.runIn(&t.launchTask, t.kargs[:], t.pargs[:], k.k, o, t.refs[:])
 }
 
 // With returns the kernel with map clauses that replace declared directions.
@@ -354,7 +358,8 @@ func (k Kernel3[A, B, C]) Kernel() *Kernel { return k.k }
 // Kernel3Task is a task of Kernel3 with room for the launch's arguments,
 // which reach the lowering by reference (launchOpts.refs): a slice is not
 // boxed in an interface, a heap allocation, on its way in. kargs is room
-// for them lowered, one for each (more only for a struct of slices).
+// for them lowered, one for each (more only for a struct of slices), and
+// pargs for them lowered for the launch itself (core.Op.ArgRoom).
 type kernel3Task[A, B, C any] struct {
 	launchTask
 	a     A
@@ -362,6 +367,7 @@ type kernel3Task[A, B, C any] struct {
 	c     C
 	refs  [3]any
 	kargs [3]core.KernelArg
+	pargs [3]plugin.Arg
 }
 
 // Kernel4 is a kernel of 4 parameters after its Ctx.
@@ -437,7 +443,7 @@ func (k Kernel4[A, B, C, D]) Nowait(nw Async, a A, b B, c C, d D) *Task {
 	t.refs[1], o.refs = argRef(&t.b, 1, o.refs)
 	t.refs[2], o.refs = argRef(&t.c, 2, o.refs)
 	t.refs[3], o.refs = argRef(&t.d, 3, o.refs)
-	return nw.runIn(&t.launchTask, t.kargs[:], k.k, o, t.refs[:])
+	return nw.runIn(&t.launchTask, t.kargs[:], t.pargs[:], k.k, o, t.refs[:])
 }
 
 // With returns the kernel with map clauses that replace declared directions.
@@ -488,7 +494,8 @@ func (k Kernel4[A, B, C, D]) Kernel() *Kernel { return k.k }
 // Kernel4Task is a task of Kernel4 with room for the launch's arguments,
 // which reach the lowering by reference (launchOpts.refs): a slice is not
 // boxed in an interface, a heap allocation, on its way in. kargs is room
-// for them lowered, one for each (more only for a struct of slices).
+// for them lowered, one for each (more only for a struct of slices), and
+// pargs for them lowered for the launch itself (core.Op.ArgRoom).
 type kernel4Task[A, B, C, D any] struct {
 	launchTask
 	a     A
@@ -497,6 +504,7 @@ type kernel4Task[A, B, C, D any] struct {
 	d     D
 	refs  [4]any
 	kargs [4]core.KernelArg
+	pargs [4]plugin.Arg
 }
 
 // Kernel5 is a kernel of 5 parameters after its Ctx.
@@ -578,7 +586,7 @@ func (k Kernel5[A, B, C, D, E]) Nowait(nw Async, a A, b B, c C, d D, e E) *Task 
 	t.refs[2], o.refs = argRef(&t.c, 2, o.refs)
 	t.refs[3], o.refs = argRef(&t.d, 3, o.refs)
 	t.refs[4], o.refs = argRef(&t.e, 4, o.refs)
-	return nw.runIn(&t.launchTask, t.kargs[:], k.k, o, t.refs[:])
+	return nw.runIn(&t.launchTask, t.kargs[:], t.pargs[:], k.k, o, t.refs[:])
 }
 
 // With returns the kernel with map clauses that replace declared directions.
@@ -629,7 +637,8 @@ func (k Kernel5[A, B, C, D, E]) Kernel() *Kernel { return k.k }
 // Kernel5Task is a task of Kernel5 with room for the launch's arguments,
 // which reach the lowering by reference (launchOpts.refs): a slice is not
 // boxed in an interface, a heap allocation, on its way in. kargs is room
-// for them lowered, one for each (more only for a struct of slices).
+// for them lowered, one for each (more only for a struct of slices), and
+// pargs for them lowered for the launch itself (core.Op.ArgRoom).
 type kernel5Task[A, B, C, D, E any] struct {
 	launchTask
 	a     A
@@ -639,6 +648,7 @@ type kernel5Task[A, B, C, D, E any] struct {
 	e     E
 	refs  [5]any
 	kargs [5]core.KernelArg
+	pargs [5]plugin.Arg
 }
 
 // Kernel6 is a kernel of 6 parameters after its Ctx.
@@ -726,7 +736,7 @@ func (k Kernel6[A, B, C, D, E, F]) Nowait(nw Async, a A, b B, c C, d D, e E, f F
 	t.refs[3], o.refs = argRef(&t.d, 3, o.refs)
 	t.refs[4], o.refs = argRef(&t.e, 4, o.refs)
 	t.refs[5], o.refs = argRef(&t.f, 5, o.refs)
-	return nw.runIn(&t.launchTask, t.kargs[:], k.k, o, t.refs[:])
+	return nw.runIn(&t.launchTask, t.kargs[:], t.pargs[:], k.k, o, t.refs[:])
 }
 
 // With returns the kernel with map clauses that replace declared directions.
@@ -777,7 +787,8 @@ func (k Kernel6[A, B, C, D, E, F]) Kernel() *Kernel { return k.k }
 // Kernel6Task is a task of Kernel6 with room for the launch's arguments,
 // which reach the lowering by reference (launchOpts.refs): a slice is not
 // boxed in an interface, a heap allocation, on its way in. kargs is room
-// for them lowered, one for each (more only for a struct of slices).
+// for them lowered, one for each (more only for a struct of slices), and
+// pargs for them lowered for the launch itself (core.Op.ArgRoom).
 type kernel6Task[A, B, C, D, E, F any] struct {
 	launchTask
 	a     A
@@ -788,6 +799,7 @@ type kernel6Task[A, B, C, D, E, F any] struct {
 	f     F
 	refs  [6]any
 	kargs [6]core.KernelArg
+	pargs [6]plugin.Arg
 }
 
 // Kernel7 is a kernel of 7 parameters after its Ctx.
@@ -881,7 +893,7 @@ func (k Kernel7[A, B, C, D, E, F, G]) Nowait(nw Async, a A, b B, c C, d D, e E, 
 	t.refs[4], o.refs = argRef(&t.e, 4, o.refs)
 	t.refs[5], o.refs = argRef(&t.f, 5, o.refs)
 	t.refs[6], o.refs = argRef(&t.g, 6, o.refs)
-	return nw.runIn(&t.launchTask, t.kargs[:], k.k, o, t.refs[:])
+	return nw.runIn(&t.launchTask, t.kargs[:], t.pargs[:], k.k, o, t.refs[:])
 }
 
 // With returns the kernel with map clauses that replace declared directions.
@@ -932,7 +944,8 @@ func (k Kernel7[A, B, C, D, E, F, G]) Kernel() *Kernel { return k.k }
 // Kernel7Task is a task of Kernel7 with room for the launch's arguments,
 // which reach the lowering by reference (launchOpts.refs): a slice is not
 // boxed in an interface, a heap allocation, on its way in. kargs is room
-// for them lowered, one for each (more only for a struct of slices).
+// for them lowered, one for each (more only for a struct of slices), and
+// pargs for them lowered for the launch itself (core.Op.ArgRoom).
 type kernel7Task[A, B, C, D, E, F, G any] struct {
 	launchTask
 	a     A
@@ -944,6 +957,7 @@ type kernel7Task[A, B, C, D, E, F, G any] struct {
 	g     G
 	refs  [7]any
 	kargs [7]core.KernelArg
+	pargs [7]plugin.Arg
 }
 
 // Kernel8 is a kernel of 8 parameters after its Ctx.
@@ -1043,7 +1057,7 @@ func (k Kernel8[A, B, C, D, E, F, G, H]) Nowait(nw Async, a A, b B, c C, d D, e 
 	t.refs[5], o.refs = argRef(&t.f, 5, o.refs)
 	t.refs[6], o.refs = argRef(&t.g, 6, o.refs)
 	t.refs[7], o.refs = argRef(&t.h, 7, o.refs)
-	return nw.runIn(&t.launchTask, t.kargs[:], k.k, o, t.refs[:])
+	return nw.runIn(&t.launchTask, t.kargs[:], t.pargs[:], k.k, o, t.refs[:])
 }
 
 // With returns the kernel with map clauses that replace declared directions.
@@ -1094,7 +1108,8 @@ func (k Kernel8[A, B, C, D, E, F, G, H]) Kernel() *Kernel { return k.k }
 // Kernel8Task is a task of Kernel8 with room for the launch's arguments,
 // which reach the lowering by reference (launchOpts.refs): a slice is not
 // boxed in an interface, a heap allocation, on its way in. kargs is room
-// for them lowered, one for each (more only for a struct of slices).
+// for them lowered, one for each (more only for a struct of slices), and
+// pargs for them lowered for the launch itself (core.Op.ArgRoom).
 type kernel8Task[A, B, C, D, E, F, G, H any] struct {
 	launchTask
 	a     A
@@ -1107,4 +1122,5 @@ type kernel8Task[A, B, C, D, E, F, G, H any] struct {
 	h     H
 	refs  [8]any
 	kargs [8]core.KernelArg
+	pargs [8]plugin.Arg
 }

@@ -48,7 +48,7 @@ func (r *Runtime) completeNext(t *Task, err error, dep *failure) (light, heavy s
 		return nil, nil
 	}
 	t.settle(err)
-	if err != nil && t.rec.fn != nil {
+	if err != nil && t.rec != nil && t.rec.fn != nil {
 		rec, preds := t.rec.fn, t.rec.preds
 		t.rec.fn, t.rec.preds = nil, nil
 		ts.mu.Unlock()

@@ -202,12 +202,19 @@ type work struct {
 	usedBuf [8]*mapping.Entry
 	first   error
 	dep     *failure // the predecessor's failure, if first is a dependency error
-	// inline is the queue, if it runs the work inline (begin), until done.
-	inline plugin.InlineQueue
 	// completing is a task's, from its enqueueing to its completion.
 	completing completing
-	// argBuf holds a launch's arguments for a kernel of a few (target).
-	argBuf [5]plugin.Arg
+	// args is room for a launch's lowered arguments (target): its task's
+	// records' (Op.ArgRoom) or a synchronous construct's (begin). A copy's
+	// work has none, and its records stay small.
+	args []plugin.Arg
+}
+
+// syncWork is a synchronous construct's work with room for a launch's
+// arguments (begin): one allocation for both.
+type syncWork struct {
+	w    work
+	args [5]plugin.Arg
 }
 
 // begin starts a synchronous construct's work: its caller waits for the
@@ -217,10 +224,11 @@ func (d *Device) begin(op string) (*work, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := d.beginOn(op, q, d.newID(), false, nil)
-	if iq, ok := q.Queue.(plugin.InlineQueue); ok {
+	sw := new(syncWork)
+	w := d.beginOn(op, q, d.newID(), false, &sw.w)
+	w.args = sw.args[:]
+	if iq, ok := q.Queue.(plugin.InlineQueue); ok { // until done
 		iq.SetInline(true)
-		w.inline = iq
 	}
 	return w, nil
 }
@@ -310,8 +318,10 @@ func (w *work) done(reuse bool) error {
 		}
 	}
 	w.release()
-	if w.inline != nil {
-		w.inline.SetInline(false)
+	if !w.nowait { // begin's: its queue ran it inline, if it could
+		if iq, ok := w.cq.Queue.(plugin.InlineQueue); ok {
+			iq.SetInline(false)
+		}
 	}
 	d.release(w.cq, !reuse)
 	if d.tool != nil {

@@ -15,10 +15,10 @@ import (
 
 // KernelArg is one argument of a target region.
 type KernelArg struct {
-	// Scalar is the value of a scalar parameter, and Name its name for the
-	// info output (Named; empty: argI).
+	// Scalar is the value of a scalar parameter. Its name for the info
+	// output (Named; empty: argI) is Map.Buf.Name: a scalar has no map
+	// clause, and a launch's records keep one string less an argument.
 	Scalar any
-	Name   string
 	// Slice is the host slice of a slice parameter, and Map its map clause.
 	Slice reflect.Value
 	Map   MapItem
@@ -124,6 +124,11 @@ type Op struct {
 	// that task, though the task's completion never reached the host. It is called at most
 	// once per task.
 	Recover func(err error, used bool) error
+	// ArgRoom, if its capacity is enough, is where a target region's
+	// arguments are lowered for its launch: the task's records' room, so
+	// that neither the launch nor a copy's work carries room of its own.
+	// It must stay untouched until the task completes.
+	ArgRoom []plugin.Arg
 
 	// A target region (TargetOpWith) in place of Enqueue and Initial: its
 	// kernel, arguments and geometry.

@@ -27,7 +27,7 @@ func (r *Runtime) SpawnIn(room *TaskRoom, d *Device, op Op, deps []Dep, fallback
 	preds := r.register(t, deps)
 	if op.Recover != nil {
 		r.tasks.mu.Lock()
-		t.rec.fn, t.rec.preds, t.rec.settled = op.Recover, preds, make(chan struct{})
+		t.rec = &recovery{fn: op.Recover, preds: preds, settled: make(chan struct{})}
 		r.tasks.mu.Unlock()
 	}
 	if allDeviceWaits(d, preds) { // the device waits for them all
@@ -220,6 +220,7 @@ func (r *Runtime) enqueue(t *Task, d *Device, op Op, preds []*Task, fallback boo
 		}
 	}
 	w := d.beginOn(op.Name, cq, t.ID, true, t.takeWork())
+	w.args = op.ArgRoom
 	if followed != nil && d.tool != nil { // it waits by queue order
 		d.tool.Wait(tool.WaitEvent{Where: w.where(), For: followed.ID, ForName: followed.Name, OnDevice: true})
 	}
@@ -562,5 +563,5 @@ func (d *Device) followView(p *Task) predView {
 	if p.dev != d {
 		return predView{}
 	}
-	return predView{sameDevice: true, finished: finished(p), recovers: p.rec.settled != nil}
+	return predView{sameDevice: true, finished: finished(p), recovers: p.rec != nil}
 }

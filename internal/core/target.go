@@ -19,8 +19,8 @@ import (
 // target enqueues a target region on w: maps, launch, unmaps.
 func (d *Device) target(w *work, k *entries.Kernel, args []KernelArg, g plugin.Geometry) {
 	var pargs []plugin.Arg
-	if len(args) <= len(w.argBuf) {
-		pargs = w.argBuf[:len(args)]
+	if len(args) <= cap(w.args) {
+		pargs = w.args[:len(args)]
 	} else {
 		pargs = make([]plugin.Arg, len(args))
 	}
@@ -160,7 +160,7 @@ func (d *Device) logArgs(task uint64, k *entries.Kernel, args []KernelArg) {
 		p := k.Params()[i]
 		switch {
 		case p.Kind == plugin.Scalar:
-			name := a.Name
+			name := a.Map.Buf.Name
 			if name == "" {
 				name = fmt.Sprintf("arg%d", i)
 			}

@@ -90,7 +90,7 @@ type Task struct {
 	// nil once the task completed.
 	livePrev, liveNext *Task
 
-	rec recovery // for a task with Op.Recover only
+	rec *recovery // for a task with Op.Recover only; nil for the others
 
 	// spare is the work its enqueueing takes (takeWork): a device task's
 	// own, allocated with it (Spawn).
@@ -250,8 +250,8 @@ func (t *Task) event() plugin.Event {
 	return t.ev
 }
 
-// recovery is what a task with a recovery (Op.Recover) keeps for it. Its
-// settled is nil for the others, and the rest unused.
+// recovery is what a task with a recovery (Op.Recover) keeps for it, in
+// a record of its own: the others' Task has no room for it.
 type recovery struct {
 	// Guarded by the runtime's tasks.mu: fn is Op.Recover, taken (set to
 	// nil) by the completion it replaces; preds are the task's
@@ -280,7 +280,7 @@ type recovery struct {
 func (p *Task) eventFor(t *Task) plugin.Event {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.ev != nil && p.rec.settled != nil {
+	if p.ev != nil && p.rec != nil {
 		p.rec.devSuccs = append(p.rec.devSuccs, t)
 	}
 	return p.ev
@@ -288,6 +288,9 @@ func (p *Task) eventFor(t *Task) plugin.Event {
 
 // dropDevSucc takes t off p's device successors.
 func (p *Task) dropDevSucc(t *Task) {
+	if p.rec == nil {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.rec.devSuccs = slices.DeleteFunc(p.rec.devSuccs, func(s *Task) bool { return s == t })
@@ -297,7 +300,7 @@ func (p *Task) dropDevSucc(t *Task) {
 // for it (see devSuccs): before t completes, which may wait for its
 // predecessors.
 func (t *Task) settle(err error) {
-	if t.rec.settled == nil {
+	if t.rec == nil {
 		return
 	}
 	t.mu.Lock()
@@ -328,7 +331,7 @@ func (r *Runtime) recoverTask(t *Task, rec func(error, bool) error, preds []*Tas
 		waitDone(preds)
 		used := false
 		for _, s := range succs {
-			if s.rec.settled == nil {
+			if s.rec == nil {
 				continue
 			}
 			<-s.rec.settled // its device ends it: t's event fired there, or failed with t's device
@@ -342,15 +345,16 @@ func (r *Runtime) recoverTask(t *Task, rec func(error, bool) error, preds []*Tas
 // returns when the last of its predecessors completed (zero if t has no
 // recovery: see Op.Done). Called with tasks.mu held.
 func (t *Task) endRecovery() (ready time.Time) {
-	if t.rec.settled != nil {
-		t.mu.Lock()
-		t.rec.devSuccs = nil
-		t.mu.Unlock()
-		t.rec.doneAt = time.Now()
-		for _, p := range t.rec.preds {
-			if p.rec.doneAt.After(ready) {
-				ready = p.rec.doneAt
-			}
+	if t.rec == nil {
+		return ready
+	}
+	t.mu.Lock()
+	t.rec.devSuccs = nil
+	t.mu.Unlock()
+	t.rec.doneAt = time.Now()
+	for _, p := range t.rec.preds {
+		if p.rec != nil && p.rec.doneAt.After(ready) {
+			ready = p.rec.doneAt
 		}
 	}
 	t.rec.fn, t.rec.preds = nil, nil

@@ -114,7 +114,7 @@ func TestTaskSpawnView(t *testing.T) {
 	if v := a.followView(p); !mayFollow(v) {
 		t.Errorf("a task on the same device, not finished: %+v, not followed", v)
 	}
-	p.rec.settled = make(chan struct{})
+	p.rec = &recovery{settled: make(chan struct{})}
 	if v := a.followView(p); mayFollow(v) {
 		t.Errorf("a task with a recovery: %+v, followed", v)
 	}

@@ -110,7 +110,7 @@ func write(b *bytes.Buffer, n int) {
 	t := &%[3]sTask%[4]s{%[5]s}
 	o := k.o
 	%[6]s
-	return nw.runIn(&t.launchTask, t.kargs[:], k.k, o, t.refs[:])`, callA, "", low, inst, strings.Join(set, ", "), strings.Join(refs, "\n"), strings.Join(assign, ", "), strings.Join(args[:n], ", "))
+	return nw.runIn(&t.launchTask, t.kargs[:], t.pargs[:], k.k, o, t.refs[:])`, callA, "", low, inst, strings.Join(set, ", "), strings.Join(refs, "\n"), strings.Join(assign, ", "), strings.Join(args[:n], ", "))
 	}
 	ps := strings.Join(params, ", ")
 	if ps != "" {
@@ -205,12 +205,14 @@ func (k %[1]s%[6]s) Kernel() *Kernel { return k.k }
 // %[1]sTask is a task of %[1]s with room for the launch's arguments,
 // which reach the lowering by reference (launchOpts.refs): a slice is not
 // boxed in an interface, a heap allocation, on its way in. kargs is room
-// for them lowered, one for each (more only for a struct of slices).
+// for them lowered, one for each (more only for a struct of slices), and
+// pargs for them lowered for the launch itself (core.Op.ArgRoom).
 type %[2]sTask%[3]s struct {
 	launchTask
 	%[4]s
 	refs  [%[5]d]any
 	kargs [%[5]d]core.KernelArg
+	pargs [%[5]d]plugin.Arg
 }
 `, name, strings.ToLower(name[:1])+name[1:], typeParams, strings.Join(fields, "\n"), n)
 	}
