@@ -57,3 +57,14 @@ func PluginDevice(dev int) any {
 	}
 	return rt.Devices[dev].Dev
 }
+
+// TaskgraphQueued is how many of tg's replays were queued behind the one
+// before on its device rather than started after its end.
+func TaskgraphQueued(tg *Taskgraph) uint64 {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	if tg.g == nil {
+		return 0
+	}
+	return tg.g.Queued()
+}

@@ -54,6 +54,12 @@ import (
 //     the two, and starts its own devices again afterwards; x is checked
 //     against a plain-Go run of the same iterations after every solve.
 //     Goal: ≤ 1.15.
+//   - apps.cg_local1_recorded_vs_host: the same with the iteration
+//     recorded once and replayed (cg.SolveRecorded: the step sizes are made
+//     on the device, so the iterations are queued at once and nothing comes
+//     back between them), on both devices. Goal: ≤ 1.1.
+//     apps.cg_local1_recorded_vs_unrecorded: recorded against unrecorded
+//     on the device process.
 //
 // Times are of the iterations only (from the first enqueued task to the
 // last one's end), not of moving the grid onto the devices and back.
@@ -262,9 +268,9 @@ func appsCG(env *Env) error {
 		}
 		env.Comment("apps.cg_local1_vs_host: runtime restarted with devices %q: device 0 a device process with %d cores, device 1 the host device with %d; %d² grid (%d rows, %d nonzeros), %d iterations, each of 3 synchronous kernels (SpMV with p·Ap, axpys with r·r, p = r + βp), two of them bringing one number back; plain Go on one goroutine: %s",
 			cgDevices, cores[0], cores[1], n, n*n, 5*n*n-4*n, iters, human(float64(goTime.Nanoseconds())))
-		solve := func(d int) func() (time.Duration, error) {
+		solver := func(f func(offload.Device, int, int) ([]float64, time.Duration, error), d int) func() (time.Duration, error) {
 			return func() (time.Duration, error) {
-				x, t, err := cg.Solve(offload.On(d), n, iters)
+				x, t, err := f(offload.On(d), n, iters)
 				if err != nil {
 					return 0, err
 				}
@@ -274,12 +280,18 @@ func appsCG(env *Env) error {
 				return t, nil
 			}
 		}
-		t, err := env.CompareSelfTimed(solve(0), solve(1))
+		// The four alternate, round by round: unrecorded and recorded,
+		// on the device process and on the host device.
+		t, err := env.CompareSelfTimed(solver(cg.Solve, 0), solver(cg.Solve, 1), solver(cg.SolveRecorded, 0), solver(cg.SolveRecorded, 1))
 		if err != nil {
 			return err
 		}
 		env.Report(Result{Metric: "apps.cg_local1_vs_host", Goffload: t[0], Baseline: t[1],
 			Note: fmt.Sprintf("%d² Poisson, %d iterations: local:1 device (%d cores) vs host device (%d) (goal ≤ 1.15)", n, iters, cores[0], cores[1])})
+		env.Report(Result{Metric: "apps.cg_local1_recorded_vs_host", Goffload: t[2], Baseline: t[3],
+			Note: fmt.Sprintf("%d² Poisson, %d iterations, the iteration recorded once and replayed (cg.SolveRecorded: step sizes made on the device, nothing back between iterations): local:1 device vs host device (goal ≤ 1.1)", n, iters)})
+		env.Report(Result{Metric: "apps.cg_local1_recorded_vs_unrecorded", Goffload: t[2], Baseline: t[0],
+			Note: fmt.Sprintf("%d² Poisson, %d iterations on the local:1 device: recorded iteration vs three synchronous kernels an iteration", n, iters)})
 		return nil
 	})
 }

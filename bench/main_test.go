@@ -211,6 +211,8 @@ func TestAppsSuiteTSV(t *testing.T) {
 		"apps.cholesky_any_killed_vs_clean":       true,
 		"apps.cholesky_any_stopped_vs_clean":      true,
 		"apps.cg_local1_vs_host":                  true,
+		"apps.cg_local1_recorded_vs_host":         true,
+		"apps.cg_local1_recorded_vs_unrecorded":   true,
 	}
 	why := cpuLimitable(t)
 	if why == "" {

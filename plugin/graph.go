@@ -76,9 +76,23 @@ type GraphRunner interface {
 	// launch's scalars are read from args at its ArgAt. Its device addresses
 	// must be the defined ones. The returned event fires when every lane is
 	// done, with the first error of any. The core starts a graph's next run
-	// only once the last one's events fired on every device.
+	// only once the last one's events fired on every device, unless the
+	// runner is a GraphQueuer that queues it.
 	Run(gen uint64, args []Arg) (Event, error)
 	// Free forgets the part on the device, once its runs are done. The
 	// runner is not used after.
 	Free() error
+}
+
+// GraphQueuer is a GraphRunner that can take a run before the last one
+// ended: the device starts it once the last one has ended there, as if the
+// core had waited. The core asks only where the part is the graph's only
+// one and the last run was sent.
+type GraphQueuer interface {
+	// Queues reports whether the next run, with args, can be queued so.
+	Queues(args []Arg) bool
+	// RunQueued is Run for such a run. If chained, the run follows the
+	// last one only if that one ended without an error; else it fails
+	// and runs nothing (the core reports its predecessor's failure).
+	RunQueued(gen uint64, args []Arg, chained bool) (Event, error)
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/goffload/offload/internal/entries"
 	"github.com/goffload/offload/internal/mapping"
@@ -52,9 +53,15 @@ type Graph struct {
 	// could not be. Set by replays, one at a time.
 	parts   *gparts
 	noParts bool
+	queued  atomic.Uint64 // replays queued behind the last (Queued)
 	// Guarded by the runtime's tasks.mu: the last replay, which the next
-	// one comes after, and whether the graph was let go (Release).
+	// one comes after; the last replay whose parts' run was sent (a next
+	// one may be queued behind it on the device: GraphQueuer); a replay
+	// waiting for its predecessor's send to be queued; and whether the
+	// graph was let go (Release).
 	last     *Task
+	sent     *Task
+	waiting  map[*Task]*queuedRun // by the replay each comes after, until that one is sent or ends
 	released bool
 }
 

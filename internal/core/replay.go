@@ -43,11 +43,8 @@ func (g *Graph) replay(args []plugin.Arg) *Task {
 	ts.mu.Lock()
 	last := g.last
 	g.last = t
+	mayQueue := last != nil && g.any == nil && !g.released
 	ts.mu.Unlock()
-	wait := preds
-	if last != nil {
-		wait = append(preds[:len(preds):len(preds)], last)
-	}
 	body := stepFunc(func() step {
 		if !g.seal {
 			return r.completeThen(t, errNotSealed, nil)
@@ -61,8 +58,105 @@ func (g *Graph) replay(args []plugin.Arg) *Task {
 		g.start(t, args)
 		return nil
 	})
-	runHere(r.afterHost(t, r.Initial, wait, body))
+	if !mayQueue {
+		wait := preds
+		if last != nil {
+			wait = append(preds[:len(preds):len(preds)], last)
+		}
+		runHere(r.afterHost(t, r.Initial, wait, body))
+		return t
+	}
+	// The replay may be queued behind last on its device (GraphQueuer)
+	// once last's run is sent, instead of waiting here for its end: it
+	// waits here for its other predecessors, then for whichever comes
+	// first, last's run sent (queue it) or last's end (start it as usual).
+	var others []*Task
+	for _, p := range preds {
+		if p != last {
+			others = append(others, p)
+		}
+	}
+	q := &queuedRun{after: last, chained: len(others) < len(preds), t: t, args: args}
+	afterLast := stepFunc(func() step {
+		ts.mu.Lock()
+		if g.waiting[last] == q { // last ended unsent
+			delete(g.waiting, last)
+		}
+		ts.mu.Unlock()
+		q.mu.Lock()
+		taken := q.taken
+		q.taken = true
+		q.mu.Unlock()
+		if taken { // queued on the device
+			return nil
+		}
+		return body
+	})
+	first := stepFunc(func() step {
+		if f := failedPred(others); f != nil || !g.seal || len(args) != g.nargs {
+			return r.waitFor(t, []*Task{last}, false, body) // the usual error, after last
+		}
+		ts.mu.Lock()
+		sent := g.sent == last && g.mayQueue(last)
+		if !sent && !last.completed {
+			if g.waiting == nil {
+				g.waiting = map[*Task]*queuedRun{}
+			}
+			g.waiting[last] = q // last's send queues it (startParts)
+		}
+		ts.mu.Unlock()
+		if sent && g.queue(q) {
+			return nil
+		}
+		return r.waitFor(t, []*Task{last}, false, afterLast)
+	})
+	runHere(r.afterHost(t, r.Initial, others, first))
 	return t
+}
+
+// Queued is how many of g's replays were queued behind the last one on
+// their device (GraphQueuer) rather than started after its end here.
+func (g *Graph) Queued() uint64 { return g.queued.Load() }
+
+// mayQueue reports whether a replay after last can be queued behind it on
+// its device rather than wait for it here: last's run was sent, to the
+// graph's one part, whose runner queues runs. Under the runtime's tasks.mu.
+func (g *Graph) mayQueue(last *Task) bool {
+	p := g.parts
+	if p == nil || len(p.runs) != 1 || g.sent != last || g.released || g.any != nil {
+		return false
+	}
+	_, ok := p.runs[0].(plugin.GraphQueuer)
+	return ok
+}
+
+// queue starts q's replay behind the last one on the device of the
+// graph's one part, if it can be (mayQueue, a runner that queues its args,
+// the mappings held with no copy into them in flight), and reports whether
+// it did; once it did, or the last one ended, the other is a no-op. The
+// replay completes after the last one; chained, with its failure if it
+// failed.
+func (g *Graph) queue(q *queuedRun) bool {
+	r := g.rt
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.taken {
+		return false
+	}
+	r.tasks.mu.Lock()
+	ok := g.mayQueue(q.after)
+	r.tasks.mu.Unlock()
+	if !ok || g.parts.devs[0].tagged.Load() || !g.parts.runs[0].(plugin.GraphQueuer).Queues(q.args) {
+		return false
+	}
+	held, pend, err := g.hold()
+	if err == nil && len(pend) == 0 && g.startParts(q.t, q.args, held, pend, q) {
+		q.taken = true
+		g.queued.Add(1)
+		return true
+	}
+	g.unhold(held)
+	return false // after the last one: the usual start, which reports an error
 }
 
 // Join returns a task that completes once every task of ts has, failing
@@ -96,7 +190,7 @@ func (g *Graph) start(t *Task, args []plugin.Arg) {
 		r.complete(t, err, nil)
 		return
 	}
-	if g.startParts(t, args, held, pend) {
+	if g.startParts(t, args, held, pend, nil) {
 		return
 	}
 	qs := make([]*cqueue, len(g.lanes))
@@ -333,7 +427,7 @@ var graphKeys atomic.Uint64
 // did. It defines the parts first if this is the first replay. If it did not,
 // the caller replays operation by operation. held are the mappings the replay
 // holds, released at its end.
-func (g *Graph) startParts(t *Task, args []plugin.Arg, held []*mapping.Entry, pend []pendingCopy) bool {
+func (g *Graph) startParts(t *Task, args []plugin.Arg, held []*mapping.Entry, pend []pendingCopy, q *queuedRun) bool {
 	if g.noParts || len(pend) > 0 {
 		return false
 	}
@@ -367,9 +461,24 @@ func (g *Graph) startParts(t *Task, args []plugin.Arg, held []*mapping.Entry, pe
 	evs := make([]plugin.Event, len(p.runs))
 	errs := make([]error, len(p.runs))
 	for i, run := range p.runs {
-		evs[i], errs[i] = run.Run(p.gen, args)
+		if q != nil {
+			evs[i], errs[i] = run.(plugin.GraphQueuer).RunQueued(p.gen, args, q.chained)
+		} else {
+			evs[i], errs[i] = run.Run(p.gen, args)
+		}
+	}
+	r.tasks.mu.Lock()
+	g.sent = t
+	next := g.waiting[t]
+	delete(g.waiting, t)
+	r.tasks.mu.Unlock()
+	if next != nil { // the next replay waited for this one's send
+		go g.queue(next)
 	}
 	go func() {
+		if q != nil { // queued behind it: it completes first
+			<-q.after.Done()
+		}
 		var first error
 		lost := false // first is a device's own loss, not another's word of it
 		for i, ev := range evs {
@@ -392,9 +501,27 @@ func (g *Graph) startParts(t *Task, args []plugin.Arg, held []*mapping.Entry, pe
 			d0.tool.TargetEnd(tool.TargetEvent{Where: tool.Where{Time: time.Now(), Device: d0.Num, Task: t.ID}, Name: "taskgraph", Nowait: true, Err: first})
 		}
 		g.unhold(held)
+		if q != nil && q.chained && q.after.err != nil { // the device ran nothing of t
+			f := q.after.fail
+			r.complete(t, depErr(t, f), f)
+			return
+		}
 		r.complete(t, first, nil)
 	}()
 	return true
+}
+
+// queuedRun is a replay t, with args, that may be queued behind the last
+// one, after, on its device (Graph.queue); chained says after's failure is
+// t's (after is among t's predecessors). taken says t was queued or
+// started after after's end: the other way does nothing.
+type queuedRun struct {
+	t       *Task
+	args    []plugin.Arg
+	after   *Task
+	chained bool
+	mu      sync.Mutex
+	taken   bool
 }
 
 // defineParts defines each device's part of g on it, or returns nil

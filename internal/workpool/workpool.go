@@ -47,6 +47,11 @@ type Pool struct {
 	closedUp bool
 
 	slots atomic.Pointer[chan struct{}] // kernel slots (slots.go); nil: no bound
+
+	hands   []*hand      // one a worker, for the chunks handed while it polls (spin.go)
+	free    chan *hand   // the hands no worker holds
+	polling atomic.Int32 // workers that poll now
+	handed  atomic.Int64 // chunks handed to workers that polled (tests)
 }
 
 // New starts a pool with the given number of workers (at least one, at most
@@ -57,6 +62,12 @@ func newPool(workers int, started func()) *Pool {
 	workers = min(max(workers, 1), MaxWorkers())
 	p := &Pool{workers: workers, jobs: make(chan func()), quit: make(chan struct{}), started: started}
 	// The caller of For runs one chunk itself, so workers-1 helpers suffice.
+	p.free = make(chan *hand, workers-1)
+	for range workers - 1 {
+		h := new(hand)
+		p.hands = append(p.hands, h)
+		p.free <- h
+	}
 	p.wg.Add(workers - 1)
 	for i := 0; i < workers-1; i++ {
 		go p.worker()
@@ -69,10 +80,18 @@ func newPool(workers int, started func()) *Pool {
 // starts the worker's replacement on its way out, which takes over its count
 // in wg, so the pool keeps its size.
 func (p *Pool) worker() {
+	// A replacement takes the hand of the worker it replaces once that
+	// one's goroutine has ended.
+	h := <-p.free
+	defer func() { p.free <- h }()
 	if p.started != nil {
 		p.started()
 	}
 	for {
+		if job := p.poll(h); job != nil {
+			job()
+			continue
+		}
 		select {
 		case job := <-p.jobs:
 			job()
@@ -224,9 +243,11 @@ func (p *Pool) ForChunks(n int, body func(c Chunk)) {
 			wg.Wait()
 		}
 	}()
+	var pending atomic.Int32 // the chunks handed to workers, not done
 	for i := 1; i < chunks; i++ {
 		c := Bounds(n, chunks, i)
 		wg.Add(1)
+		pending.Add(1)
 		job := func() {
 			returned := false
 			defer func() {
@@ -234,15 +255,20 @@ func (p *Pool) ForChunks(n int, body func(c Chunk)) {
 					go p.worker() // this worker is ending: replace it before the loop ends
 				}
 				wg.Done()
+				pending.Add(-1)
 			}()
 			run(c)
 			returned = true
+		}
+		if p.giveToPolling(job) {
+			continue // a worker that polls runs it now, on its own core
 		}
 		select {
 		case p.jobs <- job:
 			handed = true
 		default: // no idle worker: run it here
 			wg.Done()
+			pending.Add(-1)
 			run(c)
 		}
 	}
@@ -255,6 +281,7 @@ func (p *Pool) ForChunks(n int, body func(c Chunk)) {
 		runtime.Gosched()
 	}
 	run(Bounds(n, chunks, 0))
+	awaitChunks(&pending)
 	wg.Wait()
 	returned = true
 	if panicked != nil {

@@ -202,6 +202,7 @@ func (w *mpiWorld) serve(img *plugin.Image) error {
 	if err != nil {
 		return err
 	}
+	pollWhileComputing()
 	serves, err := servedOpener(mpiServed(os.Getenv(envServe)), true)
 	if err != nil {
 		return err

@@ -116,6 +116,14 @@ func deviceProcs(cores int, t transport.Transport) int {
 	return min(cores, runtime.NumCPU())
 }
 
+// pollWhileComputing makes the workers of this device process's kernels
+// poll for their next chunk while a kernel runs here, when its link readers
+// do not poll (internal/workpool's SetSpinWhile): one polling role in the
+// process at a time. A replayed graph's kernels follow each other with no
+// wait for the host, and each loop's chunks then start at once instead of
+// after a thread wake-up each.
+func pollWhileComputing() { workpool.SetSpinWhile(transport.Computing) }
+
 // deviceCores is GOFFLOAD_DEVICE_CORES, or every CPU when it is unset.
 func deviceCores() (int, error) {
 	s := os.Getenv(envCores)
@@ -133,6 +141,7 @@ func serve(img *plugin.Image) error {
 	if err != nil {
 		return err
 	}
+	pollWhileComputing()
 	if fd := os.Getenv(envFD); fd != "" {
 		n, err := strconv.Atoi(fd)
 		if err != nil || n < 3 {

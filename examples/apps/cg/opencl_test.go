@@ -9,7 +9,8 @@ import (
 
 // TestSolveOpenCL runs the iteration on an OpenCL device (PoCL in CI),
 // mandatory, so its three kernels run their OpenCL C generated from the Go
-// bodies (two of them offload.Reduce), and checks x against Reference.
+// bodies (two of them offload.Reduce), and checks x against Reference;
+// the recorded iteration too (its kernels write the state on the device).
 func TestSolveOpenCL(t *testing.T) {
 	opencltest.Need(t)
 	if err := offload.Start(offload.WithDevices("opencl:0"), offload.WithOffload("MANDATORY")); err != nil {
@@ -31,6 +32,13 @@ func TestSolveOpenCL(t *testing.T) {
 		}
 		if err := Check(x, want); err != nil {
 			t.Errorf("n=%d iters=%d on PoCL: %v", c.n, c.iters, err)
+		}
+		x, _, err = SolveRecorded(dev, c.n, c.iters)
+		if err != nil {
+			t.Fatalf("SolveRecorded(%d, %d) on PoCL: %v", c.n, c.iters, err)
+		}
+		if err := Check(x, want); err != nil {
+			t.Errorf("n=%d iters=%d, recorded, on PoCL: %v", c.n, c.iters, err)
 		}
 	}
 }

@@ -191,11 +191,193 @@ kernel void cg_xpay(double beta, global double *r, global double *p, long go_len
 		}
 	}
 }
+
+// cg_spmvdot_s is kernel "cg.spmvdot_s" (recorded.go:33).
+static void cg_spmvdot_s_chunk(global int *rowPtr, global int *col, global double *val, global double *p, global double *q, global double *s, long go_len_rowPtr, long go_len_col, long go_len_val, long go_len_p, long go_len_q, long go_len_s, long go_dev, global long *go_f, long go_rl, long *go_rk, double *go_part)
+{
+	int go_fl = 0;
+	{
+		if ((ulong)(4L) >= (ulong)(go_len_s)) { go_fault(go_f, 18, (long)(4L), (long)(go_len_s), 0); return; }
+		if ((s[4L] != 0.0)) {
+			return;
+		}
+	}
+	long go_t1 = (long)(go_len_q);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	double acc = 0.0;
+	go_fl = 2;
+	double go_t2 = go_fn_spmvDot(rowPtr, go_len_rowPtr, col, go_len_col, val, go_len_val, p, go_len_p, q, go_len_q, lo, hi, acc, go_f, &go_fl);
+	if (go_fl & 1) return;
+	*go_part = go_t2;
+	return;
+}
+
+static void cg_spmvdot_s_tail(global int *rowPtr, global int *col, global double *val, global double *p, global double *q, global double *s, long go_len_rowPtr, long go_len_col, long go_len_val, long go_len_p, long go_len_q, long go_len_s, long go_dev, global long *go_f, double go_r)
+{
+	{
+		if ((ulong)(4L) >= (ulong)(go_len_s)) { go_fault(go_f, 19, (long)(4L), (long)(go_len_s), 0); return; }
+		if ((s[4L] != 0.0)) {
+			return;
+		}
+	}
+	if ((ulong)(1L) >= (ulong)(go_len_s)) { go_fault(go_f, 20, (long)(1L), (long)(go_len_s), 0); return; }
+	s[1L] = go_r;
+}
+
+kernel void cg_spmvdot_s(global int *rowPtr, global int *col, global double *val, global double *p, global double *q, global double *s, long go_len_rowPtr, long go_len_col, long go_len_val, long go_len_p, long go_len_q, long go_len_s, long go_dev, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	double go_r = 0.0;
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		double go_part = 0.0;
+		cg_spmvdot_s_chunk(rowPtr, col, val, p, q, s, go_len_rowPtr, go_len_col, go_len_val, go_len_p, go_len_q, go_len_s, go_dev, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : (go_r + go_part);
+	}
+	cg_spmvdot_s_tail(rowPtr, col, val, p, q, s, go_len_rowPtr, go_len_col, go_len_val, go_len_p, go_len_q, go_len_s, go_dev, go_f, go_r);
+}
+
+// cg_update_s is kernel "cg.update_s" (recorded.go:46).
+static void cg_update_s_chunk(global double *p, global double *q, global double *x, global double *r, global double *s, long go_len_p, long go_len_q, long go_len_x, long go_len_r, long go_len_s, long go_dev, global long *go_f, long go_rl, long *go_rk, double *go_part)
+{
+	int go_fl = 0;
+	if ((ulong)(0L) >= (ulong)(go_len_s)) { go_fault(go_f, 21, (long)(0L), (long)(go_len_s), 0); return; }
+	if ((ulong)(1L) >= (ulong)(go_len_s)) { go_fault(go_f, 22, (long)(1L), (long)(go_len_s), 0); return; }
+	double alpha = (s[0L] / s[1L]);
+	if ((ulong)(4L) >= (ulong)(go_len_s)) { go_fault(go_f, 23, (long)(4L), (long)(go_len_s), 0); return; }
+	bool ok = ((s[4L] == 0.0) && ((alpha - alpha) == 0.0));
+	long go_t1 = (long)(go_len_r);
+	*go_rk = go_t1 <= 0 ? 0 : go_t1 < 256 ? go_t1 : 256;
+	if (go_rl >= *go_rk)
+		return;
+	long go_rq = go_t1 / *go_rk, go_rr = go_t1 % *go_rk;
+	long lo = go_rl * go_rq + (go_rl < go_rr ? go_rl : go_rr);
+	long hi = lo + go_rq + (go_rl < go_rr ? 1 : 0);
+	double acc = 0.0;
+	go_fl = 2;
+	{
+		if ((!ok)) {
+			*go_part = acc;
+			return;
+		}
+	}
+	double go_t2 = go_fn_update(alpha, p, go_len_p, q, go_len_q, x, go_len_x, r, go_len_r, lo, hi, acc, go_f, &go_fl);
+	if (go_fl & 1) return;
+	*go_part = go_t2;
+	return;
+}
+
+static void cg_update_s_tail(global double *p, global double *q, global double *x, global double *r, global double *s, long go_len_p, long go_len_q, long go_len_x, long go_len_r, long go_len_s, long go_dev, global long *go_f, double go_r)
+{
+	if ((ulong)(0L) >= (ulong)(go_len_s)) { go_fault(go_f, 24, (long)(0L), (long)(go_len_s), 0); return; }
+	if ((ulong)(1L) >= (ulong)(go_len_s)) { go_fault(go_f, 25, (long)(1L), (long)(go_len_s), 0); return; }
+	double alpha = (s[0L] / s[1L]);
+	if ((ulong)(4L) >= (ulong)(go_len_s)) { go_fault(go_f, 26, (long)(4L), (long)(go_len_s), 0); return; }
+	bool ok = ((s[4L] == 0.0) && ((alpha - alpha) == 0.0));
+	double rrNew = go_r;
+	{
+		if ((ulong)(4L) >= (ulong)(go_len_s)) { go_fault(go_f, 27, (long)(4L), (long)(go_len_s), 0); return; }
+		if ((s[4L] != 0.0)) {
+			return;
+		}
+	}
+	{
+		if ((!ok)) {
+			if ((ulong)(3L) >= (ulong)(go_len_s)) { go_fault(go_f, 28, (long)(3L), (long)(go_len_s), 0); return; }
+			if ((ulong)(4L) >= (ulong)(go_len_s)) { go_fault(go_f, 29, (long)(4L), (long)(go_len_s), 0); return; }
+			s[4L] = (s[3L] + 1.0);
+			if ((ulong)(5L) >= (ulong)(go_len_s)) { go_fault(go_f, 30, (long)(5L), (long)(go_len_s), 0); return; }
+			s[5L] = 1.0;
+			return;
+		}
+	}
+	if ((ulong)(2L) >= (ulong)(go_len_s)) { go_fault(go_f, 31, (long)(2L), (long)(go_len_s), 0); return; }
+	s[2L] = rrNew;
+	if ((ulong)(0L) >= (ulong)(go_len_s)) { go_fault(go_f, 32, (long)(0L), (long)(go_len_s), 0); return; }
+	double beta = (rrNew / s[0L]);
+	{
+		if (((beta - beta) != 0.0)) {
+			if ((ulong)(3L) >= (ulong)(go_len_s)) { go_fault(go_f, 33, (long)(3L), (long)(go_len_s), 0); return; }
+			if ((ulong)(4L) >= (ulong)(go_len_s)) { go_fault(go_f, 34, (long)(4L), (long)(go_len_s), 0); return; }
+			s[4L] = (s[3L] + 1.0);
+			if ((ulong)(5L) >= (ulong)(go_len_s)) { go_fault(go_f, 35, (long)(5L), (long)(go_len_s), 0); return; }
+			s[5L] = 2.0;
+			return;
+		}
+	}
+	if ((ulong)(6L) >= (ulong)(go_len_s)) { go_fault(go_f, 36, (long)(6L), (long)(go_len_s), 0); return; }
+	s[6L] = beta;
+	if ((ulong)(0L) >= (ulong)(go_len_s)) { go_fault(go_f, 37, (long)(0L), (long)(go_len_s), 0); return; }
+	s[0L] = rrNew;
+	if ((ulong)(3L) >= (ulong)(go_len_s)) { go_fault(go_f, 38, (long)(3L), (long)(go_len_s), 0); return; }
+	if ((ulong)(3L) >= (ulong)(go_len_s)) { go_fault(go_f, 39, (long)(3L), (long)(go_len_s), 0); return; }
+	s[3L] = (s[3L] + 1.0);
+}
+
+kernel void cg_update_s(global double *p, global double *q, global double *x, global double *r, global double *s, long go_len_p, long go_len_q, long go_len_x, long go_len_r, long go_len_s, long go_dev, global long *go_f)
+{
+	if (get_global_id(0) != 0)
+		return; /* offload.Reduce: one work-item reduces the chunks in order */
+	long go_rk = 0;
+	double go_r = 0.0;
+	for (long go_c = 0; go_c == 0 || go_c < go_rk; go_c++) {
+		double go_part = 0.0;
+		cg_update_s_chunk(p, q, x, r, s, go_len_p, go_len_q, go_len_x, go_len_r, go_len_s, go_dev, go_f, go_c, &go_rk, &go_part);
+		if (*(volatile global int *)go_f != 0)
+			return; /* a chunk failed a check */
+		if (go_c >= go_rk)
+			break; /* n <= 0: no chunks */
+		go_r = go_c == 0 ? go_part : (go_r + go_part);
+	}
+	cg_update_s_tail(p, q, x, r, s, go_len_p, go_len_q, go_len_x, go_len_r, go_len_s, go_dev, go_f, go_r);
+}
+
+// cg_xpay_s is kernel "cg.xpay_s" (recorded.go:76).
+kernel void cg_xpay_s(global double *r, global double *p, global double *s, long go_len_r, long go_len_p, long go_len_s, long go_dev, global long *go_f)
+{
+	int go_fl = 0;
+	{
+		if ((ulong)(4L) >= (ulong)(go_len_s)) { go_fault(go_f, 40, (long)(4L), (long)(go_len_s), 0); return; }
+		if ((s[4L] != 0.0)) {
+			return;
+		}
+	}
+	if ((ulong)(6L) >= (ulong)(go_len_s)) { go_fault(go_f, 41, (long)(6L), (long)(go_len_s), 0); return; }
+	double beta = s[6L];
+	long go_t1 = go_len_p;
+	go_fl = 2;
+	if ((long)get_global_size(0) >= go_t1) {
+		long go_i = (long)get_global_id(0);
+		if (go_i < go_t1) {
+			long lo = go_i;
+			long hi = go_i + 1;
+			go_fn_xpay(beta, r, go_len_r, p, go_len_p, lo, hi, go_f, &go_fl);
+			if (go_fl & 1) return;
+		}
+	} else {
+		for (long go_i = (long)get_global_id(0); go_i < go_t1; go_i += (long)get_global_size(0)) {
+			long lo = go_i;
+			long hi = go_i + 1;
+			go_fn_xpay(beta, r, go_len_r, p, go_len_p, lo, hi, go_f, &go_fl);
+			if (go_fl & 1) return;
+		}
+	}
+}
 `
 
 // zzOffloadPTX is the PTX that clang made of the OpenCL C of the kernels
 // that can have it, for the cuda kind (docs/kernels.md); it was made by
-// goffload-gen PTX: clang="Debian clang version 14.0.6" arch=sm_50 source-sha256=d4d194e138c7edc148558ed4d24df32dec05a8a0e87de2d21e5bbc84b53d6a40.
+// goffload-gen PTX: clang="Debian clang version 14.0.6" arch=sm_50 source-sha256=1a7115658a557251468ab4a541339be7ad64b9ead2e3050f72ca7fc63129a33a.
 const zzOffloadPTX = `//
 // Generated by LLVM NVPTX Back-End
 //
@@ -845,6 +1027,858 @@ LBB2_5:
 	bra.uni 	LBB2_16;
 
 }
+	// .globl	cg_spmvdot_s
+.visible .entry cg_spmvdot_s(
+	.param .u64 cg_spmvdot_s_param_0,
+	.param .u64 cg_spmvdot_s_param_1,
+	.param .u64 cg_spmvdot_s_param_2,
+	.param .u64 cg_spmvdot_s_param_3,
+	.param .u64 cg_spmvdot_s_param_4,
+	.param .u64 cg_spmvdot_s_param_5,
+	.param .u64 cg_spmvdot_s_param_6,
+	.param .u64 cg_spmvdot_s_param_7,
+	.param .u64 cg_spmvdot_s_param_8,
+	.param .u64 cg_spmvdot_s_param_9,
+	.param .u64 cg_spmvdot_s_param_10,
+	.param .u64 cg_spmvdot_s_param_11,
+	.param .u64 cg_spmvdot_s_param_12,
+	.param .u64 cg_spmvdot_s_param_13
+)
+{
+	.reg .pred 	%p<43>;
+	.reg .b32 	%r<80>;
+	.reg .b64 	%rd<73>;
+	.reg .f64 	%fd<39>;
+
+	mov.u32 	%r23, %ctaid.x;
+	mov.u32 	%r24, %ntid.x;
+	mul.wide.s32 	%rd39, %r23, %r24;
+	mov.u32 	%r25, %tid.x;
+	cvt.s64.s32 	%rd40, %r25;
+	neg.s64 	%rd41, %rd40;
+	setp.ne.s64 	%p2, %rd39, %rd41;
+	@%p2 bra 	LBB3_61;
+	ld.param.u64 	%rd38, [cg_spmvdot_s_param_13];
+	ld.param.u64 	%rd37, [cg_spmvdot_s_param_11];
+	ld.param.u64 	%rd36, [cg_spmvdot_s_param_10];
+	ld.param.u64 	%rd35, [cg_spmvdot_s_param_9];
+	ld.param.u64 	%rd34, [cg_spmvdot_s_param_8];
+	ld.param.u64 	%rd33, [cg_spmvdot_s_param_7];
+	ld.param.u64 	%rd32, [cg_spmvdot_s_param_6];
+	ld.param.u64 	%rd31, [cg_spmvdot_s_param_5];
+	ld.param.u64 	%rd30, [cg_spmvdot_s_param_4];
+	ld.param.u64 	%rd29, [cg_spmvdot_s_param_3];
+	ld.param.u64 	%rd28, [cg_spmvdot_s_param_2];
+	ld.param.u64 	%rd27, [cg_spmvdot_s_param_1];
+	ld.param.u64 	%rd26, [cg_spmvdot_s_param_0];
+	min.s64 	%rd1, %rd36, 256;
+	max.s64 	%rd2, %rd1, 0;
+	mov.f64 	%fd13, 0d0000000000000000;
+	mov.u64 	%rd67, 0;
+	mov.f64 	%fd30, 0d8000000000000000;
+	setp.gt.u64 	%p3, %rd37, 4;
+	mov.u32 	%r61, 1;
+	mov.pred 	%p32, 0;
+	mov.u32 	%r63, 2;
+	mov.u32 	%r64, 0;
+	mov.pred 	%p36, -1;
+	cvt.u32.u64 	%r26, %rd1;
+	cvt.u32.u64 	%r27, %rd36;
+	div.u32 	%r28, %r27, %r26;
+	mov.u32 	%r38, 5;
+	mov.u64 	%rd72, %rd67;
+LBB3_3:
+	@%p3 bra 	LBB3_6;
+	atom.global.cas.b32 	%r60, [%rd38], 0, 18;
+	mov.f64 	%fd37, 0d0000000000000000;
+	setp.ne.s32 	%p31, %r60, 0;
+	@%p31 bra 	LBB3_51;
+	mov.u64 	%rd62, 4;
+	st.global.u64 	[%rd38+8], %rd62;
+	st.global.u64 	[%rd38+16], %rd37;
+	mov.u64 	%rd63, 0;
+	st.global.u64 	[%rd38+24], %rd63;
+	bra.uni 	LBB3_51;
+LBB3_6:
+	ld.global.f64 	%fd17, [%rd31+32];
+	setp.neu.f64 	%p4, %fd17, 0d0000000000000000;
+	mov.f64 	%fd37, 0d0000000000000000;
+	@%p4 bra 	LBB3_51;
+	setp.le.u64 	%p5, %rd2, %rd67;
+	mov.u64 	%rd72, %rd2;
+	@%p5 bra 	LBB3_51;
+	or.b64  	%rd43, %rd36, %rd1;
+	and.b64  	%rd44, %rd43, -4294967296;
+	setp.ne.s64 	%p6, %rd44, 0;
+	@%p6 bra 	LBB3_10;
+	bra.uni 	LBB3_9;
+LBB3_10:
+	div.s64 	%rd69, %rd36, %rd1;
+	bra.uni 	LBB3_11;
+LBB3_9:
+	cvt.u64.u32 	%rd69, %r28;
+LBB3_11:
+	mul.lo.s64 	%rd45, %rd69, %rd1;
+	sub.s64 	%rd46, %rd36, %rd45;
+	mul.lo.s64 	%rd47, %rd69, %rd67;
+	setp.gt.s64 	%p7, %rd46, %rd67;
+	selp.b64 	%rd48, %rd67, %rd46, %p7;
+	add.s64 	%rd71, %rd48, %rd47;
+	selp.u64 	%rd49, 1, 0, %p7;
+	add.s64 	%rd50, %rd69, %rd49;
+	add.s64 	%rd9, %rd50, %rd71;
+	setp.ge.s64 	%p8, %rd71, %rd9;
+	mov.f64 	%fd35, 0d0000000000000000;
+	mov.u32 	%r70, %r63;
+	mov.u32 	%r75, %r64;
+	@%p8 bra 	LBB3_50;
+	mov.f64 	%fd35, 0d0000000000000000;
+	mov.u32 	%r70, %r63;
+	bra.uni 	LBB3_13;
+LBB3_16:
+	add.s64 	%rd71, %rd10, 1;
+	or.b32  	%r70, %r70, 1;
+	mov.u32 	%r75, 1;
+LBB3_49:
+	setp.eq.s32 	%p27, %r75, 0;
+	setp.lt.s64 	%p28, %rd71, %rd9;
+	and.pred  	%p29, %p27, %p28;
+	@%p29 bra 	LBB3_13;
+	bra.uni 	LBB3_50;
+LBB3_13:
+	mov.u64 	%rd10, %rd71;
+	setp.lt.u64 	%p9, %rd10, %rd32;
+	@%p9 bra 	LBB3_17;
+	bra.uni 	LBB3_14;
+LBB3_17:
+	shl.b64 	%rd51, %rd10, 2;
+	add.s64 	%rd13, %rd26, %rd51;
+	ld.global.u32 	%r72, [%rd13];
+	add.s64 	%rd71, %rd10, 1;
+	mov.f64 	%fd34, 0d0000000000000000;
+	bra.uni 	LBB3_18;
+LBB3_21:
+	or.b32  	%r70, %r70, 1;
+	mov.u32 	%r75, 1;
+LBB3_36:
+	setp.eq.s32 	%p20, %r75, 0;
+	@%p20 bra 	LBB3_18;
+	bra.uni 	LBB3_37;
+LBB3_18:
+	setp.lt.u64 	%p11, %rd71, %rd32;
+	@%p11 bra 	LBB3_22;
+	bra.uni 	LBB3_19;
+LBB3_22:
+	ld.global.u32 	%r39, [%rd13+4];
+	setp.ge.s32 	%p13, %r72, %r39;
+	mov.u32 	%r75, %r38;
+	@%p13 bra 	LBB3_36;
+	cvt.s64.s32 	%rd16, %r72;
+	setp.lt.u64 	%p14, %rd16, %rd34;
+	@%p14 bra 	LBB3_27;
+	bra.uni 	LBB3_24;
+LBB3_27:
+	setp.lt.u64 	%p16, %rd16, %rd33;
+	@%p16 bra 	LBB3_31;
+	bra.uni 	LBB3_28;
+LBB3_31:
+	shl.b64 	%rd52, %rd16, 2;
+	add.s64 	%rd53, %rd27, %rd52;
+	ld.global.s32 	%rd19, [%rd53];
+	setp.lt.u64 	%p18, %rd19, %rd35;
+	@%p18 bra 	LBB3_35;
+	bra.uni 	LBB3_32;
+LBB3_35:
+	shl.b64 	%rd54, %rd16, 3;
+	add.s64 	%rd55, %rd28, %rd54;
+	ld.global.f64 	%fd22, [%rd55];
+	shl.b64 	%rd56, %rd19, 3;
+	add.s64 	%rd57, %rd29, %rd56;
+	ld.global.f64 	%fd23, [%rd57];
+	mul.rn.f64 	%fd24, %fd22, %fd23;
+	add.rn.f64 	%fd34, %fd34, %fd24;
+	add.s32 	%r72, %r72, 1;
+	mov.u32 	%r75, 0;
+	bra.uni 	LBB3_36;
+LBB3_19:
+	atom.global.cas.b32 	%r35, [%rd38], 0, 2;
+	setp.ne.s32 	%p12, %r35, 0;
+	@%p12 bra 	LBB3_21;
+	shr.s32 	%r36, %r70, 1;
+	cvt.s64.s32 	%rd15, %r36;
+	st.global.u64 	[%rd38+8], %rd71;
+	st.global.u64 	[%rd38+16], %rd32;
+	st.global.u64 	[%rd38+24], %rd15;
+	bra.uni 	LBB3_21;
+LBB3_24:
+	atom.global.cas.b32 	%r40, [%rd38], 0, 3;
+	setp.ne.s32 	%p15, %r40, 0;
+	@%p15 bra 	LBB3_26;
+	shr.s32 	%r41, %r70, 1;
+	cvt.s64.s32 	%rd17, %r41;
+	st.global.u64 	[%rd38+8], %rd16;
+	st.global.u64 	[%rd38+16], %rd34;
+	st.global.u64 	[%rd38+24], %rd17;
+LBB3_26:
+	or.b32  	%r70, %r70, 1;
+	mov.u32 	%r75, 1;
+	bra.uni 	LBB3_36;
+LBB3_28:
+	atom.global.cas.b32 	%r43, [%rd38], 0, 4;
+	setp.ne.s32 	%p17, %r43, 0;
+	@%p17 bra 	LBB3_30;
+	shr.s32 	%r44, %r70, 1;
+	cvt.s64.s32 	%rd18, %r44;
+	st.global.u64 	[%rd38+8], %rd16;
+	st.global.u64 	[%rd38+16], %rd33;
+	st.global.u64 	[%rd38+24], %rd18;
+LBB3_30:
+	or.b32  	%r70, %r70, 1;
+	mov.u32 	%r75, 1;
+	bra.uni 	LBB3_36;
+LBB3_32:
+	atom.global.cas.b32 	%r46, [%rd38], 0, 5;
+	setp.ne.s32 	%p19, %r46, 0;
+	@%p19 bra 	LBB3_34;
+	shr.s32 	%r47, %r70, 1;
+	cvt.s64.s32 	%rd20, %r47;
+	st.global.u64 	[%rd38+8], %rd19;
+	st.global.u64 	[%rd38+16], %rd35;
+	st.global.u64 	[%rd38+24], %rd20;
+LBB3_34:
+	or.b32  	%r70, %r70, 1;
+	mov.u32 	%r75, 1;
+	bra.uni 	LBB3_36;
+LBB3_14:
+	atom.global.cas.b32 	%r32, [%rd38], 0, 1;
+	setp.ne.s32 	%p10, %r32, 0;
+	@%p10 bra 	LBB3_16;
+	shr.s32 	%r33, %r70, 1;
+	cvt.s64.s32 	%rd11, %r33;
+	st.global.u64 	[%rd38+8], %rd10;
+	st.global.u64 	[%rd38+16], %rd32;
+	st.global.u64 	[%rd38+24], %rd11;
+	bra.uni 	LBB3_16;
+LBB3_37:
+	setp.ne.s32 	%p21, %r75, 5;
+	@%p21 bra 	LBB3_39;
+	mov.u32 	%r75, 0;
+LBB3_39:
+	setp.ne.s32 	%p22, %r75, 0;
+	@%p22 bra 	LBB3_49;
+	setp.lt.u64 	%p23, %rd10, %rd36;
+	@%p23 bra 	LBB3_44;
+	bra.uni 	LBB3_41;
+LBB3_44:
+	shl.b64 	%rd58, %rd10, 3;
+	add.s64 	%rd59, %rd30, %rd58;
+	st.global.f64 	[%rd59], %fd34;
+	setp.lt.u64 	%p25, %rd10, %rd35;
+	@%p25 bra 	LBB3_48;
+	bra.uni 	LBB3_45;
+LBB3_48:
+	add.s64 	%rd61, %rd29, %rd58;
+	ld.global.f64 	%fd25, [%rd61];
+	mul.rn.f64 	%fd26, %fd34, %fd25;
+	add.rn.f64 	%fd35, %fd35, %fd26;
+	mov.u32 	%r75, 0;
+	bra.uni 	LBB3_49;
+LBB3_41:
+	atom.global.cas.b32 	%r51, [%rd38], 0, 6;
+	setp.ne.s32 	%p24, %r51, 0;
+	@%p24 bra 	LBB3_43;
+	shr.s32 	%r52, %r70, 1;
+	cvt.s64.s32 	%rd21, %r52;
+	st.global.u64 	[%rd38+8], %rd10;
+	st.global.u64 	[%rd38+16], %rd36;
+	st.global.u64 	[%rd38+24], %rd21;
+LBB3_43:
+	or.b32  	%r70, %r70, 1;
+	mov.u32 	%r75, 1;
+	bra.uni 	LBB3_49;
+LBB3_45:
+	atom.global.cas.b32 	%r54, [%rd38], 0, 7;
+	setp.ne.s32 	%p26, %r54, 0;
+	@%p26 bra 	LBB3_47;
+	shr.s32 	%r55, %r70, 1;
+	cvt.s64.s32 	%rd22, %r55;
+	st.global.u64 	[%rd38+8], %rd10;
+	st.global.u64 	[%rd38+16], %rd35;
+	st.global.u64 	[%rd38+24], %rd22;
+LBB3_47:
+	or.b32  	%r70, %r70, 1;
+	mov.u32 	%r75, 1;
+	bra.uni 	LBB3_49;
+LBB3_50:
+	and.b32  	%r58, %r70, 1;
+	or.b32  	%r59, %r58, %r75;
+	setp.eq.s32 	%p30, %r59, 0;
+	selp.f64 	%fd37, %fd35, 0d0000000000000000, %p30;
+	mov.u64 	%rd72, %rd2;
+LBB3_51:
+	ld.volatile.global.u32 	%r62, [%rd38];
+	setp.ne.s32 	%p33, %r62, 0;
+	mov.pred 	%p42, %p32;
+	mov.u32 	%r78, %r61;
+	@%p33 bra 	LBB3_54;
+	setp.ge.s64 	%p35, %rd67, %rd72;
+	mov.pred 	%p42, %p32;
+	mov.u32 	%r78, %r63;
+	@%p35 bra 	LBB3_54;
+	add.rn.f64 	%fd13, %fd30, %fd37;
+	mov.pred 	%p42, %p36;
+	mov.u32 	%r78, %r64;
+LBB3_54:
+	@%p42 bra 	LBB3_2;
+	bra.uni 	LBB3_55;
+LBB3_2:
+	add.s64 	%rd67, %rd67, 1;
+	setp.ge.s64 	%p37, %rd67, %rd72;
+	mov.f64 	%fd30, %fd13;
+	mov.u32 	%r78, %r63;
+	@%p37 bra 	LBB3_55;
+	bra.uni 	LBB3_3;
+LBB3_55:
+	setp.ne.s32 	%p38, %r78, 2;
+	@%p38 bra 	LBB3_61;
+	@%p3 bra 	LBB3_59;
+	atom.global.cas.b32 	%r66, [%rd38], 0, 19;
+	setp.ne.s32 	%p41, %r66, 0;
+	@%p41 bra 	LBB3_61;
+	mov.u64 	%rd64, 4;
+	st.global.u64 	[%rd38+8], %rd64;
+	st.global.u64 	[%rd38+16], %rd37;
+	mov.u64 	%rd65, 0;
+	st.global.u64 	[%rd38+24], %rd65;
+	bra.uni 	LBB3_61;
+LBB3_59:
+	ld.global.f64 	%fd29, [%rd31+32];
+	setp.neu.f64 	%p40, %fd29, 0d0000000000000000;
+	@%p40 bra 	LBB3_61;
+	st.global.f64 	[%rd31+8], %fd13;
+LBB3_61:
+	ret;
+
+}
+	// .globl	cg_update_s
+.visible .entry cg_update_s(
+	.param .u64 cg_update_s_param_0,
+	.param .u64 cg_update_s_param_1,
+	.param .u64 cg_update_s_param_2,
+	.param .u64 cg_update_s_param_3,
+	.param .u64 cg_update_s_param_4,
+	.param .u64 cg_update_s_param_5,
+	.param .u64 cg_update_s_param_6,
+	.param .u64 cg_update_s_param_7,
+	.param .u64 cg_update_s_param_8,
+	.param .u64 cg_update_s_param_9,
+	.param .u64 cg_update_s_param_10,
+	.param .u64 cg_update_s_param_11
+)
+{
+	.reg .pred 	%p<48>;
+	.reg .b32 	%r<29>;
+	.reg .b64 	%rd<94>;
+	.reg .f64 	%fd<54>;
+
+	mov.u32 	%r3, %ctaid.x;
+	mov.u32 	%r4, %ntid.x;
+	mul.wide.s32 	%rd45, %r3, %r4;
+	mov.u32 	%r5, %tid.x;
+	cvt.s64.s32 	%rd46, %r5;
+	neg.s64 	%rd47, %rd46;
+	setp.ne.s64 	%p3, %rd45, %rd47;
+	@%p3 bra 	LBB4_55;
+	ld.param.u64 	%rd44, [cg_update_s_param_11];
+	ld.param.u64 	%rd43, [cg_update_s_param_9];
+	ld.param.u64 	%rd42, [cg_update_s_param_8];
+	ld.param.u64 	%rd41, [cg_update_s_param_7];
+	ld.param.u64 	%rd40, [cg_update_s_param_6];
+	ld.param.u64 	%rd39, [cg_update_s_param_5];
+	ld.param.u64 	%rd38, [cg_update_s_param_4];
+	ld.param.u64 	%rd37, [cg_update_s_param_3];
+	ld.param.u64 	%rd36, [cg_update_s_param_2];
+	ld.param.u64 	%rd35, [cg_update_s_param_1];
+	ld.param.u64 	%rd34, [cg_update_s_param_0];
+	min.s64 	%rd1, %rd42, 256;
+	max.s64 	%rd2, %rd1, 0;
+	mov.f64 	%fd8, 0d0000000000000000;
+	mov.u64 	%rd80, 0;
+	mov.f64 	%fd49, 0d8000000000000000;
+	setp.eq.s64 	%p4, %rd43, 1;
+	mov.u32 	%r16, 1;
+	mov.pred 	%p25, 0;
+	mov.u32 	%r18, 2;
+	mov.u32 	%r19, 0;
+	mov.pred 	%p29, -1;
+	setp.ne.s64 	%p5, %rd43, 0;
+	cvt.u32.u64 	%r8, %rd1;
+	cvt.u32.u64 	%r9, %rd42;
+	div.u32 	%r10, %r9, %r8;
+	mov.u64 	%rd93, %rd80;
+LBB4_3:
+	@%p4 bra 	LBB4_24;
+	@%p5 bra 	LBB4_6;
+	atom.global.cas.b32 	%r7, [%rd44], 0, 21;
+	setp.eq.s32 	%p7, %r7, 0;
+	mov.f64 	%fd52, 0d0000000000000000;
+	mov.u64 	%rd89, 0;
+	mov.u64 	%rd90, %rd89;
+	mov.u64 	%rd91, %rd89;
+	@%p7 bra 	LBB4_25;
+	bra.uni 	LBB4_26;
+LBB4_24:
+	atom.global.cas.b32 	%r6, [%rd44], 0, 22;
+	setp.eq.s32 	%p6, %r6, 0;
+	mov.f64 	%fd52, 0d0000000000000000;
+	mov.u64 	%rd91, 0;
+	mov.u64 	%rd89, 1;
+	mov.u64 	%rd90, %rd89;
+	@%p6 bra 	LBB4_25;
+	bra.uni 	LBB4_26;
+LBB4_6:
+	setp.gt.u64 	%p8, %rd43, 4;
+	@%p8 bra 	LBB4_8;
+	atom.global.cas.b32 	%r15, [%rd44], 0, 23;
+	setp.eq.s32 	%p24, %r15, 0;
+	mov.f64 	%fd52, 0d0000000000000000;
+	mov.u64 	%rd91, 0;
+	mov.u64 	%rd89, 4;
+	mov.u64 	%rd90, %rd43;
+	@%p24 bra 	LBB4_25;
+	bra.uni 	LBB4_26;
+LBB4_25:
+	st.global.u64 	[%rd44+8], %rd89;
+	st.global.u64 	[%rd44+16], %rd90;
+	st.global.u64 	[%rd44+24], %rd91;
+	mov.f64 	%fd52, 0d0000000000000000;
+LBB4_26:
+	ld.volatile.global.u32 	%r17, [%rd44];
+	setp.ne.s32 	%p26, %r17, 0;
+	mov.pred 	%p47, %p25;
+	mov.u32 	%r27, %r16;
+	@%p26 bra 	LBB4_29;
+	setp.ge.s64 	%p28, %rd80, %rd93;
+	mov.pred 	%p47, %p25;
+	mov.u32 	%r27, %r18;
+	@%p28 bra 	LBB4_29;
+	add.rn.f64 	%fd8, %fd49, %fd52;
+	mov.pred 	%p47, %p29;
+	mov.u32 	%r27, %r19;
+LBB4_29:
+	@%p47 bra 	LBB4_2;
+	bra.uni 	LBB4_30;
+LBB4_2:
+	add.s64 	%rd80, %rd80, 1;
+	setp.ge.s64 	%p30, %rd80, %rd93;
+	mov.f64 	%fd49, %fd8;
+	mov.u32 	%r27, %r18;
+	@%p30 bra 	LBB4_30;
+	bra.uni 	LBB4_3;
+LBB4_8:
+	setp.le.u64 	%p9, %rd2, %rd80;
+	mov.f64 	%fd52, 0d0000000000000000;
+	mov.u64 	%rd93, %rd2;
+	@%p9 bra 	LBB4_26;
+	or.b64  	%rd52, %rd42, %rd1;
+	and.b64  	%rd53, %rd52, -4294967296;
+	setp.ne.s64 	%p12, %rd53, 0;
+	@%p12 bra 	LBB4_11;
+	bra.uni 	LBB4_10;
+LBB4_11:
+	div.s64 	%rd82, %rd42, %rd1;
+	bra.uni 	LBB4_12;
+LBB4_10:
+	cvt.u64.u32 	%rd82, %r10;
+LBB4_12:
+	ld.global.f64 	%fd15, [%rd38];
+	ld.global.f64 	%fd16, [%rd38+8];
+	div.rn.f64 	%fd3, %fd15, %fd16;
+	ld.global.f64 	%fd18, [%rd38+32];
+	setp.eq.f64 	%p10, %fd18, 0d0000000000000000;
+	sub.rn.f64 	%fd19, %fd3, %fd3;
+	setp.eq.f64 	%p11, %fd19, 0d0000000000000000;
+	and.pred  	%p1, %p10, %p11;
+	mov.u64 	%rd93, %rd1;
+	@!%p1 bra 	LBB4_26;
+	bra.uni 	LBB4_13;
+LBB4_13:
+	mul.lo.s64 	%rd54, %rd82, %rd1;
+	sub.s64 	%rd8, %rd42, %rd54;
+	mul.lo.s64 	%rd9, %rd82, %rd80;
+	min.s64 	%rd55, %rd8, %rd80;
+	add.s64 	%rd89, %rd55, %rd9;
+	setp.gt.s64 	%p13, %rd8, %rd80;
+	selp.u64 	%rd56, 1, 0, %p13;
+	add.s64 	%rd20, %rd82, %rd56;
+	add.s64 	%rd57, %rd20, %rd89;
+	setp.ge.s64 	%p14, %rd89, %rd57;
+	mov.u64 	%rd93, %rd1;
+	@%p14 bra 	LBB4_26;
+	min.s64 	%rd58, %rd80, %rd8;
+	add.s64 	%rd59, %rd58, %rd9;
+	shl.b64 	%rd60, %rd59, 3;
+	add.s64 	%rd19, %rd35, %rd60;
+	add.s64 	%rd18, %rd37, %rd60;
+	add.s64 	%rd17, %rd34, %rd60;
+	add.s64 	%rd16, %rd36, %rd60;
+	mov.f64 	%fd52, 0d0000000000000000;
+LBB4_15:
+	setp.lt.u64 	%p15, %rd89, %rd41;
+	@%p15 bra 	LBB4_17;
+	bra.uni 	LBB4_16;
+LBB4_17:
+	setp.lt.u64 	%p17, %rd89, %rd39;
+	@%p17 bra 	LBB4_19;
+	bra.uni 	LBB4_18;
+LBB4_19:
+	ld.global.f64 	%fd25, [%rd16];
+	ld.global.f64 	%fd26, [%rd17];
+	mul.rn.f64 	%fd27, %fd3, %fd26;
+	add.rn.f64 	%fd28, %fd25, %fd27;
+	st.global.f64 	[%rd16], %fd28;
+	setp.lt.u64 	%p19, %rd89, %rd42;
+	@%p19 bra 	LBB4_21;
+	bra.uni 	LBB4_20;
+LBB4_21:
+	setp.lt.u64 	%p21, %rd89, %rd40;
+	@%p21 bra 	LBB4_23;
+	bra.uni 	LBB4_22;
+LBB4_23:
+	ld.global.f64 	%fd31, [%rd18];
+	ld.global.f64 	%fd32, [%rd19];
+	mul.rn.f64 	%fd33, %fd3, %fd32;
+	sub.rn.f64 	%fd34, %fd31, %fd33;
+	st.global.f64 	[%rd18], %fd34;
+	mul.rn.f64 	%fd35, %fd34, %fd34;
+	add.rn.f64 	%fd52, %fd52, %fd35;
+	add.s64 	%rd89, %rd89, 1;
+	add.s64 	%rd20, %rd20, -1;
+	add.s64 	%rd19, %rd19, 8;
+	add.s64 	%rd18, %rd18, 8;
+	add.s64 	%rd17, %rd17, 8;
+	add.s64 	%rd16, %rd16, 8;
+	setp.eq.s64 	%p23, %rd20, 0;
+	mov.u64 	%rd93, %rd2;
+	@%p23 bra 	LBB4_26;
+	bra.uni 	LBB4_15;
+LBB4_16:
+	atom.global.cas.b32 	%r11, [%rd44], 0, 9;
+	setp.eq.s32 	%p16, %r11, 0;
+	mov.f64 	%fd52, 0d0000000000000000;
+	mov.u64 	%rd91, 1;
+	mov.u64 	%rd90, %rd41;
+	mov.u64 	%rd93, %rd2;
+	@%p16 bra 	LBB4_25;
+	bra.uni 	LBB4_26;
+LBB4_18:
+	atom.global.cas.b32 	%r12, [%rd44], 0, 10;
+	setp.eq.s32 	%p18, %r12, 0;
+	mov.f64 	%fd52, 0d0000000000000000;
+	mov.u64 	%rd91, 1;
+	mov.u64 	%rd90, %rd39;
+	mov.u64 	%rd93, %rd2;
+	@%p18 bra 	LBB4_25;
+	bra.uni 	LBB4_26;
+LBB4_20:
+	atom.global.cas.b32 	%r13, [%rd44], 0, 11;
+	setp.eq.s32 	%p20, %r13, 0;
+	mov.f64 	%fd52, 0d0000000000000000;
+	mov.u64 	%rd91, 1;
+	mov.u64 	%rd90, %rd42;
+	mov.u64 	%rd93, %rd2;
+	@%p20 bra 	LBB4_25;
+	bra.uni 	LBB4_26;
+LBB4_22:
+	atom.global.cas.b32 	%r14, [%rd44], 0, 12;
+	setp.eq.s32 	%p22, %r14, 0;
+	mov.f64 	%fd52, 0d0000000000000000;
+	mov.u64 	%rd91, 1;
+	mov.u64 	%rd90, %rd40;
+	mov.u64 	%rd93, %rd2;
+	@%p22 bra 	LBB4_25;
+	bra.uni 	LBB4_26;
+LBB4_30:
+	setp.ne.s32 	%p31, %r27, 2;
+	@%p31 bra 	LBB4_55;
+	@%p4 bra 	LBB4_35;
+	@%p5 bra 	LBB4_37;
+	atom.global.cas.b32 	%r22, [%rd44], 0, 24;
+	setp.ne.s32 	%p35, %r22, 0;
+	@%p35 bra 	LBB4_55;
+	mov.u64 	%rd69, 0;
+	st.global.u64 	[%rd44+8], %rd69;
+	st.global.u64 	[%rd44+16], %rd69;
+	st.global.u64 	[%rd44+24], %rd69;
+	bra.uni 	LBB4_55;
+LBB4_35:
+	atom.global.cas.b32 	%r21, [%rd44], 0, 25;
+	setp.ne.s32 	%p34, %r21, 0;
+	@%p34 bra 	LBB4_55;
+	mov.u64 	%rd67, 1;
+	st.global.u64 	[%rd44+8], %rd67;
+	st.global.u64 	[%rd44+16], %rd67;
+	mov.u64 	%rd68, 0;
+	st.global.u64 	[%rd44+24], %rd68;
+	bra.uni 	LBB4_55;
+LBB4_37:
+	setp.gt.u64 	%p36, %rd43, 4;
+	@%p36 bra 	LBB4_40;
+	atom.global.cas.b32 	%r26, [%rd44], 0, 26;
+	setp.ne.s32 	%p46, %r26, 0;
+	@%p46 bra 	LBB4_55;
+	mov.u64 	%rd78, 4;
+	st.global.u64 	[%rd44+8], %rd78;
+	st.global.u64 	[%rd44+16], %rd43;
+	mov.u64 	%rd79, 0;
+	st.global.u64 	[%rd44+24], %rd79;
+	bra.uni 	LBB4_55;
+LBB4_40:
+	ld.global.f64 	%fd38, [%rd38+32];
+	setp.neu.f64 	%p37, %fd38, 0d0000000000000000;
+	@%p37 bra 	LBB4_55;
+	bra.uni 	LBB4_41;
+LBB4_55:
+	ret;
+LBB4_41:
+	ld.global.f64 	%fd9, [%rd38];
+	ld.global.f64 	%fd39, [%rd38+8];
+	div.rn.f64 	%fd40, %fd9, %fd39;
+	sub.rn.f64 	%fd41, %fd40, %fd40;
+	setp.eq.f64 	%p38, %fd41, 0d0000000000000000;
+	@%p38 bra 	LBB4_46;
+	bra.uni 	LBB4_42;
+LBB4_46:
+	st.global.f64 	[%rd38+16], %fd8;
+	div.rn.f64 	%fd10, %fd8, %fd9;
+	sub.rn.f64 	%fd44, %fd10, %fd10;
+	setp.eq.f64 	%p41, %fd44, 0d0000000000000000;
+	@%p41 bra 	LBB4_51;
+	ld.global.f64 	%fd47, [%rd38+24];
+	add.rn.f64 	%fd48, %fd47, 0d3FF0000000000000;
+	st.global.f64 	[%rd38+32], %fd48;
+	setp.gt.u64 	%p44, %rd43, 5;
+	@%p44 bra 	LBB4_50;
+	atom.global.cas.b32 	%r25, [%rd44], 0, 35;
+	setp.ne.s32 	%p45, %r25, 0;
+	@%p45 bra 	LBB4_55;
+	mov.u64 	%rd76, 5;
+	st.global.u64 	[%rd44+8], %rd76;
+	st.global.u64 	[%rd44+16], %rd76;
+	mov.u64 	%rd77, 0;
+	st.global.u64 	[%rd44+24], %rd77;
+	bra.uni 	LBB4_55;
+LBB4_42:
+	ld.global.f64 	%fd42, [%rd38+24];
+	add.rn.f64 	%fd43, %fd42, 0d3FF0000000000000;
+	st.global.f64 	[%rd38+32], %fd43;
+	setp.gt.u64 	%p39, %rd43, 5;
+	@%p39 bra 	LBB4_45;
+	atom.global.cas.b32 	%r23, [%rd44], 0, 30;
+	setp.ne.s32 	%p40, %r23, 0;
+	@%p40 bra 	LBB4_55;
+	mov.u64 	%rd71, 5;
+	st.global.u64 	[%rd44+8], %rd71;
+	st.global.u64 	[%rd44+16], %rd71;
+	mov.u64 	%rd72, 0;
+	st.global.u64 	[%rd44+24], %rd72;
+	bra.uni 	LBB4_55;
+LBB4_51:
+	setp.gt.u64 	%p42, %rd43, 6;
+	@%p42 bra 	LBB4_54;
+	atom.global.cas.b32 	%r24, [%rd44], 0, 36;
+	setp.ne.s32 	%p43, %r24, 0;
+	@%p43 bra 	LBB4_55;
+	mov.u64 	%rd73, 6;
+	st.global.u64 	[%rd44+8], %rd73;
+	st.global.u64 	[%rd44+16], %rd43;
+	mov.u64 	%rd74, 0;
+	st.global.u64 	[%rd44+24], %rd74;
+	bra.uni 	LBB4_55;
+LBB4_50:
+	mov.u64 	%rd75, 4611686018427387904;
+	st.global.u64 	[%rd38+40], %rd75;
+	bra.uni 	LBB4_55;
+LBB4_45:
+	mov.u64 	%rd70, 4607182418800017408;
+	st.global.u64 	[%rd38+40], %rd70;
+	bra.uni 	LBB4_55;
+LBB4_54:
+	st.global.f64 	[%rd38+48], %fd10;
+	st.global.f64 	[%rd38], %fd8;
+	ld.global.f64 	%fd45, [%rd38+24];
+	add.rn.f64 	%fd46, %fd45, 0d3FF0000000000000;
+	st.global.f64 	[%rd38+24], %fd46;
+	bra.uni 	LBB4_55;
+
+}
+	// .globl	cg_xpay_s
+.visible .entry cg_xpay_s(
+	.param .u64 cg_xpay_s_param_0,
+	.param .u64 cg_xpay_s_param_1,
+	.param .u64 cg_xpay_s_param_2,
+	.param .u64 cg_xpay_s_param_3,
+	.param .u64 cg_xpay_s_param_4,
+	.param .u64 cg_xpay_s_param_5,
+	.param .u64 cg_xpay_s_param_6,
+	.param .u64 cg_xpay_s_param_7
+)
+{
+	.reg .pred 	%p<21>;
+	.reg .b32 	%r<19>;
+	.reg .b64 	%rd<42>;
+	.reg .f64 	%fd<11>;
+
+	ld.param.u64 	%rd24, [cg_xpay_s_param_7];
+	ld.param.u64 	%rd23, [cg_xpay_s_param_5];
+	setp.gt.u64 	%p1, %rd23, 4;
+	@%p1 bra 	LBB5_3;
+	atom.global.cas.b32 	%r16, [%rd24], 0, 40;
+	setp.ne.s32 	%p20, %r16, 0;
+	@%p20 bra 	LBB5_23;
+	mov.u64 	%rd36, 4;
+	st.global.u64 	[%rd24+8], %rd36;
+	st.global.u64 	[%rd24+16], %rd23;
+	mov.u64 	%rd37, 0;
+	st.global.u64 	[%rd24+24], %rd37;
+	bra.uni 	LBB5_23;
+LBB5_3:
+	ld.param.u64 	%rd20, [cg_xpay_s_param_2];
+	ld.global.f64 	%fd2, [%rd20+32];
+	setp.neu.f64 	%p2, %fd2, 0d0000000000000000;
+	@%p2 bra 	LBB5_23;
+	bra.uni 	LBB5_4;
+LBB5_23:
+	ret;
+LBB5_4:
+	setp.gt.u64 	%p3, %rd23, 6;
+	@%p3 bra 	LBB5_7;
+	atom.global.cas.b32 	%r15, [%rd24], 0, 41;
+	setp.ne.s32 	%p19, %r15, 0;
+	@%p19 bra 	LBB5_23;
+	mov.u64 	%rd34, 6;
+	st.global.u64 	[%rd24+8], %rd34;
+	st.global.u64 	[%rd24+16], %rd23;
+	mov.u64 	%rd35, 0;
+	st.global.u64 	[%rd24+24], %rd35;
+	bra.uni 	LBB5_23;
+LBB5_7:
+	ld.param.u64 	%rd22, [cg_xpay_s_param_4];
+	ld.param.u64 	%rd38, [cg_xpay_s_param_3];
+	ld.param.u64 	%rd19, [cg_xpay_s_param_1];
+	ld.param.u64 	%rd18, [cg_xpay_s_param_0];
+	ld.global.f64 	%fd1, [%rd20+48];
+	mov.u32 	%r4, %nctaid.x;
+	mov.u32 	%r5, %ntid.x;
+	mul.wide.s32 	%rd3, %r4, %r5;
+	setp.lt.s64 	%p4, %rd3, %rd22;
+	mov.u32 	%r6, %ctaid.x;
+	mul.wide.s32 	%rd5, %r6, %r5;
+	mov.u32 	%r7, %tid.x;
+	cvt.s64.s32 	%rd40, %r7;
+	add.s64 	%rd7, %rd5, %rd40;
+	@%p4 bra 	LBB5_14;
+	bra.uni 	LBB5_8;
+LBB5_14:
+	setp.ge.s64 	%p10, %rd7, %rd22;
+	@%p10 bra 	LBB5_23;
+	cvt.s64.s32 	%rd1, %r4;
+	cvt.s64.s32 	%rd2, %r5;
+	cvt.s64.s32 	%rd4, %r6;
+	shl.b64 	%rd39, %rd7, 3;
+	shl.b64 	%rd10, %rd3, 3;
+	add.s64 	%rd29, %rd4, %rd1;
+	mul.lo.s64 	%rd11, %rd29, %rd2;
+	mov.u32 	%r17, 2;
+	bra.uni 	LBB5_16;
+LBB5_20:
+	shr.s32 	%r13, %r17, 1;
+	cvt.s64.s32 	%rd30, %r13;
+	st.global.u64 	[%rd24+8], %rd14;
+	st.global.u64 	[%rd24+16], %rd41;
+	st.global.u64 	[%rd24+24], %rd30;
+LBB5_21:
+	or.b32  	%r17, %r17, 1;
+LBB5_22:
+	and.b32  	%r14, %r17, 1;
+	setp.eq.b32 	%p15, %r14, 1;
+	not.pred 	%p16, %p15;
+	add.s64 	%rd33, %rd11, %rd40;
+	setp.lt.s64 	%p17, %rd33, %rd22;
+	and.pred  	%p18, %p16, %p17;
+	add.s64 	%rd40, %rd40, %rd3;
+	add.s64 	%rd39, %rd39, %rd10;
+	@%p18 bra 	LBB5_16;
+	bra.uni 	LBB5_23;
+LBB5_16:
+	add.s64 	%rd14, %rd5, %rd40;
+	setp.lt.u64 	%p11, %rd14, %rd38;
+	@%p11 bra 	LBB5_18;
+	bra.uni 	LBB5_17;
+LBB5_18:
+	setp.lt.u64 	%p13, %rd14, %rd22;
+	@%p13 bra 	LBB5_25;
+	bra.uni 	LBB5_19;
+LBB5_25:
+	add.s64 	%rd31, %rd18, %rd39;
+	ld.global.f64 	%fd7, [%rd31];
+	add.s64 	%rd32, %rd19, %rd39;
+	ld.global.f64 	%fd8, [%rd32];
+	mul.rn.f64 	%fd9, %fd1, %fd8;
+	add.rn.f64 	%fd10, %fd7, %fd9;
+	st.global.f64 	[%rd32], %fd10;
+	bra.uni 	LBB5_22;
+LBB5_17:
+	atom.global.cas.b32 	%r11, [%rd24], 0, 15;
+	setp.eq.s32 	%p12, %r11, 0;
+	mov.u64 	%rd41, %rd38;
+	@%p12 bra 	LBB5_20;
+	bra.uni 	LBB5_21;
+LBB5_19:
+	atom.global.cas.b32 	%r12, [%rd24], 0, 16;
+	setp.eq.s32 	%p14, %r12, 0;
+	mov.u64 	%rd41, %rd22;
+	@%p14 bra 	LBB5_20;
+	bra.uni 	LBB5_21;
+LBB5_8:
+	setp.ge.s64 	%p5, %rd7, %rd22;
+	@%p5 bra 	LBB5_23;
+	setp.lt.u64 	%p6, %rd7, %rd38;
+	@%p6 bra 	LBB5_11;
+	bra.uni 	LBB5_10;
+LBB5_11:
+	setp.lt.u64 	%p8, %rd7, %rd22;
+	@%p8 bra 	LBB5_24;
+	bra.uni 	LBB5_12;
+LBB5_24:
+	shl.b64 	%rd26, %rd7, 3;
+	add.s64 	%rd27, %rd18, %rd26;
+	ld.global.f64 	%fd3, [%rd27];
+	add.s64 	%rd28, %rd19, %rd26;
+	ld.global.f64 	%fd4, [%rd28];
+	mul.rn.f64 	%fd5, %fd1, %fd4;
+	add.rn.f64 	%fd6, %fd3, %fd5;
+	st.global.f64 	[%rd28], %fd6;
+	bra.uni 	LBB5_23;
+LBB5_10:
+	atom.global.cas.b32 	%r8, [%rd24], 0, 15;
+	setp.eq.s32 	%p7, %r8, 0;
+	@%p7 bra 	LBB5_13;
+	bra.uni 	LBB5_23;
+LBB5_12:
+	atom.global.cas.b32 	%r9, [%rd24], 0, 16;
+	setp.eq.s32 	%p9, %r9, 0;
+	mov.u64 	%rd38, %rd22;
+	@%p9 bra 	LBB5_13;
+	bra.uni 	LBB5_23;
+LBB5_13:
+	st.global.u64 	[%rd24+8], %rd7;
+	st.global.u64 	[%rd24+16], %rd38;
+	mov.u64 	%rd25, 1;
+	st.global.u64 	[%rd24+24], %rd25;
+	bra.uni 	LBB5_23;
+
+}
 `
 
 // zzOffloadSites are its Go checks: a failed one names its file and line.
@@ -866,6 +1900,30 @@ var zzOffloadSites = []string{
 	"cg.go:86: index",
 	"cg.go:86: index",
 	"cg.go:86: index",
+	"recorded.go:34: index",
+	"recorded.go:34: index",
+	"recorded.go:37: index",
+	"recorded.go:47: index",
+	"recorded.go:47: index",
+	"recorded.go:48: index",
+	"recorded.go:47: index",
+	"recorded.go:47: index",
+	"recorded.go:48: index",
+	"recorded.go:55: index",
+	"recorded.go:59: index",
+	"recorded.go:59: index",
+	"recorded.go:60: index",
+	"recorded.go:63: index",
+	"recorded.go:64: index",
+	"recorded.go:66: index",
+	"recorded.go:66: index",
+	"recorded.go:67: index",
+	"recorded.go:70: index",
+	"recorded.go:71: index",
+	"recorded.go:72: index",
+	"recorded.go:72: index",
+	"recorded.go:77: index",
+	"recorded.go:80: index",
 }
 
 func init() {
@@ -875,4 +1933,10 @@ func init() {
 	Update.Kernel().GeneratedPTX([]byte(zzOffloadPTX), "cg_update", zzOffloadSites)
 	XPAY.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "cg_xpay", zzOffloadSites)
 	XPAY.Kernel().GeneratedPTX([]byte(zzOffloadPTX), "cg_xpay", zzOffloadSites)
+	SpMVDotS.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "cg_spmvdot_s", zzOffloadSites)
+	SpMVDotS.Kernel().GeneratedPTX([]byte(zzOffloadPTX), "cg_spmvdot_s", zzOffloadSites)
+	UpdateS.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "cg_update_s", zzOffloadSites)
+	UpdateS.Kernel().GeneratedPTX([]byte(zzOffloadPTX), "cg_update_s", zzOffloadSites)
+	XPAYS.Kernel().GeneratedOpenCL([]byte(zzOffloadOpenCL), "cg_xpay_s", zzOffloadSites)
+	XPAYS.Kernel().GeneratedPTX([]byte(zzOffloadPTX), "cg_xpay_s", zzOffloadSites)
 }

@@ -25,7 +25,7 @@ func (d *Device) DefineGraph(part plugin.GraphPart) (plugin.GraphRunner, error) 
 	if part.Lanes < 1 || part.Lanes > proto.MaxGraphLanes {
 		return nil, fmt.Errorf("%s: %w: a graph part of %d lanes", d.name(), plugin.ErrUnsupported, part.Lanes)
 	}
-	g := &graphPart{d: d, key: part.Key}
+	g := &graphPart{d: d, key: part.Key, queues: part.Lanes == 1}
 	var defs []*proto.GraphDef
 	def := &proto.GraphDef{Graph: part.Key, Lanes: uint32(part.Lanes)}
 	for i := range part.Ops {
@@ -39,6 +39,7 @@ func (d *Device) DefineGraph(part plugin.GraphPart) (plugin.GraphRunner, error) 
 				g.launches = append(g.launches, glaunch{op: uint32(i), at: o.ArgAt, k: o.Kernel, last: append([]plugin.Arg(nil), o.Args...)})
 			}
 		case plugin.GraphExchange:
+			g.queues = false
 			var other *Device
 			if other, err = d.linked(o.Dst); err == nil && other != d {
 				err = other.seeAllocs()
@@ -47,6 +48,7 @@ func (d *Device) DefineGraph(part plugin.GraphPart) (plugin.GraphRunner, error) 
 				w.Peer, w.Dst, w.Src, w.Size = uint32(other.num), uint64(o.DstPtr), uint64(o.Src), uint64(o.Size)
 			}
 		case plugin.GraphSignal:
+			g.queues = g.queues && len(o.To) == 0
 			for _, t := range o.To {
 				var other *Device
 				if other, err = d.linked(t); err != nil {
@@ -58,6 +60,7 @@ func (d *Device) DefineGraph(part plugin.GraphPart) (plugin.GraphRunner, error) 
 				err = fmt.Errorf("%w: a signal for %d devices", plugin.ErrUnsupported, len(w.To))
 			}
 		case plugin.GraphWait:
+			g.queues = g.queues && o.From == nil
 			var other *Device
 			if other, err = d.linked(o.From); err == nil {
 				w.Peer = uint32(other.num)
@@ -127,11 +130,15 @@ func (d *Device) linked(o plugin.Device) (*Device, error) {
 	return other, nil
 }
 
-// graphPart is a part defined on d (plugin.GraphRunner).
+// graphPart is a part defined on d (plugin.GraphRunner, plugin.GraphQueuer).
+// queues says its runs can be queued behind each other: one lane, and no
+// exchange or signal with another device (whose runs would not be ordered
+// with this one's).
 type graphPart struct {
 	d        *Device
 	key      uint64
 	launches []glaunch
+	queues   bool
 	free     sync.Once
 }
 
@@ -148,6 +155,33 @@ type glaunch struct {
 // the device's go with it. Where they are more than one frame holds, they go
 // in GraphSet frames before it.
 func (g *graphPart) Run(gen uint64, args []plugin.Arg) (plugin.Event, error) {
+	return g.run(gen, args, false)
+}
+
+// Queues reports whether a run with args can go before the last one ended
+// (plugin.GraphQueuer): the part's runs are ordered on its one lane, and
+// the arguments are the device's (a change waits for no run in flight:
+// state.Graphs).
+func (g *graphPart) Queues(args []plugin.Arg) bool {
+	if !g.queues {
+		return false
+	}
+	for i := range g.launches {
+		l := &g.launches[i]
+		if l.at < 0 || l.at+len(l.last) > len(args) || !sameArgs(args[l.at:l.at+len(l.last)], l.last) {
+			return false
+		}
+	}
+	return true
+}
+
+// RunQueued sends a GraphRun that the device runs after the last one
+// (plugin.GraphQueuer); chained, only if that one did not fail.
+func (g *graphPart) RunQueued(gen uint64, args []plugin.Arg, chained bool) (plugin.Event, error) {
+	return g.run(gen, args, chained)
+}
+
+func (g *graphPart) run(gen uint64, args []plugin.Arg, after bool) (plugin.Event, error) {
 	d := g.d
 	var sets []*proto.GraphSet
 	var upd []byte
@@ -192,7 +226,7 @@ func (g *graphPart) Run(gen uint64, args []plugin.Arg) (plugin.Event, error) {
 		}
 	}
 	if err == nil {
-		err = d.l.put(&proto.GraphRun{Graph: g.key, Gen: gen, Event: id, Args: upd})
+		err = d.l.put(&proto.GraphRun{Graph: g.key, Gen: gen, Event: id, Args: upd, After: after})
 	}
 	d.mu.Unlock()
 	if err != nil {
@@ -232,7 +266,10 @@ func sameArgs(a, last []plugin.Arg) bool {
 	return true
 }
 
-var _ plugin.GraphDefiner = (*Device)(nil)
+var (
+	_ plugin.GraphDefiner = (*Device)(nil)
+	_ plugin.GraphQueuer  = (*graphPart)(nil)
+)
 
 // FramesSent is how many control frames of each type the host has queued for
 // the device so far, by type name. It is for tests: a replay is one frame per

@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goffload/offload/internal/waitpoll"
@@ -39,7 +41,14 @@ type gpart struct {
 	// planned says which exchanges go on without a confirmation (plan). It
 	// is done at the first run.
 	planned bool
+	// failed says the last run that ended had an error: a run after it
+	// (GraphRun.After) then fails.
+	failed atomic.Bool
 }
+
+// errLastRunFailed is the error of a run after a failed one (GraphRun.After):
+// it ran nothing, and the host reports the failed run's error.
+var errLastRunFailed = errors.New("the run before it failed: nothing of it ran")
 
 // gsop is an operation of a part.
 type gsop struct {
@@ -109,7 +118,7 @@ func (s *Session) graphFrame(f proto.Frame) error {
 		if err := s.setArgs(p, f.Args); err != nil {
 			return err
 		}
-		return s.runGraph(p, f.Gen, f.Event)
+		return s.runGraph(p, f.Gen, f.Event, f.After)
 	case *proto.GraphFree:
 		gs.mu.Lock()
 		p, drop, err := gs.t.Free(f.Graph)
@@ -288,7 +297,10 @@ type grun struct {
 
 // runGraph enqueues run gen of p on its lanes. event is the host's event that
 // its end fires.
-func (s *Session) runGraph(p *gpart, gen, event uint64) error {
+func (s *Session) runGraph(p *gpart, gen, event uint64, after bool) error {
+	if after && len(p.lanes) != 1 {
+		return fmt.Errorf("%w: graph %d: a run after the last one on a part of %d lanes, want 1", proto.ErrFrame, p.id, len(p.lanes))
+	}
 	if !p.planned {
 		s.plan(p)
 	}
@@ -300,6 +312,17 @@ func (s *Session) runGraph(p *gpart, gen, event uint64) error {
 		return fmt.Errorf("%w: graph %d: %w", proto.ErrFrame, p.id, err)
 	}
 	r.ev.Arm()
+	if after {
+		// In the lane's order: the last run's end has set failed.
+		if err := p.lanes[0].Do(func() error {
+			if p.failed.Load() {
+				return fmt.Errorf("graph %d: run %d: %w", p.id, gen, errLastRunFailed)
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("graph %d: %w", p.id, err)
+		}
+	}
 	evs := make([]*opqueue.Event, len(p.sigs))
 	rem := make([]*opqueue.Event, len(p.remote))
 	for _, op := range p.ops {
@@ -365,6 +388,7 @@ func (r *grun) laneDone(lane int, failed error) error {
 	if !last {
 		return nil
 	}
+	r.p.failed.Store(err != nil) // for a run after it (GraphRun.After)
 	s := r.s
 	gs := s.graphTable()
 	gs.mu.Lock()

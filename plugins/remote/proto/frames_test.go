@@ -54,6 +54,7 @@ func everyFrame() []Frame {
 		&GraphDef{Graph: 3, Lanes: 2, Ops: AppendGraphOp(nil, &GraphOp{Op: GraphWait, Lane: 1, Signal: 4, Peer: 2})},
 		&GraphSet{Graph: 3, Args: AppendGraphArgs(nil, GraphArgs{Op: 5, Args: []byte{7}})},
 		&GraphRun{Graph: 3, Gen: 9, Event: 19, Args: []byte{1, 2}},
+		&GraphRun{Graph: 3, Gen: 10, Event: 20, Args: []byte{}, After: true},
 		&GraphFree{Graph: 3},
 		&PeerSignal{Graph: 3, Gen: 9, Signal: 4, Status: st},
 	}
@@ -104,6 +105,7 @@ func TestAsChecksTheType(t *testing.T) {
 		"alloc over MaxSize":                  {Type: TAlloc, Size: MaxSize + 1},
 		"peer put over MaxSize":               {Type: TPeerPut, Size: 1 << 63},
 		"peer put with unknown flags":         {Type: TPeerPut, Size: 8, Kernel: 2},
+		"graph run with unknown flags":        {Type: TGraphRun, Kernel: 2},
 		"forget list cut":                     {Type: TForget, Payload: make([]byte, 12), PayloadLen: 12},
 		"launch arguments left unread":        {Type: TLaunch, PayloadLen: 100},
 		"record with a payload":               {Type: TRecord, Payload: []byte{1}, PayloadLen: 1},

@@ -31,11 +31,15 @@ type GraphSet struct {
 // GraphRun (→d) runs graph Graph as its run Gen. From then on the launches'
 // arguments are changed as Args says (EncodeGraphArgs). The device sends
 // Event once every lane of the run is done, with the first error of any.
+// After says the run may come before the part's last run ended (the host
+// queued it) and runs only if that one ended without an error; else it
+// fails and runs nothing. Only a part of one lane takes it.
 type GraphRun struct {
 	Graph uint64 // id
 	Gen   uint64 // ptr
 	Event uint64 // ptr2
 	Args  []byte // payload
+	After bool   // kernel, bit 0
 }
 
 // GraphFree (→d) forgets graph Graph once its runs are done.
@@ -88,12 +92,20 @@ func (f *GraphSet) get(m *Msg) error {
 	return nil
 }
 
-func (f *GraphRun) put(m *Msg) { m.ID, m.Ptr, m.Ptr2, m.Payload = f.Graph, f.Gen, f.Event, f.Args }
+func (f *GraphRun) put(m *Msg) {
+	m.ID, m.Ptr, m.Ptr2, m.Payload = f.Graph, f.Gen, f.Event, f.Args
+	if f.After {
+		m.Kernel = 1
+	}
+}
 func (f *GraphRun) get(m *Msg) error {
 	if err := wholePayload(m); err != nil {
 		return err
 	}
-	f.Graph, f.Gen, f.Event, f.Args = m.ID, m.Ptr, m.Ptr2, m.Payload
+	if m.Kernel&^1 != 0 {
+		return fmt.Errorf("graph run flags %#x, want 0 or 1 (after)", m.Kernel)
+	}
+	f.Graph, f.Gen, f.Event, f.Args, f.After = m.ID, m.Ptr, m.Ptr2, m.Payload, m.Kernel&1 != 0
 	return nil
 }
 
