@@ -46,6 +46,13 @@ type gpart struct {
 	failed atomic.Bool
 }
 
+// graphRuns counts the runs of graph parts in flight in this process.
+var graphRuns atomic.Int32
+
+// Replaying reports whether a run of a graph part is in flight in this
+// process: its kernels follow each other without a word from the host.
+func Replaying() bool { return graphRuns.Load() > 0 }
+
 // errLastRunFailed is the error of a run after a failed one (GraphRun.After):
 // it ran nothing, and the host reports the failed run's error.
 var errLastRunFailed = errors.New("the run before it failed: nothing of it ran")
@@ -367,6 +374,7 @@ func (s *Session) runGraph(p *gpart, gen, event uint64, after bool) error {
 			return fmt.Errorf("graph %d: %w", p.id, err)
 		}
 	}
+	graphRuns.Add(1)
 	for l, q := range p.lanes {
 		if err := q.Mark(true, func(failed error) error { return r.laneDone(l, failed) }); err != nil {
 			return fmt.Errorf("graph %d: %w", p.id, err)
@@ -389,6 +397,7 @@ func (r *grun) laneDone(lane int, failed error) error {
 		return nil
 	}
 	r.p.failed.Store(err != nil) // for a run after it (GraphRun.After)
+	graphRuns.Add(-1)
 	s := r.s
 	gs := s.graphTable()
 	gs.mu.Lock()
