@@ -78,13 +78,14 @@ func (p *Pool) giveToPolling(job func()) bool {
 	return false
 }
 
-// poll is a worker's wait for its next chunk through h, up to SpinFor,
-// and past waitpoll.Linger only while the process's test holds; it
+// poll is a worker's wait for its next chunk through h, if the process's
+// test holds as it begins: up to SpinFor, and past waitpoll.Linger only
+// while the test holds; it
 // returns the chunk, or nil when the worker is to park. (Between two
 // kernels of a replay the test is false for a few microseconds.)
 func (p *Pool) poll(h *hand) func() {
 	f := spinWhile.Load()
-	if f == nil {
+	if f == nil || !(*f)() {
 		return nil
 	}
 	h.state.Store(handPolling)
