@@ -132,7 +132,8 @@ func (g *Graph) mayQueue(last *Task) bool {
 
 // queue starts q's replay behind the last one on the device of the
 // graph's one part, if it can be (mayQueue, a runner that queues its args,
-// the mappings held with no copy into them in flight), and reports whether
+// the mappings held with no copy into them in flight, and startParts'
+// own conditions), and reports whether
 // it did; once it did, or the last one ended, the other is a no-op. The
 // replay completes after the last one; chained, with its failure if it
 // failed.
@@ -146,7 +147,7 @@ func (g *Graph) queue(q *queuedRun) bool {
 	r.tasks.mu.Lock()
 	ok := g.mayQueue(q.after)
 	r.tasks.mu.Unlock()
-	if !ok || g.parts.devs[0].tagged.Load() || !g.parts.runs[0].(plugin.GraphQueuer).Queues(q.args) {
+	if !ok || !g.parts.runs[0].(plugin.GraphQueuer).Queues(q.args) {
 		return false
 	}
 	held, pend, err := g.hold()

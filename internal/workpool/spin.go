@@ -10,10 +10,10 @@ package workpool
 // loop hands it the chunk through its hand with no wake-up.
 //
 // Polling takes a core. A process polls only while SetSpinWhile's test
-// holds: a device process sets it to "a kernel runs in this process", the
-// time its link readers do not poll (plugins/remote/transport), so that the
-// process has one polling role at a time and its workers poll only on the
-// cores its kernels have anyway.
+// holds: a device process sets it to "a replayed graph's kernel runs in
+// this process", a time its link readers do not poll
+// (plugins/remote/serve.go), so that the process has one polling role at a
+// time and its workers poll only on the cores its kernels have anyway.
 
 import (
 	"runtime"
@@ -27,10 +27,10 @@ import (
 var spinWhile atomic.Pointer[func() bool]
 
 // SetSpinWhile makes the workers of every pool of this process poll for
-// their next chunk after running one, for waitpoll.Linger and on while f
-// reports true (SpinFor at most), instead of parking at once; and a loop
-// poll for its chunks' ends while f reports true. nil turns it off, the
-// default.
+// their next chunk after running one, if f reports true then: for
+// waitpoll.Linger and on while f reports true (SpinFor at most), instead
+// of parking at once; and a loop poll for its chunks' ends while f reports
+// true. nil turns it off, the default.
 func SetSpinWhile(f func() bool) {
 	if f == nil {
 		spinWhile.Store(nil)
@@ -80,9 +80,9 @@ func (p *Pool) giveToPolling(job func()) bool {
 
 // poll is a worker's wait for its next chunk through h, if the process's
 // test holds as it begins: up to SpinFor, and past waitpoll.Linger only
-// while the test holds; it
-// returns the chunk, or nil when the worker is to park. (Between two
-// kernels of a replay the test is false for a few microseconds.)
+// while the test holds. It returns the chunk, or nil when the worker is to
+// park. (Between two kernels of a replay the test is false for a few
+// microseconds.)
 func (p *Pool) poll(h *hand) func() {
 	f := spinWhile.Load()
 	if f == nil || !(*f)() {

@@ -188,17 +188,11 @@ func Solve(dev offload.Device, n, iters int) ([]float64, time.Duration, error) {
 	m := Poisson(n)
 	x, r, p, rr := start(n)
 	q := make([]float64, len(x))
-	if err := dev.EnterData(offload.To(m.RowPtr).Named("rowptr"), offload.To(m.Col).Named("col"), offload.To(m.Val).Named("val"),
-		offload.To(x).Named("x"), offload.To(r).Named("r"), offload.To(p).Named("p"), offload.Alloc(q).Named("q")); err != nil {
-		return nil, 0, fmt.Errorf("cg: mapping the matrix and vectors: %w", err)
+	sy := &mapped{m: m, x: x, r: r, p: p, q: q}
+	if err := sy.enter(dev); err != nil {
+		return nil, 0, err
 	}
-	unmapped := false
-	defer func() { // on an error: the device's copies go, whatever the counts
-		if !unmapped {
-			dev.ExitData(offload.Delete(m.RowPtr), offload.Delete(m.Col), offload.Delete(m.Val),
-				offload.Delete(x), offload.Delete(r), offload.Delete(p), offload.Delete(q))
-		}
-	}()
+	defer sy.drop(dev)
 	out := []float64{0}
 	t0 := time.Now()
 	for it := range iters {
@@ -222,12 +216,60 @@ func Solve(dev offload.Device, n, iters int) ([]float64, time.Duration, error) {
 		}
 	}
 	elapsed := time.Since(t0)
-	unmapped = true
-	if err := dev.ExitData(offload.From(x).Named("x"), offload.Delete(m.RowPtr), offload.Delete(m.Col), offload.Delete(m.Val),
-		offload.Delete(r), offload.Delete(p), offload.Delete(q)); err != nil {
-		return nil, 0, fmt.Errorf("cg: unmapping: %w", err)
+	if err := sy.exit(dev); err != nil {
+		return nil, 0, err
 	}
 	return x, elapsed, nil
+}
+
+// mapped is what a solve maps to its device for its iterations: the
+// matrix, the vectors and, for SolveRecorded, the state s (nil for Solve).
+type mapped struct {
+	m          *Matrix
+	x, r, p, q []float64
+	s          []float64
+	exited     bool
+}
+
+// enter maps them (target enter data): q is only allocated.
+func (sy *mapped) enter(dev offload.Device) error {
+	maps := []offload.Map{offload.To(sy.m.RowPtr).Named("rowptr"), offload.To(sy.m.Col).Named("col"), offload.To(sy.m.Val).Named("val"),
+		offload.To(sy.x).Named("x"), offload.To(sy.r).Named("r"), offload.To(sy.p).Named("p"), offload.Alloc(sy.q).Named("q")}
+	if sy.s != nil {
+		maps = append(maps, offload.To(sy.s).Named("s"))
+	}
+	if err := dev.EnterData(maps...); err != nil {
+		return fmt.Errorf("cg: mapping the matrix and vectors: %w", err)
+	}
+	return nil
+}
+
+// exit brings x and s back and unmaps the rest (target exit data).
+func (sy *mapped) exit(dev offload.Device) error {
+	sy.exited = true
+	maps := []offload.Map{offload.From(sy.x).Named("x"), offload.Delete(sy.m.RowPtr), offload.Delete(sy.m.Col), offload.Delete(sy.m.Val),
+		offload.Delete(sy.r), offload.Delete(sy.p), offload.Delete(sy.q)}
+	if sy.s != nil {
+		maps = append(maps, offload.From(sy.s).Named("s"))
+	}
+	if err := dev.ExitData(maps...); err != nil {
+		return fmt.Errorf("cg: unmapping: %w", err)
+	}
+	return nil
+}
+
+// drop is the error path's unmapping, unless exit ran: the device's copies
+// go, whatever the counts.
+func (sy *mapped) drop(dev offload.Device) {
+	if sy.exited {
+		return
+	}
+	maps := []offload.Map{offload.Delete(sy.m.RowPtr), offload.Delete(sy.m.Col), offload.Delete(sy.m.Val),
+		offload.Delete(sy.x), offload.Delete(sy.r), offload.Delete(sy.p), offload.Delete(sy.q)}
+	if sy.s != nil {
+		maps = append(maps, offload.Delete(sy.s))
+	}
+	dev.ExitData(maps...)
 }
 
 // Reference runs the same iterations in plain Go on one goroutine and

@@ -99,17 +99,11 @@ func SolveRecorded(dev offload.Device, n, iters int) ([]float64, time.Duration, 
 	q := make([]float64, len(x))
 	s := make([]float64, stateLen)
 	s[sRR] = rr
-	if err := dev.EnterData(offload.To(m.RowPtr).Named("rowptr"), offload.To(m.Col).Named("col"), offload.To(m.Val).Named("val"),
-		offload.To(x).Named("x"), offload.To(r).Named("r"), offload.To(p).Named("p"), offload.Alloc(q).Named("q"), offload.To(s).Named("s")); err != nil {
-		return nil, 0, fmt.Errorf("cg: mapping the matrix and vectors: %w", err)
+	sy := &mapped{m: m, x: x, r: r, p: p, q: q, s: s}
+	if err := sy.enter(dev); err != nil {
+		return nil, 0, err
 	}
-	unmapped := false
-	defer func() {
-		if !unmapped {
-			dev.ExitData(offload.Delete(m.RowPtr), offload.Delete(m.Col), offload.Delete(m.Val),
-				offload.Delete(x), offload.Delete(r), offload.Delete(p), offload.Delete(q), offload.Delete(s))
-		}
-	}()
+	defer sy.drop(dev)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	t0 := time.Now()
@@ -135,10 +129,8 @@ func SolveRecorded(dev offload.Device, n, iters int) ([]float64, time.Duration, 
 		}
 	}
 	elapsed := time.Since(t0)
-	unmapped = true
-	if err := dev.ExitData(offload.From(x).Named("x"), offload.From(s).Named("s"), offload.Delete(m.RowPtr), offload.Delete(m.Col), offload.Delete(m.Val),
-		offload.Delete(r), offload.Delete(p), offload.Delete(q)); err != nil {
-		return nil, 0, fmt.Errorf("cg: unmapping: %w", err)
+	if err := sy.exit(dev); err != nil {
+		return nil, 0, err
 	}
 	if b := s[sBroken]; b != 0 {
 		it := int(b) - 1

@@ -60,7 +60,7 @@ func (d *Device) DefineGraph(part plugin.GraphPart) (plugin.GraphRunner, error) 
 				err = fmt.Errorf("%w: a signal for %d devices", plugin.ErrUnsupported, len(w.To))
 			}
 		case plugin.GraphWait:
-			g.queues = g.queues && o.From == nil
+			g.queues = false // in a part of one lane, a wait is for another device's signal
 			var other *Device
 			if other, err = d.linked(o.From); err == nil {
 				w.Peer = uint32(other.num)
@@ -132,8 +132,8 @@ func (d *Device) linked(o plugin.Device) (*Device, error) {
 
 // graphPart is a part defined on d (plugin.GraphRunner, plugin.GraphQueuer).
 // queues says its runs can be queued behind each other: one lane, and no
-// exchange or signal with another device (whose runs would not be ordered
-// with this one's).
+// exchange, wait, or signal for another device (whose runs would not be
+// ordered with this one's).
 type graphPart struct {
 	d        *Device
 	key      uint64
