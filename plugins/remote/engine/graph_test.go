@@ -290,3 +290,56 @@ func TestGraphArgsInSetFrames(t *testing.T) {
 		t.Errorf("x = %d, want %d", v, n*4)
 	}
 }
+
+// TestGraphRunsCountDrops checks the count of runs in flight (Replaying,
+// which keeps a device process's pool workers polling): it drops back after
+// runs that end, that fail, and one whose second lane is closed under it
+// before its end is enqueued there (a session ending), so that workers do not
+// poll in later kernels.
+func TestGraphRunsCountDrops(t *testing.T) {
+	s, d := sessionDeviceOf(t)
+	x, err := d.Alloc(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []plugin.Arg{{Scalar: int32(1)}, {Ptr: x, Len: 4}}
+	const key = 11
+	run, err := d.DefineGraph(plugin.GraphPart{Key: key, Lanes: 2, Ops: []plugin.GraphOp{
+		{Op: plugin.GraphLaunch, Lane: 0, Kernel: graphAddK, Args: args, ArgAt: 0},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range []int32{1, -1, 2} {
+		args[0].Scalar = v
+		ev, err := run.Run(uint64(i+1), args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = ev.Synchronize()
+		ev.Close()
+		if (err != nil) != (v < 0) {
+			t.Fatalf("run %d (scalar %d): %v", i+1, v, err)
+		}
+		if Replaying() {
+			t.Fatalf("after run %d: Replaying, want no run in flight", i+1)
+		}
+	}
+	gs := s.graphTable()
+	gs.mu.Lock()
+	p, err := gs.t.Run(key, 4, false)
+	gs.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.lanes[1].Close()
+	if err := s.runGraph(p, 4, 1<<40, false); err == nil {
+		t.Fatal("a run on a closed lane: no error")
+	}
+	if err := p.lanes[0].Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if Replaying() {
+		t.Error("after a run whose lane closed under it: Replaying, want no run in flight")
+	}
+}

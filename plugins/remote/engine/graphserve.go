@@ -377,7 +377,13 @@ func (s *Session) runGraph(p *gpart, gen, event uint64, after bool) error {
 	graphRuns.Add(1)
 	for l, q := range p.lanes {
 		if err := q.Mark(true, func(failed error) error { return r.laneDone(l, failed) }); err != nil {
-			return fmt.Errorf("graph %d: %w", p.id, err)
+			// The lanes from l on never end the run: end it for them, so
+			// that the count of runs in flight drops with it.
+			err = fmt.Errorf("graph %d: %w", p.id, err)
+			for k := l; k < len(p.lanes); k++ {
+				_ = r.laneDone(k, err)
+			}
+			return err
 		}
 	}
 	return nil
