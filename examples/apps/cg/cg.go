@@ -247,8 +247,7 @@ func (sy *mapped) enter(dev offload.Device) error {
 // exit brings x and s back and unmaps the rest (target exit data).
 func (sy *mapped) exit(dev offload.Device) error {
 	sy.exited = true
-	maps := []offload.Map{offload.From(sy.x).Named("x"), offload.Delete(sy.m.RowPtr), offload.Delete(sy.m.Col), offload.Delete(sy.m.Val),
-		offload.Delete(sy.r), offload.Delete(sy.p), offload.Delete(sy.q)}
+	maps := append(sy.deletes(), offload.From(sy.x).Named("x"))
 	if sy.s != nil {
 		maps = append(maps, offload.From(sy.s).Named("s"))
 	}
@@ -264,12 +263,18 @@ func (sy *mapped) drop(dev offload.Device) {
 	if sy.exited {
 		return
 	}
-	maps := []offload.Map{offload.Delete(sy.m.RowPtr), offload.Delete(sy.m.Col), offload.Delete(sy.m.Val),
-		offload.Delete(sy.x), offload.Delete(sy.r), offload.Delete(sy.p), offload.Delete(sy.q)}
+	maps := append(sy.deletes(), offload.Delete(sy.x))
 	if sy.s != nil {
 		maps = append(maps, offload.Delete(sy.s))
 	}
 	dev.ExitData(maps...)
+}
+
+// deletes are the unmappings of what no solve brings back: the matrix,
+// r, p and q.
+func (sy *mapped) deletes() []offload.Map {
+	return []offload.Map{offload.Delete(sy.m.RowPtr), offload.Delete(sy.m.Col), offload.Delete(sy.m.Val),
+		offload.Delete(sy.r), offload.Delete(sy.p), offload.Delete(sy.q)}
 }
 
 // Reference runs the same iterations in plain Go on one goroutine and
